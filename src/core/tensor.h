@@ -1,0 +1,59 @@
+/*
+ * tensor.h — the tensor and storage structs, shared by src/core and src/cpu.
+ *
+ * A storage is a refcounted block of memory on one device. A tensor is a
+ * refcounted view of a storage: dtype, shape, strides (in elements) and an
+ * element offset. Views share the storage and hold a reference to it.
+ */
+#ifndef DP_CORE_TENSOR_H
+#define DP_CORE_TENSOR_H
+
+#include "dplua.h"
+#include <stdbool.h>
+
+typedef struct dp_storage {
+    int refcount;
+    int device;          /* DP_CPU or a CUDA ordinal */
+    size_t nbytes;
+    void *data;
+} dp_storage;
+
+struct dp_tensor {
+    int refcount;
+    int dtype;
+    int device;
+    int ndim;
+    int64_t shape[DP_MAX_DIMS];
+    int64_t stride[DP_MAX_DIMS];
+    int64_t offset;      /* in elements */
+    dp_storage *storage;
+};
+
+/* error.c */
+dp_status dp_fail(dp_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Writes "[2, 3]" into buf. */
+const char *dp_shape_str(char *buf, size_t len, int ndim, const int64_t *shape);
+
+/* tensor.c */
+dp_status tensor_new(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device);
+dp_status tensor_view_of(dp_tensor **out, dp_tensor *base, int ndim, const int64_t *shape,
+                         const int64_t *stride, int64_t offset);
+int64_t shape_numel(int ndim, const int64_t *shape);
+bool tensor_is_contiguous(const dp_tensor *t);
+static inline char *tensor_ptr(const dp_tensor *t)
+{
+    return (char *)t->storage->data + t->offset * (int64_t)dp_dtype_size(t->dtype);
+}
+/* Checks a dim against ndim, wrapping negatives; fn names the caller. */
+dp_status dim_check(const char *fn, int *dim, int ndim);
+dp_status check_device_cpu(const char *fn, const dp_tensor *t);
+
+/* dtype.c */
+float bf16_to_float(uint16_t v);
+uint16_t float_to_bf16(float f);
+double dtype_load(int dtype, const char *p);
+void dtype_store(int dtype, char *p, double v);
+int dtype_promote(int a, int b);
+
+#endif

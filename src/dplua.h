@@ -1,0 +1,170 @@
+/*
+ * dplua.h — the one public C header of dplua.
+ *
+ * A tensor is an opaque, reference-counted handle. Every function that can
+ * fail returns a dp_status; on failure dp_last_error() holds a message that
+ * names the function, what it got and what it expected. Functions that make
+ * a tensor return it through `out` with a reference owned by the caller.
+ *
+ *     dp_tensor *a, *b, *c;
+ *     int64_t shape[2] = {2, 3};
+ *     if (dp_full(&a, 2, shape, 1.0, DP_FLOAT32, DP_CPU) ||
+ *         dp_full(&b, 2, shape, 2.0, DP_FLOAT32, DP_CPU) ||
+ *         dp_binary(&c, DP_ADD, a, b))
+ *         fprintf(stderr, "%s\n", dp_last_error());
+ *     dp_tensor_release(a); dp_tensor_release(b); dp_tensor_release(c);
+ *
+ * This header is also read by LuaJIT's ffi.cdef (lua/dplua/init.lua), so the
+ * declarations between the DP_CDEF markers stay plain C without macros.
+ * Enums are only ever appended to.
+ */
+#ifndef DPLUA_H
+#define DPLUA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DP_MAX_DIMS 8
+#define DP_CPU (-1)
+#define DP_ALL_DIMS (-100)
+
+/* DP_CDEF_BEGIN */
+typedef struct dp_tensor dp_tensor;
+
+typedef enum {
+    DP_OK = 0,
+    DP_ERR_ARG,      /* a bad argument value or type */
+    DP_ERR_SHAPE,    /* shapes that do not fit together */
+    DP_ERR_DTYPE,    /* a dtype the operation does not take */
+    DP_ERR_DEVICE,   /* a device that is absent or does not match */
+    DP_ERR_INDEX,    /* an index or dim out of range */
+    DP_ERR_MEMORY,   /* an allocation failed */
+    DP_ERR_CUDA,     /* a CUDA, cuBLAS or NCCL call failed */
+    DP_ERR_IO,       /* a file could not be read or written */
+    DP_ERR_STATE     /* a call at the wrong time (e.g. backward twice) */
+} dp_status;
+
+typedef enum {
+    DP_FLOAT32 = 0,
+    DP_FLOAT64,
+    DP_INT64,
+    DP_INT32,
+    DP_UINT8,
+    DP_BOOL,
+    DP_BFLOAT16,
+    DP_NUM_DTYPES
+} dp_dtype;
+
+typedef enum {
+    DP_NEG = 0, DP_ABS, DP_EXP, DP_LOG, DP_SQRT, DP_RSQRT, DP_TANH,
+    DP_SIGMOID, DP_RELU, DP_GELU, DP_SIN, DP_COS, DP_SIGN, DP_FLOOR,
+    DP_CEIL, DP_ROUND, DP_RECIPROCAL, DP_LOG1P, DP_EXPM1, DP_LOGICAL_NOT,
+    DP_SQUARE, DP_GELU_TANH,
+    DP_NUM_UNOPS
+} dp_unop;
+
+typedef enum {
+    DP_ADD = 0, DP_SUB, DP_MUL, DP_DIV, DP_POW, DP_MAXIMUM, DP_MINIMUM,
+    DP_EQ, DP_NE, DP_LT, DP_LE, DP_GT, DP_GE, DP_REMAINDER, DP_ATAN2,
+    DP_LOGICAL_AND, DP_LOGICAL_OR,
+    DP_NUM_BINOPS
+} dp_binop;
+
+typedef enum {
+    DP_SUM = 0, DP_MEAN, DP_PROD, DP_MAX, DP_MIN, DP_ARGMAX, DP_ARGMIN,
+    DP_VAR, DP_STD, DP_ALL, DP_ANY,
+    DP_NUM_REDOPS
+} dp_redop;
+
+/* errors and versions */
+const char *dp_last_error(void);
+const char *dp_version(void);
+const char *dp_build_options(void);
+
+/* lifetime: every tensor returned through `out` must be released once */
+void dp_tensor_retain(dp_tensor *t);
+void dp_tensor_release(dp_tensor *t);
+
+/* inspection (never fail) */
+int dp_tensor_dtype(const dp_tensor *t);
+int dp_tensor_device(const dp_tensor *t);
+int dp_tensor_ndim(const dp_tensor *t);
+int64_t dp_tensor_size(const dp_tensor *t, int dim);
+int64_t dp_tensor_stride(const dp_tensor *t, int dim);
+int64_t dp_tensor_numel(const dp_tensor *t);
+int64_t dp_tensor_offset(const dp_tensor *t);
+int dp_tensor_is_contiguous(const dp_tensor *t);
+void *dp_tensor_data(const dp_tensor *t);      /* first element; CPU only */
+const char *dp_dtype_name(int dtype);
+size_t dp_dtype_size(int dtype);
+int dp_dtype_is_floating(int dtype);
+int64_t dp_memory_allocated(int device);
+int64_t dp_max_memory_allocated(int device);
+
+/* creation */
+dp_status dp_empty(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device);
+dp_status dp_full(dp_tensor **out, int ndim, const int64_t *shape, double value, int dtype, int device);
+dp_status dp_arange(dp_tensor **out, double start, double end, double step, int dtype, int device);
+dp_status dp_linspace(dp_tensor **out, double start, double end, int64_t steps, int dtype, int device);
+dp_status dp_eye(dp_tensor **out, int64_t n, int64_t m, int dtype, int device);
+dp_status dp_rand(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device);
+dp_status dp_randn(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device);
+dp_status dp_randint(dp_tensor **out, int64_t low, int64_t high, int ndim, const int64_t *shape, int dtype, int device);
+void dp_manual_seed(uint64_t seed);
+void dp_rng_get_state(uint64_t *seed, uint64_t *offset);
+void dp_rng_set_state(uint64_t seed, uint64_t offset);
+
+/* views: share storage with the input */
+dp_status dp_view(dp_tensor **out, dp_tensor *t, int ndim, const int64_t *shape);
+dp_status dp_reshape(dp_tensor **out, dp_tensor *t, int ndim, const int64_t *shape);
+dp_status dp_permute(dp_tensor **out, dp_tensor *t, int ndim, const int *dims);
+dp_status dp_transpose(dp_tensor **out, dp_tensor *t, int dim0, int dim1);
+dp_status dp_expand(dp_tensor **out, dp_tensor *t, int ndim, const int64_t *shape);
+dp_status dp_slice(dp_tensor **out, dp_tensor *t, int dim, int64_t start, int64_t stop, int64_t step);
+dp_status dp_narrow(dp_tensor **out, dp_tensor *t, int dim, int64_t start, int64_t length);
+dp_status dp_select(dp_tensor **out, dp_tensor *t, int dim, int64_t index);
+dp_status dp_squeeze(dp_tensor **out, dp_tensor *t, int dim);   /* DP_ALL_DIMS: every size-1 dim */
+dp_status dp_unsqueeze(dp_tensor **out, dp_tensor *t, int dim);
+dp_status dp_contiguous(dp_tensor **out, dp_tensor *t);         /* t itself (retained) when already contiguous */
+dp_status dp_alias(dp_tensor **out, dp_tensor *t);              /* a new handle on the same view (detach) */
+
+/* math: new results */
+dp_status dp_unary(dp_tensor **out, int op, dp_tensor *a);
+dp_status dp_binary(dp_tensor **out, int op, dp_tensor *a, dp_tensor *b);
+dp_status dp_binary_scalar(dp_tensor **out, int op, dp_tensor *a, double s, int scalar_first);
+dp_status dp_where(dp_tensor **out, dp_tensor *cond, dp_tensor *a, dp_tensor *b);
+dp_status dp_clamp(dp_tensor **out, dp_tensor *a, double lo, double hi);  /* NaN: no bound */
+dp_status dp_reduce(dp_tensor **out, int op, dp_tensor *a, int dim, int keepdim, int correction);
+dp_status dp_reduce_with_index(dp_tensor **values, dp_tensor **indices, int op, dp_tensor *a, int dim, int keepdim);
+dp_status dp_softmax(dp_tensor **out, dp_tensor *a, int dim, int log);
+dp_status dp_matmul(dp_tensor **out, dp_tensor *a, dp_tensor *b);
+dp_status dp_mm(dp_tensor **out, dp_tensor *a, dp_tensor *b);
+dp_status dp_bmm(dp_tensor **out, dp_tensor *a, dp_tensor *b);
+dp_status dp_index_select(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index);
+dp_status dp_gather(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index);
+dp_status dp_cat(dp_tensor **out, int n, dp_tensor *const *ts, int dim);
+dp_status dp_stack(dp_tensor **out, int n, dp_tensor *const *ts, int dim);
+dp_status dp_to(dp_tensor **out, dp_tensor *a, int dtype, int device); /* a itself (retained) when nothing changes */
+dp_status dp_clone(dp_tensor **out, dp_tensor *a);
+
+/* math: in place, into an existing tensor (dst may alias an input) */
+dp_status dp_unary_into(dp_tensor *dst, int op, dp_tensor *a);
+dp_status dp_binary_into(dp_tensor *dst, int op, dp_tensor *a, dp_tensor *b);
+dp_status dp_binary_scalar_into(dp_tensor *dst, int op, dp_tensor *a, double s, int scalar_first);
+dp_status dp_clamp_into(dp_tensor *dst, dp_tensor *a, double lo, double hi);
+dp_status dp_copy_(dp_tensor *dst, dp_tensor *src);  /* broadcasts src, casts dtype */
+dp_status dp_fill_(dp_tensor *dst, double value);
+
+/* scalars */
+dp_status dp_item(dp_tensor *t, double *value);
+dp_status dp_item_int64(dp_tensor *t, int64_t *value);
+/* DP_CDEF_END */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DPLUA_H */
