@@ -1,0 +1,129 @@
+/*
+ * device.cu — CUDA runtime queries and the first kernel, behind dp_cuda.h.
+ *
+ * Everything here returns a status instead of throwing or exiting: a machine
+ * without a GPU (CI) must be able to ask "how many devices?" and print the
+ * answer. cuBLASLt and NCCL are optional parts of the build, so their calls
+ * sit behind DP_HAVE_CUBLASLT and DP_HAVE_NCCL from config.h.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+#ifdef DP_HAVE_CUBLASLT
+#include <cublasLt.h>
+#endif
+#ifdef DP_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+#include "dp_cuda.h"
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+/* Past this many blocks a grid-stride loop does the rest: more blocks than
+ * the GPU can hold at once only add scheduling work. */
+#define DPC_MAX_BLOCKS 65536
+
+/* ------------------------------------------------------------------------ */
+/* versions and devices                                                      */
+/* ------------------------------------------------------------------------ */
+
+extern "C" int dpc_runtime_version(int *version)
+{
+    *version = 0;
+    return (int)cudaRuntimeGetVersion(version);
+}
+
+extern "C" int dpc_driver_version(int *version)
+{
+    *version = 0;
+    return (int)cudaDriverGetVersion(version);
+}
+
+extern "C" int dpc_device_count(int *count)
+{
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+        /* Clear the error so that it is not reported again by the next,
+         * unrelated cudaGetLastError(). */
+        (void)cudaGetLastError();
+        n = 0;
+    }
+    *count = n;
+    return (int)err;
+}
+
+extern "C" int dpc_device_info(int device, struct dpc_device_info *info)
+{
+    cudaDeviceProp prop;
+    memset(info, 0, sizeof *info);
+    cudaError_t err = cudaGetDeviceProperties(&prop, device);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return (int)err;
+    }
+    snprintf(info->name, sizeof info->name, "%s", prop.name);
+    info->total_memory = prop.totalGlobalMem;
+    info->major = prop.major;
+    info->minor = prop.minor;
+    info->multiprocessors = prop.multiProcessorCount;
+    return 0;
+}
+
+extern "C" const char *dpc_error_string(int status)
+{
+    return cudaGetErrorString((cudaError_t)status);
+}
+
+extern "C" size_t dpc_cublaslt_version(void)
+{
+#ifdef DP_HAVE_CUBLASLT
+    return cublasLtGetVersion();
+#else
+    return 0;
+#endif
+}
+
+extern "C" int dpc_nccl_version(void)
+{
+#ifdef DP_HAVE_NCCL
+    int v = 0;
+    if (ncclGetVersion(&v) != ncclSuccess)
+        return 0;
+    return v;
+#else
+    return 0;
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* kernels                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* dst is (n,) */
+__global__ static void fill_f32_kernel(float *dst, float value, int64_t n)
+{
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        dst[i] = value;
+}
+
+extern "C" int dpc_fill_f32(float *dst, float value, int64_t n, void *stream)
+{
+    const int block = 256;
+    if (n < 0 || (n > 0 && dst == NULL))
+        return (int)cudaErrorInvalidValue;
+    if (n == 0)
+        return 0;
+    int64_t grid = CEIL_DIV(n, (int64_t)block);
+    if (grid > DPC_MAX_BLOCKS)
+        grid = DPC_MAX_BLOCKS;
+    fill_f32_kernel<<<(unsigned)grid, block, 0, (cudaStream_t)stream>>>(dst, value, n);
+    return (int)cudaGetLastError();
+}
