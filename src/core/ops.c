@@ -1,0 +1,723 @@
+/*
+ * ops.c — the op table: checks arguments, works out broadcast shapes and
+ * result dtypes (PyTorch's promotion rules), allocates results and
+ * dispatches to the kernels of the tensors' device. Every message names
+ * the op as the Lua user called it.
+ */
+#include "core/tensor.h"
+#include "cpu/cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+static const char *const unop_names[DP_NUM_UNOPS] = {
+    "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "sin", "cos",
+    "sign", "floor", "ceil", "round", "reciprocal", "log1p", "expm1", "logical_not", "square",
+    "gelu",
+};
+static const char *const binop_names[DP_NUM_BINOPS] = {
+    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+    "remainder", "atan2", "logical_and", "logical_or",
+};
+static const char *const redop_names[DP_NUM_REDOPS] = {
+    "sum", "mean", "prod", "max", "min", "argmax", "argmin", "var", "std", "all", "any",
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+static dp_status same_device(const char *fn, const dp_tensor *a, const dp_tensor *b)
+{
+    if (a->device != b->device)
+        return dp_fail(DP_ERR_DEVICE, "%s: expected all tensors to be on the same device, "
+                       "got %s%.0d and %s%.0d", fn,
+                       a->device == DP_CPU ? "cpu" : "cuda:", a->device == DP_CPU ? 0 : a->device,
+                       b->device == DP_CPU ? "cpu" : "cuda:", b->device == DP_CPU ? 0 : b->device);
+    return DP_OK;
+}
+
+/* Kernels run on the CPU only until the CUDA backend lands. */
+static dp_status on_cpu(const char *fn, const dp_tensor *t)
+{
+    return check_device_cpu(fn, t);
+}
+
+static dp_status broadcast_shapes(const char *fn, int na, const int64_t *sa, int nb, const int64_t *sb,
+                                  int *nout, int64_t *out)
+{
+    char x[160], y[160];
+    int n = na > nb ? na : nb;
+    for (int i = 0; i < n; i++) {
+        int ia = i - (n - na), ib = i - (n - nb);
+        int64_t da = ia >= 0 ? sa[ia] : 1, db = ib >= 0 ? sb[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return dp_fail(DP_ERR_SHAPE, "%s: shape %s does not broadcast with %s "
+                           "(size %lld vs %lld at dim %d)", fn, dp_shape_str(x, sizeof x, na, sa),
+                           dp_shape_str(y, sizeof y, nb, sb), (long long)da, (long long)db, i);
+        out[i] = da == 1 ? db : da;
+    }
+    *nout = n;
+    return DP_OK;
+}
+
+/* A view of t expanded to shape, or a cast copy when dtype differs. */
+static dp_status prepare(dp_tensor **res, dp_tensor *t, int ndim, const int64_t *shape, int dtype)
+{
+    dp_tensor *e;
+    dp_status st = dp_expand(&e, t, ndim, shape);
+    if (st || t->dtype == dtype) {
+        *res = st ? NULL : e;
+        return st;
+    }
+    st = tensor_new(res, ndim, shape, dtype, t->device);
+    if (!st && (st = cpu_copy(*res, e)))
+        dp_tensor_release(*res);
+    dp_tensor_release(e);
+    return st;
+}
+
+/* When dst's dtype or shape is not the result's, compute into a temporary
+ * and copy; PyTorch refuses to store a float result into an integer tensor
+ * in place, and so do we. */
+static dp_status check_into(const char *fn, const dp_tensor *dst, int result_dtype, int ndim, const int64_t *shape)
+{
+    char x[160], y[160];
+    if (dtype_promote(result_dtype, dst->dtype) != dst->dtype)
+        return dp_fail(DP_ERR_DTYPE, "%s_: result type %s can't be cast to the desired output type %s",
+                       fn, dp_dtype_name(result_dtype), dp_dtype_name(dst->dtype));
+    int n;
+    int64_t bshape[DP_MAX_DIMS];
+    dp_status st = broadcast_shapes(fn, dst->ndim, dst->shape, ndim, shape, &n, bshape);
+    if (st)
+        return st;
+    if (n != dst->ndim || memcmp(bshape, dst->shape, sizeof(int64_t) * (size_t)n))
+        return dp_fail(DP_ERR_SHAPE, "%s_: output with shape %s doesn't match the broadcast shape %s",
+                       fn, dp_shape_str(x, sizeof x, dst->ndim, dst->shape), dp_shape_str(y, sizeof y, ndim, shape));
+    return DP_OK;
+}
+
+/* ---------------------------------------------------------------- unary */
+
+static bool unop_needs_float(int op)
+{
+    switch (op) {
+    case DP_EXP: case DP_LOG: case DP_SQRT: case DP_RSQRT: case DP_TANH: case DP_SIGMOID:
+    case DP_GELU: case DP_GELU_TANH: case DP_SIN: case DP_COS: case DP_RECIPROCAL:
+    case DP_LOG1P: case DP_EXPM1:
+        return true;
+    }
+    return false;
+}
+
+static dp_status unary_dtypes(int op, const dp_tensor *a, int *compute, int *result)
+{
+    if (op < 0 || op >= DP_NUM_UNOPS)
+        return dp_fail(DP_ERR_ARG, "unary: invalid op %d", op);
+    *compute = a->dtype;
+    if (unop_needs_float(op) && !dp_dtype_is_floating(a->dtype))
+        *compute = DP_FLOAT32;
+    if (a->dtype == DP_BOOL && (op == DP_NEG || op == DP_SIGN || op == DP_RELU || op == DP_SQUARE ||
+                                op == DP_FLOOR || op == DP_CEIL || op == DP_ROUND))
+        return dp_fail(DP_ERR_DTYPE, "%s: not supported for bool tensors%s", unop_names[op],
+                       op == DP_NEG ? " (use logical_not() instead)" : "");
+    *result = op == DP_LOGICAL_NOT ? DP_BOOL : *compute;
+    return DP_OK;
+}
+
+static dp_status unary_run(dp_tensor *out, int op, dp_tensor *a, int compute)
+{
+    dp_tensor *in;
+    dp_status st = prepare(&in, a, a->ndim, a->shape, compute);
+    if (st)
+        return st;
+    st = cpu_unary(op, out, in);
+    dp_tensor_release(in);
+    return st;
+}
+
+dp_status dp_unary(dp_tensor **out, int op, dp_tensor *a)
+{
+    int compute, result;
+    dp_status st = unary_dtypes(op, a, &compute, &result);
+    if (st || (st = on_cpu(unop_names[op], a)) ||
+        (st = tensor_new(out, a->ndim, a->shape, result, a->device)))
+        return st;
+    if ((st = unary_run(*out, op, a, compute)))
+        dp_tensor_release(*out);
+    return st;
+}
+
+dp_status dp_unary_into(dp_tensor *dst, int op, dp_tensor *a)
+{
+    int compute, result;
+    dp_status st = unary_dtypes(op, a, &compute, &result);
+    if (st || (st = on_cpu(unop_names[op], a)) || (st = same_device(unop_names[op], dst, a)) ||
+        (st = check_into(unop_names[op], dst, result, a->ndim, a->shape)))
+        return st;
+    if (dst->dtype == result && dst->ndim == a->ndim)
+        return unary_run(dst, op, a, compute);
+    dp_tensor *tmp;
+    if ((st = dp_unary(&tmp, op, a)))
+        return st;
+    st = dp_copy_(dst, tmp);
+    dp_tensor_release(tmp);
+    return st;
+}
+
+/* ---------------------------------------------------------------- binary */
+
+static bool binop_is_comparison(int op)
+{
+    return (op >= DP_EQ && op <= DP_GE) || op == DP_LOGICAL_AND || op == DP_LOGICAL_OR;
+}
+
+static dp_status binary_dtypes(int op, int da, int db, int *compute, int *result)
+{
+    if (op < 0 || op >= DP_NUM_BINOPS)
+        return dp_fail(DP_ERR_ARG, "binary: invalid op %d", op);
+    *compute = dtype_promote(da, db);
+    if ((op == DP_DIV || op == DP_ATAN2) && !dp_dtype_is_floating(*compute))
+        *compute = DP_FLOAT32;
+    if (*compute == DP_BOOL && (op == DP_SUB || op == DP_POW || op == DP_REMAINDER))
+        return dp_fail(DP_ERR_DTYPE, "%s: not supported for two bool tensors%s", binop_names[op],
+                       op == DP_SUB ? " (use logical_xor() or ne() instead)" : "");
+    *result = binop_is_comparison(op) ? DP_BOOL : *compute;
+    return DP_OK;
+}
+
+static dp_status binary_run(dp_tensor *out, int op, dp_tensor *a, dp_tensor *b, int compute)
+{
+    dp_tensor *x = NULL, *y = NULL;
+    dp_status st;
+    if (!(st = prepare(&x, a, out->ndim, out->shape, compute)) &&
+        !(st = prepare(&y, b, out->ndim, out->shape, compute)))
+        st = cpu_binary(op, out, x, y);
+    dp_tensor_release(x);
+    dp_tensor_release(y);
+    return st;
+}
+
+static dp_status binary_check(int op, dp_tensor *a, dp_tensor *b, int *compute, int *result,
+                              int *ndim, int64_t *shape)
+{
+    dp_status st = binary_dtypes(op, a->dtype, b->dtype, compute, result);
+    if (st || (st = same_device(binop_names[op], a, b)) || (st = on_cpu(binop_names[op], a)))
+        return st;
+    return broadcast_shapes(binop_names[op], a->ndim, a->shape, b->ndim, b->shape, ndim, shape);
+}
+
+dp_status dp_binary(dp_tensor **out, int op, dp_tensor *a, dp_tensor *b)
+{
+    int compute, result, ndim;
+    int64_t shape[DP_MAX_DIMS];
+    dp_status st = binary_check(op, a, b, &compute, &result, &ndim, shape);
+    if (st || (st = tensor_new(out, ndim, shape, result, a->device)))
+        return st;
+    if ((st = binary_run(*out, op, a, b, compute)))
+        dp_tensor_release(*out);
+    return st;
+}
+
+dp_status dp_binary_into(dp_tensor *dst, int op, dp_tensor *a, dp_tensor *b)
+{
+    int compute, result, ndim;
+    int64_t shape[DP_MAX_DIMS];
+    dp_status st = binary_check(op, a, b, &compute, &result, &ndim, shape);
+    if (st || (st = same_device(binop_names[op], dst, a)) ||
+        (st = check_into(binop_names[op], dst, result, ndim, shape)))
+        return st;
+    if (dst->dtype == result && dst->ndim == ndim)
+        return binary_run(dst, op, a, b, compute);
+    dp_tensor *tmp;
+    if ((st = dp_binary(&tmp, op, a, b)))
+        return st;
+    st = dp_copy_(dst, tmp);
+    dp_tensor_release(tmp);
+    return st;
+}
+
+/* A Lua number is a "wrapped scalar" in PyTorch's sense: it does not raise
+ * the category's width (float32 + 2.5 stays float32), but an integer tensor
+ * with a non-integral number becomes float32, and bool with a number
+ * becomes int64 or float32. */
+static int scalar_dtype(const dp_tensor *a, double s)
+{
+    bool integral = s == floor(s) && fabs(s) < 9.3e18;
+    if (dp_dtype_is_floating(a->dtype))
+        return a->dtype;
+    if (!integral)
+        return DP_FLOAT32;
+    return a->dtype == DP_BOOL ? DP_INT64 : a->dtype;
+}
+
+static dp_status scalar_tensor(dp_tensor **out, const dp_tensor *a, double s)
+{
+    return dp_full(out, 0, NULL, s, scalar_dtype(a, s), a->device);
+}
+
+dp_status dp_binary_scalar(dp_tensor **out, int op, dp_tensor *a, double s, int scalar_first)
+{
+    dp_tensor *st_;
+    dp_status st = scalar_tensor(&st_, a, s);
+    if (st)
+        return st;
+    st = scalar_first ? dp_binary(out, op, st_, a) : dp_binary(out, op, a, st_);
+    dp_tensor_release(st_);
+    return st;
+}
+
+dp_status dp_binary_scalar_into(dp_tensor *dst, int op, dp_tensor *a, double s, int scalar_first)
+{
+    dp_tensor *st_;
+    dp_status st = scalar_tensor(&st_, a, s);
+    if (st)
+        return st;
+    st = scalar_first ? dp_binary_into(dst, op, st_, a) : dp_binary_into(dst, op, a, st_);
+    dp_tensor_release(st_);
+    return st;
+}
+
+/* ---------------------------------------------------------------- where, clamp */
+
+dp_status dp_where(dp_tensor **out, dp_tensor *cond, dp_tensor *a, dp_tensor *b)
+{
+    int n1, n2;
+    int64_t s1[DP_MAX_DIMS], s2[DP_MAX_DIMS];
+    dp_status st;
+    if (cond->dtype != DP_BOOL)
+        return dp_fail(DP_ERR_DTYPE, "where: expected condition to be a bool tensor, got %s",
+                       dp_dtype_name(cond->dtype));
+    if ((st = same_device("where", cond, a)) || (st = same_device("where", a, b)) ||
+        (st = on_cpu("where", a)) ||
+        (st = broadcast_shapes("where", a->ndim, a->shape, b->ndim, b->shape, &n1, s1)) ||
+        (st = broadcast_shapes("where", cond->ndim, cond->shape, n1, s1, &n2, s2)))
+        return st;
+    int dtype = dtype_promote(a->dtype, b->dtype);
+    dp_tensor *c = NULL, *x = NULL, *y = NULL;
+    if (!(st = prepare(&c, cond, n2, s2, DP_BOOL)) && !(st = prepare(&x, a, n2, s2, dtype)) &&
+        !(st = prepare(&y, b, n2, s2, dtype)) && !(st = tensor_new(out, n2, s2, dtype, a->device))) {
+        if ((st = cpu_where(*out, c, x, y)))
+            dp_tensor_release(*out);
+    }
+    dp_tensor_release(c);
+    dp_tensor_release(x);
+    dp_tensor_release(y);
+    return st;
+}
+
+static int clamp_dtype(const dp_tensor *a, double lo, double hi)
+{
+    bool integral = (isnan(lo) || lo == floor(lo)) && (isnan(hi) || hi == floor(hi));
+    if (a->dtype == DP_BOOL || (!dp_dtype_is_floating(a->dtype) && !integral))
+        return integral ? DP_INT64 : DP_FLOAT32;
+    return a->dtype;
+}
+
+static dp_status clamp_check(dp_tensor *a, double lo, double hi)
+{
+    if (isnan(lo) && isnan(hi))
+        return dp_fail(DP_ERR_ARG, "clamp: at least one of 'min' or 'max' must not be nil");
+    return on_cpu("clamp", a);
+}
+
+dp_status dp_clamp(dp_tensor **out, dp_tensor *a, double lo, double hi)
+{
+    dp_status st = clamp_check(a, lo, hi);
+    int dtype = clamp_dtype(a, lo, hi);
+    dp_tensor *x;
+    if (st || (st = prepare(&x, a, a->ndim, a->shape, dtype)))
+        return st;
+    if (!(st = tensor_new(out, a->ndim, a->shape, dtype, a->device)) &&
+        (st = cpu_clamp(*out, x, isnan(lo) ? -INFINITY : lo, isnan(hi) ? INFINITY : hi)))
+        dp_tensor_release(*out);
+    dp_tensor_release(x);
+    return st;
+}
+
+dp_status dp_clamp_into(dp_tensor *dst, dp_tensor *a, double lo, double hi)
+{
+    dp_status st = clamp_check(a, lo, hi);
+    if (st || (st = check_into("clamp", dst, clamp_dtype(a, lo, hi), a->ndim, a->shape)))
+        return st;
+    dp_tensor *tmp;
+    if ((st = dp_clamp(&tmp, a, lo, hi)))
+        return st;
+    st = dp_copy_(dst, tmp);
+    dp_tensor_release(tmp);
+    return st;
+}
+
+/* ---------------------------------------------------------------- copy, fill, to */
+
+dp_status dp_copy_(dp_tensor *dst, dp_tensor *src)
+{
+    dp_tensor *e;
+    dp_status st;
+    if ((st = same_device("copy_", dst, src)) || (st = on_cpu("copy_", dst)))
+        return st;
+    if ((st = dp_expand(&e, src, dst->ndim, dst->shape))) {
+        char x[160], y[160];
+        return dp_fail(DP_ERR_SHAPE, "copy_: source shape %s does not broadcast to destination shape %s",
+                       dp_shape_str(x, sizeof x, src->ndim, src->shape),
+                       dp_shape_str(y, sizeof y, dst->ndim, dst->shape));
+    }
+    st = cpu_copy(dst, e);
+    dp_tensor_release(e);
+    return st;
+}
+
+dp_status dp_fill_(dp_tensor *dst, double value)
+{
+    dp_status st = on_cpu("fill_", dst);
+    return st ? st : cpu_fill(dst, value);
+}
+
+dp_status dp_to(dp_tensor **out, dp_tensor *a, int dtype, int device)
+{
+    if (dtype < 0 || dtype >= DP_NUM_DTYPES)
+        return dp_fail(DP_ERR_DTYPE, "to: invalid dtype %d", dtype);
+    if (device != a->device && device != DP_CPU)
+        return dp_fail(DP_ERR_DEVICE, "to: cannot move a tensor to cuda:%d: this build of dplua has "
+                       "no CUDA tensor backend yet (CUDA tensors come with the CUDA backend; use \"cpu\")",
+                       device);
+    if (dtype == a->dtype && device == a->device) {
+        dp_tensor_retain(a);
+        *out = a;
+        return DP_OK;
+    }
+    dp_status st = tensor_new(out, a->ndim, a->shape, dtype, device);
+    if (!st && (st = dp_copy_(*out, a)))
+        dp_tensor_release(*out);
+    return st;
+}
+
+/* ---------------------------------------------------------------- reductions */
+
+static int reduce_result_dtype(int op, int dtype)
+{
+    switch (op) {
+    case DP_SUM: case DP_PROD:
+        return dp_dtype_is_floating(dtype) ? dtype : DP_INT64;
+    case DP_ARGMAX: case DP_ARGMIN:
+        return DP_INT64;
+    case DP_ALL: case DP_ANY:
+        return DP_BOOL;
+    }
+    return dtype;
+}
+
+static dp_status reduce_check(const char *fn, int op, dp_tensor *a, int *dim)
+{
+    dp_status st;
+    if (op < 0 || op >= DP_NUM_REDOPS)
+        return dp_fail(DP_ERR_ARG, "reduce: invalid op %d", op);
+    if ((st = on_cpu(fn, a)))
+        return st;
+    if ((op == DP_MEAN || op == DP_VAR || op == DP_STD) && !dp_dtype_is_floating(a->dtype))
+        return dp_fail(DP_ERR_DTYPE, "%s: could not infer output dtype: input dtype must be a floating "
+                       "point dtype, got %s (convert with :float() first)", fn, dp_dtype_name(a->dtype));
+    if (*dim != DP_ALL_DIMS && (st = dim_check(fn, dim, a->ndim)))
+        return st;
+    bool needs_values = op == DP_MAX || op == DP_MIN || op == DP_ARGMAX || op == DP_ARGMIN;
+    int64_t len = *dim == DP_ALL_DIMS ? dp_tensor_numel(a) : a->ndim ? a->shape[*dim] : 1;
+    if (needs_values && len == 0)
+        return dp_fail(DP_ERR_SHAPE, "%s: expected reduction dim to have non-zero size "
+                       "(cannot take the %s of an empty tensor)", fn, fn);
+    return DP_OK;
+}
+
+/* Shape of the result: dim removed or kept as 1. */
+static int reduced_shape(const dp_tensor *a, int dim, int keepdim, int64_t *shape)
+{
+    int n = 0;
+    for (int i = 0; i < a->ndim; i++) {
+        if (i == dim && !keepdim) continue;
+        shape[n++] = i == dim ? 1 : a->shape[i];
+    }
+    return n;
+}
+
+/* Runs a reduction with dim resolved; DP_ALL_DIMS flattens first. */
+static dp_status reduce_run(dp_tensor **values, dp_tensor **indices, int op, dp_tensor *a, int dim,
+                            int keepdim, int correction)
+{
+    dp_tensor *src = a;
+    dp_status st;
+    int64_t shape[DP_MAX_DIMS];
+    int ndim;
+    if (dim == DP_ALL_DIMS || a->ndim == 0) {
+        int64_t n = dp_tensor_numel(a);
+        if ((st = dp_reshape(&src, a, 1, &n)))
+            return st;
+        dim = 0;
+        ndim = 0;
+    } else {
+        dp_tensor_retain(src);
+        ndim = reduced_shape(a, dim, keepdim, shape);
+    }
+    *values = NULL;
+    if (indices)
+        *indices = NULL;
+    if (!(st = tensor_new(values, ndim, shape, reduce_result_dtype(op, a->dtype), a->device)) &&
+        (!indices || !(st = tensor_new(indices, ndim, shape, DP_INT64, a->device))))
+        st = cpu_reduce(op, *values, indices ? *indices : NULL, src, dim, correction);
+    if (st) {
+        dp_tensor_release(*values);
+        if (indices)
+            dp_tensor_release(*indices);
+    }
+    dp_tensor_release(src);
+    return st;
+}
+
+dp_status dp_reduce(dp_tensor **out, int op, dp_tensor *a, int dim, int keepdim, int correction)
+{
+    const char *fn = op >= 0 && op < DP_NUM_REDOPS ? redop_names[op] : "reduce";
+    dp_status st = reduce_check(fn, op, a, &dim);
+    return st ? st : reduce_run(out, NULL, op, a, dim, keepdim, correction);
+}
+
+dp_status dp_reduce_with_index(dp_tensor **values, dp_tensor **indices, int op, dp_tensor *a, int dim, int keepdim)
+{
+    if (op != DP_MAX && op != DP_MIN)
+        return dp_fail(DP_ERR_ARG, "reduce_with_index: only max and min return indices");
+    if (dim == DP_ALL_DIMS)
+        return dp_fail(DP_ERR_ARG, "%s: indices need a dim", redop_names[op]);
+    dp_status st = reduce_check(redop_names[op], op, a, &dim);
+    return st ? st : reduce_run(values, indices, op, a, dim, keepdim, 0);
+}
+
+dp_status dp_softmax(dp_tensor **out, dp_tensor *a, int dim, int log)
+{
+    const char *fn = log ? "log_softmax" : "softmax";
+    dp_status st;
+    if ((st = on_cpu(fn, a)) || (st = dim_check(fn, &dim, a->ndim)))
+        return st;
+    if (!dp_dtype_is_floating(a->dtype))
+        return dp_fail(DP_ERR_DTYPE, "%s: expected a floating point tensor, got %s", fn, dp_dtype_name(a->dtype));
+    if ((st = tensor_new(out, a->ndim, a->shape, a->dtype, a->device)))
+        return st;
+    if ((st = cpu_softmax(*out, a, dim, log)))
+        dp_tensor_release(*out);
+    return st;
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+static dp_status matmul_dtypes(const char *fn, const dp_tensor *a, const dp_tensor *b)
+{
+    if (a->dtype != b->dtype)
+        return dp_fail(DP_ERR_DTYPE, "%s: expected both operands to have the same dtype, got %s and %s",
+                       fn, dp_dtype_name(a->dtype), dp_dtype_name(b->dtype));
+    if (a->dtype == DP_BOOL)
+        return dp_fail(DP_ERR_DTYPE, "%s: not supported for bool tensors", fn);
+    dp_status st = same_device(fn, a, b);
+    return st ? st : on_cpu(fn, a);
+}
+
+/* a (batch.., m, k) @ b (batch.., k, n) after 1-D operands got their unit
+ * dims; `drop` says which unit dims of the result to remove again. */
+static dp_status matmul_nd(const char *fn, dp_tensor **out, dp_tensor *a, dp_tensor *b, bool drop_m, bool drop_n)
+{
+    char x[160], y[160];
+    int64_t m = a->shape[a->ndim - 2], k = a->shape[a->ndim - 1];
+    int64_t k2 = b->shape[b->ndim - 2], n = b->shape[b->ndim - 1];
+    if (k != k2)
+        return dp_fail(DP_ERR_SHAPE, "%s: mat1 and mat2 shapes cannot be multiplied (%s and %s: "
+                       "inner sizes %lld and %lld differ)", fn,
+                       dp_shape_str(x, sizeof x, a->ndim, a->shape), dp_shape_str(y, sizeof y, b->ndim, b->shape),
+                       (long long)k, (long long)k2);
+    int nbatch;
+    int64_t batch[DP_MAX_DIMS], full[DP_MAX_DIMS];
+    dp_status st = broadcast_shapes(fn, a->ndim - 2, a->shape, b->ndim - 2, b->shape, &nbatch, batch);
+    if (st)
+        return st;
+    if (nbatch + 2 > DP_MAX_DIMS)
+        return dp_fail(DP_ERR_SHAPE, "%s: too many batch dims", fn);
+    int64_t B = shape_numel(nbatch, batch);
+    dp_tensor *ea = NULL, *eb = NULL, *a3 = NULL, *b3 = NULL, *o3 = NULL;
+    memcpy(full, batch, sizeof(int64_t) * (size_t)nbatch);
+    full[nbatch] = m; full[nbatch + 1] = k;
+    int64_t sa[3] = { B, m, k }, sb[3] = { B, k, n }, so[3] = { B, m, n };
+    if ((st = dp_expand(&ea, a, nbatch + 2, full)) || (st = dp_reshape(&a3, ea, 3, sa)))
+        goto done;
+    full[nbatch] = k; full[nbatch + 1] = n;
+    if ((st = dp_expand(&eb, b, nbatch + 2, full)) || (st = dp_reshape(&b3, eb, 3, sb)) ||
+        (st = tensor_new(&o3, 3, so, a->dtype, a->device)) || (st = cpu_bmm(o3, a3, b3)))
+        goto done;
+    /* final shape: batch, then m unless dropped, then n unless dropped */
+    int nd = nbatch;
+    if (!drop_m) full[nd++] = m;
+    if (!drop_n) full[nd++] = n;
+    st = dp_view(out, o3, nd, full);
+done:
+    dp_tensor_release(ea); dp_tensor_release(eb);
+    dp_tensor_release(a3); dp_tensor_release(b3); dp_tensor_release(o3);
+    return st;
+}
+
+dp_status dp_matmul(dp_tensor **out, dp_tensor *a, dp_tensor *b)
+{
+    dp_status st = matmul_dtypes("matmul", a, b);
+    if (st)
+        return st;
+    if (a->ndim == 0 || b->ndim == 0)
+        return dp_fail(DP_ERR_SHAPE, "matmul: both arguments need at least 1 dimension, got %dD and %dD",
+                       a->ndim, b->ndim);
+    dp_tensor *a2 = NULL, *b2 = NULL;
+    bool drop_m = a->ndim == 1, drop_n = b->ndim == 1;
+    if ((st = drop_m ? dp_unsqueeze(&a2, a, 0) : dp_alias(&a2, a)) ||
+        (st = drop_n ? dp_unsqueeze(&b2, b, 1) : dp_alias(&b2, b)))
+        goto done;
+    st = matmul_nd("matmul", out, a2, b2, drop_m, drop_n);
+done:
+    dp_tensor_release(a2);
+    dp_tensor_release(b2);
+    return st;
+}
+
+dp_status dp_mm(dp_tensor **out, dp_tensor *a, dp_tensor *b)
+{
+    dp_status st = matmul_dtypes("mm", a, b);
+    if (st)
+        return st;
+    if (a->ndim != 2 || b->ndim != 2)
+        return dp_fail(DP_ERR_SHAPE, "mm: expected 2-D matrices, got %dD and %dD", a->ndim, b->ndim);
+    return matmul_nd("mm", out, a, b, false, false);
+}
+
+dp_status dp_bmm(dp_tensor **out, dp_tensor *a, dp_tensor *b)
+{
+    dp_status st = matmul_dtypes("bmm", a, b);
+    if (st)
+        return st;
+    if (a->ndim != 3 || b->ndim != 3)
+        return dp_fail(DP_ERR_SHAPE, "bmm: expected 3-D tensors, got %dD and %dD", a->ndim, b->ndim);
+    if (a->shape[0] != b->shape[0])
+        return dp_fail(DP_ERR_SHAPE, "bmm: batch sizes differ: %lld and %lld",
+                       (long long)a->shape[0], (long long)b->shape[0]);
+    return matmul_nd("bmm", out, a, b, false, false);
+}
+
+/* ---------------------------------------------------------------- indexing */
+
+static dp_status check_index_tensor(const char *fn, const dp_tensor *index)
+{
+    if (index->dtype != DP_INT64 && index->dtype != DP_INT32)
+        return dp_fail(DP_ERR_DTYPE, "%s: expected an int64 index tensor, got %s", fn, dp_dtype_name(index->dtype));
+    return check_device_cpu(fn, index);
+}
+
+dp_status dp_index_select(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index)
+{
+    dp_status st;
+    if ((st = check_index_tensor("index_select", index)) || (st = on_cpu("index_select", a)) ||
+        (st = dim_check("index_select", &dim, a->ndim)))
+        return st;
+    if (index->ndim > 1)
+        return dp_fail(DP_ERR_SHAPE, "index_select: index must be 0-D or 1-D, got %dD", index->ndim);
+    int64_t shape[DP_MAX_DIMS];
+    memcpy(shape, a->shape, sizeof shape);
+    if (a->ndim)
+        shape[dim] = dp_tensor_numel(index);
+    if ((st = tensor_new(out, a->ndim, shape, a->dtype, a->device)))
+        return st;
+    if ((st = cpu_index_select(*out, a, dim, index)))
+        dp_tensor_release(*out);
+    return st;
+}
+
+dp_status dp_gather(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index)
+{
+    char x[160], y[160];
+    dp_status st;
+    if ((st = check_index_tensor("gather", index)) || (st = on_cpu("gather", a)) ||
+        (st = dim_check("gather", &dim, a->ndim)))
+        return st;
+    if (index->ndim != a->ndim && !(index->ndim <= 1 && a->ndim <= 1))
+        return dp_fail(DP_ERR_SHAPE, "gather: index tensor must have the same number of dimensions "
+                       "as input (%d), got %d", a->ndim, index->ndim);
+    for (int d = 0; d < index->ndim && d < a->ndim; d++)
+        if (d != dim && index->shape[d] > a->shape[d])
+            return dp_fail(DP_ERR_SHAPE, "gather: size of index %s does not fit input %s at dim %d",
+                           dp_shape_str(x, sizeof x, index->ndim, index->shape),
+                           dp_shape_str(y, sizeof y, a->ndim, a->shape), d);
+    if ((st = tensor_new(out, index->ndim, index->shape, a->dtype, a->device)))
+        return st;
+    if ((st = cpu_gather(*out, a, dim, index)))
+        dp_tensor_release(*out);
+    return st;
+}
+
+dp_status dp_cat(dp_tensor **out, int n, dp_tensor *const *ts, int dim)
+{
+    char x[160], y[160];
+    dp_status st;
+    if (n <= 0)
+        return dp_fail(DP_ERR_ARG, "cat: expected a non-empty list of tensors");
+    const dp_tensor *first = ts[0];
+    if (first->ndim == 0)
+        return dp_fail(DP_ERR_SHAPE, "cat: zero-dimensional tensor (at position 0) cannot be concatenated");
+    if ((st = dim_check("cat", &dim, first->ndim)))
+        return st;
+    int dtype = first->dtype;
+    int64_t shape[DP_MAX_DIMS];
+    memcpy(shape, first->shape, sizeof shape);
+    shape[dim] = 0;
+    for (int i = 0; i < n; i++) {
+        const dp_tensor *t = ts[i];
+        if ((st = same_device("cat", first, t)) || (st = on_cpu("cat", t)))
+            return st;
+        bool ok = t->ndim == first->ndim;
+        for (int d = 0; ok && d < t->ndim; d++)
+            ok = d == dim || t->shape[d] == first->shape[d];
+        if (!ok)
+            return dp_fail(DP_ERR_SHAPE, "cat: sizes of tensors must match except in dimension %d: "
+                           "tensor 0 has shape %s but tensor %d has shape %s", dim,
+                           dp_shape_str(x, sizeof x, first->ndim, first->shape), i,
+                           dp_shape_str(y, sizeof y, t->ndim, t->shape));
+        shape[dim] += t->shape[dim];
+        dtype = dtype_promote(dtype, t->dtype);
+    }
+    if ((st = tensor_new(out, first->ndim, shape, dtype, first->device)))
+        return st;
+    int64_t at = 0;
+    for (int i = 0; i < n && !st; i++) {
+        dp_tensor *part;
+        if (!(st = dp_narrow(&part, *out, dim, at, ts[i]->shape[dim]))) {
+            st = cpu_copy(part, ts[i]);
+            dp_tensor_release(part);
+        }
+        at += ts[i]->shape[dim];
+    }
+    if (st)
+        dp_tensor_release(*out);
+    return st;
+}
+
+dp_status dp_stack(dp_tensor **out, int n, dp_tensor *const *ts, int dim)
+{
+    char x[160], y[160];
+    dp_tensor *parts[256];
+    if (n <= 0)
+        return dp_fail(DP_ERR_ARG, "stack: expected a non-empty list of tensors");
+    if (n > 256)
+        return dp_fail(DP_ERR_ARG, "stack: at most 256 tensors at once, got %d", n);
+    dp_status st = dim_check("stack", &dim, ts[0]->ndim + 1);
+    if (st)
+        return st;
+    for (int i = 0; i < n; i++)
+        if (ts[i]->ndim != ts[0]->ndim || memcmp(ts[i]->shape, ts[0]->shape, sizeof(int64_t) * (size_t)ts[0]->ndim))
+            return dp_fail(DP_ERR_SHAPE, "stack: expects each tensor to be equal size, but got %s at entry 0 "
+                           "and %s at entry %d", dp_shape_str(x, sizeof x, ts[0]->ndim, ts[0]->shape),
+                           dp_shape_str(y, sizeof y, ts[i]->ndim, ts[i]->shape), i);
+    int made = 0;
+    for (; made < n && !st; made++)
+        st = dp_unsqueeze(&parts[made], ts[made], dim);
+    if (st)
+        made--;
+    else
+        st = dp_cat(out, n, parts, dim);
+    for (int i = 0; i < made; i++)
+        dp_tensor_release(parts[i]);
+    return st;
+}

@@ -1,0 +1,592 @@
+/*
+ * tensor.c — storage and tensor lifetime, inspection, views and the
+ * creation functions that need no kernels beyond a fill.
+ */
+#include "core/tensor.h"
+#include "cpu/cpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- memory */
+
+static int64_t cpu_bytes_in_use, cpu_bytes_peak;
+
+int64_t dp_memory_allocated(int device)
+{
+    return device == DP_CPU ? cpu_bytes_in_use : 0;
+}
+
+int64_t dp_max_memory_allocated(int device)
+{
+    return device == DP_CPU ? cpu_bytes_peak : 0;
+}
+
+static dp_status storage_new(dp_storage **out, size_t nbytes, int device)
+{
+    if (device != DP_CPU)
+        return dp_fail(DP_ERR_DEVICE, "device cuda:%d: this build has no CUDA backend yet "
+                       "(tensors live on the CPU; use device \"cpu\")", device);
+    dp_storage *s = calloc(1, sizeof *s);
+    /* 64-byte alignment suits AVX-512 loads and cache lines; at least one
+     * byte so that empty tensors still have a valid pointer. */
+    size_t rounded = (nbytes + 63) & ~(size_t)63;
+    void *data = s ? aligned_alloc(64, rounded ? rounded : 64) : NULL;
+    if (!data) {
+        free(s);
+        return dp_fail(DP_ERR_MEMORY, "out of memory allocating %zu bytes on the CPU "
+                       "(%lld bytes held by tensors)", nbytes, (long long)cpu_bytes_in_use);
+    }
+    s->refcount = 1;
+    s->device = device;
+    s->nbytes = nbytes;
+    s->data = data;
+    cpu_bytes_in_use += (int64_t)nbytes;
+    if (cpu_bytes_in_use > cpu_bytes_peak)
+        cpu_bytes_peak = cpu_bytes_in_use;
+    *out = s;
+    return DP_OK;
+}
+
+static void storage_release(dp_storage *s)
+{
+    if (s && --s->refcount == 0) {
+        cpu_bytes_in_use -= (int64_t)s->nbytes;
+        free(s->data);
+        free(s);
+    }
+}
+
+/* ---------------------------------------------------------------- lifetime */
+
+void dp_tensor_retain(dp_tensor *t)
+{
+    if (t) t->refcount++;
+}
+
+void dp_tensor_release(dp_tensor *t)
+{
+    if (t && --t->refcount == 0) {
+        storage_release(t->storage);
+        free(t);
+    }
+}
+
+int64_t shape_numel(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= shape[i];
+    return n;
+}
+
+static dp_status check_shape(const char *fn, int ndim, const int64_t *shape)
+{
+    char buf[160];
+    if (ndim < 0 || ndim > DP_MAX_DIMS)
+        return dp_fail(DP_ERR_SHAPE, "%s: %d dimensions requested, at most %d are supported",
+                       fn, ndim, DP_MAX_DIMS);
+    double total = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return dp_fail(DP_ERR_SHAPE, "%s: negative size %lld in shape %s", fn,
+                           (long long)shape[i], dp_shape_str(buf, sizeof buf, ndim, shape));
+        total *= (double)shape[i];
+    }
+    if (total > 9e15)
+        return dp_fail(DP_ERR_SHAPE, "%s: shape %s has too many elements", fn,
+                       dp_shape_str(buf, sizeof buf, ndim, shape));
+    return DP_OK;
+}
+
+static void contiguous_strides(int ndim, const int64_t *shape, int64_t *stride)
+{
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        stride[i] = s;
+        s *= shape[i] > 1 ? shape[i] : 1;
+    }
+}
+
+static dp_status check_dtype(const char *fn, int dtype)
+{
+    if (dtype < 0 || dtype >= DP_NUM_DTYPES)
+        return dp_fail(DP_ERR_DTYPE, "%s: invalid dtype %d", fn, dtype);
+    return DP_OK;
+}
+
+dp_status tensor_new(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device)
+{
+    dp_status st;
+    if ((st = check_shape("empty", ndim, shape)) || (st = check_dtype("empty", dtype)))
+        return st;
+    dp_tensor *t = calloc(1, sizeof *t);
+    if (!t)
+        return dp_fail(DP_ERR_MEMORY, "out of memory allocating a tensor handle");
+    int64_t numel = shape_numel(ndim, shape);
+    if ((st = storage_new(&t->storage, (size_t)numel * dp_dtype_size(dtype), device))) {
+        free(t);
+        return st;
+    }
+    t->refcount = 1;
+    t->dtype = dtype;
+    t->device = device;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    contiguous_strides(ndim, shape, t->stride);
+    *out = t;
+    return DP_OK;
+}
+
+dp_status tensor_view_of(dp_tensor **out, dp_tensor *base, int ndim, const int64_t *shape,
+                         const int64_t *stride, int64_t offset)
+{
+    dp_tensor *t = calloc(1, sizeof *t);
+    if (!t)
+        return dp_fail(DP_ERR_MEMORY, "out of memory allocating a tensor handle");
+    t->refcount = 1;
+    t->dtype = base->dtype;
+    t->device = base->device;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    memcpy(t->stride, stride, sizeof(int64_t) * (size_t)ndim);
+    t->offset = offset;
+    t->storage = base->storage;
+    t->storage->refcount++;
+    *out = t;
+    return DP_OK;
+}
+
+/* ---------------------------------------------------------------- inspection */
+
+int dp_tensor_dtype(const dp_tensor *t) { return t->dtype; }
+int dp_tensor_device(const dp_tensor *t) { return t->device; }
+int dp_tensor_ndim(const dp_tensor *t) { return t->ndim; }
+int64_t dp_tensor_numel(const dp_tensor *t) { return shape_numel(t->ndim, t->shape); }
+int64_t dp_tensor_offset(const dp_tensor *t) { return t->offset; }
+
+int64_t dp_tensor_size(const dp_tensor *t, int dim)
+{
+    return dim >= 0 && dim < t->ndim ? t->shape[dim] : -1;
+}
+
+int64_t dp_tensor_stride(const dp_tensor *t, int dim)
+{
+    return dim >= 0 && dim < t->ndim ? t->stride[dim] : -1;
+}
+
+void *dp_tensor_data(const dp_tensor *t)
+{
+    return t->device == DP_CPU ? tensor_ptr(t) : NULL;
+}
+
+bool tensor_is_contiguous(const dp_tensor *t)
+{
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->stride[i] != s)
+            return false;
+        s *= t->shape[i];
+    }
+    return true;
+}
+
+int dp_tensor_is_contiguous(const dp_tensor *t)
+{
+    return tensor_is_contiguous(t);
+}
+
+dp_status dim_check(const char *fn, int *dim, int ndim)
+{
+    /* A 0-d tensor accepts dims 0 and -1, as in PyTorch. */
+    int n = ndim > 0 ? ndim : 1;
+    if (*dim < -n || *dim >= n)
+        return dp_fail(DP_ERR_INDEX, "%s: dim %d is out of range for a tensor of %d dimensions "
+                       "(expected a dim in [%d, %d])", fn, *dim, ndim, -n, n - 1);
+    if (*dim < 0)
+        *dim += n;
+    return DP_OK;
+}
+
+dp_status check_device_cpu(const char *fn, const dp_tensor *t)
+{
+    if (t->device != DP_CPU)
+        return dp_fail(DP_ERR_DEVICE, "%s: expected a CPU tensor, got one on cuda:%d", fn, t->device);
+    return DP_OK;
+}
+
+/* ---------------------------------------------------------------- views */
+
+/* Resolves one -1 in a requested shape against numel. */
+static dp_status infer_shape(const char *fn, const dp_tensor *t, int ndim, const int64_t *req,
+                             int64_t *shape)
+{
+    char a[160], b[160];
+    int infer = -1;
+    int64_t known = 1;
+    if (ndim < 0 || ndim > DP_MAX_DIMS)
+        return dp_fail(DP_ERR_SHAPE, "%s: %d dimensions requested, at most %d are supported",
+                       fn, ndim, DP_MAX_DIMS);
+    for (int i = 0; i < ndim; i++) {
+        shape[i] = req[i];
+        if (req[i] == -1) {
+            if (infer >= 0)
+                return dp_fail(DP_ERR_SHAPE, "%s: only one dimension can be inferred (-1), got %s",
+                               fn, dp_shape_str(a, sizeof a, ndim, req));
+            infer = i;
+        } else if (req[i] < 0) {
+            return dp_fail(DP_ERR_SHAPE, "%s: invalid size %lld in shape %s", fn,
+                           (long long)req[i], dp_shape_str(a, sizeof a, ndim, req));
+        } else {
+            known *= req[i];
+        }
+    }
+    int64_t numel = dp_tensor_numel(t);
+    if (infer >= 0 && known != 0 && numel % known == 0)
+        shape[infer] = numel / known;
+    if ((infer >= 0 && (known == 0 || numel % known != 0)) || shape_numel(ndim, shape) != numel)
+        return dp_fail(DP_ERR_SHAPE, "%s: shape %s is invalid for input of size %lld (shape %s)", fn,
+                       dp_shape_str(a, sizeof a, ndim, req), (long long)numel,
+                       dp_shape_str(b, sizeof b, t->ndim, t->shape));
+    return DP_OK;
+}
+
+/* Computes strides for viewing t as `shape` without a copy. The old dims
+ * are split into chunks that are each contiguous in memory; every chunk must
+ * be covered exactly by a run of new dims. Returns false when no view exists. */
+static bool view_strides(const dp_tensor *t, int ndim, const int64_t *shape, int64_t *stride)
+{
+    if (dp_tensor_numel(t) == 0 || tensor_is_contiguous(t)) {
+        contiguous_strides(ndim, shape, stride);
+        return true;
+    }
+    int view_d = ndim - 1;
+    int64_t chunk_stride = t->stride[t->ndim - 1];
+    int64_t tensor_numel = 1, view_numel = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        tensor_numel *= t->shape[d];
+        bool chunk_ends = d == 0 ||
+            (t->shape[d - 1] != 1 && t->stride[d - 1] != tensor_numel * chunk_stride);
+        if (!chunk_ends)
+            continue;
+        while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
+            stride[view_d] = view_numel * chunk_stride;
+            view_numel *= shape[view_d];
+            view_d--;
+        }
+        if (view_numel != tensor_numel)
+            return false;
+        if (d > 0) {
+            chunk_stride = t->stride[d - 1];
+            tensor_numel = view_numel = 1;
+        }
+    }
+    return view_d == -1;
+}
+
+dp_status dp_view(dp_tensor **out, dp_tensor *t, int ndim, const int64_t *req)
+{
+    int64_t shape[DP_MAX_DIMS], stride[DP_MAX_DIMS];
+    dp_status st = infer_shape("view", t, ndim, req, shape);
+    if (st)
+        return st;
+    if (!view_strides(t, ndim, shape, stride)) {
+        char a[160], b[160];
+        return dp_fail(DP_ERR_SHAPE, "view: size %s is not compatible with the input's size %s and "
+                       "strides (at least one dimension spans across two contiguous subspaces); "
+                       "use reshape() instead", dp_shape_str(a, sizeof a, ndim, shape),
+                       dp_shape_str(b, sizeof b, t->ndim, t->shape));
+    }
+    return tensor_view_of(out, t, ndim, shape, stride, t->offset);
+}
+
+dp_status dp_reshape(dp_tensor **out, dp_tensor *t, int ndim, const int64_t *req)
+{
+    int64_t shape[DP_MAX_DIMS], stride[DP_MAX_DIMS];
+    dp_status st = infer_shape("reshape", t, ndim, req, shape);
+    if (st)
+        return st;
+    if (view_strides(t, ndim, shape, stride))
+        return tensor_view_of(out, t, ndim, shape, stride, t->offset);
+    dp_tensor *c;
+    if ((st = dp_clone(&c, t)))
+        return st;
+    st = dp_view(out, c, ndim, shape);
+    dp_tensor_release(c);
+    return st;
+}
+
+dp_status dp_permute(dp_tensor **out, dp_tensor *t, int ndim, const int *dims)
+{
+    int64_t shape[DP_MAX_DIMS], stride[DP_MAX_DIMS];
+    bool seen[DP_MAX_DIMS] = { false };
+    if (ndim != t->ndim)
+        return dp_fail(DP_ERR_SHAPE, "permute: got %d dims for a tensor of %d dimensions", ndim, t->ndim);
+    for (int i = 0; i < ndim; i++) {
+        int d = dims[i];
+        dp_status st = dim_check("permute", &d, t->ndim);
+        if (st)
+            return st;
+        if (seen[d])
+            return dp_fail(DP_ERR_ARG, "permute: dim %d appears more than once", d);
+        seen[d] = true;
+        shape[i] = t->shape[d];
+        stride[i] = t->stride[d];
+    }
+    return tensor_view_of(out, t, ndim, shape, stride, t->offset);
+}
+
+dp_status dp_transpose(dp_tensor **out, dp_tensor *t, int d0, int d1)
+{
+    dp_status st;
+    if ((st = dim_check("transpose", &d0, t->ndim)) || (st = dim_check("transpose", &d1, t->ndim)))
+        return st;
+    int64_t shape[DP_MAX_DIMS], stride[DP_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    memcpy(stride, t->stride, sizeof stride);
+    if (t->ndim > 0) {
+        shape[d0] = t->shape[d1]; shape[d1] = t->shape[d0];
+        stride[d0] = t->stride[d1]; stride[d1] = t->stride[d0];
+    }
+    return tensor_view_of(out, t, t->ndim, shape, stride, t->offset);
+}
+
+/* Broadcast view: new leading dims and size-1 dims get stride 0. */
+dp_status dp_expand(dp_tensor **out, dp_tensor *t, int ndim, const int64_t *req)
+{
+    char a[160], b[160];
+    int64_t shape[DP_MAX_DIMS], stride[DP_MAX_DIMS];
+    if (ndim < t->ndim || ndim > DP_MAX_DIMS)
+        return dp_fail(DP_ERR_SHAPE, "expand: the number of sizes (%d) must be at least the "
+                       "tensor's number of dimensions (%d) and at most %d", ndim, t->ndim, DP_MAX_DIMS);
+    int lead = ndim - t->ndim;
+    for (int i = 0; i < ndim; i++) {
+        int j = i - lead;
+        int64_t have = j >= 0 ? t->shape[j] : 1;
+        int64_t want = req[i] == -1 && j >= 0 ? have : req[i];
+        if (want < 0 || (have != want && have != 1))
+            return dp_fail(DP_ERR_SHAPE, "expand: the expanded size %s must match the existing "
+                           "size %s at non-singleton dimension %d",
+                           dp_shape_str(a, sizeof a, ndim, req), dp_shape_str(b, sizeof b, t->ndim, t->shape), i);
+        shape[i] = want;
+        stride[i] = j >= 0 && have == want ? t->stride[j] : 0;
+    }
+    return tensor_view_of(out, t, ndim, shape, stride, t->offset);
+}
+
+/* Python-style slice: negative ends count from the back, ends clamp. */
+dp_status dp_slice(dp_tensor **out, dp_tensor *t, int dim, int64_t start, int64_t stop, int64_t step)
+{
+    dp_status st;
+    if (t->ndim == 0)
+        return dp_fail(DP_ERR_INDEX, "slice: cannot slice a 0-d tensor");
+    if ((st = dim_check("slice", &dim, t->ndim)))
+        return st;
+    if (step <= 0)
+        return dp_fail(DP_ERR_ARG, "slice: step must be positive, got %lld", (long long)step);
+    int64_t n = t->shape[dim];
+    if (start < 0) start += n;
+    if (stop < 0) stop += n;
+    start = start < 0 ? 0 : start > n ? n : start;
+    stop = stop < start ? start : stop > n ? n : stop;
+    int64_t shape[DP_MAX_DIMS], stride[DP_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    memcpy(stride, t->stride, sizeof stride);
+    shape[dim] = (stop - start + step - 1) / step;
+    stride[dim] = t->stride[dim] * step;
+    return tensor_view_of(out, t, t->ndim, shape, stride, t->offset + start * t->stride[dim]);
+}
+
+dp_status dp_narrow(dp_tensor **out, dp_tensor *t, int dim, int64_t start, int64_t length)
+{
+    dp_status st;
+    if (t->ndim == 0)
+        return dp_fail(DP_ERR_INDEX, "narrow: cannot narrow a 0-d tensor");
+    if ((st = dim_check("narrow", &dim, t->ndim)))
+        return st;
+    int64_t n = t->shape[dim];
+    if (start < 0) start += n;
+    if (start < 0 || length < 0 || start + length > n)
+        return dp_fail(DP_ERR_INDEX, "narrow: start %lld and length %lld are out of range for "
+                       "dim %d of size %lld", (long long)start, (long long)length, dim, (long long)n);
+    return dp_slice(out, t, dim, start, start + length, 1);
+}
+
+dp_status dp_select(dp_tensor **out, dp_tensor *t, int dim, int64_t index)
+{
+    dp_status st;
+    if (t->ndim == 0)
+        return dp_fail(DP_ERR_INDEX, "select: invalid index of a 0-d tensor");
+    if ((st = dim_check("select", &dim, t->ndim)))
+        return st;
+    int64_t n = t->shape[dim];
+    if (index < -n || index >= n)
+        return dp_fail(DP_ERR_INDEX, "select: index %lld is out of bounds for dimension %d with size %lld",
+                       (long long)index, dim, (long long)n);
+    if (index < 0)
+        index += n;
+    int64_t shape[DP_MAX_DIMS], stride[DP_MAX_DIMS];
+    for (int i = 0, j = 0; i < t->ndim; i++) {
+        if (i == dim) continue;
+        shape[j] = t->shape[i];
+        stride[j++] = t->stride[i];
+    }
+    return tensor_view_of(out, t, t->ndim - 1, shape, stride, t->offset + index * t->stride[dim]);
+}
+
+dp_status dp_squeeze(dp_tensor **out, dp_tensor *t, int dim)
+{
+    int64_t shape[DP_MAX_DIMS], stride[DP_MAX_DIMS];
+    int n = 0;
+    if (dim != DP_ALL_DIMS) {
+        dp_status st = dim_check("squeeze", &dim, t->ndim);
+        if (st)
+            return st;
+    }
+    for (int i = 0; i < t->ndim; i++) {
+        bool drop = t->shape[i] == 1 && (dim == DP_ALL_DIMS || dim == i);
+        if (drop) continue;
+        shape[n] = t->shape[i];
+        stride[n++] = t->stride[i];
+    }
+    return tensor_view_of(out, t, n, shape, stride, t->offset);
+}
+
+dp_status dp_unsqueeze(dp_tensor **out, dp_tensor *t, int dim)
+{
+    dp_status st = dim_check("unsqueeze", &dim, t->ndim + 1);
+    if (st)
+        return st;
+    if (t->ndim == DP_MAX_DIMS)
+        return dp_fail(DP_ERR_SHAPE, "unsqueeze: tensors have at most %d dimensions", DP_MAX_DIMS);
+    int64_t shape[DP_MAX_DIMS], stride[DP_MAX_DIMS];
+    for (int i = 0, j = 0; i <= t->ndim; i++) {
+        if (i == dim) {
+            shape[i] = 1;
+            stride[i] = dim < t->ndim ? t->shape[dim] * t->stride[dim] : 1;
+        } else {
+            shape[i] = t->shape[j];
+            stride[i] = t->stride[j++];
+        }
+    }
+    return tensor_view_of(out, t, t->ndim + 1, shape, stride, t->offset);
+}
+
+dp_status dp_alias(dp_tensor **out, dp_tensor *t)
+{
+    return tensor_view_of(out, t, t->ndim, t->shape, t->stride, t->offset);
+}
+
+dp_status dp_contiguous(dp_tensor **out, dp_tensor *t)
+{
+    if (tensor_is_contiguous(t)) {
+        dp_tensor_retain(t);
+        *out = t;
+        return DP_OK;
+    }
+    return dp_clone(out, t);
+}
+
+dp_status dp_clone(dp_tensor **out, dp_tensor *a)
+{
+    dp_status st = tensor_new(out, a->ndim, a->shape, a->dtype, a->device);
+    if (st)
+        return st;
+    if ((st = dp_copy_(*out, a)))
+        dp_tensor_release(*out);
+    return st;
+}
+
+/* ---------------------------------------------------------------- creation */
+
+dp_status dp_empty(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device)
+{
+    return tensor_new(out, ndim, shape, dtype, device);
+}
+
+dp_status dp_full(dp_tensor **out, int ndim, const int64_t *shape, double value, int dtype, int device)
+{
+    dp_status st = tensor_new(out, ndim, shape, dtype, device);
+    if (st)
+        return st;
+    if ((st = dp_fill_(*out, value)))
+        dp_tensor_release(*out);
+    return st;
+}
+
+dp_status dp_arange(dp_tensor **out, double start, double end, double step, int dtype, int device)
+{
+    if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
+        return dp_fail(DP_ERR_ARG, "arange: step must be nonzero and bounds finite "
+                       "(got start=%g, end=%g, step=%g)", start, end, step);
+    if ((end - start) / step < 0)
+        return dp_fail(DP_ERR_ARG, "arange: upper bound and larger bound inconsistent with step sign "
+                       "(start=%g, end=%g, step=%g)", start, end, step);
+    int64_t n = (int64_t)ceil((end - start) / step);
+    dp_status st = tensor_new(out, 1, &n, dtype, device);
+    if (st)
+        return st;
+    char *p = tensor_ptr(*out);
+    size_t es = dp_dtype_size(dtype);
+    for (int64_t i = 0; i < n; i++)
+        dtype_store(dtype, p + i * es, start + (double)i * step);
+    return DP_OK;
+}
+
+dp_status dp_linspace(dp_tensor **out, double start, double end, int64_t steps, int dtype, int device)
+{
+    if (steps < 0)
+        return dp_fail(DP_ERR_ARG, "linspace: number of steps must be non-negative, got %lld", (long long)steps);
+    dp_status st = tensor_new(out, 1, &steps, dtype, device);
+    if (st)
+        return st;
+    char *p = tensor_ptr(*out);
+    size_t es = dp_dtype_size(dtype);
+    double delta = steps > 1 ? (end - start) / (double)(steps - 1) : 0;
+    /* Fill symmetrically from both ends, as PyTorch does, so that the last
+     * element is exactly `end`. */
+    int64_t half = steps / 2;
+    for (int64_t i = 0; i < steps; i++) {
+        double v = i < half ? start + delta * (double)i : end - delta * (double)(steps - 1 - i);
+        dtype_store(dtype, p + i * es, v);
+    }
+    return DP_OK;
+}
+
+dp_status dp_eye(dp_tensor **out, int64_t n, int64_t m, int dtype, int device)
+{
+    int64_t shape[2] = { n, m < 0 ? n : m };
+    dp_status st = dp_full(out, 2, shape, 0, dtype, device);
+    if (st)
+        return st;
+    char *p = tensor_ptr(*out);
+    size_t es = dp_dtype_size(dtype);
+    for (int64_t i = 0; i < shape[0] && i < shape[1]; i++)
+        dtype_store(dtype, p + (i * shape[1] + i) * es, 1);
+    return DP_OK;
+}
+
+/* ---------------------------------------------------------------- scalars */
+
+dp_status dp_item(dp_tensor *t, double *value)
+{
+    if (dp_tensor_numel(t) != 1)
+        return dp_fail(DP_ERR_SHAPE, "item: a tensor with %lld elements cannot be converted to a "
+                       "number (expected exactly one element)", (long long)dp_tensor_numel(t));
+    dp_status st = check_device_cpu("item", t);
+    if (st)
+        return st;
+    *value = dtype_load(t->dtype, tensor_ptr(t));
+    return DP_OK;
+}
+
+dp_status dp_item_int64(dp_tensor *t, int64_t *value)
+{
+    double d;
+    dp_status st = dp_item(t, &d);
+    if (st)
+        return st;
+    *value = t->dtype == DP_INT64 ? *(int64_t *)tensor_ptr(t) : (int64_t)d;
+    return DP_OK;
+}

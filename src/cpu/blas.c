@@ -1,0 +1,130 @@
+/*
+ * blas.c — batched matrix products on the CPU through OpenBLAS.
+ *
+ * float32 and float64 go to cblas_?gemm directly when each matrix has one
+ * unit stride (row-major or transposed); other layouts are copied first.
+ * bfloat16 runs in float32; integer products use a plain exact loop.
+ */
+#include "cpu/cpu.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+
+/* Returns the BLAS leading dimension and transpose flag for the 2-D matrix
+ * (rows x cols, strides rs, cs), or 0 when it has no unit stride. */
+static int64_t blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, CBLAS_TRANSPOSE *tr)
+{
+    if (cs == 1 && (rs >= (cols > 1 ? cols : 1) || rows == 1)) {
+        *tr = CblasNoTrans;
+        return rows == 1 ? (cols > 1 ? cols : 1) : rs;
+    }
+    if (rs == 1 && (cs >= (rows > 1 ? rows : 1) || cols == 1)) {
+        *tr = CblasTrans;
+        return cols == 1 ? (rows > 1 ? rows : 1) : cs;
+    }
+    return 0;
+}
+
+static dp_status to_int64(dp_tensor **res, dp_tensor *t)
+{
+    dp_status st = tensor_new(res, t->ndim, t->shape, DP_INT64, t->device);
+    if (!st && (st = cpu_copy(*res, t)))
+        dp_tensor_release(*res);
+    return st;
+}
+
+/* Integer products accumulate exactly in int64 (wrapping like PyTorch). */
+static dp_status gemm_int(dp_tensor *out, dp_tensor *a, dp_tensor *b, int64_t batch, int64_t m, int64_t n, int64_t k)
+{
+    dp_tensor *ia = NULL, *ib = NULL, *io = NULL;
+    int64_t oshape[3] = { batch, m, n };
+    dp_status st;
+    if ((st = to_int64(&ia, a)) || (st = to_int64(&ib, b)) ||
+        (st = tensor_new(&io, 3, oshape, DP_INT64, out->device)))
+        goto done;
+    const int64_t *x = (const int64_t *)tensor_ptr(ia), *y = (const int64_t *)tensor_ptr(ib);
+    int64_t *o = (int64_t *)tensor_ptr(io);
+    for (int64_t z = 0; z < batch; z++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                uint64_t acc = 0;
+                for (int64_t l = 0; l < k; l++)
+                    acc += (uint64_t)x[(z * m + i) * k + l] * (uint64_t)y[(z * k + l) * n + j];
+                o[(z * m + i) * n + j] = (int64_t)acc;
+            }
+    st = cpu_copy(out, io);
+done:
+    dp_tensor_release(ia);
+    dp_tensor_release(ib);
+    dp_tensor_release(io);
+    return st;
+}
+
+/* out must be contiguous; a and b any strides. */
+static dp_status gemm_float(dp_tensor *out, dp_tensor *a, dp_tensor *b, int64_t batch, int64_t m, int64_t n, int64_t k)
+{
+    CBLAS_TRANSPOSE ta, tb;
+    int64_t lda = blas_layout(m, k, a->stride[1], a->stride[2], &ta);
+    int64_t ldb = blas_layout(k, n, b->stride[1], b->stride[2], &tb);
+    if (!lda || !ldb)
+        return dp_fail(DP_ERR_ARG, "bmm: internal error: operands need a unit stride");
+    for (int64_t z = 0; z < batch; z++) {
+        if (out->dtype == DP_FLOAT32)
+            cblas_sgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, 1.0f,
+                        (const float *)tensor_ptr(a) + z * a->stride[0], (int)lda,
+                        (const float *)tensor_ptr(b) + z * b->stride[0], (int)ldb, 0.0f,
+                        (float *)tensor_ptr(out) + z * m * n, (int)(n > 0 ? n : 1));
+        else
+            cblas_dgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, 1.0,
+                        (const double *)tensor_ptr(a) + z * a->stride[0], (int)lda,
+                        (const double *)tensor_ptr(b) + z * b->stride[0], (int)ldb, 0.0,
+                        (double *)tensor_ptr(out) + z * m * n, (int)(n > 0 ? n : 1));
+    }
+    return DP_OK;
+}
+
+/* Makes a float copy (contiguous) when t has the wrong dtype or layout. */
+static dp_status blas_operand(dp_tensor **res, dp_tensor *t, int dtype)
+{
+    CBLAS_TRANSPOSE tr;
+    if (t->dtype == dtype && blas_layout(t->shape[1], t->shape[2], t->stride[1], t->stride[2], &tr)) {
+        dp_tensor_retain(t);
+        *res = t;
+        return DP_OK;
+    }
+    dp_status st = tensor_new(res, 3, t->shape, dtype, t->device);
+    if (!st && (st = cpu_copy(*res, t)))
+        dp_tensor_release(*res);
+    return st;
+}
+
+dp_status cpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b)
+{
+    int64_t batch = out->shape[0], m = out->shape[1], n = out->shape[2], k = a->shape[2];
+    if (!dp_dtype_is_floating(out->dtype))
+        return gemm_int(out, a, b, batch, m, n, k);
+    if (m == 0 || n == 0 || batch == 0)
+        return DP_OK;
+    if (k == 0)
+        return cpu_fill(out, 0);
+    int dtype = out->dtype == DP_FLOAT64 ? DP_FLOAT64 : DP_FLOAT32;
+    dp_tensor *fa = NULL, *fb = NULL, *fo = NULL;
+    dp_status st;
+    if ((st = blas_operand(&fa, a, dtype)) || (st = blas_operand(&fb, b, dtype)))
+        goto done;
+    if (out->dtype == dtype && tensor_is_contiguous(out)) {
+        dp_tensor_retain(out);
+        fo = out;
+    } else if ((st = tensor_new(&fo, 3, out->shape, dtype, out->device))) {
+        goto done;
+    }
+    if ((st = gemm_float(fo, fa, fb, batch, m, n, k)))
+        goto done;
+    if (fo != out)
+        st = cpu_copy(out, fo);
+done:
+    dp_tensor_release(fa);
+    dp_tensor_release(fb);
+    dp_tensor_release(fo);
+    return st;
+}

@@ -1,0 +1,39 @@
+/*
+ * cpu.h — the CPU kernels. They trust their arguments: src/core/ops.c has
+ * already checked shapes and devices, broadcast the inputs to the output's
+ * shape (stride-0 views) and cast them to the compute dtype. A kernel that
+ * finds no loop for a dtype returns DP_ERR_DTYPE through dp_fail.
+ */
+#ifndef DP_CPU_H
+#define DP_CPU_H
+
+#include "core/tensor.h"
+
+/* A row function processes n elements of `nops` operands whose byte
+ * strides along the row are s[0..nops-1]; p[0] is the output. */
+typedef void (*cpu_row_fn)(int64_t n, char **p, const int64_t *s, const void *ctx);
+
+/* Runs fn over every row of ts[0]'s shape; all operands have that shape. */
+void cpu_foreach(int nops, dp_tensor *const *ts, cpu_row_fn fn, const void *ctx);
+
+/* elementwise.c: out and inputs all of out's shape */
+dp_status cpu_unary(int op, dp_tensor *out, dp_tensor *a);
+dp_status cpu_binary(int op, dp_tensor *out, dp_tensor *a, dp_tensor *b);
+dp_status cpu_where(dp_tensor *out, dp_tensor *cond, dp_tensor *a, dp_tensor *b);
+dp_status cpu_clamp(dp_tensor *out, dp_tensor *a, double lo, double hi);
+dp_status cpu_copy(dp_tensor *dst, dp_tensor *src);
+dp_status cpu_fill(dp_tensor *dst, double value);
+
+/* reduce.c: a reduced over `dim` (DP_ALL_DIMS: over everything) into out,
+ * whose shape is a's with that dim removed (or kept as 1). */
+dp_status cpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, int dim, int correction);
+dp_status cpu_softmax(dp_tensor *out, dp_tensor *a, int dim, int log);
+
+/* blas.c: out[batch, m, n] = a[batch, m, k] @ b[batch, k, n] (3-D views) */
+dp_status cpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b);
+
+/* index.c */
+dp_status cpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
+dp_status cpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
+
+#endif
