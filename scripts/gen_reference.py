@@ -1,0 +1,1094 @@
+#!/usr/bin/python3
+"""gen_reference.py -- write tests/ref/ops.lua, PyTorch's answers for dplua's Lua tests.
+
+Run from the source tree with a Python that has torch (Debian's python3-torch
+1.13 is /usr/bin/python3 on the build machine):
+
+    /usr/bin/python3 scripts/gen_reference.py [OUTDIR]      (default tests/ref)
+
+The output is a Lua chunk that returns
+
+    { torch_version = "...",
+      inputs = { NAME = {dtype=, shape={...}, values=<nested>}, ... },
+      cases  = { {group=, name=, expr=, inputs={NAME, ...}, kind=, dtype=,
+                  shape=, expected=<nested>, stride=, contiguous=}, ... } }
+
+Each case's `expr` is Lua source evaluated as `local torch, a, b, c, d = ...`
+with the named inputs bound to a, b, c, d (fresh tensors for every case, so
+in-place ops may mutate them). `kind` is "tensor" (default), "multi" (several
+tensors returned, `expected` a list of {dtype=, shape=, values=}), "value"
+(a Lua number, boolean or nested table, compared with the tolerance of
+`dtype`) or "string" (compared exactly).
+
+Inputs are drawn from torch generators seeded per input name (so adding an
+input does not change the others), rounded to a few decimals and written out,
+so the Lua tests feed dplua exactly what PyTorch saw. Everything here is
+deterministic: running it twice writes the same bytes.
+"""
+
+import math
+import os
+import struct
+import sys
+import zlib
+
+import torch
+import torch.nn.functional as F
+
+DTYPES = {
+    "float32": torch.float32, "float64": torch.float64, "int64": torch.int64,
+    "int32": torch.int32, "uint8": torch.uint8, "bool": torch.bool,
+    "bfloat16": torch.bfloat16,
+}
+DTNAME = {v: k for k, v in DTYPES.items()}
+SHORT = {"float32": "f32", "float64": "f64", "int64": "i64", "int32": "i32",
+         "uint8": "u8", "bool": "b", "bfloat16": "bf16"}
+MAIN6 = ["float32", "float64", "int64", "int32", "uint8", "bool"]
+
+INPUTS = {}    # name -> torch tensor
+CASES = []     # dicts, serialised in order
+SKIPPED = []   # (name, reason): PyTorch refused the op
+NAMES = set()
+
+
+# ---------------------------------------------------------------- inputs
+
+def _gen(name):
+    return torch.Generator().manual_seed(zlib.crc32(name.encode()))
+
+
+def shape_tag(shape):
+    return "x".join(str(s) for s in shape) if shape else "s"
+
+
+def rnd(dtype, shape, variant="a"):
+    """A named random input: floats ~ 2*N(0,1) rounded to 3 decimals;
+    ints in [-9, 9] (variant "nz": nonzero, "pos": 1..9, "small": 0..3);
+    uint8 in [0, 9]; bool a coin flip."""
+    name = "%s_%s_%s" % (SHORT[dtype], shape_tag(shape), variant)
+    if name in INPUTS:
+        return name
+    g = _gen(name)
+    dt = DTYPES[dtype]
+    if dtype in ("float32", "float64", "bfloat16"):
+        v = torch.randn(shape, generator=g, dtype=torch.float64) * 2
+        v = torch.round(v * 1000) / 1000
+        if variant == "pos":
+            v = v.abs() + 0.5
+        t = v.to(dt)
+    elif dtype == "bool":
+        t = torch.randint(0, 2, shape, generator=g).to(torch.bool)
+    else:
+        lo, hi = (0, 10) if dtype == "uint8" else (-9, 10)
+        if variant == "pos" or (variant == "nz" and dtype == "uint8"):
+            lo, hi = 1, 10
+        if variant == "small":
+            lo, hi = (0, 4)
+        v = torch.randint(lo, hi, shape, generator=g)
+        if variant == "nz" and dtype != "uint8":
+            v = torch.randint(1, 10, shape, generator=g) * \
+                (torch.randint(0, 2, shape, generator=g) * 2 - 1)
+        if variant == "perm":   # distinct values, so argmax has no ties
+            n = 1
+            for s in shape:
+                n *= s
+            v = (torch.randperm(n, generator=g) - n // 2).reshape(shape)
+        t = v.to(dt)
+    INPUTS[name] = t
+    return name
+
+
+def lit(name, values, dtype):
+    """A named input with explicit values."""
+    t = torch.tensor(values, dtype=DTYPES[dtype])
+    assert name not in INPUTS or torch.equal(INPUTS[name], t), name
+    INPUTS[name] = t
+    return name
+
+
+def arange_in(dtype, shape):
+    name = "%s_%s_seq" % (SHORT[dtype], shape_tag(shape))
+    n = 1
+    for s in shape:
+        n *= s
+    INPUTS[name] = torch.arange(n, dtype=torch.float64).reshape(shape).to(DTYPES[dtype])
+    return name
+
+
+# ---------------------------------------------------------------- cases
+
+def case(group, name, expr, py, inputs=(), **extra):
+    """Run py on fresh copies of the inputs and record what PyTorch gives.
+    A case PyTorch refuses is skipped (listed on stderr), unless the caller
+    passes expect_error=True."""
+    args = [INPUTS[k].clone() for k in inputs]
+    try:
+        res = py(*args)
+    except Exception as e:  # PyTorch refuses: not a case for dplua
+        SKIPPED.append((group, name, str(e).split("\n")[0][:90]))
+        return
+    base, k = name, 2
+    while (group, name) in NAMES:
+        name, k = "%s (%d)" % (base, k), k + 1
+    NAMES.add((group, name))
+    c = {"group": group, "name": name, "expr": expr, "inputs": list(inputs)}
+    if isinstance(res, torch.Tensor):
+        c.update(tensor_fields(res, extra.pop("check_stride", False)))
+    elif isinstance(res, tuple) and all(isinstance(r, torch.Tensor) for r in res):
+        c["kind"] = "multi"
+        c["expected"] = [tensor_fields(r) for r in res]
+    elif isinstance(res, str):
+        c["kind"] = "string"
+        c["expected"] = res
+    else:
+        c["kind"] = "value"
+        c["expected"] = res
+        c["dtype"] = extra.pop("value_dtype")
+    c.update(extra)
+    CASES.append(c)
+
+
+def tensor_fields(t, with_stride=False):
+    d = {"dtype": DTNAME[t.dtype], "shape": list(t.shape),
+         "values": t.tolist()}
+    if with_stride:
+        d["stride"] = list(t.stride())
+        d["contiguous"] = t.is_contiguous()
+    return d
+
+
+def setitem(t, idx, v):
+    t[idx] = v
+    return t
+
+
+def inplace(t, fn):
+    fn(t)
+    return t
+
+
+# ---------------------------------------------------------------- Lua output
+
+def f32_repr(x):
+    """The shortest decimal that reads back as the same float32."""
+    for p in range(6, 10):
+        s = "%.*g" % (p, x)
+        if struct.unpack("f", struct.pack("f", float(s)))[0] == x:
+            return s
+    return repr(x)
+
+
+def lua_num(x, dtype):
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, int):
+        return str(x)
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if dtype == "float32":
+        return f32_repr(x)
+    return repr(x)
+
+
+def lua_str(s):
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def lua_val(v, dtype):
+    if isinstance(v, (list, tuple)):
+        return "{" + ",".join(lua_val(x, dtype) for x in v) + "}"
+    if isinstance(v, str):
+        return lua_str(v)
+    if v is None:
+        return "nil"
+    return lua_num(v, dtype)
+
+
+def lua_tensor(d):
+    parts = ["dtype=%s" % lua_str(d["dtype"]),
+             "shape=%s" % lua_val(d["shape"], "int64"),
+             "values=%s" % lua_val(d["values"], d["dtype"])]
+    if "stride" in d:
+        parts.append("stride=%s" % lua_val(d["stride"], "int64"))
+        parts.append("contiguous=%s" % lua_num(d["contiguous"], None))
+    return ", ".join(parts)
+
+
+def lua_case(c):
+    parts = ["name=%s" % lua_str(c["name"]), "expr=%s" % lua_str(c["expr"])]
+    if c["inputs"]:
+        parts.append("inputs=%s" % lua_val(c["inputs"], None))
+    kind = c.get("kind", "tensor")
+    if kind == "tensor":
+        parts.append(lua_tensor(c))
+    elif kind == "multi":
+        parts.append('kind="multi"')
+        parts.append("expected={%s}" % ", ".join("{%s}" % lua_tensor(r) for r in c["expected"]))
+    elif kind == "string":
+        parts.append('kind="string"')
+        parts.append("expected=%s" % lua_str(c["expected"]))
+    else:
+        parts.append('kind="value"')
+        parts.append("dtype=%s" % lua_str(c["dtype"]))
+        parts.append("expected=%s" % lua_val(c["expected"], c["dtype"]))
+    for k in ("rtol", "atol"):
+        if k in c:
+            parts.append("%s=%r" % (k, c[k]))
+    return "{" + ", ".join(parts) + "}"
+
+
+def write(outdir):
+    os.makedirs(outdir, exist_ok=True)
+    path = os.path.join(outdir, "ops.lua")
+    out = ["-- tests/ref/ops.lua: generated by scripts/gen_reference.py with torch %s; do not edit."
+           % torch.__version__,
+           "-- Regenerate with: /usr/bin/python3 scripts/gen_reference.py",
+           "local nan, inf = 0/0, math.huge",
+           "local inputs, cases = {}, {}",
+           "local function adder(g) cases[g] = cases[g] or {}; local l = cases[g];"
+           " return function(c) c.group = g; l[#l+1] = c end end"]
+    for name in sorted(INPUTS):
+        t = INPUTS[name]
+        out.append("inputs[%s] = {%s}" % (lua_str(name), lua_tensor(tensor_fields(t))))
+    # One statement per case, and a function per 200 of them, keep every
+    # Lua function well under LuaJIT's limits on constants.
+    groups = []
+    for c in CASES:
+        if c["group"] not in groups:
+            groups.append(c["group"])
+    for g in groups:
+        cs = [c for c in CASES if c["group"] == g]
+        for i in range(0, len(cs), 200):
+            out.append("do local C = adder(%s); (function()" % lua_str(g))
+            for c in cs[i:i + 200]:
+                out.append("C{%s}" % lua_case(c)[1:-1])
+            out.append("end)() end")
+    out.append("return {torch_version=%s, inputs=inputs, cases=cases}" % lua_str(torch.__version__))
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+    return path
+
+
+# ================================================================ creation
+
+def gen_creation():
+    G = "creation"
+    f32, f64 = torch.float32, torch.float64
+    C = [
+        ("arange(5)", "torch.arange(5)", lambda: torch.arange(5)),
+        ("arange(2, 7)", "torch.arange(2, 7)", lambda: torch.arange(2, 7)),
+        ("arange(10, 0, -3)", "torch.arange(10, 0, -3)", lambda: torch.arange(10, 0, -3)),
+        ("arange(0, 1, 0.25)", "torch.arange(0, 1, 0.25)", lambda: torch.arange(0, 1, 0.25)),
+        ("arange(0, 1, 0.1)", "torch.arange(0, 1, 0.1)", lambda: torch.arange(0, 1, 0.1)),
+        ("arange(-1.5, 1.5, 0.5)", "torch.arange(-1.5, 1.5, 0.5)", lambda: torch.arange(-1.5, 1.5, 0.5)),
+        ("arange(1, 2.5, 0.5)", "torch.arange(1, 2.5, 0.5)", lambda: torch.arange(1, 2.5, 0.5)),
+        ("arange(0, 5, {dtype=float64})", "torch.arange(0, 5, {dtype=torch.float64})",
+         lambda: torch.arange(0, 5, dtype=f64)),
+        ("arange(0, 3, 1, {dtype=int32})", 'torch.arange(0, 3, 1, {dtype="int32"})',
+         lambda: torch.arange(0, 3, 1, dtype=torch.int32)),
+        ("arange(0.5, 3) float", "torch.arange(0.5, 3)", lambda: torch.arange(0.5, 3)),
+        ("linspace(0, 1, 5)", "torch.linspace(0, 1, 5)", lambda: torch.linspace(0, 1, 5)),
+        ("linspace(-1, 1, 7, float64)", "torch.linspace(-1, 1, 7, {dtype=torch.float64})",
+         lambda: torch.linspace(-1, 1, 7, dtype=f64)),
+        ("linspace(5, -5, 6)", "torch.linspace(5, -5, 6)", lambda: torch.linspace(5, -5, 6)),
+        ("linspace(0, 10, 1)", "torch.linspace(0, 10, 1)", lambda: torch.linspace(0, 10, 1)),
+        ("linspace(2, 3, 0) empty", "torch.linspace(2, 3, 0)", lambda: torch.linspace(2, 3, 0)),
+        ("linspace(0, 1, 11)", "torch.linspace(0, 1, 11)", lambda: torch.linspace(0, 1, 11)),
+        ("eye(3)", "torch.eye(3)", lambda: torch.eye(3)),
+        ("eye(2, 4)", "torch.eye(2, 4)", lambda: torch.eye(2, 4)),
+        ("eye(4, 2)", "torch.eye(4, 2)", lambda: torch.eye(4, 2)),
+        ("eye(3, int64)", "torch.eye(3, {dtype=torch.int64})", lambda: torch.eye(3, dtype=torch.int64)),
+        ("eye(2, 3, bool)", "torch.eye(2, 3, {dtype=torch.bool})", lambda: torch.eye(2, 3, dtype=torch.bool)),
+        ("full({2,3}, 7) int value gives int64", "torch.full({2, 3}, 7)", lambda: torch.full((2, 3), 7)),
+        ("full({2,2}, 2.5)", "torch.full({2, 2}, 2.5)", lambda: torch.full((2, 2), 2.5)),
+        ("full({3}, true) bool", "torch.full({3}, true)", lambda: torch.full((3,), True)),
+        ("full({2,3}, 7, float64)", "torch.full({2, 3}, 7, {dtype=torch.float64})",
+         lambda: torch.full((2, 3), 7, dtype=f64)),
+        ("full({}, 3.5) 0-d", "torch.full({}, 3.5)", lambda: torch.full((), 3.5)),
+        ("full({2}, -1.5, int32)", "torch.full({2}, -1.5, {dtype=torch.int32})",
+         lambda: torch.full((2,), -1.5, dtype=torch.int32)),
+        ("zeros(2, 3)", "torch.zeros(2, 3)", lambda: torch.zeros(2, 3)),
+        ("zeros({2, 3})", "torch.zeros({2, 3})", lambda: torch.zeros(2, 3)),
+        ("zeros(2, 3, int32)", "torch.zeros(2, 3, {dtype=torch.int32})", lambda: torch.zeros(2, 3, dtype=torch.int32)),
+        ("zeros({}) 0-d", "torch.zeros({})", lambda: torch.zeros(())),
+        ("zeros(0) empty", "torch.zeros(0)", lambda: torch.zeros(0)),
+        ("zeros(2, 0, 3) empty", "torch.zeros(2, 0, 3)", lambda: torch.zeros(2, 0, 3)),
+        ("ones(4)", "torch.ones(4)", lambda: torch.ones(4)),
+        ("ones({2,1,2}, float64)", "torch.ones({2, 1, 2}, {dtype=torch.float64})", lambda: torch.ones(2, 1, 2, dtype=f64)),
+        ('ones(3, "uint8") string dtype', 'torch.ones(3, {dtype="uint8"})', lambda: torch.ones(3, dtype=torch.uint8)),
+        ("ones(2, bool)", "torch.ones(2, {dtype=torch.bool})", lambda: torch.ones(2, dtype=torch.bool)),
+        ("ones(2, int64) alias torch.long", "torch.ones(2, {dtype=torch.long})", lambda: torch.ones(2, dtype=torch.long)),
+        ("ones(2, float64) alias torch.double", "torch.ones(2, {dtype=torch.double})", lambda: torch.ones(2, dtype=torch.double)),
+        ("ones(2, bfloat16)", "torch.ones(2, {dtype=torch.bfloat16})", lambda: torch.ones(2, dtype=torch.bfloat16)),
+    ]
+    for name, expr, py in C:
+        case(G, name, expr, py)
+    i32 = rnd("int32", [2, 3])
+    f64in = rnd("float64", [2, 3])
+    f32in = rnd("float32", [2, 3])
+    i64in = rnd("int64", [2, 3])
+    case(G, "zeros_like int32", "torch.zeros_like(a)", torch.zeros_like, [i32])
+    case(G, "ones_like float64", "torch.ones_like(a)", torch.ones_like, [f64in])
+    case(G, "zeros_like float32 -> float64", "torch.zeros_like(a, {dtype=torch.float64})",
+         lambda a: torch.zeros_like(a, dtype=f64), [f32in])
+    case(G, "full_like float32 2.5", "torch.full_like(a, 2.5)", lambda a: torch.full_like(a, 2.5), [f32in])
+    case(G, "full_like int64 2.7 truncates", "torch.full_like(a, 2.7)", lambda a: torch.full_like(a, 2.7), [i64in])
+    case(G, "tensor float64 option", "torch.tensor({{1, 2}, {3, 4.5}}, {dtype=torch.float64})",
+         lambda: torch.tensor([[1, 2], [3, 4.5]], dtype=f64))
+    case(G, "tensor int64 option", "torch.tensor({1, 2, 3}, {dtype=torch.int64})",
+         lambda: torch.tensor([1, 2, 3]))
+    case(G, "tensor bool", "torch.tensor({true, false, true})", lambda: torch.tensor([True, False, True]))
+    case(G, "tensor numbers give float32", "torch.tensor({{1, 2}, {3, 4}})",
+         lambda: torch.tensor([[1, 2], [3, 4]], dtype=f32))
+    case(G, "tensor scalar 0-d", "torch.tensor(3.5)", lambda: torch.tensor(3.5))
+    case(G, "tensor 3-d", "torch.tensor({{{1}, {2}}, {{3}, {4}}})",
+         lambda: torch.tensor([[[1.], [2.]], [[3.], [4.]]]))
+
+
+# ================================================================ views
+
+def gen_views():
+    G = "views"
+    x = arange_in("float32", [2, 3, 4])
+    y = arange_in("float32", [3, 4])
+    s = arange_in("float32", [1, 3, 1, 2])
+    z = arange_in("float32", [3, 1])
+    w = arange_in("float32", [3])
+    v6 = arange_in("float32", [6])
+    C = [
+        ("view(6, 4)", "a:view(6, 4)", lambda a: a.view(6, 4), x),
+        ("view({4, -1})", "a:view({4, -1})", lambda a: a.view(4, -1), x),
+        ("view(-1)", "a:view(-1)", lambda a: a.view(-1), x),
+        ("view(2, -1, 2)", "a:view(2, -1, 2)", lambda a: a.view(2, -1, 2), y),
+        ("reshape(4, 6)", "a:reshape(4, 6)", lambda a: a.reshape(4, 6), x),
+        ("reshape({2, -1})", "a:reshape({2, -1})", lambda a: a.reshape(2, -1), x),
+        ("reshape of transpose copies", "a:transpose(0, 1):reshape(-1)", lambda a: a.transpose(0, 1).reshape(-1), x),
+        ("transpose(0, 2)", "a:transpose(0, 2)", lambda a: a.transpose(0, 2), x),
+        ("transpose(-1, -2)", "a:transpose(-1, -2)", lambda a: a.transpose(-1, -2), x),
+        ("t() 2-d", "a:t()", lambda a: a.t(), y),
+        ("t() 1-d", "a:t()", lambda a: a.t(), w),
+        ("permute(2, 0, 1)", "a:permute(2, 0, 1)", lambda a: a.permute(2, 0, 1), x),
+        ("permute({1, 2, 0}) table", "a:permute({1, 2, 0})", lambda a: a.permute(1, 2, 0), x),
+        ("permute(-1, 0, 1)", "a:permute(-1, 0, 1)", lambda a: a.permute(-1, 0, 1), x),
+        ("contiguous of transpose", "a:transpose(0, 1):contiguous()", lambda a: a.transpose(0, 1).contiguous(), y),
+        ("contiguous of contiguous", "a:contiguous()", lambda a: a.contiguous(), y),
+        ("squeeze()", "a:squeeze()", lambda a: a.squeeze(), s),
+        ("squeeze(0)", "a:squeeze(0)", lambda a: a.squeeze(0), s),
+        ("squeeze(1) not size 1", "a:squeeze(1)", lambda a: a.squeeze(1), s),
+        ("squeeze(-2)", "a:squeeze(-2)", lambda a: a.squeeze(-2), s),
+        ("unsqueeze(0)", "a:unsqueeze(0)", lambda a: a.unsqueeze(0), y),
+        ("unsqueeze(-1)", "a:unsqueeze(-1)", lambda a: a.unsqueeze(-1), y),
+        ("unsqueeze(1)", "a:unsqueeze(1)", lambda a: a.unsqueeze(1), y),
+        ("unsqueeze(-3)", "a:unsqueeze(-3)", lambda a: a.unsqueeze(-3), y),
+        ("expand(3, 4)", "a:expand(3, 4)", lambda a: a.expand(3, 4), z),
+        ("expand({2, 3, 4})", "a:expand({2, 3, 4})", lambda a: a.expand(2, 3, 4), z),
+        ("expand(-1, 2)", "a:expand(-1, 2)", lambda a: a.expand(-1, 2), z),
+        ("expand 1-d to (2, 3)", "a:expand(2, 3)", lambda a: a.expand(2, 3), w),
+        ("expand_as", "a:expand_as(b)", lambda a, b: a.expand_as(b), z, y),
+        ("narrow(0, 1, 2)", "a:narrow(0, 1, 2)", lambda a: a.narrow(0, 1, 2), y),
+        ("narrow(-1, 1, 2)", "a:narrow(-1, 1, 2)", lambda a: a.narrow(-1, 1, 2), x),
+        ("narrow(2, 0, 1)", "a:narrow(2, 0, 1)", lambda a: a.narrow(2, 0, 1), x),
+        ("select(0, 1)", "a:select(0, 1)", lambda a: a.select(0, 1), x),
+        ("select(1, -1)", "a:select(1, -1)", lambda a: a.select(1, -1), x),
+        ("select(-1, 2)", "a:select(-1, 2)", lambda a: a.select(-1, 2), x),
+        ("select on 1-d gives 0-d", "a:select(0, 2)", lambda a: a.select(0, 2), w),
+        ("flatten()", "a:flatten()", lambda a: a.flatten(), x),
+        ("flatten(1)", "a:flatten(1)", lambda a: a.flatten(1), x),
+        ("flatten(0, 1)", "a:flatten(0, 1)", lambda a: a.flatten(0, 1), x),
+        ("flatten(-2, -1)", "a:flatten(-2, -1)", lambda a: a.flatten(-2, -1), x),
+        ("chain narrow/transpose/select", "a:narrow(2, 1, 2):transpose(0, 1):select(0, 1)",
+         lambda a: a.narrow(2, 1, 2).transpose(0, 1).select(0, 1), x),
+        ("t[1]", "a[1]", lambda a: a[1], x),
+        ("t[-1]", "a[-1]", lambda a: a[-1], x),
+        ("t[{0, 1}]", "a[{0, 1}]", lambda a: a[0, 1], x),
+        ("t[{1, 2, 3}] 0-d", "a[{1, 2, 3}]", lambda a: a[1, 2, 3], x),
+        ("t[{-1, -1, -1}] 0-d", "a[{-1, -1, -1}]", lambda a: a[-1, -1, -1], x),
+        ("t[{{}, {1, 3}}]", "a[{{}, {1, 3}}]", lambda a: a[:, 1:3], y),
+        ("t[{{}, {}, {0, nil, 2}}] step", "a[{{}, {}, {0, nil, 2}}]", lambda a: a[:, :, 0::2], x),
+        ("t[{{1, nil}, {0, 4, 3}}]", "a[{{1, nil}, {0, 4, 3}}]", lambda a: a[1:, 0:4:3], y),
+        ("t[{{}, -1}]", "a[{{}, -1}]", lambda a: a[:, -1], y),
+        ("t[{{-2}}] start only", "a[{{-2}}]", lambda a: a[-2:], y),
+        ("t[{{nil, 1}}] stop only", "a[{{nil, 1}}]", lambda a: a[:1], y),
+        ("t[{{}, {-3, -1}}]", "a[{{}, {-3, -1}}]", lambda a: a[:, -3:-1], y),
+        ("t[{{0, 10}}] stop clamps", "a[{{0, 10}}]", lambda a: a[0:10], y),
+        ("t[{1, {}, 2}]", "a[{1, {}, 2}]", lambda a: a[1, :, 2], x),
+        ("t[{{1, nil, 2}}] 1-d step", "a[{{1, nil, 2}}]", lambda a: a[1::2], v6),
+        ("t[{{0, 6, 4}}] 1-d step", "a[{{0, 6, 4}}]", lambda a: a[0:6:4], v6),
+        ("t[{{}, {nil, nil, 2}}] nil start and stop", "a[{{}, {nil, nil, 2}}]", lambda a: a[:, ::2], y),
+        ("step then transpose", "a[{{}, {0, nil, 2}}]:t()", lambda a: a[:, 0::2].t(), y),
+    ]
+    for name, expr, py, *ins in C:
+        case(G, name, expr, py, ins, check_stride=True)
+    # ops on views compute on the viewed values
+    case(G, "sum of transposed view", "a:transpose(0, 1):sum(1)", lambda a: a.transpose(0, 1).sum(1), [x])
+    case(G, "add of stepped views", "a[{{}, {0, nil, 2}}] + a[{{}, {1, nil, 2}}]",
+         lambda a: a[:, 0::2] + a[:, 1::2], [y])
+    case(G, "expanded view times tensor", "a:expand(3, 4) * b", lambda a, b: a.expand(3, 4) * b, [z, y])
+    case(G, "clone of view is contiguous", "a:t():clone()", lambda a: a.t().clone(), [y], check_stride=False)
+
+
+# ================================================================ index
+
+def gen_index():
+    G = "index"
+    x = arange_in("float32", [2, 3, 4])
+    y = arange_in("float32", [3, 4])
+    y2 = rnd("float32", [2, 4])
+    y3 = rnd("float32", [3, 2])
+    p = rnd("float32", [3], "p")
+    q = rnd("float32", [3], "q")
+    pi = rnd("int64", [2, 3], "p")
+    qi = rnd("int64", [2, 3], "q")
+    lit("idx_2_0", [2, 0], "int64")
+    lit("idx_3_1_1", [3, 1, 1], "int64")
+    lit("idx_0", [0], "int64")
+    lit("gidx_3x2", [[0, 0], [1, 0], [3, 2]], "int64")
+    lit("gidx_1x4", [[0, 1, 2, 0]], "int64")
+    lit("gidx_2x4", [[2, 1, 0, 0], [1, 1, 2, 2]], "int64")
+    lit("gidx_2x3x1", [[[0], [3], [1]], [[2], [2], [0]]], "int64")
+    C = [
+        ("index_select(0, {2, 0})", "a:index_select(0, b)", lambda a, b: a.index_select(0, b), y, "idx_2_0"),
+        ("index_select(1, {3, 1, 1})", "a:index_select(1, b)", lambda a, b: a.index_select(1, b), y, "idx_3_1_1"),
+        ("index_select(-1, {0}) 3-d", "a:index_select(-1, b)", lambda a, b: a.index_select(-1, b), x, "idx_0"),
+        ("torch.index_select", "torch.index_select(a, 1, b)", lambda a, b: torch.index_select(a, 1, b), x, "idx_2_0"),
+        ("index_select of transposed", "a:t():index_select(0, b)", lambda a, b: a.t().index_select(0, b), y, "idx_3_1_1"),
+        ("gather(1) [3,2]", "a:gather(1, b)", lambda a, b: a.gather(1, b), y, "gidx_3x2"),
+        ("gather(0) [1,4]", "a:gather(0, b)", lambda a, b: a.gather(0, b), y, "gidx_1x4"),
+        ("gather(0) [2,4]", "a:gather(0, b)", lambda a, b: a.gather(0, b), y, "gidx_2x4"),
+        ("gather(-1) 3-d", "a:gather(-1, b)", lambda a, b: a.gather(-1, b), x, "gidx_2x3x1"),
+        ("torch.gather", "torch.gather(a, 1, b)", lambda a, b: torch.gather(a, 1, b), y, "gidx_3x2"),
+        ("cat dim 0", "torch.cat({a, b}, 0)", lambda a, b: torch.cat([a, b], 0), y, y2),
+        ("cat default dim", "torch.cat({a, b})", lambda a, b: torch.cat([a, b]), y, y2),
+        ("cat dim 1", "torch.cat({a, b}, 1)", lambda a, b: torch.cat([a, b], 1), y, y3),
+        ("cat dim -1", "torch.cat({a, b}, -1)", lambda a, b: torch.cat([a, b], -1), y, y3),
+        ("cat three 1-d", "torch.cat({a, b, a})", lambda a, b: torch.cat([a, b, a]), p, q),
+        ("cat one", "torch.cat({a}, 0)", lambda a: torch.cat([a], 0), y),
+        ("cat int64", "torch.cat({a, b}, 1)", lambda a, b: torch.cat([a, b], 1), pi, qi),
+        ("cat transposed views", "torch.cat({a:t(), b:t()}, 1)", lambda a, b: torch.cat([a.t(), b.t()], 1), y, y2),
+        ("stack default", "torch.stack({a, b})", lambda a, b: torch.stack([a, b]), p, q),
+        ("stack dim 1", "torch.stack({a, b}, 1)", lambda a, b: torch.stack([a, b], 1), p, q),
+        ("stack dim -1 2-d", "torch.stack({a, b}, -1)", lambda a, b: torch.stack([a, b], -1), pi, qi),
+        ("stack dim 1 2-d", "torch.stack({a, b, a}, 1)", lambda a, b: torch.stack([a, b, a], 1), pi, qi),
+        # assignment
+        ("t[1] = 5", "a[1] = 5; return a", lambda a: setitem(a, 1, 5), y),
+        ("t[-1] = 2.5", "a[-1] = 2.5; return a", lambda a: setitem(a, -1, 2.5), y),
+        ("t[{0, 1}] = -1", "a[{0, 1}] = -1; return a", lambda a: setitem(a, (0, 1), -1), x),
+        ("t[{1, 2, 3}] = 7", "a[{1, 2, 3}] = 7; return a", lambda a: setitem(a, (1, 2, 3), 7), x),
+        ("t[{{}, {1, 3}}] = 0", "a[{{}, {1, 3}}] = 0; return a", lambda a: setitem(a, (slice(None), slice(1, 3)), 0), y),
+        ("t[{{}, {0, nil, 2}}] = 9", "a[{{}, {0, nil, 2}}] = 9; return a",
+         lambda a: setitem(a, (slice(None), slice(0, None, 2)), 9), y),
+        ("t[0] = tensor row", "a[0] = torch.tensor({9, 8, 7, 6}); return a",
+         lambda a: setitem(a, 0, torch.tensor([9., 8, 7, 6])), y),
+        ("t[{{}, 1}] = tensor column", "a[{{}, 1}] = torch.tensor({1, 2, 3}); return a",
+         lambda a: setitem(a, (slice(None), 1), torch.tensor([1., 2, 3])), y),
+        ("t[{{}, 0}] = broadcast", "a[{{}, 0}] = torch.tensor({-1, -2, -3, -4}); return a",
+         lambda a: setitem(a, (slice(None), 0), torch.tensor([-1., -2, -3, -4])), x),
+        ("t[1] = tensor broadcast [1] -> [4]", "a[1] = torch.tensor({5.5}); return a",
+         lambda a: setitem(a, 1, torch.tensor([5.5])), y),
+        ("int t[0] = 2.7 truncates", "a[0] = 2.7; return a", lambda a: setitem(a, 0, 2.7), pi),
+        ("assign through view changes base", "local v = a:view(12); v[{{2, 5}}] = 0; return a",
+         lambda a: (a.view(12).__setitem__(slice(2, 5), 0), a)[1], y),
+        ("select view fill_ changes base", "a:select(1, 2):fill_(-3); return a",
+         lambda a: (a.select(1, 2).fill_(-3), a)[1], y),
+        ("transpose view mul_ changes base", "a:t()[1]:mul_(10); return a",
+         lambda a: (a.t()[1].mul_(10), a)[1], y),
+    ]
+    for name, expr, py, *ins in C:
+        case(G, name, expr, py, ins)
+
+
+# ================================================================ elementwise
+
+BINOPS = ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder", "atan2",
+          "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"]
+
+
+def second_variant(op, dtype):
+    """Inputs for b that keep PyTorch well-defined: no integer division or
+    remainder by zero, no negative integer exponents, no uint8 overflow."""
+    if op in ("pow",) and dtype not in ("float32", "float64"):
+        return "small"
+    if op in ("remainder", "div") and dtype not in ("float32", "float64", "bool"):
+        return "nz"
+    if op == "pow":
+        return "b"
+    return "b"
+
+
+def first_variant(op, dtype):
+    if op == "pow" and dtype not in ("float32", "float64"):
+        return "small"
+    if op == "pow":
+        return "pos"
+    return "a"
+
+
+def binop(G, op, da, sa, db, sb, tag=""):
+    a = rnd(da, sa, first_variant(op, da))
+    b = rnd(db, sb, second_variant(op, db))
+    name = "%s %s%s %s%s%s" % (op, SHORT[da], sa, SHORT[db], sb, tag)
+    case(G, name, "a:%s(b)" % op, lambda x, y: getattr(torch, op)(x, y), [a, b])
+
+
+def gen_binary():
+    G = "elementwise"
+    # every op, every dtype, [2,3] with [3]
+    for op in BINOPS:
+        for dt in MAIN6:
+            binop(G, op, dt, [2, 3], dt, [3])
+    # broadcasting shapes in float32 (and float64 for the arithmetic ones)
+    shapes = [([4, 1], [1, 5]), ([2, 1, 3], [4, 1]), ([3], [2, 3]), ([2, 3], [2, 3]),
+              ([2, 3], []), ([], [2, 3]), ([], [])]
+    for op in BINOPS:
+        for sa, sb in shapes:
+            if op not in ("add", "mul", "div", "lt") and (sa == [] or sb == []) and sa != sb:
+                continue
+            binop(G, op, "float32", sa, "float32", sb)
+    for op in ["add", "sub", "mul", "div", "pow", "atan2", "remainder"]:
+        binop(G, op, "float64", [4, 1], "float64", [1, 5])
+    # type promotion: every ordered pair of distinct dtypes for some ops,
+    # every unordered pair for the rest
+    mixed = ["add", "div", "sub", "mul", "pow", "maximum", "remainder", "atan2", "lt", "eq",
+             "logical_and"]
+    for op in mixed:
+        for i, da in enumerate(MAIN6):
+            for j, db in enumerate(MAIN6):
+                if da == db:
+                    continue
+                if op not in ("add", "div") and j < i:
+                    continue
+                binop(G, op, da, [3], db, [3])
+    # 0-d tensors do not promote dimensioned tensors of the same category
+    zd = [("float32", [2, 3], "float64", []), ("int64", [3], "float32", []),
+          ("int32", [3], "int64", []), ("uint8", [3], "int64", []),
+          ("float32", [], "float64", []), ("int32", [], "float32", [2]),
+          ("bool", [3], "int64", [])]
+    for da, sa, db, sb in zd:
+        binop(G, "add", da, sa, db, sb, " (0-d promotion)")
+        binop(G, "mul", db, sb, da, sa, " (0-d promotion)")
+    # operators
+    a32, b32 = rnd("float32", [2, 3]), rnd("float32", [3], "b")
+    ai, bi = rnd("int64", [2, 3]), rnd("int64", [3], "nz")
+    for sym, fn in [("+", lambda x, y: x + y), ("-", lambda x, y: x - y), ("*", lambda x, y: x * y),
+                    ("/", lambda x, y: x / y)]:
+        case(G, "operator %s f32" % sym, "a %s b" % sym, fn, [a32, b32])
+        case(G, "operator %s i64" % sym, "a %s b" % sym, fn, [ai, bi])
+    ap = rnd("float32", [2, 3], "pos")
+    case(G, "operator ^ f32", "a ^ b", lambda x, y: x ** y, [ap, b32])
+    case(G, "operator unary minus", "-a", lambda x: -x, [a32])
+    case(G, "operator unary minus i64", "-a", lambda x: -x, [ai])
+    case(G, "add with alpha", "a:add(b, 2)", lambda x, y: torch.add(x, y, alpha=2), [a32, b32])
+    case(G, "sub with alpha", "a:sub(b, 0.5)", lambda x, y: torch.sub(x, y, alpha=0.5), [a32, b32])
+    case(G, "torch.add function", "torch.add(a, b)", torch.add, [a32, b32])
+    case(G, "torch.mul function", "torch.mul(a, b)", torch.mul, [a32, b32])
+    case(G, "add transposed input", "a:t() + b", lambda x, y: x.t() + y,
+         [rnd("float32", [3, 2]), rnd("float32", [3], "b")])
+    case(G, "add two transposed", "a:t() * b:t()", lambda x, y: x.t() * y.t(),
+         [rnd("float32", [3, 2]), rnd("float32", [3, 2], "b")])
+    case(G, "add expanded", "a:expand(3, 4) + b", lambda x, y: x.expand(3, 4) + y,
+         [rnd("float32", [3, 1]), rnd("float32", [3, 4], "b")])
+    # bfloat16
+    abf, bbf = rnd("bfloat16", [2, 3]), rnd("bfloat16", [3], "b")
+    for op in ["add", "sub", "mul", "div", "maximum", "lt"]:
+        case(G, "%s bf16" % op, "a:%s(b)" % op, getattr(torch, op), [abf, bbf])
+    case(G, "add bf16 f32", "a:add(b)", torch.add, [abf, b32])
+    case(G, "add bf16 i64", "a:add(b)", torch.add, [abf, bi])
+    # specials
+    sp = lit("f32_special", [0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, math.nan], "float32")
+    sq = lit("f32_special2", [0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 1.0], "float32")
+    for op in ["add", "mul", "div", "maximum", "minimum", "eq", "lt"]:
+        case(G, "%s special values" % op, "a:%s(b)" % op, getattr(torch, op), [sp, sq])
+    case(G, "div special values reversed", "a:div(b)", torch.div, [sq, sp])
+    un = lit("u8_wrap", [0, 1, 250], "uint8")
+    un2 = lit("u8_wrap2", [1, 2, 10], "uint8")
+    case(G, "uint8 sub wraps", "a - b", lambda x, y: x - y, [un, un2])
+    case(G, "uint8 add wraps", "a + b", lambda x, y: x + y, [un, un2])
+    case(G, "remainder negative (sign of divisor) f32", "a:remainder(b)", torch.remainder,
+         [lit("f32_rem_a", [5.5, -5.5, 5.5, -5.5, 3.0], "float32"),
+          lit("f32_rem_b", [2.0, 2.0, -2.0, -2.0, 1.5], "float32")])
+    case(G, "remainder negative (sign of divisor) i64", "a:remainder(b)", torch.remainder,
+         [lit("i64_rem_a", [7, -7, 7, -7, 6], "int64"), lit("i64_rem_b", [3, 3, -3, -3, 3], "int64")])
+    case(G, "int div gives float, negatives", "a / b", lambda x, y: x / y,
+         [lit("i64_div_a", [7, -7, 1, 0], "int64"), lit("i64_div_b", [2, 2, 3, 5], "int64")])
+    case(G, "int div by zero gives inf/nan", "a / b", lambda x, y: x / y,
+         [lit("i64_dz_a", [1, -1, 0], "int64"), lit("i64_dz_b", [0, 0, 0], "int64")])
+
+
+def gen_scalar():
+    G = "elementwise"
+    for dt in MAIN6:
+        t = rnd(dt, [2, 3], "pos" if dt != "bool" else "a")
+        for s in ["2", "2.5", "-3"]:
+            sv = int(s) if "." not in s else float(s)
+            for op in ["add", "sub", "mul", "div", "pow", "remainder", "lt"]:
+                if dt == "uint8" and sv < 0:
+                    continue
+                case(G, "%s %s[2,3] scalar %s" % (op, SHORT[dt], s), "a:%s(%s)" % (op, s),
+                     lambda x, op=op, sv=sv: getattr(torch, op)(x, sv), [t])
+        for sym, fn in [("+", lambda x: 3 + x), ("-", lambda x: 3 - x), ("*", lambda x: 3 * x),
+                        ("/", lambda x: 3 / x), ("^", lambda x: 2 ** x)]:
+            case(G, "scalar 3 %s %s tensor" % (sym, SHORT[dt]), "%s %s a" % ("2" if sym == "^" else "3", sym),
+                 fn, [t])
+        for sym, fn in [("+", lambda x: x + 1.5), ("*", lambda x: x * 2), ("^", lambda x: x ** 2),
+                        ("/", lambda x: x / 2)]:
+            s = {"+": "1.5", "*": "2", "^": "2", "/": "2"}[sym]
+            case(G, "%s tensor %s %s" % (SHORT[dt], sym, s), "a %s %s" % (sym, s), fn, [t])
+    # a Lua number with an integer value counts as an integer scalar
+    case(G, "int64 + 2.0 stays int64 (integer-valued number)", "a + 2.0", lambda x: x + 2,
+         [rnd("int64", [2, 3], "pos")])
+    case(G, "int32 * 2.0 stays int32", "a * 2.0", lambda x: x * 2, [rnd("int32", [2, 3], "pos")])
+    case(G, "bool + 2 gives int64", "a + 2", lambda x: x + 2, [rnd("bool", [2, 3])])
+    case(G, "bool * 1.5 gives float32", "a * 1.5", lambda x: x * 1.5, [rnd("bool", [2, 3])])
+    case(G, "float64 * 1.5 stays float64", "a * 1.5", lambda x: x * 1.5, [rnd("float64", [2, 3])])
+    case(G, "maximum with 0-d", "a:maximum(b)", torch.maximum, [rnd("float32", [2, 3]), rnd("float32", [], "b")])
+
+
+UNOPS = ["abs", "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "sin",
+         "cos", "sign", "floor", "ceil", "round", "reciprocal", "log1p", "expm1", "square",
+         "logical_not"]
+
+
+def unary_py(op):
+    if op == "gelu":
+        return F.gelu
+    if op == "relu":
+        return torch.relu
+    return getattr(torch, op)
+
+
+def gen_unary():
+    G = "elementwise"
+    base = [-2.5, -1.0, -0.5, 0.0, 0.5, 1.0, 2.5, 3.7]
+    lit("f32_unary", base, "float32")
+    lit("f64_unary", base, "float64")
+    lit("f32_wide", [-100.0, -20.0, -3.3, 0.001, 7.25, 20.0, 88.0, 100.0], "float32")
+    lit("f64_wide", [-100.0, -20.0, -3.3, 0.001, 7.25, 20.0, 88.0, 100.0], "float64")
+    lit("i64_unary", [-3, -1, 0, 1, 2, 5], "int64")
+    lit("i32_unary", [-3, -1, 0, 1, 2, 5], "int32")
+    lit("u8_unary", [0, 1, 2, 5, 200], "uint8")
+    lit("b_unary", [True, False, True], "bool")
+    lit("f32_round", [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, 2.6], "float32")
+    lit("f32_positive", [0.01, 0.5, 1.0, 2.0, 9.0, 100.0], "float32")
+    for op in UNOPS:
+        for inp in ["f32_unary", "f64_unary", "f32_wide", "f64_wide", "i64_unary", "i32_unary",
+                    "u8_unary", "b_unary"]:
+            if op == "neg" and inp == "u8_unary":
+                continue    # wraps, not worth pinning down
+            if op in ("square",) and inp == "u8_unary":
+                continue    # overflows
+            py = unary_py(op)
+            case(G, "%s %s" % (op, inp), "a:%s()" % op, py, [inp])
+        case(G, "torch.%s function" % op, "torch.%s(a)" % op, unary_py(op), ["f32_unary"])
+    for op in ["sqrt", "rsqrt", "log", "reciprocal", "log1p"]:
+        case(G, "%s positive" % op, "a:%s()" % op, unary_py(op), ["f32_positive"])
+    for op in ["round", "floor", "ceil"]:
+        case(G, "%s halves" % op, "a:%s()" % op, unary_py(op), ["f32_round"])
+    case(G, "gelu('tanh') f32", 'a:gelu("tanh")', lambda x: F.gelu(x, approximate="tanh"), ["f32_unary"])
+    case(G, "gelu('tanh') f64", 'a:gelu("tanh")', lambda x: F.gelu(x, approximate="tanh"), ["f64_wide"])
+    case(G, "gelu('none') f32", 'a:gelu("none")', lambda x: F.gelu(x, approximate="none"), ["f32_unary"])
+    # special values where PyTorch is well defined
+    lit("f32_spec_log", [0.0, -1.0, 1.0, math.inf, math.nan, -0.0], "float32")
+    lit("f32_spec_inf", [-math.inf, math.inf, 0.0, -0.0, 1000.0, -1000.0], "float32")
+    lit("f64_spec_log", [0.0, -1.0, 1.0, math.inf, math.nan, -0.0], "float64")
+    for op in ["log", "sqrt", "rsqrt", "reciprocal", "log1p", "abs", "neg", "exp", "square"]:
+        case(G, "%s special" % op, "a:%s()" % op, unary_py(op), ["f32_spec_log"])
+        case(G, "%s special f64" % op, "a:%s()" % op, unary_py(op), ["f64_spec_log"])
+    lit("f32_log1p_spec", [-1.0, -2.0, 1e-10, -0.5], "float32")
+    case(G, "log1p(-1) = -inf", "a:log1p()", torch.log1p, ["f32_log1p_spec"])
+    for op in ["exp", "tanh", "sigmoid", "relu", "expm1", "sign", "abs", "floor", "gelu"]:
+        case(G, "%s of infinities" % op, "a:%s()" % op, unary_py(op), ["f32_spec_inf"])
+    for op in ["exp", "tanh", "sigmoid", "sqrt", "relu"]:
+        case(G, "%s bf16" % op, "a:%s()" % op, unary_py(op), [rnd("bfloat16", [6], "pos")])
+    case(G, "abs of transposed", "a:t():abs()", torch.abs, [rnd("float32", [3, 2])])
+
+
+def gen_where_clamp():
+    G = "elementwise"
+    cond = rnd("bool", [2, 3], "c")
+    cond3 = rnd("bool", [3], "c")
+    a, b = rnd("float32", [2, 3]), rnd("float32", [2, 3], "b")
+    case(G, "where same shapes", "torch.where(c, a, b)", lambda x, y, c: torch.where(c, x, y), [a, b, cond])
+    case(G, "where broadcast cond [3]", "torch.where(c, a, b)", lambda x, y, c: torch.where(c, x, y), [a, b, cond3])
+    case(G, "where broadcast b [3]", "torch.where(c, a, b)", lambda x, y, c: torch.where(c, x, y),
+         [a, rnd("float32", [3], "b"), cond])
+    case(G, "where int64 and float32", "torch.where(c, a, b)", lambda x, y, c: torch.where(c, x, y),
+         [rnd("int64", [2, 3]), b, cond])
+    case(G, "where float64 and float32", "torch.where(c, a, b)", lambda x, y, c: torch.where(c, x, y),
+         [rnd("float64", [2, 3]), b, cond])
+    case(G, "where scalar other", "torch.where(c, a, 0.0)", lambda x, c: torch.where(c, x, 0.0), [a, cond])
+    case(G, "where scalar both", "torch.where(c, 1.0, -1.0)", lambda c: torch.where(c, 1.0, -1.0), [cond])
+    case(G, "where cond from comparison", "torch.where(a:gt(0), a, b)",
+         lambda x, y: torch.where(x > 0, x, y), [a, b])
+    case(G, "where method form", "a:where(c, b)", lambda x, y, c: x.where(c, y), [a, b, cond])
+    u = "f32_unary"
+    for dt in ["float32", "float64"]:
+        t = rnd(dt, [2, 4])
+        case(G, "clamp(-1, 1) %s" % dt, "a:clamp(-1, 1)", lambda x: x.clamp(-1, 1), [t])
+        case(G, "clamp(-0.5) min only %s" % dt, "a:clamp(-0.5)", lambda x: x.clamp(-0.5), [t])
+        case(G, "clamp(-0.5, nil) min only %s" % dt, "a:clamp(-0.5, nil)", lambda x: x.clamp(-0.5, None), [t])
+        case(G, "clamp(nil, 0.25) max only %s" % dt, "a:clamp(nil, 0.25)", lambda x: x.clamp(None, 0.25), [t])
+        case(G, "clamp_min(0) %s" % dt, "a:clamp_min(0)", lambda x: x.clamp_min(0), [t])
+        case(G, "clamp_max(0.5) %s" % dt, "a:clamp_max(0.5)", lambda x: x.clamp_max(0.5), [t])
+        case(G, "clamp(2, 1) min > max %s" % dt, "a:clamp(2, 1)", lambda x: x.clamp(2, 1), [t])
+    case(G, "torch.clamp function", "torch.clamp(a, -1, 1)", lambda x: torch.clamp(x, -1, 1), [u])
+    case(G, "clamp keeps nan", "a:clamp(-1, 1)", lambda x: x.clamp(-1, 1), ["f32_spec_log"])
+    case(G, "clamp int64", "a:clamp(-1, 3)", lambda x: x.clamp(-1, 3), [rnd("int64", [2, 4])])
+    case(G, "clamp int64 float bounds", "a:clamp(-1.5, 2.5)", lambda x: x.clamp(-1.5, 2.5), [rnd("int64", [2, 4])])
+    case(G, "clamp uint8", "a:clamp(2, 6)", lambda x: x.clamp(2, 6), [rnd("uint8", [2, 4])])
+
+
+def gen_inplace():
+    G = "elementwise"
+    a, b = rnd("float32", [2, 3]), rnd("float32", [3], "b")
+    a64 = rnd("float64", [2, 3])
+    ai = rnd("int64", [2, 3])
+    C = [
+        ("add_ tensor", "a:add_(b); return a", lambda x, y: x.add_(y), a, b),
+        ("add_ returns self", "return a:add_(b)", lambda x, y: x.add_(y), a, b),
+        ("add_ with alpha", "a:add_(b, 2.5); return a", lambda x, y: x.add_(y, alpha=2.5), a, b),
+        ("add_ scalar", "a:add_(1.5); return a", lambda x: x.add_(1.5), a),
+        ("sub_ with alpha", "a:sub_(b, 2); return a", lambda x, y: x.sub_(y, alpha=2), a, b),
+        ("mul_ tensor broadcast", "a:mul_(b); return a", lambda x, y: x.mul_(y), a, b),
+        ("mul_ scalar", "a:mul_(-2); return a", lambda x: x.mul_(-2), a),
+        ("div_ tensor", "a:div_(b); return a", lambda x, y: x.div_(y), a, b),
+        ("div_ scalar float64", "a:div_(4); return a", lambda x: x.div_(4), a64),
+        ("add_ float64 from float32", "a:add_(b); return a", lambda x, y: x.add_(y), a64, b),
+        ("add_ int64 int scalar", "a:add_(3); return a", lambda x: x.add_(3), ai),
+        ("mul_ int64 by int64", "a:mul_(b); return a", lambda x, y: x.mul_(y), ai, rnd("int64", [3], "b")),
+        ("zero_", "a:zero_(); return a", lambda x: x.zero_(), a),
+        ("fill_ 3.5", "a:fill_(3.5); return a", lambda x: x.fill_(3.5), a),
+        ("fill_ int64 with 2.7 truncates", "a:fill_(2.7); return a", lambda x: x.fill_(2.7), ai),
+        ("fill_ bool", "a:fill_(true); return a", lambda x: x.fill_(True), rnd("bool", [2, 3])),
+        ("copy_ same shape", "a:copy_(b); return a", lambda x, y: x.copy_(y), a, rnd("float32", [2, 3], "b")),
+        ("copy_ broadcast [3] -> [2,3]", "a:copy_(b); return a", lambda x, y: x.copy_(y), a, b),
+        ("copy_ float32 -> int64 truncates", "a:copy_(b); return a", lambda x, y: x.copy_(y), ai,
+         rnd("float32", [2, 3], "b")),
+        ("copy_ int64 -> float64", "a:copy_(b); return a", lambda x, y: x.copy_(y), a64, ai),
+        ("copy_ bool -> float32", "a:copy_(b); return a", lambda x, y: x.copy_(y), a, rnd("bool", [2, 3])),
+        ("copy_ into transposed view", "a:t():copy_(b); return a", lambda x, y: x.t().copy_(y), a,
+         rnd("float32", [3, 2])),
+        ("clamp_", "a:clamp_(-1, 1); return a", lambda x: x.clamp_(-1, 1), a),
+        ("clamp_ max only", "a:clamp_(nil, 0); return a", lambda x: x.clamp_(None, 0), a),
+        ("exp_", "a:exp_(); return a", lambda x: x.exp_(), a),
+        ("relu_", "a:relu_(); return a", lambda x: x.relu_(), a),
+        ("neg_", "a:neg_(); return a", lambda x: x.neg_(), a),
+        ("abs_", "a:abs_(); return a", lambda x: x.abs_(), a),
+        ("sigmoid_", "a:sigmoid_(); return a", lambda x: x.sigmoid_(), a),
+        ("tanh_ float64", "a:tanh_(); return a", lambda x: x.tanh_(), a64),
+        ("add_ self aliasing", "a:add_(a); return a", lambda x: x.add_(x), a),
+        ("mul_ on a view", "a[{{}, {0, nil, 2}}]:mul_(10); return a",
+         lambda x: (x[:, 0::2].mul_(10), x)[1], a),
+    ]
+    for name, expr, py, *ins in C:
+        case(G, name, expr, py, ins)
+
+
+# ================================================================ reductions
+
+def red_case(G, t, label, op, dims):
+    pyop = getattr(torch, op)
+    case(G, "%s() %s" % (op, label), "a:%s()" % op, lambda x: pyop(x), [t])
+    for d in dims:
+        for keep in [False, True]:
+            k = "true" if keep else "false"
+            case(G, "%s(%d, %s) %s" % (op, d, k, label), "a:%s(%d, %s)" % (op, d, k),
+                 lambda x, d=d, keep=keep: pyop(x, d, keepdim=keep), [t])
+    case(G, "%s(%d) %s" % (op, dims[1], label), "a:%s(%d)" % (op, dims[1]),
+         lambda x: pyop(x, dims[1]), [t])
+
+
+def gen_reduce():
+    G = "reduce"
+    t3 = rnd("float32", [2, 3, 4])
+    t2 = rnd("float64", [3, 4])
+    dims3 = [0, 1, 2, -1]
+    dims2 = [0, 1, -1]
+    for op in ["sum", "mean", "prod", "max", "min", "argmax", "argmin"]:
+        red_case(G, t3, "f32[2,3,4]", op, dims3)
+        red_case(G, t2, "f64[3,4]", op, dims2)
+    for op in ["var", "std"]:
+        for t, label, dims in [(t3, "f32[2,3,4]", dims3), (t2, "f64[3,4]", dims2)]:
+            py = getattr(torch, op)
+            case(G, "%s() %s" % (op, label), "a:%s()" % op, lambda x, py=py: py(x), [t])
+            for corr in [0, 1]:
+                case(G, "%s(nil, correction=%d) %s" % (op, corr, label),
+                     "a:%s(nil, {correction=%d})" % (op, corr),
+                     lambda x, py=py, corr=corr: py(x, None, correction=corr), [t])
+            case(G, "%s(1) %s" % (op, label), "a:%s(1)" % op, lambda x, py=py: py(x, 1), [t])
+            for d in dims:
+                for corr in [0, 1]:
+                    for keep in [False, True]:
+                        k = "true" if keep else "false"
+                        case(G, "%s(%d, correction=%d, keepdim=%s) %s" % (op, d, corr, k, label),
+                             "a:%s(%d, {correction=%d, keepdim=%s})" % (op, d, corr, k),
+                             lambda x, py=py, d=d, corr=corr, keep=keep: py(x, d, correction=corr, keepdim=keep),
+                             [t])
+    # integers: sum and prod give int64, max keeps the dtype
+    for dt in ["int64", "int32", "uint8", "bool"]:
+        t = rnd(dt, [3, 4], "small" if dt != "bool" else "a")
+        for op in ["sum", "prod", "max", "min"]:
+            if dt == "bool" and op in ("max", "min", "prod"):
+                continue
+            case(G, "%s() %s" % (op, dt), "a:%s()" % op, getattr(torch, op), [t])
+            if op in ("sum", "prod"):
+                case(G, "%s(1) %s" % (op, dt), "a:%s(1)" % op, lambda x, op=op: getattr(torch, op)(x, 1), [t])
+                case(G, "%s(0, true) %s" % (op, dt), "a:%s(0, true)" % op,
+                     lambda x, op=op: getattr(torch, op)(x, 0, keepdim=True), [t])
+    tp = rnd("int64", [3, 4], "perm")
+    for op in ["max", "min", "argmax", "argmin"]:
+        case(G, "%s(1) int64 distinct" % op, "a:%s(1)" % op, lambda x, op=op: getattr(torch, op)(x, 1), [tp])
+        case(G, "%s() int64 distinct" % op, "a:%s()" % op, lambda x, op=op: getattr(torch, op)(x), [tp])
+    # all / any
+    for dt, v in [("bool", "a"), ("bool", "b"), ("float32", "a")]:
+        t = rnd(dt, [3, 4], v)
+        for op in ["all", "any"]:
+            case(G, "%s() %s_%s" % (op, dt, v), "a:%s()" % op, getattr(torch, op), [t])
+            for d in [0, 1, -1]:
+                case(G, "%s(%d) %s_%s" % (op, d, dt, v), "a:%s(%d)" % (op, d),
+                     lambda x, op=op, d=d: getattr(torch, op)(x, d), [t])
+            case(G, "%s(1, true) %s_%s" % (op, dt, v), "a:%s(1, true)" % op,
+                 lambda x, op=op: getattr(torch, op)(x, 1, keepdim=True), [t])
+    lit("b_all_true", [True, True, True], "bool")
+    lit("b_all_false", [False, False, False], "bool")
+    for n in ["b_all_true", "b_all_false"]:
+        for op in ["all", "any"]:
+            case(G, "%s() %s" % (op, n), "a:%s()" % op, getattr(torch, op), [n])
+    # reductions of views and functions
+    case(G, "sum(0) of transposed", "a:t():sum(0)", lambda x: x.t().sum(0), [t2])
+    case(G, "mean(-1) of narrowed", "a:narrow(1, 1, 2):mean(-1)", lambda x: x.narrow(1, 1, 2).mean(-1), [t3])
+    case(G, "torch.sum function", "torch.sum(a, 1)", lambda x: torch.sum(x, 1), [t2])
+    case(G, "torch.mean function all", "torch.mean(a)", torch.mean, [t2])
+    case(G, "sum bf16", "a:sum()", torch.sum, [rnd("bfloat16", [8])])
+    case(G, "mean bf16 dim", "a:mean(1)", lambda x: x.mean(1), [rnd("bfloat16", [2, 4])])
+    case(G, "sum 0-d", "a:sum()", torch.sum, [rnd("float32", [])])
+    case(G, "sum of empty is 0", "torch.zeros(0):sum()", lambda: torch.zeros(0).sum())
+    case(G, "max of nan propagates", "a:max()", torch.max, ["f32_special"])
+    case(G, "sum large f32 (1000 ones)", "torch.ones(1000):sum()", lambda: torch.ones(1000).sum())
+    # softmax / log_softmax
+    for op in ["softmax", "log_softmax"]:
+        pyop = getattr(torch, op)
+        for t, label, dims in [(t3, "f32[2,3,4]", [0, 1, 2, -1]), (t2, "f64[3,4]", [0, 1, -1, -2]),
+                               (rnd("float32", [5]), "f32[5]", [0, -1])]:
+            for d in dims:
+                case(G, "%s(%d) %s" % (op, d, label), "a:%s(%d)" % (op, d), lambda x, d=d: pyop(x, d), [t])
+        for vals, label in [([1000.0, 1001.0], "large"), ([-1000.0, 1000.0], "spread"),
+                            ([0.0, -math.inf, 1.0], "-inf mask"), ([5.0, 5.0, 5.0, 5.0], "equal")]:
+            for dt in ["float32", "float64"]:
+                n = lit("%s_sm_%s" % (SHORT[dt], label.replace(" ", "_").replace("-", "m")), vals, dt)
+                case(G, "%s %s %s" % (op, label, dt), "a:%s(0)" % op, lambda x: pyop(x, 0), [n])
+        n = lit("f32_sm_large2d", [[1000.0, 1001.0, 1002.0], [-5.0, 0.0, 5.0]], "float32")
+        case(G, "%s large rows f32" % op, "a:%s(1)" % op, lambda x: pyop(x, 1), [n])
+        case(G, "%s large cols f32" % op, "a:%s(0)" % op, lambda x: pyop(x, 0), [n])
+        case(G, "torch.%s function" % op, "torch.%s(a, 1)" % op, lambda x: pyop(x, 1), [t2])
+        case(G, "%s of transposed" % op, "a:t():%s(1)" % op, lambda x: pyop(x.t(), 1), [t2])
+
+
+# ================================================================ matmul
+
+def gen_matmul():
+    G = "matmul"
+    for dt in ["float32", "float64"]:
+        s = SHORT[dt]
+        C = [
+            ("1-D . 1-D", [4], [4]),
+            ("2-D . 1-D", [3, 4], [4]),
+            ("1-D . 2-D", [4], [4, 3]),
+            ("2-D . 2-D", [3, 4], [4, 2]),
+            ("3-D . 2-D", [2, 3, 4], [4, 5]),
+            ("2-D . 3-D", [3, 4], [2, 4, 5]),
+            ("3-D . 3-D", [2, 3, 4], [2, 4, 2]),
+            ("4-D . 3-D broadcast", [2, 1, 3, 4], [5, 4, 2]),
+            ("3-D . 3-D broadcast batch 1", [1, 3, 4], [3, 4, 2]),
+            ("1-D . 3-D", [4], [2, 4, 3]),
+            ("3-D . 1-D", [2, 3, 4], [4]),
+            ("2-D . 2-D 1x1", [1, 1], [1, 1]),
+            ("2-D . 2-D wide", [2, 7], [7, 9]),
+        ]
+        for name, sa, sb in C:
+            a, b = rnd(dt, sa), rnd(dt, sb, "b")
+            case(G, "matmul %s %s" % (name, s), "a:matmul(b)", torch.matmul, [a, b])
+        a, b = rnd(dt, [3, 4]), rnd(dt, [4, 2], "b")
+        case(G, "torch.matmul %s" % s, "torch.matmul(a, b)", torch.matmul, [a, b])
+        case(G, "mm %s" % s, "a:mm(b)", torch.mm, [a, b])
+        case(G, "torch.mm %s" % s, "torch.mm(a, b)", torch.mm, [a, b])
+        bt = rnd(dt, [2, 4], "b")
+        at = rnd(dt, [4, 3])
+        case(G, "mm transposed b %s" % s, "a:mm(b:t())", lambda x, y: x.mm(y.t()), [a, bt])
+        case(G, "mm transposed a %s" % s, "a:t():mm(b)", lambda x, y: x.t().mm(y), [at, b])
+        case(G, "mm both transposed %s" % s, "a:t():mm(b:t())", lambda x, y: x.t().mm(y.t()), [at, bt])
+        case(G, "matmul of sliced %s" % s, "a[{{}, {0, nil, 2}}]:matmul(b)", lambda x, y: x[:, 0::2].matmul(y),
+             [rnd(dt, [3, 8]), b])
+        ba, bb = rnd(dt, [2, 3, 4]), rnd(dt, [2, 4, 5], "b")
+        case(G, "bmm %s" % s, "a:bmm(b)", torch.bmm, [ba, bb])
+        case(G, "torch.bmm %s" % s, "torch.bmm(a, b)", torch.bmm, [ba, bb])
+        case(G, "bmm transposed %s" % s, "a:bmm(b:transpose(1, 2))", lambda x, y: x.bmm(y.transpose(1, 2)),
+             [ba, rnd(dt, [2, 5, 4], "b")])
+        case(G, "mm bigger %s" % s, "a:mm(b)", torch.mm, [rnd(dt, [6, 5]), rnd(dt, [5, 7], "b")])
+    case(G, "mm 0-size inner", "torch.zeros(2, 0):mm(torch.zeros(0, 3))", lambda: torch.zeros(2, 0).mm(torch.zeros(0, 3)))
+
+
+# ================================================================ conversion
+
+def gen_convert():
+    G = "convert"
+    lit("f32_cast", [-2.7, -0.5, -0.0, 0.0, 0.5, 2.7, 100.9, -100.9], "float32")
+    lit("f32_cast_pos", [0.0, 0.5, 1.9, 2.5, 254.9, 7.0], "float32")
+    lit("f32_cast_bool", [0.0, -0.0, 0.1, -2.0, math.nan, math.inf], "float32")
+    lit("f32_bf16", [1.00390625, 1.01171875, 3.14159, -2.5, 65504.0, 1e10, 3.4028234663852886e38,
+                     -1.1754943508222875e-38, 0.1, 1e-3, math.inf, math.nan], "float32")
+    lit("f64_bf16", [1.00390625, 1.0039062500001, 3.14159, 0.1, -300.7], "float64")
+    lit("i64_cast", [-3, 0, 1, 7, 255, 1000], "int64")
+    lit("b_cast", [True, False, True], "bool")
+    C = [
+        ("float32 -> int64 truncates toward zero", "a:to(torch.int64)", lambda x: x.to(torch.int64), "f32_cast"),
+        ("float32 -> int32 truncates", "a:to(torch.int32)", lambda x: x.to(torch.int32), "f32_cast"),
+        ("float32 -> int64 via long()", "a:long()", lambda x: x.long(), "f32_cast"),
+        ("float32 -> int32 via int()", "a:int()", lambda x: x.int(), "f32_cast"),
+        ("float32 -> uint8", "a:to(torch.uint8)", lambda x: x.to(torch.uint8), "f32_cast_pos"),
+        ("float32 -> bool", "a:to(torch.bool)", lambda x: x.to(torch.bool), "f32_cast_bool"),
+        ("float32 -> bool via bool()", "a:bool()", lambda x: x.bool(), "f32_cast_bool"),
+        ("float32 -> float64", "a:to(torch.float64)", lambda x: x.to(torch.float64), "f32_cast"),
+        ("float32 -> float64 via double()", "a:double()", lambda x: x.double(), "f32_cast"),
+        ('float32 -> "float64" string', 'a:to("float64")', lambda x: x.to(torch.float64), "f32_cast"),
+        ("float32 -> float32 same", "a:to(torch.float32)", lambda x: x.to(torch.float32), "f32_cast"),
+        ("float32 -> bfloat16 rounds to nearest even", "a:to(torch.bfloat16)", lambda x: x.to(torch.bfloat16), "f32_bf16"),
+        ("float64 -> bfloat16", "a:to(torch.bfloat16)", lambda x: x.to(torch.bfloat16), "f64_bf16"),
+        ("bfloat16 -> float32 exact", "a:to(torch.bfloat16):float()", lambda x: x.to(torch.bfloat16).float(), "f32_bf16"),
+        ("float64 -> float32", "a:float()", lambda x: x.float(), "f64_bf16"),
+        ("int64 -> float32", "a:float()", lambda x: x.float(), "i64_cast"),
+        ("int64 -> int32", "a:int()", lambda x: x.int(), "i64_cast"),
+        ("int64 -> bool", "a:bool()", lambda x: x.bool(), "i64_cast"),
+        ("int64 -> bfloat16", "a:to(torch.bfloat16)", lambda x: x.to(torch.bfloat16), "i64_cast"),
+        ("bool -> float32", "a:float()", lambda x: x.float(), "b_cast"),
+        ("bool -> int64", "a:long()", lambda x: x.long(), "b_cast"),
+        ("bool -> uint8", "a:to(torch.uint8)", lambda x: x.to(torch.uint8), "b_cast"),
+        ('to("cpu", torch.float64)', 'a:to("cpu", torch.float64)', lambda x: x.to("cpu", torch.float64), "i64_cast"),
+        ('to("cpu")', 'a:to("cpu")', lambda x: x.to("cpu"), "f32_cast"),
+        ("cpu()", "a:cpu()", lambda x: x.cpu(), "f32_cast"),
+        ("clone()", "a:clone()", lambda x: x.clone(), "f32_cast"),
+        ("detach()", "a:detach()", lambda x: x.detach(), "f32_cast"),
+        ("transposed -> int64", "a:t():long()", lambda x: x.t().long(), rnd("float32", [2, 3])),
+    ]
+    for name, expr, py, inp in C:
+        case(G, name, expr, py, [inp])
+    # item and tolist
+    V = [
+        ("item float32 0-d", "a:item()", lambda x: x.item(), lit("f32_0d", 3.25, "float32"), "float32"),
+        ("item float32 [1]", "a:item()", lambda x: x.item(), lit("f32_1", [-1.5], "float32"), "float32"),
+        ("item float32 [1,1]", "a:item()", lambda x: x.item(), lit("f32_1x1", [[0.1]], "float32"), "float32"),
+        ("item float64 0-d", "a:item()", lambda x: x.item(), lit("f64_0d", 0.1, "float64"), "float64"),
+        ("item int64", "a:item()", lambda x: x.item(), lit("i64_0d", -42, "int64"), "int64"),
+        ("item int64 large", "a:item()", lambda x: x.item(), lit("i64_0d_big", 2 ** 40 + 3, "int64"), "int64"),
+        ("item bool true", "a:item()", lambda x: x.item(), lit("b_0d", True, "bool"), "bool"),
+        ("item bool false", "a:item()", lambda x: x.item(), lit("b_1_false", [False], "bool"), "bool"),
+        ("item bfloat16", "a:item()", lambda x: x.item(), lit("bf16_0d", 3.140625, "bfloat16"), "bfloat16"),
+        ("item of sum", "a:sum():item()", lambda x: x.sum().item(), rnd("float64", [2, 3]), "float64"),
+        ("item of select", "a[{1, 2}]:item()", lambda x: x[1, 2].item(), rnd("float64", [2, 3]), "float64"),
+        ("tolist float32 2-d", "a:tolist()", lambda x: x.tolist(), rnd("float32", [2, 3]), "float32"),
+        ("tolist float64 1-d", "a:tolist()", lambda x: x.tolist(), rnd("float64", [4]), "float64"),
+        ("tolist int64 3-d", "a:tolist()", lambda x: x.tolist(), rnd("int64", [2, 2, 2]), "int64"),
+        ("tolist bool", "a:tolist()", lambda x: x.tolist(), "b_cast", "bool"),
+        ("tolist 0-d gives number", "a:tolist()", lambda x: x.tolist(), "f64_0d", "float64"),
+        ("tolist of transposed", "a:t():tolist()", lambda x: x.t().tolist(), rnd("int64", [2, 3]), "int64"),
+        ("tolist uint8", "a:tolist()", lambda x: x.tolist(), rnd("uint8", [4]), "uint8"),
+        ("tolist bfloat16", "a:to(torch.bfloat16):tolist()", lambda x: x.to(torch.bfloat16).tolist(), "f32_bf16",
+         "bfloat16"),
+    ]
+    for name, expr, py, inp, vdt in V:
+        case(G, name, expr, py, [inp], value_dtype=vdt)
+
+
+# ================================================================ printing
+
+def gen_print():
+    G = "print"
+    P = [
+        ("float32 [[1,2],[3,4]]", lit("p_f32_int", [[1, 2], [3, 4]], "float32")),
+        ("float32 decimals", lit("p_f32_dec", [0.1234, -1.5, 100.25], "float32")),
+        ("float32 random 2-d", rnd("float32", [3, 4], "p")),
+        ("float32 negatives aligned", lit("p_f32_neg", [[-1.0, 2.5], [3.0, -40.125]], "float32")),
+        ("float32 sci small", lit("p_f32_sci", [1e-5, 1.0], "float32")),
+        ("float32 sci large", lit("p_f32_big", [1e10, 1.0, -2.5], "float32")),
+        ("float32 nan inf", lit("p_f32_nan", [math.nan, math.inf, -math.inf, 1.0], "float32")),
+        ("float32 nan inf decimals", lit("p_f32_nan2", [math.nan, 1.5, -math.inf], "float32")),
+        ("float32 3-d", lit("p_f32_3d", [[[1, -2], [3, 4]], [[5, 6], [7, 8.5]]], "float32")),
+        ("float32 line wrap (20 elements)", lit("p_f32_wrap", [i / 3 for i in range(20)], "float32")),
+        ("float32 zeros", lit("p_f32_zero", [0.0, 0.0], "float32")),
+        ("float32 negative zero", lit("p_f32_nzero", [-0.0, 1.0], "float32")),
+        ("float32 one element", lit("p_f32_one", [2.0], "float32")),
+        ("float32 0-d", lit("p_f32_0d", 3.5, "float32")),
+        ("float32 0-d integer value", lit("p_f32_0d_int", 3.0, "float32")),
+        ("float64 shows dtype", lit("p_f64", [1.5, 2.25], "float64")),
+        ("float64 0-d", lit("p_f64_0d", 0.1, "float64")),
+        ("int64 2-d", lit("p_i64", [[0, 1, 2], [3, 4, 5]], "int64")),
+        ("int64 negatives", lit("p_i64_neg", [-10, 5, 300], "int64")),
+        ("int64 0-d", lit("p_i64_0d", 7, "int64")),
+        ("int32 shows dtype", lit("p_i32", [[1, 2], [3, 4]], "int32")),
+        ("uint8 shows dtype", lit("p_u8", [0, 255, 7], "uint8")),
+        ("bool", lit("p_b", [True, False, True], "bool")),
+        ("bool 2-d", lit("p_b2", [[True, False], [False, True]], "bool")),
+        ("bool 0-d", lit("p_b_0d", True, "bool")),
+        ("bfloat16 shows dtype", lit("p_bf16", [1.5, 2.25, -3.0], "bfloat16")),
+    ]
+    for name, inp in P:
+        case(G, name, "tostring(a)", lambda x: str(x), [inp])
+    E = [
+        ("empty 1-d", "tostring(torch.zeros(0))", lambda: str(torch.zeros(0))),
+        ("empty 2-d shows size", "tostring(torch.zeros(2, 0))", lambda: str(torch.zeros(2, 0))),
+        ("empty int64", "tostring(torch.zeros(0, {dtype=torch.int64}))", lambda: str(torch.zeros(0, dtype=torch.int64))),
+        ("empty float64", "tostring(torch.zeros(0, {dtype=torch.float64}))", lambda: str(torch.zeros(0, dtype=torch.float64))),
+        ("2000 floats abbreviated", "tostring(torch.arange(2000):float())", lambda: str(torch.arange(2000).float())),
+        ("2000 int64 abbreviated", "tostring(torch.arange(2000))", lambda: str(torch.arange(2000))),
+        ("50x40 int64 abbreviated", "tostring(torch.arange(2000):reshape(50, 40))",
+         lambda: str(torch.arange(2000).reshape(50, 40))),
+        ("50x40 float32 abbreviated", "tostring(torch.arange(2000):reshape(50, 40):float() / 7)",
+         lambda: str(torch.arange(2000).reshape(50, 40).float() / 7)),
+        ("1000 elements not abbreviated", "tostring(torch.arange(1000):reshape(100, 10))",
+         lambda: str(torch.arange(1000).reshape(100, 10))),
+        ("1001 elements abbreviated", "tostring(torch.ones(1001))", lambda: str(torch.ones(1001))),
+        ("2x3x400 abbreviated", "tostring(torch.arange(2400):reshape(2, 3, 400))",
+         lambda: str(torch.arange(2400).reshape(2, 3, 400))),
+        ("eye(3)", "tostring(torch.eye(3))", lambda: str(torch.eye(3))),
+        ("transposed view", "tostring(torch.arange(6):reshape(2, 3):t())", lambda: str(torch.arange(6).reshape(2, 3).t())),
+        ("linspace", "tostring(torch.linspace(0, 1, 5))", lambda: str(torch.linspace(0, 1, 5))),
+        ("float64 2-d", "tostring(torch.ones(2, 2, {dtype=torch.float64}))", lambda: str(torch.ones(2, 2, dtype=torch.float64))),
+        ("bool comparison result", "tostring(torch.arange(4):gt(1))", lambda: str(torch.arange(4) > 1)),
+    ]
+    for name, expr, py in E:
+        case(G, name, expr, py)
+
+
+# ================================================================ main
+
+def main():
+    outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "tests", "ref")
+    torch.set_printoptions(profile="default")
+    gen_creation()
+    gen_views()
+    gen_index()
+    gen_binary()
+    gen_scalar()
+    gen_unary()
+    gen_where_clamp()
+    gen_inplace()
+    gen_reduce()
+    gen_matmul()
+    gen_convert()
+    gen_print()
+    path = write(outdir)
+    groups = {}
+    for c in CASES:
+        groups[c["group"]] = groups.get(c["group"], 0) + 1
+    sys.stderr.write("wrote %s: %d cases (%s), %d inputs, %d bytes; %d skipped (PyTorch refuses)\n" % (
+        os.path.normpath(path), len(CASES), ", ".join("%s %d" % kv for kv in sorted(groups.items())),
+        len(INPUTS), os.path.getsize(path), len(SKIPPED)))
+    if os.environ.get("VERBOSE"):
+        for g, n, why in SKIPPED:
+            sys.stderr.write("  skipped %s: %s: %s\n" % (g, n, why))
+
+
+if __name__ == "__main__":
+    main()
