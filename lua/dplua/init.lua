@@ -1,0 +1,892 @@
+-- dplua: tensors for Lua with PyTorch's names.
+--
+--   local torch = require("dplua")
+--   local x = torch.ones(2, 3) * 2
+--   print(x:sum():item())          --> 12
+--
+-- Tensors are C objects reached through LuaJIT's FFI: a Tensor is a small
+-- cdata box around a refcounted `dp_tensor *`; its finalizer drops the
+-- reference. Every C call returns a status, and a failure becomes a Lua
+-- error raised at the caller's line with the C layer's message.
+local ffi = require("ffi")
+
+ffi.cdef(require("dplua.cdef"))
+ffi.cdef("typedef struct { dp_tensor *p; } dplua_Tensor;")
+
+-- Inside the dplua program the symbols are in the executable; from plain
+-- luajit they come from the installed shared library.
+local C
+do
+  local ok = pcall(function() return ffi.C.dp_version end)
+  C = ok and ffi.C or ffi.load("dplua")
+end
+
+local torch = {}
+local methods = {}          -- Tensor methods, also reachable as torch.NAME
+local getters = {}          -- Tensor properties: t.shape, t.dtype, ...
+
+local DP_CPU, DP_ALL_DIMS = -1, -100
+
+---------------------------------------------------------------- errors
+
+-- Errors point at the first stack frame outside the library, so that the
+-- user sees their own file and line.
+local libdir = debug.getinfo(1, "S").source:match("^@(.*/)") or "\0"
+local function raise(msg)
+  local level = 2
+  while true do
+    local info = debug.getinfo(level, "S")
+    if not info then level = 1; break end
+    local src = info.source
+    local inside = info.what == "C" or src:sub(2, #libdir + 1) == libdir
+    if not inside then break end
+    level = level + 1
+  end
+  error(msg, level)
+end
+torch._raise = raise
+
+local function check(st)
+  if st ~= 0 then raise(ffi.string(C.dp_last_error())) end
+end
+
+---------------------------------------------------------------- handles
+
+local Tensor_ct = ffi.typeof("dplua_Tensor")
+local outp = ffi.new("dp_tensor*[1]")
+local outp2 = ffi.new("dp_tensor*[1]")
+
+local function release(t) C.dp_tensor_release(t.p) end
+
+local function wrap(p) return ffi.gc(Tensor_ct(p), release) end
+
+-- Wraps the tensor a C call left in outp, or raises its error.
+local function new(st)
+  if st ~= 0 then raise(ffi.string(C.dp_last_error())) end
+  return wrap(outp[0])
+end
+
+local function is_tensor(x) return ffi.istype(Tensor_ct, x) end
+torch.is_tensor = is_tensor
+
+local function typename(x)
+  if is_tensor(x) then return "Tensor" end
+  return type(x)
+end
+
+---------------------------------------------------------------- dtypes and devices
+
+local dtype_mt = { __tostring = function(d) return "torch." .. d.name end }
+local dtypes_by_id, dtypes_by_name = {}, {}
+local function def_dtype(id, name, ...)
+  local d = setmetatable({ id = id, name = name,
+                           is_floating_point = C.dp_dtype_is_floating(id) ~= 0,
+                           itemsize = tonumber(C.dp_dtype_size(id)) }, dtype_mt)
+  dtypes_by_id[id] = d
+  dtypes_by_name[name] = d
+  torch[name] = d
+  for _, alias in ipairs({ ... }) do torch[alias] = d; dtypes_by_name[alias] = d end
+end
+def_dtype(0, "float32", "float")
+def_dtype(1, "float64", "double")
+def_dtype(2, "int64", "long")
+def_dtype(3, "int32", "int")
+def_dtype(4, "uint8")
+def_dtype(5, "bool")
+def_dtype(6, "bfloat16")
+torch.dtype_mt = dtype_mt
+
+local default_dtype = torch.float32
+function torch.get_default_dtype() return default_dtype end
+function torch.set_default_dtype(d)
+  local dt = dtypes_by_name[tostring(d):gsub("^torch%.", "")]
+  if not dt or not dt.is_floating_point then raise("set_default_dtype: expected a floating dtype, got " .. tostring(d)) end
+  default_dtype = dt
+end
+
+local function to_dtype(d, fn)
+  if d == nil then return nil end
+  if getmetatable(d) == dtype_mt then return d end
+  if type(d) == "string" then
+    local dt = dtypes_by_name[d:gsub("^torch%.", "")]
+    if dt then return dt end
+  end
+  raise(string.format("%s: expected a dtype (torch.float32, \"int64\", ...), got %s %s",
+                      fn, typename(d), tostring(d)))
+end
+
+-- Devices are interned objects: torch.device("cuda:0") == t.device works.
+local device_mt = {}
+device_mt.__index = device_mt
+device_mt.__tostring = function(d) return d.str end
+local devices = {}
+local function device_obj(index)
+  local d = devices[index]
+  if not d then
+    local str = index == DP_CPU and "cpu" or ("cuda:" .. index)
+    d = setmetatable({ index = index ~= DP_CPU and index or nil, type = index == DP_CPU and "cpu" or "cuda",
+                       str = str, id = index }, device_mt)
+    devices[index] = d
+  end
+  return d
+end
+
+local function parse_device(dev, fn)
+  if dev == nil then return nil end
+  if getmetatable(dev) == device_mt then return dev.id end
+  if type(dev) == "number" and dev >= 0 and dev % 1 == 0 then return dev end
+  if type(dev) == "string" then
+    if dev == "cpu" then return DP_CPU end
+    if dev == "cuda" then return 0 end
+    local i = dev:match("^cuda:(%d+)$")
+    if i then return tonumber(i) end
+  end
+  raise(string.format("%s: expected a device (\"cpu\", \"cuda\", \"cuda:N\"), got %s %s",
+                      fn, typename(dev), tostring(dev)))
+end
+
+function torch.device(spec, index)
+  if type(spec) == "string" and index then spec = spec .. ":" .. index end
+  return device_obj(parse_device(spec, "device"))
+end
+
+---------------------------------------------------------------- argument parsing
+
+local shape_buf = ffi.new("int64_t[8]")
+local dims_buf = ffi.new("int[8]")
+
+local function check_int(v, fn, what)
+  if type(v) ~= "number" or v % 1 ~= 0 then
+    raise(string.format("%s: expected %s to be an integer, got %s %s", fn, what, typename(v), tostring(v)))
+  end
+  return v
+end
+
+-- Reads a shape given as varargs (2, 3) or as one table {2, 3}; returns
+-- ndim, with the sizes in shape_buf.
+local function parse_shape(fn, first, ...)
+  local list = first
+  if type(first) ~= "table" then list = { first, ... } end
+  local n = #list
+  if n > 8 then raise(string.format("%s: at most 8 dimensions are supported, got %d", fn, n)) end
+  for i = 1, n do shape_buf[i - 1] = check_int(list[i], fn, "size " .. i) end
+  return n
+end
+
+-- Splits a trailing options table ({dtype=..., device=...}) off varargs.
+local function is_options(t)
+  return type(t) == "table" and t[1] == nil and next(t) ~= nil and getmetatable(t) == nil
+end
+local function split_options(...)
+  local n = select("#", ...)
+  local last = select(n, ...)
+  if n > 0 and is_options(last) then return last, n - 1 end
+  return nil, n
+end
+
+local function creation_opts(opts, fn, default)
+  opts = opts or {}
+  local dt = to_dtype(opts.dtype, fn) or default or default_dtype
+  local dev = parse_device(opts.device, fn) or DP_CPU
+  return dt.id, dev, opts.requires_grad
+end
+
+---------------------------------------------------------------- creation
+
+local function sized(fn, maker)
+  torch[fn] = function(...)
+    local opts, n = split_options(...)
+    if n == 0 then raise(fn .. ": expected a shape (sizes or a table of sizes)") end
+    local ndim = parse_shape(fn, ...)
+    if n > 1 and type((...)) == "table" then raise(fn .. ": expected sizes as numbers or one table, not both") end
+    local dt, dev = creation_opts(opts, fn)
+    return maker(ndim, dt, dev, opts)
+  end
+end
+
+sized("zeros", function(nd, dt, dev) return new(C.dp_full(outp, nd, shape_buf, 0, dt, dev)) end)
+sized("ones", function(nd, dt, dev) return new(C.dp_full(outp, nd, shape_buf, 1, dt, dev)) end)
+sized("empty", function(nd, dt, dev) return new(C.dp_empty(outp, nd, shape_buf, dt, dev)) end)
+sized("rand", function(nd, dt, dev) return new(C.dp_rand(outp, nd, shape_buf, dt, dev)) end)
+sized("randn", function(nd, dt, dev) return new(C.dp_randn(outp, nd, shape_buf, dt, dev)) end)
+
+local function check_number(v, fn, what)
+  if type(v) ~= "number" then
+    raise(string.format("%s: expected %s to be a number, got %s %s", fn, what, typename(v), tostring(v)))
+  end
+  return v
+end
+
+function torch.full(shape, value, opts)
+  if type(shape) ~= "table" then raise("full: expected the shape as a table, got " .. typename(shape)) end
+  local nd = parse_shape("full", shape)
+  if type(value) == "boolean" then
+    local dt, dev = creation_opts(opts, "full", torch.bool)
+    return new(C.dp_full(outp, nd, shape_buf, value and 1 or 0, dt, dev))
+  end
+  check_number(value, "full", "the fill value")
+  local default = value % 1 == 0 and torch.int64 or nil
+  local dt, dev = creation_opts(opts, "full", default)
+  return new(C.dp_full(outp, nd, shape_buf, value, dt, dev))
+end
+
+function torch.arange(a, b, c, d)
+  local opts
+  if is_options(b) then opts, b = b, nil elseif is_options(c) then opts, c = c, nil elseif is_options(d) then opts = d end
+  local start, stop, step = 0, a, 1
+  if b ~= nil then start, stop = a, b end
+  if c ~= nil then step = c end
+  check_number(start, "arange", "start"); check_number(stop, "arange", "end"); check_number(step, "arange", "step")
+  local integral = start % 1 == 0 and stop % 1 == 0 and step % 1 == 0
+  local dt, dev = creation_opts(opts, "arange", integral and torch.int64 or nil)
+  return new(C.dp_arange(outp, start, stop, step, dt, dev))
+end
+
+function torch.linspace(start, stop, steps, opts)
+  check_number(start, "linspace", "start"); check_number(stop, "linspace", "end")
+  check_int(steps, "linspace", "steps")
+  local dt, dev = creation_opts(opts, "linspace")
+  return new(C.dp_linspace(outp, start, stop, steps, dt, dev))
+end
+
+function torch.eye(n, m, opts)
+  if is_options(m) then opts, m = m, nil end
+  check_int(n, "eye", "n")
+  if m ~= nil then check_int(m, "eye", "m") end
+  if n < 0 or (m or 0) < 0 then raise("eye: sizes must be non-negative, got " .. n .. (m and (", " .. m) or "")) end
+  local dt, dev = creation_opts(opts, "eye")
+  return new(C.dp_eye(outp, n, m or -1, dt, dev))
+end
+
+function torch.randint(low, high, shape, opts)
+  if type(high) == "table" then low, high, shape, opts = 0, low, high, shape end
+  check_int(low, "randint", "low"); check_int(high, "randint", "high")
+  if type(shape) ~= "table" then raise("randint: expected the shape as a table, got " .. typename(shape)) end
+  local nd = parse_shape("randint", shape)
+  local dt, dev = creation_opts(opts, "randint", torch.int64)
+  return new(C.dp_randint(outp, low, high, nd, shape_buf, dt, dev))
+end
+
+function torch.manual_seed(seed)
+  check_int(seed, "manual_seed", "seed")
+  C.dp_manual_seed(seed)
+end
+
+-- tensor(data): nested tables are flattened row-major after checking that
+-- they are rectangular; numbers give the default dtype (int64 if all are
+-- integers), booleans give bool.
+local function scan(data, depth, shape, flat, fn)
+  if type(data) == "table" and not is_tensor(data) then
+    local n = #data
+    if shape[depth] == nil then
+      if #shape >= 8 then raise(fn .. ": more than 8 nested levels") end
+      shape[depth] = n
+    elseif shape[depth] ~= n then
+      raise(string.format("%s: expected a sequence of length %d at dim %d (got %d): nested tables must be rectangular",
+                          fn, shape[depth], depth - 1, n))
+    end
+    for i = 1, n do scan(data[i], depth + 1, shape, flat, fn) end
+    if n == 0 and depth == 1 then shape.empty = true end
+  else
+    if shape.leaf_depth == nil then shape.leaf_depth = depth
+    elseif shape.leaf_depth ~= depth then
+      raise(fn .. ": nested tables must be rectangular (a number appears where a table was expected)")
+    end
+    local tv = type(data)
+    if tv == "boolean" then shape.has_bool = true
+    elseif tv == "number" then if data % 1 ~= 0 then shape.has_float = true end
+    elseif is_tensor(data) and data:numel() == 1 then data = data:item(); tv = type(data)
+      if tv == "boolean" then shape.has_bool = true elseif data % 1 ~= 0 then shape.has_float = true end
+    else
+      raise(string.format("%s: expected numbers, booleans or nested tables of them, got %s", fn, typename(data)))
+    end
+    flat[#flat + 1] = data
+  end
+end
+
+function torch.tensor(data, opts)
+  if is_tensor(data) then
+    local t = data:clone()
+    if opts and (opts.dtype or opts.device) then t = t:to(opts.device or t.device, opts.dtype or t.dtype) end
+    return t
+  end
+  local shape, flat = {}, {}
+  scan(data, 1, shape, flat, "tensor")
+  local default = torch.int64
+  if shape.has_float or #flat == 0 then default = default_dtype
+  elseif shape.has_bool then default = torch.bool end
+  local dt, dev = creation_opts(opts, "tensor", default)
+  local nd = #shape
+  for i = 1, nd do shape_buf[i - 1] = shape[i] end
+  local t = new(C.dp_empty(outp, nd, shape_buf, dt, DP_CPU))
+  -- fill through a float64 staging tensor so every dtype's rounding is the C layer's
+  local n = #flat
+  if n > 0 then
+    shape_buf[0] = n
+    local stage = new(C.dp_empty(outp, 1, shape_buf, 1, DP_CPU))
+    local p = ffi.cast("double *", C.dp_tensor_data(stage.p))
+    for i = 1, n do
+      local v = flat[i]
+      if v == true then v = 1 elseif v == false then v = 0 end
+      p[i - 1] = v
+    end
+    for i = 1, nd do shape_buf[i - 1] = shape[i] end
+    local view = new(C.dp_view(outp, stage.p, nd, shape_buf))
+    check(C.dp_copy_(t.p, view.p))
+  end
+  if dev ~= DP_CPU then t = t:to(device_obj(dev)) end
+  return t
+end
+
+local function like(fn, maker)
+  torch[fn] = function(t, ...)
+    if not is_tensor(t) then raise(fn .. ": expected a tensor, got " .. typename(t)) end
+    local opts = select(select("#", ...), ...)
+    opts = is_options(opts) and opts or {}
+    local full = { dtype = opts.dtype or t.dtype, device = opts.device or t.device }
+    return maker(t, full, ...)
+  end
+end
+like("zeros_like", function(t, o) return torch.zeros(t:shape(), o) end)
+like("ones_like", function(t, o) return torch.ones(t:shape(), o) end)
+like("empty_like", function(t, o) return torch.empty(t:shape(), o) end)
+like("rand_like", function(t, o) return torch.rand(t:shape(), o) end)
+like("randn_like", function(t, o) return torch.randn(t:shape(), o) end)
+like("full_like", function(t, o, v) return torch.full(t:shape(), v, o) end)
+like("randint_like", function(t, o, low, high)
+  if high == nil or is_options(high) then low, high = 0, low end
+  return torch.randint(low, high, t:shape(), o)
+end)
+
+---------------------------------------------------------------- inspection
+
+function methods.dim(t) return C.dp_tensor_ndim(t.p) end
+methods.ndimension = methods.dim
+function methods.numel(t) return tonumber(C.dp_tensor_numel(t.p)) end
+methods.nelement = methods.numel
+
+local size_mt = { __tostring = function(s) return "torch.Size([" .. table.concat(s, ", ") .. "])" end }
+function methods.shape(t)
+  local n = C.dp_tensor_ndim(t.p)
+  local s = {}
+  for i = 0, n - 1 do s[i + 1] = tonumber(C.dp_tensor_size(t.p, i)) end
+  return setmetatable(s, size_mt)
+end
+
+local function wrap_dim(t, d, fn)
+  check_int(d, fn, "dim")
+  local n = C.dp_tensor_ndim(t.p)
+  local lim = n > 0 and n or 1
+  if d < -lim or d >= lim then
+    raise(string.format("%s: dim %d is out of range for a tensor of %d dimensions (expected a dim in [%d, %d])",
+                        fn, d, n, -lim, lim - 1))
+  end
+  return d < 0 and d + lim or d
+end
+
+function methods.size(t, d)
+  if d == nil then return methods.shape(t) end
+  if C.dp_tensor_ndim(t.p) == 0 then raise("size: a 0-d tensor has no dimensions") end
+  return tonumber(C.dp_tensor_size(t.p, wrap_dim(t, d, "size")))
+end
+
+function methods.stride(t, d)
+  if d ~= nil then return tonumber(C.dp_tensor_stride(t.p, wrap_dim(t, d, "stride"))) end
+  local s = {}
+  for i = 0, C.dp_tensor_ndim(t.p) - 1 do s[i + 1] = tonumber(C.dp_tensor_stride(t.p, i)) end
+  return s
+end
+
+function methods.is_contiguous(t) return C.dp_tensor_is_contiguous(t.p) ~= 0 end
+function methods.element_size(t) return tonumber(C.dp_dtype_size(C.dp_tensor_dtype(t.p))) end
+function methods.is_floating_point(t) return C.dp_dtype_is_floating(C.dp_tensor_dtype(t.p)) ~= 0 end
+function methods.data_ptr(t) return C.dp_tensor_data(t.p) end
+
+getters.shape = methods.shape
+getters.dtype = function(t) return dtypes_by_id[C.dp_tensor_dtype(t.p)] end
+getters.device = function(t) return device_obj(C.dp_tensor_device(t.p)) end
+getters.ndim = methods.dim
+getters.is_cuda = function(t) return C.dp_tensor_device(t.p) ~= DP_CPU end
+getters.T = function(t)
+  local n = C.dp_tensor_ndim(t.p)
+  local dims = {}
+  for i = 1, n do dims[i] = n - i end
+  return methods.permute(t, dims)
+end
+
+local type_names = { float32 = "torch.FloatTensor", float64 = "torch.DoubleTensor", int64 = "torch.LongTensor",
+                     int32 = "torch.IntTensor", uint8 = "torch.ByteTensor", bool = "torch.BoolTensor",
+                     bfloat16 = "torch.BFloat16Tensor" }
+function methods.type(t, dt)
+  if dt ~= nil then return methods.to(t, dt) end
+  local name = type_names[getters.dtype(t).name]
+  return C.dp_tensor_device(t.p) == DP_CPU and name or name:gsub("^torch%.", "torch.cuda.")
+end
+
+---------------------------------------------------------------- views
+
+local function shape_method(cfn, fn)
+  return function(t, ...)
+    local nd = parse_shape(fn, ...)
+    return new(cfn(outp, t.p, nd, shape_buf))
+  end
+end
+methods.view = shape_method(C.dp_view, "view")
+methods.reshape = shape_method(C.dp_reshape, "reshape")
+methods.expand = shape_method(C.dp_expand, "expand")
+function methods.view_as(t, o) return methods.view(t, o:shape()) end
+function methods.reshape_as(t, o) return methods.reshape(t, o:shape()) end
+function methods.expand_as(t, o) return methods.expand(t, o:shape()) end
+
+function methods.permute(t, first, ...)
+  local list = type(first) == "table" and first or { first, ... }
+  local n = #list
+  if n > 8 then raise("permute: too many dims") end
+  for i = 1, n do dims_buf[i - 1] = check_int(list[i], "permute", "dim") end
+  return new(C.dp_permute(outp, t.p, n, dims_buf))
+end
+
+function methods.transpose(t, d0, d1)
+  return new(C.dp_transpose(outp, t.p, check_int(d0, "transpose", "dim0"), check_int(d1, "transpose", "dim1")))
+end
+
+function methods.t(t)
+  local n = C.dp_tensor_ndim(t.p)
+  if n > 2 then raise(string.format("t: expects a tensor with <= 2 dimensions, but self is %dD", n)) end
+  if n < 2 then return new(C.dp_alias(outp, t.p)) end
+  return methods.transpose(t, 0, 1)
+end
+
+function methods.contiguous(t) return new(C.dp_contiguous(outp, t.p)) end
+
+function methods.squeeze(t, d)
+  if d == nil then return new(C.dp_squeeze(outp, t.p, DP_ALL_DIMS)) end
+  return new(C.dp_squeeze(outp, t.p, check_int(d, "squeeze", "dim")))
+end
+
+function methods.unsqueeze(t, d) return new(C.dp_unsqueeze(outp, t.p, check_int(d, "unsqueeze", "dim"))) end
+
+function methods.narrow(t, d, start, len)
+  return new(C.dp_narrow(outp, t.p, check_int(d, "narrow", "dim"), check_int(start, "narrow", "start"),
+                         check_int(len, "narrow", "length")))
+end
+
+function methods.select(t, d, i)
+  return new(C.dp_select(outp, t.p, check_int(d, "select", "dim"), check_int(i, "select", "index")))
+end
+
+function methods.flatten(t, s, e)
+  local n = C.dp_tensor_ndim(t.p)
+  if n == 0 then return methods.reshape(t, 1) end
+  s = wrap_dim(t, s or 0, "flatten"); e = wrap_dim(t, e or -1, "flatten")
+  if s > e then raise("flatten: start_dim cannot come after end_dim") end
+  local shape, sizes = {}, methods.shape(t)
+  for i = 1, s do shape[#shape + 1] = sizes[i] end
+  local prod = 1
+  for i = s + 1, e + 1 do prod = prod * sizes[i] end
+  shape[#shape + 1] = prod
+  for i = e + 2, n do shape[#shape + 1] = sizes[i] end
+  return methods.reshape(t, shape)
+end
+
+function methods.detach(t) return new(C.dp_alias(outp, t.p)) end
+function methods.clone(t) return new(C.dp_clone(outp, t.p)) end
+
+-- t[i] and t[{...}] -----------------------------------------------------
+
+local function index_view(t, key)
+  if type(key) == "number" then
+    if C.dp_tensor_ndim(t.p) == 0 then raise("index: invalid index of a 0-d tensor") end
+    return new(C.dp_select(outp, t.p, 0, check_int(key, "index", "index")))
+  end
+  if type(key) ~= "table" then raise("index: expected a number or a table of indices, got " .. typename(key)) end
+  local v, d = t, 0
+  for k = 1, #key do
+    local e = key[k]
+    if type(e) == "number" then
+      if d >= C.dp_tensor_ndim(v.p) then
+        raise(string.format("index: too many indices for a tensor of dimension %d", C.dp_tensor_ndim(t.p)))
+      end
+      v = new(C.dp_select(outp, v.p, d, check_int(e, "index", "index")))
+    elseif type(e) == "table" then
+      if d >= C.dp_tensor_ndim(v.p) then
+        raise(string.format("index: too many indices for a tensor of dimension %d", C.dp_tensor_ndim(t.p)))
+      end
+      local size = tonumber(C.dp_tensor_size(v.p, d))
+      local start, stop, step = e[1] or 0, e[2] or size, e[3] or 1
+      check_int(start, "index", "slice start"); check_int(stop, "index", "slice stop"); check_int(step, "index", "slice step")
+      v = new(C.dp_slice(outp, v.p, d, start, stop, step))
+      d = d + 1
+    else
+      raise("index: each index must be a number or a {start, stop[, step]} table, got " .. typename(e))
+    end
+  end
+  return v
+end
+
+local function assign(t, key, value)
+  local view = index_view(t, key)
+  if is_tensor(value) then check(C.dp_copy_(view.p, value.p))
+  elseif type(value) == "number" then check(C.dp_fill_(view.p, value))
+  elseif type(value) == "boolean" then check(C.dp_fill_(view.p, value and 1 or 0))
+  else raise("index assignment: expected a tensor or a number, got " .. typename(value)) end
+end
+
+---------------------------------------------------------------- math
+
+local UN = { neg = 0, abs = 1, exp = 2, log = 3, sqrt = 4, rsqrt = 5, tanh = 6, sigmoid = 7, relu = 8,
+             gelu = 9, sin = 10, cos = 11, sign = 12, floor = 13, ceil = 14, round = 15, reciprocal = 16,
+             log1p = 17, expm1 = 18, logical_not = 19, square = 20 }
+local GELU_TANH = 21
+local BIN = { add = 0, sub = 1, mul = 2, div = 3, pow = 4, maximum = 5, minimum = 6, eq = 7, ne = 8,
+              lt = 9, le = 10, gt = 11, ge = 12, remainder = 13, atan2 = 14, logical_and = 15, logical_or = 16 }
+local RED = { sum = 0, mean = 1, prod = 2, max = 3, min = 4, argmax = 5, argmin = 6, var = 7, std = 8,
+              all = 9, any = 10 }
+torch._ops = { unary = UN, binary = BIN, reduce = RED }
+
+local function as_tensor(x, fn)
+  if is_tensor(x) then return x end
+  if type(x) == "boolean" then return torch.tensor(x) end
+  raise(string.format("%s: expected a tensor or a number, got %s", fn, typename(x)))
+end
+
+local function binary(op, a, b, fn)
+  if type(b) == "number" and is_tensor(a) then return new(C.dp_binary_scalar(outp, op, a.p, b, 0)) end
+  if type(a) == "number" and is_tensor(b) then return new(C.dp_binary_scalar(outp, op, b.p, a, 1)) end
+  a, b = as_tensor(a, fn), as_tensor(b, fn)
+  return new(C.dp_binary(outp, op, a.p, b.p))
+end
+
+local function binary_into(op, dst, a, b, fn)
+  if type(b) == "number" then check(C.dp_binary_scalar_into(dst.p, op, a.p, b, 0))
+  else b = as_tensor(b, fn); check(C.dp_binary_into(dst.p, op, a.p, b.p)) end
+  return dst
+end
+
+for name, op in pairs(UN) do
+  methods[name] = function(t) return new(C.dp_unary(outp, op, t.p)) end
+  methods[name .. "_"] = function(t) check(C.dp_unary_into(t.p, op, t.p)); return t end
+end
+function methods.gelu(t, approximate)
+  local op = approximate == "tanh" and GELU_TANH or UN.gelu
+  return new(C.dp_unary(outp, op, t.p))
+end
+methods.negative = methods.neg
+methods.absolute = methods.abs
+
+for name, op in pairs(BIN) do
+  methods[name] = function(a, b) return binary(op, a, b, name) end
+  methods[name .. "_"] = function(a, b) return binary_into(op, a, a, b, name .. "_") end
+end
+
+-- add/sub with alpha: a + alpha * b, as in PyTorch
+local function scaled(b, alpha, fn)
+  if alpha == nil or alpha == 1 then return b end
+  check_number(alpha, fn, "alpha")
+  return binary(BIN.mul, b, alpha, fn)
+end
+function methods.add(a, b, alpha) return binary(BIN.add, a, scaled(b, alpha, "add"), "add") end
+function methods.sub(a, b, alpha) return binary(BIN.sub, a, scaled(b, alpha, "sub"), "sub") end
+function methods.add_(a, b, alpha) return binary_into(BIN.add, a, a, scaled(b, alpha, "add_"), "add_") end
+function methods.sub_(a, b, alpha) return binary_into(BIN.sub, a, a, scaled(b, alpha, "sub_"), "sub_") end
+methods.multiply, methods.divide, methods.subtract = methods.mul, methods.div, methods.sub
+methods.true_divide = methods.div
+
+function methods.zero_(t) check(C.dp_fill_(t.p, 0)); return t end
+function methods.fill_(t, v)
+  if type(v) == "boolean" then v = v and 1 or 0 end
+  if is_tensor(v) then v = v:item(); if type(v) == "boolean" then v = v and 1 or 0 end end
+  check(C.dp_fill_(t.p, check_number(v, "fill_", "value")))
+  return t
+end
+function methods.copy_(t, src)
+  if not is_tensor(src) then raise("copy_: expected a tensor source, got " .. typename(src)) end
+  check(C.dp_copy_(t.p, src.p))
+  return t
+end
+
+local NAN = 0 / 0
+local function bound(v, fn, what)
+  if v == nil then return NAN end
+  if is_tensor(v) then v = v:item() end
+  return check_number(v, fn, what)
+end
+function methods.clamp(t, lo, hi)
+  if is_options(lo) then lo, hi = lo.min, lo.max end
+  return new(C.dp_clamp(outp, t.p, bound(lo, "clamp", "min"), bound(hi, "clamp", "max")))
+end
+function methods.clamp_(t, lo, hi)
+  if is_options(lo) then lo, hi = lo.min, lo.max end
+  check(C.dp_clamp_into(t.p, t.p, bound(lo, "clamp_", "min"), bound(hi, "clamp_", "max")))
+  return t
+end
+function methods.clamp_min(t, lo) return methods.clamp(t, lo, nil) end
+function methods.clamp_max(t, hi) return methods.clamp(t, nil, hi) end
+methods.clip = methods.clamp
+
+function torch.where(cond, a, b)
+  if not is_tensor(cond) then raise("where: expected condition to be a tensor, got " .. typename(cond)) end
+  if type(a) == "number" then a = torch.full({}, a, { dtype = is_tensor(b) and b.dtype or nil }) end
+  if type(b) == "number" then b = torch.full({}, b, { dtype = a.dtype }) end
+  a, b = as_tensor(a, "where"), as_tensor(b, "where")
+  return new(C.dp_where(outp, cond.p, a.p, b.p))
+end
+function methods.where(t, cond, other) return torch.where(cond, t, other) end
+
+-- Reductions -------------------------------------------------------------
+
+-- Accepts (dim, keepdim), ({dim=, keepdim=}), or a table of dims.
+local function reduce_args(fn, dim, keepdim)
+  if is_options(dim) then dim, keepdim = dim.dim, dim.keepdim end
+  if keepdim ~= nil and type(keepdim) ~= "boolean" then
+    raise(string.format("%s: expected keepdim to be a boolean, got %s", fn, typename(keepdim)))
+  end
+  return dim, keepdim and 1 or 0
+end
+
+local function reduce(op, fn, t, dim, keepdim, correction)
+  dim, keepdim = reduce_args(fn, dim, keepdim)
+  if dim == nil then return new(C.dp_reduce(outp, op, t.p, DP_ALL_DIMS, 0, correction or 0)) end
+  if type(dim) == "table" then
+    -- several dims: reduce the highest first so the others keep their place
+    local n = C.dp_tensor_ndim(t.p)
+    local ds = {}
+    for i, d in ipairs(dim) do ds[i] = wrap_dim(t, d, fn) end
+    table.sort(ds, function(x, y) return x > y end)
+    local r = t
+    for i, d in ipairs(ds) do
+      if i > 1 and d == ds[i - 1] then raise(fn .. ": dim " .. d .. " appears more than once") end
+      r = new(C.dp_reduce(outp, op, r.p, d, keepdim, correction or 0))
+    end
+    return n == 0 and new(C.dp_reduce(outp, op, t.p, DP_ALL_DIMS, 0, correction or 0)) or r
+  end
+  return new(C.dp_reduce(outp, op, t.p, check_int(dim, fn, "dim"), keepdim, correction or 0))
+end
+
+for _, name in ipairs({ "sum", "mean", "prod", "all", "any", "argmax", "argmin" }) do
+  local op = RED[name]
+  methods[name] = function(t, dim, keepdim) return reduce(op, name, t, dim, keepdim) end
+end
+
+local function minmax(op, fn, pair_op)
+  return function(t, dim, keepdim)
+    if is_tensor(dim) then return binary(pair_op, t, dim, fn) end
+    if dim == nil then return new(C.dp_reduce(outp, op, t.p, DP_ALL_DIMS, 0, 0)) end
+    local d, kd = reduce_args(fn, dim, keepdim)
+    check(C.dp_reduce_with_index(outp, outp2, op, t.p, check_int(d, fn, "dim"), kd))
+    local values, indices = wrap(outp[0]), wrap(outp2[0])
+    return values, indices
+  end
+end
+methods.max = minmax(RED.max, "max", BIN.maximum)
+methods.min = minmax(RED.min, "min", BIN.minimum)
+function methods.amax(t, dim, keepdim) return reduce(RED.max, "amax", t, dim, keepdim) end
+function methods.amin(t, dim, keepdim) return reduce(RED.min, "amin", t, dim, keepdim) end
+
+-- var/std: (dim, keepdim), (dim, {correction=, unbiased=, keepdim=}) or ({dim=, ...})
+local function moments(op, fn)
+  return function(t, dim, opts)
+    local keepdim, correction = false, 1
+    if is_options(dim) then opts, dim = dim, dim.dim end
+    if type(opts) == "boolean" then keepdim = opts
+    elseif type(opts) == "table" then
+      keepdim = opts.keepdim or false
+      if opts.correction ~= nil then correction = check_int(opts.correction, fn, "correction") end
+      if opts.unbiased == false then correction = 0 end
+    end
+    if dim == nil then return new(C.dp_reduce(outp, op, t.p, DP_ALL_DIMS, 0, correction)) end
+    return new(C.dp_reduce(outp, op, t.p, check_int(dim, fn, "dim"), keepdim and 1 or 0, correction))
+  end
+end
+methods.var = moments(RED.var, "var")
+methods.std = moments(RED.std, "std")
+
+function methods.softmax(t, dim)
+  if dim == nil then raise("softmax: the dim argument is required") end
+  return new(C.dp_softmax(outp, t.p, check_int(dim, "softmax", "dim"), 0))
+end
+function methods.log_softmax(t, dim)
+  if dim == nil then raise("log_softmax: the dim argument is required") end
+  return new(C.dp_softmax(outp, t.p, check_int(dim, "log_softmax", "dim"), 1))
+end
+
+local function matmul_fn(cfn, fn)
+  return function(a, b)
+    if not is_tensor(a) or not is_tensor(b) then
+      raise(string.format("%s: expected two tensors, got %s and %s", fn, typename(a), typename(b)))
+    end
+    return new(cfn(outp, a.p, b.p))
+  end
+end
+methods.matmul = matmul_fn(C.dp_matmul, "matmul")
+methods.mm = matmul_fn(C.dp_mm, "mm")
+methods.bmm = matmul_fn(C.dp_bmm, "bmm")
+methods.mv = methods.matmul
+methods.dot = methods.matmul
+
+function methods.index_select(t, dim, index)
+  if not is_tensor(index) then raise("index_select: expected index to be a tensor, got " .. typename(index)) end
+  return new(C.dp_index_select(outp, t.p, check_int(dim, "index_select", "dim"), index.p))
+end
+
+function methods.gather(t, dim, index)
+  if not is_tensor(index) then raise("gather: expected index to be a tensor, got " .. typename(index)) end
+  return new(C.dp_gather(outp, t.p, check_int(dim, "gather", "dim"), index.p))
+end
+
+local list_buf = ffi.new("dp_tensor*[256]")
+local function tensor_list(fn, list)
+  if type(list) ~= "table" or is_tensor(list) then raise(fn .. ": expected a table of tensors, got " .. typename(list)) end
+  local n = #list
+  if n == 0 then raise(fn .. ": expected a non-empty table of tensors") end
+  if n > 256 then raise(fn .. ": at most 256 tensors at once, got " .. n) end
+  for i = 1, n do
+    if not is_tensor(list[i]) then raise(string.format("%s: expected a tensor at position %d, got %s", fn, i, typename(list[i]))) end
+    list_buf[i - 1] = list[i].p
+  end
+  return n
+end
+
+function torch.cat(list, dim)
+  local n = tensor_list("cat", list)
+  return new(C.dp_cat(outp, n, list_buf, check_int(dim or 0, "cat", "dim")))
+end
+torch.concat = torch.cat
+function torch.stack(list, dim)
+  local n = tensor_list("stack", list)
+  return new(C.dp_stack(outp, n, list_buf, check_int(dim or 0, "stack", "dim")))
+end
+
+---------------------------------------------------------------- conversion
+
+-- to(dtype), to(device), to(device, dtype), to(other_tensor), to{dtype=, device=}
+function methods.to(t, a, b)
+  local dt, dev = C.dp_tensor_dtype(t.p), C.dp_tensor_device(t.p)
+  local function take(x)
+    if x == nil then return end
+    if is_tensor(x) then dt, dev = C.dp_tensor_dtype(x.p), C.dp_tensor_device(x.p)
+    elseif getmetatable(x) == dtype_mt or (type(x) == "string" and dtypes_by_name[x:gsub("^torch%.", "")]) then
+      dt = to_dtype(x, "to").id
+    elseif is_options(x) then
+      if x.dtype then dt = to_dtype(x.dtype, "to").id end
+      if x.device then dev = parse_device(x.device, "to") end
+    else dev = parse_device(x, "to") end
+  end
+  take(a); take(b)
+  return new(C.dp_to(outp, t.p, dt, dev))
+end
+
+for name, dt in pairs({ float = 0, double = 1, long = 2, int = 3, byte = 4, bool = 5, bfloat16 = 6 }) do
+  methods[name] = function(t) return new(C.dp_to(outp, t.p, dt, C.dp_tensor_device(t.p))) end
+end
+function methods.cpu(t) return new(C.dp_to(outp, t.p, C.dp_tensor_dtype(t.p), DP_CPU)) end
+function methods.cuda(t, index)
+  return new(C.dp_to(outp, t.p, C.dp_tensor_dtype(t.p), parse_device(index or "cuda", "cuda")))
+end
+
+local item_d, item_i = ffi.new("double[1]"), ffi.new("int64_t[1]")
+function methods.item(t)
+  local dt = C.dp_tensor_dtype(t.p)
+  if dt == 2 then
+    check(C.dp_item_int64(t.p, item_i))
+    local v = item_i[0]
+    if v >= -9007199254740992LL and v <= 9007199254740992LL then return tonumber(v) end
+    return v  -- beyond 2^53: keep the exact int64 cdata
+  end
+  check(C.dp_item(t.p, item_d))
+  if dt == 5 then return item_d[0] ~= 0 end
+  return item_d[0]
+end
+
+-- Reads every element as a Lua value, through a contiguous float64 (or
+-- int64) copy so that one loop serves every dtype.
+local function elements(t)
+  local dt = C.dp_tensor_dtype(t.p)
+  local n = tonumber(C.dp_tensor_numel(t.p))
+  local stage_dt = dt == 2 and 2 or 1
+  local c = new(C.dp_to(outp, t.p, stage_dt, C.dp_tensor_device(t.p)))
+  c = new(C.dp_contiguous(outp, c.p))
+  if C.dp_tensor_device(c.p) ~= DP_CPU then c = methods.cpu(c) end
+  local p = ffi.cast(stage_dt == 2 and "int64_t *" or "double *", C.dp_tensor_data(c.p))
+  local out = {}
+  for i = 0, n - 1 do
+    local v = p[i]
+    if stage_dt == 2 then v = tonumber(v) end
+    if dt == 5 then v = v ~= 0 end
+    out[i + 1] = v
+  end
+  return out, n
+end
+torch._elements = elements
+
+function methods.tolist(t)
+  local flat = elements(t)
+  local shape = methods.shape(t)
+  if #shape == 0 then return flat[1] end
+  local pos = 0
+  local function build(d)
+    local r = {}
+    for i = 1, shape[d] do
+      if d == #shape then pos = pos + 1; r[i] = flat[pos] else r[i] = build(d + 1) end
+    end
+    return r
+  end
+  return build(1)
+end
+
+---------------------------------------------------------------- the metatable
+
+local mt = {}
+
+mt.__index = function(t, k)
+  local m = methods[k]
+  if m then return m end
+  local g = getters[k]
+  if g then return g(t) end
+  if type(k) == "number" or type(k) == "table" then return index_view(t, k) end
+  raise(string.format("Tensor has no method or field '%s'", tostring(k)))
+end
+
+mt.__newindex = function(t, k, v)
+  if type(k) == "number" or type(k) == "table" then return assign(t, k, v) end
+  raise(string.format("cannot set field '%s' of a Tensor", tostring(k)))
+end
+
+mt.__add = function(a, b) return binary(BIN.add, a, b, "add") end
+mt.__sub = function(a, b) return binary(BIN.sub, a, b, "sub") end
+mt.__mul = function(a, b) return binary(BIN.mul, a, b, "mul") end
+mt.__div = function(a, b) return binary(BIN.div, a, b, "div") end
+mt.__pow = function(a, b) return binary(BIN.pow, a, b, "pow") end
+mt.__mod = function(a, b) return binary(BIN.remainder, a, b, "remainder") end
+mt.__unm = function(a) return new(C.dp_unary(outp, UN.neg, a.p)) end
+mt.__len = function(t)
+  if C.dp_tensor_ndim(t.p) == 0 then raise("len() of a 0-d tensor") end
+  return tonumber(C.dp_tensor_size(t.p, 0))
+end
+mt.__tostring = function(t) return require("dplua.print").tensor_str(t) end
+
+ffi.metatype(Tensor_ct, mt)
+
+-- Every method is also a torch.NAME function taking the tensor first.
+for name, fn in pairs(methods) do
+  if torch[name] == nil then torch[name] = fn end
+end
+torch.Tensor = methods
+
+---------------------------------------------------------------- misc
+
+torch.__version__ = ffi.string(C.dp_version())
+function torch.build_options() return ffi.string(C.dp_build_options()) end
+torch.C = C
+torch.ffi_new_tensor = new
+
+torch.cuda = {
+  is_available = function() return false end,
+  device_count = function() return 0 end,
+}
+
+function torch.memory_allocated(device)
+  return tonumber(C.dp_memory_allocated(parse_device(device or "cpu", "memory_allocated")))
+end
+
+return torch

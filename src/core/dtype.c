@@ -110,3 +110,25 @@ int dtype_promote(int a, int b)
     if (ca == 2) return float_rank(a) > float_rank(b) ? a : b;
     return int_rank(a) > int_rank(b) ? a : b;
 }
+
+/* Joins two results of different priority: the lower-priority one counts
+ * only when it is of a higher category (bool < integer < floating). */
+static int combine_categories(int higher, int lower)
+{
+    if (higher < 0) return lower;
+    if (lower < 0) return higher;
+    if (dp_dtype_is_floating(higher)) return higher;
+    if (higher == DP_BOOL || dp_dtype_is_floating(lower)) return dtype_promote(higher, lower);
+    return higher;
+}
+
+/* PyTorch's result_type for two operands, each ranked DTYPE_DIM (a tensor
+ * with dims), DTYPE_ZERO_DIM (a 0-d tensor) or DTYPE_WRAPPED (a Lua number,
+ * which counts as int64 or float32). */
+int dtype_result(int da, int ka, int db, int kb)
+{
+    int r[3] = { -1, -1, -1 };
+    r[ka] = da;
+    r[kb] = r[kb] < 0 ? db : dtype_promote(r[kb], db);
+    return combine_categories(r[0], combine_categories(r[1], r[2]));
+}

@@ -170,11 +170,16 @@ static bool binop_is_comparison(int op)
     return (op >= DP_EQ && op <= DP_GE) || op == DP_LOGICAL_AND || op == DP_LOGICAL_OR;
 }
 
-static dp_status binary_dtypes(int op, int da, int db, int *compute, int *result)
+static int rank_of(const dp_tensor *t)
+{
+    return t->ndim ? DTYPE_DIM : DTYPE_ZERO_DIM;
+}
+
+static dp_status binary_dtypes(int op, const dp_tensor *a, const dp_tensor *b, int *compute, int *result)
 {
     if (op < 0 || op >= DP_NUM_BINOPS)
         return dp_fail(DP_ERR_ARG, "binary: invalid op %d", op);
-    *compute = dtype_promote(da, db);
+    *compute = dtype_result(a->dtype, rank_of(a), b->dtype, rank_of(b));
     if ((op == DP_DIV || op == DP_ATAN2) && !dp_dtype_is_floating(*compute))
         *compute = DP_FLOAT32;
     if (*compute == DP_BOOL && (op == DP_SUB || op == DP_POW || op == DP_REMAINDER))
@@ -199,7 +204,7 @@ static dp_status binary_run(dp_tensor *out, int op, dp_tensor *a, dp_tensor *b, 
 static dp_status binary_check(int op, dp_tensor *a, dp_tensor *b, int *compute, int *result,
                               int *ndim, int64_t *shape)
 {
-    dp_status st = binary_dtypes(op, a->dtype, b->dtype, compute, result);
+    dp_status st = binary_dtypes(op, a, b, compute, result);
     if (st || (st = same_device(binop_names[op], a, b)) || (st = on_cpu(binop_names[op], a)))
         return st;
     return broadcast_shapes(binop_names[op], a->ndim, a->shape, b->ndim, b->shape, ndim, shape);
@@ -235,18 +240,14 @@ dp_status dp_binary_into(dp_tensor *dst, int op, dp_tensor *a, dp_tensor *b)
     return st;
 }
 
-/* A Lua number is a "wrapped scalar" in PyTorch's sense: it does not raise
- * the category's width (float32 + 2.5 stays float32), but an integer tensor
- * with a non-integral number becomes float32, and bool with a number
- * becomes int64 or float32. */
+/* A Lua number is a "wrapped scalar" in PyTorch's sense: int64 when it
+ * has an integer value, else float32, and of the lowest priority, so that
+ * float32 + 2.5 stays float32 and int32 + 2 stays int32. The scalar becomes
+ * a 0-d tensor of the result dtype, which then promotes the same way. */
 static int scalar_dtype(const dp_tensor *a, double s)
 {
     bool integral = s == floor(s) && fabs(s) < 9.3e18;
-    if (dp_dtype_is_floating(a->dtype))
-        return a->dtype;
-    if (!integral)
-        return DP_FLOAT32;
-    return a->dtype == DP_BOOL ? DP_INT64 : a->dtype;
+    return dtype_result(a->dtype, rank_of(a), integral ? DP_INT64 : DP_FLOAT32, DTYPE_WRAPPED);
 }
 
 static dp_status scalar_tensor(dp_tensor **out, const dp_tensor *a, double s)

@@ -55,5 +55,7 @@ uint16_t float_to_bf16(float f);
 double dtype_load(int dtype, const char *p);
 void dtype_store(int dtype, char *p, double v);
 int dtype_promote(int a, int b);
+enum { DTYPE_DIM, DTYPE_ZERO_DIM, DTYPE_WRAPPED };
+int dtype_result(int da, int ka, int db, int kb);
 
 #endif
