@@ -20,7 +20,9 @@ AC_DEFUN([DP_CHECK_GLOO], [
     [check], [AS_IF([test "x$enable_portable" = xyes],
                 [dp_gloo_why="--enable-portable (libgloo is shared only)"])],
     [yes], [],
-    [GLOO_CPPFLAGS="-I$with_gloo/include"
+    [AS_IF([test -f "$with_gloo/include/gloo/config.h"], [],
+       [AC_MSG_ERROR([--with-gloo=$with_gloo: no $with_gloo/include/gloo/config.h])])
+     GLOO_CPPFLAGS="-I$with_gloo/include"
      for dp_l in "$with_gloo/lib64" "$with_gloo/lib"; do
        AS_IF([test -d "$dp_l"], [GLOO_LIBS="-L$dp_l"; break])
      done])
@@ -53,6 +55,8 @@ AC_DEFUN([DP_CHECK_GLOO], [
     GLOO_CPPFLAGS=; GLOO_LIBS=
   ], [
     AC_DEFINE([DP_HAVE_GLOO], [1], [Define to 1 to build the Gloo process group.])
+    AS_IF([test "x$enable_portable" = xyes],
+      [AC_MSG_WARN([--enable-portable with --with-gloo: the program needs libgloo.so (and its ibverbs, hiredis) where it runs])])
   ])
   AM_CONDITIONAL([HAVE_GLOO], [test $dp_have_gloo = yes])
   AC_SUBST([GLOO_CPPFLAGS])

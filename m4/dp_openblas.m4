@@ -13,8 +13,12 @@ AC_DEFUN([DP_CHECK_OPENBLAS], [
     [yes|check], [
       PKG_CHECK_MODULES([OPENBLAS], [openblas], [],
         [OPENBLAS_CFLAGS=; OPENBLAS_LIBS=-lopenblas])],
-    [OPENBLAS_CFLAGS="-I$with_openblas/include"
-     OPENBLAS_LIBS="-L$with_openblas/lib -lopenblas"])
+    [AS_IF([test -d "$with_openblas/include"], [],
+       [AC_MSG_ERROR([--with-openblas=$with_openblas: no $with_openblas/include])])
+     OPENBLAS_CFLAGS="-I$with_openblas/include"
+     OPENBLAS_LIBS="-L$with_openblas/lib -lopenblas"
+     AS_IF([test -d "$with_openblas/lib64"],
+       [OPENBLAS_LIBS="-L$with_openblas/lib64 $OPENBLAS_LIBS"])])
 
   dp_save_CPPFLAGS=$CPPFLAGS
   dp_save_LIBS=$LIBS
