@@ -27,6 +27,7 @@ deterministic: running it twice writes the same bytes.
 """
 
 import math
+import re
 import os
 import struct
 import sys
@@ -131,6 +132,7 @@ def case(group, name, expr, py, inputs=(), **extra):
     while (group, name) in NAMES:
         name, k = "%s (%d)" % (base, k), k + 1
     NAMES.add((group, name))
+    check_names(name, expr, inputs)
     c = {"group": group, "name": name, "expr": expr, "inputs": list(inputs)}
     if isinstance(res, torch.Tensor):
         c.update(tensor_fields(res, extra.pop("check_stride", False)))
@@ -146,6 +148,14 @@ def case(group, name, expr, py, inputs=(), **extra):
         c["dtype"] = extra.pop("value_dtype")
     c.update(extra)
     CASES.append(c)
+
+
+def check_names(name, expr, inputs):
+    """The Lua expr must use exactly the names its inputs are bound to."""
+    code = re.sub(r'"[^"]*"', '""', expr)
+    used = set(re.findall(r'(?<![\w.:])([abcd])(?!\w)', code))
+    want = set("abcd"[:len(inputs)])
+    assert used == want, "%s: expr %r uses %s but has inputs %s" % (name, expr, sorted(used), list(inputs))
 
 
 def tensor_fields(t, with_stride=False):
@@ -701,7 +711,7 @@ def gen_unary():
         case(G, "%s of infinities" % op, "a:%s()" % op, unary_py(op), ["f32_spec_inf"])
     for op in ["exp", "tanh", "sigmoid", "sqrt", "relu"]:
         case(G, "%s bf16" % op, "a:%s()" % op, unary_py(op), [rnd("bfloat16", [6], "pos")])
-    case(G, "abs of transposed", "a:t():abs()", torch.abs, [rnd("float32", [3, 2])])
+    case(G, "abs of transposed", "a:t():abs()", lambda x: x.t().abs(), [rnd("float32", [3, 2])])
 
 
 def gen_where_clamp():
@@ -717,8 +727,10 @@ def gen_where_clamp():
          [rnd("int64", [2, 3]), b, cond])
     case(G, "where float64 and float32", "torch.where(c, a, b)", lambda x, y, c: torch.where(c, x, y),
          [rnd("float64", [2, 3]), b, cond])
-    case(G, "where scalar other", "torch.where(c, a, 0.0)", lambda x, c: torch.where(c, x, 0.0), [a, cond])
-    case(G, "where scalar both", "torch.where(c, 1.0, -1.0)", lambda c: torch.where(c, 1.0, -1.0), [cond])
+    case(G, "where scalar other", "torch.where(b, a, 0.0)", lambda x, c: torch.where(c, x, 0.0), [a, cond])
+    # (1.0 would be an integer scalar in Lua, so use fractions)
+    case(G, "where scalar both", "torch.where(a, 1.5, -1.5)", lambda c: torch.where(c, 1.5, -1.5), [cond])
+    case(G, "where integer scalars give int64", "torch.where(a, 1, -1)", lambda c: torch.where(c, 1, -1), [cond])
     case(G, "where cond from comparison", "torch.where(a:gt(0), a, b)",
          lambda x, y: torch.where(x > 0, x, y), [a, b])
     case(G, "where method form", "a:where(c, b)", lambda x, y, c: x.where(c, y), [a, b, cond])
@@ -767,7 +779,7 @@ def gen_inplace():
          rnd("float32", [2, 3], "b")),
         ("copy_ int64 -> float64", "a:copy_(b); return a", lambda x, y: x.copy_(y), a64, ai),
         ("copy_ bool -> float32", "a:copy_(b); return a", lambda x, y: x.copy_(y), a, rnd("bool", [2, 3])),
-        ("copy_ into transposed view", "a:t():copy_(b); return a", lambda x, y: x.t().copy_(y), a,
+        ("copy_ into transposed view", "a:t():copy_(b); return a", lambda x, y: (x.t().copy_(y), x)[1], a,
          rnd("float32", [3, 2])),
         ("clamp_", "a:clamp_(-1, 1); return a", lambda x: x.clamp_(-1, 1), a),
         ("clamp_ max only", "a:clamp_(nil, 0); return a", lambda x: x.clamp_(None, 0), a),

@@ -7,6 +7,7 @@ tap.lua -- a tiny TAP producer for dplua's Lua tests.
     T.close(got, expected, rtol, atol, "name")
     T.tensor_close(t, expected, rtol, atol, "name")
     T.raises(function() ... end, "pattern", "name")
+    T.check("name", function() return x end, expected)  -- isolated
     T.run("name", function() ... end) -- an error inside is a failure
     T.done_testing()                  -- prints the plan, exits 1 on failure
 
@@ -311,6 +312,16 @@ end
 function T.lives(fn, name)
     local ok, err = pcall(fn)
     return T.ok(ok, name, not ok and ("raised: " .. tostring(err)) or nil)
+end
+
+-- One isolated check: fn() runs under pcall, so an error fails only this
+-- test. With `expected` the result must equal it (deeply, NaN equal to NaN);
+-- without, it must be true.
+function T.check(name, fn, expected)
+    local ok, got = pcall(fn)
+    if not ok then return T.ok(false, name, "raised: " .. tostring(got)) end
+    if expected == nil then return T.ok(got, name, "got " .. fmt(got)) end
+    return T.is(got, expected, name)
 end
 
 -- Runs fn (which may call T.ok and friends); an error inside it counts as

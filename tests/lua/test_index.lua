@@ -41,13 +41,13 @@ T.run("assignment", function()
     T.is(t:tolist(), {{10, 20, -1, 7}, {10, 20, 5, 8}, {1, 2, 3, 4}}, "t[{{0, 2}, {0, 2}}] = broadcast row")
     t[-1] = 0
     T.is(t[2]:tolist(), {0, 0, 0, 0}, "t[-1] = 0")
-    local i = torch.zeros(3, {dtype = torch.int64})
+    local i = torch.zeros({3}, {dtype = torch.int64})
     i[1] = 7
     T.is(i:tolist(), {0, 7, 0}, "int64 assignment")
-    local b = torch.zeros(2, {dtype = torch.bool})
+    local b = torch.zeros({2}, {dtype = torch.bool})
     b[0] = true
     T.is(b:tolist(), {true, false}, "bool assignment")
-    local d = torch.zeros(4, {dtype = torch.float64})
+    local d = torch.zeros({4}, {dtype = torch.float64})
     d[{{1, 3}}] = torch.tensor({0.1, 0.2}, {dtype = torch.float64})
     T.is(d:tolist(), {0, 0.1, 0.2, 0}, "float64 assignment keeps doubles exact")
 end)

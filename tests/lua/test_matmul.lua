@@ -65,13 +65,13 @@ T.run("bigger products against Lua", function()
 end)
 
 T.run("matmul shapes by hand", function()
-    local v = torch.tensor({1, 2, 3})
+    local v = torch.tensor({1, 2, 3}, {dtype = torch.float32})
     T.is(v:matmul(v):dim(), 0, "1-D . 1-D is 0-d")
     T.is(v:matmul(v):item(), 14, "dot product value")
     T.is(T.shape(torch.ones(2, 3):matmul(v)), {2}, "2-D . 1-D is 1-D")
     T.is(T.shape(v:matmul(torch.ones(3, 4))), {4}, "1-D . 2-D is 1-D")
     T.is(T.shape(torch.ones(5, 1, 2, 3):matmul(torch.ones(4, 3, 6))), {5, 4, 2, 6}, "batch dims broadcast")
-    T.is(tostring(torch.ones(2, 2, {dtype = torch.float64}):mm(torch.ones(2, 2, {dtype = torch.float64})).dtype),
+    T.is(tostring(torch.ones({2, 2}, {dtype = torch.float64}):mm(torch.ones({2, 2}, {dtype = torch.float64})).dtype),
          "torch.float64", "float64 mm stays float64")
 end)
 

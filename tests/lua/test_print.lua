@@ -8,14 +8,14 @@ local torch = require("dplua")
 T.run_ref(torch, "print")
 
 T.run("printing by hand", function()
-    T.is(tostring(torch.tensor({{1, 2}, {3, 4}})), "tensor([[1., 2.],\n        [3., 4.]])", "tensor([[1., 2.], [3., 4.]])")
+    T.is(tostring(torch.tensor({{1, 2}, {3, 4}}, {dtype = torch.float32})), "tensor([[1., 2.],\n        [3., 4.]])", "tensor([[1., 2.], [3., 4.]])")
     T.is(tostring(torch.tensor({1.5}, {dtype = torch.float64})), "tensor([1.5000], dtype=torch.float64)",
          "dtype shown for float64")
     T.is(tostring(torch.arange(3)), "tensor([0, 1, 2])", "int64 without dtype")
     T.is(tostring(torch.tensor(true)), "tensor(True)", "bool 0-d")
     T.is("x = " .. tostring(torch.zeros(1)), "x = tensor([0.])", "concatenation with tostring")
     T.is(tostring(torch.float32), "torch.float32", "tostring of a dtype")
-    T.is(tostring(torch.zeros(1, {dtype = torch.int32}).dtype), "torch.int32", "tostring of t.dtype")
+    T.is(tostring(torch.zeros({1}, {dtype = torch.int32}).dtype), "torch.int32", "tostring of t.dtype")
     -- print() goes to stdout: keep it on a TAP comment line
     io.write("# print: ")
     local ok, err = pcall(print, torch.tensor({1, 2}))

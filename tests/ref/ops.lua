@@ -1226,14 +1226,15 @@ C{name="tanh bf16", expr="a:tanh()", inputs={"bf16_6_pos"}, dtype="bfloat16", sh
 C{name="sigmoid bf16", expr="a:sigmoid()", inputs={"bf16_6_pos"}, dtype="bfloat16", shape={6}, values={0.65625,0.9609375,0.921875,0.99609375,0.640625,0.71484375}}
 C{name="sqrt bf16", expr="a:sqrt()", inputs={"bf16_6_pos"}, dtype="bfloat16", shape={6}, values={0.80078125,1.78125,1.5625,2.390625,0.7578125,0.953125}}
 C{name="relu bf16", expr="a:relu()", inputs={"bf16_6_pos"}, dtype="bfloat16", shape={6}, values={0.640625,3.171875,2.453125,5.75,0.57421875,0.91015625}}
-C{name="abs of transposed", expr="a:t():abs()", inputs={"f32_3x2_a"}, dtype="float32", shape={3,2}, values={{0.965,1.776},{2.397,1.754},{2.428,0.174}}}
+C{name="abs of transposed", expr="a:t():abs()", inputs={"f32_3x2_a"}, dtype="float32", shape={2,3}, values={{0.965,2.397,2.428},{1.776,1.754,0.174}}}
 C{name="where same shapes", expr="torch.where(c, a, b)", inputs={"f32_2x3_a","f32_2x3_b","b_2x3_c"}, dtype="float32", shape={2,3}, values={{-2.473,-0.145,-1.016},{-0.452,3.127,3.87}}}
 C{name="where broadcast cond [3]", expr="torch.where(c, a, b)", inputs={"f32_2x3_a","f32_2x3_b","b_3_c"}, dtype="float32", shape={2,3}, values={{-2.473,2.222,-0.861},{-0.452,3.378,3.87}}}
 C{name="where broadcast b [3]", expr="torch.where(c, a, b)", inputs={"f32_2x3_a","f32_3_b","b_2x3_c"}, dtype="float32", shape={2,3}, values={{-2.473,-1.237,-2.274},{-0.452,-1.237,3.87}}}
 C{name="where int64 and float32", expr="torch.where(c, a, b)", inputs={"i64_2x3_a","f32_2x3_b","b_2x3_c"}, dtype="float32", shape={2,3}, values={{5,-0.145,-1.016},{4,3.127,-5}}}
 C{name="where float64 and float32", expr="torch.where(c, a, b)", inputs={"f64_2x3_a","f32_2x3_b","b_2x3_c"}, dtype="float64", shape={2,3}, values={{-0.591,-0.14499999582767487,-1.0160000324249268},{-0.211,3.127000093460083,-0.9}}}
-C{name="where scalar other", expr="torch.where(c, a, 0.0)", inputs={"f32_2x3_a","b_2x3_c"}, dtype="float32", shape={2,3}, values={{-2.473,0,0},{-0.452,0,3.87}}}
-C{name="where scalar both", expr="torch.where(c, 1.0, -1.0)", inputs={"b_2x3_c"}, dtype="float32", shape={2,3}, values={{1,-1,-1},{1,-1,1}}}
+C{name="where scalar other", expr="torch.where(b, a, 0.0)", inputs={"f32_2x3_a","b_2x3_c"}, dtype="float32", shape={2,3}, values={{-2.473,0,0},{-0.452,0,3.87}}}
+C{name="where scalar both", expr="torch.where(a, 1.5, -1.5)", inputs={"b_2x3_c"}, dtype="float32", shape={2,3}, values={{1.5,-1.5,-1.5},{1.5,-1.5,1.5}}}
+C{name="where integer scalars give int64", expr="torch.where(a, 1, -1)", inputs={"b_2x3_c"}, dtype="int64", shape={2,3}, values={{1,-1,-1},{1,-1,1}}}
 C{name="where cond from comparison", expr="torch.where(a:gt(0), a, b)", inputs={"f32_2x3_a","f32_2x3_b"}, dtype="float32", shape={2,3}, values={{-1.262,2.222,-1.016},{2.772,3.378,3.87}}}
 C{name="where method form", expr="a:where(c, b)", inputs={"f32_2x3_a","f32_2x3_b","b_2x3_c"}, dtype="float32", shape={2,3}, values={{-2.473,-0.145,-1.016},{-0.452,3.127,3.87}}}
 C{name="clamp(-1, 1) float32", expr="a:clamp(-1, 1)", inputs={"f32_2x4_a"}, dtype="float32", shape={2,4}, values={{-1,0.168,1,1},{-0.374,1,0.569,1}}}
@@ -1276,7 +1277,7 @@ C{name="copy_ broadcast [3] -> [2,3]", expr="a:copy_(b); return a", inputs={"f32
 C{name="copy_ float32 -> int64 truncates", expr="a:copy_(b); return a", inputs={"i64_2x3_a","f32_2x3_b"}, dtype="int64", shape={2,3}, values={{-1,0,-1},{2,3,0}}}
 C{name="copy_ int64 -> float64", expr="a:copy_(b); return a", inputs={"f64_2x3_a","i64_2x3_a"}, dtype="float64", shape={2,3}, values={{5.0,-6.0,-3.0},{4.0,-2.0,-5.0}}}
 C{name="copy_ bool -> float32", expr="a:copy_(b); return a", inputs={"f32_2x3_a","b_2x3_a"}, dtype="float32", shape={2,3}, values={{1,1,0},{1,1,0}}}
-C{name="copy_ into transposed view", expr="a:t():copy_(b); return a", inputs={"f32_2x3_a","f32_3x2_a"}, dtype="float32", shape={3,2}, values={{0.965,-1.776},{-2.397,-1.754},{-2.428,0.174}}}
+C{name="copy_ into transposed view", expr="a:t():copy_(b); return a", inputs={"f32_2x3_a","f32_3x2_a"}, dtype="float32", shape={2,3}, values={{0.965,-2.397,-2.428},{-1.776,-1.754,0.174}}}
 C{name="clamp_", expr="a:clamp_(-1, 1); return a", inputs={"f32_2x3_a"}, dtype="float32", shape={2,3}, values={{-1,1,-0.861},{-0.452,1,1}}}
 C{name="clamp_ max only", expr="a:clamp_(nil, 0); return a", inputs={"f32_2x3_a"}, dtype="float32", shape={2,3}, values={{-2.473,0,-0.861},{-0.452,0,0}}}
 C{name="exp_", expr="a:exp_(); return a", inputs={"f32_2x3_a"}, dtype="float32", shape={2,3}, values={{0.08433148,9.225763,0.42273915},{0.6363542,29.312088,47.942383}}}
