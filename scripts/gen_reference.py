@@ -431,6 +431,21 @@ def gen_views():
     ]
     for name, expr, py, *ins in C:
         case(G, name, expr, py, ins, check_stride=True)
+    # every method is also torch.NAME(t, ...)
+    F = [
+        ("torch.reshape", "torch.reshape(a, {4, 6})", lambda a: torch.reshape(a, (4, 6)), x),
+        ("torch.transpose", "torch.transpose(a, 0, 2)", lambda a: torch.transpose(a, 0, 2), x),
+        ("torch.permute", "torch.permute(a, {2, 0, 1})", lambda a: torch.permute(a, (2, 0, 1)), x),
+        ("torch.t", "torch.t(a)", lambda a: torch.t(a), y),
+        ("torch.squeeze", "torch.squeeze(a)", lambda a: torch.squeeze(a), s),
+        ("torch.squeeze dim", "torch.squeeze(a, 0)", lambda a: torch.squeeze(a, 0), s),
+        ("torch.unsqueeze", "torch.unsqueeze(a, 1)", lambda a: torch.unsqueeze(a, 1), y),
+        ("torch.narrow", "torch.narrow(a, 1, 1, 2)", lambda a: torch.narrow(a, 1, 1, 2), y),
+        ("torch.select", "torch.select(a, 1, 2)", lambda a: torch.select(a, 1, 2), y),
+        ("torch.flatten", "torch.flatten(a, 1)", lambda a: torch.flatten(a, 1), x),
+    ]
+    for name, expr, py, *ins in F:
+        case(G, name, expr, py, ins, check_stride=True)
     # ops on views compute on the viewed values
     case(G, "sum of transposed view", "a:transpose(0, 1):sum(1)", lambda a: a.transpose(0, 1).sum(1), [x])
     case(G, "add of stepped views", "a[{{}, {0, nil, 2}}] + a[{{}, {1, nil, 2}}]",
@@ -599,6 +614,11 @@ def gen_binary():
          [rnd("float32", [3, 2]), rnd("float32", [3, 2], "b")])
     case(G, "add expanded", "a:expand(3, 4) + b", lambda x, y: x.expand(3, 4) + y,
          [rnd("float32", [3, 1]), rnd("float32", [3, 4], "b")])
+    # every method is also torch.NAME(t, ...)
+    for op in ["sub", "div", "pow", "maximum", "minimum", "remainder", "atan2", "eq", "ge",
+               "logical_and", "logical_or"]:
+        case(G, "torch.%s function" % op, "torch.%s(a, b)" % op, getattr(torch, op), [ap, b32])
+    case(G, "torch.add function with scalar", "torch.add(a, 2.5)", lambda x: torch.add(x, 2.5), [a32])
     # bfloat16
     abf, bbf = rnd("bfloat16", [2, 3]), rnd("bfloat16", [3], "b")
     for op in ["add", "sub", "mul", "div", "maximum", "lt"]:
@@ -872,6 +892,14 @@ def gen_reduce():
     case(G, "mean(-1) of narrowed", "a:narrow(1, 1, 2):mean(-1)", lambda x: x.narrow(1, 1, 2).mean(-1), [t3])
     case(G, "torch.sum function", "torch.sum(a, 1)", lambda x: torch.sum(x, 1), [t2])
     case(G, "torch.mean function all", "torch.mean(a)", torch.mean, [t2])
+    case(G, "torch.max function dim", "torch.max(a, 1)", lambda x: torch.max(x, 1), [t2])
+    case(G, "torch.min function all", "torch.min(a)", torch.min, [t2])
+    case(G, "torch.argmax function", "torch.argmax(a, 0)", lambda x: torch.argmax(x, 0), [t2])
+    case(G, "torch.prod function", "torch.prod(a, 1, true)", lambda x: torch.prod(x, 1, keepdim=True), [t2])
+    case(G, "torch.var function", "torch.var(a, 1, {correction=0})", lambda x: torch.var(x, 1, correction=0), [t2])
+    case(G, "torch.std function", "torch.std(a)", torch.std, [t2])
+    case(G, "torch.all function", "torch.all(a)", torch.all, [rnd("bool", [3, 4], "a")])
+    case(G, "torch.any function dim", "torch.any(a, 1)", lambda x: torch.any(x, 1), [rnd("bool", [3, 4], "a")])
     case(G, "sum bf16", "a:sum()", torch.sum, [rnd("bfloat16", [8])])
     case(G, "mean bf16 dim", "a:mean(1)", lambda x: x.mean(1), [rnd("bfloat16", [2, 4])])
     case(G, "sum 0-d", "a:sum()", torch.sum, [rnd("float32", [])])

@@ -341,6 +341,16 @@ C{name="t[{{1, nil, 2}}] 1-d step", expr="a[{{1, nil, 2}}]", inputs={"f32_6_seq"
 C{name="t[{{0, 6, 4}}] 1-d step", expr="a[{{0, 6, 4}}]", inputs={"f32_6_seq"}, dtype="float32", shape={2}, values={0,4}, stride={4}, contiguous=false}
 C{name="t[{{}, {nil, nil, 2}}] nil start and stop", expr="a[{{}, {nil, nil, 2}}]", inputs={"f32_3x4_seq"}, dtype="float32", shape={3,2}, values={{0,2},{4,6},{8,10}}, stride={4,2}, contiguous=false}
 C{name="step then transpose", expr="a[{{}, {0, nil, 2}}]:t()", inputs={"f32_3x4_seq"}, dtype="float32", shape={2,3}, values={{0,4,8},{2,6,10}}, stride={2,4}, contiguous=false}
+C{name="torch.reshape", expr="torch.reshape(a, {4, 6})", inputs={"f32_2x3x4_seq"}, dtype="float32", shape={4,6}, values={{0,1,2,3,4,5},{6,7,8,9,10,11},{12,13,14,15,16,17},{18,19,20,21,22,23}}, stride={6,1}, contiguous=true}
+C{name="torch.transpose", expr="torch.transpose(a, 0, 2)", inputs={"f32_2x3x4_seq"}, dtype="float32", shape={4,3,2}, values={{{0,12},{4,16},{8,20}},{{1,13},{5,17},{9,21}},{{2,14},{6,18},{10,22}},{{3,15},{7,19},{11,23}}}, stride={1,4,12}, contiguous=false}
+C{name="torch.permute", expr="torch.permute(a, {2, 0, 1})", inputs={"f32_2x3x4_seq"}, dtype="float32", shape={4,2,3}, values={{{0,4,8},{12,16,20}},{{1,5,9},{13,17,21}},{{2,6,10},{14,18,22}},{{3,7,11},{15,19,23}}}, stride={1,12,4}, contiguous=false}
+C{name="torch.t", expr="torch.t(a)", inputs={"f32_3x4_seq"}, dtype="float32", shape={4,3}, values={{0,4,8},{1,5,9},{2,6,10},{3,7,11}}, stride={1,4}, contiguous=false}
+C{name="torch.squeeze", expr="torch.squeeze(a)", inputs={"f32_1x3x1x2_seq"}, dtype="float32", shape={3,2}, values={{0,1},{2,3},{4,5}}, stride={2,1}, contiguous=true}
+C{name="torch.squeeze dim", expr="torch.squeeze(a, 0)", inputs={"f32_1x3x1x2_seq"}, dtype="float32", shape={3,1,2}, values={{{0,1}},{{2,3}},{{4,5}}}, stride={2,2,1}, contiguous=true}
+C{name="torch.unsqueeze", expr="torch.unsqueeze(a, 1)", inputs={"f32_3x4_seq"}, dtype="float32", shape={3,1,4}, values={{{0,1,2,3}},{{4,5,6,7}},{{8,9,10,11}}}, stride={4,4,1}, contiguous=true}
+C{name="torch.narrow", expr="torch.narrow(a, 1, 1, 2)", inputs={"f32_3x4_seq"}, dtype="float32", shape={3,2}, values={{1,2},{5,6},{9,10}}, stride={4,1}, contiguous=false}
+C{name="torch.select", expr="torch.select(a, 1, 2)", inputs={"f32_3x4_seq"}, dtype="float32", shape={3}, values={2,6,10}, stride={4}, contiguous=false}
+C{name="torch.flatten", expr="torch.flatten(a, 1)", inputs={"f32_2x3x4_seq"}, dtype="float32", shape={2,12}, values={{0,1,2,3,4,5,6,7,8,9,10,11},{12,13,14,15,16,17,18,19,20,21,22,23}}, stride={12,1}, contiguous=true}
 C{name="sum of transposed view", expr="a:transpose(0, 1):sum(1)", inputs={"f32_2x3x4_seq"}, dtype="float32", shape={3,4}, values={{12,14,16,18},{20,22,24,26},{28,30,32,34}}}
 C{name="add of stepped views", expr="a[{{}, {0, nil, 2}}] + a[{{}, {1, nil, 2}}]", inputs={"f32_3x4_seq"}, dtype="float32", shape={3,2}, values={{1,5},{9,13},{17,21}}}
 C{name="expanded view times tensor", expr="a:expand(3, 4) * b", inputs={"f32_3x1_seq","f32_3x4_seq"}, dtype="float32", shape={3,4}, values={{0,0,0,0},{4,5,6,7},{16,18,20,22}}}
@@ -807,6 +817,18 @@ C{name="torch.mul function", expr="torch.mul(a, b)", inputs={"f32_2x3_a","f32_3_
 C{name="add transposed input", expr="a:t() + b", inputs={"f32_3x2_a","f32_3_b"}, dtype="float32", shape={2,3}, values={{1.346,-3.634,-4.7019997},{-1.395,-2.991,-2.1}}}
 C{name="add two transposed", expr="a:t() * b:t()", inputs={"f32_3x2_a","f32_3x2_b"}, dtype="float32", shape={2,3}, values={{1.844115,-6.062013,-7.0144916},{1.23432,1.483884,-0.3654}}}
 C{name="add expanded", expr="a:expand(3, 4) + b", inputs={"f32_3x1_a","f32_3x4_b"}, dtype="float32", shape={3,4}, values={{-4.618,-2.661,-0.95800006,-1.639},{-0.815,-0.027999997,-1.6040001,-3.0479999},{6.288,0.745,-0.004999995,0.754}}}
+C{name="torch.sub function", expr="torch.sub(a, b)", inputs={"f32_2x3_pos","f32_3_b"}, dtype="float32", shape={2,3}, values={{0.666,5.219,3.7849998},{0.36599997,2.777,4.231}}}
+C{name="torch.div function", expr="torch.div(a, b)", inputs={"f32_2x3_pos","f32_3_b"}, dtype="float32", shape={2,3}, values={{2.7480316,-3.2190785,-0.66446793},{1.9606298,-1.2449474,-0.8605981}}}
+C{name="torch.pow function", expr="torch.pow(a, b)", inputs={"f32_2x3_pos","f32_3_b"}, dtype="float32", shape={2,3}, values={{1.017653,0.1809984,0.39115834},{0.8948189,0.58618796,0.21723133}}}
+C{name="torch.maximum function", expr="torch.maximum(a, b)", inputs={"f32_2x3_pos","f32_3_b"}, dtype="float32", shape={2,3}, values={{1.047,3.982,1.511},{0.747,1.54,1.957}}}
+C{name="torch.minimum function", expr="torch.minimum(a, b)", inputs={"f32_2x3_pos","f32_3_b"}, dtype="float32", shape={2,3}, values={{0.381,-1.237,-2.274},{0.381,-1.237,-2.274}}}
+C{name="torch.remainder function", expr="torch.remainder(a, b)", inputs={"f32_2x3_pos","f32_3_b"}, dtype="float32", shape={2,3}, values={{0.28500003,-0.96599984,-0.7629999},{0.36599997,-0.934,-0.3169999}}}
+C{name="torch.atan2 function", expr="torch.atan2(a, b)", inputs={"f32_2x3_pos","f32_3_b"}, dtype="float32", shape={2,3}, values={{1.2217953,1.871993,2.5551138},{1.0991489,2.2475138,2.430978}}}
+C{name="torch.eq function", expr="torch.eq(a, b)", inputs={"f32_2x3_pos","f32_3_b"}, dtype="bool", shape={2,3}, values={{false,false,false},{false,false,false}}}
+C{name="torch.ge function", expr="torch.ge(a, b)", inputs={"f32_2x3_pos","f32_3_b"}, dtype="bool", shape={2,3}, values={{true,true,true},{true,true,true}}}
+C{name="torch.logical_and function", expr="torch.logical_and(a, b)", inputs={"f32_2x3_pos","f32_3_b"}, dtype="bool", shape={2,3}, values={{true,true,true},{true,true,true}}}
+C{name="torch.logical_or function", expr="torch.logical_or(a, b)", inputs={"f32_2x3_pos","f32_3_b"}, dtype="bool", shape={2,3}, values={{true,true,true},{true,true,true}}}
+C{name="torch.add function with scalar", expr="torch.add(a, 2.5)", inputs={"f32_2x3_a"}, dtype="float32", shape={2,3}, values={{0.02699995,4.722,1.6389999},{2.048,5.8780003,6.37}}}
 C{name="add bf16", expr="a:add(b)", inputs={"bf16_2x3_a","bf16_3_b"}, dtype="bfloat16", shape={2,3}, values={{6.625,-3.15625,2.96875},{5.5,-2.984375,-1.0703125}}}
 C{name="sub bf16", expr="a:sub(b)", inputs={"bf16_2x3_a","bf16_3_b"}, dtype="bfloat16", shape={2,3}, values={{1.5,3.71875,0.4296875},{0.390625,3.890625,-3.625}}}
 C{name="mul bf16", expr="a:mul(b)", inputs={"bf16_2x3_a","bf16_3_b"}, dtype="bfloat16", shape={2,3}, values={{10.4375,-0.9453125,2.171875},{7.5625,-1.5625,-2.984375}}}
@@ -977,6 +999,8 @@ C{name="pow b[2,3] scalar 2", expr="a:pow(2)", inputs={"b_2x3_a"}, dtype="int64"
 C{name="remainder b[2,3] scalar 2", expr="a:remainder(2)", inputs={"b_2x3_a"}, dtype="int64", shape={2,3}, values={{1,1,0},{1,1,0}}}
 C{name="lt b[2,3] scalar 2", expr="a:lt(2)", inputs={"b_2x3_a"}, dtype="bool", shape={2,3}, values={{true,true,true},{true,true,true}}}
 C{name="add b[2,3] scalar 2.5", expr="a:add(2.5)", inputs={"b_2x3_a"}, dtype="float32", shape={2,3}, values={{3.5,3.5,2.5},{3.5,3.5,2.5}}}
+end)() end
+do local C = adder("elementwise"); (function()
 C{name="mul b[2,3] scalar 2.5", expr="a:mul(2.5)", inputs={"b_2x3_a"}, dtype="float32", shape={2,3}, values={{2.5,2.5,0},{2.5,2.5,0}}}
 C{name="div b[2,3] scalar 2.5", expr="a:div(2.5)", inputs={"b_2x3_a"}, dtype="float32", shape={2,3}, values={{0.4,0.4,0},{0.4,0.4,0}}}
 C{name="pow b[2,3] scalar 2.5", expr="a:pow(2.5)", inputs={"b_2x3_a"}, dtype="float32", shape={2,3}, values={{1,1,0},{1,1,0}}}
@@ -989,8 +1013,6 @@ C{name="remainder b[2,3] scalar -3", expr="a:remainder(-3)", inputs={"b_2x3_a"},
 C{name="lt b[2,3] scalar -3", expr="a:lt(-3)", inputs={"b_2x3_a"}, dtype="bool", shape={2,3}, values={{false,false,false},{false,false,false}}}
 C{name="scalar 3 + b tensor", expr="3 + a", inputs={"b_2x3_a"}, dtype="int64", shape={2,3}, values={{4,4,3},{4,4,3}}}
 C{name="scalar 3 * b tensor", expr="3 * a", inputs={"b_2x3_a"}, dtype="int64", shape={2,3}, values={{3,3,0},{3,3,0}}}
-end)() end
-do local C = adder("elementwise"); (function()
 C{name="scalar 3 / b tensor", expr="3 / a", inputs={"b_2x3_a"}, dtype="float32", shape={2,3}, values={{3,3,inf},{3,3,inf}}}
 C{name="scalar 3 ^ b tensor", expr="2 ^ a", inputs={"b_2x3_a"}, dtype="int64", shape={2,3}, values={{2,2,1},{2,2,1}}}
 C{name="b tensor + 1.5", expr="a + 1.5", inputs={"b_2x3_a"}, dtype="float32", shape={2,3}, values={{2.5,2.5,1.5},{2.5,2.5,1.5}}}
@@ -1179,6 +1201,8 @@ C{name="logical_not i64_unary", expr="a:logical_not()", inputs={"i64_unary"}, dt
 C{name="logical_not i32_unary", expr="a:logical_not()", inputs={"i32_unary"}, dtype="bool", shape={6}, values={false,false,true,false,false,false}}
 C{name="logical_not u8_unary", expr="a:logical_not()", inputs={"u8_unary"}, dtype="bool", shape={5}, values={true,false,false,false,false}}
 C{name="logical_not b_unary", expr="a:logical_not()", inputs={"b_unary"}, dtype="bool", shape={3}, values={false,true,false}}
+end)() end
+do local C = adder("elementwise"); (function()
 C{name="torch.logical_not function", expr="torch.logical_not(a)", inputs={"f32_unary"}, dtype="bool", shape={8}, values={false,false,false,true,false,false,false,false}}
 C{name="sqrt positive", expr="a:sqrt()", inputs={"f32_positive"}, dtype="float32", shape={6}, values={0.1,0.70710677,1,1.4142135,3,10}}
 C{name="rsqrt positive", expr="a:rsqrt()", inputs={"f32_positive"}, dtype="float32", shape={6}, values={10,1.4142135,1,0.70710677,0.33333334,0.1}}
@@ -1191,8 +1215,6 @@ C{name="ceil halves", expr="a:ceil()", inputs={"f32_round"}, dtype="float32", sh
 C{name="gelu('tanh') f32", expr="a:gelu(\"tanh\")", inputs={"f32_unary"}, dtype="float32", shape={8}, values={-0.015084296,-0.158808,-0.154286,0,0.345714,0.841192,2.4849157,3.6997283}}
 C{name="gelu('tanh') f64", expr="a:gelu(\"tanh\")", inputs={"f64_wide"}, dtype="float64", shape={8}, values={-0.0,-0.0,-0.0013112281183358498,0.000500398942213582,7.25,20.0,88.0,100.0}}
 C{name="gelu('none') f32", expr="a:gelu(\"none\")", inputs={"f32_unary"}, dtype="float32", shape={8}, values={-0.015524179,-0.15865529,-0.15426879,0,0.3457312,0.8413447,2.4844759,3.6996012}}
-end)() end
-do local C = adder("elementwise"); (function()
 C{name="log special", expr="a:log()", inputs={"f32_spec_log"}, dtype="float32", shape={6}, values={-inf,nan,0,inf,nan,-inf}}
 C{name="log special f64", expr="a:log()", inputs={"f64_spec_log"}, dtype="float64", shape={6}, values={-inf,nan,0.0,inf,nan,-inf}}
 C{name="sqrt special", expr="a:sqrt()", inputs={"f32_spec_log"}, dtype="float32", shape={6}, values={0,nan,1,inf,nan,-0}}
@@ -1563,6 +1585,14 @@ C{name="sum(0) of transposed", expr="a:t():sum(0)", inputs={"f64_3x4_a"}, dtype=
 C{name="mean(-1) of narrowed", expr="a:narrow(1, 1, 2):mean(-1)", inputs={"f32_2x3x4_a"}, dtype="float32", shape={2,2}, values={{1.205,-0.57224995},{0.10749999,1.52475}}}
 C{name="torch.sum function", expr="torch.sum(a, 1)", inputs={"f64_3x4_a"}, dtype="float64", shape={3}, values={-2.688,1.767,1.3680000000000003}}
 C{name="torch.mean function all", expr="torch.mean(a)", inputs={"f64_3x4_a"}, dtype="float64", shape={}, values=0.037250000000000005}
+C{name="torch.max function dim", expr="torch.max(a, 1)", inputs={"f64_3x4_a"}, kind="multi", expected={{dtype="float64", shape={3}, values={2.464,1.652,1.751}}, {dtype="int64", shape={3}, values={0,1,3}}}}
+C{name="torch.min function all", expr="torch.min(a)", inputs={"f64_3x4_a"}, dtype="float64", shape={}, values=-3.137}
+C{name="torch.argmax function", expr="torch.argmax(a, 0)", inputs={"f64_3x4_a"}, dtype="int64", shape={4}, values={0,1,1,2}}
+C{name="torch.prod function", expr="torch.prod(a, 1, true)", inputs={"f64_3x4_a"}, dtype="float64", shape={3,1}, values={{17.602962603072},{0.557447946048},{-6.951320142416}}}
+C{name="torch.var function", expr="torch.var(a, 1, {correction=0})", inputs={"f64_3x4_a"}, dtype="float64", shape={3}, values={5.6801655,1.2157701875,3.3725484999999993}}
+C{name="torch.std function", expr="torch.std(a)", inputs={"f64_3x4_a"}, dtype="float64", shape={}, values=2.002544977363464}
+C{name="torch.all function", expr="torch.all(a)", inputs={"b_3x4_a"}, dtype="bool", shape={}, values=false}
+C{name="torch.any function dim", expr="torch.any(a, 1)", inputs={"b_3x4_a"}, dtype="bool", shape={3}, values={true,true,true}}
 C{name="sum bf16", expr="a:sum()", inputs={"bf16_8_a"}, dtype="bfloat16", shape={}, values=17.875}
 C{name="mean bf16 dim", expr="a:mean(1)", inputs={"bf16_2x4_a"}, dtype="bfloat16", shape={2}, values={-0.490234375,-0.234375}}
 C{name="sum 0-d", expr="a:sum()", inputs={"f32_s_a"}, dtype="float32", shape={}, values=0.483}
