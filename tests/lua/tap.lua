@@ -337,8 +337,8 @@ end
 function T.test_dir()
     local d = os.getenv("DPLUA_TEST_DIR")
     if d and d ~= "" then return d end
-    local src = debug.getinfo(1, "S").source
-    return src:match("^@(.*)/lua/tap%.lua$") or (src:match("^@lua/") and ".") or "tests"
+    local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
+    return here .. "/.."
 end
 
 local ref_cache

@@ -1,8 +1,8 @@
 -- test_elementwise.lua -- binary ops with broadcasting and type promotion,
 -- scalars, operators, unary ops (with special values), where, clamp and the
 -- in-place ops, against PyTorch; plus semantics checked by hand.
-local src = debug.getinfo(1, "S").source
-local dir = os.getenv("DPLUA_TEST_DIR") or src:match("^@(.*)/lua/[^/]*$") or "tests"
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
+local dir = os.getenv("DPLUA_TEST_DIR") or (here .. "/..")
 package.path = dir .. "/lua/?.lua;" .. package.path
 local T = require("tap")
 local torch = require("dplua")

@@ -2,8 +2,8 @@
 -- problem (shapes, sizes, dims, dtypes), and never crashes the process.
 -- Cases that could crash an unguarded C core (division by zero in integer
 -- kernels, absurd allocations) come last, so a crash still shows which one.
-local src = debug.getinfo(1, "S").source
-local dir = os.getenv("DPLUA_TEST_DIR") or src:match("^@(.*)/lua/[^/]*$") or "tests"
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
+local dir = os.getenv("DPLUA_TEST_DIR") or (here .. "/..")
 package.path = dir .. "/lua/?.lua;" .. package.path
 local T = require("tap")
 local torch = require("dplua")

@@ -1,7 +1,7 @@
 -- test_matmul.lua -- matmul in all its shape cases, mm and bmm, in float32 and
 -- float64, against PyTorch; and bigger products against a plain Lua loop.
-local src = debug.getinfo(1, "S").source
-local dir = os.getenv("DPLUA_TEST_DIR") or src:match("^@(.*)/lua/[^/]*$") or "tests"
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
+local dir = os.getenv("DPLUA_TEST_DIR") or (here .. "/..")
 package.path = dir .. "/lua/?.lua;" .. package.path
 local T = require("tap")
 local torch = require("dplua")

@@ -1,6 +1,6 @@
 -- test_print.lua -- tostring(t) must equal PyTorch's str(t) exactly.
-local src = debug.getinfo(1, "S").source
-local dir = os.getenv("DPLUA_TEST_DIR") or src:match("^@(.*)/lua/[^/]*$") or "tests"
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
+local dir = os.getenv("DPLUA_TEST_DIR") or (here .. "/..")
 package.path = dir .. "/lua/?.lua;" .. package.path
 local T = require("tap")
 local torch = require("dplua")

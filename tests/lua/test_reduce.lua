@@ -1,8 +1,8 @@
 -- test_reduce.lua -- sum, mean, prod, max, min, argmax, argmin, var, std, all,
 -- any (over everything and over each dim, keepdim, negative dims) and
 -- softmax / log_softmax, against PyTorch; plus checks by hand.
-local src = debug.getinfo(1, "S").source
-local dir = os.getenv("DPLUA_TEST_DIR") or src:match("^@(.*)/lua/[^/]*$") or "tests"
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
+local dir = os.getenv("DPLUA_TEST_DIR") or (here .. "/..")
 package.path = dir .. "/lua/?.lua;" .. package.path
 local T = require("tap")
 local torch = require("dplua")

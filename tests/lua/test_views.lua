@@ -1,8 +1,8 @@
 -- test_views.lua -- view, reshape, transpose, permute, squeeze, expand, narrow,
 -- select, flatten and slicing: values and strides against PyTorch, and that
 -- views share storage with their base.
-local src = debug.getinfo(1, "S").source
-local dir = os.getenv("DPLUA_TEST_DIR") or src:match("^@(.*)/lua/[^/]*$") or "tests"
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
+local dir = os.getenv("DPLUA_TEST_DIR") or (here .. "/..")
 package.path = dir .. "/lua/?.lua;" .. package.path
 local T = require("tap")
 local torch = require("dplua")
