@@ -129,4 +129,19 @@ dp_status dp_fill_(dp_tensor *dst, double value);
 /* scalars */
 dp_status dp_item(dp_tensor *t, double *value);
 dp_status dp_item_int64(dp_tensor *t, int64_t *value);
+
+/* autograd: a tape recorded by the ops above while grad mode is on */
+int dp_set_grad_enabled(int enabled);       /* returns the previous mode */
+int dp_is_grad_enabled(void);
+dp_status dp_set_requires_grad(dp_tensor *t, int requires_grad);
+int dp_requires_grad(const dp_tensor *t);
+int dp_is_leaf(const dp_tensor *t);
+const char *dp_grad_fn_name(const dp_tensor *t);         /* NULL for leaves */
+dp_tensor *dp_get_grad(dp_tensor *t);                    /* a new reference, or NULL */
+dp_status dp_set_grad(dp_tensor *t, dp_tensor *grad);    /* NULL clears */
+dp_status dp_set_grad_slot(dp_tensor *t, dp_tensor *slot); /* gradients are written into slot */
+dp_status dp_backward(dp_tensor *root, dp_tensor *grad, int retain_graph); /* grad NULL: ones */
+typedef void (*dp_grad_hook)(dp_tensor *leaf, void *ctx);
+dp_status dp_add_grad_hook(dp_tensor *leaf, dp_grad_hook fn, void *ctx);
+void dp_clear_grad_hooks(dp_tensor *leaf);
 ]]

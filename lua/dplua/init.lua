@@ -66,6 +66,12 @@ local function new(st)
   return wrap(outp[0])
 end
 
+-- Creation functions honour {requires_grad=true}.
+local function with_grad(t, opts)
+  if opts and opts.requires_grad then check(C.dp_set_requires_grad(t.p, 1)) end
+  return t
+end
+
 local function is_tensor(x) return ffi.istype(Tensor_ct, x) end
 torch.is_tensor = is_tensor
 
@@ -197,10 +203,12 @@ local function sized(fn, maker)
   torch[fn] = function(...)
     local opts, n = split_options(...)
     if n == 0 then raise(fn .. ": expected a shape (sizes or a table of sizes)") end
-    local ndim = parse_shape(fn, ...)
     if n > 1 and type((...)) == "table" then raise(fn .. ": expected sizes as numbers or one table, not both") end
+    local sizes = (...)
+    if type(sizes) ~= "table" then sizes = { ... }; sizes[n + 1] = nil end
+    local ndim = parse_shape(fn, sizes)
     local dt, dev = creation_opts(opts, fn)
-    return maker(ndim, dt, dev, opts)
+    return with_grad(maker(ndim, dt, dev, opts), opts)
   end
 end
 
@@ -227,7 +235,7 @@ function torch.full(shape, value, opts)
   check_number(value, "full", "the fill value")
   local default = value % 1 == 0 and torch.int64 or nil
   local dt, dev = creation_opts(opts, "full", default)
-  return new(C.dp_full(outp, nd, shape_buf, value, dt, dev))
+  return with_grad(new(C.dp_full(outp, nd, shape_buf, value, dt, dev)), opts)
 end
 
 function torch.arange(a, b, c, d)
@@ -312,9 +320,9 @@ function torch.tensor(data, opts)
   end
   local shape, flat = {}, {}
   scan(data, 1, shape, flat, "tensor")
-  local default = torch.int64
-  if shape.has_float or #flat == 0 then default = default_dtype
-  elseif shape.has_bool then default = torch.bool end
+  -- Lua has one number type, so numbers give the default float dtype
+  -- (PyTorch's ints become int64 only when asked: {dtype=torch.int64}).
+  local default = shape.has_bool and torch.bool or default_dtype
   local dt, dev = creation_opts(opts, "tensor", default)
   local nd = #shape
   for i = 1, nd do shape_buf[i - 1] = shape[i] end
@@ -335,27 +343,28 @@ function torch.tensor(data, opts)
     check(C.dp_copy_(t.p, view.p))
   end
   if dev ~= DP_CPU then t = t:to(device_obj(dev)) end
-  return t
+  return with_grad(t, opts)
 end
 
 local function like(fn, maker)
   torch[fn] = function(t, ...)
     if not is_tensor(t) then raise(fn .. ": expected a tensor, got " .. typename(t)) end
-    local opts = select(select("#", ...), ...)
+    local n = select("#", ...)
+    local opts = n > 0 and select(n, ...) or nil
     opts = is_options(opts) and opts or {}
     local full = { dtype = opts.dtype or t.dtype, device = opts.device or t.device }
     return maker(t, full, ...)
   end
 end
-like("zeros_like", function(t, o) return torch.zeros(t:shape(), o) end)
-like("ones_like", function(t, o) return torch.ones(t:shape(), o) end)
-like("empty_like", function(t, o) return torch.empty(t:shape(), o) end)
-like("rand_like", function(t, o) return torch.rand(t:shape(), o) end)
-like("randn_like", function(t, o) return torch.randn(t:shape(), o) end)
-like("full_like", function(t, o, v) return torch.full(t:shape(), v, o) end)
+like("zeros_like", function(t, o) return torch.zeros(t:size(), o) end)
+like("ones_like", function(t, o) return torch.ones(t:size(), o) end)
+like("empty_like", function(t, o) return torch.empty(t:size(), o) end)
+like("rand_like", function(t, o) return torch.rand(t:size(), o) end)
+like("randn_like", function(t, o) return torch.randn(t:size(), o) end)
+like("full_like", function(t, o, v) return torch.full(t:size(), v, o) end)
 like("randint_like", function(t, o, low, high)
   if high == nil or is_options(high) then low, high = 0, low end
-  return torch.randint(low, high, t:shape(), o)
+  return torch.randint(low, high, t:size(), o)
 end)
 
 ---------------------------------------------------------------- inspection
@@ -366,7 +375,7 @@ function methods.numel(t) return tonumber(C.dp_tensor_numel(t.p)) end
 methods.nelement = methods.numel
 
 local size_mt = { __tostring = function(s) return "torch.Size([" .. table.concat(s, ", ") .. "])" end }
-function methods.shape(t)
+local function shape_of(t)
   local n = C.dp_tensor_ndim(t.p)
   local s = {}
   for i = 0, n - 1 do s[i + 1] = tonumber(C.dp_tensor_size(t.p, i)) end
@@ -385,7 +394,7 @@ local function wrap_dim(t, d, fn)
 end
 
 function methods.size(t, d)
-  if d == nil then return methods.shape(t) end
+  if d == nil then return shape_of(t) end
   if C.dp_tensor_ndim(t.p) == 0 then raise("size: a 0-d tensor has no dimensions") end
   return tonumber(C.dp_tensor_size(t.p, wrap_dim(t, d, "size")))
 end
@@ -402,7 +411,7 @@ function methods.element_size(t) return tonumber(C.dp_dtype_size(C.dp_tensor_dty
 function methods.is_floating_point(t) return C.dp_dtype_is_floating(C.dp_tensor_dtype(t.p)) ~= 0 end
 function methods.data_ptr(t) return C.dp_tensor_data(t.p) end
 
-getters.shape = methods.shape
+getters.shape = shape_of
 getters.dtype = function(t) return dtypes_by_id[C.dp_tensor_dtype(t.p)] end
 getters.device = function(t) return device_obj(C.dp_tensor_device(t.p)) end
 getters.ndim = methods.dim
@@ -434,9 +443,9 @@ end
 methods.view = shape_method(C.dp_view, "view")
 methods.reshape = shape_method(C.dp_reshape, "reshape")
 methods.expand = shape_method(C.dp_expand, "expand")
-function methods.view_as(t, o) return methods.view(t, o:shape()) end
-function methods.reshape_as(t, o) return methods.reshape(t, o:shape()) end
-function methods.expand_as(t, o) return methods.expand(t, o:shape()) end
+function methods.view_as(t, o) return methods.view(t, shape_of(o)) end
+function methods.reshape_as(t, o) return methods.reshape(t, shape_of(o)) end
+function methods.expand_as(t, o) return methods.expand(t, shape_of(o)) end
 
 function methods.permute(t, first, ...)
   local list = type(first) == "table" and first or { first, ... }
@@ -480,7 +489,7 @@ function methods.flatten(t, s, e)
   if n == 0 then return methods.reshape(t, 1) end
   s = wrap_dim(t, s or 0, "flatten"); e = wrap_dim(t, e or -1, "flatten")
   if s > e then raise("flatten: start_dim cannot come after end_dim") end
-  local shape, sizes = {}, methods.shape(t)
+  local shape, sizes = {}, shape_of(t)
   for i = 1, s do shape[#shape + 1] = sizes[i] end
   local prod = 1
   for i = s + 1, e + 1 do prod = prod * sizes[i] end
@@ -821,7 +830,7 @@ torch._elements = elements
 
 function methods.tolist(t)
   local flat = elements(t)
-  local shape = methods.shape(t)
+  local shape = shape_of(t)
   if #shape == 0 then return flat[1] end
   local pos = 0
   local function build(d)
@@ -833,6 +842,68 @@ function methods.tolist(t)
   end
   return build(1)
 end
+
+---------------------------------------------------------------- autograd
+
+getters.requires_grad = function(t) return C.dp_requires_grad(t.p) ~= 0 end
+getters.is_leaf = function(t) return C.dp_is_leaf(t.p) ~= 0 end
+getters.grad = function(t)
+  local g = C.dp_get_grad(t.p)
+  if g == nil then return nil end
+  return wrap(g)
+end
+local grad_fn_mt = { __tostring = function(f) return "<" .. f.name .. ">" end }
+getters.grad_fn = function(t)
+  local name = C.dp_grad_fn_name(t.p)
+  if name == nil then return nil end
+  return setmetatable({ name = ffi.string(name) }, grad_fn_mt)
+end
+getters.data = function(t) return new(C.dp_alias(outp, t.p)) end
+
+local setters = {}
+setters.requires_grad = function(t, v) check(C.dp_set_requires_grad(t.p, v and 1 or 0)) end
+setters.grad = function(t, g)
+  if g ~= nil and not is_tensor(g) then raise("grad: expected a tensor or nil, got " .. typename(g)) end
+  check(C.dp_set_grad(t.p, g and g.p or nil))
+end
+
+function methods.requires_grad_(t, flag)
+  check(C.dp_set_requires_grad(t.p, (flag == nil or flag) and 1 or 0))
+  return t
+end
+
+-- backward([gradient] [, {retain_graph=true}]) or backward(gradient, retain_graph)
+function methods.backward(t, gradient, retain)
+  if is_options(gradient) then gradient, retain = nil, gradient end
+  if type(retain) == "table" then retain = retain.retain_graph end
+  if gradient ~= nil and not is_tensor(gradient) then
+    raise("backward: expected the gradient to be a tensor, got " .. typename(gradient))
+  end
+  check(C.dp_backward(t.p, gradient and gradient.p or nil, retain and 1 or 0))
+end
+
+-- Runs fn with grad mode set, restoring the previous mode even on error.
+local function with_grad_mode(enabled, fn, ...)
+  local was = C.dp_set_grad_enabled(enabled)
+  local res = { pcall(fn, ...) }
+  C.dp_set_grad_enabled(was)
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, table.maxn(res))
+end
+
+function torch.no_grad(fn, ...)
+  if type(fn) ~= "function" then raise("no_grad: expected a function to run without recording, got " .. typename(fn)) end
+  return with_grad_mode(0, fn, ...)
+end
+function torch.enable_grad(fn, ...) return with_grad_mode(1, fn, ...) end
+function torch.set_grad_enabled(flag) C.dp_set_grad_enabled(flag and 1 or 0) end
+function torch.is_grad_enabled() return C.dp_is_grad_enabled() ~= 0 end
+
+torch._grad_fn_name = function(t)
+  local name = C.dp_grad_fn_name(t.p)
+  return name ~= nil and ffi.string(name) or nil
+end
+torch._requires_grad = function(t) return C.dp_requires_grad(t.p) ~= 0 end
 
 ---------------------------------------------------------------- the metatable
 
@@ -849,6 +920,8 @@ end
 
 mt.__newindex = function(t, k, v)
   if type(k) == "number" or type(k) == "table" then return assign(t, k, v) end
+  local set = setters[k]
+  if set then return set(t, v) end
   raise(string.format("cannot set field '%s' of a Tensor", tostring(k)))
 end
 

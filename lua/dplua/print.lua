@@ -177,7 +177,7 @@ function M.tensor_str(t)
   local body
   if t:numel() == 0 then
     if t:dim() ~= 1 then
-      local shape = t:shape()
+      local shape = t:size()
       local inner = table.concat(shape, ", ")
       if #shape == 1 then inner = inner .. "," end
       suffixes[#suffixes + 1] = "size=(" .. inner .. ")"

@@ -4,7 +4,7 @@
  * dispatches to the kernels of the tensors' device. Every message names
  * the op as the Lua user called it.
  */
-#include "core/tensor.h"
+#include "core/autograd.h"
 #include "cpu/cpu.h"
 
 #include <math.h>
@@ -18,6 +18,17 @@ static const char *const unop_names[DP_NUM_UNOPS] = {
 static const char *const binop_names[DP_NUM_BINOPS] = {
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
     "remainder", "atan2", "logical_and", "logical_or",
+};
+/* PyTorch's grad_fn names, so that printed tensors read the same */
+static const char *const unop_grad_names[DP_NUM_UNOPS] = {
+    "NegBackward0", "AbsBackward0", "ExpBackward0", "LogBackward0", "SqrtBackward0", "RsqrtBackward0",
+    "TanhBackward0", "SigmoidBackward0", "ReluBackward0", "GeluBackward0", "SinBackward0", "CosBackward0",
+    "SignBackward0", "FloorBackward0", "CeilBackward0", "RoundBackward0", "ReciprocalBackward0",
+    "Log1PBackward0", "Expm1Backward0", "LogicalNotBackward0", "PowBackward0", "GeluBackward0",
+};
+static const char *const binop_grad_names[DP_NUM_BINOPS] = {
+    "AddBackward0", "SubBackward0", "MulBackward0", "DivBackward0", "PowBackward1", "MaximumBackward0",
+    "MinimumBackward0", "", "", "", "", "", "", "RemainderBackward0", "Atan2Backward0", "", "",
 };
 static const char *const redop_names[DP_NUM_REDOPS] = {
     "sum", "mean", "prod", "max", "min", "argmax", "argmin", "var", "std", "all", "any",
@@ -115,8 +126,9 @@ static dp_status unary_dtypes(int op, const dp_tensor *a, int *compute, int *res
     *compute = a->dtype;
     if (unop_needs_float(op) && !dp_dtype_is_floating(a->dtype))
         *compute = DP_FLOAT32;
-    if (a->dtype == DP_BOOL && (op == DP_NEG || op == DP_SIGN || op == DP_RELU || op == DP_SQUARE ||
-                                op == DP_FLOOR || op == DP_CEIL || op == DP_ROUND))
+    if (a->dtype == DP_BOOL && op == DP_SQUARE)
+        *compute = DP_INT64;   /* PyTorch: bool ** 2 is int64 */
+    if (a->dtype == DP_BOOL && (op == DP_NEG || op == DP_RELU || op == DP_FLOOR || op == DP_CEIL || op == DP_ROUND))
         return dp_fail(DP_ERR_DTYPE, "%s: not supported for bool tensors%s", unop_names[op],
                        op == DP_NEG ? " (use logical_not() instead)" : "");
     *result = op == DP_LOGICAL_NOT ? DP_BOOL : *compute;
@@ -141,9 +153,17 @@ dp_status dp_unary(dp_tensor **out, int op, dp_tensor *a)
     if (st || (st = on_cpu(unop_names[op], a)) ||
         (st = tensor_new(out, a->ndim, a->shape, result, a->device)))
         return st;
-    if ((st = unary_run(*out, op, a, compute)))
+    if ((st = unary_run(*out, op, a, compute))) {
         dp_tensor_release(*out);
-    return st;
+        return st;
+    }
+    ag_node *n;
+    if ((st = ag_record_or_drop(out, unop_grad_names[op], bw_unary, 1, &a, &n)) || !n)
+        return st;
+    n->iarg[0] = op;
+    ag_save(n, a);
+    ag_save_output(n, *out);
+    return DP_OK;
 }
 
 dp_status dp_unary_into(dp_tensor *dst, int op, dp_tensor *a)
@@ -151,7 +171,8 @@ dp_status dp_unary_into(dp_tensor *dst, int op, dp_tensor *a)
     int compute, result;
     dp_status st = unary_dtypes(op, a, &compute, &result);
     if (st || (st = on_cpu(unop_names[op], a)) || (st = same_device(unop_names[op], dst, a)) ||
-        (st = check_into(unop_names[op], dst, result, a->ndim, a->shape)))
+        (st = check_into(unop_names[op], dst, result, a->ndim, a->shape)) ||
+        (st = ag_check_inplace(unop_names[op], dst)))
         return st;
     if (dst->dtype == result && dst->ndim == a->ndim)
         return unary_run(dst, op, a, compute);
@@ -189,12 +210,27 @@ static dp_status binary_dtypes(int op, const dp_tensor *a, const dp_tensor *b, i
     return DP_OK;
 }
 
+/* Integer ops that would trap or have no integer result are errors, as in
+ * PyTorch, rather than undefined behaviour. */
+static dp_status check_integer_operand(int op, int compute, dp_tensor *y)
+{
+    if (dp_dtype_is_floating(compute) || compute == DP_BOOL)
+        return DP_OK;
+    if (op == DP_REMAINDER && cpu_any(CPU_ANY_ZERO, y))
+        return dp_fail(DP_ERR_ARG, "remainder: ZeroDivisionError: integer division by zero");
+    if (op == DP_POW && cpu_any(CPU_ANY_NEGATIVE, y))
+        return dp_fail(DP_ERR_ARG, "pow: integers to negative integer powers are not allowed "
+                       "(convert to a floating dtype first)");
+    return DP_OK;
+}
+
 static dp_status binary_run(dp_tensor *out, int op, dp_tensor *a, dp_tensor *b, int compute)
 {
     dp_tensor *x = NULL, *y = NULL;
     dp_status st;
     if (!(st = prepare(&x, a, out->ndim, out->shape, compute)) &&
-        !(st = prepare(&y, b, out->ndim, out->shape, compute)))
+        !(st = prepare(&y, b, out->ndim, out->shape, compute)) &&
+        !(st = check_integer_operand(op, compute, y)))
         st = cpu_binary(op, out, x, y);
     dp_tensor_release(x);
     dp_tensor_release(y);
@@ -217,9 +253,19 @@ dp_status dp_binary(dp_tensor **out, int op, dp_tensor *a, dp_tensor *b)
     dp_status st = binary_check(op, a, b, &compute, &result, &ndim, shape);
     if (st || (st = tensor_new(out, ndim, shape, result, a->device)))
         return st;
-    if ((st = binary_run(*out, op, a, b, compute)))
+    if ((st = binary_run(*out, op, a, b, compute))) {
         dp_tensor_release(*out);
-    return st;
+        return st;
+    }
+    ag_node *n;
+    dp_tensor *ins[2] = { a, b };
+    if ((st = ag_record_or_drop(out, binop_grad_names[op], bw_binary, 2, ins, &n)) || !n)
+        return st;
+    n->iarg[0] = op;
+    ag_save(n, a);
+    ag_save(n, b);
+    ag_save_output(n, *out);
+    return DP_OK;
 }
 
 dp_status dp_binary_into(dp_tensor *dst, int op, dp_tensor *a, dp_tensor *b)
@@ -228,7 +274,8 @@ dp_status dp_binary_into(dp_tensor *dst, int op, dp_tensor *a, dp_tensor *b)
     int64_t shape[DP_MAX_DIMS];
     dp_status st = binary_check(op, a, b, &compute, &result, &ndim, shape);
     if (st || (st = same_device(binop_names[op], dst, a)) ||
-        (st = check_into(binop_names[op], dst, result, ndim, shape)))
+        (st = check_into(binop_names[op], dst, result, ndim, shape)) ||
+        (st = ag_check_inplace(binop_names[op], dst)))
         return st;
     if (dst->dtype == result && dst->ndim == ndim)
         return binary_run(dst, op, a, b, compute);
@@ -296,8 +343,12 @@ dp_status dp_where(dp_tensor **out, dp_tensor *cond, dp_tensor *a, dp_tensor *b)
     dp_tensor *c = NULL, *x = NULL, *y = NULL;
     if (!(st = prepare(&c, cond, n2, s2, DP_BOOL)) && !(st = prepare(&x, a, n2, s2, dtype)) &&
         !(st = prepare(&y, b, n2, s2, dtype)) && !(st = tensor_new(out, n2, s2, dtype, a->device))) {
+        ag_node *n = NULL;
+        dp_tensor *ins[3] = { cond, a, b };
         if ((st = cpu_where(*out, c, x, y)))
             dp_tensor_release(*out);
+        else if (!(st = ag_record_or_drop(out, "WhereBackward0", bw_where, 3, ins, &n)) && n)
+            ag_save(n, cond);
     }
     dp_tensor_release(c);
     dp_tensor_release(x);
@@ -331,13 +382,20 @@ dp_status dp_clamp(dp_tensor **out, dp_tensor *a, double lo, double hi)
         (st = cpu_clamp(*out, x, isnan(lo) ? -INFINITY : lo, isnan(hi) ? INFINITY : hi)))
         dp_tensor_release(*out);
     dp_tensor_release(x);
+    ag_node *n = NULL;
+    if (!st && !(st = ag_record_or_drop(out, "ClampBackward1", bw_clamp, 1, &a, &n)) && n) {
+        ag_save(n, a);
+        n->darg[0] = lo;
+        n->darg[1] = hi;
+    }
     return st;
 }
 
 dp_status dp_clamp_into(dp_tensor *dst, dp_tensor *a, double lo, double hi)
 {
     dp_status st = clamp_check(a, lo, hi);
-    if (st || (st = check_into("clamp", dst, clamp_dtype(a, lo, hi), a->ndim, a->shape)))
+    if (st || (st = check_into("clamp", dst, clamp_dtype(a, lo, hi), a->ndim, a->shape)) ||
+        (st = ag_check_inplace("clamp_", dst)))
         return st;
     dp_tensor *tmp;
     if ((st = dp_clamp(&tmp, a, lo, hi)))
@@ -353,7 +411,8 @@ dp_status dp_copy_(dp_tensor *dst, dp_tensor *src)
 {
     dp_tensor *e;
     dp_status st;
-    if ((st = same_device("copy_", dst, src)) || (st = on_cpu("copy_", dst)))
+    if ((st = same_device("copy_", dst, src)) || (st = on_cpu("copy_", dst)) ||
+        (st = ag_check_inplace("copy_", dst)))
         return st;
     if ((st = dp_expand(&e, src, dst->ndim, dst->shape))) {
         char x[160], y[160];
@@ -369,7 +428,9 @@ dp_status dp_copy_(dp_tensor *dst, dp_tensor *src)
 dp_status dp_fill_(dp_tensor *dst, double value)
 {
     dp_status st = on_cpu("fill_", dst);
-    return st ? st : cpu_fill(dst, value);
+    if (st || (st = ag_check_inplace("fill_", dst)))
+        return st;
+    return cpu_fill(dst, value);
 }
 
 dp_status dp_to(dp_tensor **out, dp_tensor *a, int dtype, int device)
@@ -386,9 +447,12 @@ dp_status dp_to(dp_tensor **out, dp_tensor *a, int dtype, int device)
         return DP_OK;
     }
     dp_status st = tensor_new(out, a->ndim, a->shape, dtype, device);
-    if (!st && (st = dp_copy_(*out, a)))
+    if (!st && (st = dp_copy_(*out, a))) {
         dp_tensor_release(*out);
-    return st;
+        return st;
+    }
+    ag_node *n;
+    return st ? st : ag_record_or_drop(out, "ToCopyBackward0", bw_identity, 1, &a, &n);
 }
 
 /* ---------------------------------------------------------------- reductions */
@@ -438,8 +502,8 @@ static int reduced_shape(const dp_tensor *a, int dim, int keepdim, int64_t *shap
 }
 
 /* Runs a reduction with dim resolved; DP_ALL_DIMS flattens first. */
-static dp_status reduce_run(dp_tensor **values, dp_tensor **indices, int op, dp_tensor *a, int dim,
-                            int keepdim, int correction)
+static dp_status reduce_kernel(dp_tensor **values, dp_tensor **indices, int op, dp_tensor *a, int dim,
+                               int keepdim, int correction)
 {
     dp_tensor *src = a;
     dp_status st;
@@ -470,6 +534,43 @@ static dp_status reduce_run(dp_tensor **values, dp_tensor **indices, int op, dp_
     return st;
 }
 
+/* Runs the kernel with recording off (it reshapes internally), then
+ * records one node for the whole reduction. */
+static dp_status reduce_run(dp_tensor **values, dp_tensor **indices, int op, dp_tensor *a, int dim,
+                            int keepdim, int correction)
+{
+    static const char *const names[2][DP_NUM_REDOPS] = {
+        { "SumBackward0", "MeanBackward0", "ProdBackward0", "MaxBackward1", "MinBackward1", "", "",
+          "VarBackward0", "StdBackward0", "", "" },
+        { "SumBackward1", "MeanBackward1", "ProdBackward1", "AmaxBackward0", "AminBackward0", "", "",
+          "VarBackward0", "StdBackward0", "", "" },
+    };
+    int was = dp_set_grad_enabled(0);
+    dp_status st = reduce_kernel(values, indices, op, a, dim, keepdim, correction);
+    dp_set_grad_enabled(was);
+    ag_node *n;
+    if (st)
+        return st;
+    if (indices) {
+        st = ag_record_or_drop(values, op == DP_MAX ? "MaxBackward0" : "MinBackward0", bw_reduce_index, 1, &a, &n);
+        if (st && indices)
+            dp_tensor_release(*indices);
+        if (!n)
+            return st;
+        ag_save(n, *indices);
+    } else {
+        if ((st = ag_record_or_drop(values, names[dim != DP_ALL_DIMS][op], bw_reduce, 1, &a, &n)) || !n)
+            return st;
+        ag_save(n, a);
+        ag_save_output(n, *values);
+    }
+    n->iarg[0] = op;
+    n->iarg[1] = a->ndim == 0 ? DP_ALL_DIMS : dim;
+    n->iarg[2] = keepdim;
+    n->iarg[3] = correction;
+    return DP_OK;
+}
+
 dp_status dp_reduce(dp_tensor **out, int op, dp_tensor *a, int dim, int keepdim, int correction)
 {
     const char *fn = op >= 0 && op < DP_NUM_REDOPS ? redop_names[op] : "reduce";
@@ -497,9 +598,17 @@ dp_status dp_softmax(dp_tensor **out, dp_tensor *a, int dim, int log)
         return dp_fail(DP_ERR_DTYPE, "%s: expected a floating point tensor, got %s", fn, dp_dtype_name(a->dtype));
     if ((st = tensor_new(out, a->ndim, a->shape, a->dtype, a->device)))
         return st;
-    if ((st = cpu_softmax(*out, a, dim, log)))
+    if ((st = cpu_softmax(*out, a, dim, log))) {
         dp_tensor_release(*out);
-    return st;
+        return st;
+    }
+    ag_node *n;
+    if ((st = ag_record_or_drop(out, log ? "LogSoftmaxBackward0" : "SoftmaxBackward0", bw_softmax, 1, &a, &n)) || !n)
+        return st;
+    ag_save_output(n, *out);
+    n->iarg[0] = dim;
+    n->iarg[1] = log;
+    return DP_OK;
 }
 
 /* ---------------------------------------------------------------- matmul */
@@ -513,6 +622,36 @@ static dp_status matmul_dtypes(const char *fn, const dp_tensor *a, const dp_tens
         return dp_fail(DP_ERR_DTYPE, "%s: not supported for bool tensors", fn);
     dp_status st = same_device(fn, a, b);
     return st ? st : on_cpu(fn, a);
+}
+
+static dp_status matmul_nd(const char *fn, dp_tensor **out, dp_tensor *a, dp_tensor *b, bool drop_m, bool drop_n);
+
+/* Runs the product with recording off and records one node on the
+ * result, whose backward knows the original (possibly 1-D) operands. */
+static dp_status matmul_recorded(const char *fn, dp_tensor **out, dp_tensor *a, dp_tensor *b)
+{
+    dp_tensor *a2 = NULL, *b2 = NULL;
+    bool drop_m = a->ndim == 1, drop_n = b->ndim == 1;
+    int was = dp_set_grad_enabled(0);
+    dp_status st;
+    if (!(st = drop_m ? dp_unsqueeze(&a2, a, 0) : dp_alias(&a2, a)) &&
+        !(st = drop_n ? dp_unsqueeze(&b2, b, 1) : dp_alias(&b2, b)))
+        st = matmul_nd(fn, out, a2, b2, drop_m, drop_n);
+    dp_set_grad_enabled(was);
+    dp_tensor_release(a2);
+    dp_tensor_release(b2);
+    if (st)
+        return st;
+    const char *name = a->ndim == 1 && b->ndim == 1 ? "DotBackward0" : b->ndim == 1 && a->ndim == 2 ? "MvBackward0"
+                     : a->ndim == 2 && b->ndim == 2 ? "MmBackward0" : a->ndim == 3 && b->ndim == 3 ? "BmmBackward0"
+                     : "MatmulBackward0";
+    ag_node *n;
+    dp_tensor *ins[2] = { a, b };
+    if ((st = ag_record_or_drop(out, name, bw_matmul, 2, ins, &n)) || !n)
+        return st;
+    ag_save(n, a);
+    ag_save(n, b);
+    return DP_OK;
 }
 
 /* a (batch.., m, k) @ b (batch.., k, n) after 1-D operands got their unit
@@ -564,16 +703,7 @@ dp_status dp_matmul(dp_tensor **out, dp_tensor *a, dp_tensor *b)
     if (a->ndim == 0 || b->ndim == 0)
         return dp_fail(DP_ERR_SHAPE, "matmul: both arguments need at least 1 dimension, got %dD and %dD",
                        a->ndim, b->ndim);
-    dp_tensor *a2 = NULL, *b2 = NULL;
-    bool drop_m = a->ndim == 1, drop_n = b->ndim == 1;
-    if ((st = drop_m ? dp_unsqueeze(&a2, a, 0) : dp_alias(&a2, a)) ||
-        (st = drop_n ? dp_unsqueeze(&b2, b, 1) : dp_alias(&b2, b)))
-        goto done;
-    st = matmul_nd("matmul", out, a2, b2, drop_m, drop_n);
-done:
-    dp_tensor_release(a2);
-    dp_tensor_release(b2);
-    return st;
+    return matmul_recorded("matmul", out, a, b);
 }
 
 dp_status dp_mm(dp_tensor **out, dp_tensor *a, dp_tensor *b)
@@ -583,7 +713,7 @@ dp_status dp_mm(dp_tensor **out, dp_tensor *a, dp_tensor *b)
         return st;
     if (a->ndim != 2 || b->ndim != 2)
         return dp_fail(DP_ERR_SHAPE, "mm: expected 2-D matrices, got %dD and %dD", a->ndim, b->ndim);
-    return matmul_nd("mm", out, a, b, false, false);
+    return matmul_recorded("mm", out, a, b);
 }
 
 dp_status dp_bmm(dp_tensor **out, dp_tensor *a, dp_tensor *b)
@@ -596,7 +726,7 @@ dp_status dp_bmm(dp_tensor **out, dp_tensor *a, dp_tensor *b)
     if (a->shape[0] != b->shape[0])
         return dp_fail(DP_ERR_SHAPE, "bmm: batch sizes differ: %lld and %lld",
                        (long long)a->shape[0], (long long)b->shape[0]);
-    return matmul_nd("bmm", out, a, b, false, false);
+    return matmul_recorded("bmm", out, a, b);
 }
 
 /* ---------------------------------------------------------------- indexing */
@@ -622,9 +752,16 @@ dp_status dp_index_select(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *ind
         shape[dim] = dp_tensor_numel(index);
     if ((st = tensor_new(out, a->ndim, shape, a->dtype, a->device)))
         return st;
-    if ((st = cpu_index_select(*out, a, dim, index)))
+    if ((st = cpu_index_select(*out, a, dim, index))) {
         dp_tensor_release(*out);
-    return st;
+        return st;
+    }
+    ag_node *n;
+    if ((st = ag_record_or_drop(out, "IndexSelectBackward0", bw_index_select, 1, &a, &n)) || !n)
+        return st;
+    ag_save(n, index);
+    n->iarg[0] = dim;
+    return DP_OK;
 }
 
 dp_status dp_gather(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index)
@@ -644,9 +781,16 @@ dp_status dp_gather(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index)
                            dp_shape_str(y, sizeof y, a->ndim, a->shape), d);
     if ((st = tensor_new(out, index->ndim, index->shape, a->dtype, a->device)))
         return st;
-    if ((st = cpu_gather(*out, a, dim, index)))
+    if ((st = cpu_gather(*out, a, dim, index))) {
         dp_tensor_release(*out);
-    return st;
+        return st;
+    }
+    ag_node *n;
+    if ((st = ag_record_or_drop(out, "GatherBackward0", bw_gather, 1, &a, &n)) || !n)
+        return st;
+    ag_save(n, index);
+    n->iarg[0] = dim;
+    return DP_OK;
 }
 
 dp_status dp_cat(dp_tensor **out, int n, dp_tensor *const *ts, int dim)
@@ -690,9 +834,15 @@ dp_status dp_cat(dp_tensor **out, int n, dp_tensor *const *ts, int dim)
         }
         at += ts[i]->shape[dim];
     }
-    if (st)
+    if (st) {
         dp_tensor_release(*out);
-    return st;
+        return st;
+    }
+    ag_node *nd;
+    if ((st = ag_record_or_drop(out, "CatBackward0", bw_cat, n, ts, &nd)) || !nd)
+        return st;
+    nd->iarg[0] = dim;
+    return DP_OK;
 }
 
 dp_status dp_stack(dp_tensor **out, int n, dp_tensor *const *ts, int dim)

@@ -2,7 +2,7 @@
  * tensor.c — storage and tensor lifetime, inspection, views and the
  * creation functions that need no kernels beyond a fill.
  */
-#include "core/tensor.h"
+#include "core/autograd.h"
 #include "cpu/cpu.h"
 
 #include <math.h>
@@ -68,6 +68,10 @@ void dp_tensor_retain(dp_tensor *t)
 void dp_tensor_release(dp_tensor *t)
 {
     if (t && --t->refcount == 0) {
+        ag_node_release(t->grad_fn);
+        dp_tensor_release(t->grad);
+        dp_tensor_release(t->grad_slot);
+        dp_clear_grad_hooks(t);
         storage_release(t->storage);
         free(t);
     }
@@ -218,6 +222,24 @@ dp_status check_device_cpu(const char *fn, const dp_tensor *t)
 
 /* ---------------------------------------------------------------- views */
 
+/* Records a view's node; iarg holds what its backward needs. */
+static dp_status view_record(dp_tensor **out, dp_tensor *t, const char *name, ag_backward_fn fn,
+                             int nargs, const int64_t *args)
+{
+    ag_node *n;
+    dp_status st = ag_record_or_drop(out, name, fn, 1, &t, &n);
+    if (n)
+        for (int i = 0; i < nargs; i++)
+            n->iarg[i] = args[i];
+    return st;
+}
+
+static dp_status view_done(dp_status st, dp_tensor **out, dp_tensor *t, const char *name, ag_backward_fn fn,
+                           int nargs, const int64_t *args)
+{
+    return st ? st : view_record(out, t, name, fn, nargs, args);
+}
+
 /* Resolves one -1 in a requested shape against numel. */
 static dp_status infer_shape(const char *fn, const dp_tensor *t, int ndim, const int64_t *req,
                              int64_t *shape)
@@ -298,7 +320,8 @@ dp_status dp_view(dp_tensor **out, dp_tensor *t, int ndim, const int64_t *req)
                        "use reshape() instead", dp_shape_str(a, sizeof a, ndim, shape),
                        dp_shape_str(b, sizeof b, t->ndim, t->shape));
     }
-    return tensor_view_of(out, t, ndim, shape, stride, t->offset);
+    return view_done(tensor_view_of(out, t, ndim, shape, stride, t->offset), out, t, "ViewBackward0",
+                     bw_reshape, 0, NULL);
 }
 
 dp_status dp_reshape(dp_tensor **out, dp_tensor *t, int ndim, const int64_t *req)
@@ -308,7 +331,8 @@ dp_status dp_reshape(dp_tensor **out, dp_tensor *t, int ndim, const int64_t *req
     if (st)
         return st;
     if (view_strides(t, ndim, shape, stride))
-        return tensor_view_of(out, t, ndim, shape, stride, t->offset);
+        return view_done(tensor_view_of(out, t, ndim, shape, stride, t->offset), out, t, "ViewBackward0",
+                         bw_reshape, 0, NULL);
     dp_tensor *c;
     if ((st = dp_clone(&c, t)))
         return st;
@@ -319,7 +343,7 @@ dp_status dp_reshape(dp_tensor **out, dp_tensor *t, int ndim, const int64_t *req
 
 dp_status dp_permute(dp_tensor **out, dp_tensor *t, int ndim, const int *dims)
 {
-    int64_t shape[DP_MAX_DIMS], stride[DP_MAX_DIMS];
+    int64_t shape[DP_MAX_DIMS], stride[DP_MAX_DIMS], args[DP_MAX_DIMS];
     bool seen[DP_MAX_DIMS] = { false };
     if (ndim != t->ndim)
         return dp_fail(DP_ERR_SHAPE, "permute: got %d dims for a tensor of %d dimensions", ndim, t->ndim);
@@ -333,8 +357,10 @@ dp_status dp_permute(dp_tensor **out, dp_tensor *t, int ndim, const int *dims)
         seen[d] = true;
         shape[i] = t->shape[d];
         stride[i] = t->stride[d];
+        args[i] = d;
     }
-    return tensor_view_of(out, t, ndim, shape, stride, t->offset);
+    return view_done(tensor_view_of(out, t, ndim, shape, stride, t->offset), out, t, "PermuteBackward0",
+                     bw_permute, ndim, args);
 }
 
 dp_status dp_transpose(dp_tensor **out, dp_tensor *t, int d0, int d1)
@@ -349,7 +375,11 @@ dp_status dp_transpose(dp_tensor **out, dp_tensor *t, int d0, int d1)
         shape[d0] = t->shape[d1]; shape[d1] = t->shape[d0];
         stride[d0] = t->stride[d1]; stride[d1] = t->stride[d0];
     }
-    return tensor_view_of(out, t, t->ndim, shape, stride, t->offset);
+    int64_t perm[DP_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++)
+        perm[i] = i == d0 ? d1 : i == d1 ? d0 : i;
+    return view_done(tensor_view_of(out, t, t->ndim, shape, stride, t->offset), out, t, "TransposeBackward0",
+                     bw_permute, t->ndim, perm);
 }
 
 /* Broadcast view: new leading dims and size-1 dims get stride 0. */
@@ -372,7 +402,8 @@ dp_status dp_expand(dp_tensor **out, dp_tensor *t, int ndim, const int64_t *req)
         shape[i] = want;
         stride[i] = j >= 0 && have == want ? t->stride[j] : 0;
     }
-    return tensor_view_of(out, t, ndim, shape, stride, t->offset);
+    return view_done(tensor_view_of(out, t, ndim, shape, stride, t->offset), out, t, "ExpandBackward0",
+                     bw_expand, 0, NULL);
 }
 
 /* Python-style slice: negative ends count from the back, ends clamp. */
@@ -395,7 +426,9 @@ dp_status dp_slice(dp_tensor **out, dp_tensor *t, int dim, int64_t start, int64_
     memcpy(stride, t->stride, sizeof stride);
     shape[dim] = (stop - start + step - 1) / step;
     stride[dim] = t->stride[dim] * step;
-    return tensor_view_of(out, t, t->ndim, shape, stride, t->offset + start * t->stride[dim]);
+    int64_t args[5] = { dim, start, stop, step, 0 };
+    return view_done(tensor_view_of(out, t, t->ndim, shape, stride, t->offset + start * t->stride[dim]),
+                     out, t, "SliceBackward0", bw_window, 5, args);
 }
 
 dp_status dp_narrow(dp_tensor **out, dp_tensor *t, int dim, int64_t start, int64_t length)
@@ -432,7 +465,9 @@ dp_status dp_select(dp_tensor **out, dp_tensor *t, int dim, int64_t index)
         shape[j] = t->shape[i];
         stride[j++] = t->stride[i];
     }
-    return tensor_view_of(out, t, t->ndim - 1, shape, stride, t->offset + index * t->stride[dim]);
+    int64_t args[5] = { dim, index, 0, 0, 1 };
+    return view_done(tensor_view_of(out, t, t->ndim - 1, shape, stride, t->offset + index * t->stride[dim]),
+                     out, t, "SelectBackward0", bw_window, 5, args);
 }
 
 dp_status dp_squeeze(dp_tensor **out, dp_tensor *t, int dim)
@@ -450,7 +485,8 @@ dp_status dp_squeeze(dp_tensor **out, dp_tensor *t, int dim)
         shape[n] = t->shape[i];
         stride[n++] = t->stride[i];
     }
-    return tensor_view_of(out, t, n, shape, stride, t->offset);
+    return view_done(tensor_view_of(out, t, n, shape, stride, t->offset), out, t, "SqueezeBackward0",
+                     bw_reshape, 0, NULL);
 }
 
 dp_status dp_unsqueeze(dp_tensor **out, dp_tensor *t, int dim)
@@ -470,7 +506,8 @@ dp_status dp_unsqueeze(dp_tensor **out, dp_tensor *t, int dim)
             stride[i] = t->stride[j++];
         }
     }
-    return tensor_view_of(out, t, t->ndim + 1, shape, stride, t->offset);
+    return view_done(tensor_view_of(out, t, t->ndim + 1, shape, stride, t->offset), out, t,
+                     "UnsqueezeBackward0", bw_reshape, 0, NULL);
 }
 
 dp_status dp_alias(dp_tensor **out, dp_tensor *t)
@@ -493,9 +530,11 @@ dp_status dp_clone(dp_tensor **out, dp_tensor *a)
     dp_status st = tensor_new(out, a->ndim, a->shape, a->dtype, a->device);
     if (st)
         return st;
-    if ((st = dp_copy_(*out, a)))
+    if ((st = dp_copy_(*out, a))) {
         dp_tensor_release(*out);
-    return st;
+        return st;
+    }
+    return view_record(out, a, "CloneBackward0", bw_identity, 0, NULL);
 }
 
 /* ---------------------------------------------------------------- creation */
@@ -548,7 +587,7 @@ dp_status dp_linspace(dp_tensor **out, double start, double end, int64_t steps, 
      * element is exactly `end`. */
     int64_t half = steps / 2;
     for (int64_t i = 0; i < steps; i++) {
-        double v = i < half ? start + delta * (double)i : end - delta * (double)(steps - 1 - i);
+        double v = steps == 1 ? start : i < half ? start + delta * (double)i : end - delta * (double)(steps - 1 - i);
         dtype_store(dtype, p + i * es, v);
     }
     return DP_OK;

@@ -13,6 +13,7 @@
 
 typedef struct dp_storage {
     int refcount;
+    uint32_t version;    /* bumped by every in-place write (autograd checks it) */
     int device;          /* DP_CPU or a CUDA ordinal */
     size_t nbytes;
     void *data;
@@ -27,6 +28,13 @@ struct dp_tensor {
     int64_t stride[DP_MAX_DIMS];
     int64_t offset;      /* in elements */
     dp_storage *storage;
+    /* autograd (src/core/autograd.c) */
+    bool requires_grad;
+    struct ag_node *grad_fn;   /* NULL for leaves */
+    dp_tensor *grad;           /* accumulated gradient of a leaf, or NULL */
+    dp_tensor *grad_slot;      /* where .grad lives when it is set: a view into a flat buffer */
+    struct ag_hook *hooks;     /* grad-ready hooks of a leaf */
+    int ag_pending;            /* gradients still to come in the running backward */
 };
 
 /* error.c */

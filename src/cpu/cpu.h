@@ -19,8 +19,13 @@ void cpu_foreach(int nops, dp_tensor *const *ts, cpu_row_fn fn, const void *ctx)
 /* elementwise.c: out and inputs all of out's shape */
 dp_status cpu_unary(int op, dp_tensor *out, dp_tensor *a);
 dp_status cpu_binary(int op, dp_tensor *out, dp_tensor *a, dp_tensor *b);
+/* dx = grad of unary op at x (input) and y (its output) times g */
+dp_status cpu_unary_backward(int op, dp_tensor *dx, dp_tensor *g, dp_tensor *x, dp_tensor *y);
 dp_status cpu_where(dp_tensor *out, dp_tensor *cond, dp_tensor *a, dp_tensor *b);
 dp_status cpu_clamp(dp_tensor *out, dp_tensor *a, double lo, double hi);
+/* True when some element is zero (CPU_ANY_ZERO) or negative (CPU_ANY_NEGATIVE). */
+enum { CPU_ANY_ZERO, CPU_ANY_NEGATIVE };
+bool cpu_any(int what, dp_tensor *t);
 dp_status cpu_copy(dp_tensor *dst, dp_tensor *src);
 dp_status cpu_fill(dp_tensor *dst, double value);
 
@@ -35,5 +40,9 @@ dp_status cpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b);
 /* index.c */
 dp_status cpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
 dp_status cpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
+/* out.select(dim, index[i]) += src.select(dim, i) (index_select's backward) */
+dp_status cpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
+/* out[pos with dim replaced by index[pos]] += src[pos] (gather's backward) */
+dp_status cpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
 
 #endif

@@ -200,7 +200,7 @@ static const cpu_row_fn unary_rows[DP_NUM_UNOPS][DP_NUM_DTYPES] = {
     [DP_GELU_TANH] = { FOR_FLOAT_TYPES(ROW_ENTRY, un_, gelu_tanh) },
     [DP_SIN] = { FOR_FLOAT_TYPES(ROW_ENTRY, un_, sin) },
     [DP_COS] = { FOR_FLOAT_TYPES(ROW_ENTRY, un_, cos) },
-    [DP_SIGN] = { FOR_NUMERIC_TYPES(ROW_ENTRY, un_, sign) },
+    [DP_SIGN] = { FOR_NUMERIC_TYPES(ROW_ENTRY, un_, sign) [DP_BOOL] = un_abs_b8 /* identity */ },
     [DP_FLOOR] = { FOR_NUMERIC_TYPES(ROW_ENTRY, un_, floor) },
     [DP_CEIL] = { FOR_NUMERIC_TYPES(ROW_ENTRY, un_, ceil) },
     [DP_ROUND] = { FOR_NUMERIC_TYPES(ROW_ENTRY, un_, round) },
@@ -218,6 +218,78 @@ dp_status cpu_unary(int op, dp_tensor *out, dp_tensor *a)
         return dp_fail(DP_ERR_DTYPE, "unary op %d: no CPU kernel for dtype %s", op, dp_dtype_name(a->dtype));
     dp_tensor *ts[2] = { out, a };
     cpu_foreach(2, ts, fn, NULL);
+    return DP_OK;
+}
+
+/* ---------------------------------------------------------------- unary backward */
+
+/* One pass per op: dx from g, x and y, in the compute type of each float
+ * dtype. Ops with a zero derivative (sign, floor, ...) have no row. */
+#define UNARY_BWD_ROW(name, S, C, LOAD, STORE, EXPR)                           \
+    static void name(int64_t n, char **p, const int64_t *s, const void *ctx)   \
+    {                                                                          \
+        (void)ctx;                                                             \
+        for (int64_t i = 0; i < n; i++) {                                      \
+            C g = LOAD(*(const S *)(p[1] + i * s[1]));                         \
+            C x = LOAD(*(const S *)(p[2] + i * s[2]));                         \
+            C y = LOAD(*(const S *)(p[3] + i * s[3]));                         \
+            (void)x; (void)y;                                                  \
+            *(S *)(p[0] + i * s[0]) = STORE(EXPR);                             \
+        }                                                                      \
+    }
+#define UB(tag, id, S, C, LD, ST, op, EXPR) UNARY_BWD_ROW(ub_##op##_##tag, S, C, LD, ST, EXPR)
+#define ONE ((__typeof__(x))1)
+#define INV_SQRT_2PI 0.3989422804014327
+FOR_FLOAT_TYPES(UB, neg, -g)
+FOR_FLOAT_TYPES(UB, abs, g * SIGN(x))
+FOR_FLOAT_TYPES(UB, exp, g * y)
+FOR_FLOAT_TYPES(UB, log, g / x)
+FOR_FLOAT_TYPES(UB, sqrt, g / (y + y))
+FOR_FLOAT_TYPES(UB, rsqrt, (__typeof__(x))-0.5 * g * y * y * y)
+FOR_FLOAT_TYPES(UB, tanh, g * (ONE - y * y))
+FOR_FLOAT_TYPES(UB, sigmoid, g * y * (ONE - y))
+FOR_FLOAT_TYPES(UB, relu, y > 0 ? g : 0)
+FOR_FLOAT_TYPES(UB, gelu, g * ((__typeof__(x))0.5 * (ONE + M_ERF(x * (__typeof__(x))M_SQRT1_2)) +
+                               x * (__typeof__(x))INV_SQRT_2PI * M_EXP((__typeof__(x))-0.5 * x * x)))
+FOR_FLOAT_TYPES(UB, gelu_tanh, ({
+    const __typeof__(x) k = (__typeof__(x))0.7978845608028654, c = (__typeof__(x))0.044715;
+    __typeof__(x) u = k * (x + c * x * x * x), th = M_TANH(u);
+    g * ((__typeof__(x))0.5 * (ONE + th) +
+         (__typeof__(x))0.5 * x * (ONE - th * th) * k * (ONE + 3 * c * x * x)); }))
+FOR_FLOAT_TYPES(UB, sin, g * M_COS(x))
+FOR_FLOAT_TYPES(UB, cos, -g * M_SIN(x))
+FOR_FLOAT_TYPES(UB, reciprocal, -g * y * y)
+FOR_FLOAT_TYPES(UB, log1p, g / (ONE + x))
+FOR_FLOAT_TYPES(UB, expm1, g * (y + ONE))
+FOR_FLOAT_TYPES(UB, square, (__typeof__(x))2 * x * g)
+
+static const cpu_row_fn unary_bwd_rows[DP_NUM_UNOPS][DP_NUM_DTYPES] = {
+    [DP_NEG] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, neg) },
+    [DP_ABS] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, abs) },
+    [DP_EXP] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, exp) },
+    [DP_LOG] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, log) },
+    [DP_SQRT] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, sqrt) },
+    [DP_RSQRT] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, rsqrt) },
+    [DP_TANH] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, tanh) },
+    [DP_SIGMOID] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, sigmoid) },
+    [DP_RELU] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, relu) },
+    [DP_GELU] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, gelu) },
+    [DP_GELU_TANH] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, gelu_tanh) },
+    [DP_SIN] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, sin) },
+    [DP_COS] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, cos) },
+    [DP_RECIPROCAL] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, reciprocal) },
+    [DP_LOG1P] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, log1p) },
+    [DP_EXPM1] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, expm1) },
+    [DP_SQUARE] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, square) },
+};
+
+dp_status cpu_unary_backward(int op, dp_tensor *dx, dp_tensor *g, dp_tensor *x, dp_tensor *y)
+{
+    cpu_row_fn fn = unary_bwd_rows[op][dx->dtype];
+    if (!fn)
+        return cpu_fill(dx, 0);  /* piecewise-constant ops: zero gradient */
+    dp_tensor *ts[4] = { dx, g, x, y };
+    cpu_foreach(4, ts, fn, NULL);
     return DP_OK;
 }
 
@@ -419,4 +491,24 @@ dp_status cpu_fill(dp_tensor *dst, double value)
     dtype_store(dst->dtype, (char *)&bits, value);
     cpu_foreach(1, &dst, fill_rows[size_class(dp_dtype_size(dst->dtype))], &bits);
     return DP_OK;
+}
+
+/* ---------------------------------------------------------------- scans */
+
+typedef struct { int what; bool found; int dtype; } any_ctx;
+
+static void any_row(int64_t n, char **p, const int64_t *s, const void *ctx)
+{
+    any_ctx *c = (any_ctx *)ctx;
+    for (int64_t i = 0; i < n && !c->found; i++) {
+        double v = dtype_load(c->dtype, p[0] + i * s[0]);
+        c->found = c->what == CPU_ANY_ZERO ? v == 0 : v < 0;
+    }
+}
+
+bool cpu_any(int what, dp_tensor *t)
+{
+    any_ctx c = { what, false, t->dtype };
+    cpu_foreach(1, &t, any_row, &c);
+    return c.found;
 }

@@ -76,3 +76,53 @@ dp_status cpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
     }
     return DP_OK;
 }
+
+/* ---------------------------------------------------------------- accumulation (backward) */
+
+dp_status cpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
+{
+    int64_t n = dp_tensor_numel(index);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = index_at(index, i);
+        if (out->ndim == 0)
+            return cpu_binary(DP_ADD, out, out, src);
+        dp_tensor from = *src, to = *out;
+        from.shape[dim] = 1;
+        from.offset = src->offset + i * src->stride[dim];
+        to.shape[dim] = 1;
+        to.offset = out->offset + v * out->stride[dim];
+        dp_status st = cpu_binary(DP_ADD, &to, &to, &from);
+        if (st)
+            return st;
+    }
+    return DP_OK;
+}
+
+dp_status cpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
+{
+    int nd = index->ndim;
+    int64_t total = dp_tensor_numel(index), idx[DP_MAX_DIMS] = { 0 };
+    for (int64_t e = 0; e < total; e++) {
+        int64_t ioff = index->offset, ooff = out->offset, soff = src->offset;
+        for (int d = 0; d < nd; d++) {
+            ioff += idx[d] * index->stride[d];
+            soff += idx[d] * src->stride[d];
+            if (d != dim)
+                ooff += idx[d] * out->stride[d];
+        }
+        const char *ip = (const char *)index->storage->data + ioff * (int64_t)dp_dtype_size(index->dtype);
+        int64_t v = index->dtype == DP_INT64 ? *(const int64_t *)ip : *(const int32_t *)ip;
+        if (out->ndim)
+            ooff += v * out->stride[dim];
+        size_t es = dp_dtype_size(out->dtype);
+        char *op = (char *)out->storage->data + ooff * (int64_t)es;
+        const char *sp = (const char *)src->storage->data + soff * (int64_t)dp_dtype_size(src->dtype);
+        dtype_store(out->dtype, op, dtype_load(out->dtype, op) + dtype_load(src->dtype, sp));
+        for (int d = nd - 1; d >= 0; d--) {
+            if (++idx[d] < index->shape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+    return DP_OK;
+}

@@ -1,0 +1,497 @@
+/*
+ * autograd.c — the tape's engine: grad mode, recording nodes, and the
+ * reverse walk that computes and accumulates gradients.
+ *
+ * Ownership: an output owns its node; a node owns the nodes and leaves it
+ * points to and its saved tensors. Saved outputs are aliases without a
+ * node, so there are no cycles and refcounting frees everything.
+ */
+#include "core/autograd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static bool grad_enabled = true;
+static uint64_t next_seq;
+
+struct ag_hook {
+    dp_grad_hook fn;
+    void *ctx;
+    struct ag_hook *next;
+};
+
+bool ag_grad_enabled(void) { return grad_enabled; }
+int dp_is_grad_enabled(void) { return grad_enabled; }
+
+int dp_set_grad_enabled(int enabled)
+{
+    int was = grad_enabled;
+    grad_enabled = enabled != 0;
+    return was;
+}
+
+/* ---------------------------------------------------------------- tensors */
+
+int dp_requires_grad(const dp_tensor *t) { return t->requires_grad; }
+int dp_is_leaf(const dp_tensor *t) { return t->grad_fn == NULL; }
+
+const char *dp_grad_fn_name(const dp_tensor *t)
+{
+    return t->grad_fn ? t->grad_fn->name : NULL;
+}
+
+dp_status dp_set_requires_grad(dp_tensor *t, int requires_grad)
+{
+    if (t->grad_fn && !requires_grad)
+        return dp_fail(DP_ERR_STATE, "requires_grad_: you can only change requires_grad flags of leaf "
+                       "tensors (use detach() to get a tensor that does not require grad)");
+    if (requires_grad && !dp_dtype_is_floating(t->dtype))
+        return dp_fail(DP_ERR_DTYPE, "requires_grad_: only tensors of floating point dtype can require "
+                       "gradients, got %s", dp_dtype_name(t->dtype));
+    t->requires_grad = requires_grad != 0;
+    return DP_OK;
+}
+
+dp_tensor *dp_get_grad(dp_tensor *t)
+{
+    dp_tensor_retain(t->grad);
+    return t->grad;
+}
+
+dp_status dp_set_grad(dp_tensor *t, dp_tensor *grad)
+{
+    char a[160], b[160];
+    if (grad && (grad->ndim != t->ndim || memcmp(grad->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim)))
+        return dp_fail(DP_ERR_SHAPE, "grad: assigned grad has shape %s, expected the tensor's shape %s",
+                       dp_shape_str(a, sizeof a, grad->ndim, grad->shape), dp_shape_str(b, sizeof b, t->ndim, t->shape));
+    if (grad && (grad->dtype != t->dtype || grad->device != t->device))
+        return dp_fail(DP_ERR_DTYPE, "grad: assigned grad has dtype %s, expected %s",
+                       dp_dtype_name(grad->dtype), dp_dtype_name(t->dtype));
+    dp_tensor_retain(grad);
+    dp_tensor_release(t->grad);
+    t->grad = grad;
+    return DP_OK;
+}
+
+/* Flat gradient buffers: once a slot is set, the leaf's gradient is always
+ * written into it (set_to_none only forgets that it holds a value). */
+dp_status dp_set_grad_slot(dp_tensor *t, dp_tensor *slot)
+{
+    dp_status st = slot ? dp_set_grad(t, slot) : dp_set_grad(t, NULL);
+    if (st)
+        return st;
+    dp_tensor_retain(slot);
+    dp_tensor_release(t->grad_slot);
+    t->grad_slot = slot;
+    return DP_OK;
+}
+
+dp_status dp_add_grad_hook(dp_tensor *leaf, dp_grad_hook fn, void *ctx)
+{
+    if (leaf->grad_fn || !leaf->requires_grad)
+        return dp_fail(DP_ERR_STATE, "register_hook: grad-ready hooks go on leaf tensors that require grad");
+    struct ag_hook *h = malloc(sizeof *h);
+    if (!h)
+        return dp_fail(DP_ERR_MEMORY, "register_hook: out of memory");
+    h->fn = fn;
+    h->ctx = ctx;
+    h->next = leaf->hooks;
+    leaf->hooks = h;
+    return DP_OK;
+}
+
+void dp_clear_grad_hooks(dp_tensor *leaf)
+{
+    while (leaf->hooks) {
+        struct ag_hook *h = leaf->hooks;
+        leaf->hooks = h->next;
+        free(h);
+    }
+}
+
+/* ---------------------------------------------------------------- nodes */
+
+static void node_free_saved(ag_node *n)
+{
+    for (int i = 0; i < n->nsaved; i++) {
+        dp_tensor_release(n->saved[i]);
+        n->saved[i] = NULL;
+    }
+}
+
+/* Iterative, so that releasing a long chain cannot overflow the C stack. */
+void ag_node_release(ag_node *n)
+{
+    ag_node *stack_small[64], **stack = stack_small;
+    int top = 0, cap = 64;
+    if (n && --n->refcount == 0)
+        stack[top++] = n;
+    while (top > 0) {
+        ag_node *m = stack[--top];
+        for (int i = 0; i < m->ninputs; i++) {
+            dp_tensor_release(m->leaf[i]);
+            ag_node *nx = m->next[i];
+            if (nx && --nx->refcount == 0) {
+                if (top == cap) {
+                    ag_node **bigger = malloc(sizeof *bigger * (size_t)cap * 2);
+                    if (!bigger)
+                        continue; /* leak rather than crash on OOM */
+                    memcpy(bigger, stack, sizeof *bigger * (size_t)top);
+                    if (stack != stack_small)
+                        free(stack);
+                    stack = bigger;
+                    cap *= 2;
+                }
+                stack[top++] = nx;
+            }
+        }
+        node_free_saved(m);
+        dp_tensor_release(m->grad);
+        free(m);
+    }
+    if (stack != stack_small)
+        free(stack);
+}
+
+bool ag_needs_record(int n, dp_tensor *const *inputs)
+{
+    if (!grad_enabled)
+        return false;
+    for (int i = 0; i < n; i++)
+        if (inputs[i] && inputs[i]->requires_grad)
+            return true;
+    return false;
+}
+
+dp_status ag_record(dp_tensor *out, const char *name, ag_backward_fn fn, int n,
+                    dp_tensor *const *inputs, ag_node **node)
+{
+    *node = NULL;
+    if (!dp_dtype_is_floating(out->dtype) || !ag_needs_record(n, inputs))
+        return DP_OK;
+    /* one block: node, then the three per-input arrays */
+    size_t size = sizeof(ag_node) + (size_t)n * (sizeof(ag_node *) + sizeof(dp_tensor *) + sizeof(ag_input));
+    ag_node *nd = calloc(1, size);
+    if (!nd)
+        return dp_fail(DP_ERR_MEMORY, "autograd: out of memory recording %s", name);
+    nd->next = (ag_node **)(nd + 1);
+    nd->leaf = (dp_tensor **)(nd->next + n);
+    nd->in = (ag_input *)(nd->leaf + n);
+    nd->refcount = 1;
+    nd->seq = next_seq++;
+    nd->name = name;
+    nd->backward = fn;
+    nd->ninputs = n;
+    for (int i = 0; i < n; i++) {
+        dp_tensor *t = inputs[i];
+        if (!t)
+            continue;
+        nd->in[i].ndim = t->ndim;
+        memcpy(nd->in[i].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+        nd->in[i].dtype = t->dtype;
+        nd->in[i].needs_grad = t->requires_grad;
+        if (!t->requires_grad)
+            continue;
+        if (t->grad_fn) {
+            nd->next[i] = t->grad_fn;
+            t->grad_fn->refcount++;
+        } else {
+            nd->leaf[i] = t;
+            dp_tensor_retain(t);
+        }
+    }
+    out->requires_grad = true;
+    out->grad_fn = nd;
+    *node = nd;
+    return DP_OK;
+}
+
+dp_status ag_record_or_drop(dp_tensor **out, const char *name, ag_backward_fn fn, int n,
+                           dp_tensor *const *inputs, ag_node **node)
+{
+    dp_status st = ag_record(*out, name, fn, n, inputs, node);
+    if (st) {
+        dp_tensor_release(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+void ag_save(ag_node *n, dp_tensor *t)
+{
+    dp_tensor_retain(t);
+    n->saved_version[n->nsaved] = t->storage->version;
+    n->saved[n->nsaved++] = t;
+}
+
+void ag_save_output(ag_node *n, dp_tensor *out)
+{
+    dp_tensor *alias;
+    if (dp_alias(&alias, out)) {
+        /* cannot happen short of OOM; then backward reports the missing tensor */
+        n->saved[n->nsaved++] = NULL;
+        return;
+    }
+    n->saved_version[n->nsaved] = out->storage->version;
+    n->saved[n->nsaved++] = alias;
+}
+
+dp_status ag_check_inplace(const char *fn, dp_tensor *dst)
+{
+    if (grad_enabled && dst->requires_grad)
+        return dp_fail(DP_ERR_STATE, "%s: a tensor that requires grad is being used in an in-place "
+                       "operation; use the out-of-place form, or wrap the update in torch.no_grad()", fn);
+    dst->storage->version++;
+    return DP_OK;
+}
+
+/* ---------------------------------------------------------------- the walk */
+
+/* Max-heap of ready nodes by seq: the most recently created runs first,
+ * which is reverse layer order, so DDP buckets of the last layers fill first. */
+typedef struct {
+    ag_node **v;
+    int n, cap;
+} node_heap;
+
+static dp_status heap_push(node_heap *h, ag_node *x)
+{
+    if (h->n == h->cap) {
+        int cap = h->cap ? h->cap * 2 : 64;
+        ag_node **v = realloc(h->v, sizeof *v * (size_t)cap);
+        if (!v)
+            return dp_fail(DP_ERR_MEMORY, "backward: out of memory");
+        h->v = v;
+        h->cap = cap;
+    }
+    int i = h->n++;
+    while (i > 0 && h->v[(i - 1) / 2]->seq < x->seq) {
+        h->v[i] = h->v[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h->v[i] = x;
+    return DP_OK;
+}
+
+static ag_node *heap_pop(node_heap *h)
+{
+    ag_node *top = h->v[0], *last = h->v[--h->n];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && h->v[c + 1]->seq > h->v[c]->seq) c++;
+        if (h->v[c]->seq <= last->seq) break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (h->n > 0)
+        h->v[i] = last;
+    return top;
+}
+
+/* Counts, for every node reachable from root, how many edges point at it;
+ * and for every leaf, how many gradients it will receive (leaf->pending). */
+static dp_status count_deps(ag_node *root, ag_node ***all, int *nall)
+{
+    int cap = 64, n = 0;
+    ag_node **list = malloc(sizeof *list * (size_t)cap);
+    if (!list)
+        return dp_fail(DP_ERR_MEMORY, "backward: out of memory");
+    list[n++] = root;
+    root->deps = 0;
+    /* list doubles as the DFS work queue: every node enters once */
+    for (int i = 0; i < n; i++) {
+        ag_node *m = list[i];
+        for (int k = 0; k < m->ninputs; k++) {
+            if (m->leaf[k])
+                m->leaf[k]->ag_pending++;
+            ag_node *nx = m->next[k];
+            if (!nx)
+                continue;
+            if (nx->deps++ == 0) {
+                if (n == cap) {
+                    ag_node **bigger = realloc(list, sizeof *list * (size_t)cap * 2);
+                    if (!bigger) {
+                        free(list);
+                        return dp_fail(DP_ERR_MEMORY, "backward: out of memory");
+                    }
+                    list = bigger;
+                    cap *= 2;
+                }
+                list[n++] = nx;
+            }
+        }
+    }
+    *all = list;
+    *nall = n;
+    return DP_OK;
+}
+
+/* A gradient handed over by a backward function may be shared (add gives
+ * the same tensor to both inputs) or a broadcast view; a leaf stores its
+ * own contiguous copy unless we hold the only reference. */
+static dp_status accumulate_leaf(dp_tensor *leaf, dp_tensor *g)
+{
+    dp_status st = DP_OK;
+    if (leaf->grad) {
+        leaf->grad->storage->version++;
+        return dp_binary_into(leaf->grad, DP_ADD, leaf->grad, g);
+    }
+    if (leaf->grad_slot) {
+        if ((st = dp_copy_(leaf->grad_slot, g)))
+            return st;
+        dp_tensor_retain(leaf->grad_slot);
+        leaf->grad = leaf->grad_slot;
+        return DP_OK;
+    }
+    if (g->refcount == 1 && tensor_is_contiguous(g) && g->dtype == leaf->dtype && g->ndim == leaf->ndim &&
+        !g->grad_fn && g->storage->refcount == 1) {
+        dp_tensor_retain(g);
+        leaf->grad = g;
+        return DP_OK;
+    }
+    dp_tensor *c;
+    if ((st = tensor_new(&c, leaf->ndim, leaf->shape, leaf->dtype, leaf->device)))
+        return st;
+    if ((st = dp_copy_(c, g))) {
+        dp_tensor_release(c);
+        return st;
+    }
+    leaf->grad = c;
+    return DP_OK;
+}
+
+static dp_status accumulate_node(ag_node *n, dp_tensor *g)
+{
+    if (!n->grad) {
+        dp_tensor_retain(g);
+        n->grad = g;
+        return DP_OK;
+    }
+    dp_tensor *sum;
+    dp_status st = dp_binary(&sum, DP_ADD, n->grad, g);
+    if (st)
+        return st;
+    dp_tensor_release(n->grad);
+    n->grad = sum;
+    return DP_OK;
+}
+
+static void fire_hooks(dp_tensor *leaf)
+{
+    for (struct ag_hook *h = leaf->hooks; h; h = h->next)
+        h->fn(leaf, h->ctx);
+}
+
+static dp_status check_saved(ag_node *n)
+{
+    if (n->freed)
+        return dp_fail(DP_ERR_STATE, "backward: trying to backward through the graph a second time "
+                       "(through %s); its saved tensors were freed by the first backward. Pass "
+                       "retain_graph=true to the first backward if you need to do this.", n->name);
+    for (int i = 0; i < n->nsaved; i++)
+        if (n->saved[i] && n->saved[i]->storage->version != n->saved_version[i])
+            return dp_fail(DP_ERR_STATE, "backward: a tensor saved by %s for the gradient was modified "
+                           "by an in-place operation after it was used", n->name);
+    return DP_OK;
+}
+
+/* Runs one node and hands its input gradients on. */
+static dp_status run_node(ag_node *n, node_heap *ready, bool retain)
+{
+    dp_tensor *grads[64], **gin = grads;
+    dp_status st = check_saved(n);
+    if (st)
+        return st;
+    if (n->ninputs > 64 && !(gin = calloc((size_t)n->ninputs, sizeof *gin)))
+        return dp_fail(DP_ERR_MEMORY, "backward: out of memory");
+    memset(gin, 0, sizeof *gin * (size_t)n->ninputs);
+    st = n->backward(n, n->grad, gin);
+    dp_tensor_release(n->grad);
+    n->grad = NULL;
+    if (!retain) {
+        node_free_saved(n);
+        n->freed = true;
+    }
+    for (int i = 0; i < n->ninputs; i++) {
+        dp_tensor *g = gin[i];
+        if (!st && g && n->leaf[i])
+            st = accumulate_leaf(n->leaf[i], g);
+        if (n->leaf[i] && --n->leaf[i]->ag_pending == 0 && !st)
+            fire_hooks(n->leaf[i]);
+        ag_node *nx = n->next[i];
+        if (nx) {
+            if (!st && g)
+                st = accumulate_node(nx, g);
+            if (--nx->deps == 0 && !st)
+                st = heap_push(ready, nx);
+        }
+        dp_tensor_release(g);
+    }
+    if (gin != grads)
+        free(gin);
+    return st;
+}
+
+static dp_status initial_grad(dp_tensor **g, dp_tensor *root, dp_tensor *grad)
+{
+    char a[160], b[160];
+    if (!grad) {
+        if (dp_tensor_numel(root) != 1)
+            return dp_fail(DP_ERR_SHAPE, "backward: grad can be implicitly created only for scalar outputs "
+                           "(this tensor has shape %s); pass a gradient argument",
+                           dp_shape_str(a, sizeof a, root->ndim, root->shape));
+        return dp_full(g, root->ndim, root->shape, 1.0, root->dtype, root->device);
+    }
+    if (grad->ndim != root->ndim || memcmp(grad->shape, root->shape, sizeof(int64_t) * (size_t)root->ndim))
+        return dp_fail(DP_ERR_SHAPE, "backward: gradient has shape %s, expected the output's shape %s",
+                       dp_shape_str(a, sizeof a, grad->ndim, grad->shape),
+                       dp_shape_str(b, sizeof b, root->ndim, root->shape));
+    return dp_to(g, grad, root->dtype, root->device);
+}
+
+dp_status dp_backward(dp_tensor *root, dp_tensor *grad, int retain_graph)
+{
+    if (!root->requires_grad)
+        return dp_fail(DP_ERR_STATE, "backward: element 0 of tensors does not require grad and does not "
+                       "have a grad_fn");
+    dp_tensor *g;
+    dp_status st = initial_grad(&g, root, grad);
+    if (st)
+        return st;
+    if (!root->grad_fn) {
+        st = accumulate_leaf(root, g);
+        dp_tensor_release(g);
+        if (!st)
+            fire_hooks(root);
+        return st;
+    }
+    ag_node **all = NULL;
+    int nall = 0;
+    if ((st = count_deps(root->grad_fn, &all, &nall))) {
+        dp_tensor_release(g);
+        return st;
+    }
+    bool was = grad_enabled;
+    grad_enabled = false;
+    node_heap ready = { 0 };
+    root->grad_fn->grad = g;
+    st = heap_push(&ready, root->grad_fn);
+    while (!st && ready.n > 0)
+        st = run_node(heap_pop(&ready), &ready, retain_graph);
+    grad_enabled = was;
+    /* after an error, leave no engine state behind for the next backward */
+    for (int i = 0; i < nall; i++) {
+        ag_node *m = all[i];
+        m->deps = 0;
+        dp_tensor_release(m->grad);
+        m->grad = NULL;
+        for (int k = 0; k < m->ninputs; k++)
+            if (m->leaf[k])
+                m->leaf[k]->ag_pending = 0;
+    }
+    free(ready.v);
+    free(all);
+    return st;
+}

@@ -1,0 +1,89 @@
+/*
+ * autograd.h — the tape. An op that sees an input requiring grad records a
+ * node on its output: the backward function, edges to the inputs' nodes
+ * (or to the leaf tensors themselves), the inputs' shapes and dtypes, and
+ * whatever it saved. dp_backward walks the nodes in reverse creation order.
+ */
+#ifndef DP_CORE_AUTOGRAD_H
+#define DP_CORE_AUTOGRAD_H
+
+#include "core/tensor.h"
+
+#define AG_MAX_SAVED 4
+#define AG_MAX_ARGS 8
+
+typedef struct ag_node ag_node;
+
+/* Computes grads_in[i] for every input i with in[i].needs_grad, from the
+ * gradient of the node's output. Runs with grad mode off. Leaves
+ * grads_in[i] NULL for an input that gets no gradient (e.g. zero). */
+typedef dp_status (*ag_backward_fn)(ag_node *n, dp_tensor *grad, dp_tensor **grads_in);
+
+typedef struct {
+    int ndim;
+    int64_t shape[DP_MAX_DIMS];
+    int dtype;
+    bool needs_grad;
+} ag_input;
+
+struct ag_node {
+    int refcount;
+    uint64_t seq;              /* creation order: later nodes run first */
+    const char *name;          /* PyTorch's name, e.g. "AddBackward0" */
+    ag_backward_fn backward;
+    int ninputs;
+    ag_node **next;            /* grad_fn of each input, or NULL */
+    dp_tensor **leaf;          /* each input that is a leaf requiring grad, or NULL */
+    ag_input *in;
+    int nsaved;
+    dp_tensor *saved[AG_MAX_SAVED];
+    uint32_t saved_version[AG_MAX_SAVED];
+    int64_t iarg[AG_MAX_ARGS];
+    double darg[2];
+    bool freed;                /* saved tensors released by a backward */
+    /* engine state, only during dp_backward */
+    int deps;
+    dp_tensor *grad;
+};
+
+bool ag_grad_enabled(void);
+void ag_node_release(ag_node *n);
+/* True when recording is on and some input requires grad. */
+bool ag_needs_record(int n, dp_tensor *const *inputs);
+/* Records a node on out (which then requires grad) when ag_needs_record;
+ * *node is NULL otherwise. On failure out is left untouched. */
+dp_status ag_record(dp_tensor *out, const char *name, ag_backward_fn fn, int n,
+                    dp_tensor *const *inputs, ag_node **node);
+/* The same, releasing *out when recording fails: for an op's last step. */
+dp_status ag_record_or_drop(dp_tensor **out, const char *name, ag_backward_fn fn, int n,
+                           dp_tensor *const *inputs, ag_node **node);
+/* Saves an input (retained) or the op's output (an alias without grad_fn,
+ * so that the output and its node do not keep each other alive). */
+void ag_save(ag_node *n, dp_tensor *t);
+void ag_save_output(ag_node *n, dp_tensor *out);
+/* Refuses in-place writes that would corrupt the tape, and bumps the
+ * storage version that saved tensors are checked against. */
+dp_status ag_check_inplace(const char *fn, dp_tensor *dst);
+
+/* backward.c: reduces grad (broadcast shape) to an input's shape and dtype */
+dp_status ag_sum_to(dp_tensor **out, dp_tensor *grad, const ag_input *in);
+
+/* backward.c: the formulas (see each for what it saves) */
+dp_status bw_unary(ag_node *n, dp_tensor *g, dp_tensor **gi);        /* saved x, y; iarg op */
+dp_status bw_binary(ag_node *n, dp_tensor *g, dp_tensor **gi);       /* saved a, b, y; iarg op */
+dp_status bw_where(ag_node *n, dp_tensor *g, dp_tensor **gi);        /* saved cond */
+dp_status bw_clamp(ag_node *n, dp_tensor *g, dp_tensor **gi);        /* saved x; darg lo, hi */
+dp_status bw_reduce(ag_node *n, dp_tensor *g, dp_tensor **gi);       /* saved x, y; iarg op, dim, keepdim, correction */
+dp_status bw_reduce_index(ag_node *n, dp_tensor *g, dp_tensor **gi); /* saved indices; iarg -, dim, keepdim */
+dp_status bw_softmax(ag_node *n, dp_tensor *g, dp_tensor **gi);      /* saved y; iarg dim, log */
+dp_status bw_matmul(ag_node *n, dp_tensor *g, dp_tensor **gi);       /* saved a, b */
+dp_status bw_reshape(ag_node *n, dp_tensor *g, dp_tensor **gi);
+dp_status bw_expand(ag_node *n, dp_tensor *g, dp_tensor **gi);
+dp_status bw_identity(ag_node *n, dp_tensor *g, dp_tensor **gi);
+dp_status bw_permute(ag_node *n, dp_tensor *g, dp_tensor **gi);      /* iarg dims */
+dp_status bw_window(ag_node *n, dp_tensor *g, dp_tensor **gi);       /* iarg dim, start, stop, step, is_select */
+dp_status bw_cat(ag_node *n, dp_tensor *g, dp_tensor **gi);          /* iarg dim */
+dp_status bw_index_select(ag_node *n, dp_tensor *g, dp_tensor **gi); /* saved index; iarg dim */
+dp_status bw_gather(ag_node *n, dp_tensor *g, dp_tensor **gi);       /* saved index; iarg dim */
+
+#endif
