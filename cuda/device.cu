@@ -4,12 +4,15 @@
  * Everything here returns a status instead of throwing or exiting: a machine
  * without a GPU (CI) must be able to ask "how many devices?" and print the
  * answer. cuBLASLt and NCCL are optional parts of the build, so their calls
- * sit behind DP_HAVE_CUBLASLT and DP_HAVE_NCCL from config.h.
+ * sit behind DP_HAVE_CUBLASLT and DP_HAVE_NCCL from config.h. cuBLASLt is
+ * dlopen()ed on first use rather than linked: see dp_cuda.h.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -81,11 +84,61 @@ extern "C" const char *dpc_error_string(int status)
     return cudaGetErrorString((cudaError_t)status);
 }
 
-extern "C" size_t dpc_cublaslt_version(void)
+/* ------------------------------------------------------------------------ */
+/* cuBLASLt, loaded on first use (see dp_cuda.h for why)                     */
+/* ------------------------------------------------------------------------ */
+
+#ifdef DP_HAVE_CUBLASLT
+#define DPC_STR_(x) #x
+#define DPC_STR(x) DPC_STR_(x)
+/* The major version the headers describe, e.g. libcublasLt.so.13. */
+#define DPC_CUBLASLT_SONAME "libcublasLt.so." DPC_STR(CUBLAS_VER_MAJOR)
+
+static pthread_once_t cublaslt_once = PTHREAD_ONCE_INIT;
+static void *cublaslt_lib;
+static char cublaslt_why[512];
+
+static void cublaslt_open(void)
+{
+    cublaslt_lib = dlopen(DPC_CUBLASLT_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (cublaslt_lib == NULL) {
+        const char *err = dlerror();
+        snprintf(cublaslt_why, sizeof cublaslt_why, "%s", err ? err : "cannot load " DPC_CUBLASLT_SONAME);
+    }
+}
+#endif
+
+extern "C" void *dpc_cublaslt_symbol(const char *name, const char **why)
 {
 #ifdef DP_HAVE_CUBLASLT
-    return cublasLtGetVersion();
+    void *sym;
+    if (pthread_once(&cublaslt_once, cublaslt_open) != 0) {
+        if (why) *why = "cannot load cuBLASLt: pthread_once failed";
+        return NULL;
+    }
+    if (cublaslt_lib == NULL) {
+        if (why) *why = cublaslt_why;
+        return NULL;
+    }
+    sym = dlsym(cublaslt_lib, name);
+    if (sym == NULL && why)
+        *why = "a symbol is missing from " DPC_CUBLASLT_SONAME;
+    return sym;
 #else
+    (void)name;
+    if (why) *why = "not built (configure found no cuBLASLt)";
+    return NULL;
+#endif
+}
+
+extern "C" size_t dpc_cublaslt_version(const char **why)
+{
+#ifdef DP_HAVE_CUBLASLT
+    typedef decltype(&cublasLtGetVersion) version_fn;
+    version_fn fn = (version_fn)dpc_cublaslt_symbol("cublasLtGetVersion", why);
+    return fn ? fn() : 0;
+#else
+    (void)dpc_cublaslt_symbol("cublasLtGetVersion", why);  /* says why not */
     return 0;
 #endif
 }

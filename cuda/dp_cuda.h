@@ -45,9 +45,20 @@ int dpc_device_info(int device, struct dpc_device_info *info);
 /* Words for a status returned by any dpc_ function. */
 const char *dpc_error_string(int status);
 
-/* cublasLtGetVersion(), e.g. 130000 (major*10000 + minor*100 + patch);
- * 0 when built without cuBLASLt. */
-size_t dpc_cublaslt_version(void);
+/* ---- cuBLASLt, loaded on first use ----
+ *
+ * libcublasLt is not linked into the program: loading it costs ~60 ms of
+ * relocations (it is a 540 MB library), which `dplua -e ''` must not pay.
+ * It is dlopen()ed the first time a symbol is asked for; a .cu file casts
+ * the result, e.g. `auto mm = (decltype(&cublasLtMatmul))
+ * dpc_cublaslt_symbol("cublasLtMatmul", &why);`. Returns NULL when built
+ * without cuBLASLt or when the library or symbol cannot be found, with the
+ * reason in *why (why may be NULL). Thread-safe. */
+void *dpc_cublaslt_symbol(const char *name, const char **why);
+/* cublasLtGetVersion(), e.g. 130100 (major*10000 + minor*100 + patch);
+ * 0 when built without cuBLASLt or when it cannot be loaded, with the
+ * reason in *why (why may be NULL). */
+size_t dpc_cublaslt_version(const char **why);
 /* ncclGetVersion(), e.g. 22803 for 2.28.3; 0 when built without NCCL or
  * when the library cannot say. */
 int dpc_nccl_version(void);

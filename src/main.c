@@ -200,10 +200,10 @@ static void cuda_version_fact(const char *key, int status, int v)
 
 /* 22809 -> "2.28.9" (major*10000 + minor*100 + patch), as NCCL and
  * cuBLASLt both count. */
-static void triple_version_fact(const char *key, long v, const char *absent)
+static void triple_version_fact(const char *key, long v, const char *why)
 {
     if (v <= 0)
-        fact(key, "%s", absent);
+        fact(key, "%s", why ? why : "unknown");
     else
         fact(key, "%ld.%ld.%ld", v / 10000, v / 100 % 100, v % 100);
 }
@@ -234,13 +234,20 @@ static void gpu_facts(void)
 static void cuda_facts(void)
 {
     int v, status;
+    const char *why = NULL;
+    size_t lt;
     fact("CUDA:", "built");
     status = dpc_runtime_version(&v);
     cuda_version_fact("CUDA runtime:", status, v);
     status = dpc_driver_version(&v);
     cuda_version_fact("CUDA driver:", status, v);
-    triple_version_fact("cuBLASLt:", (long)dpc_cublaslt_version(), "not built");
-    triple_version_fact("NCCL:", dpc_nccl_version(), "not built");
+    lt = dpc_cublaslt_version(&why);
+    triple_version_fact("cuBLASLt:", (long)lt, why);
+#ifdef DP_HAVE_NCCL
+    triple_version_fact("NCCL:", dpc_nccl_version(), "unknown (ncclGetVersion failed)");
+#else
+    triple_version_fact("NCCL:", 0, "not built (configure found no NCCL)");
+#endif
     gpu_facts();
 }
 #else
