@@ -177,6 +177,31 @@ dp_status dp_backward(dp_tensor *root, dp_tensor *grad, int retain_graph); /* gr
 typedef void (*dp_grad_hook)(dp_tensor *leaf, void *ctx);
 dp_status dp_add_grad_hook(dp_tensor *leaf, dp_grad_hook fn, void *ctx);
 void dp_clear_grad_hooks(dp_tensor *leaf);
+
+/* nn: fused ops with their own backward */
+dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b);  /* x @ w^T + b; b may be NULL */
+/* reduction: 0 none, 1 mean, 2 sum; log_probs: the input holds log-probabilities (nll_loss) */
+dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target, dp_tensor *weight,
+                           int64_t ignore_index, double label_smoothing, int reduction, int log_probs);
+/* im2col: x (N, C, H, W) -> (N, C*kh*kw, L); padding reads pad_value */
+dp_status dp_unfold(dp_tensor **out, dp_tensor *x, const int64_t *kernel, const int64_t *stride,
+                    const int64_t *padding, const int64_t *dilation, double pad_value);
+
+/* optim: one fused pass over a flat buffer (param, grad and state alike) */
+dp_status dp_sgd_step(dp_tensor *param, dp_tensor *grad, dp_tensor *momentum_buf, double lr, double momentum,
+                      double dampening, int nesterov, double weight_decay, int first_step);
+dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
+                       dp_tensor *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
+                       double weight_decay, int decoupled, int64_t step);
+/* Moves params into one flat buffer (each param becomes a view of it) and
+ * gives them grad slots in a flat gradient buffer; params that already
+ * form such a group get their existing buffers back. */
+dp_status dp_flatten_params(dp_tensor **flat_param, dp_tensor **flat_grad, int n, dp_tensor *const *params);
+
+/* memory pressure: tensors are freed by Lua's GC, which does not see their
+ * size; the binding collects when this says enough was allocated */
+int dp_gc_wanted(void);
+void dp_gc_done(void);
 /* DP_CDEF_END */
 
 #ifdef __cplusplus

@@ -61,9 +61,13 @@ local function release(t) C.dp_tensor_release(t.p) end
 local function wrap(p) return ffi.gc(Tensor_ct(p), release) end
 
 -- Wraps the tensor a C call left in outp, or raises its error.
+local collectgarbage = collectgarbage
 local function new(st)
   if st ~= 0 then raise(ffi.string(C.dp_last_error())) end
-  return wrap(outp[0])
+  local t = wrap(outp[0])
+  -- tensor memory is invisible to Lua's GC: collect when C says it is due
+  if C.dp_gc_wanted() ~= 0 then collectgarbage(); C.dp_gc_done() end
+  return t
 end
 
 -- Creation functions honour {requires_grad=true}.
@@ -905,6 +909,63 @@ torch._grad_fn_name = function(t)
 end
 torch._requires_grad = function(t) return C.dp_requires_grad(t.p) ~= 0 end
 
+---------------------------------------------------------------- fused nn and optim primitives
+-- Thin wrappers with the C argument order; dplua.nn and dplua.optim build
+-- the PyTorch-shaped API on them.
+
+local function opt_p(t) return t ~= nil and t.p or nil end
+local i64x2 = { ffi.new("int64_t[2]"), ffi.new("int64_t[2]"), ffi.new("int64_t[2]"), ffi.new("int64_t[2]") }
+local function pair(buf, v, fn, what)
+  if type(v) == "number" then v = { v, v } end
+  if type(v) ~= "table" or #v ~= 2 then raise(string.format("%s: expected %s as a number or a pair, got %s", fn, what, typename(v))) end
+  buf[0] = check_int(v[1], fn, what); buf[1] = check_int(v[2], fn, what)
+  return buf
+end
+
+function torch._linear(x, w, b)
+  if not is_tensor(x) or not is_tensor(w) then raise("linear: expected input and weight tensors") end
+  return new(C.dp_linear(outp, x.p, w.p, opt_p(b)))
+end
+
+function torch._cross_entropy(input, target, weight, ignore_index, label_smoothing, reduction, log_probs)
+  if not is_tensor(input) or not is_tensor(target) then
+    raise(string.format("cross_entropy: expected input and target tensors, got %s and %s", typename(input), typename(target)))
+  end
+  return new(C.dp_cross_entropy(outp, input.p, target.p, opt_p(weight), ignore_index or -100,
+                                label_smoothing or 0, reduction or 1, log_probs and 1 or 0))
+end
+
+function torch._unfold(x, kernel, stride, padding, dilation, pad_value)
+  if not is_tensor(x) then raise("unfold: expected a tensor, got " .. typename(x)) end
+  return new(C.dp_unfold(outp, x.p, pair(i64x2[1], kernel, "unfold", "kernel_size"),
+                         pair(i64x2[2], stride or kernel, "unfold", "stride"),
+                         pair(i64x2[3], padding or 0, "unfold", "padding"),
+                         pair(i64x2[4], dilation or 1, "unfold", "dilation"), pad_value or 0))
+end
+
+function torch._sgd_step(p, g, buf, lr, momentum, dampening, nesterov, weight_decay, first_step)
+  check(C.dp_sgd_step(p.p, g.p, opt_p(buf), lr, momentum or 0, dampening or 0, nesterov and 1 or 0,
+                      weight_decay or 0, first_step and 1 or 0))
+end
+
+function torch._adam_step(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step)
+  check(C.dp_adam_step(p.p, g.p, m.p, v.p, opt_p(vmax), lr, beta1, beta2, eps, weight_decay or 0,
+                       decoupled and 1 or 0, step))
+end
+
+local params_buf = ffi.new("dp_tensor*[?]", 4096)
+function torch._flatten_params(list)
+  local n = #list
+  if n == 0 then raise("flatten_params: expected at least one parameter") end
+  if n > 4096 then raise("flatten_params: at most 4096 parameters in one group") end
+  for i = 1, n do
+    if not is_tensor(list[i]) then raise("flatten_params: expected tensors, got " .. typename(list[i]) .. " at " .. i) end
+    params_buf[i - 1] = list[i].p
+  end
+  check(C.dp_flatten_params(outp, outp2, n, params_buf))
+  return wrap(outp[0]), wrap(outp2[0])
+end
+
 ---------------------------------------------------------------- the metatable
 
 local mt = {}
@@ -939,6 +1000,17 @@ end
 mt.__tostring = function(t) return require("dplua.print").tensor_str(t) end
 
 ffi.metatype(Tensor_ct, mt)
+
+-- Submodules load on first use, so `require("dplua")` stays fast.
+local submodules = { nn = "dplua.nn", optim = "dplua.optim", autograd = "dplua.autograd",
+                     distributed = "dplua.distributed", utils = "dplua.utils" }
+setmetatable(torch, { __index = function(t, k)
+  local name = submodules[k]
+  if not name then return nil end
+  local m = require(name)
+  rawset(t, k, m)
+  return m
+end })
 
 -- Every method is also a torch.NAME function taking the tensor first.
 for name, fn in pairs(methods) do

@@ -13,6 +13,24 @@
 
 static int64_t cpu_bytes_in_use, cpu_bytes_peak;
 
+/* Tensors die when Lua's GC finalizes their handles, and Lua does not see
+ * their size; so the binding asks after each op whether enough has been
+ * allocated since the last collection to make one worthwhile: more than
+ * the bytes that were in use then, and at least 64 MiB. */
+static int64_t bytes_since_gc, bytes_at_gc;
+#define GC_MIN_BYTES (64LL << 20)
+
+int dp_gc_wanted(void)
+{
+    return bytes_since_gc > GC_MIN_BYTES && bytes_since_gc > bytes_at_gc;
+}
+
+void dp_gc_done(void)
+{
+    bytes_since_gc = 0;
+    bytes_at_gc = cpu_bytes_in_use;
+}
+
 int64_t dp_memory_allocated(int device)
 {
     return device == DP_CPU ? cpu_bytes_in_use : 0;
@@ -43,13 +61,14 @@ static dp_status storage_new(dp_storage **out, size_t nbytes, int device)
     s->nbytes = nbytes;
     s->data = data;
     cpu_bytes_in_use += (int64_t)nbytes;
+    bytes_since_gc += (int64_t)nbytes;
     if (cpu_bytes_in_use > cpu_bytes_peak)
         cpu_bytes_peak = cpu_bytes_in_use;
     *out = s;
     return DP_OK;
 }
 
-static void storage_release(dp_storage *s)
+void storage_release(dp_storage *s)
 {
     if (s && --s->refcount == 0) {
         cpu_bytes_in_use -= (int64_t)s->nbytes;

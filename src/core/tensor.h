@@ -44,6 +44,7 @@ dp_status dp_fail(dp_status status, const char *fmt, ...)
 const char *dp_shape_str(char *buf, size_t len, int ndim, const int64_t *shape);
 
 /* tensor.c */
+void storage_release(dp_storage *s);
 dp_status tensor_new(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device);
 dp_status tensor_view_of(dp_tensor **out, dp_tensor *base, int ndim, const int64_t *shape,
                          const int64_t *stride, int64_t offset);

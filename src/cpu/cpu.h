@@ -45,4 +45,28 @@ dp_status cpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *sr
 /* out[pos with dim replaced by index[pos]] += src[pos] (gather's backward) */
 dp_status cpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
 
+/* nn.c: cross-entropy over input (N, C) contiguous, target (N) int64 */
+typedef struct {
+    dp_tensor *input, *target, *weight;   /* weight (C) or NULL */
+    int64_t ignore_index;
+    double label_smoothing;
+    int log_probs;
+} cpu_ce_args;
+dp_status cpu_cross_entropy(double *rows, double *denom, const cpu_ce_args *a);
+dp_status cpu_cross_entropy_backward(dp_tensor *dinput, const double *scale, const cpu_ce_args *a);
+
+typedef struct {
+    int64_t kernel[2], stride[2], padding[2], dilation[2];
+    int64_t out_h, out_w;
+    double pad_value;
+} cpu_unfold_args;
+dp_status cpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u);
+dp_status cpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u);
+
+/* optim.c: fused updates over contiguous flat buffers of one float dtype */
+dp_status cpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
+                       double dampening, int nesterov, double weight_decay, int first_step);
+dp_status cpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
+                        double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step);
+
 #endif

@@ -1,0 +1,262 @@
+/*
+ * nn.c — the fused nn ops: linear, cross-entropy (and nll) and unfold
+ * (im2col, which conv2d and max_pool2d are built on), each with its own
+ * backward so that a layer is one node on the tape.
+ */
+#include "core/autograd.h"
+#include "cpu/cpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void drop3(dp_tensor *a, dp_tensor *b, dp_tensor *c)
+{
+    dp_tensor_release(a);
+    dp_tensor_release(b);
+    dp_tensor_release(c);
+}
+
+/* ---------------------------------------------------------------- linear */
+
+/* x (.., in) as a matrix (M, in) */
+static dp_status as_matrix(dp_tensor **out, dp_tensor *x)
+{
+    int64_t shape[2] = { -1, x->shape[x->ndim - 1] };
+    if (x->ndim == 1)
+        shape[0] = 1;
+    return dp_reshape(out, x, 2, shape);
+}
+
+static dp_status bw_linear(ag_node *n, dp_tensor *g, dp_tensor **gi)
+{
+    dp_tensor *x = n->saved[0], *w = n->saved[1];
+    dp_tensor *g2 = NULL, *x2 = NULL, *gt = NULL, *dx = NULL;
+    dp_status st;
+    if ((st = as_matrix(&g2, g)))
+        return st;
+    if (n->in[0].needs_grad && !(st = dp_mm(&dx, g2, w)))
+        st = dp_reshape(&gi[0], dx, n->in[0].ndim, n->in[0].shape);
+    if (!st && n->in[1].needs_grad && !(st = as_matrix(&x2, x)) && !(st = dp_transpose(&gt, g2, 0, 1)))
+        st = dp_mm(&gi[1], gt, x2);
+    if (!st && n->ninputs > 2 && n->in[2].needs_grad)
+        st = dp_reduce(&gi[2], DP_SUM, g2, 0, 0, 0);
+    drop3(g2, x2, gt);
+    dp_tensor_release(dx);
+    return st;
+}
+
+dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
+{
+    char s1[160], s2[160];
+    if (w->ndim != 2)
+        return dp_fail(DP_ERR_SHAPE, "linear: weight must be 2-D (out_features, in_features), got %dD", w->ndim);
+    if (x->ndim == 0 || x->shape[x->ndim - 1] != w->shape[1])
+        return dp_fail(DP_ERR_SHAPE, "linear: input of shape %s does not match weight %s "
+                       "(expected the last input dim to be in_features = %lld)",
+                       dp_shape_str(s1, sizeof s1, x->ndim, x->shape), dp_shape_str(s2, sizeof s2, 2, w->shape),
+                       (long long)w->shape[1]);
+    if (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))
+        return dp_fail(DP_ERR_SHAPE, "linear: bias of shape %s does not match out_features = %lld",
+                       dp_shape_str(s1, sizeof s1, b->ndim, b->shape), (long long)w->shape[0]);
+    dp_tensor *wt = NULL, *y = NULL;
+    int was = dp_set_grad_enabled(0);
+    dp_status st = dp_transpose(&wt, w, 0, 1);
+    if (!st)
+        st = b ? dp_matmul(&y, x, wt) : dp_matmul(out, x, wt);
+    if (!st && b)
+        st = dp_binary(out, DP_ADD, y, b);
+    dp_set_grad_enabled(was);
+    drop3(wt, y, NULL);
+    if (st)
+        return st;
+    ag_node *n;
+    dp_tensor *ins[3] = { x, w, b };
+    if ((st = ag_record_or_drop(out, "AddmmBackward0", bw_linear, b ? 3 : 2, ins, &n)) || !n)
+        return st;
+    ag_save(n, x);
+    ag_save(n, w);
+    return DP_OK;
+}
+
+/* ---------------------------------------------------------------- cross-entropy */
+
+enum { REDUCE_NONE, REDUCE_MEAN, REDUCE_SUM };
+
+static dp_status bw_cross_entropy(ag_node *n, dp_tensor *g, dp_tensor **gi)
+{
+    cpu_ce_args a = { n->saved[0], n->saved[1], n->saved[2], n->iarg[0], n->darg[0], (int)n->iarg[2] };
+    int64_t N = a.input->shape[0];
+    int reduction = (int)n->iarg[1];
+    double *scale = malloc(sizeof(double) * (size_t)(N > 0 ? N : 1));
+    dp_tensor *gc = NULL, *dx = NULL;
+    if (!scale)
+        return dp_fail(DP_ERR_MEMORY, "cross_entropy backward: out of memory");
+    dp_status st = dp_to(&gc, g, DP_FLOAT64, g->device);
+    if (!st && (st = dp_contiguous(&dx, gc)) == DP_OK) {
+        const double *gv = (const double *)tensor_ptr(dx);
+        for (int64_t i = 0; i < N; i++)
+            scale[i] = reduction == REDUCE_NONE ? gv[i] : reduction == REDUCE_SUM ? gv[0] : gv[0] / n->darg[1];
+        dp_tensor_release(dx);
+        dx = NULL;
+        if (!(st = tensor_new(&dx, 2, a.input->shape, a.input->dtype, a.input->device)) &&
+            !(st = cpu_cross_entropy_backward(dx, scale, &a)))
+            st = ag_sum_to(&gi[0], dx, &n->in[0]);
+    }
+    free(scale);
+    drop3(gc, dx, NULL);
+    return st;
+}
+
+static dp_status ce_check(dp_tensor *input, dp_tensor *target, dp_tensor *weight, int reduction, double smoothing)
+{
+    char s1[160], s2[160];
+    if (input->ndim != 2)
+        return dp_fail(DP_ERR_SHAPE, "cross_entropy: expected input of shape (N, C), got %s",
+                       dp_shape_str(s1, sizeof s1, input->ndim, input->shape));
+    if (!dp_dtype_is_floating(input->dtype))
+        return dp_fail(DP_ERR_DTYPE, "cross_entropy: expected a floating point input, got %s", dp_dtype_name(input->dtype));
+    if (target->dtype != DP_INT64)
+        return dp_fail(DP_ERR_DTYPE, "cross_entropy: expected target to hold int64 class indices, got %s "
+                       "(use target:long())", dp_dtype_name(target->dtype));
+    if (target->ndim != 1 || target->shape[0] != input->shape[0])
+        return dp_fail(DP_ERR_SHAPE, "cross_entropy: expected target of shape (%lld) for input %s, got %s",
+                       (long long)input->shape[0], dp_shape_str(s1, sizeof s1, input->ndim, input->shape),
+                       dp_shape_str(s2, sizeof s2, target->ndim, target->shape));
+    if (weight && (weight->ndim != 1 || weight->shape[0] != input->shape[1]))
+        return dp_fail(DP_ERR_SHAPE, "cross_entropy: weight must have shape (%lld), got %s",
+                       (long long)input->shape[1], dp_shape_str(s1, sizeof s1, weight->ndim, weight->shape));
+    if (reduction < REDUCE_NONE || reduction > REDUCE_SUM)
+        return dp_fail(DP_ERR_ARG, "cross_entropy: invalid reduction %d", reduction);
+    if (!(smoothing >= 0 && smoothing <= 1))
+        return dp_fail(DP_ERR_ARG, "cross_entropy: label_smoothing must be in [0, 1], got %g", smoothing);
+    if (input->device != DP_CPU || target->device != input->device)
+        return dp_fail(DP_ERR_DEVICE, "cross_entropy: input and target must be on the CPU");
+    return DP_OK;
+}
+
+dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target, dp_tensor *weight,
+                           int64_t ignore_index, double label_smoothing, int reduction, int log_probs)
+{
+    dp_status st = ce_check(input, target, weight, reduction, label_smoothing);
+    if (st)
+        return st;
+    dp_tensor *x = NULL, *t = NULL, *w = NULL;
+    if ((st = dp_contiguous(&x, input)) || (st = dp_contiguous(&t, target)) ||
+        (weight && (st = dp_to(&w, weight, DP_FLOAT64, DP_CPU)))) {
+        drop3(x, t, w);
+        return st;
+    }
+    int64_t N = input->shape[0];
+    double denom = 0;
+    double *rows = malloc(sizeof(double) * (size_t)(N > 0 ? N : 1));
+    cpu_ce_args a = { x, t, w, ignore_index, label_smoothing, log_probs };
+    if (!rows)
+        st = dp_fail(DP_ERR_MEMORY, "cross_entropy: out of memory");
+    if (!st && !(st = cpu_cross_entropy(rows, &denom, &a))) {
+        if (reduction == REDUCE_NONE) {
+            if (!(st = tensor_new(out, 1, &N, input->dtype, input->device)))
+                for (int64_t i = 0; i < N; i++)
+                    dtype_store(input->dtype, tensor_ptr(*out) + i * (int64_t)dp_dtype_size(input->dtype), rows[i]);
+        } else {
+            double total = 0;
+            for (int64_t i = 0; i < N; i++)
+                total += rows[i];
+            st = dp_full(out, 0, NULL, reduction == REDUCE_MEAN ? total / denom : total, input->dtype, input->device);
+        }
+    }
+    free(rows);
+    ag_node *n = NULL;
+    if (!st && !(st = ag_record_or_drop(out, log_probs ? "NllLossBackward0" : "NllLossBackward0",
+                                       bw_cross_entropy, 1, &input, &n)) && n) {
+        ag_save(n, x);
+        ag_save(n, t);
+        if (w)
+            ag_save(n, w);
+        else
+            n->saved[n->nsaved++] = NULL;
+        n->iarg[0] = ignore_index;
+        n->iarg[1] = reduction;
+        n->iarg[2] = log_probs;
+        n->darg[0] = label_smoothing;
+        n->darg[1] = denom;
+    }
+    drop3(x, t, w);
+    return st;
+}
+
+/* ---------------------------------------------------------------- unfold */
+
+static void unfold_args_of(const ag_node *n, cpu_unfold_args *u)
+{
+    for (int i = 0; i < 2; i++) {
+        u->kernel[i] = n->iarg[i];
+        u->stride[i] = n->iarg[2 + i];
+        u->padding[i] = n->iarg[4 + i];
+        u->dilation[i] = n->iarg[6 + i];
+    }
+    u->out_h = (int64_t)n->darg[0];
+    u->out_w = (int64_t)n->darg[1];
+}
+
+static dp_status bw_unfold(ag_node *n, dp_tensor *g, dp_tensor **gi)
+{
+    cpu_unfold_args u;
+    unfold_args_of(n, &u);
+    dp_tensor *z = NULL, *gc = NULL;
+    dp_status st = dp_full(&z, 4, n->in[0].shape, 0, g->dtype, g->device);
+    if (!st && !(st = dp_contiguous(&gc, g)) && !(st = cpu_fold_add(z, gc, &u)))
+        st = ag_sum_to(&gi[0], z, &n->in[0]);
+    drop3(z, gc, NULL);
+    return st;
+}
+
+dp_status dp_unfold(dp_tensor **out, dp_tensor *x, const int64_t *kernel, const int64_t *stride,
+                    const int64_t *padding, const int64_t *dilation, double pad_value)
+{
+    char s1[160];
+    if (x->ndim != 4)
+        return dp_fail(DP_ERR_SHAPE, "unfold: expected a 4-D input (N, C, H, W), got %s",
+                       dp_shape_str(s1, sizeof s1, x->ndim, x->shape));
+    if (!dp_dtype_is_floating(x->dtype) || x->device != DP_CPU)
+        return dp_fail(DP_ERR_DTYPE, "unfold: expected a floating point CPU tensor, got %s", dp_dtype_name(x->dtype));
+    cpu_unfold_args u = { .pad_value = pad_value };
+    int64_t out_hw[2];
+    for (int i = 0; i < 2; i++) {
+        if (kernel[i] <= 0 || stride[i] <= 0 || dilation[i] <= 0 || padding[i] < 0)
+            return dp_fail(DP_ERR_ARG, "unfold: kernel, stride and dilation must be positive and padding "
+                           "non-negative (got kernel %lld, stride %lld, padding %lld, dilation %lld)",
+                           (long long)kernel[i], (long long)stride[i], (long long)padding[i], (long long)dilation[i]);
+        int64_t span = dilation[i] * (kernel[i] - 1) + 1, size = x->shape[2 + i] + 2 * padding[i];
+        if (size < span)
+            return dp_fail(DP_ERR_SHAPE, "unfold: input %s (padded %lld) is smaller than the kernel span %lld",
+                           dp_shape_str(s1, sizeof s1, x->ndim, x->shape), (long long)size, (long long)span);
+        out_hw[i] = (size - span) / stride[i] + 1;
+        u.kernel[i] = kernel[i];
+        u.stride[i] = stride[i];
+        u.padding[i] = padding[i];
+        u.dilation[i] = dilation[i];
+    }
+    u.out_h = out_hw[0];
+    u.out_w = out_hw[1];
+    int64_t shape[3] = { x->shape[0], x->shape[1] * kernel[0] * kernel[1], out_hw[0] * out_hw[1] };
+    dp_tensor *xc;
+    dp_status st = dp_contiguous(&xc, x);
+    if (st)
+        return st;
+    if (!(st = tensor_new(out, 3, shape, x->dtype, x->device)) && (st = cpu_unfold(*out, xc, &u)))
+        dp_tensor_release(*out);
+    dp_tensor_release(xc);
+    ag_node *n = NULL;
+    if (!st && !(st = ag_record_or_drop(out, "Im2ColBackward0", bw_unfold, 1, &x, &n)) && n) {
+        for (int i = 0; i < 2; i++) {
+            n->iarg[i] = kernel[i];
+            n->iarg[2 + i] = stride[i];
+            n->iarg[4 + i] = padding[i];
+            n->iarg[6 + i] = dilation[i];
+        }
+        n->darg[0] = (double)out_hw[0];
+        n->darg[1] = (double)out_hw[1];
+    }
+    return st;
+}

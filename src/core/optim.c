@@ -1,0 +1,177 @@
+/*
+ * optim.c — flat parameter groups and the fused optimizer steps.
+ *
+ * A group's parameters are moved into one flat buffer (each parameter
+ * becomes a view of it) and get grad slots in one flat gradient buffer,
+ * so that an optimizer step is a single pass and DDP buckets are slices.
+ */
+#include "core/autograd.h"
+#include "cpu/cpu.h"
+
+#include <string.h>
+
+static dp_status flat_check(const char *fn, dp_tensor *p, dp_tensor *g, const dp_tensor *state)
+{
+    char a[160], b[160];
+    if (!p || !g)
+        return dp_fail(DP_ERR_ARG, "%s: expected parameter and gradient tensors", fn);
+    if (p->dtype != DP_FLOAT32 && p->dtype != DP_FLOAT64)
+        return dp_fail(DP_ERR_DTYPE, "%s: fused updates take float32 or float64 parameters, got %s", fn,
+                       dp_dtype_name(p->dtype));
+    const dp_tensor *ts[2] = { g, state };
+    for (int i = 0; i < 2; i++) {
+        const dp_tensor *t = ts[i];
+        if (!t)
+            continue;
+        if (t->dtype != p->dtype || t->device != p->device || dp_tensor_numel(t) != dp_tensor_numel(p))
+            return dp_fail(DP_ERR_SHAPE, "%s: buffer %s (%s) does not match the parameters %s (%s)", fn,
+                           dp_shape_str(a, sizeof a, t->ndim, t->shape), dp_dtype_name(t->dtype),
+                           dp_shape_str(b, sizeof b, p->ndim, p->shape), dp_dtype_name(p->dtype));
+        if (!tensor_is_contiguous(t))
+            return dp_fail(DP_ERR_ARG, "%s: buffers must be contiguous", fn);
+    }
+    if (!tensor_is_contiguous(p))
+        return dp_fail(DP_ERR_ARG, "%s: parameters must be contiguous", fn);
+    return check_device_cpu(fn, p);
+}
+
+dp_status dp_sgd_step(dp_tensor *param, dp_tensor *grad, dp_tensor *momentum_buf, double lr, double momentum,
+                      double dampening, int nesterov, double weight_decay, int first_step)
+{
+    dp_status st = flat_check("sgd_step", param, grad, momentum_buf);
+    if (st)
+        return st;
+    if (momentum != 0 && !momentum_buf)
+        return dp_fail(DP_ERR_ARG, "sgd_step: momentum %g needs a momentum buffer", momentum);
+    if (nesterov && (momentum <= 0 || dampening != 0))
+        return dp_fail(DP_ERR_ARG, "SGD: nesterov momentum requires a momentum and zero dampening");
+    param->storage->version++;
+    if (momentum_buf)
+        momentum_buf->storage->version++;
+    return cpu_sgd_step(param, grad, momentum != 0 ? momentum_buf : NULL, lr, momentum, dampening, nesterov,
+                        weight_decay, first_step);
+}
+
+dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
+                       dp_tensor *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
+                       double weight_decay, int decoupled, int64_t step)
+{
+    dp_status st;
+    if ((st = flat_check("adam_step", param, grad, exp_avg)) || (st = flat_check("adam_step", param, exp_avg_sq, max_exp_avg_sq)))
+        return st;
+    if (!exp_avg || !exp_avg_sq)
+        return dp_fail(DP_ERR_ARG, "adam_step: expected exp_avg and exp_avg_sq buffers");
+    if (step < 1)
+        return dp_fail(DP_ERR_ARG, "adam_step: step must be at least 1, got %lld", (long long)step);
+    param->storage->version++;
+    return cpu_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
+                         decoupled, step);
+}
+
+/* ---------------------------------------------------------------- flattening */
+
+/* The whole storage as a 1-D tensor. */
+static dp_status storage_view(dp_tensor **out, dp_tensor *like, dp_storage *s, int64_t numel)
+{
+    dp_tensor base = *like;
+    base.storage = s;
+    int64_t stride = 1;
+    return tensor_view_of(out, &base, 1, &numel, &stride, 0);
+}
+
+/* Already flat: params are consecutive contiguous views filling one
+ * storage, and so are their grad slots. */
+static bool already_flat(int n, dp_tensor *const *ps, int64_t total)
+{
+    dp_storage *s = ps[0]->storage, *g = ps[0]->grad_slot ? ps[0]->grad_slot->storage : NULL;
+    int64_t at = 0;
+    if (!g || (int64_t)s->nbytes != total * (int64_t)dp_dtype_size(ps[0]->dtype))
+        return false;
+    for (int i = 0; i < n; i++) {
+        const dp_tensor *p = ps[i], *slot = p->grad_slot;
+        if (p->storage != s || p->offset != at || !tensor_is_contiguous(p) || !slot || slot->storage != g ||
+            slot->offset != at)
+            return false;
+        at += dp_tensor_numel(p);
+    }
+    return at == total;
+}
+
+/* Points param at [offset, offset + numel) of flat, keeping its shape. */
+static void rebind(dp_tensor *p, dp_storage *flat, int64_t offset)
+{
+    flat->refcount++;
+    storage_release(p->storage);
+    p->storage = flat;
+    p->offset = offset;
+    int64_t s = 1;
+    for (int d = p->ndim - 1; d >= 0; d--) {
+        p->stride[d] = s;
+        s *= p->shape[d];
+    }
+}
+
+static dp_status flatten_new(dp_tensor **fp, dp_tensor **fg, int n, dp_tensor *const *ps, int64_t total)
+{
+    dp_status st;
+    if ((st = tensor_new(fp, 1, &total, ps[0]->dtype, ps[0]->device)))
+        return st;
+    if ((st = dp_full(fg, 1, &total, 0, ps[0]->dtype, ps[0]->device))) {
+        dp_tensor_release(*fp);
+        return st;
+    }
+    int64_t at = 0;
+    for (int i = 0; i < n && !st; i++) {
+        dp_tensor *p = ps[i], *part = NULL, *dst = NULL, *slot = NULL;
+        int64_t numel = dp_tensor_numel(p);
+        if (!(st = dp_narrow(&part, *fp, 0, at, numel)) && !(st = dp_view(&dst, part, p->ndim, p->shape)) &&
+            !(st = cpu_copy(dst, p)) && !(st = dp_narrow(&slot, *fg, 0, at, numel))) {
+            dp_tensor *shaped;
+            if (!(st = dp_view(&shaped, slot, p->ndim, p->shape))) {
+                dp_tensor *old_grad = p->grad;
+                if (old_grad)
+                    st = cpu_copy(shaped, old_grad);
+                rebind(p, (*fp)->storage, at);
+                dp_tensor_release(p->grad_slot);
+                p->grad_slot = shaped;
+                if (old_grad) {
+                    dp_tensor_retain(shaped);
+                    p->grad = shaped;
+                    dp_tensor_release(old_grad);
+                }
+            }
+        }
+        dp_tensor_release(part);
+        dp_tensor_release(dst);
+        dp_tensor_release(slot);
+        at += numel;
+    }
+    return st;
+}
+
+dp_status dp_flatten_params(dp_tensor **flat_param, dp_tensor **flat_grad, int n, dp_tensor *const *params)
+{
+    if (n <= 0)
+        return dp_fail(DP_ERR_ARG, "flatten_params: expected at least one parameter");
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        dp_tensor *p = params[i];
+        if (p->dtype != params[0]->dtype || p->device != params[0]->device)
+            return dp_fail(DP_ERR_DTYPE, "flatten_params: all parameters of a group must share dtype and device "
+                           "(parameter %d is %s, parameter 0 is %s)", i, dp_dtype_name(p->dtype),
+                           dp_dtype_name(params[0]->dtype));
+        if (p->grad_fn)
+            return dp_fail(DP_ERR_ARG, "flatten_params: parameter %d is not a leaf tensor", i);
+        for (int j = 0; j < i; j++)
+            if (params[j] == p)
+                return dp_fail(DP_ERR_ARG, "flatten_params: parameter %d appears twice in the group", i);
+        total += dp_tensor_numel(p);
+    }
+    if (already_flat(n, params, total)) {
+        dp_status st = storage_view(flat_param, params[0], params[0]->storage, total);
+        if (!st && (st = storage_view(flat_grad, params[0]->grad_slot, params[0]->grad_slot->storage, total)))
+            dp_tensor_release(*flat_param);
+        return st;
+    }
+    return flatten_new(flat_param, flat_grad, n, params, total);
+}

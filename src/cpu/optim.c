@@ -1,0 +1,66 @@
+/*
+ * optim.c — fused optimizer updates: one loop over a flat parameter
+ * buffer, following PyTorch 1.13's single-tensor formulas step by step so
+ * that results agree to float rounding.
+ */
+#include "cpu/cpu.h"
+
+#include <math.h>
+
+#define SGD_LOOP(T)                                                                     \
+    do {                                                                                \
+        T *P = (T *)tensor_ptr(p), *G = (T *)tensor_ptr(g);                             \
+        T *B = buf ? (T *)tensor_ptr(buf) : NULL;                                       \
+        for (int64_t i = 0; i < n; i++) {                                               \
+            T d = G[i];                                                                 \
+            if (weight_decay != 0) d = d + (T)weight_decay * P[i];                      \
+            if (momentum != 0) {                                                        \
+                T b = first_step ? d : B[i] * (T)momentum + (T)(1 - dampening) * d;     \
+                B[i] = b;                                                               \
+                d = nesterov ? d + (T)momentum * b : b;                                 \
+            }                                                                           \
+            P[i] = P[i] - (T)lr * d;                                                    \
+        }                                                                               \
+    } while (0)
+
+dp_status cpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
+                       double dampening, int nesterov, double weight_decay, int first_step)
+{
+    int64_t n = dp_tensor_numel(p);
+    if (p->dtype == DP_FLOAT32)
+        SGD_LOOP(float);
+    else
+        SGD_LOOP(double);
+    return DP_OK;
+}
+
+#define ADAM_LOOP(T)                                                                    \
+    do {                                                                                \
+        T *P = (T *)tensor_ptr(p), *G = (T *)tensor_ptr(g);                             \
+        T *M = (T *)tensor_ptr(m), *V = (T *)tensor_ptr(v);                             \
+        T *VM = vmax ? (T *)tensor_ptr(vmax) : NULL;                                    \
+        for (int64_t i = 0; i < n; i++) {                                               \
+            T grad = G[i];                                                              \
+            if (decoupled) P[i] = P[i] * (T)(1 - lr * weight_decay);                    \
+            else if (weight_decay != 0) grad = grad + (T)weight_decay * P[i];           \
+            M[i] = M[i] * (T)beta1 + (T)(1 - beta1) * grad;                             \
+            V[i] = V[i] * (T)beta2 + (T)(1 - beta2) * grad * grad;                      \
+            T second = V[i];                                                            \
+            if (VM) { if (VM[i] < V[i]) VM[i] = V[i]; second = VM[i]; }                 \
+            T denom = (T)sqrt((double)second) / (T)bc2_sqrt + (T)eps;                   \
+            P[i] = P[i] - (T)step_size * (M[i] / denom);                                \
+        }                                                                               \
+    } while (0)
+
+dp_status cpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
+                        double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step)
+{
+    int64_t n = dp_tensor_numel(p);
+    double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
+    double step_size = lr / bc1, bc2_sqrt = sqrt(bc2);
+    if (p->dtype == DP_FLOAT32)
+        ADAM_LOOP(float);
+    else
+        ADAM_LOOP(double);
+    return DP_OK;
+}
