@@ -165,6 +165,10 @@ dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp
  * form such a group get their existing buffers back. */
 dp_status dp_flatten_params(dp_tensor **flat_param, dp_tensor **flat_grad, int n, dp_tensor *const *params);
 
+/* data files: an IDX file (MNIST's format), gzip-compressed or not, as a
+ * tensor of its element type (uint8 -> uint8, int32 -> int32, float -> float32, double -> float64) */
+dp_status dp_load_idx(dp_tensor **out, const char *path);
+
 /* memory pressure: tensors are freed by Lua's GC, which does not see their
  * size; the binding collects when this says enough was allocated */
 int dp_gc_wanted(void);
