@@ -1023,7 +1023,12 @@ torch.Tensor = methods
 torch.__version__ = ffi.string(C.dp_version())
 function torch.build_options() return ffi.string(C.dp_build_options()) end
 torch.C = C
-torch.ffi_new_tensor = new
+-- Wraps an owned `dp_tensor *` (from a C call made outside this file) as a
+-- Tensor whose finalizer releases it.
+function torch._wrap(p)
+  if p == nil then raise("internal: wrapping a NULL tensor") end
+  return wrap(p)
+end
 
 torch.cuda = {
   is_available = function() return false end,
