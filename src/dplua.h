@@ -202,6 +202,62 @@ dp_status dp_flatten_params(dp_tensor **flat_param, dp_tensor **flat_grad, int n
  * tensor of its element type (uint8 -> uint8, int32 -> int32, float -> float32, double -> float64) */
 dp_status dp_load_idx(dp_tensor **out, const char *path);
 
+/* distributed: the rendezvous store and process groups (src/dist).
+ * Rank 0 serves the store (a TCP key-value server on a background thread);
+ * every rank is a client. Only clients presenting the job's token are
+ * served. Blocking calls take a timeout in seconds and fail with a message
+ * instead of hanging. */
+typedef struct dp_store dp_store;
+typedef struct dp_pg dp_pg;
+typedef struct dp_work dp_work;
+typedef enum { DP_RED_SUM = 0, DP_RED_AVG, DP_RED_MAX, DP_RED_MIN, DP_RED_PRODUCT } dp_redop_dist;
+
+/* is_server: bind host:port (port 0 picks a free one) and serve; rank is
+ * the client's rank (-1 if none), so the server can tell who went away. */
+dp_status dp_store_open(dp_store **out, const char *host, int port, int is_server, int rank,
+                        const char *token, double timeout_s);
+/* The client protocol of PyTorch's TCPStore (torchrun's agent store). */
+dp_status dp_store_open_torch(dp_store **out, const char *host, int port, double timeout_s);
+int dp_store_port(const dp_store *s);
+dp_status dp_store_set(dp_store *s, const char *key, const void *value, size_t len);
+/* Waits for the key; *value is malloc'd (free with dp_free). */
+dp_status dp_store_get(dp_store *s, const char *key, void **value, size_t *len, double timeout_s);
+dp_status dp_store_add(dp_store *s, const char *key, int64_t delta, int64_t *result);
+/* Sets key to desired if its value equals expected (or it is absent and
+ * expected_len is 0); *current gets the value after the call. */
+dp_status dp_store_compare_set(dp_store *s, const char *key, const void *expected, size_t expected_len,
+                               const void *desired, size_t desired_len, void **current, size_t *current_len);
+dp_status dp_store_wait(dp_store *s, const char *const *keys, int n, double timeout_s);
+dp_status dp_store_check(dp_store *s, const char *const *keys, int n, int *all_present);
+dp_status dp_store_delete(dp_store *s, const char *key, int *deleted);
+void dp_store_close(dp_store *s);
+void dp_free(void *p);
+
+/* A process group over the store. backend: "gloo" (CPU tensors) or "nccl"
+ * (CUDA tensors). ranks: the members' global ranks (NULL: all of 0..size-1);
+ * name keeps different groups' keys apart. */
+dp_status dp_pg_new(dp_pg **out, dp_store *store, const char *backend, int rank, int size,
+                    double timeout_s, const char *name, const int *ranks);
+int dp_pg_rank(const dp_pg *pg);
+int dp_pg_size(const dp_pg *pg);
+const char *dp_pg_backend(const dp_pg *pg);
+uint64_t dp_pg_seq(const dp_pg *pg);
+/* Collectives: work NULL runs synchronously; else *work is a handle to
+ * wait on. Tensors must be contiguous. */
+dp_status dp_pg_all_reduce(dp_pg *pg, dp_tensor *t, int op, dp_work **work);
+dp_status dp_pg_broadcast(dp_pg *pg, dp_tensor *t, int root, dp_work **work);
+dp_status dp_pg_reduce(dp_pg *pg, dp_tensor *t, int root, int op, dp_work **work);
+dp_status dp_pg_all_gather(dp_pg *pg, dp_tensor *out, dp_tensor *in, dp_work **work);   /* out: size * numel(in) */
+dp_status dp_pg_reduce_scatter(dp_pg *pg, dp_tensor *out, dp_tensor *in, int op, dp_work **work); /* in: size * numel(out) */
+dp_status dp_pg_all_to_all(dp_pg *pg, dp_tensor *out, dp_tensor *in, dp_work **work);  /* equal splits along dim 0 */
+dp_status dp_pg_send(dp_pg *pg, dp_tensor *t, int dst, int tag);
+dp_status dp_pg_recv(dp_pg *pg, dp_tensor *t, int src, int tag);
+dp_status dp_pg_barrier(dp_pg *pg);
+void dp_pg_free(dp_pg *pg);
+dp_status dp_work_wait(dp_work *w);
+int dp_work_is_completed(dp_work *w);
+void dp_work_free(dp_work *w);
+
 /* memory pressure: tensors are freed by Lua's GC, which does not see their
  * size; the binding collects when this says enough was allocated */
 int dp_gc_wanted(void);
