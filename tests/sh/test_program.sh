@@ -183,6 +183,10 @@ with=
 run -e 'require("dplua")'
 [ $status -eq 0 ]; ok $? "require(\"dplua\") finds the library"
 
+# cuBLASLt is dlopen()ed on first use: mapping it at start-up costs ~60 ms.
+run -e 'for l in io.lines("/proc/self/maps") do if l:find("cublasLt", 1, true) then print(l) end end'
+[ $status -eq 0 ] && is_out ""; ok $? "start-up does not load libcublasLt"
+
 # ---------------------------------------------------------------- env
 
 run env
