@@ -258,6 +258,18 @@ dp_status dp_work_wait(dp_work *w);
 int dp_work_is_completed(dp_work *w);
 void dp_work_free(dp_work *w);
 
+/* DistributedDataParallel's reducer: gradient buckets over the flat
+ * gradient buffer, all-reduced (AVG) from grad-ready hooks during backward;
+ * backward returns once they are done. */
+typedef struct dp_ddp dp_ddp;
+dp_status dp_ddp_new(dp_ddp **out, dp_pg *pg, int n, dp_tensor *const *params, const char *const *names,
+                     int64_t first_bucket_bytes, int64_t bucket_bytes, int find_unused);
+void dp_ddp_set_sync(dp_ddp *d, int sync);   /* 0 inside no_sync(): gradients accumulate locally */
+int dp_ddp_num_buckets(const dp_ddp *d);
+dp_status dp_ddp_bucket_range(const dp_ddp *d, int i, int64_t *start, int64_t *end);
+dp_tensor *dp_ddp_flat_param(dp_ddp *d);     /* a new reference */
+void dp_ddp_free(dp_ddp *d);
+
 /* memory pressure: tensors are freed by Lua's GC, which does not see their
  * size; the binding collects when this says enough was allocated */
 int dp_gc_wanted(void);

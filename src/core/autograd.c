@@ -245,6 +245,42 @@ dp_status ag_check_inplace(const char *fn, dp_tensor *dst)
     return DP_OK;
 }
 
+/* ---------------------------------------------------------------- final callbacks */
+
+/* One-shot callbacks that run when the current backward has finished (DDP
+ * waits for its reductions there); their status becomes backward's. */
+typedef struct {
+    dp_status (*fn)(void *ctx);
+    void *ctx;
+} final_callback;
+
+static final_callback finals[16];
+static int nfinals;
+
+dp_status ag_queue_final_callback(dp_status (*fn)(void *ctx), void *ctx)
+{
+    for (int i = 0; i < nfinals; i++)
+        if (finals[i].fn == fn && finals[i].ctx == ctx)
+            return DP_OK;
+    if (nfinals == 16)
+        return dp_fail(DP_ERR_STATE, "backward: too many final callbacks");
+    finals[nfinals].fn = fn;
+    finals[nfinals++].ctx = ctx;
+    return DP_OK;
+}
+
+static dp_status run_final_callbacks(dp_status st)
+{
+    /* every queued callback runs even after an error, so none keeps stale state */
+    for (int i = 0; i < nfinals; i++) {
+        dp_status r = finals[i].fn(finals[i].ctx);
+        if (!st)
+            st = r;
+    }
+    nfinals = 0;
+    return st;
+}
+
 /* ---------------------------------------------------------------- the walk */
 
 /* Max-heap of ready nodes by seq: the most recently created runs first,
@@ -465,7 +501,7 @@ dp_status dp_backward(dp_tensor *root, dp_tensor *grad, int retain_graph)
         dp_tensor_release(g);
         if (!st)
             fire_hooks(root);
-        return st;
+        return run_final_callbacks(st);
     }
     ag_node **all = NULL;
     int nall = 0;
@@ -493,5 +529,5 @@ dp_status dp_backward(dp_tensor *root, dp_tensor *grad, int retain_graph)
     }
     free(ready.v);
     free(all);
-    return st;
+    return run_final_callbacks(st);
 }

@@ -65,6 +65,10 @@ void ag_save_output(ag_node *n, dp_tensor *out);
  * storage version that saved tensors are checked against. */
 dp_status ag_check_inplace(const char *fn, dp_tensor *dst);
 
+/* Runs fn(ctx) once when the running backward ends (queued from a hook);
+ * a failure becomes backward's error. Queuing the same pair twice is a no-op. */
+dp_status ag_queue_final_callback(dp_status (*fn)(void *ctx), void *ctx);
+
 /* backward.c: reduces grad (broadcast shape) to an input's shape and dtype */
 dp_status ag_sum_to(dp_tensor **out, dp_tensor *grad, const ag_input *in);
 

@@ -1,0 +1,477 @@
+-- dplua.distributed: torch.distributed for Lua, and DistributedDataParallel.
+--
+--   local dist = torch.distributed
+--   dist.init_process_group("gloo")            -- env:// (RANK, WORLD_SIZE, ...)
+--   dist.all_reduce(t)                          -- SUM by default, in place
+--
+-- The rendezvous follows PyTorch's env:// contract, also reading mpirun's
+-- (OMPI_COMM_WORLD_*) and Slurm's (SLURM_*) variables; with none of them
+-- set the process is a world of one. Rank 0 serves the store (src/dist);
+-- under torchrun (TORCHELASTIC_USE_AGENT_STORE=True) the agent already
+-- serves PyTorch's TCPStore on MASTER_PORT, and we speak its protocol.
+-- Collectives run in C on the group's worker; errors (a timeout, a dead
+-- peer, mismatched collectives) are raised at the caller's line.
+local ffi = require("ffi")
+local torch = require("dplua")
+local C = torch.C
+local raise = torch._raise
+local is_tensor = torch.is_tensor
+
+local dist = {}
+
+dist.ReduceOp = { SUM = 0, AVG = 1, MAX = 2, MIN = 3, PRODUCT = 4 }
+dist.ReduceOp.PROD = dist.ReduceOp.PRODUCT
+
+local DEFAULT_TIMEOUT = 300
+
+local state = { pg = nil, store = nil, rank = 0, world_size = 1, local_rank = 0, backend = nil, groups = {} }
+
+local function check(st)
+  if st ~= 0 then raise(ffi.string(C.dp_last_error())) end
+end
+
+local function env_int(...)
+  for _, name in ipairs({ ... }) do
+    local v = os.getenv(name)
+    if v and v ~= "" then
+      local n = tonumber(v)
+      if not n or n % 1 ~= 0 then raise(string.format("init_process_group: %s=%q is not an integer", name, v)) end
+      return n
+    end
+  end
+end
+
+---------------------------------------------------------------- store
+
+local store_box = ffi.new("dp_store*[1]")
+local value_box, len_box = ffi.new("void*[1]"), ffi.new("size_t[1]")
+local i64_box = ffi.new("int64_t[1]")
+
+local Store = {}
+Store.__index = Store
+
+local function wrap_store(p) return setmetatable({ p = ffi.gc(p, C.dp_store_close) }, Store) end
+
+-- TCPStore(host, port [, world_size, is_master, timeout_s]), as in PyTorch.
+function dist.TCPStore(host, port, world_size, is_master, timeout)
+  if type(host) ~= "string" then raise("TCPStore: expected a host name, got " .. type(host)) end
+  if type(port) ~= "number" or port % 1 ~= 0 or port < 0 or port > 65535 then
+    raise("TCPStore: expected a port number in [0, 65535], got " .. tostring(port))
+  end
+  local token = os.getenv("DPLUA_JOB_TOKEN") or ""
+  check(C.dp_store_open(store_box, host, port, is_master and 1 or 0, -1, token, timeout or DEFAULT_TIMEOUT))
+  return wrap_store(store_box[0])
+end
+
+local function take_value()
+  local s = ffi.string(value_box[0], len_box[0])
+  C.dp_free(value_box[0])
+  return s
+end
+
+function Store:set(key, value) value = tostring(value); check(C.dp_store_set(self.p, key, value, #value)) end
+function Store:get(key, timeout)
+  check(C.dp_store_get(self.p, key, value_box, len_box, timeout or DEFAULT_TIMEOUT))
+  return take_value()
+end
+function Store:add(key, delta)
+  check(C.dp_store_add(self.p, key, delta or 1, i64_box))
+  return tonumber(i64_box[0])
+end
+function Store:compare_set(key, expected, desired)
+  expected, desired = tostring(expected), tostring(desired)
+  check(C.dp_store_compare_set(self.p, key, expected, #expected, desired, #desired, value_box, len_box))
+  return take_value()
+end
+local function key_array(keys)
+  if type(keys) == "string" then keys = { keys } end
+  local arr = ffi.new("const char*[?]", #keys)
+  for i, k in ipairs(keys) do arr[i - 1] = k end
+  return arr, #keys, keys
+end
+function Store:wait(keys, timeout)
+  local arr, n, hold = key_array(keys)
+  check(C.dp_store_wait(self.p, arr, n, timeout or DEFAULT_TIMEOUT))
+  return hold ~= nil
+end
+function Store:check(keys)
+  local arr, n, hold = key_array(keys)
+  local out = ffi.new("int[1]")
+  check(C.dp_store_check(self.p, arr, n, out))
+  return hold ~= nil and out[0] ~= 0
+end
+function Store:delete_key(key)
+  local out = ffi.new("int[1]")
+  check(C.dp_store_delete(self.p, key, out))
+  return out[0] ~= 0
+end
+function Store:port() return C.dp_store_port(self.p) end
+
+---------------------------------------------------------------- rendezvous
+
+-- rank, world size, local rank and master address from the environment
+local function rendezvous_env(opts)
+  local rank = opts.rank or env_int("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+  local world = opts.world_size or env_int("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+  local local_rank = env_int("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
+  local addr, port = os.getenv("MASTER_ADDR"), env_int("MASTER_PORT")
+  local method = opts.init_method or "env://"
+  local h, p = method:match("^tcp://([^:]+):(%d+)$")
+  if h then addr, port = h, tonumber(p)
+  elseif method ~= "env://" then
+    raise("init_process_group: unsupported init_method '" .. method .. "' (expected env:// or tcp://host:port)")
+  end
+  if rank == nil and world == nil then
+    -- no launcher: a world of one process with a private store
+    return { rank = 0, world_size = 1, local_rank = 0, addr = "127.0.0.1", port = 0, alone = true }
+  end
+  if rank == nil or world == nil then
+    raise("init_process_group: found " .. (rank and "RANK" or "WORLD_SIZE") .. " but not " ..
+          (rank and "WORLD_SIZE" or "RANK") .. " in the environment; set both (the launcher does: dplua --nproc_per_node=N)")
+  end
+  if world < 1 or rank < 0 or rank >= world then
+    raise(string.format("init_process_group: rank %d is out of range for world size %d", rank, world))
+  end
+  if world > 1 and (not addr or not port) then
+    raise("init_process_group: MASTER_ADDR and MASTER_PORT must be set for env:// with world size " .. world)
+  end
+  return { rank = rank, world_size = world, local_rank = local_rank or rank, addr = addr or "127.0.0.1", port = port or 0 }
+end
+
+local function open_store(env, timeout)
+  if os.getenv("TORCHELASTIC_USE_AGENT_STORE") == "True" and not env.alone then
+    check(C.dp_store_open_torch(store_box, env.addr, env.port, timeout))
+  else
+    local token = os.getenv("DPLUA_JOB_TOKEN") or ""
+    check(C.dp_store_open(store_box, env.addr, env.port, env.rank == 0 and 1 or 0, env.rank, token, timeout))
+  end
+  return wrap_store(store_box[0])
+end
+
+local Group = {}
+Group.__index = Group
+Group.__tostring = function(g) return string.format("ProcessGroup(%s, rank %d of %d)", g.backend, g.rank, g.size) end
+
+local pg_box = ffi.new("dp_pg*[1]")
+
+local function make_group(backend, rank, size, timeout, name, ranks)
+  local arr = nil
+  if ranks then
+    arr = ffi.new("int[?]", #ranks)
+    for i, r in ipairs(ranks) do arr[i - 1] = r end
+  end
+  check(C.dp_pg_new(pg_box, state.store.p, backend, rank, size, timeout, name, arr))
+  return setmetatable({ p = ffi.gc(pg_box[0], C.dp_pg_free), backend = backend, rank = rank, size = size,
+                        ranks = ranks }, Group)
+end
+
+local function check_backend(backend)
+  if backend == "nccl" then
+    if not torch.cuda.is_available() then
+      raise("init_process_group: ProcessGroupNCCL is only supported with GPUs, no GPUs found! " ..
+            "(use backend \"gloo\" for CPU tensors)")
+    end
+  elseif backend ~= "gloo" then
+    raise("init_process_group: unknown backend '" .. tostring(backend) .. "' (expected \"nccl\" or \"gloo\")")
+  end
+end
+
+-- init_process_group(backend [, opts]) or init_process_group{backend=, init_method=, rank=, world_size=, timeout=}
+function dist.init_process_group(backend, opts)
+  if type(backend) == "table" then opts, backend = backend, backend.backend end
+  opts = opts or {}
+  if state.pg then raise("init_process_group: trying to initialize the default process group twice") end
+  backend = backend or (torch.cuda.is_available() and "nccl" or "gloo")
+  check_backend(backend)
+  local timeout = opts.timeout or tonumber(os.getenv("DPLUA_DIST_TIMEOUT")) or DEFAULT_TIMEOUT
+  local env = rendezvous_env(opts)
+  state.store = open_store(env, timeout)
+  state.rank, state.world_size, state.local_rank = env.rank, env.world_size, env.local_rank
+  state.backend, state.timeout = backend, timeout
+  state.pg = make_group(backend, env.rank, env.world_size, timeout, "default", nil)
+end
+
+local function group_of(group)
+  if group ~= nil then return group end
+  if not state.pg then
+    raise("Default process group has not been initialized, please make sure to call init_process_group.")
+  end
+  return state.pg
+end
+
+function dist.is_available() return true end
+function dist.is_initialized() return state.pg ~= nil end
+function dist.get_rank(group) if group then return group.rank end return group_of().rank end
+function dist.get_world_size(group) if group then return group.size end return group_of().size end
+function dist.get_local_rank() group_of(); return state.local_rank end
+function dist.get_backend(group) return group_of(group).backend end
+function dist.get_store() group_of(); return state.store end
+
+-- new_group(ranks): every rank calls it; members get a group, others nil.
+function dist.new_group(ranks, opts)
+  local world = group_of()
+  opts = opts or {}
+  local backend = opts.backend or state.backend
+  state.groups.n = (state.groups.n or 0) + 1
+  local name = "group" .. state.groups.n
+  if ranks == nil then
+    ranks = {}
+    for r = 0, world.size - 1 do ranks[#ranks + 1] = r end
+  end
+  local mine
+  for i, r in ipairs(ranks) do
+    if type(r) ~= "number" or r < 0 or r >= world.size or r % 1 ~= 0 then
+      raise("new_group: rank " .. tostring(r) .. " is out of range for world size " .. world.size)
+    end
+    if r == world.rank then mine = i - 1 end
+  end
+  if mine == nil then return nil end
+  return make_group(backend, mine, #ranks, opts.timeout or state.timeout, name, ranks)
+end
+
+function dist.destroy_process_group(group)
+  if group and group ~= state.pg then
+    C.dp_pg_free(ffi.gc(group.p, nil)); group.p = nil
+    return
+  end
+  if state.pg then C.dp_pg_free(ffi.gc(state.pg.p, nil)) end
+  if state.store then C.dp_store_close(ffi.gc(state.store.p, nil)) end
+  state.pg, state.store, state.backend = nil, nil, nil
+end
+
+---------------------------------------------------------------- collectives
+
+local Work = {}
+Work.__index = Work
+function Work:wait()
+  if not self.done then
+    self.done = true
+    local st = C.dp_work_wait(self.p)
+    if st ~= 0 then raise(ffi.string(C.dp_last_error())) end
+  end
+  return true
+end
+function Work:is_completed() return self.done or C.dp_work_is_completed(self.p) ~= 0 end
+
+local work_box = ffi.new("dp_work*[1]")
+
+-- Runs cfn(pg, ..., work_ptr_or_nil); returns a Work for async_op.
+local function collective(group, async_op, cfn, ...)
+  local g = group_of(group)
+  if async_op then
+    check(cfn(g.p, ..., work_box))
+    return setmetatable({ p = ffi.gc(work_box[0], C.dp_work_free) }, Work)
+  end
+  check(cfn(g.p, ..., nil))
+end
+
+local function contiguous_tensor(t, fn)
+  if not is_tensor(t) then raise(fn .. ": expected a tensor, got " .. type(t)) end
+  if not t:is_contiguous() then raise(fn .. ": tensors must be contiguous (call :contiguous() first)") end
+  return t
+end
+
+local function reduce_op(op, fn)
+  if op == nil then return 0 end
+  if type(op) ~= "number" or op < 0 or op > 4 then
+    raise(fn .. ": expected a dist.ReduceOp (SUM, AVG, MAX, MIN, PRODUCT), got " .. tostring(op))
+  end
+  return op
+end
+
+-- Options come as positional PyTorch arguments or a trailing table:
+-- all_reduce(t, op, group, async_op) or all_reduce(t, {op=, group=, async_op=}).
+local function opts_of(a, names)
+  if type(a[1]) == "table" and not is_tensor(a[1]) and getmetatable(a[1]) ~= Group then return a[1] end
+  local o = {}
+  for i, n in ipairs(names) do o[n] = a[i] end
+  return o
+end
+
+function dist.all_reduce(t, ...)
+  local o = opts_of({ ... }, { "op", "group", "async_op" })
+  contiguous_tensor(t, "all_reduce")
+  return collective(o.group, o.async_op, C.dp_pg_all_reduce, t.p, reduce_op(o.op, "all_reduce"))
+end
+
+function dist.broadcast(t, src, ...)
+  local o = opts_of({ ... }, { "group", "async_op" })
+  contiguous_tensor(t, "broadcast")
+  return collective(o.group, o.async_op, C.dp_pg_broadcast, t.p, src or 0)
+end
+
+function dist.reduce(t, dst, ...)
+  local o = opts_of({ ... }, { "op", "group", "async_op" })
+  contiguous_tensor(t, "reduce")
+  return collective(o.group, o.async_op, C.dp_pg_reduce, t.p, dst or 0, reduce_op(o.op, "reduce"))
+end
+
+function dist.all_gather_into_tensor(out, t, ...)
+  local o = opts_of({ ... }, { "group", "async_op" })
+  contiguous_tensor(out, "all_gather_into_tensor"); contiguous_tensor(t, "all_gather_into_tensor")
+  return collective(o.group, o.async_op, C.dp_pg_all_gather, out.p, t.p)
+end
+
+-- all_gather(list, t): list gets one tensor per rank (existing tensors are filled)
+function dist.all_gather(list, t, ...)
+  local o = opts_of({ ... }, { "group", "async_op" })
+  local g = group_of(o.group)
+  contiguous_tensor(t, "all_gather")
+  if type(list) ~= "table" then raise("all_gather: expected a table for the output list") end
+  local shape = t:size()
+  local flat = torch.empty({ g.size * t:numel() }, { dtype = t.dtype, device = t.device })
+  collective(g, false, C.dp_pg_all_gather, flat.p, t.p)
+  for r = 0, g.size - 1 do
+    local piece = flat:narrow(0, r * t:numel(), t:numel()):view(shape)
+    if list[r + 1] then list[r + 1]:copy_(piece) else list[r + 1] = piece end
+  end
+  if o.async_op then return setmetatable({ done = true }, Work) end
+end
+
+function dist.reduce_scatter_tensor(out, t, ...)
+  local o = opts_of({ ... }, { "op", "group", "async_op" })
+  contiguous_tensor(out, "reduce_scatter_tensor"); contiguous_tensor(t, "reduce_scatter_tensor")
+  return collective(o.group, o.async_op, C.dp_pg_reduce_scatter, out.p, t.p, reduce_op(o.op, "reduce_scatter"))
+end
+
+function dist.reduce_scatter(out, list, ...)
+  if type(list) ~= "table" or #list == 0 then raise("reduce_scatter: expected a non-empty list of input tensors") end
+  local flat = torch.cat(list, 0):contiguous()
+  return dist.reduce_scatter_tensor(out, flat:view(-1):view(flat:size()), ...)
+end
+
+function dist.all_to_all_single(out, t, ...)
+  local o = opts_of({ ... }, { "output_split_sizes", "input_split_sizes", "group", "async_op" })
+  if o.output_split_sizes or o.input_split_sizes then
+    raise("all_to_all_single: uneven splits are not supported; use equal splits along dim 0")
+  end
+  contiguous_tensor(out, "all_to_all"); contiguous_tensor(t, "all_to_all")
+  return collective(o.group, o.async_op, C.dp_pg_all_to_all, out.p, t.p)
+end
+
+function dist.all_to_all(out_list, in_list, ...)
+  local o = opts_of({ ... }, { "group", "async_op" })
+  if type(out_list) ~= "table" or type(in_list) ~= "table" or #out_list ~= #in_list then
+    raise("all_to_all: expected output and input lists of the same length (one tensor per rank)")
+  end
+  local inp = torch.cat(in_list, 0):contiguous()
+  local out = torch.empty(inp:size(), { dtype = inp.dtype, device = inp.device })
+  collective(o.group, false, C.dp_pg_all_to_all, out.p, inp.p)
+  local at = 0
+  for i, dst in ipairs(out_list) do
+    local n = dst:size(0)
+    dst:copy_(out:narrow(0, at, n))
+    at = at + n
+  end
+end
+
+function dist.send(t, dst, group, tag)
+  contiguous_tensor(t, "send")
+  check(C.dp_pg_send(group_of(group).p, t.p, dst, tag or 0))
+end
+
+function dist.recv(t, src, group, tag)
+  contiguous_tensor(t, "recv")
+  if src == nil then raise("recv: receiving from any source is not supported; pass src") end
+  check(C.dp_pg_recv(group_of(group).p, t.p, src, tag or 0))
+  return src
+end
+
+function dist.barrier(group) check(C.dp_pg_barrier(group_of(group).p)) end
+
+---------------------------------------------------------------- DistributedDataParallel
+
+local ddp_box = ffi.new("dp_ddp*[1]")
+
+local function make_ddp_class()
+  local nn = torch.nn
+  local DDP = nn.Module:extend("DistributedDataParallel")
+
+  -- DistributedDataParallel(module, {device_ids=, bucket_cap_mb=25, find_unused_parameters=false,
+  --                                  broadcast_buffers=true, process_group=})
+  function DDP:__init(module, opts)
+    opts = opts or {}
+    if type(module) ~= "table" or not module.parameters then
+      raise("DistributedDataParallel: expected an nn.Module to wrap, got " .. type(module))
+    end
+    local g = group_of(opts.process_group)
+    self.module = module
+    rawset(self, "_group", g)
+    rawset(self, "_broadcast_buffers", opts.broadcast_buffers ~= false)
+    local names, params = {}, {}
+    for name, p in module:named_parameters() do
+      if p.requires_grad then names[#names + 1] = name; params[#params + 1] = p end
+    end
+    self:_check_shapes(params, names)
+    local n = #params
+    local parr, narr = ffi.new("dp_tensor*[?]", n), ffi.new("const char*[?]", n)
+    for i = 1, n do parr[i - 1] = params[i].p; narr[i - 1] = names[i] end
+    local cap = (opts.bucket_cap_mb or 25) * 1024 * 1024
+    check(C.dp_ddp_new(ddp_box, g.p, n, parr, narr, math.min(1024 * 1024, cap), cap,
+                       opts.find_unused_parameters and 1 or 0))
+    rawset(self, "_reducer", ffi.gc(ddp_box[0], C.dp_ddp_free))
+    rawset(self, "_names", names)
+    -- every rank starts from rank 0's parameters and buffers
+    if g.size > 1 then
+      local flat = torch._wrap(C.dp_ddp_flat_param(self._reducer))
+      torch.no_grad(function() dist.broadcast(flat, 0, g) end)
+      self:_sync_buffers()
+    end
+  end
+
+  -- Every rank must hold the same parameter shapes: compare a digest of
+  -- them across ranks before anything is broadcast.
+  function DDP:_check_shapes(params, names)
+    local g = self._group
+    if g.size == 1 then return end
+    local desc = {}
+    for i, p in ipairs(params) do desc[i] = names[i] .. table.concat(p:size(), "x") .. tostring(p.dtype) end
+    local text = table.concat(desc, ";")
+    local h = 5381
+    for i = 1, #text do h = (h * 33 + text:byte(i)) % 2147483647 end
+    local mine = torch.tensor({ #params, h }, { dtype = torch.int64 })
+    local all = torch.empty({ 2 * g.size }, { dtype = torch.int64 })
+    dist.all_gather_into_tensor(all, mine, g)
+    local v = all:tolist()
+    for r = 0, g.size - 1 do
+      if v[2 * r + 1] ~= #params or v[2 * r + 2] ~= h then
+        raise(string.format("DistributedDataParallel: rank %d has different parameters than rank %d " ..
+                            "(%d vs %d parameter tensors, or different shapes); every rank must build the same model",
+                            r, g.rank, v[2 * r + 1], #params))
+      end
+    end
+  end
+
+  function DDP:_sync_buffers()
+    local g = self._group
+    if g.size == 1 or not self._broadcast_buffers then return end
+    for _, b in ipairs(self.module:buffers()) do
+      torch.no_grad(function() dist.broadcast(b, 0, g) end)
+    end
+  end
+
+  function DDP:forward(...)
+    self:_sync_buffers()
+    return self.module(...)
+  end
+
+  -- no_sync(fn): gradients of backward passes inside fn accumulate locally.
+  function DDP:no_sync(fn)
+    C.dp_ddp_set_sync(self._reducer, 0)
+    local ok, err = pcall(fn)
+    C.dp_ddp_set_sync(self._reducer, 1)
+    if not ok then error(err, 0) end
+  end
+
+  function DDP:num_buckets() return C.dp_ddp_num_buckets(self._reducer) end
+
+  return DDP
+end
+
+local ddp_class
+function dist._ddp_class()
+  ddp_class = ddp_class or make_ddp_class()
+  return ddp_class
+end
+
+return dist

@@ -1,0 +1,268 @@
+/*
+ * ddp.c — DistributedDataParallel's reducer: gradient buckets that are
+ * slices of the flat gradient buffer, all-reduced (AVG) as soon as the
+ * autograd hooks say every gradient in them is final, overlapping the rest
+ * of backward. Backward's final callback waits for them, so gradients are
+ * averaged when loss:backward() returns.
+ *
+ * Buckets follow PyTorch: reverse parameter order (the order gradients
+ * become ready), the first bucket small (1 MB) so communication starts
+ * early, the others bucket_cap_mb (25 MB). They are launched in bucket
+ * order on every rank, so the collectives match across ranks.
+ */
+#include "core/autograd.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int64_t start, end;      /* element range in the flat gradient */
+    int nparams, pending;
+    dp_work *work;
+    bool launched;
+} ddp_bucket;
+
+typedef struct {
+    struct dp_ddp *ddp;
+    int index;               /* parameter index */
+    int bucket;
+    bool ready;
+} ddp_param;
+
+struct dp_ddp {
+    dp_pg *pg;
+    int nparams, nbuckets, next_launch;
+    dp_tensor **params;
+    char **names;
+    ddp_param *entries;
+    ddp_bucket *buckets;
+    dp_tensor *flat_param, *flat_grad;
+    bool sync, find_unused, in_backward;
+    dp_status error;
+    char message[512];
+};
+
+static dp_status slice_of(dp_tensor **out, dp_tensor *flat, int64_t start, int64_t end)
+{
+    return dp_narrow(out, flat, 0, start, end - start);
+}
+
+static void remember(dp_ddp *d, dp_status st)
+{
+    if (st && !d->error) {
+        d->error = st;
+        snprintf(d->message, sizeof d->message, "%s", dp_last_error());
+    }
+}
+
+static dp_status launch(dp_ddp *d, ddp_bucket *b)
+{
+    b->launched = true;
+    if (dp_pg_size(d->pg) == 1)
+        return DP_OK;   /* the average over one rank is the gradient itself */
+    dp_tensor *slice;
+    dp_status st = slice_of(&slice, d->flat_grad, b->start, b->end);
+    if (!st) {
+        st = dp_pg_all_reduce(d->pg, slice, DP_RED_AVG, &b->work);
+        dp_tensor_release(slice);
+    }
+    return st;
+}
+
+/* Launches, in bucket order, every bucket whose gradients are all final. */
+static void launch_ready(dp_ddp *d)
+{
+    while (d->next_launch < d->nbuckets && d->buckets[d->next_launch].pending == 0)
+        remember(d, launch(d, &d->buckets[d->next_launch++]));
+}
+
+static dp_status finish(void *ctx);
+
+static void grad_ready(dp_tensor *leaf, void *ctx)
+{
+    ddp_param *e = ctx;
+    dp_ddp *d = e->ddp;
+    (void)leaf;
+    if (!d->sync || e->ready)
+        return;
+    if (!d->in_backward) {
+        d->in_backward = true;
+        remember(d, ag_queue_final_callback(finish, d));
+    }
+    e->ready = true;
+    d->buckets[e->bucket].pending--;
+    launch_ready(d);
+}
+
+/* Parameters that got no gradient: zeros (find_unused_parameters) or an
+ * error naming them. */
+static dp_status handle_unused(dp_ddp *d)
+{
+    char list[256] = "";
+    int missing = 0;
+    for (int i = 0; i < d->nparams; i++) {
+        ddp_param *e = &d->entries[i];
+        if (e->ready)
+            continue;
+        if (!d->find_unused) {
+            if (missing++ < 4)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", missing > 1 ? ", " : "",
+                         d->names[i]);
+            continue;
+        }
+        dp_tensor *p = d->params[i];
+        dp_status st = p->grad ? DP_OK : dp_fill_(p->grad_slot, 0);
+        if (st)
+            return st;
+        if (!p->grad) {
+            dp_tensor_retain(p->grad_slot);
+            p->grad = p->grad_slot;
+        }
+        e->ready = true;
+        d->buckets[e->bucket].pending--;
+    }
+    if (missing)
+        return dp_fail(DP_ERR_STATE, "DistributedDataParallel: %d parameter(s) received no gradient in this "
+                       "backward: %s%s. Pass find_unused_parameters=true to DistributedDataParallel if parts of "
+                       "the model are not used in every iteration.", missing, list, missing > 4 ? ", ..." : "");
+    launch_ready(d);
+    return DP_OK;
+}
+
+static dp_status finish(void *ctx)
+{
+    dp_ddp *d = ctx;
+    dp_status st = d->error;
+    if (st)
+        dp_fail(st, "%s", d->message);
+    if (!st)
+        st = handle_unused(d);
+    for (int i = 0; i < d->nbuckets; i++) {
+        ddp_bucket *b = &d->buckets[i];
+        if (b->work) {
+            dp_status w = dp_work_wait(b->work);
+            if (!st)
+                st = w;
+            dp_work_free(b->work);
+            b->work = NULL;
+        }
+        b->launched = false;
+        b->pending = b->nparams;
+    }
+    for (int i = 0; i < d->nparams; i++)
+        d->entries[i].ready = false;
+    d->next_launch = 0;
+    d->in_backward = false;
+    d->error = DP_OK;
+    return st;
+}
+
+/* Assigns parameters to buckets walking them in reverse order. */
+static void make_buckets(dp_ddp *d, int64_t first_bytes, int64_t cap_bytes)
+{
+    int64_t es = (int64_t)dp_dtype_size(d->params[0]->dtype), end = dp_tensor_numel(d->flat_grad);
+    int64_t cap = first_bytes, bytes = 0;
+    ddp_bucket *b = &d->buckets[0];
+    b->end = end;
+    d->nbuckets = 1;
+    for (int i = d->nparams - 1; i >= 0; i--) {
+        int64_t n = dp_tensor_numel(d->params[i]);
+        if (bytes > 0 && bytes + n * es > cap) {
+            b->start = end;
+            b = &d->buckets[d->nbuckets++];
+            b->end = end;
+            bytes = 0;
+            cap = cap_bytes;
+        }
+        end -= n;
+        bytes += n * es;
+        d->entries[i].bucket = d->nbuckets - 1;
+        b->nparams++;
+    }
+    b->start = end;
+    for (int i = 0; i < d->nbuckets; i++)
+        d->buckets[i].pending = d->buckets[i].nparams;
+}
+
+void dp_ddp_free(dp_ddp *d)
+{
+    if (!d)
+        return;
+    for (int i = 0; i < d->nparams; i++) {
+        if (d->params[i]) {
+            dp_clear_grad_hooks(d->params[i]);
+            dp_tensor_release(d->params[i]);
+        }
+        free(d->names[i]);
+    }
+    for (int i = 0; i < d->nbuckets; i++)
+        if (d->buckets[i].work)
+            dp_work_free(d->buckets[i].work);
+    dp_tensor_release(d->flat_param);
+    dp_tensor_release(d->flat_grad);
+    free(d->params);
+    free(d->names);
+    free(d->entries);
+    free(d->buckets);
+    free(d);
+}
+
+dp_status dp_ddp_new(dp_ddp **out, dp_pg *pg, int n, dp_tensor *const *params, const char *const *names,
+                     int64_t first_bucket_bytes, int64_t bucket_bytes, int find_unused)
+{
+    if (n <= 0)
+        return dp_fail(DP_ERR_ARG, "DistributedDataParallel: the module has no parameters that require grad");
+    if (first_bucket_bytes <= 0 || bucket_bytes <= 0)
+        return dp_fail(DP_ERR_ARG, "DistributedDataParallel: bucket sizes must be positive");
+    dp_ddp *d = calloc(1, sizeof *d);
+    if (!d || !(d->params = calloc((size_t)n, sizeof *d->params)) || !(d->names = calloc((size_t)n, sizeof *d->names)) ||
+        !(d->entries = calloc((size_t)n, sizeof *d->entries)) || !(d->buckets = calloc((size_t)n, sizeof *d->buckets))) {
+        dp_ddp_free(d);
+        return dp_fail(DP_ERR_MEMORY, "DistributedDataParallel: out of memory");
+    }
+    d->pg = pg;
+    d->nparams = n;
+    d->sync = true;
+    d->find_unused = find_unused != 0;
+    dp_status st = dp_flatten_params(&d->flat_param, &d->flat_grad, n, params);
+    for (int i = 0; i < n && !st; i++) {
+        d->params[i] = params[i];
+        dp_tensor_retain(params[i]);
+        d->names[i] = strdup(names && names[i] ? names[i] : "?");
+        d->entries[i] = (ddp_param){ .ddp = d, .index = i };
+        st = dp_add_grad_hook(params[i], grad_ready, &d->entries[i]);
+    }
+    if (st) {
+        dp_ddp_free(d);
+        return st;
+    }
+    make_buckets(d, first_bucket_bytes, bucket_bytes);
+    *out = d;
+    return DP_OK;
+}
+
+void dp_ddp_set_sync(dp_ddp *d, int sync)
+{
+    d->sync = sync != 0;
+}
+
+int dp_ddp_num_buckets(const dp_ddp *d)
+{
+    return d->nbuckets;
+}
+
+dp_status dp_ddp_bucket_range(const dp_ddp *d, int i, int64_t *start, int64_t *end)
+{
+    if (i < 0 || i >= d->nbuckets)
+        return dp_fail(DP_ERR_INDEX, "bucket %d out of range", i);
+    *start = d->buckets[i].start;
+    *end = d->buckets[i].end;
+    return DP_OK;
+}
+
+dp_tensor *dp_ddp_flat_param(dp_ddp *d)
+{
+    dp_tensor_retain(d->flat_param);
+    return d->flat_param;
+}
