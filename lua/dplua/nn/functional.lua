@@ -1,0 +1,460 @@
+-- dplua.nn.functional: PyTorch's torch.nn.functional over dplua tensors.
+--
+-- Fused C ops (linear, cross_entropy / nll_loss, unfold) carry their own
+-- backward; everything else is a composite of differentiable tensor ops.
+-- Options that PyTorch takes as keyword arguments come in a trailing table:
+--   F.cross_entropy(logits, target, {weight=w, label_smoothing=0.1})
+local torch = require("dplua")
+local raise = torch._raise
+local is_tensor = torch.is_tensor
+
+local F = {}
+
+---------------------------------------------------------------- helpers
+
+local function typename(x) return is_tensor(x) and "Tensor" or type(x) end
+
+local function want_tensor(x, fn, what)
+  if not is_tensor(x) then raise(string.format("%s: expected %s to be a tensor, got %s", fn, what, typename(x))) end
+  return x
+end
+
+local function shape_str(t) return "[" .. table.concat(t:size(), ", ") .. "]" end
+F._shape_str = shape_str
+
+local function want_float(x, fn, what)
+  want_tensor(x, fn, what)
+  if not x:is_floating_point() then
+    raise(string.format("%s: expected %s to be a floating point tensor, got %s", fn, what, tostring(x.dtype)))
+  end
+  return x
+end
+
+local REDUCTION = { none = 0, mean = 1, sum = 2 }
+
+-- Losses take ({reduction=...}) or a reduction string as their options.
+local function loss_opts(opts, fn)
+  if opts == nil then return {} end
+  if type(opts) == "string" then return { reduction = opts } end
+  if type(opts) ~= "table" then raise(fn .. ": expected an options table, got " .. typename(opts)) end
+  return opts
+end
+
+local function reduction_of(opts, fn)
+  local r = opts.reduction or "mean"
+  if REDUCTION[r] == nil then
+    raise(string.format('%s: reduction must be "none", "mean" or "sum", got %s', fn, tostring(r)))
+  end
+  return r
+end
+
+local function reduce(loss, reduction)
+  if reduction == "mean" then return loss:mean() end
+  if reduction == "sum" then return loss:sum() end
+  return loss
+end
+
+-- An int or a pair ({a, b}) as a two-element table.
+local function pair(v, fn, what)
+  if type(v) == "number" then
+    if v % 1 ~= 0 then raise(string.format("%s: expected %s to be an integer, got %s", fn, what, tostring(v))) end
+    return { v, v }
+  end
+  if type(v) == "table" and #v == 2 and type(v[1]) == "number" and type(v[2]) == "number" then return { v[1], v[2] } end
+  if type(v) == "table" and #v == 1 and type(v[1]) == "number" then return { v[1], v[1] } end
+  raise(string.format("%s: expected %s to be an integer or a pair of integers, got %s", fn, what, typename(v)))
+end
+F._pair = pair
+
+---------------------------------------------------------------- activations
+
+function F.relu(x) return want_tensor(x, "relu", "input"):relu() end
+function F.gelu(x, approximate)
+  if type(approximate) == "table" then approximate = approximate.approximate end
+  approximate = approximate or "none"
+  if approximate ~= "none" and approximate ~= "tanh" then
+    raise('gelu: approximate must be "none" or "tanh", got ' .. tostring(approximate))
+  end
+  return want_tensor(x, "gelu", "input"):gelu(approximate)
+end
+function F.tanh(x) return want_tensor(x, "tanh", "input"):tanh() end
+function F.sigmoid(x) return want_tensor(x, "sigmoid", "input"):sigmoid() end
+function F.silu(x) return want_tensor(x, "silu", "input") * x:sigmoid() end
+
+local function dim_arg(dim, fn)
+  if type(dim) == "table" then dim = dim.dim end
+  if dim == nil then raise(fn .. ": the dim argument is required") end
+  return dim
+end
+function F.softmax(x, dim) return want_tensor(x, "softmax", "input"):softmax(dim_arg(dim, "softmax")) end
+function F.log_softmax(x, dim) return want_tensor(x, "log_softmax", "input"):log_softmax(dim_arg(dim, "log_softmax")) end
+
+-- dropout(x, p=0.5, training=true): zeroes each element with probability p
+-- (mask from torch.rand_like) and scales the rest by 1/(1-p).
+function F.dropout(x, p, training)
+  if type(p) == "table" then p, training = p.p, p.training end
+  want_tensor(x, "dropout", "input")
+  if p == nil then p = 0.5 end
+  if type(p) ~= "number" or p < 0 or p > 1 then
+    raise("dropout: dropout probability has to be between 0 and 1, but got " .. tostring(p))
+  end
+  if training == false or p == 0 then return x end
+  if p == 1 then return x * 0 end
+  local keep = torch.rand_like(x):ge(p):to(x.dtype)
+  return x * (keep * (1 / (1 - p)))
+end
+
+---------------------------------------------------------------- linear
+
+-- linear(x, weight [, bias]): x @ weight^T + bias, one fused C op.
+function F.linear(x, weight, bias)
+  want_tensor(x, "linear", "input")
+  want_tensor(weight, "linear", "weight")
+  if bias ~= nil then want_tensor(bias, "linear", "bias") end
+  if weight:dim() ~= 2 then
+    raise("linear: expected weight to be 2-D (out_features, in_features), got shape " .. shape_str(weight))
+  end
+  if x:dim() == 0 or x:size(-1) ~= weight:size(1) then
+    raise(string.format("linear: input shape %s and weight shape %s do not fit (expected input of shape [*, %d])",
+                        shape_str(x), shape_str(weight), weight:size(1)))
+  end
+  return torch._linear(x, weight, bias)
+end
+
+---------------------------------------------------------------- losses
+
+-- Probability targets (same shape as input, float): a composite over
+-- log_softmax, as PyTorch.
+local function cross_entropy_probs(input, target, weight, reduction, ls)
+  local cdim = input:dim() == 1 and 0 or 1
+  local C = input:size(cdim)
+  if ls > 0 then target = target * (1 - ls) + ls / C end
+  local prod = input:log_softmax(cdim) * target
+  if weight ~= nil then
+    local wshape = {}
+    for i = 1, input:dim() do wshape[i] = 1 end
+    wshape[cdim + 1] = C
+    prod = prod * weight:view(wshape)
+  end
+  local loss = -prod:sum(cdim)
+  return reduce(loss, reduction)
+end
+
+-- Moves the class dim of (N, C, d1, ...) last and flattens, so that the C
+-- op sees (M, C) and (M).
+local function flatten_classes(input, target)
+  local n = input:dim()
+  local perm = { 0 }
+  for d = 2, n - 1 do perm[#perm + 1] = d end
+  perm[#perm + 1] = 1
+  local C = input:size(1)
+  return input:permute(perm):reshape(-1, C), target:reshape(-1)
+end
+
+local function class_loss(fn, input, target, opts, log_probs)
+  want_float(input, fn, "input")
+  want_tensor(target, fn, "target")
+  local reduction = reduction_of(opts, fn)
+  local weight = opts.weight
+  local ignore_index = opts.ignore_index or -100
+  local ls = opts.label_smoothing or 0
+  if type(ignore_index) ~= "number" or ignore_index % 1 ~= 0 then
+    raise(fn .. ": expected ignore_index to be an integer, got " .. tostring(ignore_index))
+  end
+  if type(ls) ~= "number" or ls < 0 or ls > 1 then
+    raise(fn .. ": label_smoothing must be between 0.0 and 1.0, got " .. tostring(ls))
+  end
+  if input:dim() == 0 then raise(fn .. ": input tensor should be 1D or more, got a 0-d tensor") end
+  local cdim = input:dim() == 1 and 0 or 1
+  local C = input:size(cdim)
+  if weight ~= nil then
+    want_float(weight, fn, "weight")
+    if weight:dim() ~= 1 or weight:size(0) ~= C then
+      raise(string.format("%s: expected weight to be a 1-D tensor of size %d (one per class), got shape %s",
+                          fn, C, shape_str(weight)))
+    end
+  end
+  if target:is_floating_point() then
+    if log_probs then
+      raise(fn .. ": expected target to be an int64 tensor of class indices, got " .. tostring(target.dtype))
+    end
+    if shape_str(target) ~= shape_str(input) then
+      raise(string.format("%s: a floating point target holds class probabilities and must have the input's shape %s, got %s",
+                          fn, shape_str(input), shape_str(target)))
+    end
+    return cross_entropy_probs(input, target, weight, reduction, ls)
+  end
+  if target.dtype ~= torch.int64 then
+    raise(string.format("%s: expected target to be an int64 tensor of class indices, got %s (use target:long())",
+                        fn, tostring(target.dtype)))
+  end
+  -- expected target shape: input's without the class dim
+  local want = {}
+  for i, s in ipairs(input:size()) do if i ~= cdim + 1 then want[#want + 1] = s end end
+  local got = target:size()
+  local ok = #got == #want
+  for i = 1, #want do ok = ok and got[i] == want[i] end
+  if not ok then
+    raise(string.format("%s: expected target of shape [%s] for input of shape %s (class indices, one per sample), got %s",
+                        fn, table.concat(want, ", "), shape_str(input), shape_str(target)))
+  end
+  local red = REDUCTION[reduction]
+  if input:dim() == 1 then
+    local out = torch._cross_entropy(input:unsqueeze(0), target:unsqueeze(0), weight, ignore_index, ls, red, log_probs)
+    return red == 0 and out:squeeze(0) or out
+  end
+  if input:dim() > 2 then
+    local x2, t2 = flatten_classes(input, target)
+    local out = torch._cross_entropy(x2, t2, weight, ignore_index, ls, red, log_probs)
+    return red == 0 and out:view(want) or out
+  end
+  return torch._cross_entropy(input, target, weight, ignore_index, ls, red, log_probs)
+end
+
+-- cross_entropy(input, target, {weight=, ignore_index=-100, reduction="mean",
+-- label_smoothing=0}): input (N, C), (C) or (N, C, d1, ...) logits; target
+-- int64 class indices (N) / () / (N, d1, ...), or class probabilities of
+-- the input's shape.
+function F.cross_entropy(input, target, opts)
+  return class_loss("cross_entropy", input, target, loss_opts(opts, "cross_entropy"), false)
+end
+
+-- nll_loss(input, target, {weight=, ignore_index=-100, reduction="mean"}):
+-- input holds log-probabilities.
+function F.nll_loss(input, target, opts)
+  opts = loss_opts(opts, "nll_loss")
+  if opts.label_smoothing ~= nil then raise("nll_loss: takes no label_smoothing (use cross_entropy)") end
+  return class_loss("nll_loss", input, target, opts, true)
+end
+
+local function same_shape(fn, input, target)
+  want_tensor(input, fn, "input")
+  want_tensor(target, fn, "target")
+  if shape_str(input) ~= shape_str(target) then return false end
+  return true
+end
+
+local warned = {}
+local function warn_once(key, msg)
+  if warned[key] then return end
+  warned[key] = true
+  io.stderr:write("warning: ", msg, "\n")
+end
+
+-- mse_loss(input, target [, {reduction=}]): a target of another shape is
+-- broadcast with a warning, as PyTorch does.
+function F.mse_loss(input, target, opts)
+  opts = loss_opts(opts, "mse_loss")
+  if not same_shape("mse_loss", input, target) then
+    warn_once("mse" .. shape_str(input) .. shape_str(target),
+              string.format("mse_loss: using a target size (%s) that is different to the input size (%s); "
+                            .. "this will likely lead to incorrect results due to broadcasting",
+                            shape_str(target), shape_str(input)))
+  end
+  local d = input - target
+  return reduce(d * d, reduction_of(opts, "mse_loss"))
+end
+
+function F.l1_loss(input, target, opts)
+  opts = loss_opts(opts, "l1_loss")
+  same_shape("l1_loss", input, target)
+  return reduce((input - target):abs(), reduction_of(opts, "l1_loss"))
+end
+
+-- binary_cross_entropy_with_logits(input, target, {weight=, pos_weight=,
+-- reduction=}): the numerically stable form
+--   (1 - t) x + (1 + (pw - 1) t) (log1p(exp(-|x|)) + max(-x, 0))
+function F.binary_cross_entropy_with_logits(input, target, opts)
+  opts = loss_opts(opts, "binary_cross_entropy_with_logits")
+  local fn = "binary_cross_entropy_with_logits"
+  want_float(input, fn, "input")
+  want_float(target, fn, "target")
+  if not same_shape(fn, input, target) then
+    raise(string.format("%s: Target size (%s) must be the same as input size (%s)", fn, shape_str(target), shape_str(input)))
+  end
+  local reduction = reduction_of(opts, fn)
+  local softplus_neg = (-input:abs()):exp():log1p() + (-input):relu()   -- log(1 + exp(-x))
+  local loss
+  if opts.pos_weight ~= nil then
+    want_tensor(opts.pos_weight, fn, "pos_weight")
+    local log_weight = (opts.pos_weight - 1) * target + 1
+    loss = (1 - target) * input + log_weight * softplus_neg
+  else
+    loss = (1 - target) * input + softplus_neg
+  end
+  if opts.weight ~= nil then loss = loss * want_tensor(opts.weight, fn, "weight") end
+  return reduce(loss, reduction)
+end
+
+---------------------------------------------------------------- convolution and pooling
+
+-- Output size of a sliding window, PyTorch's formula.
+local function out_size(n, k, s, p, d) return math.floor((n + 2 * p - d * (k - 1) - 1) / s) + 1 end
+
+-- conv_opts: positional (stride, padding, dilation, groups) or one table.
+local function conv_args(stride, padding, dilation, groups)
+  if type(stride) == "table" and stride[1] == nil then
+    local o = stride
+    return o.stride, o.padding, o.dilation, o.groups
+  end
+  return stride, padding, dilation, groups
+end
+
+-- conv2d(input, weight [, bias] [, stride=1, padding=0, dilation=1, groups=1])
+-- or conv2d(input, weight, bias, {stride=, padding=, dilation=, groups=}):
+-- im2col through torch._unfold, then one matmul: weight (O, C*kh*kw) @ cols.
+function F.conv2d(input, weight, bias, stride, padding, dilation, groups)
+  local fn = "conv2d"
+  stride, padding, dilation, groups = conv_args(stride, padding, dilation, groups)
+  want_float(input, fn, "input")
+  want_float(weight, fn, "weight")
+  if bias ~= nil then want_tensor(bias, fn, "bias") end
+  if weight:dim() ~= 4 then
+    raise(fn .. ": expected weight of shape (out_channels, in_channels/groups, kH, kW), got " .. shape_str(weight))
+  end
+  local batched = input:dim() == 4
+  if not batched and input:dim() ~= 3 then
+    raise(fn .. ": expected 3-D (C, H, W) or 4-D (N, C, H, W) input, got input of shape " .. shape_str(input))
+  end
+  local x = batched and input or input:unsqueeze(0)
+  groups = groups or 1
+  local s, d = pair(stride or 1, fn, "stride"), pair(dilation or 1, fn, "dilation")
+  local O, Cg, kh, kw = weight:size(0), weight:size(1), weight:size(2), weight:size(3)
+  local p
+  padding = padding or 0
+  if padding == "valid" then p = { 0, 0 }
+  elseif padding == "same" then
+    if s[1] ~= 1 or s[2] ~= 1 then raise(fn .. ": padding='same' is not supported for strided convolutions") end
+    local th, tw = d[1] * (kh - 1), d[2] * (kw - 1)
+    if th % 2 ~= 0 or tw % 2 ~= 0 then
+      raise(fn .. ": padding='same' needs an odd effective kernel size here (asymmetric padding is not supported)")
+    end
+    p = { th / 2, tw / 2 }
+  else p = pair(padding, fn, "padding") end
+  local N, C, H, W = x:size(0), x:size(1), x:size(2), x:size(3)
+  if type(groups) ~= "number" or groups < 1 or groups % 1 ~= 0 then raise(fn .. ": groups must be a positive integer") end
+  if C ~= Cg * groups then
+    raise(string.format("%s: Given groups=%d, weight of size %s, expected input%s to have %d channels, but got %d channels instead",
+                        fn, groups, shape_str(weight), shape_str(x), Cg * groups, C))
+  end
+  if O % groups ~= 0 then raise(fn .. ": out_channels must be divisible by groups") end
+  if bias ~= nil and (bias:dim() ~= 1 or bias:size(0) ~= O) then
+    raise(string.format("%s: expected bias of shape [%d], got %s", fn, O, shape_str(bias)))
+  end
+  local Ho, Wo = out_size(H, kh, s[1], p[1], d[1]), out_size(W, kw, s[2], p[2], d[2])
+  if Ho < 1 or Wo < 1 then
+    raise(string.format("%s: input of size %s is too small for kernel (%d, %d) (output would be %d x %d)",
+                        fn, shape_str(x), kh, kw, Ho, Wo))
+  end
+  local cols = torch._unfold(x, { kh, kw }, s, p, d, 0)          -- (N, C*kh*kw, L)
+  local out
+  if groups == 1 then
+    out = weight:reshape(O, -1):matmul(cols)                        -- (N, O, L)
+  else
+    local K, Og, parts = Cg * kh * kw, O / groups, {}
+    for g = 0, groups - 1 do
+      local wg = weight:narrow(0, g * Og, Og):reshape(Og, -1)
+      parts[#parts + 1] = wg:matmul(cols:narrow(1, g * K, K))
+    end
+    out = torch.cat(parts, 1)
+  end
+  if bias ~= nil then out = out + bias:view(1, O, 1) end
+  out = out:reshape(N, O, Ho, Wo)
+  return batched and out or out:squeeze(0)
+end
+
+-- max_pool2d(input, kernel_size [, stride=kernel_size, padding=0, dilation=1])
+-- or max_pool2d(input, kernel_size, {stride=, padding=, dilation=}):
+-- unfold with -inf padding, then the max over each window.
+function F.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+  local fn = "max_pool2d"
+  if type(stride) == "table" and stride[1] == nil then
+    local o = stride
+    stride, padding, dilation, ceil_mode, return_indices = o.stride, o.padding, o.dilation, o.ceil_mode, o.return_indices
+  end
+  if ceil_mode then raise(fn .. ": ceil_mode=true is not supported") end
+  if return_indices then raise(fn .. ": return_indices=true is not supported") end
+  want_float(input, fn, "input")
+  local batched = input:dim() == 4
+  if not batched and input:dim() ~= 3 then
+    raise(fn .. ": expected 3-D (C, H, W) or 4-D (N, C, H, W) input, got input of shape " .. shape_str(input))
+  end
+  local x = batched and input or input:unsqueeze(0)
+  local k = pair(kernel_size, fn, "kernel_size")
+  local s = pair(stride or kernel_size, fn, "stride")
+  local p = pair(padding or 0, fn, "padding")
+  local d = pair(dilation or 1, fn, "dilation")
+  if p[1] > k[1] / 2 or p[2] > k[2] / 2 then
+    raise(string.format("%s: pad should be at most half of effective kernel size, but got pad=(%d, %d), kernel_size=(%d, %d)",
+                        fn, p[1], p[2], k[1], k[2]))
+  end
+  local N, C, H, W = x:size(0), x:size(1), x:size(2), x:size(3)
+  local Ho, Wo = out_size(H, k[1], s[1], p[1], d[1]), out_size(W, k[2], s[2], p[2], d[2])
+  if Ho < 1 or Wo < 1 then
+    raise(string.format("%s: input of size %s is too small for kernel (%d, %d) (output would be %d x %d)",
+                        fn, shape_str(x), k[1], k[2], Ho, Wo))
+  end
+  local cols = torch._unfold(x, k, s, p, d, -math.huge)            -- (N, C*kh*kw, L)
+  local out = cols:reshape(N, C, k[1] * k[2], Ho * Wo):max(2)
+  out = out:reshape(N, C, Ho, Wo)
+  return batched and out or out:squeeze(0)
+end
+
+---------------------------------------------------------------- normalization and embedding
+
+-- layer_norm(input, normalized_shape [, weight, bias, eps=1e-5]): over the
+-- last dims, with the biased variance, as a composite of tensor ops.
+function F.layer_norm(input, normalized_shape, weight, bias, eps)
+  local fn = "layer_norm"
+  if type(weight) == "table" and not is_tensor(weight) then
+    local o = weight
+    weight, bias, eps = o.weight, o.bias, o.eps
+  end
+  want_float(input, fn, "input")
+  if type(normalized_shape) == "number" then normalized_shape = { normalized_shape } end
+  if type(normalized_shape) ~= "table" or #normalized_shape == 0 then
+    raise(fn .. ": expected normalized_shape to be an integer or a non-empty table of integers")
+  end
+  local shape, k = input:size(), #normalized_shape
+  local ok = #shape >= k
+  for i = 1, k do ok = ok and shape[#shape - k + i] == normalized_shape[i] end
+  if not ok then
+    raise(string.format("%s: Given normalized_shape=[%s], expected input with shape [*, %s], but got input of size%s",
+                        fn, table.concat(normalized_shape, ", "), table.concat(normalized_shape, ", "), shape_str(input)))
+  end
+  eps = eps or 1e-5
+  local lead = {}
+  for i = 1, #shape - k do lead[i] = shape[i] end
+  lead[#lead + 1] = -1
+  local y = input:reshape(lead)
+  local mu = y:mean(-1, true)
+  local var = y:var(-1, { correction = 0, keepdim = true })
+  local out = ((y - mu) * (var + eps):rsqrt()):reshape(shape)
+  if weight ~= nil then out = out * weight end
+  if bias ~= nil then out = out + bias end
+  return out
+end
+
+-- embedding(input, weight [, padding_idx]): rows of weight picked by the
+-- int64 indices in input; the padding row gets no gradient.
+function F.embedding(input, weight, padding_idx)
+  local fn = "embedding"
+  if type(padding_idx) == "table" then padding_idx = padding_idx.padding_idx end
+  want_tensor(input, fn, "input")
+  want_tensor(weight, fn, "weight")
+  if input.dtype ~= torch.int64 and input.dtype ~= torch.int32 then
+    raise(fn .. ": expected input to be an int64 tensor of indices, got " .. tostring(input.dtype) .. " (use input:long())")
+  end
+  if weight:dim() ~= 2 then raise(fn .. ": expected weight to be 2-D (num_embeddings, embedding_dim), got " .. shape_str(weight)) end
+  local out_shape = input:size()
+  out_shape[#out_shape + 1] = weight:size(1)
+  local out = weight:index_select(0, input:reshape(-1)):reshape(out_shape)
+  if padding_idx ~= nil then
+    if padding_idx < 0 then padding_idx = padding_idx + weight:size(0) end
+    local mask = input:eq(padding_idx):unsqueeze(-1)
+    out = torch.where(mask, out:detach(), out)
+  end
+  return out
+end
+
+return F

@@ -1,0 +1,27 @@
+-- dplua.nn: PyTorch's torch.nn for dplua (reached as torch.nn).
+--
+--   local torch = require("dplua")
+--   local nn = torch.nn
+--   local Net = nn.Module:extend("Net")
+--   function Net:__init() self.fc = nn.Linear(10, 2) end
+--   function Net:forward(x) return self.fc(x) end
+--
+-- nn.Module and nn.Parameter are in dplua/nn/module.lua, the layers in
+-- layers.lua, the losses in loss.lua; nn.functional, nn.init and nn.utils
+-- are tables of functions (functional.lua, init_.lua, utils.lua).
+local module = require("dplua.nn.module")
+
+local nn = {
+  Module = module.Module,
+  Parameter = module.Parameter,
+  is_parameter = module.is_parameter,
+  is_module = module.is_module,
+  functional = require("dplua.nn.functional"),
+  init = require("dplua.nn.init_"),
+  utils = require("dplua.nn.utils"),
+}
+
+for name, cls in pairs(require("dplua.nn.layers")) do nn[name] = cls end
+for name, cls in pairs(require("dplua.nn.loss")) do nn[name] = cls end
+
+return nn

@@ -1,0 +1,140 @@
+-- dplua.nn.init_ (reached as torch.nn.init): PyTorch's weight
+-- initialisations. Each fills its tensor in place under no_grad, draws from
+-- torch's RNG (torch.manual_seed makes it reproducible) and returns it.
+-- (The file is not called init.lua: that name is the nn package itself.)
+--
+--   nn.init.kaiming_uniform_(w, {a=math.sqrt(5), mode="fan_in", nonlinearity="leaky_relu"})
+--   nn.init.xavier_uniform_(w, gain)   nn.init.normal_(w, 0, 0.02)
+local torch = require("dplua")
+local raise = torch._raise
+
+local I = {}
+
+local function want_tensor(t, fn)
+  if not torch.is_tensor(t) then raise(fn .. ": expected a tensor, got " .. type(t)) end
+  return t
+end
+
+local function fill_with(t, make)
+  torch.no_grad(function() t:copy_(make()) end)
+  return t
+end
+
+-- calculate_gain(nonlinearity [, param]): PyTorch's table.
+function I.calculate_gain(nonlinearity, param)
+  local linear = { linear = true, conv1d = true, conv2d = true, conv3d = true, conv_transpose1d = true,
+                   conv_transpose2d = true, conv_transpose3d = true, sigmoid = true }
+  if linear[nonlinearity] then return 1 end
+  if nonlinearity == "tanh" then return 5 / 3 end
+  if nonlinearity == "relu" then return math.sqrt(2) end
+  if nonlinearity == "leaky_relu" then
+    local slope = param
+    if slope == nil then slope = 0.01 end
+    if type(slope) ~= "number" then raise("calculate_gain: negative_slope " .. tostring(slope) .. " not a valid number") end
+    return math.sqrt(2 / (1 + slope * slope))
+  end
+  if nonlinearity == "selu" then return 3 / 4 end
+  raise("calculate_gain: unsupported nonlinearity " .. tostring(nonlinearity))
+end
+
+-- fan_in, fan_out of a weight: size(1) and size(0) times the receptive field.
+function I._calculate_fan_in_and_fan_out(t)
+  local dims = t:dim()
+  if dims < 2 then
+    raise("Fan in and fan out can not be computed for tensor with fewer than 2 dimensions")
+  end
+  local rf = 1
+  for d = 2, dims - 1 do rf = rf * t:size(d) end
+  return t:size(1) * rf, t:size(0) * rf
+end
+
+local function fan(t, mode, fn)
+  mode = mode or "fan_in"
+  if mode ~= "fan_in" and mode ~= "fan_out" then
+    raise(fn .. ': mode ' .. tostring(mode) .. ' not supported, please use one of "fan_in", "fan_out"')
+  end
+  local fan_in, fan_out = I._calculate_fan_in_and_fan_out(t)
+  return mode == "fan_in" and fan_in or fan_out
+end
+
+function I.uniform_(t, a, b)
+  want_tensor(t, "uniform_")
+  if type(a) == "table" then a, b = a.a, a.b end
+  a, b = a or 0, b or 1
+  return fill_with(t, function() return torch.rand_like(t) * (b - a) + a end)
+end
+
+function I.normal_(t, mean, std)
+  want_tensor(t, "normal_")
+  if type(mean) == "table" then mean, std = mean.mean, mean.std end
+  mean, std = mean or 0, std or 1
+  return fill_with(t, function() return torch.randn_like(t) * std + mean end)
+end
+
+function I.constant_(t, val)
+  want_tensor(t, "constant_")
+  if type(val) ~= "number" then raise("constant_: expected a number value, got " .. type(val)) end
+  torch.no_grad(function() t:fill_(val) end)
+  return t
+end
+function I.zeros_(t) return I.constant_(want_tensor(t, "zeros_"), 0) end
+function I.ones_(t) return I.constant_(want_tensor(t, "ones_"), 1) end
+
+-- Accepts (t, a, mode, nonlinearity) or (t, {a=, mode=, nonlinearity=}).
+local function kaiming_args(a, mode, nonlinearity)
+  if type(a) == "table" then return a.a or 0, a.mode, a.nonlinearity or "leaky_relu" end
+  return a or 0, mode, nonlinearity or "leaky_relu"
+end
+
+function I.kaiming_uniform_(t, a, mode, nonlinearity)
+  want_tensor(t, "kaiming_uniform_")
+  a, mode, nonlinearity = kaiming_args(a, mode, nonlinearity)
+  local f = fan(t, mode, "kaiming_uniform_")
+  if f == 0 then return t end
+  local std = I.calculate_gain(nonlinearity, a) / math.sqrt(f)
+  local bound = math.sqrt(3) * std
+  return I.uniform_(t, -bound, bound)
+end
+
+function I.kaiming_normal_(t, a, mode, nonlinearity)
+  want_tensor(t, "kaiming_normal_")
+  a, mode, nonlinearity = kaiming_args(a, mode, nonlinearity)
+  local f = fan(t, mode, "kaiming_normal_")
+  if f == 0 then return t end
+  return I.normal_(t, 0, I.calculate_gain(nonlinearity, a) / math.sqrt(f))
+end
+
+local function xavier_std(t, gain, fn)
+  want_tensor(t, fn)
+  if type(gain) == "table" then gain = gain.gain end
+  local fan_in, fan_out = I._calculate_fan_in_and_fan_out(t)
+  return (gain or 1) * math.sqrt(2 / (fan_in + fan_out))
+end
+
+function I.xavier_uniform_(t, gain)
+  local a = math.sqrt(3) * xavier_std(t, gain, "xavier_uniform_")
+  return I.uniform_(t, -a, a)
+end
+
+function I.xavier_normal_(t, gain)
+  return I.normal_(t, 0, xavier_std(t, gain, "xavier_normal_"))
+end
+
+-- trunc_normal_(t, mean=0, std=1, a=-2, b=2): redraws values outside [a, b]
+-- (a few rounds of rejection, then clamps what is left).
+function I.trunc_normal_(t, mean, std, a, b)
+  want_tensor(t, "trunc_normal_")
+  if type(mean) == "table" then mean, std, a, b = mean.mean, mean.std, mean.a, mean.b end
+  mean, std, a, b = mean or 0, std or 1, a or -2, b or 2
+  return fill_with(t, function()
+    local x = torch.randn_like(t) * std + mean
+    for _ = 1, 8 do
+      local bad = x:lt(a):logical_or(x:gt(b))
+      if not bad:any():item() then break end
+      x = torch.where(bad, torch.randn_like(t) * std + mean, x)
+    end
+    return x:clamp(a, b)
+  end)
+end
+
+return I

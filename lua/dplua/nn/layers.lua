@@ -1,0 +1,325 @@
+-- dplua.nn.layers: the built-in modules (Linear, Conv2d, activations,
+-- Sequential, ...), each a Module subclass whose forward calls
+-- nn.functional and whose tostring is PyTorch's.
+--
+-- Constructors take PyTorch's positional arguments, and the keyword ones in
+-- a trailing options table:  nn.Linear(10, 2, {bias=false, dtype=torch.float64}),
+-- nn.Conv2d(1, 32, 3, {stride=1, padding=1}).
+local torch = require("dplua")
+local module = require("dplua.nn.module")
+local F = require("dplua.nn.functional")
+local init = require("dplua.nn.init_")
+local raise = torch._raise
+local Module, Parameter = module.Module, module.Parameter
+local pyrepr, pyfloat = module.pyrepr, module.pyfloat
+
+local L = {}
+
+local function is_opts(x) return type(x) == "table" and x[1] == nil and not torch.is_tensor(x) and getmetatable(x) == nil end
+
+local function want_int(v, fn, what, min)
+  if type(v) ~= "number" or v % 1 ~= 0 or v < (min or 0) then
+    raise(string.format("%s: expected %s to be an integer >= %d, got %s", fn, what, min or 0, tostring(v)))
+  end
+  return v
+end
+
+-- Creation options for torch.empty & co. (nil when there are none: an
+-- empty table would read as a size).
+local function factory(opts)
+  if opts.dtype == nil and opts.device == nil then return nil end
+  return { dtype = opts.dtype, device = opts.device }
+end
+
+-- torch.empty/ones/zeros(shape [, {dtype=, device=}]).
+local function make(maker, shape, opts)
+  local f = factory(opts)
+  if f then return torch[maker](shape, f) end
+  return torch[maker](shape)
+end
+
+---------------------------------------------------------------- Identity, activations
+
+L.Identity = Module:extend("Identity")
+function L.Identity:forward(x) return x end
+
+L.ReLU = Module:extend("ReLU")
+function L.ReLU:forward(x) return F.relu(x) end
+
+L.Tanh = Module:extend("Tanh")
+function L.Tanh:forward(x) return F.tanh(x) end
+
+L.Sigmoid = Module:extend("Sigmoid")
+function L.Sigmoid:forward(x) return F.sigmoid(x) end
+
+L.SiLU = Module:extend("SiLU")
+function L.SiLU:forward(x) return F.silu(x) end
+
+L.GELU = Module:extend("GELU")
+function L.GELU:__init(approximate)
+  if is_opts(approximate) then approximate = approximate.approximate end
+  approximate = approximate or "none"
+  if approximate ~= "none" and approximate ~= "tanh" then
+    raise('GELU: approximate must be "none" or "tanh", got ' .. tostring(approximate))
+  end
+  self.approximate = approximate
+end
+function L.GELU:forward(x) return F.gelu(x, self.approximate) end
+function L.GELU:extra_repr() return "approximate='" .. self.approximate .. "'" end
+
+L.Softmax = Module:extend("Softmax")
+function L.Softmax:__init(dim)
+  if is_opts(dim) then dim = dim.dim end
+  self.dim = dim
+end
+function L.Softmax:forward(x) return F.softmax(x, self.dim) end
+function L.Softmax:extra_repr() return "dim=" .. pyrepr(self.dim) end
+
+L.LogSoftmax = Module:extend("LogSoftmax")
+L.LogSoftmax.__init = L.Softmax.__init
+function L.LogSoftmax:forward(x) return F.log_softmax(x, self.dim) end
+L.LogSoftmax.extra_repr = L.Softmax.extra_repr
+
+L.Dropout = Module:extend("Dropout")
+function L.Dropout:__init(p)
+  if is_opts(p) then p = p.p end
+  if p == nil then p = 0.5 end
+  if type(p) ~= "number" or p < 0 or p > 1 then
+    raise("Dropout: dropout probability has to be between 0 and 1, but got " .. tostring(p))
+  end
+  self.p = p
+  self.inplace = false
+end
+function L.Dropout:forward(x) return F.dropout(x, self.p, self.training) end
+function L.Dropout:extra_repr() return "p=" .. pyfloat(self.p) .. ", inplace=False" end
+
+L.Flatten = Module:extend("Flatten")
+function L.Flatten:__init(start_dim, end_dim)
+  if is_opts(start_dim) then start_dim, end_dim = start_dim.start_dim, start_dim.end_dim end
+  self.start_dim, self.end_dim = start_dim or 1, end_dim or -1
+end
+function L.Flatten:forward(x) return x:flatten(self.start_dim, self.end_dim) end
+function L.Flatten:extra_repr() return string.format("start_dim=%d, end_dim=%d", self.start_dim, self.end_dim) end
+
+---------------------------------------------------------------- Linear
+
+-- Linear(in_features, out_features [, bias=true] [, {bias=, dtype=, device=}]):
+-- weight kaiming_uniform_(a=sqrt(5)), bias uniform(-1/sqrt(in), 1/sqrt(in)).
+L.Linear = Module:extend("Linear")
+function L.Linear:__init(in_features, out_features, bias, opts)
+  if is_opts(bias) then bias, opts = bias.bias, bias end
+  opts = opts or {}
+  if bias == nil then bias = true end
+  want_int(in_features, "Linear", "in_features")
+  want_int(out_features, "Linear", "out_features")
+  self.in_features, self.out_features = in_features, out_features
+  self.weight = Parameter(make("empty", { out_features, in_features }, opts))
+  if bias then self.bias = Parameter(make("empty", { out_features }, opts))
+  else self:register_parameter("bias", nil) end
+  self:reset_parameters()
+end
+function L.Linear:reset_parameters()
+  init.kaiming_uniform_(self.weight, { a = math.sqrt(5) })
+  if self.bias ~= nil then
+    local fan_in = init._calculate_fan_in_and_fan_out(self.weight)
+    local bound = fan_in > 0 and 1 / math.sqrt(fan_in) or 0
+    init.uniform_(self.bias, -bound, bound)
+  end
+end
+function L.Linear:forward(x) return F.linear(x, self.weight, self.bias) end
+function L.Linear:extra_repr()
+  return string.format("in_features=%d, out_features=%d, bias=%s", self.in_features, self.out_features,
+                       pyrepr(self.bias ~= nil))
+end
+
+---------------------------------------------------------------- Conv2d, MaxPool2d
+
+-- Conv2d(in, out, kernel_size [, stride=1, padding=0, dilation=1, groups=1, bias=true])
+-- or Conv2d(in, out, kernel_size, {stride=, padding=, dilation=, groups=, bias=, dtype=, device=}).
+L.Conv2d = Module:extend("Conv2d")
+function L.Conv2d:__init(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias)
+  local opts = {}
+  if is_opts(stride) then
+    opts = stride
+    stride, padding, dilation, groups, bias = opts.stride, opts.padding, opts.dilation, opts.groups, opts.bias
+  end
+  if bias == nil then bias = true end
+  groups = groups or 1
+  want_int(in_channels, "Conv2d", "in_channels", 1)
+  want_int(out_channels, "Conv2d", "out_channels", 1)
+  want_int(groups, "Conv2d", "groups", 1)
+  if in_channels % groups ~= 0 then raise("Conv2d: in_channels must be divisible by groups") end
+  if out_channels % groups ~= 0 then raise("Conv2d: out_channels must be divisible by groups") end
+  self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+  self.kernel_size = F._pair(kernel_size, "Conv2d", "kernel_size")
+  self.stride = F._pair(stride or 1, "Conv2d", "stride")
+  if padding == "same" or padding == "valid" then self.padding = padding
+  else self.padding = F._pair(padding or 0, "Conv2d", "padding") end
+  self.dilation = F._pair(dilation or 1, "Conv2d", "dilation")
+  local k = self.kernel_size
+  self.weight = Parameter(make("empty", { out_channels, in_channels / groups, k[1], k[2] }, opts))
+  if bias then self.bias = Parameter(make("empty", { out_channels }, opts))
+  else self:register_parameter("bias", nil) end
+  self:reset_parameters()
+end
+L.Conv2d.reset_parameters = L.Linear.reset_parameters
+function L.Conv2d:forward(x)
+  return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+end
+function L.Conv2d:extra_repr()
+  local s = string.format("%d, %d, kernel_size=%s, stride=%s", self.in_channels, self.out_channels,
+                          pyrepr(self.kernel_size), pyrepr(self.stride))
+  local p = self.padding
+  if type(p) == "string" then s = s .. ", padding=" .. p
+  elseif p[1] ~= 0 or p[2] ~= 0 then s = s .. ", padding=" .. pyrepr(p) end
+  if self.dilation[1] ~= 1 or self.dilation[2] ~= 1 then s = s .. ", dilation=" .. pyrepr(self.dilation) end
+  if self.groups ~= 1 then s = s .. ", groups=" .. self.groups end
+  if self.bias == nil then s = s .. ", bias=False" end
+  return s
+end
+
+-- MaxPool2d(kernel_size [, stride=kernel_size, padding=0, dilation=1]) or
+-- MaxPool2d(kernel_size, {stride=, padding=, dilation=}).
+L.MaxPool2d = Module:extend("MaxPool2d")
+function L.MaxPool2d:__init(kernel_size, stride, padding, dilation)
+  if is_opts(stride) then stride, padding, dilation = stride.stride, stride.padding, stride.dilation end
+  F._pair(kernel_size, "MaxPool2d", "kernel_size")
+  self.kernel_size = kernel_size
+  self.stride = stride or kernel_size
+  self.padding = padding or 0
+  self.dilation = dilation or 1
+  F._pair(self.stride, "MaxPool2d", "stride")
+  F._pair(self.padding, "MaxPool2d", "padding")
+  F._pair(self.dilation, "MaxPool2d", "dilation")
+end
+function L.MaxPool2d:forward(x)
+  return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation)
+end
+function L.MaxPool2d:extra_repr()
+  return string.format("kernel_size=%s, stride=%s, padding=%s, dilation=%s, ceil_mode=False",
+                       pyrepr(self.kernel_size), pyrepr(self.stride), pyrepr(self.padding), pyrepr(self.dilation))
+end
+
+---------------------------------------------------------------- Embedding, LayerNorm
+
+-- Embedding(num_embeddings, embedding_dim [, {padding_idx=, dtype=, device=}]):
+-- weight normal_(0, 1), the padding row zeroed.
+L.Embedding = Module:extend("Embedding")
+function L.Embedding:__init(num_embeddings, embedding_dim, opts)
+  if type(opts) == "number" then opts = { padding_idx = opts } end
+  opts = opts or {}
+  want_int(num_embeddings, "Embedding", "num_embeddings")
+  want_int(embedding_dim, "Embedding", "embedding_dim")
+  self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+  local pad = opts.padding_idx
+  if pad ~= nil then
+    if pad >= num_embeddings or pad < -num_embeddings then raise("Embedding: padding_idx must be within num_embeddings") end
+    if pad < 0 then pad = pad + num_embeddings end
+  end
+  self.padding_idx = pad
+  self.weight = Parameter(make("empty", { num_embeddings, embedding_dim }, opts))
+  self:reset_parameters()
+end
+function L.Embedding:reset_parameters()
+  init.normal_(self.weight)
+  if self.padding_idx ~= nil then
+    local w = self.weight
+    torch.no_grad(function() w[self.padding_idx]:fill_(0) end)
+  end
+end
+function L.Embedding:forward(x) return F.embedding(x, self.weight, self.padding_idx) end
+function L.Embedding:extra_repr()
+  local s = string.format("%d, %d", self.num_embeddings, self.embedding_dim)
+  if self.padding_idx ~= nil then s = s .. ", padding_idx=" .. self.padding_idx end
+  return s
+end
+
+-- LayerNorm(normalized_shape [, eps=1e-5] [, elementwise_affine=true]) or
+-- LayerNorm(normalized_shape, {eps=, elementwise_affine=, bias=, dtype=, device=}).
+L.LayerNorm = Module:extend("LayerNorm")
+function L.LayerNorm:__init(normalized_shape, eps, elementwise_affine)
+  local opts = {}
+  if is_opts(eps) then opts = eps; eps, elementwise_affine = opts.eps, opts.elementwise_affine end
+  if type(normalized_shape) == "number" then normalized_shape = { normalized_shape } end
+  if type(normalized_shape) ~= "table" or #normalized_shape == 0 then
+    raise("LayerNorm: expected normalized_shape to be an integer or a table of integers")
+  end
+  local shape = {}
+  for i, s in ipairs(normalized_shape) do shape[i] = want_int(s, "LayerNorm", "normalized_shape", 1) end
+  self.normalized_shape = shape
+  self.eps = eps or 1e-5
+  if elementwise_affine == nil then elementwise_affine = true end
+  self.elementwise_affine = elementwise_affine
+  if elementwise_affine then
+    self.weight = Parameter(make("ones", shape, opts))
+    if opts.bias ~= false then self.bias = Parameter(make("zeros", shape, opts))
+    else self:register_parameter("bias", nil) end
+  else
+    self:register_parameter("weight", nil)
+    self:register_parameter("bias", nil)
+  end
+end
+function L.LayerNorm:forward(x)
+  return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+end
+function L.LayerNorm:extra_repr()
+  return string.format("%s, eps=%s, elementwise_affine=%s", pyrepr(self.normalized_shape), pyfloat(self.eps),
+                       pyrepr(self.elementwise_affine))
+end
+
+---------------------------------------------------------------- containers
+
+-- Sequential(m1, m2, ...) or Sequential({m1, m2, ...}): children named
+-- "0", "1", ...; seq[i] is the i-th child, 0-based like PyTorch (negative
+-- counts from the end); seq:len() is the number of children.
+L.Sequential = Module:extend("Sequential")
+function L.Sequential:__init(...)
+  local list = { ... }
+  if select("#", ...) == 1 and type(list[1]) == "table" and not module.is_module(list[1]) then list = list[1] end
+  for i, m in ipairs(list) do
+    if not module.is_module(m) then
+      raise(string.format("Sequential: expected a Module at position %d, got %s", i, type(m)))
+    end
+    self:add_module(tostring(i - 1), m)
+  end
+end
+local function container_index(self, i, fn)
+  local n = #self._modules.keys
+  if i < 0 then i = i + n end
+  if i < 0 or i >= n or i % 1 ~= 0 then
+    raise(string.format("%s: index %s is out of range (expected 0..%d)", fn, tostring(i), n - 1))
+  end
+  return self._modules.keys[i + 1]
+end
+function L.Sequential:__getitem(i) return self._modules.map[container_index(self, i, self:_get_name())] end
+function L.Sequential:len() return #self._modules.keys end
+function L.Sequential:append(m)
+  self:add_module(tostring(#self._modules.keys), m)
+  return self
+end
+function L.Sequential:forward(x, ...)
+  local args = { x, ... }
+  local n = select("#", ...) + 1
+  for _, k in ipairs(self._modules.keys) do
+    local m = self._modules.map[k]
+    args = { m(unpack(args, 1, n)) }
+    n = 1
+  end
+  return args[1]
+end
+
+-- ModuleList({m1, m2}): a list of children without a forward.
+L.ModuleList = Module:extend("ModuleList")
+function L.ModuleList:__init(list)
+  for _, m in ipairs(list or {}) do self:append(m) end
+end
+L.ModuleList.__getitem = L.Sequential.__getitem
+L.ModuleList.len = L.Sequential.len
+function L.ModuleList:append(m)
+  if not module.is_module(m) then raise("ModuleList: append expects a Module, got " .. type(m)) end
+  self:add_module(tostring(#self._modules.keys), m)
+  return self
+end
+function L.ModuleList:forward() raise("ModuleList has no forward: iterate over its children instead") end
+
+return L

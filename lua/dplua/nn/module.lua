@@ -1,0 +1,678 @@
+-- dplua.nn.module: nn.Module, the base class of every layer, and nn.Parameter.
+--
+-- A module class is made with extend; calling the class makes an instance,
+-- calling an instance runs forward:
+--
+--   local SimpleNN = torch.nn.Module:extend("SimpleNN")
+--   function SimpleNN:__init(hidden)         -- no super() call needed: the
+--     self.fc1 = torch.nn.Linear(10, hidden) -- bookkeeping is set up before
+--     self.fc2 = torch.nn.Linear(hidden, 2)  -- __init runs
+--   end
+--   function SimpleNN:forward(x) return self.fc2(self.fc1(x):relu()) end
+--   local model = SimpleNN(10)
+--   local y = model(torch.randn(4, 10))
+--
+-- A subclass of a subclass calls its parent's __init explicitly when it
+-- wants it: `function Big:__init(...) SimpleNN.__init(self, ...) ... end`.
+--
+-- As in PyTorch, assigning a Module to a field registers a child, assigning
+-- an nn.Parameter registers a parameter, register_buffer registers a buffer,
+-- and registration order is kept: it is the order of named_parameters(),
+-- state_dict() and printing. Tensors are C objects that cannot carry Lua
+-- fields, so the bookkeeping lives in the module's own tables and a weak
+-- set remembers which tensors are Parameters.
+--
+-- Lists come back as plain 1-based Lua tables (parameters(), buffers(),
+-- children(), modules()); the named_* methods return a list of {name, value}
+-- pairs that can also be iterated directly:
+--   for name, p in model:named_parameters() do ... end
+local torch = require("dplua")
+local raise = torch._raise
+local is_tensor = torch.is_tensor
+
+local M = {}
+
+---------------------------------------------------------------- Parameter
+
+local parameters_set = setmetatable({}, { __mode = "k" })
+
+local function is_parameter(x) return is_tensor(x) and parameters_set[x] == true end
+M.is_parameter = is_parameter
+
+-- Parameter(t [, requires_grad=true]): a leaf sharing t's storage, remembered
+-- as a parameter so that assigning it to a module field registers it.
+function M.Parameter(t, requires_grad)
+  if t == nil then t = torch.empty(0) end
+  if not is_tensor(t) then raise("Parameter: expected a tensor, got " .. type(t)) end
+  local p = t:detach()
+  if requires_grad ~= false then p:requires_grad_(true) end
+  parameters_set[p] = true
+  return p
+end
+
+---------------------------------------------------------------- ordered maps
+
+-- Keys in insertion order; a key may map to nil (PyTorch's None entries).
+local function od_new() return { keys = {}, map = {}, has = {} } end
+
+local function od_set(od, k, v)
+  if not od.has[k] then
+    od.has[k] = true
+    od.keys[#od.keys + 1] = k
+  end
+  od.map[k] = v
+end
+
+local function od_del(od, k)
+  if not od.has[k] then return end
+  od.has[k], od.map[k] = nil, nil
+  for i, key in ipairs(od.keys) do
+    if key == k then table.remove(od.keys, i); break end
+  end
+end
+
+-- A list of {name, value} pairs that a generic for can call directly.
+local pairs_mt = {
+  __call = function(list, _, _)
+    local i = (rawget(list, "_pos") or 0) + 1
+    local e = list[i]
+    if e == nil then list._pos = nil; return nil end
+    list._pos = i
+    return e[1], e[2]
+  end,
+}
+local function pair_list(list) return setmetatable(list, pairs_mt) end
+
+---------------------------------------------------------------- classes
+
+local Module = {}
+M.Module = Module
+Module.__name = "Module"
+
+local function is_module(x)
+  local mt = type(x) == "table" and getmetatable(x)
+  return mt and rawget(mt, "__is_module") == true or false
+end
+M.is_module = is_module
+Module.is_module = is_module
+
+local function new_instance_mt(cls)
+  local mt = { __is_module = true, __class = cls }
+  mt.__index = function(self, k)
+    local v = self._attrs[k]
+    if v ~= nil then return v end
+    v = self._parameters.map[k]
+    if v ~= nil then return v end
+    v = self._buffers.map[k]
+    if v ~= nil then return v end
+    v = self._modules.map[k]
+    if v ~= nil then return v end
+    if type(k) == "number" then
+      local get = cls.__getitem
+      if get then return get(self, k) end
+    end
+    return cls[k]
+  end
+  mt.__newindex = function(self, k, v) return Module.__setattr(self, k, v) end
+  mt.__call = function(self, ...) return self:forward(...) end
+  mt.__tostring = function(self) return self:__repr() end
+  return mt
+end
+
+local function construct(cls, ...)
+  local self = setmetatable({
+    _parameters = od_new(), _buffers = od_new(), _modules = od_new(),
+    _non_persistent = {}, _attrs = {}, training = true,
+  }, cls.__instance_mt)
+  local init = cls.__init
+  if init then init(self, ...) end
+  return self
+end
+
+local class_mt = {
+  __index = nil,   -- set per class: the parent
+  __call = construct,
+  __tostring = function(cls) return "<class " .. cls.__name .. ">" end,
+}
+
+-- Module:extend(name): a new module class; Class(...) makes an instance and
+-- runs Class.__init(self, ...).
+function Module.extend(parent, name)
+  if type(parent) ~= "table" or rawget(parent, "__instance_mt") == nil and parent ~= Module then
+    raise("extend: call it as Module:extend(\"Name\") (with a colon)")
+  end
+  if type(name) ~= "string" or name == "" then
+    raise("extend: expected a class name string, e.g. Module:extend(\"SimpleNN\"), got " .. type(name))
+  end
+  local cls = setmetatable({}, { __index = parent, __call = construct, __tostring = class_mt.__tostring })
+  rawset(cls, "__name", name)
+  rawset(cls, "__super", parent)
+  rawset(cls, "__instance_mt", new_instance_mt(cls))
+  return cls
+end
+rawset(Module, "__instance_mt", new_instance_mt(Module))
+setmetatable(Module, { __call = construct, __tostring = class_mt.__tostring })
+
+function Module.__init() end
+
+function Module:forward()
+  raise(string.format('Module [%s] is missing the required "forward" function', self:_get_name()))
+end
+
+function Module:_get_name() return getmetatable(self).__class.__name end
+
+---------------------------------------------------------------- registration
+
+local function check_name(name, fn)
+  if type(name) ~= "string" then raise(fn .. ": expected the name to be a string, got " .. type(name)) end
+  if name == "" then raise(fn .. ': the name can\'t be empty string ""') end
+  if name:find(".", 1, true) then raise(fn .. ': the name can\'t contain ".", got "' .. name .. '"') end
+end
+
+local function remove_from(self, k, ...)
+  for _, which in ipairs({ ... }) do
+    if which == "attrs" then self._attrs[k] = nil else od_del(self[which], k) end
+  end
+end
+
+-- Module.__setattr: PyTorch's rules for `self.k = v`.
+function Module:__setattr(k, v)
+  if is_parameter(v) then
+    remove_from(self, k, "attrs", "_buffers", "_modules")
+    return self:register_parameter(k, v)
+  end
+  if self._parameters.has[k] then
+    if v ~= nil then
+      raise(string.format("cannot assign '%s' as parameter '%s' (nn.Parameter or nil expected)",
+                          is_tensor(v) and "Tensor" or type(v), tostring(k)))
+    end
+    return od_set(self._parameters, k, nil)
+  end
+  if is_module(v) then
+    remove_from(self, k, "attrs", "_buffers", "_parameters")
+    return od_set(self._modules, k, v)
+  end
+  if self._modules.has[k] then
+    if v ~= nil then
+      raise(string.format("cannot assign '%s' as child module '%s' (nn.Module or nil expected)", type(v), tostring(k)))
+    end
+    return od_set(self._modules, k, nil)
+  end
+  if self._buffers.has[k] then
+    if v ~= nil and not is_tensor(v) then
+      raise(string.format("cannot assign '%s' as buffer '%s' (Tensor or nil expected)", type(v), tostring(k)))
+    end
+    return od_set(self._buffers, k, v)
+  end
+  self._attrs[k] = v
+end
+
+function Module:register_parameter(name, param)
+  check_name(name, "register_parameter")
+  if self._attrs[name] ~= nil or (self._modules.has[name] or self._buffers.has[name]) then
+    raise(string.format("register_parameter: attribute '%s' already exists", name))
+  end
+  if param ~= nil and not is_parameter(param) then
+    raise(string.format("register_parameter: cannot assign a plain %s object to parameter '%s' "
+                        .. "(nn.Parameter or nil required)", is_tensor(param) and "Tensor" or type(param), name))
+  end
+  od_set(self._parameters, name, param)
+end
+
+function Module:register_buffer(name, tensor, persistent)
+  check_name(name, "register_buffer")
+  if self._attrs[name] ~= nil or self._parameters.has[name] or self._modules.has[name] then
+    raise(string.format("register_buffer: attribute '%s' already exists", name))
+  end
+  if tensor ~= nil and not is_tensor(tensor) then
+    raise(string.format("register_buffer: cannot assign '%s' object to buffer '%s' (Tensor or nil required)",
+                        type(tensor), name))
+  end
+  od_set(self._buffers, name, tensor)
+  self._non_persistent[name] = persistent == false or nil
+end
+
+function Module:add_module(name, module)
+  if type(name) ~= "string" then raise("add_module: expected the name to be a string, got " .. type(name)) end
+  if name == "" then raise('add_module: module name can\'t be empty string ""') end
+  if name:find(".", 1, true) then raise('add_module: module name can\'t contain ".", got: ' .. name) end
+  if module ~= nil and not is_module(module) then
+    raise("add_module: " .. type(module) .. " is not a Module subclass")
+  end
+  if self._attrs[name] ~= nil or self._parameters.has[name] or self._buffers.has[name] then
+    raise(string.format("add_module: attribute '%s' already exists", name))
+  end
+  od_set(self._modules, name, module)
+end
+Module.register_module = Module.add_module
+
+---------------------------------------------------------------- traversal
+
+-- named_modules: pre-order, each module once (shared modules are listed at
+-- their first place), like PyTorch.
+function Module:named_modules(prefix, memo, out)
+  out, memo, prefix = out or {}, memo or {}, prefix or ""
+  if memo[self] then return pair_list(out) end
+  memo[self] = true
+  out[#out + 1] = { prefix, self }
+  for _, name in ipairs(self._modules.keys) do
+    local m = self._modules.map[name]
+    if m ~= nil then m:named_modules(prefix == "" and name or (prefix .. "." .. name), memo, out) end
+  end
+  return pair_list(out)
+end
+
+function Module:modules()
+  local list = {}
+  for _, e in ipairs(self:named_modules()) do list[#list + 1] = e[2] end
+  return list
+end
+
+function Module:named_children()
+  local out, memo = {}, {}
+  for _, name in ipairs(self._modules.keys) do
+    local m = self._modules.map[name]
+    if m ~= nil and not memo[m] then memo[m] = true; out[#out + 1] = { name, m } end
+  end
+  return pair_list(out)
+end
+
+function Module:children()
+  local list = {}
+  for _, e in ipairs(self:named_children()) do list[#list + 1] = e[2] end
+  return list
+end
+
+-- Members (parameters or buffers) of every module, each tensor once.
+local function named_members(self, which, prefix, recurse)
+  local out, memo = {}, {}
+  local mods = recurse == false and { { prefix or "", self } } or self:named_modules(prefix)
+  for _, e in ipairs(mods) do
+    local mprefix, m = e[1], e[2]
+    local od = m[which]
+    for _, k in ipairs(od.keys) do
+      local v = od.map[k]
+      if v ~= nil and not memo[v] then
+        memo[v] = true
+        out[#out + 1] = { mprefix == "" and k or (mprefix .. "." .. k), v }
+      end
+    end
+  end
+  return pair_list(out)
+end
+
+-- named_parameters([prefix] [, recurse]) or named_parameters({prefix=, recurse=})
+local function members_args(a, b)
+  if type(a) == "table" then return a.prefix, a.recurse end
+  return a, b
+end
+
+function Module:named_parameters(a, b)
+  local prefix, recurse = members_args(a, b)
+  return named_members(self, "_parameters", prefix, recurse)
+end
+
+function Module:parameters(recurse)
+  if type(recurse) == "table" then recurse = recurse.recurse end
+  local list = {}
+  for _, e in ipairs(named_members(self, "_parameters", "", recurse)) do list[#list + 1] = e[2] end
+  return list
+end
+
+function Module:named_buffers(a, b)
+  local prefix, recurse = members_args(a, b)
+  return named_members(self, "_buffers", prefix, recurse)
+end
+
+function Module:buffers(recurse)
+  if type(recurse) == "table" then recurse = recurse.recurse end
+  local list = {}
+  for _, e in ipairs(named_members(self, "_buffers", "", recurse)) do list[#list + 1] = e[2] end
+  return list
+end
+
+-- num_parameters({trainable=false}): the number of parameter elements
+-- (each shared parameter counted once).
+function Module:num_parameters(opts)
+  local only_trainable = type(opts) == "table" and opts.trainable or opts == true
+  local n = 0
+  for _, p in ipairs(self:parameters()) do
+    if not only_trainable or p.requires_grad then n = n + p:numel() end
+  end
+  return n
+end
+
+function Module:get_submodule(target)
+  if target == "" or target == nil then return self end
+  local m = self
+  for item in tostring(target):gmatch("[^.]+") do
+    local child = m._modules.map[item]
+    if not is_module(child) then
+      raise(string.format("get_submodule: %s has no attribute `%s`", m:_get_name(), item))
+    end
+    m = child
+  end
+  return m
+end
+
+function Module:get_parameter(target)
+  local mod_path, name = tostring(target):match("^(.*)%.([^.]+)$")
+  if not mod_path then mod_path, name = "", target end
+  local m = self:get_submodule(mod_path)
+  local p = m._parameters.map[name]
+  if p == nil then raise(string.format("get_parameter: %s has no parameter `%s`", m:_get_name(), name)) end
+  return p
+end
+
+---------------------------------------------------------------- modes and grads
+
+function Module:train(mode)
+  if mode == nil then mode = true end
+  if type(mode) ~= "boolean" then raise("train: expected mode to be a boolean, got " .. type(mode)) end
+  rawset(self, "training", mode)
+  for _, m in ipairs(self:children()) do m:train(mode) end
+  return self
+end
+
+function Module:eval() return self:train(false) end
+
+function Module:requires_grad_(flag)
+  if flag == nil then flag = true end
+  for _, p in ipairs(self:parameters()) do p:requires_grad_(flag) end
+  return self
+end
+
+-- zero_grad({set_to_none=true}): PyTorch 2's default drops the gradients.
+function Module:zero_grad(opts)
+  local set_to_none = true
+  if type(opts) == "table" and opts.set_to_none ~= nil then set_to_none = opts.set_to_none
+  elseif type(opts) == "boolean" then set_to_none = opts end
+  for _, p in ipairs(self:parameters()) do
+    if set_to_none then
+      p.grad = nil
+    else
+      local g = p.grad
+      if g ~= nil then torch.no_grad(function() g:zero_() end) end
+    end
+  end
+end
+
+-- apply(fn): fn(m) on every child (recursively), then on self.
+function Module:apply(fn)
+  if type(fn) ~= "function" then raise("apply: expected a function, got " .. type(fn)) end
+  for _, m in ipairs(self:children()) do m:apply(fn) end
+  fn(self)
+  return self
+end
+
+---------------------------------------------------------------- state dicts
+
+-- A state dict is a plain table name -> tensor; its order (PyTorch's) is
+-- kept aside and returned by sd:keys(); sd:items() iterates in that order.
+local sd_order = setmetatable({}, { __mode = "k" })
+local sd_methods = {}
+local sd_mt = { __index = sd_methods }
+function sd_methods.keys(sd)
+  local keys = sd_order[sd]
+  if keys then
+    local out = {}
+    for _, k in ipairs(keys) do if rawget(sd, k) ~= nil then out[#out + 1] = k end end
+    return out
+  end
+  local out = {}
+  for k in pairs(sd) do out[#out + 1] = k end
+  table.sort(out)
+  return out
+end
+function sd_methods.items(sd)
+  local keys, i = sd_methods.keys(sd), 0
+  return function()
+    i = i + 1
+    local k = keys[i]
+    if k ~= nil then return k, rawget(sd, k) end
+  end
+end
+function sd_methods.len(sd) return #sd_methods.keys(sd) end
+
+local function ordered_dict()
+  local sd = setmetatable({}, sd_mt)
+  sd_order[sd] = {}
+  return sd
+end
+local function sd_put(sd, k, v)
+  local keys = sd_order[sd]
+  if rawget(sd, k) == nil then keys[#keys + 1] = k end
+  rawset(sd, k, v)
+end
+M.ordered_dict, M.ordered_put, M.ordered_keys = ordered_dict, sd_put, sd_methods.keys
+
+-- state_dict({prefix=, keep_vars=false}): own parameters, own persistent
+-- buffers, then the children's, as PyTorch; values are detached tensors
+-- sharing storage with the module (keep_vars=true: the parameters themselves).
+function Module:state_dict(opts, sd)
+  opts = opts or {}
+  sd = sd or ordered_dict()
+  local prefix = opts.prefix or ""
+  local keep = opts.keep_vars
+  for _, k in ipairs(self._parameters.keys) do
+    local p = self._parameters.map[k]
+    if p ~= nil then sd_put(sd, prefix .. k, keep and p or p:detach()) end
+  end
+  for _, k in ipairs(self._buffers.keys) do
+    local b = self._buffers.map[k]
+    if b ~= nil and not self._non_persistent[k] then sd_put(sd, prefix .. k, keep and b or b:detach()) end
+  end
+  for _, k in ipairs(self._modules.keys) do
+    local m = self._modules.map[k]
+    if m ~= nil then m:state_dict({ prefix = prefix .. k .. ".", keep_vars = keep }, sd) end
+  end
+  return sd
+end
+
+local function quoted(list)
+  local q = {}
+  for i, k in ipairs(list) do q[i] = '"' .. k .. '"' end
+  return table.concat(q, ", ")
+end
+
+-- load_state_dict(sd [, {strict=true}] or strict): copies every entry into
+-- the existing parameters and buffers under no_grad. Errors list the
+-- missing keys, the unexpected keys and every shape mismatch, in PyTorch's
+-- words; shape mismatches are errors also with strict=false. Returns
+-- {missing_keys=, unexpected_keys=}.
+function Module:load_state_dict(sd, opts)
+  if type(sd) ~= "table" or is_module(sd) then
+    raise("load_state_dict: expected a state dict (a table of name -> tensor), got " .. type(sd))
+  end
+  local strict = true
+  if type(opts) == "boolean" then strict = opts elseif type(opts) == "table" and opts.strict ~= nil then strict = opts.strict end
+  local own = self:state_dict({ keep_vars = true })
+  local own_keys = sd_methods.keys(own)
+  local missing, unexpected, errors = {}, {}, {}
+  local copies = {}
+  for _, k in ipairs(own_keys) do
+    local v = rawget(sd, k)
+    if v == nil then
+      missing[#missing + 1] = k
+    elseif not is_tensor(v) then
+      errors[#errors + 1] = string.format('While copying the parameter named "%s", expected a Tensor from checkpoint but received %s', k, type(v))
+    else
+      local dst = rawget(own, k)
+      local ds, ss = tostring(dst:size()), tostring(v:size())
+      if ds ~= ss then
+        errors[#errors + 1] = string.format("size mismatch for %s: copying a param with shape %s from checkpoint, "
+                                            .. "the shape in current model is %s.", k, ss, ds)
+      else
+        copies[#copies + 1] = { dst, v }
+      end
+    end
+  end
+  local given = sd_order[sd] and sd_methods.keys(sd) or nil
+  if not given then
+    given = {}
+    for k in pairs(sd) do if type(k) == "string" then given[#given + 1] = k end end
+    table.sort(given)
+  end
+  for _, k in ipairs(given) do
+    if rawget(own, k) == nil then unexpected[#unexpected + 1] = k end
+  end
+  if strict then
+    if #unexpected > 0 then table.insert(errors, 1, "Unexpected key(s) in state_dict: " .. quoted(unexpected) .. ". ") end
+    if #missing > 0 then table.insert(errors, 1, "Missing key(s) in state_dict: " .. quoted(missing) .. ". ") end
+  end
+  if #errors > 0 then
+    raise(string.format("Error(s) in loading state_dict for %s:\n\t%s", self:_get_name(), table.concat(errors, "\n\t")))
+  end
+  torch.no_grad(function()
+    for _, c in ipairs(copies) do c[1]:copy_(c[2]) end
+  end)
+  return { missing_keys = missing, unexpected_keys = unexpected }
+end
+
+---------------------------------------------------------------- moving
+
+-- Reads to()'s arguments: a dtype, a device, a tensor (its dtype and
+-- device), or {dtype=, device=}.
+local function to_args(a, b)
+  local dtype, device
+  local function take(x)
+    if x == nil then return end
+    if is_tensor(x) then dtype, device = x.dtype, x.device
+    elseif getmetatable(x) == torch.dtype_mt then dtype = x
+    elseif type(x) == "string" and torch[x:gsub("^torch%.", "")] ~= nil
+           and getmetatable(torch[x:gsub("^torch%.", "")]) == torch.dtype_mt then
+      dtype = torch[x:gsub("^torch%.", "")]
+    elseif type(x) == "table" and getmetatable(x) == nil then
+      dtype, device = x.dtype or dtype, x.device or device
+    else device = x end
+  end
+  take(a); take(b)
+  if dtype and not dtype.is_floating_point then
+    raise("Module.to: only floating point dtypes are accepted, but got desired dtype=" .. tostring(dtype))
+  end
+  return dtype, device
+end
+
+local function converted(t, dtype, device)
+  local dt = (dtype and t:is_floating_point()) and dtype or t.dtype
+  local dev = device and torch.device(device) or t.device
+  if dt == t.dtype and dev == t.device then return nil end
+  return t:to(dev, dt)
+end
+
+-- to(device | dtype | tensor | {dtype=, device=}): moves and casts every
+-- parameter and buffer (dtype: floating ones only, as PyTorch). A parameter
+-- that changes is replaced by a new Parameter holding the converted data
+-- (and gradient): references taken before, e.g. by an optimizer, keep the
+-- old tensor, so move the model before building its optimizer, as PyTorch
+-- recommends. Returns self.
+function Module:to(a, b)
+  local dtype, device = to_args(a, b)
+  torch.no_grad(function()
+    for _, m in ipairs(self:modules()) do
+      for _, k in ipairs(m._parameters.keys) do
+        local p = m._parameters.map[k]
+        local data = p ~= nil and converted(p, dtype, device)
+        if data then
+          local np = M.Parameter(data, p.requires_grad)
+          local g = p.grad
+          if g ~= nil then np.grad = g:to(np.device, np.dtype) end
+          od_set(m._parameters, k, np)
+        end
+      end
+      for _, k in ipairs(m._buffers.keys) do
+        local buf = m._buffers.map[k]
+        local data = buf ~= nil and converted(buf, dtype, device)
+        if data then od_set(m._buffers, k, data) end
+      end
+    end
+  end)
+  return self
+end
+function Module:float() return self:to(torch.float32) end
+function Module:double() return self:to(torch.float64) end
+function Module:bfloat16() return self:to(torch.bfloat16) end
+function Module:cpu() return self:to("cpu") end
+function Module:cuda(index) return self:to(index and ("cuda:" .. index) or "cuda") end
+
+---------------------------------------------------------------- printing
+
+-- Python's repr of a float (1e-05, 0.5, 1.0), for extra_repr strings.
+function M.pyfloat(x)
+  if x ~= x then return "nan" end
+  if x == math.huge then return "inf" end
+  if x == -math.huge then return "-inf" end
+  local s
+  for prec = 1, 17 do
+    s = string.format("%." .. prec .. "g", x)
+    if tonumber(s) == x then break end
+  end
+  local mant, exp = s:match("^(-?[%d.]+)e([-+]%d+)$")
+  local e = exp and tonumber(exp) or nil
+  if e == nil then
+    local digits = s:gsub("^-", "")
+    if not digits:find("%.") then s = s .. ".0" end
+    return s
+  end
+  if e >= -4 and e < 16 then
+    -- %g went exponential below 1e-4 only; widen back to fixed notation
+    s = string.format("%." .. math.max(0, #mant:gsub("[-.]", "") - 1 - e) .. "f", x)
+    if not s:find("%.") then s = s .. ".0" end
+    return s
+  end
+  return string.format("%se%s%02d", mant, e < 0 and "-" or "+", math.abs(e))
+end
+
+-- Python's repr of a value in extra_repr: booleans True/False, tables as tuples.
+function M.pyrepr(v)
+  if type(v) == "boolean" then return v and "True" or "False" end
+  if v == nil then return "None" end
+  if type(v) == "number" then return v % 1 == 0 and math.abs(v) < 1e15 and string.format("%d", v) or M.pyfloat(v) end
+  if type(v) == "table" then
+    local parts = {}
+    for i, x in ipairs(v) do parts[i] = M.pyrepr(x) end
+    return "(" .. table.concat(parts, ", ") .. (#parts == 1 and ",)" or ")")
+  end
+  return tostring(v)
+end
+
+function Module:extra_repr() return "" end
+
+local function addindent(s, n)
+  local lines = {}
+  for line in (s .. "\n"):gmatch("(.-)\n") do lines[#lines + 1] = line end
+  if #lines == 1 then return s end
+  local pad = string.rep(" ", n)
+  for i = 2, #lines do lines[i] = pad .. lines[i] end
+  return table.concat(lines, "\n")
+end
+
+-- tostring(module): PyTorch's repr, character for character.
+function Module:__repr()
+  local extra_lines = {}
+  local extra = self:extra_repr()
+  if extra and extra ~= "" then
+    for line in (extra .. "\n"):gmatch("(.-)\n") do extra_lines[#extra_lines + 1] = line end
+  end
+  local child_lines = {}
+  for _, k in ipairs(self._modules.keys) do
+    local m = self._modules.map[k]
+    local mod_str = m ~= nil and tostring(m) or "None"
+    child_lines[#child_lines + 1] = "(" .. k .. "): " .. addindent(mod_str, 2)
+  end
+  local lines = {}
+  for _, l in ipairs(extra_lines) do lines[#lines + 1] = l end
+  for _, l in ipairs(child_lines) do lines[#lines + 1] = l end
+  local s = self:_get_name() .. "("
+  if #lines > 0 then
+    if #extra_lines == 1 and #child_lines == 0 then
+      s = s .. extra_lines[1]
+    else
+      s = s .. "\n  " .. table.concat(lines, "\n  ") .. "\n"
+    end
+  end
+  return s .. ")"
+end
+
+M.pair_list = pair_list
+return M
