@@ -1,0 +1,724 @@
+-- dplua.utils.data: torch.utils.data — datasets, samplers, DataLoader, and
+-- the IDX reader.
+--
+--   local data = torch.utils.data
+--   local ds = data.TensorDataset(x, y)              -- x: (N, ...), y: (N)
+--   local loader = data.DataLoader(ds, {batch_size = 128, shuffle = true, seed = 1})
+--   for epoch = 1, 5 do
+--     for xb, yb in loader:iter() do ... end         -- one batch per step
+--   end
+--   print(#loader)                                   -- batches per epoch
+--
+-- Indices are 0-based, like tensor indices. A dataset's __getitem(i) returns
+-- a sample as one or several values (Lua's answer to Python's tuples); a
+-- batch comes back the same way, each value collated across the batch.
+--
+-- Datasets, samplers and loaders are userdata proxies rather than tables so
+-- that `#obj` calls their __len (LuaJIT, like Lua 5.1, ignores __len on
+-- tables); their fields and methods read and write like a table's.
+--
+-- TensorDataset (and any dataset with a __getitems(index_tensor) method) is
+-- batched with one index_select per tensor instead of a Lua loop over
+-- samples, so that loading is not the bottleneck of a training step.
+local ffi = require("ffi")
+local torch = require("dplua")
+local C = torch.C
+local raise = torch._raise
+local is_tensor = torch.is_tensor
+
+local data = {}
+
+local function typename(x)
+  if is_tensor(x) then return "Tensor" end
+  return type(x)
+end
+
+local function is_int(v) return type(v) == "number" and v % 1 == 0 and v == v and v ~= math.huge and v ~= -math.huge end
+
+---------------------------------------------------------------- classes
+
+-- A class is a table of methods; Class(...) makes an instance (a proxy
+-- whose fields live in a Lua table) and runs Class.__init(self, ...).
+-- Class:extend("Name") makes a subclass. Numbers index through
+-- __getitem: ds[i] is the sample (a list when __getitem returns several
+-- values).
+
+local class_of = setmetatable({}, { __mode = "k" })   -- instance -> class
+
+local function pack_sample(...)
+  if select("#", ...) == 1 then return (...) end
+  return { ... }
+end
+
+local construct
+
+local function instance_mt(cls, fields, self)
+  local mt = getmetatable(self)
+  mt.__index = function(_, k)
+    local v = fields[k]
+    if v ~= nil then return v end
+    v = cls[k]
+    if v ~= nil then return v end
+    if type(k) == "number" and cls.__getitem then return pack_sample(cls.__getitem(self, k)) end
+    return nil
+  end
+  mt.__newindex = fields
+  mt.__len = function() return self:__len() end
+  mt.__tostring = function() return cls.__repr and cls.__repr(self) or (cls.__name .. "()") end
+  mt.__metatable = false
+end
+
+function construct(cls, ...)
+  local self = newproxy(true)
+  instance_mt(cls, {}, self)
+  class_of[self] = cls
+  local init = cls.__init
+  if init then init(self, ...) end
+  return self
+end
+
+local function class_tostring(cls) return "<class " .. rawget(cls, "__name") .. ">" end
+
+local function new_class(name, parent)
+  local cls = setmetatable({}, { __index = parent, __call = construct, __tostring = class_tostring })
+  rawset(cls, "__name", name)
+  rawset(cls, "__super", parent)
+  return cls
+end
+
+local function extend(parent, name)
+  if type(parent) ~= "table" or rawget(parent, "__name") == nil then
+    raise("extend: call it as Dataset:extend(\"Name\") (with a colon)")
+  end
+  if type(name) ~= "string" or name == "" then
+    raise("extend: expected a class name string, e.g. Dataset:extend(\"MyData\"), got " .. typename(name))
+  end
+  return new_class(name, parent)
+end
+
+-- The class of an instance made here, or nil.
+local function class(x) return class_of[x] end
+
+-- Calls obj:__len() (an instance of ours, or any table with __len).
+local function length(obj, what, fn)
+  local ok, f = pcall(function() return obj.__len end)
+  if not ok or type(f) ~= "function" then
+    raise(string.format("%s: %s has no __len method (got %s)", fn, what, typename(obj)))
+  end
+  local n = f(obj)
+  if not is_int(n) or n < 0 then
+    raise(string.format("%s: %s's __len returned %s, expected a non-negative integer", fn, what, tostring(n)))
+  end
+  return n
+end
+data._length = length
+
+-- Rejects option keys that are not in `known`: a typo must not be ignored.
+local function check_options(fn, opts, known)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" or is_tensor(opts) then
+    raise(string.format("%s: expected an options table, got %s", fn, typename(opts)))
+  end
+  for k in pairs(opts) do
+    if not known[k] then
+      local names = {}
+      for n in pairs(known) do names[#names + 1] = n end
+      table.sort(names)
+      raise(string.format("%s: unknown option '%s' (expected one of: %s)", fn, tostring(k), table.concat(names, ", ")))
+    end
+  end
+  return opts
+end
+
+---------------------------------------------------------------- random numbers
+
+-- A splitmix64 stream: samplers shuffle with it so that a seed gives the
+-- same order on every platform and torch's own streams are not disturbed.
+local Random = {}
+Random.__index = Random
+local GOLDEN = 0x9E3779B97F4A7C15ULL
+local M1, M2 = 0xBF58476D1CE4E5B9ULL, 0x94D049BB133111EBULL
+local bxor, rshift = bit.bxor, bit.rshift
+local u64 = ffi.typeof("uint64_t")
+local TWO32 = 4294967296
+
+local function new_random(seed) return setmetatable({ state = u64(seed) }, Random) end
+
+function Random:next32()
+  local s = self.state + GOLDEN
+  self.state = s
+  local z = s
+  z = bxor(z, rshift(z, 30)) * M1
+  z = bxor(z, rshift(z, 27)) * M2
+  z = bxor(z, rshift(z, 31))
+  return tonumber(rshift(z, 32))
+end
+
+-- Uniform in [0, bound), without modulo bias.
+function Random:below(bound)
+  local lim = TWO32 - TWO32 % bound
+  local r = self:next32()
+  while r >= lim do r = self:next32() end
+  return r % bound
+end
+
+-- A seed for one epoch drawn from torch's generator, so that
+-- torch.manual_seed(s) makes unseeded shuffling reproducible.
+local function seed_from_torch()
+  local r = torch.randint(0, 2147483647, { 2 }):tolist()
+  return u64(r[1]) * 2147483648ULL + r[2]
+end
+
+local function check_seed(v, fn)
+  if v == nil then return nil end
+  if not is_int(v) or v < 0 then
+    raise(string.format("%s: expected the generator seed to be a non-negative integer, got %s %s",
+                        fn, typename(v), tostring(v)))
+  end
+  return v
+end
+
+-- An int64 tensor of n indices, and a pointer to write them.
+local function index_buffer(n)
+  local t = torch.empty(n, { dtype = torch.int64 })
+  return t, ffi.cast("int64_t *", t:data_ptr())
+end
+
+---------------------------------------------------------------- datasets
+
+local Dataset = new_class("Dataset", nil)
+data.Dataset = Dataset
+Dataset.extend = extend
+
+function Dataset:__getitem(_)
+  raise(class(self).__name .. ": a Dataset subclass must define __getitem(i)")
+end
+function Dataset:__len()
+  raise(class(self).__name .. ": a Dataset subclass must define __len()")
+end
+
+-- TensorDataset(t1, t2, ...): sample i is t1[i], t2[i], ...
+local TensorDataset = new_class("TensorDataset", Dataset)
+data.TensorDataset = TensorDataset
+
+function TensorDataset:__init(...)
+  local n = select("#", ...)
+  if n == 0 then raise("TensorDataset: expected at least one tensor") end
+  local tensors = { ... }
+  local size
+  for i = 1, n do
+    local t = tensors[i]
+    if not is_tensor(t) then raise(string.format("TensorDataset: argument #%d is a %s, expected a tensor", i, typename(t))) end
+    if t:dim() == 0 then raise(string.format("TensorDataset: argument #%d is a 0-d tensor; tensors need a first dim to index", i)) end
+    local s = t:size(0)
+    if size == nil then size = s
+    elseif s ~= size then
+      raise(string.format("TensorDataset: size mismatch between tensors: argument #1 has %d samples (dim 0) but argument #%d has %d",
+                          size, i, s))
+    end
+  end
+  self.tensors, self.n = tensors, size
+end
+
+function TensorDataset:__len() return self.n end
+
+function TensorDataset:__getitem(i)
+  local n = self.n
+  if not is_int(i) then raise("TensorDataset: expected an integer index, got " .. typename(i) .. " " .. tostring(i)) end
+  if i < -n or i >= n then
+    raise(string.format("TensorDataset: index %d is out of range for a dataset of %d samples (indices are 0-based)", i, n))
+  end
+  local ts = self.tensors
+  if #ts == 1 then return ts[1]:select(0, i) end
+  local out = {}
+  for k = 1, #ts do out[k] = ts[k]:select(0, i) end
+  return unpack(out, 1, #ts)
+end
+
+-- A batch at once: index is an int64 tensor of sample indices.
+function TensorDataset:__getitems(index)
+  local ts = self.tensors
+  if #ts == 1 then return ts[1]:index_select(0, index) end
+  if #ts == 2 then return ts[1]:index_select(0, index), ts[2]:index_select(0, index) end
+  local out = {}
+  for k = 1, #ts do out[k] = ts[k]:index_select(0, index) end
+  return unpack(out, 1, #ts)
+end
+
+function TensorDataset:__repr()
+  local parts = {}
+  for k, t in ipairs(self.tensors) do
+    parts[k] = "[" .. table.concat(t:size(), ", ") .. "] " .. t.dtype.name
+  end
+  return "TensorDataset(" .. table.concat(parts, ", ") .. ")"
+end
+
+-- Subset(dataset, indices): the samples of dataset at indices (a Lua list
+-- of 0-based indices, or an int64 tensor).
+local Subset = new_class("Subset", Dataset)
+data.Subset = Subset
+
+local function to_index_tensor(list, fn, n)
+  if is_tensor(list) then
+    if list:dim() ~= 1 then raise(fn .. ": expected a 1-D index tensor") end
+    return list:to(torch.int64):contiguous()
+  end
+  if type(list) ~= "table" then raise(string.format("%s: expected a list of indices, got %s", fn, typename(list))) end
+  local t, p = index_buffer(#list)
+  for k = 1, #list do
+    local v = list[k]
+    if not is_int(v) or (n and (v < 0 or v >= n)) then
+      raise(string.format("%s: index %s at position %d is not an integer in [0, %s)", fn, tostring(v), k, tostring(n)))
+    end
+    p[k - 1] = v
+  end
+  return t
+end
+
+function Subset:__init(dataset, indices)
+  if dataset == nil then raise("Subset: expected a dataset and a list of indices") end
+  self.dataset = dataset
+  self.indices = to_index_tensor(indices, "Subset", nil)
+  self.n = self.indices:numel()
+  self.ptr = ffi.cast("int64_t *", self.indices:data_ptr())
+  local getitems = dataset.__getitems
+  if getitems then
+    self.__getitems = function(s, index) return getitems(s.dataset, s.indices:index_select(0, index)) end
+  end
+end
+
+function Subset:__len() return self.n end
+function Subset:__getitem(i)
+  if not is_int(i) or i < -self.n or i >= self.n then
+    raise(string.format("Subset: index %s is out of range for a subset of %d samples", tostring(i), self.n))
+  end
+  if i < 0 then i = i + self.n end
+  return self.dataset:__getitem(tonumber(self.ptr[i]))
+end
+
+-- random_split(dataset, lengths [, seed]): disjoint Subsets of the given
+-- lengths (numbers of samples, or fractions that sum to 1).
+function data.random_split(dataset, lengths, seed)
+  local n = length(dataset, "the dataset", "random_split")
+  if type(lengths) ~= "table" or #lengths == 0 then raise("random_split: expected a list of lengths") end
+  local sizes, total = {}, 0
+  local fractions = true
+  for _, l in ipairs(lengths) do if not (type(l) == "number" and l >= 0 and l <= 1) then fractions = false end end
+  if fractions then
+    local s = 0
+    for _, l in ipairs(lengths) do s = s + l end
+    fractions = math.abs(s - 1) < 1e-9 and not (#lengths == 1 and n == 1)
+  end
+  for k, l in ipairs(lengths) do
+    if fractions then l = math.floor(n * l) end
+    if not is_int(l) or l < 0 then raise(string.format("random_split: length %s at position %d is not a non-negative integer", tostring(l), k)) end
+    sizes[k], total = l, total + l
+  end
+  if fractions then
+    -- hand the remainder out round-robin, as PyTorch does
+    local k = 1
+    while total < n do sizes[k], total, k = sizes[k] + 1, total + 1, k % #sizes + 1 end
+  end
+  if total ~= n then
+    raise(string.format("random_split: the lengths sum to %d but the dataset has %d samples", total, n))
+  end
+  local perm = data.RandomSampler(dataset, { generator = check_seed(seed, "random_split") }):index_tensor()
+  local out, start = {}, 0
+  for k, l in ipairs(sizes) do
+    out[k] = Subset(dataset, perm:narrow(0, start, l):clone())
+    start = start + l
+  end
+  return out
+end
+
+-- A plain Lua list used as a dataset: element k is sample k - 1; an element
+-- that is a list of values ({x, y}) is a sample of several values.
+local ListDataset = new_class("ListDataset", Dataset)
+function ListDataset:__init(list) self.list = list end
+function ListDataset:__len() return #self.list end
+function ListDataset:__getitem(i)
+  local v = self.list[i + 1]
+  if v == nil then raise(string.format("dataset: index %s is out of range for a list of %d samples", tostring(i), #self.list)) end
+  if type(v) == "table" and getmetatable(v) == nil and v[1] ~= nil then return unpack(v, 1, #v) end
+  return v
+end
+
+local function as_dataset(ds, fn)
+  if type(ds) == "table" and not is_tensor(ds) and getmetatable(ds) == nil and rawget(ds, "__getitem") == nil then
+    return ListDataset(ds)
+  end
+  local ok, get = pcall(function() return ds.__getitem end)
+  if not ok or type(get) ~= "function" then
+    raise(string.format("%s: expected a dataset (an object with __getitem and __len, or a Lua list), got %s",
+                        fn, typename(ds)))
+  end
+  return ds
+end
+
+---------------------------------------------------------------- samplers
+
+-- A sampler yields 0-based sample indices: sampler:iter() is an iterator,
+-- #sampler their number. The built-in ones also give an epoch's indices
+-- at once as an int64 tensor (index_tensor), which DataLoader slices into
+-- batches without a Lua loop.
+local Sampler = new_class("Sampler", nil)
+data.Sampler = Sampler
+Sampler.extend = extend
+
+function Sampler:iter()
+  local idx = self:index_tensor()
+  local p, n, i = ffi.cast("int64_t *", idx:data_ptr()), idx:numel(), -1
+  return function()
+    i = i + 1
+    if i < n then return tonumber(p[i]) end
+  end
+end
+function Sampler:index_tensor()
+  local list = {}
+  for i in self:iter() do list[#list + 1] = i end
+  return to_index_tensor(list, "sampler")
+end
+
+local SequentialSampler = new_class("SequentialSampler", Sampler)
+data.SequentialSampler = SequentialSampler
+
+function SequentialSampler:__init(data_source)
+  self.data_source = data_source
+  self.n = length(data_source, "the data source", "SequentialSampler")
+end
+function SequentialSampler:__len() return self.n end
+function SequentialSampler:index_tensor() return torch.arange(self.n) end
+
+-- RandomSampler(data_source, {replacement=false, num_samples=, generator=seed}):
+-- a fresh permutation each epoch (or num_samples draws with replacement).
+-- With a seed, the sequence of epochs is reproducible; without one, each
+-- epoch draws its seed from torch's generator (see torch.manual_seed).
+local RandomSampler = new_class("RandomSampler", Sampler)
+data.RandomSampler = RandomSampler
+
+function RandomSampler:__init(data_source, opts)
+  local fn = "RandomSampler"
+  opts = check_options(fn, opts, { replacement = true, num_samples = true, generator = true, seed = true })
+  self.data_source = data_source
+  self.n = length(data_source, "the data source", fn)
+  if opts.replacement ~= nil and type(opts.replacement) ~= "boolean" then
+    raise("RandomSampler: expected replacement to be a boolean, got " .. typename(opts.replacement))
+  end
+  self.replacement = opts.replacement or false
+  local ns = opts.num_samples
+  if ns ~= nil and (not is_int(ns) or ns <= 0) then
+    raise("RandomSampler: expected num_samples to be a positive integer, got " .. tostring(ns))
+  end
+  self.num_samples = ns or self.n
+  if self.n >= TWO32 then raise("RandomSampler: at most 2^32 samples are supported") end
+  local seed = check_seed(opts.generator or opts.seed, fn)
+  self.rng = seed and new_random(seed) or nil
+end
+
+function RandomSampler:__len() return self.num_samples end
+
+function RandomSampler:index_tensor()
+  local n, m = self.n, self.num_samples
+  local rng = self.rng or new_random(seed_from_torch())
+  local t, p = index_buffer(m)
+  if n == 0 then return t end
+  if self.replacement then
+    for i = 0, m - 1 do p[i] = rng:below(n) end
+    return t
+  end
+  -- whole permutations (several when num_samples > n), Fisher-Yates
+  local perm, pp = index_buffer(n)
+  local done = 0
+  while done < m do
+    for i = 0, n - 1 do pp[i] = i end
+    for i = n - 1, 1, -1 do
+      local j = rng:below(i + 1)
+      pp[i], pp[j] = pp[j], pp[i]
+    end
+    local take = math.min(n, m - done)
+    ffi.copy(p + done, pp, take * 8)
+    done = done + take
+  end
+  return t
+end
+
+-- BatchSampler(sampler, batch_size, drop_last): lists of indices.
+local BatchSampler = new_class("BatchSampler", nil)
+data.BatchSampler = BatchSampler
+BatchSampler.extend = extend
+
+local function check_batch_size(b, fn)
+  if not is_int(b) or b <= 0 then
+    raise(string.format("%s: expected batch_size to be a positive integer, got %s %s", fn, typename(b), tostring(b)))
+  end
+  return b
+end
+
+local function as_sampler(s, fn)
+  if type(s) == "table" and getmetatable(s) == nil and not is_tensor(s) then
+    local list = s
+    s = Sampler()
+    s.iter = function()
+      local k = 0
+      return function() k = k + 1; return list[k] end
+    end
+    s.__len = function() return #list end
+    return s
+  end
+  local ok, it = pcall(function() return s.iter end)
+  if not ok or type(it) ~= "function" then
+    raise(string.format("%s: expected a sampler (an object with iter() and __len) or a list of indices, got %s",
+                        fn, typename(s)))
+  end
+  return s
+end
+
+function BatchSampler:__init(sampler, batch_size, drop_last)
+  local fn = "BatchSampler"
+  self.sampler = as_sampler(sampler, fn)
+  self.batch_size = check_batch_size(batch_size, fn)
+  if drop_last ~= nil and type(drop_last) ~= "boolean" then
+    raise("BatchSampler: expected drop_last to be a boolean, got " .. typename(drop_last))
+  end
+  self.drop_last = drop_last or false
+end
+
+function BatchSampler:__len()
+  local n = length(self.sampler, "the sampler", "BatchSampler")
+  if self.drop_last then return math.floor(n / self.batch_size) end
+  return math.ceil(n / self.batch_size)
+end
+
+-- Batches as int64 index tensors (views of one epoch's index tensor).
+function BatchSampler:index_batches()
+  local sampler = self.sampler
+  local idx = (sampler.index_tensor or Sampler.index_tensor)(sampler)
+  local n, b, start = idx:numel(), self.batch_size, 0
+  local drop = self.drop_last
+  return function()
+    local len = math.min(b, n - start)
+    if len <= 0 or (drop and len < b) then return nil end
+    local v = idx:narrow(0, start, len)
+    start = start + len
+    return v
+  end
+end
+
+function BatchSampler:iter()
+  local batches = self:index_batches()
+  return function()
+    local v = batches()
+    if v == nil then return nil end
+    local p, list = ffi.cast("int64_t *", v:data_ptr()), {}
+    for i = 1, v:numel() do list[i] = tonumber(p[i - 1]) end
+    return list
+  end
+end
+
+function BatchSampler:__repr()
+  return string.format("BatchSampler(batch_size=%d, drop_last=%s)", self.batch_size, tostring(self.drop_last))
+end
+
+---------------------------------------------------------------- collate
+
+-- torch.stack takes at most 256 tensors at once: stack in chunks, then cat.
+local function stack(list)
+  local n = #list
+  if n <= 256 then return torch.stack(list, 0) end
+  local parts = {}
+  for s = 1, n, 256 do
+    parts[#parts + 1] = torch.stack({ unpack(list, s, math.min(n, s + 255)) }, 0)
+  end
+  if #parts <= 256 then return torch.cat(parts, 0) end
+  local out = parts[1]
+  for k = 2, #parts do out = torch.cat({ out, parts[k] }, 0) end
+  return out
+end
+
+-- default_collate(batch): batch is a list of samples; tensors are stacked
+-- along a new dim 0, numbers become a tensor (int64 when every one is an
+-- integer, else float64, as PyTorch does for Python ints and floats),
+-- booleans a bool tensor, strings stay a list, and tables (lists or maps)
+-- are collated field by field.
+local function collate(batch, path)
+  local first = batch[1]
+  local ty = typename(first)
+  for k = 2, #batch do
+    if typename(batch[k]) ~= ty then
+      raise(string.format("default_collate: sample %d%s is a %s but sample 1 is a %s", k, path, typename(batch[k]), ty))
+    end
+  end
+  if ty == "Tensor" then
+    local ok, r = pcall(stack, batch)
+    if not ok then
+      raise("default_collate: cannot stack the samples" .. path .. ": " .. tostring(r):gsub("^[^\n:]-:%d+: ", ""))
+    end
+    return r
+  elseif ty == "number" then
+    local integral = true
+    for k = 1, #batch do if batch[k] % 1 ~= 0 then integral = false; break end end
+    return torch.tensor(batch, { dtype = integral and torch.int64 or torch.float64 })
+  elseif ty == "boolean" then
+    return torch.tensor(batch, { dtype = torch.bool })
+  elseif ty == "string" then
+    return batch
+  elseif ty == "table" then
+    local out = {}
+    for key in pairs(first) do
+      local column = {}
+      for k = 1, #batch do
+        local v = batch[k][key]
+        if v == nil then raise(string.format("default_collate: sample %d%s has no field %s", k, path, tostring(key))) end
+        column[k] = v
+      end
+      out[key] = collate(column, path .. "[" .. tostring(key) .. "]")
+    end
+    return out
+  end
+  raise(string.format("default_collate: cannot collate a %s%s (expected tensors, numbers, booleans, strings or tables)",
+                      ty, path))
+end
+
+function data.default_collate(batch)
+  if type(batch) ~= "table" or #batch == 0 then raise("default_collate: expected a non-empty list of samples") end
+  return collate(batch, "")
+end
+
+---------------------------------------------------------------- DataLoader
+
+-- DataLoader(dataset, {batch_size=1, shuffle=false, sampler=, batch_sampler=,
+--            drop_last=false, collate_fn=, generator=seed}).
+-- for x, y in loader:iter() do ... end; #loader is the number of batches.
+local DataLoader = new_class("DataLoader", nil)
+data.DataLoader = DataLoader
+
+local loader_options = {
+  batch_size = true, shuffle = true, sampler = true, batch_sampler = true, drop_last = true,
+  collate_fn = true, generator = true, seed = true,
+  -- accepted for scripts ported from PyTorch; loading runs in the calling thread
+  num_workers = true, pin_memory = true, persistent_workers = true, prefetch_factor = true,
+}
+
+function DataLoader:__init(dataset, opts)
+  local fn = "DataLoader"
+  opts = check_options(fn, opts, loader_options)
+  self.dataset = as_dataset(dataset, fn)
+  local shuffle = opts.shuffle
+  if shuffle ~= nil and type(shuffle) ~= "boolean" then raise("DataLoader: expected shuffle to be a boolean, got " .. typename(shuffle)) end
+  local drop_last = opts.drop_last
+  if drop_last ~= nil and type(drop_last) ~= "boolean" then raise("DataLoader: expected drop_last to be a boolean, got " .. typename(drop_last)) end
+  if opts.collate_fn ~= nil and type(opts.collate_fn) ~= "function" then
+    raise("DataLoader: expected collate_fn to be a function, got " .. typename(opts.collate_fn))
+  end
+  local nw = opts.num_workers
+  if nw ~= nil and (not is_int(nw) or nw < 0) then raise("DataLoader: expected num_workers to be a non-negative integer, got " .. tostring(nw)) end
+  local seed = check_seed(opts.generator or opts.seed, fn)
+  if opts.batch_sampler ~= nil then
+    if opts.batch_size ~= nil or shuffle or opts.sampler ~= nil or drop_last then
+      raise("DataLoader: batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last")
+    end
+    self.batch_sampler = as_sampler(opts.batch_sampler, fn)
+    self.batch_size = nil
+  else
+    if opts.sampler ~= nil and shuffle then
+      raise("DataLoader: sampler option is mutually exclusive with shuffle")
+    end
+    local sampler
+    if opts.sampler ~= nil then sampler = as_sampler(opts.sampler, fn)
+    elseif shuffle then sampler = RandomSampler(self.dataset, { generator = seed })
+    else sampler = SequentialSampler(self.dataset) end
+    self.sampler = sampler
+    self.batch_size = check_batch_size(opts.batch_size == nil and 1 or opts.batch_size, fn)
+    self.batch_sampler = BatchSampler(sampler, self.batch_size, drop_last or false)
+  end
+  self.drop_last = drop_last or false
+  self.collate_fn = opts.collate_fn
+end
+
+function DataLoader:__len() return length(self.batch_sampler, "the batch sampler", "DataLoader") end
+
+-- The epoch's batches as int64 index tensors.
+local function index_batches(self)
+  local bs = self.batch_sampler
+  local ib = bs.index_batches
+  if ib then return ib(bs) end
+  local it = bs:iter()
+  return function()
+    local list = it()
+    if list == nil then return nil end
+    return to_index_tensor(list, "DataLoader (batch_sampler)")
+  end
+end
+
+-- Reads a batch sample by sample: returns the samples and how many values
+-- each has.
+local function fetch(ds, idx)
+  local p, n = ffi.cast("int64_t *", idx:data_ptr()), idx:numel()
+  local get = ds.__getitem
+  local samples, width = {}, nil
+  for i = 0, n - 1 do
+    local vals = { get(ds, tonumber(p[i])) }
+    local w = #vals
+    width = width or w
+    if w ~= width then
+      raise(string.format("DataLoader: __getitem returned %d values for sample %d but %d for the first",
+                          w, tonumber(p[i]), width))
+    end
+    samples[i + 1] = w == 1 and vals[1] or vals
+  end
+  return samples, width or 0
+end
+
+-- iter(): a fresh pass over the data (reshuffled when shuffling); each call
+-- of the iterator returns the next batch's values.
+function DataLoader:iter()
+  local batches = index_batches(self)
+  local ds, collate_fn = self.dataset, self.collate_fn
+  local getitems = collate_fn == nil and ds.__getitems or nil
+  return function()
+    local idx = batches()
+    if idx == nil then return nil end
+    if getitems then return getitems(ds, idx) end
+    local samples, width = fetch(ds, idx)
+    if collate_fn then return collate_fn(samples) end
+    if width == 0 then raise("DataLoader: __getitem returned no value") end
+    local batch = collate(samples, "")
+    if width == 1 then return batch end
+    return unpack(batch, 1, width)
+  end
+end
+
+-- enumerate(): like iter(), with the batch number first, counted from 0
+-- as Python's enumerate does: for i, x, y in loader:enumerate() do ... end
+function DataLoader:enumerate()
+  local it, i = self:iter(), -1
+  local function step(...)
+    if (...) == nil then return nil end
+    return i, ...
+  end
+  return function()
+    i = i + 1
+    return step(it())
+  end
+end
+
+function DataLoader:__repr()
+  return string.format("DataLoader(%s, batch_size=%s, batches=%d)", tostring(self.dataset),
+                       tostring(self.batch_size), self:__len())
+end
+
+---------------------------------------------------------------- files
+
+local box = ffi.new("dp_tensor*[1]")
+
+-- load_idx(path): an IDX file (MNIST's format), gzip-compressed or plain,
+-- as a tensor of its element type (uint8 stays uint8).
+function data.load_idx(path)
+  if type(path) ~= "string" then raise("load_idx: expected a path string, got " .. typename(path)) end
+  if C.dp_load_idx(box, path) ~= 0 then raise(ffi.string(C.dp_last_error())) end
+  local t = torch._wrap(box[0])
+  box[0] = nil
+  return t
+end
+
+return data
