@@ -1,0 +1,386 @@
+-- dplua.optim.optimizer: the Optimizer base class shared by SGD and Adam(W).
+--
+-- Each parameter group is flattened once, at construction, with
+-- torch._flatten_params: its parameters become views of one flat buffer and
+-- their gradients land in one flat gradient buffer (per dtype and device;
+-- a group mixing them gets one bucket for each). The optimizer state
+-- (momentum, exp_avg, ...) is a flat buffer beside them, so step() is one
+-- fused C call per bucket over the flat buffers.
+--
+-- PyTorch skips parameters whose .grad is nil: their state does not
+-- advance. When some parameters of a bucket have no gradient (or a
+-- gradient that is not in their flat slot, e.g. assigned by hand), or their
+-- step counts have diverged, the bucket falls back to one call per
+-- parameter, on views of the same flat buffers. Step counts are kept per
+-- parameter in that case and collapse back to one count when they agree.
+--
+-- state_dict() and load_state_dict() use PyTorch's layout:
+--   { state = { [0] = {step=, exp_avg=, exp_avg_sq=}, [1] = ... },
+--     param_groups = { {lr=, betas=, ..., params={0, 1}} } }
+-- with 0-based parameter indices in group order; `step` is a Lua number
+-- (a 0-d tensor is accepted on load), the state tensors are views of the
+-- flat state buffers.
+local ffi = require("ffi")
+local torch = require("dplua")
+local raise = torch._raise
+local C = torch.C
+
+local Optimizer = {}
+Optimizer.__index = Optimizer
+Optimizer.__name = "Optimizer"
+
+local char_p = ffi.typeof("char *")
+
+local function typename(x) return torch.is_tensor(x) and "Tensor" or type(x) end
+
+local function copy_value(v)
+  if type(v) ~= "table" or torch.is_tensor(v) then return v end
+  local c = {}
+  for k, x in pairs(v) do c[k] = copy_value(x) end
+  return c
+end
+
+-- A subclass: Cls(params, opts) builds an instance.
+function Optimizer.extend(name)
+  local cls = setmetatable({}, { __index = Optimizer, __call = function(c, ...) return c.new(...) end })
+  cls.__index = cls
+  cls.__name = name
+  cls.__tostring = Optimizer.__tostring
+  return cls
+end
+
+---------------------------------------------------------------- construction
+
+-- params: a list of tensors, model:parameters(), model:named_parameters(),
+-- or a list of group tables { {params=..., lr=...}, ... }.
+local function to_groups(params, fn)
+  if torch.is_tensor(params) then
+    raise(fn .. ": params should be a list of tensors or of param-group tables, but got a single Tensor (write {t})")
+  end
+  if type(params) ~= "table" then
+    raise(fn .. ": params should be a list of tensors or of param-group tables, got " .. typename(params))
+  end
+  if params[1] == nil then raise(fn .. ": optimizer got an empty parameter list") end
+  local first = params[1]
+  if torch.is_tensor(first) or (type(first) == "table" and type(first[1]) == "string") then
+    return { { params = params } }
+  end
+  return params
+end
+
+-- Options not in the defaults that PyTorch users pass; accepted and ignored
+-- (every step here is fused) unless they ask for something unsupported.
+local ignored = { foreach = true, fused = true, capturable = true, differentiable = true, maximize = true }
+
+local function check_options(self, opts)
+  for k, v in pairs(opts) do
+    if self.defaults[k] == nil and not ignored[k] then
+      raise(string.format("%s: unknown option '%s'", self.__name, tostring(k)))
+    end
+    if k == "maximize" and v then raise(self.__name .. ": maximize=true is not supported") end
+  end
+end
+
+function Optimizer.init(self, params, opts, defaults)
+  opts = opts or {}
+  if type(opts) ~= "table" then raise(self.__name .. ": expected an options table, got " .. typename(opts)) end
+  self.defaults = {}
+  for k, v in pairs(defaults) do self.defaults[k] = copy_value(v) end
+  check_options(self, opts)
+  for k, v in pairs(opts) do if self.defaults[k] ~= nil then self.defaults[k] = copy_value(v) end end
+  self:_validate(self.defaults)
+  self.param_groups = {}
+  self._buckets = {}      -- per group: a list of buckets
+  self._where = {}        -- param -> { bucket, index in bucket }
+  self._step_count = 0
+  for _, g in ipairs(to_groups(params, self.__name)) do self:add_param_group(g) end
+  return self
+end
+
+-- A group's parameters in buckets of one dtype and device, each flattened.
+local function make_buckets(self, params)
+  local by_key, order = {}, {}
+  for _, p in ipairs(params) do
+    local key = tostring(p.dtype) .. "@" .. tostring(p.device)
+    local b = by_key[key]
+    if not b then
+      b = { params = {} }
+      by_key[key], order[#order + 1] = b, b
+    end
+    b.params[#b.params + 1] = p
+  end
+  for _, b in ipairs(order) do
+    b.flat_param, b.flat_grad = torch._flatten_params(b.params)
+    b.offsets, b.numels = {}, {}
+    local off = 0
+    for j, p in ipairs(b.params) do
+      b.offsets[j], b.numels[j] = off, p:numel()
+      off = off + b.numels[j]
+      self._where[p] = { b, j }
+    end
+    b.itemsize = b.params[1].dtype.itemsize
+    b.step, b.steps, b.state = 0, nil, {}
+  end
+  return order
+end
+
+-- add_param_group({params=..., lr=..., ...}): missing options come from
+-- the defaults.
+function Optimizer:add_param_group(group)
+  local fn = self.__name
+  if type(group) ~= "table" or torch.is_tensor(group) then
+    raise(fn .. ": expected a param group table {params=..., ...}, got " .. typename(group))
+  end
+  local params = group.params
+  if torch.is_tensor(params) then params = { params } end
+  if type(params) ~= "table" then raise(fn .. ": a param group needs a 'params' list of tensors") end
+  local list = {}
+  for i, p in ipairs(params) do
+    if type(p) == "table" and torch.is_tensor(p[2]) then p = p[2] end   -- {name, param} pairs
+    if not torch.is_tensor(p) then
+      raise(string.format("%s: optimizer can only optimize Tensors, but parameter %d is %s", fn, i, typename(p)))
+    end
+    if not p.is_leaf then raise(string.format("%s: can't optimize a non-leaf Tensor (parameter %d)", fn, i)) end
+    if self._where[p] then raise(fn .. ": some parameters appear in more than one parameter group") end
+    for j = 1, i - 1 do
+      if list[j] == p then raise(fn .. ": a parameter group holds the same parameter twice") end
+    end
+    list[i] = p
+  end
+  if #list == 0 then raise(fn .. ": optimizer got an empty parameter list") end
+  local g = {}
+  for k, v in pairs(group) do g[k] = copy_value(v) end
+  g.params = list
+  if g.maximize then raise(fn .. ": maximize=true is not supported") end
+  for k, v in pairs(self.defaults) do if g[k] == nil then g[k] = copy_value(v) end end
+  self:_validate(g)
+  local buckets = make_buckets(self, list)
+  self.param_groups[#self.param_groups + 1] = g
+  self._buckets[#self.param_groups] = buckets
+end
+
+---------------------------------------------------------------- gradients
+
+-- all: every parameter has its gradient in its flat slot; any: some have one.
+local function grad_status(b)
+  local all, any = true, false
+  local base = C.dp_tensor_data(b.flat_grad.p)
+  for j, p in ipairs(b.params) do
+    local g = C.dp_get_grad(p.p)
+    if g == nil then
+      all = false
+    else
+      any = true
+      if base ~= nil and ffi.cast(char_p, C.dp_tensor_data(g)) ~= ffi.cast(char_p, base) + b.offsets[j] * b.itemsize then
+        all = false
+      end
+      C.dp_tensor_release(g)
+    end
+  end
+  return all, any
+end
+Optimizer._grad_status = grad_status
+
+-- zero_grad({set_to_none=true}): drops the gradients (the flat slots stay,
+-- the next backward writes into them); set_to_none=false zeroes them.
+function Optimizer:zero_grad(opts)
+  local set_to_none = true
+  if type(opts) == "table" and opts.set_to_none ~= nil then set_to_none = opts.set_to_none
+  elseif type(opts) == "boolean" then set_to_none = opts end
+  for _, group in ipairs(self.param_groups) do
+    for _, p in ipairs(group.params) do
+      if set_to_none then
+        p.grad = nil
+      else
+        local g = p.grad
+        if g ~= nil then g:zero_() end
+      end
+    end
+  end
+end
+
+---------------------------------------------------------------- stepping
+
+-- A flat state buffer of the bucket, created as zeros on first use.
+function Optimizer._state_buffer(b, name)
+  local s = b.state[name]
+  if s == nil then
+    s = torch.zeros_like(b.flat_param)
+    b.state[name] = s
+  end
+  return s
+end
+
+local function narrow(t, b, j)
+  if t == nil then return nil end
+  return t:narrow(0, b.offsets[j], b.numels[j])
+end
+Optimizer._narrow = narrow
+
+-- Per-parameter fallback: calls fn(j, grad) for every parameter with a
+-- gradient and advances its own step count.
+function Optimizer._each_with_grad(b, fn)
+  if b.steps == nil then
+    b.steps = {}
+    for j = 1, #b.params do b.steps[j] = b.step end
+  end
+  for j, p in ipairs(b.params) do
+    local g = p.grad
+    if g ~= nil then
+      fn(j, g:reshape(-1), b.steps[j])
+      b.steps[j] = b.steps[j] + 1
+    end
+  end
+  local s = b.steps[1]
+  for j = 2, #b.steps do if b.steps[j] ~= s then return end end
+  b.step, b.steps = s, nil
+end
+
+-- step([closure]): one fused update per bucket, under no_grad; the closure
+-- (if any) recomputes the loss with grad enabled and its value is returned.
+function Optimizer:step(closure)
+  local loss
+  if closure ~= nil then
+    if type(closure) ~= "function" then raise(self.__name .. ".step: expected a closure function, got " .. typename(closure)) end
+    loss = torch.enable_grad(closure)
+  end
+  torch.no_grad(function()
+    for gi, group in ipairs(self.param_groups) do
+      for _, b in ipairs(self._buckets[gi]) do
+        local all, any = grad_status(b)
+        if any then self:_step_bucket(group, b, all and b.steps == nil) end
+      end
+    end
+  end)
+  self._step_count = self._step_count + 1
+  return loss
+end
+
+---------------------------------------------------------------- state dicts
+
+local function param_step(b, j) return b.steps and b.steps[j] or b.step end
+
+function Optimizer:state_dict()
+  local state, groups, idx = {}, {}, 0
+  for gi, group in ipairs(self.param_groups) do
+    local g = {}
+    for k, v in pairs(group) do if k ~= "params" then g[k] = copy_value(v) end end
+    local ids = {}
+    for i, p in ipairs(group.params) do
+      ids[i] = idx
+      local where = self._where[p]
+      local b, j = where[1], where[2]
+      local step = param_step(b, j)
+      if step > 0 then
+        local st = self:_param_state(b, j, step)
+        if st ~= nil then
+          local shape = p:size()
+          for k, v in pairs(st) do if torch.is_tensor(v) then st[k] = v:view(shape) end end
+          state[idx] = st
+        end
+      end
+      idx = idx + 1
+    end
+    g.params = ids
+    groups[gi] = g
+  end
+  return { state = state, param_groups = groups }
+end
+
+function Optimizer:load_state_dict(sd)
+  local fn = self.__name .. ".load_state_dict"
+  if type(sd) ~= "table" or type(sd.param_groups) ~= "table" then
+    raise(fn .. ": expected a state dict with 'state' and 'param_groups'")
+  end
+  local saved = sd.param_groups
+  if #saved ~= #self.param_groups then
+    raise(string.format("%s: loaded state dict has a different number of parameter groups (%d, the optimizer has %d)",
+                        fn, #saved, #self.param_groups))
+  end
+  for gi, group in ipairs(self.param_groups) do
+    local ids = saved[gi].params or {}
+    if #ids ~= #group.params then
+      raise(string.format("%s: loaded state dict contains a parameter group that doesn't match the size of optimizer's group "
+                          .. "(group %d: %d parameters, the optimizer has %d)", fn, gi - 1, #ids, #group.params))
+    end
+  end
+  local state = sd.state or {}
+  torch.no_grad(function()
+    for gi, group in ipairs(self.param_groups) do
+      local sg = saved[gi]
+      for k, v in pairs(sg) do if k ~= "params" then group[k] = copy_value(v) end end
+      for i, p in ipairs(group.params) do
+        local where = self._where[p]
+        local b, j = where[1], where[2]
+        if b.steps == nil then
+          b.steps = {}
+          for jj = 1, #b.params do b.steps[jj] = b.step end
+        end
+        local st = state[sg.params[i]]
+        local step = 0
+        if st ~= nil then
+          step = self:_load_param_state(b, j, st, fn, sg.params[i])
+        end
+        b.steps[j] = step
+      end
+    end
+    for gi in ipairs(self.param_groups) do
+      for _, b in ipairs(self._buckets[gi]) do
+        if b.steps then
+          local s = b.steps[1]
+          local same = true
+          for j = 2, #b.steps do same = same and b.steps[j] == s end
+          if same then b.step, b.steps = s, nil end
+        end
+      end
+    end
+  end)
+end
+
+-- Copies a saved state tensor into the bucket's flat buffer.
+function Optimizer._load_buffer(b, j, name, value, fn, id)
+  if not torch.is_tensor(value) then
+    raise(string.format("%s: state[%d].%s should be a tensor, got %s", fn, id, name, typename(value)))
+  end
+  if value:numel() ~= b.numels[j] then
+    raise(string.format("%s: state[%d].%s has %d elements, the parameter %d", fn, id, name, value:numel(), b.numels[j]))
+  end
+  narrow(Optimizer._state_buffer(b, name), b, j):copy_(value:reshape(-1))
+end
+
+function Optimizer._step_number(v, fn, id)
+  if torch.is_tensor(v) then v = v:item() end
+  if type(v) ~= "number" or v < 0 or v % 1 ~= 0 then
+    raise(string.format("%s: state[%d].step should be a non-negative integer, got %s", fn, id, tostring(v)))
+  end
+  return v
+end
+
+---------------------------------------------------------------- printing
+
+local function pyrepr(v)
+  if type(v) == "boolean" then return v and "True" or "False" end
+  if v == nil then return "None" end
+  if type(v) == "table" then
+    local parts = {}
+    for i, x in ipairs(v) do parts[i] = pyrepr(x) end
+    return "(" .. table.concat(parts, ", ") .. ")"
+  end
+  return tostring(v)
+end
+
+-- tostring(opt): PyTorch's layout ("SGD (\nParameter Group 0\n    lr: 0.1\n...)").
+function Optimizer:__tostring()
+  local lines = { self.__name .. " (" }
+  for gi, group in ipairs(self.param_groups) do
+    lines[#lines + 1] = "Parameter Group " .. (gi - 1)
+    local keys = {}
+    for k in pairs(group) do if k ~= "params" then keys[#keys + 1] = k end end
+    table.sort(keys)
+    for _, k in ipairs(keys) do lines[#lines + 1] = "    " .. k .. ": " .. pyrepr(group[k]) end
+  end
+  lines[#lines + 1] = ")"
+  return table.concat(lines, "\n")
+end
+
+return Optimizer
