@@ -56,16 +56,20 @@ static uint32_t be32(const unsigned char *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-/* The message of the last gzip error, or a short-read description. */
-static const char *gz_why(gzFile gz)
+/* The message of the last gzip error (without the path zlib puts in
+ * front of it), or a short-read description. */
+static const char *gz_why(gzFile gz, const char *path)
 {
     int err = Z_OK;
     const char *msg = gzerror(gz, &err);
+    size_t n = strlen(path);
     if (err == Z_ERRNO)
         return strerror(errno);
-    if (err != Z_OK && msg && *msg)
-        return msg;
-    return "unexpected end of file";
+    if (err == Z_OK || !msg || !*msg)
+        return "unexpected end of file";
+    if (strncmp(msg, path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
+        msg += n + 2;
+    return msg;
 }
 
 /* Reads exactly n bytes; returns how many were read (< n at the end of the
@@ -110,7 +114,7 @@ static dp_status idx_header(idx_file *f, int *type, int *ndim, int64_t *shape)
     unsigned char head[4], dims[4 * 255];
     int64_t got = gz_read_full(f->gz, head, 4);
     if (got < 0)
-        return dp_fail(DP_ERR_IO, "load_idx: '%s': read error: %s", f->path, gz_why(f->gz));
+        return dp_fail(DP_ERR_IO, "load_idx: '%s': read error: %s", f->path, gz_why(f->gz, f->path));
     if (got == 0)
         return dp_fail(DP_ERR_IO, "load_idx: '%s' is empty: not an IDX file", f->path);
     if (got < 4)
@@ -133,7 +137,7 @@ static dp_status idx_header(idx_file *f, int *type, int *ndim, int64_t *shape)
                        f->path, *ndim, DP_MAX_DIMS);
     got = gz_read_full(f->gz, dims, 4 * *ndim);
     if (got < 0)
-        return dp_fail(DP_ERR_IO, "load_idx: '%s': read error: %s", f->path, gz_why(f->gz));
+        return dp_fail(DP_ERR_IO, "load_idx: '%s': read error: %s", f->path, gz_why(f->gz, f->path));
     if (got < 4 * *ndim)
         return dp_fail(DP_ERR_IO, "load_idx: '%s': truncated header (%lld of %d bytes of dims)",
                        f->path, (long long)got, 4 * *ndim);
@@ -155,9 +159,9 @@ static dp_status idx_data_bytes(idx_file *f, int type, int ndim, const int64_t *
     for (int i = 0; i < ndim; i++)
         if (shape[i] == 0)
             n = 0;
-    /* the product may overflow: divide instead of multiplying past cap */
+    /* the product may overflow: divide instead of multiplying */
     for (int i = 0; i < ndim && n > 0; i++) {
-        if (n > cap / shape[i]) {
+        if (n > INT64_MAX / shape[i]) {
             n = -1;
             break;
         }
@@ -168,7 +172,7 @@ static dp_status idx_data_bytes(idx_file *f, int type, int ndim, const int64_t *
         return DP_OK;
     }
     if (n < 0)
-        snprintf(need, sizeof need, "more than %lld", (long long)cap);
+        snprintf(need, sizeof need, "more than 2^63");
     else
         snprintf(need, sizeof need, "%lld", (long long)n);
     return dp_fail(DP_ERR_IO, "load_idx: '%s': dims %s of %s need %s bytes of data, more than the "
@@ -207,9 +211,9 @@ static void widen(int32_t *dst, const unsigned char *src, int64_t n, int fsize)
 static dp_status short_data(idx_file *f, int64_t got, int64_t want)
 {
     if (got < 0)
-        return dp_fail(DP_ERR_IO, "load_idx: '%s': read error in the data: %s", f->path, gz_why(f->gz));
+        return dp_fail(DP_ERR_IO, "load_idx: '%s': read error in the data: %s", f->path, gz_why(f->gz, f->path));
     return dp_fail(DP_ERR_IO, "load_idx: '%s': truncated: %lld of %lld data bytes (%s)", f->path,
-                   (long long)got, (long long)want, gz_why(f->gz));
+                   (long long)got, (long long)want, gz_why(f->gz, f->path));
 }
 
 /* Reads the data into t (contiguous, numel elements). */
@@ -250,7 +254,7 @@ static dp_status idx_check_end(idx_file *f, int64_t nbytes)
     unsigned char extra[1];
     int got = gzread(f->gz, extra, 1);
     if (got < 0)
-        return dp_fail(DP_ERR_IO, "load_idx: '%s': read error after the data: %s", f->path, gz_why(f->gz));
+        return dp_fail(DP_ERR_IO, "load_idx: '%s': read error after the data: %s", f->path, gz_why(f->gz, f->path));
     if (got > 0)
         return dp_fail(DP_ERR_IO, "load_idx: '%s': more data than the dims describe (%lld data bytes "
                        "expected): not an IDX file, or wrong dims", f->path, (long long)nbytes);
