@@ -88,6 +88,10 @@ const char *dp_build_options(void);
 /* lifetime: every tensor returned through `out` must be released once */
 void dp_tensor_retain(dp_tensor *t);
 void dp_tensor_release(dp_tensor *t);
+/* The Lua binding's tensor object: a box whose finalizer is this C
+ * function, so that collecting a tensor runs no Lua code. */
+typedef struct dp_tensor_box { dp_tensor *p; } dp_tensor_box;
+void dp_tensor_box_release(dp_tensor_box *box);
 
 /* inspection (never fail) */
 int dp_tensor_dtype(const dp_tensor *t);

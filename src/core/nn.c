@@ -28,9 +28,44 @@ static dp_status as_matrix(dp_tensor **out, dp_tensor *x)
     return dp_reshape(out, x, 2, shape);
 }
 
+/* The direct path: 2-D x, everything contiguous on the CPU in one float dtype. */
+static bool linear_direct(const dp_tensor *x, const dp_tensor *w, const dp_tensor *b)
+{
+    if (x->ndim != 2 || x->device != DP_CPU || (x->dtype != DP_FLOAT32 && x->dtype != DP_FLOAT64))
+        return false;
+    if (w->dtype != x->dtype || w->device != DP_CPU || !tensor_is_contiguous(x) || !tensor_is_contiguous(w))
+        return false;
+    return !b || (b->dtype == x->dtype && b->device == DP_CPU && tensor_is_contiguous(b));
+}
+
+static dp_status bw_linear_direct(ag_node *n, dp_tensor *g, dp_tensor **gi)
+{
+    dp_tensor *x = n->saved[0], *w = n->saved[1], *gc = NULL;
+    bool has_b = n->ninputs > 2;
+    dp_status st = g->dtype == x->dtype ? dp_contiguous(&gc, g) : dp_to(&gc, g, x->dtype, x->device);
+    if (!st && gc != g && !tensor_is_contiguous(gc)) {
+        dp_tensor *c;
+        st = dp_contiguous(&c, gc);
+        dp_tensor_release(gc);
+        gc = c;
+    }
+    if (!st && n->in[0].needs_grad)
+        st = tensor_new(&gi[0], 2, x->shape, x->dtype, x->device);
+    if (!st && n->in[1].needs_grad)
+        st = tensor_new(&gi[1], 2, w->shape, w->dtype, w->device);
+    if (!st && has_b && n->in[2].needs_grad)
+        st = tensor_new(&gi[2], 1, w->shape, w->dtype, w->device);
+    if (!st)
+        cpu_linear_backward(gi[0], gi[1], has_b ? gi[2] : NULL, gc, x, w);
+    dp_tensor_release(gc);
+    return st;
+}
+
 static dp_status bw_linear(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
     dp_tensor *x = n->saved[0], *w = n->saved[1];
+    if (n->iarg[0])
+        return bw_linear_direct(n, g, gi);
     dp_tensor *g2 = NULL, *x2 = NULL, *gt = NULL, *dx = NULL;
     dp_status st;
     if ((st = as_matrix(&g2, g)))
@@ -60,8 +95,17 @@ dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
         return dp_fail(DP_ERR_SHAPE, "linear: bias of shape %s does not match out_features = %lld",
                        dp_shape_str(s1, sizeof s1, b->ndim, b->shape), (long long)w->shape[0]);
     dp_tensor *wt = NULL, *y = NULL;
+    bool direct = linear_direct(x, w, b);
+    dp_status st = DP_OK;
+    if (direct) {
+        int64_t shape[2] = { x->shape[0], w->shape[0] };
+        if ((st = tensor_new(out, 2, shape, x->dtype, x->device)))
+            return st;
+        cpu_linear(*out, x, w, b);
+        goto record;
+    }
     int was = dp_set_grad_enabled(0);
-    dp_status st = dp_transpose(&wt, w, 0, 1);
+    st = dp_transpose(&wt, w, 0, 1);
     if (!st)
         st = b ? dp_matmul(&y, x, wt) : dp_matmul(out, x, wt);
     if (!st && b)
@@ -70,12 +114,14 @@ dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
     drop3(wt, y, NULL);
     if (st)
         return st;
+record:;
     ag_node *n;
     dp_tensor *ins[3] = { x, w, b };
-    if ((st = ag_record_or_drop(out, "AddmmBackward0", bw_linear, b ? 3 : 2, ins, &n)) || !n)
+    if ((st = ag_record_or_drop(out, b ? "AddmmBackward0" : "MmBackward0", bw_linear, b ? 3 : 2, ins, &n)) || !n)
         return st;
     ag_save(n, x);
     ag_save(n, w);
+    n->iarg[0] = direct;
     return DP_OK;
 }
 

@@ -73,6 +73,11 @@ static dp_status broadcast_shapes(const char *fn, int na, const int64_t *sa, int
 /* A view of t expanded to shape, or a cast copy when dtype differs. */
 static dp_status prepare(dp_tensor **res, dp_tensor *t, int ndim, const int64_t *shape, int dtype)
 {
+    if (t->dtype == dtype && t->ndim == ndim && !memcmp(t->shape, shape, sizeof(int64_t) * (size_t)ndim)) {
+        dp_tensor_retain(t);
+        *res = t;
+        return DP_OK;
+    }
     dp_tensor *e;
     dp_status st = dp_expand(&e, t, ndim, shape);
     if (st || t->dtype == dtype) {

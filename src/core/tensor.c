@@ -46,20 +46,21 @@ static dp_status storage_new(dp_storage **out, size_t nbytes, int device)
     if (device != DP_CPU)
         return dp_fail(DP_ERR_DEVICE, "device cuda:%d: this build has no CUDA backend yet "
                        "(tensors live on the CPU; use device \"cpu\")", device);
-    dp_storage *s = calloc(1, sizeof *s);
-    /* 64-byte alignment suits AVX-512 loads and cache lines; at least one
-     * byte so that empty tensors still have a valid pointer. */
-    size_t rounded = (nbytes + 63) & ~(size_t)63;
-    void *data = s ? aligned_alloc(64, rounded ? rounded : 64) : NULL;
-    if (!data) {
-        free(s);
+    /* One block: the struct in its first 64 bytes, then the data, 64-byte
+     * aligned for vector loads and cache lines. */
+    size_t capacity;
+    if (nbytes > ((size_t)1 << 62))
+        return dp_fail(DP_ERR_MEMORY, "out of memory allocating %zu bytes on the CPU", nbytes);
+    dp_storage *s = cpu_alloc(64 + nbytes, &capacity);
+    if (!s)
         return dp_fail(DP_ERR_MEMORY, "out of memory allocating %zu bytes on the CPU "
                        "(%lld bytes held by tensors)", nbytes, (long long)cpu_bytes_in_use);
-    }
     s->refcount = 1;
+    s->version = 0;
     s->device = device;
     s->nbytes = nbytes;
-    s->data = data;
+    s->capacity = capacity;
+    s->data = (char *)s + 64;
     cpu_bytes_in_use += (int64_t)nbytes;
     bytes_since_gc += (int64_t)nbytes;
     if (cpu_bytes_in_use > cpu_bytes_peak)
@@ -72,8 +73,7 @@ void storage_release(dp_storage *s)
 {
     if (s && --s->refcount == 0) {
         cpu_bytes_in_use -= (int64_t)s->nbytes;
-        free(s->data);
-        free(s);
+        cpu_free(s, s->capacity);
     }
 }
 
@@ -84,6 +84,25 @@ void dp_tensor_retain(dp_tensor *t)
     if (t) t->refcount++;
 }
 
+_Static_assert(sizeof(dp_storage) <= 64, "a storage header must fit before its 64-byte aligned data");
+
+/* Handles come from the caching allocator too: a step makes dozens. */
+static dp_tensor *handle_new(void)
+{
+    size_t cap;
+    dp_tensor *t = cpu_alloc(sizeof *t, &cap);
+    if (t)
+        memset(t, 0, sizeof *t);
+    return t;
+}
+
+static void handle_free(dp_tensor *t)
+{
+    size_t cap;
+    cpu_alloc_size(sizeof *t, &cap);
+    cpu_free(t, cap);
+}
+
 void dp_tensor_release(dp_tensor *t)
 {
     if (t && --t->refcount == 0) {
@@ -92,7 +111,7 @@ void dp_tensor_release(dp_tensor *t)
         dp_tensor_release(t->grad_slot);
         dp_clear_grad_hooks(t);
         storage_release(t->storage);
-        free(t);
+        handle_free(t);
     }
 }
 
@@ -144,12 +163,12 @@ dp_status tensor_new(dp_tensor **out, int ndim, const int64_t *shape, int dtype,
     dp_status st;
     if ((st = check_shape("empty", ndim, shape)) || (st = check_dtype("empty", dtype)))
         return st;
-    dp_tensor *t = calloc(1, sizeof *t);
+    dp_tensor *t = handle_new();
     if (!t)
         return dp_fail(DP_ERR_MEMORY, "out of memory allocating a tensor handle");
     int64_t numel = shape_numel(ndim, shape);
     if ((st = storage_new(&t->storage, (size_t)numel * dp_dtype_size(dtype), device))) {
-        free(t);
+        handle_free(t);
         return st;
     }
     t->refcount = 1;
@@ -165,7 +184,7 @@ dp_status tensor_new(dp_tensor **out, int ndim, const int64_t *shape, int dtype,
 dp_status tensor_view_of(dp_tensor **out, dp_tensor *base, int ndim, const int64_t *shape,
                          const int64_t *stride, int64_t offset)
 {
-    dp_tensor *t = calloc(1, sizeof *t);
+    dp_tensor *t = handle_new();
     if (!t)
         return dp_fail(DP_ERR_MEMORY, "out of memory allocating a tensor handle");
     t->refcount = 1;
@@ -647,4 +666,10 @@ dp_status dp_item_int64(dp_tensor *t, int64_t *value)
         return st;
     *value = t->dtype == DP_INT64 ? *(int64_t *)tensor_ptr(t) : (int64_t)d;
     return DP_OK;
+}
+
+void dp_tensor_box_release(dp_tensor_box *box)
+{
+    dp_tensor_release(box->p);
+    box->p = NULL;
 }

@@ -16,6 +16,7 @@ typedef struct dp_storage {
     uint32_t version;    /* bumped by every in-place write (autograd checks it) */
     int device;          /* DP_CPU or a CUDA ordinal */
     size_t nbytes;
+    size_t capacity;     /* of the allocator block holding this struct and the data */
     void *data;
 } dp_storage;
 
@@ -42,6 +43,11 @@ dp_status dp_fail(dp_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Writes "[2, 3]" into buf. */
 const char *dp_shape_str(char *buf, size_t len, int ndim, const int64_t *shape);
+
+/* alloc.c: 64-byte aligned blocks from per-size-class caches */
+void *cpu_alloc(size_t n, size_t *capacity);
+void cpu_free(void *p, size_t capacity);
+void cpu_alloc_size(size_t n, size_t *capacity);   /* the capacity cpu_alloc(n) gives */
 
 /* tensor.c */
 void storage_release(dp_storage *s);

@@ -9,6 +9,7 @@
 
 #include <cblas.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Returns the BLAS leading dimension and transpose flag for the 2-D matrix
  * (rows x cols, strides rs, cs), or 0 when it has no unit stride. */
@@ -127,4 +128,105 @@ done:
     dp_tensor_release(fb);
     dp_tensor_release(fo);
     return st;
+}
+
+/* ---------------------------------------------------------------- linear */
+
+/* Below this many multiply-adds a plain loop beats OpenBLAS's call
+ * overhead (the seed model's layers are 32x10x10). */
+#define SMALL_GEMM 32768
+#define SMALL_W 4096
+
+#define LINEAR_FWD(T, GEMM)                                                              \
+    do {                                                                                 \
+        const T *X = (const T *)tensor_ptr(x), *Wt = (const T *)tensor_ptr(w);           \
+        const T *B = b ? (const T *)tensor_ptr(b) : NULL;                                \
+        T *O = (T *)tensor_ptr(out);                                                     \
+        if (M * N * K <= SMALL_GEMM && N * K <= SMALL_W) {                               \
+            /* w transposed once, then rows of out are axpys over N: vectorised */     \
+            T wt[SMALL_W];                                                               \
+            for (int64_t j = 0; j < N; j++)                                              \
+                for (int64_t k = 0; k < K; k++)                                          \
+                    wt[k * N + j] = Wt[j * K + k];                                       \
+            for (int64_t i = 0; i < M; i++) {                                            \
+                T *restrict o = O + i * N;                                               \
+                for (int64_t j = 0; j < N; j++)                                          \
+                    o[j] = B ? B[j] : 0;                                                 \
+                for (int64_t k = 0; k < K; k++) {                                        \
+                    const T xik = X[i * K + k];                                          \
+                    const T *restrict wr = wt + k * N;                                   \
+                    for (int64_t j = 0; j < N; j++)                                      \
+                        o[j] += xik * wr[j];                                             \
+                }                                                                        \
+            }                                                                            \
+        } else {                                                                         \
+            for (int64_t i = 0; i < M && B; i++)                                         \
+                memcpy(O + i * N, B, sizeof(T) * (size_t)N);                             \
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1, X,  \
+                 (int)K, Wt, (int)K, B ? 1 : 0, O, (int)N);                              \
+        }                                                                                \
+    } while (0)
+
+/* out (M, N) = x (M, K) @ w (N, K)^T + b (N); all contiguous, one float dtype */
+void cpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
+{
+    int64_t M = out->shape[0], N = out->shape[1], K = x->shape[1];
+    if (out->dtype == DP_FLOAT32)
+        LINEAR_FWD(float, cblas_sgemm);
+    else
+        LINEAR_FWD(double, cblas_dgemm);
+}
+
+#define LINEAR_BWD(T, GEMM)                                                                      \
+    do {                                                                                         \
+        const T *G = (const T *)tensor_ptr(g), *X = (const T *)tensor_ptr(x);                    \
+        const T *Wt = (const T *)tensor_ptr(w);                                                  \
+        T *DX = dx ? (T *)tensor_ptr(dx) : NULL, *DW = dw ? (T *)tensor_ptr(dw) : NULL;          \
+        T *DB = db ? (T *)tensor_ptr(db) : NULL;                                                 \
+        bool small = M * N * K <= SMALL_GEMM;                                                    \
+        if (DX && small) {                                                                       \
+            memset(DX, 0, sizeof(T) * (size_t)(M * K));                                          \
+            for (int64_t i = 0; i < M; i++)                                                      \
+                for (int64_t j = 0; j < N; j++) {                                                \
+                    const T gij = G[i * N + j];                                                  \
+                    T *restrict d = DX + i * K;                                                  \
+                    const T *restrict wr = Wt + j * K;                                           \
+                    for (int64_t k = 0; k < K; k++)                                              \
+                        d[k] += gij * wr[k];                                                     \
+                }                                                                                \
+        } else if (DX) {                                                                         \
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)N, 1, G, (int)N, \
+                 Wt, (int)K, 0, DX, (int)K);                                                     \
+        }                                                                                        \
+        if (DW && small) {                                                                       \
+            memset(DW, 0, sizeof(T) * (size_t)(N * K));                                          \
+            for (int64_t i = 0; i < M; i++)                                                      \
+                for (int64_t j = 0; j < N; j++) {                                                \
+                    const T gij = G[i * N + j];                                                  \
+                    T *restrict d = DW + j * K;                                                  \
+                    const T *restrict xr = X + i * K;                                            \
+                    for (int64_t k = 0; k < K; k++)                                              \
+                        d[k] += gij * xr[k];                                                     \
+                }                                                                                \
+        } else if (DW) {                                                                         \
+            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, (int)M, 1, G, (int)N,  \
+                 X, (int)K, 0, DW, (int)K);                                                      \
+        }                                                                                        \
+        if (DB) {                                                                                \
+            for (int64_t j = 0; j < N; j++)                                                      \
+                DB[j] = 0;                                                                       \
+            for (int64_t i = 0; i < M; i++)                                                      \
+                for (int64_t j = 0; j < N; j++)                                                  \
+                    DB[j] += G[i * N + j];                                                       \
+        }                                                                                        \
+    } while (0)
+
+/* dx = g @ w, dw = g^T @ x, db = column sums of g; any may be NULL */
+void cpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w)
+{
+    int64_t M = g->shape[0], N = g->shape[1], K = x->shape[1];
+    if (g->dtype == DP_FLOAT32)
+        LINEAR_BWD(float, cblas_sgemm);
+    else
+        LINEAR_BWD(double, cblas_dgemm);
 }

@@ -37,6 +37,12 @@ dp_status cpu_softmax(dp_tensor *out, dp_tensor *a, int dim, int log);
 /* blas.c: out[batch, m, n] = a[batch, m, k] @ b[batch, k, n] (3-D views) */
 dp_status cpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b);
 
+/* blas.c: the fused linear layer on contiguous float32/float64 matrices:
+ * out (M, N) = x (M, K) @ w (N, K)^T + b (N or NULL), and its backward
+ * (dx, dw, db may each be NULL). */
+void cpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b);
+void cpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w);
+
 /* index.c */
 dp_status cpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
 dp_status cpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);

@@ -1,0 +1,49 @@
+-- dplua's side of scripts/bench/cpu_steps: µs per training step of the
+-- seed model (10-10-2, batch 32, SGD) and of the 784-256-128-10 MLP
+-- (batch 256, SGD), printed as "name us_per_step" lines.
+local torch = require("dplua")
+local nn, optim = torch.nn, torch.optim
+
+local function now()
+  local ffi = require("ffi")
+  pcall(ffi.cdef, "struct dplua_timespec { long tv_sec; long tv_nsec; }; int clock_gettime(int, struct dplua_timespec *);")
+  local ts = ffi.new("struct dplua_timespec")
+  return function()
+    ffi.C.clock_gettime(1, ts)
+    return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+  end
+end
+local clock = now()
+
+local function bench(name, model, batch, in_features, classes, steps)
+  torch.manual_seed(0)
+  local x = torch.rand(batch, in_features)
+  local y = torch.randint(0, classes, { batch })
+  local criterion = nn.CrossEntropyLoss()
+  local opt = optim.SGD(model:parameters(), { lr = 0.01 })
+  local function step()
+    opt:zero_grad()
+    local loss = criterion(model(x), y)
+    loss:backward()
+    opt:step()
+  end
+  for _ = 1, math.max(10, steps // 10) do step() end
+  local best = math.huge
+  for _ = 1, 5 do
+    local t0 = clock()
+    for _ = 1, steps do step() end
+    best = math.min(best, (clock() - t0) / steps)
+  end
+  print(string.format("%s %.2f", name, best * 1e6))
+end
+
+local SimpleNN = nn.Module:extend("SimpleNN")
+function SimpleNN:__init() self.fc1 = nn.Linear(10, 10); self.fc2 = nn.Linear(10, 2) end
+function SimpleNN:forward(x) return self.fc2(torch.relu(self.fc1(x))) end
+
+local which = arg[1] or "all"
+if which == "all" or which == "seed" then bench("seed", SimpleNN(), 32, 10, 2, 20000) end
+if which == "all" or which == "mlp" then
+  local mlp = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+  bench("mlp", mlp, 256, 784, 10, 200)
+end
