@@ -11,7 +11,6 @@
 local ffi = require("ffi")
 
 ffi.cdef(require("dplua.cdef"))
-ffi.cdef("typedef struct { dp_tensor *p; } dplua_Tensor;")
 
 -- Inside the dplua program the symbols are in the executable; from plain
 -- luajit they come from the installed shared library.
@@ -52,12 +51,12 @@ end
 
 ---------------------------------------------------------------- handles
 
-local Tensor_ct = ffi.typeof("dplua_Tensor")
+local Tensor_ct = ffi.typeof("dp_tensor_box")
 local outp = ffi.new("dp_tensor*[1]")
 local outp2 = ffi.new("dp_tensor*[1]")
 
-local function release(t) C.dp_tensor_release(t.p) end
-
+-- The finalizer is a C function: collecting a tensor runs no Lua code.
+local release = C.dp_tensor_box_release
 local function wrap(p) return ffi.gc(Tensor_ct(p), release) end
 
 -- Wraps the tensor a C call left in outp, or raises its error.
