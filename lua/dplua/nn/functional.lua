@@ -179,8 +179,9 @@ local function class_loss(fn, input, target, opts, log_probs)
       raise(fn .. ": expected target to be an int64 tensor of class indices, got " .. tostring(target.dtype))
     end
     if shape_str(target) ~= shape_str(input) then
-      raise(string.format("%s: a floating point target holds class probabilities and must have the input's shape %s, got %s",
-                          fn, shape_str(input), shape_str(target)))
+      raise(string.format("%s: expected target to be an int64 tensor of class indices, or class probabilities "
+                          .. "of the input's shape %s; got %s of shape %s", fn, shape_str(input),
+                          tostring(target.dtype), shape_str(target)))
     end
     return cross_entropy_probs(input, target, weight, reduction, ls)
   end

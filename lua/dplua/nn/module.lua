@@ -411,15 +411,20 @@ end
 -- kept aside and returned by sd:keys(); sd:items() iterates in that order.
 local sd_order = setmetatable({}, { __mode = "k" })
 local sd_methods = {}
-local sd_mt = { __index = sd_methods }
+local function sd_put(sd, k, v)
+  local o = sd_order[sd]
+  if not o.has[k] then o.has[k] = true; o.keys[#o.keys + 1] = k end
+  rawset(sd, k, v)
+end
+-- New keys assigned by the user join the order at the end.
+local sd_mt = { __index = sd_methods, __newindex = sd_put }
 function sd_methods.keys(sd)
-  local keys = sd_order[sd]
-  if keys then
-    local out = {}
-    for _, k in ipairs(keys) do if rawget(sd, k) ~= nil then out[#out + 1] = k end end
+  local o = sd_order[sd]
+  local out = {}
+  if o then
+    for _, k in ipairs(o.keys) do if rawget(sd, k) ~= nil then out[#out + 1] = k end end
     return out
   end
-  local out = {}
   for k in pairs(sd) do out[#out + 1] = k end
   table.sort(out)
   return out
@@ -436,13 +441,8 @@ function sd_methods.len(sd) return #sd_methods.keys(sd) end
 
 local function ordered_dict()
   local sd = setmetatable({}, sd_mt)
-  sd_order[sd] = {}
+  sd_order[sd] = { keys = {}, has = {} }
   return sd
-end
-local function sd_put(sd, k, v)
-  local keys = sd_order[sd]
-  if rawget(sd, k) == nil then keys[#keys + 1] = k end
-  rawset(sd, k, v)
 end
 M.ordered_dict, M.ordered_put, M.ordered_keys = ordered_dict, sd_put, sd_methods.keys
 
