@@ -1003,12 +1003,25 @@ ffi.metatype(Tensor_ct, mt)
 -- Submodules load on first use, so `require("dplua")` stays fast.
 local submodules = { nn = "dplua.nn", optim = "dplua.optim", autograd = "dplua.autograd",
                      distributed = "dplua.distributed", utils = "dplua.utils" }
+-- functions that live in modules of their own
+local lazy_functions = {
+  save = "dplua.serialization", load = "dplua.serialization",
+  get_rng_state = "dplua.serialization", set_rng_state = "dplua.serialization",
+  hparams = "dplua.report", report = "dplua.report",
+}
 setmetatable(torch, { __index = function(t, k)
   local name = submodules[k]
-  if not name then return nil end
-  local m = require(name)
-  rawset(t, k, m)
-  return m
+  if name then
+    local m = require(name)
+    rawset(t, k, m)
+    return m
+  end
+  name = lazy_functions[k]
+  if name then
+    local v = require(name)[k]
+    rawset(t, k, v)
+    return v
+  end
 end })
 
 -- Every method is also a torch.NAME function taking the tensor first.
