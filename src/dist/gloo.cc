@@ -1,0 +1,429 @@
+/*
+ * gloo.cc — the Gloo backend of process groups: CPU tensors over Gloo's
+ * TCP transport. The one C++ file of dplua; its face is the plain C of
+ * pg.h (pg_gloo_*), so pg.c never sees a C++ type.
+ *
+ * Rendezvous goes through our store: Gloo's rendezvous::Store is
+ * implemented below over pg_store_set/get/wait (pg.c's locked, polling
+ * face of dp_store_*) under the group's prefix, so several groups' keys
+ * coexist. Each group has
+ * its own device (one event-loop thread) and context; pg.c runs at most
+ * one op of a group at a time, so a group's tags are its sequence numbers.
+ *
+ * Reductions are done here, per dtype: integers wrap (two's complement, as
+ * in PyTorch), bool is uint8 with SUM and MAX as OR and PRODUCT and MIN as
+ * AND, bfloat16 is reduced in a float32 copy and rounded once at the end,
+ * and AVG is a SUM divided by the group size (floating dtypes only: pg.c
+ * rejects the others). Every Gloo exception becomes a status and a message.
+ */
+#include "dist/pg.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+using std::chrono::milliseconds;
+
+/* ---------------------------------------------------------------- store */
+
+/* Gloo's rendezvous store over ours. Failures throw, as Gloo expects; the
+ * message is the store's own (it names the key and the timeout). */
+class DpStore : public gloo::rendezvous::Store {
+public:
+    DpStore(dp_store *s, const char *prefix, double timeout_s)
+        : s_(s), prefix_(prefix), timeout_s_(timeout_s) {}
+
+    void set(const std::string &key, const std::vector<char> &data) override
+    {
+        if (pg_store_set(s_, (prefix_ + key).c_str(), data.data(), data.size()))
+            throw gloo::IoException(dp_last_error());
+    }
+
+    std::vector<char> get(const std::string &key) override
+    {
+        void *v = nullptr;
+        size_t n = 0;
+        if (pg_store_get(s_, (prefix_ + key).c_str(), &v, &n, timeout_s_))
+            throw gloo::IoException(dp_last_error());
+        std::vector<char> out((char *)v, (char *)v + n);
+        dp_free(v);
+        return out;
+    }
+
+    void wait(const std::vector<std::string> &keys) override { wait(keys, milliseconds(0)); }
+
+    void wait(const std::vector<std::string> &keys, const milliseconds &timeout) override
+    {
+        std::vector<std::string> full;
+        std::vector<const char *> ptrs;
+        for (const auto &k : keys)
+            full.push_back(prefix_ + k);
+        for (const auto &k : full)
+            ptrs.push_back(k.c_str());
+        double t = timeout.count() > 0 ? timeout.count() / 1000.0 : timeout_s_;
+        if (pg_store_wait(s_, ptrs.data(), (int)ptrs.size(), t))
+            throw gloo::IoException(dp_last_error());
+    }
+
+private:
+    dp_store *s_;
+    std::string prefix_;
+    double timeout_s_;
+};
+
+struct pg_gloo {
+    std::shared_ptr<gloo::transport::Device> dev;
+    std::shared_ptr<gloo::rendezvous::Context> ctx;
+    milliseconds timeout;
+    int rank, size;
+};
+
+/* ---------------------------------------------------------------- reductions */
+
+typedef void (*reduce_fn)(void *, const void *, const void *, size_t);
+
+/* c = a op b over n elements; integers through their unsigned type so
+ * that overflow wraps instead of being undefined. */
+template <typename T, int OP>
+static void reduce_elems(void *c_, const void *a_, const void *b_, size_t n)
+{
+    T *c = (T *)c_;
+    const T *a = (const T *)a_, *b = (const T *)b_;
+    typedef typename std::conditional<std::is_integral<T>::value, std::make_unsigned<T>, std::common_type<T>>::type::type U;
+    for (size_t i = 0; i < n; i++) {
+        switch (OP) {
+        case DP_RED_SUM: case DP_RED_AVG: c[i] = (T)((U)a[i] + (U)b[i]); break;
+        case DP_RED_PRODUCT: c[i] = (T)((U)a[i] * (U)b[i]); break;
+        case DP_RED_MAX: c[i] = std::max(a[i], b[i]); break;
+        case DP_RED_MIN: c[i] = std::min(a[i], b[i]); break;
+        }
+    }
+}
+
+template <typename T>
+static reduce_fn reducer_of(int op)
+{
+    switch (op) {
+    case DP_RED_SUM: case DP_RED_AVG: return reduce_elems<T, DP_RED_SUM>;
+    case DP_RED_PRODUCT: return reduce_elems<T, DP_RED_PRODUCT>;
+    case DP_RED_MAX: return reduce_elems<T, DP_RED_MAX>;
+    default: return reduce_elems<T, DP_RED_MIN>;
+    }
+}
+
+/* bool holds 0 or 1: OR is max, AND is min. */
+static int bool_op(int op)
+{
+    return op == DP_RED_SUM || op == DP_RED_MAX ? DP_RED_MAX : DP_RED_MIN;
+}
+
+static float bf16_load(uint16_t v)
+{
+    uint32_t bits = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Round to nearest even, as src/core/dtype.c and PyTorch do. */
+static uint16_t bf16_store(float f)
+{
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    if (std::isnan(f))
+        return (uint16_t)((bits >> 16) | 0x40);
+    bits += 0x7fff + ((bits >> 16) & 1);
+    return (uint16_t)(bits >> 16);
+}
+
+/* ---------------------------------------------------------------- typed collectives */
+
+/* The reducing collectives work on an array of T; bfloat16 arrives here
+ * already as float. `buf` is reduced in place (all_reduce) or into `out`
+ * (reduce: only the root's out holds the result). */
+template <typename T>
+static void allreduce_t(pg_gloo *g, T *buf, size_t n, int op, uint32_t tag)
+{
+    gloo::AllreduceOptions o(g->ctx);
+    o.setOutput(buf, n);
+    o.setReduceFunction(reducer_of<T>(op));
+    o.setTag(tag);
+    o.setTimeout(g->timeout);
+    gloo::allreduce(o);
+}
+
+template <typename T>
+static void reduce_t(pg_gloo *g, T *in, T *out, size_t n, int root, int op, uint32_t tag)
+{
+    gloo::ReduceOptions o(g->ctx);
+    o.setInput(in, n);
+    o.setOutput(out, n);
+    o.setRoot(root);
+    o.setReduceFunction(reducer_of<T>(op));
+    o.setTag(tag);
+    o.setTimeout(g->timeout);
+    gloo::reduce(o);
+}
+
+template <typename T>
+static void divide(T *p, size_t n, int size)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] /= (T)size;
+}
+
+/* all_reduce, reduce and reduce_scatter on one storage type T (the op's
+ * dtype, or float for bfloat16 with `in`/`out` already converted). */
+template <typename T>
+static void reducing_op(pg_gloo *g, const pg_op *op, T *in, T *out)
+{
+    uint32_t tag = (uint32_t)op->seq;
+    size_t n = (size_t)op->count;
+    bool avg = op->redop == DP_RED_AVG;
+    switch (op->kind) {
+    case PG_ALL_REDUCE:
+        allreduce_t(g, out, n, op->redop, tag);
+        if (avg)
+            divide(out, n, g->size);
+        break;
+    case PG_REDUCE:
+        if (g->rank == op->root) {
+            reduce_t(g, in, out, n, op->root, op->redop, tag);
+            if (avg)
+                divide(out, n, g->size);
+        } else {
+            std::vector<T> scratch(n);   /* non-roots keep their tensor */
+            reduce_t(g, in, scratch.data(), n, op->root, op->redop, tag);
+        }
+        break;
+    case PG_REDUCE_SCATTER: {
+        /* all_reduce a copy of the whole input, keep this rank's slice */
+        std::vector<T> all(in, in + n * g->size);
+        allreduce_t(g, all.data(), all.size(), op->redop, tag);
+        std::copy(all.begin() + n * g->rank, all.begin() + n * (g->rank + 1), out);
+        if (avg)
+            divide(out, n, g->size);
+        break;
+    }
+    }
+}
+
+static size_t in_count(const pg_op *op, int size)
+{
+    return op->kind == PG_REDUCE_SCATTER ? (size_t)op->count * size : (size_t)op->count;
+}
+
+static void reducing_bf16(pg_gloo *g, const pg_op *op)
+{
+    size_t nin = in_count(op, g->size), nout = (size_t)op->count;
+    std::vector<float> in(nin), out(nout);
+    const uint16_t *src = (const uint16_t *)op->in;
+    for (size_t i = 0; i < nin; i++)
+        in[i] = bf16_load(src[i]);
+    if (op->kind == PG_ALL_REDUCE)
+        out = in;
+    reducing_op<float>(g, op, in.data(), out.data());
+    if (op->kind == PG_REDUCE && g->rank != op->root)
+        return;
+    uint16_t *dst = (uint16_t *)op->out;
+    for (size_t i = 0; i < nout; i++)
+        dst[i] = bf16_store(out[i]);
+}
+
+static void reducing(pg_gloo *g, const pg_op *op)
+{
+    switch (op->dtype) {
+    case DP_FLOAT32: reducing_op<float>(g, op, (float *)op->in, (float *)op->out); break;
+    case DP_FLOAT64: reducing_op<double>(g, op, (double *)op->in, (double *)op->out); break;
+    case DP_INT64: reducing_op<int64_t>(g, op, (int64_t *)op->in, (int64_t *)op->out); break;
+    case DP_INT32: reducing_op<int32_t>(g, op, (int32_t *)op->in, (int32_t *)op->out); break;
+    case DP_UINT8: reducing_op<uint8_t>(g, op, (uint8_t *)op->in, (uint8_t *)op->out); break;
+    case DP_BOOL: {
+        pg_op b = *op;
+        b.redop = bool_op(op->redop);
+        reducing_op<uint8_t>(g, &b, (uint8_t *)op->in, (uint8_t *)op->out);
+        break;
+    }
+    case DP_BFLOAT16: reducing_bf16(g, op); break;
+    default: throw std::invalid_argument("unsupported dtype");
+    }
+}
+
+/* ---------------------------------------------------------------- byte collectives */
+
+static void broadcast_bytes(pg_gloo *g, const pg_op *op, size_t nbytes)
+{
+    gloo::BroadcastOptions o(g->ctx);
+    o.setOutput((uint8_t *)op->out, nbytes);
+    o.setRoot(op->root);
+    o.setTag((uint32_t)op->seq);
+    o.setTimeout(g->timeout);
+    gloo::broadcast(o);
+}
+
+static void allgather_bytes(pg_gloo *g, const pg_op *op, size_t nbytes)
+{
+    gloo::AllgatherOptions o(g->ctx);
+    o.setInput((uint8_t *)op->in, nbytes);
+    o.setOutput((uint8_t *)op->out, nbytes * g->size);
+    o.setTag((uint32_t)op->seq);
+    o.setTimeout(g->timeout);
+    gloo::allgather(o);
+}
+
+static void alltoall_bytes(pg_gloo *g, const pg_op *op, size_t nbytes)
+{
+    gloo::AlltoallOptions o(g->ctx);
+    o.setInput((uint8_t *)op->in, nbytes * g->size);
+    o.setOutput((uint8_t *)op->out, nbytes * g->size);
+    o.setTag((uint32_t)op->seq);
+    o.setTimeout(g->timeout);
+    gloo::alltoall(o);
+}
+
+static void barrier(pg_gloo *g, const pg_op *op)
+{
+    gloo::BarrierOptions o(g->ctx);
+    o.setTag((uint32_t)op->seq);
+    o.setTimeout(g->timeout);
+    gloo::barrier(o);
+}
+
+/* Point-to-point slots live above every collective's (Gloo builds those
+ * from a small prefix in the top byte and the tag). */
+static uint64_t p2p_slot(int tag)
+{
+    return (0xd0ULL << 56) | (uint32_t)tag;
+}
+
+static void send_recv(pg_gloo *g, const pg_op *op, size_t nbytes)
+{
+    auto buf = g->ctx->createUnboundBuffer(op->in, nbytes);
+    if (op->kind == PG_SEND) {
+        buf->send(op->root, p2p_slot(op->tag));
+        if (!buf->waitSend(g->timeout))
+            throw gloo::IoException("send was aborted");
+    } else {
+        buf->recv(op->root, p2p_slot(op->tag));
+        if (!buf->waitRecv(g->timeout))
+            throw gloo::IoException("recv was aborted");
+    }
+}
+
+static void run(pg_gloo *g, const pg_op *op)
+{
+    size_t nbytes = (size_t)op->count * dp_dtype_size(op->dtype);
+    if (op->kind != PG_BARRIER && nbytes == 0)
+        return;   /* nothing to move; every rank sees the same count */
+    switch (op->kind) {
+    case PG_ALL_REDUCE: case PG_REDUCE: case PG_REDUCE_SCATTER: reducing(g, op); break;
+    case PG_BROADCAST: broadcast_bytes(g, op, nbytes); break;
+    case PG_ALL_GATHER: allgather_bytes(g, op, nbytes); break;
+    case PG_ALL_TO_ALL: alltoall_bytes(g, op, nbytes); break;
+    case PG_SEND: case PG_RECV: send_recv(g, op, nbytes); break;
+    case PG_BARRIER: barrier(g, op); break;
+    }
+}
+
+/* ---------------------------------------------------------------- the C face */
+
+/* Gloo's messages start with "[file.cc:123] ": keep only the words. */
+static void set_err(char *err, size_t errlen, const char *what)
+{
+    const char *p = what;
+    if (*p == '[') {
+        const char *q = strstr(p, "] ");
+        if (q)
+            p = q + 2;
+    }
+    snprintf(err, errlen, "%s", p);
+}
+
+#define GLOO_TRY(body)                                           \
+    try {                                                        \
+        body;                                                    \
+    } catch (const std::bad_alloc &) {                           \
+        set_err(err, errlen, "out of memory");                   \
+        return DP_ERR_MEMORY;                                    \
+    } catch (const std::exception &e) {                          \
+        set_err(err, errlen, e.what());                          \
+        return DP_ERR_IO;                                        \
+    } catch (...) {                                              \
+        set_err(err, errlen, "unknown exception from Gloo");     \
+        return DP_ERR_IO;                                        \
+    }
+
+static dp_status gloo_connect(pg_gloo *g, dp_store *store, const char *prefix, double timeout_s,
+                              const char *host, const char *iface, char *err, size_t errlen)
+{
+    GLOO_TRY({
+        gloo::transport::tcp::attr attr;
+        if (iface && *iface)
+            attr.iface = iface;
+        else
+            attr.hostname = host;
+        g->dev = gloo::transport::tcp::CreateDevice(attr);
+        g->ctx = std::make_shared<gloo::rendezvous::Context>(g->rank, g->size);
+        g->ctx->setTimeout(g->timeout);
+        DpStore s(store, prefix, timeout_s);
+        g->ctx->connectFullMesh(s, g->dev);
+    });
+    return DP_OK;
+}
+
+extern "C" dp_status pg_gloo_new(pg_gloo **out, dp_store *store, const char *prefix, int rank, int size,
+                                 double timeout_s, const char *host, const char *iface, char *err, size_t errlen)
+{
+    *out = nullptr;
+    pg_gloo *g = new (std::nothrow) pg_gloo();
+    if (!g) {
+        set_err(err, errlen, "out of memory");
+        return DP_ERR_MEMORY;
+    }
+    g->rank = rank;
+    g->size = size;
+    g->timeout = milliseconds((int64_t)(timeout_s * 1000 + 0.5));
+    dp_status st = gloo_connect(g, store, prefix, timeout_s, host, iface, err, errlen);
+    if (st) {
+        pg_gloo_free(g);
+        return st;
+    }
+    *out = g;
+    return DP_OK;
+}
+
+extern "C" dp_status pg_gloo_run(pg_gloo *g, const pg_op *op, char *err, size_t errlen)
+{
+    GLOO_TRY(run(g, op));
+    return DP_OK;
+}
+
+extern "C" void pg_gloo_free(pg_gloo *g)
+{
+    if (!g)
+        return;
+    try {
+        g->ctx.reset();
+        g->dev.reset();
+    } catch (...) {
+    }
+    delete g;
+}
