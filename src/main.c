@@ -38,6 +38,8 @@ char *openblas_get_config(void);
 static const char usage_text[] =
     "usage: " PROGNAME " [options] [script [args...]]\n"
     "       " PROGNAME " env\n"
+    "       " PROGNAME " sweep SWEEP.lua [options]\n"
+    "       " PROGNAME " plot METRICS.jsonl... -o OUT.svg [options]\n"
     "       " PROGNAME " --nproc_per_node=N [launcher options] script [args...]\n"
     "\n"
     "Runs a Lua script with the dplua library, or starts a REPL.\n"
@@ -52,6 +54,8 @@ static const char usage_text[] =
     "\n"
     "commands:\n"
     "  env             print versions, build options, BLAS, CUDA and the GPUs\n"
+    "  sweep           run a hyperparameter sweep (dplua sweep --help)\n"
+    "  plot            draw metrics JSONL files as SVG (dplua plot --help)\n"
     "\n"
     "launcher options (not implemented yet):\n"
     "  --nproc_per_node=N   processes (GPUs) to start on this node\n"
@@ -285,6 +289,23 @@ static int env_command(int argc, char **argv)
 }
 
 /* ------------------------------------------------------------------------ */
+/* dplua sweep, dplua plot                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Commands written in Lua: `dplua sweep ARGS` runs
+ * os.exit(require("dplua.sweep").main(arg)) with arg[0] = "sweep" and the
+ * command's arguments at arg[1..n], arg[-1] the program. The chunk exits
+ * itself, so the host never goes on to treat "sweep" as a script. */
+static const char *lua_command(const char *name)
+{
+    if (strcmp(name, "sweep") == 0)
+        return "os.exit(require(\"dplua.sweep\").main(arg))";
+    if (strcmp(name, "plot") == 0)
+        return "os.exit(require(\"dplua.plot\").main(arg))";
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
 /* main                                                                      */
 /* ------------------------------------------------------------------------ */
 
@@ -306,6 +327,13 @@ int main(int argc, char **argv)
     if (a.exprs == NULL) {
         fprintf(stderr, PROGNAME ": out of memory\n");
         return 1;
+    }
+    if (argc > 1 && lua_command(argv[1]) != NULL) {
+        a.exprs[a.nexprs++] = lua_command(argv[1]);
+        a.script = 1;
+        status = host_main(&a);
+        free(a.exprs);
+        return status;
     }
     status = parse_args(argc, argv, &a);
     if (status == PARSE_RUN)
