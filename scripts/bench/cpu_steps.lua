@@ -27,7 +27,7 @@ local function bench(name, model, batch, in_features, classes, steps)
     loss:backward()
     opt:step()
   end
-  for _ = 1, math.max(10, steps // 10) do step() end
+  for _ = 1, math.max(10, math.floor(steps / 10)) do step() end
   local best = math.huge
   for _ = 1, 5 do
     local t0 = clock()

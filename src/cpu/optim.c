@@ -7,19 +7,30 @@
 
 #include <math.h>
 
+/* One loop per case, so that each is a plain vectorisable pass. */
 #define SGD_LOOP(T)                                                                     \
     do {                                                                                \
-        T *P = (T *)tensor_ptr(p), *G = (T *)tensor_ptr(g);                             \
-        T *B = buf ? (T *)tensor_ptr(buf) : NULL;                                       \
-        for (int64_t i = 0; i < n; i++) {                                               \
-            T d = G[i];                                                                 \
-            if (weight_decay != 0) d = d + (T)weight_decay * P[i];                      \
-            if (momentum != 0) {                                                        \
-                T b = first_step ? d : B[i] * (T)momentum + (T)(1 - dampening) * d;     \
-                B[i] = b;                                                               \
-                d = nesterov ? d + (T)momentum * b : b;                                 \
+        T *restrict P = (T *)tensor_ptr(p);                                             \
+        const T *restrict G = (const T *)tensor_ptr(g);                                 \
+        T *restrict B = buf ? (T *)tensor_ptr(buf) : NULL;                              \
+        const T wd = (T)weight_decay, mom = (T)momentum, damp = (T)(1 - dampening);     \
+        const T step = (T)lr;                                                           \
+        if (!B) {                                                                       \
+            for (int64_t i = 0; i < n; i++)                                             \
+                P[i] = P[i] - step * (G[i] + wd * P[i]);                                \
+        } else if (first_step) {                                                        \
+            for (int64_t i = 0; i < n; i++) {                                           \
+                T d = G[i] + wd * P[i];                                                 \
+                B[i] = d;                                                               \
+                P[i] = P[i] - step * (nesterov ? d + mom * d : d);                      \
             }                                                                           \
-            P[i] = P[i] - (T)lr * d;                                                    \
+        } else {                                                                        \
+            for (int64_t i = 0; i < n; i++) {                                           \
+                T d = G[i] + wd * P[i];                                                 \
+                T b = B[i] * mom + damp * d;                                            \
+                B[i] = b;                                                               \
+                P[i] = P[i] - step * (nesterov ? d + mom * b : b);                      \
+            }                                                                           \
         }                                                                               \
     } while (0)
 
