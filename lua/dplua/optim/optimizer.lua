@@ -65,6 +65,9 @@ local function to_groups(params, fn)
   if torch.is_tensor(first) or (type(first) == "table" and type(first[1]) == "string") then
     return { { params = params } }
   end
+  if type(first) ~= "table" then
+    raise(string.format("%s: optimizer can only optimize Tensors, but parameter 1 is %s", fn, typename(first)))
+  end
   return params
 end
 
