@@ -1,0 +1,88 @@
+/*
+ * store.h — internals shared by the two store clients: store.c (dplua's own
+ * protocol, and the server) and torchstore.c (PyTorch's TCPStore protocol).
+ *
+ * A dp_store is a client handle with a table of operations; the public
+ * dp_store_* functions of dplua.h check their arguments and dispatch
+ * through it. Sockets are non-blocking and every wait is a poll() bounded
+ * by a deadline on the monotonic clock, so no call can hang past its
+ * timeout.
+ */
+#ifndef DP_DIST_STORE_H
+#define DP_DIST_STORE_H
+
+#include "dplua.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define STORE_DEFAULT_TIMEOUT 300.0   /* seconds, PyTorch's TCPStore default */
+#define STORE_MAX_FRAME (64u << 20)   /* the largest body of one frame */
+
+struct store_server;
+
+struct store_ops {
+    dp_status (*set)(dp_store *s, const char *key, const void *value, size_t len);
+    dp_status (*get)(dp_store *s, const char *key, void **value, size_t *len, double timeout_s);
+    dp_status (*add)(dp_store *s, const char *key, int64_t delta, int64_t *result);
+    dp_status (*compare_set)(dp_store *s, const char *key, const void *expected, size_t expected_len,
+                             const void *desired, size_t desired_len, void **current,
+                             size_t *current_len);
+    dp_status (*wait)(dp_store *s, const char *const *keys, int n, double timeout_s);
+    dp_status (*check)(dp_store *s, const char *const *keys, int n, int *all_present);
+    dp_status (*del)(dp_store *s, const char *key, int *deleted);
+    void (*close)(dp_store *s);
+};
+
+struct dp_store {
+    const struct store_ops *ops;
+    int fd;                  /* the client's connection, -1 when none */
+    char host[256];          /* where the client connects (for messages) */
+    int port;
+    double timeout_s;        /* for connecting and for calls that take none */
+    int rank;                /* announced to a dplua server; -1: none */
+    uint32_t next_id;        /* request ids (dplua protocol) */
+    char *failed;            /* set when the connection is lost: later calls fail with it */
+    struct store_server *server;  /* non-NULL on the rank that serves */
+    int torch_proto;         /* torchstore.c: 1 (PyTorch 1.x) or 2 (PyTorch 2.x) */
+};
+
+/* The monotonic clock, in seconds. */
+double store_now(void);
+/* Deadline `timeout_s` from now; timeout_s <= 0 picks the store's own. */
+double store_deadline(const dp_store *s, double timeout_s);
+
+/* Connects to host:port, retrying until timeout_s has passed (the server
+ * may start later). The socket is non-blocking, close-on-exec, TCP_NODELAY.
+ * On failure: "FN: could not connect to the store at H:P within T s: why". */
+dp_status store_connect(int *fd, const char *fn, const char *host, int port, double timeout_s);
+
+/* Send or receive exactly n bytes before the deadline. Return 0, or
+ * ETIMEDOUT, or an errno value (EPIPE/ECONNRESET...); 0 bytes read at
+ * end of stream is reported as ECONNRESET with *eof set when eof != NULL. */
+int store_send_all(int fd, const void *buf, size_t n, double deadline);
+int store_recv_all(int fd, void *buf, size_t n, double deadline, int *eof);
+
+/* Little-endian integers on the wire. */
+void store_put_u32(unsigned char *p, uint32_t v);
+void store_put_u64(unsigned char *p, uint64_t v);
+uint32_t store_get_u32(const unsigned char *p);
+uint64_t store_get_u64(const unsigned char *p);
+
+/* A growable byte buffer for building requests. `oom` is set (and later
+ * appends do nothing) when an allocation fails. */
+struct store_buf {
+    unsigned char *p;
+    size_t n, cap;
+    int oom;
+};
+void store_buf_add(struct store_buf *b, const void *data, size_t n);
+void store_buf_free(struct store_buf *b);
+
+/* "'a', 'b' and 3 more": a short list of keys for error messages. */
+void store_key_list(char *buf, size_t size, const char *const *keys, int n);
+
+/* torchstore.c: the handle for dp_store_open_torch. */
+dp_status torchstore_open(dp_store **out, const char *host, int port, double timeout_s);
+
+#endif /* DP_DIST_STORE_H */
