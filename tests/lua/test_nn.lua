@@ -220,6 +220,13 @@ T.run("to(dtype)", function()
   T.is(tostring(m.fc2.bias.dtype), "torch.float32", "float()")
   m:to("cpu")
   T.raises(function() m:to(torch.int64) end, "only floating point", "to(int64) is refused")
+  local Tied = nn.Module:extend("Tied")
+  function Tied:__init()
+    self.enc, self.dec = nn.Linear(3, 3), nn.Linear(3, 3)
+    self.dec.weight = self.enc.weight
+  end
+  local t = Tied():double()
+  T.ok(t.enc.weight == t.dec.weight and #t:parameters() == 3, "tied weights stay tied through to()")
 end)
 
 ---------------------------------------------------------------- state dicts

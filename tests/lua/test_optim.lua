@@ -339,6 +339,13 @@ T.run("argument errors", function()
   T.raises(function() optim.AdamW({ p }, { weight_decay = -1 }) end, "AdamW: Invalid weight_decay", "negative weight decay")
   T.raises(function() optim.Adam({ p }, { maximize = true }) end, "maximize", "maximize is refused")
   T.raises(function() optim.Adam({ 5 }) end, "can only optimize Tensors", "a number as a parameter")
+  local a, b = nn.Parameter(torch.ones(2)), nn.Parameter(torch.ones(3))
+  local o1 = optim.SGD({ a, b }, { lr = 0.1 })
+  optim.SGD({ b }, { lr = 0.1 })       -- moves b into another flat buffer
+  local loss = a:sum() + b:sum()
+  loss:backward()
+  T.raises(function() o1:step() end, "no longer in this optimizer's flat buffer",
+           "a parameter re-flattened by another optimizer is detected, not silently skipped")
 end)
 
 ---------------------------------------------------------------- schedulers

@@ -568,17 +568,20 @@ end
 -- recommends. Returns self.
 function Module:to(a, b)
   local dtype, device = to_args(a, b)
+  local memo = {}   -- old parameter -> new one, so tied weights stay tied
   torch.no_grad(function()
     for _, m in ipairs(self:modules()) do
       for _, k in ipairs(m._parameters.keys) do
         local p = m._parameters.map[k]
-        local data = p ~= nil and converted(p, dtype, device)
+        local np = p ~= nil and memo[p]
+        local data = p ~= nil and not np and converted(p, dtype, device)
         if data then
-          local np = M.Parameter(data, p.requires_grad)
+          np = M.Parameter(data, p.requires_grad)
           local g = p.grad
           if g ~= nil then np.grad = g:to(np.device, np.dtype) end
-          od_set(m._parameters, k, np)
+          memo[p] = np
         end
+        if np then od_set(m._parameters, k, np) end
       end
       for _, k in ipairs(m._buffers.keys) do
         local buf = m._buffers.map[k]

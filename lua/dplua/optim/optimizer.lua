@@ -165,10 +165,16 @@ end
 ---------------------------------------------------------------- gradients
 
 -- all: every parameter has its gradient in its flat slot; any: some have one.
-local function grad_status(b)
+local function grad_status(b, fn)
   local all, any = true, false
   local base = C.dp_tensor_data(b.flat_grad.p)
+  local pbase = C.dp_tensor_data(b.flat_param.p)
   for j, p in ipairs(b.params) do
+    -- (CPU only: device tensors have no host pointer to compare)
+    if pbase ~= nil and ffi.cast(char_p, C.dp_tensor_data(p.p)) ~= ffi.cast(char_p, pbase) + b.offsets[j] * b.itemsize then
+      raise(fn .. ".step: parameter " .. j .. " of a group is no longer in this optimizer's flat buffer: another "
+            .. "optimizer or wrapper flattened it differently after this one was built")
+    end
     local g = C.dp_get_grad(p.p)
     if g == nil then
       all = false
@@ -250,7 +256,7 @@ function Optimizer:step(closure)
   torch.no_grad(function()
     for gi, group in ipairs(self.param_groups) do
       for _, b in ipairs(self._buckets[gi]) do
-        local all, any = grad_status(b)
+        local all, any = grad_status(b, self.__name)
         if any then self:_step_bucket(group, b, all and b.steps == nil) end
       end
     end
