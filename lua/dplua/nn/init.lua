@@ -21,6 +21,15 @@ local nn = {
   utils = require("dplua.nn.utils"),
 }
 
+-- nn.parallel.DistributedDataParallel lives with the process groups in
+-- dplua.distributed; it is loaded on first use.
+nn.parallel = setmetatable({}, { __index = function(t, k)
+  if k ~= "DistributedDataParallel" then return nil end
+  local cls = require("dplua.distributed")._ddp_class()
+  rawset(t, k, cls)
+  return cls
+end })
+
 for name, cls in pairs(require("dplua.nn.layers")) do nn[name] = cls end
 for name, cls in pairs(require("dplua.nn.loss")) do nn[name] = cls end
 
