@@ -129,10 +129,11 @@ record:;
 
 enum { REDUCE_NONE, REDUCE_MEAN, REDUCE_SUM };
 
+/* saved: probs (or NULL for nll), target, weight (or NULL) */
 static dp_status bw_cross_entropy(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
-    cpu_ce_args a = { n->saved[0], n->saved[1], n->saved[2], n->iarg[0], n->darg[0], (int)n->iarg[2] };
-    int64_t N = a.input->shape[0];
+    cpu_ce_args a = { NULL, n->saved[1], n->saved[2], n->iarg[0], n->darg[0], (int)n->iarg[2], n->saved[0] };
+    int64_t N = n->in[0].shape[0];
     int reduction = (int)n->iarg[1];
     double *scale = malloc(sizeof(double) * (size_t)(N > 0 ? N : 1));
     dp_tensor *gc = NULL, *dx = NULL;
@@ -145,7 +146,7 @@ static dp_status bw_cross_entropy(ag_node *n, dp_tensor *g, dp_tensor **gi)
             scale[i] = reduction == REDUCE_NONE ? gv[i] : reduction == REDUCE_SUM ? gv[0] : gv[0] / n->darg[1];
         dp_tensor_release(dx);
         dx = NULL;
-        if (!(st = tensor_new(&dx, 2, a.input->shape, a.input->dtype, a.input->device)) &&
+        if (!(st = tensor_new(&dx, 2, n->in[0].shape, n->in[0].dtype, DP_CPU)) &&
             !(st = cpu_cross_entropy_backward(dx, scale, &a)))
             st = ag_sum_to(&gi[0], dx, &n->in[0]);
     }
@@ -196,8 +197,12 @@ dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target,
     int64_t N = input->shape[0];
     double denom = 0;
     double *rows = malloc(sizeof(double) * (size_t)(N > 0 ? N : 1));
-    cpu_ce_args a = { x, t, w, ignore_index, label_smoothing, log_probs };
-    if (!rows)
+    dp_tensor *probs = NULL;
+    bool grad = ag_needs_record(1, &input);
+    if (!log_probs && grad)
+        st = tensor_new(&probs, 2, input->shape, DP_FLOAT64, DP_CPU);
+    cpu_ce_args a = { x, t, w, ignore_index, label_smoothing, log_probs, probs };
+    if (!rows && !st)
         st = dp_fail(DP_ERR_MEMORY, "cross_entropy: out of memory");
     if (!st && !(st = cpu_cross_entropy(rows, &denom, &a))) {
         if (reduction == REDUCE_NONE) {
@@ -213,9 +218,11 @@ dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target,
     }
     free(rows);
     ag_node *n = NULL;
-    if (!st && !(st = ag_record_or_drop(out, log_probs ? "NllLossBackward0" : "NllLossBackward0",
-                                       bw_cross_entropy, 1, &input, &n)) && n) {
-        ag_save(n, x);
+    if (!st && !(st = ag_record_or_drop(out, "NllLossBackward0", bw_cross_entropy, 1, &input, &n)) && n) {
+        if (probs)
+            ag_save(n, probs);
+        else
+            n->saved[n->nsaved++] = NULL;
         ag_save(n, t);
         if (w)
             ag_save(n, w);
@@ -228,6 +235,7 @@ dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target,
         n->darg[1] = denom;
     }
     drop3(x, t, w);
+    dp_tensor_release(probs);
     return st;
 }
 

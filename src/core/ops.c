@@ -153,7 +153,7 @@ static dp_status unary_run(dp_tensor *out, int op, dp_tensor *a, int compute)
 
 dp_status dp_unary(dp_tensor **out, int op, dp_tensor *a)
 {
-    int compute, result;
+    int compute = 0, result = 0;
     dp_status st = unary_dtypes(op, a, &compute, &result);
     if (st || (st = on_cpu(unop_names[op], a)) ||
         (st = tensor_new(out, a->ndim, a->shape, result, a->device)))
@@ -173,7 +173,7 @@ dp_status dp_unary(dp_tensor **out, int op, dp_tensor *a)
 
 dp_status dp_unary_into(dp_tensor *dst, int op, dp_tensor *a)
 {
-    int compute, result;
+    int compute = 0, result = 0;
     dp_status st = unary_dtypes(op, a, &compute, &result);
     if (st || (st = on_cpu(unop_names[op], a)) || (st = same_device(unop_names[op], dst, a)) ||
         (st = check_into(unop_names[op], dst, result, a->ndim, a->shape)) ||
@@ -253,7 +253,7 @@ static dp_status binary_check(int op, dp_tensor *a, dp_tensor *b, int *compute, 
 
 dp_status dp_binary(dp_tensor **out, int op, dp_tensor *a, dp_tensor *b)
 {
-    int compute, result, ndim;
+    int compute = 0, result = 0, ndim = 0;
     int64_t shape[DP_MAX_DIMS];
     dp_status st = binary_check(op, a, b, &compute, &result, &ndim, shape);
     if (st || (st = tensor_new(out, ndim, shape, result, a->device)))
@@ -275,7 +275,7 @@ dp_status dp_binary(dp_tensor **out, int op, dp_tensor *a, dp_tensor *b)
 
 dp_status dp_binary_into(dp_tensor *dst, int op, dp_tensor *a, dp_tensor *b)
 {
-    int compute, result, ndim;
+    int compute = 0, result = 0, ndim = 0;
     int64_t shape[DP_MAX_DIMS];
     dp_status st = binary_check(op, a, b, &compute, &result, &ndim, shape);
     if (st || (st = same_device(binop_names[op], dst, a)) ||

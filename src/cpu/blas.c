@@ -132,38 +132,63 @@ done:
 
 /* ---------------------------------------------------------------- linear */
 
-/* Below this many multiply-adds a plain loop beats OpenBLAS's call
- * overhead (the seed model's layers are 32x10x10). */
-#define SMALL_GEMM 32768
-#define SMALL_W 4096
+/* Below this many multiply-adds a register-blocked loop beats OpenBLAS's
+ * call overhead (the seed model's layers are 32x10x10). */
+#define SMALL_GEMM 65536
+#define SMALL_PAD 16384     /* elements of padded operand copies on the stack */
+#define PAD(n) (((n) + 15) & ~(int64_t)15)
 
-#define LINEAR_FWD(T, GEMM)                                                              \
+/* out (rows x cols) = init + A (rows x inner; A(r, k) = A[r*ars + k*acs])
+ * @ Bp (inner x PAD(cols)), in blocks of 16 columns held in registers.
+ * init is a padded row (the bias) or NULL for zeros. */
+#define SMALL_GEMM_FN(T, name)                                                           \
+    static void name(int64_t rows, int64_t cols, int64_t inner, const T *A, int64_t ars, \
+                     int64_t acs, const T *Bp, const T *init, T *out)                    \
+    {                                                                                    \
+        const int64_t pad = PAD(cols);                                                   \
+        for (int64_t r = 0; r < rows; r++)                                               \
+            for (int64_t jb = 0; jb < pad; jb += 16) {                                   \
+                T acc[16];                                                               \
+                for (int t = 0; t < 16; t++)                                             \
+                    acc[t] = init ? init[jb + t] : 0;                                    \
+                for (int64_t k = 0; k < inner; k++) {                                    \
+                    const T a = A[r * ars + k * acs];                                    \
+                    const T *b = Bp + k * pad + jb;                                      \
+                    for (int t = 0; t < 16; t++)                                         \
+                        acc[t] += a * b[t];                                              \
+                }                                                                        \
+                int64_t n = cols - jb < 16 ? cols - jb : 16;                             \
+                memcpy(out + r * cols + jb, acc, sizeof(T) * (size_t)n);                 \
+            }                                                                            \
+    }
+SMALL_GEMM_FN(float, small_gemm_f32)
+SMALL_GEMM_FN(double, small_gemm_f64)
+
+/* dst (rows x PAD(cols)) = src (rows x cols; src(r, c) = src[r*rs + c*cs]), zero-padded */
+#define PAD_COPY(T, dst, src, rows, cols, rs, cs)                                         \
+    do {                                                                                  \
+        const int64_t pad_ = PAD(cols);                                                   \
+        for (int64_t r_ = 0; r_ < (rows); r_++)                                           \
+            for (int64_t c_ = 0; c_ < pad_; c_++)                                         \
+                (dst)[r_ * pad_ + c_] = c_ < (cols) ? (src)[r_ * (rs) + c_ * (cs)] : (T)0; \
+    } while (0)
+
+#define LINEAR_FWD(T, GEMM, SMALL)                                                       \
     do {                                                                                 \
-        const T *X = (const T *)tensor_ptr(x), *Wt = (const T *)tensor_ptr(w);           \
+        const T *X = (const T *)tensor_ptr(x), *W = (const T *)tensor_ptr(w);            \
         const T *B = b ? (const T *)tensor_ptr(b) : NULL;                                \
         T *O = (T *)tensor_ptr(out);                                                     \
-        if (M * N * K <= SMALL_GEMM && N * K <= SMALL_W) {                               \
-            /* w transposed once, then rows of out are axpys over N: vectorised */     \
-            T wt[SMALL_W];                                                               \
-            for (int64_t j = 0; j < N; j++)                                              \
-                for (int64_t k = 0; k < K; k++)                                          \
-                    wt[k * N + j] = Wt[j * K + k];                                       \
-            for (int64_t i = 0; i < M; i++) {                                            \
-                T *restrict o = O + i * N;                                               \
-                for (int64_t j = 0; j < N; j++)                                          \
-                    o[j] = B ? B[j] : 0;                                                 \
-                for (int64_t k = 0; k < K; k++) {                                        \
-                    const T xik = X[i * K + k];                                          \
-                    const T *restrict wr = wt + k * N;                                   \
-                    for (int64_t j = 0; j < N; j++)                                      \
-                        o[j] += xik * wr[j];                                             \
-                }                                                                        \
-            }                                                                            \
+        if (M * N * K <= SMALL_GEMM && K * PAD(N) <= SMALL_PAD) {                        \
+            T wt[SMALL_PAD], bias[SMALL_PAD];                                            \
+            PAD_COPY(T, wt, W, K, N, 1, K);                /* w^T, (K x PAD(N)) */       \
+            if (B)                                                                       \
+                PAD_COPY(T, bias, B, 1, N, 0, 1);                                        \
+            SMALL(M, N, K, X, K, 1, wt, B ? bias : NULL, O);                             \
         } else {                                                                         \
             for (int64_t i = 0; i < M && B; i++)                                         \
                 memcpy(O + i * N, B, sizeof(T) * (size_t)N);                             \
             GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1, X,  \
-                 (int)K, Wt, (int)K, B ? 1 : 0, O, (int)N);                              \
+                 (int)K, W, (int)K, B ? 1 : 0, O, (int)N);                               \
         }                                                                                \
     } while (0)
 
@@ -172,42 +197,30 @@ void cpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
 {
     int64_t M = out->shape[0], N = out->shape[1], K = x->shape[1];
     if (out->dtype == DP_FLOAT32)
-        LINEAR_FWD(float, cblas_sgemm);
+        LINEAR_FWD(float, cblas_sgemm, small_gemm_f32);
     else
-        LINEAR_FWD(double, cblas_dgemm);
+        LINEAR_FWD(double, cblas_dgemm, small_gemm_f64);
 }
 
-#define LINEAR_BWD(T, GEMM)                                                                      \
+#define LINEAR_BWD(T, GEMM, SMALL)                                                               \
     do {                                                                                         \
         const T *G = (const T *)tensor_ptr(g), *X = (const T *)tensor_ptr(x);                    \
-        const T *Wt = (const T *)tensor_ptr(w);                                                  \
+        const T *W = (const T *)tensor_ptr(w);                                                   \
         T *DX = dx ? (T *)tensor_ptr(dx) : NULL, *DW = dw ? (T *)tensor_ptr(dw) : NULL;          \
         T *DB = db ? (T *)tensor_ptr(db) : NULL;                                                 \
         bool small = M * N * K <= SMALL_GEMM;                                                    \
-        if (DX && small) {                                                                       \
-            memset(DX, 0, sizeof(T) * (size_t)(M * K));                                          \
-            for (int64_t i = 0; i < M; i++)                                                      \
-                for (int64_t j = 0; j < N; j++) {                                                \
-                    const T gij = G[i * N + j];                                                  \
-                    T *restrict d = DX + i * K;                                                  \
-                    const T *restrict wr = Wt + j * K;                                           \
-                    for (int64_t k = 0; k < K; k++)                                              \
-                        d[k] += gij * wr[k];                                                     \
-                }                                                                                \
+        if (DX && small && N * PAD(K) <= SMALL_PAD) {                                            \
+            T wp[SMALL_PAD];                                                                     \
+            PAD_COPY(T, wp, W, N, K, K, 1);                /* w, (N x PAD(K)) */                 \
+            SMALL(M, K, N, G, N, 1, wp, NULL, DX);                                               \
         } else if (DX) {                                                                         \
             GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)N, 1, G, (int)N, \
-                 Wt, (int)K, 0, DX, (int)K);                                                     \
+                 W, (int)K, 0, DX, (int)K);                                                      \
         }                                                                                        \
-        if (DW && small) {                                                                       \
-            memset(DW, 0, sizeof(T) * (size_t)(N * K));                                          \
-            for (int64_t i = 0; i < M; i++)                                                      \
-                for (int64_t j = 0; j < N; j++) {                                                \
-                    const T gij = G[i * N + j];                                                  \
-                    T *restrict d = DW + j * K;                                                  \
-                    const T *restrict xr = X + i * K;                                            \
-                    for (int64_t k = 0; k < K; k++)                                              \
-                        d[k] += gij * xr[k];                                                     \
-                }                                                                                \
+        if (DW && small && M * PAD(K) <= SMALL_PAD) {                                            \
+            T xp[SMALL_PAD];                                                                     \
+            PAD_COPY(T, xp, X, M, K, K, 1);                /* x, (M x PAD(K)) */                 \
+            SMALL(N, K, M, G, 1, N, xp, NULL, DW);         /* g^T @ x */                         \
         } else if (DW) {                                                                         \
             GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, (int)M, 1, G, (int)N,  \
                  X, (int)K, 0, DW, (int)K);                                                      \
@@ -226,7 +239,7 @@ void cpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor 
 {
     int64_t M = g->shape[0], N = g->shape[1], K = x->shape[1];
     if (g->dtype == DP_FLOAT32)
-        LINEAR_BWD(float, cblas_sgemm);
+        LINEAR_BWD(float, cblas_sgemm, small_gemm_f32);
     else
-        LINEAR_BWD(double, cblas_dgemm);
+        LINEAR_BWD(double, cblas_dgemm, small_gemm_f64);
 }

@@ -53,10 +53,11 @@ dp_status cpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *
 
 /* nn.c: cross-entropy over input (N, C) contiguous, target (N) int64 */
 typedef struct {
-    dp_tensor *input, *target, *weight;   /* weight (C) or NULL */
+    dp_tensor *input, *target, *weight;   /* weight (C) float64 or NULL */
     int64_t ignore_index;
     double label_smoothing;
     int log_probs;
+    dp_tensor *probs;                     /* (N, C) float64 softmax, NULL for log_probs */
 } cpu_ce_args;
 dp_status cpu_cross_entropy(double *rows, double *denom, const cpu_ce_args *a);
 dp_status cpu_cross_entropy_backward(dp_tensor *dinput, const double *scale, const cpu_ce_args *a);

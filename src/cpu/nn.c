@@ -10,29 +10,9 @@
 
 /* ---------------------------------------------------------------- cross-entropy */
 
-/* Row i of input (C classes): fills logp (C values) and returns nothing;
- * with log_probs the input already holds log-probabilities. */
-static void row_log_probs(const dp_tensor *input, int64_t i, int64_t C, int log_probs, double *logp)
-{
-    size_t es = dp_dtype_size(input->dtype);
-    const char *row = tensor_ptr(input) + i * C * (int64_t)es;
-    double m = -INFINITY, sum = 0;
-    for (int64_t j = 0; j < C; j++) {
-        logp[j] = dtype_load(input->dtype, row + j * (int64_t)es);
-        if (logp[j] > m) m = logp[j];
-    }
-    if (log_probs)
-        return;
-    for (int64_t j = 0; j < C; j++)
-        sum += exp(logp[j] - m);
-    double lse = m + log(sum);
-    for (int64_t j = 0; j < C; j++)
-        logp[j] -= lse;
-}
-
 static double class_weight(const dp_tensor *weight, int64_t c)
 {
-    return weight ? dtype_load(weight->dtype, tensor_ptr(weight) + c * (int64_t)dp_dtype_size(weight->dtype)) : 1.0;
+    return weight ? ((const double *)tensor_ptr(weight))[c] : 1.0;
 }
 
 static dp_status bad_target(int64_t t, int64_t C)
@@ -41,12 +21,37 @@ static dp_status bad_target(int64_t t, int64_t C)
                    "[0, %lld) or ignore_index)", (long long)t, (long long)C);
 }
 
-/* Per-sample losses into rows (N doubles) and the mean's denominator. */
+/* Row i's log-probabilities into logp; with logits (not log_probs) also the
+ * probabilities into prow, which the backward reuses instead of calling
+ * exp again. */
+static void row_log_probs(const cpu_ce_args *a, int64_t i, int64_t C, double *logp, double *prow)
+{
+    size_t es = dp_dtype_size(a->input->dtype);
+    const char *row = tensor_ptr(a->input) + i * C * (int64_t)es;
+    double m = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < C; j++) {
+        logp[j] = dtype_load(a->input->dtype, row + j * (int64_t)es);
+        if (logp[j] > m) m = logp[j];
+    }
+    if (a->log_probs)
+        return;
+    for (int64_t j = 0; j < C; j++)
+        sum += (prow[j] = exp(logp[j] - m));
+    double lse = m + log(sum), inv = 1 / sum;
+    for (int64_t j = 0; j < C; j++) {
+        logp[j] -= lse;
+        prow[j] *= inv;
+    }
+}
+
+/* Per-sample losses into rows (N doubles), the mean's denominator, and
+ * (for logits) the softmax into a->probs (N x C float64). */
 dp_status cpu_cross_entropy(double *rows, double *denom, const cpu_ce_args *a)
 {
     int64_t N = a->input->shape[0], C = a->input->shape[1];
     double wsum = 0, eps = a->label_smoothing;
     double *logp = malloc(sizeof(double) * (size_t)(C > 0 ? C : 1));
+    double *probs = a->probs ? (double *)tensor_ptr(a->probs) : NULL;
     if (!logp)
         return dp_fail(DP_ERR_MEMORY, "cross_entropy: out of memory");
     for (int64_t i = 0; i < N; i++) {
@@ -58,7 +63,7 @@ dp_status cpu_cross_entropy(double *rows, double *denom, const cpu_ce_args *a)
             free(logp);
             return bad_target(t, C);
         }
-        row_log_probs(a->input, i, C, a->log_probs, logp);
+        row_log_probs(a, i, C, logp, probs ? probs + i * C : NULL);
         double wt = class_weight(a->weight, t);
         double loss = -wt * logp[t] * (1 - eps);
         if (eps > 0) {
@@ -79,38 +84,33 @@ dp_status cpu_cross_entropy(double *rows, double *denom, const cpu_ce_args *a)
  * or -scale_i w_t [k==t] for log-probability inputs. */
 dp_status cpu_cross_entropy_backward(dp_tensor *dinput, const double *scale, const cpu_ce_args *a)
 {
-    int64_t N = a->input->shape[0], C = a->input->shape[1];
+    int64_t N = dinput->shape[0], C = dinput->shape[1];
     double eps = a->label_smoothing, wall = 0;
     size_t es = dp_dtype_size(dinput->dtype);
-    double *logp = malloc(sizeof(double) * (size_t)(C > 0 ? C : 1));
-    if (!logp)
-        return dp_fail(DP_ERR_MEMORY, "cross_entropy: out of memory");
+    const double *probs = a->probs ? (const double *)tensor_ptr(a->probs) : NULL;
     for (int64_t j = 0; j < C; j++)
         wall += class_weight(a->weight, j);
     for (int64_t i = 0; i < N; i++) {
         char *row = tensor_ptr(dinput) + i * C * (int64_t)es;
         int64_t t = ((const int64_t *)tensor_ptr(a->target))[i];
-        if (t == a->ignore_index || scale[i] == 0) {
-            for (int64_t k = 0; k < C; k++)
-                dtype_store(dinput->dtype, row + k * (int64_t)es, 0);
-            continue;
-        }
-        double wt = class_weight(a->weight, t);
-        if (a->log_probs) {
-            for (int64_t k = 0; k < C; k++)
-                dtype_store(dinput->dtype, row + k * (int64_t)es, k == t ? -scale[i] * wt : 0);
-            continue;
-        }
-        row_log_probs(a->input, i, C, 0, logp);
+        bool skip = t == a->ignore_index || scale[i] == 0;
+        double wt = skip ? 0 : class_weight(a->weight, t);
         for (int64_t k = 0; k < C; k++) {
-            double p = exp(logp[k]);
-            double d = (1 - eps) * wt * (p - (k == t));
-            if (eps > 0)
-                d += eps / (double)C * (p * wall - class_weight(a->weight, k));
-            dtype_store(dinput->dtype, row + k * (int64_t)es, scale[i] * d);
+            double d = 0;
+            if (skip)
+                d = 0;
+            else if (a->log_probs)
+                d = k == t ? -scale[i] * wt : 0;
+            else {
+                double p = probs[i * C + k];
+                d = (1 - eps) * wt * (p - (k == t));
+                if (eps > 0)
+                    d += eps / (double)C * (p * wall - class_weight(a->weight, k));
+                d *= scale[i];
+            }
+            dtype_store(dinput->dtype, row + k * (int64_t)es, d);
         }
     }
-    free(logp);
     return DP_OK;
 }
 
