@@ -164,6 +164,11 @@ local function class_loss(fn, input, target, opts, log_probs)
   if type(ls) ~= "number" or ls < 0 or ls > 1 then
     raise(fn .. ": label_smoothing must be between 0.0 and 1.0, got " .. tostring(ls))
   end
+  -- the common case, (N, C) logits and int64 class indices: the C op
+  -- checks the shapes and the weight itself and names the problem
+  if input:dim() == 2 and target.dtype == torch.int64 and (weight == nil or is_tensor(weight)) then
+    return torch._cross_entropy(input, target, weight, ignore_index, ls, REDUCTION[reduction], log_probs)
+  end
   if input:dim() == 0 then raise(fn .. ": input tensor should be 1D or more, got a 0-d tensor") end
   local cdim = input:dim() == 1 and 0 or 1
   local C = input:size(cdim)

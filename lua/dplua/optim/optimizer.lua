@@ -245,6 +245,17 @@ function Optimizer._each_with_grad(b, fn)
   b.step, b.steps = s, nil
 end
 
+-- A named function rather than a closure made per call: creating a
+-- closure is not compiled by LuaJIT and would leave every step interpreted.
+local function step_buckets(self)
+  for gi, group in ipairs(self.param_groups) do
+    for _, b in ipairs(self._buckets[gi]) do
+      local all, any = grad_status(b, self.__name)
+      if any then self:_step_bucket(group, b, all and b.steps == nil) end
+    end
+  end
+end
+
 -- step([closure]): one fused update per bucket, under no_grad; the closure
 -- (if any) recomputes the loss with grad enabled and its value is returned.
 function Optimizer:step(closure)
@@ -253,14 +264,7 @@ function Optimizer:step(closure)
     if type(closure) ~= "function" then raise(self.__name .. ".step: expected a closure function, got " .. typename(closure)) end
     loss = torch.enable_grad(closure)
   end
-  torch.no_grad(function()
-    for gi, group in ipairs(self.param_groups) do
-      for _, b in ipairs(self._buckets[gi]) do
-        local all, any = grad_status(b, self.__name)
-        if any then self:_step_bucket(group, b, all and b.steps == nil) end
-      end
-    end
-  end)
+  torch.no_grad(step_buckets, self)
   self._step_count = self._step_count + 1
   return loss
 end
