@@ -39,6 +39,17 @@ local function momentum_buffer(b)
   return buf
 end
 
+-- Per-parameter updates, for buckets where some gradients are missing.
+-- (A function of its own: a closure in _step_bucket would keep LuaJIT from
+-- compiling the fused path.)
+local function step_each(g, b, buf)
+  local narrow = Optimizer._narrow
+  Optimizer._each_with_grad(b, function(j, grad, step)
+    torch._sgd_step(narrow(b.flat_param, b, j), grad, narrow(buf, b, j), g.lr, g.momentum, g.dampening,
+                    g.nesterov, g.weight_decay, step == 0)
+  end)
+end
+
 function SGD:_step_bucket(g, b, fused)
   local buf = g.momentum ~= 0 and momentum_buffer(b) or nil
   if fused and b.steps == nil then
@@ -47,11 +58,7 @@ function SGD:_step_bucket(g, b, fused)
     b.step = b.step + 1
     return
   end
-  local narrow = Optimizer._narrow
-  Optimizer._each_with_grad(b, function(j, grad, step)
-    torch._sgd_step(narrow(b.flat_param, b, j), grad, narrow(buf, b, j), g.lr, g.momentum, g.dampening,
-                    g.nesterov, g.weight_decay, step == 0)
-  end)
+  step_each(g, b, buf)
 end
 
 function SGD:_param_state(b, j)
