@@ -175,7 +175,8 @@ dp_status tensor_new(dp_tensor **out, int ndim, const int64_t *shape, int dtype,
     t->dtype = dtype;
     t->device = device;
     t->ndim = ndim;
-    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    if (ndim > 0)  /* a 0-d shape may be NULL */
+        memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
     contiguous_strides(ndim, shape, t->stride);
     *out = t;
     return DP_OK;
@@ -191,8 +192,10 @@ dp_status tensor_view_of(dp_tensor **out, dp_tensor *base, int ndim, const int64
     t->dtype = base->dtype;
     t->device = base->device;
     t->ndim = ndim;
-    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
-    memcpy(t->stride, stride, sizeof(int64_t) * (size_t)ndim);
+    if (ndim > 0) {  /* a 0-d view may come with NULL arrays */
+        memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+        memcpy(t->stride, stride, sizeof(int64_t) * (size_t)ndim);
+    }
     t->offset = offset;
     t->storage = base->storage;
     t->storage->refcount++;
