@@ -278,6 +278,25 @@ void dp_ddp_free(dp_ddp *d);
  * size; the binding collects when this says enough was allocated */
 int dp_gc_wanted(void);
 void dp_gc_done(void);
+
+/* checkpoints: the safetensors format (src/core/safetensors.c). A reader
+ * opens and validates the whole header (every failure names the file and
+ * the problem); tensors are then read one at a time, in header order, into
+ * new CPU tensors. Names and metadata are valid while the reader is open. */
+typedef struct dp_safetensors dp_safetensors;
+dp_status dp_safetensors_open(dp_safetensors **out, const char *path);
+int dp_safetensors_count(const dp_safetensors *f);
+const char *dp_safetensors_name(const dp_safetensors *f, int i);
+dp_status dp_safetensors_tensor(dp_tensor **out, const dp_safetensors *f, int i);
+int dp_safetensors_metadata_count(const dp_safetensors *f);
+const char *dp_safetensors_metadata_key(const dp_safetensors *f, int i);
+const char *dp_safetensors_metadata_value(const dp_safetensors *f, int i);
+void dp_safetensors_close(dp_safetensors *f);   /* NULL is fine */
+/* Writes n tensors (any device, any layout) and n_meta metadata strings
+ * atomically: into path.tmp.<pid>, fsync, rename over path, fsync the
+ * directory. Names must be distinct valid UTF-8. */
+dp_status dp_safetensors_save(const char *path, int n, const char *const *names, dp_tensor *const *tensors,
+                              int n_meta, const char *const *meta_keys, const char *const *meta_values);
 /* DP_CDEF_END */
 
 #ifdef __cplusplus
