@@ -255,14 +255,21 @@ function Work:is_completed() return self.done or C.dp_work_is_completed(self.p) 
 
 local work_box = ffi.new("dp_work*[1]")
 
--- Runs cfn(pg, ..., work_ptr_or_nil); returns a Work for async_op.
-local function collective(group, async_op, cfn, ...)
+-- Runs cfn(pg, <n arguments>, work_ptr_or_nil); returns a Work for
+-- async_op. (The count is explicit: Lua truncates `...` in the middle of
+-- an argument list to one value.)
+local function call(cfn, pg, n, a, b, c, w)
+  if n == 1 then return cfn(pg, a, w) elseif n == 2 then return cfn(pg, a, b, w) end
+  return cfn(pg, a, b, c, w)
+end
+
+local function collective(group, async_op, cfn, n, a, b, c)
   local g = group_of(group)
   if async_op then
-    check(cfn(g.p, ..., work_box))
+    check(call(cfn, g.p, n, a, b, c, work_box))
     return setmetatable({ p = ffi.gc(work_box[0], C.dp_work_free) }, Work)
   end
-  check(cfn(g.p, ..., nil))
+  check(call(cfn, g.p, n, a, b, c, nil))
 end
 
 local function contiguous_tensor(t, fn)
@@ -291,25 +298,25 @@ end
 function dist.all_reduce(t, ...)
   local o = opts_of({ ... }, { "op", "group", "async_op" })
   contiguous_tensor(t, "all_reduce")
-  return collective(o.group, o.async_op, C.dp_pg_all_reduce, t.p, reduce_op(o.op, "all_reduce"))
+  return collective(o.group, o.async_op, C.dp_pg_all_reduce, 2, t.p, reduce_op(o.op, "all_reduce"))
 end
 
 function dist.broadcast(t, src, ...)
   local o = opts_of({ ... }, { "group", "async_op" })
   contiguous_tensor(t, "broadcast")
-  return collective(o.group, o.async_op, C.dp_pg_broadcast, t.p, src or 0)
+  return collective(o.group, o.async_op, C.dp_pg_broadcast, 2, t.p, src or 0)
 end
 
 function dist.reduce(t, dst, ...)
   local o = opts_of({ ... }, { "op", "group", "async_op" })
   contiguous_tensor(t, "reduce")
-  return collective(o.group, o.async_op, C.dp_pg_reduce, t.p, dst or 0, reduce_op(o.op, "reduce"))
+  return collective(o.group, o.async_op, C.dp_pg_reduce, 3, t.p, dst or 0, reduce_op(o.op, "reduce"))
 end
 
 function dist.all_gather_into_tensor(out, t, ...)
   local o = opts_of({ ... }, { "group", "async_op" })
   contiguous_tensor(out, "all_gather_into_tensor"); contiguous_tensor(t, "all_gather_into_tensor")
-  return collective(o.group, o.async_op, C.dp_pg_all_gather, out.p, t.p)
+  return collective(o.group, o.async_op, C.dp_pg_all_gather, 2, out.p, t.p)
 end
 
 -- all_gather(list, t): list gets one tensor per rank (existing tensors are filled)
@@ -320,7 +327,7 @@ function dist.all_gather(list, t, ...)
   if type(list) ~= "table" then raise("all_gather: expected a table for the output list") end
   local shape = t:size()
   local flat = torch.empty({ g.size * t:numel() }, { dtype = t.dtype, device = t.device })
-  collective(g, false, C.dp_pg_all_gather, flat.p, t.p)
+  collective(g, false, C.dp_pg_all_gather, 2, flat.p, t.p)
   for r = 0, g.size - 1 do
     local piece = flat:narrow(0, r * t:numel(), t:numel()):view(shape)
     if list[r + 1] then list[r + 1]:copy_(piece) else list[r + 1] = piece end
@@ -331,7 +338,7 @@ end
 function dist.reduce_scatter_tensor(out, t, ...)
   local o = opts_of({ ... }, { "op", "group", "async_op" })
   contiguous_tensor(out, "reduce_scatter_tensor"); contiguous_tensor(t, "reduce_scatter_tensor")
-  return collective(o.group, o.async_op, C.dp_pg_reduce_scatter, out.p, t.p, reduce_op(o.op, "reduce_scatter"))
+  return collective(o.group, o.async_op, C.dp_pg_reduce_scatter, 3, out.p, t.p, reduce_op(o.op, "reduce_scatter"))
 end
 
 function dist.reduce_scatter(out, list, ...)
@@ -346,7 +353,7 @@ function dist.all_to_all_single(out, t, ...)
     raise("all_to_all_single: uneven splits are not supported; use equal splits along dim 0")
   end
   contiguous_tensor(out, "all_to_all"); contiguous_tensor(t, "all_to_all")
-  return collective(o.group, o.async_op, C.dp_pg_all_to_all, out.p, t.p)
+  return collective(o.group, o.async_op, C.dp_pg_all_to_all, 2, out.p, t.p)
 end
 
 function dist.all_to_all(out_list, in_list, ...)
@@ -356,7 +363,7 @@ function dist.all_to_all(out_list, in_list, ...)
   end
   local inp = torch.cat(in_list, 0):contiguous()
   local out = torch.empty(inp:size(), { dtype = inp.dtype, device = inp.device })
-  collective(o.group, false, C.dp_pg_all_to_all, out.p, inp.p)
+  collective(o.group, false, C.dp_pg_all_to_all, 2, out.p, inp.p)
   local at = 0
   for i, dst in ipairs(out_list) do
     local n = dst:size(0)
