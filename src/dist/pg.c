@@ -38,6 +38,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,32 +278,46 @@ static void publish_progress(dp_pg *pg, uint64_t seq)
 
 /* ---------------------------------------------------------------- diagnosis */
 
-/* Appends to msg (of capacity PG_MSG) what the store says about the other
- * ranks at op `seq`: the dead ones, those that did not arrive, or, if all
- * arrived, that the ranks must have called different collectives. */
-static void diagnose(dp_pg *pg, uint64_t seq, int peer_lost, char *msg)
+/* Waits up to `wait` seconds for a dead key of a rank in [lo, hi) other
+ * than this one to show up (the store server sees a lost connection a
+ * moment after the peers do); fills dead[]. Returns the number of dead
+ * ranks, or -1 when the store itself did not answer. */
+static int find_dead(dp_pg *pg, int lo, int hi, double wait, int *dead)
 {
-    size_t n = strlen(msg);
+    double until = now_s() + wait;
     int store_ok = 1;
-    char rs[64];
-    int ndead = 0, nlate = 0;
-    /* a lost connection: give the store server a moment to see it too */
-    double until = now_s() + (peer_lost ? (pg->timeout_s < 2.0 ? pg->timeout_s : 2.0) : 0);
-    int dead[pg->size];
     for (;;) {
-        ndead = 0;
-        for (int r = 0; r < pg->size && store_ok; r++)
-            if (r != pg->rank && (dead[r] = is_dead(pg, r, &store_ok)))
-                ndead++;
-        if (ndead || !store_ok || now_s() >= until)
-            break;
+        int ndead = 0;
+        for (int r = lo; r < hi; r++) {
+            dead[r] = r != pg->rank && is_dead(pg, r, &store_ok);
+            if (!store_ok)
+                return -1;
+            ndead += dead[r];
+        }
+        if (ndead || now_s() >= until)
+            return ndead;
         usleep(50000);
     }
-    if (!store_ok) {
+}
+
+/* Appends to msg (of capacity PG_MSG) what the store says about the other
+ * ranks when `op` failed: the dead ones; after a timeout, those that did
+ * not arrive; and if all arrived, that the ranks called different
+ * collectives. For send/recv only the peer is looked at. */
+static void diagnose(dp_pg *pg, const pg_op *op, int peer_lost, char *msg)
+{
+    size_t n = strlen(msg);
+    char rs[64];
+    int p2p = op->kind == PG_SEND || op->kind == PG_RECV;
+    int lo = p2p ? op->root : 0, hi = p2p ? op->root + 1 : pg->size;
+    int dead[pg->size];
+    int ndead = find_dead(pg, lo, hi, peer_lost ? (pg->timeout_s < 2.0 ? pg->timeout_s : 2.0) : 0, dead);
+    if (ndead < 0) {
         snprintf(msg + n, PG_MSG - n, "; the store did not answer either (rank 0 serves it: it is probably dead)");
         return;
     }
-    for (int r = 0; r < pg->size && n < PG_MSG; r++) {
+    int nlate = 0, store_ok = 1;
+    for (int r = lo; r < hi && n < PG_MSG; r++) {
         if (r == pg->rank)
             continue;
         if (dead[r]) {
@@ -310,8 +325,17 @@ static void diagnose(dp_pg *pg, uint64_t seq, int peer_lost, char *msg)
                           rank_str(pg, r, rs, sizeof rs));
             continue;
         }
+        /* after a lost connection the others may just not be there yet:
+         * only a timeout says that a rank did not arrive */
+        if (peer_lost && ndead)
+            continue;
+        if (p2p) {
+            n += snprintf(msg + n, PG_MSG - n, "; %s did not %s with tag %d in time", rank_str(pg, r, rs, sizeof rs),
+                          op->kind == PG_SEND ? "receive" : "send", op->tag);
+            continue;
+        }
         long long p = progress_of(pg, r, &store_ok);
-        if (p >= 0 && (uint64_t)p >= seq)
+        if (p >= 0 && (uint64_t)p >= op->seq)
             continue;
         nlate++;
         if (p < 0)
@@ -321,9 +345,9 @@ static void diagnose(dp_pg *pg, uint64_t seq, int peer_lost, char *msg)
             n += snprintf(msg + n, PG_MSG - n, "; %s did not arrive (the last collective it entered is #%lld)",
                           rank_str(pg, r, rs, sizeof rs), p);
     }
-    if (!ndead && !nlate && seq && n < PG_MSG)
+    if (!p2p && !ndead && !nlate && !peer_lost && n < PG_MSG)
         snprintf(msg + n, PG_MSG - n, "; every rank entered #%llu, so the ranks called different collectives "
-                 "or sizes here (run with DPLUA_DIST_DEBUG=1 to name them)", (unsigned long long)seq);
+                 "or sizes here (run with DPLUA_DIST_DEBUG=1 to name them)", (unsigned long long)op->seq);
 }
 
 /* "all_reduce #5 on group default (rank 0 of 2)" */
@@ -365,7 +389,7 @@ static dp_status check_fingerprints(dp_pg *pg, const pg_op *op, char *msg)
             snprintf(msg, PG_MSG, "collective check at #%llu on group %s: %s called %s but %s did not reach "
                      "#%llu within %g s", (unsigned long long)op->seq, pg->name, rank_str(pg, pg->rank, rs0, sizeof rs0),
                      mine, rank_str(pg, r, rs, sizeof rs), (unsigned long long)op->seq, pg->timeout_s);
-            diagnose(pg, op->seq, 0, msg);
+            diagnose(pg, op, 0, msg);
             st = DP_ERR_IO;
             break;
         }
@@ -393,6 +417,45 @@ static dp_status check_fingerprints(dp_pg *pg, const pg_op *op, char *msg)
         (void)pg_store_delete(pg->store, key);
     }
     return st;
+}
+
+/* ---------------------------------------------------------------- SIGPIPE */
+
+/* Gloo writes to its sockets without MSG_NOSIGNAL, so a write to a peer
+ * that died raises SIGPIPE, whose default action ends the process before
+ * any error can be reported. SIGPIPE from a write is sent to the writing
+ * thread: Gloo's threads (its device loop inherits the mask of the thread
+ * that makes the group) and the group's worker block it for good; the
+ * caller's thread blocks it only while it runs an op, then takes back a
+ * SIGPIPE that became pending meanwhile, so the process's own handling of
+ * SIGPIPE (e.g. `dplua script | head`) is unchanged. */
+typedef struct {
+    sigset_t old;
+    int blocked;
+} sigpipe_guard;
+
+static void sigpipe_block(sigpipe_guard *g)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, &g->old);
+    g->blocked = !sigismember(&g->old, SIGPIPE);
+}
+
+static void sigpipe_restore(sigpipe_guard *g)
+{
+    if (!g->blocked)
+        return;   /* it was blocked before: leave whatever is pending alone */
+    sigset_t set, pending;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
+        struct timespec zero = { 0, 0 };
+        while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR) {
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
 }
 
 /* ---------------------------------------------------------------- running an op */
@@ -440,7 +503,7 @@ static void execute(dp_pg *pg, dp_work *w)
         return;
     int n = op_title(pg, op, w->msg, sizeof w->msg);
     snprintf(w->msg + n, sizeof w->msg - n, " failed: %s", err);
-    diagnose(pg, op->seq, peer_lost(err), w->msg);
+    diagnose(pg, op, peer_lost(err), w->msg);
     set_broken(pg, w->status, w->msg);
 }
 
@@ -472,6 +535,8 @@ static void free_parked(dp_pg *pg)
 static void *worker_main(void *arg)
 {
     dp_pg *pg = arg;
+    sigpipe_guard guard;
+    sigpipe_block(&guard);   /* for the thread's life */
     pthread_mutex_lock(&pg->mu);
     for (;;) {
         while (!(pg->head && !pg->busy) && !(pg->stop && !pg->head && !pg->busy))
@@ -530,7 +595,10 @@ static dp_status submit_sync(dp_pg *pg, dp_work *w)
     if (!pg->head && !pg->busy) {
         pg->busy = 1;
         pthread_mutex_unlock(&pg->mu);
+        sigpipe_guard guard;
+        sigpipe_block(&guard);
         execute(pg, w);
+        sigpipe_restore(&guard);
         pthread_mutex_lock(&pg->mu);
         pg->busy = 0;
         pthread_cond_broadcast(&pg->cv);
@@ -960,7 +1028,11 @@ dp_status dp_pg_new(dp_pg **out, dp_store *store, const char *backend, int rank,
     pg->debug = dbg && *dbg && strcmp(dbg, "0") != 0;
     pthread_mutex_init(&pg->mu, NULL);
     pthread_cond_init(&pg->cv, NULL);
-    if ((st = make_backend(pg, backend))) {
+    sigpipe_guard guard;
+    sigpipe_block(&guard);   /* Gloo's device thread starts here and keeps this mask */
+    st = make_backend(pg, backend);
+    sigpipe_restore(&guard);
+    if (st) {
         pthread_mutex_destroy(&pg->mu);
         pthread_cond_destroy(&pg->cv);
         free(pg->ranks);
@@ -984,8 +1056,11 @@ void dp_pg_free(dp_pg *pg)
     if (pg->started)
         pthread_join(pg->thread, NULL);
     free_parked(pg);
+    sigpipe_guard guard;
+    sigpipe_block(&guard);
     if (pg->impl)
         pg->free_impl(pg->impl);
+    sigpipe_restore(&guard);
     pthread_mutex_destroy(&pg->mu);
     pthread_cond_destroy(&pg->cv);
     free(pg->ranks);
