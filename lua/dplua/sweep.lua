@@ -1,0 +1,866 @@
+-- dplua.sweep: `dplua sweep SWEEP.lua`, the hyperparameter sweep driver.
+--
+-- SWEEP.lua returns a table (docs/SWEEPS.md has the whole story):
+--
+--   return {
+--     script = "train.lua",                 -- relative to SWEEP.lua's folder
+--     space = { lr = {1e-3, 3e-3}, batch_size = {64, 128} },
+--     metric = "test_accuracy", mode = "max",
+--     parallel = 2,
+--   }
+--
+-- Every configuration of the space is a trial, run as its own process: the
+-- same dplua program on the script, with its hyperparameters in
+-- $DPLUA_HPARAMS (torch.hparams reads them), $DPLUA_REPORT_FILE for
+-- torch.report, $DPLUA_TRIAL_ID, one GPU in $CUDA_VISIBLE_DEVICES when there
+-- are GPUs, and stdout and stderr in a log file of its own. Up to `parallel`
+-- trials run at once. Processes are started with posix_spawn through the FFI
+-- and reaped with waitpid(WNOHANG) in a polling loop (no threads, no signal
+-- handlers). A trial that fails (exit status, signal, timeout) is recorded,
+-- not fatal. Each finished trial appends one JSON line to the results file;
+-- a rerun skips configurations that have a record there already. At the end
+-- the driver prints every trial sorted by the metric, and the best one.
+local ffi = require("ffi")
+local bit = require("bit")
+local json = require("dplua.json")
+
+local M = {}
+
+local format, concat = string.format, table.concat
+
+---------------------------------------------------------------- the C side
+
+ffi.cdef [[
+  int dplua_sw_posix_spawn(int *pid, const char *path, const void *file_actions, const void *attr,
+                           char *const argv[], char *const envp[]) __asm__("posix_spawn");
+  int dplua_sw_fa_init(void *fa) __asm__("posix_spawn_file_actions_init");
+  int dplua_sw_fa_destroy(void *fa) __asm__("posix_spawn_file_actions_destroy");
+  int dplua_sw_fa_addopen(void *fa, int fd, const char *path, int oflag, unsigned int mode)
+      __asm__("posix_spawn_file_actions_addopen");
+  int dplua_sw_fa_adddup2(void *fa, int fd, int newfd) __asm__("posix_spawn_file_actions_adddup2");
+  int dplua_sw_attr_init(void *attr) __asm__("posix_spawnattr_init");
+  int dplua_sw_attr_destroy(void *attr) __asm__("posix_spawnattr_destroy");
+  int dplua_sw_attr_setflags(void *attr, short flags) __asm__("posix_spawnattr_setflags");
+  int dplua_sw_attr_setsigmask(void *attr, const void *set) __asm__("posix_spawnattr_setsigmask");
+  int dplua_sw_attr_setsigdefault(void *attr, const void *set) __asm__("posix_spawnattr_setsigdefault");
+  int dplua_sw_sigemptyset(void *set) __asm__("sigemptyset");
+  int dplua_sw_sigaddset(void *set, int sig) __asm__("sigaddset");
+  int dplua_sw_waitpid(int pid, int *status, int options) __asm__("waitpid");
+  int dplua_sw_kill(int pid, int sig) __asm__("kill");
+  int dplua_sw_poll(void *fds, unsigned long nfds, int timeout) __asm__("poll");
+  char *dplua_sw_strerror(int errnum) __asm__("strerror");
+  long dplua_sw_readlink(const char *path, char *buf, unsigned long size) __asm__("readlink");
+  long dplua_sw_sysconf(int name) __asm__("sysconf");
+  int dplua_sw_mkdir(const char *path, unsigned int mode) __asm__("mkdir");
+  extern char **dplua_sw_environ __asm__("environ");
+]]
+local C = ffi.C
+
+-- Linux values (the same on x86-64 and aarch64).
+local O_RDONLY, O_WRONLY, O_CREAT, O_APPEND = 0, 1, 0x40, 0x400
+local POSIX_SPAWN_SETSIGDEF, POSIX_SPAWN_SETSIGMASK = 0x04, 0x08
+local WNOHANG, ECHILD, EINTR, EEXIST = 1, 10, 4, 17
+local SIGKILL, SIGTERM = 9, 15
+local SC_NPROCESSORS_ONLN = 84
+local signal_names = {
+  [1] = "SIGHUP", [2] = "SIGINT", [3] = "SIGQUIT", [4] = "SIGILL", [5] = "SIGTRAP", [6] = "SIGABRT",
+  [7] = "SIGBUS", [8] = "SIGFPE", [9] = "SIGKILL", [11] = "SIGSEGV", [13] = "SIGPIPE",
+  [14] = "SIGALRM", [15] = "SIGTERM", [24] = "SIGXCPU", [25] = "SIGXFSZ",
+}
+local KILL_GRACE = 5      -- seconds between SIGTERM and SIGKILL on a timeout
+local POLL_MS = 50        -- how often the driver looks at its children
+
+local function strerror(e) return ffi.string(C.dplua_sw_strerror(e)) end
+
+local function sleep_ms(ms) C.dplua_sw_poll(nil, 0, ms) end
+
+local wall_time = require("dplua.report").wall_time
+
+-- The dplua program to run trials with: $DPLUA_EXE, else this process's
+-- own executable, else arg[-1].
+local function find_exe(args)
+  local e = os.getenv("DPLUA_EXE")
+  if e and e ~= "" then return e end
+  local buf = ffi.new("char[4096]")
+  local n = C.dplua_sw_readlink("/proc/self/exe", buf, 4095)
+  if n > 0 then return ffi.string(buf, n) end
+  return args and args[-1] or "dplua"
+end
+
+local function mkdir_p(path)
+  local prefix = path:sub(1, 1) == "/" and "/" or ""
+  for part in path:gmatch("[^/]+") do
+    prefix = prefix .. part
+    if C.dplua_sw_mkdir(prefix, tonumber("755", 8)) ~= 0 and ffi.errno() ~= EEXIST then
+      return nil, format("cannot create %s: %s", prefix, strerror(ffi.errno()))
+    end
+    prefix = prefix .. "/"
+  end
+  return true
+end
+
+-- A NULL-terminated char*[] of strings; the strings are kept alive in keep.
+local function cstrings(list, keep)
+  local arr = ffi.new("char *[?]", #list + 1)
+  for i, s in ipairs(list) do
+    local c = ffi.new("char[?]", #s + 1, s)
+    keep[#keep + 1] = c
+    arr[i - 1] = c
+  end
+  arr[#list] = nil
+  keep[#keep + 1] = arr
+  return arr
+end
+
+-- The environment of this process with `set` (NAME -> value or false to
+-- drop) applied, as a list of NAME=VALUE strings.
+local function child_environment(set)
+  local out = {}
+  local env = C.dplua_sw_environ
+  local i = 0
+  while env ~= nil and env[i] ~= nil do
+    local entry = ffi.string(env[i])
+    local name = entry:match("^([^=]*)=")
+    if name and set[name] == nil then out[#out + 1] = entry end
+    i = i + 1
+  end
+  local names = {}
+  for k, v in pairs(set) do if v then names[#names + 1] = k end end
+  table.sort(names)
+  for _, k in ipairs(names) do out[#out + 1] = k .. "=" .. tostring(set[k]) end
+  return out
+end
+
+-- Starts argv[1] with argv, env (a list of NAME=VALUE), stdin from
+-- /dev/null and stdout and stderr appended to log. Signals the driver may
+-- ignore or block are reset for the child. Returns the pid, or nil and why.
+local function spawn(argv, env, log)
+  local keep = {}
+  local fa = ffi.new("uint64_t[32]")      -- posix_spawn_file_actions_t is 80 bytes on glibc
+  local attr = ffi.new("uint64_t[64]")    -- posix_spawnattr_t is 336
+  local mask, dfl = ffi.new("uint64_t[16]"), ffi.new("uint64_t[16]")   -- sigset_t is 128
+  C.dplua_sw_fa_init(fa)
+  C.dplua_sw_attr_init(attr)
+  local pid = ffi.new("int[1]")
+  local rc = C.dplua_sw_fa_addopen(fa, 0, "/dev/null", O_RDONLY, 0)
+  if rc == 0 then rc = C.dplua_sw_fa_addopen(fa, 1, log, O_WRONLY + O_CREAT + O_APPEND, tonumber("644", 8)) end
+  if rc == 0 then rc = C.dplua_sw_fa_adddup2(fa, 1, 2) end
+  if rc == 0 then
+    C.dplua_sw_sigemptyset(mask)
+    C.dplua_sw_sigemptyset(dfl)
+    for _, sig in ipairs({ 1, 2, 3, 13, 15 }) do C.dplua_sw_sigaddset(dfl, sig) end
+    C.dplua_sw_attr_setsigmask(attr, mask)
+    C.dplua_sw_attr_setsigdefault(attr, dfl)
+    rc = C.dplua_sw_attr_setflags(attr, POSIX_SPAWN_SETSIGDEF + POSIX_SPAWN_SETSIGMASK)
+  end
+  if rc == 0 then
+    rc = C.dplua_sw_posix_spawn(pid, argv[1], fa, attr, cstrings(argv, keep), cstrings(env, keep))
+  end
+  C.dplua_sw_fa_destroy(fa)
+  C.dplua_sw_attr_destroy(attr)
+  if rc ~= 0 then return nil, format("cannot start %s: %s", argv[1], strerror(rc)) end
+  return pid[0]
+end
+
+-- waitpid(pid, WNOHANG): nil while it runs, else a table {exit_code=} or
+-- {signal=}.
+local wstatus = ffi.new("int[1]")
+local function reap(pid)
+  local r = C.dplua_sw_waitpid(pid, wstatus, WNOHANG)
+  if r == 0 then return nil end
+  if r < 0 then
+    local e = ffi.errno()
+    if e == EINTR then return nil end
+    return { error = "waitpid: " .. strerror(e), lost = e == ECHILD }
+  end
+  local st = wstatus[0]
+  local sig = bit.band(st, 0x7f)
+  if sig == 0 then return { exit_code = bit.band(bit.rshift(st, 8), 0xff) } end
+  return { signal = signal_names[sig] or ("signal " .. sig), signo = sig }
+end
+
+---------------------------------------------------------------- the sweep table
+
+local fields = {
+  script = "the training script (relative to the sweep file's folder)",
+  args = "arguments for the script: a list of strings with {name} for hparams, or a function(hparams)",
+  space = "the search space: name = {values...} (grid), or distributions with method = \"random\"",
+  method = "\"grid\" (default) or \"random\"",
+  samples = "how many configurations method = \"random\" draws",
+  seed = "the seed of method = \"random\" (default 0)",
+  metric = "the reported metric that ranks trials",
+  mode = "\"min\" (default) or \"max\": whether lower or higher is better",
+  parallel = "how many trials run at once (default: the number of GPUs, or 1)",
+  timeout = "seconds a trial may run before it is stopped (default: no limit)",
+  results = "the results JSONL file (default: SWEEP.results.jsonl beside the sweep file)",
+  logs = "the folder of per-trial logs (default: SWEEP.logs beside the sweep file)",
+  env = "extra environment variables for every trial: {NAME = value}",
+  name = "a name printed in the header",
+}
+
+-- Expected failures (a wrong sweep file, a bad option) carry their exit
+-- status: 2 for the command line, 1 otherwise.
+local function sweep_error(msg, status) error({ sweep_error = msg, status = status or 1 }, 0) end
+local function usage_error(msg) sweep_error(msg, 2) end
+
+local function is_distribution(v)
+  return type(v) == "table" and v[1] == nil and (v.uniform or v.log_uniform or v.int) ~= nil
+end
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  return keys
+end
+
+local function check_space(s)
+  if type(s.space) ~= "table" or next(s.space) == nil then
+    sweep_error("'space' must be a non-empty table of name = {values...}")
+  end
+  for _, k in ipairs(sorted_keys(s.space)) do
+    local v = s.space[k]
+    if type(k) ~= "string" or not k:match("^[%a_][%w_]*$") then
+      sweep_error(format("space: %s is not a valid hyperparameter name (letters, digits, _)", tostring(k)))
+    end
+    if is_distribution(v) then
+      if s.method ~= "random" then
+        sweep_error(format("space.%s is a distribution; it needs method = \"random\" and samples = N", k))
+      end
+      local name, range = next(v)
+      if next(v, name) ~= nil or type(range) ~= "table" or type(range[1]) ~= "number"
+         or type(range[2]) ~= "number" or range[1] > range[2] then
+        sweep_error(format("space.%s: a distribution is {uniform = {lo, hi}}, {log_uniform = {lo, hi}} or {int = {lo, hi}}", k))
+      end
+      if name == "log_uniform" and range[1] <= 0 then
+        sweep_error(format("space.%s: log_uniform needs lo > 0", k))
+      end
+    elseif type(v) == "table" and #v == 0 then
+      sweep_error(format("space.%s is an empty list of values", k))
+    elseif type(v) == "function" or type(v) == "userdata" then
+      sweep_error(format("space.%s is a %s; give a list of values", k, type(v)))
+    end
+  end
+end
+
+-- Checks the table a sweep file returned and fills in the defaults.
+-- dir is the sweep file's folder; base its path without ".lua".
+function M.check(s, dir, base)
+  if type(s) ~= "table" then sweep_error("the sweep file must return a table, got " .. type(s)) end
+  for k in pairs(s) do
+    if not fields[k] then
+      local names = sorted_keys(fields)
+      sweep_error(format("unknown field '%s' in the sweep table (known: %s)", tostring(k), concat(names, ", ")))
+    end
+  end
+  if type(s.script) ~= "string" or s.script == "" then sweep_error("'script' must name the training script") end
+  s.method = s.method or "grid"
+  if s.method ~= "grid" and s.method ~= "random" then sweep_error("'method' must be \"grid\" or \"random\"") end
+  if s.method == "random" and (type(s.samples) ~= "number" or s.samples < 1) then
+    sweep_error("method = \"random\" needs samples = N (how many configurations to draw)")
+  end
+  check_space(s)
+  if type(s.metric) ~= "string" or s.metric == "" then sweep_error("'metric' must name a reported metric") end
+  s.mode = s.mode or "min"
+  if s.mode ~= "min" and s.mode ~= "max" then sweep_error("'mode' must be \"min\" or \"max\"") end
+  if s.parallel ~= nil and (type(s.parallel) ~= "number" or s.parallel < 1) then
+    sweep_error("'parallel' must be a number >= 1")
+  end
+  if s.timeout ~= nil and (type(s.timeout) ~= "number" or s.timeout <= 0) then
+    sweep_error("'timeout' must be a number of seconds > 0")
+  end
+  if s.args ~= nil and type(s.args) ~= "table" and type(s.args) ~= "function" then
+    sweep_error("'args' must be a list of strings or a function(hparams)")
+  end
+  if type(s.args) == "table" then
+    for i, a in ipairs(s.args) do
+      if type(a) ~= "string" and type(a) ~= "number" then sweep_error(format("args[%d] must be a string", i)) end
+      for name in tostring(a):gmatch("{([%w_]+)}") do
+        if s.space[name] == nil then
+          sweep_error(format("args[%d] refers to {%s}, which is not in the space", i, name))
+        end
+      end
+    end
+  end
+  if s.env ~= nil and type(s.env) ~= "table" then sweep_error("'env' must be a table of NAME = value") end
+  local function rel(p) return p:sub(1, 1) == "/" and p or (dir == "." and p or dir .. "/" .. p) end
+  s.script_path = rel(s.script)
+  s.results = s.results and rel(s.results) or base .. ".results.jsonl"
+  s.logs = s.logs and rel(s.logs) or base .. ".logs"
+  return s
+end
+
+-- Loads and checks a sweep file.
+function M.load(path)
+  local chunk, err = loadfile(path)
+  if not chunk then sweep_error(err) end
+  local ok, s = pcall(chunk)
+  if not ok then sweep_error(path .. ": " .. tostring(s)) end
+  local dir = path:match("^(.*)/[^/]*$") or "."
+  local base = path:gsub("%.lua$", "")
+  return M.check(s, dir, base)
+end
+
+---------------------------------------------------------------- configurations
+
+-- xorshift32: the same draws on every machine and LuaJIT build.
+local function rng(seed)
+  local s = bit.bxor(bit.tobit(seed), 0x2545F491)
+  if s == 0 then s = 1 end
+  local function next_u()
+    s = bit.bxor(s, bit.lshift(s, 13))
+    s = bit.bxor(s, bit.rshift(s, 17))
+    s = bit.bxor(s, bit.lshift(s, 5))
+    return (s % 4294967296) / 4294967296
+  end
+  for _ = 1, 8 do next_u() end
+  return next_u
+end
+
+local function draw(v, u)
+  if is_distribution(v) then
+    local name, r = next(v)
+    local lo, hi = r[1], r[2]
+    if name == "uniform" then return lo + (hi - lo) * u() end
+    if name == "log_uniform" then return math.exp(math.log(lo) + (math.log(hi) - math.log(lo)) * u()) end
+    return lo + math.floor((hi - lo + 1) * u())
+  end
+  if type(v) == "table" then return v[math.floor(#v * u()) + 1] end
+  return v
+end
+
+-- The list of configurations, in trial order: the grid with the first name
+-- (sorted) varying slowest, or `samples` random draws. Duplicates are
+-- dropped.
+function M.configurations(s)
+  local names = sorted_keys(s.space)
+  local list = {}
+  if s.method == "grid" then
+    local function walk(i, cur)
+      if i > #names then
+        local c = {}
+        for k, v in pairs(cur) do c[k] = v end
+        list[#list + 1] = c
+        return
+      end
+      local v = s.space[names[i]]
+      local values = (type(v) == "table" and #v > 0) and v or { v }
+      for _, x in ipairs(values) do
+        cur[names[i]] = x
+        walk(i + 1, cur)
+      end
+      cur[names[i]] = nil
+    end
+    walk(1, {})
+  else
+    local u = rng(s.seed or 0)
+    for _ = 1, s.samples do
+      local c = {}
+      for _, k in ipairs(names) do c[k] = draw(s.space[k], u) end
+      list[#list + 1] = c
+    end
+  end
+  local seen, out = {}, {}
+  for _, c in ipairs(list) do
+    local key = json.encode(c)
+    if not seen[key] then
+      seen[key] = true
+      out[#out + 1] = { id = #out + 1, hparams = c, key = key }
+    end
+  end
+  return out
+end
+
+local function show_value(v)
+  if type(v) == "number" then
+    if v == math.floor(v) and math.abs(v) < 1e15 then return format("%d", v) end
+    return format("%.4g", v)
+  end
+  if type(v) == "table" then return json.encode(v) end
+  return tostring(v)
+end
+
+local function show_config(c)
+  local parts = {}
+  for _, k in ipairs(sorted_keys(c)) do parts[#parts + 1] = k .. "=" .. show_value(c[k]) end
+  return concat(parts, " ")
+end
+
+-- The script's argument list for one configuration.
+local function trial_args(s, hp)
+  if type(s.args) == "function" then
+    local a = s.args(hp)
+    if type(a) ~= "table" then error("the sweep's args(hparams) must return a list of strings", 0) end
+    return a
+  end
+  local out = {}
+  for i, a in ipairs(s.args or {}) do
+    out[i] = tostring(a):gsub("{([%w_]+)}", function(name)
+      local v = hp[name]
+      if type(v) == "number" then return json.number(v) end
+      if type(v) == "table" then return json.encode(v) end
+      return tostring(v)
+    end)
+  end
+  return out
+end
+
+---------------------------------------------------------------- results
+
+local record_order = { "trial", "status", "hparams", "metrics", "exit_code", "signal", "error",
+                       "time", "started", "gpu", "log" }
+
+-- The latest record of each configuration in the results file, by key.
+local function read_results(path)
+  local by_key = {}
+  local f = io.open(path, "r")
+  if not f then return by_key end
+  f:close()
+  local records, bad = json.read_lines(path)
+  for _, b in ipairs(bad or {}) do io.stderr:write("dplua sweep: skipping a damaged line: ", b, "\n") end
+  for _, r in ipairs(records or {}) do
+    if type(r) == "table" and type(r.hparams) == "table" and type(r.status) == "string" then
+      by_key[json.encode(r.hparams)] = r
+    end
+  end
+  return by_key
+end
+
+local function append_record(path, r)
+  local f, err = io.open(path, "a")
+  if not f then error("cannot append to the results file: " .. tostring(err), 0) end
+  f:write(json.encode(r, { order = record_order }), "\n")
+  f:close()
+end
+
+-- The latest value of every metric a trial reported (wall_time aside).
+local function read_metrics(path)
+  local metrics, n = {}, 0
+  local lines = json.read_lines(path)
+  for _, line in ipairs(lines or {}) do
+    if type(line) == "table" then
+      n = n + 1
+      for k, v in pairs(line) do
+        if k ~= "wall_time" then metrics[k] = v end
+      end
+    end
+  end
+  return metrics, n
+end
+
+-- The line of a crashed trial's log that says why: the last "dplua: "
+-- error line, else the last non-empty line.
+local function log_reason(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local last, err
+  for line in f:lines() do
+    if line:find("%S") and not line:find("^#") then last = line end
+    if line:find("^dplua: ") then err = line end
+  end
+  f:close()
+  local r = err or last
+  if r and #r > 300 then r = r:sub(1, 297) .. "..." end
+  return r
+end
+
+---------------------------------------------------------------- running
+
+local function now() return wall_time() end
+
+local function gpu_list()
+  local ok, torch = pcall(require, "dplua")
+  local n = 0
+  if ok and type(torch) == "table" and torch.cuda and torch.cuda.device_count then
+    local ok2, c = pcall(torch.cuda.device_count)
+    if ok2 and type(c) == "number" then n = c end
+  end
+  if n == 0 then return {} end
+  -- honour a CUDA_VISIBLE_DEVICES that the driver itself runs under
+  local visible = {}
+  for d in (os.getenv("CUDA_VISIBLE_DEVICES") or ""):gmatch("[^,%s]+") do visible[#visible + 1] = d end
+  local gpus = {}
+  for i = 1, n do gpus[i] = visible[i] or tostring(i - 1) end
+  return gpus
+end
+
+local function ncpus()
+  local n = tonumber(C.dplua_sw_sysconf(SC_NPROCESSORS_ONLN))
+  return (n and n > 0) and n or 1
+end
+
+local function say(...)
+  io.stdout:write(...)
+  io.stdout:write("\n")
+  io.stdout:flush()
+end
+
+-- Starts one trial in slot `slot`. Returns the running-trial table.
+local function start_trial(ctx, t, slot)
+  local s = ctx.sweep
+  local width = #tostring(ctx.total_trials)
+  local tag = format("trial-%0" .. math.max(width, 3) .. "d", t.id)
+  local log = ctx.logs .. "/" .. tag .. ".log"
+  local report = ctx.logs .. "/" .. tag .. ".report.jsonl"
+  os.remove(report)
+  local argv = { ctx.exe, s.script_path }
+  for _, a in ipairs(trial_args(s, t.hparams)) do argv[#argv + 1] = tostring(a) end
+  for _, a in ipairs(ctx.extra_args) do argv[#argv + 1] = a end
+  local set = { DPLUA_HPARAMS = t.key, DPLUA_TRIAL_ID = tostring(t.id), DPLUA_REPORT_FILE = report }
+  local gpu
+  if #ctx.gpus > 0 then
+    gpu = ctx.gpus[(slot - 1) % #ctx.gpus + 1]
+    set.CUDA_VISIBLE_DEVICES = gpu
+  else
+    for _, v in ipairs({ "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS" }) do
+      if os.getenv(v) == nil and not (s.env and s.env[v]) then set[v] = tostring(ctx.threads) end
+    end
+  end
+  for k, v in pairs(s.env or {}) do set[k] = tostring(v) end
+  local f = io.open(log, "w")
+  if f then
+    f:write("# dplua sweep: trial ", t.id, ": ", show_config(t.hparams), "\n")
+    f:write("# DPLUA_HPARAMS=", t.key, gpu and ("  CUDA_VISIBLE_DEVICES=" .. gpu) or "", "\n")
+    f:write("# ", concat(argv, " "), "\n")
+    f:close()
+  end
+  local run = { trial = t, slot = slot, log = log, report = report, gpu = gpu, started = now() }
+  run.pid, run.spawn_error = spawn(argv, child_environment(set), log)
+  if run.pid then
+    say(format("[%d/%d] trial %d started: %s%s", ctx.done + ctx.running + 1, ctx.to_run, t.id,
+               show_config(t.hparams), gpu and (" on GPU " .. gpu) or ""))
+  end
+  return run
+end
+
+-- Builds the record of a trial that ended with `how` (from reap).
+local function finish_trial(ctx, run, how)
+  local t = run.trial
+  local function ms(x) return math.floor(x * 1000 + 0.5) / 1000 end
+  local r = { trial = t.id, hparams = t.hparams, started = ms(run.started), log = run.log,
+              time = ms(now() - run.started), gpu = run.gpu and tonumber(run.gpu) or nil }
+  local metrics = read_metrics(run.report)
+  r.metrics = next(metrics) and metrics or nil
+  if run.spawn_error then
+    r.status, r.error, r.time = "crashed", run.spawn_error, 0
+  elseif run.timed_out then
+    r.status = "timeout"
+    r.error = format("stopped after the %g s timeout", ctx.timeout)
+    r.exit_code, r.signal = how.exit_code, how.signal
+  elseif how.exit_code == 0 then
+    r.status = "ok"
+    r.exit_code = 0
+  else
+    r.status = "crashed"
+    r.exit_code, r.signal = how.exit_code, how.signal
+    r.error = how.error or log_reason(run.log)
+  end
+  append_record(ctx.results, r)
+  ctx.done = ctx.done + 1
+  local m = r.metrics and r.metrics[ctx.sweep.metric]
+  local what
+  if r.status == "ok" then
+    what = m ~= nil and format("%s = %s", ctx.sweep.metric, show_value(m))
+           or format("no '%s' reported", ctx.sweep.metric)
+  elseif r.status == "timeout" then
+    what = r.error
+  else
+    what = (r.signal and ("killed by " .. r.signal)) or (r.exit_code and ("exit status " .. r.exit_code)) or ""
+    if r.error then what = what .. ": " .. r.error end
+  end
+  say(format("[%d/%d] trial %d %s in %.1f s: %s  (log: %s)", ctx.done, ctx.to_run, t.id, r.status, r.time, what, run.log))
+  ctx.records[t.key] = r
+end
+
+-- Stops every running trial: SIGTERM, then SIGKILL after the grace time.
+local function stop_all(ctx)
+  for _, run in pairs(ctx.slots) do
+    if run.pid then C.dplua_sw_kill(run.pid, SIGTERM) end
+  end
+  local deadline = now() + KILL_GRACE
+  while next(ctx.slots) do
+    for slot, run in pairs(ctx.slots) do
+      if not run.pid or reap(run.pid) then ctx.slots[slot] = nil end
+    end
+    if now() > deadline then
+      for _, run in pairs(ctx.slots) do C.dplua_sw_kill(run.pid, SIGKILL) end
+      deadline = math.huge
+    end
+    sleep_ms(POLL_MS)
+  end
+end
+
+-- The loop: keep `parallel` trials running, reap those that end, stop
+-- those past their timeout.
+local function run_queue(ctx, queue)
+  local qi = 1
+  ctx.running = 0
+  while qi <= #queue or ctx.running > 0 do
+    for slot = 1, ctx.parallel do
+      if not ctx.slots[slot] and qi <= #queue then
+        local run = start_trial(ctx, queue[qi], slot)
+        qi = qi + 1
+        if run.pid then
+          ctx.slots[slot] = run
+          ctx.running = ctx.running + 1
+        else
+          finish_trial(ctx, run, {})
+        end
+      end
+    end
+    sleep_ms(POLL_MS)
+    for slot = 1, ctx.parallel do
+      local run = ctx.slots[slot]
+      if run then
+        local how = reap(run.pid)
+        if how and how.signo == 2 then
+          -- Ctrl-C reached the trial (it shares our process group): no
+          -- record, so that the next start runs it again
+          ctx.slots[slot] = nil
+          ctx.running = ctx.running - 1
+          say(format("trial %d interrupted (SIGINT); not recorded", run.trial.id))
+        elseif how then
+          ctx.slots[slot] = nil
+          ctx.running = ctx.running - 1
+          finish_trial(ctx, run, how)
+        elseif ctx.timeout then
+          local t = now()
+          if not run.timed_out and t - run.started > ctx.timeout then
+            run.timed_out, run.kill_at = true, t + KILL_GRACE
+            C.dplua_sw_kill(run.pid, SIGTERM)
+          elseif run.kill_at and t > run.kill_at then
+            C.dplua_sw_kill(run.pid, SIGKILL)
+            run.kill_at = nil
+          end
+        end
+      end
+    end
+  end
+end
+-- Interpreted, so that the host's Ctrl-C hook can stop it (compiled
+-- traces do not run hooks).
+jit.off(run_queue)
+
+---------------------------------------------------------------- the table
+
+-- Rows for every configuration with a record, best first: trials with the
+-- metric sorted by it, then the others by trial number.
+function M.ranked(s, configs, records)
+  local rows = {}
+  for _, t in ipairs(configs) do
+    local r = records[t.key]
+    if r then
+      local m = type(r.metrics) == "table" and r.metrics[s.metric]
+      rows[#rows + 1] = { trial = t.id, hparams = t.hparams, record = r,
+                          value = (r.status == "ok" and type(m) == "number" and m == m) and m or nil }
+    end
+  end
+  table.sort(rows, function(a, b)
+    if a.value and b.value then
+      if a.value ~= b.value then
+        if s.mode == "max" then return a.value > b.value end
+        return a.value < b.value
+      end
+      return a.trial < b.trial
+    end
+    if a.value or b.value then return a.value ~= nil end
+    return a.trial < b.trial
+  end)
+  return rows
+end
+
+local function print_table(s, rows)
+  local names = sorted_keys(s.space)
+  local header = { "rank", "trial" }
+  for _, k in ipairs(names) do header[#header + 1] = k end
+  header[#header + 1] = s.metric
+  header[#header + 1] = "status"
+  header[#header + 1] = "time"
+  local cells = { header }
+  for i, row in ipairs(rows) do
+    local r = row.record
+    local line = { row.value and tostring(i) or "-", tostring(row.trial) }
+    for _, k in ipairs(names) do line[#line + 1] = show_value(row.hparams[k]) end
+    local m = type(r.metrics) == "table" and r.metrics[s.metric]
+    line[#line + 1] = m ~= nil and show_value(m) or "-"
+    local status = r.status
+    if r.signal then status = status .. " (" .. r.signal .. ")"
+    elseif r.status ~= "ok" and r.exit_code then status = status .. " (exit " .. r.exit_code .. ")" end
+    line[#line + 1] = status
+    line[#line + 1] = type(r.time) == "number" and format("%.1fs", r.time) or "-"
+    cells[#cells + 1] = line
+  end
+  local widths = {}
+  for _, line in ipairs(cells) do
+    for j, c in ipairs(line) do widths[j] = math.max(widths[j] or 0, #c) end
+  end
+  for i, line in ipairs(cells) do
+    local out = {}
+    for j, c in ipairs(line) do
+      -- numbers right-aligned, words left-aligned
+      if j <= #line - 2 and i > 1 then out[j] = format("%" .. widths[j] .. "s", c)
+      else out[j] = format("%-" .. widths[j] .. "s", c) end
+    end
+    say((concat(out, "  "):gsub("%s+$", "")))
+    if i == 1 then
+      local rule = {}
+      for j = 1, #line do rule[j] = string.rep("-", widths[j]) end
+      say(concat(rule, "  "))
+    end
+  end
+end
+
+local function print_summary(s, configs, records)
+  local rows = M.ranked(s, configs, records)
+  say("")
+  say(format("%d of %d trials finished; sorted by %s (%s is better):", #rows, #configs, s.metric,
+             s.mode == "max" and "higher" or "lower"))
+  say("")
+  if #rows > 0 then print_table(s, rows) end
+  say("")
+  local best = rows[1]
+  if best and best.value then
+    say(format("best: trial %d, %s = %s", best.trial, s.metric, show_value(best.value)))
+    say("  " .. show_config(best.hparams))
+    say("  DPLUA_HPARAMS='" .. json.encode(best.hparams) .. "'")
+    return best
+  end
+  say(format("best: none (no trial finished with a numeric '%s')", s.metric))
+  return nil
+end
+
+---------------------------------------------------------------- main
+
+local usage = [[
+usage: dplua sweep SWEEP.lua [options] [-- script args...]
+
+Runs a training script once per configuration of the search space that
+SWEEP.lua returns, `parallel` trials at a time, each its own process; appends
+one JSON line per finished trial to the results file and prints the trials
+sorted by the metric. A rerun skips configurations already in the results.
+
+options:
+  --parallel N      trials at once (default: the sweep's, else one per GPU, else 1)
+  --timeout S       stop a trial after S seconds
+  --results FILE    the results JSONL (default: SWEEP.results.jsonl)
+  --retry-failed    run crashed and timed-out configurations again
+  --dry-run         list the configurations and what a run would do; run nothing
+  -h, --help        this help
+
+Arguments after -- go to every trial's script, after the sweep's own args.
+See docs/SWEEPS.md for the sweep table, torch.hparams and torch.report.]]
+
+local function parse_command_line(args)
+  local o = { extra_args = {} }
+  local i = 1
+  local function value(name)
+    i = i + 1
+    local v = args[i]
+    if v == nil then usage_error("option " .. name .. " needs a value") end
+    return v
+  end
+  while args[i] ~= nil do
+    local a = args[i]
+    local name, inline = a:match("^(%-%-[%w%-]+)=(.*)$")
+    if name then
+      a = name
+      table.insert(args, i + 1, inline)
+    end
+    if a == "-h" or a == "--help" then o.help = true
+    elseif a == "--parallel" then o.parallel = tonumber(value(a))
+      if not o.parallel or o.parallel < 1 then usage_error("--parallel expects a number >= 1") end
+    elseif a == "--timeout" then o.timeout = tonumber(value(a))
+      if not o.timeout or o.timeout <= 0 then usage_error("--timeout expects seconds > 0") end
+    elseif a == "--results" then o.results = value(a)
+    elseif a == "--retry-failed" then o.retry_failed = true
+    elseif a == "--dry-run" then o.dry_run = true
+    elseif a == "--" then
+      for j = i + 1, #args do o.extra_args[#o.extra_args + 1] = args[j] end
+      break
+    elseif a:sub(1, 1) == "-" and a ~= "-" then usage_error("unknown option " .. a)
+    elseif o.file == nil then o.file = a
+    else usage_error("unexpected argument " .. a .. " (script arguments go after --)") end
+    i = i + 1
+  end
+  return o
+end
+
+local function run_sweep(args)
+  local list = {}
+  for i = 1, #args do list[i] = args[i] end
+  local o = parse_command_line(list)
+  if o.help then say(usage); return 0 end
+  if not o.file then io.stderr:write(usage, "\n"); return 2 end
+  local s = M.load(o.file)
+  if o.results then s.results = o.results end
+  local configs = M.configurations(s)
+  local records = read_results(s.results)
+  local gpus = gpu_list()
+  local parallel = math.floor(o.parallel or s.parallel or math.max(#gpus, 1))
+  local queue, skipped = {}, 0
+  for _, t in ipairs(configs) do
+    local r = records[t.key]
+    if r and (r.status == "ok" or not o.retry_failed) then skipped = skipped + 1
+    else queue[#queue + 1] = t end
+  end
+  local names = sorted_keys(s.space)
+  say(format("sweep %s: %d configuration%s (%s over %s), %s %s", s.name or o.file, #configs,
+             #configs == 1 and "" or "s", s.method,
+             concat(names, ", "), s.metric, s.mode == "max" and "(higher is better)" or "(lower is better)"))
+  say(format("  %d finished earlier, %d to run, %d at a time%s", skipped, #queue, parallel,
+             #gpus > 0 and format(" on %d GPU%s", #gpus, #gpus > 1 and "s" or "") or " (CPU)"))
+  say(format("  results: %s   logs: %s/", s.results, s.logs))
+  if o.dry_run then
+    for _, t in ipairs(configs) do
+      local r = records[t.key]
+      say(format("  trial %d: %s%s", t.id, show_config(t.hparams), r and ("  [" .. r.status .. "]") or ""))
+    end
+    return 0
+  end
+  local ctx = {
+    sweep = s, exe = find_exe(args), gpus = gpus, parallel = parallel, results = s.results,
+    logs = s.logs, timeout = o.timeout or s.timeout, extra_args = o.extra_args,
+    threads = math.max(1, math.floor(ncpus() / parallel)), records = records,
+    slots = {}, done = 0, running = 0, to_run = #queue, total_trials = #configs,
+  }
+  if #queue > 0 then
+    local ok, err = mkdir_p(s.logs)
+    if not ok then sweep_error(err) end
+    local results_dir = s.results:match("^(.*)/[^/]*$")
+    if results_dir then
+      ok, err = mkdir_p(results_dir)
+      if not ok then sweep_error(err) end
+    end
+    say("")
+    local fine, why = pcall(run_queue, ctx, queue)
+    if not fine then
+      stop_all(ctx)
+      say("")
+      why = tostring(type(why) == "table" and why.sweep_error or why):gsub("^[^\n:]-:%d+: ", "")
+      say("dplua sweep: stopped (" .. why .. "); unfinished trials have no record and run on the next start")
+      print_summary(s, configs, ctx.records)
+      return 130
+    end
+  end
+  local best = print_summary(s, configs, ctx.records)
+  return best and 0 or 1
+end
+
+-- `dplua sweep ARGS`: args[1..n] are the command's arguments (arg[-1], when
+-- present, the program). Returns the exit status: 0 when at least one
+-- trial succeeded, 1 when none did or the sweep file is wrong, 2 for a bad
+-- command line, 130 when interrupted.
+function M.main(args)
+  args = args or {}
+  local ok, status = pcall(run_sweep, args)
+  if ok then return status end
+  if type(status) == "table" and status.sweep_error then
+    io.stderr:write("dplua sweep: ", status.sweep_error, "\n")
+    if status.status == 2 then io.stderr:write("Try 'dplua sweep --help' for more information.\n") end
+    return status.status
+  end
+  io.stderr:write("dplua sweep: ", tostring(status), "\n")
+  return 1
+end
+
+return M
