@@ -293,10 +293,14 @@ typedef struct {
 static dp_status heap_push(node_heap *h, ag_node *x)
 {
     if (h->n == h->cap) {
-        int cap = h->cap ? h->cap * 2 : 64;
-        ag_node **v = realloc(h->v, sizeof *v * (size_t)cap);
+        /* the first array is the caller's (on its stack): copy, never realloc it */
+        int cap = h->cap * 2;
+        ag_node **v = malloc(sizeof *v * (size_t)cap);
         if (!v)
             return dp_fail(DP_ERR_MEMORY, "backward: out of memory");
+        memcpy(v, h->v, sizeof *v * (size_t)h->n);
+        if (h->cap > 128)
+            free(h->v);
         h->v = v;
         h->cap = cap;
     }
@@ -328,12 +332,10 @@ static ag_node *heap_pop(node_heap *h)
 
 /* Counts, for every node reachable from root, how many edges point at it;
  * and for every leaf, how many gradients it will receive (leaf->pending). */
-static dp_status count_deps(ag_node *root, ag_node ***all, int *nall)
+static dp_status count_deps(ag_node *root, ag_node ***all, int *nall, ag_node **small, int small_cap)
 {
-    int cap = 64, n = 0;
-    ag_node **list = malloc(sizeof *list * (size_t)cap);
-    if (!list)
-        return dp_fail(DP_ERR_MEMORY, "backward: out of memory");
+    int cap = small_cap, n = 0;
+    ag_node **list = small;
     list[n++] = root;
     root->deps = 0;
     /* list doubles as the DFS work queue: every node enters once */
@@ -347,11 +349,15 @@ static dp_status count_deps(ag_node *root, ag_node ***all, int *nall)
                 continue;
             if (nx->deps++ == 0) {
                 if (n == cap) {
-                    ag_node **bigger = realloc(list, sizeof *list * (size_t)cap * 2);
+                    ag_node **bigger = malloc(sizeof *list * (size_t)cap * 2);
                     if (!bigger) {
-                        free(list);
+                        if (list != small)
+                            free(list);
                         return dp_fail(DP_ERR_MEMORY, "backward: out of memory");
                     }
+                    memcpy(bigger, list, sizeof *list * (size_t)n);
+                    if (list != small)
+                        free(list);
                     list = bigger;
                     cap *= 2;
                 }
@@ -503,15 +509,17 @@ dp_status dp_backward(dp_tensor *root, dp_tensor *grad, int retain_graph)
             fire_hooks(root);
         return run_final_callbacks(st);
     }
+    /* small graphs (a training step of a small model) need no allocation */
+    ag_node *small_all[128], *small_heap[128];
     ag_node **all = NULL;
     int nall = 0;
-    if ((st = count_deps(root->grad_fn, &all, &nall))) {
+    if ((st = count_deps(root->grad_fn, &all, &nall, small_all, 128))) {
         dp_tensor_release(g);
         return st;
     }
     bool was = grad_enabled;
     grad_enabled = false;
-    node_heap ready = { 0 };
+    node_heap ready = { small_heap, 0, 128 };
     root->grad_fn->grad = g;
     st = heap_push(&ready, root->grad_fn);
     while (!st && ready.n > 0)
@@ -527,7 +535,9 @@ dp_status dp_backward(dp_tensor *root, dp_tensor *grad, int retain_graph)
             if (m->leaf[k])
                 m->leaf[k]->ag_pending = 0;
     }
-    free(ready.v);
-    free(all);
+    if (ready.v != small_heap)
+        free(ready.v);
+    if (all != small_all)
+        free(all);
     return run_final_callbacks(st);
 }

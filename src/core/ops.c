@@ -419,6 +419,8 @@ dp_status dp_copy_(dp_tensor *dst, dp_tensor *src)
     if ((st = same_device("copy_", dst, src)) || (st = on_cpu("copy_", dst)) ||
         (st = ag_check_inplace("copy_", dst)))
         return st;
+    if (src->ndim == dst->ndim && !memcmp(src->shape, dst->shape, sizeof(int64_t) * (size_t)dst->ndim))
+        return cpu_copy(dst, src);
     if ((st = dp_expand(&e, src, dst->ndim, dst->shape))) {
         char x[160], y[160];
         return dp_fail(DP_ERR_SHAPE, "copy_: source shape %s does not broadcast to destination shape %s",
