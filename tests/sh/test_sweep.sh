@@ -1,0 +1,223 @@
+#!/bin/sh
+# tests/sh/test_sweep.sh -- `dplua sweep` on a fake trial script
+# (tests/data/sweep_quadratic.lua, whose loss is (x-1)^2 + (y+2)^2): two
+# trials at once, deliberate crashes recorded without stopping the sweep,
+# a rerun that skips finished trials, the sorted table and the best
+# configuration, a timeout, random spaces, argument templates, bad input.
+# TAP output; run by `make check` with top_builddir and top_srcdir set
+# (both default to "."). Each sweep runs under timeout(1) when there is one.
+#
+#   sh tests/sh/test_sweep.sh          # from the build directory
+
+top_builddir=${top_builddir:-.}
+top_srcdir=${top_srcdir:-.}
+dplua="$top_builddir/dplua"
+case $dplua in /*) ;; *) dplua="$(pwd)/$dplua" ;; esac
+data="$top_srcdir/tests/data"
+
+if [ ! -x "$dplua" ]; then
+    echo "Bail out! no program at $dplua (build it first)"
+    exit 1
+fi
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dplua-sweep.XXXXXX") || {
+    echo "1..0 # SKIP cannot make a temporary directory"
+    exit 0
+}
+trap 'rm -rf "$tmp"' EXIT INT TERM
+cp "$data/sweep_quadratic.lua" "$data/sweep_quadratic_sweep.lua" "$tmp/" || {
+    echo "Bail out! cannot copy the test sweep from $data"
+    exit 1
+}
+
+limit=
+if command -v timeout >/dev/null 2>&1; then limit="timeout 120"; fi
+
+n=0
+ok() {
+    n=$((n + 1))
+    if [ "$1" -eq 0 ]; then
+        echo "ok $n - $2"
+    else
+        echo "not ok $n - $2"
+        sed 's/^/# stdout: /' "$tmp/out" 2>/dev/null
+        sed 's/^/# stderr: /' "$tmp/err" 2>/dev/null
+        echo "# exit status: $status"
+    fi
+}
+has() { grep -q -e "$2" "$tmp/$1"; }
+
+# sweep ARGS...: dplua sweep in $tmp; output in $tmp/out and $tmp/err.
+sweep() {
+    (cd "$tmp" && $limit "$dplua" sweep "$@") >"$tmp/out" 2>"$tmp/err"
+    status=$?
+}
+
+# lua CODE: run the Lua CODE in $tmp with `json`, `results` (the records of
+# sweep_quadratic_sweep.results.jsonl in file order) and `by_trial` defined;
+# an error or a `return false` fails. (-e code gets no varargs, so CODE
+# travels in the environment.)
+lua() {
+    (cd "$tmp" && CHECK="$1" "$dplua" -e '
+        json = require("dplua.json")
+        results = assert(json.read_lines("sweep_quadratic_sweep.results.jsonl"))
+        by_trial = {}
+        for _, r in ipairs(results) do by_trial[r.trial] = r end
+        local f = assert(loadstring(os.getenv("CHECK")))
+        local ok, res = pcall(f)
+        if not ok then io.stderr:write(tostring(res), "\n") os.exit(1) end
+        if res == false then io.stderr:write("check returned false\n") os.exit(1) end
+    ') >>"$tmp/out" 2>>"$tmp/err"
+}
+
+# ---------------------------------------------------------------- first run
+
+sweep sweep_quadratic_sweep.lua
+[ $status -eq 0 ]; ok $? "the sweep exits 0 although two trials fail"
+cp "$tmp/out" "$tmp/first.out"
+has out "8 configurations (grid over x, y)" && has out "0 finished earlier, 8 to run, 2 at a time"
+ok $? "the header names the space, the work and the parallelism"
+
+lua 'return #results == 8'; ok $? "the results file has one line per trial"
+lua 'for i = 1, 8 do assert(by_trial[i], "no record for trial " .. i) end'
+ok $? "every trial has a record"
+
+lua 'local r = by_trial[7]
+     assert(r.status == "crashed" and r.exit_code == 1, json.encode(r))
+     assert(r.error:find("deliberate crash for x = 3"), r.error)'
+ok $? "a Lua error is recorded as crashed, with the exit status and the error line"
+
+lua 'local r = by_trial[8]
+     assert(r.status == "crashed" and r.signal == "SIGKILL", json.encode(r))'
+ok $? "a trial killed by a signal is recorded as crashed with the signal's name"
+
+lua 'for i = 1, 6 do local r = by_trial[i]
+       assert(r.status == "ok" and r.exit_code == 0, json.encode(r))
+       local x, y = r.hparams.x, r.hparams.y
+       assert(r.metrics.loss == (x - 1) ^ 2 + (y + 2) ^ 2, json.encode(r))
+       assert(r.metrics.x_seen == x, "the trial did not see its hparams")
+       assert(r.metrics.step == 1, "the last value of step")
+     end'
+ok $? "successful trials record their last reported metrics, computed from their hparams"
+
+lua 'local overlap = false
+     for i = 1, 8 do for j = i + 1, 8 do
+       local a, b = by_trial[i], by_trial[j]
+       if a.started < b.started + b.time and b.started < a.started + a.time then overlap = true end
+     end end
+     return overlap'
+ok $? "two trials run at the same time"
+
+lua 'local busy = 0
+     for i = 1, 8 do busy = busy + by_trial[i].time end
+     local first, last = math.huge, 0
+     for i = 1, 8 do local r = by_trial[i]
+       first = math.min(first, r.started); last = math.max(last, r.started + r.time) end
+     return last - first < busy * 0.8'
+ok $? "the sweep takes less wall time than its trials one after another"
+
+grep -q "^trial 3: x = 1, y = -2$" "$tmp/sweep_quadratic_sweep.logs/trial-003.log" \
+    && head -1 "$tmp/sweep_quadratic_sweep.logs/trial-003.log" | grep -q "^# dplua sweep: trial 3: x=1 y=-2"
+ok $? "each trial writes its own log, headed by its configuration, with DPLUA_TRIAL_ID set"
+
+# the table: ranked rows first, sorted by loss; failed trials last
+sed -n '/^rank/,/^$/p' "$tmp/out" | awk 'NR > 2 && NF > 0 { print $2 }' | tr '\n' ' ' >"$tmp/order"
+[ "$(cat "$tmp/order")" = "3 1 5 4 2 6 7 8 " ]
+ok $? "the table lists trials sorted by loss, ties by trial, failures last (got: $(cat "$tmp/order"))"
+sed -n '/^rank/,/^$/p' "$tmp/out" | awk 'NR > 2 && $1 != "-" && NF > 0 { print $5 }' >"$tmp/losses"
+sort -g -c "$tmp/losses"; ok $? "the metric column is sorted"
+has out "crashed (exit 1)" && has out "crashed (SIGKILL)"; ok $? "the table shows how failed trials ended"
+has out "^best: trial 3, loss = 0$" && has out "^  x=1 y=-2$" && has out "DPLUA_HPARAMS='{\"x\":1,\"y\":-2}'"
+ok $? "the best configuration is x=1 y=-2"
+
+# ---------------------------------------------------------------- reruns
+
+sweep sweep_quadratic_sweep.lua
+[ $status -eq 0 ] && has out "8 finished earlier, 0 to run" && ! has out "started"
+ok $? "a rerun skips every finished trial"
+lua 'return #results == 8'; ok $? "a rerun adds no records"
+has out "^best: trial 3, loss = 0$"; ok $? "a rerun prints the table from the recorded results"
+
+head -n 4 "$tmp/sweep_quadratic_sweep.results.jsonl" >"$tmp/part" && mv "$tmp/part" "$tmp/sweep_quadratic_sweep.results.jsonl"
+printf '{"trial":5,"status":"ok","hpar\n' >>"$tmp/sweep_quadratic_sweep.results.jsonl"
+sweep sweep_quadratic_sweep.lua
+[ $status -eq 0 ] && has out "4 finished earlier, 4 to run" && has err "skipping a damaged line"
+ok $? "a partial results file (with a line cut short) runs only the missing trials"
+lua 'return #results == 8'; ok $? "the missing trials are appended"
+
+sweep sweep_quadratic_sweep.lua --retry-failed --parallel 1
+[ $status -eq 0 ] && has out "6 finished earlier, 2 to run, 1 at a time" && has out "trial 7 started" \
+    && has out "trial 8 started"
+ok $? "--retry-failed runs the crashed trials again, --parallel overrides the sweep"
+
+sweep sweep_quadratic_sweep.lua --results other.jsonl --dry-run
+[ $status -eq 0 ] && has out "0 finished earlier, 8 to run" && has out "trial 8: x=3 y=0" \
+    && [ ! -e "$tmp/other.jsonl" ]
+ok $? "--dry-run lists the configurations and runs nothing; --results picks the file"
+
+# ---------------------------------------------------------------- timeout, args, random
+
+cat >"$tmp/slow.lua" <<'EOF'
+return { script = "sweep_quadratic.lua", space = { x = 1, y = -2, sleep = 30 },
+         metric = "loss", timeout = 0.5 }
+EOF
+start=$(date +%s)
+sweep slow.lua
+took=$(( $(date +%s) - start ))
+[ $status -eq 1 ] && [ $took -lt 15 ] && grep -q '"status":"timeout"' "$tmp/slow.results.jsonl" \
+    && has out "timeout (SIGTERM)" && has out "best: none"
+ok $? "a trial past its timeout is stopped and recorded; with no success the sweep exits 1 (took ${took}s)"
+
+cat >"$tmp/args.lua" <<'EOF'
+return { script = "sweep_quadratic.lua", space = { x = {1, 2}, y = -2, sleep = 0 },
+         args = { "--x={x}" }, metric = "loss", results = "sub/args.jsonl", logs = "sub/logs" }
+EOF
+sweep args.lua -- extra
+[ $status -eq 0 ] && grep -q '"arg1":"--x=1"' "$tmp/sub/args.jsonl" && grep -q '"arg1":"--x=2"' "$tmp/sub/args.jsonl" \
+    && grep -q "sweep_quadratic.lua --x=1 extra" "$tmp/sub/logs/trial-001.log"
+ok $? "args templates get each trial's values, args after -- are appended, results and logs paths are made"
+
+cat >"$tmp/random.lua" <<'EOF'
+return { script = "sweep_quadratic.lua", method = "random", samples = 6, seed = 7,
+         space = { x = { uniform = {-1, 3} }, y = { log_uniform = {1e-3, 1e-1} }, sleep = {0, 0.01} },
+         metric = "loss" }
+EOF
+sweep random.lua --dry-run
+cp "$tmp/out" "$tmp/random1"
+sweep random.lua --dry-run
+cmp -s "$tmp/out" "$tmp/random1" && [ "$(grep -c '^  trial [0-9]*: ' "$tmp/out")" -eq 6 ]
+ok $? "a random space gives the same configurations for the same seed"
+(cd "$tmp" && "$dplua" -e '
+  local s = require("dplua.sweep")
+  local sw = s.load("random.lua")
+  for _, t in ipairs(s.configurations(sw)) do
+    local h = t.hparams
+    assert(h.x >= -1 and h.x < 3 and h.y >= 1e-3 and h.y <= 1e-1 and (h.sleep == 0 or h.sleep == 0.01))
+  end
+  sw.seed = 8
+  assert(s.configurations(sw)[1].key ~= s.configurations(s.load("random.lua"))[1].key)') >"$tmp/out" 2>"$tmp/err"
+status=$?
+[ $status -eq 0 ]; ok $? "random draws stay in their ranges and depend on the seed"
+
+# ---------------------------------------------------------------- mistakes
+
+printf 'return { script = "sweep_quadratic.lua", space = { x = {1} }, metric = "loss", paralell = 2 }\n' >"$tmp/typo.lua"
+sweep typo.lua
+[ $status -eq 1 ] && has err "unknown field 'paralell'"; ok $? "a misspelt field in the sweep table is an error that names it"
+printf 'return { script = "sweep_quadratic.lua", space = { x = {uniform = {0, 1}} }, metric = "loss" }\n' >"$tmp/dist.lua"
+sweep dist.lua
+[ $status -eq 1 ] && has err 'needs method = "random"'; ok $? "a distribution in a grid is an error"
+sweep sweep_quadratic_sweep.lua --bogus
+[ $status -eq 2 ] && has err "unknown option --bogus"; ok $? "an unknown option exits 2"
+sweep
+[ $status -eq 2 ] && has err "usage: dplua sweep"; ok $? "no sweep file prints the usage and exits 2"
+sweep --help
+[ $status -eq 0 ] && has out "usage: dplua sweep"; ok $? "--help exits 0"
+sweep missing.lua
+[ $status -eq 1 ] && has err "missing.lua"; ok $? "a missing sweep file is named"
+
+printf 'return { script = "sweep_quadratic.lua", space = { x = {1}, z = {2} }, metric = "loss" }\n' >"$tmp/unknown.lua"
+sweep unknown.lua
+grep -q "the sweep sets z, which the script's defaults do not name" "$tmp/unknown.logs/trial-001.log"
+ok $? "torch.hparams(defaults) rejects a sweep key the script does not know"
+
+echo "1..$n"
