@@ -1,0 +1,393 @@
+-- dplua.serialization: torch.save / torch.load of checkpoints in the
+-- safetensors format, and torch.get_rng_state / torch.set_rng_state.
+--
+--   torch.save({model = model:state_dict(), optimizer = opt:state_dict(),
+--               scheduler = sched:state_dict(), rng = torch.get_rng_state(),
+--               step = step}, "ckpt.safetensors")
+--   local ck = torch.load("ckpt.safetensors")
+--   model:load_state_dict(ck.model); opt:load_state_dict(ck.optimizer)
+--   sched:load_state_dict(ck.scheduler); torch.set_rng_state(ck.rng)
+--
+-- The object is a (nested) table of tensors and plain values. Every tensor
+-- is stored as a safetensors tensor under its dotted path ("model.fc1.weight",
+-- "optimizer.state.0.exp_avg"; a tensor at the root is "tensor"), so
+-- Python's safetensors.torch.load_file reads them, and a model state dict
+-- saved on its own loads with PyTorch's model.load_state_dict(load_file(p)).
+-- Everything else goes into the header's __metadata__ as JSON, under the
+-- key "dplua": the object with each tensor replaced by {"__tensor__": key}.
+-- See docs/CHECKPOINTS.md for the encoding and its guarantees.
+--
+-- Writes are atomic (C: a temporary file, fsync, rename, fsync of the
+-- directory). A file without the "dplua" key (e.g. written by PyTorch)
+-- loads as an ordered state dict name -> tensor, in the file's order.
+local ffi = require("ffi")
+local torch = require("dplua")
+local json = require("dplua.json")
+
+local C = torch.C
+local raise = torch._raise
+local is_tensor = torch.is_tensor
+
+local M = {}
+
+local FORMAT_VERSION = "1"
+local RESERVED = "^__"          -- string keys that force the general table form
+
+local function check(st)
+  if st ~= 0 then raise(ffi.string(C.dp_last_error())) end
+end
+
+local function typename(x) return is_tensor(x) and "Tensor" or type(x) end
+
+---------------------------------------------------------------- ordered dicts
+
+-- Module:state_dict() returns a table whose key order lives beside it
+-- (dplua.nn.module); it is recognised by its keys/items methods.
+local function ordered_keys(t)
+  local mt = getmetatable(t)
+  local idx = mt and mt.__index
+  if type(idx) == "table" and type(idx.keys) == "function" and type(idx.items) == "function" then
+    local ok, keys = pcall(idx.keys, t)
+    if ok and type(keys) == "table" then
+      for _, k in ipairs(keys) do if type(k) ~= "string" then return nil end end
+      return keys
+    end
+  end
+  return nil
+end
+
+-- A new ordered dict (the kind Module:state_dict() returns) or, when
+-- dplua.nn cannot be loaded, a plain table.
+local function new_ordered()
+  local ok, m = pcall(require, "dplua.nn.module")
+  if ok and type(m) == "table" and m.ordered_dict then return m.ordered_dict() end
+  return {}
+end
+
+---------------------------------------------------------------- encoding
+
+local function utf8_valid(s)
+  if not s:find("[\128-\255]") then return true end
+  local i, n = 1, #s
+  while i <= n do
+    local c = s:byte(i)
+    local len, min
+    if c < 0x80 then len = 1
+    elseif c >= 0xC2 and c <= 0xDF then len, min = 2, 0x80
+    elseif c >= 0xE0 and c <= 0xEF then len, min = 3, 0x800
+    elseif c >= 0xF0 and c <= 0xF4 then len, min = 4, 0x10000
+    else return false end
+    if len > 1 then
+      if i + len - 1 > n then return false end
+      local cp = c % (2 ^ (7 - len))
+      for j = i + 1, i + len - 1 do
+        local b = s:byte(j)
+        if b < 0x80 or b > 0xBF then return false end
+        cp = cp * 64 + (b - 0x80)
+      end
+      if cp < min or cp > 0x10FFFF or (cp >= 0xD800 and cp <= 0xDFFF) then return false end
+    end
+    i = i + len
+  end
+  return true
+end
+
+local function tohex(s) return (s:gsub(".", function(c) return ("%02x"):format(c:byte()) end)) end
+local function fromhex(h) return (h:gsub("..", function(x) return string.char(tonumber(x, 16)) end)) end
+
+-- A key as it appears in a dotted tensor name.
+local function key_text(k)
+  if type(k) == "number" then return json.number(k) end
+  return tostring(k)
+end
+
+-- Sorts mixed keys: numbers first (by value), then strings.
+local function key_less(a, b)
+  local ta, tb = type(a), type(b)
+  if ta ~= tb then return ta == "number" end
+  return a < b
+end
+
+local function is_list(t)
+  local n = #t
+  if n == 0 then return false end
+  local count = 0
+  for k in pairs(t) do
+    if type(k) ~= "number" or k < 1 or k > n or k % 1 ~= 0 then return false end
+    count = count + 1
+  end
+  return count == n
+end
+
+local dtype_mt = torch.dtype_mt
+local device_mt = getmetatable(torch.device("cpu"))
+
+-- Turns obj into a JSON-able skeleton, collecting its tensors.
+local function encoder()
+  local names, tensors, key_of, used = {}, {}, {}, {}
+  local visiting = {}
+  local enc
+
+  local function add_tensor(t, path)
+    local key = key_of[t]
+    if key then return key end
+    key = path ~= "" and path or "tensor"
+    if used[key] then
+      local i = 2
+      while used[key .. "~" .. i] do i = i + 1 end
+      key = key .. "~" .. i
+    end
+    used[key] = true
+    key_of[t] = key
+    names[#names + 1] = key
+    tensors[#tensors + 1] = t
+    return key
+  end
+
+  local function child(path, k) return path == "" and key_text(k) or (path .. "." .. key_text(k)) end
+
+  local function pairs_list(t, keys, path)
+    local out = {}
+    for i, k in ipairs(keys) do
+      local ek = k
+      if type(k) == "string" and not utf8_valid(k) then ek = { __bytes__ = tohex(k) } end
+      out[i] = { ek, enc(t[k], child(path, k)) }
+    end
+    return out
+  end
+
+  local function enc_table(v, path)
+    if visiting[v] then raise("torch.save: the object contains itself (a cycle) at '" .. path .. "'") end
+    if getmetatable(v) == dtype_mt then return { __dtype__ = v.name } end
+    if getmetatable(v) == device_mt then return { __device__ = tostring(v) } end
+    visiting[v] = true
+    local out
+    local okeys = ordered_keys(v)
+    if okeys then
+      out = { __odict__ = json.array(pairs_list(v, okeys, path)) }
+    elseif next(v) == nil then
+      out = {}
+    elseif is_list(v) then
+      out = json.array({})
+      for i = 1, #v do out[i] = enc(v[i], child(path, i)) end
+    else
+      local keys, plain = {}, true
+      for k in pairs(v) do
+        local tk = type(k)
+        if tk ~= "string" and not (tk == "number" and k == k) then
+          raise(("torch.save: a table at '%s' has a key of type %s; keys must be strings or numbers"):format(
+            path, tk))
+        end
+        if tk ~= "string" or k:find(RESERVED) or not utf8_valid(k) then plain = false end
+        keys[#keys + 1] = k
+      end
+      table.sort(keys, key_less)
+      if plain then
+        out = {}
+        for _, k in ipairs(keys) do out[k] = enc(v[k], child(path, k)) end
+      else
+        out = { __table__ = json.array(pairs_list(v, keys, path)) }
+      end
+    end
+    visiting[v] = nil
+    return out
+  end
+
+  enc = function(v, path)
+    local tv = type(v)
+    if is_tensor(v) then return { __tensor__ = add_tensor(v, path) } end
+    if tv == "number" then
+      if v ~= v then return { __float__ = "nan" } end
+      if v == math.huge then return { __float__ = "inf" } end
+      if v == -math.huge then return { __float__ = "-inf" } end
+      return v
+    elseif tv == "boolean" then
+      return v
+    elseif tv == "string" then
+      if utf8_valid(v) then return v end
+      return { __bytes__ = tohex(v) }
+    elseif tv == "table" then
+      return enc_table(v, path)
+    elseif tv == "cdata" and ffi.istype("int64_t", v) then
+      return { __int64__ = tostring(v):gsub("LL$", "") }
+    elseif tv == "cdata" and ffi.istype("uint64_t", v) then
+      return { __uint64__ = tostring(v):gsub("ULL$", "") }
+    end
+    raise(("torch.save: cannot save a %s (at '%s'): a checkpoint holds tensors, numbers, strings, "
+           .. "booleans and tables of them"):format(tv, path == "" and "the root" or path))
+  end
+
+  return enc, names, tensors
+end
+
+---------------------------------------------------------------- save
+
+local function check_path(fn, path)
+  if type(path) ~= "string" or path == "" then
+    raise(("%s: expected a file path (a string), got %s"):format(fn, typename(path)))
+  end
+end
+
+-- torch.save(obj, path): obj a tensor, or a table of tensors and plain
+-- values (nested), written atomically to path.
+function M.save(obj, path)
+  check_path("torch.save", path)
+  if obj == nil then raise("torch.save: expected an object to save, got nil") end
+  local enc, names, tensors = encoder()
+  local skeleton = json.encode(enc(obj, ""))
+  local n = #names
+  local cnames = ffi.new("const char *[?]", n + 1)
+  local cts = ffi.new("dp_tensor *[?]", n + 1)
+  for i = 1, n do
+    cnames[i - 1] = names[i]
+    cts[i - 1] = tensors[i].p
+  end
+  local mkeys = { "format", "dplua_format", "dplua_version", "dplua" }
+  local mvals = { "pt", FORMAT_VERSION, torch.__version__, skeleton }
+  local ck = ffi.new("const char *[4]", mkeys)
+  local cv = ffi.new("const char *[4]", mvals)
+  check(C.dp_safetensors_save(path, n, cnames, cts, 4, ck, cv))
+  -- names, tensors, mkeys and mvals stay referenced until here
+  return nil
+end
+
+---------------------------------------------------------------- load
+
+-- Reads every tensor and the metadata of a safetensors file.
+local function read_file(path)
+  local pp = ffi.new("dp_safetensors *[1]")
+  check(C.dp_safetensors_open(pp, path))
+  local f = ffi.gc(pp[0], C.dp_safetensors_close)
+  local names, by_name, meta = {}, {}, {}
+  local ok, err = pcall(function()
+    for i = 0, C.dp_safetensors_metadata_count(f) - 1 do
+      meta[ffi.string(C.dp_safetensors_metadata_key(f, i))] = ffi.string(C.dp_safetensors_metadata_value(f, i))
+    end
+    local out = ffi.new("dp_tensor *[1]")
+    for i = 0, C.dp_safetensors_count(f) - 1 do
+      local name = ffi.string(C.dp_safetensors_name(f, i))
+      check(C.dp_safetensors_tensor(out, f, i))
+      names[#names + 1] = name
+      by_name[name] = torch._wrap(out[0])
+    end
+  end)
+  ffi.gc(f, nil)
+  C.dp_safetensors_close(f)
+  if not ok then error(err, 0) end
+  return names, by_name, meta
+end
+
+local function decoder(path, by_name, referenced)
+  local dec
+  local function bad(what)
+    raise(("torch.load: '%s': the \"dplua\" metadata is malformed: %s"):format(path, what))
+  end
+  local function dec_key(k)
+    if type(k) == "table" and type(k.__bytes__) == "string" then return fromhex(k.__bytes__) end
+    if type(k) ~= "string" and type(k) ~= "number" then bad("a table key of type " .. type(k)) end
+    return k
+  end
+  local function dec_pairs(list, into)
+    if type(list) ~= "table" then bad("a pair list that is not a list") end
+    for _, kv in ipairs(list) do
+      if type(kv) ~= "table" or #kv ~= 2 then bad("a key-value pair that is not a pair") end
+      local k = dec_key(kv[1])
+      into[k] = dec(kv[2])
+    end
+    return into
+  end
+  dec = function(v)
+    if v == json.null then return nil end
+    if type(v) ~= "table" then return v end
+    local tag = next(v)
+    if type(tag) == "string" and next(v, tag) == nil and tag:find(RESERVED) then
+      local x = v[tag]
+      if tag == "__tensor__" then
+        local t = by_name[x]
+        if t == nil then bad(("it refers to tensor '%s', which the file does not hold"):format(tostring(x))) end
+        referenced[x] = true
+        return t
+      elseif tag == "__float__" then
+        if x == "nan" then return 0 / 0 elseif x == "inf" then return math.huge elseif x == "-inf" then return -math.huge end
+        bad("an unknown __float__ " .. tostring(x))
+      elseif tag == "__int64__" or tag == "__uint64__" then
+        if type(x) ~= "string" or not x:find("^%-?%d+$") then bad("a malformed " .. tag) end
+        local neg = x:sub(1, 1) == "-"
+        local r = tag == "__int64__" and ffi.new("int64_t", 0) or ffi.new("uint64_t", 0)
+        for d in x:gmatch("%d") do r = r * 10 + tonumber(d) end
+        return neg and -r or r
+      elseif tag == "__bytes__" then
+        if type(x) ~= "string" or #x % 2 ~= 0 or x:find("[^%x]") then bad("a malformed __bytes__") end
+        return fromhex(x)
+      elseif tag == "__dtype__" then
+        local d = torch[x]
+        if getmetatable(d) ~= dtype_mt then bad("an unknown dtype " .. tostring(x)) end
+        return d
+      elseif tag == "__device__" then
+        return torch.device(x)
+      elseif tag == "__odict__" then
+        return dec_pairs(x, new_ordered())
+      elseif tag == "__table__" then
+        return dec_pairs(x, {})
+      end
+      bad("an unknown tag " .. tag)
+    end
+    local out = {}
+    for k, x in pairs(v) do out[k] = dec(x) end
+    return out
+  end
+  return dec
+end
+
+-- torch.load(path [, {map_location=device}]): the saved object. A file
+-- without dplua's metadata gives an ordered state dict name -> tensor.
+-- The second result is the file's __metadata__ (string -> string).
+function M.load(path, opts)
+  check_path("torch.load", path)
+  if opts ~= nil and type(opts) ~= "table" then
+    raise("torch.load: expected options as a table ({map_location=...}), got " .. typename(opts))
+  end
+  local names, by_name, meta = read_file(path)
+  local device = opts and opts.map_location
+  if device ~= nil then
+    for _, name in ipairs(names) do by_name[name] = by_name[name]:to(device) end
+  end
+  local skeleton = meta.dplua
+  if skeleton == nil then
+    local sd = new_ordered()
+    for _, name in ipairs(names) do sd[name] = by_name[name] end
+    return sd, meta
+  end
+  local tree, err = json.decode(skeleton)
+  if tree == nil then
+    raise(("torch.load: '%s': the \"dplua\" metadata is not valid JSON: %s"):format(path, tostring(err)))
+  end
+  local referenced = {}
+  local obj = decoder(path, by_name, referenced)(tree)
+  return obj, meta
+end
+
+---------------------------------------------------------------- RNG state
+
+-- The state of the (counter-based) generator: a uint8 tensor of 16 bytes,
+-- the 64-bit seed then the 64-bit offset, little-endian; like PyTorch's
+-- get_rng_state() it is a ByteTensor, so it fits in a checkpoint.
+local u64pair = ffi.new("uint64_t[2]")
+function M.get_rng_state()
+  C.dp_rng_get_state(u64pair, u64pair + 1)
+  local t = torch.empty(16, { dtype = torch.uint8 })
+  ffi.copy(C.dp_tensor_data(t.p), u64pair, 16)
+  return t
+end
+
+function M.set_rng_state(state)
+  if not is_tensor(state) or state.dtype ~= torch.uint8 or state:numel() ~= 16 then
+    raise(("set_rng_state: expected the uint8 tensor of 16 bytes that get_rng_state returns, got %s"):format(
+      is_tensor(state) and (tostring(state.dtype) .. " " .. tostring(state:size())) or typename(state)))
+  end
+  local c = state:cpu():contiguous()
+  ffi.copy(u64pair, C.dp_tensor_data(c.p), 16)
+  C.dp_rng_set_state(u64pair[0], u64pair[1])
+end
+
+return M
