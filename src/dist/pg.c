@@ -15,8 +15,13 @@
  * breaks the group: queued and later ops fail at once with the same
  * message, so nothing waits on a transport in an unknown state.
  *
- * Diagnosis. Before each collective a rank records the sequence number it
- * has entered under dplua/<group>/progress/<rank>; the store server sets
+ * Diagnosis. Each rank records the sequence number of the last collective
+ * it entered under dplua/<group>/progress/<rank>. Not before every op: a
+ * store round trip (~10 us on loopback) is a quarter of a small Gloo
+ * all_reduce there, and rank 0's store thread would serve every rank's
+ * every op. A heartbeat thread per group publishes it instead, at most
+ * every 50 ms and only when it changed, which is fresh enough for a
+ * diagnosis made after a timeout of seconds. The store server sets
  * dplua/dead/<rank> when a rank's connection drops. When an op fails, the
  * failing rank reads both to say which ranks did not arrive and which are
  * dead. With DPLUA_DIST_DEBUG=1 every rank also publishes a fingerprint of
@@ -86,6 +91,10 @@ struct dp_pg {
     int busy;                        /* an op is running (worker or caller) */
     int stop, started;
     pthread_t thread;
+    atomic_uint_fast64_t entered;    /* the last collective this rank entered */
+    int hb_started;
+    pthread_t hb_thread;
+    pthread_cond_t hb_cv;
     dp_work *parked;                 /* finished orphans, freed by the caller */
 
     dp_status broken;                /* set once, under mu, by the running op */
@@ -276,6 +285,51 @@ static void publish_progress(dp_pg *pg, uint64_t seq)
     (void)pg_store_set(pg->store, key, val, (size_t)n);   /* best effort: only diagnosis reads it */
 }
 
+#define PG_HEARTBEAT_S 0.05
+
+/* Publishes pg->entered every PG_HEARTBEAT_S when it changed (and at
+ * once the first time), until dp_pg_free. */
+static void *heartbeat_main(void *arg)
+{
+    dp_pg *pg = arg;
+    uint64_t published = 0;
+    pthread_mutex_lock(&pg->mu);
+    while (!pg->stop) {
+        uint64_t seq = atomic_load(&pg->entered);
+        if (seq != published) {
+            pthread_mutex_unlock(&pg->mu);
+            publish_progress(pg, seq);
+            published = seq;
+            pthread_mutex_lock(&pg->mu);
+            continue;
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        long ns = until.tv_nsec + (long)(PG_HEARTBEAT_S * 1e9);
+        until.tv_sec += ns / 1000000000L;
+        until.tv_nsec = ns % 1000000000L;
+        pthread_cond_timedwait(&pg->hb_cv, &pg->mu, &until);
+    }
+    pthread_mutex_unlock(&pg->mu);
+    return NULL;
+}
+
+/* Starts the heartbeat with the group's first collective; caller's thread. */
+static void heartbeat_start(dp_pg *pg)
+{
+    if (pg->hb_started)
+        return;
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&pg->hb_cv, &attr);
+    pthread_condattr_destroy(&attr);
+    if (pthread_create(&pg->hb_thread, NULL, heartbeat_main, pg) == 0)
+        pg->hb_started = 1;
+    else
+        pthread_cond_destroy(&pg->hb_cv);   /* no diagnosis by progress, nothing worse */
+}
+
 /* ---------------------------------------------------------------- diagnosis */
 
 /* Waits up to `wait` seconds for a dead key of a rank in [lo, hi) other
@@ -301,13 +355,15 @@ static int find_dead(dp_pg *pg, int lo, int hi, double wait, int *dead)
 }
 
 /* Appends to msg (of capacity PG_MSG) what the store says about the other
- * ranks when `op` failed: the dead ones; after a timeout, those that did
- * not arrive; and if all arrived, that the ranks called different
- * collectives. For send/recv only the peer is looked at. */
+ * ranks when `op` failed. After a lost connection: the dead ranks (the
+ * others may simply not be there yet). After a timeout: the ranks that did
+ * not arrive, dead or not; if every rank arrived, that the ranks called
+ * different collectives (a rank that arrived and then exited, e.g. on that
+ * same error, is not the cause). For send/recv only the peer is looked at. */
 static void diagnose(dp_pg *pg, const pg_op *op, int peer_lost, char *msg)
 {
     size_t n = strlen(msg);
-    char rs[64];
+    char rs[64], since[PG_MSG / 4];
     int p2p = op->kind == PG_SEND || op->kind == PG_RECV;
     int lo = p2p ? op->root : 0, hi = p2p ? op->root + 1 : pg->size;
     int dead[pg->size];
@@ -317,37 +373,42 @@ static void diagnose(dp_pg *pg, const pg_op *op, int peer_lost, char *msg)
         return;
     }
     int nlate = 0, store_ok = 1;
+    size_t ns = 0;
+    since[0] = 0;
     for (int r = lo; r < hi && n < PG_MSG; r++) {
         if (r == pg->rank)
             continue;
+        long long p = p2p ? -1 : progress_of(pg, r, &store_ok);
+        int arrived = !p2p && p >= 0 && (uint64_t)p >= op->seq;
+        if (dead[r] && arrived && !peer_lost) {
+            if (ns < sizeof since)
+                ns += snprintf(since + ns, sizeof since - ns, "%s%s", ns ? ", " : "", rank_str(pg, r, rs, sizeof rs));
+            continue;
+        }
         if (dead[r]) {
             n += snprintf(msg + n, PG_MSG - n, "; %s is dead (its connection to the store closed)",
                           rank_str(pg, r, rs, sizeof rs));
+            nlate++;
             continue;
         }
-        /* after a lost connection the others may just not be there yet:
-         * only a timeout says that a rank did not arrive */
-        if (peer_lost && ndead)
-            continue;
-        if (p2p) {
-            n += snprintf(msg + n, PG_MSG - n, "; %s did not %s with tag %d in time", rank_str(pg, r, rs, sizeof rs),
-                          op->kind == PG_SEND ? "receive" : "send", op->tag);
-            continue;
-        }
-        long long p = progress_of(pg, r, &store_ok);
-        if (p >= 0 && (uint64_t)p >= op->seq)
+        if ((peer_lost && ndead) || arrived)
             continue;
         nlate++;
-        if (p < 0)
+        if (p2p)
+            n += snprintf(msg + n, PG_MSG - n, "; %s did not %s with tag %d in time", rank_str(pg, r, rs, sizeof rs),
+                          op->kind == PG_SEND ? "receive" : "send", op->tag);
+        else if (p < 0)
             n += snprintf(msg + n, PG_MSG - n, "; %s did not arrive (it has entered no collective on this group)",
                           rank_str(pg, r, rs, sizeof rs));
         else
             n += snprintf(msg + n, PG_MSG - n, "; %s did not arrive (the last collective it entered is #%lld)",
                           rank_str(pg, r, rs, sizeof rs), p);
     }
-    if (!p2p && !ndead && !nlate && !peer_lost && n < PG_MSG)
-        snprintf(msg + n, PG_MSG - n, "; every rank entered #%llu, so the ranks called different collectives "
-                 "or sizes here (run with DPLUA_DIST_DEBUG=1 to name them)", (unsigned long long)op->seq);
+    if (!p2p && !nlate && !peer_lost && n < PG_MSG)
+        n += snprintf(msg + n, PG_MSG - n, "; every rank entered #%llu, so the ranks called different collectives "
+                      "or sizes here (run with DPLUA_DIST_DEBUG=1 to name them)", (unsigned long long)op->seq);
+    if (ns && n < PG_MSG)
+        snprintf(msg + n, PG_MSG - n, "; since then %s exited", since);
 }
 
 /* "all_reduce #5 on group default (rank 0 of 2)" */
@@ -490,7 +551,7 @@ static void execute(dp_pg *pg, dp_work *w)
     if ((w->status = broken))
         return;
     if (op->seq) {
-        publish_progress(pg, op->seq);
+        atomic_store(&pg->entered, op->seq);
         if (pg->debug && (w->status = check_fingerprints(pg, op, w->msg))) {
             set_broken(pg, w->status, w->msg);
             return;
@@ -625,6 +686,8 @@ static dp_status submit(dp_pg *pg, const pg_op *op, dp_tensor *a, dp_tensor *b, 
     pthread_mutex_unlock(&pg->mu);
     if (broken)
         return dp_fail(broken, "%s", pg->broken_msg);
+    if (op->seq)
+        heartbeat_start(pg);
     if (!work) {
         dp_work w;
         memset(&w, 0, sizeof w);
@@ -1055,6 +1118,13 @@ void dp_pg_free(dp_pg *pg)
     pthread_mutex_unlock(&pg->mu);
     if (pg->started)
         pthread_join(pg->thread, NULL);
+    if (pg->hb_started) {
+        pthread_mutex_lock(&pg->mu);
+        pthread_cond_broadcast(&pg->hb_cv);
+        pthread_mutex_unlock(&pg->mu);
+        pthread_join(pg->hb_thread, NULL);
+        pthread_cond_destroy(&pg->hb_cv);
+    }
     free_parked(pg);
     sigpipe_guard guard;
     sigpipe_block(&guard);
