@@ -277,14 +277,18 @@ local function read_file(path)
   return names, by_name, meta
 end
 
-local function decoder(path, by_name, referenced)
+-- Rebuilds the object from the skeleton; anything unexpected in it is a
+-- "malformed" error naming the file.
+local function decoder(path, by_name)
   local dec
-  local function bad(what)
-    raise(("torch.load: '%s': the \"dplua\" metadata is malformed: %s"):format(path, what))
+  local function bad(what) error(what, 0) end
+  local function hex(x)
+    if type(x) ~= "string" or #x % 2 ~= 0 or x:find("[^%x]") then bad("a malformed __bytes__") end
+    return fromhex(x)
   end
   local function dec_key(k)
-    if type(k) == "table" and type(k.__bytes__) == "string" then return fromhex(k.__bytes__) end
-    if type(k) ~= "string" and type(k) ~= "number" then bad("a table key of type " .. type(k)) end
+    if type(k) == "table" and k.__bytes__ ~= nil and next(k, next(k)) == nil then return hex(k.__bytes__) end
+    if type(k) ~= "string" and type(k) ~= "number" then bad("a table key that is " .. type(k)) end
     return k
   end
   local function dec_pairs(list, into)
@@ -305,7 +309,6 @@ local function decoder(path, by_name, referenced)
       if tag == "__tensor__" then
         local t = by_name[x]
         if t == nil then bad(("it refers to tensor '%s', which the file does not hold"):format(tostring(x))) end
-        referenced[x] = true
         return t
       elseif tag == "__float__" then
         if x == "nan" then return 0 / 0 elseif x == "inf" then return math.huge elseif x == "-inf" then return -math.huge end
@@ -317,14 +320,15 @@ local function decoder(path, by_name, referenced)
         for d in x:gmatch("%d") do r = r * 10 + tonumber(d) end
         return neg and -r or r
       elseif tag == "__bytes__" then
-        if type(x) ~= "string" or #x % 2 ~= 0 or x:find("[^%x]") then bad("a malformed __bytes__") end
-        return fromhex(x)
+        return hex(x)
       elseif tag == "__dtype__" then
-        local d = torch[x]
+        local d = type(x) == "string" and rawget(torch, x)
         if getmetatable(d) ~= dtype_mt then bad("an unknown dtype " .. tostring(x)) end
         return d
       elseif tag == "__device__" then
-        return torch.device(x)
+        local ok, d = pcall(torch.device, x)
+        if not ok then bad("an unknown device " .. tostring(x)) end
+        return d
       elseif tag == "__odict__" then
         return dec_pairs(x, new_ordered())
       elseif tag == "__table__" then
@@ -362,8 +366,10 @@ function M.load(path, opts)
   if tree == nil then
     raise(("torch.load: '%s': the \"dplua\" metadata is not valid JSON: %s"):format(path, tostring(err)))
   end
-  local referenced = {}
-  local obj = decoder(path, by_name, referenced)(tree)
+  local ok, obj = pcall(decoder(path, by_name), tree)
+  if not ok then
+    raise(("torch.load: '%s': the \"dplua\" metadata is malformed: %s"):format(path, tostring(obj)))
+  end
   return obj, meta
 end
 
