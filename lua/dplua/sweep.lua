@@ -527,8 +527,7 @@ local function start_trial(ctx, t, slot)
   local run = { trial = t, slot = slot, log = log, report = report, gpu = gpu, started = now() }
   run.pid, run.spawn_error = spawn(argv, child_environment(set), log)
   if run.pid then
-    say(format("[%d/%d] trial %d started: %s%s", ctx.done + ctx.running + 1, ctx.to_run, t.id,
-               show_config(t.hparams), gpu and (" on GPU " .. gpu) or ""))
+    say(format("trial %d started: %s%s", t.id, show_config(t.hparams), gpu and (" on GPU " .. gpu) or ""))
   end
   return run
 end
