@@ -6,9 +6,9 @@
  * Rendezvous goes through our store: Gloo's rendezvous::Store is
  * implemented below over pg_store_set/get/wait (pg.c's locked, polling
  * face of dp_store_*) under the group's prefix, so several groups' keys
- * coexist. Each group has
- * its own device (one event-loop thread) and context; pg.c runs at most
- * one op of a group at a time, so a group's tags are its sequence numbers.
+ * coexist. Each group has its own device (one event-loop thread) and
+ * context; pg.c runs at most one op of a group at a time, and each op's
+ * tag comes from its sequence number (see op_tag).
  *
  * Reductions are done here, per dtype: integers wrap (two's complement, as
  * in PyTorch), bool is uint8 with SUM and MAX as OR and PRODUCT and MIN as
@@ -99,6 +99,43 @@ struct pg_gloo {
 /* ---------------------------------------------------------------- reductions */
 
 typedef void (*reduce_fn)(void *, const void *, const void *, size_t);
+
+/* ---------------------------------------------------------------- tags */
+
+/* Gloo matches messages by slot, built from an op's tag, and a message
+ * longer than the buffer posted for its slot fails an enforce on Gloo's
+ * event-loop thread, which ends the process. So the tag is not just the
+ * sequence number but a hash of everything the ranks must agree on (seq,
+ * op, dtype, count, root, reduction): ranks that called different
+ * collectives or sizes post different slots, nothing moves, and each side
+ * times out with an error instead. */
+static uint32_t mix(uint32_t h, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) {
+        h ^= (uint32_t)(v >> (8 * i)) & 0xff;
+        h *= 16777619u;   /* FNV-1a */
+    }
+    return h;
+}
+
+static uint32_t op_tag(const pg_op *op)
+{
+    uint32_t h = 2166136261u;
+    h = mix(h, op->seq);
+    h = mix(h, (uint64_t)op->kind << 48 | (uint64_t)op->dtype << 32 | (uint32_t)op->redop);
+    h = mix(h, (uint64_t)op->count);
+    return mix(h, (uint64_t)(int64_t)op->root);
+}
+
+/* Point-to-point slots live above every collective's (Gloo puts a small
+ * prefix in the top byte): 0xd0, then 24 bits of the user's tag, then a
+ * hash of the byte count and dtype, so that a send and a recv of
+ * different sizes time out instead of meeting. */
+static uint64_t p2p_slot(const pg_op *op)
+{
+    uint32_t h = mix(mix(2166136261u, (uint64_t)op->count), (uint64_t)op->dtype);
+    return (0xd0ULL << 56) | ((uint64_t)(op->tag & 0xffffff) << 32) | h;
+}
 
 /* c = a op b over n elements; integers through their unsigned type so
  * that overflow wraps instead of being undefined. */
@@ -195,7 +232,7 @@ static void divide(T *p, size_t n, int size)
 template <typename T>
 static void reducing_op(pg_gloo *g, const pg_op *op, T *in, T *out)
 {
-    uint32_t tag = (uint32_t)op->seq;
+    uint32_t tag = op_tag(op);
     size_t n = (size_t)op->count;
     bool avg = op->redop == DP_RED_AVG;
     switch (op->kind) {
@@ -274,7 +311,7 @@ static void broadcast_bytes(pg_gloo *g, const pg_op *op, size_t nbytes)
     gloo::BroadcastOptions o(g->ctx);
     o.setOutput((uint8_t *)op->out, nbytes);
     o.setRoot(op->root);
-    o.setTag((uint32_t)op->seq);
+    o.setTag(op_tag(op));
     o.setTimeout(g->timeout);
     gloo::broadcast(o);
 }
@@ -284,7 +321,7 @@ static void allgather_bytes(pg_gloo *g, const pg_op *op, size_t nbytes)
     gloo::AllgatherOptions o(g->ctx);
     o.setInput((uint8_t *)op->in, nbytes);
     o.setOutput((uint8_t *)op->out, nbytes * g->size);
-    o.setTag((uint32_t)op->seq);
+    o.setTag(op_tag(op));
     o.setTimeout(g->timeout);
     gloo::allgather(o);
 }
@@ -294,7 +331,7 @@ static void alltoall_bytes(pg_gloo *g, const pg_op *op, size_t nbytes)
     gloo::AlltoallOptions o(g->ctx);
     o.setInput((uint8_t *)op->in, nbytes * g->size);
     o.setOutput((uint8_t *)op->out, nbytes * g->size);
-    o.setTag((uint32_t)op->seq);
+    o.setTag(op_tag(op));
     o.setTimeout(g->timeout);
     gloo::alltoall(o);
 }
@@ -302,27 +339,20 @@ static void alltoall_bytes(pg_gloo *g, const pg_op *op, size_t nbytes)
 static void barrier(pg_gloo *g, const pg_op *op)
 {
     gloo::BarrierOptions o(g->ctx);
-    o.setTag((uint32_t)op->seq);
+    o.setTag(op_tag(op));
     o.setTimeout(g->timeout);
     gloo::barrier(o);
-}
-
-/* Point-to-point slots live above every collective's (Gloo builds those
- * from a small prefix in the top byte and the tag). */
-static uint64_t p2p_slot(int tag)
-{
-    return (0xd0ULL << 56) | (uint32_t)tag;
 }
 
 static void send_recv(pg_gloo *g, const pg_op *op, size_t nbytes)
 {
     auto buf = g->ctx->createUnboundBuffer(op->in, nbytes);
     if (op->kind == PG_SEND) {
-        buf->send(op->root, p2p_slot(op->tag));
+        buf->send(op->root, p2p_slot(op));
         if (!buf->waitSend(g->timeout))
             throw gloo::IoException("send was aborted");
     } else {
-        buf->recv(op->root, p2p_slot(op->tag));
+        buf->recv(op->root, p2p_slot(op));
         if (!buf->waitRecv(g->timeout))
             throw gloo::IoException("recv was aborted");
     }

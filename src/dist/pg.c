@@ -369,7 +369,7 @@ static void diagnose(dp_pg *pg, const pg_op *op, int peer_lost, char *msg)
     int dead[pg->size];
     int ndead = find_dead(pg, lo, hi, peer_lost ? (pg->timeout_s < 2.0 ? pg->timeout_s : 2.0) : 0, dead);
     if (ndead < 0) {
-        snprintf(msg + n, PG_MSG - n, "; the store did not answer either (rank 0 serves it: it is probably dead)");
+        snprintf(msg + n, PG_MSG - n, "; the store did not answer either (rank 0, which serves it, has exited or died)");
         return;
     }
     int nlate = 0, store_ok = 1;
@@ -395,8 +395,9 @@ static void diagnose(dp_pg *pg, const pg_op *op, int peer_lost, char *msg)
             continue;
         nlate++;
         if (p2p)
-            n += snprintf(msg + n, PG_MSG - n, "; %s did not %s with tag %d in time", rank_str(pg, r, rs, sizeof rs),
-                          op->kind == PG_SEND ? "receive" : "send", op->tag);
+            n += snprintf(msg + n, PG_MSG - n, "; %s did not %s %lld %s elements with tag %d in time",
+                          rank_str(pg, r, rs, sizeof rs), op->kind == PG_SEND ? "receive" : "send",
+                          (long long)op->count, dp_dtype_name(op->dtype), op->tag);
         else if (p < 0)
             n += snprintf(msg + n, PG_MSG - n, "; %s did not arrive (it has entered no collective on this group)",
                           rank_str(pg, r, rs, sizeof rs));
@@ -938,8 +939,8 @@ static dp_status p2p(dp_pg *pg, int kind, dp_tensor *t, int peer, int tag)
         return st;
     if (peer == pg->rank)
         return dp_fail(DP_ERR_ARG, "%s: rank %d cannot %s itself", fn, peer, kind == PG_SEND ? "send to" : "receive from");
-    if (tag < 0)
-        return dp_fail(DP_ERR_ARG, "%s: the tag must be >= 0, got %d", fn, tag);
+    if (tag < 0 || tag > 0xffffff)
+        return dp_fail(DP_ERR_ARG, "%s: the tag must be in [0, 16777215], got %d", fn, tag);
     pg_op o = op_of(kind, t);
     o.seq = 0;   /* point-to-point: not numbered among the collectives */
     o.root = peer;

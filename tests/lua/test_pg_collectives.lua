@@ -106,6 +106,8 @@ if not scenario then
   run("subgroups", 4)
   run("mismatch_debug", 2, { env = "DPLUA_DIST_DEBUG=1" })
   run("mismatch", 2)
+  run("mismatch_sizes", 2)
+  run("p2p_sizes", 2)
   run("dead_peer", 3, { rc = { [2] = 7 } })
   run("absent", 2)
   run("dead_store", 2, { rc = { [0] = 7 } })
@@ -496,6 +498,35 @@ function S.mismatch()
   check(st ~= 0 and msg:find(mine, 1, true) and msg:find("different collectives", 1, true),
         "an error naming the op and its number, and that every rank arrived", msg)
   check(dt < 2 + 3, ("within the timeout (%.2f s)"):format(dt))
+  done({ pg })
+end
+
+-- The same collective with different sizes: Gloo would abort the process
+-- on the size mismatch; the ranks must get an error instead.
+function S.mismatch_sizes()
+  local pg = new_group("default", 2)
+  local t = torch.ones(rank == 0 and 10 or 20)
+  local t0 = now()
+  local st = C.dp_pg_all_reduce(pg, t.p, SUM, nil)
+  local msg = last_error()
+  check(st ~= 0 and msg:find("all_reduce #1 on group default", 1, true) and msg:find("different collectives or sizes", 1, true),
+        "an error, not an abort", msg)
+  check(now() - t0 < 2 + 3, ("within the timeout (%.2f s)"):format(now() - t0))
+  done({ pg })
+end
+
+-- A send and a recv of different sizes: both time out, naming the peer.
+function S.p2p_sizes()
+  local pg = new_group("default", 2)
+  local t0 = now()
+  local st
+  if rank == 0 then st = C.dp_pg_recv(pg, torch.ones(10).p, 1, 3) else st = C.dp_pg_send(pg, torch.ones(20).p, 0, 3) end
+  local msg = last_error()
+  local want = rank == 0 and "recv on group default (rank 0 of 2) failed: " or "send on group default (rank 1 of 2) failed: "
+  local peer = rank == 0 and "rank 1 did not send 10 float32 elements with tag 3 in time"
+                          or "rank 0 did not receive 20 float32 elements with tag 3 in time"
+  check(st ~= 0 and msg:find(want, 1, true) and msg:find(peer, 1, true), "an error naming the peer and the tag", msg)
+  check(now() - t0 < 2 + 3, ("within the timeout (%.2f s)"):format(now() - t0))
   done({ pg })
 end
 
