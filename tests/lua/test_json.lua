@@ -119,7 +119,8 @@ T.run("strictness", function()
   for _, case in ipairs(bad) do
     local v, err = dec(case[1])
     T.ok(v == nil and type(err) == "string" and err:find(case[2]) ~= nil,
-         ("%q is refused (%s)"):format(case[1]:sub(1, 20), case[2]), "got " .. tostring(v) .. ", " .. tostring(err))
+         ("%q is refused (%s)"):format(case[1]:sub(1, 20):gsub("[^\32-\126]", function(c) return "\\" .. c:byte() end), case[2]),
+         "got " .. tostring(v) .. ", " .. tostring(err))
   end
   local _, err = dec('{"a": 1,\n "b": [1, 2,, 3]}')
   T.ok(err and err:find("^line 2 column 13:") ~= nil, "errors give the line and column", err)
