@@ -1,0 +1,1026 @@
+/*
+ * launch.c — the launcher: starts the ranks of one node, watches them, and
+ * ends them all when one fails (see launch.h and docs/DISTRIBUTED.md).
+ *
+ * Each rank is this same program (/proc/self/exe) run on the script, with
+ * torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+ * GROUP_RANK, MASTER_ADDR, MASTER_PORT) and DPLUA_JOB_TOKEN. Its stdout and
+ * stderr come back through pipes and are written out a whole line at a
+ * time, so lines of different ranks never mix; the last lines of each
+ * rank's stderr are kept for the report when it fails.
+ *
+ * One process, one thread, one poll() loop: the pipes, and a self-pipe
+ * that the signal handlers (SIGCHLD, and SIGINT/SIGTERM/SIGHUP to forward)
+ * write to. Each rank runs in its own process group, so a Ctrl-C at the
+ * terminal reaches the launcher alone and the ranks get it once, forwarded;
+ * PR_SET_PDEATHSIG kills a rank whose launcher died.
+ */
+#define _GNU_SOURCE
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "dist/launch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef DP_HAVE_CUDA
+#include "dp_cuda.h"
+#endif
+
+#define PROG "dplua"
+#define EXIT_USAGE 2
+#define GO_ON (-1)              /* parse: no exit status yet */
+#define TAIL_LINES 20
+#define TAIL_LINE_MAX 1000
+#define LINE_MAX_BYTES 65536
+#define TERM_GRACE 3.0          /* a rank failed: SIGTERM, then SIGKILL after this */
+#define SIGNAL_GRACE 30.0       /* the launcher was signalled: the same, as torchrun */
+#define DRAIN_GRACE 1.0         /* output still open after every rank exited */
+#define DEFAULT_MULTINODE_PORT 29500
+
+extern char **environ;
+
+/* ======================================================================== */
+/* state                                                                     */
+/* ======================================================================== */
+
+struct linebuf {
+    char *buf;
+    size_t n;
+    int fd;                     /* the read end, -1 at end of stream */
+    int out;                    /* 1 or 2: where its lines go */
+};
+
+struct rank {
+    int local, global;
+    pid_t pid;
+    int running;
+    int status;                 /* from waitpid */
+    struct linebuf out, err;
+    char *tail[TAIL_LINES];     /* the last lines of stderr, a ring */
+    int tail_next, tail_count;
+};
+
+struct launch {
+    int nproc, nnodes, node_rank, port;
+    int nproc_set, nnodes_set, node_rank_set, port_set, standalone, prefix;
+    char nproc_word[16];        /* "gpu", "cpu", "auto", or "" for a number */
+    char addr[256];
+    char rdzv_id[128];
+    char token[80];
+    int child_argc;
+    char **child_argv;          /* what the ranks run: script and args */
+    char *argv0;
+    struct rank *ranks;
+    int running;
+    int failed;                 /* index of the first rank that failed, or -1 */
+    int signo;                  /* the signal the launcher forwarded, or 0 */
+    double kill_at;             /* when to SIGKILL what still runs; 0: never */
+    double drain_until;         /* stop reading output at this time */
+    int out_dead[3];            /* our stdout/stderr was closed (EPIPE) */
+};
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ======================================================================== */
+/* the command line                                                          */
+/* ======================================================================== */
+
+enum { F_NPROC, F_NNODES, F_NODE_RANK, F_ADDR, F_PORT, F_STANDALONE, F_TEE, F_PREFIX,
+       F_MAX_RESTARTS, F_RDZV_BACKEND, F_RDZV_ENDPOINT, F_RDZV_ID };
+
+enum { NO_VALUE, VALUE, OPTIONAL_DIGIT };
+
+static const struct flag {
+    const char *name;
+    int value;
+} flags[] = {
+    [F_NPROC] = { "nproc_per_node", VALUE },
+    [F_NNODES] = { "nnodes", VALUE },
+    [F_NODE_RANK] = { "node_rank", VALUE },
+    [F_ADDR] = { "master_addr", VALUE },
+    [F_PORT] = { "master_port", VALUE },
+    [F_STANDALONE] = { "standalone", NO_VALUE },
+    [F_TEE] = { "tee", OPTIONAL_DIGIT },
+    [F_PREFIX] = { "prefix_output", NO_VALUE },
+    [F_MAX_RESTARTS] = { "max_restarts", VALUE },
+    [F_RDZV_BACKEND] = { "rdzv_backend", VALUE },
+    [F_RDZV_ENDPOINT] = { "rdzv_endpoint", VALUE },
+    [F_RDZV_ID] = { "rdzv_id", VALUE },
+};
+#define NFLAGS ((int)(sizeof flags / sizeof flags[0]))
+
+static const char usage_text[] =
+    "usage: " PROG " --nproc_per_node=N [launcher options] script [args...]\n"
+    "\n"
+    "Starts N ranks of the script on this node, each with torchrun's env://\n"
+    "variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,\n"
+    "MASTER_ADDR, MASTER_PORT) and DPLUA_JOB_TOKEN, and stops them all when one\n"
+    "fails. Flags are spelt with '_' or '-', as --flag=V or --flag V.\n"
+    "\n"
+    "  --nproc_per_node=N   ranks on this node: a number, gpu (one per GPU),\n"
+    "                       cpu (one per core) or auto (gpu if any, else cpu)\n"
+    "  --nnodes=M           nodes in the job (default 1)\n"
+    "  --node_rank=K        this node, 0..M-1 (needed when M > 1)\n"
+    "  --master_addr=HOST   the node of rank 0 (default 127.0.0.1)\n"
+    "  --master_port=PORT   the store's port (default: a free port on one node,\n"
+    "                       29500 on several)\n"
+    "  --rdzv_endpoint=HOST:PORT  the same as --master_addr and --master_port\n"
+    "  --standalone         one node, local rendezvous (the default)\n"
+    "  --prefix-output, --tee   prefix each line of output with \"[RANK]: \"\n"
+    "  --max_restarts=0     accepted; restarts are not supported\n"
+    "\n"
+    "The first argument that is not a launcher flag (or the one after --)\n"
+    "starts what each rank runs: a script and its arguments, or dplua options\n"
+    "such as -e CODE.\n"
+    "\n"
+    "exit status: 0 when every rank exits 0, else the status of the first rank\n"
+    "that failed (128+N for signal N); 128+N when the launcher got signal N;\n"
+    "2 for a bad command line.\n";
+
+static int usage(const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, PROG ": ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, "\nTry '" PROG " --nproc_per_node=1 --help' for the launcher's flags.\n");
+    return EXIT_USAGE;
+}
+
+/* The flag named by arg ("--node-rank=1" -> F_NODE_RANK), or -1. */
+static int find_flag(const char *arg)
+{
+    const char *name = arg + 2;
+    size_t len = strcspn(name, "=");
+    if (strncmp(arg, "--", 2) != 0 || len == 0)
+        return -1;
+    for (int f = 0; f < NFLAGS; f++) {
+        const char *fl = flags[f].name;
+        size_t k;
+        if (strlen(fl) != len)
+            continue;
+        for (k = 0; k < len; k++)
+            if (name[k] != fl[k] && !(name[k] == '-' && fl[k] == '_'))
+                break;
+        if (k == len)
+            return f;
+    }
+    return -1;
+}
+
+int dp_launch_is_flag(const char *arg)
+{
+    return arg != NULL && find_flag(arg) >= 0;
+}
+
+/* A whole decimal number in [lo, hi], or -1 (lo >= 0). */
+static long parse_num(const char *s, long lo, long hi)
+{
+    char *end;
+    long v;
+    if (s == NULL || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || *end != '\0' || v < lo || v > hi)
+        return -1;
+    return v;
+}
+
+/* HOST:PORT, [V6]:PORT or HOST into L. */
+static int set_endpoint(struct launch *L, const char *v)
+{
+    const char *colon = strrchr(v, ':');
+    size_t hl;
+    if (v[0] == '[') {
+        const char *close = strchr(v, ']');
+        if (close == NULL)
+            return usage("--rdzv_endpoint: bad address '%s'%s", v, "");
+        colon = close[1] == ':' ? close + 1 : NULL;
+        hl = (size_t)(close - v - 1);
+        v++;
+    } else {
+        if (colon && strchr(v, ':') != colon)
+            colon = NULL;  /* a bare IPv6 address */
+        hl = colon ? (size_t)(colon - v) : strlen(v);
+    }
+    if (hl == 0 || hl >= sizeof L->addr)
+        return usage("--rdzv_endpoint: bad address '%s'%s", v, "");
+    memcpy(L->addr, v, hl);
+    L->addr[hl] = '\0';
+    if (colon) {
+        long p = parse_num(colon + 1, 1, 65535);
+        if (p < 0)
+            return usage("--rdzv_endpoint: bad port in '%s'%s", v, "");
+        L->port = (int)p;
+        L->port_set = 1;
+    }
+    return GO_ON;
+}
+
+static int set_nproc(struct launch *L, const char *v)
+{
+    long n;
+    if (strcmp(v, "gpu") == 0 || strcmp(v, "cpu") == 0 || strcmp(v, "auto") == 0) {
+        snprintf(L->nproc_word, sizeof L->nproc_word, "%s", v);
+    } else if ((n = parse_num(v, 1, 4096)) > 0) {
+        L->nproc = (int)n;
+    } else {
+        return usage("--nproc_per_node: expected a number from 1 to 4096, gpu, cpu or auto; got '%s'%s",
+                     v, "");
+    }
+    L->nproc_set = 1;
+    return GO_ON;
+}
+
+static int set_nnodes(struct launch *L, const char *v)
+{
+    const char *colon = strchr(v, ':');
+    long n, m;
+    if (colon) {  /* torchrun's elastic MIN:MAX: only MIN == MAX */
+        char min[32];
+        size_t len = (size_t)(colon - v);
+        if (len >= sizeof min)
+            len = sizeof min - 1;
+        memcpy(min, v, len);
+        min[len] = '\0';
+        n = parse_num(min, 1, 1 << 20);
+        m = parse_num(colon + 1, 1, 1 << 20);
+        if (n < 1 || n != m)
+            return usage("--nnodes=%s: elastic ranges are not supported; give one number%s", v, "");
+    } else if ((n = parse_num(v, 1, 1 << 20)) < 1) {
+        return usage("--nnodes: expected a number >= 1; got '%s'%s", v, "");
+    }
+    L->nnodes = (int)n;
+    L->nnodes_set = 1;
+    return GO_ON;
+}
+
+/* One flag with its value (NULL when it has none). */
+static int apply(struct launch *L, int f, const char *v)
+{
+    long n;
+    switch (f) {
+    case F_NPROC:
+        return set_nproc(L, v);
+    case F_NNODES:
+        return set_nnodes(L, v);
+    case F_NODE_RANK:
+        if ((n = parse_num(v, 0, 1 << 20)) < 0)
+            return usage("--node_rank: expected a number >= 0; got '%s'%s", v, "");
+        L->node_rank = (int)n;
+        L->node_rank_set = 1;
+        return GO_ON;
+    case F_ADDR:
+        if (*v == '\0' || strlen(v) >= sizeof L->addr)
+            return usage("--master_addr: bad address '%s'%s", v, "");
+        snprintf(L->addr, sizeof L->addr, "%s", v);
+        return GO_ON;
+    case F_PORT:
+        if ((n = parse_num(v, 1, 65535)) < 0)
+            return usage("--master_port: expected a port from 1 to 65535; got '%s'%s", v, "");
+        L->port = (int)n;
+        L->port_set = 1;
+        return GO_ON;
+    case F_STANDALONE:
+        L->standalone = 1;
+        return GO_ON;
+    case F_TEE:
+        L->prefix = v == NULL || strcmp(v, "0") != 0;
+        return GO_ON;
+    case F_PREFIX:
+        L->prefix = 1;
+        return GO_ON;
+    case F_MAX_RESTARTS:
+        if (parse_num(v, 0, 0) != 0)
+            return usage("--max_restarts=%s: restarts are not supported (only 0)%s", v, "");
+        return GO_ON;
+    case F_RDZV_BACKEND:
+        if (strcmp(v, "static") != 0 && strcmp(v, "c10d") != 0)
+            return usage("--rdzv_backend=%s: dplua's rendezvous is static (static or c10d)%s", v, "");
+        return GO_ON;
+    case F_RDZV_ENDPOINT:
+        return set_endpoint(L, v);
+    default: /* F_RDZV_ID */
+        snprintf(L->rdzv_id, sizeof L->rdzv_id, "%s", v);
+        return GO_ON;
+    }
+}
+
+/* The value of flag f at argv[*i]; advances *i past a separate value. */
+static int flag_value(int argc, char **argv, int *i, int f, const char **v)
+{
+    const char *a = argv[*i], *eq = strchr(a, '=');
+    *v = NULL;
+    if (flags[f].value == NO_VALUE) {
+        if (eq)
+            return usage("%s takes no value%s", a, "");
+    } else if (eq) {
+        *v = eq + 1;
+    } else if (flags[f].value == VALUE) {
+        if (*i + 1 >= argc)
+            return usage("missing value after %s%s", a, "");
+        *v = argv[++*i];
+    } else if (*i + 1 < argc && argv[*i + 1][0] >= '0' && argv[*i + 1][0] <= '3' &&
+               argv[*i + 1][1] == '\0') {
+        *v = argv[++*i];   /* torchrun's --tee 3 */
+    }
+    return GO_ON;
+}
+
+static int parse_args(struct launch *L, int argc, char **argv)
+{
+    int i, st;
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        int f;
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(usage_text, stdout);
+            return 0;
+        }
+        f = find_flag(a);
+        if (f < 0 && strncmp(a, "--", 2) == 0)
+            return usage("unrecognized launcher option '%s'%s", a, "");
+        if (f < 0)
+            break;
+        if ((st = flag_value(argc, argv, &i, f, &v)) != GO_ON || (st = apply(L, f, v)) != GO_ON)
+            return st;
+    }
+    L->child_argc = argc - i;
+    L->child_argv = argv + i;
+    if (L->child_argc == 0)
+        return usage("missing script: the launcher needs a script (or -e CODE) to run%s%s", "", "");
+    return GO_ON;
+}
+
+/* ======================================================================== */
+/* the job: ranks, port, token                                               */
+/* ======================================================================== */
+
+static int cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* gpu/cpu/auto into a number. */
+static int resolve_nproc(struct launch *L)
+{
+    int gpus = 0;
+    const char *why = "this dplua was built without CUDA";
+    if (L->nproc_word[0] == '\0')
+        return GO_ON;
+    if (strcmp(L->nproc_word, "cpu") == 0) {
+        L->nproc = cpu_count();
+        return GO_ON;
+    }
+#ifdef DP_HAVE_CUDA
+    {
+        int st = dpc_device_count(&gpus);
+        why = st != 0 ? dpc_error_string(st) : "the CUDA driver reports 0 devices";
+        if (st != 0)
+            gpus = 0;
+    }
+#endif
+    if (gpus > 0)
+        L->nproc = gpus;
+    else if (strcmp(L->nproc_word, "auto") == 0)
+        L->nproc = cpu_count();
+    else
+        return usage("--nproc_per_node=gpu: no GPU is visible (%s)%s", why, "");
+    return GO_ON;
+}
+
+/* A port that nothing listens on now (the rank 0 store binds it soon). */
+static int free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    int port = -1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+static uint64_t fnv1a(uint64_t h, const char *s)
+{
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* DPLUA_JOB_TOKEN: the caller's, else random on one node; on several
+ * nodes each launcher must find the same token alone, so it is derived
+ * from the master address and port (and --rdzv_id): not a secret. */
+static int make_token(struct launch *L)
+{
+    const char *env = getenv("DPLUA_JOB_TOKEN");
+    unsigned char r[16];
+    if (env && *env) {
+        snprintf(L->token, sizeof L->token, "%s", env);
+        if (strlen(env) >= sizeof L->token)
+            return usage("DPLUA_JOB_TOKEN is too long (at most %s bytes)%s", "79", "");
+        return GO_ON;
+    }
+    if (L->nnodes > 1) {
+        char port[16];
+        uint64_t h = 1469598103934665603ull;
+        snprintf(port, sizeof port, ":%d:", L->port);
+        h = fnv1a(fnv1a(fnv1a(fnv1a(h, "dplua-job:"), L->addr), port), L->rdzv_id);
+        snprintf(L->token, sizeof L->token, "derived-%016llx", (unsigned long long)h);
+        return GO_ON;
+    }
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+        fprintf(stderr, PROG ": cannot read random bytes for the job token: %s\n", strerror(errno));
+        return 1;
+    }
+    for (int i = 0; i < 16; i++)
+        snprintf(L->token + 2 * i, 3, "%02x", r[i]);
+    return GO_ON;
+}
+
+/* Checks the flags together and fills in the defaults. */
+static int settle(struct launch *L)
+{
+    int st;
+    if (!L->nproc_set)
+        return usage("the launcher needs --nproc_per_node%s%s", "", "");
+    if (L->standalone && L->nnodes > 1)
+        return usage("--standalone is for one node, but --nnodes is %s%s", "more than 1", "");
+    if (L->node_rank >= L->nnodes) {
+        char nr[32], nn[32];
+        snprintf(nr, sizeof nr, "%d", L->node_rank);
+        snprintf(nn, sizeof nn, "%d", L->nnodes);
+        return usage("--node_rank=%s must be less than --nnodes=%s", nr, nn);
+    }
+    if (L->nnodes > 1 && !L->node_rank_set)
+        return usage("--nnodes is more than 1: give each node its --node_rank%s%s", "", "");
+    if ((st = resolve_nproc(L)) != GO_ON)
+        return st;
+    if (L->addr[0] == '\0')
+        snprintf(L->addr, sizeof L->addr, "127.0.0.1");
+    if (!L->port_set && L->nnodes > 1)
+        L->port = DEFAULT_MULTINODE_PORT;
+    else if (!L->port_set && (L->port = free_port()) < 0) {
+        fprintf(stderr, PROG ": cannot find a free port: %s\n", strerror(errno));
+        return 1;
+    }
+    return make_token(L);
+}
+
+/* ======================================================================== */
+/* starting the ranks                                                        */
+/* ======================================================================== */
+
+static const char *const replaced_vars[] = {
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DPLUA_JOB_TOKEN",
+    "TORCHELASTIC_USE_AGENT_STORE", NULL
+};
+
+static int replaced(const char *kv)
+{
+    size_t len = strcspn(kv, "=");
+    for (int i = 0; replaced_vars[i]; i++)
+        if (strlen(replaced_vars[i]) == len && strncmp(kv, replaced_vars[i], len) == 0)
+            return 1;
+    return 0;
+}
+
+/* The environment of one rank, built before fork(): the launcher's, less
+ * the variables it sets, plus them. Freed with free_env. */
+static char **rank_env(const struct launch *L, const struct rank *r)
+{
+    size_t n = 0, k = 0;
+    char **env;
+    int nthreads = cpu_count() / L->nproc;
+    for (char **e = environ; *e; e++)
+        n++;
+    env = calloc(n + 16, sizeof *env);
+    if (env == NULL)
+        return NULL;
+    for (char **e = environ; *e; e++)
+        if (!replaced(*e) && (env[k] = strdup(*e)) != NULL)
+            k++;
+#define SETV(...) do { if (asprintf(&env[k], __VA_ARGS__) >= 0) k++; } while (0)
+    SETV("RANK=%d", r->global);
+    SETV("LOCAL_RANK=%d", r->local);
+    SETV("WORLD_SIZE=%d", L->nproc * L->nnodes);
+    SETV("LOCAL_WORLD_SIZE=%d", L->nproc);
+    SETV("GROUP_RANK=%d", L->node_rank);
+    SETV("GROUP_WORLD_SIZE=%d", L->nnodes);
+    SETV("ROLE_RANK=%d", r->global);
+    SETV("ROLE_WORLD_SIZE=%d", L->nproc * L->nnodes);
+    SETV("MASTER_ADDR=%s", L->addr);
+    SETV("MASTER_PORT=%d", L->port);
+    SETV("DPLUA_JOB_TOKEN=%s", L->token);
+    if (getenv("NCCL_NVLS_ENABLE") == NULL)
+        SETV("NCCL_NVLS_ENABLE=0");
+    if (getenv("OMP_NUM_THREADS") == NULL && L->nproc > 1)
+        SETV("OMP_NUM_THREADS=%d", nthreads > 1 ? nthreads : 1);
+#undef SETV
+    env[k] = NULL;
+    return env;
+}
+
+static void free_env(char **env)
+{
+    if (env == NULL)
+        return;
+    for (char **e = env; *e; e++)
+        free(*e);
+    free(env);
+}
+
+/* In the child, between fork() and exec: never returns. */
+static void exec_rank(int out_w, int err_w, pid_t parent, char **argv, char **env)
+{
+    sigset_t none;
+    int fd;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(127);
+    setpgid(0, 0);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (isatty(0) && (fd = open("/dev/null", O_RDONLY)) >= 0)
+        dup2(fd, 0);   /* a background group must not read the terminal */
+    dup2(out_w, 1);
+    dup2(err_w, 2);
+    execve("/proc/self/exe", argv, env);
+    dprintf(2, PROG ": cannot run /proc/self/exe: %s\n", strerror(errno));
+    _exit(127);
+}
+
+static int start_rank(struct launch *L, struct rank *r, char **argv)
+{
+    int po[2], pe[2];
+    char **env = rank_env(L, r);
+    pid_t parent = getpid(), pid;
+    if (env == NULL || pipe2(po, O_CLOEXEC) < 0) {
+        free_env(env);
+        return -1;
+    }
+    if (pipe2(pe, O_CLOEXEC) < 0) {
+        close(po[0]);
+        close(po[1]);
+        free_env(env);
+        return -1;
+    }
+    pid = fork();
+    if (pid == 0)
+        exec_rank(po[1], pe[1], parent, argv, env);
+    close(po[1]);
+    close(pe[1]);
+    free_env(env);
+    if (pid > 0)
+        setpgid(pid, pid);   /* also in the child: whichever runs first */
+    if (pid < 0) {
+        close(po[0]);
+        close(pe[0]);
+        return -1;
+    }
+    r->pid = pid;
+    r->running = 1;
+    r->out = (struct linebuf){ malloc(LINE_MAX_BYTES), 0, po[0], 1 };
+    r->err = (struct linebuf){ malloc(LINE_MAX_BYTES), 0, pe[0], 2 };
+    fcntl(po[0], F_SETFL, O_NONBLOCK);
+    fcntl(pe[0], F_SETFL, O_NONBLOCK);
+    L->running++;
+    return 0;
+}
+
+/* ======================================================================== */
+/* output                                                                    */
+/* ======================================================================== */
+
+static void write_all(struct launch *L, int fd, const char *p, size_t n)
+{
+    while (n > 0 && !L->out_dead[fd]) {
+        ssize_t w = write(fd, p, n);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+        } else if (w < 0 && errno != EINTR && errno != EAGAIN) {
+            L->out_dead[fd] = 1;   /* EPIPE: nobody reads it any more */
+        }
+    }
+}
+
+static void keep_tail(struct rank *r, const char *line, size_t n)
+{
+    char *copy;
+    if (n > TAIL_LINE_MAX)
+        n = TAIL_LINE_MAX;
+    copy = malloc(n + 1);
+    if (copy == NULL)
+        return;
+    memcpy(copy, line, n);
+    copy[n] = '\0';
+    free(r->tail[r->tail_next]);
+    r->tail[r->tail_next] = copy;
+    r->tail_next = (r->tail_next + 1) % TAIL_LINES;
+    if (r->tail_count < TAIL_LINES)
+        r->tail_count++;
+}
+
+/* One line (without its newline) out, with one write(). */
+static void emit(struct launch *L, struct rank *r, struct linebuf *b, const char *line, size_t n)
+{
+    static char out[LINE_MAX_BYTES + 64];
+    size_t k = 0;
+    if (L->prefix)
+        k = (size_t)snprintf(out, 64, "[%d]: ", r->global);
+    memcpy(out + k, line, n);
+    out[k + n] = '\n';
+    write_all(L, b->out, out, k + n + 1);
+    if (b == &r->err)
+        keep_tail(r, line, n);
+}
+
+/* Reads what the pipe holds and writes out the complete lines. */
+static void pump(struct launch *L, struct rank *r, struct linebuf *b)
+{
+    for (;;) {
+        ssize_t got = read(b->fd, b->buf + b->n, LINE_MAX_BYTES - b->n);
+        size_t start = 0;
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+                if (b->n > 0)
+                    emit(L, r, b, b->buf, b->n);   /* the last line had no newline */
+                b->n = 0;
+                close(b->fd);
+                b->fd = -1;
+            }
+            return;
+        }
+        b->n += (size_t)got;
+        for (size_t i = 0; i < b->n; i++)
+            if (b->buf[i] == '\n') {
+                emit(L, r, b, b->buf + start, i - start);
+                start = i + 1;
+            }
+        if (start == 0 && b->n == LINE_MAX_BYTES) {
+            emit(L, r, b, b->buf, b->n);   /* a line too long to keep whole */
+            start = b->n;
+        }
+        memmove(b->buf, b->buf + start, b->n - start);
+        b->n -= start;
+    }
+}
+
+/* ======================================================================== */
+/* signals and exits                                                         */
+/* ======================================================================== */
+
+static int sig_pipe[2] = { -1, -1 };
+
+static void on_signal(int signo)
+{
+    int saved = errno;
+    unsigned char c = (unsigned char)signo;
+    ssize_t w = write(sig_pipe[1], &c, 1);
+    (void)w;
+    errno = saved;
+}
+
+static int install_signals(void)
+{
+    struct sigaction sa;
+    static const int sigs[] = { SIGCHLD, SIGINT, SIGTERM, SIGHUP };
+    if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+        return -1;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaction(sigs[i], &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    return 0;
+}
+
+static const char *signame(int s)
+{
+    static char buf[16];
+    switch (s) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGALRM: return "SIGALRM";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU";
+    case SIGXFSZ: return "SIGXFSZ";
+    case SIGSYS: return "SIGSYS";
+    default:
+        snprintf(buf, sizeof buf, "%d", s);
+        return buf;
+    }
+}
+
+/* A rank and what it started (its process group, as a terminal would). */
+static void signal_rank(const struct rank *r, int signo)
+{
+    if (kill(-r->pid, signo) < 0)
+        kill(r->pid, signo);
+}
+
+static void signal_running(struct launch *L, int signo)
+{
+    for (int i = 0; i < L->nproc; i++)
+        if (L->ranks[i].running)
+            signal_rank(&L->ranks[i], signo);
+}
+
+/* A rank failed: ask the others to stop, then make them. */
+static void stop_others(struct launch *L, double grace)
+{
+    signal_running(L, SIGTERM);
+    if (L->kill_at == 0)
+        L->kill_at = now() + grace;
+}
+
+static void reap(struct launch *L)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (int i = 0; i < L->nproc; i++) {
+            struct rank *r = &L->ranks[i];
+            if (r->pid != pid || !r->running)
+                continue;
+            r->running = 0;
+            r->status = status;
+            L->running--;
+            if ((WIFEXITED(status) && WEXITSTATUS(status) != 0) || WIFSIGNALED(status)) {
+                if (L->failed < 0 && L->signo == 0) {
+                    L->failed = i;
+                    stop_others(L, TERM_GRACE);
+                }
+            }
+        }
+    }
+    if (L->running == 0 && L->drain_until == 0)
+        L->drain_until = now() + DRAIN_GRACE;
+}
+
+static void handle_signals(struct launch *L)
+{
+    unsigned char c;
+    while (read(sig_pipe[0], &c, 1) == 1) {
+        if (c == SIGCHLD) {
+            reap(L);
+        } else if (L->signo == 0) {
+            L->signo = c;
+            fprintf(stderr, PROG ": got %s; passing it on to the ranks\n", signame(c));
+            signal_running(L, c);
+            L->kill_at = now() + SIGNAL_GRACE;
+        } else {
+            fprintf(stderr, PROG ": got %s again; killing the ranks\n", signame(c));
+            signal_running(L, SIGKILL);
+        }
+    }
+}
+
+/* ======================================================================== */
+/* the loop                                                                  */
+/* ======================================================================== */
+
+static int any_open(const struct launch *L)
+{
+    for (int i = 0; i < L->nproc; i++)
+        if (L->ranks[i].out.fd >= 0 || L->ranks[i].err.fd >= 0)
+            return 1;
+    return 0;
+}
+
+static int poll_timeout(const struct launch *L)
+{
+    double t = -1, n = now();
+    if (L->kill_at > 0 && L->running > 0)
+        t = L->kill_at - n;
+    if (L->drain_until > 0 && (t < 0 || L->drain_until - n < t))
+        t = L->drain_until - n;
+    if (t < 0 && (L->kill_at > 0 || L->drain_until > 0))
+        return 0;
+    return t < 0 ? -1 : (int)(t * 1000) + 1;
+}
+
+static void kill_stragglers(struct launch *L)
+{
+    for (int i = 0; i < L->nproc; i++) {
+        struct rank *r = &L->ranks[i];
+        if (!r->running)
+            continue;
+        fprintf(stderr, PROG ": rank %d (pid %d) did not stop within %g s; sending SIGKILL\n",
+                r->global, (int)r->pid, L->signo ? SIGNAL_GRACE : TERM_GRACE);
+        signal_rank(r, SIGKILL);
+    }
+    L->kill_at = -1;   /* done: never again */
+}
+
+static void watch(struct launch *L)
+{
+    struct pollfd *pf = calloc((size_t)L->nproc * 2 + 1, sizeof *pf);
+    struct linebuf **bufs = calloc((size_t)L->nproc * 2 + 1, sizeof *bufs);
+    struct rank **owners = calloc((size_t)L->nproc * 2 + 1, sizeof *owners);
+    if (pf == NULL || bufs == NULL || owners == NULL)
+        abort();
+    while (L->running > 0 || (any_open(L) && now() < L->drain_until)) {
+        int n = 1, r;
+        pf[0] = (struct pollfd){ sig_pipe[0], POLLIN, 0 };
+        for (int i = 0; i < L->nproc; i++) {
+            struct linebuf *two[2] = { &L->ranks[i].out, &L->ranks[i].err };
+            for (int k = 0; k < 2; k++)
+                if (two[k]->fd >= 0) {
+                    pf[n] = (struct pollfd){ two[k]->fd, POLLIN, 0 };
+                    bufs[n] = two[k];
+                    owners[n++] = &L->ranks[i];
+                }
+        }
+        r = poll(pf, (nfds_t)n, poll_timeout(L));
+        if (r > 0) {
+            for (int i = 1; i < n; i++)
+                if (pf[i].revents)
+                    pump(L, owners[i], bufs[i]);
+            if (pf[0].revents)
+                handle_signals(L);
+        }
+        if (L->kill_at > 0 && now() >= L->kill_at && L->running > 0)
+            kill_stragglers(L);
+    }
+    free(pf);
+    free(bufs);
+    free(owners);
+}
+
+/* ======================================================================== */
+/* the report                                                                */
+/* ======================================================================== */
+
+static int exit_code(int status)
+{
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+static void report_failure(const struct launch *L)
+{
+    const struct rank *r = &L->ranks[L->failed];
+    if (WIFSIGNALED(r->status))
+        fprintf(stderr, PROG ": rank %d (pid %d) was killed by signal %s\n", r->global, (int)r->pid,
+                signame(WTERMSIG(r->status)));
+    else
+        fprintf(stderr, PROG ": rank %d (pid %d) exited with status %d\n", r->global, (int)r->pid,
+                WEXITSTATUS(r->status));
+    if (r->tail_count == 0) {
+        fprintf(stderr, PROG ": rank %d wrote nothing to stderr\n", r->global);
+        return;
+    }
+    fprintf(stderr, PROG ": the last %d line%s of rank %d's stderr:\n", r->tail_count,
+            r->tail_count == 1 ? "" : "s", r->global);
+    for (int k = 0; k < r->tail_count; k++) {
+        int idx = (r->tail_next - r->tail_count + k + TAIL_LINES) % TAIL_LINES;
+        fprintf(stderr, "  [%d]: %s\n", r->global, r->tail[idx]);
+    }
+}
+
+static void free_ranks(struct launch *L)
+{
+    for (int i = 0; i < L->nproc; i++) {
+        struct rank *r = &L->ranks[i];
+        if (r->out.fd >= 0)
+            close(r->out.fd);
+        if (r->err.fd >= 0)
+            close(r->err.fd);
+        free(r->out.buf);
+        free(r->err.buf);
+        for (int k = 0; k < TAIL_LINES; k++)
+            free(r->tail[k]);
+    }
+    free(L->ranks);
+}
+
+/* ======================================================================== */
+/* main                                                                      */
+/* ======================================================================== */
+
+/* argv of each rank: the program's name, then what follows the flags. */
+static char **child_argv(const struct launch *L)
+{
+    char **argv = calloc((size_t)L->child_argc + 2, sizeof *argv);
+    if (argv == NULL)
+        return NULL;
+    argv[0] = L->argv0;
+    for (int i = 0; i < L->child_argc; i++)
+        argv[i + 1] = L->child_argv[i];
+    return argv;
+}
+
+static int start_all(struct launch *L, char **argv)
+{
+    for (int i = 0; i < L->nproc; i++) {
+        struct rank *r = &L->ranks[i];
+        r->local = i;
+        r->global = L->node_rank * L->nproc + i;
+        r->out.fd = r->err.fd = -1;
+    }
+    for (int i = 0; i < L->nproc; i++) {
+        struct rank *r = &L->ranks[i];
+        if (start_rank(L, r, argv) != 0) {
+            fprintf(stderr, PROG ": cannot start rank %d: %s\n", r->global, strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int dp_launch_main(int argc, char **argv)
+{
+    struct launch L;
+    char **cargv;
+    int st;
+    memset(&L, 0, sizeof L);
+    L.nnodes = 1;
+    L.failed = -1;
+    L.argv0 = argv[0];
+    if (argc < 2 || find_flag(argv[1]) < 0)
+        return usage("launcher flags come first: '%s' is before %s", argc > 1 ? argv[1] : "",
+                     "the launcher flag");
+    if ((st = parse_args(&L, argc, argv)) != GO_ON || (st = settle(&L)) != GO_ON)
+        return st;
+    L.ranks = calloc((size_t)L.nproc, sizeof *L.ranks);
+    cargv = child_argv(&L);
+    if (L.ranks == NULL || cargv == NULL || install_signals() != 0) {
+        fprintf(stderr, PROG ": cannot start the launcher: %s\n", strerror(errno));
+        free(L.ranks);
+        free(cargv);
+        return 1;
+    }
+    if (start_all(&L, cargv) != 0) {
+        L.failed = -2;
+        stop_others(&L, TERM_GRACE);
+    }
+    watch(&L);
+    if (L.signo)
+        st = 128 + L.signo;
+    else if (L.failed == -2)
+        st = 1;
+    else if (L.failed >= 0) {
+        report_failure(&L);
+        st = exit_code(L.ranks[L.failed].status);
+    } else
+        st = 0;
+    free_ranks(&L);
+    free(cargv);
+    return st;
+}

@@ -1,0 +1,385 @@
+#!/bin/sh
+# tests/sh/test_store.sh -- the rendezvous store (src/dist/store.c) between
+# processes: set/get/add/compare_set/wait/check/delete, server-side waits,
+# timeouts that name the key, the job token, malformed frames (rejected,
+# logged once, the server keeps serving), port in use, an unreachable
+# store, and dplua/dead/<rank> for a client that went away. Loopback only;
+# ports are picked free at run time. TAP output.
+#
+#   sh tests/sh/test_store.sh          # from the build directory
+
+top_builddir=${top_builddir:-.}
+dplua="$top_builddir/dplua"
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dplua-store.XXXXXX") || {
+    echo "1..0 # SKIP cannot make a temporary directory"
+    exit 0
+}
+server_pid=
+cleanup() {
+    [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+if [ ! -x "$dplua" ]; then
+    echo "Bail out! no program at $dplua (build it first)"
+    exit 1
+fi
+
+n=0
+# ok STATUS DESC: one TAP line; on failure, what the last command wrote.
+ok() {
+    n=$((n + 1))
+    if [ "$1" -eq 0 ]; then
+        echo "ok $n - $2"
+    else
+        echo "not ok $n - $2"
+        sed 's/^/# stdout: /' "$tmp/out" 2>/dev/null
+        sed 's/^/# stderr: /' "$tmp/err" 2>/dev/null
+        echo "# exit status: $status"
+    fi
+}
+has() { grep -F -q -e "$2" "$tmp/$1"; }
+is_out() { [ "$(cat "$tmp/out")" = "$1" ]; }
+
+# ---------------------------------------------------------------- helpers
+
+# store.lua: a small FFI wrapper over dp_store_* (the Lua bindings are not
+# what this tests); every client script below starts with it.
+cat >"$tmp/store.lua" <<'EOF'
+local ffi = require("ffi")
+local C = require("dplua").C
+local M = {}
+local function check(st)
+    if st ~= 0 then error(ffi.string(C.dp_last_error()), 0) end
+end
+local S = {}
+S.__index = S
+function M.open(port, opts)
+    opts = opts or {}
+    local out = ffi.new("dp_store *[1]")
+    check(C.dp_store_open(out, opts.host or "127.0.0.1", port, opts.server and 1 or 0,
+                          opts.rank or -1, opts.token or "T0K", opts.timeout or 10))
+    return setmetatable({ s = out[0] }, S)
+end
+function S:port() return C.dp_store_port(self.s) end
+function S:set(k, v) check(C.dp_store_set(self.s, k, v, #v)) end
+function S:get(k, t)
+    local v, n = ffi.new("void *[1]"), ffi.new("size_t[1]")
+    check(C.dp_store_get(self.s, k, v, n, t or 0))
+    local r = ffi.string(v[0], n[0])
+    C.dp_free(v[0])
+    return r
+end
+function S:add(k, d)
+    local r = ffi.new("int64_t[1]")
+    check(C.dp_store_add(self.s, k, d, r))
+    return tonumber(r[0])
+end
+function S:cas(k, e, d)
+    local v, n = ffi.new("void *[1]"), ffi.new("size_t[1]")
+    check(C.dp_store_compare_set(self.s, k, e, #e, d, #d, v, n))
+    local r = ffi.string(v[0], n[0])
+    C.dp_free(v[0])
+    return r
+end
+local function keyarr(keys)
+    local a = ffi.new("const char *[?]", #keys)
+    for i, k in ipairs(keys) do a[i - 1] = k end
+    return a
+end
+function S:wait(keys, t) check(C.dp_store_wait(self.s, keyarr(keys), #keys, t or 0)) end
+function S:check(keys)
+    local r = ffi.new("int[1]")
+    check(C.dp_store_check(self.s, keyarr(keys), #keys, r))
+    return r[0] ~= 0
+end
+function S:delete(k)
+    local r = ffi.new("int[1]")
+    check(C.dp_store_delete(self.s, k, r))
+    return r[0] ~= 0
+end
+function S:close() C.dp_store_close(self.s) end
+-- M.pidfile(path): writes this process's pid (for kill -9 by pid)
+function M.pidfile(path)
+    local pid = io.open("/proc/self/stat"):read("*l"):match("^(%d+)")
+    local f = io.open(path .. ".tmp", "w")
+    f:write(pid)
+    f:close()
+    os.rename(path .. ".tmp", path)
+end
+ffi.cdef("struct dpt_ts { long s, ns; }; int clock_gettime(int, struct dpt_ts *); int usleep(unsigned);")
+function M.sleep(s) ffi.C.usleep(s * 1e6) end
+function M.now()
+    local ts = ffi.new("struct dpt_ts")
+    ffi.C.clock_gettime(1, ts)
+    return tonumber(ts.s) + tonumber(ts.ns) * 1e-9
+end
+return M
+EOF
+
+# raw.lua PORT HEX [HEX...] [-]: connects, sends the bytes of each HEX
+# string (a pause between them), and prints "closed" when the server then
+# closes the connection within 5 s, else "open"; with a last argument "-"
+# it closes the connection itself at once and prints "sent".
+cat >"$tmp/raw.lua" <<'EOF'
+local ffi = require("ffi")
+ffi.cdef[[
+struct dpt_sin { uint16_t family; uint16_t port; uint32_t addr; uint8_t zero[8]; };
+struct dpt_pollfd { int fd; short events; short revents; };
+int socket(int, int, int);
+int connect(int, const void *, uint32_t);
+long write(int, const void *, size_t);
+long read(int, void *, size_t);
+int close(int);
+int poll(struct dpt_pollfd *, unsigned long, int);
+uint16_t htons(uint16_t);
+uint32_t inet_addr(const char *);
+int usleep(unsigned int);
+]]
+local fd = ffi.C.socket(2, 1, 0)
+local a = ffi.new("struct dpt_sin")
+a.family, a.port, a.addr = 2, ffi.C.htons(tonumber(arg[1])), ffi.C.inet_addr("127.0.0.1")
+assert(ffi.C.connect(fd, a, ffi.sizeof(a)) == 0, "connect failed")
+for i = 2, #arg do
+    if arg[i] == "-" then ffi.C.close(fd) print("sent") os.exit(0) end
+    local bytes = arg[i]:gsub("%x%x", function(h) return string.char(tonumber(h, 16)) end)
+    ffi.C.write(fd, bytes, #bytes)
+    ffi.C.usleep(100000)
+end
+local p = ffi.new("struct dpt_pollfd", { fd = fd, events = 1 })
+local buf = ffi.new("char[4096]")
+local deadline = os.time() + 6
+while os.time() < deadline do
+    if ffi.C.poll(p, 1, 5000) <= 0 then break end
+    if ffi.C.read(fd, buf, 4096) <= 0 then print("closed") os.exit(0) end
+end
+print("open")
+EOF
+
+# dp ARGS...: dplua with store.lua on the path, bounded in time ($limit s).
+limit=30
+dp() {
+    timeout "$limit" "$dplua" -e "package.path = '$tmp/?.lua;' .. package.path" "$@"
+}
+# run ARGS...: dp, keeping stdout, stderr and the status.
+run() {
+    dp "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
+    status=$?
+}
+
+# le32 N: N as 8 hex digits, little-endian.
+le32() {
+    printf '%08x' "$1" | sed 's/\(..\)\(..\)\(..\)\(..\)/\4\3\2\1/'
+}
+# frame OP LEN: a frame header (magic "DPST", version 1, no flags, id 1).
+frame() {
+    printf '44505354%02x%02x0000%s%s' 1 "$1" "$(le32 1)" "$(le32 "$2")"
+}
+
+# ---------------------------------------------------------------- the server
+
+# The server: rank 0 serves on a free port and stays until "shutdown".
+cat >"$tmp/server.lua" <<'EOF'
+local M = require("store")
+local s = M.open(0, { server = true, rank = 0 })
+local f = io.open(arg[1] .. ".tmp", "w")
+f:write(s:port())
+f:close()
+os.rename(arg[1] .. ".tmp", arg[1])
+s:get("shutdown", 120)
+s:close()
+EOF
+limit=300
+dp "$tmp/server.lua" "$tmp/port" </dev/null >"$tmp/server.out" 2>"$tmp/server.err" &
+server_pid=$!
+limit=30
+i=0
+while [ ! -s "$tmp/port" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+port=$(cat "$tmp/port" 2>/dev/null)
+[ -n "$port" ]; status=$?; ok $status "a server starts on a free port (port $port)"
+if [ -z "$port" ]; then
+    echo "Bail out! the store server did not start"
+    exit 1
+fi
+
+# ---------------------------------------------------------------- operations
+
+run -e "local s = require('store').open($port, {rank = 1}); s:set('k1', 'v1'); s:set('bin', 'a\0b'); s:close()"
+[ $status -eq 0 ]; ok $? "a client sets keys"
+
+run -e "local s = require('store').open($port, {rank = 2}); io.write(s:get('k1'), ' ', #s:get('bin'))"
+[ $status -eq 0 ] && is_out "v1 3"; ok $? "another process gets them (binary values too)"
+
+# get waits on the server until the key is set
+dp -e "local s = require('store').open($port); io.write(s:get('late', 15))" >"$tmp/late" 2>&1 &
+getter=$!
+sleep 0.5
+run -e "local s = require('store').open($port); s:set('late', 'arrived')"
+wait $getter
+[ "$(cat "$tmp/late")" = "arrived" ]; ok $? "get blocks until another client sets the key"
+
+# add from three processes at once
+adders=
+for c in 1 2 3; do
+    dp -e "local s = require('store').open($port); for i = 1, 20 do s:add('counter', 1) end" &
+    adders="$adders $!"
+done
+wait $adders
+run -e "local s = require('store').open($port); io.write(s:get('counter'), ' ', s:add('counter', 0), ' ', s:add('counter', -60))"
+[ $status -eq 0 ] && is_out "60 60 0"; ok $? "add from 3 processes: 60 increments, stored as text"
+
+run -e "local s = require('store').open($port)
+io.write(s:cas('cas', '', 'one'), ' ', s:cas('cas', 'wrong', 'two'), ' ', s:cas('cas', 'one', 'three'), ' [', s:cas('absent', 'x', 'y'), ']')"
+[ $status -eq 0 ] && is_out "one one three []"; ok $? "compare_set: creates, refuses a wrong expected value, swaps"
+
+dp -e "local s = require('store').open($port); s:wait({'w1', 'w2', 'w3'}, 15); io.write('all')" >"$tmp/wait" 2>&1 &
+waiter=$!
+run -e "local s = require('store').open($port); s:set('w1', '1'); s:add('w2', 1); s:cas('w3', '', 'x')"
+wait $waiter
+[ "$(cat "$tmp/wait")" = "all" ]; ok $? "wait on three keys returns once set, add and compare_set made them"
+
+run -e "local s = require('store').open($port); io.write(tostring(s:check({'k1', 'w1'})), ' ', tostring(s:check({'k1', 'nope'})))"
+[ $status -eq 0 ] && is_out "true false"; ok $? "check: all present, or not"
+
+run -e "local s = require('store').open($port); io.write(tostring(s:delete('k1')), ' ', tostring(s:delete('k1')), ' ', tostring(s:check({'k1'})))"
+[ $status -eq 0 ] && is_out "true false false"; ok $? "delete: true, then false; the key is gone"
+
+run -e "local M = require('store'); local s = M.open($port); local v = string.rep('0123456789abcdef', 262144)
+s:set('big', v); io.write(tostring(s:get('big') == v))"
+[ $status -eq 0 ] && is_out "true"; ok $? "a 4 MiB value makes the round trip"
+
+# ---------------------------------------------------------------- timeouts
+
+run -e "local M = require('store'); local s = M.open($port); local t0 = M.now()
+local ok, err = pcall(s.get, s, 'never', 0.5); print(ok, err); print(M.now() - t0 < 3)"
+[ $status -eq 0 ] && has out "false" && has out "timed out after 0.5 s waiting for key 'never'" \
+    && has out "127.0.0.1:$port" && has out "true"
+ok $? "a get timeout is an error naming the key, the seconds and the store"
+
+run -e "local s = require('store').open($port)
+local ok, err = pcall(s.wait, s, {'k2x', 'w1', 'k3x'}, 0.3); print(err); io.write(s:get('w1'))"
+[ $status -eq 0 ] && has out "waiting for keys 'k2x', 'k3x'" && ! has out "'w1'" && has out "1"
+ok $? "a wait timeout names the missing keys only, and the client still works"
+
+# ---------------------------------------------------------------- the token
+
+run -e "local ok, err = pcall(require('store').open, $port, {token = 'wrong', timeout = 3}); print(err)"
+[ $status -eq 0 ] && has out "refused this client: wrong job token"; ok $? "a wrong token is refused with a clear error"
+sleep 0.2
+[ "$(grep -c "wrong job token" "$tmp/server.err")" -eq 1 ]; ok $? "the server logs the wrong token once"
+
+# ---------------------------------------------------------------- malformed frames
+
+# expect_closed HEX...: the server closes the connection and logs one line.
+expect_closed() {
+    before=$(wc -l <"$tmp/server.err")
+    run "$tmp/raw.lua" "$port" "$@"
+    sleep 0.2
+    after=$(wc -l <"$tmp/server.err")
+    [ $status -eq 0 ] && { is_out closed || is_out sent; } && [ $((after - before)) -eq 1 ]
+}
+
+garbage=$(od -An -tx1 -N64 /dev/urandom | tr -d ' \n')
+expect_closed "$garbage" && has server.err "bad magic"
+ok $? "random bytes: the connection is closed and logged once (bad magic)"
+
+expect_closed "$(frame 1 2147483647)" && has server.err "exceeds the limit"
+ok $? "an absurd length is refused before anything is read or allocated"
+
+expect_closed "$(frame 200 0)" && has server.err "unknown op 200"
+ok $? "an unknown op is refused"
+
+expect_closed "$(frame 2 0)" && has server.err "op 2 before HELLO"
+ok $? "a request before HELLO is refused"
+
+expect_closed "$(frame 1 8)" - && has server.err "truncated frame"
+ok $? "a frame cut short is logged as truncated"
+
+expect_closed "$(frame 1 4)ffffff7f" && has server.err "malformed HELLO"
+ok $? "a field longer than its frame is refused (no over-read)"
+
+printf '44505354020100000100000000000000' >"$tmp/v2"
+expect_closed "$(cat "$tmp/v2")" && has server.err "protocol version 2"
+ok $? "another protocol version is refused"
+
+# a valid HELLO, then garbage: refused, and the rank is marked lost
+tok=$(printf 'T0K' | od -An -tx1 | tr -d ' \n')
+hello="$(frame 1 19)$(le32 3)${tok}$(le32 8)0900000000000000"
+expect_closed "$hello" "deadbeefdeadbeefdeadbeefdeadbeef" && has server.err "bad magic"
+ok $? "garbage after a valid HELLO closes that connection"
+
+run -e "local s = require('store').open($port); io.write(s:get('dplua/dead/9', 5), ' ', s:get('w1'))"
+[ $status -eq 0 ] && is_out "lost 1"; ok $? "the server keeps serving after all of that (and marked rank 9 lost)"
+
+# ---------------------------------------------------------------- dead ranks
+
+# (the pid of dplua itself: $! is timeout's)
+dp -e "local M = require('store'); local s = M.open($port, {rank = 5}); M.pidfile('$tmp/victim'); s:set('rank5', 'up'); M.sleep(30)" &
+victim=$!
+run -e "local s = require('store').open($port); io.write(s:get('rank5', 10))"
+kill -9 "$(cat "$tmp/victim")"
+wait $victim 2>/dev/null
+run -e "local s = require('store').open($port); io.write(s:get('dplua/dead/5', 10))"
+[ $status -eq 0 ] && is_out "lost"; ok $? "kill -9 of a client with rank 5 sets dplua/dead/5 = lost"
+
+run -e "local s = require('store').open($port, {rank = 6}); s:close()"
+run -e "local s = require('store').open($port); io.write(s:get('dplua/dead/6', 10))"
+[ $status -eq 0 ] && is_out "exited"; ok $? "a client that closes cleanly sets dplua/dead/6 = exited"
+
+# ---------------------------------------------------------------- connecting
+
+run -e "local ok, err = pcall(require('store').open, $port, {server = true, rank = 0}); print(err)"
+[ $status -eq 0 ] && has out "port $port is already in use on 127.0.0.1; pick another MASTER_PORT"
+ok $? "a second server on the port: a clear error"
+
+closed=$(dp -e "local s = require('store').open(0, {server = true}); io.write(s:port()); s:close()")
+run -e "local M = require('store'); local t0 = M.now()
+local ok, err = pcall(M.open, $closed, {timeout = 1}); print(err); print(M.now() - t0 < 4)"
+[ $status -eq 0 ] && has out "could not connect to the store at 127.0.0.1:$closed within 1 s: Connection refused" \
+    && has out "true"
+ok $? "nothing on the port: a clear error within the timeout"
+
+dp -e "local s = require('store').open($closed, {rank = 1, timeout = 15}); io.write(s:get('hi', 10))" \
+    >"$tmp/early" 2>&1 &
+early=$!
+sleep 1
+dp -e "local s = require('store').open($closed, {server = true, rank = 0}); s:set('hi', 'there'); s:get('dplua/dead/1', 15); s:close()" \
+    >/dev/null 2>&1
+wait $early
+[ "$(cat "$tmp/early")" = "there" ]; ok $? "a client started before its server retries until it comes"
+
+# the serving process dies: a waiting client fails fast, naming it
+dp -e "local M = require('store'); local s = M.open($closed, {server = true, rank = 0}); M.pidfile('$tmp/doomed'); s:set('up', '1'); M.sleep(30)" &
+doomed=$!
+run -e "local s = require('store').open($closed); s:get('up', 10)"
+dp -e "local M = require('store'); local s = M.open($closed); local t0 = M.now()
+local ok, err = pcall(s.get, s, 'never', 60); print(err); print(M.now() - t0 < 10)" >"$tmp/out" 2>"$tmp/err" &
+client=$!
+sleep 0.5
+kill -9 "$(cat "$tmp/doomed")"
+wait $client
+wait $doomed 2>/dev/null
+has out "lost the connection to the store at 127.0.0.1:$closed" && has out "true"
+ok $? "a client waiting when the serving process dies fails at once, not at its timeout"
+
+# ---------------------------------------------------------------- misuse
+
+run -e "local ffi = require('ffi'); local C = require('dplua').C
+local out = ffi.new('dp_store *[1]')
+print(C.dp_store_open(out, '127.0.0.1', 70000, 0, -1, 'x', 1), ffi.string(C.dp_last_error()))
+print(C.dp_store_set(nil, 'k', 'v', 1), ffi.string(C.dp_last_error()))
+print(C.dp_store_wait(nil, nil, 0, 1) ~= 0)"
+[ $status -eq 0 ] && has out "port 70000 is out of range" && has out "the store is NULL" && has out "true"
+ok $? "bad arguments are errors, not crashes"
+
+# ---------------------------------------------------------------- shutdown
+
+run -e "local s = require('store').open($port); s:set('shutdown', '1')"
+wait $server_pid
+status=$?
+server_pid=
+[ $status -eq 0 ]; ok $status "the server exits cleanly"
+
+echo "1..$n"
