@@ -686,7 +686,8 @@ static dp_status st_offsets(dp_safetensors *f, const char *nb, const js_value *v
     for (int k = 0; k < 2; k++) {
         int r = js_uint(&v->items[k], k ? &e->end : &e->begin);
         if (r == -2)
-            return st_bad(f, "tensor \"%s\": data offset %.40s is too large", nb, v->items[k].str);
+            return st_bad(f, "tensor \"%s\": data offset %.*s is too large", nb,
+                          (int)(v->items[k].len < 40 ? v->items[k].len : 40), v->items[k].str);
         if (r)
             return st_bad(f, "tensor \"%s\": \"data_offsets\" must be non-negative integers", nb);
     }
@@ -704,7 +705,7 @@ static dp_status st_offsets(dp_safetensors *f, const char *nb, const js_value *v
 static dp_status st_entry_parse(dp_safetensors *f, const char *name, size_t name_len, const js_value *v,
                                 st_entry *e)
 {
-    char nb[96], sb[160];
+    char nb[96], sb[160], need[32];
     dp_status st;
     const js_value *dt = NULL, *shape = NULL, *offs = NULL;
     printable(nb, sizeof nb, name, name_len);
@@ -738,22 +739,20 @@ static dp_status st_entry_parse(dp_safetensors *f, const char *name, size_t name
         return st_bad(f, "tensor \"%s\": dtype %s is not supported by dplua (it reads " ST_SUPPORTED ")", nb, dt->str);
     if ((st = st_shape(f, nb, shape, e)) || (st = st_offsets(f, nb, offs, e)))
         return st;
-    /* numel * size must equal end - begin; every size is bounded first */
+    /* numel * size must equal end - begin, computed without overflow */
     int64_t bytes = (int64_t)dp_dtype_size(e->dtype), avail = e->end - e->begin;
-    int zero = 0;
+    int zero = 0, over = 0;
     for (int d = 0; d < e->ndim; d++)
         zero |= e->shape[d] == 0;
-    for (int d = 0; d < e->ndim && !zero; d++) {
-        if (e->shape[d] > avail / bytes) { bytes = -1; break; }
-        bytes *= e->shape[d];
-    }
+    for (int d = 0; d < e->ndim && !zero && !over; d++)
+        over = __builtin_mul_overflow(bytes, e->shape[d], &bytes);
     if (zero)
         bytes = 0;
-    if (bytes != avail)
-        return st_bad(f, "tensor \"%s\": shape %s of %s needs %s%lld bytes but data_offsets [%lld, %lld] hold %lld",
-                      nb, dp_shape_str(sb, sizeof sb, e->ndim, e->shape), dt->str, bytes < 0 ? "more than " : "",
-                      (long long)(bytes < 0 ? avail : bytes), (long long)e->begin, (long long)e->end,
-                      (long long)avail);
+    if (over || bytes != avail)
+        return st_bad(f, "tensor \"%s\": shape %s of %s needs %s bytes but data_offsets [%lld, %lld] hold %lld",
+                      nb, dp_shape_str(sb, sizeof sb, e->ndim, e->shape), dt->str,
+                      over ? "more than 2^63" : (snprintf(need, sizeof need, "%lld", (long long)bytes), need),
+                      (long long)e->begin, (long long)e->end, (long long)avail);
     return DP_OK;
 }
 
