@@ -17,7 +17,8 @@
 -- * A table is an array when its keys are exactly 1..n (n > 0), and an
 --   object when all its keys are strings. An empty table is an object `{}`
 --   unless it is json.array({}). Object keys come out sorted, so the same
---   table always gives the same text; opts.order lists keys to put first.
+--   table always gives the same text; opts.order lists keys to put first
+--   in the outermost object.
 -- * Strings are bytes; invalid UTF-8 is replaced by U+FFFD when encoding,
 --   and rejected when decoding. Control characters are escaped.
 -- * decode() accepts exactly one JSON value (surrounding whitespace aside):
@@ -119,6 +120,8 @@ local encode_value
 local function encode_table(t, opts, seen, path, out)
   if seen[t] then error("json.encode: " .. path .. " contains itself (a cycle)", 0) end
   seen[t] = true
+  local rank = opts.rank
+  opts.rank = nil            -- opts.order applies to the outermost object only
   if is_array(t) then
     out[#out + 1] = "["
     for i = 1, #t do
@@ -135,7 +138,6 @@ local function encode_table(t, opts, seen, path, out)
       end
       keys[#keys + 1] = k
     end
-    local rank = opts.rank
     if rank then
       sort(keys, function(a, b)
         local ra, rb = rank[a] or huge, rank[b] or huge
@@ -154,6 +156,7 @@ local function encode_table(t, opts, seen, path, out)
     end
     out[#out + 1] = "}"
   end
+  opts.rank = rank
   seen[t] = nil
 end
 
@@ -176,8 +179,9 @@ function encode_value(v, opts, seen, path, out)
   end
 end
 
--- The JSON text of v on one line. opts.order: a list of object keys to put
--- first (in that order, in every object); the others follow sorted.
+-- The JSON text of v on one line. opts.order: a list of keys to put first
+-- in the outermost object (in that order); the others, and the keys of
+-- nested objects, follow sorted.
 function json.encode(v, opts)
   local o = {}
   if opts and opts.order then

@@ -45,6 +45,8 @@ T.run("encode tables", function()
   T.is(enc({ lr = 1, step = 2, loss = 3, x = 4 }, { order = { "step", "loss" } }),
        '{"step":2,"loss":3,"lr":1,"x":4}', "opts.order puts keys first")
   T.is(enc({ a = { b = { c = {} } } }), '{"a":{"b":{"c":{}}}}', "nesting")
+  T.is(enc({ step = 1, m = { step = 2, a = 1 } }, { order = { "step" } }), '{"step":1,"m":{"a":1,"step":2}}',
+       "opts.order applies to the outermost object only")
   T.raises(function() enc({ 1, 2, [4] = 4 }) end, "key of type number", "a sparse array is refused")
   T.raises(function() enc({ [1] = 1, x = 2 }) end, "key of type number", "mixed keys are refused")
   T.raises(function() enc({ [true] = 1 }) end, "key of type boolean", "a boolean key is refused")
