@@ -388,11 +388,7 @@ end
 
 -- The script's argument list for one configuration.
 local function trial_args(s, hp)
-  if type(s.args) == "function" then
-    local a = s.args(hp)
-    if type(a) ~= "table" then error("the sweep's args(hparams) must return a list of strings", 0) end
-    return a
-  end
+  if type(s.args) == "function" then return s.args(hp) end
   local out = {}
   for i, a in ipairs(s.args or {}) do
     out[i] = tostring(a):gsub("{([%w_]+)}", function(name)
@@ -504,7 +500,7 @@ local function start_trial(ctx, t, slot)
   local report = ctx.logs .. "/" .. tag .. ".report.jsonl"
   os.remove(report)
   local argv = { ctx.exe, s.script_path }
-  for _, a in ipairs(trial_args(s, t.hparams)) do argv[#argv + 1] = tostring(a) end
+  for _, a in ipairs(t.args) do argv[#argv + 1] = a end
   for _, a in ipairs(ctx.extra_args) do argv[#argv + 1] = a end
   local set = { DPLUA_HPARAMS = t.key, DPLUA_TRIAL_ID = tostring(t.id), DPLUA_REPORT_FILE = report }
   local gpu
@@ -802,6 +798,17 @@ local function run_sweep(args)
     if r and (r.status == "ok" or not o.retry_failed) then skipped = skipped + 1
     else queue[#queue + 1] = t end
   end
+  -- the script and every trial's arguments, checked before anything runs
+  local f = io.open(s.script_path, "r")
+  if not f then sweep_error("cannot open the training script " .. s.script_path) end
+  f:close()
+  for _, t in ipairs(queue) do
+    local ok, a = pcall(trial_args, s, t.hparams)
+    if not ok then sweep_error(format("args for trial %d (%s): %s", t.id, show_config(t.hparams), tostring(a))) end
+    if type(a) ~= "table" then sweep_error("the sweep's args(hparams) must return a list of strings") end
+    t.args = {}
+    for i, x in ipairs(a) do t.args[i] = tostring(x) end
+  end
   local names = sorted_keys(s.space)
   say(format("sweep %s: %d configuration%s (%s over %s), %s %s", s.name or o.file, #configs,
              #configs == 1 and "" or "s", s.method,
@@ -834,9 +841,10 @@ local function run_sweep(args)
     local fine, why = pcall(run_queue, ctx, queue)
     if not fine then
       stop_all(ctx)
-      say("")
       why = tostring(type(why) == "table" and why.sweep_error or why):gsub("^[^\n:]-:%d+: ", "")
-      say("dplua sweep: stopped (" .. why .. "); unfinished trials have no record and run on the next start")
+      if why ~= "interrupted!" then sweep_error(why .. " (running trials were stopped)") end
+      say("")
+      say("dplua sweep: interrupted; unfinished trials have no record and run on the next start")
       print_summary(s, configs, ctx.records)
       return 130
     end
