@@ -18,6 +18,7 @@
 
 #include "dplua.h"
 #include "lua/host.h"
+#include "dist/launch.h"
 #ifdef DP_HAVE_CUDA
 #include "dp_cuda.h"
 #endif
@@ -57,13 +58,14 @@ static const char usage_text[] =
     "  sweep           run a hyperparameter sweep (dplua sweep --help)\n"
     "  plot            draw metrics JSONL files as SVG (dplua plot --help)\n"
     "\n"
-    "launcher options (not implemented yet):\n"
+    "launcher options (all of them: " PROGNAME " --nproc_per_node=1 --help):\n"
     "  --nproc_per_node=N   processes (GPUs) to start on this node\n"
     "  --nnodes=N           number of nodes\n"
     "  --node_rank=R        rank of this node\n"
     "  --master_addr=HOST   address of the rank 0 node\n"
     "  --master_port=PORT   port of the rendezvous store\n"
     "  --standalone         a single node with a local rendezvous\n"
+    "  --prefix-output      prefix each line of output with \"[RANK]: \"\n"
     "\n"
     "With no arguments dplua starts the REPL when stdin is a terminal and runs\n"
     "stdin otherwise. Arguments after the script are the script's: it sees them\n"
@@ -79,6 +81,7 @@ static const char usage_text[] =
 static const char *const launcher_flags[] = {
     "nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port",
     "standalone", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "max_restarts",
+    "tee", "prefix_output",
     NULL
 };
 
@@ -140,8 +143,7 @@ static int parse_option(int argc, char **argv, int *i, struct host_args *a)
         fputs(usage_text, stdout);
         return 0;
     } else if (is_launcher_flag(s)) {
-        fprintf(stderr, PROGNAME ": the launcher (%s) is not implemented yet\n", s);
-        return EXIT_USAGE;
+        return dp_launch_main(argc, argv);   /* src/dist/launch.c */
     } else {
         return usage_error("unrecognized option", s);
     }
