@@ -208,16 +208,21 @@ local function thin(run, px)
   return out
 end
 
-local function panel_svg(out, p, layout, xaxis, id)
-  local L, W, top, H = layout.left, layout.plot_w, p.top, layout.plot_h
-  local function px(x) return L + xaxis.map(x) * W end
-  local function py(y) return top + H - p.yaxis.map(y) * H end
-  out[#out + 1] = format('<g class="panel" id="panel-%s">', esc(p.metric))
+-- A panel's geometry: the frame and the maps from data to pixels.
+local function frame_of(p, layout, xaxis)
+  local f = { L = layout.left, W = layout.plot_w, top = p.top, H = layout.plot_h }
+  function f.px(x) return f.L + xaxis.map(x) * f.W end
+  function f.py(y) return f.top + f.H - p.yaxis.map(y) * f.H end
+  return f
+end
+
+-- The frame, grid lines, ticks with their labels, and the axis labels.
+local function axes_svg(out, p, f, layout, xaxis)
+  local L, W, top, H = f.L, f.W, f.top, f.H
   out[#out + 1] = format('<rect class="frame" x="%s" y="%s" width="%s" height="%s" fill="#fcfcfc" stroke="#444" stroke-width="1"/>',
                          num(L), num(top), num(W), num(H))
-  -- grid lines and ticks
   for _, t in ipairs(p.yaxis.ticks) do
-    local y = py(t)
+    local y = f.py(t)
     out[#out + 1] = format('<line class="grid" x1="%s" y1="%s" x2="%s" y2="%s" stroke="#e0e0e0" stroke-width="1"/>',
                            num(L), num(y), num(L + W), num(y))
     out[#out + 1] = format('<line class="tick" x1="%s" y1="%s" x2="%s" y2="%s" stroke="#444"/>', num(L - 5), num(y), num(L), num(y))
@@ -225,30 +230,33 @@ local function panel_svg(out, p, layout, xaxis, id)
                            num(L - 8), num(y), esc(tick_label(t)))
   end
   for _, t in ipairs(xaxis.ticks) do
-    local x = px(t)
+    local x = f.px(t)
     out[#out + 1] = format('<line class="grid" x1="%s" y1="%s" x2="%s" y2="%s" stroke="#e0e0e0" stroke-width="1"/>',
                            num(x), num(top), num(x), num(top + H))
     out[#out + 1] = format('<line class="tick" x1="%s" y1="%s" x2="%s" y2="%s" stroke="#444"/>', num(x), num(top + H), num(x), num(top + H + 5))
     out[#out + 1] = format('<text class="xtick" x="%s" y="%s" text-anchor="middle">%s</text>',
                            num(x), num(top + H + 18), esc(tick_label(t)))
   end
-  -- axis labels
   local ylabel = p.metric .. (p.yaxis.log and " (log scale)" or "")
   local cy = top + H / 2
   out[#out + 1] = format('<text class="ylabel" x="%s" y="%s" text-anchor="middle" font-size="13" transform="rotate(-90 %s %s)">%s</text>',
                          num(layout.ylabel_x), num(cy), num(layout.ylabel_x), num(cy), esc(ylabel))
   out[#out + 1] = format('<text class="xlabel" x="%s" y="%s" text-anchor="middle" font-size="13">%s</text>',
                          num(L + W / 2), num(top + H + 36), esc(layout.xlabel))
-  -- the lines, clipped to the frame
+end
+
+-- The lines, clipped to the frame, and markers on short series (a point
+-- per epoch, say). Returns the pixel positions drawn.
+local function lines_svg(out, p, f, id)
   out[#out + 1] = format('<clipPath id="clip-%d"><rect x="%s" y="%s" width="%s" height="%s"/></clipPath>',
-                         id, num(L), num(top), num(W), num(H))
+                         id, num(f.L), num(f.top), num(f.W), num(f.H))
   out[#out + 1] = format('<g clip-path="url(#clip-%d)">', id)
-  local drawn = {}     -- pixel positions, to keep the legend off the data
+  local drawn = {}
   for _, s in ipairs(p.series) do
     for _, run in ipairs(s.runs) do
       local pts = {}
-      for _, pt in ipairs(thin(run, W)) do
-        local X, Y = px(pt[1]), py(pt[2])
+      for _, pt in ipairs(thin(run, f.W)) do
+        local X, Y = f.px(pt[1]), f.py(pt[2])
         pts[#pts + 1] = num(X) .. "," .. num(Y)
         drawn[#drawn + 1] = { X, Y }
       end
@@ -257,38 +265,47 @@ local function panel_svg(out, p, layout, xaxis, id)
     end
   end
   out[#out + 1] = "</g>"
-  -- markers on short series (a point per epoch, say), not clipped
   for _, s in ipairs(p.series) do
     if s.count <= 50 then
       for _, run in ipairs(s.runs) do
         for _, pt in ipairs(run) do
-          out[#out + 1] = format('<circle cx="%s" cy="%s" r="2.5" fill="%s"/>', num(px(pt[1])), num(py(pt[2])), s.color)
+          out[#out + 1] = format('<circle cx="%s" cy="%s" r="2.5" fill="%s"/>', num(f.px(pt[1])), num(f.py(pt[2])), s.color)
         end
       end
     end
   end
-  -- the legend, in the inside corner that covers the fewest points (and
-  -- the segments between them)
+  return drawn
+end
+
+-- How many drawn points (and samples of the segments between them) fall
+-- in the box at x, y of size w, h.
+local function covered(drawn, x, y, w, h)
+  local hits = 0
+  for i, d in ipairs(drawn) do
+    local e = drawn[i + 1]
+    for k = 0, (e and 4 or 0) do
+      local X = e and d[1] + (e[1] - d[1]) * k / 5 or d[1]
+      local Y = e and d[2] + (e[2] - d[2]) * k / 5 or d[2]
+      if X >= x - 4 and X <= x + w + 4 and Y >= y - 4 and Y <= y + h + 4 then hits = hits + 1 end
+    end
+  end
+  return hits
+end
+
+-- The legend, in the inside corner that hides the fewest points.
+local function legend_svg(out, p, f, drawn)
   local lw = 0
   for _, s in ipairs(p.series) do lw = math.max(lw, #s.label) end
-  local box_w, box_h = 34 + lw * 7, 8 + 17 * #p.series
+  local w, h = 34 + lw * 7, 8 + 17 * #p.series
   local best, bx, by = math.huge, nil, nil
-  for _, corner in ipairs({ { L + W - box_w - 8, top + 8 }, { L + W - box_w - 8, top + H - box_h - 8 },
-                            { L + 8, top + 8 }, { L + 8, top + H - box_h - 8 } }) do
-    local cx, cy, hits = corner[1], corner[2], 0
-    for i, d in ipairs(drawn) do
-      local e = drawn[i + 1]
-      for k = 0, (e and 4 or 0) do   -- the point and samples towards the next one
-        local X = e and d[1] + (e[1] - d[1]) * k / 5 or d[1]
-        local Y = e and d[2] + (e[2] - d[2]) * k / 5 or d[2]
-        if X >= cx - 4 and X <= cx + box_w + 4 and Y >= cy - 4 and Y <= cy + box_h + 4 then hits = hits + 1 end
-      end
-    end
-    if hits < best then best, bx, by = hits, cx, cy end
+  for _, c in ipairs({ { f.L + f.W - w - 8, f.top + 8 }, { f.L + f.W - w - 8, f.top + f.H - h - 8 },
+                       { f.L + 8, f.top + 8 }, { f.L + 8, f.top + f.H - h - 8 } }) do
+    local hits = covered(drawn, c[1], c[2], w, h)
+    if hits < best then best, bx, by = hits, c[1], c[2] end
   end
   out[#out + 1] = '<g class="legend">'
   out[#out + 1] = format('<rect x="%s" y="%s" width="%s" height="%s" fill="white" fill-opacity="0.85" stroke="#bbb"/>',
-                         num(bx), num(by), num(box_w), num(box_h))
+                         num(bx), num(by), num(w), num(h))
   for i, s in ipairs(p.series) do
     local y = by + 4 + 17 * (i - 1) + 8.5
     out[#out + 1] = format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="%s" stroke-width="2.5"/>',
@@ -296,6 +313,13 @@ local function panel_svg(out, p, layout, xaxis, id)
     out[#out + 1] = format('<text x="%s" y="%s" dominant-baseline="middle">%s</text>', num(bx + 29), num(y), esc(s.label))
   end
   out[#out + 1] = "</g>"
+end
+
+local function panel_svg(out, p, layout, xaxis, id)
+  local f = frame_of(p, layout, xaxis)
+  out[#out + 1] = format('<g class="panel" id="panel-%s">', esc(p.metric))
+  axes_svg(out, p, f, layout, xaxis)
+  legend_svg(out, p, f, lines_svg(out, p, f, id))
   out[#out + 1] = "</g>"
 end
 
