@@ -780,6 +780,60 @@ local function parse_command_line(args)
   return o
 end
 
+-- The configurations still to run (all but those with a record; with
+-- --retry-failed, all but the successful ones), each with its script
+-- arguments, checked before anything runs. Returns the queue and how many
+-- were skipped.
+local function plan(s, o, configs, records)
+  local f = io.open(s.script_path, "r")
+  if not f then sweep_error("cannot open the training script " .. s.script_path) end
+  f:close()
+  local queue, skipped = {}, 0
+  for _, t in ipairs(configs) do
+    local r = records[t.key]
+    if r and (r.status == "ok" or not o.retry_failed) then
+      skipped = skipped + 1
+    else
+      local ok, a = pcall(trial_args, s, t.hparams)
+      if not ok then sweep_error(format("args for trial %d (%s): %s", t.id, show_config(t.hparams), tostring(a))) end
+      if type(a) ~= "table" then sweep_error("the sweep's args(hparams) must return a list of strings") end
+      t.args = {}
+      for i, x in ipairs(a) do t.args[i] = tostring(x) end
+      queue[#queue + 1] = t
+    end
+  end
+  return queue, skipped
+end
+
+local function print_header(s, o, n, skipped, queued, parallel, gpus)
+  say(format("sweep %s: %d configuration%s (%s over %s), %s %s", s.name or o.file, n, n == 1 and "" or "s",
+             s.method, concat(sorted_keys(s.space), ", "), s.metric,
+             s.mode == "max" and "(higher is better)" or "(lower is better)"))
+  say(format("  %d finished earlier, %d to run, %d at a time%s", skipped, queued, parallel,
+             #gpus > 0 and format(" on %d GPU%s", #gpus, #gpus > 1 and "s" or "") or " (CPU)"))
+  say(format("  results: %s   logs: %s/", s.results, s.logs))
+end
+
+-- Runs the queue; on Ctrl-C stops the trials, prints what finished and
+-- returns 130.
+local function run_trials(ctx, queue, configs)
+  local s = ctx.sweep
+  for _, dir in ipairs({ s.logs, s.results:match("^(.*)/[^/]*$") }) do
+    local ok, err = mkdir_p(dir)
+    if not ok then sweep_error(err) end
+  end
+  say("")
+  local fine, why = pcall(run_queue, ctx, queue)
+  if fine then return nil end
+  stop_all(ctx)
+  why = tostring(type(why) == "table" and why.sweep_error or why):gsub("^[^\n:]-:%d+: ", "")
+  if why ~= "interrupted!" then sweep_error(why .. " (running trials were stopped)") end
+  say("")
+  say("dplua sweep: interrupted; unfinished trials have no record and run on the next start")
+  print_summary(s, configs, ctx.records)
+  return 130
+end
+
 local function run_sweep(args)
   local list = {}
   for i = 1, #args do list[i] = args[i] end
@@ -792,30 +846,8 @@ local function run_sweep(args)
   local records = read_results(s.results)
   local gpus = gpu_list()
   local parallel = math.floor(o.parallel or s.parallel or math.max(#gpus, 1))
-  local queue, skipped = {}, 0
-  for _, t in ipairs(configs) do
-    local r = records[t.key]
-    if r and (r.status == "ok" or not o.retry_failed) then skipped = skipped + 1
-    else queue[#queue + 1] = t end
-  end
-  -- the script and every trial's arguments, checked before anything runs
-  local f = io.open(s.script_path, "r")
-  if not f then sweep_error("cannot open the training script " .. s.script_path) end
-  f:close()
-  for _, t in ipairs(queue) do
-    local ok, a = pcall(trial_args, s, t.hparams)
-    if not ok then sweep_error(format("args for trial %d (%s): %s", t.id, show_config(t.hparams), tostring(a))) end
-    if type(a) ~= "table" then sweep_error("the sweep's args(hparams) must return a list of strings") end
-    t.args = {}
-    for i, x in ipairs(a) do t.args[i] = tostring(x) end
-  end
-  local names = sorted_keys(s.space)
-  say(format("sweep %s: %d configuration%s (%s over %s), %s %s", s.name or o.file, #configs,
-             #configs == 1 and "" or "s", s.method,
-             concat(names, ", "), s.metric, s.mode == "max" and "(higher is better)" or "(lower is better)"))
-  say(format("  %d finished earlier, %d to run, %d at a time%s", skipped, #queue, parallel,
-             #gpus > 0 and format(" on %d GPU%s", #gpus, #gpus > 1 and "s" or "") or " (CPU)"))
-  say(format("  results: %s   logs: %s/", s.results, s.logs))
+  local queue, skipped = plan(s, o, configs, records)
+  print_header(s, o, #configs, skipped, #queue, parallel, gpus)
   if o.dry_run then
     for _, t in ipairs(configs) do
       local r = records[t.key]
@@ -830,27 +862,10 @@ local function run_sweep(args)
     slots = {}, done = 0, running = 0, to_run = #queue, total_trials = #configs,
   }
   if #queue > 0 then
-    local ok, err = mkdir_p(s.logs)
-    if not ok then sweep_error(err) end
-    local results_dir = s.results:match("^(.*)/[^/]*$")
-    if results_dir then
-      ok, err = mkdir_p(results_dir)
-      if not ok then sweep_error(err) end
-    end
-    say("")
-    local fine, why = pcall(run_queue, ctx, queue)
-    if not fine then
-      stop_all(ctx)
-      why = tostring(type(why) == "table" and why.sweep_error or why):gsub("^[^\n:]-:%d+: ", "")
-      if why ~= "interrupted!" then sweep_error(why .. " (running trials were stopped)") end
-      say("")
-      say("dplua sweep: interrupted; unfinished trials have no record and run on the next start")
-      print_summary(s, configs, ctx.records)
-      return 130
-    end
+    local status = run_trials(ctx, queue, configs)
+    if status then return status end
   end
-  local best = print_summary(s, configs, ctx.records)
-  return best and 0 or 1
+  return print_summary(s, configs, ctx.records) and 0 or 1
 end
 
 -- `dplua sweep ARGS`: args[1..n] are the command's arguments (arg[-1], when
