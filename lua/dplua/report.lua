@@ -122,7 +122,17 @@ local function with_defaults(self, defaults)
   return out
 end
 
-M.hparams = setmetatable(parse_hparams(), { __call = with_defaults })
+-- A malformed $DPLUA_HPARAMS is an error when the hparams are used, not
+-- when this module loads (the progress bar and the sweep driver load it too).
+do
+  local ok, hp = pcall(parse_hparams)
+  if ok then
+    M.hparams = setmetatable(hp, { __call = with_defaults })
+  else
+    local function fail() error(hp, 2) end
+    M.hparams = setmetatable({}, { __index = fail, __call = fail })
+  end
+end
 
 ---------------------------------------------------------------- report
 
