@@ -195,6 +195,71 @@ if arg and arg[1] == "--resume" then
   os.exit(0)
 end
 
+-- Under the launcher (dplua --nproc_per_node=N ... --ddp DIR): rank 0
+-- saves, every rank loads after a barrier, and a resumed DDP run (every
+-- rank restoring its own RNG state, gathered into the checkpoint) repeats
+-- the uninterrupted one. Each rank prints "rank R ok NAME" or "rank R not
+-- ok NAME"; the parent turns them into TAP.
+if arg and arg[1] == "--ddp" then
+  local dist = torch.distributed
+  local dir = arg[2]
+  dist.init_process_group("gloo")
+  local rank, world = dist.get_rank(), dist.get_world_size()
+  local function report(cond, name) io.write(("rank %d %s %s\n"):format(rank, cond and "ok" or "not ok", name)) end
+  local path = dir .. "/ddp.safetensors"
+  local xs, ys = batches()
+  local function make(seed)
+    local model, opt, sched = build("adam", seed)
+    local ddp = nn.parallel.DistributedDataParallel(model)
+    local o, s = CONFIGS.adam(ddp.module)
+    return ddp, o, s
+  end
+  local function train_ddp(ddp, opt, sched, from, to, losses)
+    ddp:train()
+    for s = from, to do
+      local x, y = xs[s]:narrow(0, rank * 8 % 16, 8), ys[s]:narrow(0, rank * 8 % 16, 8)
+      opt:zero_grad()
+      local loss = F.cross_entropy(ddp(x), y)
+      loss:backward()
+      opt:step()
+      sched:step()
+      losses[s] = loss:item()
+    end
+    return losses
+  end
+  local ddp, opt, sched = make(1)
+  torch.manual_seed(50 + rank)   -- each rank its own dropout stream
+  local full = train_ddp(ddp, opt, sched, 1, SAVE_AT, {})
+  -- every rank's RNG state, gathered: rank 0 saves them all
+  local states = torch.empty(world * 16, { dtype = torch.uint8 })
+  dist.all_gather_into_tensor(states, torch.get_rng_state())
+  if rank == 0 then
+    torch.save({ model = ddp.module:state_dict(), optimizer = opt:state_dict(), scheduler = sched:state_dict(),
+                 rng = states:view(world, 16), step = SAVE_AT }, path)
+  end
+  dist.barrier()
+  train_ddp(ddp, opt, sched, SAVE_AT + 1, STEPS, full)
+
+  local ck = torch.load(path)   -- every rank loads
+  local ddp2, opt2, sched2 = make(2)
+  ddp2.module:load_state_dict(ck.model)
+  opt2:load_state_dict(ck.optimizer)
+  sched2:load_state_dict(ck.scheduler)
+  torch.set_rng_state(ck.rng[rank])
+  report(ck.step == SAVE_AT, "the step")
+  local resumed = train_ddp(ddp2, opt2, sched2, ck.step + 1, STEPS, {})
+  local same = true
+  for s = SAVE_AT + 1, STEPS do same = same and resumed[s] == full[s] end
+  report(same, "losses after resume == the uninterrupted DDP run's")
+  local psame = true
+  local final = ddp.module:state_dict()
+  for k, v in ddp2.module:state_dict():items() do psame = psame and same_tensor(v, final[k]) end
+  report(psame, "final parameters are bit-identical")
+  dist.barrier()
+  dist.destroy_process_group()
+  os.exit(0)
+end
+
 local tmp = mktemp_dir()
 
 ---------------------------------------------------------------- PyTorch's files
@@ -469,6 +534,26 @@ for _, config in ipairs({ "adam", "sgd" }) do
     T.ok(other[SAVE_AT + 2] ~= full[SAVE_AT + 2], "without restoring the RNG state the losses differ (dropout)")
   end)
 end
+
+T.run("under DDP: rank 0 saves, every rank loads, resume is bit-exact", function()
+  local world = 2
+  local cmd = ("timeout 120 %s --nproc_per_node=%d %s --ddp %s 2>&1; echo \"exit=$?\""):format(
+    sh_quote(dplua_exe), world, sh_quote(here .. "/test_checkpoint.lua"), sh_quote(tmp))
+  local p = io.popen("DPLUA_TEST_DIR=" .. sh_quote(test_dir) .. " " .. cmd)
+  local out = p:read("*a")
+  p:close()
+  if out:find("unknown option") or out:find("nproc_per_node") and out:find("usage") then
+    T.skip("this dplua has no launcher", "DDP checkpoint")
+    return
+  end
+  for _, name in ipairs({ "the step", "losses after resume == the uninterrupted DDP run's",
+                          "final parameters are bit-identical" }) do
+    local all = true
+    for r = 0, world - 1 do all = all and out:find(("rank %d ok %s"):format(r, name), 1, true) ~= nil end
+    T.ok(all, "DDP, every rank: " .. name, not all and out or nil)
+  end
+  T.ok(out:find("exit=0", 1, true) ~= nil, "the DDP run exits 0", out)
+end)
 
 os.execute("rm -rf " .. sh_quote(tmp))
 T.done_testing()
