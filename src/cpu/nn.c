@@ -21,9 +21,9 @@ static dp_status bad_target(int64_t t, int64_t C)
                    "[0, %lld) or ignore_index)", (long long)t, (long long)C);
 }
 
-/* Row i's log-probabilities into logp; with logits (not log_probs) also the
- * probabilities into prow, which the backward reuses instead of calling
- * exp again. */
+/* Row i's log-probabilities into logp; with logits (not log_probs) and a
+ * prow (only when a backward will follow) also the probabilities, which
+ * the backward reuses instead of calling exp again. */
 static void row_log_probs(const cpu_ce_args *a, int64_t i, int64_t C, double *logp, double *prow)
 {
     size_t es = dp_dtype_size(a->input->dtype);
@@ -35,12 +35,17 @@ static void row_log_probs(const cpu_ce_args *a, int64_t i, int64_t C, double *lo
     }
     if (a->log_probs)
         return;
-    for (int64_t j = 0; j < C; j++)
-        sum += (prow[j] = exp(logp[j] - m));
+    for (int64_t j = 0; j < C; j++) {
+        double e = exp(logp[j] - m);
+        sum += e;
+        if (prow)
+            prow[j] = e;
+    }
     double lse = m + log(sum), inv = 1 / sum;
     for (int64_t j = 0; j < C; j++) {
         logp[j] -= lse;
-        prow[j] *= inv;
+        if (prow)
+            prow[j] *= inv;
     }
 }
 
