@@ -167,7 +167,8 @@ static dp_status ce_check(dp_tensor *input, dp_tensor *target, dp_tensor *weight
         return dp_fail(DP_ERR_DTYPE, "cross_entropy: expected target to hold int64 class indices, got %s "
                        "(use target:long())", dp_dtype_name(target->dtype));
     if (target->ndim != 1 || target->shape[0] != input->shape[0])
-        return dp_fail(DP_ERR_SHAPE, "cross_entropy: expected target of shape (%lld) for input %s, got %s",
+        return dp_fail(DP_ERR_SHAPE, "cross_entropy: expected target of shape [%lld] for input of shape %s "
+                       "(class indices, one per sample), got %s",
                        (long long)input->shape[0], dp_shape_str(s1, sizeof s1, input->ndim, input->shape),
                        dp_shape_str(s2, sizeof s2, target->ndim, target->shape));
     if (weight && (weight->ndim != 1 || weight->shape[0] != input->shape[1]))
