@@ -72,16 +72,23 @@ local function od_del(od, k)
 end
 
 -- A list of {name, value} pairs that a generic for can call directly.
+-- The loop state is the previous name, so the position comes from a name
+-- index rather than from state kept in the list: a loop left with break
+-- does not disturb the next one.
 local pairs_mt = {
-  __call = function(list, _, _)
-    local i = (rawget(list, "_pos") or 0) + 1
+  __call = function(list, _, prev)
+    local i = prev == nil and 1 or list._index[prev] + 1
     local e = list[i]
-    if e == nil then list._pos = nil; return nil end
-    list._pos = i
+    if e == nil then return nil end
     return e[1], e[2]
   end,
 }
-local function pair_list(list) return setmetatable(list, pairs_mt) end
+local function pair_list(list)
+  local index = {}
+  for i, e in ipairs(list) do index[e[1]] = i end
+  rawset(list, "_index", index)
+  return setmetatable(list, pairs_mt)
+end
 
 ---------------------------------------------------------------- classes
 

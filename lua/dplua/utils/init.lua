@@ -1,9 +1,10 @@
 -- dplua.utils: torch.utils, loaded on first use of torch.utils.
 --
 --   local data = torch.utils.data      -- Dataset, TensorDataset, DataLoader, ...
+--   torch.utils.progress.ProgressBar, torch.utils.metrics.MetricsLogger
 local utils = {}
 
-local submodules = { data = "dplua.utils.data" }
+local submodules = { data = "dplua.utils.data", progress = "dplua.utils.progress", metrics = "dplua.utils.metrics" }
 return setmetatable(utils, { __index = function(t, k)
   local name = submodules[k]
   if not name then return nil end
