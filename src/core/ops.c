@@ -8,6 +8,7 @@
 #include "cpu/cpu.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const unop_names[DP_NUM_UNOPS] = {
@@ -35,6 +36,14 @@ static const char *const redop_names[DP_NUM_REDOPS] = {
 };
 
 /* ---------------------------------------------------------------- helpers */
+
+/* "add" -> "add_", for messages about in-place calls */
+static const char *inplace_name(const char *name)
+{
+    static _Thread_local char buf[40];
+    snprintf(buf, sizeof buf, "%s_", name);
+    return buf;
+}
 
 static dp_status same_device(const char *fn, const dp_tensor *a, const dp_tensor *b)
 {
@@ -177,7 +186,7 @@ dp_status dp_unary_into(dp_tensor *dst, int op, dp_tensor *a)
     dp_status st = unary_dtypes(op, a, &compute, &result);
     if (st || (st = on_cpu(unop_names[op], a)) || (st = same_device(unop_names[op], dst, a)) ||
         (st = check_into(unop_names[op], dst, result, a->ndim, a->shape)) ||
-        (st = ag_check_inplace(unop_names[op], dst)))
+        (st = ag_check_inplace(inplace_name(unop_names[op]), dst)))
         return st;
     if (dst->dtype == result && dst->ndim == a->ndim)
         return unary_run(dst, op, a, compute);
@@ -280,7 +289,7 @@ dp_status dp_binary_into(dp_tensor *dst, int op, dp_tensor *a, dp_tensor *b)
     dp_status st = binary_check(op, a, b, &compute, &result, &ndim, shape);
     if (st || (st = same_device(binop_names[op], dst, a)) ||
         (st = check_into(binop_names[op], dst, result, ndim, shape)) ||
-        (st = ag_check_inplace(binop_names[op], dst)))
+        (st = ag_check_inplace(inplace_name(binop_names[op]), dst)))
         return st;
     if (dst->dtype == result && dst->ndim == ndim)
         return binary_run(dst, op, a, b, compute);

@@ -17,6 +17,14 @@ local L = {}
 
 local function is_opts(x) return type(x) == "table" and x[1] == nil and not torch.is_tensor(x) and getmetatable(x) == nil end
 
+-- A misspelt option is an error rather than silently ignored.
+local function check_opts(opts, fn, allowed)
+  for k in pairs(opts) do
+    if not allowed[k] then raise(string.format("%s: unknown option '%s'", fn, tostring(k))) end
+  end
+  return opts
+end
+
 local function want_int(v, fn, what, min)
   if type(v) ~= "number" or v % 1 ~= 0 or v < (min or 0) then
     raise(string.format("%s: expected %s to be an integer >= %d, got %s", fn, what, min or 0, tostring(v)))
@@ -108,7 +116,7 @@ function L.Flatten:extra_repr() return string.format("start_dim=%d, end_dim=%d",
 L.Linear = Module:extend("Linear")
 function L.Linear:__init(in_features, out_features, bias, opts)
   if is_opts(bias) then bias, opts = bias.bias, bias end
-  opts = opts or {}
+  opts = check_opts(opts or {}, "Linear", { bias = true, dtype = true, device = true })
   if bias == nil then bias = true end
   want_int(in_features, "Linear", "in_features")
   want_int(out_features, "Linear", "out_features")
@@ -140,7 +148,8 @@ L.Conv2d = Module:extend("Conv2d")
 function L.Conv2d:__init(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias)
   local opts = {}
   if is_opts(stride) then
-    opts = stride
+    opts = check_opts(stride, "Conv2d", { stride = true, padding = true, dilation = true, groups = true, bias = true,
+                                          dtype = true, device = true })
     stride, padding, dilation, groups, bias = opts.stride, opts.padding, opts.dilation, opts.groups, opts.bias
   end
   if bias == nil then bias = true end
@@ -207,7 +216,7 @@ end
 L.Embedding = Module:extend("Embedding")
 function L.Embedding:__init(num_embeddings, embedding_dim, opts)
   if type(opts) == "number" then opts = { padding_idx = opts } end
-  opts = opts or {}
+  opts = check_opts(opts or {}, "Embedding", { padding_idx = true, dtype = true, device = true })
   want_int(num_embeddings, "Embedding", "num_embeddings")
   want_int(embedding_dim, "Embedding", "embedding_dim")
   self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
@@ -239,7 +248,10 @@ end
 L.LayerNorm = Module:extend("LayerNorm")
 function L.LayerNorm:__init(normalized_shape, eps, elementwise_affine)
   local opts = {}
-  if is_opts(eps) then opts = eps; eps, elementwise_affine = opts.eps, opts.elementwise_affine end
+  if is_opts(eps) then
+    opts = check_opts(eps, "LayerNorm", { eps = true, elementwise_affine = true, bias = true, dtype = true, device = true })
+    eps, elementwise_affine = opts.eps, opts.elementwise_affine
+  end
   if type(normalized_shape) == "number" then normalized_shape = { normalized_shape } end
   if type(normalized_shape) ~= "table" or #normalized_shape == 0 then
     raise("LayerNorm: expected normalized_shape to be an integer or a table of integers")
