@@ -801,7 +801,7 @@ static void reap(struct launch *L)
             r->status = status;
             L->running--;
             if ((WIFEXITED(status) && WEXITSTATUS(status) != 0) || WIFSIGNALED(status)) {
-                if (L->failed < 0 && L->signo == 0) {
+                if (L->failed == -1 && L->signo == 0) {
                     L->failed = i;
                     stop_others(L, TERM_GRACE);
                 }

@@ -54,7 +54,7 @@
 #define FRAME_VERSION 1
 #define HDR 16
 #define HELLO_MAX (64u << 10)          /* the largest frame before HELLO */
-#define OUT_MAX ((size_t)1 << 30)      /* replies queued for a client that does not read */
+#define OUT_MAX ((size_t)256 << 20)    /* replies queued for a client that does not read */
 #define LOG_MAX 50                     /* rejected connections logged, then silence */
 
 enum {
