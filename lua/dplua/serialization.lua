@@ -97,8 +97,15 @@ local function fromhex(h) return (h:gsub("..", function(x) return string.char(to
 
 -- A key as it appears in a dotted tensor name.
 local function key_text(k)
-  if type(k) == "number" then return json.number(k) end
+  if type(k) == "number" and k == k and k ~= math.huge and k ~= -math.huge then return json.number(k) end
   return tostring(k)
+end
+
+-- A tensor name must be valid UTF-8 without NULs (the C layer takes C
+-- strings): other bytes are written as \xHH.
+local function tensor_name(key)
+  if not key:find("%z") and utf8_valid(key) then return key end
+  return (key:gsub("[%z\128-\255]", function(c) return ("\\x%02x"):format(c:byte()) end))
 end
 
 -- Sorts mixed keys: numbers first (by value), then strings.
@@ -131,7 +138,7 @@ local function encoder()
   local function add_tensor(t, path)
     local key = key_of[t]
     if key then return key end
-    key = path ~= "" and path or "tensor"
+    key = path ~= "" and tensor_name(path) or "tensor"
     if used[key] then
       local i = 2
       while used[key .. "~" .. i] do i = i + 1 end
@@ -151,6 +158,7 @@ local function encoder()
     for i, k in ipairs(keys) do
       local ek = k
       if type(k) == "string" and not utf8_valid(k) then ek = { __bytes__ = tohex(k) } end
+      if k == math.huge or k == -math.huge then ek = enc(k, path) end
       out[i] = { ek, enc(t[k], child(path, k)) }
     end
     return out
@@ -287,8 +295,8 @@ local function decoder(path, by_name)
     return fromhex(x)
   end
   local function dec_key(k)
-    if type(k) == "table" and k.__bytes__ ~= nil and next(k, next(k)) == nil then return hex(k.__bytes__) end
-    if type(k) ~= "string" and type(k) ~= "number" then bad("a table key that is " .. type(k)) end
+    if type(k) == "table" then k = dec(k) end   -- {"__bytes__": ...} or {"__float__": ...}
+    if type(k) ~= "string" and type(k) ~= "number" or k ~= k then bad("a table key that is " .. type(k)) end
     return k
   end
   local function dec_pairs(list, into)

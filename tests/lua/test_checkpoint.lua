@@ -329,6 +329,7 @@ T.run("plain values and tables round-trip", function()
     yes = true, no = false, str = "hello \"world\"\n\t\\", utf8 = "naïve ünïcödé ✓",
     bytes = "\0\1\255\128binary", empty = {}, list = { 1, 2, 3, "x", { true } },
     holes = { [1] = "a", [3] = "c" }, numkeys = { [0] = "zero", [1] = "one", [-2] = "m", [2.5] = "f" },
+    infkeys = { [math.huge] = "inf", [-math.huge] = "-inf" }, bytekeys = { ["\255\0"] = 1, ["a\0b"] = 2 },
     mixed = { "first", key = "v" }, reserved = { __tensor__ = "not a tensor", __x = 1 },
     dt = torch.float64, dev = torch.device("cpu"), i64 = big,
     nested = { a = { b = { c = { d = { e = "deep" } } } } },
@@ -405,6 +406,10 @@ T.run("names that collide and tensors saved twice", function()
   T.ok(rawequal(got.x, got.y), "one tensor saved under two keys comes back as one tensor")
   local s = read_bytes(path)
   T.ok(s:find('"a.b.c~2"', 1, true) ~= nil, "the second colliding name gets a suffix")
+  torch.save({ ["a\0b"] = torch.ones(1), ["\255"] = torch.zeros(1) }, path)
+  got = torch.load(path)
+  T.ok(same_tensor(got["a\0b"], torch.ones(1)) and same_tensor(got["\255"], torch.zeros(1)),
+       "tensors under keys with NULs and invalid UTF-8 (stored as \\x00, \\xff)")
   torch.save(torch.arange(4), path)
   T.ok(same_tensor(torch.load(path), torch.arange(4)), "a lone tensor round-trips")
   torch.save(17, path)
