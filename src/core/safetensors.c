@@ -716,9 +716,10 @@ static dp_status st_entry_parse(dp_safetensors *f, const char *name, size_t name
                       nb, js_type_name(v->type));
     for (int i = 0; i < v->n; i++) {
         const char *k = v->keys[i];
-        if (strcmp(k, "dtype") == 0) dt = &v->items[i];
-        else if (strcmp(k, "shape") == 0) shape = &v->items[i];
-        else if (strcmp(k, "data_offsets") == 0) offs = &v->items[i];
+        size_t kl = v->key_lens[i];
+        if (kl == 5 && memcmp(k, "dtype", 5) == 0) dt = &v->items[i];
+        else if (kl == 5 && memcmp(k, "shape", 5) == 0) shape = &v->items[i];
+        else if (kl == 12 && memcmp(k, "data_offsets", 12) == 0) offs = &v->items[i];
         else {
             char kb[64];
             return st_bad(f, "tensor \"%s\": unexpected field \"%s\" (expected dtype, shape and data_offsets)",
@@ -849,7 +850,8 @@ void dp_safetensors_close(dp_safetensors *f)
 static dp_status st_open_file(dp_safetensors *f, int64_t *size)
 {
     struct stat sb;
-    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO must not block the open (it is refused below) */
+    f->fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (f->fd < 0)
         return dp_fail(DP_ERR_IO, "safetensors: cannot open '%s': %s", f->path, strerror(errno));
     if (fstat(f->fd, &sb) != 0)

@@ -153,6 +153,7 @@ local handmade = {
   { "a missing dtype", one('{"shape":[2],"data_offsets":[0,8]}', F32x2), { "missing \"dtype\"" } },
   { "a missing shape", one('{"dtype":"F32","data_offsets":[0,8]}', F32x2), { "missing \"shape\"" } },
   { "missing data_offsets", one('{"dtype":"F32","shape":[2]}', F32x2), { "missing \"data_offsets\"" } },
+  { "a field name with a NUL", one('{"dtype\\u0000":"F32","shape":[2],"data_offsets":[0,8]}', F32x2), { "unexpected field \"dtype\\x00\"" } },
   { "an unexpected field", one('{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}', F32x2), { "unexpected field \"x\"" } },
   { "an unknown dtype", one('{"dtype":"F33","shape":[2],"data_offsets":[0,8]}', F32x2), { "unknown dtype \"F33\"" } },
   { "a lowercase dtype", one('{"dtype":"f32","shape":[2],"data_offsets":[0,8]}', F32x2), { "unknown dtype" } },
