@@ -87,8 +87,8 @@ run --bogus
 run -e
 [ $status -eq 2 ] && has err "-e"; ok $? "-e without code exits 2"
 
-run --nproc_per_node=2 "$tmp/x.lua"
-[ $status -eq 2 ] && has err "not implemented"; ok $? "a launcher flag says it is not implemented and exits 2"
+run --nproc_per_node=2 "$tmp/missing.lua"
+[ $status -eq 1 ] && has err "rank 0 (pid"; ok $? "a launcher flag starts the launcher, which names the failing rank"
 
 # ---------------------------------------------------------------- scripts
 
