@@ -885,8 +885,12 @@ dp_status dp_safetensors_open(dp_safetensors **out, const char *path)
                     (long long)size);
         goto fail;
     }
-    if (st_read_full(f->fd, lenbuf, 8, 0, &got) || got != 8) {
-        st = st_bad(f, "cannot read the header length: %s", got != 8 ? "short read" : strerror(errno));
+    if (st_read_full(f->fd, lenbuf, 8, 0, &got)) {
+        st = st_bad(f, "cannot read the header length: %s", strerror(errno));
+        goto fail;
+    }
+    if (got != 8) {
+        st = st_bad(f, "cannot read the header length: short read (the file changed?)");
         goto fail;
     }
     uint64_t hlen = 0;
@@ -913,9 +917,10 @@ dp_status dp_safetensors_open(dp_safetensors **out, const char *path)
                      (unsigned long long)hlen);
         goto fail;
     }
-    if (st_read_full(f->fd, text, (int64_t)hlen, 8, &got) || got != (int64_t)hlen)
-        st = st_bad(f, "cannot read the %llu-byte header: %s", (unsigned long long)hlen,
-                    got != (int64_t)hlen ? "short read (the file changed?)" : strerror(errno));
+    if (st_read_full(f->fd, text, (int64_t)hlen, 8, &got))
+        st = st_bad(f, "cannot read the %llu-byte header: %s", (unsigned long long)hlen, strerror(errno));
+    else if (got != (int64_t)hlen)
+        st = st_bad(f, "cannot read the %llu-byte header: short read (the file changed?)", (unsigned long long)hlen);
     else
         st = st_header(f, text, (int64_t)hlen);
     free(text);
