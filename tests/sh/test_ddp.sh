@@ -1,0 +1,69 @@
+#!/bin/sh
+# tests/sh/test_ddp.sh -- DistributedDataParallel on Gloo under the launcher:
+# N ranks equal one process on the whole batch (2 and 4 ranks), the DDP
+# features (broadcast, no_sync, unused parameters, state_dict keys), the seed
+# example printing one loss per rank, and kill -9 of a rank mid-training
+# ending the whole job within 10 s with the launcher naming it.
+#
+#   sh tests/sh/test_ddp.sh          # from the build directory
+
+top_builddir=${top_builddir:-.}
+top_srcdir=${top_srcdir:-.}
+dplua="$top_builddir/dplua"
+dist="$top_srcdir/tests/dist"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dplua-ddp.XXXXXX") || { echo "1..0 # SKIP no temporary directory"; exit 0; }
+trap 'rm -rf "$tmp"' EXIT INT TERM
+[ -x "$dplua" ] || { echo "Bail out! no program at $dplua"; exit 1; }
+
+echo "1..7"
+n=0
+ok() {
+    n=$((n + 1))
+    if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else
+        echo "not ok $n - $2"
+        sed 's/^/# stdout: /' "$tmp/out" | tail -20
+        sed 's/^/# stderr: /' "$tmp/err" | tail -20
+        echo "# exit status: $status"
+    fi
+}
+run() {
+    timeout 300 "$dplua" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
+    status=$?
+}
+
+run --nproc_per_node=2 "$dist/ddp_equivalence.lua" 50
+[ $status -eq 0 ] && [ "$(grep -c 'worst relative difference' "$tmp/out")" -eq 2 ]
+ok $? "DDP on 2 ranks equals one process on the whole batch (50 steps, 1e-6)"
+
+run --nproc_per_node=4 "$dist/ddp_equivalence.lua" 50
+[ $status -eq 0 ] && [ "$(grep -c 'worst relative difference' "$tmp/out")" -eq 4 ]
+ok $? "DDP on 4 ranks equals one process on the whole batch (50 steps, 1e-6)"
+
+run --nproc_per_node=2 "$dist/ddp_features.lua"
+[ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.6' "$tmp/out"
+ok $? "DDP features: broadcast from rank 0, state_dict keys, no_sync, unused parameters"
+
+run --nproc_per_node=2 "$top_srcdir/examples/seed.lua"
+[ $status -eq 0 ] && grep -q '^\[0\] Loss: ' "$tmp/out" && grep -q '^\[1\] Loss: ' "$tmp/out" &&
+    [ "$(grep -c 'Loss: ' "$tmp/out")" -eq 2 ]
+ok $? "examples/seed.lua prints one loss per rank"
+
+# kill -9 one rank mid-training: every rank must be gone within 10 s
+timeout 120 "$dplua" --nproc_per_node=2 "$dist/ddp_train_forever.lua" "$tmp" </dev/null >"$tmp/out" 2>"$tmp/err" &
+launcher=$!
+i=0
+while { [ ! -s "$tmp/rank0.pid" ] || [ ! -s "$tmp/rank1.pid" ]; } && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+pid0=$(cat "$tmp/rank0.pid" 2>/dev/null); pid1=$(cat "$tmp/rank1.pid" 2>/dev/null)
+[ -n "$pid0" ] && [ -n "$pid1" ]
+ok $? "both ranks are training"
+start=$(date +%s)
+kill -9 "$pid1" 2>/dev/null
+wait $launcher
+status=$?
+elapsed=$(( $(date +%s) - start ))
+gone=0
+kill -0 "$pid0" 2>/dev/null && gone=1
+[ $gone -eq 0 ] && [ $elapsed -le 10 ]
+ok $? "after kill -9 of rank 1 every rank is gone within 10 s (took ${elapsed} s)"
+[ $status -ne 0 ] && grep -q 'rank 1' "$tmp/err" && grep -qi 'SIGKILL\|signal 9' "$tmp/err"
+ok $? "the launcher exits non-zero naming rank 1 and its signal"
