@@ -115,6 +115,9 @@ local function key_less(a, b)
   return a < b
 end
 
+-- Where a value sits in the saved object, for messages.
+local function where(path) return path == "" and "the root" or ("'" .. path .. "'") end
+
 local function is_list(t)
   local n = #t
   if n == 0 then return false end
@@ -165,9 +168,22 @@ local function encoder()
   end
 
   local function enc_table(v, path)
-    if visiting[v] then raise("torch.save: the object contains itself (a cycle) at '" .. path .. "'") end
+    if visiting[v] then raise("torch.save: the object contains itself (a cycle) at " .. where(path)) end
     if getmetatable(v) == dtype_mt then return { __dtype__ = v.name } end
     if getmetatable(v) == device_mt then return { __device__ = tostring(v) } end
+    if getmetatable(v) ~= nil then
+      -- a module, an optimizer, a scheduler: PyTorch pickles objects, a
+      -- checkpoint here holds data
+      local ok, sd = pcall(function() return v.state_dict end)
+      if ok and type(sd) == "function" then
+        local okn, name = pcall(function()
+          if type(v._get_name) == "function" then return v:_get_name() end
+          return v.__name
+        end)
+        raise(("torch.save: cannot save the %s at %s itself: save its :state_dict()"):format(
+          okn and type(name) == "string" and name or "object", where(path)))
+      end
+    end
     visiting[v] = true
     local out
     local okeys = ordered_keys(v)
@@ -183,8 +199,8 @@ local function encoder()
       for k in pairs(v) do
         local tk = type(k)
         if tk ~= "string" and not (tk == "number" and k == k) then
-          raise(("torch.save: a table at '%s' has a key of type %s; keys must be strings or numbers"):format(
-            path, tk))
+          raise(("torch.save: a table at %s has a key of type %s; keys must be strings or numbers"):format(
+            where(path), tk))
         end
         if tk ~= "string" or k:find(RESERVED) or not utf8_valid(k) then plain = false end
         keys[#keys + 1] = k
@@ -221,8 +237,8 @@ local function encoder()
     elseif tv == "cdata" and ffi.istype("uint64_t", v) then
       return { __uint64__ = tostring(v):gsub("ULL$", "") }
     end
-    raise(("torch.save: cannot save a %s (at '%s'): a checkpoint holds tensors, numbers, strings, "
-           .. "booleans and tables of them"):format(tv, path == "" and "the root" or path))
+    raise(("torch.save: cannot save a %s (at %s): a checkpoint holds tensors, numbers, strings, "
+           .. "booleans and tables of them"):format(tv, where(path)))
   end
 
   return enc, names, tensors

@@ -434,6 +434,10 @@ T.run("errors name the file and the problem", function()
   local path = tmp .. "/err.safetensors"
   T.raises(function() torch.save({ f = function() end }, path) end, { "torch.save", "function", "'f'" }, "a function cannot be saved")
   T.raises(function() torch.save({ a = { b = { print } } }, path) end, { "torch.save", "a%.b%.1" }, "the path to the bad value is named")
+  T.raises(function() torch.save({ model = nn.Linear(2, 2) }, path) end, { "torch.save", "'model'", "state_dict" },
+           "a module is refused: save its state_dict()")
+  T.raises(function() torch.save(optim.SGD(nn.Linear(2, 2):parameters(), { lr = 0.1 }), path) end,
+           { "torch.save", "the root", "state_dict" }, "an optimizer is refused too")
   local cyc = {}
   cyc.self = cyc
   T.raises(function() torch.save({ c = cyc }, path) end, { "torch.save", "cycle" }, "a cycle is refused")
