@@ -12,12 +12,16 @@
 #include "config.h"
 #endif
 
+#include <errno.h>
 #include <limits.h>
+#include <locale.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/select.h>
 #include <unistd.h>
+#include <wchar.h>
 
 #include <lua.h>
 #include <lauxlib.h>
@@ -44,12 +48,22 @@
 /* errors and protected calls                                                */
 /* ------------------------------------------------------------------------ */
 
-/* The state that Ctrl-C interrupts; set before each protected call. */
-static lua_State *sigint_state;
+/* Ctrl-C. While Lua runs under docall, sigint_state is the running state,
+ * and each Ctrl-C arms a hook that raises "interrupted!" at the next
+ * instruction that the interpreter runs. Code that LuaJIT has compiled into
+ * a trace never looks at hooks, and neither does a long C call: in the REPL
+ * the second Ctrl-C says so and the third ends the program; elsewhere the
+ * second ends it. At the REPL prompt (no Lua running) Ctrl-C only sets
+ * sigint_at_prompt, and the line being read is dropped. */
+static lua_State *volatile sigint_state;
+static volatile sig_atomic_t sigint_count;      /* Ctrl-Cs during this call */
+static volatile sig_atomic_t sigint_at_prompt;
+static volatile sig_atomic_t sigint_in_repl;   /* be patient: state is precious */
+static volatile sig_atomic_t sigint_newline;   /* end the terminal's "^C" line */
 
 /* Runs on the next call, return or instruction after SIGINT: an error raised
  * here unwinds through lua_pcall like any other, so Ctrl-C stops a runaway
- * loop in the REPL without ending the session. */
+ * loop without ending the session. */
 static void stop_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
@@ -57,13 +71,39 @@ static void stop_hook(lua_State *L, lua_Debug *ar)
     luaL_error(L, "interrupted!");
 }
 
-/* A signal handler may not call into Lua; it only arms the hook. The next
- * Ctrl-C gets the default action, in case Lua never reaches the hook
- * (a long C call, or a compiled loop without exits). */
+/* A signal handler may not call into Lua; it only arms the hook, as lua.c's
+ * laction does (lua_sethook only stores a few fields). */
 static void on_sigint(int sig)
 {
-    (void)signal(sig, SIG_DFL);
-    lua_sethook(sigint_state, stop_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+    static const char hint[] = "\n" PROGNAME ": the running code does not see Ctrl-C "
+        "(a loop compiled by LuaJIT, or a long C call); press Ctrl-C again to quit\n";
+    lua_State *L = sigint_state;
+    if (L == NULL) {
+        sigint_at_prompt = 1;
+        return;
+    }
+    sigint_count++;
+    if (sigint_count >= (sigint_in_repl ? 3 : 2)) {
+        (void)signal(sig, SIG_DFL);
+        (void)raise(sig);
+        return;
+    }
+    if (sigint_count == 2 || (sigint_count == 1 && sigint_newline)) {
+        ssize_t n = sigint_count == 2 ? write(STDERR_FILENO, hint, sizeof hint - 1)
+                                      : write(STDERR_FILENO, "\n", 1);
+        (void)n;
+    }
+    lua_sethook(L, stop_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
+/* Without SA_RESTART, so that a read at the prompt returns EINTR. */
+static void set_sigint(void (*handler)(int))
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    (void)sigaction(SIGINT, &sa, NULL);  /* fails only for a bad signal number */
 }
 
 /* The pcall message handler: turns any error value into a string and adds a
@@ -90,11 +130,16 @@ static int docall(lua_State *L, int nargs, int nresults)
     int base = lua_gettop(L) - nargs;
     lua_pushcfunction(L, msghandler);
     lua_insert(L, base);
+    if (!sigint_in_repl)  /* the REPL keeps its handler all along */
+        set_sigint(on_sigint);
+    sigint_count = 0;
     sigint_state = L;
-    /* signal() fails only for an invalid signal number; SIGINT is valid. */
-    (void)signal(SIGINT, on_sigint);
     status = lua_pcall(L, nargs, nresults, base);
-    (void)signal(SIGINT, SIG_DFL);
+    sigint_state = NULL;
+    if (lua_gethook(L) == stop_hook)  /* a Ctrl-C that came after the last instruction */
+        lua_sethook(L, NULL, 0, 0);
+    if (!sigint_in_repl)
+        set_sigint(SIG_DFL);
     lua_remove(L, base);
     return status;
 }
@@ -292,27 +337,638 @@ static int run_script(lua_State *L, const struct host_args *a)
 }
 
 /* ------------------------------------------------------------------------ */
-/* the REPL                                                                  */
+/* the REPL: its helpers, written in Lua                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Completion, ?help and the echo of values walk tables and read Lua
+ * sources, which is Lua's work: this chunk, compiled when the REPL starts,
+ * returns { complete = f(text) -> sorted words, help = f(text),
+ * show = f(...) }. It reaches the library only through package.loaded, so
+ * starting the REPL does not load it. */
+static const char repl_lua[] =
+    "-- The REPL's helpers: completion, ?help and the echo of values. Loaded once\n"
+    "-- by host.c when the REPL starts; returns { complete, help, show }. Reads\n"
+    "-- the library through package.loaded, so it never loads it by itself.\n"
+    "local G, loaded, searchpath = _G, package.loaded, package.searchpath\n"
+    "local type, next, rawget, pcall, select, tostring = type, next, rawget, pcall, select, tostring\n"
+    "local getmetatable, getinfo, getupvalue = debug.getmetatable, debug.getinfo, debug.getupvalue\n"
+    "local getlocal = debug.getlocal\n"
+    "local ipairs, string, loadstring, insert = ipairs, string, loadstring, table.insert\n"
+    "local sort, concat, format, write = table.sort, table.concat, string.format, io.write\n"
+    "local open = io.open\n"
+    "\n"
+    "local keywords = { \"and\", \"break\", \"do\", \"else\", \"elseif\", \"end\", \"false\", \"for\",\n"
+    "  \"function\", \"goto\", \"if\", \"in\", \"local\", \"nil\", \"not\", \"or\", \"repeat\", \"return\",\n"
+    "  \"then\", \"true\", \"until\", \"while\" }\n"
+    "-- Tensor fields that are not methods (the getters of dplua/init.lua).\n"
+    "local tensor_fields = { \"shape\", \"dtype\", \"device\", \"ndim\", \"is_cuda\", \"T\", \"grad\",\n"
+    "  \"requires_grad\", \"is_leaf\", \"grad_fn\", \"data\" }\n"
+    "\n"
+    "local UNKNOWN = {}  -- a name whose value completion does not know\n"
+    "local function lib() return loaded.dplua end\n"
+    "\n"
+    "local function is_tensor(x)\n"
+    "  local t = type(x) == \"cdata\" and lib()\n"
+    "  if not t or type(t.is_tensor) ~= \"function\" then return false end\n"
+    "  local ok, yes = pcall(t.is_tensor, x)\n"
+    "  return ok and yes == true\n"
+    "end\n"
+    "\n"
+    "local function is_module(x)\n"
+    "  local mt = type(x) == \"table\" and getmetatable(x)\n"
+    "  return type(mt) == \"table\" and rawget(mt, \"__is_module\") == true\n"
+    "end\n"
+    "\n"
+    "local function is_class(x)\n"
+    "  return type(x) == \"table\" and (rawget(x, \"__instance_mt\") ~= nil)\n"
+    "end\n"
+    "\n"
+    "-- Tensor methods: the library keeps them in torch.Tensor.\n"
+    "local function tensor_methods()\n"
+    "  local t = lib()\n"
+    "  local m = t and rawget(t, \"Tensor\")\n"
+    "  return type(m) == \"table\" and m or {}\n"
+    "end\n"
+    "\n"
+    "---------------------------------------------------------------- safe indexing\n"
+    "\n"
+    "-- obj[key] without running code that could fail or change anything: raw\n"
+    "-- reads through __index tables; the only __index functions called (under\n"
+    "-- pcall) are the lazy loaders of _G and torch and the field lookup of\n"
+    "-- nn.Module instances, which only read.\n"
+    "local function index(obj, key)\n"
+    "  local ty = type(obj)\n"
+    "  if ty == \"string\" then return string[key] end\n"
+    "  if ty == \"cdata\" then\n"
+    "    if not is_tensor(obj) then return nil end\n"
+    "    local m = rawget(tensor_methods(), key)\n"
+    "    if m ~= nil then return m end\n"
+    "    for _, f in ipairs(tensor_fields) do\n"
+    "      if f == key then\n"
+    "        local ok, v = pcall(function() return obj[key] end)\n"
+    "        return ok and v or nil\n"
+    "      end\n"
+    "    end\n"
+    "    return nil\n"
+    "  end\n"
+    "  if ty ~= \"table\" then return nil end\n"
+    "  for _ = 1, 32 do  -- a bound on __index chains, which may loop\n"
+    "    local v = rawget(obj, key)\n"
+    "    if v ~= nil then return v end\n"
+    "    local mt = getmetatable(obj)\n"
+    "    if type(mt) ~= \"table\" then return nil end\n"
+    "    local idx = rawget(mt, \"__index\")\n"
+    "    if type(idx) == \"function\" then\n"
+    "      if obj == G or obj == lib() or rawget(mt, \"__is_module\") == true then\n"
+    "        local ok, r = pcall(idx, obj, key)\n"
+    "        return ok and r or nil\n"
+    "      end\n"
+    "      return nil\n"
+    "    end\n"
+    "    if type(idx) ~= \"table\" then return nil end\n"
+    "    obj = idx\n"
+    "  end\n"
+    "  return nil\n"
+    "end\n"
+    "\n"
+    "-- The value of a dotted path (\"torch.nn.Linear\"), or nil.\n"
+    "local function resolve(path)\n"
+    "  local obj\n"
+    "  for name in path:gmatch(\"[^.]+\") do\n"
+    "    if not name:match(\"^[%a_][%w_]*$\") then return nil end\n"
+    "    if obj == nil then obj = index(G, name) else obj = index(obj, name) end\n"
+    "    if obj == nil then return nil end\n"
+    "  end\n"
+    "  return obj\n"
+    "end\n"
+    "\n"
+    "---------------------------------------------------------------- completion\n"
+    "\n"
+    "-- Add the identifier keys of table t and of its __index tables to names.\n"
+    "local function add_table(names, t)\n"
+    "  for _ = 1, 32 do\n"
+    "    if type(t) ~= \"table\" then return end\n"
+    "    for k, v in next, t do\n"
+    "      if type(k) == \"string\" and k:match(\"^[%a_][%w_]*$\") and names[k] == nil then names[k] = v end\n"
+    "    end\n"
+    "    local mt = getmetatable(t)\n"
+    "    t = type(mt) == \"table\" and rawget(mt, \"__index\") or nil\n"
+    "  end\n"
+    "end\n"
+    "\n"
+    "-- torch's submodules load on first use: their names are the keys of the\n"
+    "-- `submodules` table that torch's __index function closes over.\n"
+    "local function add_lazy(names, t)\n"
+    "  local mt = getmetatable(t)\n"
+    "  local f = type(mt) == \"table\" and rawget(mt, \"__index\")\n"
+    "  if type(f) ~= \"function\" then return end\n"
+    "  for i = 1, 64 do\n"
+    "    local name, v = getupvalue(f, i)\n"
+    "    if name == nil then return end\n"
+    "    if name == \"submodules\" and type(v) == \"table\" then\n"
+    "      for k in next, v do if names[k] == nil then names[k] = UNKNOWN end end\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
+    "\n"
+    "local function add_module(names, m)\n"
+    "  local attrs = rawget(m, \"_attrs\")\n"
+    "  add_table(names, type(attrs) == \"table\" and attrs or nil)\n"
+    "  for _, od in ipairs({ \"_parameters\", \"_buffers\", \"_modules\" }) do\n"
+    "    local o = rawget(m, od)\n"
+    "    local keys, map = type(o) == \"table\" and rawget(o, \"keys\"), type(o) == \"table\" and rawget(o, \"map\")\n"
+    "    if type(keys) == \"table\" and type(map) == \"table\" then\n"
+    "      for _, k in ipairs(keys) do\n"
+    "        if type(k) == \"string\" and k:match(\"^[%a_][%w_]*$\") and names[k] == nil then\n"
+    "          names[k] = rawget(map, k) or UNKNOWN\n"
+    "        end\n"
+    "      end\n"
+    "    end\n"
+    "  end\n"
+    "  add_table(names, m)\n"
+    "  add_table(names, rawget(getmetatable(m), \"__class\"))\n"
+    "end\n"
+    "\n"
+    "-- The names that may follow `obj.` (or `obj:` with methods set).\n"
+    "local function members(obj)\n"
+    "  local names = {}\n"
+    "  if type(obj) == \"string\" then add_table(names, string)\n"
+    "  elseif is_tensor(obj) then\n"
+    "    add_table(names, tensor_methods())\n"
+    "    for _, f in ipairs(tensor_fields) do names[f] = false end\n"
+    "  elseif is_module(obj) then add_module(names, obj)\n"
+    "  elseif type(obj) == \"table\" then\n"
+    "    add_table(names, obj)\n"
+    "    if obj == lib() then add_lazy(names, obj) end\n"
+    "  end\n"
+    "  return names\n"
+    "end\n"
+    "\n"
+    "local function callable(v)\n"
+    "  if type(v) == \"function\" then return true end\n"
+    "  if type(v) ~= \"table\" then return false end\n"
+    "  local mt = getmetatable(v)\n"
+    "  return type(mt) == \"table\" and rawget(mt, \"__call\") ~= nil\n"
+    "end\n"
+    "\n"
+    "-- complete(\"torch.nn.Li\") -> { \"torch.nn.Linear\" }: the whole words that\n"
+    "-- the text may become, sorted. Names that start with \"_\" are offered only\n"
+    "-- once the text has the \"_\".\n"
+    "local function complete(text)\n"
+    "  local head, sep, part = text:match(\"^(.-)([.:])([%w_]*)$\")\n"
+    "  local names\n"
+    "  if head == nil then\n"
+    "    if not text:match(\"^[%a_]?[%w_]*$\") then return {} end\n"
+    "    head, sep, part = \"\", \"\", text\n"
+    "    names = members(G)\n"
+    "    if rawget(G, \"torch\") == nil and getmetatable(G) ~= nil then names.torch = UNKNOWN end\n"
+    "    for _, k in ipairs(keywords) do names[k] = UNKNOWN end\n"
+    "  else\n"
+    "    if head:find(\":\", 1, true) then return {} end\n"
+    "    local obj = resolve(head)\n"
+    "    if obj == nil then return {} end\n"
+    "    names = members(obj)\n"
+    "  end\n"
+    "  local out, private = {}, part:sub(1, 1) == \"_\"\n"
+    "  for k, v in next, names do\n"
+    "    if k:sub(1, #part) == part and (private or k:sub(1, 1) ~= \"_\")\n"
+    "       and (sep ~= \":\" or v == UNKNOWN or callable(v)) then\n"
+    "      out[#out + 1] = head .. sep .. k\n"
+    "    end\n"
+    "  end\n"
+    "  sort(out)\n"
+    "  return out\n"
+    "end\n"
+    "\n"
+    "---------------------------------------------------------------- help\n"
+    "\n"
+    "local function read_lines(path)\n"
+    "  local f = open(path, \"r\")\n"
+    "  if not f then return nil end\n"
+    "  local lines = {}\n"
+    "  for l in f:lines() do lines[#lines + 1] = l end\n"
+    "  f:close()\n"
+    "  return lines\n"
+    "end\n"
+    "\n"
+    "-- The comment block that ends just above line n, without its \"--\"; a\n"
+    "-- section rule (\"-------- name\") ends it.\n"
+    "local function comment_above(lines, n)\n"
+    "  local block = {}\n"
+    "  for i = n - 1, 1, -1 do\n"
+    "    local l = lines[i]\n"
+    "    local text = l and l:match(\"^%s*%-%-(.*)$\")\n"
+    "    if text == nil or text:match(\"^%-%-%-%-\") then break end\n"
+    "    insert(block, 1, (text:gsub(\"^ \", \"\")))\n"
+    "  end\n"
+    "  return #block > 0 and block or nil\n"
+    "end\n"
+    "\n"
+    "-- The comment at the top of a file (after a #! line).\n"
+    "local function file_comment(lines)\n"
+    "  local block, i = {}, 1\n"
+    "  if lines[1] and lines[1]:match(\"^#\") then i = 2 end\n"
+    "  while lines[i] do\n"
+    "    local text = lines[i]:match(\"^%-%-(.*)$\")\n"
+    "    if text == nil or text:match(\"^%-%-%-%-\") then break end\n"
+    "    block[#block + 1] = text:gsub(\"^ \", \"\")\n"
+    "    i = i + 1\n"
+    "  end\n"
+    "  return #block > 0 and block or nil\n"
+    "end\n"
+    "\n"
+    "local function escape(s) return (s:gsub(\"%p\", \"%%%0\")) end\n"
+    "\n"
+    "-- The line that defines `name` in a file: `function a.b.name(`,\n"
+    "-- `name = function`, `X.name = Module:extend(\"name\")` or a registration\n"
+    "-- like `sized(\"name\", ...)`.\n"
+    "local function find_definition(lines, name)\n"
+    "  local e = escape(name)\n"
+    "  local pats = { \"^%s*function%s+[%w_.:]-[.:]?\" .. e .. \"%s*%(\",\n"
+    "                 \"^%s*local%s+function%s+\" .. e .. \"%s*%(\",\n"
+    "                 \"[%w_]%.\" .. e .. \"%s*=\", \"^%s*\" .. e .. \"%s*=\",\n"
+    "                 \":extend%(%s*[\\\"']\" .. e .. \"[\\\"']\", \"^[%w_.]+%(%s*[\\\"']\" .. e .. \"[\\\"']\" }\n"
+    "  for _, p in ipairs(pats) do\n"
+    "    for i, l in ipairs(lines) do\n"
+    "      if l:match(p) then return i end\n"
+    "    end\n"
+    "  end\n"
+    "  return nil\n"
+    "end\n"
+    "\n"
+    "local function source_of(f)\n"
+    "  local info = getinfo(f, \"S\")\n"
+    "  if not info or info.what == \"C\" then return nil end\n"
+    "  local path = info.source:match(\"^@(.*)$\")\n"
+    "  return path, info.linedefined, info.source\n"
+    "end\n"
+    "\n"
+    "local function params(f)\n"
+    "  local names = {}\n"
+    "  for i = 1, 64 do\n"
+    "    local n = getlocal(f, i)\n"
+    "    if n == nil or n:sub(1, 1) == \"(\" then break end\n"
+    "    names[#names + 1] = n\n"
+    "  end\n"
+    "  local info = getinfo(f, \"u\")\n"
+    "  if info and info.isvararg then names[#names + 1] = \"...\" end\n"
+    "  return concat(names, \", \")\n"
+    "end\n"
+    "\n"
+    "local function say(fmt, ...) write(format(fmt, ...), \"\\n\") end\n"
+    "\n"
+    "local function print_block(block)\n"
+    "  for _, l in ipairs(block) do write(\"  \", l, \"\\n\") end\n"
+    "end\n"
+    "\n"
+    "local function short(path)\n"
+    "  return (path:gsub(\"^.*/lua/\", \"lua/\"))\n"
+    "end\n"
+    "\n"
+    "-- Docs of a Lua function: the comment above its definition (found by the\n"
+    "-- name it was asked for, else by the line LuaJIT recorded).\n"
+    "local function help_function(what, f, name)\n"
+    "  local path, line, source = source_of(f)\n"
+    "  if path == nil then\n"
+    "    if source then say(\"%s: a function defined at the REPL or in a string chunk (%s), (%s)\", what, source, params(f))\n"
+    "    else say(\"%s: a built-in function (no Lua source)\", what) end\n"
+    "    return false\n"
+    "  end\n"
+    "  local lines = read_lines(path) or {}\n"
+    "  local def = name and find_definition(lines, name)\n"
+    "  local block = def and comment_above(lines, def)\n"
+    "  if block == nil then def = line; block = comment_above(lines, line) end\n"
+    "  say(\"%s(%s)  -- function, %s:%d\", what, params(f), short(path), def)\n"
+    "  if block then print_block(block); return true end\n"
+    "  return false\n"
+    "end\n"
+    "\n"
+    "local function field_names(t, max)\n"
+    "  local names = {}\n"
+    "  add_table(names, t)\n"
+    "  local list = {}\n"
+    "  for k in next, names do if k:sub(1, 1) ~= \"_\" then list[#list + 1] = k end end\n"
+    "  sort(list)\n"
+    "  local n = #list\n"
+    "  if n > max then\n"
+    "    for i = n, max + 1, -1 do list[i] = nil end\n"
+    "    list[#list + 1] = \"...\"\n"
+    "  end\n"
+    "  return concat(list, \", \"), n\n"
+    "end\n"
+    "\n"
+    "local function help_class(what, cls, instance)\n"
+    "  local name = rawget(cls, \"__name\") or what\n"
+    "  local super = rawget(cls, \"__super\")\n"
+    "  local parent = super and \", a subclass of \" .. tostring(rawget(super, \"__name\")) or \"\"\n"
+    "  if instance then say(\"%s: an instance of class %s%s\", what, name, parent)\n"
+    "  else say(\"%s: class %s%s\", what, name, parent) end\n"
+    "  local init = rawget(cls, \"__init\") or rawget(cls, \"forward\")\n"
+    "  local found = false\n"
+    "  if type(init) == \"function\" then\n"
+    "    local path, line = source_of(init)\n"
+    "    local lines = path and read_lines(path)\n"
+    "    if lines then\n"
+    "      local def = find_definition(lines, name)\n"
+    "      local block = def and comment_above(lines, def) or comment_above(lines, line)\n"
+    "      if block == nil then def, block = 1, file_comment(lines) end\n"
+    "      if block then\n"
+    "        say(\"  defined in %s:%d\", short(path), def or line)\n"
+    "        print_block(block)\n"
+    "        found = true\n"
+    "      end\n"
+    "      if rawget(cls, \"__init\") then say(\"  %s(%s)\", name, params(init):gsub(\"^self,? ?\", \"\")) end\n"
+    "    end\n"
+    "  end\n"
+    "  local methods = {}\n"
+    "  for k, v in next, cls do\n"
+    "    if type(k) == \"string\" and type(v) == \"function\" and k:sub(1, 1) ~= \"_\" then methods[#methods + 1] = k end\n"
+    "  end\n"
+    "  sort(methods)\n"
+    "  if #methods > 0 then say(\"  methods: %s\", concat(methods, \", \")) end\n"
+    "  return found\n"
+    "end\n"
+    "\n"
+    "local function module_name_of(t)\n"
+    "  for name, m in next, loaded do\n"
+    "    if m == t and type(name) == \"string\" then return name end\n"
+    "  end\n"
+    "  return nil\n"
+    "end\n"
+    "\n"
+    "local function help_table(what, t)\n"
+    "  local list, n = field_names(t, 24)\n"
+    "  local modname = module_name_of(t)\n"
+    "  local found = false\n"
+    "  if modname then\n"
+    "    local path = searchpath(modname, package.path)\n"
+    "    local lines = path and read_lines(path)\n"
+    "    local block = lines and file_comment(lines)\n"
+    "    say(\"%s: module %s%s\", what, modname, path and \" (\" .. short(path) .. \")\" or \"\")\n"
+    "    if block then print_block(block); found = true end\n"
+    "  else\n"
+    "    say(\"%s: table with %d fields\", what, n)\n"
+    "  end\n"
+    "  if n > 0 then say(\"  fields: %s\", list) end\n"
+    "  return found\n"
+    "end\n"
+    "\n"
+    "local function tensor_summary(x)\n"
+    "  local ok, s = pcall(function()\n"
+    "    local shape = {}\n"
+    "    for i, d in ipairs(x.shape) do shape[i] = tostring(d) end\n"
+    "    local rg = x.requires_grad and \" requires_grad=true\" or \"\"\n"
+    "    return format(\"shape=[%s] dtype=%s device=%s%s\", concat(shape, \", \"), tostring(x.dtype), tostring(x.device), rg)\n"
+    "  end)\n"
+    "  return ok and s or \"a tensor\"\n"
+    "end\n"
+    "\n"
+    "-- ?expr: what expr is, and the library's own documentation of it.\n"
+    "local function help(expr)\n"
+    "  expr = expr:match(\"^%s*(.-)%s*$\")\n"
+    "  if expr == \"\" then\n"
+    "    write(\"?name prints what name is and its documentation (?torch.nn.Linear, ?x:sum).\\n\",\n"
+    "          \"Tab completes names and fields; Ctrl-C interrupts; Ctrl-D exits.\\n\")\n"
+    "    return\n"
+    "  end\n"
+    "  local path = expr:gsub(\":\", \".\")\n"
+    "  local value = resolve(path)\n"
+    "  if value == nil and not path:match(\"^[%w_.]+$\") then\n"
+    "    local f = loadstring(\"return \" .. expr, \"=?\")\n"
+    "    if f then\n"
+    "      local ok, v = pcall(f)\n"
+    "      if ok then value = v end\n"
+    "    end\n"
+    "  end\n"
+    "  local name = path:match(\"([%a_][%w_]*)$\")\n"
+    "  local found = true\n"
+    "  if value == nil then\n"
+    "    say(\"%s: nil (no such name)\", expr)\n"
+    "    return\n"
+    "  elseif type(value) == \"function\" then found = help_function(expr, value, name)\n"
+    "  elseif is_class(value) then found = help_class(expr, value)\n"
+    "  elseif is_module(value) then\n"
+    "    found = help_class(expr, rawget(getmetatable(value), \"__class\"), true)\n"
+    "  elseif is_tensor(value) then say(\"%s: a tensor, %s\", expr, tensor_summary(value))\n"
+    "  elseif type(value) == \"table\" then found = help_table(expr, value)\n"
+    "  elseif type(value) == \"string\" then say(\"%s: a string of %d bytes\", expr, #value)\n"
+    "  else say(\"%s: %s %s\", expr, type(value), tostring(value)) end\n"
+    "  if not found and (type(value) == \"function\" or type(value) == \"table\") then\n"
+    "    say(\"  no documentation for %s\", expr)\n"
+    "  end\n"
+    "end\n"
+    "\n"
+    "---------------------------------------------------------------- the echo\n"
+    "\n"
+    "-- The values of an expression line: through the global print, as a script\n"
+    "-- would show them; a tensor also gets a line with its shape, dtype and\n"
+    "-- device. Several values share a line unless one of them is a tensor.\n"
+    "local function show(...)\n"
+    "  local n = select(\"#\", ...)\n"
+    "  local print = G.print\n"
+    "  local any = false\n"
+    "  for i = 1, n do if is_tensor((select(i, ...))) then any = true end end\n"
+    "  if not any then return print(...) end\n"
+    "  for i = 1, n do\n"
+    "    local v = select(i, ...)\n"
+    "    print(v)\n"
+    "    if is_tensor(v) then write(\"-- \", tensor_summary(v), \"\\n\") end\n"
+    "  end\n"
+    "end\n"
+    "\n"
+    "return { complete = complete, help = help, show = show }\n";
+
+/* ------------------------------------------------------------------------ */
+/* the REPL: reading lines                                                   */
 /* ------------------------------------------------------------------------ */
 
 struct repl {
     int tty;                  /* stdin is a terminal: banner, prompts, history */
+    int helpers;              /* registry reference of repl_lua's table, or LUA_NOREF */
     char history[PATH_MAX];   /* ~/.dplua_history, or "" for none */
+    char *last;               /* the line last added to the history */
 };
 
-/* One line without its newline, to be freed; NULL at the end of input.
- * Prompts only go to a terminal, so that piped input gives clean output. */
-static char *read_line(const struct repl *r, const char *prompt)
+enum { LINE_OK, LINE_EOF, LINE_INTERRUPTED };
+
+#ifdef HAVE_LIBEDIT
+static lua_State *complete_L;        /* the REPL's state, for completion */
+static int complete_ref = LUA_NOREF; /* its helpers */
+
+/* rl_getc_function: the next character, decoded from the locale's encoding
+ * as libedit's own reader does. Ctrl-C at the prompt makes it end the line
+ * (the REPL then drops it): libedit's readline() has no other way to give
+ * up on a line. pselect() with SIGINT unblocked only while it waits closes
+ * the gap between looking at the flag and blocking in read(). */
+static int edit_getc(FILE *f)
+{
+    mbstate_t st;
+    sigset_t block, old;
+    (void)f;
+    memset(&st, 0, sizeof st);
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    for (;;) {
+        char c;
+        wchar_t wc;
+        size_t r;
+        ssize_t n;
+        fd_set in;
+        int ready;
+        FD_ZERO(&in);
+        FD_SET(STDIN_FILENO, &in);
+        sigprocmask(SIG_BLOCK, &block, &old);
+        ready = sigint_at_prompt ? -1 : pselect(STDIN_FILENO + 1, &in, NULL, NULL, NULL, &old);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        if (sigint_at_prompt)
+            return '\n';
+        if (ready < 0 && errno == EINTR)
+            continue;
+        n = read(STDIN_FILENO, &c, 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return EOF;
+        r = mbrtowc(&wc, &c, 1, &st);
+        if (r == (size_t)-2)
+            continue;                    /* the middle of a character */
+        if (r == (size_t)-1) {
+            memset(&st, 0, sizeof st);
+            return (unsigned char)c;     /* not in the encoding: the byte as it is */
+        }
+        return (int)wc;
+    }
+}
+
+struct completion {
+    const char *text;
+    int index;     /* 0: compute the matches; i > 0: fetch match i */
+    char *match;   /* malloc'd, for readline to free */
+};
+
+/* Under lua_cpcall, so that no Lua error can unwind through libedit. */
+static int complete_step(lua_State *L)
+{
+    struct completion *c = lua_touserdata(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, complete_ref);
+    if (c->index == 0) {
+        lua_getfield(L, -1, "complete");
+        lua_pushstring(L, c->text);
+        lua_call(L, 1, 1);
+        lua_setfield(L, -2, "matches");
+        return 0;
+    }
+    lua_getfield(L, -1, "matches");
+    lua_rawgeti(L, -1, c->index);
+    if (lua_type(L, -1) == LUA_TSTRING)
+        c->match = strdup(lua_tostring(L, -1));
+    return 0;
+}
+
+/* rl_completion_matches' generator: match `state` of text, NULL after the
+ * last. A failure in Lua means no matches, never an error. */
+static char *complete_next(const char *text, int state)
+{
+    static int next;
+    struct completion c;
+    c.text = text;
+    c.match = NULL;
+    if (state == 0) {
+        c.index = 0;
+        next = 1;
+        if (lua_cpcall(complete_L, complete_step, &c) != 0) {
+            lua_pop(complete_L, 1);
+            return NULL;
+        }
+    }
+    c.index = next++;
+    if (lua_cpcall(complete_L, complete_step, &c) != 0)
+        lua_pop(complete_L, 1);
+    return c.match;
+}
+
+/* The word before the cursor is text ("torch.nn.Li": '.' and ':' do not
+ * break words); its matches replace it whole. */
+static char **complete(const char *text, int start, int end)
+{
+    (void)start;
+    (void)end;
+    rl_attempted_completion_over = 1;  /* no file names when nothing matches */
+    return rl_completion_matches(text, complete_next);
+}
+
+/* Everything readline() reads at its first call (libedit's rl_initialize,
+ * which using_history() also runs) is set before it. */
+static void edit_open(lua_State *L, struct repl *r)
+{
+    static char word_breaks[] = " \t\n\"\\'`@$><=;|&{(}[],+-*/%^#~";
+    const char *home = getenv("HOME");
+    int n = -1;
+    (void)setlocale(LC_CTYPE, "");  /* for multibyte characters in lines */
+    rl_readline_name = PROGNAME;    /* for ~/.editrc */
+    rl_getc_function = edit_getc;
+    rl_completer_word_break_characters = word_breaks;
+    rl_basic_word_break_characters = word_breaks;
+    rl_completion_append_character = '\0';
+    if (r->helpers != LUA_NOREF) {
+        complete_L = L;
+        complete_ref = r->helpers;
+        rl_attempted_completion_function = complete;
+    }
+    if (home != NULL && home[0] != '\0')
+        n = snprintf(r->history, sizeof r->history, "%s/%s", home, HISTORY_FILE);
+    if (n < 0 || (size_t)n >= sizeof r->history)
+        r->history[0] = '\0';
+    using_history();
+    stifle_history(HISTORY_LINES);
+    /* A first session has no history file yet: nothing to report. */
+    if (r->history[0] != '\0')
+        (void)read_history(r->history);
+}
+
+/* Save the history now, so that os.exit() or a kill loses nothing. A file
+ * that cannot be written is reported once and then left alone. */
+static void save_history(struct repl *r)
+{
+    if (r->history[0] == '\0' || write_history(r->history) == 0)
+        return;
+    fprintf(stderr, PROGNAME ": warning: cannot write history to %s; history is not saved\n",
+            r->history);
+    r->history[0] = '\0';
+}
+
+/* Add a line to the history unless it is blank or repeats the last one. */
+static void remember(struct repl *r, const char *line)
+{
+    if (line[strspn(line, " \t")] == '\0' || (r->last != NULL && strcmp(r->last, line) == 0))
+        return;
+    free(r->last);
+    r->last = strdup(line);
+    add_history(line);
+    save_history(r);
+}
+#endif
+
+/* The next line, without its newline, in *out (to be freed). Prompts only
+ * go to a terminal, so that piped input gives clean output. */
+static int read_line(struct repl *r, const char *prompt, char **out)
 {
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
+    sigint_at_prompt = 0;
 #ifdef HAVE_LIBEDIT
     if (r->tty) {
         line = readline(prompt);
-        if (line != NULL && line[0] != '\0')
-            add_history(line);
-        return line;
+        if (sigint_at_prompt) {
+            free(line);
+            return LINE_INTERRUPTED;
+        }
+        if (line == NULL)
+            return LINE_EOF;
+        remember(r, line);
+        *out = line;
+        return LINE_OK;
     }
 #endif
     if (r->tty) {
@@ -320,25 +976,40 @@ static char *read_line(const struct repl *r, const char *prompt)
         fflush(stdout);
     }
     n = getline(&line, &cap, stdin);
-    if (n < 0) {
+    if (n < 0 || sigint_at_prompt) {
         free(line);
-        return NULL;
+        if (!sigint_at_prompt)
+            return LINE_EOF;
+        clearerr(stdin);  /* getline stopped at EINTR */
+        if (r->tty)
+            putchar('\n');
+        return LINE_INTERRUPTED;
     }
     if (n > 0 && line[n - 1] == '\n')
         line[n - 1] = '\0';
-    return line;
+    *out = line;
+    return LINE_OK;
 }
 
-/* Push the next line as a Lua string; 0 (nothing pushed) at end of input. */
-static int push_line(lua_State *L, const struct repl *r, const char *prompt)
+/* Push the next line as a Lua string (only for LINE_OK). */
+static int push_line(lua_State *L, struct repl *r, const char *prompt)
 {
-    char *line = read_line(r, prompt);
-    if (line == NULL)
-        return 0;
+    char *line = NULL;
+    int got = read_line(r, prompt, &line);
+    if (got != LINE_OK)
+        return got;
     lua_pushstring(L, line);
     free(line);
-    return 1;
+    return LINE_OK;
 }
+
+/* ------------------------------------------------------------------------ */
+/* the REPL: compiling chunks                                                */
+/* ------------------------------------------------------------------------ */
+
+#define REPL_EOF (-1)      /* end of input */
+#define REPL_NOTHING (-2)  /* Ctrl-C at a prompt dropped the chunk */
+#define REPL_HELP (-3)     /* "?name": the name is on top */
 
 /* Replace the line on top with a function that returns its value, so that
  * `1+1` prints 2. Returns 1 on success; else leaves the line as it was.
@@ -380,14 +1051,22 @@ static int incomplete(lua_State *L, int status)
 
 /* Compile the code on top as statements, reading continuation lines while
  * it is unfinished. Replaces the code with the function or the error
- * message and returns the load status. */
-static int load_statements(lua_State *L, const struct repl *r)
+ * message and returns the load status, or REPL_NOTHING (nothing left on
+ * the stack) when Ctrl-C drops the chunk. */
+static int load_statements(lua_State *L, struct repl *r)
 {
     for (;;) {
         size_t len;
         const char *code = lua_tolstring(L, -1, &len);
         int status = luaL_loadbuffer(L, code, len, "=stdin");
-        if (!incomplete(L, status) || !push_line(L, r, CONT_PROMPT)) {
+        int got = LINE_EOF;
+        if (incomplete(L, status))
+            got = push_line(L, r, CONT_PROMPT);
+        if (got == LINE_INTERRUPTED) {
+            lua_pop(L, 2);  /* the "<eof>" error and the code */
+            return REPL_NOTHING;
+        }
+        if (got != LINE_OK) {
             lua_remove(L, -2);  /* the code */
             return status;
         }
@@ -398,14 +1077,21 @@ static int load_statements(lua_State *L, const struct repl *r)
     }
 }
 
-/* Read and compile the next chunk: -1 at the end of input, else the load
- * status with the function or the error message on top. */
-static int repl_load(lua_State *L, const struct repl *r)
+/* Read and compile the next chunk. Returns REPL_EOF, REPL_NOTHING,
+ * REPL_HELP, or the load status with the function or the error message on
+ * top. */
+static int repl_load(lua_State *L, struct repl *r)
 {
     const char *line;
-    if (!push_line(L, r, PROMPT))
-        return -1;
+    int got = push_line(L, r, PROMPT);
+    if (got != LINE_OK)
+        return got == LINE_EOF ? REPL_EOF : REPL_NOTHING;
     line = lua_tostring(L, -1);
+    if (line[strspn(line, " \t")] == '?') {  /* ?name */
+        lua_pushstring(L, strchr(line, '?') + 1);
+        lua_remove(L, -2);
+        return REPL_HELP;
+    }
     if (line[0] == '=') {  /* Lua 5.1's "=expr" */
         lua_pushstring(L, line + 1);
         lua_remove(L, -2);
@@ -415,75 +1101,131 @@ static int repl_load(lua_State *L, const struct repl *r)
     return load_statements(L, r);
 }
 
-/* Print the values above base through the global print, so that anything
- * with a __tostring (tensors) prints as it would from a script. */
-static void print_results(lua_State *L, int base)
+/* ------------------------------------------------------------------------ */
+/* the REPL: running chunks                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Push the helper `name` (a function), or the global `fallback`. */
+static void push_helper(lua_State *L, const struct repl *r, const char *name, const char *fallback)
+{
+    if (r->helpers != LUA_NOREF) {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, r->helpers);
+        lua_getfield(L, -1, name);
+        lua_remove(L, -2);
+    } else {
+        lua_getglobal(L, fallback);
+    }
+}
+
+/* Print the values above base (repl_lua's show: through the global print,
+ * so that __tostring applies, and with a shape/dtype/device line under a
+ * tensor). Under docall, so that Ctrl-C stops printing a huge value. */
+static void print_results(lua_State *L, const struct repl *r, int base)
 {
     int n = lua_gettop(L) - base;
     if (n <= 0)
         return;
     luaL_checkstack(L, LUA_MINSTACK, "too many results to print");
-    lua_getglobal(L, "print");
+    push_helper(L, r, "show", "print");
     lua_insert(L, base + 1);
-    if (lua_pcall(L, n, 0, 0) != 0) {
-        const char *msg = lua_tostring(L, -1);
-        fprintf(stderr, PROGNAME ": error calling 'print' (%s)\n", msg ? msg : "?");
-        lua_pop(L, 1);
-    }
+    report(L, docall(L, n, 0));
 }
 
-static void repl_open(struct repl *r)
+/* ?name: the name is on top. */
+static void print_help(lua_State *L, const struct repl *r)
+{
+    if (r->helpers == LUA_NOREF) {
+        fprintf(stderr, PROGNAME ": help is not available (the REPL's helpers failed to load)\n");
+        lua_pop(L, 1);
+        return;
+    }
+    push_helper(L, r, "help", "print");
+    lua_insert(L, -2);
+    report(L, docall(L, 1, 0));
+}
+
+/* Code typed at the REPL runs in LuaJIT's interpreter, functions it defines
+ * included: the interpreter looks at the Ctrl-C hook, compiled traces do
+ * not, and a trace that would enter or return to such code stops there.
+ * The library and scripts (dplua -i script.lua) stay compiled. */
+static void interpret_only(lua_State *L)
+{
+    (void)luaJIT_setmode(L, -1, LUAJIT_MODE_ALLFUNC | LUAJIT_MODE_OFF);
+}
+
+/* The helpers' table as a registry reference, or LUA_NOREF (reported) if
+ * it does not load: the REPL then works without them. */
+static int load_helpers(lua_State *L)
+{
+    int status = luaL_loadbuffer(L, repl_lua, sizeof repl_lua - 1, "=(repl)");
+    if (status == 0)
+        status = lua_pcall(L, 0, 1, 0);
+    if (status == 0 && lua_istable(L, -1))
+        return luaL_ref(L, LUA_REGISTRYINDEX);
+    fprintf(stderr, PROGNAME ": warning: the REPL's helpers did not load: %s\n",
+            status != 0 ? lua_tostring(L, -1) : "not a table");
+    lua_pop(L, 1);
+    return LUA_NOREF;
+}
+
+static void repl_open(lua_State *L, struct repl *r)
 {
     r->tty = isatty(STDIN_FILENO);
     r->history[0] = '\0';
+    r->last = NULL;
+    r->helpers = load_helpers(L);
+    sigint_in_repl = 1;
+    sigint_newline = isatty(STDERR_FILENO);
+    set_sigint(on_sigint);
     if (!r->tty)
         return;
-    printf(PROGNAME " %s (%s); the global torch loads the library on first use; Ctrl-D exits\n",
+    printf(PROGNAME " %s (%s); the global torch loads the library on first use;\n"
+           "?name prints help, Tab completes, Ctrl-C interrupts, Ctrl-D exits\n",
            PACKAGE_VERSION, LUAJIT_VERSION);
 #ifdef HAVE_LIBEDIT
-    {
-        const char *home = getenv("HOME");
-        int n = -1;
-        if (home != NULL && home[0] != '\0')
-            n = snprintf(r->history, sizeof r->history, "%s/%s", home, HISTORY_FILE);
-        if (n < 0 || (size_t)n >= sizeof r->history)
-            r->history[0] = '\0';
-        using_history();
-        stifle_history(HISTORY_LINES);
-        /* A first session has no history file yet: nothing to report. */
-        if (r->history[0] != '\0')
-            (void)read_history(r->history);
-    }
+    edit_open(L, r);
 #endif
 }
 
-static void repl_close(struct repl *r)
+static void repl_close(lua_State *L, struct repl *r)
 {
+    set_sigint(SIG_DFL);
+    sigint_in_repl = 0;
+    sigint_newline = 0;
+    if (r->helpers != LUA_NOREF)
+        luaL_unref(L, LUA_REGISTRYINDEX, r->helpers);
+#ifdef HAVE_LIBEDIT
+    complete_L = NULL;
+    complete_ref = LUA_NOREF;
+    free(r->last);
+#endif
     if (!r->tty)
         return;
     putchar('\n');  /* end the line that Ctrl-D left after the prompt */
     fflush(stdout);
-#ifdef HAVE_LIBEDIT
-    if (r->history[0] != '\0' && write_history(r->history) != 0)
-        fprintf(stderr, PROGNAME ": warning: cannot write history to %s\n", r->history);
-#endif
 }
 
 static void repl(lua_State *L)
 {
     struct repl r;
     int status, base = lua_gettop(L);
-    repl_open(&r);
-    while ((status = repl_load(L, &r)) != -1) {
-        if (status == 0)
+    repl_open(L, &r);
+    while ((status = repl_load(L, &r)) != REPL_EOF) {
+        if (status == REPL_HELP) {
+            print_help(L, &r);
+        } else if (status == 0) {
+            interpret_only(L);
             status = docall(L, 0, LUA_MULTRET);
-        if (status == 0)
-            print_results(L, base);
-        else
+            if (status == 0)
+                print_results(L, &r, base);
+            else
+                report(L, status);
+        } else if (status != REPL_NOTHING) {
             report(L, status);
+        }
         lua_settop(L, base);
     }
-    repl_close(&r);
+    repl_close(L, &r);
 }
 
 /* ------------------------------------------------------------------------ */

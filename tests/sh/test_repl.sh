@@ -1,0 +1,287 @@
+#!/bin/sh
+# tests/sh/test_repl.sh -- the REPL as a person uses it: in a terminal.
+# dplua runs inside a detached tmux session (a pseudo-terminal), keys go in
+# with send-keys and the screen comes back with capture-pane. Every wait
+# polls the screen with a time limit; nothing sleeps blindly. tmux gets a
+# private socket in a private directory, dplua a private HOME, and both are
+# removed at the end. TAP output; run by `make check` with top_builddir and
+# top_srcdir set (both default to ".").
+#
+#   sh tests/sh/test_repl.sh          # from the build directory
+
+top_builddir=${top_builddir:-.}
+top_srcdir=${top_srcdir:-.}
+dplua="$top_builddir/dplua"
+
+if ! command -v tmux >/dev/null 2>&1; then
+    echo "1..0 # SKIP tmux not installed"
+    exit 0
+fi
+if [ ! -x "$dplua" ]; then
+    echo "Bail out! no program at $dplua (build it first)"
+    exit 1
+fi
+dplua=$(cd "$(dirname "$dplua")" && pwd)/$(basename "$dplua")
+[ -n "$DPLUA_LUA_PATH" ] || DPLUA_LUA_PATH=$(cd "$top_srcdir" && pwd)/lua
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dplua-repl.XXXXXX") || {
+    echo "1..0 # SKIP cannot make a temporary directory"
+    exit 0
+}
+home="$tmp/home"
+mkdir "$home" "$tmp/tmux"
+
+# tx ARGS...: tmux on this test's own server: its socket lives in $tmp, and
+# no tmux.conf is read.
+tx() { TMUX_TMPDIR="$tmp/tmux" tmux -L dplua-test -f /dev/null "$@"; }
+
+cleanup() {
+    tx kill-server >/dev/null 2>&1
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+has_libedit=no
+"$dplua" env 2>/dev/null | grep '^build options:' | grep -qw libedit && has_libedit=yes
+
+n=0
+# ok COND DESC: one TAP line; on failure, the screen.
+ok() {
+    n=$((n + 1))
+    if [ "$1" -eq 0 ]; then
+        echo "ok $n - $2"
+    else
+        echo "not ok $n - $2"
+        screen
+        sed 's/^/# screen: /' "$tmp/screen"
+        [ -n "$status" ] && echo "# exit status: $status"
+    fi
+}
+skip() {
+    n=$((n + 1))
+    echo "ok $n - $1 # SKIP $2"
+}
+
+# start ARGS...: a new session running dplua ARGS in a 120x40 terminal.
+# Sessions stay (the server is killed at the end), so that the server never
+# runs out of sessions and exits between two tests. dplua runs under a
+# shell that writes its exit status to a file: tmux's own record of it can
+# lag. The shell traps SIGINT, so that Ctrl-C reaches dplua alone.
+sessions=0
+start() {
+    sessions=$((sessions + 1))
+    repl=repl$sessions
+    status_file="$tmp/status$sessions"
+    tx new-session -d -s $repl -x 120 -y 40 \
+        env HOME="$home" DPLUA_LUA_PATH="$DPLUA_LUA_PATH" TERM=screen LC_ALL=C.UTF-8 \
+        sh -c 'trap : INT; "$0" "$@"; echo $? >"'"$status_file"'"; exec sleep 600' "$dplua" "$@"
+}
+
+# screen: everything the terminal showed (scrollback too) into $tmp/screen,
+# wrapped lines joined.
+screen() { tx capture-pane -p -J -S - -t $repl >"$tmp/screen" 2>/dev/null; }
+
+# count TEXT: how many screen lines hold the fixed string TEXT (the
+# extended regular expression TEXT when match=-E).
+match=-F
+count() { screen; grep -c $match -e "$1" "$tmp/screen"; }
+
+# wait_for TEXT [N [SECONDS]]: poll until at least N (1) screen lines hold
+# TEXT, for at most SECONDS (10).
+wait_for() {
+    want=${2:-1}
+    tries=$((${3:-10} * 10))
+    while [ "$tries" -gt 0 ]; do
+        [ "$(count "$1")" -ge "$want" ] && return 0
+        sleep 0.1
+        tries=$((tries - 1))
+    done
+    return 1
+}
+
+# type TEXT: the text, literally, then Enter.
+type_line() {
+    tx send-keys -t $repl -l "$1"
+    tx send-keys -t $repl Enter
+}
+
+# exited: dplua has ended (wait up to 10 s); its exit status is then in
+# $status.
+exited() {
+    tries=100
+    while [ "$tries" -gt 0 ]; do
+        if [ -s "$status_file" ]; then
+            status=$(cat "$status_file")
+            return 0
+        fi
+        sleep 0.1
+        tries=$((tries - 1))
+    done
+    status=none
+    return 1
+}
+
+# ---------------------------------------------------------------- a session
+
+start
+wait_for "?name prints help" && wait_for "> "
+ok $? "the banner and the prompt appear"
+
+type_line 'for i = 1, 2 do'
+wait_for ">> "
+ok $? "an unfinished statement continues with the >> prompt"
+type_line 'print("iter" .. i * 10) end'
+wait_for "iter20"
+[ $? -eq 0 ] && [ "$(count iter10)" -eq 1 ]
+ok $? "the continued statement runs when it is complete"
+
+type_line 'torch.ones(2, 3)'
+wait_for "tensor([[1., 1., 1.]," && wait_for "-- shape=[2, 3] dtype=torch.float32 device=cpu"
+ok $? "an expression's tensor value prints with its shape, dtype and device"
+
+type_line 'torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())'
+wait_for "Sequential(" && wait_for "(0): Linear(in_features=4, out_features=3, bias=True)" &&
+    wait_for "(1): ReLU()"
+ok $? "a module prints as its tree"
+
+type_line '("multi"):upper(), 6 * 7, nil'
+match=-E
+wait_for '^MULTI +42 +nil$'
+ok $? "every value of an expression prints"
+match=-F
+
+if [ $has_libedit = yes ]; then
+    tx send-keys -t $repl -l 'torch.nn.Li'
+    tx send-keys -t $repl Tab
+    wait_for "> torch.nn.Linear"
+    ok $? "Tab completes torch.nn.Li to torch.nn.Linear"
+    tx send-keys -t $repl Enter
+    wait_for "<class Linear>"
+    ok $? "the completed name evaluates"
+
+    type_line 'x = torch.zeros(2); print("x" .. "set")'
+    wait_for "xset"
+    tx send-keys -t $repl -l 'print("n=" .. x:nu'
+    tx send-keys -t $repl Tab
+    wait_for '> print("n=" .. x:numel'
+    ok $? "Tab completes a tensor's methods"
+    tx send-keys -t $repl -l '())'
+    tx send-keys -t $repl Enter
+    wait_for "n=2"
+    ok $? "the completed method call runs"
+else
+    for d in "Tab completes torch.nn.Li" "the completed name evaluates" \
+             "Tab completes a tensor's methods" "the completed method call runs"; do
+        skip "$d" "built without libedit"
+    done
+fi
+
+# The doc is the comment above `L.Linear = Module:extend("Linear")`.
+doc=$(grep -B1 'extend("Linear")' "$top_srcdir/lua/dplua/nn/layers.lua" | head -n 1 | sed 's/^-- *//')
+type_line '?torch.nn.Linear'
+wait_for "torch.nn.Linear: class Linear" && wait_for "$doc"
+ok $? "?torch.nn.Linear prints the library's own doc comment"
+
+type_line '?torch.no.such_name'
+wait_for "torch.no.such_name: nil (no such name)"
+ok $? "? of a missing name says so"
+
+type_line 'error("bo" .. "om")'
+wait_for "stdin:1: boom"
+ok $? "an error is printed"
+type_line 'print("still" .. "here")'
+wait_for "stillhere"
+ok $? "the session goes on after an error"
+
+type_line 'while true do end'
+sleep 0.2
+tx send-keys -t $repl C-c
+wait_for "interrupted!" 1 5 || { tx send-keys -t $repl C-c; wait_for "interrupted!" 1 5; }
+ok $? "Ctrl-C interrupts while true do end"
+type_line 'print("back" .. 1)'
+wait_for "back1"
+ok $? "the prompt returns after Ctrl-C"
+
+type_line 'y = torch.zeros(3); for i = 1, 1e9 do y = y + torch.ones(3) end'
+sleep 0.5
+tx send-keys -t $repl C-c
+wait_for "interrupted!" 2 5 || { tx send-keys -t $repl C-c; wait_for "interrupted!" 2 5; }
+ok $? "Ctrl-C interrupts a loop of tensor ops"
+type_line 'print(y[0]:item() > 0 and "kept" .. "y" or "lost")'
+wait_for "kepty"
+ok $? "the variables the loop left are there"
+
+tx send-keys -t $repl -l 'print("drop" .. "ped")'
+wait_for '> print("drop" .. "ped")'
+tx send-keys -t $repl C-c
+type_line 'print("kept" .. "line")'
+wait_for "keptline"
+[ $? -eq 0 ] && [ "$(count dropped)" -eq 0 ]
+ok $? "Ctrl-C at the prompt drops the line being typed"
+
+type_line 'print(6*7)'
+wait_for "42"
+tx send-keys -t $repl C-d
+exited && [ "$status" -eq 0 ]
+ok $? "Ctrl-D ends the session with status 0"
+
+if [ $has_libedit = yes ]; then
+    grep -q -F -x 'print(6*7)' "$home/.dplua_history" 2>/dev/null
+    ok $? "the history is saved in \$HOME/.dplua_history"
+
+    start
+    wait_for "> "
+    tx send-keys -t $repl Up
+    wait_for "> print(6*7)"
+    ok $? "a new session recalls the last one's history with Up"
+    tx send-keys -t $repl C-u C-d
+    exited
+else
+    skip "the history is saved" "built without libedit"
+    skip "a new session recalls history" "built without libedit"
+fi
+
+# ---------------------------------------------------------------- dplua -i
+
+cat >"$tmp/script.lua" <<'EOF'
+answer = 21
+function twice(v) return 2 * v end
+EOF
+start -i "$tmp/script.lua"
+wait_for "> "
+type_line 'print("answer=" .. twice(answer))'
+wait_for "answer=42"
+ok $? "dplua -i script.lua continues with the script's globals"
+
+if [ $has_libedit = yes ]; then
+    tx send-keys -t $repl -l 'twi'
+    tx send-keys -t $repl Tab
+    wait_for "> twice"
+    ok $? "Tab completes the script's globals"
+else
+    skip "Tab completes the script's globals" "built without libedit"
+fi
+tx send-keys -t $repl C-u C-d
+exited && [ "$status" -eq 0 ]
+ok $? "dplua -i exits 0 after a script that succeeded"
+
+# ---------------------------------------------------------------- no history
+
+home="$tmp/no/such/home"
+start
+wait_for "> "
+type_line 'print("no" .. "home")'
+wait_for "nohome"
+ok $? "a HOME where no history can be written does not stop the REPL"
+if [ $has_libedit = yes ]; then
+    wait_for "cannot write history"
+    ok $? "it says that the history is not saved"
+else
+    skip "it says that the history is not saved" "built without libedit"
+fi
+tx send-keys -t $repl C-d
+exited && [ "$status" -eq 0 ]
+ok $? "and the session still ends with status 0"
+
+echo "1..$n"
