@@ -59,7 +59,8 @@ void *cpu_alloc(size_t n, size_t *capacity)
         cached_bytes -= (int64_t)*capacity;
         return b;
     }
-    return aligned_alloc(64, *capacity);
+    /* aligned_alloc wants a multiple of the alignment (classes like 224 are not) */
+    return aligned_alloc(64, (*capacity + 63) & ~(size_t)63);
 }
 
 void cpu_free(void *p, size_t capacity)
