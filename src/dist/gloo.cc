@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -94,7 +95,29 @@ struct pg_gloo {
     std::shared_ptr<gloo::rendezvous::Context> ctx;
     milliseconds timeout;
     int rank, size;
+    std::deque<std::shared_ptr<void>> parked;   /* see park() */
 };
+
+/* ---------------------------------------------------------------- parking */
+
+/* Destroying a tcp::UnboundBuffer spins on sched_yield until Gloo's event
+ * loop has dropped its reference to it, which the loop does just after
+ * completing the op. Destroyed at once, on a busy machine, that yield
+ * hands the core to another process for a whole scheduler tick (4 ms
+ * here: small all_reduces went from ~60 us to 2-4 ms). So the options
+ * (which own the buffers) of an op that succeeded are parked and
+ * destroyed a few ops later. A failed op's buffers are destroyed at once:
+ * Gloo may still hold a receive for them, and a destroyed buffer is the
+ * only thing that stops it from writing into memory its caller may free. */
+enum { PG_PARKED = 8 };
+
+template <typename O>
+static void park(pg_gloo *g, std::shared_ptr<O> o)
+{
+    g->parked.push_back(std::move(o));
+    if (g->parked.size() > PG_PARKED)
+        g->parked.pop_front();
+}
 
 /* ---------------------------------------------------------------- reductions */
 
@@ -199,25 +222,27 @@ static uint16_t bf16_store(float f)
 template <typename T>
 static void allreduce_t(pg_gloo *g, T *buf, size_t n, int op, uint32_t tag)
 {
-    gloo::AllreduceOptions o(g->ctx);
-    o.setOutput(buf, n);
-    o.setReduceFunction(reducer_of<T>(op));
-    o.setTag(tag);
-    o.setTimeout(g->timeout);
-    gloo::allreduce(o);
+    auto o = std::make_shared<gloo::AllreduceOptions>(g->ctx);
+    o->setOutput(buf, n);
+    o->setReduceFunction(reducer_of<T>(op));
+    o->setTag(tag);
+    o->setTimeout(g->timeout);
+    gloo::allreduce(*o);
+    park(g, o);
 }
 
 template <typename T>
 static void reduce_t(pg_gloo *g, T *in, T *out, size_t n, int root, int op, uint32_t tag)
 {
-    gloo::ReduceOptions o(g->ctx);
-    o.setInput(in, n);
-    o.setOutput(out, n);
-    o.setRoot(root);
-    o.setReduceFunction(reducer_of<T>(op));
-    o.setTag(tag);
-    o.setTimeout(g->timeout);
-    gloo::reduce(o);
+    auto o = std::make_shared<gloo::ReduceOptions>(g->ctx);
+    o->setInput(in, n);
+    o->setOutput(out, n);
+    o->setRoot(root);
+    o->setReduceFunction(reducer_of<T>(op));
+    o->setTag(tag);
+    o->setTimeout(g->timeout);
+    gloo::reduce(*o);
+    park(g, o);
 }
 
 template <typename T>
@@ -308,45 +333,49 @@ static void reducing(pg_gloo *g, const pg_op *op)
 
 static void broadcast_bytes(pg_gloo *g, const pg_op *op, size_t nbytes)
 {
-    gloo::BroadcastOptions o(g->ctx);
-    o.setOutput((uint8_t *)op->out, nbytes);
-    o.setRoot(op->root);
-    o.setTag(op_tag(op));
-    o.setTimeout(g->timeout);
-    gloo::broadcast(o);
+    auto o = std::make_shared<gloo::BroadcastOptions>(g->ctx);
+    o->setOutput((uint8_t *)op->out, nbytes);
+    o->setRoot(op->root);
+    o->setTag(op_tag(op));
+    o->setTimeout(g->timeout);
+    gloo::broadcast(*o);
+    park(g, o);
 }
 
 static void allgather_bytes(pg_gloo *g, const pg_op *op, size_t nbytes)
 {
-    gloo::AllgatherOptions o(g->ctx);
-    o.setInput((uint8_t *)op->in, nbytes);
-    o.setOutput((uint8_t *)op->out, nbytes * g->size);
-    o.setTag(op_tag(op));
-    o.setTimeout(g->timeout);
-    gloo::allgather(o);
+    auto o = std::make_shared<gloo::AllgatherOptions>(g->ctx);
+    o->setInput((uint8_t *)op->in, nbytes);
+    o->setOutput((uint8_t *)op->out, nbytes * g->size);
+    o->setTag(op_tag(op));
+    o->setTimeout(g->timeout);
+    gloo::allgather(*o);
+    park(g, o);
 }
 
 static void alltoall_bytes(pg_gloo *g, const pg_op *op, size_t nbytes)
 {
-    gloo::AlltoallOptions o(g->ctx);
-    o.setInput((uint8_t *)op->in, nbytes * g->size);
-    o.setOutput((uint8_t *)op->out, nbytes * g->size);
-    o.setTag(op_tag(op));
-    o.setTimeout(g->timeout);
-    gloo::alltoall(o);
+    auto o = std::make_shared<gloo::AlltoallOptions>(g->ctx);
+    o->setInput((uint8_t *)op->in, nbytes * g->size);
+    o->setOutput((uint8_t *)op->out, nbytes * g->size);
+    o->setTag(op_tag(op));
+    o->setTimeout(g->timeout);
+    gloo::alltoall(*o);
+    park(g, o);
 }
 
 static void barrier(pg_gloo *g, const pg_op *op)
 {
-    gloo::BarrierOptions o(g->ctx);
-    o.setTag(op_tag(op));
-    o.setTimeout(g->timeout);
-    gloo::barrier(o);
+    auto o = std::make_shared<gloo::BarrierOptions>(g->ctx);
+    o->setTag(op_tag(op));
+    o->setTimeout(g->timeout);
+    gloo::barrier(*o);
+    park(g, o);
 }
 
 static void send_recv(pg_gloo *g, const pg_op *op, size_t nbytes)
 {
-    auto buf = g->ctx->createUnboundBuffer(op->in, nbytes);
+    std::shared_ptr<gloo::transport::UnboundBuffer> buf = g->ctx->createUnboundBuffer(op->in, nbytes);
     if (op->kind == PG_SEND) {
         buf->send(op->root, p2p_slot(op));
         if (!buf->waitSend(g->timeout))
@@ -356,6 +385,7 @@ static void send_recv(pg_gloo *g, const pg_op *op, size_t nbytes)
         if (!buf->waitRecv(g->timeout))
             throw gloo::IoException("recv was aborted");
     }
+    park(g, buf);
 }
 
 static void run(pg_gloo *g, const pg_op *op)
@@ -451,6 +481,7 @@ extern "C" void pg_gloo_free(pg_gloo *g)
     if (!g)
         return;
     try {
+        g->parked.clear();
         g->ctx.reset();
         g->dev.reset();
     } catch (...) {

@@ -229,6 +229,11 @@ static void key_fp(const dp_pg *pg, uint64_t seq, int r, char *buf, size_t len)
     snprintf(buf, len, "%sfp/%llu/%d", pg->prefix, (unsigned long long)seq, r);
 }
 
+static void key_error(const dp_pg *pg, int r, char *buf, size_t len)
+{
+    snprintf(buf, len, "%serror/%d", pg->prefix, r);
+}
+
 static void key_dead(const dp_pg *pg, int r, char *buf, size_t len)
 {
     snprintf(buf, len, "dplua/dead/%d", pg->ranks[r]);
@@ -380,7 +385,7 @@ static void diagnose(dp_pg *pg, const pg_op *op, int peer_lost, char *msg)
             continue;
         long long p = p2p ? -1 : progress_of(pg, r, &store_ok);
         int arrived = !p2p && p >= 0 && (uint64_t)p >= op->seq;
-        if (dead[r] && arrived && !peer_lost) {
+        if (dead[r] && arrived) {
             if (ns < sizeof since)
                 ns += snprintf(since + ns, sizeof since - ns, "%s%s", ns ? ", " : "", rank_str(pg, r, rs, sizeof rs));
             continue;
@@ -409,7 +414,19 @@ static void diagnose(dp_pg *pg, const pg_op *op, int peer_lost, char *msg)
         n += snprintf(msg + n, PG_MSG - n, "; every rank entered #%llu, so the ranks called different collectives "
                       "or sizes here (run with DPLUA_DIST_DEBUG=1 to name them)", (unsigned long long)op->seq);
     if (ns && n < PG_MSG)
-        snprintf(msg + n, PG_MSG - n, "; since then %s exited", since);
+        n += snprintf(msg + n, PG_MSG - n, "; %s entered #%llu and exited since", since,
+                      (unsigned long long)op->seq);
+    /* a rank that failed before it exited left its message */
+    for (int r = lo; r < hi && n < PG_MSG && store_ok; r++) {
+        char key[PG_NAME + 64];
+        key_error(pg, r, key, sizeof key);
+        char *v = r != pg->rank && dead[r] ? peek(pg, key, &store_ok) : NULL;
+        if (v) {
+            n += snprintf(msg + n, PG_MSG - n, "; %s reported: %.400s", rank_str(pg, r, rs, sizeof rs), v);
+            free(v);
+            break;
+        }
+    }
 }
 
 /* "all_reduce #5 on group default (rank 0 of 2)" */
@@ -522,8 +539,13 @@ static void sigpipe_restore(sigpipe_guard *g)
 
 /* ---------------------------------------------------------------- running an op */
 
+/* Breaks the group with msg, and leaves msg in the store for the other
+ * ranks' diagnosis (this rank may be gone by the time they look). */
 static void set_broken(dp_pg *pg, dp_status st, const char *msg)
 {
+    char key[PG_NAME + 64];
+    key_error(pg, pg->rank, key, sizeof key);
+    (void)pg_store_set(pg->store, key, msg, strlen(msg));
     pthread_mutex_lock(&pg->mu);
     if (!pg->broken) {
         pg->broken = st;
