@@ -442,6 +442,84 @@ function RandomSampler:index_tensor()
   return t
 end
 
+-- DistributedSampler(dataset, {num_replicas=, rank=, shuffle=true, seed=0,
+-- drop_last=false}): this rank's share of the indices, as in PyTorch: the
+-- (shuffled) indices are padded by repeating the first ones (or, with
+-- drop_last, cut) to a multiple of num_replicas, and rank r takes every
+-- num_replicas-th from r. The permutation depends on seed + epoch only, so
+-- every rank computes the same one; call set_epoch(e) before each epoch.
+-- (The permutation itself is dplua's, not the one PyTorch would draw.)
+local DistributedSampler = new_class("DistributedSampler", Sampler)
+data.DistributedSampler = DistributedSampler
+
+function DistributedSampler:__init(dataset, opts)
+  local fn = "DistributedSampler"
+  opts = check_options(fn, opts, { num_replicas = true, rank = true, shuffle = true, seed = true, drop_last = true })
+  local dist = torch.distributed
+  local replicas, rank = opts.num_replicas, opts.rank
+  if replicas == nil or rank == nil then
+    if not dist.is_initialized() then
+      raise("DistributedSampler: pass num_replicas and rank, or call init_process_group first")
+    end
+    replicas = replicas or dist.get_world_size()
+    rank = rank or dist.get_rank()
+  end
+  if not is_int(replicas) or replicas < 1 then
+    raise("DistributedSampler: expected num_replicas to be a positive integer, got " .. tostring(replicas))
+  end
+  if not is_int(rank) or rank < 0 or rank >= replicas then
+    raise(string.format("DistributedSampler: invalid rank %s, rank should be in the interval [0, %d]",
+                        tostring(rank), replicas - 1))
+  end
+  for _, k in ipairs({ "shuffle", "drop_last" }) do
+    if opts[k] ~= nil and type(opts[k]) ~= "boolean" then
+      raise("DistributedSampler: expected " .. k .. " to be a boolean, got " .. typename(opts[k]))
+    end
+  end
+  self.dataset, self.num_replicas, self.rank = dataset, replicas, rank
+  self.n = length(dataset, "the dataset", fn)
+  self.shuffle = opts.shuffle ~= false
+  self.drop_last = opts.drop_last == true
+  self.seed = check_seed(opts.seed or 0, fn)
+  self.epoch = 0
+  if self.drop_last and self.n % replicas ~= 0 then
+    self.num_samples = math.ceil((self.n - replicas) / replicas)
+  else
+    self.num_samples = math.ceil(self.n / replicas)
+  end
+  self.total_size = self.num_samples * replicas
+end
+
+function DistributedSampler:__len() return self.num_samples end
+
+function DistributedSampler:set_epoch(epoch)
+  if not is_int(epoch) or epoch < 0 then
+    raise("DistributedSampler.set_epoch: expected a non-negative integer, got " .. tostring(epoch))
+  end
+  self.epoch = epoch
+end
+
+function DistributedSampler:index_tensor()
+  local n, total, replicas = self.n, self.total_size, self.num_replicas
+  local all, ap = index_buffer(n)
+  for i = 0, n - 1 do ap[i] = i end
+  if self.shuffle then
+    local rng = new_random(u64(self.seed) + u64(self.epoch))
+    for i = n - 1, 1, -1 do
+      local j = rng:below(i + 1)
+      ap[i], ap[j] = ap[j], ap[i]
+    end
+  end
+  local t, p = index_buffer(self.num_samples)
+  local k = 0
+  for pos = self.rank, total - 1, replicas do
+    -- positions past n wrap around to the first indices (padding)
+    p[k] = n > 0 and ap[pos % n] or 0
+    k = k + 1
+  end
+  return t
+end
+
 -- BatchSampler(sampler, batch_size, drop_last): lists of indices.
 local BatchSampler = new_class("BatchSampler", nil)
 data.BatchSampler = BatchSampler
@@ -719,6 +797,109 @@ function data.load_idx(path)
   local t = torch._wrap(box[0])
   box[0] = nil
   return t
+end
+
+-- load_npy(path): a NumPy .npy file (format 1.0-3.0) as a tensor of its
+-- dtype: little-endian f4, f8, i8, i4, u1, b1 ('<f4', '|u1', ...), C order.
+-- Everything is checked against the file's size before a byte is copied.
+local npy_dtypes = { f4 = torch.float32, f8 = torch.float64, i8 = torch.int64, i4 = torch.int32,
+                     u1 = torch.uint8, b1 = torch.bool }
+
+local function npy_fail(path, msg) raise(string.format("load_npy: %s: %s", path, msg)) end
+
+function data.load_npy(path)
+  if type(path) ~= "string" then raise("load_npy: expected a path string, got " .. typename(path)) end
+  local f, err = io.open(path, "rb")
+  if not f then npy_fail(path, err) end
+  local bytes = f:read("*a")
+  f:close()
+  if #bytes < 10 or bytes:sub(1, 6) ~= "\147NUMPY" then npy_fail(path, "not a .npy file (bad magic)") end
+  local major = bytes:byte(7)
+  local hlen, hstart
+  if major == 1 then
+    hlen, hstart = bytes:byte(9) + 256 * bytes:byte(10), 11
+  elseif major == 2 or major == 3 then
+    if #bytes < 12 then npy_fail(path, "truncated header") end
+    hlen = bytes:byte(9) + 256 * bytes:byte(10) + 65536 * bytes:byte(11) + 16777216 * bytes:byte(12)
+    hstart = 13
+  else
+    npy_fail(path, "unsupported format version " .. tostring(major))
+  end
+  if hstart + hlen - 1 > #bytes then npy_fail(path, "truncated header") end
+  local header = bytes:sub(hstart, hstart + hlen - 1)
+  local descr = header:match("'descr'%s*:%s*'([^']*)'")
+  local fortran = header:match("'fortran_order'%s*:%s*(%a+)")
+  local shape_text = header:match("'shape'%s*:%s*%(([^)]*)%)")
+  if not descr or not fortran or not shape_text then npy_fail(path, "malformed header " .. header) end
+  if fortran ~= "False" then npy_fail(path, "Fortran-order arrays are not supported") end
+  local order, kind = descr:sub(1, 1), descr:sub(2)
+  local dtype = npy_dtypes[kind]
+  if not dtype or (order ~= "<" and order ~= "|" and not (order == "=" and ffi.abi("le"))) then
+    npy_fail(path, "unsupported dtype '" .. descr .. "' (expected little-endian f4, f8, i8, i4, u1 or b1)")
+  end
+  local shape, count = {}, 1
+  for dim in shape_text:gmatch("[^,%s]+") do
+    local d = tonumber(dim)
+    if not d or d < 0 or d % 1 ~= 0 then npy_fail(path, "bad shape (" .. shape_text .. ")") end
+    shape[#shape + 1] = d
+    count = count * d
+  end
+  local nbytes = count * dtype.itemsize
+  local data_start = hstart + hlen
+  if #bytes - data_start + 1 ~= nbytes then
+    npy_fail(path, string.format("expected %d data bytes for shape (%s) of %s, the file holds %d",
+                                 nbytes, shape_text, descr, #bytes - data_start + 1))
+  end
+  local t = torch.empty(shape, { dtype = dtype })
+  if nbytes > 0 then ffi.copy(t:data_ptr(), ffi.cast("const char *", bytes) + data_start - 1, nbytes) end
+  return t
+end
+
+-- load_csv(path, {delimiter=",", header=false, dtype=torch.float32}): a
+-- (rows, columns) tensor of numbers; with header=true the first line is
+-- returned too, as a list of column names. Every row must have the same
+-- number of fields and every field must be a number.
+function data.load_csv(path, opts)
+  if type(path) ~= "string" then raise("load_csv: expected a path string, got " .. typename(path)) end
+  opts = check_options("load_csv", opts, { delimiter = true, header = true, dtype = true })
+  local delim = opts.delimiter or ","
+  if type(delim) ~= "string" or #delim ~= 1 then raise("load_csv: expected delimiter to be one character") end
+  local f, err = io.open(path, "r")
+  if not f then raise("load_csv: " .. err) end
+  local values, names, ncol, row = {}, nil, nil, 0
+  local pattern = "([^" .. delim:gsub("%p", "%%%0") .. "]*)"
+  for line in f:lines() do
+    line = line:gsub("\r$", "")
+    if line ~= "" then
+      local fields = {}
+      for field in (line .. delim):gmatch(pattern .. delim:gsub("%p", "%%%0")) do fields[#fields + 1] = field end
+      if opts.header and names == nil then
+        names = fields
+      else
+        row = row + 1
+        if ncol == nil then ncol = #fields end
+        if #fields ~= ncol then
+          f:close()
+          raise(string.format("load_csv: %s: line %d has %d fields, expected %d", path, row + (names and 1 or 0), #fields, ncol))
+        end
+        for c, field in ipairs(fields) do
+          local v = tonumber(field)
+          if v == nil then
+            f:close()
+            raise(string.format("load_csv: %s: line %d, column %d: '%s' is not a number", path,
+                                row + (names and 1 or 0), c, field))
+          end
+          values[#values + 1] = v
+        end
+      end
+    end
+  end
+  f:close()
+  local t = torch.empty({ row, ncol or 0 }, { dtype = torch.float64 })
+  local p = ffi.cast("double *", t:data_ptr())
+  for i = 1, #values do p[i - 1] = values[i] end
+  t = t:to(opts.dtype or torch.float32)
+  return t, names
 end
 
 return data
