@@ -100,6 +100,32 @@ if not scenario then
     end
   end
 
+  -- the whole stack under the launcher: torch.distributed over dp_pg_*
+  local function run_launched(name, world)
+    local base = os.tmpname()
+    local t0 = now()
+    os.execute(("DPLUA_PG_SCENARIO=%s timeout -k 5 120 '%s' --nproc_per_node=%d --prefix-output '%s' > %s.out 2>&1; echo $? > %s.rc")
+      :format(name, prog, world, script, base, base))
+    T.diag(("%s under the launcher with %d ranks: %.1f s"):format(name, world, now() - t0))
+    local f = io.open(base .. ".out"); local out = f and f:read("*a") or ""; if f then f:close() end
+    f = io.open(base .. ".rc"); local rc = f and tonumber(f:read("*l")) or -1; if f then f:close() end
+    os.remove(base); os.remove(base .. ".out"); os.remove(base .. ".rc")
+    local count = 0
+    for line in out:gmatch("[^\n]+") do
+      local r, bad, what = line:match("^%[(%d+)%]: (n?o?t? ?ok) %- (.*)$")
+      if bad == "ok" or bad == "not ok" then
+        count = count + 1
+        T.ok(bad == "ok", ("[%s launched w%d r%s] %s"):format(name, world, r, what))
+      elseif r then
+        local d = line:match("^%[%d+%]: # (.*)$")
+        if d then T.diag(d) end
+      end
+    end
+    T.ok(rc == 0 and count > 0, ("[%s launched w%d] the launcher exits 0 after %d checks"):format(name, world, count),
+         ("exit status %d; output:\n%s"):format(rc, out))
+  end
+
+  run_launched("dist_module", 4)
   run("ops", 2)
   run("ops", 4)
   run("async", 2)
@@ -153,7 +179,7 @@ local function open_store()
   return box[0]
 end
 
-local store = open_store()
+local store = scenario ~= "dist_module" and open_store() or nil
 
 local function new_group(name, timeout, members)
   local box = ffi.new("dp_pg*[1]")
@@ -588,6 +614,44 @@ function S.dead_store()
   check(st ~= 0 and msg:find("the store did not answer", 1, true), "the error says the store (rank 0) is gone", msg)
   check(now() - t0 < 10, "before the timeout", ("%.2f s"):format(now() - t0))
   done({ pg })
+end
+
+-- torch.distributed (lua/dplua/distributed.lua) under the launcher.
+function S.dist_module()
+  local dist = torch.distributed
+  dist.init_process_group("gloo", { timeout = 60 })
+  check(dist.get_rank() == rank and dist.get_world_size() == world, "rank and world size come from the launcher")
+  local sum = world * (world + 1) / 2
+  local t = torch.tensor({ rank + 1, 2 * (rank + 1) })
+  dist.all_reduce(t)
+  check_values(t, { sum, 2 * sum }, "all_reduce (SUM)")
+  t = torch.tensor({ rank + 0.5 })
+  local work = dist.all_reduce(t, dist.ReduceOp.AVG, nil, true)
+  check(work:wait() and work:is_completed(), "async all_reduce (AVG): wait")
+  check_values(t, { (sum - world) / world + 0.5 }, "async all_reduce (AVG) values")
+  t = torch.full({ 3 }, rank)
+  dist.broadcast(t, world - 1)
+  check_values(t, { world - 1, world - 1, world - 1 }, "broadcast")
+  local out = torch.zeros(2 * world)
+  dist.all_gather_into_tensor(out, torch.tensor({ rank, -rank }))
+  local want = {}
+  for r = 0, world - 1 do want[#want + 1] = r; want[#want + 1] = -r end
+  check_values(out, want, "all_gather_into_tensor")
+  local mine = torch.zeros(2)
+  local big = torch.arange(0, 2 * world):float() + rank
+  dist.reduce_scatter_tensor(mine, big)
+  check_values(mine, { world * 2 * rank + sum - world, world * (2 * rank + 1) + sum - world }, "reduce_scatter_tensor")
+  local g = dist.new_group({ 0, world - 1 })
+  if g then
+    t = torch.ones(1)
+    dist.all_reduce(t, dist.ReduceOp.SUM, g)
+    check_values(t, { 2 }, "all_reduce on new_group({0, world - 1})")
+  else
+    check(rank ~= 0 and rank ~= world - 1, "non-members get no group")
+  end
+  dist.barrier()
+  dist.destroy_process_group()
+  os.exit(0)
 end
 
 local fn = S[scenario]
