@@ -84,43 +84,52 @@ static double uniform(const uint32_t *w, int dtype)
     return u;
 }
 
+/* Fills t with value(block) of one Philox block per element. */
+static void draw(dp_tensor *t, double (*value)(const uint32_t *w, int dtype))
+{
+    int64_t n = dp_tensor_numel(t);
+    uint64_t c = reserve(n), key = rng_seed;
+    char *p = tensor_ptr(t);
+    size_t es = dp_dtype_size(t->dtype);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t w[4];
+        philox(c + (uint64_t)i, key, w);
+        dtype_store(t->dtype, p + i * es, value(w, t->dtype));
+    }
+}
+
+static double uniform_value(const uint32_t *w, int dtype)
+{
+    double u = uniform(w, dtype);
+    if (dtype == DP_BFLOAT16 && float_to_bf16((float)u) == 0x3f80)
+        u = 0.99609375; /* the largest bfloat16 below 1 */
+    return u;
+}
+
+/* Box-Muller over the four words of one block. */
+static double normal_value(const uint32_t *w, int dtype)
+{
+    (void)dtype;
+    double u1 = ((double)(((uint64_t)w[0] << 21) ^ w[1]) + 1.0) * 0x1.0p-53;
+    double u2 = (double)(((uint64_t)w[2] << 21) ^ w[3]) * 0x1.0p-53;
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
 dp_status dp_rand(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device)
 {
     dp_status st = check_float("rand", dtype);
     if (st || (st = tensor_new(out, ndim, shape, dtype, device)))
         return st;
-    int64_t n = dp_tensor_numel(*out);
-    uint64_t c = reserve(n), key = rng_seed;
-    char *p = tensor_ptr(*out);
-    size_t es = dp_dtype_size(dtype);
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t w[4];
-        philox(c + (uint64_t)i, key, w);
-        double u = uniform(w, dtype);
-        if (dtype == DP_BFLOAT16 && float_to_bf16((float)u) == 0x3f80)
-            u = 0.99609375; /* the largest bfloat16 below 1 */
-        dtype_store(dtype, p + i * es, u);
-    }
+    draw(*out, uniform_value);
     return DP_OK;
 }
 
-/* Box-Muller over the four words of one block. */
 dp_status dp_randn(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device)
 {
     dp_status st = check_float("randn", dtype);
     if (st || (st = tensor_new(out, ndim, shape, dtype, device)))
         return st;
-    int64_t n = dp_tensor_numel(*out);
-    uint64_t c = reserve(n), key = rng_seed;
-    char *p = tensor_ptr(*out);
-    size_t es = dp_dtype_size(dtype);
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t w[4];
-        philox(c + (uint64_t)i, key, w);
-        double u1 = ((double)(((uint64_t)w[0] << 21) ^ w[1]) + 1.0) * 0x1.0p-53;
-        double u2 = (double)(((uint64_t)w[2] << 21) ^ w[3]) * 0x1.0p-53;
-        dtype_store(dtype, p + i * es, sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
-    }
+    draw(*out, normal_value);
     return DP_OK;
 }
 
