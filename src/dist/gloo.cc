@@ -81,10 +81,31 @@ public:
             ptrs.push_back(k.c_str());
         double t = timeout.count() > 0 ? timeout.count() / 1000.0 : timeout_s_;
         if (pg_store_wait(s_, ptrs.data(), (int)ptrs.size(), t))
-            throw gloo::IoException(dp_last_error());
+            throw gloo::IoException(missing(keys, t));
     }
 
 private:
+    /* Gloo's rendezvous keys are the ranks' numbers: say which ranks did
+     * not join, or else what the store said. */
+    std::string missing(const std::vector<std::string> &keys, double t)
+    {
+        std::string why = dp_last_error(), ranks;
+        int n = 0;
+        for (const auto &k : keys) {
+            std::string full = prefix_ + k;
+            const char *key = full.c_str();
+            int present = 1;
+            if (k.empty() || k.find_first_not_of("0123456789") != std::string::npos ||
+                pg_store_check(s_, &key, 1, &present))
+                return why;
+            if (!present)
+                ranks += (n++ ? ", " : "") + k;
+        }
+        char buf[128];
+        snprintf(buf, sizeof buf, " did not join within %g s", t);
+        return (n == 1 ? "rank " : "ranks ") + ranks + buf;
+    }
+
     dp_store *s_;
     std::string prefix_;
     double timeout_s_;

@@ -137,6 +137,7 @@ if not scenario then
   run("dead_peer", 3, { rc = { [2] = 7 } })
   run("absent", 2)
   run("dead_store", 2, { rc = { [0] = 7 } })
+  run("no_join", 2)
   T.done_testing()
 end
 
@@ -652,6 +653,20 @@ function S.dist_module()
   dist.barrier()
   dist.destroy_process_group()
   os.exit(0)
+end
+
+-- Rank 1 never makes the group: rank 0's dp_pg_new names it.
+function S.no_join()
+  if rank == 1 then
+    check(true, "rank 1 stays out")
+    done({})
+  end
+  local t0 = now()
+  local st = C.dp_pg_new(ffi.new("dp_pg*[1]"), store, "gloo", 0, 2, 1.5, "lonely", nil)
+  check(st ~= 0 and last_error() == "process group lonely (gloo, rank 0 of 2): rank 1 did not join within 1.5 s",
+        "dp_pg_new names the rank that did not join", last_error())
+  check(now() - t0 < 1.5 + 2, ("within the timeout (%.2f s)"):format(now() - t0))
+  done({})
 end
 
 local fn = S[scenario]
