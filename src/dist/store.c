@@ -1699,6 +1699,7 @@ dp_status dp_store_open(dp_store **out, const char *host, int port, int is_serve
     s = calloc(1, sizeof *s);
     if (s == NULL)
         return dp_fail(DP_ERR_MEMORY, "dp_store_open: out of memory");
+    pthread_mutex_init(&s->lock, NULL);
     s->ops = &dplua_ops;
     s->fd = -1;
     s->rank = rank;
@@ -1783,7 +1784,10 @@ dp_status dp_store_set(dp_store *s, const char *key, const void *value, size_t l
     dp_status st;
     if ((st = check_store(fn, s)) || (st = check_key(fn, key)) || (st = check_bytes(fn, "value", value, len)))
         return st;
-    return s->ops->set(s, key, value ? value : "", len);
+    pthread_mutex_lock(&s->lock);
+    st = s->ops->set(s, key, value ? value : "", len);
+    pthread_mutex_unlock(&s->lock);
+    return st;
 }
 
 dp_status dp_store_get(dp_store *s, const char *key, void **value, size_t *len, double timeout_s)
@@ -1796,7 +1800,10 @@ dp_status dp_store_get(dp_store *s, const char *key, void **value, size_t *len, 
         return dp_fail(DP_ERR_ARG, "dp_store_get: value and len must not be NULL");
     *value = NULL;
     *len = 0;
-    return s->ops->get(s, key, value, len, timeout_s);
+    pthread_mutex_lock(&s->lock);
+    st = s->ops->get(s, key, value, len, timeout_s);
+    pthread_mutex_unlock(&s->lock);
+    return st;
 }
 
 dp_status dp_store_add(dp_store *s, const char *key, int64_t delta, int64_t *result)
@@ -1805,7 +1812,10 @@ dp_status dp_store_add(dp_store *s, const char *key, int64_t delta, int64_t *res
     dp_status st;
     if ((st = check_store(fn, s)) || (st = check_key(fn, key)))
         return st;
-    return s->ops->add(s, key, delta, result);
+    pthread_mutex_lock(&s->lock);
+    st = s->ops->add(s, key, delta, result);
+    pthread_mutex_unlock(&s->lock);
+    return st;
 }
 
 dp_status dp_store_compare_set(dp_store *s, const char *key, const void *expected, size_t expected_len,
@@ -1823,8 +1833,11 @@ dp_status dp_store_compare_set(dp_store *s, const char *key, const void *expecte
         *current = NULL;
         *current_len = 0;
     }
-    return s->ops->compare_set(s, key, expected ? expected : "", expected_len, desired ? desired : "",
-                               desired_len, current, current_len);
+    pthread_mutex_lock(&s->lock);
+    st = s->ops->compare_set(s, key, expected ? expected : "", expected_len, desired ? desired : "",
+                             desired_len, current, current_len);
+    pthread_mutex_unlock(&s->lock);
+    return st;
 }
 
 dp_status dp_store_wait(dp_store *s, const char *const *keys, int n, double timeout_s)
@@ -1833,7 +1846,10 @@ dp_status dp_store_wait(dp_store *s, const char *const *keys, int n, double time
     dp_status st;
     if ((st = check_store(fn, s)) || (st = check_keys(fn, keys, n)))
         return st;
-    return s->ops->wait(s, keys, n, timeout_s);
+    pthread_mutex_lock(&s->lock);
+    st = s->ops->wait(s, keys, n, timeout_s);
+    pthread_mutex_unlock(&s->lock);
+    return st;
 }
 
 dp_status dp_store_check(dp_store *s, const char *const *keys, int n, int *all_present)
@@ -1844,7 +1860,10 @@ dp_status dp_store_check(dp_store *s, const char *const *keys, int n, int *all_p
         return st;
     if (all_present == NULL)
         return dp_fail(DP_ERR_ARG, "%s: all_present is NULL", fn);
-    return s->ops->check(s, keys, n, all_present);
+    pthread_mutex_lock(&s->lock);
+    st = s->ops->check(s, keys, n, all_present);
+    pthread_mutex_unlock(&s->lock);
+    return st;
 }
 
 dp_status dp_store_delete(dp_store *s, const char *key, int *deleted)
@@ -1853,7 +1872,10 @@ dp_status dp_store_delete(dp_store *s, const char *key, int *deleted)
     dp_status st;
     if ((st = check_store(fn, s)) || (st = check_key(fn, key)))
         return st;
-    return s->ops->del(s, key, deleted);
+    pthread_mutex_lock(&s->lock);
+    st = s->ops->del(s, key, deleted);
+    pthread_mutex_unlock(&s->lock);
+    return st;
 }
 
 void dp_store_close(dp_store *s)
@@ -1861,6 +1883,7 @@ void dp_store_close(dp_store *s)
     if (s == NULL)
         return;
     s->ops->close(s);
+    pthread_mutex_destroy(&s->lock);
     free(s->failed);
     free(s);
 }

@@ -11,6 +11,7 @@
 #ifndef DP_DIST_STORE_H
 #define DP_DIST_STORE_H
 
+#include <pthread.h>
 #include "dplua.h"
 
 #include <stddef.h>
@@ -36,6 +37,7 @@ struct store_ops {
 
 struct dp_store {
     const struct store_ops *ops;
+    pthread_mutex_t lock;    /* one request at a time on the connection (public calls take it) */
     int fd;                  /* the client's connection, -1 when none */
     char host[256];          /* where the client connects (for messages) */
     int port;

@@ -425,6 +425,7 @@ dp_status torchstore_open(dp_store **out, const char *host, int port, double tim
     dp_status st;
     if (s == NULL)
         return dp_fail(DP_ERR_MEMORY, "%s: out of memory", fn);
+    pthread_mutex_init(&s->lock, NULL);
     s->ops = &torch_ops;
     s->fd = -1;
     s->rank = -1;
