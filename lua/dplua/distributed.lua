@@ -272,6 +272,21 @@ local function collective(group, async_op, cfn, n, a, b, c)
   check(call(cfn, g.p, n, a, b, c, nil))
 end
 
+-- Roots and peers are global ranks, as in PyTorch; the C layer takes the
+-- rank within the group.
+local function group_rank(group, global, fn)
+  local g = group_of(group)
+  if type(global) ~= "number" or global % 1 ~= 0 then
+    raise(string.format("%s: expected a rank number, got %s", fn, tostring(global)))
+  end
+  if not g.ranks then return global end
+  for i, r in ipairs(g.ranks) do
+    if r == global then return i - 1 end
+  end
+  raise(string.format("%s: global rank %d is not a member of the group (ranks %s)", fn, global,
+                      table.concat(g.ranks, ", ")))
+end
+
 local function contiguous_tensor(t, fn)
   if not is_tensor(t) then raise(fn .. ": expected a tensor, got " .. type(t)) end
   if not t:is_contiguous() then raise(fn .. ": tensors must be contiguous (call :contiguous() first)") end
@@ -304,13 +319,14 @@ end
 function dist.broadcast(t, src, ...)
   local o = opts_of({ ... }, { "group", "async_op" })
   contiguous_tensor(t, "broadcast")
-  return collective(o.group, o.async_op, C.dp_pg_broadcast, 2, t.p, src or 0)
+  return collective(o.group, o.async_op, C.dp_pg_broadcast, 2, t.p, group_rank(o.group, src or 0, "broadcast"))
 end
 
 function dist.reduce(t, dst, ...)
   local o = opts_of({ ... }, { "op", "group", "async_op" })
   contiguous_tensor(t, "reduce")
-  return collective(o.group, o.async_op, C.dp_pg_reduce, 3, t.p, dst or 0, reduce_op(o.op, "reduce"))
+  return collective(o.group, o.async_op, C.dp_pg_reduce, 3, t.p, group_rank(o.group, dst or 0, "reduce"),
+                    reduce_op(o.op, "reduce"))
 end
 
 function dist.all_gather_into_tensor(out, t, ...)
@@ -374,13 +390,13 @@ end
 
 function dist.send(t, dst, group, tag)
   contiguous_tensor(t, "send")
-  check(C.dp_pg_send(group_of(group).p, t.p, dst, tag or 0))
+  check(C.dp_pg_send(group_of(group).p, t.p, group_rank(group, dst, "send"), tag or 0))
 end
 
 function dist.recv(t, src, group, tag)
   contiguous_tensor(t, "recv")
   if src == nil then raise("recv: receiving from any source is not supported; pass src") end
-  check(C.dp_pg_recv(group_of(group).p, t.p, src, tag or 0))
+  check(C.dp_pg_recv(group_of(group).p, t.p, group_rank(group, src, "recv"), tag or 0))
   return src
 end
 
@@ -421,7 +437,7 @@ local function make_ddp_class()
     -- every rank starts from rank 0's parameters and buffers
     if g.size > 1 then
       local flat = torch._wrap(C.dp_ddp_flat_param(self._reducer))
-      torch.no_grad(function() dist.broadcast(flat, 0, g) end)
+      torch.no_grad(function() dist.broadcast(flat, g.ranks and g.ranks[1] or 0, g) end)
       self:_sync_buffers()
     end
   end
@@ -453,7 +469,7 @@ local function make_ddp_class()
     local g = self._group
     if g.size == 1 or not self._broadcast_buffers then return end
     for _, b in ipairs(self.module:buffers()) do
-      torch.no_grad(function() dist.broadcast(b, 0, g) end)
+      torch.no_grad(function() dist.broadcast(b, g.ranks and g.ranks[1] or 0, g) end)
     end
   end
 
