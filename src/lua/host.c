@@ -434,6 +434,7 @@ static const char repl_lua[] =
     "-- The value of a dotted path ('torch.nn.Linear'), or nil.\n"
     "local function resolve(path)\n"
     "  local obj\n"
+    "  if path:find('^%.') or path:find('%.%.') or path:find('%.$') then return nil end\n"
     "  for name in path:gmatch('[^.]+') do\n"
     "    if not name:match('^[%a_][%w_]*$') then return nil end\n"
     "    if obj == nil then obj = index(G, name) else obj = index(obj, name) end\n"

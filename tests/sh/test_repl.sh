@@ -170,9 +170,24 @@ if [ $has_libedit = yes ]; then
     tx send-keys -t $repl Enter
     wait_for "n=2"
     ok $? "the completed method call runs"
+
+    tx send-keys -t $repl -l 'torch.op'
+    tx send-keys -t $repl Tab
+    wait_for "> torch.optim"
+    ok $? "Tab completes a submodule that is not loaded yet"
+    tx send-keys -t $repl C-u
+
+    type_line 'lin = torch.nn.Linear(2, 3); print("lin" .. "set")'
+    wait_for "linset"
+    tx send-keys -t $repl -l 'lin.we'
+    tx send-keys -t $repl Tab
+    wait_for "> lin.weight"
+    ok $? "Tab completes a module's parameters"
+    tx send-keys -t $repl C-u
 else
     for d in "Tab completes torch.nn.Li" "the completed name evaluates" \
-             "Tab completes a tensor's methods" "the completed method call runs"; do
+             "Tab completes a tensor's methods" "the completed method call runs" \
+             "Tab completes a submodule" "Tab completes a module's parameters"; do
         skip "$d" "built without libedit"
     done
 fi
