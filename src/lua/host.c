@@ -7,6 +7,11 @@
  * names, error messages), so that a script behaves the same under `luajit`
  * and `dplua`. Every Lua call that can fail runs inside lua_cpcall or
  * lua_pcall: nothing a script does can take the host down with it.
+ *
+ * The REPL (docs/PROGRAM.md describes it) edits lines with libedit's
+ * readline API; its completion, ?help and echo of values are a Lua chunk
+ * kept in this file (repl_lua), and Ctrl-C is a debug hook armed from the
+ * SIGINT handler, with the REPL's own code kept out of compiled traces.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
