@@ -379,6 +379,7 @@ methods.nelement = methods.numel
 
 local size_mt = { __tostring = function(s) return "torch.Size([" .. table.concat(s, ", ") .. "])" end }
 local function shape_of(t)
+  if not is_tensor(t) then raise("expected a tensor, got " .. typename(t)) end
   local n = C.dp_tensor_ndim(t.p)
   local s = {}
   for i = 0, n - 1 do s[i + 1] = tonumber(C.dp_tensor_size(t.p, i)) end
@@ -912,7 +913,11 @@ torch._requires_grad = function(t) return C.dp_requires_grad(t.p) ~= 0 end
 -- Thin wrappers with the C argument order; dplua.nn and dplua.optim build
 -- the PyTorch-shaped API on them.
 
-local function opt_p(t) return t ~= nil and t.p or nil end
+local function opt_p(t)
+  if t == nil then return nil end
+  if not is_tensor(t) then raise("expected a tensor or nil, got " .. typename(t)) end
+  return t.p
+end
 local i64x2 = { ffi.new("int64_t[2]"), ffi.new("int64_t[2]"), ffi.new("int64_t[2]"), ffi.new("int64_t[2]") }
 local function pair(buf, v, fn, what)
   if type(v) == "number" then v = { v, v } end
@@ -1025,10 +1030,20 @@ setmetatable(torch, { __index = function(t, k)
 end })
 
 -- Every method is also a torch.NAME function taking the tensor first.
+-- Called as t:NAME(...) the receiver is a tensor by construction; called
+-- as torch.NAME(x, ...) or torch.Tensor.NAME(x, ...) it is whatever the
+-- caller passed, and a non-tensor must be an error, not a NULL in C.
+local checked = {}
 for name, fn in pairs(methods) do
-  if torch[name] == nil then torch[name] = fn end
+  checked[name] = function(t, ...)
+    if not is_tensor(t) then
+      raise(string.format("%s: expected a tensor as the first argument, got %s", name, typename(t)))
+    end
+    return fn(t, ...)
+  end
+  if torch[name] == nil then torch[name] = checked[name] end
 end
-torch.Tensor = methods
+torch.Tensor = checked
 
 ---------------------------------------------------------------- misc
 
