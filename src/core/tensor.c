@@ -129,14 +129,16 @@ static dp_status check_shape(const char *fn, int ndim, const int64_t *shape)
     if (ndim < 0 || ndim > DP_MAX_DIMS)
         return dp_fail(DP_ERR_SHAPE, "%s: %d dimensions requested, at most %d are supported",
                        fn, ndim, DP_MAX_DIMS);
-    double total = 1;
+    /* the span counts empty dims as 1: strides of a tensor with a 0 dim
+     * still multiply the other sizes and must not overflow */
+    double span = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
             return dp_fail(DP_ERR_SHAPE, "%s: negative size %lld in shape %s", fn,
                            (long long)shape[i], dp_shape_str(buf, sizeof buf, ndim, shape));
-        total *= (double)shape[i];
+        span *= shape[i] > 1 ? (double)shape[i] : 1.0;
     }
-    if (total > 9e15)
+    if (span > 9e15)
         return dp_fail(DP_ERR_SHAPE, "%s: shape %s has too many elements", fn,
                        dp_shape_str(buf, sizeof buf, ndim, shape));
     return DP_OK;
