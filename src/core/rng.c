@@ -145,14 +145,14 @@ dp_status dp_randint(dp_tensor **out, int64_t low, int64_t high, int ndim, const
     if (st)
         return st;
     int64_t n = dp_tensor_numel(*out);
-    uint64_t c = reserve(n), key = rng_seed, range = (uint64_t)(high - low);
+    uint64_t c = reserve(n), key = rng_seed, range = (uint64_t)high - (uint64_t)low;
     char *p = tensor_ptr(*out);
     size_t es = dp_dtype_size(dtype);
     for (int64_t i = 0; i < n; i++) {
         uint32_t w[4];
         philox(c + (uint64_t)i, key, w);
         uint64_t r = ((uint64_t)w[0] << 32) | w[1];
-        dtype_store(dtype, p + i * es, (double)(low + (int64_t)(r % range)));
+        dtype_store(dtype, p + i * es, (double)(int64_t)((uint64_t)low + r % range));
     }
     return DP_OK;
 }

@@ -290,6 +290,7 @@ static dp_status infer_shape(const char *fn, const dp_tensor *t, int ndim, const
     char a[160], b[160];
     int infer = -1;
     int64_t known = 1;
+    double span = 1;
     if (ndim < 0 || ndim > DP_MAX_DIMS)
         return dp_fail(DP_ERR_SHAPE, "%s: %d dimensions requested, at most %d are supported",
                        fn, ndim, DP_MAX_DIMS);
@@ -304,6 +305,10 @@ static dp_status infer_shape(const char *fn, const dp_tensor *t, int ndim, const
             return dp_fail(DP_ERR_SHAPE, "%s: invalid size %lld in shape %s", fn,
                            (long long)req[i], dp_shape_str(a, sizeof a, ndim, req));
         } else {
+            span *= req[i] > 1 ? (double)req[i] : 1.0;
+            if (span > 9e15)   /* checked before any product of sizes can overflow */
+                return dp_fail(DP_ERR_SHAPE, "%s: shape %s is invalid for input of size %lld (too many elements)",
+                               fn, dp_shape_str(a, sizeof a, ndim, req), (long long)dp_tensor_numel(t));
             known *= req[i];
         }
     }

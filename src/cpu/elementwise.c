@@ -110,21 +110,28 @@ void cpu_foreach(int nops, dp_tensor *const *ts, cpu_row_fn fn, const void *ctx)
 #define F_REM(a, b) ({ __typeof__(a) r_ = M_FMOD(a, b); \
     (r_ != 0 && ((r_ < 0) != (b < 0))) ? r_ + b : r_; })
 /* Integers never trap: x % 0 gives 0 rather than SIGFPE. */
-#define I_REM(a, b) ({ __typeof__(a) r_ = (b) == 0 ? 0 : (a) % (b); \
+#define I_REM(a, b) ({ __typeof__(a) r_ = (b) == 0 || (b) == -1 ? 0 : (a) % (b); \
     (r_ != 0 && ((r_ < 0) != ((b) < 0))) ? r_ + (b) : r_; })
 
 static int64_t ipow(int64_t a, int64_t b)
 {
     if (b < 0)
         return a == 1 ? 1 : a == -1 ? (b & 1 ? -1 : 1) : 0;
-    int64_t r = 1;
+    uint64_t r = 1, x = (uint64_t)a;
     while (b) {
-        if (b & 1) r *= a;
-        a *= a;
+        if (b & 1) r *= x;
+        x *= x;
         b >>= 1;
     }
-    return r;
+    return (int64_t)r;
 }
+
+/* Integer arithmetic wraps, as in PyTorch, computed unsigned so that it is
+ * defined behaviour in C. */
+#define W_ADD(a, b) ((__typeof__(a))((uint64_t)(a) + (uint64_t)(b)))
+#define W_SUB(a, b) ((__typeof__(a))((uint64_t)(a) - (uint64_t)(b)))
+#define W_MUL(a, b) ((__typeof__(a))((uint64_t)(a) * (uint64_t)(b)))
+#define W_NEG(x) ((__typeof__(x))(0 - (uint64_t)(x)))
 
 #define F_MAX(a, b) (((a) > (b) || (a) != (a)) ? (a) : (b))
 #define F_MIN(a, b) (((a) < (b) || (a) != (a)) ? (a) : (b))
@@ -156,9 +163,10 @@ static int64_t ipow(int64_t a, int64_t b)
 #define UN_SAME(tag, id, S, C, LD, ST, op, EXPR) UNARY_ROW(un_##op##_##tag, S, C, LD, S, ST, EXPR)
 #define UN_BOOL(tag, id, S, C, LD, ST, op, EXPR) UNARY_ROW(un_##op##_##tag, S, C, LD, uint8_t, ST_BOOL, EXPR)
 
-FOR_NUMERIC_TYPES(UN_SAME, neg, -x)
+FOR_FLOAT_TYPES(UN_SAME, neg, -x)
+FOR_INT_TYPES(UN_SAME, neg, W_NEG(x))
 FOR_FLOAT_TYPES(UN_SAME, abs, x < 0 ? -x : x)
-FOR_INT_TYPES(UN_SAME, abs, x < 0 ? -x : x)
+FOR_INT_TYPES(UN_SAME, abs, x < 0 ? W_NEG(x) : x)
 FOR_BOOL_TYPE(UN_SAME, abs, x)
 FOR_FLOAT_TYPES(UN_SAME, exp, M_EXP(x))
 FOR_FLOAT_TYPES(UN_SAME, log, M_LOG(x))
@@ -181,7 +189,8 @@ FOR_INT_TYPES(UN_SAME, round, x)
 FOR_FLOAT_TYPES(UN_SAME, reciprocal, (__typeof__(x))1 / x)
 FOR_FLOAT_TYPES(UN_SAME, log1p, M_LOG1P(x))
 FOR_FLOAT_TYPES(UN_SAME, expm1, M_EXPM1(x))
-FOR_NUMERIC_TYPES(UN_SAME, square, x * x)
+FOR_FLOAT_TYPES(UN_SAME, square, x * x)
+FOR_INT_TYPES(UN_SAME, square, W_MUL(x, x))
 FOR_ALL_TYPES(UN_BOOL, lnot, !x)
 
 #define ROW_ENTRY(tag, id, S, C, LD, ST, prefix, op) [id] = prefix##op##_##tag,
@@ -333,10 +342,13 @@ dp_status cpu_unary_backward(int op, dp_tensor *dx, dp_tensor *g, dp_tensor *x, 
 #define BIN_SAME(tag, id, S, C, LD, ST, op, EXPR) BINARY_ROW(bin_##op##_##tag, S, C, LD, S, ST, EXPR)
 #define BIN_BOOL(tag, id, S, C, LD, ST, op, EXPR) BINARY_ROW(bin_##op##_##tag, S, C, LD, uint8_t, ST_BOOL, EXPR)
 
-FOR_NUMERIC_TYPES(BIN_SAME, add, a + b)
+FOR_FLOAT_TYPES(BIN_SAME, add, a + b)
+FOR_INT_TYPES(BIN_SAME, add, W_ADD(a, b))
 FOR_BOOL_TYPE(BIN_SAME, add, a || b)
-FOR_NUMERIC_TYPES(BIN_SAME, sub, a - b)
-FOR_NUMERIC_TYPES(BIN_SAME, mul, a * b)
+FOR_FLOAT_TYPES(BIN_SAME, sub, a - b)
+FOR_INT_TYPES(BIN_SAME, sub, W_SUB(a, b))
+FOR_FLOAT_TYPES(BIN_SAME, mul, a * b)
+FOR_INT_TYPES(BIN_SAME, mul, W_MUL(a, b))
 FOR_BOOL_TYPE(BIN_SAME, mul, a && b)
 FOR_FLOAT_TYPES(BIN_SAME, div, a / b)
 FOR_FLOAT_TYPES(BIN_SAME, pow, M_POW(a, b))

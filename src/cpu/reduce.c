@@ -56,13 +56,15 @@ static void drop_dim(dp_tensor *view, const dp_tensor *t, int dim)
         int64_t n = c->len, rs = c->in_stride;                                        \
         switch (c->op) {                                                              \
         case DP_SUM: case DP_MEAN: {                                                  \
-            if (IS_INT) { int64_t s = 0; for (int64_t i = 0; i < n; i++) s += ILOAD(q + i * rs); \
-                          *iresult = s; return (double)s; }                           \
+            if (IS_INT) { uint64_t s = 0; /* wraps, as in PyTorch */                 \
+                          for (int64_t i = 0; i < n; i++) s += (uint64_t)ILOAD(q + i * rs); \
+                          *iresult = (int64_t)s; return (double)(int64_t)s; }         \
             double s = 0; for (int64_t i = 0; i < n; i++) s += LOAD(q + i * rs);      \
             return c->op == DP_MEAN ? s / (double)n : s; }                            \
         case DP_PROD: {                                                               \
-            if (IS_INT) { int64_t s = 1; for (int64_t i = 0; i < n; i++) s *= ILOAD(q + i * rs); \
-                          *iresult = s; return (double)s; }                           \
+            if (IS_INT) { uint64_t s = 1;                                             \
+                          for (int64_t i = 0; i < n; i++) s *= (uint64_t)ILOAD(q + i * rs); \
+                          *iresult = (int64_t)s; return (double)(int64_t)s; }         \
             double s = 1; for (int64_t i = 0; i < n; i++) s *= LOAD(q + i * rs);      \
             return s; }                                                               \
         case DP_MAX: case DP_ARGMAX: case DP_MIN: case DP_ARGMIN: {                   \
