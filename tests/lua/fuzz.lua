@@ -36,10 +36,12 @@ Sizes between "small" and "absurd" (an allocation of a few GB that would
 succeed) are not generated on purpose, but random numbers can still land
 in a size (torch.arange(2^31 - 1) is 16 GB). So that such a call fails
 quickly instead of filling memory, the fuzzer caps its own address space
-at DPLUA_FUZZ_MAX_BYTES (default 4 GiB; 0: no cap) with setrlimit. Under
-AddressSanitizer, which reserves terabytes of shadow memory, it cannot:
-there ASAN_OPTIONS=allocator_may_return_null=1:max_allocation_size=N does
-the same (tests/sh/test_fuzz_asan.sh sets it).
+with setrlimit at what it uses when it starts plus DPLUA_FUZZ_MAX_BYTES
+(default 1 GiB; 0: no cap) plus 64 MiB per CPU for OpenBLAS's per-thread
+buffers. Under AddressSanitizer, which reserves
+terabytes of shadow memory, it cannot: there
+ASAN_OPTIONS=allocator_may_return_null=1:max_allocation_size_mb=N does the
+same (tests/sh/test_fuzz_asan.sh sets it).
 
 Output is TAP: one test per batch of BATCH calls (a failure lists the
 statements whose error was not a non-empty string, or whose check failed)
@@ -78,7 +80,7 @@ local guarded = guard_self and assert(loadstring(GUARD_SRC))(torch)
 
 -- The address-space cap (see the top of the file).
 local ffi = require("ffi")
-local max_bytes = tonumber(os.getenv("DPLUA_FUZZ_MAX_BYTES") or "") or 4 * 2^30
+local max_bytes = tonumber(os.getenv("DPLUA_FUZZ_MAX_BYTES") or "") or 2^30
 local under_asan = pcall(function()
   ffi.cdef("void __asan_init(void);")
   return ffi.C.__asan_init
@@ -91,14 +93,24 @@ elseif max_bytes > 0 and ffi.os == "Linux" then
            .. "int setrlimit(int resource, const struct dplua_fuzz_rlimit *rlim);"
            .. "int getrlimit(int resource, struct dplua_fuzz_rlimit *rlim);")
   local RLIMIT_AS = 9
+  local in_use = 0
+  local f = io.open("/proc/self/status")
+  if f then
+    in_use = 1024 * (tonumber(f:read("*a"):match("VmSize:%s*(%d+) kB")) or 0)
+    f:close()
+  end
+  ffi.cdef("long sysconf(int name);")
+  local ncpu = tonumber(ffi.C.sysconf(84))   -- _SC_NPROCESSORS_ONLN
+  if not ncpu or ncpu < 1 then ncpu = 1 end
+  local cap = in_use + max_bytes + ncpu * 64 * 2^20
   local lim = ffi.new("struct dplua_fuzz_rlimit")
   ffi.C.getrlimit(RLIMIT_AS, lim)
-  if lim.cur > max_bytes then
-    lim.cur = max_bytes
-    if lim.max < lim.cur then lim.cur = lim.max end
+  if lim.cur > cap then
+    lim.cur = cap
     ffi.C.setrlimit(RLIMIT_AS, lim)
   end
-  memory_note = string.format("address space capped at %.1f GiB", tonumber(lim.cur) / 2^30)
+  memory_note = string.format("address space capped at %.2f GiB (%.2f GiB in use at the start)",
+                              tonumber(lim.cur) / 2^30, in_use / 2^30)
 else
   memory_note = "no cap on memory"
 end
@@ -179,6 +191,17 @@ local function rnum()
   if r < 0.75 then return pick(EDGE_INTS) end
   if r < 0.92 then return pick(EDGE_NUMS) end
   return num_src(math.floor((R() * 20 - 10) * 1000) / 1000)
+end
+
+-- A number that ends up as a size (arange's bounds, linspace's steps, eye):
+-- small, or absurd enough (2^40 and up) that the call must fail at once.
+local ABSURD = { "2^40", "-2^40", "2^53", "2^62", "2^63", "-2^63", "1e300", "inf", "-inf", "nan", "-1", "0.5",
+                 "-0.0", "1e-300" }
+local function rsize()
+  local r = R()
+  if r < 0.7 then return tostring(R(-3, 12)) end
+  if r < 0.82 then return num_src(math.floor((R() * 20 - 10) * 100) / 100) end
+  return pick(ABSURD)
 end
 
 -- Values that are not what an argument wants.
@@ -378,12 +401,12 @@ A.create_other = function(k)
   local os_ = o and ", " .. o or ""
   local c = pick({
     function() return string.format("torch.full(%s, %s%s)", rshape(), pick({ rnum(), "true", "false", rbad() }), os_) end,
-    function() return string.format("torch.arange(%s%s)", rnum(), os_) end,
-    function() return string.format("torch.arange(%s, %s%s)", rnum(), rnum(), os_) end,
-    function() return string.format("torch.arange(%s, %s, %s%s)", rnum(), rnum(), rnum(), os_) end,
-    function() return string.format("torch.linspace(%s, %s, %s%s)", rnum(), rnum(), rnum(), os_) end,
-    function() return string.format("torch.eye(%s%s)", rnum(), os_) end,
-    function() return string.format("torch.eye(%s, %s%s)", rnum(), rnum(), os_) end,
+    function() return string.format("torch.arange(%s%s)", rsize(), os_) end,
+    function() return string.format("torch.arange(%s, %s%s)", rsize(), rsize(), os_) end,
+    function() return string.format("torch.arange(%s, %s, %s%s)", rsize(), rsize(), rsize(), os_) end,
+    function() return string.format("torch.linspace(%s, %s, %s%s)", rnum(), rnum(), rsize(), os_) end,
+    function() return string.format("torch.eye(%s%s)", rsize(), os_) end,
+    function() return string.format("torch.eye(%s, %s%s)", rsize(), rsize(), os_) end,
     function() return string.format("torch.randint(%s, %s, %s%s)", rnum(), rnum(), rshape(), os_) end,
     function() return string.format("torch.randint(%s, %s%s)", rnum(), rshape(), os_) end,
     function() return string.format("torch.manual_seed(%s)", rnum()) end,

@@ -11,8 +11,8 @@
 # To replay a failure: run the fuzzer with the same seed and calls and
 # DPLUA_FUZZ_TRACE=FILE, then `./dplua FILE` (see tests/lua/fuzz.lua).
 #
-#   DPLUA_FUZZ_ASAN_CALLS  calls under dplua-asan (default 30000)
-#   DPLUA_FUZZ_CALLS       calls under ./dplua (default 100000)
+#   DPLUA_FUZZ_ASAN_CALLS  calls under dplua-asan (default 50000)
+#   DPLUA_FUZZ_CALLS       calls under ./dplua (default 200000)
 #   DPLUA_FUZZ_SEED        seed of both runs; default fixed (1 and 2) so that
 #                          CI is repeatable; "random" takes the time
 #   DPLUA_FUZZ_TIMEOUT     seconds each run may take (default 300)
@@ -24,8 +24,8 @@ set -u
 srcdir=${top_srcdir:-.}
 builddir=${top_builddir:-.}
 fuzz=$srcdir/tests/lua/fuzz.lua
-asan_calls=${DPLUA_FUZZ_ASAN_CALLS:-30000}
-plain_calls=${DPLUA_FUZZ_CALLS:-100000}
+asan_calls=${DPLUA_FUZZ_ASAN_CALLS:-50000}
+plain_calls=${DPLUA_FUZZ_CALLS:-200000}
 limit=${DPLUA_FUZZ_TIMEOUT:-300}
 seed_asan=1
 seed_plain=2
@@ -51,7 +51,7 @@ trap 'rm -rf "$tmp"' EXIT
 #   shadow memory alone takes terabytes of address space.)
 # - abort_on_error=1 and halt_on_error=1: the first report ends the run.
 # The caller's own ASAN_OPTIONS/UBSAN_OPTIONS come last and win.
-ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1:max_allocation_size_mb=512${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1:max_allocation_size_mb=256${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export ASAN_OPTIONS UBSAN_OPTIONS
 
