@@ -1,0 +1,192 @@
+/*
+ * optim.cu — fused optimizer updates on the GPU, behind dpc_ops.h.
+ *
+ * Each step is one grid-stride pass over flat, contiguous buffers, and
+ * repeats src/cpu/optim.c operation by operation: the same constants,
+ * rounded to the element type on the host in the same way, and the same
+ * order of operations. nvcc would otherwise fuse a * b + c into one fma,
+ * which rounds once where the CPU rounds twice; the _rn intrinsics below
+ * are never fused, so that a float32 step gives the CPU's bits.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <math.h>
+
+#include <cuda_runtime.h>
+
+#include "dpc_ops.h"
+#include "dplua.h"
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+/* Past this many blocks a grid-stride loop does the rest. */
+#define DPC_MAX_BLOCKS 65536
+#define OPTIM_BLOCK 256
+
+/* ------------------------------------------------------------------------ */
+/* unfused arithmetic                                                        */
+/* ------------------------------------------------------------------------ */
+
+__device__ static inline float mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ static inline float add(float a, float b) { return __fadd_rn(a, b); }
+__device__ static inline float sub(float a, float b) { return __fsub_rn(a, b); }
+__device__ static inline float dvd(float a, float b) { return __fdiv_rn(a, b); }
+/* The CPU takes (float)sqrt((double)x); the square root of a float rounded
+ * to double and then to float is the correctly rounded float square root,
+ * which is what __fsqrt_rn gives. */
+__device__ static inline float root(float a) { return __fsqrt_rn(a); }
+
+__device__ static inline double mul(double a, double b) { return __dmul_rn(a, b); }
+__device__ static inline double add(double a, double b) { return __dadd_rn(a, b); }
+__device__ static inline double sub(double a, double b) { return __dsub_rn(a, b); }
+__device__ static inline double dvd(double a, double b) { return __ddiv_rn(a, b); }
+__device__ static inline double root(double a) { return __dsqrt_rn(a); }
+
+static unsigned grid_for(int64_t n)
+{
+    int64_t grid = CEIL_DIV(n, (int64_t)OPTIM_BLOCK);
+    return (unsigned)(grid > DPC_MAX_BLOCKS ? DPC_MAX_BLOCKS : grid);
+}
+
+/* ------------------------------------------------------------------------ */
+/* SGD                                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* P, G, B are (n,); B is NULL without momentum. wd, mom, damp (= 1 -
+ * dampening) and step (= lr) are already rounded to T, as on the CPU. */
+template <typename T>
+__global__ static void sgd_kernel(int64_t n, T *P, const T *G, T *B, T step, T mom, T damp, T wd,
+                                  int nesterov, int first_step)
+{
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        T p = P[i];
+        T d = add(G[i], mul(wd, p));
+        T upd;
+        if (!B) {
+            upd = d;
+        } else if (first_step) {
+            B[i] = d;
+            upd = nesterov ? add(d, mul(mom, d)) : d;
+        } else {
+            T b = add(mul(B[i], mom), mul(damp, d));
+            B[i] = b;
+            upd = nesterov ? add(d, mul(mom, b)) : b;
+        }
+        P[i] = sub(p, mul(step, upd));
+    }
+}
+
+template <typename T>
+static int sgd_launch(int64_t n, void *param, const void *grad, void *buf, double lr, double momentum,
+                      double dampening, int nesterov, double weight_decay, int first_step, cudaStream_t stream)
+{
+    sgd_kernel<T><<<grid_for(n), OPTIM_BLOCK, 0, stream>>>(n, (T *)param, (const T *)grad, (T *)buf, (T)lr,
+                                                           (T)momentum, (T)(1 - dampening), (T)weight_decay,
+                                                           nesterov, first_step);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int dpc_sgd_step(int dtype, int64_t n, void *param, const void *grad, void *momentum_buf, double lr,
+                            double momentum, double dampening, int nesterov, double weight_decay, int first_step,
+                            void *stream)
+{
+    if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64)
+        return DPC_UNSUPPORTED;
+    if (n < 0 || (n > 0 && (param == NULL || grad == NULL)))
+        return (int)cudaErrorInvalidValue;
+    if (n == 0)
+        return 0;
+    if (dtype == DP_FLOAT32)
+        return sgd_launch<float>(n, param, grad, momentum_buf, lr, momentum, dampening, nesterov, weight_decay,
+                                 first_step, (cudaStream_t)stream);
+    return sgd_launch<double>(n, param, grad, momentum_buf, lr, momentum, dampening, nesterov, weight_decay,
+                              first_step, (cudaStream_t)stream);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Adam and AdamW                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* The constants of one step, each rounded to T on the host exactly where
+ * src/cpu/optim.c casts. */
+template <typename T>
+struct adam_consts {
+    T decay;       /* (T)(1 - lr * weight_decay), decoupled (AdamW) */
+    T wd;          /* (T)weight_decay, coupled (Adam) */
+    T beta1, one_minus_beta1, beta2, one_minus_beta2;
+    T bc2_sqrt, eps, step_size;
+    int decoupled, coupled;   /* coupled: weight_decay != 0 and not decoupled */
+};
+
+/* P, G, M, V, VM are (n,); VM is NULL without amsgrad. */
+template <typename T>
+__global__ static void adam_kernel(int64_t n, T *P, const T *G, T *M, T *V, T *VM, adam_consts<T> c)
+{
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        T p = P[i], grad = G[i];
+        if (c.decoupled)
+            p = mul(p, c.decay);
+        else if (c.coupled)
+            grad = add(grad, mul(c.wd, p));
+        T m = add(mul(M[i], c.beta1), mul(c.one_minus_beta1, grad));
+        T v = add(mul(V[i], c.beta2), mul(mul(c.one_minus_beta2, grad), grad));
+        M[i] = m;
+        V[i] = v;
+        T second = v;
+        if (VM) {
+            T vm = VM[i];
+            if (vm < v) {     /* as the CPU: a NaN in v leaves the max alone */
+                vm = v;
+                VM[i] = vm;
+            }
+            second = vm;
+        }
+        T denom = add(dvd(root(second), c.bc2_sqrt), c.eps);
+        P[i] = sub(p, mul(c.step_size, dvd(m, denom)));
+    }
+}
+
+template <typename T>
+static int adam_launch(int64_t n, void *param, const void *grad, void *exp_avg, void *exp_avg_sq,
+                       void *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
+                       double weight_decay, int decoupled, int64_t step, cudaStream_t stream)
+{
+    double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
+    double step_size = lr / bc1, bc2_sqrt = sqrt(bc2);
+    adam_consts<T> c;
+    c.decay = (T)(1 - lr * weight_decay);
+    c.wd = (T)weight_decay;
+    c.beta1 = (T)beta1;
+    c.one_minus_beta1 = (T)(1 - beta1);
+    c.beta2 = (T)beta2;
+    c.one_minus_beta2 = (T)(1 - beta2);
+    c.bc2_sqrt = (T)bc2_sqrt;
+    c.eps = (T)eps;
+    c.step_size = (T)step_size;
+    c.decoupled = decoupled != 0;
+    c.coupled = !decoupled && weight_decay != 0;
+    adam_kernel<T><<<grid_for(n), OPTIM_BLOCK, 0, stream>>>(n, (T *)param, (const T *)grad, (T *)exp_avg,
+                                                            (T *)exp_avg_sq, (T *)max_exp_avg_sq, c);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int dpc_adam_step(int dtype, int64_t n, void *param, const void *grad, void *exp_avg, void *exp_avg_sq,
+                             void *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
+                             double weight_decay, int decoupled, int64_t step, void *stream)
+{
+    if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64)
+        return DPC_UNSUPPORTED;
+    if (n < 0 || (n > 0 && (param == NULL || grad == NULL || exp_avg == NULL || exp_avg_sq == NULL)))
+        return (int)cudaErrorInvalidValue;
+    if (n == 0)
+        return 0;
+    if (dtype == DP_FLOAT32)
+        return adam_launch<float>(n, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+                                  weight_decay, decoupled, step, (cudaStream_t)stream);
+    return adam_launch<double>(n, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+                               weight_decay, decoupled, step, (cudaStream_t)stream);
+}
