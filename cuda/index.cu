@@ -1,0 +1,246 @@
+/*
+ * index.cu — index_select, index_add and im2col on the GPU, behind
+ * dpc_ops.h.
+ *
+ * Every kernel gives one thread to one element of the larger side (the
+ * output of a select, the source of an add, one column entry of im2col)
+ * and works out the other side's position from it; accumulations into a
+ * position that several threads reach (index_add with a repeated index,
+ * the fold of overlapping windows) are atomicAdd, so their sums may round
+ * differently from the CPU's fixed order.
+ *
+ * An index outside its dimension never becomes an access outside the
+ * tensor: index_select reports it through *bad_index, and index_add, which
+ * has no flag, skips it (src/core checks those indices before calling).
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <cuda_runtime.h>
+
+#include "dpc_ops.h"
+#include "dplua.h"
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+/* Past this many blocks a grid-stride loop does the rest. */
+#define DPC_MAX_BLOCKS 65536
+#define INDEX_BLOCK 256
+
+static unsigned grid_for(int64_t n)
+{
+    int64_t grid = CEIL_DIV(n, (int64_t)INDEX_BLOCK);
+    return (unsigned)(grid > DPC_MAX_BLOCKS ? DPC_MAX_BLOCKS : grid);
+}
+
+/* Bytes per element of a dplua dtype; 0 for a code that is not one. */
+static int dtype_bytes(int dtype)
+{
+    switch (dtype) {
+    case DP_FLOAT32: case DP_INT32: return 4;
+    case DP_FLOAT64: case DP_INT64: return 8;
+    case DP_UINT8: case DP_BOOL: return 1;
+    case DP_BFLOAT16: return 2;
+    default: return 0;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* index_select                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* a is (outer, size, inner), out is (outer, n, inner), index is (n,).
+ * A select copies elements as they are, so T is only an element size. */
+template <typename T>
+__global__ static void index_select_kernel(int64_t outer, int64_t size, int64_t inner, const T *a,
+                                           const int64_t *index, int64_t n, T *out, int *bad_index)
+{
+    int64_t total = outer * n * inner, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+        int64_t j = e % inner, i = (e / inner) % n, o = e / (inner * n);
+        int64_t v = index[i];
+        if (v < 0 || v >= size) {
+            if (bad_index)
+                *bad_index = 1;   /* every writer stores the same 1 */
+            continue;
+        }
+        out[e] = a[(o * size + v) * inner + j];
+    }
+}
+
+template <typename T>
+static int index_select_launch(int64_t outer, int64_t size, int64_t inner, const void *a, const int64_t *index,
+                               int64_t n, void *out, int *bad_index, cudaStream_t stream)
+{
+    index_select_kernel<T><<<grid_for(outer * n * inner), INDEX_BLOCK, 0, stream>>>(
+        outer, size, inner, (const T *)a, index, n, (T *)out, bad_index);
+    return (int)cudaGetLastError();
+}
+
+/* Any dtype: the copy moves 1, 2, 4 or 8 bytes per element. Positions of
+ * out whose index is bad are left as they were. */
+extern "C" int dpc_index_select(int dtype, int64_t outer, int64_t size, int64_t inner, const void *a,
+                                const int64_t *index, int64_t n, void *out, int *bad_index, void *stream)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    int bytes = dtype_bytes(dtype);
+    if (bytes == 0)
+        return DPC_UNSUPPORTED;
+    if (outer < 0 || size < 0 || inner < 0 || n < 0)
+        return (int)cudaErrorInvalidValue;
+    if (outer == 0 || inner == 0 || n == 0)
+        return 0;
+    switch (bytes) {
+    case 1: return index_select_launch<uint8_t>(outer, size, inner, a, index, n, out, bad_index, s);
+    case 2: return index_select_launch<uint16_t>(outer, size, inner, a, index, n, out, bad_index, s);
+    case 4: return index_select_launch<uint32_t>(outer, size, inner, a, index, n, out, bad_index, s);
+    default: return index_select_launch<uint64_t>(outer, size, inner, a, index, n, out, bad_index, s);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* index_add                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* out is (outer, size, inner), src is (outer, n, inner), index is (n,). */
+template <typename T>
+__global__ static void index_add_kernel(int64_t outer, int64_t size, int64_t inner, T *out, const int64_t *index,
+                                        int64_t n, const T *src)
+{
+    int64_t total = outer * n * inner, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+        int64_t j = e % inner, i = (e / inner) % n, o = e / (inner * n);
+        int64_t v = index[i];
+        if (v >= 0 && v < size)
+            atomicAdd(&out[(o * size + v) * inner + j], src[e]);
+    }
+}
+
+template <typename T>
+static int index_add_launch(int64_t outer, int64_t size, int64_t inner, void *out, const int64_t *index,
+                            int64_t n, const void *src, cudaStream_t stream)
+{
+    index_add_kernel<T><<<grid_for(outer * n * inner), INDEX_BLOCK, 0, stream>>>(outer, size, inner, (T *)out,
+                                                                                index, n, (const T *)src);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int dpc_index_add(int dtype, int64_t outer, int64_t size, int64_t inner, void *out,
+                             const int64_t *index, int64_t n, const void *src, void *stream)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64)
+        return DPC_UNSUPPORTED;
+    if (outer < 0 || size < 0 || inner < 0 || n < 0)
+        return (int)cudaErrorInvalidValue;
+    if (outer == 0 || inner == 0 || n == 0)
+        return 0;
+    if (dtype == DP_FLOAT32)
+        return index_add_launch<float>(outer, size, inner, out, index, n, src, s);
+    return index_add_launch<double>(outer, size, inner, out, index, n, src, s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* im2col and its fold                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* The geometry of one unfold, by value (the caller's arrays are host
+ * memory). */
+struct unfold_geom {
+    int64_t N, C, H, W;
+    int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+    int64_t oh, ow;
+};
+
+/* Where column entry e of cols (N, C*kh*kw, oh*ow) reads x (N, C, H, W):
+ * the offset into x, or -1 when the window lies on the padding. The walk
+ * of src/cpu/nn.c's im2col_walk, one entry at a time. */
+__device__ static inline int64_t unfold_source(const unfold_geom &g, int64_t e)
+{
+    int64_t L = g.oh * g.ow, rows = g.C * g.kh * g.kw;
+    int64_t pos = e % L, row = (e / L) % rows, n = e / (L * rows);
+    int64_t c = row / (g.kh * g.kw), i = (row / g.kw) % g.kh, j = row % g.kw;
+    int64_t h = (pos / g.ow) * g.sh - g.ph + i * g.dh;
+    int64_t w = (pos % g.ow) * g.sw - g.pw + j * g.dw;
+    if (h < 0 || h >= g.H || w < 0 || w >= g.W)
+        return -1;
+    return ((n * g.C + c) * g.H + h) * g.W + w;
+}
+
+template <typename T>
+__global__ static void unfold_kernel(unfold_geom g, int64_t total, const T *x, T *cols, T pad)
+{
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+        int64_t at = unfold_source(g, e);
+        cols[e] = at < 0 ? pad : x[at];
+    }
+}
+
+template <typename T>
+__global__ static void fold_add_kernel(unfold_geom g, int64_t total, T *x, const T *cols)
+{
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+        int64_t at = unfold_source(g, e);
+        if (at >= 0)
+            atomicAdd(&x[at], cols[e]);
+    }
+}
+
+/* Fills g; returns the number of column entries, 0 when there is nothing
+ * to do, -1 for a geometry that is not one. */
+static int64_t unfold_setup(unfold_geom *g, int64_t N, int64_t C, int64_t H, int64_t W, const int64_t *kernel,
+                            const int64_t *stride, const int64_t *padding, const int64_t *dilation, int64_t oh,
+                            int64_t ow)
+{
+    *g = unfold_geom{ N, C, H, W, kernel[0], kernel[1], stride[0], stride[1], padding[0], padding[1],
+                      dilation[0], dilation[1], oh, ow };
+    if (N < 0 || C < 0 || H < 0 || W < 0 || oh < 0 || ow < 0 || g->kh < 0 || g->kw < 0)
+        return -1;
+    return N * C * g->kh * g->kw * oh * ow;
+}
+
+extern "C" int dpc_unfold(int dtype, int64_t N, int64_t C, int64_t H, int64_t W, const int64_t *kernel,
+                          const int64_t *stride, const int64_t *padding, const int64_t *dilation, int64_t oh,
+                          int64_t ow, const void *x, void *cols, double pad_value, void *stream)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    unfold_geom g;
+    if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64)
+        return DPC_UNSUPPORTED;
+    int64_t total = unfold_setup(&g, N, C, H, W, kernel, stride, padding, dilation, oh, ow);
+    if (total < 0)
+        return (int)cudaErrorInvalidValue;
+    if (total == 0)
+        return 0;
+    if (dtype == DP_FLOAT32)
+        unfold_kernel<float><<<grid_for(total), INDEX_BLOCK, 0, s>>>(g, total, (const float *)x, (float *)cols,
+                                                                     (float)pad_value);
+    else
+        unfold_kernel<double><<<grid_for(total), INDEX_BLOCK, 0, s>>>(g, total, (const double *)x, (double *)cols,
+                                                                      pad_value);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int dpc_fold_add(int dtype, int64_t N, int64_t C, int64_t H, int64_t W, const int64_t *kernel,
+                            const int64_t *stride, const int64_t *padding, const int64_t *dilation, int64_t oh,
+                            int64_t ow, void *x, const void *cols, void *stream)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    unfold_geom g;
+    if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64)
+        return DPC_UNSUPPORTED;
+    int64_t total = unfold_setup(&g, N, C, H, W, kernel, stride, padding, dilation, oh, ow);
+    if (total < 0)
+        return (int)cudaErrorInvalidValue;
+    if (total == 0)
+        return 0;
+    if (dtype == DP_FLOAT32)
+        fold_add_kernel<float><<<grid_for(total), INDEX_BLOCK, 0, s>>>(g, total, (float *)x, (const float *)cols);
+    else
+        fold_add_kernel<double><<<grid_for(total), INDEX_BLOCK, 0, s>>>(g, total, (double *)x,
+                                                                        (const double *)cols);
+    return (int)cudaGetLastError();
+}
