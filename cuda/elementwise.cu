@@ -1,0 +1,744 @@
+/*
+ * elementwise.cu — unary, binary, unary backward, where, clamp, cast and
+ * fill on the GPU, behind dpc_ops.h.
+ *
+ * The semantics are those of src/cpu/elementwise.c, expression for
+ * expression: the same compute type per dtype (float for float32 and
+ * bfloat16, double for float64, the integer type itself with wrapping
+ * arithmetic done unsigned, 0/1 ints for bool), the same NaN rules and the
+ * same table of which op exists for which dtype (DPC_UNSUPPORTED where the
+ * CPU has no row).
+ *
+ * One strided iterator serves every op: the host merges dims that are
+ * contiguous for all operands (as cpu_foreach does) and, when one dim is
+ * left, the kernel addresses element i as data + i * stride with no index
+ * arithmetic; otherwise it splits i over the shape with div/mod. The op
+ * and dtypes are template parameters of a small functor, so each kernel
+ * holds one op's code only.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <type_traits>
+
+#include <cuda_runtime.h>
+
+#include "dplua.h"
+#include "dpc_ops.h"
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+#define EW_THREADS 256
+/* Past this many blocks the grid-stride loop does the rest. */
+#define EW_MAX_BLOCKS 65536
+
+/* ------------------------------------------------------------------------ */
+/* dtypes: storage, compute type and the conversions of src/core/dtype.c     */
+/* ------------------------------------------------------------------------ */
+
+enum { K_FLOAT, K_INT, K_BOOL };
+
+__host__ __device__ static inline uint32_t f32_bits(float f)
+{
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+#endif
+}
+
+__host__ __device__ static inline float bits_f32(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+
+__host__ __device__ static inline float bf16_to_f32(uint16_t v)
+{
+    return bits_f32((uint32_t)v << 16);
+}
+
+/* Round to nearest even; NaN stays a quiet NaN with the CPU's bits (not
+ * __float2bfloat16_rn, whose NaN is canonical). */
+__host__ __device__ static inline uint16_t f32_to_bf16(float f)
+{
+    uint32_t bits = f32_bits(f);
+    if (f != f)
+        return (uint16_t)((bits >> 16) | 0x40);
+    bits += 0x7fff + ((bits >> 16) & 1);
+    return (uint16_t)(bits >> 16);
+}
+
+/* Float to integer truncates toward zero; NaN gives 0, out of range clamps. */
+__host__ __device__ static inline int64_t to_int64(double v)
+{
+    if (v != v) return 0;
+    if (v >= 9.2233720368547758e18) return INT64_MAX;
+    if (v <= -9.2233720368547758e18) return INT64_MIN;
+    return (int64_t)v;
+}
+
+__host__ __device__ static inline double dt_load(int dtype, const void *p)
+{
+    switch (dtype) {
+    case DP_FLOAT32: return *(const float *)p;
+    case DP_FLOAT64: return *(const double *)p;
+    case DP_INT64: return (double)*(const int64_t *)p;
+    case DP_INT32: return *(const int32_t *)p;
+    case DP_UINT8: return *(const uint8_t *)p;
+    case DP_BOOL: return *(const uint8_t *)p != 0;
+    case DP_BFLOAT16: return bf16_to_f32(*(const uint16_t *)p);
+    }
+    return 0;
+}
+
+__host__ __device__ static inline void dt_store(int dtype, void *p, double v)
+{
+    switch (dtype) {
+    case DP_FLOAT32: *(float *)p = (float)v; break;
+    case DP_FLOAT64: *(double *)p = v; break;
+    case DP_INT64: *(int64_t *)p = to_int64(v); break;
+    case DP_INT32: *(int32_t *)p = (int32_t)to_int64(v); break;
+    case DP_UINT8: *(uint8_t *)p = (uint8_t)to_int64(v); break;
+    case DP_BOOL: *(uint8_t *)p = v != 0; break;
+    case DP_BFLOAT16: *(uint16_t *)p = f32_to_bf16((float)v); break;
+    }
+}
+
+static size_t dt_size(int dtype)
+{
+    static const size_t sizes[DP_NUM_DTYPES] = { 4, 8, 8, 4, 1, 1, 2 };
+    return dtype >= 0 && dtype < DP_NUM_DTYPES ? sizes[dtype] : 0;
+}
+
+/* One struct per dtype: storage S, compute C, load and store. */
+#define PLAIN_DTYPE(name, ID, T, KIND)                                               \
+    struct name {                                                                    \
+        typedef T S;                                                                 \
+        typedef T C;                                                                 \
+        static constexpr int id = ID, kind = KIND;                                               \
+        __device__ static C load(const char *p) { return *(const T *)p; }           \
+        __device__ static void store(char *p, C v) { *(T *)p = v; }                 \
+    };
+PLAIN_DTYPE(t_f32, DP_FLOAT32, float, K_FLOAT)
+PLAIN_DTYPE(t_f64, DP_FLOAT64, double, K_FLOAT)
+PLAIN_DTYPE(t_i64, DP_INT64, int64_t, K_INT)
+PLAIN_DTYPE(t_i32, DP_INT32, int32_t, K_INT)
+PLAIN_DTYPE(t_u8, DP_UINT8, uint8_t, K_INT)
+
+struct t_bf16 {
+    typedef uint16_t S;
+    typedef float C;
+    static constexpr int id = DP_BFLOAT16, kind = K_FLOAT;
+    __device__ static C load(const char *p) { return bf16_to_f32(*(const uint16_t *)p); }
+    __device__ static void store(char *p, C v) { *(uint16_t *)p = f32_to_bf16(v); }
+};
+
+struct t_b8 {
+    typedef uint8_t S;
+    typedef int C;
+    static constexpr int id = DP_BOOL, kind = K_BOOL;
+    __device__ static C load(const char *p) { return *(const uint8_t *)p != 0; }
+    __device__ static void store(char *p, C v) { *(uint8_t *)p = (uint8_t)(v != 0); }
+};
+
+/* Calls fn(T()) with T the struct of `dtype`. */
+template <class Fn> static int with_dtype(int dtype, Fn fn)
+{
+    switch (dtype) {
+    case DP_FLOAT32: return fn(t_f32());
+    case DP_FLOAT64: return fn(t_f64());
+    case DP_INT64: return fn(t_i64());
+    case DP_INT32: return fn(t_i32());
+    case DP_UINT8: return fn(t_u8());
+    case DP_BOOL: return fn(t_b8());
+    case DP_BFLOAT16: return fn(t_bf16());
+    }
+    return DPC_UNSUPPORTED;
+}
+
+/* Byte moves (where, copy, fill) need only the element size. */
+template <class Fn> static int with_size(size_t es, Fn fn)
+{
+    switch (es) {
+    case 1: return fn(uint8_t());
+    case 2: return fn(uint16_t());
+    case 4: return fn(uint32_t());
+    case 8: return fn(uint64_t());
+    }
+    return DPC_UNSUPPORTED;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the strided iterator and the one kernel                                   */
+/* ------------------------------------------------------------------------ */
+
+/* N operands over one shape; strides in bytes, operand 0 is the output. */
+template <int N> struct ew_iter {
+    int ndim;
+    int64_t shape[DPC_MAX_DIMS];
+    int64_t stride[N][DPC_MAX_DIMS];
+    char *data[N];
+};
+
+/* Builds the iterator, dropping size-1 dims and merging a dim into the
+ * previous one when that is contiguous for every operand (cpu_foreach's
+ * rule). Returns the number of elements. */
+template <int N>
+static int64_t ew_build(ew_iter<N> *it, const dpc_shape &s, const dpc_operand *ops, const size_t *es)
+{
+    int64_t numel = 1;
+    memset(it, 0, sizeof *it);
+    for (int k = 0; k < N; k++)
+        it->data[k] = (char *)ops[k].data;
+    int nd = 0;
+    for (int i = 0; i < s.ndim; i++) {
+        numel *= s.shape[i];
+        if (s.shape[i] == 1)
+            continue;
+        bool merge = nd > 0;
+        for (int k = 0; k < N && merge; k++)
+            merge = it->stride[k][nd - 1] == ops[k].stride[i] * (int64_t)es[k] * s.shape[i];
+        for (int k = 0; k < N; k++)
+            it->stride[k][merge ? nd - 1 : nd] = ops[k].stride[i] * (int64_t)es[k];
+        if (merge)
+            it->shape[nd - 1] *= s.shape[i];
+        else
+            it->shape[nd++] = s.shape[i];
+    }
+    it->ndim = nd;
+    return numel;
+}
+
+/* FLAT: at most one dim is left, element i is at data + i * stride. */
+template <int N, bool FLAT, class F>
+__global__ static void ew_kernel(ew_iter<N> it, int64_t n, F f)
+{
+    int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        char *p[N];
+        if (FLAT) {
+#pragma unroll
+            for (int k = 0; k < N; k++)
+                p[k] = it.data[k] + i * it.stride[k][0];
+        } else {
+            int64_t r = i;
+#pragma unroll
+            for (int k = 0; k < N; k++)
+                p[k] = it.data[k];
+            for (int d = it.ndim - 1; d >= 0; d--) {
+                int64_t c = r % it.shape[d];
+                r /= it.shape[d];
+#pragma unroll
+                for (int k = 0; k < N; k++)
+                    p[k] += c * it.stride[k][d];
+            }
+        }
+        f(p);
+    }
+}
+
+/* Runs f over the shape for N operands of element sizes es. */
+template <int N, class F>
+static int ew_launch(const dpc_shape &s, const dpc_operand *ops, const size_t *es, F f, void *stream)
+{
+    if (s.ndim < 0 || s.ndim > DPC_MAX_DIMS)
+        return (int)cudaErrorInvalidValue;
+    ew_iter<N> it;
+    int64_t n = ew_build<N>(&it, s, ops, es);
+    if (n <= 0)
+        return 0;
+    int64_t grid = CEIL_DIV(n, (int64_t)EW_THREADS);
+    if (grid > EW_MAX_BLOCKS)
+        grid = EW_MAX_BLOCKS;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (it.ndim <= 1)
+        ew_kernel<N, true, F><<<(unsigned)grid, EW_THREADS, 0, st>>>(it, n, f);
+    else
+        ew_kernel<N, false, F><<<(unsigned)grid, EW_THREADS, 0, st>>>(it, n, f);
+    return (int)cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------------ */
+/* math by compute type (the CPU's M_* through _Generic)                     */
+/* ------------------------------------------------------------------------ */
+
+#define MATH1(name, ff, fd) \
+    __device__ static inline float name(float x) { return ff(x); } \
+    __device__ static inline double name(double x) { return fd(x); }
+MATH1(m_exp, expf, exp)
+MATH1(m_log, logf, log)
+MATH1(m_sqrt, sqrtf, sqrt)
+MATH1(m_tanh, tanhf, tanh)
+MATH1(m_erf, erff, erf)
+MATH1(m_sin, sinf, sin)
+MATH1(m_cos, cosf, cos)
+MATH1(m_floor, floorf, floor)
+MATH1(m_ceil, ceilf, ceil)
+MATH1(m_rint, rintf, rint)     /* nearbyint in the default rounding mode */
+MATH1(m_log1p, log1pf, log1p)
+MATH1(m_expm1, expm1f, expm1)
+#define MATH2(name, ff, fd) \
+    __device__ static inline float name(float x, float y) { return ff(x, y); } \
+    __device__ static inline double name(double x, double y) { return fd(x, y); }
+MATH2(m_pow, powf, pow)
+MATH2(m_fmod, fmodf, fmod)
+MATH2(m_atan2, atan2f, atan2)
+
+#define SQRT1_2 0.70710678118654752440
+#define INV_SQRT_2PI 0.3989422804014327
+
+/* Integer arithmetic wraps, computed unsigned. */
+template <class C> __device__ static inline C w_add(C a, C b) { return (C)((uint64_t)a + (uint64_t)b); }
+template <class C> __device__ static inline C w_sub(C a, C b) { return (C)((uint64_t)a - (uint64_t)b); }
+template <class C> __device__ static inline C w_mul(C a, C b) { return (C)((uint64_t)a * (uint64_t)b); }
+template <class C> __device__ static inline C w_neg(C x) { return (C)(0 - (uint64_t)x); }
+/* x < 0, without the compiler's warning for unsigned types */
+template <class C> __device__ static inline bool is_neg(C x)
+{
+    if constexpr (std::is_unsigned<C>::value)
+        return false;
+    else
+        return x < 0;
+}
+template <class C> __device__ static inline C sign_of(C x) { return (C)((x > 0) - is_neg(x)); }
+
+__device__ static inline int64_t ipow(int64_t a, int64_t b)
+{
+    if (b < 0)
+        return a == 1 ? 1 : a == -1 ? (b & 1 ? -1 : 1) : 0;
+    uint64_t r = 1, x = (uint64_t)a;
+    while (b) {
+        if (b & 1) r *= x;
+        x *= x;
+        b >>= 1;
+    }
+    return (int64_t)r;
+}
+
+/* Python's modulo: the result takes the divisor's sign. */
+template <class C> __device__ static inline C f_rem(C a, C b)
+{
+    C r = m_fmod(a, b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+
+/* Integers never trap: x % 0 (and x % -1) gives 0. */
+template <class C> __device__ static inline C i_rem(C a, C b)
+{
+    C r = (b == 0 || (int64_t)b == -1) ? (C)0 : (C)(a % b);
+    return (r != 0 && (is_neg(r) != is_neg(b))) ? (C)(r + b) : r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* unary                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* The CPU's unary_rows table: which op exists for which kind of dtype. */
+__host__ __device__ constexpr bool unary_ok(int op, int kind)
+{
+    switch (op) {
+    case DP_NEG: case DP_RELU: case DP_FLOOR: case DP_CEIL: case DP_ROUND: case DP_SQUARE:
+        return kind != K_BOOL;
+    case DP_ABS: case DP_SIGN: case DP_LOGICAL_NOT:
+        return true;
+    case DP_EXP: case DP_LOG: case DP_SQRT: case DP_RSQRT: case DP_TANH: case DP_SIGMOID:
+    case DP_GELU: case DP_GELU_TANH: case DP_SIN: case DP_COS: case DP_RECIPROCAL:
+    case DP_LOG1P: case DP_EXPM1:
+        return kind == K_FLOAT;
+    }
+    return false;
+}
+
+template <class T, int OP> __device__ static inline typename T::C unary_float(typename T::C x)
+{
+    typedef typename T::C C;
+    const C one = (C)1;
+    switch (OP) {
+    case DP_NEG: return -x;
+    case DP_ABS: return x < 0 ? -x : x;
+    case DP_EXP: return m_exp(x);
+    case DP_LOG: return m_log(x);
+    case DP_SQRT: return m_sqrt(x);
+    case DP_RSQRT: return one / m_sqrt(x);
+    case DP_TANH: return m_tanh(x);
+    case DP_SIGMOID: return one / (one + m_exp(-x));
+    case DP_RELU: return x > 0 ? x : (C)0;
+    case DP_GELU: return x * (C)0.5 * (one + m_erf(x * (C)SQRT1_2));
+    case DP_GELU_TANH:
+        return (C)0.5 * x * (one + m_tanh((C)0.7978845608028654 * (x + (C)0.044715 * x * x * x)));
+    case DP_SIN: return m_sin(x);
+    case DP_COS: return m_cos(x);
+    case DP_SIGN: return sign_of(x);
+    case DP_FLOOR: return m_floor(x);
+    case DP_CEIL: return m_ceil(x);
+    case DP_ROUND: return m_rint(x);
+    case DP_RECIPROCAL: return one / x;
+    case DP_LOG1P: return m_log1p(x);
+    case DP_EXPM1: return m_expm1(x);
+    case DP_SQUARE: return x * x;
+    }
+    return x;
+}
+
+template <class T, int OP> __device__ static inline typename T::C unary_int(typename T::C x)
+{
+    typedef typename T::C C;
+    switch (OP) {
+    case DP_NEG: return w_neg(x);
+    case DP_ABS: return is_neg(x) ? w_neg(x) : x;
+    case DP_RELU: return x > 0 ? x : (C)0;
+    case DP_SIGN: return sign_of(x);
+    case DP_SQUARE: return w_mul(x, x);
+    }
+    return x;  /* floor, ceil, round: identity; bool abs and sign too */
+}
+
+template <class T, int OP> struct unary_f {
+    __device__ void operator()(char *const *p) const
+    {
+        typename T::C x = T::load(p[1]);
+        if constexpr (OP == DP_LOGICAL_NOT)
+            *(uint8_t *)p[0] = (uint8_t)!x;
+        else if constexpr (T::kind == K_FLOAT)
+            T::store(p[0], unary_float<T, OP>(x));
+        else
+            T::store(p[0], unary_int<T, OP>(x));
+    }
+};
+
+#define UNOP_CASE(OP) case OP: return fn(std::integral_constant<int, OP>());
+template <class Fn> static int with_unop(int op, Fn fn)
+{
+    switch (op) {
+    UNOP_CASE(DP_NEG) UNOP_CASE(DP_ABS) UNOP_CASE(DP_EXP) UNOP_CASE(DP_LOG) UNOP_CASE(DP_SQRT)
+    UNOP_CASE(DP_RSQRT) UNOP_CASE(DP_TANH) UNOP_CASE(DP_SIGMOID) UNOP_CASE(DP_RELU)
+    UNOP_CASE(DP_GELU) UNOP_CASE(DP_SIN) UNOP_CASE(DP_COS) UNOP_CASE(DP_SIGN) UNOP_CASE(DP_FLOOR)
+    UNOP_CASE(DP_CEIL) UNOP_CASE(DP_ROUND) UNOP_CASE(DP_RECIPROCAL) UNOP_CASE(DP_LOG1P)
+    UNOP_CASE(DP_EXPM1) UNOP_CASE(DP_LOGICAL_NOT) UNOP_CASE(DP_SQUARE) UNOP_CASE(DP_GELU_TANH)
+    }
+    return DPC_UNSUPPORTED;
+}
+
+extern "C" int dpc_unary(int op, int in_dtype, int out_dtype, dpc_shape s, dpc_operand out, dpc_operand a,
+                         void *stream)
+{
+    if (out_dtype != (op == DP_LOGICAL_NOT ? DP_BOOL : in_dtype))
+        return DPC_UNSUPPORTED;
+    dpc_operand ops[2] = { out, a };
+    size_t es[2] = { dt_size(out_dtype), dt_size(in_dtype) };
+    return with_dtype(in_dtype, [&](auto t) {
+        typedef decltype(t) T;
+        return with_unop(op, [&](auto o) {
+            constexpr int OP = decltype(o)::value;
+            if constexpr (!unary_ok(OP, T::kind))
+                return DPC_UNSUPPORTED;
+            else
+                return ew_launch<2>(s, ops, es, unary_f<T, OP>(), stream);
+        });
+    });
+}
+
+/* ------------------------------------------------------------------------ */
+/* unary backward                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* The CPU's unary_bwd_rows: float dtypes only; the others fill 0. */
+__host__ __device__ constexpr bool unary_bwd_ok(int op)
+{
+    switch (op) {
+    case DP_NEG: case DP_ABS: case DP_EXP: case DP_LOG: case DP_SQRT: case DP_RSQRT: case DP_TANH:
+    case DP_SIGMOID: case DP_RELU: case DP_GELU: case DP_GELU_TANH: case DP_SIN: case DP_COS:
+    case DP_RECIPROCAL: case DP_LOG1P: case DP_EXPM1: case DP_SQUARE:
+        return true;
+    }
+    return false;
+}
+
+template <class T, int OP> struct unary_bwd_f {
+    __device__ void operator()(char *const *p) const
+    {
+        typedef typename T::C C;
+        const C one = (C)1;
+        C g = T::load(p[1]), x = T::load(p[2]), y = T::load(p[3]), d = 0;
+        switch (OP) {
+        case DP_NEG: d = -g; break;
+        case DP_ABS: d = g * sign_of(x); break;
+        case DP_EXP: d = g * y; break;
+        case DP_LOG: d = g / x; break;
+        case DP_SQRT: d = g / (y + y); break;
+        case DP_RSQRT: d = (C)-0.5 * g * y * y * y; break;
+        case DP_TANH: d = g * (one - y * y); break;
+        case DP_SIGMOID: d = g * y * (one - y); break;
+        case DP_RELU: d = y > 0 ? g : (C)0; break;
+        case DP_GELU:
+            d = g * ((C)0.5 * (one + m_erf(x * (C)SQRT1_2)) + x * (C)INV_SQRT_2PI * m_exp((C)-0.5 * x * x));
+            break;
+        case DP_GELU_TANH: {
+            const C k = (C)0.7978845608028654, c = (C)0.044715;
+            C u = k * (x + c * x * x * x), th = m_tanh(u);
+            d = g * ((C)0.5 * (one + th) + (C)0.5 * x * (one - th * th) * k * (one + 3 * c * x * x));
+            break;
+        }
+        case DP_SIN: d = g * m_cos(x); break;
+        case DP_COS: d = -g * m_sin(x); break;
+        case DP_RECIPROCAL: d = -g * y * y; break;
+        case DP_LOG1P: d = g / (one + x); break;
+        case DP_EXPM1: d = g * (y + one); break;
+        case DP_SQUARE: d = (C)2 * x * g; break;
+        }
+        T::store(p[0], d);
+    }
+};
+
+extern "C" int dpc_unary_backward(int op, int dtype, dpc_shape s, dpc_operand dx, dpc_operand g, dpc_operand x,
+                                  dpc_operand y, void *stream)
+{
+    if (dt_size(dtype) == 0)
+        return DPC_UNSUPPORTED;
+    if (!unary_bwd_ok(op) || !(dtype == DP_FLOAT32 || dtype == DP_FLOAT64 || dtype == DP_BFLOAT16))
+        return dpc_fill(dtype, s, dx, 0.0, stream);  /* piecewise-constant ops: zero gradient */
+    dpc_operand ops[4] = { dx, g, x, y };
+    size_t e = dt_size(dtype), es[4] = { e, e, e, e };
+    return with_dtype(dtype, [&](auto t) {
+        typedef decltype(t) T;
+        return with_unop(op, [&](auto o) {
+            constexpr int OP = decltype(o)::value;
+            if constexpr (T::kind != K_FLOAT || !unary_bwd_ok(OP))
+                return DPC_UNSUPPORTED;
+            else
+                return ew_launch<4>(s, ops, es, unary_bwd_f<T, OP>(), stream);
+        });
+    });
+}
+
+/* ------------------------------------------------------------------------ */
+/* binary                                                                    */
+/* ------------------------------------------------------------------------ */
+
+__host__ __device__ constexpr bool binary_is_bool(int op)
+{
+    return op == DP_EQ || op == DP_NE || op == DP_LT || op == DP_LE || op == DP_GT || op == DP_GE ||
+           op == DP_LOGICAL_AND || op == DP_LOGICAL_OR;
+}
+
+/* The CPU's binary_rows table. */
+__host__ __device__ constexpr bool binary_ok(int op, int kind)
+{
+    switch (op) {
+    case DP_ADD: case DP_MUL: case DP_MAXIMUM: case DP_MINIMUM:
+        return true;
+    case DP_SUB: case DP_POW: case DP_REMAINDER:
+        return kind != K_BOOL;
+    case DP_DIV: case DP_ATAN2:
+        return kind == K_FLOAT;
+    }
+    return binary_is_bool(op);
+}
+
+template <class T, int OP> __device__ static inline typename T::C binary_float(typename T::C a, typename T::C b)
+{
+    switch (OP) {
+    case DP_ADD: return a + b;
+    case DP_SUB: return a - b;
+    case DP_MUL: return a * b;
+    case DP_DIV: return a / b;
+    case DP_POW: return m_pow(a, b);
+    case DP_MAXIMUM: return (a > b || a != a) ? a : b;
+    case DP_MINIMUM: return (a < b || a != a) ? a : b;
+    case DP_REMAINDER: return f_rem(a, b);
+    case DP_ATAN2: return m_atan2(a, b);
+    }
+    return a;
+}
+
+template <class T, int OP> __device__ static inline typename T::C binary_int(typename T::C a, typename T::C b)
+{
+    typedef typename T::C C;
+    switch (OP) {
+    case DP_ADD: return w_add(a, b);
+    case DP_SUB: return w_sub(a, b);
+    case DP_MUL: return w_mul(a, b);
+    case DP_POW: return (C)ipow((int64_t)a, (int64_t)b);
+    case DP_MAXIMUM: return a > b ? a : b;
+    case DP_MINIMUM: return a < b ? a : b;
+    case DP_REMAINDER: return i_rem(a, b);
+    }
+    return a;
+}
+
+/* bool (0/1 ints): add and maximum are or, mul and minimum are and. */
+template <int OP> __device__ static inline int binary_b8(int a, int b)
+{
+    return (OP == DP_ADD || OP == DP_MAXIMUM) ? (a || b) : (a && b);
+}
+
+template <class T, int OP> __device__ static inline bool binary_test(typename T::C a, typename T::C b)
+{
+    switch (OP) {
+    case DP_EQ: return a == b;
+    case DP_NE: return a != b;
+    case DP_LT: return a < b;
+    case DP_LE: return a <= b;
+    case DP_GT: return a > b;
+    case DP_GE: return a >= b;
+    case DP_LOGICAL_AND: return a && b;
+    case DP_LOGICAL_OR: return a || b;
+    }
+    return false;
+}
+
+template <class T, int OP> struct binary_f {
+    __device__ void operator()(char *const *p) const
+    {
+        typename T::C a = T::load(p[1]), b = T::load(p[2]);
+        if constexpr (binary_is_bool(OP))
+            *(uint8_t *)p[0] = (uint8_t)binary_test<T, OP>(a, b);
+        else if constexpr (T::kind == K_FLOAT)
+            T::store(p[0], binary_float<T, OP>(a, b));
+        else if constexpr (T::kind == K_INT)
+            T::store(p[0], binary_int<T, OP>(a, b));
+        else
+            T::store(p[0], binary_b8<OP>(a, b));
+    }
+};
+
+#define BINOP_CASE(OP) case OP: return fn(std::integral_constant<int, OP>());
+template <class Fn> static int with_binop(int op, Fn fn)
+{
+    switch (op) {
+    BINOP_CASE(DP_ADD) BINOP_CASE(DP_SUB) BINOP_CASE(DP_MUL) BINOP_CASE(DP_DIV) BINOP_CASE(DP_POW)
+    BINOP_CASE(DP_MAXIMUM) BINOP_CASE(DP_MINIMUM) BINOP_CASE(DP_EQ) BINOP_CASE(DP_NE) BINOP_CASE(DP_LT)
+    BINOP_CASE(DP_LE) BINOP_CASE(DP_GT) BINOP_CASE(DP_GE) BINOP_CASE(DP_REMAINDER) BINOP_CASE(DP_ATAN2)
+    BINOP_CASE(DP_LOGICAL_AND) BINOP_CASE(DP_LOGICAL_OR)
+    }
+    return DPC_UNSUPPORTED;
+}
+
+extern "C" int dpc_binary(int op, int dtype, int out_dtype, dpc_shape s, dpc_operand out, dpc_operand a,
+                          dpc_operand b, void *stream)
+{
+    if (op < 0 || op >= DP_NUM_BINOPS || out_dtype != (binary_is_bool(op) ? DP_BOOL : dtype))
+        return DPC_UNSUPPORTED;
+    dpc_operand ops[3] = { out, a, b };
+    size_t es[3] = { dt_size(out_dtype), dt_size(dtype), dt_size(dtype) };
+    return with_dtype(dtype, [&](auto t) {
+        typedef decltype(t) T;
+        return with_binop(op, [&](auto o) {
+            constexpr int OP = decltype(o)::value;
+            if constexpr (!binary_ok(OP, T::kind))
+                return DPC_UNSUPPORTED;
+            else
+                return ew_launch<3>(s, ops, es, binary_f<T, OP>(), stream);
+        });
+    });
+}
+
+/* ------------------------------------------------------------------------ */
+/* where, clamp, cast, fill                                                  */
+/* ------------------------------------------------------------------------ */
+
+template <class U> struct where_f {
+    __device__ void operator()(char *const *p) const
+    {
+        *(U *)p[0] = *(const uint8_t *)p[1] ? *(const U *)p[2] : *(const U *)p[3];
+    }
+};
+
+extern "C" int dpc_where(int dtype, dpc_shape s, dpc_operand out, dpc_operand cond, dpc_operand a,
+                         dpc_operand b, void *stream)
+{
+    size_t e = dt_size(dtype);
+    dpc_operand ops[4] = { out, cond, a, b };
+    size_t es[4] = { e, 1, e, e };
+    return with_size(e, [&](auto u) { return ew_launch<4>(s, ops, es, where_f<decltype(u)>(), stream); });
+}
+
+/* Through double, as the CPU: NaN passes, a NaN bound is no bound. */
+template <class T> struct clamp_f {
+    double lo, hi;
+    __device__ void operator()(char *const *p) const
+    {
+        typedef typename T::C C;
+        double v = (double)T::load(p[1]);
+        if (v == v) {
+            if (v < lo) v = lo;
+            if (v > hi) v = hi;
+        }
+        T::store(p[0], (C)v);
+    }
+};
+
+extern "C" int dpc_clamp(int dtype, dpc_shape s, dpc_operand out, dpc_operand a, double lo, double hi,
+                         void *stream)
+{
+    dpc_operand ops[2] = { out, a };
+    size_t es[2] = { dt_size(dtype), dt_size(dtype) };
+    return with_dtype(dtype, [&](auto t) {
+        typedef decltype(t) T;
+        if constexpr (T::kind == K_BOOL)
+            return DPC_UNSUPPORTED;
+        else
+            return ew_launch<2>(s, ops, es, clamp_f<T>{ lo, hi }, stream);
+    });
+}
+
+template <class U> struct copy_f {
+    __device__ void operator()(char *const *p) const { *(U *)p[0] = *(const U *)p[1]; }
+};
+
+/* Every other pair goes through double (dtype_load, dtype_store); int64
+ * to int32 and uint8 stay exact, as on the CPU. */
+template <int FROM, int TO> struct cast_f {
+    __device__ void operator()(char *const *p) const
+    {
+        if (FROM == DP_INT64 && TO == DP_INT32)
+            *(int32_t *)p[0] = (int32_t) * (const int64_t *)p[1];
+        else if (FROM == DP_INT64 && TO == DP_UINT8)
+            *(uint8_t *)p[0] = (uint8_t) * (const int64_t *)p[1];
+        else
+            dt_store(TO, p[0], dt_load(FROM, p[1]));
+    }
+};
+
+extern "C" int dpc_cast(int out_dtype, int in_dtype, dpc_shape s, dpc_operand out, dpc_operand a, void *stream)
+{
+    dpc_operand ops[2] = { out, a };
+    size_t es[2] = { dt_size(out_dtype), dt_size(in_dtype) };
+    if (es[0] == 0 || es[1] == 0)
+        return DPC_UNSUPPORTED;
+    if (out_dtype == in_dtype)
+        return with_size(es[0], [&](auto u) { return ew_launch<2>(s, ops, es, copy_f<decltype(u)>(), stream); });
+    return with_dtype(in_dtype, [&](auto tin) {
+        return with_dtype(out_dtype, [&](auto tout) {
+            return ew_launch<2>(s, ops, es, cast_f<decltype(tin)::id, decltype(tout)::id>(), stream);
+        });
+    });
+}
+
+template <class U> struct fill_f {
+    U v;
+    __device__ void operator()(char *const *p) const { *(U *)p[0] = v; }
+};
+
+extern "C" int dpc_fill(int dtype, dpc_shape s, dpc_operand out, double value, void *stream)
+{
+    size_t e = dt_size(dtype);
+    if (e == 0)
+        return DPC_UNSUPPORTED;
+    uint64_t bits = 0;
+    dt_store(dtype, &bits, value);  /* the value's bytes in dtype, as cpu_fill */
+    return with_size(e, [&](auto u) {
+        typedef decltype(u) U;
+        U v;
+        memcpy(&v, &bits, sizeof v);
+        return ew_launch<1>(s, &out, &e, fill_f<U>{ v }, stream);
+    });
+}
