@@ -1,0 +1,466 @@
+/*
+ * gemm.cu — batched matrix products through cuBLASLt, behind dpc_ops.h.
+ *
+ * dplua's matrices are row-major and cuBLASLt's column-major. A row-major
+ * m x n matrix read column-major is its n x m transpose, so C = op(A) op(B)
+ * is computed as C^T = op(B)^T op(A)^T: B goes in as cuBLASLt's first
+ * operand, A as its second, and m and n swap. A Linear layer's bias (one
+ * value per column of C, out[i][j] += bias[j]) is then one value per row
+ * of C^T, which is what CUBLASLT_EPILOGUE_BIAS adds.
+ *
+ * cuBLASLt is dlopen()ed on first use (see dp_cuda.h): every cublasLt*
+ * function is looked up once through dpc_cublaslt_symbol() and called
+ * through a pointer. One handle per device is created on first use. The
+ * workspace is taken from the device's caching pool on the call's own
+ * stream for each product and given back right after it: a workspace
+ * shared by the whole device would be raced on by products queued on two
+ * streams at once, and from the pool it costs no driver call. Descriptors
+ * are made for each call; the algorithm cuBLASLt's heuristic picks is
+ * cached per shape, since asking is the costly part.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#ifdef DP_HAVE_CUBLASLT
+#include <cublasLt.h>
+#endif
+
+#include "dp_cuda.h"
+#include "dpc_ops.h"
+#include "dplua.h"
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+/* Past this many blocks a grid-stride loop does the rest. */
+#define DPC_MAX_BLOCKS 65536
+#define GEMM_BLOCK 256
+/* Devices that get a cuBLASLt handle. */
+#define GEMM_MAX_DEVICES 64
+/* What NVIDIA recommends for Hopper. */
+#define GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
+
+/* One product, as the caller described it (row-major). */
+struct gemm_args {
+    int dtype, trans_a, trans_b, allow_tf32;
+    int64_t m, n, k;
+    double alpha, beta;
+    const void *A, *B, *bias;
+    void *C;
+    int64_t lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
+    cudaStream_t stream;
+};
+
+/* ------------------------------------------------------------------------ */
+/* C = beta * C + bias, without cuBLASLt                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Used when k is 0 (the product adds nothing and cuBLASLt may refuse the
+ * shape) and to add the bias after a product whose bias epilogue cuBLASLt
+ * has no algorithm for (beta 1). beta 0 writes without reading C, as BLAS
+ * does, so that NaN in an uninitialised C does not survive. */
+__device__ static inline float to_acc(float v) { return v; }
+__device__ static inline double to_acc(double v) { return v; }
+__device__ static inline float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ static inline void store(float *p, float v) { *p = v; }
+__device__ static inline void store(double *p, double v) { *p = v; }
+__device__ static inline void store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+/* C is (batch, m, n) with row stride ldc and batch stride stride_c; bias is
+ * (n,) or NULL; Acc is the arithmetic type (float for bfloat16). */
+template <typename T, typename Acc>
+__global__ static void scale_bias_kernel(T *C, int64_t ldc, int64_t stride_c, int64_t batch, int64_t m, int64_t n,
+                                         Acc beta, const T *bias)
+{
+    int64_t total = batch * m * n, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+        int64_t j = e % n, i = (e / n) % m, b = e / (n * m);
+        T *p = C + b * stride_c + i * ldc + j;
+        Acc v = beta == (Acc)0 ? (Acc)0 : beta * to_acc(*p);
+        if (bias)
+            v = v + to_acc(bias[j]);
+        store(p, v);
+    }
+}
+
+template <typename T, typename Acc>
+static int scale_bias_launch(const gemm_args &g, double beta)
+{
+    int64_t total = g.batch * g.m * g.n, grid = CEIL_DIV(total, (int64_t)GEMM_BLOCK);
+    if (grid > DPC_MAX_BLOCKS)
+        grid = DPC_MAX_BLOCKS;
+    scale_bias_kernel<T, Acc><<<(unsigned)grid, GEMM_BLOCK, 0, g.stream>>>(
+        (T *)g.C, g.ldc, g.stride_c, g.batch, g.m, g.n, (Acc)beta, (const T *)g.bias);
+    return (int)cudaGetLastError();
+}
+
+static int scale_bias(const gemm_args &g, double beta)
+{
+    switch (g.dtype) {
+    case DP_FLOAT32: return scale_bias_launch<float, float>(g, beta);
+    case DP_FLOAT64: return scale_bias_launch<double, double>(g, beta);
+    case DP_BFLOAT16: return scale_bias_launch<__nv_bfloat16, float>(g, beta);
+    default: return DPC_UNSUPPORTED;
+    }
+}
+
+#ifdef DP_HAVE_CUBLASLT
+/* ------------------------------------------------------------------------ */
+/* cuBLASLt, looked up once                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Each X(Name) is the function cublasLtName, called as lt.Name(...). */
+#define LT_FUNCS(X)                                                                             \
+    X(Create) X(MatmulDescCreate) X(MatmulDescDestroy) X(MatmulDescSetAttribute)                \
+    X(MatrixLayoutCreate) X(MatrixLayoutDestroy) X(MatrixLayoutSetAttribute)                    \
+    X(MatmulPreferenceCreate) X(MatmulPreferenceDestroy) X(MatmulPreferenceSetAttribute)        \
+    X(MatmulAlgoGetHeuristic) X(Matmul)
+
+static struct {
+#define LT_FIELD(name) decltype(&cublasLt##name) name;
+    LT_FUNCS(LT_FIELD)
+#undef LT_FIELD
+    int ok;
+} lt;
+
+static pthread_once_t lt_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t lt_mutex = PTHREAD_MUTEX_INITIALIZER;
+static cublasLtHandle_t lt_handles[GEMM_MAX_DEVICES];   /* under lt_mutex */
+
+static void lt_load(void)
+{
+#define LT_LOAD(name)                                                                          \
+    if ((lt.name = (decltype(&cublasLt##name))dpc_cublaslt_symbol("cublasLt" #name, NULL)) == NULL) \
+        return;
+    LT_FUNCS(LT_LOAD)
+#undef LT_LOAD
+    lt.ok = 1;
+}
+
+/* cuBLAS statuses in the words of dpc_ops.h: a cudaError_t, or
+ * DPC_UNSUPPORTED for what cuBLASLt cannot do. */
+static int lt_status(cublasStatus_t st)
+{
+    switch (st) {
+    case CUBLAS_STATUS_SUCCESS: return 0;
+    case CUBLAS_STATUS_NOT_SUPPORTED: return DPC_UNSUPPORTED;
+    case CUBLAS_STATUS_ALLOC_FAILED: return (int)cudaErrorMemoryAllocation;
+    case CUBLAS_STATUS_INVALID_VALUE: return (int)cudaErrorInvalidValue;
+    case CUBLAS_STATUS_ARCH_MISMATCH: return (int)cudaErrorNoKernelImageForDevice;
+    case CUBLAS_STATUS_NOT_INITIALIZED: return (int)cudaErrorInitializationError;
+    case CUBLAS_STATUS_EXECUTION_FAILED: return (int)cudaErrorLaunchFailure;
+    default: return (int)cudaErrorUnknown;
+    }
+}
+
+static int lt_handle(int device, cublasLtHandle_t *handle)
+{
+    int st = 0;
+    if (device < 0 || device >= GEMM_MAX_DEVICES)
+        return DPC_UNSUPPORTED;
+    pthread_mutex_lock(&lt_mutex);
+    if (lt_handles[device] == NULL)
+        st = lt_status(lt.Create(&lt_handles[device]));
+    *handle = lt_handles[device];
+    pthread_mutex_unlock(&lt_mutex);
+    return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the algorithm cache                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Everything cuBLASLt's heuristic is told about a product; products with
+ * equal keys get the same algorithm. Compared with memcmp, so always
+ * zeroed before it is filled. */
+struct algo_key {
+    int64_t device, dtype, tf32, trans_a, trans_b, m, n, k, lda, ldb, ldc;
+    int64_t stride_a, stride_b, stride_c, batch, epilogue;
+    int64_t align_a, align_b, align_c, align_bias, workspace;
+};
+
+#define ALGO_CACHE_SIZE 256
+static struct {
+    int used;
+    algo_key key;
+    cublasLtMatmulAlgo_t algo;
+} algo_cache[ALGO_CACHE_SIZE];   /* under lt_mutex; direct-mapped */
+
+static unsigned algo_slot(const algo_key *key)
+{
+    const unsigned char *p = (const unsigned char *)key;
+    uint32_t h = 2166136261u;   /* FNV-1a */
+    for (size_t i = 0; i < sizeof *key; i++)
+        h = (h ^ p[i]) * 16777619u;
+    return h % ALGO_CACHE_SIZE;
+}
+
+static bool algo_lookup(const algo_key *key, cublasLtMatmulAlgo_t *algo)
+{
+    unsigned slot = algo_slot(key);
+    bool hit;
+    pthread_mutex_lock(&lt_mutex);
+    hit = algo_cache[slot].used && memcmp(&algo_cache[slot].key, key, sizeof *key) == 0;
+    if (hit)
+        *algo = algo_cache[slot].algo;
+    pthread_mutex_unlock(&lt_mutex);
+    return hit;
+}
+
+static void algo_store(const algo_key *key, const cublasLtMatmulAlgo_t *algo)
+{
+    unsigned slot = algo_slot(key);
+    pthread_mutex_lock(&lt_mutex);
+    algo_cache[slot].used = 1;
+    algo_cache[slot].key = *key;
+    algo_cache[slot].algo = *algo;
+    pthread_mutex_unlock(&lt_mutex);
+}
+
+/* ------------------------------------------------------------------------ */
+/* one product                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* The descriptors of one call, destroyed with it. */
+struct lt_descs {
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t a = NULL, b = NULL, c = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    lt_descs() = default;
+    lt_descs(const lt_descs &) = delete;
+    lt_descs &operator=(const lt_descs &) = delete;
+    ~lt_descs()
+    {
+        if (pref) lt.MatmulPreferenceDestroy(pref);
+        if (c) lt.MatrixLayoutDestroy(c);
+        if (b) lt.MatrixLayoutDestroy(b);
+        if (a) lt.MatrixLayoutDestroy(a);
+        if (op) lt.MatmulDescDestroy(op);
+    }
+};
+
+static cudaDataType_t lt_type(int dtype)
+{
+    return dtype == DP_FLOAT64 ? CUDA_R_64F : dtype == DP_BFLOAT16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+static size_t dtype_bytes(int dtype)
+{
+    return dtype == DP_FLOAT64 ? 8 : dtype == DP_BFLOAT16 ? 2 : 4;
+}
+
+/* The alignment cuBLASLt may assume for a matrix: that of its pointer and,
+ * when there are several batch entries, of every entry's, up to 256. */
+static uint32_t alignment(const void *p, int64_t stride, int64_t batch, size_t es)
+{
+    uint64_t bits = (uint64_t)(uintptr_t)p | 256u;
+    if (batch > 1)
+        bits |= (uint64_t)stride * es;
+    return (uint32_t)(bits & (~bits + 1));   /* the lowest set bit */
+}
+
+/* A column-major rows x cols layout (a stored matrix, before its op). With
+ * one column the leading dimension is never used, and a row-major caller
+ * may pass anything there for a single row; cuBLASLt wants ld >= rows. */
+static cublasStatus_t lt_layout(cublasLtMatrixLayout_t *l, int dtype, int64_t rows, int64_t cols, int64_t ld,
+                                int64_t stride, int64_t batch)
+{
+    if (cols == 1 && ld < rows)
+        ld = rows;
+    cublasStatus_t st = lt.MatrixLayoutCreate(l, lt_type(dtype), (uint64_t)rows, (uint64_t)cols, ld);
+    if (st != CUBLAS_STATUS_SUCCESS || batch == 1)
+        return st;
+    int32_t count = (int32_t)batch;
+    st = lt.MatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = lt.MatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                 sizeof stride);
+    return st;
+}
+
+/* The operation: compute and scale types, the swapped operands' ops and,
+ * with epilogue, the bias. */
+static cublasStatus_t lt_op(cublasLtMatmulDesc_t *op, const gemm_args &g, bool epilogue)
+{
+    cublasComputeType_t compute = g.dtype == DP_FLOAT64 ? CUBLAS_COMPUTE_64F
+                                  : (g.dtype == DP_FLOAT32 && g.allow_tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                           : CUBLAS_COMPUTE_32F;
+    cudaDataType_t scale = g.dtype == DP_FLOAT64 ? CUDA_R_64F : CUDA_R_32F;
+    cublasOperation_t ta = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   /* cuBLASLt's A is our B */
+    cublasOperation_t tb = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasStatus_t st = lt.MatmulDescCreate(op, compute, scale);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = lt.MatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = lt.MatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (st != CUBLAS_STATUS_SUCCESS || !epilogue)
+        return st;
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    int32_t bias_type = (int32_t)lt_type(g.dtype);
+    int64_t bias_stride = 0;   /* the same bias for every batch entry */
+    st = lt.MatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = lt.MatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = lt.MatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                               sizeof bias_type);
+    if (st == CUBLAS_STATUS_SUCCESS && g.batch > 1)
+        st = lt.MatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &bias_stride,
+                                               sizeof bias_stride);
+    return st;
+}
+
+/* The key of g's product, filled in the order that lt_matmul builds the
+ * descriptors. */
+static void lt_key(algo_key *key, const gemm_args &g, int device, bool epilogue, size_t workspace)
+{
+    size_t es = dtype_bytes(g.dtype);
+    memset(key, 0, sizeof *key);
+    *key = algo_key{ device, g.dtype, g.allow_tf32 != 0, g.trans_a != 0, g.trans_b != 0, g.m, g.n, g.k,
+                     g.lda, g.ldb, g.ldc, g.batch > 1 ? g.stride_a : 0, g.batch > 1 ? g.stride_b : 0,
+                     g.batch > 1 ? g.stride_c : 0, g.batch, epilogue,
+                     alignment(g.A, g.stride_a, g.batch, es), alignment(g.B, g.stride_b, g.batch, es),
+                     alignment(g.C, g.stride_c, g.batch, es), epilogue ? alignment(g.bias, 0, 1, es) : 0,
+                     (int64_t)workspace };
+}
+
+/* Asks the heuristic for the best algorithm, or takes the cached answer.
+ * DPC_UNSUPPORTED when there is none. */
+static int lt_algo(cublasLtHandle_t handle, lt_descs &d, const gemm_args &g, int device, bool epilogue,
+                   size_t workspace, cublasLtMatmulAlgo_t *algo)
+{
+    algo_key key;
+    lt_key(&key, g, device, epilogue, workspace);
+    if (algo_lookup(&key, algo))
+        return 0;
+    uint64_t ws = workspace;
+    uint32_t align[4] = { (uint32_t)key.align_b, (uint32_t)key.align_a, (uint32_t)key.align_c,
+                          (uint32_t)key.align_c };   /* cuBLASLt's A, B, C, D */
+    static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES
+    };
+    cublasStatus_t st = lt.MatmulPreferenceCreate(&d.pref);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = lt.MatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                     sizeof ws);
+    for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
+        st = lt.MatmulPreferenceSetAttribute(d.pref, align_attr[i], &align[i], sizeof align[i]);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return lt_status(st);
+    cublasLtMatmulHeuristicResult_t result;
+    int count = 0;
+    memset(&result, 0, sizeof result);
+    st = lt.MatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &count);
+    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
+        return lt_status(st);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || count < 1 || result.state != CUBLAS_STATUS_SUCCESS)
+        return DPC_UNSUPPORTED;
+    *algo = result.algo;
+    algo_store(&key, algo);
+    return 0;
+}
+
+/* C = alpha * op(A) op(B) + beta * C (+ bias with epilogue) as C^T = op(B)^T
+ * op(A)^T in column-major. */
+static int lt_matmul(cublasLtHandle_t handle, const gemm_args &g, int device, bool epilogue, void *workspace,
+                     size_t ws_bytes)
+{
+    lt_descs d;
+    cublasStatus_t st = lt_op(&d.op, g, epilogue);
+    if (st == CUBLAS_STATUS_SUCCESS)   /* stored B: k x n row-major, or n x k when transposed */
+        st = lt_layout(&d.a, g.dtype, g.trans_b ? g.k : g.n, g.trans_b ? g.n : g.k, g.ldb, g.stride_b, g.batch);
+    if (st == CUBLAS_STATUS_SUCCESS)   /* stored A: m x k row-major, or k x m when transposed */
+        st = lt_layout(&d.b, g.dtype, g.trans_a ? g.m : g.k, g.trans_a ? g.k : g.m, g.lda, g.stride_a, g.batch);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = lt_layout(&d.c, g.dtype, g.n, g.m, g.ldc, g.stride_c, g.batch);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return lt_status(st);
+    cublasLtMatmulAlgo_t algo;
+    int rc = lt_algo(handle, d, g, device, epilogue, ws_bytes, &algo);
+    if (rc != 0)
+        return rc;
+    float alpha32 = (float)g.alpha, beta32 = (float)g.beta;
+    const void *alpha = g.dtype == DP_FLOAT64 ? (const void *)&g.alpha : &alpha32;
+    const void *beta = g.dtype == DP_FLOAT64 ? (const void *)&g.beta : &beta32;
+    st = lt.Matmul(handle, d.op, alpha, g.B, d.a, g.A, d.b, beta, g.C, d.c, g.C, d.c, &algo, workspace,
+                           ws_bytes, g.stream);
+    return lt_status(st);
+}
+
+/* The product with the bias in cuBLASLt's epilogue, or, when cuBLASLt has
+ * no algorithm for that, the product and then the bias in a kernel of our
+ * own. */
+static int gemm_run(const gemm_args &g)
+{
+    int device, rc;
+    cublasLtHandle_t handle;
+    if (pthread_once(&lt_once, lt_load) != 0 || !lt.ok)
+        return DPC_UNSUPPORTED;   /* dpc_cublaslt_version(&why) says why */
+    if (cudaGetDevice(&device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return (int)cudaErrorNoDevice;
+    }
+    if ((rc = lt_handle(device, &handle)) != 0)
+        return rc;
+    /* Without a workspace cuBLASLt still has algorithms, only fewer. */
+    void *ws = NULL;
+    size_t ws_bytes = GEMM_WORKSPACE_BYTES;
+    if (dpc_malloc(&ws, ws_bytes, device, g.stream) != 0) {
+        ws = NULL;
+        ws_bytes = 0;
+    }
+    rc = lt_matmul(handle, g, device, g.bias != NULL, ws, ws_bytes);
+    /* Some releases call an epilogue they lack an invalid value rather
+     * than unsupported; a product that is itself invalid fails again. */
+    if ((rc == DPC_UNSUPPORTED || rc == (int)cudaErrorInvalidValue) && g.bias != NULL) {
+        rc = lt_matmul(handle, g, device, false, ws, ws_bytes);
+        if (rc == 0)
+            rc = scale_bias(g, 1.0);
+    }
+    if (ws) {
+        int frc = dpc_free(ws, device, g.stream);
+        if (rc == 0)
+            rc = frc;
+    }
+    return rc;
+}
+#endif /* DP_HAVE_CUBLASLT */
+
+/* ------------------------------------------------------------------------ */
+/* the entry point                                                           */
+/* ------------------------------------------------------------------------ */
+
+extern "C" int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                        const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb, int64_t stride_b,
+                        double beta, void *C, int64_t ldc, int64_t stride_c, int64_t batch, const void *bias,
+                        int allow_tf32, void *stream)
+{
+    gemm_args g = { dtype, trans_a, trans_b, allow_tf32, m, n, k, alpha, beta, A, B, bias, C,
+                    lda, ldb, ldc, stride_a, stride_b, stride_c, batch, (cudaStream_t)stream };
+    if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64 && dtype != DP_BFLOAT16)
+        return DPC_UNSUPPORTED;
+    if (m < 0 || n < 0 || k < 0 || batch < 0 || batch > INT32_MAX)
+        return (int)cudaErrorInvalidValue;
+    if (m == 0 || n == 0 || batch == 0)
+        return 0;
+    /* Batch entries writing the same C would race. A single row's
+     * leading dimension is never used. */
+    if (C == NULL || (m > 1 && ldc < n) || (batch > 1 && stride_c == 0))
+        return (int)cudaErrorInvalidValue;
+    if (k == 0)   /* op(A) op(B) is all zeros */
+        return scale_bias(g, beta);
+#ifdef DP_HAVE_CUBLASLT
+    if (A == NULL || B == NULL)
+        return (int)cudaErrorInvalidValue;
+    return gemm_run(g);
+#else
+    return DPC_UNSUPPORTED;
+#endif
+}
