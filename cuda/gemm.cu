@@ -47,6 +47,7 @@
 #define GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
 
 /* One product, as the caller described it (row-major). */
+namespace {   /* file-local types: no clash with another file's of the same name */
 struct gemm_args {
     int dtype, trans_a, trans_b, allow_tf32;
     int64_t m, n, k;
@@ -56,6 +57,7 @@ struct gemm_args {
     int64_t lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
     cudaStream_t stream;
 };
+}  // namespace
 
 /* ------------------------------------------------------------------------ */
 /* C = beta * C + bias, without cuBLASLt                                     */
@@ -179,11 +181,13 @@ static int lt_handle(int device, cublasLtHandle_t *handle)
 /* Everything cuBLASLt's heuristic is told about a product; products with
  * equal keys get the same algorithm. Compared with memcmp, so always
  * zeroed before it is filled. */
+namespace {   /* file-local types: no clash with another file's of the same name */
 struct algo_key {
     int64_t device, dtype, tf32, trans_a, trans_b, m, n, k, lda, ldb, ldc;
     int64_t stride_a, stride_b, stride_c, batch, epilogue;
     int64_t align_a, align_b, align_c, align_bias, workspace;
 };
+}  // namespace
 
 #define ALGO_CACHE_SIZE 256
 static struct {
@@ -228,6 +232,7 @@ static void algo_store(const algo_key *key, const cublasLtMatmulAlgo_t *algo)
 /* ------------------------------------------------------------------------ */
 
 /* The descriptors of one call, destroyed with it. */
+namespace {   /* file-local types: no clash with another file's of the same name */
 struct lt_descs {
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t a = NULL, b = NULL, c = NULL;
@@ -244,6 +249,7 @@ struct lt_descs {
         if (op) lt.MatmulDescDestroy(op);
     }
 };
+}  // namespace
 
 static cudaDataType_t lt_type(int dtype)
 {

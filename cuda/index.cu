@@ -147,11 +147,13 @@ extern "C" int dpc_index_add(int dtype, int64_t outer, int64_t size, int64_t inn
 
 /* The geometry of one unfold, by value (the caller's arrays are host
  * memory). */
+namespace {   /* file-local types: no clash with another file's of the same name */
 struct unfold_geom {
     int64_t N, C, H, W;
     int64_t kh, kw, sh, sw, ph, pw, dh, dw;
     int64_t oh, ow;
 };
+}  // namespace
 
 /* Where column entry e of cols (N, C*kh*kw, oh*ow) reads x (N, C, H, W):
  * the offset into x, or -1 when the window lies on the padding. The walk

@@ -41,6 +41,7 @@ static int status(cudaError_t err)
 }
 
 /* Makes `device` current until the guard goes out of scope. */
+namespace {   /* file-local types: no clash with another file's of the same name */
 struct device_guard {
     int prev = -1, want;
     cudaError_t err;
@@ -58,6 +59,7 @@ struct device_guard {
     device_guard(const device_guard &) = delete;
     device_guard &operator=(const device_guard &) = delete;
 };
+}  // namespace
 
 /* Raises the release threshold of device's default pool, once. Setting it
  * twice (two threads racing on first use) is harmless. */

@@ -112,6 +112,7 @@ extern "C" int dpc_sgd_step(int dtype, int64_t n, void *param, const void *grad,
 
 /* The constants of one step, each rounded to T on the host exactly where
  * src/cpu/optim.c casts. */
+namespace {   /* file-local types: no clash with another file's of the same name */
 template <typename T>
 struct adam_consts {
     T decay;       /* (T)(1 - lr * weight_decay), decoupled (AdamW) */
@@ -120,6 +121,7 @@ struct adam_consts {
     T bc2_sqrt, eps, step_size;
     int decoupled, coupled;   /* coupled: weight_decay != 0 and not decoupled */
 };
+}  // namespace
 
 /* P, G, M, V, VM are (n,); VM is NULL without amsgrad. */
 template <typename T>
