@@ -1,0 +1,717 @@
+/*
+ * reduce.cu — reductions along one dim, softmax and cross-entropy on the
+ * GPU, behind dpc_ops.h.
+ *
+ * The semantics are those of src/cpu/reduce.c and src/cpu/nn.c: values are
+ * accumulated in double (integer sums and products in uint64, wrapping, so
+ * that they stay exact), max/min/argmax/argmin keep the first index of the
+ * best value and the first NaN wins, var/std take two passes (mean, then
+ * squared deviations) with the correction, and results are stored through
+ * the output dtype with dtype_store's conversion.
+ *
+ * Every kernel gives one output position (or sample row) to a group of G
+ * threads of a 256-thread block: G = 256 for long rows, a warp for medium
+ * ones, one thread for short ones. Each thread walks its share of the row,
+ * then the group combines the partial results in shared memory. Only the
+ * order of additions differs from the CPU's sequential loops.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <type_traits>
+
+#include <cuda_runtime.h>
+
+#include "dplua.h"
+#include "dpc_ops.h"
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+#define RED_THREADS 256
+/* Past this many blocks the grid-stride loop does the rest. */
+#define RED_MAX_BLOCKS 65536
+
+/* ------------------------------------------------------------------------ */
+/* dtypes: the conversions of src/core/dtype.c (as in elementwise.cu)        */
+/* ------------------------------------------------------------------------ */
+
+__device__ static inline float bf16_to_f32(uint16_t v)
+{
+    return __uint_as_float((uint32_t)v << 16);
+}
+
+/* Round to nearest even; NaN stays a quiet NaN with the CPU's bits. */
+__device__ static inline uint16_t f32_to_bf16(float f)
+{
+    uint32_t bits = __float_as_uint(f);
+    if (f != f)
+        return (uint16_t)((bits >> 16) | 0x40);
+    bits += 0x7fff + ((bits >> 16) & 1);
+    return (uint16_t)(bits >> 16);
+}
+
+__device__ static inline int64_t to_int64(double v)
+{
+    if (v != v) return 0;
+    if (v >= 9.2233720368547758e18) return INT64_MAX;
+    if (v <= -9.2233720368547758e18) return INT64_MIN;
+    return (int64_t)v;
+}
+
+__device__ static inline double dt_load(int dtype, const char *p)
+{
+    switch (dtype) {
+    case DP_FLOAT32: return *(const float *)p;
+    case DP_FLOAT64: return *(const double *)p;
+    case DP_INT64: return (double)*(const int64_t *)p;
+    case DP_INT32: return *(const int32_t *)p;
+    case DP_UINT8: return *(const uint8_t *)p;
+    case DP_BOOL: return *(const uint8_t *)p != 0;
+    case DP_BFLOAT16: return bf16_to_f32(*(const uint16_t *)p);
+    }
+    return 0;
+}
+
+/* Integer load for exact sums and products (reduce.c's ILD_*). */
+__device__ static inline int64_t dt_iload(int dtype, const char *p)
+{
+    switch (dtype) {
+    case DP_INT64: return *(const int64_t *)p;
+    case DP_INT32: return *(const int32_t *)p;
+    case DP_UINT8: return *(const uint8_t *)p;
+    case DP_BOOL: return *(const uint8_t *)p != 0;
+    }
+    return 0;
+}
+
+__device__ static inline void dt_store(int dtype, char *p, double v)
+{
+    switch (dtype) {
+    case DP_FLOAT32: *(float *)p = (float)v; break;
+    case DP_FLOAT64: *(double *)p = v; break;
+    case DP_INT64: *(int64_t *)p = to_int64(v); break;
+    case DP_INT32: *(int32_t *)p = (int32_t)to_int64(v); break;
+    case DP_UINT8: *(uint8_t *)p = (uint8_t)to_int64(v); break;
+    case DP_BOOL: *(uint8_t *)p = v != 0; break;
+    case DP_BFLOAT16: *(uint16_t *)p = f32_to_bf16((float)v); break;
+    }
+}
+
+static size_t dt_size(int dtype)
+{
+    static const size_t sizes[DP_NUM_DTYPES] = { 4, 8, 8, 4, 1, 1, 2 };
+    return dtype >= 0 && dtype < DP_NUM_DTYPES ? sizes[dtype] : 0;
+}
+
+static bool dt_is_float(int dtype)
+{
+    return dtype == DP_FLOAT32 || dtype == DP_FLOAT64 || dtype == DP_BFLOAT16;
+}
+
+/* ------------------------------------------------------------------------ */
+/* output positions and group reductions                                     */
+/* ------------------------------------------------------------------------ */
+
+/* N operands over the output positions; strides in bytes. */
+template <int N> struct pos_iter {
+    int ndim;
+    int64_t shape[DPC_MAX_DIMS];
+    int64_t stride[N][DPC_MAX_DIMS];
+    char *data[N];
+};
+
+/* Drops size-1 dims and merges dims contiguous for every operand, as
+ * cpu_foreach does. Returns the number of positions. */
+template <int N>
+static int64_t pos_build(pos_iter<N> *it, const dpc_shape &s, const dpc_operand *ops, const size_t *es)
+{
+    int64_t count = 1;
+    memset(it, 0, sizeof *it);
+    for (int k = 0; k < N; k++)
+        it->data[k] = (char *)ops[k].data;
+    int nd = 0;
+    for (int i = 0; i < s.ndim; i++) {
+        count *= s.shape[i];
+        if (s.shape[i] == 1)
+            continue;
+        bool merge = nd > 0;
+        for (int k = 0; k < N && merge; k++)
+            merge = it->stride[k][nd - 1] == ops[k].stride[i] * (int64_t)es[k] * s.shape[i];
+        for (int k = 0; k < N; k++)
+            it->stride[k][merge ? nd - 1 : nd] = ops[k].stride[i] * (int64_t)es[k];
+        if (merge)
+            it->shape[nd - 1] *= s.shape[i];
+        else
+            it->shape[nd++] = s.shape[i];
+    }
+    it->ndim = nd;
+    return count;
+}
+
+template <int N> __device__ static inline void pos_ptrs(const pos_iter<N> &it, int64_t pos, char **p)
+{
+#pragma unroll
+    for (int k = 0; k < N; k++)
+        p[k] = it.data[k];
+    for (int d = it.ndim - 1; d >= 0; d--) {
+        int64_t c = pos % it.shape[d];
+        pos /= it.shape[d];
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            p[k] += c * it.stride[k][d];
+    }
+}
+
+/* Combines (v, i) with the group's other threads; every thread of the
+ * block must call it (it holds __syncthreads), and each gets its group's
+ * result. sv and si are the block's RED_THREADS slots. */
+template <int G, class Comb>
+__device__ static inline void group_reduce(double &v, int64_t &i, double *sv, int64_t *si, Comb comb)
+{
+    if (G == 1)
+        return;
+    int t = threadIdx.x, lane = t % G;
+    __syncthreads();  /* the previous result has been read by everyone */
+    sv[t] = v;
+    si[t] = i;
+    for (int s = G / 2; s > 0; s >>= 1) {
+        __syncthreads();
+        if (lane < s)
+            comb(sv[t], si[t], sv[t + s], si[t + s]);
+    }
+    __syncthreads();
+    v = sv[t - lane];
+    i = si[t - lane];
+}
+
+struct c_add {
+    __device__ void operator()(double &a, int64_t &, double b, int64_t) const { a += b; }
+};
+struct c_mul {
+    __device__ void operator()(double &a, int64_t &, double b, int64_t) const { a *= b; }
+};
+/* Integer sums and products wrap, kept in the index slot. */
+struct c_iadd {
+    __device__ void operator()(double &, int64_t &a, double, int64_t b) const
+    {
+        a = (int64_t)((uint64_t)a + (uint64_t)b);
+    }
+};
+struct c_imul {
+    __device__ void operator()(double &, int64_t &a, double, int64_t b) const
+    {
+        a = (int64_t)((uint64_t)a * (uint64_t)b);
+    }
+};
+struct c_and {
+    __device__ void operator()(double &a, int64_t &, double b, int64_t) const { a = a != 0 && b != 0; }
+};
+struct c_or {
+    __device__ void operator()(double &a, int64_t &, double b, int64_t) const { a = a != 0 || b != 0; }
+};
+/* The CPU's sequential scan "a NaN or a strictly better value replaces
+ * best": over pairs, a NaN beats a number, ties go to the lower index.
+ * Index -1 is an empty slot. */
+struct c_best {
+    bool want_max;
+    __device__ void operator()(double &a, int64_t &ai, double b, int64_t bi) const
+    {
+        bool take;
+        if (ai < 0)
+            take = bi >= 0;
+        else if (bi < 0)
+            take = false;
+        else if (a != a || b != b)
+            take = b != b && (a == a || bi < ai);
+        else if (b == a)
+            take = bi < ai;
+        else
+            take = want_max ? b > a : b < a;
+        if (take) {
+            a = b;
+            ai = bi;
+        }
+    }
+};
+/* softmax's max: any NaN makes it NaN */
+struct c_nanmax {
+    __device__ void operator()(double &a, int64_t &, double b, int64_t) const
+    {
+        if (a == a && (b > a || b != b))
+            a = b;
+    }
+};
+/* cross-entropy's max: NaN is passed over */
+struct c_max {
+    __device__ void operator()(double &a, int64_t &, double b, int64_t) const
+    {
+        if (b > a)
+            a = b;
+    }
+};
+
+/* Each thread folds elements lane, lane+G, ... of the row with comb, then
+ * the group combines. LOAD(j) gives element j as (double, int64). */
+template <int G, class Comb, class Load>
+__device__ static inline void group_fold(double &v, int64_t &i, int64_t n, double *sv, int64_t *si, Comb comb,
+                                         Load load)
+{
+    for (int64_t j = threadIdx.x % G; j < n; j += G) {
+        double x;
+        int64_t xi;
+        load(j, x, xi);
+        comb(v, i, x, xi);
+    }
+    group_reduce<G>(v, i, sv, si, comb);
+}
+
+/* G threads for a row of len: whole blocks for long rows (or few of
+ * them), a warp for medium ones, one thread for short ones. */
+static int group_size(int64_t len, int64_t rows)
+{
+    if (len >= 1024 || (rows <= 1024 && len >= 256))
+        return 256;
+    return len >= 32 ? 32 : 1;
+}
+
+static unsigned grid_for(int64_t rows, int G)
+{
+    int64_t grid = CEIL_DIV(rows, (int64_t)(RED_THREADS / G));
+    return (unsigned)(grid > RED_MAX_BLOCKS ? RED_MAX_BLOCKS : grid < 1 ? 1 : grid);
+}
+
+/* Calls fn(integral_constant<int, G>) for G in 1, 32, 256. */
+template <class Fn> static int with_group(int G, Fn fn)
+{
+    switch (G) {
+    case 1: return fn(std::integral_constant<int, 1>());
+    case 32: return fn(std::integral_constant<int, 32>());
+    case 256: return fn(std::integral_constant<int, 256>());
+    }
+    return DPC_UNSUPPORTED;
+}
+
+template <class Fn> static int with_dtype(int dtype, Fn fn)
+{
+    switch (dtype) {
+    case DP_FLOAT32: return fn(std::integral_constant<int, DP_FLOAT32>());
+    case DP_FLOAT64: return fn(std::integral_constant<int, DP_FLOAT64>());
+    case DP_INT64: return fn(std::integral_constant<int, DP_INT64>());
+    case DP_INT32: return fn(std::integral_constant<int, DP_INT32>());
+    case DP_UINT8: return fn(std::integral_constant<int, DP_UINT8>());
+    case DP_BOOL: return fn(std::integral_constant<int, DP_BOOL>());
+    case DP_BFLOAT16: return fn(std::integral_constant<int, DP_BFLOAT16>());
+    }
+    return DPC_UNSUPPORTED;
+}
+
+/* The same for the floating dtypes only (softmax, cross-entropy). */
+template <class Fn> static int with_float_dtype(int dtype, Fn fn)
+{
+    switch (dtype) {
+    case DP_FLOAT32: return fn(std::integral_constant<int, DP_FLOAT32>());
+    case DP_FLOAT64: return fn(std::integral_constant<int, DP_FLOAT64>());
+    case DP_BFLOAT16: return fn(std::integral_constant<int, DP_BFLOAT16>());
+    }
+    return DPC_UNSUPPORTED;
+}
+
+/* ------------------------------------------------------------------------ */
+/* reductions                                                                */
+/* ------------------------------------------------------------------------ */
+
+struct red_args {
+    pos_iter<3> it;     /* operands: out, idx, a */
+    int64_t count;      /* output positions */
+    int64_t len;        /* elements reduced per position */
+    int64_t a_stride;   /* their byte stride */
+    int op, out_dtype, correction, has_idx;
+};
+
+/* Reduces the n elements at q (byte stride rs) of dtype IN; returns the
+ * double value and sets *index (arg ops, max/min) and *ires (integer
+ * sums and products). The group's threads all call it. */
+template <int IN, int G>
+__device__ static double reduce_row(const red_args &r, const char *q, int64_t n, int64_t *index, int64_t *ires,
+                                    double *sv, int64_t *si)
+{
+    const bool is_int = !(IN == DP_FLOAT32 || IN == DP_FLOAT64 || IN == DP_BFLOAT16);
+    const int64_t rs = r.a_stride;
+    auto ld = [=](int64_t j, double &x, int64_t &xi) { x = dt_load(IN, q + j * rs); xi = j; };
+    auto ild = [=](int64_t j, double &x, int64_t &xi) { x = 0; xi = dt_iload(IN, q + j * rs); };
+    double v = 0;
+    int64_t i = 0;
+    switch (r.op) {
+    case DP_SUM: case DP_MEAN:
+        if (is_int) {
+            group_fold<G>(v, i, n, sv, si, c_iadd(), ild);
+            *ires = i;
+            return (double)i;
+        }
+        group_fold<G>(v, i, n, sv, si, c_add(), ld);
+        return r.op == DP_MEAN ? v / (double)n : v;
+    case DP_PROD:
+        i = 1;
+        v = 1;
+        if (is_int) {
+            group_fold<G>(v, i, n, sv, si, c_imul(), ild);
+            *ires = i;
+            return (double)i;
+        }
+        group_fold<G>(v, i, n, sv, si, c_mul(), ld);
+        return v;
+    case DP_MAX: case DP_ARGMAX: case DP_MIN: case DP_ARGMIN:
+        i = -1;
+        group_fold<G>(v, i, n, sv, si, c_best{ r.op == DP_MAX || r.op == DP_ARGMAX }, ld);
+        *index = i;
+        return i < 0 ? NAN : v;
+    case DP_VAR: case DP_STD: {
+        group_fold<G>(v, i, n, sv, si, c_add(), ld);
+        double mean = v / (double)n, ss = 0;
+        auto dev = [=](int64_t j, double &x, int64_t &xi) {
+            double d = dt_load(IN, q + j * rs) - mean;
+            x = d * d;
+            xi = j;
+        };
+        group_fold<G>(ss, i, n, sv, si, c_add(), dev);
+        double dof = (double)(n - r.correction);
+        double var = dof > 0 ? ss / dof : NAN;
+        return r.op == DP_STD ? sqrt(var) : var;
+    }
+    case DP_ALL: case DP_ANY: {
+        auto flag = [=](int64_t j, double &x, int64_t &xi) { x = dt_load(IN, q + j * rs) != 0; xi = j; };
+        if (r.op == DP_ALL) {
+            v = 1;
+            group_fold<G>(v, i, n, sv, si, c_and(), flag);
+        } else {
+            group_fold<G>(v, i, n, sv, si, c_or(), flag);
+        }
+        return v;
+    }
+    }
+    return 0;
+}
+
+/* reduce.c's reduce_row: what goes to out (and idx) for one position. */
+__device__ static void reduce_write(const red_args &r, char *o, char *ip, const char *q, double v, int64_t index,
+                                    int64_t ires)
+{
+    bool arg = r.op == DP_ARGMAX || r.op == DP_ARGMIN;
+    if (index < 0)
+        index = 0;  /* max/min of nothing: the core refuses it */
+    if (arg)
+        *(int64_t *)o = index;
+    else if (r.out_dtype == DP_INT64 && (r.op == DP_SUM || r.op == DP_PROD))
+        *(int64_t *)o = ires;
+    else if (r.out_dtype == DP_INT64 && (r.op == DP_MAX || r.op == DP_MIN))
+        *(int64_t *)o = r.len > 0 ? *(const int64_t *)(q + index * r.a_stride) : 0;
+    else
+        dt_store(r.out_dtype, o, v);
+    if (r.has_idx)
+        *(int64_t *)ip = index;
+}
+
+/* one output position per group of G threads */
+template <int IN, int G>
+__global__ static void reduce_kernel(red_args r)
+{
+    __shared__ double sv[RED_THREADS];
+    __shared__ int64_t si[RED_THREADS];
+    const int per_block = RED_THREADS / G;
+    int grp = threadIdx.x / G, lane = threadIdx.x % G;
+    for (int64_t base = (int64_t)blockIdx.x * per_block; base < r.count; base += (int64_t)gridDim.x * per_block) {
+        int64_t pos = base + grp;
+        bool live = pos < r.count;
+        char *p[3];
+        pos_ptrs(r.it, live ? pos : 0, p);
+        int64_t index = 0, ires = 0;
+        /* dead groups reduce nothing but still take part in the barriers */
+        double v = reduce_row<IN, G>(r, p[2], live ? r.len : 0, &index, &ires, sv, si);
+        if (live && lane == 0)
+            reduce_write(r, p[0], p[1], p[2], v, index, ires);
+    }
+}
+
+extern "C" int dpc_reduce(int op, int in_dtype, int out_dtype, dpc_shape s, dpc_operand out, dpc_operand idx,
+                          dpc_operand a, int64_t len, int64_t a_stride, int correction, void *stream)
+{
+    if (op < 0 || op >= DP_NUM_REDOPS || dt_size(in_dtype) == 0 || dt_size(out_dtype) == 0)
+        return DPC_UNSUPPORTED;
+    if (s.ndim < 0 || s.ndim > DPC_MAX_DIMS || len < 0)
+        return (int)cudaErrorInvalidValue;
+    bool arg = op == DP_ARGMAX || op == DP_ARGMIN;
+    if (arg && out_dtype != DP_INT64)
+        return DPC_UNSUPPORTED;
+    red_args r;
+    if (idx.data == NULL)
+        memset(idx.stride, 0, sizeof idx.stride);  /* let it merge with anything */
+    dpc_operand ops[3] = { out, idx, a };
+    size_t es[3] = { dt_size(out_dtype), 8, dt_size(in_dtype) };
+    r.count = pos_build<3>(&r.it, s, ops, es);
+    r.len = len;
+    r.a_stride = a_stride * (int64_t)es[2];
+    r.op = op;
+    r.out_dtype = out_dtype;
+    r.correction = correction;
+    r.has_idx = idx.data != NULL;
+    if (r.count <= 0)
+        return 0;
+    int G = group_size(len, r.count);
+    return with_dtype(in_dtype, [&](auto d) {
+        return with_group(G, [&](auto g) {
+            constexpr int IN = decltype(d)::value, GS = decltype(g)::value;
+            reduce_kernel<IN, GS><<<grid_for(r.count, GS), RED_THREADS, 0, (cudaStream_t)stream>>>(r);
+            return (int)cudaGetLastError();
+        });
+    });
+}
+
+/* ------------------------------------------------------------------------ */
+/* softmax                                                                   */
+/* ------------------------------------------------------------------------ */
+
+struct softmax_args {
+    pos_iter<2> it;     /* operands: out, a */
+    int64_t count, len, out_stride, a_stride;  /* strides in bytes */
+    int log;
+};
+
+/* m = max (NaN if any), sum = sum of exp(x - m), then each output is
+ * x - (m + log(sum)) or exp(x - m) / sum, as reduce.c's SOFTMAX_ROW. */
+template <int DT, int G>
+__global__ static void softmax_kernel(softmax_args r)
+{
+    __shared__ double sv[RED_THREADS];
+    __shared__ int64_t si[RED_THREADS];
+    const int per_block = RED_THREADS / G;
+    int grp = threadIdx.x / G;
+    for (int64_t base = (int64_t)blockIdx.x * per_block; base < r.count; base += (int64_t)gridDim.x * per_block) {
+        int64_t pos = base + grp;
+        bool live = pos < r.count;
+        char *p[2];
+        pos_ptrs(r.it, live ? pos : 0, p);
+        const char *q = p[1];
+        const int64_t n = live ? r.len : 0, rs = r.a_stride;
+        double m = -INFINITY, sum = 0;
+        int64_t unused = 0;
+        auto ld = [=](int64_t j, double &x, int64_t &xi) { x = dt_load(DT, q + j * rs); xi = 0; };
+        group_fold<G>(m, unused, n, sv, si, c_nanmax(), ld);
+        auto ex = [=](int64_t j, double &x, int64_t &xi) { x = exp(dt_load(DT, q + j * rs) - m); xi = 0; };
+        group_fold<G>(sum, unused, n, sv, si, c_add(), ex);
+        double lse = m + log(sum);
+        for (int64_t j = threadIdx.x % G; j < n; j += G) {
+            double v = dt_load(DT, q + j * rs);
+            dt_store(DT, p[0] + j * r.out_stride, r.log ? v - lse : exp(v - m) / sum);
+        }
+    }
+}
+
+extern "C" int dpc_softmax(int dtype, dpc_shape s, dpc_operand out, int64_t out_stride, dpc_operand a,
+                           int64_t a_stride, int64_t len, int log, void *stream)
+{
+    if (!dt_is_float(dtype))
+        return DPC_UNSUPPORTED;
+    if (s.ndim < 0 || s.ndim > DPC_MAX_DIMS || len < 0)
+        return (int)cudaErrorInvalidValue;
+    softmax_args r;
+    dpc_operand ops[2] = { out, a };
+    size_t es[2] = { dt_size(dtype), dt_size(dtype) };
+    r.count = pos_build<2>(&r.it, s, ops, es);
+    r.len = len;
+    r.out_stride = out_stride * (int64_t)es[0];
+    r.a_stride = a_stride * (int64_t)es[1];
+    r.log = log;
+    if (r.count <= 0 || len == 0)
+        return 0;
+    int G = group_size(len, r.count);
+    return with_float_dtype(dtype, [&](auto d) {
+        return with_group(G, [&](auto g) {
+            constexpr int DT = decltype(d)::value, GS = decltype(g)::value;
+            softmax_kernel<DT, GS><<<grid_for(r.count, GS), RED_THREADS, 0, (cudaStream_t)stream>>>(r);
+            return (int)cudaGetLastError();
+        });
+    });
+}
+
+/* ------------------------------------------------------------------------ */
+/* cross-entropy                                                             */
+/* ------------------------------------------------------------------------ */
+
+struct ce_args {
+    int64_t N, C;
+    const char *input;       /* (N, C) contiguous */
+    const int64_t *target;   /* (N) */
+    const double *weight;    /* (C) or NULL */
+    int64_t ignore_index;
+    double eps;              /* label smoothing */
+    int log_probs;
+    double *rows, *probs;
+    int *bad_target;
+};
+
+__device__ static inline double class_weight(const double *w, int64_t c)
+{
+    return w ? w[c] : 1.0;
+}
+
+/* One sample row per group: nn.c's row_log_probs and the loss of
+ * cpu_cross_entropy. A bad target leaves its row 0 and raises the flag. */
+template <int DT, int G>
+__global__ static void ce_kernel(ce_args r)
+{
+    __shared__ double sv[RED_THREADS];
+    __shared__ int64_t si[RED_THREADS];
+    const int per_block = RED_THREADS / G;
+    const int64_t C = r.C;
+    const int es = DT == DP_FLOAT64 ? 8 : DT == DP_FLOAT32 ? 4 : 2;
+    int grp = threadIdx.x / G, lane = threadIdx.x % G;
+    for (int64_t base = (int64_t)blockIdx.x * per_block; base < r.N; base += (int64_t)gridDim.x * per_block) {
+        int64_t i = base + grp;
+        bool live = i < r.N;
+        int64_t t = live ? r.target[i] : r.ignore_index;
+        bool bad = t != r.ignore_index && (t < 0 || t >= C);
+        bool active = live && t != r.ignore_index && !bad;
+        const char *row = r.input + (live ? i : 0) * C * es;
+        const int64_t n = active ? C : 0;
+        int64_t unused = 0;
+        auto ld = [=](int64_t j, double &x, int64_t &xi) { x = dt_load(DT, row + j * es); xi = 0; };
+        double m = -INFINITY, sum = 0, lse = 0, inv = 0;
+        if (!r.log_probs) {
+            group_fold<G>(m, unused, n, sv, si, c_max(), ld);
+            auto ex = [=](int64_t j, double &x, int64_t &xi) { x = exp(dt_load(DT, row + j * es) - m); xi = 0; };
+            group_fold<G>(sum, unused, n, sv, si, c_add(), ex);
+            lse = m + log(sum);
+            inv = 1 / sum;
+            if (r.probs)
+                for (int64_t j = lane; j < n; j += G)
+                    r.probs[i * C + j] = exp(dt_load(DT, row + j * es) - m) * inv;
+        }
+        double smooth = 0;
+        if (r.eps > 0) {
+            const double *w = r.weight;
+            const bool lp = r.log_probs;
+            auto wl = [=](int64_t j, double &x, int64_t &xi) {
+                double v = dt_load(DT, row + j * es);
+                x = class_weight(w, j) * (lp ? v : v - lse);
+                xi = 0;
+            };
+            group_fold<G>(smooth, unused, n, sv, si, c_add(), wl);
+            smooth = -smooth;
+        }
+        if (!live || lane != 0)
+            continue;
+        if (!active) {
+            r.rows[i] = 0;
+            if (bad)
+                atomicExch(r.bad_target, 1);
+            continue;
+        }
+        double xt = dt_load(DT, row + t * es), logpt = r.log_probs ? xt : xt - lse;
+        double wt = class_weight(r.weight, t);
+        double loss = -wt * logpt * (1 - r.eps);
+        if (r.eps > 0)
+            loss += r.eps / (double)C * smooth;
+        r.rows[i] = loss;
+    }
+}
+
+extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *input, const int64_t *target,
+                                 const double *weight, int64_t ignore_index, double smoothing, int log_probs,
+                                 double *rows, double *probs, int *bad_target, void *stream)
+{
+    if (!dt_is_float(dtype))
+        return DPC_UNSUPPORTED;
+    if (N < 0 || C < 0)
+        return (int)cudaErrorInvalidValue;
+    if (N == 0)
+        return 0;
+    ce_args r = { N, C, (const char *)input, target, weight, ignore_index, smoothing, log_probs,
+                  rows, log_probs ? NULL : probs, bad_target };
+    int G = group_size(C, N);
+    return with_float_dtype(dtype, [&](auto d) {
+        return with_group(G, [&](auto g) {
+            constexpr int DT = decltype(d)::value, GS = decltype(g)::value;
+            ce_kernel<DT, GS><<<grid_for(N, GS), RED_THREADS, 0, (cudaStream_t)stream>>>(r);
+            return (int)cudaGetLastError();
+        });
+    });
+}
+
+struct ce_bwd_args {
+    int64_t N, C;
+    char *dinput;            /* (N, C) contiguous */
+    const double *probs;     /* (N, C), NULL for log_probs */
+    const int64_t *target;
+    const double *weight;
+    int64_t ignore_index;
+    double eps;
+    int log_probs;
+    int need_wall;           /* the sum of the weights is needed */
+    const double *scale;     /* (N) */
+};
+
+/* One thread per element: dinput[i, k] = scale_i * ((1-eps) w_t (p_k -
+ * [k==t]) + eps/C (p_k sum_j w_j - w_k)), or -scale_i w_t [k==t] for
+ * log-probabilities (nn.c's cpu_cross_entropy_backward). Each block sums
+ * the weights first when label smoothing needs them. */
+template <int DT>
+__global__ static void ce_bwd_kernel(ce_bwd_args r)
+{
+    __shared__ double sv[RED_THREADS];
+    __shared__ int64_t si[RED_THREADS];
+    const int es = DT == DP_FLOAT64 ? 8 : DT == DP_FLOAT32 ? 4 : 2;
+    const int64_t C = r.C;
+    double wall = (double)C;  /* without weights: C ones */
+    if (r.need_wall) {
+        int64_t unused = 0;
+        const double *w = r.weight;
+        wall = 0;
+        auto ld = [=](int64_t j, double &x, int64_t &xi) { x = w[j]; xi = 0; };
+        group_fold<RED_THREADS>(wall, unused, C, sv, si, c_add(), ld);
+    }
+    int64_t total = r.N * C, step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
+        int64_t i = e / C, k = e % C;
+        int64_t t = r.target[i];
+        double sc = r.scale[i];
+        bool skip = t == r.ignore_index || sc == 0;
+        /* a target out of range failed the forward; read no weight for it */
+        double wt = skip || t < 0 || t >= C ? 0 : class_weight(r.weight, t);
+        double d = 0;
+        if (skip)
+            d = 0;
+        else if (r.log_probs)
+            d = k == t ? -sc * wt : 0;
+        else {
+            double p = r.probs[e];
+            d = (1 - r.eps) * wt * (p - (k == t));
+            if (r.eps > 0)
+                d += r.eps / (double)C * (p * wall - class_weight(r.weight, k));
+            d *= sc;
+        }
+        dt_store(DT, r.dinput + e * es, d);
+    }
+}
+
+extern "C" int dpc_cross_entropy_backward(int dtype, int64_t N, int64_t C, void *dinput, const double *probs,
+                                          const int64_t *target, const double *weight, int64_t ignore_index,
+                                          double smoothing, int log_probs, const double *scale, void *stream)
+{
+    if (!dt_is_float(dtype))
+        return DPC_UNSUPPORTED;
+    if (N < 0 || C < 0)
+        return (int)cudaErrorInvalidValue;
+    if (N == 0 || C == 0)
+        return 0;
+    ce_bwd_args r = { N, C, (char *)dinput, probs, target, weight, ignore_index, smoothing, log_probs,
+                      !log_probs && smoothing > 0 && weight != NULL, scale };
+    int64_t grid = CEIL_DIV(N * C, (int64_t)RED_THREADS);
+    /* every block sums the C weights once: fewer, fuller blocks then */
+    int64_t cap = r.need_wall ? 1024 : RED_MAX_BLOCKS;
+    if (grid > cap)
+        grid = cap;
+    return with_float_dtype(dtype, [&](auto d) {
+        ce_bwd_kernel<decltype(d)::value><<<(unsigned)grid, RED_THREADS, 0, (cudaStream_t)stream>>>(r);
+        return (int)cudaGetLastError();
+    });
+}
