@@ -123,10 +123,11 @@ static size_t dt_size(int dtype)
     struct name {                                                                    \
         typedef T S;                                                                 \
         typedef T C;                                                                 \
-        static constexpr int id = ID, kind = KIND;                                               \
+        static constexpr int id = ID, kind = KIND;                                   \
         __device__ static C load(const char *p) { return *(const T *)p; }           \
         __device__ static void store(char *p, C v) { *(T *)p = v; }                 \
     };
+namespace {   /* file-local types: no clash with another file's of the same name */
 PLAIN_DTYPE(t_f32, DP_FLOAT32, float, K_FLOAT)
 PLAIN_DTYPE(t_f64, DP_FLOAT64, double, K_FLOAT)
 PLAIN_DTYPE(t_i64, DP_INT64, int64_t, K_INT)
@@ -148,6 +149,7 @@ struct t_b8 {
     __device__ static C load(const char *p) { return *(const uint8_t *)p != 0; }
     __device__ static void store(char *p, C v) { *(uint8_t *)p = (uint8_t)(v != 0); }
 };
+}  // namespace
 
 /* Calls fn(T()) with T the struct of `dtype`. */
 template <class Fn> static int with_dtype(int dtype, Fn fn)
@@ -181,12 +183,14 @@ template <class Fn> static int with_size(size_t es, Fn fn)
 /* ------------------------------------------------------------------------ */
 
 /* N operands over one shape; strides in bytes, operand 0 is the output. */
+namespace {   /* file-local types: no clash with another file's of the same name */
 template <int N> struct ew_iter {
     int ndim;
     int64_t shape[DPC_MAX_DIMS];
     int64_t stride[N][DPC_MAX_DIMS];
     char *data[N];
 };
+}  // namespace
 
 /* Builds the iterator, dropping size-1 dims and merging a dim into the
  * previous one when that is contiguous for every operand (cpu_foreach's
@@ -401,6 +405,7 @@ template <class T, int OP> __device__ static inline typename T::C unary_int(type
     return x;  /* floor, ceil, round: identity; bool abs and sign too */
 }
 
+namespace {   /* file-local types: no clash with another file's of the same name */
 template <class T, int OP> struct unary_f {
     __device__ void operator()(char *const *p) const
     {
@@ -413,6 +418,7 @@ template <class T, int OP> struct unary_f {
             T::store(p[0], unary_int<T, OP>(x));
     }
 };
+}  // namespace
 
 #define UNOP_CASE(OP) case OP: return fn(std::integral_constant<int, OP>());
 template <class Fn> static int with_unop(int op, Fn fn)
@@ -462,6 +468,7 @@ __host__ __device__ constexpr bool unary_bwd_ok(int op)
     return false;
 }
 
+namespace {   /* file-local types: no clash with another file's of the same name */
 template <class T, int OP> struct unary_bwd_f {
     __device__ void operator()(char *const *p) const
     {
@@ -497,6 +504,7 @@ template <class T, int OP> struct unary_bwd_f {
         T::store(p[0], d);
     }
 };
+}  // namespace
 
 extern "C" int dpc_unary_backward(int op, int dtype, dpc_shape s, dpc_operand dx, dpc_operand g, dpc_operand x,
                                   dpc_operand y, void *stream)
@@ -595,6 +603,7 @@ template <class T, int OP> __device__ static inline bool binary_test(typename T:
     return false;
 }
 
+namespace {   /* file-local types: no clash with another file's of the same name */
 template <class T, int OP> struct binary_f {
     __device__ void operator()(char *const *p) const
     {
@@ -609,6 +618,7 @@ template <class T, int OP> struct binary_f {
             T::store(p[0], binary_b8<OP>(a, b));
     }
 };
+}  // namespace
 
 #define BINOP_CASE(OP) case OP: return fn(std::integral_constant<int, OP>());
 template <class Fn> static int with_binop(int op, Fn fn)
@@ -645,12 +655,14 @@ extern "C" int dpc_binary(int op, int dtype, int out_dtype, dpc_shape s, dpc_ope
 /* where, clamp, cast, fill                                                  */
 /* ------------------------------------------------------------------------ */
 
+namespace {   /* file-local types: no clash with another file's of the same name */
 template <class U> struct where_f {
     __device__ void operator()(char *const *p) const
     {
         *(U *)p[0] = *(const uint8_t *)p[1] ? *(const U *)p[2] : *(const U *)p[3];
     }
 };
+}  // namespace
 
 extern "C" int dpc_where(int dtype, dpc_shape s, dpc_operand out, dpc_operand cond, dpc_operand a,
                          dpc_operand b, void *stream)
@@ -662,6 +674,7 @@ extern "C" int dpc_where(int dtype, dpc_shape s, dpc_operand out, dpc_operand co
 }
 
 /* Through double, as the CPU: NaN passes, a NaN bound is no bound. */
+namespace {   /* file-local types: no clash with another file's of the same name */
 template <class T> struct clamp_f {
     double lo, hi;
     __device__ void operator()(char *const *p) const
@@ -675,6 +688,7 @@ template <class T> struct clamp_f {
         T::store(p[0], (C)v);
     }
 };
+}  // namespace
 
 extern "C" int dpc_clamp(int dtype, dpc_shape s, dpc_operand out, dpc_operand a, double lo, double hi,
                          void *stream)
@@ -690,6 +704,7 @@ extern "C" int dpc_clamp(int dtype, dpc_shape s, dpc_operand out, dpc_operand a,
     });
 }
 
+namespace {   /* file-local types: no clash with another file's of the same name */
 template <class U> struct copy_f {
     __device__ void operator()(char *const *p) const { *(U *)p[0] = *(const U *)p[1]; }
 };
@@ -707,6 +722,7 @@ template <int FROM, int TO> struct cast_f {
             dt_store(TO, p[0], dt_load(FROM, p[1]));
     }
 };
+}  // namespace
 
 extern "C" int dpc_cast(int out_dtype, int in_dtype, dpc_shape s, dpc_operand out, dpc_operand a, void *stream)
 {
@@ -723,10 +739,12 @@ extern "C" int dpc_cast(int out_dtype, int in_dtype, dpc_shape s, dpc_operand ou
     });
 }
 
+namespace {   /* file-local types: no clash with another file's of the same name */
 template <class U> struct fill_f {
     U v;
     __device__ void operator()(char *const *p) const { *(U *)p[0] = v; }
 };
+}  // namespace
 
 extern "C" int dpc_fill(int dtype, dpc_shape s, dpc_operand out, double value, void *stream)
 {

@@ -113,12 +113,14 @@ static bool dt_is_float(int dtype)
 /* ------------------------------------------------------------------------ */
 
 /* N operands over the output positions; strides in bytes. */
+namespace {   /* file-local types: no clash with another file's of the same name */
 template <int N> struct pos_iter {
     int ndim;
     int64_t shape[DPC_MAX_DIMS];
     int64_t stride[N][DPC_MAX_DIMS];
     char *data[N];
 };
+}  // namespace
 
 /* Drops size-1 dims and merges dims contiguous for every operand, as
  * cpu_foreach does. Returns the number of positions. */
@@ -184,6 +186,7 @@ __device__ static inline void group_reduce(double &v, int64_t &i, double *sv, in
     i = si[t - lane];
 }
 
+namespace {   /* file-local types: no clash with another file's of the same name */
 struct c_add {
     __device__ void operator()(double &a, int64_t &, double b, int64_t) const { a += b; }
 };
@@ -249,6 +252,7 @@ struct c_max {
             a = b;
     }
 };
+}  // namespace
 
 /* Each thread folds elements lane, lane+G, ... of the row with comb, then
  * the group combines. LOAD(j) gives element j as (double, int64). */
@@ -320,6 +324,7 @@ template <class Fn> static int with_float_dtype(int dtype, Fn fn)
 /* reductions                                                                */
 /* ------------------------------------------------------------------------ */
 
+namespace {   /* file-local types: no clash with another file's of the same name */
 struct red_args {
     pos_iter<3> it;     /* operands: out, idx, a */
     int64_t count;      /* output positions */
@@ -327,6 +332,7 @@ struct red_args {
     int64_t a_stride;   /* their byte stride */
     int op, out_dtype, correction, has_idx;
 };
+}  // namespace
 
 /* Reduces the n elements at q (byte stride rs) of dtype IN; returns the
  * double value and sets *index (arg ops, max/min) and *ires (integer
@@ -470,11 +476,13 @@ extern "C" int dpc_reduce(int op, int in_dtype, int out_dtype, dpc_shape s, dpc_
 /* softmax                                                                   */
 /* ------------------------------------------------------------------------ */
 
+namespace {   /* file-local types: no clash with another file's of the same name */
 struct softmax_args {
     pos_iter<2> it;     /* operands: out, a */
     int64_t count, len, out_stride, a_stride;  /* strides in bytes */
     int log;
 };
+}  // namespace
 
 /* m = max (NaN if any), sum = sum of exp(x - m), then each output is
  * x - (m + log(sum)) or exp(x - m) / sum, as reduce.c's SOFTMAX_ROW. */
@@ -537,6 +545,7 @@ extern "C" int dpc_softmax(int dtype, dpc_shape s, dpc_operand out, int64_t out_
 /* cross-entropy                                                             */
 /* ------------------------------------------------------------------------ */
 
+namespace {   /* file-local types: no clash with another file's of the same name */
 struct ce_args {
     int64_t N, C;
     const char *input;       /* (N, C) contiguous */
@@ -548,6 +557,7 @@ struct ce_args {
     double *rows, *probs;
     int *bad_target;
 };
+}  // namespace
 
 __device__ static inline double class_weight(const double *w, int64_t c)
 {
@@ -637,6 +647,7 @@ extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *in
     });
 }
 
+namespace {   /* file-local types: no clash with another file's of the same name */
 struct ce_bwd_args {
     int64_t N, C;
     char *dinput;            /* (N, C) contiguous */
@@ -649,6 +660,7 @@ struct ce_bwd_args {
     int need_wall;           /* the sum of the weights is needed */
     const double *scale;     /* (N) */
 };
+}  // namespace
 
 /* One thread per element: dinput[i, k] = scale_i * ((1-eps) w_t (p_k -
  * [k==t]) + eps/C (p_k sum_j w_j - w_k)), or -scale_i w_t [k==t] for
