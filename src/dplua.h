@@ -274,6 +274,12 @@ dp_status dp_ddp_bucket_range(const dp_ddp *d, int i, int64_t *start, int64_t *e
 dp_tensor *dp_ddp_flat_param(dp_ddp *d);     /* a new reference */
 void dp_ddp_free(dp_ddp *d);
 
+/* CUDA devices (0 and clear errors in a build without CUDA) */
+int dp_cuda_device_count(void);
+dp_status dp_cuda_synchronize(int device);
+void dp_cuda_set_allow_tf32(int allow);
+void dp_reset_peak_memory_stats(int device);
+
 /* memory pressure: tensors are freed by Lua's GC, which does not see their
  * size; the binding collects when this says enough was allocated */
 int dp_gc_wanted(void);

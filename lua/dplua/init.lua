@@ -146,7 +146,7 @@ local function parse_device(dev, fn)
   if type(dev) == "number" and dev >= 0 and dev % 1 == 0 then return dev end
   if type(dev) == "string" then
     if dev == "cpu" then return DP_CPU end
-    if dev == "cuda" then return 0 end
+    if dev == "cuda" then return torch._current_cuda_device and torch._current_cuda_device() or 0 end
     local i = dev:match("^cuda:(%d+)$")
     if i then return tonumber(i) end
   end
@@ -1057,10 +1057,42 @@ function torch._wrap(p)
   return wrap(p)
 end
 
+-- torch.cuda: devices, synchronisation and memory statistics. "cuda"
+-- without an index means the current device (set_device).
+local current_device = 0
+local function device_index(d, fn)
+  if d == nil then return current_device end
+  local i = parse_device(d, fn)
+  if i == DP_CPU then raise(fn .. ": expected a CUDA device, got cpu") end
+  return i
+end
 torch.cuda = {
-  is_available = function() return false end,
-  device_count = function() return 0 end,
+  is_available = function() return C.dp_cuda_device_count() > 0 end,
+  device_count = function() return C.dp_cuda_device_count() end,
+  current_device = function() return current_device end,
+  set_device = function(d)
+    local i = device_index(d, "cuda.set_device")
+    local n = C.dp_cuda_device_count()
+    if i >= n then raise(string.format("cuda.set_device: device %d is not available (%d CUDA devices)", i, n)) end
+    current_device = i
+  end,
+  synchronize = function(d) check(C.dp_cuda_synchronize(device_index(d, "cuda.synchronize"))) end,
+  memory_allocated = function(d) return tonumber(C.dp_memory_allocated(device_index(d, "cuda.memory_allocated"))) end,
+  max_memory_allocated = function(d) return tonumber(C.dp_max_memory_allocated(device_index(d, "cuda.max_memory_allocated"))) end,
+  reset_peak_memory_stats = function(d) C.dp_reset_peak_memory_stats(device_index(d, "cuda.reset_peak_memory_stats")) end,
 }
+torch._current_cuda_device = function() return current_device end
+
+-- torch.backends.cuda.matmul.allow_tf32, as in PyTorch (off by default)
+local matmul_flags = { allow_tf32 = false }
+torch.backends = { cuda = { matmul = setmetatable({}, {
+  __index = matmul_flags,
+  __newindex = function(_, k, v)
+    if k ~= "allow_tf32" then raise("backends.cuda.matmul: unknown setting '" .. tostring(k) .. "'") end
+    matmul_flags.allow_tf32 = v and true or false
+    C.dp_cuda_set_allow_tf32(v and 1 or 0)
+  end,
+}) } }
 
 function torch.memory_allocated(device)
   return tonumber(C.dp_memory_allocated(parse_device(device or "cpu", "memory_allocated")))

@@ -189,6 +189,7 @@ dp_status ag_record(dp_tensor *out, const char *name, ag_backward_fn fn, int n,
         nd->in[i].ndim = t->ndim;
         memcpy(nd->in[i].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
         nd->in[i].dtype = t->dtype;
+        nd->in[i].device = t->device;
         nd->in[i].needs_grad = t->requires_grad;
         if (!t->requires_grad)
             continue;

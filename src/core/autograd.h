@@ -23,6 +23,7 @@ typedef struct {
     int ndim;
     int64_t shape[DP_MAX_DIMS];
     int dtype;
+    int device;
     bool needs_grad;
 } ag_input;
 

@@ -5,7 +5,7 @@
  * ops, whose derivatives are one fused kernel.
  */
 #include "core/autograd.h"
-#include "cpu/cpu.h"
+#include "core/kernels.h"
 
 #include <math.h>
 #include <string.h>
@@ -38,9 +38,9 @@ dp_status ag_sum_to(dp_tensor **out, dp_tensor *grad, const ag_input *in)
         dp_tensor_release(g);
         g = st ? NULL : r;
     }
-    if (!st && g->dtype != in->dtype) {
+    if (!st && (g->dtype != in->dtype || g->device != in->device)) {
         dp_tensor *c;
-        st = dp_to(&c, g, in->dtype, g->device);
+        st = dp_to(&c, g, in->dtype, in->device);
         dp_tensor_release(g);
         g = st ? NULL : c;
     }
@@ -83,7 +83,7 @@ dp_status bw_unary(ag_node *n, dp_tensor *g, dp_tensor **gi)
         gc = c;
     }
     if (!st)
-        st = cpu_unary_backward((int)n->iarg[0], dx, gc, x, y);
+        st = k_unary_backward((int)n->iarg[0], dx, gc, x, y);
     dp_tensor_release(gc);
     if (!st)
         st = give(n, 0, dx, gi);
@@ -328,6 +328,8 @@ dp_status bw_reduce_index(ag_node *n, dp_tensor *g, dp_tensor **gi)
               *ga = NULL;
     int dim = (int)n->iarg[1], nd = n->in[0].ndim;
     int64_t shape[DP_MAX_DIMS];
+    if (nd == 0)   /* the max of one element is that element */
+        return give(n, 0, g, gi);
     for (int i = 0; i < nd; i++)
         shape[i] = i == dim ? n->in[0].shape[i] : 1;
     dp_status st;
@@ -479,7 +481,7 @@ dp_status bw_index_select(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
     dp_tensor *z = NULL, *gc = NULL;
     dp_status st = dp_full(&z, n->in[0].ndim, n->in[0].shape, 0, g->dtype, g->device);
-    if (!st && !(st = dp_contiguous(&gc, g)) && !(st = cpu_index_add(z, (int)n->iarg[0], n->saved[0], gc)))
+    if (!st && !(st = dp_contiguous(&gc, g)) && !(st = k_index_add(z, (int)n->iarg[0], n->saved[0], gc)))
         st = give(n, 0, z, gi);
     DROP(z, gc);
     return st;
@@ -489,7 +491,7 @@ dp_status bw_gather(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
     dp_tensor *z = NULL;
     dp_status st = dp_full(&z, n->in[0].ndim, n->in[0].shape, 0, g->dtype, g->device);
-    if (!st && !(st = cpu_scatter_add(z, (int)n->iarg[0], n->saved[0], g)))
+    if (!st && !(st = k_scatter_add(z, (int)n->iarg[0], n->saved[0], g)))
         st = give(n, 0, z, gi);
     dp_tensor_release(z);
     return st;

@@ -4,7 +4,7 @@
  * backward so that a layer is one node on the tape.
  */
 #include "core/autograd.h"
-#include "cpu/cpu.h"
+#include "core/kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -28,14 +28,14 @@ static dp_status as_matrix(dp_tensor **out, dp_tensor *x)
     return dp_reshape(out, x, 2, shape);
 }
 
-/* The direct path: 2-D x, everything contiguous on the CPU in one float dtype. */
+/* The direct path: 2-D x, everything contiguous on one device in one float dtype. */
 static bool linear_direct(const dp_tensor *x, const dp_tensor *w, const dp_tensor *b)
 {
-    if (x->ndim != 2 || x->device != DP_CPU || (x->dtype != DP_FLOAT32 && x->dtype != DP_FLOAT64))
+    if (x->ndim != 2 || (x->dtype != DP_FLOAT32 && x->dtype != DP_FLOAT64))
         return false;
-    if (w->dtype != x->dtype || w->device != DP_CPU || !tensor_is_contiguous(x) || !tensor_is_contiguous(w))
+    if (w->dtype != x->dtype || w->device != x->device || !tensor_is_contiguous(x) || !tensor_is_contiguous(w))
         return false;
-    return !b || (b->dtype == x->dtype && b->device == DP_CPU && tensor_is_contiguous(b));
+    return !b || (b->dtype == x->dtype && b->device == x->device && tensor_is_contiguous(b));
 }
 
 static dp_status bw_linear_direct(ag_node *n, dp_tensor *g, dp_tensor **gi)
@@ -56,7 +56,7 @@ static dp_status bw_linear_direct(ag_node *n, dp_tensor *g, dp_tensor **gi)
     if (!st && has_b && n->in[2].needs_grad)
         st = tensor_new(&gi[2], 1, w->shape, w->dtype, w->device);
     if (!st)
-        cpu_linear_backward(gi[0], gi[1], has_b ? gi[2] : NULL, gc, x, w);
+        st = k_linear_backward(gi[0], gi[1], has_b ? gi[2] : NULL, gc, x, w);
     dp_tensor_release(gc);
     return st;
 }
@@ -101,7 +101,10 @@ dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
         int64_t shape[2] = { x->shape[0], w->shape[0] };
         if ((st = tensor_new(out, 2, shape, x->dtype, x->device)))
             return st;
-        cpu_linear(*out, x, w, b);
+        if ((st = k_linear(*out, x, w, b))) {
+            dp_tensor_release(*out);
+            return st;
+        }
         goto record;
     }
     int was = dp_set_grad_enabled(0);
@@ -139,15 +142,15 @@ static dp_status bw_cross_entropy(ag_node *n, dp_tensor *g, dp_tensor **gi)
     dp_tensor *gc = NULL, *dx = NULL;
     if (!scale)
         return dp_fail(DP_ERR_MEMORY, "cross_entropy backward: out of memory");
-    dp_status st = dp_to(&gc, g, DP_FLOAT64, g->device);
+    dp_status st = dp_to(&gc, g, DP_FLOAT64, DP_CPU);
     if (!st && (st = dp_contiguous(&dx, gc)) == DP_OK) {
         const double *gv = (const double *)tensor_ptr(dx);
         for (int64_t i = 0; i < N; i++)
             scale[i] = reduction == REDUCE_NONE ? gv[i] : reduction == REDUCE_SUM ? gv[0] : gv[0] / n->darg[1];
         dp_tensor_release(dx);
         dx = NULL;
-        if (!(st = tensor_new(&dx, 2, n->in[0].shape, n->in[0].dtype, DP_CPU)) &&
-            !(st = cpu_cross_entropy_backward(dx, scale, &a)))
+        if (!(st = tensor_new(&dx, 2, n->in[0].shape, n->in[0].dtype, n->in[0].device)) &&
+            !(st = k_cross_entropy_backward(dx, scale, &a)))
             st = ag_sum_to(&gi[0], dx, &n->in[0]);
     }
     free(scale);
@@ -178,8 +181,8 @@ static dp_status ce_check(dp_tensor *input, dp_tensor *target, dp_tensor *weight
         return dp_fail(DP_ERR_ARG, "cross_entropy: invalid reduction %d", reduction);
     if (!(smoothing >= 0 && smoothing <= 1))
         return dp_fail(DP_ERR_ARG, "cross_entropy: label_smoothing must be in [0, 1], got %g", smoothing);
-    if (input->device != DP_CPU || target->device != input->device)
-        return dp_fail(DP_ERR_DEVICE, "cross_entropy: input and target must be on the CPU");
+    if (target->device != input->device || (weight && weight->device != input->device))
+        return dp_fail(DP_ERR_DEVICE, "cross_entropy: input, target and weight must be on the same device");
     return DP_OK;
 }
 
@@ -191,7 +194,7 @@ dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target,
         return st;
     dp_tensor *x = NULL, *t = NULL, *w = NULL;
     if ((st = dp_contiguous(&x, input)) || (st = dp_contiguous(&t, target)) ||
-        (weight && (st = dp_to(&w, weight, DP_FLOAT64, DP_CPU)))) {
+        (weight && (st = dp_to(&w, weight, DP_FLOAT64, input->device)))) {
         drop3(x, t, w);
         return st;
     }
@@ -201,15 +204,20 @@ dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target,
     dp_tensor *probs = NULL;
     bool grad = ag_needs_record(1, &input);
     if (!log_probs && grad)
-        st = tensor_new(&probs, 2, input->shape, DP_FLOAT64, DP_CPU);
+        st = tensor_new(&probs, 2, input->shape, DP_FLOAT64, input->device);
     cpu_ce_args a = { x, t, w, ignore_index, label_smoothing, log_probs, probs };
     if (!rows && !st)
         st = dp_fail(DP_ERR_MEMORY, "cross_entropy: out of memory");
-    if (!st && !(st = cpu_cross_entropy(rows, &denom, &a))) {
+    if (!st && !(st = k_cross_entropy(rows, &denom, &a))) {
         if (reduction == REDUCE_NONE) {
-            if (!(st = tensor_new(out, 1, &N, input->dtype, input->device)))
+            /* the losses are on the host: write them there, then move them */
+            dp_tensor *host = NULL;
+            if (!(st = tensor_new(&host, 1, &N, input->dtype, DP_CPU))) {
                 for (int64_t i = 0; i < N; i++)
-                    dtype_store(input->dtype, tensor_ptr(*out) + i * (int64_t)dp_dtype_size(input->dtype), rows[i]);
+                    dtype_store(input->dtype, tensor_ptr(host) + i * (int64_t)dp_dtype_size(input->dtype), rows[i]);
+                st = dp_to(out, host, input->dtype, input->device);
+                dp_tensor_release(host);
+            }
         } else {
             double total = 0;
             for (int64_t i = 0; i < N; i++)
@@ -260,7 +268,7 @@ static dp_status bw_unfold(ag_node *n, dp_tensor *g, dp_tensor **gi)
     unfold_args_of(n, &u);
     dp_tensor *z = NULL, *gc = NULL;
     dp_status st = dp_full(&z, 4, n->in[0].shape, 0, g->dtype, g->device);
-    if (!st && !(st = dp_contiguous(&gc, g)) && !(st = cpu_fold_add(z, gc, &u)))
+    if (!st && !(st = dp_contiguous(&gc, g)) && !(st = k_fold_add(z, gc, &u)))
         st = ag_sum_to(&gi[0], z, &n->in[0]);
     drop3(z, gc, NULL);
     return st;
@@ -273,8 +281,8 @@ dp_status dp_unfold(dp_tensor **out, dp_tensor *x, const int64_t *kernel, const 
     if (x->ndim != 4)
         return dp_fail(DP_ERR_SHAPE, "unfold: expected a 4-D input (N, C, H, W), got %s",
                        dp_shape_str(s1, sizeof s1, x->ndim, x->shape));
-    if (!dp_dtype_is_floating(x->dtype) || x->device != DP_CPU)
-        return dp_fail(DP_ERR_DTYPE, "unfold: expected a floating point CPU tensor, got %s", dp_dtype_name(x->dtype));
+    if (!dp_dtype_is_floating(x->dtype))
+        return dp_fail(DP_ERR_DTYPE, "unfold: expected a floating point tensor, got %s", dp_dtype_name(x->dtype));
     cpu_unfold_args u = { .pad_value = pad_value };
     int64_t out_hw[2];
     for (int i = 0; i < 2; i++) {
@@ -299,7 +307,7 @@ dp_status dp_unfold(dp_tensor **out, dp_tensor *x, const int64_t *kernel, const 
     dp_status st = dp_contiguous(&xc, x);
     if (st)
         return st;
-    if (!(st = tensor_new(out, 3, shape, x->dtype, x->device)) && (st = cpu_unfold(*out, xc, &u)))
+    if (!(st = tensor_new(out, 3, shape, x->dtype, x->device)) && (st = k_unfold(*out, xc, &u)))
         dp_tensor_release(*out);
     dp_tensor_release(xc);
     ag_node *n = NULL;

@@ -5,7 +5,7 @@
  * the op as the Lua user called it.
  */
 #include "core/autograd.h"
-#include "cpu/cpu.h"
+#include "core/kernels.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -45,21 +45,26 @@ static const char *inplace_name(const char *name)
     return buf;
 }
 
+static const char *device_str(char *buf, size_t len, int device)
+{
+    if (device == DP_CPU)
+        snprintf(buf, len, "cpu");
+    else
+        snprintf(buf, len, "cuda:%d", device);
+    return buf;
+}
+
 static dp_status same_device(const char *fn, const dp_tensor *a, const dp_tensor *b)
 {
+    char x[16], y[16];
     if (a->device != b->device)
-        return dp_fail(DP_ERR_DEVICE, "%s: expected all tensors to be on the same device, "
-                       "got %s%.0d and %s%.0d", fn,
-                       a->device == DP_CPU ? "cpu" : "cuda:", a->device == DP_CPU ? 0 : a->device,
-                       b->device == DP_CPU ? "cpu" : "cuda:", b->device == DP_CPU ? 0 : b->device);
+        return dp_fail(DP_ERR_DEVICE, "%s: expected all tensors to be on the same device, got %s and %s", fn,
+                       device_str(x, sizeof x, a->device), device_str(y, sizeof y, b->device));
     return DP_OK;
 }
 
 /* Kernels run on the CPU only until the CUDA backend lands. */
-static dp_status on_cpu(const char *fn, const dp_tensor *t)
-{
-    return check_device_cpu(fn, t);
-}
+
 
 static dp_status broadcast_shapes(const char *fn, int na, const int64_t *sa, int nb, const int64_t *sb,
                                   int *nout, int64_t *out)
@@ -94,7 +99,7 @@ static dp_status prepare(dp_tensor **res, dp_tensor *t, int ndim, const int64_t 
         return st;
     }
     st = tensor_new(res, ndim, shape, dtype, t->device);
-    if (!st && (st = cpu_copy(*res, e)))
+    if (!st && (st = k_copy(*res, e)))
         dp_tensor_release(*res);
     dp_tensor_release(e);
     return st;
@@ -155,7 +160,7 @@ static dp_status unary_run(dp_tensor *out, int op, dp_tensor *a, int compute)
     dp_status st = prepare(&in, a, a->ndim, a->shape, compute);
     if (st)
         return st;
-    st = cpu_unary(op, out, in);
+    st = k_unary(op, out, in);
     dp_tensor_release(in);
     return st;
 }
@@ -164,8 +169,7 @@ dp_status dp_unary(dp_tensor **out, int op, dp_tensor *a)
 {
     int compute = 0, result = 0;
     dp_status st = unary_dtypes(op, a, &compute, &result);
-    if (st || (st = on_cpu(unop_names[op], a)) ||
-        (st = tensor_new(out, a->ndim, a->shape, result, a->device)))
+    if (st || (st = tensor_new(out, a->ndim, a->shape, result, a->device)))
         return st;
     if ((st = unary_run(*out, op, a, compute))) {
         dp_tensor_release(*out);
@@ -184,7 +188,7 @@ dp_status dp_unary_into(dp_tensor *dst, int op, dp_tensor *a)
 {
     int compute = 0, result = 0;
     dp_status st = unary_dtypes(op, a, &compute, &result);
-    if (st || (st = on_cpu(unop_names[op], a)) || (st = same_device(unop_names[op], dst, a)) ||
+    if (st || (st = same_device(unop_names[op], dst, a)) ||
         (st = check_into(unop_names[op], dst, result, a->ndim, a->shape)) ||
         (st = ag_check_inplace(inplace_name(unop_names[op]), dst)))
         return st;
@@ -230,9 +234,9 @@ static dp_status check_integer_operand(int op, int compute, dp_tensor *y)
 {
     if (dp_dtype_is_floating(compute) || compute == DP_BOOL)
         return DP_OK;
-    if (op == DP_REMAINDER && cpu_any(CPU_ANY_ZERO, y))
+    if (op == DP_REMAINDER && k_any(CPU_ANY_ZERO, y))
         return dp_fail(DP_ERR_ARG, "remainder: ZeroDivisionError: integer division by zero");
-    if (op == DP_POW && cpu_any(CPU_ANY_NEGATIVE, y))
+    if (op == DP_POW && k_any(CPU_ANY_NEGATIVE, y))
         return dp_fail(DP_ERR_ARG, "pow: integers to negative integer powers are not allowed "
                        "(convert to a floating dtype first)");
     return DP_OK;
@@ -245,7 +249,7 @@ static dp_status binary_run(dp_tensor *out, int op, dp_tensor *a, dp_tensor *b, 
     if (!(st = prepare(&x, a, out->ndim, out->shape, compute)) &&
         !(st = prepare(&y, b, out->ndim, out->shape, compute)) &&
         !(st = check_integer_operand(op, compute, y)))
-        st = cpu_binary(op, out, x, y);
+        st = k_binary(op, out, x, y);
     dp_tensor_release(x);
     dp_tensor_release(y);
     return st;
@@ -255,7 +259,7 @@ static dp_status binary_check(int op, dp_tensor *a, dp_tensor *b, int *compute, 
                               int *ndim, int64_t *shape)
 {
     dp_status st = binary_dtypes(op, a, b, compute, result);
-    if (st || (st = same_device(binop_names[op], a, b)) || (st = on_cpu(binop_names[op], a)))
+    if (st || (st = same_device(binop_names[op], a, b)))
         return st;
     return broadcast_shapes(binop_names[op], a->ndim, a->shape, b->ndim, b->shape, ndim, shape);
 }
@@ -349,7 +353,6 @@ dp_status dp_where(dp_tensor **out, dp_tensor *cond, dp_tensor *a, dp_tensor *b)
         return dp_fail(DP_ERR_DTYPE, "where: expected condition to be a bool tensor, got %s",
                        dp_dtype_name(cond->dtype));
     if ((st = same_device("where", cond, a)) || (st = same_device("where", a, b)) ||
-        (st = on_cpu("where", a)) ||
         (st = broadcast_shapes("where", a->ndim, a->shape, b->ndim, b->shape, &n1, s1)) ||
         (st = broadcast_shapes("where", cond->ndim, cond->shape, n1, s1, &n2, s2)))
         return st;
@@ -359,7 +362,7 @@ dp_status dp_where(dp_tensor **out, dp_tensor *cond, dp_tensor *a, dp_tensor *b)
         !(st = prepare(&y, b, n2, s2, dtype)) && !(st = tensor_new(out, n2, s2, dtype, a->device))) {
         ag_node *n = NULL;
         dp_tensor *ins[3] = { cond, a, b };
-        if ((st = cpu_where(*out, c, x, y)))
+        if ((st = k_where(*out, c, x, y)))
             dp_tensor_release(*out);
         else if (!(st = ag_record_or_drop(out, "WhereBackward0", bw_where, 3, ins, &n)) && n)
             ag_save(n, cond);
@@ -382,7 +385,8 @@ static dp_status clamp_check(dp_tensor *a, double lo, double hi)
 {
     if (isnan(lo) && isnan(hi))
         return dp_fail(DP_ERR_ARG, "clamp: at least one of 'min' or 'max' must not be nil");
-    return on_cpu("clamp", a);
+    (void)a;
+    return DP_OK;
 }
 
 dp_status dp_clamp(dp_tensor **out, dp_tensor *a, double lo, double hi)
@@ -393,7 +397,7 @@ dp_status dp_clamp(dp_tensor **out, dp_tensor *a, double lo, double hi)
     if (st || (st = prepare(&x, a, a->ndim, a->shape, dtype)))
         return st;
     if (!(st = tensor_new(out, a->ndim, a->shape, dtype, a->device)) &&
-        (st = cpu_clamp(*out, x, isnan(lo) ? -INFINITY : lo, isnan(hi) ? INFINITY : hi)))
+        (st = k_clamp(*out, x, isnan(lo) ? -INFINITY : lo, isnan(hi) ? INFINITY : hi)))
         dp_tensor_release(*out);
     dp_tensor_release(x);
     ag_node *n = NULL;
@@ -425,38 +429,35 @@ dp_status dp_copy_(dp_tensor *dst, dp_tensor *src)
 {
     dp_tensor *e;
     dp_status st;
-    if ((st = same_device("copy_", dst, src)) || (st = on_cpu("copy_", dst)) ||
-        (st = ag_check_inplace("copy_", dst)))
+    if ((st = ag_check_inplace("copy_", dst)))   /* copies may cross devices */
         return st;
     if (src->ndim == dst->ndim && !memcmp(src->shape, dst->shape, sizeof(int64_t) * (size_t)dst->ndim))
-        return cpu_copy(dst, src);
+        return k_copy(dst, src);
     if ((st = dp_expand(&e, src, dst->ndim, dst->shape))) {
         char x[160], y[160];
         return dp_fail(DP_ERR_SHAPE, "copy_: source shape %s does not broadcast to destination shape %s",
                        dp_shape_str(x, sizeof x, src->ndim, src->shape),
                        dp_shape_str(y, sizeof y, dst->ndim, dst->shape));
     }
-    st = cpu_copy(dst, e);
+    st = k_copy(dst, e);
     dp_tensor_release(e);
     return st;
 }
 
 dp_status dp_fill_(dp_tensor *dst, double value)
 {
-    dp_status st = on_cpu("fill_", dst);
-    if (st || (st = ag_check_inplace("fill_", dst)))
+    dp_status st = ag_check_inplace("fill_", dst);
+    if (st)
         return st;
-    return cpu_fill(dst, value);
+    return k_fill(dst, value);
 }
 
 dp_status dp_to(dp_tensor **out, dp_tensor *a, int dtype, int device)
 {
     if (dtype < 0 || dtype >= DP_NUM_DTYPES)
         return dp_fail(DP_ERR_DTYPE, "to: invalid dtype %d", dtype);
-    if (device != a->device && device != DP_CPU)
-        return dp_fail(DP_ERR_DEVICE, "to: cannot move a tensor to cuda:%d: this build of dplua has "
-                       "no CUDA tensor backend yet (CUDA tensors come with the CUDA backend; use \"cpu\")",
-                       device);
+    if (device < DP_CPU)
+        return dp_fail(DP_ERR_DEVICE, "to: invalid device %d", device);
     if (dtype == a->dtype && device == a->device) {
         dp_tensor_retain(a);
         *out = a;
@@ -491,8 +492,6 @@ static dp_status reduce_check(const char *fn, int op, dp_tensor *a, int *dim)
     dp_status st;
     if (op < 0 || op >= DP_NUM_REDOPS)
         return dp_fail(DP_ERR_ARG, "reduce: invalid op %d", op);
-    if ((st = on_cpu(fn, a)))
-        return st;
     if ((op == DP_MEAN || op == DP_VAR || op == DP_STD) && !dp_dtype_is_floating(a->dtype))
         return dp_fail(DP_ERR_DTYPE, "%s: could not infer output dtype: input dtype must be a floating "
                        "point dtype, got %s (convert with :float() first)", fn, dp_dtype_name(a->dtype));
@@ -540,7 +539,7 @@ static dp_status reduce_kernel(dp_tensor **values, dp_tensor **indices, int op, 
         *indices = NULL;
     if (!(st = tensor_new(values, ndim, shape, reduce_result_dtype(op, a->dtype), a->device)) &&
         (!indices || !(st = tensor_new(indices, ndim, shape, DP_INT64, a->device))))
-        st = cpu_reduce(op, *values, indices ? *indices : NULL, src, dim, correction);
+        st = k_reduce(op, *values, indices ? *indices : NULL, src, dim, correction);
     if (st) {
         dp_tensor_release(*values);
         if (indices)
@@ -608,13 +607,13 @@ dp_status dp_softmax(dp_tensor **out, dp_tensor *a, int dim, int log)
 {
     const char *fn = log ? "log_softmax" : "softmax";
     dp_status st;
-    if ((st = on_cpu(fn, a)) || (st = dim_check(fn, &dim, a->ndim)))
+    if ((st = dim_check(fn, &dim, a->ndim)))
         return st;
     if (!dp_dtype_is_floating(a->dtype))
         return dp_fail(DP_ERR_DTYPE, "%s: expected a floating point tensor, got %s", fn, dp_dtype_name(a->dtype));
     if ((st = tensor_new(out, a->ndim, a->shape, a->dtype, a->device)))
         return st;
-    if ((st = cpu_softmax(*out, a, dim, log))) {
+    if ((st = k_softmax(*out, a, dim, log))) {
         dp_tensor_release(*out);
         return st;
     }
@@ -637,7 +636,7 @@ static dp_status matmul_dtypes(const char *fn, const dp_tensor *a, const dp_tens
     if (a->dtype == DP_BOOL)
         return dp_fail(DP_ERR_DTYPE, "%s: not supported for bool tensors", fn);
     dp_status st = same_device(fn, a, b);
-    return st ? st : on_cpu(fn, a);
+    return st;
 }
 
 static dp_status matmul_nd(const char *fn, dp_tensor **out, dp_tensor *a, dp_tensor *b, bool drop_m, bool drop_n);
@@ -698,7 +697,7 @@ static dp_status matmul_nd(const char *fn, dp_tensor **out, dp_tensor *a, dp_ten
         goto done;
     full[nbatch] = k; full[nbatch + 1] = n;
     if ((st = dp_expand(&eb, b, nbatch + 2, full)) || (st = dp_reshape(&b3, eb, 3, sb)) ||
-        (st = tensor_new(&o3, 3, so, a->dtype, a->device)) || (st = cpu_bmm(o3, a3, b3)))
+        (st = tensor_new(&o3, 3, so, a->dtype, a->device)) || (st = k_bmm(o3, a3, b3)))
         goto done;
     /* final shape: batch, then m unless dropped, then n unless dropped */
     int nd = nbatch;
@@ -751,13 +750,13 @@ static dp_status check_index_tensor(const char *fn, const dp_tensor *index)
 {
     if (index->dtype != DP_INT64 && index->dtype != DP_INT32)
         return dp_fail(DP_ERR_DTYPE, "%s: expected an int64 index tensor, got %s", fn, dp_dtype_name(index->dtype));
-    return check_device_cpu(fn, index);
+    return DP_OK;   /* any device: GPU kernels take a device copy */
 }
 
 dp_status dp_index_select(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index)
 {
     dp_status st;
-    if ((st = check_index_tensor("index_select", index)) || (st = on_cpu("index_select", a)) ||
+    if ((st = check_index_tensor("index_select", index)) || 
         (st = dim_check("index_select", &dim, a->ndim)))
         return st;
     if (index->ndim > 1)
@@ -768,7 +767,7 @@ dp_status dp_index_select(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *ind
         shape[dim] = dp_tensor_numel(index);
     if ((st = tensor_new(out, a->ndim, shape, a->dtype, a->device)))
         return st;
-    if ((st = cpu_index_select(*out, a, dim, index))) {
+    if ((st = k_index_select(*out, a, dim, index))) {
         dp_tensor_release(*out);
         return st;
     }
@@ -784,7 +783,7 @@ dp_status dp_gather(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index)
 {
     char x[160], y[160];
     dp_status st;
-    if ((st = check_index_tensor("gather", index)) || (st = on_cpu("gather", a)) ||
+    if ((st = check_index_tensor("gather", index)) || 
         (st = dim_check("gather", &dim, a->ndim)))
         return st;
     if (index->ndim != a->ndim && !(index->ndim <= 1 && a->ndim <= 1))
@@ -797,7 +796,7 @@ dp_status dp_gather(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index)
                            dp_shape_str(y, sizeof y, a->ndim, a->shape), d);
     if ((st = tensor_new(out, index->ndim, index->shape, a->dtype, a->device)))
         return st;
-    if ((st = cpu_gather(*out, a, dim, index))) {
+    if ((st = k_gather(*out, a, dim, index))) {
         dp_tensor_release(*out);
         return st;
     }
@@ -826,7 +825,7 @@ dp_status dp_cat(dp_tensor **out, int n, dp_tensor *const *ts, int dim)
     shape[dim] = 0;
     for (int i = 0; i < n; i++) {
         const dp_tensor *t = ts[i];
-        if ((st = same_device("cat", first, t)) || (st = on_cpu("cat", t)))
+        if ((st = same_device("cat", first, t)))
             return st;
         bool ok = t->ndim == first->ndim;
         for (int d = 0; ok && d < t->ndim; d++)
@@ -845,7 +844,7 @@ dp_status dp_cat(dp_tensor **out, int n, dp_tensor *const *ts, int dim)
     for (int i = 0; i < n && !st; i++) {
         dp_tensor *part;
         if (!(st = dp_narrow(&part, *out, dim, at, ts[i]->shape[dim]))) {
-            st = cpu_copy(part, ts[i]);
+            st = k_copy(part, ts[i]);
             dp_tensor_release(part);
         }
         at += ts[i]->shape[dim];

@@ -6,7 +6,7 @@
  * so that an optimizer step is a single pass and DDP buckets are slices.
  */
 #include "core/autograd.h"
-#include "cpu/cpu.h"
+#include "core/kernels.h"
 
 #include <string.h>
 
@@ -32,7 +32,7 @@ static dp_status flat_check(const char *fn, dp_tensor *p, dp_tensor *g, const dp
     }
     if (!tensor_is_contiguous(p))
         return dp_fail(DP_ERR_ARG, "%s: parameters must be contiguous", fn);
-    return check_device_cpu(fn, p);
+    return DP_OK;
 }
 
 dp_status dp_sgd_step(dp_tensor *param, dp_tensor *grad, dp_tensor *momentum_buf, double lr, double momentum,
@@ -48,7 +48,7 @@ dp_status dp_sgd_step(dp_tensor *param, dp_tensor *grad, dp_tensor *momentum_buf
     param->storage->version++;
     if (momentum_buf)
         momentum_buf->storage->version++;
-    return cpu_sgd_step(param, grad, momentum != 0 ? momentum_buf : NULL, lr, momentum, dampening, nesterov,
+    return k_sgd_step(param, grad, momentum != 0 ? momentum_buf : NULL, lr, momentum, dampening, nesterov,
                         weight_decay, first_step);
 }
 
@@ -64,7 +64,7 @@ dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp
     if (step < 1)
         return dp_fail(DP_ERR_ARG, "adam_step: step must be at least 1, got %lld", (long long)step);
     param->storage->version++;
-    return cpu_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
+    return k_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
                          decoupled, step);
 }
 
@@ -125,12 +125,12 @@ static dp_status flatten_new(dp_tensor **fp, dp_tensor **fg, int n, dp_tensor *c
         dp_tensor *p = ps[i], *part = NULL, *dst = NULL, *slot = NULL;
         int64_t numel = dp_tensor_numel(p);
         if (!(st = dp_narrow(&part, *fp, 0, at, numel)) && !(st = dp_view(&dst, part, p->ndim, p->shape)) &&
-            !(st = cpu_copy(dst, p)) && !(st = dp_narrow(&slot, *fg, 0, at, numel))) {
+            !(st = k_copy(dst, p)) && !(st = dp_narrow(&slot, *fg, 0, at, numel))) {
             dp_tensor *shaped;
             if (!(st = dp_view(&shaped, slot, p->ndim, p->shape))) {
                 dp_tensor *old_grad = p->grad;
                 if (old_grad)
-                    st = cpu_copy(shaped, old_grad);
+                    st = k_copy(shaped, old_grad);
                 rebind(p, (*fp)->storage, at);
                 dp_tensor_release(p->grad_slot);
                 p->grad_slot = shaped;

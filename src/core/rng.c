@@ -115,8 +115,22 @@ static double normal_value(const uint32_t *w, int dtype)
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
+/* Random values are drawn on the host (so that the stream is the same
+ * on every device) and moved. */
+static dp_status moved(dp_tensor **out, dp_tensor *host, int device)
+{
+    dp_status st = dp_to(out, host, host->dtype, device);
+    dp_tensor_release(host);
+    return st;
+}
+
 dp_status dp_rand(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device)
 {
+    if (device != DP_CPU) {
+        dp_tensor *h;
+        dp_status st = dp_rand(&h, ndim, shape, dtype, DP_CPU);
+        return st ? st : moved(out, h, device);
+    }
     dp_status st = check_float("rand", dtype);
     if (st || (st = tensor_new(out, ndim, shape, dtype, device)))
         return st;
@@ -126,6 +140,11 @@ dp_status dp_rand(dp_tensor **out, int ndim, const int64_t *shape, int dtype, in
 
 dp_status dp_randn(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device)
 {
+    if (device != DP_CPU) {
+        dp_tensor *h;
+        dp_status st = dp_randn(&h, ndim, shape, dtype, DP_CPU);
+        return st ? st : moved(out, h, device);
+    }
     dp_status st = check_float("randn", dtype);
     if (st || (st = tensor_new(out, ndim, shape, dtype, device)))
         return st;
@@ -141,6 +160,11 @@ dp_status dp_randint(dp_tensor **out, int64_t low, int64_t high, int ndim, const
                        (long long)low, (long long)high);
     if (dtype == DP_BOOL)
         return dp_fail(DP_ERR_DTYPE, "randint: dtype bool is not supported");
+    if (device != DP_CPU) {
+        dp_tensor *h;
+        dp_status st = dp_randint(&h, low, high, ndim, shape, dtype, DP_CPU);
+        return st ? st : moved(out, h, device);
+    }
     dp_status st = tensor_new(out, ndim, shape, dtype, device);
     if (st)
         return st;

@@ -3,7 +3,7 @@
  * creation functions that need no kernels beyond a fill.
  */
 #include "core/autograd.h"
-#include "cpu/cpu.h"
+#include "core/kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -11,7 +11,42 @@
 
 /* ---------------------------------------------------------------- memory */
 
-static int64_t cpu_bytes_in_use, cpu_bytes_peak;
+/* bytes held by tensors, per device: [0] the CPU, [1 + d] cuda:d */
+#define MAX_DEVICES 64
+static int64_t bytes_in_use[MAX_DEVICES + 1], bytes_peak[MAX_DEVICES + 1];
+#define cpu_bytes_in_use (bytes_in_use[0])
+
+static int64_t *in_use_of(int device)
+{
+    return device >= DP_CPU && device < MAX_DEVICES ? &bytes_in_use[device + 1] : NULL;
+}
+
+static void account(int device, int64_t delta)
+{
+    int64_t *u = in_use_of(device);
+    if (!u)
+        return;
+    *u += delta;
+    if (*u > bytes_peak[device + 1])
+        bytes_peak[device + 1] = *u;
+}
+
+int64_t dp_memory_allocated(int device)
+{
+    int64_t *u = in_use_of(device);
+    return u ? *u : 0;
+}
+
+int64_t dp_max_memory_allocated(int device)
+{
+    return in_use_of(device) ? bytes_peak[device + 1] : 0;
+}
+
+void dp_reset_peak_memory_stats(int device)
+{
+    if (in_use_of(device))
+        bytes_peak[device + 1] = *in_use_of(device);
+}
 
 /* Tensors die when Lua's GC finalizes their handles, and Lua does not see
  * their size; so the binding asks after each op whether enough has been
@@ -28,24 +63,38 @@ int dp_gc_wanted(void)
 void dp_gc_done(void)
 {
     bytes_since_gc = 0;
-    bytes_at_gc = cpu_bytes_in_use;
+    bytes_at_gc = 0;
+    for (int i = 0; i <= MAX_DEVICES; i++)
+        bytes_at_gc += bytes_in_use[i];
 }
 
-int64_t dp_memory_allocated(int device)
+/* Device storages: the header on the host, the data from the device's
+ * pool (src/core/gpu.c). */
+static dp_status device_storage_new(dp_storage **out, size_t nbytes, int device)
 {
-    return device == DP_CPU ? cpu_bytes_in_use : 0;
-}
-
-int64_t dp_max_memory_allocated(int device)
-{
-    return device == DP_CPU ? cpu_bytes_peak : 0;
+    if (device >= MAX_DEVICES)
+        return dp_fail(DP_ERR_DEVICE, "device cuda:%d is not available (dplua supports at most %d CUDA devices)", device, MAX_DEVICES);
+    dp_storage *s = calloc(1, sizeof *s);
+    if (!s)
+        return dp_fail(DP_ERR_MEMORY, "out of memory allocating a storage header");
+    dp_status st = gpu_storage_alloc(&s->data, nbytes, device);
+    if (st) {
+        free(s);
+        return st;
+    }
+    s->refcount = 1;
+    s->device = device;
+    s->nbytes = nbytes;
+    account(device, (int64_t)nbytes);
+    bytes_since_gc += (int64_t)nbytes;   /* GPU garbage counts too */
+    *out = s;
+    return DP_OK;
 }
 
 static dp_status storage_new(dp_storage **out, size_t nbytes, int device)
 {
     if (device != DP_CPU)
-        return dp_fail(DP_ERR_DEVICE, "device cuda:%d: this build has no CUDA backend yet "
-                       "(tensors live on the CPU; use device \"cpu\")", device);
+        return device_storage_new(out, nbytes, device);
     /* One block: the struct in its first 64 bytes, then the data, 64-byte
      * aligned for vector loads and cache lines. */
     size_t capacity;
@@ -61,10 +110,8 @@ static dp_status storage_new(dp_storage **out, size_t nbytes, int device)
     s->nbytes = nbytes;
     s->capacity = capacity;
     s->data = (char *)s + 64;
-    cpu_bytes_in_use += (int64_t)nbytes;
+    account(DP_CPU, (int64_t)nbytes);
     bytes_since_gc += (int64_t)nbytes;
-    if (cpu_bytes_in_use > cpu_bytes_peak)
-        cpu_bytes_peak = cpu_bytes_in_use;
     *out = s;
     return DP_OK;
 }
@@ -72,7 +119,12 @@ static dp_status storage_new(dp_storage **out, size_t nbytes, int device)
 void storage_release(dp_storage *s)
 {
     if (s && --s->refcount == 0) {
-        cpu_bytes_in_use -= (int64_t)s->nbytes;
+        account(s->device, -(int64_t)s->nbytes);
+        if (s->device != DP_CPU) {
+            gpu_storage_free(s->data, s->device);
+            free(s);
+            return;
+        }
         cpu_free(s, s->capacity);
     }
 }
@@ -253,13 +305,6 @@ dp_status dim_check(const char *fn, int *dim, int ndim)
                        "(expected a dim in [%d, %d])", fn, *dim, ndim, -n, n - 1);
     if (*dim < 0)
         *dim += n;
-    return DP_OK;
-}
-
-dp_status check_device_cpu(const char *fn, const dp_tensor *t)
-{
-    if (t->device != DP_CPU)
-        return dp_fail(DP_ERR_DEVICE, "%s: expected a CPU tensor, got one on cuda:%d", fn, t->device);
     return DP_OK;
 }
 
@@ -587,6 +632,21 @@ dp_status dp_clone(dp_tensor **out, dp_tensor *a)
 
 /* ---------------------------------------------------------------- creation */
 
+/* The creation functions below write their values on the host; for a GPU
+ * they fill a host tensor and move it. */
+#define FILL_ON_HOST(out, device, dtype, call)             \
+    do {                                                  \
+        if ((device) != DP_CPU) {                         \
+            dp_tensor *host_;                             \
+            dp_status st_ = (call);                       \
+            if (st_)                                      \
+                return st_;                               \
+            st_ = dp_to(out, host_, dtype, device);       \
+            dp_tensor_release(host_);                     \
+            return st_;                                   \
+        }                                                 \
+    } while (0)
+
 dp_status dp_empty(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device)
 {
     return tensor_new(out, ndim, shape, dtype, device);
@@ -604,6 +664,7 @@ dp_status dp_full(dp_tensor **out, int ndim, const int64_t *shape, double value,
 
 dp_status dp_arange(dp_tensor **out, double start, double end, double step, int dtype, int device)
 {
+    FILL_ON_HOST(out, device, dtype, dp_arange(&host_, start, end, step, dtype, DP_CPU));
     if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
         return dp_fail(DP_ERR_ARG, "arange: step must be nonzero and bounds finite "
                        "(got start=%g, end=%g, step=%g)", start, end, step);
@@ -623,6 +684,7 @@ dp_status dp_arange(dp_tensor **out, double start, double end, double step, int 
 
 dp_status dp_linspace(dp_tensor **out, double start, double end, int64_t steps, int dtype, int device)
 {
+    FILL_ON_HOST(out, device, dtype, dp_linspace(&host_, start, end, steps, dtype, DP_CPU));
     if (steps < 0)
         return dp_fail(DP_ERR_ARG, "linspace: number of steps must be non-negative, got %lld", (long long)steps);
     dp_status st = tensor_new(out, 1, &steps, dtype, device);
@@ -643,6 +705,7 @@ dp_status dp_linspace(dp_tensor **out, double start, double end, int64_t steps, 
 
 dp_status dp_eye(dp_tensor **out, int64_t n, int64_t m, int dtype, int device)
 {
+    FILL_ON_HOST(out, device, dtype, dp_eye(&host_, n, m, dtype, DP_CPU));
     int64_t shape[2] = { n, m < 0 ? n : m };
     dp_status st = dp_full(out, 2, shape, 0, dtype, device);
     if (st)
@@ -661,9 +724,15 @@ dp_status dp_item(dp_tensor *t, double *value)
     if (dp_tensor_numel(t) != 1)
         return dp_fail(DP_ERR_SHAPE, "item: a tensor with %lld elements cannot be converted to a "
                        "number (expected exactly one element)", (long long)dp_tensor_numel(t));
-    dp_status st = check_device_cpu("item", t);
-    if (st)
+    if (t->device != DP_CPU) {
+        dp_tensor *host;
+        dp_status st = dp_to(&host, t, t->dtype, DP_CPU);
+        if (st)
+            return st;
+        st = dp_item(host, value);
+        dp_tensor_release(host);
         return st;
+    }
     *value = dtype_load(t->dtype, tensor_ptr(t));
     return DP_OK;
 }
@@ -674,7 +743,18 @@ dp_status dp_item_int64(dp_tensor *t, int64_t *value)
     dp_status st = dp_item(t, &d);
     if (st)
         return st;
-    *value = t->dtype == DP_INT64 ? *(int64_t *)tensor_ptr(t) : (int64_t)d;
+    if (t->dtype != DP_INT64 || t->device != DP_CPU) {
+        *value = (int64_t)d;
+        if (t->dtype == DP_INT64) {   /* exact, through a host copy */
+            dp_tensor *host;
+            if (!(st = dp_to(&host, t, t->dtype, DP_CPU))) {
+                *value = *(int64_t *)tensor_ptr(host);
+                dp_tensor_release(host);
+            }
+        }
+        return st;
+    }
+    *value = *(int64_t *)tensor_ptr(t);
     return DP_OK;
 }
 

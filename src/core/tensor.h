@@ -49,6 +49,10 @@ void *cpu_alloc(size_t n, size_t *capacity);
 void cpu_free(void *p, size_t capacity);
 void cpu_alloc_size(size_t n, size_t *capacity);   /* the capacity cpu_alloc(n) gives */
 
+/* gpu.c: device memory of storages (fails clearly without CUDA) */
+dp_status gpu_storage_alloc(void **data, size_t nbytes, int device);
+void gpu_storage_free(void *data, int device);
+
 /* tensor.c */
 void storage_release(dp_storage *s);
 dp_status tensor_new(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device);
@@ -62,7 +66,6 @@ static inline char *tensor_ptr(const dp_tensor *t)
 }
 /* Checks a dim against ndim, wrapping negatives; fn names the caller. */
 dp_status dim_check(const char *fn, int *dim, int ndim);
-dp_status check_device_cpu(const char *fn, const dp_tensor *t);
 
 /* dtype.c */
 float bf16_to_float(uint16_t v);

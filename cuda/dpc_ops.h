@@ -1,0 +1,153 @@
+/*
+ * dpc_ops.h — the plain C face of the tensor kernels in the cuda/ folder.
+ *
+ * src/core dispatches here for tensors whose device is a GPU. Every
+ * function returns 0 or a cudaError_t value (dpc_error_string() gives the
+ * words), or DPC_UNSUPPORTED when no kernel exists for the dtype/op asked
+ * for. Launches are asynchronous on `stream` (a cudaStream_t; NULL is the
+ * legacy default stream); each launcher checks cudaGetLastError() right
+ * after the launch.
+ *
+ * Element types are dplua's dtype codes (src/dplua.h: 0 float32, 1 float64,
+ * 2 int64, 3 int32, 4 uint8, 5 bool, 6 bfloat16); op codes are dplua's
+ * dp_unop / dp_binop / dp_redop values. Strides and shapes are in elements.
+ *
+ * An elementwise kernel walks an iteration shape (dpc_shape) and reads or
+ * writes each operand through its own strides over that shape (a broadcast
+ * operand has stride 0 where it is broadcast), starting at `data`, which
+ * already points at the operand's first element.
+ */
+#ifndef DPC_OPS_H
+#define DPC_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DPC_MAX_DIMS 8
+#define DPC_UNSUPPORTED (-1)
+
+typedef struct {
+    int ndim;
+    int64_t shape[DPC_MAX_DIMS];
+} dpc_shape;
+
+typedef struct {
+    void *data;
+    int64_t stride[DPC_MAX_DIMS];
+} dpc_operand;
+
+/* ---- memory (cuda/memory.cu) ---- */
+
+/* Stream-ordered allocation from the device's memory pool, whose release
+ * threshold is set high on first use so that freed memory stays cached. */
+int dpc_malloc(void **ptr, size_t bytes, int device, void *stream);
+int dpc_free(void *ptr, int device, void *stream);
+/* kind: 0 host to device, 1 device to host, 2 device to device. A copy to
+ * the host returns when the data is there. */
+int dpc_memcpy(void *dst, const void *src, size_t bytes, int kind, void *stream);
+int dpc_set_device(int device);
+int dpc_get_device(int *device);
+int dpc_synchronize(int device);
+int dpc_mem_info(int device, size_t *free_bytes, size_t *total_bytes);
+
+/* ---- elementwise (cuda/elementwise.cu) ---- */
+
+/* out = op(a); a is of dtype `in`, out of dtype `out_dtype` (the result
+ * dtype of dp_unary: the same, or bool for logical_not). */
+int dpc_unary(int op, int in_dtype, int out_dtype, dpc_shape s, dpc_operand out, dpc_operand a, void *stream);
+/* out = a op b; a and b are of dtype `dtype`, out of `out_dtype` (bool for
+ * comparisons and logical ops). Integer ops wrap; x % 0 gives 0. */
+int dpc_binary(int op, int dtype, int out_dtype, dpc_shape s, dpc_operand out, dpc_operand a, dpc_operand b,
+               void *stream);
+/* dx = d op(x)/dx * g, with y = op(x) (float dtypes; the formulas of
+ * src/cpu/elementwise.c's unary backward); ops with a zero derivative fill 0. */
+int dpc_unary_backward(int op, int dtype, dpc_shape s, dpc_operand dx, dpc_operand g, dpc_operand x,
+                       dpc_operand y, void *stream);
+/* out = cond ? a : b; cond is bool (uint8), a, b and out of `dtype`. */
+int dpc_where(int dtype, dpc_shape s, dpc_operand out, dpc_operand cond, dpc_operand a, dpc_operand b,
+              void *stream);
+/* out = min(max(a, lo), hi); NaN stays NaN. */
+int dpc_clamp(int dtype, dpc_shape s, dpc_operand out, dpc_operand a, double lo, double hi, void *stream);
+/* out = a converted from in_dtype to out_dtype (also a strided copy when
+ * they are equal); float to integer truncates, bf16 rounds to nearest even. */
+int dpc_cast(int out_dtype, int in_dtype, dpc_shape s, dpc_operand out, dpc_operand a, void *stream);
+int dpc_fill(int dtype, dpc_shape s, dpc_operand out, double value, void *stream);
+
+/* ---- reductions (cuda/reduce.cu) ---- */
+
+/* For every position of the output iteration shape s (the input's shape
+ * with the reduced dim removed): reduce the `len` elements of a that start
+ * there, `a_stride` apart, with dp_redop `op` (correction for var/std).
+ * out is of out_dtype (dp_reduce's result dtype); idx, when its data is not
+ * NULL, receives the int64 index (max/min with indices, argmax/argmin write
+ * their result to out). Accumulates in double (int64 for integer sums). */
+int dpc_reduce(int op, int in_dtype, int out_dtype, dpc_shape s, dpc_operand out, dpc_operand idx,
+               dpc_operand a, int64_t len, int64_t a_stride, int correction, void *stream);
+/* softmax / log_softmax along a dim of `len` elements, strides along it
+ * out_stride and a_stride, at every position of s (the dim removed). */
+int dpc_softmax(int dtype, dpc_shape s, dpc_operand out, int64_t out_stride, dpc_operand a, int64_t a_stride,
+                int64_t len, int log, void *stream);
+/* Cross-entropy over contiguous input (N, C) of dtype, int64 target (N),
+ * optional float64 weight (C): per-sample losses into rows (N doubles, on
+ * the device) and, when probs is not NULL, the softmax (N x C doubles).
+ * log_probs: the input holds log-probabilities (nll_loss). A target out of
+ * [0, C) other than ignore_index sets *bad_target (device int, 0 before). */
+int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *input, const int64_t *target,
+                      const double *weight, int64_t ignore_index, double smoothing, int log_probs,
+                      double *rows, double *probs, int *bad_target, void *stream);
+/* dinput (N, C) of dtype from probs (or nothing for log_probs) and a
+ * per-row scale (N doubles on the device), the formulas of src/cpu/nn.c. */
+int dpc_cross_entropy_backward(int dtype, int64_t N, int64_t C, void *dinput, const double *probs,
+                               const int64_t *target, const double *weight, int64_t ignore_index,
+                               double smoothing, int log_probs, const double *scale, void *stream);
+
+/* ---- matrix products (cuda/gemm.cu, cuBLASLt) ---- */
+
+/* Row-major, batched: C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for
+ * b < batch, op = transpose when trans_* is set; A is m x k after op, B is
+ * k x n after op, C is m x n with leading dimension ldc; stride_* between
+ * batch entries (0 broadcasts). dtype float32 (tf32 when allow_tf32),
+ * float64 or bfloat16 (float accumulation). bias (n elements of dtype, or
+ * NULL) is added to every row through cuBLASLt's epilogue. */
+int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+             const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb, int64_t stride_b,
+             double beta, void *C, int64_t ldc, int64_t stride_c, int64_t batch, const void *bias,
+             int allow_tf32, void *stream);
+
+/* ---- optimizers (cuda/optim.cu): PyTorch 1.13's formulas, as src/cpu/optim.c ---- */
+
+int dpc_sgd_step(int dtype, int64_t n, void *param, const void *grad, void *momentum_buf, double lr,
+                 double momentum, double dampening, int nesterov, double weight_decay, int first_step,
+                 void *stream);
+int dpc_adam_step(int dtype, int64_t n, void *param, const void *grad, void *exp_avg, void *exp_avg_sq,
+                  void *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
+                  double weight_decay, int decoupled, int64_t step, void *stream);
+
+/* ---- indexing (cuda/index.cu) ---- */
+
+/* out.select(dim, i) = a.select(dim, index[i]) for contiguous a (outer x
+ * size x inner) and out (outer x n x inner); index int64 (n), each checked:
+ * one out of [0, size) sets *bad_index (device int). */
+int dpc_index_select(int dtype, int64_t outer, int64_t size, int64_t inner, const void *a, const int64_t *index,
+                     int64_t n, void *out, int *bad_index, void *stream);
+/* out (outer x size x inner) .select(dim, index[i]) += src (outer x n x inner) .select(dim, i), atomically. */
+int dpc_index_add(int dtype, int64_t outer, int64_t size, int64_t inner, void *out, const int64_t *index,
+                  int64_t n, const void *src, void *stream);
+/* im2col over contiguous x (N, C, H, W) into cols (N, C*kh*kw, oh*ow), and
+ * the fold back (cols added into x) for the backward. */
+int dpc_unfold(int dtype, int64_t N, int64_t C, int64_t H, int64_t W, const int64_t *kernel,
+               const int64_t *stride, const int64_t *padding, const int64_t *dilation, int64_t oh, int64_t ow,
+               const void *x, void *cols, double pad_value, void *stream);
+int dpc_fold_add(int dtype, int64_t N, int64_t C, int64_t H, int64_t W, const int64_t *kernel,
+                 const int64_t *stride, const int64_t *padding, const int64_t *dilation, int64_t oh, int64_t ow,
+                 void *x, const void *cols, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DPC_OPS_H */

@@ -1,0 +1,110 @@
+/*
+ * kernels.h — the op table's last step: run a kernel on the device of its
+ * output. src/cpu has the CPU kernels; src/core/gpu.c adapts the same
+ * calls to the CUDA kernels of cuda/dpc_ops.h. Arguments are as for the
+ * cpu_* functions (src/cpu/cpu.h): checked, broadcast, cast.
+ */
+#ifndef DP_CORE_KERNELS_H
+#define DP_CORE_KERNELS_H
+
+#include "cpu/cpu.h"
+
+/* gpu.c: the CUDA side (each fails clearly in a build without CUDA) */
+dp_status gpu_unary(int op, dp_tensor *out, dp_tensor *a);
+dp_status gpu_binary(int op, dp_tensor *out, dp_tensor *a, dp_tensor *b);
+dp_status gpu_unary_backward(int op, dp_tensor *dx, dp_tensor *g, dp_tensor *x, dp_tensor *y);
+dp_status gpu_where(dp_tensor *out, dp_tensor *cond, dp_tensor *a, dp_tensor *b);
+dp_status gpu_clamp(dp_tensor *out, dp_tensor *a, double lo, double hi);
+dp_status gpu_copy(dp_tensor *dst, dp_tensor *src);
+dp_status gpu_fill(dp_tensor *dst, double value);
+dp_status gpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, int dim, int correction);
+dp_status gpu_softmax(dp_tensor *out, dp_tensor *a, int dim, int log);
+dp_status gpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b);
+dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b);
+dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w);
+dp_status gpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
+dp_status gpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
+/* gather and its backward have no CUDA kernel yet: they run on host copies */
+dp_status gpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
+dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
+dp_status gpu_cross_entropy(double *rows, double *denom, const cpu_ce_args *a);
+dp_status gpu_cross_entropy_backward(dp_tensor *dinput, const double *scale, const cpu_ce_args *a);
+dp_status gpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u);
+dp_status gpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u);
+dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
+                       double dampening, int nesterov, double weight_decay, int first_step);
+dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
+                        double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step);
+bool gpu_any(int what, dp_tensor *t);
+
+#define ON_CPU(t) ((t)->device == DP_CPU)
+
+static inline dp_status k_unary(int op, dp_tensor *out, dp_tensor *a)
+{ return ON_CPU(out) ? cpu_unary(op, out, a) : gpu_unary(op, out, a); }
+static inline dp_status k_binary(int op, dp_tensor *out, dp_tensor *a, dp_tensor *b)
+{ return ON_CPU(out) ? cpu_binary(op, out, a, b) : gpu_binary(op, out, a, b); }
+static inline dp_status k_unary_backward(int op, dp_tensor *dx, dp_tensor *g, dp_tensor *x, dp_tensor *y)
+{ return ON_CPU(dx) ? cpu_unary_backward(op, dx, g, x, y) : gpu_unary_backward(op, dx, g, x, y); }
+static inline dp_status k_where(dp_tensor *out, dp_tensor *cond, dp_tensor *a, dp_tensor *b)
+{ return ON_CPU(out) ? cpu_where(out, cond, a, b) : gpu_where(out, cond, a, b); }
+static inline dp_status k_clamp(dp_tensor *out, dp_tensor *a, double lo, double hi)
+{ return ON_CPU(out) ? cpu_clamp(out, a, lo, hi) : gpu_clamp(out, a, lo, hi); }
+/* a copy may cross devices: only host to host stays on the CPU */
+static inline dp_status k_copy(dp_tensor *dst, dp_tensor *src)
+{ return ON_CPU(dst) && ON_CPU(src) ? cpu_copy(dst, src) : gpu_copy(dst, src); }
+static inline dp_status k_fill(dp_tensor *dst, double value)
+{ return ON_CPU(dst) ? cpu_fill(dst, value) : gpu_fill(dst, value); }
+static inline bool k_any(int what, dp_tensor *t)
+{ return ON_CPU(t) ? cpu_any(what, t) : gpu_any(what, t); }
+static inline dp_status k_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, int dim, int correction)
+{ return ON_CPU(out) ? cpu_reduce(op, out, indices, a, dim, correction) : gpu_reduce(op, out, indices, a, dim, correction); }
+static inline dp_status k_softmax(dp_tensor *out, dp_tensor *a, int dim, int log)
+{ return ON_CPU(out) ? cpu_softmax(out, a, dim, log) : gpu_softmax(out, a, dim, log); }
+static inline dp_status k_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b)
+{ return ON_CPU(out) ? cpu_bmm(out, a, b) : gpu_bmm(out, a, b); }
+static inline dp_status k_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
+{
+    if (!ON_CPU(out))
+        return gpu_linear(out, x, w, b);
+    cpu_linear(out, x, w, b);
+    return DP_OK;
+}
+static inline dp_status k_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x,
+                                          dp_tensor *w)
+{
+    if (!ON_CPU(g))
+        return gpu_linear_backward(dx, dw, db, g, x, w);
+    cpu_linear_backward(dx, dw, db, g, x, w);
+    return DP_OK;
+}
+static inline dp_status k_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
+{ return ON_CPU(out) ? cpu_index_select(out, a, dim, index) : gpu_index_select(out, a, dim, index); }
+static inline dp_status k_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
+{ return ON_CPU(out) ? cpu_index_add(out, dim, index, src) : gpu_index_add(out, dim, index, src); }
+static inline dp_status k_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
+{ return ON_CPU(out) ? cpu_gather(out, a, dim, index) : gpu_gather(out, a, dim, index); }
+static inline dp_status k_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
+{ return ON_CPU(out) ? cpu_scatter_add(out, dim, index, src) : gpu_scatter_add(out, dim, index, src); }
+static inline dp_status k_cross_entropy(double *rows, double *denom, const cpu_ce_args *a)
+{ return ON_CPU(a->input) ? cpu_cross_entropy(rows, denom, a) : gpu_cross_entropy(rows, denom, a); }
+static inline dp_status k_cross_entropy_backward(dp_tensor *dinput, const double *scale, const cpu_ce_args *a)
+{ return ON_CPU(dinput) ? cpu_cross_entropy_backward(dinput, scale, a) : gpu_cross_entropy_backward(dinput, scale, a); }
+static inline dp_status k_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u)
+{ return ON_CPU(cols) ? cpu_unfold(cols, x, u) : gpu_unfold(cols, x, u); }
+static inline dp_status k_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)
+{ return ON_CPU(x) ? cpu_fold_add(x, cols, u) : gpu_fold_add(x, cols, u); }
+static inline dp_status k_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
+                                   double dampening, int nesterov, double weight_decay, int first_step)
+{
+    return ON_CPU(p) ? cpu_sgd_step(p, g, buf, lr, momentum, dampening, nesterov, weight_decay, first_step)
+                     : gpu_sgd_step(p, g, buf, lr, momentum, dampening, nesterov, weight_decay, first_step);
+}
+static inline dp_status k_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax,
+                                    double lr, double beta1, double beta2, double eps, double weight_decay,
+                                    int decoupled, int64_t step)
+{
+    return ON_CPU(p) ? cpu_adam_step(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step)
+                     : gpu_adam_step(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step);
+}
+
+#endif

@@ -1,0 +1,168 @@
+-- CPU-vs-CUDA parity (make check-gpu): every op computed on the CPU (the
+-- reference, itself checked against PyTorch in tests/lua) and on cuda:0
+-- must agree, per dtype, forward and backward; then the seed model and an
+-- MLP train to the same losses on both devices.
+local dir = os.getenv("DPLUA_TEST_DIR") or (debug.getinfo(1, "S").source:match("^@(.*)/gpu/") or "tests")
+package.path = dir .. "/lua/?.lua;" .. package.path
+local T = require("tap")
+local torch = require("dplua")
+
+if not torch.cuda.is_available() then
+  print("1..0 # SKIP no CUDA device")
+  os.exit(0)
+end
+
+local dev = "cuda:0"
+local function tol(dt) return (dt == torch.float64) and 1e-10 or (dt == torch.bfloat16 and 2e-2 or 2e-5) end
+
+-- compares f(cpu inputs) with f(cuda inputs)
+local function same(name, f, inputs, rtol)
+  local ok, err = pcall(function()
+    local cpu = f(unpack(inputs))
+    local gin = {}
+    for i, x in ipairs(inputs) do gin[i] = torch.is_tensor(x) and x:to(dev) or x end
+    local gpu = f(unpack(gin))
+    if type(cpu) ~= "table" or torch.is_tensor(cpu) then cpu, gpu = { cpu }, { gpu } end
+    for i = 1, #cpu do
+      local c, g = cpu[i], gpu[i]
+      T.is(tostring(g.device), dev, name .. " [" .. i .. "] stays on " .. dev)
+      T.is(tostring(g.dtype), tostring(c.dtype), name .. " [" .. i .. "] dtype")
+      local gc = g:cpu()
+      if c.dtype.is_floating_point then
+        T.tensor_close(gc:double(), c:double(), rtol or tol(c.dtype), rtol or tol(c.dtype), name .. " [" .. i .. "] values")
+      else
+        T.is(table.concat(gc:reshape(-1):long():tolist(), ","), table.concat(c:reshape(-1):long():tolist(), ","),
+             name .. " [" .. i .. "] values")
+      end
+    end
+  end)
+  if not ok then T.ok(false, name .. " raised: " .. tostring(err)) end
+end
+
+torch.manual_seed(0)
+local dtypes = { torch.float32, torch.float64, torch.int64, torch.int32, torch.uint8, torch.bool, torch.bfloat16 }
+local floats = { torch.float32, torch.float64, torch.bfloat16 }
+
+local function input(dt, ...)
+  local x = torch.randn(...) * 3
+  if dt == torch.bool then return x:gt(0) end
+  if dt == torch.uint8 then return x:abs():to(dt) end
+  return x:to(dt)
+end
+
+-- copies and casts across devices
+for _, dt in ipairs(dtypes) do
+  local x = input(dt, 3, 4)
+  same("round trip " .. dt.name, function(a) return a end, { x })
+  for _, dt2 in ipairs(dtypes) do
+    same("cast " .. dt.name .. " -> " .. dt2.name, function(a) return a:to(dt2) end, { x })
+  end
+  same("strided copy " .. dt.name, function(a) return a:t():contiguous() end, { x })
+end
+
+-- unary
+for _, op in ipairs({ "neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu", "sin", "cos", "sign",
+                      "floor", "ceil", "round", "reciprocal", "square" }) do
+  for _, dt in ipairs(floats) do
+    local x = input(dt, 4, 5)
+    if op == "log" or op == "sqrt" then x = x:abs() + 0.5 end
+    same(op .. " " .. dt.name, function(a) return a[op](a) end, { x })
+  end
+end
+for _, dt in ipairs({ torch.int64, torch.int32 }) do
+  for _, op in ipairs({ "neg", "abs", "relu", "sign", "square" }) do
+    same(op .. " " .. dt.name, function(a) return a[op](a) end, { input(dt, 4, 5) })
+  end
+end
+same("logical_not bool", function(a) return a:logical_not() end, { input(torch.bool, 6) })
+
+-- binary with broadcasting
+for _, op in ipairs({ "add", "sub", "mul", "div", "maximum", "minimum", "eq", "lt", "ge", "remainder", "pow" }) do
+  for _, dt in ipairs({ torch.float32, torch.float64, torch.int64, torch.int32 }) do
+    local a, b = input(dt, 3, 1, 4), input(dt, 5, 1)
+    if op == "pow" then a = a:abs() + 1; b = b:abs():clamp(0, 3) end
+    if op == "remainder" or op == "div" then b = b:abs() + 1 end
+    same(op .. " " .. dt.name .. " broadcast", function(x, y) return x[op](x, y) end, { a, b })
+  end
+end
+same("add scalar", function(x) return x + 2.5 end, { input(torch.float32, 7) })
+same("where", function(c, x, y) return torch.where(c, x, y) end, { input(torch.bool, 3, 4), input(torch.float32, 3, 4), input(torch.float32, 4) })
+same("clamp", function(x) return x:clamp(-1, 0.5) end, { input(torch.float32, 10) })
+
+-- reductions
+for _, op in ipairs({ "sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "var", "std", "all", "any" }) do
+  for _, dt in ipairs({ torch.float32, torch.float64 }) do
+    local x = input(dt, 4, 5, 6)
+    same(op .. " all " .. dt.name, function(a) return a[op](a) end, { x })
+    for d = 0, 2 do
+      same(op .. " dim " .. d .. " " .. dt.name, function(a) return a[op](a, d, true) end, { x })
+    end
+  end
+end
+same("sum int64", function(a) return a:sum(1) end, { input(torch.int64, 4, 5) })
+same("max with indices", function(a) local v, i = a:max(1); return { v, i } end, { input(torch.float32, 6, 7) })
+same("softmax", function(a) return a:softmax(1) end, { input(torch.float32, 5, 9) })
+same("log_softmax dim 0", function(a) return a:log_softmax(0) end, { input(torch.float64, 5, 9) })
+
+-- matrix products
+for _, dt in ipairs({ torch.float32, torch.float64 }) do
+  same("mm " .. dt.name, function(a, b) return a:mm(b) end, { input(dt, 17, 9), input(dt, 9, 13) }, dt == torch.float32 and 1e-4 or nil)
+  same("mm transposed " .. dt.name, function(a, b) return a:t():mm(b:t()) end, { input(dt, 9, 17), input(dt, 13, 9) }, dt == torch.float32 and 1e-4 or nil)
+  same("bmm " .. dt.name, function(a, b) return a:bmm(b) end, { input(dt, 3, 5, 4), input(dt, 3, 4, 6) }, dt == torch.float32 and 1e-4 or nil)
+  same("matmul broadcast " .. dt.name, function(a, b) return a:matmul(b) end, { input(dt, 2, 3, 5, 4), input(dt, 4, 6) }, dt == torch.float32 and 1e-4 or nil)
+  same("linear " .. dt.name, function(x, w, b) return torch._linear(x, w, b) end, { input(dt, 8, 5), input(dt, 3, 5), input(dt, 3) }, dt == torch.float32 and 1e-4 or nil)
+end
+
+-- indexing
+same("index_select", function(a, i) return a:index_select(0, i) end, { input(torch.float32, 6, 3), torch.tensor({ 5, 0, 2, 2 }, { dtype = torch.int64 }) })
+same("gather", function(a, i) return a:gather(1, i) end, { input(torch.float32, 3, 4), torch.tensor({ { 0, 3 }, { 1, 1 }, { 2, 0 } }, { dtype = torch.int64 }) })
+same("cat", function(a, b) return torch.cat({ a, b }, 1) end, { input(torch.float32, 2, 3), input(torch.float32, 2, 2) })
+
+-- autograd on CUDA: gradients equal the CPU's
+local function grads(x, w, b, t)
+  x = x:detach():requires_grad_(); w = w:detach():requires_grad_(); b = b:detach():requires_grad_()
+  local y = torch._linear(x, w, b):relu()
+  local loss = torch._cross_entropy(y, t, nil, -100, 0.1, 1, false) + (y:tanh() * 0.5):sum() / 7
+  loss:backward()
+  return { loss, x.grad, w.grad, b.grad }
+end
+same("autograd: linear, relu, cross-entropy, tanh", grads,
+     { input(torch.float64, 16, 5), input(torch.float64, 4, 5), input(torch.float64, 4), torch.randint(0, 4, { 16 }) })
+
+-- training: the seed model and an MLP reach the same losses
+local function train(device, dtype)
+  torch.manual_seed(3)
+  local nn, optim = torch.nn, torch.optim
+  local model = nn.Sequential(nn.Linear(10, 10), nn.ReLU(), nn.Linear(10, 2)):to(dtype):to(device)
+  local opt = optim.Adam(model:parameters(), { lr = 0.01 })
+  local crit = nn.CrossEntropyLoss()
+  local x = torch.rand(32, 10, { dtype = dtype }):to(device)
+  local y = torch.randint(0, 2, { 32 }):to(device)
+  local losses = {}
+  for i = 1, 20 do
+    opt:zero_grad()
+    local loss = crit(model(x), y)
+    loss:backward()
+    opt:step()
+    losses[i] = loss:item()
+  end
+  return losses
+end
+local c, g = train("cpu", torch.float64), train(dev, torch.float64)
+local worst = 0
+for i = 1, #c do worst = math.max(worst, math.abs(c[i] - g[i]) / math.abs(c[i])) end
+T.ok(worst < 1e-10, string.format("seed model with Adam, 20 steps: CUDA losses equal the CPU's (worst rel %.2e)", worst))
+local c32, g32 = train("cpu", torch.float32), train(dev, torch.float32)
+worst = 0
+for i = 1, #c32 do worst = math.max(worst, math.abs(c32[i] - g32[i]) / math.abs(c32[i])) end
+T.ok(worst < 1e-4, string.format("the same in float32 (worst rel %.2e)", worst))
+
+-- memory: freed tensors are given back, and errors are clear
+local before = torch.cuda.memory_allocated(0)
+do local big = torch.empty(1024, 1024):to(dev) end
+collectgarbage(); collectgarbage()
+T.is(torch.cuda.memory_allocated(0), before, "memory_allocated returns to its level after a collection")
+T.raises(function() return torch.ones(2):to("cuda:7") end, "cuda:7", "an absent device is a clear error")
+T.raises(function() return torch.ones(2):to(dev) + torch.ones(2) end, "same device", "mixing devices is a clear error")
+T.is(tostring(torch.ones(2, 2):to(dev)), "tensor([[1., 1.],\n        [1., 1.]], device='cuda:0')", "printing names the device")
+T.done_testing()
