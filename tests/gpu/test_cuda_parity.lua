@@ -158,8 +158,10 @@ for i = 1, #c32 do worst = math.max(worst, math.abs(c32[i] - g32[i]) / math.abs(
 T.ok(worst < 1e-4, string.format("the same in float32 (worst rel %.2e)", worst))
 
 -- memory: freed tensors are given back, and errors are clear
+collectgarbage(); collectgarbage()
 local before = torch.cuda.memory_allocated(0)
 do local big = torch.empty(1024, 1024):to(dev) end
+T.ok(torch.cuda.memory_allocated(0) >= before + 4 * 1024 * 1024, "memory_allocated counts a new 4 MiB tensor")
 collectgarbage(); collectgarbage()
 T.is(torch.cuda.memory_allocated(0), before, "memory_allocated returns to its level after a collection")
 T.raises(function() return torch.ones(2):to("cuda:7") end, "cuda:7", "an absent device is a clear error")
