@@ -15,7 +15,7 @@
 #   DPLUA_FUZZ_CALLS       calls under ./dplua (default 200000)
 #   DPLUA_FUZZ_SEED        seed of both runs; default fixed (1 and 2) so that
 #                          CI is repeatable; "random" takes the time
-#   DPLUA_FUZZ_TIMEOUT     seconds each run may take (default 300)
+#   DPLUA_FUZZ_TIMEOUT     seconds each run may take (default 120)
 #
 # When the compiler cannot link a sanitized program (no libasan/libubsan) the
 # two dplua-asan tests are skipped and the ./dplua run still counts.
@@ -26,7 +26,7 @@ builddir=${top_builddir:-.}
 fuzz=$srcdir/tests/lua/fuzz.lua
 asan_calls=${DPLUA_FUZZ_ASAN_CALLS:-50000}
 plain_calls=${DPLUA_FUZZ_CALLS:-200000}
-limit=${DPLUA_FUZZ_TIMEOUT:-300}
+limit=${DPLUA_FUZZ_TIMEOUT:-120}
 seed_asan=1
 seed_plain=2
 case ${DPLUA_FUZZ_SEED:-} in
