@@ -15,7 +15,7 @@
 #   DPLUA_FUZZ_CALLS       calls under ./dplua (default 200000)
 #   DPLUA_FUZZ_SEED        seed of both runs; default fixed (1 and 2) so that
 #                          CI is repeatable; "random" takes the time
-#   DPLUA_FUZZ_TIMEOUT     seconds each run may take (default 120)
+#   DPLUA_FUZZ_TIMEOUT     seconds each run may take (default 60)
 #
 # When the compiler cannot link a sanitized program (no libasan/libubsan) the
 # two dplua-asan tests are skipped and the ./dplua run still counts.
@@ -26,7 +26,7 @@ builddir=${top_builddir:-.}
 fuzz=$srcdir/tests/lua/fuzz.lua
 asan_calls=${DPLUA_FUZZ_ASAN_CALLS:-50000}
 plain_calls=${DPLUA_FUZZ_CALLS:-200000}
-limit=${DPLUA_FUZZ_TIMEOUT:-120}
+limit=${DPLUA_FUZZ_TIMEOUT:-60}
 seed_asan=1
 seed_plain=2
 case ${DPLUA_FUZZ_SEED:-} in
@@ -128,5 +128,9 @@ fi
 
 # ---------------------------------------------------------------- ./dplua
 
+# a ceiling on single allocations instead of an address-space cap, which
+# LuaJIT 2.1.0-beta3's JIT cannot survive running into
+DPLUA_MAX_ALLOC_BYTES=${DPLUA_MAX_ALLOC_BYTES:-268435456}
+export DPLUA_MAX_ALLOC_BYTES
 run_fuzz plain "$builddir/dplua" "$plain_calls" "$seed_plain"
 report 3 "fuzz ./dplua, $plain_calls calls, seed $seed_plain" "$rc" "$out" "$err" "$trace"
