@@ -155,6 +155,7 @@ local function parse_device(dev, fn)
 end
 
 function torch.device(spec, index)
+  if spec == nil then raise("device: expected a device (\"cpu\", \"cuda\", \"cuda:N\")") end
   if type(spec) == "string" and index then spec = spec .. ":" .. index end
   return device_obj(parse_device(spec, "device"))
 end
@@ -188,6 +189,7 @@ local function is_options(t)
 end
 local function split_options(...)
   local n = select("#", ...)
+  if n == 0 then return nil, 0 end
   local last = select(n, ...)
   if n > 0 and is_options(last) then return last, n - 1 end
   return nil, n
@@ -316,6 +318,9 @@ local function scan(data, depth, shape, flat, fn)
 end
 
 function torch.tensor(data, opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    raise("tensor: expected an options table ({dtype=, device=, requires_grad=}), got " .. typename(opts))
+  end
   if is_tensor(data) then
     local t = data:clone()
     if opts and (opts.dtype or opts.device) then t = t:to(opts.device or t.device, opts.dtype or t.dtype) end
@@ -639,6 +644,8 @@ methods.clip = methods.clamp
 
 function torch.where(cond, a, b)
   if not is_tensor(cond) then raise("where: expected condition to be a tensor, got " .. typename(cond)) end
+  if type(a) ~= "number" then a = as_tensor(a, "where") end
+  if type(b) ~= "number" then b = as_tensor(b, "where") end
   if type(a) == "number" then a = torch.full({}, a, { dtype = is_tensor(b) and b.dtype or nil }) end
   if type(b) == "number" then b = torch.full({}, b, { dtype = a.dtype }) end
   a, b = as_tensor(a, "where"), as_tensor(b, "where")

@@ -613,7 +613,8 @@ dp_status dp_softmax(dp_tensor **out, dp_tensor *a, int dim, int log)
         return dp_fail(DP_ERR_DTYPE, "%s: expected a floating point tensor, got %s", fn, dp_dtype_name(a->dtype));
     if ((st = tensor_new(out, a->ndim, a->shape, a->dtype, a->device)))
         return st;
-    if ((st = k_softmax(*out, a, dim, log))) {
+    /* nothing to compute; the rows around an empty dim may still be many */
+    if (dp_tensor_numel(a) > 0 && (st = k_softmax(*out, a, dim, log))) {
         dp_tensor_release(*out);
         return st;
     }

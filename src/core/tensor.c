@@ -91,8 +91,27 @@ static dp_status device_storage_new(dp_storage **out, size_t nbytes, int device)
     return DP_OK;
 }
 
+/* DPLUA_MAX_ALLOC_BYTES: a ceiling on any one allocation, so that a test
+ * (the API fuzzer) can refuse absurd sizes without capping the whole
+ * process's address space, which LuaJIT's own allocator must not hit. */
+static int64_t alloc_ceiling(void)
+{
+    static int64_t ceiling = -1;
+    if (ceiling < 0) {
+        const char *v = getenv("DPLUA_MAX_ALLOC_BYTES");
+        ceiling = v && *v ? strtoll(v, NULL, 10) : 0;
+        if (ceiling < 0)
+            ceiling = 0;
+    }
+    return ceiling;
+}
+
 static dp_status storage_new(dp_storage **out, size_t nbytes, int device)
 {
+    int64_t ceiling = alloc_ceiling();
+    if (ceiling > 0 && nbytes > (size_t)ceiling)
+        return dp_fail(DP_ERR_MEMORY, "out of memory: %zu bytes requested, more than DPLUA_MAX_ALLOC_BYTES=%lld",
+                       nbytes, (long long)ceiling);
     if (device != DP_CPU)
         return device_storage_new(out, nbytes, device);
     /* One block: the struct in its first 64 bytes, then the data, 64-byte
@@ -495,6 +514,9 @@ dp_status dp_expand(dp_tensor **out, dp_tensor *t, int ndim, const int64_t *req)
         shape[i] = want;
         stride[i] = j >= 0 && have == want ? t->stride[j] : 0;
     }
+    dp_status st = check_shape("expand", ndim, shape);   /* numel must not overflow */
+    if (st)
+        return st;
     return view_done(tensor_view_of(out, t, ndim, shape, stride, t->offset), out, t, "ExpandBackward0",
                      bw_expand, 0, NULL);
 }

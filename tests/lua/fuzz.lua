@@ -88,6 +88,10 @@ end)
 local memory_note
 if under_asan then
   memory_note = "under AddressSanitizer: allocations are capped by ASAN_OPTIONS=" .. (os.getenv("ASAN_OPTIONS") or "")
+elseif tonumber(os.getenv("DPLUA_MAX_ALLOC_BYTES") or "") then
+  -- dplua itself refuses any one allocation above this: no address-space
+  -- cap, which LuaJIT's JIT (its machine-code areas) must not run into
+  memory_note = "allocations above DPLUA_MAX_ALLOC_BYTES=" .. os.getenv("DPLUA_MAX_ALLOC_BYTES") .. " refused"
 elseif max_bytes > 0 and ffi.os == "Linux" then
   ffi.cdef("struct dplua_fuzz_rlimit { uint64_t cur, max; };"
            .. "int setrlimit(int resource, const struct dplua_fuzz_rlimit *rlim);"
