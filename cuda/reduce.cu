@@ -25,6 +25,7 @@
 
 #include "dplua.h"
 #include "dpc_ops.h"
+#include "dtype.cuh"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 #define RED_THREADS 256
@@ -32,76 +33,8 @@
 #define RED_MAX_BLOCKS 65536
 
 /* ------------------------------------------------------------------------ */
-/* dtypes: the conversions of src/core/dtype.c (as in elementwise.cu)        */
+/* dtypes (the conversions themselves are in dtype.cuh)                      */
 /* ------------------------------------------------------------------------ */
-
-__device__ static inline float bf16_to_f32(uint16_t v)
-{
-    return __uint_as_float((uint32_t)v << 16);
-}
-
-/* Round to nearest even; NaN stays a quiet NaN with the CPU's bits. */
-__device__ static inline uint16_t f32_to_bf16(float f)
-{
-    uint32_t bits = __float_as_uint(f);
-    if (f != f)
-        return (uint16_t)((bits >> 16) | 0x40);
-    bits += 0x7fff + ((bits >> 16) & 1);
-    return (uint16_t)(bits >> 16);
-}
-
-__device__ static inline int64_t to_int64(double v)
-{
-    if (v != v) return 0;
-    if (v >= 9.2233720368547758e18) return INT64_MAX;
-    if (v <= -9.2233720368547758e18) return INT64_MIN;
-    return (int64_t)v;
-}
-
-__device__ static inline double dt_load(int dtype, const char *p)
-{
-    switch (dtype) {
-    case DP_FLOAT32: return *(const float *)p;
-    case DP_FLOAT64: return *(const double *)p;
-    case DP_INT64: return (double)*(const int64_t *)p;
-    case DP_INT32: return *(const int32_t *)p;
-    case DP_UINT8: return *(const uint8_t *)p;
-    case DP_BOOL: return *(const uint8_t *)p != 0;
-    case DP_BFLOAT16: return bf16_to_f32(*(const uint16_t *)p);
-    }
-    return 0;
-}
-
-/* Integer load for exact sums and products (reduce.c's ILD_*). */
-__device__ static inline int64_t dt_iload(int dtype, const char *p)
-{
-    switch (dtype) {
-    case DP_INT64: return *(const int64_t *)p;
-    case DP_INT32: return *(const int32_t *)p;
-    case DP_UINT8: return *(const uint8_t *)p;
-    case DP_BOOL: return *(const uint8_t *)p != 0;
-    }
-    return 0;
-}
-
-__device__ static inline void dt_store(int dtype, char *p, double v)
-{
-    switch (dtype) {
-    case DP_FLOAT32: *(float *)p = (float)v; break;
-    case DP_FLOAT64: *(double *)p = v; break;
-    case DP_INT64: *(int64_t *)p = to_int64(v); break;
-    case DP_INT32: *(int32_t *)p = (int32_t)to_int64(v); break;
-    case DP_UINT8: *(uint8_t *)p = (uint8_t)to_int64(v); break;
-    case DP_BOOL: *(uint8_t *)p = v != 0; break;
-    case DP_BFLOAT16: *(uint16_t *)p = f32_to_bf16((float)v); break;
-    }
-}
-
-static size_t dt_size(int dtype)
-{
-    static const size_t sizes[DP_NUM_DTYPES] = { 4, 8, 8, 4, 1, 1, 2 };
-    return dtype >= 0 && dtype < DP_NUM_DTYPES ? sizes[dtype] : 0;
-}
 
 static bool dt_is_float(int dtype)
 {
