@@ -147,7 +147,7 @@ void ag_node_release(ag_node *n)
         }
         node_free_saved(m);
         dp_tensor_release(m->grad);
-        free(m);
+        cpu_free(m, m->capacity);
     }
     if (stack != stack_small)
         free(stack);
@@ -171,9 +171,12 @@ dp_status ag_record(dp_tensor *out, const char *name, ag_backward_fn fn, int n,
         return DP_OK;
     /* one block: node, then the three per-input arrays */
     size_t size = sizeof(ag_node) + (size_t)n * (sizeof(ag_node *) + sizeof(dp_tensor *) + sizeof(ag_input));
-    ag_node *nd = calloc(1, size);
+    size_t capacity;
+    ag_node *nd = cpu_alloc(size, &capacity);   /* the caching allocator: a step records dozens */
     if (!nd)
         return dp_fail(DP_ERR_MEMORY, "autograd: out of memory recording %s", name);
+    memset(nd, 0, size);
+    nd->capacity = capacity;
     nd->next = (ag_node **)(nd + 1);
     nd->leaf = (dp_tensor **)(nd->next + n);
     nd->in = (ag_input *)(nd->leaf + n);

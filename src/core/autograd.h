@@ -29,6 +29,7 @@ typedef struct {
 
 struct ag_node {
     int refcount;
+    size_t capacity;           /* of its block from the caching allocator */
     uint64_t seq;              /* creation order: later nodes run first */
     const char *name;          /* PyTorch's name, e.g. "AddBackward0" */
     ag_backward_fn backward;

@@ -158,7 +158,9 @@ done:
                         acc[t] += a * b[t];                                              \
                 }                                                                        \
                 int64_t n = cols - jb < 16 ? cols - jb : 16;                             \
-                memcpy(out + r * cols + jb, acc, sizeof(T) * (size_t)n);                 \
+                T *o = out + r * cols + jb;  /* a loop: memcpy's call costs more here */ \
+                for (int64_t t = 0; t < n; t++)                                          \
+                    o[t] = acc[t];                                                       \
             }                                                                            \
     }
 SMALL_GEMM_FN(float, small_gemm_f32)
