@@ -27,6 +27,7 @@
 #include "dplua.h"
 #include "dpc_ops.h"
 #include "dtype.cuh"
+#include "iter.cuh"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 #define EW_THREADS 256
@@ -103,48 +104,9 @@ template <class Fn> static int with_size(size_t es, Fn fn)
 /* the strided iterator and the one kernel                                   */
 /* ------------------------------------------------------------------------ */
 
-/* N operands over one shape; strides in bytes, operand 0 is the output. */
-namespace {   /* file-local types: no clash with another file's of the same name */
-template <int N> struct ew_iter {
-    int ndim;
-    int64_t shape[DPC_MAX_DIMS];
-    int64_t stride[N][DPC_MAX_DIMS];
-    char *data[N];
-};
-}  // namespace
-
-/* Builds the iterator, dropping size-1 dims and merging a dim into the
- * previous one when that is contiguous for every operand (cpu_foreach's
- * rule). Returns the number of elements. */
-template <int N>
-static int64_t ew_build(ew_iter<N> *it, const dpc_shape &s, const dpc_operand *ops, const size_t *es)
-{
-    int64_t numel = 1;
-    memset(it, 0, sizeof *it);
-    for (int k = 0; k < N; k++)
-        it->data[k] = (char *)ops[k].data;
-    int nd = 0;
-    for (int i = 0; i < s.ndim; i++) {
-        numel *= s.shape[i];
-        if (s.shape[i] == 1)
-            continue;
-        bool merge = nd > 0;
-        for (int k = 0; k < N && merge; k++)
-            merge = it->stride[k][nd - 1] == ops[k].stride[i] * (int64_t)es[k] * s.shape[i];
-        for (int k = 0; k < N; k++)
-            it->stride[k][merge ? nd - 1 : nd] = ops[k].stride[i] * (int64_t)es[k];
-        if (merge)
-            it->shape[nd - 1] *= s.shape[i];
-        else
-            it->shape[nd++] = s.shape[i];
-    }
-    it->ndim = nd;
-    return numel;
-}
-
 /* FLAT: at most one dim is left, element i is at data + i * stride. */
 template <int N, bool FLAT, class F>
-__global__ static void ew_kernel(ew_iter<N> it, int64_t n, F f)
+__global__ static void ew_kernel(dpc_iter<N> it, int64_t n, F f)
 {
     int64_t step = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
@@ -154,17 +116,7 @@ __global__ static void ew_kernel(ew_iter<N> it, int64_t n, F f)
             for (int k = 0; k < N; k++)
                 p[k] = it.data[k] + i * it.stride[k][0];
         } else {
-            int64_t r = i;
-#pragma unroll
-            for (int k = 0; k < N; k++)
-                p[k] = it.data[k];
-            for (int d = it.ndim - 1; d >= 0; d--) {
-                int64_t c = r % it.shape[d];
-                r /= it.shape[d];
-#pragma unroll
-                for (int k = 0; k < N; k++)
-                    p[k] += c * it.stride[k][d];
-            }
+            iter_ptrs<N>(it, i, p);
         }
         f(p);
     }
@@ -176,8 +128,8 @@ static int ew_launch(const dpc_shape &s, const dpc_operand *ops, const size_t *e
 {
     if (s.ndim < 0 || s.ndim > DPC_MAX_DIMS)
         return (int)cudaErrorInvalidValue;
-    ew_iter<N> it;
-    int64_t n = ew_build<N>(&it, s, ops, es);
+    dpc_iter<N> it;
+    int64_t n = iter_build<N>(&it, s, ops, es);
     if (n <= 0)
         return 0;
     int64_t grid = CEIL_DIV(n, (int64_t)EW_THREADS);

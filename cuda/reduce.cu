@@ -26,6 +26,7 @@
 #include "dplua.h"
 #include "dpc_ops.h"
 #include "dtype.cuh"
+#include "iter.cuh"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 #define RED_THREADS 256
@@ -44,58 +45,6 @@ static bool dt_is_float(int dtype)
 /* ------------------------------------------------------------------------ */
 /* output positions and group reductions                                     */
 /* ------------------------------------------------------------------------ */
-
-/* N operands over the output positions; strides in bytes. */
-namespace {   /* file-local types: no clash with another file's of the same name */
-template <int N> struct pos_iter {
-    int ndim;
-    int64_t shape[DPC_MAX_DIMS];
-    int64_t stride[N][DPC_MAX_DIMS];
-    char *data[N];
-};
-}  // namespace
-
-/* Drops size-1 dims and merges dims contiguous for every operand, as
- * cpu_foreach does. Returns the number of positions. */
-template <int N>
-static int64_t pos_build(pos_iter<N> *it, const dpc_shape &s, const dpc_operand *ops, const size_t *es)
-{
-    int64_t count = 1;
-    memset(it, 0, sizeof *it);
-    for (int k = 0; k < N; k++)
-        it->data[k] = (char *)ops[k].data;
-    int nd = 0;
-    for (int i = 0; i < s.ndim; i++) {
-        count *= s.shape[i];
-        if (s.shape[i] == 1)
-            continue;
-        bool merge = nd > 0;
-        for (int k = 0; k < N && merge; k++)
-            merge = it->stride[k][nd - 1] == ops[k].stride[i] * (int64_t)es[k] * s.shape[i];
-        for (int k = 0; k < N; k++)
-            it->stride[k][merge ? nd - 1 : nd] = ops[k].stride[i] * (int64_t)es[k];
-        if (merge)
-            it->shape[nd - 1] *= s.shape[i];
-        else
-            it->shape[nd++] = s.shape[i];
-    }
-    it->ndim = nd;
-    return count;
-}
-
-template <int N> __device__ static inline void pos_ptrs(const pos_iter<N> &it, int64_t pos, char **p)
-{
-#pragma unroll
-    for (int k = 0; k < N; k++)
-        p[k] = it.data[k];
-    for (int d = it.ndim - 1; d >= 0; d--) {
-        int64_t c = pos % it.shape[d];
-        pos /= it.shape[d];
-#pragma unroll
-        for (int k = 0; k < N; k++)
-            p[k] += c * it.stride[k][d];
-    }
-}
 
 /* Combines (v, i) with the group's other threads; every thread of the
  * block must call it (it holds __syncthreads), and each gets its group's
@@ -259,7 +208,7 @@ template <class Fn> static int with_float_dtype(int dtype, Fn fn)
 
 namespace {   /* file-local types: no clash with another file's of the same name */
 struct red_args {
-    pos_iter<3> it;     /* operands: out, idx, a */
+    dpc_iter<3> it;     /* operands: out, idx, a */
     int64_t count;      /* output positions */
     int64_t len;        /* elements reduced per position */
     int64_t a_stride;   /* their byte stride */
@@ -362,7 +311,7 @@ __global__ static void reduce_kernel(red_args r)
         int64_t pos = base + grp;
         bool live = pos < r.count;
         char *p[3];
-        pos_ptrs(r.it, live ? pos : 0, p);
+        iter_ptrs(r.it, live ? pos : 0, p);
         int64_t index = 0, ires = 0;
         /* dead groups reduce nothing but still take part in the barriers */
         double v = reduce_row<IN, G>(r, p[2], live ? r.len : 0, &index, &ires, sv, si);
@@ -386,7 +335,7 @@ extern "C" int dpc_reduce(int op, int in_dtype, int out_dtype, dpc_shape s, dpc_
         memset(idx.stride, 0, sizeof idx.stride);  /* let it merge with anything */
     dpc_operand ops[3] = { out, idx, a };
     size_t es[3] = { dt_size(out_dtype), 8, dt_size(in_dtype) };
-    r.count = pos_build<3>(&r.it, s, ops, es);
+    r.count = iter_build<3>(&r.it, s, ops, es);
     r.len = len;
     r.a_stride = a_stride * (int64_t)es[2];
     r.op = op;
@@ -411,7 +360,7 @@ extern "C" int dpc_reduce(int op, int in_dtype, int out_dtype, dpc_shape s, dpc_
 
 namespace {   /* file-local types: no clash with another file's of the same name */
 struct softmax_args {
-    pos_iter<2> it;     /* operands: out, a */
+    dpc_iter<2> it;     /* operands: out, a */
     int64_t count, len, out_stride, a_stride;  /* strides in bytes */
     int log;
 };
@@ -430,7 +379,7 @@ __global__ static void softmax_kernel(softmax_args r)
         int64_t pos = base + grp;
         bool live = pos < r.count;
         char *p[2];
-        pos_ptrs(r.it, live ? pos : 0, p);
+        iter_ptrs(r.it, live ? pos : 0, p);
         const char *q = p[1];
         const int64_t n = live ? r.len : 0, rs = r.a_stride;
         double m = -INFINITY, sum = 0;
@@ -457,7 +406,7 @@ extern "C" int dpc_softmax(int dtype, dpc_shape s, dpc_operand out, int64_t out_
     softmax_args r;
     dpc_operand ops[2] = { out, a };
     size_t es[2] = { dt_size(dtype), dt_size(dtype) };
-    r.count = pos_build<2>(&r.it, s, ops, es);
+    r.count = iter_build<2>(&r.it, s, ops, es);
     r.len = len;
     r.out_stride = out_stride * (int64_t)es[0];
     r.a_stride = a_stride * (int64_t)es[1];
