@@ -337,11 +337,36 @@ static void heartbeat_start(dp_pg *pg)
 
 /* ---------------------------------------------------------------- diagnosis */
 
-/* Waits up to `wait` seconds for a dead key of a rank in [lo, hi) other
- * than this one to show up (the store server sees a lost connection a
- * moment after the peers do); fills dead[]. Returns the number of dead
- * ranks, or -1 when the store itself did not answer. */
-static int find_dead(dp_pg *pg, int lo, int hi, double wait, int *dead)
+/* The first rank in [lo, hi) other than this one (and, given `only`,
+ * with only[r] set) that left an error message in the store, or -1; the
+ * message goes to *text (malloc'ed) when text is not NULL. */
+static int first_reporter(dp_pg *pg, int lo, int hi, const int *only, char **text)
+{
+    int store_ok = 1;
+    for (int r = lo; r < hi && store_ok; r++) {
+        if (r == pg->rank || (only && !only[r]))
+            continue;
+        char key[PG_NAME + 64];
+        key_error(pg, r, key, sizeof key);
+        char *v = peek(pg, key, &store_ok);
+        if (v) {
+            if (text)
+                *text = v;
+            else
+                free(v);
+            return r;
+        }
+    }
+    return -1;
+}
+
+/* Waits up to `wait` seconds for a rank in [lo, hi) other than this one
+ * to show up dead (the store server sees a lost connection a moment after
+ * the peers do) or to leave an error message (a rank that failed first
+ * closes its connections; its message may land a moment after); fills
+ * dead[] and *failed (the rank with a message, or -1). Returns the number
+ * of dead ranks, or -1 when the store itself did not answer. */
+static int find_dead(dp_pg *pg, int lo, int hi, double wait, int *dead, int *failed)
 {
     double until = now_s() + wait;
     int store_ok = 1;
@@ -353,7 +378,8 @@ static int find_dead(dp_pg *pg, int lo, int hi, double wait, int *dead)
                 return -1;
             ndead += dead[r];
         }
-        if (ndead || now_s() >= until)
+        *failed = wait > 0 ? first_reporter(pg, lo, hi, NULL, NULL) : -1;
+        if (ndead || *failed >= 0 || now_s() >= until)
             return ndead;
         usleep(50000);
     }
@@ -372,7 +398,11 @@ static void diagnose(dp_pg *pg, const pg_op *op, int peer_lost, char *msg)
     int p2p = op->kind == PG_SEND || op->kind == PG_RECV;
     int lo = p2p ? op->root : 0, hi = p2p ? op->root + 1 : pg->size;
     int dead[pg->size];
-    int ndead = find_dead(pg, lo, hi, peer_lost ? (pg->timeout_s < 2.0 ? pg->timeout_s : 2.0) : 0, dead);
+    /* After a lost connection, a peer that failed first (e.g. timed out on
+     * this same op) and closed its connections explains it as well as a
+     * dead one: its message is quoted even though it is alive. */
+    int failed_peer;
+    int ndead = find_dead(pg, lo, hi, peer_lost ? (pg->timeout_s < 2.0 ? pg->timeout_s : 2.0) : 0, dead, &failed_peer);
     if (ndead < 0) {
         snprintf(msg + n, PG_MSG - n, "; the store did not answer either (rank 0, which serves it, has exited or died)");
         return;
@@ -416,16 +446,13 @@ static void diagnose(dp_pg *pg, const pg_op *op, int peer_lost, char *msg)
     if (ns && n < PG_MSG)
         n += snprintf(msg + n, PG_MSG - n, "; %s entered #%llu and exited since", since,
                       (unsigned long long)op->seq);
-    /* a rank that failed before it exited left its message */
-    for (int r = lo; r < hi && n < PG_MSG && store_ok; r++) {
-        char key[PG_NAME + 64];
-        key_error(pg, r, key, sizeof key);
-        char *v = r != pg->rank && dead[r] ? peek(pg, key, &store_ok) : NULL;
-        if (v) {
-            n += snprintf(msg + n, PG_MSG - n, "; %s reported: %.400s", rank_str(pg, r, rs, sizeof rs), v);
-            free(v);
-            break;
-        }
+    /* a rank that failed before it exited, or before it closed its
+     * connection to this one, left its message */
+    char *v = NULL;
+    int r = store_ok && n < PG_MSG ? first_reporter(pg, lo, hi, failed_peer >= 0 ? NULL : dead, &v) : -1;
+    if (r >= 0) {
+        n += snprintf(msg + n, PG_MSG - n, "; %s reported: %.400s", rank_str(pg, r, rs, sizeof rs), v);
+        free(v);
     }
 }
 

@@ -533,6 +533,9 @@ end
 function S.mismatch_sizes()
   local pg = new_group("default", 2)
   local t = torch.ones(rank == 0 and 10 or 20)
+  -- rank 1 comes late, so rank 0 gives up first and closes its
+  -- connections: rank 1 sees a lost peer and must still say why
+  if rank == 1 then sleep(0.5) end
   local t0 = now()
   local st = C.dp_pg_all_reduce(pg, t.p, SUM, nil)
   local msg = last_error()
