@@ -54,6 +54,51 @@ int dpc_get_device(int *device);
 int dpc_synchronize(int device);
 int dpc_mem_info(int device, size_t *free_bytes, size_t *total_bytes);
 
+/* ---- streams, events, graphs (cuda/memory.cu) ---- */
+
+/* Streams are non-blocking (no implicit order with the legacy stream).
+ * *done is 1 when everything queued before has finished. */
+int dpc_stream_create(void **stream, int device);
+int dpc_stream_destroy(void *stream);
+int dpc_stream_synchronize(void *stream);
+int dpc_stream_query(void *stream, int *done);
+int dpc_stream_wait_event(void *stream, void *event);
+int dpc_event_create(void **event, int device, int timing);
+int dpc_event_destroy(void *event);
+int dpc_event_record(void *event, void *stream);
+int dpc_event_synchronize(void *event);
+int dpc_event_query(void *event, int *done);
+int dpc_event_elapsed(float *ms, void *start, void *end);
+/* Stream capture into a CUDA graph: begin, then end (instantiating it into
+ * *exec when keep), launch it any number of times, destroy it. */
+int dpc_capture_begin(void *stream);
+int dpc_capture_end(void *stream, int keep, void **exec);
+int dpc_graph_launch(void *exec, void *stream);
+int dpc_graph_destroy(void *exec);
+/* cudaMalloc / cudaFree: memory outside the stream-ordered pool. */
+int dpc_malloc_plain(void **ptr, size_t bytes, int device);
+int dpc_free_plain(void *ptr, int device);
+
+/* ---- errors found by kernels ----
+ *
+ * A kernel that finds a bad argument in device memory (a class index out
+ * of range, say) cannot stop the host, and the host must not wait for
+ * every kernel to find out. Such kernels get the device address of this
+ * block (mapped host memory, one per process), leave the first error
+ * there (code non-zero: which check, from the DPC_KERR_ list) and write
+ * nothing else of consequence; the host reads it at its next
+ * synchronisation and raises the error then. */
+typedef struct {
+    volatile int code;
+    int pad;
+    volatile long long value, limit;   /* the bad value, and the bound it broke */
+} dpc_kernel_error;
+enum { DPC_KERR_NONE, DPC_KERR_CE_TARGET, DPC_KERR_INDEX_SELECT, DPC_KERR_GATHER, DPC_KERR_SCATTER };
+int dpc_kernel_error_block(dpc_kernel_error **block);
+/* 1 for the errors after which the CUDA context is unusable (an illegal
+ * address, a kernel that crashed): every later call fails with them. */
+int dpc_error_is_sticky(int status);
+
 /* ---- elementwise (cuda/elementwise.cu) ---- */
 
 /* out = op(a); a is of dtype `in`, out of dtype `out_dtype` (the result
@@ -92,18 +137,24 @@ int dpc_reduce(int op, int in_dtype, int out_dtype, dpc_shape s, dpc_operand out
 int dpc_softmax(int dtype, dpc_shape s, dpc_operand out, int64_t out_stride, dpc_operand a, int64_t a_stride,
                 int64_t len, int log, void *stream);
 /* Cross-entropy over contiguous input (N, C) of dtype, int64 target (N),
- * optional float64 weight (C): per-sample losses into rows (N doubles, on
- * the device) and, when probs is not NULL, the softmax (N x C doubles).
- * log_probs: the input holds log-probabilities (nll_loss). A target out of
- * [0, C) other than ignore_index sets *bad_target (device int, 0 before). */
+ * optional float64 weight (C), with no host round trip: the per-sample
+ * losses into rows (N doubles, device scratch), then reduced into out
+ * (dtype; N values for DPC_CE_NONE, else one) and the weight of the
+ * counted rows into *denom (device double). With probs not NULL, the
+ * softmax goes there too (N x C doubles). log_probs: the input holds
+ * log-probabilities (nll_loss). A target out of [0, C) other than
+ * ignore_index is left in err (its row counts 0). */
+enum { DPC_CE_NONE, DPC_CE_MEAN, DPC_CE_SUM };
 int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *input, const int64_t *target,
-                      const double *weight, int64_t ignore_index, double smoothing, int log_probs,
-                      double *rows, double *probs, int *bad_target, void *stream);
-/* dinput (N, C) of dtype from probs (or nothing for log_probs) and a
- * per-row scale (N doubles on the device), the formulas of src/cpu/nn.c. */
+                      const double *weight, int64_t ignore_index, double smoothing, int log_probs, int reduction,
+                      double *rows, double *probs, void *out, double *denom, dpc_kernel_error *err, void *stream);
+/* dinput (N, C) of dtype from probs (or nothing for log_probs) and g, the
+ * loss's gradient (dtype; N values for DPC_CE_NONE, else one, divided by
+ * *denom for a mean): the formulas of src/cpu/nn.c. */
 int dpc_cross_entropy_backward(int dtype, int64_t N, int64_t C, void *dinput, const double *probs,
                                const int64_t *target, const double *weight, int64_t ignore_index,
-                               double smoothing, int log_probs, const double *scale, void *stream);
+                               double smoothing, int log_probs, int reduction, const void *g,
+                               const double *denom, void *stream);
 
 /* ---- matrix products (cuda/gemm.cu, cuBLASLt) ---- */
 
@@ -131,12 +182,20 @@ int dpc_adam_step(int dtype, int64_t n, void *param, const void *grad, void *exp
 
 /* out.select(dim, i) = a.select(dim, index[i]) for contiguous a (outer x
  * size x inner) and out (outer x n x inner); index int64 (n), each checked:
- * one out of [0, size) sets *bad_index (device int). */
+ * one out of [0, size) is left in err (its positions of out are not written). */
 int dpc_index_select(int dtype, int64_t outer, int64_t size, int64_t inner, const void *a, const int64_t *index,
-                     int64_t n, void *out, int *bad_index, void *stream);
+                     int64_t n, void *out, dpc_kernel_error *err, void *stream);
 /* out (outer x size x inner) .select(dim, index[i]) += src (outer x n x inner) .select(dim, i), atomically. */
 int dpc_index_add(int dtype, int64_t outer, int64_t size, int64_t inner, void *out, const int64_t *index,
                   int64_t n, const void *src, void *stream);
+/* Over the positions p of s (the index's shape; index int64, strided):
+ * gather: out[p] = a[p with dim replaced by index[p]] (any dtype);
+ * scatter_add: out[p with dim replaced by index[p]] += src[p], atomically
+ * (float32 and float64). An index out of [0, size) is left in err. */
+int dpc_gather(int dtype, dpc_shape s, dpc_operand out, dpc_operand a, dpc_operand index, int dim, int64_t size,
+               dpc_kernel_error *err, void *stream);
+int dpc_scatter_add(int dtype, dpc_shape s, dpc_operand out, dpc_operand index, dpc_operand src, int dim,
+                    int64_t size, dpc_kernel_error *err, void *stream);
 /* im2col over contiguous x (N, C, H, W) into cols (N, C*kh*kw, oh*ow), and
  * the fold back (cols added into x) for the backward. */
 int dpc_unfold(int dtype, int64_t N, int64_t C, int64_t H, int64_t W, const int64_t *kernel,

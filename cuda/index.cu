@@ -1,5 +1,6 @@
 /*
- * index.cu — index_select, index_add and im2col on the GPU, behind
+ * index.cu — index_select, index_add, gather, scatter_add and im2col on
+ * the GPU, behind
  * dpc_ops.h.
  *
  * Every kernel gives one thread to one element of the larger side (the
@@ -10,8 +11,9 @@
  * differently from the CPU's fixed order.
  *
  * An index outside its dimension never becomes an access outside the
- * tensor: index_select reports it through *bad_index, and index_add, which
- * has no flag, skips it (src/core checks those indices before calling).
+ * tensor: index_select, gather and scatter_add report it through the
+ * kernel error block (dpc_ops.h), and index_add skips it (its indices are
+ * those of an index_select that was checked).
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -21,6 +23,7 @@
 
 #include "dpc_ops.h"
 #include "dplua.h"
+#include "kernel_error.cuh"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
@@ -54,15 +57,14 @@ static int dtype_bytes(int dtype)
  * A select copies elements as they are, so T is only an element size. */
 template <typename T>
 __global__ static void index_select_kernel(int64_t outer, int64_t size, int64_t inner, const T *a,
-                                           const int64_t *index, int64_t n, T *out, int *bad_index)
+                                           const int64_t *index, int64_t n, T *out, dpc_kernel_error *err)
 {
     int64_t total = outer * n * inner, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
         int64_t j = e % inner, i = (e / inner) % n, o = e / (inner * n);
         int64_t v = index[i];
         if (v < 0 || v >= size) {
-            if (bad_index)
-                *bad_index = 1;   /* every writer stores the same 1 */
+            kernel_error(err, DPC_KERR_INDEX_SELECT, v, size);
             continue;
         }
         out[e] = a[(o * size + v) * inner + j];
@@ -71,17 +73,17 @@ __global__ static void index_select_kernel(int64_t outer, int64_t size, int64_t 
 
 template <typename T>
 static int index_select_launch(int64_t outer, int64_t size, int64_t inner, const void *a, const int64_t *index,
-                               int64_t n, void *out, int *bad_index, cudaStream_t stream)
+                               int64_t n, void *out, dpc_kernel_error *err, cudaStream_t stream)
 {
     index_select_kernel<T><<<grid_for(outer * n * inner), INDEX_BLOCK, 0, stream>>>(
-        outer, size, inner, (const T *)a, index, n, (T *)out, bad_index);
+        outer, size, inner, (const T *)a, index, n, (T *)out, err);
     return (int)cudaGetLastError();
 }
 
 /* Any dtype: the copy moves 1, 2, 4 or 8 bytes per element. Positions of
  * out whose index is bad are left as they were. */
 extern "C" int dpc_index_select(int dtype, int64_t outer, int64_t size, int64_t inner, const void *a,
-                                const int64_t *index, int64_t n, void *out, int *bad_index, void *stream)
+                                const int64_t *index, int64_t n, void *out, dpc_kernel_error *err, void *stream)
 {
     cudaStream_t s = (cudaStream_t)stream;
     int bytes = dtype_bytes(dtype);
@@ -92,10 +94,10 @@ extern "C" int dpc_index_select(int dtype, int64_t outer, int64_t size, int64_t 
     if (outer == 0 || inner == 0 || n == 0)
         return 0;
     switch (bytes) {
-    case 1: return index_select_launch<uint8_t>(outer, size, inner, a, index, n, out, bad_index, s);
-    case 2: return index_select_launch<uint16_t>(outer, size, inner, a, index, n, out, bad_index, s);
-    case 4: return index_select_launch<uint32_t>(outer, size, inner, a, index, n, out, bad_index, s);
-    default: return index_select_launch<uint64_t>(outer, size, inner, a, index, n, out, bad_index, s);
+    case 1: return index_select_launch<uint8_t>(outer, size, inner, a, index, n, out, err, s);
+    case 2: return index_select_launch<uint16_t>(outer, size, inner, a, index, n, out, err, s);
+    case 4: return index_select_launch<uint32_t>(outer, size, inner, a, index, n, out, err, s);
+    default: return index_select_launch<uint64_t>(outer, size, inner, a, index, n, out, err, s);
     }
 }
 
@@ -139,6 +141,107 @@ extern "C" int dpc_index_add(int dtype, int64_t outer, int64_t size, int64_t inn
     if (dtype == DP_FLOAT32)
         return index_add_launch<float>(outer, size, inner, out, index, n, src, s);
     return index_add_launch<double>(outer, size, inner, out, index, n, src, s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* gather and scatter_add                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* For position e of s (the index's shape): the offsets, in elements, of
+ * that position in `whole` and `index`, and in `part` with dim left out
+ * (the index supplies it). */
+__device__ static inline void gather_offsets(const dpc_shape &s, int dim, int64_t e, const dpc_operand &whole,
+                                             const dpc_operand &part, const dpc_operand &index, int64_t *ow,
+                                             int64_t *op, int64_t *oi)
+{
+    *ow = *op = *oi = 0;
+    for (int d = s.ndim - 1; d >= 0; d--) {
+        int64_t c = e % s.shape[d];
+        e /= s.shape[d];
+        *oi += c * index.stride[d];
+        *ow += c * whole.stride[d];
+        if (d != dim)
+            *op += c * part.stride[d];
+    }
+}
+
+static int64_t shape_numel(const dpc_shape &s)
+{
+    int64_t n = 1;
+    for (int d = 0; d < s.ndim; d++)
+        n *= s.shape[d];
+    return n;
+}
+
+/* out[p] = a[p with dim replaced by index[p]], p over s (index's shape) */
+template <typename T>
+__global__ static void gather_kernel(dpc_shape s, int64_t total, dpc_operand out, dpc_operand a, dpc_operand index,
+                                     int dim, int64_t size, dpc_kernel_error *err)
+{
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t oo, oa, oi;
+        gather_offsets(s, dim, e, out, a, index, &oo, &oa, &oi);
+        int64_t v = ((const int64_t *)index.data)[oi];
+        if (v < 0 || v >= size) {
+            kernel_error(err, DPC_KERR_GATHER, v, size);
+            continue;
+        }
+        ((T *)out.data)[oo] = ((const T *)a.data)[oa + v * a.stride[dim]];
+    }
+}
+
+/* out[p with dim replaced by index[p]] += src[p], p over s, atomically */
+template <typename T>
+__global__ static void scatter_add_kernel(dpc_shape s, int64_t total, dpc_operand out, dpc_operand index,
+                                          dpc_operand src, int dim, int64_t size, dpc_kernel_error *err)
+{
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t os, oo, oi;
+        gather_offsets(s, dim, e, src, out, index, &os, &oo, &oi);
+        int64_t v = ((const int64_t *)index.data)[oi];
+        if (v < 0 || v >= size) {
+            kernel_error(err, DPC_KERR_SCATTER, v, size);
+            continue;
+        }
+        atomicAdd(&((T *)out.data)[oo + v * out.stride[dim]], ((const T *)src.data)[os]);
+    }
+}
+
+extern "C" int dpc_gather(int dtype, dpc_shape s, dpc_operand out, dpc_operand a, dpc_operand index, int dim,
+                          int64_t size, dpc_kernel_error *err, void *stream)
+{
+    int64_t total = shape_numel(s);
+    if (dim < 0 || dim >= s.ndim)
+        return (int)cudaErrorInvalidValue;
+    if (total == 0)
+        return 0;
+    cudaStream_t st = (cudaStream_t)stream;
+    switch (dtype_bytes(dtype)) {
+    case 1: gather_kernel<uint8_t><<<grid_for(total), INDEX_BLOCK, 0, st>>>(s, total, out, a, index, dim, size, err); break;
+    case 2: gather_kernel<uint16_t><<<grid_for(total), INDEX_BLOCK, 0, st>>>(s, total, out, a, index, dim, size, err); break;
+    case 4: gather_kernel<uint32_t><<<grid_for(total), INDEX_BLOCK, 0, st>>>(s, total, out, a, index, dim, size, err); break;
+    case 8: gather_kernel<uint64_t><<<grid_for(total), INDEX_BLOCK, 0, st>>>(s, total, out, a, index, dim, size, err); break;
+    default: return DPC_UNSUPPORTED;
+    }
+    return (int)cudaGetLastError();
+}
+
+extern "C" int dpc_scatter_add(int dtype, dpc_shape s, dpc_operand out, dpc_operand index, dpc_operand src,
+                               int dim, int64_t size, dpc_kernel_error *err, void *stream)
+{
+    int64_t total = shape_numel(s);
+    if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64)
+        return DPC_UNSUPPORTED;
+    if (dim < 0 || dim >= s.ndim)
+        return (int)cudaErrorInvalidValue;
+    if (total == 0)
+        return 0;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (dtype == DP_FLOAT32)
+        scatter_add_kernel<float><<<grid_for(total), INDEX_BLOCK, 0, st>>>(s, total, out, index, src, dim, size, err);
+    else
+        scatter_add_kernel<double><<<grid_for(total), INDEX_BLOCK, 0, st>>>(s, total, out, index, src, dim, size, err);
+    return (int)cudaGetLastError();
 }
 
 /* ------------------------------------------------------------------------ */

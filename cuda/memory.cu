@@ -1,5 +1,6 @@
 /*
- * memory.cu — device memory and device selection, behind dpc_ops.h.
+ * memory.cu — device memory and device selection, streams, events and
+ * CUDA graphs, and the block where kernels leave errors; behind dpc_ops.h.
  *
  * Allocations are stream-ordered (cudaMallocAsync) from each device's
  * default memory pool. A pool normally hands freed memory back to the
@@ -19,6 +20,9 @@
 #include <stdint.h>
 
 #include <atomic>
+#include <mutex>
+
+#include <string.h>
 
 #include <cuda_runtime.h>
 
@@ -165,4 +169,188 @@ extern "C" int dpc_mem_info(int device, size_t *free_bytes, size_t *total_bytes)
     if (guard.err != cudaSuccess)
         return status(guard.err);
     return status(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
+/* ------------------------------------------------------------------------ */
+/* streams and events                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Non-blocking, as PyTorch's streams: no implicit ordering with the legacy
+ * default stream, which a capture (below) needs. */
+extern "C" int dpc_stream_create(void **stream, int device)
+{
+    *stream = NULL;
+    device_guard guard(device);
+    if (guard.err != cudaSuccess)
+        return status(guard.err);
+    return status(cudaStreamCreateWithFlags((cudaStream_t *)stream, cudaStreamNonBlocking));
+}
+
+extern "C" int dpc_stream_destroy(void *stream)
+{
+    return stream ? status(cudaStreamDestroy((cudaStream_t)stream)) : 0;
+}
+
+extern "C" int dpc_stream_synchronize(void *stream)
+{
+    return status(cudaStreamSynchronize((cudaStream_t)stream));
+}
+
+/* *done: 1 when all work queued on the stream has finished. */
+extern "C" int dpc_stream_query(void *stream, int *done)
+{
+    cudaError_t err = cudaStreamQuery((cudaStream_t)stream);
+    *done = err == cudaSuccess;
+    if (err == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return status(err);
+}
+
+extern "C" int dpc_stream_wait_event(void *stream, void *event)
+{
+    return status(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0));
+}
+
+extern "C" int dpc_event_create(void **event, int device, int timing)
+{
+    *event = NULL;
+    device_guard guard(device);
+    if (guard.err != cudaSuccess)
+        return status(guard.err);
+    return status(cudaEventCreateWithFlags((cudaEvent_t *)event, timing ? cudaEventDefault : cudaEventDisableTiming));
+}
+
+extern "C" int dpc_event_destroy(void *event)
+{
+    return event ? status(cudaEventDestroy((cudaEvent_t)event)) : 0;
+}
+
+extern "C" int dpc_event_record(void *event, void *stream)
+{
+    return status(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
+}
+
+extern "C" int dpc_event_synchronize(void *event)
+{
+    return status(cudaEventSynchronize((cudaEvent_t)event));
+}
+
+extern "C" int dpc_event_query(void *event, int *done)
+{
+    cudaError_t err = cudaEventQuery((cudaEvent_t)event);
+    *done = err == cudaSuccess;
+    if (err == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return status(err);
+}
+
+extern "C" int dpc_event_elapsed(float *ms, void *start, void *end)
+{
+    *ms = 0;
+    return status(cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end));
+}
+
+/* ------------------------------------------------------------------------ */
+/* CUDA graphs                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Relaxed mode: memory for the captured work comes from cudaMalloc (see
+ * src/core/gpu.c), which the stricter modes forbid while capturing; dplua
+ * itself refuses the calls that would break a capture (host copies,
+ * synchronisation) before CUDA sees them. */
+extern "C" int dpc_capture_begin(void *stream)
+{
+    return status(cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeRelaxed));
+}
+
+/* Ends the capture; with keep, instantiates it into *exec. The graph
+ * itself is not needed after instantiation. */
+extern "C" int dpc_capture_end(void *stream, int keep, void **exec)
+{
+    cudaGraph_t graph = NULL;
+    *exec = NULL;
+    cudaError_t err = cudaStreamEndCapture((cudaStream_t)stream, &graph);
+    if (err == cudaSuccess && keep)
+        err = cudaGraphInstantiate((cudaGraphExec_t *)exec, graph, 0);
+    if (graph)
+        (void)cudaGraphDestroy(graph);
+    return status(err);
+}
+
+extern "C" int dpc_graph_launch(void *exec, void *stream)
+{
+    return status(cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)stream));
+}
+
+extern "C" int dpc_graph_destroy(void *exec)
+{
+    return exec ? status(cudaGraphExecDestroy((cudaGraphExec_t)exec)) : 0;
+}
+
+/* Plain device memory, outside any pool or stream order: a graph's
+ * private memory (src/core/gpu.c), which must not move while it lives. */
+extern "C" int dpc_malloc_plain(void **ptr, size_t bytes, int device)
+{
+    *ptr = NULL;
+    device_guard guard(device);
+    if (guard.err != cudaSuccess)
+        return status(guard.err);
+    return status(cudaMalloc(ptr, bytes ? bytes : 1));
+}
+
+extern "C" int dpc_free_plain(void *ptr, int device)
+{
+    device_guard guard(device);
+    if (guard.err != cudaSuccess)
+        return status(guard.err);
+    return status(cudaFree(ptr));
+}
+
+/* ------------------------------------------------------------------------ */
+/* errors                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Host memory that kernels write through its device mapping (UVA: the
+ * same address on every device): see dpc_kernel_error in dpc_ops.h. */
+extern "C" int dpc_kernel_error_block(dpc_kernel_error **block)
+{
+    static std::mutex mu;
+    static dpc_kernel_error *mapped;
+    std::lock_guard<std::mutex> lock(mu);
+    cudaError_t err = cudaSuccess;
+    if (!mapped) {
+        void *p = NULL;
+        err = cudaHostAlloc(&p, sizeof(dpc_kernel_error), cudaHostAllocMapped | cudaHostAllocPortable);
+        if (err == cudaSuccess) {
+            memset(p, 0, sizeof(dpc_kernel_error));
+            mapped = (dpc_kernel_error *)p;
+        }
+    }
+    *block = mapped;
+    return status(err);
+}
+
+/* The errors after which the context is unusable: every later call in
+ * the process fails with them. */
+extern "C" int dpc_error_is_sticky(int st)
+{
+    switch ((cudaError_t)st) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+        return 1;
+    default:
+        return 0;
+    }
 }

@@ -27,6 +27,7 @@
 #include "dpc_ops.h"
 #include "dtype.cuh"
 #include "iter.cuh"
+#include "kernel_error.cuh"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 #define RED_THREADS 256
@@ -437,7 +438,7 @@ struct ce_args {
     double eps;              /* label smoothing */
     int log_probs;
     double *rows, *probs;
-    int *bad_target;
+    dpc_kernel_error *err;
 };
 }  // namespace
 
@@ -447,7 +448,7 @@ __device__ static inline double class_weight(const double *w, int64_t c)
 }
 
 /* One sample row per group: nn.c's row_log_probs and the loss of
- * cpu_cross_entropy. A bad target leaves its row 0 and raises the flag. */
+ * cpu_cross_entropy. A bad target leaves its row 0 and is reported. */
 template <int DT, int G>
 __global__ static void ce_kernel(ce_args r)
 {
@@ -495,7 +496,7 @@ __global__ static void ce_kernel(ce_args r)
         if (!active) {
             r.rows[i] = 0;
             if (bad)
-                atomicExch(r.bad_target, 1);
+                kernel_error(r.err, DPC_KERR_CE_TARGET, t, C);
             continue;
         }
         double xt = dt_load(DT, row + t * es), logpt = r.log_probs ? xt : xt - lse;
@@ -507,25 +508,76 @@ __global__ static void ce_kernel(ce_args r)
     }
 }
 
+namespace {   /* file-local types: no clash with another file's of the same name */
+struct ce_red_args {
+    int64_t N, C;
+    const double *rows;
+    const int64_t *target;
+    const double *weight;
+    int64_t ignore_index;
+    int reduction;
+    char *out;
+    double *denom;
+};
+}  // namespace
+
+/* One block: the rows reduced into out (or copied, for no reduction) and
+ * the weight of the counted rows into *denom. */
+template <int DT>
+__global__ static void ce_reduce_kernel(ce_red_args r)
+{
+    __shared__ double sv[RED_THREADS];
+    __shared__ int64_t si[RED_THREADS];
+    const int es = DT == DP_FLOAT64 ? 8 : DT == DP_FLOAT32 ? 4 : 2;
+    const double *rows = r.rows, *w = r.weight;
+    const int64_t *target = r.target;
+    const int64_t ignore = r.ignore_index, C = r.C;
+    int64_t unused = 0;
+    double total = 0, wsum = 0;
+    auto row = [=](int64_t j, double &x, int64_t &xi) { x = rows[j]; xi = 0; };
+    group_fold<RED_THREADS>(total, unused, r.N, sv, si, c_add(), row);
+    auto weight = [=](int64_t j, double &x, int64_t &xi) {
+        int64_t t = target[j];
+        x = t == ignore || t < 0 || t >= C ? 0 : class_weight(w, t);
+        xi = 0;
+    };
+    group_fold<RED_THREADS>(wsum, unused, r.N, sv, si, c_add(), weight);
+    if (r.reduction == DPC_CE_NONE)
+        for (int64_t i = threadIdx.x; i < r.N; i += blockDim.x)
+            dt_store(DT, r.out + i * es, rows[i]);
+    if (threadIdx.x == 0) {
+        *r.denom = wsum;
+        if (r.reduction != DPC_CE_NONE)
+            dt_store(DT, r.out, r.reduction == DPC_CE_MEAN ? total / wsum : total);
+    }
+}
+
 extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *input, const int64_t *target,
                                  const double *weight, int64_t ignore_index, double smoothing, int log_probs,
-                                 double *rows, double *probs, int *bad_target, void *stream)
+                                 int reduction, double *rows, double *probs, void *out, double *denom,
+                                 dpc_kernel_error *err, void *stream)
 {
     if (!dt_is_float(dtype))
         return DPC_UNSUPPORTED;
     if (N < 0 || C < 0)
         return (int)cudaErrorInvalidValue;
-    if (N == 0)
-        return 0;
     ce_args r = { N, C, (const char *)input, target, weight, ignore_index, smoothing, log_probs,
-                  rows, log_probs ? NULL : probs, bad_target };
+                  rows, log_probs ? NULL : probs, err };
+    ce_red_args rr = { N, C, rows, target, weight, ignore_index, reduction, (char *)out, denom };
     int G = group_size(C, N);
     return with_float_dtype(dtype, [&](auto d) {
-        return with_group(G, [&](auto g) {
-            constexpr int DT = decltype(d)::value, GS = decltype(g)::value;
-            ce_kernel<DT, GS><<<grid_for(N, GS), RED_THREADS, 0, (cudaStream_t)stream>>>(r);
-            return (int)cudaGetLastError();
-        });
+        constexpr int DT = decltype(d)::value;
+        if (N > 0) {
+            int st = with_group(G, [&](auto g) {
+                ce_kernel<DT, decltype(g)::value><<<grid_for(N, decltype(g)::value), RED_THREADS, 0,
+                                                    (cudaStream_t)stream>>>(r);
+                return (int)cudaGetLastError();
+            });
+            if (st)
+                return st;
+        }
+        ce_reduce_kernel<DT><<<1, RED_THREADS, 0, (cudaStream_t)stream>>>(rr);
+        return (int)cudaGetLastError();
     });
 }
 
@@ -540,7 +592,9 @@ struct ce_bwd_args {
     double eps;
     int log_probs;
     int need_wall;           /* the sum of the weights is needed */
-    const double *scale;     /* (N) */
+    const char *g;           /* the loss's gradient, of dinput's dtype: (N) without reduction, else one value */
+    int reduction;
+    const double *denom;     /* the mean's denominator */
 };
 }  // namespace
 
@@ -567,7 +621,8 @@ __global__ static void ce_bwd_kernel(ce_bwd_args r)
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
         int64_t i = e / C, k = e % C;
         int64_t t = r.target[i];
-        double sc = r.scale[i];
+        double sc = r.reduction == DPC_CE_NONE ? dt_load(DT, r.g + i * es)
+                    : r.reduction == DPC_CE_SUM ? dt_load(DT, r.g) : dt_load(DT, r.g) / *r.denom;
         bool skip = t == r.ignore_index || sc == 0;
         /* a target out of range failed the forward; read no weight for it */
         double wt = skip || t < 0 || t >= C ? 0 : class_weight(r.weight, t);
@@ -589,7 +644,8 @@ __global__ static void ce_bwd_kernel(ce_bwd_args r)
 
 extern "C" int dpc_cross_entropy_backward(int dtype, int64_t N, int64_t C, void *dinput, const double *probs,
                                           const int64_t *target, const double *weight, int64_t ignore_index,
-                                          double smoothing, int log_probs, const double *scale, void *stream)
+                                          double smoothing, int log_probs, int reduction, const void *g,
+                                          const double *denom, void *stream)
 {
     if (!dt_is_float(dtype))
         return DPC_UNSUPPORTED;
@@ -598,7 +654,7 @@ extern "C" int dpc_cross_entropy_backward(int dtype, int64_t N, int64_t C, void 
     if (N == 0 || C == 0)
         return 0;
     ce_bwd_args r = { N, C, (char *)dinput, probs, target, weight, ignore_index, smoothing, log_probs,
-                      !log_probs && smoothing > 0 && weight != NULL, scale };
+                      !log_probs && smoothing > 0 && weight != NULL, (const char *)g, reduction, denom };
     int64_t grid = CEIL_DIV(N * C, (int64_t)RED_THREADS);
     /* every block sums the C weights once: fewer, fuller blocks then */
     int64_t cap = r.need_wall ? 1024 : RED_MAX_BLOCKS;

@@ -247,6 +247,34 @@ dp_status dp_cuda_synchronize(int device);
 void dp_cuda_set_allow_tf32(int allow);
 void dp_reset_peak_memory_stats(int device);
 
+/* Streams and events (cudaStream_t / cudaEvent_t as void *). Each device
+ * has a current stream (NULL: its legacy default stream) where the
+ * kernels and copies of its tensors go. Synchronisations also raise the
+ * errors that kernels found since the last one (a bad class index...). */
+dp_status dp_cuda_stream_new(void **stream, int device);
+void dp_cuda_stream_free(void *stream);
+dp_status dp_cuda_set_stream(int device, void *stream);
+void *dp_cuda_current_stream(int device);
+dp_status dp_cuda_stream_synchronize(void *stream);
+dp_status dp_cuda_stream_query(void *stream, int *done);
+dp_status dp_cuda_stream_wait_event(void *stream, void *event);
+dp_status dp_cuda_event_new(void **event, int device, int timing);
+void dp_cuda_event_free(void *event);
+dp_status dp_cuda_event_record(void *event, void *stream);
+dp_status dp_cuda_event_synchronize(void *event);
+dp_status dp_cuda_event_query(void *event, int *done);
+dp_status dp_cuda_event_elapsed(double *ms, void *start, void *end);
+
+/* CUDA graphs: begin makes a capture stream current on the device; what
+ * runs until end (keep = 0 discards it, after an error) is recorded, not
+ * executed, and replay runs it on the current stream. Memory allocated
+ * during the capture belongs to the graph (see docs/API.md). */
+typedef struct dp_cuda_graph dp_cuda_graph;
+dp_status dp_cuda_graph_begin(dp_cuda_graph **out, int device);
+dp_status dp_cuda_graph_end(dp_cuda_graph *g, int keep);
+dp_status dp_cuda_graph_replay(dp_cuda_graph *g);
+void dp_cuda_graph_free(dp_cuda_graph *g);
+
 /* memory pressure: tensors are freed by Lua's GC, which does not see their
  * size; the binding collects when this says enough was allocated */
 int dp_gc_wanted(void);

@@ -10,6 +10,7 @@
 #endif
 #include "core/kernels.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,18 +20,80 @@
 
 /* ---------------------------------------------------------------- plumbing */
 
+#define GPU_MAX_DEVICES 64
+
+/* Each device's current stream (NULL: its legacy default stream): every
+ * kernel and copy for a tensor on that device goes there. */
+static void *current_stream[GPU_MAX_DEVICES];
+
+static void *stream_of(int device)
+{
+    return device >= 0 && device < GPU_MAX_DEVICES ? current_stream[device] : NULL;
+}
+
+/* After an error that breaks the CUDA context (an illegal address, a
+ * crashed kernel) every later call fails with it; the first one is kept
+ * so that every later message can say where the trouble started. */
+static char broken_since[320];
+
 static dp_status gpu_status(const char *fn, int st, int dtype)
 {
     if (st == 0)
         return DP_OK;
     if (st == DPC_UNSUPPORTED)
         return dp_fail(DP_ERR_DTYPE, "%s: not supported on CUDA for dtype %s", fn, dp_dtype_name(dtype));
+    if (broken_since[0])
+        return dp_fail(DP_ERR_CUDA, "%s: CUDA cannot be used any more in this process: %s", fn, broken_since);
+    if (dpc_error_is_sticky(st)) {
+        snprintf(broken_since, sizeof broken_since, "%s failed with \"%s\", which leaves the CUDA context "
+                 "unusable (restart the process; CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer finds the kernel)",
+                 fn, dpc_error_string(st));
+        return dp_fail(DP_ERR_CUDA, "%s: CUDA error: %s (the CUDA context is now unusable: every later CUDA "
+                       "call in this process fails)", fn, dpc_error_string(st));
+    }
     return dp_fail(DP_ERR_CUDA, "%s: CUDA error: %s", fn, dpc_error_string(st));
 }
 
 static int set_device(int device)
 {
     return dpc_set_device(device);
+}
+
+/* Errors that kernels found (dpc_kernel_error in cuda/dpc_ops.h): the
+ * block is made on first use; the host reads it after each
+ * synchronisation and raises what it holds. */
+static dpc_kernel_error *kernel_error_block;
+
+static dpc_kernel_error *kerr(void)
+{
+    if (!kernel_error_block)
+        (void)dpc_kernel_error_block(&kernel_error_block);   /* NULL on failure: kernels then report nothing */
+    return kernel_error_block;
+}
+
+static dp_status kernel_errors(void)
+{
+    dpc_kernel_error *e = kernel_error_block;
+    if (!e || e->code == DPC_KERR_NONE)
+        return DP_OK;
+    int code = e->code;
+    long long v = e->value, limit = e->limit;
+    e->code = DPC_KERR_NONE;
+    const char *later = " (found by a CUDA kernel queued earlier, reported at this synchronisation)";
+    switch (code) {
+    case DPC_KERR_CE_TARGET:
+        return dp_fail(DP_ERR_INDEX, "cross_entropy: target %lld is out of bounds (expected a class index in "
+                       "[0, %lld) or ignore_index)%s", v, limit, later);
+    case DPC_KERR_INDEX_SELECT:
+        return dp_fail(DP_ERR_INDEX, "index_select: index %lld is out of bounds for a dimension of size %lld%s",
+                       v, limit, later);
+    case DPC_KERR_GATHER:
+        return dp_fail(DP_ERR_INDEX, "gather: index %lld is out of bounds for a dimension of size %lld%s", v,
+                       limit, later);
+    default:
+        return dp_fail(DP_ERR_INDEX, "scatter_add: index %lld is out of bounds for a dimension of size %lld%s",
+                       v, limit, later);
+    }
 }
 
 static dpc_shape shape_of(const dp_tensor *t)
@@ -64,34 +127,164 @@ static dp_tensor drop(const dp_tensor *t, int dim)
     return v;
 }
 
-/* ---------------------------------------------------------------- memory */
+/* ---------------------------------------------------------------- graph memory */
 
-dp_status gpu_storage_alloc(void **data, size_t nbytes, int device)
+/* While a CUDA graph is captured, storages come from a pool of its own:
+ * plain cudaMalloc blocks whose addresses the graph's kernels keep. A
+ * block freed during the capture is handed out again to a later request
+ * of the same size (one stream: the order of the graph is the order of
+ * the capture); after the capture nothing is handed out again, since
+ * every replay writes all of it. Memory from the ordinary pool that is
+ * freed during the capture is kept too: kernels captured before the free
+ * may read it at every replay. The pool goes when its graph and the last
+ * storage from it are gone. */
+typedef struct pool_block {
+    void *data;
+    size_t size;
+    int in_use;
+    struct pool_block *next;
+} pool_block;
+
+typedef struct gpu_pool {
+    int refcount;        /* the graph, and each storage from the pool */
+    int device;
+    int capturing;
+    pool_block *blocks;  /* from cudaMalloc, for this graph */
+    pool_block *kept;    /* ordinary memory freed during the capture */
+} gpu_pool;
+
+/* the capture under way (one at a time in a process) */
+static struct {
+    gpu_pool *pool;      /* NULL when none */
+    int device;
+    void *prev_stream;
+} capture;
+
+bool gpu_capturing(void)
 {
-    int count = 0;
-    int st = dpc_device_count(&count);
-    if (st != 0 || device >= count)
-        return dp_fail(DP_ERR_DEVICE, "device cuda:%d is not available (%d CUDA device%s%s%s)", device, count,
-                       count == 1 ? "" : "s", st ? ": " : "", st ? dpc_error_string(st) : "");
-    if ((st = set_device(device)) || (st = dpc_malloc(data, nbytes ? nbytes : 1, device, NULL)))
-        return dp_fail(DP_ERR_MEMORY, "out of memory allocating %zu bytes on cuda:%d: %s", nbytes, device,
-                       dpc_error_string(st));
+    return capture.pool != NULL;
+}
+
+static dp_status not_capturable(const char *what)
+{
+    return dp_fail(DP_ERR_CUDA, "torch.cuda.graph: %s cannot be captured in a CUDA graph; do it before or after "
+                   "the captured function (see docs/API.md, \"CUDA graphs\")", what);
+}
+
+static dp_status pool_alloc(gpu_pool *p, void **data, size_t nbytes)
+{
+    size_t size = (nbytes + 511) & ~(size_t)511;
+    for (pool_block *b = p->blocks; b; b = b->next)
+        if (!b->in_use && b->size == size) {
+            b->in_use = 1;
+            *data = b->data;
+            return DP_OK;
+        }
+    pool_block *b = calloc(1, sizeof *b);
+    if (!b)
+        return dp_fail(DP_ERR_MEMORY, "out of memory allocating a graph pool block header");
+    int st = dpc_malloc_plain(&b->data, size, p->device);
+    if (st) {
+        free(b);
+        return dp_fail(DP_ERR_MEMORY, "out of memory allocating %zu bytes on cuda:%d for a CUDA graph: %s",
+                       nbytes, p->device, dpc_error_string(st));
+    }
+    b->size = size;
+    b->in_use = 1;
+    b->next = p->blocks;
+    p->blocks = b;
+    *data = b->data;
     return DP_OK;
 }
 
-void gpu_storage_free(void *data, int device)
+static void pool_release(gpu_pool *p)
 {
-    if (data && set_device(device) == 0)
-        dpc_free(data, device, NULL);
+    if (!p || --p->refcount > 0)
+        return;
+    (void)dpc_synchronize(p->device);   /* no replay may still use the memory */
+    for (pool_block *b = p->blocks, *next; b; b = next) {
+        next = b->next;
+        (void)dpc_free_plain(b->data, p->device);
+        free(b);
+    }
+    for (pool_block *b = p->kept, *next; b; b = next) {
+        next = b->next;
+        (void)dpc_free(b->data, p->device, NULL);
+        free(b);
+    }
+    free(p);
 }
 
-/* Contiguous bytes between host and device (kind as dpc_memcpy). */
+/* ---------------------------------------------------------------- memory */
+
+dp_status gpu_storage_alloc(void **data, void **pool, size_t nbytes, int device)
+{
+    int count = 0;
+    int st = dpc_device_count(&count);
+    *pool = NULL;
+    if (st != 0 || device >= count)
+        return dp_fail(DP_ERR_DEVICE, "device cuda:%d is not available (%d CUDA device%s%s%s)", device, count,
+                       count == 1 ? "" : "s", st ? ": " : "", st ? dpc_error_string(st) : "");
+    if (capture.pool && capture.device == device) {
+        dp_status ds = pool_alloc(capture.pool, data, nbytes);
+        if (!ds) {
+            capture.pool->refcount++;
+            *pool = capture.pool;
+        }
+        return ds;
+    }
+    if ((st = set_device(device)) || (st = dpc_malloc(data, nbytes ? nbytes : 1, device, stream_of(device)))) {
+        size_t free_bytes = 0, total = 0;
+        (void)dpc_mem_info(device, &free_bytes, &total);
+        return dp_fail(DP_ERR_MEMORY, "CUDA out of memory: %zu bytes requested on cuda:%d; tensors hold %lld bytes "
+                       "there and the device has %zu of %zu bytes free (%s)", nbytes, device,
+                       (long long)dp_memory_allocated(device), free_bytes, total, dpc_error_string(st));
+    }
+    return DP_OK;
+}
+
+void gpu_storage_free(void *data, void *pool, int device)
+{
+    gpu_pool *p = pool;
+    if (p) {
+        if (p->capturing)
+            for (pool_block *b = p->blocks; b; b = b->next)
+                if (b->data == data)
+                    b->in_use = 0;
+        pool_release(p);
+        return;
+    }
+    if (!data)
+        return;
+    if (capture.pool && capture.device == device) {
+        pool_block *b = calloc(1, sizeof *b);
+        if (b) {
+            b->data = data;
+            b->next = capture.pool->kept;
+            capture.pool->kept = b;
+            return;
+        }
+        /* no header to remember it by: leak it rather than free it under the graph */
+        return;
+    }
+    if (set_device(device) == 0)
+        dpc_free(data, device, stream_of(device));
+}
+
+/* Contiguous bytes between host and device (kind as dpc_memcpy). A copy
+ * with the host waits for the stream, so the errors kernels found come
+ * out here. */
 dp_status gpu_memcpy(void *dst, const void *src, size_t bytes, int kind, int device)
 {
+    if (kind != 2 && gpu_capturing())
+        return not_capturable(kind == 0 ? "a copy from the host to the GPU (a tensor made from Lua values, a "
+                                          "random draw, a CPU tensor moved to the GPU)"
+                                        : "a copy from the GPU to the host (:item(), :tolist(), print, :cpu())");
     int st = set_device(device);
     if (!st && bytes)
-        st = dpc_memcpy(dst, src, bytes, kind, NULL);
-    return gpu_status("copy", st, -1);
+        st = dpc_memcpy(dst, src, bytes, kind, stream_of(device));
+    dp_status ds = gpu_status("copy", st, -1);
+    return ds || kind == 2 ? ds : kernel_errors();
 }
 
 int dp_cuda_device_count(void)
@@ -102,7 +295,187 @@ int dp_cuda_device_count(void)
 
 dp_status dp_cuda_synchronize(int device)
 {
-    return gpu_status("synchronize", dpc_synchronize(device), -1);
+    if (gpu_capturing())
+        return not_capturable("torch.cuda.synchronize()");
+    dp_status st = gpu_status("synchronize", dpc_synchronize(device), -1);
+    return st ? st : kernel_errors();
+}
+
+/* ---------------------------------------------------------------- streams and events */
+
+static dp_status valid_device(int device, const char *fn)
+{
+    int n = dp_cuda_device_count();
+    if (device < 0 || device >= n || device >= GPU_MAX_DEVICES)
+        return dp_fail(DP_ERR_DEVICE, "%s: device cuda:%d is not available (%d CUDA device%s)", fn, device, n,
+                       n == 1 ? "" : "s");
+    return DP_OK;
+}
+
+dp_status dp_cuda_stream_new(void **stream, int device)
+{
+    dp_status st = valid_device(device, "cuda.Stream");
+    return st ? st : gpu_status("cuda.Stream", dpc_stream_create(stream, device), -1);
+}
+
+void dp_cuda_stream_free(void *stream)
+{
+    for (int d = 0; d < GPU_MAX_DEVICES; d++)
+        if (current_stream[d] == stream)
+            current_stream[d] = NULL;
+    (void)dpc_stream_destroy(stream);
+}
+
+dp_status dp_cuda_set_stream(int device, void *stream)
+{
+    dp_status st = valid_device(device, "cuda.set_stream");
+    if (st)
+        return st;
+    if (capture.pool && capture.device == device)
+        return not_capturable("changing the current stream");
+    current_stream[device] = stream;
+    return DP_OK;
+}
+
+void *dp_cuda_current_stream(int device)
+{
+    return stream_of(device);
+}
+
+dp_status dp_cuda_stream_synchronize(void *stream)
+{
+    if (gpu_capturing())
+        return not_capturable("Stream:synchronize()");
+    dp_status st = gpu_status("Stream:synchronize", dpc_stream_synchronize(stream), -1);
+    return st ? st : kernel_errors();
+}
+
+dp_status dp_cuda_stream_query(void *stream, int *done)
+{
+    return gpu_status("Stream:query", dpc_stream_query(stream, done), -1);
+}
+
+dp_status dp_cuda_stream_wait_event(void *stream, void *event)
+{
+    return gpu_status("Stream:wait_event", dpc_stream_wait_event(stream, event), -1);
+}
+
+dp_status dp_cuda_event_new(void **event, int device, int timing)
+{
+    dp_status st = valid_device(device, "cuda.Event");
+    return st ? st : gpu_status("cuda.Event", dpc_event_create(event, device, timing), -1);
+}
+
+void dp_cuda_event_free(void *event)
+{
+    (void)dpc_event_destroy(event);
+}
+
+dp_status dp_cuda_event_record(void *event, void *stream)
+{
+    return gpu_status("Event:record", dpc_event_record(event, stream), -1);
+}
+
+dp_status dp_cuda_event_synchronize(void *event)
+{
+    if (gpu_capturing())
+        return not_capturable("Event:synchronize()");
+    dp_status st = gpu_status("Event:synchronize", dpc_event_synchronize(event), -1);
+    return st ? st : kernel_errors();
+}
+
+dp_status dp_cuda_event_query(void *event, int *done)
+{
+    return gpu_status("Event:query", dpc_event_query(event, done), -1);
+}
+
+dp_status dp_cuda_event_elapsed(double *ms, void *start, void *end)
+{
+    float f = 0;
+    dp_status st = gpu_status("Event:elapsed_time", dpc_event_elapsed(&f, start, end), -1);
+    *ms = f;
+    return st;
+}
+
+/* ---------------------------------------------------------------- CUDA graphs */
+
+struct dp_cuda_graph {
+    int device;
+    void *stream;        /* the capture's stream, until the capture ends */
+    void *exec;          /* the instantiated graph */
+    gpu_pool *pool;
+};
+
+dp_status dp_cuda_graph_begin(dp_cuda_graph **out, int device)
+{
+    *out = NULL;
+    dp_status st = valid_device(device, "torch.cuda.graph");
+    if (st)
+        return st;
+    if (capture.pool)
+        return dp_fail(DP_ERR_ARG, "torch.cuda.graph: a capture is already under way (captures do not nest)");
+    dp_cuda_graph *g = calloc(1, sizeof *g);
+    gpu_pool *p = calloc(1, sizeof *p);
+    if (!g || !p) {
+        free(g);
+        free(p);
+        return dp_fail(DP_ERR_MEMORY, "torch.cuda.graph: out of memory");
+    }
+    p->refcount = 1;
+    p->device = device;
+    p->capturing = 1;
+    g->device = device;
+    g->pool = p;
+    if ((st = gpu_status("torch.cuda.graph", dpc_stream_create(&g->stream, device), -1)) ||
+        (st = gpu_status("torch.cuda.graph (begin capture)", dpc_capture_begin(g->stream), -1))) {
+        (void)dpc_stream_destroy(g->stream);
+        free(g);
+        free(p);
+        return st;
+    }
+    capture.pool = p;
+    capture.device = device;
+    capture.prev_stream = current_stream[device];
+    current_stream[device] = g->stream;
+    *out = g;
+    return DP_OK;
+}
+
+dp_status dp_cuda_graph_end(dp_cuda_graph *g, int keep)
+{
+    if (!g || !g->stream)
+        return dp_fail(DP_ERR_ARG, "torch.cuda.graph: no capture is under way");
+    int st = dpc_capture_end(g->stream, keep, &g->exec);
+    current_stream[g->device] = capture.prev_stream;
+    capture.pool = NULL;
+    g->pool->capturing = 0;
+    (void)dpc_stream_destroy(g->stream);
+    g->stream = NULL;
+    if (st && keep)
+        return dp_fail(DP_ERR_CUDA, "torch.cuda.graph: the capture failed: %s (a call that cannot be captured "
+                       "ran inside it)", dpc_error_string(st));
+    return DP_OK;
+}
+
+dp_status dp_cuda_graph_replay(dp_cuda_graph *g)
+{
+    if (!g->exec)
+        return dp_fail(DP_ERR_ARG, "CUDAGraph:replay: the graph holds no captured work");
+    if (capture.pool)
+        return not_capturable("replaying a CUDA graph");
+    set_device(g->device);
+    return gpu_status("CUDAGraph:replay", dpc_graph_launch(g->exec, stream_of(g->device)), -1);
+}
+
+void dp_cuda_graph_free(dp_cuda_graph *g)
+{
+    if (!g)
+        return;
+    if (g->stream)
+        (void)dp_cuda_graph_end(g, 0);
+    (void)dpc_graph_destroy(g->exec);
+    pool_release(g->pool);
+    free(g);
 }
 
 /* ---------------------------------------------------------------- elementwise */
@@ -110,7 +483,7 @@ dp_status dp_cuda_synchronize(int device)
 dp_status gpu_unary(int op, dp_tensor *out, dp_tensor *a)
 {
     set_device(out->device);
-    return gpu_status("unary op", dpc_unary(op, a->dtype, out->dtype, shape_of(out), operand(out), operand(a), NULL),
+    return gpu_status("unary op", dpc_unary(op, a->dtype, out->dtype, shape_of(out), operand(out), operand(a), stream_of(out->device)),
                       a->dtype);
 }
 
@@ -118,27 +491,27 @@ dp_status gpu_binary(int op, dp_tensor *out, dp_tensor *a, dp_tensor *b)
 {
     set_device(out->device);
     return gpu_status("binary op", dpc_binary(op, a->dtype, out->dtype, shape_of(out), operand(out), operand(a),
-                                              operand(b), NULL), a->dtype);
+                                              operand(b), stream_of(out->device)), a->dtype);
 }
 
 dp_status gpu_unary_backward(int op, dp_tensor *dx, dp_tensor *g, dp_tensor *x, dp_tensor *y)
 {
     set_device(dx->device);
     return gpu_status("backward", dpc_unary_backward(op, dx->dtype, shape_of(dx), operand(dx), operand(g),
-                                                     operand(x), operand(y), NULL), dx->dtype);
+                                                     operand(x), operand(y), stream_of(dx->device)), dx->dtype);
 }
 
 dp_status gpu_where(dp_tensor *out, dp_tensor *cond, dp_tensor *a, dp_tensor *b)
 {
     set_device(out->device);
     return gpu_status("where", dpc_where(out->dtype, shape_of(out), operand(out), operand(cond), operand(a),
-                                         operand(b), NULL), out->dtype);
+                                         operand(b), stream_of(out->device)), out->dtype);
 }
 
 dp_status gpu_clamp(dp_tensor *out, dp_tensor *a, double lo, double hi)
 {
     set_device(out->device);
-    return gpu_status("clamp", dpc_clamp(out->dtype, shape_of(out), operand(out), operand(a), lo, hi, NULL),
+    return gpu_status("clamp", dpc_clamp(out->dtype, shape_of(out), operand(out), operand(a), lo, hi, stream_of(out->device)),
                       out->dtype);
 }
 
@@ -149,7 +522,7 @@ dp_status gpu_copy(dp_tensor *dst, dp_tensor *src)
     dp_status st;
     if (src->device == dst->device) {
         set_device(dst->device);
-        return gpu_status("copy_", dpc_cast(dst->dtype, src->dtype, shape_of(dst), operand(dst), operand(src), NULL),
+        return gpu_status("copy_", dpc_cast(dst->dtype, src->dtype, shape_of(dst), operand(dst), operand(src), stream_of(dst->device)),
                           src->dtype);
     }
     dp_tensor *host = NULL, *host2 = NULL;
@@ -191,7 +564,7 @@ done:
 dp_status gpu_fill(dp_tensor *dst, double value)
 {
     set_device(dst->device);
-    return gpu_status("fill_", dpc_fill(dst->dtype, shape_of(dst), operand(dst), value, NULL), dst->dtype);
+    return gpu_status("fill_", dpc_fill(dst->dtype, shape_of(dst), operand(dst), value, stream_of(dst->device)), dst->dtype);
 }
 
 /* Integer checks of pow/remainder: rare, so on a host copy. */
@@ -218,7 +591,7 @@ dp_status gpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, i
     }
     set_device(out->device);
     return gpu_status("reduction", dpc_reduce(op, a->dtype, out->dtype, shape_of(&out_view), operand(&out_view), idx,
-                                              operand(&in_view), a->shape[dim], a->stride[dim], correction, NULL),
+                                              operand(&in_view), a->shape[dim], a->stride[dim], correction, stream_of(out->device)),
                       a->dtype);
 }
 
@@ -229,7 +602,7 @@ dp_status gpu_softmax(dp_tensor *out, dp_tensor *a, int dim, int log)
     dp_tensor in_view = drop(a, dim), out_view = drop(out, dim);
     set_device(out->device);
     return gpu_status("softmax", dpc_softmax(a->dtype, shape_of(&out_view), operand(&out_view), out->stride[dim],
-                                             operand(&in_view), a->stride[dim], a->shape[dim], log, NULL), a->dtype);
+                                             operand(&in_view), a->stride[dim], a->shape[dim], log, stream_of(out->device)), a->dtype);
 }
 
 /* ---------------------------------------------------------------- matrix products */
@@ -291,7 +664,7 @@ dp_status gpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b)
         set_device(out->device);
         st = gpu_status("matmul", dpc_gemm(out->dtype, ta, tb, m, n, k, 1.0, first(A), lda, A->stride[0], first(B),
                                            ldb, B->stride[0], 0.0, first(out), n, m * n, batch, NULL, allow_tf32,
-                                           NULL), out->dtype);
+                                           stream_of(out->device)), out->dtype);
     }
     dp_tensor_release(A);
     dp_tensor_release(B);
@@ -304,7 +677,7 @@ dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
     int64_t M = out->shape[0], N = out->shape[1], K = x->shape[1];
     set_device(out->device);
     return gpu_status("linear", dpc_gemm(out->dtype, 0, 1, M, N, K, 1.0, first(x), K, 0, first(w), K, 0, 0.0,
-                                         first(out), N, 0, 1, b ? first(b) : NULL, allow_tf32, NULL), out->dtype);
+                                         first(out), N, 0, 1, b ? first(b) : NULL, allow_tf32, stream_of(out->device)), out->dtype);
 }
 
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w)
@@ -313,14 +686,14 @@ dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_te
     int st = set_device(g->device);
     if (!st && dx)   /* dx (M, K) = g (M, N) @ w (N, K) */
         st = dpc_gemm(g->dtype, 0, 0, M, K, N, 1.0, first(g), N, 0, first(w), K, 0, 0.0, first(dx), K, 0, 1, NULL,
-                      allow_tf32, NULL);
+                      allow_tf32, stream_of(g->device));
     if (!st && dw)   /* dw (N, K) = g^T (N, M) @ x (M, K) */
         st = dpc_gemm(g->dtype, 1, 0, N, K, M, 1.0, first(g), N, 0, first(x), K, 0, 0.0, first(dw), K, 0, 1, NULL,
-                      allow_tf32, NULL);
+                      allow_tf32, stream_of(g->device));
     if (!st && db) { /* db (N) = the column sums of g */
         dpc_shape s = { 1, { N } };
         dpc_operand o = { .data = first(db), .stride = { 1 } }, in = { .data = first(g), .stride = { 1 } }, none = { 0 };
-        st = dpc_reduce(DP_SUM, g->dtype, db->dtype, s, o, none, in, M, N, 0, NULL);
+        st = dpc_reduce(DP_SUM, g->dtype, db->dtype, s, o, none, in, M, N, 0, stream_of(g->device));
     }
     return gpu_status("linear backward", st, g->dtype);
 }
@@ -348,34 +721,19 @@ static dp_status device_index(dp_tensor **res, dp_tensor *index, const dp_tensor
     return st;
 }
 
-/* a device int that kernels set to flag a bad index, read back after */
-static dp_status flag_read(dp_tensor *flag, int *value)
-{
-    return gpu_memcpy(value, first(flag), sizeof *value, 1, flag->device);
-}
-
 dp_status gpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
 {
-    dp_tensor *ac = NULL, *idx = NULL, *flag = NULL;
-    int64_t outer, size, inner, one = 1, n = dp_tensor_numel(index);
-    int bad = 0;
+    dp_tensor *ac = NULL, *idx = NULL;
+    int64_t outer, size, inner, n = dp_tensor_numel(index);
     dp_status st;
-    if ((st = dp_contiguous(&ac, a)) || (st = device_index(&idx, index, a)) ||
-        (st = dp_full(&flag, 1, &one, 0, DP_INT32, a->device)))
-        goto done;
-    around(ac, dim, &outer, &size, &inner);
-    set_device(a->device);
-    if ((st = gpu_status("index_select", dpc_index_select(a->dtype, outer, size, inner, first(ac), first(idx), n,
-                                                          first(out), first(flag), NULL), a->dtype)) ||
-        (st = flag_read(flag, &bad)))
-        goto done;
-    if (bad)
-        st = dp_fail(DP_ERR_INDEX, "index_select: an index is out of bounds for dimension %d with size %lld", dim,
-                     (long long)size);
-done:
+    if (!(st = dp_contiguous(&ac, a)) && !(st = device_index(&idx, index, a))) {
+        around(ac, dim, &outer, &size, &inner);
+        set_device(a->device);
+        st = gpu_status("index_select", dpc_index_select(a->dtype, outer, size, inner, first(ac), first(idx), n,
+                                                         first(out), kerr(), stream_of(a->device)), a->dtype);
+    }
     dp_tensor_release(ac);
     dp_tensor_release(idx);
-    dp_tensor_release(flag);
     return st;
 }
 
@@ -390,38 +748,34 @@ dp_status gpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *sr
         around(out, dim, &outer, &size, &inner);
         set_device(out->device);
         st = gpu_status("index_add", dpc_index_add(out->dtype, outer, size, inner, first(out), first(idx),
-                                                   dp_tensor_numel(index), first(sc), NULL), out->dtype);
+                                                   dp_tensor_numel(index), first(sc), stream_of(out->device)),
+                        out->dtype);
     }
     dp_tensor_release(sc);
     dp_tensor_release(idx);
     return st;
 }
 
-/* host copies of the operands, the CPU kernel, and the result uploaded */
-static dp_status host_copy(dp_tensor **res, dp_tensor *t)
-{
-    return dp_to(res, t, t->dtype, DP_CPU);
-}
-
 dp_status gpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
 {
-    dp_tensor *ha = NULL, *hi = NULL, *ho = NULL;
-    dp_status st;
-    if (!(st = host_copy(&ha, a)) && !(st = host_copy(&hi, index)) &&
-        !(st = tensor_new(&ho, out->ndim, out->shape, out->dtype, DP_CPU)) && !(st = cpu_gather(ho, ha, dim, hi)))
-        st = gpu_copy(out, ho);
-    dp_tensor_release(ha);
-    dp_tensor_release(hi);
-    dp_tensor_release(ho);
+    dp_tensor *idx = NULL;
+    dp_status st = dp_to(&idx, index, DP_INT64, a->device);
+    if (!st) {
+        set_device(a->device);
+        st = gpu_status("gather", dpc_gather(a->dtype, shape_of(idx), operand(out), operand(a), operand(idx), dim,
+                                             a->ndim ? a->shape[dim] : 1, kerr(), stream_of(a->device)), a->dtype);
+    }
+    dp_tensor_release(idx);
     return st;
 }
 
-dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
+/* integer scatter_add (no atomicAdd for it here) runs on host copies */
+static dp_status scatter_add_on_host(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 {
     dp_tensor *ho = NULL, *hi = NULL, *hs = NULL;
     dp_status st;
-    if (!(st = host_copy(&ho, out)) && !(st = host_copy(&hi, index)) && !(st = host_copy(&hs, src)) &&
-        !(st = cpu_scatter_add(ho, dim, hi, hs)))
+    if (!(st = dp_to(&ho, out, out->dtype, DP_CPU)) && !(st = dp_to(&hi, index, index->dtype, DP_CPU)) &&
+        !(st = dp_to(&hs, src, src->dtype, DP_CPU)) && !(st = cpu_scatter_add(ho, dim, hi, hs)))
         st = gpu_copy(out, ho);
     dp_tensor_release(ho);
     dp_tensor_release(hi);
@@ -429,64 +783,56 @@ dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *
     return st;
 }
 
-/* ---------------------------------------------------------------- cross-entropy */
-
-/* Targets are checked on the host (a clear error, and the denominator of
- * the mean); the losses come back to the host for the reduction. */
-dp_status gpu_cross_entropy(double *rows, double *denom, const cpu_ce_args *a)
+dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 {
-    int64_t N = a->input->shape[0], C = a->input->shape[1];
-    dp_tensor *ht = NULL, *hw = NULL, *drows = NULL, *flag = NULL;
-    int64_t one = 1;
-    dp_status st;
-    if ((st = host_copy(&ht, a->target)) || (a->weight && (st = host_copy(&hw, a->weight))))
-        goto done;
-    double wsum = 0;
-    for (int64_t i = 0; i < N; i++) {
-        int64_t t = ((const int64_t *)tensor_ptr(ht))[i];
-        if (t == a->ignore_index)
-            continue;
-        if (t < 0 || t >= C) {
-            st = dp_fail(DP_ERR_INDEX, "cross_entropy: target %lld is out of bounds (expected a class index in "
-                         "[0, %lld) or ignore_index)", (long long)t, (long long)C);
-            goto done;
-        }
-        wsum += hw ? ((const double *)tensor_ptr(hw))[t] : 1.0;
+    if (out->dtype != DP_FLOAT32 && out->dtype != DP_FLOAT64)
+        return scatter_add_on_host(out, dim, index, src);
+    dp_tensor *idx = NULL;
+    dp_status st = dp_to(&idx, index, DP_INT64, out->device);
+    if (!st) {
+        set_device(out->device);
+        st = gpu_status("scatter_add", dpc_scatter_add(out->dtype, shape_of(idx), operand(out), operand(idx),
+                                                       operand(src), dim, out->ndim ? out->shape[dim] : 1, kerr(),
+                                                       stream_of(out->device)), out->dtype);
     }
-    *denom = wsum;
-    if ((st = tensor_new(&drows, 1, &N, DP_FLOAT64, a->input->device)) ||
-        (st = dp_full(&flag, 1, &one, 0, DP_INT32, a->input->device)))
-        goto done;
-    set_device(a->input->device);
-    if (!(st = gpu_status("cross_entropy",
-                          dpc_cross_entropy(a->input->dtype, N, C, first(a->input), first(a->target),
-                                            a->weight ? first(a->weight) : NULL, a->ignore_index,
-                                            a->label_smoothing, a->log_probs, first(drows),
-                                            a->probs ? first(a->probs) : NULL, first(flag), NULL),
-                          a->input->dtype)))
-        st = gpu_memcpy(rows, first(drows), sizeof(double) * (size_t)N, 1, a->input->device);
-done:
-    dp_tensor_release(ht);
-    dp_tensor_release(hw);
-    dp_tensor_release(drows);
-    dp_tensor_release(flag);
+    dp_tensor_release(idx);
     return st;
 }
 
-dp_status gpu_cross_entropy_backward(dp_tensor *dinput, const double *scale, const cpu_ce_args *a)
+/* ---------------------------------------------------------------- cross-entropy */
+
+/* All on the device: a bad target is found by the kernel and reported at
+ * the next synchronisation (a host check would cost a round trip per
+ * step and could not be captured in a CUDA graph). */
+dp_status gpu_cross_entropy(dp_tensor *out, const cpu_ce_args *a)
+{
+    int64_t N = a->input->shape[0], C = a->input->shape[1];
+    dp_tensor *rows = NULL;
+    dp_status st = tensor_new(&rows, 1, &N, DP_FLOAT64, a->input->device);
+    if (!st) {
+        set_device(a->input->device);
+        st = gpu_status("cross_entropy",
+                        dpc_cross_entropy(a->input->dtype, N, C, first(a->input), first(a->target),
+                                          a->weight ? first(a->weight) : NULL, a->ignore_index, a->label_smoothing,
+                                          a->log_probs, a->reduction, first(rows),
+                                          a->probs ? first(a->probs) : NULL, first(out), first(a->denom), kerr(),
+                                          stream_of(a->input->device)),
+                        a->input->dtype);
+    }
+    dp_tensor_release(rows);
+    return st;
+}
+
+dp_status gpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_ce_args *a)
 {
     int64_t N = dinput->shape[0], C = dinput->shape[1];
-    dp_tensor *dscale = NULL;
-    dp_status st = tensor_new(&dscale, 1, &N, DP_FLOAT64, dinput->device);
-    if (!st && !(st = gpu_memcpy(first(dscale), scale, sizeof(double) * (size_t)N, 0, dinput->device)))
-        st = gpu_status("cross_entropy backward",
-                        dpc_cross_entropy_backward(dinput->dtype, N, C, first(dinput),
-                                                   a->probs ? first(a->probs) : NULL, first(a->target),
-                                                   a->weight ? first(a->weight) : NULL, a->ignore_index,
-                                                   a->label_smoothing, a->log_probs, first(dscale), NULL),
-                        dinput->dtype);
-    dp_tensor_release(dscale);
-    return st;
+    set_device(dinput->device);
+    return gpu_status("cross_entropy backward",
+                      dpc_cross_entropy_backward(dinput->dtype, N, C, first(dinput), a->probs ? first(a->probs) : NULL,
+                                                 first(a->target), a->weight ? first(a->weight) : NULL,
+                                                 a->ignore_index, a->label_smoothing, a->log_probs, a->reduction,
+                                                 first(g), first(a->denom), stream_of(dinput->device)),
+                      dinput->dtype);
 }
 
 /* ---------------------------------------------------------------- unfold, optimizers */
@@ -496,7 +842,7 @@ dp_status gpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u)
     set_device(x->device);
     return gpu_status("unfold", dpc_unfold(x->dtype, x->shape[0], x->shape[1], x->shape[2], x->shape[3], u->kernel,
                                            u->stride, u->padding, u->dilation, u->out_h, u->out_w, first(x),
-                                           first(cols), u->pad_value, NULL), x->dtype);
+                                           first(cols), u->pad_value, stream_of(x->device)), x->dtype);
 }
 
 dp_status gpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)
@@ -504,7 +850,7 @@ dp_status gpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)
     set_device(x->device);
     return gpu_status("unfold backward", dpc_fold_add(x->dtype, x->shape[0], x->shape[1], x->shape[2], x->shape[3],
                                                       u->kernel, u->stride, u->padding, u->dilation, u->out_h,
-                                                      u->out_w, first(x), first(cols), NULL), x->dtype);
+                                                      u->out_w, first(x), first(cols), stream_of(x->device)), x->dtype);
 }
 
 dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
@@ -513,7 +859,7 @@ dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
     set_device(p->device);
     return gpu_status("sgd_step", dpc_sgd_step(p->dtype, dp_tensor_numel(p), first(p), first(g),
                                                buf ? first(buf) : NULL, lr, momentum, dampening, nesterov,
-                                               weight_decay, first_step, NULL), p->dtype);
+                                               weight_decay, first_step, stream_of(p->device)), p->dtype);
 }
 
 dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
@@ -522,7 +868,7 @@ dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, 
     set_device(p->device);
     return gpu_status("adam_step", dpc_adam_step(p->dtype, dp_tensor_numel(p), first(p), first(g), first(m), first(v),
                                                  vmax ? first(vmax) : NULL, lr, beta1, beta2, eps, weight_decay,
-                                                 decoupled, step, NULL), p->dtype);
+                                                 decoupled, step, stream_of(p->device)), p->dtype);
 }
 
 #else /* no CUDA in this build: no tensor can be on a GPU, but say so clearly */
@@ -532,12 +878,32 @@ static dp_status no_cuda(void)
     return dp_fail(DP_ERR_DEVICE, "this build of dplua has no CUDA backend (configure --with-cuda)");
 }
 
-dp_status gpu_storage_alloc(void **data, size_t nbytes, int device)
+dp_status gpu_storage_alloc(void **data, void **pool, size_t nbytes, int device)
 {
-    (void)data; (void)nbytes; (void)device;
+    (void)data; (void)pool; (void)nbytes; (void)device;
     return no_cuda();
 }
-void gpu_storage_free(void *data, int device) { (void)data; (void)device; }
+void gpu_storage_free(void *data, void *pool, int device) { (void)data; (void)pool; (void)device; }
+bool gpu_capturing(void) { return false; }
+dp_status dp_cuda_stream_new(void **stream, int device) { *stream = NULL; (void)device; return no_cuda(); }
+void dp_cuda_stream_free(void *stream) { (void)stream; }
+dp_status dp_cuda_set_stream(int device, void *stream) { (void)device; (void)stream; return no_cuda(); }
+void *dp_cuda_current_stream(int device) { (void)device; return NULL; }
+dp_status dp_cuda_stream_synchronize(void *stream) { (void)stream; return no_cuda(); }
+dp_status dp_cuda_stream_query(void *stream, int *done) { (void)stream; *done = 1; return no_cuda(); }
+dp_status dp_cuda_stream_wait_event(void *stream, void *event) { (void)stream; (void)event; return no_cuda(); }
+dp_status dp_cuda_event_new(void **event, int device, int timing)
+{ *event = NULL; (void)device; (void)timing; return no_cuda(); }
+void dp_cuda_event_free(void *event) { (void)event; }
+dp_status dp_cuda_event_record(void *event, void *stream) { (void)event; (void)stream; return no_cuda(); }
+dp_status dp_cuda_event_synchronize(void *event) { (void)event; return no_cuda(); }
+dp_status dp_cuda_event_query(void *event, int *done) { (void)event; *done = 1; return no_cuda(); }
+dp_status dp_cuda_event_elapsed(double *ms, void *start, void *end)
+{ *ms = 0; (void)start; (void)end; return no_cuda(); }
+dp_status dp_cuda_graph_begin(dp_cuda_graph **out, int device) { *out = NULL; (void)device; return no_cuda(); }
+dp_status dp_cuda_graph_end(dp_cuda_graph *g, int keep) { (void)g; (void)keep; return no_cuda(); }
+dp_status dp_cuda_graph_replay(dp_cuda_graph *g) { (void)g; return no_cuda(); }
+void dp_cuda_graph_free(dp_cuda_graph *g) { (void)g; }
 dp_status gpu_memcpy(void *dst, const void *src, size_t bytes, int kind, int device)
 { (void)dst; (void)src; (void)bytes; (void)kind; (void)device; return no_cuda(); }
 int dp_cuda_device_count(void) { return 0; }
@@ -572,10 +938,9 @@ dp_status gpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
 { (void)out; (void)a; (void)dim; (void)index; return no_cuda(); }
 dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 { (void)out; (void)dim; (void)index; (void)src; return no_cuda(); }
-dp_status gpu_cross_entropy(double *rows, double *denom, const cpu_ce_args *a)
-{ (void)rows; (void)denom; (void)a; return no_cuda(); }
-dp_status gpu_cross_entropy_backward(dp_tensor *dinput, const double *scale, const cpu_ce_args *a)
-{ (void)dinput; (void)scale; (void)a; return no_cuda(); }
+dp_status gpu_cross_entropy(dp_tensor *out, const cpu_ce_args *a) { (void)out; (void)a; return no_cuda(); }
+dp_status gpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_ce_args *a)
+{ (void)dinput; (void)g; (void)a; return no_cuda(); }
 dp_status gpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u)
 { (void)cols; (void)x; (void)u; return no_cuda(); }
 dp_status gpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)

@@ -24,11 +24,10 @@ dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b);
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w);
 dp_status gpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
 dp_status gpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
-/* gather and its backward have no CUDA kernel yet: they run on host copies */
 dp_status gpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
 dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
-dp_status gpu_cross_entropy(double *rows, double *denom, const cpu_ce_args *a);
-dp_status gpu_cross_entropy_backward(dp_tensor *dinput, const double *scale, const cpu_ce_args *a);
+dp_status gpu_cross_entropy(dp_tensor *out, const cpu_ce_args *a);
+dp_status gpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_ce_args *a);
 dp_status gpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u);
 dp_status gpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u);
 dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
@@ -36,6 +35,8 @@ dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
 dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
                         double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step);
 bool gpu_any(int what, dp_tensor *t);
+/* true while a CUDA graph is being captured: what cannot be captured fails */
+bool gpu_capturing(void);
 
 #define ON_CPU(t) ((t)->device == DP_CPU)
 
@@ -85,10 +86,10 @@ static inline dp_status k_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tenso
 { return ON_CPU(out) ? cpu_gather(out, a, dim, index) : gpu_gather(out, a, dim, index); }
 static inline dp_status k_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 { return ON_CPU(out) ? cpu_scatter_add(out, dim, index, src) : gpu_scatter_add(out, dim, index, src); }
-static inline dp_status k_cross_entropy(double *rows, double *denom, const cpu_ce_args *a)
-{ return ON_CPU(a->input) ? cpu_cross_entropy(rows, denom, a) : gpu_cross_entropy(rows, denom, a); }
-static inline dp_status k_cross_entropy_backward(dp_tensor *dinput, const double *scale, const cpu_ce_args *a)
-{ return ON_CPU(dinput) ? cpu_cross_entropy_backward(dinput, scale, a) : gpu_cross_entropy_backward(dinput, scale, a); }
+static inline dp_status k_cross_entropy(dp_tensor *out, const cpu_ce_args *a)
+{ return ON_CPU(a->input) ? cpu_cross_entropy(out, a) : gpu_cross_entropy(out, a); }
+static inline dp_status k_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_ce_args *a)
+{ return ON_CPU(dinput) ? cpu_cross_entropy_backward(dinput, g, a) : gpu_cross_entropy_backward(dinput, g, a); }
 static inline dp_status k_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u)
 { return ON_CPU(cols) ? cpu_unfold(cols, x, u) : gpu_unfold(cols, x, u); }
 static inline dp_status k_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)

@@ -130,30 +130,21 @@ record:;
 
 /* ---------------------------------------------------------------- cross-entropy */
 
-enum { REDUCE_NONE, REDUCE_MEAN, REDUCE_SUM };
-
-/* saved: probs (or NULL for nll), target, weight (or NULL) */
+/* saved: probs (or NULL for nll), target, weight (or NULL), denom */
 static dp_status bw_cross_entropy(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
-    cpu_ce_args a = { NULL, n->saved[1], n->saved[2], n->iarg[0], n->darg[0], (int)n->iarg[2], n->saved[0] };
-    int64_t N = n->in[0].shape[0];
-    int reduction = (int)n->iarg[1];
-    double *scale = malloc(sizeof(double) * (size_t)(N > 0 ? N : 1));
+    cpu_ce_args a = { NULL, n->saved[1], n->saved[2], n->iarg[0], n->darg[0], (int)n->iarg[2], n->saved[0],
+                      (int)n->iarg[1], n->saved[3] };
     dp_tensor *gc = NULL, *dx = NULL;
-    if (!scale)
-        return dp_fail(DP_ERR_MEMORY, "cross_entropy backward: out of memory");
-    dp_status st = dp_to(&gc, g, DP_FLOAT64, DP_CPU);
-    if (!st && (st = dp_contiguous(&dx, gc)) == DP_OK) {
-        const double *gv = (const double *)tensor_ptr(dx);
-        for (int64_t i = 0; i < N; i++)
-            scale[i] = reduction == REDUCE_NONE ? gv[i] : reduction == REDUCE_SUM ? gv[0] : gv[0] / n->darg[1];
-        dp_tensor_release(dx);
+    dp_status st;
+    if (!(st = dp_to(&gc, g, n->in[0].dtype, n->in[0].device)) && !(st = dp_contiguous(&dx, gc))) {
+        dp_tensor_release(gc);
+        gc = dx;
         dx = NULL;
         if (!(st = tensor_new(&dx, 2, n->in[0].shape, n->in[0].dtype, n->in[0].device)) &&
-            !(st = k_cross_entropy_backward(dx, scale, &a)))
+            !(st = k_cross_entropy_backward(dx, gc, &a)))
             st = ag_sum_to(&gi[0], dx, &n->in[0]);
     }
-    free(scale);
     drop3(gc, dx, NULL);
     return st;
 }
@@ -177,7 +168,7 @@ static dp_status ce_check(dp_tensor *input, dp_tensor *target, dp_tensor *weight
     if (weight && (weight->ndim != 1 || weight->shape[0] != input->shape[1]))
         return dp_fail(DP_ERR_SHAPE, "cross_entropy: weight must have shape (%lld), got %s",
                        (long long)input->shape[1], dp_shape_str(s1, sizeof s1, weight->ndim, weight->shape));
-    if (reduction < REDUCE_NONE || reduction > REDUCE_SUM)
+    if (reduction < CE_REDUCE_NONE || reduction > CE_REDUCE_SUM)
         return dp_fail(DP_ERR_ARG, "cross_entropy: invalid reduction %d", reduction);
     if (!(smoothing >= 0 && smoothing <= 1))
         return dp_fail(DP_ERR_ARG, "cross_entropy: label_smoothing must be in [0, 1], got %g", smoothing);
@@ -199,33 +190,17 @@ dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target,
         return st;
     }
     int64_t N = input->shape[0];
-    double denom = 0;
-    double *rows = malloc(sizeof(double) * (size_t)(N > 0 ? N : 1));
-    dp_tensor *probs = NULL;
+    dp_tensor *probs = NULL, *denom = NULL;
     bool grad = ag_needs_record(1, &input);
     if (!log_probs && grad)
         st = tensor_new(&probs, 2, input->shape, DP_FLOAT64, input->device);
-    cpu_ce_args a = { x, t, w, ignore_index, label_smoothing, log_probs, probs };
-    if (!rows && !st)
-        st = dp_fail(DP_ERR_MEMORY, "cross_entropy: out of memory");
-    if (!st && !(st = k_cross_entropy(rows, &denom, &a))) {
-        if (reduction == REDUCE_NONE) {
-            /* the losses are on the host: write them there, then move them */
-            dp_tensor *host = NULL;
-            if (!(st = tensor_new(&host, 1, &N, input->dtype, DP_CPU))) {
-                for (int64_t i = 0; i < N; i++)
-                    dtype_store(input->dtype, tensor_ptr(host) + i * (int64_t)dp_dtype_size(input->dtype), rows[i]);
-                st = dp_to(out, host, input->dtype, input->device);
-                dp_tensor_release(host);
-            }
-        } else {
-            double total = 0;
-            for (int64_t i = 0; i < N; i++)
-                total += rows[i];
-            st = dp_full(out, 0, NULL, reduction == REDUCE_MEAN ? total / denom : total, input->dtype, input->device);
-        }
+    cpu_ce_args a = { x, t, w, ignore_index, label_smoothing, log_probs, probs, reduction, NULL };
+    if (!st && !(st = tensor_new(&denom, 0, NULL, DP_FLOAT64, input->device)) &&
+        !(st = tensor_new(out, reduction == CE_REDUCE_NONE ? 1 : 0, &N, input->dtype, input->device))) {
+        a.denom = denom;
+        if ((st = k_cross_entropy(*out, &a)))
+            dp_tensor_release(*out);
     }
-    free(rows);
     ag_node *n = NULL;
     if (!st && !(st = ag_record_or_drop(out, "NllLossBackward0", bw_cross_entropy, 1, &input, &n)) && n) {
         if (probs)
@@ -237,14 +212,14 @@ dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target,
             ag_save(n, w);
         else
             n->saved[n->nsaved++] = NULL;
+        ag_save(n, denom);
         n->iarg[0] = ignore_index;
         n->iarg[1] = reduction;
         n->iarg[2] = log_probs;
         n->darg[0] = label_smoothing;
-        n->darg[1] = denom;
     }
     drop3(x, t, w);
-    dp_tensor_release(probs);
+    drop3(probs, denom, NULL);
     return st;
 }
 

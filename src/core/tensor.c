@@ -77,7 +77,7 @@ static dp_status device_storage_new(dp_storage **out, size_t nbytes, int device)
     dp_storage *s = calloc(1, sizeof *s);
     if (!s)
         return dp_fail(DP_ERR_MEMORY, "out of memory allocating a storage header");
-    dp_status st = gpu_storage_alloc(&s->data, nbytes, device);
+    dp_status st = gpu_storage_alloc(&s->data, &s->pool, nbytes, device);
     if (st) {
         free(s);
         return st;
@@ -140,7 +140,7 @@ void storage_release(dp_storage *s)
     if (s && --s->refcount == 0) {
         account(s->device, -(int64_t)s->nbytes);
         if (s->device != DP_CPU) {
-            gpu_storage_free(s->data, s->device);
+            gpu_storage_free(s->data, s->pool, s->device);
             free(s);
             return;
         }

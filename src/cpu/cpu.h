@@ -52,15 +52,21 @@ dp_status cpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *sr
 dp_status cpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
 
 /* nn.c: cross-entropy over input (N, C) contiguous, target (N) int64 */
+enum { CE_REDUCE_NONE, CE_REDUCE_MEAN, CE_REDUCE_SUM };
 typedef struct {
     dp_tensor *input, *target, *weight;   /* weight (C) float64 or NULL */
     int64_t ignore_index;
     double label_smoothing;
     int log_probs;
     dp_tensor *probs;                     /* (N, C) float64 softmax, NULL for log_probs */
+    int reduction;                        /* CE_REDUCE_* */
+    dp_tensor *denom;                     /* 0-d float64: the weight of the counted rows, the mean's denominator */
 } cpu_ce_args;
-dp_status cpu_cross_entropy(double *rows, double *denom, const cpu_ce_args *a);
-dp_status cpu_cross_entropy_backward(dp_tensor *dinput, const double *scale, const cpu_ce_args *a);
+/* out: the losses (N) for CE_REDUCE_NONE, else 0-d, of the input's dtype;
+ * also fills a->denom and a->probs. */
+dp_status cpu_cross_entropy(dp_tensor *out, const cpu_ce_args *a);
+/* g: out's gradient, contiguous, of out's shape and dtype */
+dp_status cpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_ce_args *a);
 
 typedef struct {
     int64_t kernel[2], stride[2], padding[2], dilation[2];

@@ -49,19 +49,21 @@ static void row_log_probs(const cpu_ce_args *a, int64_t i, int64_t C, double *lo
     }
 }
 
-/* Per-sample losses into rows (N doubles), the mean's denominator, and
+/* The per-sample losses, reduced into out; the mean's denominator; and
  * (for logits) the softmax into a->probs (N x C float64). */
-dp_status cpu_cross_entropy(double *rows, double *denom, const cpu_ce_args *a)
+dp_status cpu_cross_entropy(dp_tensor *out, const cpu_ce_args *a)
 {
     int64_t N = a->input->shape[0], C = a->input->shape[1];
-    double wsum = 0, eps = a->label_smoothing;
+    double wsum = 0, total = 0, eps = a->label_smoothing;
     double *logp = malloc(sizeof(double) * (size_t)(C > 0 ? C : 1));
     double *probs = a->probs ? (double *)tensor_ptr(a->probs) : NULL;
+    size_t es = dp_dtype_size(out->dtype);
     if (!logp)
         return dp_fail(DP_ERR_MEMORY, "cross_entropy: out of memory");
     for (int64_t i = 0; i < N; i++) {
         int64_t t = ((const int64_t *)tensor_ptr(a->target))[i];
-        rows[i] = 0;
+        if (a->reduction == CE_REDUCE_NONE)
+            dtype_store(out->dtype, tensor_ptr(out) + i * (int64_t)es, 0.0);
         if (t == a->ignore_index)
             continue;
         if (t < 0 || t >= C) {
@@ -77,41 +79,50 @@ dp_status cpu_cross_entropy(double *rows, double *denom, const cpu_ce_args *a)
                 smooth -= class_weight(a->weight, j) * logp[j];
             loss += eps / (double)C * smooth;
         }
-        rows[i] = loss;
+        if (a->reduction == CE_REDUCE_NONE)
+            dtype_store(out->dtype, tensor_ptr(out) + i * (int64_t)es, loss);
+        total += loss;
         wsum += wt;
     }
     free(logp);
-    *denom = wsum;
+    *(double *)tensor_ptr(a->denom) = wsum;
+    if (a->reduction != CE_REDUCE_NONE)
+        dtype_store(out->dtype, tensor_ptr(out), a->reduction == CE_REDUCE_MEAN ? total / wsum : total);
     return DP_OK;
 }
 
 /* dinput[i, k] = scale_i * ((1-eps) w_t (p_k - [k==t]) + eps/C (p_k sum_j w_j - w_k)),
- * or -scale_i w_t [k==t] for log-probability inputs. */
-dp_status cpu_cross_entropy_backward(dp_tensor *dinput, const double *scale, const cpu_ce_args *a)
+ * or -scale_i w_t [k==t] for log-probability inputs; scale_i is g_i, or
+ * g for a sum, or g / denom for a mean. */
+dp_status cpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_ce_args *a)
 {
     int64_t N = dinput->shape[0], C = dinput->shape[1];
     double eps = a->label_smoothing, wall = 0;
-    size_t es = dp_dtype_size(dinput->dtype);
+    size_t es = dp_dtype_size(dinput->dtype), gs = dp_dtype_size(g->dtype);
     const double *probs = a->probs ? (const double *)tensor_ptr(a->probs) : NULL;
+    double g0 = dtype_load(g->dtype, tensor_ptr(g));
+    if (a->reduction == CE_REDUCE_MEAN)
+        g0 /= *(const double *)tensor_ptr(a->denom);
     for (int64_t j = 0; j < C; j++)
         wall += class_weight(a->weight, j);
     for (int64_t i = 0; i < N; i++) {
         char *row = tensor_ptr(dinput) + i * C * (int64_t)es;
         int64_t t = ((const int64_t *)tensor_ptr(a->target))[i];
-        bool skip = t == a->ignore_index || scale[i] == 0;
+        double sc = a->reduction == CE_REDUCE_NONE ? dtype_load(g->dtype, tensor_ptr(g) + i * (int64_t)gs) : g0;
+        bool skip = t == a->ignore_index || sc == 0;
         double wt = skip ? 0 : class_weight(a->weight, t);
         for (int64_t k = 0; k < C; k++) {
             double d = 0;
             if (skip)
                 d = 0;
             else if (a->log_probs)
-                d = k == t ? -scale[i] * wt : 0;
+                d = k == t ? -sc * wt : 0;
             else {
                 double p = probs[i * C + k];
                 d = (1 - eps) * wt * (p - (k == t));
                 if (eps > 0)
                     d += eps / (double)C * (p * wall - class_weight(a->weight, k));
-                d *= scale[i];
+                d *= sc;
             }
             dtype_store(dinput->dtype, row + k * (int64_t)es, d);
         }
