@@ -730,11 +730,17 @@ function methods.log_softmax(t, dim)
   return new(C.dp_softmax(outp, t.p, check_int(dim, "log_softmax", "dim"), 1))
 end
 
+-- Autocast (dplua/autocast.lua) sets these while a region is active; with
+-- autocast off the GEMM wrappers pay one test of a local boolean.
+local autocast_on, autocast = false, nil
+function torch._autocast_watch(on, m) autocast_on, autocast = on, m end
+
 local function matmul_fn(cfn, fn)
   return function(a, b)
     if not is_tensor(a) or not is_tensor(b) then
       raise(string.format("%s: expected two tensors, got %s and %s", fn, typename(a), typename(b)))
     end
+    if autocast_on then a, b = autocast.cast_inputs(a, b) end
     return new(cfn(outp, a.p, b.p))
   end
 end
@@ -1020,6 +1026,8 @@ local lazy_functions = {
   save = "dplua.serialization", load = "dplua.serialization",
   get_rng_state = "dplua.serialization", set_rng_state = "dplua.serialization",
   hparams = "dplua.report", report = "dplua.report",
+  autocast = "dplua.autocast", is_autocast_enabled = "dplua.autocast",
+  get_autocast_dtype = "dplua.autocast",
 }
 setmetatable(torch, { __index = function(t, k)
   local name = submodules[k]

@@ -10,6 +10,11 @@ local is_tensor = torch.is_tensor
 
 local F = {}
 
+-- Autocast (dplua/autocast.lua) tells us when a region is active: while
+-- autocast_on is false, the ops below pay one test of this boolean.
+local autocast_on, AC = false, nil
+require("dplua.autocast").watch(function(on, m) autocast_on, AC = on, m end)
+
 ---------------------------------------------------------------- helpers
 
 local function typename(x) return is_tensor(x) and "Tensor" or type(x) end
@@ -86,8 +91,16 @@ local function dim_arg(dim, fn)
   if dim == nil then raise(fn .. ": the dim argument is required") end
   return dim
 end
-function F.softmax(x, dim) return want_tensor(x, "softmax", "input"):softmax(dim_arg(dim, "softmax")) end
-function F.log_softmax(x, dim) return want_tensor(x, "log_softmax", "input"):log_softmax(dim_arg(dim, "log_softmax")) end
+function F.softmax(x, dim)
+  want_tensor(x, "softmax", "input")
+  if autocast_on then x = AC.cast_fp32(x) end
+  return x:softmax(dim_arg(dim, "softmax"))
+end
+function F.log_softmax(x, dim)
+  want_tensor(x, "log_softmax", "input")
+  if autocast_on then x = AC.cast_fp32(x) end
+  return x:log_softmax(dim_arg(dim, "log_softmax"))
+end
 
 -- dropout(x, p=0.5, training=true): zeroes each element with probability p
 -- (mask from torch.rand_like) and scales the rest by 1/(1-p).
@@ -118,6 +131,7 @@ function F.linear(x, weight, bias)
     raise(string.format("linear: input shape %s and weight shape %s do not fit (expected input of shape [*, %d])",
                         shape_str(x), shape_str(weight), weight:size(1)))
   end
+  if autocast_on then x, weight, bias = AC.cast_inputs(x, weight, bias) end
   return torch._linear(x, weight, bias)
 end
 
@@ -156,6 +170,7 @@ local function class_loss(fn, input, target, opts, log_probs)
   want_tensor(target, fn, "target")
   local reduction = reduction_of(opts, fn)
   local weight = opts.weight
+  if autocast_on then input, weight = AC.cast_fp32(input, weight) end
   local ignore_index = opts.ignore_index or -100
   local ls = opts.label_smoothing or 0
   if type(ignore_index) ~= "number" or ignore_index % 1 ~= 0 then
@@ -257,6 +272,7 @@ function F.mse_loss(input, target, opts)
                             .. "this will likely lead to incorrect results due to broadcasting",
                             shape_str(target), shape_str(input)))
   end
+  if autocast_on then input, target = AC.cast_fp32(input, target) end
   local d = input - target
   return reduce(d * d, reduction_of(opts, "mse_loss"))
 end
@@ -264,6 +280,7 @@ end
 function F.l1_loss(input, target, opts)
   opts = loss_opts(opts, "l1_loss")
   same_shape("l1_loss", input, target)
+  if autocast_on then input, target = AC.cast_fp32(input, target) end
   return reduce((input - target):abs(), reduction_of(opts, "l1_loss"))
 end
 
@@ -279,16 +296,21 @@ function F.binary_cross_entropy_with_logits(input, target, opts)
     raise(string.format("%s: Target size (%s) must be the same as input size (%s)", fn, shape_str(target), shape_str(input)))
   end
   local reduction = reduction_of(opts, fn)
+  local pos_weight, weight = opts.pos_weight, opts.weight
+  if autocast_on then
+    input, target = AC.cast_fp32(input, target)
+    pos_weight, weight = AC.cast_fp32(pos_weight, weight)
+  end
   local softplus_neg = (-input:abs()):exp():log1p() + (-input):relu()   -- log(1 + exp(-x))
   local loss
-  if opts.pos_weight ~= nil then
-    want_tensor(opts.pos_weight, fn, "pos_weight")
-    local log_weight = (opts.pos_weight - 1) * target + 1
+  if pos_weight ~= nil then
+    want_tensor(pos_weight, fn, "pos_weight")
+    local log_weight = (pos_weight - 1) * target + 1
     loss = (1 - target) * input + log_weight * softplus_neg
   else
     loss = (1 - target) * input + softplus_neg
   end
-  if opts.weight ~= nil then loss = loss * want_tensor(opts.weight, fn, "weight") end
+  if weight ~= nil then loss = loss * want_tensor(weight, fn, "weight") end
   return reduce(loss, reduction)
 end
 
@@ -352,6 +374,7 @@ function F.conv2d(input, weight, bias, stride, padding, dilation, groups)
     raise(string.format("%s: input of size %s is too small for kernel (%d, %d) (output would be %d x %d)",
                         fn, shape_str(x), kh, kw, Ho, Wo))
   end
+  if autocast_on then x, weight, bias = AC.cast_inputs(x, weight, bias) end
   local cols = torch._unfold(x, { kh, kw }, s, p, d, 0)          -- (N, C*kh*kw, L)
   local out
   if groups == 1 then
@@ -429,6 +452,7 @@ function F.layer_norm(input, normalized_shape, weight, bias, eps)
                         fn, table.concat(normalized_shape, ", "), table.concat(normalized_shape, ", "), shape_str(input)))
   end
   eps = eps or 1e-5
+  if autocast_on then input, weight, bias = AC.cast_fp32(input, weight, bias) end
   local lead = {}
   for i = 1, #shape - k do lead[i] = shape[i] end
   lead[#lead + 1] = -1
