@@ -7,6 +7,8 @@
  * order of operations. nvcc would otherwise fuse a * b + c into one fma,
  * which rounds once where the CPU rounds twice; the _rn intrinsics below
  * are never fused, so that a float32 step gives the CPU's bits.
+ * bfloat16 computes in float and rounds each stored value, as
+ * src/cpu/optim.c does for it.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -18,6 +20,7 @@
 
 #include "dpc_ops.h"
 #include "dplua.h"
+#include "dtype.cuh"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
@@ -44,6 +47,22 @@ __device__ static inline double sub(double a, double b) { return __dsub_rn(a, b)
 __device__ static inline double dvd(double a, double b) { return __ddiv_rn(a, b); }
 __device__ static inline double root(double a) { return __dsqrt_rn(a); }
 
+/* Storage and arithmetic: float32 and float64 compute in their own type;
+ * bfloat16 loads into float, computes there and rounds on each store (as
+ * PyTorch's bf16 updates, which compute in float). */
+namespace {   /* file-local types: no clash with another file's of the same name */
+struct bf16s {
+    uint16_t bits;
+};
+template <typename S> struct math_of { typedef S type; };
+template <> struct math_of<bf16s> { typedef float type; };
+}  // namespace
+
+template <typename T> __device__ static inline T ld(const T *p) { return *p; }
+template <typename T> __device__ static inline void st(T *p, T v) { *p = v; }
+__device__ static inline float ld(const bf16s *p) { return bf16_to_f32(p->bits); }
+__device__ static inline void st(bf16s *p, float v) { p->bits = f32_to_bf16(v); }
+
 static unsigned grid_for(int64_t n)
 {
     int64_t grid = CEIL_DIV(n, (int64_t)OPTIM_BLOCK);
@@ -56,34 +75,34 @@ static unsigned grid_for(int64_t n)
 
 /* P, G, B are (n,); B is NULL without momentum. wd, mom, damp (= 1 -
  * dampening) and step (= lr) are already rounded to T, as on the CPU. */
-template <typename T>
-__global__ static void sgd_kernel(int64_t n, T *P, const T *G, T *B, T step, T mom, T damp, T wd,
+template <typename S, typename T = typename math_of<S>::type>
+__global__ static void sgd_kernel(int64_t n, S *P, const S *G, S *B, T step, T mom, T damp, T wd,
                                   int nesterov, int first_step)
 {
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        T p = P[i];
-        T d = add(G[i], mul(wd, p));
+        T p = ld(&P[i]);
+        T d = add(ld(&G[i]), mul(wd, p));
         T upd;
         if (!B) {
             upd = d;
         } else if (first_step) {
-            B[i] = d;
+            st(&B[i], d);
             upd = nesterov ? add(d, mul(mom, d)) : d;
         } else {
-            T b = add(mul(B[i], mom), mul(damp, d));
-            B[i] = b;
+            T b = add(mul(ld(&B[i]), mom), mul(damp, d));
+            st(&B[i], b);
             upd = nesterov ? add(d, mul(mom, b)) : b;
         }
-        P[i] = sub(p, mul(step, upd));
+        st(&P[i], sub(p, mul(step, upd)));
     }
 }
 
-template <typename T>
+template <typename S, typename T = typename math_of<S>::type>
 static int sgd_launch(int64_t n, void *param, const void *grad, void *buf, double lr, double momentum,
                       double dampening, int nesterov, double weight_decay, int first_step, cudaStream_t stream)
 {
-    sgd_kernel<T><<<grid_for(n), OPTIM_BLOCK, 0, stream>>>(n, (T *)param, (const T *)grad, (T *)buf, (T)lr,
+    sgd_kernel<S><<<grid_for(n), OPTIM_BLOCK, 0, stream>>>(n, (S *)param, (const S *)grad, (S *)buf, (T)lr,
                                                            (T)momentum, (T)(1 - dampening), (T)weight_decay,
                                                            nesterov, first_step);
     return (int)cudaGetLastError();
@@ -93,17 +112,21 @@ extern "C" int dpc_sgd_step(int dtype, int64_t n, void *param, const void *grad,
                             double momentum, double dampening, int nesterov, double weight_decay, int first_step,
                             void *stream)
 {
-    if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64)
+    if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64 && dtype != DP_BFLOAT16)
         return DPC_UNSUPPORTED;
     if (n < 0 || (n > 0 && (param == NULL || grad == NULL)))
         return (int)cudaErrorInvalidValue;
     if (n == 0)
         return 0;
+    cudaStream_t s = (cudaStream_t)stream;
     if (dtype == DP_FLOAT32)
         return sgd_launch<float>(n, param, grad, momentum_buf, lr, momentum, dampening, nesterov, weight_decay,
-                                 first_step, (cudaStream_t)stream);
+                                 first_step, s);
+    if (dtype == DP_BFLOAT16)
+        return sgd_launch<bf16s>(n, param, grad, momentum_buf, lr, momentum, dampening, nesterov, weight_decay,
+                                 first_step, s);
     return sgd_launch<double>(n, param, grad, momentum_buf, lr, momentum, dampening, nesterov, weight_decay,
-                              first_step, (cudaStream_t)stream);
+                              first_step, s);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -124,35 +147,35 @@ struct adam_consts {
 }  // namespace
 
 /* P, G, M, V, VM are (n,); VM is NULL without amsgrad. */
-template <typename T>
-__global__ static void adam_kernel(int64_t n, T *P, const T *G, T *M, T *V, T *VM, adam_consts<T> c)
+template <typename S, typename T = typename math_of<S>::type>
+__global__ static void adam_kernel(int64_t n, S *P, const S *G, S *M, S *V, S *VM, adam_consts<T> c)
 {
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        T p = P[i], grad = G[i];
+        T p = ld(&P[i]), grad = ld(&G[i]);
         if (c.decoupled)
             p = mul(p, c.decay);
         else if (c.coupled)
             grad = add(grad, mul(c.wd, p));
-        T m = add(mul(M[i], c.beta1), mul(c.one_minus_beta1, grad));
-        T v = add(mul(V[i], c.beta2), mul(mul(c.one_minus_beta2, grad), grad));
-        M[i] = m;
-        V[i] = v;
+        T m = add(mul(ld(&M[i]), c.beta1), mul(c.one_minus_beta1, grad));
+        T v = add(mul(ld(&V[i]), c.beta2), mul(mul(c.one_minus_beta2, grad), grad));
+        st(&M[i], m);
+        st(&V[i], v);
         T second = v;
         if (VM) {
-            T vm = VM[i];
+            T vm = ld(&VM[i]);
             if (vm < v) {     /* as the CPU: a NaN in v leaves the max alone */
                 vm = v;
-                VM[i] = vm;
+                st(&VM[i], vm);
             }
             second = vm;
         }
         T denom = add(dvd(root(second), c.bc2_sqrt), c.eps);
-        P[i] = sub(p, mul(c.step_size, dvd(m, denom)));
+        st(&P[i], sub(p, mul(c.step_size, dvd(m, denom))));
     }
 }
 
-template <typename T>
+template <typename S, typename T = typename math_of<S>::type>
 static int adam_launch(int64_t n, void *param, const void *grad, void *exp_avg, void *exp_avg_sq,
                        void *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
                        double weight_decay, int decoupled, int64_t step, cudaStream_t stream)
@@ -171,8 +194,8 @@ static int adam_launch(int64_t n, void *param, const void *grad, void *exp_avg, 
     c.step_size = (T)step_size;
     c.decoupled = decoupled != 0;
     c.coupled = !decoupled && weight_decay != 0;
-    adam_kernel<T><<<grid_for(n), OPTIM_BLOCK, 0, stream>>>(n, (T *)param, (const T *)grad, (T *)exp_avg,
-                                                            (T *)exp_avg_sq, (T *)max_exp_avg_sq, c);
+    adam_kernel<S><<<grid_for(n), OPTIM_BLOCK, 0, stream>>>(n, (S *)param, (const S *)grad, (S *)exp_avg,
+                                                            (S *)exp_avg_sq, (S *)max_exp_avg_sq, c);
     return (int)cudaGetLastError();
 }
 
@@ -180,7 +203,7 @@ extern "C" int dpc_adam_step(int dtype, int64_t n, void *param, const void *grad
                              void *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
                              double weight_decay, int decoupled, int64_t step, void *stream)
 {
-    if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64)
+    if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64 && dtype != DP_BFLOAT16)
         return DPC_UNSUPPORTED;
     if (n < 0 || (n > 0 && (param == NULL || grad == NULL || exp_avg == NULL || exp_avg_sq == NULL)))
         return (int)cudaErrorInvalidValue;
@@ -188,6 +211,9 @@ extern "C" int dpc_adam_step(int dtype, int64_t n, void *param, const void *grad
         return 0;
     if (dtype == DP_FLOAT32)
         return adam_launch<float>(n, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+                                  weight_decay, decoupled, step, (cudaStream_t)stream);
+    if (dtype == DP_BFLOAT16)
+        return adam_launch<bf16s>(n, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
                                   weight_decay, decoupled, step, (cudaStream_t)stream);
     return adam_launch<double>(n, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
                                weight_decay, decoupled, step, (cudaStream_t)stream);

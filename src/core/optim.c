@@ -15,8 +15,8 @@ static dp_status flat_check(const char *fn, dp_tensor *p, dp_tensor *g, const dp
     char a[160], b[160];
     if (!p || !g)
         return dp_fail(DP_ERR_ARG, "%s: expected parameter and gradient tensors", fn);
-    if (p->dtype != DP_FLOAT32 && p->dtype != DP_FLOAT64)
-        return dp_fail(DP_ERR_DTYPE, "%s: fused updates take float32 or float64 parameters, got %s", fn,
+    if (p->dtype != DP_FLOAT32 && p->dtype != DP_FLOAT64 && p->dtype != DP_BFLOAT16)
+        return dp_fail(DP_ERR_DTYPE, "%s: fused updates take float32, float64 or bfloat16 parameters, got %s", fn,
                        dp_dtype_name(p->dtype));
     const dp_tensor *ts[2] = { g, state };
     for (int i = 0; i < 2; i++) {
@@ -63,6 +63,10 @@ dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp
         return dp_fail(DP_ERR_ARG, "adam_step: expected exp_avg and exp_avg_sq buffers");
     if (step < 1)
         return dp_fail(DP_ERR_ARG, "adam_step: step must be at least 1, got %lld", (long long)step);
+    if (!ON_CPU(param) && gpu_capturing())
+        return dp_fail(DP_ERR_CUDA, "torch.cuda.graph: Adam cannot be captured in a CUDA graph yet: its step "
+                       "count (bias correction) is kept on the host and a replay would repeat this step's; "
+                       "capture SGD, or run Adam's step outside the graph");
     param->storage->version++;
     return k_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
                          decoupled, step);

@@ -6,6 +6,7 @@
 #include "cpu/cpu.h"
 
 #include <math.h>
+#include <string.h>
 
 /* One loop per case, so that each is a plain vectorisable pass. */
 #define SGD_LOOP(T)                                                                     \
@@ -34,10 +35,45 @@
         }                                                                               \
     } while (0)
 
+/* bfloat16 buffers: the float32 step on float copies, each result rounded
+ * back on store (PyTorch computes bf16 updates in float too). */
+static dp_status as_float(dp_tensor **out, dp_tensor *t)
+{
+    *out = NULL;
+    if (!t)
+        return DP_OK;
+    dp_status st = tensor_new(out, t->ndim, t->shape, DP_FLOAT32, DP_CPU);
+    if (!st && (st = cpu_copy(*out, t)))
+        dp_tensor_release(*out);
+    return st;
+}
+
+static dp_status store_back(dp_tensor *const *to, dp_tensor *const *from, int n)
+{
+    dp_status st = DP_OK;
+    for (int i = 0; i < n; i++) {
+        if (to[i] && !st)
+            st = cpu_copy(to[i], from[i]);
+        dp_tensor_release(from[i]);
+    }
+    return st;
+}
+
 dp_status cpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
                        double dampening, int nesterov, double weight_decay, int first_step)
 {
     int64_t n = dp_tensor_numel(p);
+    if (p->dtype == DP_BFLOAT16) {
+        dp_tensor *t[3] = { 0 }, *orig[3] = { p, g, buf };
+        dp_status st = DP_OK;
+        for (int i = 0; i < 3 && !st; i++)
+            st = as_float(&t[i], orig[i]);
+        if (!st)
+            st = cpu_sgd_step(t[0], t[1], t[2], lr, momentum, dampening, nesterov, weight_decay, first_step);
+        dp_tensor *back[3] = { st ? NULL : p, NULL, st ? NULL : buf };
+        dp_status st2 = store_back(back, t, 3);
+        return st ? st : st2;
+    }
     if (p->dtype == DP_FLOAT32)
         SGD_LOOP(float);
     else
@@ -67,6 +103,19 @@ dp_status cpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, 
                         double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step)
 {
     int64_t n = dp_tensor_numel(p);
+    if (p->dtype == DP_BFLOAT16) {
+        dp_tensor *t[5] = { 0 }, *orig[5] = { p, g, m, v, vmax };
+        dp_status st = DP_OK;
+        for (int i = 0; i < 5 && !st; i++)
+            st = as_float(&t[i], orig[i]);
+        if (!st)
+            st = cpu_adam_step(t[0], t[1], t[2], t[3], t[4], lr, beta1, beta2, eps, weight_decay, decoupled, step);
+        dp_tensor *back[5] = { p, NULL, m, v, vmax };
+        if (st)
+            memset(back, 0, sizeof back);
+        dp_status st2 = store_back(back, t, 5);
+        return st ? st : st2;
+    }
     double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
     double step_size = lr / bc1, bc2_sqrt = sqrt(bc2);
     if (p->dtype == DP_FLOAT32)

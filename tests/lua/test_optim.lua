@@ -203,6 +203,31 @@ T.run("float32 parameters", function()
   T.ok(ok, "Adam on float32 parameters matches within float32 tolerance", why)
 end)
 
+-- bfloat16 parameters: the update is computed in float and each stored
+-- value rounded once, so one step equals the float formula rounded to bf16
+-- (the same arithmetic through separate elementwise ops on float copies).
+T.run("bfloat16 parameters", function()
+  local p0 = torch.tensor({ 1.0, -2.5, 0.375, 3.0 }):bfloat16()
+  local g = torch.tensor({ 0.3, 0.7, -1.1, 0.05 }):bfloat16()
+  local function one(make)
+    local p = nn.Parameter(p0:clone())
+    local opt = make({ p })
+    p.grad = g:clone()
+    opt:step()
+    return p
+  end
+  local p = one(function(ps) return optim.SGD(ps, { lr = 0.1, weight_decay = 0.01 }) end)
+  T.ok(p.dtype == torch.bfloat16, "SGD keeps bfloat16 parameters")
+  local want = (p0:float() - (g:float() + p0:float() * 0.01) * 0.1):bfloat16()
+  T.ok(p:eq(want):all():item(), "SGD on bfloat16: the float step rounded once", tostring(p) .. " vs " .. tostring(want))
+  p = one(function(ps) return optim.Adam(ps, { lr = 0.01 }) end)
+  -- first Adam step: m = 0.1 g, v = 0.001 g^2, step size lr / 0.1, denom sqrt(v) / sqrt(0.001) + eps
+  local gf = g:float()
+  local m, v = gf * 0.1, gf * gf * 0.001
+  want = (p0:float() - (m / (v:sqrt() / math.sqrt(0.001) + 1e-8)) * (0.01 / 0.1)):bfloat16()
+  T.ok(p:eq(want):all():item(), "Adam on bfloat16: the float step rounded once", tostring(p) .. " vs " .. tostring(want))
+end)
+
 ---------------------------------------------------------------- groups, zero_grad, flat buffers
 
 T.run("parameter groups", function()
