@@ -1098,6 +1098,109 @@ torch.cuda = {
 }
 torch._current_cuda_device = function() return current_device end
 
+-- Streams and events: tables around a cudaStream_t / cudaEvent_t (NULL is
+-- a device's default stream). Kernels for a device go to its current
+-- stream; torch.cuda.stream(s, fn) makes s current while fn runs.
+local Stream, Event = {}, {}
+Stream.__index, Event.__index = Stream, Event
+local stream_ptr_ct, done_box, ms_box = ffi.typeof("void*[1]"), ffi.new("int[1]"), ffi.new("double[1]")
+Stream.__eq = function(a, b) return a.p == b.p and a.device == b.device end
+Stream.__tostring = function(s)
+  return string.format("<torch.cuda.Stream device=cuda:%d cuda_stream=%s>", s.device,
+                       s.p == nil and "0x0 (default)" or tostring(s.p):match("0x%x+"))
+end
+local function stream_of(p, device) return setmetatable({ p = p, device = device }, Stream) end
+
+function torch.cuda.Stream(device)
+  if type(device) == "table" and getmetatable(device) == nil then device = device.device end
+  local d = device_index(device, "cuda.Stream")
+  local box = stream_ptr_ct()
+  check(C.dp_cuda_stream_new(box, d))
+  return stream_of(ffi.gc(box[0], C.dp_cuda_stream_free), d)
+end
+function torch.cuda.current_stream(device)
+  local d = device_index(device, "cuda.current_stream")
+  return stream_of(C.dp_cuda_current_stream(d), d)
+end
+function torch.cuda.default_stream(device) return stream_of(nil, device_index(device, "cuda.default_stream")) end
+local function as_stream(s, fn)
+  if getmetatable(s) ~= Stream then raise(fn .. ": expected a torch.cuda.Stream, got " .. typename(s)) end
+  return s
+end
+-- The stream stays referenced while current, so its finalizer cannot run.
+local current_streams = {}
+function torch.cuda.set_stream(s)
+  as_stream(s, "cuda.set_stream")
+  check(C.dp_cuda_set_stream(s.device, s.p))
+  current_streams[s.device] = s
+end
+function torch.cuda.stream(s, fn, ...)
+  as_stream(s, "cuda.stream")
+  if type(fn) ~= "function" then raise("cuda.stream: expected (stream, function), got a " .. typename(fn)) end
+  local prev = torch.cuda.current_stream(s.device)
+  torch.cuda.set_stream(s)
+  local res = { pcall(fn, ...) }
+  torch.cuda.set_stream(prev)
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, table.maxn(res))
+end
+function Stream:synchronize() check(C.dp_cuda_stream_synchronize(self.p)) end
+function Stream:query() check(C.dp_cuda_stream_query(self.p, done_box)); return done_box[0] ~= 0 end
+function Stream:wait_event(e) check(C.dp_cuda_stream_wait_event(self.p, e.p)) end
+function Stream:record_event(e)
+  e = e or torch.cuda.Event()
+  e:record(self)
+  return e
+end
+function Stream:wait_stream(other) self:wait_event(as_stream(other, "Stream:wait_stream"):record_event()) end
+
+function torch.cuda.Event(opts)
+  opts = opts or {}
+  local box = stream_ptr_ct()
+  local d = device_index(opts.device, "cuda.Event")
+  check(C.dp_cuda_event_new(box, d, opts.enable_timing and 1 or 0))
+  return setmetatable({ p = ffi.gc(box[0], C.dp_cuda_event_free), device = d,
+                        enable_timing = opts.enable_timing and true or false }, Event)
+end
+function Event:record(s)
+  s = s and as_stream(s, "Event:record") or torch.cuda.current_stream(self.device)
+  check(C.dp_cuda_event_record(self.p, s.p))
+end
+function Event:wait(s)
+  s = s and as_stream(s, "Event:wait") or torch.cuda.current_stream(self.device)
+  s:wait_event(self)
+end
+function Event:query() check(C.dp_cuda_event_query(self.p, done_box)); return done_box[0] ~= 0 end
+function Event:synchronize() check(C.dp_cuda_event_synchronize(self.p)) end
+-- milliseconds from this event to `later`, both recorded with enable_timing
+function Event:elapsed_time(later)
+  if getmetatable(later) ~= Event then raise("Event:elapsed_time: expected a torch.cuda.Event, got " .. typename(later)) end
+  if not (self.enable_timing and later.enable_timing) then
+    raise("Event:elapsed_time: both events need torch.cuda.Event{enable_timing = true}")
+  end
+  check(C.dp_cuda_event_elapsed(ms_box, self.p, later.p))
+  return ms_box[0]
+end
+
+-- CUDA graphs: torch.cuda.graph(fn) runs fn once under stream capture and
+-- returns a graph whose :replay() runs the same kernels again on the same
+-- memory. fn (and so the tensors it reaches) stays referenced by the
+-- graph. See docs/API.md for what cannot be captured.
+local CUDAGraph = {}
+CUDAGraph.__index = CUDAGraph
+local graph_box = ffi.new("dp_cuda_graph*[1]")
+function torch.cuda.graph(fn)
+  if type(fn) ~= "function" then raise("cuda.graph: expected a function to capture, got a " .. typename(fn)) end
+  check(C.dp_cuda_graph_begin(graph_box, current_device))
+  local g = ffi.gc(graph_box[0], C.dp_cuda_graph_free)
+  local ok, err = pcall(fn)
+  local st = C.dp_cuda_graph_end(g, ok and 1 or 0)
+  if not ok then error(err, 0) end
+  check(st)
+  return setmetatable({ g = g, fn = fn, device = current_device }, CUDAGraph)
+end
+function CUDAGraph:replay() check(C.dp_cuda_graph_replay(self.g)) end
+
 -- torch.backends.cuda.matmul.allow_tf32, as in PyTorch (off by default)
 local matmul_flags = { allow_tf32 = false }
 torch.backends = { cuda = { matmul = setmetatable({}, {
