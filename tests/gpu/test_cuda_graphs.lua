@@ -1,0 +1,234 @@
+-- CUDA graphs, streams and events, and the errors kernels find (make
+-- check-gpu): a training step replayed from a graph equals the same steps
+-- run eagerly; what cannot be captured fails clearly at capture time and
+-- leaves dplua usable; work on a side stream is ordered by events; a bad
+-- class index or index found on the GPU is raised at the next
+-- synchronisation, naming the value; gather, scatter_add and the bf16
+-- optimizer step agree with the CPU.
+local dir = os.getenv("DPLUA_TEST_DIR") or (debug.getinfo(1, "S").source:match("^@(.*)/gpu/") or "tests")
+package.path = dir .. "/lua/?.lua;" .. package.path
+local T = require("tap")
+local torch = require("dplua")
+
+if not torch.cuda.is_available() then
+  print("1..0 # SKIP no CUDA device")
+  os.exit(0)
+end
+
+local nn, optim, F = torch.nn, torch.optim, torch.nn.functional
+local dev = "cuda:0"
+
+-- the worst relative difference between two lists of numbers (relative
+-- to at least `floor`)
+local function worst(a, b, floor)
+  local w = 0
+  for i = 1, #a do w = math.max(w, math.abs(a[i] - b[i]) / math.max(math.abs(a[i]), floor or 1e-6)) end
+  return w
+end
+
+local function flat_params(m)
+  local out = {}
+  for _, p in ipairs(m:parameters()) do
+    for _, v in ipairs(p:detach():cpu():double():reshape(-1):tolist()) do out[#out + 1] = v end
+  end
+  return out
+end
+
+---------------------------------------------------------------- graphs
+
+local function seed_model(dtype)
+  torch.manual_seed(7)
+  local m = nn.Sequential(nn.Linear(10, 10), nn.ReLU(), nn.Linear(10, 2)):to(dtype):to(dev)
+  return m, optim.SGD(m:parameters(), { lr = 0.05, momentum = 0.9 })
+end
+
+T.run("a training step replayed from a graph equals eager steps", function()
+  for _, dtype in ipairs({ torch.float64, torch.float32 }) do
+    torch.manual_seed(11)
+    local xs, ys = {}, {}
+    for i = 1, 6 do
+      xs[i] = torch.randn(32, 10, { dtype = dtype }):to(dev)
+      ys[i] = torch.randint(0, 2, { 32 }):to(dev)
+    end
+    local m1, o1 = seed_model(dtype)
+    local eager = {}
+    for i = 1, 6 do
+      o1:zero_grad()
+      local loss = F.cross_entropy(m1(xs[i]), ys[i])
+      loss:backward()
+      o1:step()
+      eager[i] = loss:item()
+    end
+    local m2, o2 = seed_model(dtype)
+    local x, y = xs[1]:clone(), ys[1]:clone()
+    local replayed = {}
+    -- one eager step first, as in PyTorch: the momentum buffers then exist
+    o2:zero_grad()
+    local l1 = F.cross_entropy(m2(x), y)
+    l1:backward()
+    o2:step()
+    replayed[1] = l1:item()
+    local loss
+    local g = torch.cuda.graph(function()
+      o2:zero_grad()
+      loss = F.cross_entropy(m2(x), y)
+      loss:backward()
+      o2:step()
+    end)
+    for i = 2, 6 do
+      x:copy_(xs[i])
+      y:copy_(ys[i])
+      g:replay()
+      replayed[i] = loss:item()
+    end
+    local tol = dtype == torch.float64 and 1e-12 or 1e-5
+    T.ok(worst(eager, replayed) < tol, ("%s: the replayed losses equal the eager ones (worst rel %.2e)")
+         :format(dtype.name, worst(eager, replayed)))
+    local w = worst(flat_params(m1), flat_params(m2))
+    T.ok(w < tol * 10, ("%s: so do the parameters after 6 steps (worst rel %.2e)"):format(dtype.name, w))
+    T.is(tostring(torch.cuda.current_stream()), tostring(torch.cuda.default_stream()),
+         dtype.name .. ": the default stream is current again after the capture")
+  end
+end)
+
+T.run("replays reuse the graph's memory", function()
+  local m, o = seed_model(torch.float32)
+  local x, y = torch.randn(32, 10):to(dev), torch.randint(0, 2, { 32 }):to(dev)
+  local g = torch.cuda.graph(function()
+    o:zero_grad()
+    F.cross_entropy(m(x), y):backward()
+    o:step()
+  end)
+  g:replay()
+  torch.cuda.synchronize()
+  collectgarbage()
+  local before = torch.cuda.memory_allocated()
+  for _ = 1, 50 do g:replay() end
+  torch.cuda.synchronize()
+  collectgarbage()
+  T.is(torch.cuda.memory_allocated(), before, "50 replays allocate nothing")
+end)
+
+T.run("what cannot be captured fails at capture time", function()
+  local m, o = seed_model(torch.float32)
+  local x, y = torch.randn(32, 10):to(dev), torch.randint(0, 2, { 32 }):to(dev)
+  T.raises(function() torch.cuda.graph(function() return F.cross_entropy(m(x), y):item() end) end,
+           "a copy from the GPU to the host", ":item() inside a capture")
+  T.raises(function() torch.cuda.graph(function() return torch.randn(3):to(dev) end) end,
+           "a copy from the host to the GPU", "moving a CPU tensor inside a capture")
+  T.raises(function() torch.cuda.graph(function() torch.cuda.synchronize() end) end,
+           "synchronize", "torch.cuda.synchronize inside a capture")
+  T.raises(function() torch.cuda.graph(function() torch.cuda.graph(function() end) end) end,
+           "captures do not nest", "a capture inside a capture")
+  local adam = optim.Adam(m:parameters(), { lr = 0.01 })
+  T.raises(function()
+    torch.cuda.graph(function()
+      adam:zero_grad()
+      F.cross_entropy(m(x), y):backward()
+      adam:step()
+    end)
+  end, "Adam cannot be captured", "Adam's step inside a capture")
+  -- and everything works as before afterwards
+  T.is(tostring(torch.cuda.current_stream()), tostring(torch.cuda.default_stream()),
+       "the default stream is current again after failed captures")
+  o:zero_grad()
+  local loss = F.cross_entropy(m(x), y)
+  loss:backward()
+  o:step()
+  T.ok(loss:item() == loss:item(), "an eager step after the failed captures gives a number")
+  T.raises(function() torch.cuda.graph(3) end, "expected a function", "a graph of a non-function")
+end)
+
+---------------------------------------------------------------- streams and events
+
+T.run("streams and events", function()
+  local s = torch.cuda.Stream()
+  local a = torch.randn(256, 256):to(dev)
+  local b
+  local start, stop = torch.cuda.Event({ enable_timing = true }), torch.cuda.Event({ enable_timing = true })
+  s:wait_stream(torch.cuda.current_stream())
+  torch.cuda.stream(s, function()
+    T.ok(torch.cuda.current_stream() == s, "torch.cuda.stream makes the stream current")
+    start:record()
+    b = a:mm(a):sum()
+    stop:record()
+  end)
+  T.ok(torch.cuda.current_stream() == torch.cuda.default_stream(), "and puts the default stream back")
+  torch.cuda.current_stream():wait_stream(s)
+  T.close(b:item(), a:cpu():mm(a:cpu()):sum():item(), 1e-4, 1e-2, "work on the side stream, ordered by an event")
+  stop:synchronize()
+  T.ok(stop:query() and s:query(), "query says done after synchronize")
+  local ms = start:elapsed_time(stop)
+  T.ok(ms >= 0 and ms < 10000, ("elapsed_time gives milliseconds (%.3f)"):format(ms))
+  T.raises(function() torch.cuda.Event():elapsed_time(torch.cuda.Event()) end, "enable_timing",
+           "elapsed_time without timing")
+  T.raises(function() torch.cuda.set_stream("x") end, "expected a torch.cuda.Stream", "set_stream of a string")
+  T.raises(function() torch.cuda.stream(s, function() error("inside") end) end, "inside", "an error inside stream()")
+  T.ok(torch.cuda.current_stream() == torch.cuda.default_stream(), "the stream is restored after an error")
+end)
+
+---------------------------------------------------------------- errors found by kernels
+
+T.run("a bad class index is raised at the next synchronisation", function()
+  local logits = torch.randn(4, 3):to(dev)
+  local target = torch.tensor({ 0, 5, 1, 2 }, { dtype = torch.int64 }):to(dev)
+  local loss
+  T.lives(function() loss = F.cross_entropy(logits, target) end, "the call itself does not wait for the GPU")
+  T.raises(function() return loss:item() end, "target 5 is out of bounds", "loss:item() raises it, naming the target")
+  local ok = pcall(function() return F.cross_entropy(logits, target:clamp(0, 2)):item() end)
+  T.ok(ok, "the error is raised once: the next good step works")
+  T.raises(function()
+    local r = torch.randn(5, 2):to(dev):index_select(0, torch.tensor({ 1, 7 }, { dtype = torch.int64 }):to(dev))
+    torch.cuda.synchronize()
+    return r
+  end, "index 7 is out of bounds", "index_select")
+  T.raises(function()
+    return torch.randn(3, 4):to(dev):gather(1, torch.tensor({ { 0, 4 } }, { dtype = torch.int64 }):to(dev)):sum():item()
+  end, "index 4 is out of bounds", "gather")
+end)
+
+---------------------------------------------------------------- gather, scatter_add, bf16 steps
+
+T.run("gather and its backward on the device equal the CPU", function()
+  torch.manual_seed(5)
+  local a = torch.randn(5, 6, { dtype = torch.float64 })
+  local idx = torch.randint(0, 6, { 5, 4 })
+  local function run(device)
+    local x = a:to(device):requires_grad_()
+    local y = x:gather(1, idx:to(device))
+    local sq = (y * y):sum()
+    sq:backward()
+    return y:cpu(), x.grad:cpu()
+  end
+  local yc, gc = run("cpu")
+  local yg, gg = run(dev)
+  T.tensor_close(yg, yc, 1e-14, 1e-14, "gather values")
+  T.tensor_close(gg, gc, 1e-12, 1e-12, "gather backward (scatter_add) values")
+  local ints = torch.randint(0, 9, { 4, 5 })
+  local rows = torch.tensor({ { 3, 0, 1 }, { 2, 2, 0 } }, { dtype = torch.int64 })
+  T.is(table.concat(ints:to(dev):gather(0, rows:to(dev)):cpu():reshape(-1):tolist(), ","),
+       table.concat(ints:gather(0, rows):reshape(-1):tolist(), ","), "gather of int64 values")
+end)
+
+T.run("bf16 SGD and Adam steps equal the CPU's", function()
+  for _, make in ipairs({ function(ps) return optim.SGD(ps, { lr = 0.1, momentum = 0.9 }) end,
+                          function(ps) return optim.Adam(ps, { lr = 0.01 }) end }) do
+    local res = {}
+    for _, device in ipairs({ "cpu", dev }) do
+      torch.manual_seed(2)
+      local m = nn.Linear(8, 4):to(torch.bfloat16):to(device)
+      local o = make(m:parameters())
+      local x = torch.randn(16, 8):bfloat16():to(device)
+      for _ = 1, 3 do
+        o:zero_grad()
+        m(x):float():pow(2):mean():backward()
+        o:step()
+      end
+      res[device] = flat_params(m)
+    end
+    local w = worst(res.cpu, res[dev], 0.1)
+    T.ok(w < 3e-2, ("bf16 parameters after 3 steps, within a few bf16 roundings (worst %.2e)"):format(w))
+  end
+end)
+
+T.done_testing()
