@@ -45,6 +45,8 @@
 #define GEMM_MAX_DEVICES 64
 /* What NVIDIA recommends for Hopper. */
 #define GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
+/* m*n*k up to which a product is first tried without a workspace. */
+#define GEMM_SMALL_FLOPS (1 << 20)
 
 /* One product, as the caller described it (row-major). */
 namespace {   /* file-local types: no clash with another file's of the same name */
@@ -415,14 +417,21 @@ static int gemm_run(const gemm_args &g)
     }
     if ((rc = lt_handle(device, &handle)) != 0)
         return rc;
-    /* Without a workspace cuBLASLt still has algorithms, only fewer. */
+    /* Without a workspace cuBLASLt still has algorithms, only fewer; a
+     * small product (a training step of a small model is all of them)
+     * first tries without, which saves two pool calls per product. */
     void *ws = NULL;
-    size_t ws_bytes = GEMM_WORKSPACE_BYTES;
-    if (dpc_malloc(&ws, ws_bytes, device, g.stream) != 0) {
-        ws = NULL;
-        ws_bytes = 0;
+    size_t ws_bytes = 0;
+    bool small = (double)g.m * (double)g.n * (double)g.k * (double)g.batch <= GEMM_SMALL_FLOPS;
+    rc = small ? lt_matmul(handle, g, device, g.bias != NULL, NULL, 0) : DPC_UNSUPPORTED;
+    if (rc == DPC_UNSUPPORTED) {
+        ws_bytes = GEMM_WORKSPACE_BYTES;
+        if (dpc_malloc(&ws, ws_bytes, device, g.stream) != 0) {
+            ws = NULL;
+            ws_bytes = 0;
+        }
+        rc = lt_matmul(handle, g, device, g.bias != NULL, ws, ws_bytes);
     }
-    rc = lt_matmul(handle, g, device, g.bias != NULL, ws, ws_bytes);
     /* Some releases call an epilogue they lack an invalid value rather
      * than unsupported; a product that is itself invalid fails again. */
     if ((rc == DPC_UNSUPPORTED || rc == (int)cudaErrorInvalidValue) && g.bias != NULL) {

@@ -28,6 +28,7 @@ local defaults = {
   test_subset = 0,       -- evaluate on the first N test images (0: all 10000)
   max_steps = 0,         -- stop after N optimizer steps in all (0: no limit)
   seed = 0, log_every = 0,
+  device = "cpu",        -- "cuda" (or "cuda:N") trains on a GPU
 }
 local numeric = { epochs = true, batch_size = true, lr = true, weight_decay = true, subset = true,
                   test_subset = true, max_steps = true, seed = true, log_every = true }
@@ -45,7 +46,8 @@ usage: dplua examples/fashion_mnist.lua [--OPTION=VALUE ...]
   --max-steps=0       stop after N steps in all (0: no limit)
   --seed=0            model initialisation and shuffling
   --log-every=0       print the loss every N steps (0: once per epoch)
-  --data=DIR          the IDX files (default /usr/share/datasets/fashion-mnist)]]
+  --data=DIR          the IDX files (default /usr/share/datasets/fashion-mnist)
+  --device=cpu        cpu, cuda or cuda:N]]
 
 local function parse_args(argv)
   local opts = {}
@@ -139,11 +141,12 @@ log(("data: %d train and %d test images of 28x28 (pixel mean %.4f, std %.4f), re
 
 ---------------------------------------------------------------- model
 
+local device = torch.device(opts.device)
 local model = nn.Sequential(
   nn.Flatten(),
   nn.Linear(28 * 28, 256), nn.ReLU(),
   nn.Linear(256, 128), nn.ReLU(),
-  nn.Linear(128, 10))
+  nn.Linear(128, 10)):to(device)
 local criterion = nn.CrossEntropyLoss()
 local optimizer
 if opts.optimizer == "adam" then
@@ -161,8 +164,8 @@ if opts.schedule == "cosine" then
 elseif opts.schedule ~= "none" then
   error("fashion_mnist: --schedule must be cosine or none, got " .. tostring(opts.schedule), 0)
 end
-log(("model: 784-256-128-10 MLP, %s lr %g (%s schedule), batch %d, %d epochs%s")
-    :format(opts.optimizer, opts.lr, opts.schedule, opts.batch_size, opts.epochs,
+log(("model: 784-256-128-10 MLP on %s, %s lr %g (%s schedule), batch %d, %d epochs%s")
+    :format(tostring(device), opts.optimizer, opts.lr, opts.schedule, opts.batch_size, opts.epochs,
             opts.max_steps > 0 and (", at most " .. opts.max_steps .. " steps") or ""))
 
 ---------------------------------------------------------------- training
@@ -172,6 +175,7 @@ local function evaluate()
   local correct, total = 0, 0
   torch.no_grad(function()
     for x, y in test_loader:iter() do
+      x, y = x:to(device), y:to(device)
       correct = correct + model(x):argmax(1):eq(y):sum():item()
       total = total + y:size(0)
     end
@@ -189,6 +193,7 @@ for epoch = 1, opts.epochs do
   local loss_sum, correct, seen, batches = 0, 0, 0, 0
   local t_ready = now()
   for x, y in train_loader:iter() do
+    x, y = x:to(device), y:to(device)
     local t_got = now()
     data_time = data_time + (t_got - t_ready)
 
