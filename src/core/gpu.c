@@ -151,6 +151,7 @@ typedef struct gpu_pool {
     int capturing;
     pool_block *blocks;  /* from cudaMalloc, for this graph */
     pool_block *kept;    /* ordinary memory freed during the capture */
+    struct gpu_pool *next_freed;
 } gpu_pool;
 
 /* the capture under way (one at a time in a process) */
@@ -197,10 +198,19 @@ static dp_status pool_alloc(gpu_pool *p, void **data, size_t nbytes)
     return DP_OK;
 }
 
+/* Pools let go of while a graph is captured: freeing one waits for the
+ * device, which a capture forbids, so they wait for the capture's end. */
+static gpu_pool *pools_freed_during_capture;
+
 static void pool_release(gpu_pool *p)
 {
     if (!p || --p->refcount > 0)
         return;
+    if (capture.pool) {
+        p->next_freed = pools_freed_during_capture;
+        pools_freed_during_capture = p;
+        return;
+    }
     (void)dpc_synchronize(p->device);   /* no replay may still use the memory */
     for (pool_block *b = p->blocks, *next; b; b = next) {
         next = b->next;
@@ -404,7 +414,12 @@ struct dp_cuda_graph {
     void *stream;        /* the capture's stream, until the capture ends */
     void *exec;          /* the instantiated graph */
     gpu_pool *pool;
+    dp_cuda_graph *next_freed;
 };
+
+/* Graphs collected while another is captured: freeing one waits for the
+ * device, which a capture forbids, so it waits for the capture's end. */
+static dp_cuda_graph *freed_during_capture;
 
 dp_status dp_cuda_graph_begin(dp_cuda_graph **out, int device)
 {
@@ -451,6 +466,17 @@ dp_status dp_cuda_graph_end(dp_cuda_graph *g, int keep)
     g->pool->capturing = 0;
     (void)dpc_stream_destroy(g->stream);
     g->stream = NULL;
+    while (freed_during_capture) {
+        dp_cuda_graph *f = freed_during_capture;
+        freed_during_capture = f->next_freed;
+        dp_cuda_graph_free(f);
+    }
+    while (pools_freed_during_capture) {
+        gpu_pool *p = pools_freed_during_capture;
+        pools_freed_during_capture = p->next_freed;
+        p->refcount = 1;
+        pool_release(p);
+    }
     if (st && keep)
         return dp_fail(DP_ERR_CUDA, "torch.cuda.graph: the capture failed: %s (a call that cannot be captured "
                        "ran inside it)", dpc_error_string(st));
@@ -473,6 +499,11 @@ void dp_cuda_graph_free(dp_cuda_graph *g)
         return;
     if (g->stream)
         (void)dp_cuda_graph_end(g, 0);
+    else if (capture.pool) {
+        g->next_freed = freed_during_capture;
+        freed_during_capture = g;
+        return;
+    }
     (void)dpc_graph_destroy(g->exec);
     pool_release(g->pool);
     free(g);
