@@ -14,9 +14,9 @@
  * stream and ncclCommGetAsyncError until the op is done, an error shows up
  * or the timeout passes, in which case the communicator is aborted.
  *
- * For now an op waits for all prior work on the device's legacy default
- * stream and returns when its own stream is done; overlapping with compute
- * streams comes with CUDA tensors.
+ * An op is ordered after the work queued so far on the device's current
+ * stream (torch.cuda.set_stream; by default the legacy default stream)
+ * through an event, and returns when its own stream is done.
  */
 #include "config.h"
 
@@ -42,7 +42,7 @@ struct pg_nccl {
     int device;              /* -1 until the first op makes the communicator */
     ncclComm_t comm;
     cudaStream_t stream;
-    cudaEvent_t ready;       /* prior work on the default stream */
+    cudaEvent_t ready;       /* prior work on the current stream */
     float *scratch;          /* one float for barrier */
 };
 
@@ -317,9 +317,10 @@ dp_status pg_nccl_run(pg_nccl *n, const pg_op *op, char *err, size_t errlen)
     if (op->kind != PG_BARRIER && op->count == 0)
         return DP_OK;
     cudaError_t e;
-    if ((e = cudaSetDevice(n->device)) || (e = cudaEventRecord(n->ready, 0)) ||
+    if ((e = cudaSetDevice(n->device)) ||
+        (e = cudaEventRecord(n->ready, (cudaStream_t)dp_cuda_current_stream(n->device))) ||
         (e = cudaStreamWaitEvent(n->stream, n->ready, 0)))
-        return cuda_err(e, "ordering after the default stream", err, errlen);
+        return cuda_err(e, "ordering after the current stream", err, errlen);
     double deadline = now_s() + n->timeout_s;
     ncclResult_t r = issue(n, op);
     if (r != ncclSuccess && r != ncclInProgress)
