@@ -100,6 +100,16 @@ extern "C" int dpc_malloc(void **ptr, size_t bytes, int device, void *stream)
     cudaError_t err = pool_setup(device);
     if (err == cudaSuccess)
         err = cudaMallocAsync(ptr, bytes, (cudaStream_t)stream);
+    if (err == cudaErrorMemoryAllocation) {
+        /* Memory freed on other streams, or cached by the pool in blocks of
+         * the wrong sizes, may be what is missing: wait for the frees,
+         * give the cache back to the driver, and try once more. */
+        cudaMemPool_t pool;
+        (void)cudaGetLastError();
+        if (cudaDeviceSynchronize() == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess &&
+            cudaMemPoolTrimTo(pool, 0) == cudaSuccess)
+            err = cudaMallocAsync(ptr, bytes, (cudaStream_t)stream);
+    }
     if (err != cudaSuccess)
         *ptr = NULL;
     return status(err);

@@ -45,8 +45,21 @@ local function raise(msg)
 end
 torch._raise = raise
 
+-- A CUDA out-of-memory also collects the tensors Lua no longer
+-- references (the C side has already waited for pending frees and given
+-- the pool's cache back), so that running the step again may fit.
+local function fail()
+  local msg = ffi.string(C.dp_last_error())
+  if msg:find("CUDA out of memory", 1, true) then
+    collectgarbage()
+    collectgarbage()
+    msg = msg .. "; the tensors no longer referenced from Lua have now been collected"
+  end
+  raise(msg)
+end
+
 local function check(st)
-  if st ~= 0 then raise(ffi.string(C.dp_last_error())) end
+  if st ~= 0 then fail() end
 end
 
 ---------------------------------------------------------------- handles
@@ -62,7 +75,7 @@ local function wrap(p) return ffi.gc(Tensor_ct(p), release) end
 -- Wraps the tensor a C call left in outp, or raises its error.
 local collectgarbage = collectgarbage
 local function new(st)
-  if st ~= 0 then raise(ffi.string(C.dp_last_error())) end
+  if st ~= 0 then fail() end
   local t = wrap(outp[0])
   -- tensor memory is invisible to Lua's GC: collect when C says it is due
   if C.dp_gc_wanted() ~= 0 then collectgarbage(); C.dp_gc_done() end
