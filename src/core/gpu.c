@@ -227,10 +227,25 @@ static void pool_release(gpu_pool *p)
 
 /* ---------------------------------------------------------------- memory */
 
+/* The number of GPUs, asked once it is known to be non-zero (it cannot
+ * change within a process; a failure is asked again, to report it). */
+static int device_count(int *count)
+{
+    static int known;
+    if (known > 0) {
+        *count = known;
+        return 0;
+    }
+    int st = dpc_device_count(count);
+    if (st == 0)
+        known = *count;
+    return st;
+}
+
 dp_status gpu_storage_alloc(void **data, void **pool, size_t nbytes, int device)
 {
     int count = 0;
-    int st = dpc_device_count(&count);
+    int st = device_count(&count);
     *pool = NULL;
     if (st != 0 || device >= count)
         return dp_fail(DP_ERR_DEVICE, "device cuda:%d is not available (%d CUDA device%s%s%s)", device, count,
@@ -243,7 +258,7 @@ dp_status gpu_storage_alloc(void **data, void **pool, size_t nbytes, int device)
         }
         return ds;
     }
-    if ((st = set_device(device)) || (st = dpc_malloc(data, nbytes ? nbytes : 1, device, stream_of(device)))) {
+    if ((st = dpc_malloc(data, nbytes ? nbytes : 1, device, stream_of(device)))) {   /* it sets the device */
         size_t free_bytes = 0, total = 0;
         (void)dpc_mem_info(device, &free_bytes, &total);
         return dp_fail(DP_ERR_MEMORY, "CUDA out of memory: %zu bytes requested on cuda:%d; tensors hold %lld bytes "
@@ -277,8 +292,7 @@ void gpu_storage_free(void *data, void *pool, int device)
         /* no header to remember it by: leak it rather than free it under the graph */
         return;
     }
-    if (set_device(device) == 0)
-        dpc_free(data, device, stream_of(device));
+    dpc_free(data, device, stream_of(device));   /* it sets the device */
 }
 
 /* Contiguous bytes between host and device (kind as dpc_memcpy). A copy
@@ -300,7 +314,7 @@ dp_status gpu_memcpy(void *dst, const void *src, size_t bytes, int kind, int dev
 int dp_cuda_device_count(void)
 {
     int n = 0;
-    return dpc_device_count(&n) == 0 ? n : 0;
+    return device_count(&n) == 0 ? n : 0;
 }
 
 dp_status dp_cuda_synchronize(int device)
