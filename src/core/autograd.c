@@ -374,6 +374,24 @@ static dp_status count_deps(ag_node *root, ag_node ***all, int *nall, ag_node **
     return DP_OK;
 }
 
+/* Where a backward function can write input i's gradient: the leaf's slot
+ * in its flat gradient buffer when the leaf has no gradient yet (the
+ * engine then finds it in place and copies nothing), else a new tensor of
+ * the input's shape and dtype. */
+dp_status ag_grad_output(ag_node *n, int i, dp_tensor **out)
+{
+    const ag_input *in = &n->in[i];
+    dp_tensor *leaf = n->leaf ? n->leaf[i] : NULL;
+    dp_tensor *slot = leaf && !leaf->grad ? leaf->grad_slot : NULL;
+    if (slot && slot->dtype == in->dtype && slot->device == in->device && slot->ndim == in->ndim &&
+        memcmp(slot->shape, in->shape, sizeof(int64_t) * (size_t)in->ndim) == 0 && tensor_is_contiguous(slot)) {
+        dp_tensor_retain(slot);
+        *out = slot;
+        return DP_OK;
+    }
+    return tensor_new(out, in->ndim, in->shape, in->dtype, in->device);
+}
+
 /* A gradient handed over by a backward function may be shared (add gives
  * the same tensor to both inputs) or a broadcast view; a leaf stores its
  * own contiguous copy unless we hold the only reference. */
@@ -385,7 +403,7 @@ static dp_status accumulate_leaf(dp_tensor *leaf, dp_tensor *g)
         return dp_binary_into(leaf->grad, DP_ADD, leaf->grad, g);
     }
     if (leaf->grad_slot) {
-        if ((st = dp_copy_(leaf->grad_slot, g)))
+        if (g != leaf->grad_slot && (st = dp_copy_(leaf->grad_slot, g)))   /* (ag_grad_output wrote it there) */
             return st;
         dp_tensor_retain(leaf->grad_slot);
         leaf->grad = leaf->grad_slot;

@@ -71,6 +71,10 @@ dp_status ag_check_inplace(const char *fn, dp_tensor *dst);
  * a failure becomes backward's error. Queuing the same pair twice is a no-op. */
 dp_status ag_queue_final_callback(dp_status (*fn)(void *ctx), void *ctx);
 
+/* A tensor for input i's gradient, to be written whole by the backward
+ * function: the leaf's flat-buffer slot when that saves a copy. */
+dp_status ag_grad_output(ag_node *n, int i, dp_tensor **out);
+
 /* backward.c: reduces grad (broadcast shape) to an input's shape and dtype */
 dp_status ag_sum_to(dp_tensor **out, dp_tensor *grad, const ag_input *in);
 

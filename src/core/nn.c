@@ -52,9 +52,9 @@ static dp_status bw_linear_direct(ag_node *n, dp_tensor *g, dp_tensor **gi)
     if (!st && n->in[0].needs_grad)
         st = tensor_new(&gi[0], 2, x->shape, x->dtype, x->device);
     if (!st && n->in[1].needs_grad)
-        st = tensor_new(&gi[1], 2, w->shape, w->dtype, w->device);
+        st = ag_grad_output(n, 1, &gi[1]);
     if (!st && has_b && n->in[2].needs_grad)
-        st = tensor_new(&gi[2], 1, w->shape, w->dtype, w->device);
+        st = ag_grad_output(n, 2, &gi[2]);
     if (!st)
         st = k_linear_backward(gi[0], gi[1], has_b ? gi[2] : NULL, gc, x, w);
     dp_tensor_release(gc);
