@@ -54,6 +54,8 @@
 -- gen_parity.py reruns every case in float64 and reports what fraction of this
 -- tolerance float32 rounding alone uses (at most ~0.16 for what is checked);
 -- VERBOSE=1 ./dplua tests/lua/test_parity.lua prints what dplua uses.
+-- DPLUA_TEST_DEVICE=cuda runs the same models on a GPU (scripts/device-check
+-- does), against the same references and tolerances.
 local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 local dir = os.getenv("DPLUA_TEST_DIR") or (here .. "/..")
 package.path = dir .. "/lua/?.lua;" .. package.path
@@ -62,6 +64,7 @@ local torch = require("dplua")
 local nn, optim = torch.nn, torch.optim
 
 local RTOL, SCALE, D_RTOL, LR_RTOL = 1e-5, 0.1, 1e-4, 1e-10
+local DEVICE = os.getenv("DPLUA_TEST_DEVICE") or "cpu"
 
 local function ref(name) return dofile(T.test_dir() .. "/ref/parity_" .. name .. ".lua") end
 
@@ -101,7 +104,7 @@ local function entries_close(got, exp)
       :format(nbad, #exp, wi - 1, fmt(got[wi]), fmt(exp[wi]), worst, fmt(floor))
 end
 
-local function flat(t) return t:detach():contiguous():reshape(-1):tolist() end
+local function flat(t) return t:detach():cpu():contiguous():reshape(-1):tolist() end
 
 local function shape_of(t)
   local s = {}
@@ -179,13 +182,14 @@ local SEED_OPTIMIZERS = {
 
 T.run("seed model", function()
   local R = ref("seed")
-  local x = tensor_from(R.x)
-  local y = torch.tensor(R.y, {dtype = torch.int64})
+  local x = tensor_from(R.x):to(DEVICE)
+  local y = torch.tensor(R.y, {dtype = torch.int64}):to(DEVICE)
   for _, name in ipairs({"sgd", "sgd_nesterov", "adam_amsgrad"}) do
     local run = R.runs[name]
     T.run("seed " .. name, function()
       local model = SimpleNN()
       model:load_state_dict(state_dict_from(R.init))
+      model:to(DEVICE)
       local opt = SEED_OPTIMIZERS[name](model:parameters())
       local crit = nn.CrossEntropyLoss()
       local losses = {}
@@ -241,13 +245,13 @@ end
 
 -- The digest of a float32 tensor (delta: with d_abs_sum, d_sq_sum against init).
 local function digest(t, idx_from, init)
-  local d64 = t:detach():double()
+  local d64 = t:detach():cpu():double()
   local d = {
     sum = d64:sum():item(), abs_sum = d64:abs():sum():item(), sq_sum = (d64 * d64):sum():item(),
     max_abs = d64:abs():max():item(),
   }
   if init then
-    local dd = d64 - init:detach():double()
+    local dd = d64 - init:detach():cpu():double()
     d.d_abs_sum = dd:abs():sum():item()
     d.d_sq_sum = (dd * dd):sum():item()
   end
@@ -321,6 +325,7 @@ T.run("mlp", function()
   local sd = {}
   for _, p in ipairs(init) do sd[p.name] = p.t end
   model:load_state_dict(sd)
+  model:to(DEVICE)
   local opt = optim.AdamW(model:parameters(), {lr = 1e-3, weight_decay = 0.01})
   local LR = optim.lr_scheduler
   local warm = LR.LinearLR(opt, {start_factor = 0.1, total_iters = 10})
@@ -330,6 +335,7 @@ T.run("mlp", function()
   local losses, norms, lrs = {}, {}, {}
   for t = 1, R.steps do
     local x, y = mlp_batch(t)
+    x, y = x:to(DEVICE), y:to(DEVICE)
     opt:zero_grad()
     local loss = crit(model(x), y)
     loss:backward()
@@ -377,10 +383,11 @@ T.run("cnn", function()
   local R = ref("cnn")
   local model = SmallCNN()
   model:load_state_dict(state_dict_from(R.init))
+  model:to(DEVICE)
   model:eval()
   T.ok(model.drop.training == false, "cnn: eval() puts the Dropout in eval mode")
-  local x = tensor_from(R.x):requires_grad_(true)
-  local y = torch.tensor(R.y, {dtype = torch.int64})
+  local x = tensor_from(R.x):to(DEVICE):requires_grad_(true)
+  local y = torch.tensor(R.y, {dtype = torch.int64}):to(DEVICE)
   local out = model(x)
   local loss = nn.CrossEntropyLoss()(out, y)
   loss:backward()
