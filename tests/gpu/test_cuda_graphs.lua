@@ -4,7 +4,8 @@
 -- leaves dplua usable; work on a side stream is ordered by events; a bad
 -- class index or index found on the GPU is raised at the next
 -- synchronisation, naming the value; gather, scatter_add and the bf16
--- optimizer step agree with the CPU.
+-- optimizer step agree with the CPU; gradcheck holds on the GPU; bf16
+-- autocast losses stay within bf16 tolerance of float32.
 local dir = os.getenv("DPLUA_TEST_DIR") or (debug.getinfo(1, "S").source:match("^@(.*)/gpu/") or "tests")
 package.path = dir .. "/lua/?.lua;" .. package.path
 local T = require("tap")
@@ -229,6 +230,34 @@ T.run("bf16 SGD and Adam steps equal the CPU's", function()
     local w = worst(res.cpu, res[dev], 0.1)
     T.ok(w < 3e-2, ("bf16 parameters after 3 steps, within a few bf16 roundings (worst %.2e)"):format(w))
   end
+end)
+
+T.run("gradcheck on the GPU", function()
+  torch.manual_seed(4)
+  local x = torch.randn(4, 5, { dtype = torch.float64 }):to(dev):requires_grad_()
+  local w = torch.randn(3, 5, { dtype = torch.float64 }):to(dev):requires_grad_()
+  local t = torch.tensor({ 0, 2, 1, 2 }, { dtype = torch.int64 }):to(dev)
+  T.ok(torch.autograd.gradcheck(function(a, b)
+    return F.cross_entropy(torch.relu(F.linear(a, b)) + a:sum(1, true):tanh(), t)
+  end, { x, w }), "linear, relu, tanh, sum, cross-entropy")
+  T.ok(torch.autograd.gradcheck(function(a) return a:gather(1, torch.tensor({ { 0, 4 }, { 1, 1 }, { 3, 2 }, { 0, 0 } }, { dtype = torch.int64 }):to(dev)):exp() end, { x }),
+       "gather")
+end)
+
+T.run("bf16 autocast on the GPU", function()
+  torch.manual_seed(6)
+  local m = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)):to(dev)
+  local x, y = torch.randn(32, 64):to(dev), torch.randint(0, 10, { 32 }):to(dev)
+  local full = F.cross_entropy(m(x), y)
+  local out
+  local mixed = torch.autocast("cuda", { dtype = torch.bfloat16 }, function()
+    out = m(x)
+    return F.cross_entropy(out, y)
+  end)
+  T.ok(out.dtype == torch.bfloat16 and mixed.dtype == torch.float32, "bf16 activations, a float32 loss")
+  T.close(mixed:item(), full:item(), 2e-2, 0, "the autocast loss is within bf16 tolerance of float32")
+  mixed:backward()
+  T.ok(m[0].weight.grad.dtype == torch.float32, "gradients reach the float32 weights in float32")
 end)
 
 T.done_testing()
