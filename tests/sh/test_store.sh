@@ -8,116 +8,21 @@
 #
 #   sh tests/sh/test_store.sh          # from the build directory
 
-top_builddir=${top_builddir:-.}
-dplua="$top_builddir/dplua"
+. "$(dirname "$0")/tap.sh"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/dplua-store.XXXXXX") || {
-    echo "1..0 # SKIP cannot make a temporary directory"
-    exit 0
-}
+make_tmp store
 server_pid=
-cleanup() {
+at_exit() {
     [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null
-    rm -rf "$tmp"
 }
-trap cleanup EXIT INT TERM
-
-if [ ! -x "$dplua" ]; then
-    echo "Bail out! no program at $dplua (build it first)"
-    exit 1
-fi
-
-n=0
-# ok STATUS DESC: one TAP line; on failure, what the last command wrote.
-ok() {
-    n=$((n + 1))
-    if [ "$1" -eq 0 ]; then
-        echo "ok $n - $2"
-    else
-        echo "not ok $n - $2"
-        sed 's/^/# stdout: /' "$tmp/out" 2>/dev/null
-        sed 's/^/# stderr: /' "$tmp/err" 2>/dev/null
-        echo "# exit status: $status"
-    fi
-}
-has() { grep -F -q -e "$2" "$tmp/$1"; }
-is_out() { [ "$(cat "$tmp/out")" = "$1" ]; }
+need_dplua
 
 # ---------------------------------------------------------------- helpers
 
-# store.lua: a small FFI wrapper over dp_store_* (the Lua bindings are not
-# what this tests); every client script below starts with it.
-cat >"$tmp/store.lua" <<'EOF'
-local ffi = require("ffi")
-local C = require("dplua").C
-local M = {}
-local function check(st)
-    if st ~= 0 then error(ffi.string(C.dp_last_error()), 0) end
-end
-local S = {}
-S.__index = S
-function M.open(port, opts)
-    opts = opts or {}
-    local out = ffi.new("dp_store *[1]")
-    check(C.dp_store_open(out, opts.host or "127.0.0.1", port, opts.server and 1 or 0,
-                          opts.rank or -1, opts.token or "T0K", opts.timeout or 10))
-    return setmetatable({ s = out[0] }, S)
-end
-function S:port() return C.dp_store_port(self.s) end
-function S:set(k, v) check(C.dp_store_set(self.s, k, v, #v)) end
-function S:get(k, t)
-    local v, n = ffi.new("void *[1]"), ffi.new("size_t[1]")
-    check(C.dp_store_get(self.s, k, v, n, t or 0))
-    local r = ffi.string(v[0], n[0])
-    C.dp_free(v[0])
-    return r
-end
-function S:add(k, d)
-    local r = ffi.new("int64_t[1]")
-    check(C.dp_store_add(self.s, k, d, r))
-    return tonumber(r[0])
-end
-function S:cas(k, e, d)
-    local v, n = ffi.new("void *[1]"), ffi.new("size_t[1]")
-    check(C.dp_store_compare_set(self.s, k, e, #e, d, #d, v, n))
-    local r = ffi.string(v[0], n[0])
-    C.dp_free(v[0])
-    return r
-end
-local function keyarr(keys)
-    local a = ffi.new("const char *[?]", #keys)
-    for i, k in ipairs(keys) do a[i - 1] = k end
-    return a
-end
-function S:wait(keys, t) check(C.dp_store_wait(self.s, keyarr(keys), #keys, t or 0)) end
-function S:check(keys)
-    local r = ffi.new("int[1]")
-    check(C.dp_store_check(self.s, keyarr(keys), #keys, r))
-    return r[0] ~= 0
-end
-function S:delete(k)
-    local r = ffi.new("int[1]")
-    check(C.dp_store_delete(self.s, k, r))
-    return r[0] ~= 0
-end
-function S:close() C.dp_store_close(self.s) end
--- M.pidfile(path): writes this process's pid (for kill -9 by pid)
-function M.pidfile(path)
-    local pid = io.open("/proc/self/stat"):read("*l"):match("^(%d+)")
-    local f = io.open(path .. ".tmp", "w")
-    f:write(pid)
-    f:close()
-    os.rename(path .. ".tmp", path)
-end
-ffi.cdef("struct dpt_ts { long s, ns; }; int clock_gettime(int, struct dpt_ts *); int usleep(unsigned);")
-function M.sleep(s) ffi.C.usleep(s * 1e6) end
-function M.now()
-    local ts = ffi.new("struct dpt_ts")
-    ffi.C.clock_gettime(1, ts)
-    return tonumber(ts.s) + tonumber(ts.ns) * 1e-9
-end
-return M
-EOF
+# dp ARGS...: dplua with tests/sh/store.lua (an FFI client of dp_store_*) on
+# its path, bounded in time ($dp_timeout s); every client below requires it.
+dp_path=$tap_dir
+dp_timeout=30
 
 # raw.lua PORT HEX [HEX...] [-]: connects, sends the bytes of each HEX
 # string (a pause between them), and prints "closed" when the server then
@@ -158,17 +63,6 @@ end
 print("open")
 EOF
 
-# dp ARGS...: dplua with store.lua on the path, bounded in time ($limit s).
-limit=30
-dp() {
-    timeout "$limit" "$dplua" -e "package.path = '$tmp/?.lua;' .. package.path" "$@"
-}
-# run ARGS...: dp, keeping stdout, stderr and the status.
-run() {
-    dp "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
-    status=$?
-}
-
 # le32 N: N as 8 hex digits, little-endian.
 le32() {
     printf '%08x' "$1" | sed 's/\(..\)\(..\)\(..\)\(..\)/\4\3\2\1/'
@@ -191,12 +85,11 @@ os.rename(arg[1] .. ".tmp", arg[1])
 s:get("shutdown", 120)
 s:close()
 EOF
-limit=300
+dp_timeout=300
 dp "$tmp/server.lua" "$tmp/port" </dev/null >"$tmp/server.out" 2>"$tmp/server.err" &
 server_pid=$!
-limit=30
-i=0
-while [ ! -s "$tmp/port" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+dp_timeout=30
+wait_file "$tmp/port" 10
 port=$(cat "$tmp/port" 2>/dev/null)
 [ -n "$port" ]; status=$?; ok $status "a server starts on a free port (port $port)"
 if [ -z "$port" ]; then
@@ -382,4 +275,4 @@ status=$?
 server_pid=
 [ $status -eq 0 ]; ok $status "the server exits cleanly"
 
-echo "1..$n"
+done_testing
