@@ -7,42 +7,20 @@
 #
 #   sh tests/sh/test_torchstore.sh          # from the build directory
 
-top_builddir=${top_builddir:-.}
-dplua="$top_builddir/dplua"
+. "$(dirname "$0")/tap.sh"
+
 python=${DPLUA_TEST_PYTHON:-/usr/bin/python3}
 
 if ! "$python" -c "import torch.distributed as d; assert d.is_available()" >/dev/null 2>&1; then
     echo "1..0 # SKIP $python cannot import torch.distributed (install python3-torch)"
     exit 0
 fi
-if [ ! -x "$dplua" ]; then
-    echo "Bail out! no program at $dplua (build it first)"
-    exit 1
-fi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/dplua-torchstore.XXXXXX") || {
-    echo "1..0 # SKIP cannot make a temporary directory"
-    exit 0
-}
+need_dplua
+make_tmp torchstore
 server=
-cleanup() {
+at_exit() {
     [ -n "$server" ] && kill "$server" 2>/dev/null
-    rm -rf "$tmp"
 }
-trap cleanup EXIT INT TERM
-
-n=0
-ok() {
-    n=$((n + 1))
-    if [ "$1" -eq 0 ]; then
-        echo "ok $n - $2"
-    else
-        echo "not ok $n - $2"
-        sed 's/^/# stdout: /' "$tmp/out" 2>/dev/null
-        sed 's/^/# stderr: /' "$tmp/err" 2>/dev/null
-        echo "# exit status: $status"
-    fi
-}
-has() { grep -F -q -e "$2" "$tmp/$1"; }
 
 # ---------------------------------------------------------------- Python's side
 
@@ -68,8 +46,7 @@ EOF
 
 timeout 120 "$python" "$tmp/server.py" "$tmp/port" "$tmp/results" >"$tmp/server.out" 2>&1 &
 server=$!
-i=0
-while [ ! -s "$tmp/port" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+wait_file "$tmp/port" 60
 port=$(cat "$tmp/port" 2>/dev/null)
 if [ -z "$port" ]; then
     echo "Bail out! the PyTorch TCPStore server did not start: $(cat "$tmp/server.out")"
@@ -78,78 +55,26 @@ fi
 
 # ---------------------------------------------------------------- dplua's side
 
-cat >"$tmp/ts.lua" <<'EOF'
-local ffi = require("ffi")
-local C = require("dplua").C
-local M = {}
-local function check(st) if st ~= 0 then error(ffi.string(C.dp_last_error()), 0) end end
-local S = {}
-S.__index = S
-function M.open(port, timeout)
-    local out = ffi.new("dp_store *[1]")
-    check(C.dp_store_open_torch(out, "127.0.0.1", port, timeout or 10))
-    return setmetatable({ s = out[0] }, S)
-end
-function S:set(k, v) check(C.dp_store_set(self.s, k, v, #v)) end
-function S:get(k, t)
-    local v, n = ffi.new("void *[1]"), ffi.new("size_t[1]")
-    check(C.dp_store_get(self.s, k, v, n, t or 0))
-    local r = ffi.string(v[0], n[0])
-    C.dp_free(v[0])
-    return r
-end
-function S:add(k, d)
-    local r = ffi.new("int64_t[1]")
-    check(C.dp_store_add(self.s, k, d, r))
-    return tonumber(r[0])
-end
-function S:cas(k, e, d)
-    local v, n = ffi.new("void *[1]"), ffi.new("size_t[1]")
-    check(C.dp_store_compare_set(self.s, k, e, #e, d, #d, v, n))
-    local r = ffi.string(v[0], n[0])
-    C.dp_free(v[0])
-    return r
-end
-local function keyarr(keys)
-    local a = ffi.new("const char *[?]", #keys)
-    for i, k in ipairs(keys) do a[i - 1] = k end
-    return a
-end
-function S:wait(keys, t) check(C.dp_store_wait(self.s, keyarr(keys), #keys, t or 0)) end
-function S:check(keys)
-    local r = ffi.new("int[1]")
-    check(C.dp_store_check(self.s, keyarr(keys), #keys, r))
-    return r[0] ~= 0
-end
-function S:delete(k)
-    local r = ffi.new("int[1]")
-    check(C.dp_store_delete(self.s, k, r))
-    return r[0] ~= 0
-end
-function S:close() C.dp_store_close(self.s) end
-return M
-EOF
-
-run() {
-    timeout 60 "$dplua" -e "package.path = '$tmp/?.lua;' .. package.path" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
-    status=$?
-}
-open="local s = require('ts').open($port)"
+# dp ARGS...: dplua with tests/sh/store.lua (an FFI client of dp_store_*)
+# on its path, bounded in time.
+dp_path=$tap_dir
+dp_timeout=60
+open="local s = require('store').open_torch($port)"
 
 run -e "$open; io.write(s:get('from_py'), ' ', #s:get('bin'))"
-[ $status -eq 0 ] && [ "$(cat "$tmp/out")" = "pyvalue 3" ]; ok $? "dplua reads keys that Python set"
+[ $status -eq 0 ] && is_out "pyvalue 3"; ok $? "dplua reads keys that Python set"
 
 run -e "$open; io.write(s:add('cnt', 7), ' ', s:add('cnt', 1))"
-[ $status -eq 0 ] && [ "$(cat "$tmp/out")" = "7 8" ]; ok $? "add"
+[ $status -eq 0 ] && is_out "7 8"; ok $? "add"
 
 run -e "$open; io.write(s:cas('c2', '', 'v1'), ' ', s:cas('c2', 'no', 'v2'), ' ', s:cas('c2', 'v1', 'v3'))"
-[ $status -eq 0 ] && [ "$(cat "$tmp/out")" = "v1 v1 v3" ]; ok $? "compare_set"
+[ $status -eq 0 ] && is_out "v1 v1 v3"; ok $? "compare_set"
 
 run -e "$open; io.write(tostring(s:check({'from_py'})), ' ', tostring(s:check({'from_py', 'nothing'})))"
-[ $status -eq 0 ] && [ "$(cat "$tmp/out")" = "true false" ]; ok $? "check"
+[ $status -eq 0 ] && is_out "true false"; ok $? "check"
 
 run -e "$open; s:set('tmp', 'x'); io.write(tostring(s:delete('tmp')), ' ', tostring(s:delete('tmp')))"
-[ $status -eq 0 ] && [ "$(cat "$tmp/out")" = "true false" ]; ok $? "delete"
+[ $status -eq 0 ] && is_out "true false"; ok $? "delete"
 
 run -e "$open; local ok, err = pcall(s.get, s, 'nothing', 0.5); print(err); io.write(s:get('from_py'))"
 [ $status -eq 0 ] && has out "timed out after 0.5 s waiting for key 'nothing' in PyTorch's TCPStore at 127.0.0.1:$port" \
@@ -160,22 +85,17 @@ run -e "$open; local ok, err = pcall(s.wait, s, {'from_py', 'n1'}, 0.3); print(e
 [ $status -eq 0 ] && has out "waiting for key 'n1' in" && ! has out "'from_py'" && has out "pyvalue"
 ok $? "a wait timeout names the missing key only"
 
-with_proto() {  # with_proto VALUE ARGS...: run with DPLUA_TORCH_STORE_PROTOCOL=VALUE
-    p=$1
-    shift
-    DPLUA_TORCH_STORE_PROTOCOL=$p timeout 60 "$dplua" -e "package.path = '$tmp/?.lua;' .. package.path" "$@" \
-        </dev/null >"$tmp/out" 2>"$tmp/err"
-    status=$?
-}
-with_proto 1 -e "$open; io.write(s:get('from_py'))"
-[ $status -eq 0 ] && [ "$(cat "$tmp/out")" = "pyvalue" ]; ok $? "DPLUA_TORCH_STORE_PROTOCOL=1 skips the probe"
+dp_env=DPLUA_TORCH_STORE_PROTOCOL=1
+run -e "$open; io.write(s:get('from_py'))"
+[ $status -eq 0 ] && is_out "pyvalue"; ok $? "DPLUA_TORCH_STORE_PROTOCOL=1 skips the probe"
 
-with_proto bogus -e "local ok, err = pcall(require('ts').open, $port); print(err)"
+dp_env=DPLUA_TORCH_STORE_PROTOCOL=bogus
+run -e "local ok, err = pcall(require('store').open_torch, $port); print(err)"
+dp_env=
 [ $status -eq 0 ] && has out "DPLUA_TORCH_STORE_PROTOCOL is 'bogus'"; ok $? "a bad DPLUA_TORCH_STORE_PROTOCOL is an error"
 
 # get waits on the server until Python sets the key
-timeout 60 "$dplua" -e "package.path = '$tmp/?.lua;' .. package.path" \
-    -e "$open; io.write(s:get('py_done', 30))" >"$tmp/done" 2>&1 &
+dp -e "$open; io.write(s:get('py_done', 30))" >"$tmp/done" 2>&1 &
 getter=$!
 run -e "$open; s:set('from_lua', 'luavalue')"
 wait $getter
@@ -194,8 +114,8 @@ server=
 [ $status -eq 0 ]; ok $status "the PyTorch server exits cleanly"
 
 closed=$port
-run -e "local ok, err = pcall(require('ts').open, $closed, 1); print(err)"
+run -e "local ok, err = pcall(require('store').open_torch, $closed, 1); print(err)"
 [ $status -eq 0 ] && has out "could not connect to the store at 127.0.0.1:$closed within 1 s"
 ok $? "no server: a clear error within the timeout"
 
-echo "1..$n"
+done_testing
