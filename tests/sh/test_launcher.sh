@@ -8,39 +8,14 @@
 #
 #   sh tests/sh/test_launcher.sh          # from the build directory
 
-top_builddir=${top_builddir:-.}
-dplua="$top_builddir/dplua"
+. "$(dirname "$0")/tap.sh"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/dplua-launch.XXXXXX") || {
-    echo "1..0 # SKIP cannot make a temporary directory"
-    exit 0
-}
-trap 'rm -rf "$tmp"' EXIT INT TERM
+make_tmp launch
+need_dplua
+diag_cut="head -40"     # of each output, on a failure
 
-if [ ! -x "$dplua" ]; then
-    echo "Bail out! no program at $dplua (build it first)"
-    exit 1
-fi
-
-n=0
-ok() {
-    n=$((n + 1))
-    if [ "$1" -eq 0 ]; then
-        echo "ok $n - $2"
-    else
-        echo "not ok $n - $2"
-        sed 's/^/# stdout: /' "$tmp/out" 2>/dev/null | head -40
-        sed 's/^/# stderr: /' "$tmp/err" 2>/dev/null | head -40
-        echo "# exit status: $status"
-    fi
-}
-has() { grep -F -q -e "$2" "$tmp/$1"; }
-
-# run ARGS...: the launcher, bounded in time; stdout, stderr, status kept.
-run() {
-    timeout 60 "$dplua" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
-    status=$?
-}
+# dp, run (tap.sh): the launcher, bounded in time.
+dp_timeout=60
 # sorted_out: stdout, sorted (ranks print in any order).
 sorted_out() { sort "$tmp/out"; }
 # alive FILE...: whether any pid listed in the files still runs.
@@ -52,13 +27,8 @@ alive() {
     return 1
 }
 # wait_files N GLOB: until N files match (at most 20 s).
-wait_files() {
-    i=0
-    while [ "$(ls $2 2>/dev/null | wc -l)" -lt "$1" ] && [ $i -lt 200 ]; do
-        sleep 0.1
-        i=$((i + 1))
-    done
-}
+nfiles() { [ "$(ls $2 2>/dev/null | wc -l)" -ge "$1" ]; }
+wait_files() { wait_until 20 nfiles "$1" "$2"; }
 
 # ---------------------------------------------------------------- scripts
 
@@ -192,7 +162,7 @@ ok $? "it names the rank and its pid, and shows the tail of its stderr"
 ! alive "$tmp/f"/pid.* && [ "$elapsed" -lt 10 ]; ok $? "the other ranks are stopped at once ($elapsed s)"
 
 mkdir "$tmp/k"
-timeout 60 "$dplua" --nproc_per_node=3 "$tmp/sleepy.lua" "$tmp/k" >"$tmp/out" 2>"$tmp/err" &
+dp --nproc_per_node=3 "$tmp/sleepy.lua" "$tmp/k" >"$tmp/out" 2>"$tmp/err" &
 launcher=$!
 wait_files 3 "$tmp/k/pid.[0-9]"
 victim=$(cut -d' ' -f1 "$tmp/k/pid.1")
@@ -206,7 +176,7 @@ ok $? "kill -9 of a rank: the launcher names it and exits 137"
 ! alive "$tmp/k"/pid.* && [ "$elapsed" -lt 10 ]; ok $? "every rank is gone within 10 s ($elapsed s)"
 
 mkdir "$tmp/t"
-timeout 60 "$dplua" --nproc_per_node=2 "$tmp/sleepy.lua" "$tmp/t" >"$tmp/out" 2>"$tmp/err" &
+dp --nproc_per_node=2 "$tmp/sleepy.lua" "$tmp/t" >"$tmp/out" 2>"$tmp/err" &
 job=$!
 wait_files 2 "$tmp/t/pid.[0-9]"
 launcher=$(cut -d' ' -f2 "$tmp/t/pid.0")   # the ranks' parent
@@ -228,7 +198,7 @@ ok $? "a missing script: the ranks fail and the launcher says why"
 port=$("$dplua" -e "local ffi = require('ffi'); local C = require('dplua').C
 local out = ffi.new('dp_store *[1]'); assert(C.dp_store_open(out, '127.0.0.1', 0, 1, -1, 'x', 5) == 0)
 io.write(C.dp_store_port(out[0])); C.dp_store_close(out[0])")
-timeout 60 "$dplua" --nnodes=2 --node_rank=1 --master_addr=127.0.0.1 --master_port="$port" \
+dp --nnodes=2 --node_rank=1 --master_addr=127.0.0.1 --master_port="$port" \
     --nproc_per_node=2 "$tmp/rdzv.lua" >"$tmp/node1" 2>&1 &
 node1=$!
 run --nnodes=2 --node-rank 0 --master-addr 127.0.0.1 --master-port "$port" --nproc_per_node=2 "$tmp/rdzv.lua"
@@ -285,4 +255,4 @@ ok $? "--nproc_per_node=gpu: one rank per GPU, or a clear error without one"
 run --nproc_per_node=1 --help
 [ $status -eq 0 ] && has out "--nproc_per_node=N" && has out "--prefix-output"; ok $? "the launcher's --help"
 
-echo "1..$n"
+done_testing
