@@ -6,52 +6,15 @@
 #
 #   sh tests/sh/test_program.sh          # from the build directory
 
-top_builddir=${top_builddir:-.}
-top_srcdir=${top_srcdir:-.}
-dplua="$top_builddir/dplua"
+. "$(dirname "$0")/tap.sh"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/dplua-test.XXXXXX") || {
-    echo "1..0 # SKIP cannot make a temporary directory"
-    exit 0
-}
-trap 'rm -rf "$tmp"' EXIT INT TERM
+make_tmp test
+need_dplua
 
-if [ ! -x "$dplua" ]; then
-    echo "Bail out! no program at $dplua (build it first)"
-    exit 1
-fi
-
-n=0
-
-# ok COND DESC: one TAP line; on failure, what the program wrote.
-ok() {
-    n=$((n + 1))
-    if [ "$1" -eq 0 ]; then
-        echo "ok $n - $2"
-    else
-        echo "not ok $n - $2"
-        sed 's/^/# stdout: /' "$tmp/out" 2>/dev/null
-        sed 's/^/# stderr: /' "$tmp/err" 2>/dev/null
-        echo "# exit status: $status"
-    fi
-}
-
-# dp ARGS...: the program, with $with (NAME=VALUE, if set) in its
-# environment. env(1), because an assignment before a shell function is
-# not portable.
-with=
-dp() {
-    if [ -n "$with" ]; then env "$with" "$dplua" "$@"; else "$dplua" "$@"; fi
-}
-
-# run ARGS...: run dplua with stdin from /dev/null; keeps stdout, stderr
-# and the exit status in $tmp/out, $tmp/err and $status.
-run() {
-    dp "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
-    status=$?
-}
-
-# run_in INPUT ARGS...: the same with INPUT (printf %b escapes) on stdin.
+# dp ARGS..., run ARGS... (tap.sh): the program, with $dp_env (NAME=VALUE,
+# when set) in its environment; run keeps stdout, stderr and the exit status
+# in $tmp/out, $tmp/err and $status. run_in INPUT ARGS...: run with INPUT
+# (printf %b escapes) on stdin.
 run_in() {
     input=$1
     shift
@@ -60,11 +23,6 @@ run_in() {
 }
 
 tab=$(printf '\t')
-
-# has FILE TEXT: the file holds the fixed string TEXT.
-has() { grep -F -q -e "$2" "$tmp/$1"; }
-# is_out TEXT: stdout is exactly TEXT (one or more lines).
-is_out() { [ "$(cat "$tmp/out")" = "$1" ]; }
 
 # ---------------------------------------------------------------- options
 
@@ -170,15 +128,15 @@ run -e 'print(package.loaded.dplua == nil)'
 
 mkdir -p "$tmp/lib/dplua"
 echo 'return { fake = "yes" }' >"$tmp/lib/dplua/init.lua"
-with="DPLUA_LUA_PATH=$tmp/lib"
+dp_env="DPLUA_LUA_PATH=$tmp/lib"
 run -e 'print(torch.fake, package.loaded.dplua == torch)'
 [ $status -eq 0 ] && is_out "yes${tab}true"; ok $? "DPLUA_LUA_PATH comes first; torch loads dplua on first use"
-with=
+dp_env=
 
-with="DPLUA_LUA_PATH=$tmp/nowhere"
+dp_env="DPLUA_LUA_PATH=$tmp/nowhere"
 run -e 'print(1)'
 [ $status -eq 0 ] && is_out 1 && has err "DPLUA_LUA_PATH"; ok $? "a DPLUA_LUA_PATH without dplua/init.lua is ignored with a warning"
-with=
+dp_env=
 
 run -e 'require("dplua")'
 [ $status -eq 0 ]; ok $? "require(\"dplua\") finds the library"
@@ -221,9 +179,9 @@ run_in 'print(x)\n' -i -e 'x = 7'
 run_in 'print(y)\n' -i -e 'y = 8; error("late")'
 [ $status -eq 1 ] && is_out 8; ok $? "-i opens the REPL after an error; the exit status keeps it"
 
-with="DPLUA_LUA_PATH=$tmp/lib"
+dp_env="DPLUA_LUA_PATH=$tmp/lib"
 run_in 'torch.fake\n' -i
 [ $status -eq 0 ] && is_out "yes"; ok $? "REPL: torch is the library"
-with=
+dp_env=
 
-echo "1..$n"
+done_testing
