@@ -9,21 +9,12 @@
 #
 #   sh tests/sh/test_sweep.sh          # from the build directory
 
-top_builddir=${top_builddir:-.}
-top_srcdir=${top_srcdir:-.}
-dplua="$top_builddir/dplua"
-case $dplua in /*) ;; *) dplua="$(pwd)/$dplua" ;; esac
-data="$top_srcdir/tests/data"
+. "$(dirname "$0")/tap.sh"
 
-if [ ! -x "$dplua" ]; then
-    echo "Bail out! no program at $dplua (build it first)"
-    exit 1
-fi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/dplua-sweep.XXXXXX") || {
-    echo "1..0 # SKIP cannot make a temporary directory"
-    exit 0
-}
-trap 'rm -rf "$tmp"' EXIT INT TERM
+absolute_dplua
+data="$top_srcdir/tests/data"
+need_dplua
+make_tmp sweep
 cp "$data/sweep_quadratic.lua" "$data/sweep_quadratic_sweep.lua" "$tmp/" || {
     echo "Bail out! cannot copy the test sweep from $data"
     exit 1
@@ -32,18 +23,7 @@ cp "$data/sweep_quadratic.lua" "$data/sweep_quadratic_sweep.lua" "$tmp/" || {
 limit=
 if command -v timeout >/dev/null 2>&1; then limit="timeout 120"; fi
 
-n=0
-ok() {
-    n=$((n + 1))
-    if [ "$1" -eq 0 ]; then
-        echo "ok $n - $2"
-    else
-        echo "not ok $n - $2"
-        sed 's/^/# stdout: /' "$tmp/out" 2>/dev/null
-        sed 's/^/# stderr: /' "$tmp/err" 2>/dev/null
-        echo "# exit status: $status"
-    fi
-}
+# has FILE RE: here a regular expression, not tap.sh's fixed string.
 has() { grep -q -e "$2" "$tmp/$1"; }
 
 # sweep ARGS...: dplua sweep in $tmp; output in $tmp/out and $tmp/err.
@@ -220,4 +200,4 @@ sweep unknown.lua
 grep -q "the sweep sets z, which the script's defaults do not name" "$tmp/unknown.logs/trial-001.log"
 ok $? "torch.hparams(defaults) rejects a sweep key the script does not know"
 
-echo "1..$n"
+done_testing
