@@ -9,25 +9,17 @@
 #
 #   sh tests/sh/test_repl.sh          # from the build directory
 
-top_builddir=${top_builddir:-.}
-top_srcdir=${top_srcdir:-.}
-dplua="$top_builddir/dplua"
+. "$(dirname "$0")/tap.sh"
 
 if ! command -v tmux >/dev/null 2>&1; then
     echo "1..0 # SKIP tmux not installed"
     exit 0
 fi
-if [ ! -x "$dplua" ]; then
-    echo "Bail out! no program at $dplua (build it first)"
-    exit 1
-fi
-dplua=$(cd "$(dirname "$dplua")" && pwd)/$(basename "$dplua")
+need_dplua
+absolute_dplua
 [ -n "$DPLUA_LUA_PATH" ] || DPLUA_LUA_PATH=$(cd "$top_srcdir" && pwd)/lua
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/dplua-repl.XXXXXX") || {
-    echo "1..0 # SKIP cannot make a temporary directory"
-    exit 0
-}
+make_tmp repl
 home="$tmp/home"
 mkdir "$home" "$tmp/tmux"
 
@@ -35,32 +27,16 @@ mkdir "$home" "$tmp/tmux"
 # no tmux.conf is read.
 tx() { TMUX_TMPDIR="$tmp/tmux" tmux -L dplua-test -f /dev/null "$@"; }
 
-cleanup() {
-    tx kill-server >/dev/null 2>&1
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+at_exit() { tx kill-server >/dev/null 2>&1; }
 
 has_libedit=no
 "$dplua" env 2>/dev/null | grep '^build options:' | grep -qw libedit && has_libedit=yes
 
-n=0
-# ok COND DESC: one TAP line; on failure, the screen.
-ok() {
-    n=$((n + 1))
-    if [ "$1" -eq 0 ]; then
-        echo "ok $n - $2"
-    else
-        echo "not ok $n - $2"
-        screen
-        sed 's/^/# screen: /' "$tmp/screen"
-        [ -n "$status" ] && echo "# exit status: $status"
-    fi
-}
-skip() {
-    n=$((n + 1))
-    echo "ok $n - $1 # SKIP $2"
+# tap_diag: what a failed check (tap.sh's ok) shows: the screen.
+tap_diag() {
+    screen
+    diag screen <"$tmp/screen"
+    [ -n "$status" ] && echo "# exit status: $status"
 }
 
 # start ARGS...: a new session running dplua ARGS in a 120x40 terminal.
@@ -89,16 +65,8 @@ count() { screen; grep -c $match -e "$1" "$tmp/screen"; }
 
 # wait_for TEXT [N [SECONDS]]: poll until at least N (1) screen lines hold
 # TEXT, for at most SECONDS (10).
-wait_for() {
-    want=${2:-1}
-    tries=$((${3:-10} * 10))
-    while [ "$tries" -gt 0 ]; do
-        [ "$(count "$1")" -ge "$want" ] && return 0
-        sleep 0.1
-        tries=$((tries - 1))
-    done
-    return 1
-}
+on_screen() { [ "$(count "$1")" -ge "$2" ]; }
+wait_for() { wait_until "${3:-10}" on_screen "$1" "${2:-1}"; }
 
 # type TEXT: the text, literally, then Enter.
 type_line() {
@@ -106,20 +74,33 @@ type_line() {
     tx send-keys -t $repl Enter
 }
 
+# interrupt CODE DELAY N: types CODE, presses Ctrl-C DELAY seconds later,
+# and waits (5 s) for the Nth "interrupted!" line; a second Ctrl-C when
+# the first came too early.
+interrupt() {
+    type_line "$1"
+    sleep "$2"
+    tx send-keys -t $repl C-c
+    wait_for "interrupted!" "$3" 5 || { tx send-keys -t $repl C-c; wait_for "interrupted!" "$3" 5; }
+}
+
+# complete TEXT SHOWN: types TEXT, presses Tab, and waits for the line
+# "> SHOWN" (TEXT completed).
+complete() {
+    tx send-keys -t $repl -l "$1"
+    tx send-keys -t $repl Tab
+    wait_for "> $2"
+}
+
 # exited: dplua has ended (wait up to 10 s); its exit status is then in
 # $status.
 exited() {
-    tries=100
-    while [ "$tries" -gt 0 ]; do
-        if [ -s "$status_file" ]; then
-            status=$(cat "$status_file")
-            return 0
-        fi
-        sleep 0.1
-        tries=$((tries - 1))
-    done
-    status=none
-    return 1
+    if wait_file "$status_file" 10; then
+        status=$(cat "$status_file")
+    else
+        status=none
+        return 1
+    fi
 }
 
 # ---------------------------------------------------------------- a session
@@ -152,9 +133,7 @@ ok $? "every value of an expression prints"
 match=-F
 
 if [ $has_libedit = yes ]; then
-    tx send-keys -t $repl -l 'torch.nn.Li'
-    tx send-keys -t $repl Tab
-    wait_for "> torch.nn.Linear"
+    complete 'torch.nn.Li' "torch.nn.Linear"
     ok $? "Tab completes torch.nn.Li to torch.nn.Linear"
     tx send-keys -t $repl Enter
     wait_for "<class Linear>"
@@ -162,26 +141,20 @@ if [ $has_libedit = yes ]; then
 
     type_line 'x = torch.zeros(2); print("x" .. "set")'
     wait_for "xset"
-    tx send-keys -t $repl -l 'print("n=" .. x:nu'
-    tx send-keys -t $repl Tab
-    wait_for '> print("n=" .. x:numel'
+    complete 'print("n=" .. x:nu' 'print("n=" .. x:numel'
     ok $? "Tab completes a tensor's methods"
     tx send-keys -t $repl -l '())'
     tx send-keys -t $repl Enter
     wait_for "n=2"
     ok $? "the completed method call runs"
 
-    tx send-keys -t $repl -l 'torch.op'
-    tx send-keys -t $repl Tab
-    wait_for "> torch.optim"
+    complete 'torch.op' "torch.optim"
     ok $? "Tab completes a submodule that is not loaded yet"
     tx send-keys -t $repl C-u
 
     type_line 'lin = torch.nn.Linear(2, 3); print("lin" .. "set")'
     wait_for "linset"
-    tx send-keys -t $repl -l 'lin.we'
-    tx send-keys -t $repl Tab
-    wait_for "> lin.weight"
+    complete 'lin.we' "lin.weight"
     ok $? "Tab completes a module's parameters"
     tx send-keys -t $repl C-u
 else
@@ -209,19 +182,13 @@ type_line 'print("still" .. "here")'
 wait_for "stillhere"
 ok $? "the session goes on after an error"
 
-type_line 'while true do end'
-sleep 0.2
-tx send-keys -t $repl C-c
-wait_for "interrupted!" 1 5 || { tx send-keys -t $repl C-c; wait_for "interrupted!" 1 5; }
+interrupt 'while true do end' 0.2 1
 ok $? "Ctrl-C interrupts while true do end"
 type_line 'print("back" .. 1)'
 wait_for "back1"
 ok $? "the prompt returns after Ctrl-C"
 
-type_line 'y = torch.zeros(3); for i = 1, 1e9 do y = y + torch.ones(3) end'
-sleep 0.5
-tx send-keys -t $repl C-c
-wait_for "interrupted!" 2 5 || { tx send-keys -t $repl C-c; wait_for "interrupted!" 2 5; }
+interrupt 'y = torch.zeros(3); for i = 1, 1e9 do y = y + torch.ones(3) end' 0.5 2
 ok $? "Ctrl-C interrupts a loop of tensor ops"
 type_line 'print(y[0]:item() > 0 and "kept" .. "y" or "lost")'
 wait_for "kepty"
@@ -270,9 +237,7 @@ wait_for "answer=42"
 ok $? "dplua -i script.lua continues with the script's globals"
 
 if [ $has_libedit = yes ]; then
-    tx send-keys -t $repl -l 'twi'
-    tx send-keys -t $repl Tab
-    wait_for "> twice"
+    complete 'twi' "twice"
     ok $? "Tab completes the script's globals"
 else
     skip "Tab completes the script's globals" "built without libedit"
@@ -299,4 +264,4 @@ tx send-keys -t $repl C-d
 exited && [ "$status" -eq 0 ]
 ok $? "and the session still ends with status 0"
 
-echo "1..$n"
+done_testing
