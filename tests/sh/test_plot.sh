@@ -7,32 +7,13 @@
 #
 #   sh tests/sh/test_plot.sh          # from the build directory
 
-top_builddir=${top_builddir:-.}
-dplua="$top_builddir/dplua"
-case $dplua in /*) ;; *) dplua="$(pwd)/$dplua" ;; esac
+. "$(dirname "$0")/tap.sh"
 
-if [ ! -x "$dplua" ]; then
-    echo "Bail out! no program at $dplua (build it first)"
-    exit 1
-fi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/dplua-plot.XXXXXX") || {
-    echo "1..0 # SKIP cannot make a temporary directory"
-    exit 0
-}
-trap 'rm -rf "$tmp"' EXIT INT TERM
+absolute_dplua
+need_dplua
+make_tmp plot
 
-n=0
-ok() {
-    n=$((n + 1))
-    if [ "$1" -eq 0 ]; then
-        echo "ok $n - $2"
-    else
-        echo "not ok $n - $2"
-        sed 's/^/# stdout: /' "$tmp/out" 2>/dev/null
-        sed 's/^/# stderr: /' "$tmp/err" 2>/dev/null
-        echo "# exit status: $status"
-    fi
-}
+# plot ARGS...: dplua plot in $tmp; output in $tmp/out and $tmp/err.
 plot() {
     (cd "$tmp" && "$dplua" plot "$@") >"$tmp/out" 2>"$tmp/err"
     status=$?
@@ -161,4 +142,4 @@ plot
 plot --help
 [ $status -eq 0 ] && grep -q "usage: dplua plot" "$tmp/out"; ok $? "--help exits 0"
 
-echo "1..$n"
+done_testing
