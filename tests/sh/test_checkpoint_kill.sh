@@ -19,43 +19,20 @@
 #   DPLUA_KILL_ROUNDS   rounds (default 12; the argument wins)
 #   DPLUA_KILL_SEED     seed of the delays (default: the time; printed)
 
-top_builddir=${top_builddir:-.}
-dplua="$top_builddir/dplua"
+. "$(dirname "$0")/tap.sh"
+
 rounds=${1:-${DPLUA_KILL_ROUNDS:-12}}
 seed=${DPLUA_KILL_SEED:-$(( $(date +%s) % 100000 ))}
 numel=16777216
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/dplua-kill.XXXXXX") || {
-    echo "1..0 # SKIP cannot make a temporary directory"
-    exit 0
-}
+make_tmp kill
 writer_pid=
-cleanup() {
+at_exit() {
     if [ -n "$writer_pid" ]; then kill -9 "$writer_pid" 2>/dev/null; fi
-    rm -rf "$tmp"
 }
-trap cleanup EXIT INT TERM
-
-if [ ! -x "$dplua" ]; then
-    echo "Bail out! no program at $dplua (build it first)"
-    exit 1
-fi
+need_dplua
 
 ckpt="$tmp/ckpt.safetensors"
-n=0
-failed=0
-
-# ok STATUS DESC [DIAGNOSTIC_FILE]
-ok() {
-    n=$((n + 1))
-    if [ "$1" -eq 0 ]; then
-        echo "ok $n - $2"
-    else
-        failed=$((failed + 1))
-        echo "not ok $n - $2"
-        if [ -n "$3" ] && [ -f "$3" ]; then sed 's/^/# /' "$3"; fi
-    fi
-}
 
 # The writer: saves generations FIRST, FIRST+1, ... (COUNT of them, 0: for
 # ever), saying "begin G" before and "done G" after each save.
@@ -153,5 +130,5 @@ ok $? "at least one kill landed inside a write (a temporary file was left)"
     [ "$(ls "$tmp" | grep -c '\.tmp\.')" -eq 0 ]
 ok $? "a later save completes and leaves no temporary file" "$tmp/check"
 
-echo "1..$n"
+done_testing
 [ "$failed" -eq 0 ]
