@@ -178,6 +178,14 @@ int dpc_adam_step(int dtype, int64_t n, void *param, const void *grad, void *exp
                   void *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
                   double weight_decay, int decoupled, int64_t step, void *stream);
 
+/* ---- random draws (cuda/random.cu) ---- */
+
+/* out (n contiguous elements of dtype) = value `kind` (src/core/philox.h:
+ * uniform, normal, or low + draw mod range) of Philox blocks counter + i
+ * under key. */
+int dpc_random(int dtype, int kind, int64_t n, uint64_t counter, uint64_t key, int64_t low, uint64_t range,
+               void *out, void *stream);
+
 /* ---- indexing (cuda/index.cu) ---- */
 
 /* out.select(dim, i) = a.select(dim, index[i]) for contiguous a (outer x

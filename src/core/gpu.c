@@ -623,6 +623,16 @@ bool gpu_any(int what, dp_tensor *t)
     return found;
 }
 
+dp_status gpu_random(dp_tensor *t, int kind, uint64_t counter, uint64_t key, int64_t low, uint64_t range)
+{
+    /* the counter is fixed at capture: every replay would draw the same numbers */
+    if (gpu_capturing())
+        return not_capturable("a random draw (rand, randn, randint, dropout)");
+    set_device(t->device);
+    return gpu_status("random", dpc_random(t->dtype, kind, dp_tensor_numel(t), counter, key, low, range, first(t),
+                                           stream_of(t->device)), t->dtype);
+}
+
 /* ---------------------------------------------------------------- reductions */
 
 dp_status gpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, int dim, int correction)
@@ -966,6 +976,8 @@ dp_status gpu_clamp(dp_tensor *out, dp_tensor *a, double lo, double hi)
 dp_status gpu_copy(dp_tensor *dst, dp_tensor *src) { (void)dst; (void)src; return no_cuda(); }
 dp_status gpu_fill(dp_tensor *dst, double value) { (void)dst; (void)value; return no_cuda(); }
 bool gpu_any(int what, dp_tensor *t) { (void)what; (void)t; return false; }
+dp_status gpu_random(dp_tensor *t, int kind, uint64_t counter, uint64_t key, int64_t low, uint64_t range)
+{ (void)t; (void)kind; (void)counter; (void)key; (void)low; (void)range; return no_cuda(); }
 dp_status gpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, int dim, int correction)
 { (void)op; (void)out; (void)indices; (void)a; (void)dim; (void)correction; return no_cuda(); }
 dp_status gpu_softmax(dp_tensor *out, dp_tensor *a, int dim, int log)

@@ -35,6 +35,8 @@ dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
 dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
                         double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step);
 bool gpu_any(int what, dp_tensor *t);
+/* t (new, contiguous) = the values of Philox blocks counter.. (core/philox.h) */
+dp_status gpu_random(dp_tensor *t, int kind, uint64_t counter, uint64_t key, int64_t low, uint64_t range);
 /* true while a CUDA graph is being captured: what cannot be captured fails */
 bool gpu_capturing(void);
 

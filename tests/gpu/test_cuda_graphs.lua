@@ -117,6 +117,8 @@ T.run("what cannot be captured fails at capture time", function()
            "a copy from the GPU to the host", ":item() inside a capture")
   T.raises(function() torch.cuda.graph(function() return torch.randn(3):to(dev) end) end,
            "a copy from the host to the GPU", "moving a CPU tensor inside a capture")
+  T.raises(function() torch.cuda.graph(function() return torch.rand(3, { device = dev }) end) end,
+           "a random draw", "a random draw on the GPU inside a capture")
   T.raises(function() torch.cuda.graph(function() torch.cuda.synchronize() end) end,
            "synchronize", "torch.cuda.synchronize inside a capture")
   T.raises(function() torch.cuda.graph(function() torch.cuda.graph(function() end) end) end,
@@ -230,6 +232,27 @@ T.run("bf16 SGD and Adam steps equal the CPU's", function()
     local w = worst(res.cpu, res[dev], 0.1)
     T.ok(w < 3e-2, ("bf16 parameters after 3 steps, within a few bf16 roundings (worst %.2e)"):format(w))
   end
+end)
+
+T.run("random draws on the GPU are the CPU's numbers", function()
+  for _, dt in ipairs({ torch.float32, torch.float64, torch.bfloat16 }) do
+    torch.manual_seed(9)
+    local c = torch.rand(1000, { dtype = dt })
+    torch.manual_seed(9)
+    local g = torch.rand(1000, { dtype = dt, device = dev })
+    T.ok(g:cpu():eq(c):all():item(), "rand " .. dt.name .. ": bit-equal")
+  end
+  torch.manual_seed(10)
+  local c = torch.randn(1000, { dtype = torch.float64 })
+  local ci = torch.randint(-5, 7, { 500 })
+  local after_c = torch.rand(4)
+  torch.manual_seed(10)
+  local g = torch.randn(1000, { dtype = torch.float64, device = dev })
+  local gi = torch.randint(-5, 7, { 500 }, { device = dev })
+  local after_g = torch.rand(4)
+  T.tensor_close(g:cpu(), c, 1e-13, 1e-13, "randn float64: equal up to the last bits of log and cos")
+  T.ok(gi:cpu():eq(ci):all():item(), "randint: equal")
+  T.ok(after_g:eq(after_c):all():item(), "a GPU draw advances the stream as a CPU draw does")
 end)
 
 T.run("gradcheck on the GPU", function()
