@@ -7,29 +7,15 @@
 #
 #   sh tests/sh/test_ddp.sh          # from the build directory
 
-top_builddir=${top_builddir:-.}
-top_srcdir=${top_srcdir:-.}
-dplua="$top_builddir/dplua"
-dist="$top_srcdir/tests/dist"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/dplua-ddp.XXXXXX") || { echo "1..0 # SKIP no temporary directory"; exit 0; }
-trap 'rm -rf "$tmp"' EXIT INT TERM
-[ -x "$dplua" ] || { echo "Bail out! no program at $dplua"; exit 1; }
+. "$(dirname "$0")/tap.sh"
 
-echo "1..7"
-n=0
-ok() {
-    n=$((n + 1))
-    if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else
-        echo "not ok $n - $2"
-        sed 's/^/# stdout: /' "$tmp/out" | tail -20
-        sed 's/^/# stderr: /' "$tmp/err" | tail -20
-        echo "# exit status: $status"
-    fi
-}
-run() {
-    timeout 300 "$dplua" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
-    status=$?
-}
+dist="$top_srcdir/tests/dist"
+make_tmp ddp
+need_dplua
+diag_cut="tail -20"     # of each output, on a failure
+dp_timeout=300
+
+plan 7
 
 run --nproc_per_node=2 "$dist/ddp_equivalence.lua" 50
 [ $status -eq 0 ] && [ "$(grep -c 'worst relative difference' "$tmp/out")" -eq 2 ]
@@ -51,8 +37,7 @@ ok $? "examples/seed.lua prints one loss per rank"
 # kill -9 one rank mid-training: every rank must be gone within 10 s
 timeout 120 "$dplua" --nproc_per_node=2 "$dist/ddp_train_forever.lua" "$tmp" </dev/null >"$tmp/out" 2>"$tmp/err" &
 launcher=$!
-i=0
-while { [ ! -s "$tmp/rank0.pid" ] || [ ! -s "$tmp/rank1.pid" ]; } && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+wait_file "$tmp/rank0.pid" 60 && wait_file "$tmp/rank1.pid" 60
 pid0=$(cat "$tmp/rank0.pid" 2>/dev/null); pid1=$(cat "$tmp/rank1.pid" 2>/dev/null)
 [ -n "$pid0" ] && [ -n "$pid1" ]
 ok $? "both ranks are training"
