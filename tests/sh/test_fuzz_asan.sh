@@ -20,10 +20,9 @@
 # When the compiler cannot link a sanitized program (no libasan/libubsan) the
 # two dplua-asan tests are skipped and the ./dplua run still counts.
 set -u
+. "$(dirname "$0")/tap.sh"
 
-srcdir=${top_srcdir:-.}
-builddir=${top_builddir:-.}
-fuzz=$srcdir/tests/lua/fuzz.lua
+fuzz=$top_srcdir/tests/lua/fuzz.lua
 asan_calls=${DPLUA_FUZZ_ASAN_CALLS:-50000}
 plain_calls=${DPLUA_FUZZ_CALLS:-200000}
 limit=${DPLUA_FUZZ_TIMEOUT:-60}
@@ -35,8 +34,7 @@ case ${DPLUA_FUZZ_SEED:-} in
     *) seed_asan=$DPLUA_FUZZ_SEED; seed_plain=$DPLUA_FUZZ_SEED ;;
 esac
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/dplua-fuzz.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
+make_tmp fuzz
 
 # Sanitizer settings.
 # - detect_leaks=0: LuaJIT keeps its heap in its own mmap'd arenas, which
@@ -54,8 +52,6 @@ trap 'rm -rf "$tmp"' EXIT
 ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1:max_allocation_size_mb=256${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export ASAN_OPTIONS UBSAN_OPTIONS
-
-diag() { sed 's/^/# /'; }
 
 # report N NAME RC OUT ERR TRACE: the TAP line of one fuzzer run.
 report() {
@@ -89,11 +85,11 @@ run_fuzz() {
     rc=$?
 }
 
-echo "1..3"
+plan 3
 
 # ---------------------------------------------------------------- dplua-asan
 
-cc=$(sed -n 's/^CC = //p' "$builddir/Makefile")
+cc=$(sed -n 's/^CC = //p' "$top_builddir/Makefile")
 printf 'int main(void) { return 0; }\n' >"$tmp/probe.c"
 skip=
 if ! ${cc:-cc} -fsanitize=address,undefined "$tmp/probe.c" -o "$tmp/probe" >"$tmp/probe.log" 2>&1 ||
@@ -110,13 +106,13 @@ else
     # -O1 after the configured flags: ASan's advice, and half the compile
     # time of -O3. A make of its own: a `make -j check` above keeps its
     # jobserver to itself.
-    cflags=$(sed -n 's/^CFLAGS = //p' "$builddir/Makefile")
-    cxxflags=$(sed -n 's/^CXXFLAGS = //p' "$builddir/Makefile")
+    cflags=$(sed -n 's/^CFLAGS = //p' "$top_builddir/Makefile")
+    cxxflags=$(sed -n 's/^CXXFLAGS = //p' "$top_builddir/Makefile")
     start=$(date +%s)
-    if (cd "$builddir" && unset MAKEFLAGS MFLAGS MAKELEVEL &&
+    if (cd "$top_builddir" && unset MAKEFLAGS MFLAGS MAKELEVEL &&
         make -j"$jobs" CFLAGS="$cflags -O1" CXXFLAGS="$cxxflags -O1" dplua-asan) >"$tmp/build.log" 2>&1; then
         echo "ok 1 - build dplua-asan ($(($(date +%s) - start)) s)"
-        run_fuzz asan "$builddir/dplua-asan" "$asan_calls" "$seed_asan"
+        run_fuzz asan "$top_builddir/dplua-asan" "$asan_calls" "$seed_asan"
         report 2 "fuzz under ASan and UBSan, $asan_calls calls, seed $seed_asan" \
             "$rc" "$out" "$err" "$trace"
     else
@@ -132,5 +128,5 @@ fi
 # LuaJIT 2.1.0-beta3's JIT cannot survive running into
 DPLUA_MAX_ALLOC_BYTES=${DPLUA_MAX_ALLOC_BYTES:-268435456}
 export DPLUA_MAX_ALLOC_BYTES
-run_fuzz plain "$builddir/dplua" "$plain_calls" "$seed_plain"
+run_fuzz plain "$top_builddir/dplua" "$plain_calls" "$seed_plain"
 report 3 "fuzz ./dplua, $plain_calls calls, seed $seed_plain" "$rc" "$out" "$err" "$trace"
