@@ -161,30 +161,30 @@ has err "dplua: rank 1 (pid $pid1) exited with status 3" && has err "[1]: rank 1
 ok $? "it names the rank and its pid, and shows the tail of its stderr"
 ! alive "$tmp/f"/pid.* && [ "$elapsed" -lt 10 ]; ok $? "the other ranks are stopped at once ($elapsed s)"
 
-mkdir "$tmp/k"
-dp --nproc_per_node=3 "$tmp/sleepy.lua" "$tmp/k" >"$tmp/out" 2>"$tmp/err" &
-launcher=$!
-wait_files 3 "$tmp/k/pid.[0-9]"
-victim=$(cut -d' ' -f1 "$tmp/k/pid.1")
-start=$(date +%s)
-kill -9 "$victim"
-wait $launcher
-status=$?
-elapsed=$(( $(date +%s) - start ))
-[ $status -eq 137 ] && has err "dplua: rank 1 (pid $victim) was killed by signal SIGKILL"
+# signal_job NPROC DIR SIGNAL RANK FIELD: a job of NPROC sleepy ranks in
+# DIR; once they all run, SIGNAL to field FIELD of the pid file of RANK
+# (1: the rank, 2: its parent, the launcher). The job's status, the pid
+# signalled and the seconds from the signal to the job's end go to $status,
+# $target and $elapsed.
+signal_job() {
+    mkdir "$2"
+    dp --nproc_per_node="$1" "$tmp/sleepy.lua" "$2" >"$tmp/out" 2>"$tmp/err" &
+    job=$!
+    wait_files "$1" "$2/pid.[0-9]"
+    target=$(cut -d' ' -f"$5" "$2/pid.$4")
+    start=$(date +%s)
+    kill -"$3" "$target"
+    wait $job
+    status=$?
+    elapsed=$(( $(date +%s) - start ))
+}
+
+signal_job 3 "$tmp/k" KILL 1 1
+[ $status -eq 137 ] && has err "dplua: rank 1 (pid $target) was killed by signal SIGKILL"
 ok $? "kill -9 of a rank: the launcher names it and exits 137"
 ! alive "$tmp/k"/pid.* && [ "$elapsed" -lt 10 ]; ok $? "every rank is gone within 10 s ($elapsed s)"
 
-mkdir "$tmp/t"
-dp --nproc_per_node=2 "$tmp/sleepy.lua" "$tmp/t" >"$tmp/out" 2>"$tmp/err" &
-job=$!
-wait_files 2 "$tmp/t/pid.[0-9]"
-launcher=$(cut -d' ' -f2 "$tmp/t/pid.0")   # the ranks' parent
-start=$(date +%s)
-kill -TERM "$launcher"
-wait $job
-status=$?
-elapsed=$(( $(date +%s) - start ))
+signal_job 2 "$tmp/t" TERM 0 2     # the launcher
 [ $status -eq 143 ] && has err "got SIGTERM; passing it on to the ranks" && ! alive "$tmp/t"/pid.* \
     && [ "$elapsed" -lt 10 ]
 ok $? "SIGTERM to the launcher reaches every rank; it exits 143 ($elapsed s)"
