@@ -18,8 +18,23 @@ local S = {}
 
 local function is_opts(x) return type(x) == "table" and x[1] == nil and getmetatable(x) == nil end
 
-local function want_number(v, fn, what)
+-- want_number(v, fn, what[, default]): v, a number; default when v is nil
+-- and there is one.
+local function want_number(v, fn, what, default)
+  if v == nil and default ~= nil then return default end
   if type(v) ~= "number" then raise(string.format("%s: expected %s to be a number, got %s", fn, what, type(v))) end
+  return v
+end
+
+-- want_positive(v, fn, what[, integer]): v, a number > 0 (with integer, a
+-- whole number >= 1).
+local function want_positive(v, fn, what, integer)
+  want_number(v, fn, what)
+  if integer and (v < 1 or v % 1 ~= 0) then
+    raise(string.format("%s: %s must be a positive integer, got %s", fn, what, v))
+  elseif v <= 0 then
+    raise(string.format("%s: %s must be positive, got %s", fn, what, v))
+  end
   return v
 end
 
@@ -29,8 +44,19 @@ local LRScheduler = {}
 LRScheduler.__index = LRScheduler
 S.LRScheduler = LRScheduler
 
-local function class(name, parent)
-  local cls = setmetatable({}, { __index = parent or LRScheduler, __call = function(c, ...) return c.new(...) end })
+-- class(name, params): a scheduler class whose call, cls(optimizer, ...),
+-- takes the arguments after the optimizer positionally or as one options
+-- table with the names in params, and hands them to cls.new(optimizer,
+-- ...) in that order.
+local function class(name, params)
+  local function call(c, optimizer, ...)
+    local o = ...
+    if not is_opts(o) then return c.new(optimizer, ...) end
+    local args = {}
+    for i, p in ipairs(params) do args[i] = o[p] end
+    return c.new(optimizer, unpack(args, 1, #params))
+  end
+  local cls = setmetatable({}, { __index = LRScheduler, __call = call })
   cls.__index = cls
   cls.__name = name
   return cls
@@ -127,18 +153,12 @@ end
 ---------------------------------------------------------------- StepLR
 
 -- StepLR(opt, step_size, gamma=0.1): lr * gamma every step_size epochs.
-local StepLR = class("StepLR")
+local StepLR = class("StepLR", { "step_size", "gamma", "last_epoch" })
 S.StepLR = StepLR
 function StepLR.new(optimizer, step_size, gamma, last_epoch)
-  if is_opts(step_size) then
-    local o = step_size
-    step_size, gamma, last_epoch = o.step_size, o.gamma, o.last_epoch
-  end
   local self = setmetatable({}, StepLR)
-  want_number(step_size, "StepLR", "step_size")
-  if step_size < 1 or step_size % 1 ~= 0 then raise("StepLR: step_size must be a positive integer, got " .. step_size) end
-  self.step_size = step_size
-  self.gamma = gamma == nil and 0.1 or want_number(gamma, "StepLR", "gamma")
+  self.step_size = want_positive(step_size, "StepLR", "step_size", true)
+  self.gamma = want_number(gamma, "StepLR", "gamma", 0.1)
   return LRScheduler.init(self, optimizer, last_epoch)
 end
 function StepLR:get_lr()
@@ -158,18 +178,12 @@ end
 ---------------------------------------------------------------- CosineAnnealingLR
 
 -- CosineAnnealingLR(opt, T_max, eta_min=0): PyTorch 1.13's chainable form.
-local Cosine = class("CosineAnnealingLR")
+local Cosine = class("CosineAnnealingLR", { "T_max", "eta_min", "last_epoch" })
 S.CosineAnnealingLR = Cosine
 function Cosine.new(optimizer, T_max, eta_min, last_epoch)
-  if is_opts(T_max) then
-    local o = T_max
-    T_max, eta_min, last_epoch = o.T_max, o.eta_min, o.last_epoch
-  end
   local self = setmetatable({}, Cosine)
-  want_number(T_max, "CosineAnnealingLR", "T_max")
-  if T_max <= 0 then raise("CosineAnnealingLR: T_max must be positive, got " .. T_max) end
-  self.T_max = T_max
-  self.eta_min = eta_min == nil and 0 or want_number(eta_min, "CosineAnnealingLR", "eta_min")
+  self.T_max = want_positive(T_max, "CosineAnnealingLR", "T_max")
+  self.eta_min = want_number(eta_min, "CosineAnnealingLR", "eta_min", 0)
   return LRScheduler.init(self, optimizer, last_epoch)
 end
 function Cosine:get_lr()
@@ -204,16 +218,12 @@ end
 ---------------------------------------------------------------- LinearLR
 
 -- LinearLR(opt, start_factor=1/3, end_factor=1, total_iters=5).
-local LinearLR = class("LinearLR")
+local LinearLR = class("LinearLR", { "start_factor", "end_factor", "total_iters", "last_epoch" })
 S.LinearLR = LinearLR
 function LinearLR.new(optimizer, start_factor, end_factor, total_iters, last_epoch)
-  if is_opts(start_factor) then
-    local o = start_factor
-    start_factor, end_factor, total_iters, last_epoch = o.start_factor, o.end_factor, o.total_iters, o.last_epoch
-  end
   local self = setmetatable({}, LinearLR)
-  start_factor = start_factor == nil and 1 / 3 or want_number(start_factor, "LinearLR", "start_factor")
-  end_factor = end_factor == nil and 1 or want_number(end_factor, "LinearLR", "end_factor")
+  start_factor = want_number(start_factor, "LinearLR", "start_factor", 1 / 3)
+  end_factor = want_number(end_factor, "LinearLR", "end_factor", 1)
   if start_factor > 1 or start_factor <= 0 then
     raise("LinearLR: Starting multiplicative factor expected to be greater than 0 and less or equal to 1, got " .. start_factor)
   end
@@ -221,7 +231,7 @@ function LinearLR.new(optimizer, start_factor, end_factor, total_iters, last_epo
     raise("LinearLR: Ending multiplicative factor expected to be between 0 and 1, got " .. end_factor)
   end
   self.start_factor, self.end_factor = start_factor, end_factor
-  self.total_iters = total_iters == nil and 5 or want_number(total_iters, "LinearLR", "total_iters")
+  self.total_iters = want_number(total_iters, "LinearLR", "total_iters", 5)
   return LRScheduler.init(self, optimizer, last_epoch)
 end
 function LinearLR:get_lr()
@@ -249,10 +259,9 @@ end
 
 -- LambdaLR(opt, lr_lambda): lr = initial_lr * lr_lambda(epoch); one
 -- function, or a list with one per param group.
-local LambdaLR = class("LambdaLR")
+local LambdaLR = class("LambdaLR", { "lr_lambda", "last_epoch" })
 S.LambdaLR = LambdaLR
 function LambdaLR.new(optimizer, lr_lambda, last_epoch)
-  if is_opts(lr_lambda) then lr_lambda, last_epoch = lr_lambda.lr_lambda, lr_lambda.last_epoch end
   local self = setmetatable({}, LambdaLR)
   local n = type(optimizer) == "table" and type(optimizer.param_groups) == "table" and #optimizer.param_groups or 0
   if type(lr_lambda) == "function" then
@@ -285,13 +294,9 @@ end
 
 -- SequentialLR(opt, schedulers, milestones): schedulers[i+1] takes over at
 -- milestones[i] (restarted at epoch 0), as PyTorch 1.13.
-local Sequential = class("SequentialLR")
+local Sequential = class("SequentialLR", { "schedulers", "milestones", "last_epoch" })
 S.SequentialLR = Sequential
 function Sequential.new(optimizer, schedulers, milestones, last_epoch)
-  if is_opts(schedulers) then
-    local o = schedulers
-    schedulers, milestones, last_epoch = o.schedulers, o.milestones, o.last_epoch
-  end
   if type(schedulers) ~= "table" or #schedulers == 0 then raise("SequentialLR: expected a non-empty list of schedulers") end
   if type(milestones) ~= "table" then raise("SequentialLR: expected a list of milestones") end
   for i, s in ipairs(schedulers) do
