@@ -200,6 +200,17 @@ else
              'zeros(2, {device="cuda"}) without a GPU mentions CUDA')
 end
 T.raises(function() return torch.zeros(2):to("cuda:99") end, {CUDA}, 'to("cuda:99") is not a device')
+-- streams, events and graphs: wrong arguments on any machine, no device without a GPU
+T.raises(function() torch.cuda.set_stream("s") end, "expected a torch.cuda.Stream", "set_stream of a string")
+T.raises(function() torch.cuda.stream({}, function() end) end, "expected a torch.cuda.Stream", "stream() of a table")
+T.raises(function() torch.cuda.graph(42) end, "expected a function to capture", "graph() of a number")
+T.raises(function() torch.cuda.Stream("cpu") end, "expected a CUDA device, got cpu", "a Stream on the CPU")
+if not has_cuda then
+    T.raises(function() return torch.cuda.Stream() end, "not available", "Stream() without a GPU")
+    T.raises(function() return torch.cuda.Event({ enable_timing = true }) end, "not available", "Event() without a GPU")
+    T.raises(function() return torch.cuda.graph(function() end) end, "not available", "graph() without a GPU")
+    T.ok(torch.cuda.current_stream() == torch.cuda.default_stream(), "current_stream() is the default stream")
+end
 
 -- ---------------------------------------------------------------- crash-prone last
 
