@@ -564,21 +564,32 @@ function S.p2p_sizes()
   done({ pg })
 end
 
--- Rank 2 dies after one all_reduce; ranks 0 and 1 must name it.
-function S.dead_peer()
-  local pg = new_group("default", 10)
+-- A new group (timeout in seconds) and a first all_reduce on it; then rank
+-- away_rank runs away(pg), which does not return, and the others a second
+-- all_reduce. Returns the group, the tensor, and the second all_reduce's
+-- status, error message and seconds.
+local function second_all_reduce(timeout, away_rank, away)
+  local pg = new_group("default", timeout)
   local t = torch.ones(10)
   check_call(C.dp_pg_all_reduce(pg, t.p, SUM, nil), "a first all_reduce")
-  if rank == 2 then
-    io.stdout:flush()
-    C._exit(7)
-  end
+  if rank == away_rank then away(pg) end
   local t0 = now()
   local st = C.dp_pg_all_reduce(pg, t.p, SUM, nil)
-  local msg = last_error()
+  return pg, t, st, last_error(), now() - t0
+end
+
+-- die(): the process ends at once (status 7), as if killed.
+local function die()
+  io.stdout:flush()
+  C._exit(7)
+end
+
+-- Rank 2 dies after one all_reduce; ranks 0 and 1 must name it.
+function S.dead_peer()
+  local pg, t, st, msg, dt = second_all_reduce(10, 2, die)
   check(st ~= 0 and msg:find("all_reduce #2 on group default", 1, true) and msg:find("rank 2 is dead", 1, true),
         "the survivors name the dead rank", msg)
-  check(now() - t0 < 10, "before the timeout", ("%.2f s"):format(now() - t0))
+  check(dt < 10, "before the timeout", ("%.2f s"):format(dt))
   st = C.dp_pg_all_reduce(pg, t.p, SUM, nil)
   check(st ~= 0 and last_error() == msg, "the group stays failed")
   done({ pg }, { [1] = true })
@@ -586,37 +597,22 @@ end
 
 -- Rank 1 makes the group, then never calls the second collective.
 function S.absent()
-  local pg = new_group("default", 2)
-  local t = torch.ones(10)
-  check_call(C.dp_pg_all_reduce(pg, t.p, SUM, nil), "a first all_reduce")
-  if rank == 1 then
+  local pg, _, st, msg, dt = second_all_reduce(2, 1, function(g)
     sleep(3.5)
     check(true, "rank 1 stayed away")
-    done({ pg })
-  end
-  local t0 = now()
-  local st = C.dp_pg_all_reduce(pg, t.p, SUM, nil)
-  local msg = last_error()
+    done({ g })
+  end)
   check(st ~= 0 and msg:find("rank 1 did not arrive (the last collective it entered is #1)", 1, true),
         "the error names the rank that did not arrive", msg)
-  check(now() - t0 < 2 + 2, "within the timeout", ("%.2f s"):format(now() - t0))
+  check(dt < 2 + 2, "within the timeout", ("%.2f s"):format(dt))
   done({ pg })
 end
 
 -- Rank 0 (which serves the store) dies; rank 1 must say so, not hang.
 function S.dead_store()
-  local pg = new_group("default", 10)
-  local t = torch.ones(10)
-  check_call(C.dp_pg_all_reduce(pg, t.p, SUM, nil), "a first all_reduce")
-  if rank == 0 then
-    io.stdout:flush()
-    C._exit(7)
-  end
-  local t0 = now()
-  local st = C.dp_pg_all_reduce(pg, t.p, SUM, nil)
-  local msg = last_error()
+  local pg, _, st, msg, dt = second_all_reduce(10, 0, die)
   check(st ~= 0 and msg:find("the store did not answer", 1, true), "the error says the store (rank 0) is gone", msg)
-  check(now() - t0 < 10, "before the timeout", ("%.2f s"):format(now() - t0))
+  check(dt < 10, "before the timeout", ("%.2f s"):format(dt))
   done({ pg })
 end
 
