@@ -26,7 +26,7 @@
 
 #include "dplua.h"
 #include "dpc_ops.h"
-#include "dtype.cuh"
+#include "core/dtype_conv.h"
 #include "iter.cuh"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))

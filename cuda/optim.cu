@@ -20,7 +20,7 @@
 
 #include "dpc_ops.h"
 #include "dplua.h"
-#include "dtype.cuh"
+#include "core/dtype_conv.h"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 

@@ -12,7 +12,7 @@
 
 #include "core/philox.h"
 #include "dpc_ops.h"
-#include "dtype.cuh"
+#include "core/dtype_conv.h"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 #define RANDOM_BLOCK 256

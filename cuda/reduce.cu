@@ -25,7 +25,7 @@
 
 #include "dplua.h"
 #include "dpc_ops.h"
-#include "dtype.cuh"
+#include "core/dtype_conv.h"
 #include "iter.cuh"
 #include "kernel_error.cuh"
 
@@ -35,7 +35,7 @@
 #define RED_MAX_BLOCKS 65536
 
 /* ------------------------------------------------------------------------ */
-/* dtypes (the conversions themselves are in dtype.cuh)                      */
+/* dtypes (the conversions are in core/dtype_conv.h)                        */
 /* ------------------------------------------------------------------------ */
 
 static bool dt_is_float(int dtype)

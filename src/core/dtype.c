@@ -3,9 +3,7 @@
  * load/store through double, and PyTorch's type promotion.
  */
 #include "core/tensor.h"
-
-#include <math.h>
-#include <string.h>
+#include "core/dtype_conv.h"
 
 static const char *const dtype_names[DP_NUM_DTYPES] = {
     "float32", "float64", "int64", "int32", "uint8", "bool", "bfloat16",
@@ -27,60 +25,26 @@ int dp_dtype_is_floating(int dtype)
     return dtype == DP_FLOAT32 || dtype == DP_FLOAT64 || dtype == DP_BFLOAT16;
 }
 
+/* The conversions themselves are in core/dtype_conv.h, shared with the
+ * CUDA kernels. */
 float bf16_to_float(uint16_t v)
 {
-    uint32_t bits = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+    return bf16_to_f32(v);
 }
 
-/* Round to nearest even, as PyTorch does; NaN stays a quiet NaN. */
 uint16_t float_to_bf16(float f)
 {
-    uint32_t bits;
-    memcpy(&bits, &f, 4);
-    if (isnan(f))
-        return (uint16_t)((bits >> 16) | 0x40);
-    bits += 0x7fff + ((bits >> 16) & 1);
-    return (uint16_t)(bits >> 16);
+    return f32_to_bf16(f);
 }
 
 double dtype_load(int dtype, const char *p)
 {
-    switch (dtype) {
-    case DP_FLOAT32: return *(const float *)p;
-    case DP_FLOAT64: return *(const double *)p;
-    case DP_INT64: return (double)*(const int64_t *)p;
-    case DP_INT32: return *(const int32_t *)p;
-    case DP_UINT8: return *(const uint8_t *)p;
-    case DP_BOOL: return *(const uint8_t *)p != 0;
-    case DP_BFLOAT16: return bf16_to_float(*(const uint16_t *)p);
-    }
-    return 0;
-}
-
-/* Float to integer conversion truncates toward zero, as in C and PyTorch;
- * out-of-range values are clamped rather than left undefined. */
-static int64_t to_int64(double v)
-{
-    if (isnan(v)) return 0;
-    if (v >= 9.2233720368547758e18) return INT64_MAX;
-    if (v <= -9.2233720368547758e18) return INT64_MIN;
-    return (int64_t)v;
+    return dt_load(dtype, p);
 }
 
 void dtype_store(int dtype, char *p, double v)
 {
-    switch (dtype) {
-    case DP_FLOAT32: *(float *)p = (float)v; break;
-    case DP_FLOAT64: *(double *)p = v; break;
-    case DP_INT64: *(int64_t *)p = to_int64(v); break;
-    case DP_INT32: *(int32_t *)p = (int32_t)to_int64(v); break;
-    case DP_UINT8: *(uint8_t *)p = (uint8_t)to_int64(v); break;
-    case DP_BOOL: *(uint8_t *)p = v != 0; break;
-    case DP_BFLOAT16: *(uint16_t *)p = float_to_bf16((float)v); break;
-    }
+    dt_store(dtype, p, v);
 }
 
 /* PyTorch's promotion between two tensors of the same category rank:

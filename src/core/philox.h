@@ -12,16 +12,18 @@
 #include <math.h>
 #include <stdint.h>
 
+#ifndef DP_HD   /* as in core/dtype_conv.h: host and device under nvcc */
 #ifdef __CUDACC__
-#define PHILOX_FN __host__ __device__ static inline
+#define DP_HD __host__ __device__ static inline
 #else
-#define PHILOX_FN static inline
+#define DP_HD static inline
+#endif
 #endif
 
 /* What a block becomes (dp_rand, dp_randn, dp_randint). */
 enum { PHILOX_UNIFORM, PHILOX_NORMAL, PHILOX_INT };
 
-PHILOX_FN uint32_t philox_mulhilo(uint32_t a, uint32_t b, uint32_t *hi)
+DP_HD uint32_t philox_mulhilo(uint32_t a, uint32_t b, uint32_t *hi)
 {
     uint64_t p = (uint64_t)a * b;
     *hi = (uint32_t)(p >> 32);
@@ -29,7 +31,7 @@ PHILOX_FN uint32_t philox_mulhilo(uint32_t a, uint32_t b, uint32_t *hi)
 }
 
 /* One Philox4x32 block: 10 rounds over a 128-bit counter, 64-bit key. */
-PHILOX_FN void philox(uint64_t counter, uint64_t key, uint32_t out[4])
+DP_HD void philox(uint64_t counter, uint64_t key, uint32_t out[4])
 {
     uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
     uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
@@ -51,7 +53,7 @@ PHILOX_FN void philox(uint64_t counter, uint64_t key, uint32_t out[4])
  * bfloat16), so that rounding to the dtype can never give 1.0: for
  * bfloat16 what would round up to 1.0 (from 0.998046875, the midpoint, on)
  * becomes its largest value below 1. */
-PHILOX_FN double philox_uniform(const uint32_t *w, int is_double, int is_bf16)
+DP_HD double philox_uniform(const uint32_t *w, int is_double, int is_bf16)
 {
     if (is_double)
         return (double)((((uint64_t)w[0] << 32) | w[1]) >> 11) * 0x1.0p-53;
@@ -62,7 +64,7 @@ PHILOX_FN double philox_uniform(const uint32_t *w, int is_double, int is_bf16)
 }
 
 /* Box-Muller over the four words of one block. */
-PHILOX_FN double philox_normal(const uint32_t *w)
+DP_HD double philox_normal(const uint32_t *w)
 {
     double u1 = ((double)(((uint64_t)w[0] << 21) ^ w[1]) + 1.0) * 0x1.0p-53;
     double u2 = (double)(((uint64_t)w[2] << 21) ^ w[3]) * 0x1.0p-53;
@@ -70,7 +72,7 @@ PHILOX_FN double philox_normal(const uint32_t *w)
 }
 
 /* low + (a 64-bit draw) mod range, as a double for the dtype's store. */
-PHILOX_FN double philox_int(const uint32_t *w, int64_t low, uint64_t range)
+DP_HD double philox_int(const uint32_t *w, int64_t low, uint64_t range)
 {
     uint64_t r = ((uint64_t)w[0] << 32) | w[1];
     return (double)(int64_t)((uint64_t)low + r % range);

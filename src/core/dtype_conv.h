@@ -1,18 +1,28 @@
 /*
- * dtype.cuh — element types on the device: the conversions of
- * src/core/dtype.c (bfloat16 round-to-nearest-even with the CPU's NaN bits,
- * float to integer truncating with NaN -> 0 and clamping), shared by the
- * kernels of cuda/ so that every one converts exactly as the CPU does.
+ * dtype_conv.h — element conversions shared by the CPU (src/core/dtype.c)
+ * and the GPU kernels (cuda/), so that both convert exactly alike:
+ * bfloat16 round-to-nearest-even with PyTorch's NaN bits, float to integer
+ * truncating toward zero with NaN -> 0 and out-of-range values clamped,
+ * and the load/store of any dtype through a double. C and CUDA alike
+ * (host and device functions under nvcc).
  */
-#ifndef DP_CUDA_DTYPE_CUH
-#define DP_CUDA_DTYPE_CUH
+#ifndef DP_CORE_DTYPE_CONV_H
+#define DP_CORE_DTYPE_CONV_H
 
 #include "dplua.h"
 
 #include <stdint.h>
 #include <string.h>
 
-__host__ __device__ static inline uint32_t f32_bits(float f)
+#ifndef DP_HD
+#ifdef __CUDACC__
+#define DP_HD __host__ __device__ static inline
+#else
+#define DP_HD static inline
+#endif
+#endif
+
+DP_HD uint32_t f32_bits(float f)
 {
 #ifdef __CUDA_ARCH__
     return __float_as_uint(f);
@@ -23,7 +33,7 @@ __host__ __device__ static inline uint32_t f32_bits(float f)
 #endif
 }
 
-__host__ __device__ static inline float bits_f32(uint32_t u)
+DP_HD float bits_f32(uint32_t u)
 {
 #ifdef __CUDA_ARCH__
     return __uint_as_float(u);
@@ -34,14 +44,14 @@ __host__ __device__ static inline float bits_f32(uint32_t u)
 #endif
 }
 
-__host__ __device__ static inline float bf16_to_f32(uint16_t v)
+DP_HD float bf16_to_f32(uint16_t v)
 {
     return bits_f32((uint32_t)v << 16);
 }
 
 /* Round to nearest even; NaN stays a quiet NaN with the CPU's bits (not
  * __float2bfloat16_rn, whose NaN is canonical). */
-__host__ __device__ static inline uint16_t f32_to_bf16(float f)
+DP_HD uint16_t f32_to_bf16(float f)
 {
     uint32_t bits = f32_bits(f);
     if (f != f)
@@ -51,7 +61,7 @@ __host__ __device__ static inline uint16_t f32_to_bf16(float f)
 }
 
 /* Float to integer truncates toward zero; NaN gives 0, out of range clamps. */
-__host__ __device__ static inline int64_t to_int64(double v)
+DP_HD int64_t to_int64(double v)
 {
     if (v != v) return 0;
     if (v >= 9.2233720368547758e18) return INT64_MAX;
@@ -59,7 +69,7 @@ __host__ __device__ static inline int64_t to_int64(double v)
     return (int64_t)v;
 }
 
-__host__ __device__ static inline double dt_load(int dtype, const void *p)
+DP_HD double dt_load(int dtype, const void *p)
 {
     switch (dtype) {
     case DP_FLOAT32: return *(const float *)p;
@@ -73,7 +83,7 @@ __host__ __device__ static inline double dt_load(int dtype, const void *p)
     return 0;
 }
 
-__host__ __device__ static inline void dt_store(int dtype, void *p, double v)
+DP_HD void dt_store(int dtype, void *p, double v)
 {
     switch (dtype) {
     case DP_FLOAT32: *(float *)p = (float)v; break;
@@ -86,14 +96,19 @@ __host__ __device__ static inline void dt_store(int dtype, void *p, double v)
     }
 }
 
-static inline size_t dt_size(int dtype)
+DP_HD size_t dt_size(int dtype)
 {
-    static const size_t sizes[DP_NUM_DTYPES] = { 4, 8, 8, 4, 1, 1, 2 };
-    return dtype >= 0 && dtype < DP_NUM_DTYPES ? sizes[dtype] : 0;
+    switch (dtype) {
+    case DP_FLOAT32: case DP_INT32: return 4;
+    case DP_FLOAT64: case DP_INT64: return 8;
+    case DP_UINT8: case DP_BOOL: return 1;
+    case DP_BFLOAT16: return 2;
+    }
+    return 0;
 }
 
 /* Integer load for exact sums and products (reduce.c's ILD_*). */
-__host__ __device__ static inline int64_t dt_iload(int dtype, const void *p)
+DP_HD int64_t dt_iload(int dtype, const void *p)
 {
     switch (dtype) {
     case DP_INT64: return *(const int64_t *)p;
@@ -104,4 +119,4 @@ __host__ __device__ static inline int64_t dt_iload(int dtype, const void *p)
     return 0;
 }
 
-#endif
+#endif /* DP_CORE_DTYPE_CONV_H */
