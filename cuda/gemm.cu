@@ -16,7 +16,8 @@
  * shared by the whole device would be raced on by products queued on two
  * streams at once, and from the pool it costs no driver call. Descriptors
  * are made for each call; the algorithm cuBLASLt's heuristic picks is
- * cached per shape, since asking is the costly part.
+ * cached per shape, since asking is the costly part. Products of at most
+ * GEMM_OWN_FLOPS multiply-adds skip cuBLASLt for a kernel of our own.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -110,6 +111,70 @@ static int scale_bias(const gemm_args &g, double beta)
     case DP_FLOAT32: return scale_bias_launch<float, float>(g, beta);
     case DP_FLOAT64: return scale_bias_launch<double, double>(g, beta);
     case DP_BFLOAT16: return scale_bias_launch<__nv_bfloat16, float>(g, beta);
+    default: return DPC_UNSUPPORTED;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* small products without cuBLASLt                                           */
+/* ------------------------------------------------------------------------ */
+
+/* A product this small (a training step of a small model is all of them)
+ * costs far more in cuBLASLt's host-side setup than on the GPU: one thread
+ * per element of C, a plain loop over k, accumulating in Acc. */
+#define GEMM_OWN_FLOPS 65536
+
+__host__ __device__ static inline float from_t(float v) { return v; }
+__host__ __device__ static inline double from_t(double v) { return v; }
+__host__ __device__ static inline float from_t(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+/* C[e] for element e of the (batch, m, n) result, row-major as dpc_gemm
+ * describes it: op(A) is m x k, op(B) is k x n. */
+template <typename T, typename Acc>
+__host__ __device__ static inline Acc small_gemm_at(const gemm_args &g, int64_t e)
+{
+    int64_t j = e % g.n, i = (e / g.n) % g.m, b = e / (g.n * g.m);
+    const T *A = (const T *)g.A + b * g.stride_a, *B = (const T *)g.B + b * g.stride_b;
+    int64_t a_i = g.trans_a ? 1 : g.lda, a_k = g.trans_a ? g.lda : 1;   /* op(A)(i, k) = A[i*a_i + k*a_k] */
+    int64_t b_k = g.trans_b ? 1 : g.ldb, b_j = g.trans_b ? g.ldb : 1;   /* op(B)(k, j) = B[k*b_k + j*b_j] */
+    Acc sum = 0;
+    for (int64_t k = 0; k < g.k; k++)
+        sum += from_t(A[i * a_i + k * a_k]) * from_t(B[k * b_k + j * b_j]);
+    return sum;
+}
+
+template <typename T, typename Acc>
+__global__ static void small_gemm_kernel(gemm_args g)
+{
+    int64_t total = g.batch * g.m * g.n, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+        int64_t j = e % g.n, i = (e / g.n) % g.m, b = e / (g.n * g.m);
+        T *p = (T *)g.C + b * g.stride_c + i * g.ldc + j;
+        Acc v = (Acc)g.alpha * small_gemm_at<T, Acc>(g, e);
+        if (g.beta != 0)   /* beta 0 does not read C (NaN there must not survive) */
+            v = v + (Acc)g.beta * to_acc(*p);
+        if (g.bias)
+            v = v + to_acc(((const T *)g.bias)[j]);
+        store(p, v);
+    }
+}
+
+template <typename T, typename Acc>
+static int small_gemm_launch(const gemm_args &g)
+{
+    int64_t total = g.batch * g.m * g.n, grid = CEIL_DIV(total, (int64_t)GEMM_BLOCK);
+    if (grid > DPC_MAX_BLOCKS)
+        grid = DPC_MAX_BLOCKS;
+    small_gemm_kernel<T, Acc><<<(unsigned)grid, GEMM_BLOCK, 0, g.stream>>>(g);
+    return (int)cudaGetLastError();
+}
+
+static int small_gemm(const gemm_args &g)
+{
+    switch (g.dtype) {
+    case DP_FLOAT32: return small_gemm_launch<float, float>(g);
+    case DP_FLOAT64: return small_gemm_launch<double, double>(g);
+    case DP_BFLOAT16: return small_gemm_launch<__nv_bfloat16, float>(g);
     default: return DPC_UNSUPPORTED;
     }
 }
@@ -471,9 +536,11 @@ extern "C" int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t 
         return (int)cudaErrorInvalidValue;
     if (k == 0)   /* op(A) op(B) is all zeros */
         return scale_bias(g, beta);
-#ifdef DP_HAVE_CUBLASLT
     if (A == NULL || B == NULL)
         return (int)cudaErrorInvalidValue;
+    if ((double)m * (double)n * (double)k * (double)batch <= GEMM_OWN_FLOPS)
+        return small_gemm(g);
+#ifdef DP_HAVE_CUBLASLT
     return gemm_run(g);
 #else
     return DPC_UNSUPPORTED;
