@@ -19,6 +19,7 @@
 #include "config.h"
 #endif
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "dpc_ops.h"
@@ -307,45 +308,56 @@ static int64_t unfold_setup(unfold_geom *g, int64_t N, int64_t C, int64_t H, int
     return N * C * g->kh * g->kw * oh * ow;
 }
 
+/* Calls fn(T()) for the element type of a floating dtype. */
+template <class Fn> static int with_fold_type(int dtype, Fn fn)
+{
+    switch (dtype) {
+    case DP_FLOAT32: return fn(float());
+    case DP_FLOAT64: return fn(double());
+    case DP_BFLOAT16: return fn(__nv_bfloat16());
+    }
+    return DPC_UNSUPPORTED;
+}
+
+static bool fold_type_ok(int dtype)
+{
+    return dtype == DP_FLOAT32 || dtype == DP_FLOAT64 || dtype == DP_BFLOAT16;
+}
+
 extern "C" int dpc_unfold(int dtype, int64_t N, int64_t C, int64_t H, int64_t W, const int64_t *kernel,
                           const int64_t *stride, const int64_t *padding, const int64_t *dilation, int64_t oh,
                           int64_t ow, const void *x, void *cols, double pad_value, void *stream)
 {
     cudaStream_t s = (cudaStream_t)stream;
     unfold_geom g;
-    if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64)
+    if (!fold_type_ok(dtype))
         return DPC_UNSUPPORTED;
     int64_t total = unfold_setup(&g, N, C, H, W, kernel, stride, padding, dilation, oh, ow);
-    if (total < 0)
-        return (int)cudaErrorInvalidValue;
-    if (total == 0)
-        return 0;
-    if (dtype == DP_FLOAT32)
-        unfold_kernel<float><<<grid_for(total), INDEX_BLOCK, 0, s>>>(g, total, (const float *)x, (float *)cols,
-                                                                     (float)pad_value);
-    else
-        unfold_kernel<double><<<grid_for(total), INDEX_BLOCK, 0, s>>>(g, total, (const double *)x, (double *)cols,
-                                                                      pad_value);
-    return (int)cudaGetLastError();
+    if (total <= 0)
+        return total < 0 ? (int)cudaErrorInvalidValue : 0;
+    return with_fold_type(dtype, [&](auto zero) {
+        using T = decltype(zero);
+        unfold_kernel<T><<<grid_for(total), INDEX_BLOCK, 0, s>>>(g, total, (const T *)x, (T *)cols, (T)pad_value);
+        return (int)cudaGetLastError();
+    });
 }
 
+/* bfloat16 adds round at each atomic add (as the CPU's fold rounds at
+ * each add, in another order). */
 extern "C" int dpc_fold_add(int dtype, int64_t N, int64_t C, int64_t H, int64_t W, const int64_t *kernel,
                             const int64_t *stride, const int64_t *padding, const int64_t *dilation, int64_t oh,
                             int64_t ow, void *x, const void *cols, void *stream)
 {
     cudaStream_t s = (cudaStream_t)stream;
     unfold_geom g;
-    if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64)
+    if (!fold_type_ok(dtype))
         return DPC_UNSUPPORTED;
     int64_t total = unfold_setup(&g, N, C, H, W, kernel, stride, padding, dilation, oh, ow);
-    if (total < 0)
-        return (int)cudaErrorInvalidValue;
-    if (total == 0)
-        return 0;
-    if (dtype == DP_FLOAT32)
-        fold_add_kernel<float><<<grid_for(total), INDEX_BLOCK, 0, s>>>(g, total, (float *)x, (const float *)cols);
-    else
-        fold_add_kernel<double><<<grid_for(total), INDEX_BLOCK, 0, s>>>(g, total, (double *)x,
-                                                                        (const double *)cols);
-    return (int)cudaGetLastError();
+    if (total <= 0)
+        return total < 0 ? (int)cudaErrorInvalidValue : 0;
+    return with_fold_type(dtype, [&](auto zero) {
+        using T = decltype(zero);
+        fold_add_kernel<T><<<grid_for(total), INDEX_BLOCK, 0, s>>>(g, total, (T *)x, (const T *)cols);
+        return (int)cudaGetLastError();
+    });
 }

@@ -118,6 +118,24 @@ same("index_select", function(a, i) return a:index_select(0, i) end, { input(tor
 same("gather", function(a, i) return a:gather(1, i) end, { input(torch.float32, 3, 4), torch.tensor({ { 0, 3 }, { 1, 1 }, { 2, 0 } }, { dtype = torch.int64 }) })
 same("cat", function(a, b) return torch.cat({ a, b }, 1) end, { input(torch.float32, 2, 3), input(torch.float32, 2, 2) })
 
+-- convolution and pooling (unfold and its fold), forward and backward, in
+-- every floating dtype (bf16 for autocast; without the pooling there,
+-- whose choice among values that bf16 rounds to ties may differ)
+for _, dt in ipairs({ torch.float32, torch.float64, torch.bfloat16 }) do
+  local pool = dt ~= torch.bfloat16
+  local function conv(x, w, b)
+    x = x:detach():requires_grad_(); w = w:detach():requires_grad_()
+    local F = torch.nn.functional
+    local y = F.conv2d(x, w, b, 1, 1)
+    if pool then y = F.max_pool2d(y, 2) end
+    y:float():sum():backward()
+    return { y, x.grad, w.grad }
+  end
+  same((pool and "conv2d and max_pool2d " or "conv2d ") .. dt.name, conv,
+       { input(dt, 2, 3, 6, 8), input(dt, 4, 3, 3, 3), input(dt, 4) },
+       dt == torch.bfloat16 and 5e-2 or (dt == torch.float32 and 1e-4 or nil))
+end
+
 -- autograd on CUDA: gradients equal the CPU's
 local function grads(x, w, b, t)
   x = x:detach():requires_grad_(); w = w:detach():requires_grad_(); b = b:detach():requires_grad_()
