@@ -199,7 +199,7 @@ int dpc_index_add(int dtype, int64_t outer, int64_t size, int64_t inner, void *o
 /* Over the positions p of s (the index's shape; index int64, strided):
  * gather: out[p] = a[p with dim replaced by index[p]] (any dtype);
  * scatter_add: out[p with dim replaced by index[p]] += src[p], atomically
- * (float32 and float64). An index out of [0, size) is left in err. */
+ * (float32, float64, bfloat16). An index out of [0, size) is left in err. */
 int dpc_gather(int dtype, dpc_shape s, dpc_operand out, dpc_operand a, dpc_operand index, int dim, int64_t size,
                dpc_kernel_error *err, void *stream);
 int dpc_scatter_add(int dtype, dpc_shape s, dpc_operand out, dpc_operand index, dpc_operand src, int dim,

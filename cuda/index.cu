@@ -50,6 +50,22 @@ static int dtype_bytes(int dtype)
     }
 }
 
+/* Calls fn(T()) for the element type of a floating dtype. */
+template <class Fn> static int with_fold_type(int dtype, Fn fn)
+{
+    switch (dtype) {
+    case DP_FLOAT32: return fn(float());
+    case DP_FLOAT64: return fn(double());
+    case DP_BFLOAT16: return fn(__nv_bfloat16());
+    }
+    return DPC_UNSUPPORTED;
+}
+
+static bool fold_type_ok(int dtype)
+{
+    return dtype == DP_FLOAT32 || dtype == DP_FLOAT64 || dtype == DP_BFLOAT16;
+}
+
 /* ------------------------------------------------------------------------ */
 /* index_select                                                              */
 /* ------------------------------------------------------------------------ */
@@ -133,15 +149,15 @@ extern "C" int dpc_index_add(int dtype, int64_t outer, int64_t size, int64_t inn
                              const int64_t *index, int64_t n, const void *src, void *stream)
 {
     cudaStream_t s = (cudaStream_t)stream;
-    if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64)
+    if (!fold_type_ok(dtype))
         return DPC_UNSUPPORTED;
     if (outer < 0 || size < 0 || inner < 0 || n < 0)
         return (int)cudaErrorInvalidValue;
     if (outer == 0 || inner == 0 || n == 0)
         return 0;
-    if (dtype == DP_FLOAT32)
-        return index_add_launch<float>(outer, size, inner, out, index, n, src, s);
-    return index_add_launch<double>(outer, size, inner, out, index, n, src, s);
+    return with_fold_type(dtype, [&](auto zero) {
+        return index_add_launch<decltype(zero)>(outer, size, inner, out, index, n, src, s);
+    });
 }
 
 /* ------------------------------------------------------------------------ */
@@ -231,18 +247,18 @@ extern "C" int dpc_scatter_add(int dtype, dpc_shape s, dpc_operand out, dpc_oper
                                int dim, int64_t size, dpc_kernel_error *err, void *stream)
 {
     int64_t total = shape_numel(s);
-    if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64)
+    if (!fold_type_ok(dtype))
         return DPC_UNSUPPORTED;
     if (dim < 0 || dim >= s.ndim)
         return (int)cudaErrorInvalidValue;
     if (total == 0)
         return 0;
     cudaStream_t st = (cudaStream_t)stream;
-    if (dtype == DP_FLOAT32)
-        scatter_add_kernel<float><<<grid_for(total), INDEX_BLOCK, 0, st>>>(s, total, out, index, src, dim, size, err);
-    else
-        scatter_add_kernel<double><<<grid_for(total), INDEX_BLOCK, 0, st>>>(s, total, out, index, src, dim, size, err);
-    return (int)cudaGetLastError();
+    return with_fold_type(dtype, [&](auto zero) {
+        scatter_add_kernel<decltype(zero)><<<grid_for(total), INDEX_BLOCK, 0, st>>>(s, total, out, index, src, dim,
+                                                                                   size, err);
+        return (int)cudaGetLastError();
+    });
 }
 
 /* ------------------------------------------------------------------------ */
@@ -306,22 +322,6 @@ static int64_t unfold_setup(unfold_geom *g, int64_t N, int64_t C, int64_t H, int
     if (N < 0 || C < 0 || H < 0 || W < 0 || oh < 0 || ow < 0 || g->kh < 0 || g->kw < 0)
         return -1;
     return N * C * g->kh * g->kw * oh * ow;
-}
-
-/* Calls fn(T()) for the element type of a floating dtype. */
-template <class Fn> static int with_fold_type(int dtype, Fn fn)
-{
-    switch (dtype) {
-    case DP_FLOAT32: return fn(float());
-    case DP_FLOAT64: return fn(double());
-    case DP_BFLOAT16: return fn(__nv_bfloat16());
-    }
-    return DPC_UNSUPPORTED;
-}
-
-static bool fold_type_ok(int dtype)
-{
-    return dtype == DP_FLOAT32 || dtype == DP_FLOAT64 || dtype == DP_BFLOAT16;
 }
 
 extern "C" int dpc_unfold(int dtype, int64_t N, int64_t C, int64_t H, int64_t W, const int64_t *kernel,

@@ -840,7 +840,7 @@ static dp_status scatter_add_on_host(dp_tensor *out, int dim, dp_tensor *index, 
 
 dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 {
-    if (out->dtype != DP_FLOAT32 && out->dtype != DP_FLOAT64)
+    if (!dp_dtype_is_floating(out->dtype))
         return scatter_add_on_host(out, dim, index, src);
     dp_tensor *idx = NULL;
     dp_status st = dp_to(&idx, index, DP_INT64, out->device);

@@ -136,6 +136,22 @@ for _, dt in ipairs({ torch.float32, torch.float64, torch.bfloat16 }) do
        dt == torch.bfloat16 and 5e-2 or (dt == torch.float32 and 1e-4 or nil))
 end
 
+-- the backward of index_select (index_add) and of gather (scatter_add),
+-- with repeated indices, in every floating dtype
+for _, dt in ipairs({ torch.float32, torch.float64, torch.bfloat16 }) do
+  local rows = torch.tensor({ 4, 0, 2, 2, 4 }, { dtype = torch.int64 })
+  local cols = torch.tensor({ { 0, 3, 3 }, { 1, 1, 0 }, { 2, 0, 3 }, { 3, 3, 3 }, { 0, 1, 2 } }, { dtype = torch.int64 })
+  local function pick(x, r, c)
+    x = x:detach():requires_grad_()
+    local y = x:index_select(0, r):gather(1, c)
+    local loss = (y * y):float():sum()
+    loss:backward()
+    return { y, x.grad }
+  end
+  same("index_select and gather backward " .. dt.name, pick, { input(dt, 5, 4), rows, cols },
+       dt == torch.bfloat16 and 5e-2 or nil)
+end
+
 -- autograd on CUDA: gradients equal the CPU's
 local function grads(x, w, b, t)
   x = x:detach():requires_grad_(); w = w:detach():requires_grad_(); b = b:detach():requires_grad_()
