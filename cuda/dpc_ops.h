@@ -53,6 +53,10 @@ int dpc_set_device(int device);
 int dpc_get_device(int *device);
 int dpc_synchronize(int device);
 int dpc_mem_info(int device, size_t *free_bytes, size_t *total_bytes);
+/* The pool's cached memory back to the driver (after a device sync); what
+ * the pool holds now and at most. */
+int dpc_pool_trim(int device);
+int dpc_pool_reserved(int device, size_t *reserved, size_t *peak);
 
 /* ---- streams, events, graphs (cuda/memory.cu) ---- */
 

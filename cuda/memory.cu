@@ -171,6 +171,40 @@ extern "C" int dpc_synchronize(int device)
     return status(cudaDeviceSynchronize());
 }
 
+/* Gives the pool's cached, unused memory back to the driver, after the
+ * frees queued so far. */
+extern "C" int dpc_pool_trim(int device)
+{
+    device_guard guard(device);
+    cudaMemPool_t pool;
+    cudaError_t err = guard.err;
+    if (err == cudaSuccess)
+        err = cudaDeviceSynchronize();
+    if (err == cudaSuccess)
+        err = cudaDeviceGetDefaultMemPool(&pool, device);
+    if (err == cudaSuccess)
+        err = cudaMemPoolTrimTo(pool, 0);
+    return status(err);
+}
+
+/* What the device's pool holds from the driver now and at most (either
+ * pointer may be NULL). */
+extern "C" int dpc_pool_reserved(int device, size_t *reserved, size_t *peak)
+{
+    cudaMemPool_t pool;
+    uint64_t now = 0, high = 0;
+    cudaError_t err = cudaDeviceGetDefaultMemPool(&pool, device);
+    if (err == cudaSuccess)
+        err = cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &now);
+    if (err == cudaSuccess)
+        err = cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &high);
+    if (reserved)
+        *reserved = (size_t)now;
+    if (peak)
+        *peak = (size_t)high;
+    return status(err);
+}
+
 extern "C" int dpc_mem_info(int device, size_t *free_bytes, size_t *total_bytes)
 {
     *free_bytes = 0;

@@ -280,6 +280,14 @@ dp_status dp_cuda_synchronize(int device);
 void dp_cuda_set_allow_tf32(int allow);
 void dp_reset_peak_memory_stats(int device);
 
+/* torch.cuda's memory and device queries. empty_cache gives the pool's
+ * cached memory back to the driver (a no-op without CUDA). */
+dp_status dp_cuda_empty_cache(int device);
+dp_status dp_cuda_memory_reserved(int device, int64_t *now, int64_t *peak);
+dp_status dp_cuda_mem_get_info(int device, int64_t *free_bytes, int64_t *total_bytes);
+dp_status dp_cuda_device_properties(int device, char *name, size_t name_len, int64_t *total_memory, int *major,
+                                    int *minor, int *multiprocessors);
+
 /* Streams and events (cudaStream_t / cudaEvent_t as void *). Each device
  * has a current stream (NULL: its legacy default stream) where the
  * kernels and copies of its tensors go. Synchronisations also raise the

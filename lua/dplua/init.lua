@@ -1111,6 +1111,39 @@ torch.cuda = {
 }
 torch._current_cuda_device = function() return current_device end
 
+-- What PyTorch scripts also call on torch.cuda: seeds (one stream serves
+-- every device, see docs/API.md), memory and device queries.
+local i64_box, i64_box2 = ffi.new("int64_t[1]"), ffi.new("int64_t[1]")
+torch.cuda.manual_seed = function(seed) torch.manual_seed(seed) end
+torch.cuda.manual_seed_all = torch.cuda.manual_seed
+torch.cuda.empty_cache = function() check(C.dp_cuda_empty_cache(current_device)) end
+local function reserved(d, fn)
+  check(C.dp_cuda_memory_reserved(device_index(d, fn), i64_box, i64_box2))
+  return tonumber(i64_box[0]), tonumber(i64_box2[0])
+end
+torch.cuda.memory_reserved = function(d) return (reserved(d, "cuda.memory_reserved")) end
+torch.cuda.max_memory_reserved = function(d) return select(2, reserved(d, "cuda.max_memory_reserved")) end
+-- free and total bytes of the device, as cudaMemGetInfo says
+torch.cuda.mem_get_info = function(d)
+  check(C.dp_cuda_mem_get_info(device_index(d, "cuda.mem_get_info"), i64_box, i64_box2))
+  return tonumber(i64_box[0]), tonumber(i64_box2[0])
+end
+local name_buf, int_boxes = ffi.new("char[256]"), ffi.new("int[3]")
+torch.cuda.get_device_properties = function(d)
+  check(C.dp_cuda_device_properties(device_index(d, "cuda.get_device_properties"), name_buf, 256, i64_box,
+                                    int_boxes, int_boxes + 1, int_boxes + 2))
+  return { name = ffi.string(name_buf), total_memory = tonumber(i64_box[0]), major = int_boxes[0],
+           minor = int_boxes[1], multi_processor_count = int_boxes[2] }
+end
+torch.cuda.get_device_name = function(d) return torch.cuda.get_device_properties(d).name end
+torch.cuda.get_device_capability = function(d)
+  local p = torch.cuda.get_device_properties(d)
+  return p.major, p.minor
+end
+torch.cuda.is_bf16_supported = function()
+  return torch.cuda.is_available() and torch.cuda.get_device_properties().major >= 8
+end
+
 -- Streams and events: tables around a cudaStream_t / cudaEvent_t (NULL is
 -- a device's default stream). Kernels for a device go to its current
 -- stream; torch.cuda.stream(s, fn) makes s current while fn runs.

@@ -336,6 +336,57 @@ static dp_status valid_device(int device, const char *fn)
     return DP_OK;
 }
 
+dp_status dp_cuda_empty_cache(int device)
+{
+    if (dp_cuda_device_count() == 0)
+        return DP_OK;   /* nothing cached, as in PyTorch */
+    dp_status st = valid_device(device, "cuda.empty_cache");
+    if (st)
+        return st;
+    if (gpu_capturing())
+        return not_capturable("torch.cuda.empty_cache()");
+    return gpu_status("cuda.empty_cache", dpc_pool_trim(device), -1);
+}
+
+dp_status dp_cuda_memory_reserved(int device, int64_t *now, int64_t *peak)
+{
+    size_t r = 0, p = 0;
+    dp_status st = valid_device(device, "cuda.memory_reserved");
+    if (!st)
+        st = gpu_status("cuda.memory_reserved", dpc_pool_reserved(device, &r, &p), -1);
+    *now = (int64_t)r;
+    *peak = (int64_t)p;
+    return st;
+}
+
+dp_status dp_cuda_mem_get_info(int device, int64_t *free_bytes, int64_t *total_bytes)
+{
+    size_t f = 0, t = 0;
+    dp_status st = valid_device(device, "cuda.mem_get_info");
+    if (!st)
+        st = gpu_status("cuda.mem_get_info", dpc_mem_info(device, &f, &t), -1);
+    *free_bytes = (int64_t)f;
+    *total_bytes = (int64_t)t;
+    return st;
+}
+
+dp_status dp_cuda_device_properties(int device, char *name, size_t name_len, int64_t *total_memory, int *major,
+                                    int *minor, int *multiprocessors)
+{
+    struct dpc_device_info d;
+    dp_status st = valid_device(device, "cuda.get_device_properties");
+    if (!st)
+        st = gpu_status("cuda.get_device_properties", dpc_device_info(device, &d), -1);
+    if (st)
+        return st;
+    snprintf(name, name_len, "%s", d.name);
+    *total_memory = (int64_t)d.total_memory;
+    *major = d.major;
+    *minor = d.minor;
+    *multiprocessors = d.multiprocessors;
+    return DP_OK;
+}
+
 dp_status dp_cuda_stream_new(void **stream, int device)
 {
     dp_status st = valid_device(device, "cuda.Stream");
@@ -941,6 +992,20 @@ dp_status gpu_storage_alloc(void **data, void **pool, size_t nbytes, int device)
 void gpu_storage_free(void *data, void *pool, int device) { (void)data; (void)pool; (void)device; }
 bool gpu_capturing(void) { return false; }
 dp_status dp_cuda_stream_new(void **stream, int device) { *stream = NULL; (void)device; return no_cuda(); }
+dp_status dp_cuda_empty_cache(int device) { (void)device; return DP_OK; }
+dp_status dp_cuda_memory_reserved(int device, int64_t *now, int64_t *peak)
+{ (void)device; *now = *peak = 0; return no_cuda(); }
+dp_status dp_cuda_mem_get_info(int device, int64_t *free_bytes, int64_t *total_bytes)
+{ (void)device; *free_bytes = *total_bytes = 0; return no_cuda(); }
+dp_status dp_cuda_device_properties(int device, char *name, size_t name_len, int64_t *total_memory, int *major,
+                                    int *minor, int *multiprocessors)
+{
+    (void)device; (void)name_len;
+    name[0] = 0;
+    *total_memory = 0;
+    *major = *minor = *multiprocessors = 0;
+    return no_cuda();
+}
 void dp_cuda_stream_free(void *stream) { (void)stream; }
 dp_status dp_cuda_set_stream(int device, void *stream) { (void)device; (void)stream; return no_cuda(); }
 void *dp_cuda_current_stream(int device) { (void)device; return NULL; }

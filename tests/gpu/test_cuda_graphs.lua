@@ -170,6 +170,23 @@ T.run("streams and events", function()
   T.ok(torch.cuda.current_stream() == torch.cuda.default_stream(), "the stream is restored after an error")
 end)
 
+T.run("device and memory queries", function()
+  local p = torch.cuda.get_device_properties(0)
+  T.ok(#p.name > 0 and p.total_memory > 0 and p.major >= 1 and p.multi_processor_count > 0,
+       ("get_device_properties: %s, %.1f GiB, %d.%d, %d SMs"):format(p.name, p.total_memory / 2 ^ 30, p.major, p.minor,
+                                                                      p.multi_processor_count))
+  T.is(torch.cuda.get_device_name(), p.name, "get_device_name")
+  local free, total = torch.cuda.mem_get_info()
+  T.ok(free > 0 and free <= total and total == p.total_memory, "mem_get_info: free <= total")
+  local big = torch.zeros(64, 1024, 1024, { device = dev })   -- 256 MiB
+  T.ok(torch.cuda.memory_reserved() >= torch.cuda.memory_allocated(), "memory_reserved >= memory_allocated")
+  big = nil
+  collectgarbage()
+  torch.cuda.empty_cache()
+  T.ok(torch.cuda.memory_reserved() < 256 * 2 ^ 20, "empty_cache gives the freed 256 MiB back to the driver")
+  T.ok(torch.cuda.max_memory_reserved() >= 256 * 2 ^ 20, "max_memory_reserved remembers them")
+end)
+
 ---------------------------------------------------------------- errors found by kernels
 
 T.run("a bad class index is raised at the next synchronisation", function()

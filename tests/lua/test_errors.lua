@@ -210,7 +210,16 @@ if not has_cuda then
     T.raises(function() return torch.cuda.Event({ enable_timing = true }) end, "not available", "Event() without a GPU")
     T.raises(function() return torch.cuda.graph(function() end) end, "not available", "graph() without a GPU")
     T.ok(torch.cuda.current_stream() == torch.cuda.default_stream(), "current_stream() is the default stream")
+    T.lives(function() torch.cuda.empty_cache() end, "empty_cache() without a GPU does nothing, as in PyTorch")
+    T.ok(torch.cuda.is_bf16_supported() == false, "is_bf16_supported() is false without a GPU")
+    T.raises(function() return torch.cuda.get_device_name() end, "not available", "get_device_name() without a GPU")
+    T.raises(function() return torch.cuda.mem_get_info() end, "not available", "mem_get_info() without a GPU")
 end
+-- torch.cuda.manual_seed_all seeds the one stream that serves every device
+torch.cuda.manual_seed_all(5)
+local a = torch.rand(4)
+torch.manual_seed(5)
+T.ok(torch.rand(4):eq(a):all():item(), "cuda.manual_seed_all(s) is manual_seed(s)")
 
 -- ---------------------------------------------------------------- crash-prone last
 
