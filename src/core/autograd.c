@@ -7,6 +7,7 @@
  * node, so there are no cycles and refcounting frees everything.
  */
 #include "core/autograd.h"
+#include "core/kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -498,6 +499,32 @@ static dp_status run_node(ag_node *n, node_heap *ready, bool retain)
     return st;
 }
 
+/* The implicit gradient of a 0-d loss, 1, made once per dtype and device
+ * (a step's backward then costs no allocation or fill kernel for it).
+ * Backward functions never write into the gradient they are given, and a
+ * leaf takes its own copy of a gradient that is shared, so the cached one
+ * stays 1. Not cached while a CUDA graph is captured: memory made then is
+ * filled only when the graph replays. */
+#define ONES_DEVICES 64
+static dp_tensor *ones_0d[DP_NUM_DTYPES][ONES_DEVICES + 1];
+
+static dp_status scalar_one(dp_tensor **g, int dtype, int device)
+{
+    dp_tensor **slot = dtype >= 0 && dtype < DP_NUM_DTYPES && device >= DP_CPU && device < ONES_DEVICES
+                       ? &ones_0d[dtype][device + 1] : NULL;
+    if (slot && *slot) {
+        dp_tensor_retain(*slot);
+        *g = *slot;
+        return DP_OK;
+    }
+    dp_status st = dp_full(g, 0, NULL, 1.0, dtype, device);
+    if (!st && slot && (device == DP_CPU || !gpu_capturing())) {
+        dp_tensor_retain(*g);
+        *slot = *g;
+    }
+    return st;
+}
+
 static dp_status initial_grad(dp_tensor **g, dp_tensor *root, dp_tensor *grad)
 {
     char a[160], b[160];
@@ -506,6 +533,8 @@ static dp_status initial_grad(dp_tensor **g, dp_tensor *root, dp_tensor *grad)
             return dp_fail(DP_ERR_SHAPE, "backward: grad can be implicitly created only for scalar outputs "
                            "(this tensor has shape %s); pass a gradient argument",
                            dp_shape_str(a, sizeof a, root->ndim, root->shape));
+        if (root->ndim == 0)
+            return scalar_one(g, root->dtype, root->device);
         return dp_full(g, root->ndim, root->shape, 1.0, root->dtype, root->device);
     }
     if (grad->ndim != root->ndim || memcmp(grad->shape, root->shape, sizeof(int64_t) * (size_t)root->ndim))

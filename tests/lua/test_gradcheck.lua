@@ -303,6 +303,22 @@ end, { R(2, 3) })
 
 -- GELU, not ReLU: with ReLU this seed puts a pre-activation 4e-7 from the
 -- kink, where PyTorch's gradcheck fails too.
+-- The implicit gradient of a 0-d loss is shared between backward calls:
+-- accumulating into a 0-d leaf must not change it.
+T.run("the implicit gradient of a scalar stays 1", function()
+  local a = torch.tensor(2.0, { dtype = torch.float64 }):requires_grad_()
+  a:backward()
+  a:backward()
+  T.is(a.grad:item(), 2, "a 0-d leaf's own backward accumulates 1 + 1")
+  a.grad:mul_(10)
+  local b = torch.tensor(3.0, { dtype = torch.float64 }):requires_grad_()
+  local loss = b * b
+  loss:backward()
+  T.is(b.grad:item(), 6, "a later loss still starts from 1 (d(b*b)/db = 2b)")
+  a:backward()
+  T.is(a.grad:item(), 21, "and so does the leaf's next backward")
+end)
+
 T.run("a whole model in float64", function()
   local nn = torch.nn
   local m = nn.Sequential(nn.Conv2d(1, 2, 3, { padding = 1 }), nn.GELU(), nn.MaxPool2d(2), nn.Flatten(),
