@@ -447,10 +447,63 @@ __device__ static inline double class_weight(const double *w, int64_t c)
     return w ? w[c] : 1.0;
 }
 
+namespace {   /* file-local types: no clash with another file's of the same name */
+struct ce_red_args {
+    int64_t N, C;
+    const double *rows;
+    const int64_t *target;
+    const double *weight;
+    int64_t ignore_index;
+    int reduction;
+    char *out;
+    double *denom;
+};
+}  // namespace
+
+/* The rows reduced into out (or copied, for no reduction) and the weight
+ * of the counted rows into *denom, by one whole block. */
+template <int DT>
+__device__ static void ce_reduce_block(const ce_red_args &r, double *sv, int64_t *si)
+{
+    const int es = DT == DP_FLOAT64 ? 8 : DT == DP_FLOAT32 ? 4 : 2;
+    const double *rows = r.rows, *w = r.weight;
+    const int64_t *target = r.target;
+    const int64_t ignore = r.ignore_index, C = r.C;
+    int64_t unused = 0;
+    double total = 0, wsum = 0;
+    auto row = [=](int64_t j, double &x, int64_t &xi) { x = rows[j]; xi = 0; };
+    group_fold<RED_THREADS>(total, unused, r.N, sv, si, c_add(), row);
+    auto weight = [=](int64_t j, double &x, int64_t &xi) {
+        int64_t t = target[j];
+        x = t == ignore || t < 0 || t >= C ? 0 : class_weight(w, t);
+        xi = 0;
+    };
+    group_fold<RED_THREADS>(wsum, unused, r.N, sv, si, c_add(), weight);
+    if (r.reduction == DPC_CE_NONE)
+        for (int64_t i = threadIdx.x; i < r.N; i += blockDim.x)
+            dt_store(DT, r.out + i * es, rows[i]);
+    if (threadIdx.x == 0) {
+        *r.denom = wsum;
+        if (r.reduction != DPC_CE_NONE)
+            dt_store(DT, r.out, r.reduction == DPC_CE_MEAN ? total / wsum : total);
+    }
+}
+
+/* When the rows need more than one block: the reduction after them. */
+template <int DT>
+__global__ static void ce_reduce_kernel(ce_red_args r)
+{
+    __shared__ double sv[RED_THREADS];
+    __shared__ int64_t si[RED_THREADS];
+    ce_reduce_block<DT>(r, sv, si);
+}
+
 /* One sample row per group: nn.c's row_log_probs and the loss of
- * cpu_cross_entropy. A bad target leaves its row 0 and is reported. */
-template <int DT, int G>
-__global__ static void ce_kernel(ce_args r)
+ * cpu_cross_entropy. A bad target leaves its row 0 and is reported. With
+ * FUSED (a grid of one block holds every row) the block then reduces the
+ * rows itself: one launch for the whole loss. */
+template <int DT, int G, bool FUSED>
+__global__ static void ce_kernel(ce_args r, ce_red_args rr)
 {
     __shared__ double sv[RED_THREADS];
     __shared__ int64_t si[RED_THREADS];
@@ -506,49 +559,9 @@ __global__ static void ce_kernel(ce_args r)
             loss += r.eps / (double)C * smooth;
         r.rows[i] = loss;
     }
-}
-
-namespace {   /* file-local types: no clash with another file's of the same name */
-struct ce_red_args {
-    int64_t N, C;
-    const double *rows;
-    const int64_t *target;
-    const double *weight;
-    int64_t ignore_index;
-    int reduction;
-    char *out;
-    double *denom;
-};
-}  // namespace
-
-/* One block: the rows reduced into out (or copied, for no reduction) and
- * the weight of the counted rows into *denom. */
-template <int DT>
-__global__ static void ce_reduce_kernel(ce_red_args r)
-{
-    __shared__ double sv[RED_THREADS];
-    __shared__ int64_t si[RED_THREADS];
-    const int es = DT == DP_FLOAT64 ? 8 : DT == DP_FLOAT32 ? 4 : 2;
-    const double *rows = r.rows, *w = r.weight;
-    const int64_t *target = r.target;
-    const int64_t ignore = r.ignore_index, C = r.C;
-    int64_t unused = 0;
-    double total = 0, wsum = 0;
-    auto row = [=](int64_t j, double &x, int64_t &xi) { x = rows[j]; xi = 0; };
-    group_fold<RED_THREADS>(total, unused, r.N, sv, si, c_add(), row);
-    auto weight = [=](int64_t j, double &x, int64_t &xi) {
-        int64_t t = target[j];
-        x = t == ignore || t < 0 || t >= C ? 0 : class_weight(w, t);
-        xi = 0;
-    };
-    group_fold<RED_THREADS>(wsum, unused, r.N, sv, si, c_add(), weight);
-    if (r.reduction == DPC_CE_NONE)
-        for (int64_t i = threadIdx.x; i < r.N; i += blockDim.x)
-            dt_store(DT, r.out + i * es, rows[i]);
-    if (threadIdx.x == 0) {
-        *r.denom = wsum;
-        if (r.reduction != DPC_CE_NONE)
-            dt_store(DT, r.out, r.reduction == DPC_CE_MEAN ? total / wsum : total);
+    if (FUSED) {
+        __syncthreads();   /* every row is written (global memory, this block) */
+        ce_reduce_block<DT>(rr, sv, si);
     }
 }
 
@@ -567,13 +580,19 @@ extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *in
     int G = group_size(C, N);
     return with_float_dtype(dtype, [&](auto d) {
         constexpr int DT = decltype(d)::value;
+        bool fused = false;
         if (N > 0) {
             int st = with_group(G, [&](auto g) {
-                ce_kernel<DT, decltype(g)::value><<<grid_for(N, decltype(g)::value), RED_THREADS, 0,
-                                                    (cudaStream_t)stream>>>(r);
+                constexpr int GS = decltype(g)::value;
+                unsigned grid = grid_for(N, GS);
+                fused = grid == 1;
+                if (fused)
+                    ce_kernel<DT, GS, true><<<1, RED_THREADS, 0, (cudaStream_t)stream>>>(r, rr);
+                else
+                    ce_kernel<DT, GS, false><<<grid, RED_THREADS, 0, (cudaStream_t)stream>>>(r, rr);
                 return (int)cudaGetLastError();
             });
-            if (st)
+            if (st || fused)
                 return st;
         }
         ce_reduce_kernel<DT><<<1, RED_THREADS, 0, (cudaStream_t)stream>>>(rr);
