@@ -324,11 +324,13 @@ static int64_t unfold_setup(unfold_geom *g, int64_t N, int64_t C, int64_t H, int
     return N * C * g->kh * g->kw * oh * ow;
 }
 
-extern "C" int dpc_unfold(int dtype, int64_t N, int64_t C, int64_t H, int64_t W, const int64_t *kernel,
-                          const int64_t *stride, const int64_t *padding, const int64_t *dilation, int64_t oh,
-                          int64_t ow, const void *x, void *cols, double pad_value, void *stream)
+/* unfold (x into cols) or, with fold, its backward (cols added into x;
+ * bfloat16 adds round at each atomic add, as the CPU's fold rounds at
+ * each add, in another order). */
+static int unfold_run(bool fold, int dtype, int64_t N, int64_t C, int64_t H, int64_t W, const int64_t *kernel,
+                      const int64_t *stride, const int64_t *padding, const int64_t *dilation, int64_t oh, int64_t ow,
+                      void *x, void *cols, double pad_value, cudaStream_t s)
 {
-    cudaStream_t s = (cudaStream_t)stream;
     unfold_geom g;
     if (!fold_type_ok(dtype))
         return DPC_UNSUPPORTED;
@@ -337,27 +339,27 @@ extern "C" int dpc_unfold(int dtype, int64_t N, int64_t C, int64_t H, int64_t W,
         return total < 0 ? (int)cudaErrorInvalidValue : 0;
     return with_fold_type(dtype, [&](auto zero) {
         using T = decltype(zero);
-        unfold_kernel<T><<<grid_for(total), INDEX_BLOCK, 0, s>>>(g, total, (const T *)x, (T *)cols, (T)pad_value);
+        if (fold)
+            fold_add_kernel<T><<<grid_for(total), INDEX_BLOCK, 0, s>>>(g, total, (T *)x, (const T *)cols);
+        else
+            unfold_kernel<T><<<grid_for(total), INDEX_BLOCK, 0, s>>>(g, total, (const T *)x, (T *)cols,
+                                                                     (T)pad_value);
         return (int)cudaGetLastError();
     });
 }
 
-/* bfloat16 adds round at each atomic add (as the CPU's fold rounds at
- * each add, in another order). */
+extern "C" int dpc_unfold(int dtype, int64_t N, int64_t C, int64_t H, int64_t W, const int64_t *kernel,
+                          const int64_t *stride, const int64_t *padding, const int64_t *dilation, int64_t oh,
+                          int64_t ow, const void *x, void *cols, double pad_value, void *stream)
+{
+    return unfold_run(false, dtype, N, C, H, W, kernel, stride, padding, dilation, oh, ow, (void *)x, cols,
+                      pad_value, (cudaStream_t)stream);
+}
+
 extern "C" int dpc_fold_add(int dtype, int64_t N, int64_t C, int64_t H, int64_t W, const int64_t *kernel,
                             const int64_t *stride, const int64_t *padding, const int64_t *dilation, int64_t oh,
                             int64_t ow, void *x, const void *cols, void *stream)
 {
-    cudaStream_t s = (cudaStream_t)stream;
-    unfold_geom g;
-    if (!fold_type_ok(dtype))
-        return DPC_UNSUPPORTED;
-    int64_t total = unfold_setup(&g, N, C, H, W, kernel, stride, padding, dilation, oh, ow);
-    if (total <= 0)
-        return total < 0 ? (int)cudaErrorInvalidValue : 0;
-    return with_fold_type(dtype, [&](auto zero) {
-        using T = decltype(zero);
-        fold_add_kernel<T><<<grid_for(total), INDEX_BLOCK, 0, s>>>(g, total, (T *)x, (const T *)cols);
-        return (int)cudaGetLastError();
-    });
+    return unfold_run(true, dtype, N, C, H, W, kernel, stride, padding, dilation, oh, ow, x, (void *)cols, 0,
+                      (cudaStream_t)stream);
 }
