@@ -206,14 +206,14 @@ T.raises(function() torch.cuda.stream({}, function() end) end, "expected a torch
 T.raises(function() torch.cuda.graph(42) end, "expected a function to capture", "graph() of a number")
 T.raises(function() torch.cuda.Stream("cpu") end, "expected a CUDA device, got cpu", "a Stream on the CPU")
 if not has_cuda then
-    T.raises(function() return torch.cuda.Stream() end, "not available", "Stream() without a GPU")
-    T.raises(function() return torch.cuda.Event({ enable_timing = true }) end, "not available", "Event() without a GPU")
-    T.raises(function() return torch.cuda.graph(function() end) end, "not available", "graph() without a GPU")
+    T.raises(function() return torch.cuda.Stream() end, CUDA, "Stream() without a GPU mentions CUDA")
+    T.raises(function() return torch.cuda.Event({ enable_timing = true }) end, CUDA, "Event() without a GPU mentions CUDA")
+    T.raises(function() return torch.cuda.graph(function() end) end, CUDA, "graph() without a GPU mentions CUDA")
     T.ok(torch.cuda.current_stream() == torch.cuda.default_stream(), "current_stream() is the default stream")
     T.lives(function() torch.cuda.empty_cache() end, "empty_cache() without a GPU does nothing, as in PyTorch")
     T.ok(torch.cuda.is_bf16_supported() == false, "is_bf16_supported() is false without a GPU")
-    T.raises(function() return torch.cuda.get_device_name() end, "not available", "get_device_name() without a GPU")
-    T.raises(function() return torch.cuda.mem_get_info() end, "not available", "mem_get_info() without a GPU")
+    T.raises(function() return torch.cuda.get_device_name() end, CUDA, "get_device_name() without a GPU mentions CUDA")
+    T.raises(function() return torch.cuda.mem_get_info() end, CUDA, "mem_get_info() without a GPU mentions CUDA")
 end
 -- torch.cuda.manual_seed_all seeds the one stream that serves every device
 torch.cuda.manual_seed_all(5)
