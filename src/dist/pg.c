@@ -1080,7 +1080,8 @@ static dp_status make_backend(dp_pg *pg, const char *backend)
         pg->free_impl = (pg_free_fn)pg_nccl_free;
         st = pg_nccl_new((pg_nccl **)&pg->impl, pg->store, prefix, pg->rank, pg->size, pg->timeout_s, err, sizeof err);
 #else
-        return dp_fail(DP_ERR_STATE, "new_group: this dplua was built without NCCL");
+        return dp_fail(DP_ERR_STATE, "new_group: backend nccl needs NCCL and CUDA, and this dplua was built "
+                       "without them (configure --with-nccl); use backend gloo for CPU tensors");
 #endif
     } else {
         return dp_fail(DP_ERR_ARG, "new_group: unknown backend '%s' (expected \"gloo\" or \"nccl\")", backend);
