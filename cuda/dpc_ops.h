@@ -173,6 +173,13 @@ int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t n, int64_t 
              double beta, void *C, int64_t ldc, int64_t stride_c, int64_t batch, const void *bias,
              int allow_tf32, void *stream);
 
+/* A Linear layer's backward in one launch when it is small (M*N*K at most
+ * 64k; DPC_UNSUPPORTED otherwise, and the caller runs the GEMMs): dx (M, K)
+ * = g (M, N) @ w (N, K), dw (N, K) = g^T @ x (M, K), db (N) = column sums
+ * of g; any of dx, dw, db may be NULL; all contiguous, of dtype. */
+int dpc_linear_backward_small(int dtype, int64_t M, int64_t N, int64_t K, const void *g, const void *x,
+                              const void *w, void *dx, void *dw, void *db, void *stream);
+
 /* ---- optimizers (cuda/optim.cu): PyTorch 1.13's formulas, as src/cpu/optim.c ---- */
 
 int dpc_sgd_step(int dtype, int64_t n, void *param, const void *grad, void *momentum_buf, double lr,

@@ -179,6 +179,90 @@ static int small_gemm(const gemm_args &g)
     }
 }
 
+/* A small Linear layer's whole backward in one launch: the elements of
+ * dx (M x K) = g (M x N) @ w (N x K), then of dw (N x K) = g^T @ x
+ * (x: M x K), then of db (N) = the column sums of g, one thread each; an
+ * absent part (NULL) is skipped. Everything is contiguous. */
+namespace {   /* file-local types: no clash with another file's of the same name */
+struct lin_bwd_args {
+    int64_t M, N, K;
+    const void *g, *x, *w;
+    void *dx, *dw, *db;
+};
+}  // namespace
+
+/* Element e of the concatenated parts: its value, which part (0 dx, 1 dw,
+ * 2 db) and where in it. */
+template <typename T, typename Acc>
+__host__ __device__ static inline Acc lin_bwd_value(const lin_bwd_args &a, int64_t e, int *part, int64_t *at)
+{
+    const T *g = (const T *)a.g, *x = (const T *)a.x, *w = (const T *)a.w;
+    const int64_t M = a.M, N = a.N, K = a.K;
+    const int64_t ndx = a.dx ? M * K : 0, ndw = a.dw ? N * K : 0;
+    Acc sum = 0;
+    if (e < ndx) {
+        int64_t i = e / K, k = e % K;
+        for (int64_t n = 0; n < N; n++)
+            sum += from_t(g[i * N + n]) * from_t(w[n * K + k]);
+        *part = 0;
+    } else if (e < ndx + ndw) {
+        e -= ndx;
+        int64_t n = e / K, k = e % K;
+        for (int64_t i = 0; i < M; i++)
+            sum += from_t(g[i * N + n]) * from_t(x[i * K + k]);
+        *part = 1;
+    } else {
+        e -= ndx + ndw;
+        for (int64_t i = 0; i < M; i++)
+            sum += from_t(g[i * N + e]);
+        *part = 2;
+    }
+    *at = e;
+    return sum;
+}
+
+template <typename T, typename Acc>
+__global__ static void lin_bwd_kernel(lin_bwd_args a, int64_t total)
+{
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int part;
+        int64_t at;
+        Acc v = lin_bwd_value<T, Acc>(a, e, &part, &at);
+        T *dst = (T *)(part == 0 ? a.dx : part == 1 ? a.dw : a.db);
+        store(dst + at, v);
+    }
+}
+
+template <typename T, typename Acc>
+static int lin_bwd_launch(const lin_bwd_args &a, cudaStream_t stream)
+{
+    int64_t total = (a.dx ? a.M * a.K : 0) + (a.dw ? a.N * a.K : 0) + (a.db ? a.N : 0);
+    if (total == 0)
+        return 0;
+    int64_t grid = CEIL_DIV(total, (int64_t)GEMM_BLOCK);
+    if (grid > DPC_MAX_BLOCKS)
+        grid = DPC_MAX_BLOCKS;
+    lin_bwd_kernel<T, Acc><<<(unsigned)grid, GEMM_BLOCK, 0, stream>>>(a, total);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int dpc_linear_backward_small(int dtype, int64_t M, int64_t N, int64_t K, const void *g, const void *x,
+                                         const void *w, void *dx, void *dw, void *db, void *stream)
+{
+    if (M < 0 || N < 0 || K < 0)
+        return (int)cudaErrorInvalidValue;
+    if ((double)M * (double)N * (double)K > GEMM_OWN_FLOPS)
+        return DPC_UNSUPPORTED;
+    lin_bwd_args a = { M, N, K, g, x, w, dx, dw, db };
+    cudaStream_t s = (cudaStream_t)stream;
+    switch (dtype) {
+    case DP_FLOAT32: return lin_bwd_launch<float, float>(a, s);
+    case DP_FLOAT64: return lin_bwd_launch<double, double>(a, s);
+    case DP_BFLOAT16: return lin_bwd_launch<__nv_bfloat16, float>(a, s);
+    default: return DPC_UNSUPPORTED;
+    }
+}
+
 #ifdef DP_HAVE_CUBLASLT
 /* ------------------------------------------------------------------------ */
 /* cuBLASLt, looked up once                                                  */
