@@ -185,9 +185,12 @@ int dpc_linear_backward_small(int dtype, int64_t M, int64_t N, int64_t K, const 
 int dpc_sgd_step(int dtype, int64_t n, void *param, const void *grad, void *momentum_buf, double lr,
                  double momentum, double dampening, int nesterov, double weight_decay, int first_step,
                  void *stream);
+/* step_dev NULL: `step` is this step's count. Else (capturable Adam) the
+ * count lives in *step_dev on the device: it is incremented first (a
+ * kernel) and read by the update, and `step` is ignored. */
 int dpc_adam_step(int dtype, int64_t n, void *param, const void *grad, void *exp_avg, void *exp_avg_sq,
                   void *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                  double weight_decay, int decoupled, int64_t step, void *stream);
+                  double weight_decay, int decoupled, int64_t step, double *step_dev, void *stream);
 
 /* ---- random draws (cuda/random.cu) ---- */
 

@@ -146,10 +146,19 @@ struct adam_consts {
 };
 }  // namespace
 
-/* P, G, M, V, VM are (n,); VM is NULL without amsgrad. */
+/* P, G, M, V, VM are (n,); VM is NULL without amsgrad. With step_dev
+ * (capturable Adam: the step count lives on the device, so that a CUDA
+ * graph replays every step with its own count) the two step-dependent
+ * constants come from it, computed as adam_launch does on the host. */
 template <typename S, typename T = typename math_of<S>::type>
-__global__ static void adam_kernel(int64_t n, S *P, const S *G, S *M, S *V, S *VM, adam_consts<T> c)
+__global__ static void adam_kernel(int64_t n, S *P, const S *G, S *M, S *V, S *VM, adam_consts<T> c,
+                                   const double *step_dev, double lr, double beta1, double beta2)
 {
+    if (step_dev) {
+        double step = *step_dev;
+        c.step_size = (T)(lr / (1 - pow(beta1, step)));
+        c.bc2_sqrt = (T)sqrt(1 - pow(beta2, step));
+    }
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         T p = ld(&P[i]), grad = ld(&G[i]);
@@ -175,11 +184,20 @@ __global__ static void adam_kernel(int64_t n, S *P, const S *G, S *M, S *V, S *V
     }
 }
 
+__global__ static void step_increment_kernel(double *step)
+{
+    *step += 1;
+}
+
 template <typename S, typename T = typename math_of<S>::type>
 static int adam_launch(int64_t n, void *param, const void *grad, void *exp_avg, void *exp_avg_sq,
                        void *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                       double weight_decay, int decoupled, int64_t step, cudaStream_t stream)
+                       double weight_decay, int decoupled, int64_t step, double *step_dev, cudaStream_t stream)
 {
+    if (step_dev) {
+        step_increment_kernel<<<1, 1, 0, stream>>>(step_dev);
+        step = 1;   /* (the kernel reads the count from step_dev) */
+    }
     double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
     double step_size = lr / bc1, bc2_sqrt = sqrt(bc2);
     adam_consts<T> c;
@@ -195,13 +213,14 @@ static int adam_launch(int64_t n, void *param, const void *grad, void *exp_avg, 
     c.decoupled = decoupled != 0;
     c.coupled = !decoupled && weight_decay != 0;
     adam_kernel<S><<<grid_for(n), OPTIM_BLOCK, 0, stream>>>(n, (S *)param, (const S *)grad, (S *)exp_avg,
-                                                            (S *)exp_avg_sq, (S *)max_exp_avg_sq, c);
+                                                            (S *)exp_avg_sq, (S *)max_exp_avg_sq, c, step_dev, lr,
+                                                            beta1, beta2);
     return (int)cudaGetLastError();
 }
 
 extern "C" int dpc_adam_step(int dtype, int64_t n, void *param, const void *grad, void *exp_avg, void *exp_avg_sq,
                              void *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                             double weight_decay, int decoupled, int64_t step, void *stream)
+                             double weight_decay, int decoupled, int64_t step, double *step_dev, void *stream)
 {
     if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64 && dtype != DP_BFLOAT16)
         return DPC_UNSUPPORTED;
@@ -211,10 +230,10 @@ extern "C" int dpc_adam_step(int dtype, int64_t n, void *param, const void *grad
         return 0;
     if (dtype == DP_FLOAT32)
         return adam_launch<float>(n, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
-                                  weight_decay, decoupled, step, (cudaStream_t)stream);
+                                  weight_decay, decoupled, step, step_dev, (cudaStream_t)stream);
     if (dtype == DP_BFLOAT16)
         return adam_launch<bf16s>(n, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
-                                  weight_decay, decoupled, step, (cudaStream_t)stream);
+                                  weight_decay, decoupled, step, step_dev, (cudaStream_t)stream);
     return adam_launch<double>(n, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
-                               weight_decay, decoupled, step, (cudaStream_t)stream);
+                               weight_decay, decoupled, step, step_dev, (cudaStream_t)stream);
 }

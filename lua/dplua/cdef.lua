@@ -164,6 +164,11 @@ dp_status dp_sgd_step(dp_tensor *param, dp_tensor *grad, dp_tensor *momentum_buf
 dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
                        dp_tensor *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
                        double weight_decay, int decoupled, int64_t step);
+/* The same with the step count in a 0-d float64 tensor on the parameters'
+ * device, incremented by the call (capturable Adam). */
+dp_status dp_adam_step_t(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
+                         dp_tensor *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
+                         double weight_decay, int decoupled, dp_tensor *step);
 /* Moves params into one flat buffer (each param becomes a view of it) and
  * gives them grad slots in a flat gradient buffer; params that already
  * form such a group get their existing buffers back. */

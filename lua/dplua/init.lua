@@ -982,6 +982,11 @@ function torch._adam_step(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay,
   check(C.dp_adam_step(p.p, g.p, m.p, v.p, opt_p(vmax), lr, beta1, beta2, eps, weight_decay or 0,
                        decoupled and 1 or 0, step))
 end
+-- capturable: the step count is a 0-d float64 tensor beside p, incremented here
+function torch._adam_step_t(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step_t)
+  check(C.dp_adam_step_t(p.p, g.p, m.p, v.p, opt_p(vmax), lr, beta1, beta2, eps, weight_decay or 0,
+                         decoupled and 1 or 0, step_t.p))
+end
 
 local params_buf = ffi.new("dp_tensor*[?]", 4096)
 function torch._flatten_params(list)

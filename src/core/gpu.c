@@ -976,12 +976,14 @@ dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
 }
 
 dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
-                        double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step)
+                        double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step,
+                        dp_tensor *step_t)
 {
     set_device(p->device);
     return gpu_status("adam_step", dpc_adam_step(p->dtype, dp_tensor_numel(p), first(p), first(g), first(m), first(v),
                                                  vmax ? first(vmax) : NULL, lr, beta1, beta2, eps, weight_decay,
-                                                 decoupled, step, stream_of(p->device)), p->dtype);
+                                                 decoupled, step, step_t ? (double *)first(step_t) : NULL,
+                                                 stream_of(p->device)), p->dtype);
 }
 
 #else /* no CUDA in this build: no tensor can be on a GPU, but say so clearly */
@@ -1082,10 +1084,11 @@ dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
     return no_cuda();
 }
 dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
-                        double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step)
+                        double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step,
+                        dp_tensor *step_t)
 {
     (void)p; (void)g; (void)m; (void)v; (void)vmax; (void)lr; (void)beta1; (void)beta2; (void)eps;
-    (void)weight_decay; (void)decoupled; (void)step;
+    (void)weight_decay; (void)decoupled; (void)step; (void)step_t;
     return no_cuda();
 }
 

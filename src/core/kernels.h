@@ -32,8 +32,11 @@ dp_status gpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u);
 dp_status gpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u);
 dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
                        double dampening, int nesterov, double weight_decay, int first_step);
+/* step_t: NULL, or the 0-d float64 device step count of capturable Adam
+ * (incremented on the device; `step` is then ignored) */
 dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
-                        double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step);
+                        double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step,
+                        dp_tensor *step_t);
 bool gpu_any(int what, dp_tensor *t);
 /* t (new, contiguous) = the values of Philox blocks counter.. (core/philox.h) */
 dp_status gpu_random(dp_tensor *t, int kind, uint64_t counter, uint64_t key, int64_t low, uint64_t range);
@@ -107,7 +110,7 @@ static inline dp_status k_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp
                                     int decoupled, int64_t step)
 {
     return ON_CPU(p) ? cpu_adam_step(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step)
-                     : gpu_adam_step(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step);
+                     : gpu_adam_step(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step, NULL);
 }
 
 #endif

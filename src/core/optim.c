@@ -52,24 +52,57 @@ dp_status dp_sgd_step(dp_tensor *param, dp_tensor *grad, dp_tensor *momentum_buf
                         weight_decay, first_step);
 }
 
-dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
-                       dp_tensor *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                       double weight_decay, int decoupled, int64_t step)
+static dp_status adam_check(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
+                            dp_tensor *max_exp_avg_sq)
 {
     dp_status st;
     if ((st = flat_check("adam_step", param, grad, exp_avg)) || (st = flat_check("adam_step", param, exp_avg_sq, max_exp_avg_sq)))
         return st;
     if (!exp_avg || !exp_avg_sq)
         return dp_fail(DP_ERR_ARG, "adam_step: expected exp_avg and exp_avg_sq buffers");
+    return DP_OK;
+}
+
+dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
+                       dp_tensor *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
+                       double weight_decay, int decoupled, int64_t step)
+{
+    dp_status st = adam_check(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq);
+    if (st)
+        return st;
     if (step < 1)
         return dp_fail(DP_ERR_ARG, "adam_step: step must be at least 1, got %lld", (long long)step);
     if (!ON_CPU(param) && gpu_capturing())
-        return dp_fail(DP_ERR_CUDA, "torch.cuda.graph: Adam cannot be captured in a CUDA graph yet: its step "
-                       "count (bias correction) is kept on the host and a replay would repeat this step's; "
-                       "capture SGD, or run Adam's step outside the graph");
+        return dp_fail(DP_ERR_CUDA, "torch.cuda.graph: this Adam keeps its step count (bias correction) on the "
+                       "host, and a replay would repeat this step's; make it with {capturable = true} to capture "
+                       "it, as in PyTorch");
     param->storage->version++;
     return k_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
                          decoupled, step);
+}
+
+/* Capturable Adam: the step count is a 0-d float64 tensor beside the
+ * parameters, incremented by this call (on the GPU by a kernel, so that a
+ * CUDA graph replays every step with its own count). */
+dp_status dp_adam_step_t(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
+                         dp_tensor *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
+                         double weight_decay, int decoupled, dp_tensor *step)
+{
+    dp_status st = adam_check(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq);
+    if (st)
+        return st;
+    if (!step || step->ndim != 0 || step->dtype != DP_FLOAT64 || step->device != param->device)
+        return dp_fail(DP_ERR_ARG, "adam_step: the step count must be a 0-d float64 tensor on the parameters' "
+                       "device");
+    param->storage->version++;
+    if (ON_CPU(param)) {
+        double *count = (double *)tensor_ptr(step);
+        *count += 1;
+        return cpu_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+                             weight_decay, decoupled, (int64_t)*count);
+    }
+    return gpu_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
+                         decoupled, 0, step);
 }
 
 /* ---------------------------------------------------------------- flattening */

@@ -228,6 +228,35 @@ T.run("bfloat16 parameters", function()
   T.ok(p:eq(want):all():item(), "Adam on bfloat16: the float step rounded once", tostring(p) .. " vs " .. tostring(want))
 end)
 
+-- capturable=true keeps the step count in a tensor beside the parameters
+-- (what lets a CUDA graph replay Adam); the updates and the state dict
+-- are those of the plain optimizer, also across a save and load.
+T.run("capturable Adam and AdamW", function()
+  for _, cls in ipairs({ optim.Adam, optim.AdamW }) do
+    local a, b = params(torch.float64), params(torch.float64)
+    local oa = cls(a, { lr = 0.01, amsgrad = true })
+    local ob = cls(b, { lr = 0.01, amsgrad = true, capturable = true })
+    for i, gs in ipairs(ref.grads) do
+      for _, pair in ipairs({ { oa, a }, { ob, b } }) do
+        pair[1]:zero_grad()
+        backward_with(pair[2], gs)
+        pair[1]:step()
+      end
+      if i == 1 then
+        local resumed = cls(params(torch.float64), { lr = 0.01, amsgrad = true, capturable = true })
+        resumed:load_state_dict(ob:state_dict())
+        T.is(resumed:state_dict().state[0].step, 1, "a loaded capturable optimizer carries the step count")
+      end
+    end
+    local ok, why = T.compare_values(values(b), values(a), 0, 0)
+    T.ok(ok, cls.__name .. " capturable: the same parameters, bit for bit", why)
+    T.is(ob:state_dict().state[0].step, oa:state_dict().state[0].step, cls.__name .. " capturable: the same step count")
+    T.ok(ob.param_groups[1].capturable == true, cls.__name .. ": capturable is a group option, as in PyTorch")
+  end
+  T.raises(function() optim.Adam(params(torch.float64), { capturable = 1 }) end, "capturable to be a boolean",
+           "capturable must be a boolean")
+end)
+
 ---------------------------------------------------------------- groups, zero_grad, flat buffers
 
 T.run("parameter groups", function()

@@ -7,7 +7,8 @@ local raise = torch._raise
 
 local function adam_class(name, decoupled, weight_decay)
   local cls = Optimizer.extend(name)
-  local defaults = { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = weight_decay, amsgrad = false }
+  local defaults = { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = weight_decay, amsgrad = false,
+                     capturable = false }
 
   function cls.new(params, opts)
     return Optimizer.init(setmetatable({}, cls), params, opts, defaults)
@@ -30,6 +31,7 @@ local function adam_class(name, decoupled, weight_decay)
       end
     end
     if type(g.amsgrad) ~= "boolean" then raise(name .. ": expected amsgrad to be a boolean") end
+    if type(g.capturable) ~= "boolean" then raise(name .. ": expected capturable to be a boolean") end
   end
 
   function cls:_step_bucket(g, b, fused)
@@ -39,9 +41,20 @@ local function adam_class(name, decoupled, weight_decay)
     local beta1, beta2 = g.betas[1], g.betas[2]
     if fused and b.steps == nil then
       b.step = b.step + 1
-      torch._adam_step(b.flat_param, b.flat_grad, m, v, vmax, g.lr, beta1, beta2, g.eps, g.weight_decay, decoupled, b.step)
+      if g.capturable then
+        -- the count lives beside the parameters (a graph replay advances it)
+        if b.step_t == nil then
+          b.step_t = torch.full({}, b.step - 1, { dtype = torch.float64, device = b.flat_param.device })
+        end
+        torch._adam_step_t(b.flat_param, b.flat_grad, m, v, vmax, g.lr, beta1, beta2, g.eps, g.weight_decay,
+                           decoupled, b.step_t)
+      else
+        torch._adam_step(b.flat_param, b.flat_grad, m, v, vmax, g.lr, beta1, beta2, g.eps, g.weight_decay,
+                         decoupled, b.step)
+      end
       return
     end
+    Optimizer._sync_step(b)
     local narrow = Optimizer._narrow
     Optimizer._each_with_grad(b, function(j, grad, step)
       torch._adam_step(narrow(b.flat_param, b, j), grad, narrow(m, b, j), narrow(v, b, j), narrow(vmax, b, j),

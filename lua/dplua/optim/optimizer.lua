@@ -271,7 +271,20 @@ end
 
 ---------------------------------------------------------------- state dicts
 
-local function param_step(b, j) return b.steps and b.steps[j] or b.step end
+-- A capturable optimizer's count lives in b.step_t (replays of a CUDA
+-- graph advance it, not b.step): bring b.step up to date from it, and
+-- drop it, before anything reads or changes b.step by parameter.
+function Optimizer._sync_step(b)
+  if b.step_t ~= nil then
+    b.step = b.step_t:item()
+    b.step_t = nil
+  end
+end
+
+local function param_step(b, j)
+  if b.steps then return b.steps[j] end
+  return b.step_t ~= nil and b.step_t:item() or b.step
+end
 
 function Optimizer:state_dict()
   local state, groups, idx = {}, {}, 0
@@ -325,6 +338,7 @@ function Optimizer:load_state_dict(sd)
       for i, p in ipairs(group.params) do
         local where = self._where[p]
         local b, j = where[1], where[2]
+        Optimizer._sync_step(b)
         if b.steps == nil then
           b.steps = {}
           for jj = 1, #b.params do b.steps[jj] = b.step end
