@@ -283,6 +283,7 @@ dp_status dp_cuda_event_elapsed(double *ms, void *start, void *end);
  * executed, and replay runs it on the current stream. Memory allocated
  * during the capture belongs to the graph (see docs/API.md). */
 typedef struct dp_cuda_graph dp_cuda_graph;
+int dp_cuda_capturing(void);   /* 1 while a capture is under way */
 dp_status dp_cuda_graph_begin(dp_cuda_graph **out, int device);
 dp_status dp_cuda_graph_end(dp_cuda_graph *g, int keep);
 dp_status dp_cuda_graph_replay(dp_cuda_graph *g);

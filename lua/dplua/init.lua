@@ -1251,6 +1251,7 @@ function torch.cuda.graph(fn)
   return setmetatable({ g = g, fn = fn, device = current_device }, CUDAGraph)
 end
 function CUDAGraph:replay() check(C.dp_cuda_graph_replay(self.g)) end
+function torch.cuda.is_current_stream_capturing() return C.dp_cuda_capturing() ~= 0 end
 
 -- torch.backends.cuda.matmul.allow_tf32, as in PyTorch (off by default)
 local matmul_flags = { allow_tf32 = false }

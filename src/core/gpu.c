@@ -166,6 +166,11 @@ bool gpu_capturing(void)
     return capture.pool != NULL;
 }
 
+int dp_cuda_capturing(void)
+{
+    return gpu_capturing();
+}
+
 static dp_status not_capturable(const char *what)
 {
     return dp_fail(DP_ERR_CUDA, "torch.cuda.graph: %s cannot be captured in a CUDA graph; do it before or after "
@@ -1000,6 +1005,7 @@ dp_status gpu_storage_alloc(void **data, void **pool, size_t nbytes, int device)
 }
 void gpu_storage_free(void *data, void *pool, int device) { (void)data; (void)pool; (void)device; }
 bool gpu_capturing(void) { return false; }
+int dp_cuda_capturing(void) { return 0; }
 dp_status dp_cuda_stream_new(void **stream, int device) { *stream = NULL; (void)device; return no_cuda(); }
 dp_status dp_cuda_empty_cache(int device) { (void)device; return DP_OK; }
 dp_status dp_cuda_memory_reserved(int device, int64_t *now, int64_t *peak)

@@ -133,11 +133,13 @@ end)
 T.run("replays reuse the graph's memory", function()
   local m, o = seed_model(torch.float32)
   local x, y = torch.randn(32, 10):to(dev), torch.randint(0, 2, { 32 }):to(dev)
-  local g = torch.cuda.graph(function()
+  local function step()
     o:zero_grad()
     F.cross_entropy(m(x), y):backward()
     o:step()
-  end)
+  end
+  step()   -- the momentum buffers exist before the capture
+  local g = torch.cuda.graph(step)
   g:replay()
   torch.cuda.synchronize()
   collectgarbage()
@@ -162,13 +164,17 @@ T.run("what cannot be captured fails at capture time", function()
   T.raises(function() torch.cuda.graph(function() torch.cuda.graph(function() end) end) end,
            "captures do not nest", "a capture inside a capture")
   local adam = optim.Adam(m:parameters(), { lr = 0.01 })
-  T.raises(function()
-    torch.cuda.graph(function()
-      adam:zero_grad()
-      F.cross_entropy(m(x), y):backward()
-      adam:step()
-    end)
-  end, "capturable = true", "a plain Adam's step inside a capture names the way out")
+  local function adam_step()
+    adam:zero_grad()
+    F.cross_entropy(m(x), y):backward()
+    adam:step()
+  end
+  T.raises(function() torch.cuda.graph(adam_step) end, "run a step eagerly before torch.cuda.graph",
+           "optimizer state made inside a capture: run a step first")
+  adam_step()
+  T.raises(function() torch.cuda.graph(adam_step) end, "capturable = true",
+           "a plain Adam's step inside a capture names the way out")
+  T.ok(not torch.cuda.is_current_stream_capturing(), "no capture is under way after the failures")
   -- and everything works as before afterwards
   T.is(tostring(torch.cuda.current_stream()), tostring(torch.cuda.default_stream()),
        "the default stream is current again after failed captures")

@@ -35,15 +35,16 @@ local function adam_class(name, decoupled, weight_decay)
   end
 
   function cls:_step_bucket(g, b, fused)
-    local m = Optimizer._state_buffer(b, "exp_avg")
-    local v = Optimizer._state_buffer(b, "exp_avg_sq")
-    local vmax = g.amsgrad and Optimizer._state_buffer(b, "max_exp_avg_sq") or nil
+    local m = Optimizer._state_buffer(b, "exp_avg", name)
+    local v = Optimizer._state_buffer(b, "exp_avg_sq", name)
+    local vmax = g.amsgrad and Optimizer._state_buffer(b, "max_exp_avg_sq", name) or nil
     local beta1, beta2 = g.betas[1], g.betas[2]
     if fused and b.steps == nil then
       b.step = b.step + 1
       if g.capturable then
         -- the count lives beside the parameters (a graph replay advances it)
         if b.step_t == nil then
+          Optimizer._no_new_state_in_capture(name, "step count")
           b.step_t = torch.full({}, b.step - 1, { dtype = torch.float64, device = b.flat_param.device })
         end
         torch._adam_step_t(b.flat_param, b.flat_grad, m, v, vmax, g.lr, beta1, beta2, g.eps, g.weight_decay,

@@ -210,10 +210,20 @@ end
 
 ---------------------------------------------------------------- stepping
 
+-- State made during a CUDA graph capture would be made again (zeroed) by
+-- every replay: as in PyTorch, steps must run eagerly before a capture.
+function Optimizer._no_new_state_in_capture(self_name, what)
+  if torch.cuda.is_current_stream_capturing() then
+    raise(string.format("%s.step: its %s would be created inside a CUDA graph capture, and every replay would reset "
+                        .. "it: run a step eagerly before torch.cuda.graph (as in PyTorch)", self_name, what))
+  end
+end
+
 -- A flat state buffer of the bucket, created as zeros on first use.
-function Optimizer._state_buffer(b, name)
+function Optimizer._state_buffer(b, name, self_name)
   local s = b.state[name]
   if s == nil then
+    Optimizer._no_new_state_in_capture(self_name or "optimizer", name)
     s = torch.zeros_like(b.flat_param)
     b.state[name] = s
   end

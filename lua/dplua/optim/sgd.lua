@@ -33,7 +33,7 @@ end
 local function momentum_buffer(b)
   local buf = b.state.momentum_buffer
   if buf == nil then
-    buf = Optimizer._state_buffer(b, "momentum_buffer")
+    buf = Optimizer._state_buffer(b, "momentum_buffer", "SGD")
     b.step, b.steps = 0, nil
   end
   return buf
