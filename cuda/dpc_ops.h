@@ -173,6 +173,11 @@ int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t n, int64_t 
              double beta, void *C, int64_t ldc, int64_t stride_c, int64_t batch, const void *bias,
              int allow_tf32, void *stream);
 
+/* out (M, N) = relu(x (M, K) @ w (N, K)^T + bias) in one launch when the
+ * product is small (DPC_UNSUPPORTED otherwise: the caller runs the GEMM and
+ * the relu op); all contiguous, of dtype; bias (N) or NULL. */
+int dpc_linear_relu_small(int dtype, int64_t M, int64_t N, int64_t K, const void *x, const void *w,
+                          const void *bias, void *out, void *stream);
 /* A Linear layer's backward in one launch when it is small (M*N*K at most
  * 64k; DPC_UNSUPPORTED otherwise, and the caller runs the GEMMs): dx (M, K)
  * = g (M, N) @ w (N, K), dw (N, K) = g^T @ x (M, K), db (N) = column sums

@@ -59,6 +59,7 @@ struct gemm_args {
     void *C;
     int64_t lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
     cudaStream_t stream;
+    int relu;                /* max(0, .) on the result (small products only) */
 };
 }  // namespace
 
@@ -155,6 +156,8 @@ __global__ static void small_gemm_kernel(gemm_args g)
             v = v + (Acc)g.beta * to_acc(*p);
         if (g.bias)
             v = v + to_acc(((const T *)g.bias)[j]);
+        if (g.relu && !(v > 0))   /* as the relu op: x > 0 ? x : 0 */
+            v = 0;
         store(p, v);
     }
 }
@@ -177,6 +180,21 @@ static int small_gemm(const gemm_args &g)
     case DP_BFLOAT16: return small_gemm_launch<__nv_bfloat16, float>(g);
     default: return DPC_UNSUPPORTED;
     }
+}
+
+/* out (M, N) = relu(x (M, K) @ w (N, K)^T + bias) in one launch, for a
+ * small product (DPC_UNSUPPORTED otherwise). */
+extern "C" int dpc_linear_relu_small(int dtype, int64_t M, int64_t N, int64_t K, const void *x, const void *w,
+                                     const void *bias, void *out, void *stream)
+{
+    if (M < 0 || N < 0 || K < 1)
+        return M < 0 || N < 0 || K < 0 ? (int)cudaErrorInvalidValue : DPC_UNSUPPORTED;
+    if ((double)M * (double)N * (double)K > GEMM_OWN_FLOPS)
+        return DPC_UNSUPPORTED;
+    if (M == 0 || N == 0)
+        return 0;
+    gemm_args g = { dtype, 0, 1, 0, M, N, K, 1.0, 0.0, x, w, bias, out, K, K, N, 0, 0, 0, 1, (cudaStream_t)stream, 1 };
+    return small_gemm(g);
 }
 
 /* A small Linear layer's whole backward in one launch: the elements of

@@ -183,7 +183,10 @@ dp_status dp_add_grad_hook(dp_tensor *leaf, dp_grad_hook fn, void *ctx);
 void dp_clear_grad_hooks(dp_tensor *leaf);
 
 /* nn: fused ops with their own backward */
-dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b);  /* x @ w^T + b; b may be NULL */
+dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b);
+/* relu(linear(x, w, b)), one node on the tape (nn.Sequential fuses a
+ * Linear followed by a ReLU through it). */
+dp_status dp_linear_relu(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b);  /* x @ w^T + b; b may be NULL */
 /* reduction: 0 none, 1 mean, 2 sum; log_probs: the input holds log-probabilities (nll_loss) */
 dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target, dp_tensor *weight,
                            int64_t ignore_index, double label_smoothing, int reduction, int log_probs);

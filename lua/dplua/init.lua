@@ -956,6 +956,11 @@ function torch._linear(x, w, b)
   if not is_tensor(x) or not is_tensor(w) then raise("linear: expected input and weight tensors") end
   return new(C.dp_linear(outp, x.p, w.p, opt_p(b)))
 end
+-- relu(linear(x, w, b)) as one node (nn.Sequential's Linear then ReLU)
+function torch._linear_relu(x, w, b)
+  if not is_tensor(x) or not is_tensor(w) then raise("linear: expected input and weight tensors") end
+  return new(C.dp_linear_relu(outp, x.p, w.p, opt_p(b)))
+end
 
 function torch._cross_entropy(input, target, weight, ignore_index, label_smoothing, reduction, log_probs)
   if not is_tensor(input) or not is_tensor(target) then

@@ -791,6 +791,20 @@ dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
                                          first(out), N, 0, 1, b ? first(b) : NULL, allow_tf32, stream_of(out->device)), out->dtype);
 }
 
+/* out = relu(x @ w^T + b): one kernel for a small layer, else the linear
+ * and the relu op in place */
+dp_status gpu_linear_relu(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
+{
+    int64_t M = out->shape[0], N = out->shape[1], K = x->shape[1];
+    set_device(out->device);
+    int st = dpc_linear_relu_small(out->dtype, M, N, K, first(x), first(w), b ? first(b) : NULL, first(out),
+                                   stream_of(out->device));
+    if (st != DPC_UNSUPPORTED)
+        return gpu_status("linear", st, out->dtype);
+    dp_status ds = gpu_linear(out, x, w, b);
+    return ds ? ds : gpu_unary(DP_RELU, out, out);
+}
+
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w)
 {
     int64_t M = g->shape[0], N = g->shape[1], K = x->shape[1];
@@ -1067,6 +1081,8 @@ dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
 { (void)out; (void)x; (void)w; (void)b; return no_cuda(); }
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w)
 { (void)dx; (void)dw; (void)db; (void)g; (void)x; (void)w; return no_cuda(); }
+dp_status gpu_linear_relu(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
+{ (void)out; (void)x; (void)w; (void)b; return no_cuda(); }
 dp_status gpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
 { (void)out; (void)a; (void)dim; (void)index; return no_cuda(); }
 dp_status gpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)

@@ -22,6 +22,7 @@ dp_status gpu_softmax(dp_tensor *out, dp_tensor *a, int dim, int log);
 dp_status gpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b);
 dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b);
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w);
+dp_status gpu_linear_relu(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b);
 dp_status gpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
 dp_status gpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
 dp_status gpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
@@ -74,6 +75,14 @@ static inline dp_status k_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_
         return gpu_linear(out, x, w, b);
     cpu_linear(out, x, w, b);
     return DP_OK;
+}
+/* out = relu(x @ w^T + b) */
+static inline dp_status k_linear_relu(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
+{
+    if (!ON_CPU(out))
+        return gpu_linear_relu(out, x, w, b);
+    cpu_linear(out, x, w, b);
+    return cpu_unary(DP_RELU, out, out);
 }
 static inline dp_status k_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x,
                                           dp_tensor *w)

@@ -81,7 +81,7 @@ static dp_status bw_linear(ag_node *n, dp_tensor *g, dp_tensor **gi)
     return st;
 }
 
-dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
+static dp_status linear_check(dp_tensor *x, dp_tensor *w, dp_tensor *b)
 {
     char s1[160], s2[160];
     if (w->ndim != 2)
@@ -94,9 +94,16 @@ dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
     if (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))
         return dp_fail(DP_ERR_SHAPE, "linear: bias of shape %s does not match out_features = %lld",
                        dp_shape_str(s1, sizeof s1, b->ndim, b->shape), (long long)w->shape[0]);
+    return DP_OK;
+}
+
+dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
+{
+    dp_status st = linear_check(x, w, b);
+    if (st)
+        return st;
     dp_tensor *wt = NULL, *y = NULL;
     bool direct = linear_direct(x, w, b);
-    dp_status st = DP_OK;
     if (direct) {
         int64_t shape[2] = { x->shape[0], w->shape[0] };
         if ((st = tensor_new(out, 2, shape, x->dtype, x->device)))
@@ -125,6 +132,51 @@ record:;
     ag_save(n, x);
     ag_save(n, w);
     n->iarg[0] = direct;
+    return DP_OK;
+}
+
+/* relu(linear(x, w, b)) as one node (nn.Sequential's Linear then ReLU):
+ * on the direct path the ReLU runs in place on the product, and the
+ * backward takes the ReLU's mask from the output's sign; elsewhere it is
+ * the two ops. The node is named as PyTorch names the ReLU's. saved: x, w,
+ * the output. */
+static dp_status bw_linear_relu(ag_node *n, dp_tensor *g, dp_tensor **gi)
+{
+    dp_tensor *y = n->saved[2], *gc = NULL, *dz = NULL;
+    dp_status st = g->dtype == y->dtype ? dp_contiguous(&gc, g) : dp_to(&gc, g, y->dtype, y->device);
+    if (!st && !(st = tensor_new(&dz, 2, y->shape, y->dtype, y->device)) &&
+        !(st = k_unary_backward(DP_RELU, dz, gc, y, y)))
+        st = bw_linear_direct(n, dz, gi);
+    drop3(gc, dz, NULL);
+    return st;
+}
+
+dp_status dp_linear_relu(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
+{
+    dp_status st = linear_check(x, w, b);
+    if (st)
+        return st;
+    if (!linear_direct(x, w, b)) {
+        dp_tensor *y = NULL;
+        if (!(st = dp_linear(&y, x, w, b)))
+            st = dp_unary(out, DP_RELU, y);
+        dp_tensor_release(y);
+        return st;
+    }
+    int64_t shape[2] = { x->shape[0], w->shape[0] };
+    if ((st = tensor_new(out, 2, shape, x->dtype, x->device)))
+        return st;
+    if ((st = k_linear_relu(*out, x, w, b))) {
+        dp_tensor_release(*out);
+        return st;
+    }
+    ag_node *n;
+    dp_tensor *ins[3] = { x, w, b };
+    if ((st = ag_record_or_drop(out, "ReluBackward0", bw_linear_relu, b ? 3 : 2, ins, &n)) || !n)
+        return st;
+    ag_save(n, x);
+    ag_save(n, w);
+    ag_save_output(n, *out);
     return DP_OK;
 }
 

@@ -143,6 +143,38 @@ end)
 
 ---------------------------------------------------------------- containers
 
+-- Sequential runs a Linear followed by a ReLU as one fused op: the same
+-- values and gradients, bit for bit, as the two modules one after the other.
+T.run("Sequential fuses Linear then ReLU", function()
+  torch.manual_seed(3)
+  local seq = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+  local x = torch.randn(6, 5, f64):requires_grad_()
+  seq:to(torch.float64)
+  local y = seq(x)
+  local function plain(v)
+    for i = 0, 4 do v = seq[i]:forward(v) end
+    return v
+  end
+  local y2 = plain(x)
+  T.ok(y:eq(y2):all():item(), "the same output as the modules one by one")
+  y:pow(2):sum():backward()
+  local g = {}
+  for i, p in ipairs(seq:parameters()) do g[i] = p.grad:clone() end
+  local gx = x.grad:clone()
+  seq:zero_grad()
+  x.grad = nil
+  y2:pow(2):sum():backward()
+  local same = x.grad:eq(gx):all():item()
+  for i, p in ipairs(seq:parameters()) do same = same and p.grad:eq(g[i]):all():item() end
+  T.ok(same, "the same gradients, bit for bit")
+  local h = nn.Sequential(nn.Linear(5, 4), nn.ReLU()):to(torch.float64)
+  T.is(torch._grad_fn_name(h(x)), "ReluBackward0", "a Sequential ending in Linear, ReLU")
+  h[1].forward = function(_, v) return v end   -- an instance's own forward is honoured
+  T.ok(h(x):lt(0):any():item(), "no fusion when the ReLU's forward was replaced")
+  T.raises(function() return seq(torch.randn(6, 7, f64)) end, "do not fit",
+           "a wrong input shape names linear's problem")
+end)
+
 T.run("Sequential", function()
   local a, b, c = nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)
   local s = nn.Sequential(a, b, c)

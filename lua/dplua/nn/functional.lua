@@ -120,7 +120,8 @@ end
 ---------------------------------------------------------------- linear
 
 -- linear(x, weight [, bias]): x @ weight^T + bias, one fused C op.
-function F.linear(x, weight, bias)
+-- The argument checks of linear (also nn.Sequential's fused Linear+ReLU).
+function F._check_linear(x, weight, bias)
   want_tensor(x, "linear", "input")
   want_tensor(weight, "linear", "weight")
   if bias ~= nil then want_tensor(bias, "linear", "bias") end
@@ -131,6 +132,10 @@ function F.linear(x, weight, bias)
     raise(string.format("linear: input shape %s and weight shape %s do not fit (expected input of shape [*, %d])",
                         shape_str(x), shape_str(weight), weight:size(1)))
   end
+end
+
+function F.linear(x, weight, bias)
+  F._check_linear(x, weight, bias)
   if autocast_on then x, weight, bias = AC.cast_inputs(x, weight, bias) end
   return torch._linear(x, weight, bias)
 end

@@ -309,15 +309,37 @@ function L.Sequential:append(m)
   self:add_module(tostring(#self._modules.keys), m)
   return self
 end
+-- A Linear whose output goes straight into a ReLU becomes one fused op
+-- (torch._linear_relu: one node, and on a GPU one kernel less), unless
+-- autocast is on or either module's forward was replaced.
+local function class_of(m) return rawget(getmetatable(m), "__class") end
+local function fusable(lin, act, x)
+  return class_of(lin) == L.Linear and class_of(act) == L.ReLU and torch.is_tensor(x)
+         and rawget(lin._attrs, "forward") == nil and rawget(act._attrs, "forward") == nil
+         and not torch.is_autocast_enabled(x.is_cuda and "cuda" or "cpu")
+end
+
 function L.Sequential:forward(x, ...)
-  local args = { x, ... }
-  local n = select("#", ...) + 1
-  for _, k in ipairs(self._modules.keys) do
-    local m = self._modules.map[k]
-    args = { m(unpack(args, 1, n)) }
-    n = 1
+  local keys, map = self._modules.keys, self._modules.map
+  local n = #keys
+  local i = 1
+  if n > 0 and select("#", ...) > 0 then   -- extra arguments go to the first module only
+    x = map[keys[1]](x, ...)
+    i = 2
   end
-  return args[1]
+  while i <= n do
+    local m = map[keys[i]]
+    local act = i < n and map[keys[i + 1]] or nil
+    if act ~= nil and fusable(m, act, x) then
+      F._check_linear(x, m.weight, m.bias)
+      x = torch._linear_relu(x, m.weight, m.bias)
+      i = i + 2
+    else
+      x = m(x)
+      i = i + 1
+    end
+  end
+  return x
 end
 
 -- ModuleList({m1, m2}): a list of children without a forward.
