@@ -33,6 +33,7 @@
 #include <cublasLt.h>
 #endif
 
+#include "core/dtype_conv.h"
 #include "dp_cuda.h"
 #include "dpc_ops.h"
 #include "dplua.h"
@@ -425,10 +426,6 @@ static cudaDataType_t lt_type(int dtype)
     return dtype == DP_FLOAT64 ? CUDA_R_64F : dtype == DP_BFLOAT16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
-static size_t dtype_bytes(int dtype)
-{
-    return dtype == DP_FLOAT64 ? 8 : dtype == DP_BFLOAT16 ? 2 : 4;
-}
 
 /* The alignment cuBLASLt may assume for a matrix: that of its pointer and,
  * when there are several batch entries, of every entry's, up to 256. */
@@ -495,7 +492,7 @@ static cublasStatus_t lt_op(cublasLtMatmulDesc_t *op, const gemm_args &g, bool e
  * descriptors. */
 static void lt_key(algo_key *key, const gemm_args &g, int device, bool epilogue, size_t workspace)
 {
-    size_t es = dtype_bytes(g.dtype);
+    size_t es = dt_size(g.dtype);
     memset(key, 0, sizeof *key);
     *key = algo_key{ device, g.dtype, g.allow_tf32 != 0, g.trans_a != 0, g.trans_b != 0, g.m, g.n, g.k,
                      g.lda, g.ldb, g.ldc, g.batch > 1 ? g.stride_a : 0, g.batch > 1 ? g.stride_b : 0,

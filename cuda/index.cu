@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include "dpc_ops.h"
+#include "core/dtype_conv.h"
 #include "dplua.h"
 #include "kernel_error.cuh"
 
@@ -36,18 +37,6 @@ static unsigned grid_for(int64_t n)
 {
     int64_t grid = CEIL_DIV(n, (int64_t)INDEX_BLOCK);
     return (unsigned)(grid > DPC_MAX_BLOCKS ? DPC_MAX_BLOCKS : grid);
-}
-
-/* Bytes per element of a dplua dtype; 0 for a code that is not one. */
-static int dtype_bytes(int dtype)
-{
-    switch (dtype) {
-    case DP_FLOAT32: case DP_INT32: return 4;
-    case DP_FLOAT64: case DP_INT64: return 8;
-    case DP_UINT8: case DP_BOOL: return 1;
-    case DP_BFLOAT16: return 2;
-    default: return 0;
-    }
 }
 
 /* Calls fn(T()) for the element type of a floating dtype. */
@@ -103,7 +92,7 @@ extern "C" int dpc_index_select(int dtype, int64_t outer, int64_t size, int64_t 
                                 const int64_t *index, int64_t n, void *out, dpc_kernel_error *err, void *stream)
 {
     cudaStream_t s = (cudaStream_t)stream;
-    int bytes = dtype_bytes(dtype);
+    int bytes = (int)dt_size(dtype);
     if (bytes == 0)
         return DPC_UNSUPPORTED;
     if (outer < 0 || size < 0 || inner < 0 || n < 0)
@@ -233,7 +222,7 @@ extern "C" int dpc_gather(int dtype, dpc_shape s, dpc_operand out, dpc_operand a
     if (total == 0)
         return 0;
     cudaStream_t st = (cudaStream_t)stream;
-    switch (dtype_bytes(dtype)) {
+    switch ((int)dt_size(dtype)) {
     case 1: gather_kernel<uint8_t><<<grid_for(total), INDEX_BLOCK, 0, st>>>(s, total, out, a, index, dim, size, err); break;
     case 2: gather_kernel<uint16_t><<<grid_for(total), INDEX_BLOCK, 0, st>>>(s, total, out, a, index, dim, size, err); break;
     case 4: gather_kernel<uint32_t><<<grid_for(total), INDEX_BLOCK, 0, st>>>(s, total, out, a, index, dim, size, err); break;

@@ -37,13 +37,12 @@ local function bench(name, model, batch, in_features, classes, steps)
   print(string.format("%s %.2f", name, best * 1e6))
 end
 
-local SimpleNN = nn.Module:extend("SimpleNN")
-function SimpleNN:__init() self.fc1 = nn.Linear(10, 10); self.fc2 = nn.Linear(10, 2) end
-function SimpleNN:forward(x) return self.fc2(torch.relu(self.fc1(x))) end
+local models = dofile((debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or ".") .. "/models.lua")
+local SimpleNN = models.SimpleNN
 
 local which = arg[1] or "all"
 if which == "all" or which == "seed" then bench("seed", SimpleNN(), 32, 10, 2, 20000) end
 if which == "all" or which == "mlp" then
-  local mlp = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+  local mlp = models.mlp()
   bench("mlp", mlp, 256, 784, 10, 200)
 end

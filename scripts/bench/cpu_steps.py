@@ -6,17 +6,9 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 
+from models import SimpleNN, mlp  # scripts/bench/models.py
+
 torch.set_num_threads(1)
-
-
-class SimpleNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(10, 10)
-        self.fc2 = nn.Linear(10, 2)
-
-    def forward(self, x):
-        return self.fc2(torch.relu(self.fc1(x)))
 
 
 def bench(name, model, batch, in_features, classes, steps):
@@ -47,5 +39,5 @@ which = sys.argv[1] if len(sys.argv) > 1 else "all"
 if which in ("all", "seed"):
     bench("seed", SimpleNN(), 32, 10, 2, 2000)
 if which in ("all", "mlp"):
-    mlp = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+    mlp = mlp()
     bench("mlp", mlp, 256, 784, 10, 100)

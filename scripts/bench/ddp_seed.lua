@@ -12,9 +12,8 @@ dist.init_process_group("nccl")
 local rank = dist.get_rank()
 local device = "cuda:" .. (dist.get_local_rank() or 0)
 torch.cuda.set_device(device)
-local SimpleNN = nn.Module:extend("SimpleNN")
-function SimpleNN:__init() self.fc1 = nn.Linear(10, 10); self.fc2 = nn.Linear(10, 2) end
-function SimpleNN:forward(x) return self.fc2(torch.relu(self.fc1(x))) end
+local models = dofile((debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or ".") .. "/models.lua")
+local SimpleNN = models.SimpleNN
 local model = nn.parallel.DistributedDataParallel(SimpleNN():to(device))
 local criterion = nn.CrossEntropyLoss()
 local optimizer = optim.SGD(model:parameters(), { lr = 0.01 })

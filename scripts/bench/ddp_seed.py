@@ -7,15 +7,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.optim as optim
 
-
-class SimpleNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(10, 10)
-        self.fc2 = nn.Linear(10, 2)
-
-    def forward(self, x):
-        return self.fc2(torch.relu(self.fc1(x)))
+from models import SimpleNN  # scripts/bench/models.py
 
 
 dist.init_process_group("nccl")

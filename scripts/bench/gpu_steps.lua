@@ -51,9 +51,8 @@ local function row(name, f)
   collectgarbage(); collectgarbage()
 end
 
-local SimpleNN = nn.Module:extend("SimpleNN")
-function SimpleNN:__init() self.fc1 = nn.Linear(10, 10); self.fc2 = nn.Linear(10, 2) end
-function SimpleNN:forward(x) return self.fc2(torch.relu(self.fc1(x))) end
+local models = dofile((debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or ".") .. "/models.lua")
+local SimpleNN = models.SimpleNN
 
 -- model on the GPU, SGD, cross-entropy, a fixed batch; step() is one
 -- whole training step (zero_grad, forward, loss, backward, step)
@@ -73,7 +72,7 @@ local function setup(model, batch, in_features, classes, lr)
   return step
 end
 local function mlp()
-  return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+  return models.mlp()
 end
 
 local mib = 1024 * 1024

@@ -10,6 +10,8 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 
+from models import SimpleNN, mlp  # scripts/bench/models.py
+
 warnings.filterwarnings("ignore")  # allow_tf32's deprecation notice, in newer PyTorch
 dev = "cuda"
 
@@ -50,18 +52,8 @@ def row(name, f):
         print(f"{name} error: {msg[:300]}", flush=True)
 
 
-class SimpleNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(10, 10)
-        self.fc2 = nn.Linear(10, 2)
-
-    def forward(self, x):
-        return self.fc2(torch.relu(self.fc1(x)))
-
-
 def mlp():
-    return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+    return mlp()
 
 
 def setup(make, batch, in_features, classes, lr):

@@ -14,12 +14,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#ifndef DP_HD
+/* a function for the host, and for the device too under nvcc */
 #ifdef __CUDACC__
 #define DP_HD __host__ __device__ static inline
 #else
 #define DP_HD static inline
-#endif
 #endif
 
 DP_HD uint32_t f32_bits(float f)

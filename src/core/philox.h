@@ -12,13 +12,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#ifndef DP_HD   /* as in core/dtype_conv.h: host and device under nvcc */
-#ifdef __CUDACC__
-#define DP_HD __host__ __device__ static inline
-#else
-#define DP_HD static inline
-#endif
-#endif
+#include "core/dtype_conv.h"   /* DP_HD: host and device functions under nvcc */
 
 /* What a block becomes (dp_rand, dp_randn, dp_randint). */
 enum { PHILOX_UNIFORM, PHILOX_NORMAL, PHILOX_INT };
