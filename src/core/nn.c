@@ -28,10 +28,12 @@ static dp_status as_matrix(dp_tensor **out, dp_tensor *x)
     return dp_reshape(out, x, 2, shape);
 }
 
-/* The direct path: 2-D x, everything contiguous on one device in one float dtype. */
+/* The direct path: 2-D x, everything contiguous on one device in one float
+ * dtype (bfloat16 on a GPU only: cuBLASLt takes it, the CPU kernels do not). */
 static bool linear_direct(const dp_tensor *x, const dp_tensor *w, const dp_tensor *b)
 {
-    if (x->ndim != 2 || (x->dtype != DP_FLOAT32 && x->dtype != DP_FLOAT64))
+    bool dtype_ok = x->dtype == DP_FLOAT32 || x->dtype == DP_FLOAT64 || (x->dtype == DP_BFLOAT16 && !ON_CPU(x));
+    if (x->ndim != 2 || !dtype_ok)
         return false;
     if (w->dtype != x->dtype || w->device != x->device || !tensor_is_contiguous(x) || !tensor_is_contiguous(w))
         return false;

@@ -113,6 +113,14 @@ for _, dt in ipairs({ torch.float32, torch.float64 }) do
   same("linear " .. dt.name, function(x, w, b) return torch._linear(x, w, b) end, { input(dt, 8, 5), input(dt, 3, 5), input(dt, 3) }, dt == torch.float32 and 1e-4 or nil)
 end
 
+-- bf16 linear takes the direct (cuBLASLt) path on a GPU, forward and backward
+same("linear bfloat16 forward and backward", function(x, w, b)
+  x = x:detach():requires_grad_(); w = w:detach():requires_grad_(); b = b:detach():requires_grad_()
+  local y = torch._linear(x, w, b)
+  y:float():pow(2):sum():backward()
+  return { y, x.grad, w.grad, b.grad }
+end, { input(torch.bfloat16, 8, 5), input(torch.bfloat16, 3, 5), input(torch.bfloat16, 3) }, 5e-2)
+
 -- indexing
 same("index_select", function(a, i) return a:index_select(0, i) end, { input(torch.float32, 6, 3), torch.tensor({ 5, 0, 2, 2 }, { dtype = torch.int64 }) })
 same("gather", function(a, i) return a:gather(1, i) end, { input(torch.float32, 3, 4), torch.tensor({ { 0, 3 }, { 1, 1 }, { 2, 0 } }, { dtype = torch.int64 }) })
