@@ -172,6 +172,12 @@ dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp
 dp_status dp_adam_step_t(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
                          dp_tensor *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
                          double weight_decay, int decoupled, dp_tensor *step);
+/* An optimizer bucket's check before its fused step: every parameter
+ * must still be the view at offsets[j] of flat_param (an error naming fn
+ * otherwise); *any: some parameter has a gradient; *all: every one has,
+ * and each is its slot at offsets[j] of flat_grad. */
+dp_status dp_flat_grad_status(const char *fn, dp_tensor *flat_param, dp_tensor *flat_grad, int n,
+                              dp_tensor *const *params, const int64_t *offsets, int *all, int *any);
 /* Moves params into one flat buffer (each param becomes a view of it) and
  * gives them grad slots in a flat gradient buffer; params that already
  * form such a group get their existing buffers back. */

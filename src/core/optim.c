@@ -105,6 +105,30 @@ dp_status dp_adam_step_t(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, 
                          decoupled, 0, step);
 }
 
+/* ---------------------------------------------------------------- a bucket's gradients */
+
+dp_status dp_flat_grad_status(const char *fn, dp_tensor *flat_param, dp_tensor *flat_grad, int n,
+                              dp_tensor *const *params, const int64_t *offsets, int *all, int *any)
+{
+    *all = 1;
+    *any = 0;
+    for (int j = 0; j < n; j++) {
+        const dp_tensor *p = params[j], *g = p->grad;
+        if (p->storage != flat_param->storage || p->offset != flat_param->offset + offsets[j])
+            return dp_fail(DP_ERR_STATE, "%s.step: parameter %d of a group is no longer in this optimizer's flat "
+                           "buffer: another optimizer or wrapper flattened it differently after this one was built",
+                           fn, j + 1);
+        if (!g) {
+            *all = 0;
+            continue;
+        }
+        *any = 1;
+        if (g->storage != flat_grad->storage || g->offset != flat_grad->offset + offsets[j])
+            *all = 0;
+    }
+    return DP_OK;
+}
+
 /* ---------------------------------------------------------------- flattening */
 
 /* The whole storage as a 1-D tensor. */

@@ -29,7 +29,6 @@ local Optimizer = {}
 Optimizer.__index = Optimizer
 Optimizer.__name = "Optimizer"
 
-local char_p = ffi.typeof("char *")
 
 local function typename(x) return torch.is_tensor(x) and "Tensor" or type(x) end
 
@@ -123,6 +122,9 @@ local function make_buckets(self, params)
     end
     b.itemsize = b.params[1].dtype.itemsize
     b.step, b.steps, b.state = 0, nil, {}
+    -- the same, as C arrays for dp_flat_grad_status (b.params keeps the tensors alive)
+    b.c_params, b.c_offsets = ffi.new("dp_tensor*[?]", #b.params), ffi.new("int64_t[?]", #b.params)
+    for j, p in ipairs(b.params) do b.c_params[j - 1], b.c_offsets[j - 1] = p.p, b.offsets[j] end
   end
   return order
 end
@@ -165,28 +167,12 @@ end
 ---------------------------------------------------------------- gradients
 
 -- all: every parameter has its gradient in its flat slot; any: some have one.
+local all_box, any_box = ffi.new("int[1]"), ffi.new("int[1]")
 local function grad_status(b, fn)
-  local all, any = true, false
-  local base = C.dp_tensor_data(b.flat_grad.p)
-  local pbase = C.dp_tensor_data(b.flat_param.p)
-  for j, p in ipairs(b.params) do
-    -- (CPU only: device tensors have no host pointer to compare)
-    if pbase ~= nil and ffi.cast(char_p, C.dp_tensor_data(p.p)) ~= ffi.cast(char_p, pbase) + b.offsets[j] * b.itemsize then
-      raise(fn .. ".step: parameter " .. j .. " of a group is no longer in this optimizer's flat buffer: another "
-            .. "optimizer or wrapper flattened it differently after this one was built")
-    end
-    local g = C.dp_get_grad(p.p)
-    if g == nil then
-      all = false
-    else
-      any = true
-      if base ~= nil and ffi.cast(char_p, C.dp_tensor_data(g)) ~= ffi.cast(char_p, base) + b.offsets[j] * b.itemsize then
-        all = false
-      end
-      C.dp_tensor_release(g)
-    end
-  end
-  return all, any
+  local st = C.dp_flat_grad_status(fn, b.flat_param.p, b.flat_grad.p, #b.params, b.c_params, b.c_offsets, all_box,
+                                   any_box)
+  if st ~= 0 then raise(ffi.string(C.dp_last_error())) end
+  return all_box[0] ~= 0, any_box[0] ~= 0
 end
 Optimizer._grad_status = grad_status
 
