@@ -912,13 +912,15 @@ function methods.backward(t, gradient, retain)
   check(C.dp_backward(t.p, gradient and gradient.p or nil, retain and 1 or 0))
 end
 
--- Runs fn with grad mode set, restoring the previous mode even on error.
-local function with_grad_mode(enabled, fn, ...)
-  local was = C.dp_set_grad_enabled(enabled)
-  local res = { pcall(fn, ...) }
+-- Runs fn with grad mode set, restoring the previous mode even on error
+-- (the results pass through varargs: no table per call).
+local function restore_grad_mode(was, ok, ...)
   C.dp_set_grad_enabled(was)
-  if not res[1] then error(res[2], 0) end
-  return unpack(res, 2, table.maxn(res))
+  if not ok then error((...), 0) end
+  return ...
+end
+local function with_grad_mode(enabled, fn, ...)
+  return restore_grad_mode(C.dp_set_grad_enabled(enabled), pcall(fn, ...))
 end
 
 function torch.no_grad(fn, ...)
