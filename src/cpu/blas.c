@@ -160,22 +160,35 @@ done:
         const int64_t pad = PAD(cols);                                                   \
         for (int64_t r = 0; r < rows; r++)                                               \
             for (int64_t jb = 0; jb < pad; jb += 16) {                                   \
-                vec acc[NV];                                                             \
+                vec acc[NV], acc2[NV];   /* even and odd k: twice the chains in flight */ \
                 for (int v = 0; v < NV; v++) {                                           \
                     vec zero = { 0 };                                                    \
-                    acc[v] = zero;                                                       \
+                    acc[v] = acc2[v] = zero;                                             \
                     if (init)                                                            \
                         memcpy(&acc[v], init + jb + v * W, sizeof(vec));                 \
                 }                                                                        \
-                for (int64_t k = 0; k < inner; k++) {                                    \
-                    const T a = A[r * ars + k * acs];                                    \
+                int64_t k = 0;                                                           \
+                for (; k + 1 < inner; k += 2) {                                          \
+                    const T a = A[r * ars + k * acs], a2 = A[r * ars + (k + 1) * acs];   \
                     const T *b = Bp + k * pad + jb;                                      \
                     for (int v = 0; v < NV; v++) {                                       \
-                        vec bv;                                                          \
+                        vec bv, bv2;                                                     \
                         memcpy(&bv, b + v * W, sizeof(vec));                             \
+                        memcpy(&bv2, b + pad + v * W, sizeof(vec));                      \
+                        acc[v] += a * bv;                                                \
+                        acc2[v] += a2 * bv2;                                             \
+                    }                                                                    \
+                }                                                                        \
+                for (; k < inner; k++) {                                                 \
+                    const T a = A[r * ars + k * acs];                                    \
+                    for (int v = 0; v < NV; v++) {                                       \
+                        vec bv;                                                          \
+                        memcpy(&bv, Bp + k * pad + jb + v * W, sizeof(vec));             \
                         acc[v] += a * bv;                                                \
                     }                                                                    \
                 }                                                                        \
+                for (int v = 0; v < NV; v++)                                             \
+                    acc[v] += acc2[v];                                                   \
                 T res[16];                                                               \
                 memcpy(res, acc, sizeof res);                                            \
                 int64_t n = cols - jb < 16 ? cols - jb : 16;                             \
