@@ -384,6 +384,9 @@ dp_status ag_grad_output(ag_node *n, int i, dp_tensor **out)
     const ag_input *in = &n->in[i];
     dp_tensor *leaf = n->leaf ? n->leaf[i] : NULL;
     dp_tensor *slot = leaf && !leaf->grad ? leaf->grad_slot : NULL;
+    for (int k = 0; slot && k < n->ninputs; k++)
+        if (k != i && n->leaf[k] == leaf)
+            slot = NULL;   /* the leaf's other gradient from this node is accumulated into the slot too */
     if (slot && slot->dtype == in->dtype && slot->device == in->device && slot->ndim == in->ndim &&
         memcmp(slot->shape, in->shape, sizeof(int64_t) * (size_t)in->ndim) == 0 && tensor_is_contiguous(slot)) {
         dp_tensor_retain(slot);

@@ -136,7 +136,9 @@ done:
  * call overhead (the seed model's layers are 32x10x10). */
 #define SMALL_GEMM 65536
 #define SMALL_PAD 16384     /* elements of padded operand copies on the stack */
-#define PAD(n) (((n) + 15) & ~(int64_t)15)
+/* Operand rows are padded to whole blocks of columns: 8 for narrow
+ * outputs (a 2-class head), else 16. */
+#define PAD(n) ((n) <= 8 ? (int64_t)8 : (((n) + 15) & ~(int64_t)15))
 
 /* Compiled twice, for the baseline x86-64 and for AVX2 with FMA (Haswell
  * on), chosen at load time by the CPU: the accumulators of a block fit in
@@ -148,18 +150,18 @@ done:
 #endif
 
 /* out (rows x cols) = init + A (rows x inner; A(r, k) = A[r*ars + k*acs])
- * @ Bp (inner x PAD(cols)), in blocks of 16 columns held in registers (GCC
+ * @ Bp (inner x PAD(cols)), in blocks of NB columns held in registers (GCC
  * vectors: AVX registers in the x86-64-v3 clone, SSE pairs otherwise).
  * init is a padded row (the bias) or NULL for zeros. */
-#define SMALL_GEMM_FN(T, name)                                                           \
+#define SMALL_GEMM_FN(T, name, NB)                                                       \
     SMALL_GEMM_CLONES static void name(int64_t rows, int64_t cols, int64_t inner, const T *A, \
                                        int64_t ars, int64_t acs, const T *Bp, const T *init, T *out) \
     {                                                                                    \
         typedef T vec __attribute__((vector_size(32)));   /* one AVX register */          \
-        enum { W = 32 / sizeof(T), NV = 16 / W };         /* a block is NV vectors */     \
+        enum { W = 32 / sizeof(T), NV = NB / W };         /* a block is NV vectors */     \
         const int64_t pad = PAD(cols);                                                   \
         for (int64_t r = 0; r < rows; r++)                                               \
-            for (int64_t jb = 0; jb < pad; jb += 16) {                                   \
+            for (int64_t jb = 0; jb < pad; jb += NB) {                                   \
                 vec acc[NV], acc2[NV];   /* even and odd k: twice the chains in flight */ \
                 for (int v = 0; v < NV; v++) {                                           \
                     vec zero = { 0 };                                                    \
@@ -189,16 +191,28 @@ done:
                 }                                                                        \
                 for (int v = 0; v < NV; v++)                                             \
                     acc[v] += acc2[v];                                                   \
-                T res[16];                                                               \
+                T res[NB];                                                               \
                 memcpy(res, acc, sizeof res);                                            \
-                int64_t n = cols - jb < 16 ? cols - jb : 16;                             \
+                int64_t n = cols - jb < NB ? cols - jb : NB;                             \
                 T *o = out + r * cols + jb;  /* a loop: memcpy's call costs more here */ \
                 for (int64_t t = 0; t < n; t++)                                          \
                     o[t] = res[t];                                                       \
             }                                                                            \
     }
-SMALL_GEMM_FN(float, small_gemm_f32)
-SMALL_GEMM_FN(double, small_gemm_f64)
+SMALL_GEMM_FN(float, small_gemm_f32_8, 8)
+SMALL_GEMM_FN(float, small_gemm_f32_16, 16)
+SMALL_GEMM_FN(double, small_gemm_f64_8, 8)
+SMALL_GEMM_FN(double, small_gemm_f64_16, 16)
+
+/* the block width that PAD(cols) padded to */
+#define SMALL_GEMM_PICK(T, name)                                                                         \
+    static void name(int64_t rows, int64_t cols, int64_t inner, const T *A, int64_t ars, int64_t acs,     \
+                     const T *Bp, const T *init, T *out)                                                  \
+    {                                                                                                    \
+        (cols <= 8 ? name##_8 : name##_16)(rows, cols, inner, A, ars, acs, Bp, init, out);               \
+    }
+SMALL_GEMM_PICK(float, small_gemm_f32)
+SMALL_GEMM_PICK(double, small_gemm_f64)
 
 /* dst (rows x PAD(cols)) = src (rows x cols; src(r, c) = src[r*rs + c*cs]), zero-padded */
 #define PAD_COPY(T, dst, src, rows, cols, rs, cs)                                         \

@@ -257,6 +257,20 @@ T.run("capturable Adam and AdamW", function()
            "capturable must be a boolean")
 end)
 
+-- A backward writes a parameter's gradient straight into its flat slot,
+-- unless the same parameter is another input of the node: linear(w, w).
+T.run("a parameter used twice by one op", function()
+  local w = nn.Parameter(torch.tensor({ { 1, 2 }, { 3, -1 } }, { dtype = torch.float64 }))
+  local _ = optim.SGD({ w }, { lr = 0.1 })   -- gives w a slot in a flat gradient buffer
+  local m = torch.tensor({ { 1, 2 }, { 0, 3 } }, { dtype = torch.float64 })   -- makes d/dx and d/dw differ
+  local lw = (nn.functional.linear(w, w) * m):sum()
+  lw:backward()
+  local v = torch.tensor({ { 1, 2 }, { 3, -1 } }, { dtype = torch.float64 }):requires_grad_()
+  local lv = (nn.functional.linear(v, v) * m):sum()
+  lv:backward()
+  T.ok(w.grad:eq(v.grad):all():item(), "both gradients reach the slot", tostring(w.grad) .. " vs " .. tostring(v.grad))
+end)
+
 ---------------------------------------------------------------- groups, zero_grad, flat buffers
 
 T.run("parameter groups", function()
