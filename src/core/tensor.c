@@ -536,6 +536,8 @@ dp_status dp_slice(dp_tensor **out, dp_tensor *t, int dim, int64_t start, int64_
     if (stop < 0) stop += n;
     start = start < 0 ? 0 : start > n ? n : start;
     stop = stop < start ? start : stop > n ? n : stop;
+    if (step > n)   /* at most one element either way; keeps step * stride from overflowing */
+        step = n > 0 ? n : 1;
     int64_t shape[DP_MAX_DIMS], stride[DP_MAX_DIMS];
     memcpy(shape, t->shape, sizeof shape);
     memcpy(stride, t->stride, sizeof stride);
