@@ -9,6 +9,7 @@
 #define DP_CORE_TENSOR_H
 
 #include "dplua.h"
+#include "core/dtype_conv.h"
 #include <stdbool.h>
 
 typedef struct dp_storage {
@@ -65,7 +66,7 @@ int64_t shape_numel(int ndim, const int64_t *shape);
 bool tensor_is_contiguous(const dp_tensor *t);
 static inline char *tensor_ptr(const dp_tensor *t)
 {
-    return (char *)t->storage->data + t->offset * (int64_t)dp_dtype_size(t->dtype);
+    return (char *)t->storage->data + t->offset * (int64_t)dt_size(t->dtype);   /* inline: hot */
 }
 /* Checks a dim against ndim, wrapping negatives; fn names the caller. */
 dp_status dim_check(const char *fn, int *dim, int ndim);

@@ -26,7 +26,7 @@ static int64_t blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, C
     return 0;
 }
 
-static dp_status to_int64(dp_tensor **res, dp_tensor *t)
+static dp_status as_int64_tensor(dp_tensor **res, dp_tensor *t)
 {
     dp_status st = tensor_new(res, t->ndim, t->shape, DP_INT64, t->device);
     if (!st && (st = cpu_copy(*res, t)))
@@ -40,7 +40,7 @@ static dp_status gemm_int(dp_tensor *out, dp_tensor *a, dp_tensor *b, int64_t ba
     dp_tensor *ia = NULL, *ib = NULL, *io = NULL;
     int64_t oshape[3] = { batch, m, n };
     dp_status st;
-    if ((st = to_int64(&ia, a)) || (st = to_int64(&ib, b)) ||
+    if ((st = as_int64_tensor(&ia, a)) || (st = as_int64_tensor(&ib, b)) ||
         (st = tensor_new(&io, 3, oshape, DP_INT64, out->device)))
         goto done;
     const int64_t *x = (const int64_t *)tensor_ptr(ia), *y = (const int64_t *)tensor_ptr(ib);
