@@ -82,6 +82,19 @@ static cudaError_t pool_setup(int device)
     return err;
 }
 
+/* Gives the pool's cached, unused memory back to the driver, after the
+ * frees queued so far (device must be current). */
+static cudaError_t trim_pool(int device)
+{
+    cudaMemPool_t pool;
+    cudaError_t err = cudaDeviceSynchronize();
+    if (err == cudaSuccess)
+        err = cudaDeviceGetDefaultMemPool(&pool, device);
+    if (err == cudaSuccess)
+        err = cudaMemPoolTrimTo(pool, 0);
+    return err;
+}
+
 /* ------------------------------------------------------------------------ */
 /* allocation                                                                */
 /* ------------------------------------------------------------------------ */
@@ -104,10 +117,8 @@ extern "C" int dpc_malloc(void **ptr, size_t bytes, int device, void *stream)
         /* Memory freed on other streams, or cached by the pool in blocks of
          * the wrong sizes, may be what is missing: wait for the frees,
          * give the cache back to the driver, and try once more. */
-        cudaMemPool_t pool;
         (void)cudaGetLastError();
-        if (cudaDeviceSynchronize() == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess &&
-            cudaMemPoolTrimTo(pool, 0) == cudaSuccess)
+        if (trim_pool(device) == cudaSuccess)
             err = cudaMallocAsync(ptr, bytes, (cudaStream_t)stream);
     }
     if (err != cudaSuccess)
@@ -171,20 +182,10 @@ extern "C" int dpc_synchronize(int device)
     return status(cudaDeviceSynchronize());
 }
 
-/* Gives the pool's cached, unused memory back to the driver, after the
- * frees queued so far. */
 extern "C" int dpc_pool_trim(int device)
 {
     device_guard guard(device);
-    cudaMemPool_t pool;
-    cudaError_t err = guard.err;
-    if (err == cudaSuccess)
-        err = cudaDeviceSynchronize();
-    if (err == cudaSuccess)
-        err = cudaDeviceGetDefaultMemPool(&pool, device);
-    if (err == cudaSuccess)
-        err = cudaMemPoolTrimTo(pool, 0);
-    return status(err);
+    return status(guard.err != cudaSuccess ? guard.err : trim_pool(device));
 }
 
 /* What the device's pool holds from the driver now and at most (either
@@ -219,6 +220,18 @@ extern "C" int dpc_mem_info(int device, size_t *free_bytes, size_t *total_bytes)
 /* streams and events                                                        */
 /* ------------------------------------------------------------------------ */
 
+/* A stream or event query: "not ready" is an answer (*done 0), not an
+ * error, and is cleared from the thread's last error. */
+static int query_status(cudaError_t err, int *done)
+{
+    *done = err == cudaSuccess;
+    if (err == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return status(err);
+}
+
 /* Non-blocking, as PyTorch's streams: no implicit ordering with the legacy
  * default stream, which a capture (below) needs. */
 extern "C" int dpc_stream_create(void **stream, int device)
@@ -243,13 +256,7 @@ extern "C" int dpc_stream_synchronize(void *stream)
 /* *done: 1 when all work queued on the stream has finished. */
 extern "C" int dpc_stream_query(void *stream, int *done)
 {
-    cudaError_t err = cudaStreamQuery((cudaStream_t)stream);
-    *done = err == cudaSuccess;
-    if (err == cudaErrorNotReady) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return status(err);
+    return query_status(cudaStreamQuery((cudaStream_t)stream), done);
 }
 
 extern "C" int dpc_stream_wait_event(void *stream, void *event)
@@ -283,13 +290,7 @@ extern "C" int dpc_event_synchronize(void *event)
 
 extern "C" int dpc_event_query(void *event, int *done)
 {
-    cudaError_t err = cudaEventQuery((cudaEvent_t)event);
-    *done = err == cudaSuccess;
-    if (err == cudaErrorNotReady) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return status(err);
+    return query_status(cudaEventQuery((cudaEvent_t)event), done);
 }
 
 extern "C" int dpc_event_elapsed(float *ms, void *start, void *end)
