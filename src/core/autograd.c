@@ -521,7 +521,7 @@ static dp_status scalar_one(dp_tensor **g, int dtype, int device)
         return DP_OK;
     }
     dp_status st = dp_full(g, 0, NULL, 1.0, dtype, device);
-    if (!st && slot && (device == DP_CPU || !gpu_capturing())) {
+    if (!st && slot && (device == DP_CPU || !dp_cuda_capturing())) {
         dp_tensor_retain(*g);
         *slot = *g;
     }

@@ -161,14 +161,15 @@ static struct {
     void *prev_stream;
 } capture;
 
-bool gpu_capturing(void)
+int dp_cuda_capturing(void)
 {
     return capture.pool != NULL;
 }
 
-int dp_cuda_capturing(void)
+/* a capture is under way on this device (its allocations and frees are the graph's) */
+static bool capturing_on(int device)
 {
-    return gpu_capturing();
+    return capture.pool && capture.device == device;
 }
 
 static dp_status not_capturable(const char *what)
@@ -255,7 +256,7 @@ dp_status gpu_storage_alloc(void **data, void **pool, size_t nbytes, int device)
     if (st != 0 || device >= count)
         return dp_fail(DP_ERR_DEVICE, "device cuda:%d is not available (%d CUDA device%s%s%s)", device, count,
                        count == 1 ? "" : "s", st ? ": " : "", st ? dpc_error_string(st) : "");
-    if (capture.pool && capture.device == device) {
+    if (capturing_on(device)) {
         dp_status ds = pool_alloc(capture.pool, data, nbytes);
         if (!ds) {
             capture.pool->refcount++;
@@ -286,15 +287,14 @@ void gpu_storage_free(void *data, void *pool, int device)
     }
     if (!data)
         return;
-    if (capture.pool && capture.device == device) {
+    if (capturing_on(device)) {
+        /* kept for the graph (with no header to remember it by: leaked rather than freed under the graph) */
         pool_block *b = calloc(1, sizeof *b);
         if (b) {
             b->data = data;
             b->next = capture.pool->kept;
             capture.pool->kept = b;
-            return;
         }
-        /* no header to remember it by: leak it rather than free it under the graph */
         return;
     }
     dpc_free(data, device, stream_of(device));   /* it sets the device */
@@ -305,7 +305,7 @@ void gpu_storage_free(void *data, void *pool, int device)
  * out here. */
 dp_status gpu_memcpy(void *dst, const void *src, size_t bytes, int kind, int device)
 {
-    if (kind != 2 && gpu_capturing())
+    if (kind != 2 && dp_cuda_capturing())
         return not_capturable(kind == 0 ? "a copy from the host to the GPU (a tensor made from Lua values, a "
                                           "random draw, a CPU tensor moved to the GPU)"
                                         : "a copy from the GPU to the host (:item(), :tolist(), print, :cpu())");
@@ -324,7 +324,7 @@ int dp_cuda_device_count(void)
 
 dp_status dp_cuda_synchronize(int device)
 {
-    if (gpu_capturing())
+    if (dp_cuda_capturing())
         return not_capturable("torch.cuda.synchronize()");
     dp_status st = gpu_status("synchronize", dpc_synchronize(device), -1);
     return st ? st : kernel_errors();
@@ -348,7 +348,7 @@ dp_status dp_cuda_empty_cache(int device)
     dp_status st = valid_device(device, "cuda.empty_cache");
     if (st)
         return st;
-    if (gpu_capturing())
+    if (dp_cuda_capturing())
         return not_capturable("torch.cuda.empty_cache()");
     return gpu_status("cuda.empty_cache", dpc_pool_trim(device), -1);
 }
@@ -411,7 +411,7 @@ dp_status dp_cuda_set_stream(int device, void *stream)
     dp_status st = valid_device(device, "cuda.set_stream");
     if (st)
         return st;
-    if (capture.pool && capture.device == device)
+    if (capturing_on(device))
         return not_capturable("changing the current stream");
     current_stream[device] = stream;
     return DP_OK;
@@ -424,7 +424,7 @@ void *dp_cuda_current_stream(int device)
 
 dp_status dp_cuda_stream_synchronize(void *stream)
 {
-    if (gpu_capturing())
+    if (dp_cuda_capturing())
         return not_capturable("Stream:synchronize()");
     dp_status st = gpu_status("Stream:synchronize", dpc_stream_synchronize(stream), -1);
     return st ? st : kernel_errors();
@@ -458,7 +458,7 @@ dp_status dp_cuda_event_record(void *event, void *stream)
 
 dp_status dp_cuda_event_synchronize(void *event)
 {
-    if (gpu_capturing())
+    if (dp_cuda_capturing())
         return not_capturable("Event:synchronize()");
     dp_status st = gpu_status("Event:synchronize", dpc_event_synchronize(event), -1);
     return st ? st : kernel_errors();
@@ -682,7 +682,7 @@ bool gpu_any(int what, dp_tensor *t)
 dp_status gpu_random(dp_tensor *t, int kind, uint64_t counter, uint64_t key, int64_t low, uint64_t range)
 {
     /* the counter is fixed at capture: every replay would draw the same numbers */
-    if (gpu_capturing())
+    if (dp_cuda_capturing())
         return not_capturable("a random draw (rand, randn, randint, dropout)");
     set_device(t->device);
     return gpu_status("random", dpc_random(t->dtype, kind, dp_tensor_numel(t), counter, key, low, range, first(t),
@@ -1018,7 +1018,6 @@ dp_status gpu_storage_alloc(void **data, void **pool, size_t nbytes, int device)
     return no_cuda();
 }
 void gpu_storage_free(void *data, void *pool, int device) { (void)data; (void)pool; (void)device; }
-bool gpu_capturing(void) { return false; }
 int dp_cuda_capturing(void) { return 0; }
 dp_status dp_cuda_stream_new(void **stream, int device) { *stream = NULL; (void)device; return no_cuda(); }
 dp_status dp_cuda_empty_cache(int device) { (void)device; return DP_OK; }

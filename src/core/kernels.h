@@ -41,8 +41,6 @@ dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, 
 bool gpu_any(int what, dp_tensor *t);
 /* t (new, contiguous) = the values of Philox blocks counter.. (core/philox.h) */
 dp_status gpu_random(dp_tensor *t, int kind, uint64_t counter, uint64_t key, int64_t low, uint64_t range);
-/* true while a CUDA graph is being captured: what cannot be captured fails */
-bool gpu_capturing(void);
 
 #define ON_CPU(t) ((t)->device == DP_CPU)
 

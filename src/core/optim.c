@@ -72,7 +72,7 @@ dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp
         return st;
     if (step < 1)
         return dp_fail(DP_ERR_ARG, "adam_step: step must be at least 1, got %lld", (long long)step);
-    if (!ON_CPU(param) && gpu_capturing())
+    if (!ON_CPU(param) && dp_cuda_capturing())
         return dp_fail(DP_ERR_CUDA, "torch.cuda.graph: this Adam keeps its step count (bias correction) on the "
                        "host, and a replay would repeat this step's; make it with {capturable = true} to capture "
                        "it, as in PyTorch");
