@@ -6,7 +6,6 @@
 #include "cpu/cpu.h"
 
 #include <math.h>
-#include <string.h>
 
 /* One loop per case, so that each is a plain vectorisable pass. */
 #define SGD_LOOP(T)                                                                     \
@@ -35,26 +34,28 @@
         }                                                                               \
     } while (0)
 
-/* bfloat16 buffers: the float32 step on float copies, each result rounded
- * back on store (PyTorch computes bf16 updates in float too). */
-static dp_status as_float(dp_tensor **out, dp_tensor *t)
+/* bfloat16 buffers (parameter, gradient, state; NULL ones stay NULL): the
+ * float32 step runs on float copies, and each result is rounded back on
+ * store (PyTorch computes bf16 updates in float too). */
+static dp_status float_copies(dp_tensor **f, dp_tensor *const *bufs, int n)
 {
-    *out = NULL;
-    if (!t)
-        return DP_OK;
-    dp_status st = tensor_new(out, t->ndim, t->shape, DP_FLOAT32, DP_CPU);
-    if (!st && (st = cpu_copy(*out, t)))
-        dp_tensor_release(*out);
+    dp_status st = DP_OK;
+    for (int i = 0; i < n; i++)
+        f[i] = NULL;
+    for (int i = 0; i < n && !st; i++)
+        if (bufs[i] && !(st = tensor_new(&f[i], bufs[i]->ndim, bufs[i]->shape, DP_FLOAT32, DP_CPU)))
+            st = cpu_copy(f[i], bufs[i]);
     return st;
 }
 
-static dp_status store_back(dp_tensor *const *to, dp_tensor *const *from, int n)
+/* Writes the copies back into every buffer but the gradient (index 1)
+ * when the step went well (st), and releases them. */
+static dp_status store_back(dp_tensor *const *bufs, dp_tensor **f, int n, dp_status st)
 {
-    dp_status st = DP_OK;
     for (int i = 0; i < n; i++) {
-        if (to[i] && !st)
-            st = cpu_copy(to[i], from[i]);
-        dp_tensor_release(from[i]);
+        if (!st && i != 1 && f[i])
+            st = cpu_copy(bufs[i], f[i]);
+        dp_tensor_release(f[i]);
     }
     return st;
 }
@@ -64,15 +65,11 @@ dp_status cpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
 {
     int64_t n = dp_tensor_numel(p);
     if (p->dtype == DP_BFLOAT16) {
-        dp_tensor *t[3] = { 0 }, *orig[3] = { p, g, buf };
-        dp_status st = DP_OK;
-        for (int i = 0; i < 3 && !st; i++)
-            st = as_float(&t[i], orig[i]);
+        dp_tensor *bufs[3] = { p, g, buf }, *f[3];
+        dp_status st = float_copies(f, bufs, 3);
         if (!st)
-            st = cpu_sgd_step(t[0], t[1], t[2], lr, momentum, dampening, nesterov, weight_decay, first_step);
-        dp_tensor *back[3] = { st ? NULL : p, NULL, st ? NULL : buf };
-        dp_status st2 = store_back(back, t, 3);
-        return st ? st : st2;
+            st = cpu_sgd_step(f[0], f[1], f[2], lr, momentum, dampening, nesterov, weight_decay, first_step);
+        return store_back(bufs, f, 3, st);
     }
     if (p->dtype == DP_FLOAT32)
         SGD_LOOP(float);
@@ -104,17 +101,11 @@ dp_status cpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, 
 {
     int64_t n = dp_tensor_numel(p);
     if (p->dtype == DP_BFLOAT16) {
-        dp_tensor *t[5] = { 0 }, *orig[5] = { p, g, m, v, vmax };
-        dp_status st = DP_OK;
-        for (int i = 0; i < 5 && !st; i++)
-            st = as_float(&t[i], orig[i]);
+        dp_tensor *bufs[5] = { p, g, m, v, vmax }, *f[5];
+        dp_status st = float_copies(f, bufs, 5);
         if (!st)
-            st = cpu_adam_step(t[0], t[1], t[2], t[3], t[4], lr, beta1, beta2, eps, weight_decay, decoupled, step);
-        dp_tensor *back[5] = { p, NULL, m, v, vmax };
-        if (st)
-            memset(back, 0, sizeof back);
-        dp_status st2 = store_back(back, t, 5);
-        return st ? st : st2;
+            st = cpu_adam_step(f[0], f[1], f[2], f[3], f[4], lr, beta1, beta2, eps, weight_decay, decoupled, step);
+        return store_back(bufs, f, 5, st);
     }
     double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
     double step_size = lr / bc1, bc2_sqrt = sqrt(bc2);
