@@ -109,6 +109,12 @@ end
 -- torch.float32, enabled = true; PyTorch's cache_enabled is accepted and
 -- ignored}. Returns what fn returns; the previous state comes back
 -- afterwards, also when fn raises (the error goes on).
+-- puts back the state that autocast() saved
+local function restore(saved)
+  saved.state.enabled, saved.state.dtype = saved.enabled, saved.dtype
+  publish()
+end
+
 function M.autocast(device_type, opts, fn, ...)
   local s = device_state(device_type, "autocast")
   if type(opts) == "function" then return M.autocast(device_type, nil, opts, fn, ...) end
@@ -127,15 +133,11 @@ function M.autocast(device_type, opts, fn, ...)
   local dtype = autocast_dtype(opts.dtype)
   local enabled = opts.enabled
   if enabled == nil then enabled = true end
-  local was_enabled, was_dtype = s.enabled, s.dtype
+  local saved = { state = s, enabled = s.enabled, dtype = s.dtype }
   s.enabled = enabled and true or false
   if enabled then s.dtype = dtype end
   publish()
-  local res = { pcall(fn, ...) }
-  s.enabled, s.dtype = was_enabled, was_dtype
-  publish()
-  if not res[1] then error(res[2], 0) end
-  return unpack(res, 2, table.maxn(res))
+  return torch._finally(restore, saved, pcall(fn, ...))
 end
 
 -- is_autocast_enabled([device_type]): without an argument, CUDA's state, as

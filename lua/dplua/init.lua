@@ -912,15 +912,19 @@ function methods.backward(t, gradient, retain)
   check(C.dp_backward(t.p, gradient and gradient.p or nil, retain and 1 or 0))
 end
 
--- Runs fn with grad mode set, restoring the previous mode even on error
--- (the results pass through varargs: no table per call).
-local function restore_grad_mode(was, ok, ...)
-  C.dp_set_grad_enabled(was)
+-- The tail of a context manager: finally(undo, arg, pcall(fn, ...)) calls
+-- undo(arg) whatever fn did, then raises fn's error again or returns its
+-- results (through varargs: no table per call).
+local function finally(undo, arg, ok, ...)
+  undo(arg)
   if not ok then error((...), 0) end
   return ...
 end
+torch._finally = finally
+
+-- Runs fn with grad mode set, restoring the previous mode even on error.
 local function with_grad_mode(enabled, fn, ...)
-  return restore_grad_mode(C.dp_set_grad_enabled(enabled), pcall(fn, ...))
+  return finally(C.dp_set_grad_enabled, C.dp_set_grad_enabled(enabled), pcall(fn, ...))
 end
 
 function torch.no_grad(fn, ...)
@@ -1197,10 +1201,7 @@ function torch.cuda.stream(s, fn, ...)
   if type(fn) ~= "function" then raise("cuda.stream: expected (stream, function), got a " .. typename(fn)) end
   local prev = torch.cuda.current_stream(s.device)
   torch.cuda.set_stream(s)
-  local res = { pcall(fn, ...) }
-  torch.cuda.set_stream(prev)
-  if not res[1] then error(res[2], 0) end
-  return unpack(res, 2, table.maxn(res))
+  return finally(torch.cuda.set_stream, prev, pcall(fn, ...))
 end
 function Stream:synchronize() check(C.dp_cuda_stream_synchronize(self.p)) end
 function Stream:query() check(C.dp_cuda_stream_query(self.p, done_box)); return done_box[0] ~= 0 end
