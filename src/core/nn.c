@@ -99,42 +99,53 @@ static dp_status linear_check(dp_tensor *x, dp_tensor *w, dp_tensor *b)
     return DP_OK;
 }
 
+/* The direct path's output, a new (M, N) tensor: the product, with the
+ * ReLU applied too when relu. */
+static dp_status linear_direct_out(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, bool relu)
+{
+    int64_t shape[2] = { x->shape[0], w->shape[0] };
+    dp_status st = tensor_new(out, 2, shape, x->dtype, x->device);
+    if (!st && (st = relu ? k_linear_relu(*out, x, w, b) : k_linear(*out, x, w, b)))
+        dp_tensor_release(*out);
+    return st;
+}
+
+/* The node of a linear op on out (x and w saved), or none without grad. */
+static dp_status linear_record(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, const char *name,
+                               ag_backward_fn fn, ag_node **n)
+{
+    dp_tensor *ins[3] = { x, w, b };
+    dp_status st = ag_record_or_drop(out, name, fn, b ? 3 : 2, ins, n);
+    if (!st && *n) {
+        ag_save(*n, x);
+        ag_save(*n, w);
+    }
+    return st;
+}
+
 dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
 {
     dp_status st = linear_check(x, w, b);
     if (st)
         return st;
-    dp_tensor *wt = NULL, *y = NULL;
     bool direct = linear_direct(x, w, b);
     if (direct) {
-        int64_t shape[2] = { x->shape[0], w->shape[0] };
-        if ((st = tensor_new(out, 2, shape, x->dtype, x->device)))
-            return st;
-        if ((st = k_linear(*out, x, w, b))) {
-            dp_tensor_release(*out);
-            return st;
-        }
-        goto record;
+        st = linear_direct_out(out, x, w, b, false);
+    } else {
+        dp_tensor *wt = NULL, *y = NULL;
+        int was = dp_set_grad_enabled(0);
+        st = dp_transpose(&wt, w, 0, 1);
+        if (!st)
+            st = b ? dp_matmul(&y, x, wt) : dp_matmul(out, x, wt);
+        if (!st && b)
+            st = dp_binary(out, DP_ADD, y, b);
+        dp_set_grad_enabled(was);
+        drop3(wt, y, NULL);
     }
-    int was = dp_set_grad_enabled(0);
-    st = dp_transpose(&wt, w, 0, 1);
-    if (!st)
-        st = b ? dp_matmul(&y, x, wt) : dp_matmul(out, x, wt);
-    if (!st && b)
-        st = dp_binary(out, DP_ADD, y, b);
-    dp_set_grad_enabled(was);
-    drop3(wt, y, NULL);
-    if (st)
-        return st;
-record:;
-    ag_node *n;
-    dp_tensor *ins[3] = { x, w, b };
-    if ((st = ag_record_or_drop(out, b ? "AddmmBackward0" : "MmBackward0", bw_linear, b ? 3 : 2, ins, &n)) || !n)
-        return st;
-    ag_save(n, x);
-    ag_save(n, w);
-    n->iarg[0] = direct;
-    return DP_OK;
+    ag_node *n = NULL;
+    if (!st && !(st = linear_record(out, x, w, b, b ? "AddmmBackward0" : "MmBackward0", bw_linear, &n)) && n)
+        n->iarg[0] = direct;
+    return st;
 }
 
 /* relu(linear(x, w, b)) as one node (nn.Sequential's Linear then ReLU):
@@ -165,21 +176,11 @@ dp_status dp_linear_relu(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor 
         dp_tensor_release(y);
         return st;
     }
-    int64_t shape[2] = { x->shape[0], w->shape[0] };
-    if ((st = tensor_new(out, 2, shape, x->dtype, x->device)))
-        return st;
-    if ((st = k_linear_relu(*out, x, w, b))) {
-        dp_tensor_release(*out);
-        return st;
-    }
-    ag_node *n;
-    dp_tensor *ins[3] = { x, w, b };
-    if ((st = ag_record_or_drop(out, "ReluBackward0", bw_linear_relu, b ? 3 : 2, ins, &n)) || !n)
-        return st;
-    ag_save(n, x);
-    ag_save(n, w);
-    ag_save_output(n, *out);
-    return DP_OK;
+    ag_node *n = NULL;
+    if (!(st = linear_direct_out(out, x, w, b, true)) &&
+        !(st = linear_record(out, x, w, b, "ReluBackward0", bw_linear_relu, &n)) && n)
+        ag_save_output(n, *out);
+    return st;
 }
 
 /* ---------------------------------------------------------------- cross-entropy */
