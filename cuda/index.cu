@@ -50,6 +50,20 @@ template <class Fn> static int with_fold_type(int dtype, Fn fn)
     return DPC_UNSUPPORTED;
 }
 
+/* Calls fn(T()) for an unsigned type of the dtype's element size: copies
+ * (select, gather) move elements as they are. DPC_UNSUPPORTED for a code
+ * that is not a dtype. */
+template <class Fn> static int with_element_bits(int dtype, Fn fn)
+{
+    switch (dt_size(dtype)) {
+    case 1: return fn(uint8_t());
+    case 2: return fn(uint16_t());
+    case 4: return fn(uint32_t());
+    case 8: return fn(uint64_t());
+    }
+    return DPC_UNSUPPORTED;
+}
+
 static bool fold_type_ok(int dtype)
 {
     return dtype == DP_FLOAT32 || dtype == DP_FLOAT64 || dtype == DP_BFLOAT16;
@@ -77,34 +91,23 @@ __global__ static void index_select_kernel(int64_t outer, int64_t size, int64_t 
     }
 }
 
-template <typename T>
-static int index_select_launch(int64_t outer, int64_t size, int64_t inner, const void *a, const int64_t *index,
-                               int64_t n, void *out, dpc_kernel_error *err, cudaStream_t stream)
-{
-    index_select_kernel<T><<<grid_for(outer * n * inner), INDEX_BLOCK, 0, stream>>>(
-        outer, size, inner, (const T *)a, index, n, (T *)out, err);
-    return (int)cudaGetLastError();
-}
-
 /* Any dtype: the copy moves 1, 2, 4 or 8 bytes per element. Positions of
  * out whose index is bad are left as they were. */
 extern "C" int dpc_index_select(int dtype, int64_t outer, int64_t size, int64_t inner, const void *a,
                                 const int64_t *index, int64_t n, void *out, dpc_kernel_error *err, void *stream)
 {
-    cudaStream_t s = (cudaStream_t)stream;
-    int bytes = (int)dt_size(dtype);
-    if (bytes == 0)
+    if (dt_size(dtype) == 0)
         return DPC_UNSUPPORTED;
     if (outer < 0 || size < 0 || inner < 0 || n < 0)
         return (int)cudaErrorInvalidValue;
     if (outer == 0 || inner == 0 || n == 0)
         return 0;
-    switch (bytes) {
-    case 1: return index_select_launch<uint8_t>(outer, size, inner, a, index, n, out, err, s);
-    case 2: return index_select_launch<uint16_t>(outer, size, inner, a, index, n, out, err, s);
-    case 4: return index_select_launch<uint32_t>(outer, size, inner, a, index, n, out, err, s);
-    default: return index_select_launch<uint64_t>(outer, size, inner, a, index, n, out, err, s);
-    }
+    return with_element_bits(dtype, [&](auto zero) {
+        using T = decltype(zero);
+        index_select_kernel<T><<<grid_for(outer * n * inner), INDEX_BLOCK, 0, (cudaStream_t)stream>>>(
+            outer, size, inner, (const T *)a, index, n, (T *)out, err);
+        return (int)cudaGetLastError();
+    });
 }
 
 /* ------------------------------------------------------------------------ */
@@ -221,15 +224,11 @@ extern "C" int dpc_gather(int dtype, dpc_shape s, dpc_operand out, dpc_operand a
         return (int)cudaErrorInvalidValue;
     if (total == 0)
         return 0;
-    cudaStream_t st = (cudaStream_t)stream;
-    switch ((int)dt_size(dtype)) {
-    case 1: gather_kernel<uint8_t><<<grid_for(total), INDEX_BLOCK, 0, st>>>(s, total, out, a, index, dim, size, err); break;
-    case 2: gather_kernel<uint16_t><<<grid_for(total), INDEX_BLOCK, 0, st>>>(s, total, out, a, index, dim, size, err); break;
-    case 4: gather_kernel<uint32_t><<<grid_for(total), INDEX_BLOCK, 0, st>>>(s, total, out, a, index, dim, size, err); break;
-    case 8: gather_kernel<uint64_t><<<grid_for(total), INDEX_BLOCK, 0, st>>>(s, total, out, a, index, dim, size, err); break;
-    default: return DPC_UNSUPPORTED;
-    }
-    return (int)cudaGetLastError();
+    return with_element_bits(dtype, [&](auto zero) {
+        gather_kernel<decltype(zero)><<<grid_for(total), INDEX_BLOCK, 0, (cudaStream_t)stream>>>(s, total, out, a,
+                                                                                                index, dim, size, err);
+        return (int)cudaGetLastError();
+    });
 }
 
 extern "C" int dpc_scatter_add(int dtype, dpc_shape s, dpc_operand out, dpc_operand index, dpc_operand src,
