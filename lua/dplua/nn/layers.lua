@@ -313,10 +313,11 @@ end
 -- (torch._linear_relu: one node, and on a GPU one kernel less), unless
 -- autocast is on or either module's forward was replaced.
 local function class_of(m) return rawget(getmetatable(m), "__class") end
+local autocast_on = false   -- kept by dplua.autocast, as F's is: no call per layer
+require("dplua.autocast").watch(function(on) autocast_on = on end)
 local function fusable(lin, act, x)
-  return class_of(lin) == L.Linear and class_of(act) == L.ReLU and torch.is_tensor(x)
+  return not autocast_on and class_of(lin) == L.Linear and class_of(act) == L.ReLU and torch.is_tensor(x)
          and rawget(lin._attrs, "forward") == nil and rawget(act._attrs, "forward") == nil
-         and not torch.is_autocast_enabled(x.is_cuda and "cuda" or "cpu")
 end
 
 function L.Sequential:forward(x, ...)
