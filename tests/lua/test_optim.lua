@@ -246,6 +246,9 @@ T.run("capturable Adam and AdamW", function()
         local resumed = cls(params(torch.float64), { lr = 0.01, amsgrad = true, capturable = true })
         resumed:load_state_dict(ob:state_dict())
         T.is(resumed:state_dict().state[0].step, 1, "a loaded capturable optimizer carries the step count")
+        local count = ob._buckets[1][1].step_t
+        ob:load_state_dict(ob:state_dict())
+        T.ok(ob._buckets[1][1].step_t == count, "loading keeps the same count tensor (a graph may hold its memory)")
       end
     end
     local ok, why = T.compare_values(values(b), values(a), 0, 0)

@@ -61,6 +61,7 @@ local function adam_class(name, decoupled, weight_decay)
       torch._adam_step(narrow(b.flat_param, b, j), grad, narrow(m, b, j), narrow(v, b, j), narrow(vmax, b, j),
                        g.lr, beta1, beta2, g.eps, g.weight_decay, decoupled, step + 1)
     end)
+    Optimizer._store_step(b)
   end
 
   function cls:_param_state(b, j, step)

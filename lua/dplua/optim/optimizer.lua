@@ -268,22 +268,25 @@ end
 ---------------------------------------------------------------- state dicts
 
 -- A capturable optimizer's count lives in b.step_t (replays of a CUDA
--- graph advance it, not b.step): bring b.step up to date from it, and
--- drop it, before anything reads or changes b.step by parameter.
+-- graph advance it, not b.step). _sync_step brings b.step up to date from
+-- it before b.step is read by parameter; _store_step writes a changed
+-- b.step back into the same tensor (a graph may hold its memory, so it is
+-- never replaced).
 function Optimizer._sync_step(b)
-  if b.step_t ~= nil then
-    b.step = b.step_t:item()
-    b.step_t = nil
-  end
+  if b.step_t ~= nil then b.step = b.step_t:item() end
 end
 
-local function param_step(b, j)
-  if b.steps then return b.steps[j] end
-  return b.step_t ~= nil and b.step_t:item() or b.step
+function Optimizer._store_step(b)
+  if b.step_t ~= nil and b.steps == nil then b.step_t:fill_(b.step) end
 end
+
+local function param_step(b, j) return b.steps and b.steps[j] or b.step end
 
 function Optimizer:state_dict()
   local state, groups, idx = {}, {}, 0
+  for gi in ipairs(self.param_groups) do
+    for _, b in ipairs(self._buckets[gi]) do Optimizer._sync_step(b) end
+  end
   for gi, group in ipairs(self.param_groups) do
     local g = {}
     for k, v in pairs(group) do if k ~= "params" then g[k] = copy_value(v) end end
@@ -334,7 +337,6 @@ function Optimizer:load_state_dict(sd)
       for i, p in ipairs(group.params) do
         local where = self._where[p]
         local b, j = where[1], where[2]
-        Optimizer._sync_step(b)
         if b.steps == nil then
           b.steps = {}
           for jj = 1, #b.params do b.steps[jj] = b.step end
@@ -355,6 +357,7 @@ function Optimizer:load_state_dict(sd)
           for j = 2, #b.steps do same = same and b.steps[j] == s end
           if same then b.step, b.steps = s, nil end
         end
+        Optimizer._store_step(b)
       end
     end
   end)
