@@ -810,11 +810,10 @@ dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_te
     int64_t M = g->shape[0], N = g->shape[1], K = x->shape[1];
     int st = set_device(g->device);
     if (!st) {   /* a small layer: all three in one launch */
-        st = dpc_linear_backward_small(g->dtype, M, N, K, first(g), first(x), first(w), dx ? first(dx) : NULL,
-                                       dw ? first(dw) : NULL, db ? first(db) : NULL, stream_of(g->device));
-        if (st != DPC_UNSUPPORTED)
-            return gpu_status("linear backward", st, g->dtype);
-        st = 0;
+        int small = dpc_linear_backward_small(g->dtype, M, N, K, first(g), first(x), first(w), dx ? first(dx) : NULL,
+                                              dw ? first(dw) : NULL, db ? first(db) : NULL, stream_of(g->device));
+        if (small != DPC_UNSUPPORTED)
+            return gpu_status("linear backward", small, g->dtype);
     }
     if (!st && dx)   /* dx (M, K) = g (M, N) @ w (N, K) */
         st = dpc_gemm(g->dtype, 0, 0, M, K, N, 1.0, first(g), N, 0, first(w), K, 0, 0.0, first(dx), K, 0, 1, NULL,
