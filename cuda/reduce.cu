@@ -465,7 +465,7 @@ struct ce_red_args {
 template <int DT>
 __device__ static void ce_reduce_block(const ce_red_args &r, double *sv, int64_t *si)
 {
-    const int es = DT == DP_FLOAT64 ? 8 : DT == DP_FLOAT32 ? 4 : 2;
+    const int es = (int)dt_size(DT);
     const double *rows = r.rows, *w = r.weight;
     const int64_t *target = r.target;
     const int64_t ignore = r.ignore_index, C = r.C;
@@ -509,7 +509,7 @@ __global__ static void ce_kernel(ce_args r, ce_red_args rr)
     __shared__ int64_t si[RED_THREADS];
     const int per_block = RED_THREADS / G;
     const int64_t C = r.C;
-    const int es = DT == DP_FLOAT64 ? 8 : DT == DP_FLOAT32 ? 4 : 2;
+    const int es = (int)dt_size(DT);
     int grp = threadIdx.x / G, lane = threadIdx.x % G;
     for (int64_t base = (int64_t)blockIdx.x * per_block; base < r.N; base += (int64_t)gridDim.x * per_block) {
         int64_t i = base + grp;
@@ -626,7 +626,7 @@ __global__ static void ce_bwd_kernel(ce_bwd_args r)
 {
     __shared__ double sv[RED_THREADS];
     __shared__ int64_t si[RED_THREADS];
-    const int es = DT == DP_FLOAT64 ? 8 : DT == DP_FLOAT32 ? 4 : 2;
+    const int es = (int)dt_size(DT);
     const int64_t C = r.C;
     double wall = (double)C;  /* without weights: C ones */
     if (r.need_wall) {
