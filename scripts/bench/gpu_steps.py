@@ -52,10 +52,6 @@ def row(name, f):
         print(f"{name} error: {msg[:300]}", flush=True)
 
 
-def mlp():
-    return mlp()
-
-
 def setup(make, batch, in_features, classes, lr):
     """model on the GPU, SGD, cross-entropy, a fixed batch; step() is one
     whole training step (zero_grad, forward, loss, backward, step)"""
