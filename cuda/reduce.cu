@@ -137,19 +137,28 @@ struct c_max {
 };
 }  // namespace
 
-/* Each thread folds elements lane, lane+G, ... of the row with comb, then
- * the group combines. LOAD(j) gives element j as (double, int64). */
+/* Each thread folds elements j0 + lane, j0 + lane + G, ... below j1 with
+ * comb, then the group combines. LOAD(j) gives element j as (double,
+ * int64). */
 template <int G, class Comb, class Load>
-__device__ static inline void group_fold(double &v, int64_t &i, int64_t n, double *sv, int64_t *si, Comb comb,
-                                         Load load)
+__device__ static inline void group_fold(double &v, int64_t &i, int64_t j0, int64_t j1, double *sv, int64_t *si,
+                                         Comb comb, Load load)
 {
-    for (int64_t j = threadIdx.x % G; j < n; j += G) {
+    for (int64_t j = j0 + threadIdx.x % G; j < j1; j += G) {
         double x;
         int64_t xi;
         load(j, x, xi);
         comb(v, i, x, xi);
     }
     group_reduce<G>(v, i, sv, si, comb);
+}
+
+/* The same over elements 0 .. n-1. */
+template <int G, class Comb, class Load>
+__device__ static inline void group_fold(double &v, int64_t &i, int64_t n, double *sv, int64_t *si, Comb comb,
+                                         Load load)
+{
+    group_fold<G>(v, i, 0, n, sv, si, comb, load);
 }
 
 /* G threads for a row of len: whole blocks for long rows (or few of
@@ -217,44 +226,100 @@ struct red_args {
 };
 }  // namespace
 
-/* Reduces the n elements at q (byte stride rs) of dtype IN; returns the
- * double value and sets *index (arg ops, max/min) and *ires (integer
- * sums and products). The group's threads all call it. */
+/* The ops other than var/std reduce through an associative combiner over
+ * (double, int64) pairs, so a row can be folded in slices and the slices'
+ * results folded again (the split path below). reduce_init gives the
+ * combiner's identity, reduce_fold folds elements [j0, j1) of the row at
+ * q (dtype IN, byte stride r.a_stride) into (v, i), with_combiner folds
+ * other pairs the same way, and reduce_finish turns the row's pair into
+ * its value, *index (arg ops, max/min) and *ires (integer sums and
+ * products). */
+__device__ static void reduce_init(int op, double &v, int64_t &i)
+{
+    bool prod = op == DP_PROD, best = op == DP_MAX || op == DP_MIN || op == DP_ARGMAX || op == DP_ARGMIN;
+    v = (prod || op == DP_ALL) ? 1 : 0;
+    i = prod ? 1 : best ? -1 : 0;   /* -1: c_best's empty slot */
+}
+
+/* Calls fn(combiner) with op's combiner; integer sums and products keep
+ * their exact value in the index slot. */
+template <class Fn> __device__ static void with_combiner(int op, bool is_int, Fn fn)
+{
+    switch (op) {
+    case DP_SUM: case DP_MEAN:
+        if (is_int)
+            fn(c_iadd());
+        else
+            fn(c_add());
+        return;
+    case DP_PROD:
+        if (is_int)
+            fn(c_imul());
+        else
+            fn(c_mul());
+        return;
+    case DP_MAX: case DP_ARGMAX: case DP_MIN: case DP_ARGMIN:
+        fn(c_best{ op == DP_MAX || op == DP_ARGMAX });
+        return;
+    case DP_ALL: fn(c_and()); return;
+    case DP_ANY: fn(c_or()); return;
+    }
+}
+
+template <int IN, int G>
+__device__ static void reduce_fold(const red_args &r, const char *q, int64_t j0, int64_t j1, double &v, int64_t &i,
+                                   double *sv, int64_t *si)
+{
+    const bool is_int = !(IN == DP_FLOAT32 || IN == DP_FLOAT64 || IN == DP_BFLOAT16);
+    const int64_t rs = r.a_stride;
+    const int op = r.op;
+    auto ld = [=](int64_t j, double &x, int64_t &xi) {
+        if (op == DP_ALL || op == DP_ANY) {
+            x = dt_load(IN, q + j * rs) != 0;
+            xi = j;
+        } else if (is_int && (op == DP_SUM || op == DP_MEAN || op == DP_PROD)) {
+            x = 0;
+            xi = dt_iload(IN, q + j * rs);
+        } else {
+            x = dt_load(IN, q + j * rs);
+            xi = j;
+        }
+    };
+    with_combiner(op, is_int, [&](auto comb) { group_fold<G>(v, i, j0, j1, sv, si, comb, ld); });
+}
+
+__device__ static double reduce_finish(int op, bool is_int, int64_t n, double v, int64_t i, int64_t *index,
+                                       int64_t *ires)
+{
+    switch (op) {
+    case DP_SUM: case DP_MEAN: case DP_PROD:
+        if (is_int) {
+            *ires = i;
+            return (double)i;
+        }
+        return op == DP_MEAN ? v / (double)n : v;
+    case DP_MAX: case DP_ARGMAX: case DP_MIN: case DP_ARGMIN:
+        *index = i;
+        return i < 0 ? NAN : v;
+    }
+    return v;
+}
+
+/* Reduces the n elements at q (byte stride r.a_stride) of dtype IN;
+ * returns the double value and sets *index and *ires as reduce_finish
+ * does. The group's threads all call it. */
 template <int IN, int G>
 __device__ static double reduce_row(const red_args &r, const char *q, int64_t n, int64_t *index, int64_t *ires,
                                     double *sv, int64_t *si)
 {
     const bool is_int = !(IN == DP_FLOAT32 || IN == DP_FLOAT64 || IN == DP_BFLOAT16);
-    const int64_t rs = r.a_stride;
-    auto ld = [=](int64_t j, double &x, int64_t &xi) { x = dt_load(IN, q + j * rs); xi = j; };
-    auto ild = [=](int64_t j, double &x, int64_t &xi) { x = 0; xi = dt_iload(IN, q + j * rs); };
-    double v = 0;
-    int64_t i = 0;
-    switch (r.op) {
-    case DP_SUM: case DP_MEAN:
-        if (is_int) {
-            group_fold<G>(v, i, n, sv, si, c_iadd(), ild);
-            *ires = i;
-            return (double)i;
-        }
-        group_fold<G>(v, i, n, sv, si, c_add(), ld);
-        return r.op == DP_MEAN ? v / (double)n : v;
-    case DP_PROD:
-        i = 1;
-        v = 1;
-        if (is_int) {
-            group_fold<G>(v, i, n, sv, si, c_imul(), ild);
-            *ires = i;
-            return (double)i;
-        }
-        group_fold<G>(v, i, n, sv, si, c_mul(), ld);
-        return v;
-    case DP_MAX: case DP_ARGMAX: case DP_MIN: case DP_ARGMIN:
-        i = -1;
-        group_fold<G>(v, i, n, sv, si, c_best{ r.op == DP_MAX || r.op == DP_ARGMAX }, ld);
-        *index = i;
-        return i < 0 ? NAN : v;
-    case DP_VAR: case DP_STD: {
+    double v;
+    int64_t i;
+    reduce_init(r.op, v, i);
+    if (r.op == DP_VAR || r.op == DP_STD) {
+        /* two passes: the mean, then the squared deviations */
+        const int64_t rs = r.a_stride;
+        auto ld = [=](int64_t j, double &x, int64_t &xi) { x = dt_load(IN, q + j * rs); xi = j; };
         group_fold<G>(v, i, n, sv, si, c_add(), ld);
         double mean = v / (double)n, ss = 0;
         auto dev = [=](int64_t j, double &x, int64_t &xi) {
@@ -267,18 +332,8 @@ __device__ static double reduce_row(const red_args &r, const char *q, int64_t n,
         double var = dof > 0 ? ss / dof : NAN;
         return r.op == DP_STD ? sqrt(var) : var;
     }
-    case DP_ALL: case DP_ANY: {
-        auto flag = [=](int64_t j, double &x, int64_t &xi) { x = dt_load(IN, q + j * rs) != 0; xi = j; };
-        if (r.op == DP_ALL) {
-            v = 1;
-            group_fold<G>(v, i, n, sv, si, c_and(), flag);
-        } else {
-            group_fold<G>(v, i, n, sv, si, c_or(), flag);
-        }
-        return v;
-    }
-    }
-    return 0;
+    reduce_fold<IN, G>(r, q, 0, n, v, i, sv, si);
+    return reduce_finish(r.op, is_int, n, v, i, index, ires);
 }
 
 /* reduce.c's reduce_row: what goes to out (and idx) for one position. */
@@ -321,6 +376,91 @@ __global__ static void reduce_kernel(red_args r)
     }
 }
 
+/* Few long rows would leave most of the GPU idle with one group per row
+ * (a loss's mean over a whole batch of activations ran on one block):
+ * then each row is cut into `split` slices of at least SPLIT_MIN_SLICE
+ * elements, a block folds each slice into a partial pair (pass 1), and a
+ * second launch folds each row's partials and writes the result (pass 2).
+ * The slicing depends only on the shape, so results are reproducible. */
+#define SPLIT_MIN_SLICE 16384
+#define SPLIT_BLOCKS 2048   /* about 16 blocks per SM on an H100/H200 */
+
+static int64_t split_for(int op, int64_t count, int64_t len)
+{
+    if (op == DP_VAR || op == DP_STD || len < 2 * SPLIT_MIN_SLICE || count * 4 >= SPLIT_BLOCKS)
+        return 1;
+    int64_t s = CEIL_DIV(len, (int64_t)SPLIT_MIN_SLICE), most = SPLIT_BLOCKS / count;
+    return s < most ? s : most;
+}
+
+template <int IN>
+__global__ static void reduce_split_kernel(red_args r, int64_t split, double *pv, int64_t *pi)
+{
+    __shared__ double sv[RED_THREADS];
+    __shared__ int64_t si[RED_THREADS];
+    int64_t per = CEIL_DIV(r.len, split);
+    for (int64_t b = blockIdx.x; b < r.count * split; b += gridDim.x) {
+        int64_t j0 = (b % split) * per, j1 = j0 + per < r.len ? j0 + per : r.len;
+        char *p[3];
+        iter_ptrs(r.it, b / split, p);
+        double v;
+        int64_t i;
+        reduce_init(r.op, v, i);
+        reduce_fold<IN, RED_THREADS>(r, p[2], j0, j1, v, i, sv, si);
+        if (threadIdx.x == 0) {
+            pv[b] = v;
+            pi[b] = i;
+        }
+    }
+}
+
+template <int IN>
+__global__ static void reduce_combine_kernel(red_args r, int64_t split, const double *pv, const int64_t *pi)
+{
+    __shared__ double sv[RED_THREADS];
+    __shared__ int64_t si[RED_THREADS];
+    const bool is_int = !(IN == DP_FLOAT32 || IN == DP_FLOAT64 || IN == DP_BFLOAT16);
+    for (int64_t pos = blockIdx.x; pos < r.count; pos += gridDim.x) {
+        const double *qv = pv + pos * split;
+        const int64_t *qi = pi + pos * split;
+        auto ld = [=](int64_t k, double &x, int64_t &xi) { x = qv[k]; xi = qi[k]; };
+        double v;
+        int64_t i, index = 0, ires = 0;
+        reduce_init(r.op, v, i);
+        with_combiner(r.op, is_int, [&](auto comb) { group_fold<RED_THREADS>(v, i, split, sv, si, comb, ld); });
+        v = reduce_finish(r.op, is_int, r.len, v, i, &index, &ires);
+        char *p[3];
+        iter_ptrs(r.it, pos, p);
+        if (threadIdx.x == 0)
+            reduce_write(r, p[0], p[1], p[2], v, index, ires);
+    }
+}
+
+/* Both passes, with the partials in a block from the stream's pool. */
+template <int IN>
+static int reduce_split(const red_args &r, int64_t split, cudaStream_t stream)
+{
+    int device;
+    void *ws;
+    int64_t parts = r.count * split;
+    int rc = (int)cudaGetDevice(&device);
+    if (rc == 0)
+        rc = dpc_malloc(&ws, (size_t)parts * (sizeof(double) + sizeof(int64_t)), device, stream);
+    if (rc != 0)
+        return rc;
+    double *pv = (double *)ws;
+    int64_t *pi = (int64_t *)(pv + parts);
+    unsigned grid = (unsigned)(parts < RED_MAX_BLOCKS ? parts : RED_MAX_BLOCKS);
+    reduce_split_kernel<IN><<<grid, RED_THREADS, 0, stream>>>(r, split, pv, pi);
+    rc = (int)cudaGetLastError();
+    if (rc == 0) {
+        reduce_combine_kernel<IN><<<(unsigned)r.count, RED_THREADS, 0, stream>>>(r, split, pv, pi);
+        rc = (int)cudaGetLastError();
+    }
+    int frc = dpc_free(ws, device, stream);
+    return rc != 0 ? rc : frc;
+}
+
 extern "C" int dpc_reduce(int op, int in_dtype, int out_dtype, dpc_shape s, dpc_operand out, dpc_operand idx,
                           dpc_operand a, int64_t len, int64_t a_stride, int correction, void *stream)
 {
@@ -345,6 +485,9 @@ extern "C" int dpc_reduce(int op, int in_dtype, int out_dtype, dpc_shape s, dpc_
     r.has_idx = idx.data != NULL;
     if (r.count <= 0)
         return 0;
+    int64_t split = split_for(op, r.count, len);
+    if (split > 1)
+        return with_dtype(in_dtype, [&](auto d) { return reduce_split<decltype(d)::value>(r, split, (cudaStream_t)stream); });
     int G = group_size(len, r.count);
     return with_dtype(in_dtype, [&](auto d) {
         return with_group(G, [&](auto g) {

@@ -100,6 +100,23 @@ for _, op in ipairs({ "sum", "mean", "prod", "amax", "amin", "argmax", "argmin",
   end
 end
 same("sum int64", function(a) return a:sum(1) end, { input(torch.int64, 4, 5) })
+-- few long rows take the split path (slices, then their partials)
+local long = 100003
+for _, op in ipairs({ "sum", "mean", "amax", "amin", "argmax", "argmin", "all", "any", "var" }) do
+  for _, dt in ipairs({ torch.float32, torch.bfloat16 }) do
+    local tag = op .. " " .. dt.name .. " of long rows"
+    same(tag .. ", all", function(a) return a[op](a) end, { input(dt, long) }, 1e-3)
+    same(tag .. ", dim 1", function(a) return a[op](a, 1) end, { input(dt, 3, long) }, 1e-3)
+    same(tag .. ", strided dim 0", function(a) return a[op](a, 0) end, { input(dt, long, 2) }, 1e-3)
+  end
+end
+same("prod of a long row", function(a) return a:prod() end, { torch.rand(long) * 0.01 + 0.995 }, 1e-3)
+same("sum int64 of long rows", function(a) return a:sum(1) end, { torch.randint(-1000000, 1000000, { 2, long }) })
+same("max with indices of long rows", function(a) local v, i = a:max(1); return { v, i } end, { input(torch.float32, 2, long) })
+local has_nan = input(torch.float32, long)
+has_nan[70000] = 0 / 0
+has_nan[90000] = 0 / 0
+same("argmax of a long row takes the first NaN", function(a) return a:argmax() end, { has_nan })
 same("max with indices", function(a) local v, i = a:max(1); return { v, i } end, { input(torch.float32, 6, 7) })
 same("softmax", function(a) return a:softmax(1) end, { input(torch.float32, 5, 9) })
 same("log_softmax dim 0", function(a) return a:log_softmax(0) end, { input(torch.float64, 5, 9) })
