@@ -43,9 +43,12 @@ typedef struct {
 /* ---- memory (cuda/memory.cu) ---- */
 
 /* Stream-ordered allocation from the device's memory pool, whose release
- * threshold is set high on first use so that freed memory stays cached. */
+ * threshold is set high on first use so that freed memory stays cached;
+ * small blocks are also cached per stream in front of it (memory.cu).
+ * dpc_free takes the size asked for (0 when unknown: the block goes
+ * straight back to the pool). */
 int dpc_malloc(void **ptr, size_t bytes, int device, void *stream);
-int dpc_free(void *ptr, int device, void *stream);
+int dpc_free(void *ptr, size_t bytes, int device, void *stream);
 /* kind: 0 host to device, 1 device to host, 2 device to device. A copy to
  * the host returns when the data is there. */
 int dpc_memcpy(void *dst, const void *src, size_t bytes, int kind, void *stream);

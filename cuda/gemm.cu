@@ -604,7 +604,7 @@ static int gemm_run(const gemm_args &g)
             rc = scale_bias(g, 1.0);
     }
     if (ws) {
-        int frc = dpc_free(ws, device, g.stream);
+        int frc = dpc_free(ws, ws_bytes, device, g.stream);
         if (rc == 0)
             rc = frc;
     }

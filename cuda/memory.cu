@@ -9,6 +9,13 @@
  * stay cached and a training step that frees and reallocates the same
  * sizes costs no driver calls (what PyTorch's caching allocator buys).
  *
+ * In front of the pools, blocks of up to 1 MiB that are freed outside a
+ * capture are kept per size class and handed to the next request of their
+ * class on the same device and stream (the small-block cache below): a
+ * training step of a small model frees and makes the same few tensors
+ * each time, and that saves a cudaMallocAsync and cudaFreeAsync, each a
+ * driver call, per tensor.
+ *
  * Calls that name a device make it current for their duration and put the
  * caller's current device back, so that none of them changes which device
  * later calls default to (only dpc_set_device does that).
@@ -96,6 +103,85 @@ static cudaError_t trim_pool(int device)
 }
 
 /* ------------------------------------------------------------------------ */
+/* the small-block cache                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Blocks are cached by size class (requests rounded up to CACHE_GRAIN
+ * bytes), at most CACHE_DEPTH per class, each with the device and stream
+ * it was freed on. A block is only reused on that stream, where the
+ * stream's order makes the reuse as safe as the pool's own. While any
+ * capture runs the cache is bypassed both ways: a graph must neither take
+ * a block that eager work will reuse nor leave its own memory here. The
+ * cached blocks go back to the pool on dpc_pool_trim (empty_cache),
+ * before an out-of-memory retry, and when their stream is destroyed. */
+#define CACHE_GRAIN 512
+#define CACHE_CLASSES 2048   /* classes 1 .. 2048: blocks up to 1 MiB */
+#define CACHE_DEPTH 8
+
+namespace {   /* file-local types: no clash with another file's of the same name */
+struct cached_block {
+    void *ptr, *stream;
+    int device;
+};
+struct cache_class {
+    int n;
+    cached_block b[CACHE_DEPTH];
+};
+}  // namespace
+
+static cache_class block_cache[CACHE_CLASSES + 1];   /* under cache_mutex */
+static std::mutex cache_mutex;
+static std::atomic<int> captures_running;
+
+/* The class of a request, or 0 when it is not cached. */
+static size_t cache_class_of(size_t bytes)
+{
+    size_t c = (bytes + CACHE_GRAIN - 1) / CACHE_GRAIN;
+    return c <= CACHE_CLASSES && captures_running.load(std::memory_order_relaxed) == 0 ? c : 0;
+}
+
+static void *cache_take(size_t c, int device, void *stream)
+{
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    cache_class &k = block_cache[c];
+    for (int j = k.n - 1; j >= 0; j--)
+        if (k.b[j].device == device && k.b[j].stream == stream) {
+            void *ptr = k.b[j].ptr;
+            k.b[j] = k.b[--k.n];
+            return ptr;
+        }
+    return NULL;
+}
+
+static bool cache_put(size_t c, void *ptr, int device, void *stream)
+{
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    cache_class &k = block_cache[c];
+    if (k.n == CACHE_DEPTH)
+        return false;
+    k.b[k.n++] = cached_block{ ptr, stream, device };
+    return true;
+}
+
+/* Gives the cached blocks of device (all devices when -1) and stream (any
+ * when any_stream) back to the pool, each on its own stream. */
+static void cache_flush(int device, bool any_stream, void *stream)
+{
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    for (size_t c = 1; c <= CACHE_CLASSES; c++) {
+        cache_class &k = block_cache[c];
+        for (int j = k.n - 1; j >= 0; j--) {
+            cached_block b = k.b[j];
+            if ((device >= 0 && b.device != device) || (!any_stream && b.stream != stream))
+                continue;
+            k.b[j] = k.b[--k.n];
+            device_guard guard(b.device);
+            (void)status(guard.err != cudaSuccess ? guard.err : cudaFreeAsync(b.ptr, (cudaStream_t)b.stream));
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
 /* allocation                                                                */
 /* ------------------------------------------------------------------------ */
 
@@ -107,6 +193,12 @@ extern "C" int dpc_malloc(void **ptr, size_t bytes, int device, void *stream)
     *ptr = NULL;
     if (bytes == 0)
         return 0;
+    size_t c = cache_class_of(bytes);
+    if (c != 0) {
+        if ((*ptr = cache_take(c, device, stream)) != NULL)
+            return 0;
+        bytes = c * CACHE_GRAIN;   /* so that the block can serve its whole class later */
+    }
     device_guard guard(device);
     if (guard.err != cudaSuccess)
         return status(guard.err);
@@ -114,10 +206,12 @@ extern "C" int dpc_malloc(void **ptr, size_t bytes, int device, void *stream)
     if (err == cudaSuccess)
         err = cudaMallocAsync(ptr, bytes, (cudaStream_t)stream);
     if (err == cudaErrorMemoryAllocation) {
-        /* Memory freed on other streams, or cached by the pool in blocks of
-         * the wrong sizes, may be what is missing: wait for the frees,
-         * give the cache back to the driver, and try once more. */
+        /* Memory freed on other streams, held by the small-block cache, or
+         * cached by the pool in blocks of the wrong sizes may be what is
+         * missing: wait for the frees, give the caches back to the
+         * driver, and try once more. */
         (void)cudaGetLastError();
+        cache_flush(device, true, NULL);
         if (trim_pool(device) == cudaSuccess)
             err = cudaMallocAsync(ptr, bytes, (cudaStream_t)stream);
     }
@@ -126,12 +220,15 @@ extern "C" int dpc_malloc(void **ptr, size_t bytes, int device, void *stream)
     return status(err);
 }
 
-/* The block returns to the pool once the work queued on `stream` before
- * this call is done; work on other streams that still uses it must be
- * ordered before this point by the caller. */
-extern "C" int dpc_free(void *ptr, int device, void *stream)
+/* The block returns to the pool (or the cache) once the work queued on
+ * `stream` before this call is done; work on other streams that still
+ * uses it must be ordered before this point by the caller. */
+extern "C" int dpc_free(void *ptr, size_t bytes, int device, void *stream)
 {
     if (ptr == NULL)
+        return 0;
+    size_t c = bytes ? cache_class_of(bytes) : 0;
+    if (c != 0 && cache_put(c, ptr, device, stream))
         return 0;
     device_guard guard(device);
     if (guard.err != cudaSuccess)
@@ -184,6 +281,7 @@ extern "C" int dpc_synchronize(int device)
 
 extern "C" int dpc_pool_trim(int device)
 {
+    cache_flush(device, true, NULL);
     device_guard guard(device);
     return status(guard.err != cudaSuccess ? guard.err : trim_pool(device));
 }
@@ -245,7 +343,10 @@ extern "C" int dpc_stream_create(void **stream, int device)
 
 extern "C" int dpc_stream_destroy(void *stream)
 {
-    return stream ? status(cudaStreamDestroy((cudaStream_t)stream)) : 0;
+    if (stream == NULL)
+        return 0;
+    cache_flush(-1, false, stream);   /* their frees are queued on it */
+    return status(cudaStreamDestroy((cudaStream_t)stream));
 }
 
 extern "C" int dpc_stream_synchronize(void *stream)
@@ -309,7 +410,11 @@ extern "C" int dpc_event_elapsed(float *ms, void *start, void *end)
  * synchronisation) before CUDA sees them. */
 extern "C" int dpc_capture_begin(void *stream)
 {
-    return status(cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeRelaxed));
+    captures_running++;
+    cudaError_t err = cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeRelaxed);
+    if (err != cudaSuccess)
+        captures_running--;
+    return status(err);
 }
 
 /* Ends the capture; with keep, instantiates it into *exec. The graph
@@ -319,6 +424,7 @@ extern "C" int dpc_capture_end(void *stream, int keep, void **exec)
     cudaGraph_t graph = NULL;
     *exec = NULL;
     cudaError_t err = cudaStreamEndCapture((cudaStream_t)stream, &graph);
+    captures_running--;   /* the capture is over, whether or not it worked */
     if (err == cudaSuccess && keep)
         err = cudaGraphInstantiate((cudaGraphExec_t *)exec, graph, 0);
     if (graph)

@@ -443,9 +443,10 @@ static int reduce_split(const red_args &r, int64_t split, cudaStream_t stream)
     int device;
     void *ws;
     int64_t parts = r.count * split;
+    size_t bytes = (size_t)parts * (sizeof(double) + sizeof(int64_t));
     int rc = (int)cudaGetDevice(&device);
     if (rc == 0)
-        rc = dpc_malloc(&ws, (size_t)parts * (sizeof(double) + sizeof(int64_t)), device, stream);
+        rc = dpc_malloc(&ws, bytes, device, stream);
     if (rc != 0)
         return rc;
     double *pv = (double *)ws;
@@ -457,7 +458,7 @@ static int reduce_split(const red_args &r, int64_t split, cudaStream_t stream)
         reduce_combine_kernel<IN><<<(unsigned)r.count, RED_THREADS, 0, stream>>>(r, split, pv, pi);
         rc = (int)cudaGetLastError();
     }
-    int frc = dpc_free(ws, device, stream);
+    int frc = dpc_free(ws, bytes, device, stream);
     return rc != 0 ? rc : frc;
 }
 

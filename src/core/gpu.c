@@ -225,7 +225,7 @@ static void pool_release(gpu_pool *p)
     }
     for (pool_block *b = p->kept, *next; b; b = next) {
         next = b->next;
-        (void)dpc_free(b->data, p->device, NULL);
+        (void)dpc_free(b->data, 0, p->device, NULL);
         free(b);
     }
     free(p);
@@ -274,7 +274,7 @@ dp_status gpu_storage_alloc(void **data, void **pool, size_t nbytes, int device)
     return DP_OK;
 }
 
-void gpu_storage_free(void *data, void *pool, int device)
+void gpu_storage_free(void *data, size_t nbytes, void *pool, int device)
 {
     gpu_pool *p = pool;
     if (p) {
@@ -297,7 +297,7 @@ void gpu_storage_free(void *data, void *pool, int device)
         }
         return;
     }
-    dpc_free(data, device, stream_of(device));   /* it sets the device */
+    dpc_free(data, nbytes, device, stream_of(device));   /* it sets the device */
 }
 
 /* Contiguous bytes between host and device (kind as dpc_memcpy). A copy
@@ -1016,7 +1016,13 @@ dp_status gpu_storage_alloc(void **data, void **pool, size_t nbytes, int device)
     (void)data; (void)pool; (void)nbytes; (void)device;
     return no_cuda();
 }
-void gpu_storage_free(void *data, void *pool, int device) { (void)data; (void)pool; (void)device; }
+void gpu_storage_free(void *data, size_t nbytes, void *pool, int device)
+{
+    (void)data;
+    (void)nbytes;
+    (void)pool;
+    (void)device;
+}
 int dp_cuda_capturing(void) { return 0; }
 dp_status dp_cuda_stream_new(void **stream, int device) { *stream = NULL; (void)device; return no_cuda(); }
 dp_status dp_cuda_empty_cache(int device) { (void)device; return DP_OK; }

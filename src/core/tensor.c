@@ -140,7 +140,7 @@ void storage_release(dp_storage *s)
     if (s && --s->refcount == 0) {
         account(s->device, -(int64_t)s->nbytes);
         if (s->device != DP_CPU) {
-            gpu_storage_free(s->data, s->pool, s->device);
+            gpu_storage_free(s->data, s->nbytes, s->pool, s->device);
             free(s);
             return;
         }

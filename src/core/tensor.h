@@ -55,7 +55,7 @@ void cpu_alloc_size(size_t n, size_t *capacity);   /* the capacity cpu_alloc(n) 
 /* *pool: the CUDA graph pool the memory came from (during a capture), or
  * NULL; given back to gpu_storage_free with the data. */
 dp_status gpu_storage_alloc(void **data, void **pool, size_t nbytes, int device);
-void gpu_storage_free(void *data, void *pool, int device);
+void gpu_storage_free(void *data, size_t nbytes, void *pool, int device);
 
 /* tensor.c */
 void storage_release(dp_storage *s);

@@ -231,6 +231,34 @@ T.run("device and memory queries", function()
   T.ok(torch.cuda.max_memory_reserved() >= 256 * 2 ^ 20, "max_memory_reserved remembers them")
 end)
 
+T.run("the small-block cache reuses a block only on the stream it was freed on", function()
+  local s = torch.cuda.Stream()
+  local a = torch.ones(1000, { device = dev })
+  local p = a:data_ptr()
+  a = nil
+  collectgarbage()   -- freed on the default stream
+  local b
+  torch.cuda.stream(s, function() b = torch.zeros(1000, { device = dev }) end)
+  T.ok(b:data_ptr() ~= p, "another stream gets another block")
+  local c = torch.zeros(1000, { device = dev })
+  T.ok(c:data_ptr() == p, "the same stream gets the freed block back")
+  T.is(c:sum():item(), 0, "and it holds what was written, not the old ones")
+  torch.cuda.stream(s, function()
+    b = nil
+    collectgarbage()   -- freed on s, into the cache
+  end)
+  s = nil
+  collectgarbage()   -- s destroyed: its cached block goes back to the pool first
+  local s2 = torch.cuda.Stream()
+  local d
+  torch.cuda.stream(s2, function() d = torch.full({ 1000 }, 2, { device = dev }) end)
+  torch.cuda.current_stream():wait_stream(s2)
+  T.is(d:sum():item(), 2000, "a new stream after one destroyed with a cached block")
+  torch.cuda.empty_cache()
+  local e = torch.ones(1000, { device = dev })
+  T.is(e:sum():item(), 1000, "allocation works after empty_cache gave the cached blocks back")
+end)
+
 ---------------------------------------------------------------- errors found by kernels
 
 T.run("a bad class index is raised at the next synchronisation", function()
