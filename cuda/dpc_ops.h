@@ -48,6 +48,9 @@ typedef struct {
  * dpc_free takes the size asked for (0 when unknown: the block goes
  * straight back to the pool). */
 int dpc_malloc(void **ptr, size_t bytes, int device, void *stream);
+/* The workspace cuBLASLt is given (what NVIDIA recommends for Hopper),
+ * one of the cached sizes. */
+#define DPC_GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
 int dpc_free(void *ptr, size_t bytes, int device, void *stream);
 /* kind: 0 host to device, 1 device to host, 2 device to device. A copy to
  * the host returns when the data is there. */

@@ -11,10 +11,10 @@
  * cuBLASLt is dlopen()ed on first use (see dp_cuda.h): every cublasLt*
  * function is looked up once through dpc_cublaslt_symbol() and called
  * through a pointer. One handle per device is created on first use. The
- * workspace is taken from the device's caching pool on the call's own
- * stream for each product and given back right after it: a workspace
- * shared by the whole device would be raced on by products queued on two
- * streams at once, and from the pool it costs no driver call. Descriptors
+ * workspace is taken on the call's own stream for each product and given
+ * back right after it: a workspace shared by the whole device would be
+ * raced on by products queued on two streams at once, and memory.cu's
+ * cache keeps one per stream, so that this costs no driver call. Descriptors
  * are made for each call; the algorithm cuBLASLt's heuristic picks is
  * cached per shape, since asking is the costly part. Products of at most
  * GEMM_OWN_FLOPS multiply-adds skip cuBLASLt for a kernel of our own.
@@ -45,8 +45,6 @@
 #define GEMM_BLOCK 256
 /* Devices that get a cuBLASLt handle. */
 #define GEMM_MAX_DEVICES 64
-/* What NVIDIA recommends for Hopper. */
-#define GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
 /* m*n*k up to which a product is first tried without a workspace. */
 #define GEMM_SMALL_FLOPS (1 << 20)
 
@@ -589,7 +587,7 @@ static int gemm_run(const gemm_args &g)
     bool small = (double)g.m * (double)g.n * (double)g.k * (double)g.batch <= GEMM_SMALL_FLOPS;
     rc = small ? lt_matmul(handle, g, device, g.bias != NULL, NULL, 0) : DPC_UNSUPPORTED;
     if (rc == DPC_UNSUPPORTED) {
-        ws_bytes = GEMM_WORKSPACE_BYTES;
+        ws_bytes = DPC_GEMM_WORKSPACE_BYTES;
         if (dpc_malloc(&ws, ws_bytes, device, g.stream) != 0) {
             ws = NULL;
             ws_bytes = 0;

@@ -9,8 +9,8 @@
  * stay cached and a training step that frees and reallocates the same
  * sizes costs no driver calls (what PyTorch's caching allocator buys).
  *
- * In front of the pools, blocks of up to 1 MiB that are freed outside a
- * capture are kept per size class and handed to the next request of their
+ * In front of the pools, blocks of up to 1 MiB (and GEMM workspaces) that
+ * are freed outside a capture are kept per size class and handed to the next request of their
  * class on the same device and stream (the small-block cache below): a
  * training step of a small model frees and makes the same few tensors
  * each time, and that saves a cudaMallocAsync and cudaFreeAsync, each a
@@ -116,6 +116,7 @@ static cudaError_t trim_pool(int device)
  * before an out-of-memory retry, and when their stream is destroyed. */
 #define CACHE_GRAIN 512
 #define CACHE_CLASSES 2048   /* classes 1 .. 2048: blocks up to 1 MiB */
+#define CACHE_WORKSPACE (CACHE_CLASSES + 1)   /* and one class for GEMM workspaces */
 #define CACHE_DEPTH 8
 
 namespace {   /* file-local types: no clash with another file's of the same name */
@@ -129,15 +130,15 @@ struct cache_class {
 };
 }  // namespace
 
-static cache_class block_cache[CACHE_CLASSES + 1];   /* under cache_mutex */
+static cache_class block_cache[CACHE_WORKSPACE + 1];   /* under cache_mutex */
 static std::mutex cache_mutex;
 static std::atomic<int> captures_running;
 
 /* The class of a request, or 0 when it is not cached. */
 static size_t cache_class_of(size_t bytes)
 {
-    size_t c = (bytes + CACHE_GRAIN - 1) / CACHE_GRAIN;
-    return c <= CACHE_CLASSES && captures_running.load(std::memory_order_relaxed) == 0 ? c : 0;
+    size_t c = bytes == DPC_GEMM_WORKSPACE_BYTES ? CACHE_WORKSPACE : (bytes + CACHE_GRAIN - 1) / CACHE_GRAIN;
+    return c <= CACHE_WORKSPACE && captures_running.load(std::memory_order_relaxed) == 0 ? c : 0;
 }
 
 static void *cache_take(size_t c, int device, void *stream)
@@ -168,7 +169,7 @@ static bool cache_put(size_t c, void *ptr, int device, void *stream)
 static void cache_flush(int device, bool any_stream, void *stream)
 {
     std::lock_guard<std::mutex> lock(cache_mutex);
-    for (size_t c = 1; c <= CACHE_CLASSES; c++) {
+    for (size_t c = 1; c <= CACHE_WORKSPACE; c++) {
         cache_class &k = block_cache[c];
         for (int j = k.n - 1; j >= 0; j--) {
             cached_block b = k.b[j];
@@ -197,7 +198,8 @@ extern "C" int dpc_malloc(void **ptr, size_t bytes, int device, void *stream)
     if (c != 0) {
         if ((*ptr = cache_take(c, device, stream)) != NULL)
             return 0;
-        bytes = c * CACHE_GRAIN;   /* so that the block can serve its whole class later */
+        if (c <= CACHE_CLASSES)
+            bytes = c * CACHE_GRAIN;   /* so that the block can serve its whole class later */
     }
     device_guard guard(device);
     if (guard.err != cudaSuccess)
