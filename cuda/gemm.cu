@@ -14,9 +14,10 @@
  * workspace is taken on the call's own stream for each product and given
  * back right after it: a workspace shared by the whole device would be
  * raced on by products queued on two streams at once, and memory.cu's
- * cache keeps one per stream, so that this costs no driver call. Descriptors
- * are made for each call; the algorithm cuBLASLt's heuristic picks is
- * cached per shape, since asking is the costly part. Products of at most
+ * cache keeps one per stream, so that this costs no driver call. The
+ * descriptors of a product and the algorithm cuBLASLt's heuristic picks
+ * for it are made once per shape (a plan) and cached, so that a repeated
+ * product costs one cublasLtMatmul call on the host. Products of at most
  * GEMM_OWN_FLOPS multiply-adds skip cuBLASLt for a kernel of our own.
  */
 #ifdef HAVE_CONFIG_H
@@ -343,81 +344,66 @@ static int lt_handle(int device, cublasLtHandle_t *handle)
 }
 
 /* ------------------------------------------------------------------------ */
-/* the algorithm cache                                                       */
+/* the plan cache                                                            */
 /* ------------------------------------------------------------------------ */
 
 /* Everything cuBLASLt's heuristic is told about a product; products with
- * equal keys get the same algorithm. Compared with memcmp, so always
- * zeroed before it is filled. */
+ * equal keys share a plan. Compared with memcmp, so always zeroed before
+ * it is filled. */
 namespace {   /* file-local types: no clash with another file's of the same name */
 struct algo_key {
     int64_t device, dtype, tf32, trans_a, trans_b, m, n, k, lda, ldb, ldc;
     int64_t stride_a, stride_b, stride_c, batch, epilogue;
     int64_t align_a, align_b, align_c, align_bias, workspace;
 };
+
+/* A product's descriptors and the algorithm the heuristic chose for them,
+ * or (ok 0) the heuristic's "none": what is costly about a product on the
+ * host, made once per shape. Only the bias pointer changes from call to
+ * call. */
+struct lt_plan {
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t a = NULL, b = NULL, c = NULL;
+    cublasLtMatmulAlgo_t algo;
+    int ok = 0;
+    lt_plan() = default;   /* no destructor: the cache lives until exit */
+    lt_plan(const lt_plan &) = delete;
+    lt_plan &operator=(const lt_plan &) = delete;
+    void clear()
+    {
+        if (c) lt.MatrixLayoutDestroy(c);
+        if (b) lt.MatrixLayoutDestroy(b);
+        if (a) lt.MatrixLayoutDestroy(a);
+        if (op) lt.MatmulDescDestroy(op);
+        op = NULL;
+        a = b = c = NULL;
+        ok = 0;
+    }
+};
 }  // namespace
 
-#define ALGO_CACHE_SIZE 256
+#define PLAN_CACHE_SIZE 256
+/* Direct-mapped. Held under lt_mutex from lookup to the end of the
+ * product's launch, since the bias pointer is set on the shared
+ * descriptor. */
 static struct {
     int used;
     algo_key key;
-    cublasLtMatmulAlgo_t algo;
-} algo_cache[ALGO_CACHE_SIZE];   /* under lt_mutex; direct-mapped */
+    lt_plan plan;
+} plan_cache[PLAN_CACHE_SIZE];
 
-static unsigned algo_slot(const algo_key *key)
+static unsigned plan_slot(const algo_key *key)
 {
     const unsigned char *p = (const unsigned char *)key;
     uint32_t h = 2166136261u;   /* FNV-1a */
     for (size_t i = 0; i < sizeof *key; i++)
         h = (h ^ p[i]) * 16777619u;
-    return h % ALGO_CACHE_SIZE;
-}
-
-static bool algo_lookup(const algo_key *key, cublasLtMatmulAlgo_t *algo)
-{
-    unsigned slot = algo_slot(key);
-    bool hit;
-    pthread_mutex_lock(&lt_mutex);
-    hit = algo_cache[slot].used && memcmp(&algo_cache[slot].key, key, sizeof *key) == 0;
-    if (hit)
-        *algo = algo_cache[slot].algo;
-    pthread_mutex_unlock(&lt_mutex);
-    return hit;
-}
-
-static void algo_store(const algo_key *key, const cublasLtMatmulAlgo_t *algo)
-{
-    unsigned slot = algo_slot(key);
-    pthread_mutex_lock(&lt_mutex);
-    algo_cache[slot].used = 1;
-    algo_cache[slot].key = *key;
-    algo_cache[slot].algo = *algo;
-    pthread_mutex_unlock(&lt_mutex);
+    return h % PLAN_CACHE_SIZE;
 }
 
 /* ------------------------------------------------------------------------ */
 /* one product                                                               */
 /* ------------------------------------------------------------------------ */
-
-/* The descriptors of one call, destroyed with it. */
-namespace {   /* file-local types: no clash with another file's of the same name */
-struct lt_descs {
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t a = NULL, b = NULL, c = NULL;
-    cublasLtMatmulPreference_t pref = NULL;
-    lt_descs() = default;
-    lt_descs(const lt_descs &) = delete;
-    lt_descs &operator=(const lt_descs &) = delete;
-    ~lt_descs()
-    {
-        if (pref) lt.MatmulPreferenceDestroy(pref);
-        if (c) lt.MatrixLayoutDestroy(c);
-        if (b) lt.MatrixLayoutDestroy(b);
-        if (a) lt.MatrixLayoutDestroy(a);
-        if (op) lt.MatmulDescDestroy(op);
-    }
-};
-}  // namespace
 
 static cudaDataType_t lt_type(int dtype)
 {
@@ -455,7 +441,7 @@ static cublasStatus_t lt_layout(cublasLtMatrixLayout_t *l, int dtype, int64_t ro
 }
 
 /* The operation: compute and scale types, the swapped operands' ops and,
- * with epilogue, the bias. */
+ * with epilogue, the bias's type (its pointer is set for each call). */
 static cublasStatus_t lt_op(cublasLtMatmulDesc_t *op, const gemm_args &g, bool epilogue)
 {
     cublasComputeType_t compute = g.dtype == DP_FLOAT64 ? CUBLAS_COMPUTE_64F
@@ -486,8 +472,7 @@ static cublasStatus_t lt_op(cublasLtMatmulDesc_t *op, const gemm_args &g, bool e
     return st;
 }
 
-/* The key of g's product, filled in the order that lt_matmul builds the
- * descriptors. */
+/* The key of g's product. */
 static void lt_key(algo_key *key, const gemm_args &g, int device, bool epilogue, size_t workspace)
 {
     size_t es = dt_size(g.dtype);
@@ -500,68 +485,85 @@ static void lt_key(algo_key *key, const gemm_args &g, int device, bool epilogue,
                      (int64_t)workspace };
 }
 
-/* Asks the heuristic for the best algorithm, or takes the cached answer.
- * DPC_UNSUPPORTED when there is none. */
-static int lt_algo(cublasLtHandle_t handle, lt_descs &d, const gemm_args &g, int device, bool epilogue,
-                   size_t workspace, cublasLtMatmulAlgo_t *algo)
+/* Makes plan's descriptors for g and asks the heuristic for the best
+ * algorithm; plan->ok 0 when it has none. */
+static int lt_plan_make(lt_plan *plan, cublasLtHandle_t handle, const gemm_args &g, const algo_key &key)
 {
-    algo_key key;
-    lt_key(&key, g, device, epilogue, workspace);
-    if (algo_lookup(&key, algo))
-        return 0;
-    uint64_t ws = workspace;
+    bool epilogue = key.epilogue != 0;
+    cublasStatus_t st = lt_op(&plan->op, g, epilogue);
+    if (st == CUBLAS_STATUS_SUCCESS)   /* stored B: k x n row-major, or n x k when transposed */
+        st = lt_layout(&plan->a, g.dtype, g.trans_b ? g.k : g.n, g.trans_b ? g.n : g.k, g.ldb, g.stride_b, g.batch);
+    if (st == CUBLAS_STATUS_SUCCESS)   /* stored A: m x k row-major, or k x m when transposed */
+        st = lt_layout(&plan->b, g.dtype, g.trans_a ? g.m : g.k, g.trans_a ? g.k : g.m, g.lda, g.stride_a, g.batch);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = lt_layout(&plan->c, g.dtype, g.n, g.m, g.ldc, g.stride_c, g.batch);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return lt_status(st);
+    uint64_t ws = (uint64_t)key.workspace;
     uint32_t align[4] = { (uint32_t)key.align_b, (uint32_t)key.align_a, (uint32_t)key.align_c,
                           (uint32_t)key.align_c };   /* cuBLASLt's A, B, C, D */
     static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES
     };
-    cublasStatus_t st = lt.MatmulPreferenceCreate(&d.pref);
+    cublasLtMatmulPreference_t pref = NULL;
+    st = lt.MatmulPreferenceCreate(&pref);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = lt.MatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                     sizeof ws);
+        st = lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
-        st = lt.MatmulPreferenceSetAttribute(d.pref, align_attr[i], &align[i], sizeof align[i]);
-    if (st != CUBLAS_STATUS_SUCCESS)
-        return lt_status(st);
+        st = lt.MatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]);
     cublasLtMatmulHeuristicResult_t result;
     int count = 0;
     memset(&result, 0, sizeof result);
-    st = lt.MatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &count);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = lt.MatmulAlgoGetHeuristic(handle, plan->op, plan->a, plan->b, plan->c, plan->c, pref, 1, &result,
+                                       &count);
+    if (pref)
+        lt.MatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
         return lt_status(st);
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED || count < 1 || result.state != CUBLAS_STATUS_SUCCESS)
-        return DPC_UNSUPPORTED;
-    *algo = result.algo;
-    algo_store(&key, algo);
+    plan->ok = st == CUBLAS_STATUS_SUCCESS && count >= 1 && result.state == CUBLAS_STATUS_SUCCESS;
+    if (plan->ok)
+        plan->algo = result.algo;
     return 0;
 }
 
 /* C = alpha * op(A) op(B) + beta * C (+ bias with epilogue) as C^T = op(B)^T
- * op(A)^T in column-major. */
+ * op(A)^T in column-major, with the cached plan for its key (made first
+ * when there is none). DPC_UNSUPPORTED when cuBLASLt has no algorithm. */
 static int lt_matmul(cublasLtHandle_t handle, const gemm_args &g, int device, bool epilogue, void *workspace,
                      size_t ws_bytes)
 {
-    lt_descs d;
-    cublasStatus_t st = lt_op(&d.op, g, epilogue);
-    if (st == CUBLAS_STATUS_SUCCESS)   /* stored B: k x n row-major, or n x k when transposed */
-        st = lt_layout(&d.a, g.dtype, g.trans_b ? g.k : g.n, g.trans_b ? g.n : g.k, g.ldb, g.stride_b, g.batch);
-    if (st == CUBLAS_STATUS_SUCCESS)   /* stored A: m x k row-major, or k x m when transposed */
-        st = lt_layout(&d.b, g.dtype, g.trans_a ? g.m : g.k, g.trans_a ? g.k : g.m, g.lda, g.stride_a, g.batch);
-    if (st == CUBLAS_STATUS_SUCCESS)
-        st = lt_layout(&d.c, g.dtype, g.n, g.m, g.ldc, g.stride_c, g.batch);
-    if (st != CUBLAS_STATUS_SUCCESS)
-        return lt_status(st);
-    cublasLtMatmulAlgo_t algo;
-    int rc = lt_algo(handle, d, g, device, epilogue, ws_bytes, &algo);
-    if (rc != 0)
-        return rc;
-    float alpha32 = (float)g.alpha, beta32 = (float)g.beta;
-    const void *alpha = g.dtype == DP_FLOAT64 ? (const void *)&g.alpha : &alpha32;
-    const void *beta = g.dtype == DP_FLOAT64 ? (const void *)&g.beta : &beta32;
-    st = lt.Matmul(handle, d.op, alpha, g.B, d.a, g.A, d.b, beta, g.C, d.c, g.C, d.c, &algo, workspace,
-                           ws_bytes, g.stream);
-    return lt_status(st);
+    algo_key key;
+    lt_key(&key, g, device, epilogue, ws_bytes);
+    unsigned slot = plan_slot(&key);
+    int rc = 0;
+    pthread_mutex_lock(&lt_mutex);
+    lt_plan &plan = plan_cache[slot].plan;
+    if (!plan_cache[slot].used || memcmp(&plan_cache[slot].key, &key, sizeof key) != 0) {
+        plan.clear();
+        plan_cache[slot].used = 0;
+        if ((rc = lt_plan_make(&plan, handle, g, key)) == 0) {
+            plan_cache[slot].used = 1;
+            plan_cache[slot].key = key;
+        } else {
+            plan.clear();
+        }
+    }
+    if (rc == 0 && !plan.ok)
+        rc = DPC_UNSUPPORTED;
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    if (rc == 0 && epilogue)
+        st = lt.MatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias);
+    if (rc == 0 && st == CUBLAS_STATUS_SUCCESS) {
+        float alpha32 = (float)g.alpha, beta32 = (float)g.beta;
+        const void *alpha = g.dtype == DP_FLOAT64 ? (const void *)&g.alpha : &alpha32;
+        const void *beta = g.dtype == DP_FLOAT64 ? (const void *)&g.beta : &beta32;
+        st = lt.Matmul(handle, plan.op, alpha, g.B, plan.a, g.A, plan.b, beta, g.C, plan.c, g.C, plan.c,
+                       &plan.algo, workspace, ws_bytes, g.stream);
+    }
+    pthread_mutex_unlock(&lt_mutex);
+    return rc != 0 ? rc : lt_status(st);
 }
 
 /* The product with the bias in cuBLASLt's epilogue, or, when cuBLASLt has
