@@ -168,22 +168,26 @@ int dpc_cross_entropy_backward(int dtype, int64_t N, int64_t C, void *dinput, co
 
 /* ---- matrix products (cuda/gemm.cu, cuBLASLt) ---- */
 
+/* What dpc_gemm does beside the product, in cuBLASLt's epilogue where it
+ * has one (else in a kernel after the product). */
+enum {
+    DPC_EPI_BIAS = 0,    /* adds bias (n values) to every row, when bias is not NULL */
+    DPC_EPI_RELU = 1,    /* that, then max(0, .) */
+    DPC_EPI_BGRAD = 2,   /* writes the row sums of op(A) (over k) to bias (m values); batch 1 */
+};
+
 /* Row-major, batched: C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for
  * b < batch, op = transpose when trans_* is set; A is m x k after op, B is
  * k x n after op, C is m x n with leading dimension ldc; stride_* between
  * batch entries (0 broadcasts). dtype float32 (tf32 when allow_tf32),
- * float64 or bfloat16 (float accumulation). bias (n elements of dtype, or
- * NULL) is added to every row through cuBLASLt's epilogue. */
+ * float64 or bfloat16 (float accumulation). epilogue: DPC_EPI_*, with
+ * bias of dtype. Products of at most 64k multiply-adds run in a kernel of
+ * our own, in one launch with their epilogue. */
 int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, double alpha,
              const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb, int64_t stride_b,
-             double beta, void *C, int64_t ldc, int64_t stride_c, int64_t batch, const void *bias,
+             double beta, void *C, int64_t ldc, int64_t stride_c, int64_t batch, int epilogue, void *bias,
              int allow_tf32, void *stream);
 
-/* out (M, N) = relu(x (M, K) @ w (N, K)^T + bias) in one launch when the
- * product is small (DPC_UNSUPPORTED otherwise: the caller runs the GEMM and
- * the relu op); all contiguous, of dtype; bias (N) or NULL. */
-int dpc_linear_relu_small(int dtype, int64_t M, int64_t N, int64_t K, const void *x, const void *w,
-                          const void *bias, void *out, void *stream);
 /* A Linear layer's backward in one launch when it is small (M*N*K at most
  * 64k; DPC_UNSUPPORTED otherwise, and the caller runs the GEMMs): dx (M, K)
  * = g (M, N) @ w (N, K), dw (N, K) = g^T @ x (M, K), db (N) = column sums

@@ -55,22 +55,22 @@ struct gemm_args {
     int dtype, trans_a, trans_b, allow_tf32;
     int64_t m, n, k;
     double alpha, beta;
-    const void *A, *B, *bias;
-    void *C;
+    const void *A, *B;
+    void *bias, *C;          /* bias: read, or written by DPC_EPI_BGRAD */
     int64_t lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
     cudaStream_t stream;
-    int relu;                /* max(0, .) on the result (small products only) */
+    int epilogue;            /* DPC_EPI_* */
 };
 }  // namespace
 
 /* ------------------------------------------------------------------------ */
-/* C = beta * C + bias, without cuBLASLt                                     */
+/* the epilogues without cuBLASLt                                            */
 /* ------------------------------------------------------------------------ */
 
-/* Used when k is 0 (the product adds nothing and cuBLASLt may refuse the
- * shape) and to add the bias after a product whose bias epilogue cuBLASLt
- * has no algorithm for (beta 1). beta 0 writes without reading C, as BLAS
- * does, so that NaN in an uninitialised C does not survive. */
+/* C = relu?(beta * C + bias): used when k is 0 (the product adds nothing
+ * and cuBLASLt may refuse the shape) and after a product whose epilogue
+ * cuBLASLt has no algorithm for (beta 1). beta 0 writes without reading C,
+ * as BLAS does, so that NaN in an uninitialised C does not survive. */
 __device__ static inline float to_acc(float v) { return v; }
 __device__ static inline double to_acc(double v) { return v; }
 __device__ static inline float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -82,7 +82,7 @@ __device__ static inline void store(__nv_bfloat16 *p, float v) { *p = __float2bf
  * (n,) or NULL; Acc is the arithmetic type (float for bfloat16). */
 template <typename T, typename Acc>
 __global__ static void scale_bias_kernel(T *C, int64_t ldc, int64_t stride_c, int64_t batch, int64_t m, int64_t n,
-                                         Acc beta, const T *bias)
+                                         Acc beta, const T *bias, bool relu)
 {
     int64_t total = batch * m * n, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
@@ -91,6 +91,8 @@ __global__ static void scale_bias_kernel(T *C, int64_t ldc, int64_t stride_c, in
         Acc v = beta == (Acc)0 ? (Acc)0 : beta * to_acc(*p);
         if (bias)
             v = v + to_acc(bias[j]);
+        if (relu && !(v > 0))   /* as the relu op: x > 0 ? x : 0 */
+            v = 0;
         store(p, v);
     }
 }
@@ -102,7 +104,8 @@ static int scale_bias_launch(const gemm_args &g, double beta)
     if (grid > DPC_MAX_BLOCKS)
         grid = DPC_MAX_BLOCKS;
     scale_bias_kernel<T, Acc><<<(unsigned)grid, GEMM_BLOCK, 0, g.stream>>>(
-        (T *)g.C, g.ldc, g.stride_c, g.batch, g.m, g.n, (Acc)beta, (const T *)g.bias);
+        (T *)g.C, g.ldc, g.stride_c, g.batch, g.m, g.n, (Acc)beta,
+        g.epilogue == DPC_EPI_BGRAD ? NULL : (const T *)g.bias, g.epilogue == DPC_EPI_RELU);
     return (int)cudaGetLastError();
 }
 
@@ -114,6 +117,24 @@ static int scale_bias(const gemm_args &g, double beta)
     case DP_BFLOAT16: return scale_bias_launch<__nv_bfloat16, float>(g, beta);
     default: return DPC_UNSUPPORTED;
     }
+}
+
+/* DPC_EPI_BGRAD's bias (m values) = the row sums of op(A) (m x k), batch 1 */
+static int row_sums(const gemm_args &g)
+{
+    if (g.k == 0)
+        return (int)cudaMemsetAsync(g.bias, 0, (size_t)g.m * dt_size(g.dtype), g.stream);
+    dpc_shape s = { 1, { g.m } };
+    dpc_operand out = { g.bias, { 1 } }, none = { NULL, { 0 } }, a = { (void *)g.A, { g.trans_a ? 1 : g.lda } };
+    return dpc_reduce(DP_SUM, g.dtype, g.dtype, s, out, none, a, g.k, g.trans_a ? g.lda : 1, 0, g.stream);
+}
+
+/* What the epilogue adds to a product that ran without it. */
+static int epilogue_after(const gemm_args &g)
+{
+    if (g.epilogue == DPC_EPI_BGRAD)
+        return row_sums(g);
+    return g.bias || g.epilogue == DPC_EPI_RELU ? scale_bias(g, 1.0) : 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -154,9 +175,9 @@ __global__ static void small_gemm_kernel(gemm_args g)
         Acc v = (Acc)g.alpha * small_gemm_at<T, Acc>(g, e);
         if (g.beta != 0)   /* beta 0 does not read C (NaN there must not survive) */
             v = v + (Acc)g.beta * to_acc(*p);
-        if (g.bias)
+        if (g.bias && g.epilogue != DPC_EPI_BGRAD)
             v = v + to_acc(((const T *)g.bias)[j]);
-        if (g.relu && !(v > 0))   /* as the relu op: x > 0 ? x : 0 */
+        if (g.epilogue == DPC_EPI_RELU && !(v > 0))   /* as the relu op: x > 0 ? x : 0 */
             v = 0;
         store(p, v);
     }
@@ -180,21 +201,6 @@ static int small_gemm(const gemm_args &g)
     case DP_BFLOAT16: return small_gemm_launch<__nv_bfloat16, float>(g);
     default: return DPC_UNSUPPORTED;
     }
-}
-
-/* out (M, N) = relu(x (M, K) @ w (N, K)^T + bias) in one launch, for a
- * small product (DPC_UNSUPPORTED otherwise). */
-extern "C" int dpc_linear_relu_small(int dtype, int64_t M, int64_t N, int64_t K, const void *x, const void *w,
-                                     const void *bias, void *out, void *stream)
-{
-    if (M < 0 || N < 0 || K < 1)
-        return M < 0 || N < 0 || K < 0 ? (int)cudaErrorInvalidValue : DPC_UNSUPPORTED;
-    if ((double)M * (double)N * (double)K > GEMM_OWN_FLOPS)
-        return DPC_UNSUPPORTED;
-    if (M == 0 || N == 0)
-        return 0;
-    gemm_args g = { dtype, 0, 1, 0, M, N, K, 1.0, 0.0, x, w, bias, out, K, K, N, 0, 0, 0, 1, (cudaStream_t)stream, 1 };
-    return small_gemm(g);
 }
 
 /* A small Linear layer's whole backward in one launch: the elements of
@@ -441,7 +447,8 @@ static cublasStatus_t lt_layout(cublasLtMatrixLayout_t *l, int dtype, int64_t ro
 }
 
 /* The operation: compute and scale types, the swapped operands' ops and,
- * with epilogue, the bias's type (its pointer is set for each call). */
+ * with epilogue, g's epilogue and the bias's type (its pointer is set for
+ * each call). BGRADB reduces cuBLASLt's B, which is our A, over k. */
 static cublasStatus_t lt_op(cublasLtMatmulDesc_t *op, const gemm_args &g, bool epilogue)
 {
     cublasComputeType_t compute = g.dtype == DP_FLOAT64 ? CUBLAS_COMPUTE_64F
@@ -457,12 +464,15 @@ static cublasStatus_t lt_op(cublasLtMatmulDesc_t *op, const gemm_args &g, bool e
         st = lt.MatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
     if (st != CUBLAS_STATUS_SUCCESS || !epilogue)
         return st;
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    cublasLtEpilogue_t epi = g.epilogue == DPC_EPI_BGRAD ? CUBLASLT_EPILOGUE_BGRADB
+                             : g.epilogue == DPC_EPI_RELU ? (g.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU)
+                                                          : CUBLASLT_EPILOGUE_BIAS;
     int32_t bias_type = (int32_t)lt_type(g.dtype);
     int64_t bias_stride = 0;   /* the same bias for every batch entry */
     st = lt.MatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
-    if (st == CUBLAS_STATUS_SUCCESS)
-        st = lt.MatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias);
+    if (st != CUBLAS_STATUS_SUCCESS || g.bias == NULL)
+        return st;
+    st = lt.MatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias);
     if (st == CUBLAS_STATUS_SUCCESS)
         st = lt.MatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                sizeof bias_type);
@@ -479,9 +489,9 @@ static void lt_key(algo_key *key, const gemm_args &g, int device, bool epilogue,
     memset(key, 0, sizeof *key);
     *key = algo_key{ device, g.dtype, g.allow_tf32 != 0, g.trans_a != 0, g.trans_b != 0, g.m, g.n, g.k,
                      g.lda, g.ldb, g.ldc, g.batch > 1 ? g.stride_a : 0, g.batch > 1 ? g.stride_b : 0,
-                     g.batch > 1 ? g.stride_c : 0, g.batch, epilogue,
+                     g.batch > 1 ? g.stride_c : 0, g.batch, epilogue ? 1 + g.epilogue : 0,
                      alignment(g.A, g.stride_a, g.batch, es), alignment(g.B, g.stride_b, g.batch, es),
-                     alignment(g.C, g.stride_c, g.batch, es), epilogue ? alignment(g.bias, 0, 1, es) : 0,
+                     alignment(g.C, g.stride_c, g.batch, es), epilogue && g.bias ? alignment(g.bias, 0, 1, es) : 0,
                      (int64_t)workspace };
 }
 
@@ -553,7 +563,7 @@ static int lt_matmul(cublasLtHandle_t handle, const gemm_args &g, int device, bo
     if (rc == 0 && !plan.ok)
         rc = DPC_UNSUPPORTED;
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-    if (rc == 0 && epilogue)
+    if (rc == 0 && epilogue && g.bias)
         st = lt.MatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias);
     if (rc == 0 && st == CUBLAS_STATUS_SUCCESS) {
         float alpha32 = (float)g.alpha, beta32 = (float)g.beta;
@@ -587,21 +597,22 @@ static int gemm_run(const gemm_args &g)
     void *ws = NULL;
     size_t ws_bytes = 0;
     bool small = (double)g.m * (double)g.n * (double)g.k * (double)g.batch <= GEMM_SMALL_FLOPS;
-    rc = small ? lt_matmul(handle, g, device, g.bias != NULL, NULL, 0) : DPC_UNSUPPORTED;
+    bool epilogue = g.bias != NULL || g.epilogue == DPC_EPI_RELU;
+    rc = small ? lt_matmul(handle, g, device, epilogue, NULL, 0) : DPC_UNSUPPORTED;
     if (rc == DPC_UNSUPPORTED) {
         ws_bytes = DPC_GEMM_WORKSPACE_BYTES;
         if (dpc_malloc(&ws, ws_bytes, device, g.stream) != 0) {
             ws = NULL;
             ws_bytes = 0;
         }
-        rc = lt_matmul(handle, g, device, g.bias != NULL, ws, ws_bytes);
+        rc = lt_matmul(handle, g, device, epilogue, ws, ws_bytes);
     }
     /* Some releases call an epilogue they lack an invalid value rather
      * than unsupported; a product that is itself invalid fails again. */
-    if ((rc == DPC_UNSUPPORTED || rc == (int)cudaErrorInvalidValue) && g.bias != NULL) {
+    if ((rc == DPC_UNSUPPORTED || rc == (int)cudaErrorInvalidValue) && epilogue) {
         rc = lt_matmul(handle, g, device, false, ws, ws_bytes);
         if (rc == 0)
-            rc = scale_bias(g, 1.0);
+            rc = epilogue_after(g);
     }
     if (ws) {
         int frc = dpc_free(ws, ws_bytes, device, g.stream);
@@ -618,27 +629,34 @@ static int gemm_run(const gemm_args &g)
 
 extern "C" int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                         const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb, int64_t stride_b,
-                        double beta, void *C, int64_t ldc, int64_t stride_c, int64_t batch, const void *bias,
-                        int allow_tf32, void *stream)
+                        double beta, void *C, int64_t ldc, int64_t stride_c, int64_t batch, int epilogue,
+                        void *bias, int allow_tf32, void *stream)
 {
     gemm_args g = { dtype, trans_a, trans_b, allow_tf32, m, n, k, alpha, beta, A, B, bias, C,
-                    lda, ldb, ldc, stride_a, stride_b, stride_c, batch, (cudaStream_t)stream };
+                    lda, ldb, ldc, stride_a, stride_b, stride_c, batch, (cudaStream_t)stream, epilogue };
+    bool bgrad = epilogue == DPC_EPI_BGRAD;
     if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64 && dtype != DP_BFLOAT16)
         return DPC_UNSUPPORTED;
-    if (m < 0 || n < 0 || k < 0 || batch < 0 || batch > INT32_MAX)
+    if (m < 0 || n < 0 || k < 0 || batch < 0 || batch > INT32_MAX || epilogue < 0 || epilogue > DPC_EPI_BGRAD ||
+        (bgrad && (bias == NULL || batch != 1)))
         return (int)cudaErrorInvalidValue;
-    if (m == 0 || n == 0 || batch == 0)
-        return 0;
+    if (m == 0 || n == 0 || batch == 0)   /* no product; the row sums of op(A) may still be asked for */
+        return bgrad && m > 0 ? row_sums(g) : 0;
     /* Batch entries writing the same C would race. A single row's
      * leading dimension is never used. */
     if (C == NULL || (m > 1 && ldc < n) || (batch > 1 && stride_c == 0))
         return (int)cudaErrorInvalidValue;
-    if (k == 0)   /* op(A) op(B) is all zeros */
-        return scale_bias(g, beta);
+    int rc;
+    if (k == 0) {   /* op(A) op(B) is all zeros */
+        rc = scale_bias(g, beta);
+        return rc == 0 && bgrad ? row_sums(g) : rc;
+    }
     if (A == NULL || B == NULL)
         return (int)cudaErrorInvalidValue;
-    if ((double)m * (double)n * (double)k * (double)batch <= GEMM_OWN_FLOPS)
-        return small_gemm(g);
+    if ((double)m * (double)n * (double)k * (double)batch <= GEMM_OWN_FLOPS) {
+        rc = small_gemm(g);
+        return rc == 0 && bgrad ? row_sums(g) : rc;
+    }
 #ifdef DP_HAVE_CUBLASLT
     return gemm_run(g);
 #else

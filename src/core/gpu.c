@@ -774,7 +774,7 @@ dp_status gpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b)
     if (!(st = gemm_operand(&A, a, &ta, &lda)) && !(st = gemm_operand(&B, b, &tb, &ldb))) {
         set_device(out->device);
         st = gpu_status("matmul", dpc_gemm(out->dtype, ta, tb, m, n, k, 1.0, first(A), lda, A->stride[0], first(B),
-                                           ldb, B->stride[0], 0.0, first(out), n, m * n, batch, NULL, allow_tf32,
+                                           ldb, B->stride[0], 0.0, first(out), n, m * n, batch, DPC_EPI_BIAS, NULL, allow_tf32,
                                            stream_of(out->device)), out->dtype);
     }
     dp_tensor_release(A);
@@ -782,46 +782,45 @@ dp_status gpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b)
     return st;
 }
 
-/* out (M, N) = x (M, K) @ w (N, K)^T + b, the bias in cuBLASLt's epilogue */
-dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
+/* out (M, N) = relu?(x (M, K) @ w (N, K)^T + b), all in one GEMM's epilogue */
+static dp_status linear_epilogue(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b, int epilogue)
 {
     int64_t M = out->shape[0], N = out->shape[1], K = x->shape[1];
     set_device(out->device);
     return gpu_status("linear", dpc_gemm(out->dtype, 0, 1, M, N, K, 1.0, first(x), K, 0, first(w), K, 0, 0.0,
-                                         first(out), N, 0, 1, b ? first(b) : NULL, allow_tf32, stream_of(out->device)), out->dtype);
+                                         first(out), N, 0, 1, epilogue, b ? first(b) : NULL, allow_tf32,
+                                         stream_of(out->device)), out->dtype);
 }
 
-/* out = relu(x @ w^T + b): one kernel for a small layer, else the linear
- * and the relu op in place */
+dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
+{
+    return linear_epilogue(out, x, w, b, DPC_EPI_BIAS);
+}
+
 dp_status gpu_linear_relu(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
 {
-    int64_t M = out->shape[0], N = out->shape[1], K = x->shape[1];
-    set_device(out->device);
-    int st = dpc_linear_relu_small(out->dtype, M, N, K, first(x), first(w), b ? first(b) : NULL, first(out),
-                                   stream_of(out->device));
-    if (st != DPC_UNSUPPORTED)
-        return gpu_status("linear", st, out->dtype);
-    dp_status ds = gpu_linear(out, x, w, b);
-    return ds ? ds : gpu_unary(DP_RELU, out, out);
+    return linear_epilogue(out, x, w, b, DPC_EPI_RELU);
 }
 
+/* dx = g @ w, dw = g^T @ x with db (the column sums of g) in its epilogue;
+ * a small layer's three in one launch */
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w)
 {
     int64_t M = g->shape[0], N = g->shape[1], K = x->shape[1];
     int st = set_device(g->device);
-    if (!st) {   /* a small layer: all three in one launch */
+    if (!st) {
         int small = dpc_linear_backward_small(g->dtype, M, N, K, first(g), first(x), first(w), dx ? first(dx) : NULL,
                                               dw ? first(dw) : NULL, db ? first(db) : NULL, stream_of(g->device));
         if (small != DPC_UNSUPPORTED)
             return gpu_status("linear backward", small, g->dtype);
     }
     if (!st && dx)   /* dx (M, K) = g (M, N) @ w (N, K) */
-        st = dpc_gemm(g->dtype, 0, 0, M, K, N, 1.0, first(g), N, 0, first(w), K, 0, 0.0, first(dx), K, 0, 1, NULL,
-                      allow_tf32, stream_of(g->device));
-    if (!st && dw)   /* dw (N, K) = g^T (N, M) @ x (M, K) */
-        st = dpc_gemm(g->dtype, 1, 0, N, K, M, 1.0, first(g), N, 0, first(x), K, 0, 0.0, first(dw), K, 0, 1, NULL,
-                      allow_tf32, stream_of(g->device));
-    if (!st && db) { /* db (N) = the column sums of g */
+        st = dpc_gemm(g->dtype, 0, 0, M, K, N, 1.0, first(g), N, 0, first(w), K, 0, 0.0, first(dx), K, 0, 1,
+                      DPC_EPI_BIAS, NULL, allow_tf32, stream_of(g->device));
+    if (!st && dw)   /* dw (N, K) = g^T (N, M) @ x (M, K); db = the row sums of g^T */
+        st = dpc_gemm(g->dtype, 1, 0, N, K, M, 1.0, first(g), N, 0, first(x), K, 0, 0.0, first(dw), K, 0, 1,
+                      db ? DPC_EPI_BGRAD : DPC_EPI_BIAS, db ? first(db) : NULL, allow_tf32, stream_of(g->device));
+    if (!st && db && !dw) {
         dpc_shape s = { 1, { N } };
         dpc_operand o = { .data = first(db), .stride = { 1 } }, in = { .data = first(g), .stride = { 1 } }, none = { 0 };
         st = dpc_reduce(DP_SUM, g->dtype, db->dtype, s, o, none, in, M, N, 0, stream_of(g->device));

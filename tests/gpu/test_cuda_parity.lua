@@ -144,6 +144,33 @@ same("linear bfloat16 forward and backward", function(x, w, b)
   return { y, unit(x.grad), unit(w.grad), unit(b.grad) }
 end, { input(torch.bfloat16, 8, 5), input(torch.bfloat16, 3, 5), input(torch.bfloat16, 3) }, 5e-2)
 
+-- Linear layers past the small-product kernel go through cuBLASLt with
+-- their epilogues: the bias, bias+ReLU (the fused Linear+ReLU) in the
+-- forward, the bias gradient beside dw in the backward. Sizes: 64x96x80
+-- (no workspace) and 256x384x320 (with one); with and without a bias.
+for _, dt in ipairs({ torch.float32, torch.float64, torch.bfloat16 }) do
+  for _, size in ipairs({ { 64, 96, 80 }, { 256, 384, 320 } }) do
+    for _, relu in ipairs({ false, true }) do
+      for _, bias in ipairs({ true, false }) do
+        local name = ("linear%s %dx%dx%d%s %s"):format(relu and "+relu" or "", size[1], size[2], size[3],
+                                                      bias and "" or " without bias", dt.name)
+        local M, K, N = size[1], size[2], size[3]
+        same(name, function(x, w, b)
+          x = x:detach():requires_grad_(); w = w:detach():requires_grad_()
+          if b then b = b:detach():requires_grad_() end
+          local y = relu and torch._linear_relu(x, w, b) or torch._linear(x, w, b)
+          y:float():pow(2):sum():backward()
+          -- bf16: the CPU rounds before the bias, the GPU after (see above)
+          local out = { dt == torch.bfloat16 and unit(y) or y, unit(x.grad), unit(w.grad) }
+          if b then out[4] = unit(b.grad) end
+          return out
+        end, { input(dt, M, K), input(dt, N, K), bias and input(dt, N) or nil },
+             dt == torch.bfloat16 and 5e-2 or (dt == torch.float32 and 1e-4 or nil))
+      end
+    end
+  end
+end
+
 -- indexing
 same("index_select", function(a, i) return a:index_select(0, i) end, { input(torch.float32, 6, 3), torch.tensor({ 5, 0, 2, 2 }, { dtype = torch.int64 }) })
 same("gather", function(a, i) return a:gather(1, i) end, { input(torch.float32, 3, 4), torch.tensor({ { 0, 3 }, { 1, 1 }, { 2, 0 } }, { dtype = torch.int64 }) })
