@@ -153,11 +153,15 @@ int dpc_softmax(int dtype, dpc_shape s, dpc_operand out, int64_t out_stride, dpc
  * counted rows into *denom (device double). With probs not NULL, the
  * softmax goes there too (N x C doubles). log_probs: the input holds
  * log-probabilities (nll_loss). A target out of [0, C) other than
- * ignore_index is left in err (its row counts 0). */
+ * ignore_index is left in err (its row counts 0). With grad_one not NULL
+ * and a reduction, the input's gradient for a loss gradient of 1 (N x C
+ * of dtype) is written there too when the loss fits one launch, which
+ * *grad_one_done then says. */
 enum { DPC_CE_NONE, DPC_CE_MEAN, DPC_CE_SUM };
 int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *input, const int64_t *target,
                       const double *weight, int64_t ignore_index, double smoothing, int log_probs, int reduction,
-                      double *rows, double *probs, void *out, double *denom, dpc_kernel_error *err, void *stream);
+                      double *rows, double *probs, void *out, double *denom, void *grad_one, int *grad_one_done,
+                      dpc_kernel_error *err, void *stream);
 /* dinput (N, C) of dtype from probs (or nothing for log_probs) and g, the
  * loss's gradient (dtype; N values for DPC_CE_NONE, else one, divided by
  * *denom for a mean): the formulas of src/cpu/nn.c. */

@@ -642,12 +642,83 @@ __global__ static void ce_reduce_kernel(ce_red_args r)
     ce_reduce_block<DT>(r, sv, si);
 }
 
+namespace {   /* file-local types: no clash with another file's of the same name */
+struct ce_bwd_args {
+    int64_t N, C;
+    char *dinput;            /* (N, C) contiguous */
+    const double *probs;     /* (N, C), NULL for log_probs */
+    const int64_t *target;
+    const double *weight;
+    int64_t ignore_index;
+    double eps;
+    int log_probs;
+    int need_wall;           /* the sum of the weights is needed */
+    const char *g;           /* the loss's gradient, of dinput's dtype: (N) without reduction, else one value;
+                              * NULL: 1 */
+    int reduction;
+    const double *denom;     /* the mean's denominator */
+};
+}  // namespace
+
+/* dinput[i, k] = scale_i * ((1-eps) w_t (p_k - [k==t]) + eps/C (p_k
+ * sum_j w_j - w_k)), or -scale_i w_t [k==t] for log-probabilities (nn.c's
+ * cpu_cross_entropy_backward), for elements first, first + step, ...; the
+ * whole block calls it (it sums the weights first when label smoothing
+ * needs them). */
+template <int DT>
+__device__ static void ce_bwd_elems(const ce_bwd_args &r, int64_t first, int64_t step, double *sv, int64_t *si)
+{
+    const int es = (int)dt_size(DT);
+    const int64_t C = r.C;
+    double wall = (double)C;  /* without weights: C ones */
+    if (r.need_wall) {
+        int64_t unused = 0;
+        const double *w = r.weight;
+        wall = 0;
+        auto ld = [=](int64_t j, double &x, int64_t &xi) { x = w[j]; xi = 0; };
+        group_fold<RED_THREADS>(wall, unused, C, sv, si, c_add(), ld);
+    }
+    int64_t total = r.N * C;
+    for (int64_t e = first; e < total; e += step) {
+        int64_t i = e / C, k = e % C;
+        int64_t t = r.target[i];
+        double g = r.g == NULL ? 1.0 : dt_load(DT, r.g + (r.reduction == DPC_CE_NONE ? i * es : 0));
+        double sc = r.reduction == DPC_CE_MEAN ? g / *r.denom : g;
+        bool skip = t == r.ignore_index || sc == 0;
+        /* a target out of range failed the forward; read no weight for it */
+        double wt = skip || t < 0 || t >= C ? 0 : class_weight(r.weight, t);
+        double d = 0;
+        if (skip)
+            d = 0;
+        else if (r.log_probs)
+            d = k == t ? -sc * wt : 0;
+        else {
+            double p = r.probs[e];
+            d = (1 - r.eps) * wt * (p - (k == t));
+            if (r.eps > 0)
+                d += r.eps / (double)C * (p * wall - class_weight(r.weight, k));
+            d *= sc;
+        }
+        dt_store(DT, r.dinput + e * es, d);
+    }
+}
+
+template <int DT>
+__global__ static void ce_bwd_kernel(ce_bwd_args r)
+{
+    __shared__ double sv[RED_THREADS];
+    __shared__ int64_t si[RED_THREADS];
+    ce_bwd_elems<DT>(r, (int64_t)blockIdx.x * blockDim.x + threadIdx.x, (int64_t)gridDim.x * blockDim.x, sv, si);
+}
+
 /* One sample row per group: nn.c's row_log_probs and the loss of
  * cpu_cross_entropy. A bad target leaves its row 0 and is reported. With
  * FUSED (a grid of one block holds every row) the block then reduces the
- * rows itself: one launch for the whole loss. */
+ * rows itself: one launch for the whole loss; and with rb.dinput it also
+ * writes there the input's gradient for a loss gradient of 1, which the
+ * backward of a loss called with no gradient then takes as it is. */
 template <int DT, int G, bool FUSED>
-__global__ static void ce_kernel(ce_args r, ce_red_args rr)
+__global__ static void ce_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb)
 {
     __shared__ double sv[RED_THREADS];
     __shared__ int64_t si[RED_THREADS];
@@ -706,14 +777,19 @@ __global__ static void ce_kernel(ce_args r, ce_red_args rr)
     if (FUSED) {
         __syncthreads();   /* every row is written (global memory, this block) */
         ce_reduce_block<DT>(rr, sv, si);
+        if (rb.dinput) {
+            __syncthreads();   /* and the probabilities and *denom */
+            ce_bwd_elems<DT>(rb, threadIdx.x, blockDim.x, sv, si);
+        }
     }
 }
 
 extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *input, const int64_t *target,
                                  const double *weight, int64_t ignore_index, double smoothing, int log_probs,
                                  int reduction, double *rows, double *probs, void *out, double *denom,
-                                 dpc_kernel_error *err, void *stream)
+                                 void *grad_one, int *grad_one_done, dpc_kernel_error *err, void *stream)
 {
+    *grad_one_done = 0;
     if (!dt_is_float(dtype))
         return DPC_UNSUPPORTED;
     if (N < 0 || C < 0)
@@ -721,6 +797,9 @@ extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *in
     ce_args r = { N, C, (const char *)input, target, weight, ignore_index, smoothing, log_probs,
                   rows, log_probs ? NULL : probs, err };
     ce_red_args rr = { N, C, rows, target, weight, ignore_index, reduction, (char *)out, denom };
+    ce_bwd_args rb = { N, C, reduction == DPC_CE_NONE ? NULL : (char *)grad_one, r.probs, target, weight,
+                       ignore_index, smoothing, log_probs, !log_probs && smoothing > 0 && weight != NULL, NULL,
+                       reduction, denom };
     int G = group_size(C, N);
     return with_float_dtype(dtype, [&](auto d) {
         constexpr int DT = decltype(d)::value;
@@ -730,10 +809,12 @@ extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *in
                 constexpr int GS = decltype(g)::value;
                 unsigned grid = grid_for(N, GS);
                 fused = grid == 1;
-                if (fused)
-                    ce_kernel<DT, GS, true><<<1, RED_THREADS, 0, (cudaStream_t)stream>>>(r, rr);
-                else
-                    ce_kernel<DT, GS, false><<<grid, RED_THREADS, 0, (cudaStream_t)stream>>>(r, rr);
+                if (fused) {
+                    ce_kernel<DT, GS, true><<<1, RED_THREADS, 0, (cudaStream_t)stream>>>(r, rr, rb);
+                    *grad_one_done = rb.dinput != NULL;
+                } else {
+                    ce_kernel<DT, GS, false><<<grid, RED_THREADS, 0, (cudaStream_t)stream>>>(r, rr, rb);
+                }
                 return (int)cudaGetLastError();
             });
             if (st || fused)
@@ -742,67 +823,6 @@ extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *in
         ce_reduce_kernel<DT><<<1, RED_THREADS, 0, (cudaStream_t)stream>>>(rr);
         return (int)cudaGetLastError();
     });
-}
-
-namespace {   /* file-local types: no clash with another file's of the same name */
-struct ce_bwd_args {
-    int64_t N, C;
-    char *dinput;            /* (N, C) contiguous */
-    const double *probs;     /* (N, C), NULL for log_probs */
-    const int64_t *target;
-    const double *weight;
-    int64_t ignore_index;
-    double eps;
-    int log_probs;
-    int need_wall;           /* the sum of the weights is needed */
-    const char *g;           /* the loss's gradient, of dinput's dtype: (N) without reduction, else one value */
-    int reduction;
-    const double *denom;     /* the mean's denominator */
-};
-}  // namespace
-
-/* One thread per element: dinput[i, k] = scale_i * ((1-eps) w_t (p_k -
- * [k==t]) + eps/C (p_k sum_j w_j - w_k)), or -scale_i w_t [k==t] for
- * log-probabilities (nn.c's cpu_cross_entropy_backward). Each block sums
- * the weights first when label smoothing needs them. */
-template <int DT>
-__global__ static void ce_bwd_kernel(ce_bwd_args r)
-{
-    __shared__ double sv[RED_THREADS];
-    __shared__ int64_t si[RED_THREADS];
-    const int es = (int)dt_size(DT);
-    const int64_t C = r.C;
-    double wall = (double)C;  /* without weights: C ones */
-    if (r.need_wall) {
-        int64_t unused = 0;
-        const double *w = r.weight;
-        wall = 0;
-        auto ld = [=](int64_t j, double &x, int64_t &xi) { x = w[j]; xi = 0; };
-        group_fold<RED_THREADS>(wall, unused, C, sv, si, c_add(), ld);
-    }
-    int64_t total = r.N * C, step = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
-        int64_t i = e / C, k = e % C;
-        int64_t t = r.target[i];
-        double sc = r.reduction == DPC_CE_NONE ? dt_load(DT, r.g + i * es)
-                    : r.reduction == DPC_CE_SUM ? dt_load(DT, r.g) : dt_load(DT, r.g) / *r.denom;
-        bool skip = t == r.ignore_index || sc == 0;
-        /* a target out of range failed the forward; read no weight for it */
-        double wt = skip || t < 0 || t >= C ? 0 : class_weight(r.weight, t);
-        double d = 0;
-        if (skip)
-            d = 0;
-        else if (r.log_probs)
-            d = k == t ? -sc * wt : 0;
-        else {
-            double p = r.probs[e];
-            d = (1 - r.eps) * wt * (p - (k == t));
-            if (r.eps > 0)
-                d += r.eps / (double)C * (p * wall - class_weight(r.weight, k));
-            d *= sc;
-        }
-        dt_store(DT, r.dinput + e * es, d);
-    }
 }
 
 extern "C" int dpc_cross_entropy_backward(int dtype, int64_t N, int64_t C, void *dinput, const double *probs,

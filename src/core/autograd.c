@@ -528,6 +528,12 @@ static dp_status scalar_one(dp_tensor **g, int dtype, int device)
     return st;
 }
 
+bool ag_is_implicit_one(const dp_tensor *g)
+{
+    return g->dtype >= 0 && g->dtype < DP_NUM_DTYPES && g->device >= DP_CPU && g->device < ONES_DEVICES &&
+           ones_0d[g->dtype][g->device + 1] == g;
+}
+
 static dp_status initial_grad(dp_tensor **g, dp_tensor *root, dp_tensor *grad)
 {
     char a[160], b[160];

@@ -9,7 +9,7 @@
 
 #include "core/tensor.h"
 
-#define AG_MAX_SAVED 4
+#define AG_MAX_SAVED 5
 #define AG_MAX_ARGS 8
 
 typedef struct ag_node ag_node;
@@ -77,6 +77,10 @@ dp_status ag_grad_output(ag_node *n, int i, dp_tensor **out);
 
 /* backward.c: reduces grad (broadcast shape) to an input's shape and dtype */
 dp_status ag_sum_to(dp_tensor **out, dp_tensor *grad, const ag_input *in);
+/* Whether g is the implicit gradient 1 of a 0-d loss (backward() called
+ * without a gradient): a backward may then hand out what its forward
+ * already computed for that case. */
+bool ag_is_implicit_one(const dp_tensor *g);
 
 /* backward.c: the formulas (see each for what it saves) */
 dp_status bw_unary(ag_node *n, dp_tensor *g, dp_tensor **gi);        /* saved x, y; iarg op */

@@ -934,10 +934,11 @@ dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *
 /* All on the device: a bad target is found by the kernel and reported at
  * the next synchronisation (a host check would cost a round trip per
  * step and could not be captured in a CUDA graph). */
-dp_status gpu_cross_entropy(dp_tensor *out, const cpu_ce_args *a)
+dp_status gpu_cross_entropy(dp_tensor *out, cpu_ce_args *a)
 {
     int64_t N = a->input->shape[0], C = a->input->shape[1];
     dp_tensor *rows = NULL;
+    int done = 0;
     dp_status st = tensor_new(&rows, 1, &N, DP_FLOAT64, a->input->device);
     if (!st) {
         set_device(a->input->device);
@@ -945,10 +946,12 @@ dp_status gpu_cross_entropy(dp_tensor *out, const cpu_ce_args *a)
                         dpc_cross_entropy(a->input->dtype, N, C, first(a->input), first(a->target),
                                           a->weight ? first(a->weight) : NULL, a->ignore_index, a->label_smoothing,
                                           a->log_probs, a->reduction, first(rows),
-                                          a->probs ? first(a->probs) : NULL, first(out), first(a->denom), kerr(),
+                                          a->probs ? first(a->probs) : NULL, first(out), first(a->denom),
+                                          a->grad_one ? first(a->grad_one) : NULL, &done, kerr(),
                                           stream_of(a->input->device)),
                         a->input->dtype);
     }
+    a->grad_one_done = !st && done;
     dp_tensor_release(rows);
     return st;
 }
@@ -1094,7 +1097,7 @@ dp_status gpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
 { (void)out; (void)a; (void)dim; (void)index; return no_cuda(); }
 dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 { (void)out; (void)dim; (void)index; (void)src; return no_cuda(); }
-dp_status gpu_cross_entropy(dp_tensor *out, const cpu_ce_args *a) { (void)out; (void)a; return no_cuda(); }
+dp_status gpu_cross_entropy(dp_tensor *out, cpu_ce_args *a) { (void)out; (void)a; return no_cuda(); }
 dp_status gpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_ce_args *a)
 { (void)dinput; (void)g; (void)a; return no_cuda(); }
 dp_status gpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u)

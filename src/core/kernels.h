@@ -27,7 +27,7 @@ dp_status gpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *ind
 dp_status gpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
 dp_status gpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
 dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
-dp_status gpu_cross_entropy(dp_tensor *out, const cpu_ce_args *a);
+dp_status gpu_cross_entropy(dp_tensor *out, cpu_ce_args *a);
 dp_status gpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_ce_args *a);
 dp_status gpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u);
 dp_status gpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u);
@@ -98,7 +98,7 @@ static inline dp_status k_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tenso
 { return ON_CPU(out) ? cpu_gather(out, a, dim, index) : gpu_gather(out, a, dim, index); }
 static inline dp_status k_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 { return ON_CPU(out) ? cpu_scatter_add(out, dim, index, src) : gpu_scatter_add(out, dim, index, src); }
-static inline dp_status k_cross_entropy(dp_tensor *out, const cpu_ce_args *a)
+static inline dp_status k_cross_entropy(dp_tensor *out, cpu_ce_args *a)
 { return ON_CPU(a->input) ? cpu_cross_entropy(out, a) : gpu_cross_entropy(out, a); }
 static inline dp_status k_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_ce_args *a)
 { return ON_CPU(dinput) ? cpu_cross_entropy_backward(dinput, g, a) : gpu_cross_entropy_backward(dinput, g, a); }

@@ -185,11 +185,17 @@ dp_status dp_linear_relu(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor 
 
 /* ---------------------------------------------------------------- cross-entropy */
 
-/* saved: probs (or NULL for nll), target, weight (or NULL), denom */
+/* saved: probs (or NULL for nll), target, weight (or NULL), denom, the
+ * gradient for a loss gradient of 1 when the forward made it (or NULL) */
 static dp_status bw_cross_entropy(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
+    if (n->saved[4] && ag_is_implicit_one(g)) {
+        gi[0] = n->saved[4];   /* handed over: a second backward (retain_graph) computes its own */
+        n->saved[4] = NULL;
+        return DP_OK;
+    }
     cpu_ce_args a = { NULL, n->saved[1], n->saved[2], n->iarg[0], n->darg[0], (int)n->iarg[2], n->saved[0],
-                      (int)n->iarg[1], n->saved[3] };
+                      (int)n->iarg[1], n->saved[3], NULL, false };
     dp_tensor *gc = NULL, *dx = NULL;
     dp_status st;
     if (!(st = dp_to(&gc, g, n->in[0].dtype, n->in[0].device)) && !(st = dp_contiguous(&dx, gc))) {
@@ -245,11 +251,15 @@ dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target,
         return st;
     }
     int64_t N = input->shape[0];
-    dp_tensor *probs = NULL, *denom = NULL;
+    dp_tensor *probs = NULL, *denom = NULL, *grad_one = NULL;
     bool grad = ag_needs_record(1, &input);
     if (!log_probs && grad)
         st = tensor_new(&probs, 2, input->shape, DP_FLOAT64, input->device);
-    cpu_ce_args a = { x, t, w, ignore_index, label_smoothing, log_probs, probs, reduction, NULL };
+    /* on a GPU, a loss that fits one launch also writes the gradient the
+     * usual backward() will ask for, which saves the backward's launch */
+    if (!st && grad && reduction != CE_REDUCE_NONE && input->device != DP_CPU)
+        st = tensor_new(&grad_one, 2, input->shape, input->dtype, input->device);
+    cpu_ce_args a = { x, t, w, ignore_index, label_smoothing, log_probs, probs, reduction, NULL, grad_one, false };
     if (!st && !(st = tensor_new(&denom, 0, NULL, DP_FLOAT64, input->device)) &&
         !(st = tensor_new(out, reduction == CE_REDUCE_NONE ? 1 : 0, &N, input->dtype, input->device))) {
         a.denom = denom;
@@ -268,13 +278,17 @@ dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target,
         else
             n->saved[n->nsaved++] = NULL;
         ag_save(n, denom);
+        if (a.grad_one_done)
+            ag_save(n, grad_one);
+        else
+            n->saved[n->nsaved++] = NULL;
         n->iarg[0] = ignore_index;
         n->iarg[1] = reduction;
         n->iarg[2] = log_probs;
         n->darg[0] = label_smoothing;
     }
     drop3(x, t, w);
-    drop3(probs, denom, NULL);
+    drop3(probs, denom, grad_one);
     return st;
 }
 

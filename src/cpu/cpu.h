@@ -61,6 +61,9 @@ typedef struct {
     dp_tensor *probs;                     /* (N, C) float64 softmax, NULL for log_probs */
     int reduction;                        /* CE_REDUCE_* */
     dp_tensor *denom;                     /* 0-d float64: the weight of the counted rows, the mean's denominator */
+    dp_tensor *grad_one;                  /* (N, C) of the input's dtype, or NULL: see grad_one_done */
+    bool grad_one_done;                   /* set when the forward also wrote the input's gradient for a loss
+                                           * gradient of 1 to grad_one (a GPU's one-launch loss does) */
 } cpu_ce_args;
 /* out: the losses (N) for CE_REDUCE_NONE, else 0-d, of the input's dtype;
  * also fills a->denom and a->probs. */

@@ -221,6 +221,27 @@ end
 same("autograd: linear, relu, cross-entropy, tanh", grads,
      { input(torch.float64, 16, 5), input(torch.float64, 4, 5), input(torch.float64, 4), torch.randint(0, 4, { 16 }) })
 
+-- cross-entropy called straight with backward(): a loss that fits one
+-- launch writes its gradient in the forward, which the backward hands
+-- over; a second backward (retain_graph) computes its own. Every option.
+local ce_weight = torch.rand(5):double() + 0.5
+for _, dt in ipairs(floats) do
+  for _, o in ipairs({ { "mean", 1 }, { "sum", 2 } }) do
+    for _, v in ipairs({ { "", nil, -100, 0, false }, { " weighted", ce_weight, -100, 0, false },
+                         { " ignoring 3", nil, 3, 0, false }, { " smoothed", ce_weight, 3, 0.2, false },
+                         { " nll", ce_weight, 3, 0, true } }) do
+      same("cross-entropy " .. o[1] .. v[1] .. " gradient from the forward, " .. dt.name, function(x, t, w)
+        x = x:detach():requires_grad_()
+        local loss = torch._cross_entropy(x, t, w, v[3], v[4], o[2], v[5])
+        loss:backward({ retain_graph = true })
+        local g1 = x.grad:clone()
+        loss:backward()
+        return { loss, g1, x.grad }
+      end, { input(dt, 12, 5), torch.randint(0, 5, { 12 }), v[2] }, dt == torch.bfloat16 and 5e-2 or nil)
+    end
+  end
+end
+
 -- training: the seed model and an MLP reach the same losses
 local function train(device, dtype)
   torch.manual_seed(3)
