@@ -158,6 +158,7 @@ int dpc_softmax(int dtype, dpc_shape s, dpc_operand out, int64_t out_stride, dpc
  * of dtype) is written there too when the loss fits one launch, which
  * *grad_one_done then says. */
 enum { DPC_CE_NONE, DPC_CE_MEAN, DPC_CE_SUM };
+int dpc_cross_entropy_fuses(int64_t N, int64_t C);
 int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *input, const int64_t *target,
                       const double *weight, int64_t ignore_index, double smoothing, int log_probs, int reduction,
                       double *rows, double *probs, void *out, double *denom, void *grad_one, int *grad_one_done,

@@ -134,11 +134,20 @@ static cache_class block_cache[CACHE_WORKSPACE + 1];   /* under cache_mutex */
 static std::mutex cache_mutex;
 static std::atomic<int> captures_running;
 
-/* The class of a request, or 0 when it is not cached. */
+/* The class of a request, or 0 for sizes that are not cached. Requests
+ * of a class are always given the class's whole size, captured or not, so
+ * that any block of a class can serve any request of it. */
 static size_t cache_class_of(size_t bytes)
 {
-    size_t c = bytes == DPC_GEMM_WORKSPACE_BYTES ? CACHE_WORKSPACE : (bytes + CACHE_GRAIN - 1) / CACHE_GRAIN;
-    return c <= CACHE_WORKSPACE && captures_running.load(std::memory_order_relaxed) == 0 ? c : 0;
+    if (bytes == DPC_GEMM_WORKSPACE_BYTES)
+        return CACHE_WORKSPACE;
+    size_t c = (bytes + CACHE_GRAIN - 1) / CACHE_GRAIN;
+    return c <= CACHE_CLASSES ? c : 0;
+}
+
+static bool capturing(void)
+{
+    return captures_running.load(std::memory_order_relaxed) != 0;
 }
 
 static void *cache_take(size_t c, int device, void *stream)
@@ -195,19 +204,17 @@ extern "C" int dpc_malloc(void **ptr, size_t bytes, int device, void *stream)
     if (bytes == 0)
         return 0;
     size_t c = cache_class_of(bytes);
-    if (c != 0) {
-        if ((*ptr = cache_take(c, device, stream)) != NULL)
-            return 0;
-        if (c <= CACHE_CLASSES)
-            bytes = c * CACHE_GRAIN;   /* so that the block can serve its whole class later */
-    }
+    if (c != 0 && !capturing() && (*ptr = cache_take(c, device, stream)) != NULL)
+        return 0;
+    if (c != 0 && c <= CACHE_CLASSES)
+        bytes = c * CACHE_GRAIN;   /* so that the block can serve its whole class later */
     device_guard guard(device);
     if (guard.err != cudaSuccess)
         return status(guard.err);
     cudaError_t err = pool_setup(device);
     if (err == cudaSuccess)
         err = cudaMallocAsync(ptr, bytes, (cudaStream_t)stream);
-    if (err == cudaErrorMemoryAllocation) {
+    if (err == cudaErrorMemoryAllocation && !capturing()) {   /* a capture cannot wait for the device */
         /* Memory freed on other streams, held by the small-block cache, or
          * cached by the pool in blocks of the wrong sizes may be what is
          * missing: wait for the frees, give the caches back to the
@@ -230,7 +237,7 @@ extern "C" int dpc_free(void *ptr, size_t bytes, int device, void *stream)
     if (ptr == NULL)
         return 0;
     size_t c = bytes ? cache_class_of(bytes) : 0;
-    if (c != 0 && cache_put(c, ptr, device, stream))
+    if (c != 0 && !capturing() && cache_put(c, ptr, device, stream))
         return 0;
     device_guard guard(device);
     if (guard.err != cudaSuccess)

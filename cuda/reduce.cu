@@ -784,6 +784,12 @@ __global__ static void ce_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb)
     }
 }
 
+/* Whether dpc_cross_entropy runs as one launch (one block holds every row). */
+extern "C" int dpc_cross_entropy_fuses(int64_t N, int64_t C)
+{
+    return N > 0 && C >= 0 && grid_for(N, group_size(C, N)) == 1;
+}
+
 extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *input, const int64_t *target,
                                  const double *weight, int64_t ignore_index, double smoothing, int log_probs,
                                  int reduction, double *rows, double *probs, void *out, double *denom,
@@ -808,7 +814,7 @@ extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *in
             int st = with_group(G, [&](auto g) {
                 constexpr int GS = decltype(g)::value;
                 unsigned grid = grid_for(N, GS);
-                fused = grid == 1;
+                fused = dpc_cross_entropy_fuses(N, C);
                 if (fused) {
                     ce_kernel<DT, GS, true><<<1, RED_THREADS, 0, (cudaStream_t)stream>>>(r, rr, rb);
                     *grad_one_done = rb.dinput != NULL;

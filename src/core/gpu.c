@@ -934,6 +934,11 @@ dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *
 /* All on the device: a bad target is found by the kernel and reported at
  * the next synchronisation (a host check would cost a round trip per
  * step and could not be captured in a CUDA graph). */
+bool gpu_cross_entropy_fuses(const dp_tensor *input)
+{
+    return dpc_cross_entropy_fuses(input->shape[0], input->shape[1]) != 0;
+}
+
 dp_status gpu_cross_entropy(dp_tensor *out, cpu_ce_args *a)
 {
     int64_t N = a->input->shape[0], C = a->input->shape[1];
@@ -1098,6 +1103,7 @@ dp_status gpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
 dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 { (void)out; (void)dim; (void)index; (void)src; return no_cuda(); }
 dp_status gpu_cross_entropy(dp_tensor *out, cpu_ce_args *a) { (void)out; (void)a; return no_cuda(); }
+bool gpu_cross_entropy_fuses(const dp_tensor *input) { (void)input; return false; }
 dp_status gpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_ce_args *a)
 { (void)dinput; (void)g; (void)a; return no_cuda(); }
 dp_status gpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u)

@@ -28,6 +28,7 @@ dp_status gpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *sr
 dp_status gpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
 dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
 dp_status gpu_cross_entropy(dp_tensor *out, cpu_ce_args *a);
+bool gpu_cross_entropy_fuses(const dp_tensor *input);
 dp_status gpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_ce_args *a);
 dp_status gpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u);
 dp_status gpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u);
@@ -98,6 +99,9 @@ static inline dp_status k_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tenso
 { return ON_CPU(out) ? cpu_gather(out, a, dim, index) : gpu_gather(out, a, dim, index); }
 static inline dp_status k_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 { return ON_CPU(out) ? cpu_scatter_add(out, dim, index, src) : gpu_scatter_add(out, dim, index, src); }
+/* whether the loss runs as one launch, which can also write the gradient for a loss gradient of 1 */
+static inline bool k_cross_entropy_fuses(const dp_tensor *input)
+{ return !ON_CPU(input) && gpu_cross_entropy_fuses(input); }
 static inline dp_status k_cross_entropy(dp_tensor *out, cpu_ce_args *a)
 { return ON_CPU(a->input) ? cpu_cross_entropy(out, a) : gpu_cross_entropy(out, a); }
 static inline dp_status k_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_ce_args *a)

@@ -257,7 +257,7 @@ dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target,
         st = tensor_new(&probs, 2, input->shape, DP_FLOAT64, input->device);
     /* on a GPU, a loss that fits one launch also writes the gradient the
      * usual backward() will ask for, which saves the backward's launch */
-    if (!st && grad && reduction != CE_REDUCE_NONE && input->device != DP_CPU)
+    if (!st && grad && reduction != CE_REDUCE_NONE && k_cross_entropy_fuses(input))
         st = tensor_new(&grad_one, 2, input->shape, input->dtype, input->device);
     cpu_ce_args a = { x, t, w, ignore_index, label_smoothing, log_probs, probs, reduction, NULL, grad_one, false };
     if (!st && !(st = tensor_new(&denom, 0, NULL, DP_FLOAT64, input->device)) &&
