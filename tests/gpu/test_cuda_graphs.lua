@@ -231,15 +231,16 @@ T.run("device and memory queries", function()
   T.ok(torch.cuda.max_memory_reserved() >= 256 * 2 ^ 20, "max_memory_reserved remembers them")
 end)
 
-T.run("the small-block cache reuses a block only on the stream it was freed on", function()
+T.run("the small-block cache hands a freed block back on its stream", function()
   local s = torch.cuda.Stream()
   local a = torch.ones(1000, { device = dev })
   local p = a:data_ptr()
   a = nil
   collectgarbage()   -- freed on the default stream
+  -- (another stream may get the same address from CUDA's pool, which reuses
+  -- a block whose free has completed: that is not the cache)
   local b
   torch.cuda.stream(s, function() b = torch.zeros(1000, { device = dev }) end)
-  T.ok(b:data_ptr() ~= p, "another stream gets another block")
   local c = torch.zeros(1000, { device = dev })
   T.ok(c:data_ptr() == p, "the same stream gets the freed block back")
   T.is(c:sum():item(), 0, "and it holds what was written, not the old ones")
