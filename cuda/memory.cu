@@ -269,8 +269,16 @@ extern "C" int dpc_memcpy(void *dst, const void *src, size_t bytes, int kind, vo
 /* devices                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* Every op makes its tensor's device current; asking first is a read of
+ * the runtime's thread state, where setting it is a heavier call. */
 extern "C" int dpc_set_device(int device)
 {
+    int current;
+    cudaError_t err = cudaGetDevice(&current);
+    if (err == cudaSuccess && current == device)
+        return 0;
+    if (err != cudaSuccess)
+        (void)cudaGetLastError();
     return status(cudaSetDevice(device));
 }
 
