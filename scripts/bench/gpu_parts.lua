@@ -1,0 +1,62 @@
+-- dplua's side of scripts/bench/gpu_parts: what the GPU steps are made of,
+-- printed as "name value" lines (µs or ms per call), "name error: ..."
+-- when one fails, or only "no_gpu" without a GPU. gpu_parts.py is the same
+-- on PyTorch. Host µs: calls in a loop, timed up to the last call's return
+-- (the GPU then trails by at most its queue); ms: CUDA events around 5
+-- calls of an 8192-wide bf16 op, after one untimed call.
+local torch = require("dplua")
+local F = torch.nn.functional
+local clock = torch.utils.progress.clock
+io.stdout:setvbuf("line")
+
+local ok_cuda, has_cuda = pcall(function() return torch.cuda.is_available() end)
+if not (ok_cuda and has_cuda) then print("no_gpu"); os.exit(0) end
+local d = "cuda"
+
+local function row(name, f)
+  local ok, v = pcall(f)
+  if ok then print(string.format("%s %.2f", name, v))
+  else print(string.format("%s error: %s", name, (tostring(v):gsub("%s*\n%s*", " | ")))) end
+end
+
+local function host_us(f)
+  for _ = 1, 50 do f() end
+  torch.cuda.synchronize()
+  local n, t = 2000, clock()
+  for _ = 1, n do f() end
+  local us = (clock() - t) / n * 1e6
+  torch.cuda.synchronize()
+  return us
+end
+
+local function gpu_ms(f)
+  f()
+  torch.cuda.synchronize()
+  local e0, e1 = torch.cuda.Event({ enable_timing = true }), torch.cuda.Event({ enable_timing = true })
+  e0:record()
+  for _ = 1, 5 do f() end
+  e1:record()
+  e1:synchronize()
+  return e0:elapsed_time(e1) / 5
+end
+
+local a, b = torch.rand(32, 10):to(d), torch.rand(32, 10):to(d)
+local w, bias = torch.rand(10, 10):to(d), torch.rand(10):to(d)
+local y = torch.randint(0, 2, { 32 }):to(d)
+local xm = torch.rand(256, 256):to(d)
+row("empty", function() return host_us(function() return torch.empty(32, 10, { device = d }) end) end)
+row("add", function() return host_us(function() return a + b end) end)
+row("relu", function() return host_us(function() return a:relu() end) end)
+row("add_", function() return host_us(function() a:add_(b) end) end)
+row("linear_small", function() return host_us(function() return F.linear(a, w, bias) end) end)
+row("mm_256", function() return host_us(function() return xm:mm(xm) end) end)
+row("cross_entropy", function() return host_us(function() return F.cross_entropy(a, y) end) end)
+
+local N = 8192
+local x8 = torch.rand(N, N):to(d, torch.bfloat16)
+local w8 = torch.rand(N, N):to(d, torch.bfloat16)
+row("big_mm", function() return gpu_ms(function() return x8:mm(w8) end) end)
+row("big_linear", function() return gpu_ms(function() return F.linear(x8, w8) end) end)
+row("big_relu", function() return gpu_ms(function() return x8:relu() end) end)
+row("big_mean", function() return gpu_ms(function() return x8:mean() end) end)
+row("big_sum_float", function() return gpu_ms(function() return x8:float():sum() end) end)
