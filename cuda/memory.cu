@@ -107,8 +107,8 @@ static cudaError_t trim_pool(int device)
 /* ------------------------------------------------------------------------ */
 
 /* Blocks are cached by size class (requests rounded up to CACHE_GRAIN
- * bytes), at most CACHE_DEPTH per class, each with the device and stream
- * it was freed on. A block is only reused on that stream, where the
+ * bytes), at most CACHE_DEPTH per class and CACHE_MAX_BYTES in all, each
+ * with the device and stream it was freed on. A block is only reused on that stream, where the
  * stream's order makes the reuse as safe as the pool's own. While any
  * capture runs the cache is bypassed both ways: a graph must neither take
  * a block that eager work will reuse nor leave its own memory here. The
@@ -118,6 +118,10 @@ static cudaError_t trim_pool(int device)
 #define CACHE_CLASSES 2048   /* classes 1 .. 2048: blocks up to 1 MiB */
 #define CACHE_WORKSPACE (CACHE_CLASSES + 1)   /* and one class for GEMM workspaces */
 #define CACHE_DEPTH 8
+/* At most this much is held in the cache in all (the depth alone would
+ * allow gigabytes over many classes); past it, freed blocks go back to the
+ * pool. */
+#define CACHE_MAX_BYTES ((size_t)256 << 20)
 
 namespace {   /* file-local types: no clash with another file's of the same name */
 struct cached_block {
@@ -131,6 +135,7 @@ struct cache_class {
 }  // namespace
 
 static cache_class block_cache[CACHE_WORKSPACE + 1];   /* under cache_mutex */
+static size_t cached_bytes;                            /* under cache_mutex */
 static std::mutex cache_mutex;
 static std::atomic<int> captures_running;
 
@@ -150,6 +155,11 @@ static bool capturing(void)
     return captures_running.load(std::memory_order_relaxed) != 0;
 }
 
+static size_t class_bytes(size_t c)
+{
+    return c == CACHE_WORKSPACE ? DPC_GEMM_WORKSPACE_BYTES : c * CACHE_GRAIN;
+}
+
 static void *cache_take(size_t c, int device, void *stream)
 {
     std::lock_guard<std::mutex> lock(cache_mutex);
@@ -158,6 +168,7 @@ static void *cache_take(size_t c, int device, void *stream)
         if (k.b[j].device == device && k.b[j].stream == stream) {
             void *ptr = k.b[j].ptr;
             k.b[j] = k.b[--k.n];
+            cached_bytes -= class_bytes(c);
             return ptr;
         }
     return NULL;
@@ -167,9 +178,10 @@ static bool cache_put(size_t c, void *ptr, int device, void *stream)
 {
     std::lock_guard<std::mutex> lock(cache_mutex);
     cache_class &k = block_cache[c];
-    if (k.n == CACHE_DEPTH)
+    if (k.n == CACHE_DEPTH || cached_bytes + class_bytes(c) > CACHE_MAX_BYTES)
         return false;
     k.b[k.n++] = cached_block{ ptr, stream, device };
+    cached_bytes += class_bytes(c);
     return true;
 }
 
@@ -185,6 +197,7 @@ static void cache_flush(int device, bool any_stream, void *stream)
             if ((device >= 0 && b.device != device) || (!any_stream && b.stream != stream))
                 continue;
             k.b[j] = k.b[--k.n];
+            cached_bytes -= class_bytes(c);
             device_guard guard(b.device);
             (void)status(guard.err != cudaSuccess ? guard.err : cudaFreeAsync(b.ptr, (cudaStream_t)b.stream));
         }
