@@ -10,8 +10,9 @@
  * sizes costs no driver calls (what PyTorch's caching allocator buys).
  *
  * In front of the pools, blocks of up to 1 MiB (and GEMM workspaces) that
- * are freed outside a capture are kept per size class and handed to the next request of their
- * class on the same device and stream (the small-block cache below): a
+ * are freed outside a capture are kept per size class and handed to the
+ * next request of their class on the same device and stream (the
+ * small-block cache below): a
  * training step of a small model frees and makes the same few tensors
  * each time, and that saves a cudaMallocAsync and cudaFreeAsync, each a
  * driver call, per tensor.
@@ -108,8 +109,9 @@ static cudaError_t trim_pool(int device)
 
 /* Blocks are cached by size class (requests rounded up to CACHE_GRAIN
  * bytes), at most CACHE_DEPTH per class and CACHE_MAX_BYTES in all, each
- * with the device and stream it was freed on. A block is only reused on that stream, where the
- * stream's order makes the reuse as safe as the pool's own. While any
+ * with the device and stream it was freed on. A block is only reused on
+ * that stream, where the stream's order makes the reuse as safe as the
+ * pool's own. While any
  * capture runs the cache is bypassed both ways: a graph must neither take
  * a block that eager work will reuse nor leave its own memory here. The
  * cached blocks go back to the pool on dpc_pool_trim (empty_cache),
@@ -219,8 +221,8 @@ extern "C" int dpc_malloc(void **ptr, size_t bytes, int device, void *stream)
     size_t c = cache_class_of(bytes);
     if (c != 0 && !capturing() && (*ptr = cache_take(c, device, stream)) != NULL)
         return 0;
-    if (c != 0 && c <= CACHE_CLASSES)
-        bytes = c * CACHE_GRAIN;   /* so that the block can serve its whole class later */
+    if (c != 0)
+        bytes = class_bytes(c);   /* so that the block can serve its whole class later */
     device_guard guard(device);
     if (guard.err != cudaSuccess)
         return status(guard.err);

@@ -38,7 +38,7 @@
 /* dtypes (the conversions are in core/dtype_conv.h)                        */
 /* ------------------------------------------------------------------------ */
 
-static bool dt_is_float(int dtype)
+__host__ __device__ static constexpr bool dt_is_float(int dtype)
 {
     return dtype == DP_FLOAT32 || dtype == DP_FLOAT64 || dtype == DP_BFLOAT16;
 }
@@ -270,7 +270,7 @@ template <int IN, int G>
 __device__ static void reduce_fold(const red_args &r, const char *q, int64_t j0, int64_t j1, double &v, int64_t &i,
                                    double *sv, int64_t *si)
 {
-    const bool is_int = !(IN == DP_FLOAT32 || IN == DP_FLOAT64 || IN == DP_BFLOAT16);
+    const bool is_int = !dt_is_float(IN);
     const int64_t rs = r.a_stride;
     const int op = r.op;
     auto ld = [=](int64_t j, double &x, int64_t &xi) {
@@ -312,7 +312,7 @@ template <int IN, int G>
 __device__ static double reduce_row(const red_args &r, const char *q, int64_t n, int64_t *index, int64_t *ires,
                                     double *sv, int64_t *si)
 {
-    const bool is_int = !(IN == DP_FLOAT32 || IN == DP_FLOAT64 || IN == DP_BFLOAT16);
+    const bool is_int = !dt_is_float(IN);
     double v;
     int64_t i;
     reduce_init(r.op, v, i);
@@ -419,7 +419,7 @@ __global__ static void reduce_combine_kernel(red_args r, int64_t split, const do
 {
     __shared__ double sv[RED_THREADS];
     __shared__ int64_t si[RED_THREADS];
-    const bool is_int = !(IN == DP_FLOAT32 || IN == DP_FLOAT64 || IN == DP_BFLOAT16);
+    const bool is_int = !dt_is_float(IN);
     for (int64_t pos = blockIdx.x; pos < r.count; pos += gridDim.x) {
         const double *qv = pv + pos * split;
         const int64_t *qi = pi + pos * split;
