@@ -12,10 +12,9 @@
  * In front of the pools, blocks of up to 1 MiB (and GEMM workspaces) that
  * are freed outside a capture are kept per size class and handed to the
  * next request of their class on the same device and stream (the
- * small-block cache below): a
- * training step of a small model frees and makes the same few tensors
- * each time, and that saves a cudaMallocAsync and cudaFreeAsync, each a
- * driver call, per tensor.
+ * small-block cache below): a training step of a small model frees and
+ * makes the same few tensors each time, and that saves a cudaMallocAsync
+ * and cudaFreeAsync, each a driver call, per tensor.
  *
  * Calls that name a device make it current for their duration and put the
  * caller's current device back, so that none of them changes which device
