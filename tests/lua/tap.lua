@@ -20,6 +20,10 @@ argument, so this file itself needs nothing but plain Lua.
 
 local T = {}
 
+-- Each result is written out as it is made: a test process that dies
+-- (a signal, a tool that stops it) still shows the last check it passed.
+io.stdout:setvbuf("line")
+
 local count, failed, planned = 0, 0, nil
 local failures = {}
 
