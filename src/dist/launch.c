@@ -603,9 +603,17 @@ static int start_rank(struct launch *L, struct rank *r, char **argv)
         free_env(env);
         return -1;
     }
+    /* Signals wait until the child has put back the default handlers:
+     * ours, run in the child, would write to the launcher's signal pipe,
+     * and a SIGTERM sent to a rank just started (another rank failed at
+     * once) would read as one sent to the launcher. */
+    sigset_t all, old;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &old);
     pid = fork();
     if (pid == 0)
         exec_rank(po[1], pe[1], parent, argv, env);
+    sigprocmask(SIG_SETMASK, &old, NULL);
     close(po[1]);
     close(pe[1]);
     free_env(env);
