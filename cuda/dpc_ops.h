@@ -186,19 +186,21 @@ enum {
  * k x n after op, C is m x n with leading dimension ldc; stride_* between
  * batch entries (0 broadcasts). dtype float32 (tf32 when allow_tf32),
  * float64 or bfloat16 (float accumulation). epilogue: DPC_EPI_*, with
- * bias of dtype. Products of at most 64k multiply-adds run in a kernel of
- * our own, in one launch with their epilogue. */
+ * bias of dtype. Products of at most 64M multiply-adds (k at most 2048)
+ * run in kernels of our own, in one launch with their epilogue. */
 int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, double alpha,
              const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb, int64_t stride_b,
              double beta, void *C, int64_t ldc, int64_t stride_c, int64_t batch, int epilogue, void *bias,
              int allow_tf32, void *stream);
 
-/* A Linear layer's backward in one launch when it is small (M*N*K at most
- * 64k; DPC_UNSUPPORTED otherwise, and the caller runs the GEMMs): dx (M, K)
- * = g (M, N) @ w (N, K), dw (N, K) = g^T @ x (M, K), db (N) = column sums
- * of g; any of dx, dw, db may be NULL; all contiguous, of dtype. */
-int dpc_linear_backward_small(int dtype, int64_t M, int64_t N, int64_t K, const void *g, const void *x,
-                              const void *w, void *dx, void *dw, void *db, void *stream);
+/* A Linear layer's backward in one launch of our own: dx (M, K) = g (M, N)
+ * @ w (N, K), set to 0 where !(mask > 0) when mask (M, K) is given (a
+ * ReLU's backward folded in); dw (N, K) = g^T @ x (M, K); db (N) = the
+ * column sums of g. Any of dx, dw, db may be NULL; all contiguous, of
+ * dtype. DPC_UNSUPPORTED when a product is too large for our kernel (see
+ * dpc_gemm), or db comes without dw: the caller then runs the GEMMs. */
+int dpc_linear_backward(int dtype, int64_t M, int64_t N, int64_t K, const void *g, const void *x, const void *w,
+                        void *dx, void *dw, void *db, const void *mask, void *stream);
 
 /* ---- optimizers (cuda/optim.cu): PyTorch 1.13's formulas, as src/cpu/optim.c ---- */
 

@@ -18,7 +18,8 @@
  * descriptors of a product and the algorithm cuBLASLt's heuristic picks
  * for it are made once per shape (a plan) and cached, so that a repeated
  * product costs one cublasLtMatmul call on the host. Products of at most
- * GEMM_OWN_FLOPS multiply-adds skip cuBLASLt for a kernel of our own.
+ * GEMM_OWN_FLOPS multiply-adds (and k at most OWN_MAX_K) skip cuBLASLt for
+ * a tiled kernel of our own.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -138,153 +139,235 @@ static int epilogue_after(const gemm_args &g)
 }
 
 /* ------------------------------------------------------------------------ */
-/* small products without cuBLASLt                                           */
+/* products of our own: a tiled kernel                                       */
 /* ------------------------------------------------------------------------ */
 
-/* A product this small (a training step of a small model is all of them)
- * costs far more in cuBLASLt's host-side setup than on the GPU: one thread
- * per element of C, a plain loop over k, accumulating in Acc. */
-#define GEMM_OWN_FLOPS 65536
+/* Up to GEMM_OWN_FLOPS multiply-adds, what cuBLASLt's kernels save on the
+ * GPU is less than what a call costs on the host (15-20 us on the H200
+ * machines, against 5-7 for a launch of ours), and an eager step of such
+ * products is bound by the host. Each block computes a TILE x TILE tile of
+ * C (TILE = 16 TM) with 256 threads, TM x TM elements each, from BK-deep
+ * slices of op(A) and op(B) staged in shared memory; the next slice is
+ * loaded into registers while the current one is used. Every block walks
+ * all of k, so a deep product (k past OWN_MAX_K) is left to cuBLASLt,
+ * which splits k. One launch may carry two products: a Linear layer's dx
+ * and dw. */
+#define GEMM_OWN_FLOPS (1 << 26)
+#define OWN_MAX_K 2048
+/* Blocks below which a smaller tile is taken (about one per SM). */
+#define OWN_MIN_BLOCKS 128
 
-__host__ __device__ static inline float from_t(float v) { return v; }
-__host__ __device__ static inline double from_t(double v) { return v; }
-__host__ __device__ static inline float from_t(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ static inline float from_t(float v) { return v; }
+__device__ static inline double from_t(double v) { return v; }
+__device__ static inline float from_t(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-/* C[e] for element e of the (batch, m, n) result, row-major as dpc_gemm
- * describes it: op(A) is m x k, op(B) is k x n. */
-template <typename T, typename Acc>
-__host__ __device__ static inline Acc small_gemm_at(const gemm_args &g, int64_t e)
-{
-    int64_t j = e % g.n, i = (e / g.n) % g.m, b = e / (g.n * g.m);
-    const T *A = (const T *)g.A + b * g.stride_a, *B = (const T *)g.B + b * g.stride_b;
-    int64_t a_i = g.trans_a ? 1 : g.lda, a_k = g.trans_a ? g.lda : 1;   /* op(A)(i, k) = A[i*a_i + k*a_k] */
-    int64_t b_k = g.trans_b ? 1 : g.ldb, b_j = g.trans_b ? g.ldb : 1;   /* op(B)(k, j) = B[k*b_k + j*b_j] */
-    Acc sum = 0;
-    for (int64_t k = 0; k < g.k; k++)
-        sum += from_t(A[i * a_i + k * a_k]) * from_t(B[k * b_k + j * b_j]);
-    return sum;
-}
-
-template <typename T, typename Acc>
-__global__ static void small_gemm_kernel(gemm_args g)
-{
-    int64_t total = g.batch * g.m * g.n, stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
-        int64_t j = e % g.n, i = (e / g.n) % g.m, b = e / (g.n * g.m);
-        T *p = (T *)g.C + b * g.stride_c + i * g.ldc + j;
-        Acc v = (Acc)g.alpha * small_gemm_at<T, Acc>(g, e);
-        if (g.beta != 0)   /* beta 0 does not read C (NaN there must not survive) */
-            v = v + (Acc)g.beta * to_acc(*p);
-        if (g.bias && g.epilogue != DPC_EPI_BGRAD)
-            v = v + to_acc(((const T *)g.bias)[j]);
-        if (g.epilogue == DPC_EPI_RELU && !(v > 0))   /* as the relu op: x > 0 ? x : 0 */
-            v = 0;
-        store(p, v);
-    }
-}
-
-template <typename T, typename Acc>
-static int small_gemm_launch(const gemm_args &g)
-{
-    int64_t total = g.batch * g.m * g.n, grid = CEIL_DIV(total, (int64_t)GEMM_BLOCK);
-    if (grid > DPC_MAX_BLOCKS)
-        grid = DPC_MAX_BLOCKS;
-    small_gemm_kernel<T, Acc><<<(unsigned)grid, GEMM_BLOCK, 0, g.stream>>>(g);
-    return (int)cudaGetLastError();
-}
-
-static int small_gemm(const gemm_args &g)
-{
-    switch (g.dtype) {
-    case DP_FLOAT32: return small_gemm_launch<float, float>(g);
-    case DP_FLOAT64: return small_gemm_launch<double, double>(g);
-    case DP_BFLOAT16: return small_gemm_launch<__nv_bfloat16, float>(g);
-    default: return DPC_UNSUPPORTED;
-    }
-}
-
-/* A small Linear layer's whole backward in one launch: the elements of
- * dx (M x K) = g (M x N) @ w (N x K), then of dw (N x K) = g^T @ x
- * (x: M x K), then of db (N) = the column sums of g, one thread each; an
- * absent part (NULL) is skipped. Everything is contiguous. */
 namespace {   /* file-local types: no clash with another file's of the same name */
-struct lin_bwd_args {
-    int64_t M, N, K;
-    const void *g, *x, *w;
-    void *dx, *dw, *db;
+struct tile_job {
+    gemm_args g;
+    const void *mask;        /* NULL, or like C (ldc, batch 1): C is 0 where !(mask > 0) */
+    int64_t tiles_m, tiles_n, blocks;   /* set by tiled_launch */
+};
+struct tile_jobs {
+    tile_job job[2];
+    int count;
 };
 }  // namespace
 
-/* Element e of the concatenated parts: its value, which part (0 dx, 1 dw,
- * 2 db) and where in it. */
-template <typename T, typename Acc>
-__host__ __device__ static inline Acc lin_bwd_value(const lin_bwd_args &a, int64_t e, int *part, int64_t *at)
+/* __grid_constant__: the job is read where the launch put it, not copied
+ * to each thread's local memory for the run-time choice between two. */
+template <typename T, typename Acc, int TM>
+__global__ static void __launch_bounds__(256) tiled_gemm_kernel(const __grid_constant__ tile_jobs jobs)
 {
-    const T *g = (const T *)a.g, *x = (const T *)a.x, *w = (const T *)a.w;
-    const int64_t M = a.M, N = a.N, K = a.K;
-    const int64_t ndx = a.dx ? M * K : 0, ndw = a.dw ? N * K : 0;
-    Acc sum = 0;
-    if (e < ndx) {
-        int64_t i = e / K, k = e % K;
-        for (int64_t n = 0; n < N; n++)
-            sum += from_t(g[i * N + n]) * from_t(w[n * K + k]);
-        *part = 0;
-    } else if (e < ndx + ndw) {
-        e -= ndx;
-        int64_t n = e / K, k = e % K;
-        for (int64_t i = 0; i < M; i++)
-            sum += from_t(g[i * N + n]) * from_t(x[i * K + k]);
-        *part = 1;
-    } else {
-        e -= ndx + ndw;
-        for (int64_t i = 0; i < M; i++)
-            sum += from_t(g[i * N + e]);
-        *part = 2;
+    constexpr int TILE = 16 * TM, BK = TM == 4 ? 32 : 64, LOADS = TILE * BK / 256;
+    __shared__ Acc As[BK][TILE + 1], Bs[BK][TILE + 1];   /* +1: no bank conflicts on the stores */
+    int64_t blk = blockIdx.x;
+    const bool second = jobs.count > 1 && blk >= jobs.job[0].blocks;
+    const tile_job &J = jobs.job[second];
+    if (second)
+        blk -= jobs.job[0].blocks;
+    const gemm_args &g = J.g;
+    const int64_t m = g.m, n = g.n, k = g.k;
+    const int64_t tn = blk % J.tiles_n, tm = blk / J.tiles_n % J.tiles_m, b = blk / J.tiles_n / J.tiles_m;
+    const int64_t i0 = tm * TILE, j0 = tn * TILE;
+    const T *A = (const T *)g.A + b * g.stride_a, *B = (const T *)g.B + b * g.stride_b;
+    const int64_t a_i = g.trans_a ? 1 : g.lda, a_k = g.trans_a ? g.lda : 1;   /* op(A)(i, k) = A[i*a_i + k*a_k] */
+    const int64_t b_k = g.trans_b ? 1 : g.ldb, b_j = g.trans_b ? g.ldb : 1;   /* op(B)(k, j) = B[k*b_k + j*b_j] */
+    /* Load l of a slice runs along k where the operand is contiguous in k,
+     * else along i (j): neighbouring threads read neighbouring elements. */
+    const bool a_along_k = !g.trans_a, b_along_k = g.trans_b;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const bool row_sums = g.epilogue == DPC_EPI_BGRAD && tn == 0 && tx == 0;
+
+    Acc ra[LOADS], rb[LOADS];
+#define A_AT(l, ii, kk) (a_along_k ? ((kk) = (l) % BK, (ii) = (l) / BK) : ((ii) = (l) % TILE, (kk) = (l) / TILE))
+#define B_AT(l, jj, kk) (b_along_k ? ((kk) = (l) % BK, (jj) = (l) / BK) : ((jj) = (l) % TILE, (kk) = (l) / TILE))
+#define LOAD_SLICE(k0)                                                                                        \
+    _Pragma("unroll") for (int q = 0; q < LOADS; q++) {                                                       \
+        int l = threadIdx.x + 256 * q, ii, jj, kk;                                                            \
+        A_AT(l, ii, kk);                                                                                      \
+        ra[q] = i0 + ii < m && (k0) + kk < k ? (Acc)from_t(A[(i0 + ii) * a_i + ((k0) + kk) * a_k]) : (Acc)0;  \
+        B_AT(l, jj, kk);                                                                                      \
+        rb[q] = j0 + jj < n && (k0) + kk < k ? (Acc)from_t(B[((k0) + kk) * b_k + (j0 + jj) * b_j]) : (Acc)0;  \
     }
-    *at = e;
-    return sum;
+
+    Acc acc[TM][TM], sums[TM];
+#pragma unroll
+    for (int r = 0; r < TM; r++) {
+        sums[r] = 0;
+#pragma unroll
+        for (int c = 0; c < TM; c++)
+            acc[r][c] = 0;
+    }
+    LOAD_SLICE(0)
+    for (int64_t k0 = 0; k0 < k; k0 += BK) {
+#pragma unroll
+        for (int q = 0; q < LOADS; q++) {
+            int l = threadIdx.x + 256 * q, ii, jj, kk;
+            A_AT(l, ii, kk);
+            As[kk][ii] = ra[q];
+            B_AT(l, jj, kk);
+            Bs[kk][jj] = rb[q];
+        }
+        __syncthreads();
+        if (k0 + BK < k) {
+            LOAD_SLICE(k0 + BK)
+        }
+        const int depth = k - k0 < BK ? (int)(k - k0) : BK;
+#pragma unroll 4
+        for (int kk = 0; kk < depth; kk++) {
+            Acc a[TM], bv[TM];
+#pragma unroll
+            for (int r = 0; r < TM; r++)
+                a[r] = As[kk][ty + 16 * r];
+#pragma unroll
+            for (int c = 0; c < TM; c++)
+                bv[c] = Bs[kk][tx + 16 * c];
+#pragma unroll
+            for (int r = 0; r < TM; r++)
+#pragma unroll
+                for (int c = 0; c < TM; c++)
+                    acc[r][c] += a[r] * bv[c];
+            if (row_sums)
+#pragma unroll
+                for (int r = 0; r < TM; r++)
+                    sums[r] += a[r];
+        }
+        __syncthreads();
+    }
+#undef LOAD_SLICE
+#undef A_AT
+#undef B_AT
+
+    T *C = (T *)g.C + b * g.stride_c;
+    const T *bias = g.epilogue == DPC_EPI_BGRAD ? NULL : (const T *)g.bias, *mask = (const T *)J.mask;
+#pragma unroll
+    for (int r = 0; r < TM; r++) {
+        int64_t i = i0 + ty + 16 * r;
+        if (i >= m)
+            continue;
+        if (row_sums)
+            store((T *)g.bias + i, sums[r]);
+#pragma unroll
+        for (int c = 0; c < TM; c++) {
+            int64_t j = j0 + tx + 16 * c;
+            if (j >= n)
+                continue;
+            T *p = C + i * g.ldc + j;
+            Acc v = (Acc)g.alpha * acc[r][c];
+            if (g.beta != 0)   /* beta 0 does not read C (NaN there must not survive) */
+                v = v + (Acc)g.beta * to_acc(*p);
+            if (bias)
+                v = v + to_acc(bias[j]);
+            if (g.epilogue == DPC_EPI_RELU && !(v > 0))   /* as the relu op: x > 0 ? x : 0 */
+                v = 0;
+            if (mask && !(to_acc(mask[i * g.ldc + j]) > 0))
+                v = 0;
+            store(p, v);
+        }
+    }
 }
 
-template <typename T, typename Acc>
-__global__ static void lin_bwd_kernel(lin_bwd_args a, int64_t total)
+/* Whether a product of this shape is one for our kernel. */
+static bool own_fits(int64_t m, int64_t n, int64_t k, int64_t batch)
 {
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int part;
-        int64_t at;
-        Acc v = lin_bwd_value<T, Acc>(a, e, &part, &at);
-        T *dst = (T *)(part == 0 ? a.dx : part == 1 ? a.dw : a.db);
-        store(dst + at, v);
-    }
+    return k <= OWN_MAX_K && (double)m * (double)n * (double)k * (double)batch <= GEMM_OWN_FLOPS;
 }
 
-template <typename T, typename Acc>
-static int lin_bwd_launch(const lin_bwd_args &a, cudaStream_t stream)
+static int64_t tiles_of(const gemm_args &g, int tile)
 {
-    int64_t total = (a.dx ? a.M * a.K : 0) + (a.dw ? a.N * a.K : 0) + (a.db ? a.N : 0);
-    if (total == 0)
-        return 0;
-    int64_t grid = CEIL_DIV(total, (int64_t)GEMM_BLOCK);
-    if (grid > DPC_MAX_BLOCKS)
-        grid = DPC_MAX_BLOCKS;
-    lin_bwd_kernel<T, Acc><<<(unsigned)grid, GEMM_BLOCK, 0, stream>>>(a, total);
+    return CEIL_DIV(g.m, (int64_t)tile) * CEIL_DIV(g.n, (int64_t)tile) * g.batch;
+}
+
+template <typename T, typename Acc, int TM>
+static int tiled_launch(tile_jobs &jobs)
+{
+    int64_t blocks = 0;
+    for (int j = 0; j < jobs.count; j++) {
+        tile_job &J = jobs.job[j];
+        J.tiles_m = CEIL_DIV(J.g.m, (int64_t)(16 * TM));
+        J.tiles_n = CEIL_DIV(J.g.n, (int64_t)(16 * TM));
+        J.blocks = J.tiles_m * J.tiles_n * J.g.batch;
+        blocks += J.blocks;
+    }
+    if (blocks > INT32_MAX)
+        return DPC_UNSUPPORTED;
+    tiled_gemm_kernel<T, Acc, TM><<<(unsigned)blocks, 256, 0, jobs.job[0].g.stream>>>(jobs);
     return (int)cudaGetLastError();
 }
 
-extern "C" int dpc_linear_backward_small(int dtype, int64_t M, int64_t N, int64_t K, const void *g, const void *x,
-                                         const void *w, void *dx, void *dw, void *db, void *stream)
+/* The largest tile that still gives the GPU OWN_MIN_BLOCKS blocks. */
+template <typename T, typename Acc>
+static int tiled_pick(tile_jobs &jobs)
+{
+    int64_t big = 0, mid = 0;
+    for (int j = 0; j < jobs.count; j++) {
+        big += tiles_of(jobs.job[j].g, 64);
+        mid += tiles_of(jobs.job[j].g, 32);
+    }
+    if (big >= OWN_MIN_BLOCKS)
+        return tiled_launch<T, Acc, 4>(jobs);
+    if (mid >= OWN_MIN_BLOCKS)
+        return tiled_launch<T, Acc, 2>(jobs);
+    return tiled_launch<T, Acc, 1>(jobs);
+}
+
+/* Runs the jobs (all of one dtype and stream) in one launch. */
+static int tiled_gemm(tile_jobs &jobs)
+{
+    switch (jobs.job[0].g.dtype) {
+    case DP_FLOAT32: return tiled_pick<float, float>(jobs);
+    case DP_FLOAT64: return tiled_pick<double, double>(jobs);
+    case DP_BFLOAT16: return tiled_pick<__nv_bfloat16, float>(jobs);
+    default: return DPC_UNSUPPORTED;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* a Linear layer's backward                                                 */
+/* ------------------------------------------------------------------------ */
+
+extern "C" int dpc_linear_backward(int dtype, int64_t M, int64_t N, int64_t K, const void *g, const void *x,
+                                   const void *w, void *dx, void *dw, void *db, const void *mask, void *stream)
 {
     if (M < 0 || N < 0 || K < 0)
         return (int)cudaErrorInvalidValue;
-    if ((double)M * (double)N * (double)K > GEMM_OWN_FLOPS)
+    if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64 && dtype != DP_BFLOAT16)
         return DPC_UNSUPPORTED;
-    lin_bwd_args a = { M, N, K, g, x, w, dx, dw, db };
+    /* dx's k is N, dw's is M; a bias gradient alone is a reduction */
+    if (M == 0 || N == 0 || K == 0 || !own_fits(M, K, N, 1) || !own_fits(N, K, M, 1) || (db && !dw))
+        return DPC_UNSUPPORTED;
     cudaStream_t s = (cudaStream_t)stream;
-    switch (dtype) {
-    case DP_FLOAT32: return lin_bwd_launch<float, float>(a, s);
-    case DP_FLOAT64: return lin_bwd_launch<double, double>(a, s);
-    case DP_BFLOAT16: return lin_bwd_launch<__nv_bfloat16, float>(a, s);
-    default: return DPC_UNSUPPORTED;
+    tile_jobs jobs;
+    memset(&jobs, 0, sizeof jobs);
+    if (dx) {   /* dx (M, K) = g (M, N) @ w (N, K), masked */
+        jobs.job[jobs.count].g = gemm_args{ dtype, 0, 0, 0, M, K, N, 1.0, 0.0, g, w, NULL, dx, N, K, K, 0, 0, 0, 1, s,
+                                            DPC_EPI_BIAS };
+        jobs.job[jobs.count++].mask = mask;
     }
+    if (dw)   /* dw (N, K) = g^T (N, M) @ x (M, K); db = the row sums of g^T */
+        jobs.job[jobs.count++].g = gemm_args{ dtype, 1, 0, 0, N, K, M, 1.0, 0.0, g, x, db, dw, N, K, K, 0, 0, 0, 1, s,
+                                              db ? DPC_EPI_BGRAD : DPC_EPI_BIAS };
+    return jobs.count ? tiled_gemm(jobs) : 0;
 }
 
 #ifdef DP_HAVE_CUBLASLT
@@ -592,7 +675,7 @@ static int gemm_run(const gemm_args &g)
     if ((rc = lt_handle(device, &handle)) != 0)
         return rc;
     /* Without a workspace cuBLASLt still has algorithms, only fewer; a
-     * small product (a training step of a small model is all of them)
+     * small product (here one with a deep k: the rest are our kernel's)
      * first tries without, which saves two pool calls per product. */
     void *ws = NULL;
     size_t ws_bytes = 0;
@@ -653,9 +736,13 @@ extern "C" int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t 
     }
     if (A == NULL || B == NULL)
         return (int)cudaErrorInvalidValue;
-    if ((double)m * (double)n * (double)k * (double)batch <= GEMM_OWN_FLOPS) {
-        rc = small_gemm(g);
-        return rc == 0 && bgrad ? row_sums(g) : rc;
+    if (own_fits(m, n, k, batch)) {
+        tile_jobs jobs;
+        memset(&jobs, 0, sizeof jobs);
+        jobs.job[0].g = g;
+        jobs.count = 1;
+        if ((rc = tiled_gemm(jobs)) != DPC_UNSUPPORTED)
+            return rc;
     }
 #ifdef DP_HAVE_CUBLASLT
     return gemm_run(g);

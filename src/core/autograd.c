@@ -186,6 +186,7 @@ dp_status ag_record(dp_tensor *out, const char *name, ag_backward_fn fn, int n,
     nd->name = name;
     nd->backward = fn;
     nd->ninputs = n;
+    nd->mask_input = -1;
     for (int i = 0; i < n; i++) {
         dp_tensor *t = inputs[i];
         if (!t)
@@ -465,6 +466,41 @@ static dp_status check_saved(ag_node *n)
     return DP_OK;
 }
 
+void ag_set_relu_mask(ag_node *n, int saved_index)
+{
+    n->relu_saved = saved_index + 1;
+}
+
+dp_tensor *ag_offered_mask(const ag_node *n, int i)
+{
+    return i == n->mask_input ? n->next[i]->saved[n->next[i]->relu_saved - 1] : NULL;
+}
+
+void ag_took_mask(ag_node *n)
+{
+    n->mask_taken = n->mask_input >= 0;
+}
+
+/* The input of n whose ReLU mask n's backward may apply (see
+ * ag_offered_mask), or -1: the ReLU's node waits for this gradient alone
+ * (nothing accumulated, no other edge left), and its saved output is
+ * intact and shaped as the input. */
+static int mask_input(const ag_node *n)
+{
+    for (int i = 0; i < n->ninputs; i++) {
+        const ag_node *c = n->next[i];
+        if (!c || !c->relu_saved || c->freed || c->deps != 1 || c->grad || !n->in[i].needs_grad)
+            continue;
+        const dp_tensor *y = c->saved[c->relu_saved - 1];
+        const ag_input *in = &n->in[i];
+        if (y && y->storage->version == c->saved_version[c->relu_saved - 1] && y->dtype == in->dtype &&
+            y->device == in->device && y->ndim == in->ndim &&
+            memcmp(y->shape, in->shape, sizeof(int64_t) * (size_t)in->ndim) == 0 && tensor_is_contiguous(y))
+            return i;
+    }
+    return -1;
+}
+
 /* Runs one node and hands its input gradients on. */
 static dp_status run_node(ag_node *n, node_heap *ready, bool retain)
 {
@@ -475,7 +511,13 @@ static dp_status run_node(ag_node *n, node_heap *ready, bool retain)
     if (n->ninputs > 64 && !(gin = calloc((size_t)n->ninputs, sizeof *gin)))
         return dp_fail(DP_ERR_MEMORY, "backward: out of memory");
     memset(gin, 0, sizeof *gin * (size_t)n->ninputs);
+    n->mask_input = mask_input(n);
+    n->mask_taken = false;
     st = n->backward(n, n->grad, gin);
+    if (!st && n->mask_taken && gin[n->mask_input])
+        n->next[n->mask_input]->grad_masked = true;
+    n->mask_input = -1;
+    n->grad_masked = false;
     dp_tensor_release(n->grad);
     n->grad = NULL;
     if (!retain) {
@@ -589,6 +631,7 @@ dp_status dp_backward(dp_tensor *root, dp_tensor *grad, int retain_graph)
     for (int i = 0; i < nall; i++) {
         ag_node *m = all[i];
         m->deps = 0;
+        m->grad_masked = false;
         dp_tensor_release(m->grad);
         m->grad = NULL;
         for (int k = 0; k < m->ninputs; k++)

@@ -43,9 +43,14 @@ struct ag_node {
     int64_t iarg[AG_MAX_ARGS];
     double darg[2];
     bool freed;                /* saved tensors released by a backward */
+    int relu_saved;            /* 1 + the index in saved of a ReLU's output, whose sign
+                                  masks the gradient first in backward (ag_set_relu_mask); or 0 */
     /* engine state, only during dp_backward */
     int deps;
     dp_tensor *grad;
+    int mask_input;            /* the input offered its ReLU's mask (ag_offered_mask), or -1 */
+    bool mask_taken;           /* the backward applied it (ag_took_mask) */
+    bool grad_masked;          /* the gradient this node got is masked already */
 };
 
 bool ag_grad_enabled(void);
@@ -70,6 +75,20 @@ dp_status ag_check_inplace(const char *fn, dp_tensor *dst);
 /* Runs fn(ctx) once when the running backward ends (queued from a hook);
  * a failure becomes backward's error. Queuing the same pair twice is a no-op. */
 dp_status ag_queue_final_callback(dp_status (*fn)(void *ctx), void *ctx);
+
+/* A ReLU's backward multiplies its gradient by (y > 0). A node whose
+ * backward starts that way names its saved y with ag_set_relu_mask. When
+ * input i's node is such a node, and the gradient this node writes for
+ * input i is all that node will get, ag_offered_mask(n, i) is y (same
+ * shape, dtype and device as input i, contiguous), else NULL: a backward
+ * may then apply the mask as it writes that gradient (in a GEMM's
+ * epilogue, which saves a kernel and a tensor), and says so with
+ * ag_took_mask(n). The ReLU then finds n->grad_masked set and skips its
+ * mask. The decision is made as the backward runs, so whatever reads the
+ * ReLU's gradient at that point must be the engine alone. */
+void ag_set_relu_mask(ag_node *n, int saved_index);
+dp_tensor *ag_offered_mask(const ag_node *n, int i);
+void ag_took_mask(ag_node *n);
 
 /* A tensor for input i's gradient, to be written whole by the backward
  * function: the leaf's flat-buffer slot when that saves a copy. */

@@ -67,6 +67,8 @@ static dp_status give(ag_node *n, int i, dp_tensor *grad, dp_tensor **grads_in)
 
 dp_status bw_unary(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
+    if (n->grad_masked)   /* a ReLU's, applied where its gradient was made */
+        return give(n, 0, g, gi);
     dp_tensor *x = n->saved[0], *y = n->saved[1], *dx;
     dp_status st = tensor_new(&dx, x->ndim, x->shape, x->dtype, x->device);
     if (st)

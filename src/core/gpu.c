@@ -802,21 +802,27 @@ dp_status gpu_linear_relu(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor 
     return linear_epilogue(out, x, w, b, DPC_EPI_RELU);
 }
 
-/* dx = g @ w, dw = g^T @ x with db (the column sums of g) in its epilogue;
- * a small layer's three in one launch */
-dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w)
+/* dx = g @ w (0 where !(mask > 0) when mask is given), dw = g^T @ x, db =
+ * the column sums of g: one launch of ours up to medium sizes, else two
+ * cuBLASLt GEMMs with db in dw's epilogue */
+dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
+                              dp_tensor *mask)
 {
     int64_t M = g->shape[0], N = g->shape[1], K = x->shape[1];
     int st = set_device(g->device);
     if (!st) {
-        int small = dpc_linear_backward_small(g->dtype, M, N, K, first(g), first(x), first(w), dx ? first(dx) : NULL,
-                                              dw ? first(dw) : NULL, db ? first(db) : NULL, stream_of(g->device));
-        if (small != DPC_UNSUPPORTED)
-            return gpu_status("linear backward", small, g->dtype);
+        int own = dpc_linear_backward(g->dtype, M, N, K, first(g), first(x), first(w), dx ? first(dx) : NULL,
+                                      dw ? first(dw) : NULL, db ? first(db) : NULL, dx && mask ? first(mask) : NULL,
+                                      stream_of(g->device));
+        if (own != DPC_UNSUPPORTED)
+            return gpu_status("linear backward", own, g->dtype);
     }
     if (!st && dx)   /* dx (M, K) = g (M, N) @ w (N, K) */
         st = dpc_gemm(g->dtype, 0, 0, M, K, N, 1.0, first(g), N, 0, first(w), K, 0, 0.0, first(dx), K, 0, 1,
                       DPC_EPI_BIAS, NULL, allow_tf32, stream_of(g->device));
+    if (!st && dx && mask)   /* the ReLU's backward, in place */
+        st = dpc_unary_backward(DP_RELU, dx->dtype, shape_of(dx), operand(dx), operand(dx), operand(mask),
+                                operand(mask), stream_of(g->device));
     if (!st && dw)   /* dw (N, K) = g^T (N, M) @ x (M, K); db = the row sums of g^T */
         st = dpc_gemm(g->dtype, 1, 0, N, K, M, 1.0, first(g), N, 0, first(x), K, 0, 0.0, first(dw), K, 0, 1,
                       db ? DPC_EPI_BGRAD : DPC_EPI_BIAS, db ? first(db) : NULL, allow_tf32, stream_of(g->device));
@@ -1090,8 +1096,9 @@ dp_status gpu_softmax(dp_tensor *out, dp_tensor *a, int dim, int log)
 dp_status gpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b) { (void)out; (void)a; (void)b; return no_cuda(); }
 dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
 { (void)out; (void)x; (void)w; (void)b; return no_cuda(); }
-dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w)
-{ (void)dx; (void)dw; (void)db; (void)g; (void)x; (void)w; return no_cuda(); }
+dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
+                              dp_tensor *mask)
+{ (void)dx; (void)dw; (void)db; (void)g; (void)x; (void)w; (void)mask; return no_cuda(); }
 dp_status gpu_linear_relu(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
 { (void)out; (void)x; (void)w; (void)b; return no_cuda(); }
 dp_status gpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)

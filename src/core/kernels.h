@@ -21,7 +21,8 @@ dp_status gpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, i
 dp_status gpu_softmax(dp_tensor *out, dp_tensor *a, int dim, int log);
 dp_status gpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b);
 dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b);
-dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w);
+dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
+                              dp_tensor *mask);
 dp_status gpu_linear_relu(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b);
 dp_status gpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
 dp_status gpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
@@ -83,13 +84,16 @@ static inline dp_status k_linear_relu(dp_tensor *out, dp_tensor *x, dp_tensor *w
     cpu_linear(out, x, w, b);
     return cpu_unary(DP_RELU, out, out);
 }
+/* dx = g @ w, dw = g^T @ x, db = column sums of g (any may be NULL); dx is
+ * then 0 where !(mask > 0) when mask is given: the backward of a ReLU
+ * whose output mask is, folded in (see ag_offered_mask) */
 static inline dp_status k_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x,
-                                          dp_tensor *w)
+                                          dp_tensor *w, dp_tensor *mask)
 {
     if (!ON_CPU(g))
-        return gpu_linear_backward(dx, dw, db, g, x, w);
+        return gpu_linear_backward(dx, dw, db, g, x, w, mask);
     cpu_linear_backward(dx, dw, db, g, x, w);
-    return DP_OK;
+    return dx && mask ? cpu_unary_backward(DP_RELU, dx, dx, mask, mask) : DP_OK;
 }
 static inline dp_status k_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
 { return ON_CPU(out) ? cpu_index_select(out, a, dim, index) : gpu_index_select(out, a, dim, index); }

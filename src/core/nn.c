@@ -57,8 +57,9 @@ static dp_status bw_linear_direct(ag_node *n, dp_tensor *g, dp_tensor **gi)
         st = ag_grad_output(n, 1, &gi[1]);
     if (!st && has_b && n->in[2].needs_grad)
         st = ag_grad_output(n, 2, &gi[2]);
-    if (!st)
-        st = k_linear_backward(gi[0], gi[1], has_b ? gi[2] : NULL, gc, x, w);
+    dp_tensor *mask = gi[0] ? ag_offered_mask(n, 0) : NULL;
+    if (!st && !(st = k_linear_backward(gi[0], gi[1], has_b ? gi[2] : NULL, gc, x, w, mask)) && mask)
+        ag_took_mask(n);
     dp_tensor_release(gc);
     return st;
 }
@@ -155,6 +156,8 @@ dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
  * the output. */
 static dp_status bw_linear_relu(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
+    if (n->grad_masked)   /* the ReLU's part was done where g was made */
+        return bw_linear_direct(n, g, gi);
     dp_tensor *y = n->saved[2], *gc = NULL, *dz = NULL;
     dp_status st = g->dtype == y->dtype ? dp_contiguous(&gc, g) : dp_to(&gc, g, y->dtype, y->device);
     if (!st && !(st = tensor_new(&dz, 2, y->shape, y->dtype, y->device)) &&
@@ -178,8 +181,10 @@ dp_status dp_linear_relu(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor 
     }
     ag_node *n = NULL;
     if (!(st = linear_direct_out(out, x, w, b, true)) &&
-        !(st = linear_record(out, x, w, b, "ReluBackward0", bw_linear_relu, &n)) && n)
+        !(st = linear_record(out, x, w, b, "ReluBackward0", bw_linear_relu, &n)) && n) {
         ag_save_output(n, *out);
+        ag_set_relu_mask(n, 2);
+    }
     return st;
 }
 

@@ -181,6 +181,8 @@ dp_status dp_unary(dp_tensor **out, int op, dp_tensor *a)
     n->iarg[0] = op;
     ag_save(n, a);
     ag_save_output(n, *out);
+    if (op == DP_RELU)
+        ag_set_relu_mask(n, 1);
     return DP_OK;
 }
 

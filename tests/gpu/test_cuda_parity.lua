@@ -130,13 +130,30 @@ for _, dt in ipairs({ torch.float32, torch.float64 }) do
   same("linear " .. dt.name, function(x, w, b) return torch._linear(x, w, b) end, { input(dt, 8, 5), input(dt, 3, 5), input(dt, 3) }, dt == torch.float32 and 1e-4 or nil)
 end
 
+-- Products past the one-thread-per-element kernel, up to 64M multiply-adds
+-- with k up to 2048, run in the tiled kernel (16, 32 or 64 wide tiles by
+-- how many blocks they make): every transpose, batches, a broadcast
+-- operand, edges that do not fill a tile. Compared relative to the largest
+-- element (float32 and bfloat16 sum in another order than the CPU).
+local function unit(t) t = t:float(); return t / t:abs():max() end
+for _, dt in ipairs(floats) do
+  local rtol = dt == torch.bfloat16 and 5e-2 or (dt == torch.float32 and 1e-5 or nil)
+  local function rel(f) return function(...) local y = f(...); return dt == torch.float64 and y or unit(y) end end
+  same("tiled mm 100x70x90 " .. dt.name, rel(function(a, b) return a:mm(b) end), { input(dt, 100, 70), input(dt, 70, 90) }, rtol)
+  same("tiled mm A^T " .. dt.name, rel(function(a, b) return a:t():mm(b) end), { input(dt, 70, 100), input(dt, 70, 90) }, rtol)
+  same("tiled mm B^T " .. dt.name, rel(function(a, b) return a:mm(b:t()) end), { input(dt, 100, 70), input(dt, 90, 70) }, rtol)
+  same("tiled mm A^T B^T " .. dt.name, rel(function(a, b) return a:t():mm(b:t()) end), { input(dt, 70, 100), input(dt, 90, 70) }, rtol)
+  same("tiled bmm " .. dt.name, rel(function(a, b) return a:bmm(b) end), { input(dt, 3, 70, 40), input(dt, 3, 40, 90) }, rtol)
+  same("tiled matmul, broadcast B " .. dt.name, rel(function(a, b) return a:matmul(b) end), { input(dt, 2, 3, 50, 40), input(dt, 40, 60) }, rtol)
+  same("tiled mm 64-wide tiles " .. dt.name, rel(function(a, b) return a:mm(b) end), { input(dt, 700, 130), input(dt, 130, 1200) }, rtol)
+end
+
 -- bf16 linear takes the direct (cuBLASLt) path on a GPU, forward and backward.
 -- The GPU rounds x w^T + b once, the CPU the product and then the sum; the
 -- one-ulp difference that leaves in y is multiplied into the gradients,
 -- where a sum that cancels to a small value keeps an error of the size of
 -- its terms. The gradients are therefore compared relative to their
 -- largest element.
-local function unit(t) t = t:float(); return t / t:abs():max() end
 same("linear bfloat16 forward and backward", function(x, w, b)
   x = x:detach():requires_grad_(); w = w:detach():requires_grad_(); b = b:detach():requires_grad_()
   local y = torch._linear(x, w, b)
@@ -144,12 +161,16 @@ same("linear bfloat16 forward and backward", function(x, w, b)
   return { y, unit(x.grad), unit(w.grad), unit(b.grad) }
 end, { input(torch.bfloat16, 8, 5), input(torch.bfloat16, 3, 5), input(torch.bfloat16, 3) }, 5e-2)
 
--- Linear layers past the small-product kernel go through cuBLASLt with
--- their epilogues: the bias, bias+ReLU (the fused Linear+ReLU) in the
--- forward, the bias gradient beside dw in the backward. Sizes: 64x96x80
--- (no workspace) and 256x384x320 (with one); with and without a bias.
+-- Linear layers past the small-product kernel, M x K in, N out, with their
+-- epilogues: the bias, bias+ReLU (the fused Linear+ReLU) in the forward,
+-- the bias gradient beside dw in the backward; with and without a bias.
+-- The tiled kernel in 16-, 32- and 64-wide tiles (the backward's dx and dw
+-- in one launch); cuBLASLt for k past 2048, without a workspace and with
+-- one; a backward whose dw (k = M), or dx (k = N), is cuBLASLt's.
+local linear_sizes = { { 67, 97, 83 }, { 512, 200, 300 }, { 1030, 100, 520 }, { 8, 2400, 40 }, { 64, 2304, 80 },
+                       { 2100, 64, 96 }, { 64, 80, 2100 } }
 for _, dt in ipairs({ torch.float32, torch.float64, torch.bfloat16 }) do
-  for _, size in ipairs({ { 64, 96, 80 }, { 256, 384, 320 } }) do
+  for _, size in ipairs(linear_sizes) do
     for _, relu in ipairs({ false, true }) do
       for _, bias in ipairs({ true, false }) do
         local name = ("linear%s %dx%dx%d%s %s"):format(relu and "+relu" or "", size[1], size[2], size[3],
@@ -174,6 +195,32 @@ for _, dt in ipairs({ torch.float32, torch.float64, torch.bfloat16 }) do
   end
 end
 
+-- A ReLU between two Linear layers: the second layer's backward applies the
+-- ReLU's mask to dx (in the small kernel, the tiled kernel's epilogue, or
+-- after cuBLASLt's product), whether the ReLU is its own op or fused into
+-- the first layer. Sizes: M rows, K -> H -> N: the seed's, the MLP's
+-- first two layers, and one whose backward is cuBLASLt's (dw's k = M).
+for _, dt in ipairs(floats) do
+  for _, size in ipairs({ { 32, 10, 10, 2 }, { 256, 784, 256, 128 }, { 2100, 48, 40, 24 } }) do
+    for _, fused in ipairs({ false, true }) do
+      local M, K, H, N = size[1], size[2], size[3], size[4]
+      local name = ("relu between linears %dx%d->%d->%d%s %s"):format(M, K, H, N, fused and " (fused linear+relu)" or "",
+                                                                      dt.name)
+      same(name, function(x, w1, b1, w2, b2)
+        local p = {}
+        for i, t in ipairs({ x, w1, b1, w2, b2 }) do p[i] = t:detach():requires_grad_() end
+        local h = fused and torch._linear_relu(p[1], p[2], p[3]) or torch._linear(p[1], p[2], p[3]):relu()
+        local y = torch._linear(h, p[4], p[5])
+        y:float():pow(2):sum():backward()
+        local out = { dt == torch.float64 and y or unit(y) }
+        for i = 1, 5 do out[#out + 1] = unit(p[i].grad) end
+        return out
+      end, { input(dt, M, K), input(dt, H, K), input(dt, H), input(dt, N, H), input(dt, N) },
+           dt == torch.bfloat16 and 5e-2 or (dt == torch.float32 and 1e-4 or nil))
+    end
+  end
+end
+
 -- indexing
 same("index_select", function(a, i) return a:index_select(0, i) end, { input(torch.float32, 6, 3), torch.tensor({ 5, 0, 2, 2 }, { dtype = torch.int64 }) })
 same("gather", function(a, i) return a:gather(1, i) end, { input(torch.float32, 3, 4), torch.tensor({ { 0, 3 }, { 1, 1 }, { 2, 0 } }, { dtype = torch.int64 }) })
@@ -181,7 +228,10 @@ same("cat", function(a, b) return torch.cat({ a, b }, 1) end, { input(torch.floa
 
 -- convolution and pooling (unfold and its fold), forward and backward, in
 -- every floating dtype (bf16 for autocast; without the pooling there,
--- whose choice among values that bf16 rounds to ties may differ)
+-- whose choice among values that bf16 rounds to ties may differ). bf16
+-- gradients are compared relative to their largest element: the fold adds
+-- rounded products in bf16, and one ulp of a large term stays in a sum
+-- that cancels.
 for _, dt in ipairs({ torch.float32, torch.float64, torch.bfloat16 }) do
   local pool = dt ~= torch.bfloat16
   local function conv(x, w, b)
@@ -190,6 +240,7 @@ for _, dt in ipairs({ torch.float32, torch.float64, torch.bfloat16 }) do
     local y = F.conv2d(x, w, b, 1, 1)
     if pool then y = F.max_pool2d(y, 2) end
     y:float():sum():backward()
+    if dt == torch.bfloat16 then return { y, unit(x.grad), unit(w.grad) } end
     return { y, x.grad, w.grad }
   end
   same((pool and "conv2d and max_pool2d " or "conv2d ") .. dt.name, conv,

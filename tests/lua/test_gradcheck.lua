@@ -319,6 +319,64 @@ T.run("the implicit gradient of a scalar stays 1", function()
   T.is(a.grad:item(), 21, "and so does the leaf's next backward")
 end)
 
+---------------------------------------------------------------- a ReLU's backward inside a Linear's
+
+-- When a ReLU's output feeds a Linear layer and nothing else, the Linear's
+-- backward applies the ReLU's mask as it writes dx and the ReLU's own
+-- backward passes the gradient through; otherwise each does its own part.
+local function lin(x, w, b) return torch._linear(x, w, b) end
+check("linear, relu, linear (the mask in the second linear's backward)", function(x, w1, b1, w2, b2)
+  return lin(lin(x, w1, b1):relu(), w2, b2)
+end, { R(5, 4), R(3, 4), R(3), R(2, 3), R(2) })
+check("fused linear+relu twice, then linear (the masks in the backwards after them)", function(x, w1, w2, b2, w3)
+  return lin(torch._linear_relu(torch._linear_relu(x, w1), w2, b2), w3)
+end, { R(6, 4), R(5, 4), R(3, 5), R(3), R(2, 3) })
+check("the relu's output also used elsewhere (the relu masks its own)", function(x, w1, b1, w2, b2)
+  local h = lin(x, w1, b1):relu()
+  return lin(h, w2, b2):sum() + (h * h):sum()
+end, { R(5, 4), R(3, 4), R(3), R(2, 3), R(2) })
+check("the relu's output read by two linears", function(x, w1, w2, w3)
+  local h = torch._linear_relu(x, w1)
+  return lin(h, w2):sum() * 2 + lin(h, w3):sum()
+end, { R(5, 4), R(3, 4), R(2, 3), R(2, 3) })
+check("a relu before a linear on 3-D input (no direct path)", function(x, w1, w2)
+  return lin(lin(x, w1):relu(), w2)
+end, { R(2, 3, 4), R(3, 4), R(2, 3) })
+
+T.run("the folded mask gives the same gradients as the relu's own backward", function()
+  for _, dt in ipairs({ torch.float64, torch.float32 }) do
+    torch.manual_seed(7)
+    local x = torch.randn(9, 6, { dtype = dt })
+    local w1, b1 = torch.randn(7, 6, { dtype = dt }), torch.randn(7, { dtype = dt })
+    local w2, b2 = torch.randn(3, 7, { dtype = dt }), torch.randn(3, { dtype = dt })
+    local function grads(between)
+      local p = {}
+      for i, t in ipairs({ x, w1, b1, w2, b2 }) do p[i] = t:clone():requires_grad_() end
+      local h = between(lin(p[1], p[2], p[3]):relu())
+      local y = lin(h, p[4], p[5])
+      y:square():sum():backward({ retain_graph = true })
+      local first = p[1].grad:clone()
+      y:square():sum():backward()   -- a second backward through the same graph folds again
+      return { first, p[1].grad, p[2].grad, p[3].grad, p[4].grad, p[5].grad }
+    end
+    local folded = grads(function(h) return h end)
+    local own = grads(function(h) return h * 1 end)   -- the mul node stands between: no folding
+    for i = 1, #folded do
+      T.is(folded[i]:reshape(-1):tolist(), own[i]:reshape(-1):tolist(), dt.name .. " gradient " .. i)
+    end
+    T.is(folded[2]:reshape(-1):tolist(), (folded[1] * 2):reshape(-1):tolist(),
+         dt.name .. ": the second backward adds the same again")
+  end
+end)
+
+T.run("a relu output changed in place after use is still refused", function()
+  local x, w1, w2 = R(4, 3), R(5, 3), R(2, 5)
+  local h = lin(x, w1):relu()
+  local y = lin(h, w2):sum()
+  torch.no_grad(function() h:mul_(2) end)
+  T.raises(function() y:backward() end, "modified by an in%-place operation", "backward names the in-place change")
+end)
+
 T.run("a whole model in float64", function()
   local nn = torch.nn
   local m = nn.Sequential(nn.Conv2d(1, 2, 3, { padding = 1 }), nn.GELU(), nn.MaxPool2d(2), nn.Flatten(),
