@@ -186,7 +186,7 @@ enum {
  * k x n after op, C is m x n with leading dimension ldc; stride_* between
  * batch entries (0 broadcasts). dtype float32 (tf32 when allow_tf32),
  * float64 or bfloat16 (float accumulation). epilogue: DPC_EPI_*, with
- * bias of dtype. Products of at most 64M multiply-adds (k at most 2048)
+ * bias of dtype. Products of at most 16M multiply-adds (k at most 2048)
  * run in kernels of our own, in one launch with their epilogue. */
 int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, double alpha,
              const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb, int64_t stride_b,

@@ -145,16 +145,18 @@ static int epilogue_after(const gemm_args &g)
 /* Up to GEMM_OWN_FLOPS multiply-adds, what cuBLASLt's kernels save on the
  * GPU is less than what a call costs on the host (15-20 us on the H200
  * machines, against 5-7 for a launch of ours), and an eager step of such
- * products is bound by the host. Each block computes a TILE x TILE tile of
+ * products is bound by the host. Past it this simple kernel's GPU time
+ * grows past cuBLASLt's host cost (a 51M product took 33 us here). Each block computes a TILE x TILE tile of
  * C (TILE = 16 TM) with 256 threads, TM x TM elements each, from BK-deep
  * slices of op(A) and op(B) staged in shared memory; the next slice is
  * loaded into registers while the current one is used. Every block walks
  * all of k, so a deep product (k past OWN_MAX_K) is left to cuBLASLt,
  * which splits k. One launch may carry two products: a Linear layer's dx
  * and dw. */
-#define GEMM_OWN_FLOPS (1 << 26)
+#define GEMM_OWN_FLOPS (1 << 24)
 #define OWN_MAX_K 2048
-/* Blocks below which a smaller tile is taken (about one per SM). */
+/* Blocks below which a smaller tile is taken (about one per SM of an
+ * H100/H200; measured on the H200, fewer larger tiles were slower). */
 #define OWN_MIN_BLOCKS 128
 
 __device__ static inline float from_t(float v) { return v; }
@@ -210,13 +212,16 @@ __global__ static void __launch_bounds__(256) tiled_gemm_kernel(const __grid_con
         rb[q] = j0 + jj < n && (k0) + kk < k ? (Acc)from_t(B[((k0) + kk) * b_k + (j0 + jj) * b_j]) : (Acc)0;  \
     }
 
-    Acc acc[TM][TM], sums[TM];
+    /* Two sets of accumulators, for even and odd kk: twice the independent
+     * chains of multiply-adds, which a small tile (one element a thread)
+     * otherwise waits on. */
+    Acc acc[2][TM][TM], sums[TM];
 #pragma unroll
     for (int r = 0; r < TM; r++) {
         sums[r] = 0;
 #pragma unroll
         for (int c = 0; c < TM; c++)
-            acc[r][c] = 0;
+            acc[0][r][c] = acc[1][r][c] = 0;
     }
     LOAD_SLICE(0)
     for (int64_t k0 = 0; k0 < k; k0 += BK) {
@@ -232,9 +237,9 @@ __global__ static void __launch_bounds__(256) tiled_gemm_kernel(const __grid_con
         if (k0 + BK < k) {
             LOAD_SLICE(k0 + BK)
         }
-        const int depth = k - k0 < BK ? (int)(k - k0) : BK;
-#pragma unroll 4
-        for (int kk = 0; kk < depth; kk++) {
+        /* past k the slice holds zeros, which add nothing */
+#pragma unroll
+        for (int kk = 0; kk < BK; kk++) {
             Acc a[TM], bv[TM];
 #pragma unroll
             for (int r = 0; r < TM; r++)
@@ -246,12 +251,13 @@ __global__ static void __launch_bounds__(256) tiled_gemm_kernel(const __grid_con
             for (int r = 0; r < TM; r++)
 #pragma unroll
                 for (int c = 0; c < TM; c++)
-                    acc[r][c] += a[r] * bv[c];
-            if (row_sums)
+                    acc[kk & 1][r][c] += a[r] * bv[c];
+        }
+        if (row_sums)   /* outside the loop above, which it would slow for every block */
+            for (int kk = 0; kk < BK; kk++)
 #pragma unroll
                 for (int r = 0; r < TM; r++)
-                    sums[r] += a[r];
-        }
+                    sums[r] += As[kk][ty + 16 * r];
         __syncthreads();
     }
 #undef LOAD_SLICE
@@ -273,7 +279,7 @@ __global__ static void __launch_bounds__(256) tiled_gemm_kernel(const __grid_con
             if (j >= n)
                 continue;
             T *p = C + i * g.ldc + j;
-            Acc v = (Acc)g.alpha * acc[r][c];
+            Acc v = (Acc)g.alpha * (acc[0][r][c] + acc[1][r][c]);
             if (g.beta != 0)   /* beta 0 does not read C (NaN there must not survive) */
                 v = v + (Acc)g.beta * to_acc(*p);
             if (bias)

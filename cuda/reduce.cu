@@ -604,11 +604,14 @@ struct ce_red_args {
 };
 }  // namespace
 
-/* The rows reduced into out (or copied, for no reduction) and the weight
- * of the counted rows into *denom, by one whole block. */
+/* When the rows need more than one block: the rows reduced into out (or
+ * copied, for no reduction) and the weight of the counted rows into
+ * *denom, by one block. */
 template <int DT>
-__device__ static void ce_reduce_block(const ce_red_args &r, double *sv, int64_t *si)
+__global__ static void ce_reduce_kernel(ce_red_args r)
 {
+    __shared__ double sv[RED_THREADS];
+    __shared__ int64_t si[RED_THREADS];
     const int es = (int)dt_size(DT);
     const double *rows = r.rows, *w = r.weight;
     const int64_t *target = r.target;
@@ -633,15 +636,6 @@ __device__ static void ce_reduce_block(const ce_red_args &r, double *sv, int64_t
     }
 }
 
-/* When the rows need more than one block: the reduction after them. */
-template <int DT>
-__global__ static void ce_reduce_kernel(ce_red_args r)
-{
-    __shared__ double sv[RED_THREADS];
-    __shared__ int64_t si[RED_THREADS];
-    ce_reduce_block<DT>(r, sv, si);
-}
-
 namespace {   /* file-local types: no clash with another file's of the same name */
 struct ce_bwd_args {
     int64_t N, C;
@@ -660,46 +654,58 @@ struct ce_bwd_args {
 };
 }  // namespace
 
-/* dinput[i, k] = scale_i * ((1-eps) w_t (p_k - [k==t]) + eps/C (p_k
- * sum_j w_j - w_k)), or -scale_i w_t [k==t] for log-probabilities (nn.c's
- * cpu_cross_entropy_backward), for elements first, first + step, ...; the
- * whole block calls it (it sums the weights first when label smoothing
- * needs them). */
+/* The sum of the class weights (C without weights), which label smoothing
+ * with weights needs; the whole block calls it. */
+__device__ static double ce_weight_sum(const ce_bwd_args &r, double *sv, int64_t *si)
+{
+    if (!r.need_wall)
+        return (double)r.C;
+    int64_t unused = 0;
+    const double *w = r.weight;
+    double wall = 0;
+    auto ld = [=](int64_t j, double &x, int64_t &xi) { x = w[j]; xi = 0; };
+    group_fold<RED_THREADS>(wall, unused, r.C, sv, si, c_add(), ld);
+    return wall;
+}
+
+/* dinput[i, k] = sc * ((1-eps) w_t (p_k - [k==t]) + eps/C (p_k sum_j w_j -
+ * w_k)), or -sc w_t [k==t] for log-probabilities (nn.c's
+ * cpu_cross_entropy_backward); sc is the row's share of the loss's
+ * gradient, 0 for a row that counts for nothing. A target out of range
+ * failed the forward: no weight is read for it. */
+__device__ static inline double ce_grad(const ce_bwd_args &r, int64_t k, int64_t t, double p, double wall, double sc)
+{
+    if (t == r.ignore_index || sc == 0)
+        return 0;
+    double wt = t < 0 || t >= r.C ? 0 : class_weight(r.weight, t);
+    if (r.log_probs)
+        return k == t ? -sc * wt : 0;
+    double d = (1 - r.eps) * wt * (p - (k == t));
+    if (r.eps > 0)
+        d += r.eps / (double)r.C * (p * wall - class_weight(r.weight, k));
+    return d * sc;
+}
+
+/* The row's share of the loss gradient g (NULL: 1). */
+template <int DT>
+__device__ static inline double ce_scale(const ce_bwd_args &r, int64_t i, double denom)
+{
+    double g = r.g == NULL ? 1.0 : dt_load(DT, r.g + (r.reduction == DPC_CE_NONE ? i * (int64_t)dt_size(DT) : 0));
+    return r.reduction == DPC_CE_MEAN ? g / denom : g;
+}
+
+/* The gradient for elements first, first + step, ... of dinput; the whole
+ * block calls it. */
 template <int DT>
 __device__ static void ce_bwd_elems(const ce_bwd_args &r, int64_t first, int64_t step, double *sv, int64_t *si)
 {
     const int es = (int)dt_size(DT);
     const int64_t C = r.C;
-    double wall = (double)C;  /* without weights: C ones */
-    if (r.need_wall) {
-        int64_t unused = 0;
-        const double *w = r.weight;
-        wall = 0;
-        auto ld = [=](int64_t j, double &x, int64_t &xi) { x = w[j]; xi = 0; };
-        group_fold<RED_THREADS>(wall, unused, C, sv, si, c_add(), ld);
-    }
-    int64_t total = r.N * C;
-    for (int64_t e = first; e < total; e += step) {
-        int64_t i = e / C, k = e % C;
-        int64_t t = r.target[i];
-        double g = r.g == NULL ? 1.0 : dt_load(DT, r.g + (r.reduction == DPC_CE_NONE ? i * es : 0));
-        double sc = r.reduction == DPC_CE_MEAN ? g / *r.denom : g;
-        bool skip = t == r.ignore_index || sc == 0;
-        /* a target out of range failed the forward; read no weight for it */
-        double wt = skip || t < 0 || t >= C ? 0 : class_weight(r.weight, t);
-        double d = 0;
-        if (skip)
-            d = 0;
-        else if (r.log_probs)
-            d = k == t ? -sc * wt : 0;
-        else {
-            double p = r.probs[e];
-            d = (1 - r.eps) * wt * (p - (k == t));
-            if (r.eps > 0)
-                d += r.eps / (double)C * (p * wall - class_weight(r.weight, k));
-            d *= sc;
-        }
-        dt_store(DT, r.dinput + e * es, d);
+    const double wall = ce_weight_sum(r, sv, si);
+    for (int64_t e = first; e < r.N * C; e += step) {
+        int64_t i = e / C;
+        double sc = ce_scale<DT>(r, i, *r.denom);
+        dt_store(DT, r.dinput + e * es, ce_grad(r, e % C, r.target[i], r.log_probs ? 0 : r.probs[e], wall, sc));
     }
 }
 
@@ -711,76 +717,129 @@ __global__ static void ce_bwd_kernel(ce_bwd_args r)
     ce_bwd_elems<DT>(r, (int64_t)blockIdx.x * blockDim.x + threadIdx.x, (int64_t)gridDim.x * blockDim.x, sv, si);
 }
 
-/* One sample row per group: nn.c's row_log_probs and the loss of
- * cpu_cross_entropy. A bad target leaves its row 0 and is reported. With
- * FUSED (a grid of one block holds every row) the block then reduces the
- * rows itself: one launch for the whole loss; and with rb.dinput it also
- * writes there the input's gradient for a loss gradient of 1, which the
- * backward of a loss called with no gradient then takes as it is. */
-template <int DT, int G, bool FUSED>
-__global__ static void ce_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb)
+/* One sample row's loss, by its group of G threads: nn.c's row_log_probs
+ * and the loss of cpu_cross_entropy. The probabilities are written to
+ * r.probs when it is set. The loss is valid in lane 0. */
+namespace {   /* file-local types: no clash with another file's of the same name */
+struct ce_row {
+    int64_t t;
+    bool live, bad, active;   /* a row of the batch; its target out of range; it counts */
+    const char *row;
+    double m, inv, loss;
+};
+}  // namespace
+
+template <int DT, int G>
+__device__ static ce_row ce_row_loss(const ce_args &r, int64_t i, int lane, double *sv, int64_t *si)
+{
+    const int64_t C = r.C;
+    const int es = (int)dt_size(DT);
+    ce_row o;
+    o.live = i < r.N;
+    o.t = o.live ? r.target[i] : r.ignore_index;
+    o.bad = o.t != r.ignore_index && (o.t < 0 || o.t >= C);
+    o.active = o.live && o.t != r.ignore_index && !o.bad;
+    o.row = r.input + (o.live ? i : 0) * C * es;
+    const char *row = o.row;
+    const int64_t n = o.active ? C : 0;
+    int64_t unused = 0;
+    auto ld = [=](int64_t j, double &x, int64_t &xi) { x = dt_load(DT, row + j * es); xi = 0; };
+    double m = -INFINITY, sum = 0, lse = 0, inv = 0;
+    if (!r.log_probs) {
+        group_fold<G>(m, unused, n, sv, si, c_max(), ld);
+        auto ex = [=](int64_t j, double &x, int64_t &xi) { x = exp(dt_load(DT, row + j * es) - m); xi = 0; };
+        group_fold<G>(sum, unused, n, sv, si, c_add(), ex);
+        lse = m + log(sum);
+        inv = 1 / sum;
+        if (r.probs)
+            for (int64_t j = lane; j < n; j += G)
+                r.probs[i * C + j] = exp(dt_load(DT, row + j * es) - m) * inv;
+    }
+    double smooth = 0;
+    if (r.eps > 0) {
+        const double *w = r.weight;
+        const bool lp = r.log_probs;
+        auto wl = [=](int64_t j, double &x, int64_t &xi) {
+            double v = dt_load(DT, row + j * es);
+            x = class_weight(w, j) * (lp ? v : v - lse);
+            xi = 0;
+        };
+        group_fold<G>(smooth, unused, n, sv, si, c_add(), wl);
+        smooth = -smooth;
+    }
+    o.m = m;
+    o.inv = inv;
+    o.loss = 0;
+    if (o.active) {
+        double xt = dt_load(DT, row + o.t * es), logpt = r.log_probs ? xt : xt - lse;
+        o.loss = -class_weight(r.weight, o.t) * logpt * (1 - r.eps);
+        if (r.eps > 0)
+            o.loss += r.eps / (double)C * smooth;
+    }
+    if (o.bad && lane == 0)
+        kernel_error(r.err, DPC_KERR_CE_TARGET, o.t, C);
+    return o;
+}
+
+/* One sample row per group, each row's loss to r.rows; ce_reduce_kernel
+ * then reduces them. A bad target leaves its row 0 and is reported. */
+template <int DT, int G>
+__global__ static void ce_kernel(ce_args r)
 {
     __shared__ double sv[RED_THREADS];
     __shared__ int64_t si[RED_THREADS];
     const int per_block = RED_THREADS / G;
-    const int64_t C = r.C;
-    const int es = (int)dt_size(DT);
     int grp = threadIdx.x / G, lane = threadIdx.x % G;
     for (int64_t base = (int64_t)blockIdx.x * per_block; base < r.N; base += (int64_t)gridDim.x * per_block) {
         int64_t i = base + grp;
-        bool live = i < r.N;
-        int64_t t = live ? r.target[i] : r.ignore_index;
-        bool bad = t != r.ignore_index && (t < 0 || t >= C);
-        bool active = live && t != r.ignore_index && !bad;
-        const char *row = r.input + (live ? i : 0) * C * es;
-        const int64_t n = active ? C : 0;
-        int64_t unused = 0;
-        auto ld = [=](int64_t j, double &x, int64_t &xi) { x = dt_load(DT, row + j * es); xi = 0; };
-        double m = -INFINITY, sum = 0, lse = 0, inv = 0;
-        if (!r.log_probs) {
-            group_fold<G>(m, unused, n, sv, si, c_max(), ld);
-            auto ex = [=](int64_t j, double &x, int64_t &xi) { x = exp(dt_load(DT, row + j * es) - m); xi = 0; };
-            group_fold<G>(sum, unused, n, sv, si, c_add(), ex);
-            lse = m + log(sum);
-            inv = 1 / sum;
-            if (r.probs)
-                for (int64_t j = lane; j < n; j += G)
-                    r.probs[i * C + j] = exp(dt_load(DT, row + j * es) - m) * inv;
-        }
-        double smooth = 0;
-        if (r.eps > 0) {
-            const double *w = r.weight;
-            const bool lp = r.log_probs;
-            auto wl = [=](int64_t j, double &x, int64_t &xi) {
-                double v = dt_load(DT, row + j * es);
-                x = class_weight(w, j) * (lp ? v : v - lse);
-                xi = 0;
-            };
-            group_fold<G>(smooth, unused, n, sv, si, c_add(), wl);
-            smooth = -smooth;
-        }
-        if (!live || lane != 0)
-            continue;
-        if (!active) {
-            r.rows[i] = 0;
-            if (bad)
-                kernel_error(r.err, DPC_KERR_CE_TARGET, t, C);
-            continue;
-        }
-        double xt = dt_load(DT, row + t * es), logpt = r.log_probs ? xt : xt - lse;
-        double wt = class_weight(r.weight, t);
-        double loss = -wt * logpt * (1 - r.eps);
-        if (r.eps > 0)
-            loss += r.eps / (double)C * smooth;
-        r.rows[i] = loss;
+        ce_row o = ce_row_loss<DT, G>(r, i, lane, sv, si);
+        if (o.live && lane == 0)
+            r.rows[i] = o.loss;
     }
-    if (FUSED) {
-        __syncthreads();   /* every row is written (global memory, this block) */
-        ce_reduce_block<DT>(rr, sv, si);
-        if (rb.dinput) {
-            __syncthreads();   /* and the probabilities and *denom */
-            ce_bwd_elems<DT>(rb, threadIdx.x, blockDim.x, sv, si);
-        }
+}
+
+/* The whole loss in one launch when one block holds every row (N at most
+ * RED_THREADS / G): the rows' losses and weights stay in shared memory for
+ * the reduction, and with rb.dinput the block also writes there the
+ * input's gradient for a loss gradient of 1 (each group its row's, the
+ * probabilities recomputed as the unfused backward reads them), which the
+ * backward of a loss called with no gradient then takes as it is. */
+template <int DT, int G>
+__global__ static void ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb)
+{
+    __shared__ double sv[RED_THREADS];
+    __shared__ int64_t si[RED_THREADS];
+    __shared__ double row_loss[RED_THREADS / G], row_weight[RED_THREADS / G];
+    const int es = (int)dt_size(DT);
+    const int grp = threadIdx.x / G, lane = threadIdx.x % G;
+    ce_row o = ce_row_loss<DT, G>(r, grp, lane, sv, si);
+    if (lane == 0) {
+        row_loss[grp] = o.loss;
+        row_weight[grp] = o.active ? class_weight(r.weight, o.t) : 0;
+    }
+    __syncthreads();
+    double total = 0, wsum = 0;
+    int64_t unused = 0;
+    auto ld_loss = [&](int64_t j, double &x, int64_t &xi) { x = row_loss[j]; xi = 0; };
+    auto ld_weight = [&](int64_t j, double &x, int64_t &xi) { x = row_weight[j]; xi = 0; };
+    group_fold<RED_THREADS>(total, unused, r.N, sv, si, c_add(), ld_loss);
+    group_fold<RED_THREADS>(wsum, unused, r.N, sv, si, c_add(), ld_weight);
+    if (rr.reduction == DPC_CE_NONE && o.live && lane == 0)
+        dt_store(DT, rr.out + grp * es, o.loss);
+    if (threadIdx.x == 0) {
+        *rr.denom = wsum;
+        if (rr.reduction != DPC_CE_NONE)
+            dt_store(DT, rr.out, rr.reduction == DPC_CE_MEAN ? total / wsum : total);
+    }
+    if (!rb.dinput)
+        return;
+    const double wall = ce_weight_sum(rb, sv, si);
+    if (!o.live)
+        return;
+    const double sc = ce_scale<DT>(rb, grp, wsum);
+    for (int64_t k = lane; k < r.C; k += G) {
+        double p = o.active && !r.log_probs ? exp(dt_load(DT, o.row + k * es) - o.m) * o.inv : 0;
+        dt_store(DT, rb.dinput + (grp * r.C + k) * es, o.bad ? 0 : ce_grad(rb, k, o.t, p, wall, sc));
     }
 }
 
@@ -816,10 +875,10 @@ extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *in
                 unsigned grid = grid_for(N, GS);
                 fused = dpc_cross_entropy_fuses(N, C);
                 if (fused) {
-                    ce_kernel<DT, GS, true><<<1, RED_THREADS, 0, (cudaStream_t)stream>>>(r, rr, rb);
+                    ce_fused_kernel<DT, GS><<<1, RED_THREADS, 0, (cudaStream_t)stream>>>(r, rr, rb);
                     *grad_one_done = rb.dinput != NULL;
                 } else {
-                    ce_kernel<DT, GS, false><<<grid, RED_THREADS, 0, (cudaStream_t)stream>>>(r, rr, rb);
+                    ce_kernel<DT, GS><<<grid, RED_THREADS, 0, (cudaStream_t)stream>>>(r);
                 }
                 return (int)cudaGetLastError();
             });

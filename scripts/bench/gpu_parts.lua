@@ -52,6 +52,23 @@ row("linear_small", function() return host_us(function() return F.linear(a, w, b
 row("mm_256", function() return host_us(function() return xm:mm(xm) end) end)
 row("cross_entropy", function() return host_us(function() return F.cross_entropy(a, y) end) end)
 
+-- A CUDA graph of k tiny kernels (add_ on one element), replayed: µs per
+-- replay, waited for. The floor under a replayed step of k kernels.
+local function replay_us(k)
+  local x = torch.zeros(1, { device = d })
+  for _ = 1, 3 do for _ = 1, k do x:add_(1) end end
+  torch.cuda.synchronize()
+  local g = torch.cuda.graph(function() for _ = 1, k do x:add_(1) end end)
+  for _ = 1, 50 do g:replay() end
+  torch.cuda.synchronize()
+  local n, t = 2000, clock()
+  for _ = 1, n do g:replay() end
+  torch.cuda.synchronize()
+  return (clock() - t) / n * 1e6
+end
+row("graph_1", function() return replay_us(1) end)
+row("graph_16", function() return replay_us(16) / 16 end)
+
 local N = 8192
 local x8 = torch.rand(N, N):to(d, torch.bfloat16)
 local w8 = torch.rand(N, N):to(d, torch.bfloat16)

@@ -56,6 +56,31 @@ row("linear_small", lambda: host_us(lambda: F.linear(a, w, bias)))
 row("mm_256", lambda: host_us(lambda: xm.mm(xm)))
 row("cross_entropy", lambda: host_us(lambda: F.cross_entropy(a, y)))
 
+def replay_us(k):
+    x = torch.zeros(1, device=d)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3 * k):
+            x.add_(1)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(k):
+            x.add_(1)
+    for _ in range(50):
+        g.replay()
+    torch.cuda.synchronize()
+    n, t = 2000, time.perf_counter()
+    for _ in range(n):
+        g.replay()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / n * 1e6
+
+
+row("graph_1", lambda: replay_us(1))
+row("graph_16", lambda: replay_us(16) / 16)
+
 N = 8192
 x8 = torch.rand(N, N, device=d, dtype=torch.bfloat16)
 w8 = torch.rand(N, N, device=d, dtype=torch.bfloat16)
