@@ -57,17 +57,17 @@ row("mm_256", lambda: host_us(lambda: xm.mm(xm)))
 row("cross_entropy", lambda: host_us(lambda: F.cross_entropy(a, y)))
 
 def replay_us(k):
-    x = torch.zeros(1, device=d)
+    x, one = torch.zeros(1, device=d), torch.ones(1, device=d)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         for _ in range(3 * k):
-            x.add_(1)
+            x.add_(one)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         for _ in range(k):
-            x.add_(1)
+            x.add_(one)
     for _ in range(50):
         g.replay()
     torch.cuda.synchronize()
