@@ -25,6 +25,7 @@
 #endif
 
 #include <stdint.h>
+#include <stdlib.h>
 
 #include <atomic>
 #include <mutex>
@@ -107,8 +108,13 @@ static cudaError_t trim_pool(int device)
 /* ------------------------------------------------------------------------ */
 
 /* Blocks are cached by size class (requests rounded up to CACHE_GRAIN
- * bytes), at most CACHE_DEPTH per class and CACHE_MAX_BYTES in all, each
- * with the device and stream it was freed on. A block is only reused on
+ * bytes), at most CACHE_CLASS_BYTES (and at least CACHE_MIN_DEPTH blocks)
+ * per class and CACHE_MAX_BYTES in all, each with the device and stream
+ * it was freed on. A class holds thousands of small blocks because Lua
+ * frees tensors in bursts: its collector finds a few thousand steps'
+ * worth of dead tensors at once (some 20000 in a loop of seed steps), and
+ * every block the cache cannot keep then costs a cudaFreeAsync, and its
+ * next request a cudaMallocAsync, a microsecond or two each. A block is only reused on
  * that stream, where the stream's order makes the reuse as safe as the
  * pool's own. While any
  * capture runs the cache is bypassed both ways: a graph must neither take
@@ -118,7 +124,9 @@ static cudaError_t trim_pool(int device)
 #define CACHE_GRAIN 512
 #define CACHE_CLASSES 2048   /* classes 1 .. 2048: blocks up to 1 MiB */
 #define CACHE_WORKSPACE (CACHE_CLASSES + 1)   /* and one class for GEMM workspaces */
-#define CACHE_DEPTH 8
+#define CACHE_CLASS_BYTES ((size_t)16 << 20)
+#define CACHE_MIN_DEPTH 8
+#define CACHE_SCAN 64
 /* At most this much is held in the cache in all (the depth alone would
  * allow gigabytes over many classes); past it, freed blocks go back to the
  * pool. */
@@ -130,8 +138,8 @@ struct cached_block {
     int device;
 };
 struct cache_class {
-    int n;
-    cached_block b[CACHE_DEPTH];
+    size_t n, cap;
+    cached_block *b;   /* grown as needed, never freed */
 };
 }  // namespace
 
@@ -165,7 +173,9 @@ static void *cache_take(size_t c, int device, void *stream)
 {
     std::lock_guard<std::mutex> lock(cache_mutex);
     cache_class &k = block_cache[c];
-    for (int j = k.n - 1; j >= 0; j--)
+    /* the newest blocks first, and only so many: a long run of another
+     * stream's blocks must not make every request walk it */
+    for (size_t j = k.n, seen = 0; j-- > 0 && seen++ < CACHE_SCAN;)
         if (k.b[j].device == device && k.b[j].stream == stream) {
             void *ptr = k.b[j].ptr;
             k.b[j] = k.b[--k.n];
@@ -179,8 +189,21 @@ static bool cache_put(size_t c, void *ptr, int device, void *stream)
 {
     std::lock_guard<std::mutex> lock(cache_mutex);
     cache_class &k = block_cache[c];
-    if (k.n == CACHE_DEPTH || cached_bytes + class_bytes(c) > CACHE_MAX_BYTES)
+    if (cached_bytes + class_bytes(c) > CACHE_MAX_BYTES)
         return false;
+    if (k.n == k.cap) {
+        size_t depth = CACHE_CLASS_BYTES / class_bytes(c);
+        if (depth < CACHE_MIN_DEPTH)
+            depth = CACHE_MIN_DEPTH;
+        size_t cap = k.cap ? 2 * k.cap : CACHE_MIN_DEPTH;
+        if (cap > depth)
+            cap = depth;
+        cached_block *grown = cap > k.cap ? (cached_block *)realloc(k.b, cap * sizeof *grown) : NULL;
+        if (grown == NULL)
+            return false;
+        k.b = grown;
+        k.cap = cap;
+    }
     k.b[k.n++] = cached_block{ ptr, stream, device };
     cached_bytes += class_bytes(c);
     return true;
@@ -193,7 +216,7 @@ static void cache_flush(int device, bool any_stream, void *stream)
     std::lock_guard<std::mutex> lock(cache_mutex);
     for (size_t c = 1; c <= CACHE_WORKSPACE; c++) {
         cache_class &k = block_cache[c];
-        for (int j = k.n - 1; j >= 0; j--) {
+        for (size_t j = k.n; j-- > 0;) {
             cached_block b = k.b[j];
             if ((device >= 0 && b.device != device) || (!any_stream && b.stream != stream))
                 continue;
