@@ -742,17 +742,17 @@ extern "C" int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t 
     }
     if (A == NULL || B == NULL)
         return (int)cudaErrorInvalidValue;
-    if (own_fits(m, n, k, batch)) {
-        tile_jobs jobs;
-        memset(&jobs, 0, sizeof jobs);
-        jobs.job[0].g = g;
-        jobs.count = 1;
-        if ((rc = tiled_gemm(jobs)) != DPC_UNSUPPORTED)
-            return rc;
-    }
+    tile_jobs jobs;
+    memset(&jobs, 0, sizeof jobs);
+    jobs.job[0].g = g;
+    jobs.count = 1;
+    if (own_fits(m, n, k, batch))
+        return tiled_gemm(jobs);
 #ifdef DP_HAVE_CUBLASLT
-    return gemm_run(g);
-#else
-    return DPC_UNSUPPORTED;
+    if ((rc = gemm_run(g)) != DPC_UNSUPPORTED)
+        return rc;
 #endif
+    /* without cuBLASLt (not built, not found, or no algorithm for this
+     * shape) our kernel, slower on large products, is still right */
+    return tiled_gemm(jobs);
 }

@@ -671,13 +671,13 @@ __device__ static double ce_weight_sum(const ce_bwd_args &r, double *sv, int64_t
 /* dinput[i, k] = sc * ((1-eps) w_t (p_k - [k==t]) + eps/C (p_k sum_j w_j -
  * w_k)), or -sc w_t [k==t] for log-probabilities (nn.c's
  * cpu_cross_entropy_backward); sc is the row's share of the loss's
- * gradient, 0 for a row that counts for nothing. A target out of range
- * failed the forward: no weight is read for it. */
+ * gradient. 0 for a row that counts for nothing, and for a target out of
+ * range (it failed the forward, which reports it). */
 __device__ static inline double ce_grad(const ce_bwd_args &r, int64_t k, int64_t t, double p, double wall, double sc)
 {
-    if (t == r.ignore_index || sc == 0)
+    if (t == r.ignore_index || t < 0 || t >= r.C || sc == 0)
         return 0;
-    double wt = t < 0 || t >= r.C ? 0 : class_weight(r.weight, t);
+    double wt = class_weight(r.weight, t);
     if (r.log_probs)
         return k == t ? -sc * wt : 0;
     double d = (1 - r.eps) * wt * (p - (k == t));
@@ -703,9 +703,12 @@ __device__ static void ce_bwd_elems(const ce_bwd_args &r, int64_t first, int64_t
     const int64_t C = r.C;
     const double wall = ce_weight_sum(r, sv, si);
     for (int64_t e = first; e < r.N * C; e += step) {
-        int64_t i = e / C;
+        int64_t i = e / C, t = r.target[i];
         double sc = ce_scale<DT>(r, i, *r.denom);
-        dt_store(DT, r.dinput + e * es, ce_grad(r, e % C, r.target[i], r.log_probs ? 0 : r.probs[e], wall, sc));
+        /* the forward wrote probabilities only for the rows that count */
+        bool counts = t != r.ignore_index && t >= 0 && t < C;
+        double p = counts && !r.log_probs ? r.probs[e] : 0;
+        dt_store(DT, r.dinput + e * es, ce_grad(r, e % C, t, p, wall, sc));
     }
 }
 
@@ -839,7 +842,7 @@ __global__ static void ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb
     const double sc = ce_scale<DT>(rb, grp, wsum);
     for (int64_t k = lane; k < r.C; k += G) {
         double p = o.active && !r.log_probs ? exp(dt_load(DT, o.row + k * es) - o.m) * o.inv : 0;
-        dt_store(DT, rb.dinput + (grp * r.C + k) * es, o.bad ? 0 : ce_grad(rb, k, o.t, p, wall, sc));
+        dt_store(DT, rb.dinput + (grp * r.C + k) * es, ce_grad(rb, k, o.t, p, wall, sc));
     }
 }
 

@@ -178,6 +178,10 @@ dp_tensor *dp_get_grad(dp_tensor *t);                    /* a new reference, or 
 dp_status dp_set_grad(dp_tensor *t, dp_tensor *grad);    /* NULL clears */
 dp_status dp_set_grad_slot(dp_tensor *t, dp_tensor *slot); /* gradients are written into slot */
 dp_status dp_backward(dp_tensor *root, dp_tensor *grad, int retain_graph); /* grad NULL: ones */
+/* How many ReLU backwards were folded into the backward of the layer after
+ * them (see ag_offered_mask in src/core/autograd.h) since the start: for
+ * tests, and to see whether a model's ReLUs fold. */
+int64_t dp_relu_backwards_folded(void);
 typedef void (*dp_grad_hook)(dp_tensor *leaf, void *ctx);
 dp_status dp_add_grad_hook(dp_tensor *leaf, dp_grad_hook fn, void *ctx);
 void dp_clear_grad_hooks(dp_tensor *leaf);

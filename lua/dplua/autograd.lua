@@ -150,4 +150,11 @@ function A.gradcheck(fn, inputs, opts)
   end)
 end
 
+-- How many ReLU backwards were folded into the backward of the Linear
+-- after them since the start (docs/API.md, "How the GPU path is built"):
+-- read it before and after a backward to see whether a model's ReLUs fold.
+function A._relu_backwards_folded()
+  return tonumber(require("ffi").C.dp_relu_backwards_folded())
+end
+
 return A

@@ -466,6 +466,13 @@ static dp_status check_saved(ag_node *n)
     return DP_OK;
 }
 
+static int64_t relu_folds;
+
+int64_t dp_relu_backwards_folded(void)
+{
+    return relu_folds;
+}
+
 void ag_set_relu_mask(ag_node *n, int saved_index)
 {
     n->relu_saved = saved_index + 1;
@@ -514,8 +521,10 @@ static dp_status run_node(ag_node *n, node_heap *ready, bool retain)
     n->mask_input = mask_input(n);
     n->mask_taken = false;
     st = n->backward(n, n->grad, gin);
-    if (!st && n->mask_taken && gin[n->mask_input])
+    if (!st && n->mask_taken && gin[n->mask_input]) {
         n->next[n->mask_input]->grad_masked = true;
+        relu_folds++;
+    }
     n->mask_input = -1;
     n->grad_masked = false;
     dp_tensor_release(n->grad);

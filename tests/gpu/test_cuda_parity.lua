@@ -146,6 +146,8 @@ for _, dt in ipairs(floats) do
   same("tiled bmm " .. dt.name, rel(function(a, b) return a:bmm(b) end), { input(dt, 3, 70, 40), input(dt, 3, 40, 90) }, rtol)
   same("tiled matmul, broadcast B " .. dt.name, rel(function(a, b) return a:matmul(b) end), { input(dt, 2, 3, 50, 40), input(dt, 40, 60) }, rtol)
   same("tiled mm 64-wide tiles " .. dt.name, rel(function(a, b) return a:mm(b) end), { input(dt, 700, 16), input(dt, 16, 1200) }, rtol)
+  same("tiled mm A^T, 32-wide tiles " .. dt.name, rel(function(a, b) return a:t():mm(b) end), { input(dt, 100, 512), input(dt, 100, 300) }, rtol)
+  same("tiled mm B^T, 32-wide tiles " .. dt.name, rel(function(a, b) return a:mm(b:t()) end), { input(dt, 512, 100), input(dt, 300, 100) }, rtol)
 end
 
 -- bf16 linear takes the direct (cuBLASLt) path on a GPU, forward and backward.
@@ -197,17 +199,18 @@ for _, dt in ipairs({ torch.float32, torch.float64, torch.bfloat16 }) do
 end
 
 -- A ReLU between two Linear layers: the second layer's backward applies the
--- ReLU's mask to dx (in the small kernel, the tiled kernel's epilogue, or
+-- ReLU's mask to dx (in the tiled kernel's epilogue, or
 -- after cuBLASLt's product), whether the ReLU is its own op or fused into
 -- the first layer. Sizes: M rows, K -> H -> N: the seed's, the MLP's
--- first two layers, and one whose backward is cuBLASLt's (dw's k = M).
+-- first two layers, one whose second backward runs in 32-wide tiles, and
+-- one whose backward is cuBLASLt's (dw's k = M).
 -- The first layer's inputs are whole numbers and its bias halves, so that
 -- no pre-activation lies near 0, where the CPU's and the GPU's different
 -- summation orders could put a value on either side of the ReLU's kink.
 local function whole(dt, ...) return (torch.randn(...) * 3):round():to(dt) end
 local function halves(dt, n) return ((torch.randn(n) * 3):round() + 0.5):to(dt) end
 for _, dt in ipairs(floats) do
-  for _, size in ipairs({ { 32, 10, 10, 2 }, { 256, 784, 256, 128 }, { 2100, 48, 40, 24 } }) do
+  for _, size in ipairs({ { 32, 10, 10, 2 }, { 256, 784, 256, 128 }, { 512, 64, 256, 64 }, { 2100, 48, 40, 24 } }) do
     for _, fused in ipairs({ false, true }) do
       local M, K, H, N = size[1], size[2], size[3], size[4]
       local name = ("relu between linears %dx%d->%d->%d%s %s"):format(M, K, H, N, fused and " (fused linear+relu)" or "",

@@ -333,7 +333,7 @@ check("fused linear+relu twice, then linear (the masks in the backwards after th
 end, { R(6, 4), R(5, 4), R(3, 5), R(3), R(2, 3) })
 check("the relu's output also used elsewhere (the relu masks its own)", function(x, w1, b1, w2, b2)
   local h = lin(x, w1, b1):relu()
-  return lin(h, w2, b2):sum() + (h * h):sum()
+  return lin(h, w2, b2):sum() + h:sum() * 3   -- a gradient that is not 0 where h is
 end, { R(5, 4), R(3, 4), R(3), R(2, 3), R(2) })
 check("the relu's output read by two linears", function(x, w1, w2, w3)
   local h = torch._linear_relu(x, w1)
@@ -342,6 +342,26 @@ end, { R(5, 4), R(3, 4), R(2, 3), R(2, 3) })
 check("a relu before a linear on 3-D input (no direct path)", function(x, w1, w2)
   return lin(lin(x, w1):relu(), w2)
 end, { R(2, 3, 4), R(3, 4), R(2, 3) })
+
+T.run("a relu's backward is folded where it may be, and only there", function()
+  local folds = torch.autograd._relu_backwards_folded
+  local function count(f, ...)
+    local before = folds()
+    f(...):sum():backward()
+    return folds() - before
+  end
+  local x, w1, b1, w2, w3 = R(5, 4), R(3, 4), R(3), R(2, 3), R(2, 3)
+  T.is(count(function() return lin(lin(x, w1, b1):relu(), w2) end), 1, "linear, relu, linear: folded")
+  T.is(count(function() return lin(torch._linear_relu(torch._linear_relu(x, w1, b1), R(3, 3)), w2) end), 2,
+       "fused linear+relu twice, then linear: both folded")
+  T.is(count(function() local h = lin(x, w1, b1):relu(); return lin(h, w2):sum() + h:sum() end), 0,
+       "the relu's output also summed: not folded")
+  T.is(count(function() local h = lin(x, w1):relu(); return lin(h, w2):sum() + lin(h, w3):sum() end), 0,
+       "the relu's output read by two linears: not folded")
+  T.is(count(function() return lin(lin(x, w1):relu() * 1, w2) end), 0, "a mul between: not folded")
+  T.is(count(function() return lin(lin(R(2, 3, 4), w1):relu(), w2) end), 0, "3-D input (no direct path): not folded")
+  T.is(count(function() return lin(lin(x, w1):relu():detach(), w2) end), 0, "detached: nothing to fold")
+end)
 
 T.run("the folded mask gives the same gradients as the relu's own backward", function()
   for _, dt in ipairs({ torch.float64, torch.float32 }) do
