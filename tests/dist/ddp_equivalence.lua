@@ -2,25 +2,29 @@
 -- DDP on N ranks, each taking its slice of the batch, must give the same
 -- parameters as one process training on the whole batch (the average of
 -- the ranks' mean losses is the whole batch's mean loss). float64, so the
--- comparison measures DDP and not float32 summation order.
+-- comparison measures DDP and not float32 summation order. Gloo on the CPU;
+-- with DPLUA_TEST_BACKEND=nccl, NCCL with each rank on its GPU.
 local torch = require("dplua")
 local nn, optim, dist = torch.nn, torch.optim, torch.distributed
 
-dist.init_process_group("gloo")
+local backend = os.getenv("DPLUA_TEST_BACKEND") or "gloo"
+dist.init_process_group(backend)
 local rank, world = dist.get_rank(), dist.get_world_size()
+local device = backend == "nccl" and ("cuda:" .. dist.get_local_rank()) or "cpu"
+if backend == "nccl" then torch.cuda.set_device(device) end
 local BATCH, STEPS = 48, tonumber(arg[1]) or 50
 
 local function make_model()
   torch.manual_seed(1234)
   return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
-           :to(torch.float64)
+           :to(device, torch.float64)
 end
 
 torch.manual_seed(7)
 local xs, ys = {}, {}
 for s = 1, STEPS do
-  xs[s] = torch.rand(BATCH, 784, { dtype = torch.float64 })
-  ys[s] = torch.randint(0, 10, { BATCH })
+  xs[s] = torch.rand(BATCH, 784, { dtype = torch.float64 }):to(device)
+  ys[s] = torch.randint(0, 10, { BATCH }):to(device)
 end
 
 local ddp = nn.parallel.DistributedDataParallel(make_model())
