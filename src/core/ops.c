@@ -8,6 +8,7 @@
 #include "core/kernels.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -317,9 +318,49 @@ static int scalar_dtype(const dp_tensor *a, double s)
     return dtype_result(a->dtype, rank_of(a), integral ? DP_INT64 : DP_FLOAT32, DTYPE_WRAPPED);
 }
 
+/* A Lua number in an op becomes a 0-d tensor on the op's device. The
+ * numbers a loop uses step after step (x * 0.5, x / 255) are kept, direct-
+ * mapped by value, dtype, device and stream, so that on a GPU such an op
+ * costs no fill kernel for its number (the stream: a kept number was
+ * filled on the stream current then, which another stream's kernels are
+ * not ordered after). Nothing writes into them: they are only ever an op's
+ * input (and an autograd node's saved input). None is kept while a CUDA
+ * graph is captured, since memory made then is filled only when the graph
+ * replays; one kept before is used. */
+#define SCALAR_CACHE 64
+static struct {
+    dp_tensor *t;
+    double v;
+    int dtype, device;
+    void *stream;
+} scalar_cache[SCALAR_CACHE];
+
 static dp_status scalar_tensor(dp_tensor **out, const dp_tensor *a, double s)
 {
-    return dp_full(out, 0, NULL, s, scalar_dtype(a, s), a->device);
+    int dtype = scalar_dtype(a, s), device = a->device;
+    void *stream = device == DP_CPU ? NULL : dp_cuda_current_stream(device);
+    uint64_t bits;
+    memcpy(&bits, &s, sizeof bits);   /* by bits: -0.0 and 0.0 differ, a NaN finds itself */
+    uint64_t h = (bits ^ (bits >> 31) ^ ((uint64_t)dtype << 8) ^ (uint64_t)(device + 1)) * 0x9E3779B97F4A7C15ull;
+    unsigned slot = (unsigned)(h >> 58);   /* 64 slots */
+    if (scalar_cache[slot].t && memcmp(&scalar_cache[slot].v, &s, sizeof s) == 0 &&
+        scalar_cache[slot].dtype == dtype && scalar_cache[slot].device == device &&
+        scalar_cache[slot].stream == stream) {
+        dp_tensor_retain(scalar_cache[slot].t);
+        *out = scalar_cache[slot].t;
+        return DP_OK;
+    }
+    dp_status st = dp_full(out, 0, NULL, s, dtype, device);
+    if (!st && (device == DP_CPU || !dp_cuda_capturing())) {
+        dp_tensor_release(scalar_cache[slot].t);
+        dp_tensor_retain(*out);
+        scalar_cache[slot].t = *out;
+        scalar_cache[slot].v = s;
+        scalar_cache[slot].dtype = dtype;
+        scalar_cache[slot].device = device;
+        scalar_cache[slot].stream = stream;
+    }
+    return st;
 }
 
 dp_status dp_binary_scalar(dp_tensor **out, int op, dp_tensor *a, double s, int scalar_first)

@@ -63,4 +63,27 @@ T.run("type promotion by hand", function()
     T.is(tostring(i:abs().dtype), "torch.int64", "abs of int64 stays int64")
 end)
 
+-- Numbers in ops are kept as 0-d tensors between calls (src/core/ops.c):
+-- the kept one must be the same number of the same dtype, whatever came
+-- before it and whatever shares its slot.
+T.run("numbers reused across ops keep their value and dtype", function()
+    local x = torch.tensor({1, 2, 3})
+    T.is((x / 0.0):tolist(), {math.huge, math.huge, math.huge}, "x / 0.0")
+    T.is((x / -0.0):tolist(), {-math.huge, -math.huge, -math.huge}, "x / -0.0 (not the 0.0 kept before)")
+    local i = torch.tensor({1, 2, 3}, {dtype = torch.int64})
+    T.is(tostring((x * 2).dtype) .. " " .. tostring((i * 2).dtype), "torch.float32 torch.int64",
+         "the same number in a float32 and an int64 op")
+    T.is((i * 2):tolist(), {2, 4, 6}, "int64 * 2")
+    local wrong = 0
+    for round = 1, 3 do
+        for v = 1, 300 do   -- more numbers than kept slots: evictions
+            local y = (x + v * 0.25):tolist()
+            if y[1] ~= 1 + v * 0.25 or y[3] ~= 3 + v * 0.25 then wrong = wrong + 1 end
+        end
+    end
+    T.is(wrong, 0, "900 ops with 300 different numbers, each right")
+    local nan = (x * (0 / 0)):tolist()
+    T.ok(nan[1] ~= nan[1], "x * NaN is NaN")
+end)
+
 T.done_testing()

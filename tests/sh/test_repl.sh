@@ -87,10 +87,14 @@ interrupt() {
 # complete TEXT SHOWN: types TEXT, presses Tab, and waits for the line
 # "> SHOWN" (TEXT completed).
 complete() {
+    wait_until 10 prompt_ready   # keys typed before the prompt is drawn land in the middle of it
     tx send-keys -t $repl -l "$1"
     tx send-keys -t $repl Tab
     wait_for "> $2"
 }
+
+# prompt_ready: the last line on the screen is an empty "> " prompt.
+prompt_ready() { screen; [ "$(grep -v '^ *$' "$tmp/screen" | tail -n 1 | sed 's/ *$//')" = ">" ]; }
 
 # exited: dplua has ended (wait up to 10 s); its exit status is then in
 # $status.
