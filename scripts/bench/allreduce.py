@@ -1,23 +1,14 @@
 # PyTorch's side of scripts/bench/allreduce: the same sizes, timed the same
 # way as allreduce.lua; rank 0 prints "allreduce BYTES US" lines.
-import os
 import sys
 import time
 
 import torch
 import torch.distributed as dist
 
-gpu = torch.cuda.is_available()
-dist.init_process_group("nccl" if gpu else "gloo")
-device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}") if gpu else torch.device("cpu")
-if gpu:
-    torch.cuda.set_device(device)
+from dist_setup import init  # scripts/bench/dist_setup.py
 
-
-def sync():
-    if gpu:
-        torch.cuda.synchronize()
-
+gpu, device, sync = init()
 
 largest = int(float(sys.argv[1])) if len(sys.argv) > 1 else (2**30 if gpu else 2**24)
 sizes = [8, 64, 512, 4096, 32768, 262144, 1048576, 4194304, 16777216, 67108864, 268435456, 1073741824]

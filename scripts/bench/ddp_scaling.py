@@ -1,7 +1,6 @@
 # PyTorch's side of scripts/bench/ddp_scaling: the same models, batches,
 # steps and timing as ddp_scaling.lua; rank 0 prints
 # "ddp_scaling MODEL RANKS SAMPLES_PER_S_PER_RANK".
-import os
 import sys
 import time
 
@@ -10,19 +9,11 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.optim as optim
 
+from dist_setup import init  # scripts/bench/dist_setup.py
+
 which = sys.argv[1] if len(sys.argv) > 1 else "mlp"
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 50
-gpu = torch.cuda.is_available()
-dist.init_process_group("nccl" if gpu else "gloo")
-device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}") if gpu else torch.device("cpu")
-if gpu:
-    torch.cuda.set_device(device)
-
-
-def sync():
-    if gpu:
-        torch.cuda.synchronize()
-
+gpu, device, sync = init()
 
 torch.manual_seed(0)
 if which == "big":
