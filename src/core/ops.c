@@ -351,7 +351,12 @@ static dp_status scalar_tensor(dp_tensor **out, const dp_tensor *a, double s)
         return DP_OK;
     }
     dp_status st = dp_full(out, 0, NULL, s, dtype, device);
-    if (!st && (device == DP_CPU || !dp_cuda_capturing())) {
+    /* A kept tensor is let go only on the stream it was kept for (where
+     * its memory is given back when it is released): kernels queued on
+     * that stream that read it are then ordered before any reuse. */
+    bool kept_freeable = !scalar_cache[slot].t || scalar_cache[slot].device == DP_CPU ||
+                         scalar_cache[slot].stream == dp_cuda_current_stream(scalar_cache[slot].device);
+    if (!st && kept_freeable && (device == DP_CPU || !dp_cuda_capturing())) {
         dp_tensor_release(scalar_cache[slot].t);
         dp_tensor_retain(*out);
         scalar_cache[slot].t = *out;
