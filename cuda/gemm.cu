@@ -159,10 +159,6 @@ static int epilogue_after(const gemm_args &g)
  * H100/H200; measured on the H200, fewer larger tiles were slower). */
 #define OWN_MIN_BLOCKS 128
 
-__device__ static inline float from_t(float v) { return v; }
-__device__ static inline double from_t(double v) { return v; }
-__device__ static inline float from_t(__nv_bfloat16 v) { return __bfloat162float(v); }
-
 namespace {   /* file-local types: no clash with another file's of the same name */
 struct tile_job {
     gemm_args g;
@@ -207,9 +203,9 @@ __global__ static void __launch_bounds__(256) tiled_gemm_kernel(const __grid_con
     _Pragma("unroll") for (int q = 0; q < LOADS; q++) {                                                       \
         int l = threadIdx.x + 256 * q, ii, jj, kk;                                                            \
         A_AT(l, ii, kk);                                                                                      \
-        ra[q] = i0 + ii < m && (k0) + kk < k ? (Acc)from_t(A[(i0 + ii) * a_i + ((k0) + kk) * a_k]) : (Acc)0;  \
+        ra[q] = i0 + ii < m && (k0) + kk < k ? (Acc)to_acc(A[(i0 + ii) * a_i + ((k0) + kk) * a_k]) : (Acc)0;  \
         B_AT(l, jj, kk);                                                                                      \
-        rb[q] = j0 + jj < n && (k0) + kk < k ? (Acc)from_t(B[((k0) + kk) * b_k + (j0 + jj) * b_j]) : (Acc)0;  \
+        rb[q] = j0 + jj < n && (k0) + kk < k ? (Acc)to_acc(B[((k0) + kk) * b_k + (j0 + jj) * b_j]) : (Acc)0;  \
     }
 
     /* Two sets of accumulators, for even and odd kk: twice the independent

@@ -591,6 +591,23 @@ __device__ static inline double class_weight(const double *w, int64_t c)
     return w ? w[c] : 1.0;
 }
 
+/* Whether a row with target t counts: not ignored, and in range (a target
+ * out of range fails the forward, which reports it; it counts for nothing
+ * meanwhile and no weight is read for it). */
+__device__ static inline bool ce_counts(int64_t t, int64_t ignore_index, int64_t C)
+{
+    return t != ignore_index && t >= 0 && t < C;
+}
+
+/* The probability of class j in a row, given the row's max m and 1 / the
+ * sum of exp(x - m): one formula for the forward's stored probabilities
+ * and the one-launch loss's recomputed ones, so that both are the same. */
+template <int DT>
+__device__ static inline double ce_prob(const char *row, int64_t j, double m, double inv)
+{
+    return exp(dt_load(DT, row + j * (int64_t)dt_size(DT)) - m) * inv;
+}
+
 namespace {   /* file-local types: no clash with another file's of the same name */
 struct ce_red_args {
     int64_t N, C;
@@ -622,7 +639,7 @@ __global__ static void ce_reduce_kernel(ce_red_args r)
     group_fold<RED_THREADS>(total, unused, r.N, sv, si, c_add(), row);
     auto weight = [=](int64_t j, double &x, int64_t &xi) {
         int64_t t = target[j];
-        x = t == ignore || t < 0 || t >= C ? 0 : class_weight(w, t);
+        x = ce_counts(t, ignore, C) ? class_weight(w, t) : 0;
         xi = 0;
     };
     group_fold<RED_THREADS>(wsum, unused, r.N, sv, si, c_add(), weight);
@@ -671,11 +688,10 @@ __device__ static double ce_weight_sum(const ce_bwd_args &r, double *sv, int64_t
 /* dinput[i, k] = sc * ((1-eps) w_t (p_k - [k==t]) + eps/C (p_k sum_j w_j -
  * w_k)), or -sc w_t [k==t] for log-probabilities (nn.c's
  * cpu_cross_entropy_backward); sc is the row's share of the loss's
- * gradient. 0 for a row that counts for nothing, and for a target out of
- * range (it failed the forward, which reports it). */
+ * gradient. 0 for a row that does not count (ce_counts). */
 __device__ static inline double ce_grad(const ce_bwd_args &r, int64_t k, int64_t t, double p, double wall, double sc)
 {
-    if (t == r.ignore_index || t < 0 || t >= r.C || sc == 0)
+    if (!ce_counts(t, r.ignore_index, r.C) || sc == 0)
         return 0;
     double wt = class_weight(r.weight, t);
     if (r.log_probs)
@@ -706,8 +722,7 @@ __device__ static void ce_bwd_elems(const ce_bwd_args &r, int64_t first, int64_t
         int64_t i = e / C, t = r.target[i];
         double sc = ce_scale<DT>(r, i, *r.denom);
         /* the forward wrote probabilities only for the rows that count */
-        bool counts = t != r.ignore_index && t >= 0 && t < C;
-        double p = counts && !r.log_probs ? r.probs[e] : 0;
+        double p = ce_counts(t, r.ignore_index, C) && !r.log_probs ? r.probs[e] : 0;
         dt_store(DT, r.dinput + e * es, ce_grad(r, e % C, t, p, wall, sc));
     }
 }
@@ -740,8 +755,8 @@ __device__ static ce_row ce_row_loss(const ce_args &r, int64_t i, int lane, doub
     ce_row o;
     o.live = i < r.N;
     o.t = o.live ? r.target[i] : r.ignore_index;
-    o.bad = o.t != r.ignore_index && (o.t < 0 || o.t >= C);
-    o.active = o.live && o.t != r.ignore_index && !o.bad;
+    o.active = o.live && ce_counts(o.t, r.ignore_index, C);
+    o.bad = o.t != r.ignore_index && !ce_counts(o.t, r.ignore_index, C);
     o.row = r.input + (o.live ? i : 0) * C * es;
     const char *row = o.row;
     const int64_t n = o.active ? C : 0;
@@ -756,7 +771,7 @@ __device__ static ce_row ce_row_loss(const ce_args &r, int64_t i, int lane, doub
         inv = 1 / sum;
         if (r.probs)
             for (int64_t j = lane; j < n; j += G)
-                r.probs[i * C + j] = exp(dt_load(DT, row + j * es) - m) * inv;
+                r.probs[i * C + j] = ce_prob<DT>(row, j, m, inv);
     }
     double smooth = 0;
     if (r.eps > 0) {
@@ -841,7 +856,7 @@ __global__ static void ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb
         return;
     const double sc = ce_scale<DT>(rb, grp, wsum);
     for (int64_t k = lane; k < r.C; k += G) {
-        double p = o.active && !r.log_probs ? exp(dt_load(DT, o.row + k * es) - o.m) * o.inv : 0;
+        double p = o.active && !r.log_probs ? ce_prob<DT>(o.row, k, o.m, o.inv) : 0;
         dt_store(DT, rb.dinput + (grp * r.C + k) * es, ce_grad(rb, k, o.t, p, wall, sc));
     }
 }
