@@ -114,9 +114,10 @@ static cudaError_t trim_pool(int device)
  * frees tensors in bursts: its collector finds a few thousand steps'
  * worth of dead tensors at once (some 20000 in a loop of seed steps), and
  * every block the cache cannot keep then costs a cudaFreeAsync, and its
- * next request a cudaMallocAsync, a microsecond or two each. A block is only reused on
- * that stream, where the stream's order makes the reuse as safe as the
- * pool's own. While any
+ * next request a cudaMallocAsync, a microsecond or two each.
+ *
+ * A block is only reused on the stream it was freed on, where the
+ * stream's order makes the reuse as safe as the pool's own. While any
  * capture runs the cache is bypassed both ways: a graph must neither take
  * a block that eager work will reuse nor leave its own memory here. The
  * cached blocks go back to the pool on dpc_pool_trim (empty_cache),

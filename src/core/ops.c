@@ -328,7 +328,7 @@ static int scalar_dtype(const dp_tensor *a, double s)
  * graph is captured, since memory made then is filled only when the graph
  * replays; one kept before is used. */
 #define SCALAR_CACHE 64
-static struct {
+static struct kept_scalar {
     dp_tensor *t;
     double v;
     int dtype, device;
@@ -342,28 +342,26 @@ static dp_status scalar_tensor(dp_tensor **out, const dp_tensor *a, double s)
     uint64_t bits;
     memcpy(&bits, &s, sizeof bits);   /* by bits: -0.0 and 0.0 differ, a NaN finds itself */
     uint64_t h = (bits ^ (bits >> 31) ^ ((uint64_t)dtype << 8) ^ (uint64_t)(device + 1)) * 0x9E3779B97F4A7C15ull;
-    unsigned slot = (unsigned)(h >> 58);   /* 64 slots */
-    if (scalar_cache[slot].t && memcmp(&scalar_cache[slot].v, &s, sizeof s) == 0 &&
-        scalar_cache[slot].dtype == dtype && scalar_cache[slot].device == device &&
-        scalar_cache[slot].stream == stream) {
-        dp_tensor_retain(scalar_cache[slot].t);
-        *out = scalar_cache[slot].t;
+    struct kept_scalar *kept = &scalar_cache[h >> 58];   /* 64 slots */
+    if (kept->t && memcmp(&kept->v, &s, sizeof s) == 0 && kept->dtype == dtype && kept->device == device &&
+        kept->stream == stream) {
+        dp_tensor_retain(kept->t);
+        *out = kept->t;
         return DP_OK;
     }
     dp_status st = dp_full(out, 0, NULL, s, dtype, device);
     /* A kept tensor is let go only on the stream it was kept for (where
      * its memory is given back when it is released): kernels queued on
      * that stream that read it are then ordered before any reuse. */
-    bool kept_freeable = !scalar_cache[slot].t || scalar_cache[slot].device == DP_CPU ||
-                         scalar_cache[slot].stream == dp_cuda_current_stream(scalar_cache[slot].device);
+    bool kept_freeable = !kept->t || kept->device == DP_CPU || kept->stream == dp_cuda_current_stream(kept->device);
     if (!st && kept_freeable && (device == DP_CPU || !dp_cuda_capturing())) {
-        dp_tensor_release(scalar_cache[slot].t);
+        dp_tensor_release(kept->t);
         dp_tensor_retain(*out);
-        scalar_cache[slot].t = *out;
-        scalar_cache[slot].v = s;
-        scalar_cache[slot].dtype = dtype;
-        scalar_cache[slot].device = device;
-        scalar_cache[slot].stream = stream;
+        kept->t = *out;
+        kept->v = s;
+        kept->dtype = dtype;
+        kept->device = device;
+        kept->stream = stream;
     }
     return st;
 }
