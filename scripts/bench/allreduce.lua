@@ -5,10 +5,7 @@
 -- "allreduce BYTES US" (µs per call). arg[1]: the largest size in bytes.
 local torch = require("dplua")
 local dist = torch.distributed
-local ffi = require("ffi")
-pcall(ffi.cdef, "struct dplua_ts { long s; long ns; }; int clock_gettime(int, struct dplua_ts *);")
-local ts = ffi.new("struct dplua_ts")
-local function now() ffi.C.clock_gettime(1, ts); return tonumber(ts.s) + tonumber(ts.ns) * 1e-9 end
+local now = torch.utils.progress.clock   -- seconds, monotonic
 
 local gpu = torch.cuda.is_available()
 dist.init_process_group(gpu and "nccl" or "gloo")

@@ -4,16 +4,7 @@
 local torch = require("dplua")
 local nn, optim = torch.nn, torch.optim
 
-local function now()
-  local ffi = require("ffi")
-  pcall(ffi.cdef, "struct dplua_timespec { long tv_sec; long tv_nsec; }; int clock_gettime(int, struct dplua_timespec *);")
-  local ts = ffi.new("struct dplua_timespec")
-  return function()
-    ffi.C.clock_gettime(1, ts)
-    return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-  end
-end
-local clock = now()
+local clock = torch.utils.progress.clock   -- seconds, monotonic
 
 local function bench(name, model, batch, in_features, classes, steps)
   torch.manual_seed(0)

@@ -7,10 +7,7 @@
 -- arg[2]: timed steps.
 local torch = require("dplua")
 local nn, optim, dist = torch.nn, torch.optim, torch.distributed
-local ffi = require("ffi")
-pcall(ffi.cdef, "struct dplua_ts { long s; long ns; }; int clock_gettime(int, struct dplua_ts *);")
-local ts = ffi.new("struct dplua_ts")
-local function now() ffi.C.clock_gettime(1, ts); return tonumber(ts.s) + tonumber(ts.ns) * 1e-9 end
+local now = torch.utils.progress.clock   -- seconds, monotonic
 
 local which, steps = arg[1] or "mlp", tonumber(arg[2]) or 50
 local gpu = torch.cuda.is_available()

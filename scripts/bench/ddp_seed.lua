@@ -3,10 +3,7 @@
 -- (NCCL), µs per step, printed as "ddp_seed us_per_step" by rank 0.
 local torch = require("dplua")
 local nn, optim, dist = torch.nn, torch.optim, torch.distributed
-local ffi = require("ffi")
-pcall(ffi.cdef, "struct dplua_ts { long s; long ns; }; int clock_gettime(int, struct dplua_ts *);")
-local ts = ffi.new("struct dplua_ts")
-local function now() ffi.C.clock_gettime(1, ts); return tonumber(ts.s) + tonumber(ts.ns) * 1e-9 end
+local now = torch.utils.progress.clock   -- seconds, monotonic
 
 dist.init_process_group("nccl")
 local rank = dist.get_rank()
