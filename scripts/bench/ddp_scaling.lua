@@ -10,6 +10,8 @@ local nn, optim, dist = torch.nn, torch.optim, torch.distributed
 local now = torch.utils.progress.clock   -- seconds, monotonic
 
 local which, steps = arg[1] or "mlp", tonumber(arg[2]) or 50
+if which ~= "big" and which ~= "mlp" then error("ddp_scaling: the model is \"big\" or \"mlp\", got " .. tostring(which), 0) end
+if steps < 1 or steps % 1 ~= 0 then error("ddp_scaling: steps must be a positive whole number, got " .. tostring(arg[2]), 0) end
 local gpu = torch.cuda.is_available()
 dist.init_process_group(gpu and "nccl" or "gloo")
 local device = gpu and ("cuda:" .. (dist.get_local_rank() or 0)) or "cpu"

@@ -13,6 +13,8 @@ from dist_setup import init  # scripts/bench/dist_setup.py
 
 which = sys.argv[1] if len(sys.argv) > 1 else "mlp"
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 50
+if which not in ("big", "mlp") or steps < 1:
+    sys.exit(f"ddp_scaling: the model is 'big' or 'mlp' and steps at least 1, got {which!r}, {steps}")
 gpu, device, sync = init()
 
 torch.manual_seed(0)
