@@ -48,25 +48,38 @@ __host__ __device__ static constexpr bool dt_is_float(int dtype)
 /* ------------------------------------------------------------------------ */
 
 /* Combines (v, i) with the group's other threads; every thread of the
- * block must call it (it holds __syncthreads), and each gets its group's
- * result. sv and si are the block's RED_THREADS slots. */
+ * block must call it, and each gets its group's result. A warp combines
+ * through shuffles (lane l takes lane l + s for s = 16, 8, .., 1, the
+ * pairing of a tree); a whole block then folds its warps' results from
+ * sv and si, its RED_THREADS / 32 slots, in warp order: two
+ * __syncthreads instead of one per level of a tree in shared memory. */
 template <int G, class Comb>
 __device__ static inline void group_reduce(double &v, int64_t &i, double *sv, int64_t *si, Comb comb)
 {
+    static_assert(G == 1 || G == 32 || G == RED_THREADS, "a group is a thread, a warp or the block");
     if (G == 1)
         return;
-    int t = threadIdx.x, lane = t % G;
-    __syncthreads();  /* the previous result has been read by everyone */
-    sv[t] = v;
-    si[t] = i;
-    for (int s = G / 2; s > 0; s >>= 1) {
-        __syncthreads();
+    const int lane = threadIdx.x % 32;
+    for (int s = 16; s > 0; s >>= 1) {
+        double ov = __shfl_down_sync(0xffffffffu, v, s);
+        long long oi = __shfl_down_sync(0xffffffffu, (long long)i, s);
         if (lane < s)
-            comb(sv[t], si[t], sv[t + s], si[t + s]);
+            comb(v, i, ov, (int64_t)oi);
+    }
+    v = __shfl_sync(0xffffffffu, v, 0);
+    i = (int64_t)__shfl_sync(0xffffffffu, (long long)i, 0);
+    if (G == 32)
+        return;
+    __syncthreads();  /* the previous result has been read by everyone */
+    if (lane == 0) {
+        sv[threadIdx.x / 32] = v;
+        si[threadIdx.x / 32] = i;
     }
     __syncthreads();
-    v = sv[t - lane];
-    i = si[t - lane];
+    v = sv[0];
+    i = si[0];
+    for (int w = 1; w < RED_THREADS / 32; w++)
+        comb(v, i, sv[w], si[w]);
 }
 
 namespace {   /* file-local types: no clash with another file's of the same name */
@@ -359,8 +372,8 @@ __device__ static void reduce_write(const red_args &r, char *o, char *ip, const 
 template <int IN, int G>
 __global__ static void reduce_kernel(red_args r)
 {
-    __shared__ double sv[RED_THREADS];
-    __shared__ int64_t si[RED_THREADS];
+    __shared__ double sv[RED_THREADS / 32];
+    __shared__ int64_t si[RED_THREADS / 32];
     const int per_block = RED_THREADS / G;
     int grp = threadIdx.x / G, lane = threadIdx.x % G;
     for (int64_t base = (int64_t)blockIdx.x * per_block; base < r.count; base += (int64_t)gridDim.x * per_block) {
@@ -396,8 +409,8 @@ static int64_t split_for(int op, int64_t count, int64_t len)
 template <int IN>
 __global__ static void reduce_split_kernel(red_args r, int64_t split, double *pv, int64_t *pi)
 {
-    __shared__ double sv[RED_THREADS];
-    __shared__ int64_t si[RED_THREADS];
+    __shared__ double sv[RED_THREADS / 32];
+    __shared__ int64_t si[RED_THREADS / 32];
     int64_t per = CEIL_DIV(r.len, split);
     for (int64_t b = blockIdx.x; b < r.count * split; b += gridDim.x) {
         int64_t j0 = (b % split) * per, j1 = j0 + per < r.len ? j0 + per : r.len;
@@ -417,8 +430,8 @@ __global__ static void reduce_split_kernel(red_args r, int64_t split, double *pv
 template <int IN>
 __global__ static void reduce_combine_kernel(red_args r, int64_t split, const double *pv, const int64_t *pi)
 {
-    __shared__ double sv[RED_THREADS];
-    __shared__ int64_t si[RED_THREADS];
+    __shared__ double sv[RED_THREADS / 32];
+    __shared__ int64_t si[RED_THREADS / 32];
     const bool is_int = !dt_is_float(IN);
     for (int64_t pos = blockIdx.x; pos < r.count; pos += gridDim.x) {
         const double *qv = pv + pos * split;
@@ -516,8 +529,8 @@ struct softmax_args {
 template <int DT, int G>
 __global__ static void softmax_kernel(softmax_args r)
 {
-    __shared__ double sv[RED_THREADS];
-    __shared__ int64_t si[RED_THREADS];
+    __shared__ double sv[RED_THREADS / 32];
+    __shared__ int64_t si[RED_THREADS / 32];
     const int per_block = RED_THREADS / G;
     int grp = threadIdx.x / G;
     for (int64_t base = (int64_t)blockIdx.x * per_block; base < r.count; base += (int64_t)gridDim.x * per_block) {
@@ -627,8 +640,8 @@ struct ce_red_args {
 template <int DT>
 __global__ static void ce_reduce_kernel(ce_red_args r)
 {
-    __shared__ double sv[RED_THREADS];
-    __shared__ int64_t si[RED_THREADS];
+    __shared__ double sv[RED_THREADS / 32];
+    __shared__ int64_t si[RED_THREADS / 32];
     const int es = (int)dt_size(DT);
     const double *rows = r.rows, *w = r.weight;
     const int64_t *target = r.target;
@@ -730,8 +743,8 @@ __device__ static void ce_bwd_elems(const ce_bwd_args &r, int64_t first, int64_t
 template <int DT>
 __global__ static void ce_bwd_kernel(ce_bwd_args r)
 {
-    __shared__ double sv[RED_THREADS];
-    __shared__ int64_t si[RED_THREADS];
+    __shared__ double sv[RED_THREADS / 32];
+    __shared__ int64_t si[RED_THREADS / 32];
     ce_bwd_elems<DT>(r, (int64_t)blockIdx.x * blockDim.x + threadIdx.x, (int64_t)gridDim.x * blockDim.x, sv, si);
 }
 
@@ -804,8 +817,8 @@ __device__ static ce_row ce_row_loss(const ce_args &r, int64_t i, int lane, doub
 template <int DT, int G>
 __global__ static void ce_kernel(ce_args r)
 {
-    __shared__ double sv[RED_THREADS];
-    __shared__ int64_t si[RED_THREADS];
+    __shared__ double sv[RED_THREADS / 32];
+    __shared__ int64_t si[RED_THREADS / 32];
     const int per_block = RED_THREADS / G;
     int grp = threadIdx.x / G, lane = threadIdx.x % G;
     for (int64_t base = (int64_t)blockIdx.x * per_block; base < r.N; base += (int64_t)gridDim.x * per_block) {
@@ -825,8 +838,8 @@ __global__ static void ce_kernel(ce_args r)
 template <int DT, int G>
 __global__ static void ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb)
 {
-    __shared__ double sv[RED_THREADS];
-    __shared__ int64_t si[RED_THREADS];
+    __shared__ double sv[RED_THREADS / 32];
+    __shared__ int64_t si[RED_THREADS / 32];
     __shared__ double row_loss[RED_THREADS / G], row_weight[RED_THREADS / G];
     const int es = (int)dt_size(DT);
     const int grp = threadIdx.x / G, lane = threadIdx.x % G;
