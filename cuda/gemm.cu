@@ -29,6 +29,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <atomic>
+
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #ifdef DP_HAVE_CUBLASLT
@@ -145,19 +148,28 @@ static int epilogue_after(const gemm_args &g)
 /* Up to GEMM_OWN_FLOPS multiply-adds, what cuBLASLt's kernels save on the
  * GPU is less than what a call costs on the host (15-20 us on the H200
  * machines, against 5-7 for a launch of ours), and an eager step of such
- * products is bound by the host. Past it this simple kernel's GPU time
- * grows past cuBLASLt's host cost (a 51M product took 33 us here). Each block computes a TILE x TILE tile of
+ * products is bound by the host. Each block computes a TILE x TILE tile of
  * C (TILE = 16 TM) with 256 threads, TM x TM elements each, from BK-deep
  * slices of op(A) and op(B) staged in shared memory; the next slice is
- * loaded into registers while the current one is used. Every block walks
- * all of k, so a deep product (k past OWN_MAX_K) is left to cuBLASLt,
- * which splits k. One launch may carry two products: a Linear layer's dx
- * and dw. */
-#define GEMM_OWN_FLOPS (1 << 24)
+ * loaded into registers while the current one is used. One launch may
+ * carry two products: a Linear layer's dx and dw.
+ *
+ * A product of few tiles and a deep k (a 256 x 256 output from k = 784:
+ * 16 tiles of 64) splits k over a thread-block cluster of up to
+ * OWN_MAX_SPLITS blocks (sm_90): each block multiplies its share of k,
+ * leaves its partial tile in its shared memory, and then each sums a part
+ * of the tile over the cluster's blocks, in rank order, and writes it
+ * through the epilogue. No workspace, no second launch, and the same
+ * result for the same shape every time. Without it such a product ran on
+ * 16 of 132 SMs (a 51M product took 33 us). */
+#define GEMM_OWN_FLOPS (1 << 26)
 #define OWN_MAX_K 2048
-/* Blocks below which a smaller tile is taken (about one per SM of an
- * H100/H200; measured on the H200, fewer larger tiles were slower). */
+/* Blocks below which a smaller tile, or a split of k, is taken (about one
+ * per SM of an H100/H200; measured on the H200, fewer larger tiles were
+ * slower). */
 #define OWN_MIN_BLOCKS 128
+/* The most blocks a split of k spreads over: the portable cluster size. */
+#define OWN_MAX_SPLITS 8
 
 namespace {   /* file-local types: no clash with another file's of the same name */
 struct tile_job {
@@ -168,8 +180,59 @@ struct tile_job {
 struct tile_jobs {
     tile_job job[2];
     int count;
+    int splits;              /* blocks (a cluster) sharing each tile's k; 1: no split */
 };
 }  // namespace
+
+/* Element (i, j) of the job's C (batch entry C) from its product v:
+ * alpha, beta, bias, ReLU and the mask. */
+template <typename T, typename Acc>
+__device__ static inline void tile_finish(const tile_job &J, T *C, int64_t i, int64_t j, Acc v)
+{
+    const gemm_args &g = J.g;
+    T *p = C + i * g.ldc + j;
+    v = (Acc)g.alpha * v;
+    if (g.beta != 0)   /* beta 0 does not read C (NaN there must not survive) */
+        v = v + (Acc)g.beta * to_acc(*p);
+    if (g.epilogue != DPC_EPI_BGRAD && g.bias)
+        v = v + to_acc(((const T *)g.bias)[j]);
+    if (g.epilogue == DPC_EPI_RELU && !(v > 0))   /* as the relu op: x > 0 ? x : 0 */
+        v = 0;
+    if (J.mask && !(to_acc(((const T *)J.mask)[i * g.ldc + j]) > 0))
+        v = 0;
+    store(p, v);
+}
+
+/* The blocks of a cluster that split a tile's k: each leaves its partial
+ * tile (and row sums) in part, then sums its share of the elements over
+ * the cluster's blocks in rank order. Every block of the cluster calls it. */
+template <typename T, typename Acc, int TILE>
+__device__ static void tile_split_finish(const tile_job &J, T *C, int64_t i0, int64_t j0, bool with_sums,
+                                         Acc *part)
+{
+#if __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();   /* every block's partial is in its shared memory */
+    const int splits = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
+    for (int e = rank * 256 + (int)threadIdx.x; e < TILE * TILE + TILE; e += 256 * splits) {
+        const bool sum_row = e >= TILE * TILE;
+        const int64_t i = i0 + (sum_row ? e - TILE * TILE : e / TILE), j = j0 + e % TILE;
+        if (i >= J.g.m || (sum_row ? !with_sums : j >= J.g.n))
+            continue;
+        Acc v = 0;
+        for (int s = 0; s < splits; s++)
+            v += cluster.map_shared_rank(part, s)[e];
+        if (sum_row)
+            store((T *)J.g.bias + i, v);
+        else
+            tile_finish(J, C, i, j, v);
+    }
+    cluster.sync();   /* no block leaves while another reads its shared memory */
+#else
+    __trap();   /* the host splits only on devices with clusters (own_can_split) */
+#endif
+}
 
 /* __grid_constant__: the job is read where the launch put it, not copied
  * to each thread's local memory for the run-time choice between two. */
@@ -177,14 +240,27 @@ template <typename T, typename Acc, int TM>
 __global__ static void __launch_bounds__(256) tiled_gemm_kernel(const __grid_constant__ tile_jobs jobs)
 {
     constexpr int TILE = 16 * TM, BK = TM == 4 ? 32 : 64, LOADS = TILE * BK / 256;
-    __shared__ Acc As[BK][TILE + 1], Bs[BK][TILE + 1];   /* +1: no bank conflicts on the stores */
-    int64_t blk = blockIdx.x;
+    /* +1: no bank conflicts on the stores. A split's partial tile and row
+     * sums reuse the slices' space once the product is done. */
+    __shared__ union {
+        struct {
+            Acc a[BK][TILE + 1], b[BK][TILE + 1];
+        } slice;
+        Acc part[TILE * TILE + TILE];
+    } sm;
+    static_assert(sizeof sm.slice >= sizeof sm.part, "a partial tile fits in the slices' space");
+    auto &As = sm.slice.a, &Bs = sm.slice.b;
+    const int splits = jobs.splits, split = (int)(blockIdx.x % splits);
+    int64_t blk = blockIdx.x / splits;
     const bool second = jobs.count > 1 && blk >= jobs.job[0].blocks;
     const tile_job &J = jobs.job[second];
     if (second)
         blk -= jobs.job[0].blocks;
     const gemm_args &g = J.g;
-    const int64_t m = g.m, n = g.n, k = g.k;
+    const int64_t m = g.m, n = g.n;
+    /* this block's share of k: whole slices, the last share possibly empty */
+    const int64_t share = CEIL_DIV(CEIL_DIV(g.k, (int64_t)BK), (int64_t)splits) * BK;
+    const int64_t k_first = split * share, k = g.k < k_first + share ? g.k : k_first + share;
     const int64_t tn = blk % J.tiles_n, tm = blk / J.tiles_n % J.tiles_m, b = blk / J.tiles_n / J.tiles_m;
     const int64_t i0 = tm * TILE, j0 = tn * TILE;
     const T *A = (const T *)g.A + b * g.stride_a, *B = (const T *)g.B + b * g.stride_b;
@@ -194,7 +270,7 @@ __global__ static void __launch_bounds__(256) tiled_gemm_kernel(const __grid_con
      * else along i (j): neighbouring threads read neighbouring elements. */
     const bool a_along_k = !g.trans_a, b_along_k = g.trans_b;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-    const bool row_sums = g.epilogue == DPC_EPI_BGRAD && tn == 0 && tx == 0;
+    const bool with_sums = g.epilogue == DPC_EPI_BGRAD && tn == 0, row_sums = with_sums && tx == 0;
 
     Acc ra[LOADS], rb[LOADS];
 #define A_AT(l, ii, kk) (a_along_k ? ((kk) = (l) % BK, (ii) = (l) / BK) : ((ii) = (l) % TILE, (kk) = (l) / TILE))
@@ -219,8 +295,8 @@ __global__ static void __launch_bounds__(256) tiled_gemm_kernel(const __grid_con
         for (int c = 0; c < TM; c++)
             acc[0][r][c] = acc[1][r][c] = 0;
     }
-    LOAD_SLICE(0)
-    for (int64_t k0 = 0; k0 < k; k0 += BK) {
+    LOAD_SLICE(k_first)
+    for (int64_t k0 = k_first; k0 < k; k0 += BK) {
 #pragma unroll
         for (int q = 0; q < LOADS; q++) {
             int l = threadIdx.x + 256 * q, ii, jj, kk;
@@ -261,7 +337,18 @@ __global__ static void __launch_bounds__(256) tiled_gemm_kernel(const __grid_con
 #undef B_AT
 
     T *C = (T *)g.C + b * g.stride_c;
-    const T *bias = g.epilogue == DPC_EPI_BGRAD ? NULL : (const T *)g.bias, *mask = (const T *)J.mask;
+    if (splits > 1) {   /* the main loop's last __syncthreads freed the slices */
+#pragma unroll
+        for (int r = 0; r < TM; r++) {
+            if (row_sums)
+                sm.part[TILE * TILE + ty + 16 * r] = sums[r];
+#pragma unroll
+            for (int c = 0; c < TM; c++)
+                sm.part[(ty + 16 * r) * TILE + tx + 16 * c] = acc[0][r][c] + acc[1][r][c];
+        }
+        tile_split_finish<T, Acc, TILE>(J, C, i0, j0, with_sums, sm.part);
+        return;
+    }
 #pragma unroll
     for (int r = 0; r < TM; r++) {
         int64_t i = i0 + ty + 16 * r;
@@ -272,19 +359,8 @@ __global__ static void __launch_bounds__(256) tiled_gemm_kernel(const __grid_con
 #pragma unroll
         for (int c = 0; c < TM; c++) {
             int64_t j = j0 + tx + 16 * c;
-            if (j >= n)
-                continue;
-            T *p = C + i * g.ldc + j;
-            Acc v = (Acc)g.alpha * (acc[0][r][c] + acc[1][r][c]);
-            if (g.beta != 0)   /* beta 0 does not read C (NaN there must not survive) */
-                v = v + (Acc)g.beta * to_acc(*p);
-            if (bias)
-                v = v + to_acc(bias[j]);
-            if (g.epilogue == DPC_EPI_RELU && !(v > 0))   /* as the relu op: x > 0 ? x : 0 */
-                v = 0;
-            if (mask && !(to_acc(mask[i * g.ldc + j]) > 0))
-                v = 0;
-            store(p, v);
+            if (j < n)
+                tile_finish(J, C, i, j, acc[0][r][c] + acc[1][r][c]);
         }
     }
 }
@@ -300,8 +376,47 @@ static int64_t tiles_of(const gemm_args &g, int tile)
     return CEIL_DIV(g.m, (int64_t)tile) * CEIL_DIV(g.n, (int64_t)tile) * g.batch;
 }
 
+/* Whether a split of k may run on the current device: it launches
+ * clusters and our kernel was built for it (sm_90 on). Asked once per
+ * device. */
+static bool own_can_split(void)
+{
+    static std::atomic<int> known[GEMM_MAX_DEVICES];   /* 0: not asked yet, 1: yes, -1: no */
+    int device;
+    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= GEMM_MAX_DEVICES)
+        return false;
+    int v = known[device].load(std::memory_order_relaxed);
+    if (v == 0) {
+        int clusters = 0;
+        cudaFuncAttributes attr;
+        bool ok = cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, device) == cudaSuccess && clusters &&
+                  cudaFuncGetAttributes(&attr, tiled_gemm_kernel<float, float, 4>) == cudaSuccess &&
+                  attr.binaryVersion >= 90;
+        cudaGetLastError();   /* a refusal above is an answer, not an error for the next call to find */
+        known[device].store(v = ok ? 1 : -1, std::memory_order_relaxed);
+    }
+    return v > 0;
+}
+
+/* How many blocks share each tile's k (tiles of TILE, slices of BK) so
+ * that the launch reaches OWN_MIN_BLOCKS blocks, each share at least two
+ * slices deep. */
+static int own_splits(const tile_jobs &jobs, int tile, int bk)
+{
+    int64_t tiles = 0, k = INT64_MAX;
+    for (int j = 0; j < jobs.count; j++) {
+        tiles += tiles_of(jobs.job[j].g, tile);
+        k = jobs.job[j].g.k < k ? jobs.job[j].g.k : k;
+    }
+    int64_t want = CEIL_DIV((int64_t)OWN_MIN_BLOCKS, tiles), deep = CEIL_DIV(k, (int64_t)bk) / 2;
+    int64_t splits = want < deep ? want : deep;
+    if (splits > OWN_MAX_SPLITS)
+        splits = OWN_MAX_SPLITS;
+    return splits > 1 && own_can_split() ? (int)splits : 1;
+}
+
 template <typename T, typename Acc, int TM>
-static int tiled_launch(tile_jobs &jobs)
+static int tiled_launch(tile_jobs &jobs, int splits)
 {
     int64_t blocks = 0;
     for (int j = 0; j < jobs.count; j++) {
@@ -311,13 +426,29 @@ static int tiled_launch(tile_jobs &jobs)
         J.blocks = J.tiles_m * J.tiles_n * J.g.batch;
         blocks += J.blocks;
     }
+    jobs.splits = splits;
+    blocks *= splits;
     if (blocks > INT32_MAX)
         return DPC_UNSUPPORTED;
-    tiled_gemm_kernel<T, Acc, TM><<<(unsigned)blocks, 256, 0, jobs.job[0].g.stream>>>(jobs);
-    return (int)cudaGetLastError();
+    if (splits == 1) {
+        tiled_gemm_kernel<T, Acc, TM><<<(unsigned)blocks, 256, 0, jobs.job[0].g.stream>>>(jobs);
+        return (int)cudaGetLastError();
+    }
+    cudaLaunchAttribute cluster;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = (unsigned)splits;
+    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3((unsigned)blocks);
+    config.blockDim = dim3(256);
+    config.stream = jobs.job[0].g.stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    return (int)cudaLaunchKernelEx(&config, tiled_gemm_kernel<T, Acc, TM>, jobs);
 }
 
-/* The largest tile that still gives the GPU OWN_MIN_BLOCKS blocks. */
+/* The largest tile that, with k split where it is deep enough, still
+ * gives the GPU OWN_MIN_BLOCKS blocks. */
 template <typename T, typename Acc>
 static int tiled_pick(tile_jobs &jobs)
 {
@@ -326,11 +457,12 @@ static int tiled_pick(tile_jobs &jobs)
         big += tiles_of(jobs.job[j].g, 64);
         mid += tiles_of(jobs.job[j].g, 32);
     }
-    if (big >= OWN_MIN_BLOCKS)
-        return tiled_launch<T, Acc, 4>(jobs);
-    if (mid >= OWN_MIN_BLOCKS)
-        return tiled_launch<T, Acc, 2>(jobs);
-    return tiled_launch<T, Acc, 1>(jobs);
+    int splits = own_splits(jobs, 64, 32);
+    if (big * splits >= OWN_MIN_BLOCKS)
+        return tiled_launch<T, Acc, 4>(jobs, splits);
+    if (mid * (splits = own_splits(jobs, 32, 64)) >= OWN_MIN_BLOCKS)
+        return tiled_launch<T, Acc, 2>(jobs, splits);
+    return tiled_launch<T, Acc, 1>(jobs, own_splits(jobs, 16, 64));
 }
 
 /* Runs the jobs (all of one dtype and stream) in one launch. */

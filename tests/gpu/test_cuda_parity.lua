@@ -130,12 +130,17 @@ for _, dt in ipairs({ torch.float32, torch.float64 }) do
   same("linear " .. dt.name, function(x, w, b) return torch._linear(x, w, b) end, { input(dt, 8, 5), input(dt, 3, 5), input(dt, 3) }, dt == torch.float32 and 1e-4 or nil)
 end
 
--- Products of up to 16M multiply-adds with k up to 2048 run in the tiled
+-- Products of up to 64M multiply-adds with k up to 2048 run in the tiled
 -- kernel of ours (16, 32 or 64 wide tiles by
 -- how many blocks they make): every transpose, batches, a broadcast
 -- operand, edges that do not fill a tile. Compared relative to the largest
 -- element (float32 and bfloat16 sum in another order than the CPU).
 local function unit(t) t = t:float(); return t / t:abs():max() end
+-- Whole numbers, and whole numbers and a half: a first layer fed these has
+-- no pre-activation near 0, where the CPU's and the GPU's different
+-- summation orders could put a value on either side of a ReLU's kink.
+local function whole(dt, ...) return (torch.randn(...) * 3):round():to(dt) end
+local function halves(dt, n) return ((torch.randn(n) * 3):round() + 0.5):to(dt) end
 for _, dt in ipairs(floats) do
   local rtol = dt == torch.bfloat16 and 5e-2 or (dt == torch.float32 and 1e-5 or nil)
   local function rel(f) return function(...) local y = f(...); return dt == torch.float64 and y or unit(y) end end
@@ -148,6 +153,37 @@ for _, dt in ipairs(floats) do
   same("tiled mm 64-wide tiles " .. dt.name, rel(function(a, b) return a:mm(b) end), { input(dt, 700, 16), input(dt, 16, 1200) }, rtol)
   same("tiled mm A^T, 32-wide tiles " .. dt.name, rel(function(a, b) return a:t():mm(b) end), { input(dt, 100, 512), input(dt, 100, 300) }, rtol)
   same("tiled mm B^T, 32-wide tiles " .. dt.name, rel(function(a, b) return a:mm(b:t()) end), { input(dt, 512, 100), input(dt, 300, 100) }, rtol)
+end
+
+-- Few tiles over a deep k: k is split over a cluster of blocks, which sum
+-- their partial tiles (gemm.cu's tile_split_finish). 16-wide tiles in 8
+-- shares, 32-wide in 4, 64-wide in 8 (the MLP's first layer), transposes,
+-- a batch, edges that fill neither a tile nor a share; then a Linear
+-- layer's backward with a split k: dw with the bias gradient (the input
+-- needs no gradient), and dx alone with a ReLU mask (the layer frozen).
+for _, dt in ipairs(floats) do
+  local rtol = dt == torch.bfloat16 and 5e-2 or (dt == torch.float32 and 1e-5 or nil)
+  local function rel(f) return function(...) local y = f(...); return dt == torch.float64 and y or unit(y) end end
+  local mm = rel(function(a, b) return a:mm(b) end)
+  same("split k, 16-wide tiles " .. dt.name, mm, { input(dt, 64, 1024), input(dt, 1024, 64) }, rtol)
+  same("split k, 32-wide tiles " .. dt.name, mm, { input(dt, 128, 1024), input(dt, 1024, 256) }, rtol)
+  same("split k, 64-wide tiles " .. dt.name, mm, { input(dt, 256, 784), input(dt, 784, 256) }, rtol)
+  same("split k, ragged " .. dt.name, mm, { input(dt, 61, 1999), input(dt, 1999, 37) }, rtol)
+  same("split k A^T B^T " .. dt.name, rel(function(a, b) return a:t():mm(b:t()) end),
+       { input(dt, 1024, 64), input(dt, 64, 1024) }, rtol)
+  same("split k bmm " .. dt.name, rel(function(a, b) return a:bmm(b) end), { input(dt, 2, 48, 1500), input(dt, 2, 1500, 40) }, rtol)
+  same("split k linear dw and db " .. dt.name, function(x, w, b)
+    w = w:detach():requires_grad_(); b = b:detach():requires_grad_()
+    torch._linear(x, w, b):float():pow(2):sum():backward()
+    return { unit(w.grad), unit(b.grad) }
+  end, { input(dt, 1024, 64), input(dt, 32, 64), input(dt, 32) }, dt == torch.bfloat16 and 5e-2 or 1e-4)
+  same("split k linear dx under a relu mask " .. dt.name, function(x, w1, b1, w2, b2)
+    x = x:detach():requires_grad_()
+    local h = torch._linear(x, w1, b1):relu()
+    torch._linear(h, w2, b2):float():pow(2):sum():backward()
+    return unit(x.grad)
+  end, { whole(dt, 64, 32), whole(dt, 64, 32), halves(dt, 64), input(dt, 1024, 64), input(dt, 1024) },
+       dt == torch.bfloat16 and 5e-2 or 1e-4)
 end
 
 -- bf16 linear takes the direct (cuBLASLt) path on a GPU, forward and backward.
@@ -167,11 +203,11 @@ end, { input(torch.bfloat16, 8, 5), input(torch.bfloat16, 3, 5), input(torch.bfl
 -- epilogues: the bias, bias+ReLU (the fused Linear+ReLU) in the forward,
 -- the bias gradient beside dw in the backward; with and without a bias.
 -- The tiled kernel in 16-, 32- and 64-wide tiles (the backward's dx and dw
--- in one launch); cuBLASLt past 16M multiply-adds, and for k past 2048
+-- in one launch); cuBLASLt past 64M multiply-adds, and for k past 2048
 -- without a workspace and with one; a backward whose dw (k = M), or dx
 -- (k = N), is cuBLASLt's.
-local linear_sizes = { { 67, 97, 83 }, { 512, 100, 300 }, { 1030, 30, 520 }, { 1030, 100, 520 }, { 8, 2400, 40 },
-                       { 64, 2304, 80 }, { 2100, 64, 96 }, { 64, 80, 2100 } }
+local linear_sizes = { { 67, 97, 83 }, { 512, 100, 300 }, { 1030, 30, 520 }, { 520, 512, 300 }, { 8, 2400, 40 },
+                       { 64, 2304, 80 }, { 2100, 64, 96 }, { 64, 80, 2100 }, { 256, 784, 256 } }
 for _, dt in ipairs({ torch.float32, torch.float64, torch.bfloat16 }) do
   for _, size in ipairs(linear_sizes) do
     for _, relu in ipairs({ false, true }) do
@@ -204,11 +240,7 @@ end
 -- the first layer. Sizes: M rows, K -> H -> N: the seed's, the MLP's
 -- first two layers, one whose second backward runs in 32-wide tiles, and
 -- one whose backward is cuBLASLt's (dw's k = M).
--- The first layer's inputs are whole numbers and its bias halves, so that
--- no pre-activation lies near 0, where the CPU's and the GPU's different
--- summation orders could put a value on either side of the ReLU's kink.
-local function whole(dt, ...) return (torch.randn(...) * 3):round():to(dt) end
-local function halves(dt, n) return ((torch.randn(n) * 3):round() + 0.5):to(dt) end
+-- The first layer's inputs are whole numbers and its bias halves (see whole).
 for _, dt in ipairs(floats) do
   for _, size in ipairs({ { 32, 10, 10, 2 }, { 256, 784, 256, 128 }, { 512, 64, 256, 64 }, { 2100, 48, 40, 24 } }) do
     for _, fused in ipairs({ false, true }) do
