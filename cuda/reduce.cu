@@ -524,6 +524,19 @@ struct softmax_args {
 };
 }  // namespace
 
+/* exp and log in the precision of the data: float for float32 and
+ * bfloat16, double for float64. A row may be one thread's (short rows),
+ * and a double exp is a chain of some forty dependent FP64 instructions:
+ * a cross-entropy over 10 classes spent microseconds in them. */
+template <int DT> __device__ static inline double exp_of(double x)
+{
+    return DT == DP_FLOAT64 ? exp(x) : (double)expf((float)x);
+}
+template <int DT> __device__ static inline double log_of(double x)
+{
+    return DT == DP_FLOAT64 ? log(x) : (double)logf((float)x);
+}
+
 /* m = max (NaN if any), sum = sum of exp(x - m), then each output is
  * x - (m + log(sum)) or exp(x - m) / sum, as reduce.c's SOFTMAX_ROW. */
 template <int DT, int G>
@@ -544,12 +557,12 @@ __global__ static void softmax_kernel(softmax_args r)
         int64_t unused = 0;
         auto ld = [=](int64_t j, double &x, int64_t &xi) { x = dt_load(DT, q + j * rs); xi = 0; };
         group_fold<G>(m, unused, n, sv, si, c_nanmax(), ld);
-        auto ex = [=](int64_t j, double &x, int64_t &xi) { x = exp(dt_load(DT, q + j * rs) - m); xi = 0; };
+        auto ex = [=](int64_t j, double &x, int64_t &xi) { x = exp_of<DT>(dt_load(DT, q + j * rs) - m); xi = 0; };
         group_fold<G>(sum, unused, n, sv, si, c_add(), ex);
-        double lse = m + log(sum);
+        double lse = m + log_of<DT>(sum);
         for (int64_t j = threadIdx.x % G; j < n; j += G) {
             double v = dt_load(DT, q + j * rs);
-            dt_store(DT, p[0] + j * r.out_stride, r.log ? v - lse : exp(v - m) / sum);
+            dt_store(DT, p[0] + j * r.out_stride, r.log ? v - lse : exp_of<DT>(v - m) / sum);
         }
     }
 }
@@ -618,7 +631,7 @@ __device__ static inline bool ce_counts(int64_t t, int64_t ignore_index, int64_t
 template <int DT>
 __device__ static inline double ce_prob(const char *row, int64_t j, double m, double inv)
 {
-    return exp(dt_load(DT, row + j * (int64_t)dt_size(DT)) - m) * inv;
+    return exp_of<DT>(dt_load(DT, row + j * (int64_t)dt_size(DT)) - m) * inv;
 }
 
 namespace {   /* file-local types: no clash with another file's of the same name */
@@ -778,9 +791,9 @@ __device__ static ce_row ce_row_loss(const ce_args &r, int64_t i, int lane, doub
     double m = -INFINITY, sum = 0, lse = 0, inv = 0;
     if (!r.log_probs) {
         group_fold<G>(m, unused, n, sv, si, c_max(), ld);
-        auto ex = [=](int64_t j, double &x, int64_t &xi) { x = exp(dt_load(DT, row + j * es) - m); xi = 0; };
+        auto ex = [=](int64_t j, double &x, int64_t &xi) { x = exp_of<DT>(dt_load(DT, row + j * es) - m); xi = 0; };
         group_fold<G>(sum, unused, n, sv, si, c_add(), ex);
-        lse = m + log(sum);
+        lse = m + log_of<DT>(sum);
         inv = 1 / sum;
         if (r.probs)
             for (int64_t j = lane; j < n; j += G)
