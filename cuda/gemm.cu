@@ -27,6 +27,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <atomic>
@@ -171,6 +172,25 @@ static int epilogue_after(const gemm_args &g)
 /* The most blocks a split of k spreads over: the portable cluster size. */
 #define OWN_MAX_SPLITS 8
 
+/* The limits above, which scripts/bench/gemm_tune varies to measure them
+ * (read once from DPLUA_GEMM_OWN_FLOPS, DPLUA_GEMM_MAX_SPLITS and
+ * DPLUA_GEMM_TM, a forced tile of 16 TM; unset: the defaults above). */
+static struct {
+    double own_flops;
+    int max_splits, tm;
+} own_limits;
+static pthread_once_t own_limits_once = PTHREAD_ONCE_INIT;
+
+static void own_limits_read(void)
+{
+    const char *v;
+    own_limits.own_flops = (v = getenv("DPLUA_GEMM_OWN_FLOPS")) ? atof(v) : GEMM_OWN_FLOPS;
+    own_limits.max_splits = (v = getenv("DPLUA_GEMM_MAX_SPLITS")) ? atoi(v) : OWN_MAX_SPLITS;
+    if (own_limits.max_splits < 1 || own_limits.max_splits > OWN_MAX_SPLITS)
+        own_limits.max_splits = OWN_MAX_SPLITS;
+    own_limits.tm = (v = getenv("DPLUA_GEMM_TM")) ? atoi(v) : 0;
+}
+
 namespace {   /* file-local types: no clash with another file's of the same name */
 struct tile_job {
     gemm_args g;
@@ -234,17 +254,50 @@ __device__ static void tile_split_finish(const tile_job &J, T *C, int64_t i0, in
 #endif
 }
 
+/* TM consecutive values from shared memory in as few loads as their
+ * alignment allows (16 bytes at most a load): the rows of a slice are
+ * padded to keep a thread's TM values aligned. */
+template <int TM, typename Acc>
+__device__ static inline void load_run(const Acc *p, Acc (&out)[TM])
+{
+    constexpr int BYTES = TM * (int)sizeof(Acc);
+    if constexpr (BYTES % 16 == 0) {
+#pragma unroll
+        for (int v = 0; v < BYTES / 16; v++) {
+            float4 q = reinterpret_cast<const float4 *>(p)[v];
+            memcpy((char *)out + 16 * v, &q, 16);
+        }
+    } else if constexpr (BYTES == 8) {
+        float2 q = *reinterpret_cast<const float2 *>(p);
+        memcpy(out, &q, 8);
+    } else {
+#pragma unroll
+        for (int r = 0; r < TM; r++)
+            out[r] = p[r];
+    }
+}
+
 /* __grid_constant__: the job is read where the launch put it, not copied
- * to each thread's local memory for the run-time choice between two. */
+ * to each thread's local memory for the run-time choice between two.
+ * Thread (tx, ty) computes rows ty TM .. ty TM + TM-1 and columns tx TM ..
+ * tx TM + TM-1 of the tile: each step of k reads its TM values of each
+ * operand with one or two vector loads from shared memory, which is what
+ * bounds this kernel. Two blocks of 4-byte types share an SM (at most 128
+ * registers a thread); a block of 256 threads alone leaves an SM half
+ * idle while it waits for its next slice. */
 template <typename T, typename Acc, int TM>
-__global__ static void __launch_bounds__(256) tiled_gemm_kernel(const __grid_constant__ tile_jobs jobs)
+__global__ static void __launch_bounds__(256, sizeof(Acc) == 4 ? 2 : 1)
+    tiled_gemm_kernel(const __grid_constant__ tile_jobs jobs)
 {
     constexpr int TILE = 16 * TM, BK = TM == 4 ? 32 : 64, LOADS = TILE * BK / 256;
-    /* +1: no bank conflicts on the stores. A split's partial tile and row
-     * sums reuse the slices' space once the product is done. */
-    __shared__ union {
+    /* Rows padded by PAD: a thread's TM values stay aligned for load_run,
+     * and the stores of a slice spread over the banks (1: none collide).
+     * A split's partial tile and row sums reuse the slices' space once the
+     * product is done. */
+    constexpr int PAD = TM == 1 ? 1 : 16 / (int)sizeof(Acc) > TM ? 16 / (int)sizeof(Acc) : TM;
+    __shared__ __align__(16) union {
         struct {
-            Acc a[BK][TILE + 1], b[BK][TILE + 1];
+            Acc a[BK][TILE + PAD], b[BK][TILE + PAD];
         } slice;
         Acc part[TILE * TILE + TILE];
     } sm;
@@ -313,12 +366,8 @@ __global__ static void __launch_bounds__(256) tiled_gemm_kernel(const __grid_con
 #pragma unroll
         for (int kk = 0; kk < BK; kk++) {
             Acc a[TM], bv[TM];
-#pragma unroll
-            for (int r = 0; r < TM; r++)
-                a[r] = As[kk][ty + 16 * r];
-#pragma unroll
-            for (int c = 0; c < TM; c++)
-                bv[c] = Bs[kk][tx + 16 * c];
+            load_run<TM>(&As[kk][ty * TM], a);
+            load_run<TM>(&Bs[kk][tx * TM], bv);
 #pragma unroll
             for (int r = 0; r < TM; r++)
 #pragma unroll
@@ -329,7 +378,7 @@ __global__ static void __launch_bounds__(256) tiled_gemm_kernel(const __grid_con
             for (int kk = 0; kk < BK; kk++)
 #pragma unroll
                 for (int r = 0; r < TM; r++)
-                    sums[r] += As[kk][ty + 16 * r];
+                    sums[r] += As[kk][ty * TM + r];
         __syncthreads();
     }
 #undef LOAD_SLICE
@@ -341,24 +390,24 @@ __global__ static void __launch_bounds__(256) tiled_gemm_kernel(const __grid_con
 #pragma unroll
         for (int r = 0; r < TM; r++) {
             if (row_sums)
-                sm.part[TILE * TILE + ty + 16 * r] = sums[r];
+                sm.part[TILE * TILE + ty * TM + r] = sums[r];
 #pragma unroll
             for (int c = 0; c < TM; c++)
-                sm.part[(ty + 16 * r) * TILE + tx + 16 * c] = acc[0][r][c] + acc[1][r][c];
+                sm.part[(ty * TM + r) * TILE + tx * TM + c] = acc[0][r][c] + acc[1][r][c];
         }
         tile_split_finish<T, Acc, TILE>(J, C, i0, j0, with_sums, sm.part);
         return;
     }
 #pragma unroll
     for (int r = 0; r < TM; r++) {
-        int64_t i = i0 + ty + 16 * r;
+        int64_t i = i0 + ty * TM + r;
         if (i >= m)
             continue;
         if (row_sums)
             store((T *)g.bias + i, sums[r]);
 #pragma unroll
         for (int c = 0; c < TM; c++) {
-            int64_t j = j0 + tx + 16 * c;
+            int64_t j = j0 + tx * TM + c;
             if (j < n)
                 tile_finish(J, C, i, j, acc[0][r][c] + acc[1][r][c]);
         }
@@ -368,7 +417,8 @@ __global__ static void __launch_bounds__(256) tiled_gemm_kernel(const __grid_con
 /* Whether a product of this shape is one for our kernel. */
 static bool own_fits(int64_t m, int64_t n, int64_t k, int64_t batch)
 {
-    return k <= OWN_MAX_K && (double)m * (double)n * (double)k * (double)batch <= GEMM_OWN_FLOPS;
+    pthread_once(&own_limits_once, own_limits_read);
+    return k <= OWN_MAX_K && (double)m * (double)n * (double)k * (double)batch <= own_limits.own_flops;
 }
 
 static int64_t tiles_of(const gemm_args &g, int tile)
@@ -410,8 +460,8 @@ static int own_splits(const tile_jobs &jobs, int tile, int bk)
     }
     int64_t want = CEIL_DIV((int64_t)OWN_MIN_BLOCKS, tiles), deep = CEIL_DIV(k, (int64_t)bk) / 2;
     int64_t splits = want < deep ? want : deep;
-    if (splits > OWN_MAX_SPLITS)
-        splits = OWN_MAX_SPLITS;
+    if (splits > own_limits.max_splits)
+        splits = own_limits.max_splits;
     return splits > 1 && own_can_split() ? (int)splits : 1;
 }
 
@@ -457,6 +507,11 @@ static int tiled_pick(tile_jobs &jobs)
         big += tiles_of(jobs.job[j].g, 64);
         mid += tiles_of(jobs.job[j].g, 32);
     }
+    switch (own_limits.tm) {
+    case 1: return tiled_launch<T, Acc, 1>(jobs, own_splits(jobs, 16, 64));
+    case 2: return tiled_launch<T, Acc, 2>(jobs, own_splits(jobs, 32, 64));
+    case 4: return tiled_launch<T, Acc, 4>(jobs, own_splits(jobs, 64, 32));
+    }
     int splits = own_splits(jobs, 64, 32);
     if (big * splits >= OWN_MIN_BLOCKS)
         return tiled_launch<T, Acc, 4>(jobs, splits);
@@ -468,6 +523,7 @@ static int tiled_pick(tile_jobs &jobs)
 /* Runs the jobs (all of one dtype and stream) in one launch. */
 static int tiled_gemm(tile_jobs &jobs)
 {
+    pthread_once(&own_limits_once, own_limits_read);
     switch (jobs.job[0].g.dtype) {
     case DP_FLOAT32: return tiled_pick<float, float>(jobs);
     case DP_FLOAT64: return tiled_pick<double, double>(jobs);

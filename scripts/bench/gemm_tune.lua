@@ -1,0 +1,44 @@
+-- One setting of gemm.cu's limits (DPLUA_GEMM_* in the environment, see
+-- scripts/bench/gemm_tune): the GPU µs of the MLP's products one by one,
+-- replayed from a CUDA graph of 20 calls, and the eager MLP step's µs.
+local torch = require("dplua")
+local nn, optim = torch.nn, torch.optim
+local now = torch.utils.progress.clock
+local models = dofile((debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or ".") .. "/models.lua")
+torch.manual_seed(0)
+local dev = "cuda"
+local x, h = torch.rand(256, 784):to(dev), torch.rand(256, 256):to(dev)
+local w1, b1 = torch.randn(256, 784):to(dev), torch.randn(256):to(dev)
+local w2, b2 = torch.randn(128, 256):to(dev), torch.randn(128):to(dev)
+local g1 = torch.randn(256, 256):to(dev)
+local function gpu_us(name, f)
+  f(); torch.cuda.synchronize()
+  local graph = torch.cuda.graph(function() for _ = 1, 20 do f() end end)
+  graph:replay(); torch.cuda.synchronize()
+  local best = math.huge
+  for _ = 1, 5 do
+    local t0 = now()
+    for _ = 1, 20 do graph:replay() end
+    torch.cuda.synchronize()
+    best = math.min(best, (now() - t0) / 400)
+  end
+  io.write(string.format("  %-34s %8.2f\n", name, best * 1e6))
+end
+gpu_us("L1 fwd 256x784->256 +relu, GPU us", function() return torch._linear_relu(x, w1, b1) end)
+gpu_us("L1 dw (256x256)^T @ 256x784, GPU us", function() return g1:t():mm(x) end)
+gpu_us("L2 fwd 256x256->128 +relu, GPU us", function() return torch._linear_relu(h, w2, b2) end)
+local deep_a, deep_b = torch.randn(64, 2048):to(dev), torch.randn(2048, 64):to(dev)
+gpu_us("deep 64x2048 @ 2048x64, GPU us", function() return deep_a:mm(deep_b) end)
+local model, y = models.mlp():to(dev), torch.randint(0, 10, { 256 }):to(dev)
+local crit, opt = nn.CrossEntropyLoss(), optim.SGD(model:parameters(), { lr = 0.01 })
+local function step() opt:zero_grad(); crit(model(x), y):backward(); opt:step() end
+for _ = 1, 200 do step() end
+torch.cuda.synchronize()
+local best = math.huge
+for _ = 1, 5 do
+  local t0 = now()
+  for _ = 1, 500 do step() end
+  torch.cuda.synchronize()
+  best = math.min(best, (now() - t0) / 500)
+end
+io.write(string.format("  %-34s %8.2f\n", "MLP eager step, us", best * 1e6))
