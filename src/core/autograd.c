@@ -558,7 +558,9 @@ static dp_status run_node(ag_node *n, node_heap *ready, bool retain)
  * Backward functions never write into the gradient they are given, and a
  * leaf takes its own copy of a gradient that is shared, so the cached one
  * stays 1. Not cached while a CUDA graph is captured: memory made then is
- * filled only when the graph replays. */
+ * filled only when the graph replays. On a GPU it is kept only once filled
+ * (one synchronisation per dtype and device), so that any stream may read
+ * it. */
 #define ONES_DEVICES 64
 static dp_tensor *ones_0d[DP_NUM_DTYPES][ONES_DEVICES + 1];
 
@@ -573,6 +575,13 @@ static dp_status scalar_one(dp_tensor **g, int dtype, int device)
     }
     dp_status st = dp_full(g, 0, NULL, 1.0, dtype, device);
     if (!st && slot && (device == DP_CPU || !dp_cuda_capturing())) {
+        /* A later backward may run on another stream, which nothing orders
+         * after this stream's fill: wait for it, once. */
+        if (device != DP_CPU && (st = dp_cuda_synchronize(device))) {
+            dp_tensor_release(*g);
+            *g = NULL;
+            return st;
+        }
         dp_tensor_retain(*g);
         *slot = *g;
     }
