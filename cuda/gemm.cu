@@ -161,9 +161,15 @@ static int epilogue_after(const gemm_args &g)
  * leaves its partial tile in its shared memory, and then each sums a part
  * of the tile over the cluster's blocks, in rank order, and writes it
  * through the epilogue. No workspace, no second launch, and the same
- * result for the same shape every time. Without it such a product ran on
- * 16 of 132 SMs (a 51M product took 33 us). */
-#define GEMM_OWN_FLOPS (1 << 26)
+ * result for the same shape every time: a 64 x 2048 x 64 product took 36
+ * us in 16 blocks, 10 us split 8 ways (cuBLASLt's 9.8).
+ *
+ * Past 16M multiply-adds cuBLASLt's GPU time wins over what its host cost
+ * loses, measured on the H200 with scripts/bench/gemm_tune: the MLP's
+ * 256 x 784 x 256 first layer takes 10.8 us in cuBLASLt and 16.4 us in
+ * ours (split or not), and the eager MLP step is 70-80 us with it in
+ * cuBLASLt, 81 us with it in ours. */
+#define GEMM_OWN_FLOPS (1 << 24)
 #define OWN_MAX_K 2048
 /* Blocks below which a smaller tile, or a split of k, is taken (about one
  * per SM of an H100/H200; measured on the H200, fewer larger tiles were
