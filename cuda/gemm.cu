@@ -195,6 +195,8 @@ static void own_limits_read(void)
     if (own_limits.max_splits < 1 || own_limits.max_splits > OWN_MAX_SPLITS)
         own_limits.max_splits = OWN_MAX_SPLITS;
     own_limits.tm = (v = getenv("DPLUA_GEMM_TM")) ? atoi(v) : 0;
+    if (own_limits.tm != 1 && own_limits.tm != 2 && own_limits.tm != 4)
+        own_limits.tm = 0;   /* not forced */
 }
 
 namespace {   /* file-local types: no clash with another file's of the same name */
@@ -427,9 +429,15 @@ static bool own_fits(int64_t m, int64_t n, int64_t k, int64_t batch)
     return k <= OWN_MAX_K && (double)m * (double)n * (double)k * (double)batch <= own_limits.own_flops;
 }
 
-static int64_t tiles_of(const gemm_args &g, int tile)
+/* The tiles of TILE x TILE the jobs' results make, together. */
+static int64_t tiles_of(const tile_jobs &jobs, int tile)
 {
-    return CEIL_DIV(g.m, (int64_t)tile) * CEIL_DIV(g.n, (int64_t)tile) * g.batch;
+    int64_t tiles = 0;
+    for (int j = 0; j < jobs.count; j++) {
+        const gemm_args &g = jobs.job[j].g;
+        tiles += CEIL_DIV(g.m, (int64_t)tile) * CEIL_DIV(g.n, (int64_t)tile) * g.batch;
+    }
+    return tiles;
 }
 
 /* Whether a split of k may run on the current device: it launches
@@ -454,16 +462,14 @@ static bool own_can_split(void)
     return v > 0;
 }
 
-/* How many blocks share each tile's k (tiles of TILE, slices of BK) so
- * that the launch reaches OWN_MIN_BLOCKS blocks, each share at least two
- * slices deep. */
-static int own_splits(const tile_jobs &jobs, int tile, int bk)
+/* How many blocks share each tile's k (the jobs make `tiles` tiles; k
+ * comes in slices of BK) so that the launch reaches OWN_MIN_BLOCKS blocks,
+ * each share at least two slices deep. */
+static int own_splits(const tile_jobs &jobs, int64_t tiles, int bk)
 {
-    int64_t tiles = 0, k = INT64_MAX;
-    for (int j = 0; j < jobs.count; j++) {
-        tiles += tiles_of(jobs.job[j].g, tile);
+    int64_t k = INT64_MAX;
+    for (int j = 0; j < jobs.count; j++)
         k = jobs.job[j].g.k < k ? jobs.job[j].g.k : k;
-    }
     int64_t want = CEIL_DIV((int64_t)OWN_MIN_BLOCKS, tiles), deep = CEIL_DIV(k, (int64_t)bk) / 2;
     int64_t splits = want < deep ? want : deep;
     if (splits > own_limits.max_splits)
@@ -504,26 +510,24 @@ static int tiled_launch(tile_jobs &jobs, int splits)
 }
 
 /* The largest tile that, with k split where it is deep enough, still
- * gives the GPU OWN_MIN_BLOCKS blocks. */
+ * gives the GPU OWN_MIN_BLOCKS blocks (or the tile DPLUA_GEMM_TM forces). */
 template <typename T, typename Acc>
 static int tiled_pick(tile_jobs &jobs)
 {
-    int64_t big = 0, mid = 0;
-    for (int j = 0; j < jobs.count; j++) {
-        big += tiles_of(jobs.job[j].g, 64);
-        mid += tiles_of(jobs.job[j].g, 32);
+    const int tm = own_limits.tm;
+    if (tm == 0 || tm == 4) {
+        int64_t tiles = tiles_of(jobs, 64);
+        int splits = own_splits(jobs, tiles, 32);
+        if (tm == 4 || tiles * splits >= OWN_MIN_BLOCKS)
+            return tiled_launch<T, Acc, 4>(jobs, splits);
     }
-    switch (own_limits.tm) {
-    case 1: return tiled_launch<T, Acc, 1>(jobs, own_splits(jobs, 16, 64));
-    case 2: return tiled_launch<T, Acc, 2>(jobs, own_splits(jobs, 32, 64));
-    case 4: return tiled_launch<T, Acc, 4>(jobs, own_splits(jobs, 64, 32));
+    if (tm == 0 || tm == 2) {
+        int64_t tiles = tiles_of(jobs, 32);
+        int splits = own_splits(jobs, tiles, 64);
+        if (tm == 2 || tiles * splits >= OWN_MIN_BLOCKS)
+            return tiled_launch<T, Acc, 2>(jobs, splits);
     }
-    int splits = own_splits(jobs, 64, 32);
-    if (big * splits >= OWN_MIN_BLOCKS)
-        return tiled_launch<T, Acc, 4>(jobs, splits);
-    if (mid * (splits = own_splits(jobs, 32, 64)) >= OWN_MIN_BLOCKS)
-        return tiled_launch<T, Acc, 2>(jobs, splits);
-    return tiled_launch<T, Acc, 1>(jobs, own_splits(jobs, 16, 64));
+    return tiled_launch<T, Acc, 1>(jobs, own_splits(jobs, tiles_of(jobs, 16), 64));
 }
 
 /* Runs the jobs (all of one dtype and stream) in one launch. */
