@@ -176,9 +176,11 @@ int dpc_cross_entropy_backward(int dtype, int64_t N, int64_t C, void *dinput, co
 /* What dpc_gemm does beside the product, in cuBLASLt's epilogue where it
  * has one (else in a kernel after the product). */
 enum {
-    DPC_EPI_BIAS = 0,    /* adds bias (n values) to every row, when bias is not NULL */
-    DPC_EPI_RELU = 1,    /* that, then max(0, .) */
-    DPC_EPI_BGRAD = 2,   /* writes the row sums of op(A) (over k) to bias (m values); batch 1 */
+    DPC_EPI_BIAS = 0,        /* adds bias (n values) to every row, when bias is not NULL */
+    DPC_EPI_RELU = 1,        /* that, then max(0, .) */
+    DPC_EPI_BGRAD = 2,       /* writes the row sums of op(A) (over k) to bias (m values); batch 1 */
+    DPC_EPI_GELU = 3,        /* the bias, then GELU (x Phi(x), erf) */
+    DPC_EPI_GELU_TANH = 4,   /* the bias, then GELU's tanh form */
 };
 
 /* Row-major, batched: C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for
@@ -186,12 +188,15 @@ enum {
  * k x n after op, C is m x n with leading dimension ldc; stride_* between
  * batch entries (0 broadcasts). dtype float32 (tf32 when allow_tf32),
  * float64 or bfloat16 (float accumulation). epilogue: DPC_EPI_*, with
- * bias of dtype. Products of at most 16M multiply-adds (k at most 2048)
- * run in kernels of our own, in one launch with their epilogue. */
+ * bias of dtype. aux (batch 1, laid out as C; NULL for none) receives the
+ * value before an activation (RELU, GELU, GELU_TANH), as stored in dtype:
+ * what a Linear alone would have written, which GELU's backward needs.
+ * Products of at most 16M multiply-adds (k at most 2048) run in kernels of
+ * our own, in one launch with their epilogue. */
 int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, double alpha,
              const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb, int64_t stride_b,
              double beta, void *C, int64_t ldc, int64_t stride_c, int64_t batch, int epilogue, void *bias,
-             int allow_tf32, void *stream);
+             void *aux, int allow_tf32, void *stream);
 
 /* A Linear layer's backward in one launch of our own: dx (M, K) = g (M, N)
  * @ w (N, K), set to 0 where !(mask > 0) when mask (M, K) is given (a

@@ -27,6 +27,7 @@
 #include "dplua.h"
 #include "dpc_ops.h"
 #include "core/dtype_conv.h"
+#include "activation.cuh"
 #include "iter.cuh"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
@@ -248,9 +249,8 @@ template <class T, int OP> __device__ static inline typename T::C unary_float(ty
     case DP_TANH: return m_tanh(x);
     case DP_SIGMOID: return one / (one + m_exp(-x));
     case DP_RELU: return x > 0 ? x : (C)0;
-    case DP_GELU: return x * (C)0.5 * (one + m_erf(x * (C)SQRT1_2));
-    case DP_GELU_TANH:
-        return (C)0.5 * x * (one + m_tanh((C)0.7978845608028654 * (x + (C)0.044715 * x * x * x)));
+    case DP_GELU: return gelu_erf(x);
+    case DP_GELU_TANH: return gelu_tanh(x);
     case DP_SIN: return m_sin(x);
     case DP_COS: return m_cos(x);
     case DP_SIGN: return sign_of(x);

@@ -39,6 +39,7 @@
 #include <cublasLt.h>
 #endif
 
+#include "activation.cuh"
 #include "core/dtype_conv.h"
 #include "dp_cuda.h"
 #include "dpc_ops.h"
@@ -65,6 +66,7 @@ struct gemm_args {
     int64_t lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
     cudaStream_t stream;
     int epilogue;            /* DPC_EPI_* */
+    void *aux;               /* NULL, or like C (batch 1): the value before the activation */
 };
 }  // namespace
 
@@ -72,10 +74,6 @@ struct gemm_args {
 /* the epilogues without cuBLASLt                                            */
 /* ------------------------------------------------------------------------ */
 
-/* C = relu?(beta * C + bias): used when k is 0 (the product adds nothing
- * and cuBLASLt may refuse the shape) and after a product whose epilogue
- * cuBLASLt has no algorithm for (beta 1). beta 0 writes without reading C,
- * as BLAS does, so that NaN in an uninitialised C does not survive. */
 __device__ static inline float to_acc(float v) { return v; }
 __device__ static inline double to_acc(double v) { return v; }
 __device__ static inline float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -83,11 +81,40 @@ __device__ static inline void store(float *p, float v) { *p = v; }
 __device__ static inline void store(double *p, double v) { *p = v; }
 __device__ static inline void store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
-/* C is (batch, m, n) with row stride ldc and batch stride stride_c; bias is
- * (n,) or NULL; Acc is the arithmetic type (float for bfloat16). */
+static bool is_activation(int epilogue)
+{
+    return epilogue == DPC_EPI_RELU || epilogue == DPC_EPI_GELU || epilogue == DPC_EPI_GELU_TANH;
+}
+
+/* The epilogue's activation of v (the product with alpha, beta and the
+ * bias in it), the value before it going to *aux when aux is given. The
+ * activation reads v as stored in T (rounded to bfloat16 where T is),
+ * which is what a Linear and then the activation's own op compute. */
+template <typename T, typename Acc>
+__device__ static inline Acc activate(int epilogue, Acc v, T *aux)
+{
+    if (epilogue != DPC_EPI_RELU && epilogue != DPC_EPI_GELU && epilogue != DPC_EPI_GELU_TANH)
+        return v;
+    T stored;
+    store(&stored, v);
+    v = to_acc(stored);
+    if (aux)
+        *aux = stored;
+    if (epilogue == DPC_EPI_RELU)
+        return v > 0 ? v : (Acc)0;   /* as the relu op: x > 0 ? x : 0 */
+    return epilogue == DPC_EPI_GELU ? gelu_erf(v) : gelu_tanh(v);
+}
+
+/* C = act(beta * C + bias): used when k is 0 (the product adds nothing and
+ * cuBLASLt may refuse the shape) and after a product whose epilogue
+ * cuBLASLt lacks (beta 1; bias NULL when cuBLASLt added it). beta 0 writes
+ * without reading C, as BLAS does, so that NaN in an uninitialised C does
+ * not survive. C is (batch, m, n) with row stride ldc and batch stride
+ * stride_c; bias is (n,) or NULL; Acc is the arithmetic type (float for
+ * bfloat16). */
 template <typename T, typename Acc>
 __global__ static void scale_bias_kernel(T *C, int64_t ldc, int64_t stride_c, int64_t batch, int64_t m, int64_t n,
-                                         Acc beta, const T *bias, bool relu)
+                                         Acc beta, const T *bias, int epilogue, T *aux)
 {
     int64_t total = batch * m * n, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
@@ -96,30 +123,29 @@ __global__ static void scale_bias_kernel(T *C, int64_t ldc, int64_t stride_c, in
         Acc v = beta == (Acc)0 ? (Acc)0 : beta * to_acc(*p);
         if (bias)
             v = v + to_acc(bias[j]);
-        if (relu && !(v > 0))   /* as the relu op: x > 0 ? x : 0 */
-            v = 0;
-        store(p, v);
+        store(p, activate(epilogue, v, aux ? aux + i * ldc + j : (T *)NULL));
     }
 }
 
 template <typename T, typename Acc>
-static int scale_bias_launch(const gemm_args &g, double beta)
+static int scale_bias_launch(const gemm_args &g, double beta, bool with_bias)
 {
     int64_t total = g.batch * g.m * g.n, grid = CEIL_DIV(total, (int64_t)GEMM_BLOCK);
     if (grid > DPC_MAX_BLOCKS)
         grid = DPC_MAX_BLOCKS;
     scale_bias_kernel<T, Acc><<<(unsigned)grid, GEMM_BLOCK, 0, g.stream>>>(
         (T *)g.C, g.ldc, g.stride_c, g.batch, g.m, g.n, (Acc)beta,
-        g.epilogue == DPC_EPI_BGRAD ? NULL : (const T *)g.bias, g.epilogue == DPC_EPI_RELU);
+        with_bias && g.epilogue != DPC_EPI_BGRAD ? (const T *)g.bias : NULL, g.epilogue, (T *)g.aux);
     return (int)cudaGetLastError();
 }
 
-static int scale_bias(const gemm_args &g, double beta)
+/* C = act(beta C + bias), the bias left out unless with_bias */
+static int scale_bias(const gemm_args &g, double beta, bool with_bias = true)
 {
     switch (g.dtype) {
-    case DP_FLOAT32: return scale_bias_launch<float, float>(g, beta);
-    case DP_FLOAT64: return scale_bias_launch<double, double>(g, beta);
-    case DP_BFLOAT16: return scale_bias_launch<__nv_bfloat16, float>(g, beta);
+    case DP_FLOAT32: return scale_bias_launch<float, float>(g, beta, with_bias);
+    case DP_FLOAT64: return scale_bias_launch<double, double>(g, beta, with_bias);
+    case DP_BFLOAT16: return scale_bias_launch<__nv_bfloat16, float>(g, beta, with_bias);
     default: return DPC_UNSUPPORTED;
     }
 }
@@ -139,7 +165,7 @@ static int epilogue_after(const gemm_args &g)
 {
     if (g.epilogue == DPC_EPI_BGRAD)
         return row_sums(g);
-    return g.bias || g.epilogue == DPC_EPI_RELU ? scale_bias(g, 1.0) : 0;
+    return g.bias || is_activation(g.epilogue) ? scale_bias(g, 1.0) : 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -213,7 +239,7 @@ struct tile_jobs {
 }  // namespace
 
 /* Element (i, j) of the job's C (batch entry C) from its product v:
- * alpha, beta, bias, ReLU and the mask. */
+ * alpha, beta, bias, the activation and the mask. */
 template <typename T, typename Acc>
 __device__ static inline void tile_finish(const tile_job &J, T *C, int64_t i, int64_t j, Acc v)
 {
@@ -224,8 +250,7 @@ __device__ static inline void tile_finish(const tile_job &J, T *C, int64_t i, in
         v = v + (Acc)g.beta * to_acc(*p);
     if (g.epilogue != DPC_EPI_BGRAD && g.bias)
         v = v + to_acc(((const T *)g.bias)[j]);
-    if (g.epilogue == DPC_EPI_RELU && !(v > 0))   /* as the relu op: x > 0 ? x : 0 */
-        v = 0;
+    v = activate(g.epilogue, v, g.aux ? (T *)g.aux + i * g.ldc + j : (T *)NULL);
     if (J.mask && !(to_acc(((const T *)J.mask)[i * g.ldc + j]) > 0))
         v = 0;
     store(p, v);
@@ -643,7 +668,7 @@ namespace {   /* file-local types: no clash with another file's of the same name
 struct algo_key {
     int64_t device, dtype, tf32, trans_a, trans_b, m, n, k, lda, ldb, ldc;
     int64_t stride_a, stride_b, stride_c, batch, epilogue;
-    int64_t align_a, align_b, align_c, align_bias, workspace;
+    int64_t align_a, align_b, align_c, align_bias, align_aux, workspace;
 };
 
 /* A product's descriptors and the algorithm the heuristic chose for them,
@@ -730,8 +755,10 @@ static cublasStatus_t lt_layout(cublasLtMatrixLayout_t *l, int dtype, int64_t ro
 }
 
 /* The operation: compute and scale types, the swapped operands' ops and,
- * with epilogue, g's epilogue and the bias's type (its pointer is set for
- * each call). BGRADB reduces cuBLASLt's B, which is our A, over k. */
+ * with epilogue, g's epilogue, the bias's type and aux's leading dimension
+ * (the pointers are set for each call). BGRADB reduces cuBLASLt's B, which
+ * is our A, over k. cuBLASLt's GELU is the tanh form; gemm_run asks for
+ * nothing it lacks (the erf form, a ReLU's value before it). */
 static cublasStatus_t lt_op(cublasLtMatmulDesc_t *op, const gemm_args &g, bool epilogue)
 {
     cublasComputeType_t compute = g.dtype == DP_FLOAT64 ? CUBLAS_COMPUTE_64F
@@ -747,12 +774,24 @@ static cublasStatus_t lt_op(cublasLtMatmulDesc_t *op, const gemm_args &g, bool e
         st = lt.MatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
     if (st != CUBLAS_STATUS_SUCCESS || !epilogue)
         return st;
-    cublasLtEpilogue_t epi = g.epilogue == DPC_EPI_BGRAD ? CUBLASLT_EPILOGUE_BGRADB
-                             : g.epilogue == DPC_EPI_RELU ? (g.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU)
-                                                          : CUBLASLT_EPILOGUE_BIAS;
+    cublasLtEpilogue_t epi;
+    switch (g.epilogue) {
+    case DPC_EPI_BGRAD: epi = CUBLASLT_EPILOGUE_BGRADB; break;
+    case DPC_EPI_RELU: epi = g.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU; break;
+    case DPC_EPI_GELU_TANH:
+        epi = g.aux ? (g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                    : (g.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
+        break;
+    default: epi = CUBLASLT_EPILOGUE_BIAS;
+    }
     int32_t bias_type = (int32_t)lt_type(g.dtype);
     int64_t bias_stride = 0;   /* the same bias for every batch entry */
+    int64_t aux_ld = g.ldc;    /* aux is laid out as C */
     st = lt.MatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (st == CUBLAS_STATUS_SUCCESS && g.aux)
+        st = lt.MatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux);
+    if (st == CUBLAS_STATUS_SUCCESS && g.aux)
+        st = lt.MatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
     if (st != CUBLAS_STATUS_SUCCESS || g.bias == NULL)
         return st;
     st = lt.MatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias);
@@ -775,7 +814,7 @@ static void lt_key(algo_key *key, const gemm_args &g, int device, bool epilogue,
                      g.batch > 1 ? g.stride_c : 0, g.batch, epilogue ? 1 + g.epilogue : 0,
                      alignment(g.A, g.stride_a, g.batch, es), alignment(g.B, g.stride_b, g.batch, es),
                      alignment(g.C, g.stride_c, g.batch, es), epilogue && g.bias ? alignment(g.bias, 0, 1, es) : 0,
-                     (int64_t)workspace };
+                     epilogue && g.aux ? alignment(g.aux, 0, 1, es) : 0, (int64_t)workspace };
 }
 
 /* Makes plan's descriptors for g and asks the heuristic for the best
@@ -848,6 +887,8 @@ static int lt_matmul(cublasLtHandle_t handle, const gemm_args &g, int device, bo
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     if (rc == 0 && epilogue && g.bias)
         st = lt.MatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias);
+    if (rc == 0 && st == CUBLAS_STATUS_SUCCESS && epilogue && g.aux)
+        st = lt.MatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux);
     if (rc == 0 && st == CUBLAS_STATUS_SUCCESS) {
         float alpha32 = (float)g.alpha, beta32 = (float)g.beta;
         const void *alpha = g.dtype == DP_FLOAT64 ? (const void *)&g.alpha : &alpha32;
@@ -859,9 +900,11 @@ static int lt_matmul(cublasLtHandle_t handle, const gemm_args &g, int device, bo
     return rc != 0 ? rc : lt_status(st);
 }
 
-/* The product with the bias in cuBLASLt's epilogue, or, when cuBLASLt has
- * no algorithm for that, the product and then the bias in a kernel of our
- * own. */
+/* The product with the bias and activation in cuBLASLt's epilogue, or,
+ * when cuBLASLt has no algorithm for that, the product and then the rest
+ * in a kernel of our own. An activation cuBLASLt lacks (GELU's erf form,
+ * or a ReLU whose value before it is wanted) runs in that kernel after the
+ * product and bias. */
 static int gemm_run(const gemm_args &g)
 {
     int device, rc;
@@ -880,15 +923,21 @@ static int gemm_run(const gemm_args &g)
     void *ws = NULL;
     size_t ws_bytes = 0;
     bool small = (double)g.m * (double)g.n * (double)g.k * (double)g.batch <= GEMM_SMALL_FLOPS;
-    bool epilogue = g.bias != NULL || g.epilogue == DPC_EPI_RELU;
-    rc = small ? lt_matmul(handle, g, device, epilogue, NULL, 0) : DPC_UNSUPPORTED;
+    gemm_args lt_g = g;   /* what cuBLASLt's epilogue does */
+    bool act_after = g.epilogue == DPC_EPI_GELU || (g.epilogue == DPC_EPI_RELU && g.aux);
+    if (act_after) {
+        lt_g.epilogue = DPC_EPI_BIAS;
+        lt_g.aux = NULL;
+    }
+    bool epilogue = g.bias != NULL || lt_g.epilogue == DPC_EPI_RELU || lt_g.epilogue == DPC_EPI_GELU_TANH;
+    rc = small ? lt_matmul(handle, lt_g, device, epilogue, NULL, 0) : DPC_UNSUPPORTED;
     if (rc == DPC_UNSUPPORTED) {
         ws_bytes = DPC_GEMM_WORKSPACE_BYTES;
         if (dpc_malloc(&ws, ws_bytes, device, g.stream) != 0) {
             ws = NULL;
             ws_bytes = 0;
         }
-        rc = lt_matmul(handle, g, device, epilogue, ws, ws_bytes);
+        rc = lt_matmul(handle, lt_g, device, epilogue, ws, ws_bytes);
     }
     /* Some releases call an epilogue they lack an invalid value rather
      * than unsupported; a product that is itself invalid fails again. */
@@ -896,6 +945,8 @@ static int gemm_run(const gemm_args &g)
         rc = lt_matmul(handle, g, device, false, ws, ws_bytes);
         if (rc == 0)
             rc = epilogue_after(g);
+    } else if (rc == 0 && act_after) {
+        rc = scale_bias(g, 1.0, false);
     }
     if (ws) {
         int frc = dpc_free(ws, ws_bytes, device, g.stream);
@@ -913,15 +964,16 @@ static int gemm_run(const gemm_args &g)
 extern "C" int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                         const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb, int64_t stride_b,
                         double beta, void *C, int64_t ldc, int64_t stride_c, int64_t batch, int epilogue,
-                        void *bias, int allow_tf32, void *stream)
+                        void *bias, void *aux, int allow_tf32, void *stream)
 {
     gemm_args g = { dtype, trans_a, trans_b, allow_tf32, m, n, k, alpha, beta, A, B, bias, C,
-                    lda, ldb, ldc, stride_a, stride_b, stride_c, batch, (cudaStream_t)stream, epilogue };
+                    lda, ldb, ldc, stride_a, stride_b, stride_c, batch, (cudaStream_t)stream, epilogue, aux };
     bool bgrad = epilogue == DPC_EPI_BGRAD;
     if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64 && dtype != DP_BFLOAT16)
         return DPC_UNSUPPORTED;
-    if (m < 0 || n < 0 || k < 0 || batch < 0 || batch > INT32_MAX || epilogue < 0 || epilogue > DPC_EPI_BGRAD ||
-        (bgrad && (bias == NULL || batch != 1)))
+    if (m < 0 || n < 0 || k < 0 || batch < 0 || batch > INT32_MAX || epilogue < 0 ||
+        epilogue > DPC_EPI_GELU_TANH || (bgrad && (bias == NULL || batch != 1)) ||
+        (aux && (batch != 1 || !is_activation(epilogue))))
         return (int)cudaErrorInvalidValue;
     if (m == 0 || n == 0 || batch == 0)   /* no product; the row sums of op(A) may still be asked for */
         return bgrad && m > 0 ? row_sums(g) : 0;

@@ -736,6 +736,23 @@ def gen_unary():
 
 def gen_where_clamp():
     G = "elementwise"
+    # isclose/allclose: near and far values, NaN, infinities, 0 beside a tiny number
+    near_a = lit("f32_close_a", [1.0, 1.00001, 1.001, math.nan, math.inf, -math.inf, 0.0, 1e-9, 2.0], "float32")
+    near_b = lit("f32_close_b", [1.0, 1.0, 1.0, math.nan, math.inf, math.inf, 1e-9, 0.0, -2.0], "float32")
+    case(G, "isclose defaults", "a:isclose(b)", lambda x, y: torch.isclose(x, y), [near_a, near_b])
+    case(G, "isclose rtol 1e-3", "a:isclose(b, 1e-3)", lambda x, y: torch.isclose(x, y, 1e-3), [near_a, near_b])
+    case(G, "isclose atol in a table", "a:isclose(b, {atol = 1e-2})", lambda x, y: torch.isclose(x, y, atol=1e-2),
+         [near_a, near_b])
+    case(G, "isclose equal_nan", "torch.isclose(a, b, {equal_nan = true})",
+         lambda x, y: torch.isclose(x, y, equal_nan=True), [near_a, near_b])
+    case(G, "isclose broadcast float64", "a:isclose(b, 0.1, 0.1)", lambda x, y: torch.isclose(x, y, 0.1, 0.1),
+         [rnd("float64", [2, 3]), rnd("float64", [3], "b")])
+    case(G, "allclose false", "a:allclose(b)", lambda x, y: torch.allclose(x, y), [near_a, near_b],
+         value_dtype="bool")
+    case(G, "allclose true", "a:allclose(b, 1e-3, 1e-2, true)",
+         lambda x, y: torch.allclose(x, y, 1e-3, 1e-2, True), [lit("f32_close_c", [1.0, 1.00001, 1.001, math.nan], "float32"),
+                                                                       lit("f32_close_d", [1.0, 1.0, 1.0, math.nan], "float32")],
+         value_dtype="bool")
     cond = rnd("bool", [2, 3], "c")
     cond3 = rnd("bool", [3], "c")
     a, b = rnd("float32", [2, 3]), rnd("float32", [2, 3], "b")

@@ -157,7 +157,8 @@ void dp_clear_grad_hooks(dp_tensor *leaf);
 dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b);
 /* relu(linear(x, w, b)), one node on the tape (nn.Sequential fuses a
  * Linear followed by a ReLU through it). */
-dp_status dp_linear_relu(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b);  /* x @ w^T + b; b may be NULL */
+/* act(x @ w^T + b), act DP_RELU, DP_GELU or DP_GELU_TANH, as one node; b may be NULL */
+dp_status dp_linear_act(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, int act);
 /* reduction: 0 none, 1 mean, 2 sum; log_probs: the input holds log-probabilities (nll_loss) */
 dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target, dp_tensor *weight,
                            int64_t ignore_index, double label_smoothing, int reduction, int log_probs);

@@ -610,6 +610,26 @@ for name, op in pairs(BIN) do
   methods[name .. "_"] = function(a, b) return binary_into(op, a, a, b, name .. "_") end
 end
 
+-- isclose(other [, rtol [, atol [, equal_nan]]]), or with the three in a
+-- table {rtol=, atol=, equal_nan=}: PyTorch's test, |a - b| <= atol +
+-- rtol |b| elementwise (a bool tensor, broadcast), equal values close
+-- (infinities too), NaN close to NaN only with equal_nan. allclose: all of
+-- them, a boolean. Neither records a gradient.
+function methods.isclose(a, b, rtol, atol, equal_nan)
+  if type(rtol) == "table" then rtol, atol, equal_nan = rtol.rtol, rtol.atol, rtol.equal_nan end
+  rtol = rtol == nil and 1e-5 or check_number(rtol, "isclose", "rtol")
+  atol = atol == nil and 1e-8 or check_number(atol, "isclose", "atol")
+  if not is_tensor(b) then raise("isclose: expected other to be a tensor, got " .. typename(b)) end
+  a, b = a:detach(), b:detach()
+  local diff = (a - b):abs()   -- only a finite difference is measured: inf is close to inf alone
+  local close = diff:le(b:abs() * rtol + atol):logical_and(diff:lt(math.huge)):logical_or(a:eq(b))
+  if equal_nan then close = close:logical_or(a:ne(a):logical_and(b:ne(b))) end
+  return close
+end
+function methods.allclose(a, b, rtol, atol, equal_nan)
+  return methods.isclose(a, b, rtol, atol, equal_nan):all():item()
+end
+
 -- add/sub with alpha: a + alpha * b, as in PyTorch
 local function scaled(b, alpha, fn)
   if alpha == nil or alpha == 1 then return b end
@@ -962,10 +982,17 @@ function torch._linear(x, w, b)
   if not is_tensor(x) or not is_tensor(w) then raise("linear: expected input and weight tensors") end
   return new(C.dp_linear(outp, x.p, w.p, opt_p(b)))
 end
--- relu(linear(x, w, b)) as one node (nn.Sequential's Linear then ReLU)
-function torch._linear_relu(x, w, b)
+-- act(linear(x, w, b)) as one node, the activation in the product's
+-- epilogue (nn.Sequential's Linear then ReLU or GELU): act "relu", "gelu"
+-- or "gelu_tanh" (GELU with approximate="tanh")
+local linear_acts = { relu = C.DP_RELU, gelu = C.DP_GELU, gelu_tanh = C.DP_GELU_TANH }
+function torch._linear_act(x, w, b, act)
   if not is_tensor(x) or not is_tensor(w) then raise("linear: expected input and weight tensors") end
-  return new(C.dp_linear_relu(outp, x.p, w.p, opt_p(b)))
+  local op = linear_acts[act]
+  if op == nil then
+    raise(string.format('linear: the activation must be "relu", "gelu" or "gelu_tanh", got %s', tostring(act)))
+  end
+  return new(C.dp_linear_act(outp, x.p, w.p, opt_p(b), op))
 end
 
 function torch._cross_entropy(input, target, weight, ignore_index, label_smoothing, reduction, log_probs)

@@ -24,9 +24,9 @@ local function gpu_us(name, f)
   end
   io.write(string.format("  %-34s %8.2f\n", name, best * 1e6))
 end
-gpu_us("L1 fwd 256x784->256 +relu, GPU us", function() return torch._linear_relu(x, w1, b1) end)
+gpu_us("L1 fwd 256x784->256 +relu, GPU us", function() return torch._linear_act(x, w1, b1, "relu") end)
 gpu_us("L1 dw (256x256)^T @ 256x784, GPU us", function() return g1:t():mm(x) end)
-gpu_us("L2 fwd 256x256->128 +relu, GPU us", function() return torch._linear_relu(h, w2, b2) end)
+gpu_us("L2 fwd 256x256->128 +relu, GPU us", function() return torch._linear_act(h, w2, b2, "relu") end)
 local deep_a, deep_b = torch.randn(64, 2048):to(dev), torch.randn(2048, 64):to(dev)
 gpu_us("deep 64x2048 @ 2048x64, GPU us", function() return deep_a:mm(deep_b) end)
 local model, y = models.mlp():to(dev), torch.randint(0, 10, { 256 }):to(dev)

@@ -774,7 +774,7 @@ dp_status gpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b)
     if (!(st = gemm_operand(&A, a, &ta, &lda)) && !(st = gemm_operand(&B, b, &tb, &ldb))) {
         set_device(out->device);
         st = gpu_status("matmul", dpc_gemm(out->dtype, ta, tb, m, n, k, 1.0, first(A), lda, A->stride[0], first(B),
-                                           ldb, B->stride[0], 0.0, first(out), n, m * n, batch, DPC_EPI_BIAS, NULL, allow_tf32,
+                                           ldb, B->stride[0], 0.0, first(out), n, m * n, batch, DPC_EPI_BIAS, NULL, NULL, allow_tf32,
                                            stream_of(out->device)), out->dtype);
     }
     dp_tensor_release(A);
@@ -782,24 +782,28 @@ dp_status gpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b)
     return st;
 }
 
-/* out (M, N) = relu?(x (M, K) @ w (N, K)^T + b), all in one GEMM's epilogue */
-static dp_status linear_epilogue(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b, int epilogue)
+/* out (M, N) = act(x (M, K) @ w (N, K)^T + b), all in one GEMM's
+ * epilogue; pre (or NULL) gets the value before act */
+static dp_status linear_epilogue(dp_tensor *out, dp_tensor *pre, dp_tensor *x, dp_tensor *w, dp_tensor *b,
+                                 int epilogue)
 {
     int64_t M = out->shape[0], N = out->shape[1], K = x->shape[1];
     set_device(out->device);
     return gpu_status("linear", dpc_gemm(out->dtype, 0, 1, M, N, K, 1.0, first(x), K, 0, first(w), K, 0, 0.0,
-                                         first(out), N, 0, 1, epilogue, b ? first(b) : NULL, allow_tf32,
-                                         stream_of(out->device)), out->dtype);
+                                         first(out), N, 0, 1, epilogue, b ? first(b) : NULL,
+                                         pre ? first(pre) : NULL, allow_tf32, stream_of(out->device)),
+                      out->dtype);
 }
 
 dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
 {
-    return linear_epilogue(out, x, w, b, DPC_EPI_BIAS);
+    return linear_epilogue(out, NULL, x, w, b, DPC_EPI_BIAS);
 }
 
-dp_status gpu_linear_relu(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
+dp_status gpu_linear_act(dp_tensor *out, dp_tensor *pre, dp_tensor *x, dp_tensor *w, dp_tensor *b, int act)
 {
-    return linear_epilogue(out, x, w, b, DPC_EPI_RELU);
+    int epilogue = act == DP_RELU ? DPC_EPI_RELU : act == DP_GELU ? DPC_EPI_GELU : DPC_EPI_GELU_TANH;
+    return linear_epilogue(out, pre, x, w, b, epilogue);
 }
 
 /* dx = g @ w (0 where !(mask > 0) when mask is given), dw = g^T @ x, db =
@@ -819,13 +823,14 @@ dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_te
     }
     if (!st && dx)   /* dx (M, K) = g (M, N) @ w (N, K) */
         st = dpc_gemm(g->dtype, 0, 0, M, K, N, 1.0, first(g), N, 0, first(w), K, 0, 0.0, first(dx), K, 0, 1,
-                      DPC_EPI_BIAS, NULL, allow_tf32, stream_of(g->device));
+                      DPC_EPI_BIAS, NULL, NULL, allow_tf32, stream_of(g->device));
     if (!st && dx && mask)   /* the ReLU's backward, in place */
         st = dpc_unary_backward(DP_RELU, dx->dtype, shape_of(dx), operand(dx), operand(dx), operand(mask),
                                 operand(mask), stream_of(g->device));
     if (!st && dw)   /* dw (N, K) = g^T (N, M) @ x (M, K); db = the row sums of g^T */
         st = dpc_gemm(g->dtype, 1, 0, N, K, M, 1.0, first(g), N, 0, first(x), K, 0, 0.0, first(dw), K, 0, 1,
-                      db ? DPC_EPI_BGRAD : DPC_EPI_BIAS, db ? first(db) : NULL, allow_tf32, stream_of(g->device));
+                      db ? DPC_EPI_BGRAD : DPC_EPI_BIAS, db ? first(db) : NULL, NULL, allow_tf32,
+                      stream_of(g->device));
     if (!st && db && !dw) {
         dpc_shape s = { 1, { N } };
         dpc_operand o = { .data = first(db), .stride = { 1 } }, in = { .data = first(g), .stride = { 1 } }, none = { 0 };
@@ -1099,8 +1104,8 @@ dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
                               dp_tensor *mask)
 { (void)dx; (void)dw; (void)db; (void)g; (void)x; (void)w; (void)mask; return no_cuda(); }
-dp_status gpu_linear_relu(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
-{ (void)out; (void)x; (void)w; (void)b; return no_cuda(); }
+dp_status gpu_linear_act(dp_tensor *out, dp_tensor *pre, dp_tensor *x, dp_tensor *w, dp_tensor *b, int act)
+{ (void)out; (void)pre; (void)x; (void)w; (void)b; (void)act; return no_cuda(); }
 dp_status gpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
 { (void)out; (void)a; (void)dim; (void)index; return no_cuda(); }
 dp_status gpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)

@@ -23,7 +23,7 @@ dp_status gpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b);
 dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b);
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
                               dp_tensor *mask);
-dp_status gpu_linear_relu(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b);
+dp_status gpu_linear_act(dp_tensor *out, dp_tensor *pre, dp_tensor *x, dp_tensor *w, dp_tensor *b, int act);
 dp_status gpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
 dp_status gpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
 dp_status gpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
@@ -76,13 +76,15 @@ static inline dp_status k_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_
     cpu_linear(out, x, w, b);
     return DP_OK;
 }
-/* out = relu(x @ w^T + b) */
-static inline dp_status k_linear_relu(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
+/* out = act(x @ w^T + b), act DP_RELU, DP_GELU or DP_GELU_TANH; pre (or
+ * NULL) gets x @ w^T + b */
+static inline dp_status k_linear_act(dp_tensor *out, dp_tensor *pre, dp_tensor *x, dp_tensor *w, dp_tensor *b,
+                                     int act)
 {
     if (!ON_CPU(out))
-        return gpu_linear_relu(out, x, w, b);
-    cpu_linear(out, x, w, b);
-    return cpu_unary(DP_RELU, out, out);
+        return gpu_linear_act(out, pre, x, w, b, act);
+    cpu_linear(pre ? pre : out, x, w, b);
+    return cpu_unary(act, out, pre ? pre : out);
 }
 /* dx = g @ w, dw = g^T @ x, db = column sums of g (any may be NULL); dx is
  * then 0 where !(mask > 0) when mask is given: the backward of a ReLU

@@ -101,13 +101,20 @@ static dp_status linear_check(dp_tensor *x, dp_tensor *w, dp_tensor *b)
 }
 
 /* The direct path's output, a new (M, N) tensor: the product, with the
- * ReLU applied too when relu. */
-static dp_status linear_direct_out(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, bool relu)
+ * activation act (DP_RELU, DP_GELU, DP_GELU_TANH; 0 for none) applied too,
+ * and in a new *pre, when pre is given, the product before it. */
+static dp_status linear_direct_out(dp_tensor **out, dp_tensor **pre, dp_tensor *x, dp_tensor *w, dp_tensor *b,
+                                   int act)
 {
     int64_t shape[2] = { x->shape[0], w->shape[0] };
     dp_status st = tensor_new(out, 2, shape, x->dtype, x->device);
-    if (!st && (st = relu ? k_linear_relu(*out, x, w, b) : k_linear(*out, x, w, b)))
+    if (!st && pre && (st = tensor_new(pre, 2, shape, x->dtype, x->device)))
         dp_tensor_release(*out);
+    if (!st && (st = act ? k_linear_act(*out, pre ? *pre : NULL, x, w, b, act) : k_linear(*out, x, w, b))) {
+        dp_tensor_release(*out);
+        if (pre)
+            dp_tensor_release(*pre);
+    }
     return st;
 }
 
@@ -131,7 +138,7 @@ dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
         return st;
     bool direct = linear_direct(x, w, b);
     if (direct) {
-        st = linear_direct_out(out, x, w, b, false);
+        st = linear_direct_out(out, NULL, x, w, b, 0);
     } else {
         dp_tensor *wt = NULL, *y = NULL;
         int was = dp_set_grad_enabled(0);
@@ -149,42 +156,55 @@ dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
     return st;
 }
 
-/* relu(linear(x, w, b)) as one node (nn.Sequential's Linear then ReLU):
- * on the direct path the ReLU runs in place on the product, and the
- * backward takes the ReLU's mask from the output's sign; elsewhere it is
- * the two ops. The node is named as PyTorch names the ReLU's. saved: x, w,
- * the output. */
-static dp_status bw_linear_relu(ag_node *n, dp_tensor *g, dp_tensor **gi)
+/* act(linear(x, w, b)) as one node (nn.Sequential's Linear then ReLU or
+ * GELU): on the direct path the activation runs in the product's epilogue
+ * (cuBLASLt's, or our kernel's). A ReLU's backward takes its mask from the
+ * output's sign; a GELU's needs the product before it, which the epilogue
+ * writes beside the output when there will be a backward. Elsewhere it is
+ * the two ops. The node is named as PyTorch names the activation's.
+ * saved: x, w, then the output (ReLU) or the product (GELU); iarg[1] act. */
+static dp_status bw_linear_act(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
     if (n->grad_masked)   /* the ReLU's part was done where g was made */
         return bw_linear_direct(n, g, gi);
-    dp_tensor *y = n->saved[2], *gc = NULL, *dz = NULL;
-    dp_status st = g->dtype == y->dtype ? dp_contiguous(&gc, g) : dp_to(&gc, g, y->dtype, y->device);
-    if (!st && !(st = tensor_new(&dz, 2, y->shape, y->dtype, y->device)) &&
-        !(st = k_unary_backward(DP_RELU, dz, gc, y, y)))
+    dp_tensor *s = n->saved[2], *gc = NULL, *dz = NULL;
+    dp_status st = g->dtype == s->dtype ? dp_contiguous(&gc, g) : dp_to(&gc, g, s->dtype, s->device);
+    if (!st && !(st = tensor_new(&dz, 2, s->shape, s->dtype, s->device)) &&
+        !(st = k_unary_backward((int)n->iarg[1], dz, gc, s, s)))
         st = bw_linear_direct(n, dz, gi);
     drop3(gc, dz, NULL);
     return st;
 }
 
-dp_status dp_linear_relu(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
+dp_status dp_linear_act(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, int act)
 {
+    if (act != DP_RELU && act != DP_GELU && act != DP_GELU_TANH)
+        return dp_fail(DP_ERR_ARG, "linear with an activation: the activation must be relu, gelu or gelu with "
+                       "approximate='tanh' (got unary op %d)", act);
     dp_status st = linear_check(x, w, b);
     if (st)
         return st;
     if (!linear_direct(x, w, b)) {
         dp_tensor *y = NULL;
         if (!(st = dp_linear(&y, x, w, b)))
-            st = dp_unary(out, DP_RELU, y);
+            st = dp_unary(out, act, y);
         dp_tensor_release(y);
         return st;
     }
+    dp_tensor *ins[3] = { x, w, b }, *pre = NULL;
+    bool relu = act == DP_RELU, keep_pre = !relu && ag_needs_record(b ? 3 : 2, ins);
     ag_node *n = NULL;
-    if (!(st = linear_direct_out(out, x, w, b, true)) &&
-        !(st = linear_record(out, x, w, b, "ReluBackward0", bw_linear_relu, &n)) && n) {
-        ag_save_output(n, *out);
-        ag_set_relu_mask(n, 2);
+    if (!(st = linear_direct_out(out, keep_pre ? &pre : NULL, x, w, b, act)) &&
+        !(st = linear_record(out, x, w, b, relu ? "ReluBackward0" : "GeluBackward0", bw_linear_act, &n)) && n) {
+        n->iarg[1] = act;
+        if (relu) {
+            ag_save_output(n, *out);
+            ag_set_relu_mask(n, 2);
+        } else {
+            ag_save(n, pre);
+        }
     }
+    dp_tensor_release(pre);
     return st;
 }
 

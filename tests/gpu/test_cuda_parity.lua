@@ -201,8 +201,11 @@ same("linear bfloat16 forward and backward", function(x, w, b)
 end, { input(torch.bfloat16, 8, 5), input(torch.bfloat16, 3, 5), input(torch.bfloat16, 3) }, 5e-2)
 
 -- Linear layers past the small-product kernel, M x K in, N out, with their
--- epilogues: the bias, bias+ReLU (the fused Linear+ReLU) in the forward,
--- the bias gradient beside dw in the backward; with and without a bias.
+-- epilogues: the bias, bias+ReLU and bias+GELU in both forms (the fused
+-- Linear+activation; GELU writes the product beside its output for the
+-- backward) in the forward, the bias gradient beside dw in the backward;
+-- with and without a bias. GELU's erf form past 16M is cuBLASLt's product
+-- and bias, then our kernel; its tanh form there is cuBLASLt's GELU_AUX.
 -- The tiled kernel in 16-, 32- and 64-wide tiles (the backward's dx and dw
 -- in one launch); cuBLASLt past 16M multiply-adds, and for k past 2048
 -- without a workspace and with one; a backward whose dw (k = M), or dx
@@ -211,15 +214,15 @@ local linear_sizes = { { 67, 97, 83 }, { 512, 100, 300 }, { 1030, 30, 520 }, { 5
                        { 64, 2304, 80 }, { 2100, 64, 96 }, { 64, 80, 2100 }, { 256, 784, 256 } }
 for _, dt in ipairs({ torch.float32, torch.float64, torch.bfloat16 }) do
   for _, size in ipairs(linear_sizes) do
-    for _, relu in ipairs({ false, true }) do
+    for _, act in ipairs({ false, "relu", "gelu", "gelu_tanh" }) do
       for _, bias in ipairs({ true, false }) do
-        local name = ("linear%s %dx%dx%d%s %s"):format(relu and "+relu" or "", size[1], size[2], size[3],
+        local name = ("linear%s %dx%dx%d%s %s"):format(act and "+" .. act or "", size[1], size[2], size[3],
                                                       bias and "" or " without bias", dt.name)
         local M, K, N = size[1], size[2], size[3]
         same(name, function(x, w, b)
           x = x:detach():requires_grad_(); w = w:detach():requires_grad_()
           if b then b = b:detach():requires_grad_() end
-          local y = relu and torch._linear_relu(x, w, b) or torch._linear(x, w, b)
+          local y = act and torch._linear_act(x, w, b, act) or torch._linear(x, w, b)
           y:float():pow(2):sum():backward()
           -- relative to the largest element: bf16 rounds before the bias on
           -- the CPU and after it on the GPU (see above), and float32 sums of
@@ -251,7 +254,7 @@ for _, dt in ipairs(floats) do
       same(name, function(x, w1, b1, w2, b2)
         local p = {}
         for i, t in ipairs({ x, w1, b1, w2, b2 }) do p[i] = t:detach():requires_grad_() end
-        local h = fused and torch._linear_relu(p[1], p[2], p[3]) or torch._linear(p[1], p[2], p[3]):relu()
+        local h = fused and torch._linear_act(p[1], p[2], p[3], "relu") or torch._linear(p[1], p[2], p[3]):relu()
         local y = torch._linear(h, p[4], p[5])
         y:float():pow(2):sum():backward()
         local out = { dt == torch.float64 and y or unit(y) }
@@ -259,6 +262,32 @@ for _, dt in ipairs(floats) do
         return out
       end, { whole(dt, M, K), whole(dt, H, K), halves(dt, H), input(dt, N, H), input(dt, N) },
            dt == torch.bfloat16 and 5e-2 or (dt == torch.float32 and 1e-4 or nil))
+    end
+  end
+end
+
+-- A GELU between two Linear layers, its own op or fused into the first
+-- (whose backward then reads the product the epilogue kept), both forms.
+for _, dt in ipairs(floats) do
+  for _, size in ipairs({ { 32, 10, 10, 2 }, { 256, 784, 256, 128 } }) do
+    for _, form in ipairs({ "none", "tanh" }) do
+      for _, fused in ipairs({ false, true }) do
+        local M, K, H, N = size[1], size[2], size[3], size[4]
+        local name = ("gelu('%s') between linears %dx%d->%d->%d%s %s"):format(form, M, K, H, N,
+                                                                               fused and " (fused)" or "", dt.name)
+        same(name, function(x, w1, b1, w2, b2)
+          local p = {}
+          for i, t in ipairs({ x, w1, b1, w2, b2 }) do p[i] = t:detach():requires_grad_() end
+          local h = fused and torch._linear_act(p[1], p[2], p[3], form == "tanh" and "gelu_tanh" or "gelu")
+                    or torch._linear(p[1], p[2], p[3]):gelu(form)
+          local y = torch._linear(h, p[4], p[5])
+          y:float():pow(2):sum():backward()
+          local out = { dt == torch.float64 and y or unit(y) }
+          for i = 1, 5 do out[#out + 1] = unit(p[i].grad) end
+          return out
+        end, { input(dt, M, K), input(dt, H, K), input(dt, H), input(dt, N, H), input(dt, N) },
+             dt == torch.bfloat16 and 5e-2 or (dt == torch.float32 and 1e-4 or nil))
+      end
     end
   end
 end

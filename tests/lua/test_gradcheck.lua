@@ -329,19 +329,62 @@ check("linear, relu, linear (the mask in the second linear's backward)", functio
   return lin(lin(x, w1, b1):relu(), w2, b2)
 end, { R(5, 4), R(3, 4), R(3), R(2, 3), R(2) })
 check("fused linear+relu twice, then linear (the masks in the backwards after them)", function(x, w1, w2, b2, w3)
-  return lin(torch._linear_relu(torch._linear_relu(x, w1), w2, b2), w3)
+  return lin(torch._linear_act(torch._linear_act(x, w1, nil, "relu"), w2, b2, "relu"), w3)
 end, { R(6, 4), R(5, 4), R(3, 5), R(3), R(2, 3) })
 check("the relu's output also used elsewhere (the relu masks its own)", function(x, w1, b1, w2, b2)
   local h = lin(x, w1, b1):relu()
   return lin(h, w2, b2):sum() + h:sum() * 3   -- a gradient that is not 0 where h is
 end, { R(5, 4), R(3, 4), R(3), R(2, 3), R(2) })
 check("the relu's output read by two linears", function(x, w1, w2, w3)
-  local h = torch._linear_relu(x, w1)
+  local h = torch._linear_act(x, w1, nil, "relu")
   return lin(h, w2):sum() * 2 + lin(h, w3):sum()
 end, { R(5, 4), R(3, 4), R(2, 3), R(2, 3) })
 check("a relu before a linear on 3-D input (no direct path)", function(x, w1, w2)
   return lin(lin(x, w1):relu(), w2)
 end, { R(2, 3, 4), R(3, 4), R(2, 3) })
+
+check("fused linear+gelu (erf), then linear", function(x, w1, b1, w2)
+  return lin(torch._linear_act(x, w1, b1, "gelu"), w2)
+end, { R(5, 4), R(3, 4), R(3), R(2, 3) })
+check("fused linear+gelu (tanh form) without bias", function(x, w1)
+  return torch._linear_act(x, w1, nil, "gelu_tanh")
+end, { R(5, 4), R(3, 4) })
+
+-- The fused op is the two ops in one node: the same values and gradients
+-- as linear then gelu (whose values tests/lua/test_ops.lua compares with
+-- PyTorch's), and nn.Sequential takes it for Linear then GELU.
+T.run("fused linear+activation equals linear, then the activation", function()
+  for _, case in ipairs({ { "gelu", "none" }, { "gelu_tanh", "tanh" }, { "relu" } }) do
+    local act, approximate = case[1], case[2]
+    local x, w, b = R(6, 5), R(4, 5), R(4)
+    local function run(fused)
+      local p = { x:detach():requires_grad_(), w:detach():requires_grad_(), b:detach():requires_grad_() }
+      local y
+      if fused then
+        y = torch._linear_act(p[1], p[2], p[3], act)
+      else
+        local z = lin(p[1], p[2], p[3])
+        y = act == "relu" and z:relu() or z:gelu(approximate)
+      end
+      y:square():sum():backward()
+      return { y, p[1].grad, p[2].grad, p[3].grad }
+    end
+    local fused, own = run(true), run(false)
+    for i = 1, 4 do
+      T.ok(torch.allclose(fused[i], own[i], 1e-14, 1e-14), act .. ": value " .. i .. " matches the two ops")
+    end
+  end
+  local x = torch.randn(3, 5, f64)
+  for _, approximate in ipairs({ "none", "tanh" }) do
+    local m = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.GELU(approximate)):double()
+    local h = m(x)
+    T.ok(torch.allclose(h, m[0](x):gelu(approximate), 1e-14, 1e-14),
+         "Sequential(Linear, GELU('" .. approximate .. "')) values")
+    T.is(torch._grad_fn_name(h), "GeluBackward0", "named as PyTorch names the GELU's node")
+  end
+  T.raises(function() torch._linear_act(x, torch.randn(4, 5, f64), nil, "tanh") end,
+           { "relu", "gelu", "gelu_tanh", "tanh" }, "an unknown activation is named with the ones there are")
+end)
 
 T.run("a relu's backward is folded where it may be, and only there", function()
   local folds = torch.autograd._relu_backwards_folded
@@ -352,7 +395,7 @@ T.run("a relu's backward is folded where it may be, and only there", function()
   end
   local x, w1, b1, w2, w3 = R(5, 4), R(3, 4), R(3), R(2, 3), R(2, 3)
   T.is(count(function() return lin(lin(x, w1, b1):relu(), w2) end), 1, "linear, relu, linear: folded")
-  T.is(count(function() return lin(torch._linear_relu(torch._linear_relu(x, w1, b1), R(3, 3)), w2) end), 2,
+  T.is(count(function() return lin(torch._linear_act(torch._linear_act(x, w1, b1, "relu"), R(3, 3), nil, "relu"), w2) end), 2,
        "fused linear+relu twice, then linear: both folded")
   T.is(count(function() local h = lin(x, w1, b1):relu(); return lin(h, w2):sum() + h:sum() end), 0,
        "the relu's output also summed: not folded")

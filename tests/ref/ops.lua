@@ -84,6 +84,10 @@ inputs["f32_bf16"] = {dtype="float32", shape={12}, values={1.0039062,1.0117188,3
 inputs["f32_cast"] = {dtype="float32", shape={8}, values={-2.7,-0.5,-0,0,0.5,2.7,100.9,-100.9}}
 inputs["f32_cast_bool"] = {dtype="float32", shape={6}, values={0,-0,0.1,-2,nan,inf}}
 inputs["f32_cast_pos"] = {dtype="float32", shape={6}, values={0,0.5,1.9,2.5,254.9,7}}
+inputs["f32_close_a"] = {dtype="float32", shape={9}, values={1,1.00001,1.001,nan,inf,-inf,0,1e-09,2}}
+inputs["f32_close_b"] = {dtype="float32", shape={9}, values={1,1,1,nan,inf,inf,1e-09,0,-2}}
+inputs["f32_close_c"] = {dtype="float32", shape={4}, values={1,1.00001,1.001,nan}}
+inputs["f32_close_d"] = {dtype="float32", shape={4}, values={1,1,1,nan}}
 inputs["f32_log1p_spec"] = {dtype="float32", shape={4}, values={-1,-2,1e-10,-0.5}}
 inputs["f32_positive"] = {dtype="float32", shape={6}, values={0.01,0.5,1,2,9,100}}
 inputs["f32_rem_a"] = {dtype="float32", shape={5}, values={5.5,-5.5,5.5,-5.5,3}}
@@ -1249,6 +1253,13 @@ C{name="sigmoid bf16", expr="a:sigmoid()", inputs={"bf16_6_pos"}, dtype="bfloat1
 C{name="sqrt bf16", expr="a:sqrt()", inputs={"bf16_6_pos"}, dtype="bfloat16", shape={6}, values={0.80078125,1.78125,1.5625,2.390625,0.7578125,0.953125}}
 C{name="relu bf16", expr="a:relu()", inputs={"bf16_6_pos"}, dtype="bfloat16", shape={6}, values={0.640625,3.171875,2.453125,5.75,0.57421875,0.91015625}}
 C{name="abs of transposed", expr="a:t():abs()", inputs={"f32_3x2_a"}, dtype="float32", shape={2,3}, values={{0.965,2.397,2.428},{1.776,1.754,0.174}}}
+C{name="isclose defaults", expr="a:isclose(b)", inputs={"f32_close_a","f32_close_b"}, dtype="bool", shape={9}, values={true,false,false,false,true,false,true,true,false}}
+C{name="isclose rtol 1e-3", expr="a:isclose(b, 1e-3)", inputs={"f32_close_a","f32_close_b"}, dtype="bool", shape={9}, values={true,true,false,false,true,false,true,true,false}}
+C{name="isclose atol in a table", expr="a:isclose(b, {atol = 1e-2})", inputs={"f32_close_a","f32_close_b"}, dtype="bool", shape={9}, values={true,true,true,false,true,false,true,true,false}}
+C{name="isclose equal_nan", expr="torch.isclose(a, b, {equal_nan = true})", inputs={"f32_close_a","f32_close_b"}, dtype="bool", shape={9}, values={true,false,false,true,true,false,true,true,false}}
+C{name="isclose broadcast float64", expr="a:isclose(b, 0.1, 0.1)", inputs={"f64_2x3_a","f64_3_b"}, dtype="bool", shape={2,3}, values={{false,false,false},{false,false,false}}}
+C{name="allclose false", expr="a:allclose(b)", inputs={"f32_close_a","f32_close_b"}, kind="value", dtype="bool", expected=false}
+C{name="allclose true", expr="a:allclose(b, 1e-3, 1e-2, true)", inputs={"f32_close_c","f32_close_d"}, kind="value", dtype="bool", expected=true}
 C{name="where same shapes", expr="torch.where(c, a, b)", inputs={"f32_2x3_a","f32_2x3_b","b_2x3_c"}, dtype="float32", shape={2,3}, values={{-2.473,-0.145,-1.016},{-0.452,3.127,3.87}}}
 C{name="where broadcast cond [3]", expr="torch.where(c, a, b)", inputs={"f32_2x3_a","f32_2x3_b","b_3_c"}, dtype="float32", shape={2,3}, values={{-2.473,2.222,-0.861},{-0.452,3.378,3.87}}}
 C{name="where broadcast b [3]", expr="torch.where(c, a, b)", inputs={"f32_2x3_a","f32_3_b","b_2x3_c"}, dtype="float32", shape={2,3}, values={{-2.473,-1.237,-2.274},{-0.452,-1.237,3.87}}}

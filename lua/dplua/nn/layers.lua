@@ -309,15 +309,22 @@ function L.Sequential:append(m)
   self:add_module(tostring(#self._modules.keys), m)
   return self
 end
--- A Linear whose output goes straight into a ReLU becomes one fused op
--- (torch._linear_relu: one node, and on a GPU one kernel less), unless
--- autocast is on or either module's forward was replaced.
+-- A Linear whose output goes straight into a ReLU or a GELU becomes one
+-- fused op (torch._linear_act: one node, and on a GPU the activation in the
+-- product's epilogue, one kernel less), unless autocast is on or either
+-- module's forward was replaced. fused_act says which activation, or nil.
 local function class_of(m) return rawget(getmetatable(m), "__class") end
 local autocast_on = false   -- kept by dplua.autocast, as F's is: no call per layer
 require("dplua.autocast").watch(function(on) autocast_on = on end)
-local function fusable(lin, act, x)
-  return not autocast_on and class_of(lin) == L.Linear and class_of(act) == L.ReLU and torch.is_tensor(x)
-         and rawget(lin._attrs, "forward") == nil and rawget(act._attrs, "forward") == nil
+local function fused_act(lin, act, x)
+  if autocast_on or class_of(lin) ~= L.Linear or not torch.is_tensor(x) or rawget(lin._attrs, "forward") ~= nil
+     or rawget(act._attrs, "forward") ~= nil then
+    return nil
+  end
+  local c = class_of(act)
+  if c == L.ReLU then return "relu" end
+  if c == L.GELU then return act.approximate == "tanh" and "gelu_tanh" or "gelu" end
+  return nil
 end
 
 function L.Sequential:forward(x, ...)
@@ -331,9 +338,10 @@ function L.Sequential:forward(x, ...)
   while i <= n do
     local m = map[keys[i]]
     local act = i < n and map[keys[i + 1]] or nil
-    if act ~= nil and fusable(m, act, x) then
+    local fused = act ~= nil and fused_act(m, act, x)
+    if fused then
       F._check_linear(x, m.weight, m.bias)
-      x = torch._linear_relu(x, m.weight, m.bias)
+      x = torch._linear_act(x, m.weight, m.bias, fused)
       i = i + 2
     else
       x = m(x)
