@@ -198,6 +198,10 @@ int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t n, int64_t 
              double beta, void *C, int64_t ldc, int64_t stride_c, int64_t batch, int epilogue, void *bias,
              void *aux, int allow_tf32, void *stream);
 
+/* Whether dpc_gemm runs a product of this shape in a kernel of our own
+ * (one launch, whatever the epilogue) rather than cuBLASLt's. */
+int dpc_gemm_own(int64_t m, int64_t n, int64_t k, int64_t batch);
+
 /* A Linear layer's backward in one launch of our own: dx (M, K) = g (M, N)
  * @ w (N, K), set to 0 where !(mask > 0) when mask (M, K) is given (a
  * ReLU's backward folded in); dw (N, K) = g^T @ x (M, K); db (N) = the

@@ -454,6 +454,11 @@ static bool own_fits(int64_t m, int64_t n, int64_t k, int64_t batch)
     return k <= OWN_MAX_K && (double)m * (double)n * (double)k * (double)batch <= own_limits.own_flops;
 }
 
+extern "C" int dpc_gemm_own(int64_t m, int64_t n, int64_t k, int64_t batch)
+{
+    return own_fits(m, n, k, batch);
+}
+
 /* The tiles of TILE x TILE the jobs' results make, together. */
 static int64_t tiles_of(const tile_jobs &jobs, int tile)
 {

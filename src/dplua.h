@@ -331,6 +331,9 @@ dp_status dp_cuda_event_elapsed(double *ms, void *start, void *end);
  * during the capture belongs to the graph (see docs/API.md). */
 typedef struct dp_cuda_graph dp_cuda_graph;
 int dp_cuda_capturing(void);   /* 1 while a capture is under way */
+/* How many times a small Linear and the ReLU or GELU after it ran as one
+ * launch (src/core/gpu.c, "the deferred Linear") */
+int64_t dp_cuda_linear_fusions(void);
 dp_status dp_cuda_graph_begin(dp_cuda_graph **out, int device);
 dp_status dp_cuda_graph_end(dp_cuda_graph *g, int keep);
 dp_status dp_cuda_graph_replay(dp_cuda_graph *g);

@@ -395,6 +395,69 @@ worst = 0
 for i = 1, #c32 do worst = math.max(worst, math.abs(c32[i] - g32[i]) / math.abs(c32[i])) end
 T.ok(worst < 1e-4, string.format("the same in float32 (worst rel %.2e)", worst))
 
+-- The deferred Linear (src/core/gpu.c): a small Linear waits for the next
+-- op, and a ReLU or GELU of its output runs in the same launch; the
+-- Linear's output is still written. Anything else launches it first, so
+-- every value is what the ops in their order give.
+do
+  local F = torch.nn.functional
+  local fusions = torch.cuda._linear_fusions
+  local x, w, b = whole(torch.float32, 8, 6), whole(torch.float32, 5, 6), halves(torch.float32, 5)
+  local gx, gw, gb = x:to(dev), w:to(dev), b:to(dev)
+  local z = F.linear(x, w, b)
+  local function near(t, want, name) T.tensor_close(t:cpu():double(), want:double(), 1e-6, 1e-6, name) end
+  local function fused(f)   -- f's result and how many fusions it made
+    local before = fusions()
+    local r = { f() }
+    torch.cuda.synchronize()
+    return fusions() - before, unpack(r)
+  end
+  local n, h, r = fused(function() local h = F.linear(gx, gw, gb); return h, F.relu(h) end)
+  T.is(n, 1, "F.relu(F.linear(..)): one launch")
+  near(r, z:relu(), "its ReLU"); near(h, z, "the Linear's output, also written")
+  n, h = fused(function() local h = F.linear(gx, gw, gb); h:relu_(); return h end)
+  T.is(n, 1, "relu_ in place on the output: one launch"); near(h, z:relu(), "the output, ReLU'd in place")
+  for _, form in ipairs({ "none", "tanh" }) do
+    n, h, r = fused(function() local h = F.linear(gx, gw); return h, F.gelu(h, form) end)
+    T.is(n, 1, "F.gelu(F.linear(..), '" .. form .. "'): one launch")
+    near(r, F.linear(x, w):gelu(form), "its GELU"); near(h, F.linear(x, w), "and the product")
+  end
+  n, r = fused(function() return F.linear(gx, gw, gb) * 2 end)
+  T.is(n, 0, "a mul after the Linear: nothing fused"); near(r, z * 2, "its value")
+  n, r = fused(function() local h = F.linear(gx, gw, gb); gx:add_(1); return h:relu() end)
+  T.is(n, 0, "its input changed in place before the ReLU: launched first, nothing fused")
+  near(r, z:relu(), "the ReLU of the product of the input before the change")
+  gx:sub_(1)
+  n, r = fused(function() local h = F.linear(gx, gw, gb); return h:t():relu() end)
+  T.is(n, 0, "a ReLU of a transposed view: nothing fused"); near(r, z:t():relu(), "its value")
+  n, h, r = fused(function() local h = F.linear(gx, gw, gb); local c = h:cpu(); return c, h:relu() end)
+  T.is(n, 0, "the output read by the host first: launched for the copy"); near(h, z, "the copy's value")
+  near(r, z:relu(), "and the ReLU's after it")
+  local s = torch.cuda.Stream()
+  n, r = fused(function()
+    local h = F.linear(gx, gw, gb)
+    local out
+    torch.cuda.stream(s, function() out = h:relu() end)
+    torch.cuda.current_stream():wait_stream(s)
+    return out
+  end)
+  T.is(n, 0, "the ReLU on another stream: the Linear launched when the stream changed")
+  near(r, z:relu(), "its value")
+  n = fused(function() F.linear(gx, gw, gb) end)
+  T.is(n, 0, "a Linear that nothing reads runs at the synchronisation")
+  -- through autograd: the seed model's F.relu(fc1(x)) fused in each step,
+  -- gradients as on the CPU
+  local p = { gx:clone():requires_grad_(), gw:clone():requires_grad_(), gb:clone():requires_grad_() }
+  local w2 = whole(torch.float32, 3, 5):to(dev):requires_grad_()
+  n = fused(function() torch._linear(F.relu(F.linear(p[1], p[2], p[3])), w2):pow(2):sum():backward() end)
+  T.is(n, 1, "forward fused under autograd")
+  local q = { x:clone():requires_grad_(), w:clone():requires_grad_(), b:clone():requires_grad_() }
+  local cw2 = w2:detach():cpu():requires_grad_()
+  torch._linear(F.relu(F.linear(q[1], q[2], q[3])), cw2):pow(2):sum():backward()
+  for i = 1, 3 do near(p[i].grad, q[i].grad, "gradient " .. i .. " as on the CPU") end
+  near(w2.grad, cw2.grad, "the second layer's gradient as on the CPU")
+end
+
 -- memory: freed tensors are given back, and errors are clear
 collectgarbage(); collectgarbage()
 local before = torch.cuda.memory_allocated(0)
