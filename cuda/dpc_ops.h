@@ -159,10 +159,21 @@ int dpc_softmax(int dtype, dpc_shape s, dpc_operand out, int64_t out_stride, dpc
  * *grad_one_done then says. */
 enum { DPC_CE_NONE, DPC_CE_MEAN, DPC_CE_SUM };
 int dpc_cross_entropy_fuses(int64_t N, int64_t C);
+/* The Linear whose output is the loss's input, run in the loss's launch
+ * first: y (N, C) = x (N, K) @ w (C, K)^T + b (C, or NULL), all contiguous
+ * of the loss's dtype; y is the loss's input. */
+typedef struct {
+    const void *x, *w, *b;
+    void *y;
+    int64_t K;
+} dpc_ce_linear;
+/* Whether dpc_cross_entropy takes such a Linear: a loss of one launch, and
+ * a product small enough for one block. */
+int dpc_cross_entropy_takes_linear(int64_t N, int64_t C, int64_t K);
 int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *input, const int64_t *target,
                       const double *weight, int64_t ignore_index, double smoothing, int log_probs, int reduction,
                       double *rows, double *probs, void *out, double *denom, void *grad_one, int *grad_one_done,
-                      dpc_kernel_error *err, void *stream);
+                      const dpc_ce_linear *linear, dpc_kernel_error *err, void *stream);
 /* dinput (N, C) of dtype from probs (or nothing for log_probs) and g, the
  * loss's gradient (dtype; N values for DPC_CE_NONE, else one, divided by
  * *denom for a mean): the formulas of src/cpu/nn.c. */

@@ -842,6 +842,28 @@ __global__ static void ce_kernel(ce_args r)
     }
 }
 
+/* The Linear before the loss (dpc_ce_linear), by the whole block: each
+ * element summed as our GEMM kernel sums it unsplit (even and odd k
+ * apart, then the bias), in float for float32 and bfloat16, so that its
+ * output is the value the Linear's own launch would have written. */
+template <int DT>
+__device__ static void ce_linear(const dpc_ce_linear &lin, int64_t N, int64_t C)
+{
+    typedef typename std::conditional<DT == DP_FLOAT64, double, float>::type Acc;
+    const int es = (int)dt_size(DT);
+    for (int64_t e = threadIdx.x; e < N * C; e += blockDim.x) {
+        const int64_t i = e / C, c = e % C;
+        const char *x = (const char *)lin.x + i * lin.K * es, *w = (const char *)lin.w + c * lin.K * es;
+        Acc acc[2] = { 0, 0 };
+        for (int64_t k = 0; k < lin.K; k++)
+            acc[k & 1] += (Acc)dt_load(DT, x + k * es) * (Acc)dt_load(DT, w + k * es);
+        Acc v = acc[0] + acc[1];
+        if (lin.b)
+            v += (Acc)dt_load(DT, (const char *)lin.b + c * es);
+        dt_store(DT, (char *)lin.y + e * es, (double)v);
+    }
+}
+
 /* The whole loss in one launch when one block holds every row (N at most
  * RED_THREADS / G): the rows' losses and weights stay in shared memory for
  * the reduction, and with rb.dinput the block also writes there the
@@ -849,13 +871,17 @@ __global__ static void ce_kernel(ce_args r)
  * probabilities recomputed as the unfused backward reads them), which the
  * backward of a loss called with no gradient then takes as it is. */
 template <int DT, int G>
-__global__ static void ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb)
+__global__ static void ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb, dpc_ce_linear lin)
 {
     __shared__ double sv[RED_THREADS / 32];
     __shared__ int64_t si[RED_THREADS / 32];
     __shared__ double row_loss[RED_THREADS / G], row_weight[RED_THREADS / G];
     const int es = (int)dt_size(DT);
     const int grp = threadIdx.x / G, lane = threadIdx.x % G;
+    if (lin.y) {   /* the Linear before the loss first: r.input is its output */
+        ce_linear<DT>(lin, r.N, r.C);
+        __syncthreads();
+    }
     ce_row o = ce_row_loss<DT, G>(r, grp, lane, sv, si);
     if (lane == 0) {
         row_loss[grp] = o.loss;
@@ -893,16 +919,29 @@ extern "C" int dpc_cross_entropy_fuses(int64_t N, int64_t C)
     return N > 0 && C >= 0 && grid_for(N, group_size(C, N)) == 1;
 }
 
+/* Multiply-adds a thread of the loss's block may take of a Linear before
+ * it: a seed-sized head (32 x 10 -> 2: 10 each). Past that the GEMM's own
+ * launch, with its operands staged in shared memory over many blocks, is
+ * faster than one block reading them from global memory. */
+#define CE_LINEAR_MAX_MACS 256
+
+extern "C" int dpc_cross_entropy_takes_linear(int64_t N, int64_t C, int64_t K)
+{
+    return dpc_cross_entropy_fuses(N, C) && C > 0 && K > 0 && CEIL_DIV(N * C, (int64_t)RED_THREADS) * K <= CE_LINEAR_MAX_MACS;
+}
+
 extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *input, const int64_t *target,
                                  const double *weight, int64_t ignore_index, double smoothing, int log_probs,
                                  int reduction, double *rows, double *probs, void *out, double *denom,
-                                 void *grad_one, int *grad_one_done, dpc_kernel_error *err, void *stream)
+                                 void *grad_one, int *grad_one_done, const dpc_ce_linear *linear,
+                                 dpc_kernel_error *err, void *stream)
 {
     *grad_one_done = 0;
     if (!dt_is_float(dtype))
         return DPC_UNSUPPORTED;
-    if (N < 0 || C < 0)
+    if (N < 0 || C < 0 || (linear && (linear->y != input || !dpc_cross_entropy_takes_linear(N, C, linear->K))))
         return (int)cudaErrorInvalidValue;
+    dpc_ce_linear lin = linear ? *linear : dpc_ce_linear{ NULL, NULL, NULL, NULL, 0 };
     ce_args r = { N, C, (const char *)input, target, weight, ignore_index, smoothing, log_probs,
                   rows, log_probs ? NULL : probs, err };
     ce_red_args rr = { N, C, rows, target, weight, ignore_index, reduction, (char *)out, denom };
@@ -919,7 +958,7 @@ extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *in
                 unsigned grid = grid_for(N, GS);
                 fused = dpc_cross_entropy_fuses(N, C);
                 if (fused) {
-                    ce_fused_kernel<DT, GS><<<1, RED_THREADS, 0, (cudaStream_t)stream>>>(r, rr, rb);
+                    ce_fused_kernel<DT, GS><<<1, RED_THREADS, 0, (cudaStream_t)stream>>>(r, rr, rb, lin);
                     *grad_one_done = rb.dinput != NULL;
                 } else {
                     ce_kernel<DT, GS><<<grid, RED_THREADS, 0, (cudaStream_t)stream>>>(r);

@@ -926,6 +926,25 @@ static bool same_matrix(const dp_tensor *a, const dp_tensor *y)
            a->shape[0] == y->shape[0] && a->shape[1] == y->shape[1] && tensor_is_contiguous(a);
 }
 
+/* The waiting Linear, taken by a caller whose launch computes it first,
+ * when its output is y and K (its in_features) passes accept: its four
+ * tensors in t (for deferred_release). */
+static bool deferred_take_output(const dp_tensor *y, int (*accept)(int64_t N, int64_t C, int64_t K), dp_tensor *t[4])
+{
+    pthread_mutex_lock(&deferred.mu);
+    dp_tensor *out = deferred.out;
+    bool fits = out && same_matrix(y, out) && accept(out->shape[0], out->shape[1], deferred.x->shape[1]);
+    if (fits) {
+        t[0] = out;
+        t[1] = deferred.x;
+        t[2] = deferred.w;
+        t[3] = deferred.b;
+        deferred.out = NULL;
+    }
+    pthread_mutex_unlock(&deferred.mu);
+    return fits;
+}
+
 /* out = op(a) as one launch with the waiting Linear when a is its output
  * and op a ReLU or GELU; false (nothing done) otherwise. out may be a
  * itself, or a new tensor (not one the product reads). */
@@ -1098,22 +1117,34 @@ bool gpu_cross_entropy_fuses(const dp_tensor *input)
     return dpc_cross_entropy_fuses(input->shape[0], input->shape[1]) != 0;
 }
 
+/* The loss; when its input is the output of the deferred Linear (a
+ * classifier's head) and both fit one block, the Linear runs in the loss's
+ * launch: one launch less, as with a ReLU after it. */
 dp_status gpu_cross_entropy(dp_tensor *out, cpu_ce_args *a)
 {
     int64_t N = a->input->shape[0], C = a->input->shape[1];
-    dp_tensor *rows = NULL;
+    dp_tensor *rows = NULL, *lin[4] = { NULL };
     int done = 0;
     dp_status st = tensor_new(&rows, 1, &N, DP_FLOAT64, a->input->device);
+    bool with_linear = !st && deferred_take_output(a->input, dpc_cross_entropy_takes_linear, lin);
+    dpc_ce_linear linear = { NULL, NULL, NULL, NULL, 0 };
+    if (with_linear)
+        linear = (dpc_ce_linear){ first(lin[1]), first(lin[2]), lin[3] ? first(lin[3]) : NULL, first(lin[0]),
+                                  lin[1]->shape[1] };
     if (!st) {
         set_device(a->input->device);
-        st = gpu_status("cross_entropy",
+        st = gpu_status(with_linear ? "linear and cross_entropy" : "cross_entropy",
                         dpc_cross_entropy(a->input->dtype, N, C, first(a->input), first(a->target),
                                           a->weight ? first(a->weight) : NULL, a->ignore_index, a->label_smoothing,
                                           a->log_probs, a->reduction, first(rows),
                                           a->probs ? first(a->probs) : NULL, first(out), first(a->denom),
-                                          a->grad_one ? first(a->grad_one) : NULL, &done, kerr(),
-                                          stream_of(a->input->device)),
+                                          a->grad_one ? first(a->grad_one) : NULL, &done,
+                                          with_linear ? &linear : NULL, kerr(), stream_of(a->input->device)),
                         a->input->dtype);
+    }
+    if (with_linear) {
+        deferred_fusions++;
+        deferred_release(lin[0], lin[1], lin[2], lin[3]);
     }
     a->grad_one_done = !st && done;
     dp_tensor_release(rows);

@@ -445,6 +445,35 @@ do
   near(r, z:relu(), "its value")
   n = fused(function() F.linear(gx, gw, gb) end)
   T.is(n, 0, "a Linear that nothing reads runs at the synchronisation")
+  -- a classifier's head: the Linear inside the loss's launch, when both
+  -- fit one block; the Linear's output still written, the gradients as on
+  -- the CPU; with class weights and label smoothing too
+  local target = torch.tensor({ 0, 4, 2, 1, 3, 3, 0, 2 }, { dtype = torch.int64 })
+  local gtarget = target:to(dev)
+  local cw = torch.tensor({ 1.0, 0.5, 2.0, 1.5, 1.0 }, { dtype = torch.float64 })
+  for _, opts in ipairs({ {}, { weight = cw, label_smoothing = 0.1 } }) do
+    local what = opts.weight and " (weights, smoothing)" or ""
+    local q = { x:clone():requires_grad_(), w:clone():requires_grad_(), b:clone():requires_grad_() }
+    local p = { gx:clone():requires_grad_(), gw:clone():requires_grad_(), gb:clone():requires_grad_() }
+    local gopts = { label_smoothing = opts.label_smoothing, weight = opts.weight and opts.weight:to(dev) }
+    local zc = F.linear(q[1], q[2], q[3])
+    local lc = F.cross_entropy(zc, target, opts)
+    lc:backward()
+    local zg, lg
+    n = fused(function()
+      zg = F.linear(p[1], p[2], p[3])
+      lg = F.cross_entropy(zg, gtarget, gopts)
+      lg:backward()
+    end)
+    T.is(n, 1, "F.cross_entropy(F.linear(..)): one launch" .. what)
+    near(lg, lc, "the loss" .. what); near(zg, zc, "the Linear's output, also written" .. what)
+    for i = 1, 3 do near(p[i].grad, q[i].grad, "gradient " .. i .. " as on the CPU" .. what) end
+  end
+  local big_x, big_w = whole(torch.float32, 64, 200), whole(torch.float32, 10, 200)
+  local big_t = torch.randint(0, 10, { 64 })
+  n, r = fused(function() return F.cross_entropy(F.linear(big_x:to(dev), big_w:to(dev)), big_t:to(dev)) end)
+  T.is(n, 0, "a head too large for one block: the Linear's own launch")
+  near(r, F.cross_entropy(F.linear(big_x, big_w), big_t), "its loss")
   -- through autograd: the seed model's F.relu(fc1(x)) fused in each step,
   -- gradients as on the CPU
   local p = { gx:clone():requires_grad_(), gw:clone():requires_grad_(), gb:clone():requires_grad_() }
