@@ -245,47 +245,33 @@ end
 -- first two layers, one whose second backward runs in 32-wide tiles, and
 -- one whose backward is cuBLASLt's (dw's k = M).
 -- The first layer's inputs are whole numbers and its bias halves (see whole).
+-- A GELU (both forms) between them likewise, on the seed's and the MLP's
+-- sizes: fused, the first layer's backward reads the product its epilogue
+-- kept.
+local between = {
+  relu = { { 32, 10, 10, 2 }, { 256, 784, 256, 128 }, { 512, 64, 256, 64 }, { 2100, 48, 40, 24 } },
+  gelu = { { 32, 10, 10, 2 }, { 256, 784, 256, 128 } },
+  gelu_tanh = { { 32, 10, 10, 2 }, { 256, 784, 256, 128 } },
+}
 for _, dt in ipairs(floats) do
-  for _, size in ipairs({ { 32, 10, 10, 2 }, { 256, 784, 256, 128 }, { 512, 64, 256, 64 }, { 2100, 48, 40, 24 } }) do
-    for _, fused in ipairs({ false, true }) do
-      local M, K, H, N = size[1], size[2], size[3], size[4]
-      local name = ("relu between linears %dx%d->%d->%d%s %s"):format(M, K, H, N, fused and " (fused linear+relu)" or "",
-                                                                      dt.name)
-      same(name, function(x, w1, b1, w2, b2)
-        local p = {}
-        for i, t in ipairs({ x, w1, b1, w2, b2 }) do p[i] = t:detach():requires_grad_() end
-        local h = fused and torch._linear_act(p[1], p[2], p[3], "relu") or torch._linear(p[1], p[2], p[3]):relu()
-        local y = torch._linear(h, p[4], p[5])
-        y:float():pow(2):sum():backward()
-        local out = { dt == torch.float64 and y or unit(y) }
-        for i = 1, 5 do out[#out + 1] = unit(p[i].grad) end
-        return out
-      end, { whole(dt, M, K), whole(dt, H, K), halves(dt, H), input(dt, N, H), input(dt, N) },
-           dt == torch.bfloat16 and 5e-2 or (dt == torch.float32 and 1e-4 or nil))
-    end
-  end
-end
-
--- A GELU between two Linear layers, its own op or fused into the first
--- (whose backward then reads the product the epilogue kept), both forms.
-for _, dt in ipairs(floats) do
-  for _, size in ipairs({ { 32, 10, 10, 2 }, { 256, 784, 256, 128 } }) do
-    for _, form in ipairs({ "none", "tanh" }) do
+  for _, act in ipairs({ "relu", "gelu", "gelu_tanh" }) do
+    for _, size in ipairs(between[act]) do
       for _, fused in ipairs({ false, true }) do
         local M, K, H, N = size[1], size[2], size[3], size[4]
-        local name = ("gelu('%s') between linears %dx%d->%d->%d%s %s"):format(form, M, K, H, N,
-                                                                               fused and " (fused)" or "", dt.name)
+        local name = ("%s between linears %dx%d->%d->%d%s %s"):format(act, M, K, H, N,
+                                                                     fused and " (fused into the first)" or "", dt.name)
         same(name, function(x, w1, b1, w2, b2)
           local p = {}
           for i, t in ipairs({ x, w1, b1, w2, b2 }) do p[i] = t:detach():requires_grad_() end
-          local h = fused and torch._linear_act(p[1], p[2], p[3], form == "tanh" and "gelu_tanh" or "gelu")
-                    or torch._linear(p[1], p[2], p[3]):gelu(form)
+          local z = not fused and torch._linear(p[1], p[2], p[3])
+          local h = fused and torch._linear_act(p[1], p[2], p[3], act)
+                    or (act == "relu" and z:relu() or z:gelu(act == "gelu_tanh" and "tanh" or "none"))
           local y = torch._linear(h, p[4], p[5])
           y:float():pow(2):sum():backward()
           local out = { dt == torch.float64 and y or unit(y) }
           for i = 1, 5 do out[#out + 1] = unit(p[i].grad) end
           return out
-        end, { input(dt, M, K), input(dt, H, K), input(dt, H), input(dt, N, H), input(dt, N) },
+        end, { whole(dt, M, K), whole(dt, H, K), halves(dt, H), input(dt, N, H), input(dt, N) },
              dt == torch.bfloat16 and 5e-2 or (dt == torch.float32 and 1e-4 or nil))
       end
     end
