@@ -34,6 +34,7 @@ static void *stream_now(int device)
 
 /* the deferred Linear, below the products */
 static void deferred_launch(void);
+static void deferred_launch_on(void *stream);
 static bool deferred_fuse(int op, dp_tensor *out, dp_tensor *a, dp_status *st);
 
 /* The stream for work about to be enqueued on device, after the deferred
@@ -57,7 +58,10 @@ static dp_status gpu_status(const char *fn, int st, int dtype)
         char why[sizeof deferred_failure];
         memcpy(why, deferred_failure, sizeof why);
         deferred_failure[0] = 0;
-        return dp_fail(DP_ERR_CUDA, "%s (a Linear's product, launched when %s came next)", why, fn);
+        if (st == 0)
+            return dp_fail(DP_ERR_CUDA, "%s (a Linear's product, launched when %s came next)", why, fn);
+        return dp_fail(DP_ERR_CUDA, "%s (a Linear's product, launched when %s came next); then %s failed too: %s",
+                       why, fn, fn, st == DPC_UNSUPPORTED ? "not supported" : dpc_error_string(st));
     }
     if (st == 0)
         return DP_OK;
@@ -422,6 +426,7 @@ dp_status dp_cuda_stream_new(void **stream, int device)
 
 void dp_cuda_stream_free(void *stream)
 {
+    deferred_launch_on(stream);   /* before the stream is gone */
     for (int d = 0; d < GPU_MAX_DEVICES; d++)
         if (current_stream[d] == stream)
             current_stream[d] = NULL;
@@ -440,9 +445,12 @@ dp_status dp_cuda_set_stream(int device, void *stream)
     return DP_OK;
 }
 
+/* No launch of the deferred Linear here: a process group's worker thread
+ * asks this (src/dist/nccl.c), and its submit launched it already
+ * (dp_cuda_launch_deferred), on the caller's thread. */
 void *dp_cuda_current_stream(int device)
 {
-    return stream_of(device);
+    return stream_now(device);
 }
 
 dp_status dp_cuda_stream_synchronize(void *stream)
@@ -882,8 +890,10 @@ static void deferred_release(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tens
     dp_tensor_release(b);
 }
 
-/* Launches the waiting Linear, if any. A failure is kept for the next
- * op's gpu_status to report, since the caller may not return a status. */
+/* Launches the waiting Linear, if any, leaving the current device as it
+ * was (the caller may have set another for its own work). A failure is
+ * kept for the next op's gpu_status to report, since the caller may not
+ * return a status. */
 static void deferred_launch(void)
 {
     pthread_mutex_lock(&deferred.mu);
@@ -893,16 +903,37 @@ static void deferred_launch(void)
     pthread_mutex_unlock(&deferred.mu);
     if (!out)
         return;
+    int device = -1;
+    (void)dpc_get_device(&device);
     int rc = linear_gemm(out, NULL, x, w, b, DPC_EPI_BIAS, stream);
+    if (device >= 0)
+        set_device(device);
     if (rc && !deferred_failure[0] && gpu_status("linear", rc, out->dtype))
         snprintf(deferred_failure, sizeof deferred_failure, "%s", dp_last_error());
     deferred_release(out, x, w, b);
+}
+
+void dp_cuda_launch_deferred(void)
+{
+    deferred_launch();
+}
+
+/* The same, only when the waiting Linear is queued for stream. */
+static void deferred_launch_on(void *stream)
+{
+    pthread_mutex_lock(&deferred.mu);
+    bool on = deferred.out && deferred.stream == stream;
+    pthread_mutex_unlock(&deferred.mu);
+    if (on)
+        deferred_launch();
 }
 
 dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
 {
     int64_t M = out->shape[0], N = out->shape[1], K = x->shape[1];
     void *stream = stream_of(out->device);   /* after the one waiting, if any */
+    if (deferred_failure[0])   /* that one failed: say so now, and defer nothing */
+        return gpu_status("linear", 0, out->dtype);
     if (!defer_enabled() || M == 0 || N == 0 || K == 0 || !dpc_gemm_own(M, N, K, 1))
         return gpu_status("linear", linear_gemm(out, NULL, x, w, b, DPC_EPI_BIAS, stream), out->dtype);
     dp_tensor_retain(out);
@@ -1143,7 +1174,10 @@ dp_status gpu_cross_entropy(dp_tensor *out, cpu_ce_args *a)
                         a->input->dtype);
     }
     if (with_linear) {
-        deferred_fusions++;
+        if (st)   /* the Linear's output is Lua's too: give it its value */
+            (void)linear_gemm(lin[0], NULL, lin[1], lin[2], lin[3], DPC_EPI_BIAS, stream_now(lin[0]->device));
+        else
+            deferred_fusions++;
         deferred_release(lin[0], lin[1], lin[2], lin[3]);
     }
     a->grad_one_done = !st && done;
@@ -1222,6 +1256,7 @@ void gpu_storage_free(void *data, size_t nbytes, void *pool, int device)
 }
 int dp_cuda_capturing(void) { return 0; }
 int64_t dp_cuda_linear_fusions(void) { return 0; }
+void dp_cuda_launch_deferred(void) {}
 dp_status dp_cuda_stream_new(void **stream, int device) { *stream = NULL; (void)device; return no_cuda(); }
 dp_status dp_cuda_empty_cache(int device) { (void)device; return DP_OK; }
 dp_status dp_cuda_memory_reserved(int device, int64_t *now, int64_t *peak)

@@ -112,8 +112,11 @@ static dp_status linear_direct_out(dp_tensor **out, dp_tensor **pre, dp_tensor *
         dp_tensor_release(*out);
     if (!st && (st = act ? k_linear_act(*out, pre ? *pre : NULL, x, w, b, act) : k_linear(*out, x, w, b))) {
         dp_tensor_release(*out);
-        if (pre)
+        *out = NULL;
+        if (pre) {
             dp_tensor_release(*pre);
+            *pre = NULL;
+        }
     }
     return st;
 }

@@ -731,6 +731,10 @@ static dp_status submit_sync(dp_pg *pg, dp_work *w)
 static dp_status submit(dp_pg *pg, const pg_op *op, dp_tensor *a, dp_tensor *b, dp_work **work)
 {
     free_parked(pg);
+    /* a GPU Linear waiting for its next op (src/core/gpu.c) is launched
+     * here, on the caller's thread, before the worker orders the
+     * collective after the current stream's work */
+    dp_cuda_launch_deferred();
     pthread_mutex_lock(&pg->mu);
     dp_status broken = pg->broken;
     pthread_mutex_unlock(&pg->mu);
