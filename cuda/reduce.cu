@@ -864,27 +864,6 @@ __device__ static void ce_linear(const dpc_ce_linear &lin, int64_t N, int64_t C)
     }
 }
 
-/* A one-launch loss's input of at most this many bytes is first copied to
- * shared memory by the whole block, its loads side by side, so that each
- * group's passes over its row (max, sum, target, probabilities) read
- * shared memory instead of waiting on global loads one after another:
- * with fewer than 32 classes a row is one thread's, and those waits were
- * the kernel's time (11.5 us under ncu for the MLP's 256 x 10). */
-#define CE_STAGE_BYTES 24576
-
-/* n elements of es bytes from global memory to shared, by the block */
-__device__ static void stage_copy(char *dst, const char *src, int64_t n, int es)
-{
-    for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
-        if (es == 8)
-            ((uint64_t *)dst)[e] = ((const uint64_t *)src)[e];
-        else if (es == 4)
-            ((uint32_t *)dst)[e] = ((const uint32_t *)src)[e];
-        else
-            ((uint16_t *)dst)[e] = ((const uint16_t *)src)[e];
-    }
-}
-
 /* The whole loss in one launch when one block holds every row (N at most
  * RED_THREADS / G): the rows' losses and weights stay in shared memory for
  * the reduction, and with rb.dinput the block also writes there the
@@ -897,17 +876,11 @@ __global__ static void ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb
     __shared__ double sv[RED_THREADS / 32];
     __shared__ int64_t si[RED_THREADS / 32];
     __shared__ double row_loss[RED_THREADS / G], row_weight[RED_THREADS / G];
-    __shared__ __align__(16) char staged[CE_STAGE_BYTES];
     const int es = (int)dt_size(DT);
     const int grp = threadIdx.x / G, lane = threadIdx.x % G;
     if (lin.y) {   /* the Linear before the loss first: r.input is its output */
         ce_linear<DT>(lin, r.N, r.C);
         __syncthreads();
-    }
-    if (r.N * r.C * es <= CE_STAGE_BYTES) {
-        stage_copy(staged, r.input, r.N * r.C, es);
-        __syncthreads();
-        r.input = staged;
     }
     ce_row o = ce_row_loss<DT, G>(r, grp, lane, sv, si);
     if (lane == 0) {
