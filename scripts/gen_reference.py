@@ -747,6 +747,8 @@ def gen_where_clamp():
          lambda x, y: torch.isclose(x, y, equal_nan=True), [near_a, near_b])
     case(G, "isclose broadcast float64", "a:isclose(b, 0.1, 0.1)", lambda x, y: torch.isclose(x, y, 0.1, 0.1),
          [rnd("float64", [2, 3]), rnd("float64", [3], "b")])
+    case(G, "isclose bool", "a:isclose(b)", lambda x, y: torch.isclose(x, y),
+         [lit("b_close_a", [True, False, True, False], "bool"), lit("b_close_b", [True, True, False, False], "bool")])
     case(G, "allclose false", "a:allclose(b)", lambda x, y: torch.allclose(x, y), [near_a, near_b],
          value_dtype="bool")
     case(G, "allclose true", "a:allclose(b, 1e-3, 1e-2, true)",

@@ -621,9 +621,15 @@ function methods.isclose(a, b, rtol, atol, equal_nan)
   atol = atol == nil and 1e-8 or check_number(atol, "isclose", "atol")
   if not is_tensor(b) then raise("isclose: expected other to be a tensor, got " .. typename(b)) end
   a, b = a:detach(), b:detach()
-  local diff = (a - b):abs()   -- only a finite difference is measured: inf is close to inf alone
-  local close = diff:le(b:abs() * rtol + atol):logical_and(diff:lt(math.huge)):logical_or(a:eq(b))
-  if equal_nan then close = close:logical_or(a:ne(a):logical_and(b:ne(b))) end
+  local ok, close = pcall(function()
+    local equal = a:eq(b)
+    if a.dtype == torch.bool and b.dtype == torch.bool then return equal end
+    local diff = (a - b):abs()   -- only a finite difference is measured: inf is close to inf alone
+    local near = diff:le(b:abs() * rtol + atol):logical_and(diff:lt(math.huge)):logical_or(equal)
+    if equal_nan then near = near:logical_or(a:ne(a):logical_and(b:ne(b))) end
+    return near
+  end)
+  if not ok then raise("isclose: " .. tostring(close):gsub("^[^\n]-:%d+: ", ""):gsub("^%a+: ", "")) end
   return close
 end
 function methods.allclose(a, b, rtol, atol, equal_nan)

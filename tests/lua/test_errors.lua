@@ -36,6 +36,12 @@ T.raises(function() return torch.ones(3, 1, 2):sub(torch.ones(4, 3)) end, {shp(3
          "broadcast [3,1,2] - [4,3] names both shapes")
 T.raises(function() return torch.ones(2, 3):lt(torch.ones(3, 2)) end, {shp(2, 3), shp(3, 2)},
          "comparison of non-broadcastable shapes")
+T.raises(function() return torch.ones(2, 3):isclose(torch.ones(3, 2)) end, {"isclose", shp(2, 3), shp(3, 2)},
+         "isclose of non-broadcastable shapes names itself and both shapes")
+T.raises(function() return torch.allclose(torch.ones(2), 1) end, {"isclose", "tensor", "number"},
+         "allclose with a number for other")
+T.raises(function() return torch._linear_act(torch.ones(2, 3), torch.ones(4, 3), nil, "tanh") end,
+         {"relu", "gelu", "gelu_tanh", "tanh"}, "a fused Linear's unknown activation names the ones there are")
 T.raises(function() return torch.where(torch.ones(2):bool(), torch.ones(3), torch.ones(3)) end,
          {shp(2), shp(3)}, "where with non-broadcastable cond")
 T.raises(function() return torch.ones(3):add_(torch.ones(2, 3)) end, {shp(3), shp(2, 3)},

@@ -17,6 +17,8 @@ inputs["b_3x4_b"] = {dtype="bool", shape={3,4}, values={{true,true,true,false},{
 inputs["b_all_false"] = {dtype="bool", shape={3}, values={false,false,false}}
 inputs["b_all_true"] = {dtype="bool", shape={3}, values={true,true,true}}
 inputs["b_cast"] = {dtype="bool", shape={3}, values={true,false,true}}
+inputs["b_close_a"] = {dtype="bool", shape={4}, values={true,false,true,false}}
+inputs["b_close_b"] = {dtype="bool", shape={4}, values={true,true,false,false}}
 inputs["b_unary"] = {dtype="bool", shape={3}, values={true,false,true}}
 inputs["bf16_0d"] = {dtype="bfloat16", shape={}, values=3.140625}
 inputs["bf16_2x3_a"] = {dtype="bfloat16", shape={2,3}, values={{4.0625,0.275390625,1.703125},{2.953125,0.455078125,-2.34375}}}
@@ -1258,6 +1260,7 @@ C{name="isclose rtol 1e-3", expr="a:isclose(b, 1e-3)", inputs={"f32_close_a","f3
 C{name="isclose atol in a table", expr="a:isclose(b, {atol = 1e-2})", inputs={"f32_close_a","f32_close_b"}, dtype="bool", shape={9}, values={true,true,true,false,true,false,true,true,false}}
 C{name="isclose equal_nan", expr="torch.isclose(a, b, {equal_nan = true})", inputs={"f32_close_a","f32_close_b"}, dtype="bool", shape={9}, values={true,false,false,true,true,false,true,true,false}}
 C{name="isclose broadcast float64", expr="a:isclose(b, 0.1, 0.1)", inputs={"f64_2x3_a","f64_3_b"}, dtype="bool", shape={2,3}, values={{false,false,false},{false,false,false}}}
+C{name="isclose bool", expr="a:isclose(b)", inputs={"b_close_a","b_close_b"}, dtype="bool", shape={4}, values={true,false,false,true}}
 C{name="allclose false", expr="a:allclose(b)", inputs={"f32_close_a","f32_close_b"}, kind="value", dtype="bool", expected=false}
 C{name="allclose true", expr="a:allclose(b, 1e-3, 1e-2, true)", inputs={"f32_close_c","f32_close_d"}, kind="value", dtype="bool", expected=true}
 C{name="where same shapes", expr="torch.where(c, a, b)", inputs={"f32_2x3_a","f32_2x3_b","b_2x3_c"}, dtype="float32", shape={2,3}, values={{-2.473,-0.145,-1.016},{-0.452,3.127,3.87}}}
