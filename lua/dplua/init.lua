@@ -169,7 +169,13 @@ end
 
 function torch.device(spec, index)
   if spec == nil then raise("device: expected a device (\"cpu\", \"cuda\", \"cuda:N\")") end
-  if type(spec) == "string" and index then spec = spec .. ":" .. index end
+  if index ~= nil then
+    if type(index) ~= "number" or index < 0 or index % 1 ~= 0 then
+      raise(string.format("device: expected the index to be a non-negative integer, got %s %s", typename(index),
+                          tostring(index)))
+    end
+    if type(spec) == "string" then spec = string.format("%s:%d", spec, index) end
+  end
   return device_obj(parse_device(spec, "device"))
 end
 
@@ -209,6 +215,10 @@ local function split_options(...)
 end
 
 local function creation_opts(opts, fn, default)
+  if opts ~= nil and type(opts) ~= "table" then
+    raise(string.format("%s: expected options as a table ({dtype=, device=, requires_grad=}), got %s", fn,
+                        typename(opts)))
+  end
   opts = opts or {}
   local dt = to_dtype(opts.dtype, fn) or default or default_dtype
   local dev = parse_device(opts.device, fn) or DP_CPU

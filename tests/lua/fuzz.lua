@@ -610,6 +610,14 @@ end
 A.matmul = function(k)
   local fn = pick({ "matmul", "mm", "bmm", "mv", "dot" })
   local r = R()
+  if r < 0.1 then   -- a Linear with its activation fused: (n, m) x (p, m)^T + (p)
+    local n, m, p = R(0, 4), R(1, 5), R(0, 4)
+    local dt = pick(FLOAT_NAMES)
+    local bias = chance(0.5) and fresh({ chance(0.9) and p or p + 1 }, dt) or "nil"
+    return string.format("P[%d] = torch._linear_act(%s, %s, %s, %q)", k, fresh({ n, m }, dt),
+                         fresh({ p, chance(0.9) and m or m + 1 }, dt), bias,
+                         pick({ "relu", "gelu", "gelu_tanh", "tanh", "x" }))
+  end
   if r < 0.7 then
     -- operands that fit, mostly: (..., n, m) @ (..., m, p)
     local n, m, p = R(0, 4), R(0, 5), R(0, 4)

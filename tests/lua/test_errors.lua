@@ -36,6 +36,11 @@ T.raises(function() return torch.ones(3, 1, 2):sub(torch.ones(4, 3)) end, {shp(3
          "broadcast [3,1,2] - [4,3] names both shapes")
 T.raises(function() return torch.ones(2, 3):lt(torch.ones(3, 2)) end, {shp(2, 3), shp(3, 2)},
          "comparison of non-broadcastable shapes")
+T.raises(function() return torch.device("cuda", true) end, {"device", "index", "integer", "boolean"},
+         "a device index that is not a number")
+T.raises(function() return torch.full({ 2 }, 1.5, true) end, {"full", "options", "table", "boolean"},
+         "creation options that are not a table")
+T.raises(function() return torch.device("cuda", -1) end, {"device", "index", "integer"}, "a negative device index")
 T.raises(function() return torch.ones(2, 3):isclose(torch.ones(3, 2)) end, {"isclose", shp(2, 3), shp(3, 2)},
          "isclose of non-broadcastable shapes names itself and both shapes")
 T.raises(function() return torch.allclose(torch.ones(2), 1) end, {"isclose", "tensor", "number"},
