@@ -860,6 +860,19 @@ function methods.cuda(t, index)
 end
 
 local item_d, item_i = ffi.new("double[1]"), ffi.new("int64_t[1]")
+
+-- Element i of a double array as a Lua number. LuaJIT keeps its other
+-- values in the NaN space of doubles: a NaN whose high word is 0xfff80000
+-- or more (uninitialised memory from torch.empty can hold one, and
+-- arithmetic keeps its bits) would reach Lua as a tagged value, a nil or a
+-- bogus pointer, and crash the process. Such NaNs are read as Lua's own.
+-- words: the same memory as uint32_t; a little-endian double's high word
+-- is its second half.
+local function read_double(p, words, i)
+  if words[2 * i + 1] >= 0xfff80000 then return 0 / 0 end
+  return p[i]
+end
+local item_words = ffi.cast("uint32_t *", item_d)
 function methods.item(t)
   local dt = C.dp_tensor_dtype(t.p)
   if dt == 2 then
@@ -869,8 +882,9 @@ function methods.item(t)
     return v  -- beyond 2^53: keep the exact int64 cdata
   end
   check(C.dp_item(t.p, item_d))
-  if dt == 5 then return item_d[0] ~= 0 end
-  return item_d[0]
+  local v = read_double(item_d, item_words, 0)
+  if dt == 5 then return v ~= 0 end
+  return v
 end
 
 -- Reads every element as a Lua value, through a contiguous float64 (or
@@ -883,10 +897,10 @@ local function elements(t)
   c = new(C.dp_contiguous(outp, c.p))
   if C.dp_tensor_device(c.p) ~= DP_CPU then c = methods.cpu(c) end
   local p = ffi.cast(stage_dt == 2 and "int64_t *" or "double *", C.dp_tensor_data(c.p))
+  local words = ffi.cast("uint32_t *", p)
   local out = {}
   for i = 0, n - 1 do
-    local v = p[i]
-    if stage_dt == 2 then v = tonumber(v) end
+    local v = stage_dt == 2 and tonumber(p[i]) or read_double(p, words, i)
     if dt == 5 then v = v ~= 0 end
     out[i + 1] = v
   end

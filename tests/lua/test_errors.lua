@@ -247,4 +247,24 @@ T.raises(function() return torch.empty(2 ^ 40, 2 ^ 40) end,
          "empty(2^40, 2^40) overflows and says so")
 T.lives(function() return torch.zeros(3) end, "still alive after the errors")
 
+-- NaNs with any bit pattern (uninitialised memory from torch.empty, found
+-- by the API fuzzer) read back as NaN, never as one of LuaJIT's tagged
+-- values, which crashed the process
+do
+  local ffi = require("ffi")
+  local t = torch.empty(5, {dtype = torch.float64})
+  local bits = ffi.cast("uint64_t *", t:data_ptr())
+  bits[0] = 0xfffa000000000001ULL; bits[1] = 0xffffffffffffffffULL; bits[2] = 0x7ff8000000000001ULL
+  bits[3] = 0xfff8000000000000ULL; bits[4] = 0x3ff0000000000000ULL
+  local list = t:tolist()
+  local nans = 0
+  for i = 1, 4 do if type(list[i]) == "number" and list[i] ~= list[i] then nans = nans + 1 end end
+  T.is(nans, 4, "tolist: the four NaN patterns are Lua NaNs")
+  T.is(list[5], 1, "and the number after them is read as it is")
+  T.is(tostring(t), "tensor([nan, nan, nan, nan, 1.], dtype=torch.float64)", "printing them")
+  local s = t:sum():item()
+  T.ok(type(s) == "number" and s ~= s, "item() of a sum that keeps such a NaN's bits")
+  T.ok(t[0]:item() ~= t[0]:item(), "item() of the element itself")
+end
+
 T.done_testing()
