@@ -747,6 +747,21 @@ def gen_where_clamp():
          lambda x, y: torch.isclose(x, y, equal_nan=True), [near_a, near_b])
     case(G, "isclose broadcast float64", "a:isclose(b, 0.1, 0.1)", lambda x, y: torch.isclose(x, y, 0.1, 0.1),
          [rnd("float64", [2, 3]), rnd("float64", [3], "b")])
+    for op in ["isnan", "isinf", "isfinite"]:
+        for inp in ["f32_spec_log", "f64_spec_log", "f32_spec_inf"]:
+            case(G, "%s %s" % (op, inp), "a:%s()" % op, getattr(torch, op), [inp])
+        case(G, "%s int64" % op, "torch.%s(a)" % op, getattr(torch, op), [rnd("int64", [2, 3])])
+    fill_mask = lit("b_fill_mask", [True, False, True], "bool")
+    case(G, "masked_fill a number", "a:masked_fill(b, 7.5)", lambda x, m: x.masked_fill(m, 7.5),
+         [rnd("float32", [2, 3]), fill_mask])
+    case(G, "masked_fill int64 with a fraction", "a:masked_fill(b, 1.5)", lambda x, m: x.masked_fill(m, 1.5),
+         [rnd("int64", [2, 3]), fill_mask])
+    case(G, "masked_fill a 0-d tensor", "a:masked_fill(b, c)", lambda x, m, v: x.masked_fill(m, v),
+         [rnd("float64", [2, 3]), fill_mask, lit("f64_fill_value", -2.25, "float64")])
+    case(G, "masked_fill broadcasts the tensor to the mask", "torch.masked_fill(a, b, 3)",
+         lambda x, m: torch.masked_fill(x, m, 3), [rnd("float32", [3]), rnd("bool", [2, 3], "c")])
+    case(G, "masked_fill_ in place", "a:masked_fill_(b, 0)", lambda x, m: x.masked_fill_(m, 0),
+         [rnd("float32", [2, 3]), fill_mask])
     case(G, "isclose bool", "a:isclose(b)", lambda x, y: torch.isclose(x, y),
          [lit("b_close_a", [True, False, True, False], "bool"), lit("b_close_b", [True, True, False, False], "bool")])
     case(G, "allclose false", "a:allclose(b)", lambda x, y: torch.allclose(x, y), [near_a, near_b],

@@ -702,6 +702,38 @@ function torch.where(cond, a, b)
 end
 function methods.where(t, cond, other) return torch.where(cond, t, other) end
 
+-- isnan, isinf, isfinite: bool tensors, as PyTorch's (an integer is never
+-- NaN or infinite)
+function methods.isnan(t) return t:ne(t) end
+function methods.isinf(t) return t:abs():eq(math.huge) end
+function methods.isfinite(t) return t:isnan():logical_or(t:isinf()):logical_not() end
+
+-- masked_fill(mask, value): value where the bool mask is true, t elsewhere,
+-- in t's dtype (value a number, a boolean or a 0-d tensor), broadcast as
+-- where() does; masked_fill_ writes it into t. Autograd sees where().
+local function masked(t, mask, value, fn)
+  if not is_tensor(mask) or mask.dtype ~= torch.bool then
+    raise(string.format("%s: expected mask to be a bool tensor, got %s", fn,
+                        is_tensor(mask) and "a " .. mask.dtype.name .. " tensor" or typename(mask)))
+  end
+  local fill
+  if is_tensor(value) then
+    if value:dim() ~= 0 then
+      raise(string.format("%s: expected value to be a number or a 0-d tensor, got a tensor of %d dims", fn,
+                          value:dim()))
+    end
+    fill = value:detach():to(t.device):to(t.dtype)
+  elseif type(value) == "number" or type(value) == "boolean" then
+    if type(value) == "boolean" then value = value and 1 or 0 end
+    fill = torch.full({}, value, { dtype = t.dtype, device = t.device })
+  else
+    raise(string.format("%s: expected value to be a number or a 0-d tensor, got %s", fn, typename(value)))
+  end
+  return torch.where(mask, fill, t)
+end
+function methods.masked_fill(t, mask, value) return masked(t, mask, value, "masked_fill") end
+function methods.masked_fill_(t, mask, value) return t:copy_(masked(t, mask, value, "masked_fill_")) end
+
 -- Reductions -------------------------------------------------------------
 
 -- Accepts (dim, keepdim), ({dim=, keepdim=}), or a table of dims.

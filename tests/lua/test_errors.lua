@@ -40,6 +40,10 @@ T.raises(function() return torch.device("cuda", true) end, {"device", "index", "
          "a device index that is not a number")
 T.raises(function() return torch.full({ 2 }, 1.5, true) end, {"full", "options", "table", "boolean"},
          "creation options that are not a table")
+T.raises(function() return torch.ones(3):masked_fill(torch.ones(3), 1) end, {"masked_fill", "bool", "float32"},
+         "masked_fill with a mask that is not bool")
+T.raises(function() return torch.ones(3):masked_fill(torch.ones(3):bool(), torch.ones(2)) end,
+         {"masked_fill", "0%-d"}, "masked_fill with a value of more than one element")
 T.raises(function() return torch.device("cuda", -1) end, {"device", "index", "integer"}, "a negative device index")
 T.raises(function() return torch.ones(2, 3):isclose(torch.ones(3, 2)) end, {"isclose", shp(2, 3), shp(3, 2)},
          "isclose of non-broadcastable shapes names itself and both shapes")

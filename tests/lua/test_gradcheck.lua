@@ -56,6 +56,9 @@ for _, op in ipairs({ "log", "sqrt", "rsqrt", "reciprocal", "log1p" }) do
   check("unary " .. op .. " (positive inputs)", function(a) return a[op](a) end, { P(2, 3) })
 end
 check("unary reciprocal (negative inputs)", function(a) return (-a):reciprocal() end, { P(3) })
+check("masked_fill (no gradient where filled)", function(a)
+  return a:masked_fill(torch.tensor({ true, false, true }), 2.5) * a
+end, { R(2, 3) })
 check("gelu (erf)", function(a) return a:gelu() end, { R(2, 3) })
 check("gelu (tanh)", function(a) return a:gelu("tanh") end, { R(2, 3) })
 check("torch.NAME form: torch.exp", function(a) return torch.exp(a) end, { R(4) })

@@ -19,6 +19,7 @@ inputs["b_all_true"] = {dtype="bool", shape={3}, values={true,true,true}}
 inputs["b_cast"] = {dtype="bool", shape={3}, values={true,false,true}}
 inputs["b_close_a"] = {dtype="bool", shape={4}, values={true,false,true,false}}
 inputs["b_close_b"] = {dtype="bool", shape={4}, values={true,true,false,false}}
+inputs["b_fill_mask"] = {dtype="bool", shape={3}, values={true,false,true}}
 inputs["b_unary"] = {dtype="bool", shape={3}, values={true,false,true}}
 inputs["bf16_0d"] = {dtype="bfloat16", shape={}, values=3.140625}
 inputs["bf16_2x3_a"] = {dtype="bfloat16", shape={2,3}, values={{4.0625,0.275390625,1.703125},{2.953125,0.455078125,-2.34375}}}
@@ -144,6 +145,7 @@ inputs["f64_5x7_b"] = {dtype="float64", shape={5,7}, values={{-2.935,0.261,1.023
 inputs["f64_6x5_a"] = {dtype="float64", shape={6,5}, values={{1.783,3.041,1.377,-1.828,0.806},{-3.102,0.005,0.709,-0.613,0.241},{0.139,-3.322,-2.182,0.317,-0.91},{1.301,-0.821,-0.482,-0.907,0.777},{1.805,1.782,-2.12,2.866,-0.446},{0.336,0.604,0.501,4.005,-6.05}}}
 inputs["f64_7x9_b"] = {dtype="float64", shape={7,9}, values={{1.27,2.808,0.368,-1.89,-0.801,0.093,0.033,0.27,1.807},{4.331,3.696,-3.731,0.456,-1.618,-0.434,-2.84,3.214,-3.835},{1.677,-0.19,2.417,-0.747,-0.874,-1.548,-0.212,4.637,1.928},{2.984,1.823,-1.598,-0.203,0.239,-1.04,-2.545,0.742,1.677},{0.388,-2.874,1.845,1.22,-2.618,3.488,-0.427,0.107,-1.138},{-1.793,-0.036,-2.522,0.236,1.008,3.058,-0.348,2.316,-1.705},{-2.676,1.107,0.52,0.613,-1.144,1.436,-1.08,-1.985,-1.03}}}
 inputs["f64_bf16"] = {dtype="float64", shape={5}, values={1.00390625,1.0039062500001,3.14159,0.1,-300.7}}
+inputs["f64_fill_value"] = {dtype="float64", shape={}, values=-2.25}
 inputs["f64_s_a"] = {dtype="float64", shape={}, values=5.208}
 inputs["f64_s_b"] = {dtype="float64", shape={}, values=-1.75}
 inputs["f64_sm_equal"] = {dtype="float64", shape={4}, values={5.0,5.0,5.0,5.0}}
@@ -1260,6 +1262,23 @@ C{name="isclose rtol 1e-3", expr="a:isclose(b, 1e-3)", inputs={"f32_close_a","f3
 C{name="isclose atol in a table", expr="a:isclose(b, {atol = 1e-2})", inputs={"f32_close_a","f32_close_b"}, dtype="bool", shape={9}, values={true,true,true,false,true,false,true,true,false}}
 C{name="isclose equal_nan", expr="torch.isclose(a, b, {equal_nan = true})", inputs={"f32_close_a","f32_close_b"}, dtype="bool", shape={9}, values={true,false,false,true,true,false,true,true,false}}
 C{name="isclose broadcast float64", expr="a:isclose(b, 0.1, 0.1)", inputs={"f64_2x3_a","f64_3_b"}, dtype="bool", shape={2,3}, values={{false,false,false},{false,false,false}}}
+C{name="isnan f32_spec_log", expr="a:isnan()", inputs={"f32_spec_log"}, dtype="bool", shape={6}, values={false,false,false,false,true,false}}
+C{name="isnan f64_spec_log", expr="a:isnan()", inputs={"f64_spec_log"}, dtype="bool", shape={6}, values={false,false,false,false,true,false}}
+C{name="isnan f32_spec_inf", expr="a:isnan()", inputs={"f32_spec_inf"}, dtype="bool", shape={6}, values={false,false,false,false,false,false}}
+C{name="isnan int64", expr="torch.isnan(a)", inputs={"i64_2x3_a"}, dtype="bool", shape={2,3}, values={{false,false,false},{false,false,false}}}
+C{name="isinf f32_spec_log", expr="a:isinf()", inputs={"f32_spec_log"}, dtype="bool", shape={6}, values={false,false,false,true,false,false}}
+C{name="isinf f64_spec_log", expr="a:isinf()", inputs={"f64_spec_log"}, dtype="bool", shape={6}, values={false,false,false,true,false,false}}
+C{name="isinf f32_spec_inf", expr="a:isinf()", inputs={"f32_spec_inf"}, dtype="bool", shape={6}, values={true,true,false,false,false,false}}
+C{name="isinf int64", expr="torch.isinf(a)", inputs={"i64_2x3_a"}, dtype="bool", shape={2,3}, values={{false,false,false},{false,false,false}}}
+C{name="isfinite f32_spec_log", expr="a:isfinite()", inputs={"f32_spec_log"}, dtype="bool", shape={6}, values={true,true,true,false,false,true}}
+C{name="isfinite f64_spec_log", expr="a:isfinite()", inputs={"f64_spec_log"}, dtype="bool", shape={6}, values={true,true,true,false,false,true}}
+C{name="isfinite f32_spec_inf", expr="a:isfinite()", inputs={"f32_spec_inf"}, dtype="bool", shape={6}, values={false,false,true,true,true,true}}
+C{name="isfinite int64", expr="torch.isfinite(a)", inputs={"i64_2x3_a"}, dtype="bool", shape={2,3}, values={{true,true,true},{true,true,true}}}
+C{name="masked_fill a number", expr="a:masked_fill(b, 7.5)", inputs={"f32_2x3_a","b_fill_mask"}, dtype="float32", shape={2,3}, values={{7.5,2.222,7.5},{7.5,3.378,7.5}}}
+C{name="masked_fill int64 with a fraction", expr="a:masked_fill(b, 1.5)", inputs={"i64_2x3_a","b_fill_mask"}, dtype="int64", shape={2,3}, values={{1,-6,1},{1,-2,1}}}
+C{name="masked_fill a 0-d tensor", expr="a:masked_fill(b, c)", inputs={"f64_2x3_a","b_fill_mask","f64_fill_value"}, dtype="float64", shape={2,3}, values={{-2.25,-1.743,-2.25},{-2.25,0.368,-2.25}}}
+C{name="masked_fill broadcasts the tensor to the mask", expr="torch.masked_fill(a, b, 3)", inputs={"f32_3_a","b_2x3_c"}, dtype="float32", shape={2,3}, values={{3,-2.284,-2.312},{3,-2.284,3}}}
+C{name="masked_fill_ in place", expr="a:masked_fill_(b, 0)", inputs={"f32_2x3_a","b_fill_mask"}, dtype="float32", shape={2,3}, values={{0,2.222,0},{0,3.378,0}}}
 C{name="isclose bool", expr="a:isclose(b)", inputs={"b_close_a","b_close_b"}, dtype="bool", shape={4}, values={true,false,false,true}}
 C{name="allclose false", expr="a:allclose(b)", inputs={"f32_close_a","f32_close_b"}, kind="value", dtype="bool", expected=false}
 C{name="allclose true", expr="a:allclose(b, 1e-3, 1e-2, true)", inputs={"f32_close_c","f32_close_d"}, kind="value", dtype="bool", expected=true}
