@@ -363,6 +363,15 @@ def gen_views():
     G = "views"
     x = arange_in("float32", [2, 3, 4])
     y = arange_in("float32", [3, 4])
+    # split and chunk return Lua lists: unpack gives PyTorch's tuple
+    five = arange_in("float32", [5, 2])
+    case(G, "split(2)", "unpack(a:split(2))", lambda t: t.split(2), [five])
+    case(G, "split sizes along dim 1", "unpack(a:split({1, 3}, 1))", lambda t: t.split([1, 3], 1), [y])
+    case(G, "split sizes with an empty one", "unpack(torch.split(a, {2, 0, 3}))", lambda t: torch.split(t, [2, 0, 3]),
+         [five])
+    case(G, "chunk(3)", "unpack(a:chunk(3))", lambda t: t.chunk(3), [five])
+    case(G, "chunk(4) of 6 is 3 chunks", "unpack(a:chunk(4, -1))", lambda t: t.chunk(4, -1),
+         [arange_in("float32", [2, 6])])
     s = arange_in("float32", [1, 3, 1, 2])
     z = arange_in("float32", [3, 1])
     w = arange_in("float32", [3])
@@ -751,6 +760,11 @@ def gen_where_clamp():
         for inp in ["f32_spec_log", "f64_spec_log", "f32_spec_inf"]:
             case(G, "%s %s" % (op, inp), "a:%s()" % op, getattr(torch, op), [inp])
         case(G, "%s int64" % op, "torch.%s(a)" % op, getattr(torch, op), [rnd("int64", [2, 3])])
+    tri = rnd("float32", [3, 4])
+    for fn in ["tril", "triu"]:
+        for k in [0, 1, -1]:
+            case(G, "%s(%d)" % (fn, k), "a:%s(%d)" % (fn, k), lambda x, fn=fn, k=k: getattr(x, fn)(k), [tri])
+        case(G, "%s batched" % fn, "torch.%s(a)" % fn, getattr(torch, fn), [rnd("float64", [2, 3, 3])])
     fill_mask = lit("b_fill_mask", [True, False, True], "bool")
     case(G, "masked_fill a number", "a:masked_fill(b, 7.5)", lambda x, m: x.masked_fill(m, 7.5),
          [rnd("float32", [2, 3]), fill_mask])

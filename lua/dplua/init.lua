@@ -512,6 +512,50 @@ function methods.narrow(t, d, start, len)
                          check_int(len, "narrow", "length")))
 end
 
+-- split(split_size or {sizes}, dim=0): a Lua list of views along dim, each
+-- split_size long (the last one shorter), or of the given sizes, which
+-- must add up to the dim's size. chunk(n, dim=0): at most n views, each
+-- ceil(size / n) long. As PyTorch's, an empty dim gives empty views.
+function methods.split(t, sizes, d)
+  d = wrap_dim(t, d or 0, "split")
+  local total, out, start = shape_of(t)[d + 1], {}, 0
+  if type(sizes) == "table" then
+    for i = 1, #sizes do
+      local n = check_int(sizes[i], "split", "a split size")
+      if n < 0 then raise(string.format("split: split sizes must not be negative, got %d", n)) end
+      out[i] = methods.narrow(t, d, start, math.min(n, math.max(total - start, 0)))
+      start = start + n
+    end
+    if start ~= total then
+      raise(string.format("split: the split sizes add up to %d, but dim %d has size %d", start, d, total))
+    end
+    return out
+  end
+  local step = check_int(sizes, "split", "split_size")
+  if step < 0 or (step == 0 and total > 0) then
+    raise(string.format("split: split_size must be positive for a dim of size %d, got %d", total, step))
+  end
+  repeat
+    local len = math.min(step, total - start)
+    out[#out + 1] = methods.narrow(t, d, start, len)
+    start = start + len
+  until start >= total
+  return out
+end
+
+function methods.chunk(t, chunks, d)
+  chunks = check_int(chunks, "chunk", "chunks")
+  if chunks <= 0 then raise(string.format("chunk: expected a positive number of chunks, got %d", chunks)) end
+  d = wrap_dim(t, d or 0, "chunk")
+  local total = shape_of(t)[d + 1]
+  if total == 0 then
+    local out = {}
+    for i = 1, chunks do out[i] = methods.narrow(t, d, 0, 0) end
+    return out
+  end
+  return methods.split(t, math.ceil(total / chunks), d)
+end
+
 function methods.select(t, d, i)
   return new(C.dp_select(outp, t.p, check_int(d, "select", "dim"), check_int(i, "select", "index")))
 end
@@ -733,6 +777,19 @@ local function masked(t, mask, value, fn)
 end
 function methods.masked_fill(t, mask, value) return masked(t, mask, value, "masked_fill") end
 function methods.masked_fill_(t, mask, value) return t:copy_(masked(t, mask, value, "masked_fill_")) end
+
+-- tril(diagonal=0) and triu: zeros above (below) the diagonal of the last
+-- two dims; diagonal > 0 moves it up, < 0 down
+local function triangle(t, k, fn, keep)
+  k = check_int(k or 0, fn, "diagonal")
+  if t:dim() < 2 then raise(string.format("%s: expected a tensor of at least 2 dims, got %d", fn, t:dim())) end
+  local rows, cols = t:size(-2), t:size(-1)
+  local i = torch.arange(rows, { dtype = torch.int64, device = t.device }):unsqueeze(1)
+  local j = torch.arange(cols, { dtype = torch.int64, device = t.device }):unsqueeze(0)
+  return masked(t, keep(j - i, k):logical_not(), 0, fn)
+end
+function methods.tril(t, k) return triangle(t, k, "tril", function(d, k) return d:le(k) end) end
+function methods.triu(t, k) return triangle(t, k, "triu", function(d, k) return d:ge(k) end) end
 
 -- Reductions -------------------------------------------------------------
 

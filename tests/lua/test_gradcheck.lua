@@ -56,6 +56,12 @@ for _, op in ipairs({ "log", "sqrt", "rsqrt", "reciprocal", "log1p" }) do
   check("unary " .. op .. " (positive inputs)", function(a) return a[op](a) end, { P(2, 3) })
 end
 check("unary reciprocal (negative inputs)", function(a) return (-a):reciprocal() end, { P(3) })
+check("split and chunk (views)", function(a)
+  local p = a:split({ 1, 2 }, 1)
+  local q = a:chunk(2)
+  return p[1] * 2 + p[2]:sum(1, true) + q[2]:sum()
+end, { R(2, 3) })
+check("tril and triu", function(a) return a:tril(-1) * 3 + a:triu(1) end, { R(3, 4) })
 check("masked_fill (no gradient where filled)", function(a)
   return a:masked_fill(torch.tensor({ true, false, true }), 2.5) * a
 end, { R(2, 3) })

@@ -51,6 +51,7 @@ inputs["f32_2x4x2_b"] = {dtype="float32", shape={2,4,2}, values={{{0.618,-0.415}
 inputs["f32_2x4x3_b"] = {dtype="float32", shape={2,4,3}, values={{{0.398,1.002,5.208},{-1.625,-2.065,2.626},{2.985,-2.109,-1.434},{-1.906,-1.518,1.682}},{{-1.686,0.962,1.494},{-0.479,0.45,-3.699},{-0.236,0.27,-3.914},{2.357,-1.64,-0.118}}}}
 inputs["f32_2x4x5_b"] = {dtype="float32", shape={2,4,5}, values={{{0.729,-1.023,2.553,-0.215,1.498},{1.117,-0.265,0.88,1.616,3.344},{0.559,-0.316,-2.427,-3.122,-1.239},{-2.116,2.939,1.559,2.135,0.37}},{{0.424,-2.546,0.315,-3.933,-0.598},{1.19,-0.036,-0.124,-0.839,-0.916},{0.416,1.428,1.303,3.638,0.469},{2.111,-2.835,-0.344,1.054,-1.455}}}}
 inputs["f32_2x5x4_b"] = {dtype="float32", shape={2,5,4}, values={{{1.1,-1.181,-0.472,1.818},{-0.809,1.958,4.567,-3.288},{-2.468,-0.28,0.902,-0.776},{-2.589,-5.287,-0.578,-1.044},{-0.043,1.118,1.74,-2.222}},{{-0.542,-1.363,-1.145,-1.302},{-1.537,3.951,1.856,1.094},{-3.324,0.969,0.223,-0.414},{1.758,-2.768,-1.739,-0.149},{-0.437,0.057,3.04,2.5}}}}
+inputs["f32_2x6_seq"] = {dtype="float32", shape={2,6}, values={{0,1,2,3,4,5},{6,7,8,9,10,11}}}
 inputs["f32_2x7_a"] = {dtype="float32", shape={2,7}, values={{-1.96,0.614,-1.027,2.606,0.232,5.271,-2.449},{-3.313,0.655,0.955,0.519,-2.786,-0.394,-2.184}}}
 inputs["f32_3_a"] = {dtype="float32", shape={3}, values={-4.92,-2.284,-2.312}}
 inputs["f32_3_b"] = {dtype="float32", shape={3}, values={0.381,-1.237,-2.274}}
@@ -78,6 +79,7 @@ inputs["f32_4x3_a"] = {dtype="float32", shape={4,3}, values={{1.532,-0.117,-1.2}
 inputs["f32_4x3_b"] = {dtype="float32", shape={4,3}, values={{1.677,-0.599,0.327},{-1.701,0.245,0.021},{0.099,-1.099,3.363},{-4.326,3.282,-1.223}}}
 inputs["f32_4x5_b"] = {dtype="float32", shape={4,5}, values={{2.72,-1.879,1.047,-0.528,-0.23},{-2.096,0.391,-2.35,1.386,0.198},{1.103,0.514,-3.16,2.063,-1.273},{-1.579,3.268,4.001,2.085,0.437}}}
 inputs["f32_5_a"] = {dtype="float32", shape={5}, values={0.508,-3.535,-0.664,-3.296,-1.89}}
+inputs["f32_5x2_seq"] = {dtype="float32", shape={5,2}, values={{0,1},{2,3},{4,5},{6,7},{8,9}}}
 inputs["f32_5x4x2_b"] = {dtype="float32", shape={5,4,2}, values={{{1.207,1.882},{-2.601,-2.4},{-1.388,-3.754},{-0.557,-0.548}},{{1.5,3.889},{-1.337,-0.012},{-1.267,-1.429},{1.616,0.462}},{{-0.565,-1.94},{1.504,-1.89},{-3.111,1.802},{-1.697,3.679}},{{2.867,-1.85},{1.966,-2.861},{-1.313,2.002},{-0.56,1.308}},{{0.393,-1.014},{0.909,1.217},{-1.491,-4.3},{-0.92,2.074}}}}
 inputs["f32_5x7_b"] = {dtype="float32", shape={5,7}, values={{-1.363,3.407,1.548,0.289,-0.635,-2.069,-4.058},{-2.815,0.098,1.868,-1.493,2.552,-0.258,-3.815},{1.558,0.343,2.195,-7.245,0.136,-1.494,-0.089},{-1.072,4.08,-3.181,1.066,0.26,-0.102,0.483},{2.392,-1.567,0.154,-1.471,1.089,-1.95,-0.421}}}
 inputs["f32_6_seq"] = {dtype="float32", shape={6}, values={0,1,2,3,4,5}}
@@ -118,6 +120,7 @@ inputs["f64_1x5_b"] = {dtype="float64", shape={1,5}, values={{2.452,2.545,1.935,
 inputs["f64_2x1x3x4_a"] = {dtype="float64", shape={2,1,3,4}, values={{{{-0.634,-0.296,0.627,-0.246},{2.377,2.801,1.15,0.617},{2.401,1.618,-2.521,3.349}}},{{{1.833,-0.798,0.166,1.224},{-2.306,4.405,-2.743,-1.231},{0.269,1.275,-3.337,1.782}}}}}
 inputs["f64_2x3_a"] = {dtype="float64", shape={2,3}, values={{-0.591,-1.743,1.463},{-0.211,0.368,-0.9}}}
 inputs["f64_2x3_pos"] = {dtype="float64", shape={2,3}, values={{1.21,2.891,0.796},{0.5589999999999999,2.295,3.657}}}
+inputs["f64_2x3x3_a"] = {dtype="float64", shape={2,3,3}, values={{{0.896,-1.526,1.651},{-2.269,2.859,1.084},{-0.441,-0.62,-3.052}},{{-0.679,-2.138,-1.602},{-1.144,1.743,0.037},{-0.872,1.908,0.88}}}}
 inputs["f64_2x3x4_a"] = {dtype="float64", shape={2,3,4}, values={{{-1.383,0.377,-2.985,-0.228},{1.902,-2.926,-0.242,3.209},{0.364,-2.592,2.395,3.509}},{{-2.265,1.151,0.839,1.627},{-3.893,-0.719,-1.381,2.357},{2.695,0.201,1.017,2.385}}}}
 inputs["f64_2x4_a"] = {dtype="float64", shape={2,4}, values={{-0.152,-1.346,2.109,1.319},{0.773,3.584,-1.516,-0.996}}}
 inputs["f64_2x4_b"] = {dtype="float64", shape={2,4}, values={{2.558,1.1,-0.537,-2.259},{0.663,-1.637,2.1,-0.511}}}
@@ -290,6 +293,11 @@ C{name="tensor scalar 0-d", expr="torch.tensor(3.5)", dtype="float32", shape={},
 C{name="tensor 3-d", expr="torch.tensor({{{1}, {2}}, {{3}, {4}}})", dtype="float32", shape={2,2,1}, values={{{1},{2}},{{3},{4}}}}
 end)() end
 do local C = adder("views"); (function()
+C{name="split(2)", expr="unpack(a:split(2))", inputs={"f32_5x2_seq"}, kind="multi", expected={{dtype="float32", shape={2,2}, values={{0,1},{2,3}}}, {dtype="float32", shape={2,2}, values={{4,5},{6,7}}}, {dtype="float32", shape={1,2}, values={{8,9}}}}}
+C{name="split sizes along dim 1", expr="unpack(a:split({1, 3}, 1))", inputs={"f32_3x4_seq"}, kind="multi", expected={{dtype="float32", shape={3,1}, values={{0},{4},{8}}}, {dtype="float32", shape={3,3}, values={{1,2,3},{5,6,7},{9,10,11}}}}}
+C{name="split sizes with an empty one", expr="unpack(torch.split(a, {2, 0, 3}))", inputs={"f32_5x2_seq"}, kind="multi", expected={{dtype="float32", shape={2,2}, values={{0,1},{2,3}}}, {dtype="float32", shape={0,2}, values={}}, {dtype="float32", shape={3,2}, values={{4,5},{6,7},{8,9}}}}}
+C{name="chunk(3)", expr="unpack(a:chunk(3))", inputs={"f32_5x2_seq"}, kind="multi", expected={{dtype="float32", shape={2,2}, values={{0,1},{2,3}}}, {dtype="float32", shape={2,2}, values={{4,5},{6,7}}}, {dtype="float32", shape={1,2}, values={{8,9}}}}}
+C{name="chunk(4) of 6 is 3 chunks", expr="unpack(a:chunk(4, -1))", inputs={"f32_2x6_seq"}, kind="multi", expected={{dtype="float32", shape={2,2}, values={{0,1},{6,7}}}, {dtype="float32", shape={2,2}, values={{2,3},{8,9}}}, {dtype="float32", shape={2,2}, values={{4,5},{10,11}}}}}
 C{name="view(6, 4)", expr="a:view(6, 4)", inputs={"f32_2x3x4_seq"}, dtype="float32", shape={6,4}, values={{0,1,2,3},{4,5,6,7},{8,9,10,11},{12,13,14,15},{16,17,18,19},{20,21,22,23}}, stride={4,1}, contiguous=true}
 C{name="view({4, -1})", expr="a:view({4, -1})", inputs={"f32_2x3x4_seq"}, dtype="float32", shape={4,6}, values={{0,1,2,3,4,5},{6,7,8,9,10,11},{12,13,14,15,16,17},{18,19,20,21,22,23}}, stride={6,1}, contiguous=true}
 C{name="view(-1)", expr="a:view(-1)", inputs={"f32_2x3x4_seq"}, dtype="float32", shape={24}, values={0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23}, stride={1}, contiguous=true}
@@ -1274,6 +1282,14 @@ C{name="isfinite f32_spec_log", expr="a:isfinite()", inputs={"f32_spec_log"}, dt
 C{name="isfinite f64_spec_log", expr="a:isfinite()", inputs={"f64_spec_log"}, dtype="bool", shape={6}, values={true,true,true,false,false,true}}
 C{name="isfinite f32_spec_inf", expr="a:isfinite()", inputs={"f32_spec_inf"}, dtype="bool", shape={6}, values={false,false,true,true,true,true}}
 C{name="isfinite int64", expr="torch.isfinite(a)", inputs={"i64_2x3_a"}, dtype="bool", shape={2,3}, values={{true,true,true},{true,true,true}}}
+C{name="tril(0)", expr="a:tril(0)", inputs={"f32_3x4_a"}, dtype="float32", shape={3,4}, values={{1.25,0,0,0},{-0.11,-1.766,0,0},{0.436,-0.507,0.434,0}}}
+C{name="tril(1)", expr="a:tril(1)", inputs={"f32_3x4_a"}, dtype="float32", shape={3,4}, values={{1.25,-2.036,0,0},{-0.11,-1.766,1.087,0},{0.436,-0.507,0.434,-0.54}}}
+C{name="tril(-1)", expr="a:tril(-1)", inputs={"f32_3x4_a"}, dtype="float32", shape={3,4}, values={{0,0,0,0},{-0.11,0,0,0},{0.436,-0.507,0,0}}}
+C{name="tril batched", expr="torch.tril(a)", inputs={"f64_2x3x3_a"}, dtype="float64", shape={2,3,3}, values={{{0.896,0.0,0.0},{-2.269,2.859,0.0},{-0.441,-0.62,-3.052}},{{-0.679,0.0,0.0},{-1.144,1.743,0.0},{-0.872,1.908,0.88}}}}
+C{name="triu(0)", expr="a:triu(0)", inputs={"f32_3x4_a"}, dtype="float32", shape={3,4}, values={{1.25,-2.036,1.371,-2.756},{0,-1.766,1.087,1.89},{0,0,0.434,-0.54}}}
+C{name="triu(1)", expr="a:triu(1)", inputs={"f32_3x4_a"}, dtype="float32", shape={3,4}, values={{0,-2.036,1.371,-2.756},{0,0,1.087,1.89},{0,0,0,-0.54}}}
+C{name="triu(-1)", expr="a:triu(-1)", inputs={"f32_3x4_a"}, dtype="float32", shape={3,4}, values={{1.25,-2.036,1.371,-2.756},{-0.11,-1.766,1.087,1.89},{0,-0.507,0.434,-0.54}}}
+C{name="triu batched", expr="torch.triu(a)", inputs={"f64_2x3x3_a"}, dtype="float64", shape={2,3,3}, values={{{0.896,-1.526,1.651},{0.0,2.859,1.084},{0.0,0.0,-3.052}},{{-0.679,-2.138,-1.602},{0.0,1.743,0.037},{0.0,0.0,0.88}}}}
 C{name="masked_fill a number", expr="a:masked_fill(b, 7.5)", inputs={"f32_2x3_a","b_fill_mask"}, dtype="float32", shape={2,3}, values={{7.5,2.222,7.5},{7.5,3.378,7.5}}}
 C{name="masked_fill int64 with a fraction", expr="a:masked_fill(b, 1.5)", inputs={"i64_2x3_a","b_fill_mask"}, dtype="int64", shape={2,3}, values={{1,-6,1},{1,-2,1}}}
 C{name="masked_fill a 0-d tensor", expr="a:masked_fill(b, c)", inputs={"f64_2x3_a","b_fill_mask","f64_fill_value"}, dtype="float64", shape={2,3}, values={{-2.25,-1.743,-2.25},{-2.25,0.368,-2.25}}}
