@@ -881,6 +881,15 @@ def red_case(G, t, label, op, dims):
 
 def gen_reduce():
     G = "reduce"
+
+    nx = rnd("float32", [3, 4])
+    case(G, "norm", "a:norm()", lambda x: x.norm(), [nx])
+    case(G, "norm fro", 'a:norm("fro")', lambda x: x.norm("fro"), [nx])
+    for p, lua_p in [(1, "1"), (3, "3"), (0, "0"), (float("inf"), "math.huge"), (float("-inf"), "-math.huge"), (0.5, "0.5")]:
+        case(G, "norm p=%s" % lua_p, "a:norm(%s)" % lua_p, lambda x, p=p: x.norm(p), [nx])
+    case(G, "norm dim 1", "a:norm(2, 1)", lambda x: x.norm(2, 1), [nx])
+    case(G, "norm p=1 dim 0 keepdim", "torch.norm(a, 1, 0, true)", lambda x: torch.norm(x, 1, 0, True), [nx])
+    case(G, "norm float64 dim -1", "a:norm(2, -1)", lambda x: x.norm(2, -1), [rnd("float64", [2, 3, 2])])
     t3 = rnd("float32", [2, 3, 4])
     t2 = rnd("float64", [3, 4])
     dims3 = [0, 1, 2, -1]

@@ -841,6 +841,27 @@ methods.min = minmax(RED.min, "min", BIN.minimum)
 function methods.amax(t, dim, keepdim) return reduce(RED.max, "amax", t, dim, keepdim) end
 function methods.amin(t, dim, keepdim) return reduce(RED.min, "amin", t, dim, keepdim) end
 
+-- norm([p [, dim [, keepdim]]]): the vector p-norm of a floating tensor,
+-- over every element or over dim: p a number (2 by default; 0 counts the
+-- non-zeros), math.huge or -math.huge (the largest or smallest
+-- magnitude), or "fro" (2)
+function methods.norm(t, p, dim, keepdim)
+  if not t.dtype.is_floating_point then
+    raise("norm: expected a floating point tensor, got " .. t.dtype.name)
+  end
+  if p == nil or p == "fro" then p = 2 end
+  if type(p) ~= "number" then
+    raise(string.format('norm: expected p to be a number, math.huge or "fro", got %s %s', typename(p), tostring(p)))
+  end
+  local a = t:abs()
+  if p == math.huge then return a:amax(dim, keepdim) end
+  if p == -math.huge then return a:amin(dim, keepdim) end
+  if p == 0 then return a:ne(0):to(t.dtype):sum(dim, keepdim) end
+  if p == 1 then return a:sum(dim, keepdim) end
+  if p == 2 then return (a * a):sum(dim, keepdim):sqrt() end
+  return a:pow(p):sum(dim, keepdim):pow(1 / p)
+end
+
 -- var/std: (dim, keepdim), (dim, {correction=, unbiased=, keepdim=}) or ({dim=, ...})
 local function moments(op, fn)
   return function(t, dim, opts)

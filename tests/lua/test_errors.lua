@@ -44,6 +44,9 @@ T.raises(function() return torch.ones(3):masked_fill(torch.ones(3), 1) end, {"ma
          "masked_fill with a mask that is not bool")
 T.raises(function() return torch.ones(3):masked_fill(torch.ones(3):bool(), torch.ones(2)) end,
          {"masked_fill", "0%-d"}, "masked_fill with a value of more than one element")
+T.raises(function() return torch.ones(3, {dtype = torch.int64}):norm() end, {"norm", "floating", "int64"},
+         "norm of an integer tensor")
+T.raises(function() return torch.ones(3):norm("nuc") end, {"norm", "p", "nuc"}, "norm with an unknown p")
 T.raises(function() return torch.device("cuda", -1) end, {"device", "index", "integer"}, "a negative device index")
 T.raises(function() return torch.ones(2, 3):isclose(torch.ones(3, 2)) end, {"isclose", shp(2, 3), shp(3, 2)},
          "isclose of non-broadcastable shapes names itself and both shapes")

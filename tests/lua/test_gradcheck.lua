@@ -62,6 +62,7 @@ check("split and chunk (views)", function(a)
   return p[1] * 2 + p[2]:sum(1, true) + q[2]:sum()
 end, { R(2, 3) })
 check("tril and triu", function(a) return a:tril(-1) * 3 + a:triu(1) end, { R(3, 4) })
+check("norm (2, 1, 3, over a dim)", function(a) return a:norm() + a:norm(1) + a:norm(3, 1):sum() end, { R(3, 4) })
 check("masked_fill (no gradient where filled)", function(a)
   return a:masked_fill(torch.tensor({ true, false, true }), 2.5) * a
 end, { R(2, 3) })

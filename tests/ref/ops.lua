@@ -120,6 +120,7 @@ inputs["f64_1x5_b"] = {dtype="float64", shape={1,5}, values={{2.452,2.545,1.935,
 inputs["f64_2x1x3x4_a"] = {dtype="float64", shape={2,1,3,4}, values={{{{-0.634,-0.296,0.627,-0.246},{2.377,2.801,1.15,0.617},{2.401,1.618,-2.521,3.349}}},{{{1.833,-0.798,0.166,1.224},{-2.306,4.405,-2.743,-1.231},{0.269,1.275,-3.337,1.782}}}}}
 inputs["f64_2x3_a"] = {dtype="float64", shape={2,3}, values={{-0.591,-1.743,1.463},{-0.211,0.368,-0.9}}}
 inputs["f64_2x3_pos"] = {dtype="float64", shape={2,3}, values={{1.21,2.891,0.796},{0.5589999999999999,2.295,3.657}}}
+inputs["f64_2x3x2_a"] = {dtype="float64", shape={2,3,2}, values={{{1.434,0.034},{0.263,2.471},{-1.309,4.837}},{{-1.221,-3.668},{-3.874,0.201},{0.379,0.57}}}}
 inputs["f64_2x3x3_a"] = {dtype="float64", shape={2,3,3}, values={{{0.896,-1.526,1.651},{-2.269,2.859,1.084},{-0.441,-0.62,-3.052}},{{-0.679,-2.138,-1.602},{-1.144,1.743,0.037},{-0.872,1.908,0.88}}}}
 inputs["f64_2x3x4_a"] = {dtype="float64", shape={2,3,4}, values={{{-1.383,0.377,-2.985,-0.228},{1.902,-2.926,-0.242,3.209},{0.364,-2.592,2.395,3.509}},{{-2.265,1.151,0.839,1.627},{-3.893,-0.719,-1.381,2.357},{2.695,0.201,1.017,2.385}}}}
 inputs["f64_2x4_a"] = {dtype="float64", shape={2,4}, values={{-0.152,-1.346,2.109,1.319},{0.773,3.584,-1.516,-0.996}}}
@@ -1361,6 +1362,17 @@ C{name="add_ self aliasing", expr="a:add_(a); return a", inputs={"f32_2x3_a"}, d
 C{name="mul_ on a view", expr="a[{{}, {0, nil, 2}}]:mul_(10); return a", inputs={"f32_2x3_a"}, dtype="float32", shape={2,3}, values={{-24.73,2.222,-8.61},{-4.52,3.378,38.699997}}}
 end)() end
 do local C = adder("reduce"); (function()
+C{name="norm", expr="a:norm()", inputs={"f32_3x4_a"}, dtype="float32", shape={}, values=4.898428}
+C{name="norm fro", expr="a:norm(\"fro\")", inputs={"f32_3x4_a"}, dtype="float32", shape={}, values=4.898428}
+C{name="norm p=1", expr="a:norm(1)", inputs={"f32_3x4_a"}, dtype="float32", shape={}, values=14.183001}
+C{name="norm p=3", expr="a:norm(3)", inputs={"f32_3x4_a"}, dtype="float32", shape={}, values=3.6317246}
+C{name="norm p=0", expr="a:norm(0)", inputs={"f32_3x4_a"}, dtype="float32", shape={}, values=12}
+C{name="norm p=math.huge", expr="a:norm(math.huge)", inputs={"f32_3x4_a"}, dtype="float32", shape={}, values=2.756}
+C{name="norm p=-math.huge", expr="a:norm(-math.huge)", inputs={"f32_3x4_a"}, dtype="float32", shape={}, values=0.11}
+C{name="norm p=0.5", expr="a:norm(0.5)", inputs={"f32_3x4_a"}, dtype="float32", shape={}, values=149.32475}
+C{name="norm dim 1", expr="a:norm(2, 1)", inputs={"f32_3x4_a"}, dtype="float32", shape={3}, values={3.8965335,2.8079398,0.9628608}}
+C{name="norm p=1 dim 0 keepdim", expr="torch.norm(a, 1, 0, true)", inputs={"f32_3x4_a"}, dtype="float32", shape={1,4}, values={{1.796,4.309,2.8920002,5.186}}}
+C{name="norm float64 dim -1", expr="a:norm(2, -1)", inputs={"f64_2x3x2_a"}, dtype="float64", shape={2,3}, values={{1.4344030117090523,2.4849567400661123,5.010992915580704},{3.8658847628971045,3.879210873360715,0.6845005478449232}}}
 C{name="sum() f32[2,3,4]", expr="a:sum()", inputs={"f32_2x3x4_a"}, dtype="float32", shape={}, values=2.4310005}
 C{name="sum(0, false) f32[2,3,4]", expr="a:sum(0, false)", inputs={"f32_2x3x4_a"}, dtype="float32", shape={3,4}, values={{-2.2619998,-2.803,-1.772,0.20800006},{2.418,-1.575,1.2260001,3.1810002},{0.37599993,2.9720001,-1.9430001,2.405}}}
 C{name="sum(0, true) f32[2,3,4]", expr="a:sum(0, true)", inputs={"f32_2x3x4_a"}, dtype="float32", shape={1,3,4}, values={{{-2.2619998,-2.803,-1.772,0.20800006},{2.418,-1.575,1.2260001,3.1810002},{0.37599993,2.9720001,-1.9430001,2.405}}}}
@@ -1550,6 +1562,8 @@ C{name="std(1) f64[3,4]", expr="a:std(1)", inputs={"f64_3x4_a"}, dtype="float64"
 C{name="std(0, correction=0, keepdim=false) f64[3,4]", expr="a:std(0, {correction=0, keepdim=false})", inputs={"f64_3x4_a"}, dtype="float64", shape={4}, values={1.1086135485370905,0.3580598956723426,2.046879630613931,1.8796618490214314}}
 C{name="std(0, correction=0, keepdim=true) f64[3,4]", expr="a:std(0, {correction=0, keepdim=true})", inputs={"f64_3x4_a"}, dtype="float64", shape={1,4}, values={{1.1086135485370905,0.3580598956723426,2.046879630613931,1.8796618490214314}}}
 C{name="std(0, correction=1, keepdim=false) f64[3,4]", expr="a:std(0, {correction=1, keepdim=false})", inputs={"f64_3x4_a"}, dtype="float64", shape={4}, values={1.357768757926032,0.43853202087570897,2.5069053299503223,2.3021062095394296}}
+end)() end
+do local C = adder("reduce"); (function()
 C{name="std(0, correction=1, keepdim=true) f64[3,4]", expr="a:std(0, {correction=1, keepdim=true})", inputs={"f64_3x4_a"}, dtype="float64", shape={1,4}, values={{1.357768757926032,0.43853202087570897,2.5069053299503223,2.3021062095394296}}}
 C{name="std(1, correction=0, keepdim=false) f64[3,4]", expr="a:std(1, {correction=0, keepdim=false})", inputs={"f64_3x4_a"}, dtype="float64", shape={3}, values={2.38330977843838,1.1026196930492398,1.8364499720928962}}
 C{name="std(1, correction=0, keepdim=true) f64[3,4]", expr="a:std(1, {correction=0, keepdim=true})", inputs={"f64_3x4_a"}, dtype="float64", shape={3,1}, values={{2.38330977843838},{1.1026196930492398},{1.8364499720928962}}}
@@ -1561,8 +1575,6 @@ C{name="std(-1, correction=1, keepdim=false) f64[3,4]", expr="a:std(-1, {correct
 C{name="std(-1, correction=1, keepdim=true) f64[3,4]", expr="a:std(-1, {correction=1, keepdim=true})", inputs={"f64_3x4_a"}, dtype="float64", shape={3,1}, values={{2.7520090842873324},{1.2731955531915224},{2.120549771482229}}}
 C{name="sum() int64", expr="a:sum()", inputs={"i64_3x4_small"}, dtype="int64", shape={}, values=15}
 C{name="sum(1) int64", expr="a:sum(1)", inputs={"i64_3x4_small"}, dtype="int64", shape={3}, values={4,5,6}}
-end)() end
-do local C = adder("reduce"); (function()
 C{name="sum(0, true) int64", expr="a:sum(0, true)", inputs={"i64_3x4_small"}, dtype="int64", shape={1,4}, values={{2,4,6,3}}}
 C{name="prod() int64", expr="a:prod()", inputs={"i64_3x4_small"}, dtype="int64", shape={}, values=0}
 C{name="prod(1) int64", expr="a:prod(1)", inputs={"i64_3x4_small"}, dtype="int64", shape={3}, values={0,0,0}}
