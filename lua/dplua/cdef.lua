@@ -312,7 +312,7 @@ void dp_cuda_graph_free(dp_cuda_graph *g);
 /* memory pressure: tensors are freed by Lua's GC, which does not see their
  * size; the binding collects when this says enough was allocated */
 int dp_gc_wanted(void);
-void dp_gc_done(void);
+void dp_gc_done(double lua_heap_kb);   /* after the collection: collectgarbage("count") */
 
 /* checkpoints: the safetensors format (src/core/safetensors.c). A reader
  * opens and validates the whole header (every failure names the file and

@@ -78,7 +78,7 @@ local function new(st)
   if st ~= 0 then fail() end
   local t = wrap(outp[0])
   -- tensor memory is invisible to Lua's GC: collect when C says it is due
-  if C.dp_gc_wanted() ~= 0 then collectgarbage(); C.dp_gc_done() end
+  if C.dp_gc_wanted() ~= 0 then collectgarbage(); C.dp_gc_done(collectgarbage("count")) end
   return t
 end
 

@@ -51,33 +51,43 @@ void dp_reset_peak_memory_stats(int device)
 /* Tensors die when Lua's GC finalizes their handles, and Lua does not see
  * their size; so the binding asks after each op whether enough has been
  * allocated since the last collection to make one worthwhile: more than
- * the bytes that were in use then, and at least 64 MiB; or GC_EVERY_BLOCKS
- * device storages, however small. The second is for small models: a
- * device block that dies in Lua's hands returns to the small-block cache
- * (cuda/memory.cu) only when a collection finds it, and until then every
- * new one costs a cudaMallocAsync (3 us on the H200 host, against 0.1 from
- * the cache). Lua's own cycles come at uneven intervals, after thousands
- * of seed steps, so the cache kept falling short: about one
- * cudaMallocAsync a step after 24000 seed steps. Collecting after a fixed
- * count makes each interval's dead blocks enough for the next interval. A
- * full collection of dplua's heap takes about 100 us, some 0.01 us per
- * block. */
-static int64_t bytes_since_gc, bytes_at_gc, blocks_since_gc;
+ * the bytes that were in use then, and at least 64 MiB; or a number of
+ * storages, however small: GC_EVERY_BLOCKS, or 8 per KB of Lua heap after
+ * the last collection when that is more.
+ *
+ * The count is for small models, whose steps make many small tensors:
+ * - On a GPU a block that dies in Lua's hands returns to the small-block
+ *   cache (cuda/memory.cu) only when a collection finds it, and until then
+ *   every new one costs a cudaMallocAsync (3 us on the H200 host, against
+ *   0.1 from the cache). Lua's own cycles come after thousands of seed
+ *   steps, at uneven intervals, so the cache kept falling short: about one
+ *   cudaMallocAsync a step after 24000 seed steps, none with the count.
+ * - On the CPU the dead tensors of thousands of steps make a working set
+ *   far larger than the caches: the seed step took 9.8 us with Lua's own
+ *   cycles, 6.7 us collecting every 8192 storages (2 cores, this machine;
+ *   4096: 6.9, 16384: 7.7, 32768: 9.4).
+ * A full collection costs about 0.2 us per KB of Lua heap (100 us for
+ * dplua's own 500 KB); 8 storages per KB keeps that under a tenth of what
+ * the collections save when a script holds a large heap of its own. */
+static int64_t bytes_since_gc, bytes_at_gc, blocks_since_gc, blocks_per_gc = 8192;
 #define GC_MIN_BYTES (64LL << 20)
 #define GC_EVERY_BLOCKS 8192
+#define GC_BLOCKS_PER_HEAP_KB 8
 
 int dp_gc_wanted(void)
 {
-    return (bytes_since_gc > GC_MIN_BYTES && bytes_since_gc > bytes_at_gc) || blocks_since_gc > GC_EVERY_BLOCKS;
+    return (bytes_since_gc > GC_MIN_BYTES && bytes_since_gc > bytes_at_gc) || blocks_since_gc > blocks_per_gc;
 }
 
-void dp_gc_done(void)
+void dp_gc_done(double lua_heap_kb)
 {
     bytes_since_gc = 0;
     blocks_since_gc = 0;
     bytes_at_gc = 0;
     for (int i = 0; i <= MAX_DEVICES; i++)
         bytes_at_gc += bytes_in_use[i];
+    double by_heap = lua_heap_kb * GC_BLOCKS_PER_HEAP_KB;
+    blocks_per_gc = by_heap > GC_EVERY_BLOCKS && by_heap < 1e15 ? (int64_t)by_heap : GC_EVERY_BLOCKS;
 }
 
 /* Device storages: the header on the host, the data from the device's
@@ -144,6 +154,7 @@ static dp_status storage_new(dp_storage **out, size_t nbytes, int device)
     s->data = (char *)s + 64;
     account(DP_CPU, (int64_t)nbytes);
     bytes_since_gc += (int64_t)nbytes;
+    blocks_since_gc++;
     *out = s;
     return DP_OK;
 }
