@@ -516,7 +516,12 @@ end
 -- split_size long (the last one shorter), or of the given sizes, which
 -- must add up to the dim's size. chunk(n, dim=0): at most n views, each
 -- ceil(size / n) long. As PyTorch's, an empty dim gives empty views.
+local function at_least_1d(t, fn)
+  if t:dim() == 0 then raise(fn .. ": expected a tensor of at least 1 dim, got a 0-d tensor") end
+end
+
 function methods.split(t, sizes, d)
+  at_least_1d(t, "split")
   d = wrap_dim(t, d or 0, "split")
   local total, out, start = shape_of(t)[d + 1], {}, 0
   if type(sizes) == "table" then
@@ -546,6 +551,7 @@ end
 function methods.chunk(t, chunks, d)
   chunks = check_int(chunks, "chunk", "chunks")
   if chunks <= 0 then raise(string.format("chunk: expected a positive number of chunks, got %d", chunks)) end
+  at_least_1d(t, "chunk")
   d = wrap_dim(t, d or 0, "chunk")
   local total = shape_of(t)[d + 1]
   if total == 0 then

@@ -100,6 +100,8 @@ T.run("split and chunk: how many views, and that they are views", function()
     T.raises(function() return x:chunk(0) end, {"chunk", "positive"}, "zero chunks")
     T.raises(function() return x:split(2, 1) end, {"split", "dim"}, "a dim out of range")
     T.raises(function() return x:tril() end, {"tril", "2 dims"}, "tril of a vector")
+    T.raises(function() return torch.tensor(3):split(1) end, {"split", "0%-d"}, "split of a 0-d tensor")
+    T.raises(function() return torch.tensor(3):chunk(2) end, {"chunk", "0%-d"}, "chunk of a 0-d tensor")
 end)
 
 T.done_testing()
