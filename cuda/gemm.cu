@@ -81,7 +81,7 @@ __device__ static inline void store(float *p, float v) { *p = v; }
 __device__ static inline void store(double *p, double v) { *p = v; }
 __device__ static inline void store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
-static bool is_activation(int epilogue)
+__host__ __device__ static inline bool is_activation(int epilogue)
 {
     return epilogue == DPC_EPI_RELU || epilogue == DPC_EPI_GELU || epilogue == DPC_EPI_GELU_TANH;
 }
@@ -93,7 +93,7 @@ static bool is_activation(int epilogue)
 template <typename T, typename Acc>
 __device__ static inline Acc activate(int epilogue, Acc v, T *aux)
 {
-    if (epilogue != DPC_EPI_RELU && epilogue != DPC_EPI_GELU && epilogue != DPC_EPI_GELU_TANH)
+    if (!is_activation(epilogue))
         return v;
     T stored;
     store(&stored, v);
@@ -936,7 +936,7 @@ static int gemm_run(const gemm_args &g)
         lt_g.epilogue = DPC_EPI_BIAS;
         lt_g.aux = NULL;
     }
-    bool epilogue = g.bias != NULL || lt_g.epilogue == DPC_EPI_RELU || lt_g.epilogue == DPC_EPI_GELU_TANH;
+    bool epilogue = g.bias != NULL || is_activation(lt_g.epilogue);   /* lt_g's GELU is the tanh form only */
     rc = small ? lt_matmul(handle, lt_g, device, epilogue, NULL, 0) : DPC_UNSUPPORTED;
     if (rc == DPC_UNSUPPORTED) {
         ws_bytes = DPC_GEMM_WORKSPACE_BYTES;
