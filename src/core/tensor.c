@@ -69,10 +69,18 @@ void dp_reset_peak_memory_stats(int device)
  * A full collection costs about 0.2 us per KB of Lua heap (100 us for
  * dplua's own 500 KB); 8 storages per KB keeps that under a tenth of what
  * the collections save when a script holds a large heap of its own. */
-static int64_t bytes_since_gc, bytes_at_gc, blocks_since_gc, blocks_per_gc = 8192;
 #define GC_MIN_BYTES (64LL << 20)
 #define GC_EVERY_BLOCKS 8192
 #define GC_BLOCKS_PER_HEAP_KB 8
+static int64_t bytes_since_gc, bytes_at_gc, blocks_since_gc, blocks_per_gc = GC_EVERY_BLOCKS;
+
+/* A new storage of nbytes on device: in use, and towards the next collection. */
+static void count_new_storage(int device, size_t nbytes)
+{
+    account(device, (int64_t)nbytes);
+    bytes_since_gc += (int64_t)nbytes;   /* GPU garbage counts too */
+    blocks_since_gc++;
+}
 
 int dp_gc_wanted(void)
 {
@@ -107,9 +115,7 @@ static dp_status device_storage_new(dp_storage **out, size_t nbytes, int device)
     s->refcount = 1;
     s->device = device;
     s->nbytes = nbytes;
-    account(device, (int64_t)nbytes);
-    bytes_since_gc += (int64_t)nbytes;   /* GPU garbage counts too */
-    blocks_since_gc++;
+    count_new_storage(device, nbytes);
     *out = s;
     return DP_OK;
 }
@@ -152,9 +158,7 @@ static dp_status storage_new(dp_storage **out, size_t nbytes, int device)
     s->nbytes = nbytes;
     s->capacity = capacity;
     s->data = (char *)s + 64;
-    account(DP_CPU, (int64_t)nbytes);
-    bytes_since_gc += (int64_t)nbytes;
-    blocks_since_gc++;
+    count_new_storage(DP_CPU, nbytes);
     *out = s;
     return DP_OK;
 }
