@@ -12,9 +12,12 @@
 #endif
 
 #include <dlfcn.h>
+#include <stdlib.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <atomic>
 
 #include <cuda_runtime.h>
 #ifdef DP_HAVE_CUBLASLT
@@ -25,6 +28,7 @@
 #endif
 
 #include "dp_cuda.h"
+#include "launch.cuh"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
@@ -162,9 +166,38 @@ extern "C" int dpc_nccl_version(void)
 /* dst is (n,) */
 __global__ static void fill_f32_kernel(float *dst, float value, int64_t n)
 {
+    begin_after_previous_kernel();
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         dst[i] = value;
+}
+
+/* cudaGetDevice's numbers this file remembers facts for */
+#define DPC_MAX_DEVICES 64
+
+int dpc_device_can(void)
+{
+    static std::atomic<int> known[DPC_MAX_DEVICES];   /* 0: not asked yet, else the answer | 1 << 8 */
+    int device;
+    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= DPC_MAX_DEVICES)
+        return 0;
+    int v = known[device].load(std::memory_order_relaxed);
+    if (v == 0) {
+        int clusters = 0, major = 0;
+        cudaFuncAttributes attr;
+        /* every file of cuda/ is built with the same targets: one kernel's binary speaks for all */
+        bool sm90 = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                    major >= 9 && cudaFuncGetAttributes(&attr, fill_f32_kernel) == cudaSuccess &&
+                    attr.binaryVersion >= 90;
+        if (sm90 && cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, device) == cudaSuccess && clusters)
+            v |= DPC_CAN_CLUSTER;
+        const char *pdl = getenv("DPLUA_PDL");
+        if (sm90 && !(pdl && strcmp(pdl, "0") == 0))
+            v |= DPC_CAN_PDL;
+        cudaGetLastError();   /* a refusal above is an answer, not an error for the next call to find */
+        known[device].store(v | 1 << 8, std::memory_order_relaxed);
+    }
+    return v & 0xff;
 }
 
 extern "C" int dpc_fill_f32(float *dst, float value, int64_t n, void *stream)
@@ -177,6 +210,5 @@ extern "C" int dpc_fill_f32(float *dst, float value, int64_t n, void *stream)
     int64_t grid = CEIL_DIV(n, (int64_t)block);
     if (grid > DPC_MAX_BLOCKS)
         grid = DPC_MAX_BLOCKS;
-    fill_f32_kernel<<<(unsigned)grid, block, 0, (cudaStream_t)stream>>>(dst, value, n);
-    return (int)cudaGetLastError();
+    return launch_kernel(fill_f32_kernel, (unsigned)grid, block, (cudaStream_t)stream, dst, value, n);
 }

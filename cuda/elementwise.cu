@@ -29,6 +29,7 @@
 #include "core/dtype_conv.h"
 #include "activation.cuh"
 #include "iter.cuh"
+#include "launch.cuh"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 #define EW_THREADS 256
@@ -109,6 +110,7 @@ template <class Fn> static int with_size(size_t es, Fn fn)
 template <int N, bool FLAT, class F>
 __global__ static void ew_kernel(dpc_iter<N> it, int64_t n, F f)
 {
+    begin_after_previous_kernel();
     int64_t step = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
         char *p[N];
@@ -138,10 +140,8 @@ static int ew_launch(const dpc_shape &s, const dpc_operand *ops, const size_t *e
         grid = EW_MAX_BLOCKS;
     cudaStream_t st = (cudaStream_t)stream;
     if (it.ndim <= 1)
-        ew_kernel<N, true, F><<<(unsigned)grid, EW_THREADS, 0, st>>>(it, n, f);
-    else
-        ew_kernel<N, false, F><<<(unsigned)grid, EW_THREADS, 0, st>>>(it, n, f);
-    return (int)cudaGetLastError();
+        return launch_kernel(ew_kernel<N, true, F>, (unsigned)grid, EW_THREADS, st, it, n, f);
+    return launch_kernel(ew_kernel<N, false, F>, (unsigned)grid, EW_THREADS, st, it, n, f);
 }
 
 /* ------------------------------------------------------------------------ */

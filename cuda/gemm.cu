@@ -44,6 +44,7 @@
 #include "dp_cuda.h"
 #include "dpc_ops.h"
 #include "dplua.h"
+#include "launch.cuh"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
@@ -116,6 +117,7 @@ template <typename T, typename Acc>
 __global__ static void scale_bias_kernel(T *C, int64_t ldc, int64_t stride_c, int64_t batch, int64_t m, int64_t n,
                                          Acc beta, const T *bias, int epilogue, T *aux)
 {
+    begin_after_previous_kernel();
     int64_t total = batch * m * n, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
         int64_t j = e % n, i = (e / n) % m, b = e / (n * m);
@@ -133,10 +135,10 @@ static int scale_bias_launch(const gemm_args &g, double beta, bool with_bias)
     int64_t total = g.batch * g.m * g.n, grid = CEIL_DIV(total, (int64_t)GEMM_BLOCK);
     if (grid > DPC_MAX_BLOCKS)
         grid = DPC_MAX_BLOCKS;
-    scale_bias_kernel<T, Acc><<<(unsigned)grid, GEMM_BLOCK, 0, g.stream>>>(
-        (T *)g.C, g.ldc, g.stride_c, g.batch, g.m, g.n, (Acc)beta,
-        with_bias && g.epilogue != DPC_EPI_BGRAD ? (const T *)g.bias : NULL, g.epilogue, (T *)g.aux);
-    return (int)cudaGetLastError();
+    return launch_kernel(scale_bias_kernel<T, Acc>, (unsigned)grid, GEMM_BLOCK, g.stream, (T *)g.C, g.ldc,
+                         g.stride_c, g.batch, g.m, g.n, (Acc)beta,
+                         with_bias && g.epilogue != DPC_EPI_BGRAD ? (const T *)g.bias : NULL, g.epilogue,
+                         (T *)g.aux);
 }
 
 /* C = act(beta C + bias), the bias left out unless with_bias */
@@ -322,6 +324,7 @@ template <typename T, typename Acc, int TM>
 __global__ static void __launch_bounds__(256, sizeof(Acc) == 4 ? 2 : 1)
     tiled_gemm_kernel(const __grid_constant__ tile_jobs jobs)
 {
+    begin_after_previous_kernel();
     constexpr int TILE = 16 * TM, BK = TM == 4 ? 32 : 64, LOADS = TILE * BK / 256;
     /* Rows padded by PAD: a thread's TM values stay aligned for load_run,
      * and the stores of a slice spread over the banks (1: none collide).
@@ -471,25 +474,10 @@ static int64_t tiles_of(const tile_jobs &jobs, int tile)
 }
 
 /* Whether a split of k may run on the current device: it launches
- * clusters and our kernel was built for it (sm_90 on). Asked once per
- * device. */
+ * clusters and our kernel was built for it. */
 static bool own_can_split(void)
 {
-    static std::atomic<int> known[GEMM_MAX_DEVICES];   /* 0: not asked yet, 1: yes, -1: no */
-    int device;
-    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= GEMM_MAX_DEVICES)
-        return false;
-    int v = known[device].load(std::memory_order_relaxed);
-    if (v == 0) {
-        int clusters = 0;
-        cudaFuncAttributes attr;
-        bool ok = cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, device) == cudaSuccess && clusters &&
-                  cudaFuncGetAttributes(&attr, tiled_gemm_kernel<float, float, 4>) == cudaSuccess &&
-                  attr.binaryVersion >= 90;
-        cudaGetLastError();   /* a refusal above is an answer, not an error for the next call to find */
-        known[device].store(v = ok ? 1 : -1, std::memory_order_relaxed);
-    }
-    return v > 0;
+    return dpc_device_can() & DPC_CAN_CLUSTER;
 }
 
 /* How many blocks share each tile's k (the jobs make `tiles` tiles; k
@@ -522,21 +510,12 @@ static int tiled_launch(tile_jobs &jobs, int splits)
     blocks *= splits;
     if (blocks > INT32_MAX)
         return DPC_UNSUPPORTED;
-    if (splits == 1) {
-        tiled_gemm_kernel<T, Acc, TM><<<(unsigned)blocks, 256, 0, jobs.job[0].g.stream>>>(jobs);
-        return (int)cudaGetLastError();
-    }
     cudaLaunchAttribute cluster;
     cluster.id = cudaLaunchAttributeClusterDimension;
     cluster.val.clusterDim.x = (unsigned)splits;
     cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3((unsigned)blocks);
-    config.blockDim = dim3(256);
-    config.stream = jobs.job[0].g.stream;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    return (int)cudaLaunchKernelEx(&config, tiled_gemm_kernel<T, Acc, TM>, jobs);
+    return launch_kernel_with(&cluster, splits > 1, tiled_gemm_kernel<T, Acc, TM>, (unsigned)blocks, 256,
+                              jobs.job[0].g.stream, jobs);
 }
 
 /* The largest tile that, with k split where it is deep enough, still

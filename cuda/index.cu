@@ -26,6 +26,7 @@
 #include "core/dtype_conv.h"
 #include "dplua.h"
 #include "kernel_error.cuh"
+#include "launch.cuh"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
@@ -79,6 +80,7 @@ template <typename T>
 __global__ static void index_select_kernel(int64_t outer, int64_t size, int64_t inner, const T *a,
                                            const int64_t *index, int64_t n, T *out, dpc_kernel_error *err)
 {
+    begin_after_previous_kernel();
     int64_t total = outer * n * inner, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
         int64_t j = e % inner, i = (e / inner) % n, o = e / (inner * n);
@@ -104,9 +106,8 @@ extern "C" int dpc_index_select(int dtype, int64_t outer, int64_t size, int64_t 
         return 0;
     return with_element_bits(dtype, [&](auto zero) {
         using T = decltype(zero);
-        index_select_kernel<T><<<grid_for(outer * n * inner), INDEX_BLOCK, 0, (cudaStream_t)stream>>>(
-            outer, size, inner, (const T *)a, index, n, (T *)out, err);
-        return (int)cudaGetLastError();
+        return launch_kernel(index_select_kernel<T>, grid_for(outer * n * inner), INDEX_BLOCK, (cudaStream_t)stream,
+                             outer, size, inner, (const T *)a, index, n, (T *)out, err);
     });
 }
 
@@ -119,6 +120,7 @@ template <typename T>
 __global__ static void index_add_kernel(int64_t outer, int64_t size, int64_t inner, T *out, const int64_t *index,
                                         int64_t n, const T *src)
 {
+    begin_after_previous_kernel();
     int64_t total = outer * n * inner, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
         int64_t j = e % inner, i = (e / inner) % n, o = e / (inner * n);
@@ -132,9 +134,8 @@ template <typename T>
 static int index_add_launch(int64_t outer, int64_t size, int64_t inner, void *out, const int64_t *index,
                             int64_t n, const void *src, cudaStream_t stream)
 {
-    index_add_kernel<T><<<grid_for(outer * n * inner), INDEX_BLOCK, 0, stream>>>(outer, size, inner, (T *)out,
-                                                                                index, n, (const T *)src);
-    return (int)cudaGetLastError();
+    return launch_kernel(index_add_kernel<T>, grid_for(outer * n * inner), INDEX_BLOCK, stream, outer, size, inner,
+                         (T *)out, index, n, (const T *)src);
 }
 
 extern "C" int dpc_index_add(int dtype, int64_t outer, int64_t size, int64_t inner, void *out,
@@ -187,6 +188,7 @@ template <typename T>
 __global__ static void gather_kernel(dpc_shape s, int64_t total, dpc_operand out, dpc_operand a, dpc_operand index,
                                      int dim, int64_t size, dpc_kernel_error *err)
 {
+    begin_after_previous_kernel();
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t oo, oa, oi;
         gather_offsets(s, dim, e, out, a, index, &oo, &oa, &oi);
@@ -204,6 +206,7 @@ template <typename T>
 __global__ static void scatter_add_kernel(dpc_shape s, int64_t total, dpc_operand out, dpc_operand index,
                                           dpc_operand src, int dim, int64_t size, dpc_kernel_error *err)
 {
+    begin_after_previous_kernel();
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t os, oo, oi;
         gather_offsets(s, dim, e, src, out, index, &os, &oo, &oi);
@@ -225,9 +228,8 @@ extern "C" int dpc_gather(int dtype, dpc_shape s, dpc_operand out, dpc_operand a
     if (total == 0)
         return 0;
     return with_element_bits(dtype, [&](auto zero) {
-        gather_kernel<decltype(zero)><<<grid_for(total), INDEX_BLOCK, 0, (cudaStream_t)stream>>>(s, total, out, a,
-                                                                                                index, dim, size, err);
-        return (int)cudaGetLastError();
+        return launch_kernel(gather_kernel<decltype(zero)>, grid_for(total), INDEX_BLOCK, (cudaStream_t)stream, s,
+                             total, out, a, index, dim, size, err);
     });
 }
 
@@ -243,9 +245,8 @@ extern "C" int dpc_scatter_add(int dtype, dpc_shape s, dpc_operand out, dpc_oper
         return 0;
     cudaStream_t st = (cudaStream_t)stream;
     return with_fold_type(dtype, [&](auto zero) {
-        scatter_add_kernel<decltype(zero)><<<grid_for(total), INDEX_BLOCK, 0, st>>>(s, total, out, index, src, dim,
-                                                                                   size, err);
-        return (int)cudaGetLastError();
+        return launch_kernel(scatter_add_kernel<decltype(zero)>, grid_for(total), INDEX_BLOCK, st, s, total, out, index,
+                             src, dim, size, err);
     });
 }
 
@@ -281,6 +282,7 @@ __device__ static inline int64_t unfold_source(const unfold_geom &g, int64_t e)
 template <typename T>
 __global__ static void unfold_kernel(unfold_geom g, int64_t total, const T *x, T *cols, T pad)
 {
+    begin_after_previous_kernel();
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
         int64_t at = unfold_source(g, e);
@@ -291,6 +293,7 @@ __global__ static void unfold_kernel(unfold_geom g, int64_t total, const T *x, T
 template <typename T>
 __global__ static void fold_add_kernel(unfold_geom g, int64_t total, T *x, const T *cols)
 {
+    begin_after_previous_kernel();
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
         int64_t at = unfold_source(g, e);
@@ -328,11 +331,10 @@ static int unfold_run(bool fold, int dtype, int64_t N, int64_t C, int64_t H, int
     return with_fold_type(dtype, [&](auto zero) {
         using T = decltype(zero);
         if (fold)
-            fold_add_kernel<T><<<grid_for(total), INDEX_BLOCK, 0, s>>>(g, total, (T *)x, (const T *)cols);
-        else
-            unfold_kernel<T><<<grid_for(total), INDEX_BLOCK, 0, s>>>(g, total, (const T *)x, (T *)cols,
-                                                                     (T)pad_value);
-        return (int)cudaGetLastError();
+            return launch_kernel(fold_add_kernel<T>, grid_for(total), INDEX_BLOCK, s, g, total, (T *)x,
+                                 (const T *)cols);
+        return launch_kernel(unfold_kernel<T>, grid_for(total), INDEX_BLOCK, s, g, total, (const T *)x, (T *)cols,
+                             (T)pad_value);
     });
 }
 

@@ -21,6 +21,7 @@
 #include "dpc_ops.h"
 #include "dplua.h"
 #include "core/dtype_conv.h"
+#include "launch.cuh"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
@@ -79,6 +80,7 @@ template <typename S, typename T = typename math_of<S>::type>
 __global__ static void sgd_kernel(int64_t n, S *P, const S *G, S *B, T step, T mom, T damp, T wd,
                                   int nesterov, int first_step)
 {
+    begin_after_previous_kernel();
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         T p = ld(&P[i]);
@@ -102,10 +104,8 @@ template <typename S, typename T = typename math_of<S>::type>
 static int sgd_launch(int64_t n, void *param, const void *grad, void *buf, double lr, double momentum,
                       double dampening, int nesterov, double weight_decay, int first_step, cudaStream_t stream)
 {
-    sgd_kernel<S><<<grid_for(n), OPTIM_BLOCK, 0, stream>>>(n, (S *)param, (const S *)grad, (S *)buf, (T)lr,
-                                                           (T)momentum, (T)(1 - dampening), (T)weight_decay,
-                                                           nesterov, first_step);
-    return (int)cudaGetLastError();
+    return launch_kernel(sgd_kernel<S>, grid_for(n), OPTIM_BLOCK, stream, n, (S *)param, (const S *)grad, (S *)buf,
+                         (T)lr, (T)momentum, (T)(1 - dampening), (T)weight_decay, nesterov, first_step);
 }
 
 extern "C" int dpc_sgd_step(int dtype, int64_t n, void *param, const void *grad, void *momentum_buf, double lr,
@@ -154,6 +154,7 @@ template <typename S, typename T = typename math_of<S>::type>
 __global__ static void adam_kernel(int64_t n, S *P, const S *G, S *M, S *V, S *VM, adam_consts<T> c,
                                    const double *step_dev, double lr, double beta1, double beta2)
 {
+    begin_after_previous_kernel();
     if (step_dev) {
         double step = *step_dev;
         c.step_size = (T)(lr / (1 - pow(beta1, step)));
@@ -186,6 +187,7 @@ __global__ static void adam_kernel(int64_t n, S *P, const S *G, S *M, S *V, S *V
 
 __global__ static void step_increment_kernel(double *step)
 {
+    begin_after_previous_kernel();
     *step += 1;
 }
 
@@ -195,7 +197,9 @@ static int adam_launch(int64_t n, void *param, const void *grad, void *exp_avg, 
                        double weight_decay, int decoupled, int64_t step, double *step_dev, cudaStream_t stream)
 {
     if (step_dev) {
-        step_increment_kernel<<<1, 1, 0, stream>>>(step_dev);
+        int rc = launch_kernel(step_increment_kernel, 1, 1, stream, step_dev);
+        if (rc)
+            return rc;
         step = 1;   /* (the kernel reads the count from step_dev) */
     }
     double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
@@ -212,10 +216,8 @@ static int adam_launch(int64_t n, void *param, const void *grad, void *exp_avg, 
     c.step_size = (T)step_size;
     c.decoupled = decoupled != 0;
     c.coupled = !decoupled && weight_decay != 0;
-    adam_kernel<S><<<grid_for(n), OPTIM_BLOCK, 0, stream>>>(n, (S *)param, (const S *)grad, (S *)exp_avg,
-                                                            (S *)exp_avg_sq, (S *)max_exp_avg_sq, c, step_dev, lr,
-                                                            beta1, beta2);
-    return (int)cudaGetLastError();
+    return launch_kernel(adam_kernel<S>, grid_for(n), OPTIM_BLOCK, stream, n, (S *)param, (const S *)grad, (S *)exp_avg,
+                         (S *)exp_avg_sq, (S *)max_exp_avg_sq, c, step_dev, lr, beta1, beta2);
 }
 
 extern "C" int dpc_adam_step(int dtype, int64_t n, void *param, const void *grad, void *exp_avg, void *exp_avg_sq,

@@ -13,6 +13,7 @@
 #include "core/philox.h"
 #include "dpc_ops.h"
 #include "core/dtype_conv.h"
+#include "launch.cuh"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 #define RANDOM_BLOCK 256
@@ -22,6 +23,7 @@
 __global__ static void random_kernel(int dtype, int kind, int64_t n, uint64_t counter, uint64_t key, int64_t low,
                                      uint64_t range, char *out, int es)
 {
+    begin_after_previous_kernel();
     int is_double = dtype == DP_FLOAT64, is_bf16 = dtype == DP_BFLOAT16;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         uint32_t w[4];
@@ -43,7 +45,6 @@ extern "C" int dpc_random(int dtype, int kind, int64_t n, uint64_t counter, uint
     int64_t grid = CEIL_DIV(n, (int64_t)RANDOM_BLOCK);
     if (grid > RANDOM_MAX_BLOCKS)
         grid = RANDOM_MAX_BLOCKS;
-    random_kernel<<<(unsigned)grid, RANDOM_BLOCK, 0, (cudaStream_t)stream>>>(dtype, kind, n, counter, key, low, range,
-                                                                            (char *)out, es);
-    return (int)cudaGetLastError();
+    return launch_kernel(random_kernel, (unsigned)grid, RANDOM_BLOCK, (cudaStream_t)stream, dtype, kind, n, counter,
+                         key, low, range, (char *)out, es);
 }

@@ -28,6 +28,7 @@
 #include "core/dtype_conv.h"
 #include "iter.cuh"
 #include "kernel_error.cuh"
+#include "launch.cuh"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 #define RED_THREADS 256
@@ -372,6 +373,7 @@ __device__ static void reduce_write(const red_args &r, char *o, char *ip, const 
 template <int IN, int G>
 __global__ static void reduce_kernel(red_args r)
 {
+    begin_after_previous_kernel();
     __shared__ double sv[RED_THREADS / 32];
     __shared__ int64_t si[RED_THREADS / 32];
     const int per_block = RED_THREADS / G;
@@ -409,6 +411,7 @@ static int64_t split_for(int op, int64_t count, int64_t len)
 template <int IN>
 __global__ static void reduce_split_kernel(red_args r, int64_t split, double *pv, int64_t *pi)
 {
+    begin_after_previous_kernel();
     __shared__ double sv[RED_THREADS / 32];
     __shared__ int64_t si[RED_THREADS / 32];
     int64_t per = CEIL_DIV(r.len, split);
@@ -430,6 +433,7 @@ __global__ static void reduce_split_kernel(red_args r, int64_t split, double *pv
 template <int IN>
 __global__ static void reduce_combine_kernel(red_args r, int64_t split, const double *pv, const int64_t *pi)
 {
+    begin_after_previous_kernel();
     __shared__ double sv[RED_THREADS / 32];
     __shared__ int64_t si[RED_THREADS / 32];
     const bool is_int = !dt_is_float(IN);
@@ -465,12 +469,9 @@ static int reduce_split(const red_args &r, int64_t split, cudaStream_t stream)
     double *pv = (double *)ws;
     int64_t *pi = (int64_t *)(pv + parts);
     unsigned grid = (unsigned)(parts < RED_MAX_BLOCKS ? parts : RED_MAX_BLOCKS);
-    reduce_split_kernel<IN><<<grid, RED_THREADS, 0, stream>>>(r, split, pv, pi);
-    rc = (int)cudaGetLastError();
-    if (rc == 0) {
-        reduce_combine_kernel<IN><<<(unsigned)r.count, RED_THREADS, 0, stream>>>(r, split, pv, pi);
-        rc = (int)cudaGetLastError();
-    }
+    rc = launch_kernel(reduce_split_kernel<IN>, grid, RED_THREADS, stream, r, split, pv, pi);
+    if (rc == 0)
+        rc = launch_kernel(reduce_combine_kernel<IN>, (unsigned)r.count, RED_THREADS, stream, r, split, pv, pi);
     int frc = dpc_free(ws, bytes, device, stream);
     return rc != 0 ? rc : frc;
 }
@@ -506,8 +507,7 @@ extern "C" int dpc_reduce(int op, int in_dtype, int out_dtype, dpc_shape s, dpc_
     return with_dtype(in_dtype, [&](auto d) {
         return with_group(G, [&](auto g) {
             constexpr int IN = decltype(d)::value, GS = decltype(g)::value;
-            reduce_kernel<IN, GS><<<grid_for(r.count, GS), RED_THREADS, 0, (cudaStream_t)stream>>>(r);
-            return (int)cudaGetLastError();
+            return launch_kernel(reduce_kernel<IN, GS>, grid_for(r.count, GS), RED_THREADS, (cudaStream_t)stream, r);
         });
     });
 }
@@ -542,6 +542,7 @@ template <int DT> __device__ static inline double log_of(double x)
 template <int DT, int G>
 __global__ static void softmax_kernel(softmax_args r)
 {
+    begin_after_previous_kernel();
     __shared__ double sv[RED_THREADS / 32];
     __shared__ int64_t si[RED_THREADS / 32];
     const int per_block = RED_THREADS / G;
@@ -588,8 +589,7 @@ extern "C" int dpc_softmax(int dtype, dpc_shape s, dpc_operand out, int64_t out_
     return with_float_dtype(dtype, [&](auto d) {
         return with_group(G, [&](auto g) {
             constexpr int DT = decltype(d)::value, GS = decltype(g)::value;
-            softmax_kernel<DT, GS><<<grid_for(r.count, GS), RED_THREADS, 0, (cudaStream_t)stream>>>(r);
-            return (int)cudaGetLastError();
+            return launch_kernel(softmax_kernel<DT, GS>, grid_for(r.count, GS), RED_THREADS, (cudaStream_t)stream, r);
         });
     });
 }
@@ -653,6 +653,7 @@ struct ce_red_args {
 template <int DT>
 __global__ static void ce_reduce_kernel(ce_red_args r)
 {
+    begin_after_previous_kernel();
     __shared__ double sv[RED_THREADS / 32];
     __shared__ int64_t si[RED_THREADS / 32];
     const int es = (int)dt_size(DT);
@@ -756,6 +757,7 @@ __device__ static void ce_bwd_elems(const ce_bwd_args &r, int64_t first, int64_t
 template <int DT>
 __global__ static void ce_bwd_kernel(ce_bwd_args r)
 {
+    begin_after_previous_kernel();
     __shared__ double sv[RED_THREADS / 32];
     __shared__ int64_t si[RED_THREADS / 32];
     ce_bwd_elems<DT>(r, (int64_t)blockIdx.x * blockDim.x + threadIdx.x, (int64_t)gridDim.x * blockDim.x, sv, si);
@@ -830,6 +832,7 @@ __device__ static ce_row ce_row_loss(const ce_args &r, int64_t i, int lane, doub
 template <int DT, int G>
 __global__ static void ce_kernel(ce_args r)
 {
+    begin_after_previous_kernel();
     __shared__ double sv[RED_THREADS / 32];
     __shared__ int64_t si[RED_THREADS / 32];
     const int per_block = RED_THREADS / G;
@@ -873,6 +876,7 @@ __device__ static void ce_linear(const dpc_ce_linear &lin, int64_t N, int64_t C)
 template <int DT, int G>
 __global__ static void ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb, dpc_ce_linear lin)
 {
+    begin_after_previous_kernel();
     __shared__ double sv[RED_THREADS / 32];
     __shared__ int64_t si[RED_THREADS / 32];
     __shared__ double row_loss[RED_THREADS / G], row_weight[RED_THREADS / G];
@@ -961,19 +965,16 @@ extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *in
                 constexpr int GS = decltype(g)::value;
                 unsigned grid = grid_for(N, GS);
                 fused = dpc_cross_entropy_fuses(N, C);
-                if (fused) {
-                    ce_fused_kernel<DT, GS><<<1, RED_THREADS, 0, (cudaStream_t)stream>>>(r, rr, rb, lin);
-                    *grad_one_done = rb.dinput != NULL;
-                } else {
-                    ce_kernel<DT, GS><<<grid, RED_THREADS, 0, (cudaStream_t)stream>>>(r);
-                }
-                return (int)cudaGetLastError();
+                if (!fused)
+                    return launch_kernel(ce_kernel<DT, GS>, grid, RED_THREADS, (cudaStream_t)stream, r);
+                int rc = launch_kernel(ce_fused_kernel<DT, GS>, 1, RED_THREADS, (cudaStream_t)stream, r, rr, rb, lin);
+                *grad_one_done = !rc && rb.dinput != NULL;
+                return rc;
             });
             if (st || fused)
                 return st;
         }
-        ce_reduce_kernel<DT><<<1, RED_THREADS, 0, (cudaStream_t)stream>>>(rr);
-        return (int)cudaGetLastError();
+        return launch_kernel(ce_reduce_kernel<DT>, 1, RED_THREADS, (cudaStream_t)stream, rr);
     });
 }
 
@@ -996,7 +997,6 @@ extern "C" int dpc_cross_entropy_backward(int dtype, int64_t N, int64_t C, void 
     if (grid > cap)
         grid = cap;
     return with_float_dtype(dtype, [&](auto d) {
-        ce_bwd_kernel<decltype(d)::value><<<(unsigned)grid, RED_THREADS, 0, (cudaStream_t)stream>>>(r);
-        return (int)cudaGetLastError();
+        return launch_kernel(ce_bwd_kernel<decltype(d)::value>, (unsigned)grid, RED_THREADS, (cudaStream_t)stream, r);
     });
 }

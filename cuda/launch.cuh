@@ -1,0 +1,74 @@
+/*
+ * launch.cuh — how every kernel of ours is launched: launch_kernel(), with
+ * programmatic dependent launch (PDL) on devices that have it (sm_90 on).
+ *
+ * Why: a training step of small layers is a chain of short kernels, and
+ * between two of them the GPU spends about a microsecond scheduling the
+ * next grid after the last block of the one before has finished. With
+ * PDL the next kernel's blocks are scheduled while the one before still
+ * runs and wait on the device (griddepcontrol.wait) for it to finish and
+ * for its writes to be visible: the same order, less of the gap. It holds
+ * in CUDA graphs too, where the gaps are what a replayed step is made of.
+ *
+ * The contract: a kernel launched by launch_kernel() starts with
+ * begin_after_previous_kernel(), before it reads or writes any memory.
+ * Without that call it could run beside the kernel before it.
+ * tests/sh/test_cuda_sources.sh checks every kernel of cuda/ for it.
+ * Kernels of others (cuBLASLt's, NCCL's) and copies keep plain stream
+ * order on either side of ours. DPLUA_PDL=0 turns PDL off, for measuring.
+ */
+#ifndef DPC_LAUNCH_CUH
+#define DPC_LAUNCH_CUH
+
+#include <cuda_runtime.h>
+
+/* The first statement of every kernel of ours: lets the kernel after this
+ * one in the stream be scheduled, then waits until the kernel before this
+ * one has finished and its writes are visible. Both are no-ops when the
+ * launch was not programmatic, and before sm_90. */
+__device__ __forceinline__ void begin_after_previous_kernel(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* What the current device does of sm_90's that our kernels use (cuda/
+ * device.cu; asked once per device): thread-block clusters, and PDL
+ * unless DPLUA_PDL=0. Either needs our kernels built for sm_90 on. */
+enum { DPC_CAN_CLUSTER = 1, DPC_CAN_PDL = 2 };
+int dpc_device_can(void);
+
+/* kernel<<<grid, block, 0, stream>>>(args...) with the launch attributes
+ * `extra` (count of them, at most 3) and PDL where the device has it; a
+ * CUDA status. */
+template <typename... Params, typename... Args>
+static inline int launch_kernel_with(const cudaLaunchAttribute *extra, int count, void (*kernel)(Params...),
+                                     dim3 grid, dim3 block, cudaStream_t stream, Args &&...args)
+{
+    cudaLaunchAttribute attrs[4];
+    int n = 0;
+    for (int i = 0; i < count && i < 3; i++)
+        attrs[n++] = extra[i];
+    if (dpc_device_can() & DPC_CAN_PDL) {
+        attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.stream = stream;
+    config.attrs = attrs;
+    config.numAttrs = (unsigned)n;
+    return (int)cudaLaunchKernelEx(&config, kernel, static_cast<Args &&>(args)...);
+}
+
+template <typename... Params, typename... Args>
+static inline int launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+                                Args &&...args)
+{
+    return launch_kernel_with(NULL, 0, kernel, grid, block, stream, static_cast<Args &&>(args)...);
+}
+
+#endif /* DPC_LAUNCH_CUH */
