@@ -213,14 +213,31 @@ int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t n, int64_t 
  * (one launch, whatever the epilogue) rather than cuBLASLt's. */
 int dpc_gemm_own(int64_t m, int64_t n, int64_t k, int64_t batch);
 
-/* A Linear layer's backward in one launch of our own: dx (M, K) = g (M, N)
- * @ w (N, K), set to 0 where !(mask > 0) when mask (M, K) is given (a
- * ReLU's backward folded in); dw (N, K) = g^T @ x (M, K); db (N) = the
- * column sums of g. Any of dx, dw, db may be NULL; all contiguous, of
- * dtype. DPC_UNSUPPORTED when a product is too large for our kernel (see
- * dpc_gemm), or db comes without dw: the caller then runs the GEMMs. */
-int dpc_linear_backward(int dtype, int64_t M, int64_t N, int64_t K, const void *g, const void *x, const void *w,
-                        void *dx, void *dw, void *db, const void *mask, void *stream);
+/* One Linear layer's gradients: dx (M, K) = g (M, N) @ w (N, K), set to 0
+ * where !(mask > 0) when mask (M, K) is given (a ReLU's backward folded
+ * in); dw (N, K) = g^T @ x (M, K); db (N) = the column sums of g. Any of
+ * dx, dw, db may be NULL; all contiguous, of one dtype. */
+typedef struct {
+    int64_t M, N, K;
+    const void *g, *x, *w, *mask;
+    void *dx, *dw, *db;
+} dpc_linear_grads;
+
+/* A Linear layer's backward in one launch of our own; or two layers' (a
+ * chain: layers 2, layer[1] the layer before layer[0], its g layer[0]'s
+ * dx) in one launch of one block, which computes layer[0]'s first.
+ * DPC_UNSUPPORTED when a product is too large for our kernel (see
+ * dpc_gemm), db comes without dw, or a chain does not fit one block
+ * (dpc_linear_backward_chains): the caller then runs them otherwise. */
+int dpc_linear_backward(int dtype, const dpc_linear_grads *layer, int layers, void *stream);
+
+/* Whether dpc_linear_backward runs these two layers (layer[0], layer[1])
+ * as a chain. */
+int dpc_linear_backward_chains(const dpc_linear_grads *layer);
+
+/* Whether this layer's backward may be the first of a chain: it computes
+ * dx and leaves room in the block for a layer before it. */
+int dpc_linear_backward_may_chain(const dpc_linear_grads *first);
 
 /* ---- optimizers (cuda/optim.cu): PyTorch 1.13's formulas, as src/cpu/optim.c ---- */
 

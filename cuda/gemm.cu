@@ -234,9 +234,11 @@ struct tile_job {
     int64_t tiles_m, tiles_n, blocks;   /* set by tiled_launch */
 };
 struct tile_jobs {
-    tile_job job[2];
+    tile_job job[4];         /* a Linear's dx and dw; two Linears' in a chain */
     int count;
     int splits;              /* blocks (a cluster) sharing each tile's k; 1: no split */
+    int chain_at;            /* 0, or the first job that reads what the jobs before it wrote: then one block
+                              * runs every tile of every job, in order */
 };
 }  // namespace
 
@@ -312,39 +314,34 @@ __device__ static inline void load_run(const Acc *p, Acc (&out)[TM])
     }
 }
 
-/* __grid_constant__: the job is read where the launch put it, not copied
- * to each thread's local memory for the run-time choice between two.
- * Thread (tx, ty) computes rows ty TM .. ty TM + TM-1 and columns tx TM ..
- * tx TM + TM-1 of the tile: each step of k reads its TM values of each
- * operand with one or two vector loads from shared memory, which is what
- * bounds this kernel. Two blocks of 4-byte types share an SM (at most 128
- * registers a thread); a block of 256 threads alone leaves an SM half
- * idle while it waits for its next slice. */
-template <typename T, typename Acc, int TM>
-__global__ static void __launch_bounds__(256, sizeof(Acc) == 4 ? 2 : 1)
-    tiled_gemm_kernel(const __grid_constant__ tile_jobs jobs)
-{
-    begin_after_previous_kernel();
-    constexpr int TILE = 16 * TM, BK = TM == 4 ? 32 : 64, LOADS = TILE * BK / 256;
+/* The shared memory of a block of tiled_gemm_kernel. */
+template <typename Acc, int TM>
+struct tile_smem {
+    static constexpr int TILE = 16 * TM, BK = TM == 4 ? 32 : 64;
     /* Rows padded by PAD: a thread's TM values stay aligned for load_run,
-     * and the stores of a slice spread over the banks (1: none collide).
-     * A split's partial tile and row sums reuse the slices' space once the
+     * and the stores of a slice spread over the banks (1: none collide). */
+    static constexpr int PAD = TM == 1 ? 1 : 16 / (int)sizeof(Acc) > TM ? 16 / (int)sizeof(Acc) : TM;
+    /* A split's partial tile and row sums reuse the slices' space once the
      * product is done. */
-    constexpr int PAD = TM == 1 ? 1 : 16 / (int)sizeof(Acc) > TM ? 16 / (int)sizeof(Acc) : TM;
-    __shared__ __align__(16) union {
+    union {
         struct {
             Acc a[BK][TILE + PAD], b[BK][TILE + PAD];
         } slice;
         Acc part[TILE * TILE + TILE];
-    } sm;
+    };
+};
+
+/* Tile blk of job J (split `split` of its k, of `splits`), by the whole
+ * block, which may then run another. Thread (tx, ty) computes rows ty TM
+ * .. ty TM + TM-1 and columns tx TM .. tx TM + TM-1 of the tile: each step
+ * of k reads its TM values of each operand with one or two vector loads
+ * from shared memory, which is what bounds this kernel. */
+template <typename T, typename Acc, int TM>
+__device__ static void tile_run(const tile_job &J, int64_t blk, int split, int splits, tile_smem<Acc, TM> &sm)
+{
+    constexpr int TILE = tile_smem<Acc, TM>::TILE, BK = tile_smem<Acc, TM>::BK, LOADS = TILE * BK / 256;
     static_assert(sizeof sm.slice >= sizeof sm.part, "a partial tile fits in the slices' space");
     auto &As = sm.slice.a, &Bs = sm.slice.b;
-    const int splits = jobs.splits, split = (int)(blockIdx.x % splits);
-    int64_t blk = blockIdx.x / splits;
-    const bool second = jobs.count > 1 && blk >= jobs.job[0].blocks;
-    const tile_job &J = jobs.job[second];
-    if (second)
-        blk -= jobs.job[0].blocks;
     const gemm_args &g = J.g;
     const int64_t m = g.m, n = g.n;
     /* this block's share of k: whole slices, the last share possibly empty */
@@ -450,6 +447,37 @@ __global__ static void __launch_bounds__(256, sizeof(Acc) == 4 ? 2 : 1)
     }
 }
 
+/* __grid_constant__: the jobs are read where the launch put them, not
+ * copied to each thread's local memory for the run-time choice of one.
+ * Two blocks of 4-byte types share an SM (at most 128 registers a
+ * thread); a block of 256 threads alone leaves an SM half idle while it
+ * waits for its next slice.
+ * Without a chain, block b runs split b % splits of tile b / splits of
+ * the jobs' tiles counted in order; with one, the one block runs them all
+ * in order, and the jobs from chain_at on start once the ones before have
+ * written what they read. */
+template <typename T, typename Acc, int TM>
+__global__ static void __launch_bounds__(256, sizeof(Acc) == 4 ? 2 : 1)
+    tiled_gemm_kernel(const __grid_constant__ tile_jobs jobs)
+{
+    begin_after_previous_kernel();
+    __shared__ __align__(16) tile_smem<Acc, TM> sm;
+    if (jobs.chain_at) {
+        for (int j = 0; j < jobs.count; j++) {
+            if (j == jobs.chain_at)
+                __syncthreads();   /* the block's global writes before it are visible to the block after it */
+            for (int64_t blk = 0; blk < jobs.job[j].blocks; blk++)
+                tile_run<T, Acc, TM>(jobs.job[j], blk, 0, 1, sm);
+        }
+        return;
+    }
+    int64_t blk = blockIdx.x / jobs.splits;
+    int j = 0;
+    while (j + 1 < jobs.count && blk >= jobs.job[j].blocks)
+        blk -= jobs.job[j++].blocks;
+    tile_run<T, Acc, TM>(jobs.job[j], blk, (int)(blockIdx.x % jobs.splits), jobs.splits, sm);
+}
+
 /* Whether a product of this shape is one for our kernel. */
 static bool own_fits(int64_t m, int64_t n, int64_t k, int64_t batch)
 {
@@ -507,7 +535,7 @@ static int tiled_launch(tile_jobs &jobs, int splits)
         blocks += J.blocks;
     }
     jobs.splits = splits;
-    blocks *= splits;
+    blocks = jobs.chain_at ? 1 : blocks * splits;
     if (blocks > INT32_MAX)
         return DPC_UNSUPPORTED;
     cudaLaunchAttribute cluster;
@@ -524,6 +552,8 @@ template <typename T, typename Acc>
 static int tiled_pick(tile_jobs &jobs)
 {
     const int tm = own_limits.tm;
+    if (jobs.chain_at)   /* one block: the smallest tiles waste the least */
+        return tiled_launch<T, Acc, 1>(jobs, 1);
     if (tm == 0 || tm == 4) {
         int64_t tiles = tiles_of(jobs, 64);
         int splits = own_splits(jobs, tiles, 32);
@@ -555,27 +585,69 @@ static int tiled_gemm(tile_jobs &jobs)
 /* a Linear layer's backward                                                 */
 /* ------------------------------------------------------------------------ */
 
-extern "C" int dpc_linear_backward(int dtype, int64_t M, int64_t N, int64_t K, const void *g, const void *x,
-                                   const void *w, void *dx, void *dw, void *db, const void *mask, void *stream)
+/* Most 64-deep slices of k (16 x 16 tiles times slices, summed over the
+ * products) that two chained layers' backwards may take in one block.
+ * The seed's two layers take 4; each slice costs the block about a
+ * global load's latency, so past a few the second launch they save is
+ * worth less than the parallelism they lose. */
+#define CHAIN_MAX_SLICES 8
+
+/* Whether a layer's products are ours to run. */
+static bool layer_is_ours(const dpc_linear_grads &L)
 {
-    if (M < 0 || N < 0 || K < 0)
-        return (int)cudaErrorInvalidValue;
+    /* dx's k is N, dw's is M; a bias gradient alone is a reduction */
+    return L.M > 0 && L.N > 0 && L.K > 0 && own_fits(L.M, L.K, L.N, 1) && own_fits(L.N, L.K, L.M, 1) &&
+           !(L.db && !L.dw);
+}
+
+/* The slices (as for CHAIN_MAX_SLICES) of a layer's products. */
+static int64_t layer_slices(const dpc_linear_grads &L)
+{
+    auto slices = [](int64_t m, int64_t n, int64_t k) { return CEIL_DIV(m, 16) * CEIL_DIV(n, 16) * CEIL_DIV(k, 64); };
+    return (L.dx ? slices(L.M, L.K, L.N) : 0) + (L.dw ? slices(L.N, L.K, L.M) : 0);
+}
+
+extern "C" int dpc_linear_backward_chains(const dpc_linear_grads *layer)
+{
+    const dpc_linear_grads &a = layer[0], &b = layer[1];
+    return layer_is_ours(a) && layer_is_ours(b) && a.dx && b.g == a.dx && b.M == a.M && b.N == a.K &&
+           layer_slices(a) + layer_slices(b) <= CHAIN_MAX_SLICES;
+}
+
+extern "C" int dpc_linear_backward_may_chain(const dpc_linear_grads *first)
+{
+    return layer_is_ours(*first) && first->dx && layer_slices(*first) < CHAIN_MAX_SLICES;
+}
+
+static void add_layer_jobs(tile_jobs &jobs, int dtype, const dpc_linear_grads &L, cudaStream_t s)
+{
+    const int64_t M = L.M, N = L.N, K = L.K;
+    if (L.dx) {   /* dx (M, K) = g (M, N) @ w (N, K), masked */
+        jobs.job[jobs.count].g = gemm_args{ dtype, 0, 0, 0, M, K, N, 1.0, 0.0, L.g, L.w, NULL, L.dx, N, K, K, 0, 0, 0, 1,
+                                            s, DPC_EPI_BIAS };
+        jobs.job[jobs.count++].mask = L.mask;
+    }
+    if (L.dw)   /* dw (N, K) = g^T (N, M) @ x (M, K); db = the row sums of g^T */
+        jobs.job[jobs.count++].g = gemm_args{ dtype, 1, 0, 0, N, K, M, 1.0, 0.0, L.g, L.x, L.db, L.dw, N, K, K, 0, 0, 0,
+                                              1, s, L.db ? DPC_EPI_BGRAD : DPC_EPI_BIAS };
+}
+
+extern "C" int dpc_linear_backward(int dtype, const dpc_linear_grads *layer, int layers, void *stream)
+{
+    for (int l = 0; l < layers; l++)
+        if (layer[l].M < 0 || layer[l].N < 0 || layer[l].K < 0)
+            return (int)cudaErrorInvalidValue;
     if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64 && dtype != DP_BFLOAT16)
         return DPC_UNSUPPORTED;
-    /* dx's k is N, dw's is M; a bias gradient alone is a reduction */
-    if (M == 0 || N == 0 || K == 0 || !own_fits(M, K, N, 1) || !own_fits(N, K, M, 1) || (db && !dw))
+    if (layers == 2 ? !dpc_linear_backward_chains(layer) : layers != 1 || !layer_is_ours(layer[0]))
         return DPC_UNSUPPORTED;
-    cudaStream_t s = (cudaStream_t)stream;
     tile_jobs jobs;
     memset(&jobs, 0, sizeof jobs);
-    if (dx) {   /* dx (M, K) = g (M, N) @ w (N, K), masked */
-        jobs.job[jobs.count].g = gemm_args{ dtype, 0, 0, 0, M, K, N, 1.0, 0.0, g, w, NULL, dx, N, K, K, 0, 0, 0, 1, s,
-                                            DPC_EPI_BIAS };
-        jobs.job[jobs.count++].mask = mask;
+    add_layer_jobs(jobs, dtype, layer[0], (cudaStream_t)stream);
+    if (layers == 2) {
+        jobs.chain_at = jobs.count;
+        add_layer_jobs(jobs, dtype, layer[1], (cudaStream_t)stream);
     }
-    if (dw)   /* dw (N, K) = g^T (N, M) @ x (M, K); db = the row sums of g^T */
-        jobs.job[jobs.count++].g = gemm_args{ dtype, 1, 0, 0, N, K, M, 1.0, 0.0, g, x, db, dw, N, K, K, 0, 0, 0, 1, s,
-                                              db ? DPC_EPI_BGRAD : DPC_EPI_BIAS };
     return jobs.count ? tiled_gemm(jobs) : 0;
 }
 

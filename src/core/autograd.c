@@ -414,7 +414,7 @@ static dp_status accumulate_leaf(dp_tensor *leaf, dp_tensor *g)
         leaf->grad = leaf->grad_slot;
         return DP_OK;
     }
-    if (g->refcount == 1 && tensor_is_contiguous(g) && g->dtype == leaf->dtype && g->ndim == leaf->ndim &&
+    if (k_holders(g) == 1 && tensor_is_contiguous(g) && g->dtype == leaf->dtype && g->ndim == leaf->ndim &&
         !g->grad_fn && g->storage->refcount == 1) {
         dp_tensor_retain(g);
         leaf->grad = g;

@@ -32,13 +32,13 @@ static void *stream_now(int device)
     return device >= 0 && device < GPU_MAX_DEVICES ? current_stream[device] : NULL;
 }
 
-/* the deferred Linear, below the products */
+/* deferred launches, below the products */
 static void deferred_launch(void);
 static void deferred_launch_on(void *stream);
 static bool deferred_fuse(int op, dp_tensor *out, dp_tensor *a, dp_status *st);
 
 /* The stream for work about to be enqueued on device, after the deferred
- * Linear (below) if one waits: every kernel and copy asks for it. */
+ * work (below) if some waits: every kernel and copy asks for it. */
 static void *stream_of(int device)
 {
     deferred_launch();
@@ -445,7 +445,7 @@ dp_status dp_cuda_set_stream(int device, void *stream)
     return DP_OK;
 }
 
-/* No launch of the deferred Linear here: a process group's worker thread
+/* No launch of the deferred work here: a process group's worker thread
  * asks this (src/dist/nccl.c), and its submit launched it already
  * (dp_cuda_launch_deferred), on the caller's thread. */
 void *dp_cuda_current_stream(int device)
@@ -846,7 +846,7 @@ dp_status gpu_linear_act(dp_tensor *out, dp_tensor *pre, dp_tensor *x, dp_tensor
                       out->dtype);
 }
 
-/* ---------------------------------------------------------------- the deferred Linear */
+/* ---------------------------------------------------------------- deferred launches */
 
 /* A Linear small enough for our own GEMM kernel is not launched when it is
  * called. If the next op on the GPU is a ReLU or a GELU of its output, one
@@ -856,18 +856,32 @@ dp_status gpu_linear_act(dp_tensor *out, dp_tensor *pre, dp_tensor *x, dp_tensor
  * loss's launch computes the product first (gpu_cross_entropy). Each
  * saves a launch, 4.3 us of host time on the H200 host, in every
  * F.relu(self.fc1(x)) and criterion(self.fc2(h), y) of a PyTorch-style
- * step. Any other work launches it first: every kernel and copy takes its
- * stream from stream_of, and synchronisations, stream and event calls,
+ * step.
+ *
+ * The backward of such a Linear waits the same way when it computes dx
+ * and is small enough to start a chain: if the next op is the backward of
+ * the layer before, whose gradient is that dx, one launch of one block
+ * computes both layers' (dpc_linear_backward's chain): the seed's fc2 and
+ * fc1 backwards in one launch instead of two.
+ *
+ * Any other work launches what waits first: every kernel and copy takes
+ * its stream from stream_of, and synchronisations, stream and event calls,
  * capture boundaries and process-group submits (on the caller's thread)
- * call deferred_launch. So the device sees the calls in their order, and a
- * product waits only while Lua runs between two ops; larger products are
+ * call deferred_launch. So the device sees the calls in their order, and
+ * work waits only while Lua runs between two ops; larger products are
  * launched at once, so that a long one overlaps the host's work.
  * DPLUA_DEFER_LINEAR=0 turns this off (read once), for measuring it. */
-static struct {
-    pthread_mutex_t mu;
-    dp_tensor *out, *x, *w, *b;   /* retained; out NULL: none waits */
+enum { WAITS_NOTHING, WAITS_LINEAR, WAITS_LINEAR_BACKWARD };
+typedef struct {
+    int what;
+    dp_tensor *x, *w;                     /* both; all tensors retained */
+    dp_tensor *out, *b;                   /* WAITS_LINEAR: out = x @ w^T + b */
+    dp_tensor *g, *mask, *dx, *dw, *db;   /* WAITS_LINEAR_BACKWARD: gpu_linear_backward's */
     void *stream;
-} deferred = { .mu = PTHREAD_MUTEX_INITIALIZER };
+} waiting_work;
+
+static pthread_mutex_t deferred_mu = PTHREAD_MUTEX_INITIALIZER;
+static waiting_work deferred;   /* under deferred_mu */
 static int64_t deferred_fusions;
 
 int64_t dp_cuda_linear_fusions(void)
@@ -885,35 +899,120 @@ static bool defer_enabled(void)
     return on;
 }
 
-static void deferred_release(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
+static void waiting_retain(waiting_work *w)
 {
-    dp_tensor_release(out);
-    dp_tensor_release(x);
-    dp_tensor_release(w);
-    dp_tensor_release(b);
+    dp_tensor *t[] = { w->x, w->w, w->out, w->b, w->g, w->mask, w->dx, w->dw, w->db };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (t[i])
+            dp_tensor_retain(t[i]);
 }
 
-/* Launches the waiting Linear, if any, leaving the current device as it
+int gpu_deferred_holds(const dp_tensor *t)
+{
+    pthread_mutex_lock(&deferred_mu);
+    const waiting_work *w = &deferred;
+    int n = 0;
+    if (w->what != WAITS_NOTHING) {
+        const dp_tensor *held[] = { w->x, w->w, w->out, w->b, w->g, w->mask, w->dx, w->dw, w->db };
+        for (size_t i = 0; i < sizeof held / sizeof held[0]; i++)
+            n += held[i] == t;
+    }
+    pthread_mutex_unlock(&deferred_mu);
+    return n;
+}
+
+static void waiting_release(waiting_work *w)
+{
+    dp_tensor *t[] = { w->x, w->w, w->out, w->b, w->g, w->mask, w->dx, w->dw, w->db };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        dp_tensor_release(t[i]);
+}
+
+/* Makes w the waiting work (nothing waits: the caller asked stream_of). */
+static void deferred_put(waiting_work w)
+{
+    waiting_retain(&w);
+    pthread_mutex_lock(&deferred_mu);
+    deferred = w;
+    pthread_mutex_unlock(&deferred_mu);
+}
+
+/* The waiting work, taken when there is some and fits (NULL: any) accepts
+ * it; then nothing waits, and the caller launches it and releases it. */
+static bool deferred_take(bool (*fits)(const waiting_work *w, const void *ctx), const void *ctx, waiting_work *taken)
+{
+    pthread_mutex_lock(&deferred_mu);
+    bool ok = deferred.what != WAITS_NOTHING && (!fits || fits(&deferred, ctx));
+    if (ok) {
+        *taken = deferred;
+        deferred.what = WAITS_NOTHING;
+    }
+    pthread_mutex_unlock(&deferred_mu);
+    return ok;
+}
+
+static dpc_linear_grads linear_grads(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x,
+                                     dp_tensor *w, dp_tensor *mask)
+{
+    return (dpc_linear_grads){ g->shape[0], g->shape[1], x->shape[1], first(g), first(x), first(w),
+                               dx && mask ? first(mask) : NULL, dx ? first(dx) : NULL, dw ? first(dw) : NULL,
+                               db ? first(db) : NULL };
+}
+
+/* dx = g @ w (0 where !(mask > 0) when mask is given), dw = g^T @ x, db =
+ * the column sums of g, on stream: one launch of ours up to medium sizes,
+ * else two cuBLASLt GEMMs with db in dw's epilogue. A CUDA status. */
+static int linear_backward_on(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
+                              dp_tensor *mask, void *stream)
+{
+    int64_t M = g->shape[0], N = g->shape[1], K = x->shape[1];
+    int st = set_device(g->device);
+    if (st)
+        return st;
+    dpc_linear_grads layer = linear_grads(dx, dw, db, g, x, w, mask);
+    int own = dpc_linear_backward(g->dtype, &layer, 1, stream);
+    if (own != DPC_UNSUPPORTED)
+        return own;
+    if (dx)   /* dx (M, K) = g (M, N) @ w (N, K) */
+        st = dpc_gemm(g->dtype, 0, 0, M, K, N, 1.0, first(g), N, 0, first(w), K, 0, 0.0, first(dx), K, 0, 1,
+                      DPC_EPI_BIAS, NULL, NULL, allow_tf32, stream);
+    if (!st && dx && mask)   /* the ReLU's backward, in place */
+        st = dpc_unary_backward(DP_RELU, dx->dtype, shape_of(dx), operand(dx), operand(dx), operand(mask),
+                                operand(mask), stream);
+    if (!st && dw)   /* dw (N, K) = g^T (N, M) @ x (M, K); db = the row sums of g^T */
+        st = dpc_gemm(g->dtype, 1, 0, N, K, M, 1.0, first(g), N, 0, first(x), K, 0, 0.0, first(dw), K, 0, 1,
+                      db ? DPC_EPI_BGRAD : DPC_EPI_BIAS, db ? first(db) : NULL, NULL, allow_tf32, stream);
+    if (!st && db && !dw) {
+        dpc_shape s = { 1, { N } };
+        dpc_operand o = { .data = first(db), .stride = { 1 } }, in = { .data = first(g), .stride = { 1 } }, none = { 0 };
+        st = dpc_reduce(DP_SUM, g->dtype, db->dtype, s, o, none, in, M, N, 0, stream);
+    }
+    return st;
+}
+
+/* Launches the waiting work, if any, leaving the current device as it
  * was (the caller may have set another for its own work). A failure is
  * kept for the next op's gpu_status to report, since the caller may not
  * return a status. */
-static void deferred_launch(void)
+static void deferred_run(waiting_work *w)
 {
-    pthread_mutex_lock(&deferred.mu);
-    dp_tensor *out = deferred.out, *x = deferred.x, *w = deferred.w, *b = deferred.b;
-    void *stream = deferred.stream;
-    deferred.out = NULL;
-    pthread_mutex_unlock(&deferred.mu);
-    if (!out)
-        return;
     int device = -1;
     (void)dpc_get_device(&device);
-    int rc = linear_gemm(out, NULL, x, w, b, DPC_EPI_BIAS, stream);
+    bool forward = w->what == WAITS_LINEAR;
+    int rc = forward ? linear_gemm(w->out, NULL, w->x, w->w, w->b, DPC_EPI_BIAS, w->stream)
+                     : linear_backward_on(w->dx, w->dw, w->db, w->g, w->x, w->w, w->mask, w->stream);
     if (device >= 0)
         set_device(device);
-    if (rc && !deferred_failure[0] && gpu_status("linear", rc, out->dtype))
+    if (rc && !deferred_failure[0] && gpu_status(forward ? "linear" : "linear backward", rc, w->x->dtype))
         snprintf(deferred_failure, sizeof deferred_failure, "%s", dp_last_error());
-    deferred_release(out, x, w, b);
+    waiting_release(w);
+}
+
+static void deferred_launch(void)
+{
+    waiting_work w;
+    if (deferred_take(NULL, NULL, &w))
+        deferred_run(&w);
 }
 
 void dp_cuda_launch_deferred(void)
@@ -921,36 +1020,28 @@ void dp_cuda_launch_deferred(void)
     deferred_launch();
 }
 
-/* The same, only when the waiting Linear is queued for stream. */
+static bool queued_on(const waiting_work *w, const void *stream)
+{
+    return w->stream == stream;
+}
+
+/* The same, only when the waiting work is queued for stream. */
 static void deferred_launch_on(void *stream)
 {
-    pthread_mutex_lock(&deferred.mu);
-    bool on = deferred.out && deferred.stream == stream;
-    pthread_mutex_unlock(&deferred.mu);
-    if (on)
-        deferred_launch();
+    waiting_work w;
+    if (deferred_take(queued_on, stream, &w))
+        deferred_run(&w);
 }
 
 dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
 {
     int64_t M = out->shape[0], N = out->shape[1], K = x->shape[1];
-    void *stream = stream_of(out->device);   /* after the one waiting, if any */
+    void *stream = stream_of(out->device);   /* after the work waiting, if any */
     if (deferred_failure[0])   /* that one failed: say so now, and defer nothing */
         return gpu_status("linear", 0, out->dtype);
     if (!defer_enabled() || M == 0 || N == 0 || K == 0 || !dpc_gemm_own(M, N, K, 1))
         return gpu_status("linear", linear_gemm(out, NULL, x, w, b, DPC_EPI_BIAS, stream), out->dtype);
-    dp_tensor_retain(out);
-    dp_tensor_retain(x);
-    dp_tensor_retain(w);
-    if (b)
-        dp_tensor_retain(b);
-    pthread_mutex_lock(&deferred.mu);
-    deferred.out = out;
-    deferred.x = x;
-    deferred.w = w;
-    deferred.b = b;
-    deferred.stream = stream;
-    pthread_mutex_unlock(&deferred.mu);
+    deferred_put((waiting_work){ .what = WAITS_LINEAR, .x = x, .w = w, .out = out, .b = b, .stream = stream });
     return DP_OK;
 }
 
@@ -960,84 +1051,99 @@ static bool same_matrix(const dp_tensor *a, const dp_tensor *y)
            a->shape[0] == y->shape[0] && a->shape[1] == y->shape[1] && tensor_is_contiguous(a);
 }
 
-/* The waiting Linear, taken by a caller whose launch computes it first,
- * when its output is y and K (its in_features) passes accept: its four
- * tensors in t (for deferred_release). */
-static bool deferred_take_output(const dp_tensor *y, int (*accept)(int64_t N, int64_t C, int64_t K), dp_tensor *t[4])
+typedef struct {
+    const dp_tensor *y;
+    int (*accept)(int64_t N, int64_t C, int64_t K);
+} output_taker;
+
+static bool takes_output(const waiting_work *w, const void *ctx)
 {
-    pthread_mutex_lock(&deferred.mu);
-    dp_tensor *out = deferred.out;
-    bool fits = out && same_matrix(y, out) && accept(out->shape[0], out->shape[1], deferred.x->shape[1]);
-    if (fits) {
-        t[0] = out;
-        t[1] = deferred.x;
-        t[2] = deferred.w;
-        t[3] = deferred.b;
-        deferred.out = NULL;
-    }
-    pthread_mutex_unlock(&deferred.mu);
-    return fits;
+    const output_taker *t = ctx;
+    return w->what == WAITS_LINEAR && same_matrix(t->y, w->out) &&
+           t->accept(w->out->shape[0], w->out->shape[1], w->x->shape[1]);
+}
+
+typedef struct {
+    const dp_tensor *out, *a;
+} activation_of;
+
+/* out = act(a) fits the waiting Linear's epilogue: a is its output, and
+ * out is a itself or a new tensor (not one the product reads). */
+static bool fits_epilogue(const waiting_work *w, const void *ctx)
+{
+    const dp_tensor *out = ((const activation_of *)ctx)->out, *a = ((const activation_of *)ctx)->a, *y = w->out;
+    return w->what == WAITS_LINEAR && same_matrix(a, y) && out->dtype == y->dtype && out->ndim == 2 &&
+           tensor_is_contiguous(out) && out->shape[0] == y->shape[0] && out->shape[1] == y->shape[1] &&
+           (out->storage == y->storage ? out->offset == y->offset
+                                       : out->storage != w->x->storage && out->storage != w->w->storage &&
+                                             (!w->b || out->storage != w->b->storage));
 }
 
 /* out = op(a) as one launch with the waiting Linear when a is its output
- * and op a ReLU or GELU; false (nothing done) otherwise. out may be a
- * itself, or a new tensor (not one the product reads). */
+ * and op a ReLU or GELU; false (nothing done) otherwise. */
 static bool deferred_fuse(int op, dp_tensor *out, dp_tensor *a, dp_status *st)
 {
-    if (op != DP_RELU && op != DP_GELU && op != DP_GELU_TANH)
+    waiting_work w;
+    if ((op != DP_RELU && op != DP_GELU && op != DP_GELU_TANH) ||
+        !deferred_take(fits_epilogue, &(activation_of){ out, a }, &w))
         return false;
-    pthread_mutex_lock(&deferred.mu);
-    dp_tensor *y = deferred.out, *x = deferred.x, *w = deferred.w, *b = deferred.b;
-    void *stream = deferred.stream;
-    bool fits = y && same_matrix(a, y) && out->dtype == y->dtype && out->ndim == 2 && tensor_is_contiguous(out) &&
-                out->shape[0] == y->shape[0] && out->shape[1] == y->shape[1] &&
-                (out->storage == y->storage ? out->offset == y->offset
-                                            : out->storage != x->storage && out->storage != w->storage &&
-                                                  (!b || out->storage != b->storage));
-    if (fits)
-        deferred.out = NULL;
-    pthread_mutex_unlock(&deferred.mu);
-    if (!fits)
-        return false;
-    bool in_place = out->storage == y->storage;
+    bool in_place = out->storage == w.out->storage;
     *st = gpu_status("linear (with the activation after it)",
-                     linear_gemm(out, in_place ? NULL : y, x, w, b, act_epilogue(op), stream), out->dtype);
+                     linear_gemm(out, in_place ? NULL : w.out, w.x, w.w, w.b, act_epilogue(op), w.stream),
+                     out->dtype);
     deferred_fusions++;
-    deferred_release(y, x, w, b);
+    waiting_release(&w);
     return true;
 }
 
+typedef struct {
+    const dp_tensor *g;            /* this backward's gradient */
+    dpc_linear_grads layer[2];     /* the waiting backward's, then this one's */
+} chain_of;
+
+static dpc_linear_grads waiting_grads(const waiting_work *w)
+{
+    return linear_grads(w->dx, w->dw, w->db, w->g, w->x, w->w, w->mask);
+}
+
+/* The waiting backward and this one (ctx) make a chain: the waiting one's
+ * dx is this one's gradient, on the same stream, and one block takes both. */
+static bool chains_after(const waiting_work *w, const void *ctx)
+{
+    const chain_of *c = ctx;
+    if (w->what != WAITS_LINEAR_BACKWARD || !w->dx || !same_matrix(c->g, w->dx) ||
+        w->stream != stream_now(c->g->device))
+        return false;
+    dpc_linear_grads layer[2] = { waiting_grads(w), c->layer[1] };
+    return dpc_linear_backward_chains(layer);
+}
+
 /* dx = g @ w (0 where !(mask > 0) when mask is given), dw = g^T @ x, db =
- * the column sums of g: one launch of ours up to medium sizes, else two
- * cuBLASLt GEMMs with db in dw's epilogue */
+ * the column sums of g; as one launch with the waiting backward of the
+ * layer after this one when g is its dx (a chain), or waiting itself for
+ * the layer before when it may start a chain. */
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
                               dp_tensor *mask)
 {
-    int64_t M = g->shape[0], N = g->shape[1], K = x->shape[1];
-    int st = set_device(g->device);
-    if (!st) {
-        int own = dpc_linear_backward(g->dtype, M, N, K, first(g), first(x), first(w), dx ? first(dx) : NULL,
-                                      dw ? first(dw) : NULL, db ? first(db) : NULL, dx && mask ? first(mask) : NULL,
-                                      stream_of(g->device));
-        if (own != DPC_UNSUPPORTED)
-            return gpu_status("linear backward", own, g->dtype);
+    chain_of chain = { .g = g, .layer[1] = linear_grads(dx, dw, db, g, x, w, mask) };
+    waiting_work after;
+    if (deferred_take(chains_after, &chain, &after)) {
+        chain.layer[0] = waiting_grads(&after);
+        int rc = set_device(g->device);
+        if (!rc && !(rc = dpc_linear_backward(g->dtype, chain.layer, 2, after.stream)))
+            deferred_fusions++;
+        waiting_release(&after);
+        return gpu_status("linear backward (two layers in one launch)", rc, g->dtype);
     }
-    if (!st && dx)   /* dx (M, K) = g (M, N) @ w (N, K) */
-        st = dpc_gemm(g->dtype, 0, 0, M, K, N, 1.0, first(g), N, 0, first(w), K, 0, 0.0, first(dx), K, 0, 1,
-                      DPC_EPI_BIAS, NULL, NULL, allow_tf32, stream_of(g->device));
-    if (!st && dx && mask)   /* the ReLU's backward, in place */
-        st = dpc_unary_backward(DP_RELU, dx->dtype, shape_of(dx), operand(dx), operand(dx), operand(mask),
-                                operand(mask), stream_of(g->device));
-    if (!st && dw)   /* dw (N, K) = g^T (N, M) @ x (M, K); db = the row sums of g^T */
-        st = dpc_gemm(g->dtype, 1, 0, N, K, M, 1.0, first(g), N, 0, first(x), K, 0, 0.0, first(dw), K, 0, 1,
-                      db ? DPC_EPI_BGRAD : DPC_EPI_BIAS, db ? first(db) : NULL, NULL, allow_tf32,
-                      stream_of(g->device));
-    if (!st && db && !dw) {
-        dpc_shape s = { 1, { N } };
-        dpc_operand o = { .data = first(db), .stride = { 1 } }, in = { .data = first(g), .stride = { 1 } }, none = { 0 };
-        st = dpc_reduce(DP_SUM, g->dtype, db->dtype, s, o, none, in, M, N, 0, stream_of(g->device));
+    void *stream = stream_of(g->device);   /* after the work waiting, if any */
+    if (deferred_failure[0])
+        return gpu_status("linear backward", 0, g->dtype);
+    if (defer_enabled() && dx && dpc_linear_backward_may_chain(&chain.layer[1])) {
+        deferred_put((waiting_work){ .what = WAITS_LINEAR_BACKWARD, .x = x, .w = w, .g = g, .mask = mask,
+                                     .dx = dx, .dw = dw, .db = db, .stream = stream });
+        return DP_OK;
     }
-    return gpu_status("linear backward", st, g->dtype);
+    return gpu_status("linear backward", linear_backward_on(dx, dw, db, g, x, w, mask, stream), g->dtype);
 }
 
 /* ---------------------------------------------------------------- indexing */
@@ -1157,14 +1263,16 @@ bool gpu_cross_entropy_fuses(const dp_tensor *input)
 dp_status gpu_cross_entropy(dp_tensor *out, cpu_ce_args *a)
 {
     int64_t N = a->input->shape[0], C = a->input->shape[1];
-    dp_tensor *rows = NULL, *lin[4] = { NULL };
+    dp_tensor *rows = NULL;
+    waiting_work lin;
     int done = 0;
     dp_status st = tensor_new(&rows, 1, &N, DP_FLOAT64, a->input->device);
-    bool with_linear = !st && deferred_take_output(a->input, dpc_cross_entropy_takes_linear, lin);
+    bool with_linear =
+        !st && deferred_take(takes_output, &(output_taker){ a->input, dpc_cross_entropy_takes_linear }, &lin);
     dpc_ce_linear linear = { NULL, NULL, NULL, NULL, 0 };
     if (with_linear)
-        linear = (dpc_ce_linear){ first(lin[1]), first(lin[2]), lin[3] ? first(lin[3]) : NULL, first(lin[0]),
-                                  lin[1]->shape[1] };
+        linear = (dpc_ce_linear){ first(lin.x), first(lin.w), lin.b ? first(lin.b) : NULL, first(lin.out),
+                                  lin.x->shape[1] };
     if (!st) {
         set_device(a->input->device);
         st = gpu_status(with_linear ? "linear and cross_entropy" : "cross_entropy",
@@ -1178,10 +1286,10 @@ dp_status gpu_cross_entropy(dp_tensor *out, cpu_ce_args *a)
     }
     if (with_linear) {
         if (st)   /* the Linear's output is Lua's too: give it its value */
-            (void)linear_gemm(lin[0], NULL, lin[1], lin[2], lin[3], DPC_EPI_BIAS, stream_now(lin[0]->device));
+            (void)linear_gemm(lin.out, NULL, lin.x, lin.w, lin.b, DPC_EPI_BIAS, stream_now(lin.out->device));
         else
             deferred_fusions++;
-        deferred_release(lin[0], lin[1], lin[2], lin[3]);
+        waiting_release(&lin);
     }
     a->grad_one_done = !st && done;
     dp_tensor_release(rows);
@@ -1310,6 +1418,7 @@ dp_status gpu_clamp(dp_tensor *out, dp_tensor *a, double lo, double hi)
 dp_status gpu_copy(dp_tensor *dst, dp_tensor *src) { (void)dst; (void)src; return no_cuda(); }
 dp_status gpu_fill(dp_tensor *dst, double value) { (void)dst; (void)value; return no_cuda(); }
 bool gpu_any(int what, dp_tensor *t) { (void)what; (void)t; return false; }
+int gpu_deferred_holds(const dp_tensor *t) { (void)t; return 0; }
 dp_status gpu_random(dp_tensor *t, int kind, uint64_t counter, uint64_t key, int64_t low, uint64_t range)
 { (void)t; (void)kind; (void)counter; (void)key; (void)low; (void)range; return no_cuda(); }
 dp_status gpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, int dim, int correction)

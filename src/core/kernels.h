@@ -41,6 +41,8 @@ dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, 
                         double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step,
                         dp_tensor *step_t);
 bool gpu_any(int what, dp_tensor *t);
+/* how many references to t the launch waiting in gpu.c holds */
+int gpu_deferred_holds(const dp_tensor *t);
 /* t (new, contiguous) = the values of Philox blocks counter.. (core/philox.h) */
 dp_status gpu_random(dp_tensor *t, int kind, uint64_t counter, uint64_t key, int64_t low, uint64_t range);
 
@@ -105,6 +107,10 @@ static inline dp_status k_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tenso
 { return ON_CPU(out) ? cpu_gather(out, a, dim, index) : gpu_gather(out, a, dim, index); }
 static inline dp_status k_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 { return ON_CPU(out) ? cpu_scatter_add(out, dim, index, src) : gpu_scatter_add(out, dim, index, src); }
+/* t's references other than the waiting launch's (gpu.c), which uses t
+ * before any op that comes after it can: no sharing to protect from */
+static inline int k_holders(const dp_tensor *t)
+{ return t->refcount - (ON_CPU(t) ? 0 : gpu_deferred_holds(t)); }
 /* whether the loss runs as one launch, which can also write the gradient for a loss gradient of 1 */
 static inline bool k_cross_entropy_fuses(const dp_tensor *input)
 { return !ON_CPU(input) && gpu_cross_entropy_fuses(input); }

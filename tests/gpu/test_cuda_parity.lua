@@ -465,12 +465,57 @@ do
   local p = { gx:clone():requires_grad_(), gw:clone():requires_grad_(), gb:clone():requires_grad_() }
   local w2 = whole(torch.float32, 3, 5):to(dev):requires_grad_()
   n = fused(function() torch._linear(F.relu(F.linear(p[1], p[2], p[3])), w2):pow(2):sum():backward() end)
-  T.is(n, 1, "forward fused under autograd")
+  T.is(n, 2, "forward fused under autograd, and the two backwards chained")
   local q = { x:clone():requires_grad_(), w:clone():requires_grad_(), b:clone():requires_grad_() }
   local cw2 = w2:detach():cpu():requires_grad_()
   torch._linear(F.relu(F.linear(q[1], q[2], q[3])), cw2):pow(2):sum():backward()
   for i = 1, 3 do near(p[i].grad, q[i].grad, "gradient " .. i .. " as on the CPU") end
   near(w2.grad, cw2.grad, "the second layer's gradient as on the CPU")
+
+  -- Chained backwards: a small Linear's backward that computes dx waits,
+  -- and the backward of the layer before it, whose gradient is that dx,
+  -- runs in the same launch (one block, the later layer first). Layers of
+  -- widths[1] -> widths[2] -> ..., batch 32, ReLUs between unless
+  -- o.linear_only, loss sum(out^2); the gradients of every parameter (and
+  -- of the input with o.input_grad) against the CPU's, backward run
+  -- o.times times without zeroing.
+  local function chain(name, dt, widths, o, want)
+    local cpu, gpu = {}, {}
+    for l = 1, #widths - 1 do
+      cpu[#cpu + 1] = whole(dt, widths[l + 1], widths[l]) / 4
+      if not o.no_bias then cpu[#cpu + 1] = halves(dt, widths[l + 1]) end
+    end
+    local x = whole(dt, 32, widths[1]) / 4
+    local function run(params, input)
+      local h, i = input, 1
+      for l = 1, #widths - 1 do
+        h = F.linear(h, params[i], not o.no_bias and params[i + 1] or nil)
+        i = i + (o.no_bias and 1 or 2)
+        if l < #widths - 1 and not o.linear_only then h = F.relu(h) end
+      end
+      for _ = 1, o.times or 1 do h:pow(2):sum():backward({ retain_graph = true }) end
+    end
+    for i, t in ipairs(cpu) do gpu[i] = t:to(dev):requires_grad_(); t:requires_grad_() end
+    local cx, gx2 = x:clone():requires_grad_(o.input_grad or false), x:to(dev):requires_grad_(o.input_grad or false)
+    run(cpu, cx)
+    local n = fused(function() run(gpu, gx2) end)
+    T.is(n, want, name .. ": " .. want .. " launches saved")
+    local rt = dt == torch.bfloat16 and 2e-2 or 1e-6
+    for i = 1, #cpu do
+      T.tensor_close(gpu[i].grad:cpu():double(), cpu[i].grad:double(), rt, rt, name .. ": gradient " .. i)
+    end
+    if o.input_grad then T.tensor_close(gx2.grad:cpu():double(), cx.grad:double(), rt, rt, name .. ": the input's") end
+  end
+  for _, dt in ipairs(floats) do
+    chain("the seed's layers " .. dt.name, dt, { 10, 10, 2 }, {}, 2)
+  end
+  chain("with the input's gradient", torch.float32, { 10, 10, 2 }, { input_grad = true }, 2)
+  chain("without biases", torch.float32, { 10, 10, 2 }, { no_bias = true }, 2)
+  chain("no ReLU between", torch.float32, { 10, 10, 2 }, { linear_only = true }, 1)
+  chain("three layers: the last two chained", torch.float32, { 10, 10, 10, 2 }, {}, 3)
+  -- the second backward adds to .grad, which launches the waiting backward first
+  chain("twice without zeroing: accumulated", torch.float32, { 10, 10, 2 }, { times = 2 }, 2)
+  chain("layers too large for one block", torch.float32, { 100, 64, 10 }, {}, 1)
 end
 
 -- memory: freed tensors are given back, and errors are clear
