@@ -1,4 +1,5 @@
--- dplua's side of scripts/bench/step_switches: the eager seed (10-10-2,
+-- dplua's side of scripts/bench/step_switches: an in-place add to a
+-- 16-element tensor (a launch's host cost), the eager seed (10-10-2,
 -- batch 32) and MLP (784-256-128-10, batch 256) steps with SGD on the GPU
 -- and the seed step replayed from a CUDA graph: the median of 9 blocks of
 -- 2000 steps after 3000 of warm-up, and the fusions of the deferred Linear
@@ -45,6 +46,9 @@ local function eager(which)
   return us, (torch.cuda._linear_fusions() - fusions) / (WARM + BLOCKS * PER_BLOCK)
 end
 
+-- one tiny op a call: what a launch costs the host
+local a = torch.zeros(16):cuda()
+local op_us = median_us(function() a:add_(1) end)
 local seed_us, seed_fusions = eager("seed")
 local mlp_us, mlp_fusions = eager("mlp")
 local step = setup("seed")
@@ -52,5 +56,5 @@ for _ = 1, 20 do step() end
 torch.cuda.synchronize()
 local graph = torch.cuda.graph(step)
 local replay_us = median_us(function() graph:replay() end)
-print(string.format("%-22s seed %.1f us/step (%.2f fusions a step)  replayed %.1f  MLP %.1f us/step (%.2f)",
-                    arg[1] or "default", seed_us, seed_fusions, replay_us, mlp_us, mlp_fusions))
+print(string.format("%-22s add_ %.2f us  seed %.1f us/step (%.2f fusions a step)  replayed %.1f  MLP %.1f us/step (%.2f)",
+                    arg[1] or "default", op_us, seed_us, seed_fusions, replay_us, mlp_us, mlp_fusions))
