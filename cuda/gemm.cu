@@ -238,14 +238,36 @@ struct tile_jobs {
     int count;
     int splits;              /* blocks (a cluster) sharing each tile's k; 1: no split */
     int chain_at;            /* 0, or the first job that reads what the jobs before it wrote: then one block
-                              * runs every tile of every job, in order */
+                              * runs them all (tiled_chain_kernel) */
 };
 }  // namespace
 
-/* Element (i, j) of the job's C (batch entry C) from its product v:
- * alpha, beta, bias, the activation and the mask. */
+/* What the epilogue of element (i, j) reads besides C: its bias, and
+ * whether the mask keeps it. */
+template <typename Acc>
+struct epilogue_in {
+    Acc bias;
+    bool keep;
+};
+
 template <typename T, typename Acc>
-__device__ static inline void tile_finish(const tile_job &J, T *C, int64_t i, int64_t j, Acc v)
+__device__ static inline epilogue_in<Acc> epilogue_load(const tile_job &J, int64_t i, int64_t j)
+{
+    const gemm_args &g = J.g;
+    epilogue_in<Acc> e = { (Acc)0, true };
+    if (i < g.m && j < g.n) {
+        if (g.epilogue != DPC_EPI_BGRAD && g.bias)
+            e.bias = to_acc(((const T *)g.bias)[j]);
+        if (J.mask)
+            e.keep = to_acc(((const T *)J.mask)[i * g.ldc + j]) > 0;
+    }
+    return e;
+}
+
+/* Element (i, j) of the job's C (batch entry C) from its product v:
+ * alpha, beta, bias, the activation and the mask (e: epilogue_load's). */
+template <typename T, typename Acc>
+__device__ static inline void tile_finish(const tile_job &J, T *C, int64_t i, int64_t j, Acc v, epilogue_in<Acc> e)
 {
     const gemm_args &g = J.g;
     T *p = C + i * g.ldc + j;
@@ -253,11 +275,9 @@ __device__ static inline void tile_finish(const tile_job &J, T *C, int64_t i, in
     if (g.beta != 0)   /* beta 0 does not read C (NaN there must not survive) */
         v = v + (Acc)g.beta * to_acc(*p);
     if (g.epilogue != DPC_EPI_BGRAD && g.bias)
-        v = v + to_acc(((const T *)g.bias)[j]);
+        v = v + e.bias;
     v = activate(g.epilogue, v, g.aux ? (T *)g.aux + i * g.ldc + j : (T *)NULL);
-    if (J.mask && !(to_acc(((const T *)J.mask)[i * g.ldc + j]) > 0))
-        v = 0;
-    store(p, v);
+    store(p, e.keep ? v : (Acc)0);
 }
 
 /* The blocks of a cluster that split a tile's k: each leaves its partial
@@ -283,7 +303,7 @@ __device__ static void tile_split_finish(const tile_job &J, T *C, int64_t i0, in
         if (sum_row)
             store((T *)J.g.bias + i, v);
         else
-            tile_finish(J, C, i, j, v);
+            tile_finish(J, C, i, j, v, epilogue_load<T, Acc>(J, i, j));
     }
     cluster.sync();   /* no block leaves while another reads its shared memory */
 #else
@@ -331,13 +351,25 @@ struct tile_smem {
     };
 };
 
-/* Tile blk of job J (split `split` of its k, of `splits`), by the whole
- * block, which may then run another. Thread (tx, ty) computes rows ty TM
- * .. ty TM + TM-1 and columns tx TM .. tx TM + TM-1 of the tile: each step
- * of k reads its TM values of each operand with one or two vector loads
- * from shared memory, which is what bounds this kernel. */
-template <typename T, typename Acc, int TM>
-__device__ static void tile_run(const tile_job &J, int64_t blk, int split, int splits, tile_smem<Acc, TM> &sm)
+/* The barrier of the 256 threads that run a tile: the block's, or (in a
+ * chain's block of several groups) the group's own named barrier. */
+struct block_barrier {
+    __device__ void operator()() const { __syncthreads(); }
+};
+struct group_barrier {
+    int id;   /* 1 .. 15: 0 is __syncthreads' */
+    __device__ void operator()() const { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
+};
+
+/* Tile blk of job J (split `split` of its k, of `splits`), by 256 threads
+ * (thread t = threadIdx.x % 256) that `sync` gathers, which may then run
+ * another. Thread (tx, ty) computes rows ty TM .. ty TM + TM-1 and columns
+ * tx TM .. tx TM + TM-1 of the tile: each step of k reads its TM values of
+ * each operand with one or two vector loads from shared memory, which is
+ * what bounds this kernel. */
+template <typename T, typename Acc, int TM, typename Sync>
+__device__ static void tile_run(const tile_job &J, int64_t blk, int split, int splits, tile_smem<Acc, TM> &sm,
+                                Sync sync)
 {
     constexpr int TILE = tile_smem<Acc, TM>::TILE, BK = tile_smem<Acc, TM>::BK, LOADS = TILE * BK / 256;
     static_assert(sizeof sm.slice >= sizeof sm.part, "a partial tile fits in the slices' space");
@@ -355,15 +387,28 @@ __device__ static void tile_run(const tile_job &J, int64_t blk, int split, int s
     /* Load l of a slice runs along k where the operand is contiguous in k,
      * else along i (j): neighbouring threads read neighbouring elements. */
     const bool a_along_k = !g.trans_a, b_along_k = g.trans_b;
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const int t = (int)threadIdx.x % 256, tx = t % 16, ty = t / 16;
     const bool with_sums = g.epilogue == DPC_EPI_BGRAD && tn == 0, row_sums = with_sums && tx == 0;
+    /* Small tiles load their epilogue's bias and mask beside the first
+     * slice, so that one latency covers both: a tile of one slice is made
+     * of little more than the loads' latencies. Large tiles keep their
+     * registers for the product. */
+    constexpr bool EARLY = TM <= 2;
+    epilogue_in<Acc> early[EARLY ? TM : 1][EARLY ? TM : 1];
+    if constexpr (EARLY)
+        if (splits == 1)
+#pragma unroll
+            for (int r = 0; r < TM; r++)
+#pragma unroll
+                for (int c = 0; c < TM; c++)
+                    early[r][c] = epilogue_load<T, Acc>(J, i0 + ty * TM + r, j0 + tx * TM + c);
 
     Acc ra[LOADS], rb[LOADS];
 #define A_AT(l, ii, kk) (a_along_k ? ((kk) = (l) % BK, (ii) = (l) / BK) : ((ii) = (l) % TILE, (kk) = (l) / TILE))
 #define B_AT(l, jj, kk) (b_along_k ? ((kk) = (l) % BK, (jj) = (l) / BK) : ((jj) = (l) % TILE, (kk) = (l) / TILE))
 #define LOAD_SLICE(k0)                                                                                        \
     _Pragma("unroll") for (int q = 0; q < LOADS; q++) {                                                       \
-        int l = threadIdx.x + 256 * q, ii, jj, kk;                                                            \
+        int l = t + 256 * q, ii, jj, kk;                                                                      \
         A_AT(l, ii, kk);                                                                                      \
         ra[q] = i0 + ii < m && (k0) + kk < k ? (Acc)to_acc(A[(i0 + ii) * a_i + ((k0) + kk) * a_k]) : (Acc)0;  \
         B_AT(l, jj, kk);                                                                                      \
@@ -385,13 +430,13 @@ __device__ static void tile_run(const tile_job &J, int64_t blk, int split, int s
     for (int64_t k0 = k_first; k0 < k; k0 += BK) {
 #pragma unroll
         for (int q = 0; q < LOADS; q++) {
-            int l = threadIdx.x + 256 * q, ii, jj, kk;
+            int l = t + 256 * q, ii, jj, kk;
             A_AT(l, ii, kk);
             As[kk][ii] = ra[q];
             B_AT(l, jj, kk);
             Bs[kk][jj] = rb[q];
         }
-        __syncthreads();
+        sync();
         if (k0 + BK < k) {
             LOAD_SLICE(k0 + BK)
         }
@@ -407,13 +452,23 @@ __device__ static void tile_run(const tile_job &J, int64_t blk, int split, int s
                 for (int c = 0; c < TM; c++)
                     acc[kk & 1][r][c] += a[r] * bv[c];
         }
-        if (row_sums)   /* outside the loop above, which it would slow for every block */
-            for (int kk = 0; kk < BK; kk++)
+        /* the row sums outside the loop above, which they would slow for
+         * every block: the 16 threads of a row of the tile each add every
+         * 16th kk, and the shuffles below add their sums */
+        if (with_sums)
+#pragma unroll
+            for (int kk = tx; kk < BK; kk += 16)
 #pragma unroll
                 for (int r = 0; r < TM; r++)
                     sums[r] += As[kk][ty * TM + r];
-        __syncthreads();
+        sync();
     }
+    if (with_sums)   /* a row's 16 threads are lanes of one half-warp */
+#pragma unroll
+        for (int r = 0; r < TM; r++)
+#pragma unroll
+            for (int o = 8; o > 0; o /= 2)
+                sums[r] += __shfl_xor_sync(0xffffffffu, sums[r], o);
 #undef LOAD_SLICE
 #undef A_AT
 #undef B_AT
@@ -441,8 +496,14 @@ __device__ static void tile_run(const tile_job &J, int64_t blk, int split, int s
 #pragma unroll
         for (int c = 0; c < TM; c++) {
             int64_t j = j0 + tx * TM + c;
-            if (j < n)
-                tile_finish(J, C, i, j, acc[0][r][c] + acc[1][r][c]);
+            if (j < n) {
+                epilogue_in<Acc> e;
+                if constexpr (EARLY)
+                    e = early[r][c];
+                else
+                    e = epilogue_load<T, Acc>(J, i, j);
+                tile_finish(J, C, i, j, acc[0][r][c] + acc[1][r][c], e);
+            }
         }
     }
 }
@@ -451,31 +512,50 @@ __device__ static void tile_run(const tile_job &J, int64_t blk, int split, int s
  * copied to each thread's local memory for the run-time choice of one.
  * Two blocks of 4-byte types share an SM (at most 128 registers a
  * thread); a block of 256 threads alone leaves an SM half idle while it
- * waits for its next slice.
- * Without a chain, block b runs split b % splits of tile b / splits of
- * the jobs' tiles counted in order; with one, the one block runs them all
- * in order, and the jobs from chain_at on start once the ones before have
- * written what they read. */
+ * waits for its next slice. Block b runs split b % splits of tile b /
+ * splits of the jobs' tiles counted in order. */
 template <typename T, typename Acc, int TM>
 __global__ static void __launch_bounds__(256, sizeof(Acc) == 4 ? 2 : 1)
     tiled_gemm_kernel(const __grid_constant__ tile_jobs jobs)
 {
     begin_after_previous_kernel();
     __shared__ __align__(16) tile_smem<Acc, TM> sm;
-    if (jobs.chain_at) {
-        for (int j = 0; j < jobs.count; j++) {
-            if (j == jobs.chain_at)
-                __syncthreads();   /* the block's global writes before it are visible to the block after it */
-            for (int64_t blk = 0; blk < jobs.job[j].blocks; blk++)
-                tile_run<T, Acc, TM>(jobs.job[j], blk, 0, 1, sm);
-        }
-        return;
-    }
     int64_t blk = blockIdx.x / jobs.splits;
     int j = 0;
     while (j + 1 < jobs.count && blk >= jobs.job[j].blocks)
         blk -= jobs.job[j++].blocks;
-    tile_run<T, Acc, TM>(jobs.job[j], blk, (int)(blockIdx.x % jobs.splits), jobs.splits, sm);
+    tile_run<T, Acc, TM>(jobs.job[j], blk, (int)(blockIdx.x % jobs.splits), jobs.splits, sm, block_barrier());
+}
+
+/* The groups of 256 threads in a chain's block, each with its own 16 x 16
+ * tile's shared memory (35 KB in all). */
+template <typename Acc>
+__host__ __device__ constexpr int chain_groups()
+{
+    return sizeof(Acc) == 8 ? 2 : 4;
+}
+
+/* A chain (jobs.chain_at > 0) in one block: the jobs before chain_at,
+ * then, once their writes are visible to the block, the jobs from it on,
+ * which read them. Within each part the tiles, counted in order, go to the
+ * block's groups in turn, which run them side by side. */
+template <typename T, typename Acc>
+__global__ static void __launch_bounds__(256 * chain_groups<Acc>())
+    tiled_chain_kernel(const __grid_constant__ tile_jobs jobs)
+{
+    begin_after_previous_kernel();
+    constexpr int GROUPS = chain_groups<Acc>();
+    __shared__ __align__(16) tile_smem<Acc, 1> sm[GROUPS];
+    const int group = (int)threadIdx.x / 256;
+    for (int part = 0; part < 2; part++) {
+        if (part == 1)
+            __syncthreads();   /* the first part's global writes, visible to the whole block */
+        int64_t tile = 0;
+        for (int j = part ? jobs.chain_at : 0; j < (part ? jobs.count : jobs.chain_at); j++)
+            for (int64_t blk = 0; blk < jobs.job[j].blocks; blk++, tile++)
+                if (tile % GROUPS == group)
+                    tile_run<T, Acc, 1>(jobs.job[j], blk, 0, 1, sm[group], group_barrier{ group + 1 });
+    }
 }
 
 /* Whether a product of this shape is one for our kernel. */
@@ -535,7 +615,9 @@ static int tiled_launch(tile_jobs &jobs, int splits)
         blocks += J.blocks;
     }
     jobs.splits = splits;
-    blocks = jobs.chain_at ? 1 : blocks * splits;
+    if (jobs.chain_at)
+        return launch_kernel(tiled_chain_kernel<T, Acc>, 1, 256 * chain_groups<Acc>(), jobs.job[0].g.stream, jobs);
+    blocks *= splits;
     if (blocks > INT32_MAX)
         return DPC_UNSUPPORTED;
     cudaLaunchAttribute cluster;
@@ -552,7 +634,7 @@ template <typename T, typename Acc>
 static int tiled_pick(tile_jobs &jobs)
 {
     const int tm = own_limits.tm;
-    if (jobs.chain_at)   /* one block: the smallest tiles waste the least */
+    if (jobs.chain_at)   /* one block of 16 x 16 tiles */
         return tiled_launch<T, Acc, 1>(jobs, 1);
     if (tm == 0 || tm == 4) {
         int64_t tiles = tiles_of(jobs, 64);
