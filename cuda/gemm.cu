@@ -207,11 +207,12 @@ static int epilogue_after(const gemm_args &g)
 #define OWN_MAX_SPLITS 8
 
 /* The limits above, which scripts/bench/gemm_tune varies to measure them
- * (read once from DPLUA_GEMM_OWN_FLOPS, DPLUA_GEMM_MAX_SPLITS and
- * DPLUA_GEMM_TM, a forced tile of 16 TM; unset: the defaults above). */
+ * (read once from DPLUA_GEMM_OWN_FLOPS, DPLUA_GEMM_MAX_SPLITS,
+ * DPLUA_GEMM_TM, a forced tile of 16 TM, and DPLUA_GEMM_CHAIN_GROUPS, 2
+ * or 4 for a chain of 4-byte types; unset: the defaults above). */
 static struct {
     double own_flops;
-    int max_splits, tm;
+    int max_splits, tm, chain_groups;
 } own_limits;
 static pthread_once_t own_limits_once = PTHREAD_ONCE_INIT;
 
@@ -222,6 +223,7 @@ static void own_limits_read(void)
     own_limits.max_splits = (v = getenv("DPLUA_GEMM_MAX_SPLITS")) ? atoi(v) : OWN_MAX_SPLITS;
     if (own_limits.max_splits < 1 || own_limits.max_splits > OWN_MAX_SPLITS)
         own_limits.max_splits = OWN_MAX_SPLITS;
+    own_limits.chain_groups = (v = getenv("DPLUA_GEMM_CHAIN_GROUPS")) && atoi(v) == 2 ? 2 : 4;
     own_limits.tm = (v = getenv("DPLUA_GEMM_TM")) ? atoi(v) : 0;
     if (own_limits.tm != 1 && own_limits.tm != 2 && own_limits.tm != 4)
         own_limits.tm = 0;   /* not forced */
@@ -440,9 +442,7 @@ __device__ static void tile_run(const tile_job &J, int64_t blk, int split, int s
         if (k0 + BK < k) {
             LOAD_SLICE(k0 + BK)
         }
-        /* past k the slice holds zeros, which add nothing */
-#pragma unroll
-        for (int kk = 0; kk < BK; kk++) {
+        auto multiply = [&](int kk) {
             Acc a[TM], bv[TM];
             load_run<TM>(&As[kk][ty * TM], a);
             load_run<TM>(&Bs[kk][tx * TM], bv);
@@ -451,6 +451,21 @@ __device__ static void tile_run(const tile_job &J, int64_t blk, int split, int s
 #pragma unroll
                 for (int c = 0; c < TM; c++)
                     acc[kk & 1][r][c] += a[r] * bv[c];
+        };
+        if constexpr (TM == 1) {
+            /* Past k the slice holds zeros, which add nothing: chunks of it
+             * wholly past k are skipped (a small layer's k is often less
+             * than a slice). */
+            constexpr int CHUNK = 16;
+#pragma unroll 1
+            for (int kc = 0; kc < BK && k0 + kc < k; kc += CHUNK)
+#pragma unroll
+                for (int kk = kc; kk < kc + CHUNK; kk++)
+                    multiply(kk);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < BK; kk++)
+                multiply(kk);
         }
         /* the row sums outside the loop above, which they would slow for
          * every block: the 16 threads of a row of the tile each add every
@@ -527,24 +542,19 @@ __global__ static void __launch_bounds__(256, sizeof(Acc) == 4 ? 2 : 1)
     tile_run<T, Acc, TM>(jobs.job[j], blk, (int)(blockIdx.x % jobs.splits), jobs.splits, sm, block_barrier());
 }
 
-/* The groups of 256 threads in a chain's block, each with its own 16 x 16
- * tile's shared memory (35 KB in all). */
-template <typename Acc>
-__host__ __device__ constexpr int chain_groups()
-{
-    return sizeof(Acc) == 8 ? 2 : 4;
-}
-
-/* A chain (jobs.chain_at > 0) in one block: the jobs before chain_at,
- * then, once their writes are visible to the block, the jobs from it on,
- * which read them. Within each part the tiles, counted in order, go to the
- * block's groups in turn, which run them side by side. */
-template <typename T, typename Acc>
-__global__ static void __launch_bounds__(256 * chain_groups<Acc>())
-    tiled_chain_kernel(const __grid_constant__ tile_jobs jobs)
+/* A chain (jobs.chain_at > 0) in one block of GROUPS groups of 256
+ * threads, each with its own 16 x 16 tile's shared memory: the jobs before
+ * chain_at, then, once their writes are visible to the block, the jobs
+ * from it on, which read them. Within each part the tiles, counted in
+ * order, go to the groups in turn, which run them side by side. Four
+ * groups run the seed's first part at once, but a thread then has 64
+ * registers and spills some of them; two have the 128 a tile of 16 needs
+ * (scripts/bench/gemm_tune measures both, DPLUA_GEMM_CHAIN_GROUPS). */
+template <typename T, typename Acc, int GROUPS>
+__global__ static void __launch_bounds__(256 * GROUPS) tiled_chain_kernel(const __grid_constant__ tile_jobs jobs)
 {
     begin_after_previous_kernel();
-    constexpr int GROUPS = chain_groups<Acc>();
+    static_assert(GROUPS * sizeof(tile_smem<Acc, 1>) <= 48 * 1024, "static shared memory");
     __shared__ __align__(16) tile_smem<Acc, 1> sm[GROUPS];
     const int group = (int)threadIdx.x / 256;
     for (int part = 0; part < 2; part++) {
@@ -615,8 +625,12 @@ static int tiled_launch(tile_jobs &jobs, int splits)
         blocks += J.blocks;
     }
     jobs.splits = splits;
-    if (jobs.chain_at)
-        return launch_kernel(tiled_chain_kernel<T, Acc>, 1, 256 * chain_groups<Acc>(), jobs.job[0].g.stream, jobs);
+    if (jobs.chain_at) {
+        if constexpr (sizeof(Acc) == 4)   /* (four groups of 8-byte tiles take too much shared memory) */
+            if (own_limits.chain_groups == 4)
+                return launch_kernel(tiled_chain_kernel<T, Acc, 4>, 1, 1024, jobs.job[0].g.stream, jobs);
+        return launch_kernel(tiled_chain_kernel<T, Acc, 2>, 1, 512, jobs.job[0].g.stream, jobs);
+    }
     blocks *= splits;
     if (blocks > INT32_MAX)
         return DPC_UNSUPPORTED;

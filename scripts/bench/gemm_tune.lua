@@ -1,6 +1,8 @@
 -- One setting of gemm.cu's limits (DPLUA_GEMM_* in the environment, see
 -- scripts/bench/gemm_tune): the GPU µs of the MLP's products one by one,
--- replayed from a CUDA graph of 20 calls, and the eager MLP step's µs.
+-- replayed from a CUDA graph of 20 calls, the seed step's µs replayed
+-- from a CUDA graph (its two backward products run as a chain), and the
+-- eager MLP step's µs.
 local torch = require("dplua")
 local nn, optim = torch.nn, torch.optim
 local now = torch.utils.progress.clock
@@ -29,6 +31,23 @@ gpu_us("L1 dw (256x256)^T @ 256x784, GPU us", function() return g1:t():mm(x) end
 gpu_us("L2 fwd 256x256->128 +relu, GPU us", function() return torch._linear_act(h, w2, b2, "relu") end)
 local deep_a, deep_b = torch.randn(64, 2048):to(dev), torch.randn(2048, 64):to(dev)
 gpu_us("deep 64x2048 @ 2048x64, GPU us", function() return deep_a:mm(deep_b) end)
+local function seed_replay_us()
+  local model, sx, sy = models.SimpleNN():to(dev), torch.rand(32, 10):to(dev), torch.randint(0, 2, { 32 }):to(dev)
+  local crit, opt = nn.CrossEntropyLoss(), optim.SGD(model:parameters(), { lr = 0.01 })
+  local function step() opt:zero_grad(); crit(model(sx), sy):backward(); opt:step() end
+  for _ = 1, 20 do step() end
+  torch.cuda.synchronize()
+  local graph = torch.cuda.graph(step)
+  local best = math.huge
+  for _ = 1, 5 do
+    local t0 = now()
+    for _ = 1, 2000 do graph:replay() end
+    torch.cuda.synchronize()
+    best = math.min(best, (now() - t0) / 2000)
+  end
+  return best * 1e6
+end
+io.write(string.format("  %-34s %8.2f\n", "seed step replayed, us", seed_replay_us()))
 local model, y = models.mlp():to(dev), torch.randint(0, 10, { 256 }):to(dev)
 local crit, opt = nn.CrossEntropyLoss(), optim.SGD(model:parameters(), { lr = 0.01 })
 local function step() opt:zero_grad(); crit(model(x), y):backward(); opt:step() end
