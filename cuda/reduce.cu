@@ -763,6 +763,12 @@ __global__ static void ce_bwd_kernel(ce_bwd_args r)
     ce_bwd_elems<DT>(r, (int64_t)blockIdx.x * blockDim.x + threadIdx.x, (int64_t)gridDim.x * blockDim.x, sv, si);
 }
 
+/* Row i's target (ignore_index past the rows). */
+__device__ static inline int64_t ce_target(const ce_args &r, int64_t i)
+{
+    return i < r.N ? r.target[i] : r.ignore_index;
+}
+
 /* One sample row's loss, by its group of G threads: nn.c's row_log_probs
  * and the loss of cpu_cross_entropy. The probabilities are written to
  * r.probs when it is set. The loss is valid in lane 0. */
@@ -776,13 +782,13 @@ struct ce_row {
 }  // namespace
 
 template <int DT, int G>
-__device__ static ce_row ce_row_loss(const ce_args &r, int64_t i, int lane, double *sv, int64_t *si)
+__device__ static ce_row ce_row_loss(const ce_args &r, int64_t i, int64_t t, int lane, double *sv, int64_t *si)
 {
     const int64_t C = r.C;
     const int es = (int)dt_size(DT);
     ce_row o;
     o.live = i < r.N;
-    o.t = o.live ? r.target[i] : r.ignore_index;
+    o.t = t;
     o.active = o.live && ce_counts(o.t, r.ignore_index, C);
     o.bad = o.t != r.ignore_index && !ce_counts(o.t, r.ignore_index, C);
     o.row = r.input + (o.live ? i : 0) * C * es;
@@ -839,7 +845,7 @@ __global__ static void ce_kernel(ce_args r)
     int grp = threadIdx.x / G, lane = threadIdx.x % G;
     for (int64_t base = (int64_t)blockIdx.x * per_block; base < r.N; base += (int64_t)gridDim.x * per_block) {
         int64_t i = base + grp;
-        ce_row o = ce_row_loss<DT, G>(r, i, lane, sv, si);
+        ce_row o = ce_row_loss<DT, G>(r, i, ce_target(r, i), lane, sv, si);
         if (o.live && lane == 0)
             r.rows[i] = o.loss;
     }
@@ -850,15 +856,16 @@ __global__ static void ce_kernel(ce_args r)
  * apart, then the bias), in float for float32 and bfloat16, so that its
  * output is the value the Linear's own launch would have written. */
 template <int DT>
-__device__ static void ce_linear(const dpc_ce_linear &lin, int64_t N, int64_t C)
+__device__ static void ce_linear(const dpc_ce_linear &lin, int N, int C)
 {
     typedef typename std::conditional<DT == DP_FLOAT64, double, float>::type Acc;
-    const int es = (int)dt_size(DT);
-    for (int64_t e = threadIdx.x; e < N * C; e += blockDim.x) {
-        const int64_t i = e / C, c = e % C;
-        const char *x = (const char *)lin.x + i * lin.K * es, *w = (const char *)lin.w + c * lin.K * es;
+    const int es = (int)dt_size(DT), K = (int)lin.K;   /* (dpc_cross_entropy_takes_linear: all small) */
+    for (int e = threadIdx.x; e < N * C; e += blockDim.x) {
+        const int i = e / C, c = e % C;
+        const char *x = (const char *)lin.x + i * K * es, *w = (const char *)lin.w + c * K * es;
         Acc acc[2] = { 0, 0 };
-        for (int64_t k = 0; k < lin.K; k++)
+#pragma unroll 8
+        for (int k = 0; k < K; k++)
             acc[k & 1] += (Acc)dt_load(DT, x + k * es) * (Acc)dt_load(DT, w + k * es);
         Acc v = acc[0] + acc[1];
         if (lin.b)
@@ -882,11 +889,12 @@ __global__ static void ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb
     __shared__ double row_loss[RED_THREADS / G], row_weight[RED_THREADS / G];
     const int es = (int)dt_size(DT);
     const int grp = threadIdx.x / G, lane = threadIdx.x % G;
+    const int64_t target = ce_target(r, grp);   /* its latency beside the Linear's */
     if (lin.y) {   /* the Linear before the loss first: r.input is its output */
-        ce_linear<DT>(lin, r.N, r.C);
+        ce_linear<DT>(lin, (int)r.N, (int)r.C);
         __syncthreads();
     }
-    ce_row o = ce_row_loss<DT, G>(r, grp, lane, sv, si);
+    ce_row o = ce_row_loss<DT, G>(r, grp, target, lane, sv, si);
     if (lane == 0) {
         row_loss[grp] = o.loss;
         row_weight[grp] = o.active ? class_weight(r.weight, o.t) : 0;
