@@ -208,8 +208,8 @@ static int epilogue_after(const gemm_args &g)
 
 /* The limits above, which scripts/bench/gemm_tune varies to measure them
  * (read once from DPLUA_GEMM_OWN_FLOPS, DPLUA_GEMM_MAX_SPLITS,
- * DPLUA_GEMM_TM, a forced tile of 16 TM, and DPLUA_GEMM_CHAIN_GROUPS, 2
- * or 4 for a chain of 4-byte types; unset: the defaults above). */
+ * DPLUA_GEMM_TM, a forced tile of 16 TM, and DPLUA_GEMM_CHAIN_GROUPS, 4
+ * for a chain of 4-byte types in four groups; unset: the defaults). */
 static struct {
     double own_flops;
     int max_splits, tm, chain_groups;
@@ -223,7 +223,7 @@ static void own_limits_read(void)
     own_limits.max_splits = (v = getenv("DPLUA_GEMM_MAX_SPLITS")) ? atoi(v) : OWN_MAX_SPLITS;
     if (own_limits.max_splits < 1 || own_limits.max_splits > OWN_MAX_SPLITS)
         own_limits.max_splits = OWN_MAX_SPLITS;
-    own_limits.chain_groups = (v = getenv("DPLUA_GEMM_CHAIN_GROUPS")) && atoi(v) == 2 ? 2 : 4;
+    own_limits.chain_groups = (v = getenv("DPLUA_GEMM_CHAIN_GROUPS")) && atoi(v) == 4 ? 4 : 2;
     own_limits.tm = (v = getenv("DPLUA_GEMM_TM")) ? atoi(v) : 0;
     if (own_limits.tm != 1 && own_limits.tm != 2 && own_limits.tm != 4)
         own_limits.tm = 0;   /* not forced */
@@ -546,10 +546,11 @@ __global__ static void __launch_bounds__(256, sizeof(Acc) == 4 ? 2 : 1)
  * threads, each with its own 16 x 16 tile's shared memory: the jobs before
  * chain_at, then, once their writes are visible to the block, the jobs
  * from it on, which read them. Within each part the tiles, counted in
- * order, go to the groups in turn, which run them side by side. Four
- * groups run the seed's first part at once, but a thread then has 64
- * registers and spills some of them; two have the 128 a tile of 16 needs
- * (scripts/bench/gemm_tune measures both, DPLUA_GEMM_CHAIN_GROUPS). */
+ * order, go to the groups in turn, which run them side by side. Two
+ * groups, with the 128 registers a thread a tile of 16 needs: four would
+ * run the seed's first part at once, but with 64 registers a thread they
+ * spill, and the seed step replayed took 16.5 us with four, 14.8 with two
+ * (scripts/bench/gemm_tune, DPLUA_GEMM_CHAIN_GROUPS=4, on the H200). */
 template <typename T, typename Acc, int GROUPS>
 __global__ static void __launch_bounds__(256 * GROUPS) tiled_chain_kernel(const __grid_constant__ tile_jobs jobs)
 {

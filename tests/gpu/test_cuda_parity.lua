@@ -334,21 +334,29 @@ same("autograd: linear, relu, cross-entropy, tanh", grads,
 
 -- cross-entropy called straight with backward(): a loss that fits one
 -- launch writes its gradient in the forward, which the backward hands
--- over; a second backward (retain_graph) computes its own. Every option.
-local ce_weight = torch.rand(5):double() + 0.5
-for _, dt in ipairs(floats) do
-  for _, o in ipairs({ { "mean", 1 }, { "sum", 2 } }) do
-    for _, v in ipairs({ { "", nil, -100, 0, false }, { " weighted", ce_weight, -100, 0, false },
-                         { " ignoring 3", nil, 3, 0, false }, { " smoothed", ce_weight, 3, 0.2, false },
-                         { " nll", ce_weight, 3, 0, true } }) do
-      same("cross-entropy " .. o[1] .. v[1] .. " gradient from the forward, " .. dt.name, function(x, t, w)
-        x = x:detach():requires_grad_()
-        local loss = torch._cross_entropy(x, t, w, v[3], v[4], o[2], v[5])
-        loss:backward({ retain_graph = true })
-        local g1 = x.grad:clone()
-        loss:backward()
-        return { loss, g1, x.grad }
-      end, { input(dt, 12, 5), torch.randint(0, 5, { 12 }), v[2] }, dt == torch.bfloat16 and 5e-2 or nil)
+-- over, and a second backward (retain_graph) too; a loss gradient other
+-- than 1 scales it. Every option; 5 classes (a row read once into
+-- registers), 20 (one thread a row, from memory) and 40 (a warp a row).
+for _, C in ipairs({ 5, 20, 40 }) do
+  local ce_weight = torch.rand(C):double() + 0.5
+  for _, dt in ipairs(floats) do
+    for _, o in ipairs({ { "mean", 1 }, { "sum", 2 } }) do
+      for _, v in ipairs({ { "", nil, -100, 0, false }, { " weighted", ce_weight, -100, 0, false },
+                           { " ignoring 3", nil, 3, 0, false }, { " smoothed", ce_weight, 3, 0.2, false },
+                           { " nll", ce_weight, 3, 0, true } }) do
+        same("cross-entropy " .. o[1] .. v[1] .. " gradient from the forward, " .. C .. " classes, " .. dt.name,
+             function(x, t, w)
+          local x1 = x:detach():requires_grad_()
+          local loss = torch._cross_entropy(x1, t, w, v[3], v[4], o[2], v[5])
+          loss:backward({ retain_graph = true })
+          local g1 = x1.grad:clone()
+          loss:backward()
+          local x3 = x:detach():requires_grad_()
+          local tripled = torch._cross_entropy(x3, t, w, v[3], v[4], o[2], v[5]) * 3
+          tripled:backward()
+          return { loss, g1, x1.grad, x3.grad }
+        end, { input(dt, 12, C), torch.randint(0, C, { 12 }), v[2] }, dt == torch.bfloat16 and 5e-2 or nil)
+      end
     end
   end
 end
