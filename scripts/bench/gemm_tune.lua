@@ -13,18 +13,22 @@ local x, h = torch.rand(256, 784):to(dev), torch.rand(256, 256):to(dev)
 local w1, b1 = torch.randn(256, 784):to(dev), torch.randn(256):to(dev)
 local w2, b2 = torch.randn(128, 256):to(dev), torch.randn(128):to(dev)
 local g1 = torch.randn(256, 256):to(dev)
+-- µs a unit: the best of 5 timed calls of run(), each `units` units
+local function best_us(run, units)
+  local best = math.huge
+  for _ = 1, 5 do
+    local t0 = now()
+    run()
+    torch.cuda.synchronize()
+    best = math.min(best, (now() - t0) / units)
+  end
+  return best * 1e6
+end
 local function gpu_us(name, f)
   f(); torch.cuda.synchronize()
   local graph = torch.cuda.graph(function() for _ = 1, 20 do f() end end)
   graph:replay(); torch.cuda.synchronize()
-  local best = math.huge
-  for _ = 1, 5 do
-    local t0 = now()
-    for _ = 1, 20 do graph:replay() end
-    torch.cuda.synchronize()
-    best = math.min(best, (now() - t0) / 400)
-  end
-  io.write(string.format("  %-34s %8.2f\n", name, best * 1e6))
+  io.write(string.format("  %-34s %8.2f\n", name, best_us(function() for _ = 1, 20 do graph:replay() end end, 400)))
 end
 gpu_us("L1 fwd 256x784->256 +relu, GPU us", function() return torch._linear_act(x, w1, b1, "relu") end)
 gpu_us("L1 dw (256x256)^T @ 256x784, GPU us", function() return g1:t():mm(x) end)
@@ -38,14 +42,7 @@ local function seed_replay_us()
   for _ = 1, 20 do step() end
   torch.cuda.synchronize()
   local graph = torch.cuda.graph(step)
-  local best = math.huge
-  for _ = 1, 5 do
-    local t0 = now()
-    for _ = 1, 2000 do graph:replay() end
-    torch.cuda.synchronize()
-    best = math.min(best, (now() - t0) / 2000)
-  end
-  return best * 1e6
+  return best_us(function() for _ = 1, 2000 do graph:replay() end end, 2000)
 end
 io.write(string.format("  %-34s %8.2f\n", "seed step replayed, us", seed_replay_us()))
 local model, y = models.mlp():to(dev), torch.randint(0, 10, { 256 }):to(dev)
@@ -53,11 +50,4 @@ local crit, opt = nn.CrossEntropyLoss(), optim.SGD(model:parameters(), { lr = 0.
 local function step() opt:zero_grad(); crit(model(x), y):backward(); opt:step() end
 for _ = 1, 200 do step() end
 torch.cuda.synchronize()
-local best = math.huge
-for _ = 1, 5 do
-  local t0 = now()
-  for _ = 1, 500 do step() end
-  torch.cuda.synchronize()
-  best = math.min(best, (now() - t0) / 500)
-end
-io.write(string.format("  %-34s %8.2f\n", "MLP eager step, us", best * 1e6))
+io.write(string.format("  %-34s %8.2f\n", "MLP eager step, us", best_us(function() for _ = 1, 500 do step() end end, 500)))
