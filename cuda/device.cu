@@ -185,10 +185,14 @@ int dpc_device_can(void)
     if (v == 0) {
         int clusters = 0, major = 0;
         cudaFuncAttributes attr;
-        /* every file of cuda/ is built with the same targets: one kernel's binary speaks for all */
+        /* Every file of cuda/ is built with the same targets: one kernel
+         * speaks for all. The code the device runs must have been compiled
+         * for sm_90 from source that saw __CUDA_ARCH__ >= 900 (ptxVersion):
+         * older PTX compiled for this device at load time has a binary of
+         * its arch but no griddepcontrol in it. */
         bool sm90 = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
                     major >= 9 && cudaFuncGetAttributes(&attr, fill_f32_kernel) == cudaSuccess &&
-                    attr.binaryVersion >= 90;
+                    attr.binaryVersion >= 90 && attr.ptxVersion >= 90;
         if (sm90 && cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, device) == cudaSuccess && clusters)
             v |= DPC_CAN_CLUSTER;
         const char *pdl = getenv("DPLUA_PDL");

@@ -61,7 +61,10 @@ static inline int launch_kernel_with(const cudaLaunchAttribute *extra, int count
     config.stream = stream;
     config.attrs = attrs;
     config.numAttrs = (unsigned)n;
-    return (int)cudaLaunchKernelEx(&config, kernel, static_cast<Args &&>(args)...);
+    int rc = (int)cudaLaunchKernelEx(&config, kernel, static_cast<Args &&>(args)...);
+    if (rc)
+        (void)cudaGetLastError();   /* returned here, not left for the next call that asks */
+    return rc;
 }
 
 template <typename... Params, typename... Args>

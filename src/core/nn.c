@@ -213,24 +213,14 @@ dp_status dp_linear_act(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *
 
 /* ---------------------------------------------------------------- cross-entropy */
 
-/* saved: probs (or NULL for nll, and when the forward made the gradient),
- * target, weight (or NULL), denom, the gradient for a loss gradient of 1
- * when the forward made it (or NULL) */
+/* saved: probs (or NULL for nll), target, weight (or NULL), denom, the
+ * gradient for a loss gradient of 1 when the forward made it (or NULL) */
 static dp_status bw_cross_entropy(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
-    dp_tensor *one = n->saved[4];
-    if (one && ag_is_implicit_one(g)) {
-        dp_tensor_retain(one);   /* read-only downstream; kept for a second backward (retain_graph) */
-        gi[0] = one;
+    if (n->saved[4] && ag_is_implicit_one(g)) {
+        gi[0] = n->saved[4];   /* handed over: a second backward (retain_graph) computes its own */
+        n->saved[4] = NULL;
         return DP_OK;
-    }
-    if (one) {   /* a reduced loss: the gradient is linear in its scalar g */
-        dp_tensor *gc = NULL;
-        dp_status st = dp_to(&gc, g, one->dtype, one->device);
-        if (!st)
-            st = dp_binary(&gi[0], DP_MUL, one, gc);
-        dp_tensor_release(gc);
-        return st;
     }
     cpu_ce_args a = { NULL, n->saved[1], n->saved[2], n->iarg[0], n->darg[0], (int)n->iarg[2], n->saved[0],
                       (int)n->iarg[1], n->saved[3], NULL, false };
@@ -291,21 +281,17 @@ dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target,
     int64_t N = input->shape[0];
     dp_tensor *probs = NULL, *denom = NULL, *grad_one = NULL;
     bool grad = ag_needs_record(1, &input);
-    /* On a GPU, a loss that fits one launch also writes the gradient for a
-     * loss gradient of 1, which the usual backward() takes as it is (no
-     * launch) and any other scales: no probabilities to keep then. */
-    bool grad_in_forward = grad && reduction != CE_REDUCE_NONE && k_cross_entropy_fuses(input);
-    if (grad_in_forward)
-        st = tensor_new(&grad_one, 2, input->shape, input->dtype, input->device);
-    else if (!log_probs && grad)
+    if (!log_probs && grad)
         st = tensor_new(&probs, 2, input->shape, DP_FLOAT64, input->device);
+    /* on a GPU, a loss that fits one launch also writes the gradient the
+     * usual backward() will ask for, which saves the backward's launch */
+    if (!st && grad && reduction != CE_REDUCE_NONE && k_cross_entropy_fuses(input))
+        st = tensor_new(&grad_one, 2, input->shape, input->dtype, input->device);
     cpu_ce_args a = { x, t, w, ignore_index, label_smoothing, log_probs, probs, reduction, NULL, grad_one, false };
     if (!st && !(st = tensor_new(&denom, 0, NULL, DP_FLOAT64, input->device)) &&
         !(st = tensor_new(out, reduction == CE_REDUCE_NONE ? 1 : 0, &N, input->dtype, input->device))) {
         a.denom = denom;
-        if (!(st = k_cross_entropy(*out, &a)) && grad_in_forward && !a.grad_one_done)
-            st = dp_fail(DP_ERR_CUDA, "cross_entropy: the one-launch loss did not write its gradient");
-        if (st)
+        if ((st = k_cross_entropy(*out, &a)))
             dp_tensor_release(*out);
     }
     ag_node *n = NULL;
