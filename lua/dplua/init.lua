@@ -441,7 +441,13 @@ end
 function methods.is_contiguous(t) return C.dp_tensor_is_contiguous(t.p) ~= 0 end
 function methods.element_size(t) return tonumber(C.dp_dtype_size(C.dp_tensor_dtype(t.p))) end
 function methods.is_floating_point(t) return C.dp_dtype_is_floating(C.dp_tensor_dtype(t.p)) ~= 0 end
-function methods.data_ptr(t) return C.dp_tensor_data(t.p) end
+-- The pointer and the current stream leave dplua: the work waiting to be
+-- launched (src/core/gpu.c) is launched first, so that what another
+-- library enqueues with them comes after it.
+function methods.data_ptr(t)
+  C.dp_cuda_launch_deferred()
+  return C.dp_tensor_data(t.p)
+end
 
 getters.shape = shape_of
 getters.dtype = function(t) return dtypes_by_id[C.dp_tensor_dtype(t.p)] end
@@ -1359,6 +1365,7 @@ function torch.cuda.Stream(device)
 end
 function torch.cuda.current_stream(device)
   local d = device_index(device, "cuda.current_stream")
+  C.dp_cuda_launch_deferred()   -- (see data_ptr)
   return stream_of(C.dp_cuda_current_stream(d), d)
 end
 function torch.cuda.default_stream(device) return stream_of(nil, device_index(device, "cuda.default_stream")) end

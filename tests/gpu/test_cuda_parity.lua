@@ -439,6 +439,10 @@ do
   near(r, z:relu(), "its value")
   n = fused(function() F.linear(gx, gw, gb) end)
   T.is(n, 0, "a Linear that nothing reads runs at the synchronisation")
+  n, r = fused(function() local h = F.linear(gx, gw, gb); h:data_ptr(); return h:relu() end)
+  T.is(n, 0, "data_ptr() of the output: launched for whoever uses the pointer"); near(r, z:relu(), "its value")
+  n, r = fused(function() local h = F.linear(gx, gw, gb); torch.cuda.current_stream(); return h:relu() end)
+  T.is(n, 0, "torch.cuda.current_stream(): launched for whoever uses the stream"); near(r, z:relu(), "its value")
   -- a classifier's head: the Linear inside the loss's launch, when both
   -- fit one block; the Linear's output still written, the gradients as on
   -- the CPU; with class weights and label smoothing too
