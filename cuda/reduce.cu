@@ -769,15 +769,6 @@ __device__ static inline int64_t ce_target(const ce_args &r, int64_t i)
     return i < r.N ? r.target[i] : r.ignore_index;
 }
 
-/* A row of at most CE_ROW_CACHE classes that one thread takes (G = 1: a
- * classifier's head, as the MLP's 10 classes) is read once, into
- * registers, and each pass over it (max, sum, probabilities, smoothing,
- * the one-launch loss's gradient) reads it there: one latency of global
- * memory instead of one a pass, and fewer instructions, which bound a
- * block of 256 such rows. The arithmetic and its order are the passes'
- * over memory. */
-#define CE_ROW_CACHE 16
-
 /* One sample row's loss, by its group of G threads: nn.c's row_log_probs
  * and the loss of cpu_cross_entropy. The probabilities are written to
  * r.probs when it is set. The loss is valid in lane 0. */
@@ -785,60 +776,10 @@ namespace {   /* file-local types: no clash with another file's of the same name
 struct ce_row {
     int64_t t;
     bool live, bad, active;   /* a row of the batch; its target out of range; it counts */
-    bool cached;              /* x holds the row (0 past its classes, and for a row that does not count) */
     const char *row;
-    double m, inv, lse, loss;
-    double x[CE_ROW_CACHE];
+    double m, inv, loss;
 };
 }  // namespace
-
-/* ce_row_loss's passes over a cached row (o.cached), n its classes that
- * count (0 or C): m, the sum of exp(x - m), the probabilities, the
- * smoothing term and x[t]. */
-template <int DT>
-__device__ static void ce_row_passes(const ce_args &r, int64_t i, ce_row &o, int64_t n, double &sum, double &smooth,
-                                     double &xt)
-{
-    const char *row = o.row;
-    const int es = (int)dt_size(DT);
-#pragma unroll
-    for (int j = 0; j < CE_ROW_CACHE; j++)
-        o.x[j] = j < n ? dt_load(DT, row + j * es) : 0.0;
-    double m = -INFINITY, lse = 0;
-    sum = 0;
-    xt = 0;
-#pragma unroll
-    for (int j = 0; j < CE_ROW_CACHE; j++)
-        if (j < n && o.t == j)
-            xt = o.x[j];
-    if (!r.log_probs) {
-#pragma unroll
-        for (int j = 0; j < CE_ROW_CACHE; j++)
-            if (j < n && o.x[j] > m)   /* c_max */
-                m = o.x[j];
-#pragma unroll
-        for (int j = 0; j < CE_ROW_CACHE; j++)
-            if (j < n)
-                sum += exp_of<DT>(o.x[j] - m);
-        lse = m + log_of<DT>(sum);
-        o.inv = 1 / sum;
-        if (r.probs)
-#pragma unroll
-            for (int j = 0; j < CE_ROW_CACHE; j++)
-                if (j < n)
-                    r.probs[i * r.C + j] = exp_of<DT>(o.x[j] - m) * o.inv;   /* ce_prob */
-    }
-    o.m = m;
-    o.lse = lse;
-    smooth = 0;
-    if (r.eps > 0) {
-#pragma unroll
-        for (int j = 0; j < CE_ROW_CACHE; j++)
-            if (j < n)
-                smooth += class_weight(r.weight, j) * (r.log_probs ? o.x[j] : o.x[j] - lse);
-        smooth = -smooth;
-    }
-}
 
 template <int DT, int G>
 __device__ static ce_row ce_row_loss(const ce_args &r, int64_t i, int64_t t, int lane, double *sv, int64_t *si)
@@ -851,47 +792,38 @@ __device__ static ce_row ce_row_loss(const ce_args &r, int64_t i, int64_t t, int
     o.active = o.live && ce_counts(o.t, r.ignore_index, C);
     o.bad = o.t != r.ignore_index && !ce_counts(o.t, r.ignore_index, C);
     o.row = r.input + (o.live ? i : 0) * C * es;
-    o.cached = G == 1 && C <= CE_ROW_CACHE;
     const char *row = o.row;
     const int64_t n = o.active ? C : 0;
-    double sum = 0, smooth = 0, xt = 0;
-    o.m = -INFINITY;
-    o.inv = o.lse = 0;
-    if (o.cached) {
-        ce_row_passes<DT>(r, i, o, n, sum, smooth, xt);
-    } else {
-        int64_t unused = 0;
-        auto ld = [=](int64_t j, double &x, int64_t &xi) { x = dt_load(DT, row + j * es); xi = 0; };
-        if (!r.log_probs) {
-            double m = -INFINITY;
-            group_fold<G>(m, unused, n, sv, si, c_max(), ld);
-            auto ex = [=](int64_t j, double &x, int64_t &xi) { x = exp_of<DT>(dt_load(DT, row + j * es) - m); xi = 0; };
-            group_fold<G>(sum, unused, n, sv, si, c_add(), ex);
-            o.m = m;
-            o.lse = m + log_of<DT>(sum);
-            o.inv = 1 / sum;
-            if (r.probs)
-                for (int64_t j = lane; j < n; j += G)
-                    r.probs[i * C + j] = ce_prob<DT>(row, j, m, o.inv);
-        }
-        if (r.eps > 0) {
-            const double *w = r.weight;
-            const bool lp = r.log_probs;
-            const double lse = o.lse;
-            auto wl = [=](int64_t j, double &x, int64_t &xi) {
-                double v = dt_load(DT, row + j * es);
-                x = class_weight(w, j) * (lp ? v : v - lse);
-                xi = 0;
-            };
-            group_fold<G>(smooth, unused, n, sv, si, c_add(), wl);
-            smooth = -smooth;
-        }
-        if (o.active)
-            xt = dt_load(DT, row + o.t * es);
+    int64_t unused = 0;
+    auto ld = [=](int64_t j, double &x, int64_t &xi) { x = dt_load(DT, row + j * es); xi = 0; };
+    double m = -INFINITY, sum = 0, lse = 0, inv = 0;
+    if (!r.log_probs) {
+        group_fold<G>(m, unused, n, sv, si, c_max(), ld);
+        auto ex = [=](int64_t j, double &x, int64_t &xi) { x = exp_of<DT>(dt_load(DT, row + j * es) - m); xi = 0; };
+        group_fold<G>(sum, unused, n, sv, si, c_add(), ex);
+        lse = m + log_of<DT>(sum);
+        inv = 1 / sum;
+        if (r.probs)
+            for (int64_t j = lane; j < n; j += G)
+                r.probs[i * C + j] = ce_prob<DT>(row, j, m, inv);
     }
+    double smooth = 0;
+    if (r.eps > 0) {
+        const double *w = r.weight;
+        const bool lp = r.log_probs;
+        auto wl = [=](int64_t j, double &x, int64_t &xi) {
+            double v = dt_load(DT, row + j * es);
+            x = class_weight(w, j) * (lp ? v : v - lse);
+            xi = 0;
+        };
+        group_fold<G>(smooth, unused, n, sv, si, c_add(), wl);
+        smooth = -smooth;
+    }
+    o.m = m;
+    o.inv = inv;
     o.loss = 0;
     if (o.active) {
-        double logpt = r.log_probs ? xt : xt - o.lse;
+        double xt = dt_load(DT, row + o.t * es), logpt = r.log_probs ? xt : xt - lse;
         o.loss = -class_weight(r.weight, o.t) * logpt * (1 - r.eps);
         if (r.eps > 0)
             o.loss += r.eps / (double)C * smooth;
@@ -987,18 +919,10 @@ __global__ static void ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb
     if (!o.live)
         return;
     const double sc = ce_scale<DT>(rb, grp, wsum);
-    const bool probs = o.active && !r.log_probs;
-    if (o.cached) {
-#pragma unroll
-        for (int k = 0; k < CE_ROW_CACHE; k++)
-            if (k < r.C)
-                dt_store(DT, rb.dinput + (grp * r.C + k) * es,
-                         ce_grad(rb, k, o.t, probs ? exp_of<DT>(o.x[k] - o.m) * o.inv : 0, wall, sc));   /* ce_prob */
-        return;
+    for (int64_t k = lane; k < r.C; k += G) {
+        double p = o.active && !r.log_probs ? ce_prob<DT>(o.row, k, o.m, o.inv) : 0;
+        dt_store(DT, rb.dinput + (grp * r.C + k) * es, ce_grad(rb, k, o.t, p, wall, sc));
     }
-    for (int64_t k = lane; k < r.C; k += G)
-        dt_store(DT, rb.dinput + (grp * r.C + k) * es,
-                 ce_grad(rb, k, o.t, probs ? ce_prob<DT>(o.row, k, o.m, o.inv) : 0, wall, sc));
 }
 
 /* Whether dpc_cross_entropy runs as one launch (one block holds every row). */

@@ -335,8 +335,8 @@ same("autograd: linear, relu, cross-entropy, tanh", grads,
 -- cross-entropy called straight with backward(): a loss that fits one
 -- launch writes its gradient in the forward, which the backward hands
 -- over; a second backward (retain_graph) computes its own, as does a loss
--- gradient other than 1. Every option; 5 classes (a row read once into
--- registers), 20 (one thread a row, from memory) and 40 (a warp a row).
+-- gradient other than 1. Every option; 5 and 20 classes (one thread a
+-- row) and 40 (a warp a row).
 for _, C in ipairs({ 5, 20, 40 }) do
   local ce_weight = torch.rand(C):double() + 0.5
   for _, dt in ipairs(floats) do
