@@ -1305,9 +1305,10 @@ torch.cuda = {
   reset_peak_memory_stats = function(d) C.dp_reset_peak_memory_stats(device_index(d, "cuda.reset_peak_memory_stats")) end,
 }
 torch._current_cuda_device = function() return current_device end
--- how many small Linears ran in one launch with the ReLU, GELU or
--- cross-entropy after them (src/core/gpu.c, "the deferred Linear"): for
--- tests and benchmarks
+-- how many launches the waiting of small Linears saved: forwards run in
+-- one launch with the ReLU, GELU or cross-entropy after them, and
+-- backwards chained with the layer before's (src/core/gpu.c, "deferred
+-- launches"): for tests and benchmarks
 torch.cuda._linear_fusions = function() return tonumber(C.dp_cuda_linear_fusions()) end
 
 -- What PyTorch scripts also call on torch.cuda: seeds (one stream serves

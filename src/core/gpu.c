@@ -59,8 +59,8 @@ static dp_status gpu_status(const char *fn, int st, int dtype)
         memcpy(why, deferred_failure, sizeof why);
         deferred_failure[0] = 0;
         if (st == 0)
-            return dp_fail(DP_ERR_CUDA, "%s (a Linear's product, launched when %s came next)", why, fn);
-        return dp_fail(DP_ERR_CUDA, "%s (a Linear's product, launched when %s came next); then %s failed too: %s",
+            return dp_fail(DP_ERR_CUDA, "%s (a Linear's waiting launch, made when %s came next)", why, fn);
+        return dp_fail(DP_ERR_CUDA, "%s (a Linear's waiting launch, made when %s came next); then %s failed too: %s",
                        why, fn, fn, st == DPC_UNSUPPORTED ? "not supported" : dpc_error_string(st));
     }
     if (st == 0)
@@ -899,33 +899,44 @@ static bool defer_enabled(void)
     return on;
 }
 
-static void waiting_retain(waiting_work *w)
+#define WAITING_TENSORS 9
+
+/* w's tensors (NULL where it has none): what it retains and releases */
+static void waiting_tensors(const waiting_work *w, dp_tensor *t[WAITING_TENSORS])
 {
-    dp_tensor *t[] = { w->x, w->w, w->out, w->b, w->g, w->mask, w->dx, w->dw, w->db };
-    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    dp_tensor *all[WAITING_TENSORS] = { w->x, w->w, w->out, w->b, w->g, w->mask, w->dx, w->dw, w->db };
+    memcpy(t, all, sizeof all);
+}
+
+static void waiting_retain(const waiting_work *w)
+{
+    dp_tensor *t[WAITING_TENSORS];
+    waiting_tensors(w, t);
+    for (int i = 0; i < WAITING_TENSORS; i++)
         if (t[i])
             dp_tensor_retain(t[i]);
 }
 
+static void waiting_release(const waiting_work *w)
+{
+    dp_tensor *t[WAITING_TENSORS];
+    waiting_tensors(w, t);
+    for (int i = 0; i < WAITING_TENSORS; i++)
+        dp_tensor_release(t[i]);
+}
+
 int gpu_deferred_holds(const dp_tensor *t)
 {
-    pthread_mutex_lock(&deferred_mu);
-    const waiting_work *w = &deferred;
+    dp_tensor *held[WAITING_TENSORS];
     int n = 0;
-    if (w->what != WAITS_NOTHING) {
-        const dp_tensor *held[] = { w->x, w->w, w->out, w->b, w->g, w->mask, w->dx, w->dw, w->db };
-        for (size_t i = 0; i < sizeof held / sizeof held[0]; i++)
+    pthread_mutex_lock(&deferred_mu);
+    if (deferred.what != WAITS_NOTHING) {
+        waiting_tensors(&deferred, held);
+        for (int i = 0; i < WAITING_TENSORS; i++)
             n += held[i] == t;
     }
     pthread_mutex_unlock(&deferred_mu);
     return n;
-}
-
-static void waiting_release(waiting_work *w)
-{
-    dp_tensor *t[] = { w->x, w->w, w->out, w->b, w->g, w->mask, w->dx, w->dw, w->db };
-    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-        dp_tensor_release(t[i]);
 }
 
 /* Makes w the waiting work (nothing waits: the caller asked stream_of). */
