@@ -207,12 +207,11 @@ static int epilogue_after(const gemm_args &g)
 #define OWN_MAX_SPLITS 8
 
 /* The limits above, which scripts/bench/gemm_tune varies to measure them
- * (read once from DPLUA_GEMM_OWN_FLOPS, DPLUA_GEMM_MAX_SPLITS,
- * DPLUA_GEMM_TM, a forced tile of 16 TM, and DPLUA_GEMM_CHAIN_GROUPS, 4
- * for a chain of 4-byte types in four groups; unset: the defaults). */
+ * (read once from DPLUA_GEMM_OWN_FLOPS, DPLUA_GEMM_MAX_SPLITS and
+ * DPLUA_GEMM_TM, a forced tile of 16 TM; unset: the defaults). */
 static struct {
     double own_flops;
-    int max_splits, tm, chain_groups;
+    int max_splits, tm;
 } own_limits;
 static pthread_once_t own_limits_once = PTHREAD_ONCE_INIT;
 
@@ -223,7 +222,6 @@ static void own_limits_read(void)
     own_limits.max_splits = (v = getenv("DPLUA_GEMM_MAX_SPLITS")) ? atoi(v) : OWN_MAX_SPLITS;
     if (own_limits.max_splits < 1 || own_limits.max_splits > OWN_MAX_SPLITS)
         own_limits.max_splits = OWN_MAX_SPLITS;
-    own_limits.chain_groups = (v = getenv("DPLUA_GEMM_CHAIN_GROUPS")) && atoi(v) == 4 ? 4 : 2;
     own_limits.tm = (v = getenv("DPLUA_GEMM_TM")) ? atoi(v) : 0;
     if (own_limits.tm != 1 && own_limits.tm != 2 && own_limits.tm != 4)
         own_limits.tm = 0;   /* not forced */
@@ -240,7 +238,7 @@ struct tile_jobs {
     int count;
     int splits;              /* blocks (a cluster) sharing each tile's k; 1: no split */
     int chain_at;            /* 0, or the first job that reads what the jobs before it wrote: then one block
-                              * runs them all (tiled_chain_kernel) */
+                              * runs them all (small_gemm_kernel) */
 };
 }  // namespace
 
@@ -353,25 +351,13 @@ struct tile_smem {
     };
 };
 
-/* The barrier of the 256 threads that run a tile: the block's, or (in a
- * chain's block of several groups) the group's own named barrier. */
-struct block_barrier {
-    __device__ void operator()() const { __syncthreads(); }
-};
-struct group_barrier {
-    int id;   /* 1 .. 15: 0 is __syncthreads' */
-    __device__ void operator()() const { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
-};
-
-/* Tile blk of job J (split `split` of its k, of `splits`), by 256 threads
- * (thread t = threadIdx.x % 256) that `sync` gathers, which may then run
- * another. Thread (tx, ty) computes rows ty TM .. ty TM + TM-1 and columns
+/* Tile blk of job J (split `split` of its k, of `splits`), by the block's
+ * 256 threads. Thread (tx, ty) computes rows ty TM .. ty TM + TM-1 and columns
  * tx TM .. tx TM + TM-1 of the tile: each step of k reads its TM values of
  * each operand with one or two vector loads from shared memory, which is
  * what bounds this kernel. */
-template <typename T, typename Acc, int TM, typename Sync>
-__device__ static void tile_run(const tile_job &J, int64_t blk, int split, int splits, tile_smem<Acc, TM> &sm,
-                                Sync sync)
+template <typename T, typename Acc, int TM>
+__device__ static void tile_run(const tile_job &J, int64_t blk, int split, int splits, tile_smem<Acc, TM> &sm)
 {
     constexpr int TILE = tile_smem<Acc, TM>::TILE, BK = tile_smem<Acc, TM>::BK, LOADS = TILE * BK / 256;
     static_assert(sizeof sm.slice >= sizeof sm.part, "a partial tile fits in the slices' space");
@@ -389,7 +375,7 @@ __device__ static void tile_run(const tile_job &J, int64_t blk, int split, int s
     /* Load l of a slice runs along k where the operand is contiguous in k,
      * else along i (j): neighbouring threads read neighbouring elements. */
     const bool a_along_k = !g.trans_a, b_along_k = g.trans_b;
-    const int t = (int)threadIdx.x % 256, tx = t % 16, ty = t / 16;
+    const int t = (int)threadIdx.x, tx = t % 16, ty = t / 16;
     const bool with_sums = g.epilogue == DPC_EPI_BGRAD && tn == 0, row_sums = with_sums && tx == 0;
     /* Small tiles load their epilogue's bias and mask beside the first
      * slice, so that one latency covers both: a tile of one slice is made
@@ -438,7 +424,7 @@ __device__ static void tile_run(const tile_job &J, int64_t blk, int split, int s
             B_AT(l, jj, kk);
             Bs[kk][jj] = rb[q];
         }
-        sync();
+        __syncthreads();
         if (k0 + BK < k) {
             LOAD_SLICE(k0 + BK)
         }
@@ -476,7 +462,7 @@ __device__ static void tile_run(const tile_job &J, int64_t blk, int split, int s
 #pragma unroll
                 for (int r = 0; r < TM; r++)
                     sums[r] += As[kk][ty * TM + r];
-        sync();
+        __syncthreads();
     }
     if (with_sums)   /* a row's 16 threads are lanes of one half-warp */
 #pragma unroll
@@ -539,34 +525,190 @@ __global__ static void __launch_bounds__(256, sizeof(Acc) == 4 ? 2 : 1)
     int j = 0;
     while (j + 1 < jobs.count && blk >= jobs.job[j].blocks)
         blk -= jobs.job[j++].blocks;
-    tile_run<T, Acc, TM>(jobs.job[j], blk, (int)(blockIdx.x % jobs.splits), jobs.splits, sm, block_barrier());
+    tile_run<T, Acc, TM>(jobs.job[j], blk, (int)(blockIdx.x % jobs.splits), jobs.splits, sm);
 }
 
-/* A chain (jobs.chain_at > 0) in one block of GROUPS groups of 256
- * threads, each with its own 16 x 16 tile's shared memory: the jobs before
- * chain_at, then, once their writes are visible to the block, the jobs
- * from it on, which read them. Within each part the tiles, counted in
- * order, go to the groups in turn, which run them side by side. Two
- * groups, with the 128 registers a thread a tile of 16 needs: four would
- * run the seed's first part at once, but with 64 registers a thread they
- * spill, and the seed step replayed took 16.5 us with four, 14.8 with two
- * (scripts/bench/gemm_tune, DPLUA_GEMM_CHAIN_GROUPS=4, on the H200). */
-template <typename T, typename Acc, int GROUPS>
-__global__ static void __launch_bounds__(256 * GROUPS) tiled_chain_kernel(const __grid_constant__ tile_jobs jobs)
+/* ------------------------------------------------------------------------ */
+/* products for one block: operands whole in shared memory                  */
+/* ------------------------------------------------------------------------ */
+
+/* A product, or a Linear's two, whose operands fit in shared memory
+ * together (a seed-sized layer: 32 x 10 from k = 10) is made in a tile of
+ * little but latencies: index arithmetic, a global load and two barriers
+ * per slice, 16 x 16 elements computed for the few that exist. One block
+ * of SMALL_THREADS instead stages every operand at once (one global
+ * latency for all of them), and each thread computes whole elements of C,
+ * at most SMALL_OUTPUTS (a bias gradient's row sums among them), each a
+ * dot product over all of k from shared memory, summed as tile_run sums
+ * (even and odd k apart). A chain (chain_at > 0: two Linears' backwards,
+ * the second reading the first's dx) runs its two parts in turn in the
+ * same launch, a barrier between them. */
+#define SMALL_THREADS 512
+#define SMALL_OUTPUTS 4
+#define SMALL_BYTES (32 * 1024)
+/* at most 256 multiply-adds a thread, a few hundred cycles of FMAs */
+#define SMALL_MACS (SMALL_THREADS * 256)
+/* operand elements each thread loads before it stores any */
+#define SMALL_LOADS 8
+
+namespace {   /* file-local types: no clash with another file's of the same name */
+/* One operand of one job, as staged: element e of its `count`, in memory
+ * order (`inner` consecutive ones, rows `ld` apart), goes to shared memory
+ * at at + (e / inner) * outer_step + (e % inner) * inner_step. */
+struct small_stage {
+    const void *src;
+    int64_t ld;
+    int count, inner, at, outer_step, inner_step;
+};
+struct small_jobs {
+    tile_jobs jobs;
+    small_stage stage[8];   /* job j's op(A) in 2j (row i at a_ld[j] i), op(B) in 2j + 1 (row kk at n kk) */
+    int a_ld[4];
+};
+/* An element of C a thread computes, or (j < 0) the row sum i of op(A). */
+struct small_out {
+    int job, i, j;
+};
+}  // namespace
+
+/* Output o of the part (jobs first .. end-1, their elements of C in order,
+ * each followed by its row sums): false past the last. */
+__device__ static inline bool small_locate(const tile_jobs &jobs, int first, int end, int o, small_out &out)
+{
+    for (int jb = first; jb < end; jb++) {
+        const gemm_args &g = jobs.job[jb].g;
+        const int n = (int)g.n, mn = (int)g.m * n, sums = g.epilogue == DPC_EPI_BGRAD ? (int)g.m : 0;
+        if (o < mn) {
+            out = { jb, o / n, o % n };
+            return true;
+        }
+        if ((o -= mn) < sums) {
+            out = { jb, o, -1 };
+            return true;
+        }
+        o -= sums;
+    }
+    return false;
+}
+
+/* The operands of jobs first .. end-1 into shared memory: SMALL_LOADS
+ * loads a thread in flight before their stores. */
+template <typename T, typename Acc>
+__device__ static void small_stage_part(const small_jobs &s, int first, int end, Acc *sm)
+{
+    int total = 0;
+    for (int st = 2 * first; st < 2 * end; st++)
+        total += s.stage[st].count;
+    for (int base = (int)threadIdx.x; base < total; base += SMALL_THREADS * SMALL_LOADS) {
+        Acc v[SMALL_LOADS];
+        int at[SMALL_LOADS];
+#pragma unroll
+        for (int q = 0; q < SMALL_LOADS; q++) {
+            int e = base + q * SMALL_THREADS, st = 2 * first;
+            at[q] = -1;
+            if (e < total) {
+                while (e >= s.stage[st].count)
+                    e -= s.stage[st++].count;
+                const small_stage &S = s.stage[st];
+                const int o = e / S.inner, r = e - o * S.inner;
+                v[q] = to_acc(((const T *)S.src)[o * S.ld + r]);
+                at[q] = S.at + o * S.outer_step + r * S.inner_step;
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < SMALL_LOADS; q++)
+            if (at[q] >= 0)
+                sm[at[q]] = v[q];
+    }
+}
+
+/* Jobs first .. end-1 by the whole block: each thread's epilogue inputs
+ * and the operands are loaded together, then each thread computes its
+ * elements. */
+template <typename T, typename Acc>
+__device__ static void small_part(const small_jobs &s, int first, int end, Acc *sm)
+{
+    small_out out[SMALL_OUTPUTS];
+    bool has[SMALL_OUTPUTS];
+    epilogue_in<Acc> e[SMALL_OUTPUTS];
+#pragma unroll
+    for (int r = 0; r < SMALL_OUTPUTS; r++) {
+        has[r] = small_locate(s.jobs, first, end, (int)threadIdx.x + r * SMALL_THREADS, out[r]);
+        if (has[r] && out[r].j >= 0)
+            e[r] = epilogue_load<T, Acc>(s.jobs.job[out[r].job], out[r].i, out[r].j);
+    }
+    small_stage_part<T, Acc>(s, first, end, sm);
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < SMALL_OUTPUTS; r++) {
+        if (!has[r])
+            continue;
+        const int jb = out[r].job, i = out[r].i, j = out[r].j;
+        const tile_job &J = s.jobs.job[jb];
+        const int k = (int)J.g.k, n = (int)J.g.n;
+        const Acc *a = sm + s.stage[2 * jb].at + i * s.a_ld[jb];
+        Acc acc[2] = { 0, 0 };
+        if (j < 0) {
+            for (int kk = 0; kk < k; kk++)
+                acc[0] += a[kk];
+            store((T *)J.g.bias + i, acc[0]);
+            continue;
+        }
+        const Acc *b = sm + s.stage[2 * jb + 1].at + j;
+#pragma unroll 8
+        for (int kk = 0; kk < k; kk++)
+            acc[kk & 1] += a[kk] * b[kk * n];
+        tile_finish(J, (T *)J.g.C, i, j, acc[0] + acc[1], e[r]);
+    }
+}
+
+template <typename T, typename Acc>
+__global__ static void __launch_bounds__(SMALL_THREADS) small_gemm_kernel(const __grid_constant__ small_jobs s)
 {
     begin_after_previous_kernel();
-    static_assert(GROUPS * sizeof(tile_smem<Acc, 1>) <= 48 * 1024, "static shared memory");
-    __shared__ __align__(16) tile_smem<Acc, 1> sm[GROUPS];
-    const int group = (int)threadIdx.x / 256;
-    for (int part = 0; part < 2; part++) {
-        if (part == 1)
-            __syncthreads();   /* the first part's global writes, visible to the whole block */
-        int64_t tile = 0;
-        for (int j = part ? jobs.chain_at : 0; j < (part ? jobs.count : jobs.chain_at); j++)
-            for (int64_t blk = 0; blk < jobs.job[j].blocks; blk++, tile++)
-                if (tile % GROUPS == group)
-                    tile_run<T, Acc, 1>(jobs.job[j], blk, 0, 1, sm[group], group_barrier{ group + 1 });
+    __shared__ __align__(16) Acc sm[SMALL_BYTES / sizeof(Acc)];
+    const int at = s.jobs.chain_at ? s.jobs.chain_at : s.jobs.count;
+    small_part<T, Acc>(s, 0, at, sm);
+    if (at < s.jobs.count) {
+        __syncthreads();   /* the first part's writes visible to the block; its shared memory free */
+        small_part<T, Acc>(s, at, s.jobs.count, sm);
     }
+}
+
+/* Places the operands of jobs first .. end-1 of s.jobs in shared memory
+ * of elements of acc_size bytes: false when they do not fit one block. */
+static bool small_plan_part(small_jobs &s, int first, int end, size_t acc_size)
+{
+    int64_t at = 0, outputs = 0, macs = 0;
+    for (int j = first; j < end; j++) {
+        const gemm_args &g = s.jobs.job[j].g;
+        const int64_t most = SMALL_THREADS * SMALL_OUTPUTS;   /* bounds each factor before any product */
+        if (g.batch != 1 || g.m > most || g.n > most || g.k > SMALL_MACS)
+            return false;
+        const int64_t m = g.m, n = g.n, k = g.k, a_ld = k | 1;   /* odd: rows i of a warp in distinct banks */
+        const int64_t a_at = at, b_at = a_at + m * a_ld;
+        at = b_at + k * n;
+        outputs += m * n + (g.epilogue == DPC_EPI_BGRAD ? m : 0);
+        macs += m * n * k;
+        if (at * (int64_t)acc_size > SMALL_BYTES || outputs > most || macs > SMALL_MACS)
+            return false;
+        s.a_ld[j] = (int)a_ld;
+        s.stage[2 * j] = g.trans_a ? small_stage{ g.A, g.lda, (int)(m * k), (int)m, (int)a_at, 1, (int)a_ld }
+                                   : small_stage{ g.A, g.lda, (int)(m * k), (int)k, (int)a_at, (int)a_ld, 1 };
+        s.stage[2 * j + 1] = g.trans_b ? small_stage{ g.B, g.ldb, (int)(k * n), (int)k, (int)b_at, 1, (int)n }
+                                       : small_stage{ g.B, g.ldb, (int)(k * n), (int)n, (int)b_at, (int)n, 1 };
+    }
+    return true;
+}
+
+/* Whether the jobs (both parts of a chain) fit small_gemm_kernel; s is
+ * then its argument. */
+static bool small_plan(small_jobs &s, const tile_jobs &jobs, size_t acc_size)
+{
+    memset(&s, 0, sizeof s);
+    s.jobs = jobs;
+    const int at = jobs.chain_at ? jobs.chain_at : jobs.count;
+    return small_plan_part(s, 0, at, acc_size) && small_plan_part(s, at, jobs.count, acc_size);
 }
 
 /* Whether a product of this shape is one for our kernel. */
@@ -626,12 +768,6 @@ static int tiled_launch(tile_jobs &jobs, int splits)
         blocks += J.blocks;
     }
     jobs.splits = splits;
-    if (jobs.chain_at) {
-        if constexpr (sizeof(Acc) == 4)   /* (four groups of 8-byte tiles take too much shared memory) */
-            if (own_limits.chain_groups == 4)
-                return launch_kernel(tiled_chain_kernel<T, Acc, 4>, 1, 1024, jobs.job[0].g.stream, jobs);
-        return launch_kernel(tiled_chain_kernel<T, Acc, 2>, 1, 512, jobs.job[0].g.stream, jobs);
-    }
     blocks *= splits;
     if (blocks > INT32_MAX)
         return DPC_UNSUPPORTED;
@@ -643,14 +779,18 @@ static int tiled_launch(tile_jobs &jobs, int splits)
                               jobs.job[0].g.stream, jobs);
 }
 
-/* The largest tile that, with k split where it is deep enough, still
- * gives the GPU OWN_MIN_BLOCKS blocks (or the tile DPLUA_GEMM_TM forces). */
+/* One block for jobs that fit it (a chain must), else the largest tile
+ * that, with k split where it is deep enough, still gives the GPU
+ * OWN_MIN_BLOCKS blocks (or the tile DPLUA_GEMM_TM forces). */
 template <typename T, typename Acc>
 static int tiled_pick(tile_jobs &jobs)
 {
     const int tm = own_limits.tm;
-    if (jobs.chain_at)   /* one block of 16 x 16 tiles */
-        return tiled_launch<T, Acc, 1>(jobs, 1);
+    small_jobs s;
+    if ((tm == 0 || jobs.chain_at) && small_plan(s, jobs, sizeof(Acc)))
+        return launch_kernel(small_gemm_kernel<T, Acc>, 1, SMALL_THREADS, jobs.job[0].g.stream, s);
+    if (jobs.chain_at)   /* (dpc_linear_backward_chains said it fits) */
+        return DPC_UNSUPPORTED;
     if (tm == 0 || tm == 4) {
         int64_t tiles = tiles_of(jobs, 64);
         int splits = own_splits(jobs, tiles, 32);
@@ -682,38 +822,12 @@ static int tiled_gemm(tile_jobs &jobs)
 /* a Linear layer's backward                                                 */
 /* ------------------------------------------------------------------------ */
 
-/* Most 64-deep slices of k (16 x 16 tiles times slices, summed over the
- * products) that two chained layers' backwards may take in one block.
- * The seed's two layers take 4; each slice costs the block about a
- * global load's latency, so past a few the second launch they save is
- * worth less than the parallelism they lose. */
-#define CHAIN_MAX_SLICES 8
-
 /* Whether a layer's products are ours to run. */
 static bool layer_is_ours(const dpc_linear_grads &L)
 {
     /* dx's k is N, dw's is M; a bias gradient alone is a reduction */
     return L.M > 0 && L.N > 0 && L.K > 0 && own_fits(L.M, L.K, L.N, 1) && own_fits(L.N, L.K, L.M, 1) &&
            !(L.db && !L.dw);
-}
-
-/* The slices (as for CHAIN_MAX_SLICES) of a layer's products. */
-static int64_t layer_slices(const dpc_linear_grads &L)
-{
-    auto slices = [](int64_t m, int64_t n, int64_t k) { return CEIL_DIV(m, 16) * CEIL_DIV(n, 16) * CEIL_DIV(k, 64); };
-    return (L.dx ? slices(L.M, L.K, L.N) : 0) + (L.dw ? slices(L.N, L.K, L.M) : 0);
-}
-
-extern "C" int dpc_linear_backward_chains(const dpc_linear_grads *layer)
-{
-    const dpc_linear_grads &a = layer[0], &b = layer[1];
-    return layer_is_ours(a) && layer_is_ours(b) && a.dx && b.g == a.dx && b.M == a.M && b.N == a.K &&
-           layer_slices(a) + layer_slices(b) <= CHAIN_MAX_SLICES;
-}
-
-extern "C" int dpc_linear_backward_may_chain(const dpc_linear_grads *first)
-{
-    return layer_is_ours(*first) && first->dx && layer_slices(*first) < CHAIN_MAX_SLICES;
 }
 
 static void add_layer_jobs(tile_jobs &jobs, int dtype, const dpc_linear_grads &L, cudaStream_t s)
@@ -727,6 +841,34 @@ static void add_layer_jobs(tile_jobs &jobs, int dtype, const dpc_linear_grads &L
     if (L.dw)   /* dw (N, K) = g^T (N, M) @ x (M, K); db = the row sums of g^T */
         jobs.job[jobs.count++].g = gemm_args{ dtype, 1, 0, 0, N, K, M, 1.0, 0.0, L.g, L.x, L.db, L.dw, N, K, K, 0, 0, 0,
                                               1, s, L.db ? DPC_EPI_BGRAD : DPC_EPI_BIAS };
+}
+
+/* Whether the layers' products fit one block of small_gemm_kernel, the
+ * layers in turn (a chain when two), whatever the dtype: planned for
+ * 8-byte elements, the most any takes. */
+static bool layers_fit_one_block(const dpc_linear_grads *layer, int layers)
+{
+    tile_jobs jobs;
+    memset(&jobs, 0, sizeof jobs);
+    add_layer_jobs(jobs, DP_FLOAT64, layer[0], NULL);
+    if (layers == 2) {
+        jobs.chain_at = jobs.count;
+        add_layer_jobs(jobs, DP_FLOAT64, layer[1], NULL);
+    }
+    small_jobs s;
+    return small_plan(s, jobs, sizeof(double));
+}
+
+extern "C" int dpc_linear_backward_chains(const dpc_linear_grads *layer)
+{
+    const dpc_linear_grads &a = layer[0], &b = layer[1];
+    return layer_is_ours(a) && layer_is_ours(b) && a.dx && b.g == a.dx && b.M == a.M && b.N == a.K &&
+           layers_fit_one_block(layer, 2);
+}
+
+extern "C" int dpc_linear_backward_may_chain(const dpc_linear_grads *first)
+{
+    return layer_is_ours(*first) && first->dx && layers_fit_one_block(first, 1);
 }
 
 extern "C" int dpc_linear_backward(int dtype, const dpc_linear_grads *layer, int layers, void *stream)

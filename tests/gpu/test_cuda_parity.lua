@@ -187,6 +187,41 @@ for _, dt in ipairs(floats) do
        dt == torch.bfloat16 and 5e-2 or 1e-4)
 end
 
+-- Products whose operands fit one block's shared memory together run in
+-- one block that stages them all at once (gemm.cu's small_gemm_kernel):
+-- every transpose, a view whose rows are wider than k, k of 1 and odd,
+-- the largest float32 product it takes (2048 elements of C, 128K
+-- multiply-adds, 24 KiB) and that product one row larger (the tiles
+-- again); and a Linear's forward and backward with the bias gradient's
+-- row sums beside the products, with and without a bias, under a ReLU.
+for _, dt in ipairs(floats) do
+  local rtol = dt == torch.bfloat16 and 5e-2 or (dt == torch.float32 and 1e-5 or nil)
+  local function rel(f) return function(...) local y = f(...); return dt == torch.float64 and y or unit(y) end end
+  local mm = rel(function(a, b) return a:mm(b) end)
+  same("one-block mm " .. dt.name, mm, { input(dt, 33, 7), input(dt, 7, 21) }, rtol)
+  same("one-block mm A^T " .. dt.name, rel(function(a, b) return a:t():mm(b) end), { input(dt, 7, 33), input(dt, 7, 21) }, rtol)
+  same("one-block mm B^T " .. dt.name, rel(function(a, b) return a:mm(b:t()) end), { input(dt, 33, 7), input(dt, 21, 7) }, rtol)
+  same("one-block mm A^T B^T " .. dt.name, rel(function(a, b) return a:t():mm(b:t()) end),
+       { input(dt, 7, 33), input(dt, 21, 7) }, rtol)
+  same("one-block mm of column views " .. dt.name, rel(function(a, b) return a:narrow(1, 2, 5):mm(b:narrow(1, 1, 9)) end),
+       { input(dt, 12, 9), input(dt, 5, 13) }, rtol)
+  same("one-block mm, k = 1 " .. dt.name, mm, { input(dt, 40, 1), input(dt, 1, 30) }, rtol)
+  same("one-block mm at its limit " .. dt.name, mm, { input(dt, 32, 64), input(dt, 64, 64) }, rtol)
+  same("one-block mm past its limit " .. dt.name, mm, { input(dt, 33, 64), input(dt, 64, 64) }, rtol)
+  for _, bias in ipairs({ true, false }) do
+    same("one-block linear+relu forward and backward" .. (bias and "" or " without bias") .. " " .. dt.name,
+         function(x, w, b)
+      x = x:detach():requires_grad_(); w = w:detach():requires_grad_()
+      if b then b = b:detach():requires_grad_() end
+      local y = torch._linear_act(x, w, b, "relu")
+      y:float():pow(2):sum():backward()
+      local out = { rel(function(t) return t end)(y), unit(x.grad), unit(w.grad) }
+      if b then out[4] = unit(b.grad) end
+      return out
+    end, { whole(dt, 19, 7), whole(dt, 13, 7), bias and halves(dt, 13) or nil }, dt == torch.bfloat16 and 5e-2 or 1e-4)
+  end
+end
+
 -- bf16 linear takes the direct (cuBLASLt) path on a GPU, forward and backward.
 -- The GPU rounds x w^T + b once, the CPU the product and then the sum; the
 -- one-ulp difference that leaves in y is multiplied into the gradients,
