@@ -1283,10 +1283,13 @@ end
 -- torch.cuda: devices, synchronisation and memory statistics. "cuda"
 -- without an index means the current device (set_device).
 local current_device = 0
+-- a device named by the caller must exist (nil: the current one)
 local function device_index(d, fn)
   if d == nil then return current_device end
   local i = parse_device(d, fn)
   if i == DP_CPU then raise(fn .. ": expected a CUDA device, got cpu") end
+  local n = C.dp_cuda_device_count()
+  if i >= n then raise(string.format("%s: device cuda:%d is not available (%d CUDA devices)", fn, i, n)) end
   return i
 end
 torch.cuda = {
@@ -1294,10 +1297,7 @@ torch.cuda = {
   device_count = function() return C.dp_cuda_device_count() end,
   current_device = function() return current_device end,
   set_device = function(d)
-    local i = device_index(d, "cuda.set_device")
-    local n = C.dp_cuda_device_count()
-    if i >= n then raise(string.format("cuda.set_device: device %d is not available (%d CUDA devices)", i, n)) end
-    current_device = i
+    current_device = device_index(d, "cuda.set_device")
   end,
   synchronize = function(d) check(C.dp_cuda_synchronize(device_index(d, "cuda.synchronize"))) end,
   memory_allocated = function(d) return tonumber(C.dp_memory_allocated(device_index(d, "cuda.memory_allocated"))) end,

@@ -223,6 +223,12 @@ T.raises(function() torch.cuda.set_stream("s") end, "expected a torch.cuda.Strea
 T.raises(function() torch.cuda.stream({}, function() end) end, "expected a torch.cuda.Stream", "stream() of a table")
 T.raises(function() torch.cuda.graph(42) end, "expected a function to capture", "graph() of a number")
 T.raises(function() torch.cuda.Stream("cpu") end, "expected a CUDA device, got cpu", "a Stream on the CPU")
+-- a named device past the machine's: every torch.cuda function that takes one says so
+for _, f in ipairs({ "current_stream", "default_stream", "Stream", "synchronize", "set_device", "memory_allocated",
+                     "get_device_properties" }) do
+    T.raises(function() return torch.cuda[f]("cuda:99") end, {"cuda." .. f, "cuda:99", "not available"},
+             "torch.cuda." .. f .. '("cuda:99") names the missing device')
+end
 if not has_cuda then
     T.raises(function() return torch.cuda.Stream() end, CUDA, "Stream() without a GPU mentions CUDA")
     T.raises(function() return torch.cuda.Event({ enable_timing = true }) end, CUDA, "Event() without a GPU mentions CUDA")
