@@ -548,8 +548,6 @@ __global__ static void __launch_bounds__(256, sizeof(Acc) == 4 ? 2 : 1)
 #define SMALL_BYTES (32 * 1024)
 /* at most 256 multiply-adds a thread, a few hundred cycles of FMAs */
 #define SMALL_MACS (SMALL_THREADS * 256)
-/* operand elements each thread loads before it stores any */
-#define SMALL_LOADS 8
 
 namespace {   /* file-local types: no clash with another file's of the same name */
 /* One operand of one job, as staged: element e of its `count`, in memory
@@ -591,74 +589,61 @@ __device__ static inline bool small_locate(const tile_jobs &jobs, int first, int
     return false;
 }
 
-/* The operands of jobs first .. end-1 into shared memory: SMALL_LOADS
- * loads a thread in flight before their stores. */
+/* The operands of jobs first .. end-1 into shared memory, as one run of
+ * elements over their stages. The loops here are not unrolled: a single
+ * block's kernel runs on an SM whose instruction cache has not seen it,
+ * and every instruction it runs is fetched once, so code is latency. */
 template <typename T, typename Acc>
 __device__ static void small_stage_part(const small_jobs &s, int first, int end, Acc *sm)
 {
     int total = 0;
     for (int st = 2 * first; st < 2 * end; st++)
         total += s.stage[st].count;
-    for (int base = (int)threadIdx.x; base < total; base += SMALL_THREADS * SMALL_LOADS) {
-        Acc v[SMALL_LOADS];
-        int at[SMALL_LOADS];
-#pragma unroll
-        for (int q = 0; q < SMALL_LOADS; q++) {
-            int e = base + q * SMALL_THREADS, st = 2 * first;
-            at[q] = -1;
-            if (e < total) {
-                while (e >= s.stage[st].count)
-                    e -= s.stage[st++].count;
-                const small_stage &S = s.stage[st];
-                const int o = e / S.inner, r = e - o * S.inner;
-                v[q] = to_acc(((const T *)S.src)[o * S.ld + r]);
-                at[q] = S.at + o * S.outer_step + r * S.inner_step;
-            }
-        }
-#pragma unroll
-        for (int q = 0; q < SMALL_LOADS; q++)
-            if (at[q] >= 0)
-                sm[at[q]] = v[q];
+#pragma unroll 1
+    for (int e0 = (int)threadIdx.x; e0 < total; e0 += SMALL_THREADS) {
+        int e = e0, st = 2 * first;
+        while (e >= s.stage[st].count)
+            e -= s.stage[st++].count;
+        const small_stage &S = s.stage[st];
+        const int o = e / S.inner, r = e - o * S.inner;
+        sm[S.at + o * S.outer_step + r * S.inner_step] = to_acc(((const T *)S.src)[o * S.ld + r]);
     }
 }
 
-/* Jobs first .. end-1 by the whole block: each thread's epilogue inputs
- * and the operands are loaded together, then each thread computes its
- * elements. */
+/* Jobs first .. end-1 by the whole block: the epilogue inputs of each
+ * thread's first element are loaded beside the operands, then each thread
+ * computes its elements. */
 template <typename T, typename Acc>
 __device__ static void small_part(const small_jobs &s, int first, int end, Acc *sm)
 {
-    small_out out[SMALL_OUTPUTS];
-    bool has[SMALL_OUTPUTS];
-    epilogue_in<Acc> e[SMALL_OUTPUTS];
-#pragma unroll
-    for (int r = 0; r < SMALL_OUTPUTS; r++) {
-        has[r] = small_locate(s.jobs, first, end, (int)threadIdx.x + r * SMALL_THREADS, out[r]);
-        if (has[r] && out[r].j >= 0)
-            e[r] = epilogue_load<T, Acc>(s.jobs.job[out[r].job], out[r].i, out[r].j);
-    }
+    small_out out;
+    bool has = small_locate(s.jobs, first, end, (int)threadIdx.x, out);
+    epilogue_in<Acc> e = { (Acc)0, true };
+    if (has && out.j >= 0)
+        e = epilogue_load<T, Acc>(s.jobs.job[out.job], out.i, out.j);
     small_stage_part<T, Acc>(s, first, end, sm);
     __syncthreads();
-#pragma unroll
-    for (int r = 0; r < SMALL_OUTPUTS; r++) {
-        if (!has[r])
-            continue;
-        const int jb = out[r].job, i = out[r].i, j = out[r].j;
+#pragma unroll 1
+    for (int o = (int)threadIdx.x + SMALL_THREADS; has; o += SMALL_THREADS) {
+        const int jb = out.job, i = out.i, j = out.j;
         const tile_job &J = s.jobs.job[jb];
         const int k = (int)J.g.k, n = (int)J.g.n;
         const Acc *a = sm + s.stage[2 * jb].at + i * s.a_ld[jb];
         Acc acc[2] = { 0, 0 };
         if (j < 0) {
+#pragma unroll 1
             for (int kk = 0; kk < k; kk++)
                 acc[0] += a[kk];
             store((T *)J.g.bias + i, acc[0]);
-            continue;
+        } else {
+            const Acc *b = sm + s.stage[2 * jb + 1].at + j;
+#pragma unroll 4
+            for (int kk = 0; kk < k; kk++)
+                acc[kk & 1] += a[kk] * b[kk * n];
+            tile_finish(J, (T *)J.g.C, i, j, acc[0] + acc[1], e);
         }
-        const Acc *b = sm + s.stage[2 * jb + 1].at + j;
-#pragma unroll 8
-        for (int kk = 0; kk < k; kk++)
-            acc[kk & 1] += a[kk] * b[kk * n];
-        tile_finish(J, (T *)J.g.C, i, j, acc[0] + acc[1], e[r]);
+        if ((has = small_locate(s.jobs, first, end, o, out)) && out.j >= 0)
+            e = epilogue_load<T, Acc>(s.jobs.job[out.job], out.i, out.j);
     }
 }
 

@@ -900,21 +900,33 @@ __global__ static void ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb
         row_weight[grp] = o.active ? class_weight(r.weight, o.t) : 0;
     }
     __syncthreads();
-    double total = 0, wsum = 0;
-    int64_t unused = 0;
-    auto ld_loss = [&](int64_t j, double &x, int64_t &xi) { x = row_loss[j]; xi = 0; };
-    auto ld_weight = [&](int64_t j, double &x, int64_t &xi) { x = row_weight[j]; xi = 0; };
-    group_fold<RED_THREADS>(total, unused, r.N, sv, si, c_add(), ld_loss);
-    group_fold<RED_THREADS>(wsum, unused, r.N, sv, si, c_add(), ld_weight);
     if (rr.reduction == DPC_CE_NONE && o.live && lane == 0)
         dt_store(DT, rr.out + grp * es, o.loss);
-    if (threadIdx.x == 0) {
-        *rr.denom = wsum;
-        if (rr.reduction != DPC_CE_NONE)
-            dt_store(DT, rr.out, rr.reduction == DPC_CE_MEAN ? total / wsum : total);
+    /* The first warp adds the rows' losses and weights (a block-wide fold
+     * of each would take four barriers), and hands the weights' sum to
+     * the block for the gradient. */
+    __shared__ double weight_sum;
+    if (threadIdx.x < 32) {
+        double total = 0, wsum = 0;
+        for (int j = (int)threadIdx.x; j < r.N; j += 32) {
+            total += row_loss[j];
+            wsum += row_weight[j];
+        }
+        for (int d = 16; d > 0; d >>= 1) {
+            total += __shfl_down_sync(0xffffffffu, total, d);
+            wsum += __shfl_down_sync(0xffffffffu, wsum, d);
+        }
+        if (threadIdx.x == 0) {
+            weight_sum = wsum;
+            *rr.denom = wsum;
+            if (rr.reduction != DPC_CE_NONE)
+                dt_store(DT, rr.out, rr.reduction == DPC_CE_MEAN ? total / wsum : total);
+        }
     }
     if (!rb.dinput)
         return;
+    __syncthreads();
+    const double wsum = weight_sum;
     const double wall = ce_weight_sum(rb, sv, si);
     if (!o.live)
         return;
