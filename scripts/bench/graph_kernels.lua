@@ -53,3 +53,12 @@ for _, o in ipairs(ops) do
   local t1, t9 = replay_us(1, o[2]), replay_us(9, o[2])
   print(("%-28s %10.2f %10.2f %12.2f"):format(o[1], t1, t9, (t9 - t1) / 8))
 end
+-- the same graphs captured and replayed on a stream of our own, not the
+-- legacy default stream that the ops above used
+local s = torch.cuda.Stream()
+torch.cuda.stream(s, function()
+  for _, o in ipairs({ ops[1], ops[#ops] }) do
+    local t1, t9 = replay_us(1, o[2]), replay_us(9, o[2])
+    print(("%-28s %10.2f %10.2f %12.2f"):format(o[1] .. ", own stream", t1, t9, (t9 - t1) / 8))
+  end
+end)
