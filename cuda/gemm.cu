@@ -629,29 +629,49 @@ __device__ static void small_part(const small_jobs &s, int first, int end, Acc *
         const tile_job &J = s.jobs.job[jb];
         const int k = (int)J.g.k, n = (int)J.g.n;
         const Acc *a = sm + s.stage[2 * jb].at + i * s.a_ld[jb];
-        Acc acc[2] = { 0, 0 };
-        if (j < 0) {
-#pragma unroll 1
-            for (int kk = 0; kk < k; kk++)
-                acc[0] += a[kk];
-            store((T *)J.g.bias + i, acc[0]);
-        } else {
+        int kk = 0;
+        if (j < 0) {   /* a row sum: four chains of adds, not one */
+            Acc s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            for (; kk + 4 <= k; kk += 4) {
+                s0 += a[kk];
+                s1 += a[kk + 1];
+                s2 += a[kk + 2];
+                s3 += a[kk + 3];
+            }
+            for (; kk < k; kk++)
+                s0 += a[kk];
+            store((T *)J.g.bias + i, (s0 + s1) + (s2 + s3));
+        } else {   /* even and odd kk apart, as tile_run */
             const Acc *b = sm + s.stage[2 * jb + 1].at + j;
-#pragma unroll 4
-            for (int kk = 0; kk < k; kk++)
-                acc[kk & 1] += a[kk] * b[kk * n];
-            tile_finish(J, (T *)J.g.C, i, j, acc[0] + acc[1], e);
+            Acc even = 0, odd = 0;
+#pragma unroll 2
+            for (; kk + 2 <= k; kk += 2) {
+                even += a[kk] * b[kk * n];
+                odd += a[kk + 1] * b[(kk + 1) * n];
+            }
+            if (kk < k)
+                even += a[kk] * b[kk * n];
+            tile_finish(J, (T *)J.g.C, i, j, even + odd, e);
         }
         if ((has = small_locate(s.jobs, first, end, o, out)) && out.j >= 0)
             e = epilogue_load<T, Acc>(s.jobs.job[out.job], out.i, out.j);
     }
 }
 
+/* The jobs' description is read by run-time indices (which job, which
+ * operand), chains of reads that each may miss the constant cache of an
+ * SM that has not run this launch; so the block first copies it into
+ * shared memory, all of it at once, and reads it there. */
 template <typename T, typename Acc>
-__global__ static void __launch_bounds__(SMALL_THREADS) small_gemm_kernel(const __grid_constant__ small_jobs s)
+__global__ static void __launch_bounds__(SMALL_THREADS) small_gemm_kernel(const __grid_constant__ small_jobs params)
 {
     begin_after_previous_kernel();
     __shared__ __align__(16) Acc sm[SMALL_BYTES / sizeof(Acc)];
+    __shared__ __align__(16) small_jobs s;
+    static_assert(sizeof s % sizeof(int) == 0 && sizeof s / sizeof(int) <= SMALL_THREADS, "one word a thread");
+    if (threadIdx.x < sizeof s / sizeof(int))
+        reinterpret_cast<int *>(&s)[threadIdx.x] = reinterpret_cast<const int *>(&params)[threadIdx.x];
+    __syncthreads();
     const int at = s.jobs.chain_at ? s.jobs.chain_at : s.jobs.count;
     small_part<T, Acc>(s, 0, at, sm);
     if (at < s.jobs.count) {
