@@ -1283,13 +1283,17 @@ end
 -- torch.cuda: devices, synchronisation and memory statistics. "cuda"
 -- without an index means the current device (set_device).
 local current_device = 0
--- a device named by the caller must exist (nil: the current one)
-local function device_index(d, fn)
+-- The index of a CUDA device d (nil: the current one), which must exist
+-- unless any_index: the allocation counters answer 0 for any device that
+-- has none, as PyTorch's do.
+local function device_index(d, fn, any_index)
   if d == nil then return current_device end
   local i = parse_device(d, fn)
   if i == DP_CPU then raise(fn .. ": expected a CUDA device, got cpu") end
   local n = C.dp_cuda_device_count()
-  if i >= n then raise(string.format("%s: device cuda:%d is not available (%d CUDA devices)", fn, i, n)) end
+  if i >= n and not any_index then
+    raise(string.format("%s: device cuda:%d is not available (%d CUDA devices)", fn, i, n))
+  end
   return i
 end
 torch.cuda = {
@@ -1300,9 +1304,9 @@ torch.cuda = {
     current_device = device_index(d, "cuda.set_device")
   end,
   synchronize = function(d) check(C.dp_cuda_synchronize(device_index(d, "cuda.synchronize"))) end,
-  memory_allocated = function(d) return tonumber(C.dp_memory_allocated(device_index(d, "cuda.memory_allocated"))) end,
-  max_memory_allocated = function(d) return tonumber(C.dp_max_memory_allocated(device_index(d, "cuda.max_memory_allocated"))) end,
-  reset_peak_memory_stats = function(d) C.dp_reset_peak_memory_stats(device_index(d, "cuda.reset_peak_memory_stats")) end,
+  memory_allocated = function(d) return tonumber(C.dp_memory_allocated(device_index(d, "cuda.memory_allocated", true))) end,
+  max_memory_allocated = function(d) return tonumber(C.dp_max_memory_allocated(device_index(d, "cuda.max_memory_allocated", true))) end,
+  reset_peak_memory_stats = function(d) C.dp_reset_peak_memory_stats(device_index(d, "cuda.reset_peak_memory_stats", true)) end,
 }
 torch._current_cuda_device = function() return current_device end
 -- how many launches the waiting of small Linears saved: forwards run in
@@ -1329,15 +1333,16 @@ torch.cuda.mem_get_info = function(d)
   return tonumber(i64_box[0]), tonumber(i64_box2[0])
 end
 local name_buf, int_boxes = ffi.new("char[256]"), ffi.new("int[3]")
-torch.cuda.get_device_properties = function(d)
-  check(C.dp_cuda_device_properties(device_index(d, "cuda.get_device_properties"), name_buf, 256, i64_box,
-                                    int_boxes, int_boxes + 1, int_boxes + 2))
+local function device_properties(d, fn)
+  check(C.dp_cuda_device_properties(device_index(d, fn), name_buf, 256, i64_box, int_boxes, int_boxes + 1,
+                                    int_boxes + 2))
   return { name = ffi.string(name_buf), total_memory = tonumber(i64_box[0]), major = int_boxes[0],
            minor = int_boxes[1], multi_processor_count = int_boxes[2] }
 end
-torch.cuda.get_device_name = function(d) return torch.cuda.get_device_properties(d).name end
+torch.cuda.get_device_properties = function(d) return device_properties(d, "cuda.get_device_properties") end
+torch.cuda.get_device_name = function(d) return device_properties(d, "cuda.get_device_name").name end
 torch.cuda.get_device_capability = function(d)
-  local p = torch.cuda.get_device_properties(d)
+  local p = device_properties(d, "cuda.get_device_capability")
   return p.major, p.minor
 end
 torch.cuda.is_bf16_supported = function()

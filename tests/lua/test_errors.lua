@@ -224,11 +224,17 @@ T.raises(function() torch.cuda.stream({}, function() end) end, "expected a torch
 T.raises(function() torch.cuda.graph(42) end, "expected a function to capture", "graph() of a number")
 T.raises(function() torch.cuda.Stream("cpu") end, "expected a CUDA device, got cpu", "a Stream on the CPU")
 -- a named device past the machine's: every torch.cuda function that takes one says so
-for _, f in ipairs({ "current_stream", "default_stream", "Stream", "synchronize", "set_device", "memory_allocated",
-                     "get_device_properties" }) do
+for _, f in ipairs({ "current_stream", "default_stream", "Stream", "synchronize", "set_device", "memory_reserved",
+                     "max_memory_reserved", "mem_get_info", "get_device_properties", "get_device_name",
+                     "get_device_capability" }) do
     T.raises(function() return torch.cuda[f]("cuda:99") end, {"cuda." .. f, "cuda:99", "not available"},
              "torch.cuda." .. f .. '("cuda:99") names the missing device')
 end
+T.raises(function() return torch.cuda.Event({ device = "cuda:99" }) end, {"cuda.Event", "cuda:99", "not available"},
+         'torch.cuda.Event({device = "cuda:99"}) names the missing device')
+-- the allocation counters of a device without allocations (or without a GPU) are 0, as in PyTorch
+T.is(torch.cuda.memory_allocated("cuda:99"), 0, "memory_allocated of a device that is not there: 0")
+T.is(torch.cuda.max_memory_allocated("cuda:99"), 0, "max_memory_allocated of a device that is not there: 0")
 if not has_cuda then
     T.raises(function() return torch.cuda.Stream() end, CUDA, "Stream() without a GPU mentions CUDA")
     T.raises(function() return torch.cuda.Event({ enable_timing = true }) end, CUDA, "Event() without a GPU mentions CUDA")
