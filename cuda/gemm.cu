@@ -19,7 +19,8 @@
  * for it are made once per shape (a plan) and cached, so that a repeated
  * product costs one cublasLtMatmul call on the host. Products of at most
  * GEMM_OWN_FLOPS multiply-adds (and k at most OWN_MAX_K) skip cuBLASLt for
- * a tiled kernel of our own.
+ * kernels of our own: one block for those whose operands fit its shared
+ * memory (small_gemm_kernel), tiles for the rest (tiled_gemm_kernel).
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
