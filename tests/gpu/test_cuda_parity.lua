@@ -564,6 +564,8 @@ do
   chain("three layers: the last two chained", torch.float32, { 10, 10, 10, 2 }, {}, 3)
   -- the second backward adds to .grad, which launches the waiting backward first
   chain("twice without zeroing: accumulated", torch.float32, { 10, 10, 2 }, { times = 2 }, 2)
+  -- each part two thirds of the block's 32 KiB in 8-byte elements (which a chain is planned for)
+  chain("wider layers, still one block", torch.float64, { 40, 40, 10 }, {}, 2)
   chain("layers too large for one block", torch.float32, { 100, 64, 10 }, {}, 1)
 end
 
