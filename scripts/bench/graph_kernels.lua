@@ -3,8 +3,10 @@
 -- before wrote), replayed; (t9 - t1) / 8 is a launch's share of a
 -- replayed step, beside an in-place add of one element (the floor). The
 -- ops are the seed step's kernels: fc1 with its ReLU (a one-block
--- product), the loss with fc2 inside it, the SGD step; then the
--- whole step (4 kernels, the chained backwards among them).
+-- product), the loss with fc2 inside it, the SGD step; then the model's
+-- forward and loss (2 kernels; the loss also writes its gradient, as the
+-- parameters need one), that and the backward (3: the chained backwards'
+-- share is the difference), and the whole step (4).
 -- usage: dplua scripts/bench/graph_kernels.lua
 local torch = require("dplua")
 local F = torch.nn.functional
@@ -43,6 +45,8 @@ local ops = {
   { "fc1+ReLU (one block)", function() h = F.relu(F.linear(h, w1, b1)) end },
   { "loss with fc2 in it", function() loss = F.cross_entropy(F.linear(h, w2, b2), y) end },
   { "SGD step (4 parameters)", function() opt:step() end },
+  { "the model's forward and loss", function() loss = crit(model(xs), y) end },
+  { "forward, loss and backward", function() opt:zero_grad(); crit(model(xs), y):backward() end },
   { "the whole seed step", function() opt:zero_grad(); crit(model(xs), y):backward(); opt:step() end },
 }
 print(("%-28s %10s %10s %12s"):format("op", "1 us", "9 us", "per launch"))
