@@ -849,18 +849,25 @@ static void add_layer_jobs(tile_jobs &jobs, int dtype, const dpc_linear_grads &L
                                               1, s, L.db ? DPC_EPI_BGRAD : DPC_EPI_BIAS };
 }
 
+/* The products of one layer, or of two in a chain (the second reading
+ * the first's dx). */
+static void layers_jobs(tile_jobs &jobs, int dtype, const dpc_linear_grads *layer, int layers, cudaStream_t s)
+{
+    memset(&jobs, 0, sizeof jobs);
+    add_layer_jobs(jobs, dtype, layer[0], s);
+    if (layers == 2) {
+        jobs.chain_at = jobs.count;
+        add_layer_jobs(jobs, dtype, layer[1], s);
+    }
+}
+
 /* Whether the layers' products fit one block of small_gemm_kernel, the
  * layers in turn (a chain when two), whatever the dtype: planned for
  * 8-byte elements, the most any takes. */
 static bool layers_fit_one_block(const dpc_linear_grads *layer, int layers)
 {
     tile_jobs jobs;
-    memset(&jobs, 0, sizeof jobs);
-    add_layer_jobs(jobs, DP_FLOAT64, layer[0], NULL);
-    if (layers == 2) {
-        jobs.chain_at = jobs.count;
-        add_layer_jobs(jobs, DP_FLOAT64, layer[1], NULL);
-    }
+    layers_jobs(jobs, DP_FLOAT64, layer, layers, NULL);
     small_jobs s;
     return small_plan(s, jobs, sizeof(double));
 }
@@ -887,12 +894,7 @@ extern "C" int dpc_linear_backward(int dtype, const dpc_linear_grads *layer, int
     if (layers == 2 ? !dpc_linear_backward_chains(layer) : layers != 1 || !layer_is_ours(layer[0]))
         return DPC_UNSUPPORTED;
     tile_jobs jobs;
-    memset(&jobs, 0, sizeof jobs);
-    add_layer_jobs(jobs, dtype, layer[0], (cudaStream_t)stream);
-    if (layers == 2) {
-        jobs.chain_at = jobs.count;
-        add_layer_jobs(jobs, dtype, layer[1], (cudaStream_t)stream);
-    }
+    layers_jobs(jobs, dtype, layer, layers, (cudaStream_t)stream);
     return jobs.count ? tiled_gemm(jobs) : 0;
 }
 
