@@ -159,17 +159,24 @@ int dpc_softmax(int dtype, dpc_shape s, dpc_operand out, int64_t out_stride, dpc
  * *grad_one_done then says. */
 enum { DPC_CE_NONE, DPC_CE_MEAN, DPC_CE_SUM };
 int dpc_cross_entropy_fuses(int64_t N, int64_t C);
-/* The Linear whose output is the loss's input, run in the loss's launch
- * first: y (N, C) = x (N, K) @ w (C, K)^T + b (C, or NULL), all contiguous
- * of the loss's dtype; y is the loss's input. */
+/* The Linears whose last output is the loss's input, run in the loss's
+ * launch first: one, or a hidden layer and the last one reading its out.
+ * Each is out (N, width) = act(x (N, K) @ w (width, K)^T + b (width, or
+ * NULL)), all contiguous of the loss's dtype; the last one's width is C,
+ * a hidden one's the next one's K. */
 typedef struct {
     const void *x, *w, *b;
-    void *y;
+    void *out, *pre;         /* pre: NULL, or the value before the activation */
     int64_t K;
+    int epilogue;            /* DPC_EPI_BIAS (none: the last layer's), _RELU, _GELU or _GELU_TANH */
+} dpc_ce_layer;
+typedef struct {
+    dpc_ce_layer layer[2];
+    int layers;              /* 0 (none), 1 or 2 */
 } dpc_ce_linear;
-/* Whether dpc_cross_entropy takes such a Linear: a loss of one launch, and
- * a product small enough for one block. */
-int dpc_cross_entropy_takes_linear(int64_t N, int64_t C, int64_t K);
+/* Whether dpc_cross_entropy takes such Linears: a loss of one launch, and
+ * products small enough for one block. */
+int dpc_cross_entropy_takes_linear(int64_t N, int64_t C, const dpc_ce_linear *linear);
 int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *input, const int64_t *target,
                       const double *weight, int64_t ignore_index, double smoothing, int log_probs, int reduction,
                       double *rows, double *probs, void *out, double *denom, void *grad_one, int *grad_one_done,

@@ -27,6 +27,7 @@
 #include "dpc_ops.h"
 #include "core/dtype_conv.h"
 #include "iter.cuh"
+#include "activation.cuh"
 #include "kernel_error.cuh"
 #include "launch.cuh"
 
@@ -851,27 +852,73 @@ __global__ static void ce_kernel(ce_args r)
     }
 }
 
-/* The Linear before the loss (dpc_ce_linear), by the whole block: each
- * element summed as our GEMM kernel sums it unsplit (even and odd k
- * apart, then the bias), in float for float32 and bfloat16, so that its
- * output is the value the Linear's own launch would have written. */
-template <int DT>
-__device__ static void ce_linear(const dpc_ce_linear &lin, int N, int C)
+/* v as stored in the dtype and read back (rounded to bfloat16 where it is). */
+template <int DT> __device__ static inline double dt_round(double v)
 {
-    typedef typename std::conditional<DT == DP_FLOAT64, double, float>::type Acc;
-    const int es = (int)dt_size(DT), K = (int)lin.K;   /* (dpc_cross_entropy_takes_linear: all small) */
-    for (int e = threadIdx.x; e < N * C; e += blockDim.x) {
-        const int i = e / C, c = e % C;
-        const char *x = (const char *)lin.x + i * K * es, *w = (const char *)lin.w + c * K * es;
-        Acc acc[2] = { 0, 0 };
+    char stored[8];
+    dt_store(DT, stored, v);
+    return dt_load(DT, stored);
+}
+
+/* Element e (row e / width, column e % width) of one Linear before the
+ * loss (dpc_ce_layer), summed as our GEMM kernel sums it unsplit: even and
+ * odd k apart, then the bias, then the activation of the value as stored,
+ * in float for float32 and bfloat16. So what it writes is what the
+ * Linear's own launch would have written. x comes from `in` (the previous
+ * layer's output, in shared memory) when given, else from global memory.
+ * Returns the output as stored, which the next layer reads. */
+template <int DT, typename Acc>
+__device__ static Acc ce_layer_element(const dpc_ce_layer &L, int width, int e, const Acc *in)
+{
+    const int es = (int)dt_size(DT), K = (int)L.K, i = e / width, c = e % width;
+    const char *w = (const char *)L.w + c * K * es;
+    Acc acc[2] = { 0, 0 };
+    if (in) {
+        const Acc *x = in + i * K;
+#pragma unroll 8
+        for (int k = 0; k < K; k++)
+            acc[k & 1] += x[k] * (Acc)dt_load(DT, w + k * es);
+    } else {
+        const char *x = (const char *)L.x + i * K * es;
 #pragma unroll 8
         for (int k = 0; k < K; k++)
             acc[k & 1] += (Acc)dt_load(DT, x + k * es) * (Acc)dt_load(DT, w + k * es);
-        Acc v = acc[0] + acc[1];
-        if (lin.b)
-            v += (Acc)dt_load(DT, (const char *)lin.b + c * es);
-        dt_store(DT, (char *)lin.y + e * es, (double)v);
     }
+    Acc v = acc[0] + acc[1];
+    if (L.b)
+        v += (Acc)dt_load(DT, (const char *)L.b + c * es);
+    if (L.epilogue != DPC_EPI_BIAS) {   /* gemm.cu's activate */
+        v = (Acc)dt_round<DT>(v);
+        if (L.pre)
+            dt_store(DT, (char *)L.pre + e * es, v);
+        v = L.epilogue == DPC_EPI_RELU ? (v > 0 ? v : (Acc)0) : L.epilogue == DPC_EPI_GELU ? gelu_erf(v) : gelu_tanh(v);
+    }
+    dt_store(DT, (char *)L.out + e * es, v);
+    return (Acc)dt_round<DT>(v);
+}
+
+/* The hidden layer's outputs a two-Linear chain keeps in shared memory
+ * (counted in 8-byte elements, so that the limit is one for every dtype). */
+#define CE_HIDDEN_MAX 1024
+
+/* The Linears before the loss (dpc_ce_linear), by the whole block: a
+ * hidden layer's output goes to global memory (Lua's tensors) and to
+ * shared memory, which the last layer reads after one barrier. */
+template <int DT>
+__device__ static void ce_linears(const dpc_ce_linear &lin, int N, int C)
+{
+    typedef typename std::conditional<DT == DP_FLOAT64, double, float>::type Acc;
+    __shared__ Acc hidden[CE_HIDDEN_MAX];
+    const Acc *in = NULL;
+    if (lin.layers == 2) {
+        const int width = (int)lin.layer[1].K;
+        for (int e = threadIdx.x; e < N * width; e += blockDim.x)
+            hidden[e] = ce_layer_element<DT, Acc>(lin.layer[0], width, e, (const Acc *)NULL);
+        __syncthreads();
+        in = hidden;
+    }
+    for (int e = threadIdx.x; e < N * C; e += blockDim.x)
+        (void)ce_layer_element<DT, Acc>(lin.layer[lin.layers - 1], C, e, in);
 }
 
 /* The whole loss in one launch when one block holds every row (N at most
@@ -890,8 +937,8 @@ __global__ static void ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb
     const int es = (int)dt_size(DT);
     const int grp = threadIdx.x / G, lane = threadIdx.x % G;
     const int64_t target = ce_target(r, grp);   /* its latency beside the Linear's */
-    if (lin.y) {   /* the Linear before the loss first: r.input is its output */
-        ce_linear<DT>(lin, (int)r.N, (int)r.C);
+    if (lin.layers) {   /* the Linears before the loss first: r.input is the last one's output */
+        ce_linears<DT>(lin, (int)r.N, (int)r.C);
         __syncthreads();
     }
     ce_row o = ce_row_loss<DT, G>(r, grp, target, lane, sv, si);
@@ -948,14 +995,29 @@ extern "C" int dpc_cross_entropy_fuses(int64_t N, int64_t C)
  * launch, with its operands staged in shared memory over many blocks, is
  * faster than one block reading them from global memory. And k at most
  * CE_LINEAR_MAX_K, where our GEMM kernel never splits k over blocks, so
- * that ce_linear's sums are the GEMM's to the last bit. */
+ * that ce_layer_element's sums are the GEMM's to the last bit. */
 #define CE_LINEAR_MAX_MACS 256
 #define CE_LINEAR_MAX_K 128
 
-extern "C" int dpc_cross_entropy_takes_linear(int64_t N, int64_t C, int64_t K)
+static bool ce_layer_fits(int64_t N, int64_t width, const dpc_ce_layer &L)
 {
-    return dpc_cross_entropy_fuses(N, C) && C > 0 && K > 0 && K <= CE_LINEAR_MAX_K &&
-           CEIL_DIV(N * C, (int64_t)RED_THREADS) * K <= CE_LINEAR_MAX_MACS;
+    return width > 0 && L.K > 0 && L.K <= CE_LINEAR_MAX_K &&
+           CEIL_DIV(N * width, (int64_t)RED_THREADS) * L.K <= CE_LINEAR_MAX_MACS &&
+           (L.epilogue == DPC_EPI_BIAS || L.epilogue == DPC_EPI_RELU || L.epilogue == DPC_EPI_GELU ||
+            L.epilogue == DPC_EPI_GELU_TANH);
+}
+
+extern "C" int dpc_cross_entropy_takes_linear(int64_t N, int64_t C, const dpc_ce_linear *lin)
+{
+    if (!dpc_cross_entropy_fuses(N, C) || lin->layers < 1 || lin->layers > 2)
+        return 0;
+    const dpc_ce_layer &last = lin->layer[lin->layers - 1];
+    if (last.epilogue != DPC_EPI_BIAS || !ce_layer_fits(N, C, last))
+        return 0;
+    if (lin->layers == 1)
+        return 1;
+    const dpc_ce_layer &hidden = lin->layer[0];
+    return last.x == hidden.out && N * last.K <= CE_HIDDEN_MAX && ce_layer_fits(N, last.K, hidden);
 }
 
 extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *input, const int64_t *target,
@@ -967,9 +1029,12 @@ extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *in
     *grad_one_done = 0;
     if (!dt_is_float(dtype))
         return DPC_UNSUPPORTED;
-    if (N < 0 || C < 0 || (linear && (linear->y != input || !dpc_cross_entropy_takes_linear(N, C, linear->K))))
+    if (N < 0 || C < 0 ||
+        (linear && (linear->layer[linear->layers - 1].out != input || !dpc_cross_entropy_takes_linear(N, C, linear))))
         return (int)cudaErrorInvalidValue;
-    dpc_ce_linear lin = linear ? *linear : dpc_ce_linear{ NULL, NULL, NULL, NULL, 0 };
+    dpc_ce_linear lin = {};
+    if (linear)
+        lin = *linear;
     ce_args r = { N, C, (const char *)input, target, weight, ignore_index, smoothing, log_probs,
                   rows, log_probs ? NULL : probs, err };
     ce_red_args rr = { N, C, rows, target, weight, ignore_index, reduction, (char *)out, denom };

@@ -840,11 +840,6 @@ static int act_epilogue(int act)
     return act == DP_RELU ? DPC_EPI_RELU : act == DP_GELU ? DPC_EPI_GELU : DPC_EPI_GELU_TANH;
 }
 
-dp_status gpu_linear_act(dp_tensor *out, dp_tensor *pre, dp_tensor *x, dp_tensor *w, dp_tensor *b, int act)
-{
-    return gpu_status("linear", linear_gemm(out, pre, x, w, b, act_epilogue(act), stream_of(out->device)),
-                      out->dtype);
-}
 
 /* ---------------------------------------------------------------- deferred launches */
 
@@ -852,11 +847,12 @@ dp_status gpu_linear_act(dp_tensor *out, dp_tensor *pre, dp_tensor *x, dp_tensor
  * called. If the next op on the GPU is a ReLU or a GELU of its output, one
  * launch does both: the activation in the product's epilogue, the product
  * itself still written to the Linear's output, which Lua may read later.
- * If it is a cross-entropy of its output and both fit one block, the
- * loss's launch computes the product first (gpu_cross_entropy). Each
- * saves a launch, 4.3 us of host time on the H200 host, in every
- * F.relu(self.fc1(x)) and criterion(self.fc2(h), y) of a PyTorch-style
- * step.
+ * If it is another such Linear of its output, both wait (two at most: a
+ * third launches the first). If it is a cross-entropy of the last one's
+ * output and they fit one block, the loss's launch computes them first
+ * (gpu_cross_entropy). Each saves a launch, 4.3 us of host time on the
+ * H200 host: the seed's F.relu(self.fc1(x)), self.fc2(h) and criterion
+ * are one launch.
  *
  * The backward of such a Linear waits the same way when it computes dx
  * and is small enough to start a chain: if the next op is the backward of
@@ -872,11 +868,17 @@ dp_status gpu_linear_act(dp_tensor *out, dp_tensor *pre, dp_tensor *x, dp_tensor
  * launched at once, so that a long one overlaps the host's work.
  * DPLUA_DEFER_LINEAR=0 turns this off (read once), for measuring it. */
 enum { WAITS_NOTHING, WAITS_LINEAR, WAITS_LINEAR_BACKWARD };
+/* out = act(x @ w^T + b) as linear_gemm computes it (epilogue DPC_EPI_BIAS:
+ * no act; pre, or NULL, gets the value before it) */
 typedef struct {
-    int what;
-    dp_tensor *x, *w;                     /* both; all tensors retained */
-    dp_tensor *out, *b;                   /* WAITS_LINEAR: out = x @ w^T + b */
-    dp_tensor *g, *mask, *dx, *dw, *db;   /* WAITS_LINEAR_BACKWARD: gpu_linear_backward's */
+    dp_tensor *x, *w, *b, *out, *pre;
+    int epilogue;
+} waiting_layer;
+typedef struct {
+    int what;                             /* all tensors retained */
+    waiting_layer layer[2];               /* WAITS_LINEAR: layer[1] reads layer[0]'s out */
+    int layers;
+    dp_tensor *x, *w, *g, *mask, *dx, *dw, *db;   /* WAITS_LINEAR_BACKWARD: gpu_linear_backward's */
     void *stream;
 } waiting_work;
 
@@ -899,13 +901,34 @@ static bool defer_enabled(void)
     return on;
 }
 
-#define WAITING_TENSORS 9
+#define LAYER_TENSORS 5
+#define WAITING_TENSORS (2 * LAYER_TENSORS + 7)
+
+static void layer_tensors(const waiting_layer *l, dp_tensor *t[LAYER_TENSORS])
+{
+    dp_tensor *all[LAYER_TENSORS] = { l->x, l->w, l->b, l->out, l->pre };
+    memcpy(t, all, sizeof all);
+}
 
 /* w's tensors (NULL where it has none): what it retains and releases */
 static void waiting_tensors(const waiting_work *w, dp_tensor *t[WAITING_TENSORS])
 {
-    dp_tensor *all[WAITING_TENSORS] = { w->x, w->w, w->out, w->b, w->g, w->mask, w->dx, w->dw, w->db };
-    memcpy(t, all, sizeof all);
+    for (int i = 0; i < 2; i++)
+        if (i < w->layers)
+            layer_tensors(&w->layer[i], t + i * LAYER_TENSORS);
+        else
+            memset(t + i * LAYER_TENSORS, 0, LAYER_TENSORS * sizeof *t);
+    dp_tensor *rest[7] = { w->x, w->w, w->g, w->mask, w->dx, w->dw, w->db };
+    memcpy(t + 2 * LAYER_TENSORS, rest, sizeof rest);
+}
+
+static void layer_retain(const waiting_layer *l)
+{
+    dp_tensor *t[LAYER_TENSORS];
+    layer_tensors(l, t);
+    for (int i = 0; i < LAYER_TENSORS; i++)
+        if (t[i])
+            dp_tensor_retain(t[i]);
 }
 
 static void waiting_retain(const waiting_work *w)
@@ -939,13 +962,20 @@ int gpu_deferred_holds(const dp_tensor *t)
     return n;
 }
 
-/* Makes w the waiting work (nothing waits: the caller asked stream_of). */
-static void deferred_put(waiting_work w)
+/* Makes w, whose references are held, the waiting work (nothing waits:
+ * the caller asked stream_of, or took what waited). */
+static void deferred_store(waiting_work w)
 {
-    waiting_retain(&w);
     pthread_mutex_lock(&deferred_mu);
     deferred = w;
     pthread_mutex_unlock(&deferred_mu);
+}
+
+/* The same, taking references to w's tensors. */
+static void deferred_put(waiting_work w)
+{
+    waiting_retain(&w);
+    deferred_store(w);
 }
 
 /* The waiting work, taken when there is some and fits (NULL: any) accepts
@@ -1005,18 +1035,39 @@ static int linear_backward_on(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_te
  * was (the caller may have set another for its own work). A failure is
  * kept for the next op's gpu_status to report, since the caller may not
  * return a status. */
+static int layer_launch(const waiting_layer *l, void *stream)
+{
+    return linear_gemm(l->out, l->pre, l->x, l->w, l->b, l->epilogue, stream);
+}
+
 static void deferred_run(waiting_work *w)
 {
     int device = -1;
     (void)dpc_get_device(&device);
     bool forward = w->what == WAITS_LINEAR;
-    int rc = forward ? linear_gemm(w->out, NULL, w->x, w->w, w->b, DPC_EPI_BIAS, w->stream)
-                     : linear_backward_on(w->dx, w->dw, w->db, w->g, w->x, w->w, w->mask, w->stream);
+    int rc = 0;
+    for (int i = 0; forward && !rc && i < w->layers; i++)
+        rc = layer_launch(&w->layer[i], w->stream);
+    if (!forward)
+        rc = linear_backward_on(w->dx, w->dw, w->db, w->g, w->x, w->w, w->mask, w->stream);
     if (device >= 0)
         set_device(device);
-    if (rc && !deferred_failure[0] && gpu_status(forward ? "linear" : "linear backward", rc, w->x->dtype))
+    if (rc && !deferred_failure[0] &&
+        gpu_status(forward ? "linear" : "linear backward", rc, (forward ? w->layer[0].x : w->x)->dtype))
         snprintf(deferred_failure, sizeof deferred_failure, "%s", dp_last_error());
     waiting_release(w);
+}
+
+/* Launches the first n of the waiting Linears w (taken), the rest staying in w. */
+static void layers_launch(waiting_work *w, int n)
+{
+    if (n == 0)
+        return;
+    waiting_work head = { .what = WAITS_LINEAR, .layers = n, .stream = w->stream };
+    memcpy(head.layer, w->layer, (size_t)n * sizeof *w->layer);
+    deferred_run(&head);
+    memmove(w->layer, w->layer + n, (size_t)(w->layers - n) * sizeof *w->layer);
+    w->layers -= n;
 }
 
 static void deferred_launch(void)
@@ -1044,66 +1095,109 @@ static void deferred_launch_on(void *stream)
         deferred_run(&w);
 }
 
-dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
-{
-    int64_t M = out->shape[0], N = out->shape[1], K = x->shape[1];
-    void *stream = stream_of(out->device);   /* after the work waiting, if any */
-    if (deferred_failure[0])   /* that one failed: say so now, and defer nothing */
-        return gpu_status("linear", 0, out->dtype);
-    if (!defer_enabled() || M == 0 || N == 0 || K == 0 || !dpc_gemm_own(M, N, K, 1))
-        return gpu_status("linear", linear_gemm(out, NULL, x, w, b, DPC_EPI_BIAS, stream), out->dtype);
-    deferred_put((waiting_work){ .what = WAITS_LINEAR, .x = x, .w = w, .out = out, .b = b, .stream = stream });
-    return DP_OK;
-}
-
 static bool same_matrix(const dp_tensor *a, const dp_tensor *y)
 {
     return a->storage == y->storage && a->offset == y->offset && a->dtype == y->dtype && a->ndim == 2 &&
            a->shape[0] == y->shape[0] && a->shape[1] == y->shape[1] && tensor_is_contiguous(a);
 }
 
-typedef struct {
-    const dp_tensor *y;
-    int (*accept)(int64_t N, int64_t C, int64_t K);
-} output_taker;
+static const waiting_layer *last_layer(const waiting_work *w)
+{
+    return &w->layer[w->layers - 1];
+}
 
+/* The waiting Linears end in ctx (a matrix) on the current stream. */
+static bool ends_in(const waiting_work *w, const void *ctx)
+{
+    const dp_tensor *t = ctx;
+    return w->what == WAITS_LINEAR && w->stream == stream_now(t->device) && same_matrix(t, last_layer(w)->out);
+}
+
+/* out = act(x @ w^T + b): waits when our kernel takes it, after the waiting
+ * Linears when x is the last one's output, else alone. */
+static dp_status linear_enqueue(waiting_layer l)
+{
+    dp_tensor *out = l.out;
+    int64_t M = out->shape[0], N = out->shape[1], K = l.x->shape[1];
+    if (!defer_enabled() || M == 0 || N == 0 || K == 0 || !dpc_gemm_own(M, N, K, 1))
+        return gpu_status("linear", layer_launch(&l, stream_of(out->device)), out->dtype);
+    waiting_work w;
+    if (!deferred_failure[0] && deferred_take(ends_in, l.x, &w)) {
+        layers_launch(&w, w.layers == 2 ? 1 : 0);   /* two wait at most */
+        if (deferred_failure[0]) {   /* that one failed: the other goes too, and this one fails */
+            deferred_run(&w);
+            return gpu_status("linear", 0, out->dtype);
+        }
+        layer_retain(&l);
+        w.layer[w.layers++] = l;
+        deferred_store(w);
+        return DP_OK;
+    }
+    void *stream = stream_of(out->device);   /* after the work waiting, if any */
+    if (deferred_failure[0])   /* that one failed: say so now, and defer nothing */
+        return gpu_status("linear", 0, out->dtype);
+    deferred_put((waiting_work){ .what = WAITS_LINEAR, .layer[0] = l, .layers = 1, .stream = stream });
+    return DP_OK;
+}
+
+dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
+{
+    return linear_enqueue((waiting_layer){ .x = x, .w = w, .b = b, .out = out, .epilogue = DPC_EPI_BIAS });
+}
+
+dp_status gpu_linear_act(dp_tensor *out, dp_tensor *pre, dp_tensor *x, dp_tensor *w, dp_tensor *b, int act)
+{
+    return linear_enqueue((waiting_layer){ .x = x, .w = w, .b = b, .out = out, .pre = pre,
+                                           .epilogue = act_epilogue(act) });
+}
+
+/* The waiting Linears end in the loss's input (ctx), the last without an
+ * activation after it. */
 static bool takes_output(const waiting_work *w, const void *ctx)
 {
-    const output_taker *t = ctx;
-    return w->what == WAITS_LINEAR && same_matrix(t->y, w->out) &&
-           t->accept(w->out->shape[0], w->out->shape[1], w->x->shape[1]);
+    return ends_in(w, ctx) && last_layer(w)->epilogue == DPC_EPI_BIAS;
 }
 
 typedef struct {
     const dp_tensor *out, *a;
 } activation_of;
 
-/* out = act(a) fits the waiting Linear's epilogue: a is its output, and
- * out is a itself or a new tensor (not one the product reads). */
+/* out = act(a) fits the last waiting Linear's epilogue: a is its output,
+ * it has no activation yet, and out is a itself or a new tensor (not one
+ * the product reads). */
 static bool fits_epilogue(const waiting_work *w, const void *ctx)
 {
-    const dp_tensor *out = ((const activation_of *)ctx)->out, *a = ((const activation_of *)ctx)->a, *y = w->out;
-    return w->what == WAITS_LINEAR && same_matrix(a, y) && out->dtype == y->dtype && out->ndim == 2 &&
+    const dp_tensor *out = ((const activation_of *)ctx)->out, *a = ((const activation_of *)ctx)->a;
+    if (w->what != WAITS_LINEAR)
+        return false;
+    const waiting_layer *l = last_layer(w);
+    const dp_tensor *y = l->out;
+    return l->epilogue == DPC_EPI_BIAS && same_matrix(a, y) && out->dtype == y->dtype && out->ndim == 2 &&
            tensor_is_contiguous(out) && out->shape[0] == y->shape[0] && out->shape[1] == y->shape[1] &&
            (out->storage == y->storage ? out->offset == y->offset
-                                       : out->storage != w->x->storage && out->storage != w->w->storage &&
-                                             (!w->b || out->storage != w->b->storage));
+                                       : out->storage != l->x->storage && out->storage != l->w->storage &&
+                                             (!l->b || out->storage != l->b->storage));
 }
 
-/* out = op(a) as one launch with the waiting Linear when a is its output
- * and op a ReLU or GELU; false (nothing done) otherwise. */
+/* out = op(a) as the epilogue of the waiting Linear whose output a is,
+ * when op is a ReLU or GELU: then both still wait; false (nothing done)
+ * otherwise. */
 static bool deferred_fuse(int op, dp_tensor *out, dp_tensor *a, dp_status *st)
 {
     waiting_work w;
     if ((op != DP_RELU && op != DP_GELU && op != DP_GELU_TANH) ||
         !deferred_take(fits_epilogue, &(activation_of){ out, a }, &w))
         return false;
-    bool in_place = out->storage == w.out->storage;
-    *st = gpu_status("linear (with the activation after it)",
-                     linear_gemm(out, in_place ? NULL : w.out, w.x, w.w, w.b, act_epilogue(op), w.stream),
-                     out->dtype);
+    waiting_layer *l = &w.layer[w.layers - 1];
+    if (out->storage != l->out->storage) {   /* the product stays in a, the activation goes to out */
+        dp_tensor_retain(out);
+        l->pre = l->out;
+        l->out = out;
+    }
+    l->epilogue = act_epilogue(op);
     deferred_fusions++;
-    waiting_release(&w);
+    deferred_store(w);
+    *st = DP_OK;
     return true;
 }
 
@@ -1268,9 +1362,22 @@ bool gpu_cross_entropy_fuses(const dp_tensor *input)
     return dpc_cross_entropy_fuses(input->shape[0], input->shape[1]) != 0;
 }
 
-/* The loss; when its input is the output of the deferred Linear (a
- * classifier's head) and both fit one block, the Linear runs in the loss's
- * launch: one launch less, as with a ReLU after it. */
+/* The waiting Linears from layer `from` on, as the loss's launch takes them. */
+static dpc_ce_linear ce_layers(const waiting_work *w, int from)
+{
+    dpc_ce_linear c = { .layers = w->layers - from };
+    for (int i = from; i < w->layers; i++) {
+        const waiting_layer *l = &w->layer[i];
+        c.layer[i - from] = (dpc_ce_layer){ first(l->x), first(l->w), l->b ? first(l->b) : NULL, first(l->out),
+                                            l->pre ? first(l->pre) : NULL, l->x->shape[1], l->epilogue };
+    }
+    return c;
+}
+
+/* The loss; when its input is the output of the waiting Linears (a
+ * classifier's head, or its last two layers) and they fit one block, they
+ * run in the loss's launch: a launch less for each, as with a ReLU after
+ * one. The ones that do not fit are launched first. */
 dp_status gpu_cross_entropy(dp_tensor *out, cpu_ce_args *a)
 {
     int64_t N = a->input->shape[0], C = a->input->shape[1];
@@ -1278,12 +1385,18 @@ dp_status gpu_cross_entropy(dp_tensor *out, cpu_ce_args *a)
     waiting_work lin;
     int done = 0;
     dp_status st = tensor_new(&rows, 1, &N, DP_FLOAT64, a->input->device);
-    bool with_linear =
-        !st && deferred_take(takes_output, &(output_taker){ a->input, dpc_cross_entropy_takes_linear }, &lin);
-    dpc_ce_linear linear = { NULL, NULL, NULL, NULL, 0 };
-    if (with_linear)
-        linear = (dpc_ce_linear){ first(lin.x), first(lin.w), lin.b ? first(lin.b) : NULL, first(lin.out),
-                                  lin.x->shape[1] };
+    bool with_linear = !st && deferred_take(takes_output, a->input, &lin);
+    dpc_ce_linear linear = { .layers = 0 };
+    if (with_linear) {
+        int from = 0;
+        for (; from < lin.layers; from++) {
+            linear = ce_layers(&lin, from);
+            if (dpc_cross_entropy_takes_linear(N, C, &linear))
+                break;
+        }
+        layers_launch(&lin, from);
+        with_linear = lin.layers > 0;
+    }
     if (!st) {
         set_device(a->input->device);
         st = gpu_status(with_linear ? "linear and cross_entropy" : "cross_entropy",
@@ -1296,11 +1409,12 @@ dp_status gpu_cross_entropy(dp_tensor *out, cpu_ce_args *a)
                         a->input->dtype);
     }
     if (with_linear) {
-        if (st)   /* the Linear's output is Lua's too: give it its value */
-            (void)linear_gemm(lin.out, NULL, lin.x, lin.w, lin.b, DPC_EPI_BIAS, stream_now(lin.out->device));
-        else
-            deferred_fusions++;
-        waiting_release(&lin);
+        if (st) {   /* the Linears' outputs are Lua's too: give them their values */
+            layers_launch(&lin, lin.layers);
+        } else {
+            deferred_fusions += lin.layers;
+            waiting_release(&lin);
+        }
     }
     a->grad_one_done = !st && done;
     dp_tensor_release(rows);

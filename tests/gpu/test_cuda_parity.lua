@@ -509,6 +509,46 @@ do
   n, r = fused(function() return F.cross_entropy(F.linear(big_x:to(dev), big_w:to(dev)), big_t:to(dev)) end)
   T.is(n, 0, "a head too large for one block: the Linear's own launch")
   near(r, F.cross_entropy(F.linear(big_x, big_w), big_t), "its loss")
+  -- a classifier's last two layers (the seed's fc1, its activation, fc2):
+  -- both Linears inside the loss's launch when they fit one block; every
+  -- output Lua holds still written, the gradients as on the CPU. widths:
+  -- in, hidden, classes; act: "relu", "identity" (none), or a GELU form
+  local function two_layers(name, dt, act, widths, batch, want)
+    local cpu = { whole(dt, batch, widths[1]) / 4, whole(dt, widths[2], widths[1]) / 4, halves(dt, widths[2]),
+                  whole(dt, widths[3], widths[2]) / 4, halves(dt, widths[3]) }
+    local t = torch.randint(0, widths[3], { batch })
+    local function run(p, target)
+      local y1 = F.linear(p[1], p[2], p[3])
+      local h = act == "relu" and F.relu(y1) or act == "identity" and y1 or F.gelu(y1, act)
+      local y2 = F.linear(h, p[4], p[5])
+      local loss = F.cross_entropy(y2, target)
+      loss:backward()
+      return { y1, h, y2, loss }
+    end
+    local gpu = {}
+    for i, v in ipairs(cpu) do gpu[i] = v:to(dev):requires_grad_(); v:requires_grad_() end
+    local want_out = run(cpu, t)
+    local n, got = fused(function() return run(gpu, t:to(dev)) end)
+    T.is(n, want, name .. ": " .. want .. " launches saved")
+    local rt = tol(dt)
+    local what = { "the first Linear's output", "the activation's", "the logits", "the loss" }
+    for i = 1, 4 do
+      T.tensor_close(got[i]:detach():cpu():double(), want_out[i]:detach():double(), rt, rt, name .. ": " .. what[i])
+    end
+    for i = 1, #cpu do
+      T.tensor_close(gpu[i].grad:cpu():double(), cpu[i].grad:double(), rt, rt, name .. ": gradient " .. i)
+    end
+  end
+  -- saved: the activation's launch, both Linears', and the chained
+  -- backwards (a ReLU's or none; a GELU's backward is an op of its own)
+  for _, dt in ipairs(floats) do two_layers("the seed's head " .. dt.name, dt, "relu", { 10, 10, 2 }, 32, 4) end
+  two_layers("GELU between", torch.float32, "none", { 10, 10, 2 }, 32, 3)
+  two_layers("tanh GELU between", torch.float64, "tanh", { 6, 12, 5 }, 20, 3)
+  two_layers("no activation between", torch.float32, "identity", { 10, 10, 2 }, 32, 3)
+  -- the hidden layer too wide for the loss's block (64 x 40 outputs): the
+  -- first launched with its ReLU, the last still in the loss's launch; the
+  -- backwards too large to chain
+  two_layers("hidden layer too wide", torch.float32, "relu", { 10, 40, 3 }, 64, 2)
   -- through autograd: the seed model's F.relu(fc1(x)) fused in each step,
   -- gradients as on the CPU
   local p = { gx:clone():requires_grad_(), gw:clone():requires_grad_(), gb:clone():requires_grad_() }
