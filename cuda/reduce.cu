@@ -50,27 +50,30 @@ __host__ __device__ static constexpr bool dt_is_float(int dtype)
 /* ------------------------------------------------------------------------ */
 
 /* Combines (v, i) with the group's other threads; every thread of the
- * block must call it, and each gets its group's result. A warp combines
- * through shuffles (lane l takes lane l + s for s = 16, 8, .., 1, the
- * pairing of a tree); a whole block then folds its warps' results from
- * sv and si, its RED_THREADS / 32 slots, in warp order: two
- * __syncthreads instead of one per level of a tree in shared memory. */
+ * block must call it, and each gets its group's result. A warp, or a part
+ * of one, combines through shuffles (lane l takes lane l + s for s = W/2,
+ * .., 1, the pairing of a tree); a whole block (of RED_THREADS) then
+ * folds its warps' results from sv and si, its RED_THREADS / 32 slots,
+ * in warp order: two __syncthreads instead of one per level of a tree in
+ * shared memory. */
 template <int G, class Comb>
 __device__ static inline void group_reduce(double &v, int64_t &i, double *sv, int64_t *si, Comb comb)
 {
-    static_assert(G == 1 || G == 32 || G == RED_THREADS, "a group is a thread, a warp or the block");
+    static_assert(G == 1 || G == 2 || G == 4 || G == 8 || G == 16 || G == 32 || G == RED_THREADS,
+                  "a group is a thread, a power of two of them within a warp, or the block");
     if (G == 1)
         return;
-    const int lane = threadIdx.x % 32;
-    for (int s = 16; s > 0; s >>= 1) {
-        double ov = __shfl_down_sync(0xffffffffu, v, s);
-        long long oi = __shfl_down_sync(0xffffffffu, (long long)i, s);
+    constexpr int W = G < 32 ? G : 32;
+    const int lane = threadIdx.x % W;
+    for (int s = W / 2; s > 0; s >>= 1) {
+        double ov = __shfl_down_sync(0xffffffffu, v, s, W);
+        long long oi = __shfl_down_sync(0xffffffffu, (long long)i, s, W);
         if (lane < s)
             comb(v, i, ov, (int64_t)oi);
     }
-    v = __shfl_sync(0xffffffffu, v, 0);
-    i = (int64_t)__shfl_sync(0xffffffffu, (long long)i, 0);
-    if (G == 32)
+    v = __shfl_sync(0xffffffffu, v, 0, W);
+    i = (int64_t)__shfl_sync(0xffffffffu, (long long)i, 0, W);
+    if (G <= 32)
         return;
     __syncthreads();  /* the previous result has been read by everyone */
     if (lane == 0) {
@@ -191,6 +194,11 @@ static unsigned grid_for(int64_t rows, int G)
     return (unsigned)(grid > RED_MAX_BLOCKS ? RED_MAX_BLOCKS : grid < 1 ? 1 : grid);
 }
 
+/* The one-launch loss (ce_fused_kernel): at most this many rows, and
+ * threads in its block. */
+#define CE_FUSED_ROWS RED_THREADS
+#define CE_FUSED_MAX_THREADS 1024
+
 /* Calls fn(integral_constant<int, G>) for G in 1, 32, 256. */
 template <class Fn> static int with_group(int G, Fn fn)
 {
@@ -200,6 +208,17 @@ template <class Fn> static int with_group(int G, Fn fn)
     case 256: return fn(std::integral_constant<int, 256>());
     }
     return DPC_UNSUPPORTED;
+}
+
+/* The same for the one-launch loss's groups: also 2, 4 and 8 (short rows). */
+template <class Fn> static int with_ce_group(int G, Fn fn)
+{
+    switch (G) {
+    case 2: return fn(std::integral_constant<int, 2>());
+    case 4: return fn(std::integral_constant<int, 4>());
+    case 8: return fn(std::integral_constant<int, 8>());
+    }
+    return with_group(G, fn);
 }
 
 template <class Fn> static int with_dtype(int dtype, Fn fn)
@@ -917,8 +936,9 @@ __device__ static void ce_linears(const dpc_ce_linear &lin, int N, int C)
         __syncthreads();
         in = hidden;
     }
+    const dpc_ce_layer last = lin.layers == 2 ? lin.layer[1] : lin.layer[0];   /* (a copy: no indexing of the parameter) */
     for (int e = threadIdx.x; e < N * C; e += blockDim.x)
-        (void)ce_layer_element<DT, Acc>(lin.layer[lin.layers - 1], C, e, in);
+        (void)ce_layer_element<DT, Acc>(last, C, e, in);
 }
 
 /* The whole loss in one launch when one block holds every row (N at most
@@ -928,12 +948,13 @@ __device__ static void ce_linears(const dpc_ce_linear &lin, int N, int C)
  * probabilities recomputed as the unfused backward reads them), which the
  * backward of a loss called with no gradient then takes as it is. */
 template <int DT, int G>
-__global__ static void ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb, dpc_ce_linear lin)
+__global__ static void __launch_bounds__(CE_FUSED_MAX_THREADS)
+    ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb, dpc_ce_linear lin)
 {
     begin_after_previous_kernel();
     __shared__ double sv[RED_THREADS / 32];
     __shared__ int64_t si[RED_THREADS / 32];
-    __shared__ double row_loss[RED_THREADS / G], row_weight[RED_THREADS / G];
+    __shared__ double row_loss[CE_FUSED_ROWS], row_weight[CE_FUSED_ROWS];
     const int es = (int)dt_size(DT);
     const int grp = threadIdx.x / G, lane = threadIdx.x % G;
     const int64_t target = ce_target(r, grp);   /* its latency beside the Linear's */
@@ -950,21 +971,26 @@ __global__ static void ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb
     if (rr.reduction == DPC_CE_NONE && o.live && lane == 0)
         dt_store(DT, rr.out + grp * es, o.loss);
     /* The first warp adds the rows' losses and weights (a block-wide fold
-     * of each would take four barriers), and hands the weights' sum to
+     * of each would take four barriers), and the class weights when label
+     * smoothing needs their sum (ce_weight_sum's), and hands the sums to
      * the block for the gradient. */
-    __shared__ double weight_sum;
+    __shared__ double weight_sum, weight_all;
     if (threadIdx.x < 32) {
-        double total = 0, wsum = 0;
+        double total = 0, wsum = 0, wall = 0;
         for (int j = (int)threadIdx.x; j < r.N; j += 32) {
             total += row_loss[j];
             wsum += row_weight[j];
         }
+        for (int j = (int)threadIdx.x; rb.need_wall && j < r.C; j += 32)
+            wall += rb.weight[j];
         for (int d = 16; d > 0; d >>= 1) {
             total += __shfl_down_sync(0xffffffffu, total, d);
             wsum += __shfl_down_sync(0xffffffffu, wsum, d);
+            wall += __shfl_down_sync(0xffffffffu, wall, d);
         }
         if (threadIdx.x == 0) {
             weight_sum = wsum;
+            weight_all = rb.need_wall ? wall : (double)r.C;
             *rr.denom = wsum;
             if (rr.reduction != DPC_CE_NONE)
                 dt_store(DT, rr.out, rr.reduction == DPC_CE_MEAN ? total / wsum : total);
@@ -973,8 +999,7 @@ __global__ static void ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb
     if (!rb.dinput)
         return;
     __syncthreads();
-    const double wsum = weight_sum;
-    const double wall = ce_weight_sum(rb, sv, si);
+    const double wsum = weight_sum, wall = weight_all;
     if (!o.live)
         return;
     const double sc = ce_scale<DT>(rb, grp, wsum);
@@ -984,10 +1009,34 @@ __global__ static void ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb
     }
 }
 
+/* The group of threads a row gets in the one-launch loss (0: the loss
+ * does not fit one block), and the block's threads. Rows of 5 to 31
+ * classes get 2 to 8 threads each (at most 4 classes a thread) where the
+ * block can hold them: one thread walking a row of 10 classes three times
+ * (its max, its sum of exp, its gradient) was the MLP step's slowest
+ * kernel. */
+static int ce_fused_group(int64_t N, int64_t C, int *threads)
+{
+    *threads = RED_THREADS;
+    if (N <= 0 || C < 0)
+        return 0;
+    int G = group_size(C, N);
+    if (G == 1 && C > 4 && N <= CE_FUSED_ROWS) {
+        int lanes = C <= 8 ? 2 : C <= 16 ? 4 : 8;
+        if (N * lanes <= CE_FUSED_MAX_THREADS) {
+            int64_t t = CEIL_DIV(N * lanes, (int64_t)32) * 32;
+            *threads = t > RED_THREADS ? (int)t : RED_THREADS;
+            return lanes;
+        }
+    }
+    return grid_for(N, G) == 1 ? G : 0;
+}
+
 /* Whether dpc_cross_entropy runs as one launch (one block holds every row). */
 extern "C" int dpc_cross_entropy_fuses(int64_t N, int64_t C)
 {
-    return N > 0 && C >= 0 && grid_for(N, group_size(C, N)) == 1;
+    int threads;
+    return ce_fused_group(N, C, &threads) != 0;
 }
 
 /* Multiply-adds a thread of the loss's block may take of a Linear before
@@ -1041,22 +1090,23 @@ extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *in
     ce_bwd_args rb = { N, C, reduction == DPC_CE_NONE ? NULL : (char *)grad_one, r.probs, target, weight,
                        ignore_index, smoothing, log_probs, !log_probs && smoothing > 0 && weight != NULL, NULL,
                        reduction, denom };
-    int G = group_size(C, N);
+    int threads, fused_G = ce_fused_group(N, C, &threads);
     return with_float_dtype(dtype, [&](auto d) {
         constexpr int DT = decltype(d)::value;
-        bool fused = false;
-        if (N > 0) {
-            int st = with_group(G, [&](auto g) {
+        if (fused_G) {
+            int rc = with_ce_group(fused_G, [&](auto g) {
                 constexpr int GS = decltype(g)::value;
-                unsigned grid = grid_for(N, GS);
-                fused = dpc_cross_entropy_fuses(N, C);
-                if (!fused)
-                    return launch_kernel(ce_kernel<DT, GS>, grid, RED_THREADS, (cudaStream_t)stream, r);
-                int rc = launch_kernel(ce_fused_kernel<DT, GS>, 1, RED_THREADS, (cudaStream_t)stream, r, rr, rb, lin);
-                *grad_one_done = !rc && rb.dinput != NULL;
-                return rc;
+                return launch_kernel(ce_fused_kernel<DT, GS>, 1, threads, (cudaStream_t)stream, r, rr, rb, lin);
             });
-            if (st || fused)
+            *grad_one_done = !rc && rb.dinput != NULL;
+            return rc;
+        }
+        if (N > 0) {
+            int st = with_group(group_size(C, N), [&](auto g) {
+                constexpr int GS = decltype(g)::value;
+                return launch_kernel(ce_kernel<DT, GS>, grid_for(N, GS), RED_THREADS, (cudaStream_t)stream, r);
+            });
+            if (st)
                 return st;
         }
         return launch_kernel(ce_reduce_kernel<DT>, 1, RED_THREADS, (cudaStream_t)stream, rr);

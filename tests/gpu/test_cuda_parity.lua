@@ -372,16 +372,19 @@ same("autograd: linear, relu, cross-entropy, tanh", grads,
 -- cross-entropy called straight with backward(): a loss that fits one
 -- launch writes its gradient in the forward, which the backward hands
 -- over; a second backward (retain_graph) computes its own, as does a loss
--- gradient other than 1. Every option; 5 and 20 classes (one thread a
--- row) and 40 (a warp a row).
-for _, C in ipairs({ 5, 20, 40 }) do
+-- gradient other than 1. Every option; 5 and 20 classes (2 and 8
+-- threads a row), 10 classes over 256 rows (the MLP's: 4 threads a row,
+-- 1024 in the block), 20 over 100 rows (800 threads) and 40 classes (a
+-- warp a row).
+for _, shape in ipairs({ { 12, 5 }, { 12, 20 }, { 256, 10 }, { 100, 20 }, { 12, 40 } }) do
+  local N, C = shape[1], shape[2]
   local ce_weight = torch.rand(C):double() + 0.5
   for _, dt in ipairs(floats) do
     for _, o in ipairs({ { "mean", 1 }, { "sum", 2 } }) do
       for _, v in ipairs({ { "", nil, -100, 0, false }, { " weighted", ce_weight, -100, 0, false },
                            { " ignoring 3", nil, 3, 0, false }, { " smoothed", ce_weight, 3, 0.2, false },
                            { " nll", ce_weight, 3, 0, true } }) do
-        same("cross-entropy " .. o[1] .. v[1] .. " gradient from the forward, " .. C .. " classes, " .. dt.name,
+        same("cross-entropy " .. o[1] .. v[1] .. " gradient from the forward, " .. N .. " rows of " .. C .. " classes, " .. dt.name,
              function(x, t, w)
           local x1 = x:detach():requires_grad_()
           local loss = torch._cross_entropy(x1, t, w, v[3], v[4], o[2], v[5])
@@ -392,7 +395,7 @@ for _, C in ipairs({ 5, 20, 40 }) do
           local tripled = torch._cross_entropy(x3, t, w, v[3], v[4], o[2], v[5]) * 3
           tripled:backward()
           return { loss, g1, x1.grad, x3.grad }
-        end, { input(dt, 12, C), torch.randint(0, C, { 12 }), v[2] }, dt == torch.bfloat16 and 5e-2 or nil)
+        end, { input(dt, N, C), torch.randint(0, C, { N }), v[2] }, dt == torch.bfloat16 and 5e-2 or nil)
       end
     end
   end
