@@ -1079,7 +1079,7 @@ extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *in
     if (!dt_is_float(dtype))
         return DPC_UNSUPPORTED;
     if (N < 0 || C < 0 ||
-        (linear && (linear->layer[linear->layers - 1].out != input || !dpc_cross_entropy_takes_linear(N, C, linear))))
+        (linear && (!dpc_cross_entropy_takes_linear(N, C, linear) || linear->layer[linear->layers - 1].out != input)))
         return (int)cudaErrorInvalidValue;
     dpc_ce_linear lin = {};
     if (linear)

@@ -1119,8 +1119,11 @@ static dp_status linear_enqueue(waiting_layer l)
 {
     dp_tensor *out = l.out;
     int64_t M = out->shape[0], N = out->shape[1], K = l.x->shape[1];
-    if (!defer_enabled() || M == 0 || N == 0 || K == 0 || !dpc_gemm_own(M, N, K, 1))
-        return gpu_status("linear", layer_launch(&l, stream_of(out->device)), out->dtype);
+    if (!defer_enabled() || M == 0 || N == 0 || K == 0 || !dpc_gemm_own(M, N, K, 1)) {
+        void *stream = stream_of(out->device);   /* after the work waiting, if any */
+        /* (that one failed: say so now, and launch nothing) */
+        return gpu_status("linear", deferred_failure[0] ? 0 : layer_launch(&l, stream), out->dtype);
+    }
     waiting_work w;
     if (!deferred_failure[0] && deferred_take(ends_in, l.x, &w)) {
         layers_launch(&w, w.layers == 2 ? 1 : 0);   /* two wait at most */
