@@ -840,7 +840,6 @@ static int act_epilogue(int act)
     return act == DP_RELU ? DPC_EPI_RELU : act == DP_GELU ? DPC_EPI_GELU : DPC_EPI_GELU_TANH;
 }
 
-
 /* ---------------------------------------------------------------- deferred launches */
 
 /* A Linear small enough for our own GEMM kernel is not launched when it is
@@ -922,22 +921,25 @@ static void waiting_tensors(const waiting_work *w, dp_tensor *t[WAITING_TENSORS]
     memcpy(t + 2 * LAYER_TENSORS, rest, sizeof rest);
 }
 
+static void retain_each(dp_tensor *const *t, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (t[i])
+            dp_tensor_retain(t[i]);
+}
+
 static void layer_retain(const waiting_layer *l)
 {
     dp_tensor *t[LAYER_TENSORS];
     layer_tensors(l, t);
-    for (int i = 0; i < LAYER_TENSORS; i++)
-        if (t[i])
-            dp_tensor_retain(t[i]);
+    retain_each(t, LAYER_TENSORS);
 }
 
 static void waiting_retain(const waiting_work *w)
 {
     dp_tensor *t[WAITING_TENSORS];
     waiting_tensors(w, t);
-    for (int i = 0; i < WAITING_TENSORS; i++)
-        if (t[i])
-            dp_tensor_retain(t[i]);
+    retain_each(t, WAITING_TENSORS);
 }
 
 static void waiting_release(const waiting_work *w)
@@ -1031,15 +1033,15 @@ static int linear_backward_on(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_te
     return st;
 }
 
-/* Launches the waiting work, if any, leaving the current device as it
- * was (the caller may have set another for its own work). A failure is
- * kept for the next op's gpu_status to report, since the caller may not
- * return a status. */
 static int layer_launch(const waiting_layer *l, void *stream)
 {
     return linear_gemm(l->out, l->pre, l->x, l->w, l->b, l->epilogue, stream);
 }
 
+/* Launches the waiting work, if any, leaving the current device as it
+ * was (the caller may have set another for its own work). A failure is
+ * kept for the next op's gpu_status to report, since the caller may not
+ * return a status. */
 static void deferred_run(waiting_work *w)
 {
     int device = -1;
@@ -1119,13 +1121,9 @@ static dp_status linear_enqueue(waiting_layer l)
 {
     dp_tensor *out = l.out;
     int64_t M = out->shape[0], N = out->shape[1], K = l.x->shape[1];
-    if (!defer_enabled() || M == 0 || N == 0 || K == 0 || !dpc_gemm_own(M, N, K, 1)) {
-        void *stream = stream_of(out->device);   /* after the work waiting, if any */
-        /* (that one failed: say so now, and launch nothing) */
-        return gpu_status("linear", deferred_failure[0] ? 0 : layer_launch(&l, stream), out->dtype);
-    }
+    bool waits = defer_enabled() && M > 0 && N > 0 && K > 0 && dpc_gemm_own(M, N, K, 1);
     waiting_work w;
-    if (!deferred_failure[0] && deferred_take(ends_in, l.x, &w)) {
+    if (waits && !deferred_failure[0] && deferred_take(ends_in, l.x, &w)) {
         layers_launch(&w, w.layers == 2 ? 1 : 0);   /* two wait at most */
         if (deferred_failure[0]) {   /* that one failed: the other goes too, and this one fails */
             deferred_run(&w);
@@ -1137,8 +1135,10 @@ static dp_status linear_enqueue(waiting_layer l)
         return DP_OK;
     }
     void *stream = stream_of(out->device);   /* after the work waiting, if any */
-    if (deferred_failure[0])   /* that one failed: say so now, and defer nothing */
+    if (deferred_failure[0])   /* that one failed: say so now, and launch or defer nothing */
         return gpu_status("linear", 0, out->dtype);
+    if (!waits)
+        return gpu_status("linear", layer_launch(&l, stream), out->dtype);
     deferred_put((waiting_work){ .what = WAITS_LINEAR, .layer[0] = l, .layers = 1, .stream = stream });
     return DP_OK;
 }
