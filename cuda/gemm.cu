@@ -207,12 +207,16 @@ static int epilogue_after(const gemm_args &g)
 /* The most blocks a split of k spreads over: the portable cluster size. */
 #define OWN_MAX_SPLITS 8
 
+/* The least number of BK-deep slices of k each block of a split takes. */
+#define OWN_SHARE_SLICES 2
+
 /* The limits above, which scripts/bench/gemm_tune varies to measure them
- * (read once from DPLUA_GEMM_OWN_FLOPS, DPLUA_GEMM_MAX_SPLITS and
- * DPLUA_GEMM_TM, a forced tile of 16 TM; unset: the defaults). */
+ * (read once from DPLUA_GEMM_OWN_FLOPS, DPLUA_GEMM_MAX_SPLITS,
+ * DPLUA_GEMM_SHARE_SLICES and DPLUA_GEMM_TM, a forced tile of 16 TM;
+ * unset: the defaults). */
 static struct {
     double own_flops;
-    int max_splits, tm;
+    int max_splits, share_slices, tm;
 } own_limits;
 static pthread_once_t own_limits_once = PTHREAD_ONCE_INIT;
 
@@ -223,6 +227,9 @@ static void own_limits_read(void)
     own_limits.max_splits = (v = getenv("DPLUA_GEMM_MAX_SPLITS")) ? atoi(v) : OWN_MAX_SPLITS;
     if (own_limits.max_splits < 1 || own_limits.max_splits > OWN_MAX_SPLITS)
         own_limits.max_splits = OWN_MAX_SPLITS;
+    own_limits.share_slices = (v = getenv("DPLUA_GEMM_SHARE_SLICES")) ? atoi(v) : OWN_SHARE_SLICES;
+    if (own_limits.share_slices < 1)
+        own_limits.share_slices = OWN_SHARE_SLICES;
     own_limits.tm = (v = getenv("DPLUA_GEMM_TM")) ? atoi(v) : 0;
     if (own_limits.tm != 1 && own_limits.tm != 2 && own_limits.tm != 4)
         own_limits.tm = 0;   /* not forced */
@@ -749,13 +756,13 @@ static bool own_can_split(void)
 
 /* How many blocks share each tile's k (the jobs make `tiles` tiles; k
  * comes in slices of BK) so that the launch reaches OWN_MIN_BLOCKS blocks,
- * each share at least two slices deep. */
+ * each share at least OWN_SHARE_SLICES slices deep. */
 static int own_splits(const tile_jobs &jobs, int64_t tiles, int bk)
 {
     int64_t k = INT64_MAX;
     for (int j = 0; j < jobs.count; j++)
         k = jobs.job[j].g.k < k ? jobs.job[j].g.k : k;
-    int64_t want = CEIL_DIV((int64_t)OWN_MIN_BLOCKS, tiles), deep = CEIL_DIV(k, (int64_t)bk) / 2;
+    int64_t want = CEIL_DIV((int64_t)OWN_MIN_BLOCKS, tiles), deep = CEIL_DIV(k, (int64_t)bk) / own_limits.share_slices;
     int64_t splits = want < deep ? want : deep;
     if (splits > own_limits.max_splits)
         splits = own_limits.max_splits;
@@ -1000,6 +1007,8 @@ struct lt_plan {
 }  // namespace
 
 #define PLAN_CACHE_SIZE 256
+/* How many of the heuristic's choices DPLUA_GEMM_LT_ALGO may pick from. */
+#define LT_CHOICES 8
 /* Direct-mapped. Held under lt_mutex from lookup to the end of the
  * product's launch, since the bias pointer is set on the shared
  * descriptor. */
@@ -1147,19 +1156,27 @@ static int lt_plan_make(lt_plan *plan, cublasLtHandle_t handle, const gemm_args 
         st = lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
         st = lt.MatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]);
-    cublasLtMatmulHeuristicResult_t result;
+    /* DPLUA_GEMM_LT_ALGO=i takes the heuristic's i-th choice (for measuring
+     * its choices against each other: scripts/bench/gemm_tune) */
+    static int pick = -1;
+    if (pick < 0) {
+        const char *v = getenv("DPLUA_GEMM_LT_ALGO");
+        pick = v && atoi(v) > 0 && atoi(v) < LT_CHOICES ? atoi(v) : 0;
+    }
+    cublasLtMatmulHeuristicResult_t result[LT_CHOICES];
     int count = 0;
-    memset(&result, 0, sizeof result);
+    memset(result, 0, sizeof result);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = lt.MatmulAlgoGetHeuristic(handle, plan->op, plan->a, plan->b, plan->c, plan->c, pref, 1, &result,
+        st = lt.MatmulAlgoGetHeuristic(handle, plan->op, plan->a, plan->b, plan->c, plan->c, pref, pick + 1, result,
                                        &count);
     if (pref)
         lt.MatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
         return lt_status(st);
-    plan->ok = st == CUBLAS_STATUS_SUCCESS && count >= 1 && result.state == CUBLAS_STATUS_SUCCESS;
+    const cublasLtMatmulHeuristicResult_t &r = result[count > pick ? pick : 0];
+    plan->ok = st == CUBLAS_STATUS_SUCCESS && count >= 1 && r.state == CUBLAS_STATUS_SUCCESS;
     if (plan->ok)
-        plan->algo = result.algo;
+        plan->algo = r.algo;
     return 0;
 }
 

@@ -2,7 +2,7 @@
 -- scripts/bench/gemm_tune): the GPU µs of the MLP's products one by one,
 -- replayed from a CUDA graph of 20 calls, the seed step's µs replayed
 -- from a CUDA graph (its two backward products run as a chain), and the
--- eager MLP step's µs.
+-- eager MLP step's µs and the same step replayed from a CUDA graph.
 local torch = require("dplua")
 local nn, optim = torch.nn, torch.optim
 local now = torch.utils.progress.clock
@@ -51,3 +51,5 @@ local function step() opt:zero_grad(); crit(model(x), y):backward(); opt:step() 
 for _ = 1, 200 do step() end
 torch.cuda.synchronize()
 io.write(string.format("  %-34s %8.2f\n", "MLP eager step, us", best_us(function() for _ = 1, 500 do step() end end, 500)))
+local graph = torch.cuda.graph(step)
+io.write(string.format("  %-34s %8.2f\n", "MLP step replayed, us", best_us(function() for _ = 1, 500 do graph:replay() end end, 500)))
