@@ -208,7 +208,7 @@ static int epilogue_after(const gemm_args &g)
 #define OWN_MAX_SPLITS 8
 
 /* The least number of BK-deep slices of k each block of a split takes. */
-#define OWN_SHARE_SLICES 2
+#define OWN_SHARE_SLICES 1
 
 /* The limits above, which scripts/bench/gemm_tune varies to measure them
  * (read once from DPLUA_GEMM_OWN_FLOPS, DPLUA_GEMM_MAX_SPLITS,
@@ -239,12 +239,15 @@ namespace {   /* file-local types: no clash with another file's of the same name
 struct tile_job {
     gemm_args g;
     const void *mask;        /* NULL, or like C (ldc, batch 1): C is 0 where !(mask > 0) */
-    int64_t tiles_m, tiles_n, blocks;   /* set by tiled_launch */
+    /* set by own_plan: the job's tiles, its blocks (whole clusters) and
+     * how many of them share each tile's k (1, or the cluster's size) */
+    int64_t tiles_m, tiles_n, blocks;
+    int splits;
 };
 struct tile_jobs {
     tile_job job[4];         /* a Linear's dx and dw; two Linears' in a chain */
     int count;
-    int splits;              /* blocks (a cluster) sharing each tile's k; 1: no split */
+    int splits;              /* the blocks of a cluster: 1 when no job splits its tiles' k */
     int chain_at;            /* 0, or the first job that reads what the jobs before it wrote: then one block
                               * runs them all (small_gemm_kernel) */
 };
@@ -529,11 +532,14 @@ __global__ static void __launch_bounds__(256, sizeof(Acc) == 4 ? 2 : 1)
 {
     begin_after_previous_kernel();
     __shared__ __align__(16) tile_smem<Acc, TM> sm;
-    int64_t blk = blockIdx.x / jobs.splits;
+    int64_t blk = blockIdx.x;
     int j = 0;
     while (j + 1 < jobs.count && blk >= jobs.job[j].blocks)
         blk -= jobs.job[j++].blocks;
-    tile_run<T, Acc, TM>(jobs.job[j], blk, (int)(blockIdx.x % jobs.splits), jobs.splits, sm);
+    const tile_job &J = jobs.job[j];
+    if (blk / J.splits >= J.tiles_m * J.tiles_n * J.g.batch)
+        return;   /* an unsplit job's blocks past its tiles, to fill its last cluster */
+    tile_run<T, Acc, TM>(J, blk / J.splits, (int)(blk % J.splits), J.splits, sm);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -736,17 +742,6 @@ extern "C" int dpc_gemm_own(int64_t m, int64_t n, int64_t k, int64_t batch)
     return own_fits(m, n, k, batch);
 }
 
-/* The tiles of TILE x TILE the jobs' results make, together. */
-static int64_t tiles_of(const tile_jobs &jobs, int tile)
-{
-    int64_t tiles = 0;
-    for (int j = 0; j < jobs.count; j++) {
-        const gemm_args &g = jobs.job[j].g;
-        tiles += CEIL_DIV(g.m, (int64_t)tile) * CEIL_DIV(g.n, (int64_t)tile) * g.batch;
-    }
-    return tiles;
-}
-
 /* Whether a split of k may run on the current device: it launches
  * clusters and our kernel was built for it. */
 static bool own_can_split(void)
@@ -754,41 +749,59 @@ static bool own_can_split(void)
     return dpc_device_can() & DPC_CAN_CLUSTER;
 }
 
-/* How many blocks share each tile's k (the jobs make `tiles` tiles; k
- * comes in slices of BK) so that the launch reaches OWN_MIN_BLOCKS blocks,
- * each share at least OWN_SHARE_SLICES slices deep. */
-static int own_splits(const tile_jobs &jobs, int64_t tiles, int bk)
+/* Each job's tiles of 16 TM and how many blocks share each tile's k (k in
+ * slices of BK, each share at least OWN_SHARE_SLICES slices deep): enough
+ * for the launch to reach OWN_MIN_BLOCKS blocks, and for a deep job to
+ * take about as long as the shallowest beside it (the MLP's last layer's
+ * dw, k = 256, beside its dx, k = 10). A job splits over a whole cluster
+ * or not at all, and an unsplit job's blocks fill whole clusters (the
+ * extra ones do nothing), so that every block of a cluster belongs to one
+ * job. Returns the launch's blocks. */
+static int64_t own_plan(tile_jobs &jobs, int tm)
 {
-    int64_t k = INT64_MAX;
-    for (int j = 0; j < jobs.count; j++)
-        k = jobs.job[j].g.k < k ? jobs.job[j].g.k : k;
-    int64_t want = CEIL_DIV((int64_t)OWN_MIN_BLOCKS, tiles), deep = CEIL_DIV(k, (int64_t)bk) / own_limits.share_slices;
-    int64_t splits = want < deep ? want : deep;
-    if (splits > own_limits.max_splits)
-        splits = own_limits.max_splits;
-    return splits > 1 && own_can_split() ? (int)splits : 1;
-}
-
-template <typename T, typename Acc, int TM>
-static int tiled_launch(tile_jobs &jobs, int splits)
-{
+    const int64_t tile = 16 * tm, bk = tm == 4 ? 32 : 64;   /* tile_smem's TILE and BK */
+    int64_t tiles = 0, least = INT64_MAX, slices[4], wants[4];
+    for (int j = 0; j < jobs.count; j++) {
+        tile_job &J = jobs.job[j];
+        J.tiles_m = CEIL_DIV(J.g.m, tile);
+        J.tiles_n = CEIL_DIV(J.g.n, tile);
+        tiles += J.tiles_m * J.tiles_n * J.g.batch;
+        slices[j] = CEIL_DIV(J.g.k, bk);
+        least = slices[j] < least ? slices[j] : least;
+    }
+    const int64_t reach = CEIL_DIV((int64_t)OWN_MIN_BLOCKS, tiles);
+    int64_t cluster = 1;
+    for (int j = 0; j < jobs.count; j++) {
+        int64_t balance = CEIL_DIV(slices[j], least), deep = slices[j] / own_limits.share_slices;
+        int64_t want = reach > balance ? reach : balance;
+        want = want < deep ? want : deep;
+        wants[j] = want < own_limits.max_splits ? want : own_limits.max_splits;
+        cluster = wants[j] > cluster ? wants[j] : cluster;
+    }
+    if (!own_can_split())
+        cluster = 1;
     int64_t blocks = 0;
     for (int j = 0; j < jobs.count; j++) {
         tile_job &J = jobs.job[j];
-        J.tiles_m = CEIL_DIV(J.g.m, (int64_t)(16 * TM));
-        J.tiles_n = CEIL_DIV(J.g.n, (int64_t)(16 * TM));
-        J.blocks = J.tiles_m * J.tiles_n * J.g.batch;
+        J.splits = wants[j] > 1 && slices[j] / own_limits.share_slices >= cluster ? (int)cluster : 1;
+        J.blocks = CEIL_DIV(J.tiles_m * J.tiles_n * J.g.batch * J.splits, cluster) * cluster;
         blocks += J.blocks;
     }
-    jobs.splits = splits;
-    blocks *= splits;
+    jobs.splits = (int)cluster;
+    return blocks;
+}
+
+/* The launch own_plan planned, in tiles of 16 TM. */
+template <typename T, typename Acc, int TM>
+static int tiled_launch(tile_jobs &jobs, int64_t blocks)
+{
     if (blocks > INT32_MAX)
         return DPC_UNSUPPORTED;
     cudaLaunchAttribute cluster;
     cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = (unsigned)splits;
+    cluster.val.clusterDim.x = (unsigned)jobs.splits;
     cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-    return launch_kernel_with(&cluster, splits > 1, tiled_gemm_kernel<T, Acc, TM>, (unsigned)blocks, 256,
+    return launch_kernel_with(&cluster, jobs.splits > 1, tiled_gemm_kernel<T, Acc, TM>, (unsigned)blocks, 256,
                               jobs.job[0].g.stream, jobs);
 }
 
@@ -804,19 +817,12 @@ static int tiled_pick(tile_jobs &jobs)
         return launch_kernel(small_gemm_kernel<T, Acc>, 1, SMALL_THREADS, jobs.job[0].g.stream, s);
     if (jobs.chain_at)   /* (dpc_linear_backward_chains said it fits) */
         return DPC_UNSUPPORTED;
-    if (tm == 0 || tm == 4) {
-        int64_t tiles = tiles_of(jobs, 64);
-        int splits = own_splits(jobs, tiles, 32);
-        if (tm == 4 || tiles * splits >= OWN_MIN_BLOCKS)
-            return tiled_launch<T, Acc, 4>(jobs, splits);
-    }
-    if (tm == 0 || tm == 2) {
-        int64_t tiles = tiles_of(jobs, 32);
-        int splits = own_splits(jobs, tiles, 64);
-        if (tm == 2 || tiles * splits >= OWN_MIN_BLOCKS)
-            return tiled_launch<T, Acc, 2>(jobs, splits);
-    }
-    return tiled_launch<T, Acc, 1>(jobs, own_splits(jobs, tiles_of(jobs, 16), 64));
+    int64_t blocks;
+    if ((tm == 0 || tm == 4) && ((blocks = own_plan(jobs, 4)) >= OWN_MIN_BLOCKS || tm == 4))
+        return tiled_launch<T, Acc, 4>(jobs, blocks);
+    if ((tm == 0 || tm == 2) && ((blocks = own_plan(jobs, 2)) >= OWN_MIN_BLOCKS || tm == 2))
+        return tiled_launch<T, Acc, 2>(jobs, blocks);
+    return tiled_launch<T, Acc, 1>(jobs, own_plan(jobs, 1));
 }
 
 /* Runs the jobs (all of one dtype and stream) in one launch. */

@@ -185,6 +185,18 @@ for _, dt in ipairs(floats) do
     return unit(x.grad)
   end, { whole(dt, 64, 32), whole(dt, 64, 32), halves(dt, 64), input(dt, 1024, 64), input(dt, 1024) },
        dt == torch.bfloat16 and 5e-2 or 1e-4)
+  -- A layer's dx and dw in one launch, k split for the deep one only
+  -- (gemm.cu's own_plan): dx from k = 10 beside dw from k = 256 (the MLP's
+  -- last layer), k = 128 beside 256 (its second), and a ragged one whose
+  -- unsplit dx fills its last cluster with blocks that do nothing.
+  for _, shape in ipairs({ { 256, 128, 10 }, { 256, 256, 128 }, { 200, 90, 9 } }) do
+    local m, k, n = shape[1], shape[2], shape[3]
+    same(string.format("linear dx, dw, db of %dx%d -> %d, one job split " .. dt.name, m, k, n), function(x, w, b)
+      x = x:detach():requires_grad_(); w = w:detach():requires_grad_(); b = b:detach():requires_grad_()
+      torch._linear(x, w, b):float():pow(2):sum():backward()
+      return { unit(x.grad), unit(w.grad), unit(b.grad) }
+    end, { input(dt, m, k), input(dt, n, k), input(dt, n) }, dt == torch.bfloat16 and 5e-2 or 1e-4)
+  end
 end
 
 -- Products whose operands fit one block's shared memory together run in
