@@ -1013,8 +1013,6 @@ struct lt_plan {
 }  // namespace
 
 #define PLAN_CACHE_SIZE 256
-/* How many of the heuristic's choices DPLUA_GEMM_LT_ALGO may pick from. */
-#define LT_CHOICES 8
 /* Direct-mapped. Held under lt_mutex from lookup to the end of the
  * product's launch, since the bias pointer is set on the shared
  * descriptor. */
@@ -1162,27 +1160,19 @@ static int lt_plan_make(lt_plan *plan, cublasLtHandle_t handle, const gemm_args 
         st = lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
         st = lt.MatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]);
-    /* DPLUA_GEMM_LT_ALGO=i takes the heuristic's i-th choice (for measuring
-     * its choices against each other: scripts/bench/gemm_tune) */
-    static int pick = -1;
-    if (pick < 0) {
-        const char *v = getenv("DPLUA_GEMM_LT_ALGO");
-        pick = v && atoi(v) > 0 && atoi(v) < LT_CHOICES ? atoi(v) : 0;
-    }
-    cublasLtMatmulHeuristicResult_t result[LT_CHOICES];
+    cublasLtMatmulHeuristicResult_t result;
     int count = 0;
-    memset(result, 0, sizeof result);
+    memset(&result, 0, sizeof result);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = lt.MatmulAlgoGetHeuristic(handle, plan->op, plan->a, plan->b, plan->c, plan->c, pref, pick + 1, result,
+        st = lt.MatmulAlgoGetHeuristic(handle, plan->op, plan->a, plan->b, plan->c, plan->c, pref, 1, &result,
                                        &count);
     if (pref)
         lt.MatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
         return lt_status(st);
-    const cublasLtMatmulHeuristicResult_t &r = result[count > pick ? pick : 0];
-    plan->ok = st == CUBLAS_STATUS_SUCCESS && count >= 1 && r.state == CUBLAS_STATUS_SUCCESS;
+    plan->ok = st == CUBLAS_STATUS_SUCCESS && count >= 1 && result.state == CUBLAS_STATUS_SUCCESS;
     if (plan->ok)
-        plan->algo = r.algo;
+        plan->algo = result.algo;
     return 0;
 }
 
