@@ -191,7 +191,9 @@ static int epilogue_after(const gemm_args &g)
  * of the tile over the cluster's blocks, in rank order, and writes it
  * through the epilogue. No workspace, no second launch, and the same
  * result for the same shape every time: a 64 x 2048 x 64 product took 36
- * us in 16 blocks, 10 us split 8 ways (cuBLASLt's 9.8).
+ * us in 16 blocks, 10 us split 8 ways (cuBLASLt's 9.8). In a launch of two
+ * products each has its own split (own_plan): the MLP's last layer's dw
+ * (k = 256) splits 4 ways beside its unsplit dx (k = 10), 8.0 -> 6.1 us.
  *
  * Past 16M multiply-adds cuBLASLt's GPU time wins over what its host cost
  * loses, measured on the H200 with scripts/bench/gemm_tune: the MLP's
@@ -207,7 +209,9 @@ static int epilogue_after(const gemm_args &g)
 /* The most blocks a split of k spreads over: the portable cluster size. */
 #define OWN_MAX_SPLITS 8
 
-/* The least number of BK-deep slices of k each block of a split takes. */
+/* The least number of BK-deep slices of k each block of a split takes:
+ * one let the MLP's second layer (k = 256) take 32-wide tiles in 4
+ * shares, 128 blocks, instead of 16-wide unsplit ones (8.6 -> 6.6 us). */
 #define OWN_SHARE_SLICES 1
 
 /* The limits above, which scripts/bench/gemm_tune varies to measure them
@@ -749,6 +753,15 @@ static bool own_can_split(void)
     return dpc_device_can() & DPC_CAN_CLUSTER;
 }
 
+/* The most blocks that may share a k of `slices` slices, OWN_SHARE_SLICES
+ * slices each; one for a product launched alone with k up to
+ * DPC_GEMM_UNSPLIT_K, so that a Linear's forward sums as the one-launch
+ * loss sums it (see dpc_ops.h). */
+static int64_t own_deep(const tile_jobs &jobs, int j, int64_t slices)
+{
+    return jobs.count == 1 && jobs.job[j].g.k <= DPC_GEMM_UNSPLIT_K ? 1 : slices / own_limits.share_slices;
+}
+
 /* Each job's tiles of 16 TM and how many blocks share each tile's k (k in
  * slices of BK, each share at least OWN_SHARE_SLICES slices deep): enough
  * for the launch to reach OWN_MIN_BLOCKS blocks, and for a deep job to
@@ -772,7 +785,7 @@ static int64_t own_plan(tile_jobs &jobs, int tm)
     const int64_t reach = CEIL_DIV((int64_t)OWN_MIN_BLOCKS, tiles);
     int64_t cluster = 1;
     for (int j = 0; j < jobs.count; j++) {
-        int64_t balance = CEIL_DIV(slices[j], least), deep = slices[j] / own_limits.share_slices;
+        int64_t balance = CEIL_DIV(slices[j], least), deep = own_deep(jobs, j, slices[j]);
         int64_t want = reach > balance ? reach : balance;
         want = want < deep ? want : deep;
         wants[j] = want < own_limits.max_splits ? want : own_limits.max_splits;
@@ -783,7 +796,7 @@ static int64_t own_plan(tile_jobs &jobs, int tm)
     int64_t blocks = 0;
     for (int j = 0; j < jobs.count; j++) {
         tile_job &J = jobs.job[j];
-        J.splits = wants[j] > 1 && slices[j] / own_limits.share_slices >= cluster ? (int)cluster : 1;
+        J.splits = wants[j] > 1 && own_deep(jobs, j, slices[j]) >= cluster ? (int)cluster : 1;
         J.blocks = CEIL_DIV(J.tiles_m * J.tiles_n * J.g.batch * J.splits, cluster) * cluster;
         blocks += J.blocks;
     }

@@ -519,6 +519,18 @@ do
     near(lg, lc, "the loss" .. what); near(zg, zc, "the Linear's output, also written" .. what)
     for i = 1, 3 do near(p[i].grad, q[i].grad, "gradient " .. i .. " as on the CPU" .. what) end
   end
+  -- the Linear inside the loss's launch sums as its own launch does, to
+  -- the last bit (dpc_ops.h's DPC_GEMM_UNSPLIT_K): a head of 256 rows from
+  -- k = 128, whose tiles alone would otherwise split k over two blocks
+  for _, dt in ipairs(floats) do
+    local hx, hw, hb = input(dt, 256, 128):to(dev), input(dt, 2, 128):to(dev), input(dt, 2):to(dev)
+    local ht = torch.randint(0, 2, { 256 }):to(dev)
+    local inside
+    n = fused(function() inside = F.linear(hx, hw, hb); F.cross_entropy(inside, ht) end)
+    T.is(n, 1, "a 256 x 128 -> 2 head inside the loss's launch " .. dt.name)
+    local alone = F.linear(hx, hw, hb):clone()   -- (the copy launches the Linear alone)
+    T.is(alone:ne(inside):sum():item(), 0, "its output is its own launch's, bit for bit " .. dt.name)
+  end
   local big_x, big_w = whole(torch.float32, 64, 200), whole(torch.float32, 10, 200)
   local big_t = torch.randint(0, 10, { 64 })
   n, r = fused(function() return F.cross_entropy(F.linear(big_x:to(dev), big_w:to(dev)), big_t:to(dev)) end)
