@@ -35,6 +35,59 @@ local function flat_params(m)
   return out
 end
 
+---------------------------------------------------------------- the deferred Linear
+
+-- Four SGD steps of the seed's model with `act` between its Linears, in
+-- dtype (a name: float32, float64, bfloat16), on fixed data: the losses
+-- and the parameters after them as exact hex (%a), one line each.
+local function defer_bits(act, dtype_name)
+  local dtype = torch[dtype_name]
+  torch.manual_seed(5)
+  local x, y = torch.randn(32, 10):to(dtype):to(dev), torch.randint(0, 2, { 32 }):to(dev)
+  local m = nn.Sequential(nn.Linear(10, 10), act == "relu" and nn.ReLU() or nn.GELU(act), nn.Linear(10, 2))
+  m = m:to(dtype):to(dev)
+  local opt = optim.SGD(m:parameters(), { lr = 0.1, momentum = 0.9 })
+  local lines = {}
+  for _ = 1, 4 do
+    opt:zero_grad()
+    local loss = F.cross_entropy(m(x), y)
+    loss:backward()
+    opt:step()
+    lines[#lines + 1] = ("%a"):format(loss:item())
+  end
+  for _, v in ipairs(flat_params(m)) do lines[#lines + 1] = ("%a"):format(v) end
+  return table.concat(lines, "\n")
+end
+
+-- the other process of the test below
+if arg and arg[1] == "--defer-bits" then
+  io.write(defer_bits(arg[2], arg[3]), "\n")
+  os.exit(0)
+end
+
+-- What waits runs where it fits (gpu.c's waiting_work): the Linears
+-- inside the loss's launch, an activation in a Linear's epilogue, two
+-- backwards chained in one block. Each must give the bits its own launch
+-- would: the same steps with DPLUA_DEFER_LINEAR=0 (read once, so in a
+-- fresh process) end in the same losses and parameters, bit for bit.
+T.run("the deferred Linear changes no bit of a training run", function()
+  local first = -1   -- the program: arg's lowest index (options such as -e come after it)
+  while arg[first - 1] do first = first - 1 end
+  local exe, script = arg[first], arg[0]
+  local function sh_quote(v) return "'" .. tostring(v):gsub("'", "'\\''") .. "'" end
+  for _, case in ipairs({ { "relu", "float32" }, { "relu", "float64" }, { "relu", "bfloat16" },
+                          { "none", "float32" }, { "tanh", "float64" } }) do
+    local p = io.popen(("DPLUA_DEFER_LINEAR=0 %s %s --defer-bits %s %s 2>&1"):format(sh_quote(exe),
+                       sh_quote(script), case[1], case[2]))
+    local alone = p:read("*a")
+    p:close()
+    local fused_before = torch.cuda._linear_fusions()
+    local waited = defer_bits(case[1], case[2])
+    T.ok(torch.cuda._linear_fusions() > fused_before, case[1] .. " " .. case[2] .. ": here the Linears waited")
+    T.is(waited .. "\n", alone, case[1] .. " " .. case[2] .. ": the same losses and parameters as each op alone")
+  end
+end)
+
 ---------------------------------------------------------------- graphs
 
 local function seed_model(dtype)
