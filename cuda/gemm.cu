@@ -528,8 +528,9 @@ __device__ static void tile_run(const tile_job &J, int64_t blk, int split, int s
  * copied to each thread's local memory for the run-time choice of one.
  * Two blocks of 4-byte types share an SM (at most 128 registers a
  * thread); a block of 256 threads alone leaves an SM half idle while it
- * waits for its next slice. Block b runs split b % splits of tile b /
- * splits of the jobs' tiles counted in order. */
+ * waits for its next slice. The jobs' blocks come in order, each job's
+ * (J.blocks, whole clusters) as split b % J.splits of its tile b /
+ * J.splits (own_plan). */
 template <typename T, typename Acc, int TM>
 __global__ static void __launch_bounds__(256, sizeof(Acc) == 4 ? 2 : 1)
     tiled_gemm_kernel(const __grid_constant__ tile_jobs jobs)

@@ -71,20 +71,24 @@ end
 -- would: the same steps with DPLUA_DEFER_LINEAR=0 (read once, so in a
 -- fresh process) end in the same losses and parameters, bit for bit.
 T.run("the deferred Linear changes no bit of a training run", function()
-  local first = -1   -- the program: arg's lowest index (options such as -e come after it)
-  while arg[first - 1] do first = first - 1 end
-  local exe, script = arg[first], arg[0]
+  -- this process's command line (the program at arg's lowest index, its
+  -- options such as -e 'jit.off()' up to the script at 0), quoted
   local function sh_quote(v) return "'" .. tostring(v):gsub("'", "'\\''") .. "'" end
+  local first = -1
+  while arg[first - 1] do first = first - 1 end
+  local command = {}
+  for i = first, 0 do command[#command + 1] = sh_quote(arg[i]) end
+  command = table.concat(command, " ")
   for _, case in ipairs({ { "relu", "float32" }, { "relu", "float64" }, { "relu", "bfloat16" },
                           { "none", "float32" }, { "tanh", "float64" } }) do
-    local p = io.popen(("DPLUA_DEFER_LINEAR=0 %s %s --defer-bits %s %s 2>&1"):format(sh_quote(exe),
-                       sh_quote(script), case[1], case[2]))
+    local p = io.popen(("DPLUA_DEFER_LINEAR=0 %s --defer-bits %s %s; echo \"exit $?\""):format(command, case[1],
+                                                                                               case[2]))
     local alone = p:read("*a")
     p:close()
     local fused_before = torch.cuda._linear_fusions()
     local waited = defer_bits(case[1], case[2])
     T.ok(torch.cuda._linear_fusions() > fused_before, case[1] .. " " .. case[2] .. ": here the Linears waited")
-    T.is(waited .. "\n", alone, case[1] .. " " .. case[2] .. ": the same losses and parameters as each op alone")
+    T.is(waited .. "\nexit 0\n", alone, case[1] .. " " .. case[2] .. ": the same losses and parameters as each op alone")
   end
 end)
 
