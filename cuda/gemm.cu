@@ -774,21 +774,21 @@ static int64_t own_deep(const tile_jobs &jobs, int j, int64_t slices)
 static int64_t own_plan(tile_jobs &jobs, int tm)
 {
     const int64_t tile = 16 * tm, bk = tm == 4 ? 32 : 64;   /* tile_smem's TILE and BK */
-    int64_t tiles = 0, least = INT64_MAX, slices[4], wants[4];
+    int64_t tiles = 0, least = INT64_MAX, slices[4], deeps[4], wants[4];
     for (int j = 0; j < jobs.count; j++) {
         tile_job &J = jobs.job[j];
         J.tiles_m = CEIL_DIV(J.g.m, tile);
         J.tiles_n = CEIL_DIV(J.g.n, tile);
         tiles += J.tiles_m * J.tiles_n * J.g.batch;
         slices[j] = CEIL_DIV(J.g.k, bk);
+        deeps[j] = own_deep(jobs, j, slices[j]);
         least = slices[j] < least ? slices[j] : least;
     }
     const int64_t reach = CEIL_DIV((int64_t)OWN_MIN_BLOCKS, tiles);
     int64_t cluster = 1;
     for (int j = 0; j < jobs.count; j++) {
-        int64_t balance = CEIL_DIV(slices[j], least), deep = own_deep(jobs, j, slices[j]);
-        int64_t want = reach > balance ? reach : balance;
-        want = want < deep ? want : deep;
+        int64_t balance = CEIL_DIV(slices[j], least), want = reach > balance ? reach : balance;
+        want = want < deeps[j] ? want : deeps[j];
         wants[j] = want < own_limits.max_splits ? want : own_limits.max_splits;
         cluster = wants[j] > cluster ? wants[j] : cluster;
     }
@@ -797,7 +797,7 @@ static int64_t own_plan(tile_jobs &jobs, int tm)
     int64_t blocks = 0;
     for (int j = 0; j < jobs.count; j++) {
         tile_job &J = jobs.job[j];
-        J.splits = wants[j] > 1 && own_deep(jobs, j, slices[j]) >= cluster ? (int)cluster : 1;
+        J.splits = wants[j] > 1 && deeps[j] >= cluster ? (int)cluster : 1;
         J.blocks = CEIL_DIV(J.tiles_m * J.tiles_n * J.g.batch * J.splits, cluster) * cluster;
         blocks += J.blocks;
     }

@@ -128,8 +128,8 @@ template <typename S, typename T = typename math_of<S>::type>
 static int sgd_launch(int64_t n, void *param, const void *grad, void *buf, double lr, double momentum,
                       double dampening, int nesterov, double weight_decay, int first_step, cudaStream_t stream)
 {
-    return launch_kernel(sgd_kernel<S>, grid_for(n, SGD_ILP), OPTIM_BLOCK, stream, n, (S *)param, (const S *)grad, (S *)buf,
-                         (T)lr, (T)momentum, (T)(1 - dampening), (T)weight_decay, nesterov, first_step);
+    return launch_kernel(sgd_kernel<S>, grid_for(n, SGD_ILP), OPTIM_BLOCK, stream, n, (S *)param, (const S *)grad,
+                         (S *)buf, (T)lr, (T)momentum, (T)(1 - dampening), (T)weight_decay, nesterov, first_step);
 }
 
 extern "C" int dpc_sgd_step(int dtype, int64_t n, void *param, const void *grad, void *momentum_buf, double lr,

@@ -4,7 +4,6 @@
 -- from a CUDA graph (its two backward products run as a chain), and the
 -- eager MLP step's µs and the same step replayed from a CUDA graph.
 local torch = require("dplua")
-local nn, optim = torch.nn, torch.optim
 local now = torch.utils.progress.clock
 local models = dofile((debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or ".") .. "/models.lua")
 torch.manual_seed(0)
@@ -37,8 +36,7 @@ local deep_a, deep_b = torch.randn(64, 2048):to(dev), torch.randn(2048, 64):to(d
 gpu_us("deep 64x2048 @ 2048x64, GPU us", function() return deep_a:mm(deep_b) end)
 local function seed_replay_us()
   local model, sx, sy = models.SimpleNN():to(dev), torch.rand(32, 10):to(dev), torch.randint(0, 2, { 32 }):to(dev)
-  local crit, opt = nn.CrossEntropyLoss(), optim.SGD(model:parameters(), { lr = 0.01 })
-  local function step() opt:zero_grad(); crit(model(sx), sy):backward(); opt:step() end
+  local step = models.sgd_step(model, sx, sy)
   for _ = 1, 20 do step() end
   torch.cuda.synchronize()
   local graph = torch.cuda.graph(step)
@@ -46,8 +44,7 @@ local function seed_replay_us()
 end
 io.write(string.format("  %-34s %8.2f\n", "seed step replayed, us", seed_replay_us()))
 local model, y = models.mlp():to(dev), torch.randint(0, 10, { 256 }):to(dev)
-local crit, opt = nn.CrossEntropyLoss(), optim.SGD(model:parameters(), { lr = 0.01 })
-local function step() opt:zero_grad(); crit(model(x), y):backward(); opt:step() end
+local step = models.sgd_step(model, x, y)
 for _ = 1, 200 do step() end
 torch.cuda.synchronize()
 io.write(string.format("  %-34s %8.2f\n", "MLP eager step, us", best_us(function() for _ = 1, 500 do step() end end, 500)))

@@ -8,7 +8,6 @@
 -- time will not show; when it is well below, by the GPU. Best of 7.
 -- usage: dplua scripts/bench/host_time.lua
 local torch = require("dplua")
-local nn, optim = torch.nn, torch.optim
 local clock = torch.utils.progress.clock
 if not torch.cuda.is_available() then print("no_gpu"); os.exit(0) end
 local models = dofile((debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or ".") .. "/models.lua")
@@ -30,16 +29,11 @@ local function measure(name, f)
   print(string.format("%-40s %10.1f %10.1f", name, host * 1e6, whole * 1e6))
 end
 
-local function step_of(model, x, y)
-  local crit, opt = nn.CrossEntropyLoss(), optim.SGD(model:parameters(), { lr = 0.01 })
-  return function() opt:zero_grad(); crit(model(x), y):backward(); opt:step() end
-end
-
 torch.manual_seed(0)
 print(string.format("%-40s %10s %10s", "call", "host us", "whole us"))
-measure("seed step", step_of(models.SimpleNN():cuda(), torch.rand(32, 10):cuda(), torch.randint(0, 2, { 32 }):cuda()))
+measure("seed step", models.sgd_step(models.SimpleNN():cuda(), torch.rand(32, 10):cuda(), torch.randint(0, 2, { 32 }):cuda()))
 local x = torch.rand(256, 784):cuda()
-measure("MLP step", step_of(models.mlp():cuda(), x, torch.randint(0, 10, { 256 }):cuda()))
+measure("MLP step", models.sgd_step(models.mlp():cuda(), x, torch.randint(0, 10, { 256 }):cuda()))
 local w1, b1 = torch.randn(256, 784):cuda(), torch.randn(256):cuda()
 measure("linear+relu 256x784->256 (cuBLASLt)", function() return torch._linear_act(x, w1, b1, "relu") end)
 local g1 = torch.randn(256, 256):cuda()

@@ -5,7 +5,6 @@
 -- 2000 steps after 3000 of warm-up, and the fusions of the deferred Linear
 -- an eager step (torch.cuda._linear_fusions). arg[1] names the setting.
 local torch = require("dplua")
-local nn, optim = torch.nn, torch.optim
 local clock = torch.utils.progress.clock
 if not torch.cuda.is_available() then print("no_gpu"); os.exit(0) end
 local models = dofile((debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or ".") .. "/models.lua")
@@ -18,9 +17,7 @@ local function setup(which)
   else
     model, x, y = models.SimpleNN():cuda(), torch.rand(32, 10):cuda(), torch.randint(0, 2, { 32 }):cuda()
   end
-  local crit = nn.CrossEntropyLoss()
-  local opt = optim.SGD(model:parameters(), { lr = 0.01 })
-  return function() opt:zero_grad(); crit(model(x), y):backward(); opt:step() end
+  return models.sgd_step(model, x, y)
 end
 
 local WARM, BLOCKS, PER_BLOCK = 3000, 9, 2000
