@@ -247,6 +247,7 @@ struct tile_job {
      * how many of them share each tile's k (1, or the cluster's size) */
     int64_t tiles_m, tiles_n, blocks;
     int splits;
+    bool vec_a, vec_b;       /* set by tile_vectors: op(A), op(B) are read tile_vector() elements a load */
 };
 struct tile_jobs {
     tile_job job[4];         /* a Linear's dx and dw; two Linears' in a chain */
@@ -349,6 +350,33 @@ __device__ static inline void load_run(const Acc *p, Acc (&out)[TM])
     }
 }
 
+/* The elements of an operand a thread of tiled_gemm_kernel reads in one
+ * load where the operand's alignment allows (tile_vectors): 16 bytes, or
+ * 8 of bfloat16 (the slices hold four of them in a thread's registers). */
+__host__ __device__ constexpr int tile_vector(size_t elem)
+{
+    return elem == 8 ? 2 : 4;
+}
+
+/* V elements from p (aligned to V of them) into out, as Acc. */
+template <int V, typename T, typename Acc>
+__device__ static inline void load_vector(const T *p, Acc *out)
+{
+    constexpr int BYTES = V * (int)sizeof(T);
+    static_assert(BYTES == 8 || BYTES == 16, "a vector of 8 or 16 bytes");
+    T v[V];
+    if constexpr (BYTES == 16) {
+        uint4 q = *reinterpret_cast<const uint4 *>(p);
+        memcpy(v, &q, 16);
+    } else {
+        uint2 q = *reinterpret_cast<const uint2 *>(p);
+        memcpy(v, &q, 8);
+    }
+#pragma unroll
+    for (int i = 0; i < V; i++)
+        out[i] = to_acc(v[i]);
+}
+
 /* The shared memory of a block of tiled_gemm_kernel. */
 template <typename Acc, int TM>
 struct tile_smem {
@@ -406,17 +434,61 @@ __device__ static void tile_run(const tile_job &J, int64_t blk, int split, int s
                 for (int c = 0; c < TM; c++)
                     early[r][c] = epilogue_load<T, Acc>(J, i0 + ty * TM + r, j0 + tx * TM + c);
 
+    /* Element q of a thread's part of a slice is (ii, kk) of the slice:
+     * runs along k where the operand is contiguous in k, else along i (j),
+     * so that neighbouring threads read neighbouring elements; with vectors
+     * each thread reads V neighbours in one load (tile_vectors said that
+     * the operand's alignment allows it). */
+    constexpr int V = tile_vector(sizeof(T));
+    auto slice_at = [&](int q, bool along_k, bool vec, int &ii, int &kk) {
+        if (!vec) {
+            const int l = t + 256 * q;
+            along_k ? (kk = l % BK, ii = l / BK) : (ii = l % TILE, kk = l / TILE);
+        } else {
+            const int l = t + 256 * (q / V), v = q % V;
+            along_k ? (kk = l % (BK / V) * V + v, ii = l / (BK / V)) : (ii = l % (TILE / V) * V + v, kk = l / (TILE / V));
+        }
+    };
+    /* Element q (and, with vectors, the V - 1 after it) of op(X)'s slice
+     * from k0: X(r, kk) at X[r * x_r + kk * x_k], r < rows, zero past the
+     * ends. */
+    auto load_part = [&](Acc *out, int q, const T *X, int64_t x_r, int64_t x_k, int64_t r0, int64_t rows, int64_t k0,
+                         bool along_k, bool vec) {
+        int rr, kk;
+        slice_at(q, along_k, vec, rr, kk);
+        const int64_t r = r0 + rr, kg = k0 + kk;
+        const T *p = X + r * x_r + kg * x_k;
+        if (vec && (along_k ? r < rows && kg + V <= k : r + V <= rows && kg < k)) {
+            load_vector<V>(p, out);
+            return;
+        }
+#pragma unroll
+        for (int v = 0; v < V; v++)   /* one element, or a vector over a slice's ends */
+            if (v == 0 || vec)
+                out[v] = (along_k ? r < rows && kg + v < k : r + v < rows && kg < k) ? (Acc)to_acc(p[v]) : (Acc)0;
+    };
+    const bool a_vec = J.vec_a, b_vec = J.vec_b;
     Acc ra[LOADS], rb[LOADS];
-#define A_AT(l, ii, kk) (a_along_k ? ((kk) = (l) % BK, (ii) = (l) / BK) : ((ii) = (l) % TILE, (kk) = (l) / TILE))
-#define B_AT(l, jj, kk) (b_along_k ? ((kk) = (l) % BK, (jj) = (l) / BK) : ((jj) = (l) % TILE, (kk) = (l) / TILE))
-#define LOAD_SLICE(k0)                                                                                        \
-    _Pragma("unroll") for (int q = 0; q < LOADS; q++) {                                                       \
-        int l = t + 256 * q, ii, jj, kk;                                                                      \
-        A_AT(l, ii, kk);                                                                                      \
-        ra[q] = i0 + ii < m && (k0) + kk < k ? (Acc)to_acc(A[(i0 + ii) * a_i + ((k0) + kk) * a_k]) : (Acc)0;  \
-        B_AT(l, jj, kk);                                                                                      \
-        rb[q] = j0 + jj < n && (k0) + kk < k ? (Acc)to_acc(B[((k0) + kk) * b_k + (j0 + jj) * b_j]) : (Acc)0;  \
-    }
+    /* op(A)(i, kk) = A[i*a_i + kk*a_k]; op(B)(kk, j) = B[j*b_j + kk*b_k]: a
+     * vector at every V-th element, or V loads of one (each call with its
+     * vec a constant, which keeps the loads' code apart and short) */
+    auto load_slice = [&](int64_t k0) {
+#pragma unroll
+        for (int q = 0; q < LOADS; q += V) {
+            if (a_vec)
+                load_part(&ra[q], q, A, a_i, a_k, i0, m, k0, a_along_k, true);
+            else
+#pragma unroll
+                for (int v = 0; v < V; v++)
+                    load_part(&ra[q + v], q + v, A, a_i, a_k, i0, m, k0, a_along_k, false);
+            if (b_vec)
+                load_part(&rb[q], q, B, b_j, b_k, j0, n, k0, b_along_k, true);
+            else
+#pragma unroll
+                for (int v = 0; v < V; v++)
+                    load_part(&rb[q + v], q + v, B, b_j, b_k, j0, n, k0, b_along_k, false);
+        }
+    };
 
     /* Two sets of accumulators, for even and odd kk: twice the independent
      * chains of multiply-adds, which a small tile (one element a thread)
@@ -429,20 +501,19 @@ __device__ static void tile_run(const tile_job &J, int64_t blk, int split, int s
         for (int c = 0; c < TM; c++)
             acc[0][r][c] = acc[1][r][c] = 0;
     }
-    LOAD_SLICE(k_first)
+    load_slice(k_first);
     for (int64_t k0 = k_first; k0 < k; k0 += BK) {
 #pragma unroll
         for (int q = 0; q < LOADS; q++) {
-            int l = t + 256 * q, ii, jj, kk;
-            A_AT(l, ii, kk);
+            int ii, jj, kk;
+            slice_at(q, a_along_k, a_vec, ii, kk);
             As[kk][ii] = ra[q];
-            B_AT(l, jj, kk);
+            slice_at(q, b_along_k, b_vec, jj, kk);
             Bs[kk][jj] = rb[q];
         }
         __syncthreads();
-        if (k0 + BK < k) {
-            LOAD_SLICE(k0 + BK)
-        }
+        if (k0 + BK < k)
+            load_slice(k0 + BK);
         auto multiply = [&](int kk) {
             Acc a[TM], bv[TM];
             load_run<TM>(&As[kk][ty * TM], a);
@@ -485,9 +556,6 @@ __device__ static void tile_run(const tile_job &J, int64_t blk, int split, int s
 #pragma unroll
             for (int o = 8; o > 0; o /= 2)
                 sums[r] += __shfl_xor_sync(0xffffffffu, sums[r], o);
-#undef LOAD_SLICE
-#undef A_AT
-#undef B_AT
 
     T *C = (T *)g.C + b * g.stride_c;
     if (splits > 1) {   /* the main loop's last __syncthreads freed the slices */
@@ -805,12 +873,30 @@ static int64_t own_plan(tile_jobs &jobs, int tm)
     return blocks;
 }
 
+/* Whether each job's operands may be read tile_vector() elements a load:
+ * their pointers, leading dimensions and batch strides are multiples of
+ * that (the other dimension is contiguous). */
+static void tile_vectors(tile_jobs &jobs, size_t elem)
+{
+    const int64_t v = tile_vector(elem);
+    auto aligned = [&](const void *p, int64_t ld, int64_t stride, int64_t batch) {
+        return (uintptr_t)p % (uintptr_t)(v * (int64_t)elem) == 0 && ld % v == 0 &&
+               (batch == 1 || stride % v == 0);
+    };
+    for (int j = 0; j < jobs.count; j++) {
+        tile_job &J = jobs.job[j];
+        J.vec_a = aligned(J.g.A, J.g.lda, J.g.stride_a, J.g.batch);
+        J.vec_b = aligned(J.g.B, J.g.ldb, J.g.stride_b, J.g.batch);
+    }
+}
+
 /* The launch own_plan planned, in tiles of 16 TM. */
 template <typename T, typename Acc, int TM>
 static int tiled_launch(tile_jobs &jobs, int64_t blocks)
 {
     if (blocks > INT32_MAX)
         return DPC_UNSUPPORTED;
+    tile_vectors(jobs, sizeof(T));
     cudaLaunchAttribute cluster;
     cluster.id = cudaLaunchAttributeClusterDimension;
     cluster.val.clusterDim.x = (unsigned)jobs.splits;

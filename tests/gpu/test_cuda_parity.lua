@@ -153,6 +153,17 @@ for _, dt in ipairs(floats) do
   same("tiled mm 64-wide tiles " .. dt.name, rel(function(a, b) return a:mm(b) end), { input(dt, 700, 16), input(dt, 16, 1200) }, rtol)
   same("tiled mm A^T, 32-wide tiles " .. dt.name, rel(function(a, b) return a:t():mm(b) end), { input(dt, 100, 512), input(dt, 100, 300) }, rtol)
   same("tiled mm B^T, 32-wide tiles " .. dt.name, rel(function(a, b) return a:mm(b:t()) end), { input(dt, 512, 100), input(dt, 300, 100) }, rtol)
+  -- Operands whose rows are aligned are read a vector at a time (gemm.cu's
+  -- tile_vectors): views whose k, m or n ends inside a vector, and views
+  -- one element in, which are not aligned and are read element by element.
+  same("tiled mm, vectors to ragged ends " .. dt.name, rel(function(a, b) return a:narrow(1, 0, 70):mm(b:narrow(1, 0, 90)) end),
+       { input(dt, 100, 72), input(dt, 70, 92) }, rtol)
+  same("tiled mm A^T, vectors to ragged ends " .. dt.name,
+       rel(function(a, b) return a:narrow(1, 0, 98):t():mm(b:narrow(1, 0, 90)) end), { input(dt, 70, 104), input(dt, 70, 92) }, rtol)
+  same("tiled mm B^T, vectors to ragged ends " .. dt.name,
+       rel(function(a, b) return a:narrow(1, 0, 70):mm(b:narrow(1, 0, 70):t()) end), { input(dt, 100, 72), input(dt, 90, 72) }, rtol)
+  same("tiled mm of views one element in " .. dt.name, rel(function(a, b) return a:narrow(1, 1, 70):mm(b:narrow(1, 1, 90)) end),
+       { input(dt, 100, 72), input(dt, 70, 92) }, rtol)
 end
 
 -- Few tiles over a deep k: k is split over a cluster of blocks, which sum
