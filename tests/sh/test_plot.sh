@@ -112,11 +112,21 @@ plot noidx.jsonl -o noidx.svg
 
 # ---------------------------------------------------------------- PNG
 
-if command -v rsvg-convert >/dev/null 2>&1 || command -v convert >/dev/null 2>&1 || command -v magick >/dev/null 2>&1; then
+# Whether a converter here turns an SVG into a PNG at all: a program of
+# that name may be something else (some machines have a stand-in
+# `convert` that only prints PNGs), and then dplua must refuse, not pass.
+printf '<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"><rect width="4" height="4"/></svg>\n' >"$tmp/probe.svg"
+converts() {
+    { rsvg-convert -o "$tmp/probe.png" "$tmp/probe.svg" || magick "$tmp/probe.svg" "$tmp/probe.png" ||
+        convert "$tmp/probe.svg" "$tmp/probe.png"; } >/dev/null 2>&1 && head -c 4 "$tmp/probe.png" | grep -q PNG
+}
+if converts; then
     plot a.jsonl -o a.png
     [ $status -eq 0 ] && head -c 4 "$tmp/a.png" | grep -q PNG; ok $? "-o FILE.png converts the SVG"
 else
-    echo "ok $((n = n + 1)) - -o FILE.png converts the SVG # SKIP neither rsvg-convert nor ImageMagick here"
+    plot a.jsonl -o a.png
+    [ $status -eq 1 ] && grep -q "neither worked here" "$tmp/err" && [ ! -e "$tmp/a.png" ]
+    ok $? "-o FILE.png where no converter works (none here) is refused, nothing written"
 fi
 (cd "$tmp" && PATH=/nonexistent "$dplua" plot a.jsonl -o a2.png) >"$tmp/out" 2>"$tmp/err"
 status=$?
