@@ -718,18 +718,32 @@ struct ce_bwd_args {
 };
 }  // namespace
 
+/* The sum of the C class weights w as the one-launch loss adds them: lane
+ * l of a warp every 32nd from l, then a fold of the lanes, so that both
+ * backwards give the same bits. A whole warp calls it; lane 0 has it. */
+__device__ static inline double warp_weight_sum(const double *w, int64_t C)
+{
+    double wall = 0;
+    for (int64_t j = threadIdx.x % 32; j < C; j += 32)
+        wall += w[j];
+    for (int d = 16; d > 0; d >>= 1)
+        wall += __shfl_down_sync(0xffffffffu, wall, d);
+    return wall;
+}
+
 /* The sum of the class weights (C without weights), which label smoothing
- * with weights needs; the whole block calls it. */
-__device__ static double ce_weight_sum(const ce_bwd_args &r, double *sv, int64_t *si)
+ * with weights needs; the whole block calls it (sv: shared). */
+__device__ static double ce_weight_sum(const ce_bwd_args &r, double *sv)
 {
     if (!r.need_wall)
         return (double)r.C;
-    int64_t unused = 0;
-    const double *w = r.weight;
-    double wall = 0;
-    auto ld = [=](int64_t j, double &x, int64_t &xi) { x = w[j]; xi = 0; };
-    group_fold<RED_THREADS>(wall, unused, r.C, sv, si, c_add(), ld);
-    return wall;
+    if (threadIdx.x < 32) {
+        const double wall = warp_weight_sum(r.weight, r.C);
+        if (threadIdx.x == 0)
+            sv[0] = wall;
+    }
+    __syncthreads();
+    return sv[0];
 }
 
 /* dinput[i, k] = sc * ((1-eps) w_t (p_k - [k==t]) + eps/C (p_k sum_j w_j -
@@ -760,11 +774,11 @@ __device__ static inline double ce_scale(const ce_bwd_args &r, int64_t i, double
 /* The gradient for elements first, first + step, ... of dinput; the whole
  * block calls it. */
 template <int DT>
-__device__ static void ce_bwd_elems(const ce_bwd_args &r, int64_t first, int64_t step, double *sv, int64_t *si)
+__device__ static void ce_bwd_elems(const ce_bwd_args &r, int64_t first, int64_t step, double *sv)
 {
     const int es = (int)dt_size(DT);
     const int64_t C = r.C;
-    const double wall = ce_weight_sum(r, sv, si);
+    const double wall = ce_weight_sum(r, sv);
     for (int64_t e = first; e < r.N * C; e += step) {
         int64_t i = e / C, t = r.target[i];
         double sc = ce_scale<DT>(r, i, *r.denom);
@@ -778,9 +792,8 @@ template <int DT>
 __global__ static void ce_bwd_kernel(ce_bwd_args r)
 {
     begin_after_previous_kernel();
-    __shared__ double sv[RED_THREADS / 32];
-    __shared__ int64_t si[RED_THREADS / 32];
-    ce_bwd_elems<DT>(r, (int64_t)blockIdx.x * blockDim.x + threadIdx.x, (int64_t)gridDim.x * blockDim.x, sv, si);
+    __shared__ double sv[1];
+    ce_bwd_elems<DT>(r, (int64_t)blockIdx.x * blockDim.x + threadIdx.x, (int64_t)gridDim.x * blockDim.x, sv);
 }
 
 /* Row i's target (ignore_index past the rows). */
@@ -972,21 +985,19 @@ __global__ static void __launch_bounds__(CE_FUSED_MAX_THREADS)
         dt_store(DT, rr.out + grp * es, o.loss);
     /* The first warp adds the rows' losses and weights (a block-wide fold
      * of each would take four barriers), and the class weights when label
-     * smoothing needs their sum (ce_weight_sum's), and hands the sums to
-     * the block for the gradient. */
+     * smoothing needs their sum (warp_weight_sum, as the unfused backward
+     * adds them), and hands the sums to the block for the gradient. */
     __shared__ double weight_sum, weight_all;
     if (threadIdx.x < 32) {
-        double total = 0, wsum = 0, wall = 0;
+        double total = 0, wsum = 0;
         for (int j = (int)threadIdx.x; j < r.N; j += 32) {
             total += row_loss[j];
             wsum += row_weight[j];
         }
-        for (int j = (int)threadIdx.x; rb.need_wall && j < r.C; j += 32)
-            wall += rb.weight[j];
+        const double wall = rb.need_wall ? warp_weight_sum(rb.weight, r.C) : 0;
         for (int d = 16; d > 0; d >>= 1) {
             total += __shfl_down_sync(0xffffffffu, total, d);
             wsum += __shfl_down_sync(0xffffffffu, wsum, d);
-            wall += __shfl_down_sync(0xffffffffu, wall, d);
         }
         if (threadIdx.x == 0) {
             weight_sum = wsum;

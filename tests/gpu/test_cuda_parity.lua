@@ -424,6 +424,29 @@ for _, shape in ipairs({ { 12, 5 }, { 12, 20 }, { 256, 10 }, { 100, 20 }, { 12, 
   end
 end
 
+-- The gradient the one-launch loss writes in its forward and the one a
+-- second backward computes in its own kernel are the same to the last
+-- bit, class weights with label smoothing included (reduce.cu's
+-- warp_weight_sum: both add the weights in one order); 40 classes make
+-- a lane add more than one weight.
+for _, shape in ipairs({ { 12, 5 }, { 256, 10 }, { 12, 40 } }) do
+  local N, C = shape[1], shape[2]
+  local ce_weight = (torch.rand(C):double() + 0.5):to(dev)
+  for _, dt in ipairs(floats) do
+    for _, v in ipairs({ { "", nil, 0 }, { " weighted, smoothed", ce_weight, 0.2 } }) do
+      local x = input(dt, N, C):to(dev):requires_grad_()
+      local t = torch.randint(0, C, { N }):to(dev)
+      local loss = torch._cross_entropy(x, t, v[2], -100, v[3], 1, false)
+      loss:backward({ retain_graph = true })
+      local from_forward = x.grad:clone()
+      x.grad = nil
+      loss:backward()
+      T.is(from_forward:ne(x.grad):sum():item(), 0, "cross-entropy" .. v[1] .. ": the forward's gradient is a second backward's, bit for bit, "
+           .. N .. " rows of " .. C .. " classes, " .. dt.name)
+    end
+  end
+end
+
 -- training: the seed model and an MLP reach the same losses
 local function train(device, dtype)
   torch.manual_seed(3)
