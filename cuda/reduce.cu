@@ -647,11 +647,14 @@ __device__ static inline bool ce_counts(int64_t t, int64_t ignore_index, int64_t
 
 /* The probability of class j in a row, given the row's max m and 1 / the
  * sum of exp(x - m): one formula for the forward's stored probabilities
- * and the one-launch loss's recomputed ones, so that both are the same. */
+ * and the one-launch loss's recomputed ones, so that both are the same.
+ * The product is rounded here (__dmul_rn): the compiler may not fuse it
+ * into what the one-launch loss computes from it, which the stored value
+ * cannot be. */
 template <int DT>
 __device__ static inline double ce_prob(const char *row, int64_t j, double m, double inv)
 {
-    return exp_of<DT>(dt_load(DT, row + j * (int64_t)dt_size(DT)) - m) * inv;
+    return __dmul_rn(exp_of<DT>(dt_load(DT, row + j * (int64_t)dt_size(DT)) - m), inv);
 }
 
 namespace {   /* file-local types: no clash with another file's of the same name */
@@ -749,7 +752,10 @@ __device__ static double ce_weight_sum(const ce_bwd_args &r, double *sv)
 /* dinput[i, k] = sc * ((1-eps) w_t (p_k - [k==t]) + eps/C (p_k sum_j w_j -
  * w_k)), or -sc w_t [k==t] for log-probabilities (nn.c's
  * cpu_cross_entropy_backward); sc is the row's share of the loss's
- * gradient. 0 for a row that does not count (ce_counts). */
+ * gradient. 0 for a row that does not count (ce_counts). Each operation
+ * is rounded as written (__dmul_rn, __dadd_rn, __fma_rn): the one-launch
+ * loss and the unfused backward inline this into different code, where
+ * the compiler would be free to fuse different multiply-adds. */
 __device__ static inline double ce_grad(const ce_bwd_args &r, int64_t k, int64_t t, double p, double wall, double sc)
 {
     if (!ce_counts(t, r.ignore_index, r.C) || sc == 0)
@@ -757,10 +763,10 @@ __device__ static inline double ce_grad(const ce_bwd_args &r, int64_t k, int64_t
     double wt = class_weight(r.weight, t);
     if (r.log_probs)
         return k == t ? -sc * wt : 0;
-    double d = (1 - r.eps) * wt * (p - (k == t));
+    double d = __dmul_rn(__dmul_rn(1 - r.eps, wt), __dsub_rn(p, (double)(k == t)));
     if (r.eps > 0)
-        d += r.eps / (double)r.C * (p * wall - class_weight(r.weight, k));
-    return d * sc;
+        d = __dadd_rn(d, __dmul_rn(r.eps / (double)r.C, __fma_rn(p, wall, -class_weight(r.weight, k))));
+    return __dmul_rn(d, sc);
 }
 
 /* The row's share of the loss gradient g (NULL: 1). */
