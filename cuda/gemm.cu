@@ -1034,6 +1034,7 @@ static struct {
     LT_FUNCS(LT_FIELD)
 #undef LT_FIELD
     int ok;
+    int graphs;   /* DPLUA_LT_GRAPHS=1: repeated calls replayed from graphs (lt_call) */
 } lt;
 
 static pthread_once_t lt_once = PTHREAD_ONCE_INIT;
@@ -1047,6 +1048,8 @@ static void lt_load(void)
         return;
     LT_FUNCS(LT_LOAD)
 #undef LT_LOAD
+    const char *v = getenv("DPLUA_LT_GRAPHS");
+    lt.graphs = v && atoi(v) > 0;
     lt.ok = 1;
 }
 
@@ -1282,6 +1285,118 @@ static int lt_plan_make(lt_plan *plan, cublasLtHandle_t handle, const gemm_args 
     return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* repeated calls replayed from graphs (DPLUA_LT_GRAPHS=1, an experiment)    */
+/* ------------------------------------------------------------------------ */
+
+/* A cublasLtMatmul call costs the host 10-16 us on the H200 machines
+ * (scripts/bench/lt_host.c), nearly all of it the library's own, and the
+ * eager MLP step's two calls are a third of its host time; a graph launch
+ * costs about 2. With DPLUA_LT_GRAPHS=1 a call seen a second time with
+ * the same plan, pointers and scalars (a training loop's, whose tensors
+ * the cache hands back at the same addresses) is captured once into a
+ * graph of its own and from then on replayed: the same kernels with the
+ * same arguments. Not while dplua captures a graph (the call then belongs
+ * to that graph). Off by default until measured on a GPU: a graph launch
+ * also adds a boundary that programmatic dependent launch does not cross
+ * (about 1.3 us of GPU time between two graphs, CUDA.md). */
+#define LT_GRAPHS 64
+
+namespace {   /* file-local types: no clash with another file's of the same name */
+struct lt_call_key {
+    algo_key plan;
+    const void *A, *B, *C, *bias, *aux, *workspace;
+    double alpha, beta;
+};
+}  // namespace
+
+/* Direct-mapped, under lt_mutex; lives until exit. */
+static int64_t lt_replays;   /* under lt_mutex */
+static struct {
+    int state;                /* 0 empty, 1 seen once, 2 replayed from exec, 3 not capturable */
+    lt_call_key key;
+    cudaGraphExec_t exec;
+} lt_graphs[LT_GRAPHS];
+static cudaStream_t lt_capture_stream[GEMM_MAX_DEVICES];   /* under lt_mutex */
+
+/* The call captured on a stream of our own into a graph; NULL when it
+ * could not be. */
+static cudaGraphExec_t lt_capture(cublasLtHandle_t handle, const lt_plan &plan, const gemm_args &g, int device,
+                                  const void *alpha, const void *beta, void *workspace, size_t ws_bytes)
+{
+    cudaStream_t &cs = lt_capture_stream[device];
+    if (cs == NULL && cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) != cudaSuccess) {
+        cs = NULL;
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    if (cudaStreamBeginCapture(cs, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    cublasStatus_t st = lt.Matmul(handle, plan.op, alpha, g.B, plan.a, g.A, plan.b, beta, g.C, plan.c, g.C, plan.c,
+                                  &plan.algo, workspace, ws_bytes, cs);
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    bool ok = cudaStreamEndCapture(cs, &graph) == cudaSuccess && st == CUBLAS_STATUS_SUCCESS &&
+              cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    if (graph)
+        (void)cudaGraphDestroy(graph);
+    if (!ok) {
+        exec = NULL;
+        (void)cudaGetLastError();   /* a failed capture leaves no error for the next call */
+    }
+    return exec;
+}
+
+/* cublasLtMatmul with the plan, on g.stream: called, or replayed from a
+ * graph of the same call (above). Under lt_mutex. */
+static int lt_call(cublasLtHandle_t handle, const lt_plan &plan, const algo_key &key, const gemm_args &g,
+                   int device, const void *alpha, const void *beta, void *workspace, size_t ws_bytes)
+{
+    auto direct = [&] {
+        return lt_status(lt.Matmul(handle, plan.op, alpha, g.B, plan.a, g.A, plan.b, beta, g.C, plan.c, g.C,
+                                   plan.c, &plan.algo, workspace, ws_bytes, g.stream));
+    };
+    auto replay = [&](cudaGraphExec_t exec) {
+        int rc = (int)cudaGraphLaunch(exec, g.stream);
+        if (rc)
+            (void)cudaGetLastError();   /* returned here, not left for the next call that asks */
+        else
+            lt_replays++;
+        return rc;
+    };
+    if (!lt.graphs || dpc_capturing())
+        return direct();
+    lt_call_key ck;
+    memset(&ck, 0, sizeof ck);   /* compared with memcmp: no stray padding */
+    ck.plan = key;
+    ck.A = g.A, ck.B = g.B, ck.C = g.C, ck.bias = g.bias, ck.aux = g.aux, ck.workspace = workspace;
+    ck.alpha = g.alpha, ck.beta = g.beta;
+    uint32_t h = 2166136261u;   /* FNV-1a */
+    for (size_t i = 0; i < sizeof ck; i++)
+        h = (h ^ ((const unsigned char *)&ck)[i]) * 16777619u;
+    auto &e = lt_graphs[h % LT_GRAPHS];
+    const bool same = e.state != 0 && memcmp(&e.key, &ck, sizeof ck) == 0;
+    if (same && e.state == 2)
+        return replay(e.exec);
+    if (same && e.state == 1) {
+        cudaGraphExec_t exec = lt_capture(handle, plan, g, device, alpha, beta, workspace, ws_bytes);
+        e.state = exec ? 2 : 3;
+        e.exec = exec;
+        if (exec)
+            return replay(exec);
+    }
+    if (!same) {   /* another call's slot: it is seen once more before it is captured */
+        if (e.state == 2)
+            (void)cudaGraphExecDestroy(e.exec);   /* one in flight is freed when it is done */
+        e.state = 1;
+        e.key = ck;
+        e.exec = NULL;
+    }
+    return direct();
+}
+
 /* C = alpha * op(A) op(B) + beta * C (+ bias with epilogue) as C^T = op(B)^T
  * op(A)^T in column-major, with the cached plan for its key (made first
  * when there is none). DPC_UNSUPPORTED when cuBLASLt has no algorithm. */
@@ -1311,15 +1426,16 @@ static int lt_matmul(cublasLtHandle_t handle, const gemm_args &g, int device, bo
         st = lt.MatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias);
     if (rc == 0 && st == CUBLAS_STATUS_SUCCESS && epilogue && g.aux)
         st = lt.MatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux);
-    if (rc == 0 && st == CUBLAS_STATUS_SUCCESS) {
+    if (rc == 0 && st != CUBLAS_STATUS_SUCCESS)
+        rc = lt_status(st);
+    if (rc == 0) {
         float alpha32 = (float)g.alpha, beta32 = (float)g.beta;
         const void *alpha = g.dtype == DP_FLOAT64 ? (const void *)&g.alpha : &alpha32;
         const void *beta = g.dtype == DP_FLOAT64 ? (const void *)&g.beta : &beta32;
-        st = lt.Matmul(handle, plan.op, alpha, g.B, plan.a, g.A, plan.b, beta, g.C, plan.c, g.C, plan.c,
-                       &plan.algo, workspace, ws_bytes, g.stream);
+        rc = lt_call(handle, plan, key, g, device, alpha, beta, workspace, ws_bytes);
     }
     pthread_mutex_unlock(&lt_mutex);
-    return rc != 0 ? rc : lt_status(st);
+    return rc;
 }
 
 /* The product with the bias and activation in cuBLASLt's epilogue, or,
@@ -1380,6 +1496,18 @@ static int gemm_run(const gemm_args &g)
     return rc;
 }
 #endif /* DP_HAVE_CUBLASLT */
+
+extern "C" int64_t dpc_gemm_graph_replays(void)
+{
+#ifdef DP_HAVE_CUBLASLT
+    pthread_mutex_lock(&lt_mutex);
+    int64_t n = lt_replays;
+    pthread_mutex_unlock(&lt_mutex);
+    return n;
+#else
+    return 0;
+#endif
+}
 
 /* ------------------------------------------------------------------------ */
 /* the entry point                                                           */

@@ -59,10 +59,48 @@ local function defer_bits(act, dtype_name)
   return table.concat(lines, "\n")
 end
 
--- the other process of the test below
+-- Twenty SGD steps of a 784-256-10 MLP at batch 256, whose first layer's
+-- products are cuBLASLt's, on fixed data: the losses, and each
+-- parameter's sum and sum of squares in float64, as exact hex.
+local function lt_bits()
+  torch.manual_seed(6)
+  local x, y = torch.randn(256, 784):to(dev), torch.randint(0, 10, { 256 }):to(dev)
+  local m = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10)):to(dev)
+  local opt = optim.SGD(m:parameters(), { lr = 0.05, momentum = 0.9 })
+  local lines = {}
+  for _ = 1, 20 do
+    opt:zero_grad()
+    local loss = F.cross_entropy(m(x), y)
+    loss:backward()
+    opt:step()
+    lines[#lines + 1] = ("%a"):format(loss:item())
+  end
+  for _, p in ipairs(m:parameters()) do
+    local d = p:detach():double()
+    lines[#lines + 1] = ("%a %a"):format(d:sum():item(), (d * d):sum():item())
+  end
+  return table.concat(lines, "\n")
+end
+
+-- the other process of the tests below
 if arg and arg[1] == "--defer-bits" then
   io.write(defer_bits(arg[2], arg[3]), "\n")
   os.exit(0)
+end
+if arg and arg[1] == "--lt-bits" then
+  io.write(lt_bits(), "\n", "replayed ", torch.cuda._gemm_graph_replays(), "\n")
+  os.exit(0)
+end
+
+-- this process's command line (the program at arg's lowest index, its
+-- options such as -e 'jit.off()' up to the script at 0), quoted
+local function own_command()
+  local function sh_quote(v) return "'" .. tostring(v):gsub("'", "'\\''") .. "'" end
+  local first = -1
+  while arg[first - 1] do first = first - 1 end
+  local command = {}
+  for i = first, 0 do command[#command + 1] = sh_quote(arg[i]) end
+  return table.concat(command, " ")
 end
 
 -- What waits runs where it fits (gpu.c's waiting_work): the Linears
@@ -71,14 +109,7 @@ end
 -- would: the same steps with DPLUA_DEFER_LINEAR=0 (read once, so in a
 -- fresh process) end in the same losses and parameters, bit for bit.
 T.run("the deferred Linear changes no bit of a training run", function()
-  -- this process's command line (the program at arg's lowest index, its
-  -- options such as -e 'jit.off()' up to the script at 0), quoted
-  local function sh_quote(v) return "'" .. tostring(v):gsub("'", "'\\''") .. "'" end
-  local first = -1
-  while arg[first - 1] do first = first - 1 end
-  local command = {}
-  for i = first, 0 do command[#command + 1] = sh_quote(arg[i]) end
-  command = table.concat(command, " ")
+  local command = own_command()
   for _, case in ipairs({ { "relu", "float32" }, { "relu", "float64" }, { "relu", "bfloat16" },
                           { "none", "float32" }, { "tanh", "float64" } }) do
     local p = io.popen(("DPLUA_DEFER_LINEAR=0 %s --defer-bits %s %s; echo \"exit $?\""):format(command, case[1],
@@ -90,6 +121,20 @@ T.run("the deferred Linear changes no bit of a training run", function()
     T.ok(torch.cuda._linear_fusions() > fused_before, case[1] .. " " .. case[2] .. ": here the Linears waited")
     T.is(waited .. "\nexit 0\n", alone, case[1] .. " " .. case[2] .. ": the same losses and parameters as each op alone")
   end
+end)
+
+-- cuBLASLt calls replayed from graphs of their own (DPLUA_LT_GRAPHS=1, read
+-- once, so in a fresh process: cuda/gemm.cu's lt_call) are the same
+-- kernels with the same arguments: the same bits as the calls.
+T.run("cuBLASLt calls replayed from graphs change no bit of a training run", function()
+  local p = io.popen(("DPLUA_LT_GRAPHS=1 %s --lt-bits; echo \"exit $?\""):format(own_command()))
+  local replayed = p:read("*a")
+  p:close()
+  local calls = lt_bits()
+  local n = tonumber(replayed:match("\nreplayed (%d+)\n"))
+  T.ok(n and n > 0, "calls were replayed from graphs there: " .. tostring(n))
+  T.is((replayed:gsub("\nreplayed %d+\n", "\n")), calls .. "\nexit 0\n", "the same losses and parameters as the calls")
+  T.is(torch.cuda._gemm_graph_replays(), 0, "here, without the switch, none were")
 end)
 
 ---------------------------------------------------------------- graphs
