@@ -1300,7 +1300,7 @@ static int lt_plan_make(lt_plan *plan, cublasLtHandle_t handle, const gemm_args 
  * to that graph). Off by default until measured on a GPU: a graph launch
  * also adds a boundary that programmatic dependent launch does not cross
  * (about 1.3 us of GPU time between two graphs, CUDA.md). */
-#define LT_GRAPHS 64
+#define LT_GRAPH_SETS 32   /* of two calls each, the one used last kept */
 
 namespace {   /* file-local types: no clash with another file's of the same name */
 struct lt_call_key {
@@ -1310,13 +1310,14 @@ struct lt_call_key {
 };
 }  // namespace
 
-/* Direct-mapped, under lt_mutex; lives until exit. */
-static int64_t lt_replays;   /* under lt_mutex */
+/* Two-way set-associative, under lt_mutex; lives until exit. */
+static int64_t lt_replays, lt_clock;   /* under lt_mutex */
 static struct {
-    int state;                /* 0 empty, 1 seen once, 2 replayed from exec, 3 not capturable */
+    int state;                /* 0 empty, 1 seen once, 2 replayed from exec, 3 not to be captured */
+    int64_t used;             /* lt_clock when last looked up */
     lt_call_key key;
     cudaGraphExec_t exec;
-} lt_graphs[LT_GRAPHS];
+} lt_graphs[LT_GRAPH_SETS][2];
 static cudaStream_t lt_capture_stream[GEMM_MAX_DEVICES];   /* under lt_mutex */
 
 /* The call captured on a stream of our own into a graph; NULL when it
@@ -1358,14 +1359,6 @@ static int lt_call(cublasLtHandle_t handle, const lt_plan &plan, const algo_key 
         return lt_status(lt.Matmul(handle, plan.op, alpha, g.B, plan.a, g.A, plan.b, beta, g.C, plan.c, g.C,
                                    plan.c, &plan.algo, workspace, ws_bytes, g.stream));
     };
-    auto replay = [&](cudaGraphExec_t exec) {
-        int rc = (int)cudaGraphLaunch(exec, g.stream);
-        if (rc)
-            (void)cudaGetLastError();   /* returned here, not left for the next call that asks */
-        else
-            lt_replays++;
-        return rc;
-    };
     if (!lt.graphs || dpc_capturing())
         return direct();
     lt_call_key ck;
@@ -1373,26 +1366,42 @@ static int lt_call(cublasLtHandle_t handle, const lt_plan &plan, const algo_key 
     ck.plan = key;
     ck.A = g.A, ck.B = g.B, ck.C = g.C, ck.bias = g.bias, ck.aux = g.aux, ck.workspace = workspace;
     ck.alpha = g.alpha, ck.beta = g.beta;
-    uint32_t h = 2166136261u;   /* FNV-1a */
+    uint32_t h = 2166136261u;   /* FNV-1a, then mixed: its low bits alone see only each byte's low bits */
     for (size_t i = 0; i < sizeof ck; i++)
         h = (h ^ ((const unsigned char *)&ck)[i]) * 16777619u;
-    auto &e = lt_graphs[h % LT_GRAPHS];
-    const bool same = e.state != 0 && memcmp(&e.key, &ck, sizeof ck) == 0;
-    if (same && e.state == 2)
-        return replay(e.exec);
-    if (same && e.state == 1) {
-        cudaGraphExec_t exec = lt_capture(handle, plan, g, device, alpha, beta, workspace, ws_bytes);
-        e.state = exec ? 2 : 3;
-        e.exec = exec;
-        if (exec)
-            return replay(exec);
+    h ^= h >> 16;
+    h *= 0x45d9f3bu;
+    h ^= h >> 16;
+    auto &set = lt_graphs[h % LT_GRAPH_SETS];
+    int way = set[0].state != 0 && memcmp(&set[0].key, &ck, sizeof ck) == 0   ? 0
+              : set[1].state != 0 && memcmp(&set[1].key, &ck, sizeof ck) == 0 ? 1
+                                                                               : -1;
+    if (way < 0) {   /* a new call, in the way used less recently: captured when seen once more */
+        way = set[0].used <= set[1].used ? 0 : 1;
+        if (set[way].state == 2)
+            (void)cudaGraphExecDestroy(set[way].exec);   /* one in flight is freed when it is done */
+        set[way].state = 1;
+        set[way].key = ck;
+        set[way].exec = NULL;
+        set[way].used = ++lt_clock;
+        return direct();
     }
-    if (!same) {   /* another call's slot: it is seen once more before it is captured */
-        if (e.state == 2)
-            (void)cudaGraphExecDestroy(e.exec);   /* one in flight is freed when it is done */
-        e.state = 1;
-        e.key = ck;
+    auto &e = set[way];
+    e.used = ++lt_clock;
+    if (e.state == 1) {
+        e.exec = lt_capture(handle, plan, g, device, alpha, beta, workspace, ws_bytes);
+        e.state = e.exec ? 2 : 3;
+    }
+    if (e.state == 2) {
+        int rc = (int)cudaGraphLaunch(e.exec, g.stream);
+        if (rc == 0) {
+            lt_replays++;
+            return 0;
+        }
+        (void)cudaGetLastError();   /* this call is made directly, and no more graphs for it */
+        (void)cudaGraphExecDestroy(e.exec);
         e.exec = NULL;
+        e.state = 3;
     }
     return direct();
 }
