@@ -37,6 +37,21 @@ end
 
 ---------------------------------------------------------------- the deferred Linear
 
+-- `steps` SGD steps (momentum 0.9) of m on fixed data: the losses as
+-- exact hex (%a), one a line.
+local function sgd_loss_lines(m, x, y, steps, lr)
+  local opt = optim.SGD(m:parameters(), { lr = lr, momentum = 0.9 })
+  local lines = {}
+  for _ = 1, steps do
+    opt:zero_grad()
+    local loss = F.cross_entropy(m(x), y)
+    loss:backward()
+    opt:step()
+    lines[#lines + 1] = ("%a"):format(loss:item())
+  end
+  return lines
+end
+
 -- Four SGD steps of the seed's model with `act` between its Linears, in
 -- dtype (a name: float32, float64, bfloat16), on fixed data: the losses
 -- and the parameters after them as exact hex (%a), one line each.
@@ -46,15 +61,7 @@ local function defer_bits(act, dtype_name)
   local x, y = torch.randn(32, 10):to(dtype):to(dev), torch.randint(0, 2, { 32 }):to(dev)
   local m = nn.Sequential(nn.Linear(10, 10), act == "relu" and nn.ReLU() or nn.GELU(act), nn.Linear(10, 2))
   m = m:to(dtype):to(dev)
-  local opt = optim.SGD(m:parameters(), { lr = 0.1, momentum = 0.9 })
-  local lines = {}
-  for _ = 1, 4 do
-    opt:zero_grad()
-    local loss = F.cross_entropy(m(x), y)
-    loss:backward()
-    opt:step()
-    lines[#lines + 1] = ("%a"):format(loss:item())
-  end
+  local lines = sgd_loss_lines(m, x, y, 4, 0.1)
   for _, v in ipairs(flat_params(m)) do lines[#lines + 1] = ("%a"):format(v) end
   return table.concat(lines, "\n")
 end
@@ -69,15 +76,7 @@ local function lt_bits()
   torch.manual_seed(6)
   local x, y = torch.randn(256, 784):to(dev), torch.randint(0, 10, { 256 }):to(dev)
   local m = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10)):to(dev)
-  local opt = optim.SGD(m:parameters(), { lr = 0.05, momentum = 0.9 })
-  local lines = {}
-  for _ = 1, 20 do
-    opt:zero_grad()
-    local loss = F.cross_entropy(m(x), y)
-    loss:backward()
-    opt:step()
-    lines[#lines + 1] = ("%a"):format(loss:item())
-  end
+  local lines = sgd_loss_lines(m, x, y, 20, 0.05)
   for _, p in ipairs(m:parameters()) do
     local d = p:detach():double()
     lines[#lines + 1] = ("%a %a"):format(d:sum():item(), (d * d):sum():item())
