@@ -475,24 +475,24 @@ __device__ static void tile_run(const tile_job &J, int64_t blk, int split, int s
     };
     const bool a_vec = J.vec_a, b_vec = J.vec_b;
     Acc ra[LOADS], rb[LOADS];
-    /* op(A)(i, kk) = A[i*a_i + kk*a_k]; op(B)(kk, j) = B[j*b_j + kk*b_k]: a
-     * vector at every V-th element, or V loads of one (each call with its
-     * vec a constant, which keeps the loads' code apart and short) */
+    /* Elements q .. q + V - 1 of op(X)'s slice: a vector, or V loads of one
+     * (each load_part call with its vec a constant, which keeps the loads'
+     * code apart and short; a run-time vec there lost the vectors' gain).
+     * op(A)(i, kk) = A[i*a_i + kk*a_k]; op(B)(kk, j) = B[j*b_j + kk*b_k]. */
+    auto load_group = [&](Acc *regs, int q, const T *X, int64_t x_r, int64_t x_k, int64_t r0, int64_t rows,
+                          int64_t k0, bool along_k, bool vec) {
+        if (vec)
+            load_part(&regs[q], q, X, x_r, x_k, r0, rows, k0, along_k, true);
+        else
+#pragma unroll
+            for (int v = 0; v < V; v++)
+                load_part(&regs[q + v], q + v, X, x_r, x_k, r0, rows, k0, along_k, false);
+    };
     auto load_slice = [&](int64_t k0) {
 #pragma unroll
         for (int q = 0; q < LOADS; q += V) {
-            if (a_vec)
-                load_part(&ra[q], q, A, a_i, a_k, i0, m, k0, a_along_k, true);
-            else
-#pragma unroll
-                for (int v = 0; v < V; v++)
-                    load_part(&ra[q + v], q + v, A, a_i, a_k, i0, m, k0, a_along_k, false);
-            if (b_vec)
-                load_part(&rb[q], q, B, b_j, b_k, j0, n, k0, b_along_k, true);
-            else
-#pragma unroll
-                for (int v = 0; v < V; v++)
-                    load_part(&rb[q + v], q + v, B, b_j, b_k, j0, n, k0, b_along_k, false);
+            load_group(ra, q, A, a_i, a_k, i0, m, k0, a_along_k, a_vec);
+            load_group(rb, q, B, b_j, b_k, j0, n, k0, b_along_k, b_vec);
         }
     };
 
@@ -1131,13 +1131,19 @@ static struct {
     lt_plan plan;
 } plan_cache[PLAN_CACHE_SIZE];
 
-static unsigned plan_slot(const algo_key *key)
+/* FNV-1a of a zeroed-then-filled key's bytes. */
+static uint32_t key_hash(const void *key, size_t bytes)
 {
     const unsigned char *p = (const unsigned char *)key;
-    uint32_t h = 2166136261u;   /* FNV-1a */
-    for (size_t i = 0; i < sizeof *key; i++)
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < bytes; i++)
         h = (h ^ p[i]) * 16777619u;
-    return h % PLAN_CACHE_SIZE;
+    return h;
+}
+
+static unsigned plan_slot(const algo_key *key)
+{
+    return key_hash(key, sizeof *key) % PLAN_CACHE_SIZE;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1320,6 +1326,15 @@ static struct {
 } lt_graphs[LT_GRAPH_SETS][2];
 static cudaStream_t lt_capture_stream[GEMM_MAX_DEVICES];   /* under lt_mutex */
 
+/* cublasLtMatmul with the plan on stream: C = alpha op(A) op(B) + beta C as
+ * cuBLASLt's C^T = op(B)^T op(A)^T (see lt_matmul). */
+static cublasStatus_t lt_run(cublasLtHandle_t handle, const lt_plan &plan, const gemm_args &g, const void *alpha,
+                             const void *beta, void *workspace, size_t ws_bytes, cudaStream_t stream)
+{
+    return lt.Matmul(handle, plan.op, alpha, g.B, plan.a, g.A, plan.b, beta, g.C, plan.c, g.C, plan.c, &plan.algo,
+                     workspace, ws_bytes, stream);
+}
+
 /* The call captured on a stream of our own into a graph; NULL when it
  * could not be. */
 static cudaGraphExec_t lt_capture(cublasLtHandle_t handle, const lt_plan &plan, const gemm_args &g, int device,
@@ -1335,8 +1350,7 @@ static cudaGraphExec_t lt_capture(cublasLtHandle_t handle, const lt_plan &plan, 
         (void)cudaGetLastError();
         return NULL;
     }
-    cublasStatus_t st = lt.Matmul(handle, plan.op, alpha, g.B, plan.a, g.A, plan.b, beta, g.C, plan.c, g.C, plan.c,
-                                  &plan.algo, workspace, ws_bytes, cs);
+    cublasStatus_t st = lt_run(handle, plan, g, alpha, beta, workspace, ws_bytes, cs);
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
     bool ok = cudaStreamEndCapture(cs, &graph) == cudaSuccess && st == CUBLAS_STATUS_SUCCESS &&
@@ -1355,10 +1369,7 @@ static cudaGraphExec_t lt_capture(cublasLtHandle_t handle, const lt_plan &plan, 
 static int lt_call(cublasLtHandle_t handle, const lt_plan &plan, const algo_key &key, const gemm_args &g,
                    int device, const void *alpha, const void *beta, void *workspace, size_t ws_bytes)
 {
-    auto direct = [&] {
-        return lt_status(lt.Matmul(handle, plan.op, alpha, g.B, plan.a, g.A, plan.b, beta, g.C, plan.c, g.C,
-                                   plan.c, &plan.algo, workspace, ws_bytes, g.stream));
-    };
+    auto direct = [&] { return lt_status(lt_run(handle, plan, g, alpha, beta, workspace, ws_bytes, g.stream)); };
     if (!lt.graphs || dpc_capturing())
         return direct();
     lt_call_key ck;
@@ -1366,9 +1377,7 @@ static int lt_call(cublasLtHandle_t handle, const lt_plan &plan, const algo_key 
     ck.plan = key;
     ck.A = g.A, ck.B = g.B, ck.C = g.C, ck.bias = g.bias, ck.aux = g.aux, ck.workspace = workspace;
     ck.alpha = g.alpha, ck.beta = g.beta;
-    uint32_t h = 2166136261u;   /* FNV-1a, then mixed: its low bits alone see only each byte's low bits */
-    for (size_t i = 0; i < sizeof ck; i++)
-        h = (h ^ ((const unsigned char *)&ck)[i]) * 16777619u;
+    uint32_t h = key_hash(&ck, sizeof ck);   /* mixed: its low bits alone see only each byte's low bits */
     h ^= h >> 16;
     h *= 0x45d9f3bu;
     h ^= h >> 16;
