@@ -85,8 +85,6 @@ int dpc_capture_begin(void *stream);
 int dpc_capture_end(void *stream, int keep, void **exec);
 int dpc_graph_launch(void *exec, void *stream);
 int dpc_graph_destroy(void *exec);
-/* Whether a capture begun by dpc_capture_begin is running, in any thread. */
-int dpc_capturing(void);
 /* cudaMalloc / cudaFree: memory outside the stream-ordered pool. */
 int dpc_malloc_plain(void **ptr, size_t bytes, int device);
 int dpc_free_plain(void *ptr, int device);
@@ -226,9 +224,6 @@ int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t n, int64_t 
 /* Whether dpc_gemm runs a product of this shape in a kernel of our own
  * (one launch, whatever the epilogue) rather than cuBLASLt's. */
 int dpc_gemm_own(int64_t m, int64_t n, int64_t k, int64_t batch);
-/* How many cuBLASLt calls were replayed from graphs (DPLUA_LT_GRAPHS=1,
- * gemm.cu): for tests and benchmarks. */
-int64_t dpc_gemm_graph_replays(void);
 
 /* One Linear layer's gradients: dx (M, K) = g (M, N) @ w (N, K), set to 0
  * where !(mask > 0) when mask (M, K) is given (a ReLU's backward folded

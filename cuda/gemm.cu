@@ -1034,7 +1034,6 @@ static struct {
     LT_FUNCS(LT_FIELD)
 #undef LT_FIELD
     int ok;
-    int graphs;   /* DPLUA_LT_GRAPHS=1: repeated calls replayed from graphs (lt_call) */
 } lt;
 
 static pthread_once_t lt_once = PTHREAD_ONCE_INIT;
@@ -1048,8 +1047,6 @@ static void lt_load(void)
         return;
     LT_FUNCS(LT_LOAD)
 #undef LT_LOAD
-    const char *v = getenv("DPLUA_LT_GRAPHS");
-    lt.graphs = v && atoi(v) > 0;
     lt.ok = 1;
 }
 
@@ -1291,130 +1288,6 @@ static int lt_plan_make(lt_plan *plan, cublasLtHandle_t handle, const gemm_args 
     return 0;
 }
 
-/* ------------------------------------------------------------------------ */
-/* repeated calls replayed from graphs (DPLUA_LT_GRAPHS=1, an experiment)    */
-/* ------------------------------------------------------------------------ */
-
-/* A cublasLtMatmul call costs the host 10-16 us on the H200 machines
- * (scripts/bench/lt_host.c), nearly all of it the library's own, and the
- * eager MLP step's two calls are a third of its host time; a graph launch
- * costs about 2. With DPLUA_LT_GRAPHS=1 a call seen a second time with
- * the same plan, pointers and scalars (a training loop's, whose tensors
- * the cache hands back at the same addresses) is captured once into a
- * graph of its own and from then on replayed: the same kernels with the
- * same arguments. Not while dplua captures a graph (the call then belongs
- * to that graph). Off by default until measured on a GPU: a graph launch
- * also adds a boundary that programmatic dependent launch does not cross
- * (about 1.3 us of GPU time between two graphs, CUDA.md). */
-#define LT_GRAPH_SETS 32   /* of two calls each, the one used last kept */
-
-namespace {   /* file-local types: no clash with another file's of the same name */
-struct lt_call_key {
-    algo_key plan;
-    const void *A, *B, *C, *bias, *aux, *workspace;
-    double alpha, beta;
-};
-}  // namespace
-
-/* Two-way set-associative, under lt_mutex; lives until exit. */
-static int64_t lt_replays, lt_clock;   /* under lt_mutex */
-static struct {
-    int state;                /* 0 empty, 1 seen once, 2 replayed from exec, 3 not to be captured */
-    int64_t used;             /* lt_clock when last looked up */
-    lt_call_key key;
-    cudaGraphExec_t exec;
-} lt_graphs[LT_GRAPH_SETS][2];
-static cudaStream_t lt_capture_stream[GEMM_MAX_DEVICES];   /* under lt_mutex */
-
-/* cublasLtMatmul with the plan on stream: C = alpha op(A) op(B) + beta C as
- * cuBLASLt's C^T = op(B)^T op(A)^T (see lt_matmul). */
-static cublasStatus_t lt_run(cublasLtHandle_t handle, const lt_plan &plan, const gemm_args &g, const void *alpha,
-                             const void *beta, void *workspace, size_t ws_bytes, cudaStream_t stream)
-{
-    return lt.Matmul(handle, plan.op, alpha, g.B, plan.a, g.A, plan.b, beta, g.C, plan.c, g.C, plan.c, &plan.algo,
-                     workspace, ws_bytes, stream);
-}
-
-/* The call captured on a stream of our own into a graph; NULL when it
- * could not be. */
-static cudaGraphExec_t lt_capture(cublasLtHandle_t handle, const lt_plan &plan, const gemm_args &g, int device,
-                                  const void *alpha, const void *beta, void *workspace, size_t ws_bytes)
-{
-    cudaStream_t &cs = lt_capture_stream[device];
-    if (cs == NULL && cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) != cudaSuccess) {
-        cs = NULL;
-        (void)cudaGetLastError();
-        return NULL;
-    }
-    if (cudaStreamBeginCapture(cs, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return NULL;
-    }
-    cublasStatus_t st = lt_run(handle, plan, g, alpha, beta, workspace, ws_bytes, cs);
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
-    bool ok = cudaStreamEndCapture(cs, &graph) == cudaSuccess && st == CUBLAS_STATUS_SUCCESS &&
-              cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
-    if (graph)
-        (void)cudaGraphDestroy(graph);
-    if (!ok) {
-        exec = NULL;
-        (void)cudaGetLastError();   /* a failed capture leaves no error for the next call */
-    }
-    return exec;
-}
-
-/* cublasLtMatmul with the plan, on g.stream: called, or replayed from a
- * graph of the same call (above). Under lt_mutex. */
-static int lt_call(cublasLtHandle_t handle, const lt_plan &plan, const algo_key &key, const gemm_args &g,
-                   int device, const void *alpha, const void *beta, void *workspace, size_t ws_bytes)
-{
-    auto direct = [&] { return lt_status(lt_run(handle, plan, g, alpha, beta, workspace, ws_bytes, g.stream)); };
-    if (!lt.graphs || dpc_capturing())
-        return direct();
-    lt_call_key ck;
-    memset(&ck, 0, sizeof ck);   /* compared with memcmp: no stray padding */
-    ck.plan = key;
-    ck.A = g.A, ck.B = g.B, ck.C = g.C, ck.bias = g.bias, ck.aux = g.aux, ck.workspace = workspace;
-    ck.alpha = g.alpha, ck.beta = g.beta;
-    uint32_t h = key_hash(&ck, sizeof ck);   /* mixed: its low bits alone see only each byte's low bits */
-    h ^= h >> 16;
-    h *= 0x45d9f3bu;
-    h ^= h >> 16;
-    auto &set = lt_graphs[h % LT_GRAPH_SETS];
-    int way = set[0].state != 0 && memcmp(&set[0].key, &ck, sizeof ck) == 0   ? 0
-              : set[1].state != 0 && memcmp(&set[1].key, &ck, sizeof ck) == 0 ? 1
-                                                                               : -1;
-    if (way < 0) {   /* a new call, in the way used less recently: captured when seen once more */
-        way = set[0].used <= set[1].used ? 0 : 1;
-        if (set[way].state == 2)
-            (void)cudaGraphExecDestroy(set[way].exec);   /* one in flight is freed when it is done */
-        set[way].state = 1;
-        set[way].key = ck;
-        set[way].exec = NULL;
-        set[way].used = ++lt_clock;
-        return direct();
-    }
-    auto &e = set[way];
-    e.used = ++lt_clock;
-    if (e.state == 1) {
-        e.exec = lt_capture(handle, plan, g, device, alpha, beta, workspace, ws_bytes);
-        e.state = e.exec ? 2 : 3;
-    }
-    if (e.state == 2) {
-        int rc = (int)cudaGraphLaunch(e.exec, g.stream);
-        if (rc == 0) {
-            lt_replays++;
-            return 0;
-        }
-        (void)cudaGetLastError();   /* this call is made directly, and no more graphs for it */
-        (void)cudaGraphExecDestroy(e.exec);
-        e.exec = NULL;
-        e.state = 3;
-    }
-    return direct();
-}
-
 /* C = alpha * op(A) op(B) + beta * C (+ bias with epilogue) as C^T = op(B)^T
  * op(A)^T in column-major, with the cached plan for its key (made first
  * when there is none). DPC_UNSUPPORTED when cuBLASLt has no algorithm. */
@@ -1450,7 +1323,9 @@ static int lt_matmul(cublasLtHandle_t handle, const gemm_args &g, int device, bo
         float alpha32 = (float)g.alpha, beta32 = (float)g.beta;
         const void *alpha = g.dtype == DP_FLOAT64 ? (const void *)&g.alpha : &alpha32;
         const void *beta = g.dtype == DP_FLOAT64 ? (const void *)&g.beta : &beta32;
-        rc = lt_call(handle, plan, key, g, device, alpha, beta, workspace, ws_bytes);
+        st = lt.Matmul(handle, plan.op, alpha, g.B, plan.a, g.A, plan.b, beta, g.C, plan.c, g.C, plan.c,
+                       &plan.algo, workspace, ws_bytes, g.stream);
+        rc = lt_status(st);
     }
     pthread_mutex_unlock(&lt_mutex);
     return rc;
@@ -1515,17 +1390,6 @@ static int gemm_run(const gemm_args &g)
 }
 #endif /* DP_HAVE_CUBLASLT */
 
-extern "C" int64_t dpc_gemm_graph_replays(void)
-{
-#ifdef DP_HAVE_CUBLASLT
-    pthread_mutex_lock(&lt_mutex);
-    int64_t n = lt_replays;
-    pthread_mutex_unlock(&lt_mutex);
-    return n;
-#else
-    return 0;
-#endif
-}
 
 /* ------------------------------------------------------------------------ */
 /* the entry point                                                           */

@@ -487,11 +487,6 @@ extern "C" int dpc_capture_end(void *stream, int keep, void **exec)
     return status(err);
 }
 
-extern "C" int dpc_capturing(void)
-{
-    return capturing();
-}
-
 extern "C" int dpc_graph_launch(void *exec, void *stream)
 {
     return status(cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)stream));

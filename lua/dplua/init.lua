@@ -1314,9 +1314,6 @@ torch._current_cuda_device = function() return current_device end
 -- backwards chained with the layer before's (src/core/gpu.c, "deferred
 -- launches"): for tests and benchmarks
 torch.cuda._linear_fusions = function() return tonumber(C.dp_cuda_linear_fusions()) end
--- how many cuBLASLt calls were replayed from graphs of their own
--- (DPLUA_LT_GRAPHS=1, cuda/gemm.cu, an experiment): for tests and benchmarks
-torch.cuda._gemm_graph_replays = function() return tonumber(C.dp_cuda_gemm_graph_replays()) end
 
 -- What PyTorch scripts also call on torch.cuda: seeds (one stream serves
 -- every device, see docs/API.md), memory and device queries.

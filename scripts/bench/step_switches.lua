@@ -2,10 +2,8 @@
 -- 16-element tensor (a launch's host cost), the eager seed (10-10-2,
 -- batch 32) and MLP (784-256-128-10, batch 256) steps with SGD on the GPU
 -- and both steps replayed from a CUDA graph: the median of 9 blocks of
--- 2000 steps after 3000 of warm-up, the fusions of the deferred Linear
--- an eager step (torch.cuda._linear_fusions) and, for the MLP, the
--- cuBLASLt calls replayed from graphs (torch.cuda._gemm_graph_replays,
--- DPLUA_LT_GRAPHS=1). arg[1] names the setting.
+-- 2000 steps after 3000 of warm-up, and the fusions of the deferred Linear
+-- an eager step (torch.cuda._linear_fusions). arg[1] names the setting.
 local torch = require("dplua")
 local clock = torch.utils.progress.clock
 if not torch.cuda.is_available() then print("no_gpu"); os.exit(0) end
@@ -40,17 +38,16 @@ end
 
 local function eager(which)
   local step = setup(which)
-  local fusions, replays = torch.cuda._linear_fusions(), torch.cuda._gemm_graph_replays()
+  local fusions = torch.cuda._linear_fusions()
   local us = median_us(step)
-  local steps = WARM + BLOCKS * PER_BLOCK
-  return us, (torch.cuda._linear_fusions() - fusions) / steps, (torch.cuda._gemm_graph_replays() - replays) / steps
+  return us, (torch.cuda._linear_fusions() - fusions) / (WARM + BLOCKS * PER_BLOCK)
 end
 
 -- one tiny op a call: what a launch costs the host
 local a = torch.zeros(16):cuda()
 local op_us = median_us(function() a:add_(1) end)
 local seed_us, seed_fusions = eager("seed")
-local mlp_us, mlp_fusions, mlp_replays = eager("mlp")
+local mlp_us, mlp_fusions = eager("mlp")
 -- replayed from a CUDA graph: the GPU's time for the step, the host's out of it
 local function replayed(which)
   local step = setup(which)
@@ -60,6 +57,5 @@ local function replayed(which)
   return median_us(function() graph:replay() end)
 end
 local replay_us, mlp_replay_us = replayed("seed"), replayed("mlp")
-print(string.format("%-22s add_ %.2f us  seed %.1f us/step (%.2f fusions a step)  replayed %.1f  MLP %.1f us/step (%.2f; %.2f cuBLASLt calls from graphs)  replayed %.1f",
-                    arg[1] or "default", op_us, seed_us, seed_fusions, replay_us, mlp_us, mlp_fusions, mlp_replays,
-                    mlp_replay_us))
+print(string.format("%-22s add_ %.2f us  seed %.1f us/step (%.2f fusions a step)  replayed %.1f  MLP %.1f us/step (%.2f)  replayed %.1f",
+                    arg[1] or "default", op_us, seed_us, seed_fusions, replay_us, mlp_us, mlp_fusions, mlp_replay_us))

@@ -66,37 +66,9 @@ local function defer_bits(act, dtype_name)
   return table.concat(lines, "\n")
 end
 
--- Twenty SGD steps of a 784-256-10 MLP at batch 256, whose first layer's
--- products are cuBLASLt's, on fixed data: the losses, and each
--- parameter's sum and sum of squares in float64, as exact hex; then
--- twelve first-layer forwards that take their input and their bias in
--- turn from two of each (calls that differ from one seen before in one
--- pointer only), their sums as exact hex.
-local function lt_bits()
-  torch.manual_seed(6)
-  local x, y = torch.randn(256, 784):to(dev), torch.randint(0, 10, { 256 }):to(dev)
-  local m = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10)):to(dev)
-  local lines = sgd_loss_lines(m, x, y, 20, 0.05)
-  for _, p in ipairs(m:parameters()) do
-    local d = p:detach():double()
-    lines[#lines + 1] = ("%a %a"):format(d:sum():item(), (d * d):sum():item())
-  end
-  local w = m:parameters()[1]:detach()
-  local xs, bs = { x, torch.randn(256, 784):to(dev) }, { torch.randn(256):to(dev), torch.randn(256):to(dev) }
-  for i = 1, 12 do
-    local out = F.linear(xs[i % 2 + 1], w, bs[math.floor(i / 3) % 2 + 1])
-    lines[#lines + 1] = ("%a"):format(out:double():sum():item())
-  end
-  return table.concat(lines, "\n")
-end
-
--- the other process of the tests below
+-- the other process of the test below
 if arg and arg[1] == "--defer-bits" then
   io.write(defer_bits(arg[2], arg[3]), "\n")
-  os.exit(0)
-end
-if arg and arg[1] == "--lt-bits" then
-  io.write(lt_bits(), "\n", "replayed ", torch.cuda._gemm_graph_replays(), "\n")
   os.exit(0)
 end
 
@@ -129,25 +101,6 @@ T.run("the deferred Linear changes no bit of a training run", function()
     T.ok(torch.cuda._linear_fusions() > fused_before, case[1] .. " " .. case[2] .. ": here the Linears waited")
     T.is(waited .. "\nexit 0\n", alone, case[1] .. " " .. case[2] .. ": the same losses and parameters as each op alone")
   end
-end)
-
--- cuBLASLt calls replayed from graphs of their own (DPLUA_LT_GRAPHS=1, read
--- once, so in a fresh process: cuda/gemm.cu's lt_call) are the same
--- kernels with the same arguments: the same bits as the calls.
-T.run("cuBLASLt calls replayed from graphs change no bit of a training run", function()
-  if os.getenv("DPLUA_GEMM_OWN_FLOPS") then
-    T.skip("DPLUA_GEMM_OWN_FLOPS is set: the products may not be cuBLASLt's", "cuBLASLt calls replayed from graphs")
-    return
-  end
-  local p = io.popen(("DPLUA_LT_GRAPHS=1 %s --lt-bits; echo \"exit $?\""):format(own_command()))
-  local replayed = p:read("*a")
-  p:close()
-  local calls = lt_bits()
-  -- two cuBLASLt calls a step, each captured when seen the second time
-  local n = tonumber(replayed:match("\nreplayed (%d+)\n"))
-  T.ok(n and n >= 10, "calls were replayed from graphs there: " .. tostring(n) .. " of about 50")
-  T.is((replayed:gsub("\nreplayed %d+\n", "\n")), calls .. "\nexit 0\n", "the same losses and parameters as the calls")
-  T.is(torch.cuda._gemm_graph_replays(), 0, "here, without the switch, none were")
 end)
 
 ---------------------------------------------------------------- graphs
