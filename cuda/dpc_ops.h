@@ -235,13 +235,31 @@ typedef struct {
     void *dx, *dw, *db;
 } dpc_linear_grads;
 
+/* An SGD step over flat buffers of n elements of one dtype: param -=
+ * lr * the update from grad (PyTorch's formulas, src/cpu/optim.c);
+ * momentum_buf NULL when momentum is 0. */
+typedef struct {
+    int64_t n;
+    void *param;
+    const void *grad;
+    void *momentum_buf;
+    double lr, momentum, dampening, weight_decay;
+    int nesterov, first_step;
+} dpc_sgd_args;
+
 /* A Linear layer's backward in one launch of our own; or two layers' (a
  * chain: layers 2, layer[1] the layer before layer[0], its g layer[0]'s
- * dx) in one launch of one block, which computes layer[0]'s first.
- * DPC_UNSUPPORTED when a product is too large for our kernel (see
- * dpc_gemm), db comes without dw, or a chain does not fit one block
- * (dpc_linear_backward_chains): the caller then runs them otherwise. */
-int dpc_linear_backward(int dtype, const dpc_linear_grads *layer, int layers, void *stream);
+ * dx) in one launch of one block, which computes layer[0]'s first. With
+ * sgd (else NULL; dpc_linear_backward_takes_sgd said yes) that block then
+ * takes the SGD step too. DPC_UNSUPPORTED when a product is too large for
+ * our kernel (see dpc_gemm), db comes without dw, or a chain does not fit
+ * one block (dpc_linear_backward_chains): the caller then runs them
+ * otherwise. */
+int dpc_linear_backward(int dtype, const dpc_linear_grads *layer, int layers, const dpc_sgd_args *sgd, void *stream);
+
+/* Whether dpc_linear_backward runs these layers (one, or a chain of two)
+ * and then an SGD step of n elements in one launch of one block. */
+int dpc_linear_backward_takes_sgd(const dpc_linear_grads *layer, int layers, int64_t n);
 
 /* Whether dpc_linear_backward runs these two layers (layer[0], layer[1])
  * as a chain. */
@@ -253,9 +271,7 @@ int dpc_linear_backward_may_chain(const dpc_linear_grads *first);
 
 /* ---- optimizers (cuda/optim.cu): PyTorch 1.13's formulas, as src/cpu/optim.c ---- */
 
-int dpc_sgd_step(int dtype, int64_t n, void *param, const void *grad, void *momentum_buf, double lr,
-                 double momentum, double dampening, int nesterov, double weight_decay, int first_step,
-                 void *stream);
+int dpc_sgd_step(int dtype, const dpc_sgd_args *a, void *stream);
 /* step_dev NULL: `step` is this step's count. Else (capturable Adam) the
  * count lives in *step_dev on the device: it is incremented first (a
  * kernel) and read by the update, and `step` is ignored. */

@@ -46,6 +46,7 @@
 #include "dpc_ops.h"
 #include "dplua.h"
 #include "launch.cuh"
+#include "sgd.cuh"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
@@ -655,6 +656,7 @@ struct small_jobs {
     tile_jobs jobs;
     small_stage stage[8];   /* job j's op(A) in 2j (row i at a_ld[j] i), op(B) in 2j + 1 (row kk at n kk) */
     int a_ld[4];
+    dpc_sgd_args sgd;       /* n 0, or the SGD step the block takes after the products (small_sgd_step) */
 };
 /* An element of C a thread computes, or (j < 0) the row sum i of op(A). */
 struct small_out {
@@ -751,6 +753,41 @@ __device__ static void small_part(const small_jobs &s, int first, int end, Acc *
     }
 }
 
+/* A stored element as src/core/dtype_conv.h rounds it (NaN too), as
+ * optim.cu's SGD stores it. */
+__device__ static inline void sgd_store(float *p, float v) { *p = v; }
+__device__ static inline void sgd_store(double *p, double v) { *p = v; }
+__device__ static inline void sgd_store(__nv_bfloat16 *p, float v)
+{
+    *reinterpret_cast<uint16_t *>(p) = f32_to_bf16(v);
+}
+
+/* The SGD step after the products, by the whole block, each element as
+ * optim.cu's sgd_kernel computes it (sgd.cuh). The gradients are the
+ * products' (written by this block before a barrier) or older; each
+ * thread's first parameter and momentum (p0, b0) were loaded at the
+ * start, beside the operands. */
+template <typename T, typename Acc>
+__device__ static void small_sgd_step(const dpc_sgd_args &a, Acc p0, Acc b0)
+{
+    const sgd_consts<Acc> c = sgd_consts_of<Acc>(a);
+    T *P = (T *)a.param, *B = (T *)a.momentum_buf;
+    const T *G = (const T *)a.grad;
+#pragma unroll 1
+    for (int i = (int)threadIdx.x; i < a.n; i += SMALL_THREADS) {
+        Acc b = b0;
+        const Acc p = sgd_element(p0, to_acc(G[i]), B != NULL, &b, c);
+        if (B)
+            sgd_store(B + i, b);
+        sgd_store(P + i, p);
+        const int next = i + SMALL_THREADS;
+        if (next < a.n) {
+            p0 = to_acc(P[next]);
+            b0 = B && !a.first_step ? to_acc(B[next]) : (Acc)0;
+        }
+    }
+}
+
 /* The jobs' description is read by run-time indices (which job, which
  * operand), chains of reads that each may miss the constant cache of an
  * SM that has not run this launch; so the block first copies it into
@@ -765,11 +802,22 @@ __global__ static void __launch_bounds__(SMALL_THREADS) small_gemm_kernel(const 
     if (threadIdx.x < sizeof s / sizeof(int))
         reinterpret_cast<int *>(&s)[threadIdx.x] = reinterpret_cast<const int *>(&params)[threadIdx.x];
     __syncthreads();
+    Acc p0 = 0, b0 = 0;   /* the step's first parameter and momentum of this thread, loaded early */
+    const dpc_sgd_args &sgd = s.sgd;
+    if ((int)threadIdx.x < sgd.n) {
+        p0 = to_acc(((const T *)sgd.param)[threadIdx.x]);
+        if (sgd.momentum_buf && !sgd.first_step)
+            b0 = to_acc(((const T *)sgd.momentum_buf)[threadIdx.x]);
+    }
     const int at = s.jobs.chain_at ? s.jobs.chain_at : s.jobs.count;
     small_part<T, Acc>(s, 0, at, sm);
     if (at < s.jobs.count) {
         __syncthreads();   /* the first part's writes visible to the block; its shared memory free */
         small_part<T, Acc>(s, at, s.jobs.count, sm);
+    }
+    if (sgd.n > 0) {
+        __syncthreads();   /* the gradients the block wrote visible to all of it */
+        small_sgd_step<T, Acc>(sgd, p0, b0);
     }
 }
 
@@ -915,13 +963,16 @@ static int tiled_launch(tile_jobs &jobs, int64_t blocks)
  * that, with k split where it is deep enough, still gives the GPU
  * OWN_MIN_BLOCKS blocks (or the tile DPLUA_GEMM_TM forces). */
 template <typename T, typename Acc>
-static int tiled_pick(tile_jobs &jobs)
+static int tiled_pick(tile_jobs &jobs, const dpc_sgd_args *sgd)
 {
     const int tm = own_limits.tm;
     small_jobs s;
-    if ((tm == 0 || jobs.chain_at) && small_plan(s, jobs, sizeof(Acc)))
+    if ((tm == 0 || jobs.chain_at || sgd) && small_plan(s, jobs, sizeof(Acc))) {
+        if (sgd)
+            s.sgd = *sgd;
         return launch_kernel(small_gemm_kernel<T, Acc>, 1, SMALL_THREADS, jobs.job[0].g.stream, s);
-    if (jobs.chain_at)   /* (dpc_linear_backward_chains said it fits) */
+    }
+    if (jobs.chain_at || sgd)   /* (dpc_linear_backward_chains or _takes_sgd said it fits) */
         return DPC_UNSUPPORTED;
     int64_t blocks;
     if ((tm == 0 || tm == 4) && ((blocks = own_plan(jobs, 4)) >= OWN_MIN_BLOCKS || tm == 4))
@@ -931,14 +982,15 @@ static int tiled_pick(tile_jobs &jobs)
     return tiled_launch<T, Acc, 1>(jobs, own_plan(jobs, 1));
 }
 
-/* Runs the jobs (all of one dtype and stream) in one launch. */
-static int tiled_gemm(tile_jobs &jobs)
+/* Runs the jobs (all of one dtype and stream) in one launch; with sgd (of
+ * their dtype) one block that then takes the step. */
+static int tiled_gemm(tile_jobs &jobs, const dpc_sgd_args *sgd = NULL)
 {
     pthread_once(&own_limits_once, own_limits_read);
     switch (jobs.job[0].g.dtype) {
-    case DP_FLOAT32: return tiled_pick<float, float>(jobs);
-    case DP_FLOAT64: return tiled_pick<double, double>(jobs);
-    case DP_BFLOAT16: return tiled_pick<__nv_bfloat16, float>(jobs);
+    case DP_FLOAT32: return tiled_pick<float, float>(jobs, sgd);
+    case DP_FLOAT64: return tiled_pick<double, double>(jobs, sgd);
+    case DP_BFLOAT16: return tiled_pick<__nv_bfloat16, float>(jobs, sgd);
     default: return DPC_UNSUPPORTED;
     }
 }
@@ -1003,7 +1055,22 @@ extern "C" int dpc_linear_backward_may_chain(const dpc_linear_grads *first)
     return layer_is_ours(*first) && first->dx && layers_fit_one_block(first, 1);
 }
 
-extern "C" int dpc_linear_backward(int dtype, const dpc_linear_grads *layer, int layers, void *stream)
+/* An SGD step after the products, in their one block: of this many
+ * elements at most (8 a thread), a few hundred cycles; a larger step is
+ * better spread over the GPU (optim.cu). */
+#define SMALL_SGD_MAX (SMALL_THREADS * 8)
+
+extern "C" int dpc_linear_backward_takes_sgd(const dpc_linear_grads *layer, int layers, int64_t n)
+{
+    if (n <= 0 || n > SMALL_SGD_MAX)
+        return 0;
+    if (layers == 2)
+        return dpc_linear_backward_chains(layer);
+    return layers == 1 && layer_is_ours(layer[0]) && (layer[0].dx || layer[0].dw) && layers_fit_one_block(layer, 1);
+}
+
+extern "C" int dpc_linear_backward(int dtype, const dpc_linear_grads *layer, int layers, const dpc_sgd_args *sgd,
+                                   void *stream)
 {
     for (int l = 0; l < layers; l++)
         if (layer[l].M < 0 || layer[l].N < 0 || layer[l].K < 0)
@@ -1012,9 +1079,11 @@ extern "C" int dpc_linear_backward(int dtype, const dpc_linear_grads *layer, int
         return DPC_UNSUPPORTED;
     if (layers == 2 ? !dpc_linear_backward_chains(layer) : layers != 1 || !layer_is_ours(layer[0]))
         return DPC_UNSUPPORTED;
+    if (sgd && (sgd->param == NULL || sgd->grad == NULL || !dpc_linear_backward_takes_sgd(layer, layers, sgd->n)))
+        return DPC_UNSUPPORTED;
     tile_jobs jobs;
     layers_jobs(jobs, dtype, layer, layers, (cudaStream_t)stream);
-    return jobs.count ? tiled_gemm(jobs) : 0;
+    return jobs.count ? tiled_gemm(jobs, sgd) : 0;
 }
 
 #ifdef DP_HAVE_CUBLASLT

@@ -22,6 +22,7 @@
 #include "dplua.h"
 #include "core/dtype_conv.h"
 #include "launch.cuh"
+#include "sgd.cuh"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
@@ -30,21 +31,14 @@
 #define OPTIM_BLOCK 256
 
 /* ------------------------------------------------------------------------ */
-/* unfused arithmetic                                                        */
+/* unfused arithmetic (mul, add, sub: sgd.cuh)                               */
 /* ------------------------------------------------------------------------ */
 
-__device__ static inline float mul(float a, float b) { return __fmul_rn(a, b); }
-__device__ static inline float add(float a, float b) { return __fadd_rn(a, b); }
-__device__ static inline float sub(float a, float b) { return __fsub_rn(a, b); }
 __device__ static inline float dvd(float a, float b) { return __fdiv_rn(a, b); }
 /* The CPU takes (float)sqrt((double)x); the square root of a float rounded
  * to double and then to float is the correctly rounded float square root,
  * which is what __fsqrt_rn gives. */
 __device__ static inline float root(float a) { return __fsqrt_rn(a); }
-
-__device__ static inline double mul(double a, double b) { return __dmul_rn(a, b); }
-__device__ static inline double add(double a, double b) { return __dadd_rn(a, b); }
-__device__ static inline double sub(double a, double b) { return __dsub_rn(a, b); }
 __device__ static inline double dvd(double a, double b) { return __ddiv_rn(a, b); }
 __device__ static inline double root(double a) { return __dsqrt_rn(a); }
 
@@ -80,17 +74,15 @@ static unsigned grid_for(int64_t n, int per_thread = 1)
  * parameters took 919 blocks of one element a thread) wait on them. */
 #define SGD_ILP 4
 
-/* P, G, B are (n,); B is NULL without momentum. wd, mom, damp (= 1 -
- * dampening) and step (= lr) are already rounded to T, as on the CPU.
- * Each element is computed as before, by one thread: only the order in
- * which the threads load them changes. */
+/* P, G, B are (n,); B is NULL without momentum. c's constants are already
+ * rounded to T, as on the CPU. Each element is computed as before, by one
+ * thread: only the order in which the threads load them changes. */
 template <typename S, typename T = typename math_of<S>::type>
-__global__ static void sgd_kernel(int64_t n, S *P, const S *G, S *B, T step, T mom, T damp, T wd,
-                                  int nesterov, int first_step)
+__global__ static void sgd_kernel(int64_t n, S *P, const S *G, S *B, sgd_consts<T> c)
 {
     begin_after_previous_kernel();
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    const bool old_buf = B && !first_step;
+    const bool old_buf = B && !c.first_step;
     for (int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i0 < n; i0 += SGD_ILP * stride) {
         T p[SGD_ILP], g[SGD_ILP], b[SGD_ILP];
 #pragma unroll
@@ -107,50 +99,33 @@ __global__ static void sgd_kernel(int64_t n, S *P, const S *G, S *B, T step, T m
             const int64_t i = i0 + u * stride;
             if (i >= n)
                 break;
-            T d = add(g[u], mul(wd, p[u]));
-            T upd;
-            if (!B) {
-                upd = d;
-            } else if (first_step) {
-                st(&B[i], d);
-                upd = nesterov ? add(d, mul(mom, d)) : d;
-            } else {
-                T nb = add(mul(b[u], mom), mul(damp, d));
-                st(&B[i], nb);
-                upd = nesterov ? add(d, mul(mom, nb)) : nb;
-            }
-            st(&P[i], sub(p[u], mul(step, upd)));
+            const T np = sgd_element(p[u], g[u], B != NULL, &b[u], c);
+            if (B)
+                st(&B[i], b[u]);
+            st(&P[i], np);
         }
     }
 }
 
 template <typename S, typename T = typename math_of<S>::type>
-static int sgd_launch(int64_t n, void *param, const void *grad, void *buf, double lr, double momentum,
-                      double dampening, int nesterov, double weight_decay, int first_step, cudaStream_t stream)
+static int sgd_launch(const dpc_sgd_args &a, cudaStream_t stream)
 {
-    return launch_kernel(sgd_kernel<S>, grid_for(n, SGD_ILP), OPTIM_BLOCK, stream, n, (S *)param, (const S *)grad,
-                         (S *)buf, (T)lr, (T)momentum, (T)(1 - dampening), (T)weight_decay, nesterov, first_step);
+    return launch_kernel(sgd_kernel<S>, grid_for(a.n, SGD_ILP), OPTIM_BLOCK, stream, a.n, (S *)a.param,
+                         (const S *)a.grad, (S *)a.momentum_buf, sgd_consts_of<T>(a));
 }
 
-extern "C" int dpc_sgd_step(int dtype, int64_t n, void *param, const void *grad, void *momentum_buf, double lr,
-                            double momentum, double dampening, int nesterov, double weight_decay, int first_step,
-                            void *stream)
+extern "C" int dpc_sgd_step(int dtype, const dpc_sgd_args *a, void *stream)
 {
     if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64 && dtype != DP_BFLOAT16)
         return DPC_UNSUPPORTED;
-    if (n < 0 || (n > 0 && (param == NULL || grad == NULL)))
+    if (a->n < 0 || (a->n > 0 && (a->param == NULL || a->grad == NULL)))
         return (int)cudaErrorInvalidValue;
-    if (n == 0)
+    if (a->n == 0)
         return 0;
     cudaStream_t s = (cudaStream_t)stream;
-    if (dtype == DP_FLOAT32)
-        return sgd_launch<float>(n, param, grad, momentum_buf, lr, momentum, dampening, nesterov, weight_decay,
-                                 first_step, s);
-    if (dtype == DP_BFLOAT16)
-        return sgd_launch<bf16s>(n, param, grad, momentum_buf, lr, momentum, dampening, nesterov, weight_decay,
-                                 first_step, s);
-    return sgd_launch<double>(n, param, grad, momentum_buf, lr, momentum, dampening, nesterov, weight_decay,
-                              first_step, s);
+    return dtype == DP_FLOAT32    ? sgd_launch<float>(*a, s)
+           : dtype == DP_BFLOAT16 ? sgd_launch<bf16s>(*a, s)
+                                  : sgd_launch<double>(*a, s);
 }
 
 /* ------------------------------------------------------------------------ */

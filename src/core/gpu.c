@@ -873,11 +873,16 @@ typedef struct {
     dp_tensor *x, *w, *b, *out, *pre;
     int epilogue;
 } waiting_layer;
+/* a Linear's backward, gpu_linear_backward's arguments */
 typedef struct {
-    int what;                             /* all tensors retained */
-    waiting_layer layer[2];               /* WAITS_LINEAR: layer[1] reads layer[0]'s out */
-    int layers;
-    dp_tensor *x, *w, *g, *mask, *dx, *dw, *db;   /* WAITS_LINEAR_BACKWARD: gpu_linear_backward's */
+    dp_tensor *x, *w, *g, *mask, *dx, *dw, *db;
+} waiting_backward;
+typedef struct {
+    int what;                   /* all tensors retained */
+    waiting_layer layer[2];     /* WAITS_LINEAR: layer[1] reads layer[0]'s out */
+    waiting_backward back[2];   /* WAITS_LINEAR_BACKWARD: back[1] (a chain) the layer before back[0], its g
+                                 * back[0]'s dx */
+    int layers;                 /* of layer or back */
     void *stream;
 } waiting_work;
 
@@ -901,7 +906,8 @@ static bool defer_enabled(void)
 }
 
 #define LAYER_TENSORS 5
-#define WAITING_TENSORS (2 * LAYER_TENSORS + 7)
+#define BACKWARD_TENSORS 7
+#define WAITING_TENSORS (2 * BACKWARD_TENSORS)
 
 static void layer_tensors(const waiting_layer *l, dp_tensor *t[LAYER_TENSORS])
 {
@@ -909,16 +915,21 @@ static void layer_tensors(const waiting_layer *l, dp_tensor *t[LAYER_TENSORS])
     memcpy(t, all, sizeof all);
 }
 
+static void backward_tensors(const waiting_backward *b, dp_tensor *t[BACKWARD_TENSORS])
+{
+    dp_tensor *all[BACKWARD_TENSORS] = { b->x, b->w, b->g, b->mask, b->dx, b->dw, b->db };
+    memcpy(t, all, sizeof all);
+}
+
 /* w's tensors (NULL where it has none): what it retains and releases */
 static void waiting_tensors(const waiting_work *w, dp_tensor *t[WAITING_TENSORS])
 {
-    for (int i = 0; i < 2; i++)
-        if (i < w->layers)
+    memset(t, 0, WAITING_TENSORS * sizeof *t);
+    for (int i = 0; i < w->layers; i++)
+        if (w->what == WAITS_LINEAR)
             layer_tensors(&w->layer[i], t + i * LAYER_TENSORS);
         else
-            memset(t + i * LAYER_TENSORS, 0, LAYER_TENSORS * sizeof *t);
-    dp_tensor *rest[7] = { w->x, w->w, w->g, w->mask, w->dx, w->dw, w->db };
-    memcpy(t + 2 * LAYER_TENSORS, rest, sizeof rest);
+            backward_tensors(&w->back[i], t + i * BACKWARD_TENSORS);
 }
 
 static void retain_each(dp_tensor *const *t, int n)
@@ -933,6 +944,13 @@ static void layer_retain(const waiting_layer *l)
     dp_tensor *t[LAYER_TENSORS];
     layer_tensors(l, t);
     retain_each(t, LAYER_TENSORS);
+}
+
+static void backward_retain(const waiting_backward *b)
+{
+    dp_tensor *t[BACKWARD_TENSORS];
+    backward_tensors(b, t);
+    retain_each(t, BACKWARD_TENSORS);
 }
 
 static void waiting_retain(const waiting_work *w)
@@ -1013,7 +1031,7 @@ static int linear_backward_on(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_te
     if (st)
         return st;
     dpc_linear_grads layer = linear_grads(dx, dw, db, g, x, w, mask);
-    int own = dpc_linear_backward(g->dtype, &layer, 1, stream);
+    int own = dpc_linear_backward(g->dtype, &layer, 1, NULL, stream);
     if (own != DPC_UNSUPPORTED)
         return own;
     if (dx)   /* dx (M, K) = g (M, N) @ w (N, K) */
@@ -1038,6 +1056,32 @@ static int layer_launch(const waiting_layer *l, void *stream)
     return linear_gemm(l->out, l->pre, l->x, l->w, l->b, l->epilogue, stream);
 }
 
+static dpc_linear_grads backward_grads(const waiting_backward *b)
+{
+    return linear_grads(b->dx, b->dw, b->db, b->g, b->x, b->w, b->mask);
+}
+
+/* The layers of the waiting backward w, as dpc_linear_backward takes them */
+static void waiting_grads(const waiting_work *w, dpc_linear_grads grads[2])
+{
+    for (int i = 0; i < w->layers; i++)
+        grads[i] = backward_grads(&w->back[i]);
+}
+
+/* The waiting backward w (one layer, or a chain of two in one launch),
+ * then the SGD step sgd in the same launch when it is given (gpu_sgd_step
+ * asked dpc_linear_backward_takes_sgd). A CUDA status. */
+static int backward_launch(const waiting_work *w, const dpc_sgd_args *sgd)
+{
+    const waiting_backward *b = &w->back[0];
+    if (w->layers == 1 && !sgd)
+        return linear_backward_on(b->dx, b->dw, b->db, b->g, b->x, b->w, b->mask, w->stream);
+    dpc_linear_grads grads[2];
+    waiting_grads(w, grads);
+    int rc = set_device(b->g->device);
+    return rc ? rc : dpc_linear_backward(b->g->dtype, grads, w->layers, sgd, w->stream);
+}
+
 /* Launches the waiting work, if any, leaving the current device as it
  * was (the caller may have set another for its own work). A failure is
  * kept for the next op's gpu_status to report, since the caller may not
@@ -1051,11 +1095,12 @@ static void deferred_run(waiting_work *w)
     for (int i = 0; forward && !rc && i < w->layers; i++)
         rc = layer_launch(&w->layer[i], w->stream);
     if (!forward)
-        rc = linear_backward_on(w->dx, w->dw, w->db, w->g, w->x, w->w, w->mask, w->stream);
+        rc = backward_launch(w, NULL);
     if (device >= 0)
         set_device(device);
-    if (rc && !deferred_failure[0] &&
-        gpu_status(forward ? "linear" : "linear backward", rc, (forward ? w->layer[0].x : w->x)->dtype))
+    const char *what = forward ? "linear" : w->layers == 2 ? "linear backward (two layers in one launch)"
+                                                           : "linear backward";
+    if (rc && !deferred_failure[0] && gpu_status(what, rc, (forward ? w->layer[0].x : w->back[0].x)->dtype))
         snprintf(deferred_failure, sizeof deferred_failure, "%s", dp_last_error());
     waiting_release(w);
 }
@@ -1206,49 +1251,45 @@ static bool deferred_fuse(int op, dp_tensor *out, dp_tensor *a, dp_status *st)
 
 typedef struct {
     const dp_tensor *g;            /* this backward's gradient */
-    dpc_linear_grads layer[2];     /* the waiting backward's, then this one's */
+    dpc_linear_grads layer;        /* this backward's */
 } chain_of;
-
-static dpc_linear_grads waiting_grads(const waiting_work *w)
-{
-    return linear_grads(w->dx, w->dw, w->db, w->g, w->x, w->w, w->mask);
-}
 
 /* The waiting backward and this one (ctx) make a chain: the waiting one's
  * dx is this one's gradient, on the same stream, and one block takes both. */
 static bool chains_after(const waiting_work *w, const void *ctx)
 {
     const chain_of *c = ctx;
-    if (w->what != WAITS_LINEAR_BACKWARD || !w->dx || !same_matrix(c->g, w->dx) ||
+    const waiting_backward *b = &w->back[0];
+    if (w->what != WAITS_LINEAR_BACKWARD || w->layers != 1 || !b->dx || !same_matrix(c->g, b->dx) ||
         w->stream != stream_now(c->g->device))
         return false;
-    dpc_linear_grads layer[2] = { waiting_grads(w), c->layer[1] };
+    dpc_linear_grads layer[2] = { backward_grads(b), c->layer };
     return dpc_linear_backward_chains(layer);
 }
 
 /* dx = g @ w (0 where !(mask > 0) when mask is given), dw = g^T @ x, db =
- * the column sums of g; as one launch with the waiting backward of the
- * layer after this one when g is its dx (a chain), or waiting itself for
- * the layer before when it may start a chain. */
+ * the column sums of g. When g is the dx of the waiting backward of the
+ * layer after this one, the two make a chain, one launch of one block,
+ * which waits in turn for an SGD step to take (gpu_sgd_step). Else this
+ * one waits for the layer before when it may start a chain. */
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
                               dp_tensor *mask)
 {
-    chain_of chain = { .g = g, .layer[1] = linear_grads(dx, dw, db, g, x, w, mask) };
+    chain_of chain = { .g = g, .layer = linear_grads(dx, dw, db, g, x, w, mask) };
+    waiting_backward this = { .x = x, .w = w, .g = g, .mask = mask, .dx = dx, .dw = dw, .db = db };
     waiting_work after;
     if (deferred_take(chains_after, &chain, &after)) {
-        chain.layer[0] = waiting_grads(&after);
-        int rc = set_device(g->device);
-        if (!rc && !(rc = dpc_linear_backward(g->dtype, chain.layer, 2, after.stream)))
-            deferred_fusions++;
-        waiting_release(&after);
-        return gpu_status("linear backward (two layers in one launch)", rc, g->dtype);
+        backward_retain(&this);
+        after.back[after.layers++] = this;
+        deferred_fusions++;
+        deferred_store(after);
+        return DP_OK;
     }
     void *stream = stream_of(g->device);   /* after the work waiting, if any */
     if (deferred_failure[0])
         return gpu_status("linear backward", 0, g->dtype);
-    if (defer_enabled() && dx && dpc_linear_backward_may_chain(&chain.layer[1])) {
-        deferred_put((waiting_work){ .what = WAITS_LINEAR_BACKWARD, .x = x, .w = w, .g = g, .mask = mask,
-                                     .dx = dx, .dw = dw, .db = db, .stream = stream });
+    if (defer_enabled() && dx && dpc_linear_backward_may_chain(&chain.layer)) {
+        deferred_put((waiting_work){ .what = WAITS_LINEAR_BACKWARD, .back[0] = this, .layers = 1, .stream = stream });
         return DP_OK;
     }
     return gpu_status("linear backward", linear_backward_on(dx, dw, db, g, x, w, mask, stream), g->dtype);
@@ -1454,13 +1495,37 @@ dp_status gpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)
                                                       u->out_w, first(x), first(cols), stream_of(x->device)), x->dtype);
 }
 
+/* The waiting backward can take the SGD step of parameters ctx in its
+ * launch: on the same stream, of their dtype, and it fits one block. */
+static bool takes_sgd(const waiting_work *w, const void *ctx)
+{
+    const dp_tensor *p = ctx;
+    if (w->what != WAITS_LINEAR_BACKWARD || w->stream != stream_now(p->device) || w->back[0].g->dtype != p->dtype)
+        return false;
+    dpc_linear_grads grads[2];
+    waiting_grads(w, grads);
+    return dpc_linear_backward_takes_sgd(grads, w->layers, dp_tensor_numel(p));
+}
+
+/* The step over the flat buffers p, g (and buf); in the launch of the
+ * backward that waits, when it computed the last gradients and can take
+ * it (the seed's chain of two Linears and its step: one launch). */
 dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
                        double dampening, int nesterov, double weight_decay, int first_step)
 {
+    const dpc_sgd_args a = { dp_tensor_numel(p), first(p), first(g), buf ? first(buf) : NULL, lr, momentum,
+                             dampening, weight_decay, nesterov, first_step };
+    waiting_work back;
+    if (deferred_take(takes_sgd, p, &back)) {
+        int rc = backward_launch(&back, &a);
+        if (!rc)
+            deferred_fusions++;
+        waiting_release(&back);
+        return gpu_status(back.layers == 2 ? "linear backward (two layers) and sgd_step in one launch"
+                                           : "linear backward and sgd_step in one launch", rc, p->dtype);
+    }
     set_device(p->device);
-    return gpu_status("sgd_step", dpc_sgd_step(p->dtype, dp_tensor_numel(p), first(p), first(g),
-                                               buf ? first(buf) : NULL, lr, momentum, dampening, nesterov,
-                                               weight_decay, first_step, stream_of(p->device)), p->dtype);
+    return gpu_status("sgd_step", dpc_sgd_step(p->dtype, &a, stream_of(p->device)), p->dtype);
 }
 
 dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,

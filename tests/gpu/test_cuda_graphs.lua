@@ -37,10 +37,20 @@ end
 
 ---------------------------------------------------------------- the deferred Linear
 
--- `steps` SGD steps (momentum 0.9) of m on fixed data: the losses as
--- exact hex (%a), one a line.
-local function sgd_loss_lines(m, x, y, steps, lr)
-  local opt = optim.SGD(m:parameters(), { lr = lr, momentum = 0.9 })
+-- the SGD settings of the bit test below, by name
+local SGD_SETTINGS = {
+  momentum = { momentum = 0.9 },
+  plain = {},
+  nesterov = { momentum = 0.9, nesterov = true, weight_decay = 0.01 },
+  dampening = { momentum = 0.9, dampening = 0.5, weight_decay = 0.001 },
+}
+
+-- `steps` SGD steps (settings: SGD_SETTINGS') of m on fixed data: the
+-- losses as exact hex (%a), one a line.
+local function sgd_loss_lines(m, x, y, steps, lr, settings)
+  local options = { lr = lr }
+  for k, v in pairs(settings) do options[k] = v end
+  local opt = optim.SGD(m:parameters(), options)
   local lines = {}
   for _ = 1, steps do
     opt:zero_grad()
@@ -52,23 +62,27 @@ local function sgd_loss_lines(m, x, y, steps, lr)
   return lines
 end
 
--- Four SGD steps of the seed's model with `act` between its Linears, in
--- dtype (a name: float32, float64, bfloat16), on fixed data: the losses
--- and the parameters after them as exact hex (%a), one line each.
-local function defer_bits(act, dtype_name)
+-- Four SGD steps (SGD_SETTINGS[sgd]) of the seed's model, `act` between
+-- its Linears, in dtype (a name: float32, float64, bfloat16), on fixed
+-- data: the losses and the parameters after them as exact hex (%a), one
+-- line each. "wide" makes it 20-40-2 (922 parameters: more than a thread
+-- each of the block that takes the step after the backward).
+local function defer_bits(act, dtype_name, sgd, wide)
   local dtype = torch[dtype_name]
+  local inputs, hidden = 10, 10
+  if wide == "wide" then inputs, hidden = 20, 40 end
   torch.manual_seed(5)
-  local x, y = torch.randn(32, 10):to(dtype):to(dev), torch.randint(0, 2, { 32 }):to(dev)
-  local m = nn.Sequential(nn.Linear(10, 10), act == "relu" and nn.ReLU() or nn.GELU(act), nn.Linear(10, 2))
+  local x, y = torch.randn(32, inputs):to(dtype):to(dev), torch.randint(0, 2, { 32 }):to(dev)
+  local m = nn.Sequential(nn.Linear(inputs, hidden), act == "relu" and nn.ReLU() or nn.GELU(act), nn.Linear(hidden, 2))
   m = m:to(dtype):to(dev)
-  local lines = sgd_loss_lines(m, x, y, 4, 0.1)
+  local lines = sgd_loss_lines(m, x, y, 4, 0.1, SGD_SETTINGS[sgd])
   for _, v in ipairs(flat_params(m)) do lines[#lines + 1] = ("%a"):format(v) end
   return table.concat(lines, "\n")
 end
 
 -- the other process of the test below
 if arg and arg[1] == "--defer-bits" then
-  io.write(defer_bits(arg[2], arg[3]), "\n")
+  io.write(defer_bits(arg[2], arg[3], arg[4], arg[5]), "\n")
   os.exit(0)
 end
 
@@ -85,21 +99,32 @@ end
 
 -- What waits runs where it fits (gpu.c's waiting_work): the Linears
 -- inside the loss's launch, an activation in a Linear's epilogue, two
--- backwards chained in one block. Each must give the bits its own launch
--- would: the same steps with DPLUA_DEFER_LINEAR=0 (read once, so in a
--- fresh process) end in the same losses and parameters, bit for bit.
+-- backwards chained in one block, and the SGD step after them in that
+-- block. Each must give the bits its own launch would: the same steps
+-- with DPLUA_DEFER_LINEAR=0 (read once, so in a fresh process) end in the
+-- same losses and parameters, bit for bit. A step of the ReLU model saves
+-- five launches (the activation, both Linears in the loss, the chain, the
+-- SGD step), but the first with momentum four (making the momentum buffer
+-- launches the chain first); the wide model's hidden layer is too large
+-- for the loss's launch (one less). A GELU's backward is an op between
+-- the Linears' (no chain, no step in it): three.
 T.run("the deferred Linear changes no bit of a training run", function()
   local command = own_command()
-  for _, case in ipairs({ { "relu", "float32" }, { "relu", "float64" }, { "relu", "bfloat16" },
-                          { "none", "float32" }, { "tanh", "float64" } }) do
-    local p = io.popen(("DPLUA_DEFER_LINEAR=0 %s --defer-bits %s %s; echo \"exit $?\""):format(command, case[1],
-                                                                                               case[2]))
+  for _, case in ipairs({ { "relu", "float32", "momentum" }, { "relu", "float64", "momentum" },
+                          { "relu", "bfloat16", "momentum" }, { "none", "float32", "momentum" },
+                          { "tanh", "float64", "momentum" }, { "relu", "float32", "plain" },
+                          { "relu", "float64", "nesterov" }, { "relu", "bfloat16", "dampening" },
+                          { "relu", "float32", "nesterov", "wide" }, { "relu", "bfloat16", "momentum", "wide" } }) do
+    local name = table.concat(case, " ")
+    local p = io.popen(("DPLUA_DEFER_LINEAR=0 %s --defer-bits %s; echo \"exit $?\""):format(command, name))
     local alone = p:read("*a")
     p:close()
     local fused_before = torch.cuda._linear_fusions()
-    local waited = defer_bits(case[1], case[2])
-    T.ok(torch.cuda._linear_fusions() > fused_before, case[1] .. " " .. case[2] .. ": here the Linears waited")
-    T.is(waited .. "\nexit 0\n", alone, case[1] .. " " .. case[2] .. ": the same losses and parameters as each op alone")
+    local waited = defer_bits(case[1], case[2], case[3], case[4])
+    local relu = case[1] == "relu"
+    local saved = 4 * ((relu and 5 or 3) - (case[4] and 1 or 0)) - ((relu and SGD_SETTINGS[case[3]].momentum) and 1 or 0)
+    T.is(torch.cuda._linear_fusions() - fused_before, saved, name .. ": the launches the Linears' waiting saved")
+    T.is(waited .. "\nexit 0\n", alone, name .. ": the same losses and parameters as each op alone")
   end
 end)
 
