@@ -11,7 +11,8 @@
  * in CUDA graphs too, where the gaps are what a replayed step is made of.
  *
  * The contract: a kernel launched by launch_kernel() starts with
- * begin_after_previous_kernel(), before it reads or writes any memory.
+ * begin_after_previous_kernel(), before it reads or writes any memory
+ * (or with its two halves apart: below).
  * Without that call it could run beside the kernel before it.
  * tests/sh/test_cuda_sources.sh checks every kernel of cuda/ for it.
  * Kernels of others (cuBLASLt's, NCCL's) and copies keep plain stream
@@ -26,13 +27,27 @@
  * one in the stream be scheduled, then waits until the kernel before this
  * one has finished and its writes are visible. Both are no-ops when the
  * launch was not programmatic, and before sm_90. */
-__device__ __forceinline__ void begin_after_previous_kernel(void)
+__device__ __forceinline__ void let_next_kernel_start(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_previous_kernel(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+__device__ __forceinline__ void begin_after_previous_kernel(void)
+{
+    let_next_kernel_start();
+    wait_for_previous_kernel();
+}
+/* A kernel with work that touches no memory but its own shared memory
+ * (copying its parameters there, index arithmetic) may instead begin
+ * with let_next_kernel_start(), do that work while the kernel before it
+ * still runs, and call wait_for_previous_kernel() before anything else. */
 
 /* What the current device does of sm_90's that our kernels use (cuda/
  * device.cu; asked once per device): thread-block clusters, and PDL

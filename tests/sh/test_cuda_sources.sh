@@ -15,17 +15,25 @@ make_tmp cuda_sources
 
 # Every __global__ function's body starts with the call: the first line
 # after the body's opening brace (a line "{" alone, as the sources write
-# it). Prints FILE:LINE of each kernel that does not.
+# it); or with its first half, let_next_kernel_start(), when the body
+# (up to a line "}" alone) also calls the second, wait_for_previous_kernel().
+# Prints FILE:LINE of each kernel that does not.
 for f in "$cuda"/*.cu; do
     awk -v file="$(basename "$f")" '
         /__global__/ { kernel = FNR; want = 1; next }
         want == 1 && /^\{$/ { want = 2; next }
-        want == 2 { if ($0 !~ /^    begin_after_previous_kernel\(\);$/) print file ":" kernel; want = 0 }
+        want == 2 {
+            want = 0
+            if ($0 ~ /^    let_next_kernel_start\(\);$/) { want = 3; next }
+            if ($0 !~ /^    begin_after_previous_kernel\(\);$/) print file ":" kernel
+        }
+        want == 3 && /^    wait_for_previous_kernel\(\);$/ { want = 0; next }
+        want == 3 && /^\}$/ { print file ":" kernel " (no wait_for_previous_kernel)"; want = 0 }
     ' "$f"
 done >"$tmp/out"
 kernels=$(cat "$cuda"/*.cu | grep -c '__global__')
 [ "$kernels" -gt 10 ] && [ ! -s "$tmp/out" ]
-ok $? "each of the $kernels kernels of cuda/ begins with begin_after_previous_kernel()" "$tmp/out"
+ok $? "each of the $kernels kernels of cuda/ begins with begin_after_previous_kernel() or its halves" "$tmp/out"
 
 grep -n '<<<' "$cuda"/*.cu >"$tmp/out"
 [ ! -s "$tmp/out" ]
