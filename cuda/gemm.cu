@@ -288,9 +288,10 @@ __device__ static inline epilogue_in<Acc> epilogue_load(const tile_job &J, int64
 }
 
 /* Element (i, j) of the job's C (batch entry C) from its product v:
- * alpha, beta, bias, the activation and the mask (e: epilogue_load's). */
+ * alpha, beta, bias, the activation and the mask (e: epilogue_load's).
+ * Returns it as stored. */
 template <typename T, typename Acc>
-__device__ static inline void tile_finish(const tile_job &J, T *C, int64_t i, int64_t j, Acc v, epilogue_in<Acc> e)
+__device__ static inline Acc tile_finish(const tile_job &J, T *C, int64_t i, int64_t j, Acc v, epilogue_in<Acc> e)
 {
     const gemm_args &g = J.g;
     T *p = C + i * g.ldc + j;
@@ -300,7 +301,10 @@ __device__ static inline void tile_finish(const tile_job &J, T *C, int64_t i, in
     if (g.epilogue != DPC_EPI_BGRAD && g.bias)
         v = v + e.bias;
     v = activate(g.epilogue, v, g.aux ? (T *)g.aux + i * g.ldc + j : (T *)NULL);
-    store(p, e.keep ? v : (Acc)0);
+    T stored;
+    store(&stored, e.keep ? v : (Acc)0);
+    *p = stored;
+    return to_acc(stored);
 }
 
 /* The blocks of a cluster that split a tile's k: each leaves its partial
@@ -636,7 +640,11 @@ __global__ static void __launch_bounds__(256, sizeof(Acc) == 4 ? 2 : 1)
  * dot product over all of k from shared memory, summed as tile_run sums
  * (even and odd k apart). A chain (chain_at > 0: two Linears' backwards,
  * the second reading the first's dx) runs its two parts in turn in the
- * same launch, a barrier between them. */
+ * same launch, a barrier between them. Where both parts' operands fit
+ * at once, the second's are staged with the first's, and the first
+ * part's dx goes to the second's operand in shared memory as it is
+ * computed (besides global memory): the second part then reads no
+ * global memory, a latency less. */
 #define SMALL_THREADS 512
 #define SMALL_OUTPUTS 4
 #define SMALL_BYTES (32 * 1024)
@@ -650,12 +658,14 @@ namespace {   /* file-local types: no clash with another file's of the same name
 struct small_stage {
     const void *src;
     int64_t ld;
-    int count, inner, at, outer_step, inner_step;
+    int count, inner, at, outer_step, inner_step;   /* count 0: fed by a job of the first part (feeds) */
 };
 struct small_jobs {
     tile_jobs jobs;
     small_stage stage[8];   /* job j's op(A) in 2j (row i at a_ld[j] i), op(B) in 2j + 1 (row kk at n kk) */
     int a_ld[4];
+    int ahead;              /* a chain's second part staged with the first (its own place in sm) */
+    int feeds[4];           /* 0, or 1 + the stage of the second part that job j's C (i, j) also goes to */
     dpc_sgd_args sgd;       /* n 0, or the SGD step the block takes after the products (small_sgd_step) */
 };
 /* An element of C a thread computes, or (j < 0) the row sum i of op(A). */
@@ -684,19 +694,19 @@ __device__ static inline bool small_locate(const tile_jobs &jobs, int first, int
     return false;
 }
 
-/* The operands of jobs first .. end-1 into shared memory, as one run of
- * elements over their stages. The loops here are not unrolled: a single
- * block's kernel runs on an SM whose instruction cache has not seen it,
- * and every instruction it runs is fetched once, so code is latency. */
+/* Stages first .. end-1 into shared memory, as one run of elements over
+ * them. The loops here are not unrolled: a single block's kernel runs on
+ * an SM whose instruction cache has not seen it, and every instruction it
+ * runs is fetched once, so code is latency. */
 template <typename T, typename Acc>
 __device__ static void small_stage_part(const small_jobs &s, int first, int end, Acc *sm)
 {
     int total = 0;
-    for (int st = 2 * first; st < 2 * end; st++)
+    for (int st = first; st < end; st++)
         total += s.stage[st].count;
 #pragma unroll 1
     for (int e0 = (int)threadIdx.x; e0 < total; e0 += SMALL_THREADS) {
-        int e = e0, st = 2 * first;
+        int e = e0, st = first;
         while (e >= s.stage[st].count)
             e -= s.stage[st++].count;
         const small_stage &S = s.stage[st];
@@ -705,18 +715,19 @@ __device__ static void small_stage_part(const small_jobs &s, int first, int end,
     }
 }
 
-/* Jobs first .. end-1 by the whole block: the epilogue inputs of each
- * thread's first element are loaded beside the operands, then each thread
- * computes its elements. */
+/* Jobs first .. end-1 by the whole block, after stages stage_first ..
+ * stage_end-1 are in shared memory: the epilogue inputs of each thread's
+ * first element are loaded beside the operands, then each thread computes
+ * its elements. */
 template <typename T, typename Acc>
-__device__ static void small_part(const small_jobs &s, int first, int end, Acc *sm)
+__device__ static void small_part(const small_jobs &s, int first, int end, int stage_first, int stage_end, Acc *sm)
 {
     small_out out;
     bool has = small_locate(s.jobs, first, end, (int)threadIdx.x, out);
     epilogue_in<Acc> e = { (Acc)0, true };
     if (has && out.j >= 0)
         e = epilogue_load<T, Acc>(s.jobs.job[out.job], out.i, out.j);
-    small_stage_part<T, Acc>(s, first, end, sm);
+    small_stage_part<T, Acc>(s, stage_first, stage_end, sm);
     __syncthreads();
 #pragma unroll 1
     for (int o = (int)threadIdx.x + SMALL_THREADS; has; o += SMALL_THREADS) {
@@ -746,7 +757,11 @@ __device__ static void small_part(const small_jobs &s, int first, int end, Acc *
             }
             if (kk < k)
                 even += a[kk] * b[kk * n];
-            tile_finish(J, (T *)J.g.C, i, j, even + odd, e);
+            const Acc stored = tile_finish(J, (T *)J.g.C, i, j, even + odd, e);
+            if (s.feeds[jb]) {   /* C is the second part's operand: element (i, j) is row i of it as staged */
+                const small_stage &F = s.stage[s.feeds[jb] - 1];
+                sm[F.at + i * F.outer_step + j * F.inner_step] = stored;
+            }
         }
         if ((has = small_locate(s.jobs, first, end, o, out)) && out.j >= 0)
             e = epilogue_load<T, Acc>(s.jobs.job[out.job], out.i, out.j);
@@ -791,17 +806,20 @@ __device__ static void small_sgd_step(const dpc_sgd_args &a, Acc p0, Acc b0)
 /* The jobs' description is read by run-time indices (which job, which
  * operand), chains of reads that each may miss the constant cache of an
  * SM that has not run this launch; so the block first copies it into
- * shared memory, all of it at once, and reads it there. */
+ * shared memory, all of it at once, and reads it there. That touches no
+ * memory of the kernel before, so it is done while that one still runs
+ * (launch.cuh). */
 template <typename T, typename Acc>
 __global__ static void __launch_bounds__(SMALL_THREADS) small_gemm_kernel(const __grid_constant__ small_jobs params)
 {
-    begin_after_previous_kernel();
+    let_next_kernel_start();
     __shared__ __align__(16) Acc sm[SMALL_BYTES / sizeof(Acc)];
     __shared__ __align__(16) small_jobs s;
     static_assert(sizeof s % sizeof(int) == 0 && sizeof s / sizeof(int) <= SMALL_THREADS, "one word a thread");
     if (threadIdx.x < sizeof s / sizeof(int))
         reinterpret_cast<int *>(&s)[threadIdx.x] = reinterpret_cast<const int *>(&params)[threadIdx.x];
     __syncthreads();
+    wait_for_previous_kernel();
     Acc p0 = 0, b0 = 0;   /* the step's first parameter and momentum of this thread, loaded early */
     const dpc_sgd_args &sgd = s.sgd;
     if ((int)threadIdx.x < sgd.n) {
@@ -809,11 +827,11 @@ __global__ static void __launch_bounds__(SMALL_THREADS) small_gemm_kernel(const 
         if (sgd.momentum_buf && !sgd.first_step)
             b0 = to_acc(((const T *)sgd.momentum_buf)[threadIdx.x]);
     }
-    const int at = s.jobs.chain_at ? s.jobs.chain_at : s.jobs.count;
-    small_part<T, Acc>(s, 0, at, sm);
-    if (at < s.jobs.count) {
-        __syncthreads();   /* the first part's writes visible to the block; its shared memory free */
-        small_part<T, Acc>(s, at, s.jobs.count, sm);
+    const int at = s.jobs.chain_at ? s.jobs.chain_at : s.jobs.count, count = s.jobs.count;
+    small_part<T, Acc>(s, 0, at, 0, 2 * (s.ahead ? count : at), sm);
+    if (at < count) {
+        __syncthreads();   /* the first part's writes visible to the block; unless ahead, its shared memory free */
+        small_part<T, Acc>(s, at, count, s.ahead ? 2 * count : 2 * at, 2 * count, sm);
     }
     if (sgd.n > 0) {
         __syncthreads();   /* the gradients the block wrote visible to all of it */
@@ -822,10 +840,11 @@ __global__ static void __launch_bounds__(SMALL_THREADS) small_gemm_kernel(const 
 }
 
 /* Places the operands of jobs first .. end-1 of s.jobs in shared memory
- * of elements of acc_size bytes: false when they do not fit one block. */
-static bool small_plan_part(small_jobs &s, int first, int end, size_t acc_size)
+ * of elements of acc_size bytes from element `at` on, which ends at the
+ * end of them: false when they do not fit one block. */
+static bool small_plan_part(small_jobs &s, int first, int end, size_t acc_size, int64_t &at)
 {
-    int64_t at = 0, outputs = 0, macs = 0;
+    int64_t outputs = 0, macs = 0;
     for (int j = first; j < end; j++) {
         const gemm_args &g = s.jobs.job[j].g;
         const int64_t most = SMALL_THREADS * SMALL_OUTPUTS;   /* bounds each factor before any product */
@@ -847,14 +866,44 @@ static bool small_plan_part(small_jobs &s, int first, int end, size_t acc_size)
     return true;
 }
 
+/* A chain's second part staged ahead: each of its stages that reads a
+ * first-part job's C, whole and row by row as the job writes it, is fed
+ * by the job instead (tile_finish's value, as the stage would load it). */
+static void small_plan_feeds(small_jobs &s, int at)
+{
+    for (int st = 2 * at; st < 2 * s.jobs.count; st++) {
+        small_stage &S = s.stage[st];
+        for (int jb = 0; jb < at; jb++) {
+            const gemm_args &g = s.jobs.job[jb].g;
+            if (!s.feeds[jb] && S.src == g.C && S.ld == g.ldc && S.inner == g.n && S.count == g.m * g.n) {
+                s.feeds[jb] = st + 1;
+                S.count = 0;
+                break;
+            }
+        }
+    }
+}
+
 /* Whether the jobs (both parts of a chain) fit small_gemm_kernel; s is
- * then its argument. */
+ * then its argument. A chain's second part goes after the first where
+ * both fit, else in the first's place. */
 static bool small_plan(small_jobs &s, const tile_jobs &jobs, size_t acc_size)
 {
     memset(&s, 0, sizeof s);
     s.jobs = jobs;
     const int at = jobs.chain_at ? jobs.chain_at : jobs.count;
-    return small_plan_part(s, 0, at, acc_size) && small_plan_part(s, at, jobs.count, acc_size);
+    int64_t end = 0;
+    if (!small_plan_part(s, 0, at, acc_size, end))
+        return false;
+    if (at == jobs.count)
+        return true;
+    if (small_plan_part(s, at, jobs.count, acc_size, end)) {
+        s.ahead = 1;
+        small_plan_feeds(s, at);
+        return true;
+    }
+    end = 0;
+    return small_plan_part(s, at, jobs.count, acc_size, end);
 }
 
 /* Whether a product of this shape is one for our kernel. */
