@@ -665,7 +665,7 @@ struct small_jobs {
     small_stage stage[8];   /* job j's op(A) in 2j (row i at a_ld[j] i), op(B) in 2j + 1 (row kk at n kk) */
     int a_ld[4];
     int ahead;              /* a chain's second part staged with the first (its own place in sm) */
-    int feeds[4];           /* 0, or 1 + the stage of the second part that job j's C (i, j) also goes to */
+    int feeds[4][2];        /* 0, or 1 + a stage of the second part that job j's C (i, j) also goes to */
     dpc_sgd_args sgd;       /* n 0, or the SGD step the block takes after the products (small_sgd_step) */
 };
 /* An element of C a thread computes, or (j < 0) the row sum i of op(A). */
@@ -758,8 +758,8 @@ __device__ static void small_part(const small_jobs &s, int first, int end, int s
             if (kk < k)
                 even += a[kk] * b[kk * n];
             const Acc stored = tile_finish(J, (T *)J.g.C, i, j, even + odd, e);
-            if (s.feeds[jb]) {   /* C is the second part's operand: element (i, j) is row i of it as staged */
-                const small_stage &F = s.stage[s.feeds[jb] - 1];
+            for (int f = 0; f < 2 && s.feeds[jb][f]; f++) {   /* C is a second-part operand: its row i */
+                const small_stage &F = s.stage[s.feeds[jb][f] - 1];
                 sm[F.at + i * F.outer_step + j * F.inner_step] = stored;
             }
         }
@@ -866,22 +866,45 @@ static bool small_plan_part(small_jobs &s, int first, int end, size_t acc_size, 
     return true;
 }
 
-/* A chain's second part staged ahead: each of its stages that reads a
- * first-part job's C, whole and row by row as the job writes it, is fed
- * by the job instead (tile_finish's value, as the stage would load it). */
-static void small_plan_feeds(small_jobs &s, int at)
+/* Whether the bytes [a, a + a_bytes) and [b, b + b_bytes) overlap. */
+static bool overlap(const void *a, int64_t a_bytes, const void *b, int64_t b_bytes)
+{
+    const char *x = (const char *)a, *y = (const char *)b;
+    return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
+/* Whether a first-part job writes any memory the stage reads. */
+static bool stage_reads_output(const small_stage &S, const gemm_args &g)
+{
+    const int64_t es = (int64_t)dt_size(g.dtype);
+    const int64_t read = S.count ? ((S.count / S.inner - 1) * S.ld + S.inner) * es : 0;
+    const int64_t written = ((g.m - 1) * g.ldc + g.n) * es;
+    return overlap(S.src, read, g.C, written) || (g.aux && overlap(S.src, read, g.aux, written)) ||
+           (g.epilogue == DPC_EPI_BGRAD && g.bias && overlap(S.src, read, g.bias, g.m * es));
+}
+
+/* A chain's second part staged ahead, with the first part's: each of its
+ * stages that reads a first-part job's C, whole and row by row as the job
+ * writes it, is fed by the job instead (tile_finish's value, as the stage
+ * would load it). False when another stage reads what the first part
+ * writes: then the second part cannot be staged ahead. */
+static bool small_plan_feeds(small_jobs &s, int at)
 {
     for (int st = 2 * at; st < 2 * s.jobs.count; st++) {
         small_stage &S = s.stage[st];
-        for (int jb = 0; jb < at; jb++) {
+        for (int jb = 0; jb < at && S.count; jb++) {
             const gemm_args &g = s.jobs.job[jb].g;
-            if (!s.feeds[jb] && S.src == g.C && S.ld == g.ldc && S.inner == g.n && S.count == g.m * g.n) {
-                s.feeds[jb] = st + 1;
+            int *slot = !s.feeds[jb][0] ? &s.feeds[jb][0] : !s.feeds[jb][1] ? &s.feeds[jb][1] : NULL;
+            if (slot && S.src == g.C && S.ld == g.ldc && S.inner == g.n && S.count == g.m * g.n) {
+                *slot = st + 1;
                 S.count = 0;
-                break;
             }
         }
+        for (int jb = 0; jb < at && S.count; jb++)
+            if (stage_reads_output(S, s.jobs.job[jb].g))
+                return false;
     }
+    return true;
 }
 
 /* Whether the jobs (both parts of a chain) fit small_gemm_kernel; s is
@@ -897,11 +920,11 @@ static bool small_plan(small_jobs &s, const tile_jobs &jobs, size_t acc_size)
         return false;
     if (at == jobs.count)
         return true;
-    if (small_plan_part(s, at, jobs.count, acc_size, end)) {
+    if (small_plan_part(s, at, jobs.count, acc_size, end) && small_plan_feeds(s, at)) {
         s.ahead = 1;
-        small_plan_feeds(s, at);
         return true;
     }
+    memset(s.feeds, 0, sizeof s.feeds);
     end = 0;
     return small_plan_part(s, at, jobs.count, acc_size, end);
 }
