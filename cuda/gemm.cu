@@ -694,40 +694,95 @@ __device__ static inline bool small_locate(const tile_jobs &jobs, int first, int
     return false;
 }
 
-/* Stages first .. end-1 into shared memory, as one run of elements over
- * them. The loops here are not unrolled: a single block's kernel runs on
- * an SM whose instruction cache has not seen it, and every instruction it
- * runs is fetched once, so code is latency. */
-template <typename T, typename Acc>
-__device__ static void small_stage_part(const small_jobs &s, int first, int end, Acc *sm)
+/* Where element e of one run of elements over the stages from `first` on
+ * (e below their total) is read, and (dst) where in shared memory it goes. */
+template <typename T>
+__device__ static inline const T *small_stage_at(const small_jobs &s, int first, int e, int &dst)
 {
-    int total = 0;
-    for (int st = first; st < end; st++)
-        total += s.stage[st].count;
+    int st = first;
+    while (e >= s.stage[st].count)
+        e -= s.stage[st++].count;
+    const small_stage &S = s.stage[st];
+    const int o = e / S.inner, r = e - o * S.inner;
+    dst = S.at + o * S.outer_step + r * S.inner_step;
+    return (const T *)S.src + o * S.ld + r;
+}
+
+/* The staged elements a thread locates before the kernel waits. */
+#define SMALL_EARLY 2
+
+namespace {   /* file-local types: no clash with another file's of the same name */
+/* What a thread finds of a part before the kernel waits, from the jobs'
+ * description alone: its first output, and where its first SMALL_EARLY
+ * elements of the part's stages (stage_first .. stage_end-1) come from
+ * and go. */
+template <typename T>
+struct small_start {
+    small_out out;
+    bool has;
+    int stage_first, total, loads;
+    const T *src[SMALL_EARLY];
+    int dst[SMALL_EARLY];
+};
+}  // namespace
+
+template <typename T>
+__device__ static small_start<T> small_begin(const small_jobs &s, int first, int end, int stage_first, int stage_end)
+{
+    small_start<T> b;
+    b.has = small_locate(s.jobs, first, end, (int)threadIdx.x, b.out);
+    b.stage_first = stage_first;
+    b.total = b.loads = 0;
+    for (int st = stage_first; st < stage_end; st++)
+        b.total += s.stage[st].count;
+#pragma unroll
+    for (int u = 0; u < SMALL_EARLY; u++) {
+        const int e = (int)threadIdx.x + u * SMALL_THREADS;
+        if (e < b.total) {
+            b.src[u] = small_stage_at<T>(s, stage_first, e, b.dst[u]);
+            b.loads = u + 1;
+        }
+    }
+    return b;
+}
+
+/* The part's stages into shared memory, as one run of elements over them:
+ * the elements located early loaded together, then the rest. The loops
+ * here are not unrolled: a single block's kernel runs on an SM whose
+ * instruction cache has not seen it, and every instruction it runs is
+ * fetched once, so code is latency. */
+template <typename T, typename Acc>
+__device__ static void small_stage_part(const small_jobs &s, const small_start<T> &b, Acc *sm)
+{
+    Acc v[SMALL_EARLY];
+#pragma unroll
+    for (int u = 0; u < SMALL_EARLY; u++)
+        if (u < b.loads)
+            v[u] = to_acc(*b.src[u]);
+#pragma unroll
+    for (int u = 0; u < SMALL_EARLY; u++)
+        if (u < b.loads)
+            sm[b.dst[u]] = v[u];
 #pragma unroll 1
-    for (int e0 = (int)threadIdx.x; e0 < total; e0 += SMALL_THREADS) {
-        int e = e0, st = first;
-        while (e >= s.stage[st].count)
-            e -= s.stage[st++].count;
-        const small_stage &S = s.stage[st];
-        const int o = e / S.inner, r = e - o * S.inner;
-        sm[S.at + o * S.outer_step + r * S.inner_step] = to_acc(((const T *)S.src)[o * S.ld + r]);
+    for (int e = (int)threadIdx.x + SMALL_EARLY * SMALL_THREADS; e < b.total; e += SMALL_THREADS) {
+        int dst;
+        const T *src = small_stage_at<T>(s, b.stage_first, e, dst);
+        sm[dst] = to_acc(*src);
     }
 }
 
-/* Jobs first .. end-1 by the whole block, after stages stage_first ..
- * stage_end-1 are in shared memory: the epilogue inputs of each thread's
- * first element are loaded beside the operands, then each thread computes
- * its elements. */
+/* Jobs first .. end-1 by the whole block, from what small_begin found
+ * (b): the epilogue inputs of each thread's first element are loaded
+ * beside the operands, then each thread computes its elements. */
 template <typename T, typename Acc>
-__device__ static void small_part(const small_jobs &s, int first, int end, int stage_first, int stage_end, Acc *sm)
+__device__ static void small_part(const small_jobs &s, int first, int end, const small_start<T> &b, Acc *sm)
 {
-    small_out out;
-    bool has = small_locate(s.jobs, first, end, (int)threadIdx.x, out);
+    small_out out = b.out;
+    bool has = b.has;
     epilogue_in<Acc> e = { (Acc)0, true };
     if (has && out.j >= 0)
         e = epilogue_load<T, Acc>(s.jobs.job[out.job], out.i, out.j);
-    small_stage_part<T, Acc>(s, stage_first, stage_end, sm);
+    small_stage_part<T, Acc>(s, b, sm);
     __syncthreads();
 #pragma unroll 1
     for (int o = (int)threadIdx.x + SMALL_THREADS; has; o += SMALL_THREADS) {
@@ -806,9 +861,10 @@ __device__ static void small_sgd_step(const dpc_sgd_args &a, Acc p0, Acc b0)
 /* The jobs' description is read by run-time indices (which job, which
  * operand), chains of reads that each may miss the constant cache of an
  * SM that has not run this launch; so the block first copies it into
- * shared memory, all of it at once, and reads it there. That touches no
- * memory of the kernel before, so it is done while that one still runs
- * (launch.cuh). */
+ * shared memory, all of it at once, and reads it there. That, and
+ * finding each thread's first outputs and operands in it (small_begin),
+ * touch no memory of the kernel before, so they are done while that one
+ * still runs (launch.cuh). */
 template <typename T, typename Acc>
 __global__ static void __launch_bounds__(SMALL_THREADS) small_gemm_kernel(const __grid_constant__ small_jobs params)
 {
@@ -819,6 +875,10 @@ __global__ static void __launch_bounds__(SMALL_THREADS) small_gemm_kernel(const 
     if (threadIdx.x < sizeof s / sizeof(int))
         reinterpret_cast<int *>(&s)[threadIdx.x] = reinterpret_cast<const int *>(&params)[threadIdx.x];
     __syncthreads();
+    /* also before the wait: where each part's first outputs and operands are */
+    const int at = s.jobs.chain_at ? s.jobs.chain_at : s.jobs.count, count = s.jobs.count;
+    const small_start<T> first = small_begin<T>(s, 0, at, 0, 2 * (s.ahead ? count : at));
+    const small_start<T> second = small_begin<T>(s, at, count, s.ahead ? 2 * count : 2 * at, 2 * count);
     wait_for_previous_kernel();
     Acc p0 = 0, b0 = 0;   /* the step's first parameter and momentum of this thread, loaded early */
     const dpc_sgd_args &sgd = s.sgd;
@@ -827,11 +887,10 @@ __global__ static void __launch_bounds__(SMALL_THREADS) small_gemm_kernel(const 
         if (sgd.momentum_buf && !sgd.first_step)
             b0 = to_acc(((const T *)sgd.momentum_buf)[threadIdx.x]);
     }
-    const int at = s.jobs.chain_at ? s.jobs.chain_at : s.jobs.count, count = s.jobs.count;
-    small_part<T, Acc>(s, 0, at, 0, 2 * (s.ahead ? count : at), sm);
+    small_part<T, Acc>(s, 0, at, first, sm);
     if (at < count) {
         __syncthreads();   /* the first part's writes visible to the block; unless ahead, its shared memory free */
-        small_part<T, Acc>(s, at, count, s.ahead ? 2 * count : 2 * at, 2 * count, sm);
+        small_part<T, Acc>(s, at, count, second, sm);
     }
     if (sgd.n > 0) {
         __syncthreads();   /* the gradients the block wrote visible to all of it */
