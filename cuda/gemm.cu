@@ -405,24 +405,55 @@ struct tile_smem {
     };
 };
 
-/* Tile blk of job J (split `split` of its k, of `splits`), by the block's
- * 256 threads. Thread (tx, ty) computes rows ty TM .. ty TM + TM-1 and columns
+namespace {   /* file-local types: no clash with another file's of the same name */
+/* Where a block of tiled_gemm_kernel works: split `split` (of `splits`) of
+ * the k of tile (tm, tn) of batch entry b, the tile's first row i0 and
+ * column j0, its share of k from k_first to k. */
+struct tile_place {
+    int64_t k_first, k, tn, b, i0, j0;
+    int split, splits;
+};
+}  // namespace
+
+/* The place of block blk of job J (J.blocks of them, whole clusters: split
+ * blk % J.splits of tile blk / J.splits, own_plan); from J alone, so that
+ * the kernel finds it before it waits for the kernel before (64-bit
+ * divisions, a few hundred instructions). */
+template <typename Acc, int TM>
+__device__ static inline tile_place tile_place_of(const tile_job &J, int64_t blk)
+{
+    constexpr int TILE = tile_smem<Acc, TM>::TILE, BK = tile_smem<Acc, TM>::BK;
+    const gemm_args &g = J.g;
+    tile_place p;
+    p.splits = J.splits;
+    p.split = (int)(blk % J.splits);
+    const int64_t tile = blk / J.splits;
+    /* this block's share of k: whole slices, the last share possibly empty */
+    const int64_t share = CEIL_DIV(CEIL_DIV(g.k, (int64_t)BK), (int64_t)p.splits) * BK;
+    p.k_first = p.split * share;
+    p.k = g.k < p.k_first + share ? g.k : p.k_first + share;
+    p.tn = tile % J.tiles_n;
+    const int64_t tm = tile / J.tiles_n % J.tiles_m;
+    p.b = tile / J.tiles_n / J.tiles_m;
+    p.i0 = tm * TILE;
+    p.j0 = p.tn * TILE;
+    return p;
+}
+
+/* The tile of job J at place p (tile_place_of), by the block's 256 threads. Thread (tx, ty) computes rows ty TM .. ty TM + TM-1 and columns
  * tx TM .. tx TM + TM-1 of the tile: each step of k reads its TM values of
  * each operand with one or two vector loads from shared memory, which is
  * what bounds this kernel. */
 template <typename T, typename Acc, int TM>
-__device__ static void tile_run(const tile_job &J, int64_t blk, int split, int splits, tile_smem<Acc, TM> &sm)
+__device__ static void tile_run(const tile_job &J, const tile_place &p, tile_smem<Acc, TM> &sm)
 {
     constexpr int TILE = tile_smem<Acc, TM>::TILE, BK = tile_smem<Acc, TM>::BK, LOADS = TILE * BK / 256;
     static_assert(sizeof sm.slice >= sizeof sm.part, "a partial tile fits in the slices' space");
     auto &As = sm.slice.a, &Bs = sm.slice.b;
     const gemm_args &g = J.g;
     const int64_t m = g.m, n = g.n;
-    /* this block's share of k: whole slices, the last share possibly empty */
-    const int64_t share = CEIL_DIV(CEIL_DIV(g.k, (int64_t)BK), (int64_t)splits) * BK;
-    const int64_t k_first = split * share, k = g.k < k_first + share ? g.k : k_first + share;
-    const int64_t tn = blk % J.tiles_n, tm = blk / J.tiles_n % J.tiles_m, b = blk / J.tiles_n / J.tiles_m;
-    const int64_t i0 = tm * TILE, j0 = tn * TILE;
+    const int64_t k_first = p.k_first, k = p.k, tn = p.tn, b = p.b, i0 = p.i0, j0 = p.j0;
+    const int splits = p.splits;
     const T *A = (const T *)g.A + b * g.stride_a, *B = (const T *)g.B + b * g.stride_b;
     const int64_t a_i = g.trans_a ? 1 : g.lda, a_k = g.trans_a ? g.lda : 1;   /* op(A)(i, k) = A[i*a_i + k*a_k] */
     const int64_t b_k = g.trans_b ? 1 : g.ldb, b_j = g.trans_b ? g.ldb : 1;   /* op(B)(k, j) = B[k*b_k + j*b_j] */
@@ -614,8 +645,9 @@ template <typename T, typename Acc, int TM>
 __global__ static void __launch_bounds__(256, sizeof(Acc) == 4 ? 2 : 1)
     tiled_gemm_kernel(const __grid_constant__ tile_jobs jobs)
 {
-    begin_after_previous_kernel();
+    let_next_kernel_start();
     __shared__ __align__(16) tile_smem<Acc, TM> sm;
+    /* the block's job and place, from the parameters alone: before the wait */
     int64_t blk = blockIdx.x;
     int j = 0;
     while (j + 1 < jobs.count && blk >= jobs.job[j].blocks)
@@ -623,7 +655,9 @@ __global__ static void __launch_bounds__(256, sizeof(Acc) == 4 ? 2 : 1)
     const tile_job &J = jobs.job[j];
     if (blk / J.splits >= J.tiles_m * J.tiles_n * J.g.batch)
         return;   /* an unsplit job's blocks past its tiles, to fill its last cluster */
-    tile_run<T, Acc, TM>(J, blk / J.splits, (int)(blk % J.splits), J.splits, sm);
+    const tile_place p = tile_place_of<Acc, TM>(J, blk);
+    wait_for_previous_kernel();
+    tile_run<T, Acc, TM>(J, p, sm);
 }
 
 /* ------------------------------------------------------------------------ */
