@@ -258,8 +258,10 @@ typedef struct {
 int dpc_linear_backward(int dtype, const dpc_linear_grads *layer, int layers, const dpc_sgd_args *sgd, void *stream);
 
 /* Whether dpc_linear_backward runs these layers (one, or a chain of two)
- * and then an SGD step of n elements in one launch of one block. */
-int dpc_linear_backward_takes_sgd(const dpc_linear_grads *layer, int layers, int64_t n);
+ * and then the SGD step sgd (on tensors of dtype) in one launch of one
+ * block: the step is small, and its parameters and momentum are none of
+ * the layers' outputs. */
+int dpc_linear_backward_takes_sgd(int dtype, const dpc_linear_grads *layer, int layers, const dpc_sgd_args *sgd);
 
 /* Whether dpc_linear_backward runs these two layers (layer[0], layer[1])
  * as a chain. */

@@ -440,10 +440,11 @@ __device__ static inline tile_place tile_place_of(const tile_job &J, int64_t blk
     return p;
 }
 
-/* The tile of job J at place p (tile_place_of), by the block's 256 threads. Thread (tx, ty) computes rows ty TM .. ty TM + TM-1 and columns
- * tx TM .. tx TM + TM-1 of the tile: each step of k reads its TM values of
- * each operand with one or two vector loads from shared memory, which is
- * what bounds this kernel. */
+/* The tile of job J at place p (tile_place_of), by the block's 256
+ * threads. Thread (tx, ty) computes rows ty TM .. ty TM + TM-1 and
+ * columns tx TM .. tx TM + TM-1 of the tile: each step of k reads its TM
+ * values of each operand with one or two vector loads from shared memory,
+ * which is what bounds this kernel. */
 template <typename T, typename Acc, int TM>
 __device__ static void tile_run(const tile_job &J, const tile_place &p, tile_smem<Acc, TM> &sm)
 {
@@ -653,10 +654,12 @@ __global__ static void __launch_bounds__(256, sizeof(Acc) == 4 ? 2 : 1)
     while (j + 1 < jobs.count && blk >= jobs.job[j].blocks)
         blk -= jobs.job[j++].blocks;
     const tile_job &J = jobs.job[j];
-    if (blk / J.splits >= J.tiles_m * J.tiles_n * J.g.batch)
-        return;   /* an unsplit job's blocks past its tiles, to fill its last cluster */
+    const bool past = blk / J.splits >= J.tiles_m * J.tiles_n * J.g.batch;
     const tile_place p = tile_place_of<Acc, TM>(J, blk);
+    /* every block waits, so that this grid never ends before the one before it */
     wait_for_previous_kernel();
+    if (past)
+        return;   /* an unsplit job's blocks past its tiles, to fill its last cluster */
     tile_run<T, Acc, TM>(J, p, sm);
 }
 
@@ -1225,9 +1228,28 @@ extern "C" int dpc_linear_backward_may_chain(const dpc_linear_grads *first)
  * better spread over the GPU (optim.cu). */
 #define SMALL_SGD_MAX (SMALL_THREADS * 8)
 
-extern "C" int dpc_linear_backward_takes_sgd(const dpc_linear_grads *layer, int layers, int64_t n)
+/* Whether the step's parameters or momentum overlap an output of the
+ * layers (each thread loads its first ones before the products). */
+static bool sgd_overlaps_outputs(int dtype, const dpc_linear_grads *layer, int layers, const dpc_sgd_args &a)
 {
-    if (n <= 0 || n > SMALL_SGD_MAX)
+    const int64_t es = (int64_t)dt_size(dtype), bytes = a.n * es;
+    for (int l = 0; l < layers; l++) {
+        const dpc_linear_grads &L = layer[l];
+        const void *out[3] = { L.dx, L.dw, L.db };
+        const int64_t out_bytes[3] = { L.M * L.K * es, L.N * L.K * es, L.N * es };
+        for (int o = 0; o < 3; o++)
+            if (out[o] && (overlap(a.param, bytes, out[o], out_bytes[o]) ||
+                           (a.momentum_buf && overlap(a.momentum_buf, bytes, out[o], out_bytes[o]))))
+                return true;
+    }
+    return false;
+}
+
+extern "C" int dpc_linear_backward_takes_sgd(int dtype, const dpc_linear_grads *layer, int layers,
+                                             const dpc_sgd_args *sgd)
+{
+    if (sgd->n <= 0 || sgd->n > SMALL_SGD_MAX || !sgd->param || !sgd->grad ||
+        sgd_overlaps_outputs(dtype, layer, layers, *sgd))
         return 0;
     if (layers == 2)
         return dpc_linear_backward_chains(layer);
@@ -1244,7 +1266,7 @@ extern "C" int dpc_linear_backward(int dtype, const dpc_linear_grads *layer, int
         return DPC_UNSUPPORTED;
     if (layers == 2 ? !dpc_linear_backward_chains(layer) : layers != 1 || !layer_is_ours(layer[0]))
         return DPC_UNSUPPORTED;
-    if (sgd && (sgd->param == NULL || sgd->grad == NULL || !dpc_linear_backward_takes_sgd(layer, layers, sgd->n)))
+    if (sgd && !dpc_linear_backward_takes_sgd(dtype, layer, layers, sgd))
         return DPC_UNSUPPORTED;
     tile_jobs jobs;
     layers_jobs(jobs, dtype, layer, layers, (cudaStream_t)stream);
@@ -1385,7 +1407,6 @@ static cudaDataType_t lt_type(int dtype)
 {
     return dtype == DP_FLOAT64 ? CUDA_R_64F : dtype == DP_BFLOAT16 ? CUDA_R_16BF : CUDA_R_32F;
 }
-
 
 /* The alignment cuBLASLt may assume for a matrix: that of its pointer and,
  * when there are several batch entries, of every entry's, up to 256. */
@@ -1623,7 +1644,6 @@ static int gemm_run(const gemm_args &g)
     return rc;
 }
 #endif /* DP_HAVE_CUBLASLT */
-
 
 /* ------------------------------------------------------------------------ */
 /* the entry point                                                           */

@@ -23,10 +23,11 @@
 
 #include <cuda_runtime.h>
 
-/* The first statement of every kernel of ours: lets the kernel after this
- * one in the stream be scheduled, then waits until the kernel before this
+/* let_next_kernel_start lets the kernel after this one in the stream be
+ * scheduled; wait_for_previous_kernel waits until the kernel before this
  * one has finished and its writes are visible. Both are no-ops when the
- * launch was not programmatic, and before sm_90. */
+ * launch was not programmatic, and before sm_90. The first statement of
+ * every kernel of ours is begin_after_previous_kernel, both in turn. */
 __device__ __forceinline__ void let_next_kernel_start(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

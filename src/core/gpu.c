@@ -857,7 +857,11 @@ static int act_epilogue(int act)
  * and is small enough to start a chain: if the next op is the backward of
  * the layer before, whose gradient is that dx, one launch of one block
  * computes both layers' (dpc_linear_backward's chain): the seed's fc2 and
- * fc1 backwards in one launch instead of two.
+ * fc1 backwards in one launch instead of two. The chain waits in turn,
+ * and so does a lone backward: if the next op is a small SGD step on
+ * their device and stream (gpu_sgd_step), the same block takes it after
+ * the gradients, so that the seed's whole backward and step are one
+ * launch.
  *
  * Any other work launches what waits first: every kernel and copy takes
  * its stream from stream_of, and synchronisations, stream and event calls,
@@ -1495,16 +1499,24 @@ dp_status gpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)
                                                       u->out_w, first(x), first(cols), stream_of(x->device)), x->dtype);
 }
 
-/* The waiting backward can take the SGD step of parameters ctx in its
- * launch: on the same stream, of their dtype, and it fits one block. */
+typedef struct {
+    const dp_tensor *p;       /* the parameters */
+    const dpc_sgd_args *a;    /* the step */
+} sgd_of;
+
+/* The waiting backward can take the SGD step ctx in its launch: on the
+ * parameters' device and stream, of their dtype, and it fits one block
+ * (dpc_linear_backward_takes_sgd). */
 static bool takes_sgd(const waiting_work *w, const void *ctx)
 {
-    const dp_tensor *p = ctx;
-    if (w->what != WAITS_LINEAR_BACKWARD || w->stream != stream_now(p->device) || w->back[0].g->dtype != p->dtype)
+    const sgd_of *o = ctx;
+    const dp_tensor *g = w->back[0].g;
+    if (w->what != WAITS_LINEAR_BACKWARD || g->device != o->p->device || w->stream != stream_now(o->p->device) ||
+        g->dtype != o->p->dtype)
         return false;
     dpc_linear_grads grads[2];
     waiting_grads(w, grads);
-    return dpc_linear_backward_takes_sgd(grads, w->layers, dp_tensor_numel(p));
+    return dpc_linear_backward_takes_sgd(o->p->dtype, grads, w->layers, o->a);
 }
 
 /* The step over the flat buffers p, g (and buf); in the launch of the
@@ -1516,7 +1528,7 @@ dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
     const dpc_sgd_args a = { dp_tensor_numel(p), first(p), first(g), buf ? first(buf) : NULL, lr, momentum,
                              dampening, weight_decay, nesterov, first_step };
     waiting_work back;
-    if (deferred_take(takes_sgd, p, &back)) {
+    if (deferred_take(takes_sgd, &(sgd_of){ p, &a }, &back)) {
         int rc = backward_launch(&back, &a);
         if (!rc)
             deferred_fusions++;

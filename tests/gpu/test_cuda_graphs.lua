@@ -80,9 +80,47 @@ local function defer_bits(act, dtype_name, sgd, wide)
   return table.concat(lines, "\n")
 end
 
--- the other process of the test below
+-- t's elements as exact hex, one a line, into lines
+local function hex_lines(lines, t)
+  for _, v in ipairs(t:detach():cpu():double():reshape(-1):tolist()) do lines[#lines + 1] = ("%a"):format(v) end
+end
+
+-- One forward and backward of a 10-10-2 ReLU model (case "lone": of one
+-- Linear(10, 2) whose input wants a gradient, so that its backward waits
+-- alone), then an SGD step by torch._sgd_step on tensors of its own:
+-- 100 float32 elements, momentum with Nesterov and weight decay, its
+-- first step. Case "large" takes 5000 elements, "float64" another dtype,
+-- "aliased" the second Linear's weight gradient (which the chain writes)
+-- as the parameters. The step's parameters and momentum and every
+-- gradient as exact hex, one a line.
+local function sgd_after_bits(case)
+  torch.manual_seed(8)
+  local x, y = torch.randn(32, 10):to(dev), torch.randint(0, 2, { 32 }):to(dev)
+  local m = case == "lone" and nn.Linear(10, 2):to(dev) or
+            nn.Sequential(nn.Linear(10, 10), nn.ReLU(), nn.Linear(10, 2)):to(dev)
+  if case == "lone" then x:requires_grad_() end
+  local n = case == "large" and 5000 or case == "aliased" and 20 or 100
+  local dtype = case == "float64" and torch.float64 or torch.float32
+  -- made before the forward: a copy or a fill launches what waits
+  local p, g, buf = torch.randn(n):to(dtype):to(dev), torch.randn(n):to(dtype):to(dev), torch.zeros(n):to(dtype):to(dev)
+  F.cross_entropy(m(x), y):backward()
+  if case == "aliased" then p = m:parameters()[3].grad end
+  torch._sgd_step(p, g, buf, 0.1, 0.9, 0, true, 0.01, true)
+  local lines = {}
+  hex_lines(lines, p)
+  hex_lines(lines, buf)
+  for _, q in ipairs(m:parameters()) do hex_lines(lines, q.grad) end
+  if case == "lone" then hex_lines(lines, x.grad) end
+  return table.concat(lines, "\n")
+end
+
+-- the other process of the tests below
 if arg and arg[1] == "--defer-bits" then
   io.write(defer_bits(arg[2], arg[3], arg[4], arg[5]), "\n")
+  os.exit(0)
+end
+if arg and arg[1] == "--sgd-after-bits" then
+  io.write(sgd_after_bits(arg[2]), "\n")
   os.exit(0)
 end
 
@@ -126,6 +164,27 @@ T.run("the deferred Linear changes no bit of a training run", function()
     local saved = 4 * ((relu and 4 or 2) - (case[4] and 1 or 0)) - ((relu and SGD_SETTINGS[case[3]].momentum) and 1 or 0)
     T.is(torch.cuda._linear_fusions() - fused_before, saved, name .. ": the launches the Linears' waiting saved")
     T.is(waited .. "\nexit 0\n", alone, name .. ": the same losses and parameters as each op alone")
+  end
+end)
+
+-- The SGD step joins the launch of the backward that waits before it
+-- when it can (gpu.c's takes_sgd): after a chain, on its first step with
+-- momentum, and after a lone Linear's backward; not when it is too large
+-- for the block, of another dtype, or on an output of the chain (its
+-- parameters would be read before they are written). Either way the
+-- bits are those of each op alone (DPLUA_DEFER_LINEAR=0, a fresh process).
+T.run("an SGD step joins the backward's launch only where it may", function()
+  local command = own_command()
+  -- launches saved: both Linears in the loss (one for "lone"), the chain
+  -- (none for "lone"), and the step where it joins
+  for _, case in ipairs({ { "first", 4 }, { "lone", 2 }, { "large", 3 }, { "float64", 3 }, { "aliased", 3 } }) do
+    local p = io.popen(("DPLUA_DEFER_LINEAR=0 %s --sgd-after-bits %s; echo \"exit $?\""):format(command, case[1]))
+    local alone = p:read("*a")
+    p:close()
+    local fused_before = torch.cuda._linear_fusions()
+    local waited = sgd_after_bits(case[1])
+    T.is(torch.cuda._linear_fusions() - fused_before, case[2], case[1] .. ": the launches the waiting saved")
+    T.is(waited .. "\nexit 0\n", alone, case[1] .. ": the same step and gradients as each op alone")
   end
 end)
 
