@@ -406,12 +406,12 @@ struct tile_smem {
 };
 
 namespace {   /* file-local types: no clash with another file's of the same name */
-/* Where a block of tiled_gemm_kernel works: split `split` (of `splits`) of
- * the k of tile (tm, tn) of batch entry b, the tile's first row i0 and
- * column j0, its share of k from k_first to k. */
+/* Where a block of tiled_gemm_kernel works: one of `splits` shares of the
+ * k of tile (tm, tn) of batch entry b, the tile's first row i0 and column
+ * j0, its share of k from k_first to k. */
 struct tile_place {
     int64_t k_first, k, tn, b, i0, j0;
-    int split, splits;
+    int splits;
 };
 }  // namespace
 
@@ -426,11 +426,10 @@ __device__ static inline tile_place tile_place_of(const tile_job &J, int64_t blk
     const gemm_args &g = J.g;
     tile_place p;
     p.splits = J.splits;
-    p.split = (int)(blk % J.splits);
-    const int64_t tile = blk / J.splits;
+    const int64_t split = blk % J.splits, tile = blk / J.splits;
     /* this block's share of k: whole slices, the last share possibly empty */
     const int64_t share = CEIL_DIV(CEIL_DIV(g.k, (int64_t)BK), (int64_t)p.splits) * BK;
-    p.k_first = p.split * share;
+    p.k_first = split * share;
     p.k = g.k < p.k_first + share ? g.k : p.k_first + share;
     p.tn = tile % J.tiles_n;
     const int64_t tm = tile / J.tiles_n % J.tiles_m;
@@ -869,6 +868,15 @@ __device__ static inline void sgd_store(__nv_bfloat16 *p, float v)
     *reinterpret_cast<uint16_t *>(p) = f32_to_bf16(v);
 }
 
+/* Parameter i of the SGD step and its momentum as the update reads it
+ * (0 where there is none, or on the first step), into p and b. */
+template <typename T, typename Acc>
+__device__ static inline void small_sgd_load(const dpc_sgd_args &a, int i, Acc &p, Acc &b)
+{
+    p = to_acc(((const T *)a.param)[i]);
+    b = a.momentum_buf && !a.first_step ? to_acc(((const T *)a.momentum_buf)[i]) : (Acc)0;
+}
+
 /* The SGD step after the products, by the whole block, each element as
  * optim.cu's sgd_kernel computes it (sgd.cuh). The gradients are the
  * products' (written by this block before a barrier) or older; each
@@ -887,11 +895,8 @@ __device__ static void small_sgd_step(const dpc_sgd_args &a, Acc p0, Acc b0)
         if (B)
             sgd_store(B + i, b);
         sgd_store(P + i, p);
-        const int next = i + SMALL_THREADS;
-        if (next < a.n) {
-            p0 = to_acc(P[next]);
-            b0 = B && !a.first_step ? to_acc(B[next]) : (Acc)0;
-        }
+        if (i + SMALL_THREADS < a.n)
+            small_sgd_load<T>(a, i + SMALL_THREADS, p0, b0);
     }
 }
 
@@ -919,11 +924,8 @@ __global__ static void __launch_bounds__(SMALL_THREADS) small_gemm_kernel(const 
     wait_for_previous_kernel();
     Acc p0 = 0, b0 = 0;   /* the step's first parameter and momentum of this thread, loaded early */
     const dpc_sgd_args &sgd = s.sgd;
-    if ((int)threadIdx.x < sgd.n) {
-        p0 = to_acc(((const T *)sgd.param)[threadIdx.x]);
-        if (sgd.momentum_buf && !sgd.first_step)
-            b0 = to_acc(((const T *)sgd.momentum_buf)[threadIdx.x]);
-    }
+    if ((int)threadIdx.x < sgd.n)
+        small_sgd_load<T>(sgd, (int)threadIdx.x, p0, b0);
     small_part<T, Acc>(s, 0, at, first, sm);
     if (at < count) {
         __syncthreads();   /* the first part's writes visible to the block; unless ahead, its shared memory free */
@@ -1384,19 +1386,13 @@ static struct {
     lt_plan plan;
 } plan_cache[PLAN_CACHE_SIZE];
 
-/* FNV-1a of a zeroed-then-filled key's bytes. */
-static uint32_t key_hash(const void *key, size_t bytes)
-{
-    const unsigned char *p = (const unsigned char *)key;
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < bytes; i++)
-        h = (h ^ p[i]) * 16777619u;
-    return h;
-}
-
 static unsigned plan_slot(const algo_key *key)
 {
-    return key_hash(key, sizeof *key) % PLAN_CACHE_SIZE;
+    const unsigned char *p = (const unsigned char *)key;
+    uint32_t h = 2166136261u;   /* FNV-1a */
+    for (size_t i = 0; i < sizeof *key; i++)
+        h = (h ^ p[i]) * 16777619u;
+    return h % PLAN_CACHE_SIZE;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1572,18 +1568,15 @@ static int lt_matmul(cublasLtHandle_t handle, const gemm_args &g, int device, bo
         st = lt.MatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias);
     if (rc == 0 && st == CUBLAS_STATUS_SUCCESS && epilogue && g.aux)
         st = lt.MatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux);
-    if (rc == 0 && st != CUBLAS_STATUS_SUCCESS)
-        rc = lt_status(st);
-    if (rc == 0) {
+    if (rc == 0 && st == CUBLAS_STATUS_SUCCESS) {
         float alpha32 = (float)g.alpha, beta32 = (float)g.beta;
         const void *alpha = g.dtype == DP_FLOAT64 ? (const void *)&g.alpha : &alpha32;
         const void *beta = g.dtype == DP_FLOAT64 ? (const void *)&g.beta : &beta32;
         st = lt.Matmul(handle, plan.op, alpha, g.B, plan.a, g.A, plan.b, beta, g.C, plan.c, g.C, plan.c,
                        &plan.algo, workspace, ws_bytes, g.stream);
-        rc = lt_status(st);
     }
     pthread_mutex_unlock(&lt_mutex);
-    return rc;
+    return rc != 0 ? rc : lt_status(st);
 }
 
 /* The product with the bias and activation in cuBLASLt's epilogue, or,

@@ -23,8 +23,9 @@ __device__ static inline double add(double a, double b) { return __dadd_rn(a, b)
 __device__ static inline double sub(double a, double b) { return __dsub_rn(a, b); }
 
 /* A step's constants in the math type M (float for bfloat16 and float32,
- * double for float64), each rounded to M on the host as the CPU rounds
- * them: step = lr, damp = 1 - dampening. */
+ * double for float64), each rounded to M as the CPU rounds them (the same
+ * on the host, for sgd_kernel, or in gemm.cu's kernel): step = lr, damp =
+ * 1 - dampening. */
 template <typename M>
 struct sgd_consts {
     M step, mom, damp, wd;
