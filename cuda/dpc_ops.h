@@ -211,11 +211,13 @@ enum {
  * what a Linear alone would have written, which GELU's backward needs.
  * Products of at most 16M multiply-adds (k at most 2048) run in kernels of
  * our own, in one launch with their epilogue; there a product of k at
- * most DPC_GEMM_UNSPLIT_K sums every element's k in one order (even and
- * odd k apart, never split over blocks), the order in which the
- * one-launch loss computes the Linears it takes
- * (dpc_cross_entropy_takes_linear). */
+ * most DPC_GEMM_UNSPLIT_K and at most DPC_GEMM_UNSPLIT_MACS multiply-adds
+ * sums every element's k in one order (even and odd k apart, never split
+ * over blocks), the order in which the one-launch loss computes the
+ * Linears it takes (dpc_cross_entropy_takes_linear, which takes none
+ * larger). */
 #define DPC_GEMM_UNSPLIT_K 128
+#define DPC_GEMM_UNSPLIT_MACS 65536
 int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, double alpha,
              const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb, int64_t stride_b,
              double beta, void *C, int64_t ldc, int64_t stride_c, int64_t batch, int epilogue, void *bias,

@@ -1047,12 +1047,17 @@ static bool own_can_split(void)
 }
 
 /* The most blocks that may share a k of `slices` slices, OWN_SHARE_SLICES
- * slices each; one for a product launched alone with k up to
- * DPC_GEMM_UNSPLIT_K, so that a Linear's forward sums as the one-launch
- * loss sums it (see dpc_ops.h). */
+ * slices each; one for a product launched alone that the one-launch loss
+ * might take (k up to DPC_GEMM_UNSPLIT_K, DPC_GEMM_UNSPLIT_MACS
+ * multiply-adds at most), so that a Linear's forward sums as the loss
+ * sums it (see dpc_ops.h). A larger one splits: the MLP's last layer
+ * (256 x 128 -> 10) in 32 blocks rather than 16. */
 static int64_t own_deep(const tile_jobs &jobs, int j, int64_t slices)
 {
-    return jobs.count == 1 && jobs.job[j].g.k <= DPC_GEMM_UNSPLIT_K ? 1 : slices / own_limits.share_slices;
+    const gemm_args &g = jobs.job[j].g;
+    const bool unsplit = jobs.count == 1 && g.k <= DPC_GEMM_UNSPLIT_K &&
+                         (double)g.m * (double)g.n * (double)g.k * (double)g.batch <= DPC_GEMM_UNSPLIT_MACS;
+    return unsplit ? 1 : slices / own_limits.share_slices;
 }
 
 /* Each job's tiles of 16 TM and how many blocks share each tile's k (k in
