@@ -582,6 +582,20 @@ do
     local alone = F.linear(hx, hw, hb):clone()   -- (the copy launches the Linear alone)
     T.is(alone:ne(inside):sum():item(), 0, "its output is its own launch's, bit for bit " .. dt.name)
   end
+  -- a head the loss never takes (more than DPC_GEMM_UNSPLIT_MACS) splits
+  -- its k over blocks even with k <= 128: the MLP's, 256 x 128 -> 10,
+  -- alone and then as the loss's input, as on the CPU
+  for _, dt in ipairs(floats) do
+    local hx, hw, hb, ht = input(dt, 256, 128), input(dt, 10, 128), input(dt, 10), torch.randint(0, 10, { 256 })
+    local rtol, atol = dt == torch.bfloat16 and 2e-2 or 1e-5, dt == torch.bfloat16 and 1 or dt == torch.float32 and 1e-3 or 1e-9
+    local cpu = F.linear(hx, hw, hb)
+    T.tensor_close(F.linear(hx:to(dev), hw:to(dev), hb:to(dev)):cpu():double(), cpu:double(), rtol, atol,
+                   "the MLP's head, its k split, as on the CPU " .. dt.name)
+    n, r = fused(function() return F.cross_entropy(F.linear(hx:to(dev), hw:to(dev), hb:to(dev)), ht:to(dev)) end)
+    T.is(n, 0, "the MLP's head: its own launch, not the loss's " .. dt.name)
+    T.tensor_close(r:cpu():double(), F.cross_entropy(cpu, ht):double(), rtol, atol,
+                   "its loss as on the CPU " .. dt.name)
+  end
   local big_x, big_w = whole(torch.float32, 64, 200), whole(torch.float32, 10, 200)
   local big_t = torch.randint(0, 10, { 64 })
   n, r = fused(function() return F.cross_entropy(F.linear(big_x:to(dev), big_w:to(dev)), big_t:to(dev)) end)
