@@ -19,6 +19,7 @@
  * usage: lt_host
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -82,13 +83,19 @@ static int compare(const void *a, const void *b)
 }
 
 /* RUNS calls of algo: host and whole us a call, then the GPU's us a call
- * replayed from a graph; one row without its line's end. */
-static void run_choice(cublasLtHandle_t lt, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
+ * replayed from a graph; one row without its line's end. False (the row
+ * says so) when cuBLASLt refuses the call. */
+static bool run_choice(cublasLtHandle_t lt, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
                        cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, const void *A, const void *B, void *D,
                        const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes, cudaStream_t s, cudaEvent_t e0,
                        cudaEvent_t e1, const char *name)
 {
     float one = 1, zero = 0;
+    cublasStatus_t first = cublasLtMatmul(lt, op, &one, A, la, B, lb, &zero, D, lc, D, lc, algo, ws, ws_bytes, s);
+    if (first != CUBLAS_STATUS_SUCCESS) {
+        printf("%-14s cublasLtMatmul refused it (status %d)", name, (int)first);
+        return false;
+    }
 #define CALL()                                                                                                \
     CHECK("cublasLtMatmul", cublasLtMatmul(lt, op, &one, A, la, B, lb, &zero, D, lc, D, lc, algo, ws, ws_bytes, \
                                            s) == CUBLAS_STATUS_SUCCESS)
@@ -139,6 +146,7 @@ static void run_choice(cublasLtHandle_t lt, cublasLtMatmulDesc_t op, cublasLtMat
     CALL();   /* D as this choice leaves it */
     CHECK("sync", cudaStreamSynchronize(s) == cudaSuccess);
 #undef CALL
+    return true;
 }
 
 static void measure(cublasLtHandle_t lt, const struct product *p)
@@ -152,8 +160,9 @@ static void measure(cublasLtHandle_t lt, const struct product *p)
                       cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &p->ta, sizeof p->ta) == 0 &&
                       cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &p->tb, sizeof p->tb) == 0 &&
                       cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &p->epilogue,
-                                                     sizeof p->epilogue) == 0 &&
-                      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) == 0);
+                                                     sizeof p->epilogue) == 0);
+    if (p->epilogue != CUBLASLT_EPILOGUE_DEFAULT)   /* a bias is read, or the bias gradient written */
+        CHECK("bias", cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) == 0);
     cublasLtMatrixLayout_t la, lb, lc;
     CHECK("layouts", cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, p->a_rows, p->a_cols, p->a_rows) == 0 &&
                          cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, p->b_rows, p->b_cols, p->b_rows) == 0 &&
@@ -205,7 +214,10 @@ static void measure(cublasLtHandle_t lt, const struct product *p)
                     continue;
                 }
             }
-            run_choice(lt, op, la, lb, lc, A, B, D, &algo, ws, ws_bytes, s, e0, e1, name);
+            if (!run_choice(lt, op, la, lb, lc, A, B, D, &algo, ws, ws_bytes, s, e0, e1, name)) {
+                printf("\n");
+                continue;
+            }
             CHECK("copy", cudaMemcpy(c == 0 && !inplace ? first : mine, D, out * sizeof *mine,
                                      cudaMemcpyDeviceToHost) == cudaSuccess);
             double diff = 0;
