@@ -1060,14 +1060,17 @@ extern "C" int dpc_cross_entropy_fuses(int64_t N, int64_t C)
  * it: a seed-sized head (32 x 10 -> 2: 10 each). Past that the GEMM's own
  * launch, with its operands staged in shared memory over many blocks, is
  * faster than one block reading them from global memory. And k at most
- * DPC_GEMM_UNSPLIT_K, DPC_GEMM_UNSPLIT_MACS at most in all, where our
- * GEMM kernel never splits k over blocks, so that ce_layer_element's sums
- * are the GEMM's to the last bit. */
+ * DPC_GEMM_UNSPLIT_K, where (with the DPC_GEMM_UNSPLIT_MACS that this
+ * limit keeps a layer within, asserted below) our GEMM kernel never
+ * splits k over blocks, so that ce_layer_element's sums are the GEMM's to
+ * the last bit. */
 #define CE_LINEAR_MAX_MACS 256
+static_assert((int64_t)CE_LINEAR_MAX_MACS * RED_THREADS <= DPC_GEMM_UNSPLIT_MACS,
+              "every Linear the loss takes is one our GEMM kernel never splits");
 
 static bool ce_layer_fits(int64_t N, int64_t width, const dpc_ce_layer &L)
 {
-    return width > 0 && L.K > 0 && L.K <= DPC_GEMM_UNSPLIT_K && N * width * L.K <= DPC_GEMM_UNSPLIT_MACS &&
+    return width > 0 && L.K > 0 && L.K <= DPC_GEMM_UNSPLIT_K &&
            CEIL_DIV(N * width, (int64_t)RED_THREADS) * L.K <= CE_LINEAR_MAX_MACS &&
            (L.epilogue == DPC_EPI_BIAS || L.epilogue == DPC_EPI_RELU || L.epilogue == DPC_EPI_GELU ||
             L.epilogue == DPC_EPI_GELU_TANH);

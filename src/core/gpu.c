@@ -1279,8 +1279,8 @@ static bool chains_after(const waiting_work *w, const void *ctx)
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
                               dp_tensor *mask)
 {
-    chain_of chain = { .g = g, .layer = linear_grads(dx, dw, db, g, x, w, mask) };
     waiting_backward this = { .x = x, .w = w, .g = g, .mask = mask, .dx = dx, .dw = dw, .db = db };
+    chain_of chain = { .g = g, .layer = backward_grads(&this) };
     waiting_work after;
     if (deferred_take(chains_after, &chain, &after)) {
         backward_retain(&this);
