@@ -174,9 +174,10 @@ typedef struct {
     dpc_ce_layer layer[2];
     int layers;              /* 0 (none), 1 or 2 */
 } dpc_ce_linear;
-/* Whether dpc_cross_entropy takes such Linears: a loss of one launch, and
- * products small enough for one block. */
-int dpc_cross_entropy_takes_linear(int64_t N, int64_t C, const dpc_ce_linear *linear);
+/* Whether dpc_cross_entropy takes such Linears of dtype: a loss of one
+ * launch, and products small enough for one block, or one last layer
+ * (a classifier's head) that a cluster of blocks takes by rows. */
+int dpc_cross_entropy_takes_linear(int dtype, int64_t N, int64_t C, const dpc_ce_linear *linear);
 int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *input, const int64_t *target,
                       const double *weight, int64_t ignore_index, double smoothing, int log_probs, int reduction,
                       double *rows, double *probs, void *out, double *denom, void *grad_one, int *grad_one_done,
@@ -222,6 +223,12 @@ int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t n, int64_t 
              const void *A, int64_t lda, int64_t stride_a, const void *B, int64_t ldb, int64_t stride_b,
              double beta, void *C, int64_t ldc, int64_t stride_c, int64_t batch, int epilogue, void *bias,
              void *aux, int allow_tf32, void *stream);
+
+/* The share of k each block of our kernel sums of a Linear's forward
+ * launched alone (out (m, n) = x (m, k) @ w (n, k)^T, batch 1): k when it
+ * is not split over blocks, 0 when cuBLASLt runs it. The one-launch loss
+ * sums a Linear it takes in the same shares (dpc_cross_entropy). */
+int64_t dpc_gemm_k_share(int dtype, int64_t m, int64_t n, int64_t k);
 
 /* Whether dpc_gemm runs a product of this shape in a kernel of our own
  * (one launch, whatever the epilogue) rather than cuBLASLt's. */

@@ -1134,27 +1134,70 @@ static int tiled_launch(tile_jobs &jobs, int64_t blocks)
                               jobs.job[0].g.stream, jobs);
 }
 
-/* One block for jobs that fit it (a chain must), else the largest tile
- * that, with k split where it is deep enough, still gives the GPU
- * OWN_MIN_BLOCKS blocks (or the tile DPLUA_GEMM_TM forces). */
+/* Which of our kernels runs the jobs: small_gemm_kernel (returns 0, s its
+ * argument) for jobs that fit one block (a chain or an SGD step must:
+ * with one_block, -1 when they do not), else the largest tile TM
+ * (returned) that, with k split where it is deep enough, still gives the
+ * GPU OWN_MIN_BLOCKS blocks (or the tile DPLUA_GEMM_TM forces); *blocks
+ * is then own_plan's launch. */
+static int tiled_choice(tile_jobs &jobs, size_t acc_size, bool one_block, small_jobs &s, int64_t *blocks)
+{
+    const int tm = own_limits.tm;
+    if ((tm == 0 || one_block) && small_plan(s, jobs, acc_size))
+        return 0;
+    if (one_block)   /* (dpc_linear_backward_chains or _takes_sgd said it fits) */
+        return -1;
+    if ((tm == 0 || tm == 4) && ((*blocks = own_plan(jobs, 4)) >= OWN_MIN_BLOCKS || tm == 4))
+        return 4;
+    if ((tm == 0 || tm == 2) && ((*blocks = own_plan(jobs, 2)) >= OWN_MIN_BLOCKS || tm == 2))
+        return 2;
+    *blocks = own_plan(jobs, 1);
+    return 1;
+}
+
 template <typename T, typename Acc>
 static int tiled_pick(tile_jobs &jobs, const dpc_sgd_args *sgd)
 {
-    const int tm = own_limits.tm;
     small_jobs s;
-    if ((tm == 0 || jobs.chain_at || sgd) && small_plan(s, jobs, sizeof(Acc))) {
+    int64_t blocks = 0;
+    switch (tiled_choice(jobs, sizeof(Acc), jobs.chain_at || sgd, s, &blocks)) {
+    case 0:
         if (sgd)
             s.sgd = *sgd;
         return launch_kernel(small_gemm_kernel<T, Acc>, 1, SMALL_THREADS, jobs.job[0].g.stream, s);
+    case 4: return tiled_launch<T, Acc, 4>(jobs, blocks);
+    case 2: return tiled_launch<T, Acc, 2>(jobs, blocks);
+    case 1: return tiled_launch<T, Acc, 1>(jobs, blocks);
+    default: return DPC_UNSUPPORTED;
     }
-    if (jobs.chain_at || sgd)   /* (dpc_linear_backward_chains or _takes_sgd said it fits) */
-        return DPC_UNSUPPORTED;
+}
+
+/* The share of k each block of our kernel sums of a Linear's forward
+ * launched alone (out (m, n) = x (m, k) @ w (n, k)^T): k when no block
+ * shares an element's k, 0 when the product is not ours (cuBLASLt's).
+ * The one-launch loss sums a Linear it takes in these shares, in rank
+ * order, as tile_split_finish does (reduce.cu's ce_layer_element). */
+extern "C" int64_t dpc_gemm_k_share(int dtype, int64_t m, int64_t n, int64_t k)
+{
+    if (m <= 0 || n <= 0 || k <= 0 || !own_fits(m, n, k, 1))
+        return 0;
+    tile_jobs jobs;
+    memset(&jobs, 0, sizeof jobs);
+    gemm_args &g = jobs.job[0].g;
+    g.dtype = dtype;
+    g.trans_b = 1;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.lda = g.ldb = k;
+    g.ldc = n;
+    g.batch = 1;
+    jobs.count = 1;
+    small_jobs s;
     int64_t blocks;
-    if ((tm == 0 || tm == 4) && ((blocks = own_plan(jobs, 4)) >= OWN_MIN_BLOCKS || tm == 4))
-        return tiled_launch<T, Acc, 4>(jobs, blocks);
-    if ((tm == 0 || tm == 2) && ((blocks = own_plan(jobs, 2)) >= OWN_MIN_BLOCKS || tm == 2))
-        return tiled_launch<T, Acc, 2>(jobs, blocks);
-    return tiled_launch<T, Acc, 1>(jobs, own_plan(jobs, 1));
+    const int tm = tiled_choice(jobs, dtype == DP_FLOAT64 ? sizeof(double) : sizeof(float), false, s, &blocks);
+    const int64_t bk = tm == 4 ? 32 : 64;   /* tile_smem's BK */
+    return tm <= 0 || jobs.job[0].splits == 1 ? k : CEIL_DIV(CEIL_DIV(k, bk), (int64_t)jobs.job[0].splits) * bk;
 }
 
 /* Runs the jobs (all of one dtype and stream) in one launch; with sgd (of

@@ -21,6 +21,7 @@
 
 #include <type_traits>
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include "dplua.h"
@@ -960,45 +961,212 @@ __device__ static void ce_linears(const dpc_ce_linear &lin, int N, int C)
         (void)ce_layer_element<DT, Acc>(last, C, e, in);
 }
 
+/* A classifier's head too large for ce_layer_element's walk from global
+ * memory (the MLP's 256 x 128 -> 10: 1,280 multiply-adds a thread of one
+ * block, each with two dependent loads; session 13 measured one block
+ * reading its rows 16 bytes at a time about 7 us slower than the layer's
+ * own launch) runs over a cluster of blocks, CE_HEAD_ROWS rows each
+ * (ce_fused_kernel's HEAD): each block stages its rows of x and all of w
+ * in shared memory, 16 bytes a load (one latency for all of them), sums
+ * them, then takes its rows' losses; the sums over the batch read the
+ * other blocks' shared memory. */
+#define CE_HEAD_ROWS 32
+#define CE_HEAD_THREADS 256
+#define CE_HEAD_LANES (CE_HEAD_THREADS / CE_HEAD_ROWS)   /* threads of a row in the product */
+#define CE_HEAD_COLS 4                                  /* columns a thread takes at most */
+#define CE_HEAD_MAX_BLOCKS 8                            /* the portable cluster size */
+#define CE_HEAD_LOADS 8                                 /* 16-byte loads a thread has in flight */
+#define CE_HEAD_STAGE_BYTES (44 * 1024)                 /* with the rest, under 48 KiB of static shared memory */
+
+/* A row of the head's staging is padded by 16 bytes: rows stay aligned for
+ * 16-byte loads, and neighbouring rows start on other banks. */
+template <typename Acc> __host__ __device__ static constexpr int ce_head_stride(int64_t K)
+{
+    return (int)K + 16 / (int)sizeof(Acc);
+}
+
+/* V consecutive Acc from shared memory p (16-byte aligned): one load. */
+template <typename Acc>
+__device__ static inline void ce_head_load(const Acc *p, Acc (&out)[16 / sizeof(Acc)])
+{
+    float4 q = *reinterpret_cast<const float4 *>(p);
+    memcpy(out, &q, 16);
+}
+
+/* The 16 bytes q of dtype DT (16 / its size elements) to dst as Acc,
+ * converted in registers (bfloat16 is the high half of a float). */
+template <int DT, typename Acc>
+__device__ static inline void ce_head_unpack(uint4 q, Acc *dst)
+{
+    const unsigned w[4] = { q.x, q.y, q.z, q.w };
+#pragma unroll
+    for (int h = 0; h < 4; h++)
+        if constexpr (DT == DP_FLOAT32) {
+            dst[h] = __uint_as_float(w[h]);
+        } else if constexpr (DT == DP_BFLOAT16) {
+            dst[2 * h] = __uint_as_float(w[h] << 16);
+            dst[2 * h + 1] = __uint_as_float(w[h] & 0xffff0000u);
+        } else if (h % 2 == 0) {
+            dst[h / 2] = __hiloint2double((int)w[h + 1], (int)w[h]);
+        }
+}
+
+/* Rows [row0, row0 + CE_HEAD_ROWS) (those below N) of the head L, out (N,
+ * C) = x (N, K) @ w (C, K)^T + b, by the block, as our GEMM sums the layer
+ * launched alone: even and odd k apart within each share of k (k_share
+ * deep, dpc_gemm_k_share), the shares added in order from 0 as
+ * tile_split_finish adds them (one share: its sum alone), then the bias.
+ * So what it writes is what the Linear's own launch would have written. */
+template <int DT>
+__device__ static void ce_head_linear(const dpc_ce_layer &L, int64_t N, int C, int64_t row0, int64_t k_share)
+{
+    typedef typename std::conditional<DT == DP_FLOAT64, double, float>::type Acc;
+    constexpr int ES = DT == DP_FLOAT64 ? 8 : DT == DP_BFLOAT16 ? 2 : 4, V = 16 / ES, AV = 16 / (int)sizeof(Acc);
+    __shared__ __align__(16) Acc stage[CE_HEAD_STAGE_BYTES / sizeof(Acc)];
+    const int K = (int)L.K, stride = ce_head_stride<Acc>(K), per_row = K / V;
+    const int rows = N - row0 < CE_HEAD_ROWS ? (int)(N - row0) : CE_HEAD_ROWS, loads = (rows + C) * per_row;
+    Acc *xs = stage, *ws = stage + CE_HEAD_ROWS * stride;
+    /* load q: 16 bytes of row q / per_row of x's rows then w's */
+    auto source = [&](int q) {
+        const int r = q / per_row, k = q % per_row * V;
+        return r < rows ? (const char *)L.x + ((row0 + r) * K + k) * ES : (const char *)L.w + ((r - rows) * K + k) * ES;
+    };
+    for (int q0 = (int)threadIdx.x; q0 < loads; q0 += CE_HEAD_THREADS * CE_HEAD_LOADS) {
+        uint4 v[CE_HEAD_LOADS];
+#pragma unroll
+        for (int u = 0; u < CE_HEAD_LOADS; u++)
+            if (q0 + u * CE_HEAD_THREADS < loads)
+                v[u] = *reinterpret_cast<const uint4 *>(source(q0 + u * CE_HEAD_THREADS));
+#pragma unroll
+        for (int u = 0; u < CE_HEAD_LOADS; u++) {
+            const int q = q0 + u * CE_HEAD_THREADS, r = q / per_row, k = q % per_row * V;
+            if (q < loads)
+                ce_head_unpack<DT>(v[u], (r < rows ? xs + r * stride : ws + (r - rows) * stride) + k);
+        }
+    }
+    __syncthreads();
+    const int r = (int)threadIdx.x / CE_HEAD_LANES, c0 = (int)threadIdx.x % CE_HEAD_LANES;
+    if (r >= rows)
+        return;
+    const bool split = k_share < K;
+    Acc out[CE_HEAD_COLS];
+#pragma unroll
+    for (int j = 0; j < CE_HEAD_COLS; j++)
+        out[j] = 0;
+    for (int s0 = 0; s0 < K; s0 += (int)k_share) {
+        const int s1 = K < s0 + k_share ? K : s0 + (int)k_share;
+        Acc acc[CE_HEAD_COLS][2];
+#pragma unroll
+        for (int j = 0; j < CE_HEAD_COLS; j++)
+            acc[j][0] = acc[j][1] = 0;
+#pragma unroll 2
+        for (int k = s0; k < s1; k += AV) {   /* s0 and AV are even: element v of a load has k's parity */
+            Acc xv[AV];
+            ce_head_load(xs + r * stride + k, xv);
+#pragma unroll
+            for (int j = 0; j < CE_HEAD_COLS; j++)
+                if (c0 + j * CE_HEAD_LANES < C) {
+                    Acc wv[AV];
+                    ce_head_load(ws + (c0 + j * CE_HEAD_LANES) * stride + k, wv);
+#pragma unroll
+                    for (int v = 0; v < AV; v++)
+                        acc[j][v & 1] += xv[v] * wv[v];
+                }
+        }
+#pragma unroll
+        for (int j = 0; j < CE_HEAD_COLS; j++)
+            out[j] = split ? out[j] + (acc[j][0] + acc[j][1]) : acc[j][0] + acc[j][1];
+    }
+#pragma unroll
+    for (int j = 0; j < CE_HEAD_COLS; j++) {
+        const int c = c0 + j * CE_HEAD_LANES;
+        if (c < C) {
+            Acc v = out[j];
+            if (L.b)
+                v += (Acc)dt_load(DT, (const char *)L.b + c * ES);
+            dt_store(DT, (char *)L.out + ((row0 + r) * C + c) * ES, v);
+        }
+    }
+}
+
+/* Every block of the cluster (of the head's launch) at this point; then
+ * each may read the others' shared memory, and none leaves while another
+ * still reads its own. */
+__device__ static inline void ce_cluster_sync(void)
+{
+#if __CUDA_ARCH__ >= 900
+    cooperative_groups::this_cluster().sync();
+#else
+    __trap();   /* the host takes a head only on devices with clusters */
+#endif
+}
+
+/* Element j of a per-row array of the head's cluster (CE_HEAD_ROWS a block,
+ * in the block's shared memory at a). */
+__device__ static inline double ce_cluster_row(const double *a, int64_t j)
+{
+#if __CUDA_ARCH__ >= 900
+    return cooperative_groups::this_cluster().map_shared_rank(a, (unsigned)(j / CE_HEAD_ROWS))[j % CE_HEAD_ROWS];
+#else
+    __trap();
+    return 0;
+#endif
+}
+
 /* The whole loss in one launch when one block holds every row (N at most
  * RED_THREADS / G): the rows' losses and weights stay in shared memory for
  * the reduction, and with rb.dinput the block also writes there the
  * input's gradient for a loss gradient of 1 (each group its row's, the
  * probabilities recomputed as the unfused backward reads them), which the
- * backward of a loss called with no gradient then takes as it is. */
-template <int DT, int G>
-__global__ static void __launch_bounds__(CE_FUSED_MAX_THREADS)
-    ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb, dpc_ce_linear lin)
+ * backward of a loss called with no gradient then takes as it is. HEAD:
+ * the loss and its head (ce_head_linear, k_share) over a cluster of
+ * blocks, CE_HEAD_ROWS rows each; the sums over the batch are the one
+ * block's, in its order, from the cluster's shared memory. */
+template <int DT, int G, bool HEAD>
+__global__ static void __launch_bounds__(HEAD ? CE_HEAD_THREADS : CE_FUSED_MAX_THREADS)
+    ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb, dpc_ce_linear lin, int64_t k_share)
 {
     begin_after_previous_kernel();
+    constexpr int ROWS = HEAD ? CE_HEAD_ROWS : CE_FUSED_ROWS;   /* a block's */
     __shared__ double sv[RED_THREADS / 32];
     __shared__ int64_t si[RED_THREADS / 32];
-    __shared__ double row_loss[CE_FUSED_ROWS], row_weight[CE_FUSED_ROWS];
+    __shared__ double row_loss[ROWS], row_weight[ROWS];
     const int es = (int)dt_size(DT);
     const int grp = threadIdx.x / G, lane = threadIdx.x % G;
-    const int64_t target = ce_target(r, grp);   /* its latency beside the Linear's */
+    const int64_t row0 = HEAD ? (int64_t)blockIdx.x * CE_HEAD_ROWS : 0;
+    const int64_t i = grp < ROWS ? row0 + grp : r.N;   /* past the block's rows: not live */
+    const int64_t target = ce_target(r, i);             /* its latency beside the Linear's */
     if (lin.layers) {   /* the Linears before the loss first: r.input is the last one's output */
-        ce_linears<DT>(lin, (int)r.N, (int)r.C);
+        if constexpr (HEAD)
+            ce_head_linear<DT>(lin.layer[0], r.N, (int)r.C, row0, k_share);
+        else
+            ce_linears<DT>(lin, (int)r.N, (int)r.C);
         __syncthreads();
     }
-    ce_row o = ce_row_loss<DT, G>(r, grp, target, lane, sv, si);
-    if (lane == 0) {
+    ce_row o = ce_row_loss<DT, G>(r, i, target, lane, sv, si);
+    if (lane == 0 && grp < ROWS) {
         row_loss[grp] = o.loss;
         row_weight[grp] = o.active ? class_weight(r.weight, o.t) : 0;
     }
-    __syncthreads();
+    if constexpr (HEAD)
+        ce_cluster_sync();
+    else
+        __syncthreads();
     if (rr.reduction == DPC_CE_NONE && o.live && lane == 0)
-        dt_store(DT, rr.out + grp * es, o.loss);
+        dt_store(DT, rr.out + i * es, o.loss);
     /* The first warp adds the rows' losses and weights (a block-wide fold
      * of each would take four barriers), and the class weights when label
      * smoothing needs their sum (warp_weight_sum, as the unfused backward
-     * adds them), and hands the sums to the block for the gradient. */
+     * adds them), and hands the sums to the block for the gradient. Each
+     * block of a head adds all the rows in the same order, for its
+     * gradient; the first writes the loss. */
     __shared__ double weight_sum, weight_all;
     if (threadIdx.x < 32) {
         double total = 0, wsum = 0;
+#pragma unroll 4
         for (int j = (int)threadIdx.x; j < r.N; j += 32) {
-            total += row_loss[j];
-            wsum += row_weight[j];
+            total += HEAD ? ce_cluster_row(row_loss, j) : row_loss[j];
+            wsum += HEAD ? ce_cluster_row(row_weight, j) : row_weight[j];
         }
         const double wall = rb.need_wall ? warp_weight_sum(rb.weight, r.C) : 0;
         for (int d = 16; d > 0; d >>= 1) {
@@ -1008,21 +1176,26 @@ __global__ static void __launch_bounds__(CE_FUSED_MAX_THREADS)
         if (threadIdx.x == 0) {
             weight_sum = wsum;
             weight_all = rb.need_wall ? wall : (double)r.C;
-            *rr.denom = wsum;
-            if (rr.reduction != DPC_CE_NONE)
-                dt_store(DT, rr.out, rr.reduction == DPC_CE_MEAN ? total / wsum : total);
+            if (blockIdx.x == 0) {
+                *rr.denom = wsum;
+                if (rr.reduction != DPC_CE_NONE)
+                    dt_store(DT, rr.out, rr.reduction == DPC_CE_MEAN ? total / wsum : total);
+            }
         }
     }
+    if constexpr (HEAD)
+        ce_cluster_sync();   /* no block reads another's rows after this */
     if (!rb.dinput)
         return;
-    __syncthreads();
+    if constexpr (!HEAD)
+        __syncthreads();
     const double wsum = weight_sum, wall = weight_all;
     if (!o.live)
         return;
-    const double sc = ce_scale<DT>(rb, grp, wsum);
+    const double sc = ce_scale<DT>(rb, i, wsum);
     for (int64_t k = lane; k < r.C; k += G) {
         double p = o.active && !r.log_probs ? ce_prob<DT>(o.row, k, o.m, o.inv) : 0;
-        dt_store(DT, rb.dinput + (grp * r.C + k) * es, ce_grad(rb, k, o.t, p, wall, sc));
+        dt_store(DT, rb.dinput + (i * r.C + k) * es, ce_grad(rb, k, o.t, p, wall, sc));
     }
 }
 
@@ -1076,17 +1249,40 @@ static bool ce_layer_fits(int64_t N, int64_t width, const dpc_ce_layer &L)
             L.epilogue == DPC_EPI_GELU_TANH);
 }
 
-extern "C" int dpc_cross_entropy_takes_linear(int64_t N, int64_t C, const dpc_ce_linear *lin)
+/* The share of k (dpc_gemm_k_share) in which the loss's launch sums lin's
+ * one layer as a head over a cluster (ce_head_linear), or 0 when it does
+ * not take it so: a layer without an activation that ce_layer_fits
+ * refuses, whose rows' groups fit CE_HEAD_THREADS, whose columns fit
+ * CE_HEAD_COLS a thread, whose x and w are read 16 bytes at a time and
+ * staged in CE_HEAD_STAGE_BYTES, in at most CE_HEAD_MAX_BLOCKS blocks, on
+ * a device with clusters, and that our GEMM would run alone. */
+static int64_t ce_head_share(int dtype, int64_t N, int64_t C, const dpc_ce_linear &lin)
 {
-    if (!dpc_cross_entropy_fuses(N, C) || lin->layers < 1 || lin->layers > 2)
+    int threads, G = ce_fused_group(N, C, &threads);
+    if (lin.layers != 1 || G == 0 || G * CE_HEAD_ROWS > CE_HEAD_THREADS || !(dpc_device_can() & DPC_CAN_CLUSTER))
+        return 0;
+    const dpc_ce_layer &L = lin.layer[0];
+    const int64_t es = (int64_t)dt_size(dtype), acc = dtype == DP_FLOAT64 ? 8 : 4;
+    const int64_t stride = acc == 8 ? ce_head_stride<double>(L.K) : ce_head_stride<float>(L.K);
+    if (L.epilogue != DPC_EPI_BIAS || L.K <= 0 || ce_layer_fits(N, C, L) || C > CE_HEAD_COLS * CE_HEAD_LANES ||
+        L.K * es % 16 != 0 || (uintptr_t)L.x % 16 != 0 || (uintptr_t)L.w % 16 != 0 ||
+        (CE_HEAD_ROWS + C) * stride * acc > CE_HEAD_STAGE_BYTES || CEIL_DIV(N, (int64_t)CE_HEAD_ROWS) > CE_HEAD_MAX_BLOCKS)
+        return 0;
+    return dpc_gemm_k_share(dtype, N, C, L.K);
+}
+
+extern "C" int dpc_cross_entropy_takes_linear(int dtype, int64_t N, int64_t C, const dpc_ce_linear *lin)
+{
+    if (!dt_is_float(dtype) || !dpc_cross_entropy_fuses(N, C) || lin->layers < 1 || lin->layers > 2)
         return 0;
     const dpc_ce_layer &last = lin->layer[lin->layers - 1];
-    if (last.epilogue != DPC_EPI_BIAS || !ce_layer_fits(N, C, last))
+    if (last.epilogue != DPC_EPI_BIAS)
         return 0;
     if (lin->layers == 1)
-        return 1;
+        return ce_layer_fits(N, C, last) || ce_head_share(dtype, N, C, *lin) > 0;
     const dpc_ce_layer &hidden = lin->layer[0];
-    return last.x == hidden.out && N * last.K <= CE_HIDDEN_MAX && ce_layer_fits(N, last.K, hidden);
+    return ce_layer_fits(N, C, last) && last.x == hidden.out && N * last.K <= CE_HIDDEN_MAX &&
+           ce_layer_fits(N, last.K, hidden);
 }
 
 extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *input, const int64_t *target,
@@ -1099,7 +1295,8 @@ extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *in
     if (!dt_is_float(dtype))
         return DPC_UNSUPPORTED;
     if (N < 0 || C < 0 ||
-        (linear && (!dpc_cross_entropy_takes_linear(N, C, linear) || linear->layer[linear->layers - 1].out != input)))
+        (linear &&
+         (!dpc_cross_entropy_takes_linear(dtype, N, C, linear) || linear->layer[linear->layers - 1].out != input)))
         return (int)cudaErrorInvalidValue;
     dpc_ce_linear lin = {};
     if (linear)
@@ -1111,12 +1308,24 @@ extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *in
                        ignore_index, smoothing, log_probs, !log_probs && smoothing > 0 && weight != NULL, NULL,
                        reduction, denom };
     int threads, fused_G = ce_fused_group(N, C, &threads);
+    const int64_t k_share = linear ? ce_head_share(dtype, N, C, lin) : 0;   /* > 0: the head's launch */
     return with_float_dtype(dtype, [&](auto d) {
         constexpr int DT = decltype(d)::value;
         if (fused_G) {
             int rc = with_ce_group(fused_G, [&](auto g) {
                 constexpr int GS = decltype(g)::value;
-                return launch_kernel(ce_fused_kernel<DT, GS>, 1, threads, (cudaStream_t)stream, r, rr, rb, lin);
+                if constexpr (GS * CE_HEAD_ROWS <= CE_HEAD_THREADS)
+                    if (k_share > 0) {
+                        cudaLaunchAttribute cluster;
+                        cluster.id = cudaLaunchAttributeClusterDimension;
+                        cluster.val.clusterDim.x = (unsigned)CEIL_DIV(N, (int64_t)CE_HEAD_ROWS);
+                        cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+                        return launch_kernel_with(&cluster, 1, ce_fused_kernel<DT, GS, true>,
+                                                  cluster.val.clusterDim.x, CE_HEAD_THREADS, (cudaStream_t)stream, r,
+                                                  rr, rb, lin, k_share);
+                    }
+                return launch_kernel(ce_fused_kernel<DT, GS, false>, 1, threads, (cudaStream_t)stream, r, rr, rb,
+                                     lin, (int64_t)0);
             });
             *grad_one_done = !rc && rb.dinput != NULL;
             return rc;

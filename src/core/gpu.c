@@ -1439,7 +1439,7 @@ dp_status gpu_cross_entropy(dp_tensor *out, cpu_ce_args *a)
         int from = 0;
         for (; from < lin.layers; from++) {
             linear = ce_layers(&lin, from);
-            if (dpc_cross_entropy_takes_linear(N, C, &linear))
+            if (dpc_cross_entropy_takes_linear(a->input->dtype, N, C, &linear))
                 break;
         }
         layers_launch(&lin, from);

@@ -582,24 +582,50 @@ do
     local alone = F.linear(hx, hw, hb):clone()   -- (the copy launches the Linear alone)
     T.is(alone:ne(inside):sum():item(), 0, "its output is its own launch's, bit for bit " .. dt.name)
   end
-  -- a head the loss never takes (more than DPC_GEMM_UNSPLIT_MACS) splits
-  -- its k over blocks even with k <= 128: the MLP's, 256 x 128 -> 10,
-  -- alone and then as the loss's input, as on the CPU
-  for _, dt in ipairs(floats) do
-    local hx, hw, hb, ht = input(dt, 256, 128), input(dt, 10, 128), input(dt, 10), torch.randint(0, 10, { 256 })
-    local rtol, atol = dt == torch.bfloat16 and 2e-2 or 1e-5, dt == torch.bfloat16 and 1 or dt == torch.float32 and 1e-3 or 1e-9
-    local cpu = F.linear(hx, hw, hb)
-    T.tensor_close(F.linear(hx:to(dev), hw:to(dev), hb:to(dev)):cpu():double(), cpu:double(), rtol, atol,
-                   "the MLP's head, its k split, as on the CPU " .. dt.name)
-    n, r = fused(function() return F.cross_entropy(F.linear(hx:to(dev), hw:to(dev), hb:to(dev)), ht:to(dev)) end)
-    T.is(n, 0, "the MLP's head: its own launch, not the loss's " .. dt.name)
-    T.tensor_close(r:cpu():double(), F.cross_entropy(cpu, ht):double(), rtol, atol,
-                   "its loss as on the CPU " .. dt.name)
+  -- a head too large for one block (more than DPC_GEMM_UNSPLIT_MACS, so
+  -- its own launch splits k over blocks even with k <= 128) runs inside
+  -- the loss's launch over a cluster of blocks (sm_90 on), rows of it a
+  -- block: the MLP's, 256 x 128 -> 10 (k split in two), 256 x 64 -> 10
+  -- (not split), 64 x 200 -> 10 without a bias (in four, the last share
+  -- short), 100 x 256 -> 3 (rows not a multiple of a block's); its
+  -- output bit for bit its own launch's, the
+  -- loss and every gradient as on the CPU. One of k = 1200 is too large
+  -- to stage: its own launch.
+  local clusters = torch.cuda.get_device_capability() >= 9 and 1 or 0
+  for _, case in ipairs({ { 256, 128, 10, true }, { 256, 64, 10, true }, { 64, 200, 10, false }, { 100, 256, 3, true } }) do
+    for _, dt in ipairs(floats) do
+      local rows, k, classes = case[1], case[2], case[3]
+      local what = ("%d x %d -> %d %s"):format(rows, k, classes, dt.name)
+      local cpu = { input(dt, rows, k), input(dt, classes, k), case[4] and input(dt, classes) or nil }
+      local ht = torch.randint(0, classes, { rows })
+      local function run(p, target)
+        local z = F.linear(p[1], p[2], p[3])
+        local loss = F.cross_entropy(z, target)
+        loss:backward()
+        return z, loss
+      end
+      local leaves = {}
+      for i = 1, #cpu do leaves[i] = cpu[i]:clone():requires_grad_() end
+      local zc, lc = run(leaves, ht)
+      local big = dt == torch.float64 and k * 8 * 42 > 44 * 1024   -- (a float64 head's staging too large)
+      local p = {}
+      for i = 1, #cpu do p[i] = cpu[i]:to(dev):requires_grad_() end
+      local zg, lg
+      n, zg, lg = fused(function() return run(p, ht:to(dev)) end)
+      T.is(n, big and 0 or clusters, "a head inside the loss's launch over a cluster: " .. what)
+      local rtol, atol = dt == torch.bfloat16 and 2e-2 or 1e-5, dt == torch.bfloat16 and 1 or dt == torch.float32 and 1e-3 or 1e-9
+      T.tensor_close(lg:cpu():double(), lc:double(), rtol, atol, "its loss as on the CPU " .. what)
+      for i = 1, #cpu do
+        T.tensor_close(p[i].grad:cpu():double(), leaves[i].grad:double(), rtol, atol, "gradient " .. i .. " as on the CPU " .. what)
+      end
+      local alone = F.linear(p[1]:detach(), p[2]:detach(), p[3] and p[3]:detach()):clone()   -- (launched alone)
+      T.is(alone:ne(zg:detach()):sum():item(), 0, "its output is its own launch's, bit for bit " .. what)
+    end
   end
-  local big_x, big_w = whole(torch.float32, 64, 200), whole(torch.float32, 10, 200)
+  local big_x, big_w = whole(torch.float32, 64, 1200), whole(torch.float32, 10, 1200)
   local big_t = torch.randint(0, 10, { 64 })
   n, r = fused(function() return F.cross_entropy(F.linear(big_x:to(dev), big_w:to(dev)), big_t:to(dev)) end)
-  T.is(n, 0, "a head too large for one block: the Linear's own launch")
+  T.is(n, 0, "a head too large to stage: the Linear's own launch")
   near(r, F.cross_entropy(F.linear(big_x, big_w), big_t), "its loss")
   -- a classifier's last two layers (the seed's fc1, its activation, fc2):
   -- both Linears inside the loss's launch when they fit one block; every
