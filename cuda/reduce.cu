@@ -985,7 +985,8 @@ template <typename Acc> __host__ __device__ static constexpr int ce_head_stride(
     return (int)K + 16 / (int)sizeof(Acc);
 }
 
-/* V consecutive Acc from shared memory p (16-byte aligned): one load. */
+/* 16 / sizeof(Acc) consecutive Acc from shared memory p (16-byte
+ * aligned): one load. */
 template <typename Acc>
 __device__ static inline void ce_head_load(const Acc *p, Acc (&out)[16 / sizeof(Acc)])
 {
@@ -1023,7 +1024,7 @@ __device__ static void ce_head_linear(const dpc_ce_layer &L, int64_t N, int C, i
     typedef typename std::conditional<DT == DP_FLOAT64, double, float>::type Acc;
     constexpr int ES = DT == DP_FLOAT64 ? 8 : DT == DP_BFLOAT16 ? 2 : 4, V = 16 / ES, AV = 16 / (int)sizeof(Acc);
     __shared__ __align__(16) Acc stage[CE_HEAD_STAGE_BYTES / sizeof(Acc)];
-    const int K = (int)L.K, stride = ce_head_stride<Acc>(K), per_row = K / V;
+    const int K = (int)L.K, stride = ce_head_stride<Acc>(K), per_row = K / V, share = (int)k_share;
     const int rows = N - row0 < CE_HEAD_ROWS ? (int)(N - row0) : CE_HEAD_ROWS, loads = (rows + C) * per_row;
     Acc *xs = stage, *ws = stage + CE_HEAD_ROWS * stride;
     /* load q: 16 bytes of row q / per_row of x's rows then w's */
@@ -1046,15 +1047,12 @@ __device__ static void ce_head_linear(const dpc_ce_layer &L, int64_t N, int C, i
     }
     __syncthreads();
     const int r = (int)threadIdx.x / CE_HEAD_LANES, c0 = (int)threadIdx.x % CE_HEAD_LANES;
-    if (r >= rows)
-        return;
-    const bool split = k_share < K;
     Acc out[CE_HEAD_COLS];
 #pragma unroll
     for (int j = 0; j < CE_HEAD_COLS; j++)
         out[j] = 0;
-    for (int s0 = 0; s0 < K; s0 += (int)k_share) {
-        const int s1 = K < s0 + k_share ? K : s0 + (int)k_share;
+    for (int s0 = 0; s0 < K && r < rows; s0 += share) {
+        const int s1 = K < s0 + share ? K : s0 + share;
         Acc acc[CE_HEAD_COLS][2];
 #pragma unroll
         for (int j = 0; j < CE_HEAD_COLS; j++)
@@ -1075,12 +1073,12 @@ __device__ static void ce_head_linear(const dpc_ce_layer &L, int64_t N, int C, i
         }
 #pragma unroll
         for (int j = 0; j < CE_HEAD_COLS; j++)
-            out[j] = split ? out[j] + (acc[j][0] + acc[j][1]) : acc[j][0] + acc[j][1];
+            out[j] = share < K ? out[j] + (acc[j][0] + acc[j][1]) : acc[j][0] + acc[j][1];
     }
 #pragma unroll
     for (int j = 0; j < CE_HEAD_COLS; j++) {
         const int c = c0 + j * CE_HEAD_LANES;
-        if (c < C) {
+        if (r < rows && c < C) {
             Acc v = out[j];
             if (L.b)
                 v += (Acc)dt_load(DT, (const char *)L.b + c * ES);
@@ -1089,28 +1087,90 @@ __device__ static void ce_head_linear(const dpc_ce_layer &L, int64_t N, int C, i
     }
 }
 
-/* Every block of the cluster (of the head's launch) at this point; then
- * each may read the others' shared memory, and none leaves while another
- * still reads its own. */
-__device__ static inline void ce_cluster_sync(void)
+/* The cluster barrier of the head's launch in its two halves: each thread
+ * arrives once its block's rows' losses are in global memory (release),
+ * and waits, before the first block reads them all (acquire) and before
+ * any block leaves. */
+__device__ static inline void ce_cluster_arrive(void)
 {
 #if __CUDA_ARCH__ >= 900
-    cooperative_groups::this_cluster().sync();
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 #else
     __trap();   /* the host takes a head only on devices with clusters */
 #endif
 }
 
-/* Element j of a per-row array of the head's cluster (CE_HEAD_ROWS a block,
- * in the block's shared memory at a). */
-__device__ static inline double ce_cluster_row(const double *a, int64_t j)
+__device__ static inline void ce_cluster_wait(void)
 {
 #if __CUDA_ARCH__ >= 900
-    return cooperative_groups::this_cluster().map_shared_rank(a, (unsigned)(j / CE_HEAD_ROWS))[j % CE_HEAD_ROWS];
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 #else
     __trap();
-    return 0;
 #endif
+}
+
+/* The rows of a head's launch at most (its cluster's), and so the rows a
+ * lane of a warp adds of them. */
+#define CE_HEAD_MAX_ROWS (CE_HEAD_ROWS * CE_HEAD_MAX_BLOCKS)
+#define CE_HEAD_LANE_ROWS (CE_HEAD_MAX_ROWS / 32)
+
+/* The head's launch after its product: each block its rows' losses (to
+ * r.rows) and, with rb.dinput, their gradients, for which its first warp
+ * adds the weights of every row of the batch itself (from their targets
+ * t, which lane l loaded for rows l, l + 32, ..: the one block's order,
+ * so every block has the one block's sum); the first block then adds the
+ * rows' losses in the same order into the loss. */
+template <int DT, int G>
+__device__ static void ce_head_finish(const ce_args &r, const ce_red_args &rr, const ce_bwd_args &rb, const ce_row &o,
+                                      int64_t i, int lane, const int64_t (&t)[CE_HEAD_LANE_ROWS])
+{
+    const int es = (int)dt_size(DT);
+    if (o.live && lane == 0) {
+        r.rows[i] = o.loss;
+        if (rr.reduction == DPC_CE_NONE)
+            dt_store(DT, rr.out + i * es, o.loss);
+    }
+    ce_cluster_arrive();
+    __shared__ double weight_sum, weight_all;
+    if (threadIdx.x < 32) {
+        double wsum = 0;
+#pragma unroll
+        for (int u = 0; u < CE_HEAD_LANE_ROWS; u++)
+            if (threadIdx.x + 32 * u < r.N && ce_counts(t[u], r.ignore_index, r.C))
+                wsum += class_weight(r.weight, t[u]);
+        const double wall = rb.need_wall ? warp_weight_sum(rb.weight, r.C) : 0;
+        for (int d = 16; d > 0; d >>= 1)
+            wsum += __shfl_down_sync(0xffffffffu, wsum, d);
+        if (threadIdx.x == 0) {
+            weight_sum = wsum;
+            weight_all = rb.need_wall ? wall : (double)r.C;
+            if (blockIdx.x == 0)
+                *rr.denom = wsum;
+        }
+    }
+    __syncthreads();
+    if (rb.dinput && o.live) {
+        const double sc = ce_scale<DT>(rb, i, weight_sum);
+        for (int64_t k = lane; k < r.C; k += G) {
+            double p = o.active && !r.log_probs ? ce_prob<DT>(o.row, k, o.m, o.inv) : 0;
+            dt_store(DT, rb.dinput + (i * r.C + k) * es, ce_grad(rb, k, o.t, p, weight_all, sc));
+        }
+    }
+    ce_cluster_wait();
+    if (blockIdx.x != 0 || threadIdx.x >= 32 || rr.reduction == DPC_CE_NONE)
+        return;
+    double rows[CE_HEAD_LANE_ROWS], total = 0;
+#pragma unroll
+    for (int u = 0; u < CE_HEAD_LANE_ROWS; u++)   /* all loads first: one latency */
+        rows[u] = threadIdx.x + 32 * u < r.N ? r.rows[threadIdx.x + 32 * u] : 0;
+#pragma unroll
+    for (int u = 0; u < CE_HEAD_LANE_ROWS; u++)
+        if (threadIdx.x + 32 * u < r.N)
+            total += rows[u];
+    for (int d = 16; d > 0; d >>= 1)
+        total += __shfl_down_sync(0xffffffffu, total, d);
+    if (threadIdx.x == 0)
+        dt_store(DT, rr.out, rr.reduction == DPC_CE_MEAN ? total / weight_sum : total);
 }
 
 /* The whole loss in one launch when one block holds every row (N at most
@@ -1120,8 +1180,7 @@ __device__ static inline double ce_cluster_row(const double *a, int64_t j)
  * probabilities recomputed as the unfused backward reads them), which the
  * backward of a loss called with no gradient then takes as it is. HEAD:
  * the loss and its head (ce_head_linear, k_share) over a cluster of
- * blocks, CE_HEAD_ROWS rows each; the sums over the batch are the one
- * block's, in its order, from the cluster's shared memory. */
+ * blocks, CE_HEAD_ROWS rows each (ce_head_finish). */
 template <int DT, int G, bool HEAD>
 __global__ static void __launch_bounds__(HEAD ? CE_HEAD_THREADS : CE_FUSED_MAX_THREADS)
     ce_fused_kernel(ce_args r, ce_red_args rr, ce_bwd_args rb, dpc_ce_linear lin, int64_t k_share)
@@ -1130,17 +1189,24 @@ __global__ static void __launch_bounds__(HEAD ? CE_HEAD_THREADS : CE_FUSED_MAX_T
     constexpr int ROWS = HEAD ? CE_HEAD_ROWS : CE_FUSED_ROWS;   /* a block's */
     __shared__ double sv[RED_THREADS / 32];
     __shared__ int64_t si[RED_THREADS / 32];
-    __shared__ double row_loss[ROWS], row_weight[ROWS];
     const int es = (int)dt_size(DT);
     const int grp = threadIdx.x / G, lane = threadIdx.x % G;
-    const int64_t row0 = HEAD ? (int64_t)blockIdx.x * CE_HEAD_ROWS : 0;
-    const int64_t i = grp < ROWS ? row0 + grp : r.N;   /* past the block's rows: not live */
-    const int64_t target = ce_target(r, i);             /* its latency beside the Linear's */
+    const int64_t i = grp < ROWS ? (HEAD ? (int64_t)blockIdx.x * CE_HEAD_ROWS : 0) + grp : r.N;   /* r.N: none */
+    const int64_t target = ce_target(r, i);   /* its latency beside the Linear's */
+    if constexpr (HEAD) {
+        int64_t t[CE_HEAD_LANE_ROWS];   /* the first warp's targets of the batch, for its weights' sum */
+        if (threadIdx.x < 32)
+#pragma unroll
+            for (int u = 0; u < CE_HEAD_LANE_ROWS; u++)
+                t[u] = ce_target(r, threadIdx.x + 32 * u);
+        ce_head_linear<DT>(lin.layer[0], r.N, (int)r.C, (int64_t)blockIdx.x * CE_HEAD_ROWS, k_share);
+        __syncthreads();
+        ce_head_finish<DT, G>(r, rr, rb, ce_row_loss<DT, G>(r, i, target, lane, sv, si), i, lane, t);
+        return;
+    }
+    __shared__ double row_loss[ROWS], row_weight[ROWS];
     if (lin.layers) {   /* the Linears before the loss first: r.input is the last one's output */
-        if constexpr (HEAD)
-            ce_head_linear<DT>(lin.layer[0], r.N, (int)r.C, row0, k_share);
-        else
-            ce_linears<DT>(lin, (int)r.N, (int)r.C);
+        ce_linears<DT>(lin, (int)r.N, (int)r.C);
         __syncthreads();
     }
     ce_row o = ce_row_loss<DT, G>(r, i, target, lane, sv, si);
@@ -1148,25 +1214,19 @@ __global__ static void __launch_bounds__(HEAD ? CE_HEAD_THREADS : CE_FUSED_MAX_T
         row_loss[grp] = o.loss;
         row_weight[grp] = o.active ? class_weight(r.weight, o.t) : 0;
     }
-    if constexpr (HEAD)
-        ce_cluster_sync();
-    else
-        __syncthreads();
+    __syncthreads();
     if (rr.reduction == DPC_CE_NONE && o.live && lane == 0)
         dt_store(DT, rr.out + i * es, o.loss);
     /* The first warp adds the rows' losses and weights (a block-wide fold
      * of each would take four barriers), and the class weights when label
      * smoothing needs their sum (warp_weight_sum, as the unfused backward
-     * adds them), and hands the sums to the block for the gradient. Each
-     * block of a head adds all the rows in the same order, for its
-     * gradient; the first writes the loss. */
+     * adds them), and hands the sums to the block for the gradient. */
     __shared__ double weight_sum, weight_all;
     if (threadIdx.x < 32) {
         double total = 0, wsum = 0;
-#pragma unroll 4
         for (int j = (int)threadIdx.x; j < r.N; j += 32) {
-            total += HEAD ? ce_cluster_row(row_loss, j) : row_loss[j];
-            wsum += HEAD ? ce_cluster_row(row_weight, j) : row_weight[j];
+            total += row_loss[j];
+            wsum += row_weight[j];
         }
         const double wall = rb.need_wall ? warp_weight_sum(rb.weight, r.C) : 0;
         for (int d = 16; d > 0; d >>= 1) {
@@ -1176,19 +1236,14 @@ __global__ static void __launch_bounds__(HEAD ? CE_HEAD_THREADS : CE_FUSED_MAX_T
         if (threadIdx.x == 0) {
             weight_sum = wsum;
             weight_all = rb.need_wall ? wall : (double)r.C;
-            if (blockIdx.x == 0) {
-                *rr.denom = wsum;
-                if (rr.reduction != DPC_CE_NONE)
-                    dt_store(DT, rr.out, rr.reduction == DPC_CE_MEAN ? total / wsum : total);
-            }
+            *rr.denom = wsum;
+            if (rr.reduction != DPC_CE_NONE)
+                dt_store(DT, rr.out, rr.reduction == DPC_CE_MEAN ? total / wsum : total);
         }
     }
-    if constexpr (HEAD)
-        ce_cluster_sync();   /* no block reads another's rows after this */
     if (!rb.dinput)
         return;
-    if constexpr (!HEAD)
-        __syncthreads();
+    __syncthreads();
     const double wsum = weight_sum, wall = weight_all;
     if (!o.live)
         return;
