@@ -1024,7 +1024,7 @@ __device__ static void ce_head_linear(const dpc_ce_layer &L, int64_t N, int C, i
     typedef typename std::conditional<DT == DP_FLOAT64, double, float>::type Acc;
     constexpr int ES = DT == DP_FLOAT64 ? 8 : DT == DP_BFLOAT16 ? 2 : 4, V = 16 / ES, AV = 16 / (int)sizeof(Acc);
     __shared__ __align__(16) Acc stage[CE_HEAD_STAGE_BYTES / sizeof(Acc)];
-    const int K = (int)L.K, stride = ce_head_stride<Acc>(K), per_row = K / V, share = (int)k_share;
+    const int K = (int)L.K, stride = ce_head_stride<Acc>(K), per_row = K / V;
     const int rows = N - row0 < CE_HEAD_ROWS ? (int)(N - row0) : CE_HEAD_ROWS, loads = (rows + C) * per_row;
     Acc *xs = stage, *ws = stage + CE_HEAD_ROWS * stride;
     /* load q: 16 bytes of row q / per_row of x's rows then w's */
@@ -1047,12 +1047,15 @@ __device__ static void ce_head_linear(const dpc_ce_layer &L, int64_t N, int C, i
     }
     __syncthreads();
     const int r = (int)threadIdx.x / CE_HEAD_LANES, c0 = (int)threadIdx.x % CE_HEAD_LANES;
+    if (r >= rows)
+        return;
+    const bool split = k_share < K;
     Acc out[CE_HEAD_COLS];
 #pragma unroll
     for (int j = 0; j < CE_HEAD_COLS; j++)
         out[j] = 0;
-    for (int s0 = 0; s0 < K && r < rows; s0 += share) {
-        const int s1 = K < s0 + share ? K : s0 + share;
+    for (int s0 = 0; s0 < K; s0 += (int)k_share) {
+        const int s1 = K < s0 + k_share ? K : s0 + (int)k_share;
         Acc acc[CE_HEAD_COLS][2];
 #pragma unroll
         for (int j = 0; j < CE_HEAD_COLS; j++)
@@ -1073,12 +1076,12 @@ __device__ static void ce_head_linear(const dpc_ce_layer &L, int64_t N, int C, i
         }
 #pragma unroll
         for (int j = 0; j < CE_HEAD_COLS; j++)
-            out[j] = share < K ? out[j] + (acc[j][0] + acc[j][1]) : acc[j][0] + acc[j][1];
+            out[j] = split ? out[j] + (acc[j][0] + acc[j][1]) : acc[j][0] + acc[j][1];
     }
 #pragma unroll
     for (int j = 0; j < CE_HEAD_COLS; j++) {
         const int c = c0 + j * CE_HEAD_LANES;
-        if (r < rows && c < C) {
+        if (c < C) {
             Acc v = out[j];
             if (L.b)
                 v += (Acc)dt_load(DT, (const char *)L.b + c * ES);
