@@ -432,6 +432,15 @@ T.run("a bad class index is raised at the next synchronisation", function()
   T.raises(function() return loss:item() end, "target 5 is out of bounds", "loss:item() raises it, naming the target")
   local ok = pcall(function() return F.cross_entropy(logits, target:clamp(0, 2)):item() end)
   T.ok(ok, "the error is raised once: the next good step works")
+  -- the same from a head that the loss's launch takes over a cluster of
+  -- blocks (the MLP's 256 x 128 -> 10), the bad row in its last block
+  local hx, hw = torch.randn(256, 128):to(dev), torch.randn(10, 128):to(dev)
+  local ht = torch.randint(0, 10, { 256 })
+  ht[250] = 12
+  T.raises(function() return F.cross_entropy(F.linear(hx, hw), ht:to(dev)):item() end, "target 12 is out of bounds",
+           "a head inside the loss's launch: the row's target named")
+  T.ok(pcall(function() return F.cross_entropy(F.linear(hx, hw), ht:clamp(0, 9):to(dev)):item() end),
+       "and the next good loss works")
   T.raises(function()
     local r = torch.randn(5, 2):to(dev):index_select(0, torch.tensor({ 1, 7 }, { dtype = torch.int64 }):to(dev))
     torch.cuda.synchronize()
