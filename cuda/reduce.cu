@@ -21,7 +21,6 @@
 
 #include <type_traits>
 
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include "dplua.h"
@@ -968,8 +967,8 @@ __device__ static void ce_linears(const dpc_ce_linear &lin, int N, int C)
  * own launch) runs over a cluster of blocks, CE_HEAD_ROWS rows each
  * (ce_fused_kernel's HEAD): each block stages its rows of x and all of w
  * in shared memory, 16 bytes a load (one latency for all of them), sums
- * them, then takes its rows' losses; the sums over the batch read the
- * other blocks' shared memory. */
+ * them, then takes its rows' losses and gradients; the first block adds
+ * the batch's losses after a cluster barrier (ce_head_finish). */
 #define CE_HEAD_ROWS 32
 #define CE_HEAD_THREADS 256
 #define CE_HEAD_LANES (CE_HEAD_THREADS / CE_HEAD_ROWS)   /* threads of a row in the product */
