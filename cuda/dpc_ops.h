@@ -214,9 +214,10 @@ enum {
  * our own, in one launch with their epilogue; there a product of k at
  * most DPC_GEMM_UNSPLIT_K and at most DPC_GEMM_UNSPLIT_MACS multiply-adds
  * sums every element's k in one order (even and odd k apart, never split
- * over blocks), the order in which the one-launch loss computes the
- * Linears it takes (dpc_cross_entropy_takes_linear, which takes none
- * larger). */
+ * over blocks), the order in which the one-launch loss's block computes
+ * the Linears it takes (dpc_cross_entropy_takes_linear); a larger head it
+ * takes over a cluster is summed in the shares of k that
+ * dpc_gemm_k_share gives. */
 #define DPC_GEMM_UNSPLIT_K 128
 #define DPC_GEMM_UNSPLIT_MACS 65536
 int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, double alpha,

@@ -960,6 +960,21 @@ __device__ static void ce_linears(const dpc_ce_linear &lin, int N, int C)
         (void)ce_layer_element<DT, Acc>(last, C, e, in);
 }
 
+/* Row i's gradient for a loss gradient of 1 into rb.dinput, by its group
+ * (lane of G), the probabilities recomputed as the unfused backward reads
+ * them: wsum the batch's weight, wall the class weights' sum. */
+template <int DT, int G>
+__device__ static inline void ce_row_grad(const ce_args &r, const ce_bwd_args &rb, const ce_row &o, int64_t i, int lane,
+                                          double wsum, double wall)
+{
+    const int es = (int)dt_size(DT);
+    const double sc = ce_scale<DT>(rb, i, wsum);
+    for (int64_t k = lane; k < r.C; k += G) {
+        double p = o.active && !r.log_probs ? ce_prob<DT>(o.row, k, o.m, o.inv) : 0;
+        dt_store(DT, rb.dinput + (i * r.C + k) * es, ce_grad(rb, k, o.t, p, wall, sc));
+    }
+}
+
 /* A classifier's head too large for ce_layer_element's walk from global
  * memory (the MLP's 256 x 128 -> 10: 1,280 multiply-adds a thread of one
  * block, each with two dependent loads; session 13 measured one block
@@ -1151,13 +1166,8 @@ __device__ static void ce_head_finish(const ce_args &r, const ce_red_args &rr, c
         }
     }
     __syncthreads();
-    if (rb.dinput && o.live) {
-        const double sc = ce_scale<DT>(rb, i, weight_sum);
-        for (int64_t k = lane; k < r.C; k += G) {
-            double p = o.active && !r.log_probs ? ce_prob<DT>(o.row, k, o.m, o.inv) : 0;
-            dt_store(DT, rb.dinput + (i * r.C + k) * es, ce_grad(rb, k, o.t, p, weight_all, sc));
-        }
-    }
+    if (rb.dinput && o.live)
+        ce_row_grad<DT, G>(r, rb, o, i, lane, weight_sum, weight_all);
     ce_cluster_wait();
     if (blockIdx.x != 0 || threadIdx.x >= 32 || rr.reduction == DPC_CE_NONE)
         return;
@@ -1246,14 +1256,8 @@ __global__ static void __launch_bounds__(HEAD ? CE_HEAD_THREADS : CE_FUSED_MAX_T
     if (!rb.dinput)
         return;
     __syncthreads();
-    const double wsum = weight_sum, wall = weight_all;
-    if (!o.live)
-        return;
-    const double sc = ce_scale<DT>(rb, i, wsum);
-    for (int64_t k = lane; k < r.C; k += G) {
-        double p = o.active && !r.log_probs ? ce_prob<DT>(o.row, k, o.m, o.inv) : 0;
-        dt_store(DT, rb.dinput + (i * r.C + k) * es, ce_grad(rb, k, o.t, p, wall, sc));
-    }
+    if (o.live)
+        ce_row_grad<DT, G>(r, rb, o, i, lane, weight_sum, weight_all);
 }
 
 /* The group of threads a row gets in the one-launch loss (0: the loss
@@ -1351,13 +1355,17 @@ extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *in
     *grad_one_done = 0;
     if (!dt_is_float(dtype))
         return DPC_UNSUPPORTED;
-    if (N < 0 || C < 0 ||
-        (linear &&
-         (!dpc_cross_entropy_takes_linear(dtype, N, C, linear) || linear->layer[linear->layers - 1].out != input)))
+    if (N < 0 || C < 0)
         return (int)cudaErrorInvalidValue;
     dpc_ce_linear lin = {};
     if (linear)
         lin = *linear;
+    /* > 0: the head's launch (which dpc_cross_entropy_takes_linear would
+     * also find, at the cost of planning the head's product again) */
+    const int64_t k_share = linear ? ce_head_share(dtype, N, C, lin) : 0;
+    if (linear && ((k_share == 0 && !dpc_cross_entropy_takes_linear(dtype, N, C, linear)) ||
+                   linear->layer[linear->layers - 1].out != input))
+        return (int)cudaErrorInvalidValue;
     ce_args r = { N, C, (const char *)input, target, weight, ignore_index, smoothing, log_probs,
                   rows, log_probs ? NULL : probs, err };
     ce_red_args rr = { N, C, rows, target, weight, ignore_index, reduction, (char *)out, denom };
@@ -1365,7 +1373,6 @@ extern "C" int dpc_cross_entropy(int dtype, int64_t N, int64_t C, const void *in
                        ignore_index, smoothing, log_probs, !log_probs && smoothing > 0 && weight != NULL, NULL,
                        reduction, denom };
     int threads, fused_G = ce_fused_group(N, C, &threads);
-    const int64_t k_share = linear ? ce_head_share(dtype, N, C, lin) : 0;   /* > 0: the head's launch */
     return with_float_dtype(dtype, [&](auto d) {
         constexpr int DT = decltype(d)::value;
         if (fused_G) {

@@ -607,7 +607,9 @@ do
       local leaves = {}
       for i = 1, #cpu do leaves[i] = cpu[i]:clone():requires_grad_() end
       local zc, lc = run(leaves, ht)
-      local big = dt == torch.float64 and k * 8 * 42 > 44 * 1024   -- (a float64 head's staging too large)
+      -- a float64 head's staging (32 rows of x and the classes' of w, each
+      -- padded by 16 bytes) past reduce.cu's CE_HEAD_STAGE_BYTES
+      local big = dt == torch.float64 and (32 + classes) * (k + 2) * 8 > 44 * 1024
       local p = {}
       for i = 1, #cpu do p[i] = cpu[i]:to(dev):requires_grad_() end
       local zg, lg
