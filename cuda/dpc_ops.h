@@ -247,11 +247,12 @@ typedef struct {
 
 /* An SGD step over flat buffers of n elements of one dtype: param -=
  * lr * the update from grad (PyTorch's formulas, src/cpu/optim.c);
- * momentum_buf NULL when momentum is 0. */
+ * momentum_buf NULL when momentum is 0. grad is written only where the
+ * step makes a bias gradient first (dpc_sgd_step's first). */
 typedef struct {
     int64_t n;
     void *param;
-    const void *grad;
+    void *grad;
     void *momentum_buf;
     double lr, momentum, dampening, weight_decay;
     int nesterov, first_step;
@@ -283,13 +284,34 @@ int dpc_linear_backward_may_chain(const dpc_linear_grads *first);
 
 /* ---- optimizers (cuda/optim.cu): PyTorch 1.13's formulas, as src/cpu/optim.c ---- */
 
-int dpc_sgd_step(int dtype, const dpc_sgd_args *a, void *stream);
+/* A Linear's bias gradient summed apart from its weight gradient: db (n)
+ * = the column sums of g (m, n), both contiguous, of the step's dtype.
+ * The first layer's, whose weight gradient cuBLASLt computes (then in one
+ * kernel instead of two), waits for the optimizer's step, whose launch
+ * makes it first when db lies in the step's flat gradient buffer. */
+typedef struct {
+    int64_t m, n;
+    const void *g;
+    void *db;
+} dpc_bias_grad;
+
+/* Whether dpc_bias_grad_sum takes a g of this shape (small enough that
+ * summing it again costs less than cuBLASLt's second kernel). */
+int dpc_bias_grad_fits(int64_t m, int64_t n);
+/* The bias gradient b alone, summed as an optimizer's launch sums it. */
+int dpc_bias_grad_sum(int dtype, const dpc_bias_grad *b, void *stream);
+
+/* first: NULL, or a bias gradient whose db lies in a->grad, which the
+ * step's launch makes before it updates those elements. */
+int dpc_sgd_step(int dtype, const dpc_sgd_args *a, const dpc_bias_grad *first, void *stream);
 /* step_dev NULL: `step` is this step's count. Else (capturable Adam) the
  * count lives in *step_dev on the device: it is incremented first (a
- * kernel) and read by the update, and `step` is ignored. */
-int dpc_adam_step(int dtype, int64_t n, void *param, const void *grad, void *exp_avg, void *exp_avg_sq,
+ * kernel) and read by the update, and `step` is ignored. first: as for
+ * dpc_sgd_step, db in grad. */
+int dpc_adam_step(int dtype, int64_t n, void *param, void *grad, void *exp_avg, void *exp_avg_sq,
                   void *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                  double weight_decay, int decoupled, int64_t step, double *step_dev, void *stream);
+                  double weight_decay, int decoupled, int64_t step, double *step_dev, const dpc_bias_grad *first,
+                  void *stream);
 
 /* ---- random draws (cuda/random.cu) ---- */
 

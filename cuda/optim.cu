@@ -66,6 +66,136 @@ static unsigned grid_for(int64_t n, int per_thread = 1)
 }
 
 /* ------------------------------------------------------------------------ */
+/* a bias gradient made first                                                */
+/* ------------------------------------------------------------------------ */
+
+/* The first layer's bias gradient db = the column sums of g (m, n) leaves
+ * cuBLASLt's weight gradient, which is then one kernel instead of two,
+ * and waits for the optimizer's step (src/core/gpu.c): the step's first
+ * `blocks` blocks sum BIAS_COLUMNS columns each, then update those
+ * elements, and the other blocks update the rest. A column is summed by
+ * one block in a fixed order, so the bits do not depend on which launch
+ * makes it: dpc_bias_grad_sum, alone, runs the same blocks. */
+#define BIAS_COLUMNS 32   /* a warp's loads of a row: 32 neighbours */
+#define BIAS_ROW_GROUPS (OPTIM_BLOCK / BIAS_COLUMNS)
+/* Past these g is summed in cuBLASLt's epilogue (dpc_bias_grad_fits):
+ * each thread of a block adds m / BIAS_ROW_GROUPS rows, one after
+ * another, and a large g costs its reading again. */
+#define BIAS_MAX_ROWS 4096
+#define BIAS_MAX_ELEMENTS (1 << 20)
+
+namespace {   /* file-local types: no clash with another file's of the same name */
+/* db at element `at` of the step's flat gradient buffer; blocks 0: none */
+template <typename S>
+struct bias_first {
+    int64_t m, n, at;
+    const S *g;
+    unsigned blocks;
+};
+}  // namespace
+
+/* Block blockIdx.x's columns of db (the first BIAS_COLUMNS threads store
+ * one each): BIAS_ROW_GROUPS groups of threads add every
+ * BIAS_ROW_GROUPS-th row from their first, then one thread adds the groups
+ * in order. Returns the column this thread stored, or -1. */
+template <typename S, typename T = typename math_of<S>::type>
+__device__ static int64_t bias_block_sums(const bias_first<S> &b, S *db)
+{
+    __shared__ T part[BIAS_ROW_GROUPS][BIAS_COLUMNS];
+    const int c = (int)threadIdx.x % BIAS_COLUMNS, r = (int)threadIdx.x / BIAS_COLUMNS;
+    const int64_t j = (int64_t)blockIdx.x * BIAS_COLUMNS + c;
+    T sum = 0;
+    if (j < b.n) {
+#pragma unroll 8
+        for (int64_t i = r; i < b.m; i += BIAS_ROW_GROUPS)
+            sum = add(sum, ld(&b.g[i * b.n + j]));
+    }
+    part[r][c] = sum;
+    __syncthreads();
+    if (r != 0 || j >= b.n)
+        return -1;
+    T total = part[0][c];
+    for (int q = 1; q < BIAS_ROW_GROUPS; q++)
+        total = add(total, part[q][c]);
+    st(&db[j], total);
+    return j;
+}
+
+template <typename S>
+__global__ static void bias_grad_kernel(bias_first<S> b, S *db)
+{
+    begin_after_previous_kernel();
+    (void)bias_block_sums(b, db);
+}
+
+/* b's blocks, none when first is NULL; db must lie in grad (n elements of
+ * es bytes). False when it does not. */
+template <typename S>
+static bool bias_first_of(const dpc_bias_grad *first, const void *grad, int64_t n, bias_first<S> *b)
+{
+    *b = {};
+    if (!first)
+        return true;
+    const ptrdiff_t bytes = (const char *)first->db - (const char *)grad;
+    if (!first->g || first->m < 1 || first->n < 1 || !dpc_bias_grad_fits(first->m, first->n) || bytes < 0 ||
+        bytes % (ptrdiff_t)sizeof(S) != 0 || bytes / (ptrdiff_t)sizeof(S) + first->n > n)
+        return false;
+    *b = { first->m, first->n, bytes / (ptrdiff_t)sizeof(S), (const S *)first->g,
+           (unsigned)CEIL_DIV(first->n, BIAS_COLUMNS) };
+    return true;
+}
+
+extern "C" int dpc_bias_grad_fits(int64_t m, int64_t n)
+{
+    return m <= BIAS_MAX_ROWS && m * n <= BIAS_MAX_ELEMENTS;
+}
+
+template <typename S>
+static int bias_grad_launch(const dpc_bias_grad *first, cudaStream_t stream)
+{
+    bias_first<S> b;
+    if (!bias_first_of(first, first->db, first->n, &b))
+        return (int)cudaErrorInvalidValue;
+    return launch_kernel(bias_grad_kernel<S>, b.blocks, OPTIM_BLOCK, stream, b, (S *)first->db);
+}
+
+extern "C" int dpc_bias_grad_sum(int dtype, const dpc_bias_grad *b, void *stream)
+{
+    if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64 && dtype != DP_BFLOAT16)
+        return DPC_UNSUPPORTED;
+    if (!b || !b->db)
+        return (int)cudaErrorInvalidValue;
+    cudaStream_t s = (cudaStream_t)stream;
+    return dtype == DP_FLOAT32    ? bias_grad_launch<float>(b, s)
+           : dtype == DP_BFLOAT16 ? bias_grad_launch<bf16s>(b, s)
+                                  : bias_grad_launch<double>(b, s);
+}
+
+/* The step's elements past the bias gradient's blocks: block `blk` of
+ * `blocks`, each element once, the bias gradient's (made by its own
+ * blocks) left out. */
+namespace {   /* file-local types: no clash with another file's of the same name */
+struct rest_of {
+    int64_t first, stride, skip_from, skip_to;
+    __device__ bool mine(int64_t i, int64_t n) const { return i < n && (i < skip_from || i >= skip_to); }
+};
+}  // namespace
+
+template <typename S>
+__device__ static inline rest_of rest_after(const bias_first<S> &b)
+{
+    const int64_t blk = (int64_t)blockIdx.x - b.blocks, blocks = (int64_t)gridDim.x - b.blocks;
+    return { blk * blockDim.x + threadIdx.x, blocks * blockDim.x, b.blocks ? b.at : 0, b.blocks ? b.at + b.n : 0 };
+}
+
+/* The grid of a step over n elements, ILP a thread, after b's blocks */
+template <typename S>
+static unsigned grid_after(int64_t n, const bias_first<S> &b, int per_thread)
+{
+    return b.blocks + grid_for(n - (b.blocks ? b.n : 0), per_thread);
+}
+
+/* ------------------------------------------------------------------------ */
 /* SGD                                                                       */
 /* ------------------------------------------------------------------------ */
 
@@ -74,21 +204,40 @@ static unsigned grid_for(int64_t n, int per_thread = 1)
  * parameters took 919 blocks of one element a thread) wait on them. */
 #define SGD_ILP 4
 
+/* Element i's step from its parameter p, gradient g and old momentum b */
+template <typename S, typename T>
+__device__ static inline void sgd_store(int64_t i, S *P, S *B, T p, T g, T b, const sgd_consts<T> &c)
+{
+    const T np = sgd_element(p, g, B != NULL, &b, c);
+    if (B)
+        st(&B[i], b);
+    st(&P[i], np);
+}
+
 /* P, G, B are (n,); B is NULL without momentum. c's constants are already
  * rounded to T, as on the CPU. Each element is computed as before, by one
- * thread: only the order in which the threads load them changes. */
+ * thread: only the order in which the threads load them changes. The
+ * first bias.blocks blocks make the bias gradient in G first. */
 template <typename S, typename T = typename math_of<S>::type>
-__global__ static void sgd_kernel(int64_t n, S *P, const S *G, S *B, sgd_consts<T> c)
+__global__ static void sgd_kernel(int64_t n, S *P, S *G, S *B, sgd_consts<T> c, bias_first<S> bias)
 {
     begin_after_previous_kernel();
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     const bool old_buf = B && !c.first_step;
-    for (int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i0 < n; i0 += SGD_ILP * stride) {
+    if (blockIdx.x < bias.blocks) {
+        const int64_t j = bias_block_sums(bias, G + bias.at);
+        if (j >= 0) {
+            const int64_t i = bias.at + j;
+            sgd_store(i, P, B, ld(&P[i]), ld(&G[i]), old_buf ? ld(&B[i]) : (T)0, c);
+        }
+        return;
+    }
+    const rest_of rest = rest_after(bias);
+    for (int64_t i0 = rest.first; i0 < n; i0 += SGD_ILP * rest.stride) {
         T p[SGD_ILP], g[SGD_ILP], b[SGD_ILP];
 #pragma unroll
         for (int u = 0; u < SGD_ILP; u++) {
-            const int64_t i = i0 + u * stride;
-            if (i < n) {
+            const int64_t i = i0 + u * rest.stride;
+            if (rest.mine(i, n)) {
                 p[u] = ld(&P[i]);
                 g[u] = ld(&G[i]);
                 b[u] = old_buf ? ld(&B[i]) : (T)0;
@@ -96,25 +245,24 @@ __global__ static void sgd_kernel(int64_t n, S *P, const S *G, S *B, sgd_consts<
         }
 #pragma unroll
         for (int u = 0; u < SGD_ILP; u++) {
-            const int64_t i = i0 + u * stride;
-            if (i >= n)
-                break;
-            const T np = sgd_element(p[u], g[u], B != NULL, &b[u], c);
-            if (B)
-                st(&B[i], b[u]);
-            st(&P[i], np);
+            const int64_t i = i0 + u * rest.stride;
+            if (rest.mine(i, n))
+                sgd_store(i, P, B, p[u], g[u], b[u], c);
         }
     }
 }
 
 template <typename S, typename T = typename math_of<S>::type>
-static int sgd_launch(const dpc_sgd_args &a, cudaStream_t stream)
+static int sgd_launch(const dpc_sgd_args &a, const dpc_bias_grad *first, cudaStream_t stream)
 {
-    return launch_kernel(sgd_kernel<S>, grid_for(a.n, SGD_ILP), OPTIM_BLOCK, stream, a.n, (S *)a.param,
-                         (const S *)a.grad, (S *)a.momentum_buf, sgd_consts_of<T>(a));
+    bias_first<S> bias;
+    if (!bias_first_of(first, a.grad, a.n, &bias))
+        return (int)cudaErrorInvalidValue;
+    return launch_kernel(sgd_kernel<S>, grid_after(a.n, bias, SGD_ILP), OPTIM_BLOCK, stream, a.n, (S *)a.param,
+                         (S *)a.grad, (S *)a.momentum_buf, sgd_consts_of<T>(a), bias);
 }
 
-extern "C" int dpc_sgd_step(int dtype, const dpc_sgd_args *a, void *stream)
+extern "C" int dpc_sgd_step(int dtype, const dpc_sgd_args *a, const dpc_bias_grad *first, void *stream)
 {
     if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64 && dtype != DP_BFLOAT16)
         return DPC_UNSUPPORTED;
@@ -123,9 +271,9 @@ extern "C" int dpc_sgd_step(int dtype, const dpc_sgd_args *a, void *stream)
     if (a->n == 0)
         return 0;
     cudaStream_t s = (cudaStream_t)stream;
-    return dtype == DP_FLOAT32    ? sgd_launch<float>(*a, s)
-           : dtype == DP_BFLOAT16 ? sgd_launch<bf16s>(*a, s)
-                                  : sgd_launch<double>(*a, s);
+    return dtype == DP_FLOAT32    ? sgd_launch<float>(*a, first, s)
+           : dtype == DP_BFLOAT16 ? sgd_launch<bf16s>(*a, first, s)
+                                  : sgd_launch<double>(*a, first, s);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -145,13 +293,41 @@ struct adam_consts {
 };
 }  // namespace
 
+/* Element i's step: P, G, M, V, VM as adam_kernel's */
+template <typename S, typename T>
+__device__ static inline void adam_update(int64_t i, S *P, const S *G, S *M, S *V, S *VM, const adam_consts<T> &c)
+{
+    T p = ld(&P[i]), grad = ld(&G[i]);
+    if (c.decoupled)
+        p = mul(p, c.decay);
+    else if (c.coupled)
+        grad = add(grad, mul(c.wd, p));
+    T m = add(mul(ld(&M[i]), c.beta1), mul(c.one_minus_beta1, grad));
+    T v = add(mul(ld(&V[i]), c.beta2), mul(mul(c.one_minus_beta2, grad), grad));
+    st(&M[i], m);
+    st(&V[i], v);
+    T second = v;
+    if (VM) {
+        T vm = ld(&VM[i]);
+        if (vm < v) {     /* as the CPU: a NaN in v leaves the max alone */
+            vm = v;
+            st(&VM[i], vm);
+        }
+        second = vm;
+    }
+    T denom = add(dvd(root(second), c.bc2_sqrt), c.eps);
+    st(&P[i], sub(p, mul(c.step_size, dvd(m, denom))));
+}
+
 /* P, G, M, V, VM are (n,); VM is NULL without amsgrad. With step_dev
  * (capturable Adam: the step count lives on the device, so that a CUDA
  * graph replays every step with its own count) the two step-dependent
- * constants come from it, computed as adam_launch does on the host. */
+ * constants come from it, computed as adam_launch does on the host. The
+ * first bias.blocks blocks make the bias gradient in G first. */
 template <typename S, typename T = typename math_of<S>::type>
-__global__ static void adam_kernel(int64_t n, S *P, const S *G, S *M, S *V, S *VM, adam_consts<T> c,
-                                   const double *step_dev, double lr, double beta1, double beta2)
+__global__ static void adam_kernel(int64_t n, S *P, S *G, S *M, S *V, S *VM, adam_consts<T> c,
+                                   const double *step_dev, double lr, double beta1, double beta2,
+                                   bias_first<S> bias)
 {
     begin_after_previous_kernel();
     if (step_dev) {
@@ -159,29 +335,16 @@ __global__ static void adam_kernel(int64_t n, S *P, const S *G, S *M, S *V, S *V
         c.step_size = (T)(lr / (1 - pow(beta1, step)));
         c.bc2_sqrt = (T)sqrt(1 - pow(beta2, step));
     }
-    int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        T p = ld(&P[i]), grad = ld(&G[i]);
-        if (c.decoupled)
-            p = mul(p, c.decay);
-        else if (c.coupled)
-            grad = add(grad, mul(c.wd, p));
-        T m = add(mul(ld(&M[i]), c.beta1), mul(c.one_minus_beta1, grad));
-        T v = add(mul(ld(&V[i]), c.beta2), mul(mul(c.one_minus_beta2, grad), grad));
-        st(&M[i], m);
-        st(&V[i], v);
-        T second = v;
-        if (VM) {
-            T vm = ld(&VM[i]);
-            if (vm < v) {     /* as the CPU: a NaN in v leaves the max alone */
-                vm = v;
-                st(&VM[i], vm);
-            }
-            second = vm;
-        }
-        T denom = add(dvd(root(second), c.bc2_sqrt), c.eps);
-        st(&P[i], sub(p, mul(c.step_size, dvd(m, denom))));
+    if (blockIdx.x < bias.blocks) {
+        const int64_t j = bias_block_sums(bias, G + bias.at);
+        if (j >= 0)
+            adam_update(bias.at + j, P, G, M, V, VM, c);
+        return;
     }
+    const rest_of rest = rest_after(bias);
+    for (int64_t i = rest.first; i < n; i += rest.stride)
+        if (rest.mine(i, n))
+            adam_update(i, P, G, M, V, VM, c);
 }
 
 __global__ static void step_increment_kernel(double *step)
@@ -191,10 +354,13 @@ __global__ static void step_increment_kernel(double *step)
 }
 
 template <typename S, typename T = typename math_of<S>::type>
-static int adam_launch(int64_t n, void *param, const void *grad, void *exp_avg, void *exp_avg_sq,
-                       void *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                       double weight_decay, int decoupled, int64_t step, double *step_dev, cudaStream_t stream)
+static int adam_launch(int64_t n, void *param, void *grad, void *exp_avg, void *exp_avg_sq, void *max_exp_avg_sq,
+                       double lr, double beta1, double beta2, double eps, double weight_decay, int decoupled,
+                       int64_t step, double *step_dev, const dpc_bias_grad *first, cudaStream_t stream)
 {
+    bias_first<S> bias;
+    if (!bias_first_of(first, grad, n, &bias))
+        return (int)cudaErrorInvalidValue;
     if (step_dev) {
         int rc = launch_kernel(step_increment_kernel, 1, 1, stream, step_dev);
         if (rc)
@@ -215,13 +381,14 @@ static int adam_launch(int64_t n, void *param, const void *grad, void *exp_avg, 
     c.step_size = (T)step_size;
     c.decoupled = decoupled != 0;
     c.coupled = !decoupled && weight_decay != 0;
-    return launch_kernel(adam_kernel<S>, grid_for(n), OPTIM_BLOCK, stream, n, (S *)param, (const S *)grad, (S *)exp_avg,
-                         (S *)exp_avg_sq, (S *)max_exp_avg_sq, c, step_dev, lr, beta1, beta2);
+    return launch_kernel(adam_kernel<S>, grid_after(n, bias, 1), OPTIM_BLOCK, stream, n, (S *)param, (S *)grad,
+                         (S *)exp_avg, (S *)exp_avg_sq, (S *)max_exp_avg_sq, c, step_dev, lr, beta1, beta2, bias);
 }
 
-extern "C" int dpc_adam_step(int dtype, int64_t n, void *param, const void *grad, void *exp_avg, void *exp_avg_sq,
+extern "C" int dpc_adam_step(int dtype, int64_t n, void *param, void *grad, void *exp_avg, void *exp_avg_sq,
                              void *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                             double weight_decay, int decoupled, int64_t step, double *step_dev, void *stream)
+                             double weight_decay, int decoupled, int64_t step, double *step_dev,
+                             const dpc_bias_grad *first, void *stream)
 {
     if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64 && dtype != DP_BFLOAT16)
         return DPC_UNSUPPORTED;
@@ -229,12 +396,13 @@ extern "C" int dpc_adam_step(int dtype, int64_t n, void *param, const void *grad
         return (int)cudaErrorInvalidValue;
     if (n == 0)
         return 0;
+    cudaStream_t s = (cudaStream_t)stream;
     if (dtype == DP_FLOAT32)
         return adam_launch<float>(n, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
-                                  weight_decay, decoupled, step, step_dev, (cudaStream_t)stream);
+                                  weight_decay, decoupled, step, step_dev, first, s);
     if (dtype == DP_BFLOAT16)
         return adam_launch<bf16s>(n, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
-                                  weight_decay, decoupled, step, step_dev, (cudaStream_t)stream);
+                                  weight_decay, decoupled, step, step_dev, first, s);
     return adam_launch<double>(n, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
-                               weight_decay, decoupled, step, step_dev, (cudaStream_t)stream);
+                               weight_decay, decoupled, step, step_dev, first, s);
 }

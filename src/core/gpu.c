@@ -863,6 +863,13 @@ static int act_epilogue(int act)
  * the gradients, so that the seed's whole backward and step are one
  * launch.
  *
+ * A first layer's backward (no dx) whose weight gradient cuBLASLt
+ * computes leaves the bias gradient out of that call, which is then one
+ * kernel instead of two, and the bias gradient waits: the next optimizer
+ * step's launch makes it first when db lies in the step's flat gradient
+ * buffer (gpu_sgd_step, gpu_adam_step; dpc_bias_grad in dpc_ops.h), else
+ * it is launched alone, summed the same way.
+ *
  * Any other work launches what waits first: every kernel and copy takes
  * its stream from stream_of, and synchronisations, stream and event calls,
  * capture boundaries and process-group submits (on the caller's thread)
@@ -870,7 +877,7 @@ static int act_epilogue(int act)
  * work waits only while Lua runs between two ops; larger products are
  * launched at once, so that a long one overlaps the host's work.
  * DPLUA_DEFER_LINEAR=0 turns this off (read once), for measuring it. */
-enum { WAITS_NOTHING, WAITS_LINEAR, WAITS_LINEAR_BACKWARD };
+enum { WAITS_NOTHING, WAITS_LINEAR, WAITS_LINEAR_BACKWARD, WAITS_BIAS_GRAD };
 /* out = act(x @ w^T + b) as linear_gemm computes it (epilogue DPC_EPI_BIAS:
  * no act; pre, or NULL, gets the value before it) */
 typedef struct {
@@ -885,7 +892,7 @@ typedef struct {
     int what;                   /* all tensors retained */
     waiting_layer layer[2];     /* WAITS_LINEAR: layer[1] reads layer[0]'s out */
     waiting_backward back[2];   /* WAITS_LINEAR_BACKWARD: back[1] (a chain) the layer before back[0], its g
-                                 * back[0]'s dx */
+                                 * back[0]'s dx; WAITS_BIAS_GRAD: back[0]'s db and g only */
     int layers;                 /* of layer or back */
     void *stream;
 } waiting_work;
@@ -1024,11 +1031,18 @@ static dpc_linear_grads linear_grads(dp_tensor *dx, dp_tensor *dw, dp_tensor *db
                                db ? first(db) : NULL };
 }
 
+static dpc_bias_grad bias_grad_of(dp_tensor *db, dp_tensor *g)
+{
+    return (dpc_bias_grad){ g->shape[0], g->shape[1], first(g), first(db) };
+}
+
 /* dx = g @ w (0 where !(mask > 0) when mask is given), dw = g^T @ x, db =
  * the column sums of g, on stream: one launch of ours up to medium sizes,
- * else two cuBLASLt GEMMs with db in dw's epilogue. A CUDA status. */
+ * else two cuBLASLt GEMMs with db in dw's epilogue; but without dx, a
+ * small db apart (dpc_bias_grad), left waiting for the optimizer's step
+ * when bias_may_wait (nothing waits now). A CUDA status. */
 static int linear_backward_on(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
-                              dp_tensor *mask, void *stream)
+                              dp_tensor *mask, void *stream, bool bias_may_wait)
 {
     int64_t M = g->shape[0], N = g->shape[1], K = x->shape[1];
     int st = set_device(g->device);
@@ -1044,10 +1058,18 @@ static int linear_backward_on(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_te
     if (!st && dx && mask)   /* the ReLU's backward, in place */
         st = dpc_unary_backward(DP_RELU, dx->dtype, shape_of(dx), operand(dx), operand(dx), operand(mask),
                                 operand(mask), stream);
+    const bool bias_apart = !dx && dw && db && dpc_bias_grad_fits(M, N);
     if (!st && dw)   /* dw (N, K) = g^T (N, M) @ x (M, K); db = the row sums of g^T */
         st = dpc_gemm(g->dtype, 1, 0, N, K, M, 1.0, first(g), N, 0, first(x), K, 0, 0.0, first(dw), K, 0, 1,
-                      db ? DPC_EPI_BGRAD : DPC_EPI_BIAS, db ? first(db) : NULL, NULL, allow_tf32, stream);
-    if (!st && db && !dw) {
+                      db && !bias_apart ? DPC_EPI_BGRAD : DPC_EPI_BIAS, db && !bias_apart ? first(db) : NULL, NULL,
+                      allow_tf32, stream);
+    if (!st && bias_apart && bias_may_wait)
+        deferred_put((waiting_work){ .what = WAITS_BIAS_GRAD, .back[0] = { .g = g, .db = db }, .layers = 1,
+                                     .stream = stream });
+    else if (!st && bias_apart) {
+        dpc_bias_grad b = bias_grad_of(db, g);
+        st = dpc_bias_grad_sum(g->dtype, &b, stream);
+    } else if (!st && db && !dw) {
         dpc_shape s = { 1, { N } };
         dpc_operand o = { .data = first(db), .stride = { 1 } }, in = { .data = first(g), .stride = { 1 } }, none = { 0 };
         st = dpc_reduce(DP_SUM, g->dtype, db->dtype, s, o, none, in, M, N, 0, stream);
@@ -1079,7 +1101,7 @@ static int backward_launch(const waiting_work *w, const dpc_sgd_args *sgd)
 {
     const waiting_backward *b = &w->back[0];
     if (w->layers == 1 && !sgd)
-        return linear_backward_on(b->dx, b->dw, b->db, b->g, b->x, b->w, b->mask, w->stream);
+        return linear_backward_on(b->dx, b->dw, b->db, b->g, b->x, b->w, b->mask, w->stream, false);
     dpc_linear_grads grads[2];
     waiting_grads(w, grads);
     int rc = set_device(b->g->device);
@@ -1098,13 +1120,20 @@ static void deferred_run(waiting_work *w)
     int rc = 0;
     for (int i = 0; forward && !rc && i < w->layers; i++)
         rc = layer_launch(&w->layer[i], w->stream);
-    if (!forward)
+    if (w->what == WAITS_LINEAR_BACKWARD)
         rc = backward_launch(w, NULL);
+    if (w->what == WAITS_BIAS_GRAD) {
+        dpc_bias_grad b = bias_grad_of(w->back[0].db, w->back[0].g);
+        rc = set_device(w->back[0].g->device);
+        rc = rc ? rc : dpc_bias_grad_sum(w->back[0].g->dtype, &b, w->stream);
+    }
     if (device >= 0)
         set_device(device);
-    const char *what = forward ? "linear" : w->layers == 2 ? "linear backward (two layers in one launch)"
-                                                           : "linear backward";
-    if (rc && !deferred_failure[0] && gpu_status(what, rc, (forward ? w->layer[0].x : w->back[0].x)->dtype))
+    const char *what = forward ? "linear"
+                       : w->what == WAITS_BIAS_GRAD ? "linear backward (the bias gradient)"
+                       : w->layers == 2 ? "linear backward (two layers in one launch)"
+                                        : "linear backward";
+    if (rc && !deferred_failure[0] && gpu_status(what, rc, (forward ? w->layer[0].x : w->back[0].g)->dtype))
         snprintf(deferred_failure, sizeof deferred_failure, "%s", dp_last_error());
     waiting_release(w);
 }
@@ -1296,7 +1325,8 @@ dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_te
         deferred_put((waiting_work){ .what = WAITS_LINEAR_BACKWARD, .back[0] = this, .layers = 1, .stream = stream });
         return DP_OK;
     }
-    return gpu_status("linear backward", linear_backward_on(dx, dw, db, g, x, w, mask, stream), g->dtype);
+    return gpu_status("linear backward", linear_backward_on(dx, dw, db, g, x, w, mask, stream, defer_enabled()),
+                      g->dtype);
 }
 
 /* ---------------------------------------------------------------- indexing */
@@ -1519,9 +1549,37 @@ static bool takes_sgd(const waiting_work *w, const void *ctx)
     return dpc_linear_backward_takes_sgd(o->p->dtype, grads, w->layers, o->a);
 }
 
+/* An optimizer's step over flat buffers: parameters p, gradients g and
+ * its state (a momentum buffer, Adam's moments; NULL where none). */
+typedef struct {
+    const dp_tensor *p, *g, *state[3];
+} step_of;
+
+/* The waiting bias gradient can be made in the launch of the step ctx:
+ * on its device, stream and dtype, db inside the step's gradients, and
+ * the layer's gradient none of the step's buffers. */
+static bool bias_in_step(const waiting_work *w, const void *ctx)
+{
+    const step_of *o = ctx;
+    const dp_tensor *db = w->back[0].db, *lg = w->back[0].g, *p = o->p, *g = o->g;
+    if (w->what != WAITS_BIAS_GRAD || lg->device != p->device || w->stream != stream_now(p->device) ||
+        lg->dtype != p->dtype || g->dtype != p->dtype || db->storage != g->storage || !tensor_is_contiguous(db) ||
+        !tensor_is_contiguous(g))
+        return false;
+    const dp_tensor *buffers[5] = { p, g, o->state[0], o->state[1], o->state[2] };
+    for (int i = 0; i < 5; i++)
+        if (buffers[i] && buffers[i]->storage == lg->storage)
+            return false;
+    const ptrdiff_t at = (const char *)first(db) - (const char *)first(g);
+    const ptrdiff_t size = (ptrdiff_t)dp_dtype_size(g->dtype);
+    return at >= 0 && at % size == 0 && at / size + dp_tensor_numel(db) <= dp_tensor_numel(g);
+}
+
 /* The step over the flat buffers p, g (and buf); in the launch of the
  * backward that waits, when it computed the last gradients and can take
- * it (the seed's chain of two Linears and its step: one launch). */
+ * it (the seed's chain of two Linears and its step: one launch); after
+ * the first layer's bias gradient in the step's own launch when that
+ * waits. */
 dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
                        double dampening, int nesterov, double weight_decay, int first_step)
 {
@@ -1536,19 +1594,36 @@ dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
         return gpu_status(back.layers == 2 ? "linear backward (two layers) and sgd_step in one launch"
                                            : "linear backward and sgd_step in one launch", rc, p->dtype);
     }
+    waiting_work bias;
+    bool with_bias = deferred_take(bias_in_step, &(step_of){ p, g, { buf } }, &bias);
+    dpc_bias_grad b = with_bias ? bias_grad_of(bias.back[0].db, bias.back[0].g) : (dpc_bias_grad){ 0 };
     set_device(p->device);
-    return gpu_status("sgd_step", dpc_sgd_step(p->dtype, &a, stream_of(p->device)), p->dtype);
+    int rc = dpc_sgd_step(p->dtype, &a, with_bias ? &b : NULL, stream_of(p->device));
+    if (with_bias) {
+        deferred_fusions += !rc;
+        waiting_release(&bias);
+    }
+    return gpu_status(with_bias ? "sgd_step with the first layer's bias gradient" : "sgd_step", rc, p->dtype);
 }
 
+/* Adam's step; after the first layer's bias gradient in its launch when
+ * that waits (as gpu_sgd_step). */
 dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
                         double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step,
                         dp_tensor *step_t)
 {
+    waiting_work bias;
+    bool with_bias = deferred_take(bias_in_step, &(step_of){ p, g, { m, v, vmax } }, &bias);
+    dpc_bias_grad b = with_bias ? bias_grad_of(bias.back[0].db, bias.back[0].g) : (dpc_bias_grad){ 0 };
     set_device(p->device);
-    return gpu_status("adam_step", dpc_adam_step(p->dtype, dp_tensor_numel(p), first(p), first(g), first(m), first(v),
-                                                 vmax ? first(vmax) : NULL, lr, beta1, beta2, eps, weight_decay,
-                                                 decoupled, step, step_t ? (double *)first(step_t) : NULL,
-                                                 stream_of(p->device)), p->dtype);
+    int rc = dpc_adam_step(p->dtype, dp_tensor_numel(p), first(p), first(g), first(m), first(v),
+                           vmax ? first(vmax) : NULL, lr, beta1, beta2, eps, weight_decay, decoupled, step,
+                           step_t ? (double *)first(step_t) : NULL, with_bias ? &b : NULL, stream_of(p->device));
+    if (with_bias) {
+        deferred_fusions += !rc;
+        waiting_release(&bias);
+    }
+    return gpu_status(with_bias ? "adam_step with the first layer's bias gradient" : "adam_step", rc, p->dtype);
 }
 
 #else /* no CUDA in this build: no tensor can be on a GPU, but say so clearly */

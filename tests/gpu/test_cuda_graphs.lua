@@ -37,20 +37,25 @@ end
 
 ---------------------------------------------------------------- the deferred Linear
 
--- the SGD settings of the bit test below, by name
+-- the optimizer settings of the bit test below, by name (SGD's unless
+-- `optimizer` names another)
 local SGD_SETTINGS = {
   momentum = { momentum = 0.9 },
   plain = {},
   nesterov = { momentum = 0.9, nesterov = true, weight_decay = 0.01 },
   dampening = { momentum = 0.9, dampening = 0.5, weight_decay = 0.001 },
+  adam = { optimizer = "Adam" },
+  adamw = { optimizer = "AdamW", weight_decay = 0.01 },
 }
 
--- `steps` SGD steps (settings: SGD_SETTINGS') of m on fixed data: the
--- losses as exact hex (%a), one a line.
+-- `steps` steps of an optimizer (settings: SGD_SETTINGS') of m on fixed
+-- data: the losses as exact hex (%a), one a line.
 local function sgd_loss_lines(m, x, y, steps, lr, settings)
   local options = { lr = lr }
-  for k, v in pairs(settings) do options[k] = v end
-  local opt = optim.SGD(m:parameters(), options)
+  for k, v in pairs(settings) do
+    if k ~= "optimizer" then options[k] = v end
+  end
+  local opt = optim[settings.optimizer or "SGD"](m:parameters(), options)
   local lines = {}
   for _ = 1, steps do
     opt:zero_grad()
@@ -68,12 +73,15 @@ end
 -- line each. "wide" makes it 20-40-2 (922 parameters: more than a thread
 -- each of the block that takes the step after the backward), "head"
 -- 20-128-10 at batch 256 (its head too large for one block: the loss's
--- launch takes it over a cluster of blocks).
+-- launch takes it over a cluster of blocks), "first" 784-128-10 at batch
+-- 256 (the first layer's weight gradient is cuBLASLt's, its bias gradient
+-- waits for the optimizer's launch).
 local function defer_bits(act, dtype_name, sgd, wide)
   local dtype = torch[dtype_name]
   local inputs, hidden, classes, batch = 10, 10, 2, 32
   if wide == "wide" then inputs, hidden = 20, 40 end
   if wide == "head" then inputs, hidden, classes, batch = 20, 128, 10, 256 end
+  if wide == "first" then inputs, hidden, classes, batch = 784, 128, 10, 256 end
   torch.manual_seed(5)
   local x, y = torch.randn(batch, inputs):to(dtype):to(dev), torch.randint(0, classes, { batch }):to(dev)
   local m = nn.Sequential(nn.Linear(inputs, hidden), act == "relu" and nn.ReLU() or nn.GELU(act),
@@ -152,7 +160,10 @@ end
 -- large for the loss's launch (one less). A GELU's backward is an op
 -- between the Linears' (no chain, no step in it): two. The head model
 -- saves one a step where the GPU has clusters (sm_90 on): the loss's
--- launch takes its head; its backwards are too large to chain.
+-- launch takes its head; its backwards are too large to chain. The
+-- "first" model saves that, and the optimizer's launch takes its first
+-- layer's bias gradient, but not on a first step that makes the
+-- optimizer's state (momentum, Adam's moments: a kernel launches it).
 T.run("the deferred Linear changes no bit of a training run", function()
   local command = own_command()
   for _, case in ipairs({ { "relu", "float32", "momentum" }, { "relu", "float64", "momentum" },
@@ -161,7 +172,10 @@ T.run("the deferred Linear changes no bit of a training run", function()
                           { "relu", "float64", "nesterov" }, { "relu", "bfloat16", "dampening" },
                           { "relu", "float32", "nesterov", "wide" }, { "relu", "bfloat16", "momentum", "wide" },
                           { "relu", "float32", "momentum", "head" }, { "relu", "float64", "plain", "head" },
-                          { "relu", "bfloat16", "momentum", "head" } }) do
+                          { "relu", "bfloat16", "momentum", "head" }, { "relu", "float32", "momentum", "first" },
+                          { "relu", "float32", "plain", "first" }, { "relu", "bfloat16", "nesterov", "first" },
+                          { "relu", "float64", "adam", "first" }, { "relu", "float32", "adamw", "first" },
+                          { "relu", "bfloat16", "adam", "first" } }) do
     local name = table.concat(case, " ")
     local p = io.popen(("DPLUA_DEFER_LINEAR=0 %s --defer-bits %s; echo \"exit $?\""):format(command, name))
     local alone = p:read("*a")
@@ -170,7 +184,11 @@ T.run("the deferred Linear changes no bit of a training run", function()
     local waited = defer_bits(case[1], case[2], case[3], case[4])
     local relu = case[1] == "relu"
     local saved = 4 * ((relu and 4 or 2) - (case[4] and 1 or 0)) - ((relu and SGD_SETTINGS[case[3]].momentum) and 1 or 0)
-    if case[4] == "head" then saved = torch.cuda.get_device_capability() >= 9 and 4 or 0 end
+    if case[4] == "head" or case[4] == "first" then saved = torch.cuda.get_device_capability() >= 9 and 4 or 0 end
+    if case[4] == "first" then
+      local settings = SGD_SETTINGS[case[3]]
+      saved = saved + 4 - ((settings.momentum or settings.optimizer) and 1 or 0)
+    end
     T.is(torch.cuda._linear_fusions() - fused_before, saved, name .. ": the launches the Linears' waiting saved")
     T.is(waited .. "\nexit 0\n", alone, name .. ": the same losses and parameters as each op alone")
   end
@@ -199,21 +217,27 @@ end)
 
 ---------------------------------------------------------------- graphs
 
-local function seed_model(dtype)
+-- sizes: inputs, hidden, classes, batch
+local function seed_model(dtype, sizes)
   torch.manual_seed(7)
-  local m = nn.Sequential(nn.Linear(10, 10), nn.ReLU(), nn.Linear(10, 2)):to(dtype):to(dev)
+  local m = nn.Sequential(nn.Linear(sizes[1], sizes[2]), nn.ReLU(), nn.Linear(sizes[2], sizes[3])):to(dtype):to(dev)
   return m, optim.SGD(m:parameters(), { lr = 0.05, momentum = 0.9 })
 end
 
+-- the seed's model; and 784-128-10 at batch 256, whose first layer's
+-- weight gradient is cuBLASLt's and its bias gradient the SGD step's
+-- launch's (captured too)
 T.run("a training step replayed from a graph equals eager steps", function()
-  for _, dtype in ipairs({ torch.float64, torch.float32 }) do
+  for _, case in ipairs({ { torch.float64, { 10, 10, 2, 32 } }, { torch.float32, { 10, 10, 2, 32 } },
+                          { torch.float32, { 784, 128, 10, 256 } } }) do
+    local dtype, sizes = case[1], case[2]
     torch.manual_seed(11)
     local xs, ys = {}, {}
     for i = 1, 6 do
-      xs[i] = torch.randn(32, 10, { dtype = dtype }):to(dev)
-      ys[i] = torch.randint(0, 2, { 32 }):to(dev)
+      xs[i] = torch.randn(sizes[4], sizes[1], { dtype = dtype }):to(dev)
+      ys[i] = torch.randint(0, sizes[3], { sizes[4] }):to(dev)
     end
-    local m1, o1 = seed_model(dtype)
+    local m1, o1 = seed_model(dtype, sizes)
     local eager = {}
     for i = 1, 6 do
       o1:zero_grad()
@@ -222,7 +246,7 @@ T.run("a training step replayed from a graph equals eager steps", function()
       o1:step()
       eager[i] = loss:item()
     end
-    local m2, o2 = seed_model(dtype)
+    local m2, o2 = seed_model(dtype, sizes)
     local x, y = xs[1]:clone(), ys[1]:clone()
     local replayed = {}
     -- one eager step first, as in PyTorch: the momentum buffers then exist
@@ -245,12 +269,13 @@ T.run("a training step replayed from a graph equals eager steps", function()
       replayed[i] = loss:item()
     end
     local tol = dtype == torch.float64 and 1e-12 or 1e-5
+    local what = ("%d-%d-%d %s"):format(sizes[1], sizes[2], sizes[3], dtype.name)
     T.ok(worst(eager, replayed) < tol, ("%s: the replayed losses equal the eager ones (worst rel %.2e)")
-         :format(dtype.name, worst(eager, replayed)))
+         :format(what, worst(eager, replayed)))
     local w = worst(flat_params(m1), flat_params(m2))
-    T.ok(w < tol * 10, ("%s: so do the parameters after 6 steps (worst rel %.2e)"):format(dtype.name, w))
+    T.ok(w < tol * 10, ("%s: so do the parameters after 6 steps (worst rel %.2e)"):format(what, w))
     T.is(tostring(torch.cuda.current_stream()), tostring(torch.cuda.default_stream()),
-         dtype.name .. ": the default stream is current again after the capture")
+         what .. ": the default stream is current again after the capture")
   end
 end)
 
@@ -293,7 +318,7 @@ T.run("capturable Adam replayed from a graph equals eager steps", function()
 end)
 
 T.run("replays reuse the graph's memory", function()
-  local m, o = seed_model(torch.float32)
+  local m, o = seed_model(torch.float32, { 10, 10, 2, 32 })
   local x, y = torch.randn(32, 10):to(dev), torch.randint(0, 2, { 32 }):to(dev)
   local function step()
     o:zero_grad()
@@ -313,7 +338,7 @@ T.run("replays reuse the graph's memory", function()
 end)
 
 T.run("what cannot be captured fails at capture time", function()
-  local m, o = seed_model(torch.float32)
+  local m, o = seed_model(torch.float32, { 10, 10, 2, 32 })
   local x, y = torch.randn(32, 10):to(dev), torch.randint(0, 2, { 32 }):to(dev)
   T.raises(function() torch.cuda.graph(function() return F.cross_entropy(m(x), y):item() end) end,
            "a copy from the GPU to the host", ":item() inside a capture")

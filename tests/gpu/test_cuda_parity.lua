@@ -315,6 +315,44 @@ for _, dt in ipairs({ torch.float32, torch.float64, torch.bfloat16 }) do
   end
 end
 
+-- A first layer's backward (no dx) whose weight gradient is cuBLASLt's:
+-- the bias gradient is summed apart (cuda/optim.cu's bias_block_sums, the
+-- kernel an optimizer's launch runs first), here alone because the
+-- gradient is read; past 4096 rows it stays in cuBLASLt's epilogue.
+for _, dt in ipairs(floats) do
+  for _, size in ipairs({ { 256, 784, 256 }, { 4100, 784, 16 } }) do
+    local M, K, N = size[1], size[2], size[3]
+    same(("first linear %dx%dx%d, its bias gradient apart %s"):format(M, K, N, dt.name), function(x, w, b)
+      w = w:detach():requires_grad_(); b = b:detach():requires_grad_()
+      torch._linear(x, w, b):float():pow(2):sum():backward()
+      return { unit(w.grad), unit(b.grad) }
+    end, { input(dt, M, K), input(dt, N, K), input(dt, N) }, dt == torch.bfloat16 and 5e-2 or (dt == torch.float32 and 1e-4 or nil))
+  end
+end
+
+-- The optimizer's launch makes the first layer's bias gradient before its
+-- step (gpu.c's bias_in_step): three steps of a 784-128-10 MLP at batch
+-- 256, the parameters after them as on the CPU; SGD with momentum,
+-- Nesterov and weight decay, Adam, AdamW.
+for _, opt in ipairs({ { "SGD", { lr = 0.05, momentum = 0.9, nesterov = true, weight_decay = 0.01 } },
+                       { "Adam", { lr = 0.01 } }, { "AdamW", { lr = 0.01, weight_decay = 0.1 } } }) do
+  same("784-128-10 MLP, 3 steps of " .. opt[1] .. ", the first layer's bias gradient in its launch",
+       function(x, y)
+    torch.manual_seed(4)
+    local nn = torch.nn
+    local m = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10)):double():to(x.device)
+    local o = torch.optim[opt[1]](m:parameters(), opt[2])
+    for _ = 1, 3 do
+      o:zero_grad()
+      torch.nn.functional.cross_entropy(m(x), y):backward()
+      o:step()
+    end
+    local out = {}
+    for i, p in ipairs(m:parameters()) do out[i] = p:detach() end
+    return out
+  end, { input(torch.float64, 256, 784), torch.randint(0, 10, { 256 }) })
+end
+
 -- A ReLU between two Linear layers: the second layer's backward applies the
 -- ReLU's mask to dx (in the tiled kernel's epilogue, or
 -- after cuBLASLt's product), whether the ReLU is its own op or fused into
