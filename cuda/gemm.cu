@@ -223,11 +223,12 @@ static int epilogue_after(const gemm_args &g)
 
 /* The limits above, which scripts/bench/gemm_tune varies to measure them
  * (read once from DPLUA_GEMM_OWN_FLOPS, DPLUA_GEMM_MAX_SPLITS,
- * DPLUA_GEMM_SHARE_SLICES and DPLUA_GEMM_TM, a forced tile of 16 TM;
- * unset: the defaults). */
+ * DPLUA_GEMM_SHARE_SLICES, DPLUA_GEMM_MIN_BLOCKS and DPLUA_GEMM_TM, a
+ * forced tile of 16 TM; unset: the defaults). */
 static struct {
     double own_flops;
     int max_splits, share_slices, tm;
+    int64_t min_blocks;
 } own_limits;
 static pthread_once_t own_limits_once = PTHREAD_ONCE_INIT;
 
@@ -241,6 +242,9 @@ static void own_limits_read(void)
     own_limits.share_slices = (v = getenv("DPLUA_GEMM_SHARE_SLICES")) ? atoi(v) : OWN_SHARE_SLICES;
     if (own_limits.share_slices < 1)
         own_limits.share_slices = OWN_SHARE_SLICES;
+    own_limits.min_blocks = (v = getenv("DPLUA_GEMM_MIN_BLOCKS")) ? atoll(v) : OWN_MIN_BLOCKS;
+    if (own_limits.min_blocks < 1)
+        own_limits.min_blocks = OWN_MIN_BLOCKS;
     own_limits.tm = (v = getenv("DPLUA_GEMM_TM")) ? atoi(v) : 0;
     if (own_limits.tm != 1 && own_limits.tm != 2 && own_limits.tm != 4)
         own_limits.tm = 0;   /* not forced */
@@ -1081,7 +1085,7 @@ static int64_t own_plan(tile_jobs &jobs, int tm)
         deeps[j] = own_deep(jobs, j, slices[j]);
         least = slices[j] < least ? slices[j] : least;
     }
-    const int64_t reach = CEIL_DIV((int64_t)OWN_MIN_BLOCKS, tiles);
+    const int64_t reach = CEIL_DIV(own_limits.min_blocks, tiles);
     int64_t cluster = 1;
     for (int j = 0; j < jobs.count; j++) {
         int64_t balance = CEIL_DIV(slices[j], least), want = reach > balance ? reach : balance;
@@ -1147,9 +1151,9 @@ static int tiled_choice(tile_jobs &jobs, size_t acc_size, bool one_block, small_
         return 0;
     if (one_block)   /* (dpc_linear_backward_chains or _takes_sgd said it fits) */
         return -1;
-    if ((tm == 0 || tm == 4) && ((*blocks = own_plan(jobs, 4)) >= OWN_MIN_BLOCKS || tm == 4))
+    if ((tm == 0 || tm == 4) && ((*blocks = own_plan(jobs, 4)) >= own_limits.min_blocks || tm == 4))
         return 4;
-    if ((tm == 0 || tm == 2) && ((*blocks = own_plan(jobs, 2)) >= OWN_MIN_BLOCKS || tm == 2))
+    if ((tm == 0 || tm == 2) && ((*blocks = own_plan(jobs, 2)) >= own_limits.min_blocks || tm == 2))
         return 2;
     *blocks = own_plan(jobs, 1);
     return 1;
