@@ -1,10 +1,11 @@
 /*
  * optim.cu — fused optimizer updates on the GPU, behind dpc_ops.h.
  *
- * Each step is one grid-stride pass over flat, contiguous buffers, and
- * repeats src/cpu/optim.c operation by operation: the same constants,
- * rounded to the element type on the host in the same way, and the same
- * order of operations. nvcc would otherwise fuse a * b + c into one fma,
+ * Each step is one grid-stride pass over flat, contiguous buffers (after
+ * the blocks that make a first layer's bias gradient, where that waits
+ * for the step: below), and repeats src/cpu/optim.c operation by
+ * operation: the same constants, rounded to the element type on the host
+ * in the same way, and the same order of operations. nvcc would otherwise fuse a * b + c into one fma,
  * which rounds once where the CPU rounds twice; the _rn intrinsics below
  * are never fused, so that a float32 step gives the CPU's bits.
  * bfloat16 computes in float and rounds each stored value, as
@@ -133,7 +134,8 @@ __global__ static void bias_grad_kernel(bias_first<S> b, S *db)
 }
 
 /* b's blocks, none when first is NULL; db must lie in grad (n elements of
- * es bytes). False when it does not. */
+ * S). False when it does not. (src/core/gpu.c checks that g is none of the
+ * step's buffers.) */
 template <typename S>
 static bool bias_first_of(const dpc_bias_grad *first, const void *grad, int64_t n, bias_first<S> *b)
 {
@@ -151,7 +153,7 @@ static bool bias_first_of(const dpc_bias_grad *first, const void *grad, int64_t 
 
 extern "C" int dpc_bias_grad_fits(int64_t m, int64_t n)
 {
-    return m <= BIAS_MAX_ROWS && m * n <= BIAS_MAX_ELEMENTS;
+    return m > 0 && n > 0 && m <= BIAS_MAX_ROWS && n <= BIAS_MAX_ELEMENTS / m;
 }
 
 template <typename S>
@@ -175,21 +177,23 @@ extern "C" int dpc_bias_grad_sum(int dtype, const dpc_bias_grad *b, void *stream
                                   : bias_grad_launch<double>(b, s);
 }
 
-/* The step's elements past the bias gradient's blocks: block `blk` of
- * `blocks`, each element once, the bias gradient's (made by its own
- * blocks) left out. */
+/* The step's elements besides the bias gradient's (which its own blocks
+ * make and update): `count` of them, the e-th at index(e), a grid-stride
+ * loop over them from `first` by `stride` in the blocks after the bias
+ * gradient's. */
 namespace {   /* file-local types: no clash with another file's of the same name */
 struct rest_of {
-    int64_t first, stride, skip_from, skip_to;
-    __device__ bool mine(int64_t i, int64_t n) const { return i < n && (i < skip_from || i >= skip_to); }
+    int64_t first, stride, count, skip_at, skip;
+    __device__ int64_t index(int64_t e) const { return e < skip_at ? e : e + skip; }
 };
 }  // namespace
 
 template <typename S>
-__device__ static inline rest_of rest_after(const bias_first<S> &b)
+__device__ static inline rest_of rest_after(const bias_first<S> &b, int64_t n)
 {
     const int64_t blk = (int64_t)blockIdx.x - b.blocks, blocks = (int64_t)gridDim.x - b.blocks;
-    return { blk * blockDim.x + threadIdx.x, blocks * blockDim.x, b.blocks ? b.at : 0, b.blocks ? b.at + b.n : 0 };
+    const int64_t skip = b.blocks ? b.n : 0;
+    return { blk * blockDim.x + threadIdx.x, blocks * blockDim.x, n - skip, b.blocks ? b.at : n, skip };
 }
 
 /* The grid of a step over n elements, ILP a thread, after b's blocks */
@@ -235,13 +239,13 @@ __global__ static void sgd_kernel(int64_t n, S *P, S *G, S *B, sgd_consts<T> c, 
         }
         return;
     }
-    const rest_of rest = rest_after(bias);
-    for (int64_t i0 = rest.first; i0 < n; i0 += SGD_ILP * rest.stride) {
+    const rest_of rest = rest_after(bias, n);
+    for (int64_t e0 = rest.first; e0 < rest.count; e0 += SGD_ILP * rest.stride) {
         T p[SGD_ILP], g[SGD_ILP], b[SGD_ILP];
 #pragma unroll
         for (int u = 0; u < SGD_ILP; u++) {
-            const int64_t i = i0 + u * rest.stride;
-            if (rest.mine(i, n)) {
+            const int64_t e = e0 + u * rest.stride, i = rest.index(e);
+            if (e < rest.count) {
                 p[u] = ld(&P[i]);
                 g[u] = ld(&G[i]);
                 b[u] = old_buf ? ld(&B[i]) : (T)0;
@@ -249,9 +253,9 @@ __global__ static void sgd_kernel(int64_t n, S *P, S *G, S *B, sgd_consts<T> c, 
         }
 #pragma unroll
         for (int u = 0; u < SGD_ILP; u++) {
-            const int64_t i = i0 + u * rest.stride;
-            if (rest.mine(i, n))
-                sgd_store(i, P, B, p[u], g[u], b[u], c);
+            const int64_t e = e0 + u * rest.stride;
+            if (e < rest.count)
+                sgd_store(rest.index(e), P, B, p[u], g[u], b[u], c);
         }
     }
 }
@@ -345,10 +349,9 @@ __global__ static void adam_kernel(int64_t n, S *P, S *G, S *M, S *V, S *VM, ada
             adam_update(bias.at + j, P, G, M, V, VM, c);
         return;
     }
-    const rest_of rest = rest_after(bias);
-    for (int64_t i = rest.first; i < n; i += rest.stride)
-        if (rest.mine(i, n))
-            adam_update(i, P, G, M, V, VM, c);
+    const rest_of rest = rest_after(bias, n);
+    for (int64_t e = rest.first; e < rest.count; e += rest.stride)
+        adam_update(rest.index(e), P, G, M, V, VM, c);
 }
 
 __global__ static void step_increment_kernel(double *step)

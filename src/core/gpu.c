@@ -1058,7 +1058,8 @@ static int linear_backward_on(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_te
     if (!st && dx && mask)   /* the ReLU's backward, in place */
         st = dpc_unary_backward(DP_RELU, dx->dtype, shape_of(dx), operand(dx), operand(dx), operand(mask),
                                 operand(mask), stream);
-    const bool bias_apart = !dx && dw && db && dpc_bias_grad_fits(M, N);
+    /* (where our kernel takes dw, its epilogue sums db for nothing) */
+    const bool bias_apart = !dx && dw && db && !dpc_gemm_own(N, K, M, 1) && dpc_bias_grad_fits(M, N);
     if (!st && dw)   /* dw (N, K) = g^T (N, M) @ x (M, K); db = the row sums of g^T */
         st = dpc_gemm(g->dtype, 1, 0, N, K, M, 1.0, first(g), N, 0, first(x), K, 0, 0.0, first(dw), K, 0, 1,
                       db && !bias_apart ? DPC_EPI_BGRAD : DPC_EPI_BIAS, db && !bias_apart ? first(db) : NULL, NULL,
@@ -1304,7 +1305,9 @@ static bool chains_after(const waiting_work *w, const void *ctx)
  * the column sums of g. When g is the dx of the waiting backward of the
  * layer after this one, the two make a chain, one launch of one block,
  * which waits in turn for an SGD step to take (gpu_sgd_step). Else this
- * one waits for the layer before when it may start a chain. */
+ * one waits for the layer before when it may start a chain; or, a first
+ * layer's, launches dw and leaves db waiting for the optimizer
+ * (linear_backward_on). */
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
                               dp_tensor *mask)
 {

@@ -67,7 +67,7 @@ local function sgd_loss_lines(m, x, y, steps, lr, settings)
   return lines
 end
 
--- Four SGD steps (SGD_SETTINGS[sgd]) of the seed's model, `act` between
+-- Four optimizer steps (SGD_SETTINGS[sgd]) of the seed's model, `act` between
 -- its Linears, in dtype (a name: float32, float64, bfloat16), on fixed
 -- data: the losses and the parameters after them as exact hex (%a), one
 -- line each. "wide" makes it 20-40-2 (922 parameters: more than a thread
@@ -256,12 +256,18 @@ T.run("a training step replayed from a graph equals eager steps", function()
     o2:step()
     replayed[1] = l1:item()
     local loss
+    local fused_before = torch.cuda._linear_fusions()
     local g = torch.cuda.graph(function()
       o2:zero_grad()
       loss = F.cross_entropy(m2(x), y)
       loss:backward()
       o2:step()
     end)
+    if sizes[1] == 784 then
+      local head = torch.cuda.get_device_capability() >= 9 and 1 or 0
+      T.is(torch.cuda._linear_fusions() - fused_before - head, 1,
+           "784-128-10: the captured SGD step takes the first layer's bias gradient")
+    end
     for i = 2, 6 do
       x:copy_(xs[i])
       y:copy_(ys[i])

@@ -317,10 +317,11 @@ end
 
 -- A first layer's backward (no dx) whose weight gradient is cuBLASLt's:
 -- the bias gradient is summed apart (cuda/optim.cu's bias_block_sums, the
--- kernel an optimizer's launch runs first), here alone because the
--- gradient is read; past 4096 rows it stays in cuBLASLt's epilogue.
+-- blocks an optimizer's launch runs first), here alone because the
+-- gradient is read; also rows not a multiple of 32 and columns not of 8;
+-- past 4096 rows it stays in cuBLASLt's epilogue.
 for _, dt in ipairs(floats) do
-  for _, size in ipairs({ { 256, 784, 256 }, { 4100, 784, 16 } }) do
+  for _, size in ipairs({ { 256, 784, 256 }, { 300, 784, 100 }, { 4100, 784, 16 } }) do
     local M, K, N = size[1], size[2], size[3]
     same(("first linear %dx%dx%d, its bias gradient apart %s"):format(M, K, N, dt.name), function(x, w, b)
       w = w:detach():requires_grad_(); b = b:detach():requires_grad_()
@@ -330,27 +331,46 @@ for _, dt in ipairs(floats) do
   end
 end
 
+-- An empty batch: the first layer's gradients are zeros (cuBLASLt's
+-- epilogue path, which the bias gradient apart does not take).
+do
+  local w, b = torch.randn(256, 784):to(dev):requires_grad_(), torch.randn(256):to(dev):requires_grad_()
+  local ok, err = pcall(function()
+    torch._linear(torch.randn(0, 784):to(dev), w, b):sum():backward()
+    torch.cuda.synchronize()
+  end)
+  T.ok(ok, "a first layer's backward over an empty batch: no error " .. tostring(err or ""))
+  T.is(ok and w.grad:abs():sum():item() + b.grad:abs():sum():item(), 0, "its gradients are zeros")
+end
+
 -- The optimizer's launch makes the first layer's bias gradient before its
 -- step (gpu.c's bias_in_step): three steps of a 784-128-10 MLP at batch
 -- 256, the parameters after them as on the CPU; SGD with momentum,
--- Nesterov and weight decay, Adam, AdamW.
+-- Nesterov and weight decay, Adam, AdamW. The steps after the first
+-- (which makes the optimizer's state, launching the bias gradient alone)
+-- take it: two launches saved, counted where the head is not.
 for _, opt in ipairs({ { "SGD", { lr = 0.05, momentum = 0.9, nesterov = true, weight_decay = 0.01 } },
                        { "Adam", { lr = 0.01 } }, { "AdamW", { lr = 0.01, weight_decay = 0.1 } } }) do
+  local taken
   same("784-128-10 MLP, 3 steps of " .. opt[1] .. ", the first layer's bias gradient in its launch",
        function(x, y)
     torch.manual_seed(4)
     local nn = torch.nn
     local m = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10)):double():to(x.device)
     local o = torch.optim[opt[1]](m:parameters(), opt[2])
+    local before = torch.cuda._linear_fusions()
     for _ = 1, 3 do
       o:zero_grad()
       torch.nn.functional.cross_entropy(m(x), y):backward()
       o:step()
     end
+    if x.device.type == "cuda" then taken = torch.cuda._linear_fusions() - before end
     local out = {}
     for i, p in ipairs(m:parameters()) do out[i] = p:detach() end
     return out
   end, { input(torch.float64, 256, 784), torch.randint(0, 10, { 256 }) })
+  local heads = torch.cuda.get_device_capability() >= 9 and 3 or 0
+  T.is(taken and taken - heads, 2, opt[1] .. ": its launches took the bias gradient on steps 2 and 3")
 end
 
 -- A ReLU between two Linear layers: the second layer's backward applies the
