@@ -12,9 +12,13 @@
  * One strided iterator serves every op: the host merges dims that are
  * contiguous for all operands (as cpu_foreach does) and, when one dim is
  * left, the kernel addresses element i as data + i * stride with no index
- * arithmetic; otherwise it splits i over the shape with div/mod. The op
- * and dtypes are template parameters of a small functor, so each kernel
- * holds one op's code only.
+ * arithmetic; otherwise it splits i over the shape with div/mod. Where
+ * every operand is contiguous (or one broadcast value), of one element
+ * size and aligned to 16 bytes, each thread instead takes 16 bytes of
+ * elements at a time (8 of bfloat16), every operand read and the output
+ * written one vector load or store each (ew_vec_kernel). The op and dtypes
+ * are template parameters of a small functor, so each kernel holds one
+ * op's code only.
  */
 #include <math.h>
 #include <stdint.h>
@@ -125,8 +129,94 @@ __global__ static void ew_kernel(dpc_iter<N> it, int64_t n, F f)
     }
 }
 
-/* Runs f over the shape for N operands of element sizes es. */
-template <int N, class F>
+namespace {   /* file-local types: no clash with another file's of the same name */
+template <int ES> struct uint_of;
+template <> struct uint_of<1> { typedef uint8_t T; };
+template <> struct uint_of<2> { typedef uint16_t T; };
+template <> struct uint_of<4> { typedef uint32_t T; };
+template <> struct uint_of<8> { typedef uint64_t T; };
+}  // namespace
+
+/* The flat iterator's operands are all of ES bytes an element, operand 0
+ * (the output) and every other one with stride ES or 0 (one value for
+ * all), those of stride ES aligned to 16 bytes: each thread takes V = 16 /
+ * ES elements at a time, each operand's one 16-byte load (a broadcast
+ * value repeated), f on each element in registers, one 16-byte store; the
+ * last n % V elements one a thread. f reads its operands before it
+ * writes its output, so an output that is also an input is right. */
+template <int N, int ES, class F>
+__global__ static void ew_vec_kernel(dpc_iter<N> it, int64_t n, F f)
+{
+    begin_after_previous_kernel();
+    typedef typename uint_of<ES>::T U;
+    constexpr int V = 16 / ES;
+    const int64_t chunks = n / V, step = (int64_t)gridDim.x * blockDim.x;
+    const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    U one[N];   /* the broadcast values */
+#pragma unroll
+    for (int k = 1; k < N; k++)
+        one[k] = it.stride[k][0] == 0 ? *(const U *)it.data[k] : (U)0;
+    for (int64_t c = first; c < chunks; c += step) {
+        U buf[N][V];
+#pragma unroll
+        for (int k = 1; k < N; k++) {
+            if (it.stride[k][0] != 0) {
+                const uint4 q = *(const uint4 *)(it.data[k] + c * 16);
+                memcpy(buf[k], &q, 16);
+            } else {
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    buf[k][j] = one[k];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            char *p[N];
+#pragma unroll
+            for (int k = 0; k < N; k++)
+                p[k] = (char *)&buf[k][j];
+            f(p);
+        }
+        uint4 q;
+        memcpy(&q, buf[0], 16);
+        *(uint4 *)(it.data[0] + c * 16) = q;
+    }
+    const int64_t i = chunks * V + first;
+    if (i < n) {
+        char *p[N];
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            p[k] = it.data[k] + i * it.stride[k][0];
+        f(p);
+    }
+}
+
+/* The element size of types A and B when they have the same, else 0: an
+ * ew_launch's ES for an output of type A from inputs of type B. */
+template <class A, class B> __host__ __device__ constexpr int one_size()
+{
+    return sizeof(A) == sizeof(B) ? (int)sizeof(A) : 0;
+}
+
+/* Whether ew_vec_kernel<N, ES> takes the flat iterator it. */
+template <int N, int ES>
+static bool ew_vectors(const dpc_iter<N> &it, const size_t *es)
+{
+    if (ES == 0 || it.ndim > 1)
+        return false;
+    for (int k = 0; k < N; k++) {
+        const int64_t stride = it.ndim == 1 ? it.stride[k][0] : 0;
+        if (es[k] != (size_t)ES || (stride != ES && (k == 0 || stride != 0)) ||
+            (stride == ES && (uintptr_t)it.data[k] % 16 != 0))
+            return false;
+    }
+    return true;
+}
+
+/* Runs f over the shape for N operands of element sizes es; ES: their one
+ * element size when all have the same (0: they may not), which lets a
+ * contiguous run take ew_vec_kernel. */
+template <int N, int ES, class F>
 static int ew_launch(const dpc_shape &s, const dpc_operand *ops, const size_t *es, F f, void *stream)
 {
     if (s.ndim < 0 || s.ndim > DPC_MAX_DIMS)
@@ -135,10 +225,17 @@ static int ew_launch(const dpc_shape &s, const dpc_operand *ops, const size_t *e
     int64_t n = iter_build<N>(&it, s, ops, es);
     if (n <= 0)
         return 0;
+    cudaStream_t st = (cudaStream_t)stream;
+    if constexpr (ES > 0) {
+        if (ew_vectors<N, ES>(it, es)) {
+            int64_t threads = n / (16 / ES) > 0 ? n / (16 / ES) : 1, grid = CEIL_DIV(threads, (int64_t)EW_THREADS);
+            return launch_kernel(ew_vec_kernel<N, ES, F>, (unsigned)(grid > EW_MAX_BLOCKS ? EW_MAX_BLOCKS : grid),
+                                 EW_THREADS, st, it, n, f);
+        }
+    }
     int64_t grid = CEIL_DIV(n, (int64_t)EW_THREADS);
     if (grid > EW_MAX_BLOCKS)
         grid = EW_MAX_BLOCKS;
-    cudaStream_t st = (cudaStream_t)stream;
     if (it.ndim <= 1)
         return launch_kernel(ew_kernel<N, true, F>, (unsigned)grid, EW_THREADS, st, it, n, f);
     return launch_kernel(ew_kernel<N, false, F>, (unsigned)grid, EW_THREADS, st, it, n, f);
@@ -320,7 +417,8 @@ extern "C" int dpc_unary(int op, int in_dtype, int out_dtype, dpc_shape s, dpc_o
             if constexpr (!unary_ok(OP, T::kind))
                 return DPC_UNSUPPORTED;
             else
-                return ew_launch<2>(s, ops, es, unary_f<T, OP>(), stream);
+                return ew_launch<2, one_size<std::conditional_t<OP == DP_LOGICAL_NOT, uint8_t, typename T::S>,
+                                             typename T::S>()>(s, ops, es, unary_f<T, OP>(), stream);
         });
     });
 }
@@ -395,7 +493,7 @@ extern "C" int dpc_unary_backward(int op, int dtype, dpc_shape s, dpc_operand dx
             if constexpr (T::kind != K_FLOAT || !unary_bwd_ok(OP))
                 return DPC_UNSUPPORTED;
             else
-                return ew_launch<4>(s, ops, es, unary_bwd_f<T, OP>(), stream);
+                return ew_launch<4, (int)sizeof(typename T::S)>(s, ops, es, unary_bwd_f<T, OP>(), stream);
         });
     });
 }
@@ -519,7 +617,8 @@ extern "C" int dpc_binary(int op, int dtype, int out_dtype, dpc_shape s, dpc_ope
             if constexpr (!binary_ok(OP, T::kind))
                 return DPC_UNSUPPORTED;
             else
-                return ew_launch<3>(s, ops, es, binary_f<T, OP>(), stream);
+                return ew_launch<3, one_size<std::conditional_t<binary_is_bool(OP), uint8_t, typename T::S>,
+                                             typename T::S>()>(s, ops, es, binary_f<T, OP>(), stream);
         });
     });
 }
@@ -543,7 +642,10 @@ extern "C" int dpc_where(int dtype, dpc_shape s, dpc_operand out, dpc_operand co
     size_t e = dt_size(dtype);
     dpc_operand ops[4] = { out, cond, a, b };
     size_t es[4] = { e, 1, e, e };
-    return with_size(e, [&](auto u) { return ew_launch<4>(s, ops, es, where_f<decltype(u)>(), stream); });
+    return with_size(e, [&](auto u) {
+        typedef decltype(u) U;
+        return ew_launch<4, one_size<U, uint8_t>()>(s, ops, es, where_f<U>(), stream);
+    });
 }
 
 /* Through double, as the CPU: NaN passes, a NaN bound is no bound. */
@@ -573,7 +675,7 @@ extern "C" int dpc_clamp(int dtype, dpc_shape s, dpc_operand out, dpc_operand a,
         if constexpr (T::kind == K_BOOL)
             return DPC_UNSUPPORTED;
         else
-            return ew_launch<2>(s, ops, es, clamp_f<T>{ lo, hi }, stream);
+            return ew_launch<2, (int)sizeof(typename T::S)>(s, ops, es, clamp_f<T>{ lo, hi }, stream);
     });
 }
 
@@ -604,10 +706,16 @@ extern "C" int dpc_cast(int out_dtype, int in_dtype, dpc_shape s, dpc_operand ou
     if (es[0] == 0 || es[1] == 0)
         return DPC_UNSUPPORTED;
     if (out_dtype == in_dtype)
-        return with_size(es[0], [&](auto u) { return ew_launch<2>(s, ops, es, copy_f<decltype(u)>(), stream); });
+        return with_size(es[0], [&](auto u) {
+            typedef decltype(u) U;
+            return ew_launch<2, (int)sizeof(U)>(s, ops, es, copy_f<U>(), stream);
+        });
     return with_dtype(in_dtype, [&](auto tin) {
         return with_dtype(out_dtype, [&](auto tout) {
-            return ew_launch<2>(s, ops, es, cast_f<decltype(tin)::id, decltype(tout)::id>(), stream);
+            typedef decltype(tin) TI;
+            typedef decltype(tout) TO;
+            return ew_launch<2, one_size<typename TO::S, typename TI::S>()>(s, ops, es, cast_f<TI::id, TO::id>(),
+                                                                            stream);
         });
     });
 }
@@ -630,6 +738,6 @@ extern "C" int dpc_fill(int dtype, dpc_shape s, dpc_operand out, double value, v
         typedef decltype(u) U;
         U v;
         memcpy(&v, &bits, sizeof v);
-        return ew_launch<1>(s, &out, &e, fill_f<U>{ v }, stream);
+        return ew_launch<1, (int)sizeof(U)>(s, &out, &e, fill_f<U>{ v }, stream);
     });
 }
