@@ -60,6 +60,22 @@ for _, dt in ipairs(dtypes) do
   same("strided copy " .. dt.name, function(a) return a:t():contiguous() end, { x })
 end
 
+-- The elementwise launcher's vector path (cuda/elementwise.cu's
+-- ew_vec_kernel: operands contiguous, of one element size, aligned to 16
+-- bytes, 16 bytes a thread) with its tail of fewer elements, a broadcast
+-- 0-dim value, in place, and views at an odd offset (the element path).
+for _, dt in ipairs({ torch.float32, torch.float64, torch.bfloat16, torch.int32, torch.uint8 }) do
+  for _, n in ipairs({ 1, 7, 8, 9, 17, 1001 }) do
+    same(("vector path: add, mul by a 0-dim value, sub_ in place, views at offset 1, %d elements %s"):format(n, dt.name),
+         function(a, b, v)
+      local e = a:clone()
+      e:sub_(b)
+      local off = n > 1 and a:narrow(0, 1, n - 1) + b:narrow(0, 0, n - 1) or a + b
+      return { a + b, a * v, e, off, a:relu(), a:to(torch.float32) }
+    end, { input(dt, n), input(dt, n), torch.tensor(2.5):to(dt) })
+  end
+end
+
 -- unary
 for _, op in ipairs({ "neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu", "sin", "cos", "sign",
                       "floor", "ceil", "round", "reciprocal", "square" }) do
