@@ -71,10 +71,15 @@ for _, dt in ipairs({ torch.float32, torch.float64, torch.bfloat16, torch.int32,
       local e = a:clone()
       e:sub_(b)
       local off = n > 1 and a:narrow(0, 1, n - 1) + b:narrow(0, 0, n - 1) or a + b
-      return { a + b, a * v, e, off, a:relu(), a:to(torch.float32) }
+      return { a + b, a * v, e, off, a:relu(), a:to(torch.float32), a:gt(b), torch.where(a:gt(b), a, b),
+               a:clone():fill_(3) }
     end, { input(dt, n), input(dt, n), torch.tensor(2.5):to(dt) })
   end
 end
+-- one-byte results: logical_not, a cast between bool and uint8
+same("vector path: logical_not and casts of 1001 bools", function(a)
+  return { a:logical_not(), a:to(torch.uint8), a:to(torch.uint8):to(torch.bool) }
+end, { input(torch.bool, 1001) })
 
 -- unary
 for _, op in ipairs({ "neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu", "sin", "cos", "sign",
