@@ -1068,10 +1068,10 @@ static int64_t own_deep(const tile_jobs &jobs, int j, int64_t slices)
  * slices of BK, each share at least OWN_SHARE_SLICES slices deep): enough
  * for the launch to reach OWN_MIN_BLOCKS blocks (own_limits.min_blocks),
  * and for a deep job to take about as long as the shallowest beside it
- * (the MLP's last layer's dw, k = 256, beside its dx, k = 10). A job splits over a whole cluster
- * or not at all, and an unsplit job's blocks fill whole clusters (the
- * extra ones do nothing), so that every block of a cluster belongs to one
- * job. Returns the launch's blocks. */
+ * (the MLP's last layer's dw, k = 256, beside its dx, k = 10). A job
+ * splits over a whole cluster or not at all, and an unsplit job's blocks
+ * fill whole clusters (the extra ones do nothing), so that every block of
+ * a cluster belongs to one job. Returns the launch's blocks. */
 static int64_t own_plan(tile_jobs &jobs, int tm)
 {
     const int64_t tile = 16 * tm, bk = tm == 4 ? 32 : 64;   /* tile_smem's TILE and BK */

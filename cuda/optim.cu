@@ -5,9 +5,10 @@
  * the blocks that make a first layer's bias gradient, where that waits
  * for the step: below), and repeats src/cpu/optim.c operation by
  * operation: the same constants, rounded to the element type on the host
- * in the same way, and the same order of operations. nvcc would otherwise fuse a * b + c into one fma,
- * which rounds once where the CPU rounds twice; the _rn intrinsics below
- * are never fused, so that a float32 step gives the CPU's bits.
+ * in the same way, and the same order of operations. nvcc would otherwise
+ * fuse a * b + c into one fma, which rounds once where the CPU rounds
+ * twice; the _rn intrinsics below are never fused, so that a float32 step
+ * gives the CPU's bits.
  * bfloat16 computes in float and rounds each stored value, as
  * src/cpu/optim.c does for it.
  */
@@ -96,6 +97,8 @@ struct bias_first {
     int64_t m, n, at;
     const S *g;
     unsigned blocks;
+    /* the step's elements its blocks update */
+    __host__ __device__ int64_t elements() const { return blocks ? n : 0; }
 };
 }  // namespace
 
@@ -143,7 +146,7 @@ static bool bias_first_of(const dpc_bias_grad *first, const void *grad, int64_t 
     if (!first)
         return true;
     const ptrdiff_t bytes = (const char *)first->db - (const char *)grad;
-    if (!first->g || first->m < 1 || first->n < 1 || !dpc_bias_grad_fits(first->m, first->n) || bytes < 0 ||
+    if (!first->g || !dpc_bias_grad_fits(first->m, first->n) || bytes < 0 ||
         bytes % (ptrdiff_t)sizeof(S) != 0 || bytes / (ptrdiff_t)sizeof(S) + first->n > n)
         return false;
     *b = { first->m, first->n, bytes / (ptrdiff_t)sizeof(S), (const S *)first->g,
@@ -192,15 +195,15 @@ template <typename S>
 __device__ static inline rest_of rest_after(const bias_first<S> &b, int64_t n)
 {
     const int64_t blk = (int64_t)blockIdx.x - b.blocks, blocks = (int64_t)gridDim.x - b.blocks;
-    const int64_t skip = b.blocks ? b.n : 0;
-    return { blk * blockDim.x + threadIdx.x, blocks * blockDim.x, n - skip, b.blocks ? b.at : n, skip };
+    return { blk * blockDim.x + threadIdx.x, blocks * blockDim.x, n - b.elements(), b.blocks ? b.at : n,
+             b.elements() };
 }
 
 /* The grid of a step over n elements, ILP a thread, after b's blocks */
 template <typename S>
 static unsigned grid_after(int64_t n, const bias_first<S> &b, int per_thread)
 {
-    return b.blocks + grid_for(n - (b.blocks ? b.n : 0), per_thread);
+    return b.blocks + grid_for(n - b.elements(), per_thread);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -1036,6 +1036,14 @@ static dpc_bias_grad bias_grad_of(dp_tensor *db, dp_tensor *g)
     return (dpc_bias_grad){ g->shape[0], g->shape[1], first(g), first(db) };
 }
 
+/* db = the column sums of g, alone on stream (as an optimizer's launch
+ * sums them). A CUDA status. */
+static int bias_grad_alone(dp_tensor *db, dp_tensor *g, void *stream)
+{
+    dpc_bias_grad b = bias_grad_of(db, g);
+    return dpc_bias_grad_sum(g->dtype, &b, stream);
+}
+
 /* dx = g @ w (0 where !(mask > 0) when mask is given), dw = g^T @ x, db =
  * the column sums of g, on stream: one launch of ours up to medium sizes,
  * else two cuBLASLt GEMMs with db in dw's epilogue; but without dx, a
@@ -1067,10 +1075,9 @@ static int linear_backward_on(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_te
     if (!st && bias_apart && bias_may_wait)
         deferred_put((waiting_work){ .what = WAITS_BIAS_GRAD, .back[0] = { .g = g, .db = db }, .layers = 1,
                                      .stream = stream });
-    else if (!st && bias_apart) {
-        dpc_bias_grad b = bias_grad_of(db, g);
-        st = dpc_bias_grad_sum(g->dtype, &b, stream);
-    } else if (!st && db && !dw) {
+    else if (!st && bias_apart)
+        st = bias_grad_alone(db, g, stream);
+    else if (!st && db && !dw) {
         dpc_shape s = { 1, { N } };
         dpc_operand o = { .data = first(db), .stride = { 1 } }, in = { .data = first(g), .stride = { 1 } }, none = { 0 };
         st = dpc_reduce(DP_SUM, g->dtype, db->dtype, s, o, none, in, M, N, 0, stream);
@@ -1124,9 +1131,8 @@ static void deferred_run(waiting_work *w)
     if (w->what == WAITS_LINEAR_BACKWARD)
         rc = backward_launch(w, NULL);
     if (w->what == WAITS_BIAS_GRAD) {
-        dpc_bias_grad b = bias_grad_of(w->back[0].db, w->back[0].g);
         rc = set_device(w->back[0].g->device);
-        rc = rc ? rc : dpc_bias_grad_sum(w->back[0].g->dtype, &b, w->stream);
+        rc = rc ? rc : bias_grad_alone(w->back[0].db, w->back[0].g, w->stream);
     }
     if (device >= 0)
         set_device(device);
@@ -1578,6 +1584,23 @@ static bool bias_in_step(const waiting_work *w, const void *ctx)
     return at >= 0 && at % size == 0 && at / size + dp_tensor_numel(db) <= dp_tensor_numel(g);
 }
 
+/* The waiting bias gradient, taken into *taken and described in *b, when
+ * the step o can make it in its launch (bias_in_step); else NULL. */
+static const dpc_bias_grad *bias_for_step(step_of o, waiting_work *taken, dpc_bias_grad *b)
+{
+    if (!deferred_take(bias_in_step, &o, taken))
+        return NULL;
+    *b = bias_grad_of(taken->back[0].db, taken->back[0].g);
+    return b;
+}
+
+/* After the step's launch (status rc) that took the bias gradient `taken`. */
+static void bias_step_done(waiting_work *taken, int rc)
+{
+    deferred_fusions += !rc;
+    waiting_release(taken);
+}
+
 /* The step over the flat buffers p, g (and buf); in the launch of the
  * backward that waits, when it computed the last gradients and can take
  * it (the seed's chain of two Linears and its step: one launch); after
@@ -1598,15 +1621,13 @@ dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
                                            : "linear backward and sgd_step in one launch", rc, p->dtype);
     }
     waiting_work bias;
-    bool with_bias = deferred_take(bias_in_step, &(step_of){ p, g, { buf } }, &bias);
-    dpc_bias_grad b = with_bias ? bias_grad_of(bias.back[0].db, bias.back[0].g) : (dpc_bias_grad){ 0 };
+    dpc_bias_grad b;
+    const dpc_bias_grad *first_bias = bias_for_step((step_of){ p, g, { buf } }, &bias, &b);
     set_device(p->device);
-    int rc = dpc_sgd_step(p->dtype, &a, with_bias ? &b : NULL, stream_of(p->device));
-    if (with_bias) {
-        deferred_fusions += !rc;
-        waiting_release(&bias);
-    }
-    return gpu_status(with_bias ? "sgd_step with the first layer's bias gradient" : "sgd_step", rc, p->dtype);
+    int rc = dpc_sgd_step(p->dtype, &a, first_bias, stream_of(p->device));
+    if (first_bias)
+        bias_step_done(&bias, rc);
+    return gpu_status(first_bias ? "sgd_step with the first layer's bias gradient" : "sgd_step", rc, p->dtype);
 }
 
 /* Adam's step; after the first layer's bias gradient in its launch when
@@ -1616,17 +1637,15 @@ dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, 
                         dp_tensor *step_t)
 {
     waiting_work bias;
-    bool with_bias = deferred_take(bias_in_step, &(step_of){ p, g, { m, v, vmax } }, &bias);
-    dpc_bias_grad b = with_bias ? bias_grad_of(bias.back[0].db, bias.back[0].g) : (dpc_bias_grad){ 0 };
+    dpc_bias_grad b;
+    const dpc_bias_grad *first_bias = bias_for_step((step_of){ p, g, { m, v, vmax } }, &bias, &b);
     set_device(p->device);
     int rc = dpc_adam_step(p->dtype, dp_tensor_numel(p), first(p), first(g), first(m), first(v),
                            vmax ? first(vmax) : NULL, lr, beta1, beta2, eps, weight_decay, decoupled, step,
-                           step_t ? (double *)first(step_t) : NULL, with_bias ? &b : NULL, stream_of(p->device));
-    if (with_bias) {
-        deferred_fusions += !rc;
-        waiting_release(&bias);
-    }
-    return gpu_status(with_bias ? "adam_step with the first layer's bias gradient" : "adam_step", rc, p->dtype);
+                           step_t ? (double *)first(step_t) : NULL, first_bias, stream_of(p->device));
+    if (first_bias)
+        bias_step_done(&bias, rc);
+    return gpu_status(first_bias ? "adam_step with the first layer's bias gradient" : "adam_step", rc, p->dtype);
 }
 
 #else /* no CUDA in this build: no tensor can be on a GPU, but say so clearly */
