@@ -208,6 +208,8 @@ static int epilogue_after(const gemm_args &g)
  * every 2.5 cycles (ncu); clusters of 16 for two blocks an SM were
  * slower (16.4 and 19.5 us). */
 #define GEMM_OWN_FLOPS (1 << 24)
+/* Up to this many, float32 products go to staged_gemm_kernel first (below). */
+#define STAGED_FLOPS (1 << 26)
 #define OWN_MAX_K 2048
 /* Blocks below which a smaller tile, or a split of k, is taken (about one
  * per SM of an H100/H200; measured on the H200, fewer larger tiles were
@@ -222,11 +224,11 @@ static int epilogue_after(const gemm_args &g)
 #define OWN_SHARE_SLICES 1
 
 /* The limits above, which scripts/bench/gemm_tune varies to measure them
- * (read once from DPLUA_GEMM_OWN_FLOPS, DPLUA_GEMM_MAX_SPLITS,
+ * (read once from DPLUA_GEMM_OWN_FLOPS, DPLUA_GEMM_STAGED_FLOPS, DPLUA_GEMM_MAX_SPLITS,
  * DPLUA_GEMM_SHARE_SLICES, DPLUA_GEMM_MIN_BLOCKS and DPLUA_GEMM_TM, a
  * forced tile of 16 TM; unset: the defaults). */
 static struct {
-    double own_flops;
+    double own_flops, staged_flops;
     int max_splits, share_slices, tm;
     int64_t min_blocks;
 } own_limits;
@@ -236,6 +238,7 @@ static void own_limits_read(void)
 {
     const char *v;
     own_limits.own_flops = (v = getenv("DPLUA_GEMM_OWN_FLOPS")) ? atof(v) : GEMM_OWN_FLOPS;
+    own_limits.staged_flops = (v = getenv("DPLUA_GEMM_STAGED_FLOPS")) ? atof(v) : STAGED_FLOPS;
     own_limits.max_splits = (v = getenv("DPLUA_GEMM_MAX_SPLITS")) ? atoi(v) : OWN_MAX_SPLITS;
     if (own_limits.max_splits < 1 || own_limits.max_splits > OWN_MAX_SPLITS)
         own_limits.max_splits = OWN_MAX_SPLITS;
@@ -313,8 +316,9 @@ __device__ static inline Acc tile_finish(const tile_job &J, T *C, int64_t i, int
 
 /* The blocks of a cluster that split a tile's k: each leaves its partial
  * tile (and row sums) in part, then sums its share of the elements over
- * the cluster's blocks in rank order. Every block of the cluster calls it. */
-template <typename T, typename Acc, int TILE>
+ * the cluster's blocks in rank order. Every thread of the cluster's
+ * blocks (of THREADS each) calls it. */
+template <typename T, typename Acc, int TILE, int THREADS = 256>
 __device__ static void tile_split_finish(const tile_job &J, T *C, int64_t i0, int64_t j0, bool with_sums,
                                          Acc *part)
 {
@@ -323,7 +327,7 @@ __device__ static void tile_split_finish(const tile_job &J, T *C, int64_t i0, in
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();   /* every block's partial is in its shared memory */
     const int splits = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
-    for (int e = rank * 256 + (int)threadIdx.x; e < TILE * TILE + TILE; e += 256 * splits) {
+    for (int e = rank * THREADS + (int)threadIdx.x; e < TILE * TILE + TILE; e += THREADS * splits) {
         const bool sum_row = e >= TILE * TILE;
         const int64_t i = i0 + (sum_row ? e - TILE * TILE : e / TILE), j = j0 + e % TILE;
         if (i >= J.g.m || (sum_row ? !with_sums : j >= J.g.n))
@@ -1218,6 +1222,264 @@ static int tiled_gemm(tile_jobs &jobs, const dpc_sgd_args *sgd = NULL)
 }
 
 /* ------------------------------------------------------------------------ */
+/* products of medium size: each block stages its whole share of k at once  */
+/* ------------------------------------------------------------------------ */
+
+/* Past GEMM_OWN_FLOPS a product went to cuBLASLt, whose call costs the
+ * host 12-13 us (two launches and the library's own work) against about
+ * 4 for a launch of ours: the MLP's first layer (256 x 784 -> 256, and
+ * its weight gradient 256^T x 784) made an eager step bound by the host
+ * whenever the host was slower than usual. tiled_gemm_kernel is 4-7 us
+ * slower than cuBLASLt on those (its slices wait on their loads one
+ * after another, two warps a scheduler). Here a block of two k-groups of
+ * 256 threads copies its whole share of k of both operands into shared
+ * memory at once with cp.async (one latency for all of it, no register
+ * staging), then each group multiplies half of it, 4 x 4 outputs a
+ * thread read 16 bytes a load along whichever dimension the operand is
+ * contiguous in; the groups' sums are added in order and, where k is
+ * split, over a cluster in rank order (tile_split_finish). Measured on
+ * the H200 (a prototype, µs in a graph): 11.8 for the forward, 8.8 for the
+ * weight gradient, against cuBLASLt's 10.8 and 7.2. float32 only, from
+ * 16-byte aligned operands; anything else goes where it went before. */
+#define STAGED_TILE 64
+#define STAGED_GROUPS 2
+#define STAGED_THREADS (256 * STAGED_GROUPS)
+/* Clusters of 8 blocks of this size left some of the H200's GPCs short
+ * of room for a second cluster (a second wave: 15.9 us for the forward
+ * against 11.8 in clusters of 4). */
+#define STAGED_MAX_SPLITS 4
+#define STAGED_MIN_BLOCKS 128
+/* the least k a k-group multiplies where k is split further */
+#define STAGED_MIN_DEPTH 16
+#define STAGED_MAX_SMEM (160 * 1024)
+
+namespace {   /* file-local types: no clash with another file's of the same name */
+struct staged_job {
+    tile_job job;   /* tiles_m, tiles_n and splits set; no mask */
+    int share;      /* the k of one split: a multiple of 4 */
+};
+}  // namespace
+
+/* 16 bytes from global src (of which `bytes`, the rest zero) to shared dst */
+__device__ static inline void copy_async16(void *dst, const void *src, int bytes)
+{
+#if __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+#else
+    __trap();   /* the host stages only on devices with clusters (sm_90) */
+#endif
+}
+
+__device__ static inline void copies_async_wait(void)
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+#endif
+}
+
+/* An operand contiguous along k is staged as 64 rows of `staged_ld(share)`
+ * floats: an odd number of 16-byte groups, so that the 8 rows a quarter
+ * warp reads at once fall in 8 different bank groups. One contiguous
+ * along its rows is staged as `share` rows of 64. */
+__host__ __device__ constexpr int staged_ld(int share)
+{
+    return (share / 4 | 1) * 4;
+}
+
+__host__ __device__ constexpr int staged_floats(bool along_k, int share)
+{
+    return along_k ? STAGED_TILE * staged_ld(share) : share * STAGED_TILE;
+}
+
+/* Copies rows r0 .. r0 + 63 (r < rows) of X, k from k0 to kend, into S,
+ * zero past the ends: X(r, k) = X[r * ld + k] along k, else X[k * ld + r]. */
+template <bool ALONG_K>
+__device__ static void staged_copy(float *S, const float *X, int64_t ld, int64_t r0, int64_t rows, int64_t k0,
+                                   int64_t kend, int share)
+{
+    if (ALONG_K) {
+        const int quads = share / 4, ldk = staged_ld(share);
+        for (int at = (int)threadIdx.x; at < STAGED_TILE * quads; at += STAGED_THREADS) {
+            const int r = at / quads, q = at % quads;
+            const int64_t k = k0 + 4 * q, row = r0 + r, left = kend - k;
+            const int bytes = row < rows && left > 0 ? (left >= 4 ? 16 : (int)left * 4) : 0;
+            copy_async16(S + r * ldk + 4 * q, bytes ? X + row * ld + k : X, bytes);
+        }
+    } else {
+        for (int at = (int)threadIdx.x; at < share * (STAGED_TILE / 4); at += STAGED_THREADS) {
+            const int kk = at / (STAGED_TILE / 4), c = at % (STAGED_TILE / 4);
+            const int64_t k = k0 + kk, row = r0 + 4 * c, left = rows - row;
+            const int bytes = k < kend && left > 0 ? (left >= 4 ? 16 : (int)left * 4) : 0;
+            copy_async16(S + kk * STAGED_TILE + 4 * c, bytes ? X + k * ld + row : X, bytes);
+        }
+    }
+}
+
+/* The row of the tile that value r (of 4) of thread-row tr of an operand
+ * is: 16 apart along k (a quarter warp's 8 rows apart by one), else 4 in
+ * a row (one 16-byte load). */
+template <bool ALONG_K>
+__device__ static inline int staged_row(int tr, int r)
+{
+    return ALONG_K ? tr + 16 * r : 4 * tr + r;
+}
+
+/* v[r][q] = the operand at row staged_row(tr, r), k = 4 kq + q: 4 loads */
+template <bool ALONG_K>
+__device__ static inline void staged_quad(const float *S, int share, int tr, int kq, float (&v)[4][4])
+{
+#pragma unroll
+    for (int x = 0; x < 4; x++) {
+        const float4 f = ALONG_K ? *reinterpret_cast<const float4 *>(S + staged_row<true>(tr, x) * staged_ld(share) + 4 * kq)
+                                 : *reinterpret_cast<const float4 *>(S + (4 * kq + x) * STAGED_TILE + 4 * tr);
+        const float w[4] = { f.x, f.y, f.z, f.w };
+#pragma unroll
+        for (int y = 0; y < 4; y++)
+            (ALONG_K ? v[x][y] : v[y][x]) = w[y];
+    }
+}
+
+/* Block b is split b % splits of tile b / splits; op(A) is contiguous
+ * along k when AK (A not transposed), op(B) when BK (B transposed). */
+template <bool AK, bool BK>
+__global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(const __grid_constant__ staged_job s)
+{
+    let_next_kernel_start();
+    extern __shared__ __align__(16) float staged_smem[];
+    const tile_job &J = s.job;
+    const gemm_args &g = J.g;
+    const int64_t split = blockIdx.x % J.splits, tile = blockIdx.x / J.splits;
+    const int64_t i0 = tile / J.tiles_n % J.tiles_m * STAGED_TILE, j0 = tile % J.tiles_n * STAGED_TILE;
+    const int64_t b = tile / J.tiles_n / J.tiles_m;
+    const int64_t k0 = split * s.share, kend = g.k < k0 + s.share ? g.k : k0 + s.share;
+    const int share = s.share, quads = share / 4;
+    float *As = staged_smem, *Bs = staged_smem + staged_floats(AK, share);
+    const float *A = (const float *)g.A + b * g.stride_a, *B = (const float *)g.B + b * g.stride_b;
+    const int t = (int)threadIdx.x % 256, group = (int)threadIdx.x / 256, tx = t % 16, ty = t / 16;
+    wait_for_previous_kernel();
+    staged_copy<AK>(As, A, g.lda, i0, g.m, k0, kend, share);
+    staged_copy<BK>(Bs, B, g.ldb, j0, g.n, k0, kend, share);
+    copies_async_wait();
+    __syncthreads();
+    /* this group's half of the share, past k skipped (zeros there) */
+    const int live = kend > k0 ? (int)((kend - k0 + 3) / 4) : 0;
+    const int q0 = quads * group / STAGED_GROUPS, q1_all = quads * (group + 1) / STAGED_GROUPS;
+    const int q1 = q1_all < live ? q1_all : live;
+    float acc[4][4] = {};
+#pragma unroll 2
+    for (int kq = q0; kq < q1; kq++) {
+        float av[4][4], bv[4][4];
+        staged_quad<AK>(As, share, ty, kq, av);
+        staged_quad<BK>(Bs, share, tx, kq, bv);
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    acc[r][c] += av[r][q] * bv[c][q];
+    }
+    /* the groups' sums in order, in the operands' space */
+    float *part = staged_smem;
+    for (int turn = 0; turn < STAGED_GROUPS; turn++) {
+        __syncthreads();
+        if (group == turn)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    float &p = part[staged_row<AK>(ty, r) * STAGED_TILE + staged_row<BK>(tx, c)];
+                    p = turn == 0 ? acc[r][c] : p + acc[r][c];
+                }
+    }
+    float *C = (float *)g.C + b * g.stride_c;
+    if (J.splits > 1) {
+        tile_split_finish<float, float, STAGED_TILE, STAGED_THREADS>(J, C, i0, j0, false, part);
+        return;
+    }
+    __syncthreads();
+    for (int e = (int)threadIdx.x; e < STAGED_TILE * STAGED_TILE; e += STAGED_THREADS) {
+        const int64_t i = i0 + e / STAGED_TILE, j = j0 + e % STAGED_TILE;
+        if (i < g.m && j < g.n)
+            tile_finish(J, C, i, j, part[e], epilogue_load<float, float>(J, i, j));
+    }
+}
+
+/* Whether the staged kernel takes g, and its plan: a float32 product past
+ * our other kernels' size and within STAGED_FLOPS, from operands aligned
+ * for 16-byte copies, whose share of k fits shared memory. */
+static bool staged_plan(staged_job &s, const gemm_args &g, size_t *smem)
+{
+    pthread_once(&own_limits_once, own_limits_read);
+    const double flops = (double)g.m * (double)g.n * (double)g.k * (double)g.batch;
+    if (g.dtype != DP_FLOAT32 || g.allow_tf32 || g.epilogue == DPC_EPI_BGRAD || g.k <= 0 ||
+        flops > own_limits.staged_flops || !own_can_split())
+        return false;
+    auto aligned = [](const void *p, int64_t ld, int64_t stride, int64_t batch) {
+        return (uintptr_t)p % 16 == 0 && ld % 4 == 0 && (batch == 1 || stride % 4 == 0);
+    };
+    if (!aligned(g.A, g.lda, g.stride_a, g.batch) || !aligned(g.B, g.ldb, g.stride_b, g.batch))
+        return false;
+    memset(&s, 0, sizeof s);
+    tile_job &J = s.job;
+    J.g = g;
+    J.tiles_m = CEIL_DIV(g.m, (int64_t)STAGED_TILE);
+    J.tiles_n = CEIL_DIV(g.n, (int64_t)STAGED_TILE);
+    const int64_t tiles = J.tiles_m * J.tiles_n * g.batch;
+    int splits = 1;
+    while (splits < STAGED_MAX_SPLITS && tiles * splits < STAGED_MIN_BLOCKS &&
+           g.k >= (int64_t)splits * 2 * STAGED_GROUPS * STAGED_MIN_DEPTH)
+        splits *= 2;
+    const int64_t share = CEIL_DIV(CEIL_DIV(g.k, (int64_t)splits), (int64_t)4) * 4;
+    if (share > INT32_MAX / STAGED_TILE || tiles * splits > INT32_MAX)
+        return false;
+    const int64_t floats = staged_floats(!g.trans_a, (int)share) + staged_floats(g.trans_b, (int)share),
+                  least = STAGED_TILE * STAGED_TILE + STAGED_TILE;   /* tile_split_finish's part */
+    *smem = (size_t)(floats > least ? floats : least) * sizeof(float);
+    if (*smem > STAGED_MAX_SMEM)
+        return false;
+    J.splits = splits;
+    J.blocks = tiles * splits;
+    s.share = (int)share;
+    return true;
+}
+
+/* The launch staged_plan planned. */
+template <bool AK, bool BK>
+static int staged_launch_as(const staged_job &s, size_t smem)
+{
+    /* the devices on which the kernel may have more than 48 KiB */
+    static std::atomic<uint64_t> raised{ 0 };
+    int device = 0;
+    if (smem > 48 * 1024) {
+        int rc = (int)cudaGetDevice(&device);
+        if (rc || device >= GEMM_MAX_DEVICES)
+            return rc ? rc : DPC_UNSUPPORTED;
+        if (!(raised.load() >> device & 1)) {
+            rc = (int)cudaFuncSetAttribute(staged_gemm_kernel<AK, BK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           STAGED_MAX_SMEM);
+            if (rc)
+                return rc;
+            raised.fetch_or((uint64_t)1 << device);
+        }
+    }
+    cudaLaunchAttribute cluster;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = (unsigned)s.job.splits;
+    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+    return launch_kernel_smem(&cluster, s.job.splits > 1, smem, staged_gemm_kernel<AK, BK>, (unsigned)s.job.blocks,
+                              STAGED_THREADS, s.job.g.stream, s);
+}
+
+static int staged_launch(const staged_job &s, size_t smem)
+{
+    const bool ak = !s.job.g.trans_a, bk = s.job.g.trans_b;
+    return ak ? (bk ? staged_launch_as<true, true>(s, smem) : staged_launch_as<true, false>(s, smem))
+              : (bk ? staged_launch_as<false, true>(s, smem) : staged_launch_as<false, false>(s, smem));
+}
+
+/* ------------------------------------------------------------------------ */
 /* a Linear layer's backward                                                 */
 /* ------------------------------------------------------------------------ */
 
@@ -1727,6 +1989,10 @@ extern "C" int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t 
     jobs.count = 1;
     if (own_fits(m, n, k, batch))
         return tiled_gemm(jobs);
+    staged_job staged;
+    size_t smem;
+    if (staged_plan(staged, g, &smem))
+        return staged_launch(staged, smem);
 #ifdef DP_HAVE_CUBLASLT
     if ((rc = gemm_run(g)) != DPC_UNSUPPORTED)
         return rc;

@@ -56,12 +56,13 @@ __device__ __forceinline__ void begin_after_previous_kernel(void)
 enum { DPC_CAN_CLUSTER = 1, DPC_CAN_PDL = 2 };
 int dpc_device_can(void);
 
-/* kernel<<<grid, block, 0, stream>>>(args...) with the launch attributes
- * `extra` (count of them, at most 3) and PDL where the device has it; a
- * CUDA status. */
+/* kernel<<<grid, block, smem, stream>>>(args...) with the launch
+ * attributes `extra` (count of them, at most 3) and PDL where the device
+ * has it; a CUDA status. */
 template <typename... Params, typename... Args>
-static inline int launch_kernel_with(const cudaLaunchAttribute *extra, int count, void (*kernel)(Params...),
-                                     dim3 grid, dim3 block, cudaStream_t stream, Args &&...args)
+static inline int launch_kernel_smem(const cudaLaunchAttribute *extra, int count, size_t smem,
+                                     void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+                                     Args &&...args)
 {
     cudaLaunchAttribute attrs[4];
     int n = 0;
@@ -74,6 +75,7 @@ static inline int launch_kernel_with(const cudaLaunchAttribute *extra, int count
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;
+    config.dynamicSmemBytes = smem;
     config.stream = stream;
     config.attrs = attrs;
     config.numAttrs = (unsigned)n;
@@ -81,6 +83,14 @@ static inline int launch_kernel_with(const cudaLaunchAttribute *extra, int count
     if (rc)
         (void)cudaGetLastError();   /* returned here, not left for the next call that asks */
     return rc;
+}
+
+/* the same without dynamic shared memory */
+template <typename... Params, typename... Args>
+static inline int launch_kernel_with(const cudaLaunchAttribute *extra, int count, void (*kernel)(Params...),
+                                     dim3 grid, dim3 block, cudaStream_t stream, Args &&...args)
+{
+    return launch_kernel_smem(extra, count, 0, kernel, grid, block, stream, static_cast<Args &&>(args)...);
 }
 
 template <typename... Params, typename... Args>
