@@ -208,7 +208,7 @@ static int epilogue_after(const gemm_args &g)
  * every 2.5 cycles (ncu); clusters of 16 for two blocks an SM were
  * slower (16.4 and 19.5 us). */
 #define GEMM_OWN_FLOPS (1 << 24)
-/* Up to this many, float32 products go to staged_gemm_kernel first (below). */
+/* Up to this many, float32 products x @ w^T go to staged_gemm_kernel (below). */
 #define STAGED_FLOPS (1 << 26)
 #define OWN_MAX_K 2048
 /* Blocks below which a smaller tile, or a split of k, is taken (about one
@@ -1222,25 +1222,31 @@ static int tiled_gemm(tile_jobs &jobs, const dpc_sgd_args *sgd = NULL)
 }
 
 /* ------------------------------------------------------------------------ */
-/* products of medium size: each block stages its whole share of k at once  */
+/* a Linear's forward of medium size: each block stages its share of k      */
 /* ------------------------------------------------------------------------ */
 
 /* Past GEMM_OWN_FLOPS a product went to cuBLASLt, whose call costs the
- * host 12-13 us (two launches and the library's own work) against about
- * 4 for a launch of ours: the MLP's first layer (256 x 784 -> 256, and
- * its weight gradient 256^T x 784) made an eager step bound by the host
- * whenever the host was slower than usual. tiled_gemm_kernel is 4-7 us
- * slower than cuBLASLt on those (its slices wait on their loads one
- * after another, two warps a scheduler). Here a block of two k-groups of
- * 256 threads copies its whole share of k of both operands into shared
+ * host 12-19 us (two launches, a split of k and its reduction, and the
+ * library's own work) against about 5 for a launch of ours: the MLP's
+ * first layer (256 x 784 -> 256) made an eager step bound by the host
+ * whenever the host was slower than usual. tiled_gemm_kernel is 4 us
+ * slower than cuBLASLt there (its slices wait on their loads one after
+ * another, two warps a scheduler). Here a block of two k-groups of 256
+ * threads copies its whole share of k of both operands into shared
  * memory at once with cp.async (one latency for all of it, no register
  * staging), then each group multiplies half of it, 4 x 4 outputs a
- * thread read 16 bytes a load along whichever dimension the operand is
- * contiguous in; the groups' sums are added in order and, where k is
- * split, over a cluster in rank order (tile_split_finish). Measured on
- * the H200 (a prototype, µs in a graph): 11.8 for the forward, 8.8 for the
- * weight gradient, against cuBLASLt's 10.8 and 7.2. float32 only, from
- * 16-byte aligned operands; anything else goes where it went before. */
+ * thread, each operand read 16 bytes (4 of k) a load; the groups' sums
+ * are added in order and, where k is split, over a cluster in rank order
+ * (tile_split_finish).
+ *
+ * Measured on the H200 (session 16): the first layer's forward 11.9 us in
+ * a graph against cuBLASLt's 10.8, and the eager MLP step 55.2-55.9 us on
+ * a noisy host against 55.4-72.9 with cuBLASLt (replayed 52.4 -> 54.4).
+ * Only products whose operands are both contiguous along k (x @ w^T)
+ * come here: the weight gradient's layout (both contiguous along their
+ * rows) took 9.8 us against cuBLASLt's 7.1 and made the step slower
+ * (59.0 eager, 56.9 replayed). float32 only, from 16-byte aligned
+ * operands; anything else goes where it went before. */
 #define STAGED_TILE 64
 #define STAGED_GROUPS 2
 #define STAGED_THREADS (256 * STAGED_GROUPS)
@@ -1278,71 +1284,45 @@ __device__ static inline void copies_async_wait(void)
 #endif
 }
 
-/* An operand contiguous along k is staged as 64 rows of `staged_ld(share)`
- * floats: an odd number of 16-byte groups, so that the 8 rows a quarter
- * warp reads at once fall in 8 different bank groups. One contiguous
- * along its rows is staged as `share` rows of 64. */
+/* An operand is staged as 64 rows of staged_ld(share) floats: an odd
+ * number of 16-byte groups, so that the 8 rows a quarter warp reads at
+ * once fall in 8 different bank groups. */
 __host__ __device__ constexpr int staged_ld(int share)
 {
     return (share / 4 | 1) * 4;
 }
 
-__host__ __device__ constexpr int staged_floats(bool along_k, int share)
-{
-    return along_k ? STAGED_TILE * staged_ld(share) : share * STAGED_TILE;
-}
-
-/* Copies rows r0 .. r0 + 63 (r < rows) of X, k from k0 to kend, into S,
- * zero past the ends: X(r, k) = X[r * ld + k] along k, else X[k * ld + r]. */
-template <bool ALONG_K>
+/* Copies rows r0 .. r0 + 63 (r < rows) of X (X[r * ld + k]), k from k0 to
+ * kend, into S, zeros past the ends. */
 __device__ static void staged_copy(float *S, const float *X, int64_t ld, int64_t r0, int64_t rows, int64_t k0,
                                    int64_t kend, int share)
 {
-    if (ALONG_K) {
-        const int quads = share / 4, ldk = staged_ld(share);
-        for (int at = (int)threadIdx.x; at < STAGED_TILE * quads; at += STAGED_THREADS) {
-            const int r = at / quads, q = at % quads;
-            const int64_t k = k0 + 4 * q, row = r0 + r, left = kend - k;
-            const int bytes = row < rows && left > 0 ? (left >= 4 ? 16 : (int)left * 4) : 0;
-            copy_async16(S + r * ldk + 4 * q, bytes ? X + row * ld + k : X, bytes);
-        }
-    } else {
-        for (int at = (int)threadIdx.x; at < share * (STAGED_TILE / 4); at += STAGED_THREADS) {
-            const int kk = at / (STAGED_TILE / 4), c = at % (STAGED_TILE / 4);
-            const int64_t k = k0 + kk, row = r0 + 4 * c, left = rows - row;
-            const int bytes = k < kend && left > 0 ? (left >= 4 ? 16 : (int)left * 4) : 0;
-            copy_async16(S + kk * STAGED_TILE + 4 * c, bytes ? X + k * ld + row : X, bytes);
-        }
+    const int quads = share / 4, ldk = staged_ld(share);
+    for (int at = (int)threadIdx.x; at < STAGED_TILE * quads; at += STAGED_THREADS) {
+        const int r = at / quads, q = at % quads;
+        const int64_t k = k0 + 4 * q, row = r0 + r, left = kend - k;
+        const int bytes = row < rows && left > 0 ? (left >= 4 ? 16 : (int)left * 4) : 0;
+        copy_async16(S + r * ldk + 4 * q, bytes ? X + row * ld + k : X, bytes);
     }
 }
 
-/* The row of the tile that value r (of 4) of thread-row tr of an operand
- * is: 16 apart along k (a quarter warp's 8 rows apart by one), else 4 in
- * a row (one 16-byte load). */
-template <bool ALONG_K>
-__device__ static inline int staged_row(int tr, int r)
-{
-    return ALONG_K ? tr + 16 * r : 4 * tr + r;
-}
-
-/* v[r][q] = the operand at row staged_row(tr, r), k = 4 kq + q: 4 loads */
-template <bool ALONG_K>
+/* v[r][q] = row tr + 16 r of the staged operand at k = 4 kq + q: a
+ * quarter warp's 8 rows one apart, in 8 bank groups */
 __device__ static inline void staged_quad(const float *S, int share, int tr, int kq, float (&v)[4][4])
 {
 #pragma unroll
-    for (int x = 0; x < 4; x++) {
-        const float4 f = ALONG_K ? *reinterpret_cast<const float4 *>(S + staged_row<true>(tr, x) * staged_ld(share) + 4 * kq)
-                                 : *reinterpret_cast<const float4 *>(S + (4 * kq + x) * STAGED_TILE + 4 * tr);
-        const float w[4] = { f.x, f.y, f.z, f.w };
-#pragma unroll
-        for (int y = 0; y < 4; y++)
-            (ALONG_K ? v[x][y] : v[y][x]) = w[y];
+    for (int r = 0; r < 4; r++) {
+        const float4 f = *reinterpret_cast<const float4 *>(S + (tr + 16 * r) * staged_ld(share) + 4 * kq);
+        v[r][0] = f.x;
+        v[r][1] = f.y;
+        v[r][2] = f.z;
+        v[r][3] = f.w;
     }
 }
 
-/* Block b is split b % splits of tile b / splits; op(A) is contiguous
- * along k when AK (A not transposed), op(B) when BK (B transposed). */
-template <bool AK, bool BK>
+/* C = op(A) op(B) with op(A) = A (m x k) and op(B) = B^T (B n x k), both
+ * contiguous along k; block b is split b % splits of tile b / splits.
+ * Thread (tx, ty) of a group computes rows ty + 16 r, columns tx + 16 c. */
 __global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(const __grid_constant__ staged_job s)
 {
     let_next_kernel_start();
@@ -1354,24 +1334,24 @@ __global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(cons
     const int64_t b = tile / J.tiles_n / J.tiles_m;
     const int64_t k0 = split * s.share, kend = g.k < k0 + s.share ? g.k : k0 + s.share;
     const int share = s.share, quads = share / 4;
-    float *As = staged_smem, *Bs = staged_smem + staged_floats(AK, share);
+    float *As = staged_smem, *Bs = staged_smem + STAGED_TILE * staged_ld(share);
     const float *A = (const float *)g.A + b * g.stride_a, *B = (const float *)g.B + b * g.stride_b;
     const int t = (int)threadIdx.x % 256, group = (int)threadIdx.x / 256, tx = t % 16, ty = t / 16;
     wait_for_previous_kernel();
-    staged_copy<AK>(As, A, g.lda, i0, g.m, k0, kend, share);
-    staged_copy<BK>(Bs, B, g.ldb, j0, g.n, k0, kend, share);
+    staged_copy(As, A, g.lda, i0, g.m, k0, kend, share);
+    staged_copy(Bs, B, g.ldb, j0, g.n, k0, kend, share);
     copies_async_wait();
     __syncthreads();
-    /* this group's half of the share, past k skipped (zeros there) */
+    /* this group's half of the share; past k (zeros) skipped */
     const int live = kend > k0 ? (int)((kend - k0 + 3) / 4) : 0;
-    const int q0 = quads * group / STAGED_GROUPS, q1_all = quads * (group + 1) / STAGED_GROUPS;
-    const int q1 = q1_all < live ? q1_all : live;
+    const int q0 = quads * group / STAGED_GROUPS, q1_half = quads * (group + 1) / STAGED_GROUPS;
+    const int q1 = q1_half < live ? q1_half : live;
     float acc[4][4] = {};
 #pragma unroll 2
     for (int kq = q0; kq < q1; kq++) {
         float av[4][4], bv[4][4];
-        staged_quad<AK>(As, share, ty, kq, av);
-        staged_quad<BK>(Bs, share, tx, kq, bv);
+        staged_quad(As, share, ty, kq, av);
+        staged_quad(Bs, share, tx, kq, bv);
 #pragma unroll
         for (int q = 0; q < 4; q++)
 #pragma unroll
@@ -1380,7 +1360,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(cons
                 for (int c = 0; c < 4; c++)
                     acc[r][c] += av[r][q] * bv[c][q];
     }
-    /* the groups' sums in order, in the operands' space */
+    /* the groups' sums in order, into the operands' space */
     float *part = staged_smem;
     for (int turn = 0; turn < STAGED_GROUPS; turn++) {
         __syncthreads();
@@ -1389,7 +1369,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(cons
             for (int r = 0; r < 4; r++)
 #pragma unroll
                 for (int c = 0; c < 4; c++) {
-                    float &p = part[staged_row<AK>(ty, r) * STAGED_TILE + staged_row<BK>(tx, c)];
+                    float &p = part[(ty + 16 * r) * STAGED_TILE + tx + 16 * c];
                     p = turn == 0 ? acc[r][c] : p + acc[r][c];
                 }
     }
@@ -1406,15 +1386,16 @@ __global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(cons
     }
 }
 
-/* Whether the staged kernel takes g, and its plan: a float32 product past
- * our other kernels' size and within STAGED_FLOPS, from operands aligned
- * for 16-byte copies, whose share of k fits shared memory. */
+/* Whether the staged kernel takes g, and its plan: a float32 product of
+ * operands contiguous along k and aligned for 16-byte copies, past our
+ * other kernels' size and within STAGED_FLOPS, whose share of k fits
+ * shared memory. */
 static bool staged_plan(staged_job &s, const gemm_args &g, size_t *smem)
 {
     pthread_once(&own_limits_once, own_limits_read);
     const double flops = (double)g.m * (double)g.n * (double)g.k * (double)g.batch;
-    if (g.dtype != DP_FLOAT32 || g.allow_tf32 || g.epilogue == DPC_EPI_BGRAD || g.k <= 0 ||
-        flops > own_limits.staged_flops || !own_can_split())
+    if (g.dtype != DP_FLOAT32 || g.trans_a || !g.trans_b || g.allow_tf32 || g.epilogue == DPC_EPI_BGRAD ||
+        g.k <= 0 || flops > own_limits.staged_flops || !own_can_split())
         return false;
     auto aligned = [](const void *p, int64_t ld, int64_t stride, int64_t batch) {
         return (uintptr_t)p % 16 == 0 && ld % 4 == 0 && (batch == 1 || stride % 4 == 0);
@@ -1432,9 +1413,9 @@ static bool staged_plan(staged_job &s, const gemm_args &g, size_t *smem)
            g.k >= (int64_t)splits * 2 * STAGED_GROUPS * STAGED_MIN_DEPTH)
         splits *= 2;
     const int64_t share = CEIL_DIV(CEIL_DIV(g.k, (int64_t)splits), (int64_t)4) * 4;
-    if (share > INT32_MAX / STAGED_TILE || tiles * splits > INT32_MAX)
+    if (share > STAGED_MAX_SMEM || tiles * splits > INT32_MAX)
         return false;
-    const int64_t floats = staged_floats(!g.trans_a, (int)share) + staged_floats(g.trans_b, (int)share),
+    const int64_t floats = 2 * STAGED_TILE * staged_ld((int)share),
                   least = STAGED_TILE * STAGED_TILE + STAGED_TILE;   /* tile_split_finish's part */
     *smem = (size_t)(floats > least ? floats : least) * sizeof(float);
     if (*smem > STAGED_MAX_SMEM)
@@ -1446,8 +1427,7 @@ static bool staged_plan(staged_job &s, const gemm_args &g, size_t *smem)
 }
 
 /* The launch staged_plan planned. */
-template <bool AK, bool BK>
-static int staged_launch_as(const staged_job &s, size_t smem)
+static int staged_launch(const staged_job &s, size_t smem)
 {
     /* the devices on which the kernel may have more than 48 KiB */
     static std::atomic<uint64_t> raised{ 0 };
@@ -1457,7 +1437,7 @@ static int staged_launch_as(const staged_job &s, size_t smem)
         if (rc || device >= GEMM_MAX_DEVICES)
             return rc ? rc : DPC_UNSUPPORTED;
         if (!(raised.load() >> device & 1)) {
-            rc = (int)cudaFuncSetAttribute(staged_gemm_kernel<AK, BK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            rc = (int)cudaFuncSetAttribute(staged_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            STAGED_MAX_SMEM);
             if (rc)
                 return rc;
@@ -1468,15 +1448,8 @@ static int staged_launch_as(const staged_job &s, size_t smem)
     cluster.id = cudaLaunchAttributeClusterDimension;
     cluster.val.clusterDim.x = (unsigned)s.job.splits;
     cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-    return launch_kernel_smem(&cluster, s.job.splits > 1, smem, staged_gemm_kernel<AK, BK>, (unsigned)s.job.blocks,
+    return launch_kernel_smem(&cluster, s.job.splits > 1, smem, staged_gemm_kernel, (unsigned)s.job.blocks,
                               STAGED_THREADS, s.job.g.stream, s);
-}
-
-static int staged_launch(const staged_job &s, size_t smem)
-{
-    const bool ak = !s.job.g.trans_a, bk = s.job.g.trans_b;
-    return ak ? (bk ? staged_launch_as<true, true>(s, smem) : staged_launch_as<true, false>(s, smem))
-              : (bk ? staged_launch_as<false, true>(s, smem) : staged_launch_as<false, false>(s, smem));
 }
 
 /* ------------------------------------------------------------------------ */

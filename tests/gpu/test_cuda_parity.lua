@@ -248,16 +248,15 @@ for _, dt in ipairs(floats) do
   end
 end
 
--- float32 products past 16M multiply-adds up to 64M run in the kernel
--- whose blocks copy their whole share of k at once (gemm.cu's
--- staged_gemm_kernel), k split over clusters of 4 and 2 where the tiles
--- are few and not at all where they are many: every transpose (the
--- operands staged along k or along their rows), edges that fill neither a
--- tile nor a 16-byte copy (past k the storage holds NaN), a batch, a
--- Linear's forward with each epilogue and its backward (the MLP's first
--- layer), and a view one element in, which is not aligned for the copies
--- and goes to cuBLASLt. Past the kernel's shared memory (k of 8192) it is
--- cuBLASLt's too.
+-- float32 products A @ B^T (a Linear's forward) past 16M multiply-adds up
+-- to 64M run in the kernel whose blocks copy their whole share of k at
+-- once (gemm.cu's staged_gemm_kernel), k split over clusters of 4 and 2
+-- where the tiles are few and not at all where they are many: edges that
+-- fill neither a tile nor a 16-byte copy (past k the storage holds NaN),
+-- a batch, a Linear's forward with each epilogue (its backward is
+-- cuBLASLt's), and beside them the other transposes, a view one element
+-- in (not aligned for the copies) and a k of 8192 (past the kernel's
+-- shared memory), which stay cuBLASLt's.
 do
   local dt, rtol = torch.float32, 1e-5
   local mm = function(a, b) return unit(a:mm(b)) end
@@ -269,19 +268,21 @@ do
     local b, bt = nan_rows(input(dt, k + 3, round4(n)), k), nan_cols(input(dt, n, round4(k)), k)
     local function A(x, t) return t and x:narrow(0, 0, k):narrow(1, 0, m):t() or x:narrow(1, 0, k) end
     local function B(x, t) return t and x:narrow(1, 0, k):t() or x:narrow(0, 0, k):narrow(1, 0, n) end
-    same("staged mm " .. what, function(x, y) return mm(A(x, false), B(y, false)) end, { a, b }, rtol)
-    same("staged mm A^T " .. what, function(x, y) return mm(A(x, true), B(y, false)) end, { at, b }, rtol)
+    same("mm (cuBLASLt's) " .. what, function(x, y) return mm(A(x, false), B(y, false)) end, { a, b }, rtol)
+    same("mm A^T (cuBLASLt's) " .. what, function(x, y) return mm(A(x, true), B(y, false)) end, { at, b }, rtol)
     same("staged mm B^T " .. what, function(x, y) return mm(A(x, false), B(y, true)) end, { a, bt }, rtol)
-    same("staged mm A^T B^T " .. what, function(x, y) return mm(A(x, true), B(y, true)) end, { at, bt }, rtol)
+    same("mm A^T B^T (cuBLASLt's) " .. what, function(x, y) return mm(A(x, true), B(y, true)) end, { at, bt }, rtol)
   end
-  same("staged bmm 3x200x300x150", function(a, b) return unit(a:bmm(b)) end, { input(dt, 3, 200, 300), input(dt, 3, 300, 150) }, rtol)
-  same("staged bmm A^T B^T", function(a, b) return unit(a:transpose(1, 2):bmm(b:transpose(1, 2))) end,
-       { input(dt, 3, 300, 200), input(dt, 3, 150, 300) }, rtol)
-  same("staged mm of a view one element in (cuBLASLt's)", function(a, b) return mm(a:narrow(1, 1, 784), b) end,
-       { input(dt, 256, 788), input(dt, 784, 256) }, rtol)
-  same("staged mm past its shared memory (cuBLASLt's)", mm, { input(dt, 64, 8192), input(dt, 8192, 64) }, rtol)
+  local mmt = function(a, b) return unit(a:mm(b:t())) end
+  same("staged bmm B^T 3x200x300x150", function(a, b) return unit(a:bmm(b:transpose(1, 2))) end,
+       { input(dt, 3, 200, 300), input(dt, 3, 150, 300) }, rtol)
+  same("bmm 3x200x300x150 (cuBLASLt's)", function(a, b) return unit(a:bmm(b)) end,
+       { input(dt, 3, 200, 300), input(dt, 3, 300, 150) }, rtol)
+  same("mm B^T of a view one element in (cuBLASLt's)", function(a, b) return mmt(a:narrow(1, 1, 784), b) end,
+       { input(dt, 256, 788), input(dt, 256, 784) }, rtol)
+  same("mm B^T past the staged kernel's shared memory (cuBLASLt's)", mmt, { input(dt, 64, 8192), input(dt, 64, 8192) }, rtol)
   for _, act in ipairs({ false, "relu", "gelu", "gelu_tanh" }) do
-    same("staged linear" .. (act and "+" .. act or "") .. " 256x784 -> 256, forward and backward", function(x, w, b)
+    same("staged linear" .. (act and "+" .. act or "") .. " 256x784 -> 256, forward (and backward)", function(x, w, b)
       x = x:detach():requires_grad_(); w = w:detach():requires_grad_(); b = b:detach():requires_grad_()
       local y = act and torch._linear_act(x, w, b, act) or torch._linear(x, w, b)
       y:pow(2):sum():backward()
