@@ -235,6 +235,10 @@ int64_t dpc_gemm_k_share(int dtype, int64_t m, int64_t n, int64_t k);
  * (one launch, whatever the epilogue) rather than cuBLASLt's. */
 int dpc_gemm_own(int64_t m, int64_t n, int64_t k, int64_t batch);
 
+/* How many products dpc_gemm ran in its staged kernel (a float32
+ * Linear's forward of medium size), for tests and benchmarks. */
+int64_t dpc_gemm_staged_launches(void);
+
 /* One Linear layer's gradients: dx (M, K) = g (M, N) @ w (N, K), set to 0
  * where !(mask > 0) when mask (M, K) is given (a ReLU's backward folded
  * in); dw (N, K) = g^T @ x (M, K); db (N) = the column sums of g. Any of

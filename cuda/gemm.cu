@@ -20,7 +20,8 @@
  * product costs one cublasLtMatmul call on the host. Products of at most
  * GEMM_OWN_FLOPS multiply-adds (and k at most OWN_MAX_K) skip cuBLASLt for
  * kernels of our own: one block for those whose operands fit its shared
- * memory (small_gemm_kernel), tiles for the rest (tiled_gemm_kernel).
+ * memory (small_gemm_kernel), tiles for the rest (tiled_gemm_kernel); so
+ * does a float32 Linear's forward up to STAGED_FLOPS (staged_gemm_kernel).
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -199,7 +200,8 @@ static int epilogue_after(const gemm_args &g)
  * (k = 256) splits 4 ways beside its unsplit dx (k = 10), 8.0 -> 6.1 us.
  *
  * Past 16M multiply-adds cuBLASLt's GPU time wins over what its host cost
- * loses, measured on the H200 with scripts/bench/gemm_tune: the MLP's
+ * loses in this kernel (a Linear's forward goes to staged_gemm_kernel
+ * instead), measured on the H200 with scripts/bench/gemm_tune: the MLP's
  * 256 x 784 x 256 first layer takes 10.8 us in cuBLASLt and 15.5 us in
  * ours (session 11, with vector loads), its weight gradient 7.2 and 14.4,
  * and the MLP step replayed is 55.6 us with both in cuBLASLt, 68.3 with
@@ -257,8 +259,9 @@ namespace {   /* file-local types: no clash with another file's of the same name
 struct tile_job {
     gemm_args g;
     const void *mask;        /* NULL, or like C (ldc, batch 1): C is 0 where !(mask > 0) */
-    /* set by own_plan: the job's tiles, its blocks (whole clusters) and
-     * how many of them share each tile's k (1, or the cluster's size) */
+    /* set by own_plan (or staged_plan): the job's tiles, its blocks (whole
+     * clusters) and how many of them share each tile's k (1, or the
+     * cluster's size) */
     int64_t tiles_m, tiles_n, blocks;
     int splits;
     bool vec_a, vec_b;       /* set by tile_vectors: op(A), op(B) are read tile_vector() elements a load */
@@ -1251,12 +1254,14 @@ static int tiled_gemm(tile_jobs &jobs, const dpc_sgd_args *sgd = NULL)
 #define STAGED_GROUPS 2
 #define STAGED_THREADS (256 * STAGED_GROUPS)
 /* Clusters of 8 blocks of this size left some of the H200's GPCs short
- * of room for a second cluster (a second wave: 15.9 us for the forward
- * against 11.8 in clusters of 4). */
+ * of room for a second cluster (a second wave, in a prototype: 15.9 us
+ * for the forward against 11.8 in clusters of 4). */
 #define STAGED_MAX_SPLITS 4
 #define STAGED_MIN_BLOCKS 128
 /* the least k a k-group multiplies where k is split further */
 #define STAGED_MIN_DEPTH 16
+/* shared memory a block may ask for, where the device allows it (a share
+ * of k up to 316 along both operands) */
 #define STAGED_MAX_SMEM (160 * 1024)
 
 namespace {   /* file-local types: no clash with another file's of the same name */
@@ -1285,8 +1290,8 @@ __device__ static inline void copies_async_wait(void)
 }
 
 /* An operand is staged as 64 rows of staged_ld(share) floats: an odd
- * number of 16-byte groups, so that the 8 rows a quarter warp reads at
- * once fall in 8 different bank groups. */
+ * number of 16-byte groups, so that the 8 rows of B a quarter warp reads
+ * at once fall in 8 different bank groups (of A it reads one row). */
 __host__ __device__ constexpr int staged_ld(int share)
 {
     return (share / 4 | 1) * 4;
@@ -1386,16 +1391,47 @@ __global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(cons
     }
 }
 
+/* The most dynamic shared memory staged_gemm_kernel may have on the
+ * current device: the device's opt-in limit (99 KiB on some, 227 on the
+ * H200), at most STAGED_MAX_SMEM; asked and granted to the kernel once
+ * per device. */
+static size_t staged_smem_limit(void)
+{
+    static std::atomic<int> known[GEMM_MAX_DEVICES];   /* 0: not asked yet, else the limit + 1 */
+    int device;
+    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= GEMM_MAX_DEVICES) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    int v = known[device].load(std::memory_order_relaxed);
+    if (v == 0) {
+        int limit = 48 * 1024;   /* what every kernel may have without asking */
+        int optin = 0;
+        if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess) {
+            optin = optin < STAGED_MAX_SMEM ? optin : STAGED_MAX_SMEM;
+            if (optin > limit && cudaFuncSetAttribute(staged_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      optin) == cudaSuccess)
+                limit = optin;
+        }
+        (void)cudaGetLastError();   /* a refusal above is an answer, not an error for the next call to find */
+        v = limit + 1;
+        known[device].store(v, std::memory_order_relaxed);
+    }
+    return (size_t)(v - 1);
+}
+
 /* Whether the staged kernel takes g, and its plan: a float32 product of
  * operands contiguous along k and aligned for 16-byte copies, past our
- * other kernels' size and within STAGED_FLOPS, whose share of k fits
- * shared memory. */
+ * other kernels' size and within STAGED_FLOPS, at least half a tile in
+ * each dimension (a narrower one would waste most of every block), whose
+ * share of k fits the device's shared memory. */
 static bool staged_plan(staged_job &s, const gemm_args &g, size_t *smem)
 {
     pthread_once(&own_limits_once, own_limits_read);
     const double flops = (double)g.m * (double)g.n * (double)g.k * (double)g.batch;
     if (g.dtype != DP_FLOAT32 || g.trans_a || !g.trans_b || g.allow_tf32 || g.epilogue == DPC_EPI_BGRAD ||
-        g.k <= 0 || flops > own_limits.staged_flops || !own_can_split())
+        g.k <= 0 || g.m < STAGED_TILE / 2 || g.n < STAGED_TILE / 2 || flops > own_limits.staged_flops ||
+        !own_can_split())
         return false;
     auto aligned = [](const void *p, int64_t ld, int64_t stride, int64_t batch) {
         return (uintptr_t)p % 16 == 0 && ld % 4 == 0 && (batch == 1 || stride % 4 == 0);
@@ -1413,12 +1449,13 @@ static bool staged_plan(staged_job &s, const gemm_args &g, size_t *smem)
            g.k >= (int64_t)splits * 2 * STAGED_GROUPS * STAGED_MIN_DEPTH)
         splits *= 2;
     const int64_t share = CEIL_DIV(CEIL_DIV(g.k, (int64_t)splits), (int64_t)4) * 4;
+    /* (a share past STAGED_MAX_SMEM floats could never fit: a bound for the int below) */
     if (share > STAGED_MAX_SMEM || tiles * splits > INT32_MAX)
         return false;
     const int64_t floats = 2 * STAGED_TILE * staged_ld((int)share),
                   least = STAGED_TILE * STAGED_TILE + STAGED_TILE;   /* tile_split_finish's part */
     *smem = (size_t)(floats > least ? floats : least) * sizeof(float);
-    if (*smem > STAGED_MAX_SMEM)
+    if (*smem > staged_smem_limit())
         return false;
     J.splits = splits;
     J.blocks = tiles * splits;
@@ -1426,30 +1463,26 @@ static bool staged_plan(staged_job &s, const gemm_args &g, size_t *smem)
     return true;
 }
 
+/* Products the staged kernel was launched for (dpc_gemm_staged_launches) */
+static std::atomic<int64_t> staged_launches{ 0 };
+
+extern "C" int64_t dpc_gemm_staged_launches(void)
+{
+    return staged_launches.load(std::memory_order_relaxed);
+}
+
 /* The launch staged_plan planned. */
 static int staged_launch(const staged_job &s, size_t smem)
 {
-    /* the devices on which the kernel may have more than 48 KiB */
-    static std::atomic<uint64_t> raised{ 0 };
-    int device = 0;
-    if (smem > 48 * 1024) {
-        int rc = (int)cudaGetDevice(&device);
-        if (rc || device >= GEMM_MAX_DEVICES)
-            return rc ? rc : DPC_UNSUPPORTED;
-        if (!(raised.load() >> device & 1)) {
-            rc = (int)cudaFuncSetAttribute(staged_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           STAGED_MAX_SMEM);
-            if (rc)
-                return rc;
-            raised.fetch_or((uint64_t)1 << device);
-        }
-    }
     cudaLaunchAttribute cluster;
     cluster.id = cudaLaunchAttributeClusterDimension;
     cluster.val.clusterDim.x = (unsigned)s.job.splits;
     cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-    return launch_kernel_smem(&cluster, s.job.splits > 1, smem, staged_gemm_kernel, (unsigned)s.job.blocks,
-                              STAGED_THREADS, s.job.g.stream, s);
+    const int rc = launch_kernel_smem(&cluster, s.job.splits > 1, smem, staged_gemm_kernel, (unsigned)s.job.blocks,
+                                      STAGED_THREADS, s.job.g.stream, s);
+    if (rc == 0)
+        staged_launches.fetch_add(1, std::memory_order_relaxed);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -906,6 +906,11 @@ int64_t dp_cuda_linear_fusions(void)
     return deferred_fusions;
 }
 
+int64_t dp_cuda_staged_products(void)
+{
+    return dpc_gemm_staged_launches();
+}
+
 static bool defer_enabled(void)
 {
     static int on = -1;
@@ -1669,6 +1674,7 @@ void gpu_storage_free(void *data, size_t nbytes, void *pool, int device)
 }
 int dp_cuda_capturing(void) { return 0; }
 int64_t dp_cuda_linear_fusions(void) { return 0; }
+int64_t dp_cuda_staged_products(void) { return 0; }
 void dp_cuda_launch_deferred(void) {}
 dp_status dp_cuda_stream_new(void **stream, int device) { *stream = NULL; (void)device; return no_cuda(); }
 dp_status dp_cuda_empty_cache(int device) { (void)device; return DP_OK; }
