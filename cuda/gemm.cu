@@ -1185,7 +1185,8 @@ static int tiled_pick(tile_jobs &jobs, const dpc_sgd_args *sgd)
 
 /* The share of k each block of our kernel sums of a Linear's forward
  * launched alone (out (m, n) = x (m, k) @ w (n, k)^T): k when no block
- * shares an element's k, 0 when the product is not ours (cuBLASLt's).
+ * shares an element's k, 0 when the product is not our tiled or
+ * one-block kernel's (cuBLASLt's, or the staged kernel's past 16M).
  * The one-launch loss sums a head it takes in these shares, in rank
  * order, as tile_split_finish does (reduce.cu's ce_head_linear). */
 extern "C" int64_t dpc_gemm_k_share(int dtype, int64_t m, int64_t n, int64_t k)
