@@ -212,6 +212,11 @@ static int epilogue_after(const gemm_args &g)
 #define GEMM_OWN_FLOPS (1 << 24)
 /* Up to this many, float32 products x @ w^T go to staged_gemm_kernel (below). */
 #define STAGED_FLOPS (1 << 26)
+/* ... split over clusters of at most this many blocks. Clusters of 8
+ * blocks of 512 threads and 128 KiB left some of the H200's GPCs short of
+ * room for a second cluster (a second wave, in a prototype: 15.9 us for
+ * the forward against 11.8 in clusters of 4). */
+#define STAGED_MAX_SPLITS 4
 #define OWN_MAX_K 2048
 /* Blocks below which a smaller tile, or a split of k, is taken (about one
  * per SM of an H100/H200; measured on the H200, fewer larger tiles were
@@ -226,12 +231,12 @@ static int epilogue_after(const gemm_args &g)
 #define OWN_SHARE_SLICES 1
 
 /* The limits above, which scripts/bench/gemm_tune varies to measure them
- * (read once from DPLUA_GEMM_OWN_FLOPS, DPLUA_GEMM_STAGED_FLOPS, DPLUA_GEMM_MAX_SPLITS,
+ * (read once from DPLUA_GEMM_OWN_FLOPS, DPLUA_GEMM_STAGED_FLOPS, DPLUA_GEMM_MAX_SPLITS, DPLUA_GEMM_STAGED_SPLITS,
  * DPLUA_GEMM_SHARE_SLICES, DPLUA_GEMM_MIN_BLOCKS and DPLUA_GEMM_TM, a
  * forced tile of 16 TM; unset: the defaults). */
 static struct {
     double own_flops, staged_flops;
-    int max_splits, share_slices, tm;
+    int max_splits, staged_splits, share_slices, tm;
     int64_t min_blocks;
 } own_limits;
 static pthread_once_t own_limits_once = PTHREAD_ONCE_INIT;
@@ -244,6 +249,9 @@ static void own_limits_read(void)
     own_limits.max_splits = (v = getenv("DPLUA_GEMM_MAX_SPLITS")) ? atoi(v) : OWN_MAX_SPLITS;
     if (own_limits.max_splits < 1 || own_limits.max_splits > OWN_MAX_SPLITS)
         own_limits.max_splits = OWN_MAX_SPLITS;
+    own_limits.staged_splits = (v = getenv("DPLUA_GEMM_STAGED_SPLITS")) ? atoi(v) : STAGED_MAX_SPLITS;
+    if (own_limits.staged_splits < 1 || own_limits.staged_splits > STAGED_MAX_SPLITS)   /* (staged_finish's bound) */
+        own_limits.staged_splits = STAGED_MAX_SPLITS;
     own_limits.share_slices = (v = getenv("DPLUA_GEMM_SHARE_SLICES")) ? atoi(v) : OWN_SHARE_SLICES;
     if (own_limits.share_slices < 1)
         own_limits.share_slices = OWN_SHARE_SLICES;
@@ -320,8 +328,8 @@ __device__ static inline Acc tile_finish(const tile_job &J, T *C, int64_t i, int
 /* The blocks of a cluster that split a tile's k: each leaves its partial
  * tile (and row sums) in part, then sums its share of the elements over
  * the cluster's blocks in rank order. Every thread of the cluster's
- * blocks (of THREADS each) calls it. */
-template <typename T, typename Acc, int TILE, int THREADS = 256>
+ * blocks (of 256 threads each) calls it. */
+template <typename T, typename Acc, int TILE>
 __device__ static void tile_split_finish(const tile_job &J, T *C, int64_t i0, int64_t j0, bool with_sums,
                                          Acc *part)
 {
@@ -330,7 +338,7 @@ __device__ static void tile_split_finish(const tile_job &J, T *C, int64_t i0, in
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();   /* every block's partial is in its shared memory */
     const int splits = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
-    for (int e = rank * THREADS + (int)threadIdx.x; e < TILE * TILE + TILE; e += THREADS * splits) {
+    for (int e = rank * 256 + (int)threadIdx.x; e < TILE * TILE + TILE; e += 256 * splits) {
         const bool sum_row = e >= TILE * TILE;
         const int64_t i = i0 + (sum_row ? e - TILE * TILE : e / TILE), j = j0 + e % TILE;
         if (i >= J.g.m || (sum_row ? !with_sums : j >= J.g.n))
@@ -1235,29 +1243,36 @@ static int tiled_gemm(tile_jobs &jobs, const dpc_sgd_args *sgd = NULL)
  * first layer (256 x 784 -> 256) made an eager step bound by the host
  * whenever the host was slower than usual. tiled_gemm_kernel is 4 us
  * slower than cuBLASLt there (its slices wait on their loads one after
- * another, two warps a scheduler). Here a block of two k-groups of 256
+ * another, two warps a scheduler). Here a block of four k-groups of 64
  * threads copies its whole share of k of both operands into shared
  * memory at once with cp.async (one latency for all of it, no register
- * staging), then each group multiplies half of it, 4 x 4 outputs a
+ * staging), then each group multiplies a quarter of it, 8 x 8 outputs a
  * thread, each operand read 16 bytes (4 of k) a load; the groups' sums
  * are added in order and, where k is split, over a cluster in rank order
- * (tile_split_finish).
+ * (staged_finish).
  *
  * Measured on the H200 (session 16): the first layer's forward 11.9 us in
  * a graph against cuBLASLt's 10.8, and the eager MLP step 55.2-55.9 us on
  * a noisy host against 55.4-72.9 with cuBLASLt (replayed 52.4 -> 54.4).
+ * Session 17 (8 x 8 a thread, four groups, staged_finish): the same 11.9
+ * us alone, the MLP step replayed 0.7-1.0 us shorter.
  * Only products whose operands are both contiguous along k (x @ w^T)
  * come here: the weight gradient's layout (both contiguous along their
  * rows) took 9.8 us against cuBLASLt's 7.1 and made the step slower
  * (59.0 eager, 56.9 replayed). float32 only, from 16-byte aligned
  * operands; anything else goes where it went before. */
 #define STAGED_TILE 64
-#define STAGED_GROUPS 2
-#define STAGED_THREADS (256 * STAGED_GROUPS)
-/* Clusters of 8 blocks of this size left some of the H200's GPCs short
- * of room for a second cluster (a second wave, in a prototype: 15.9 us
- * for the forward against 11.8 in clusters of 4). */
-#define STAGED_MAX_SPLITS 4
+/* A thread's outputs: STAGED_RUN x STAGED_RUN of the tile, so that a
+ * k-group is (STAGED_TILE / STAGED_RUN)^2 threads. 8 x 8 reads half the
+ * shared memory a multiply-add that 4 x 4 did, in half the loads (session
+ * 17, ncu on the MLP's first layer: 3.4M warp instructions with 4 x 4, of
+ * them 1.6M the multiply-adds; 2.6M with 8 x 8, where the copies, the
+ * groups' sums and the cluster's took 40% of the samples). */
+#define STAGED_RUN 8
+#define STAGED_SIDE (STAGED_TILE / STAGED_RUN)
+#define STAGED_GROUP_THREADS (STAGED_SIDE * STAGED_SIDE)
+#define STAGED_GROUPS 4
+#define STAGED_THREADS (STAGED_GROUP_THREADS * STAGED_GROUPS)
 #define STAGED_MIN_BLOCKS 128
 /* the least k a k-group multiplies where k is split further */
 #define STAGED_MIN_DEPTH 16
@@ -1299,97 +1314,155 @@ __host__ __device__ constexpr int staged_ld(int share)
 }
 
 /* Copies rows r0 .. r0 + 63 (r < rows) of X (X[r * ld + k]), k from k0 to
- * kend, into S, zeros past the ends. */
+ * kend, into S, zeros past the ends, 16 bytes a copy: STAGED_COPY_LANES
+ * threads along a row (its k in at most two passes), the block's rows
+ * STAGED_THREADS / STAGED_COPY_LANES apart, so that a thread's copies of
+ * a pass differ only in their row. */
+#define STAGED_COPY_LANES 64
 __device__ static void staged_copy(float *S, const float *X, int64_t ld, int64_t r0, int64_t rows, int64_t k0,
                                    int64_t kend, int share)
 {
-    const int quads = share / 4, ldk = staged_ld(share);
-    for (int at = (int)threadIdx.x; at < STAGED_TILE * quads; at += STAGED_THREADS) {
-        const int r = at / quads, q = at % quads;
-        const int64_t k = k0 + 4 * q, row = r0 + r, left = kend - k;
-        const int bytes = row < rows && left > 0 ? (left >= 4 ? 16 : (int)left * 4) : 0;
-        copy_async16(S + r * ldk + 4 * q, bytes ? X + row * ld + k : X, bytes);
+    constexpr int ROW_STEP = STAGED_THREADS / STAGED_COPY_LANES;
+    const int quads = share / 4, ldk = staged_ld(share), r_first = (int)threadIdx.x / STAGED_COPY_LANES;
+    for (int q = (int)threadIdx.x % STAGED_COPY_LANES; q < quads; q += STAGED_COPY_LANES) {
+        const int64_t k = k0 + 4 * q, left = kend - k;
+        const int k_bytes = left > 0 ? (left >= 4 ? 16 : (int)left * 4) : 0;
+        const float *src = X + (r0 + r_first) * ld + k;
+        float *dst = S + r_first * ldk + 4 * q;
+#pragma unroll 4
+        for (int r = r_first; r < STAGED_TILE; r += ROW_STEP, src += ROW_STEP * ld, dst += ROW_STEP * ldk) {
+            const int bytes = r0 + r < rows ? k_bytes : 0;
+            copy_async16(dst, bytes ? src : X, bytes);
+        }
     }
 }
 
-/* v[r][q] = row tr + 16 r of the staged operand at k = 4 kq + q: a
- * quarter warp's 8 rows one apart, in 8 bank groups */
-__device__ static inline void staged_quad(const float *S, int share, int tr, int kq, float (&v)[4][4])
+/* v[r] = k 4 kq .. 4 kq + 3 of row tr + STAGED_SIDE r of the staged
+ * operand: a quarter warp's 8 rows one apart, in 8 bank groups */
+__device__ static inline void staged_quad(const float *S, int ldk, int tr, int kq, float4 (&v)[STAGED_RUN])
 {
 #pragma unroll
-    for (int r = 0; r < 4; r++) {
-        const float4 f = *reinterpret_cast<const float4 *>(S + (tr + 16 * r) * staged_ld(share) + 4 * kq);
-        v[r][0] = f.x;
-        v[r][1] = f.y;
-        v[r][2] = f.z;
-        v[r][3] = f.w;
+    for (int r = 0; r < STAGED_RUN; r++)
+        v[r] = *reinterpret_cast<const float4 *>(S + (tr + STAGED_SIDE * r) * ldk + 4 * kq);
+}
+
+/* The tile's elements from the groups' sums (sums: the block's, as
+ * staged_gemm_kernel leaves them), added over the cluster's blocks in
+ * rank order (split k) and each block's groups in order, through the
+ * epilogue into C: each block takes every splits-th run of 4 columns, 16
+ * bytes from each group of each block. */
+__device__ static void staged_finish(const tile_job &J, float *C, int64_t i0, int64_t j0, float *sums)
+{
+    constexpr int ELEMS = STAGED_TILE * STAGED_TILE;
+    auto finish = [&](int rank, int splits, auto sums_of) {
+        for (int f = 4 * (rank * STAGED_THREADS + (int)threadIdx.x); f < ELEMS; f += 4 * STAGED_THREADS * splits) {
+            /* every load first, then the sums: one latency of the other blocks' shared memory */
+            float4 u[STAGED_MAX_SPLITS][STAGED_GROUPS];
+#pragma unroll
+            for (int s = 0; s < STAGED_MAX_SPLITS; s++)
+#pragma unroll
+                for (int gr = 0; gr < STAGED_GROUPS; gr++)
+                    u[s][gr] = s < splits ? *reinterpret_cast<const float4 *>(sums_of(s) + gr * ELEMS + f)
+                                          : make_float4(0, 0, 0, 0);
+            float4 v = make_float4(0, 0, 0, 0);
+#pragma unroll
+            for (int s = 0; s < STAGED_MAX_SPLITS; s++)
+#pragma unroll
+                for (int gr = 0; gr < STAGED_GROUPS; gr++)
+                    if (s < splits) {
+                        v.x += u[s][gr].x;
+                        v.y += u[s][gr].y;
+                        v.z += u[s][gr].z;
+                        v.w += u[s][gr].w;
+                    }
+            /* f is output (r, c) of thread (tx, ty) of a group, the 3 after it those of tx + 1 .. tx + 3 */
+            const int ft = f % STAGED_GROUP_THREADS, rc = f / STAGED_GROUP_THREADS;
+            const int64_t i = i0 + ft / STAGED_SIDE + STAGED_SIDE * (rc / STAGED_RUN),
+                          j = j0 + ft % STAGED_SIDE + STAGED_SIDE * (rc % STAGED_RUN);
+            const float out[4] = { v.x, v.y, v.z, v.w };
+            if (i < J.g.m)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (j + e < J.g.n)
+                        tile_finish(J, C, i, j + e, out[e], epilogue_load<float, float>(J, i, j + e));
+        }
+    };
+    if (J.splits == 1) {
+        __syncthreads();
+        finish(0, 1, [&](int) { return (const float *)sums; });
+        return;
     }
+#if __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();   /* every block's sums are in its shared memory */
+    finish((int)cluster.block_rank(), (int)cluster.num_blocks(),
+           [&](int s) { return (const float *)cluster.map_shared_rank(sums, s); });
+    cluster.sync();   /* no block leaves while another reads its shared memory */
+#else
+    __trap();   /* the host splits only on devices with clusters (own_can_split) */
+#endif
 }
 
 /* C = op(A) op(B) with op(A) = A (m x k) and op(B) = B^T (B n x k), both
  * contiguous along k; block b is split b % splits of tile b / splits.
- * Thread (tx, ty) of a group computes rows ty + 16 r, columns tx + 16 c. */
+ * Thread (tx, ty) of a k-group computes rows ty + STAGED_SIDE r, columns
+ * tx + STAGED_SIDE c. */
 __global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(const __grid_constant__ staged_job s)
 {
     let_next_kernel_start();
     extern __shared__ __align__(16) float staged_smem[];
     const tile_job &J = s.job;
     const gemm_args &g = J.g;
-    const int64_t split = blockIdx.x % J.splits, tile = blockIdx.x / J.splits;
-    const int64_t i0 = tile / J.tiles_n % J.tiles_m * STAGED_TILE, j0 = tile % J.tiles_n * STAGED_TILE;
-    const int64_t b = tile / J.tiles_n / J.tiles_m;
-    const int64_t k0 = split * s.share, kend = g.k < k0 + s.share ? g.k : k0 + s.share;
-    const int share = s.share, quads = share / 4;
-    float *As = staged_smem, *Bs = staged_smem + STAGED_TILE * staged_ld(share);
+    /* (32-bit: staged_plan keeps the blocks under 2^31) */
+    const int tiles_n = (int)J.tiles_n, tiles_m = (int)J.tiles_m;
+    const int split = (int)blockIdx.x % J.splits, tile = (int)blockIdx.x / J.splits;
+    const int64_t i0 = (int64_t)(tile / tiles_n % tiles_m) * STAGED_TILE, j0 = (int64_t)(tile % tiles_n) * STAGED_TILE;
+    const int64_t b = tile / tiles_n / tiles_m;
+    const int64_t k0 = (int64_t)split * s.share, kend = g.k < k0 + s.share ? g.k : k0 + s.share;
+    const int share = s.share, quads = share / 4, ldk = staged_ld(share);
+    float *As = staged_smem, *Bs = staged_smem + STAGED_TILE * ldk;
     const float *A = (const float *)g.A + b * g.stride_a, *B = (const float *)g.B + b * g.stride_b;
-    const int t = (int)threadIdx.x % 256, group = (int)threadIdx.x / 256, tx = t % 16, ty = t / 16;
+    const int t = (int)threadIdx.x % STAGED_GROUP_THREADS, group = (int)threadIdx.x / STAGED_GROUP_THREADS;
+    const int tx = t % STAGED_SIDE, ty = t / STAGED_SIDE;
     wait_for_previous_kernel();
     staged_copy(As, A, g.lda, i0, g.m, k0, kend, share);
     staged_copy(Bs, B, g.ldb, j0, g.n, k0, kend, share);
     copies_async_wait();
     __syncthreads();
-    /* this group's half of the share; past k (zeros) skipped */
+    /* this group's part of the share; past k (zeros) skipped */
     const int live = kend > k0 ? (int)((kend - k0 + 3) / 4) : 0;
-    const int q0 = quads * group / STAGED_GROUPS, q1_half = quads * (group + 1) / STAGED_GROUPS;
-    const int q1 = q1_half < live ? q1_half : live;
-    float acc[4][4] = {};
+    const int q0 = quads * group / STAGED_GROUPS, q1_part = quads * (group + 1) / STAGED_GROUPS;
+    const int q1 = q1_part < live ? q1_part : live;
+    float acc[STAGED_RUN][STAGED_RUN] = {};
 #pragma unroll 2
     for (int kq = q0; kq < q1; kq++) {
-        float av[4][4], bv[4][4];
-        staged_quad(As, share, ty, kq, av);
-        staged_quad(Bs, share, tx, kq, bv);
+        float4 av[STAGED_RUN], bv[STAGED_RUN];
+        staged_quad(As, ldk, ty, kq, av);
+        staged_quad(Bs, ldk, tx, kq, bv);
+        auto multiply = [&](auto pick) {
 #pragma unroll
-        for (int q = 0; q < 4; q++)
+            for (int r = 0; r < STAGED_RUN; r++)
 #pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int c = 0; c < 4; c++)
-                    acc[r][c] += av[r][q] * bv[c][q];
+                for (int c = 0; c < STAGED_RUN; c++)
+                    acc[r][c] += pick(av[r]) * pick(bv[c]);
+        };
+        multiply([](const float4 &v) { return v.x; });
+        multiply([](const float4 &v) { return v.y; });
+        multiply([](const float4 &v) { return v.z; });
+        multiply([](const float4 &v) { return v.w; });
     }
-    /* the groups' sums in order, into the operands' space */
-    float *part = staged_smem;
-    for (int turn = 0; turn < STAGED_GROUPS; turn++) {
-        __syncthreads();
-        if (group == turn)
+    /* Each group leaves its sums in the operands' space, a thread's
+     * outputs STAGED_GROUP_THREADS apart (the lanes of a warp on 32 banks,
+     * and 4 columns of a row side by side); then each block of the cluster
+     * (one, unsplit) adds a quarter of the tile (staged_finish). */
+    __syncthreads();   /* every group is done with the operands */
 #pragma unroll
-            for (int r = 0; r < 4; r++)
+    for (int r = 0; r < STAGED_RUN; r++)
 #pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    float &p = part[(ty + 16 * r) * STAGED_TILE + tx + 16 * c];
-                    p = turn == 0 ? acc[r][c] : p + acc[r][c];
-                }
-    }
-    float *C = (float *)g.C + b * g.stride_c;
-    if (J.splits > 1) {
-        tile_split_finish<float, float, STAGED_TILE, STAGED_THREADS>(J, C, i0, j0, false, part);
-        return;
-    }
-    __syncthreads();
-    for (int e = (int)threadIdx.x; e < STAGED_TILE * STAGED_TILE; e += STAGED_THREADS) {
-        const int64_t i = i0 + e / STAGED_TILE, j = j0 + e % STAGED_TILE;
-        if (i < g.m && j < g.n)
-            tile_finish(J, C, i, j, part[e], epilogue_load<float, float>(J, i, j));
-    }
+        for (int c = 0; c < STAGED_RUN; c++)
+            staged_smem[(group * STAGED_RUN * STAGED_RUN + r * STAGED_RUN + c) * STAGED_GROUP_THREADS + t] = acc[r][c];
+    staged_finish(J, (float *)g.C + b * g.stride_c, i0, j0, staged_smem);
 }
 
 /* The most dynamic shared memory staged_gemm_kernel may have on the
@@ -1446,15 +1519,15 @@ static bool staged_plan(staged_job &s, const gemm_args &g, size_t *smem)
     J.tiles_n = CEIL_DIV(g.n, (int64_t)STAGED_TILE);
     const int64_t tiles = J.tiles_m * J.tiles_n * g.batch;
     int splits = 1;
-    while (splits < STAGED_MAX_SPLITS && tiles * splits < STAGED_MIN_BLOCKS &&
+    while (splits < own_limits.staged_splits && tiles * splits < STAGED_MIN_BLOCKS &&
            g.k >= (int64_t)splits * 2 * STAGED_GROUPS * STAGED_MIN_DEPTH)
         splits *= 2;
     const int64_t share = CEIL_DIV(CEIL_DIV(g.k, (int64_t)splits), (int64_t)4) * 4;
     /* (a share past STAGED_MAX_SMEM floats could never fit: a bound for the int below) */
     if (share > STAGED_MAX_SMEM || tiles * splits > INT32_MAX)
         return false;
-    const int64_t floats = 2 * STAGED_TILE * staged_ld((int)share),
-                  least = STAGED_TILE * STAGED_TILE + STAGED_TILE;   /* tile_split_finish's part */
+    /* the operands, or later the groups' sums */
+    const int64_t floats = 2 * STAGED_TILE * staged_ld((int)share), least = STAGED_GROUPS * STAGED_TILE * STAGED_TILE;
     *smem = (size_t)(floats > least ? floats : least) * sizeof(float);
     if (*smem > staged_smem_limit())
         return false;

@@ -1,6 +1,8 @@
 """Sums Nsight Compute's source page (--page source --csv --print-source
 sass) of one kernel: its SASS size, the instructions it ran, its warp-state
-samples by stall reason, and its most sampled instructions.
+samples by stall reason, the instructions run and samples of each stretch
+of code between two barriers (a kernel's phases), and its most sampled
+instructions.
 usage: python3 gpu_stalls.py page.csv [top]"""
 import csv
 import sys
@@ -33,6 +35,18 @@ def main(path, top):
     all_samples = sum(totals.values()) or 1
     print(f"samples {all_samples:.0f} by reason: " + ", ".join(
         f"{k} {100 * v / all_samples:.0f}%" for k, v in sorted(totals.items(), key=lambda kv: -kv[1]) if v))
+    print("stretches between barriers (first index, last, warp-instructions run, samples, share):")
+    first = 0
+    for i, r in enumerate(body):
+        text = r[source].strip()
+        if i == len(body) - 1 or "BAR" in text.split(" ")[0] or text.split(" ")[0].endswith("BAR") or \
+                any(w.startswith(("BAR.", "UCGABAR")) for w in text.split()):
+            stretch = range(first, i + 1)
+            run = sum(ran[j] for j in stretch)
+            samples = sum(number(body[j][sampled]) for j in stretch)
+            if run or samples:
+                print(f"  {first:5d} {i:5d} {run:10.0f} {samples:6.0f} {100 * samples / all_samples:5.1f}%")
+            first = i + 1
     print("most sampled instructions (index, samples, share, SASS):")
     order = sorted(range(len(body)), key=lambda i: -number(body[i][sampled]))[:top]
     for i in sorted(order):
