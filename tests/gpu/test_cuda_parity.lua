@@ -719,12 +719,14 @@ do
   -- the loss's launch over a cluster of blocks (sm_90 on), rows of it a
   -- block: the MLP's, 256 x 128 -> 10 (k split in two), 256 x 64 -> 10
   -- (not split), 64 x 200 -> 10 without a bias (in four, the last share
-  -- short), 100 x 256 -> 3 (rows not a multiple of a block's); its
+  -- short), 100 x 256 -> 3 (rows not a multiple of a block's), 96 x 128
+  -- -> 20 (more outputs than two a thread of a block); its
   -- output bit for bit its own launch's, the
   -- loss and every gradient as on the CPU. One of k = 1200 is too large
   -- to stage: its own launch.
   local clusters = torch.cuda.get_device_capability() >= 9 and 1 or 0
-  for _, case in ipairs({ { 256, 128, 10, true }, { 256, 64, 10, true }, { 64, 200, 10, false }, { 100, 256, 3, true } }) do
+  for _, case in ipairs({ { 256, 128, 10, true }, { 256, 64, 10, true }, { 64, 200, 10, false }, { 100, 256, 3, true },
+                        { 96, 128, 20, true } }) do
     for _, dt in ipairs(floats) do
       local rows, k, classes = case[1], case[2], case[3]
       local what = ("%d x %d -> %d %s"):format(rows, k, classes, dt.name)
