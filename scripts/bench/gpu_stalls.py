@@ -38,9 +38,9 @@ def main(path, top):
     print("stretches between barriers (first index, last, warp-instructions run, samples, share):")
     first = 0
     for i, r in enumerate(body):
-        text = r[source].strip()
-        if i == len(body) - 1 or "BAR" in text.split(" ")[0] or text.split(" ")[0].endswith("BAR") or \
-                any(w.startswith(("BAR.", "UCGABAR")) for w in text.split()):
+        words = [w for w in r[source].split() if not w.startswith("@")]   # the opcode first, its guard left out
+        opcode = words[0] if words else ""
+        if i == len(body) - 1 or opcode.startswith(("BAR", "UCGABAR")):   # a block's or a cluster's barrier
             stretch = range(first, i + 1)
             run = sum(ran[j] for j in stretch)
             samples = sum(number(body[j][sampled]) for j in stretch)
