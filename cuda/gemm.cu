@@ -212,10 +212,11 @@ static int epilogue_after(const gemm_args &g)
 #define GEMM_OWN_FLOPS (1 << 24)
 /* Up to this many, float32 products x @ w^T go to staged_gemm_kernel (below). */
 #define STAGED_FLOPS (1 << 26)
-/* ... split over clusters of at most this many blocks. Clusters of 8
- * blocks of 512 threads and 128 KiB left some of the H200's GPCs short of
- * room for a second cluster (a second wave, in a prototype: 15.9 us for
- * the forward against 11.8 in clusters of 4). */
+/* ... split over clusters of at most this many blocks (a power of two).
+ * Clusters of 8 left some of the H200's GPCs short of room for a second
+ * cluster: a second wave, 15.9 us for the forward against 11.8 in
+ * clusters of 4 (session 16's prototype, blocks of 512 threads and 128
+ * KiB), 18.1 against 13.2 (session 17, blocks of 256 threads). */
 #define STAGED_MAX_SPLITS 4
 #define OWN_MAX_K 2048
 /* Blocks below which a smaller tile, or a split of k, is taken (about one
@@ -1254,8 +1255,8 @@ static int tiled_gemm(tile_jobs &jobs, const dpc_sgd_args *sgd = NULL)
  * Measured on the H200 (session 16): the first layer's forward 11.9 us in
  * a graph against cuBLASLt's 10.8, and the eager MLP step 55.2-55.9 us on
  * a noisy host against 55.4-72.9 with cuBLASLt (replayed 52.4 -> 54.4).
- * Session 17 (8 x 8 a thread, four groups, staged_finish): the same 11.9
- * us alone, the MLP step replayed 0.7-1.0 us shorter.
+ * Session 17 (8 x 8 a thread, four groups, staged_finish): 11.8-12.1 us
+ * alone, the MLP step replayed 0.3-1.0 us shorter.
  * Only products whose operands are both contiguous along k (x @ w^T)
  * come here: the weight gradient's layout (both contiguous along their
  * rows) took 9.8 us against cuBLASLt's 7.1 and made the step slower
@@ -1349,8 +1350,8 @@ __device__ static inline void staged_quad(const float *S, int ldk, int tr, int k
 /* The tile's elements from the groups' sums (sums: the block's, as
  * staged_gemm_kernel leaves them), added over the cluster's blocks in
  * rank order (split k) and each block's groups in order, through the
- * epilogue into C: each block takes every splits-th run of 4 columns, 16
- * bytes from each group of each block. */
+ * epilogue into C: each block takes every splits-th 256 runs of 4
+ * columns (a thread one), 16 bytes from each group of each block. */
 __device__ static void staged_finish(const tile_job &J, float *C, int64_t i0, int64_t j0, float *sums)
 {
     constexpr int ELEMS = STAGED_TILE * STAGED_TILE;
@@ -1455,7 +1456,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(cons
     /* Each group leaves its sums in the operands' space, a thread's
      * outputs STAGED_GROUP_THREADS apart (the lanes of a warp on 32 banks,
      * and 4 columns of a row side by side); then each block of the cluster
-     * (one, unsplit) adds a quarter of the tile (staged_finish). */
+     * (one, unsplit) adds 1 / splits of the tile (staged_finish). */
     __syncthreads();   /* every group is done with the operands */
 #pragma unroll
     for (int r = 0; r < STAGED_RUN; r++)
@@ -1519,7 +1520,7 @@ static bool staged_plan(staged_job &s, const gemm_args &g, size_t *smem)
     J.tiles_n = CEIL_DIV(g.n, (int64_t)STAGED_TILE);
     const int64_t tiles = J.tiles_m * J.tiles_n * g.batch;
     int splits = 1;
-    while (splits < own_limits.staged_splits && tiles * splits < STAGED_MIN_BLOCKS &&
+    while (splits * 2 <= own_limits.staged_splits && tiles * splits < STAGED_MIN_BLOCKS &&
            g.k >= (int64_t)splits * 2 * STAGED_GROUPS * STAGED_MIN_DEPTH)
         splits *= 2;
     const int64_t share = CEIL_DIV(CEIL_DIV(g.k, (int64_t)splits), (int64_t)4) * 4;

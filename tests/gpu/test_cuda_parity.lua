@@ -251,7 +251,8 @@ end
 -- float32 products A @ B^T (a Linear's forward) past 16M multiply-adds up
 -- to 64M run in the kernel whose blocks copy their whole share of k at
 -- once (gemm.cu's staged_gemm_kernel), k split over clusters of 4 and 2
--- where the tiles are few and not at all where they are many: edges that
+-- where the tiles are few and not at all where they are many (nor
+-- where k is short of 128 for 2, of 256 for 4): edges that
 -- fill neither a tile nor a 16-byte copy (past k the storage holds NaN),
 -- a batch, a Linear's forward with each epilogue (its backward is
 -- cuBLASLt's), and beside them the other transposes, a view one element
@@ -269,7 +270,9 @@ do
   end
   local mm = function(a, b) return unit(a:mm(b)) end
   for _, s in ipairs({ { 256, 784, 256, "split 4" }, { 250, 781, 199, "ragged, split 4" },
-                       { 640, 160, 640, "split 2" }, { 1024, 32, 1024, "unsplit" }, { 1000, 33, 1001, "ragged, unsplit" } }) do
+                       { 640, 160, 640, "split 2" }, { 1024, 32, 1024, "unsplit" }, { 1000, 33, 1001, "ragged, unsplit" },
+                       { 448, 200, 448, "split 2, k too short for 4" }, { 450, 203, 443, "ragged, split 2" },
+                       { 640, 100, 640, "unsplit, k too short for 2" } }) do
     local m, k, n = s[1], s[2], s[3]
     local what = ("%dx%dx%d, %s"):format(m, k, n, s[4])
     local a, at = nan_cols(input(dt, m, round4(k)), k), nan_rows(input(dt, k + 3, round4(m)), k)
