@@ -120,38 +120,59 @@ static void node_free_saved(ag_node *n)
     }
 }
 
-/* Iterative, so that releasing a long chain cannot overflow the C stack. */
+/* The nodes waiting to be freed by the ag_node_release running on this
+ * thread (NULL: none runs). */
+typedef struct {
+    ag_node **items, *small[64];
+    int top, cap;
+} node_worklist;
+static _Thread_local node_worklist *releasing;
+
+static void worklist_push(node_worklist *w, ag_node *n)
+{
+    if (w->top == w->cap) {
+        ag_node **bigger = malloc(sizeof *bigger * (size_t)w->cap * 2);
+        if (!bigger)
+            return;   /* out of memory: the node leaks rather than crash */
+        memcpy(bigger, w->items, sizeof *bigger * (size_t)w->top);
+        if (w->items != w->small)
+            free(w->items);
+        w->items = bigger;
+        w->cap *= 2;
+    }
+    w->items[w->top++] = n;
+}
+
+/* Iterative, so that releasing a long chain cannot overflow the C stack:
+ * a node whose last reference goes while another is being freed on this
+ * thread, through its inputs or through a saved tensor's grad_fn (the
+ * saved input of y = y + x holds the node before it), joins that loop's
+ * worklist instead of recursing. */
 void ag_node_release(ag_node *n)
 {
-    ag_node *stack_small[64], **stack = stack_small;
-    int top = 0, cap = 64;
-    if (n && --n->refcount == 0)
-        stack[top++] = n;
-    while (top > 0) {
-        ag_node *m = stack[--top];
+    if (!n || --n->refcount > 0)
+        return;
+    if (releasing) {
+        worklist_push(releasing, n);
+        return;
+    }
+    node_worklist w = { .top = 0, .cap = 64 };
+    w.items = w.small;
+    releasing = &w;
+    worklist_push(&w, n);
+    while (w.top > 0) {
+        ag_node *m = w.items[--w.top];
         for (int i = 0; i < m->ninputs; i++) {
             dp_tensor_release(m->leaf[i]);
-            ag_node *nx = m->next[i];
-            if (nx && --nx->refcount == 0) {
-                if (top == cap) {
-                    ag_node **bigger = malloc(sizeof *bigger * (size_t)cap * 2);
-                    if (!bigger)
-                        continue; /* leak rather than crash on OOM */
-                    memcpy(bigger, stack, sizeof *bigger * (size_t)top);
-                    if (stack != stack_small)
-                        free(stack);
-                    stack = bigger;
-                    cap *= 2;
-                }
-                stack[top++] = nx;
-            }
+            ag_node_release(m->next[i]);
         }
         node_free_saved(m);
         dp_tensor_release(m->grad);
         cpu_free(m, m->capacity);
     }
-    if (stack != stack_small)
-        free(stack);
+    releasing = NULL;
+    if (w.items != w.small)
+        free(w.items);
 }
 
 bool ag_needs_record(int n, dp_tensor *const *inputs)

@@ -116,4 +116,22 @@ T.run("wide activations, 120 steps", function()
   check("wide", m, 20, 120, before)
 end)
 
+-- A graph never given to backward() is freed when its output is: a chain
+-- of 200,000 adds (y = y + 1, each node's saved input holding the node
+-- before it, the shape of a loop's `total = total + loss`) is freed by one
+-- loop, not by a recursion as deep as the chain, which overflowed the C
+-- stack (a segfault) past about 15,000.
+T.run("a chain of 200,000 nodes freed without backward", function()
+  local base = live()
+  local x = torch.zeros(1, { requires_grad = true })
+  local y = x
+  for _ = 1, 200000 do y = y + 1 end
+  T.is(y:item(), 200000, "the chain computed")
+  local held = live()
+  T.ok(held > base + 200000 * 4, "the chain holds its outputs", ("%d bytes more"):format(held - base))
+  y = nil
+  local left = live()
+  T.ok(left < base + 64, "all of it freed but x", ("%d bytes more than before"):format(left - base))
+end)
+
 T.done_testing()
