@@ -362,7 +362,11 @@ dp_status dp_unfold(dp_tensor **out, dp_tensor *x, const int64_t *kernel, const 
             return dp_fail(DP_ERR_ARG, "unfold: kernel, stride and dilation must be positive and padding "
                            "non-negative (got kernel %lld, stride %lld, padding %lld, dilation %lld)",
                            (long long)kernel[i], (long long)stride[i], (long long)padding[i], (long long)dilation[i]);
-        int64_t span = dilation[i] * (kernel[i] - 1) + 1, size = x->shape[2 + i] + 2 * padding[i];
+        int64_t span, size;   /* dilation (kernel - 1) + 1, the input's size + 2 padding: checked */
+        if (__builtin_mul_overflow(dilation[i], kernel[i] - 1, &span) || __builtin_add_overflow(span, 1, &span) ||
+            __builtin_mul_overflow(padding[i], 2, &size) || __builtin_add_overflow(size, x->shape[2 + i], &size))
+            return dp_fail(DP_ERR_ARG, "unfold: kernel %lld with dilation %lld, or padding %lld, is too large",
+                           (long long)kernel[i], (long long)dilation[i], (long long)padding[i]);
         if (size < span)
             return dp_fail(DP_ERR_SHAPE, "unfold: input %s (padded %lld) is smaller than the kernel span %lld",
                            dp_shape_str(s1, sizeof s1, x->ndim, x->shape), (long long)size, (long long)span);
@@ -374,7 +378,12 @@ dp_status dp_unfold(dp_tensor **out, dp_tensor *x, const int64_t *kernel, const 
     }
     u.out_h = out_hw[0];
     u.out_w = out_hw[1];
-    int64_t shape[3] = { x->shape[0], x->shape[1] * kernel[0] * kernel[1], out_hw[0] * out_hw[1] };
+    int64_t shape[3] = { x->shape[0] };
+    if (__builtin_mul_overflow(x->shape[1], kernel[0], &shape[1]) || __builtin_mul_overflow(shape[1], kernel[1], &shape[1]) ||
+        __builtin_mul_overflow(out_hw[0], out_hw[1], &shape[2]))
+        return dp_fail(DP_ERR_SHAPE, "unfold: %lld channels of a %lld x %lld kernel at %lld x %lld positions are too many",
+                       (long long)x->shape[1], (long long)kernel[0], (long long)kernel[1], (long long)out_hw[0],
+                       (long long)out_hw[1]);
     dp_tensor *xc;
     dp_status st = dp_contiguous(&xc, x);
     if (st)

@@ -436,6 +436,15 @@ T.run("argument errors", function()
   T.raises(function() nn.Conv2d(1, 2, 3)(torch.zeros(1, 3, 5, 5)) end, "expected input", "conv2d channel mismatch")
   T.raises(function() nn.Conv2d(1, 2, 3)(torch.zeros(5, 5)) end, "3-D", "conv2d with 2-D input")
   T.raises(function() nn.MaxPool2d(2)(torch.zeros(1, 1, 1, 1)) end, "too small", "pooling a too small input")
+  -- sizes past int64 once multiplied (a segfault before session 17: the
+  -- output's element count wrapped to 0)
+  T.raises(function() F.conv2d(torch.randn(1, 1, 4, 4), torch.randn(1, 1, 1, 1), nil, 1, 2 ^ 31 - 2) end,
+           { "unfold", "4294967296 x 4294967296 positions are too many" }, "conv2d with a padding of 2^31 - 2")
+  T.raises(function() F.conv2d(torch.randn(1, 1, 4, 4), torch.randn(1, 1, 1, 1), nil, 1, 2 ^ 62) end,
+           { "padding 4611686018427387904", "too large" }, "conv2d with a padding of 2^62")
+  T.raises(function() F.conv2d(torch.randn(1, 1, 4, 4), torch.randn(1, 1, 3, 3), nil, 1, 0, 2 ^ 62) end,
+           { "too small for kernel %(3, 3%) with dilation %(4611686018427387904, 4611686018427387904%)" },
+           "conv2d with a dilation of 2^62")
   T.raises(function() nn.LayerNorm(4)(torch.zeros(2, 3)) end, "normalized_shape", "layer_norm shape mismatch")
   T.raises(function() nn.Embedding(4, 2)(torch.zeros(3)) end, "int64", "embedding with float indices")
   T.raises(function() nn.Dropout(1.5) end, "between 0 and 1", "a bad dropout probability")

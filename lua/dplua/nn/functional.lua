@@ -376,8 +376,8 @@ function F.conv2d(input, weight, bias, stride, padding, dilation, groups)
   end
   local Ho, Wo = out_size(H, kh, s[1], p[1], d[1]), out_size(W, kw, s[2], p[2], d[2])
   if Ho < 1 or Wo < 1 then
-    raise(string.format("%s: input of size %s is too small for kernel (%d, %d) (output would be %d x %d)",
-                        fn, shape_str(x), kh, kw, Ho, Wo))
+    raise(string.format("%s: input of size %s is too small for kernel (%d, %d) with dilation (%d, %d) and padding (%d, %d) (output would be %.0f x %.0f)",
+                        fn, shape_str(x), kh, kw, d[1], d[2], p[1], p[2], Ho, Wo))
   end
   if autocast_on then x, weight, bias = AC.cast_inputs(x, weight, bias) end
   local cols = torch._unfold(x, { kh, kw }, s, p, d, 0)          -- (N, C*kh*kw, L)
