@@ -931,12 +931,14 @@ function methods.gather(t, dim, index)
   return new(C.dp_gather(outp, t.p, check_int(dim, "gather", "dim"), index.p))
 end
 
-local list_buf = ffi.new("dp_tensor*[256]")
+-- the tensors of a list, for the C call after tensor_list (grown to the longest list yet)
+local list_buf, list_cap = ffi.new("dp_tensor*[256]"), 256
 local function tensor_list(fn, list)
   if type(list) ~= "table" or is_tensor(list) then raise(fn .. ": expected a table of tensors, got " .. typename(list)) end
   local n = #list
   if n == 0 then raise(fn .. ": expected a non-empty table of tensors") end
-  if n > 256 then raise(fn .. ": at most 256 tensors at once, got " .. n) end
+  if n > 2 ^ 31 - 1 then raise(fn .. ": at most 2^31 - 1 tensors at once, got " .. n) end
+  if n > list_cap then list_buf, list_cap = ffi.new("dp_tensor*[?]", n), n end
   for i = 1, n do
     if not is_tensor(list[i]) then raise(string.format("%s: expected a tensor at position %d, got %s", fn, i, typename(list[i]))) end
     list_buf[i - 1] = list[i].p

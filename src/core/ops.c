@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const unop_names[DP_NUM_UNOPS] = {
@@ -910,11 +911,9 @@ dp_status dp_cat(dp_tensor **out, int n, dp_tensor *const *ts, int dim)
 dp_status dp_stack(dp_tensor **out, int n, dp_tensor *const *ts, int dim)
 {
     char x[160], y[160];
-    dp_tensor *parts[256];
+    dp_tensor *few[256], **parts = few;
     if (n <= 0)
         return dp_fail(DP_ERR_ARG, "stack: expected a non-empty list of tensors");
-    if (n > 256)
-        return dp_fail(DP_ERR_ARG, "stack: at most 256 tensors at once, got %d", n);
     dp_status st = dim_check("stack", &dim, ts[0]->ndim + 1);
     if (st)
         return st;
@@ -923,6 +922,8 @@ dp_status dp_stack(dp_tensor **out, int n, dp_tensor *const *ts, int dim)
             return dp_fail(DP_ERR_SHAPE, "stack: expects each tensor to be equal size, but got %s at entry 0 "
                            "and %s at entry %d", dp_shape_str(x, sizeof x, ts[0]->ndim, ts[0]->shape),
                            dp_shape_str(y, sizeof y, ts[i]->ndim, ts[i]->shape), i);
+    if (n > 256 && !(parts = malloc(sizeof *parts * (size_t)n)))
+        return dp_fail(DP_ERR_MEMORY, "stack: out of memory for a list of %d tensors", n);
     int made = 0;
     for (; made < n && !st; made++)
         st = dp_unsqueeze(&parts[made], ts[made], dim);
@@ -932,5 +933,7 @@ dp_status dp_stack(dp_tensor **out, int n, dp_tensor *const *ts, int dim)
         st = dp_cat(out, n, parts, dim);
     for (int i = 0; i < made; i++)
         dp_tensor_release(parts[i]);
+    if (parts != few)
+        free(parts);
     return st;
 }

@@ -72,4 +72,29 @@ T.run("index_select / gather / cat / stack", function()
     T.is(a:sum():item(), 4, "cat copies its inputs")
 end)
 
+-- Long lists: a model's 300 parameters, a depthwise convolution's 300
+-- groups (both stack or cat internally), a batch of 1000 samples.
+T.run("cat and stack of long lists", function()
+  local l = {}
+  for i = 1, 1000 do l[i] = torch.full({2}, i) end
+  local s, c = torch.stack(l), torch.cat(l)
+  T.is(T.shape(s), {1000, 2}, "stack of 1000")
+  T.is({ s[0][0]:item(), s[999][1]:item() }, { 1, 1000 }, "stack of 1000: first and last")
+  T.is({ T.shape(c)[1], c[1999]:item() }, { 2000, 1000 }, "cat of 1000")
+  local x = {}
+  for i = 1, 700 do x[i] = torch.full({3}, i, { dtype = torch.float32 }):requires_grad_() end
+  torch.stack(x):mul(torch.arange(700):view(700, 1)):sum():backward()
+  T.is({ x[1].grad:tolist(), x[700].grad:tolist() }, { { 0, 0, 0 }, { 699, 699, 699 } }, "stack of 700: each gets its gradient")
+  local ps = {}
+  for i = 1, 300 do ps[i] = torch.nn.Parameter(torch.ones(2)); ps[i].grad = torch.ones(2) end
+  T.is(torch.nn.utils.parameters_to_vector(ps):sum():item(), 600, "parameters_to_vector of 300 parameters")
+  T.close(torch.nn.utils.clip_grad_norm_(ps, 1.0):item(), math.sqrt(600), 1e-6, 0, "clip_grad_norm_ of 300 parameters: the norm")
+  local conv = torch.nn.Conv2d(300, 300, 3, { groups = 300 })
+  local input = torch.randn(1, 300, 5, 5)
+  local y = conv(input)
+  local expect = torch.nn.functional.conv2d(input:narrow(1, 299, 1), conv.weight:narrow(0, 299, 1), conv.bias:narrow(0, 299, 1))
+  T.is(T.shape(y), {1, 300, 3, 3}, "a convolution of 300 groups")
+  T.tensor_close(y:narrow(1, 299, 1), expect, 1e-5, 1e-6, "its last group as a convolution of its own")
+end)
+
 T.done_testing()

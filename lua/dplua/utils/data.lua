@@ -599,20 +599,6 @@ end
 
 ---------------------------------------------------------------- collate
 
--- torch.stack takes at most 256 tensors at once: stack in chunks, then cat.
-local function stack(list)
-  local n = #list
-  if n <= 256 then return torch.stack(list, 0) end
-  local parts = {}
-  for s = 1, n, 256 do
-    parts[#parts + 1] = torch.stack({ unpack(list, s, math.min(n, s + 255)) }, 0)
-  end
-  if #parts <= 256 then return torch.cat(parts, 0) end
-  local out = parts[1]
-  for k = 2, #parts do out = torch.cat({ out, parts[k] }, 0) end
-  return out
-end
-
 -- default_collate(batch): batch is a list of samples; tensors are stacked
 -- along a new dim 0, numbers become a tensor (int64 when every one is an
 -- integer, else float64, as PyTorch does for Python ints and floats),
@@ -627,7 +613,7 @@ local function collate(batch, path)
     end
   end
   if ty == "Tensor" then
-    local ok, r = pcall(stack, batch)
+    local ok, r = pcall(torch.stack, batch, 0)
     if not ok then
       raise("default_collate: cannot stack the samples" .. path .. ": " .. tostring(r):gsub("^[^\n:]-:%d+: ", ""))
     end
