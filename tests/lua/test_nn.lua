@@ -413,6 +413,16 @@ T.run("clip_grad_norm_", function()
   local sq = 0
   for _, p in ipairs(m:parameters()) do sq = sq + p.grad:square():sum():item() end
   T.close(math.sqrt(sq), 0.01 * n / (n + 1e-6), 1e-4, 0, "a model's gradients end with norm max_norm")
+  -- error_if_nonfinite as PyTorch's fourth argument, or in a table
+  local d = nn.Parameter(torch.zeros(1))
+  d.grad = torch.tensor({ math.huge })
+  T.raises(function() U.clip_grad_norm_({ d }, 1, 2, true) end, "non%-finite", "error_if_nonfinite = true, positional")
+  T.raises(function() U.clip_grad_norm_({ d }, 1, 2, { error_if_nonfinite = true }) end, "non%-finite",
+           "error_if_nonfinite = true, in a table")
+  T.raises(function() U.clip_grad_norm_({ d }, 1, 2, "yes") end, "expected error_if_nonfinite",
+           "error_if_nonfinite of the wrong type")
+  a, b = params()
+  T.close(U.clip_grad_norm_({ a, b }, 1000, 2, false):item(), 13, 1e-6, 0, "error_if_nonfinite = false, positional")
 end)
 
 ---------------------------------------------------------------- errors

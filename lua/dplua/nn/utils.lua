@@ -24,13 +24,18 @@ local function grads_of(params)
   return grads
 end
 
--- clip_grad_norm_(parameters, max_norm [, norm_type=2] [, {error_if_nonfinite=false}]):
--- the total norm of all gradients (as if concatenated), returned as a
--- tensor; every gradient is scaled in place by
+-- clip_grad_norm_(parameters, max_norm [, norm_type=2] [, error_if_nonfinite=false])
+-- (or {error_if_nonfinite=} in its place, or {norm_type=, error_if_nonfinite=}
+-- as the third): the total norm of all gradients (as if concatenated),
+-- returned as a tensor; every gradient is scaled in place by
 -- min(max_norm / (total + 1e-6), 1), as PyTorch.
 function U.clip_grad_norm_(parameters, max_norm, norm_type, opts)
   local fn = "clip_grad_norm_"
   if type(norm_type) == "table" then opts, norm_type = norm_type, norm_type.norm_type end
+  if type(opts) == "boolean" then opts = { error_if_nonfinite = opts } end
+  if opts ~= nil and type(opts) ~= "table" then
+    raise(fn .. ": expected error_if_nonfinite (a boolean) or a table of options, got " .. type(opts))
+  end
   opts = opts or {}
   local params = param_list(parameters, fn)
   if type(max_norm) ~= "number" then raise(fn .. ": expected max_norm to be a number, got " .. type(max_norm)) end
