@@ -127,6 +127,59 @@ static dp_status check_into(const char *fn, const dp_tensor *dst, int result_dty
     return DP_OK;
 }
 
+/* The bytes t's elements span in its storage: [*lo, *hi], empty (lo > hi)
+ * when t has no elements. */
+static void byte_span(const dp_tensor *t, int64_t *lo, int64_t *hi)
+{
+    int64_t first = t->offset, last = t->offset;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] == 0) {
+            *lo = 1;
+            *hi = 0;
+            return;
+        }
+        const int64_t reach = (t->shape[d] - 1) * t->stride[d];
+        *(reach < 0 ? &first : &last) += reach;
+    }
+    const int64_t es = (int64_t)dp_dtype_size(t->dtype);
+    *lo = first * es;
+    *hi = (last + 1) * es - 1;
+}
+
+static bool same_view(const dp_tensor *a, const dp_tensor *b)
+{
+    return a->storage == b->storage && a->offset == b->offset && a->dtype == b->dtype && a->ndim == b->ndim &&
+           !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) &&
+           !memcmp(a->stride, b->stride, sizeof(int64_t) * (size_t)a->ndim);
+}
+
+/* PyTorch's rules for a write into dst of what is computed from the
+ * inputs (NULL: none): no two of dst's elements are one memory location
+ * (an expanded view), and an input in dst's memory is dst itself, not a
+ * part, a transpose or a broadcast of it, whose elements the write would
+ * change before they are read (t:add_(t:t()) gave wrong values). */
+static dp_status check_overlap(const char *fn, const dp_tensor *dst, const dp_tensor *a, const dp_tensor *b)
+{
+    for (int d = 0; d < dst->ndim; d++)
+        if (dst->stride[d] == 0 && dst->shape[d] > 1)
+            return dp_fail(DP_ERR_ARG, "%s: more than one element of the written-to tensor refers to a single memory "
+                           "location (an expanded view): write into a clone() of it", fn);
+    int64_t lo, hi;
+    byte_span(dst, &lo, &hi);
+    const dp_tensor *in[2] = { a, b };
+    for (int i = 0; i < 2; i++) {
+        int64_t in_lo, in_hi;
+        if (!in[i] || in[i]->storage != dst->storage || same_view(in[i], dst))
+            continue;
+        byte_span(in[i], &in_lo, &in_hi);
+        if (lo <= hi && in_lo <= in_hi && in_lo <= hi && lo <= in_hi)
+            return dp_fail(DP_ERR_ARG, "%s: some elements of an input and of the written-to tensor refer to a single "
+                           "memory location (an input is a part or a view of the output): pass a clone() of the "
+                           "input", fn);
+    }
+    return DP_OK;
+}
+
 /* ---------------------------------------------------------------- unary */
 
 static bool unop_needs_float(int op)
@@ -194,6 +247,7 @@ dp_status dp_unary_into(dp_tensor *dst, int op, dp_tensor *a)
     dp_status st = unary_dtypes(op, a, &compute, &result);
     if (st || (st = same_device(unop_names[op], dst, a)) ||
         (st = check_into(unop_names[op], dst, result, a->ndim, a->shape)) ||
+        (st = check_overlap(inplace_name(unop_names[op]), dst, a, NULL)) ||
         (st = ag_check_inplace(inplace_name(unop_names[op]), dst)))
         return st;
     if (dst->dtype == result && dst->ndim == a->ndim)
@@ -297,6 +351,7 @@ dp_status dp_binary_into(dp_tensor *dst, int op, dp_tensor *a, dp_tensor *b)
     dp_status st = binary_check(op, a, b, &compute, &result, &ndim, shape);
     if (st || (st = same_device(binop_names[op], dst, a)) ||
         (st = check_into(binop_names[op], dst, result, ndim, shape)) ||
+        (st = check_overlap(inplace_name(binop_names[op]), dst, a, b)) ||
         (st = ag_check_inplace(inplace_name(binop_names[op]), dst)))
         return st;
     if (dst->dtype == result && dst->ndim == ndim)
@@ -460,7 +515,7 @@ dp_status dp_clamp_into(dp_tensor *dst, dp_tensor *a, double lo, double hi)
 {
     dp_status st = clamp_check(a, lo, hi);
     if (st || (st = check_into("clamp", dst, clamp_dtype(a, lo, hi), a->ndim, a->shape)) ||
-        (st = ag_check_inplace("clamp_", dst)))
+        (st = check_overlap("clamp_", dst, a, NULL)) || (st = ag_check_inplace("clamp_", dst)))
         return st;
     dp_tensor *tmp;
     if ((st = dp_clamp(&tmp, a, lo, hi)))
@@ -476,8 +531,8 @@ dp_status dp_copy_(dp_tensor *dst, dp_tensor *src)
 {
     dp_tensor *e;
     dp_status st;
-    if ((st = ag_check_inplace("copy_", dst)))   /* copies may cross devices */
-        return st;
+    if ((st = check_overlap("copy_", dst, src, NULL)) || (st = ag_check_inplace("copy_", dst)))
+        return st;   /* (copies may cross devices) */
     if (src->ndim == dst->ndim && !memcmp(src->shape, dst->shape, sizeof(int64_t) * (size_t)dst->ndim))
         return k_copy(dst, src);
     if ((st = dp_expand(&e, src, dst->ndim, dst->shape))) {

@@ -104,4 +104,37 @@ T.run("split and chunk: how many views, and that they are views", function()
     T.raises(function() return torch.tensor(3):chunk(2) end, {"chunk", "0%-d"}, "chunk of a 0-d tensor")
 end)
 
+-- Writes whose inputs share memory with the output, as PyTorch rules
+-- them: an input that is the output itself is fine, one that is a part,
+-- a transpose or a broadcast of it is refused (t:add_(t:t()) wrote
+-- [[0,4,8],[7,8,12],[14,19,16]] before session 17: each element read
+-- after another had changed it), and so is a write into an expanded view
+-- (several elements in one location).
+T.run("in-place writes and overlapping memory", function()
+    local shared, expanded = "refer to a single memory location", "expanded view"
+    local t = torch.arange(9, {dtype = torch.float32}):view(3, 3)
+    T.raises(function() t:add_(t:t()) end, {"add_", shared}, "add_ of its own transpose")
+    T.is(t:tolist(), {{0, 1, 2}, {3, 4, 5}, {6, 7, 8}}, "and t is left as it was")
+    T.is(t:clone():add_(t:t()):tolist(), {{0, 4, 8}, {4, 8, 12}, {8, 12, 16}}, "into a clone: the sum")
+    T.raises(function() t:add_(t[0]) end, {"add_", shared}, "add_ of its own first row, broadcast")
+    local a = torch.arange(5, {dtype = torch.float32})
+    T.raises(function() a:narrow(0, 1, 4):copy_(a:narrow(0, 0, 4)) end, {"copy_", shared}, "copy_ from a shifted view")
+    T.lives(function() a:narrow(0, 1, 4):clamp_(0, 1) end, "clamp_ of a view: its input is the view itself")
+    local e = torch.zeros(3)
+    T.raises(function() e:view(1, 3):expand(4, 3):add_(1) end, {"add_", expanded}, "add_ into an expanded view")
+    T.raises(function() e:view(1, 3):expand(4, 3):copy_(torch.ones(4, 3)) end, {"copy_", expanded}, "copy_ into it")
+    T.raises(function() e:expand(2, 3):masked_fill_(torch.ones(2, 3):gt(0), 1) end, {"copy_", expanded},
+             "masked_fill_ into it")
+    T.is(e:tolist(), {0, 0, 0}, "and the tensor is left as it was")
+    local x = torch.ones(3, 3)
+    x:add_(x)
+    x:t():mul_(x:t())
+    x:copy_(x)
+    T.is(x:sum():item(), 36, "an input that is the output itself: add_, mul_ of a transposed view, copy_")
+    local z = torch.arange(4, {dtype = torch.float32})
+    z:narrow(0, 0, 2):copy_(z:narrow(0, 2, 2))
+    z[3] = z[0]
+    T.is(z:tolist(), {2, 3, 2, 2}, "disjoint parts of one storage: copy_ and index assignment")
+end)
+
 T.done_testing()
