@@ -184,9 +184,23 @@ end
 local shape_buf = ffi.new("int64_t[8]")
 local dims_buf = ffi.new("int[8]")
 
+-- An integer argument, within int64 (a larger double would reach C as
+-- some other number).
 local function check_int(v, fn, what)
   if type(v) ~= "number" or v % 1 ~= 0 then
     raise(string.format("%s: expected %s to be an integer, got %s %s", fn, what, typename(v), tostring(v)))
+  end
+  if v >= 2 ^ 63 or v < -2 ^ 63 then
+    raise(string.format("%s: %s %s is out of range (a 64-bit integer)", fn, what, tostring(v)))
+  end
+  return v
+end
+
+-- A dim (a C int; past it any value names no dim).
+local function check_dim(v, fn, what)
+  check_int(v, fn, what)
+  if v >= 2 ^ 31 or v < -2 ^ 31 then
+    raise(string.format("%s: %s %s is out of range (a tensor has at most 8 dims)", fn, what, tostring(v)))
   end
   return v
 end
@@ -415,7 +429,7 @@ local function shape_of(t)
 end
 
 local function wrap_dim(t, d, fn)
-  check_int(d, fn, "dim")
+  check_dim(d, fn, "dim")
   local n = C.dp_tensor_ndim(t.p)
   local lim = n > 0 and n or 1
   if d < -lim or d >= lim then
@@ -489,12 +503,12 @@ function methods.permute(t, first, ...)
   local list = type(first) == "table" and first or { first, ... }
   local n = #list
   if n > 8 then raise("permute: too many dims") end
-  for i = 1, n do dims_buf[i - 1] = check_int(list[i], "permute", "dim") end
+  for i = 1, n do dims_buf[i - 1] = check_dim(list[i], "permute", "dim") end
   return new(C.dp_permute(outp, t.p, n, dims_buf))
 end
 
 function methods.transpose(t, d0, d1)
-  return new(C.dp_transpose(outp, t.p, check_int(d0, "transpose", "dim0"), check_int(d1, "transpose", "dim1")))
+  return new(C.dp_transpose(outp, t.p, check_dim(d0, "transpose", "dim0"), check_dim(d1, "transpose", "dim1")))
 end
 
 function methods.t(t)
@@ -508,13 +522,13 @@ function methods.contiguous(t) return new(C.dp_contiguous(outp, t.p)) end
 
 function methods.squeeze(t, d)
   if d == nil then return new(C.dp_squeeze(outp, t.p, DP_ALL_DIMS)) end
-  return new(C.dp_squeeze(outp, t.p, check_int(d, "squeeze", "dim")))
+  return new(C.dp_squeeze(outp, t.p, check_dim(d, "squeeze", "dim")))
 end
 
-function methods.unsqueeze(t, d) return new(C.dp_unsqueeze(outp, t.p, check_int(d, "unsqueeze", "dim"))) end
+function methods.unsqueeze(t, d) return new(C.dp_unsqueeze(outp, t.p, check_dim(d, "unsqueeze", "dim"))) end
 
 function methods.narrow(t, d, start, len)
-  return new(C.dp_narrow(outp, t.p, check_int(d, "narrow", "dim"), check_int(start, "narrow", "start"),
+  return new(C.dp_narrow(outp, t.p, check_dim(d, "narrow", "dim"), check_int(start, "narrow", "start"),
                          check_int(len, "narrow", "length")))
 end
 
@@ -569,7 +583,7 @@ function methods.chunk(t, chunks, d)
 end
 
 function methods.select(t, d, i)
-  return new(C.dp_select(outp, t.p, check_int(d, "select", "dim"), check_int(i, "select", "index")))
+  return new(C.dp_select(outp, t.p, check_dim(d, "select", "dim"), check_int(i, "select", "index")))
 end
 
 function methods.flatten(t, s, e)
@@ -830,7 +844,7 @@ local function reduce(op, fn, t, dim, keepdim, correction)
     end
     return n == 0 and new(C.dp_reduce(outp, op, t.p, DP_ALL_DIMS, 0, correction or 0)) or r
   end
-  return new(C.dp_reduce(outp, op, t.p, check_int(dim, fn, "dim"), keepdim, correction or 0))
+  return new(C.dp_reduce(outp, op, t.p, check_dim(dim, fn, "dim"), keepdim, correction or 0))
 end
 
 for _, name in ipairs({ "sum", "mean", "prod", "all", "any", "argmax", "argmin" }) do
@@ -843,7 +857,7 @@ local function minmax(op, fn, pair_op)
     if is_tensor(dim) then return binary(pair_op, t, dim, fn) end
     if dim == nil then return new(C.dp_reduce(outp, op, t.p, DP_ALL_DIMS, 0, 0)) end
     local d, kd = reduce_args(fn, dim, keepdim)
-    check(C.dp_reduce_with_index(outp, outp2, op, t.p, check_int(d, fn, "dim"), kd))
+    check(C.dp_reduce_with_index(outp, outp2, op, t.p, check_dim(d, fn, "dim"), kd))
     local values, indices = wrap(outp[0]), wrap(outp2[0])
     return values, indices
   end
@@ -886,7 +900,7 @@ local function moments(op, fn)
       if opts.unbiased == false then correction = 0 end
     end
     if dim == nil then return new(C.dp_reduce(outp, op, t.p, DP_ALL_DIMS, 0, correction)) end
-    return new(C.dp_reduce(outp, op, t.p, check_int(dim, fn, "dim"), keepdim and 1 or 0, correction))
+    return new(C.dp_reduce(outp, op, t.p, check_dim(dim, fn, "dim"), keepdim and 1 or 0, correction))
   end
 end
 methods.var = moments(RED.var, "var")
@@ -894,11 +908,11 @@ methods.std = moments(RED.std, "std")
 
 function methods.softmax(t, dim)
   if dim == nil then raise("softmax: the dim argument is required") end
-  return new(C.dp_softmax(outp, t.p, check_int(dim, "softmax", "dim"), 0))
+  return new(C.dp_softmax(outp, t.p, check_dim(dim, "softmax", "dim"), 0))
 end
 function methods.log_softmax(t, dim)
   if dim == nil then raise("log_softmax: the dim argument is required") end
-  return new(C.dp_softmax(outp, t.p, check_int(dim, "log_softmax", "dim"), 1))
+  return new(C.dp_softmax(outp, t.p, check_dim(dim, "log_softmax", "dim"), 1))
 end
 
 -- Autocast (dplua/autocast.lua) sets these while a region is active; with
@@ -923,12 +937,12 @@ methods.dot = methods.matmul
 
 function methods.index_select(t, dim, index)
   if not is_tensor(index) then raise("index_select: expected index to be a tensor, got " .. typename(index)) end
-  return new(C.dp_index_select(outp, t.p, check_int(dim, "index_select", "dim"), index.p))
+  return new(C.dp_index_select(outp, t.p, check_dim(dim, "index_select", "dim"), index.p))
 end
 
 function methods.gather(t, dim, index)
   if not is_tensor(index) then raise("gather: expected index to be a tensor, got " .. typename(index)) end
-  return new(C.dp_gather(outp, t.p, check_int(dim, "gather", "dim"), index.p))
+  return new(C.dp_gather(outp, t.p, check_dim(dim, "gather", "dim"), index.p))
 end
 
 -- the tensors of a list, for the C call after tensor_list (grown to the longest list yet)
@@ -948,12 +962,12 @@ end
 
 function torch.cat(list, dim)
   local n = tensor_list("cat", list)
-  return new(C.dp_cat(outp, n, list_buf, check_int(dim or 0, "cat", "dim")))
+  return new(C.dp_cat(outp, n, list_buf, check_dim(dim or 0, "cat", "dim")))
 end
 torch.concat = torch.cat
 function torch.stack(list, dim)
   local n = tensor_list("stack", list)
-  return new(C.dp_stack(outp, n, list_buf, check_int(dim or 0, "stack", "dim")))
+  return new(C.dp_stack(outp, n, list_buf, check_dim(dim or 0, "stack", "dim")))
 end
 
 ---------------------------------------------------------------- conversion

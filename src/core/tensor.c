@@ -723,7 +723,11 @@ dp_status dp_arange(dp_tensor **out, double start, double end, double step, int 
     if ((end - start) / step < 0)
         return dp_fail(DP_ERR_ARG, "arange: upper bound and larger bound inconsistent with step sign "
                        "(start=%g, end=%g, step=%g)", start, end, step);
-    int64_t n = (int64_t)ceil((end - start) / step);
+    const double count = ceil((end - start) / step);
+    if (!(count < 0x1p62))   /* (a larger double reaches int64 as some other number) */
+        return dp_fail(DP_ERR_ARG, "arange: %.6g elements (start=%g, end=%g, step=%g) are too many", count, start, end,
+                       step);
+    int64_t n = (int64_t)count;
     dp_status st = tensor_new(out, 1, &n, dtype, device);
     if (st)
         return st;

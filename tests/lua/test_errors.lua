@@ -26,6 +26,20 @@ local TYPE = {"number", "integer", "int", "size", "shape", "expected", "bad argu
 local DTYPE = {"int64", "[Ll]ong", "dtype", "[Ff]loat", "integer", "type"}
 local SIZE = {"[Ss]ize", "shape", "match"}
 
+-- ---------------------------------------------------------------- numbers past what C takes
+
+-- A Lua number past int64 (a size, a start) or past a C int (a dim) would
+-- reach C as some other number: each is refused by name, with its value.
+T.raises(function() return torch.zeros(1e300) end, {"zeros", "1e%+300", "out of range"}, "a size of 1e300")
+T.raises(function() return torch.randint(0, 2 ^ 63, {2}) end, {"randint", "high", "out of range"}, "randint's high of 2^63")
+T.raises(function() return torch.ones(2, 3):narrow(0, 1e300, 1) end, {"narrow", "start", "out of range"},
+         "a narrow from 1e300")
+T.raises(function() return torch.ones(2, 3):sum(2 ^ 32) end, {"sum", "dim 4294967296", "out of range"}, "a dim of 2^32")
+T.raises(function() return torch.ones(2, 3):transpose(0, 2 ^ 40) end, {"transpose", "dim1 1099511627776"},
+         "transpose's dim1 of 2^40")
+T.raises(function() return torch.arange(0, 1e18, 1e-18) end, {"arange", "1e%+36 elements", "too many"},
+         "an arange of 1e36 elements")
+
 -- ---------------------------------------------------------------- shapes
 
 T.raises(function() return torch.ones(2, 3) + torch.ones(4) end, {shp(2, 3), shp(4)},
