@@ -354,6 +354,9 @@ local function scan(data, depth, shape, flat, fn)
   end
 end
 
+-- The values an integer dtype holds: [lo, hi) (others take any number).
+local int_ranges = { int64 = { -2 ^ 63, 2 ^ 63 }, int32 = { -2 ^ 31, 2 ^ 31 }, uint8 = { -0.999999, 256 } }
+
 function torch.tensor(data, opts)
   if opts ~= nil and type(opts) ~= "table" then
     raise("tensor: expected an options table ({dtype=, device=, requires_grad=}), got " .. typename(opts))
@@ -378,9 +381,14 @@ function torch.tensor(data, opts)
     shape_buf[0] = n
     local stage = new(C.dp_empty(outp, 1, shape_buf, 1, DP_CPU))
     local p = ffi.cast("double *", C.dp_tensor_data(stage.p))
+    local range = int_ranges[dtypes_by_id[dt].name]
     for i = 1, n do
       local v = flat[i]
       if v == true then v = 1 elseif v == false then v = 0 end
+      if range and not (v >= range[1] and v < range[2]) then
+        raise(string.format("tensor: value %s cannot be converted to %s without overflow", tostring(v),
+                            dtypes_by_id[dt].name))
+      end
       p[i - 1] = v
     end
     for i = 1, nd do shape_buf[i - 1] = shape[i] end
@@ -478,7 +486,19 @@ end
 local type_names = { float32 = "torch.FloatTensor", float64 = "torch.DoubleTensor", int64 = "torch.LongTensor",
                      int32 = "torch.IntTensor", uint8 = "torch.ByteTensor", bool = "torch.BoolTensor",
                      bfloat16 = "torch.BFloat16Tensor" }
+local dtypes_by_type_name = {}
+for dt_name, type_name in pairs(type_names) do dtypes_by_type_name[type_name] = dt_name end
+-- t:type() is its type's name; t:type(dtype) or t:type("torch.DoubleTensor")
+-- (a "torch.cuda." name: on the current GPU) converts.
 function methods.type(t, dt)
+  if type(dt) == "string" and dtypes_by_type_name[dt:gsub("^torch%.cuda%.", "torch.")] then
+    local on_gpu = dt:find("^torch%.cuda%.") ~= nil
+    return methods.to(t, { dtype = dtypes_by_type_name[dt:gsub("^torch%.cuda%.", "torch.")],
+                           device = on_gpu and "cuda" or "cpu" })
+  end
+  if type(dt) == "string" and not dtypes_by_name[dt:gsub("^torch%.", "")] then
+    raise("type: unknown type " .. dt .. " (expected a dtype, or a name such as torch.FloatTensor)")
+  end
   if dt ~= nil then return methods.to(t, dt) end
   local name = type_names[getters.dtype(t).name]
   return C.dp_tensor_device(t.p) == DP_CPU and name or name:gsub("^torch%.", "torch.cuda.")

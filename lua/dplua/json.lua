@@ -117,9 +117,15 @@ end
 
 local encode_value
 
+-- The deepest nesting decode takes, and so encode writes (seen.depth: the
+-- tables open around the one being written).
+local MAX_DEPTH = 200
+
 local function encode_table(t, opts, seen, path, out)
   if seen[t] then error("json.encode: " .. path .. " contains itself (a cycle)", 0) end
+  if seen.depth >= MAX_DEPTH then error("json.encode: " .. path .. " is nested deeper than " .. MAX_DEPTH, 0) end
   seen[t] = true
+  seen.depth = seen.depth + 1
   local rank = opts.rank
   opts.rank = nil            -- opts.order applies to the outermost object only
   if is_array(t) then
@@ -158,6 +164,7 @@ local function encode_table(t, opts, seen, path, out)
   end
   opts.rank = rank
   seen[t] = nil
+  seen.depth = seen.depth - 1
 end
 
 function encode_value(v, opts, seen, path, out)
@@ -189,7 +196,7 @@ function json.encode(v, opts)
     for i, k in ipairs(opts.order) do o.rank[k] = i end
   end
   local out = {}
-  encode_value(v, o, {}, "value", out)
+  encode_value(v, o, { depth = 0 }, "value", out)
   return concat(out)
 end
 
@@ -329,8 +336,6 @@ local function decode_object(s, i, depth)
     i = skip_ws(s, i + 1)
   end
 end
-
-local MAX_DEPTH = 200
 
 function decode_value(s, i, depth)
   local c = sub(s, i, i)

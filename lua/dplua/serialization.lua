@@ -247,9 +247,8 @@ end
 ---------------------------------------------------------------- save
 
 local function check_path(fn, path)
-  if type(path) ~= "string" or path == "" then
-    raise(("%s: expected a file path (a string), got %s"):format(fn, typename(path)))
-  end
+  if type(path) ~= "string" then raise(("%s: expected a file path (a string), got %s"):format(fn, typename(path))) end
+  if path == "" then raise(fn .. ": expected a file path, got an empty string") end
 end
 
 -- torch.save(obj, path): obj a tensor, or a table of tensors and plain

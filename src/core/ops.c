@@ -548,6 +548,9 @@ dp_status dp_copy_(dp_tensor *dst, dp_tensor *src)
 
 dp_status dp_fill_(dp_tensor *dst, double value)
 {
+    if (!dtype_holds_value(dst->dtype, value))
+        return dp_fail(DP_ERR_ARG, "fill_: value %g cannot be converted to %s without overflow", value,
+                       dp_dtype_name(dst->dtype));
     dp_status st = ag_check_inplace("fill_", dst);
     if (st)
         return st;

@@ -238,7 +238,8 @@ static dp_status check_shape(const char *fn, int ndim, const int64_t *shape)
         span *= shape[i] > 1 ? (double)shape[i] : 1.0;
     }
     if (span > 9e15)
-        return dp_fail(DP_ERR_SHAPE, "%s: shape %s has too many elements", fn,
+        return dp_fail(DP_ERR_SHAPE, "%s: shape %s is too large: its sizes other than 0 multiply past 9e15 (its "
+                       "strides would overflow, even where a 0 leaves it empty)", fn,
                        dp_shape_str(buf, sizeof buf, ndim, shape));
     return DP_OK;
 }
@@ -704,8 +705,26 @@ dp_status dp_empty(dp_tensor **out, int ndim, const int64_t *shape, int dtype, i
     return tensor_new(out, ndim, shape, dtype, device);
 }
 
+/* Whether value converts to dtype without overflow (PyTorch's rule for a
+ * fill: a float past the dtype's range, or NaN or an infinity into an
+ * integer type, is an error; a bool takes anything). */
+bool dtype_holds_value(int dtype, double value)
+{
+    switch (dtype) {
+    case DP_INT64: return value >= -0x1p63 && value < 0x1p63;
+    case DP_INT32: return value > -0x1p31 - 1 && value < 0x1p31;
+    case DP_UINT8: return value > -1 && value < 256;
+    case DP_FLOAT32:
+    case DP_BFLOAT16: return !isfinite(value) || fabs(value) <= 3.4028234663852886e38;
+    default: return true;
+    }
+}
+
 dp_status dp_full(dp_tensor **out, int ndim, const int64_t *shape, double value, int dtype, int device)
 {
+    if (!dtype_holds_value(dtype, value))
+        return dp_fail(DP_ERR_ARG, "full: value %g cannot be converted to %s without overflow", value,
+                       dp_dtype_name(dtype));
     dp_status st = tensor_new(out, ndim, shape, dtype, device);
     if (st)
         return st;

@@ -64,6 +64,8 @@ dp_status tensor_view_of(dp_tensor **out, dp_tensor *base, int ndim, const int64
                          const int64_t *stride, int64_t offset);
 int64_t shape_numel(int ndim, const int64_t *shape);
 bool tensor_is_contiguous(const dp_tensor *t);
+/* value converts to dtype without overflow (a fill's check) */
+bool dtype_holds_value(int dtype, double value);
 static inline char *tensor_ptr(const dp_tensor *t)
 {
     return (char *)t->storage->data + t->offset * (int64_t)dt_size(t->dtype);   /* inline: hot */

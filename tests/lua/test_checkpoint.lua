@@ -444,6 +444,7 @@ T.run("errors name the file and the problem", function()
   T.raises(function() torch.save({ [true] = 1 }, path) end, { "torch.save", "key of type boolean" }, "a boolean key is refused")
   T.raises(function() torch.save({ x = 1 }, 42) end, { "torch.save", "file path" }, "a path that is not a string")
   T.raises(function() torch.save({ x = 1 }) end, { "torch.save", "file path" }, "a missing path")
+  T.raises(function() torch.save({ x = 1 }, "") end, { "torch.save", "empty string" }, "an empty path")
   T.raises(function() torch.save(nil, path) end, { "torch.save", "nil" }, "nothing to save")
   T.ok(not exists(path), "no file is left by failed saves")
   T.raises(function() torch.save({ x = torch.ones(1) }, tmp .. "/no/such/dir/x.safetensors") end,

@@ -62,4 +62,16 @@ T.run("item and tolist", function()
     T.is(torch.zeros(2, 0):tolist(), {{}, {}}, "tolist of [2, 0]")
 end)
 
+T.run("type(): its name, and conversion by name or dtype", function()
+    local t = torch.tensor({1.5, 2})
+    T.is(t:type(), "torch.FloatTensor", "a float32 tensor's type name")
+    local d = t:type("torch.DoubleTensor")
+    T.is({d:type(), d.dtype.name}, {"torch.DoubleTensor", "float64"}, "type('torch.DoubleTensor') converts")
+    T.is(d:tolist(), {1.5, 2}, "with its values")
+    T.is(t:type(torch.int64):type(), "torch.LongTensor", "type(torch.int64)")
+    T.is(t:type("torch.bfloat16"):type(), "torch.BFloat16Tensor", "type('torch.bfloat16')")
+    T.raises(function() return t:type("torch.Foo") end, {"type", "unknown type torch.Foo", "torch.FloatTensor"},
+             "an unknown name")
+end)
+
 T.done_testing()

@@ -39,6 +39,19 @@ T.raises(function() return torch.ones(2, 3):transpose(0, 2 ^ 40) end, {"transpos
          "transpose's dim1 of 2^40")
 T.raises(function() return torch.arange(0, 1e18, 1e-18) end, {"arange", "1e%+36 elements", "too many"},
          "an arange of 1e36 elements")
+-- a value its dtype cannot hold (PyTorch: "cannot be converted ... without
+-- overflow"), where it was wrapped or saturated silently
+T.raises(function() return torch.full({2}, 1e300, {dtype = torch.int64}) end,
+         {"full", "1e%+300", "int64", "overflow"}, "full of 1e300 as int64")
+T.raises(function() return torch.zeros(2, {dtype = torch.uint8}):fill_(256) end, {"fill_", "256", "uint8"},
+         "fill_ of 256 into uint8")
+T.raises(function() return torch.full({1}, 0 / 0, {dtype = torch.int32}) end, {"full", "int32"}, "full of NaN as int32")
+T.raises(function() return torch.full({1}, 1e39, {dtype = torch.float32}) end, {"full", "float32"}, "full of 1e39 as float32")
+T.raises(function() return torch.tensor({1, 2 ^ 63}, {dtype = torch.int64}) end, {"tensor", "int64", "overflow"},
+         "tensor of 2^63 as int64")
+T.is(tonumber(torch.full({1}, -2 ^ 63, {dtype = torch.int64}):item()), -2 ^ 63, "-2^63 is an int64")
+T.is(torch.tensor({255, 0}, {dtype = torch.uint8}):tolist(), {255, 0}, "255 is a uint8")
+T.is(torch.full({1}, 1 / 0):item(), 1 / 0, "an infinity is a float32")
 
 -- ---------------------------------------------------------------- shapes
 

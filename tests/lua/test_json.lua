@@ -56,6 +56,13 @@ T.run("encode tables", function()
   T.raises(function() enc({ f = print }) end, "value.f is a function", "a function is refused, with its path")
   local shared = { 1 }
   T.is(enc({ shared, shared }), "[[1],[1]]", "a table used twice (not a cycle) is fine")
+  -- encode writes what decode reads back: 200 levels, and no deeper
+  local function nest(n) local v = { 1 }; for _ = 2, n do v = { v } end; return v end
+  local deep = dec(enc(nest(200)))
+  for _ = 1, 199 do deep = deep[1] end
+  T.is(deep, { 1 }, "200 levels of nesting read back")
+  T.raises(function() enc(nest(201)) end, "nested deeper than 200", "201 levels: refused when written")
+  T.raises(function() enc(nest(100000)) end, "nested deeper than 200", "100,000 levels: refused, not a stack overflow")
 end)
 
 ---------------------------------------------------------------- decoding
