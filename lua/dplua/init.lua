@@ -565,14 +565,18 @@ function methods.split(t, sizes, d)
   d = wrap_dim(t, d or 0, "split")
   local total, out, start = shape_of(t)[d + 1], {}, 0
   if type(sizes) == "table" then
+    local sum = 0   -- (in doubles: sizes near 2^62 cannot wrap around to the dim's size)
     for i = 1, #sizes do
       local n = check_int(sizes[i], "split", "a split size")
       if n < 0 then raise(string.format("split: split sizes must not be negative, got %d", n)) end
-      out[i] = methods.narrow(t, d, start, math.min(n, math.max(total - start, 0)))
-      start = start + n
+      sum = sum + n
     end
-    if start ~= total then
-      raise(string.format("split: the split sizes add up to %d, but dim %d has size %d", start, d, total))
+    if sum ~= total then
+      raise(string.format("split: the split sizes add up to %.0f, but dim %d has size %d", sum, d, total))
+    end
+    for i = 1, #sizes do
+      out[i] = methods.narrow(t, d, start, sizes[i])
+      start = start + sizes[i]
     end
     return out
   end

@@ -96,6 +96,8 @@ T.run("split and chunk: how many views, and that they are views", function()
     x:split(3)[2]:fill_(-1)
     T.is(x[3]:item(), -1, "a piece shares the tensor's storage")
     T.raises(function() return x:split({3, 3}) end, {"split", "6", "10"}, "sizes that do not add up")
+    T.raises(function() return x:split({2 ^ 62, 2 ^ 62, 2 ^ 62, 2 ^ 62, 10}) end, {"split", "add up to 18446744073709551616", "size 10"},
+             "sizes whose int64 sum would wrap around to the size")
     T.raises(function() return x:split(0) end, {"split", "positive"}, "a zero split size")
     T.raises(function() return x:chunk(0) end, {"chunk", "positive"}, "zero chunks")
     T.raises(function() return x:split(2, 1) end, {"split", "dim"}, "a dim out of range")
