@@ -170,7 +170,7 @@ local names = {}
 for k in pairs(makers) do names[#names + 1] = k end
 table.sort(names)
 for _, name in ipairs(names) do
-  for _, how in ipairs({ "backward", "assigned" }) do
+  for _, how in ipairs({ "backward", "assigned", "assigned as strided views" }) do
     T.run(name .. " against PyTorch, gradients " .. how, function()
       local ps = params()
       local opt = makers[name](ps)
@@ -180,8 +180,14 @@ for _, name in ipairs(names) do
         if how == "backward" then
           backward_with(ps, gs, skip)
         else
-          -- assigned by hand: not in the flat slots, so the per-parameter path runs
-          for i, p in ipairs(ps) do if i ~= skip then p.grad = torch.tensor(gs[i], f64) end end
+          -- assigned by hand: not in the flat slots, so the per-parameter path runs;
+          -- as strided views too (every other element of a tensor twice as large)
+          for i, p in ipairs(ps) do
+            if i ~= skip then
+              local g = torch.tensor(gs[i], f64)
+              p.grad = how == "assigned" and g or torch.stack({ g, g }, -1):select(-1, 0)
+            end
+          end
         end
         opt:step()
         local ok, why = T.compare_values(values(ps), ref.optim[name][k], 1e-12, 1e-14)

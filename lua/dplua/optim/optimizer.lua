@@ -232,7 +232,7 @@ function Optimizer._each_with_grad(b, fn)
   for j, p in ipairs(b.params) do
     local g = p.grad
     if g ~= nil then
-      fn(j, g:reshape(-1), b.steps[j])
+      fn(j, g:contiguous():reshape(-1), b.steps[j])   -- (a gradient set by hand may be a view)
       b.steps[j] = b.steps[j] + 1
     end
   end
