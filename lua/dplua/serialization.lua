@@ -339,6 +339,13 @@ local function decoder(path, by_name)
       elseif tag == "__int64__" or tag == "__uint64__" then
         if type(x) ~= "string" or not x:find("^%-?%d+$") then bad("a malformed " .. tag) end
         local neg = x:sub(1, 1) == "-"
+        -- its digits against the type's limit, so that none wraps around
+        local digits = x:gsub("^%-", ""):gsub("^0+(%d)", "%1")
+        local limit = tag == "__uint64__" and (neg and "0" or "18446744073709551615")
+                      or (neg and "9223372036854775808" or "9223372036854775807")
+        if #digits > #limit or (#digits == #limit and digits > limit) then
+          bad(("a %s out of range: %s"):format(tag, x))
+        end
         local r = tag == "__int64__" and ffi.new("int64_t", 0) or ffi.new("uint64_t", 0)
         for d in x:gmatch("%d") do r = r * 10 + tonumber(d) end
         return neg and -r or r

@@ -346,6 +346,23 @@ T.run("plain values and tables round-trip", function()
   T.ok(1 / got.zero > 0, "0 stays +0")
   torch.save({ negzero = -0.0 }, path)
   T.ok(1 / torch.load(path).negzero < 0, "-0.0 stays -0.0")
+  -- an int64 in the file past the type's range is refused, not wrapped
+  -- around (the digits are replaced by as many, so the header's length holds)
+  torch.save({ i64 = big }, path)
+  local f = assert(io.open(path, "rb"))
+  local bytes = f:read("*a")
+  f:close()
+  for _, case in ipairs({ { "9999999999999999999", "out of range" }, { "9223372036854775807", nil } }) do
+    local edited = bytes:gsub(tostring(big):gsub("LL$", ""), case[1])
+    f = assert(io.open(path, "wb"))
+    f:write(edited)
+    f:close()
+    if case[2] then
+      T.raises(function() torch.load(path) end, { "__int64__", case[2], case[1] }, "an __int64__ of " .. case[1])
+    else
+      T.is(tostring(torch.load(path).i64), case[1] .. "LL", "the largest int64, " .. case[1])
+    end
+  end
 end)
 
 T.run("tensors round-trip under dotted keys", function()
