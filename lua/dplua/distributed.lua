@@ -24,7 +24,8 @@ dist.ReduceOp.PROD = dist.ReduceOp.PRODUCT
 
 local DEFAULT_TIMEOUT = 300
 
-local state = { pg = nil, store = nil, rank = 0, world_size = 1, local_rank = 0, backend = nil, groups = {} }
+local state = { pg = nil, store = nil, rank = 0, world_size = 1, local_rank = 0, backend = nil, groups = {},
+                subgroups = setmetatable({}, { __mode = "k" }) }   -- new_group's, alive: destroyed with the default
 
 local function check(st)
   if st ~= 0 then raise(ffi.string(C.dp_last_error())) end
@@ -52,6 +53,14 @@ Store.__index = Store
 
 local function wrap_store(p) return setmetatable({ p = ffi.gc(p, C.dp_store_close) }, Store) end
 
+-- The store's pointer, checked: destroy_process_group closes the default
+-- group's store, and an object kept from dist.get_store() then says so.
+local function store_p(self)
+  if getmetatable(self) ~= Store then raise("store: expected a store (call it as store:set(...)), got " .. type(self)) end
+  if self.p == nil then raise("store: this store was closed (destroy_process_group closes the default group's)") end
+  return self.p
+end
+
 -- TCPStore(host, port [, world_size, is_master, timeout_s]), as in PyTorch.
 function dist.TCPStore(host, port, world_size, is_master, timeout)
   if type(host) ~= "string" then raise("TCPStore: expected a host name, got " .. type(host)) end
@@ -69,18 +78,18 @@ local function take_value()
   return s
 end
 
-function Store:set(key, value) value = tostring(value); check(C.dp_store_set(self.p, key, value, #value)) end
+function Store:set(key, value) value = tostring(value); check(C.dp_store_set(store_p(self), key, value, #value)) end
 function Store:get(key, timeout)
-  check(C.dp_store_get(self.p, key, value_box, len_box, timeout or DEFAULT_TIMEOUT))
+  check(C.dp_store_get(store_p(self), key, value_box, len_box, timeout or DEFAULT_TIMEOUT))
   return take_value()
 end
 function Store:add(key, delta)
-  check(C.dp_store_add(self.p, key, delta or 1, i64_box))
+  check(C.dp_store_add(store_p(self), key, delta or 1, i64_box))
   return tonumber(i64_box[0])
 end
 function Store:compare_set(key, expected, desired)
   expected, desired = tostring(expected), tostring(desired)
-  check(C.dp_store_compare_set(self.p, key, expected, #expected, desired, #desired, value_box, len_box))
+  check(C.dp_store_compare_set(store_p(self), key, expected, #expected, desired, #desired, value_box, len_box))
   return take_value()
 end
 local function key_array(keys)
@@ -91,21 +100,21 @@ local function key_array(keys)
 end
 function Store:wait(keys, timeout)
   local arr, n, hold = key_array(keys)
-  check(C.dp_store_wait(self.p, arr, n, timeout or DEFAULT_TIMEOUT))
+  check(C.dp_store_wait(store_p(self), arr, n, timeout or DEFAULT_TIMEOUT))
   return hold ~= nil
 end
 function Store:check(keys)
   local arr, n, hold = key_array(keys)
   local out = ffi.new("int[1]")
-  check(C.dp_store_check(self.p, arr, n, out))
+  check(C.dp_store_check(store_p(self), arr, n, out))
   return hold ~= nil and out[0] ~= 0
 end
 function Store:delete_key(key)
   local out = ffi.new("int[1]")
-  check(C.dp_store_delete(self.p, key, out))
+  check(C.dp_store_delete(store_p(self), key, out))
   return out[0] ~= 0
 end
-function Store:port() return C.dp_store_port(self.p) end
+function Store:port() return C.dp_store_port(store_p(self)) end
 
 ---------------------------------------------------------------- rendezvous
 
@@ -191,18 +200,27 @@ function dist.init_process_group(backend, opts)
   state.pg = make_group(backend, env.rank, env.world_size, timeout, "default", nil)
 end
 
+-- The group a call runs on (nil: the default one), checked: a value that
+-- is not a group, or a group destroyed, would reach C as a null pointer.
 local function group_of(group)
-  if group ~= nil then return group end
-  if not state.pg then
-    raise("Default process group has not been initialized, please make sure to call init_process_group.")
+  if group == nil then
+    if not state.pg then
+      raise("Default process group has not been initialized, please make sure to call init_process_group.")
+    end
+    group = state.pg
   end
-  return state.pg
+  if getmetatable(group) ~= Group then
+    raise("expected a process group (from init_process_group or new_group), got " ..
+          (torch.is_tensor(group) and "a tensor" or type(group) .. " " .. tostring(group)))
+  end
+  if group.p == nil then raise("this process group was destroyed (destroy_process_group)") end
+  return group
 end
 
 function dist.is_available() return true end
 function dist.is_initialized() return state.pg ~= nil end
-function dist.get_rank(group) if group then return group.rank end return group_of().rank end
-function dist.get_world_size(group) if group then return group.size end return group_of().size end
+function dist.get_rank(group) return group_of(group).rank end
+function dist.get_world_size(group) return group_of(group).size end
 function dist.get_local_rank() group_of(); return state.local_rank end
 function dist.get_backend(group) return group_of(group).backend end
 function dist.get_store() group_of(); return state.store end
@@ -226,16 +244,30 @@ function dist.new_group(ranks, opts)
     if r == world.rank then mine = i - 1 end
   end
   if mine == nil then return nil end
-  return make_group(backend, mine, #ranks, opts.timeout or state.timeout, name, ranks)
+  local g = make_group(backend, mine, #ranks, opts.timeout or state.timeout, name, ranks)
+  state.subgroups[g] = true
+  return g
+end
+
+-- destroy_process_group(group) destroys that group; with no group, the
+-- default one, every group made by new_group and the store, as in
+-- PyTorch. The groups' objects in Lua keep their tables, without a
+-- pointer: later calls with them say that they were destroyed. (In C a
+-- group lives on while a DistributedDataParallel uses it, and the store
+-- while a group does.)
+local function free_group(g)
+  C.dp_pg_free(ffi.gc(g.p, nil)); g.p = nil
+  state.subgroups[g] = nil
 end
 
 function dist.destroy_process_group(group)
-  if group and group ~= state.pg then
-    C.dp_pg_free(ffi.gc(group.p, nil)); group.p = nil
+  if group ~= nil and group ~= state.pg then
+    free_group(group_of(group))
     return
   end
-  if state.pg then C.dp_pg_free(ffi.gc(state.pg.p, nil)) end
-  if state.store then C.dp_store_close(ffi.gc(state.store.p, nil)) end
+  for g in pairs(state.subgroups) do if g.p ~= nil then free_group(g) end end
+  if state.pg then free_group(state.pg) end
+  if state.store and state.store.p ~= nil then C.dp_store_close(ffi.gc(state.store.p, nil)); state.store.p = nil end
   state.pg, state.store, state.backend = nil, nil, nil
 end
 

@@ -11,6 +11,7 @@
  * order on every rank, so the collectives match across ranks.
  */
 #include "core/autograd.h"
+#include "dist/pg.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,6 +202,7 @@ void dp_ddp_free(dp_ddp *d)
             dp_work_free(d->buckets[i].work);
     dp_tensor_release(d->flat_param);
     dp_tensor_release(d->flat_grad);
+    dp_pg_free(d->pg);   /* this DDP's reference */
     free(d->params);
     free(d->names);
     free(d->entries);
@@ -222,6 +224,7 @@ dp_status dp_ddp_new(dp_ddp **out, dp_pg *pg, int n, dp_tensor *const *params, c
         return dp_fail(DP_ERR_MEMORY, "DistributedDataParallel: out of memory");
     }
     d->pg = pg;
+    pg_retain(pg);   /* its hooks run collectives on it: destroy_process_group must not free it */
     d->nparams = n;
     d->sync = true;
     d->find_unused = find_unused != 0;

@@ -37,6 +37,7 @@
 #include "config.h"
 
 #include "dist/pg.h"
+#include "dist/store.h"
 #include "core/tensor.h"
 
 #include <arpa/inet.h>
@@ -71,6 +72,7 @@ struct dp_work {
 };
 
 struct dp_pg {
+    int holders;                     /* references besides the creator's (pg_retain: a DDP's); freed at the last */
     char name[PG_NAME];
     char prefix[PG_NAME + 16];       /* "dplua/<name>/" */
     const char *backend;
@@ -1157,16 +1159,22 @@ dp_status dp_pg_new(dp_pg **out, dp_store *store, const char *backend, int rank,
         free(pg);
         return st;
     }
+    store_retain(store);   /* the heartbeat and the keys use it until dp_pg_free */
     *out = pg;
     return DP_OK;
 }
 
 /* Waits for queued ops (each ends within the timeout, or at once on a
  * broken group), stops the worker, then frees the transport. */
+void pg_retain(dp_pg *pg)
+{
+    __atomic_add_fetch(&pg->holders, 1, __ATOMIC_RELAXED);
+}
+
 void dp_pg_free(dp_pg *pg)
 {
-    if (!pg)
-        return;
+    if (!pg || __atomic_fetch_sub(&pg->holders, 1, __ATOMIC_ACQ_REL) > 0)
+        return;   /* (a DDP still uses it) */
     pthread_mutex_lock(&pg->mu);
     pg->stop = 1;
     pthread_cond_broadcast(&pg->cv);
@@ -1188,6 +1196,7 @@ void dp_pg_free(dp_pg *pg)
     sigpipe_restore(&guard);
     pthread_mutex_destroy(&pg->mu);
     pthread_cond_destroy(&pg->cv);
+    dp_store_close(pg->store);   /* this group's reference: the last one closes it */
     free(pg->ranks);
     free(pg);
 }

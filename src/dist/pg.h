@@ -51,6 +51,10 @@ typedef struct pg_op {
  * connection: every call takes one process-wide lock, and the calls that
  * wait poll (lock, check, unlock, sleep) so that no thread holds the lock
  * while it waits for another rank. */
+/* Another reference to pg, given back by dp_pg_free: destroy_process_group
+ * frees a group only after the last DistributedDataParallel over it. */
+void pg_retain(dp_pg *pg);
+
 dp_status pg_store_set(dp_store *s, const char *key, const void *value, size_t len);
 dp_status pg_store_get(dp_store *s, const char *key, void **value, size_t *len, double timeout_s);
 dp_status pg_store_wait(dp_store *s, const char *const *keys, int n, double timeout_s);

@@ -1878,10 +1878,15 @@ dp_status dp_store_delete(dp_store *s, const char *key, int *deleted)
     return st;
 }
 
+void store_retain(dp_store *s)
+{
+    __atomic_add_fetch(&s->holders, 1, __ATOMIC_RELAXED);
+}
+
 void dp_store_close(dp_store *s)
 {
-    if (s == NULL)
-        return;
+    if (s == NULL || __atomic_fetch_sub(&s->holders, 1, __ATOMIC_ACQ_REL) > 0)
+        return;   /* (another holder still uses it) */
     s->ops->close(s);
     pthread_mutex_destroy(&s->lock);
     free(s->failed);

@@ -47,7 +47,12 @@ struct dp_store {
     char *failed;            /* set when the connection is lost: later calls fail with it */
     struct store_server *server;  /* non-NULL on the rank that serves */
     int torch_proto;         /* torchstore.c: 1 (PyTorch 1.x) or 2 (PyTorch 2.x) */
+    int holders;             /* references besides the opener's (store_retain); dp_store_close frees at the last */
 };
+
+/* Another reference to s (a process group's), given back by dp_store_close:
+ * the store is closed and freed when the opener and every holder have. */
+void store_retain(dp_store *s);
 
 /* The monotonic clock, in seconds. */
 double store_now(void);

@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/sh/test_ddp.sh -- DistributedDataParallel on Gloo under the launcher:
 # N ranks equal one process on the whole batch (2 and 4 ranks), the DDP
-# features (broadcast, no_sync, unused parameters, state_dict keys), the seed
+# features (broadcast, no_sync, unused parameters, state_dict keys), groups
+# and the store after destroy_process_group (tests/dist/group_lifetime.lua), the seed
 # example printing one loss per rank, and kill -9 of a rank mid-training
 # ending the whole job within 10 s with the launcher naming it.
 #
@@ -15,7 +16,7 @@ need_dplua
 diag_cut="tail -20"     # of each output, on a failure
 dp_timeout=300
 
-plan 7
+plan 9
 
 run --nproc_per_node=2 "$dist/ddp_equivalence.lua" 50
 [ $status -eq 0 ] && [ "$(grep -c 'worst relative difference' "$tmp/out")" -eq 2 ]
@@ -28,6 +29,14 @@ ok $? "DDP on 4 ranks equals one process on the whole batch (50 steps, 1e-6)"
 run --nproc_per_node=2 "$dist/ddp_features.lua"
 [ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.6' "$tmp/out"
 ok $? "DDP features: broadcast from rank 0, state_dict keys, no_sync, unused parameters"
+
+run --nproc_per_node=2 "$dist/group_lifetime.lua"
+[ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.9' "$tmp/out"
+ok $? "groups and the store after destroy_process_group, and values that are not groups: Lua errors, not crashes"
+
+run --nproc_per_node=2 "$dist/group_lifetime.lua" store-first
+[ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.2' "$tmp/out"
+ok $? "a store closed before its group stays open for it, and the group is freed at once"
 
 run --nproc_per_node=2 "$top_srcdir/examples/seed.lua"
 [ $status -eq 0 ] && grep -q '^\[0\] Loss: ' "$tmp/out" && grep -q '^\[1\] Loss: ' "$tmp/out" &&

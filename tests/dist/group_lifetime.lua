@@ -1,0 +1,64 @@
+-- Run under the launcher: dplua --nproc_per_node=N tests/dist/group_lifetime.lua [store-first]
+-- TAP from rank 0 (the other ranks stay silent unless something fails).
+-- A group or store used after destroy_process_group, or a value that is
+-- not a group, is a Lua error naming it (each reached C as a null or freed
+-- pointer: a segfault, before session 17); destroy_process_group() also
+-- destroys new_group's groups, as in PyTorch; a DistributedDataParallel
+-- keeps its group alive in C. With "store-first": the store closed before
+-- its group (the order the collector may pick at exit) stays open for the
+-- group until the group is freed (its heartbeat used the store freed, and
+-- at exit the process hung for the store's timeout in some runs).
+local torch = require("dplua")
+local ffi = require("ffi")
+local nn, dist = torch.nn, torch.distributed
+
+local n, failed, rank = 0, false, tonumber(os.getenv("RANK") or "0")
+local function ok(cond, name)
+  n = n + 1
+  if not cond then failed = true end
+  if rank == 0 or not cond then print((cond and "ok " or "not ok ") .. n .. " - " .. name) end
+end
+local function raises(fn, pattern, name)
+  local good, err = pcall(fn)
+  ok(not good and tostring(err):find(pattern, 1, true) ~= nil, name .. (good and "" or ": " .. tostring(err)))
+end
+
+dist.init_process_group("gloo")
+local world = dist.get_world_size()
+local t = torch.ones(2)
+
+if arg[1] == "store-first" then
+  local store = dist.get_store()
+  torch.C.dp_store_close(ffi.gc(store.p, nil))
+  store.p = nil
+  dist.all_reduce(t)
+  ok(t[0]:item() == world, "the group works after its store was closed first")
+  dist.barrier()
+  local started = os.time()
+  dist.destroy_process_group()
+  ok(os.time() - started <= 2, "and destroying the group then returns at once")
+else
+  local everyone = {}
+  for r = 0, world - 1 do everyone[#everyone + 1] = r end
+  raises(function() dist.all_reduce(torch.ones(2), { group = {} }) end, "expected a process group", "a table as a group")
+  raises(function() dist.barrier("default") end, "expected a process group", "a string as a group")
+  local sub = dist.new_group(everyone)
+  dist.all_reduce(t, { group = sub })
+  ok(t[0]:item() == world, "a subgroup's all_reduce")
+  local ddp = nn.parallel.DistributedDataParallel(nn.Linear(3, 2))
+  local store = dist.get_store()
+  dist.destroy_process_group(sub)
+  raises(function() dist.all_reduce(t, { group = sub }) end, "was destroyed", "a subgroup after destroying it")
+  raises(function() dist.destroy_process_group(sub) end, "was destroyed", "destroying it twice")
+  local sub2 = dist.new_group(everyone)
+  dist.barrier()
+  dist.destroy_process_group()
+  raises(function() dist.all_reduce(t, { group = sub2 }) end, "was destroyed", "a subgroup after destroying the default")
+  raises(function() store:set("k", "v") end, "was closed", "the store after destroying the default")
+  raises(function() dist.barrier() end, "has not been initialized", "the default group after destroying it")
+  local good = pcall(function() ddp(torch.rand(4, 3)):sum():backward() end)
+  ok(good and ddp.module.weight.grad ~= nil, "a DDP made before destroy_process_group still steps")
+end
+
+if rank == 0 then print("1.." .. n) end
+os.exit(failed and 1 or 0)
