@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -490,6 +491,13 @@ static int settle(struct launch *L)
         return st;
     if (L->addr[0] == '\0')
         snprintf(L->addr, sizeof L->addr, "127.0.0.1");
+    if (L->nnodes == 1) {   /* rank 0 is on this node: its address must resolve now (on several nodes, DNS may lag) */
+        struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
+        int e = getaddrinfo(L->addr, NULL, &hints, &res);
+        if (e != 0)
+            return usage("--master_addr=%s: cannot resolve it (%s)", L->addr, gai_strerror(e));
+        freeaddrinfo(res);
+    }
     if (!L->port_set && L->nnodes > 1)
         L->port = DEFAULT_MULTINODE_PORT;
     else if (!L->port_set && (L->port = free_port()) < 0) {

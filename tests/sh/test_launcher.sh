@@ -247,6 +247,12 @@ run --nproc_per_node=2 --max_restarts=3 "$tmp/env.lua"
 run --nproc_per_node=2 --master_port=99999 "$tmp/env.lua"
 [ $status -eq 2 ] && has err "--master_port"; ok $? "a port out of range: exit 2"
 
+# on one node rank 0's address must resolve at once (it waited the whole
+# store timeout, 300 s, before session 17)
+run --nproc_per_node=2 --master_addr=nonexistent.invalid "$tmp/env.lua"
+[ $status -eq 2 ] && has err "--master_addr=nonexistent.invalid: cannot resolve it"
+ok $? "an address that does not resolve, on one node: exit 2 at once"
+
 run --nproc_per_node=gpu "$tmp/env.lua"
 { [ $status -eq 2 ] && has err "--nproc_per_node=gpu: no GPU is visible"; } || \
     { [ $status -eq 0 ] && has out "rank=0"; }
