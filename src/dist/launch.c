@@ -489,6 +489,9 @@ static int settle(struct launch *L)
         return usage("--nnodes is more than 1: give each node its --node_rank%s%s", "", "");
     if ((st = resolve_nproc(L)) != GO_ON)
         return st;
+    if (L->nproc > 1 && strcmp(L->child_argv[0], "-") == 0)   /* each rank would read a part of one stdin */
+        return usage("the script '-' (standard input) cannot be read by %s ranks on a node: give a file%s",
+                     "several", "");
     if (L->addr[0] == '\0')
         snprintf(L->addr, sizeof L->addr, "127.0.0.1");
     if (L->nnodes == 1) {   /* rank 0 is on this node: its address must resolve now (on several nodes, DNS may lag) */
@@ -817,6 +820,7 @@ static void reap(struct launch *L)
             r->status = status;
             L->running--;
             if ((WIFEXITED(status) && WEXITSTATUS(status) != 0) || WIFSIGNALED(status)) {
+                kill(-pid, SIGTERM);   /* what the failed rank started and left behind (its process group) */
                 if (L->failed == -1 && L->signo == 0) {
                     L->failed = i;
                     stop_others(L, TERM_GRACE);

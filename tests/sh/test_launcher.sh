@@ -247,6 +247,27 @@ run --nproc_per_node=2 --max_restarts=3 "$tmp/env.lua"
 run --nproc_per_node=2 --master_port=99999 "$tmp/env.lua"
 [ $status -eq 2 ] && has err "--master_port"; ok $? "a port out of range: exit 2"
 
+# standard input is one stream: two ranks would each read a part of it
+echo 'print(1)' | dp --nproc_per_node=2 - >"$tmp/out" 2>"$tmp/err"
+status=$?
+[ $status -eq 2 ] && has err "the script '-' (standard input) cannot be read by several ranks"
+ok $? "the script - with two ranks: exit 2"
+echo 'print("from stdin " .. os.getenv("RANK"))' | dp --nproc_per_node=1 - >"$tmp/out" 2>"$tmp/err"
+status=$?
+[ $status -eq 0 ] && has out "from stdin 0"
+ok $? "the script - with one rank runs it"
+
+# a failed rank's own children (its process group) are stopped too
+cat >"$tmp/orphan.lua" <<'LUA'
+os.execute("sleep 171 &")
+if os.getenv("RANK") == "1" then error("rank 1 fails") end
+os.execute("sleep 3")
+LUA
+run --nproc_per_node=2 "$tmp/orphan.lua"
+sleep 0.3
+[ $status -ne 0 ] && ! grep -qsa "sleep.171" /proc/[0-9]*/cmdline   # (/proc: procps may be absent)
+ok $? "after a rank fails, no process it or another rank started is left"
+
 # on one node rank 0's address must resolve at once (it waited the whole
 # store timeout, 300 s, before session 17)
 run --nproc_per_node=2 --master_addr=nonexistent.invalid "$tmp/env.lua"
