@@ -327,7 +327,7 @@ end
 
 local function reduce_op(op, fn)
   if op == nil then return 0 end
-  if type(op) ~= "number" or op < 0 or op > 4 then
+  if type(op) ~= "number" or op % 1 ~= 0 or op < 0 or op > 4 then
     raise(fn .. ": expected a dist.ReduceOp (SUM, AVG, MAX, MIN, PRODUCT), got " .. tostring(op))
   end
   return op
@@ -420,15 +420,24 @@ function dist.all_to_all(out_list, in_list, ...)
   end
 end
 
+-- A message tag: an integer that C's int holds (0 when not given).
+local function tag_of(tag, fn)
+  if tag == nil then return 0 end
+  if type(tag) ~= "number" or tag % 1 ~= 0 or tag < -2 ^ 31 or tag >= 2 ^ 31 then
+    raise(string.format("%s: expected a tag that is an integer of 32 bits, got %s", fn, tostring(tag)))
+  end
+  return tag
+end
+
 function dist.send(t, dst, group, tag)
   contiguous_tensor(t, "send")
-  check(C.dp_pg_send(group_of(group).p, t.p, group_rank(group, dst, "send"), tag or 0))
+  check(C.dp_pg_send(group_of(group).p, t.p, group_rank(group, dst, "send"), tag_of(tag, "send")))
 end
 
 function dist.recv(t, src, group, tag)
   contiguous_tensor(t, "recv")
   if src == nil then raise("recv: receiving from any source is not supported; pass src") end
-  check(C.dp_pg_recv(group_of(group).p, t.p, group_rank(group, src, "recv"), tag or 0))
+  check(C.dp_pg_recv(group_of(group).p, t.p, group_rank(group, src, "recv"), tag_of(tag, "recv")))
   return src
 end
 

@@ -42,6 +42,9 @@ else
   for r = 0, world - 1 do everyone[#everyone + 1] = r end
   raises(function() dist.all_reduce(torch.ones(2), { group = {} }) end, "expected a process group", "a table as a group")
   raises(function() dist.barrier("default") end, "expected a process group", "a string as a group")
+  raises(function() dist.all_reduce(torch.ones(2), 2.5) end, "expected a dist.ReduceOp", "an op of 2.5")
+  raises(function() dist.send(torch.ones(2), 0, nil, 1.5) end, "expected a tag", "a tag of 1.5")
+  raises(function() dist.recv(torch.ones(2), 0, nil, 2 ^ 40) end, "expected a tag", "a tag of 2^40")
   local sub = dist.new_group(everyone)
   dist.all_reduce(t, { group = sub })
   ok(t[0]:item() == world, "a subgroup's all_reduce")

@@ -31,7 +31,7 @@ run --nproc_per_node=2 "$dist/ddp_features.lua"
 ok $? "DDP features: broadcast from rank 0, state_dict keys, no_sync, unused parameters"
 
 run --nproc_per_node=2 "$dist/group_lifetime.lua"
-[ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.9' "$tmp/out"
+[ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.12' "$tmp/out"
 ok $? "groups and the store after destroy_process_group, and values that are not groups: Lua errors, not crashes"
 
 run --nproc_per_node=2 "$dist/group_lifetime.lua" store-first
