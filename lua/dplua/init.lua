@@ -318,8 +318,11 @@ function torch.randint(low, high, shape, opts)
 end
 
 function torch.manual_seed(seed)
-  check_int(seed, "manual_seed", "seed")
-  C.dp_manual_seed(seed)
+  if type(seed) ~= "number" or seed % 1 ~= 0 or seed < -2 ^ 63 or seed >= 2 ^ 64 then
+    raise("manual_seed: expected an integer seed in [-2^63, 2^64), got " .. typename(seed) .. " " .. tostring(seed))
+  end
+  -- (as PyTorch: a negative seed is its 64-bit two's complement)
+  C.dp_manual_seed(seed < 0 and ffi.cast("uint64_t", ffi.cast("int64_t", seed)) or ffi.cast("uint64_t", seed))
 end
 
 -- tensor(data): nested tables are flattened row-major after checking that
@@ -354,8 +357,13 @@ local function scan(data, depth, shape, flat, fn)
   end
 end
 
--- The values an integer dtype holds: [lo, hi) (others take any number).
-local int_ranges = { int64 = { -2 ^ 63, 2 ^ 63 }, int32 = { -2 ^ 31, 2 ^ 31 }, uint8 = { -0.999999, 256 } }
+-- Whether an integer dtype holds v, as tensor.c's dtype_holds_value (a
+-- fraction is truncated toward 0).
+local int_holds = {
+  int64 = function(v) return v >= -2 ^ 63 and v < 2 ^ 63 end,
+  int32 = function(v) return v > -2 ^ 31 - 1 and v < 2 ^ 31 end,
+  uint8 = function(v) return v > -1 and v < 256 end,
+}
 
 function torch.tensor(data, opts)
   if opts ~= nil and type(opts) ~= "table" then
@@ -381,11 +389,11 @@ function torch.tensor(data, opts)
     shape_buf[0] = n
     local stage = new(C.dp_empty(outp, 1, shape_buf, 1, DP_CPU))
     local p = ffi.cast("double *", C.dp_tensor_data(stage.p))
-    local range = int_ranges[dtypes_by_id[dt].name]
+    local holds = int_holds[dtypes_by_id[dt].name]
     for i = 1, n do
       local v = flat[i]
       if v == true then v = 1 elseif v == false then v = 0 end
-      if range and not (v >= range[1] and v < range[2]) then
+      if holds and not holds(v) then
         raise(string.format("tensor: value %s cannot be converted to %s without overflow", tostring(v),
                             dtypes_by_id[dt].name))
       end
@@ -826,7 +834,12 @@ local function masked(t, mask, value, fn)
   return torch.where(mask, fill, t)
 end
 function methods.masked_fill(t, mask, value) return masked(t, mask, value, "masked_fill") end
-function methods.masked_fill_(t, mask, value) return t:copy_(masked(t, mask, value, "masked_fill_")) end
+function methods.masked_fill_(t, mask, value)
+  if C.dp_copy_(t.p, masked(t, mask, value, "masked_fill_").p) ~= 0 then
+    raise((ffi.string(C.dp_last_error()):gsub("^copy_:", "masked_fill_:")))
+  end
+  return t
+end
 
 -- tril(diagonal=0) and triu: zeros above (below) the diagonal of the last
 -- two dims; diagonal > 0 moves it up, < 0 down

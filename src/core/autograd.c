@@ -150,8 +150,8 @@ static void worklist_push(node_worklist *w, ag_node *n)
  * worklist instead of recursing. */
 void ag_node_release(ag_node *n)
 {
-    if (!n || --n->refcount > 0)
-        return;
+    if (!n || --n->refcount != 0)
+        return;   /* (still held; never freed on an underflow) */
     if (releasing) {
         worklist_push(releasing, n);
         return;

@@ -714,8 +714,8 @@ bool dtype_holds_value(int dtype, double value)
     case DP_INT64: return value >= -0x1p63 && value < 0x1p63;
     case DP_INT32: return value > -0x1p31 - 1 && value < 0x1p31;
     case DP_UINT8: return value > -1 && value < 256;
-    case DP_FLOAT32:
-    case DP_BFLOAT16: return !isfinite(value) || fabs(value) <= 3.4028234663852886e38;
+    case DP_FLOAT32: return !isfinite(value) || fabs(value) <= 3.4028234663852886e38;
+    case DP_BFLOAT16: return !isfinite(value) || fabs(value) <= 3.3895313892515355e38;
     default: return true;
     }
 }

@@ -202,7 +202,7 @@ void dp_ddp_free(dp_ddp *d)
             dp_work_free(d->buckets[i].work);
     dp_tensor_release(d->flat_param);
     dp_tensor_release(d->flat_grad);
-    dp_pg_free(d->pg);   /* this DDP's reference */
+    pg_release(d->pg);   /* this DDP's reference */
     free(d->params);
     free(d->names);
     free(d->entries);
@@ -224,7 +224,7 @@ dp_status dp_ddp_new(dp_ddp **out, dp_pg *pg, int n, dp_tensor *const *params, c
         return dp_fail(DP_ERR_MEMORY, "DistributedDataParallel: out of memory");
     }
     d->pg = pg;
-    pg_retain(pg);   /* its hooks run collectives on it: destroy_process_group must not free it */
+    pg_retain(pg);   /* its hooks use it: after destroy_process_group they fail, "destroyed", on memory still there */
     d->nparams = n;
     d->sync = true;
     d->find_unused = find_unused != 0;

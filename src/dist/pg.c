@@ -73,6 +73,7 @@ struct dp_work {
 
 struct dp_pg {
     int holders;                     /* references besides the creator's (pg_retain: a DDP's); freed at the last */
+    int torn_down;                   /* pg_teardown ran: ops fail as broken */
     char name[PG_NAME];
     char prefix[PG_NAME + 16];       /* "dplua/<name>/" */
     const char *backend;
@@ -1164,17 +1165,21 @@ dp_status dp_pg_new(dp_pg **out, dp_store *store, const char *backend, int rank,
     return DP_OK;
 }
 
-/* Waits for queued ops (each ends within the timeout, or at once on a
- * broken group), stops the worker, then frees the transport. */
 void pg_retain(dp_pg *pg)
 {
     __atomic_add_fetch(&pg->holders, 1, __ATOMIC_RELAXED);
 }
 
-void dp_pg_free(dp_pg *pg)
+/* What destroy_process_group ends, once: queued ops are waited for (each
+ * ends within the timeout, or at once on a broken group), the worker and
+ * the heartbeat stop, the transport is freed and the store given back (so
+ * that a new group may serve its port); a holder's later op finds the
+ * group broken. */
+static void pg_teardown(dp_pg *pg)
 {
-    if (!pg || __atomic_fetch_sub(&pg->holders, 1, __ATOMIC_ACQ_REL) > 0)
-        return;   /* (a DDP still uses it) */
+    if (pg->torn_down)
+        return;
+    pg->torn_down = 1;
     pthread_mutex_lock(&pg->mu);
     pg->stop = 1;
     pthread_cond_broadcast(&pg->cv);
@@ -1193,10 +1198,34 @@ void dp_pg_free(dp_pg *pg)
     sigpipe_block(&guard);
     if (pg->impl)
         pg->free_impl(pg->impl);
+    pg->impl = NULL;
     sigpipe_restore(&guard);
+    dp_store_close(pg->store);   /* this group's reference: the last one closes it */
+    pg->store = NULL;
+    pthread_mutex_lock(&pg->mu);
+    if (!pg->broken) {
+        pg->broken = DP_ERR_STATE;
+        snprintf(pg->broken_msg, sizeof pg->broken_msg, "process group %s was destroyed (destroy_process_group)",
+                 pg->name);
+    }
+    pthread_mutex_unlock(&pg->mu);
+}
+
+void pg_release(dp_pg *pg)
+{
+    if (!pg || __atomic_fetch_sub(&pg->holders, 1, __ATOMIC_ACQ_REL) > 0)
+        return;   /* (another holder still has it) */
+    pg_teardown(pg);
     pthread_mutex_destroy(&pg->mu);
     pthread_cond_destroy(&pg->cv);
-    dp_store_close(pg->store);   /* this group's reference: the last one closes it */
     free(pg->ranks);
     free(pg);
+}
+
+void dp_pg_free(dp_pg *pg)
+{
+    if (!pg)
+        return;
+    pg_teardown(pg);
+    pg_release(pg);
 }

@@ -51,9 +51,12 @@ typedef struct pg_op {
  * connection: every call takes one process-wide lock, and the calls that
  * wait poll (lock, check, unlock, sleep) so that no thread holds the lock
  * while it waits for another rank. */
-/* Another reference to pg, given back by dp_pg_free: destroy_process_group
- * frees a group only after the last DistributedDataParallel over it. */
+/* Another reference to pg (a DistributedDataParallel's), given back by
+ * pg_release. dp_pg_free (destroy_process_group) ends the group at once
+ * (its threads, transport and store; a holder's later op then fails,
+ * "destroyed") and frees its memory after the last holder. */
 void pg_retain(dp_pg *pg);
+void pg_release(dp_pg *pg);
 
 dp_status pg_store_set(dp_store *s, const char *key, const void *value, size_t len);
 dp_status pg_store_get(dp_store *s, const char *key, void **value, size_t *len, double timeout_s);

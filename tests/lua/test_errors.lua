@@ -52,6 +52,17 @@ T.raises(function() return torch.tensor({1, 2 ^ 63}, {dtype = torch.int64}) end,
 T.is(tonumber(torch.full({1}, -2 ^ 63, {dtype = torch.int64}):item()), -2 ^ 63, "-2^63 is an int64")
 T.is(torch.tensor({255, 0}, {dtype = torch.uint8}):tolist(), {255, 0}, "255 is a uint8")
 T.is(torch.full({1}, 1 / 0):item(), 1 / 0, "an infinity is a float32")
+-- but a number beside a tensor in an op converts as the op's kernel
+-- converts it (PyTorch's arithmetic, not full's check)
+T.is((torch.ones(2) * 1e39):tolist(), {1 / 0, 1 / 0}, "float32 times 1e39: infinities")
+T.is(torch.ones(2):gt(1e39):tolist(), {false, false}, "a comparison with 1e39")
+T.is((torch.tensor({1, 2}, {dtype = torch.uint8}) + (-1)):tolist(), {0, 1}, "uint8 plus -1")
+local xc = torch.ones(3):requires_grad_()
+xc:clamp(-1e300, 1e300):sum():backward()
+T.is(xc.grad:tolist(), {1, 1, 1}, "the backward of a clamp to +-1e300")
+T.raises(function() return torch.full({1}, 3.4e38, {dtype = torch.bfloat16}) end, {"full", "bfloat16"},
+         "full of 3.4e38 as bfloat16 (its largest is 3.39e38)")
+T.is(torch.tensor({-2 ^ 31 - 0.5}, {dtype = torch.int32}):tolist(), {-2 ^ 31}, "tensor: -2^31 - 0.5 as int32, as full takes it")
 
 -- ---------------------------------------------------------------- shapes
 

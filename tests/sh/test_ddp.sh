@@ -16,7 +16,7 @@ need_dplua
 diag_cut="tail -20"     # of each output, on a failure
 dp_timeout=300
 
-plan 9
+plan 10
 
 run --nproc_per_node=2 "$dist/ddp_equivalence.lua" 50
 [ $status -eq 0 ] && [ "$(grep -c 'worst relative difference' "$tmp/out")" -eq 2 ]
@@ -33,6 +33,10 @@ ok $? "DDP features: broadcast from rank 0, state_dict keys, no_sync, unused par
 run --nproc_per_node=2 "$dist/group_lifetime.lua"
 [ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.12' "$tmp/out"
 ok $? "groups and the store after destroy_process_group, and values that are not groups: Lua errors, not crashes"
+
+run --nproc_per_node=1 "$dist/group_lifetime.lua"
+[ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.13' "$tmp/out"
+ok $? "the same on one rank, and a new default group after destroying one a DDP held"
 
 run --nproc_per_node=2 "$dist/group_lifetime.lua" store-first
 [ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.2' "$tmp/out"
