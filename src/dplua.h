@@ -106,6 +106,7 @@ void *dp_tensor_data(const dp_tensor *t);      /* first element; CPU only */
 const char *dp_dtype_name(int dtype);
 size_t dp_dtype_size(int dtype);
 int dp_dtype_is_floating(int dtype);
+int dp_dtype_holds(int dtype, double value);   /* value converts to dtype without overflow */
 int64_t dp_memory_allocated(int device);
 int64_t dp_max_memory_allocated(int device);
 

@@ -357,13 +357,9 @@ local function scan(data, depth, shape, flat, fn)
   end
 end
 
--- Whether an integer dtype holds v, as tensor.c's dtype_holds_value (a
--- fraction is truncated toward 0).
-local int_holds = {
-  int64 = function(v) return v >= -2 ^ 63 and v < 2 ^ 63 end,
-  int32 = function(v) return v > -2 ^ 31 - 1 and v < 2 ^ 31 end,
-  uint8 = function(v) return v > -1 and v < 256 end,
-}
+-- The dtypes whose range torch.tensor checks (dp_dtype_holds, full's rule):
+-- the integers; a float past its range becomes an infinity, as in PyTorch.
+local checked_range = { int64 = true, int32 = true, uint8 = true }
 
 function torch.tensor(data, opts)
   if opts ~= nil and type(opts) ~= "table" then
@@ -389,11 +385,11 @@ function torch.tensor(data, opts)
     shape_buf[0] = n
     local stage = new(C.dp_empty(outp, 1, shape_buf, 1, DP_CPU))
     local p = ffi.cast("double *", C.dp_tensor_data(stage.p))
-    local holds = int_holds[dtypes_by_id[dt].name]
+    local checked = checked_range[dtypes_by_id[dt].name]
     for i = 1, n do
       local v = flat[i]
       if v == true then v = 1 elseif v == false then v = 0 end
-      if holds and not holds(v) then
+      if checked and C.dp_dtype_holds(dt, v) == 0 then
         raise(string.format("tensor: value %s cannot be converted to %s without overflow", tostring(v),
                             dtypes_by_id[dt].name))
       end
@@ -499,10 +495,11 @@ for dt_name, type_name in pairs(type_names) do dtypes_by_type_name[type_name] = 
 -- t:type() is its type's name; t:type(dtype) or t:type("torch.DoubleTensor")
 -- (a "torch.cuda." name: on the current GPU) converts.
 function methods.type(t, dt)
-  if type(dt) == "string" and dtypes_by_type_name[dt:gsub("^torch%.cuda%.", "torch.")] then
-    local on_gpu = dt:find("^torch%.cuda%.") ~= nil
-    return methods.to(t, { dtype = dtypes_by_type_name[dt:gsub("^torch%.cuda%.", "torch.")],
-                           device = on_gpu and "cuda" or "cpu" })
+  if type(dt) == "string" then
+    local cpu_name, on_gpu = dt:gsub("^torch%.cuda%.", "torch.")
+    if dtypes_by_type_name[cpu_name] then
+      return methods.to(t, { dtype = dtypes_by_type_name[cpu_name], device = on_gpu > 0 and "cuda" or "cpu" })
+    end
   end
   if type(dt) == "string" and not dtypes_by_name[dt:gsub("^torch%.", "")] then
     raise("type: unknown type " .. dt .. " (expected a dtype, or a name such as torch.FloatTensor)")

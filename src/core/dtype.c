@@ -5,6 +5,8 @@
 #include "core/tensor.h"
 #include "core/dtype_conv.h"
 
+#include <math.h>
+
 static const char *const dtype_names[DP_NUM_DTYPES] = {
     "float32", "float64", "int64", "int32", "uint8", "bool", "bfloat16",
 };
@@ -23,6 +25,21 @@ size_t dp_dtype_size(int dtype)
 int dp_dtype_is_floating(int dtype)
 {
     return dtype == DP_FLOAT32 || dtype == DP_FLOAT64 || dtype == DP_BFLOAT16;
+}
+
+/* Whether value converts to dtype without overflow (PyTorch's rule for a
+ * fill: a float past the dtype's range, or NaN or an infinity into an
+ * integer type, is an error; a bool takes anything). */
+int dp_dtype_holds(int dtype, double value)
+{
+    switch (dtype) {
+    case DP_INT64: return value >= -0x1p63 && value < 0x1p63;
+    case DP_INT32: return value > -0x1p31 - 1 && value < 0x1p31;
+    case DP_UINT8: return value > -1 && value < 256;
+    case DP_FLOAT32: return !isfinite(value) || fabs(value) <= 3.4028234663852886e38;
+    case DP_BFLOAT16: return !isfinite(value) || fabs(value) <= 3.3895313892515355e38;
+    default: return true;
+    }
 }
 
 /* The conversions themselves are in core/dtype_conv.h, shared with the

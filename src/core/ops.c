@@ -160,24 +160,25 @@ static bool same_view(const dp_tensor *a, const dp_tensor *b)
  * change before they are read (t:add_(t:t()) gave wrong values). */
 static dp_status check_overlap(const char *fn, const dp_tensor *dst, const dp_tensor *a, const dp_tensor *b)
 {
-    for (int d = 0; d < dst->ndim; d++)
-        if (dst->stride[d] == 0 && dst->shape[d] > 1 && shape_numel(dst->ndim, dst->shape) > 0)
+    const int64_t n = shape_numel(dst->ndim, dst->shape);
+    for (int d = 0; d < dst->ndim && n > 0; d++)
+        if (dst->stride[d] == 0 && dst->shape[d] > 1)
             return dp_fail(DP_ERR_ARG, "%s: more than one element of the written-to tensor refers to a single memory "
                            "location (an expanded view): write into a clone() of it", fn);
+    /* as PyTorch: only where both are dense (no gaps, no element twice) is
+     * a common span an overlap: strided views may interleave, as two
+     * columns of one matrix do */
     int64_t lo, hi;
     byte_span(dst, &lo, &hi);
+    if (n * (int64_t)dp_dtype_size(dst->dtype) != hi - lo + 1)
+        return DP_OK;
     const dp_tensor *in[2] = { a, b };
     for (int i = 0; i < 2; i++) {
         int64_t in_lo, in_hi;
         if (!in[i] || in[i]->storage != dst->storage || same_view(in[i], dst))
             continue;
         byte_span(in[i], &in_lo, &in_hi);
-        /* as PyTorch: only where both are dense (no gaps, no element twice)
-         * is a common span an overlap: strided views may interleave, as
-         * two columns of one matrix do */
-        const int64_t es = (int64_t)dp_dtype_size(dst->dtype), in_es = (int64_t)dp_dtype_size(in[i]->dtype);
-        if (shape_numel(dst->ndim, dst->shape) * es != hi - lo + 1 ||
-            shape_numel(in[i]->ndim, in[i]->shape) * in_es != in_hi - in_lo + 1)
+        if (shape_numel(in[i]->ndim, in[i]->shape) * (int64_t)dp_dtype_size(in[i]->dtype) != in_hi - in_lo + 1)
             continue;
         if (lo <= hi && in_lo <= in_hi && in_lo <= hi && lo <= in_hi)
             return dp_fail(DP_ERR_ARG, "%s: some elements of an input and of the written-to tensor refer to a single "
@@ -415,11 +416,7 @@ static dp_status scalar_tensor(dp_tensor **out, const dp_tensor *a, double s)
     /* (not dp_full: a number beside a tensor converts as its op's kernel
      * converts it, wrapping or saturating as PyTorch's do, where full
      * refuses a value its dtype cannot hold) */
-    dp_status st = tensor_new(out, 0, NULL, dtype, device);
-    if (!st && (st = k_fill(*out, s))) {
-        dp_tensor_release(*out);
-        *out = NULL;
-    }
+    dp_status st = tensor_filled(out, 0, NULL, s, dtype, device);
     /* A kept tensor is let go only on the stream it was kept for (where
      * its memory is given back when it is released): kernels queued on
      * that stream that read it are then ordered before any reuse. */
@@ -562,7 +559,7 @@ dp_status dp_copy_(dp_tensor *dst, dp_tensor *src)
 
 dp_status dp_fill_(dp_tensor *dst, double value)
 {
-    if (!dtype_holds_value(dst->dtype, value))
+    if (!dp_dtype_holds(dst->dtype, value))
         return dp_fail(DP_ERR_ARG, "fill_: value %g cannot be converted to %s without overflow", value,
                        dp_dtype_name(dst->dtype));
     dp_status st = ag_check_inplace("fill_", dst);

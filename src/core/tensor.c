@@ -705,32 +705,22 @@ dp_status dp_empty(dp_tensor **out, int ndim, const int64_t *shape, int dtype, i
     return tensor_new(out, ndim, shape, dtype, device);
 }
 
-/* Whether value converts to dtype without overflow (PyTorch's rule for a
- * fill: a float past the dtype's range, or NaN or an infinity into an
- * integer type, is an error; a bool takes anything). */
-bool dtype_holds_value(int dtype, double value)
+dp_status tensor_filled(dp_tensor **out, int ndim, const int64_t *shape, double value, int dtype, int device)
 {
-    switch (dtype) {
-    case DP_INT64: return value >= -0x1p63 && value < 0x1p63;
-    case DP_INT32: return value > -0x1p31 - 1 && value < 0x1p31;
-    case DP_UINT8: return value > -1 && value < 256;
-    case DP_FLOAT32: return !isfinite(value) || fabs(value) <= 3.4028234663852886e38;
-    case DP_BFLOAT16: return !isfinite(value) || fabs(value) <= 3.3895313892515355e38;
-    default: return true;
+    dp_status st = tensor_new(out, ndim, shape, dtype, device);
+    if (!st && (st = k_fill(*out, value))) {
+        dp_tensor_release(*out);
+        *out = NULL;
     }
+    return st;
 }
 
 dp_status dp_full(dp_tensor **out, int ndim, const int64_t *shape, double value, int dtype, int device)
 {
-    if (!dtype_holds_value(dtype, value))
+    if (!dp_dtype_holds(dtype, value))
         return dp_fail(DP_ERR_ARG, "full: value %g cannot be converted to %s without overflow", value,
                        dp_dtype_name(dtype));
-    dp_status st = tensor_new(out, ndim, shape, dtype, device);
-    if (st)
-        return st;
-    if ((st = dp_fill_(*out, value)))
-        dp_tensor_release(*out);
-    return st;
+    return tensor_filled(out, ndim, shape, value, dtype, device);
 }
 
 dp_status dp_arange(dp_tensor **out, double start, double end, double step, int dtype, int device)

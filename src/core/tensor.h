@@ -64,8 +64,9 @@ dp_status tensor_view_of(dp_tensor **out, dp_tensor *base, int ndim, const int64
                          const int64_t *stride, int64_t offset);
 int64_t shape_numel(int ndim, const int64_t *shape);
 bool tensor_is_contiguous(const dp_tensor *t);
-/* value converts to dtype without overflow (a fill's check) */
-bool dtype_holds_value(int dtype, double value);
+/* dp_full without its range check: value converted as the fill kernel
+ * converts it (a number beside a tensor in an op, ops.c) */
+dp_status tensor_filled(dp_tensor **out, int ndim, const int64_t *shape, double value, int dtype, int device);
 static inline char *tensor_ptr(const dp_tensor *t)
 {
     return (char *)t->storage->data + t->offset * (int64_t)dt_size(t->dtype);   /* inline: hot */
