@@ -1281,12 +1281,30 @@ static int tiled_gemm(tile_jobs &jobs, const dpc_sgd_args *sgd = NULL)
  * of k up to 316 along both operands) */
 #define STAGED_MAX_SMEM (160 * 1024)
 
+/* The operands' layouts the staged kernel takes: both contiguous along k
+ * (x @ w^T, a Linear's forward), or both along their rows, k their row
+ * index (g^T @ x, a Linear's weight gradient). */
+enum staged_layout { STAGED_K_INNER, STAGED_K_ROWS };
+
 namespace {   /* file-local types: no clash with another file's of the same name */
 struct staged_job {
     tile_job job;   /* tiles_m, tiles_n and splits set; no mask */
     int share;      /* the k of one split: a multiple of 4 */
+    int layout;     /* a staged_layout */
 };
 }  // namespace
+
+/* The row of the tile of a thread's output r (of its STAGED_RUN), the
+ * thread ty along the rows; the same of its columns. K_INNER reads each
+ * output's operand rows 16 bytes along k, rows STAGED_SIDE apart (in 8
+ * bank groups); K_ROWS reads 4 rows side by side at once, two such runs
+ * half a tile apart. */
+static_assert(STAGED_RUN == 8 && STAGED_SIDE * 4 == STAGED_TILE / 2, "K_ROWS reads two runs of 4 a tile apart");
+template <int LAYOUT>
+__device__ static inline int staged_at(int ty, int r)
+{
+    return LAYOUT == STAGED_K_INNER ? ty + STAGED_SIDE * r : 4 * ty + (r & 3) + STAGED_TILE / 2 * (r >> 2);
+}
 
 /* 16 bytes from global src (of which `bytes`, the rest zero) to shared dst */
 __device__ static inline void copy_async16(void *dst, const void *src, int bytes)
@@ -1338,6 +1356,22 @@ __device__ static void staged_copy(float *S, const float *X, int64_t ld, int64_t
     }
 }
 
+/* Copies rows k0 .. kend - 1 of X (X[k * ld + c]), columns c0 .. c0 + 63
+ * (c < cols; zeros past it) into S (STAGED_TILE floats a row), 16 bytes a
+ * copy. */
+__device__ static void staged_copy_rows(float *S, const float *X, int64_t ld, int64_t c0, int64_t cols, int64_t k0,
+                                        int64_t kend)
+{
+    constexpr int QUADS = STAGED_TILE / 4, ROW_STEP = STAGED_THREADS / QUADS;
+    const int q = (int)threadIdx.x % QUADS, rows = (int)(kend - k0);
+    const int64_t left = cols - c0 - 4 * q;
+    const int bytes = left > 0 ? (left >= 4 ? 16 : (int)left * 4) : 0;
+    const float *src = X + (k0 + (int)threadIdx.x / QUADS) * ld + c0 + 4 * q;
+#pragma unroll 4
+    for (int r = (int)threadIdx.x / QUADS; r < rows; r += ROW_STEP, src += ROW_STEP * ld)
+        copy_async16(S + r * STAGED_TILE + 4 * q, bytes ? src : X, bytes);
+}
+
 /* v[r] = k 4 kq .. 4 kq + 3 of row tr + STAGED_SIDE r of the staged
  * operand: a quarter warp's 8 rows one apart, in 8 bank groups */
 __device__ static inline void staged_quad(const float *S, int ldk, int tr, int kq, float4 (&v)[STAGED_RUN])
@@ -1352,6 +1386,7 @@ __device__ static inline void staged_quad(const float *S, int ldk, int tr, int k
  * rank order (split k) and each block's groups in order, through the
  * epilogue into C: each block takes every splits-th 256 runs of 4
  * columns (a thread one), 16 bytes from each group of each block. */
+template <int LAYOUT>
 __device__ static void staged_finish(const tile_job &J, float *C, int64_t i0, int64_t j0, float *sums)
 {
     constexpr int ELEMS = STAGED_TILE * STAGED_TILE;
@@ -1378,14 +1413,16 @@ __device__ static void staged_finish(const tile_job &J, float *C, int64_t i0, in
                     }
             /* f is output (r, c) of thread (tx, ty) of a group, the 3 after it those of tx + 1 .. tx + 3 */
             const int ft = f % STAGED_GROUP_THREADS, rc = f / STAGED_GROUP_THREADS;
-            const int64_t i = i0 + ft / STAGED_SIDE + STAGED_SIDE * (rc / STAGED_RUN),
-                          j = j0 + ft % STAGED_SIDE + STAGED_SIDE * (rc % STAGED_RUN);
+            const int tx = ft % STAGED_SIDE, c = rc % STAGED_RUN;
+            const int64_t i = i0 + staged_at<LAYOUT>(ft / STAGED_SIDE, rc / STAGED_RUN);
             const float out[4] = { v.x, v.y, v.z, v.w };
             if (i < J.g.m)
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (j + e < J.g.n)
-                        tile_finish(J, C, i, j + e, out[e], epilogue_load<float, float>(J, i, j + e));
+                for (int e = 0; e < 4; e++) {
+                    const int64_t j = j0 + staged_at<LAYOUT>(tx + e, c);
+                    if (j < J.g.n)
+                        tile_finish(J, C, i, j, out[e], epilogue_load<float, float>(J, i, j));
+                }
         }
     };
     if (J.splits == 1) {
@@ -1405,10 +1442,11 @@ __device__ static void staged_finish(const tile_job &J, float *C, int64_t i0, in
 #endif
 }
 
-/* C = op(A) op(B) with op(A) = A (m x k) and op(B) = B^T (B n x k), both
- * contiguous along k; block b is split b % splits of tile b / splits.
- * Thread (tx, ty) of a k-group computes rows ty + STAGED_SIDE r, columns
- * tx + STAGED_SIDE c. */
+/* C = op(A) op(B): with K_INNER op(A) = A (m x k) and op(B) = B^T (B n x
+ * k), with K_ROWS op(A) = A^T (A k x m) and op(B) = B (k x n); block b is
+ * split b % splits of tile b / splits. Thread (tx, ty) of a k-group
+ * computes rows staged_at(ty, r), columns staged_at(tx, c). */
+template <int LAYOUT>
 __global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(const __grid_constant__ staged_job s)
 {
     let_next_kernel_start();
@@ -1421,37 +1459,63 @@ __global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(cons
     const int64_t i0 = (int64_t)(tile / tiles_n % tiles_m) * STAGED_TILE, j0 = (int64_t)(tile % tiles_n) * STAGED_TILE;
     const int64_t b = tile / tiles_n / tiles_m;
     const int64_t k0 = (int64_t)split * s.share, kend = g.k < k0 + s.share ? g.k : k0 + s.share;
-    const int share = s.share, quads = share / 4, ldk = staged_ld(share);
-    float *As = staged_smem, *Bs = staged_smem + STAGED_TILE * ldk;
+    const int share = s.share;
+    const int ldk = LAYOUT == STAGED_K_INNER ? staged_ld(share) : 0;   /* K_ROWS: rows of STAGED_TILE */
+    float *As = staged_smem, *Bs = staged_smem + (LAYOUT == STAGED_K_INNER ? STAGED_TILE * ldk : share * STAGED_TILE);
     const float *A = (const float *)g.A + b * g.stride_a, *B = (const float *)g.B + b * g.stride_b;
     const int t = (int)threadIdx.x % STAGED_GROUP_THREADS, group = (int)threadIdx.x / STAGED_GROUP_THREADS;
     const int tx = t % STAGED_SIDE, ty = t / STAGED_SIDE;
     wait_for_previous_kernel();
-    staged_copy(As, A, g.lda, i0, g.m, k0, kend, share);
-    staged_copy(Bs, B, g.ldb, j0, g.n, k0, kend, share);
+    if (LAYOUT == STAGED_K_INNER) {
+        staged_copy(As, A, g.lda, i0, g.m, k0, kend, share);
+        staged_copy(Bs, B, g.ldb, j0, g.n, k0, kend, share);
+    } else {
+        staged_copy_rows(As, A, g.lda, i0, g.m, k0, kend);
+        staged_copy_rows(Bs, B, g.ldb, j0, g.n, k0, kend);
+    }
     copies_async_wait();
     __syncthreads();
-    /* this group's part of the share; past k (zeros) skipped */
-    const int live = kend > k0 ? (int)((kend - k0 + 3) / 4) : 0;
-    const int q0 = quads * group / STAGED_GROUPS, q1_part = quads * (group + 1) / STAGED_GROUPS;
-    const int q1 = q1_part < live ? q1_part : live;
     float acc[STAGED_RUN][STAGED_RUN] = {};
+    if (LAYOUT == STAGED_K_INNER) {
+        /* this group's part of the share in runs of 4 of k; past k (zeros) skipped */
+        const int quads = share / 4, live = kend > k0 ? (int)((kend - k0 + 3) / 4) : 0;
+        const int q0 = quads * group / STAGED_GROUPS, q1_part = quads * (group + 1) / STAGED_GROUPS;
+        const int q1 = q1_part < live ? q1_part : live;
 #pragma unroll 2
-    for (int kq = q0; kq < q1; kq++) {
-        float4 av[STAGED_RUN], bv[STAGED_RUN];
-        staged_quad(As, ldk, ty, kq, av);
-        staged_quad(Bs, ldk, tx, kq, bv);
-        auto multiply = [&](auto pick) {
+        for (int kq = q0; kq < q1; kq++) {
+            float4 av[STAGED_RUN], bv[STAGED_RUN];
+            staged_quad(As, ldk, ty, kq, av);
+            staged_quad(Bs, ldk, tx, kq, bv);
+            auto multiply = [&](auto pick) {
+#pragma unroll
+                for (int r = 0; r < STAGED_RUN; r++)
+#pragma unroll
+                    for (int c = 0; c < STAGED_RUN; c++)
+                        acc[r][c] += pick(av[r]) * pick(bv[c]);
+            };
+            multiply([](const float4 &v) { return v.x; });
+            multiply([](const float4 &v) { return v.y; });
+            multiply([](const float4 &v) { return v.z; });
+            multiply([](const float4 &v) { return v.w; });
+        }
+    } else {
+        /* this group's part of the share's rows; past k (never copied) skipped */
+        const int live = kend > k0 ? (int)(kend - k0) : 0;
+        const int r0 = share * group / STAGED_GROUPS, r1_part = share * (group + 1) / STAGED_GROUPS;
+        const int r1 = r1_part < live ? r1_part : live;
+#pragma unroll 4
+        for (int kr = r0; kr < r1; kr++) {
+            const float4 *a4 = reinterpret_cast<const float4 *>(As + kr * STAGED_TILE),
+                         *b4 = reinterpret_cast<const float4 *>(Bs + kr * STAGED_TILE);
+            const float4 a_lo = a4[ty], a_hi = a4[ty + STAGED_SIDE], b_lo = b4[tx], b_hi = b4[tx + STAGED_SIDE];
+            const float a[STAGED_RUN] = { a_lo.x, a_lo.y, a_lo.z, a_lo.w, a_hi.x, a_hi.y, a_hi.z, a_hi.w };
+            const float bb[STAGED_RUN] = { b_lo.x, b_lo.y, b_lo.z, b_lo.w, b_hi.x, b_hi.y, b_hi.z, b_hi.w };
 #pragma unroll
             for (int r = 0; r < STAGED_RUN; r++)
 #pragma unroll
                 for (int c = 0; c < STAGED_RUN; c++)
-                    acc[r][c] += pick(av[r]) * pick(bv[c]);
-        };
-        multiply([](const float4 &v) { return v.x; });
-        multiply([](const float4 &v) { return v.y; });
-        multiply([](const float4 &v) { return v.z; });
-        multiply([](const float4 &v) { return v.w; });
+                    acc[r][c] += a[r] * bb[c];
+        }
     }
     /* Each group leaves its sums in the operands' space, a thread's
      * outputs STAGED_GROUP_THREADS apart (the lanes of a warp on 32 banks,
@@ -1463,7 +1527,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(cons
 #pragma unroll
         for (int c = 0; c < STAGED_RUN; c++)
             staged_smem[(group * STAGED_RUN * STAGED_RUN + r * STAGED_RUN + c) * STAGED_GROUP_THREADS + t] = acc[r][c];
-    staged_finish(J, (float *)g.C + b * g.stride_c, i0, j0, staged_smem);
+    staged_finish<LAYOUT>(J, (float *)g.C + b * g.stride_c, i0, j0, staged_smem);
 }
 
 /* The most dynamic shared memory staged_gemm_kernel may have on the
@@ -1484,8 +1548,11 @@ static size_t staged_smem_limit(void)
         int optin = 0;
         if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess) {
             optin = optin < STAGED_MAX_SMEM ? optin : STAGED_MAX_SMEM;
-            if (optin > limit && cudaFuncSetAttribute(staged_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                      optin) == cudaSuccess)
+            if (optin > limit &&
+                cudaFuncSetAttribute(staged_gemm_kernel<STAGED_K_INNER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     optin) == cudaSuccess &&
+                cudaFuncSetAttribute(staged_gemm_kernel<STAGED_K_ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     optin) == cudaSuccess)
                 limit = optin;
         }
         (void)cudaGetLastError();   /* a refusal above is an answer, not an error for the next call to find */
@@ -1496,7 +1563,8 @@ static size_t staged_smem_limit(void)
 }
 
 /* Whether the staged kernel takes g, and its plan: a float32 product of
- * operands contiguous along k and aligned for 16-byte copies, past our
+ * operands in one of its layouts (both contiguous along k, or both along
+ * their rows) and aligned for 16-byte copies, past our
  * other kernels' size and within STAGED_FLOPS, at least half a tile in
  * each dimension (a narrower one would waste most of every block), whose
  * share of k fits the device's shared memory. */
@@ -1504,7 +1572,8 @@ static bool staged_plan(staged_job &s, const gemm_args &g, size_t *smem)
 {
     pthread_once(&own_limits_once, own_limits_read);
     const double flops = (double)g.m * (double)g.n * (double)g.k * (double)g.batch;
-    if (g.dtype != DP_FLOAT32 || g.trans_a || !g.trans_b || g.allow_tf32 || g.epilogue == DPC_EPI_BGRAD ||
+    const bool k_inner = !g.trans_a && g.trans_b, k_rows = g.trans_a && !g.trans_b;
+    if (g.dtype != DP_FLOAT32 || !(k_inner || k_rows) || g.allow_tf32 || g.epilogue == DPC_EPI_BGRAD ||
         g.k <= 0 || g.m < STAGED_TILE / 2 || g.n < STAGED_TILE / 2 || flops > own_limits.staged_flops ||
         !own_can_split())
         return false;
@@ -1528,13 +1597,15 @@ static bool staged_plan(staged_job &s, const gemm_args &g, size_t *smem)
     if (share > STAGED_MAX_SMEM || tiles * splits > INT32_MAX)
         return false;
     /* the operands, or later the groups' sums */
-    const int64_t floats = 2 * STAGED_TILE * staged_ld((int)share), least = STAGED_GROUPS * STAGED_TILE * STAGED_TILE;
+    const int64_t floats = 2 * STAGED_TILE * (k_inner ? staged_ld((int)share) : share),
+                  least = STAGED_GROUPS * STAGED_TILE * STAGED_TILE;
     *smem = (size_t)(floats > least ? floats : least) * sizeof(float);
     if (*smem > staged_smem_limit())
         return false;
     J.splits = splits;
     J.blocks = tiles * splits;
     s.share = (int)share;
+    s.layout = k_inner ? STAGED_K_INNER : STAGED_K_ROWS;
     return true;
 }
 
@@ -1553,8 +1624,10 @@ static int staged_launch(const staged_job &s, size_t smem)
     cluster.id = cudaLaunchAttributeClusterDimension;
     cluster.val.clusterDim.x = (unsigned)s.job.splits;
     cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-    const int rc = launch_kernel_smem(&cluster, s.job.splits > 1, smem, staged_gemm_kernel, (unsigned)s.job.blocks,
-                                      STAGED_THREADS, s.job.g.stream, s);
+    const int rc = launch_kernel_smem(&cluster, s.job.splits > 1, smem,
+                                      s.layout == STAGED_K_INNER ? staged_gemm_kernel<STAGED_K_INNER>
+                                                                 : staged_gemm_kernel<STAGED_K_ROWS>,
+                                      (unsigned)s.job.blocks, STAGED_THREADS, s.job.g.stream, s);
     if (rc == 0)
         staged_launches.fetch_add(1, std::memory_order_relaxed);
     return rc;
