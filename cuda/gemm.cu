@@ -1294,18 +1294,6 @@ struct staged_job {
 };
 }  // namespace
 
-/* The row of the tile of a thread's output r (of its STAGED_RUN), the
- * thread ty along the rows; the same of its columns. K_INNER reads each
- * output's operand rows 16 bytes along k, rows STAGED_SIDE apart (in 8
- * bank groups); K_ROWS reads 4 rows side by side at once, two such runs
- * half a tile apart. */
-static_assert(STAGED_RUN == 8 && STAGED_SIDE * 4 == STAGED_TILE / 2, "K_ROWS reads two runs of 4 a tile apart");
-template <int LAYOUT>
-__device__ static inline int staged_at(int ty, int r)
-{
-    return LAYOUT == STAGED_K_INNER ? ty + STAGED_SIDE * r : 4 * ty + (r & 3) + STAGED_TILE / 2 * (r >> 2);
-}
-
 /* 16 bytes from global src (of which `bytes`, the rest zero) to shared dst */
 __device__ static inline void copy_async16(void *dst, const void *src, int bytes)
 {
@@ -1382,10 +1370,12 @@ __device__ static inline void staged_quad(const float *S, int ldk, int tr, int k
 }
 
 /* The tile's elements from the groups' sums (sums: the block's, as
- * staged_gemm_kernel leaves them), added over the cluster's blocks in
- * rank order (split k) and each block's groups in order, through the
- * epilogue into C: each block takes every splits-th 256 runs of 4
- * columns (a thread one), 16 bytes from each group of each block. */
+ * staged_gemm_kernel leaves them: with K_INNER a thread's outputs
+ * STAGED_GROUP_THREADS apart, with K_ROWS the tile's rows), added over
+ * the cluster's blocks in rank order (split k) and each block's groups in
+ * order, through the epilogue into C: each block takes every splits-th
+ * 256 runs of 4 columns (a thread one), 16 bytes from each group of each
+ * block. */
 template <int LAYOUT>
 __device__ static void staged_finish(const tile_job &J, float *C, int64_t i0, int64_t j0, float *sums)
 {
@@ -1411,18 +1401,19 @@ __device__ static void staged_finish(const tile_job &J, float *C, int64_t i0, in
                         v.z += u[s][gr].z;
                         v.w += u[s][gr].w;
                     }
-            /* f is output (r, c) of thread (tx, ty) of a group, the 3 after it those of tx + 1 .. tx + 3 */
+            /* K_INNER: f is output (r, c) of thread (tx, ty) of a group, the
+             * 3 after it those of tx + 1 .. tx + 3 (the 3 columns after) */
             const int ft = f % STAGED_GROUP_THREADS, rc = f / STAGED_GROUP_THREADS;
-            const int tx = ft % STAGED_SIDE, c = rc % STAGED_RUN;
-            const int64_t i = i0 + staged_at<LAYOUT>(ft / STAGED_SIDE, rc / STAGED_RUN);
+            const int64_t i = i0 + (LAYOUT == STAGED_K_INNER ? ft / STAGED_SIDE + STAGED_SIDE * (rc / STAGED_RUN)
+                                                             : f / STAGED_TILE),
+                          j = j0 + (LAYOUT == STAGED_K_INNER ? ft % STAGED_SIDE + STAGED_SIDE * (rc % STAGED_RUN)
+                                                             : f % STAGED_TILE);
             const float out[4] = { v.x, v.y, v.z, v.w };
             if (i < J.g.m)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int64_t j = j0 + staged_at<LAYOUT>(tx + e, c);
-                    if (j < J.g.n)
-                        tile_finish(J, C, i, j, out[e], epilogue_load<float, float>(J, i, j));
-                }
+                for (int e = 0; e < 4; e++)
+                    if (j + e < J.g.n)
+                        tile_finish(J, C, i, j + e, out[e], epilogue_load<float, float>(J, i, j + e));
         }
     };
     if (J.splits == 1) {
@@ -1445,7 +1436,12 @@ __device__ static void staged_finish(const tile_job &J, float *C, int64_t i0, in
 /* C = op(A) op(B): with K_INNER op(A) = A (m x k) and op(B) = B^T (B n x
  * k), with K_ROWS op(A) = A^T (A k x m) and op(B) = B (k x n); block b is
  * split b % splits of tile b / splits. Thread (tx, ty) of a k-group
- * computes rows staged_at(ty, r), columns staged_at(tx, c). */
+ * computes, with K_INNER, rows ty + STAGED_SIDE r and columns tx +
+ * STAGED_SIDE c (each read 16 bytes along k, rows STAGED_SIDE apart in 8
+ * bank groups); with K_ROWS, rows 4 ty .. 4 ty + 3 and the same half a
+ * tile below, columns likewise from 4 tx (each run of 4 read 16 bytes at
+ * once from a row of k). */
+static_assert(STAGED_RUN == 8 && 4 * STAGED_SIDE == STAGED_TILE / 2, "K_ROWS: two runs of 4 half a tile apart");
 template <int LAYOUT>
 __global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(const __grid_constant__ staged_job s)
 {
@@ -1517,16 +1513,29 @@ __global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(cons
                     acc[r][c] += a[r] * bb[c];
         }
     }
-    /* Each group leaves its sums in the operands' space, a thread's
-     * outputs STAGED_GROUP_THREADS apart (the lanes of a warp on 32 banks,
-     * and 4 columns of a row side by side); then each block of the cluster
-     * (one, unsplit) adds 1 / splits of the tile (staged_finish). */
+    /* Each group leaves its sums in the operands' space: with K_INNER a
+     * thread's outputs STAGED_GROUP_THREADS apart (the lanes of a warp on
+     * 32 banks, and 4 columns of a row side by side), with K_ROWS as the
+     * tile's rows, a thread's runs of 4 columns 16 bytes a store; then each
+     * block of the cluster (one, unsplit) adds 1 / splits of the tile
+     * (staged_finish). */
     __syncthreads();   /* every group is done with the operands */
+    if (LAYOUT == STAGED_K_INNER) {
 #pragma unroll
-    for (int r = 0; r < STAGED_RUN; r++)
+        for (int r = 0; r < STAGED_RUN; r++)
 #pragma unroll
-        for (int c = 0; c < STAGED_RUN; c++)
-            staged_smem[(group * STAGED_RUN * STAGED_RUN + r * STAGED_RUN + c) * STAGED_GROUP_THREADS + t] = acc[r][c];
+            for (int c = 0; c < STAGED_RUN; c++)
+                staged_smem[(group * STAGED_RUN * STAGED_RUN + r * STAGED_RUN + c) * STAGED_GROUP_THREADS + t] =
+                    acc[r][c];
+    } else {
+        float *sums = staged_smem + group * STAGED_TILE * STAGED_TILE;
+#pragma unroll
+        for (int r = 0; r < STAGED_RUN; r++) {
+            float *row = sums + (4 * ty + r % 4 + STAGED_TILE / 2 * (r / 4)) * STAGED_TILE + 4 * tx;
+            *reinterpret_cast<float4 *>(row) = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+            *reinterpret_cast<float4 *>(row + STAGED_TILE / 2) = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
+        }
+    }
     staged_finish<LAYOUT>(J, (float *)g.C + b * g.stride_c, i0, j0, staged_smem);
 }
 
