@@ -326,6 +326,19 @@ __device__ static inline Acc tile_finish(const tile_job &J, T *C, int64_t i, int
     return to_acc(stored);
 }
 
+/* The end of a cluster's reads of one another's shared memory: no block
+ * leaves (its shared memory gone) before every block has read what it
+ * needed from it. Relaxed: each read's value is used before the arrival,
+ * and no write needs to be seen by the others; cluster.sync()'s release
+ * waited for the block's stores to C to drain (6-8% of the staged
+ * kernel's samples under ncu, session 18). */
+__device__ static inline void cluster_leave(void)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+#endif
+}
+
 /* The blocks of a cluster that split a tile's k: each leaves its partial
  * tile (and row sums) in part, then sums its share of the elements over
  * the cluster's blocks in rank order. Every thread of the cluster's
@@ -352,7 +365,7 @@ __device__ static void tile_split_finish(const tile_job &J, T *C, int64_t i0, in
         else
             tile_finish(J, C, i, j, v, epilogue_load<T, Acc>(J, i, j));
     }
-    cluster.sync();   /* no block leaves while another reads its shared memory */
+    cluster_leave();
 #else
     __trap();   /* the host splits only on devices with clusters (own_can_split) */
 #endif
@@ -1379,22 +1392,22 @@ __device__ static inline void staged_quad(const float *S, int ldk, int tr, int k
 template <int LAYOUT>
 __device__ static void staged_finish(const tile_job &J, float *C, int64_t i0, int64_t j0, float *sums)
 {
-    constexpr int ELEMS = STAGED_TILE * STAGED_TILE;
+    constexpr int ELEMS = STAGED_TILE * STAGED_TILE, GROUPS = LAYOUT == STAGED_K_INNER ? STAGED_GROUPS : 1;
     auto finish = [&](int rank, int splits, auto sums_of) {
         for (int f = 4 * (rank * STAGED_THREADS + (int)threadIdx.x); f < ELEMS; f += 4 * STAGED_THREADS * splits) {
             /* every load first, then the sums: one latency of the other blocks' shared memory */
-            float4 u[STAGED_MAX_SPLITS][STAGED_GROUPS];
+            float4 u[STAGED_MAX_SPLITS][GROUPS];
 #pragma unroll
             for (int s = 0; s < STAGED_MAX_SPLITS; s++)
 #pragma unroll
-                for (int gr = 0; gr < STAGED_GROUPS; gr++)
+                for (int gr = 0; gr < GROUPS; gr++)
                     u[s][gr] = s < splits ? *reinterpret_cast<const float4 *>(sums_of(s) + gr * ELEMS + f)
                                           : make_float4(0, 0, 0, 0);
             float4 v = make_float4(0, 0, 0, 0);
 #pragma unroll
             for (int s = 0; s < STAGED_MAX_SPLITS; s++)
 #pragma unroll
-                for (int gr = 0; gr < STAGED_GROUPS; gr++)
+                for (int gr = 0; gr < GROUPS; gr++)
                     if (s < splits) {
                         v.x += u[s][gr].x;
                         v.y += u[s][gr].y;
@@ -1427,7 +1440,7 @@ __device__ static void staged_finish(const tile_job &J, float *C, int64_t i0, in
     cluster.sync();   /* every block's sums are in its shared memory */
     finish((int)cluster.block_rank(), (int)cluster.num_blocks(),
            [&](int s) { return (const float *)cluster.map_shared_rank(sums, s); });
-    cluster.sync();   /* no block leaves while another reads its shared memory */
+    cluster_leave();
 #else
     __trap();   /* the host splits only on devices with clusters (own_can_split) */
 #endif
@@ -1435,13 +1448,80 @@ __device__ static void staged_finish(const tile_job &J, float *C, int64_t i0, in
 
 /* C = op(A) op(B): with K_INNER op(A) = A (m x k) and op(B) = B^T (B n x
  * k), with K_ROWS op(A) = A^T (A k x m) and op(B) = B (k x n); block b is
- * split b % splits of tile b / splits. Thread (tx, ty) of a k-group
- * computes, with K_INNER, rows ty + STAGED_SIDE r and columns tx +
- * STAGED_SIDE c (each read 16 bytes along k, rows STAGED_SIDE apart in 8
- * bank groups); with K_ROWS, rows 4 ty .. 4 ty + 3 and the same half a
- * tile below, columns likewise from 4 tx (each run of 4 read 16 bytes at
- * once from a row of k). */
-static_assert(STAGED_RUN == 8 && 4 * STAGED_SIDE == STAGED_TILE / 2, "K_ROWS: two runs of 4 half a tile apart");
+ * split b % splits of tile b / splits. */
+/* K_INNER: the block's product of the staged operands, k-group by k-group
+ * (live: the k of the share within g.k), each group's sums left in the
+ * operands' space, a thread's outputs STAGED_GROUP_THREADS apart (the
+ * lanes of a warp on 32 banks, and 4 columns of a row side by side).
+ * Thread (tx, ty) of a group computes rows ty + STAGED_SIDE r, columns tx
+ * + STAGED_SIDE c, each operand row read 16 bytes along k, the rows a
+ * quarter warp reads STAGED_SIDE apart (in 8 bank groups). */
+__device__ static void staged_multiply_inner(const float *As, const float *Bs, int ldk, int share, int live)
+{
+    const int t = (int)threadIdx.x % STAGED_GROUP_THREADS, group = (int)threadIdx.x / STAGED_GROUP_THREADS;
+    const int tx = t % STAGED_SIDE, ty = t / STAGED_SIDE;
+    /* this group's part of the share in runs of 4 of k; past k (zeros) skipped */
+    const int quads = share / 4, live_quads = live > 0 ? (live + 3) / 4 : 0;
+    const int q0 = quads * group / STAGED_GROUPS, q1_part = quads * (group + 1) / STAGED_GROUPS;
+    const int q1 = q1_part < live_quads ? q1_part : live_quads;
+    float acc[STAGED_RUN][STAGED_RUN] = {};
+#pragma unroll 2
+    for (int kq = q0; kq < q1; kq++) {
+        float4 av[STAGED_RUN], bv[STAGED_RUN];
+        staged_quad(As, ldk, ty, kq, av);
+        staged_quad(Bs, ldk, tx, kq, bv);
+        auto multiply = [&](auto pick) {
+#pragma unroll
+            for (int r = 0; r < STAGED_RUN; r++)
+#pragma unroll
+                for (int c = 0; c < STAGED_RUN; c++)
+                    acc[r][c] += pick(av[r]) * pick(bv[c]);
+        };
+        multiply([](const float4 &v) { return v.x; });
+        multiply([](const float4 &v) { return v.y; });
+        multiply([](const float4 &v) { return v.z; });
+        multiply([](const float4 &v) { return v.w; });
+    }
+    __syncthreads();   /* every group is done with the operands */
+    float *sums = const_cast<float *>(As);
+#pragma unroll
+    for (int r = 0; r < STAGED_RUN; r++)
+#pragma unroll
+        for (int c = 0; c < STAGED_RUN; c++)
+            sums[(group * STAGED_RUN * STAGED_RUN + r * STAGED_RUN + c) * STAGED_GROUP_THREADS + t] = acc[r][c];
+}
+
+/* K_ROWS: the block's product of the staged operands (live rows of k),
+ * every thread over all of them (no k-groups: a row of k gives each
+ * thread its 4 rows and 4 columns in two 16-byte loads, a quarter warp's
+ * columns side by side), the sums left in the operands' space as the
+ * tile's rows. Thread (tx, ty) computes rows 4 ty .. 4 ty + 3, columns 4
+ * tx .. 4 tx + 3. */
+__device__ static void staged_multiply_rows(const float *As, const float *Bs, int live)
+{
+    constexpr int SIDE = STAGED_TILE / 4;
+    static_assert(SIDE * SIDE == STAGED_THREADS, "K_ROWS: a thread for each 4 x 4 of the tile");
+    const int tx = (int)threadIdx.x % SIDE, ty = (int)threadIdx.x / SIDE;
+    float acc[4][4] = {};
+#pragma unroll 8
+    for (int kr = 0; kr < live; kr++) {
+        const float4 av = reinterpret_cast<const float4 *>(As + kr * STAGED_TILE)[ty],
+                     bv = reinterpret_cast<const float4 *>(Bs + kr * STAGED_TILE)[tx];
+        const float a[4] = { av.x, av.y, av.z, av.w }, bb[4] = { bv.x, bv.y, bv.z, bv.w };
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                acc[r][c] += a[r] * bb[c];
+    }
+    __syncthreads();   /* every thread is done with the operands */
+    float *sums = const_cast<float *>(As);
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+        *reinterpret_cast<float4 *>(sums + (4 * ty + r) * STAGED_TILE + 4 * tx) =
+            make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+}
+
 template <int LAYOUT>
 __global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(const __grid_constant__ staged_job s)
 {
@@ -1459,8 +1539,6 @@ __global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(cons
     const int ldk = LAYOUT == STAGED_K_INNER ? staged_ld(share) : 0;   /* K_ROWS: rows of STAGED_TILE */
     float *As = staged_smem, *Bs = staged_smem + (LAYOUT == STAGED_K_INNER ? STAGED_TILE * ldk : share * STAGED_TILE);
     const float *A = (const float *)g.A + b * g.stride_a, *B = (const float *)g.B + b * g.stride_b;
-    const int t = (int)threadIdx.x % STAGED_GROUP_THREADS, group = (int)threadIdx.x / STAGED_GROUP_THREADS;
-    const int tx = t % STAGED_SIDE, ty = t / STAGED_SIDE;
     wait_for_previous_kernel();
     if (LAYOUT == STAGED_K_INNER) {
         staged_copy(As, A, g.lda, i0, g.m, k0, kend, share);
@@ -1471,71 +1549,10 @@ __global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(cons
     }
     copies_async_wait();
     __syncthreads();
-    float acc[STAGED_RUN][STAGED_RUN] = {};
-    if (LAYOUT == STAGED_K_INNER) {
-        /* this group's part of the share in runs of 4 of k; past k (zeros) skipped */
-        const int quads = share / 4, live = kend > k0 ? (int)((kend - k0 + 3) / 4) : 0;
-        const int q0 = quads * group / STAGED_GROUPS, q1_part = quads * (group + 1) / STAGED_GROUPS;
-        const int q1 = q1_part < live ? q1_part : live;
-#pragma unroll 2
-        for (int kq = q0; kq < q1; kq++) {
-            float4 av[STAGED_RUN], bv[STAGED_RUN];
-            staged_quad(As, ldk, ty, kq, av);
-            staged_quad(Bs, ldk, tx, kq, bv);
-            auto multiply = [&](auto pick) {
-#pragma unroll
-                for (int r = 0; r < STAGED_RUN; r++)
-#pragma unroll
-                    for (int c = 0; c < STAGED_RUN; c++)
-                        acc[r][c] += pick(av[r]) * pick(bv[c]);
-            };
-            multiply([](const float4 &v) { return v.x; });
-            multiply([](const float4 &v) { return v.y; });
-            multiply([](const float4 &v) { return v.z; });
-            multiply([](const float4 &v) { return v.w; });
-        }
-    } else {
-        /* this group's part of the share's rows; past k (never copied) skipped */
-        const int live = kend > k0 ? (int)(kend - k0) : 0;
-        const int r0 = share * group / STAGED_GROUPS, r1_part = share * (group + 1) / STAGED_GROUPS;
-        const int r1 = r1_part < live ? r1_part : live;
-#pragma unroll 4
-        for (int kr = r0; kr < r1; kr++) {
-            const float4 *a4 = reinterpret_cast<const float4 *>(As + kr * STAGED_TILE),
-                         *b4 = reinterpret_cast<const float4 *>(Bs + kr * STAGED_TILE);
-            const float4 a_lo = a4[ty], a_hi = a4[ty + STAGED_SIDE], b_lo = b4[tx], b_hi = b4[tx + STAGED_SIDE];
-            const float a[STAGED_RUN] = { a_lo.x, a_lo.y, a_lo.z, a_lo.w, a_hi.x, a_hi.y, a_hi.z, a_hi.w };
-            const float bb[STAGED_RUN] = { b_lo.x, b_lo.y, b_lo.z, b_lo.w, b_hi.x, b_hi.y, b_hi.z, b_hi.w };
-#pragma unroll
-            for (int r = 0; r < STAGED_RUN; r++)
-#pragma unroll
-                for (int c = 0; c < STAGED_RUN; c++)
-                    acc[r][c] += a[r] * bb[c];
-        }
-    }
-    /* Each group leaves its sums in the operands' space: with K_INNER a
-     * thread's outputs STAGED_GROUP_THREADS apart (the lanes of a warp on
-     * 32 banks, and 4 columns of a row side by side), with K_ROWS as the
-     * tile's rows, a thread's runs of 4 columns 16 bytes a store; then each
-     * block of the cluster (one, unsplit) adds 1 / splits of the tile
-     * (staged_finish). */
-    __syncthreads();   /* every group is done with the operands */
-    if (LAYOUT == STAGED_K_INNER) {
-#pragma unroll
-        for (int r = 0; r < STAGED_RUN; r++)
-#pragma unroll
-            for (int c = 0; c < STAGED_RUN; c++)
-                staged_smem[(group * STAGED_RUN * STAGED_RUN + r * STAGED_RUN + c) * STAGED_GROUP_THREADS + t] =
-                    acc[r][c];
-    } else {
-        float *sums = staged_smem + group * STAGED_TILE * STAGED_TILE;
-#pragma unroll
-        for (int r = 0; r < STAGED_RUN; r++) {
-            float *row = sums + (4 * ty + r % 4 + STAGED_TILE / 2 * (r / 4)) * STAGED_TILE + 4 * tx;
-            *reinterpret_cast<float4 *>(row) = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-            *reinterpret_cast<float4 *>(row + STAGED_TILE / 2) = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
-        }
-    }
+    if (LAYOUT == STAGED_K_INNER)
+        staged_multiply_inner(As, Bs, ldk, share, (int)(kend - k0));
+    else
+        staged_multiply_rows(As, Bs, (int)(kend - k0));
     staged_finish<LAYOUT>(J, (float *)g.C + b * g.stride_c, i0, j0, staged_smem);
 }
 
@@ -1607,7 +1624,7 @@ static bool staged_plan(staged_job &s, const gemm_args &g, size_t *smem)
         return false;
     /* the operands, or later the groups' sums */
     const int64_t floats = 2 * STAGED_TILE * (k_inner ? staged_ld((int)share) : share),
-                  least = STAGED_GROUPS * STAGED_TILE * STAGED_TILE;
+                  least = (k_inner ? STAGED_GROUPS : 1) * STAGED_TILE * STAGED_TILE;
     *smem = (size_t)(floats > least ? floats : least) * sizeof(float);
     if (*smem > staged_smem_limit())
         return false;
