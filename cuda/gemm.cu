@@ -1357,20 +1357,37 @@ __device__ static void staged_copy(float *S, const float *X, int64_t ld, int64_t
     }
 }
 
-/* Copies rows k0 .. kend - 1 of X (X[k * ld + c]), columns c0 .. c0 + 63
- * (c < cols; zeros past it) into S (STAGED_TILE floats a row), 16 bytes a
- * copy. */
+/* Copies rows k0 + r0 .. k0 + r1 - 1 of X (X[k * ld + c]), columns c0 ..
+ * c0 + 63 (c < cols; zeros past it) into rows r0 .. r1 - 1 of S
+ * (STAGED_TILE floats a row), 16 bytes a copy. */
 __device__ static void staged_copy_rows(float *S, const float *X, int64_t ld, int64_t c0, int64_t cols, int64_t k0,
-                                        int64_t kend)
+                                        int r0, int r1)
 {
     constexpr int QUADS = STAGED_TILE / 4, ROW_STEP = STAGED_THREADS / QUADS;
-    const int q = (int)threadIdx.x % QUADS, rows = (int)(kend - k0);
+    const int q = (int)threadIdx.x % QUADS, r_first = r0 + (int)threadIdx.x / QUADS;
     const int64_t left = cols - c0 - 4 * q;
     const int bytes = left > 0 ? (left >= 4 ? 16 : (int)left * 4) : 0;
-    const float *src = X + (k0 + (int)threadIdx.x / QUADS) * ld + c0 + 4 * q;
-#pragma unroll 4
-    for (int r = (int)threadIdx.x / QUADS; r < rows; r += ROW_STEP, src += ROW_STEP * ld)
+    const float *src = X + (k0 + r_first) * ld + c0 + 4 * q;
+#pragma unroll 2
+    for (int r = r_first; r < r1; r += ROW_STEP, src += ROW_STEP * ld)
         copy_async16(S + r * STAGED_TILE + 4 * q, bytes ? src : X, bytes);
+}
+
+/* cp.async's groups: the copies issued since the last commit become one;
+ * then a wait until at most N groups are still landing. */
+__device__ static inline void copies_commit(void)
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ static inline void copies_wait_all_but(void)
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
 }
 
 /* v[r] = k 4 kq .. 4 kq + 3 of row tr + STAGED_SIDE r of the staged
@@ -1495,25 +1512,44 @@ __device__ static void staged_multiply_inner(const float *As, const float *Bs, i
  * every thread over all of them (no k-groups: a row of k gives each
  * thread its 4 rows and 4 columns in two 16-byte loads, a quarter warp's
  * columns side by side), the sums left in the operands' space as the
- * tile's rows. Thread (tx, ty) computes rows 4 ty .. 4 ty + 3, columns 4
- * tx .. 4 tx + 3. */
-__device__ static void staged_multiply_rows(const float *As, const float *Bs, int live)
+ * tile's rows. The rows land in STAGED_ROW_STAGES commit groups of
+ * `stage` rows (staged_gemm_kernel): the first are multiplied while the
+ * rest still land. Thread (tx, ty) computes rows 4 ty .. 4 ty + 3,
+ * columns 4 tx .. 4 tx + 3. */
+#define STAGED_ROW_STAGES 4
+__device__ static void staged_multiply_rows(const float *As, const float *Bs, int live, int stage)
 {
     constexpr int SIDE = STAGED_TILE / 4;
     static_assert(SIDE * SIDE == STAGED_THREADS, "K_ROWS: a thread for each 4 x 4 of the tile");
+    static_assert(STAGED_ROW_STAGES == 4, "the waits below");
     const int tx = (int)threadIdx.x % SIDE, ty = (int)threadIdx.x / SIDE;
     float acc[4][4] = {};
+    auto rows = [&](int r0, int r1) {
+        r1 = r1 < live ? r1 : live;
 #pragma unroll 8
-    for (int kr = 0; kr < live; kr++) {
-        const float4 av = reinterpret_cast<const float4 *>(As + kr * STAGED_TILE)[ty],
-                     bv = reinterpret_cast<const float4 *>(Bs + kr * STAGED_TILE)[tx];
-        const float a[4] = { av.x, av.y, av.z, av.w }, bb[4] = { bv.x, bv.y, bv.z, bv.w };
+        for (int kr = r0; kr < r1; kr++) {
+            const float4 av = reinterpret_cast<const float4 *>(As + kr * STAGED_TILE)[ty],
+                         bv = reinterpret_cast<const float4 *>(Bs + kr * STAGED_TILE)[tx];
+            const float a[4] = { av.x, av.y, av.z, av.w }, bb[4] = { bv.x, bv.y, bv.z, bv.w };
 #pragma unroll
-        for (int r = 0; r < 4; r++)
+            for (int r = 0; r < 4; r++)
 #pragma unroll
-            for (int c = 0; c < 4; c++)
-                acc[r][c] += a[r] * bb[c];
-    }
+                for (int c = 0; c < 4; c++)
+                    acc[r][c] += a[r] * bb[c];
+        }
+    };
+    copies_wait_all_but<3>();
+    __syncthreads();
+    rows(0, stage);
+    copies_wait_all_but<2>();
+    __syncthreads();
+    rows(stage, 2 * stage);
+    copies_wait_all_but<1>();
+    __syncthreads();
+    rows(2 * stage, 3 * stage);
+    copies_wait_all_but<0>();
+    __syncthreads();
+    rows(3 * stage, live);
     __syncthreads();   /* every thread is done with the operands */
     float *sums = const_cast<float *>(As);
 #pragma unroll
@@ -1540,19 +1576,23 @@ __global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(cons
     float *As = staged_smem, *Bs = staged_smem + (LAYOUT == STAGED_K_INNER ? STAGED_TILE * ldk : share * STAGED_TILE);
     const float *A = (const float *)g.A + b * g.stride_a, *B = (const float *)g.B + b * g.stride_b;
     wait_for_previous_kernel();
+    const int live = kend > k0 ? (int)(kend - k0) : 0;
     if (LAYOUT == STAGED_K_INNER) {
         staged_copy(As, A, g.lda, i0, g.m, k0, kend, share);
         staged_copy(Bs, B, g.ldb, j0, g.n, k0, kend, share);
+        copies_async_wait();
+        __syncthreads();
+        staged_multiply_inner(As, Bs, ldk, share, live);
     } else {
-        staged_copy_rows(As, A, g.lda, i0, g.m, k0, kend);
-        staged_copy_rows(Bs, B, g.ldb, j0, g.n, k0, kend);
+        const int stage = (live + STAGED_ROW_STAGES - 1) / STAGED_ROW_STAGES;
+        for (int st = 0; st < STAGED_ROW_STAGES; st++) {
+            const int r0 = st * stage, r1 = r0 + stage < live ? r0 + stage : live;
+            staged_copy_rows(As, A, g.lda, i0, g.m, k0, r0, r1);
+            staged_copy_rows(Bs, B, g.ldb, j0, g.n, k0, r0, r1);
+            copies_commit();
+        }
+        staged_multiply_rows(As, Bs, live, stage);
     }
-    copies_async_wait();
-    __syncthreads();
-    if (LAYOUT == STAGED_K_INNER)
-        staged_multiply_inner(As, Bs, ldk, share, (int)(kend - k0));
-    else
-        staged_multiply_rows(As, Bs, (int)(kend - k0));
     staged_finish<LAYOUT>(J, (float *)g.C + b * g.stride_c, i0, j0, staged_smem);
 }
 
