@@ -1294,16 +1294,10 @@ static int tiled_gemm(tile_jobs &jobs, const dpc_sgd_args *sgd = NULL)
  * of k up to 316 along both operands) */
 #define STAGED_MAX_SMEM (160 * 1024)
 
-/* The operands' layouts the staged kernel takes: both contiguous along k
- * (x @ w^T, a Linear's forward), or both along their rows, k their row
- * index (g^T @ x, a Linear's weight gradient). */
-enum staged_layout { STAGED_K_INNER, STAGED_K_ROWS };
-
 namespace {   /* file-local types: no clash with another file's of the same name */
 struct staged_job {
     tile_job job;   /* tiles_m, tiles_n and splits set; no mask */
     int share;      /* the k of one split: a multiple of 4 */
-    int layout;     /* a staged_layout */
 };
 }  // namespace
 
@@ -1357,39 +1351,6 @@ __device__ static void staged_copy(float *S, const float *X, int64_t ld, int64_t
     }
 }
 
-/* Copies rows k0 + r0 .. k0 + r1 - 1 of X (X[k * ld + c]), columns c0 ..
- * c0 + 63 (c < cols; zeros past it) into rows r0 .. r1 - 1 of S
- * (STAGED_TILE floats a row), 16 bytes a copy. */
-__device__ static void staged_copy_rows(float *S, const float *X, int64_t ld, int64_t c0, int64_t cols, int64_t k0,
-                                        int r0, int r1)
-{
-    constexpr int QUADS = STAGED_TILE / 4, ROW_STEP = STAGED_THREADS / QUADS;
-    const int q = (int)threadIdx.x % QUADS, r_first = r0 + (int)threadIdx.x / QUADS;
-    const int64_t left = cols - c0 - 4 * q;
-    const int bytes = left > 0 ? (left >= 4 ? 16 : (int)left * 4) : 0;
-    const float *src = X + (k0 + r_first) * ld + c0 + 4 * q;
-#pragma unroll 2
-    for (int r = r_first; r < r1; r += ROW_STEP, src += ROW_STEP * ld)
-        copy_async16(S + r * STAGED_TILE + 4 * q, bytes ? src : X, bytes);
-}
-
-/* cp.async's groups: the copies issued since the last commit become one;
- * then a wait until at most N groups are still landing. */
-__device__ static inline void copies_commit(void)
-{
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-template <int N>
-__device__ static inline void copies_wait_all_but(void)
-{
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#endif
-}
-
 /* v[r] = k 4 kq .. 4 kq + 3 of row tr + STAGED_SIDE r of the staged
  * operand: a quarter warp's 8 rows one apart, in 8 bank groups */
 __device__ static inline void staged_quad(const float *S, int ldk, int tr, int kq, float4 (&v)[STAGED_RUN])
@@ -1400,44 +1361,38 @@ __device__ static inline void staged_quad(const float *S, int ldk, int tr, int k
 }
 
 /* The tile's elements from the groups' sums (sums: the block's, as
- * staged_gemm_kernel leaves them: with K_INNER a thread's outputs
- * STAGED_GROUP_THREADS apart, with K_ROWS the tile's rows), added over
- * the cluster's blocks in rank order (split k) and each block's groups in
- * order, through the epilogue into C: each block takes every splits-th
- * 256 runs of 4 columns (a thread one), 16 bytes from each group of each
- * block. */
-template <int LAYOUT>
+ * staged_gemm_kernel leaves them), added over the cluster's blocks in
+ * rank order (split k) and each block's groups in order, through the
+ * epilogue into C: each block takes every splits-th 256 runs of 4
+ * columns (a thread one), 16 bytes from each group of each block. */
 __device__ static void staged_finish(const tile_job &J, float *C, int64_t i0, int64_t j0, float *sums)
 {
-    constexpr int ELEMS = STAGED_TILE * STAGED_TILE, GROUPS = LAYOUT == STAGED_K_INNER ? STAGED_GROUPS : 1;
+    constexpr int ELEMS = STAGED_TILE * STAGED_TILE;
     auto finish = [&](int rank, int splits, auto sums_of) {
         for (int f = 4 * (rank * STAGED_THREADS + (int)threadIdx.x); f < ELEMS; f += 4 * STAGED_THREADS * splits) {
             /* every load first, then the sums: one latency of the other blocks' shared memory */
-            float4 u[STAGED_MAX_SPLITS][GROUPS];
+            float4 u[STAGED_MAX_SPLITS][STAGED_GROUPS];
 #pragma unroll
             for (int s = 0; s < STAGED_MAX_SPLITS; s++)
 #pragma unroll
-                for (int gr = 0; gr < GROUPS; gr++)
+                for (int gr = 0; gr < STAGED_GROUPS; gr++)
                     u[s][gr] = s < splits ? *reinterpret_cast<const float4 *>(sums_of(s) + gr * ELEMS + f)
                                           : make_float4(0, 0, 0, 0);
             float4 v = make_float4(0, 0, 0, 0);
 #pragma unroll
             for (int s = 0; s < STAGED_MAX_SPLITS; s++)
 #pragma unroll
-                for (int gr = 0; gr < GROUPS; gr++)
+                for (int gr = 0; gr < STAGED_GROUPS; gr++)
                     if (s < splits) {
                         v.x += u[s][gr].x;
                         v.y += u[s][gr].y;
                         v.z += u[s][gr].z;
                         v.w += u[s][gr].w;
                     }
-            /* K_INNER: f is output (r, c) of thread (tx, ty) of a group, the
-             * 3 after it those of tx + 1 .. tx + 3 (the 3 columns after) */
+            /* f is output (r, c) of thread (tx, ty) of a group, the 3 after it those of tx + 1 .. tx + 3 */
             const int ft = f % STAGED_GROUP_THREADS, rc = f / STAGED_GROUP_THREADS;
-            const int64_t i = i0 + (LAYOUT == STAGED_K_INNER ? ft / STAGED_SIDE + STAGED_SIDE * (rc / STAGED_RUN)
-                                                             : f / STAGED_TILE),
-                          j = j0 + (LAYOUT == STAGED_K_INNER ? ft % STAGED_SIDE + STAGED_SIDE * (rc % STAGED_RUN)
-                                                             : f % STAGED_TILE);
+            const int64_t i = i0 + ft / STAGED_SIDE + STAGED_SIDE * (rc / STAGED_RUN),
+                          j = j0 + ft % STAGED_SIDE + STAGED_SIDE * (rc % STAGED_RUN);
             const float out[4] = { v.x, v.y, v.z, v.w };
             if (i < J.g.m)
 #pragma unroll
@@ -1463,24 +1418,36 @@ __device__ static void staged_finish(const tile_job &J, float *C, int64_t i0, in
 #endif
 }
 
-/* C = op(A) op(B): with K_INNER op(A) = A (m x k) and op(B) = B^T (B n x
- * k), with K_ROWS op(A) = A^T (A k x m) and op(B) = B (k x n); block b is
- * split b % splits of tile b / splits. */
-/* K_INNER: the block's product of the staged operands, k-group by k-group
- * (live: the k of the share within g.k), each group's sums left in the
- * operands' space, a thread's outputs STAGED_GROUP_THREADS apart (the
- * lanes of a warp on 32 banks, and 4 columns of a row side by side).
- * Thread (tx, ty) of a group computes rows ty + STAGED_SIDE r, columns tx
- * + STAGED_SIDE c, each operand row read 16 bytes along k, the rows a
- * quarter warp reads STAGED_SIDE apart (in 8 bank groups). */
-__device__ static void staged_multiply_inner(const float *As, const float *Bs, int ldk, int share, int live)
+/* C = op(A) op(B) with op(A) = A (m x k) and op(B) = B^T (B n x k), both
+ * contiguous along k; block b is split b % splits of tile b / splits.
+ * Thread (tx, ty) of a k-group computes rows ty + STAGED_SIDE r, columns
+ * tx + STAGED_SIDE c. */
+__global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(const __grid_constant__ staged_job s)
 {
+    let_next_kernel_start();
+    extern __shared__ __align__(16) float staged_smem[];
+    const tile_job &J = s.job;
+    const gemm_args &g = J.g;
+    /* (32-bit: staged_plan keeps the blocks under 2^31) */
+    const int tiles_n = (int)J.tiles_n, tiles_m = (int)J.tiles_m;
+    const int split = (int)blockIdx.x % J.splits, tile = (int)blockIdx.x / J.splits;
+    const int64_t i0 = (int64_t)(tile / tiles_n % tiles_m) * STAGED_TILE, j0 = (int64_t)(tile % tiles_n) * STAGED_TILE;
+    const int64_t b = tile / tiles_n / tiles_m;
+    const int64_t k0 = (int64_t)split * s.share, kend = g.k < k0 + s.share ? g.k : k0 + s.share;
+    const int share = s.share, quads = share / 4, ldk = staged_ld(share);
+    float *As = staged_smem, *Bs = staged_smem + STAGED_TILE * ldk;
+    const float *A = (const float *)g.A + b * g.stride_a, *B = (const float *)g.B + b * g.stride_b;
     const int t = (int)threadIdx.x % STAGED_GROUP_THREADS, group = (int)threadIdx.x / STAGED_GROUP_THREADS;
     const int tx = t % STAGED_SIDE, ty = t / STAGED_SIDE;
-    /* this group's part of the share in runs of 4 of k; past k (zeros) skipped */
-    const int quads = share / 4, live_quads = live > 0 ? (live + 3) / 4 : 0;
+    wait_for_previous_kernel();
+    staged_copy(As, A, g.lda, i0, g.m, k0, kend, share);
+    staged_copy(Bs, B, g.ldb, j0, g.n, k0, kend, share);
+    copies_async_wait();
+    __syncthreads();
+    /* this group's part of the share; past k (zeros) skipped */
+    const int live = kend > k0 ? (int)((kend - k0 + 3) / 4) : 0;
     const int q0 = quads * group / STAGED_GROUPS, q1_part = quads * (group + 1) / STAGED_GROUPS;
-    const int q1 = q1_part < live_quads ? q1_part : live_quads;
+    const int q1 = q1_part < live ? q1_part : live;
     float acc[STAGED_RUN][STAGED_RUN] = {};
 #pragma unroll 2
     for (int kq = q0; kq < q1; kq++) {
@@ -1499,101 +1466,17 @@ __device__ static void staged_multiply_inner(const float *As, const float *Bs, i
         multiply([](const float4 &v) { return v.z; });
         multiply([](const float4 &v) { return v.w; });
     }
+    /* Each group leaves its sums in the operands' space, a thread's
+     * outputs STAGED_GROUP_THREADS apart (the lanes of a warp on 32 banks,
+     * and 4 columns of a row side by side); then each block of the cluster
+     * (one, unsplit) adds 1 / splits of the tile (staged_finish). */
     __syncthreads();   /* every group is done with the operands */
-    float *sums = const_cast<float *>(As);
 #pragma unroll
     for (int r = 0; r < STAGED_RUN; r++)
 #pragma unroll
         for (int c = 0; c < STAGED_RUN; c++)
-            sums[(group * STAGED_RUN * STAGED_RUN + r * STAGED_RUN + c) * STAGED_GROUP_THREADS + t] = acc[r][c];
-}
-
-/* K_ROWS: the block's product of the staged operands (live rows of k),
- * every thread over all of them (no k-groups: a row of k gives each
- * thread its 4 rows and 4 columns in two 16-byte loads, a quarter warp's
- * columns side by side), the sums left in the operands' space as the
- * tile's rows. The rows land in STAGED_ROW_STAGES commit groups of
- * `stage` rows (staged_gemm_kernel): the first are multiplied while the
- * rest still land. Thread (tx, ty) computes rows 4 ty .. 4 ty + 3,
- * columns 4 tx .. 4 tx + 3. */
-#define STAGED_ROW_STAGES 4
-__device__ static void staged_multiply_rows(const float *As, const float *Bs, int live, int stage)
-{
-    constexpr int SIDE = STAGED_TILE / 4;
-    static_assert(SIDE * SIDE == STAGED_THREADS, "K_ROWS: a thread for each 4 x 4 of the tile");
-    static_assert(STAGED_ROW_STAGES == 4, "the waits below");
-    const int tx = (int)threadIdx.x % SIDE, ty = (int)threadIdx.x / SIDE;
-    float acc[4][4] = {};
-    auto rows = [&](int r0, int r1) {
-        r1 = r1 < live ? r1 : live;
-#pragma unroll 8
-        for (int kr = r0; kr < r1; kr++) {
-            const float4 av = reinterpret_cast<const float4 *>(As + kr * STAGED_TILE)[ty],
-                         bv = reinterpret_cast<const float4 *>(Bs + kr * STAGED_TILE)[tx];
-            const float a[4] = { av.x, av.y, av.z, av.w }, bb[4] = { bv.x, bv.y, bv.z, bv.w };
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int c = 0; c < 4; c++)
-                    acc[r][c] += a[r] * bb[c];
-        }
-    };
-    copies_wait_all_but<3>();
-    __syncthreads();
-    rows(0, stage);
-    copies_wait_all_but<2>();
-    __syncthreads();
-    rows(stage, 2 * stage);
-    copies_wait_all_but<1>();
-    __syncthreads();
-    rows(2 * stage, 3 * stage);
-    copies_wait_all_but<0>();
-    __syncthreads();
-    rows(3 * stage, live);
-    __syncthreads();   /* every thread is done with the operands */
-    float *sums = const_cast<float *>(As);
-#pragma unroll
-    for (int r = 0; r < 4; r++)
-        *reinterpret_cast<float4 *>(sums + (4 * ty + r) * STAGED_TILE + 4 * tx) =
-            make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-}
-
-template <int LAYOUT>
-__global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(const __grid_constant__ staged_job s)
-{
-    let_next_kernel_start();
-    extern __shared__ __align__(16) float staged_smem[];
-    const tile_job &J = s.job;
-    const gemm_args &g = J.g;
-    /* (32-bit: staged_plan keeps the blocks under 2^31) */
-    const int tiles_n = (int)J.tiles_n, tiles_m = (int)J.tiles_m;
-    const int split = (int)blockIdx.x % J.splits, tile = (int)blockIdx.x / J.splits;
-    const int64_t i0 = (int64_t)(tile / tiles_n % tiles_m) * STAGED_TILE, j0 = (int64_t)(tile % tiles_n) * STAGED_TILE;
-    const int64_t b = tile / tiles_n / tiles_m;
-    const int64_t k0 = (int64_t)split * s.share, kend = g.k < k0 + s.share ? g.k : k0 + s.share;
-    const int share = s.share;
-    const int ldk = LAYOUT == STAGED_K_INNER ? staged_ld(share) : 0;   /* K_ROWS: rows of STAGED_TILE */
-    float *As = staged_smem, *Bs = staged_smem + (LAYOUT == STAGED_K_INNER ? STAGED_TILE * ldk : share * STAGED_TILE);
-    const float *A = (const float *)g.A + b * g.stride_a, *B = (const float *)g.B + b * g.stride_b;
-    wait_for_previous_kernel();
-    const int live = kend > k0 ? (int)(kend - k0) : 0;
-    if (LAYOUT == STAGED_K_INNER) {
-        staged_copy(As, A, g.lda, i0, g.m, k0, kend, share);
-        staged_copy(Bs, B, g.ldb, j0, g.n, k0, kend, share);
-        copies_async_wait();
-        __syncthreads();
-        staged_multiply_inner(As, Bs, ldk, share, live);
-    } else {
-        const int stage = (live + STAGED_ROW_STAGES - 1) / STAGED_ROW_STAGES;
-        for (int st = 0; st < STAGED_ROW_STAGES; st++) {
-            const int r0 = st * stage, r1 = r0 + stage < live ? r0 + stage : live;
-            staged_copy_rows(As, A, g.lda, i0, g.m, k0, r0, r1);
-            staged_copy_rows(Bs, B, g.ldb, j0, g.n, k0, r0, r1);
-            copies_commit();
-        }
-        staged_multiply_rows(As, Bs, live, stage);
-    }
-    staged_finish<LAYOUT>(J, (float *)g.C + b * g.stride_c, i0, j0, staged_smem);
+            staged_smem[(group * STAGED_RUN * STAGED_RUN + r * STAGED_RUN + c) * STAGED_GROUP_THREADS + t] = acc[r][c];
+    staged_finish(J, (float *)g.C + b * g.stride_c, i0, j0, staged_smem);
 }
 
 /* The most dynamic shared memory staged_gemm_kernel may have on the
@@ -1614,11 +1497,8 @@ static size_t staged_smem_limit(void)
         int optin = 0;
         if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess) {
             optin = optin < STAGED_MAX_SMEM ? optin : STAGED_MAX_SMEM;
-            if (optin > limit &&
-                cudaFuncSetAttribute(staged_gemm_kernel<STAGED_K_INNER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     optin) == cudaSuccess &&
-                cudaFuncSetAttribute(staged_gemm_kernel<STAGED_K_ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     optin) == cudaSuccess)
+            if (optin > limit && cudaFuncSetAttribute(staged_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      optin) == cudaSuccess)
                 limit = optin;
         }
         (void)cudaGetLastError();   /* a refusal above is an answer, not an error for the next call to find */
@@ -1629,8 +1509,7 @@ static size_t staged_smem_limit(void)
 }
 
 /* Whether the staged kernel takes g, and its plan: a float32 product of
- * operands in one of its layouts (both contiguous along k, or both along
- * their rows) and aligned for 16-byte copies, past our
+ * operands contiguous along k and aligned for 16-byte copies, past our
  * other kernels' size and within STAGED_FLOPS, at least half a tile in
  * each dimension (a narrower one would waste most of every block), whose
  * share of k fits the device's shared memory. */
@@ -1638,8 +1517,7 @@ static bool staged_plan(staged_job &s, const gemm_args &g, size_t *smem)
 {
     pthread_once(&own_limits_once, own_limits_read);
     const double flops = (double)g.m * (double)g.n * (double)g.k * (double)g.batch;
-    const bool k_inner = !g.trans_a && g.trans_b, k_rows = g.trans_a && !g.trans_b;
-    if (g.dtype != DP_FLOAT32 || !(k_inner || k_rows) || g.allow_tf32 || g.epilogue == DPC_EPI_BGRAD ||
+    if (g.dtype != DP_FLOAT32 || g.trans_a || !g.trans_b || g.allow_tf32 || g.epilogue == DPC_EPI_BGRAD ||
         g.k <= 0 || g.m < STAGED_TILE / 2 || g.n < STAGED_TILE / 2 || flops > own_limits.staged_flops ||
         !own_can_split())
         return false;
@@ -1663,15 +1541,13 @@ static bool staged_plan(staged_job &s, const gemm_args &g, size_t *smem)
     if (share > STAGED_MAX_SMEM || tiles * splits > INT32_MAX)
         return false;
     /* the operands, or later the groups' sums */
-    const int64_t floats = 2 * STAGED_TILE * (k_inner ? staged_ld((int)share) : share),
-                  least = (k_inner ? STAGED_GROUPS : 1) * STAGED_TILE * STAGED_TILE;
+    const int64_t floats = 2 * STAGED_TILE * staged_ld((int)share), least = STAGED_GROUPS * STAGED_TILE * STAGED_TILE;
     *smem = (size_t)(floats > least ? floats : least) * sizeof(float);
     if (*smem > staged_smem_limit())
         return false;
     J.splits = splits;
     J.blocks = tiles * splits;
     s.share = (int)share;
-    s.layout = k_inner ? STAGED_K_INNER : STAGED_K_ROWS;
     return true;
 }
 
@@ -1690,10 +1566,8 @@ static int staged_launch(const staged_job &s, size_t smem)
     cluster.id = cudaLaunchAttributeClusterDimension;
     cluster.val.clusterDim.x = (unsigned)s.job.splits;
     cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-    const int rc = launch_kernel_smem(&cluster, s.job.splits > 1, smem,
-                                      s.layout == STAGED_K_INNER ? staged_gemm_kernel<STAGED_K_INNER>
-                                                                 : staged_gemm_kernel<STAGED_K_ROWS>,
-                                      (unsigned)s.job.blocks, STAGED_THREADS, s.job.g.stream, s);
+    const int rc = launch_kernel_smem(&cluster, s.job.splits > 1, smem, staged_gemm_kernel, (unsigned)s.job.blocks,
+                                      STAGED_THREADS, s.job.g.stream, s);
     if (rc == 0)
         staged_launches.fetch_add(1, std::memory_order_relaxed);
     return rc;
