@@ -357,9 +357,17 @@ __device__ static void tile_split_finish(const tile_job &J, T *C, int64_t i0, in
         const int64_t i = i0 + (sum_row ? e - TILE * TILE : e / TILE), j = j0 + e % TILE;
         if (i >= J.g.m || (sum_row ? !with_sums : j >= J.g.n))
             continue;
+        /* every block's value first, then the sums in rank order: one
+         * latency of the others' shared memory, not one a block */
+        Acc u[OWN_MAX_SPLITS];
+#pragma unroll
+        for (int s = 0; s < OWN_MAX_SPLITS; s++)
+            u[s] = s < splits ? cluster.map_shared_rank(part, s)[e] : Acc(0);
         Acc v = 0;
-        for (int s = 0; s < splits; s++)
-            v += cluster.map_shared_rank(part, s)[e];
+#pragma unroll
+        for (int s = 0; s < OWN_MAX_SPLITS; s++)
+            if (s < splits)
+                v += u[s];
         if (sum_row)
             store((T *)J.g.bias + i, v);
         else
