@@ -17,11 +17,20 @@
  * tests/sh/test_cuda_sources.sh checks every kernel of cuda/ for it.
  * Kernels of others (cuBLASLt's, NCCL's) and copies keep plain stream
  * order on either side of ours. DPLUA_PDL=0 turns PDL off, for measuring.
+ *
+ * The launch itself goes to the driver's cuLaunchKernelEx where the
+ * runtime can hand it over (dpc_launch, device.cu): the runtime's
+ * cudaLaunchKernelEx costs the host more for the same launch, and an
+ * eager step of small layers is a chain of launches the host must keep
+ * ahead of. DPLUA_DRIVER_LAUNCH=0 keeps the runtime's call, for measuring.
  */
 #ifndef DPC_LAUNCH_CUH
 #define DPC_LAUNCH_CUH
 
 #include <cuda_runtime.h>
+
+#include <tuple>
+#include <utility>
 
 /* let_next_kernel_start lets the kernel after this one in the stream be
  * scheduled; wait_for_previous_kernel waits until the kernel before this
@@ -56,6 +65,20 @@ __device__ __forceinline__ void begin_after_previous_kernel(void)
 enum { DPC_CAN_CLUSTER = 1, DPC_CAN_PDL = 2 };
 int dpc_device_can(void);
 
+/* Launches kernel (a kernel of ours) as config says, its parameters'
+ * values at params[0 .. n - 1] (cudaLaunchKernelExC's contract): through
+ * the driver's cuLaunchKernelEx where it is at hand, else the runtime's
+ * call. A CUDA status, left for no later call to find. */
+int dpc_launch(const cudaLaunchConfig_t *config, const void *kernel, void **params);
+
+template <typename... Params, size_t... I>
+static inline int launch_values(const cudaLaunchConfig_t &config, void (*kernel)(Params...),
+                                std::tuple<Params...> &values, std::index_sequence<I...>)
+{
+    void *params[] = { static_cast<void *>(&std::get<I>(values))..., NULL };
+    return dpc_launch(&config, reinterpret_cast<const void *>(kernel), params);
+}
+
 /* kernel<<<grid, block, smem, stream>>>(args...) with the launch
  * attributes `extra` (count of them, at most 3) and PDL where the device
  * has it; a CUDA status. */
@@ -79,10 +102,8 @@ static inline int launch_kernel_smem(const cudaLaunchAttribute *extra, int count
     config.stream = stream;
     config.attrs = attrs;
     config.numAttrs = (unsigned)n;
-    int rc = (int)cudaLaunchKernelEx(&config, kernel, static_cast<Args &&>(args)...);
-    if (rc)
-        (void)cudaGetLastError();   /* returned here, not left for the next call that asks */
-    return rc;
+    std::tuple<Params...> values(static_cast<Args &&>(args)...);   /* each converted to its parameter's type */
+    return launch_values(config, kernel, values, std::index_sequence_for<Params...>{});
 }
 
 /* the same without dynamic shared memory */
