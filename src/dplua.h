@@ -237,9 +237,11 @@ typedef struct dp_work dp_work;
 typedef enum { DP_RED_SUM = 0, DP_RED_AVG, DP_RED_MAX, DP_RED_MIN, DP_RED_PRODUCT } dp_redop_dist;
 
 /* is_server: bind host:port (port 0 picks a free one) and serve; rank is
- * the client's rank (-1 if none), so the server can tell who went away. */
+ * the client's rank (-1 if none), so the server can tell who went away;
+ * generation: which initialisation of the job this is (a store of
+ * another refuses the client, which retries until timeout_s). */
 dp_status dp_store_open(dp_store **out, const char *host, int port, int is_server, int rank,
-                        const char *token, double timeout_s);
+                        const char *token, int64_t generation, double timeout_s);
 /* The client protocol of PyTorch's TCPStore (torchrun's agent store). */
 dp_status dp_store_open_torch(dp_store **out, const char *host, int port, double timeout_s);
 int dp_store_port(const dp_store *s);

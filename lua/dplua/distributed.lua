@@ -68,7 +68,7 @@ function dist.TCPStore(host, port, world_size, is_master, timeout)
     raise("TCPStore: expected a port number in [0, 65535], got " .. tostring(port))
   end
   local token = os.getenv("DPLUA_JOB_TOKEN") or ""
-  check(C.dp_store_open(store_box, host, port, is_master and 1 or 0, -1, token, timeout or DEFAULT_TIMEOUT))
+  check(C.dp_store_open(store_box, host, port, is_master and 1 or 0, -1, token, 0, timeout or DEFAULT_TIMEOUT))
   return wrap_store(store_box[0])
 end
 
@@ -147,12 +147,18 @@ local function rendezvous_env(opts)
   return { rank = rank, world_size = world, local_rank = local_rank or rank, addr = addr or "127.0.0.1", port = port or 0 }
 end
 
+-- init_process_group's stores opened by this process: their generation
+local inits = 0
+
 local function open_store(env, timeout)
   if os.getenv("TORCHELASTIC_USE_AGENT_STORE") == "True" and not env.alone then
     check(C.dp_store_open_torch(store_box, env.addr, env.port, timeout))
   else
+    -- (the generation: a rank that re-initialises before rank 0 has
+    -- closed the last group's store is refused by it and retries)
     local token = os.getenv("DPLUA_JOB_TOKEN") or ""
-    check(C.dp_store_open(store_box, env.addr, env.port, env.rank == 0 and 1 or 0, env.rank, token, timeout))
+    inits = inits + 1
+    check(C.dp_store_open(store_box, env.addr, env.port, env.rank == 0 and 1 or 0, env.rank, token, inits, timeout))
   end
   return wrap_store(store_box[0])
 end

@@ -12,8 +12,12 @@
  *
  * A request's id comes back in its reply, so a client can drop a late
  * reply to a request it gave up on. The first frame of a connection is
- * HELLO [token] [rank as 8-byte int]; the server answers OK, or ERROR and
- * closes when the token differs from its own. Anything malformed (bad
+ * HELLO [token] [rank as 8-byte int] [generation as 8-byte int]; the
+ * server answers OK, or ERROR and closes when the token or the generation
+ * differs from its own. The generation tells one init_process_group of a
+ * job from the next on the same port: a rank that re-initialises before
+ * rank 0 has closed the old store is refused by it, and retries until the
+ * new one serves. Anything malformed (bad
  * magic, version or flags, a length over the limit, an unknown op, fields
  * that do not fill the body exactly, a connection that ends mid-frame)
  * closes that connection and is logged once to stderr. Nothing a peer
@@ -54,6 +58,8 @@
 #define FRAME_VERSION 1
 #define HDR 16
 #define HELLO_MAX (64u << 10)          /* the largest frame before HELLO */
+/* how a refusal for another generation begins (the client then retries) */
+#define GENERATION_REFUSED "another generation:"
 #define OUT_MAX ((size_t)256 << 20)    /* replies queued for a client that does not read */
 #define LOG_MAX 50                     /* rejected connections logged, then silence */
 
@@ -350,6 +356,7 @@ struct store_server {
     char connect_host[64];     /* how this process reaches its own server */
     unsigned char *token;
     size_t token_len;
+    int64_t generation;
     struct conn **conns;
     size_t nconns, capconns;
     struct entry **buckets;
@@ -666,7 +673,7 @@ static void do_hello(struct store_server *sv, struct conn *c, uint32_t id, struc
 {
     size_t tn;
     const unsigned char *tok = take_field(cu, &tn);
-    int64_t rank = take_i64(cu);
+    int64_t rank = take_i64(cu), generation = take_i64(cu);
     unsigned char diff = 0;
     if (cu->bad || cu->n != 0 || rank < -1 || rank > (1 << 24)) {
         reject(sv, c, "malformed HELLO frame");
@@ -678,6 +685,14 @@ static void do_hello(struct store_server *sv, struct conn *c, uint32_t id, struc
     if (diff) {
         reply_error(sv, c, id, "wrong job token (the client's DPLUA_JOB_TOKEN is not this job's)");
         server_log(sv, c, "wrong job token");
+        c->closing = 1;
+        return;
+    }
+    if (generation != sv->generation) {
+        char msg[160];
+        snprintf(msg, sizeof msg, GENERATION_REFUSED " this store serves initialisation %lld of its job, the "
+                 "client's is %lld", (long long)sv->generation, (long long)generation);
+        reply_error(sv, c, id, msg);
         c->closing = 1;
         return;
     }
@@ -1180,7 +1195,8 @@ in_use:
                    port, shown);
 }
 
-static dp_status server_start(struct store_server **out, const char *host, int port, const char *token)
+static dp_status server_start(struct store_server **out, const char *host, int port, const char *token,
+                              int64_t generation)
 {
     struct store_server *sv = calloc(1, sizeof *sv);
     sigset_t all, old;
@@ -1197,6 +1213,7 @@ static dp_status server_start(struct store_server **out, const char *host, int p
         return dp_fail(DP_ERR_MEMORY, "dp_store_open: out of memory");
     }
     memcpy(sv->token, token, sv->token_len + 1);
+    sv->generation = generation;
     if ((st = server_bind(sv, host, port)) != DP_OK) {
         server_free(sv);
         return st;
@@ -1635,8 +1652,13 @@ static const struct store_ops dplua_ops = {
     dl_set, dl_get, dl_add, dl_compare_set, dl_wait, dl_check, dl_del, dl_close
 };
 
-/* HELLO: the token and rank; the server answers OK or why not. */
-static dp_status hello(dp_store *s, const char *token, double deadline)
+/* HELLO: the token, rank and generation; the server answers OK or why
+ * not. On a failure *again says whether connecting again may succeed:
+ * HELLO_OTHER_GENERATION when the server refused the generation alone,
+ * HELLO_LOST when the connection ended before the answer (a store going
+ * away: its successor may be coming), else 0. */
+enum { HELLO_OTHER_GENERATION = 1, HELLO_LOST };
+static dp_status hello(dp_store *s, const char *token, int64_t generation, double deadline, int *again)
 {
     static const char fn[] = "dp_store_open";
     struct store_buf b = { 0 };
@@ -1646,6 +1668,8 @@ static dp_status hello(dp_store *s, const char *token, double deadline)
     req_begin(&b);
     req_key(&b, token);
     req_i64(&b, s->rank);
+    req_i64(&b, generation);
+    *again = 0;
     r = rpc(s, fn, OP_HELLO, &b, deadline, &rep);
     store_buf_free(&b);
     if (r == ETIMEDOUT)
@@ -1653,6 +1677,7 @@ static dp_status hello(dp_store *s, const char *token, double deadline)
                        "store? under torchrun, MASTER_PORT is the agent's PyTorch TCPStore)",
                        fn, s->host, s->port);
     if (r != 0) {
+        *again = HELLO_LOST;
         if (s->failed && strstr(s->failed, "closed by the store"))
             return dp_fail(DP_ERR_IO, "%s: the server at %s:%d closed the connection during the "
                            "handshake (is it a dplua store of this job? under torchrun, MASTER_PORT is "
@@ -1663,8 +1688,11 @@ static dp_status hello(dp_store *s, const char *token, double deadline)
         struct cursor cu = { rep.body, rep.len, 0 };
         size_t n = 0;
         const unsigned char *m = take_field(&cu, &n);
-        st = dp_fail(DP_ERR_STATE, "%s: the store at %s:%d refused this client: %.*s", fn, s->host,
-                     s->port, m ? (int)n : 0, m ? (const char *)m : "");
+        if (m && n >= strlen(GENERATION_REFUSED) && memcmp(m, GENERATION_REFUSED, strlen(GENERATION_REFUSED)) == 0)
+            *again = HELLO_OTHER_GENERATION;
+        st = dp_fail(DP_ERR_STATE, "%s: the store at %s:%d refused this client: %.*s%s", fn, s->host,
+                     s->port, m ? (int)n : 0, m ? (const char *)m : "",
+                     *again ? " (did the ranks call init_process_group a different number of times?)" : "");
     } else {
         st = reply_status(s, fn, &rep, OP_OK);
     }
@@ -1677,7 +1705,7 @@ static dp_status hello(dp_store *s, const char *token, double deadline)
 /* ======================================================================== */
 
 dp_status dp_store_open(dp_store **out, const char *host, int port, int is_server, int rank,
-                        const char *token, double timeout_s)
+                        const char *token, int64_t generation, double timeout_s)
 {
     dp_store *s;
     dp_status st;
@@ -1707,7 +1735,7 @@ dp_status dp_store_open(dp_store **out, const char *host, int port, int is_serve
     deadline = store_now() + s->timeout_s;
     snprintf(s->host, sizeof s->host, "%s", host && *host ? host : "127.0.0.1");
     if (is_server) {
-        st = server_start(&s->server, host, port, token);
+        st = server_start(&s->server, host, port, token, generation);
         if (st != DP_OK) {
             free(s);
             return st;
@@ -1715,10 +1743,34 @@ dp_status dp_store_open(dp_store **out, const char *host, int port, int is_serve
         port = s->server->port;
     }
     s->port = port;
-    st = store_connect(&s->fd, "dp_store_open", s->server ? s->server->connect_host : s->host, port,
-                       s->timeout_s);
-    if (st == DP_OK)
-        st = hello(s, token, deadline);
+    /* A store of another generation (the last init_process_group's, not
+     * yet closed by its rank 0) refuses the handshake, or goes away during
+     * it: connect again until this one's serves or the time is up, and
+     * then say why (a refusal says more than a last attempt cut short by
+     * the deadline). */
+    char refused[512] = "";
+    for (int again = 1, tries = 0; again; tries++) {
+        const double left = deadline - store_now();
+        st = store_connect(&s->fd, "dp_store_open", s->server ? s->server->connect_host : s->host, port,
+                           tries == 0 ? s->timeout_s : left > 0.001 ? left : 0.001);
+        if (st == DP_OK)
+            st = hello(s, token, generation, deadline, &again);
+        else
+            again = 0;
+        if (st != DP_OK && again == HELLO_OTHER_GENERATION)
+            snprintf(refused, sizeof refused, "%s", dp_last_error());
+        if (st != DP_OK && again && store_now() + 0.1 < deadline) {
+            close(s->fd);
+            s->fd = -1;
+            free(s->failed);
+            s->failed = NULL;
+            usleep(20000);
+        } else {
+            again = 0;
+        }
+    }
+    if (st != DP_OK && refused[0])
+        st = dp_fail(DP_ERR_STATE, "%s", refused);
     if (st != DP_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", dp_last_error());

@@ -163,6 +163,27 @@ run -e "local ok, err = pcall(require('store').open, $port, {token = 'wrong', ti
 sleep 0.2
 [ "$(grep -c "wrong job token" "$tmp/server.err")" -eq 1 ]; ok $? "the server logs the wrong token once"
 
+# ---------------------------------------------------------------- the generation
+
+run -e "local M = require('store'); local t0 = M.now()
+local ok, err = pcall(M.open, $port, {generation = 2, timeout = 1}); print(err); print(M.now() - t0 > 0.9)"
+[ $status -eq 0 ] && has out "refused this client: another generation: this store serves initialisation 0 of its job, the client's is 2" \
+    && has out "a different number of times" && has out true
+ok $? "a client of another generation retries until its timeout, then says why"
+
+# A store of generation 1 on a port, closed after 1 s and replaced by one of
+# generation 2 (a rank 0 that re-initialised): a client of generation 2 that
+# came first (it reached the old store) retries and joins the new one.
+dp -e "local M = require('store'); local old = M.open(0, {server = true, generation = 1}); local p = old:port()
+local f = io.open('$tmp/gen.port', 'w'); f:write(p); f:close(); M.sleep(1); old:close()
+local new = M.open(p, {server = true, generation = 2}); io.write(new:get('joined', 20))" >"$tmp/gen.out" 2>&1 &
+gen_server=$!
+for _ in $(seq 100); do [ -s "$tmp/gen.port" ] && break; sleep 0.05; done
+run -e "local s = require('store').open($(cat "$tmp/gen.port"), {generation = 2, timeout = 20}); s:set('joined', 'yes'); print('joined')"
+wait $gen_server
+[ $status -eq 0 ] && is_out joined && [ "$(cat "$tmp/gen.out")" = yes ]
+ok $? "a client that reached the last generation's store joins the next one on the same port"
+
 # ---------------------------------------------------------------- malformed frames
 
 # expect_closed HEX...: the server closes the connection and logs one line.
@@ -199,7 +220,7 @@ ok $? "another protocol version is refused"
 
 # a valid HELLO, then garbage: refused, and the rank is marked lost
 tok=$(printf 'T0K' | od -An -tx1 | tr -d ' \n')
-hello="$(frame 1 19)$(le32 3)${tok}$(le32 8)0900000000000000"
+hello="$(frame 1 31)$(le32 3)${tok}$(le32 8)0900000000000000$(le32 8)0000000000000000"
 expect_closed "$hello" "deadbeefdeadbeefdeadbeefdeadbeef" && has server.err "bad magic"
 ok $? "garbage after a valid HELLO closes that connection"
 
@@ -261,7 +282,7 @@ ok $? "a client waiting when the serving process dies fails at once, not at its 
 
 run -e "local ffi = require('ffi'); local C = require('dplua').C
 local out = ffi.new('dp_store *[1]')
-print(C.dp_store_open(out, '127.0.0.1', 70000, 0, -1, 'x', 1), ffi.string(C.dp_last_error()))
+print(C.dp_store_open(out, '127.0.0.1', 70000, 0, -1, 'x', 0, 1), ffi.string(C.dp_last_error()))
 print(C.dp_store_set(nil, 'k', 'v', 1), ffi.string(C.dp_last_error()))
 print(C.dp_store_wait(nil, nil, 0, 1) ~= 0)"
 [ $status -eq 0 ] && has out "port 70000 is out of range" && has out "the store is NULL" && has out "true"
