@@ -208,7 +208,31 @@ end
 
 -- The group a call runs on (nil: the default one), checked: a value that
 -- is not a group, or a group destroyed, would reach C as a null pointer.
+-- new_group's answer on a rank outside the group, as PyTorch's
+-- GroupMember.NON_GROUP_MEMBER: a collective given it does nothing there
+-- (and says so once a call's name, on stderr), get_rank and
+-- get_world_size give -1, and anything else refuses it by name.
+local NON_MEMBER = setmetatable({}, { __tostring = function() return "GroupMember.NON_GROUP_MEMBER" end })
+dist.GroupMember = setmetatable({ NON_GROUP_MEMBER = NON_MEMBER }, {
+  __index = function(_, k) if k == "WORLD" then return state.pg end end,
+})
+
+local said_outside = {}
+local function outside(group, fn)
+  if group ~= NON_MEMBER then return false end
+  if not said_outside[fn] then
+    said_outside[fn] = true
+    io.stderr:write(string.format("dplua: %s on global rank %d, which is not a member of the given group " ..
+                                  "(new_group gave it GroupMember.NON_GROUP_MEMBER): nothing done, as in PyTorch\n",
+                                  fn, state.rank))
+  end
+  return true
+end
+
 local function group_of(group)
+  if group == NON_MEMBER then
+    raise("this rank is not a member of the group (new_group gave it GroupMember.NON_GROUP_MEMBER)")
+  end
   if group == nil then
     if not state.pg then
       raise("Default process group has not been initialized, please make sure to call init_process_group.")
@@ -225,8 +249,8 @@ end
 
 function dist.is_available() return true end
 function dist.is_initialized() return state.pg ~= nil end
-function dist.get_rank(group) return group_of(group).rank end
-function dist.get_world_size(group) return group_of(group).size end
+function dist.get_rank(group) return group == NON_MEMBER and -1 or group_of(group).rank end
+function dist.get_world_size(group) return group == NON_MEMBER and -1 or group_of(group).size end
 function dist.get_local_rank() group_of(); return state.local_rank end
 function dist.get_backend(group) return group_of(group).backend end
 function dist.get_store() group_of(); return state.store end
@@ -249,7 +273,7 @@ function dist.new_group(ranks, opts)
     end
     if r == world.rank then mine = i - 1 end
   end
-  if mine == nil then return nil end
+  if mine == nil then return NON_MEMBER end
   local g = make_group(backend, mine, #ranks, opts.timeout or state.timeout, name, ranks)
   state.subgroups[g] = true
   return g
@@ -267,6 +291,7 @@ local function free_group(g)
 end
 
 function dist.destroy_process_group(group)
+  if group == NON_MEMBER then return end
   if group ~= nil and group ~= state.pg then
     free_group(group_of(group))
     return
@@ -342,7 +367,9 @@ end
 -- Options come as positional PyTorch arguments or a trailing table:
 -- all_reduce(t, op, group, async_op) or all_reduce(t, {op=, group=, async_op=}).
 local function opts_of(a, names)
-  if type(a[1]) == "table" and not is_tensor(a[1]) and getmetatable(a[1]) ~= Group then return a[1] end
+  if type(a[1]) == "table" and not is_tensor(a[1]) and getmetatable(a[1]) ~= Group and a[1] ~= NON_MEMBER then
+    return a[1]
+  end
   local o = {}
   for i, n in ipairs(names) do o[n] = a[i] end
   return o
@@ -350,18 +377,21 @@ end
 
 function dist.all_reduce(t, ...)
   local o = opts_of({ ... }, { "op", "group", "async_op" })
+  if outside(o.group, "all_reduce") then return end
   contiguous_tensor(t, "all_reduce")
   return collective(o.group, o.async_op, C.dp_pg_all_reduce, 2, t.p, reduce_op(o.op, "all_reduce"))
 end
 
 function dist.broadcast(t, src, ...)
   local o = opts_of({ ... }, { "group", "async_op" })
+  if outside(o.group, "broadcast") then return end
   contiguous_tensor(t, "broadcast")
   return collective(o.group, o.async_op, C.dp_pg_broadcast, 2, t.p, group_rank(o.group, src or 0, "broadcast"))
 end
 
 function dist.reduce(t, dst, ...)
   local o = opts_of({ ... }, { "op", "group", "async_op" })
+  if outside(o.group, "reduce") then return end
   contiguous_tensor(t, "reduce")
   return collective(o.group, o.async_op, C.dp_pg_reduce, 3, t.p, group_rank(o.group, dst or 0, "reduce"),
                     reduce_op(o.op, "reduce"))
@@ -369,6 +399,7 @@ end
 
 function dist.all_gather_into_tensor(out, t, ...)
   local o = opts_of({ ... }, { "group", "async_op" })
+  if outside(o.group, "all_gather_into_tensor") then return end
   contiguous_tensor(out, "all_gather_into_tensor"); contiguous_tensor(t, "all_gather_into_tensor")
   return collective(o.group, o.async_op, C.dp_pg_all_gather, 2, out.p, t.p)
 end
@@ -376,6 +407,7 @@ end
 -- all_gather(list, t): list gets one tensor per rank (existing tensors are filled)
 function dist.all_gather(list, t, ...)
   local o = opts_of({ ... }, { "group", "async_op" })
+  if outside(o.group, "all_gather") then return end
   local g = group_of(o.group)
   contiguous_tensor(t, "all_gather")
   if type(list) ~= "table" then raise("all_gather: expected a table for the output list") end
@@ -391,6 +423,7 @@ end
 
 function dist.reduce_scatter_tensor(out, t, ...)
   local o = opts_of({ ... }, { "op", "group", "async_op" })
+  if outside(o.group, "reduce_scatter_tensor") then return end
   contiguous_tensor(out, "reduce_scatter_tensor"); contiguous_tensor(t, "reduce_scatter_tensor")
   return collective(o.group, o.async_op, C.dp_pg_reduce_scatter, 3, out.p, t.p, reduce_op(o.op, "reduce_scatter"))
 end
@@ -403,6 +436,7 @@ end
 
 function dist.all_to_all_single(out, t, ...)
   local o = opts_of({ ... }, { "output_split_sizes", "input_split_sizes", "group", "async_op" })
+  if outside(o.group, "all_to_all_single") then return end
   if o.output_split_sizes or o.input_split_sizes then
     raise("all_to_all_single: uneven splits are not supported; use equal splits along dim 0")
   end
@@ -412,6 +446,7 @@ end
 
 function dist.all_to_all(out_list, in_list, ...)
   local o = opts_of({ ... }, { "group", "async_op" })
+  if outside(o.group, "all_to_all") then return end
   if type(out_list) ~= "table" or type(in_list) ~= "table" or #out_list ~= #in_list then
     raise("all_to_all: expected output and input lists of the same length (one tensor per rank)")
   end
@@ -436,18 +471,23 @@ local function tag_of(tag, fn)
 end
 
 function dist.send(t, dst, group, tag)
+  if outside(group, "send") then return end
   contiguous_tensor(t, "send")
   check(C.dp_pg_send(group_of(group).p, t.p, group_rank(group, dst, "send"), tag_of(tag, "send")))
 end
 
 function dist.recv(t, src, group, tag)
+  if outside(group, "recv") then return -1 end
   contiguous_tensor(t, "recv")
   if src == nil then raise("recv: receiving from any source is not supported; pass src") end
   check(C.dp_pg_recv(group_of(group).p, t.p, group_rank(group, src, "recv"), tag_of(tag, "recv")))
   return src
 end
 
-function dist.barrier(group) check(C.dp_pg_barrier(group_of(group).p)) end
+function dist.barrier(group)
+  if outside(group, "barrier") then return end
+  check(C.dp_pg_barrier(group_of(group).p))
+end
 
 ---------------------------------------------------------------- DistributedDataParallel
 

@@ -48,6 +48,25 @@ else
   local sub = dist.new_group(everyone)
   dist.all_reduce(t, { group = sub })
   ok(t[0]:item() == world, "a subgroup's all_reduce")
+  -- a group of rank 0 alone: elsewhere new_group gives NON_GROUP_MEMBER,
+  -- with which a collective does nothing (as in PyTorch) rather than run
+  -- on the default group, and anything else is refused by name
+  local solo = dist.new_group({ 0 })
+  local u = torch.full({ 2 }, rank + 1)
+  dist.all_reduce(u, { group = solo })
+  dist.all_reduce(u, dist.ReduceOp.SUM, solo)
+  dist.broadcast(u, 0, solo)
+  dist.barrier(solo)
+  ok(u[0]:item() == rank + 1, "all_reduce, broadcast and barrier on a group of rank 0 alone leave a tensor as it was")
+  ok((rank == 0) == (solo ~= dist.GroupMember.NON_GROUP_MEMBER) and dist.get_world_size(solo) == (rank == 0 and 1 or -1)
+     and dist.get_rank(solo) == (rank == 0 and 0 or -1), "new_group's answer outside the group, and its rank and size -1")
+  if rank ~= 0 then
+    raises(function() nn.parallel.DistributedDataParallel(nn.Linear(3, 2), { process_group = solo }) end,
+           "not a member of the group", "a DDP over a group this rank is not in")
+  else
+    ok(true, "a DDP over a group this rank is not in (a member here)")
+  end
+  dist.destroy_process_group(solo)
   local ddp = nn.parallel.DistributedDataParallel(nn.Linear(3, 2))
   local store = dist.get_store()
   dist.destroy_process_group(sub)

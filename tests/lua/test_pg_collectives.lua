@@ -642,12 +642,13 @@ function S.dist_module()
   dist.reduce_scatter_tensor(mine, big)
   check_values(mine, { world * 2 * rank + sum - world, world * (2 * rank + 1) + sum - world }, "reduce_scatter_tensor")
   local g = dist.new_group({ 0, world - 1 })
-  if g then
-    t = torch.ones(1)
-    dist.all_reduce(t, dist.ReduceOp.SUM, g)
+  t = torch.ones(1)
+  dist.all_reduce(t, dist.ReduceOp.SUM, g)
+  if g ~= dist.GroupMember.NON_GROUP_MEMBER then
     check_values(t, { 2 }, "all_reduce on new_group({0, world - 1})")
   else
-    check(rank ~= 0 and rank ~= world - 1, "non-members get no group")
+    check(rank ~= 0 and rank ~= world - 1 and t[0]:item() == 1,
+          "non-members get GroupMember.NON_GROUP_MEMBER, with which all_reduce does nothing")
   end
   dist.barrier()
   dist.destroy_process_group()
