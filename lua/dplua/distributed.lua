@@ -78,40 +78,61 @@ local function take_value()
   return s
 end
 
-function Store:set(key, value) value = tostring(value); check(C.dp_store_set(store_p(self), key, value, #value)) end
+-- A store's keys are strings, its timeouts seconds, as in PyTorch.
+local function store_key(key, fn)
+  if type(key) ~= "string" then raise(string.format("store:%s: expected a string key, got %s", fn, type(key))) end
+  return key
+end
+local function store_timeout(timeout, fn)
+  if timeout == nil then return DEFAULT_TIMEOUT end
+  if type(timeout) ~= "number" or timeout ~= timeout then
+    raise(string.format("store:%s: expected a timeout in seconds, got %s", fn, tostring(timeout)))
+  end
+  return timeout
+end
+
+function Store:set(key, value)
+  value = tostring(value)
+  check(C.dp_store_set(store_p(self), store_key(key, "set"), value, #value))
+end
 function Store:get(key, timeout)
-  check(C.dp_store_get(store_p(self), key, value_box, len_box, timeout or DEFAULT_TIMEOUT))
+  check(C.dp_store_get(store_p(self), store_key(key, "get"), value_box, len_box, store_timeout(timeout, "get")))
   return take_value()
 end
 function Store:add(key, delta)
-  check(C.dp_store_add(store_p(self), key, delta or 1, i64_box))
+  if delta ~= nil and (type(delta) ~= "number" or delta % 1 ~= 0 or delta < -2 ^ 63 or delta >= 2 ^ 63) then
+    raise("store:add: expected an integer to add, got " .. tostring(delta))
+  end
+  check(C.dp_store_add(store_p(self), store_key(key, "add"), delta or 1, i64_box))
   return tonumber(i64_box[0])
 end
 function Store:compare_set(key, expected, desired)
   expected, desired = tostring(expected), tostring(desired)
-  check(C.dp_store_compare_set(store_p(self), key, expected, #expected, desired, #desired, value_box, len_box))
+  check(C.dp_store_compare_set(store_p(self), store_key(key, "compare_set"), expected, #expected, desired, #desired,
+                               value_box, len_box))
   return take_value()
 end
-local function key_array(keys)
+local function key_array(keys, fn)
   if type(keys) == "string" then keys = { keys } end
+  if type(keys) ~= "table" then raise(string.format("store:%s: expected a key or a list of keys, got %s", fn, type(keys))) end
   local arr = ffi.new("const char*[?]", #keys)
-  for i, k in ipairs(keys) do arr[i - 1] = k end
+  for i, k in ipairs(keys) do arr[i - 1] = store_key(k, fn) end
   return arr, #keys, keys
 end
 function Store:wait(keys, timeout)
-  local arr, n, hold = key_array(keys)
-  check(C.dp_store_wait(store_p(self), arr, n, timeout or DEFAULT_TIMEOUT))
+  local arr, n, hold = key_array(keys, "wait")
+  check(C.dp_store_wait(store_p(self), arr, n, store_timeout(timeout, "wait")))
   return hold ~= nil
 end
 function Store:check(keys)
-  local arr, n, hold = key_array(keys)
+  local arr, n, hold = key_array(keys, "check")
   local out = ffi.new("int[1]")
   check(C.dp_store_check(store_p(self), arr, n, out))
   return hold ~= nil and out[0] ~= 0
 end
 function Store:delete_key(key)
   local out = ffi.new("int[1]")
-  check(C.dp_store_delete(store_p(self), key, out))
+  check(C.dp_store_delete(store_p(self), store_key(key, "delete_key"), out))
   return out[0] ~= 0
 end
 function Store:port() return C.dp_store_port(store_p(self)) end
@@ -450,6 +471,10 @@ function dist.all_to_all(out_list, in_list, ...)
   if type(out_list) ~= "table" or type(in_list) ~= "table" or #out_list ~= #in_list then
     raise("all_to_all: expected output and input lists of the same length (one tensor per rank)")
   end
+  local size = group_of(o.group).size
+  if #in_list ~= size then
+    raise(string.format("all_to_all: expected one tensor per rank of the group (%d), got %d", size, #in_list))
+  end
   local inp = torch.cat(in_list, 0):contiguous()
   local out = torch.empty(inp:size(), { dtype = inp.dtype, device = inp.device })
   collective(o.group, false, C.dp_pg_all_to_all, 2, out.p, inp.p)
@@ -516,7 +541,11 @@ local function make_ddp_class()
     local n = #params
     local parr, narr = ffi.new("dp_tensor*[?]", n), ffi.new("const char*[?]", n)
     for i = 1, n do parr[i - 1] = params[i].p; narr[i - 1] = names[i] end
-    local cap = (opts.bucket_cap_mb or 25) * 1024 * 1024
+    local cap_mb = opts.bucket_cap_mb or 25
+    if type(cap_mb) ~= "number" or not (cap_mb > 0) then
+      raise("DistributedDataParallel: expected bucket_cap_mb to be a positive number, got " .. tostring(cap_mb))
+    end
+    local cap = cap_mb * 1024 * 1024
     check(C.dp_ddp_new(ddp_box, g.p, n, parr, narr, math.min(1024 * 1024, cap), cap,
                        opts.find_unused_parameters and 1 or 0))
     rawset(self, "_reducer", ffi.gc(ddp_box[0], C.dp_ddp_free))

@@ -45,6 +45,13 @@ else
   raises(function() dist.all_reduce(torch.ones(2), 2.5) end, "expected a dist.ReduceOp", "an op of 2.5")
   raises(function() dist.send(torch.ones(2), 0, nil, 1.5) end, "expected a tag", "a tag of 1.5")
   raises(function() dist.recv(torch.ones(2), 0, nil, 2 ^ 40) end, "expected a tag", "a tag of 2^40")
+  local st = dist.get_store()
+  raises(function() st:wait({ 1 }) end, "store:wait: expected a string key, got number", "a number as a store key")
+  raises(function() st:get("k", "soon") end, "store:get: expected a timeout in seconds", "a string as a timeout")
+  raises(function() st:add("k", 0.5) end, "store:add: expected an integer to add", "half as a store's delta")
+  raises(function() nn.parallel.DistributedDataParallel(nn.Linear(3, 2), { bucket_cap_mb = "big" }) end,
+         "expected bucket_cap_mb to be a positive number", "a string as bucket_cap_mb")
+  raises(function() dist.all_to_all({}, {}) end, "one tensor per rank of the group", "all_to_all of empty lists")
   local sub = dist.new_group(everyone)
   dist.all_reduce(t, { group = sub })
   ok(t[0]:item() == world, "a subgroup's all_reduce")

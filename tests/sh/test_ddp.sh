@@ -31,11 +31,11 @@ run --nproc_per_node=2 "$dist/ddp_features.lua"
 ok $? "DDP features: broadcast from rank 0, state_dict keys, no_sync, unused parameters"
 
 run --nproc_per_node=2 "$dist/group_lifetime.lua"
-[ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.18' "$tmp/out"
+[ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.23' "$tmp/out"
 ok $? "groups and the store after destroy_process_group, values that are not groups (Lua errors, not crashes), and three new default groups on the port"
 
 run --nproc_per_node=1 "$dist/group_lifetime.lua"
-[ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.18' "$tmp/out"
+[ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.23' "$tmp/out"
 ok $? "the same on one rank"
 
 run --nproc_per_node=2 "$dist/group_lifetime.lua" store-first
