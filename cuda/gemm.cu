@@ -328,10 +328,13 @@ __device__ static inline Acc tile_finish(const tile_job &J, T *C, int64_t i, int
 
 /* The end of a cluster's reads of one another's shared memory: no block
  * leaves (its shared memory gone) before every block has read what it
- * needed from it. Relaxed: each read's value is used before the arrival,
- * and no write needs to be seen by the others; cluster.sync()'s release
- * waited for the block's stores to C to drain (6-8% of the staged
- * kernel's samples under ncu, session 18). */
+ * needed from it. Relaxed, which orders no memory access: so every read
+ * of another block's shared memory must have its value used (stored)
+ * before the arrival, which then cannot come before the read has
+ * returned; and no write needs to be seen by the others. cluster.sync()'s
+ * release waited for the block's stores to C to drain (session 18: with
+ * it relaxed and tile_split_finish's loads at once, the MLP step replayed
+ * 1.6 us shorter). */
 __device__ static inline void cluster_leave(void)
 {
 #if __CUDA_ARCH__ >= 900
@@ -1381,6 +1384,12 @@ __device__ static void staged_finish(const tile_job &J, float *C, int64_t i0, in
     constexpr int ELEMS = STAGED_TILE * STAGED_TILE;
     auto finish = [&](int rank, int splits, auto sums_of) {
         for (int f = 4 * (rank * STAGED_THREADS + (int)threadIdx.x); f < ELEMS; f += 4 * STAGED_THREADS * splits) {
+            /* f is output (r, c) of thread (tx, ty) of a group, the 3 after it those of tx + 1 .. tx + 3 */
+            const int ft = f % STAGED_GROUP_THREADS, rc = f / STAGED_GROUP_THREADS;
+            const int64_t i = i0 + ft / STAGED_SIDE + STAGED_SIDE * (rc / STAGED_RUN),
+                          j = j0 + ft % STAGED_SIDE + STAGED_SIDE * (rc % STAGED_RUN);
+            if (i >= J.g.m || j >= J.g.n)
+                continue;   /* (loaded only where stored: cluster_leave) */
             /* every load first, then the sums: one latency of the other blocks' shared memory */
             float4 u[STAGED_MAX_SPLITS][STAGED_GROUPS];
 #pragma unroll
@@ -1400,16 +1409,11 @@ __device__ static void staged_finish(const tile_job &J, float *C, int64_t i0, in
                         v.z += u[s][gr].z;
                         v.w += u[s][gr].w;
                     }
-            /* f is output (r, c) of thread (tx, ty) of a group, the 3 after it those of tx + 1 .. tx + 3 */
-            const int ft = f % STAGED_GROUP_THREADS, rc = f / STAGED_GROUP_THREADS;
-            const int64_t i = i0 + ft / STAGED_SIDE + STAGED_SIDE * (rc / STAGED_RUN),
-                          j = j0 + ft % STAGED_SIDE + STAGED_SIDE * (rc % STAGED_RUN);
             const float out[4] = { v.x, v.y, v.z, v.w };
-            if (i < J.g.m)
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (j + e < J.g.n)
-                        tile_finish(J, C, i, j + e, out[e], epilogue_load<float, float>(J, i, j + e));
+            for (int e = 0; e < 4; e++)
+                if (j + e < J.g.n)
+                    tile_finish(J, C, i, j + e, out[e], epilogue_load<float, float>(J, i, j + e));
         }
     };
     if (J.splits == 1) {

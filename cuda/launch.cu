@@ -42,7 +42,8 @@ static void driver_launch_load(void)
  * the stream's context), asked of the runtime once: an open-addressed
  * table by the kernel's address, each slot written once under the mutex
  * (the handle before the key that publishes it) and read without it. A
- * full table leaves the rest to the runtime. */
+ * handle the runtime would not give is kept as NULL: that kernel is the
+ * runtime's to launch, as are all past a full table. */
 #define KERNEL_SLOTS 1024
 static std::atomic<const void *> kernel_keys[KERNEL_SLOTS];
 static std::atomic<CUkernel> kernel_handles[KERNEL_SLOTS];
@@ -61,10 +62,9 @@ static CUkernel kernel_handle(const void *kernel)
                 if (cudaGetKernel(&handle, kernel) != cudaSuccess) {
                     (void)cudaGetLastError();
                     handle = NULL;
-                } else {
-                    kernel_handles[slot].store((CUkernel)handle, std::memory_order_relaxed);
-                    kernel_keys[slot].store(kernel, std::memory_order_release);
                 }
+                kernel_handles[slot].store((CUkernel)handle, std::memory_order_relaxed);
+                kernel_keys[slot].store(kernel, std::memory_order_release);
                 pthread_mutex_unlock(&kernel_insert);
                 return (CUkernel)handle;
             }
@@ -76,16 +76,20 @@ static CUkernel kernel_handle(const void *kernel)
     return NULL;
 }
 
+static int runtime_launch(const cudaLaunchConfig_t *config, const void *kernel, void **params)
+{
+    const int rc = (int)cudaLaunchKernelExC(config, kernel, params);
+    if (rc)
+        (void)cudaGetLastError();   /* returned here, not left for the next call that asks */
+    return rc;
+}
+
 int dpc_launch(const cudaLaunchConfig_t *config, const void *kernel, void **params)
 {
     pthread_once(&driver_launch_once, driver_launch_load);
     const CUkernel handle = driver_launch ? kernel_handle(kernel) : NULL;
-    if (handle == NULL) {
-        const int rc = (int)cudaLaunchKernelExC(config, kernel, params);
-        if (rc)
-            (void)cudaGetLastError();   /* returned here, not left for the next call that asks */
-        return rc;
-    }
+    if (handle == NULL)
+        return runtime_launch(config, kernel, params);
     static_assert(sizeof(CUlaunchAttribute) == sizeof(cudaLaunchAttribute) &&
                       sizeof(CUlaunchAttributeValue) == sizeof(cudaLaunchAttributeValue),
                   "the runtime's launch attributes are the driver's");
@@ -108,7 +112,10 @@ int dpc_launch(const cudaLaunchConfig_t *config, const void *kernel, void **para
     c.attrs = attrs;
     c.numAttrs = n;
     /* CUresult's numbers are cudaError_t's (CUDA_ERROR_ILLEGAL_ADDRESS is
-     * cudaErrorIllegalAddress, 700) */
-    return (int)driver_launch(&c, (CUfunction)handle, params, NULL);
+     * cudaErrorIllegalAddress, 700). On a thread without a current context
+     * (no runtime call yet: the runtime would make the device's primary
+     * context current) the runtime's call launches instead. */
+    const CUresult rc = driver_launch(&c, (CUfunction)handle, params, NULL);
+    return rc == CUDA_ERROR_INVALID_CONTEXT ? runtime_launch(config, kernel, params) : (int)rc;
 }
 

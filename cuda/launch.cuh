@@ -19,7 +19,7 @@
  * order on either side of ours. DPLUA_PDL=0 turns PDL off, for measuring.
  *
  * The launch itself goes to the driver's cuLaunchKernelEx where the
- * runtime can hand it over (dpc_launch, device.cu): the runtime's
+ * runtime can hand it over (dpc_launch, launch.cu): the runtime's
  * cudaLaunchKernelEx costs the host more for the same launch, and an
  * eager step of small layers is a chain of launches the host must keep
  * ahead of. DPLUA_DRIVER_LAUNCH=0 keeps the runtime's call, for measuring.

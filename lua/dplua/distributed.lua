@@ -178,9 +178,10 @@ local function open_store(env, timeout)
     -- (the generation: a rank that re-initialises before rank 0 has
     -- closed the last group's store is refused by it and retries)
     local token = os.getenv("DPLUA_JOB_TOKEN") or ""
-    inits = inits + 1
-    check(C.dp_store_open(store_box, env.addr, env.port, env.rank == 0 and 1 or 0, env.rank, token, inits, timeout))
+    check(C.dp_store_open(store_box, env.addr, env.port, env.rank == 0 and 1 or 0, env.rank, token, inits + 1,
+                          timeout))
   end
+  inits = inits + 1   -- (not on a failure: a retry under pcall stays in step with the other ranks)
   return wrap_store(store_box[0])
 end
 
@@ -224,7 +225,9 @@ function dist.init_process_group(backend, opts)
   state.store = open_store(env, timeout)
   state.rank, state.world_size, state.local_rank = env.rank, env.world_size, env.local_rank
   state.backend, state.timeout = backend, timeout
-  state.pg = make_group(backend, env.rank, env.world_size, timeout, "default", nil)
+  -- (a later initialisation's keys apart from the last's, in a store that
+  -- outlives it: torchrun's agent store)
+  state.pg = make_group(backend, env.rank, env.world_size, timeout, inits > 1 and "default." .. inits or "default", nil)
 end
 
 -- The group a call runs on (nil: the default one), checked: a value that
@@ -450,6 +453,7 @@ function dist.reduce_scatter_tensor(out, t, ...)
 end
 
 function dist.reduce_scatter(out, list, ...)
+  if outside(opts_of({ ... }, { "op", "group", "async_op" }).group, "reduce_scatter") then return end
   if type(list) ~= "table" or #list == 0 then raise("reduce_scatter: expected a non-empty list of input tensors") end
   local flat = torch.cat(list, 0):contiguous()
   return dist.reduce_scatter_tensor(out, flat:view(-1):view(flat:size()), ...)
@@ -542,8 +546,9 @@ local function make_ddp_class()
     local parr, narr = ffi.new("dp_tensor*[?]", n), ffi.new("const char*[?]", n)
     for i = 1, n do parr[i - 1] = params[i].p; narr[i - 1] = names[i] end
     local cap_mb = opts.bucket_cap_mb or 25
-    if type(cap_mb) ~= "number" or not (cap_mb > 0) then
-      raise("DistributedDataParallel: expected bucket_cap_mb to be a positive number, got " .. tostring(cap_mb))
+    if type(cap_mb) ~= "number" or not (cap_mb * 1024 * 1024 >= 1 and cap_mb < 2 ^ 40) then
+      raise("DistributedDataParallel: expected bucket_cap_mb to be a positive number of megabytes (at least one " ..
+            "byte, less than 2^40), got " .. tostring(cap_mb))
     end
     local cap = cap_mb * 1024 * 1024
     check(C.dp_ddp_new(ddp_box, g.p, n, parr, narr, math.min(1024 * 1024, cap), cap,

@@ -13,11 +13,12 @@
  * A request's id comes back in its reply, so a client can drop a late
  * reply to a request it gave up on. The first frame of a connection is
  * HELLO [token] [rank as 8-byte int] [generation as 8-byte int]; the
- * server answers OK, or ERROR and closes when the token or the generation
- * differs from its own. The generation tells one init_process_group of a
- * job from the next on the same port: a rank that re-initialises before
- * rank 0 has closed the old store is refused by it, and retries until the
- * new one serves. Anything malformed (bad
+ * server answers OK, or ERROR and closes when the token differs from its
+ * own, or the generation when both are set (not 0). The generation tells
+ * one init_process_group of a job from the next on the same port: a rank
+ * that re-initialises before rank 0 has closed the old store is refused
+ * by it, and retries until the new one serves. (A store opened by hand,
+ * dist.TCPStore, is of generation 0 and joins any.) Anything malformed (bad
  * magic, version or flags, a length over the limit, an unknown op, fields
  * that do not fill the body exactly, a connection that ends mid-frame)
  * closes that connection and is logged once to stderr. Nothing a peer
@@ -688,7 +689,7 @@ static void do_hello(struct store_server *sv, struct conn *c, uint32_t id, struc
         c->closing = 1;
         return;
     }
-    if (generation != sv->generation) {
+    if (generation != sv->generation && generation != 0 && sv->generation != 0) {
         char msg[160];
         snprintf(msg, sizeof msg, GENERATION_REFUSED " this store serves initialisation %lld of its job, the "
                  "client's is %lld", (long long)sv->generation, (long long)generation);
@@ -1656,8 +1657,9 @@ static const struct store_ops dplua_ops = {
  * not. On a failure *again says whether connecting again may succeed:
  * HELLO_OTHER_GENERATION when the server refused the generation alone,
  * HELLO_LOST when the connection ended before the answer (a store going
- * away: its successor may be coming), else 0. */
+ * away, whose successor may be coming; or not a dplua store), else 0. */
 enum { HELLO_OTHER_GENERATION = 1, HELLO_LOST };
+#define HELLO_LOST_TRIES 3   /* handshakes lost in a row, tried again (generation set) */
 static dp_status hello(dp_store *s, const char *token, int64_t generation, double deadline, int *again)
 {
     static const char fn[] = "dp_store_open";
@@ -1677,7 +1679,8 @@ static dp_status hello(dp_store *s, const char *token, int64_t generation, doubl
                        "store? under torchrun, MASTER_PORT is the agent's PyTorch TCPStore)",
                        fn, s->host, s->port);
     if (r != 0) {
-        *again = HELLO_LOST;
+        if (s->failed)   /* set by conn_lost, and only there */
+            *again = HELLO_LOST;
         if (s->failed && strstr(s->failed, "closed by the store"))
             return dp_fail(DP_ERR_IO, "%s: the server at %s:%d closed the connection during the "
                            "handshake (is it a dplua store of this job? under torchrun, MASTER_PORT is "
@@ -1744,12 +1747,12 @@ dp_status dp_store_open(dp_store **out, const char *host, int port, int is_serve
     }
     s->port = port;
     /* A store of another generation (the last init_process_group's, not
-     * yet closed by its rank 0) refuses the handshake, or goes away during
-     * it: connect again until this one's serves or the time is up, and
-     * then say why (a refusal says more than a last attempt cut short by
-     * the deadline). */
-    char refused[512] = "";
-    for (int again = 1, tries = 0; again; tries++) {
+     * yet closed by its rank 0) refuses the handshake: connect again until
+     * this one's serves or the time is up. One that goes away during the
+     * handshake (closing just then) is tried again a few times in a row;
+     * a peer that is no dplua store does the same at every try, and is
+     * then reported as before. */
+    for (int again = 1, tries = 0, lost_in_a_row = 0; again; tries++) {
         const double left = deadline - store_now();
         st = store_connect(&s->fd, "dp_store_open", s->server ? s->server->connect_host : s->host, port,
                            tries == 0 ? s->timeout_s : left > 0.001 ? left : 0.001);
@@ -1757,10 +1760,12 @@ dp_status dp_store_open(dp_store **out, const char *host, int port, int is_serve
             st = hello(s, token, generation, deadline, &again);
         else
             again = 0;
-        if (st != DP_OK && again == HELLO_OTHER_GENERATION)
-            snprintf(refused, sizeof refused, "%s", dp_last_error());
+        lost_in_a_row = again == HELLO_LOST ? lost_in_a_row + 1 : 0;
+        if (again == HELLO_LOST && (generation == 0 || lost_in_a_row > HELLO_LOST_TRIES))
+            again = 0;
         if (st != DP_OK && again && store_now() + 0.1 < deadline) {
-            close(s->fd);
+            if (s->fd >= 0)
+                close(s->fd);
             s->fd = -1;
             free(s->failed);
             s->failed = NULL;
@@ -1769,8 +1774,6 @@ dp_status dp_store_open(dp_store **out, const char *host, int port, int is_serve
             again = 0;
         }
     }
-    if (st != DP_OK && refused[0])
-        st = dp_fail(DP_ERR_STATE, "%s", refused);
     if (st != DP_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", dp_last_error());

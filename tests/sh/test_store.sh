@@ -165,11 +165,56 @@ sleep 0.2
 
 # ---------------------------------------------------------------- the generation
 
+# a store of generation 1 (an init_process_group's) for 30 s
+dp -e "local M = require('store'); local s = M.open(0, {server = true, generation = 1})
+local f = io.open('$tmp/gen1.port', 'w'); f:write(s:port()); f:close(); M.sleep(30)" >/dev/null 2>&1 &
+gen1_server=$!
+for _ in $(seq 100); do [ -s "$tmp/gen1.port" ] && break; sleep 0.05; done
+gen1_port=$(cat "$tmp/gen1.port")
+
 run -e "local M = require('store'); local t0 = M.now()
-local ok, err = pcall(M.open, $port, {generation = 2, timeout = 1}); print(err); print(M.now() - t0 > 0.9)"
-[ $status -eq 0 ] && has out "refused this client: another generation: this store serves initialisation 0 of its job, the client's is 2" \
+local ok, err = pcall(M.open, $gen1_port, {generation = 2, timeout = 1}); print(err); print(M.now() - t0 > 0.9)"
+[ $status -eq 0 ] && has out "refused this client: another generation: this store serves initialisation 1 of its job, the client's is 2" \
     && has out "a different number of times" && has out true
 ok $? "a client of another generation retries until its timeout, then says why"
+
+run -e "local s = require('store').open($gen1_port, {generation = 0, timeout = 3}); s:set('by_hand', 'in'); io.write(s:get('by_hand'))"
+[ $status -eq 0 ] && is_out in; ok $? "a client of generation 0 (dist.TCPStore) joins a store of any"
+kill "$gen1_server" 2>/dev/null; wait "$gen1_server" 2>/dev/null
+
+# A peer that is no dplua store and closes each connection at once: a
+# client of a generation (init_process_group's) tries again only a few
+# times, then says so, long before its timeout.
+cat >"$tmp/closer.lua" <<'EOF'
+local ffi = require("ffi")
+ffi.cdef[[
+struct dpt_sin { uint16_t family; uint16_t port; uint32_t addr; uint8_t zero[8]; };
+int socket(int, int, int);
+int bind(int, const void *, uint32_t);
+int listen(int, int);
+int accept(int, void *, void *);
+int close(int);
+int getsockname(int, void *, uint32_t *);
+uint16_t ntohs(uint16_t);
+uint32_t inet_addr(const char *);
+]]
+local fd = ffi.C.socket(2, 1, 0)
+local a = ffi.new("struct dpt_sin")
+a.family, a.port, a.addr = 2, 0, ffi.C.inet_addr("127.0.0.1")
+assert(ffi.C.bind(fd, a, ffi.sizeof(a)) == 0 and ffi.C.listen(fd, 16) == 0)
+local len = ffi.new("uint32_t[1]", ffi.sizeof(a))
+ffi.C.getsockname(fd, a, len)
+local f = io.open(arg[1], "w"); f:write(ffi.C.ntohs(a.port)); f:close()
+while true do local c = ffi.C.accept(fd, nil, nil); if c >= 0 then ffi.C.close(c) end end
+EOF
+dp "$tmp/closer.lua" "$tmp/closer.port" >/dev/null 2>&1 &
+closer=$!
+for _ in $(seq 100); do [ -s "$tmp/closer.port" ] && break; sleep 0.05; done
+run -e "local M = require('store'); local t0 = M.now()
+local ok, err = pcall(M.open, $(cat "$tmp/closer.port"), {generation = 1, timeout = 20}); print(err); print(M.now() - t0 < 5)"
+kill "$closer" 2>/dev/null; wait "$closer" 2>/dev/null
+[ $status -eq 0 ] && { has out "closed the connection during the handshake" || has out "lost the connection"; } && has out true
+ok $? "a peer that closes every handshake: an error within seconds, not at the timeout"
 
 # A store of generation 1 on a port, closed after 1 s and replaced by one of
 # generation 2 (a rank 0 that re-initialised): a client of generation 2 that
