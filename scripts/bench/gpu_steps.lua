@@ -91,6 +91,13 @@ row("mlp", function()
   mem.step = mem.peak - base
   return t * 1e6
 end)
+-- pytorch/examples' MNIST CNN, batch 64 (inputs 1 x 28 x 28)
+row("cnn", function()
+  torch.manual_seed(0)
+  local model = models.MnistCNN():to(dev)
+  local x, y = torch.rand(64, 1, 28, 28):to(dev), torch.randint(0, 10, { 64 }):to(dev)
+  return measure(models.sgd_step(model, x, y), SMALL) * 1e6
+end)
 row("mlp_peak_mib", function() return assert(mem.peak, "the MLP row failed") / mib end)
 row("mlp_step_mib", function() return assert(mem.step, "the MLP row failed") / mib end)
 
