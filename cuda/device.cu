@@ -195,8 +195,7 @@ int dpc_device_can(void)
                     attr.binaryVersion >= 90 && attr.ptxVersion >= 90;
         if (sm90 && cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, device) == cudaSuccess && clusters)
             v |= DPC_CAN_CLUSTER;
-        const char *pdl = getenv("DPLUA_PDL");
-        if (sm90 && !(pdl && strcmp(pdl, "0") == 0))
+        if (sm90)
             v |= DPC_CAN_PDL;
         cudaGetLastError();   /* a refusal above is an answer, not an error for the next call to find */
         known[device].store(v | 1 << 8, std::memory_order_relaxed);

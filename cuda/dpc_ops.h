@@ -228,20 +228,15 @@ int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t n, int64_t 
 /* The share of k each block of our kernel sums of a Linear's forward
  * launched alone (out (m, n) = x (m, k) @ w (n, k)^T, batch 1): k when it
  * is not split over blocks, 0 when neither our one-block nor our tiled
- * kernel runs it (cuBLASLt does, or the staged kernel). The one-launch loss
+ * kernel runs it (cuBLASLt does). The one-launch loss
  * sums a Linear it takes in the same shares (dpc_cross_entropy). */
 int64_t dpc_gemm_k_share(int dtype, int64_t m, int64_t n, int64_t k);
 
 /* Whether dpc_gemm runs a product of this shape in our one-block or tiled
  * kernel (one launch, whatever the epilogue and layout) rather than
- * cuBLASLt's. A float32 x @ w^T past it may still be a launch of ours
- * (the staged kernel, by layout and alignment); a product in the layout
- * of a weight gradient (op(A) = A^T) never is. */
+ * cuBLASLt's. */
 int dpc_gemm_own(int64_t m, int64_t n, int64_t k, int64_t batch);
 
-/* How many products dpc_gemm ran in its staged kernel (a float32
- * Linear's forward of medium size), for tests and benchmarks. */
-int64_t dpc_gemm_staged_launches(void);
 
 /* One Linear layer's gradients: dx (M, K) = g (M, N) @ w (N, K), set to 0
  * where !(mask > 0) when mask (M, K) is given (a ReLU's backward folded

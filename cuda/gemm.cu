@@ -20,8 +20,7 @@
  * product costs one cublasLtMatmul call on the host. Products of at most
  * GEMM_OWN_FLOPS multiply-adds (and k at most OWN_MAX_K) skip cuBLASLt for
  * kernels of our own: one block for those whose operands fit its shared
- * memory (small_gemm_kernel), tiles for the rest (tiled_gemm_kernel); so
- * does a float32 Linear's forward up to STAGED_FLOPS (staged_gemm_kernel).
+ * memory (small_gemm_kernel), tiles for the rest (tiled_gemm_kernel).
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -32,7 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <atomic>
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -199,76 +197,31 @@ static int epilogue_after(const gemm_args &g)
  * products each has its own split (own_plan): the MLP's last layer's dw
  * (k = 256) splits 4 ways beside its unsplit dx (k = 10), 8.0 -> 6.1 us.
  *
- * Past 16M multiply-adds cuBLASLt's GPU time wins over what its host cost
- * loses in this kernel (a Linear's forward goes to staged_gemm_kernel
- * instead), measured on the H200 with scripts/bench/gemm_tune: the MLP's
- * 256 x 784 x 256 first layer takes 10.8 us in cuBLASLt and 15.5 us in
- * ours (session 11, with vector loads), its weight gradient 7.2 and 14.4,
- * and the MLP step replayed is 55.6 us with both in cuBLASLt, 68.3 with
- * both in ours (its host time falls by only 1.5 us a step). Ours has two
- * warps a scheduler there (one block an SM) and issues an instruction
- * every 2.5 cycles (ncu); clusters of 16 for two blocks an SM were
- * slower (16.4 and 19.5 us). */
+ * Past GEMM_OWN_FLOPS multiply-adds cuBLASLt's GPU time wins over what
+ * its host cost loses in this kernel: the MLP's 256 x 784 x 256 first
+ * layer takes 10.8 us in cuBLASLt and 15.5 us in ours, its weight
+ * gradient 7.2 and 14.4, and the MLP step replayed is 55.6 us with both in
+ * cuBLASLt, 68.3 with both in ours. Ours has two warps a scheduler there
+ * (one block an SM). */
 #define GEMM_OWN_FLOPS (1 << 24)
-/* Up to this many, float32 products x @ w^T go to staged_gemm_kernel (below). */
-#define STAGED_FLOPS (1 << 26)
-/* ... split over clusters of at most this many blocks (a power of two).
- * Clusters of 8 left some of the H200's GPCs short of room for a second
- * cluster: a second wave, 15.9 us for the forward against 11.8 in
- * clusters of 4 (session 16's prototype, blocks of 512 threads and 128
- * KiB), 18.1 against 13.2 (session 17, blocks of 256 threads). */
-#define STAGED_MAX_SPLITS 4
+/* k past which a product goes to cuBLASLt whatever its size: our kernels
+ * stage k in slices and would take many of them one after another. */
 #define OWN_MAX_K 2048
-/* Blocks below which a smaller tile, or a split of k, is taken (about one
- * per SM of an H100/H200; measured on the H200, fewer larger tiles were
- * slower). */
+/* Blocks below which a smaller tile, or a split of k, is taken: about one
+ * per SM of an H100/H200 (fewer, larger tiles were slower). */
 #define OWN_MIN_BLOCKS 128
 /* The most blocks a split of k spreads over: the portable cluster size. */
 #define OWN_MAX_SPLITS 8
-
 /* The least number of BK-deep slices of k each block of a split takes:
- * one let the MLP's second layer (k = 256) take 32-wide tiles in 4
+ * one lets the MLP's second layer (k = 256) take 32-wide tiles in 4
  * shares, 128 blocks, instead of 16-wide unsplit ones (8.6 -> 6.6 us). */
 #define OWN_SHARE_SLICES 1
-
-/* The limits above, which scripts/bench/gemm_tune varies to measure them
- * (read once from DPLUA_GEMM_OWN_FLOPS, DPLUA_GEMM_STAGED_FLOPS, DPLUA_GEMM_MAX_SPLITS, DPLUA_GEMM_STAGED_SPLITS,
- * DPLUA_GEMM_SHARE_SLICES, DPLUA_GEMM_MIN_BLOCKS and DPLUA_GEMM_TM, a
- * forced tile of 16 TM; unset: the defaults). */
-static struct {
-    double own_flops, staged_flops;
-    int max_splits, staged_splits, share_slices, tm;
-    int64_t min_blocks;
-} own_limits;
-static pthread_once_t own_limits_once = PTHREAD_ONCE_INIT;
-
-static void own_limits_read(void)
-{
-    const char *v;
-    own_limits.own_flops = (v = getenv("DPLUA_GEMM_OWN_FLOPS")) ? atof(v) : GEMM_OWN_FLOPS;
-    own_limits.staged_flops = (v = getenv("DPLUA_GEMM_STAGED_FLOPS")) ? atof(v) : STAGED_FLOPS;
-    own_limits.max_splits = (v = getenv("DPLUA_GEMM_MAX_SPLITS")) ? atoi(v) : OWN_MAX_SPLITS;
-    if (own_limits.max_splits < 1 || own_limits.max_splits > OWN_MAX_SPLITS)
-        own_limits.max_splits = OWN_MAX_SPLITS;
-    own_limits.staged_splits = (v = getenv("DPLUA_GEMM_STAGED_SPLITS")) ? atoi(v) : STAGED_MAX_SPLITS;
-    if (own_limits.staged_splits < 1 || own_limits.staged_splits > STAGED_MAX_SPLITS)   /* (staged_finish's bound) */
-        own_limits.staged_splits = STAGED_MAX_SPLITS;
-    own_limits.share_slices = (v = getenv("DPLUA_GEMM_SHARE_SLICES")) ? atoi(v) : OWN_SHARE_SLICES;
-    if (own_limits.share_slices < 1)
-        own_limits.share_slices = OWN_SHARE_SLICES;
-    own_limits.min_blocks = (v = getenv("DPLUA_GEMM_MIN_BLOCKS")) ? atoll(v) : OWN_MIN_BLOCKS;
-    if (own_limits.min_blocks < 1)
-        own_limits.min_blocks = OWN_MIN_BLOCKS;
-    own_limits.tm = (v = getenv("DPLUA_GEMM_TM")) ? atoi(v) : 0;
-    if (own_limits.tm != 1 && own_limits.tm != 2 && own_limits.tm != 4)
-        own_limits.tm = 0;   /* not forced */
-}
 
 namespace {   /* file-local types: no clash with another file's of the same name */
 struct tile_job {
     gemm_args g;
     const void *mask;        /* NULL, or like C (ldc, batch 1): C is 0 where !(mask > 0) */
-    /* set by own_plan (or staged_plan): the job's tiles, its blocks (whole
+    /* set by own_plan: the job's tiles, its blocks (whole
      * clusters) and how many of them share each tile's k (1, or the
      * cluster's size) */
     int64_t tiles_m, tiles_n, blocks;
@@ -332,9 +285,9 @@ __device__ static inline Acc tile_finish(const tile_job &J, T *C, int64_t i, int
  * of another block's shared memory must have its value used (stored)
  * before the arrival, which then cannot come before the read has
  * returned; and no write needs to be seen by the others. cluster.sync()'s
- * release waited for the block's stores to C to drain (session 18: with
- * it relaxed and tile_split_finish's loads at once, the MLP step replayed
- * 1.6 us shorter). */
+ * release waited for the block's stores to C to drain (relaxed, with
+ * tile_split_finish's loads at once, the MLP step replayed 1.6 us
+ * shorter). */
 __device__ static inline void cluster_leave(void)
 {
 #if __CUDA_ARCH__ >= 900
@@ -1074,8 +1027,7 @@ static bool small_plan(small_jobs &s, const tile_jobs &jobs, size_t acc_size)
 /* Whether a product of this shape is one for our kernel. */
 static bool own_fits(int64_t m, int64_t n, int64_t k, int64_t batch)
 {
-    pthread_once(&own_limits_once, own_limits_read);
-    return k <= OWN_MAX_K && (double)m * (double)n * (double)k * (double)batch <= own_limits.own_flops;
+    return k <= OWN_MAX_K && (double)m * (double)n * (double)k * (double)batch <= GEMM_OWN_FLOPS;
 }
 
 extern "C" int dpc_gemm_own(int64_t m, int64_t n, int64_t k, int64_t batch)
@@ -1101,12 +1053,12 @@ static int64_t own_deep(const tile_jobs &jobs, int j, int64_t slices)
     const gemm_args &g = jobs.job[j].g;
     const bool unsplit = jobs.count == 1 && g.k <= DPC_GEMM_UNSPLIT_K &&
                          (double)g.m * (double)g.n * (double)g.k * (double)g.batch <= DPC_GEMM_UNSPLIT_MACS;
-    return unsplit ? 1 : slices / own_limits.share_slices;
+    return unsplit ? 1 : slices / OWN_SHARE_SLICES;
 }
 
 /* Each job's tiles of 16 TM and how many blocks share each tile's k (k in
  * slices of BK, each share at least OWN_SHARE_SLICES slices deep): enough
- * for the launch to reach OWN_MIN_BLOCKS blocks (own_limits.min_blocks),
+ * for the launch to reach OWN_MIN_BLOCKS blocks,
  * and for a deep job to take about as long as the shallowest beside it
  * (the MLP's last layer's dw, k = 256, beside its dx, k = 10). A job
  * splits over a whole cluster or not at all, and an unsplit job's blocks
@@ -1125,12 +1077,12 @@ static int64_t own_plan(tile_jobs &jobs, int tm)
         deeps[j] = own_deep(jobs, j, slices[j]);
         least = slices[j] < least ? slices[j] : least;
     }
-    const int64_t reach = CEIL_DIV(own_limits.min_blocks, tiles);
+    const int64_t reach = CEIL_DIV((int64_t)OWN_MIN_BLOCKS, tiles);
     int64_t cluster = 1;
     for (int j = 0; j < jobs.count; j++) {
         int64_t balance = CEIL_DIV(slices[j], least), want = reach > balance ? reach : balance;
         want = want < deeps[j] ? want : deeps[j];
-        wants[j] = want < own_limits.max_splits ? want : own_limits.max_splits;
+        wants[j] = want < OWN_MAX_SPLITS ? want : OWN_MAX_SPLITS;
         cluster = wants[j] > cluster ? wants[j] : cluster;
     }
     if (!own_can_split())
@@ -1182,18 +1134,16 @@ static int tiled_launch(tile_jobs &jobs, int64_t blocks)
  * argument) for jobs that fit one block (a chain or an SGD step must:
  * with one_block, -1 when they do not), else the largest tile TM
  * (returned) that, with k split where it is deep enough, still gives the
- * GPU OWN_MIN_BLOCKS blocks (or the tile DPLUA_GEMM_TM forces); *blocks
- * is then own_plan's launch. */
+ * GPU OWN_MIN_BLOCKS blocks; *blocks is then own_plan's launch. */
 static int tiled_choice(tile_jobs &jobs, size_t acc_size, bool one_block, small_jobs &s, int64_t *blocks)
 {
-    const int tm = own_limits.tm;
-    if ((tm == 0 || one_block) && small_plan(s, jobs, acc_size))
+    if (small_plan(s, jobs, acc_size))
         return 0;
     if (one_block)   /* (dpc_linear_backward_chains or _takes_sgd said it fits) */
         return -1;
-    if ((tm == 0 || tm == 4) && ((*blocks = own_plan(jobs, 4)) >= own_limits.min_blocks || tm == 4))
+    if ((*blocks = own_plan(jobs, 4)) >= OWN_MIN_BLOCKS)
         return 4;
-    if ((tm == 0 || tm == 2) && ((*blocks = own_plan(jobs, 2)) >= own_limits.min_blocks || tm == 2))
+    if ((*blocks = own_plan(jobs, 2)) >= OWN_MIN_BLOCKS)
         return 2;
     *blocks = own_plan(jobs, 1);
     return 1;
@@ -1219,7 +1169,7 @@ static int tiled_pick(tile_jobs &jobs, const dpc_sgd_args *sgd)
 /* The share of k each block of our kernel sums of a Linear's forward
  * launched alone (out (m, n) = x (m, k) @ w (n, k)^T): k when no block
  * shares an element's k, 0 when the product is not our tiled or
- * one-block kernel's (cuBLASLt's, or the staged kernel's past 16M).
+ * one-block kernel's (cuBLASLt's).
  * The one-launch loss sums a head it takes in these shares, in rank
  * order, as tile_split_finish does (reduce.cu's ce_head_linear). */
 extern "C" int64_t dpc_gemm_k_share(int dtype, int64_t m, int64_t n, int64_t k)
@@ -1249,343 +1199,12 @@ extern "C" int64_t dpc_gemm_k_share(int dtype, int64_t m, int64_t n, int64_t k)
  * their dtype) one block that then takes the step. */
 static int tiled_gemm(tile_jobs &jobs, const dpc_sgd_args *sgd = NULL)
 {
-    pthread_once(&own_limits_once, own_limits_read);
     switch (jobs.job[0].g.dtype) {
     case DP_FLOAT32: return tiled_pick<float, float>(jobs, sgd);
     case DP_FLOAT64: return tiled_pick<double, double>(jobs, sgd);
     case DP_BFLOAT16: return tiled_pick<__nv_bfloat16, float>(jobs, sgd);
     default: return DPC_UNSUPPORTED;
     }
-}
-
-/* ------------------------------------------------------------------------ */
-/* a Linear's forward of medium size: each block stages its share of k      */
-/* ------------------------------------------------------------------------ */
-
-/* Past GEMM_OWN_FLOPS a product went to cuBLASLt, whose call costs the
- * host 12-19 us (two launches, a split of k and its reduction, and the
- * library's own work) against about 5 for a launch of ours: the MLP's
- * first layer (256 x 784 -> 256) made an eager step bound by the host
- * whenever the host was slower than usual. tiled_gemm_kernel is 4 us
- * slower than cuBLASLt there (its slices wait on their loads one after
- * another, two warps a scheduler). Here a block of four k-groups of 64
- * threads copies its whole share of k of both operands into shared
- * memory at once with cp.async (one latency for all of it, no register
- * staging), then each group multiplies a quarter of it, 8 x 8 outputs a
- * thread, each operand read 16 bytes (4 of k) a load; the groups' sums
- * are added in order and, where k is split, over a cluster in rank order
- * (staged_finish).
- *
- * Measured on the H200 (session 16): the first layer's forward 11.9 us in
- * a graph against cuBLASLt's 10.8, and the eager MLP step 55.2-55.9 us on
- * a noisy host against 55.4-72.9 with cuBLASLt (replayed 52.4 -> 54.4).
- * Session 17 (8 x 8 a thread, four groups, staged_finish): 11.8-12.1 us
- * alone, the MLP step replayed 0.3-1.0 us shorter.
- * Only products whose operands are both contiguous along k (x @ w^T)
- * come here: the weight gradient's layout (both contiguous along their
- * rows) took 9.8 us against cuBLASLt's 7.1 and made the step slower
- * (59.0 eager, 56.9 replayed); in session 18 four versions of its own
- * (8 x 8 in k-groups, 4 x 4 without, its rows landing in stages) took
- * 10.9-11.3 us, the step replayed 57.4-60.6 against 53.9. float32 only,
- * from 16-byte aligned operands; anything else goes where it went
- * before. */
-#define STAGED_TILE 64
-/* A thread's outputs: STAGED_RUN x STAGED_RUN of the tile, so that a
- * k-group is (STAGED_TILE / STAGED_RUN)^2 threads. 8 x 8 reads half the
- * shared memory a multiply-add that 4 x 4 did, in half the loads (session
- * 17, ncu on the MLP's first layer: 3.4M warp instructions with 4 x 4, of
- * them 1.6M the multiply-adds; 2.6M with 8 x 8, where the copies, the
- * groups' sums and the cluster's took 40% of the samples). */
-#define STAGED_RUN 8
-#define STAGED_SIDE (STAGED_TILE / STAGED_RUN)
-#define STAGED_GROUP_THREADS (STAGED_SIDE * STAGED_SIDE)
-#define STAGED_GROUPS 4
-#define STAGED_THREADS (STAGED_GROUP_THREADS * STAGED_GROUPS)
-#define STAGED_MIN_BLOCKS 128
-/* the least k a k-group multiplies where k is split further */
-#define STAGED_MIN_DEPTH 16
-/* shared memory a block may ask for, where the device allows it (a share
- * of k up to 316 along both operands) */
-#define STAGED_MAX_SMEM (160 * 1024)
-
-namespace {   /* file-local types: no clash with another file's of the same name */
-struct staged_job {
-    tile_job job;   /* tiles_m, tiles_n and splits set; no mask */
-    int share;      /* the k of one split: a multiple of 4 */
-};
-}  // namespace
-
-/* 16 bytes from global src (of which `bytes`, the rest zero) to shared dst */
-__device__ static inline void copy_async16(void *dst, const void *src, int bytes)
-{
-#if __CUDA_ARCH__ >= 800
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
-#else
-    __trap();   /* the host stages only on devices with clusters (sm_90) */
-#endif
-}
-
-__device__ static inline void copies_async_wait(void)
-{
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-#endif
-}
-
-/* An operand is staged as 64 rows of staged_ld(share) floats: an odd
- * number of 16-byte groups, so that the 8 rows of B a quarter warp reads
- * at once fall in 8 different bank groups (of A it reads one row). */
-__host__ __device__ constexpr int staged_ld(int share)
-{
-    return (share / 4 | 1) * 4;
-}
-
-/* Copies rows r0 .. r0 + 63 (r < rows) of X (X[r * ld + k]), k from k0 to
- * kend, into S, zeros past the ends, 16 bytes a copy: STAGED_COPY_LANES
- * threads along a row (its k in at most two passes), the block's rows
- * STAGED_THREADS / STAGED_COPY_LANES apart, so that a thread's copies of
- * a pass differ only in their row. */
-#define STAGED_COPY_LANES 64
-__device__ static void staged_copy(float *S, const float *X, int64_t ld, int64_t r0, int64_t rows, int64_t k0,
-                                   int64_t kend, int share)
-{
-    constexpr int ROW_STEP = STAGED_THREADS / STAGED_COPY_LANES;
-    const int quads = share / 4, ldk = staged_ld(share), r_first = (int)threadIdx.x / STAGED_COPY_LANES;
-    for (int q = (int)threadIdx.x % STAGED_COPY_LANES; q < quads; q += STAGED_COPY_LANES) {
-        const int64_t k = k0 + 4 * q, left = kend - k;
-        const int k_bytes = left > 0 ? (left >= 4 ? 16 : (int)left * 4) : 0;
-        const float *src = X + (r0 + r_first) * ld + k;
-        float *dst = S + r_first * ldk + 4 * q;
-#pragma unroll 4
-        for (int r = r_first; r < STAGED_TILE; r += ROW_STEP, src += ROW_STEP * ld, dst += ROW_STEP * ldk) {
-            const int bytes = r0 + r < rows ? k_bytes : 0;
-            copy_async16(dst, bytes ? src : X, bytes);
-        }
-    }
-}
-
-/* v[r] = k 4 kq .. 4 kq + 3 of row tr + STAGED_SIDE r of the staged
- * operand: a quarter warp's 8 rows one apart, in 8 bank groups */
-__device__ static inline void staged_quad(const float *S, int ldk, int tr, int kq, float4 (&v)[STAGED_RUN])
-{
-#pragma unroll
-    for (int r = 0; r < STAGED_RUN; r++)
-        v[r] = *reinterpret_cast<const float4 *>(S + (tr + STAGED_SIDE * r) * ldk + 4 * kq);
-}
-
-/* The tile's elements from the groups' sums (sums: the block's, as
- * staged_gemm_kernel leaves them), added over the cluster's blocks in
- * rank order (split k) and each block's groups in order, through the
- * epilogue into C: each block takes every splits-th 256 runs of 4
- * columns (a thread one), 16 bytes from each group of each block. */
-__device__ static void staged_finish(const tile_job &J, float *C, int64_t i0, int64_t j0, float *sums)
-{
-    constexpr int ELEMS = STAGED_TILE * STAGED_TILE;
-    auto finish = [&](int rank, int splits, auto sums_of) {
-        for (int f = 4 * (rank * STAGED_THREADS + (int)threadIdx.x); f < ELEMS; f += 4 * STAGED_THREADS * splits) {
-            /* f is output (r, c) of thread (tx, ty) of a group, the 3 after it those of tx + 1 .. tx + 3 */
-            const int ft = f % STAGED_GROUP_THREADS, rc = f / STAGED_GROUP_THREADS;
-            const int64_t i = i0 + ft / STAGED_SIDE + STAGED_SIDE * (rc / STAGED_RUN),
-                          j = j0 + ft % STAGED_SIDE + STAGED_SIDE * (rc % STAGED_RUN);
-            if (i >= J.g.m || j >= J.g.n)
-                continue;   /* (loaded only where stored: cluster_leave) */
-            /* every load first, then the sums: one latency of the other blocks' shared memory */
-            float4 u[STAGED_MAX_SPLITS][STAGED_GROUPS];
-#pragma unroll
-            for (int s = 0; s < STAGED_MAX_SPLITS; s++)
-#pragma unroll
-                for (int gr = 0; gr < STAGED_GROUPS; gr++)
-                    u[s][gr] = s < splits ? *reinterpret_cast<const float4 *>(sums_of(s) + gr * ELEMS + f)
-                                          : make_float4(0, 0, 0, 0);
-            float4 v = make_float4(0, 0, 0, 0);
-#pragma unroll
-            for (int s = 0; s < STAGED_MAX_SPLITS; s++)
-#pragma unroll
-                for (int gr = 0; gr < STAGED_GROUPS; gr++)
-                    if (s < splits) {
-                        v.x += u[s][gr].x;
-                        v.y += u[s][gr].y;
-                        v.z += u[s][gr].z;
-                        v.w += u[s][gr].w;
-                    }
-            const float out[4] = { v.x, v.y, v.z, v.w };
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                if (j + e < J.g.n)
-                    tile_finish(J, C, i, j + e, out[e], epilogue_load<float, float>(J, i, j + e));
-        }
-    };
-    if (J.splits == 1) {
-        __syncthreads();
-        finish(0, 1, [&](int) { return (const float *)sums; });
-        return;
-    }
-#if __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();   /* every block's sums are in its shared memory */
-    finish((int)cluster.block_rank(), (int)cluster.num_blocks(),
-           [&](int s) { return (const float *)cluster.map_shared_rank(sums, s); });
-    cluster_leave();
-#else
-    __trap();   /* the host splits only on devices with clusters (own_can_split) */
-#endif
-}
-
-/* C = op(A) op(B) with op(A) = A (m x k) and op(B) = B^T (B n x k), both
- * contiguous along k; block b is split b % splits of tile b / splits.
- * Thread (tx, ty) of a k-group computes rows ty + STAGED_SIDE r, columns
- * tx + STAGED_SIDE c. */
-__global__ static void __launch_bounds__(STAGED_THREADS) staged_gemm_kernel(const __grid_constant__ staged_job s)
-{
-    let_next_kernel_start();
-    extern __shared__ __align__(16) float staged_smem[];
-    const tile_job &J = s.job;
-    const gemm_args &g = J.g;
-    /* (32-bit: staged_plan keeps the blocks under 2^31) */
-    const int tiles_n = (int)J.tiles_n, tiles_m = (int)J.tiles_m;
-    const int split = (int)blockIdx.x % J.splits, tile = (int)blockIdx.x / J.splits;
-    const int64_t i0 = (int64_t)(tile / tiles_n % tiles_m) * STAGED_TILE, j0 = (int64_t)(tile % tiles_n) * STAGED_TILE;
-    const int64_t b = tile / tiles_n / tiles_m;
-    const int64_t k0 = (int64_t)split * s.share, kend = g.k < k0 + s.share ? g.k : k0 + s.share;
-    const int share = s.share, quads = share / 4, ldk = staged_ld(share);
-    float *As = staged_smem, *Bs = staged_smem + STAGED_TILE * ldk;
-    const float *A = (const float *)g.A + b * g.stride_a, *B = (const float *)g.B + b * g.stride_b;
-    const int t = (int)threadIdx.x % STAGED_GROUP_THREADS, group = (int)threadIdx.x / STAGED_GROUP_THREADS;
-    const int tx = t % STAGED_SIDE, ty = t / STAGED_SIDE;
-    wait_for_previous_kernel();
-    staged_copy(As, A, g.lda, i0, g.m, k0, kend, share);
-    staged_copy(Bs, B, g.ldb, j0, g.n, k0, kend, share);
-    copies_async_wait();
-    __syncthreads();
-    /* this group's part of the share; past k (zeros) skipped */
-    const int live = kend > k0 ? (int)((kend - k0 + 3) / 4) : 0;
-    const int q0 = quads * group / STAGED_GROUPS, q1_part = quads * (group + 1) / STAGED_GROUPS;
-    const int q1 = q1_part < live ? q1_part : live;
-    float acc[STAGED_RUN][STAGED_RUN] = {};
-#pragma unroll 2
-    for (int kq = q0; kq < q1; kq++) {
-        float4 av[STAGED_RUN], bv[STAGED_RUN];
-        staged_quad(As, ldk, ty, kq, av);
-        staged_quad(Bs, ldk, tx, kq, bv);
-        auto multiply = [&](auto pick) {
-#pragma unroll
-            for (int r = 0; r < STAGED_RUN; r++)
-#pragma unroll
-                for (int c = 0; c < STAGED_RUN; c++)
-                    acc[r][c] += pick(av[r]) * pick(bv[c]);
-        };
-        multiply([](const float4 &v) { return v.x; });
-        multiply([](const float4 &v) { return v.y; });
-        multiply([](const float4 &v) { return v.z; });
-        multiply([](const float4 &v) { return v.w; });
-    }
-    /* Each group leaves its sums in the operands' space, a thread's
-     * outputs STAGED_GROUP_THREADS apart (the lanes of a warp on 32 banks,
-     * and 4 columns of a row side by side); then each block of the cluster
-     * (one, unsplit) adds 1 / splits of the tile (staged_finish). */
-    __syncthreads();   /* every group is done with the operands */
-#pragma unroll
-    for (int r = 0; r < STAGED_RUN; r++)
-#pragma unroll
-        for (int c = 0; c < STAGED_RUN; c++)
-            staged_smem[(group * STAGED_RUN * STAGED_RUN + r * STAGED_RUN + c) * STAGED_GROUP_THREADS + t] = acc[r][c];
-    staged_finish(J, (float *)g.C + b * g.stride_c, i0, j0, staged_smem);
-}
-
-/* The most dynamic shared memory staged_gemm_kernel may have on the
- * current device: the device's opt-in limit (99 KiB on some, 227 on the
- * H200), at most STAGED_MAX_SMEM; asked and granted to the kernel once
- * per device. */
-static size_t staged_smem_limit(void)
-{
-    static std::atomic<int> known[GEMM_MAX_DEVICES];   /* 0: not asked yet, else the limit + 1 */
-    int device;
-    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= GEMM_MAX_DEVICES) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    int v = known[device].load(std::memory_order_relaxed);
-    if (v == 0) {
-        int limit = 48 * 1024;   /* what every kernel may have without asking */
-        int optin = 0;
-        if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess) {
-            optin = optin < STAGED_MAX_SMEM ? optin : STAGED_MAX_SMEM;
-            if (optin > limit && cudaFuncSetAttribute(staged_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                      optin) == cudaSuccess)
-                limit = optin;
-        }
-        (void)cudaGetLastError();   /* a refusal above is an answer, not an error for the next call to find */
-        v = limit + 1;
-        known[device].store(v, std::memory_order_relaxed);
-    }
-    return (size_t)(v - 1);
-}
-
-/* Whether the staged kernel takes g, and its plan: a float32 product of
- * operands contiguous along k and aligned for 16-byte copies, past our
- * other kernels' size and within STAGED_FLOPS, at least half a tile in
- * each dimension (a narrower one would waste most of every block), whose
- * share of k fits the device's shared memory. */
-static bool staged_plan(staged_job &s, const gemm_args &g, size_t *smem)
-{
-    pthread_once(&own_limits_once, own_limits_read);
-    const double flops = (double)g.m * (double)g.n * (double)g.k * (double)g.batch;
-    if (g.dtype != DP_FLOAT32 || g.trans_a || !g.trans_b || g.allow_tf32 || g.epilogue == DPC_EPI_BGRAD ||
-        g.k <= 0 || g.m < STAGED_TILE / 2 || g.n < STAGED_TILE / 2 || flops > own_limits.staged_flops ||
-        !own_can_split())
-        return false;
-    auto aligned = [](const void *p, int64_t ld, int64_t stride, int64_t batch) {
-        return (uintptr_t)p % 16 == 0 && ld % 4 == 0 && (batch == 1 || stride % 4 == 0);
-    };
-    if (!aligned(g.A, g.lda, g.stride_a, g.batch) || !aligned(g.B, g.ldb, g.stride_b, g.batch))
-        return false;
-    memset(&s, 0, sizeof s);
-    tile_job &J = s.job;
-    J.g = g;
-    J.tiles_m = CEIL_DIV(g.m, (int64_t)STAGED_TILE);
-    J.tiles_n = CEIL_DIV(g.n, (int64_t)STAGED_TILE);
-    const int64_t tiles = J.tiles_m * J.tiles_n * g.batch;
-    int splits = 1;
-    while (splits * 2 <= own_limits.staged_splits && tiles * splits < STAGED_MIN_BLOCKS &&
-           g.k >= (int64_t)splits * 2 * STAGED_GROUPS * STAGED_MIN_DEPTH)
-        splits *= 2;
-    const int64_t share = CEIL_DIV(CEIL_DIV(g.k, (int64_t)splits), (int64_t)4) * 4;
-    /* (a share past STAGED_MAX_SMEM floats could never fit: a bound for the int below) */
-    if (share > STAGED_MAX_SMEM || tiles * splits > INT32_MAX)
-        return false;
-    /* the operands, or later the groups' sums */
-    const int64_t floats = 2 * STAGED_TILE * staged_ld((int)share), least = STAGED_GROUPS * STAGED_TILE * STAGED_TILE;
-    *smem = (size_t)(floats > least ? floats : least) * sizeof(float);
-    if (*smem > staged_smem_limit())
-        return false;
-    J.splits = splits;
-    J.blocks = tiles * splits;
-    s.share = (int)share;
-    return true;
-}
-
-/* Products the staged kernel was launched for (dpc_gemm_staged_launches) */
-static std::atomic<int64_t> staged_launches{ 0 };
-
-extern "C" int64_t dpc_gemm_staged_launches(void)
-{
-    return staged_launches.load(std::memory_order_relaxed);
-}
-
-/* The launch staged_plan planned. */
-static int staged_launch(const staged_job &s, size_t smem)
-{
-    cudaLaunchAttribute cluster;
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = (unsigned)s.job.splits;
-    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-    const int rc = launch_kernel_smem(&cluster, s.job.splits > 1, smem, staged_gemm_kernel, (unsigned)s.job.blocks,
-                                      STAGED_THREADS, s.job.g.stream, s);
-    if (rc == 0)
-        staged_launches.fetch_add(1, std::memory_order_relaxed);
-    return rc;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -2098,10 +1717,6 @@ extern "C" int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t 
     jobs.count = 1;
     if (own_fits(m, n, k, batch))
         return tiled_gemm(jobs);
-    staged_job staged;
-    size_t smem;
-    if (staged_plan(staged, g, &smem))
-        return staged_launch(staged, smem);
 #ifdef DP_HAVE_CUBLASLT
     if ((rc = gemm_run(g)) != DPC_UNSUPPORTED)
         return rc;

@@ -81,7 +81,7 @@ static unsigned grid_for(int64_t n, int per_thread = 1)
 /* A block's columns: 8, so that a thread adds few rows (the MLP's 256 in
  * 8 loads, all in flight) and the bias blocks end with the others; 32
  * (32 rows a thread) made the MLP step replayed 0.2 us slower on the
- * H200 (session 15). */
+ * H200). */
 #define BIAS_COLUMNS 8
 #define BIAS_ROW_GROUPS (OPTIM_BLOCK / BIAS_COLUMNS)
 /* Past these g is summed in cuBLASLt's epilogue (dpc_bias_grad_fits):

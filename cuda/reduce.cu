@@ -977,8 +977,8 @@ __device__ static inline void ce_row_grad(const ce_args &r, const ce_bwd_args &r
 
 /* A classifier's head too large for ce_layer_element's walk from global
  * memory (the MLP's 256 x 128 -> 10: 1,280 multiply-adds a thread of one
- * block, each with two dependent loads; session 13 measured one block
- * reading its rows 16 bytes at a time about 7 us slower than the layer's
+ * block, each with two dependent loads; one block reading its rows 16
+ * bytes at a time measured about 7 us slower than the layer's
  * own launch) runs over a cluster of blocks, CE_HEAD_ROWS rows each
  * (ce_fused_kernel's HEAD): each block stages its rows of x and all of w
  * in shared memory, 16 bytes a load (one latency for all of them), sums

@@ -337,8 +337,9 @@ int dp_cuda_capturing(void);   /* 1 while a capture is under way */
 /* How many times a small Linear and the ReLU or GELU after it ran as one
  * launch (src/core/gpu.c, "the deferred Linear") */
 int64_t dp_cuda_linear_fusions(void);
-/* How many products ran in the staged GEMM kernel (cuda/gemm.cu) */
-int64_t dp_cuda_staged_products(void);
+/* Whether small Linears wait to share a launch (on by default); tests turn
+ * it off to compare with each op's own launch. */
+void dp_cuda_set_deferral(int on);
 /* Launches the deferred Linear now if one waits: for work that another
  * thread will queue (a process group's collectives) */
 void dp_cuda_launch_deferred(void);

@@ -1364,9 +1364,8 @@ torch._current_cuda_device = function() return current_device end
 -- backwards chained with the layer before's (src/core/gpu.c, "deferred
 -- launches"): for tests and benchmarks
 torch.cuda._linear_fusions = function() return tonumber(C.dp_cuda_linear_fusions()) end
--- how many products ran in the staged GEMM kernel (a float32 Linear's
--- forward of medium size, cuda/gemm.cu): for tests and benchmarks
-torch.cuda._staged_products = function() return tonumber(C.dp_cuda_staged_products()) end
+-- for tests: with false, every op launches on its own
+torch.cuda._set_deferral = function(on) C.dp_cuda_set_deferral(on and 1 or 0) end
 
 -- What PyTorch scripts also call on torch.cuda: seeds (one stream serves
 -- every device, see docs/API.md), memory and device queries.

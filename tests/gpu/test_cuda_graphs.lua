@@ -126,33 +126,21 @@ local function sgd_after_bits(case)
   return table.concat(lines, "\n")
 end
 
--- the other process of the tests below
-if arg and arg[1] == "--defer-bits" then
-  io.write(defer_bits(arg[2], arg[3], arg[4], arg[5]), "\n")
-  os.exit(0)
-end
-if arg and arg[1] == "--sgd-after-bits" then
-  io.write(sgd_after_bits(arg[2]), "\n")
-  os.exit(0)
-end
-
--- this process's command line (the program at arg's lowest index, its
--- options such as -e 'jit.off()' up to the script at 0), quoted
-local function own_command()
-  local function sh_quote(v) return "'" .. tostring(v):gsub("'", "'\\''") .. "'" end
-  local first = -1
-  while arg[first - 1] do first = first - 1 end
-  local command = {}
-  for i = first, 0 do command[#command + 1] = sh_quote(arg[i]) end
-  return table.concat(command, " ")
+-- what f() returns with every op launched on its own
+local function alone(f, ...)
+  torch.cuda._set_deferral(false)
+  local ok, v = pcall(f, ...)
+  torch.cuda._set_deferral(true)
+  assert(ok, v)
+  return v
 end
 
 -- What waits runs where it fits (gpu.c's waiting_work): the Linears
 -- inside the loss's launch, an activation in a Linear's epilogue, two
 -- backwards chained in one block, and the SGD step after them in that
 -- block. Each must give the bits its own launch would: the same steps
--- with DPLUA_DEFER_LINEAR=0 (read once, so in a fresh process) end in the
--- same losses and parameters, bit for bit. A step of the ReLU model saves
+-- with the waiting turned off (torch.cuda._set_deferral) end in the same
+-- losses and parameters, bit for bit. A step of the ReLU model saves
 -- four launches (both Linears in the loss, the chain, the SGD step; the
 -- activation is the first Linear's own, nn.Sequential's fusion, not
 -- counted), but the first with momentum three (making the momentum
@@ -165,7 +153,6 @@ end
 -- layer's bias gradient, but not on a first step that makes the
 -- optimizer's state (momentum, Adam's moments: a kernel launches it).
 T.run("the deferred Linear changes no bit of a training run", function()
-  local command = own_command()
   for _, case in ipairs({ { "relu", "float32", "momentum" }, { "relu", "float64", "momentum" },
                           { "relu", "bfloat16", "momentum" }, { "none", "float32", "momentum" },
                           { "tanh", "float64", "momentum" }, { "relu", "float32", "plain" },
@@ -177,9 +164,7 @@ T.run("the deferred Linear changes no bit of a training run", function()
                           { "relu", "float64", "adam", "first" }, { "relu", "float32", "adamw", "first" },
                           { "relu", "bfloat16", "adam", "first" } }) do
     local name = table.concat(case, " ")
-    local p = io.popen(("DPLUA_DEFER_LINEAR=0 %s --defer-bits %s; echo \"exit $?\""):format(command, name))
-    local alone = p:read("*a")
-    p:close()
+    local each = alone(defer_bits, case[1], case[2], case[3], case[4])
     local fused_before = torch.cuda._linear_fusions()
     local waited = defer_bits(case[1], case[2], case[3], case[4])
     local relu = case[1] == "relu"
@@ -190,7 +175,7 @@ T.run("the deferred Linear changes no bit of a training run", function()
       saved = saved + 4 - ((settings.momentum or settings.optimizer) and 1 or 0)
     end
     T.is(torch.cuda._linear_fusions() - fused_before, saved, name .. ": the launches the Linears' waiting saved")
-    T.is(waited .. "\nexit 0\n", alone, name .. ": the same losses and parameters as each op alone")
+    T.is(waited, each, name .. ": the same losses and parameters as each op alone")
   end
 end)
 
@@ -199,19 +184,16 @@ end)
 -- momentum, and after a lone Linear's backward; not when it is too large
 -- for the block, of another dtype, or on an output of the chain (its
 -- parameters would be read before they are written). Either way the
--- bits are those of each op alone (DPLUA_DEFER_LINEAR=0, a fresh process).
+-- bits are those of each op alone.
 T.run("an SGD step joins the backward's launch only where it may", function()
-  local command = own_command()
   -- launches saved: both Linears in the loss (one for "lone"), the chain
   -- (none for "lone"), and the step where it joins
   for _, case in ipairs({ { "first", 4 }, { "lone", 2 }, { "large", 3 }, { "float64", 3 }, { "aliased", 3 } }) do
-    local p = io.popen(("DPLUA_DEFER_LINEAR=0 %s --sgd-after-bits %s; echo \"exit $?\""):format(command, case[1]))
-    local alone = p:read("*a")
-    p:close()
+    local each = alone(sgd_after_bits, case[1])
     local fused_before = torch.cuda._linear_fusions()
     local waited = sgd_after_bits(case[1])
     T.is(torch.cuda._linear_fusions() - fused_before, case[2], case[1] .. ": the launches the waiting saved")
-    T.is(waited .. "\nexit 0\n", alone, case[1] .. ": the same step and gradients as each op alone")
+    T.is(waited, each, case[1] .. ": the same step and gradients as each op alone")
   end
 end)
 

@@ -207,8 +207,7 @@ end
 -- Few tiles over a deep k: k is split over a cluster of blocks, which sum
 -- their partial tiles (gemm.cu's tile_split_finish). 16-wide tiles in 8
 -- shares and 32-wide in 8 (64-wide ones split only past 16M multiply-adds,
--- where cuBLASLt takes the product unless DPLUA_GEMM_OWN_FLOPS says
--- otherwise), transposes, a batch, edges that fill neither a tile nor a
+-- where cuBLASLt takes the product), transposes, a batch, edges that fill neither a tile nor a
 -- share; then a Linear layer's backward with a split k: dw with the bias
 -- gradient (the input needs no gradient), and dx alone with a ReLU mask
 -- (the layer frozen).
@@ -248,54 +247,36 @@ for _, dt in ipairs(floats) do
   end
 end
 
--- float32 products A @ B^T (a Linear's forward) past 16M multiply-adds up
--- to 64M run in the kernel whose blocks copy their whole share of k at
--- once (gemm.cu's staged_gemm_kernel), k split over clusters of 4 and 2
--- where the tiles are few and not at all where they are many (nor
--- where k is short of 128 for 2, of 256 for 4): edges that
--- fill neither a tile nor a 16-byte copy (past k the storage holds NaN),
--- a batch, a Linear's forward with each epilogue (its backward is
--- cuBLASLt's), and beside them the other transposes, a view one element
--- in (not aligned for the copies), a k of 8192 (past the kernel's shared
--- memory) and an n of 16 (under half a tile), which stay cuBLASLt's.
--- Each counts the products the staged kernel ran (on sm_90 on, where
--- the device has clusters).
+-- float32 products past 16M multiply-adds (cuBLASLt's): every transpose,
+-- edges that fill no tile (past k the storage holds NaN, which must not
+-- leak in), a batch, a view one element in, a deep k, a narrow n, and a
+-- Linear's forward with each epilogue and its backward.
 do
   local dt, rtol = torch.float32, 1e-5
-  local ours = torch.cuda.get_device_capability() >= 9 and 1 or 0
-  local function staged(name, launches, ...)
-    local before = torch.cuda._staged_products()
-    same(name, ...)
-    T.is(torch.cuda._staged_products() - before, launches * ours, name .. ": products in the staged kernel")
-  end
   local mm = function(a, b) return unit(a:mm(b)) end
-  for _, s in ipairs({ { 256, 784, 256, "split 4" }, { 250, 781, 199, "ragged, split 4" },
-                       { 640, 160, 640, "split 2" }, { 1024, 32, 1024, "unsplit" }, { 1000, 33, 1001, "ragged, unsplit" },
-                       { 448, 200, 448, "split 2, k too short for 4" }, { 450, 203, 443, "ragged, split 2" },
-                       { 640, 100, 640, "unsplit, k too short for 2" } }) do
+  for _, s in ipairs({ { 256, 784, 256 }, { 250, 781, 199 }, { 640, 160, 640 }, { 1000, 33, 1001 } }) do
     local m, k, n = s[1], s[2], s[3]
-    local what = ("%dx%dx%d, %s"):format(m, k, n, s[4])
+    local what = ("%dx%dx%d"):format(m, k, n)
     local a, at = nan_cols(input(dt, m, round4(k)), k), nan_rows(input(dt, k + 3, round4(m)), k)
     local b, bt = nan_rows(input(dt, k + 3, round4(n)), k), nan_cols(input(dt, n, round4(k)), k)
     local function A(x, t) return t and x:narrow(0, 0, k):narrow(1, 0, m):t() or x:narrow(1, 0, k) end
     local function B(x, t) return t and x:narrow(1, 0, k):t() or x:narrow(0, 0, k):narrow(1, 0, n) end
-    staged("mm (cuBLASLt's) " .. what, 0, function(x, y) return mm(A(x, false), B(y, false)) end, { a, b }, rtol)
-    staged("mm A^T (cuBLASLt's) " .. what, 0, function(x, y) return mm(A(x, true), B(y, false)) end, { at, b }, rtol)
-    staged("staged mm B^T " .. what, 1, function(x, y) return mm(A(x, false), B(y, true)) end, { a, bt }, rtol)
-    staged("mm A^T B^T (cuBLASLt's) " .. what, 0, function(x, y) return mm(A(x, true), B(y, true)) end, { at, bt }, rtol)
+    same("mm " .. what, function(x, y) return mm(A(x, false), B(y, false)) end, { a, b }, rtol)
+    same("mm A^T " .. what, function(x, y) return mm(A(x, true), B(y, false)) end, { at, b }, rtol)
+    same("mm B^T " .. what, function(x, y) return mm(A(x, false), B(y, true)) end, { a, bt }, rtol)
+    same("mm A^T B^T " .. what, function(x, y) return mm(A(x, true), B(y, true)) end, { at, bt }, rtol)
   end
   local mmt = function(a, b) return unit(a:mm(b:t())) end
-  staged("staged bmm B^T 3x200x300x150", 1, function(a, b) return unit(a:bmm(b:transpose(1, 2))) end,
-         { input(dt, 3, 200, 300), input(dt, 3, 150, 300) }, rtol)
-  staged("bmm 3x200x300x150 (cuBLASLt's)", 0, function(a, b) return unit(a:bmm(b)) end,
-         { input(dt, 3, 200, 300), input(dt, 3, 300, 150) }, rtol)
-  staged("mm B^T of a view one element in (cuBLASLt's)", 0, function(a, b) return mmt(a:narrow(1, 1, 784), b) end,
-         { input(dt, 256, 788), input(dt, 256, 784) }, rtol)
-  staged("mm B^T past the staged kernel's shared memory (cuBLASLt's)", 0, mmt,
-         { input(dt, 64, 8192), input(dt, 64, 8192) }, rtol)
-  staged("mm B^T 16 columns wide (cuBLASLt's)", 0, mmt, { input(dt, 8192, 200), input(dt, 16, 200) }, rtol)
+  same("bmm B^T 3x200x300x150", function(a, b) return unit(a:bmm(b:transpose(1, 2))) end,
+       { input(dt, 3, 200, 300), input(dt, 3, 150, 300) }, rtol)
+  same("bmm 3x200x300x150", function(a, b) return unit(a:bmm(b)) end,
+       { input(dt, 3, 200, 300), input(dt, 3, 300, 150) }, rtol)
+  same("mm B^T of a view one element in", function(a, b) return mmt(a:narrow(1, 1, 784), b) end,
+       { input(dt, 256, 788), input(dt, 256, 784) }, rtol)
+  same("mm B^T, k 8192", mmt, { input(dt, 64, 8192), input(dt, 64, 8192) }, rtol)
+  same("mm B^T 16 columns wide", mmt, { input(dt, 8192, 200), input(dt, 16, 200) }, rtol)
   for _, act in ipairs({ false, "relu", "gelu", "gelu_tanh" }) do
-    staged("staged linear" .. (act and "+" .. act or "") .. " 256x784 -> 256, forward (and backward)", 1, function(x, w, b)
+    same("linear" .. (act and "+" .. act or "") .. " 256x784 -> 256, forward and backward", function(x, w, b)
       x = x:detach():requires_grad_(); w = w:detach():requires_grad_(); b = b:detach():requires_grad_()
       local y = act and torch._linear_act(x, w, b, act) or torch._linear(x, w, b)
       y:pow(2):sum():backward()

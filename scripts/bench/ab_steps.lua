@@ -1,9 +1,9 @@
--- dplua's side of scripts/bench/step_switches: an in-place add to a
--- 16-element tensor (a launch's host cost), the eager seed (10-10-2,
--- batch 32), MLP (784-256-128-10, batch 256) and MNIST CNN (batch 64)
--- steps with SGD on the GPU, and the seed and MLP steps replayed from a
--- CUDA graph: the median of 9 timed blocks after a warm-up. arg[1] names
--- the setting.
+-- The bench scripts/bench/ab runs by default, once per build: an
+-- in-place add to a 16-element tensor (a launch's host cost), the eager
+-- seed (10-10-2, batch 32), MLP (784-256-128-10, batch 256) and MNIST CNN
+-- (batch 64) steps with SGD on the GPU, and the seed and MLP steps
+-- replayed from a CUDA graph: the median of 9 timed blocks after a
+-- warm-up. arg[1] names the build.
 local torch = require("dplua")
 local clock = torch.utils.progress.clock
 if not torch.cuda.is_available() then print("no_gpu"); os.exit(0) end
