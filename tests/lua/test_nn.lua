@@ -19,13 +19,7 @@ local function names(pairs_list)
   return out
 end
 
--- PyTorch's tutorial module.
-local SimpleNN = nn.Module:extend("SimpleNN")
-function SimpleNN:__init()
-  self.fc1 = nn.Linear(10, 10)
-  self.fc2 = nn.Linear(10, 2)
-end
-function SimpleNN:forward(x) return self.fc2(self.fc1(x):relu()) end
+local SimpleNN = require("models").SimpleNN
 
 ---------------------------------------------------------------- registration
 
