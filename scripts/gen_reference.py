@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """gen_reference.py -- write tests/ref/ops.lua, PyTorch's answers for dplua's Lua tests.
 
-Run from the source tree with a Python that has torch (Debian's python3-torch
-1.13 is /usr/bin/python3 on the build machine):
+Run from the source tree with a Python that has torch (the committed files
+were written with Debian's python3-torch 1.13, which scripts/setup-debian
+leaves out: `apt-get install python3-torch`):
 
     /usr/bin/python3 scripts/gen_reference.py [OUTDIR]      (default tests/ref)
 

@@ -2,8 +2,9 @@
 """gen_safetensors_ref.py -- safetensors files both ways between PyTorch and
 dplua, for tests/lua/test_checkpoint.lua.
 
-Run from the source tree with a Python that has torch (Debian's python3-torch
-1.13 is /usr/bin/python3 on the build machine), after `make`:
+Run from the source tree, after `make`, with a Python that has torch (the
+committed files were written with Debian's python3-torch 1.13, which
+scripts/setup-debian leaves out: `apt-get install python3-torch`):
 
     /usr/bin/python3 scripts/gen_safetensors_ref.py [--dplua ./dplua] [OUTDIR]
     /usr/bin/python3 scripts/gen_safetensors_ref.py --check-dplua DIR
@@ -42,7 +43,7 @@ files it has just written when /usr/bin/python3 has torch, and otherwise
 checks that dplua still writes what was checked here.
 
 The `safetensors` Python package is not in Debian, so when it is missing
-(as on the build machine) the format is read and written by the functions
+the format is read and written by the functions
 below, from its specification: 8 bytes of little-endian header length, the
 JSON header (tensors sorted by dtype then name, as the reference writer
 does; "__metadata__" first; padded with spaces to 8 bytes), then the data.

@@ -1509,7 +1509,10 @@ torch.backends = { cuda = { matmul = setmetatable({}, {
   __index = matmul_flags,
   __newindex = function(_, k, v)
     if k ~= "allow_tf32" then raise("backends.cuda.matmul: unknown setting '" .. tostring(k) .. "'") end
-    matmul_flags.allow_tf32 = v and true or false
+    if type(v) ~= "boolean" then
+      raise("backends.cuda.matmul.allow_tf32: expected a boolean, got " .. type(v))
+    end
+    matmul_flags.allow_tf32 = v
     C.dp_cuda_set_allow_tf32(v and 1 or 0)
   end,
 }) } }

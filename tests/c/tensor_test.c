@@ -100,24 +100,26 @@ static int values_are(dp_tensor *t, int64_t n, const double *want, double tol)
     return 1;
 }
 
-static int shape_is(dp_tensor *t, int ndim, const int64_t *shape)
+/* t has ndim dims and get(t, d) == want[d] for each: get is dp_tensor_size
+ * or dp_tensor_stride. */
+static int dims_are(dp_tensor *t, int64_t (*get)(const dp_tensor *, int), int ndim, const int64_t *want)
 {
     if (!t || dp_tensor_ndim(t) != ndim)
         return 0;
     for (int d = 0; d < ndim; d++)
-        if (dp_tensor_size(t, d) != shape[d])
+        if (get(t, d) != want[d])
             return 0;
     return 1;
 }
 
+static int shape_is(dp_tensor *t, int ndim, const int64_t *shape)
+{
+    return dims_are(t, dp_tensor_size, ndim, shape);
+}
+
 static int strides_are(dp_tensor *t, int ndim, const int64_t *stride)
 {
-    if (!t || dp_tensor_ndim(t) != ndim)
-        return 0;
-    for (int d = 0; d < ndim; d++)
-        if (dp_tensor_stride(t, d) != stride[d])
-            return 0;
-    return 1;
+    return dims_are(t, dp_tensor_stride, ndim, stride);
 }
 
 static int error_mentions(const char *a, const char *b)

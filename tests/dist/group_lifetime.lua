@@ -1,13 +1,14 @@
 -- Run under the launcher: dplua --nproc_per_node=N tests/dist/group_lifetime.lua [store-first]
 -- TAP from rank 0 (the other ranks stay silent unless something fails).
 -- A group or store used after destroy_process_group, or a value that is
--- not a group, is a Lua error naming it (each reached C as a null or freed
--- pointer: a segfault, before session 17); destroy_process_group() also
--- destroys new_group's groups, as in PyTorch; a DistributedDataParallel
--- over a destroyed group says so, and a new default group can be made. With "store-first": the store closed before
--- its group (the order the collector may pick at exit) stays open for the
--- group until the group is freed (its heartbeat used the store freed, and
--- at exit the process hung for the store's timeout in some runs).
+-- not a group, is a Lua error naming it (never a null or freed pointer
+-- passed to C); destroy_process_group() also destroys new_group's groups,
+-- as in PyTorch; a DistributedDataParallel over a destroyed group says so,
+-- and a new default group can be made. With "store-first": the store
+-- closed before its group (the order the collector may pick at exit) stays
+-- open for the group until the group is freed (the group's heartbeat uses
+-- the store: a freed one would be a use after free, or a hang at exit for
+-- the store's timeout).
 local torch = require("dplua")
 local ffi = require("ffi")
 local nn, dist = torch.nn, torch.distributed

@@ -9,12 +9,9 @@
 local dir = os.getenv("DPLUA_TEST_DIR") or (debug.getinfo(1, "S").source:match("^@(.*)/gpu/") or "tests")
 package.path = dir .. "/lua/?.lua;" .. package.path
 local T = require("tap")
+local models = require("models")
 local torch = require("dplua")
-
-if not torch.cuda.is_available() then
-  print("1..0 # SKIP no CUDA device")
-  os.exit(0)
-end
+if not torch.cuda.is_available() then T.skip_all("no CUDA device") end
 
 local nn, optim, F = torch.nn, torch.optim, torch.nn.functional
 local dev = "cuda:0"
@@ -58,11 +55,7 @@ local function sgd_loss_lines(m, x, y, steps, lr, settings)
   local opt = optim[settings.optimizer or "SGD"](m:parameters(), options)
   local lines = {}
   for _ = 1, steps do
-    opt:zero_grad()
-    local loss = F.cross_entropy(m(x), y)
-    loss:backward()
-    opt:step()
-    lines[#lines + 1] = ("%a"):format(loss:item())
+    lines[#lines + 1] = ("%a"):format(models.step(m, opt, F.cross_entropy, x, y):item())
   end
   return lines
 end
@@ -221,30 +214,14 @@ T.run("a training step replayed from a graph equals eager steps", function()
     end
     local m1, o1 = seed_model(dtype, sizes)
     local eager = {}
-    for i = 1, 6 do
-      o1:zero_grad()
-      local loss = F.cross_entropy(m1(xs[i]), ys[i])
-      loss:backward()
-      o1:step()
-      eager[i] = loss:item()
-    end
+    for i = 1, 6 do eager[i] = models.step(m1, o1, F.cross_entropy, xs[i], ys[i]):item() end
     local m2, o2 = seed_model(dtype, sizes)
     local x, y = xs[1]:clone(), ys[1]:clone()
-    local replayed = {}
     -- one eager step first, as in PyTorch: the momentum buffers then exist
-    o2:zero_grad()
-    local l1 = F.cross_entropy(m2(x), y)
-    l1:backward()
-    o2:step()
-    replayed[1] = l1:item()
+    local replayed = { models.step(m2, o2, F.cross_entropy, x, y):item() }
     local loss
     local fused_before = torch.cuda._linear_fusions()
-    local g = torch.cuda.graph(function()
-      o2:zero_grad()
-      loss = F.cross_entropy(m2(x), y)
-      loss:backward()
-      o2:step()
-    end)
+    local g = torch.cuda.graph(function() loss = models.step(m2, o2, F.cross_entropy, x, y) end)
     if sizes[1] == 784 then
       local head = torch.cuda.get_device_capability() >= 9 and 1 or 0
       T.is(torch.cuda._linear_fusions() - fused_before - head, 1,
@@ -276,26 +253,10 @@ T.run("capturable Adam replayed from a graph equals eager steps", function()
     return m, optim.Adam(m:parameters(), { lr = 0.01, capturable = true })
   end
   local m1, o1 = make()
-  local eager = {}
-  for i = 1, 5 do
-    o1:zero_grad()
-    local l = F.cross_entropy(m1(x), y)
-    l:backward()
-    o1:step()
-    eager[i] = l:item()
-  end
+  local eager = models.train(m1, o1, F.cross_entropy, x, y, 5)
   local m2, o2 = make()
-  o2:zero_grad()
-  local l1 = F.cross_entropy(m2(x), y)
-  l1:backward()
-  o2:step()
-  local replayed, loss = { l1:item() }, nil
-  local g = torch.cuda.graph(function()
-    o2:zero_grad()
-    loss = F.cross_entropy(m2(x), y)
-    loss:backward()
-    o2:step()
-  end)
+  local replayed, loss = { models.step(m2, o2, F.cross_entropy, x, y):item() }, nil
+  local g = torch.cuda.graph(function() loss = models.step(m2, o2, F.cross_entropy, x, y) end)
   for i = 2, 5 do
     g:replay()
     replayed[i] = loss:item()
@@ -308,11 +269,7 @@ end)
 T.run("replays reuse the graph's memory", function()
   local m, o = seed_model(torch.float32, { 10, 10, 2, 32 })
   local x, y = torch.randn(32, 10):to(dev), torch.randint(0, 2, { 32 }):to(dev)
-  local function step()
-    o:zero_grad()
-    F.cross_entropy(m(x), y):backward()
-    o:step()
-  end
+  local function step() models.step(m, o, F.cross_entropy, x, y) end
   step()   -- the momentum buffers exist before the capture
   local g = torch.cuda.graph(step)
   g:replay()
@@ -339,11 +296,7 @@ T.run("what cannot be captured fails at capture time", function()
   T.raises(function() torch.cuda.graph(function() torch.cuda.graph(function() end) end) end,
            "captures do not nest", "a capture inside a capture")
   local adam = optim.Adam(m:parameters(), { lr = 0.01 })
-  local function adam_step()
-    adam:zero_grad()
-    F.cross_entropy(m(x), y):backward()
-    adam:step()
-  end
+  local function adam_step() models.step(m, adam, F.cross_entropy, x, y) end
   T.raises(function() torch.cuda.graph(adam_step) end, "run a step eagerly before torch.cuda.graph",
            "optimizer state made inside a capture: run a step first")
   adam_step()
@@ -353,10 +306,7 @@ T.run("what cannot be captured fails at capture time", function()
   -- and everything works as before afterwards
   T.is(tostring(torch.cuda.current_stream()), tostring(torch.cuda.default_stream()),
        "the default stream is current again after failed captures")
-  o:zero_grad()
-  local loss = F.cross_entropy(m(x), y)
-  loss:backward()
-  o:step()
+  local loss = models.step(m, o, F.cross_entropy, x, y)
   T.ok(loss:item() == loss:item(), "an eager step after the failed captures gives a number")
   T.raises(function() torch.cuda.graph(3) end, "expected a function", "a graph of a non-function")
 end)

@@ -5,12 +5,9 @@
 local dir = os.getenv("DPLUA_TEST_DIR") or (debug.getinfo(1, "S").source:match("^@(.*)/gpu/") or "tests")
 package.path = dir .. "/lua/?.lua;" .. package.path
 local T = require("tap")
+local models = require("models")
 local torch = require("dplua")
-
-if not torch.cuda.is_available() then
-  print("1..0 # SKIP no CUDA device")
-  os.exit(0)
-end
+if not torch.cuda.is_available() then T.skip_all("no CUDA device") end
 
 local dev = "cuda:0"
 local function tol(dt) return (dt == torch.float64) and 1e-10 or (dt == torch.bfloat16 and 2e-2 or 2e-5) end
@@ -157,14 +154,20 @@ end
 -- operand, edges that do not fill a tile. Compared relative to the largest
 -- element (float32 and bfloat16 sum in another order than the CPU).
 local function unit(t) t = t:float(); return t / t:abs():max() end
+-- How a product in dt is compared: its rtol, and rel(f), f with its result
+-- made relative to its largest element (a float64 result as it is).
+local function compare_in(dt)
+  local rtol = dt == torch.bfloat16 and 5e-2 or (dt == torch.float32 and 1e-5 or nil)
+  local function rel(f) return function(...) local y = f(...); return dt == torch.float64 and y or unit(y) end end
+  return rtol, rel
+end
 -- Whole numbers, and whole numbers and a half: a first layer fed these has
 -- no pre-activation near 0, where the CPU's and the GPU's different
 -- summation orders could put a value on either side of a ReLU's kink.
 local function whole(dt, ...) return (torch.randn(...) * 3):round():to(dt) end
 local function halves(dt, n) return ((torch.randn(n) * 3):round() + 0.5):to(dt) end
 for _, dt in ipairs(floats) do
-  local rtol = dt == torch.bfloat16 and 5e-2 or (dt == torch.float32 and 1e-5 or nil)
-  local function rel(f) return function(...) local y = f(...); return dt == torch.float64 and y or unit(y) end end
+  local rtol, rel = compare_in(dt)
   same("tiled mm 100x70x90 " .. dt.name, rel(function(a, b) return a:mm(b) end), { input(dt, 100, 70), input(dt, 70, 90) }, rtol)
   same("tiled mm A^T " .. dt.name, rel(function(a, b) return a:t():mm(b) end), { input(dt, 70, 100), input(dt, 70, 90) }, rtol)
   same("tiled mm B^T " .. dt.name, rel(function(a, b) return a:mm(b:t()) end), { input(dt, 100, 70), input(dt, 90, 70) }, rtol)
@@ -185,8 +188,7 @@ local function round4(v) return v - v % 4 + 4 end
 local function nan_rows(t, keep) t:narrow(0, keep, t.shape[1] - keep):fill_(0 / 0); return t end
 local function nan_cols(t, keep) t:narrow(1, keep, t.shape[2] - keep):fill_(0 / 0); return t end
 for _, dt in ipairs(floats) do
-  local rtol = dt == torch.bfloat16 and 5e-2 or (dt == torch.float32 and 1e-5 or nil)
-  local function rel(f) return function(...) local y = f(...); return dt == torch.float64 and y or unit(y) end end
+  local rtol, rel = compare_in(dt)
   for _, s in ipairs({ { 100, 69, 89, "16" }, { 400, 69, 597, "32" }, { 700, 19, 1199, "64" } }) do
     local m, k, n = s[1], s[2], s[3]
     local what = ("%dx%dx%d, %s-wide tiles, vectors to ragged ends %s"):format(m, k, n, s[4], dt.name)
@@ -212,8 +214,7 @@ end
 -- gradient (the input needs no gradient), and dx alone with a ReLU mask
 -- (the layer frozen).
 for _, dt in ipairs(floats) do
-  local rtol = dt == torch.bfloat16 and 5e-2 or (dt == torch.float32 and 1e-5 or nil)
-  local function rel(f) return function(...) local y = f(...); return dt == torch.float64 and y or unit(y) end end
+  local rtol, rel = compare_in(dt)
   local mm = rel(function(a, b) return a:mm(b) end)
   same("split k, 16-wide tiles " .. dt.name, mm, { input(dt, 64, 1024), input(dt, 1024, 64) }, rtol)
   same("split k, 32-wide tiles " .. dt.name, mm, { input(dt, 128, 1024), input(dt, 1024, 128) }, rtol)
@@ -294,8 +295,7 @@ end
 -- a Linear's forward and backward with the bias gradient's row sums
 -- beside the products, with and without a bias, under a ReLU.
 for _, dt in ipairs(floats) do
-  local rtol = dt == torch.bfloat16 and 5e-2 or (dt == torch.float32 and 1e-5 or nil)
-  local function rel(f) return function(...) local y = f(...); return dt == torch.float64 and y or unit(y) end end
+  local rtol, rel = compare_in(dt)
   local mm = rel(function(a, b) return a:mm(b) end)
   same("one-block mm " .. dt.name, mm, { input(dt, 33, 7), input(dt, 7, 21) }, rtol)
   same("one-block mm A^T " .. dt.name, rel(function(a, b) return a:t():mm(b) end), { input(dt, 7, 33), input(dt, 7, 21) }, rtol)
@@ -584,20 +584,11 @@ end
 local function train(device, dtype)
   torch.manual_seed(3)
   local nn, optim = torch.nn, torch.optim
-  local model = nn.Sequential(nn.Linear(10, 10), nn.ReLU(), nn.Linear(10, 2)):to(dtype):to(device)
+  local model = models.SimpleNN():to(dtype):to(device)
   local opt = optim.Adam(model:parameters(), { lr = 0.01 })
-  local crit = nn.CrossEntropyLoss()
   local x = torch.rand(32, 10, { dtype = dtype }):to(device)
   local y = torch.randint(0, 2, { 32 }):to(device)
-  local losses = {}
-  for i = 1, 20 do
-    opt:zero_grad()
-    local loss = crit(model(x), y)
-    loss:backward()
-    opt:step()
-    losses[i] = loss:item()
-  end
-  return losses
+  return models.train(model, opt, nn.CrossEntropyLoss(), x, y, 20)
 end
 local c, g = train("cpu", torch.float64), train(dev, torch.float64)
 local worst = 0

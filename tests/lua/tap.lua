@@ -10,6 +10,7 @@ tap.lua -- a tiny TAP producer for dplua's Lua tests.
     T.check("name", function() return x end, expected)  -- isolated
     T.run("name", function() ... end) -- an error inside is a failure
     T.done_testing()                  -- prints the plan, exits 1 on failure
+    T.read_file(path), T.write_file(path, bytes), T.temp_dir(name), T.sh_quote(s)
 
 Output goes to stdout in TAP 13 form for automake's tap-driver.sh; failures
 carry `#` diagnostics that say what differed and where. The second half
@@ -334,6 +335,33 @@ function T.run(name, fn, ...)
     local ok, err = xpcall(fn, debug.traceback, ...)
     if not ok then T.ok(false, name .. " (raised)", err) end
     return ok
+end
+
+-- ---------------------------------------------------------------- files
+
+-- s as one sh word, whatever it holds.
+function T.sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+function T.read_file(path)
+    local f = assert(io.open(path, "rb"))
+    local s = f:read("*a")
+    f:close()
+    return s
+end
+
+function T.write_file(path, bytes)
+    local f = assert(io.open(path, "wb"))
+    f:write(bytes)
+    f:close()
+end
+
+-- A new directory $TMPDIR/dplua-NAME.XXXXXX (TMPDIR: /tmp by default).
+function T.temp_dir(name)
+    local p = io.popen("mktemp -d " .. T.sh_quote((os.getenv("TMPDIR") or "/tmp") .. "/dplua-" .. name .. ".XXXXXX"))
+    local d = p:read("*l")
+    p:close()
+    assert(d and d ~= "", "mktemp -d failed")
+    return d
 end
 
 -- ---------------------------------------------------------------- reference cases

@@ -71,29 +71,22 @@ local function mlp_from(case)
   return m, { m[0].weight, m[0].bias, m[2].weight, m[2].bias }
 end
 
-T.run("mlp, cross_entropy", function()
-  local case = ref.mlp
+-- The MLP case ref[name]: forward and loss_fn under autocast(options), then
+-- the backward, checked against PyTorch's.
+local function run_mlp(name, options, loss_fn)
+  local case = ref[name]
   local m, params = mlp_from(case)
   local x, y = tensor_of(case.inputs.x), tensor_of(case.inputs.target)
-  local out, loss = torch.autocast("cpu", { dtype = torch.bfloat16 }, function()
+  local out, loss = torch.autocast("cpu", options, function()
     local o = m(x)
-    return o, F.cross_entropy(o, y)
+    return o, loss_fn(o, y)
   end)
   loss:backward()
-  check_case("mlp", case, out, loss, params)
-end)
+  check_case(name, case, out, loss, params)
+end
 
-T.run("mlp, mse_loss", function()
-  local case = ref.mlp_mse
-  local m, params = mlp_from(case)
-  local x, y = tensor_of(case.inputs.x), tensor_of(case.inputs.target)
-  local out, loss = torch.autocast("cpu", {}, function()
-    local o = m(x)
-    return o, nn.MSELoss()(o, y)
-  end)
-  loss:backward()
-  check_case("mlp_mse", case, out, loss, params)
-end)
+T.run("mlp, cross_entropy", function() run_mlp("mlp", { dtype = torch.bfloat16 }, F.cross_entropy) end)
+T.run("mlp, mse_loss", function() run_mlp("mlp_mse", {}, nn.MSELoss()) end)
 
 T.run("conv2d, mse_loss", function()
   local case = ref.conv

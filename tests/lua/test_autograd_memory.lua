@@ -35,14 +35,7 @@ local nn, optim = torch.nn, torch.optim
 
 local MiB = 1024 * 1024
 
-local SimpleNN = nn.Module:extend("SimpleNN")
-function SimpleNN:__init()
-  self.fc1 = nn.Linear(10, 10)
-  self.fc2 = nn.Linear(10, 2)
-end
-function SimpleNN:forward(x)
-  return self.fc2(torch.relu(self.fc1(x)))
-end
+local SimpleNN = require("models").SimpleNN
 
 -- Live memory: tensor bytes and Lua heap KiB after a full collection (two
 -- passes, so that what finalizers released is collected too).

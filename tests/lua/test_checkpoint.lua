@@ -15,6 +15,7 @@ also checked by PyTorch directly; otherwise that test is skipped.
 local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 package.path = here .. "/?.lua;" .. package.path
 local T = require("tap")
+local models = require("models")
 local torch = require("dplua")
 local ffi = require("ffi")
 local nn, F, optim = torch.nn, torch.nn.functional, torch.optim
@@ -22,29 +23,6 @@ local nn, F, optim = torch.nn, torch.nn.functional, torch.optim
 local test_dir = T.test_dir()
 local ref_dir = test_dir .. "/ref"
 local dplua_exe = (arg and arg[-1]) or "dplua"
-
-local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
-
-local function mktemp_dir()
-  local p = io.popen("mktemp -d " .. sh_quote((os.getenv("TMPDIR") or "/tmp") .. "/dplua-ckpt.XXXXXX"))
-  local d = p:read("*l")
-  p:close()
-  assert(d and d ~= "", "mktemp -d failed")
-  return d
-end
-
-local function read_bytes(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local function write_bytes(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
 
 local function exists(path)
   local f = io.open(path, "rb")
@@ -54,7 +32,7 @@ end
 
 local function listdir(d)
   local out = {}
-  local p = io.popen("ls -A " .. sh_quote(d))
+  local p = io.popen("ls -A " .. T.sh_quote(d))
   for line in p:lines() do out[#out + 1] = line end
   p:close()
   table.sort(out)
@@ -151,15 +129,12 @@ local function build(config, seed)
   return model, opt, sched
 end
 
+-- Steps from..to on batches xs[s], ys[s]: losses[s] for each.
 local function train(model, opt, sched, xs, ys, from, to, losses)
   model:train()
   for s = from, to do
-    opt:zero_grad()
-    local loss = F.cross_entropy(model(xs[s]), ys[s])
-    loss:backward()
-    opt:step()
+    losses[s] = models.step(model, opt, F.cross_entropy, xs[s], ys[s]):item()
     sched:step()
-    losses[s] = loss:item()
   end
   return losses
 end
@@ -207,29 +182,20 @@ if arg and arg[1] == "--ddp" then
   local rank, world = dist.get_rank(), dist.get_world_size()
   local function report(cond, name) io.write(("rank %d %s %s\n"):format(rank, cond and "ok" or "not ok", name)) end
   local path = dir .. "/ddp.safetensors"
+  -- each rank its half of every batch
   local xs, ys = batches()
+  for s = 1, STEPS do
+    xs[s], ys[s] = xs[s]:narrow(0, rank * 8 % 16, 8), ys[s]:narrow(0, rank * 8 % 16, 8)
+  end
   local function make(seed)
     local model, opt, sched = build("adam", seed)
     local ddp = nn.parallel.DistributedDataParallel(model)
     local o, s = CONFIGS.adam(ddp.module)
     return ddp, o, s
   end
-  local function train_ddp(ddp, opt, sched, from, to, losses)
-    ddp:train()
-    for s = from, to do
-      local x, y = xs[s]:narrow(0, rank * 8 % 16, 8), ys[s]:narrow(0, rank * 8 % 16, 8)
-      opt:zero_grad()
-      local loss = F.cross_entropy(ddp(x), y)
-      loss:backward()
-      opt:step()
-      sched:step()
-      losses[s] = loss:item()
-    end
-    return losses
-  end
   local ddp, opt, sched = make(1)
   torch.manual_seed(50 + rank)   -- each rank its own dropout stream
-  local full = train_ddp(ddp, opt, sched, 1, SAVE_AT, {})
+  local full = train(ddp, opt, sched, xs, ys, 1, SAVE_AT, {})
   -- every rank's RNG state, gathered: rank 0 saves them all
   local states = torch.empty(world * 16, { dtype = torch.uint8 })
   dist.all_gather_into_tensor(states, torch.get_rng_state())
@@ -238,7 +204,7 @@ if arg and arg[1] == "--ddp" then
                  rng = states:view(world, 16), step = SAVE_AT }, path)
   end
   dist.barrier()
-  train_ddp(ddp, opt, sched, SAVE_AT + 1, STEPS, full)
+  train(ddp, opt, sched, xs, ys, SAVE_AT + 1, STEPS, full)
 
   local ck = torch.load(path)   -- every rank loads
   local ddp2, opt2, sched2 = make(2)
@@ -247,7 +213,7 @@ if arg and arg[1] == "--ddp" then
   sched2:load_state_dict(ck.scheduler)
   torch.set_rng_state(ck.rng[rank])
   report(ck.step == SAVE_AT, "the step")
-  local resumed = train_ddp(ddp2, opt2, sched2, ck.step + 1, STEPS, {})
+  local resumed = train(ddp2, opt2, sched2, xs, ys, ck.step + 1, STEPS, {})
   local same = true
   for s = SAVE_AT + 1, STEPS do same = same and resumed[s] == full[s] end
   report(same, "losses after resume == the uninterrupted DDP run's")
@@ -260,7 +226,7 @@ if arg and arg[1] == "--ddp" then
   os.exit(0)
 end
 
-local tmp = mktemp_dir()
+local tmp = T.temp_dir("ckpt")
 
 ---------------------------------------------------------------- PyTorch's files
 
@@ -290,7 +256,7 @@ end)
 
 T.run("dplua writes the files that PyTorch read", function()
   local out = tmp .. "/ref"
-  os.execute("mkdir -p " .. sh_quote(out))
+  os.execute("mkdir -p " .. T.sh_quote(out))
   write_ref_files(ref_dir, out)
   for _, which in ipairs({ "model", "ckpt" }) do
     local name = "safetensors_dplua_" .. which .. ".safetensors"
@@ -300,7 +266,7 @@ T.run("dplua writes the files that PyTorch read", function()
     T.is(gmeta, wmeta, which .. ": the same metadata (the version aside)")
     T.ok(got ~= nil and want ~= nil, which .. ": both load")
     -- the same tensors, bit for bit, in the same order: the same data section
-    T.ok(data_part(read_bytes(out .. "/" .. name)) == data_part(read_bytes(ref_dir .. "/" .. name)),
+    T.ok(data_part(T.read_file(out .. "/" .. name)) == data_part(T.read_file(ref_dir .. "/" .. name)),
          which .. ": the same data bytes")
   end
   -- the current files go to PyTorch itself when it is here
@@ -311,7 +277,7 @@ T.run("dplua writes the files that PyTorch read", function()
     T.skip("no /usr/bin/python3 with torch (the committed files were checked by it)", "PyTorch reads the files written now")
   else
     local script = test_dir .. "/../scripts/gen_safetensors_ref.py"
-    local p = io.popen(py .. " " .. sh_quote(script) .. " --check-dplua " .. sh_quote(out) .. " 2>&1; echo rc=$?")
+    local p = io.popen(py .. " " .. T.sh_quote(script) .. " --check-dplua " .. T.sh_quote(out) .. " 2>&1; echo rc=$?")
     local text = p:read("*a")
     p:close()
     T.ok(text:find("rc=0\n$") ~= nil, "PyTorch reads the files written now: model.load_state_dict(load_file()) and every tensor equal", text)
@@ -403,7 +369,7 @@ T.run("a model state dict alone: its own keys, its order, load_state_dict", func
   torch.save(model:state_dict(), path)
   local sd = torch.load(path)
   T.is(sd:keys(), { "0.weight", "0.bias", "2.weight", "2.bias" }, "the state dict's order is kept")
-  local s = read_bytes(path)
+  local s = T.read_file(path)
   T.ok(s:find('"0.weight":{"dtype":"F32","shape":[5,3]', 1, true) ~= nil, "tensors are stored under the state dict's own names")
   local other = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2))
   other:load_state_dict(sd)
@@ -421,7 +387,7 @@ T.run("names that collide and tensors saved twice", function()
   local got = torch.load(path)
   T.ok(same_tensor(got.a["b.c"], a) and same_tensor(got["a.b"].c, b), "both tensors of a colliding dotted name come back")
   T.ok(rawequal(got.x, got.y), "one tensor saved under two keys comes back as one tensor")
-  local s = read_bytes(path)
+  local s = T.read_file(path)
   T.ok(s:find('"a.b.c~2"', 1, true) ~= nil, "the second colliding name gets a suffix")
   torch.save({ ["a\0b"] = torch.ones(1), ["\255"] = torch.zeros(1) }, path)
   got = torch.load(path)
@@ -468,12 +434,12 @@ T.run("errors name the file and the problem", function()
            { "safetensors", "cannot create", "no/such/dir", "No such file" }, "a save into a missing directory")
   T.raises(function() torch.load(tmp .. "/missing.safetensors") end, { "safetensors", "cannot open", "missing%.safetensors", "No such file" }, "a missing file")
   T.raises(function() torch.load(tmp) end, { "safetensors", "directory" }, "a directory")
-  os.execute("mkfifo " .. sh_quote(tmp .. "/fifo"))
+  os.execute("mkfifo " .. T.sh_quote(tmp .. "/fifo"))
   T.raises(function() torch.load(tmp .. "/fifo") end, { "safetensors", "fifo", "not a regular file" }, "a FIFO (without blocking)")
   os.remove(tmp .. "/fifo")
-  write_bytes(path, "")
+  T.write_file(path, "")
   T.raises(function() torch.load(path) end, { "err%.safetensors", "too short" }, "an empty file")
-  write_bytes(path, "PK\3\4 this is a zip file, not safetensors")
+  T.write_file(path, "PK\3\4 this is a zip file, not safetensors")
   T.raises(function() torch.load(path) end, { "err%.safetensors", "header length", "larger than" }, "a file of another format")
   T.raises(function() torch.load(path, 3) end, { "torch.load", "options" }, "bad options")
   T.raises(function() torch.set_rng_state(torch.zeros(3)) end, { "set_rng_state", "16 bytes" }, "a bad RNG state")
@@ -548,9 +514,9 @@ for _, config in ipairs({ "adam", "sgd" }) do
     T.is(o2.param_groups[1].lr, opt.param_groups[1].lr, "the scheduler's lr agrees")
 
     -- a fresh process
-    local cmd = ("%s %s --resume %s %s %d"):format(sh_quote(dplua_exe), sh_quote(here .. "/test_checkpoint.lua"),
-                                                   sh_quote(path), config, STEPS)
-    local p = io.popen("DPLUA_TEST_DIR=" .. sh_quote(test_dir) .. " " .. cmd .. " 2>&1")
+    local cmd = ("%s %s --resume %s %s %d"):format(T.sh_quote(dplua_exe),
+      T.sh_quote(here .. "/test_checkpoint.lua"), T.sh_quote(path), config, STEPS)
+    local p = io.popen("DPLUA_TEST_DIR=" .. T.sh_quote(test_dir) .. " " .. cmd .. " 2>&1")
     local out = p:read("*a")
     p:close()
     local want = {}
@@ -568,8 +534,8 @@ end
 T.run("under DDP: rank 0 saves, every rank loads, resume is bit-exact", function()
   local world = 2
   local cmd = ("timeout 120 %s --nproc_per_node=%d %s --ddp %s 2>&1; echo \"exit=$?\""):format(
-    sh_quote(dplua_exe), world, sh_quote(here .. "/test_checkpoint.lua"), sh_quote(tmp))
-  local p = io.popen("DPLUA_TEST_DIR=" .. sh_quote(test_dir) .. " " .. cmd)
+    T.sh_quote(dplua_exe), world, T.sh_quote(here .. "/test_checkpoint.lua"), T.sh_quote(tmp))
+  local p = io.popen("DPLUA_TEST_DIR=" .. T.sh_quote(test_dir) .. " " .. cmd)
   local out = p:read("*a")
   p:close()
   if out:find("unknown option") or out:find("nproc_per_node") and out:find("usage") then
@@ -585,5 +551,5 @@ T.run("under DDP: rank 0 saves, every rank loads, resume is bit-exact", function
   T.ok(out:find("exit=0", 1, true) ~= nil, "the DDP run exits 0", out)
 end)
 
-os.execute("rm -rf " .. sh_quote(tmp))
+os.execute("rm -rf " .. T.sh_quote(tmp))
 T.done_testing()

@@ -80,18 +80,9 @@ end
 local tmpfiles = {}
 local function write_tmp(bytes)
   local path = os.tmpname()
-  local f = assert(io.open(path, "wb"))
-  f:write(bytes)
-  f:close()
+  T.write_file(path, bytes)
   tmpfiles[#tmpfiles + 1] = path
   return path
-end
-
-local function read_file(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
 end
 
 local function shape(t) return T.shape(t) end
@@ -226,11 +217,11 @@ bad("data left over (plain)", header(0x08, { 3 }) .. "abcd", "more data than the
 bad("data left over (gzip)", gzip(header(0x08, { 3 }) .. "abcd"), "more data than the dims describe")
 
 if have_data then
-  local real_gz = read_file(DIR .. "t10k-labels-idx1-ubyte.gz")
+  local real_gz = T.read_file(DIR .. "t10k-labels-idx1-ubyte.gz")
   bad("truncated gzip stream", real_gz:sub(1, 3000), "truncated")
   local body = real_gz:sub(1, 1000) .. string.rep("\255", 500) .. real_gz:sub(1501)
   bad("corrupted gzip stream", body, "read error")
-  local img = read_file(DIR .. "t10k-images-idx3-ubyte.gz")
+  local img = T.read_file(DIR .. "t10k-images-idx3-ubyte.gz")
   bad("a prefix of the image file", img:sub(1, math.floor(#img / 2)), "truncated")
 else
   T.skip("no " .. DIR, "truncated gzip stream")

@@ -75,4 +75,29 @@ T.run("matmul shapes by hand", function()
          "torch.float64", "float64 mm stays float64")
 end)
 
+-- torch.backends.cuda.matmul.allow_tf32, as in PyTorch: off by default, a
+-- boolean. TF32 is a CUDA GEMM mode; a float32 product on the CPU keeps
+-- every bit of its inputs whichever way the setting is.
+T.run("torch.backends.cuda.matmul.allow_tf32", function()
+    local settings = torch.backends.cuda.matmul
+    T.is(settings.allow_tf32, false, "off by default")
+    -- 1 + 2^-20 needs 21 bits of mantissa; TF32 keeps 10 and would give 1
+    local fine = 1 + 2 ^ -20
+    local a, eye = torch.full({8, 8}, fine), torch.eye(8)
+    for _, allow in ipairs({true, false}) do
+        settings.allow_tf32 = allow
+        T.is(settings.allow_tf32, allow, "reads back " .. tostring(allow))
+        T.ok(a:mm(eye):eq(fine):all():item(), "allow_tf32 = " .. tostring(allow) .. ": a CPU float32 mm keeps 24 bits")
+    end
+    for _, bad in ipairs({"yes", 1, 0}) do
+        local shown = type(bad) == "string" and ("%q"):format(bad) or tostring(bad)
+        T.raises(function() settings.allow_tf32 = bad end, {"allow_tf32", "boolean"},
+                 "allow_tf32 = " .. shown .. " is refused, naming the setting and the type")
+        T.is(settings.allow_tf32, false, "and the setting is left as it was")
+        settings.allow_tf32 = false
+    end
+    T.raises(function() settings.allow_tf33 = true end, "unknown setting 'allow_tf33'", "an unknown setting is refused")
+    T.is(settings.allow_tf33, nil, "and not stored")
+end)
+
 T.done_testing()

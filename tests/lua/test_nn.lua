@@ -19,13 +19,7 @@ local function names(pairs_list)
   return out
 end
 
--- PyTorch's tutorial module.
-local SimpleNN = nn.Module:extend("SimpleNN")
-function SimpleNN:__init()
-  self.fc1 = nn.Linear(10, 10)
-  self.fc2 = nn.Linear(10, 2)
-end
-function SimpleNN:forward(x) return self.fc2(self.fc1(x):relu()) end
+local SimpleNN = require("models").SimpleNN
 
 ---------------------------------------------------------------- registration
 
@@ -446,8 +440,8 @@ T.run("argument errors", function()
   T.raises(function() nn.Conv2d(1, 2, 3)(torch.zeros(1, 3, 5, 5)) end, "expected input", "conv2d channel mismatch")
   T.raises(function() nn.Conv2d(1, 2, 3)(torch.zeros(5, 5)) end, "3-D", "conv2d with 2-D input")
   T.raises(function() nn.MaxPool2d(2)(torch.zeros(1, 1, 1, 1)) end, "too small", "pooling a too small input")
-  -- sizes past int64 once multiplied (a segfault before session 17: the
-  -- output's element count wrapped to 0)
+  -- sizes past int64 once multiplied: the output's element count must not
+  -- wrap around (to 0, and a write past the end)
   T.raises(function() F.conv2d(torch.randn(1, 1, 4, 4), torch.randn(1, 1, 1, 1), nil, 1, 2 ^ 31 - 2) end,
            { "unfold", "4294967296 x 4294967296 positions are too many" }, "conv2d with a padding of 2^31 - 2")
   T.raises(function() F.conv2d(torch.randn(1, 1, 4, 4), torch.randn(1, 1, 1, 1), nil, 1, 2 ^ 62) end,

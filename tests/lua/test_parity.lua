@@ -165,14 +165,7 @@ end
 
 ---------------------------------------------------------------- the seed model
 
-local SimpleNN = nn.Module:extend("SimpleNN")
-function SimpleNN:__init()
-  self.fc1 = nn.Linear(10, 10)
-  self.fc2 = nn.Linear(10, 2)
-end
-function SimpleNN:forward(x)
-  return self.fc2(torch.relu(self.fc1(x)))
-end
+local models = require("models")
 
 local SEED_OPTIMIZERS = {
   sgd = function(p) return optim.SGD(p, {lr = 0.01}) end,
@@ -187,19 +180,11 @@ T.run("seed model", function()
   for _, name in ipairs({"sgd", "sgd_nesterov", "adam_amsgrad"}) do
     local run = R.runs[name]
     T.run("seed " .. name, function()
-      local model = SimpleNN()
+      local model = models.SimpleNN()
       model:load_state_dict(state_dict_from(R.init))
       model:to(DEVICE)
       local opt = SEED_OPTIMIZERS[name](model:parameters())
-      local crit = nn.CrossEntropyLoss()
-      local losses = {}
-      for step = 1, run.steps do
-        opt:zero_grad()
-        local loss = crit(model(x), y)
-        loss:backward()
-        opt:step()
-        losses[step] = loss:item()
-      end
+      local losses = models.train(model, opt, nn.CrossEntropyLoss(), x, y, run.steps)
       series_ok(losses, run.losses, RTOL, ("seed %s: loss at each of %d steps"):format(name, run.steps))
       local sd = model:state_dict()
       for _, e in ipairs(run.final) do

@@ -268,8 +268,8 @@ sleep 0.3
 [ $status -ne 0 ] && ! grep -qsa "sleep.171" /proc/[0-9]*/cmdline   # (/proc: procps may be absent)
 ok $? "after a rank fails, no process it or another rank started is left"
 
-# on one node rank 0's address must resolve at once (it waited the whole
-# store timeout, 300 s, before session 17)
+# on one node an address that does not resolve is an error at once, not a
+# wait for the store's timeout (300 s)
 run --nproc_per_node=2 --master_addr=nonexistent.invalid "$tmp/env.lua"
 [ $status -eq 2 ] && has err "--master_addr=nonexistent.invalid: cannot resolve it"
 ok $? "an address that does not resolve, on one node: exit 2 at once"
