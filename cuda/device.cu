@@ -30,11 +30,6 @@
 #include "dp_cuda.h"
 #include "launch.cuh"
 
-#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
-
-/* Past this many blocks a grid-stride loop does the rest: more blocks than
- * the GPU can hold at once only add scheduling work. */
-#define DPC_MAX_BLOCKS 65536
 
 /* ------------------------------------------------------------------------ */
 /* versions and devices                                                      */

@@ -35,7 +35,6 @@
 #include "iter.cuh"
 #include "launch.cuh"
 
-#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 #define EW_THREADS 256
 /* Past this many blocks the grid-stride loop does the rest. */
 #define EW_MAX_BLOCKS 65536

@@ -28,10 +28,6 @@
 #include "kernel_error.cuh"
 #include "launch.cuh"
 
-#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
-
-/* Past this many blocks a grid-stride loop does the rest. */
-#define DPC_MAX_BLOCKS 65536
 #define INDEX_BLOCK 256
 
 static unsigned grid_for(int64_t n)

@@ -28,6 +28,12 @@
 #include <tuple>
 #include <utility>
 
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+/* Past this many blocks a grid-stride loop does the rest: more blocks than
+ * the GPU can hold at once only add scheduling work. */
+#define DPC_MAX_BLOCKS 65536
+
 /* let_next_kernel_start lets the kernel after this one in the stream be
  * scheduled; wait_for_previous_kernel waits until the kernel before this
  * one has finished and its writes are visible. Both are no-ops when the

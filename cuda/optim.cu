@@ -26,10 +26,6 @@
 #include "launch.cuh"
 #include "sgd.cuh"
 
-#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
-
-/* Past this many blocks a grid-stride loop does the rest. */
-#define DPC_MAX_BLOCKS 65536
 #define OPTIM_BLOCK 256
 
 /* ------------------------------------------------------------------------ */

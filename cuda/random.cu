@@ -15,7 +15,6 @@
 #include "core/dtype_conv.h"
 #include "launch.cuh"
 
-#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 #define RANDOM_BLOCK 256
 /* Past this many blocks a grid-stride loop does the rest. */
 #define RANDOM_MAX_BLOCKS 65536

@@ -31,7 +31,6 @@
 #include "kernel_error.cuh"
 #include "launch.cuh"
 
-#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 #define RED_THREADS 256
 /* Past this many blocks the grid-stride loop does the rest. */
 #define RED_MAX_BLOCKS 65536
