@@ -43,7 +43,7 @@ dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, 
 bool gpu_any(int what, dp_tensor *t);
 /* how many references to t the launch waiting in gpu.c holds */
 int gpu_deferred_holds(const dp_tensor *t);
-/* t (new, contiguous) = the values of Philox blocks counter.. (core/philox.h) */
+/* t (new, contiguous) = the values of Philox blocks counter.. (common/philox.h) */
 dp_status gpu_random(dp_tensor *t, int kind, uint64_t counter, uint64_t key, int64_t low, uint64_t range);
 
 #define ON_CPU(t) ((t)->device == DP_CPU)
