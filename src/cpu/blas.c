@@ -11,6 +11,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* From OpenBLAS's cblas.h. Declared here as well, because Debian's
+ * alternatives may point <cblas.h> at a BLAS without them. */
+int openblas_get_num_threads(void);
+char *openblas_get_config(void);
+
+const char *cpu_blas_config(void)
+{
+    return openblas_get_config();
+}
+
+int cpu_blas_threads(void)
+{
+    return openblas_get_num_threads();
+}
+
 /* Returns the BLAS leading dimension and transpose flag for the 2-D matrix
  * (rows x cols, strides rs, cs), or 0 when it has no unit stride. */
 static int64_t blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, CBLAS_TRANSPOSE *tr)
