@@ -8,9 +8,10 @@
  * legacy default stream); each launcher checks cudaGetLastError() right
  * after the launch.
  *
- * Element types are dplua's dtype codes (src/dplua.h: 0 float32, 1 float64,
- * 2 int64, 3 int32, 4 uint8, 5 bool, 6 bfloat16); op codes are dplua's
- * dp_unop / dp_binop / dp_redop values. Strides and shapes are in elements.
+ * Element types are dplua's dtype codes (src/common/codes.h: 0 float32,
+ * 1 float64, 2 int64, 3 int32, 4 uint8, 5 bool, 6 bfloat16); op codes are
+ * its dp_unop / dp_binop / dp_redop values. Strides and shapes are in
+ * elements.
  *
  * An elementwise kernel walks an iteration shape (dpc_shape) and reads or
  * writes each operand through its own strides over that shape (a broadcast
@@ -318,7 +319,7 @@ int dpc_adam_step(int dtype, int64_t n, void *param, void *grad, void *exp_avg, 
 
 /* ---- random draws (cuda/random.cu) ---- */
 
-/* out (n contiguous elements of dtype) = value `kind` (src/core/philox.h:
+/* out (n contiguous elements of dtype) = value `kind` (src/common/philox.h:
  * uniform, normal, or low + draw mod range) of Philox blocks counter + i
  * under key. */
 int dpc_random(int dtype, int kind, int64_t n, uint64_t counter, uint64_t key, int64_t low, uint64_t range,

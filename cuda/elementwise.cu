@@ -28,9 +28,10 @@
 
 #include <cuda_runtime.h>
 
-#include "dplua.h"
+#include "common/codes.h"
 #include "dpc_ops.h"
-#include "core/dtype_conv.h"
+#include "common/dtype_conv.h"
+#include "common/elementwise.h"   /* ipow */
 #include "activation.cuh"
 #include "iter.cuh"
 #include "launch.cuh"
@@ -283,19 +284,6 @@ template <class C> __device__ static inline bool is_neg(C x)
         return x < 0;
 }
 template <class C> __device__ static inline C sign_of(C x) { return (C)((x > 0) - is_neg(x)); }
-
-__device__ static inline int64_t ipow(int64_t a, int64_t b)
-{
-    if (b < 0)
-        return a == 1 ? 1 : a == -1 ? (b & 1 ? -1 : 1) : 0;
-    uint64_t r = 1, x = (uint64_t)a;
-    while (b) {
-        if (b & 1) r *= x;
-        x *= x;
-        b >>= 1;
-    }
-    return (int64_t)r;
-}
 
 /* Python's modulo: the result takes the divisor's sign. */
 template <class C> __device__ static inline C f_rem(C a, C b)

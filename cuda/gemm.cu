@@ -24,10 +24,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "core/dtype_conv.h"
+#include "common/dtype_conv.h"
 #include "dp_cuda.h"
 #include "dpc_ops.h"
-#include "dplua.h"
+#include "common/codes.h"
 #include "gemm.cuh"
 #include "launch.cuh"
 

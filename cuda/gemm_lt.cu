@@ -24,10 +24,10 @@
 #include <cublasLt.h>
 #endif
 
-#include "core/dtype_conv.h"
+#include "common/dtype_conv.h"
 #include "dp_cuda.h"
 #include "dpc_ops.h"
-#include "dplua.h"
+#include "common/codes.h"
 #include "gemm.cuh"
 
 #ifdef DP_HAVE_CUBLASLT

@@ -17,10 +17,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "core/dtype_conv.h"
+#include "common/dtype_conv.h"
 #include "dp_cuda.h"
 #include "dpc_ops.h"
-#include "dplua.h"
+#include "common/codes.h"
 #include "gemm.cuh"
 #include "launch.cuh"
 #include "sgd.cuh"
@@ -686,7 +686,7 @@ __device__ static void small_part(const small_jobs &s, int first, int end, const
     }
 }
 
-/* A stored element as src/core/dtype_conv.h rounds it (NaN too), as
+/* A stored element as src/common/dtype_conv.h rounds it (NaN too), as
  * optim.cu's SGD stores it. */
 __device__ static inline void sgd_store(float *p, float v) { *p = v; }
 __device__ static inline void sgd_store(double *p, double v) { *p = v; }

@@ -23,8 +23,8 @@
 #include <cuda_runtime.h>
 
 #include "dpc_ops.h"
-#include "core/dtype_conv.h"
-#include "dplua.h"
+#include "common/dtype_conv.h"
+#include "common/codes.h"
 #include "kernel_error.cuh"
 #include "launch.cuh"
 

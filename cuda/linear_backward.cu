@@ -13,9 +13,9 @@
 
 #include <cuda_runtime.h>
 
-#include "core/dtype_conv.h"
+#include "common/dtype_conv.h"
 #include "dpc_ops.h"
-#include "dplua.h"
+#include "common/codes.h"
 #include "gemm.cuh"
 
 /* Whether a layer's products are ours to run. */

@@ -21,8 +21,8 @@
 #include <cuda_runtime.h>
 
 #include "dpc_ops.h"
-#include "dplua.h"
-#include "core/dtype_conv.h"
+#include "common/codes.h"
+#include "common/dtype_conv.h"
 #include "launch.cuh"
 #include "sgd.cuh"
 

@@ -1,7 +1,7 @@
 /*
  * random.cu — random draws on the GPU, behind dpc_ops.h: one thread per
  * element turns Philox block (counter + i) into a value with the same
- * functions as the CPU (src/core/philox.h), so a draw on the GPU gives the
+ * functions as the CPU (src/common/philox.h), so a draw on the GPU gives the
  * CPU's numbers (normal values up to the last bit of log and cos).
  */
 #ifdef HAVE_CONFIG_H
@@ -10,9 +10,9 @@
 
 #include <cuda_runtime.h>
 
-#include "core/philox.h"
+#include "common/philox.h"
 #include "dpc_ops.h"
-#include "core/dtype_conv.h"
+#include "common/dtype_conv.h"
 #include "launch.cuh"
 
 #define RANDOM_BLOCK 256

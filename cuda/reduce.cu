@@ -23,9 +23,9 @@
 
 #include <cuda_runtime.h>
 
-#include "dplua.h"
+#include "common/codes.h"
 #include "dpc_ops.h"
-#include "core/dtype_conv.h"
+#include "common/dtype_conv.h"
 #include "iter.cuh"
 #include "activation.cuh"
 #include "kernel_error.cuh"
@@ -36,7 +36,7 @@
 #define RED_MAX_BLOCKS 65536
 
 /* ------------------------------------------------------------------------ */
-/* dtypes (the conversions are in core/dtype_conv.h)                        */
+/* dtypes (the conversions are in common/dtype_conv.h)                      */
 /* ------------------------------------------------------------------------ */
 
 __host__ __device__ static constexpr bool dt_is_float(int dtype)

@@ -11,17 +11,12 @@
 #endif
 
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dplua.h"
 #include "lua/host.h"
-#include "dist/launch.h"
-#ifdef DP_HAVE_CUDA
-#include "dp_cuda.h"
-#endif
 
 #ifndef PACKAGE_VERSION
 #define PACKAGE_VERSION "unknown"
@@ -30,11 +25,6 @@
 #define PROGNAME "dplua"
 #define EXIT_USAGE 2
 #define PARSE_RUN (-1)  /* parse_args: go on and run Lua */
-
-/* From OpenBLAS's cblas.h. Declared here rather than included, because
- * Debian's alternatives may point <cblas.h> at a BLAS without them. */
-int openblas_get_num_threads(void);
-char *openblas_get_config(void);
 
 static const char usage_text[] =
     "usage: " PROGNAME " [options] [script [args...]]\n"
@@ -77,14 +67,6 @@ static const char usage_text[] =
     "\n"
     "exit status: 0 success, 1 a Lua error, 2 a bad command line.\n";
 
-/* torchrun's flags, spelt with '_' (torchrun accepts '-' too). */
-static const char *const launcher_flags[] = {
-    "nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port",
-    "standalone", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "max_restarts",
-    "tee", "prefix_output",
-    NULL
-};
-
 /* ------------------------------------------------------------------------ */
 /* the command line                                                          */
 /* ------------------------------------------------------------------------ */
@@ -94,28 +76,6 @@ static int usage_error(const char *what, const char *arg)
     fprintf(stderr, PROGNAME ": %s '%s'\n", what, arg);
     fprintf(stderr, "Try '" PROGNAME " --help' for more information.\n");
     return EXIT_USAGE;
-}
-
-/* "--nproc-per-node=4" is the launcher flag nproc_per_node. */
-static int is_launcher_flag(const char *arg)
-{
-    int i;
-    const char *name = arg + 2;
-    size_t len = strcspn(name, "=");
-    if (strncmp(arg, "--", 2) != 0)
-        return 0;
-    for (i = 0; launcher_flags[i] != NULL; i++) {
-        const char *flag = launcher_flags[i];
-        size_t k;
-        if (strlen(flag) != len)
-            continue;
-        for (k = 0; k < len; k++)
-            if (name[k] != flag[k] && !(name[k] == '-' && flag[k] == '_'))
-                break;
-        if (k == len)
-            return 1;
-    }
-    return 0;
 }
 
 static void print_version(void)
@@ -142,7 +102,7 @@ static int parse_option(int argc, char **argv, int *i, struct host_args *a)
     } else if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
         fputs(usage_text, stdout);
         return 0;
-    } else if (is_launcher_flag(s)) {
+    } else if (dp_launch_is_flag(s)) {
         return dp_launch_main(argc, argv);   /* src/dist/launch.c */
     } else {
         return usage_error("unrecognized option", s);
@@ -178,90 +138,13 @@ static int parse_args(int argc, char **argv, struct host_args *a)
 /* dplua env                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static void fact(const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
 /* One "key: value" line, values aligned in one column. */
-static void fact(const char *key, const char *fmt, ...)
+static void print_fact(const char *key, const char *value, void *ctx)
 {
-    va_list ap;
-    printf("%-*s ", 21, key);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    putchar('\n');
+    int pad = 20 - (int)strlen(key);
+    (void)ctx;
+    printf("%s:%*s %s\n", key, pad > 0 ? pad : 0, "", value);
 }
-
-#ifdef DP_HAVE_CUDA
-/* 13000 -> "13.0" (CUDA's major*1000 + minor*10). */
-static void cuda_version_fact(const char *key, int status, int v)
-{
-    if (status != 0)
-        fact(key, "unknown (%s)", dpc_error_string(status));
-    else if (v == 0)
-        fact(key, "none (no NVIDIA driver found)");
-    else
-        fact(key, "%d.%d", v / 1000, v % 1000 / 10);
-}
-
-/* 22809 -> "2.28.9" (major*10000 + minor*100 + patch), as NCCL and
- * cuBLASLt both count. */
-static void triple_version_fact(const char *key, long v, const char *why)
-{
-    if (v <= 0)
-        fact(key, "%s", why ? why : "unknown");
-    else
-        fact(key, "%ld.%ld.%ld", v / 10000, v / 100 % 100, v % 100);
-}
-
-static void gpu_facts(void)
-{
-    int i, n, status = dpc_device_count(&n);
-    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
-    fact("CUDA_VISIBLE_DEVICES:", "%s", visible ? visible : "(not set)");
-    if (status != 0) {
-        fact("GPUs:", "0 (%s)", dpc_error_string(status));
-        return;
-    }
-    fact("GPUs:", "%d", n);
-    for (i = 0; i < n; i++) {
-        struct dpc_device_info d;
-        char key[32];
-        snprintf(key, sizeof key, "GPU %d:", i);
-        status = dpc_device_info(i, &d);
-        if (status != 0)
-            fact(key, "unknown (%s)", dpc_error_string(status));
-        else
-            fact(key, "%s, %.1f GiB, compute capability %d.%d, %d multiprocessors",
-                 d.name, d.total_memory / 1073741824.0, d.major, d.minor, d.multiprocessors);
-    }
-}
-
-static void cuda_facts(void)
-{
-    int v, status;
-    const char *why = NULL;
-    size_t lt;
-    fact("CUDA:", "built");
-    status = dpc_runtime_version(&v);
-    cuda_version_fact("CUDA runtime:", status, v);
-    status = dpc_driver_version(&v);
-    cuda_version_fact("CUDA driver:", status, v);
-    lt = dpc_cublaslt_version(&why);
-    triple_version_fact("cuBLASLt:", (long)lt, why);
-#ifdef DP_HAVE_NCCL
-    triple_version_fact("NCCL:", dpc_nccl_version(), "unknown (ncclGetVersion failed)");
-#else
-    triple_version_fact("NCCL:", 0, "not built (configure found no NCCL)");
-#endif
-    gpu_facts();
-}
-#else
-static void cuda_facts(void)
-{
-    fact("CUDA:", "not built (configure --with-cuda)");
-}
-#endif
 
 /* `dplua env`: what a bug report needs, one fact per line. It never fails
  * for a missing GPU or driver: it says what is missing and exits 0. */
@@ -269,24 +152,14 @@ static int env_command(int argc, char **argv)
 {
     char dir[PATH_MAX];
     const char *opts = dp_build_options();
-    const char *blas = openblas_get_config();
     if (argc > 2)
         return usage_error("env takes no arguments; got", argv[2]);
-    fact("dplua:", "%s", PACKAGE_VERSION);
-    fact("build options:", "%s", opts ? opts : "(unknown)");
-    fact("LuaJIT:", "%s", host_luajit_version());
-    if (host_find_luadir(dir, sizeof dir) == 0)
-        fact("Lua library:", "%s", dir);
-    else
-        fact("Lua library:", "not found (set DPLUA_LUA_PATH)");
-    fact("OpenBLAS:", "%s", blas ? blas : "(unknown)");
-    fact("OpenBLAS threads:", "%d", openblas_get_num_threads());
-#ifdef DP_HAVE_GLOO
-    fact("Gloo:", "yes");
-#else
-    fact("Gloo:", "no (CPU collectives unavailable)");
-#endif
-    cuda_facts();
+    print_fact("dplua", PACKAGE_VERSION, NULL);
+    print_fact("build options", opts ? opts : "(unknown)", NULL);
+    print_fact("LuaJIT", host_luajit_version(), NULL);
+    print_fact("Lua library", host_find_luadir(dir, sizeof dir) == 0 ? dir : "not found (set DPLUA_LUA_PATH)",
+               NULL);
+    dp_env_facts(print_fact, NULL);   /* BLAS, Gloo, CUDA, the GPUs */
     return 0;
 }
 

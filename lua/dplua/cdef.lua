@@ -334,4 +334,56 @@ void dp_safetensors_close(dp_safetensors *f);   /* NULL is fine */
  * directory. Names must be distinct valid UTF-8. */
 dp_status dp_safetensors_save(const char *path, int n, const char *const *names, dp_tensor *const *tensors,
                               int n_meta, const char *const *meta_keys, const char *const *meta_values);
+
+/* ---- the program's surroundings: processes, clocks, the machine ----
+ *
+ * For the launcher, `dplua env` and the Lua library (the sweep driver,
+ * progress bars, metrics), so that no Lua code declares libc's functions,
+ * structures or constants through the FFI. Processes are this process's
+ * children, by pid; signals are numbers (SIGTERM 15, SIGKILL 9). */
+
+/* Starts program (a path, or a name looked up in $PATH; NULL: this dplua
+ * program) with argv (argv[0] first, NULL-terminated) and this process's
+ * environment with the entries of env put over it ("NAME=VALUE" sets,
+ * "NAME" removes; NULL-terminated, or NULL). stdin is /dev/null; stdout
+ * and stderr are appended to the files stdout_path and stderr_path
+ * (created when absent; one file when the paths are equal; NULL: this
+ * process's); signals are at their defaults. A program that cannot run is
+ * an error here. */
+dp_status dp_process_spawn(int *pid, const char *program, const char *const *argv, const char *const *env,
+                           const char *stdout_path, const char *stderr_path);
+/* Waits at most timeout_s seconds (0: only looks; negative: no limit) for
+ * the child pid to end, less when a signal arrives. *exited: 1 when it has
+ * ended (and is reaped), else 0; then *exit_code is its exit status, or -1
+ * when signal *signo ended it. */
+dp_status dp_process_wait(int pid, double timeout_s, int *exited, int *exit_code, int *signo);
+dp_status dp_process_kill(int pid, int signo);
+const char *dp_signal_name(int signo);        /* "SIGTERM"; "signal 40" for others */
+
+/* Seconds on a clock that only goes forward (for durations), and since
+ * 1970 (UTC). */
+double dp_clock_monotonic(void);
+double dp_clock_wall(void);
+int dp_sleep(double seconds);                 /* 0, or 1 when a signal ended it early */
+int dp_cpu_count(void);                       /* online CPUs */
+int dp_is_terminal(int fd);
+dp_status dp_make_dirs(const char *path);     /* mkdir -p */
+
+/* The launcher, `dplua --nproc_per_node=N script.lua args...`
+ * (src/dist/launch.c, docs/DISTRIBUTED.md): starts the ranks of this node
+ * and ends them all when one fails. argv[0] is the program, argv[1] the
+ * first launcher flag. Returns the exit status: 0 when every rank exited
+ * 0; the status of the first rank that failed (128 + signal number when a
+ * signal killed it); 128 + the signal when the launcher was interrupted;
+ * 2 for a bad command line; 1 when the ranks could not be started. */
+int dp_launch_main(int argc, char **argv);
+int dp_launch_is_flag(const char *arg);       /* "--nproc-per-node=4", "--tee": '_' or '-' */
+
+/* `dplua env`: the libraries and devices of this build, one fact at a
+ * time ("CUDA runtime", "13.0"), values that say why when something is
+ * missing; never fails. dp_cuda_devices: *count GPUs, or an error that
+ * says why there are none. */
+typedef void (*dp_fact_fn)(const char *key, const char *value, void *ctx);
+void dp_env_facts(dp_fact_fn fn, void *ctx);
+dp_status dp_cuda_devices(int *count);
 ]]

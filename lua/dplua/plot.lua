@@ -13,6 +13,7 @@
 -- file, and the legend names the files. The SVG is written directly, with
 -- no plotting program; PNG output converts it with rsvg-convert or
 -- ImageMagick when one is installed.
+local command = require("dplua.command")
 local json = require("dplua.json")
 
 local M = {}
@@ -26,7 +27,7 @@ local not_metrics = { step = true, time = true, wall_time = true, epoch = true }
 local palette = { "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                   "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf" }
 
-local function plot_error(msg, status) error({ plot_error = msg, status = status or 1 }, 0) end
+local plot_error = command.fail
 
 ---------------------------------------------------------------- data
 
@@ -482,9 +483,7 @@ local function parse_command_line(args)
   return o
 end
 
-local function run(args)
-  local argv = {}
-  for i = 1, #args do argv[i] = args[i] end
+local function run(argv)
   local o = parse_command_line(argv)
   if o.help then print(usage); return 0 end
   if #o.files == 0 then io.stderr:write(usage, "\n"); return 2 end
@@ -501,16 +500,6 @@ end
 
 -- `dplua plot ARGS`: returns the exit status (0, 1 for unreadable input or
 -- output, 2 for a bad command line).
-function M.main(args)
-  local ok, status = pcall(run, args or {})
-  if ok then return status end
-  if type(status) == "table" and status.plot_error then
-    io.stderr:write("dplua plot: ", status.plot_error, "\n")
-    if status.status == 2 then io.stderr:write("Try 'dplua plot --help' for more information.\n") end
-    return status.status
-  end
-  io.stderr:write("dplua plot: ", tostring(status), "\n")
-  return 1
-end
+function M.main(args) return command.main("plot", run, args) end
 
 return M

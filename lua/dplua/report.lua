@@ -19,21 +19,13 @@
 -- value of each metric in report.last() either way. Metrics are numbers,
 -- strings, booleans or one-element tensors. Under torch.distributed only
 -- rank 0 writes.
-local ffi = require("ffi")
 local json = require("dplua.json")
+local C = require("dplua").C
 
 local M = {}
 
-ffi.cdef [[
-  struct dplua_report_timeval { long tv_sec; long tv_usec; };
-  int dplua_report_gettimeofday(struct dplua_report_timeval *tv, void *tz) __asm__("gettimeofday");
-]]
-local tv = ffi.new("struct dplua_report_timeval")
--- Seconds since 1970, to the microsecond.
-function M.wall_time()
-  ffi.C.dplua_report_gettimeofday(tv, nil)
-  return tonumber(tv.tv_sec) + tonumber(tv.tv_usec) * 1e-6
-end
+-- Seconds since 1970.
+function M.wall_time() return C.dp_clock_wall() end
 
 -- True unless torch.distributed is initialised and this is not rank 0.
 -- Does not load the distributed module when the script has not.
@@ -47,22 +39,40 @@ function M.is_rank0()
 end
 
 -- A metric value as JSON can hold it: numbers, strings and booleans stay,
--- a one-element tensor becomes its number.
-function M.plain_value(v, key, who)
+-- a one-element tensor becomes its number. An error names `who` and
+-- points `level` frames up (default 3: the caller's caller).
+function M.plain_value(v, key, who, level)
+  level = level or 3
   local ty = type(v)
   if ty == "number" or ty == "string" or ty == "boolean" then return v end
   if ty == "cdata" then
     local torch = package.loaded["dplua"]
     if torch and torch.is_tensor and torch.is_tensor(v) then
       if v:numel() ~= 1 then
-        error(("%s: metric '%s' is a tensor of %d elements; pass one number"):format(who, key, v:numel()), 3)
+        error(("%s: metric '%s' is a tensor of %d elements; pass one number"):format(who, key, v:numel()), level)
       end
       return v:item()
     end
     if tonumber(v) then return tonumber(v) end
   end
   error(("%s: metric '%s' is a %s; expected a number, string, boolean or one-element tensor")
-        :format(who, tostring(key), ty), 3)
+        :format(who, tostring(key), ty), level)
+end
+
+-- A table of metrics, e.g. {loss = 0.3}, with plain values (plain_value)
+-- under string names. Errors name `who` and point at its caller.
+function M.plain_metrics(metrics, who, example)
+  if type(metrics) ~= "table" then
+    error(("%s: expected a table of metrics, e.g. %s, got %s"):format(who, example, type(metrics)), 3)
+  end
+  local line = {}
+  for k, v in pairs(metrics) do
+    if type(k) ~= "string" then
+      error(("%s: metric names must be strings, got %s %s"):format(who, type(k), tostring(k)), 3)
+    end
+    line[k] = M.plain_value(v, k, who, 4)
+  end
+  return line
 end
 
 ---------------------------------------------------------------- hparams
@@ -142,16 +152,7 @@ if report_path == "" then report_path = nil end
 
 -- torch.report{name = value, ...}: see the top of the file.
 function M.report(metrics)
-  if type(metrics) ~= "table" then
-    error("report: expected a table of metrics, e.g. torch.report{loss = 0.3}, got " .. type(metrics), 2)
-  end
-  local line = {}
-  for k, v in pairs(metrics) do
-    if type(k) ~= "string" then
-      error("report: metric names must be strings, got " .. type(k) .. " " .. tostring(k), 2)
-    end
-    line[k] = M.plain_value(v, k, "report")
-  end
+  local line = M.plain_metrics(metrics, "report", "torch.report{loss = 0.3}")
   for k, v in pairs(line) do last[k] = v end
   if line.wall_time == nil then line.wall_time = M.wall_time() end
   if report_path and M.is_rank0() then

@@ -14,170 +14,84 @@
 -- $DPLUA_HPARAMS (torch.hparams reads them), $DPLUA_REPORT_FILE for
 -- torch.report, $DPLUA_TRIAL_ID, one GPU in $CUDA_VISIBLE_DEVICES when there
 -- are GPUs, and stdout and stderr in a log file of its own. Up to `parallel`
--- trials run at once. Processes are started with posix_spawn through the FFI
--- and reaped with waitpid(WNOHANG) in a polling loop (no threads, no signal
--- handlers). A trial that fails (exit status, signal, timeout) is recorded,
--- not fatal. Each finished trial appends one JSON line to the results file;
--- a rerun skips configurations that have a record there already. At the end
--- the driver prints every trial sorted by the metric, and the best one.
+-- trials run at once. Processes are started and reaped through the C API
+-- (dp_process_spawn, dp_process_wait) in a polling loop (no threads, no
+-- signal handlers). A trial that fails (exit status, signal, timeout) is
+-- recorded, not fatal. Each finished trial appends one JSON line to the
+-- results file; a rerun skips configurations that have a record there
+-- already. At the end the driver prints every trial sorted by the metric,
+-- and the best one.
 local ffi = require("ffi")
 local bit = require("bit")
+local command = require("dplua.command")
 local json = require("dplua.json")
+local C = require("dplua").C
 
 local M = {}
 
 local format, concat = string.format, table.concat
 
----------------------------------------------------------------- the C side
+---------------------------------------------------------------- processes
 
-ffi.cdef [[
-  int dplua_sw_posix_spawn(int *pid, const char *path, const void *file_actions, const void *attr,
-                           char *const argv[], char *const envp[]) __asm__("posix_spawn");
-  int dplua_sw_fa_init(void *fa) __asm__("posix_spawn_file_actions_init");
-  int dplua_sw_fa_destroy(void *fa) __asm__("posix_spawn_file_actions_destroy");
-  int dplua_sw_fa_addopen(void *fa, int fd, const char *path, int oflag, unsigned int mode)
-      __asm__("posix_spawn_file_actions_addopen");
-  int dplua_sw_fa_adddup2(void *fa, int fd, int newfd) __asm__("posix_spawn_file_actions_adddup2");
-  int dplua_sw_attr_init(void *attr) __asm__("posix_spawnattr_init");
-  int dplua_sw_attr_destroy(void *attr) __asm__("posix_spawnattr_destroy");
-  int dplua_sw_attr_setflags(void *attr, short flags) __asm__("posix_spawnattr_setflags");
-  int dplua_sw_attr_setsigmask(void *attr, const void *set) __asm__("posix_spawnattr_setsigmask");
-  int dplua_sw_attr_setsigdefault(void *attr, const void *set) __asm__("posix_spawnattr_setsigdefault");
-  int dplua_sw_sigemptyset(void *set) __asm__("sigemptyset");
-  int dplua_sw_sigaddset(void *set, int sig) __asm__("sigaddset");
-  int dplua_sw_waitpid(int pid, int *status, int options) __asm__("waitpid");
-  int dplua_sw_kill(int pid, int sig) __asm__("kill");
-  int dplua_sw_poll(void *fds, unsigned long nfds, int timeout) __asm__("poll");
-  char *dplua_sw_strerror(int errnum) __asm__("strerror");
-  long dplua_sw_readlink(const char *path, char *buf, unsigned long size) __asm__("readlink");
-  long dplua_sw_sysconf(int name) __asm__("sysconf");
-  int dplua_sw_mkdir(const char *path, unsigned int mode) __asm__("mkdir");
-  extern char **dplua_sw_environ __asm__("environ");
-]]
-local C = ffi.C
-
--- Linux values (the same on x86-64 and aarch64).
-local O_RDONLY, O_WRONLY, O_CREAT, O_APPEND = 0, 1, 0x40, 0x400
-local POSIX_SPAWN_SETSIGDEF, POSIX_SPAWN_SETSIGMASK = 0x04, 0x08
-local WNOHANG, ECHILD, EINTR, EEXIST = 1, 10, 4, 17
-local SIGKILL, SIGTERM = 9, 15
-local SC_NPROCESSORS_ONLN = 84
-local signal_names = {
-  [1] = "SIGHUP", [2] = "SIGINT", [3] = "SIGQUIT", [4] = "SIGILL", [5] = "SIGTRAP", [6] = "SIGABRT",
-  [7] = "SIGBUS", [8] = "SIGFPE", [9] = "SIGKILL", [11] = "SIGSEGV", [13] = "SIGPIPE",
-  [14] = "SIGALRM", [15] = "SIGTERM", [24] = "SIGXCPU", [25] = "SIGXFSZ",
-}
+local SIGKILL, SIGTERM, SIGINT = 9, 15, 2
 local KILL_GRACE = 5      -- seconds between SIGTERM and SIGKILL on a timeout
-local POLL_MS = 50        -- how often the driver looks at its children
+local POLL_S = 0.05       -- how often the driver looks at its children
 
-local function strerror(e) return ffi.string(C.dplua_sw_strerror(e)) end
+local function last_error() return ffi.string(C.dp_last_error()) end
 
-local function sleep_ms(ms) C.dplua_sw_poll(nil, 0, ms) end
-
-local wall_time = require("dplua.report").wall_time
-
--- The dplua program to run trials with: $DPLUA_EXE, else this process's
--- own executable, else arg[-1].
+-- The dplua program to run trials with: $DPLUA_EXE, else this one (nil);
+-- and the name it goes by in argv[0].
 local function find_exe(args)
   local e = os.getenv("DPLUA_EXE")
-  if e and e ~= "" then return e end
-  local buf = ffi.new("char[4096]")
-  local n = C.dplua_sw_readlink("/proc/self/exe", buf, 4095)
-  if n > 0 then return ffi.string(buf, n) end
-  return args and args[-1] or "dplua"
-end
-
-local function mkdir_p(path)
-  local prefix = path:sub(1, 1) == "/" and "/" or ""
-  for part in path:gmatch("[^/]+") do
-    prefix = prefix .. part
-    if C.dplua_sw_mkdir(prefix, tonumber("755", 8)) ~= 0 and ffi.errno() ~= EEXIST then
-      return nil, format("cannot create %s: %s", prefix, strerror(ffi.errno()))
-    end
-    prefix = prefix .. "/"
-  end
-  return true
+  if e and e ~= "" then return e, e end
+  return nil, args and args[-1] or "dplua"
 end
 
 -- A NULL-terminated char*[] of strings; the strings are kept alive in keep.
 local function cstrings(list, keep)
-  local arr = ffi.new("char *[?]", #list + 1)
+  local arr = ffi.new("const char *[?]", #list + 1)
   for i, s in ipairs(list) do
-    local c = ffi.new("char[?]", #s + 1, s)
-    keep[#keep + 1] = c
-    arr[i - 1] = c
+    keep[#keep + 1] = s
+    arr[i - 1] = s
   end
-  arr[#list] = nil
   keep[#keep + 1] = arr
   return arr
 end
 
--- The environment of this process with `set` (NAME -> value or false to
--- drop) applied, as a list of NAME=VALUE strings.
-local function child_environment(set)
-  local out = {}
-  local env = C.dplua_sw_environ
-  local i = 0
-  while env ~= nil and env[i] ~= nil do
-    local entry = ffi.string(env[i])
-    local name = entry:match("^([^=]*)=")
-    if name and set[name] == nil then out[#out + 1] = entry end
-    i = i + 1
-  end
-  local names = {}
-  for k, v in pairs(set) do if v then names[#names + 1] = k end end
+-- `set` (NAME -> value, or false to remove) as NAME=VALUE and NAME entries.
+local function env_entries(set)
+  local names, out = {}, {}
+  for name in pairs(set) do names[#names + 1] = name end
   table.sort(names)
-  for _, k in ipairs(names) do out[#out + 1] = k .. "=" .. tostring(set[k]) end
+  for i, k in ipairs(names) do out[i] = set[k] and (k .. "=" .. tostring(set[k])) or k end
   return out
 end
 
--- Starts argv[1] with argv, env (a list of NAME=VALUE), stdin from
--- /dev/null and stdout and stderr appended to log. Signals the driver may
--- ignore or block are reset for the child. Returns the pid, or nil and why.
-local function spawn(argv, env, log)
+-- Starts exe (nil: this program) with argv, this process's environment
+-- with `set` over it, stdin from /dev/null and stdout and stderr appended
+-- to log. Returns the pid, or nil and why.
+local pid_box = ffi.new("int[1]")
+local function spawn(exe, argv, set, log)
   local keep = {}
-  local fa = ffi.new("uint64_t[32]")      -- posix_spawn_file_actions_t is 80 bytes on glibc
-  local attr = ffi.new("uint64_t[64]")    -- posix_spawnattr_t is 336
-  local mask, dfl = ffi.new("uint64_t[16]"), ffi.new("uint64_t[16]")   -- sigset_t is 128
-  C.dplua_sw_fa_init(fa)
-  C.dplua_sw_attr_init(attr)
-  local pid = ffi.new("int[1]")
-  local rc = C.dplua_sw_fa_addopen(fa, 0, "/dev/null", O_RDONLY, 0)
-  if rc == 0 then rc = C.dplua_sw_fa_addopen(fa, 1, log, O_WRONLY + O_CREAT + O_APPEND, tonumber("644", 8)) end
-  if rc == 0 then rc = C.dplua_sw_fa_adddup2(fa, 1, 2) end
-  if rc == 0 then
-    C.dplua_sw_sigemptyset(mask)
-    C.dplua_sw_sigemptyset(dfl)
-    for _, sig in ipairs({ 1, 2, 3, 13, 15 }) do C.dplua_sw_sigaddset(dfl, sig) end
-    C.dplua_sw_attr_setsigmask(attr, mask)
-    C.dplua_sw_attr_setsigdefault(attr, dfl)
-    rc = C.dplua_sw_attr_setflags(attr, POSIX_SPAWN_SETSIGDEF + POSIX_SPAWN_SETSIGMASK)
+  if C.dp_process_spawn(pid_box, exe, cstrings(argv, keep), cstrings(env_entries(set), keep), log, log) ~= 0 then
+    return nil, last_error()
   end
-  if rc == 0 then
-    rc = C.dplua_sw_posix_spawn(pid, argv[1], fa, attr, cstrings(argv, keep), cstrings(env, keep))
-  end
-  C.dplua_sw_fa_destroy(fa)
-  C.dplua_sw_attr_destroy(attr)
-  if rc ~= 0 then return nil, format("cannot start %s: %s", argv[1], strerror(rc)) end
-  return pid[0]
+  return pid_box[0]
 end
 
--- waitpid(pid, WNOHANG): nil while it runs, else a table {exit_code=} or
--- {signal=}.
-local wstatus = ffi.new("int[1]")
+-- Whether the child ended: nil while it runs, else a table {exit_code=}
+-- or {signal=, signo=}, or {error=} when it cannot be waited for.
+local exited, code, signo = ffi.new("int[1]"), ffi.new("int[1]"), ffi.new("int[1]")
 local function reap(pid)
-  local r = C.dplua_sw_waitpid(pid, wstatus, WNOHANG)
-  if r == 0 then return nil end
-  if r < 0 then
-    local e = ffi.errno()
-    if e == EINTR then return nil end
-    return { error = "waitpid: " .. strerror(e), lost = e == ECHILD }
-  end
-  local st = wstatus[0]
-  local sig = bit.band(st, 0x7f)
-  if sig == 0 then return { exit_code = bit.band(bit.rshift(st, 8), 0xff) } end
-  return { signal = signal_names[sig] or ("signal " .. sig), signo = sig }
+  if C.dp_process_wait(pid, 0, exited, code, signo) ~= 0 then return { error = last_error() } end
+  if exited[0] == 0 then return nil end
+  if code[0] >= 0 then return { exit_code = code[0] } end
+  return { signal = ffi.string(C.dp_signal_name(signo[0])), signo = signo[0] }
 end
+
+local function kill(pid, sig) C.dp_process_kill(pid, sig) end
+
+local wall_time = require("dplua.report").wall_time
 
 ---------------------------------------------------------------- the sweep table
 
@@ -200,7 +114,7 @@ local fields = {
 
 -- Expected failures (a wrong sweep file, a bad option) carry their exit
 -- status: 2 for the command line, 1 otherwise.
-local function sweep_error(msg, status) error({ sweep_error = msg, status = status or 1 }, 0) end
+local sweep_error = command.fail
 local function usage_error(msg) sweep_error(msg, 2) end
 
 local function is_distribution(v)
@@ -480,11 +394,6 @@ local function gpu_list()
   return gpus
 end
 
-local function ncpus()
-  local n = tonumber(C.dplua_sw_sysconf(SC_NPROCESSORS_ONLN))
-  return (n and n > 0) and n or 1
-end
-
 local function say(...)
   io.stdout:write(...)
   io.stdout:write("\n")
@@ -499,7 +408,7 @@ local function start_trial(ctx, t, slot)
   local log = ctx.logs .. "/" .. tag .. ".log"
   local report = ctx.logs .. "/" .. tag .. ".report.jsonl"
   os.remove(report)
-  local argv = { ctx.exe, s.script_path }
+  local argv = { ctx.exe_name, s.script_path }
   for _, a in ipairs(t.args) do argv[#argv + 1] = a end
   for _, a in ipairs(ctx.extra_args) do argv[#argv + 1] = a end
   local set = { DPLUA_HPARAMS = t.key, DPLUA_TRIAL_ID = tostring(t.id), DPLUA_REPORT_FILE = report }
@@ -521,7 +430,7 @@ local function start_trial(ctx, t, slot)
     f:close()
   end
   local run = { trial = t, slot = slot, log = log, report = report, gpu = gpu, started = now() }
-  run.pid, run.spawn_error = spawn(argv, child_environment(set), log)
+  run.pid, run.spawn_error = spawn(ctx.exe, argv, set, log)
   if run.pid then
     say(format("trial %d started: %s%s", t.id, show_config(t.hparams), gpu and (" on GPU " .. gpu) or ""))
   end
@@ -570,7 +479,7 @@ end
 -- Stops every running trial: SIGTERM, then SIGKILL after the grace time.
 local function stop_all(ctx)
   for _, run in pairs(ctx.slots) do
-    if run.pid then C.dplua_sw_kill(run.pid, SIGTERM) end
+    if run.pid then kill(run.pid, SIGTERM) end
   end
   local deadline = now() + KILL_GRACE
   while next(ctx.slots) do
@@ -578,10 +487,10 @@ local function stop_all(ctx)
       if not run.pid or reap(run.pid) then ctx.slots[slot] = nil end
     end
     if now() > deadline then
-      for _, run in pairs(ctx.slots) do C.dplua_sw_kill(run.pid, SIGKILL) end
+      for _, run in pairs(ctx.slots) do kill(run.pid, SIGKILL) end
       deadline = math.huge
     end
-    sleep_ms(POLL_MS)
+    C.dp_sleep(POLL_S)
   end
 end
 
@@ -603,12 +512,12 @@ local function run_queue(ctx, queue)
         end
       end
     end
-    sleep_ms(POLL_MS)
+    C.dp_sleep(POLL_S)
     for slot = 1, ctx.parallel do
       local run = ctx.slots[slot]
       if run then
         local how = reap(run.pid)
-        if how and how.signo == 2 then
+        if how and how.signo == SIGINT then
           -- Ctrl-C reached the trial (it shares our process group): no
           -- record, so that the next start runs it again
           ctx.slots[slot] = nil
@@ -622,9 +531,9 @@ local function run_queue(ctx, queue)
           local t = now()
           if not run.timed_out and t - run.started > ctx.timeout then
             run.timed_out, run.kill_at = true, t + KILL_GRACE
-            C.dplua_sw_kill(run.pid, SIGTERM)
+            kill(run.pid, SIGTERM)
           elseif run.kill_at and t > run.kill_at then
-            C.dplua_sw_kill(run.pid, SIGKILL)
+            kill(run.pid, SIGKILL)
             run.kill_at = nil
           end
         end
@@ -819,14 +728,13 @@ end
 local function run_trials(ctx, queue, configs)
   local s = ctx.sweep
   for _, dir in ipairs({ s.logs, s.results:match("^(.*)/[^/]*$") }) do
-    local ok, err = mkdir_p(dir)
-    if not ok then sweep_error(err) end
+    if C.dp_make_dirs(dir) ~= 0 then sweep_error(last_error()) end
   end
   say("")
   local fine, why = pcall(run_queue, ctx, queue)
   if fine then return nil end
   stop_all(ctx)
-  why = tostring(type(why) == "table" and why.sweep_error or why):gsub("^[^\n:]-:%d+: ", "")
+  why = tostring(command.message(why) or why):gsub("^[^\n:]-:%d+: ", "")
   if why ~= "interrupted!" then sweep_error(why .. " (running trials were stopped)") end
   say("")
   say("dplua sweep: interrupted; unfinished trials have no record and run on the next start")
@@ -834,9 +742,7 @@ local function run_trials(ctx, queue, configs)
   return 130
 end
 
-local function run_sweep(args)
-  local list = {}
-  for i = 1, #args do list[i] = args[i] end
+local function run_sweep(list, args)
   local o = parse_command_line(list)
   if o.help then say(usage); return 0 end
   if not o.file then io.stderr:write(usage, "\n"); return 2 end
@@ -855,10 +761,11 @@ local function run_sweep(args)
     end
     return 0
   end
+  local exe, exe_name = find_exe(args)
   local ctx = {
-    sweep = s, exe = find_exe(args), gpus = gpus, parallel = parallel, results = s.results,
+    sweep = s, exe = exe, exe_name = exe_name, gpus = gpus, parallel = parallel, results = s.results,
     logs = s.logs, timeout = o.timeout or s.timeout, extra_args = o.extra_args,
-    threads = math.max(1, math.floor(ncpus() / parallel)), records = records,
+    threads = math.max(1, math.floor(C.dp_cpu_count() / parallel)), records = records,
     slots = {}, done = 0, running = 0, to_run = #queue, total_trials = #configs,
   }
   if #queue > 0 then
@@ -872,17 +779,6 @@ end
 -- present, the program). Returns the exit status: 0 when at least one
 -- trial succeeded, 1 when none did or the sweep file is wrong, 2 for a bad
 -- command line, 130 when interrupted.
-function M.main(args)
-  args = args or {}
-  local ok, status = pcall(run_sweep, args)
-  if ok then return status end
-  if type(status) == "table" and status.sweep_error then
-    io.stderr:write("dplua sweep: ", status.sweep_error, "\n")
-    if status.status == 2 then io.stderr:write("Try 'dplua sweep --help' for more information.\n") end
-    return status.status
-  end
-  io.stderr:write("dplua sweep: ", tostring(status), "\n")
-  return 1
-end
+function M.main(args) return command.main("sweep", run_sweep, args) end
 
 return M

@@ -3,7 +3,7 @@
  * load/store through double, and PyTorch's type promotion.
  */
 #include "core/tensor.h"
-#include "core/dtype_conv.h"
+#include "common/dtype_conv.h"
 
 #include <math.h>
 
@@ -42,7 +42,7 @@ int dp_dtype_holds(int dtype, double value)
     }
 }
 
-/* The conversions themselves are in core/dtype_conv.h, shared with the
+/* The conversions themselves are in common/dtype_conv.h, shared with the
  * CUDA kernels. */
 float bf16_to_float(uint16_t v)
 {

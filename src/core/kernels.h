@@ -43,7 +43,7 @@ dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, 
 bool gpu_any(int what, dp_tensor *t);
 /* how many references to t the launch waiting in gpu.c holds */
 int gpu_deferred_holds(const dp_tensor *t);
-/* t (new, contiguous) = the values of Philox blocks counter.. (core/philox.h) */
+/* t (new, contiguous) = the values of Philox blocks counter.. (common/philox.h) */
 dp_status gpu_random(dp_tensor *t, int kind, uint64_t counter, uint64_t key, int64_t low, uint64_t range);
 
 #define ON_CPU(t) ((t)->device == DP_CPU)
@@ -69,8 +69,11 @@ static inline dp_status k_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_
 { return ON_CPU(out) ? cpu_reduce(op, out, indices, a, dim, correction) : gpu_reduce(op, out, indices, a, dim, correction); }
 static inline dp_status k_softmax(dp_tensor *out, dp_tensor *a, int dim, int log)
 { return ON_CPU(out) ? cpu_softmax(out, a, dim, log) : gpu_softmax(out, a, dim, log); }
+/* ops.c: a CPU product of any dtype and layout, through copies that
+ * cpu_bmm takes where the operands are not such */
+dp_status bmm_on_cpu(dp_tensor *out, dp_tensor *a, dp_tensor *b);
 static inline dp_status k_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b)
-{ return ON_CPU(out) ? cpu_bmm(out, a, b) : gpu_bmm(out, a, b); }
+{ return ON_CPU(out) ? bmm_on_cpu(out, a, b) : gpu_bmm(out, a, b); }
 static inline dp_status k_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
 {
     if (!ON_CPU(out))
@@ -122,17 +125,23 @@ static inline dp_status k_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold
 { return ON_CPU(cols) ? cpu_unfold(cols, x, u) : gpu_unfold(cols, x, u); }
 static inline dp_status k_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)
 { return ON_CPU(x) ? cpu_fold_add(x, cols, u) : gpu_fold_add(x, cols, u); }
+/* optim.c: the CPU's steps for any float dtype, bfloat16 through float32
+ * copies that cpu_sgd_step and cpu_adam_step take */
+dp_status sgd_step_on_cpu(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
+                          double dampening, int nesterov, double weight_decay, int first_step);
+dp_status adam_step_on_cpu(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
+                           double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step);
 static inline dp_status k_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
                                    double dampening, int nesterov, double weight_decay, int first_step)
 {
-    return ON_CPU(p) ? cpu_sgd_step(p, g, buf, lr, momentum, dampening, nesterov, weight_decay, first_step)
+    return ON_CPU(p) ? sgd_step_on_cpu(p, g, buf, lr, momentum, dampening, nesterov, weight_decay, first_step)
                      : gpu_sgd_step(p, g, buf, lr, momentum, dampening, nesterov, weight_decay, first_step);
 }
 static inline dp_status k_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax,
                                     double lr, double beta1, double beta2, double eps, double weight_decay,
                                     int decoupled, int64_t step)
 {
-    return ON_CPU(p) ? cpu_adam_step(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step)
+    return ON_CPU(p) ? adam_step_on_cpu(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step)
                      : gpu_adam_step(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step, NULL);
 }
 

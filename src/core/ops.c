@@ -745,6 +745,50 @@ dp_status dp_softmax(dp_tensor **out, dp_tensor *a, int dim, int log)
 
 /* ---------------------------------------------------------------- matmul */
 
+/* t itself when cpu_bmm takes it as an operand of dtype, else a
+ * contiguous copy of dtype */
+static dp_status bmm_operand(dp_tensor **res, dp_tensor *t, int dtype)
+{
+    if (t->dtype == dtype && cpu_bmm_takes(t)) {
+        dp_tensor_retain(t);
+        *res = t;
+        return DP_OK;
+    }
+    dp_status st = tensor_new(res, t->ndim, t->shape, dtype, t->device);
+    if (!st && (st = cpu_copy(*res, t))) {
+        dp_tensor_release(*res);
+        *res = NULL;
+    }
+    return st;
+}
+
+/* bfloat16 is multiplied in float32, integers exactly in int64; the
+ * result is copied into out when it is not out itself. */
+dp_status bmm_on_cpu(dp_tensor *out, dp_tensor *a, dp_tensor *b)
+{
+    if (out->shape[0] == 0 || out->shape[1] == 0 || out->shape[2] == 0)
+        return DP_OK;
+    if (a->shape[2] == 0)
+        return cpu_fill(out, 0);
+    int dtype = !dp_dtype_is_floating(out->dtype) ? DP_INT64 : out->dtype == DP_FLOAT64 ? DP_FLOAT64 : DP_FLOAT32;
+    dp_tensor *ka = NULL, *kb = NULL, *ko = NULL;
+    dp_status st;
+    if (!(st = bmm_operand(&ka, a, dtype)) && !(st = bmm_operand(&kb, b, dtype))) {
+        if (out->dtype == dtype && tensor_is_contiguous(out)) {
+            dp_tensor_retain(out);
+            ko = out;
+        } else {
+            st = tensor_new(&ko, 3, out->shape, dtype, out->device);
+        }
+    }
+    if (!st && !(st = cpu_bmm(ko, ka, kb)) && ko != out)
+        st = cpu_copy(out, ko);
+    dp_tensor_release(ka);
+    dp_tensor_release(kb);
+    dp_tensor_release(ko);
+    return st;
+}
+
 static dp_status matmul_dtypes(const char *fn, const dp_tensor *a, const dp_tensor *b)
 {
     if (a->dtype != b->dtype)

@@ -98,11 +98,63 @@ dp_status dp_adam_step_t(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, 
     if (ON_CPU(param)) {
         double *count = (double *)tensor_ptr(step);
         *count += 1;
-        return cpu_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
-                             weight_decay, decoupled, (int64_t)*count);
+        return adam_step_on_cpu(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+                                weight_decay, decoupled, (int64_t)*count);
     }
     return gpu_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
                          decoupled, 0, step);
+}
+
+/* ---------------------------------------------------------------- bfloat16 on the CPU */
+
+/* bfloat16 buffers (parameter, gradient, state; NULL ones stay NULL): the
+ * float32 step runs on float copies, and each result is rounded back on
+ * store (PyTorch computes bf16 updates in float too). */
+static dp_status float_copies(dp_tensor **f, dp_tensor *const *bufs, int n)
+{
+    dp_status st = DP_OK;
+    for (int i = 0; i < n; i++)
+        f[i] = NULL;
+    for (int i = 0; i < n && !st; i++)
+        if (bufs[i] && !(st = tensor_new(&f[i], bufs[i]->ndim, bufs[i]->shape, DP_FLOAT32, bufs[i]->device)))
+            st = cpu_copy(f[i], bufs[i]);
+    return st;
+}
+
+/* Writes the copies back into every buffer but the gradient (index 1)
+ * when the step went well (st), and releases them. */
+static dp_status store_back(dp_tensor *const *bufs, dp_tensor **f, int n, dp_status st)
+{
+    for (int i = 0; i < n; i++) {
+        if (!st && i != 1 && f[i])
+            st = cpu_copy(bufs[i], f[i]);
+        dp_tensor_release(f[i]);
+    }
+    return st;
+}
+
+dp_status sgd_step_on_cpu(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
+                          double dampening, int nesterov, double weight_decay, int first_step)
+{
+    if (p->dtype != DP_BFLOAT16)
+        return cpu_sgd_step(p, g, buf, lr, momentum, dampening, nesterov, weight_decay, first_step);
+    dp_tensor *bufs[3] = { p, g, buf }, *f[3];
+    dp_status st = float_copies(f, bufs, 3);
+    if (!st)
+        st = cpu_sgd_step(f[0], f[1], f[2], lr, momentum, dampening, nesterov, weight_decay, first_step);
+    return store_back(bufs, f, 3, st);
+}
+
+dp_status adam_step_on_cpu(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
+                           double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step)
+{
+    if (p->dtype != DP_BFLOAT16)
+        return cpu_adam_step(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step);
+    dp_tensor *bufs[5] = { p, g, m, v, vmax }, *f[5];
+    dp_status st = float_copies(f, bufs, 5);
+    if (!st)
+        st = cpu_adam_step(f[0], f[1], f[2], f[3], f[4], lr, beta1, beta2, eps, weight_decay, decoupled, step);
+    return store_back(bufs, f, 5, st);
 }
 
 /* ---------------------------------------------------------------- a bucket's gradients */

@@ -6,7 +6,7 @@
  * and saving (seed, offset) saves the whole stream state.
  */
 #include "core/kernels.h"
-#include "core/philox.h"
+#include "common/philox.h"
 
 /* PyTorch's default seed, so that an unseeded run is still deterministic. */
 static uint64_t rng_seed = 67280421310721ULL;

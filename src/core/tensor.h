@@ -9,7 +9,7 @@
 #define DP_CORE_TENSOR_H
 
 #include "dplua.h"
-#include "core/dtype_conv.h"
+#include "common/dtype_conv.h"
 #include <stdbool.h>
 
 typedef struct dp_storage {

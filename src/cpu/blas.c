@@ -1,15 +1,30 @@
 /*
  * blas.c — batched matrix products on the CPU through OpenBLAS.
  *
- * float32 and float64 go to cblas_?gemm directly when each matrix has one
- * unit stride (row-major or transposed); other layouts are copied first.
- * bfloat16 runs in float32; integer products use a plain exact loop.
+ * float32 and float64 go to cblas_?gemm, each matrix with one unit stride
+ * (row-major or transposed); int64 products run in a plain exact loop.
+ * The caller (src/core/ops.c) brings other dtypes and layouts to these.
  */
 #include "cpu/cpu.h"
 
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* From OpenBLAS's cblas.h. Declared here as well, because Debian's
+ * alternatives may point <cblas.h> at a BLAS without them. */
+int openblas_get_num_threads(void);
+char *openblas_get_config(void);
+
+const char *cpu_blas_config(void)
+{
+    return openblas_get_config();
+}
+
+int cpu_blas_threads(void)
+{
+    return openblas_get_num_threads();
+}
 
 /* Returns the BLAS leading dimension and transpose flag for the 2-D matrix
  * (rows x cols, strides rs, cs), or 0 when it has no unit stride. */
@@ -26,25 +41,11 @@ static int64_t blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, C
     return 0;
 }
 
-static dp_status as_int64_tensor(dp_tensor **res, dp_tensor *t)
-{
-    dp_status st = tensor_new(res, t->ndim, t->shape, DP_INT64, t->device);
-    if (!st && (st = cpu_copy(*res, t)))
-        dp_tensor_release(*res);
-    return st;
-}
-
 /* Integer products accumulate exactly in int64 (wrapping like PyTorch). */
-static dp_status gemm_int(dp_tensor *out, dp_tensor *a, dp_tensor *b, int64_t batch, int64_t m, int64_t n, int64_t k)
+static void gemm_int64(dp_tensor *out, dp_tensor *a, dp_tensor *b, int64_t batch, int64_t m, int64_t n, int64_t k)
 {
-    dp_tensor *ia = NULL, *ib = NULL, *io = NULL;
-    int64_t oshape[3] = { batch, m, n };
-    dp_status st;
-    if ((st = as_int64_tensor(&ia, a)) || (st = as_int64_tensor(&ib, b)) ||
-        (st = tensor_new(&io, 3, oshape, DP_INT64, out->device)))
-        goto done;
-    const int64_t *x = (const int64_t *)tensor_ptr(ia), *y = (const int64_t *)tensor_ptr(ib);
-    int64_t *o = (int64_t *)tensor_ptr(io);
+    const int64_t *x = (const int64_t *)tensor_ptr(a), *y = (const int64_t *)tensor_ptr(b);
+    int64_t *o = (int64_t *)tensor_ptr(out);
     for (int64_t z = 0; z < batch; z++)
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) {
@@ -53,17 +54,24 @@ static dp_status gemm_int(dp_tensor *out, dp_tensor *a, dp_tensor *b, int64_t ba
                     acc += (uint64_t)x[(z * m + i) * k + l] * (uint64_t)y[(z * k + l) * n + j];
                 o[(z * m + i) * n + j] = (int64_t)acc;
             }
-    st = cpu_copy(out, io);
-done:
-    dp_tensor_release(ia);
-    dp_tensor_release(ib);
-    dp_tensor_release(io);
-    return st;
 }
 
-/* out must be contiguous; a and b any strides. */
-static dp_status gemm_float(dp_tensor *out, dp_tensor *a, dp_tensor *b, int64_t batch, int64_t m, int64_t n, int64_t k)
+bool cpu_bmm_takes(const dp_tensor *t)
 {
+    CBLAS_TRANSPOSE tr;
+    if (t->dtype == DP_INT64)
+        return tensor_is_contiguous(t);
+    return (t->dtype == DP_FLOAT32 || t->dtype == DP_FLOAT64) &&
+           blas_layout(t->shape[1], t->shape[2], t->stride[1], t->stride[2], &tr) != 0;
+}
+
+dp_status cpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b)
+{
+    int64_t batch = out->shape[0], m = out->shape[1], n = out->shape[2], k = a->shape[2];
+    if (out->dtype == DP_INT64) {
+        gemm_int64(out, a, b, batch, m, n, k);
+        return DP_OK;
+    }
     CBLAS_TRANSPOSE ta, tb;
     int64_t lda = blas_layout(m, k, a->stride[1], a->stride[2], &ta);
     int64_t ldb = blas_layout(k, n, b->stride[1], b->stride[2], &tb);
@@ -82,52 +90,6 @@ static dp_status gemm_float(dp_tensor *out, dp_tensor *a, dp_tensor *b, int64_t 
                         (double *)tensor_ptr(out) + z * m * n, (int)(n > 0 ? n : 1));
     }
     return DP_OK;
-}
-
-/* Makes a float copy (contiguous) when t has the wrong dtype or layout. */
-static dp_status blas_operand(dp_tensor **res, dp_tensor *t, int dtype)
-{
-    CBLAS_TRANSPOSE tr;
-    if (t->dtype == dtype && blas_layout(t->shape[1], t->shape[2], t->stride[1], t->stride[2], &tr)) {
-        dp_tensor_retain(t);
-        *res = t;
-        return DP_OK;
-    }
-    dp_status st = tensor_new(res, 3, t->shape, dtype, t->device);
-    if (!st && (st = cpu_copy(*res, t)))
-        dp_tensor_release(*res);
-    return st;
-}
-
-dp_status cpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b)
-{
-    int64_t batch = out->shape[0], m = out->shape[1], n = out->shape[2], k = a->shape[2];
-    if (!dp_dtype_is_floating(out->dtype))
-        return gemm_int(out, a, b, batch, m, n, k);
-    if (m == 0 || n == 0 || batch == 0)
-        return DP_OK;
-    if (k == 0)
-        return cpu_fill(out, 0);
-    int dtype = out->dtype == DP_FLOAT64 ? DP_FLOAT64 : DP_FLOAT32;
-    dp_tensor *fa = NULL, *fb = NULL, *fo = NULL;
-    dp_status st;
-    if ((st = blas_operand(&fa, a, dtype)) || (st = blas_operand(&fb, b, dtype)))
-        goto done;
-    if (out->dtype == dtype && tensor_is_contiguous(out)) {
-        dp_tensor_retain(out);
-        fo = out;
-    } else if ((st = tensor_new(&fo, 3, out->shape, dtype, out->device))) {
-        goto done;
-    }
-    if ((st = gemm_float(fo, fa, fb, batch, m, n, k)))
-        goto done;
-    if (fo != out)
-        st = cpu_copy(out, fo);
-done:
-    dp_tensor_release(fa);
-    dp_tensor_release(fb);
-    dp_tensor_release(fo);
-    return st;
 }
 
 /* ---------------------------------------------------------------- linear */

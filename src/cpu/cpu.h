@@ -34,7 +34,13 @@ dp_status cpu_fill(dp_tensor *dst, double value);
 dp_status cpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, int dim, int correction);
 dp_status cpu_softmax(dp_tensor *out, dp_tensor *a, int dim, int log);
 
-/* blas.c: out[batch, m, n] = a[batch, m, k] @ b[batch, k, n] (3-D views) */
+/* blas.c: out[batch, m, n] = a[batch, m, k] @ b[batch, k, n] (3-D views),
+ * all of one dtype: float32 or float64, out contiguous and a and b as
+ * cpu_bmm_takes says; or int64, all contiguous. */
+bool cpu_bmm_takes(const dp_tensor *t);
+/* blas.c: OpenBLAS's build configuration and its number of threads */
+const char *cpu_blas_config(void);
+int cpu_blas_threads(void);
 dp_status cpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b);
 
 /* blas.c: the fused linear layer on contiguous float32/float64 matrices:
@@ -79,7 +85,7 @@ typedef struct {
 dp_status cpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u);
 dp_status cpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u);
 
-/* optim.c: fused updates over contiguous flat buffers of one float dtype */
+/* optim.c: fused updates over contiguous flat buffers of one dtype, float32 or float64 */
 dp_status cpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
                        double dampening, int nesterov, double weight_decay, int first_step);
 dp_status cpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,

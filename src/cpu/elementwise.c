@@ -7,6 +7,7 @@
  * each is a plain C loop the compiler can vectorise when strides are unit.
  */
 #include "cpu/cpu.h"
+#include "common/elementwise.h"   /* ipow, shared with cuda/elementwise.cu */
 
 #include <math.h>
 #include <string.h>
@@ -113,19 +114,6 @@ void cpu_foreach(int nops, dp_tensor *const *ts, cpu_row_fn fn, const void *ctx)
 #define I_REM(a, b) ({ __typeof__(a) r_ = (b) == 0 || (b) == -1 ? 0 : (a) % (b); \
     (r_ != 0 && ((r_ < 0) != ((b) < 0))) ? r_ + (b) : r_; })
 
-static int64_t ipow(int64_t a, int64_t b)
-{
-    if (b < 0)
-        return a == 1 ? 1 : a == -1 ? (b & 1 ? -1 : 1) : 0;
-    uint64_t r = 1, x = (uint64_t)a;
-    while (b) {
-        if (b & 1) r *= x;
-        x *= x;
-        b >>= 1;
-    }
-    return (int64_t)r;
-}
-
 /* Integer arithmetic wraps, as in PyTorch, computed unsigned so that it is
  * defined behaviour in C. */
 #define W_ADD(a, b) ((__typeof__(a))((uint64_t)(a) + (uint64_t)(b)))
@@ -194,28 +182,25 @@ FOR_INT_TYPES(UN_SAME, square, W_MUL(x, x))
 FOR_ALL_TYPES(UN_BOOL, lnot, !x)
 
 #define ROW_ENTRY(tag, id, S, C, LD, ST, prefix, op) [id] = prefix##op##_##tag,
+#define FLOAT_ROWS(ID, prefix, op) [ID] = { FOR_FLOAT_TYPES(ROW_ENTRY, prefix, op) },
+
+/* The unary ops of float dtypes only. Each has a backward row too. */
+#define FLOAT_UNOPS(X, prefix)                                                           \
+    X(DP_EXP, prefix, exp) X(DP_LOG, prefix, log) X(DP_SQRT, prefix, sqrt)               \
+    X(DP_RSQRT, prefix, rsqrt) X(DP_TANH, prefix, tanh) X(DP_SIGMOID, prefix, sigmoid)   \
+    X(DP_GELU, prefix, gelu) X(DP_GELU_TANH, prefix, gelu_tanh) X(DP_SIN, prefix, sin)   \
+    X(DP_COS, prefix, cos) X(DP_RECIPROCAL, prefix, reciprocal)                           \
+    X(DP_LOG1P, prefix, log1p) X(DP_EXPM1, prefix, expm1)
 
 static const cpu_row_fn unary_rows[DP_NUM_UNOPS][DP_NUM_DTYPES] = {
+    FLOAT_UNOPS(FLOAT_ROWS, un_)
     [DP_NEG] = { FOR_NUMERIC_TYPES(ROW_ENTRY, un_, neg) },
     [DP_ABS] = { FOR_ALL_TYPES(ROW_ENTRY, un_, abs) },
-    [DP_EXP] = { FOR_FLOAT_TYPES(ROW_ENTRY, un_, exp) },
-    [DP_LOG] = { FOR_FLOAT_TYPES(ROW_ENTRY, un_, log) },
-    [DP_SQRT] = { FOR_FLOAT_TYPES(ROW_ENTRY, un_, sqrt) },
-    [DP_RSQRT] = { FOR_FLOAT_TYPES(ROW_ENTRY, un_, rsqrt) },
-    [DP_TANH] = { FOR_FLOAT_TYPES(ROW_ENTRY, un_, tanh) },
-    [DP_SIGMOID] = { FOR_FLOAT_TYPES(ROW_ENTRY, un_, sigmoid) },
     [DP_RELU] = { FOR_NUMERIC_TYPES(ROW_ENTRY, un_, relu) },
-    [DP_GELU] = { FOR_FLOAT_TYPES(ROW_ENTRY, un_, gelu) },
-    [DP_GELU_TANH] = { FOR_FLOAT_TYPES(ROW_ENTRY, un_, gelu_tanh) },
-    [DP_SIN] = { FOR_FLOAT_TYPES(ROW_ENTRY, un_, sin) },
-    [DP_COS] = { FOR_FLOAT_TYPES(ROW_ENTRY, un_, cos) },
     [DP_SIGN] = { FOR_NUMERIC_TYPES(ROW_ENTRY, un_, sign) [DP_BOOL] = un_abs_b8 /* identity */ },
     [DP_FLOOR] = { FOR_NUMERIC_TYPES(ROW_ENTRY, un_, floor) },
     [DP_CEIL] = { FOR_NUMERIC_TYPES(ROW_ENTRY, un_, ceil) },
     [DP_ROUND] = { FOR_NUMERIC_TYPES(ROW_ENTRY, un_, round) },
-    [DP_RECIPROCAL] = { FOR_FLOAT_TYPES(ROW_ENTRY, un_, reciprocal) },
-    [DP_LOG1P] = { FOR_FLOAT_TYPES(ROW_ENTRY, un_, log1p) },
-    [DP_EXPM1] = { FOR_FLOAT_TYPES(ROW_ENTRY, un_, expm1) },
     [DP_SQUARE] = { FOR_NUMERIC_TYPES(ROW_ENTRY, un_, square) },
     [DP_LOGICAL_NOT] = { FOR_ALL_TYPES(ROW_ENTRY, un_, lnot) },
 };
@@ -285,23 +270,11 @@ FOR_FLOAT_TYPES(UB, expm1, g * (y + ONE))
 FOR_FLOAT_TYPES(UB, square, (__typeof__(x))2 * x * g)
 
 static const cpu_row_fn unary_bwd_rows[DP_NUM_UNOPS][DP_NUM_DTYPES] = {
-    [DP_NEG] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, neg) },
-    [DP_ABS] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, abs) },
-    [DP_EXP] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, exp) },
-    [DP_LOG] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, log) },
-    [DP_SQRT] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, sqrt) },
-    [DP_RSQRT] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, rsqrt) },
-    [DP_TANH] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, tanh) },
-    [DP_SIGMOID] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, sigmoid) },
-    [DP_RELU] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, relu) },
-    [DP_GELU] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, gelu) },
-    [DP_GELU_TANH] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, gelu_tanh) },
-    [DP_SIN] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, sin) },
-    [DP_COS] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, cos) },
-    [DP_RECIPROCAL] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, reciprocal) },
-    [DP_LOG1P] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, log1p) },
-    [DP_EXPM1] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, expm1) },
-    [DP_SQUARE] = { FOR_FLOAT_TYPES(ROW_ENTRY, ub_, square) },
+    FLOAT_UNOPS(FLOAT_ROWS, ub_)
+    FLOAT_ROWS(DP_NEG, ub_, neg)
+    FLOAT_ROWS(DP_ABS, ub_, abs)
+    FLOAT_ROWS(DP_RELU, ub_, relu)
+    FLOAT_ROWS(DP_SQUARE, ub_, square)
 };
 
 dp_status cpu_unary_backward(int op, dp_tensor *dx, dp_tensor *g, dp_tensor *x, dp_tensor *y)

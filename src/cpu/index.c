@@ -45,29 +45,36 @@ dp_status cpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *ind
     return DP_OK;
 }
 
-/* out[pos] = a[pos with dim replaced by index[pos]], over index's shape. */
-dp_status cpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
+/* gather and scatter_add walk the positions p of index's shape alike:
+ * `at` (of index's shape) at p, and `moved` at p with dim replaced by
+ * index[p]. gather copies moved's element to at's; scatter_add adds at's
+ * element to moved's. */
+static dp_status index_walk(const char *fn, bool scatter, dp_tensor *at, dp_tensor *moved, int dim,
+                            dp_tensor *index)
 {
     int nd = index->ndim;
     int64_t total = dp_tensor_numel(index), idx[DP_MAX_DIMS] = { 0 };
-    size_t es = dp_dtype_size(a->dtype);
-    int64_t size = a->ndim ? a->shape[dim] : 1;
+    int64_t size = moved->ndim ? moved->shape[dim] : 1;
     for (int64_t e = 0; e < total; e++) {
-        int64_t ioff = index->offset, aoff = a->offset, ooff = out->offset;
+        int64_t ioff = index->offset, aoff = at->offset, moff = moved->offset;
         for (int d = 0; d < nd; d++) {
             ioff += idx[d] * index->stride[d];
-            ooff += idx[d] * out->stride[d];
+            aoff += idx[d] * at->stride[d];
             if (d != dim)
-                aoff += idx[d] * a->stride[d];
+                moff += idx[d] * moved->stride[d];
         }
         const char *ip = (const char *)index->storage->data + ioff * (int64_t)dp_dtype_size(index->dtype);
         int64_t v = index->dtype == DP_INT64 ? *(const int64_t *)ip : *(const int32_t *)ip;
         if (v < 0 || v >= size)
-            return bad_index("gather", v, dim, size);
-        if (a->ndim)
-            aoff += v * a->stride[dim];
-        memcpy((char *)out->storage->data + ooff * (int64_t)es,
-               (const char *)a->storage->data + aoff * (int64_t)es, es);
+            return bad_index(fn, v, dim, size);
+        if (moved->ndim)
+            moff += v * moved->stride[dim];
+        char *ap = (char *)at->storage->data + aoff * (int64_t)dp_dtype_size(at->dtype);
+        char *mp = (char *)moved->storage->data + moff * (int64_t)dp_dtype_size(moved->dtype);
+        if (scatter)
+            dtype_store(moved->dtype, mp, dtype_load(moved->dtype, mp) + dtype_load(at->dtype, ap));
+        else
+            memcpy(ap, mp, dp_dtype_size(at->dtype));
         for (int d = nd - 1; d >= 0; d--) {
             if (++idx[d] < index->shape[d])
                 break;
@@ -75,6 +82,12 @@ dp_status cpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
         }
     }
     return DP_OK;
+}
+
+/* out[pos] = a[pos with dim replaced by index[pos]], over index's shape. */
+dp_status cpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
+{
+    return index_walk("gather", false, out, a, dim, index);
 }
 
 /* ---------------------------------------------------------------- accumulation (backward) */
@@ -100,29 +113,5 @@ dp_status cpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *sr
 
 dp_status cpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 {
-    int nd = index->ndim;
-    int64_t total = dp_tensor_numel(index), idx[DP_MAX_DIMS] = { 0 };
-    for (int64_t e = 0; e < total; e++) {
-        int64_t ioff = index->offset, ooff = out->offset, soff = src->offset;
-        for (int d = 0; d < nd; d++) {
-            ioff += idx[d] * index->stride[d];
-            soff += idx[d] * src->stride[d];
-            if (d != dim)
-                ooff += idx[d] * out->stride[d];
-        }
-        const char *ip = (const char *)index->storage->data + ioff * (int64_t)dp_dtype_size(index->dtype);
-        int64_t v = index->dtype == DP_INT64 ? *(const int64_t *)ip : *(const int32_t *)ip;
-        if (out->ndim)
-            ooff += v * out->stride[dim];
-        size_t es = dp_dtype_size(out->dtype);
-        char *op = (char *)out->storage->data + ooff * (int64_t)es;
-        const char *sp = (const char *)src->storage->data + soff * (int64_t)dp_dtype_size(src->dtype);
-        dtype_store(out->dtype, op, dtype_load(out->dtype, op) + dtype_load(src->dtype, sp));
-        for (int d = nd - 1; d >= 0; d--) {
-            if (++idx[d] < index->shape[d])
-                break;
-            idx[d] = 0;
-        }
-    }
-    return DP_OK;
+    return index_walk("scatter_add", true, src, out, dim, index);
 }

@@ -1,7 +1,8 @@
 /*
  * optim.c — fused optimizer updates: one loop over a flat parameter
  * buffer, following PyTorch 1.13's single-tensor formulas step by step so
- * that results agree to float rounding.
+ * that results agree to float rounding. float32 and float64; src/core
+ * runs a bfloat16 step on float32 copies.
  */
 #include "cpu/cpu.h"
 
@@ -34,43 +35,10 @@
         }                                                                               \
     } while (0)
 
-/* bfloat16 buffers (parameter, gradient, state; NULL ones stay NULL): the
- * float32 step runs on float copies, and each result is rounded back on
- * store (PyTorch computes bf16 updates in float too). */
-static dp_status float_copies(dp_tensor **f, dp_tensor *const *bufs, int n)
-{
-    dp_status st = DP_OK;
-    for (int i = 0; i < n; i++)
-        f[i] = NULL;
-    for (int i = 0; i < n && !st; i++)
-        if (bufs[i] && !(st = tensor_new(&f[i], bufs[i]->ndim, bufs[i]->shape, DP_FLOAT32, DP_CPU)))
-            st = cpu_copy(f[i], bufs[i]);
-    return st;
-}
-
-/* Writes the copies back into every buffer but the gradient (index 1)
- * when the step went well (st), and releases them. */
-static dp_status store_back(dp_tensor *const *bufs, dp_tensor **f, int n, dp_status st)
-{
-    for (int i = 0; i < n; i++) {
-        if (!st && i != 1 && f[i])
-            st = cpu_copy(bufs[i], f[i]);
-        dp_tensor_release(f[i]);
-    }
-    return st;
-}
-
 dp_status cpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
                        double dampening, int nesterov, double weight_decay, int first_step)
 {
     int64_t n = dp_tensor_numel(p);
-    if (p->dtype == DP_BFLOAT16) {
-        dp_tensor *bufs[3] = { p, g, buf }, *f[3];
-        dp_status st = float_copies(f, bufs, 3);
-        if (!st)
-            st = cpu_sgd_step(f[0], f[1], f[2], lr, momentum, dampening, nesterov, weight_decay, first_step);
-        return store_back(bufs, f, 3, st);
-    }
     if (p->dtype == DP_FLOAT32)
         SGD_LOOP(float);
     else
@@ -100,13 +68,6 @@ dp_status cpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, 
                         double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step)
 {
     int64_t n = dp_tensor_numel(p);
-    if (p->dtype == DP_BFLOAT16) {
-        dp_tensor *bufs[5] = { p, g, m, v, vmax }, *f[5];
-        dp_status st = float_copies(f, bufs, 5);
-        if (!st)
-            st = cpu_adam_step(f[0], f[1], f[2], f[3], f[4], lr, beta1, beta2, eps, weight_decay, decoupled, step);
-        return store_back(bufs, f, 5, st);
-    }
     double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
     double step_size = lr / bc1, bc2_sqrt = sqrt(bc2);
     if (p->dtype == DP_FLOAT32)

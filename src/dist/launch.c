@@ -1,6 +1,7 @@
 /*
  * launch.c — the launcher: starts the ranks of one node, watches them, and
- * ends them all when one fails (see launch.h and docs/DISTRIBUTED.md).
+ * ends them all when one fails (dp_launch_main in src/dplua.h, and
+ * docs/DISTRIBUTED.md).
  *
  * Each rank is this same program (/proc/self/exe) run on the script, with
  * torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
@@ -20,7 +21,8 @@
 #include "config.h"
 #endif
 
-#include "dist/launch.h"
+#include "dplua.h"
+#include "dist/process.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,16 +35,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
-
-#ifdef DP_HAVE_CUDA
-#include "dp_cuda.h"
-#endif
 
 #define PROG "dplua"
 #define EXIT_USAGE 2
@@ -54,8 +50,6 @@
 #define SIGNAL_GRACE 30.0       /* the launcher was signalled: the same, as torchrun */
 #define DRAIN_GRACE 1.0         /* output still open after every rank exited */
 #define DEFAULT_MULTINODE_PORT 29500
-
-extern char **environ;
 
 /* ======================================================================== */
 /* state                                                                     */
@@ -96,13 +90,6 @@ struct launch {
     double drain_until;         /* stop reading output at this time */
     int out_dead[3];            /* our stdout/stderr was closed (EPIPE) */
 };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ======================================================================== */
 /* the command line                                                          */
@@ -382,37 +369,22 @@ static int parse_args(struct launch *L, int argc, char **argv)
 /* the job: ranks, port, token                                               */
 /* ======================================================================== */
 
-static int cpu_count(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 /* gpu/cpu/auto into a number. */
 static int resolve_nproc(struct launch *L)
 {
     int gpus = 0;
-    const char *why = "this dplua was built without CUDA";
     if (L->nproc_word[0] == '\0')
         return GO_ON;
     if (strcmp(L->nproc_word, "cpu") == 0) {
-        L->nproc = cpu_count();
+        L->nproc = dp_cpu_count();
         return GO_ON;
     }
-#ifdef DP_HAVE_CUDA
-    {
-        int st = dpc_device_count(&gpus);
-        why = st != 0 ? dpc_error_string(st) : "the CUDA driver reports 0 devices";
-        if (st != 0)
-            gpus = 0;
-    }
-#endif
-    if (gpus > 0)
+    if (dp_cuda_devices(&gpus) == DP_OK)
         L->nproc = gpus;
     else if (strcmp(L->nproc_word, "auto") == 0)
-        L->nproc = cpu_count();
+        L->nproc = dp_cpu_count();
     else
-        return usage("--nproc_per_node=gpu: no GPU is visible (%s)%s", why, "");
+        return usage("--nproc_per_node=gpu: %s%s", dp_last_error(), "");
     return GO_ON;
 }
 
@@ -514,37 +486,14 @@ static int settle(struct launch *L)
 /* starting the ranks                                                        */
 /* ======================================================================== */
 
-static const char *const replaced_vars[] = {
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-    "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DPLUA_JOB_TOKEN",
-    "TORCHELASTIC_USE_AGENT_STORE", NULL
-};
+/* The variables a rank gets, over the launcher's environment (at most
+ * RANK_VARS of them); a bare name is removed. */
+#define RANK_VARS 16
 
-static int replaced(const char *kv)
+static int rank_vars(const struct launch *L, const struct rank *r, char **set)
 {
-    size_t len = strcspn(kv, "=");
-    for (int i = 0; replaced_vars[i]; i++)
-        if (strlen(replaced_vars[i]) == len && strncmp(kv, replaced_vars[i], len) == 0)
-            return 1;
-    return 0;
-}
-
-/* The environment of one rank, built before fork(): the launcher's, less
- * the variables it sets, plus them. Freed with free_env. */
-static char **rank_env(const struct launch *L, const struct rank *r)
-{
-    size_t n = 0, k = 0;
-    char **env;
-    int nthreads = cpu_count() / L->nproc;
-    for (char **e = environ; *e; e++)
-        n++;
-    env = calloc(n + 16, sizeof *env);
-    if (env == NULL)
-        return NULL;
-    for (char **e = environ; *e; e++)
-        if (!replaced(*e) && (env[k] = strdup(*e)) != NULL)
-            k++;
-#define SETV(...) do { if (asprintf(&env[k], __VA_ARGS__) >= 0) k++; } while (0)
+    int k = 0, nthreads = dp_cpu_count() / L->nproc;
+#define SETV(...) do { if (asprintf(&set[k], __VA_ARGS__) < 0) return -1; k++; } while (0)
     SETV("RANK=%d", r->global);
     SETV("LOCAL_RANK=%d", r->local);
     SETV("WORLD_SIZE=%d", L->nproc * L->nnodes);
@@ -556,83 +505,55 @@ static char **rank_env(const struct launch *L, const struct rank *r)
     SETV("MASTER_ADDR=%s", L->addr);
     SETV("MASTER_PORT=%d", L->port);
     SETV("DPLUA_JOB_TOKEN=%s", L->token);
+    SETV("TORCHELASTIC_USE_AGENT_STORE");   /* torchrun's agent store is not ours */
     if (getenv("NCCL_NVLS_ENABLE") == NULL)
         SETV("NCCL_NVLS_ENABLE=0");
     if (getenv("OMP_NUM_THREADS") == NULL && L->nproc > 1)
         SETV("OMP_NUM_THREADS=%d", nthreads > 1 ? nthreads : 1);
 #undef SETV
-    env[k] = NULL;
+    return 0;
+}
+
+/* The environment of one rank, built before fork(): the launcher's with
+ * rank_vars over it. Freed with proc_free_environment. */
+static char **rank_env(const struct launch *L, const struct rank *r)
+{
+    char *set[RANK_VARS + 1] = { NULL };
+    char **env = rank_vars(L, r, set) == 0 ? proc_environment((const char *const *)set) : NULL;
+    for (int i = 0; set[i]; i++)
+        free(set[i]);
     return env;
-}
-
-static void free_env(char **env)
-{
-    if (env == NULL)
-        return;
-    for (char **e = env; *e; e++)
-        free(*e);
-    free(env);
-}
-
-/* In the child, between fork() and exec: never returns. */
-static void exec_rank(int out_w, int err_w, pid_t parent, char **argv, char **env)
-{
-    sigset_t none;
-    int fd;
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-        _exit(127);
-    setpgid(0, 0);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGHUP, SIG_DFL);
-    signal(SIGPIPE, SIG_DFL);
-    signal(SIGCHLD, SIG_DFL);
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    if (isatty(0) && (fd = open("/dev/null", O_RDONLY)) >= 0)
-        dup2(fd, 0);   /* a background group must not read the terminal */
-    dup2(out_w, 1);
-    dup2(err_w, 2);
-    execve("/proc/self/exe", argv, env);
-    dprintf(2, PROG ": cannot run /proc/self/exe: %s\n", strerror(errno));
-    _exit(127);
 }
 
 static int start_rank(struct launch *L, struct rank *r, char **argv)
 {
-    int po[2], pe[2];
+    int po[2], pe[2], devnull = -1, e;
     char **env = rank_env(L, r);
-    pid_t parent = getpid(), pid;
+    pid_t pid;
     if (env == NULL || pipe2(po, O_CLOEXEC) < 0) {
-        free_env(env);
+        proc_free_environment(env);
         return -1;
     }
     if (pipe2(pe, O_CLOEXEC) < 0) {
         close(po[0]);
         close(po[1]);
-        free_env(env);
+        proc_free_environment(env);
         return -1;
     }
-    /* Signals wait until the child has put back the default handlers:
-     * ours, run in the child, would write to the launcher's signal pipe,
-     * and a SIGTERM sent to a rank just started (another rank failed at
-     * once) would read as one sent to the launcher. */
-    sigset_t all, old;
-    sigfillset(&all);
-    sigprocmask(SIG_BLOCK, &all, &old);
-    pid = fork();
-    if (pid == 0)
-        exec_rank(po[1], pe[1], parent, argv, env);
-    sigprocmask(SIG_SETMASK, &old, NULL);
+    if (isatty(0))   /* a background group must not read the terminal */
+        devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    struct proc_spec spec = { .program = NULL, .argv = argv, .envp = env, .fd = { devnull, po[1], pe[1] },
+                              .own_group = true, .die_with_parent = true };
+    e = proc_start(&spec, &pid);
     close(po[1]);
     close(pe[1]);
-    free_env(env);
-    if (pid > 0)
-        setpgid(pid, pid);   /* also in the child: whichever runs first */
-    if (pid < 0) {
+    if (devnull >= 0)
+        close(devnull);
+    proc_free_environment(env);
+    if (e != 0) {
         close(po[0]);
         close(pe[0]);
+        errno = e;
         return -1;
     }
     r->pid = pid;
@@ -757,34 +678,6 @@ static int install_signals(void)
     return 0;
 }
 
-static const char *signame(int s)
-{
-    static char buf[16];
-    switch (s) {
-    case SIGHUP: return "SIGHUP";
-    case SIGINT: return "SIGINT";
-    case SIGQUIT: return "SIGQUIT";
-    case SIGILL: return "SIGILL";
-    case SIGTRAP: return "SIGTRAP";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGKILL: return "SIGKILL";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGUSR2: return "SIGUSR2";
-    case SIGPIPE: return "SIGPIPE";
-    case SIGALRM: return "SIGALRM";
-    case SIGTERM: return "SIGTERM";
-    case SIGXCPU: return "SIGXCPU";
-    case SIGXFSZ: return "SIGXFSZ";
-    case SIGSYS: return "SIGSYS";
-    default:
-        snprintf(buf, sizeof buf, "%d", s);
-        return buf;
-    }
-}
-
 /* A rank and what it started (its process group, as a terminal would). */
 static void signal_rank(const struct rank *r, int signo)
 {
@@ -804,7 +697,7 @@ static void stop_others(struct launch *L, double grace)
 {
     signal_running(L, SIGTERM);
     if (L->kill_at == 0)
-        L->kill_at = now() + grace;
+        L->kill_at = dp_clock_monotonic() + grace;
 }
 
 static void reap(struct launch *L)
@@ -829,7 +722,7 @@ static void reap(struct launch *L)
         }
     }
     if (L->running == 0 && L->drain_until == 0)
-        L->drain_until = now() + DRAIN_GRACE;
+        L->drain_until = dp_clock_monotonic() + DRAIN_GRACE;
 }
 
 static void handle_signals(struct launch *L)
@@ -840,11 +733,11 @@ static void handle_signals(struct launch *L)
             reap(L);
         } else if (L->signo == 0) {
             L->signo = c;
-            fprintf(stderr, PROG ": got %s; passing it on to the ranks\n", signame(c));
+            fprintf(stderr, PROG ": got %s; passing it on to the ranks\n", dp_signal_name(c));
             signal_running(L, c);
-            L->kill_at = now() + SIGNAL_GRACE;
+            L->kill_at = dp_clock_monotonic() + SIGNAL_GRACE;
         } else {
-            fprintf(stderr, PROG ": got %s again; killing the ranks\n", signame(c));
+            fprintf(stderr, PROG ": got %s again; killing the ranks\n", dp_signal_name(c));
             signal_running(L, SIGKILL);
         }
     }
@@ -864,7 +757,7 @@ static int any_open(const struct launch *L)
 
 static int poll_timeout(const struct launch *L)
 {
-    double t = -1, n = now();
+    double t = -1, n = dp_clock_monotonic();
     if (L->kill_at > 0 && L->running > 0)
         t = L->kill_at - n;
     if (L->drain_until > 0 && (t < 0 || L->drain_until - n < t))
@@ -894,7 +787,7 @@ static void watch(struct launch *L)
     struct rank **owners = calloc((size_t)L->nproc * 2 + 1, sizeof *owners);
     if (pf == NULL || bufs == NULL || owners == NULL)
         abort();
-    while (L->running > 0 || (any_open(L) && now() < L->drain_until)) {
+    while (L->running > 0 || (any_open(L) && dp_clock_monotonic() < L->drain_until)) {
         int n = 1, r;
         pf[0] = (struct pollfd){ sig_pipe[0], POLLIN, 0 };
         for (int i = 0; i < L->nproc; i++) {
@@ -914,7 +807,7 @@ static void watch(struct launch *L)
             if (pf[0].revents)
                 handle_signals(L);
         }
-        if (L->kill_at > 0 && now() >= L->kill_at && L->running > 0)
+        if (L->kill_at > 0 && dp_clock_monotonic() >= L->kill_at && L->running > 0)
             kill_stragglers(L);
     }
     free(pf);
@@ -938,7 +831,7 @@ static void report_failure(const struct launch *L)
     const struct rank *r = &L->ranks[L->failed];
     if (WIFSIGNALED(r->status))
         fprintf(stderr, PROG ": rank %d (pid %d) was killed by signal %s\n", r->global, (int)r->pid,
-                signame(WTERMSIG(r->status)));
+                dp_signal_name(WTERMSIG(r->status)));
     else
         fprintf(stderr, PROG ": rank %d (pid %d) exited with status %d\n", r->global, (int)r->pid,
                 WEXITSTATUS(r->status));

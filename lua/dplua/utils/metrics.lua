@@ -45,17 +45,8 @@ end
 
 -- Writes one line: time, wall_time and the given metrics.
 function MetricsLogger:log(metrics)
-  if type(metrics) ~= "table" then
-    error("MetricsLogger:log: expected a table of metrics, e.g. log:log{step = 1, loss = 0.5}, got " .. type(metrics), 2)
-  end
+  local line = report.plain_metrics(metrics, "MetricsLogger:log", "log:log{step = 1, loss = 0.5}")
   if self.closed then error("MetricsLogger:log: the logger of " .. self.path .. " is closed", 2) end
-  local line = {}
-  for k, v in pairs(metrics) do
-    if type(k) ~= "string" then
-      error("MetricsLogger:log: metric names must be strings, got " .. type(k) .. " " .. tostring(k), 2)
-    end
-    line[k] = report.plain_value(v, k, "MetricsLogger:log")
-  end
   if line.time == nil then line.time = math.floor((self.clock() - self.t0) * 1e6 + 0.5) / 1e6 end
   if line.wall_time == nil then line.wall_time = report.wall_time() end
   self.lines = self.lines + 1

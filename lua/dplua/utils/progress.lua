@@ -24,25 +24,16 @@
 -- total), desc (a label), width (of the bar, 30), out (a file, default
 -- io.stdout), tty (force terminal mode on or off), clock (a function
 -- returning seconds, for tests), start (the step counting starts from, 0).
-local ffi = require("ffi")
 local report = require("dplua.report")
+local C = require("dplua").C
 
 local M = {}
 
-ffi.cdef [[
-  struct dplua_progress_timespec { long tv_sec; long tv_nsec; };
-  int dplua_progress_clock_gettime(int clk, struct dplua_progress_timespec *ts) __asm__("clock_gettime");
-  int dplua_progress_isatty(int fd) __asm__("isatty");
-]]
-local ts = ffi.new("struct dplua_progress_timespec")
 -- Seconds on the monotonic clock.
-function M.clock()
-  ffi.C.dplua_progress_clock_gettime(1, ts)   -- CLOCK_MONOTONIC
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-end
+function M.clock() return C.dp_clock_monotonic() end
 
 -- Whether stdout is a terminal.
-function M.stdout_is_tty() return ffi.C.dplua_progress_isatty(1) == 1 end
+function M.stdout_is_tty() return C.dp_is_terminal(1) == 1 end
 
 local format = string.format
 

@@ -6,20 +6,15 @@
  * and the load/store of any dtype through a double. C and CUDA alike
  * (host and device functions under nvcc).
  */
-#ifndef DP_CORE_DTYPE_CONV_H
-#define DP_CORE_DTYPE_CONV_H
+#ifndef DP_COMMON_DTYPE_CONV_H
+#define DP_COMMON_DTYPE_CONV_H
 
-#include "dplua.h"
-
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-/* a function for the host, and for the device too under nvcc */
-#ifdef __CUDACC__
-#define DP_HD __host__ __device__ static inline
-#else
-#define DP_HD static inline
-#endif
+#include "common/codes.h"
+#include "common/host_device.h"
 
 DP_HD uint32_t f32_bits(float f)
 {
@@ -118,4 +113,4 @@ DP_HD int64_t dt_iload(int dtype, const void *p)
     return 0;
 }
 
-#endif /* DP_CORE_DTYPE_CONV_H */
+#endif /* DP_COMMON_DTYPE_CONV_H */

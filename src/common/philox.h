@@ -6,13 +6,13 @@
  * seed). Normal values go through libm's (or CUDA's) log and cos, which
  * may differ in the last bit; every other value is bit-identical.
  */
-#ifndef DP_CORE_PHILOX_H
-#define DP_CORE_PHILOX_H
+#ifndef DP_COMMON_PHILOX_H
+#define DP_COMMON_PHILOX_H
 
 #include <math.h>
 #include <stdint.h>
 
-#include "core/dtype_conv.h"   /* DP_HD: host and device functions under nvcc */
+#include "common/host_device.h"
 
 /* What a block becomes (dp_rand, dp_randn, dp_randint). */
 enum { PHILOX_UNIFORM, PHILOX_NORMAL, PHILOX_INT };
@@ -72,4 +72,4 @@ DP_HD double philox_int(const uint32_t *w, int64_t low, uint64_t range)
     return (double)(int64_t)((uint64_t)low + r % range);
 }
 
-#endif /* DP_CORE_PHILOX_H */
+#endif /* DP_COMMON_PHILOX_H */
