@@ -894,76 +894,72 @@ static pg_op op_of(int kind, const dp_tensor *t)
 
 /* ---------------------------------------------------------------- collectives */
 
-dp_status dp_pg_all_reduce(dp_pg *pg, dp_tensor *t, int op, dp_work **work)
+/* all_reduce, broadcast and reduce: in place on one tensor. The root is
+ * checked where the op has one, the reduction where it reduces; the
+ * caller passes 0 for what its op lacks. */
+static dp_status in_place(dp_pg *pg, int kind, dp_tensor *t, int root, int redop, dp_work **work)
 {
-    dp_status st = check_tensor(pg, "all_reduce", t, "");
-    if (!st)
-        st = check_redop("all_reduce", op, t->dtype);
+    const char *fn = kind_names[kind];
+    dp_status st = check_tensor(pg, fn, t, "");
+    if (!st && kind != PG_ALL_REDUCE)
+        st = check_rank(pg, fn, "root", root);
+    if (!st && kind != PG_BROADCAST)
+        st = check_redop(fn, redop, t->dtype);
     if (st)
         return st;
-    pg_op o = op_of(PG_ALL_REDUCE, t);
-    o.redop = op;
+    pg_op o = op_of(kind, t);
+    o.root = root;
+    o.redop = redop;
     return submit(pg, &o, t, NULL, work);
+}
+
+dp_status dp_pg_all_reduce(dp_pg *pg, dp_tensor *t, int op, dp_work **work)
+{
+    return in_place(pg, PG_ALL_REDUCE, t, 0, op, work);
 }
 
 dp_status dp_pg_broadcast(dp_pg *pg, dp_tensor *t, int root, dp_work **work)
 {
-    dp_status st = check_tensor(pg, "broadcast", t, "");
-    if (!st)
-        st = check_rank(pg, "broadcast", "root", root);
-    if (st)
-        return st;
-    pg_op o = op_of(PG_BROADCAST, t);
-    o.root = root;
-    return submit(pg, &o, t, NULL, work);
+    return in_place(pg, PG_BROADCAST, t, root, 0, work);
 }
 
 dp_status dp_pg_reduce(dp_pg *pg, dp_tensor *t, int root, int op, dp_work **work)
 {
-    dp_status st = check_tensor(pg, "reduce", t, "");
-    if (!st)
-        st = check_rank(pg, "reduce", "root", root);
-    if (!st)
-        st = check_redop("reduce", op, t->dtype);
+    return in_place(pg, PG_REDUCE, t, root, op, work);
+}
+
+/* all_gather and reduce_scatter: one tensor holds a part per rank (the
+ * whole: all_gather's output, reduce_scatter's input), the other one part. */
+static dp_status by_parts(dp_pg *pg, int kind, dp_tensor *out, dp_tensor *in, int redop, dp_work **work)
+{
+    const char *fn = kind_names[kind];
+    int gather = kind == PG_ALL_GATHER;
+    const dp_tensor *whole = gather ? out : in, *part = gather ? in : out;
+    dp_status st = check_pair(pg, fn, out, in);
+    if (!st && !gather)
+        st = check_redop(fn, redop, in->dtype);
     if (st)
         return st;
-    pg_op o = op_of(PG_REDUCE, t);
-    o.root = root;
-    o.redop = op;
-    return submit(pg, &o, t, NULL, work);
+    int64_t n = dp_tensor_numel(part);
+    if (dp_tensor_numel(whole) != n * pg->size)
+        return dp_fail(DP_ERR_SHAPE, "%s: the %s has %lld elements but needs %d x %lld = %lld (group size x %s "
+                       "elements)", fn, gather ? "output" : "input", (long long)dp_tensor_numel(whole), pg->size,
+                       (long long)n, (long long)(n * pg->size), gather ? "input" : "output");
+    pg_op o = op_of(kind, part);
+    o.in = tensor_ptr(in);
+    o.out = tensor_ptr(out);
+    o.redop = redop;
+    return submit(pg, &o, out, in, work);
 }
 
 dp_status dp_pg_all_gather(dp_pg *pg, dp_tensor *out, dp_tensor *in, dp_work **work)
 {
-    dp_status st = check_pair(pg, "all_gather", out, in);
-    if (st)
-        return st;
-    int64_t n = dp_tensor_numel(in);
-    if (dp_tensor_numel(out) != n * pg->size)
-        return dp_fail(DP_ERR_SHAPE, "all_gather: the output has %lld elements but needs %d x %lld = %lld "
-                       "(group size x input elements)", (long long)dp_tensor_numel(out), pg->size,
-                       (long long)n, (long long)(n * pg->size));
-    pg_op o = op_of(PG_ALL_GATHER, in);
-    o.out = tensor_ptr(out);
-    return submit(pg, &o, out, in, work);
+    return by_parts(pg, PG_ALL_GATHER, out, in, 0, work);
 }
 
 dp_status dp_pg_reduce_scatter(dp_pg *pg, dp_tensor *out, dp_tensor *in, int op, dp_work **work)
 {
-    dp_status st = check_pair(pg, "reduce_scatter", out, in);
-    if (!st)
-        st = check_redop("reduce_scatter", op, in->dtype);
-    if (st)
-        return st;
-    int64_t n = dp_tensor_numel(out);
-    if (dp_tensor_numel(in) != n * pg->size)
-        return dp_fail(DP_ERR_SHAPE, "reduce_scatter: the input has %lld elements but needs %d x %lld = %lld "
-                       "(group size x output elements)", (long long)dp_tensor_numel(in), pg->size,
-                       (long long)n, (long long)(n * pg->size));
-    pg_op o = op_of(PG_REDUCE_SCATTER, out);
-    o.in = tensor_ptr(in);
-    o.redop = op;
-    return submit(pg, &o, out, in, work);
+    return by_parts(pg, PG_REDUCE_SCATTER, out, in, op, work);
 }
 
 dp_status dp_pg_all_to_all(dp_pg *pg, dp_tensor *out, dp_tensor *in, dp_work **work)
