@@ -1,13 +1,14 @@
 /*
  * pg.h — what src/dist/pg.c asks of a process-group backend.
  *
- * pg.c (with pg_store.c) owns everything that does not depend on the transport: argument and
- * tensor checks, the sequence number, the group's worker thread and its
- * FIFO, progress keys and debug fingerprints, and turning a backend failure
- * into a message that names the op, the group and the ranks that did not
- * arrive. A backend only moves bytes: it gets a pg_op of plain pointers
- * and counts and runs it to completion (or to its timeout) on the calling
- * thread. gloo.cc is C++, so this header stays plain C inside extern "C".
+ * pg.c and pg_store.c own everything that does not depend on the
+ * transport: argument and tensor checks, the sequence number, the group's
+ * worker thread and its FIFO, progress keys and debug fingerprints, and
+ * turning a backend failure into a message that names the op, the group
+ * and the ranks that did not arrive. A backend only moves bytes: it gets a
+ * pg_op of plain pointers and counts and runs it to completion (or to its
+ * timeout) on the calling thread. gloo.cc is C++, so this header stays
+ * plain C inside extern "C".
  */
 #ifndef DP_DIST_PG_H
 #define DP_DIST_PG_H
