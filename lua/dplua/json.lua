@@ -300,6 +300,16 @@ local function decode_number(s, i)
   return tonumber(sub(s, i, j - 1)), j
 end
 
+-- After an array element or an object member: the position past the
+-- closing bracket and true, or past the ',' and the space after it and false.
+local function after_item(s, i, close, expected)
+  i = skip_ws(s, i)
+  local c = sub(s, i, i)
+  if c == close then return i + 1, true end
+  if c ~= "," then fail(s, i, expected) end
+  return skip_ws(s, i + 1), false
+end
+
 local function decode_array(s, i, depth)
   local t, n = {}, 0
   i = skip_ws(s, i + 1)
@@ -309,11 +319,9 @@ local function decode_array(s, i, depth)
     v, i = decode_value(s, i, depth)
     n = n + 1
     t[n] = v
-    i = skip_ws(s, i)
-    local c = sub(s, i, i)
-    if c == "]" then return t, i + 1 end
-    if c ~= "," then fail(s, i, "',' or ']' expected in array") end
-    i = skip_ws(s, i + 1)
+    local closed
+    i, closed = after_item(s, i, "]", "',' or ']' expected in array")
+    if closed then return t, i end
   end
 end
 
@@ -329,11 +337,9 @@ local function decode_object(s, i, depth)
     if sub(s, i, i) ~= ":" then fail(s, i, "':' expected after object key") end
     i = skip_ws(s, i + 1)
     t[k], i = decode_value(s, i, depth)
-    i = skip_ws(s, i)
-    local c = sub(s, i, i)
-    if c == "}" then return t, i + 1 end
-    if c ~= "," then fail(s, i, "',' or '}' expected in object") end
-    i = skip_ws(s, i + 1)
+    local closed
+    i, closed = after_item(s, i, "}", "',' or '}' expected in object")
+    if closed then return t, i end
   end
 end
 

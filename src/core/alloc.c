@@ -109,3 +109,11 @@ void dp_empty_cache(void)
         }
     cached_bytes = 0;
 }
+
+/* Memory that the API hands to its caller with malloc (a store value),
+ * freed on the library's side of the boundary: a caller from another
+ * language or with another C runtime cannot call this free() itself. */
+void dp_free(void *p)
+{
+    free(p);
+}

@@ -140,9 +140,17 @@ static void park(pg_gloo *g, std::shared_ptr<O> o)
         g->parked.pop_front();
 }
 
-/* ---------------------------------------------------------------- reductions */
-
-typedef void (*reduce_fn)(void *, const void *, const void *, size_t);
+/* Runs one Gloo collective whose options the caller has filled in (its
+ * buffers, root, reduction), with the op's tag and the group's timeout,
+ * then parks the options. */
+template <typename O, typename F>
+static void run_op(pg_gloo *g, std::shared_ptr<O> o, uint32_t tag, F collective)
+{
+    o->setTag(tag);
+    o->setTimeout(g->timeout);
+    collective(*o);
+    park(g, o);
+}
 
 /* ---------------------------------------------------------------- tags */
 
@@ -180,6 +188,10 @@ static uint64_t p2p_slot(const pg_op *op)
     uint32_t h = mix(mix(2166136261u, (uint64_t)op->count), (uint64_t)op->dtype);
     return (0xd0ULL << 56) | ((uint64_t)(op->tag & 0xffffff) << 32) | h;
 }
+
+/* ---------------------------------------------------------------- reductions */
+
+typedef void (*reduce_fn)(void *, const void *, const void *, size_t);
 
 /* c = a op b over n elements; integers through their unsigned type so
  * that overflow wraps instead of being undefined. */
@@ -246,10 +258,7 @@ static void allreduce_t(pg_gloo *g, T *buf, size_t n, int op, uint32_t tag)
     auto o = std::make_shared<gloo::AllreduceOptions>(g->ctx);
     o->setOutput(buf, n);
     o->setReduceFunction(reducer_of<T>(op));
-    o->setTag(tag);
-    o->setTimeout(g->timeout);
-    gloo::allreduce(*o);
-    park(g, o);
+    run_op(g, o, tag, gloo::allreduce);
 }
 
 template <typename T>
@@ -260,10 +269,7 @@ static void reduce_t(pg_gloo *g, T *in, T *out, size_t n, int root, int op, uint
     o->setOutput(out, n);
     o->setRoot(root);
     o->setReduceFunction(reducer_of<T>(op));
-    o->setTag(tag);
-    o->setTimeout(g->timeout);
-    gloo::reduce(*o);
-    park(g, o);
+    run_op(g, o, tag, gloo::reduce);
 }
 
 template <typename T>
@@ -357,10 +363,7 @@ static void broadcast_bytes(pg_gloo *g, const pg_op *op, size_t nbytes)
     auto o = std::make_shared<gloo::BroadcastOptions>(g->ctx);
     o->setOutput((uint8_t *)op->out, nbytes);
     o->setRoot(op->root);
-    o->setTag(op_tag(op));
-    o->setTimeout(g->timeout);
-    gloo::broadcast(*o);
-    park(g, o);
+    run_op(g, o, op_tag(op), gloo::broadcast);
 }
 
 static void allgather_bytes(pg_gloo *g, const pg_op *op, size_t nbytes)
@@ -368,10 +371,7 @@ static void allgather_bytes(pg_gloo *g, const pg_op *op, size_t nbytes)
     auto o = std::make_shared<gloo::AllgatherOptions>(g->ctx);
     o->setInput((uint8_t *)op->in, nbytes);
     o->setOutput((uint8_t *)op->out, nbytes * g->size);
-    o->setTag(op_tag(op));
-    o->setTimeout(g->timeout);
-    gloo::allgather(*o);
-    park(g, o);
+    run_op(g, o, op_tag(op), gloo::allgather);
 }
 
 static void alltoall_bytes(pg_gloo *g, const pg_op *op, size_t nbytes)
@@ -379,19 +379,12 @@ static void alltoall_bytes(pg_gloo *g, const pg_op *op, size_t nbytes)
     auto o = std::make_shared<gloo::AlltoallOptions>(g->ctx);
     o->setInput((uint8_t *)op->in, nbytes * g->size);
     o->setOutput((uint8_t *)op->out, nbytes * g->size);
-    o->setTag(op_tag(op));
-    o->setTimeout(g->timeout);
-    gloo::alltoall(*o);
-    park(g, o);
+    run_op(g, o, op_tag(op), gloo::alltoall);
 }
 
 static void barrier(pg_gloo *g, const pg_op *op)
 {
-    auto o = std::make_shared<gloo::BarrierOptions>(g->ctx);
-    o->setTag(op_tag(op));
-    o->setTimeout(g->timeout);
-    gloo::barrier(*o);
-    park(g, o);
+    run_op(g, std::make_shared<gloo::BarrierOptions>(g->ctx), op_tag(op), gloo::barrier);
 }
 
 static void send_recv(pg_gloo *g, const pg_op *op, size_t nbytes)

@@ -76,9 +76,18 @@ static dp_status cuda_err(cudaError_t e, const char *what, char *err, size_t err
     return DP_ERR_CUDA;
 }
 
+/* The end of a wait that timed out: the communicator is aborted (a rank
+ * that is missing would keep it waiting forever) and cannot be used again. */
+static dp_status abort_timed_out(pg_nccl *n, const char *what, const char *why, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "%s: timed out after %g s %s; the communicator was aborted", what, n->timeout_s, why);
+    ncclCommAbort(n->comm);
+    n->comm = NULL;
+    return DP_ERR_IO;
+}
+
 /* Waits until the communicator has no call in progress (a non-blocking
- * call returns before it is done). On timeout the communicator is aborted:
- * it cannot be used again. */
+ * call returns before it is done). */
 static dp_status wait_comm(pg_nccl *n, double deadline, const char *what, char *err, size_t errlen)
 {
     ncclResult_t state;
@@ -92,14 +101,9 @@ static dp_status wait_comm(pg_nccl *n, double deadline, const char *what, char *
         if (state != ncclInProgress)
             return nccl_err(n->comm, state, what, err, errlen);
         if (now_s() > deadline)
-            break;
+            return abort_timed_out(n, what, "(a rank did not take part)", err, errlen);
         backoff(&round);
     }
-    snprintf(err, errlen, "%s: timed out after %g s (a rank did not take part); the communicator was aborted",
-             what, n->timeout_s);
-    ncclCommAbort(n->comm);
-    n->comm = NULL;
-    return DP_ERR_IO;
 }
 
 /* Waits for the group's stream, watching for NCCL errors and the timeout. */
@@ -116,14 +120,9 @@ static dp_status wait_stream(pg_nccl *n, double deadline, const char *what, char
         if (ncclCommGetAsyncError(n->comm, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress)
             return nccl_err(n->comm, state, what, err, errlen);
         if (now_s() > deadline)
-            break;
+            return abort_timed_out(n, what, "waiting for the other ranks", err, errlen);
         backoff(&round);
     }
-    snprintf(err, errlen, "%s: timed out after %g s waiting for the other ranks; the communicator was aborted",
-             what, n->timeout_s);
-    ncclCommAbort(n->comm);
-    n->comm = NULL;
-    return DP_ERR_IO;
 }
 
 /* ---------------------------------------------------------------- the communicator */

@@ -1,13 +1,14 @@
 /*
  * pg.h — what src/dist/pg.c asks of a process-group backend.
  *
- * pg.c owns everything that does not depend on the transport: argument and
- * tensor checks, the sequence number, the group's worker thread and its
- * FIFO, progress keys and debug fingerprints, and turning a backend failure
- * into a message that names the op, the group and the ranks that did not
- * arrive. A backend only moves bytes: it gets a pg_op of plain pointers
- * and counts and runs it to completion (or to its timeout) on the calling
- * thread. gloo.cc is C++, so this header stays plain C inside extern "C".
+ * pg.c and pg_store.c own everything that does not depend on the
+ * transport: argument and tensor checks, the sequence number, the group's
+ * worker thread and its FIFO, progress keys and debug fingerprints, and
+ * turning a backend failure into a message that names the op, the group
+ * and the ranks that did not arrive. A backend only moves bytes: it gets a
+ * pg_op of plain pointers and counts and runs it to completion (or to its
+ * timeout) on the calling thread. gloo.cc is C++, so this header stays
+ * plain C inside extern "C".
  */
 #ifndef DP_DIST_PG_H
 #define DP_DIST_PG_H
@@ -46,18 +47,18 @@ typedef struct pg_op {
  * wraps with the op's name, seq and group). They never call dp_fail: the
  * worker thread's error buffer is not the caller's. */
 
-/* pg.c: the store as process groups use it. Groups call it from their
- * worker threads as well as the caller's, and a dp_store is one
- * connection: every call takes one process-wide lock, and the calls that
- * wait poll (lock, check, unlock, sleep) so that no thread holds the lock
- * while it waits for another rank. */
-/* Another reference to pg (a DistributedDataParallel's), given back by
- * pg_release. dp_pg_free (destroy_process_group) ends the group at once
- * (its threads, transport and store; a holder's later op then fails,
+/* pg.c: another reference to pg (a DistributedDataParallel's), given
+ * back by pg_release. dp_pg_free (destroy_process_group) ends the group at
+ * once (its threads, transport and store; a holder's later op then fails,
  * "destroyed") and frees its memory after the last holder. */
 void pg_retain(dp_pg *pg);
 void pg_release(dp_pg *pg);
 
+/* pg_store.c: the store as process groups use it. Groups call it from
+ * their worker threads as well as the caller's, and a dp_store is one
+ * connection: every call takes one process-wide lock, and the calls that
+ * wait poll (lock, check, unlock, sleep) so that no thread holds the lock
+ * while it waits for another rank. */
 dp_status pg_store_set(dp_store *s, const char *key, const void *value, size_t len);
 dp_status pg_store_get(dp_store *s, const char *key, void **value, size_t *len, double timeout_s);
 dp_status pg_store_wait(dp_store *s, const char *const *keys, int n, double timeout_s);

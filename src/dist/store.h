@@ -1,6 +1,12 @@
 /*
- * store.h — internals shared by the two store clients: store.c (dplua's own
- * protocol, and the server) and torchstore.c (PyTorch's TCPStore protocol).
+ * store.h — internals shared by the rendezvous store's files: the client
+ * handle and its table of operations, and socket.c's helpers.
+ *
+ *   store_client.c   the public dp_store_* functions and the client of
+ *                    dplua's own protocol (store_proto.h)
+ *   store_server.c   the server of that protocol, on a background thread
+ *   torchstore.c     the client of PyTorch's TCPStore protocol
+ *   socket.c         sockets with deadlines, wire integers, byte buffers
  *
  * A dp_store is a client handle with a table of operations; the public
  * dp_store_* functions of dplua.h check their arguments and dispatch
@@ -16,6 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #define STORE_DEFAULT_TIMEOUT 300.0   /* seconds, PyTorch's TCPStore default */
 #define STORE_MAX_FRAME (64u << 20)   /* the largest body of one frame */
@@ -45,7 +52,7 @@ struct dp_store {
     int rank;                /* announced to a dplua server; -1: none */
     uint32_t next_id;        /* request ids (dplua protocol) */
     char *failed;            /* set when the connection is lost: later calls fail with it */
-    struct store_server *server;  /* non-NULL on the rank that serves */
+    struct store_server *server;  /* non-NULL on the rank that serves (store_proto.h) */
     int torch_proto;         /* torchstore.c: 1 (PyTorch 1.x) or 2 (PyTorch 2.x) */
     int holders;             /* references besides the opener's (store_retain); dp_store_close frees at the last */
 };
@@ -54,10 +61,17 @@ struct dp_store {
  * the store is closed and freed when the opener and every holder have. */
 void store_retain(dp_store *s);
 
-/* The monotonic clock, in seconds. */
-double store_now(void);
 /* Deadline `timeout_s` from now; timeout_s <= 0 picks the store's own. */
 double store_deadline(const dp_store *s, double timeout_s);
+
+/* ---------------------------------------------------------------- socket.c */
+
+/* The monotonic clock, in seconds. */
+double store_now(void);
+
+/* Waits for `events` (POLLIN, POLLOUT) on fd before the deadline: 0 when
+ * ready, ETIMEDOUT, or an errno value. */
+int store_wait_fd(int fd, short events, double deadline);
 
 /* Connects to host:port, retrying until timeout_s has passed (the server
  * may start later). The socket is non-blocking, close-on-exec, TCP_NODELAY.
@@ -69,6 +83,13 @@ dp_status store_connect(int *fd, const char *fn, const char *host, int port, dou
  * end of stream is reported as ECONNRESET with *eof set when eof != NULL. */
 int store_send_all(int fd, const void *buf, size_t n, double deadline);
 int store_recv_all(int fd, void *buf, size_t n, double deadline, int *eof);
+
+/* A non-blocking, close-on-exec socket listening on addr (an IPv6 one
+ * takes IPv4 too), in *fd; the port it got (addr's may be 0) in *port.
+ * Returns 0 or an errno value. */
+int store_listen(const struct sockaddr *addr, socklen_t len, int *fd, int *port);
+/* Whether addr is a loopback address (127.0.0.0/8 or ::1). */
+int store_is_loopback(const struct sockaddr *addr);
 
 /* Little-endian integers on the wire. */
 void store_put_u32(unsigned char *p, uint32_t v);
@@ -86,6 +107,9 @@ struct store_buf {
 void store_buf_add(struct store_buf *b, const void *data, size_t n);
 void store_buf_free(struct store_buf *b);
 
+/* A key for a message: printable bytes as they are, others as \xNN, at
+ * most 80 of them. */
+void store_key_str(char *buf, size_t size, const unsigned char *key, size_t n);
 /* "'a', 'b' and 3 more": a short list of keys for error messages. */
 void store_key_list(char *buf, size_t size, const char *const *keys, int n);
 

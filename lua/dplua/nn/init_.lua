@@ -80,28 +80,29 @@ end
 function I.zeros_(t) return I.constant_(want_tensor(t, "zeros_"), 0) end
 function I.ones_(t) return I.constant_(want_tensor(t, "ones_"), 1) end
 
--- Accepts (t, a, mode, nonlinearity) or (t, {a=, mode=, nonlinearity=}).
-local function kaiming_args(a, mode, nonlinearity)
-  if type(a) == "table" then return a.a or 0, a.mode, a.nonlinearity or "leaky_relu" end
-  return a or 0, mode, nonlinearity or "leaky_relu"
+-- The standard deviation of kaiming_*_ for tensor t, from (a, mode,
+-- nonlinearity) or ({a=, mode=, nonlinearity=}); nil for a tensor with no
+-- elements (nothing to fill).
+local function kaiming_std(t, a, mode, nonlinearity, fn)
+  want_tensor(t, fn)
+  if type(a) == "table" then a, mode, nonlinearity = a.a, a.mode, a.nonlinearity end
+  a, nonlinearity = a or 0, nonlinearity or "leaky_relu"
+  local f = fan(t, mode, fn)
+  if f == 0 then return nil end
+  return I.calculate_gain(nonlinearity, a) / math.sqrt(f)
 end
 
 function I.kaiming_uniform_(t, a, mode, nonlinearity)
-  want_tensor(t, "kaiming_uniform_")
-  a, mode, nonlinearity = kaiming_args(a, mode, nonlinearity)
-  local f = fan(t, mode, "kaiming_uniform_")
-  if f == 0 then return t end
-  local std = I.calculate_gain(nonlinearity, a) / math.sqrt(f)
+  local std = kaiming_std(t, a, mode, nonlinearity, "kaiming_uniform_")
+  if not std then return t end
   local bound = math.sqrt(3) * std
   return I.uniform_(t, -bound, bound)
 end
 
 function I.kaiming_normal_(t, a, mode, nonlinearity)
-  want_tensor(t, "kaiming_normal_")
-  a, mode, nonlinearity = kaiming_args(a, mode, nonlinearity)
-  local f = fan(t, mode, "kaiming_normal_")
-  if f == 0 then return t end
-  return I.normal_(t, 0, I.calculate_gain(nonlinearity, a) / math.sqrt(f))
+  local std = kaiming_std(t, a, mode, nonlinearity, "kaiming_normal_")
+  if not std then return t end
+  return I.normal_(t, 0, std)
 end
 
 local function xavier_std(t, gain, fn)

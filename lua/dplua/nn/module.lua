@@ -269,11 +269,14 @@ function Module:named_modules(prefix, memo, out)
   return pair_list(out)
 end
 
-function Module:modules()
+-- The values of a list of {name, value} pairs, in order.
+local function values(named)
   local list = {}
-  for _, e in ipairs(self:named_modules()) do list[#list + 1] = e[2] end
+  for _, e in ipairs(named) do list[#list + 1] = e[2] end
   return list
 end
+
+function Module:modules() return values(self:named_modules()) end
 
 function Module:named_children()
   local out, memo = {}, {}
@@ -284,11 +287,7 @@ function Module:named_children()
   return pair_list(out)
 end
 
-function Module:children()
-  local list = {}
-  for _, e in ipairs(self:named_children()) do list[#list + 1] = e[2] end
-  return list
-end
+function Module:children() return values(self:named_children()) end
 
 -- Members (parameters or buffers) of every module, each tensor once.
 local function named_members(self, which, prefix, recurse)
@@ -314,29 +313,16 @@ local function members_args(a, b)
   return a, b
 end
 
-function Module:named_parameters(a, b)
-  local prefix, recurse = members_args(a, b)
-  return named_members(self, "_parameters", prefix, recurse)
-end
-
-function Module:parameters(recurse)
+-- parameters([recurse]) or parameters({recurse=})
+local function members(self, which, recurse)
   if type(recurse) == "table" then recurse = recurse.recurse end
-  local list = {}
-  for _, e in ipairs(named_members(self, "_parameters", "", recurse)) do list[#list + 1] = e[2] end
-  return list
+  return values(named_members(self, which, "", recurse))
 end
 
-function Module:named_buffers(a, b)
-  local prefix, recurse = members_args(a, b)
-  return named_members(self, "_buffers", prefix, recurse)
-end
-
-function Module:buffers(recurse)
-  if type(recurse) == "table" then recurse = recurse.recurse end
-  local list = {}
-  for _, e in ipairs(named_members(self, "_buffers", "", recurse)) do list[#list + 1] = e[2] end
-  return list
-end
+function Module:named_parameters(a, b) return named_members(self, "_parameters", members_args(a, b)) end
+function Module:parameters(recurse) return members(self, "_parameters", recurse) end
+function Module:named_buffers(a, b) return named_members(self, "_buffers", members_args(a, b)) end
+function Module:buffers(recurse) return members(self, "_buffers", recurse) end
 
 -- num_parameters({trainable=false}): the number of parameter elements
 -- (each shared parameter counted once).

@@ -99,10 +99,24 @@ end
 -- The class of an instance made here, or nil.
 local function class(x) return class_of[x] end
 
+-- obj's method `name`, or nil. Reading a field of a cdata or of a strict
+-- object may raise: that counts as no method.
+local function method_of(obj, name)
+  local ok, m = pcall(function() return obj[name] end)
+  if ok and type(m) == "function" then return m end
+  return nil
+end
+
+-- obj itself when it has the method `name`; else "fn: expected what, got ...".
+local function with_method(obj, name, fn, what)
+  if not method_of(obj, name) then raise(string.format("%s: expected %s, got %s", fn, what, typename(obj))) end
+  return obj
+end
+
 -- Calls obj:__len() (an instance of ours, or any table with __len).
 local function length(obj, what, fn)
-  local ok, f = pcall(function() return obj.__len end)
-  if not ok or type(f) ~= "function" then
+  local f = method_of(obj, "__len")
+  if not f then
     raise(string.format("%s: %s has no __len method (got %s)", fn, what, typename(obj)))
   end
   local n = f(obj)
@@ -347,12 +361,7 @@ local function as_dataset(ds, fn)
   if type(ds) == "table" and not is_tensor(ds) and getmetatable(ds) == nil and rawget(ds, "__getitem") == nil then
     return ListDataset(ds)
   end
-  local ok, get = pcall(function() return ds.__getitem end)
-  if not ok or type(get) ~= "function" then
-    raise(string.format("%s: expected a dataset (an object with __getitem and __len, or a Lua list), got %s",
-                        fn, typename(ds)))
-  end
-  return ds
+  return with_method(ds, "__getitem", fn, "a dataset (an object with __getitem and __len, or a Lua list)")
 end
 
 ---------------------------------------------------------------- samplers
@@ -543,12 +552,7 @@ local function as_sampler(s, fn)
     s.__len = function() return #list end
     return s
   end
-  local ok, it = pcall(function() return s.iter end)
-  if not ok or type(it) ~= "function" then
-    raise(string.format("%s: expected a sampler (an object with iter() and __len) or a list of indices, got %s",
-                        fn, typename(s)))
-  end
-  return s
+  return with_method(s, "iter", fn, "a sampler (an object with iter() and __len) or a list of indices")
 end
 
 function BatchSampler:__init(sampler, batch_size, drop_last)

@@ -15,8 +15,8 @@
  *
  * The reader trusts nothing in the file. The header length is checked
  * against the file size before anything is read; the header is parsed by
- * the strict JSON parser below (RFC 8259: no trailing commas, no comments,
- * valid UTF-8, no duplicate keys, a nesting limit); every tensor's dtype,
+ * the strict JSON parser of json.c (RFC 8259: no trailing commas, no
+ * comments, valid UTF-8, no duplicate keys, a nesting limit); every tensor's dtype,
  * shape and byte count must agree; and, as the reference implementation
  * requires, the tensors must tile the data exactly: in bounds, no overlap,
  * no hole, nothing left over. So every byte a tensor reads lies inside the
@@ -31,6 +31,7 @@
  * Every failure is a dp_fail that names the file and the problem.
  */
 #include "core/tensor.h"
+#include "io/json.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,7 +48,6 @@
 
 /* The reference implementation refuses headers over 100 MB too. */
 #define ST_MAX_HEADER (100 * 1000 * 1000)
-#define ST_MAX_DEPTH 64
 #define ST_CHUNK (1 << 24)
 
 /* ---------------------------------------------------------------- dtypes */
@@ -73,509 +73,6 @@ static const char *st_dtype_name(int dtype)
     return NULL;
 }
 
-/* ---------------------------------------------------------------- arena */
-
-/* Everything the parser makes lives in one arena, freed at once. */
-typedef struct arena_block {
-    struct arena_block *next;
-    size_t used, cap;
-    _Alignas(16) char data[];
-} arena_block;
-
-static void *arena_alloc(arena_block **a, size_t n)
-{
-    n = (n + 15) & ~(size_t)15;
-    if (!*a || (*a)->cap - (*a)->used < n) {
-        size_t cap = n > 65536 ? n : 65536;
-        arena_block *b = malloc(sizeof *b + cap);
-        if (!b)
-            return NULL;
-        b->next = *a;
-        b->used = 0;
-        b->cap = cap;
-        *a = b;
-    }
-    void *p = (*a)->data + (*a)->used;
-    (*a)->used += n;
-    return p;
-}
-
-static void arena_free(arena_block *a)
-{
-    while (a) {
-        arena_block *next = a->next;
-        free(a);
-        a = next;
-    }
-}
-
-/* A name for messages: cut short, control characters escaped. */
-static const char *printable(char *buf, size_t size, const char *s, size_t len)
-{
-    size_t o = 0, i;
-    for (i = 0; i < len && o + 8 < size; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x20 || c == 0x7f)
-            o += (size_t)snprintf(buf + o, size - o, "\\x%02x", c);
-        else
-            buf[o++] = (char)c;
-    }
-    if (i < len)
-        o += (size_t)snprintf(buf + o, size - o, "...");
-    buf[o < size ? o : size - 1] = 0;
-    return buf;
-}
-
-/* ---------------------------------------------------------------- JSON */
-
-enum { JS_NULL, JS_FALSE, JS_TRUE, JS_NUMBER, JS_STRING, JS_ARRAY, JS_OBJECT };
-
-typedef struct js_value {
-    int type;
-    int n;                    /* array elements or object members */
-    struct js_value *items;   /* array elements, object member values */
-    char **keys;              /* object member names (decoded) */
-    size_t *key_lens;
-    char *str;                /* a string (decoded) or a number's text */
-    size_t len;
-    size_t pos;               /* where it starts in the header, for messages */
-} js_value;
-
-typedef struct {
-    const char *text, *p, *end;
-    const char *path;
-    arena_block **arena;
-    dp_status st;             /* the first failure */
-} js_parser;
-
-static dp_status js_fail(js_parser *js, const char *fmt, const char *what)
-{
-    if (!js->st)
-        js->st = dp_fail(DP_ERR_IO, "safetensors: '%s': malformed header JSON at byte %lld of the header: %s%s",
-                         js->path, (long long)(js->p - js->text), fmt, what ? what : "");
-    return js->st;
-}
-
-static void js_skip_ws(js_parser *js)
-{
-    while (js->p < js->end && (*js->p == ' ' || *js->p == '\t' || *js->p == '\n' || *js->p == '\r'))
-        js->p++;
-}
-
-static int hex_value(int c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-static int js_hex4(js_parser *js, unsigned *out)
-{
-    if (js->end - js->p < 4)
-        return js_fail(js, "truncated \\u escape", NULL);
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        int h = hex_value((unsigned char)js->p[i]);
-        if (h < 0)
-            return js_fail(js, "bad hex digit in a \\u escape", NULL);
-        v = v << 4 | (unsigned)h;
-    }
-    js->p += 4;
-    *out = v;
-    return 0;
-}
-
-static size_t utf8_put(char *o, unsigned cp)
-{
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | (cp >> 6 & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-    o[2] = (char)(0x80 | (cp >> 6 & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-/* The length of the valid UTF-8 sequence at p (strict: no overlong forms,
- * no surrogates, nothing above U+10FFFF), or 0. */
-static size_t utf8_valid(const unsigned char *p, const unsigned char *end)
-{
-    unsigned c = p[0];
-    size_t n;
-    unsigned cp, min;
-    if (c < 0x80) return 1;
-    if ((c & 0xE0) == 0xC0) { n = 2; cp = c & 0x1F; min = 0x80; }
-    else if ((c & 0xF0) == 0xE0) { n = 3; cp = c & 0x0F; min = 0x800; }
-    else if ((c & 0xF8) == 0xF0) { n = 4; cp = c & 0x07; min = 0x10000; }
-    else return 0;
-    if ((size_t)(end - p) < n)
-        return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((p[i] & 0xC0) != 0x80)
-            return 0;
-        cp = cp << 6 | (p[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return n;
-}
-
-/* A string at js->p (the opening quote), decoded into the arena. */
-static int js_string(js_parser *js, char **out, size_t *out_len)
-{
-    const char *q = js->p + 1;
-    /* the decoded text is never longer than the source */
-    const char *close = q;
-    while (close < js->end && *close != '"') {
-        if (*close == '\\' && close + 1 < js->end)
-            close++;
-        close++;
-    }
-    if (close >= js->end)
-        return js_fail(js, "unterminated string", NULL);
-    char *o = arena_alloc(js->arena, (size_t)(close - q) + 1);
-    if (!o)
-        return js->st = dp_fail(DP_ERR_MEMORY, "safetensors: '%s': out of memory parsing the header", js->path);
-    size_t n = 0;
-    js->p = q;
-    while (js->p < js->end && *js->p != '"') {
-        unsigned char c = (unsigned char)*js->p;
-        if (c < 0x20)
-            return js_fail(js, "a control character inside a string", NULL);
-        if (c == '\\') {
-            js->p++;
-            if (js->p >= js->end)
-                return js_fail(js, "unterminated escape", NULL);
-            char e = *js->p++;
-            switch (e) {
-            case '"': o[n++] = '"'; break;
-            case '\\': o[n++] = '\\'; break;
-            case '/': o[n++] = '/'; break;
-            case 'b': o[n++] = '\b'; break;
-            case 'f': o[n++] = '\f'; break;
-            case 'n': o[n++] = '\n'; break;
-            case 'r': o[n++] = '\r'; break;
-            case 't': o[n++] = '\t'; break;
-            case 'u': {
-                unsigned cp, lo;
-                if (js_hex4(js, &cp))
-                    return js->st;
-                if (cp >= 0xDC00 && cp <= 0xDFFF)
-                    return js_fail(js, "a lone low surrogate in a \\u escape", NULL);
-                if (cp >= 0xD800 && cp <= 0xDBFF) {
-                    if (js->end - js->p < 2 || js->p[0] != '\\' || js->p[1] != 'u')
-                        return js_fail(js, "a high surrogate without its low surrogate", NULL);
-                    js->p += 2;
-                    if (js_hex4(js, &lo))
-                        return js->st;
-                    if (lo < 0xDC00 || lo > 0xDFFF)
-                        return js_fail(js, "a high surrogate without its low surrogate", NULL);
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                }
-                n += utf8_put(o + n, cp);
-                break;
-            }
-            default:
-                return js_fail(js, "an invalid escape in a string", NULL);
-            }
-        } else {
-            size_t k = utf8_valid((const unsigned char *)js->p, (const unsigned char *)js->end);
-            if (k == 0)
-                return js_fail(js, "invalid UTF-8 in a string", NULL);
-            memcpy(o + n, js->p, k);
-            n += k;
-            js->p += k;
-        }
-    }
-    if (js->p >= js->end)
-        return js_fail(js, "unterminated string", NULL);
-    js->p++;
-    o[n] = 0;
-    *out = o;
-    *out_len = n;
-    return 0;
-}
-
-static int is_digit(int c) { return c >= '0' && c <= '9'; }
-
-/* A number: RFC 8259's grammar; the text is kept for later conversion. */
-static int js_number(js_parser *js, js_value *v)
-{
-    const char *s = js->p;
-    if (js->p < js->end && *js->p == '-')
-        js->p++;
-    if (js->p >= js->end || !is_digit(*js->p))
-        return js_fail(js, "a malformed number", NULL);
-    if (*js->p == '0') {
-        js->p++;
-        if (js->p < js->end && is_digit(*js->p))
-            return js_fail(js, "a number with a leading zero", NULL);
-    } else {
-        while (js->p < js->end && is_digit(*js->p))
-            js->p++;
-    }
-    if (js->p < js->end && *js->p == '.') {
-        js->p++;
-        if (js->p >= js->end || !is_digit(*js->p))
-            return js_fail(js, "a malformed number (no digit after '.')", NULL);
-        while (js->p < js->end && is_digit(*js->p))
-            js->p++;
-    }
-    if (js->p < js->end && (*js->p == 'e' || *js->p == 'E')) {
-        js->p++;
-        if (js->p < js->end && (*js->p == '+' || *js->p == '-'))
-            js->p++;
-        if (js->p >= js->end || !is_digit(*js->p))
-            return js_fail(js, "a malformed number (no digit in the exponent)", NULL);
-        while (js->p < js->end && is_digit(*js->p))
-            js->p++;
-    }
-    v->type = JS_NUMBER;
-    v->str = (char *)s;
-    v->len = (size_t)(js->p - s);
-    return 0;
-}
-
-static int js_value_parse(js_parser *js, js_value *v, int depth);
-
-/* Grows a temporary vector of parsed elements; returns 0 or a failure. */
-static int js_grow(js_parser *js, void **items, size_t elem, int *cap, int n)
-{
-    if (n < *cap)
-        return 0;
-    if (*cap > (1 << 28))
-        return js_fail(js, "too many elements in one array or object", NULL);
-    int ncap = *cap ? *cap * 2 : 8;
-    void *p = realloc(*items, (size_t)ncap * elem);
-    if (!p)
-        return js->st = dp_fail(DP_ERR_MEMORY, "safetensors: '%s': out of memory parsing the header", js->path);
-    *items = p;
-    *cap = ncap;
-    return 0;
-}
-
-/* Moves the temporary vectors into the arena. */
-static int js_settle(js_parser *js, js_value *v, js_value *items, char **keys, size_t *lens, int n)
-{
-    v->n = n;
-    v->items = NULL;
-    v->keys = NULL;
-    v->key_lens = NULL;
-    if (n == 0)
-        return 0;
-    v->items = arena_alloc(js->arena, sizeof *items * (size_t)n);
-    if (keys) {
-        v->keys = arena_alloc(js->arena, sizeof *keys * (size_t)n);
-        v->key_lens = arena_alloc(js->arena, sizeof *lens * (size_t)n);
-    }
-    if (!v->items || (keys && (!v->keys || !v->key_lens)))
-        return js->st = dp_fail(DP_ERR_MEMORY, "safetensors: '%s': out of memory parsing the header", js->path);
-    memcpy(v->items, items, sizeof *items * (size_t)n);
-    if (keys) {
-        memcpy(v->keys, keys, sizeof *keys * (size_t)n);
-        memcpy(v->key_lens, lens, sizeof *lens * (size_t)n);
-    }
-    return 0;
-}
-
-static int js_array(js_parser *js, js_value *v, int depth)
-{
-    js_value *items = NULL;
-    int cap = 0, n = 0;
-    v->type = JS_ARRAY;
-    js->p++;
-    js_skip_ws(js);
-    if (js->p < js->end && *js->p == ']') {
-        js->p++;
-        return js_settle(js, v, NULL, NULL, NULL, 0);
-    }
-    for (;;) {
-        if (js_grow(js, (void **)&items, sizeof *items, &cap, n) || js_value_parse(js, &items[n], depth + 1))
-            break;
-        n++;
-        js_skip_ws(js);
-        if (js->p < js->end && *js->p == ',') {
-            js->p++;
-            continue;
-        }
-        if (js->p < js->end && *js->p == ']') {
-            js->p++;
-            js_settle(js, v, items, NULL, NULL, n);
-            break;
-        }
-        js_fail(js, js->p < js->end ? "expected ',' or ']' in an array" : "unterminated array", NULL);
-        break;
-    }
-    free(items);
-    return js->st;
-}
-
-/* Duplicate names are refused: JSON leaves them undefined, and a reader
- * that kept the first would see another file than one that kept the last. */
-static int js_check_duplicates(js_parser *js, char **keys, size_t *lens, int n)
-{
-    /* small objects: a quadratic scan; large: sort a copy */
-    if (n < 64) {
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < i; j++)
-                if (lens[i] == lens[j] && memcmp(keys[i], keys[j], lens[i]) == 0) {
-                    char kb[96];
-                    return js_fail(js, "duplicate key ", printable(kb, sizeof kb, keys[i], lens[i]));
-                }
-        return 0;
-    }
-    return -1;   /* checked by the caller after sorting */
-}
-
-typedef struct { const char *s; size_t len; } key_ref;
-
-static int key_cmp(const void *a, const void *b)
-{
-    const key_ref *x = a, *y = b;
-    size_t n = x->len < y->len ? x->len : y->len;
-    int c = memcmp(x->s, y->s, n);
-    if (c)
-        return c;
-    return x->len < y->len ? -1 : x->len > y->len;
-}
-
-static int js_check_duplicates_sorted(js_parser *js, char **keys, size_t *lens, int n)
-{
-    key_ref *refs = malloc(sizeof *refs * (size_t)n);
-    if (!refs)
-        return js->st = dp_fail(DP_ERR_MEMORY, "safetensors: '%s': out of memory parsing the header", js->path);
-    for (int i = 0; i < n; i++) {
-        refs[i].s = keys[i];
-        refs[i].len = lens[i];
-    }
-    qsort(refs, (size_t)n, sizeof *refs, key_cmp);
-    for (int i = 1; i < n; i++)
-        if (key_cmp(&refs[i - 1], &refs[i]) == 0) {
-            char kb[96];
-            js_fail(js, "duplicate key ", printable(kb, sizeof kb, refs[i].s, refs[i].len));
-            break;
-        }
-    free(refs);
-    return js->st;
-}
-
-static int js_object(js_parser *js, js_value *v, int depth)
-{
-    js_value *items = NULL;
-    char **keys = NULL;
-    size_t *lens = NULL;
-    int cap = 0, kcap = 0, lcap = 0, n = 0;
-    v->type = JS_OBJECT;
-    js->p++;
-    js_skip_ws(js);
-    if (js->p < js->end && *js->p == '}') {
-        js->p++;
-        return js_settle(js, v, NULL, NULL, NULL, 0);
-    }
-    for (;;) {
-        if (js_grow(js, (void **)&items, sizeof *items, &cap, n) ||
-            js_grow(js, (void **)&keys, sizeof *keys, &kcap, n) ||
-            js_grow(js, (void **)&lens, sizeof *lens, &lcap, n))
-            break;
-        js_skip_ws(js);
-        if (js->p >= js->end || *js->p != '"') {
-            js_fail(js, js->p < js->end ? "expected a string key in an object" : "unterminated object", NULL);
-            break;
-        }
-        if (js_string(js, &keys[n], &lens[n]))
-            break;
-        js_skip_ws(js);
-        if (js->p >= js->end || *js->p != ':') {
-            js_fail(js, "expected ':' after a key", NULL);
-            break;
-        }
-        js->p++;
-        if (js_value_parse(js, &items[n], depth + 1))
-            break;
-        n++;
-        js_skip_ws(js);
-        if (js->p < js->end && *js->p == ',') {
-            js->p++;
-            continue;
-        }
-        if (js->p < js->end && *js->p == '}') {
-            js->p++;
-            if (js_check_duplicates(js, keys, lens, n) < 0)
-                js_check_duplicates_sorted(js, keys, lens, n);
-            if (!js->st)
-                js_settle(js, v, items, keys, lens, n);
-            break;
-        }
-        js_fail(js, js->p < js->end ? "expected ',' or '}' in an object" : "unterminated object", NULL);
-        break;
-    }
-    free(items);
-    free(keys);
-    free(lens);
-    return js->st;
-}
-
-static int js_literal(js_parser *js, const char *word, int type, js_value *v)
-{
-    size_t n = strlen(word);
-    if ((size_t)(js->end - js->p) < n || memcmp(js->p, word, n) != 0)
-        return js_fail(js, "an unexpected character", NULL);
-    js->p += n;
-    v->type = type;
-    return 0;
-}
-
-static int js_value_parse(js_parser *js, js_value *v, int depth)
-{
-    memset(v, 0, sizeof *v);
-    if (depth > ST_MAX_DEPTH)
-        return js_fail(js, "nesting deeper than 64 levels", NULL);
-    js_skip_ws(js);
-    if (js->p >= js->end)
-        return js_fail(js, "unexpected end of the header (a value was expected)", NULL);
-    v->pos = (size_t)(js->p - js->text);
-    switch (*js->p) {
-    case '{': return js_object(js, v, depth);
-    case '[': return js_array(js, v, depth);
-    case '"': v->type = JS_STRING; return js_string(js, &v->str, &v->len);
-    case 't': return js_literal(js, "true", JS_TRUE, v);
-    case 'f': return js_literal(js, "false", JS_FALSE, v);
-    case 'n': return js_literal(js, "null", JS_NULL, v);
-    default:
-        if (*js->p == '-' || is_digit(*js->p))
-            return js_number(js, v);
-        return js_fail(js, "an unexpected character", NULL);
-    }
-}
-
-/* A non-negative integer without fraction or exponent, up to INT64_MAX. */
-static int js_uint(const js_value *v, int64_t *out)
-{
-    if (v->type != JS_NUMBER || v->len == 0 || v->str[0] == '-')
-        return -1;
-    int64_t x = 0;
-    for (size_t i = 0; i < v->len; i++) {
-        if (!is_digit(v->str[i]))
-            return -1;
-        int d = v->str[i] - '0';
-        if (x > (INT64_MAX - d) / 10)
-            return -2;
-        x = x * 10 + d;
-    }
-    *out = x;
-    return 0;
-}
-
-static const char *js_type_name(int type)
-{
-    static const char *const names[] = { "null", "false", "true", "a number", "a string", "an array", "an object" };
-    return names[type];
-}
-
 /* ---------------------------------------------------------------- the reader */
 
 typedef struct {
@@ -595,7 +92,7 @@ struct dp_safetensors {
     st_entry *entries;      /* in header order */
     int n_meta;
     const char **meta_keys, **meta_values;
-    arena_block *arena;
+    json_arena *arena;      /* the parsed header, names and metadata */
 };
 
 static dp_status st_read_full(int fd, void *buf, int64_t n, int64_t off, int64_t *got)
@@ -629,21 +126,21 @@ static dp_status st_bad(const dp_safetensors *f, const char *fmt, ...)
     return dp_fail(DP_ERR_IO, "safetensors: '%s': %s", f->path, what);
 }
 
-static dp_status st_metadata(dp_safetensors *f, const js_value *m)
+static dp_status st_metadata(dp_safetensors *f, const json_value *m)
 {
     char nb[96];
-    if (m->type != JS_OBJECT)
-        return st_bad(f, "\"__metadata__\" is %s, expected an object of strings", js_type_name(m->type));
+    if (m->type != JSON_OBJECT)
+        return st_bad(f, "\"__metadata__\" is %s, expected an object of strings", json_type_name(m->type));
     f->n_meta = m->n;
-    f->meta_keys = arena_alloc(&f->arena, sizeof(char *) * (size_t)(m->n + 1));
-    f->meta_values = arena_alloc(&f->arena, sizeof(char *) * (size_t)(m->n + 1));
+    f->meta_keys = json_arena_alloc(&f->arena, sizeof(char *) * (size_t)(m->n + 1));
+    f->meta_values = json_arena_alloc(&f->arena, sizeof(char *) * (size_t)(m->n + 1));
     if (!f->meta_keys || !f->meta_values)
         return dp_fail(DP_ERR_MEMORY, "safetensors: '%s': out of memory", f->path);
     for (int i = 0; i < m->n; i++) {
-        const js_value *v = &m->items[i];
-        printable(nb, sizeof nb, m->keys[i], m->key_lens[i]);
-        if (v->type != JS_STRING)
-            return st_bad(f, "\"__metadata__\" entry \"%s\" is %s, expected a string", nb, js_type_name(v->type));
+        const json_value *v = &m->items[i];
+        json_printable(nb, sizeof nb, m->keys[i], m->key_lens[i]);
+        if (v->type != JSON_STRING)
+            return st_bad(f, "\"__metadata__\" entry \"%s\" is %s, expected a string", nb, json_type_name(v->type));
         if (strlen(m->keys[i]) != m->key_lens[i] || strlen(v->str) != v->len)
             return st_bad(f, "\"__metadata__\" entry \"%s\" contains a NUL character", nb);
         f->meta_keys[i] = m->keys[i];
@@ -652,7 +149,7 @@ static dp_status st_metadata(dp_safetensors *f, const js_value *m)
     return DP_OK;
 }
 
-static int st_dtype_lookup(const js_value *v, int *dtype)
+static int st_dtype_lookup(const json_value *v, int *dtype)
 {
     for (int i = 0; i < ST_NUM_DTYPES; i++)
         if (strlen(st_dtypes[i].name) == v->len && memcmp(st_dtypes[i].name, v->str, v->len) == 0) {
@@ -662,15 +159,15 @@ static int st_dtype_lookup(const js_value *v, int *dtype)
     return 0;
 }
 
-static dp_status st_shape(dp_safetensors *f, const char *nb, const js_value *v, st_entry *e)
+static dp_status st_shape(dp_safetensors *f, const char *nb, const json_value *v, st_entry *e)
 {
-    if (v->type != JS_ARRAY)
-        return st_bad(f, "tensor \"%s\": \"shape\" is %s, expected an array of sizes", nb, js_type_name(v->type));
+    if (v->type != JSON_ARRAY)
+        return st_bad(f, "tensor \"%s\": \"shape\" is %s, expected an array of sizes", nb, json_type_name(v->type));
     if (v->n > DP_MAX_DIMS)
         return st_bad(f, "tensor \"%s\": %d dims, at most %d are supported", nb, v->n, DP_MAX_DIMS);
     e->ndim = v->n;
     for (int d = 0; d < v->n; d++) {
-        int r = js_uint(&v->items[d], &e->shape[d]);
+        int r = json_uint(&v->items[d], &e->shape[d]);
         if (r == -2)
             return st_bad(f, "tensor \"%s\": size %d of \"shape\" is too large", nb, d);
         if (r)
@@ -679,12 +176,12 @@ static dp_status st_shape(dp_safetensors *f, const char *nb, const js_value *v, 
     return DP_OK;
 }
 
-static dp_status st_offsets(dp_safetensors *f, const char *nb, const js_value *v, st_entry *e)
+static dp_status st_offsets(dp_safetensors *f, const char *nb, const json_value *v, st_entry *e)
 {
-    if (v->type != JS_ARRAY || v->n != 2)
+    if (v->type != JSON_ARRAY || v->n != 2)
         return st_bad(f, "tensor \"%s\": \"data_offsets\" must be an array of two integers [begin, end]", nb);
     for (int k = 0; k < 2; k++) {
-        int r = js_uint(&v->items[k], k ? &e->end : &e->begin);
+        int r = json_uint(&v->items[k], k ? &e->end : &e->begin);
         if (r == -2)
             return st_bad(f, "tensor \"%s\": data offset %.*s is too large", nb,
                           (int)(v->items[k].len < 40 ? v->items[k].len : 40), v->items[k].str);
@@ -702,18 +199,18 @@ static dp_status st_offsets(dp_safetensors *f, const char *nb, const js_value *v
 }
 
 /* One tensor's entry: {"dtype":, "shape":, "data_offsets":}, consistent. */
-static dp_status st_entry_parse(dp_safetensors *f, const char *name, size_t name_len, const js_value *v,
+static dp_status st_entry_parse(dp_safetensors *f, const char *name, size_t name_len, const json_value *v,
                                 st_entry *e)
 {
     char nb[96], sb[160], need[32];
     dp_status st;
-    const js_value *dt = NULL, *shape = NULL, *offs = NULL;
-    printable(nb, sizeof nb, name, name_len);
+    const json_value *dt = NULL, *shape = NULL, *offs = NULL;
+    json_printable(nb, sizeof nb, name, name_len);
     if (strlen(name) != name_len)
         return st_bad(f, "tensor name \"%s\" contains a NUL character", nb);
-    if (v->type != JS_OBJECT)
+    if (v->type != JSON_OBJECT)
         return st_bad(f, "tensor \"%s\" is %s, expected an object with dtype, shape and data_offsets",
-                      nb, js_type_name(v->type));
+                      nb, json_type_name(v->type));
     for (int i = 0; i < v->n; i++) {
         const char *k = v->keys[i];
         size_t kl = v->key_lens[i];
@@ -723,18 +220,18 @@ static dp_status st_entry_parse(dp_safetensors *f, const char *name, size_t name
         else {
             char kb[64];
             return st_bad(f, "tensor \"%s\": unexpected field \"%s\" (expected dtype, shape and data_offsets)",
-                          nb, printable(kb, sizeof kb, k, v->key_lens[i]));
+                          nb, json_printable(kb, sizeof kb, k, v->key_lens[i]));
         }
     }
     if (!dt || !shape || !offs)
         return st_bad(f, "tensor \"%s\": missing \"%s\"", nb, !dt ? "dtype" : !shape ? "shape" : "data_offsets");
     e->name = name;
-    if (dt->type != JS_STRING)
-        return st_bad(f, "tensor \"%s\": \"dtype\" is %s, expected a string such as \"F32\"", nb, js_type_name(dt->type));
+    if (dt->type != JSON_STRING)
+        return st_bad(f, "tensor \"%s\": \"dtype\" is %s, expected a string such as \"F32\"", nb, json_type_name(dt->type));
     if (!st_dtype_lookup(dt, &e->dtype)) {
         char db[48];
         return st_bad(f, "tensor \"%s\": unknown dtype \"%s\" (dplua reads " ST_SUPPORTED ")", nb,
-                      printable(db, sizeof db, dt->str, dt->len));
+                      json_printable(db, sizeof db, dt->str, dt->len));
     }
     if (e->dtype < 0)
         return st_bad(f, "tensor \"%s\": dtype %s is not supported by dplua (it reads " ST_SUPPORTED ")", nb, dt->str);
@@ -787,12 +284,12 @@ static dp_status st_check_layout(dp_safetensors *f)
         const st_entry *e = order[i];
         if (e->begin < pos)
             st = st_bad(f, "tensors \"%s\" (bytes %lld to %lld) and \"%s\" (bytes %lld to %lld) overlap",
-                        printable(ab, sizeof ab, prev->name, strlen(prev->name)), (long long)prev->begin,
-                        (long long)prev->end, printable(bb, sizeof bb, e->name, strlen(e->name)),
+                        json_printable(ab, sizeof ab, prev->name, strlen(prev->name)), (long long)prev->begin,
+                        (long long)prev->end, json_printable(bb, sizeof bb, e->name, strlen(e->name)),
                         (long long)e->begin, (long long)e->end);
         else if (e->begin > pos)
             st = st_bad(f, "bytes %lld to %lld of the data belong to no tensor (a hole before \"%s\")",
-                        (long long)pos, (long long)e->begin, printable(ab, sizeof ab, e->name, strlen(e->name)));
+                        (long long)pos, (long long)e->begin, json_printable(ab, sizeof ab, e->name, strlen(e->name)));
         pos = e->end;
         prev = e;
     }
@@ -803,21 +300,29 @@ static dp_status st_check_layout(dp_safetensors *f)
     return st;
 }
 
+static dp_status st_bad_json(const dp_safetensors *f, size_t offset, const char *why)
+{
+    return st_bad(f, "malformed header JSON at byte %lld of the header: %s", (long long)offset, why);
+}
+
 static dp_status st_header(dp_safetensors *f, const char *text, int64_t len)
 {
-    js_parser js = { text, text, text + len, f->path, &f->arena, DP_OK };
-    js_value root;
+    json_value root;
+    json_error err;
+    size_t end;
     if (len == 0 || text[0] != '{')
         return st_bad(f, "the header does not start with '{' (not a safetensors file?)");
-    if (js_value_parse(&js, &root, 0))
-        return js.st;
-    js_skip_ws(&js);
-    if (js.p != js.end)
-        return js_fail(&js, "unexpected data after the header object", NULL);
+    if (json_parse(text, (size_t)len, &f->arena, &root, &end, &err) != 0) {
+        if (err.out_of_memory)
+            return dp_fail(DP_ERR_MEMORY, "safetensors: '%s': out of memory parsing the header", f->path);
+        return st_bad_json(f, err.offset, err.why);
+    }
+    if (end != (size_t)len)
+        return st_bad_json(f, end, "unexpected data after the header object");
     int ntensors = 0;
     for (int i = 0; i < root.n; i++)
         ntensors += strcmp(root.keys[i], "__metadata__") != 0 || root.key_lens[i] != 12;
-    f->entries = arena_alloc(&f->arena, sizeof *f->entries * (size_t)(ntensors + 1));
+    f->entries = json_arena_alloc(&f->arena, sizeof *f->entries * (size_t)(ntensors + 1));
     if (!f->entries)
         return dp_fail(DP_ERR_MEMORY, "safetensors: '%s': out of memory", f->path);
     dp_status st;
@@ -842,7 +347,7 @@ void dp_safetensors_close(dp_safetensors *f)
         return;
     if (f->fd >= 0)
         close(f->fd);
-    arena_free(f->arena);
+    json_arena_free(f->arena);
     free(f->path);
     free(f);
 }
@@ -965,7 +470,7 @@ static dp_status st_check_bools(const dp_safetensors *f, const st_entry *e, cons
     for (int64_t i = 0; i < n; i++)
         if (p[i] > 1)
             return st_bad(f, "BOOL tensor \"%s\" holds the byte 0x%02x at element %lld (expected 0 or 1)",
-                          printable(nb, sizeof nb, e->name, strlen(e->name)), p[i], (long long)i);
+                          json_printable(nb, sizeof nb, e->name, strlen(e->name)), p[i], (long long)i);
     return DP_OK;
 }
 
@@ -986,10 +491,10 @@ dp_status dp_safetensors_tensor(dp_tensor **out, const dp_safetensors *f, int i)
         return st;
     int64_t n = e->end - e->begin;
     if (n > 0 && st_read_full(f->fd, tensor_ptr(t), n, f->data_start + e->begin, &got)) {
-        st = st_bad(f, "reading tensor \"%s\": %s", printable(nb, sizeof nb, e->name, strlen(e->name)), strerror(errno));
+        st = st_bad(f, "reading tensor \"%s\": %s", json_printable(nb, sizeof nb, e->name, strlen(e->name)), strerror(errno));
     } else if (got != n) {
         st = st_bad(f, "reading tensor \"%s\": the file ended early (it changed after it was opened?)",
-                    printable(nb, sizeof nb, e->name, strlen(e->name)));
+                    json_printable(nb, sizeof nb, e->name, strlen(e->name)));
     } else if (e->dtype == DP_BOOL) {
         st = st_check_bools(f, e, (const unsigned char *)tensor_ptr(t), n);
     }
@@ -1063,18 +568,6 @@ static void sb_json_string(sbuf *b, const char *s)
     sb_put(b, "\"", 1);
 }
 
-static int utf8_string_valid(const char *s)
-{
-    const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
-    while (p < end) {
-        size_t k = utf8_valid(p, end);
-        if (!k)
-            return 0;
-        p += k;
-    }
-    return 1;
-}
-
 typedef struct { const char *s; int index; } name_ref;
 
 static int name_cmp(const void *a, const void *b)
@@ -1088,7 +581,7 @@ static dp_status st_check_names(const char *path, int n, const char *const *name
     for (int i = 0; i < n; i++) {
         if (!names[i])
             return dp_fail(DP_ERR_ARG, "safetensors: saving '%s': %s %d is NULL", path, what, i);
-        if (!utf8_string_valid(names[i]))
+        if (!json_utf8_valid(names[i]))
             return dp_fail(DP_ERR_ARG, "safetensors: saving '%s': %s %d is not valid UTF-8", path, what, i);
         if (strcmp(what, "tensor name") == 0 && strcmp(names[i], "__metadata__") == 0)
             return dp_fail(DP_ERR_ARG, "safetensors: saving '%s': \"__metadata__\" cannot name a tensor", path);
@@ -1245,7 +738,7 @@ dp_status dp_safetensors_save(const char *path, int n, const char *const *names,
         if (!tensors[i])
             return dp_fail(DP_ERR_ARG, "safetensors: saving '%s': tensor %d is NULL", path, i);
     for (int i = 0; i < n_meta; i++)
-        if (!meta_values[i] || !utf8_string_valid(meta_values[i]))
+        if (!meta_values[i] || !json_utf8_valid(meta_values[i]))
             return dp_fail(DP_ERR_ARG, "safetensors: saving '%s': metadata value %d is %s", path, i,
                            meta_values[i] ? "not valid UTF-8" : "NULL");
     if ((st = st_check_names(path, n, names, "tensor name")) ||

@@ -1,5 +1,5 @@
 /*
- * io.c — reading data files: IDX (the format of MNIST and Fashion-MNIST).
+ * idx.c — the IDX format of MNIST and Fashion-MNIST: a reader.
  *
  * An IDX file is a big-endian header followed by the elements, row-major:
  *

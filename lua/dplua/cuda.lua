@@ -1,0 +1,201 @@
+-- dplua.cuda: torch.cuda (devices, synchronisation, memory statistics,
+-- streams, events and CUDA graphs) and torch.backends.cuda.
+local B = require("dplua.base")
+local ffi, C, torch = B.ffi, B.C, B.torch
+local raise, check, finally, typename = B.raise, B.check, B.finally, B.typename
+local parse_device, DP_CPU = B.parse_device, B.DP_CPU
+
+---------------------------------------------------------------- devices and memory
+
+-- torch.cuda: devices, synchronisation and memory statistics. "cuda"
+-- without an index means the current device (set_device).
+local current_device = 0
+-- The index of a CUDA device d (nil: the current one), which must exist
+-- unless any_index: the allocation counters answer 0 for any device that
+-- has none, as PyTorch's do.
+local function device_index(d, fn, any_index)
+  if d == nil then return current_device end
+  local i = parse_device(d, fn)
+  if i == DP_CPU then raise(fn .. ": expected a CUDA device, got cpu") end
+  local n = C.dp_cuda_device_count()
+  if i >= n and not any_index then
+    raise(string.format("%s: device cuda:%d is not available (%d CUDA devices)", fn, i, n))
+  end
+  return i
+end
+torch.cuda = {
+  is_available = function() return C.dp_cuda_device_count() > 0 end,
+  device_count = function() return C.dp_cuda_device_count() end,
+  current_device = function() return current_device end,
+  set_device = function(d)
+    current_device = device_index(d, "cuda.set_device")
+  end,
+  synchronize = function(d) check(C.dp_cuda_synchronize(device_index(d, "cuda.synchronize"))) end,
+  memory_allocated = function(d) return tonumber(C.dp_memory_allocated(device_index(d, "cuda.memory_allocated", true))) end,
+  max_memory_allocated = function(d) return tonumber(C.dp_max_memory_allocated(device_index(d, "cuda.max_memory_allocated", true))) end,
+  reset_peak_memory_stats = function(d) C.dp_reset_peak_memory_stats(device_index(d, "cuda.reset_peak_memory_stats", true)) end,
+}
+torch._current_cuda_device = function() return current_device end
+-- how many launches the waiting of small Linears saved: forwards run in
+-- one launch with the ReLU, GELU or cross-entropy after them, and
+-- backwards chained with the layer before's (src/core/gpu.c, "deferred
+-- launches"): for tests and benchmarks
+torch.cuda._linear_fusions = function() return tonumber(C.dp_cuda_linear_fusions()) end
+-- for tests: with false, every op launches on its own
+torch.cuda._set_deferral = function(on) C.dp_cuda_set_deferral(on and 1 or 0) end
+
+-- What PyTorch scripts also call on torch.cuda: seeds (one stream serves
+-- every device, see docs/API.md), memory and device queries.
+local i64_box, i64_box2 = ffi.new("int64_t[1]"), ffi.new("int64_t[1]")
+torch.cuda.manual_seed = function(seed) torch.manual_seed(seed) end
+torch.cuda.manual_seed_all = torch.cuda.manual_seed
+torch.cuda.empty_cache = function() check(C.dp_cuda_empty_cache(current_device)) end
+local function reserved(d, fn)
+  check(C.dp_cuda_memory_reserved(device_index(d, fn), i64_box, i64_box2))
+  return tonumber(i64_box[0]), tonumber(i64_box2[0])
+end
+torch.cuda.memory_reserved = function(d) return (reserved(d, "cuda.memory_reserved")) end
+torch.cuda.max_memory_reserved = function(d) return select(2, reserved(d, "cuda.max_memory_reserved")) end
+-- free and total bytes of the device, as cudaMemGetInfo says
+torch.cuda.mem_get_info = function(d)
+  check(C.dp_cuda_mem_get_info(device_index(d, "cuda.mem_get_info"), i64_box, i64_box2))
+  return tonumber(i64_box[0]), tonumber(i64_box2[0])
+end
+local name_buf, int_boxes = ffi.new("char[256]"), ffi.new("int[3]")
+local function device_properties(d, fn)
+  check(C.dp_cuda_device_properties(device_index(d, fn), name_buf, 256, i64_box, int_boxes, int_boxes + 1,
+                                    int_boxes + 2))
+  return { name = ffi.string(name_buf), total_memory = tonumber(i64_box[0]), major = int_boxes[0],
+           minor = int_boxes[1], multi_processor_count = int_boxes[2] }
+end
+torch.cuda.get_device_properties = function(d) return device_properties(d, "cuda.get_device_properties") end
+torch.cuda.get_device_name = function(d) return device_properties(d, "cuda.get_device_name").name end
+torch.cuda.get_device_capability = function(d)
+  local p = device_properties(d, "cuda.get_device_capability")
+  return p.major, p.minor
+end
+torch.cuda.is_bf16_supported = function()
+  return torch.cuda.is_available() and torch.cuda.get_device_properties().major >= 8
+end
+
+---------------------------------------------------------------- streams and events
+
+-- Streams and events: tables around a cudaStream_t / cudaEvent_t (NULL is
+-- a device's default stream). Kernels for a device go to its current
+-- stream; torch.cuda.stream(s, fn) makes s current while fn runs.
+local Stream, Event = {}, {}
+Stream.__index, Event.__index = Stream, Event
+local stream_ptr_ct, done_box, ms_box = ffi.typeof("void*[1]"), ffi.new("int[1]"), ffi.new("double[1]")
+Stream.__eq = function(a, b) return a.p == b.p and a.device == b.device end
+Stream.__tostring = function(s)
+  return string.format("<torch.cuda.Stream device=cuda:%d cuda_stream=%s>", s.device,
+                       s.p == nil and "0x0 (default)" or tostring(s.p):match("0x%x+"))
+end
+local function stream_of(p, device) return setmetatable({ p = p, device = device }, Stream) end
+
+function torch.cuda.Stream(device)
+  if type(device) == "table" and getmetatable(device) == nil then device = device.device end
+  local d = device_index(device, "cuda.Stream")
+  local box = stream_ptr_ct()
+  check(C.dp_cuda_stream_new(box, d))
+  return stream_of(ffi.gc(box[0], C.dp_cuda_stream_free), d)
+end
+function torch.cuda.current_stream(device)
+  local d = device_index(device, "cuda.current_stream")
+  C.dp_cuda_launch_deferred()   -- (see data_ptr)
+  return stream_of(C.dp_cuda_current_stream(d), d)
+end
+function torch.cuda.default_stream(device) return stream_of(nil, device_index(device, "cuda.default_stream")) end
+local function as_stream(s, fn)
+  if getmetatable(s) ~= Stream then raise(fn .. ": expected a torch.cuda.Stream, got " .. typename(s)) end
+  return s
+end
+-- The stream stays referenced while current, so its finalizer cannot run.
+local current_streams = {}
+function torch.cuda.set_stream(s)
+  as_stream(s, "cuda.set_stream")
+  check(C.dp_cuda_set_stream(s.device, s.p))
+  current_streams[s.device] = s
+end
+function torch.cuda.stream(s, fn, ...)
+  as_stream(s, "cuda.stream")
+  if type(fn) ~= "function" then raise("cuda.stream: expected (stream, function), got a " .. typename(fn)) end
+  local prev = torch.cuda.current_stream(s.device)
+  torch.cuda.set_stream(s)
+  return finally(torch.cuda.set_stream, prev, pcall(fn, ...))
+end
+function Stream:synchronize() check(C.dp_cuda_stream_synchronize(self.p)) end
+function Stream:query() check(C.dp_cuda_stream_query(self.p, done_box)); return done_box[0] ~= 0 end
+function Stream:wait_event(e) check(C.dp_cuda_stream_wait_event(self.p, e.p)) end
+function Stream:record_event(e)
+  e = e or torch.cuda.Event()
+  e:record(self)
+  return e
+end
+function Stream:wait_stream(other) self:wait_event(as_stream(other, "Stream:wait_stream"):record_event()) end
+
+function torch.cuda.Event(opts)
+  opts = opts or {}
+  local box = stream_ptr_ct()
+  local d = device_index(opts.device, "cuda.Event")
+  check(C.dp_cuda_event_new(box, d, opts.enable_timing and 1 or 0))
+  return setmetatable({ p = ffi.gc(box[0], C.dp_cuda_event_free), device = d,
+                        enable_timing = opts.enable_timing and true or false }, Event)
+end
+function Event:record(s)
+  s = s and as_stream(s, "Event:record") or torch.cuda.current_stream(self.device)
+  check(C.dp_cuda_event_record(self.p, s.p))
+end
+function Event:wait(s)
+  s = s and as_stream(s, "Event:wait") or torch.cuda.current_stream(self.device)
+  s:wait_event(self)
+end
+function Event:query() check(C.dp_cuda_event_query(self.p, done_box)); return done_box[0] ~= 0 end
+function Event:synchronize() check(C.dp_cuda_event_synchronize(self.p)) end
+-- milliseconds from this event to `later`, both recorded with enable_timing
+function Event:elapsed_time(later)
+  if getmetatable(later) ~= Event then raise("Event:elapsed_time: expected a torch.cuda.Event, got " .. typename(later)) end
+  if not (self.enable_timing and later.enable_timing) then
+    raise("Event:elapsed_time: both events need torch.cuda.Event{enable_timing = true}")
+  end
+  check(C.dp_cuda_event_elapsed(ms_box, self.p, later.p))
+  return ms_box[0]
+end
+
+---------------------------------------------------------------- graphs
+
+-- CUDA graphs: torch.cuda.graph(fn) runs fn once under stream capture and
+-- returns a graph whose :replay() runs the same kernels again on the same
+-- memory. fn (and so the tensors it reaches) stays referenced by the
+-- graph. See docs/API.md for what cannot be captured.
+local CUDAGraph = {}
+CUDAGraph.__index = CUDAGraph
+local graph_box = ffi.new("dp_cuda_graph*[1]")
+function torch.cuda.graph(fn)
+  if type(fn) ~= "function" then raise("cuda.graph: expected a function to capture, got a " .. typename(fn)) end
+  check(C.dp_cuda_graph_begin(graph_box, current_device))
+  local g = ffi.gc(graph_box[0], C.dp_cuda_graph_free)
+  local ok, err = pcall(fn)
+  local st = C.dp_cuda_graph_end(g, ok and 1 or 0)
+  if not ok then error(err, 0) end
+  check(st)
+  return setmetatable({ g = g, fn = fn, device = current_device }, CUDAGraph)
+end
+function CUDAGraph:replay() check(C.dp_cuda_graph_replay(self.g)) end
+function torch.cuda.is_current_stream_capturing() return C.dp_cuda_capturing() ~= 0 end
+
+---------------------------------------------------------------- torch.backends
+
+-- torch.backends.cuda.matmul.allow_tf32, as in PyTorch (off by default)
+local matmul_flags = { allow_tf32 = false }
+torch.backends = { cuda = { matmul = setmetatable({}, {
+  __index = matmul_flags,
+  __newindex = function(_, k, v)
+    if k ~= "allow_tf32" then raise("backends.cuda.matmul: unknown setting '" .. tostring(k) .. "'") end
+    if type(v) ~= "boolean" then
+      raise("backends.cuda.matmul.allow_tf32: expected a boolean, got " .. type(v))
+    end
+    matmul_flags.allow_tf32 = v
+    C.dp_cuda_set_allow_tf32(v and 1 or 0)
+  end,
+}) } }

@@ -1,0 +1,349 @@
+-- dplua.ops: the Tensor's math: elementwise (unary and binary ops, their
+-- in-place forms, isclose, clamp, where, masked_fill, tril/triu),
+-- reductions (sum, mean, max, norm, var, softmax, ...), products (matmul,
+-- mm, bmm), index_select and gather, and torch.cat and torch.stack.
+local B = require("dplua.base")
+local ffi, C, torch, methods = B.ffi, B.C, B.torch, B.methods
+local raise, check, new, wrap = B.raise, B.check, B.new, B.wrap
+local is_tensor, typename, is_options = B.is_tensor, B.typename, B.is_options
+local outp, outp2 = B.outp, B.outp2
+local check_int, check_dim, check_number, wrap_dim = B.check_int, B.check_dim, B.check_number, B.wrap_dim
+local DP_ALL_DIMS = B.DP_ALL_DIMS
+
+---------------------------------------------------------------- elementwise
+
+local UN = { neg = 0, abs = 1, exp = 2, log = 3, sqrt = 4, rsqrt = 5, tanh = 6, sigmoid = 7, relu = 8,
+             gelu = 9, sin = 10, cos = 11, sign = 12, floor = 13, ceil = 14, round = 15, reciprocal = 16,
+             log1p = 17, expm1 = 18, logical_not = 19, square = 20 }
+local GELU_TANH = 21
+local BIN = { add = 0, sub = 1, mul = 2, div = 3, pow = 4, maximum = 5, minimum = 6, eq = 7, ne = 8,
+              lt = 9, le = 10, gt = 11, ge = 12, remainder = 13, atan2 = 14, logical_and = 15, logical_or = 16 }
+local RED = { sum = 0, mean = 1, prod = 2, max = 3, min = 4, argmax = 5, argmin = 6, var = 7, std = 8,
+              all = 9, any = 10 }
+torch._ops = { unary = UN, binary = BIN, reduce = RED }
+
+local function as_tensor(x, fn)
+  if is_tensor(x) then return x end
+  if type(x) == "boolean" then return torch.tensor(x) end
+  raise(string.format("%s: expected a tensor or a number, got %s", fn, typename(x)))
+end
+
+local function binary(op, a, b, fn)
+  if type(b) == "number" and is_tensor(a) then return new(C.dp_binary_scalar(outp, op, a.p, b, 0)) end
+  if type(a) == "number" and is_tensor(b) then return new(C.dp_binary_scalar(outp, op, b.p, a, 1)) end
+  a, b = as_tensor(a, fn), as_tensor(b, fn)
+  return new(C.dp_binary(outp, op, a.p, b.p))
+end
+
+local function binary_into(op, dst, a, b, fn)
+  if type(b) == "number" then check(C.dp_binary_scalar_into(dst.p, op, a.p, b, 0))
+  else b = as_tensor(b, fn); check(C.dp_binary_into(dst.p, op, a.p, b.p)) end
+  return dst
+end
+
+for name, op in pairs(UN) do
+  methods[name] = function(t) return new(C.dp_unary(outp, op, t.p)) end
+  methods[name .. "_"] = function(t) check(C.dp_unary_into(t.p, op, t.p)); return t end
+end
+function methods.gelu(t, approximate)
+  local op = approximate == "tanh" and GELU_TANH or UN.gelu
+  return new(C.dp_unary(outp, op, t.p))
+end
+methods.negative = methods.neg
+methods.absolute = methods.abs
+
+for name, op in pairs(BIN) do
+  methods[name] = function(a, b) return binary(op, a, b, name) end
+  methods[name .. "_"] = function(a, b) return binary_into(op, a, a, b, name .. "_") end
+end
+
+-- isclose(other [, rtol [, atol [, equal_nan]]]), or with the three in a
+-- table {rtol=, atol=, equal_nan=}: PyTorch's test, |a - b| <= atol +
+-- rtol |b| elementwise (a bool tensor, broadcast), equal values close
+-- (infinities too), NaN close to NaN only with equal_nan. allclose: all of
+-- them, a boolean. Neither records a gradient.
+function methods.isclose(a, b, rtol, atol, equal_nan)
+  if type(rtol) == "table" then rtol, atol, equal_nan = rtol.rtol, rtol.atol, rtol.equal_nan end
+  rtol = rtol == nil and 1e-5 or check_number(rtol, "isclose", "rtol")
+  atol = atol == nil and 1e-8 or check_number(atol, "isclose", "atol")
+  if not is_tensor(b) then raise("isclose: expected other to be a tensor, got " .. typename(b)) end
+  a, b = a:detach(), b:detach()
+  local ok, close = pcall(function()
+    local equal = a:eq(b)
+    if a.dtype == torch.bool and b.dtype == torch.bool then return equal end
+    local diff = (a - b):abs()   -- only a finite difference is measured: inf is close to inf alone
+    local near = diff:le(b:abs() * rtol + atol):logical_and(diff:lt(math.huge)):logical_or(equal)
+    if equal_nan then near = near:logical_or(a:ne(a):logical_and(b:ne(b))) end
+    return near
+  end)
+  if not ok then raise("isclose: " .. tostring(close):gsub("^[^\n]-:%d+: ", ""):gsub("^%a+: ", "")) end
+  return close
+end
+function methods.allclose(a, b, rtol, atol, equal_nan)
+  return methods.isclose(a, b, rtol, atol, equal_nan):all():item()
+end
+
+-- add/sub with alpha: a + alpha * b, as in PyTorch
+local function scaled(b, alpha, fn)
+  if alpha == nil or alpha == 1 then return b end
+  check_number(alpha, fn, "alpha")
+  return binary(BIN.mul, b, alpha, fn)
+end
+function methods.add(a, b, alpha) return binary(BIN.add, a, scaled(b, alpha, "add"), "add") end
+function methods.sub(a, b, alpha) return binary(BIN.sub, a, scaled(b, alpha, "sub"), "sub") end
+function methods.add_(a, b, alpha) return binary_into(BIN.add, a, a, scaled(b, alpha, "add_"), "add_") end
+function methods.sub_(a, b, alpha) return binary_into(BIN.sub, a, a, scaled(b, alpha, "sub_"), "sub_") end
+methods.multiply, methods.divide, methods.subtract = methods.mul, methods.div, methods.sub
+methods.true_divide = methods.div
+
+function methods.zero_(t) check(C.dp_fill_(t.p, 0)); return t end
+function methods.fill_(t, v)
+  if type(v) == "boolean" then v = v and 1 or 0 end
+  if is_tensor(v) then v = v:item(); if type(v) == "boolean" then v = v and 1 or 0 end end
+  check(C.dp_fill_(t.p, check_number(v, "fill_", "value")))
+  return t
+end
+function methods.copy_(t, src)
+  if not is_tensor(src) then raise("copy_: expected a tensor source, got " .. typename(src)) end
+  check(C.dp_copy_(t.p, src.p))
+  return t
+end
+
+local NAN = 0 / 0
+local function bound(v, fn, what)
+  if v == nil then return NAN end
+  if is_tensor(v) then v = v:item() end
+  return check_number(v, fn, what)
+end
+function methods.clamp(t, lo, hi)
+  if is_options(lo) then lo, hi = lo.min, lo.max end
+  return new(C.dp_clamp(outp, t.p, bound(lo, "clamp", "min"), bound(hi, "clamp", "max")))
+end
+function methods.clamp_(t, lo, hi)
+  if is_options(lo) then lo, hi = lo.min, lo.max end
+  check(C.dp_clamp_into(t.p, t.p, bound(lo, "clamp_", "min"), bound(hi, "clamp_", "max")))
+  return t
+end
+function methods.clamp_min(t, lo) return methods.clamp(t, lo, nil) end
+function methods.clamp_max(t, hi) return methods.clamp(t, nil, hi) end
+methods.clip = methods.clamp
+
+function torch.where(cond, a, b)
+  if not is_tensor(cond) then raise("where: expected condition to be a tensor, got " .. typename(cond)) end
+  if type(a) ~= "number" then a = as_tensor(a, "where") end
+  if type(b) ~= "number" then b = as_tensor(b, "where") end
+  if type(a) == "number" then a = torch.full({}, a, { dtype = is_tensor(b) and b.dtype or nil }) end
+  if type(b) == "number" then b = torch.full({}, b, { dtype = a.dtype }) end
+  a, b = as_tensor(a, "where"), as_tensor(b, "where")
+  return new(C.dp_where(outp, cond.p, a.p, b.p))
+end
+function methods.where(t, cond, other) return torch.where(cond, t, other) end
+
+-- isnan, isinf, isfinite: bool tensors, as PyTorch's (an integer is never
+-- NaN or infinite)
+function methods.isnan(t) return t:ne(t) end
+function methods.isinf(t) return t:abs():eq(math.huge) end
+function methods.isfinite(t) return t:isnan():logical_or(t:isinf()):logical_not() end
+
+-- masked_fill(mask, value): value where the bool mask is true, t elsewhere,
+-- in t's dtype (value a number, a boolean or a 0-d tensor), broadcast as
+-- where() does; masked_fill_ writes it into t. Autograd sees where().
+local function masked(t, mask, value, fn)
+  if not is_tensor(mask) or mask.dtype ~= torch.bool then
+    raise(string.format("%s: expected mask to be a bool tensor, got %s", fn,
+                        is_tensor(mask) and "a " .. mask.dtype.name .. " tensor" or typename(mask)))
+  end
+  local fill
+  if is_tensor(value) then
+    if value:dim() ~= 0 then
+      raise(string.format("%s: expected value to be a number or a 0-d tensor, got a tensor of %d dims", fn,
+                          value:dim()))
+    end
+    fill = value:detach():to(t.device):to(t.dtype)
+  elseif type(value) == "number" or type(value) == "boolean" then
+    if type(value) == "boolean" then value = value and 1 or 0 end
+    fill = torch.full({}, value, { dtype = t.dtype, device = t.device })
+  else
+    raise(string.format("%s: expected value to be a number or a 0-d tensor, got %s", fn, typename(value)))
+  end
+  return torch.where(mask, fill, t)
+end
+function methods.masked_fill(t, mask, value) return masked(t, mask, value, "masked_fill") end
+function methods.masked_fill_(t, mask, value)
+  if C.dp_copy_(t.p, masked(t, mask, value, "masked_fill_").p) ~= 0 then
+    raise((ffi.string(C.dp_last_error()):gsub("^copy_:", "masked_fill_:")))
+  end
+  return t
+end
+
+-- tril(diagonal=0) and triu: zeros above (below) the diagonal of the last
+-- two dims; diagonal > 0 moves it up, < 0 down
+local function triangle(t, k, fn, keep)
+  k = check_int(k or 0, fn, "diagonal")
+  if t:dim() < 2 then raise(string.format("%s: expected a tensor of at least 2 dims, got %d", fn, t:dim())) end
+  local rows, cols = t:size(-2), t:size(-1)
+  local i = torch.arange(rows, { dtype = torch.int64, device = t.device }):unsqueeze(1)
+  local j = torch.arange(cols, { dtype = torch.int64, device = t.device }):unsqueeze(0)
+  return masked(t, keep(j - i, k):logical_not(), 0, fn)
+end
+function methods.tril(t, k) return triangle(t, k, "tril", function(d, k) return d:le(k) end) end
+function methods.triu(t, k) return triangle(t, k, "triu", function(d, k) return d:ge(k) end) end
+
+---------------------------------------------------------------- reductions
+
+-- Accepts (dim, keepdim), ({dim=, keepdim=}), or a table of dims.
+local function reduce_args(fn, dim, keepdim)
+  if is_options(dim) then dim, keepdim = dim.dim, dim.keepdim end
+  if keepdim ~= nil and type(keepdim) ~= "boolean" then
+    raise(string.format("%s: expected keepdim to be a boolean, got %s", fn, typename(keepdim)))
+  end
+  return dim, keepdim and 1 or 0
+end
+
+local function reduce(op, fn, t, dim, keepdim, correction)
+  dim, keepdim = reduce_args(fn, dim, keepdim)
+  if dim == nil then return new(C.dp_reduce(outp, op, t.p, DP_ALL_DIMS, 0, correction or 0)) end
+  if type(dim) == "table" then
+    -- several dims: reduce the highest first so the others keep their place
+    local n = C.dp_tensor_ndim(t.p)
+    local ds = {}
+    for i, d in ipairs(dim) do ds[i] = wrap_dim(t, d, fn) end
+    table.sort(ds, function(x, y) return x > y end)
+    local r = t
+    for i, d in ipairs(ds) do
+      if i > 1 and d == ds[i - 1] then raise(fn .. ": dim " .. d .. " appears more than once") end
+      r = new(C.dp_reduce(outp, op, r.p, d, keepdim, correction or 0))
+    end
+    return n == 0 and new(C.dp_reduce(outp, op, t.p, DP_ALL_DIMS, 0, correction or 0)) or r
+  end
+  return new(C.dp_reduce(outp, op, t.p, check_dim(dim, fn, "dim"), keepdim, correction or 0))
+end
+
+for _, name in ipairs({ "sum", "mean", "prod", "all", "any", "argmax", "argmin" }) do
+  local op = RED[name]
+  methods[name] = function(t, dim, keepdim) return reduce(op, name, t, dim, keepdim) end
+end
+
+local function minmax(op, fn, pair_op)
+  return function(t, dim, keepdim)
+    if is_tensor(dim) then return binary(pair_op, t, dim, fn) end
+    if dim == nil then return new(C.dp_reduce(outp, op, t.p, DP_ALL_DIMS, 0, 0)) end
+    local d, kd = reduce_args(fn, dim, keepdim)
+    check(C.dp_reduce_with_index(outp, outp2, op, t.p, check_dim(d, fn, "dim"), kd))
+    local values, indices = wrap(outp[0]), wrap(outp2[0])
+    return values, indices
+  end
+end
+methods.max = minmax(RED.max, "max", BIN.maximum)
+methods.min = minmax(RED.min, "min", BIN.minimum)
+function methods.amax(t, dim, keepdim) return reduce(RED.max, "amax", t, dim, keepdim) end
+function methods.amin(t, dim, keepdim) return reduce(RED.min, "amin", t, dim, keepdim) end
+
+-- norm([p [, dim [, keepdim]]]): the vector p-norm of a floating tensor,
+-- over every element or over dim: p a number (2 by default; 0 counts the
+-- non-zeros), math.huge or -math.huge (the largest or smallest
+-- magnitude), or "fro" (2)
+function methods.norm(t, p, dim, keepdim)
+  if not t.dtype.is_floating_point then
+    raise("norm: expected a floating point tensor, got " .. t.dtype.name)
+  end
+  if p == nil or p == "fro" then p = 2 end
+  if type(p) ~= "number" then
+    raise(string.format('norm: expected p to be a number, math.huge or "fro", got %s %s', typename(p), tostring(p)))
+  end
+  local a = t:abs()
+  if p == math.huge then return a:amax(dim, keepdim) end
+  if p == -math.huge then return a:amin(dim, keepdim) end
+  if p == 0 then return a:ne(0):to(t.dtype):sum(dim, keepdim) end
+  if p == 1 then return a:sum(dim, keepdim) end
+  if p == 2 then return (a * a):sum(dim, keepdim):sqrt() end
+  return a:pow(p):sum(dim, keepdim):pow(1 / p)
+end
+
+-- var/std: (dim, keepdim), (dim, {correction=, unbiased=, keepdim=}) or ({dim=, ...})
+local function moments(op, fn)
+  return function(t, dim, opts)
+    local keepdim, correction = false, 1
+    if is_options(dim) then opts, dim = dim, dim.dim end
+    if type(opts) == "boolean" then keepdim = opts
+    elseif type(opts) == "table" then
+      keepdim = opts.keepdim or false
+      if opts.correction ~= nil then correction = check_int(opts.correction, fn, "correction") end
+      if opts.unbiased == false then correction = 0 end
+    end
+    if dim == nil then return new(C.dp_reduce(outp, op, t.p, DP_ALL_DIMS, 0, correction)) end
+    return new(C.dp_reduce(outp, op, t.p, check_dim(dim, fn, "dim"), keepdim and 1 or 0, correction))
+  end
+end
+methods.var = moments(RED.var, "var")
+methods.std = moments(RED.std, "std")
+
+function methods.softmax(t, dim)
+  if dim == nil then raise("softmax: the dim argument is required") end
+  return new(C.dp_softmax(outp, t.p, check_dim(dim, "softmax", "dim"), 0))
+end
+function methods.log_softmax(t, dim)
+  if dim == nil then raise("log_softmax: the dim argument is required") end
+  return new(C.dp_softmax(outp, t.p, check_dim(dim, "log_softmax", "dim"), 1))
+end
+
+---------------------------------------------------------------- products
+
+-- Autocast (dplua/autocast.lua) sets these while a region is active; with
+-- autocast off the GEMM wrappers pay one test of a local boolean.
+local autocast_on, autocast = false, nil
+function torch._autocast_watch(on, m) autocast_on, autocast = on, m end
+
+local function matmul_fn(cfn, fn)
+  return function(a, b)
+    if not is_tensor(a) or not is_tensor(b) then
+      raise(string.format("%s: expected two tensors, got %s and %s", fn, typename(a), typename(b)))
+    end
+    if autocast_on then a, b = autocast.cast_inputs(a, b) end
+    return new(cfn(outp, a.p, b.p))
+  end
+end
+methods.matmul = matmul_fn(C.dp_matmul, "matmul")
+methods.mm = matmul_fn(C.dp_mm, "mm")
+methods.bmm = matmul_fn(C.dp_bmm, "bmm")
+methods.mv = methods.matmul
+methods.dot = methods.matmul
+
+---------------------------------------------------------------- indexing and joining
+
+function methods.index_select(t, dim, index)
+  if not is_tensor(index) then raise("index_select: expected index to be a tensor, got " .. typename(index)) end
+  return new(C.dp_index_select(outp, t.p, check_dim(dim, "index_select", "dim"), index.p))
+end
+
+function methods.gather(t, dim, index)
+  if not is_tensor(index) then raise("gather: expected index to be a tensor, got " .. typename(index)) end
+  return new(C.dp_gather(outp, t.p, check_dim(dim, "gather", "dim"), index.p))
+end
+
+-- the tensors of a list, for the C call after tensor_list (grown to the longest list yet)
+local list_buf, list_cap = ffi.new("dp_tensor*[256]"), 256
+local function tensor_list(fn, list)
+  if type(list) ~= "table" or is_tensor(list) then raise(fn .. ": expected a table of tensors, got " .. typename(list)) end
+  local n = #list
+  if n == 0 then raise(fn .. ": expected a non-empty table of tensors") end
+  if n > 2 ^ 31 - 1 then raise(fn .. ": at most 2^31 - 1 tensors at once, got " .. n) end
+  if n > list_cap then list_buf, list_cap = ffi.new("dp_tensor*[?]", n), n end
+  for i = 1, n do
+    if not is_tensor(list[i]) then raise(string.format("%s: expected a tensor at position %d, got %s", fn, i, typename(list[i]))) end
+    list_buf[i - 1] = list[i].p
+  end
+  return n
+end
+
+function torch.cat(list, dim)
+  local n = tensor_list("cat", list)
+  return new(C.dp_cat(outp, n, list_buf, check_dim(dim or 0, "cat", "dim")))
+end
+torch.concat = torch.cat
+function torch.stack(list, dim)
+  local n = tensor_list("stack", list)
+  return new(C.dp_stack(outp, n, list_buf, check_dim(dim or 0, "stack", "dim")))
+end
+
+return { binary = binary, UN = UN, BIN = BIN }

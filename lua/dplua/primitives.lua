@@ -1,0 +1,83 @@
+-- dplua.primitives: the fused C operations under dplua.nn and
+-- dplua.optim, as torch._linear, torch._cross_entropy, torch._sgd_step,
+-- ... Thin wrappers with the C argument order; dplua.nn and dplua.optim
+-- build the PyTorch-shaped API on them.
+local B = require("dplua.base")
+local ffi, C, torch = B.ffi, B.C, B.torch
+local raise, check, new, wrap = B.raise, B.check, B.new, B.wrap
+local is_tensor, typename, check_int = B.is_tensor, B.typename, B.check_int
+local outp, outp2 = B.outp, B.outp2
+
+local function opt_p(t)
+  if t == nil then return nil end
+  if not is_tensor(t) then raise("expected a tensor or nil, got " .. typename(t)) end
+  return t.p
+end
+local i64x2 = { ffi.new("int64_t[2]"), ffi.new("int64_t[2]"), ffi.new("int64_t[2]"), ffi.new("int64_t[2]") }
+local function pair(buf, v, fn, what)
+  if type(v) == "number" then v = { v, v } end
+  if type(v) ~= "table" or #v ~= 2 then raise(string.format("%s: expected %s as a number or a pair, got %s", fn, what, typename(v))) end
+  buf[0] = check_int(v[1], fn, what); buf[1] = check_int(v[2], fn, what)
+  return buf
+end
+
+function torch._linear(x, w, b)
+  if not is_tensor(x) or not is_tensor(w) then raise("linear: expected input and weight tensors") end
+  return new(C.dp_linear(outp, x.p, w.p, opt_p(b)))
+end
+-- act(linear(x, w, b)) as one node, the activation in the product's
+-- epilogue (nn.Sequential's Linear then ReLU or GELU): act "relu", "gelu"
+-- or "gelu_tanh" (GELU with approximate="tanh")
+local linear_acts = { relu = C.DP_RELU, gelu = C.DP_GELU, gelu_tanh = C.DP_GELU_TANH }
+function torch._linear_act(x, w, b, act)
+  if not is_tensor(x) or not is_tensor(w) then raise("linear: expected input and weight tensors") end
+  local op = linear_acts[act]
+  if op == nil then
+    raise(string.format('linear: the activation must be "relu", "gelu" or "gelu_tanh", got %s', tostring(act)))
+  end
+  return new(C.dp_linear_act(outp, x.p, w.p, opt_p(b), op))
+end
+
+function torch._cross_entropy(input, target, weight, ignore_index, label_smoothing, reduction, log_probs)
+  if not is_tensor(input) or not is_tensor(target) then
+    raise(string.format("cross_entropy: expected input and target tensors, got %s and %s", typename(input), typename(target)))
+  end
+  return new(C.dp_cross_entropy(outp, input.p, target.p, opt_p(weight), ignore_index or -100,
+                                label_smoothing or 0, reduction or 1, log_probs and 1 or 0))
+end
+
+function torch._unfold(x, kernel, stride, padding, dilation, pad_value)
+  if not is_tensor(x) then raise("unfold: expected a tensor, got " .. typename(x)) end
+  return new(C.dp_unfold(outp, x.p, pair(i64x2[1], kernel, "unfold", "kernel_size"),
+                         pair(i64x2[2], stride or kernel, "unfold", "stride"),
+                         pair(i64x2[3], padding or 0, "unfold", "padding"),
+                         pair(i64x2[4], dilation or 1, "unfold", "dilation"), pad_value or 0))
+end
+
+function torch._sgd_step(p, g, buf, lr, momentum, dampening, nesterov, weight_decay, first_step)
+  check(C.dp_sgd_step(p.p, g.p, opt_p(buf), lr, momentum or 0, dampening or 0, nesterov and 1 or 0,
+                      weight_decay or 0, first_step and 1 or 0))
+end
+
+function torch._adam_step(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step)
+  check(C.dp_adam_step(p.p, g.p, m.p, v.p, opt_p(vmax), lr, beta1, beta2, eps, weight_decay or 0,
+                       decoupled and 1 or 0, step))
+end
+-- capturable: the step count is a 0-d float64 tensor beside p, incremented here
+function torch._adam_step_t(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step_t)
+  check(C.dp_adam_step_t(p.p, g.p, m.p, v.p, opt_p(vmax), lr, beta1, beta2, eps, weight_decay or 0,
+                         decoupled and 1 or 0, step_t.p))
+end
+
+local params_buf = ffi.new("dp_tensor*[?]", 4096)
+function torch._flatten_params(list)
+  local n = #list
+  if n == 0 then raise("flatten_params: expected at least one parameter") end
+  if n > 4096 then raise("flatten_params: at most 4096 parameters in one group") end
+  for i = 1, n do
+    if not is_tensor(list[i]) then raise("flatten_params: expected tensors, got " .. typename(list[i]) .. " at " .. i) end
+    params_buf[i - 1] = list[i].p
+  end
+  check(C.dp_flatten_params(outp, outp2, n, params_buf))
+  return wrap(outp[0]), wrap(outp2[0])
+end

@@ -1,0 +1,393 @@
+-- dplua.tensor: the Tensor methods and properties that are not math:
+-- inspection (size, stride, dtype, device, ...), views (view, permute,
+-- split, ...), indexing (t[i], t[{...}]), conversion (to, item, tolist)
+-- and autograd (requires_grad, grad, backward, no_grad). dplua/init.lua
+-- makes them the Tensor's.
+local B = require("dplua.base")
+local ffi, C, torch = B.ffi, B.C, B.torch
+local methods, getters, setters = B.methods, B.getters, B.setters
+local raise, check, new, wrap, finally = B.raise, B.check, B.new, B.wrap, B.finally
+local is_tensor, typename, is_options = B.is_tensor, B.typename, B.is_options
+local outp, shape_buf, dims_buf = B.outp, B.shape_buf, B.dims_buf
+local check_int, check_dim, parse_shape, shape_of, wrap_dim = B.check_int, B.check_dim, B.parse_shape, B.shape_of,
+                                                               B.wrap_dim
+local dtype_mt, dtypes_by_id, dtypes_by_name, to_dtype = B.dtype_mt, B.dtypes_by_id, B.dtypes_by_name, B.to_dtype
+local device_obj, parse_device, DP_CPU, DP_ALL_DIMS = B.device_obj, B.parse_device, B.DP_CPU, B.DP_ALL_DIMS
+
+---------------------------------------------------------------- inspection
+
+function methods.dim(t) return C.dp_tensor_ndim(t.p) end
+methods.ndimension = methods.dim
+function methods.numel(t) return tonumber(C.dp_tensor_numel(t.p)) end
+methods.nelement = methods.numel
+
+function methods.size(t, d)
+  if d == nil then return shape_of(t) end
+  if C.dp_tensor_ndim(t.p) == 0 then raise("size: a 0-d tensor has no dimensions") end
+  return tonumber(C.dp_tensor_size(t.p, wrap_dim(t, d, "size")))
+end
+
+function methods.stride(t, d)
+  if d ~= nil then return tonumber(C.dp_tensor_stride(t.p, wrap_dim(t, d, "stride"))) end
+  local s = {}
+  for i = 0, C.dp_tensor_ndim(t.p) - 1 do s[i + 1] = tonumber(C.dp_tensor_stride(t.p, i)) end
+  return s
+end
+
+function methods.is_contiguous(t) return C.dp_tensor_is_contiguous(t.p) ~= 0 end
+function methods.element_size(t) return tonumber(C.dp_dtype_size(C.dp_tensor_dtype(t.p))) end
+function methods.is_floating_point(t) return C.dp_dtype_is_floating(C.dp_tensor_dtype(t.p)) ~= 0 end
+-- The pointer and the current stream leave dplua: the work waiting to be
+-- launched (src/core/gpu.c) is launched first, so that what another
+-- library enqueues with them comes after it.
+function methods.data_ptr(t)
+  C.dp_cuda_launch_deferred()
+  return C.dp_tensor_data(t.p)
+end
+
+getters.shape = shape_of
+getters.dtype = function(t) return dtypes_by_id[C.dp_tensor_dtype(t.p)] end
+getters.device = function(t) return device_obj(C.dp_tensor_device(t.p)) end
+getters.ndim = methods.dim
+getters.is_cuda = function(t) return C.dp_tensor_device(t.p) ~= DP_CPU end
+getters.T = function(t)
+  local n = C.dp_tensor_ndim(t.p)
+  local dims = {}
+  for i = 1, n do dims[i] = n - i end
+  return methods.permute(t, dims)
+end
+
+local type_names = { float32 = "torch.FloatTensor", float64 = "torch.DoubleTensor", int64 = "torch.LongTensor",
+                     int32 = "torch.IntTensor", uint8 = "torch.ByteTensor", bool = "torch.BoolTensor",
+                     bfloat16 = "torch.BFloat16Tensor" }
+local dtypes_by_type_name = {}
+for dt_name, type_name in pairs(type_names) do dtypes_by_type_name[type_name] = dt_name end
+-- t:type() is its type's name; t:type(dtype) or t:type("torch.DoubleTensor")
+-- (a "torch.cuda." name: on the current GPU) converts.
+function methods.type(t, dt)
+  if type(dt) == "string" then
+    local cpu_name, on_gpu = dt:gsub("^torch%.cuda%.", "torch.")
+    if dtypes_by_type_name[cpu_name] then
+      return methods.to(t, { dtype = dtypes_by_type_name[cpu_name], device = on_gpu > 0 and "cuda" or "cpu" })
+    end
+  end
+  if type(dt) == "string" and not dtypes_by_name[dt:gsub("^torch%.", "")] then
+    raise("type: unknown type " .. dt .. " (expected a dtype, or a name such as torch.FloatTensor)")
+  end
+  if dt ~= nil then return methods.to(t, dt) end
+  local name = type_names[getters.dtype(t).name]
+  return C.dp_tensor_device(t.p) == DP_CPU and name or name:gsub("^torch%.", "torch.cuda.")
+end
+
+---------------------------------------------------------------- views
+
+local function shape_method(cfn, fn)
+  return function(t, ...)
+    local nd = parse_shape(fn, ...)
+    return new(cfn(outp, t.p, nd, shape_buf))
+  end
+end
+methods.view = shape_method(C.dp_view, "view")
+methods.reshape = shape_method(C.dp_reshape, "reshape")
+methods.expand = shape_method(C.dp_expand, "expand")
+function methods.view_as(t, o) return methods.view(t, shape_of(o)) end
+function methods.reshape_as(t, o) return methods.reshape(t, shape_of(o)) end
+function methods.expand_as(t, o) return methods.expand(t, shape_of(o)) end
+
+function methods.permute(t, first, ...)
+  local list = type(first) == "table" and first or { first, ... }
+  local n = #list
+  if n > 8 then raise("permute: too many dims") end
+  for i = 1, n do dims_buf[i - 1] = check_dim(list[i], "permute", "dim") end
+  return new(C.dp_permute(outp, t.p, n, dims_buf))
+end
+
+function methods.transpose(t, d0, d1)
+  return new(C.dp_transpose(outp, t.p, check_dim(d0, "transpose", "dim0"), check_dim(d1, "transpose", "dim1")))
+end
+
+function methods.t(t)
+  local n = C.dp_tensor_ndim(t.p)
+  if n > 2 then raise(string.format("t: expects a tensor with <= 2 dimensions, but self is %dD", n)) end
+  if n < 2 then return new(C.dp_alias(outp, t.p)) end
+  return methods.transpose(t, 0, 1)
+end
+
+function methods.contiguous(t) return new(C.dp_contiguous(outp, t.p)) end
+
+function methods.squeeze(t, d)
+  if d == nil then return new(C.dp_squeeze(outp, t.p, DP_ALL_DIMS)) end
+  return new(C.dp_squeeze(outp, t.p, check_dim(d, "squeeze", "dim")))
+end
+
+function methods.unsqueeze(t, d) return new(C.dp_unsqueeze(outp, t.p, check_dim(d, "unsqueeze", "dim"))) end
+
+function methods.narrow(t, d, start, len)
+  return new(C.dp_narrow(outp, t.p, check_dim(d, "narrow", "dim"), check_int(start, "narrow", "start"),
+                         check_int(len, "narrow", "length")))
+end
+
+-- split(split_size or {sizes}, dim=0): a Lua list of views along dim, each
+-- split_size long (the last one shorter), or of the given sizes, which
+-- must add up to the dim's size. chunk(n, dim=0): at most n views, each
+-- ceil(size / n) long. As PyTorch's, an empty dim gives empty views.
+local function at_least_1d(t, fn)
+  if t:dim() == 0 then raise(fn .. ": expected a tensor of at least 1 dim, got a 0-d tensor") end
+end
+
+function methods.split(t, sizes, d)
+  at_least_1d(t, "split")
+  d = wrap_dim(t, d or 0, "split")
+  local total, out, start = shape_of(t)[d + 1], {}, 0
+  if type(sizes) == "table" then
+    local sum = 0   -- (in doubles: sizes near 2^62 cannot wrap around to the dim's size)
+    for i = 1, #sizes do
+      local n = check_int(sizes[i], "split", "a split size")
+      if n < 0 then raise(string.format("split: split sizes must not be negative, got %d", n)) end
+      sum = sum + n
+    end
+    if sum ~= total then
+      raise(string.format("split: the split sizes add up to %.0f, but dim %d has size %d", sum, d, total))
+    end
+    for i = 1, #sizes do
+      out[i] = methods.narrow(t, d, start, sizes[i])
+      start = start + sizes[i]
+    end
+    return out
+  end
+  local step = check_int(sizes, "split", "split_size")
+  if step < 0 or (step == 0 and total > 0) then
+    raise(string.format("split: split_size must be positive for a dim of size %d, got %d", total, step))
+  end
+  repeat
+    local len = math.min(step, total - start)
+    out[#out + 1] = methods.narrow(t, d, start, len)
+    start = start + len
+  until start >= total
+  return out
+end
+
+function methods.chunk(t, chunks, d)
+  chunks = check_int(chunks, "chunk", "chunks")
+  if chunks <= 0 then raise(string.format("chunk: expected a positive number of chunks, got %d", chunks)) end
+  at_least_1d(t, "chunk")
+  d = wrap_dim(t, d or 0, "chunk")
+  local total = shape_of(t)[d + 1]
+  if total == 0 then
+    local out = {}
+    for i = 1, chunks do out[i] = methods.narrow(t, d, 0, 0) end
+    return out
+  end
+  return methods.split(t, math.ceil(total / chunks), d)
+end
+
+function methods.select(t, d, i)
+  return new(C.dp_select(outp, t.p, check_dim(d, "select", "dim"), check_int(i, "select", "index")))
+end
+
+function methods.flatten(t, s, e)
+  local n = C.dp_tensor_ndim(t.p)
+  if n == 0 then return methods.reshape(t, 1) end
+  s = wrap_dim(t, s or 0, "flatten"); e = wrap_dim(t, e or -1, "flatten")
+  if s > e then raise("flatten: start_dim cannot come after end_dim") end
+  local shape, sizes = {}, shape_of(t)
+  for i = 1, s do shape[#shape + 1] = sizes[i] end
+  local prod = 1
+  for i = s + 1, e + 1 do prod = prod * sizes[i] end
+  shape[#shape + 1] = prod
+  for i = e + 2, n do shape[#shape + 1] = sizes[i] end
+  return methods.reshape(t, shape)
+end
+
+function methods.detach(t) return new(C.dp_alias(outp, t.p)) end
+function methods.clone(t) return new(C.dp_clone(outp, t.p)) end
+
+-- t[i] and t[{...}] -----------------------------------------------------
+
+local function index_view(t, key)
+  if type(key) == "number" then
+    if C.dp_tensor_ndim(t.p) == 0 then raise("index: invalid index of a 0-d tensor") end
+    return new(C.dp_select(outp, t.p, 0, check_int(key, "index", "index")))
+  end
+  if type(key) ~= "table" then raise("index: expected a number or a table of indices, got " .. typename(key)) end
+  local v, d = t, 0
+  for k = 1, #key do
+    local e = key[k]
+    if type(e) == "number" then
+      if d >= C.dp_tensor_ndim(v.p) then
+        raise(string.format("index: too many indices for a tensor of dimension %d", C.dp_tensor_ndim(t.p)))
+      end
+      v = new(C.dp_select(outp, v.p, d, check_int(e, "index", "index")))
+    elseif type(e) == "table" then
+      if d >= C.dp_tensor_ndim(v.p) then
+        raise(string.format("index: too many indices for a tensor of dimension %d", C.dp_tensor_ndim(t.p)))
+      end
+      local size = tonumber(C.dp_tensor_size(v.p, d))
+      local start, stop, step = e[1] or 0, e[2] or size, e[3] or 1
+      check_int(start, "index", "slice start"); check_int(stop, "index", "slice stop"); check_int(step, "index", "slice step")
+      v = new(C.dp_slice(outp, v.p, d, start, stop, step))
+      d = d + 1
+    else
+      raise("index: each index must be a number or a {start, stop[, step]} table, got " .. typename(e))
+    end
+  end
+  return v
+end
+
+local function assign(t, key, value)
+  local view = index_view(t, key)
+  if is_tensor(value) then check(C.dp_copy_(view.p, value.p))
+  elseif type(value) == "number" then check(C.dp_fill_(view.p, value))
+  elseif type(value) == "boolean" then check(C.dp_fill_(view.p, value and 1 or 0))
+  else raise("index assignment: expected a tensor or a number, got " .. typename(value)) end
+end
+
+---------------------------------------------------------------- conversion
+
+-- to(dtype), to(device), to(device, dtype), to(other_tensor), to{dtype=, device=}
+function methods.to(t, a, b)
+  local dt, dev = C.dp_tensor_dtype(t.p), C.dp_tensor_device(t.p)
+  local function take(x)
+    if x == nil then return end
+    if is_tensor(x) then dt, dev = C.dp_tensor_dtype(x.p), C.dp_tensor_device(x.p)
+    elseif getmetatable(x) == dtype_mt or (type(x) == "string" and dtypes_by_name[x:gsub("^torch%.", "")]) then
+      dt = to_dtype(x, "to").id
+    elseif is_options(x) then
+      if x.dtype then dt = to_dtype(x.dtype, "to").id end
+      if x.device then dev = parse_device(x.device, "to") end
+    else dev = parse_device(x, "to") end
+  end
+  take(a); take(b)
+  return new(C.dp_to(outp, t.p, dt, dev))
+end
+
+for name, dt in pairs({ float = 0, double = 1, long = 2, int = 3, byte = 4, bool = 5, bfloat16 = 6 }) do
+  methods[name] = function(t) return new(C.dp_to(outp, t.p, dt, C.dp_tensor_device(t.p))) end
+end
+function methods.cpu(t) return new(C.dp_to(outp, t.p, C.dp_tensor_dtype(t.p), DP_CPU)) end
+function methods.cuda(t, index)
+  return new(C.dp_to(outp, t.p, C.dp_tensor_dtype(t.p), parse_device(index or "cuda", "cuda")))
+end
+
+local item_d, item_i = ffi.new("double[1]"), ffi.new("int64_t[1]")
+
+-- Element i of a double array as a Lua number. LuaJIT keeps its other
+-- values in the NaN space of doubles: a NaN whose high word is 0xfff80000
+-- or more (uninitialised memory from torch.empty can hold one, and
+-- arithmetic keeps its bits) would reach Lua as a tagged value, a nil or a
+-- bogus pointer, and crash the process. Such NaNs are read as Lua's own.
+-- words: the same memory as uint32_t; a little-endian double's high word
+-- is its second half.
+local function read_double(p, words, i)
+  if words[2 * i + 1] >= 0xfff80000 then return 0 / 0 end
+  return p[i]
+end
+local item_words = ffi.cast("uint32_t *", item_d)
+function methods.item(t)
+  local dt = C.dp_tensor_dtype(t.p)
+  if dt == 2 then
+    check(C.dp_item_int64(t.p, item_i))
+    local v = item_i[0]
+    if v >= -9007199254740992LL and v <= 9007199254740992LL then return tonumber(v) end
+    return v  -- beyond 2^53: keep the exact int64 cdata
+  end
+  check(C.dp_item(t.p, item_d))
+  local v = read_double(item_d, item_words, 0)
+  if dt == 5 then return v ~= 0 end
+  return v
+end
+
+-- Reads every element as a Lua value, through a contiguous float64 (or
+-- int64) copy so that one loop serves every dtype.
+local function elements(t)
+  local dt = C.dp_tensor_dtype(t.p)
+  local n = tonumber(C.dp_tensor_numel(t.p))
+  local stage_dt = dt == 2 and 2 or 1
+  local c = new(C.dp_to(outp, t.p, stage_dt, C.dp_tensor_device(t.p)))
+  c = new(C.dp_contiguous(outp, c.p))
+  if C.dp_tensor_device(c.p) ~= DP_CPU then c = methods.cpu(c) end
+  local p = ffi.cast(stage_dt == 2 and "int64_t *" or "double *", C.dp_tensor_data(c.p))
+  local words = ffi.cast("uint32_t *", p)
+  local out = {}
+  for i = 0, n - 1 do
+    local v = stage_dt == 2 and tonumber(p[i]) or read_double(p, words, i)
+    if dt == 5 then v = v ~= 0 end
+    out[i + 1] = v
+  end
+  return out, n
+end
+torch._elements = elements
+
+function methods.tolist(t)
+  local flat = elements(t)
+  local shape = shape_of(t)
+  if #shape == 0 then return flat[1] end
+  local pos = 0
+  local function build(d)
+    local r = {}
+    for i = 1, shape[d] do
+      if d == #shape then pos = pos + 1; r[i] = flat[pos] else r[i] = build(d + 1) end
+    end
+    return r
+  end
+  return build(1)
+end
+
+---------------------------------------------------------------- autograd
+
+getters.requires_grad = function(t) return C.dp_requires_grad(t.p) ~= 0 end
+getters.is_leaf = function(t) return C.dp_is_leaf(t.p) ~= 0 end
+getters.grad = function(t)
+  local g = C.dp_get_grad(t.p)
+  if g == nil then return nil end
+  return wrap(g)
+end
+local grad_fn_mt = { __tostring = function(f) return "<" .. f.name .. ">" end }
+getters.grad_fn = function(t)
+  local name = C.dp_grad_fn_name(t.p)
+  if name == nil then return nil end
+  return setmetatable({ name = ffi.string(name) }, grad_fn_mt)
+end
+getters.data = function(t) return new(C.dp_alias(outp, t.p)) end
+
+setters.requires_grad = function(t, v) check(C.dp_set_requires_grad(t.p, v and 1 or 0)) end
+setters.grad = function(t, g)
+  if g ~= nil and not is_tensor(g) then raise("grad: expected a tensor or nil, got " .. typename(g)) end
+  check(C.dp_set_grad(t.p, g and g.p or nil))
+end
+
+function methods.requires_grad_(t, flag)
+  check(C.dp_set_requires_grad(t.p, (flag == nil or flag) and 1 or 0))
+  return t
+end
+
+-- backward([gradient] [, {retain_graph=true}]) or backward(gradient, retain_graph)
+function methods.backward(t, gradient, retain)
+  if is_options(gradient) then gradient, retain = nil, gradient end
+  if type(retain) == "table" then retain = retain.retain_graph end
+  if gradient ~= nil and not is_tensor(gradient) then
+    raise("backward: expected the gradient to be a tensor, got " .. typename(gradient))
+  end
+  check(C.dp_backward(t.p, gradient and gradient.p or nil, retain and 1 or 0))
+end
+
+-- Runs fn with grad mode set, restoring the previous mode even on error.
+local function with_grad_mode(enabled, fn, ...)
+  return finally(C.dp_set_grad_enabled, C.dp_set_grad_enabled(enabled), pcall(fn, ...))
+end
+
+function torch.no_grad(fn, ...)
+  if type(fn) ~= "function" then raise("no_grad: expected a function to run without recording, got " .. typename(fn)) end
+  return with_grad_mode(0, fn, ...)
+end
+function torch.enable_grad(fn, ...) return with_grad_mode(1, fn, ...) end
+function torch.set_grad_enabled(flag) C.dp_set_grad_enabled(flag and 1 or 0) end
+function torch.is_grad_enabled() return C.dp_is_grad_enabled() ~= 0 end
+
+torch._grad_fn_name = function(t)
+  local name = C.dp_grad_fn_name(t.p)
+  return name ~= nil and ffi.string(name) or nil
+end
+torch._requires_grad = function(t) return C.dp_requires_grad(t.p) ~= 0 end
+
+return { index_view = index_view, assign = assign }
