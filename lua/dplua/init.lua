@@ -116,6 +116,18 @@ torch.Tensor = checked
 
 ---------------------------------------------------------------- misc
 
+-- LuaJIT's ipairs, like Lua 5.1's, ignores a __ipairs metamethod, so that
+-- `for _, block in ipairs(self.blocks)` over an nn.ModuleList would run no
+-- iteration at all. ipairs honours it here (nn's containers iterate their
+-- modules; other modules raise); a plain table gets the built-in iterator.
+local builtin_ipairs = ipairs
+function _G.ipairs(t)
+  local mt = getmetatable(t)
+  local custom = type(mt) == "table" and rawget(mt, "__ipairs")
+  if custom then return custom(t) end
+  return builtin_ipairs(t)
+end
+
 torch.__version__ = ffi.string(C.dp_version())
 function torch.build_options() return ffi.string(C.dp_build_options()) end
 torch.C = C

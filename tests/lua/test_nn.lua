@@ -188,6 +188,41 @@ T.run("Sequential", function()
   T.is(#ml:parameters(), 4, "ModuleList registers its modules")
 end)
 
+T.run("ipairs over containers", function()
+  local a, b, c = nn.Linear(1, 2), nn.ReLU(), nn.Linear(2, 1)
+  local function seen(container)
+    local out = {}
+    for i, m in ipairs(container) do out[#out + 1] = { i, m } end
+    return out
+  end
+  for _, case in ipairs({ { "ModuleList", nn.ModuleList({ a, b, c }) }, { "Sequential", nn.Sequential(a, b, c) } }) do
+    local got = seen(case[2])
+    T.is(#got, 3, case[1] .. ": ipairs visits every module")
+    T.ok(got[1][1] == 1 and got[1][2] == a and got[2][2] == b and got[3][1] == 3 and got[3][2] == c,
+         case[1] .. ": in order, numbered from 1")
+  end
+  local ml = nn.ModuleList()
+  T.is(#seen(ml), 0, "an empty ModuleList: no iteration")
+  ml:append(a)
+  T.ok(#seen(ml) == 1 and seen(ml)[1][2] == a, "a module appended is visited")
+  -- a model that loops over its blocks, as GPT-style scripts do
+  local Net = nn.Module:extend("Net")
+  function Net:__init() self.blocks = nn.ModuleList({ nn.Linear(2, 2, false), nn.Linear(2, 2, false) }) end
+  function Net:forward(x)
+    for _, blk in ipairs(self.blocks) do x = blk(x) end
+    return x
+  end
+  local net = Net()
+  local x = torch.randn(3, 2)
+  T.tensor_close(net(x), x:mm(net.blocks[0].weight:t()):mm(net.blocks[1].weight:t()), 1e-6, 1e-6,
+                 "a forward that loops over a ModuleList runs every block")
+  T.raises(function() for _ in ipairs(nn.Linear(1, 1)) do end end, "Linear is not iterable",
+           "ipairs over a module that is no list raises")
+  local plain = {}
+  for i, v in ipairs({ 10, 20, nil, 40 }) do plain[i] = v end
+  T.ok(plain[1] == 10 and plain[2] == 20 and plain[4] == nil, "plain tables iterate as before")
+end)
+
 ---------------------------------------------------------------- modes, grads, apply, to
 
 T.run("train and eval", function()

@@ -305,6 +305,7 @@ local function container_index(self, i, fn)
 end
 function L.Sequential:__getitem(i) return self._modules.map[container_index(self, i, self:_get_name())] end
 function L.Sequential:len() return #self._modules.keys end
+L.Sequential.__iterable = true
 function L.Sequential:append(m)
   self:add_module(tostring(#self._modules.keys), m)
   return self
@@ -358,6 +359,7 @@ function L.ModuleList:__init(list)
 end
 L.ModuleList.__getitem = L.Sequential.__getitem
 L.ModuleList.len = L.Sequential.len
+L.ModuleList.__iterable = true
 function L.ModuleList:append(m)
   if not module.is_module(m) then raise("ModuleList: append expects a Module, got " .. type(m)) end
   self:add_module(tostring(#self._modules.keys), m)

@@ -121,6 +121,20 @@ local function new_instance_mt(cls)
     return cls[k]
   end
   mt.__newindex = function(self, k, v) return Module.__setattr(self, k, v) end
+  -- ipairs(container): its modules in order, numbered from 1 (dplua
+  -- makes ipairs honour __ipairs, see dplua/init.lua); a module that is
+  -- no list of modules says so rather than looping over nothing
+  mt.__ipairs = function(self)
+    if not cls.__iterable then
+      raise(cls.__name .. " is not iterable: ipairs takes an nn.Sequential or nn.ModuleList "
+            .. "(for a module's children, ipairs(m:children()))")
+    end
+    local keys, map = self._modules.keys, self._modules.map
+    return function(_, i)
+      i = i + 1
+      if keys[i] ~= nil then return i, map[keys[i]] end
+    end, self, 0
+  end
   mt.__call = function(self, ...) return self:forward(...) end
   mt.__tostring = function(self) return self:__repr() end
   return mt
