@@ -3,15 +3,17 @@
 # DP_CHECK_OPENBLAS
 #   --with-openblas=DIR  look in DIR/include and DIR/lib first.
 #   Otherwise pkg-config `openblas` is tried, then the default paths.
-#   Sets and substitutes OPENBLAS_CFLAGS, OPENBLAS_LIBS.
+#   Sets and substitutes OPENBLAS_CFLAGS, OPENBLAS_LIBS; dp_openblas_pc=yes
+#   when they came from openblas.pc (dplua.pc then requires the module).
 AC_DEFUN([DP_CHECK_OPENBLAS], [
   AC_ARG_WITH([openblas],
     [AS_HELP_STRING([--with-openblas=DIR], [OpenBLAS installation prefix (default: pkg-config, then system paths)])],
     [], [with_openblas=check])
+  dp_openblas_pc=no
   AS_CASE([$with_openblas],
     [no], [AC_MSG_ERROR([OpenBLAS is required; --without-openblas is not supported])],
     [yes|check], [
-      PKG_CHECK_MODULES([OPENBLAS], [openblas], [],
+      PKG_CHECK_MODULES([OPENBLAS], [openblas], [dp_openblas_pc=yes],
         [OPENBLAS_CFLAGS=; OPENBLAS_LIBS=-lopenblas])],
     [AS_IF([test -d "$with_openblas/include"], [],
        [AC_MSG_ERROR([--with-openblas=$with_openblas: no $with_openblas/include])])

@@ -1,12 +1,13 @@
-# dp_zlib.m4 -- find zlib (required: gzip-compressed datasets, checkpoints).
+# dp_zlib.m4 -- find zlib through pkg-config (required: gzip-compressed
+# datasets, checkpoints).
 #
 # DP_CHECK_ZLIB
-#   Sets and substitutes ZLIB_LIBS.
+#   Sets and substitutes ZLIB_CFLAGS, ZLIB_LIBS (zlib.pc); dplua.pc names
+#   the module in Requires.private.
 AC_DEFUN([DP_CHECK_ZLIB], [
-  AC_CHECK_HEADER([zlib.h], [],
-    [AC_MSG_ERROR([zlib.h not found; on Debian/Ubuntu: apt-get install zlib1g-dev])])
-  AC_CHECK_LIB([z], [inflateInit2_], [ZLIB_LIBS=-lz],
-    [AC_MSG_ERROR([cannot link -lz; on Debian/Ubuntu: apt-get install zlib1g-dev])])
-  AC_SUBST([ZLIB_LIBS])
+  PKG_CHECK_MODULES([ZLIB], [zlib], [],
+    [AC_MSG_ERROR([zlib not found through pkg-config (zlib.pc).
+On Debian/Ubuntu: apt-get install zlib1g-dev
+Or set ZLIB_CFLAGS and ZLIB_LIBS by hand.])])
   dp_have_zlib=yes
 ])
