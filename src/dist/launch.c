@@ -22,6 +22,8 @@
 #endif
 
 #include "dplua.h"
+#include "dplua_cuda.h"
+#include "dplua_internal.h"
 #include "dist/process.h"
 
 #include <errno.h>
