@@ -12,7 +12,7 @@
  *         printf("no GPU: %s\n", dpc_error_string(st));
  *
  * The prefix is dpc_ ("dplua cuda") so that it never collides with the
- * public dp_ API of src/dplua.h.
+ * public dp_ API of src/dplua.h and src/dplua_cuda.h.
  */
 #ifndef DP_CUDA_H
 #define DP_CUDA_H

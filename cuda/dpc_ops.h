@@ -8,7 +8,7 @@
  * legacy default stream); each launcher checks cudaGetLastError() right
  * after the launch.
  *
- * Element types are dplua's dtype codes (src/common/codes.h: 0 float32,
+ * Element types are dplua's dtype codes (src/common/dplua_codes.h: 0 float32,
  * 1 float64, 2 int64, 3 int32, 4 uint8, 5 bool, 6 bfloat16); op codes are
  * its dp_unop / dp_binop / dp_redop values. Strides and shapes are in
  * elements.

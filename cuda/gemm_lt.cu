@@ -27,7 +27,7 @@
 #include "common/dtype_conv.h"
 #include "dp_cuda.h"
 #include "dpc_ops.h"
-#include "common/codes.h"
+#include "common/dplua_codes.h"
 #include "gemm.cuh"
 
 #ifdef DP_HAVE_CUBLASLT

@@ -24,7 +24,7 @@
 
 #include "dpc_ops.h"
 #include "common/dtype_conv.h"
-#include "common/codes.h"
+#include "common/dplua_codes.h"
 #include "kernel_error.cuh"
 #include "launch.cuh"
 

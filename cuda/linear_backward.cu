@@ -15,7 +15,7 @@
 
 #include "common/dtype_conv.h"
 #include "dpc_ops.h"
-#include "common/codes.h"
+#include "common/dplua_codes.h"
 #include "gemm.cuh"
 
 /* Whether a layer's products are ours to run. */

@@ -21,7 +21,7 @@
 #include <cuda_runtime.h>
 
 #include "dpc_ops.h"
-#include "common/codes.h"
+#include "common/dplua_codes.h"
 #include "common/dtype_conv.h"
 #include "launch.cuh"
 #include "sgd.cuh"

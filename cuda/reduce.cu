@@ -23,7 +23,7 @@
 
 #include <cuda_runtime.h>
 
-#include "common/codes.h"
+#include "common/dplua_codes.h"
 #include "dpc_ops.h"
 #include "common/dtype_conv.h"
 #include "iter.cuh"

@@ -14,7 +14,7 @@
 
 #include <cuda_runtime.h>
 
-#include "common/codes.h"
+#include "common/dplua_codes.h"
 #include "common/dtype_conv.h"
 #include "dpc_ops.h"
 #include "launch.cuh"

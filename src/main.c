@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "dplua.h"
+#include "dplua_internal.h"
 #include "lua/host.h"
 
 #ifndef PACKAGE_VERSION

@@ -158,7 +158,7 @@ function torch.tensor(data, opts)
     end
     for i = 1, nd do shape_buf[i - 1] = shape[i] end
     local view = new(C.dp_view(outp, stage.p, nd, shape_buf))
-    check(C.dp_copy_(t.p, view.p))
+    check(C.dp_copy_into(t.p, view.p))
   end
   if dev ~= DP_CPU then t = t:to(device_obj(dev)) end
   return with_grad(t, opts)

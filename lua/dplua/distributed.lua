@@ -19,8 +19,12 @@ local is_tensor = torch.is_tensor
 
 local dist = {}
 
-dist.ReduceOp = { SUM = 0, AVG = 1, MAX = 2, MIN = 3, PRODUCT = 4 }
+-- The reductions of collectives: dplua.h's dp_redop values (AVG is DP_MEAN).
+dist.ReduceOp = { SUM = tonumber(C.DP_SUM), AVG = tonumber(C.DP_MEAN), MAX = tonumber(C.DP_MAX),
+                  MIN = tonumber(C.DP_MIN), PRODUCT = tonumber(C.DP_PROD) }
 dist.ReduceOp.PROD = dist.ReduceOp.PRODUCT
+local reduce_ops = {}
+for _, v in pairs(dist.ReduceOp) do reduce_ops[v] = true end
 
 local DEFAULT_TIMEOUT = 300
 
@@ -381,8 +385,8 @@ local function contiguous_tensor(t, fn)
 end
 
 local function reduce_op(op, fn)
-  if op == nil then return 0 end
-  if type(op) ~= "number" or op % 1 ~= 0 or op < 0 or op > 4 then
+  if op == nil then return dist.ReduceOp.SUM end
+  if not reduce_ops[op] then
     raise(fn .. ": expected a dist.ReduceOp (SUM, AVG, MAX, MIN, PRODUCT), got " .. tostring(op))
   end
   return op

@@ -12,14 +12,18 @@ local DP_ALL_DIMS = B.DP_ALL_DIMS
 
 ---------------------------------------------------------------- elementwise
 
-local UN = { neg = 0, abs = 1, exp = 2, log = 3, sqrt = 4, rsqrt = 5, tanh = 6, sigmoid = 7, relu = 8,
-             gelu = 9, sin = 10, cos = 11, sign = 12, floor = 13, ceil = 14, round = 15, reciprocal = 16,
-             log1p = 17, expm1 = 18, logical_not = 19, square = 20 }
-local GELU_TANH = 21
-local BIN = { add = 0, sub = 1, mul = 2, div = 3, pow = 4, maximum = 5, minimum = 6, eq = 7, ne = 8,
-              lt = 9, le = 10, gt = 11, ge = 12, remainder = 13, atan2 = 14, logical_and = 15, logical_or = 16 }
-local RED = { sum = 0, mean = 1, prod = 2, max = 3, min = 4, argmax = 5, argmin = 6, var = 7, std = 8,
-              all = 9, any = 10 }
+-- The op codes of src/common/dplua_codes.h, by the names the methods use.
+local function codes(names)
+  local t = {}
+  for _, n in ipairs(names) do t[n] = tonumber(C["DP_" .. n:upper()]) end
+  return t
+end
+local UN = codes({ "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "sin", "cos",
+                   "sign", "floor", "ceil", "round", "reciprocal", "log1p", "expm1", "logical_not", "square" })
+local GELU_TANH = tonumber(C.DP_GELU_TANH)
+local BIN = codes({ "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+                    "remainder", "atan2", "logical_and", "logical_or" })
+local RED = codes({ "sum", "mean", "prod", "max", "min", "argmax", "argmin", "var", "std", "all", "any" })
 torch._ops = { unary = UN, binary = BIN, reduce = RED }
 
 local function as_tensor(x, fn)
@@ -96,16 +100,16 @@ function methods.sub_(a, b, alpha) return binary_into(BIN.sub, a, a, scaled(b, a
 methods.multiply, methods.divide, methods.subtract = methods.mul, methods.div, methods.sub
 methods.true_divide = methods.div
 
-function methods.zero_(t) check(C.dp_fill_(t.p, 0)); return t end
+function methods.zero_(t) check(C.dp_fill_into(t.p, 0)); return t end
 function methods.fill_(t, v)
   if type(v) == "boolean" then v = v and 1 or 0 end
   if is_tensor(v) then v = v:item(); if type(v) == "boolean" then v = v and 1 or 0 end end
-  check(C.dp_fill_(t.p, check_number(v, "fill_", "value")))
+  check(C.dp_fill_into(t.p, check_number(v, "fill_", "value")))
   return t
 end
 function methods.copy_(t, src)
   if not is_tensor(src) then raise("copy_: expected a tensor source, got " .. typename(src)) end
-  check(C.dp_copy_(t.p, src.p))
+  check(C.dp_copy_into(t.p, src.p))
   return t
 end
 
@@ -170,7 +174,7 @@ local function masked(t, mask, value, fn)
 end
 function methods.masked_fill(t, mask, value) return masked(t, mask, value, "masked_fill") end
 function methods.masked_fill_(t, mask, value)
-  if C.dp_copy_(t.p, masked(t, mask, value, "masked_fill_").p) ~= 0 then
+  if C.dp_copy_into(t.p, masked(t, mask, value, "masked_fill_").p) ~= 0 then
     raise((ffi.string(C.dp_last_error()):gsub("^copy_:", "masked_fill_:")))
   end
   return t

@@ -236,9 +236,9 @@ end
 
 local function assign(t, key, value)
   local view = index_view(t, key)
-  if is_tensor(value) then check(C.dp_copy_(view.p, value.p))
-  elseif type(value) == "number" then check(C.dp_fill_(view.p, value))
-  elseif type(value) == "boolean" then check(C.dp_fill_(view.p, value and 1 or 0))
+  if is_tensor(value) then check(C.dp_copy_into(view.p, value.p))
+  elseif type(value) == "number" then check(C.dp_fill_into(view.p, value))
+  elseif type(value) == "boolean" then check(C.dp_fill_into(view.p, value and 1 or 0))
   else raise("index assignment: expected a tensor or a number, got " .. typename(value)) end
 end
 

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "common/codes.h"
+#include "common/dplua_codes.h"
 #include "common/host_device.h"
 
 DP_HD uint32_t f32_bits(float f)

@@ -94,22 +94,6 @@ void cpu_free(void *p, size_t capacity)
     cached_bytes += (int64_t)capacity;
 }
 
-int64_t dp_memory_cached(void)
-{
-    return cached_bytes;
-}
-
-void dp_empty_cache(void)
-{
-    for (int c = 0; c < NCLASSES; c++)
-        while (free_lists[c]) {
-            free_block *b = free_lists[c];
-            free_lists[c] = b->next;
-            free(b);
-        }
-    cached_bytes = 0;
-}
-
 /* Memory that the API hands to its caller with malloc (a store value),
  * freed on the library's side of the boundary: a caller from another
  * language or with another C runtime cannot call this free() itself. */

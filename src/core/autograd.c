@@ -6,6 +6,8 @@
  * points to and its saved tensors. Saved outputs are aliases without a
  * node, so there are no cycles and refcounting frees everything.
  */
+#include "dplua_cuda.h"
+#include "dplua_internal.h"
 #include "core/autograd.h"
 #include "core/kernels.h"
 
@@ -429,7 +431,7 @@ static dp_status accumulate_leaf(dp_tensor *leaf, dp_tensor *g)
         return dp_binary_into(leaf->grad, DP_ADD, leaf->grad, g);
     }
     if (leaf->grad_slot) {
-        if (g != leaf->grad_slot && (st = dp_copy_(leaf->grad_slot, g)))   /* (ag_grad_output wrote it there) */
+        if (g != leaf->grad_slot && (st = dp_copy_into(leaf->grad_slot, g)))   /* (ag_grad_output wrote it there) */
             return st;
         dp_tensor_retain(leaf->grad_slot);
         leaf->grad = leaf->grad_slot;
@@ -444,7 +446,7 @@ static dp_status accumulate_leaf(dp_tensor *leaf, dp_tensor *g)
     dp_tensor *c;
     if ((st = tensor_new(&c, leaf->ndim, leaf->shape, leaf->dtype, leaf->device)))
         return st;
-    if ((st = dp_copy_(c, g))) {
+    if ((st = dp_copy_into(c, g))) {
         dp_tensor_release(c);
         return st;
     }

@@ -453,7 +453,7 @@ dp_status bw_window(ag_node *n, dp_tensor *g, dp_tensor **gi)
         st = dp_select(&w, z, (int)n->iarg[0], n->iarg[1]);
     else
         st = dp_slice(&w, z, (int)n->iarg[0], n->iarg[1], n->iarg[2], n->iarg[3]);
-    if (!st && !(st = dp_copy_(w, g)))
+    if (!st && !(st = dp_copy_into(w, g)))
         st = give(n, 0, z, gi);
     DROP(z, w);
     return st;

@@ -12,17 +12,17 @@ static const char *const dtype_names[DP_NUM_DTYPES] = {
 };
 static const size_t dtype_sizes[DP_NUM_DTYPES] = { 4, 8, 8, 4, 1, 1, 2 };
 
-const char *dp_dtype_name(int dtype)
+const char *dp_dtype_name(dp_dtype dtype)
 {
-    return dtype >= 0 && dtype < DP_NUM_DTYPES ? dtype_names[dtype] : "invalid";
+    return (unsigned)dtype < DP_NUM_DTYPES ? dtype_names[dtype] : "invalid";
 }
 
-size_t dp_dtype_size(int dtype)
+size_t dp_dtype_size(dp_dtype dtype)
 {
-    return dtype >= 0 && dtype < DP_NUM_DTYPES ? dtype_sizes[dtype] : 0;
+    return (unsigned)dtype < DP_NUM_DTYPES ? dtype_sizes[dtype] : 0;
 }
 
-int dp_dtype_is_floating(int dtype)
+int dp_dtype_is_floating(dp_dtype dtype)
 {
     return dtype == DP_FLOAT32 || dtype == DP_FLOAT64 || dtype == DP_BFLOAT16;
 }
@@ -30,7 +30,7 @@ int dp_dtype_is_floating(int dtype)
 /* Whether value converts to dtype without overflow (PyTorch's rule for a
  * fill: a float past the dtype's range, or NaN or an infinity into an
  * integer type, is an error; a bool takes anything). */
-int dp_dtype_holds(int dtype, double value)
+int dp_dtype_holds(dp_dtype dtype, double value)
 {
     switch (dtype) {
     case DP_INT64: return value >= -0x1p63 && value < 0x1p63;

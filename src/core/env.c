@@ -7,6 +7,8 @@
 #include "config.h"
 #endif
 
+#include "dplua_cuda.h"
+#include "dplua_internal.h"
 #include "core/tensor.h"
 #include "cpu/cpu.h"
 

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dplua_cuda.h"
 #include "core/gpu.h"
 
 /* ---------------------------------------------------------------- plumbing */

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dplua_cuda.h"
+#include "dplua_internal.h"
 #include "core/gpu.h"
 
 char gpu_deferred_failure[400];   /* a deferred launch's error, for the next op to report */

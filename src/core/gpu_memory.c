@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dplua_cuda.h"
+#include "dplua_internal.h"
 #include "core/gpu.h"
 
 #define GPU_MAX_DEVICES 64

@@ -7,6 +7,8 @@
 #endif
 
 #ifndef DP_HAVE_CUDA
+#include "dplua_cuda.h"
+#include "dplua_internal.h"
 #include "core/kernels.h"
 
 static dp_status no_cuda(void)

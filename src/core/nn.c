@@ -179,7 +179,7 @@ static dp_status bw_linear_act(ag_node *n, dp_tensor *g, dp_tensor **gi)
     return st;
 }
 
-dp_status dp_linear_act(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, int act)
+dp_status dp_linear_act(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, dp_unop act)
 {
     if (act != DP_RELU && act != DP_GELU && act != DP_GELU_TANH)
         return dp_fail(DP_ERR_ARG, "linear with an activation: the activation must be relu, gelu or gelu with "

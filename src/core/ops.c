@@ -4,6 +4,7 @@
  * dispatches to the kernels of the tensors' device. Every message names
  * the op as the Lua user called it.
  */
+#include "dplua_cuda.h"
 #include "core/autograd.h"
 #include "core/kernels.h"
 
@@ -228,7 +229,7 @@ static dp_status unary_run(dp_tensor *out, int op, dp_tensor *a, int compute)
     return st;
 }
 
-dp_status dp_unary(dp_tensor **out, int op, dp_tensor *a)
+dp_status dp_unary(dp_tensor **out, dp_unop op, dp_tensor *a)
 {
     int compute = 0, result = 0;
     dp_status st = unary_dtypes(op, a, &compute, &result);
@@ -249,7 +250,7 @@ dp_status dp_unary(dp_tensor **out, int op, dp_tensor *a)
     return DP_OK;
 }
 
-dp_status dp_unary_into(dp_tensor *dst, int op, dp_tensor *a)
+dp_status dp_unary_into(dp_tensor *dst, dp_unop op, dp_tensor *a)
 {
     int compute = 0, result = 0;
     dp_status st = unary_dtypes(op, a, &compute, &result);
@@ -263,7 +264,7 @@ dp_status dp_unary_into(dp_tensor *dst, int op, dp_tensor *a)
     dp_tensor *tmp;
     if ((st = dp_unary(&tmp, op, a)))
         return st;
-    st = dp_copy_(dst, tmp);
+    st = dp_copy_into(dst, tmp);
     dp_tensor_release(tmp);
     return st;
 }
@@ -330,7 +331,7 @@ static dp_status binary_check(int op, dp_tensor *a, dp_tensor *b, int *compute, 
     return broadcast_shapes(binop_names[op], a->ndim, a->shape, b->ndim, b->shape, ndim, shape);
 }
 
-dp_status dp_binary(dp_tensor **out, int op, dp_tensor *a, dp_tensor *b)
+dp_status dp_binary(dp_tensor **out, dp_binop op, dp_tensor *a, dp_tensor *b)
 {
     int compute = 0, result = 0, ndim = 0;
     int64_t shape[DP_MAX_DIMS];
@@ -352,7 +353,7 @@ dp_status dp_binary(dp_tensor **out, int op, dp_tensor *a, dp_tensor *b)
     return DP_OK;
 }
 
-dp_status dp_binary_into(dp_tensor *dst, int op, dp_tensor *a, dp_tensor *b)
+dp_status dp_binary_into(dp_tensor *dst, dp_binop op, dp_tensor *a, dp_tensor *b)
 {
     int compute = 0, result = 0, ndim = 0;
     int64_t shape[DP_MAX_DIMS];
@@ -367,7 +368,7 @@ dp_status dp_binary_into(dp_tensor *dst, int op, dp_tensor *a, dp_tensor *b)
     dp_tensor *tmp;
     if ((st = dp_binary(&tmp, op, a, b)))
         return st;
-    st = dp_copy_(dst, tmp);
+    st = dp_copy_into(dst, tmp);
     dp_tensor_release(tmp);
     return st;
 }
@@ -433,7 +434,7 @@ static dp_status scalar_tensor(dp_tensor **out, const dp_tensor *a, double s)
     return st;
 }
 
-dp_status dp_binary_scalar(dp_tensor **out, int op, dp_tensor *a, double s, int scalar_first)
+dp_status dp_binary_scalar(dp_tensor **out, dp_binop op, dp_tensor *a, double s, int scalar_first)
 {
     dp_tensor *st_;
     dp_status st = scalar_tensor(&st_, a, s);
@@ -444,7 +445,7 @@ dp_status dp_binary_scalar(dp_tensor **out, int op, dp_tensor *a, double s, int 
     return st;
 }
 
-dp_status dp_binary_scalar_into(dp_tensor *dst, int op, dp_tensor *a, double s, int scalar_first)
+dp_status dp_binary_scalar_into(dp_tensor *dst, dp_binop op, dp_tensor *a, double s, int scalar_first)
 {
     dp_tensor *st_;
     dp_status st = scalar_tensor(&st_, a, s);
@@ -531,14 +532,14 @@ dp_status dp_clamp_into(dp_tensor *dst, dp_tensor *a, double lo, double hi)
     dp_tensor *tmp;
     if ((st = dp_clamp(&tmp, a, lo, hi)))
         return st;
-    st = dp_copy_(dst, tmp);
+    st = dp_copy_into(dst, tmp);
     dp_tensor_release(tmp);
     return st;
 }
 
 /* ---------------------------------------------------------------- copy, fill, to */
 
-dp_status dp_copy_(dp_tensor *dst, dp_tensor *src)
+dp_status dp_copy_into(dp_tensor *dst, dp_tensor *src)
 {
     dp_tensor *e;
     dp_status st;
@@ -557,7 +558,7 @@ dp_status dp_copy_(dp_tensor *dst, dp_tensor *src)
     return st;
 }
 
-dp_status dp_fill_(dp_tensor *dst, double value)
+dp_status dp_fill_into(dp_tensor *dst, double value)
 {
     if (!dp_dtype_holds(dst->dtype, value))
         return dp_fail(DP_ERR_ARG, "fill_: value %g cannot be converted to %s without overflow", value,
@@ -568,19 +569,19 @@ dp_status dp_fill_(dp_tensor *dst, double value)
     return k_fill(dst, value);
 }
 
-dp_status dp_to(dp_tensor **out, dp_tensor *a, int dtype, int device)
+dp_status dp_to(dp_tensor **out, dp_tensor *a, dp_dtype dtype, int device)
 {
     if (dtype < 0 || dtype >= DP_NUM_DTYPES)
         return dp_fail(DP_ERR_DTYPE, "to: invalid dtype %d", dtype);
     if (device < DP_CPU)
         return dp_fail(DP_ERR_DEVICE, "to: invalid device %d", device);
-    if (dtype == a->dtype && device == a->device) {
+    if ((int)dtype == a->dtype && device == a->device) {
         dp_tensor_retain(a);
         *out = a;
         return DP_OK;
     }
     dp_status st = tensor_new(out, a->ndim, a->shape, dtype, device);
-    if (!st && (st = dp_copy_(*out, a))) {
+    if (!st && (st = dp_copy_into(*out, a))) {
         dp_tensor_release(*out);
         return st;
     }
@@ -702,14 +703,14 @@ static dp_status reduce_run(dp_tensor **values, dp_tensor **indices, int op, dp_
     return DP_OK;
 }
 
-dp_status dp_reduce(dp_tensor **out, int op, dp_tensor *a, int dim, int keepdim, int correction)
+dp_status dp_reduce(dp_tensor **out, dp_redop op, dp_tensor *a, int dim, int keepdim, int correction)
 {
     const char *fn = op >= 0 && op < DP_NUM_REDOPS ? redop_names[op] : "reduce";
     dp_status st = reduce_check(fn, op, a, &dim);
     return st ? st : reduce_run(out, NULL, op, a, dim, keepdim, correction);
 }
 
-dp_status dp_reduce_with_index(dp_tensor **values, dp_tensor **indices, int op, dp_tensor *a, int dim, int keepdim)
+dp_status dp_reduce_with_index(dp_tensor **values, dp_tensor **indices, dp_redop op, dp_tensor *a, int dim, int keepdim)
 {
     if (op != DP_MAX && op != DP_MIN)
         return dp_fail(DP_ERR_ARG, "reduce_with_index: only max and min return indices");

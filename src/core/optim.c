@@ -5,6 +5,8 @@
  * becomes a view of it) and get grad slots in one flat gradient buffer,
  * so that an optimizer step is a single pass and DDP buckets are slices.
  */
+#include "dplua_cuda.h"
+#include "dplua_internal.h"
 #include "core/autograd.h"
 #include "core/kernels.h"
 

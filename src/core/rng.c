@@ -80,20 +80,20 @@ static dp_status random_tensor(dp_tensor **out, int ndim, const int64_t *shape, 
     return st;
 }
 
-dp_status dp_rand(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device)
+dp_status dp_rand(dp_tensor **out, int ndim, const int64_t *shape, dp_dtype dtype, int device)
 {
     dp_status st = check_float("rand", dtype);
     return st ? st : random_tensor(out, ndim, shape, dtype, device, PHILOX_UNIFORM, 0, 0);
 }
 
-dp_status dp_randn(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device)
+dp_status dp_randn(dp_tensor **out, int ndim, const int64_t *shape, dp_dtype dtype, int device)
 {
     dp_status st = check_float("randn", dtype);
     return st ? st : random_tensor(out, ndim, shape, dtype, device, PHILOX_NORMAL, 0, 0);
 }
 
 dp_status dp_randint(dp_tensor **out, int64_t low, int64_t high, int ndim, const int64_t *shape,
-                     int dtype, int device)
+                     dp_dtype dtype, int device)
 {
     if (high <= low)
         return dp_fail(DP_ERR_ARG, "randint: expected low < high, got low=%lld, high=%lld",

@@ -2,6 +2,7 @@
  * tensor.c — storage and tensor lifetime, inspection, views and the
  * creation functions that need no kernels beyond a fill.
  */
+#include "dplua_internal.h"
 #include "core/autograd.h"
 #include "core/kernels.h"
 
@@ -676,7 +677,7 @@ dp_status dp_clone(dp_tensor **out, dp_tensor *a)
     dp_status st = tensor_new(out, a->ndim, a->shape, a->dtype, a->device);
     if (st)
         return st;
-    if ((st = dp_copy_(*out, a))) {
+    if ((st = dp_copy_into(*out, a))) {
         dp_tensor_release(*out);
         return st;
     }
@@ -700,7 +701,7 @@ dp_status dp_clone(dp_tensor **out, dp_tensor *a)
         }                                                 \
     } while (0)
 
-dp_status dp_empty(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device)
+dp_status dp_empty(dp_tensor **out, int ndim, const int64_t *shape, dp_dtype dtype, int device)
 {
     return tensor_new(out, ndim, shape, dtype, device);
 }
@@ -715,7 +716,7 @@ dp_status tensor_filled(dp_tensor **out, int ndim, const int64_t *shape, double 
     return st;
 }
 
-dp_status dp_full(dp_tensor **out, int ndim, const int64_t *shape, double value, int dtype, int device)
+dp_status dp_full(dp_tensor **out, int ndim, const int64_t *shape, double value, dp_dtype dtype, int device)
 {
     if (!dp_dtype_holds(dtype, value))
         return dp_fail(DP_ERR_ARG, "full: value %g cannot be converted to %s without overflow", value,
@@ -723,7 +724,7 @@ dp_status dp_full(dp_tensor **out, int ndim, const int64_t *shape, double value,
     return tensor_filled(out, ndim, shape, value, dtype, device);
 }
 
-dp_status dp_arange(dp_tensor **out, double start, double end, double step, int dtype, int device)
+dp_status dp_arange(dp_tensor **out, double start, double end, double step, dp_dtype dtype, int device)
 {
     FILL_ON_HOST(out, device, dtype, dp_arange(&host_, start, end, step, dtype, DP_CPU));
     if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
@@ -747,7 +748,7 @@ dp_status dp_arange(dp_tensor **out, double start, double end, double step, int 
     return DP_OK;
 }
 
-dp_status dp_linspace(dp_tensor **out, double start, double end, int64_t steps, int dtype, int device)
+dp_status dp_linspace(dp_tensor **out, double start, double end, int64_t steps, dp_dtype dtype, int device)
 {
     FILL_ON_HOST(out, device, dtype, dp_linspace(&host_, start, end, steps, dtype, DP_CPU));
     if (steps < 0)
@@ -768,7 +769,7 @@ dp_status dp_linspace(dp_tensor **out, double start, double end, int64_t steps, 
     return DP_OK;
 }
 
-dp_status dp_eye(dp_tensor **out, int64_t n, int64_t m, int dtype, int device)
+dp_status dp_eye(dp_tensor **out, int64_t n, int64_t m, dp_dtype dtype, int device)
 {
     FILL_ON_HOST(out, device, dtype, dp_eye(&host_, n, m, dtype, DP_CPU));
     int64_t shape[2] = { n, m < 0 ? n : m };

@@ -65,7 +65,7 @@ static dp_status launch(dp_ddp *d, ddp_bucket *b)
     dp_tensor *slice;
     dp_status st = slice_of(&slice, d->flat_grad, b->start, b->end);
     if (!st) {
-        st = dp_pg_all_reduce(d->pg, slice, DP_RED_AVG, &b->work);
+        st = dp_pg_all_reduce(d->pg, slice, DP_MEAN, &b->work);
         dp_tensor_release(slice);
     }
     return st;
@@ -113,7 +113,7 @@ static dp_status handle_unused(dp_ddp *d)
             continue;
         }
         dp_tensor *p = d->params[i];
-        dp_status st = p->grad ? DP_OK : dp_fill_(p->grad_slot, 0);
+        dp_status st = p->grad ? DP_OK : dp_fill_into(p->grad_slot, 0);
         if (st)
             return st;
         if (!p->grad) {

@@ -203,29 +203,29 @@ static void reduce_elems(void *c_, const void *a_, const void *b_, size_t n)
     typedef typename std::conditional<std::is_integral<T>::value, std::make_unsigned<T>, std::common_type<T>>::type::type U;
     for (size_t i = 0; i < n; i++) {
         switch (OP) {
-        case DP_RED_SUM: case DP_RED_AVG: c[i] = (T)((U)a[i] + (U)b[i]); break;
-        case DP_RED_PRODUCT: c[i] = (T)((U)a[i] * (U)b[i]); break;
-        case DP_RED_MAX: c[i] = std::max(a[i], b[i]); break;
-        case DP_RED_MIN: c[i] = std::min(a[i], b[i]); break;
+        case DP_SUM: case DP_MEAN: c[i] = (T)((U)a[i] + (U)b[i]); break;
+        case DP_PROD: c[i] = (T)((U)a[i] * (U)b[i]); break;
+        case DP_MAX: c[i] = std::max(a[i], b[i]); break;
+        case DP_MIN: c[i] = std::min(a[i], b[i]); break;
         }
     }
 }
 
 template <typename T>
-static reduce_fn reducer_of(int op)
+static reduce_fn reducer_of(dp_redop op)
 {
     switch (op) {
-    case DP_RED_SUM: case DP_RED_AVG: return reduce_elems<T, DP_RED_SUM>;
-    case DP_RED_PRODUCT: return reduce_elems<T, DP_RED_PRODUCT>;
-    case DP_RED_MAX: return reduce_elems<T, DP_RED_MAX>;
-    default: return reduce_elems<T, DP_RED_MIN>;
+    case DP_SUM: case DP_MEAN: return reduce_elems<T, DP_SUM>;
+    case DP_PROD: return reduce_elems<T, DP_PROD>;
+    case DP_MAX: return reduce_elems<T, DP_MAX>;
+    default: return reduce_elems<T, DP_MIN>;
     }
 }
 
 /* bool holds 0 or 1: OR is max, AND is min. */
-static int bool_op(int op)
+static dp_redop bool_op(dp_redop op)
 {
-    return op == DP_RED_SUM || op == DP_RED_MAX ? DP_RED_MAX : DP_RED_MIN;
+    return op == DP_SUM || op == DP_MAX ? DP_MAX : DP_MIN;
 }
 
 static float bf16_load(uint16_t v)
@@ -253,7 +253,7 @@ static uint16_t bf16_store(float f)
  * already as float. `buf` is reduced in place (all_reduce) or into `out`
  * (reduce: only the root's out holds the result). */
 template <typename T>
-static void allreduce_t(pg_gloo *g, T *buf, size_t n, int op, uint32_t tag)
+static void allreduce_t(pg_gloo *g, T *buf, size_t n, dp_redop op, uint32_t tag)
 {
     auto o = std::make_shared<gloo::AllreduceOptions>(g->ctx);
     o->setOutput(buf, n);
@@ -262,7 +262,7 @@ static void allreduce_t(pg_gloo *g, T *buf, size_t n, int op, uint32_t tag)
 }
 
 template <typename T>
-static void reduce_t(pg_gloo *g, T *in, T *out, size_t n, int root, int op, uint32_t tag)
+static void reduce_t(pg_gloo *g, T *in, T *out, size_t n, int root, dp_redop op, uint32_t tag)
 {
     auto o = std::make_shared<gloo::ReduceOptions>(g->ctx);
     o->setInput(in, n);
@@ -286,7 +286,7 @@ static void reducing_op(pg_gloo *g, const pg_op *op, T *in, T *out)
 {
     uint32_t tag = op_tag(op);
     size_t n = (size_t)op->count;
-    bool avg = op->redop == DP_RED_AVG;
+    bool avg = op->redop == DP_MEAN;
     switch (op->kind) {
     case PG_ALL_REDUCE:
         allreduce_t(g, out, n, op->redop, tag);

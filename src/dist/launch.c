@@ -1,6 +1,6 @@
 /*
  * launch.c — the launcher: starts the ranks of one node, watches them, and
- * ends them all when one fails (dp_launch_main in src/dplua.h, and
+ * ends them all when one fails (dp_launch_main in src/dplua_internal.h, and
  * docs/DISTRIBUTED.md).
  *
  * Each rank is this same program (/proc/self/exe) run on the script, with
@@ -22,6 +22,8 @@
 #endif
 
 #include "dplua.h"
+#include "dplua_cuda.h"
+#include "dplua_internal.h"
 #include "dist/process.h"
 
 #include <errno.h>

@@ -22,6 +22,7 @@
 
 #if defined(DP_HAVE_NCCL) && defined(DP_HAVE_CUDA)
 
+#include "dplua_cuda.h"
 #include "dist/pg.h"
 
 #include <cuda_runtime.h>
@@ -248,16 +249,16 @@ static ncclDataType_t nccl_dtype(int dtype)
 }
 
 /* bool holds 0 or 1: SUM and MAX are OR (max), PRODUCT and MIN are AND (min). */
-static ncclRedOp_t nccl_redop(int op, int dtype)
+static ncclRedOp_t nccl_redop(dp_redop op, int dtype)
 {
     if (dtype == DP_BOOL)
-        return op == DP_RED_SUM || op == DP_RED_MAX ? ncclMax : ncclMin;
+        return op == DP_SUM || op == DP_MAX ? ncclMax : ncclMin;
     switch (op) {
-    case DP_RED_AVG: return ncclAvg;
-    case DP_RED_MAX: return ncclMax;
-    case DP_RED_MIN: return ncclMin;
-    case DP_RED_PRODUCT: return ncclProd;
-    default: return ncclSum;
+    case DP_MEAN: return ncclAvg;
+    case DP_MAX: return ncclMax;
+    case DP_MIN: return ncclMin;
+    case DP_PROD: return ncclProd;
+    default: return ncclSum;   /* DP_SUM: pg.c lets no other op through */
     }
 }
 

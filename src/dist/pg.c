@@ -26,6 +26,7 @@
  */
 #include "config.h"
 
+#include "dplua_internal.h"
 #include "dist/pg_group.h"
 #include "dist/store.h"
 #include "core/tensor.h"
@@ -388,11 +389,15 @@ static dp_status check_pair(const dp_pg *pg, const char *fn, const dp_tensor *ou
     return DP_OK;
 }
 
-static dp_status check_redop(const char *fn, int op, int dtype)
+/* The reductions of collectives are PyTorch's ReduceOp: SUM, AVG
+ * (DP_MEAN), PRODUCT, MAX and MIN; dp_reduce's others (argmax, var...)
+ * have no meaning across ranks. */
+static dp_status check_redop(const char *fn, dp_redop op, int dtype)
 {
-    if (op < DP_RED_SUM || op > DP_RED_PRODUCT)
-        return dp_fail(DP_ERR_ARG, "%s: unknown reduce op %d (expected SUM, AVG, MAX, MIN or PRODUCT)", fn, op);
-    if (op == DP_RED_AVG && !dp_dtype_is_floating(dtype))
+    if (op != DP_SUM && op != DP_MEAN && op != DP_PROD && op != DP_MAX && op != DP_MIN)
+        return dp_fail(DP_ERR_ARG, "%s: reduce op %d is not a reduction of collectives (expected DP_SUM, DP_MEAN, "
+                       "DP_PROD, DP_MAX or DP_MIN: SUM, AVG, PRODUCT, MAX or MIN)", fn, (int)op);
+    if (op == DP_MEAN && !dp_dtype_is_floating(dtype))
         return dp_fail(DP_ERR_DTYPE, "%s: AVG needs a floating-point tensor, got %s (use SUM and divide)", fn,
                        dp_dtype_name(dtype));
     return DP_OK;
@@ -426,7 +431,7 @@ static pg_op op_of(int kind, const dp_tensor *t)
 /* all_reduce, broadcast and reduce: in place on one tensor. The root is
  * checked where the op has one, the reduction where it reduces; the
  * caller passes 0 for what its op lacks. */
-static dp_status in_place(dp_pg *pg, int kind, dp_tensor *t, int root, int redop, dp_work **work)
+static dp_status in_place(dp_pg *pg, int kind, dp_tensor *t, int root, dp_redop redop, dp_work **work)
 {
     const char *fn = pg_kind_names[kind];
     dp_status st = check_tensor(pg, fn, t, "");
@@ -442,24 +447,24 @@ static dp_status in_place(dp_pg *pg, int kind, dp_tensor *t, int root, int redop
     return submit(pg, &o, t, NULL, work);
 }
 
-dp_status dp_pg_all_reduce(dp_pg *pg, dp_tensor *t, int op, dp_work **work)
+dp_status dp_pg_all_reduce(dp_pg *pg, dp_tensor *t, dp_redop op, dp_work **work)
 {
     return in_place(pg, PG_ALL_REDUCE, t, 0, op, work);
 }
 
 dp_status dp_pg_broadcast(dp_pg *pg, dp_tensor *t, int root, dp_work **work)
 {
-    return in_place(pg, PG_BROADCAST, t, root, 0, work);
+    return in_place(pg, PG_BROADCAST, t, root, DP_SUM, work);
 }
 
-dp_status dp_pg_reduce(dp_pg *pg, dp_tensor *t, int root, int op, dp_work **work)
+dp_status dp_pg_reduce(dp_pg *pg, dp_tensor *t, int root, dp_redop op, dp_work **work)
 {
     return in_place(pg, PG_REDUCE, t, root, op, work);
 }
 
 /* all_gather and reduce_scatter: one tensor holds a part per rank (the
  * whole: all_gather's output, reduce_scatter's input), the other one part. */
-static dp_status by_parts(dp_pg *pg, int kind, dp_tensor *out, dp_tensor *in, int redop, dp_work **work)
+static dp_status by_parts(dp_pg *pg, int kind, dp_tensor *out, dp_tensor *in, dp_redop redop, dp_work **work)
 {
     const char *fn = pg_kind_names[kind];
     int gather = kind == PG_ALL_GATHER;
@@ -483,10 +488,10 @@ static dp_status by_parts(dp_pg *pg, int kind, dp_tensor *out, dp_tensor *in, in
 
 dp_status dp_pg_all_gather(dp_pg *pg, dp_tensor *out, dp_tensor *in, dp_work **work)
 {
-    return by_parts(pg, PG_ALL_GATHER, out, in, 0, work);
+    return by_parts(pg, PG_ALL_GATHER, out, in, DP_SUM, work);
 }
 
-dp_status dp_pg_reduce_scatter(dp_pg *pg, dp_tensor *out, dp_tensor *in, int op, dp_work **work)
+dp_status dp_pg_reduce_scatter(dp_pg *pg, dp_tensor *out, dp_tensor *in, dp_redop op, dp_work **work)
 {
     return by_parts(pg, PG_REDUCE_SCATTER, out, in, op, work);
 }

@@ -30,15 +30,15 @@ enum pg_kind {
  *   reduce_scatter: in size * count, out count
  *   all_to_all:     in and out size * count (count per peer)
  * root is a group rank: the broadcast/reduce root, the send destination or
- * the recv source. AVG on an integer dtype never reaches a backend. */
+ * the recv source. DP_MEAN (AVG) on an integer dtype never reaches a backend. */
 typedef struct pg_op {
     int kind;
-    int dtype;
+    dp_dtype dtype;
     int device;     /* DP_CPU or the CUDA device of the tensors */
     int64_t count;
     void *in, *out;
     int root;
-    int redop;      /* dp_redop_dist */
+    dp_redop redop; /* DP_SUM, DP_MEAN, DP_PROD, DP_MAX or DP_MIN */
     int tag;        /* send/recv */
     uint64_t seq;   /* 1-based collective number; 0 for send/recv */
 } pg_op;

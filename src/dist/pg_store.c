@@ -36,7 +36,10 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *const redop_names[] = { "SUM", "AVG", "MAX", "MIN", "PRODUCT" };
+/* PyTorch's names of the reductions that collectives take */
+static const char *const redop_names[DP_NUM_REDOPS] = {
+    [DP_SUM] = "SUM", [DP_MEAN] = "AVG", [DP_PROD] = "PRODUCT", [DP_MAX] = "MAX", [DP_MIN] = "MIN",
+};
 
 static double now_s(void)
 {

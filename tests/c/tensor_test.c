@@ -524,9 +524,9 @@ static void test_indexing(void)
     OK(dp_clamp(&cl, a, 2, NAN) == DP_OK && values_are(cl, 6, (double[]){ 2, 2, 3, 4, 5, 6 }, 0),
        "clamp(2, NaN): a lower bound only");
     dp_tensor *row = NULL;
-    OK(dp_select(&row, a, 0, 0) == DP_OK && dp_fill_(row, 9) == DP_OK &&
+    OK(dp_select(&row, a, 0, 0) == DP_OK && dp_fill_into(row, 9) == DP_OK &&
        values_are(a, 6, (double[]){ 9, 9, 9, 4, 5, 6 }, 0), "fill_ through a view writes the base");
-    OK(dp_copy_(row, cl) != DP_OK, "copy_ of a 2x3 into a row of 3 is refused");
+    OK(dp_copy_into(row, cl) != DP_OK, "copy_ of a 2x3 into a row of 3 is refused");
     release(10, a, idx, g, gi, cond, w, z, cl, row, NULL);
 }
 
@@ -589,13 +589,13 @@ static void test_autograd(void)
 
     /* a tensor that requires grad cannot be modified in place, except
      * under no_grad, and then a graph that saved it refuses to backward */
-    OK(dp_fill_(x, 0) == DP_ERR_STATE && dp_unary_into(x, DP_NEG, x) == DP_ERR_STATE,
+    OK(dp_fill_into(x, 0) == DP_ERR_STATE && dp_unary_into(x, DP_NEG, x) == DP_ERR_STATE,
        "an in-place op on a leaf that requires grad is DP_ERR_STATE");
     dp_tensor *sq2 = NULL, *y2 = NULL;
     dp_binary(&sq2, DP_MUL, x, x);
     dp_reduce(&y2, DP_SUM, sq2, DP_ALL_DIMS, 0, 0);
     was = dp_set_grad_enabled(0);
-    OK(dp_fill_(x, 1) == DP_OK, "fill_ of the leaf under no_grad");
+    OK(dp_fill_into(x, 1) == DP_OK, "fill_ of the leaf under no_grad");
     dp_set_grad_enabled(was);
     OK(dp_backward(y2, NULL, 0) == DP_ERR_STATE && error_mentions("modified", NULL),
        "backward through a graph whose saved tensor was modified is DP_ERR_STATE: %s", dp_last_error());

@@ -31,8 +31,9 @@ local function now()
 end
 local function sleep(s) C.usleep(math.floor(s * 1e6)) end
 
-local SUM, AVG, MAX, MIN, PRODUCT = 0, 1, 2, 3, 4
-local op_names = { [0] = "SUM", "AVG", "MAX", "MIN", "PRODUCT" }
+-- the reductions that collectives take, dplua.h's dp_redop (AVG is DP_MEAN)
+local SUM, AVG, MAX, MIN, PRODUCT = C.DP_SUM, C.DP_MEAN, C.DP_MAX, C.DP_MIN, C.DP_PROD
+local op_names = { [SUM] = "SUM", [AVG] = "AVG", [MAX] = "MAX", [MIN] = "MIN", [PRODUCT] = "PRODUCT" }
 local dtypes = { "float32", "float64", "int64", "int32", "uint8", "bool", "bfloat16" }
 local floating = { float32 = true, float64 = true, bfloat16 = true }
 
@@ -292,7 +293,7 @@ function S.ops()
   local n, issued = 6, 0
   local function call(st, name) issued = issued + 1; return check_call(st, name) end
   for _, dt in ipairs(dtypes) do
-    for op = SUM, PRODUCT do
+    for _, op in ipairs({ SUM, AVG, MAX, MIN, PRODUCT }) do
       if op ~= AVG or floating[dt] then
         local t = tensor(dt, input(dt, rank, n, op))
         if call(C.dp_pg_all_reduce(pg, t.p, op, nil), ("all_reduce %s %s"):format(dt, op_names[op])) then
@@ -392,7 +393,11 @@ function S.ops()
       "all_gather: the output is float64 but the input is float32" },
     { function() return C.dp_pg_broadcast(pg, t.p, world, nil) end, "broadcast: root " .. world .. " is out of range" },
     { function() return C.dp_pg_all_reduce(pg, torch.ones(2, 3):t().p, SUM, nil) end, "must be contiguous" },
-    { function() return C.dp_pg_all_reduce(pg, t.p, 9, nil) end, "unknown reduce op 9" },
+    { function() return C.dp_pg_all_reduce(pg, t.p, C.DP_ARGMAX, nil) end,
+      "all_reduce: reduce op " .. tonumber(C.DP_ARGMAX) .. " is not a reduction of collectives (expected DP_SUM" },
+    { function() return C.dp_pg_reduce_scatter(pg, t.p, torch.ones(4 * world).p, C.DP_VAR, nil) end,
+      "reduce_scatter: reduce op " .. tonumber(C.DP_VAR) .. " is not a reduction of collectives" },
+    { function() return C.dp_pg_all_reduce(pg, t.p, 99, nil) end, "all_reduce: reduce op 99 is not a reduction" },
     { function() return C.dp_pg_send(pg, t.p, rank, 0) end, "cannot send to itself" },
     { function() return C.dp_pg_recv(pg, t.p, world, 0) end, "recv: source " .. world .. " is out of range" },
     { function() return C.dp_pg_all_to_all(pg, torch.ones(3 * world + 1).p, torch.ones(3 * world + 1).p, nil) end,

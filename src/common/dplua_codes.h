@@ -1,19 +1,16 @@
 /*
- * codes.h — the dtype and op codes of src/dplua.h, for the code that must
- * not include the public header: the CUDA kernels (cuda/), which take
- * dtypes and ops as these numbers.
+ * dplua_codes.h — the dtype and op codes of dplua's C API, in their one
+ * place. dplua.h includes this header (it is installed beside it); the
+ * CUDA kernels (cuda/), which must not include the public header, take
+ * dtypes and ops as these numbers and include it alone.
  *
- * src/dplua.h is the source of truth: the enums below are copies of its
- * enums, line for line, and tests/sh/test_layers.sh fails when they differ.
- * A file that includes both includes dplua.h first (src/core/tensor.h
- * does) and gets the codes from there: the guard below keeps them defined
- * once.
+ * Plain C without macros between the DP_CDEF markers: scripts/gen-cdef
+ * copies that part into LuaJIT's ffi.cdef. Enums are only ever appended to.
  */
-#ifndef DP_COMMON_CODES_H
-#define DP_COMMON_CODES_H
+#ifndef DPLUA_CODES_H
+#define DPLUA_CODES_H
 
-#ifndef DPLUA_H
-
+/* DP_CDEF_BEGIN */
 typedef enum {
     DP_FLOAT32 = 0,
     DP_FLOAT64,
@@ -40,11 +37,13 @@ typedef enum {
     DP_NUM_BINOPS
 } dp_binop;
 
+/* Reductions of dp_reduce, and of the process groups' collectives, which
+ * take DP_SUM, DP_MEAN (PyTorch's AVG), DP_PROD, DP_MAX and DP_MIN. */
 typedef enum {
     DP_SUM = 0, DP_MEAN, DP_PROD, DP_MAX, DP_MIN, DP_ARGMAX, DP_ARGMIN,
     DP_VAR, DP_STD, DP_ALL, DP_ANY,
     DP_NUM_REDOPS
 } dp_redop;
+/* DP_CDEF_END */
 
-#endif /* DPLUA_H */
-#endif /* DP_COMMON_CODES_H */
+#endif /* DPLUA_CODES_H */

@@ -1,0 +1,73 @@
+/*
+ * dplua_internal.h — functions that libdplua.so exports for the dplua
+ * program and its Lua library only: the Lua binding's tensor box and
+ * collection, the optimizers' bucket check, the deferred Linear's
+ * switches and counters that tests read, the launcher and `dplua env`.
+ * Not installed and not part of the C API: they change with the program.
+ *
+ * The Lua library reaches them through ffi.C like the rest, so they are
+ * DP_API and between the DP_CDEF markers (plain C, see dplua.h).
+ */
+#ifndef DPLUA_INTERNAL_H
+#define DPLUA_INTERNAL_H
+
+#include "dplua.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* DP_CDEF_BEGIN */
+/* The Lua binding's tensor object: a box whose finalizer is this C
+ * function, so that collecting a tensor runs no Lua code. */
+typedef struct dp_tensor_box { dp_tensor *p; } dp_tensor_box;
+DP_API void dp_tensor_box_release(dp_tensor_box *box);
+
+/* Memory pressure: tensors are freed by Lua's GC, which does not see their
+ * size; the binding collects when this says enough was allocated. */
+DP_API int dp_gc_wanted(void);
+DP_API void dp_gc_done(double lua_heap_kb);   /* after the collection: collectgarbage("count") */
+
+/* How many ReLU backwards were folded into the backward of the layer after
+ * them (see ag_offered_mask in src/core/autograd.h) since the start: for
+ * tests, and to see whether a model's ReLUs fold. */
+DP_API int64_t dp_relu_backwards_folded(void);
+
+/* An optimizer bucket's check before its fused step: every parameter
+ * must still be the view at offsets[j] of flat_param (an error naming fn
+ * otherwise); *any: some parameter has a gradient; *all: every one has,
+ * and each is its slot at offsets[j] of flat_grad. */
+DP_API dp_status dp_flat_grad_status(const char *fn, dp_tensor *flat_param, dp_tensor *flat_grad, int n,
+                                     dp_tensor *const *params, const int64_t *offsets, int *all, int *any);
+
+/* The deferred Linear (src/core/gpu_linear.c, "deferred launches"): how
+ * many times a small Linear and the ReLU or GELU after it ran as one
+ * launch; whether small Linears wait to share a launch (on by default;
+ * tests turn it off to compare with each op's own launch); and launching
+ * the waiting work now, before work that another thread will queue (a
+ * process group's collectives) or a raw pointer leaves for Lua. */
+DP_API int64_t dp_cuda_linear_fusions(void);
+DP_API void dp_cuda_set_deferral(int on);
+DP_API void dp_cuda_launch_deferred(void);
+
+/* The launcher, `dplua --nproc_per_node=N script.lua args...`
+ * (src/dist/launch.c, docs/DISTRIBUTED.md): starts the ranks of this node
+ * and ends them all when one fails. argv[0] is the program, argv[1] the
+ * first launcher flag. Returns the exit status: 0 when every rank exited
+ * 0; the status of the first rank that failed (128 + signal number when a
+ * signal killed it); 128 + the signal when the launcher was interrupted;
+ * 2 for a bad command line; 1 when the ranks could not be started. */
+DP_API int dp_launch_main(int argc, char **argv);
+DP_API int dp_launch_is_flag(const char *arg);   /* "--nproc-per-node=4", "--tee": '_' or '-' */
+
+/* `dplua env`: the libraries and devices of this build, one fact at a
+ * time ("CUDA runtime", "13.0"), values that say why when something is
+ * missing; never fails. */
+typedef void (*dp_fact_fn)(const char *key, const char *value, void *ctx);
+DP_API void dp_env_facts(dp_fact_fn fn, void *ctx);
+/* DP_CDEF_END */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DPLUA_INTERNAL_H */
