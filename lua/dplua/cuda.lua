@@ -38,7 +38,7 @@ torch.cuda = {
 torch._current_cuda_device = function() return current_device end
 -- how many launches the waiting of small Linears saved: forwards run in
 -- one launch with the ReLU, GELU or cross-entropy after them, and
--- backwards chained with the layer before's (src/core/gpu.c, "deferred
+-- backwards chained with the layer before's (src/core/gpu_linear.c, "deferred
 -- launches"): for tests and benchmarks
 torch.cuda._linear_fusions = function() return tonumber(C.dp_cuda_linear_fusions()) end
 -- for tests: with false, every op launches on its own
