@@ -287,16 +287,12 @@ template <int DT, int G>
 __global__ static void ce_kernel(ce_args r)
 {
     begin_after_previous_kernel();
-    __shared__ double sv[RED_THREADS / 32];
-    __shared__ int64_t si[RED_THREADS / 32];
-    const int per_block = RED_THREADS / G;
-    int grp = threadIdx.x / G, lane = threadIdx.x % G;
-    for (int64_t base = (int64_t)blockIdx.x * per_block; base < r.N; base += (int64_t)gridDim.x * per_block) {
-        int64_t i = base + grp;
+    const int lane = threadIdx.x % G;
+    for_group_positions<G>(r.N, [&](int64_t i, double *sv, int64_t *si) {
         ce_row o = ce_row_loss<DT, G>(r, i, ce_target(r, i), lane, sv, si);
         if (o.live && lane == 0)
             r.rows[i] = o.loss;
-    }
+    });
 }
 
 /* v as stored in the dtype and read back (rounded to bfloat16 where it is). */
@@ -830,7 +826,7 @@ extern "C" int dpc_cross_entropy_backward(int dtype, int64_t N, int64_t C, void 
                       !log_probs && smoothing > 0 && weight != NULL, (const char *)g, reduction, denom };
     int64_t grid = CEIL_DIV(N * C, (int64_t)RED_THREADS);
     /* every block sums the C weights once: fewer, fuller blocks then */
-    int64_t cap = r.need_wall ? 1024 : RED_MAX_BLOCKS;
+    int64_t cap = r.need_wall ? 1024 : DPC_MAX_BLOCKS;
     if (grid > cap)
         grid = cap;
     return with_float_dtype(dtype, [&](auto d) {

@@ -162,9 +162,7 @@ extern "C" int dpc_nccl_version(void)
 __global__ static void fill_f32_kernel(float *dst, float value, int64_t n)
 {
     begin_after_previous_kernel();
-    int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        dst[i] = value;
+    grid_stride_loop(n, [&](int64_t i) { dst[i] = value; });
 }
 
 /* cudaGetDevice's numbers this file remembers facts for */
@@ -205,8 +203,5 @@ extern "C" int dpc_fill_f32(float *dst, float value, int64_t n, void *stream)
         return (int)cudaErrorInvalidValue;
     if (n == 0)
         return 0;
-    int64_t grid = CEIL_DIV(n, (int64_t)block);
-    if (grid > DPC_MAX_BLOCKS)
-        grid = DPC_MAX_BLOCKS;
-    return launch_kernel(fill_f32_kernel, (unsigned)grid, block, (cudaStream_t)stream, dst, value, n);
+    return launch_kernel(fill_f32_kernel, grid_stride_blocks(n, block), block, (cudaStream_t)stream, dst, value, n);
 }

@@ -37,8 +37,6 @@
 #include "launch.cuh"
 
 #define EW_THREADS 256
-/* Past this many blocks the grid-stride loop does the rest. */
-#define EW_MAX_BLOCKS 65536
 
 /* ------------------------------------------------------------------------ */
 /* dtypes: storage, compute type and the conversions of src/core/dtype.c     */
@@ -115,8 +113,7 @@ template <int N, bool FLAT, class F>
 __global__ static void ew_kernel(dpc_iter<N> it, int64_t n, F f)
 {
     begin_after_previous_kernel();
-    int64_t step = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+    grid_stride_loop(n, [&](int64_t i) {
         char *p[N];
         if (FLAT) {
 #pragma unroll
@@ -126,7 +123,7 @@ __global__ static void ew_kernel(dpc_iter<N> it, int64_t n, F f)
             iter_ptrs<N>(it, i, p);
         }
         f(p);
-    }
+    });
 }
 
 namespace {   /* file-local types: no clash with another file's of the same name */
@@ -228,17 +225,47 @@ static int ew_launch(const dpc_shape &s, const dpc_operand *ops, const size_t *e
     cudaStream_t st = (cudaStream_t)stream;
     if constexpr (ES > 0) {
         if (ew_vectors<N, ES>(it, es)) {
-            int64_t threads = n / (16 / ES) > 0 ? n / (16 / ES) : 1, grid = CEIL_DIV(threads, (int64_t)EW_THREADS);
-            return launch_kernel(ew_vec_kernel<N, ES, F>, (unsigned)(grid > EW_MAX_BLOCKS ? EW_MAX_BLOCKS : grid),
-                                 EW_THREADS, st, it, n, f);
+            int64_t threads = n / (16 / ES) > 0 ? n / (16 / ES) : 1;
+            return launch_kernel(ew_vec_kernel<N, ES, F>, grid_stride_blocks(threads, EW_THREADS), EW_THREADS, st, it,
+                                 n, f);
         }
     }
-    int64_t grid = CEIL_DIV(n, (int64_t)EW_THREADS);
-    if (grid > EW_MAX_BLOCKS)
-        grid = EW_MAX_BLOCKS;
+    unsigned grid = grid_stride_blocks(n, EW_THREADS);
     if (it.ndim <= 1)
-        return launch_kernel(ew_kernel<N, true, F>, (unsigned)grid, EW_THREADS, st, it, n, f);
-    return launch_kernel(ew_kernel<N, false, F>, (unsigned)grid, EW_THREADS, st, it, n, f);
+        return launch_kernel(ew_kernel<N, true, F>, grid, EW_THREADS, st, it, n, f);
+    return launch_kernel(ew_kernel<N, false, F>, grid, EW_THREADS, st, it, n, f);
+}
+
+namespace {   /* file-local types: no clash with another file's of the same name */
+/* A list of op codes: with(op, fn) is fn(integral_constant<int, op>())
+ * for an op of the list, else DPC_UNSUPPORTED. */
+template <int... OPS> struct op_list {
+    template <class Fn> static int with(int op, Fn fn)
+    {
+        int rc = DPC_UNSUPPORTED;
+        (void)(... || (op == OPS && ((rc = fn(std::integral_constant<int, OPS>())), true)));
+        return rc;
+    }
+};
+}  // namespace
+
+/* The kernel functor F<T, OP> for the op `op` of the op_list Ops on the
+ * dtype struct T of `dtype`, run over the shape for N operands; a pair
+ * that F<T, OP>::ok refuses, or an op not in the list, is
+ * DPC_UNSUPPORTED. F<T, OP>::es() is ew_launch's ES. */
+template <template <class, int> class F, class Ops, int N>
+static int ew_launch_op(int dtype, int op, const dpc_shape &s, const dpc_operand *ops, const size_t *es, void *stream)
+{
+    return with_dtype(dtype, [&](auto t) {
+        typedef std::decay_t<decltype(t)> T;   /* nvcc's host pass sees a reference type here */
+        return Ops::with(op, [&](auto o) {
+            typedef F<T, std::decay_t<decltype(o)>::value> Fn;
+            if constexpr (!Fn::ok)
+                return DPC_UNSUPPORTED;
+            else
+                return ew_launch<N, Fn::es()>(s, ops, es, Fn(), stream);
+        });
+    });
 }
 
 /* ------------------------------------------------------------------------ */
@@ -364,6 +391,11 @@ template <class T, int OP> __device__ static inline typename T::C unary_int(type
 
 namespace {   /* file-local types: no clash with another file's of the same name */
 template <class T, int OP> struct unary_f {
+    static constexpr bool ok = unary_ok(OP, T::kind);
+    static constexpr int es()
+    {
+        return one_size<std::conditional_t<OP == DP_LOGICAL_NOT, uint8_t, typename T::S>, typename T::S>();
+    }
     __device__ void operator()(char *const *p) const
     {
         typename T::C x = T::load(p[1]);
@@ -375,20 +407,13 @@ template <class T, int OP> struct unary_f {
             T::store(p[0], unary_int<T, OP>(x));
     }
 };
-}  // namespace
 
-#define UNOP_CASE(OP) case OP: return fn(std::integral_constant<int, OP>());
-template <class Fn> static int with_unop(int op, Fn fn)
-{
-    switch (op) {
-    UNOP_CASE(DP_NEG) UNOP_CASE(DP_ABS) UNOP_CASE(DP_EXP) UNOP_CASE(DP_LOG) UNOP_CASE(DP_SQRT)
-    UNOP_CASE(DP_RSQRT) UNOP_CASE(DP_TANH) UNOP_CASE(DP_SIGMOID) UNOP_CASE(DP_RELU)
-    UNOP_CASE(DP_GELU) UNOP_CASE(DP_SIN) UNOP_CASE(DP_COS) UNOP_CASE(DP_SIGN) UNOP_CASE(DP_FLOOR)
-    UNOP_CASE(DP_CEIL) UNOP_CASE(DP_ROUND) UNOP_CASE(DP_RECIPROCAL) UNOP_CASE(DP_LOG1P)
-    UNOP_CASE(DP_EXPM1) UNOP_CASE(DP_LOGICAL_NOT) UNOP_CASE(DP_SQUARE) UNOP_CASE(DP_GELU_TANH)
-    }
-    return DPC_UNSUPPORTED;
-}
+/* the unary ops, for ew_launch_op */
+typedef op_list<DP_NEG, DP_ABS, DP_EXP, DP_LOG, DP_SQRT, DP_RSQRT, DP_TANH, DP_SIGMOID, DP_RELU, DP_GELU, DP_SIN,
+                DP_COS, DP_SIGN, DP_FLOOR, DP_CEIL, DP_ROUND, DP_RECIPROCAL, DP_LOG1P, DP_EXPM1, DP_LOGICAL_NOT,
+                DP_SQUARE, DP_GELU_TANH>
+    unops;
+}  // namespace
 
 extern "C" int dpc_unary(int op, int in_dtype, int out_dtype, dpc_shape s, dpc_operand out, dpc_operand a,
                          void *stream)
@@ -397,17 +422,7 @@ extern "C" int dpc_unary(int op, int in_dtype, int out_dtype, dpc_shape s, dpc_o
         return DPC_UNSUPPORTED;
     dpc_operand ops[2] = { out, a };
     size_t es[2] = { dt_size(out_dtype), dt_size(in_dtype) };
-    return with_dtype(in_dtype, [&](auto t) {
-        typedef decltype(t) T;
-        return with_unop(op, [&](auto o) {
-            constexpr int OP = decltype(o)::value;
-            if constexpr (!unary_ok(OP, T::kind))
-                return DPC_UNSUPPORTED;
-            else
-                return ew_launch<2, one_size<std::conditional_t<OP == DP_LOGICAL_NOT, uint8_t, typename T::S>,
-                                             typename T::S>()>(s, ops, es, unary_f<T, OP>(), stream);
-        });
-    });
+    return ew_launch_op<unary_f, unops, 2>(in_dtype, op, s, ops, es, stream);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -428,6 +443,8 @@ __host__ __device__ constexpr bool unary_bwd_ok(int op)
 
 namespace {   /* file-local types: no clash with another file's of the same name */
 template <class T, int OP> struct unary_bwd_f {
+    static constexpr bool ok = T::kind == K_FLOAT && unary_bwd_ok(OP);
+    static constexpr int es() { return (int)sizeof(typename T::S); }
     __device__ void operator()(char *const *p) const
     {
         typedef typename T::C C;
@@ -473,16 +490,7 @@ extern "C" int dpc_unary_backward(int op, int dtype, dpc_shape s, dpc_operand dx
         return dpc_fill(dtype, s, dx, 0.0, stream);  /* piecewise-constant ops: zero gradient */
     dpc_operand ops[4] = { dx, g, x, y };
     size_t e = dt_size(dtype), es[4] = { e, e, e, e };
-    return with_dtype(dtype, [&](auto t) {
-        typedef decltype(t) T;
-        return with_unop(op, [&](auto o) {
-            constexpr int OP = decltype(o)::value;
-            if constexpr (T::kind != K_FLOAT || !unary_bwd_ok(OP))
-                return DPC_UNSUPPORTED;
-            else
-                return ew_launch<4, (int)sizeof(typename T::S)>(s, ops, es, unary_bwd_f<T, OP>(), stream);
-        });
-    });
+    return ew_launch_op<unary_bwd_f, unops, 4>(dtype, op, s, ops, es, stream);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -563,6 +571,11 @@ template <class T, int OP> __device__ static inline bool binary_test(typename T:
 
 namespace {   /* file-local types: no clash with another file's of the same name */
 template <class T, int OP> struct binary_f {
+    static constexpr bool ok = binary_ok(OP, T::kind);
+    static constexpr int es()
+    {
+        return one_size<std::conditional_t<binary_is_bool(OP), uint8_t, typename T::S>, typename T::S>();
+    }
     __device__ void operator()(char *const *p) const
     {
         typename T::C a = T::load(p[1]), b = T::load(p[2]);
@@ -576,19 +589,12 @@ template <class T, int OP> struct binary_f {
             T::store(p[0], binary_b8<OP>(a, b));
     }
 };
-}  // namespace
 
-#define BINOP_CASE(OP) case OP: return fn(std::integral_constant<int, OP>());
-template <class Fn> static int with_binop(int op, Fn fn)
-{
-    switch (op) {
-    BINOP_CASE(DP_ADD) BINOP_CASE(DP_SUB) BINOP_CASE(DP_MUL) BINOP_CASE(DP_DIV) BINOP_CASE(DP_POW)
-    BINOP_CASE(DP_MAXIMUM) BINOP_CASE(DP_MINIMUM) BINOP_CASE(DP_EQ) BINOP_CASE(DP_NE) BINOP_CASE(DP_LT)
-    BINOP_CASE(DP_LE) BINOP_CASE(DP_GT) BINOP_CASE(DP_GE) BINOP_CASE(DP_REMAINDER) BINOP_CASE(DP_ATAN2)
-    BINOP_CASE(DP_LOGICAL_AND) BINOP_CASE(DP_LOGICAL_OR)
-    }
-    return DPC_UNSUPPORTED;
-}
+/* the binary ops, for ew_launch_op */
+typedef op_list<DP_ADD, DP_SUB, DP_MUL, DP_DIV, DP_POW, DP_MAXIMUM, DP_MINIMUM, DP_EQ, DP_NE, DP_LT, DP_LE, DP_GT,
+                DP_GE, DP_REMAINDER, DP_ATAN2, DP_LOGICAL_AND, DP_LOGICAL_OR>
+    binops;
+}  // namespace
 
 extern "C" int dpc_binary(int op, int dtype, int out_dtype, dpc_shape s, dpc_operand out, dpc_operand a,
                           dpc_operand b, void *stream)
@@ -597,17 +603,7 @@ extern "C" int dpc_binary(int op, int dtype, int out_dtype, dpc_shape s, dpc_ope
         return DPC_UNSUPPORTED;
     dpc_operand ops[3] = { out, a, b };
     size_t es[3] = { dt_size(out_dtype), dt_size(dtype), dt_size(dtype) };
-    return with_dtype(dtype, [&](auto t) {
-        typedef decltype(t) T;
-        return with_binop(op, [&](auto o) {
-            constexpr int OP = decltype(o)::value;
-            if constexpr (!binary_ok(OP, T::kind))
-                return DPC_UNSUPPORTED;
-            else
-                return ew_launch<3, one_size<std::conditional_t<binary_is_bool(OP), uint8_t, typename T::S>,
-                                             typename T::S>()>(s, ops, es, binary_f<T, OP>(), stream);
-        });
-    });
+    return ew_launch_op<binary_f, binops, 3>(dtype, op, s, ops, es, stream);
 }
 
 /* ------------------------------------------------------------------------ */

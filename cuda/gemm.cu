@@ -50,24 +50,21 @@ __global__ static void scale_bias_kernel(T *C, int64_t ldc, int64_t stride_c, in
                                          Acc beta, const T *bias, int epilogue, T *aux)
 {
     begin_after_previous_kernel();
-    int64_t total = batch * m * n, stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+    grid_stride_loop(batch * m * n, [&](int64_t e) {
         int64_t j = e % n, i = (e / n) % m, b = e / (n * m);
         T *p = C + b * stride_c + i * ldc + j;
         Acc v = beta == (Acc)0 ? (Acc)0 : beta * to_acc(*p);
         if (bias)
             v = v + to_acc(bias[j]);
         store(p, activate(epilogue, v, aux ? aux + i * ldc + j : (T *)NULL));
-    }
+    });
 }
 
 template <typename T, typename Acc>
 static int scale_bias_launch(const gemm_args &g, double beta, bool with_bias)
 {
-    int64_t total = g.batch * g.m * g.n, grid = CEIL_DIV(total, (int64_t)GEMM_BLOCK);
-    if (grid > DPC_MAX_BLOCKS)
-        grid = DPC_MAX_BLOCKS;
-    return launch_kernel(scale_bias_kernel<T, Acc>, (unsigned)grid, GEMM_BLOCK, g.stream, (T *)g.C, g.ldc,
+    unsigned grid = grid_stride_blocks(g.batch * g.m * g.n, GEMM_BLOCK);
+    return launch_kernel(scale_bias_kernel<T, Acc>, grid, GEMM_BLOCK, g.stream, (T *)g.C, g.ldc,
                          g.stride_c, g.batch, g.m, g.n, (Acc)beta,
                          with_bias && g.epilogue != DPC_EPI_BGRAD ? (const T *)g.bias : NULL, g.epilogue,
                          (T *)g.aux);

@@ -32,8 +32,7 @@
 
 static unsigned grid_for(int64_t n)
 {
-    int64_t grid = CEIL_DIV(n, (int64_t)INDEX_BLOCK);
-    return (unsigned)(grid > DPC_MAX_BLOCKS ? DPC_MAX_BLOCKS : grid);
+    return grid_stride_blocks(n, INDEX_BLOCK);
 }
 
 /* Calls fn(T()) for the element type of a floating dtype. */
@@ -66,6 +65,15 @@ static bool fold_type_ok(int dtype)
     return dtype == DP_FLOAT32 || dtype == DP_FLOAT64 || dtype == DP_BFLOAT16;
 }
 
+/* The elements of index_select's output (index_add's source): -1 for a
+ * negative size, 0 when there is nothing to do. */
+static int64_t index_total(int64_t outer, int64_t size, int64_t inner, int64_t n)
+{
+    if (outer < 0 || size < 0 || inner < 0 || n < 0)
+        return -1;
+    return outer * n * inner;
+}
+
 /* ------------------------------------------------------------------------ */
 /* index_select                                                              */
 /* ------------------------------------------------------------------------ */
@@ -77,16 +85,15 @@ __global__ static void index_select_kernel(int64_t outer, int64_t size, int64_t 
                                            const int64_t *index, int64_t n, T *out, dpc_kernel_error *err)
 {
     begin_after_previous_kernel();
-    int64_t total = outer * n * inner, stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+    grid_stride_loop(outer * n * inner, [&](int64_t e) {
         int64_t j = e % inner, i = (e / inner) % n, o = e / (inner * n);
         int64_t v = index[i];
         if (v < 0 || v >= size) {
             kernel_error(err, DPC_KERR_INDEX_SELECT, v, size);
-            continue;
+            return;
         }
         out[e] = a[(o * size + v) * inner + j];
-    }
+    });
 }
 
 /* Any dtype: the copy moves 1, 2, 4 or 8 bytes per element. Positions of
@@ -94,16 +101,15 @@ __global__ static void index_select_kernel(int64_t outer, int64_t size, int64_t 
 extern "C" int dpc_index_select(int dtype, int64_t outer, int64_t size, int64_t inner, const void *a,
                                 const int64_t *index, int64_t n, void *out, dpc_kernel_error *err, void *stream)
 {
+    int64_t total = index_total(outer, size, inner, n);
     if (dt_size(dtype) == 0)
         return DPC_UNSUPPORTED;
-    if (outer < 0 || size < 0 || inner < 0 || n < 0)
-        return (int)cudaErrorInvalidValue;
-    if (outer == 0 || inner == 0 || n == 0)
-        return 0;
+    if (total <= 0)
+        return total < 0 ? (int)cudaErrorInvalidValue : 0;
     return with_element_bits(dtype, [&](auto zero) {
         using T = decltype(zero);
-        return launch_kernel(index_select_kernel<T>, grid_for(outer * n * inner), INDEX_BLOCK, (cudaStream_t)stream,
-                             outer, size, inner, (const T *)a, index, n, (T *)out, err);
+        return launch_kernel(index_select_kernel<T>, grid_for(total), INDEX_BLOCK, (cudaStream_t)stream, outer, size,
+                             inner, (const T *)a, index, n, (T *)out, err);
     });
 }
 
@@ -117,35 +123,26 @@ __global__ static void index_add_kernel(int64_t outer, int64_t size, int64_t inn
                                         int64_t n, const T *src)
 {
     begin_after_previous_kernel();
-    int64_t total = outer * n * inner, stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+    grid_stride_loop(outer * n * inner, [&](int64_t e) {
         int64_t j = e % inner, i = (e / inner) % n, o = e / (inner * n);
         int64_t v = index[i];
         if (v >= 0 && v < size)
             atomicAdd(&out[(o * size + v) * inner + j], src[e]);
-    }
-}
-
-template <typename T>
-static int index_add_launch(int64_t outer, int64_t size, int64_t inner, void *out, const int64_t *index,
-                            int64_t n, const void *src, cudaStream_t stream)
-{
-    return launch_kernel(index_add_kernel<T>, grid_for(outer * n * inner), INDEX_BLOCK, stream, outer, size, inner,
-                         (T *)out, index, n, (const T *)src);
+    });
 }
 
 extern "C" int dpc_index_add(int dtype, int64_t outer, int64_t size, int64_t inner, void *out,
                              const int64_t *index, int64_t n, const void *src, void *stream)
 {
-    cudaStream_t s = (cudaStream_t)stream;
+    int64_t total = index_total(outer, size, inner, n);
     if (!fold_type_ok(dtype))
         return DPC_UNSUPPORTED;
-    if (outer < 0 || size < 0 || inner < 0 || n < 0)
-        return (int)cudaErrorInvalidValue;
-    if (outer == 0 || inner == 0 || n == 0)
-        return 0;
+    if (total <= 0)
+        return total < 0 ? (int)cudaErrorInvalidValue : 0;
     return with_fold_type(dtype, [&](auto zero) {
-        return index_add_launch<decltype(zero)>(outer, size, inner, out, index, n, src, s);
+        using T = decltype(zero);
+        return launch_kernel(index_add_kernel<T>, grid_for(total), INDEX_BLOCK, (cudaStream_t)stream, outer, size,
+                             inner, (T *)out, index, n, (const T *)src);
     });
 }
 
@@ -179,22 +176,34 @@ static int64_t shape_numel(const dpc_shape &s)
     return n;
 }
 
+/* The walk gather and scatter_add share, p over s (index's shape):
+ * f(w, q) with w the element of `whole` at p and q the one of `part` at p
+ * with dim replaced by index[p]. A bad index is reported as `what` (a
+ * DPC_KERR_ code) and its p passed over. */
+template <typename T, class F>
+__device__ static inline void gather_walk(const dpc_shape &s, int64_t total, const dpc_operand &whole,
+                                          const dpc_operand &part, const dpc_operand &index, int dim, int64_t size,
+                                          int what, dpc_kernel_error *err, F f)
+{
+    grid_stride_loop(total, [&](int64_t e) {
+        int64_t ow, op, oi;
+        gather_offsets(s, dim, e, whole, part, index, &ow, &op, &oi);
+        int64_t v = ((const int64_t *)index.data)[oi];
+        if (v < 0 || v >= size) {
+            kernel_error(err, what, v, size);
+            return;
+        }
+        f((T *)whole.data + ow, (T *)part.data + op + v * part.stride[dim]);
+    });
+}
+
 /* out[p] = a[p with dim replaced by index[p]], p over s (index's shape) */
 template <typename T>
 __global__ static void gather_kernel(dpc_shape s, int64_t total, dpc_operand out, dpc_operand a, dpc_operand index,
                                      int dim, int64_t size, dpc_kernel_error *err)
 {
     begin_after_previous_kernel();
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t oo, oa, oi;
-        gather_offsets(s, dim, e, out, a, index, &oo, &oa, &oi);
-        int64_t v = ((const int64_t *)index.data)[oi];
-        if (v < 0 || v >= size) {
-            kernel_error(err, DPC_KERR_GATHER, v, size);
-            continue;
-        }
-        ((T *)out.data)[oo] = ((const T *)a.data)[oa + v * a.stride[dim]];
-    }
+    gather_walk<T>(s, total, out, a, index, dim, size, DPC_KERR_GATHER, err, [](T *o, const T *x) { *o = *x; });
 }
 
 /* out[p with dim replaced by index[p]] += src[p], p over s, atomically */
@@ -203,16 +212,8 @@ __global__ static void scatter_add_kernel(dpc_shape s, int64_t total, dpc_operan
                                           dpc_operand src, int dim, int64_t size, dpc_kernel_error *err)
 {
     begin_after_previous_kernel();
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t os, oo, oi;
-        gather_offsets(s, dim, e, src, out, index, &os, &oo, &oi);
-        int64_t v = ((const int64_t *)index.data)[oi];
-        if (v < 0 || v >= size) {
-            kernel_error(err, DPC_KERR_SCATTER, v, size);
-            continue;
-        }
-        atomicAdd(&((T *)out.data)[oo + v * out.stride[dim]], ((const T *)src.data)[os]);
-    }
+    gather_walk<T>(s, total, src, out, index, dim, size, DPC_KERR_SCATTER, err,
+                   [](const T *x, T *o) { atomicAdd(o, *x); });
 }
 
 extern "C" int dpc_gather(int dtype, dpc_shape s, dpc_operand out, dpc_operand a, dpc_operand index, int dim,
@@ -279,23 +280,21 @@ template <typename T>
 __global__ static void unfold_kernel(unfold_geom g, int64_t total, const T *x, T *cols, T pad)
 {
     begin_after_previous_kernel();
-    int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+    grid_stride_loop(total, [&](int64_t e) {
         int64_t at = unfold_source(g, e);
         cols[e] = at < 0 ? pad : x[at];
-    }
+    });
 }
 
 template <typename T>
 __global__ static void fold_add_kernel(unfold_geom g, int64_t total, T *x, const T *cols)
 {
     begin_after_previous_kernel();
-    int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+    grid_stride_loop(total, [&](int64_t e) {
         int64_t at = unfold_source(g, e);
         if (at >= 0)
             atomicAdd(&x[at], cols[e]);
-    }
+    });
 }
 
 /* Fills g; returns the number of column entries, 0 when there is nothing

@@ -23,6 +23,8 @@
 #ifndef DPC_LAUNCH_CUH
 #define DPC_LAUNCH_CUH
 
+#include <stdint.h>
+
 #include <cuda_runtime.h>
 
 #include <tuple>
@@ -33,6 +35,24 @@
 /* Past this many blocks a grid-stride loop does the rest: more blocks than
  * the GPU can hold at once only add scheduling work. */
 #define DPC_MAX_BLOCKS 65536
+
+/* The blocks of a grid-stride loop over n items, `per_block` of them to a
+ * block: enough for one turn, at most DPC_MAX_BLOCKS (none for n = 0). */
+static inline unsigned grid_stride_blocks(int64_t n, int64_t per_block)
+{
+    int64_t grid = CEIL_DIV(n, per_block);
+    return (unsigned)(grid > DPC_MAX_BLOCKS ? DPC_MAX_BLOCKS : grid);
+}
+
+/* A thread's share of a grid-stride loop over 0 .. n-1, one index to a
+ * thread a turn: body(i) for each of its indices. */
+template <class Body>
+__device__ __forceinline__ void grid_stride_loop(int64_t n, Body body)
+{
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        body(i);
+}
 
 /* let_next_kernel_start lets the kernel after this one in the stream be
  * scheduled; wait_for_previous_kernel waits until the kernel before this

@@ -2,7 +2,7 @@
  * linear_backward.cu — a Linear layer's backward in our GEMM kernels
  * (gemm_own.cu): dx and dw in one launch, two layers' backwards chained
  * in one block, and an SGD step after them in that block
- * (dpc_linear_backward, called by src/core/gpu.c's deferred launches).
+ * (dpc_linear_backward, called by src/core/gpu_linear.c's deferred launches).
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"

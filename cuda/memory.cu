@@ -460,7 +460,7 @@ extern "C" int dpc_event_elapsed(float *ms, void *start, void *end)
 /* ------------------------------------------------------------------------ */
 
 /* Relaxed mode: memory for the captured work comes from cudaMalloc (see
- * src/core/gpu.c), which the stricter modes forbid while capturing; dplua
+ * src/core/gpu_memory.c), which the stricter modes forbid while capturing; dplua
  * itself refuses the calls that would break a capture (host copies,
  * synchronisation) before CUDA sees them. */
 extern "C" int dpc_capture_begin(void *stream)
@@ -498,7 +498,7 @@ extern "C" int dpc_graph_destroy(void *exec)
 }
 
 /* Plain device memory, outside any pool or stream order: a graph's
- * private memory (src/core/gpu.c), which must not move while it lives. */
+ * private memory (src/core/gpu_memory.c), which must not move while it lives. */
 extern "C" int dpc_malloc_plain(void **ptr, size_t bytes, int device)
 {
     *ptr = NULL;

@@ -59,8 +59,7 @@ __device__ static inline void st(bf16s *p, float v) { p->bits = f32_to_bf16(v); 
 /* Elements each thread of an update takes (ILP of them at once). */
 static unsigned grid_for(int64_t n, int per_thread = 1)
 {
-    int64_t grid = CEIL_DIV(n, (int64_t)OPTIM_BLOCK * per_thread);
-    return (unsigned)(grid > DPC_MAX_BLOCKS ? DPC_MAX_BLOCKS : grid);
+    return grid_stride_blocks(n, (int64_t)OPTIM_BLOCK * per_thread);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -69,7 +68,7 @@ static unsigned grid_for(int64_t n, int per_thread = 1)
 
 /* The first layer's bias gradient db = the column sums of g (m, n) leaves
  * cuBLASLt's weight gradient, which is then one kernel instead of two,
- * and waits for the optimizer's step (src/core/gpu.c): the step's first
+ * and waits for the optimizer's step (src/core/gpu_linear.c): the step's first
  * `blocks` blocks sum BIAS_COLUMNS columns each, then update those
  * elements, and the other blocks update the rest. A column is summed by
  * one block in a fixed order, so the bits do not depend on which launch
@@ -133,7 +132,7 @@ __global__ static void bias_grad_kernel(bias_first<S> b, S *db)
 }
 
 /* b's blocks, none when first is NULL; db must lie in grad (n elements of
- * S). False when it does not. (src/core/gpu.c checks that g is none of the
+ * S). False when it does not. (src/core/gpu_linear.c checks that g is none of the
  * step's buffers.) */
 template <typename S>
 static bool bias_first_of(const dpc_bias_grad *first, const void *grad, int64_t n, bias_first<S> *b)

@@ -180,12 +180,8 @@ template <int IN, int G>
 __global__ static void reduce_kernel(red_args r)
 {
     begin_after_previous_kernel();
-    __shared__ double sv[RED_THREADS / 32];
-    __shared__ int64_t si[RED_THREADS / 32];
-    const int per_block = RED_THREADS / G;
-    int grp = threadIdx.x / G, lane = threadIdx.x % G;
-    for (int64_t base = (int64_t)blockIdx.x * per_block; base < r.count; base += (int64_t)gridDim.x * per_block) {
-        int64_t pos = base + grp;
+    const int lane = threadIdx.x % G;
+    for_group_positions<G>(r.count, [&](int64_t pos, double *sv, int64_t *si) {
         bool live = pos < r.count;
         char *p[3];
         iter_ptrs(r.it, live ? pos : 0, p);
@@ -194,7 +190,7 @@ __global__ static void reduce_kernel(red_args r)
         double v = reduce_row<IN, G>(r, p[2], live ? r.len : 0, &index, &ires, sv, si);
         if (live && lane == 0)
             reduce_write(r, p[0], p[1], p[2], v, index, ires);
-    }
+    });
 }
 
 /* Few long rows would leave most of the GPU idle with one group per row
@@ -274,7 +270,7 @@ static int reduce_split(const red_args &r, int64_t split, cudaStream_t stream)
         return rc;
     double *pv = (double *)ws;
     int64_t *pi = (int64_t *)(pv + parts);
-    unsigned grid = (unsigned)(parts < RED_MAX_BLOCKS ? parts : RED_MAX_BLOCKS);
+    unsigned grid = grid_stride_blocks(parts, 1);   /* a block a part */
     rc = launch_kernel(reduce_split_kernel<IN>, grid, RED_THREADS, stream, r, split, pv, pi);
     if (rc == 0)
         rc = launch_kernel(reduce_combine_kernel<IN>, (unsigned)r.count, RED_THREADS, stream, r, split, pv, pi);
@@ -336,12 +332,7 @@ template <int DT, int G>
 __global__ static void softmax_kernel(softmax_args r)
 {
     begin_after_previous_kernel();
-    __shared__ double sv[RED_THREADS / 32];
-    __shared__ int64_t si[RED_THREADS / 32];
-    const int per_block = RED_THREADS / G;
-    int grp = threadIdx.x / G;
-    for (int64_t base = (int64_t)blockIdx.x * per_block; base < r.count; base += (int64_t)gridDim.x * per_block) {
-        int64_t pos = base + grp;
+    for_group_positions<G>(r.count, [&](int64_t pos, double *sv, int64_t *si) {
         bool live = pos < r.count;
         char *p[2];
         iter_ptrs(r.it, live ? pos : 0, p);
@@ -358,7 +349,7 @@ __global__ static void softmax_kernel(softmax_args r)
             double v = dt_load(DT, q + j * rs);
             dt_store(DT, p[0] + j * r.out_stride, r.log ? v - lse : exp_of<DT>(v - m) / sum);
         }
-    }
+    });
 }
 
 extern "C" int dpc_softmax(int dtype, dpc_shape s, dpc_operand out, int64_t out_stride, dpc_operand a,

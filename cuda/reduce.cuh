@@ -20,8 +20,6 @@
 #include "launch.cuh"
 
 #define RED_THREADS 256
-/* Past this many blocks the grid-stride loop does the rest. */
-#define RED_MAX_BLOCKS 65536
 
 /* ------------------------------------------------------------------------ */
 /* dtypes (the conversions are in common/dtype_conv.h)                      */
@@ -35,6 +33,23 @@ __host__ __device__ static constexpr bool dt_is_float(int dtype)
 /* ------------------------------------------------------------------------ */
 /* output positions and group reductions                                     */
 /* ------------------------------------------------------------------------ */
+
+/* The grid-stride loop over output positions 0 .. count-1, one position
+ * to a group of G threads: calls body(pos, sv, si) with the position of
+ * this thread's group, for each of the block's turns, and the shared
+ * slots of group_reduce. pos may be past count (the last turn's groups
+ * that have none): such a group must still take part in its group's
+ * barriers. A kernel calls it once. */
+template <int G, class Body>
+__device__ static inline void for_group_positions(int64_t count, Body body)
+{
+    __shared__ double sv[RED_THREADS / 32];
+    __shared__ int64_t si[RED_THREADS / 32];
+    const int per_block = RED_THREADS / G;
+    const int grp = threadIdx.x / G;
+    for (int64_t base = (int64_t)blockIdx.x * per_block; base < count; base += (int64_t)gridDim.x * per_block)
+        body(base + grp, sv, si);
+}
 
 /* Combines (v, i) with the group's other threads; every thread of the
  * block must call it, and each gets its group's result. A warp, or a part
@@ -177,8 +192,8 @@ static int group_size(int64_t len, int64_t rows)
 
 static unsigned grid_for(int64_t rows, int G)
 {
-    int64_t grid = CEIL_DIV(rows, (int64_t)(RED_THREADS / G));
-    return (unsigned)(grid > RED_MAX_BLOCKS ? RED_MAX_BLOCKS : grid < 1 ? 1 : grid);
+    unsigned grid = grid_stride_blocks(rows, RED_THREADS / G);
+    return grid < 1 ? 1 : grid;
 }
 
 /* The one-launch loss (ce_fused_kernel): at most this many rows, and

@@ -3,7 +3,7 @@
  * operations, each rounded as written: optim.cu's sgd_kernel runs it over
  * a flat buffer, and gemm.cu's one-block backward runs it after the
  * gradients it computed (the step in the backward's launch, src/core/
- * gpu.c). One definition, so that both give the CPU's bits.
+ * gpu_linear.c). One definition, so that both give the CPU's bits.
  *
  * nvcc would otherwise fuse a * b + c into one fma, which rounds once
  * where the CPU rounds twice; the _rn intrinsics are never fused.

@@ -6,7 +6,7 @@
 --   loss:backward()                          -- fp32 grads on the fp32 weights
 --
 -- The state (enabled and dtype per device type) lives here. The op wrappers
--- (matmul/mm/bmm in dplua/init.lua; linear, conv2d, the losses, softmax,
+-- (matmul/mm/bmm in dplua/ops.lua; linear, conv2d, the losses, softmax,
 -- log_softmax and layer_norm in dplua/nn/functional.lua) keep a local
 -- boolean that this module sets through watch(); while it is false they
 -- pay one test, and only when it is true do they call cast_inputs (the
@@ -32,7 +32,7 @@ local state = {
 }
 local cpu, cuda = state.cpu, state.cuda
 
--- Functions told (on) whenever the state changes; init.lua's comes first.
+-- Functions told (on) whenever the state changes; ops.lua's comes first.
 local watchers = { torch._autocast_watch }
 
 local function publish()

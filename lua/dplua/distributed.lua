@@ -403,6 +403,15 @@ local function opts_of(a, names)
   return o
 end
 
+-- The collectives from one contiguous tensor t into another, out:
+-- cfn(out, t), or cfn(out, t, op) for one that reduces.
+local function pair_collective(fn, o, cfn, out, t, reduces)
+  if outside(o.group, fn) then return end
+  contiguous_tensor(out, fn); contiguous_tensor(t, fn)
+  if reduces then return collective(o.group, o.async_op, cfn, 3, out.p, t.p, reduce_op(o.op, fn)) end
+  return collective(o.group, o.async_op, cfn, 2, out.p, t.p)
+end
+
 function dist.all_reduce(t, ...)
   local o = opts_of({ ... }, { "op", "group", "async_op" })
   if outside(o.group, "all_reduce") then return end
@@ -427,9 +436,7 @@ end
 
 function dist.all_gather_into_tensor(out, t, ...)
   local o = opts_of({ ... }, { "group", "async_op" })
-  if outside(o.group, "all_gather_into_tensor") then return end
-  contiguous_tensor(out, "all_gather_into_tensor"); contiguous_tensor(t, "all_gather_into_tensor")
-  return collective(o.group, o.async_op, C.dp_pg_all_gather, 2, out.p, t.p)
+  return pair_collective("all_gather_into_tensor", o, C.dp_pg_all_gather, out, t)
 end
 
 -- all_gather(list, t): list gets one tensor per rank (existing tensors are filled)
@@ -451,9 +458,7 @@ end
 
 function dist.reduce_scatter_tensor(out, t, ...)
   local o = opts_of({ ... }, { "op", "group", "async_op" })
-  if outside(o.group, "reduce_scatter_tensor") then return end
-  contiguous_tensor(out, "reduce_scatter_tensor"); contiguous_tensor(t, "reduce_scatter_tensor")
-  return collective(o.group, o.async_op, C.dp_pg_reduce_scatter, 3, out.p, t.p, reduce_op(o.op, "reduce_scatter"))
+  return pair_collective("reduce_scatter_tensor", o, C.dp_pg_reduce_scatter, out, t, true)
 end
 
 function dist.reduce_scatter(out, list, ...)
@@ -465,12 +470,10 @@ end
 
 function dist.all_to_all_single(out, t, ...)
   local o = opts_of({ ... }, { "output_split_sizes", "input_split_sizes", "group", "async_op" })
-  if outside(o.group, "all_to_all_single") then return end
   if o.output_split_sizes or o.input_split_sizes then
     raise("all_to_all_single: uneven splits are not supported; use equal splits along dim 0")
   end
-  contiguous_tensor(out, "all_to_all"); contiguous_tensor(t, "all_to_all")
-  return collective(o.group, o.async_op, C.dp_pg_all_to_all, 2, out.p, t.p)
+  return pair_collective("all_to_all_single", o, C.dp_pg_all_to_all, out, t)
 end
 
 function dist.all_to_all(out_list, in_list, ...)

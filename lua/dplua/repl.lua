@@ -12,7 +12,7 @@ local open = io.open
 local keywords = { 'and', 'break', 'do', 'else', 'elseif', 'end', 'false', 'for',
   'function', 'goto', 'if', 'in', 'local', 'nil', 'not', 'or', 'repeat', 'return',
   'then', 'true', 'until', 'while' }
--- Tensor fields that are not methods (the getters of dplua/init.lua).
+-- Tensor fields that are not methods (the getters of dplua/tensor.lua).
 local tensor_fields = { 'shape', 'dtype', 'device', 'ndim', 'is_cuda', 'T', 'grad',
   'requires_grad', 'is_leaf', 'grad_fn', 'data' }
 

@@ -38,7 +38,7 @@ function methods.is_contiguous(t) return C.dp_tensor_is_contiguous(t.p) ~= 0 end
 function methods.element_size(t) return tonumber(C.dp_dtype_size(C.dp_tensor_dtype(t.p))) end
 function methods.is_floating_point(t) return C.dp_dtype_is_floating(C.dp_tensor_dtype(t.p)) ~= 0 end
 -- The pointer and the current stream leave dplua: the work waiting to be
--- launched (src/core/gpu.c) is launched first, so that what another
+-- launched (src/core/gpu_linear.c) is launched first, so that what another
 -- library enqueues with them comes after it.
 function methods.data_ptr(t)
   C.dp_cuda_launch_deferred()

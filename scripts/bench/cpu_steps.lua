@@ -2,22 +2,15 @@
 -- seed model (10-10-2, batch 32, SGD) and of the 784-256-128-10 MLP
 -- (batch 256, SGD), printed as "name us_per_step" lines.
 local torch = require("dplua")
-local nn, optim = torch.nn, torch.optim
 
 local clock = torch.utils.progress.clock   -- seconds, monotonic
+local models = dofile((debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or ".") .. "/models.lua")
 
 local function bench(name, model, batch, in_features, classes, steps)
   torch.manual_seed(0)
   local x = torch.rand(batch, in_features)
   local y = torch.randint(0, classes, { batch })
-  local criterion = nn.CrossEntropyLoss()
-  local opt = optim.SGD(model:parameters(), { lr = 0.01 })
-  local function step()
-    opt:zero_grad()
-    local loss = criterion(model(x), y)
-    loss:backward()
-    opt:step()
-  end
+  local step = models.sgd_step(model, x, y)
   for _ = 1, math.max(10, math.floor(steps / 10)) do step() end
   local best = math.huge
   for _ = 1, 5 do
@@ -28,7 +21,6 @@ local function bench(name, model, batch, in_features, classes, steps)
   print(string.format("%s %.2f", name, best * 1e6))
 end
 
-local models = dofile((debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or ".") .. "/models.lua")
 local SimpleNN = models.SimpleNN
 
 local which = arg[1] or "all"

@@ -61,15 +61,7 @@ local function setup(model, batch, in_features, classes, lr)
   model = model():to(dev)
   local x = torch.rand(batch, in_features):to(dev)
   local y = torch.randint(0, classes, { batch }):to(dev)
-  local criterion = nn.CrossEntropyLoss()
-  local opt = optim.SGD(model:parameters(), { lr = lr })
-  local function step()
-    opt:zero_grad()
-    local loss = criterion(model(x), y)
-    loss:backward()
-    opt:step()
-  end
-  return step
+  return models.sgd_step(model, x, y, lr)
 end
 local function mlp()
   return models.mlp()

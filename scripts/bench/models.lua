@@ -1,8 +1,8 @@
 -- The models the Lua benches share (scripts/bench/*.lua load this file with
 -- dofile): the seed's SimpleNN (10-10-2), the 784-256-128-10 MLP and
 -- pytorch/examples' MNIST CNN, the same as models.py builds for the PyTorch
--- side, and the step the benches time on them: cross-entropy, SGD with lr
--- 0.01.
+-- side, and the step the benches time on them: cross-entropy, SGD (lr
+-- 0.01 unless given).
 local torch = require("dplua")
 local nn = torch.nn
 
@@ -32,8 +32,8 @@ function MnistCNN:forward(x)
 end
 
 -- One training step of model on (x, y), as a function.
-local function sgd_step(model, x, y)
-  local crit, opt = nn.CrossEntropyLoss(), torch.optim.SGD(model:parameters(), { lr = 0.01 })
+local function sgd_step(model, x, y, lr)
+  local crit, opt = nn.CrossEntropyLoss(), torch.optim.SGD(model:parameters(), { lr = lr or 0.01 })
   return function() opt:zero_grad(); crit(model(x), y):backward(); opt:step() end
 end
 

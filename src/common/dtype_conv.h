@@ -16,38 +16,22 @@
 #include "common/dplua_codes.h"
 #include "common/host_device.h"
 
-DP_HD uint32_t f32_bits(float f)
-{
-#ifdef __CUDA_ARCH__
-    return __float_as_uint(f);
-#else
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-#endif
-}
-
-DP_HD float bits_f32(uint32_t u)
-{
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-#endif
-}
-
+/* A bfloat16 is the high half of a float32's bits. memcpy moves the bits
+ * on both sides (nvcc makes it a register move, as __uint_as_float). */
 DP_HD float bf16_to_f32(uint16_t v)
 {
-    return bits_f32((uint32_t)v << 16);
+    uint32_t bits = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
 }
 
 /* Round to nearest even; NaN stays a quiet NaN with the CPU's bits (not
  * __float2bfloat16_rn, whose NaN is canonical). */
 DP_HD uint16_t f32_to_bf16(float f)
 {
-    uint32_t bits = f32_bits(f);
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
     if (f != f)
         return (uint16_t)((bits >> 16) | 0x40);
     bits += 0x7fff + ((bits >> 16) & 1);

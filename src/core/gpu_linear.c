@@ -208,32 +208,16 @@ static void waiting_tensors(const waiting_work *w, dp_tensor *t[WAITING_TENSORS]
             backward_tensors(&w->back[i], t + i * BACKWARD_TENSORS);
 }
 
-static void retain_each(dp_tensor *const *t, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (t[i])
-            dp_tensor_retain(t[i]);
-}
-
-static void layer_retain(const waiting_layer *l)
-{
-    dp_tensor *t[LAYER_TENSORS];
-    layer_tensors(l, t);
-    retain_each(t, LAYER_TENSORS);
-}
-
-static void backward_retain(const waiting_backward *b)
-{
-    dp_tensor *t[BACKWARD_TENSORS];
-    backward_tensors(b, t);
-    retain_each(t, BACKWARD_TENSORS);
-}
-
-static void waiting_retain(const waiting_work *w)
+/* Takes references to the tensors of w's layers (or backwards) from
+ * `first` on: all of them, or the one just added to work that waits. */
+static void waiting_retain(const waiting_work *w, int first)
 {
     dp_tensor *t[WAITING_TENSORS];
+    int per = w->what == WAITS_LINEAR ? LAYER_TENSORS : BACKWARD_TENSORS;
     waiting_tensors(w, t);
-    retain_each(t, WAITING_TENSORS);
+    for (int i = first * per; i < WAITING_TENSORS; i++)
+        if (t[i])
+            dp_tensor_retain(t[i]);
 }
 
 static void waiting_release(const waiting_work *w)
@@ -270,7 +254,7 @@ static void deferred_store(waiting_work w)
 /* The same, taking references to w's tensors. */
 static void deferred_put(waiting_work w)
 {
-    waiting_retain(&w);
+    waiting_retain(&w, 0);
     deferred_store(w);
 }
 
@@ -479,8 +463,8 @@ static dp_status linear_enqueue(waiting_layer l)
             deferred_run(&w);
             return gpu_status("linear", 0, out->dtype);
         }
-        layer_retain(&l);
         w.layer[w.layers++] = l;
+        waiting_retain(&w, w.layers - 1);
         deferred_store(w);
         return DP_OK;
     }
@@ -586,8 +570,8 @@ dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_te
     chain_of chain = { .g = g, .layer = backward_grads(&this) };
     waiting_work after;
     if (deferred_take(chains_after, &chain, &after)) {
-        backward_retain(&this);
         after.back[after.layers++] = this;
+        waiting_retain(&after, after.layers - 1);
         deferred_fusions++;
         deferred_store(after);
         return DP_OK;

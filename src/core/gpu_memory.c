@@ -255,26 +255,28 @@ dp_status dp_cuda_empty_cache(int device)
     return gpu_status("cuda.empty_cache", dpc_pool_trim(device), -1);
 }
 
+/* Two sizes about a device from q, a dpc_ query that `what` names; both
+ * 0 when it fails. */
+static dp_status device_sizes(const char *what, int device, int (*q)(int device, size_t *a, size_t *b), int64_t *a,
+                              int64_t *b)
+{
+    size_t x = 0, y = 0;
+    dp_status st = valid_device(device, what);
+    if (!st)
+        st = gpu_status(what, q(device, &x, &y), -1);
+    *a = (int64_t)x;
+    *b = (int64_t)y;
+    return st;
+}
+
 dp_status dp_cuda_memory_reserved(int device, int64_t *now, int64_t *peak)
 {
-    size_t r = 0, p = 0;
-    dp_status st = valid_device(device, "cuda.memory_reserved");
-    if (!st)
-        st = gpu_status("cuda.memory_reserved", dpc_pool_reserved(device, &r, &p), -1);
-    *now = (int64_t)r;
-    *peak = (int64_t)p;
-    return st;
+    return device_sizes("cuda.memory_reserved", device, dpc_pool_reserved, now, peak);
 }
 
 dp_status dp_cuda_mem_get_info(int device, int64_t *free_bytes, int64_t *total_bytes)
 {
-    size_t f = 0, t = 0;
-    dp_status st = valid_device(device, "cuda.mem_get_info");
-    if (!st)
-        st = gpu_status("cuda.mem_get_info", dpc_mem_info(device, &f, &t), -1);
-    *free_bytes = (int64_t)f;
-    *total_bytes = (int64_t)t;
-    return st;
+    return device_sizes("cuda.mem_get_info", device, dpc_mem_info, free_bytes, total_bytes);
 }
 
 dp_status dp_cuda_device_properties(int device, char *name, size_t name_len, int64_t *total_memory, int *major,
@@ -329,13 +331,24 @@ void *dp_cuda_current_stream(int device)
     return gpu_stream_now(device);
 }
 
-dp_status dp_cuda_stream_synchronize(void *stream)
+/* The host waits for a stream or an event (handle) through wait, a
+ * dpc_*_synchronize named `what`: refused while a graph is captured, and
+ * the kernel errors of the work it waited for are reported after it. */
+static dp_status host_wait(const char *what, int (*wait)(void *handle), void *handle)
 {
     gpu_deferred_launch();
-    if (dp_cuda_capturing())
-        return gpu_not_capturable("Stream:synchronize()");
-    dp_status st = gpu_status("Stream:synchronize", dpc_stream_synchronize(stream), -1);
+    if (dp_cuda_capturing()) {
+        char call[64];
+        snprintf(call, sizeof call, "%s()", what);
+        return gpu_not_capturable(call);
+    }
+    dp_status st = gpu_status(what, wait(handle), -1);
     return st ? st : gpu_kernel_errors();
+}
+
+dp_status dp_cuda_stream_synchronize(void *stream)
+{
+    return host_wait("Stream:synchronize", dpc_stream_synchronize, stream);
 }
 
 dp_status dp_cuda_stream_query(void *stream, int *done)
@@ -369,11 +382,7 @@ dp_status dp_cuda_event_record(void *event, void *stream)
 
 dp_status dp_cuda_event_synchronize(void *event)
 {
-    gpu_deferred_launch();
-    if (dp_cuda_capturing())
-        return gpu_not_capturable("Event:synchronize()");
-    dp_status st = gpu_status("Event:synchronize", dpc_event_synchronize(event), -1);
-    return st ? st : gpu_kernel_errors();
+    return host_wait("Event:synchronize", dpc_event_synchronize, event);
 }
 
 dp_status dp_cuda_event_query(void *event, int *done)

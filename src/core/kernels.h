@@ -1,6 +1,6 @@
 /*
  * kernels.h — the op table's last step: run a kernel on the device of its
- * output. src/cpu has the CPU kernels; src/core/gpu.c adapts the same
+ * output. src/cpu has the CPU kernels; src/core/gpu*.c adapt the same
  * calls to the CUDA kernels of cuda/dpc_ops.h. Arguments are as for the
  * cpu_* functions (src/cpu/cpu.h): checked, broadcast, cast.
  */
@@ -9,7 +9,7 @@
 
 #include "cpu/cpu.h"
 
-/* gpu.c: the CUDA side (each fails clearly in a build without CUDA) */
+/* gpu*.c: the CUDA side (each fails clearly in a build without CUDA) */
 dp_status gpu_unary(int op, dp_tensor *out, dp_tensor *a);
 dp_status gpu_binary(int op, dp_tensor *out, dp_tensor *a, dp_tensor *b);
 dp_status gpu_unary_backward(int op, dp_tensor *dx, dp_tensor *g, dp_tensor *x, dp_tensor *y);
@@ -41,7 +41,7 @@ dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, 
                         double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step,
                         dp_tensor *step_t);
 bool gpu_any(int what, dp_tensor *t);
-/* how many references to t the launch waiting in gpu.c holds */
+/* how many references to t the launch waiting in gpu_linear.c holds */
 int gpu_deferred_holds(const dp_tensor *t);
 /* t (new, contiguous) = the values of Philox blocks counter.. (common/philox.h) */
 dp_status gpu_random(dp_tensor *t, int kind, uint64_t counter, uint64_t key, int64_t low, uint64_t range);
@@ -110,7 +110,7 @@ static inline dp_status k_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tenso
 { return ON_CPU(out) ? cpu_gather(out, a, dim, index) : gpu_gather(out, a, dim, index); }
 static inline dp_status k_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 { return ON_CPU(out) ? cpu_scatter_add(out, dim, index, src) : gpu_scatter_add(out, dim, index, src); }
-/* t's references other than the waiting launch's (gpu.c), which uses t
+/* t's references other than the waiting launch's (gpu_linear.c), which uses t
  * before any op that comes after it can: no sharing to protect from */
 static inline int k_holders(const dp_tensor *t)
 { return t->refcount - (ON_CPU(t) ? 0 : gpu_deferred_holds(t)); }

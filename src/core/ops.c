@@ -250,6 +250,18 @@ dp_status dp_unary(dp_tensor **out, dp_unop op, dp_tensor *a)
     return DP_OK;
 }
 
+/* An _into op whose dst cannot take the kernel's output as it is: the
+ * op made the result in *tmp (st its status), which is copied into dst
+ * (converted, broadcast) and released. */
+static dp_status copy_made(dp_tensor *dst, dp_status st, dp_tensor **tmp)
+{
+    if (st)
+        return st;
+    st = dp_copy_into(dst, *tmp);
+    dp_tensor_release(*tmp);
+    return st;
+}
+
 dp_status dp_unary_into(dp_tensor *dst, dp_unop op, dp_tensor *a)
 {
     int compute = 0, result = 0;
@@ -262,11 +274,7 @@ dp_status dp_unary_into(dp_tensor *dst, dp_unop op, dp_tensor *a)
     if (dst->dtype == result && dst->ndim == a->ndim)
         return unary_run(dst, op, a, compute);
     dp_tensor *tmp;
-    if ((st = dp_unary(&tmp, op, a)))
-        return st;
-    st = dp_copy_into(dst, tmp);
-    dp_tensor_release(tmp);
-    return st;
+    return copy_made(dst, dp_unary(&tmp, op, a), &tmp);
 }
 
 /* ---------------------------------------------------------------- binary */
@@ -366,11 +374,7 @@ dp_status dp_binary_into(dp_tensor *dst, dp_binop op, dp_tensor *a, dp_tensor *b
     if (dst->dtype == result && dst->ndim == ndim)
         return binary_run(dst, op, a, b, compute);
     dp_tensor *tmp;
-    if ((st = dp_binary(&tmp, op, a, b)))
-        return st;
-    st = dp_copy_into(dst, tmp);
-    dp_tensor_release(tmp);
-    return st;
+    return copy_made(dst, dp_binary(&tmp, op, a, b), &tmp);
 }
 
 /* A Lua number is a "wrapped scalar" in PyTorch's sense: int64 when it
@@ -434,26 +438,29 @@ static dp_status scalar_tensor(dp_tensor **out, const dp_tensor *a, double s)
     return st;
 }
 
-dp_status dp_binary_scalar(dp_tensor **out, dp_binop op, dp_tensor *a, double s, int scalar_first)
+/* a op s, or s op a with scalar_first, s as a tensor (scalar_tensor):
+ * into dst when there is one, else a new *out. */
+static dp_status binary_with_scalar(dp_tensor **out, dp_tensor *dst, int op, dp_tensor *a, double s,
+                                    int scalar_first)
 {
-    dp_tensor *st_;
-    dp_status st = scalar_tensor(&st_, a, s);
+    dp_tensor *t;
+    dp_status st = scalar_tensor(&t, a, s);
     if (st)
         return st;
-    st = scalar_first ? dp_binary(out, op, st_, a) : dp_binary(out, op, a, st_);
-    dp_tensor_release(st_);
+    dp_tensor *x = scalar_first ? t : a, *y = scalar_first ? a : t;
+    st = dst ? dp_binary_into(dst, op, x, y) : dp_binary(out, op, x, y);
+    dp_tensor_release(t);
     return st;
+}
+
+dp_status dp_binary_scalar(dp_tensor **out, dp_binop op, dp_tensor *a, double s, int scalar_first)
+{
+    return binary_with_scalar(out, NULL, op, a, s, scalar_first);
 }
 
 dp_status dp_binary_scalar_into(dp_tensor *dst, dp_binop op, dp_tensor *a, double s, int scalar_first)
 {
-    dp_tensor *st_;
-    dp_status st = scalar_tensor(&st_, a, s);
-    if (st)
-        return st;
-    st = scalar_first ? dp_binary_into(dst, op, st_, a) : dp_binary_into(dst, op, a, st_);
-    dp_tensor_release(st_);
-    return st;
+    return binary_with_scalar(NULL, dst, op, a, s, scalar_first);
 }
 
 /* ---------------------------------------------------------------- where, clamp */
@@ -530,11 +537,7 @@ dp_status dp_clamp_into(dp_tensor *dst, dp_tensor *a, double lo, double hi)
         (st = check_overlap("clamp_", dst, a, NULL)) || (st = ag_check_inplace("clamp_", dst)))
         return st;
     dp_tensor *tmp;
-    if ((st = dp_clamp(&tmp, a, lo, hi)))
-        return st;
-    st = dp_copy_into(dst, tmp);
-    dp_tensor_release(tmp);
-    return st;
+    return copy_made(dst, dp_clamp(&tmp, a, lo, hi), &tmp);
 }
 
 /* ---------------------------------------------------------------- copy, fill, to */
@@ -790,7 +793,10 @@ dp_status bmm_on_cpu(dp_tensor *out, dp_tensor *a, dp_tensor *b)
     return st;
 }
 
-static dp_status matmul_dtypes(const char *fn, const dp_tensor *a, const dp_tensor *b)
+/* The checks of a product fn of a and b: dtypes, devices, then the
+ * operands' dimensions (ndim_ok, else the message says what fn expected). */
+static dp_status matmul_check(const char *fn, const dp_tensor *a, const dp_tensor *b, bool ndim_ok,
+                              const char *expected)
 {
     if (a->dtype != b->dtype)
         return dp_fail(DP_ERR_DTYPE, "%s: expected both operands to have the same dtype, got %s and %s",
@@ -798,7 +804,9 @@ static dp_status matmul_dtypes(const char *fn, const dp_tensor *a, const dp_tens
     if (a->dtype == DP_BOOL)
         return dp_fail(DP_ERR_DTYPE, "%s: not supported for bool tensors", fn);
     dp_status st = same_device(fn, a, b);
-    return st;
+    if (st || ndim_ok)
+        return st;
+    return dp_fail(DP_ERR_SHAPE, "%s: %s, got %dD and %dD", fn, expected, a->ndim, b->ndim);
 }
 
 static dp_status matmul_nd(const char *fn, dp_tensor **out, dp_tensor *a, dp_tensor *b, bool drop_m, bool drop_n);
@@ -874,32 +882,22 @@ done:
 
 dp_status dp_matmul(dp_tensor **out, dp_tensor *a, dp_tensor *b)
 {
-    dp_status st = matmul_dtypes("matmul", a, b);
-    if (st)
-        return st;
-    if (a->ndim == 0 || b->ndim == 0)
-        return dp_fail(DP_ERR_SHAPE, "matmul: both arguments need at least 1 dimension, got %dD and %dD",
-                       a->ndim, b->ndim);
-    return matmul_recorded("matmul", out, a, b);
+    dp_status st = matmul_check("matmul", a, b, a->ndim > 0 && b->ndim > 0,
+                                "both arguments need at least 1 dimension");
+    return st ? st : matmul_recorded("matmul", out, a, b);
 }
 
 dp_status dp_mm(dp_tensor **out, dp_tensor *a, dp_tensor *b)
 {
-    dp_status st = matmul_dtypes("mm", a, b);
-    if (st)
-        return st;
-    if (a->ndim != 2 || b->ndim != 2)
-        return dp_fail(DP_ERR_SHAPE, "mm: expected 2-D matrices, got %dD and %dD", a->ndim, b->ndim);
-    return matmul_recorded("mm", out, a, b);
+    dp_status st = matmul_check("mm", a, b, a->ndim == 2 && b->ndim == 2, "expected 2-D matrices");
+    return st ? st : matmul_recorded("mm", out, a, b);
 }
 
 dp_status dp_bmm(dp_tensor **out, dp_tensor *a, dp_tensor *b)
 {
-    dp_status st = matmul_dtypes("bmm", a, b);
+    dp_status st = matmul_check("bmm", a, b, a->ndim == 3 && b->ndim == 3, "expected 3-D tensors");
     if (st)
         return st;
-    if (a->ndim != 3 || b->ndim != 3)
-        return dp_fail(DP_ERR_SHAPE, "bmm: expected 3-D tensors, got %dD and %dD", a->ndim, b->ndim);
     if (a->shape[0] != b->shape[0])
         return dp_fail(DP_ERR_SHAPE, "bmm: batch sizes differ: %lld and %lld",
                        (long long)a->shape[0], (long long)b->shape[0]);
@@ -915,6 +913,29 @@ static dp_status check_index_tensor(const char *fn, const dp_tensor *index)
     return DP_OK;   /* any device: GPU kernels take a device copy */
 }
 
+/* What index_select and gather share once their arguments are checked:
+ * out (of shape ndim, shape) filled by k from a along dim, recorded with
+ * index saved for the backward. */
+static dp_status index_op_run(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index, int ndim,
+                              const int64_t *shape,
+                              dp_status (*k)(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index),
+                              const char *grad_name, ag_backward_fn bw)
+{
+    dp_status st;
+    if ((st = tensor_new(out, ndim, shape, a->dtype, a->device)))
+        return st;
+    if ((st = k(*out, a, dim, index))) {
+        dp_tensor_release(*out);
+        return st;
+    }
+    ag_node *n;
+    if ((st = ag_record_or_drop(out, grad_name, bw, 1, &a, &n)) || !n)
+        return st;
+    ag_save(n, index);
+    n->iarg[0] = dim;
+    return DP_OK;
+}
+
 dp_status dp_index_select(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index)
 {
     dp_status st;
@@ -927,18 +948,7 @@ dp_status dp_index_select(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *ind
     memcpy(shape, a->shape, sizeof shape);
     if (a->ndim)
         shape[dim] = dp_tensor_numel(index);
-    if ((st = tensor_new(out, a->ndim, shape, a->dtype, a->device)))
-        return st;
-    if ((st = k_index_select(*out, a, dim, index))) {
-        dp_tensor_release(*out);
-        return st;
-    }
-    ag_node *n;
-    if ((st = ag_record_or_drop(out, "IndexSelectBackward0", bw_index_select, 1, &a, &n)) || !n)
-        return st;
-    ag_save(n, index);
-    n->iarg[0] = dim;
-    return DP_OK;
+    return index_op_run(out, a, dim, index, a->ndim, shape, k_index_select, "IndexSelectBackward0", bw_index_select);
 }
 
 dp_status dp_gather(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index)
@@ -956,18 +966,7 @@ dp_status dp_gather(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index)
             return dp_fail(DP_ERR_SHAPE, "gather: size of index %s does not fit input %s at dim %d",
                            dp_shape_str(x, sizeof x, index->ndim, index->shape),
                            dp_shape_str(y, sizeof y, a->ndim, a->shape), d);
-    if ((st = tensor_new(out, index->ndim, index->shape, a->dtype, a->device)))
-        return st;
-    if ((st = k_gather(*out, a, dim, index))) {
-        dp_tensor_release(*out);
-        return st;
-    }
-    ag_node *n;
-    if ((st = ag_record_or_drop(out, "GatherBackward0", bw_gather, 1, &a, &n)) || !n)
-        return st;
-    ag_save(n, index);
-    n->iarg[0] = dim;
-    return DP_OK;
+    return index_op_run(out, a, dim, index, index->ndim, index->shape, k_gather, "GatherBackward0", bw_gather);
 }
 
 dp_status dp_cat(dp_tensor **out, int n, dp_tensor *const *ts, int dim)

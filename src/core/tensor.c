@@ -100,7 +100,7 @@ void dp_gc_done(double lua_heap_kb)
 }
 
 /* Device storages: the header on the host, the data from the device's
- * pool (src/core/gpu.c). */
+ * pool (src/core/gpu_memory.c). */
 static dp_status device_storage_new(dp_storage **out, size_t nbytes, int device)
 {
     if (device >= MAX_DEVICES)
@@ -578,14 +578,26 @@ dp_status dp_slice(dp_tensor **out, dp_tensor *t, int dim, int64_t start, int64_
                      out, t, "SliceBackward0", bw_window, 5, args);
 }
 
-dp_status dp_narrow(dp_tensor **out, dp_tensor *t, int dim, int64_t start, int64_t length)
+/* For an op that takes part of one dim (narrow, select): dim checked and
+ * made non-negative, its size in *n; a 0-d tensor has none, which
+ * `zero_d` says. */
+static dp_status part_dim(const char *fn, const char *zero_d, const dp_tensor *t, int *dim, int64_t *n)
 {
     dp_status st;
     if (t->ndim == 0)
-        return dp_fail(DP_ERR_INDEX, "narrow: cannot narrow a 0-d tensor");
-    if ((st = dim_check("narrow", &dim, t->ndim)))
+        return dp_fail(DP_ERR_INDEX, "%s: %s", fn, zero_d);
+    if ((st = dim_check(fn, dim, t->ndim)))
         return st;
-    int64_t n = t->shape[dim];
+    *n = t->shape[*dim];
+    return DP_OK;
+}
+
+dp_status dp_narrow(dp_tensor **out, dp_tensor *t, int dim, int64_t start, int64_t length)
+{
+    int64_t n = 0;
+    dp_status st = part_dim("narrow", "cannot narrow a 0-d tensor", t, &dim, &n);
+    if (st)
+        return st;
     if (start < 0) start += n;
     if (start < 0 || length < 0 || start + length > n)
         return dp_fail(DP_ERR_INDEX, "narrow: start %lld and length %lld are out of range for "
@@ -595,12 +607,10 @@ dp_status dp_narrow(dp_tensor **out, dp_tensor *t, int dim, int64_t start, int64
 
 dp_status dp_select(dp_tensor **out, dp_tensor *t, int dim, int64_t index)
 {
-    dp_status st;
-    if (t->ndim == 0)
-        return dp_fail(DP_ERR_INDEX, "select: invalid index of a 0-d tensor");
-    if ((st = dim_check("select", &dim, t->ndim)))
+    int64_t n = 0;
+    dp_status st = part_dim("select", "invalid index of a 0-d tensor", t, &dim, &n);
+    if (st)
         return st;
-    int64_t n = t->shape[dim];
     if (index < -n || index >= n)
         return dp_fail(DP_ERR_INDEX, "select: index %lld is out of bounds for dimension %d with size %lld",
                        (long long)index, dim, (long long)n);

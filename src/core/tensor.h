@@ -19,7 +19,7 @@ typedef struct dp_storage {
     size_t nbytes;
     size_t capacity;     /* of the allocator block holding this struct and the data */
     void *data;
-    void *pool;          /* GPU memory of a CUDA graph (src/core/gpu.c), else NULL */
+    void *pool;          /* GPU memory of a CUDA graph (src/core/gpu_memory.c), else NULL */
 } dp_storage;
 
 struct dp_tensor {
@@ -51,7 +51,7 @@ void *cpu_alloc(size_t n, size_t *capacity);
 void cpu_free(void *p, size_t capacity);
 void cpu_alloc_size(size_t n, size_t *capacity);   /* the capacity cpu_alloc(n) gives */
 
-/* gpu.c: device memory of storages (fails clearly without CUDA) */
+/* gpu_memory.c: device memory of storages (fails clearly without CUDA) */
 /* *pool: the CUDA graph pool the memory came from (during a capture), or
  * NULL; given back to gpu_storage_free with the data. */
 dp_status gpu_storage_alloc(void **data, void **pool, size_t nbytes, int device);

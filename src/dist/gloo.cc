@@ -17,6 +17,7 @@
  * rejects the others). Every Gloo exception becomes a status and a message.
  */
 #include "dist/pg.h"
+#include "common/dtype_conv.h"   /* bfloat16 <-> float, as the tensors convert */
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -228,25 +229,6 @@ static dp_redop bool_op(dp_redop op)
     return op == DP_SUM || op == DP_MAX ? DP_MAX : DP_MIN;
 }
 
-static float bf16_load(uint16_t v)
-{
-    uint32_t bits = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-/* Round to nearest even, as src/core/dtype.c and PyTorch do. */
-static uint16_t bf16_store(float f)
-{
-    uint32_t bits;
-    memcpy(&bits, &f, 4);
-    if (std::isnan(f))
-        return (uint16_t)((bits >> 16) | 0x40);
-    bits += 0x7fff + ((bits >> 16) & 1);
-    return (uint16_t)(bits >> 16);
-}
-
 /* ---------------------------------------------------------------- typed collectives */
 
 /* The reducing collectives work on an array of T; bfloat16 arrives here
@@ -326,7 +308,7 @@ static void reducing_bf16(pg_gloo *g, const pg_op *op)
     std::vector<float> in(nin), out(nout);
     const uint16_t *src = (const uint16_t *)op->in;
     for (size_t i = 0; i < nin; i++)
-        in[i] = bf16_load(src[i]);
+        in[i] = bf16_to_f32(src[i]);
     if (op->kind == PG_ALL_REDUCE)
         out = in;
     reducing_op<float>(g, op, in.data(), out.data());
@@ -334,7 +316,7 @@ static void reducing_bf16(pg_gloo *g, const pg_op *op)
         return;
     uint16_t *dst = (uint16_t *)op->out;
     for (size_t i = 0; i < nout; i++)
-        dst[i] = bf16_store(out[i]);
+        dst[i] = f32_to_bf16(out[i]);
 }
 
 static void reducing(pg_gloo *g, const pg_op *op)

@@ -264,7 +264,7 @@ static dp_status submit_sync(dp_pg *pg, dp_work *w)
 static dp_status submit(dp_pg *pg, const pg_op *op, dp_tensor *a, dp_tensor *b, dp_work **work)
 {
     free_parked(pg);
-    /* a GPU Linear waiting for its next op (src/core/gpu.c) is launched
+    /* a GPU Linear waiting for its next op (src/core/gpu_linear.c) is launched
      * here, on the caller's thread, before the worker orders the
      * collective after the current stream's work */
     dp_cuda_launch_deferred();

@@ -360,20 +360,28 @@ static dp_status ts_get(dp_store *s, const char *key, void **value, size_t *len,
     return ts_recv_value(s, fn, value, len);
 }
 
+/* A query about one key whose reply is an i64 (ADD with its delta,
+ * DELETE_KEY without); the reply in *v. */
+static dp_status ts_key_i64(dp_store *s, const char *fn, int q, const char *key, const int64_t *delta, int64_t *v)
+{
+    struct store_buf b = { 0 };
+    dp_status st;
+    q_begin(s, &b, q);
+    q_key(&b, key);
+    if (delta)
+        q_u64(&b, (uint64_t)*delta);
+    if ((st = ts_send(s, fn, &b)) != DP_OK)
+        return st;
+    return ts_recv_i64(s, fn, v);
+}
+
 static dp_status ts_add(dp_store *s, const char *key, int64_t delta, int64_t *result)
 {
-    static const char fn[] = "dp_store_add";
-    struct store_buf b = { 0 };
     int64_t v = 0;
-    dp_status st;
-    q_begin(s, &b, Q_ADD);
-    q_key(&b, key);
-    q_u64(&b, (uint64_t)delta);
-    if ((st = ts_send(s, fn, &b)) != DP_OK || (st = ts_recv_i64(s, fn, &v)) != DP_OK)
-        return st;
-    if (result)
+    dp_status st = ts_key_i64(s, "dp_store_add", Q_ADD, key, &delta, &v);
+    if (st == DP_OK && result)
         *result = v;
-    return DP_OK;
+    return st;
 }
 
 static dp_status ts_compare_set(dp_store *s, const char *key, const void *expected, size_t expected_len,
@@ -393,17 +401,11 @@ static dp_status ts_compare_set(dp_store *s, const char *key, const void *expect
 
 static dp_status ts_del(dp_store *s, const char *key, int *deleted)
 {
-    static const char fn[] = "dp_store_delete";
-    struct store_buf b = { 0 };
     int64_t v = 0;
-    dp_status st;
-    q_begin(s, &b, Q_DELETE_KEY);
-    q_key(&b, key);
-    if ((st = ts_send(s, fn, &b)) != DP_OK || (st = ts_recv_i64(s, fn, &v)) != DP_OK)
-        return st;
-    if (deleted)
+    dp_status st = ts_key_i64(s, "dp_store_delete", Q_DELETE_KEY, key, NULL, &v);
+    if (st == DP_OK && deleted)
         *deleted = v > 0;
-    return DP_OK;
+    return st;
 }
 
 static void ts_close(dp_store *s)

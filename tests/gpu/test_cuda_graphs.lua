@@ -128,7 +128,7 @@ local function alone(f, ...)
   return v
 end
 
--- What waits runs where it fits (gpu.c's waiting_work): the Linears
+-- What waits runs where it fits (gpu_linear.c's waiting_work): the Linears
 -- inside the loss's launch, an activation in a Linear's epilogue, two
 -- backwards chained in one block, and the SGD step after them in that
 -- block. Each must give the bits its own launch would: the same steps
@@ -173,7 +173,7 @@ T.run("the deferred Linear changes no bit of a training run", function()
 end)
 
 -- The SGD step joins the launch of the backward that waits before it
--- when it can (gpu.c's takes_sgd): after a chain, on its first step with
+-- when it can (gpu_linear.c's takes_sgd): after a chain, on its first step with
 -- momentum, and after a lone Linear's backward; not when it is too large
 -- for the block, of another dtype, or on an output of the chain (its
 -- parameters would be read before they are written). Either way the

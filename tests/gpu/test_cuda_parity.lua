@@ -402,7 +402,7 @@ do
 end
 
 -- The optimizer's launch makes the first layer's bias gradient before its
--- step (gpu.c's bias_in_step): three steps of a 784-128-10 MLP at batch
+-- step (gpu_linear.c's bias_in_step): three steps of a 784-128-10 MLP at batch
 -- 256, the parameters after them as on the CPU; SGD with momentum,
 -- Nesterov and weight decay, Adam, AdamW. The steps after the first
 -- (which makes the optimizer's state, launching the bias gradient alone)
@@ -599,7 +599,7 @@ worst = 0
 for i = 1, #c32 do worst = math.max(worst, math.abs(c32[i] - g32[i]) / math.abs(c32[i])) end
 T.ok(worst < 1e-4, string.format("the same in float32 (worst rel %.2e)", worst))
 
--- The deferred Linear (src/core/gpu.c): a small Linear waits for the next
+-- The deferred Linear (src/core/gpu_linear.c): a small Linear waits for the next
 -- op, and a ReLU or GELU of its output runs in the same launch; the
 -- Linear's output is still written. Anything else launches it first, so
 -- every value is what the ops in their order give.

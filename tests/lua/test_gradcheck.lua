@@ -361,8 +361,8 @@ check("fused linear+gelu (tanh form) without bias", function(x, w1)
 end, { R(5, 4), R(3, 4) })
 
 -- The fused op is the two ops in one node: the same values and gradients
--- as linear then gelu (whose values tests/lua/test_ops.lua compares with
--- PyTorch's), and nn.Sequential takes it for Linear then GELU.
+-- as linear then gelu (whose values tests/lua/test_elementwise.lua compares
+-- with PyTorch's, tests/ref/ops.lua), and nn.Sequential takes it for Linear then GELU.
 T.run("fused linear+activation equals linear, then the activation", function()
   for _, case in ipairs({ { "gelu", "none" }, { "gelu_tanh", "tanh" }, { "relu" } }) do
     local act, approximate = case[1], case[2]

@@ -1,4 +1,4 @@
--- test_idx.lua: torch.utils.data.load_idx (src/core/io.c) on the real
+-- test_idx.lua: torch.utils.data.load_idx (src/io/idx.c) on the real
 -- Fashion-MNIST files, on small files of every element type, plain and
 -- gzip-compressed, and on malformed files, which must give an error that
 -- names the file and the problem — never a crash or a huge allocation.

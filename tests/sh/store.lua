@@ -1,5 +1,5 @@
 -- tests/sh/store.lua -- a small FFI client of dp_store_* for
--- test_store.sh (dplua's own store, src/dist/store.c) and test_torchstore.sh
+-- test_store.sh (dplua's own store, src/dist/store_server.c and store_client.c) and test_torchstore.sh
 -- (PyTorch's TCPStore, src/dist/torchstore.c); the Lua bindings are not what
 -- those test. They put this folder first on package.path (tap.sh's dp_path)
 -- and require("store").

@@ -1,6 +1,7 @@
 #!/bin/sh
-# tests/sh/test_store.sh -- the rendezvous store (src/dist/store.c) between
-# processes: set/get/add/compare_set/wait/check/delete, server-side waits,
+# tests/sh/test_store.sh -- the rendezvous store (src/dist/socket.c,
+# store_server.c, store_client.c) between processes:
+# set/get/add/compare_set/wait/check/delete, server-side waits,
 # timeouts that name the key, the job token, malformed frames (rejected,
 # logged once, the server keeps serving), port in use, an unreachable
 # store, and dplua/dead/<rank> for a client that went away. Loopback only;

@@ -44,11 +44,14 @@ local LRScheduler = {}
 LRScheduler.__index = LRScheduler
 S.LRScheduler = LRScheduler
 
--- class(name, params): a scheduler class whose call, cls(optimizer, ...),
--- takes the arguments after the optimizer positionally or as one options
--- table with the names in params, and hands them to cls.new(optimizer,
--- ...) in that order.
-local function class(name, params)
+-- class(name, params[, fields]): the scheduler class S[name], whose call,
+-- cls(optimizer, ...), takes the arguments after the optimizer
+-- positionally or as one options table with the names in params, and
+-- hands them to cls.new(optimizer, ...) in that order. With fields, the
+-- last param is last_epoch and cls.new is made: fields(self, optimizer,
+-- ...) checks the others and sets self's fields from them, then
+-- LRScheduler.init takes the first step.
+local function class(name, params, fields)
   local function call(c, optimizer, ...)
     local o = ...
     if not is_opts(o) then return c.new(optimizer, ...) end
@@ -59,6 +62,14 @@ local function class(name, params)
   local cls = setmetatable({}, { __index = LRScheduler, __call = call })
   cls.__index = cls
   cls.__name = name
+  if fields then
+    function cls.new(optimizer, ...)
+      local self = setmetatable({}, cls)
+      fields(self, optimizer, ...)
+      return LRScheduler.init(self, optimizer, (select(#params, ...)))
+    end
+  end
+  S[name] = cls
   return cls
 end
 
@@ -153,14 +164,10 @@ end
 ---------------------------------------------------------------- StepLR
 
 -- StepLR(opt, step_size, gamma=0.1): lr * gamma every step_size epochs.
-local StepLR = class("StepLR", { "step_size", "gamma", "last_epoch" })
-S.StepLR = StepLR
-function StepLR.new(optimizer, step_size, gamma, last_epoch)
-  local self = setmetatable({}, StepLR)
+local StepLR = class("StepLR", { "step_size", "gamma", "last_epoch" }, function(self, _, step_size, gamma)
   self.step_size = want_positive(step_size, "StepLR", "step_size", true)
   self.gamma = want_number(gamma, "StepLR", "gamma", 0.1)
-  return LRScheduler.init(self, optimizer, last_epoch)
-end
+end)
 function StepLR:get_lr()
   if self.last_epoch == 0 or self.last_epoch % self.step_size ~= 0 then return group_lrs(self) end
   local out = group_lrs(self)
@@ -178,14 +185,10 @@ end
 ---------------------------------------------------------------- CosineAnnealingLR
 
 -- CosineAnnealingLR(opt, T_max, eta_min=0): PyTorch 1.13's chainable form.
-local Cosine = class("CosineAnnealingLR", { "T_max", "eta_min", "last_epoch" })
-S.CosineAnnealingLR = Cosine
-function Cosine.new(optimizer, T_max, eta_min, last_epoch)
-  local self = setmetatable({}, Cosine)
+local Cosine = class("CosineAnnealingLR", { "T_max", "eta_min", "last_epoch" }, function(self, _, T_max, eta_min)
   self.T_max = want_positive(T_max, "CosineAnnealingLR", "T_max")
   self.eta_min = want_number(eta_min, "CosineAnnealingLR", "eta_min", 0)
-  return LRScheduler.init(self, optimizer, last_epoch)
-end
+end)
 function Cosine:get_lr()
   local e, T, eta = self.last_epoch, self.T_max, self.eta_min
   local groups, out = self.optimizer.param_groups, {}
@@ -218,10 +221,8 @@ end
 ---------------------------------------------------------------- LinearLR
 
 -- LinearLR(opt, start_factor=1/3, end_factor=1, total_iters=5).
-local LinearLR = class("LinearLR", { "start_factor", "end_factor", "total_iters", "last_epoch" })
-S.LinearLR = LinearLR
-function LinearLR.new(optimizer, start_factor, end_factor, total_iters, last_epoch)
-  local self = setmetatable({}, LinearLR)
+local LinearLR = class("LinearLR", { "start_factor", "end_factor", "total_iters", "last_epoch" },
+                       function(self, _, start_factor, end_factor, total_iters)
   start_factor = want_number(start_factor, "LinearLR", "start_factor", 1 / 3)
   end_factor = want_number(end_factor, "LinearLR", "end_factor", 1)
   if start_factor > 1 or start_factor <= 0 then
@@ -232,8 +233,7 @@ function LinearLR.new(optimizer, start_factor, end_factor, total_iters, last_epo
   end
   self.start_factor, self.end_factor = start_factor, end_factor
   self.total_iters = want_number(total_iters, "LinearLR", "total_iters", 5)
-  return LRScheduler.init(self, optimizer, last_epoch)
-end
+end)
 function LinearLR:get_lr()
   local out = group_lrs(self)
   if self.last_epoch == 0 then
@@ -259,10 +259,7 @@ end
 
 -- LambdaLR(opt, lr_lambda): lr = initial_lr * lr_lambda(epoch); one
 -- function, or a list with one per param group.
-local LambdaLR = class("LambdaLR", { "lr_lambda", "last_epoch" })
-S.LambdaLR = LambdaLR
-function LambdaLR.new(optimizer, lr_lambda, last_epoch)
-  local self = setmetatable({}, LambdaLR)
+local LambdaLR = class("LambdaLR", { "lr_lambda", "last_epoch" }, function(self, optimizer, lr_lambda)
   local n = type(optimizer) == "table" and type(optimizer.param_groups) == "table" and #optimizer.param_groups or 0
   if type(lr_lambda) == "function" then
     self.lr_lambdas = {}
@@ -277,8 +274,7 @@ function LambdaLR.new(optimizer, lr_lambda, last_epoch)
   else
     raise("LambdaLR: expected lr_lambda to be a function or a list of functions, got " .. type(lr_lambda))
   end
-  return LRScheduler.init(self, optimizer, last_epoch)
-end
+end)
 function LambdaLR:get_lr()
   local out = {}
   for i, base in ipairs(self.base_lrs) do out[i] = base * self.lr_lambdas[i](self.last_epoch) end
@@ -295,7 +291,6 @@ end
 -- SequentialLR(opt, schedulers, milestones): schedulers[i+1] takes over at
 -- milestones[i] (restarted at epoch 0), as PyTorch 1.13.
 local Sequential = class("SequentialLR", { "schedulers", "milestones", "last_epoch" })
-S.SequentialLR = Sequential
 function Sequential.new(optimizer, schedulers, milestones, last_epoch)
   if type(schedulers) ~= "table" or #schedulers == 0 then raise("SequentialLR: expected a non-empty list of schedulers") end
   if type(milestones) ~= "table" then raise("SequentialLR: expected a list of milestones") end
