@@ -10,7 +10,9 @@
 -- and a learning rate differ by orders of magnitude), drawn against `step`
 -- (or --x NAME; the line number when no record has it). Panels are stacked
 -- and share the x range. With several files each panel has one line per
--- file, and the legend names the files. The SVG is written directly, with
+-- file, and the legend names the files, or for the reports of sweep trials
+-- (SWEEP.logs/trial-NNN.report.jsonl) their hyperparameters, which the
+-- sweep heads each trial's log with. The SVG is written directly, with
 -- no plotting program; PNG output converts it with rsvg-convert or
 -- ImageMagick when one is installed.
 local command = require("dplua.command")
@@ -33,7 +35,28 @@ local plot_error = command.fail
 
 local function finite(v) return type(v) == "number" and v == v and v ~= math.huge and v ~= -math.huge end
 
--- Reads one JSONL file: {name=, records={...}}. Lines that are not JSON
+-- The hyperparameters of a sweep trial's report (SWEEP.logs/trial-NNN
+-- .report.jsonl): the "# DPLUA_HPARAMS=" line that `dplua sweep` writes at
+-- the head of the trial's log (trial-NNN.log beside it); nil for others.
+local function trial_hparams(path)
+  local base = path:match("^(.*)%.report%.jsonl$")
+  local f = base and io.open(base .. ".log", "r")
+  if not f then return nil end
+  local hparams
+  for _ = 1, 3 do
+    local line = f:read("*l")
+    local text = line and line:match("^# DPLUA_HPARAMS=(.*)$")
+    if text then
+      local v = json.decode((text:gsub("  CUDA_VISIBLE_DEVICES=%S*$", "")))
+      if type(v) == "table" and v[1] == nil then hparams = v end
+      break
+    end
+  end
+  f:close()
+  return hparams
+end
+
+-- Reads one JSONL file: {name=, records={...}, hparams=}. Lines that are not JSON
 -- objects are skipped with a warning (the last line of a running job may be
 -- cut short).
 local function read_file(path)
@@ -47,7 +70,44 @@ local function read_file(path)
   for _, r in ipairs(records) do
     if type(r) == "table" then objects[#objects + 1] = r end
   end
-  return { name = path:match("([^/]+)$") or path, path = path, records = objects }
+  return { name = path:match("([^/]+)$") or path, path = path, records = objects, hparams = trial_hparams(path) }
+end
+
+-- The legend's name of each file: a sweep trial's hyperparameters (those
+-- that differ between the trials drawn, or all when none differ), else
+-- the file name; a name two files would share gets the file name added.
+local function legend_labels(files)
+  local values, differ = {}, {}
+  for _, f in ipairs(files) do
+    for k, v in pairs(f.hparams or {}) do
+      local shown = json.encode(v)
+      if values[k] ~= nil and values[k] ~= shown then differ[k] = true end
+      values[k] = shown
+    end
+  end
+  for _, f in ipairs(files) do   -- a name that some trials lack differs too
+    if f.hparams then
+      for k in pairs(values) do if f.hparams[k] == nil then differ[k] = true end end
+    end
+  end
+  local show_config = next(values) and require("dplua.sweep").show_config
+  local labels, count = {}, {}
+  for i, f in ipairs(files) do
+    local label = f.name
+    if f.hparams then
+      local shown = {}
+      for k, v in pairs(f.hparams) do
+        if next(differ) == nil or differ[k] then shown[k] = v end
+      end
+      label = show_config(shown)
+    end
+    labels[i] = label
+    count[label] = (count[label] or 0) + 1
+  end
+  for i, f in ipairs(files) do
+    if count[labels[i]] > 1 and labels[i] ~= f.name then labels[i] = labels[i] .. " (" .. f.name .. ")" end
+  end
+  return labels
 end
 
 -- The metrics to draw: those asked for, or every numeric field but x and
@@ -262,7 +322,7 @@ local function lines_svg(out, p, f, id)
         drawn[#drawn + 1] = { X, Y }
       end
       out[#out + 1] = format('<polyline class="series" data-metric="%s" data-file="%s" fill="none" stroke="%s" stroke-width="1.6" stroke-linejoin="round" points="%s"/>',
-                             esc(p.metric), esc(s.label), s.color, concat(pts, " "))
+                             esc(p.metric), esc(s.file), s.color, concat(pts, " "))
     end
   end
   out[#out + 1] = "</g>"
@@ -332,6 +392,7 @@ function M.svg(files, opts)
   local metrics = pick_metrics(files, x, opts.y)
   if #metrics == 0 then plot_error("no numeric fields to plot in " .. files[1].path) end
   local panels, xlo, xhi, by_index = {}, math.huge, -math.huge, false
+  local labels = legend_labels(files)
   for mi, m in ipairs(metrics) do
     local logy = opts.log == true or (type(opts.log) == "table" and opts.log[m])
     local p = { metric = m, series = {}, ylo = math.huge, yhi = -math.huge }
@@ -346,7 +407,8 @@ function M.svg(files, opts)
           end
         end
         local color = #files > 1 and palette[(fi - 1) % #palette + 1] or palette[(mi - 1) % #palette + 1]
-        p.series[#p.series + 1] = { label = #files > 1 and f.name or m, runs = runs, count = count, color = color }
+        p.series[#p.series + 1] = { label = #files > 1 and labels[fi] or m, file = f.name, runs = runs, count = count,
+                                    color = color }
       end
     end
     if #p.series > 0 then
@@ -430,7 +492,8 @@ local usage = [[
 usage: dplua plot METRICS.jsonl [MORE.jsonl...] [-o OUT.svg] [options]
 
 Draws every numeric field of JSON-lines files (MetricsLogger, torch.report)
-against the step, one panel per metric, one line per file, as SVG.
+against the step, one panel per metric, one line per file, as SVG. The
+legend names the files, or the hyperparameters of sweep trials' reports.
 
 options:
   -o, --output FILE   OUT.svg, or OUT.png (needs rsvg-convert or ImageMagick);

@@ -20,7 +20,9 @@
 -- recorded, not fatal. Each finished trial appends one JSON line to the
 -- results file; a rerun skips configurations that have a record there
 -- already. At the end the driver prints every trial sorted by the metric,
--- and the best one.
+-- and the best one. With a TensorBoard folder, the driver copies what each
+-- trial reports into a TensorBoard run of its own as it comes, and the
+-- trial's hyperparameters and last metrics when it ends.
 local ffi = require("ffi")
 local bit = require("bit")
 local command = require("dplua.command")
@@ -36,6 +38,7 @@ local format, concat = string.format, table.concat
 local SIGKILL, SIGTERM, SIGINT = 9, 15, 2
 local KILL_GRACE = 5      -- seconds between SIGTERM and SIGKILL on a timeout
 local POLL_S = 0.05       -- how often the driver looks at its children
+local TB_POLL_S = 1       -- how often it copies new report lines to TensorBoard
 
 local function last_error() return ffi.string(C.dp_last_error()) end
 
@@ -110,6 +113,7 @@ local fields = {
   logs = "the folder of per-trial logs (default: SWEEP.logs beside the sweep file)",
   env = "extra environment variables for every trial: {NAME = value}",
   name = "a name printed in the header",
+  tensorboard = "a folder for TensorBoard event files: one run per trial, named by its hyperparameters",
 }
 
 -- Expected failures (a wrong sweep file, a bad option) carry their exit
@@ -201,6 +205,10 @@ function M.check(s, dir, base)
   s.script_path = rel(s.script)
   s.results = s.results and rel(s.results) or base .. ".results.jsonl"
   s.logs = s.logs and rel(s.logs) or base .. ".logs"
+  if s.tensorboard ~= nil then
+    if type(s.tensorboard) ~= "string" or s.tensorboard == "" then sweep_error("'tensorboard' must name a folder") end
+    s.tensorboard = rel(s.tensorboard)
+  end
   return s
 end
 
@@ -294,11 +302,12 @@ local function show_value(v)
   return tostring(v)
 end
 
-local function show_config(c)
+local function show_config(c, sep)
   local parts = {}
   for _, k in ipairs(sorted_keys(c)) do parts[#parts + 1] = k .. "=" .. show_value(c[k]) end
-  return concat(parts, " ")
+  return concat(parts, sep or " ")
 end
+M.show_config = show_config
 
 -- The script's argument list for one configuration.
 local function trial_args(s, hp)
@@ -374,6 +383,80 @@ local function log_reason(path)
   return r
 end
 
+---------------------------------------------------------------- TensorBoard
+
+-- Fields of a report line that are not metrics: the step (or epoch) is
+-- the x of the others, wall_time their time.
+local not_scalars = { step = true, epoch = true, time = true, wall_time = true }
+
+-- The TensorBoard run of each configuration, by key: its hyperparameters
+-- as name=value joined by ",", with characters other than letters, digits
+-- and ._-=,+ as "_"; the trial number is added where two configurations
+-- read alike (values are shown to 4 significant digits).
+function M.run_names(configs)
+  local names, seen = {}, {}
+  for _, t in ipairs(configs) do
+    local name = show_config(t.hparams, ","):gsub("[^%w%._%-=,%+]", "_")
+    seen[name] = (seen[name] or 0) + 1
+    names[t.key] = name
+  end
+  for _, t in ipairs(configs) do
+    if seen[names[t.key]] > 1 then names[t.key] = names[t.key] .. ",trial=" .. t.id end
+  end
+  return names
+end
+
+local function tb_open(ctx, t)
+  local SummaryWriter = require("dplua.utils.tensorboard").SummaryWriter
+  return { writer = SummaryWriter(ctx.tensorboard .. "/" .. ctx.run_names[t.key]), offset = 0, lines = 0 }
+end
+
+-- Writes the report lines that the trial completed since the last look:
+-- each numeric metric as a scalar at the line's step (else its epoch,
+-- else its number, from 0) and wall time.
+local function tb_poll(run)
+  local tb = run.tb
+  local f = io.open(run.report, "r")
+  if not f then return end
+  f:seek("set", tb.offset)
+  local text = f:read("*a")
+  f:close()
+  local done = text:match(".*()\n")
+  if not done then return end
+  tb.offset = tb.offset + done
+  for line in text:sub(1, done):gmatch("[^\n]+") do
+    local r = json.decode(line)
+    if type(r) == "table" then
+      local step = r.step
+      if type(step) ~= "number" or step % 1 ~= 0 then step = r.epoch end
+      if type(step) ~= "number" or step % 1 ~= 0 then step = tb.lines end
+      local wall = type(r.wall_time) == "number" and r.wall_time or nil
+      for _, k in ipairs(sorted_keys(r)) do
+        local v = r[k]
+        if type(v) == "number" and not not_scalars[k] then tb.writer:add_scalar(k, v, step, wall) end
+      end
+      tb.lines, tb.last_step = tb.lines + 1, step
+    end
+  end
+  tb.writer:flush()
+end
+
+-- The last lines, then the hparams plugin's summaries in the trial's own
+-- run (the hyperparameters; the last value of each numeric metric, at the
+-- last step), so that TensorBoard's HPARAMS tab lists the trial.
+local function tb_close(run, r)
+  tb_poll(run)
+  local hparams, metrics = {}, {}
+  for k, v in pairs(run.trial.hparams) do
+    hparams[k] = (type(v) == "number" or type(v) == "string" or type(v) == "boolean") and v or json.encode(v)
+  end
+  for k, v in pairs(r.metrics or {}) do
+    if type(v) == "number" and not not_scalars[k] then metrics[k] = v end
+  end
+  run.tb.writer:add_hparams(hparams, metrics, nil, ".", run.tb.last_step)
+  run.tb.writer:close()
+end
+
 ---------------------------------------------------------------- running
 
 local function now() return wall_time() end
@@ -430,6 +513,7 @@ local function start_trial(ctx, t, slot)
     f:close()
   end
   local run = { trial = t, slot = slot, log = log, report = report, gpu = gpu, started = now() }
+  if ctx.tensorboard then run.tb = tb_open(ctx, t) end
   run.pid, run.spawn_error = spawn(ctx.exe, argv, set, log)
   if run.pid then
     say(format("trial %d started: %s%s", t.id, show_config(t.hparams), gpu and (" on GPU " .. gpu) or ""))
@@ -460,6 +544,7 @@ local function finish_trial(ctx, run, how)
     r.error = how.error or log_reason(run.log)
   end
   append_record(ctx.results, r)
+  if run.tb then tb_close(run, r) end
   ctx.done = ctx.done + 1
   local m = r.metrics and r.metrics[ctx.sweep.metric]
   local what
@@ -523,11 +608,16 @@ local function run_queue(ctx, queue)
           ctx.slots[slot] = nil
           ctx.running = ctx.running - 1
           say(format("trial %d interrupted (SIGINT); not recorded", run.trial.id))
+          if run.tb then run.tb.writer:close() end
         elseif how then
           ctx.slots[slot] = nil
           ctx.running = ctx.running - 1
           finish_trial(ctx, run, how)
-        elseif ctx.timeout then
+        elseif run.tb and now() - (run.tb.polled or 0) >= TB_POLL_S then
+          run.tb.polled = now()
+          tb_poll(run)
+        end
+        if not how and ctx.timeout then
           local t = now()
           if not run.timed_out and t - run.started > ctx.timeout then
             run.timed_out, run.kill_at = true, t + KILL_GRACE
@@ -647,6 +737,7 @@ options:
   --parallel N      trials at once (default: the sweep's, else one per GPU, else 1)
   --timeout S       stop a trial after S seconds
   --results FILE    the results JSONL (default: SWEEP.results.jsonl)
+  --tensorboard DIR TensorBoard event files, one run per trial (default: the sweep's)
   --retry-failed    run crashed and timed-out configurations again
   --dry-run         list the configurations and what a run would do; run nothing
   -h, --help        this help
@@ -676,6 +767,7 @@ local function parse_command_line(args)
     elseif a == "--timeout" then o.timeout = tonumber(value(a))
       if not o.timeout or o.timeout <= 0 then usage_error("--timeout expects seconds > 0") end
     elseif a == "--results" then o.results = value(a)
+    elseif a == "--tensorboard" then o.tensorboard = value(a)
     elseif a == "--retry-failed" then o.retry_failed = true
     elseif a == "--dry-run" then o.dry_run = true
     elseif a == "--" then
@@ -720,14 +812,15 @@ local function print_header(s, o, n, skipped, queued, parallel, gpus)
              s.mode == "max" and "(higher is better)" or "(lower is better)"))
   say(format("  %d finished earlier, %d to run, %d at a time%s", skipped, queued, parallel,
              #gpus > 0 and format(" on %d GPU%s", #gpus, #gpus > 1 and "s" or "") or " (CPU)"))
-  say(format("  results: %s   logs: %s/", s.results, s.logs))
+  say(format("  results: %s   logs: %s/%s", s.results, s.logs,
+             s.tensorboard and ("   tensorboard: " .. s.tensorboard .. "/") or ""))
 end
 
 -- Runs the queue; on Ctrl-C stops the trials, prints what finished and
 -- returns 130.
 local function run_trials(ctx, queue, configs)
   local s = ctx.sweep
-  for _, dir in ipairs({ s.logs, s.results:match("^(.*)/[^/]*$") }) do
+  for _, dir in ipairs({ s.logs, s.results:match("^(.*)/[^/]*$"), s.tensorboard }) do
     if C.dp_make_dirs(dir) ~= 0 then sweep_error(last_error()) end
   end
   say("")
@@ -748,6 +841,7 @@ local function run_sweep(list, args)
   if not o.file then io.stderr:write(usage, "\n"); return 2 end
   local s = M.load(o.file)
   if o.results then s.results = o.results end
+  if o.tensorboard then s.tensorboard = o.tensorboard end
   local configs = M.configurations(s)
   local records = read_results(s.results)
   local gpus = gpu_list()
@@ -766,6 +860,7 @@ local function run_sweep(list, args)
     sweep = s, exe = exe, exe_name = exe_name, gpus = gpus, parallel = parallel, results = s.results,
     logs = s.logs, timeout = o.timeout or s.timeout, extra_args = o.extra_args,
     threads = math.max(1, math.floor(C.dp_cpu_count() / parallel)), records = records,
+    tensorboard = s.tensorboard, run_names = M.run_names(configs),
     slots = {}, done = 0, running = 0, to_run = #queue, total_trials = #configs,
   }
   if #queue > 0 then

@@ -110,6 +110,25 @@ printf '{"loss":3}\n{"loss":2}\n{"loss":1.5}\n' >"$tmp/noidx.jsonl"
 plot noidx.jsonl -o noidx.svg
 [ $status -eq 0 ] && grep -q '<text class="xlabel"[^>]*>line</text>' "$tmp/noidx.svg"; ok $? "without a step field the x axis is the line number"
 
+# ---------------------------------------------------------------- sweep trials
+
+# The reports of sweep trials: the legend names their hyperparameters
+# (those that differ), which the sweep wrote at the head of each log.
+cp "$top_srcdir/tests/data/sweep_quadratic.lua" "$tmp/" || echo "Bail out! cannot copy tests/data/sweep_quadratic.lua"
+printf 'return { script = "sweep_quadratic.lua", space = { x = {0, 1}, y = -2, sleep = 0 }, metric = "loss" }\n' >"$tmp/sw.lua"
+(cd "$tmp" && "$dplua" sweep sw.lua) >"$tmp/out" 2>"$tmp/err"
+ok $? "a sweep of two trials for the legend test"
+plot sw.logs/trial-001.report.jsonl sw.logs/trial-002.report.jsonl a.jsonl -o sw.svg --y loss
+[ $status -eq 0 ] && grep -q '>x=0</text>' "$tmp/sw.svg" && grep -q '>x=1</text>' "$tmp/sw.svg" && grep -q '>a.jsonl</text>' "$tmp/sw.svg" \
+    && ! grep -q '>trial-00[12].report.jsonl</text>' "$tmp/sw.svg"
+ok $? "the legend names each trial by the hyperparameters that differ, other files by name"
+grep -q 'data-file="trial-001.report.jsonl"' "$tmp/sw.svg"; ok $? "data-file keeps the file name"
+plot sw.logs/trial-001.report.jsonl b.jsonl -o sw1.svg --y loss
+[ $status -eq 0 ] && grep -q '>sleep=0 x=0 y=-2</text>' "$tmp/sw1.svg"; ok $? "one trial: all its hyperparameters"
+sed -i '2s/$/  CUDA_VISIBLE_DEVICES=1/' "$tmp/sw.logs/trial-002.log"
+plot sw.logs/trial-001.report.jsonl sw.logs/trial-002.report.jsonl -o sw2.svg --y loss
+[ $status -eq 0 ] && grep -q '>x=1</text>' "$tmp/sw2.svg"; ok $? "a trial that ran on a GPU"
+
 # ---------------------------------------------------------------- PNG
 
 # Whether a converter here turns an SVG into a PNG at all: a program of

@@ -178,6 +178,58 @@ ok $? "a random space gives the same configurations for the same seed"
 status=$?
 [ $status -eq 0 ]; ok $? "random draws stay in their ranges and depend on the seed"
 
+# ---------------------------------------------------------------- TensorBoard
+
+# The event files are read by the independent reader of test_tensorboard.lua
+# (Debian's python3-protobuf and protoc; scripts/setup-debian installs them).
+reader="$(cd "$top_srcdir" && pwd)/tests/tensorboard/read_events.py"
+sweep sweep_quadratic_sweep.lua --results tb.jsonl --tensorboard tb
+[ $status -eq 0 ] && has out "tensorboard: tb/" && [ -d "$tmp/tb/x=1,y=-2" ]
+ok $? "--tensorboard DIR writes a run per trial, named by its hyperparameters"
+(cd "$tmp" && /usr/bin/python3 "$reader" tb >tb.json 2>tb.err)
+ok $? "the reader decodes every event file and every CRC matches" "$tmp/tb.err"
+lua 'local files = assert(json.decode(io.open("tb.json"):read("*a")))
+     local runs = {}
+     for _, f in ipairs(files) do
+       assert(not runs[f.run], "two files in run " .. f.run)
+       runs[f.run] = {}
+       for _, e in ipairs(f.events) do
+         for _, v in ipairs(e.summary and e.summary.value or {}) do table.insert(runs[f.run], { step = e.step, v = v }) end
+       end
+     end
+     local names = {}
+     for name in pairs(runs) do names[#names + 1] = name end
+     table.sort(names)
+     assert(table.concat(names, " ") == "x=0,y=-2 x=0,y=0 x=1,y=-2 x=1,y=0 x=2,y=-2 x=2,y=0 x=3,y=-2 x=3,y=0", table.concat(names, " "))
+     local function scalars(run, tag)
+       local out = {}
+       for _, s in ipairs(runs[run]) do
+         if s.v.tag == tag and s.v.simple_value then out[#out + 1] = s.step .. ":" .. s.v.simple_value end
+       end
+       return table.concat(out, " ")
+     end
+     -- reported at steps 0 and 1, then the last value again with the hparams
+     assert(scalars("x=2,y=0", "loss") == "0:100 1:5 1:5", scalars("x=2,y=0", "loss"))
+     assert(scalars("x=2,y=0", "x_seen") == "1:2 1:2", scalars("x=2,y=0", "x_seen"))
+     assert(scalars("x=3,y=-2", "loss") == "0:100 0:100", "a crashed trial keeps what it reported")
+     local hp = {}
+     for _, s in ipairs(runs["x=1,y=0"]) do
+       if s.v.hparams then for k, v in pairs(s.v.hparams) do hp[k] = v end end
+     end
+     assert(hp.session_start_info.hparams.x == 1 and hp.session_start_info.hparams.y == 0, json.encode(hp))
+     local m = hp.experiment.metric_infos
+     assert(#m == 2 and m[1].name.tag == "loss" and m[2].name.tag == "x_seen", json.encode(m))
+     assert(hp.session_end_info.status == "STATUS_SUCCESS")'
+ok $? "each run holds the trial's reported metrics at their steps, and its hyperparameters"
+
+printf 'return { script = "sweep_quadratic.lua", space = { x = {1} }, metric = "loss", tensorboard = "sub/tb" }\n' >"$tmp/tbfield.lua"
+sweep tbfield.lua --dry-run
+[ $status -eq 0 ] && has out "tensorboard: sub/tb/"
+ok $? "the sweep's tensorboard field, relative to the sweep file"
+printf 'return { script = "sweep_quadratic.lua", space = { x = {1} }, metric = "loss", tensorboard = 5 }\n' >"$tmp/tbbad.lua"
+sweep tbbad.lua
+[ $status -eq 1 ] && has err "'tensorboard' must name a folder"; ok $? "a tensorboard field that is not a folder name"
+
 # ---------------------------------------------------------------- mistakes
 
 printf 'return { script = "sweep_quadratic.lua", space = { x = {1} }, metric = "loss", paralell = 2 }\n' >"$tmp/typo.lua"

@@ -2,9 +2,11 @@
 --
 --   local data = torch.utils.data      -- Dataset, TensorDataset, DataLoader, ...
 --   torch.utils.progress.ProgressBar, torch.utils.metrics.MetricsLogger
+--   torch.utils.tensorboard.SummaryWriter
 local utils = {}
 
-local submodules = { data = "dplua.utils.data", progress = "dplua.utils.progress", metrics = "dplua.utils.metrics" }
+local submodules = { data = "dplua.utils.data", progress = "dplua.utils.progress", metrics = "dplua.utils.metrics",
+                     tensorboard = "dplua.utils.tensorboard" }
 return setmetatable(utils, { __index = function(t, k)
   local name = submodules[k]
   if not name then return nil end
