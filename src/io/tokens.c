@@ -129,16 +129,16 @@ static dp_status npy_header(dp_token_file *f, const unsigned char *p, size_t siz
         f->width = descr[3] - '0';
         f->is_signed = 1;
     } else {
-        return dp_fail(DP_ERR_IO, "token file '%s': .npy dtype %.8s is not a token dtype (expected '<u2', '<u4', "
-                       "'<i4' or '<i8')", f->path, descr);
+        return dp_fail(DP_ERR_IO, "token file '%s': .npy dtype %.*s is not a token dtype (expected '<u2', '<u4', "
+                       "'<i4' or '<i8')", f->path, (int)strcspn(descr, ","), descr);
     }
     errno = 0;
     n = strtoll(shape + 1, &end, 10);
     while (*end == ' ')
         end++;
     if (errno || n < 0 || end == shape + 1 || strncmp(end, ",)", 2) != 0)
-        return dp_fail(DP_ERR_IO, "token file '%s': the .npy array has shape %.40s, expected one dimension (n,)",
-                       f->path, shape);
+        return dp_fail(DP_ERR_IO, "token file '%s': the .npy array has shape %.*s, expected one dimension (n,)",
+                       f->path, (int)strcspn(shape, ")") + (shape[strcspn(shape, ")")] == ')'), shape);
     (void)fortran;   /* one dimension: C and Fortran order are the same */
     f->count = n;
     f->data = p + start + hlen;
