@@ -53,6 +53,11 @@ tok --vocab "$vocab" -o out2.bin a.txt
 [ $status -eq 0 ] && cmp -s "$tmp/out.bin" "$tmp/out2.bin" || [ "$(tokens_of out2.bin)" = "50256,$(ref_ids hello)" ]
 ok $? "--vocab DIR names the vocabulary"
 
+"$dplua" "$(dirname "$0")/../../examples/gpt2/prepare_brown.lua" "$tmp/brown" >"$tmp/out" 2>"$tmp/err" \
+    && has out "brown_train.bin: " && has out "tokens from 450 documents" && has out "tokens from 50 documents" \
+    && [ "$("$dplua" -e "local t = torch.utils.data.load_tokens('$tmp/brown/brown_val.bin'); print(t:numel() > 100000, t[0]:item())")" = "true	50256" ]
+ok $? "examples/gpt2/prepare_brown.lua writes the Brown corpus's train and validation shards"
+
 # ---------------------------------------------------------------- mistakes
 
 tok --vocab "$tmp/nowhere" -o x.bin a.txt
