@@ -32,6 +32,7 @@ static const char usage_text[] =
     "       " PROGNAME " env\n"
     "       " PROGNAME " sweep SWEEP.lua [options]\n"
     "       " PROGNAME " plot METRICS.jsonl... -o OUT.svg [options]\n"
+    "       " PROGNAME " tokenize [--vocab DIR] -o OUT.bin FILE...\n"
     "       " PROGNAME " --nproc_per_node=N [launcher options] script [args...]\n"
     "\n"
     "Runs a Lua script with the dplua library, or starts a REPL.\n"
@@ -48,6 +49,7 @@ static const char usage_text[] =
     "  env             print versions, build options, BLAS, CUDA and the GPUs\n"
     "  sweep           run a hyperparameter sweep (dplua sweep --help)\n"
     "  plot            draw metrics JSONL files as SVG (dplua plot --help)\n"
+    "  tokenize        text files to a GPT-2 token shard (dplua tokenize --help)\n"
     "\n"
     "launcher options (all of them: " PROGNAME " --nproc_per_node=1 --help):\n"
     "  --nproc_per_node=N   processes (GPUs) to start on this node\n"
@@ -165,7 +167,7 @@ static int env_command(int argc, char **argv)
 }
 
 /* ------------------------------------------------------------------------ */
-/* dplua sweep, dplua plot                                                   */
+/* dplua sweep, dplua plot, dplua tokenize                                  */
 /* ------------------------------------------------------------------------ */
 
 /* Commands written in Lua: `dplua sweep ARGS` runs
@@ -178,6 +180,8 @@ static const char *lua_command(const char *name)
         return "os.exit(require(\"dplua.sweep\").main(arg))";
     if (strcmp(name, "plot") == 0)
         return "os.exit(require(\"dplua.plot\").main(arg))";
+    if (strcmp(name, "tokenize") == 0)
+        return "os.exit(require(\"dplua.tokenize\").main(arg))";
     return NULL;
 }
 

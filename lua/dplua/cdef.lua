@@ -307,6 +307,44 @@ int dp_cpu_count(void);                       /* online CPUs */
 int dp_is_terminal(int fd);
 dp_status dp_make_dirs(const char *path);     /* mkdir -p */
 
+/* ---- data for language models (src/io/bpe.c, src/io/tokens.c) ----
+ *
+ * GPT-2's byte-level BPE tokenizer, from GPT-2's encoder.json and
+ * vocab.bpe. Text is bytes (any bytes: invalid UTF-8 encodes too); ids
+ * and texts that these calls return are malloc'd (free with dp_free).
+ * Encoding caches the pieces it has seen, so an encoder is used by one
+ * thread at a time. */
+typedef struct dp_bpe dp_bpe;
+dp_status dp_bpe_open(dp_bpe **out, const char *encoder_json, const char *vocab_bpe);
+void dp_bpe_close(dp_bpe *b);                 /* NULL is fine */
+int dp_bpe_vocab_size(const dp_bpe *b);
+int dp_bpe_token_id(const dp_bpe *b, const char *bytes, size_t len);   /* -1: no such token */
+const char *dp_bpe_token_bytes(const dp_bpe *b, int id, size_t *len);  /* NULL: no such id */
+dp_status dp_bpe_encode(dp_bpe *b, const char *text, size_t len, int32_t **ids, int64_t *n);
+dp_status dp_bpe_decode(const dp_bpe *b, const int32_t *ids, int64_t n, char **text, size_t *len);
+
+/* Token files: llm.c's .bin shards (a header of 256 int32: magic
+ * 20240520, version 1 = uint16 or 2 = uint32 tokens, count) or
+ * one-dimensional .npy arrays ('<u2', '<u4', '<i4', '<i8'), mapped into
+ * memory and checked against their size at open. windows copies nwin
+ * windows of len tokens starting at starts[i] into x (nwin x len int64)
+ * and, when y is not NULL, the tokens one further on into y. */
+typedef struct dp_token_file dp_token_file;
+dp_status dp_token_file_open(dp_token_file **out, const char *path);
+void dp_token_file_close(dp_token_file *f);   /* NULL is fine */
+int64_t dp_token_file_count(const dp_token_file *f);
+int dp_token_file_width(const dp_token_file *f);   /* bytes per token in the file */
+dp_status dp_token_file_read(const dp_token_file *f, int64_t start, int64_t n, int64_t *dst);
+dp_status dp_token_file_windows(const dp_token_file *f, const int64_t *starts, int64_t nwin, int64_t len,
+                                int64_t *x, int64_t *y);
+/* Writes a .bin shard: tokens stream into path.tmp.<pid>; close writes the
+ * header, fsyncs and renames it over path (and frees the writer, as abort
+ * does without writing anything). */
+typedef struct dp_token_writer dp_token_writer;
+dp_status dp_token_writer_open(dp_token_writer **out, const char *path, int version);
+dp_status dp_token_writer_write(dp_token_writer *w, const int32_t *ids, int64_t n);
+dp_status dp_token_writer_close(dp_token_writer *w);
+void dp_token_writer_abort(dp_token_writer *w);   /* NULL is fine */
 /* devices */
 int dp_cuda_device_count(void);
 dp_status dp_cuda_devices(int *count);   /* *count GPUs, or an error that says why there are none */

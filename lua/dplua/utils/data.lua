@@ -1,5 +1,5 @@
 -- dplua.utils.data: torch.utils.data — datasets, samplers, DataLoader, and
--- the IDX reader.
+-- the IDX reader; GPT2Tokenizer and TokenShards come from tokens.lua.
 --
 --   local data = torch.utils.data
 --   local ds = data.TensorDataset(x, y)              -- x: (N, ...), y: (N)
@@ -157,6 +157,7 @@ local u64 = ffi.typeof("uint64_t")
 local TWO32 = 4294967296
 
 local function new_random(seed) return setmetatable({ state = u64(seed) }, Random) end
+data._new_random = new_random
 
 function Random:next32()
   local s = self.state + GOLDEN
@@ -892,4 +893,11 @@ function data.load_csv(path, opts)
   return t, names
 end
 
-return data
+-- The data of language models (dplua/utils/tokens.lua), loaded on first use.
+local token_names = { GPT2Tokenizer = true, TokenShards = true, TokenWriter = true, load_tokens = true }
+return setmetatable(data, { __index = function(t, k)
+  if not token_names[k] then return nil end
+  local v = require("dplua.utils.tokens")[k]
+  rawset(t, k, v)
+  return v
+end })
