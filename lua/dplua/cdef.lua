@@ -73,7 +73,7 @@ void *dp_tensor_data(const dp_tensor *t);      /* first element; CPU only */
 const char *dp_dtype_name(int dtype);
 size_t dp_dtype_size(int dtype);
 int dp_dtype_is_floating(int dtype);
-int dp_dtype_holds(int dtype, double value);
+int dp_dtype_holds(int dtype, double value);   /* value converts to dtype without overflow */
 int64_t dp_memory_allocated(int device);
 int64_t dp_max_memory_allocated(int device);
 
@@ -166,6 +166,13 @@ dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target,
 /* im2col: x (N, C, H, W) -> (N, C*kh*kw, L); padding reads pad_value */
 dp_status dp_unfold(dp_tensor **out, dp_tensor *x, const int64_t *kernel, const int64_t *stride,
                     const int64_t *padding, const int64_t *dilation, double pad_value);
+/* softmax(q @ k^T * scale) @ v over q (..., L, E), k (..., S, E), v (..., S, Ev)
+ * of one float dtype and the same leading dims, without materialising the
+ * (L, S) weights; is_causal: query i attends to keys j <= i. Only when
+ * dp_attention_fused says a kernel takes the inputs (src/core/attention.c). */
+int dp_attention_fused(const dp_tensor *q, const dp_tensor *k, const dp_tensor *v);
+dp_status dp_scaled_dot_product_attention(dp_tensor **out, dp_tensor *q, dp_tensor *k, dp_tensor *v, int is_causal,
+                                          double scale);
 
 /* optim: one fused pass over a flat buffer (param, grad and state alike) */
 dp_status dp_sgd_step(dp_tensor *param, dp_tensor *grad, dp_tensor *momentum_buf, double lr, double momentum,
@@ -204,7 +211,9 @@ typedef struct dp_work dp_work;
 typedef enum { DP_RED_SUM = 0, DP_RED_AVG, DP_RED_MAX, DP_RED_MIN, DP_RED_PRODUCT } dp_redop_dist;
 
 /* is_server: bind host:port (port 0 picks a free one) and serve; rank is
- * the client's rank (-1 if none), so the server can tell who went away. */
+ * the client's rank (-1 if none), so the server can tell who went away;
+ * generation: which initialisation of the job this is (a store of
+ * another refuses the client, which retries until timeout_s). */
 dp_status dp_store_open(dp_store **out, const char *host, int port, int is_server, int rank,
                         const char *token, int64_t generation, double timeout_s);
 /* The client protocol of PyTorch's TCPStore (torchrun's agent store). */
@@ -302,6 +311,8 @@ int dp_cuda_capturing(void);   /* 1 while a capture is under way */
 /* How many times a small Linear and the ReLU or GELU after it ran as one
  * launch (src/core/gpu.c, "the deferred Linear") */
 int64_t dp_cuda_linear_fusions(void);
+/* Whether small Linears wait to share a launch (on by default); tests turn
+ * it off to compare with each op's own launch. */
 void dp_cuda_set_deferral(int on);
 /* Launches the deferred Linear now if one waits: for work that another
  * thread will queue (a process group's collectives) */
