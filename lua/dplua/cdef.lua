@@ -161,6 +161,13 @@ dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target,
 /* im2col: x (N, C, H, W) -> (N, C*kh*kw, L); padding reads pad_value */
 dp_status dp_unfold(dp_tensor **out, dp_tensor *x, const int64_t *kernel, const int64_t *stride,
                            const int64_t *padding, const int64_t *dilation, double pad_value);
+/* softmax(q @ k^T * scale) @ v over q (..., L, E), k (..., S, E), v (..., S, Ev)
+ * of one float dtype and the same leading dims, without materialising the
+ * (L, S) weights; is_causal: query i attends to keys j <= i. Only when
+ * dp_attention_fused says a kernel takes the inputs (src/core/attention.c). */
+int dp_attention_fused(const dp_tensor *q, const dp_tensor *k, const dp_tensor *v);
+dp_status dp_scaled_dot_product_attention(dp_tensor **out, dp_tensor *q, dp_tensor *k, dp_tensor *v,
+                                                 int is_causal, double scale);
 
 /* optim: one fused pass over a flat buffer (param, grad and state alike) */
 dp_status dp_sgd_step(dp_tensor *param, dp_tensor *grad, dp_tensor *momentum_buf, double lr, double momentum,

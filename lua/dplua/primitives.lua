@@ -46,6 +46,13 @@ function torch._cross_entropy(input, target, weight, ignore_index, label_smoothi
                                 label_smoothing or 0, reduction or 1, log_probs and 1 or 0))
 end
 
+-- attention by the fused op (src/core/attention.c), when _attention_fused
+-- says a kernel takes q, k, v; F.scaled_dot_product_attention decides
+function torch._attention_fused(q, k, v) return C.dp_attention_fused(q.p, k.p, v.p) ~= 0 end
+function torch._scaled_dot_product_attention(q, k, v, is_causal, scale)
+  return new(C.dp_scaled_dot_product_attention(outp, q.p, k.p, v.p, is_causal and 1 or 0, scale))
+end
+
 function torch._unfold(x, kernel, stride, padding, dilation, pad_value)
   if not is_tensor(x) then raise("unfold: expected a tensor, got " .. typename(x)) end
   return new(C.dp_unfold(outp, x.p, pair(i64x2[1], kernel, "unfold", "kernel_size"),

@@ -127,4 +127,20 @@ dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, 
     return no_cuda();
 }
 
+int gpu_attention_takes(int dtype, int64_t E, int64_t Ev)
+{
+    (void)dtype; (void)E; (void)Ev;
+    return 0;
+}
+dp_status gpu_attention_forward(const cpu_attention_args *a, dp_tensor *out, dp_tensor *lse)
+{
+    (void)a; (void)out; (void)lse;
+    return no_cuda();
+}
+dp_status gpu_attention_backward(const cpu_attention_args *a, dp_tensor *out, dp_tensor *dout, dp_tensor *lse,
+                                 dp_tensor *dq, dp_tensor *dk, dp_tensor *dv)
+{
+    (void)a; (void)out; (void)dout; (void)lse; (void)dq; (void)dk; (void)dv;
+    return no_cuda();
+}
 #endif /* !DP_HAVE_CUDA */

@@ -19,6 +19,11 @@ dp_status gpu_copy(dp_tensor *dst, dp_tensor *src);
 dp_status gpu_fill(dp_tensor *dst, double value);
 dp_status gpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, int dim, int correction);
 dp_status gpu_softmax(dp_tensor *out, dp_tensor *a, int dim, int log);
+/* gpu_attention.c: the flash kernels, for the dtypes and head dims gpu_attention_takes */
+int gpu_attention_takes(int dtype, int64_t E, int64_t Ev);
+dp_status gpu_attention_forward(const cpu_attention_args *a, dp_tensor *out, dp_tensor *lse);
+dp_status gpu_attention_backward(const cpu_attention_args *a, dp_tensor *out, dp_tensor *dout, dp_tensor *lse,
+                                 dp_tensor *dq, dp_tensor *dk, dp_tensor *dv);
 dp_status gpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b);
 dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b);
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,

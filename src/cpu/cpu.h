@@ -85,6 +85,22 @@ typedef struct {
 dp_status cpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u);
 dp_status cpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u);
 
+/* attention.c: scaled dot product attention over heads (b, h). q (B, H, L, E),
+ * k (B, H, S, E), v (B, H, S, Ev): views of one dtype; out (B, H, L, Ev),
+ * its gradient dout and dq, dk, dv contiguous of that dtype; lse (B, H, L)
+ * contiguous: each query row's log-sum-exp of its scaled scores. causal:
+ * query i takes keys j <= i. scratch: float64, of the sizes below. */
+typedef struct {
+    const dp_tensor *q, *k, *v;
+    int causal;
+    double scale;
+} cpu_attention_args;
+#define CPU_ATTENTION_FORWARD_SCRATCH(L, S, E, Ev) ((L) * (E) + (S) * (E) + (S) * (Ev) + (L) * (Ev) + (S))
+#define CPU_ATTENTION_BACKWARD_SCRATCH(L, S, E, Ev) (2 * ((L) * (E) + (S) * (E) + (S) * (Ev) + (L) * (Ev)))
+void cpu_attention_forward(const cpu_attention_args *a, dp_tensor *out, dp_tensor *lse, double *scratch);
+void cpu_attention_backward(const cpu_attention_args *a, dp_tensor *out, dp_tensor *dout, dp_tensor *lse,
+                            dp_tensor *dq, dp_tensor *dk, dp_tensor *dv, double *scratch);
+
 /* optim.c: fused updates over contiguous flat buffers of one dtype, float32 or float64 */
 dp_status cpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
                        double dampening, int nesterov, double weight_decay, int first_step);

@@ -434,6 +434,69 @@ function F.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, 
   return batched and out or out:squeeze(0)
 end
 
+---------------------------------------------------------------- attention
+
+-- scaled_dot_product_attention(query, key, value [, {attn_mask=, dropout_p=0,
+-- is_causal=false, scale=1/sqrt(E)}]): softmax(q @ k^T * scale + mask) @ v
+-- over query (..., L, E), key (..., S, E) and value (..., S, Ev), as
+-- PyTorch's. is_causal masks key j out of query i's row when j > i
+-- (tril(ones(L, S))); attn_mask is a bool mask (true: takes part) or a float
+-- mask added to the scores, broadcastable to (..., L, S). Without a mask or
+-- dropout it is one fused op that never holds the (L, S) weights (flash
+-- attention on a GPU); with them, the same math as tensor ops.
+local sdpa_opts = { attn_mask = true, dropout_p = true, is_causal = true, scale = true }
+function F.scaled_dot_product_attention(q, k, v, opts)
+  local fn = "scaled_dot_product_attention"
+  want_float(q, fn, "query")
+  want_float(k, fn, "key")
+  want_float(v, fn, "value")
+  opts = opts or {}
+  if type(opts) ~= "table" then raise(fn .. ": expected an options table, got " .. typename(opts)) end
+  for key in pairs(opts) do
+    if not sdpa_opts[key] then
+      raise(string.format("%s: unknown option '%s' (attn_mask, dropout_p, is_causal, scale)", fn, tostring(key)))
+    end
+  end
+  local mask, p, causal = opts.attn_mask, opts.dropout_p or 0, opts.is_causal or false
+  if type(p) ~= "number" or p < 0 or p > 1 then raise(fn .. ": expected dropout_p in [0, 1], got " .. tostring(p)) end
+  if type(causal) ~= "boolean" then raise(fn .. ": expected is_causal to be a boolean, got " .. typename(causal)) end
+  if mask ~= nil then
+    want_tensor(mask, fn, "attn_mask")
+    if causal then raise(fn .. ": is_causal and attn_mask cannot both be given (put the causal mask into attn_mask)") end
+  end
+  if q:dim() < 2 or k:dim() ~= q:dim() or v:dim() ~= q:dim() then
+    raise(string.format("%s: expected query, key and value of the same number of dims (at least 2), got %s, %s and %s",
+                        fn, shape_str(q), shape_str(k), shape_str(v)))
+  end
+  local E = q:size(-1)
+  local scale = opts.scale or 1 / math.sqrt(E)
+  if type(scale) ~= "number" then raise(fn .. ": expected scale to be a number, got " .. typename(scale)) end
+  if autocast_on then q, k, v = AC.cast_inputs(q, k, v) end
+  if mask == nil and p == 0 and torch._attention_fused(q, k, v) then
+    return torch._scaled_dot_product_attention(q, k, v, causal, scale)
+  end
+  -- the composite: PyTorch's reference math
+  local L, S = q:size(-2), k:size(-2)
+  if k:size(-1) ~= E or v:size(-2) ~= S then
+    raise(string.format("%s: expected query (..., L, E), key (..., S, E) and value (..., S, Ev), got %s, %s and %s",
+                        fn, shape_str(q), shape_str(k), shape_str(v)))
+  end
+  local scores = q:matmul(k:transpose(-2, -1)) * scale
+  if causal then
+    scores = scores:masked_fill(torch.ones(L, S, { dtype = torch.bool, device = q.device }):tril():logical_not(), -math.huge)
+  end
+  if mask ~= nil then
+    if mask.dtype == torch.bool then
+      scores = scores:masked_fill(mask:logical_not(), -math.huge)
+    else
+      scores = scores + mask
+    end
+  end
+  local weights = scores:softmax(-1)
+  if p > 0 then weights = F.dropout(weights, p, true) end
+  return weights:matmul(v)
+end
+
 ---------------------------------------------------------------- normalization and embedding
 
 -- layer_norm(input, normalized_shape [, weight, bias, eps=1e-5]): over the
