@@ -62,7 +62,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "common/codes.h"
+#include "common/dplua_codes.h"
 #include "common/dtype_conv.h"
 #include "dp_cuda.h"
 #include "dpc_ops.h"
