@@ -513,38 +513,23 @@ local function list(s)
   return t
 end
 
-local function parse_command_line(args)
-  local o = { files = {} }
-  local i = 1
-  local function value(name)
-    i = i + 1
-    if args[i] == nil then plot_error("option " .. name .. " needs a value", 2) end
-    return args[i]
-  end
-  while args[i] ~= nil do
-    local a = args[i]
-    local name, inline = a:match("^(%-%-[%w%-]+)=(.*)$")
-    if name then a = name; table.insert(args, i + 1, inline) end
-    if a == "-h" or a == "--help" then o.help = true
-    elseif a == "-o" or a == "--output" then o.output = value(a)
-    elseif a:match("^%-o.") then o.output = a:sub(3)
-    elseif a == "--x" then o.x = value(a)
-    elseif a == "--y" then o.y = list(value(a))
-    elseif a == "--log" then
-      local v = value(a)
-      if v == "all" then o.log = true
-      else o.log = {}; for _, m in ipairs(list(v)) do o.log[m] = true end end
-    elseif a == "--title" then o.title = value(a)
-    elseif a == "--width" or a == "--height" then
-      local n = tonumber(value(a))
-      if not n or n < 200 then plot_error(a .. " expects a number of pixels >= 200", 2) end
-      o[a == "--width" and "width" or "panel_height"] = floor(n)
-    elseif a:sub(1, 1) == "-" and #a > 1 then plot_error("unknown option " .. a, 2)
-    else o.files[#o.files + 1] = a end
-    i = i + 1
-  end
-  return o
+local function plot_option(o, a, value)
+  if a == "--x" then o.x = value()
+  elseif a == "--y" then o.y = list(value())
+  elseif a == "--log" then
+    local v = value()
+    if v == "all" then o.log = true
+    else o.log = {}; for _, m in ipairs(list(v)) do o.log[m] = true end end
+  elseif a == "--title" then o.title = value()
+  elseif a == "--width" or a == "--height" then
+    local n = tonumber(value())
+    if not n or n < 200 then plot_error(a .. " expects a number of pixels >= 200", 2) end
+    o[a == "--width" and "width" or "panel_height"] = floor(n)
+  else return false end
+  return true
 end
+
+local function parse_command_line(args) return command.parse_options(args, plot_option) end
 
 local function run(argv)
   local o = parse_command_line(argv)

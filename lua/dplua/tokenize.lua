@@ -28,32 +28,17 @@ options:
   -q, --quiet         print nothing on success
   -h, --help          this help]]
 
-local function parse_command_line(args)
-  local o = { files = {} }
-  local i = 1
-  local function value(name)
-    i = i + 1
-    if args[i] == nil then fail("option " .. name .. " needs a value", 2) end
-    return args[i]
-  end
-  while args[i] ~= nil do
-    local a = args[i]
-    local name, inline = a:match("^(%-%-[%w%-]+)=(.*)$")
-    if name then a = name; table.insert(args, i + 1, inline) end
-    if a == "-h" or a == "--help" then o.help = true
-    elseif a == "-o" or a == "--output" then o.output = value(a)
-    elseif a:match("^%-o.") then o.output = a:sub(3)
-    elseif a == "--vocab" then o.vocab = value(a)
-    elseif a == "--dtype" then
-      o.dtype = value(a)
-      if o.dtype ~= "uint16" and o.dtype ~= "uint32" then fail("--dtype expects uint16 or uint32, got " .. o.dtype, 2) end
-    elseif a == "-q" or a == "--quiet" then o.quiet = true
-    elseif a:sub(1, 1) == "-" and #a > 1 then fail("unknown option " .. a, 2)
-    else o.files[#o.files + 1] = a end
-    i = i + 1
-  end
-  return o
+local function tokenize_option(o, a, value)
+  if a == "--vocab" then o.vocab = value()
+  elseif a == "--dtype" then
+    o.dtype = value()
+    if o.dtype ~= "uint16" and o.dtype ~= "uint32" then fail("--dtype expects uint16 or uint32, got " .. o.dtype, 2) end
+  elseif a == "-q" or a == "--quiet" then o.quiet = true
+  else return false end
+  return true
 end
+
+local function parse_command_line(args) return command.parse_options(args, tokenize_option) end
 
 -- The vocabulary directory, checked before any work: a missing directory
 -- or file is named with what was expected there.
