@@ -13,34 +13,9 @@ local ok_cuda, has_cuda = pcall(function() return torch.cuda.is_available() end)
 if not (ok_cuda and has_cuda) then print("no_gpu"); os.exit(0) end
 local d = "cuda"
 
-local function row(name, f)
-  local ok, v = pcall(f)
-  if ok then print(string.format("%s %.2f", name, v))
-  else print(string.format("%s error: %s", name, (tostring(v):gsub("%s*\n%s*", " | ")))) end
-end
-
-local function host_us(f)
-  for _ = 1, 50 do f() end
-  torch.cuda.synchronize()
-  local n, t = 2000, clock()
-  for _ = 1, n do f() end
-  local us = (clock() - t) / n * 1e6
-  torch.cuda.synchronize()
-  return us
-end
-
-local function gpu_ms(f)
-  -- as many untimed calls as timed ones: each makes a new result, freed
-  -- when Lua collects it, and the pool must have grown to hold them
-  for _ = 1, 5 do f() end
-  torch.cuda.synchronize()
-  local e0, e1 = torch.cuda.Event({ enable_timing = true }), torch.cuda.Event({ enable_timing = true })
-  e0:record()
-  for _ = 1, 5 do f() end
-  e1:record()
-  e1:synchronize()
-  return e0:elapsed_time(e1) / 5
-end
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
+local T = dofile(here .. "/timing.lua")
+local row, host_us, gpu_ms = T.row, T.host_us, T.gpu_ms
 
 local a, b = torch.rand(32, 10):to(d), torch.rand(32, 10):to(d)
 local w, bias = torch.rand(10, 10):to(d), torch.rand(10):to(d)

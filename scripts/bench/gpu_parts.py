@@ -5,44 +5,13 @@ import time
 
 import torch
 import torch.nn.functional as F
+from timing import gpu_ms, host_us, row
 
 if not torch.cuda.is_available():
     print("no_gpu", flush=True)
     sys.exit(0)
 print(f"version PyTorch {torch.__version__} on {torch.cuda.get_device_name()}", flush=True)
 d = "cuda"
-
-
-def row(name, f):
-    try:
-        print(f"{name} {f():.2f}", flush=True)
-    except Exception as e:
-        print(f"{name} error: {' | '.join(str(e).split(chr(10)))}", flush=True)
-
-
-def host_us(f):
-    for _ in range(50):
-        f()
-    torch.cuda.synchronize()
-    n, t = 2000, time.perf_counter()
-    for _ in range(n):
-        f()
-    us = (time.perf_counter() - t) / n * 1e6
-    torch.cuda.synchronize()
-    return us
-
-
-def gpu_ms(f):
-    for _ in range(5):
-        f()
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(5):
-        f()
-    e1.record()
-    e1.synchronize()
-    return e0.elapsed_time(e1) / 5
 
 
 a, b = torch.rand(32, 10, device=d), torch.rand(32, 10, device=d)

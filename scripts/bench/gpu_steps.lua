@@ -38,20 +38,10 @@ local function measure(step, o)
   return times[math.floor((#times + 1) / 2)]
 end
 
--- Runs f and prints its row; an error prints "name error: ..." on one line.
-local function row(name, f)
-  local ok, v = pcall(f)
-  if ok then
-    print(string.format("%s %.2f", name, v))
-  else
-    local msg = tostring(v):gsub("%s*\n%s*", " | ")
-    if #msg > 300 then msg = msg:sub(1, 300) .. "..." end
-    print(string.format("%s error: %s", name, msg))
-  end
-  collectgarbage(); collectgarbage()
-end
-
-local models = dofile((debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or ".") .. "/models.lua")
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
+local T = dofile(here .. "/timing.lua")
+local row = T.row
+local models = dofile(here .. "/models.lua")
 local SimpleNN = models.SimpleNN
 
 -- model on the GPU, SGD, cross-entropy, a fixed batch; step() is one

@@ -11,6 +11,7 @@ import torch.nn as nn
 import torch.optim as optim
 
 from models import MnistCNN, SimpleNN, mlp  # scripts/bench/models.py
+from timing import row
 
 warnings.filterwarnings("ignore")  # allow_tf32's deprecation notice, in newer PyTorch
 dev = "cuda"
@@ -42,14 +43,6 @@ def measure(step, o):
         times.append((time.perf_counter() - t) / n)
     times.sort()
     return times[(len(times) + 1) // 2 - 1]
-
-
-def row(name, f):
-    try:
-        print(f"{name} {f():.2f}", flush=True)
-    except Exception as e:  # one failed measurement costs its row only
-        msg = " | ".join(f"{type(e).__name__}: {e}".split("\n"))
-        print(f"{name} error: {msg[:300]}", flush=True)
 
 
 def setup(make, batch, in_features, classes, lr):
