@@ -104,6 +104,15 @@ local function encode_number(x)
 end
 json.number = encode_number
 
+-- sorted_keys(t): t's keys in a stable order (by their string forms), as
+-- listings and tables shown to people want them.
+function json.sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  return keys
+end
+
 local function is_array(t)
   local n = #t
   if n == 0 then return getmetatable(t) == array_mt and next(t) == nil end

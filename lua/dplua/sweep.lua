@@ -125,12 +125,7 @@ local function is_distribution(v)
   return type(v) == "table" and v[1] == nil and (v.uniform or v.log_uniform or v.int) ~= nil
 end
 
-local function sorted_keys(t)
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-  return keys
-end
+local sorted_keys = json.sorted_keys
 
 local function check_space(s)
   if type(s.space) ~= "table" or next(s.space) == nil then

@@ -209,12 +209,7 @@ local function number_of(who, v, what)
   fail(who, format("%s must be a number or a one-element tensor, got %s", what, type(v)))
 end
 
-local function sorted_keys(t)
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-  return keys
-end
+local sorted_keys = require("dplua.json").sorted_keys
 
 ---------------------------------------------------------------- histograms
 
