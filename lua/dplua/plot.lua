@@ -38,22 +38,23 @@ local function finite(v) return type(v) == "number" and v == v and v ~= math.hug
 -- The hyperparameters of a sweep trial's report (SWEEP.logs/trial-NNN
 -- .report.jsonl): the "# DPLUA_HPARAMS=" line that `dplua sweep` writes at
 -- the head of the trial's log (trial-NNN.log beside it); nil for others.
+-- Second, where the sweep pruned the trial: "epoch = 3" from the log's
+-- "# dplua sweep: pruned at epoch = 3" line, or nil.
 local function trial_hparams(path)
   local base = path:match("^(.*)%.report%.jsonl$")
   local f = base and io.open(base .. ".log", "r")
   if not f then return nil end
-  local hparams
-  for _ = 1, 3 do
-    local line = f:read("*l")
-    local text = line and line:match("^# DPLUA_HPARAMS=(.*)$")
-    if text then
+  local hparams, pruned
+  for line in f:lines() do
+    local text = line:match("^# DPLUA_HPARAMS=(.*)$")
+    if text and not hparams then
       local v = json.decode((text:gsub("  CUDA_VISIBLE_DEVICES=%S*$", "")))
       if type(v) == "table" and v[1] == nil then hparams = v end
-      break
     end
+    pruned = line:match("^# dplua sweep: pruned at (.*)$") or pruned
   end
   f:close()
-  return hparams
+  return hparams, pruned
 end
 
 -- Reads one JSONL file: {name=, records={...}, hparams=}. Lines that are not JSON
@@ -70,12 +71,14 @@ local function read_file(path)
   for _, r in ipairs(records) do
     if type(r) == "table" then objects[#objects + 1] = r end
   end
-  return { name = path:match("([^/]+)$") or path, path = path, records = objects, hparams = trial_hparams(path) }
+  local hparams, pruned = trial_hparams(path)
+  return { name = path:match("([^/]+)$") or path, path = path, records = objects, hparams = hparams, pruned = pruned }
 end
 
 -- The legend's name of each file: a sweep trial's hyperparameters (those
 -- that differ between the trials drawn, or all when none differ), else
--- the file name; a name two files would share gets the file name added.
+-- the file name; a name two files would share gets the file name added,
+-- and a trial the sweep pruned says where.
 local function legend_labels(files)
   local values, differ = {}, {}
   for _, f in ipairs(files) do
@@ -106,6 +109,9 @@ local function legend_labels(files)
   end
   for i, f in ipairs(files) do
     if count[labels[i]] > 1 and labels[i] ~= f.name then labels[i] = labels[i] .. " (" .. f.name .. ")" end
+  end
+  for i, f in ipairs(files) do
+    if f.pruned then labels[i] = labels[i] .. " (pruned at " .. f.pruned .. ")" end
   end
   return labels
 end

@@ -22,11 +22,17 @@
 -- already. At the end the driver prints every trial sorted by the metric,
 -- and the best one. With a TensorBoard folder, the driver copies what each
 -- trial reports into a TensorBoard run of its own as it comes, and the
--- trial's hyperparameters and last metrics when it ends.
+-- trial's hyperparameters and last metrics when it ends. With a
+-- `scheduler` (dplua/early_stopping.lua), the driver reads each trial's
+-- reports as they come and stops the trials it prunes (SIGTERM); they are
+-- recorded as "pruned" with their last metrics. With nproc_per_node = N
+-- each trial is a launch of N ranks (`dplua --nproc_per_node=N`) on N GPUs
+-- of its own.
 local ffi = require("ffi")
 local bit = require("bit")
 local command = require("dplua.command")
 local json = require("dplua.json")
+local early_stopping = require("dplua.early_stopping")
 local C = require("dplua").C
 
 local M = {}
@@ -114,6 +120,8 @@ local fields = {
   env = "extra environment variables for every trial: {NAME = value}",
   name = "a name printed in the header",
   tensorboard = "a folder for TensorBoard event files: one run per trial, named by its hyperparameters",
+  scheduler = "early stopping: \"asha\" or \"median\", or {\"asha\", time_attr=, grace_period=, reduction_factor=, max_t=}",
+  nproc_per_node = "ranks per trial (default 1): each trial is a launch of that many processes, on as many GPUs",
 }
 
 -- Expected failures (a wrong sweep file, a bad option) carry their exit
@@ -196,6 +204,11 @@ function M.check(s, dir, base)
     end
   end
   if s.env ~= nil and type(s.env) ~= "table" then sweep_error("'env' must be a table of NAME = value") end
+  s.scheduler = early_stopping.check(s.scheduler, sweep_error)
+  s.nproc_per_node = s.nproc_per_node or 1
+  if type(s.nproc_per_node) ~= "number" or s.nproc_per_node < 1 or s.nproc_per_node % 1 ~= 0 then
+    sweep_error("'nproc_per_node' must be an integer >= 1 (ranks per trial)")
+  end
   local function rel(p) return p:sub(1, 1) == "/" and p or (dir == "." and p or dir .. "/" .. p) end
   s.script_path = rel(s.script)
   s.results = s.results and rel(s.results) or base .. ".results.jsonl"
@@ -321,7 +334,7 @@ end
 
 ---------------------------------------------------------------- results
 
-local record_order = { "trial", "status", "hparams", "metrics", "exit_code", "signal", "error",
+local record_order = { "trial", "status", "hparams", "metrics", "pruned_at", "exit_code", "signal", "error",
                        "time", "started", "gpu", "log" }
 
 -- The latest record of each configuration in the results file, by key.
@@ -403,44 +416,92 @@ end
 
 local function tb_open(ctx, t)
   local SummaryWriter = require("dplua.utils.tensorboard").SummaryWriter
-  return { writer = SummaryWriter(ctx.tensorboard .. "/" .. ctx.run_names[t.key]), offset = 0, lines = 0 }
+  return { writer = SummaryWriter(ctx.tensorboard .. "/" .. ctx.run_names[t.key]), lines = 0 }
 end
 
--- Writes the report lines that the trial completed since the last look:
--- each numeric metric as a scalar at the line's step (else its epoch,
--- else its number, from 0) and wall time.
-local function tb_poll(run)
-  local tb = run.tb
+-- One report line as TensorBoard scalars: each numeric metric at the
+-- line's step (else its epoch, else its number, from 0) and wall time.
+local function tb_add(tb, r)
+  local step = r.step
+  if type(step) ~= "number" or step % 1 ~= 0 then step = r.epoch end
+  if type(step) ~= "number" or step % 1 ~= 0 then step = tb.lines end
+  local wall = type(r.wall_time) == "number" and r.wall_time or nil
+  for _, k in ipairs(sorted_keys(r)) do
+    local v = r[k]
+    if type(v) == "number" and not not_scalars[k] then tb.writer:add_scalar(k, v, step, wall) end
+  end
+  tb.lines, tb.last_step = tb.lines + 1, step
+end
+
+---------------------------------------------------------------- following a trial
+
+-- The report lines (decoded) that a trial completed since the last look;
+-- run.offset is how far its report file was read.
+local function new_report_lines(run)
   local f = io.open(run.report, "r")
-  if not f then return end
-  f:seek("set", tb.offset)
+  if not f then return {} end
+  f:seek("set", run.offset or 0)
   local text = f:read("*a")
   f:close()
   local done = text:match(".*()\n")
-  if not done then return end
-  tb.offset = tb.offset + done
+  if not done then return {} end
+  run.offset = (run.offset or 0) + done
+  local out = {}
   for line in text:sub(1, done):gmatch("[^\n]+") do
     local r = json.decode(line)
-    if type(r) == "table" then
-      local step = r.step
-      if type(step) ~= "number" or step % 1 ~= 0 then step = r.epoch end
-      if type(step) ~= "number" or step % 1 ~= 0 then step = tb.lines end
-      local wall = type(r.wall_time) == "number" and r.wall_time or nil
-      for _, k in ipairs(sorted_keys(r)) do
-        local v = r[k]
-        if type(v) == "number" and not not_scalars[k] then tb.writer:add_scalar(k, v, step, wall) end
+    if type(r) == "table" then out[#out + 1] = r end
+  end
+  return out
+end
+
+local function say(...)
+  io.stdout:write(...)
+  io.stdout:write("\n")
+  io.stdout:flush()
+end
+
+local function now() return wall_time() end
+
+-- Reads what the trial reported since the last look: into its TensorBoard
+-- run, and through the scheduler, which may prune it (SIGTERM now, SIGKILL
+-- after the grace time if it lingers).
+local function follow(ctx, run)
+  for _, r in ipairs(new_report_lines(run)) do
+    if run.tb then tb_add(run.tb, r) end
+    if ctx.scheduler and not run.pruned_at then
+      local verdict, at = ctx.scheduler:report(run.trial.id, r)
+      if verdict == "stop" and run.pid then
+        run.pruned_at, run.kill_at = at, now() + KILL_GRACE
+        kill(run.pid, SIGTERM)
+        say(format("trial %d pruned at %s = %s by %s", run.trial.id, ctx.scheduler.time_attr,
+                   show_value(at), ctx.scheduler.name))
       end
-      tb.lines, tb.last_step = tb.lines + 1, step
     end
   end
-  tb.writer:flush()
+  if run.tb and now() - (run.tb.flushed or 0) >= TB_POLL_S then
+    run.tb.flushed = now()
+    run.tb.writer:flush()
+  end
+end
+
+-- A resumed sweep's scheduler learns what the finished trials reported
+-- (their report files in the logs folder), its verdicts ignored.
+local function replay_finished(ctx, configs)
+  if not ctx.scheduler then return end
+  for _, t in ipairs(configs) do
+    local r = ctx.records[t.key]
+    if r and (r.status == "ok" or r.status == "pruned") and type(r.log) == "string" then
+      local run = { report = (r.log:gsub("%.log$", ".report.jsonl")) }
+      for _, line in ipairs(new_report_lines(run)) do ctx.scheduler:report(t.id, line) end
+    end
+  end
 end
 
 -- The last lines, then the hparams plugin's summaries in the trial's own
 -- run (the hyperparameters; the last value of each numeric metric, at the
 -- last step), so that TensorBoard's HPARAMS tab lists the trial.
-local function tb_close(run, r)
-  tb_poll(run)
+local function tb_close(ctx, run, r)
+  follow(ctx, run)
   local hparams, metrics = {}, {}
   for k, v in pairs(run.trial.hparams) do
     hparams[k] = (type(v) == "number" or type(v) == "string" or type(v) == "boolean") and v or json.encode(v)
@@ -453,8 +514,6 @@ local function tb_close(run, r)
 end
 
 ---------------------------------------------------------------- running
-
-local function now() return wall_time() end
 
 local function gpu_list()
   local ok, torch = pcall(require, "dplua")
@@ -472,12 +531,6 @@ local function gpu_list()
   return gpus
 end
 
-local function say(...)
-  io.stdout:write(...)
-  io.stdout:write("\n")
-  io.stdout:flush()
-end
-
 -- Starts one trial in slot `slot`. Returns the running-trial table.
 local function start_trial(ctx, t, slot)
   local s = ctx.sweep
@@ -487,12 +540,17 @@ local function start_trial(ctx, t, slot)
   local report = ctx.logs .. "/" .. tag .. ".report.jsonl"
   os.remove(report)
   local argv = { ctx.exe_name, s.script_path }
+  if s.nproc_per_node > 1 then table.insert(argv, 2, "--nproc_per_node=" .. s.nproc_per_node) end
   for _, a in ipairs(t.args) do argv[#argv + 1] = a end
   for _, a in ipairs(ctx.extra_args) do argv[#argv + 1] = a end
   local set = { DPLUA_HPARAMS = t.key, DPLUA_TRIAL_ID = tostring(t.id), DPLUA_REPORT_FILE = report }
   local gpu
   if #ctx.gpus > 0 then
-    gpu = ctx.gpus[(slot - 1) % #ctx.gpus + 1]
+    -- slot k's trial gets GPUs (k-1)*n+1 .. k*n: disjoint while
+    -- parallel * n <= the GPUs (checked before the sweep starts)
+    local n, list = s.nproc_per_node, {}
+    for i = 1, n do list[i] = ctx.gpus[((slot - 1) * n + i - 1) % #ctx.gpus + 1] end
+    gpu = concat(list, ",")
     set.CUDA_VISIBLE_DEVICES = gpu
   else
     for _, v in ipairs({ "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS" }) do
@@ -511,7 +569,8 @@ local function start_trial(ctx, t, slot)
   if ctx.tensorboard then run.tb = tb_open(ctx, t) end
   run.pid, run.spawn_error = spawn(ctx.exe, argv, set, log)
   if run.pid then
-    say(format("trial %d started: %s%s", t.id, show_config(t.hparams), gpu and (" on GPU " .. gpu) or ""))
+    say(format("trial %d started: %s%s", t.id, show_config(t.hparams),
+               gpu and ((gpu:find(",") and " on GPUs " or " on GPU ") .. gpu) or ""))
   end
   return run
 end
@@ -519,13 +578,20 @@ end
 -- Builds the record of a trial that ended with `how` (from reap).
 local function finish_trial(ctx, run, how)
   local t = run.trial
+  if ctx.scheduler or run.tb then
+    run.pid = nil   -- reaped: the last lines are read, and nothing is killed
+    follow(ctx, run)
+  end
   local function ms(x) return math.floor(x * 1000 + 0.5) / 1000 end
   local r = { trial = t.id, hparams = t.hparams, started = ms(run.started), log = run.log,
-              time = ms(now() - run.started), gpu = run.gpu and tonumber(run.gpu) or nil }
+              time = ms(now() - run.started), gpu = run.gpu and (tonumber(run.gpu) or run.gpu) or nil }
   local metrics = read_metrics(run.report)
   r.metrics = next(metrics) and metrics or nil
   if run.spawn_error then
     r.status, r.error, r.time = "crashed", run.spawn_error, 0
+  elseif run.pruned_at then
+    r.status, r.pruned_at = "pruned", run.pruned_at
+    r.exit_code, r.signal = how.exit_code, how.signal
   elseif run.timed_out then
     r.status = "timeout"
     r.error = format("stopped after the %g s timeout", ctx.timeout)
@@ -539,7 +605,14 @@ local function finish_trial(ctx, run, how)
     r.error = how.error or log_reason(run.log)
   end
   append_record(ctx.results, r)
-  if run.tb then tb_close(run, r) end
+  if r.status == "pruned" then
+    local f = io.open(run.log, "a")
+    if f then
+      f:write(format("# dplua sweep: pruned at %s = %s\n", ctx.scheduler.time_attr, show_value(r.pruned_at)))
+      f:close()
+    end
+  end
+  if run.tb then tb_close(ctx, run, r) end
   ctx.done = ctx.done + 1
   local m = r.metrics and r.metrics[ctx.sweep.metric]
   local what
@@ -548,6 +621,9 @@ local function finish_trial(ctx, run, how)
            or format("no '%s' reported", ctx.sweep.metric)
   elseif r.status == "timeout" then
     what = r.error
+  elseif r.status == "pruned" then
+    what = format("at %s = %s, %s", ctx.scheduler.time_attr, show_value(r.pruned_at),
+                  m ~= nil and format("%s = %s", ctx.sweep.metric, show_value(m)) or "no metric")
   else
     what = (r.signal and ("killed by " .. r.signal)) or (r.exit_code and ("exit status " .. r.exit_code)) or ""
     if r.error then what = what .. ": " .. r.error end
@@ -608,13 +684,12 @@ local function run_queue(ctx, queue)
           ctx.slots[slot] = nil
           ctx.running = ctx.running - 1
           finish_trial(ctx, run, how)
-        elseif run.tb and now() - (run.tb.polled or 0) >= TB_POLL_S then
-          run.tb.polled = now()
-          tb_poll(run)
+        elseif ctx.scheduler or run.tb then
+          follow(ctx, run)
         end
-        if not how and ctx.timeout then
+        if not how then
           local t = now()
-          if not run.timed_out and t - run.started > ctx.timeout then
+          if ctx.timeout and not run.timed_out and not run.pruned_at and t - run.started > ctx.timeout then
             run.timed_out, run.kill_at = true, t + KILL_GRACE
             kill(run.pid, SIGTERM)
           elseif run.kill_at and t > run.kill_at then
@@ -673,7 +748,8 @@ local function print_table(s, rows)
     local m = type(r.metrics) == "table" and r.metrics[s.metric]
     line[#line + 1] = m ~= nil and show_value(m) or "-"
     local status = r.status
-    if r.signal then status = status .. " (" .. r.signal .. ")"
+    if r.status == "pruned" then status = "pruned at " .. show_value(r.pruned_at)
+    elseif r.signal then status = status .. " (" .. r.signal .. ")"
     elseif r.status ~= "ok" and r.exit_code then status = status .. " (exit " .. r.exit_code .. ")" end
     line[#line + 1] = status
     line[#line + 1] = type(r.time) == "number" and format("%.1fs", r.time) or "-"
@@ -702,8 +778,10 @@ end
 local function print_summary(s, configs, records)
   local rows = M.ranked(s, configs, records)
   say("")
-  say(format("%d of %d trials finished; sorted by %s (%s is better):", #rows, #configs, s.metric,
-             s.mode == "max" and "higher" or "lower"))
+  local pruned = 0
+  for _, row in ipairs(rows) do if row.record.status == "pruned" then pruned = pruned + 1 end end
+  say(format("%d of %d trials finished%s; sorted by %s (%s is better):", #rows, #configs,
+             pruned > 0 and format(" (%d pruned)", pruned) or "", s.metric, s.mode == "max" and "higher" or "lower"))
   say("")
   if #rows > 0 then print_table(s, rows) end
   say("")
@@ -787,7 +865,7 @@ local function plan(s, o, configs, records)
   local queue, skipped = {}, 0
   for _, t in ipairs(configs) do
     local r = records[t.key]
-    if r and (r.status == "ok" or not o.retry_failed) then
+    if r and (r.status == "ok" or r.status == "pruned" or not o.retry_failed) then
       skipped = skipped + 1
     else
       local ok, a = pcall(trial_args, s, t.hparams)
@@ -807,6 +885,13 @@ local function print_header(s, o, n, skipped, queued, parallel, gpus)
              s.mode == "max" and "(higher is better)" or "(lower is better)"))
   say(format("  %d finished earlier, %d to run, %d at a time%s", skipped, queued, parallel,
              #gpus > 0 and format(" on %d GPU%s", #gpus, #gpus > 1 and "s" or "") or " (CPU)"))
+  if s.scheduler then
+    local opts = {}
+    for _, k in ipairs(sorted_keys(s.scheduler)) do
+      if k ~= "name" then opts[#opts + 1] = k .. "=" .. show_value(s.scheduler[k]) end
+    end
+    say(format("  early stopping: %s (%s)", s.scheduler.name, concat(opts, ", ")))
+  end
   say(format("  results: %s   logs: %s/%s", s.results, s.logs,
              s.tensorboard and ("   tensorboard: " .. s.tensorboard .. "/") or ""))
 end
@@ -840,7 +925,11 @@ local function run_sweep(list, args)
   local configs = M.configurations(s)
   local records = read_results(s.results)
   local gpus = gpu_list()
-  local parallel = math.floor(o.parallel or s.parallel or math.max(#gpus, 1))
+  local parallel = math.floor(o.parallel or s.parallel or math.max(math.floor(#gpus / s.nproc_per_node), 1))
+  if #gpus > 0 and s.nproc_per_node > 1 and parallel * s.nproc_per_node > #gpus then
+    sweep_error(format("%d trials at once of %d rank%s each need %d GPUs; this machine has %d (lower parallel)",
+                       parallel, s.nproc_per_node, s.nproc_per_node > 1 and "s" or "", parallel * s.nproc_per_node, #gpus))
+  end
   local queue, skipped = plan(s, o, configs, records)
   print_header(s, o, #configs, skipped, #queue, parallel, gpus)
   if o.dry_run then
@@ -854,10 +943,12 @@ local function run_sweep(list, args)
   local ctx = {
     sweep = s, exe = exe, exe_name = exe_name, gpus = gpus, parallel = parallel, results = s.results,
     logs = s.logs, timeout = o.timeout or s.timeout, extra_args = o.extra_args,
-    threads = math.max(1, math.floor(C.dp_cpu_count() / parallel)), records = records,
+    threads = math.max(1, math.floor(C.dp_cpu_count() / (parallel * s.nproc_per_node))), records = records,
+    scheduler = s.scheduler and early_stopping.new(s.scheduler, s.metric, s.mode),
     tensorboard = s.tensorboard, run_names = M.run_names(configs),
     slots = {}, done = 0, running = 0, to_run = #queue, total_trials = #configs,
   }
+  replay_finished(ctx, configs)
   if #queue > 0 then
     local status = run_trials(ctx, queue, configs)
     if status then return status end
