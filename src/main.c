@@ -106,6 +106,7 @@ static int parse_option(int argc, char **argv, int *i, struct host_args *a)
         fputs(usage_text, stdout);
         return 0;
     } else if (dp_launch_is_flag(s)) {
+        dp_launch_set_line_reader(host_read_line);   /* for the distributed REPL */
         return dp_launch_main(argc, argv);   /* src/dist/launch.c */
     } else {
         return usage_error("unrecognized option", s);

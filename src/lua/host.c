@@ -1345,6 +1345,30 @@ int host_main(const struct host_args *a)
     return c.status;
 }
 
+int host_read_line(const char *prompt, char **line, int (*wait)(void *arg),
+                   char **(*complete)(void *arg, const char *text), void *arg)
+{
+    static struct repl r;
+    static int opened;
+    int got;
+    edit_wait = wait;
+    edit_complete = complete;
+    edit_arg = arg;
+    if (!opened) {
+        opened = 1;
+        r.tty = isatty(STDIN_FILENO);
+        r.helpers = r.env = LUA_NOREF;
+        r.history[0] = '\0';
+        r.last = NULL;
+#ifdef HAVE_LIBEDIT
+        if (r.tty)
+            edit_open(NULL, &r);
+#endif
+    }
+    got = read_line(&r, prompt, line);
+    return got == LINE_OK ? 0 : got == LINE_EOF ? -1 : 1;
+}
+
 const char *host_luajit_version(void)
 {
     return LUAJIT_VERSION;
