@@ -131,28 +131,82 @@ static void rank_label(const struct launch *L, const char *chosen, char *buf, si
     }
 }
 
-/* Print the kept output of the ranks in `ran`, folded, and forget it. */
+/* The ranks in `ran` wrote as many lines each, to the same streams: then
+ * the output folds line by line (a traceback that differs in one address
+ * still shares its other lines). */
+static int same_shape(const struct launch *L, const char *ran)
+{
+    const struct rank *first = NULL;
+    for (int i = 0; i < L->nproc; i++) {
+        const struct rank *r = &L->ranks[i];
+        if (!ran[i])
+            continue;
+        if (first == NULL)
+            first = r;
+        else if (r->nkept != first->nkept)
+            return 0;
+        for (size_t k = 0; k < r->nkept; k++)
+            if (r->kept[k].fd != first->kept[k].fd)
+                return 0;
+    }
+    return first != NULL;
+}
+
+static void print_line(struct launch *L, const char *label, const struct kept_line *k)
+{
+    write_str(L, k->fd, "[");
+    write_str(L, k->fd, label);
+    write_str(L, k->fd, "] ");
+    write_str(L, k->fd, k->text);
+    write_str(L, k->fd, "\n");
+}
+
+/* Line k of the ranks in `ran`: one line per distinct text, labelled with
+ * the ranks that wrote it. */
+static void fold_line(struct launch *L, const char *ran, size_t k, char *done, char *group)
+{
+    char label[LABEL_MAX];
+    memset(done, 0, (size_t)(unsigned)L->nproc);
+    for (int i = 0; i < L->nproc; i++) {
+        if (!ran[i] || done[i])
+            continue;
+        memset(group, 0, (size_t)(unsigned)L->nproc);
+        for (int j = i; j < L->nproc; j++)
+            if (ran[j] && !done[j] && strcmp(L->ranks[i].kept[k].text, L->ranks[j].kept[k].text) == 0)
+                group[j] = done[j] = 1;
+        rank_label(L, group, label, sizeof label);
+        print_line(L, label, &L->ranks[i].kept[k]);
+    }
+}
+
+/* Print the kept output of the ranks in `ran`, folded, and forget it:
+ * line by line when the ranks wrote as many lines, else whole outputs,
+ * one per group of ranks that wrote the same. */
 static void print_folded(struct launch *L, const char *ran)
 {
-    char *done = calloc((size_t)L->nproc, 1), *group = calloc((size_t)L->nproc, 1);
-    char label[LABEL_MAX], head[LABEL_MAX + 8];
+    char *done = calloc((size_t)(unsigned)L->nproc, 1), *group = calloc((size_t)(unsigned)L->nproc, 1);
+    char label[LABEL_MAX];
     if (done == NULL || group == NULL)
         abort();
+    if (same_shape(L, ran)) {
+        int first = 0;
+        while (!ran[first])
+            first++;
+        for (size_t k = 0; k < L->ranks[first].nkept; k++)
+            fold_line(L, ran, k, done, group);
+        memset(done, 1, (size_t)(unsigned)L->nproc);   /* nothing left for the loop below */
+    }
     for (int i = 0; i < L->nproc; i++) {
         struct rank *r = &L->ranks[i];
         if (!ran[i] || done[i] || r->nkept == 0)
             continue;
-        memset(group, 0, (size_t)L->nproc);
+        memset(group, 0, (size_t)(unsigned)L->nproc);
         for (int j = i; j < L->nproc; j++)
             if (ran[j] && !done[j] && same_output(r, &L->ranks[j]))
                 group[j] = done[j] = 1;
         rank_label(L, group, label, sizeof label);
-        snprintf(head, sizeof head, "[%s] ", label);
-        for (size_t k = 0; k < r->nkept; k++) {
-            write_str(L, r->kept[k].fd, head);
-            write_str(L, r->kept[k].fd, r->kept[k].text);
-            write_str(L, r->kept[k].fd, "\n");
-        }
+        for (size_t k = 0; k < r->nkept; k++)
+            print_line(L, label, &r->kept[k]);
     }
     for (int i = 0; i < L->nproc; i++) {
         struct rank *r = &L->ranks[i];
@@ -419,7 +473,7 @@ static int parse_on(const struct launch *L, const char *line, char *on, const ch
 {
     const char *p = line + 3;
     int first = L->node_rank * L->nproc;
-    memset(on, 0, (size_t)L->nproc);
+    memset(on, 0, (size_t)(unsigned)L->nproc);
     p += strspn(p, " \t");
     for (;;) {
         char *end;
@@ -488,13 +542,13 @@ static int run_line(struct launch *L, const char *on, int some, const char *labe
 
 int launch_repl(struct launch *L)
 {
-    char *all = malloc((size_t)L->nproc), *on = malloc((size_t)L->nproc);
+    char *all = malloc((size_t)(unsigned)L->nproc), *on = malloc((size_t)(unsigned)L->nproc);
     char label[LABEL_MAX];
     int pending = 0, some = 0, status = -1;
     dp_line_reader read_line = line_reader ? line_reader : plain_read_line;
     if (all == NULL || on == NULL)
         abort();
-    memset(all, 1, (size_t)L->nproc);
+    memset(all, 1, (size_t)(unsigned)L->nproc);
     for (;;) {   /* until each rank has run -e code and the script: their output prints as it comes */
         int ready = 1;
         for (int i = 0; i < L->nproc; i++) {
@@ -530,7 +584,7 @@ int launch_repl(struct launch *L)
         }
         code = line;
         if (!pending) {
-            memcpy(on, all, (size_t)L->nproc);
+            memcpy(on, all, (size_t)(unsigned)L->nproc);
             some = 0;
             label[0] = '\0';
             if (strncmp(line, ":on", 3) == 0 && (line[3] == ' ' || line[3] == '\t')) {
@@ -538,7 +592,7 @@ int launch_repl(struct launch *L)
                     free(line);
                     continue;
                 }
-                some = memcmp(on, all, (size_t)L->nproc) != 0;   /* every rank: collectives are fine */
+                some = memcmp(on, all, (size_t)(unsigned)L->nproc) != 0;   /* every rank: collectives are fine */
                 rank_label(L, on, label, sizeof label);
             }
         }
