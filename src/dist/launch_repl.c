@@ -561,7 +561,12 @@ int launch_repl(struct launch *L)
         }
         if (ready || ended(L))
             break;
-        L->interrupted = 0;   /* Ctrl-C before the prompt: the script's, not ours */
+        if (L->interrupted) {   /* Ctrl-C stops the scripts; the prompt then opens, as with -i */
+            L->interrupted = 0;
+            for (int i = 0; i < L->nproc; i++)
+                if (L->ranks[i].answer != 'R')
+                    kill(L->ranks[i].pid, SIGINT);
+        }
         wait_once(L, 0);
     }
     if (!ended(L) && isatty(STDIN_FILENO))

@@ -149,7 +149,7 @@ type_line 'while true do end'
 wait_for 'while true do end'
 sleep 0.5
 tx send-keys -t $repl C-c
-wait_for "[0-1] dplua: stdin:1: interrupted!" 1 10
+wait_for "[0-1] dplua: interrupted!" 1 10
 ok $? "Ctrl-C interrupts while true do end on both ranks"
 type_line 'print("back" .. 1)'
 wait_for "[0-1] back1"
