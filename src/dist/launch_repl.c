@@ -488,8 +488,11 @@ static int parse_on(const struct launch *L, const char *line, char *on, const ch
             p = end;
         }
         if (a < first || b >= first + L->nproc || a > b) {
-            fprintf(stderr, PROG ": :on %ld%s%ld: the ranks are %d to %d\n", a, a == b ? "" : "-",
-                    b, first, first + L->nproc - 1);
+            if (a == b)
+                fprintf(stderr, PROG ": :on %ld: the ranks are %d to %d\n", a, first, first + L->nproc - 1);
+            else
+                fprintf(stderr, PROG ": :on %ld-%ld: the ranks are %d to %d\n", a, b, first,
+                        first + L->nproc - 1);
             return -1;
         }
         for (long k = a; k <= b; k++)

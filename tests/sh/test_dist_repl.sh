@@ -61,7 +61,7 @@ ok $? "dplua --nproc_per_node=2 -i script.lua: each rank continues from its own 
 if ! command -v tmux >/dev/null 2>&1; then
     for d in "the banner and the prompt" "equal values fold" "ranks show their own values" \
              "all_reduce at the prompt" ":on 1 error" "the prompt goes on" ":on refuses collectives" \
-             "continuation" "Ctrl-C" "after Ctrl-C" "completion" "Ctrl-D" "os.exit on one rank" \
+             "continuation" "Ctrl-C at >>" ":on 7" "Ctrl-C" "after Ctrl-C" "completion" "Ctrl-D" "os.exit on one rank" \
              "kill -9 of a rank"; do
         skip "$d" "tmux not installed"
     done
@@ -144,6 +144,17 @@ type_line_cont() { tx send-keys -t $repl -l "$1"; tx send-keys -t $repl Enter; }
 type_line_cont 'print("it" .. i * 10) end'
 wait_for "[0-1] it10" && wait_for "[0-1] it20"
 ok $? "an unfinished chunk continues with >> and runs on both ranks"
+
+type_line 'for j = 1, 2 do'
+wait_for ">> " 2
+tx send-keys -t $repl C-c
+type_line 'print("after" .. "drop" .. tostring(j))'
+wait_for "[0-1] afterdropnil"
+ok $? "Ctrl-C at the >> prompt drops the unfinished chunk on both ranks"
+
+type_line ':on 7 print(1)'
+wait_for ":on 7: the ranks are 0 to 1"
+ok $? ":on with a rank that does not exist says which ranks there are"
 
 type_line 'while true do end'
 wait_for 'while true do end'
