@@ -67,6 +67,18 @@ typedef void (*dp_fact_fn)(const char *key, const char *value, void *ctx);
 DP_API void dp_env_facts(dp_fact_fn fn, void *ctx);
 /* DP_CDEF_END */
 
+/* The line editor of the distributed REPL's prompt (src/dist/launch_repl.c),
+ * given by the program (src/lua/host.c's, with libedit and the history):
+ * reads a line after showing prompt into *line (malloc'd, no newline);
+ * returns 0, -1 at the end of input, or 1 when wait(arg) gave up the line.
+ * While it waits for a key it calls wait(arg), which returns 0 once stdin
+ * has input; complete(arg, text) gives the words that text may become
+ * (NULL-terminated, malloc'd, or NULL). Without one, the launcher reads
+ * plain lines. */
+typedef int (*dp_line_reader)(const char *prompt, char **line, int (*wait)(void *arg),
+                              char **(*complete)(void *arg, const char *text), void *arg);
+void dp_launch_set_line_reader(dp_line_reader read_line);
+
 #ifdef __cplusplus
 }
 #endif

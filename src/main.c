@@ -39,7 +39,8 @@ static const char usage_text[] =
     "\n"
     "options:\n"
     "  -e CODE         run CODE; may be repeated, runs before the script\n"
-    "  -i              enter the REPL after the script or -e code\n"
+    "  -i              enter the REPL after the script or -e code (after launcher\n"
+    "                  options: the distributed REPL, with a line on every rank)\n"
     "  -               read the script from stdin\n"
     "  --              stop handling options; the next argument is the script\n"
     "  -v, --version   print the dplua and LuaJIT versions\n"
@@ -106,6 +107,7 @@ static int parse_option(int argc, char **argv, int *i, struct host_args *a)
         fputs(usage_text, stdout);
         return 0;
     } else if (dp_launch_is_flag(s)) {
+        dp_launch_set_line_reader(host_read_line);   /* for the distributed REPL */
         return dp_launch_main(argc, argv);   /* src/dist/launch.c */
     } else {
         return usage_error("unrecognized option", s);

@@ -217,8 +217,22 @@ local function check_backend(backend)
   end
 end
 
+-- In the distributed REPL, a line typed as `:on 0,2 CODE` runs on some
+-- ranks only (dplua.repl's `only` names them): a collective there would
+-- wait for ranks that never call it, so it is refused at once. (Point to
+-- point send and recv between those ranks still work.)
+local function all_ranks_run(fn)
+  local repl = package.loaded["dplua.repl"]
+  local only = type(repl) == "table" and rawget(repl, "only")
+  if only then
+    raise(string.format("%s: this line was typed with ':on %s', so it runs on some ranks only, but a " ..
+                        "collective needs every rank of the group; type it without :on", fn, tostring(only)))
+  end
+end
+
 -- init_process_group(backend [, opts]) or init_process_group{backend=, init_method=, rank=, world_size=, timeout=}
 function dist.init_process_group(backend, opts)
+  all_ranks_run("init_process_group")
   if type(backend) == "table" then opts, backend = backend, backend.backend end
   opts = opts or {}
   if state.pg then raise("init_process_group: trying to initialize the default process group twice") end
@@ -285,6 +299,7 @@ function dist.get_store() group_of(); return state.store end
 
 -- new_group(ranks): every rank calls it; members get a group, others nil.
 function dist.new_group(ranks, opts)
+  all_ranks_run("new_group")
   local world = group_of()
   opts = opts or {}
   local backend = opts.backend or state.backend
@@ -354,7 +369,8 @@ local function call(cfn, pg, n, a, b, c, w)
   return cfn(pg, a, b, c, w)
 end
 
-local function collective(group, async_op, cfn, n, a, b, c)
+local function collective(fn, group, async_op, cfn, n, a, b, c)
+  all_ranks_run(fn)
   local g = group_of(group)
   if async_op then
     check(call(cfn, g.p, n, a, b, c, work_box))
@@ -408,29 +424,30 @@ end
 local function pair_collective(fn, o, cfn, out, t, reduces)
   if outside(o.group, fn) then return end
   contiguous_tensor(out, fn); contiguous_tensor(t, fn)
-  if reduces then return collective(o.group, o.async_op, cfn, 3, out.p, t.p, reduce_op(o.op, fn)) end
-  return collective(o.group, o.async_op, cfn, 2, out.p, t.p)
+  if reduces then return collective(fn, o.group, o.async_op, cfn, 3, out.p, t.p, reduce_op(o.op, fn)) end
+  return collective(fn, o.group, o.async_op, cfn, 2, out.p, t.p)
 end
 
 function dist.all_reduce(t, ...)
   local o = opts_of({ ... }, { "op", "group", "async_op" })
   if outside(o.group, "all_reduce") then return end
   contiguous_tensor(t, "all_reduce")
-  return collective(o.group, o.async_op, C.dp_pg_all_reduce, 2, t.p, reduce_op(o.op, "all_reduce"))
+  return collective("all_reduce", o.group, o.async_op, C.dp_pg_all_reduce, 2, t.p, reduce_op(o.op, "all_reduce"))
 end
 
 function dist.broadcast(t, src, ...)
   local o = opts_of({ ... }, { "group", "async_op" })
   if outside(o.group, "broadcast") then return end
   contiguous_tensor(t, "broadcast")
-  return collective(o.group, o.async_op, C.dp_pg_broadcast, 2, t.p, group_rank(o.group, src or 0, "broadcast"))
+  return collective("broadcast", o.group, o.async_op, C.dp_pg_broadcast, 2, t.p,
+                    group_rank(o.group, src or 0, "broadcast"))
 end
 
 function dist.reduce(t, dst, ...)
   local o = opts_of({ ... }, { "op", "group", "async_op" })
   if outside(o.group, "reduce") then return end
   contiguous_tensor(t, "reduce")
-  return collective(o.group, o.async_op, C.dp_pg_reduce, 3, t.p, group_rank(o.group, dst or 0, "reduce"),
+  return collective("reduce", o.group, o.async_op, C.dp_pg_reduce, 3, t.p, group_rank(o.group, dst or 0, "reduce"),
                     reduce_op(o.op, "reduce"))
 end
 
@@ -448,7 +465,7 @@ function dist.all_gather(list, t, ...)
   if type(list) ~= "table" then raise("all_gather: expected a table for the output list") end
   local shape = t:size()
   local flat = torch.empty({ g.size * t:numel() }, { dtype = t.dtype, device = t.device })
-  collective(g, false, C.dp_pg_all_gather, 2, flat.p, t.p)
+  collective("all_gather", g, false, C.dp_pg_all_gather, 2, flat.p, t.p)
   for r = 0, g.size - 1 do
     local piece = flat:narrow(0, r * t:numel(), t:numel()):view(shape)
     if list[r + 1] then list[r + 1]:copy_(piece) else list[r + 1] = piece end
@@ -488,7 +505,7 @@ function dist.all_to_all(out_list, in_list, ...)
   end
   local inp = torch.cat(in_list, 0):contiguous()
   local out = torch.empty(inp:size(), { dtype = inp.dtype, device = inp.device })
-  collective(o.group, false, C.dp_pg_all_to_all, 2, out.p, inp.p)
+  collective("all_to_all", o.group, false, C.dp_pg_all_to_all, 2, out.p, inp.p)
   local at = 0
   for i, dst in ipairs(out_list) do
     local n = dst:size(0)
@@ -522,6 +539,7 @@ end
 
 function dist.barrier(group)
   if outside(group, "barrier") then return end
+  all_ranks_run("barrier")
   check(C.dp_pg_barrier(group_of(group).p))
 end
 

@@ -7,7 +7,7 @@ local getmetatable, getinfo, getupvalue = debug.getmetatable, debug.getinfo, deb
 local getlocal = debug.getlocal
 local ipairs, string, loadstring, insert = ipairs, string, loadstring, table.insert
 local sort, concat, format, write = table.sort, table.concat, string.format, io.write
-local open = io.open
+local open, setfenv = io.open, setfenv
 
 local keywords = { 'and', 'break', 'do', 'else', 'elseif', 'end', 'false', 'for',
   'function', 'goto', 'if', 'in', 'local', 'nil', 'not', 'or', 'repeat', 'return',
@@ -18,6 +18,14 @@ local tensor_fields = { 'shape', 'dtype', 'device', 'ndim', 'is_cuda', 'T', 'gra
 
 local UNKNOWN = {}  -- a name whose value completion does not know
 local function lib() return loaded.dplua end
+
+-- M.scope: where names are looked up: _G, or after `dplua -i script.lua`
+-- a table of the script's locals whose misses read _G (set by host.c).
+-- M.only: while a line of the distributed REPL runs on some ranks only
+-- (`:on 0,2 ...`), the ranks it runs on ("0,2"); dplua.distributed's
+-- collectives refuse to run then.
+local M = {}
+local function scope() return M.scope or G end
 
 local function is_tensor(x)
   local t = type(x) == 'cdata' and lib()
@@ -89,7 +97,7 @@ local function resolve(path)
   if path:find('^%.') or path:find('%.%.') or path:find('%.$') then return nil end
   for name in path:gmatch('[^.]+') do
     if not name:match('^[%a_][%w_]*$') then return nil end
-    if obj == nil then obj = index(G, name) else obj = index(obj, name) end
+    if obj == nil then obj = index(scope(), name) else obj = index(obj, name) end
     if obj == nil then return nil end
   end
   return obj
@@ -173,7 +181,7 @@ local function complete(text)
   if head == nil then
     if not text:match('^[%a_]?[%w_]*$') then return {} end
     head, sep, part = '', '', text
-    names = members(G)
+    names = members(scope())
     if rawget(G, 'torch') == nil and getmetatable(G) ~= nil then names.torch = UNKNOWN end
     for _, k in ipairs(keywords) do names[k] = UNKNOWN end
   else
@@ -399,6 +407,7 @@ local function help(expr)
   if value == nil then  -- not a plain name: evaluate it
     local f = loadstring('return ' .. expr, '=?')
     if f then
+      setfenv(f, scope())
       local ok, v = pcall(f)
       if ok then value = v end
     end
@@ -439,4 +448,5 @@ local function show(...)
   end
 end
 
-return { complete = complete, help = help, show = show }
+M.complete, M.help, M.show = complete, help, show
+return M

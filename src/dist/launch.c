@@ -25,6 +25,7 @@
 #include "dplua_cuda.h"
 #include "dplua_internal.h"
 #include "dist/process.h"
+#include "dist/launch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -42,56 +43,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define PROG "dplua"
 #define EXIT_USAGE 2
 #define GO_ON (-1)              /* parse: no exit status yet */
-#define TAIL_LINES 20
 #define TAIL_LINE_MAX 1000
-#define LINE_MAX_BYTES 65536
 #define TERM_GRACE 3.0          /* a rank failed: SIGTERM, then SIGKILL after this */
 #define SIGNAL_GRACE 30.0       /* the launcher was signalled: the same, as torchrun */
 #define DRAIN_GRACE 1.0         /* output still open after every rank exited */
 #define DEFAULT_MULTINODE_PORT 29500
-
-/* ======================================================================== */
-/* state                                                                     */
-/* ======================================================================== */
-
-struct linebuf {
-    char *buf;
-    size_t n;
-    int fd;                     /* the read end, -1 at end of stream */
-    int out;                    /* 1 or 2: where its lines go */
-};
-
-struct rank {
-    int local, global;
-    pid_t pid;
-    int running;
-    int status;                 /* from waitpid */
-    struct linebuf out, err;
-    char *tail[TAIL_LINES];     /* the last lines of stderr, a ring */
-    int tail_next, tail_count;
-};
-
-struct launch {
-    int nproc, nnodes, node_rank, port;
-    int nproc_set, nnodes_set, node_rank_set, port_set, standalone, prefix;
-    char nproc_word[16];        /* "gpu", "cpu", "auto", or "" for a number */
-    char addr[256];
-    char rdzv_id[128];
-    char token[80];
-    int child_argc;
-    char **child_argv;          /* what the ranks run: script and args */
-    char *argv0;
-    struct rank *ranks;
-    int running;
-    int failed;                 /* index of the first rank that failed, or -1 */
-    int signo;                  /* the signal the launcher forwarded, or 0 */
-    double kill_at;             /* when to SIGKILL what still runs; 0: never */
-    double drain_until;         /* stop reading output at this time */
-    int out_dead[3];            /* our stdout/stderr was closed (EPIPE) */
-};
 
 /* ======================================================================== */
 /* the command line                                                          */
@@ -143,7 +101,8 @@ static const char usage_text[] =
     "\n"
     "The first argument that is not a launcher flag (or the one after --)\n"
     "starts what each rank runs: a script and its arguments, or dplua options\n"
-    "such as -e CODE.\n"
+    "such as -e CODE. With -i among those options (" PROG " --nproc_per_node=N -i\n"
+    "[script]) the launcher is a REPL whose lines run on every rank.\n"
     "\n"
     "exit status: 0 when every rank exits 0, else the status of the first rank\n"
     "that failed (128+N for signal N); 128+N when the launcher got signal N;\n"
@@ -508,6 +467,8 @@ static int rank_vars(const struct launch *L, const struct rank *r, char **set)
     SETV("MASTER_PORT=%d", L->port);
     SETV("DPLUA_JOB_TOKEN=%s", L->token);
     SETV("TORCHELASTIC_USE_AGENT_STORE");   /* torchrun's agent store is not ours */
+    if (L->repl)
+        SETV("DPLUA_REPL_SERVER=1");   /* stdin is the REPL's socket: host.c */
     if (getenv("NCCL_NVLS_ENABLE") == NULL)
         SETV("NCCL_NVLS_ENABLE=0");
     if (getenv("OMP_NUM_THREADS") == NULL && L->nproc > 1)
@@ -542,8 +503,22 @@ static int start_rank(struct launch *L, struct rank *r, char **argv)
         proc_free_environment(env);
         return -1;
     }
-    if (isatty(0))   /* a background group must not read the terminal */
+    r->cmd = -1;
+    if (L->repl) {   /* stdin: a socket to the rank's REPL server */
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+            close(po[0]);
+            close(po[1]);
+            close(pe[0]);
+            close(pe[1]);
+            proc_free_environment(env);
+            return -1;
+        }
+        r->cmd = sv[0];
+        devnull = sv[1];
+    } else if (isatty(0)) {   /* a background group must not read the terminal */
         devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
     struct proc_spec spec = { .program = NULL, .argv = argv, .envp = env, .fd = { devnull, po[1], pe[1] },
                               .own_group = true, .die_with_parent = true };
     e = proc_start(&spec, &pid);
@@ -555,6 +530,9 @@ static int start_rank(struct launch *L, struct rank *r, char **argv)
     if (e != 0) {
         close(po[0]);
         close(pe[0]);
+        if (r->cmd >= 0)
+            close(r->cmd);
+        r->cmd = -1;
         errno = e;
         return -1;
     }
@@ -572,7 +550,7 @@ static int start_rank(struct launch *L, struct rank *r, char **argv)
 /* output                                                                    */
 /* ======================================================================== */
 
-static void write_all(struct launch *L, int fd, const char *p, size_t n)
+void launch_write(struct launch *L, int fd, const char *p, size_t n)
 {
     while (n > 0 && !L->out_dead[fd]) {
         ssize_t w = write(fd, p, n);
@@ -607,17 +585,19 @@ static void emit(struct launch *L, struct rank *r, struct linebuf *b, const char
 {
     static char out[LINE_MAX_BYTES + 64];
     size_t k = 0;
+    if (b == &r->err)
+        keep_tail(r, line, n);
+    if (L->repl && launch_repl_take_line(L, r, b->out, line, n))
+        return;
     if (L->prefix)
         k = (size_t)snprintf(out, 64, "[%d]: ", r->global);
     memcpy(out + k, line, n);
     out[k + n] = '\n';
-    write_all(L, b->out, out, k + n + 1);
-    if (b == &r->err)
-        keep_tail(r, line, n);
+    launch_write(L, b->out, out, k + n + 1);
 }
 
 /* Reads what the pipe holds and writes out the complete lines. */
-static void pump(struct launch *L, struct rank *r, struct linebuf *b)
+void launch_pump(struct launch *L, struct rank *r, struct linebuf *b)
 {
     for (;;) {
         ssize_t got = read(b->fd, b->buf + b->n, LINE_MAX_BYTES - b->n);
@@ -653,13 +633,13 @@ static void pump(struct launch *L, struct rank *r, struct linebuf *b)
 /* signals and exits                                                         */
 /* ======================================================================== */
 
-static int sig_pipe[2] = { -1, -1 };
+int launch_sig_pipe[2] = { -1, -1 };
 
 static void on_signal(int signo)
 {
     int saved = errno;
     unsigned char c = (unsigned char)signo;
-    ssize_t w = write(sig_pipe[1], &c, 1);
+    ssize_t w = write(launch_sig_pipe[1], &c, 1);
     (void)w;
     errno = saved;
 }
@@ -668,7 +648,7 @@ static int install_signals(void)
 {
     struct sigaction sa;
     static const int sigs[] = { SIGCHLD, SIGINT, SIGTERM, SIGHUP };
-    if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+    if (pipe2(launch_sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
         return -1;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -681,7 +661,7 @@ static int install_signals(void)
 }
 
 /* A rank and what it started (its process group, as a terminal would). */
-static void signal_rank(const struct rank *r, int signo)
+void launch_signal_rank(const struct rank *r, int signo)
 {
     if (kill(-r->pid, signo) < 0)
         kill(r->pid, signo);
@@ -691,11 +671,11 @@ static void signal_running(struct launch *L, int signo)
 {
     for (int i = 0; i < L->nproc; i++)
         if (L->ranks[i].running)
-            signal_rank(&L->ranks[i], signo);
+            launch_signal_rank(&L->ranks[i], signo);
 }
 
 /* A rank failed: ask the others to stop, then make them. */
-static void stop_others(struct launch *L, double grace)
+void launch_stop_others(struct launch *L, double grace)
 {
     signal_running(L, SIGTERM);
     if (L->kill_at == 0)
@@ -714,11 +694,14 @@ static void reap(struct launch *L)
             r->running = 0;
             r->status = status;
             L->running--;
-            if ((WIFEXITED(status) && WEXITSTATUS(status) != 0) || WIFSIGNALED(status)) {
+            /* In the REPL every rank stays until its input ends: one that
+             * exits earlier, even with 0, ends the session. */
+            if ((WIFEXITED(status) && WEXITSTATUS(status) != 0) || WIFSIGNALED(status) ||
+                (L->repl && !L->repl_closing)) {
                 kill(-pid, SIGTERM);   /* what the failed rank started and left behind (its process group) */
                 if (L->failed == -1 && L->signo == 0) {
                     L->failed = i;
-                    stop_others(L, TERM_GRACE);
+                    launch_stop_others(L, TERM_GRACE);
                 }
             }
         }
@@ -727,12 +710,14 @@ static void reap(struct launch *L)
         L->drain_until = dp_clock_monotonic() + DRAIN_GRACE;
 }
 
-static void handle_signals(struct launch *L)
+void launch_handle_signals(struct launch *L)
 {
     unsigned char c;
-    while (read(sig_pipe[0], &c, 1) == 1) {
+    while (read(launch_sig_pipe[0], &c, 1) == 1) {
         if (c == SIGCHLD) {
             reap(L);
+        } else if (c == SIGINT && L->repl && !L->repl_closing) {
+            L->interrupted = 1;   /* the REPL passes it on to the ranks running a line */
         } else if (L->signo == 0) {
             L->signo = c;
             fprintf(stderr, PROG ": got %s; passing it on to the ranks\n", dp_signal_name(c));
@@ -777,12 +762,12 @@ static void kill_stragglers(struct launch *L)
             continue;
         fprintf(stderr, PROG ": rank %d (pid %d) did not stop within %g s; sending SIGKILL\n",
                 r->global, (int)r->pid, L->signo ? SIGNAL_GRACE : TERM_GRACE);
-        signal_rank(r, SIGKILL);
+        launch_signal_rank(r, SIGKILL);
     }
     L->kill_at = -1;   /* done: never again */
 }
 
-static void watch(struct launch *L)
+void launch_watch(struct launch *L)
 {
     struct pollfd *pf = calloc((size_t)L->nproc * 2 + 1, sizeof *pf);
     struct linebuf **bufs = calloc((size_t)L->nproc * 2 + 1, sizeof *bufs);
@@ -791,7 +776,7 @@ static void watch(struct launch *L)
         abort();
     while (L->running > 0 || (any_open(L) && dp_clock_monotonic() < L->drain_until)) {
         int n = 1, r;
-        pf[0] = (struct pollfd){ sig_pipe[0], POLLIN, 0 };
+        pf[0] = (struct pollfd){ launch_sig_pipe[0], POLLIN, 0 };
         for (int i = 0; i < L->nproc; i++) {
             struct linebuf *two[2] = { &L->ranks[i].out, &L->ranks[i].err };
             for (int k = 0; k < 2; k++)
@@ -805,9 +790,9 @@ static void watch(struct launch *L)
         if (r > 0) {
             for (int i = 1; i < n; i++)
                 if (pf[i].revents)
-                    pump(L, owners[i], bufs[i]);
+                    launch_pump(L, owners[i], bufs[i]);
             if (pf[0].revents)
-                handle_signals(L);
+                launch_handle_signals(L);
         }
         if (L->kill_at > 0 && dp_clock_monotonic() >= L->kill_at && L->running > 0)
             kill_stragglers(L);
@@ -828,7 +813,7 @@ static int exit_code(int status)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
-static void report_failure(const struct launch *L)
+void launch_report_failure(const struct launch *L)
 {
     const struct rank *r = &L->ranks[L->failed];
     if (WIFSIGNALED(r->status))
@@ -861,6 +846,12 @@ static void free_ranks(struct launch *L)
         free(r->err.buf);
         for (int k = 0; k < TAIL_LINES; k++)
             free(r->tail[k]);
+        for (size_t k = 0; k < r->nkept; k++)
+            free(r->kept[k].text);
+        free(r->kept);
+        free(r->reply);
+        if (r->cmd >= 0)
+            close(r->cmd);
     }
     free(L->ranks);
 }
@@ -887,7 +878,7 @@ static int start_all(struct launch *L, char **argv)
         struct rank *r = &L->ranks[i];
         r->local = i;
         r->global = L->node_rank * L->nproc + i;
-        r->out.fd = r->err.fd = -1;
+        r->out.fd = r->err.fd = r->cmd = -1;
     }
     for (int i = 0; i < L->nproc; i++) {
         struct rank *r = &L->ranks[i];
@@ -913,6 +904,9 @@ int dp_launch_main(int argc, char **argv)
                      "the launcher flag");
     if ((st = parse_args(&L, argc, argv)) != GO_ON || (st = settle(&L)) != GO_ON)
         return st;
+    L.repl = launch_repl_wanted(&L);
+    if (L.repl && L.nnodes > 1)
+        return usage("-i: the distributed REPL runs on one node (--nnodes is %s)%s", "more than 1", "");
     L.ranks = calloc((size_t)L.nproc, sizeof *L.ranks);
     cargv = child_argv(&L);
     if (L.ranks == NULL || cargv == NULL || install_signals() != 0) {
@@ -923,16 +917,20 @@ int dp_launch_main(int argc, char **argv)
     }
     if (start_all(&L, cargv) != 0) {
         L.failed = -2;
-        stop_others(&L, TERM_GRACE);
+        launch_stop_others(&L, TERM_GRACE);
+    } else if (L.repl) {
+        launch_repl(&L);   /* until its input ends or a rank ends it */
     }
-    watch(&L);
+    launch_watch(&L);
     if (L.signo)
         st = 128 + L.signo;
     else if (L.failed == -2)
         st = 1;
     else if (L.failed >= 0) {
-        report_failure(&L);
+        launch_report_failure(&L);
         st = exit_code(L.ranks[L.failed].status);
+        if (st == 0)   /* a rank that left the REPL early */
+            st = 1;
     } else
         st = 0;
     free_ranks(&L);

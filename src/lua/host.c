@@ -18,6 +18,7 @@
 #endif
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <locale.h>
 #include <signal.h>
@@ -129,11 +130,11 @@ static int msghandler(lua_State *L)
 
 /* lua_pcall with the message handler and Ctrl-C handling. The function and
  * its nargs arguments are on the stack, as for lua_pcall. */
-static int docall(lua_State *L, int nargs, int nresults)
+static int docall_with(lua_State *L, int nargs, int nresults, lua_CFunction handler)
 {
     int status;
     int base = lua_gettop(L) - nargs;
-    lua_pushcfunction(L, msghandler);
+    lua_pushcfunction(L, handler);
     lua_insert(L, base);
     if (!sigint_in_repl)  /* the REPL keeps its handler all along */
         set_sigint(on_sigint);
@@ -147,6 +148,11 @@ static int docall(lua_State *L, int nargs, int nresults)
         set_sigint(SIG_DFL);
     lua_remove(L, base);
     return status;
+}
+
+static int docall(lua_State *L, int nargs, int nresults)
+{
+    return docall_with(L, nargs, nresults, msghandler);
 }
 
 /* When status is an error, print the message on top of the stack as
@@ -321,24 +327,184 @@ static int run_exprs(lua_State *L, const struct host_args *a)
     return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* dplua -i script.lua: the script's top-level locals                        */
+/* ------------------------------------------------------------------------ */
+
+/* Under -i the REPL continues from the script's top-level locals, by their
+ * values when the main chunk ended (returned, or raised an error). A
+ * return or call hook would see that moment, but any such hook keeps
+ * LuaJIT from running compiled code, so the script would run slowly.
+ * Instead the script's source gets two additions that keep its line
+ * numbers: line 1 starts with `local __dplua_end__ = <a C function>;`
+ * (taken from the registry before any script code runs, so no name of the
+ * script can shadow it), and a last line calls it. That call reads the
+ * locals of its caller. A script that cannot take the last line (it ends
+ * in a top-level `return`, or is bytecode) loads as it is, and its locals
+ * are seen only when it fails: the error handler reads them from the
+ * main chunk's frame, which is still on the stack. */
+#define SCRIPT_END "__dplua_end__"
+#define LOCALS_KEY "dplua.script_locals"   /* registry: name -> value */
+#define CHUNK_KEY "dplua.script_chunk"     /* registry: the main chunk */
+
+/* Copy the active locals of the frame ar into the table LOCALS_KEY; a
+ * later local of the same name shadows an earlier one, as in the source. */
+static void keep_locals(lua_State *L, lua_Debug *ar)
+{
+    const char *name;
+    lua_getfield(L, LUA_REGISTRYINDEX, LOCALS_KEY);
+    for (int i = 1; (name = lua_getlocal(L, ar, i)) != NULL; i++) {
+        if (name[0] == '(' || strcmp(name, SCRIPT_END) == 0 || !lua_istable(L, -2)) {
+            lua_pop(L, 1);   /* a temporary ("(for index)"), or ours */
+            continue;
+        }
+        lua_setfield(L, -2, name);
+    }
+    lua_pop(L, 1);
+}
+
+/* The call on the script's last line: its caller is the main chunk. */
+static int script_end(lua_State *L)
+{
+    lua_Debug ar;
+    if (lua_getstack(L, 1, &ar))
+        keep_locals(L, &ar);
+    return 0;
+}
+
+/* The message handler of a script run under -i: the locals of the main
+ * chunk's frame (the one running the function CHUNK_KEY), then the usual
+ * message and traceback. */
+static int script_msghandler(lua_State *L)
+{
+    lua_Debug ar;
+    lua_getfield(L, LUA_REGISTRYINDEX, CHUNK_KEY);
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+        int found;
+        lua_getinfo(L, "f", &ar);
+        found = lua_rawequal(L, -1, -2);
+        lua_pop(L, 1);
+        if (found) {
+            keep_locals(L, &ar);
+            break;
+        }
+    }
+    lua_pop(L, 1);
+    return msghandler(L);
+}
+
+/* Load the file with the two additions, or leave the stack as it was and
+ * return -1 (the caller then loads it as it is). */
+static int load_script_with_end(lua_State *L, const char *fname)
+{
+    static const char head[] = "local " SCRIPT_END " = debug.getregistry()[\"" SCRIPT_END "\"]; ";
+    static const char tail[] = "\n" SCRIPT_END "()\n";
+    luaL_Buffer b;
+    char chunkname[PATH_MAX + 1];
+    size_t n;
+    int c, status;
+    FILE *f = fopen(fname, "rb");
+    if (f == NULL)
+        return -1;
+    c = getc(f);
+    if (c == 0x1b) {   /* bytecode */
+        fclose(f);
+        return -1;
+    }
+    luaL_buffinit(L, &b);
+    luaL_addstring(&b, head);
+    if (c == '#') {    /* a #! line: dropped, its newline kept, as luaL_loadfile does */
+        while ((c = getc(f)) != EOF && c != '\n')
+            ;
+    }
+    if (c != EOF)
+        luaL_addchar(&b, (char)c);
+    while ((n = fread(luaL_prepbuffer(&b), 1, LUAL_BUFFERSIZE, f)) > 0)
+        luaL_addsize(&b, n);
+    if (ferror(f)) {
+        fclose(f);
+        luaL_pushresult(&b);
+        lua_pop(L, 1);
+        return -1;
+    }
+    fclose(f);
+    luaL_addstring(&b, tail);
+    luaL_pushresult(&b);
+    snprintf(chunkname, sizeof chunkname, "@%s", fname);
+    {
+        size_t len;
+        const char *code = lua_tolstring(L, -1, &len);
+        status = luaL_loadbuffer(L, code, len, chunkname);
+    }
+    lua_remove(L, -2);   /* the source */
+    if (status != 0) {
+        lua_pop(L, 1);
+        return -1;
+    }
+    lua_pushcfunction(L, script_end);
+    lua_setfield(L, LUA_REGISTRYINDEX, SCRIPT_END);
+    return 0;
+}
+
 /* Run the script (stdin for "-" or when there is none) with its arguments
  * as `...`. A missing file is a load error: "cannot open x.lua". */
 static int run_script(lua_State *L, const struct host_args *a)
 {
-    int i, nargs = 0, status;
+    int i, nargs = 0, status = 0;
     const char *fname = NULL;
+    int keep = a->interactive && a->script < a->argc;
     if (a->script < a->argc && !a->script_stdin)
         fname = a->argv[a->script];
-    status = luaL_loadfile(L, fname);
+    if (keep) {
+        lua_newtable(L);
+        lua_setfield(L, LUA_REGISTRYINDEX, LOCALS_KEY);
+    }
+    if (!(keep && fname != NULL && load_script_with_end(L, fname) == 0))
+        status = luaL_loadfile(L, fname);
     if (status == 0) {
+        if (keep) {
+            lua_pushvalue(L, -1);
+            lua_setfield(L, LUA_REGISTRYINDEX, CHUNK_KEY);
+        }
         if (a->script < a->argc)
             nargs = a->argc - a->script - 1;
         luaL_checkstack(L, nargs + LUA_MINSTACK, "too many arguments to script");
         for (i = 0; i < nargs; i++)
             lua_pushstring(L, a->argv[a->script + 1 + i]);
-        status = docall(L, nargs, 0);
+        status = docall_with(L, nargs, 0, keep ? script_msghandler : msghandler);
+    }
+    if (keep) {
+        lua_pushnil(L);
+        lua_setfield(L, LUA_REGISTRYINDEX, CHUNK_KEY);
+        lua_pushnil(L);
+        lua_setfield(L, LUA_REGISTRYINDEX, SCRIPT_END);
     }
     return report(L, status) != 0;
+}
+
+/* The REPL's environment after a script run under -i: a table of the
+ * script's locals whose misses read _G and whose new names go to _G; or
+ * LUA_NOREF (plain globals) when there are none. */
+static int locals_env(lua_State *L)
+{
+    lua_getfield(L, LUA_REGISTRYINDEX, LOCALS_KEY);
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        return LUA_NOREF;
+    }
+    lua_pushnil(L);
+    if (lua_next(L, -2) == 0) {
+        lua_pop(L, 1);
+        return LUA_NOREF;
+    }
+    lua_pop(L, 2);   /* the key and value that lua_next pushed */
+    lua_createtable(L, 0, 2);
+    lua_pushvalue(L, LUA_GLOBALSINDEX);
+    lua_setfield(L, -2, "__index");
+    lua_pushvalue(L, LUA_GLOBALSINDEX);
+    lua_setfield(L, -2, "__newindex");
+    lua_setmetatable(L, -2);
+    return luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -357,11 +523,19 @@ static int run_script(lua_State *L, const struct host_args *a)
 struct repl {
     int tty;                  /* stdin is a terminal: banner, prompts, history */
     int helpers;              /* registry reference of dplua.repl's table, or LUA_NOREF */
+    int env;                  /* registry reference of the chunks' environment (locals_env), or LUA_NOREF */
     char history[PATH_MAX];   /* ~/.dplua_history, or "" for none */
     char *last;               /* the line last added to the history */
 };
 
 enum { LINE_OK, LINE_EOF, LINE_INTERRUPTED };
+
+/* The launcher's prompt (host_read_line): wait() returns 0 once stdin has
+ * input and non-zero to give up the line (Ctrl-C, a rank that died);
+ * complete() gives rank 0's completions. NULL in the one-process REPL. */
+static int (*edit_wait)(void *arg);
+static char **(*edit_complete)(void *arg, const char *text);
+static void *edit_arg;
 
 #ifdef HAVE_LIBEDIT
 static lua_State *complete_L;        /* the REPL's state, for completion */
@@ -387,15 +561,22 @@ static int edit_getc(FILE *f)
         ssize_t n;
         fd_set in;
         int ready;
-        FD_ZERO(&in);
-        FD_SET(STDIN_FILENO, &in);
-        sigprocmask(SIG_BLOCK, &block, &old);
-        ready = sigint_at_prompt ? -1 : pselect(STDIN_FILENO + 1, &in, NULL, NULL, NULL, &old);
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        if (sigint_at_prompt)
-            return '\n';
-        if (ready < 0 && errno == EINTR)
-            continue;
+        if (edit_wait != NULL) {   /* the launcher's prompt: it watches its ranks meanwhile */
+            if (edit_wait(edit_arg) != 0) {
+                sigint_at_prompt = 1;
+                return '\n';
+            }
+        } else {
+            FD_ZERO(&in);
+            FD_SET(STDIN_FILENO, &in);
+            sigprocmask(SIG_BLOCK, &block, &old);
+            ready = sigint_at_prompt ? -1 : pselect(STDIN_FILENO + 1, &in, NULL, NULL, NULL, &old);
+            sigprocmask(SIG_SETMASK, &old, NULL);
+            if (sigint_at_prompt)
+                return '\n';
+            if (ready < 0 && errno == EINTR)
+                continue;
+        }
         n = read(STDIN_FILENO, &c, 1);
         if (n < 0 && errno == EINTR)
             continue;
@@ -442,7 +623,18 @@ static int complete_step(lua_State *L)
 static char *complete_next(const char *text, int state)
 {
     static int next;
+    static char **remote;   /* the launcher's list, NULL-terminated */
     struct completion c;
+    if (edit_complete != NULL) {
+        if (state == 0) {
+            for (next = 0; remote != NULL && remote[next] != NULL; next++)
+                free(remote[next]);
+            free(remote);
+            remote = edit_complete(edit_arg, text);
+            next = 0;
+        }
+        return remote != NULL && remote[next] != NULL ? strdup(remote[next++]) : NULL;
+    }
     c.text = text;
     c.match = NULL;
     if (state == 0) {
@@ -485,8 +677,9 @@ static void edit_open(lua_State *L, struct repl *r)
     if (r->helpers != LUA_NOREF) {
         complete_L = L;
         complete_ref = r->helpers;
-        rl_attempted_completion_function = complete;
     }
+    if (r->helpers != LUA_NOREF || edit_complete != NULL)
+        rl_attempted_completion_function = complete;
     if (home != NULL && home[0] != '\0')
         n = snprintf(r->history, sizeof r->history, "%s/%s", home, HISTORY_FILE);
     if (n < 0 || (size_t)n >= sizeof r->history)
@@ -521,6 +714,45 @@ static void remember(struct repl *r, const char *line)
 }
 #endif
 
+/* A line from stdin one byte at a time, waiting through edit_wait, so that
+ * nothing is read ahead of the line (the launcher polls stdin). */
+static int read_raw_line(char **out)
+{
+    size_t n = 0, cap = 128;
+    char *line = malloc(cap);
+    for (;;) {
+        char c;
+        ssize_t got;
+        if (line == NULL)
+            return LINE_EOF;
+        if (edit_wait(edit_arg) != 0) {
+            free(line);
+            return LINE_INTERRUPTED;
+        }
+        got = read(STDIN_FILENO, &c, 1);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0 && n == 0) {
+            free(line);
+            return LINE_EOF;
+        }
+        if (got <= 0 || c == '\n')
+            break;
+        if (n + 1 >= cap) {
+            char *more = realloc(line, cap *= 2);
+            if (more == NULL)
+                free(line);
+            line = more;
+            if (line == NULL)
+                return LINE_EOF;
+        }
+        line[n++] = c;
+    }
+    line[n] = '\0';
+    *out = line;
+    return LINE_OK;
+}
+
 /* The next line, without its newline, in *out (to be freed). Prompts only
  * go to a terminal, so that piped input gives clean output. */
 static int read_line(struct repl *r, const char *prompt, char **out)
@@ -547,6 +779,8 @@ static int read_line(struct repl *r, const char *prompt, char **out)
         fputs(prompt, stdout);
         fflush(stdout);
     }
+    if (edit_wait != NULL)
+        return read_raw_line(out);
     n = getline(&line, &cap, stdin);
     if (n < 0 || sigint_at_prompt) {
         free(line);
@@ -740,14 +974,34 @@ static int load_helpers(lua_State *L)
     return LUA_NOREF;
 }
 
-static void repl_open(lua_State *L, struct repl *r)
+/* Set field `name` of the helpers' table to the value on top (popped). */
+static void set_helper_field(lua_State *L, const struct repl *r, const char *name)
 {
-    r->tty = isatty(STDIN_FILENO);
+    if (r->helpers == LUA_NOREF) {
+        lua_pop(L, 1);
+        return;
+    }
+    lua_rawgeti(L, LUA_REGISTRYINDEX, r->helpers);
+    lua_insert(L, -2);
+    lua_setfield(L, -2, name);
+    lua_pop(L, 1);
+}
+
+/* tty: the REPL owns the terminal (banner, prompts, line editing); a REPL
+ * server (repl_serve) has none. */
+static void repl_open(lua_State *L, struct repl *r, int tty)
+{
+    r->tty = tty;
     r->history[0] = '\0';
     r->last = NULL;
     r->helpers = load_helpers(L);
+    r->env = locals_env(L);
+    if (r->env != LUA_NOREF) {   /* completion and ?help see the script's locals */
+        lua_rawgeti(L, LUA_REGISTRYINDEX, r->env);
+        set_helper_field(L, r, "scope");
+    }
     sigint_in_repl = 1;
-    sigint_newline = isatty(STDERR_FILENO);
+    sigint_newline = tty && isatty(STDERR_FILENO);
     set_sigint(on_sigint);
     if (!r->tty)
         return;
@@ -766,6 +1020,8 @@ static void repl_close(lua_State *L, struct repl *r)
     sigint_newline = 0;
     if (r->helpers != LUA_NOREF)
         luaL_unref(L, LUA_REGISTRYINDEX, r->helpers);
+    if (r->env != LUA_NOREF)
+        luaL_unref(L, LUA_REGISTRYINDEX, r->env);
 #ifdef HAVE_LIBEDIT
     complete_L = NULL;
     complete_ref = LUA_NOREF;
@@ -777,26 +1033,241 @@ static void repl_close(lua_State *L, struct repl *r)
     fflush(stdout);
 }
 
+/* Run what repl_load or serve_load gave: help, a chunk (its values
+ * printed), or an error to report. Leaves the stack at base. */
+static void run_loaded(lua_State *L, const struct repl *r, int status, int base)
+{
+    if (status == REPL_HELP) {
+        print_help(L, r);
+    } else if (status == 0) {
+        if (r->env != LUA_NOREF) {
+            lua_rawgeti(L, LUA_REGISTRYINDEX, r->env);
+            lua_setfenv(L, -2);
+        }
+        interpret_only(L);
+        status = docall(L, 0, LUA_MULTRET);
+        if (status == 0)
+            print_results(L, r, base);
+        else
+            report(L, status);
+    } else if (status != REPL_NOTHING) {
+        report(L, status);
+    }
+    lua_settop(L, base);
+}
+
 static void repl(lua_State *L)
 {
     struct repl r;
     int status, base = lua_gettop(L);
-    repl_open(L, &r);
-    while ((status = repl_load(L, &r)) != REPL_EOF) {
-        if (status == REPL_HELP) {
-            print_help(L, &r);
-        } else if (status == 0) {
-            interpret_only(L);
-            status = docall(L, 0, LUA_MULTRET);
-            if (status == 0)
-                print_results(L, &r, base);
-            else
-                report(L, status);
-        } else if (status != REPL_NOTHING) {
-            report(L, status);
-        }
-        lua_settop(L, base);
+    repl_open(L, &r, isatty(STDIN_FILENO));
+    while ((status = repl_load(L, &r)) != REPL_EOF)
+        run_loaded(L, &r, status, base);
+    repl_close(L, &r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* the REPL server: one rank of the distributed REPL                         */
+/* ------------------------------------------------------------------------ */
+
+/* Under `dplua --nproc_per_node=N -i`, the launcher owns the terminal and
+ * each rank serves its lines over a socket that the launcher passes as
+ * stdin and names with DPLUA_REPL_SERVER=1 (docs/DISTRIBUTED.md, "The
+ * distributed REPL"). The socket moves to another descriptor and stdin
+ * becomes /dev/null, so that a script that reads stdin cannot eat the
+ * launcher's requests. Requests are "KIND LENGTH LABEL\n" and LENGTH bytes:
+ *   L  a line for every rank          P  a line for the ranks in LABEL (:on)
+ *   X  drop the unfinished chunk      C  the completions of the text
+ * The rank answers "R\n" when it is ready (after -e and the script), "D\n"
+ * when a line is done (its output flushed before), "M\n" when the chunk is
+ * unfinished, and "C N\n" and N words for completion. */
+#define REPL_MORE (-4)     /* the chunk is unfinished: its code is on top */
+#define REQUEST_MAX (64 << 20)
+
+static int serve_fd = -1;
+
+/* Take the launcher's socket from stdin when this rank is a REPL server. */
+static void take_repl_socket(void)
+{
+    const char *v = getenv("DPLUA_REPL_SERVER");
+    int null;
+    if (v == NULL || strcmp(v, "1") != 0)
+        return;
+    unsetenv("DPLUA_REPL_SERVER");   /* not for processes this rank starts */
+    serve_fd = fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
+    null = open("/dev/null", O_RDONLY);
+    if (null >= 0 && null != STDIN_FILENO) {
+        dup2(null, STDIN_FILENO);
+        close(null);
     }
+}
+
+static int read_full(int fd, char *buf, size_t n)
+{
+    while (n > 0) {
+        ssize_t got = read(fd, buf, n);
+        if (got < 0 && errno == EINTR)
+            continue;   /* a Ctrl-C that came between two lines */
+        if (got <= 0)
+            return -1;
+        buf += got;
+        n -= (size_t)got;
+    }
+    return 0;
+}
+
+static void write_full(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return;
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* The next request: its kind, and its label and text pushed (2 strings).
+ * 0, or -1 at the end of the launcher's socket. */
+static int read_request(lua_State *L, int fd, char *kind)
+{
+    char head[512], *text;
+    size_t n = 0;
+    long len;
+    char label[sizeof head];
+    for (;;) {
+        if (n + 1 >= sizeof head || read_full(fd, head + n, 1) != 0)
+            return -1;
+        if (head[n] == '\n')
+            break;
+        n++;
+    }
+    head[n] = '\0';
+    label[0] = '\0';
+    if (sscanf(head, "%c %ld %511s", kind, &len, label) < 2 || len < 0 || len > REQUEST_MAX)
+        return -1;
+    text = malloc((size_t)len + 1);
+    if (text == NULL || read_full(fd, text, (size_t)len) != 0) {
+        free(text);
+        return -1;
+    }
+    lua_pushstring(L, label);
+    lua_pushlstring(L, text, (size_t)len);
+    free(text);
+    return 0;
+}
+
+/* Like repl_load, for a chunk on top of the stack that came whole: "?name",
+ * "=expr" and expressions only as its first line (first). */
+static int serve_load(lua_State *L, int first)
+{
+    const char *code = lua_tostring(L, -1);
+    size_t len;
+    int status;
+    if (first && code[strspn(code, " \t")] == '?') {
+        lua_pushstring(L, strchr(code, '?') + 1);
+        lua_remove(L, -2);
+        return REPL_HELP;
+    }
+    if (first && code[0] == '=') {
+        lua_pushstring(L, code + 1);
+        lua_remove(L, -2);
+    }
+    if (first && load_expression(L))
+        return 0;
+    code = lua_tolstring(L, -1, &len);
+    status = luaL_loadbuffer(L, code, len, "=stdin");
+    if (incomplete(L, status)) {
+        lua_pop(L, 1);
+        return REPL_MORE;
+    }
+    lua_remove(L, -2);
+    return status;
+}
+
+/* "C": the helpers' completions of the text on top, as the reply. */
+static int serve_complete(lua_State *L)
+{
+    int fd = (int)lua_tointeger(L, 1);
+    luaL_Buffer b;
+    int n, list;
+    char head[32];
+    lua_getfield(L, 2, "complete");
+    lua_pushvalue(L, 3);
+    lua_call(L, 1, 1);
+    list = lua_gettop(L);
+    n = (int)lua_objlen(L, list);
+    luaL_buffinit(L, &b);
+    for (int i = 1; i <= n; i++) {
+        lua_rawgeti(L, list, i);
+        luaL_addvalue(&b);
+        luaL_addchar(&b, '\n');
+    }
+    luaL_pushresult(&b);
+    snprintf(head, sizeof head, "C %d\n", n);
+    write_full(fd, head, strlen(head));
+    write_full(fd, lua_tostring(L, -1), lua_objlen(L, -1));
+    return 0;
+}
+
+static void reply(const char *what)
+{
+    fflush(stdout);   /* the line's output reaches the launcher before its end */
+    fflush(stderr);
+    write_full(serve_fd, what, strlen(what));
+}
+
+static void repl_serve(lua_State *L)
+{
+    struct repl r;
+    int base = lua_gettop(L), pending = 0;
+    char kind;
+    repl_open(L, &r, 0);
+    reply("R\n");
+    while (lua_settop(L, base + pending), read_request(L, serve_fd, &kind) == 0) {
+        int status;
+        if (kind == 'X') {
+            lua_settop(L, base);
+            pending = 0;
+            continue;
+        }
+        if (kind == 'C') {
+            lua_pushcfunction(L, serve_complete);
+            lua_pushinteger(L, serve_fd);
+            if (r.helpers == LUA_NOREF)
+                lua_newtable(L);
+            else
+                lua_rawgeti(L, LUA_REGISTRYINDEX, r.helpers);
+            lua_pushvalue(L, -4);   /* the text */
+            if (lua_pcall(L, 3, 0, 0) != 0)
+                write_full(serve_fd, "C 0\n", 4);
+            continue;
+        }
+        if (kind == 'P')   /* :on: the collectives refuse to run (dplua.distributed) */
+            lua_pushvalue(L, -2);
+        else
+            lua_pushnil(L);
+        set_helper_field(L, &r, "only");
+        lua_remove(L, -2);   /* the label */
+        if (pending) {       /* the chunk so far, a newline, the line */
+            lua_pushliteral(L, "\n");
+            lua_insert(L, -2);
+            lua_concat(L, 3);
+        }
+        status = serve_load(L, !pending);
+        if (status == REPL_MORE) {
+            pending = 1;
+            reply("M\n");
+            continue;
+        }
+        pending = 0;
+        run_loaded(L, &r, status, base);
+        reply("D\n");
+    }
+    lua_pushnil(L);
+    set_helper_field(L, &r, "only");
     repl_close(L, &r);
 }
 
@@ -812,6 +1283,8 @@ static int run(lua_State *L, const struct host_args *a)
 {
     int have_script = a->script < a->argc;
     int status = 0;
+    if (a->interactive)
+        take_repl_socket();
     if (a->nexprs > 0) {
         install_lazy_torch(L);
         status = run_exprs(L, a);
@@ -823,7 +1296,10 @@ static int run(lua_State *L, const struct host_args *a)
     if (!a->interactive && !isatty(STDIN_FILENO))
         return run_script(L, a);  /* plain `dplua < file` reads stdin */
     install_lazy_torch(L);
-    repl(L);
+    if (serve_fd >= 0)
+        repl_serve(L);
+    else
+        repl(L);
     return status;
 }
 
@@ -867,6 +1343,30 @@ int host_main(const struct host_args *a)
     /* Closing runs every __gc, so tensors give their memory back in order. */
     lua_close(L);
     return c.status;
+}
+
+int host_read_line(const char *prompt, char **line, int (*wait)(void *arg),
+                   char **(*complete)(void *arg, const char *text), void *arg)
+{
+    static struct repl r;
+    static int opened;
+    int got;
+    edit_wait = wait;
+    edit_complete = complete;
+    edit_arg = arg;
+    if (!opened) {
+        opened = 1;
+        r.tty = isatty(STDIN_FILENO);
+        r.helpers = r.env = LUA_NOREF;
+        r.history[0] = '\0';
+        r.last = NULL;
+#ifdef HAVE_LIBEDIT
+        if (r.tty)
+            edit_open(NULL, &r);
+#endif
+    }
+    got = read_line(&r, prompt, line);
+    return got == LINE_OK ? 0 : got == LINE_EOF ? -1 : 1;
 }
 
 const char *host_luajit_version(void)

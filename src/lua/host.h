@@ -32,6 +32,12 @@ int host_main(const struct host_args *a);
  * when none is found (buf is then ""). */
 int host_find_luadir(char *buf, size_t size);
 
+/* The line editor for the launcher's distributed REPL (dp_line_reader in
+ * src/dplua_internal.h): libedit with the REPL's history file when stdin
+ * is a terminal, else plain lines. */
+int host_read_line(const char *prompt, char **line, int (*wait)(void *arg),
+                   char **(*complete)(void *arg, const char *text), void *arg);
+
 /* LUAJIT_VERSION, e.g. "LuaJIT 2.1.0-beta3". */
 const char *host_luajit_version(void);
 
