@@ -188,13 +188,16 @@ function GPT:forward_cached(idx, cache)
   return self.lm_head(self.ln_f(x))
 end
 
--- generate(idx, max_new_tokens [, {temperature=1, top_k=}]): idx (B, T)
--- continued by max_new_tokens sampled tokens, one position of work each
--- through the KV cache. When the context fills the block, the cache is
--- rebuilt from the last half block of tokens. Returns (B, T + max_new_tokens).
+-- generate(idx, max_new_tokens [, {temperature=1, top_k=, n_vocab=}]):
+-- idx (B, T) continued by max_new_tokens sampled tokens, one position of
+-- work each through the KV cache; only the first n_vocab ids are drawn
+-- (the padded vocabulary's last ids are no tokens). When the context
+-- fills the block, the cache is rebuilt from the last half block of
+-- tokens. Returns (B, T + max_new_tokens).
 function GPT:generate(idx, max_new_tokens, opts)
   opts = opts or {}
   local temperature, top_k = opts.temperature or 1.0, opts.top_k
+  local n_vocab = math.min(opts.n_vocab or self.config.vocab_size, self.config.vocab_size)
   local block = self.config.block_size
   return torch.no_grad(function()
     local cache = self:new_cache(idx:size(0))
@@ -202,7 +205,7 @@ function GPT:generate(idx, max_new_tokens, opts)
     local logits = self:forward_cached(ctx, cache)
     local out = idx
     for _ = 1, max_new_tokens do
-      local last = logits:select(1, logits:size(1) - 1):float() / temperature     -- (B, vocab)
+      local last = logits:select(1, logits:size(1) - 1):narrow(1, 0, n_vocab):float() / temperature  -- (B, n_vocab)
       if top_k then
         local v = torch.topk(last, math.min(top_k, last:size(-1)))
         local kth = v:narrow(1, v:size(1) - 1, 1)

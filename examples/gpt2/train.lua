@@ -9,7 +9,7 @@
 --   dplua --nproc_per_node=8 examples/gpt2/train.lua --batch_size=16 --grad_accum=4
 --   dplua examples/gpt2/train.lua --help
 --
--- Options are --name=value or --name value; --help lists them.
+-- Options are --name=value or --name value (options.lua); --help lists them.
 local torch = require("dplua")
 local nn = torch.nn
 local dist = torch.distributed
@@ -17,6 +17,7 @@ local data = torch.utils.data
 
 local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 local gpt = dofile(here .. "/model.lua")
+local options = dofile(here .. "/options.lua")
 
 ---------------------------------------------------------------- options
 
@@ -49,51 +50,12 @@ local OPTIONS = {
   { "seed", 1337, "random seed" },
 }
 
-local function usage()
-  io.write("usage: dplua examples/gpt2/train.lua [--name=value ...]\n\n")
-  for _, o in ipairs(OPTIONS) do
-    io.write(string.format("  --%-14s %s (default %s)\n", o[1], o[3], tostring(o[2])))
-  end
-end
-
-local function fail(msg)
-  io.stderr:write("train.lua: ", msg, "\n")
-  os.exit(2)
-end
+local function fail(msg) options.fail("train.lua", msg) end
 
 local function parse(args)
-  local opt, kind = {}, {}
-  for _, o in ipairs(OPTIONS) do opt[o[1]], kind[o[1]] = o[2], type(o[2]) end
-  local i = 1
-  while args[i] ~= nil do
-    local a = args[i]
-    if a == "-h" or a == "--help" then usage(); os.exit(0) end
-    local name, value = a:match("^%-%-([%w_]+)=(.*)$")
-    if not name then name = a:match("^%-%-([%w_]+)$") end
-    if not name then fail("unexpected argument '" .. a .. "' (options are --name=value; see --help)") end
-    if kind[name] == nil then fail("unknown option --" .. name .. " (see --help)") end
-    if value == nil then
-      if kind[name] == "boolean" then value = "true"
-      else
-        i = i + 1
-        value = args[i]
-        if value == nil then fail("option --" .. name .. " needs a value") end
-      end
-    end
-    if kind[name] == "number" then
-      opt[name] = tonumber(value)
-      if opt[name] == nil then fail("option --" .. name .. " expects a number, got '" .. value .. "'") end
-    elseif kind[name] == "boolean" then
-      if value ~= "true" and value ~= "false" then fail("option --" .. name .. " is true or false, got '" .. value .. "'") end
-      opt[name] = value == "true"
-    else
-      opt[name] = value
-    end
-    i = i + 1
-  end
-  for _, k in ipairs({ "n_layer", "n_head", "n_embd", "vocab_size", "batch_size", "seq_len", "grad_accum", "steps" }) do
-    if opt[k] < 1 or opt[k] % 1 ~= 0 then fail("--" .. k .. " must be a positive integer, got " .. opt[k]) end
-  end
+  local opt = options.parse("train.lua", OPTIONS, args)
+  options.positive_ints("train.lua", opt, { "n_layer", "n_head", "n_embd", "vocab_size", "batch_size", "seq_len",
+                                            "grad_accum", "steps" })
   if opt.dtype ~= "bf16" and opt.dtype ~= "fp32" then fail("--dtype is bf16 or fp32, got '" .. opt.dtype .. "'") end
   if opt.resume and opt.ckpt == "" then fail("--resume needs --ckpt=PATH") end
   return opt

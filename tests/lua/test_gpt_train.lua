@@ -86,6 +86,28 @@ T.run("the KV cache gives the full forward's logits", function()
   T.tensor_close(last:squeeze(1), full:select(1, 19), 1e-5, 1e-5, "the last position's logits")
 end)
 
+T.run("generate: greedy decoding through the cache equals argmax of the full forward", function()
+  if not (torch.topk and torch.multinomial) then
+    T.skip("needs torch.topk and torch.multinomial", "generate")
+    return
+  end
+  local model = reference_model()
+  local prompt = ids(ref.batches[2]):narrow(1, 0, 8)
+  local out = model:generate(prompt, 24, { top_k = 1 })
+  T.is({ out:size(0), out:size(1) }, { prompt:size(0), 32 }, "the prompt and 24 tokens")
+  local ctx = prompt
+  torch.no_grad(function()
+    for _ = 1, 24 do
+      local logits = model(ctx)
+      ctx = torch.cat({ ctx, logits:squeeze(1):argmax(1):view(-1, 1) }, 1)
+    end
+  end)
+  T.tensor_close(out, ctx, 0, 0, "the same tokens")
+  local long = model:generate(prompt, 40, { top_k = 5, n_vocab = 50 })
+  T.is(long:size(1), 48, "past the block size: the cache is rebuilt")
+  T.ok(long:narrow(1, 8, 40):max():item() < 50, "only ids below n_vocab are drawn")
+end)
+
 T.run("GPT-2's initialisation", function()
   torch.manual_seed(0)
   local model = gpt.GPT({ n_layer = 4, n_head = 4, n_embd = 128, vocab_size = 1000, block_size = 64 })
