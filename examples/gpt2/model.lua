@@ -252,4 +252,14 @@ function GPT:flops_per_token(T)
   return 6 * self:get_num_params() + 12 * cfg.n_layer * (T or cfg.block_size) * cfg.n_embd
 end
 
+-- Peak dense bfloat16 TFLOP/s of the GPUs known by name (NVIDIA's data
+-- sheets), the denominator of MFU; nil for others.
+M.PEAK_BF16_TFLOPS = { { "H100 PCIe", 756 }, { "H100 NVL", 835 }, { "H100", 989 }, { "H200", 989 }, { "A100", 312 } }
+function M.peak_bf16_tflops(device_name)
+  for _, e in ipairs(M.PEAK_BF16_TFLOPS) do
+    if device_name:find(e[1], 1, true) then return e[2] end
+  end
+  return nil
+end
+
 return M

@@ -69,16 +69,11 @@ end
 
 ---------------------------------------------------------------- the run
 
--- Peak dense bf16 TFLOP/s of the GPUs whose name we know (NVIDIA's data sheets).
-local PEAK_BF16 = { { "H100 PCIe", 756 }, { "H100", 989 }, { "H200", 989 }, { "A100", 312 } }
+-- The device's peak bf16 TFLOP/s: --peak_tflops, else a known GPU's.
 local function peak_tflops(opt, device)
   if opt.peak_tflops > 0 then return opt.peak_tflops end
   if device.type ~= "cuda" then return nil end
-  local name = torch.cuda.get_device_name(device.index or 0)
-  for _, e in ipairs(PEAK_BF16) do
-    if name:find(e[1], 1, true) then return e[2] end
-  end
-  return nil
+  return gpt.peak_bf16_tflops(torch.cuda.get_device_name(device.index or 0))
 end
 
 -- Linear warm-up to lr over `warmup` steps, then cosine decay to min_lr at the last step.
