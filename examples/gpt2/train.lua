@@ -102,9 +102,9 @@ local function main(args)
 
   local T, B = opt.seq_len, opt.batch_size
   local train_ds = data.TokenShards{ files = split_paths(opt.train), block_size = T, batch_size = B,
-                                     shuffle = true, seed = opt.seed, device = device.type }
+                                     shuffle = true, seed = opt.seed, device = device }
   local val_ds = opt.val ~= "" and data.TokenShards{ files = split_paths(opt.val), block_size = T, batch_size = B,
-                                                     device = device.type } or nil
+                                                     device = device } or nil
 
   local model = gpt.GPT({ n_layer = opt.n_layer, n_head = opt.n_head, n_embd = opt.n_embd, vocab_size = opt.vocab_size,
                           block_size = T, dropout = opt.dropout })
@@ -113,7 +113,9 @@ local function main(args)
   local optimizer = model:configure_optimizers(opt.weight_decay, opt.lr, { 0.9, 0.95 })
 
   local step, epoch, batch = 0, 0, 0      -- the next step, and where the data stand
-  if opt.resume and io.open(opt.ckpt, "rb") then
+  local exists = io.open(opt.ckpt, "rb")
+  if exists then exists:close() end
+  if opt.resume and exists then
     local ck = torch.load(opt.ckpt, { map_location = device })
     model:load_state_dict(ck.model)
     optimizer:load_state_dict(ck.optimizer)
@@ -153,9 +155,8 @@ local function main(args)
       return sum / n
     end)
     model:train()
-    if distributed then
-      local t = torch.tensor({ total }, { dtype = torch.float64, device = use_cuda and device or "cpu" })
-      if not use_cuda then t = t:float() end
+    if distributed then   -- the mean over the ranks, each of which read its own windows
+      local t = torch.tensor({ total }, { device = device })
       dist.all_reduce(t)
       total = t:item() / world
     end
