@@ -7,7 +7,8 @@
 --   function Net:forward(x) return self.fc(x) end
 --
 -- nn.Module and nn.Parameter are in dplua/nn/module.lua, the layers in
--- layers.lua, the losses in loss.lua; nn.functional, nn.init and nn.utils
+-- layers.lua, the attention and transformer modules in transformer.lua, the
+-- losses in loss.lua; nn.functional, nn.init and nn.utils
 -- are tables of functions (functional.lua, init_.lua, utils.lua).
 local module = require("dplua.nn.module")
 
@@ -32,5 +33,8 @@ end })
 
 for name, cls in pairs(require("dplua.nn.layers")) do nn[name] = cls end
 for name, cls in pairs(require("dplua.nn.loss")) do nn[name] = cls end
+for name, cls in pairs(require("dplua.nn.transformer")) do
+  if name:sub(1, 1) ~= "_" then nn[name] = cls end
+end
 
 return nn

@@ -605,6 +605,46 @@ function Module:bfloat16() return self:to(torch.bfloat16) end
 function Module:cpu() return self:to("cpu") end
 function Module:cuda(index) return self:to(index and ("cuda:" .. index) or "cuda") end
 
+---------------------------------------------------------------- copying
+
+-- A deep copy of v: modules, parameters (new leaves holding copies of
+-- the data), buffers and plain tables; functions, dtypes and other values
+-- are shared. memo maps what was copied to its copy, so that a value met
+-- twice (tied weights, a shared child) is copied once.
+local function deepcopy(v, memo)
+  if memo[v] ~= nil then return memo[v] end
+  local c
+  if is_tensor(v) then
+    if is_parameter(v) then c = M.Parameter(v:detach():clone(), v.requires_grad)
+    else c = v:detach():clone() end
+  elseif is_module(v) then
+    c = setmetatable({ _parameters = od_new(), _buffers = od_new(), _modules = od_new(), _non_persistent = {},
+                       _attrs = {}, training = rawget(v, "training") }, getmetatable(v))
+    memo[v] = c
+    for _, which in ipairs({ "_parameters", "_buffers", "_modules" }) do
+      local od = rawget(v, which)
+      for _, k in ipairs(od.keys) do
+        local x = od.map[k]
+        od_set(rawget(c, which), k, x ~= nil and deepcopy(x, memo) or nil)
+      end
+    end
+    for k in pairs(rawget(v, "_non_persistent")) do rawget(c, "_non_persistent")[k] = true end
+    for k, x in pairs(rawget(v, "_attrs")) do rawget(c, "_attrs")[k] = deepcopy(x, memo) end
+  elseif type(v) == "table" and getmetatable(v) == nil then
+    c = {}
+    memo[v] = c
+    for k, x in pairs(v) do c[deepcopy(k, memo)] = deepcopy(x, memo) end
+  else
+    c = v
+  end
+  memo[v] = c
+  return c
+end
+
+-- m:deepcopy(): Python's copy.deepcopy(m), a module of the same class with
+-- its own copies of every parameter, buffer, child and attribute.
+function Module:deepcopy() return deepcopy(self, {}) end
+
 ---------------------------------------------------------------- printing
 
 -- Python's repr of a float (1e-05, 0.5, 1.0), for extra_repr strings.

@@ -1,0 +1,154 @@
+-- test_transformer.lua -- nn.MultiheadAttention, nn.TransformerEncoderLayer
+-- and nn.TransformerEncoder against PyTorch (tests/ref/transformer.lua,
+-- written by scripts/gen_transformer_ref.py): PyTorch's weights loaded
+-- with load_state_dict, then the outputs, the attention weights and the
+-- gradients of the inputs and of every parameter, in float64 and float32;
+-- batch_first both ways, unbatched inputs, norm_first both ways, relu and
+-- gelu, bool and float masks, key padding masks, is_causal, kdim/vdim,
+-- bias=false. Then parameter names, initialisation, deepcopy'd layers and
+-- bad input.
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
+local dir = os.getenv("DPLUA_TEST_DIR") or (here .. "/..")
+package.path = dir .. "/lua/?.lua;" .. package.path
+local T = require("tap")
+local torch = require("dplua")
+local nn = torch.nn
+local ref = dofile(dir .. "/ref/transformer.lua")
+
+local function tensor(r, dtype)
+  if r.bool then return torch.tensor(r.bool):reshape(r.shape) end
+  local flat = {}
+  for i = 1, #r do flat[i] = r[i] end
+  return torch.tensor(flat, { dtype = dtype or torch.float64 }):reshape(r.shape)
+end
+
+local tol = { [torch.float64] = 1e-10, [torch.float32] = 1e-4 }
+
+local function build(c, dtype)
+  local opts = {}
+  for k, v in pairs(c.opts) do opts[k] = v end
+  opts.dtype = dtype
+  if c.kind == "mha" then return nn.MultiheadAttention(c.E, c.H, opts) end
+  local layer = nn.TransformerEncoderLayer(c.E, c.H, opts)
+  if c.kind == "layer" then return layer end
+  local norm = c.final_norm and nn.LayerNorm(c.E, { dtype = dtype }) or nil
+  return nn.TransformerEncoder(layer, c.num_layers, { norm = norm })
+end
+
+local function run_case(name, c, dtype)
+  local label = name .. " " .. tostring(dtype)
+  T.run(label, function()
+    local m = build(c, dtype)
+    local sd = {}
+    for k, v in pairs(c.weights) do sd[k] = tensor(v, dtype) end
+    m:load_state_dict(sd)
+    local inputs = {}
+    for k, v in pairs(c.inputs) do inputs[k] = tensor(v, dtype):requires_grad_() end
+    local fwd = {}
+    for k, v in pairs(c.fwd) do fwd[k] = type(v) == "table" and tensor(v, not v.bool and dtype or nil) or v end
+    local out, weights
+    if c.kind == "mha" then
+      local x = inputs.x
+      if x then out, weights = m(x, x, x, fwd)
+      else out, weights = m(inputs.query, inputs.key, inputs.value, fwd) end
+    else
+      out = m(inputs.src, fwd)
+    end
+    local rt = tol[dtype]
+    T.tensor_close(out:double(), tensor(c.out), rt, rt, label .. ": output")
+    local loss = (out * tensor(c.dout, dtype)):sum()
+    if c.weights_out then
+      T.tensor_close(weights:double(), tensor(c.weights_out), rt, rt, label .. ": attention weights")
+      loss = loss + (weights * tensor(c.dweights, dtype)):sum()
+    else
+      T.is(weights, nil, label .. ": no weights with need_weights=false")
+    end
+    loss:backward()
+    local params = {}
+    for n, p in m:named_parameters() do params[n] = p end
+    local names = {}
+    for k in pairs(c.grads) do names[#names + 1] = k end
+    table.sort(names)
+    for _, k in ipairs(names) do
+      local pname = k:match("^param%.(.*)$")
+      local t = pname and params[pname] or inputs[k]
+      T.ok(t ~= nil, label .. ": has " .. k)
+      if t then T.tensor_close(t.grad:double(), tensor(c.grads[k]), rt, rt, label .. ": gradient of " .. k) end
+    end
+    local count = 0
+    for _ in pairs(params) do count = count + 1 end
+    local want = 0
+    for k in pairs(c.grads) do if k:match("^param%.") then want = want + 1 end end
+    T.is(count, want, label .. ": the parameters are PyTorch's")
+  end)
+end
+
+local names = {}
+for name in pairs(ref) do names[#names + 1] = name end
+table.sort(names)
+for _, name in ipairs(names) do
+  for _, dtype in ipairs({ torch.float64, torch.float32 }) do run_case(name, ref[name], dtype) end
+end
+
+T.run("MultiheadAttention: PyTorch's parameter names, shapes and initialisation", function()
+  torch.manual_seed(0)
+  local m = nn.MultiheadAttention(16, 4)
+  local got = {}
+  for n, p in m:named_parameters() do got[#got + 1] = n .. "=" .. table.concat(p:size(), "x") end
+  T.is(table.concat(got, " "), "in_proj_weight=48x16 in_proj_bias=48 out_proj.weight=16x16 out_proj.bias=16", "names")
+  T.is(m.in_proj_bias:abs():sum():item(), 0, "in_proj_bias zero")
+  T.is(m.out_proj.bias:abs():sum():item(), 0, "out_proj.bias zero")
+  local bound = math.sqrt(6 / (16 + 48))   -- xavier_uniform_ over (48, 16)
+  T.ok(m.in_proj_weight:abs():max():item() <= bound, "in_proj_weight within the xavier bound")
+  local sep = nn.MultiheadAttention(8, 2, { kdim = 3, vdim = 5, bias = false })
+  got = {}
+  for n, p in sep:named_parameters() do got[#got + 1] = n .. "=" .. table.concat(p:size(), "x") end
+  T.is(table.concat(got, " "), "q_proj_weight=8x8 k_proj_weight=8x3 v_proj_weight=8x5 out_proj.weight=8x8",
+       "kdim/vdim: separate projections, bias=false")
+  T.is(tostring(m), "MultiheadAttention(\n  (out_proj): NonDynamicallyQuantizableLinear(in_features=16, "
+       .. "out_features=16, bias=True)\n)", "printing")
+end)
+
+T.run("need_weights=false with no mask runs the fused attention; is_causal equals the causal mask", function()
+  torch.manual_seed(1)
+  local m = nn.MultiheadAttention(8, 2, { batch_first = true })
+  local x = torch.randn(2, 5, 8)
+  local a = m(x, x, x, { need_weights = false, is_causal = true })
+  local b = m(x, x, x, { attn_mask = torch.ones(5, 5, { dtype = torch.bool }):triu(1) })
+  T.tensor_close(a, b, 1e-5, 1e-5, "causal flash path equals the masked composite")
+  local c = m(x, x, x, { need_weights = true, is_causal = true })
+  T.tensor_close(c, b, 1e-5, 1e-5, "is_causal without a mask, with weights")
+end)
+
+T.run("TransformerEncoder: layers are copies with their own parameters", function()
+  local layer = nn.TransformerEncoderLayer(8, 2, { dim_feedforward = 16, batch_first = true })
+  local enc = nn.TransformerEncoder(layer, 3)
+  T.is(#enc:parameters(), 3 * #layer:parameters(), "three layers' parameters")
+  T.tensor_close(enc.layers[2].linear1.weight, layer.linear1.weight, 0, 0, "copied values")
+  torch.no_grad(function() enc.layers[0].linear1.weight:fill_(1) end)
+  T.ok(layer.linear1.weight:sum():item() ~= enc.layers[0].linear1.weight:sum():item(), "not shared")
+  local n = 0
+  for i, l in ipairs(enc.layers) do n = i; T.ok(l.self_attn ~= nil, "ipairs over layers " .. i) end
+  T.is(n, 3, "ipairs sees every layer")
+  T.is(enc.layers[1].dropout.p, 0.1, "the layer's options come along")
+end)
+
+T.run("bad input names the problem", function()
+  T.raises(function() nn.MultiheadAttention(10, 3) end, "embed_dim must be divisible by num_heads", "heads")
+  T.raises(function() nn.MultiheadAttention(8, 2, { dropuot = 0.1 }) end, "unknown option 'dropuot'", "option")
+  T.raises(function() nn.TransformerEncoderLayer(8, 2, { activation = "tanh" }) end, 'activation should be "relu" or "gelu"',
+           "activation")
+  local m = nn.MultiheadAttention(8, 2, { batch_first = true })
+  local x = torch.randn(2, 5, 8)
+  T.raises(function() m(x, x, x, { attn_mask = torch.zeros(4, 4) }) end, "2%-D attn_mask is %[4, 4%], but should be %[5, 5%]",
+           "attn_mask shape")
+  T.raises(function() m(x, x, x, { key_padding_mask = torch.zeros(2, 4, { dtype = torch.bool }) }) end,
+           "expected key_padding_mask of shape %[2, 5%]", "key_padding_mask shape")
+  T.raises(function() m(torch.randn(2, 5, 6), x, x) end, "do not fit embed_dim=8", "width")
+  T.raises(function() m(x, x, torch.randn(5, 8)) end, "all 3%-D %(batched%) or all 2%-D", "dims")
+  T.raises(function() m(x, x, x, { attn_mask = torch.zeros(5, 5, { dtype = torch.int64 }) }) end,
+           "attn_mask to be a bool or floating point tensor", "mask dtype")
+  T.raises(function() nn.TransformerEncoder(42, 2) end, "expected encoder_layer to be a module", "layer")
+end)
+
+T.done_testing()
