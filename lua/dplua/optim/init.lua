@@ -13,5 +13,9 @@ return {
   SGD = require("dplua.optim.sgd"),
   Adam = adam.Adam,
   AdamW = adam.AdamW,
+  RMSprop = require("dplua.optim.rmsprop"),
+  Adagrad = require("dplua.optim.adagrad"),
+  Adadelta = require("dplua.optim.adadelta"),
+  define = require("dplua.optim.define"),
   lr_scheduler = require("dplua.optim.lr_scheduler"),
 }
