@@ -54,22 +54,57 @@ dp_status dp_sgd_step(dp_tensor *param, dp_tensor *grad, dp_tensor *momentum_buf
                         weight_decay, first_step);
 }
 
+/* With a master copy (bfloat16 parameters, their float32 master copy w
+ * and float32 moments; a bfloat16 or float32 gradient), else every buffer
+ * of the parameters' dtype. */
+static dp_status master_check(dp_tensor *param, dp_tensor *grad, dp_tensor *const state[3], dp_tensor *w)
+{
+    char a[160], b[160];
+    if (param->dtype != DP_BFLOAT16)
+        return dp_fail(DP_ERR_DTYPE, "adam_step: a float32 master copy goes with bfloat16 parameters, got %s "
+                       "parameters", dp_dtype_name(param->dtype));
+    if (grad->dtype != DP_BFLOAT16 && grad->dtype != DP_FLOAT32)
+        return dp_fail(DP_ERR_DTYPE, "adam_step: with a master copy the gradient must be bfloat16 or float32, "
+                       "got %s", dp_dtype_name(grad->dtype));
+    const dp_tensor *ts[5] = { grad, w, state[0], state[1], state[2] };
+    for (int i = 0; i < 5; i++) {
+        const dp_tensor *t = ts[i];
+        if (!t)
+            continue;
+        if ((i > 0 && t->dtype != DP_FLOAT32) || t->device != param->device ||
+            dp_tensor_numel(t) != dp_tensor_numel(param))
+            return dp_fail(DP_ERR_SHAPE, "adam_step: buffer %s (%s) does not match the bfloat16 parameters %s "
+                           "(the master copy and the moments are float32, on the parameters' device)",
+                           dp_shape_str(a, sizeof a, t->ndim, t->shape), dp_dtype_name(t->dtype),
+                           dp_shape_str(b, sizeof b, param->ndim, param->shape));
+        if (!tensor_is_contiguous(t))
+            return dp_fail(DP_ERR_ARG, "adam_step: buffers must be contiguous");
+    }
+    if (!tensor_is_contiguous(param))
+        return dp_fail(DP_ERR_ARG, "adam_step: parameters must be contiguous");
+    return DP_OK;
+}
+
 static dp_status adam_check(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
-                            dp_tensor *max_exp_avg_sq)
+                            dp_tensor *max_exp_avg_sq, dp_tensor *master)
 {
     dp_status st;
-    if ((st = flat_check("adam_step", param, grad, exp_avg)) || (st = flat_check("adam_step", param, exp_avg_sq, max_exp_avg_sq)))
-        return st;
+    if (!param || !grad)
+        return dp_fail(DP_ERR_ARG, "adam_step: expected parameter and gradient tensors");
     if (!exp_avg || !exp_avg_sq)
         return dp_fail(DP_ERR_ARG, "adam_step: expected exp_avg and exp_avg_sq buffers");
+    if (master)
+        return master_check(param, grad, (dp_tensor *[3]){ exp_avg, exp_avg_sq, max_exp_avg_sq }, master);
+    if ((st = flat_check("adam_step", param, grad, exp_avg)) || (st = flat_check("adam_step", param, exp_avg_sq, max_exp_avg_sq)))
+        return st;
     return DP_OK;
 }
 
 dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
-                       dp_tensor *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                       double weight_decay, int decoupled, int64_t step)
+                       dp_tensor *max_exp_avg_sq, dp_tensor *master, double lr, double beta1, double beta2,
+                       double eps, double weight_decay, int decoupled, int64_t step)
 {
-    dp_status st = adam_check(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq);
+    dp_status st = adam_check(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, master);
     if (st)
         return st;
     if (step < 1)
@@ -79,32 +114,36 @@ dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp
                        "host, and a replay would repeat this step's; make it with {capturable = true} to capture "
                        "it, as in PyTorch");
     param->storage->version++;
-    return k_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
-                         decoupled, step);
+    if (master)
+        master->storage->version++;
+    return k_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, master, lr, beta1, beta2, eps,
+                       weight_decay, decoupled, step);
 }
 
 /* Capturable Adam: the step count is a 0-d float64 tensor beside the
  * parameters, incremented by this call (on the GPU by a kernel, so that a
  * CUDA graph replays every step with its own count). */
 dp_status dp_adam_step_t(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
-                         dp_tensor *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                         double weight_decay, int decoupled, dp_tensor *step)
+                         dp_tensor *max_exp_avg_sq, dp_tensor *master, double lr, double beta1, double beta2,
+                         double eps, double weight_decay, int decoupled, dp_tensor *step)
 {
-    dp_status st = adam_check(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq);
+    dp_status st = adam_check(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, master);
     if (st)
         return st;
     if (!step || step->ndim != 0 || step->dtype != DP_FLOAT64 || step->device != param->device)
         return dp_fail(DP_ERR_ARG, "adam_step: the step count must be a 0-d float64 tensor on the parameters' "
                        "device");
     param->storage->version++;
+    if (master)
+        master->storage->version++;
     if (ON_CPU(param)) {
         double *count = (double *)tensor_ptr(step);
         *count += 1;
-        return adam_step_on_cpu(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+        return adam_step_on_cpu(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, master, lr, beta1, beta2, eps,
                                 weight_decay, decoupled, (int64_t)*count);
     }
-    return gpu_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
-                         decoupled, 0, step);
+    return gpu_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, master, lr, beta1, beta2, eps,
+                         weight_decay, decoupled, 0, step);
 }
 
 /* ---------------------------------------------------------------- bfloat16 on the CPU */
@@ -147,9 +186,12 @@ dp_status sgd_step_on_cpu(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr,
     return store_back(bufs, f, 3, st);
 }
 
-dp_status adam_step_on_cpu(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
-                           double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step)
+dp_status adam_step_on_cpu(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax,
+                           dp_tensor *master, double lr, double beta1, double beta2, double eps, double weight_decay,
+                           int decoupled, int64_t step)
 {
+    if (master)
+        return cpu_adam_step_master(p, master, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step);
     if (p->dtype != DP_BFLOAT16)
         return cpu_adam_step(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step);
     dp_tensor *bufs[5] = { p, g, m, v, vmax }, *f[5];

@@ -1,0 +1,237 @@
+-- test_train.lua -- the helpers of a mixed-precision training loop, against
+-- PyTorch (tests/ref/train.lua, written by scripts/gen_train_reference.py):
+-- Adam/AdamW with float32 master weights of bfloat16 parameters (fused,
+-- per parameter, state_dict resume), clip_grad_norm_ over flat-bucket and
+-- loose gradients, gradient accumulation over micro-batches against the
+-- whole batch, and activation checkpointing (float64 finite differences,
+-- dropout replayed); bad input.
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
+local dir = os.getenv("DPLUA_TEST_DIR") or (here .. "/..")
+package.path = dir .. "/lua/?.lua;" .. package.path
+local T = require("tap")
+local torch = require("dplua")
+local nn, optim, F = torch.nn, torch.optim, torch.nn.functional
+local ref = dofile(dir .. "/ref/train.lua")
+
+local f64 = { dtype = torch.float64 }
+
+-- the same dtype, shape and values, bit for bit
+local function equal(a, b)
+  return a.dtype == b.dtype and T.compare_values(T.shape(a), T.shape(b), 0, 0) and a:eq(b):all():item()
+end
+
+local function tensor(values, shape, dtype)
+  return torch.tensor(values, { dtype = dtype or torch.float64 }):reshape(shape)
+end
+
+---------------------------------------------------------------- master weights
+
+local M = ref.master
+
+local function bf16_params()
+  local ps = {}
+  for i, v in ipairs(M.p0) do ps[i] = nn.Parameter(tensor(v, M.shapes[i], torch.bfloat16)) end
+  return ps
+end
+
+-- Gradients through backward (so that they land in the flat slots):
+-- loss = sum_i (p_i * g_i), skipping the parameter `skip`.
+local function backward_with(ps, gs, skip)
+  local loss
+  for i, p in ipairs(ps) do
+    if i ~= skip then
+      local term = (p * tensor(gs[i], M.shapes[i], p.dtype)):sum()
+      loss = loss and loss + term or term
+    end
+  end
+  loss:backward()
+end
+
+local function check_step(label, opt, ps, want)
+  -- the master copies to float32 rounding, the parameters to one bfloat16 rounding of them
+  local sd = opt:state_dict()
+  for i, p in ipairs(ps) do
+    local w = sd.state[i - 1] and sd.state[i - 1].master_param
+    T.ok(w ~= nil and w.dtype == torch.float32, label .. ": master_param " .. i .. " is float32")
+    if w ~= nil then
+      local ok, why = T.compare_values(w, want.master[i], 2e-6, 1e-7)
+      T.ok(ok, label .. ": master " .. i, why)
+      T.ok(equal(w:to(torch.bfloat16), p:detach()), label .. ": parameter " .. i .. " is its master rounded")
+    end
+    local ok, why = T.compare_values(p:float(), want.param[i], 2 ^ -8, 0)
+    T.ok(ok, label .. ": bfloat16 parameter " .. i, why)
+  end
+end
+
+local master_opts = {
+  adamw = { optim.AdamW, { lr = 0.05, weight_decay = 0.1 } },
+  adamw_amsgrad = { optim.AdamW, { lr = 0.02, betas = { 0.8, 0.95 }, eps = 1e-6, amsgrad = true } },
+  adam_wd = { optim.Adam, { lr = 0.03, weight_decay = 0.05 } },
+}
+
+for name, case in pairs(master_opts) do
+  for _, capturable in ipairs({ false, true }) do
+    T.run("master weights " .. name .. (capturable and " capturable" or ""), function()
+      local ps = bf16_params()
+      local opts = { master_weights = true, capturable = capturable, fused = true, foreach = false }
+      for k, v in pairs(case[2]) do opts[k] = v end
+      local opt = case[1](ps, opts)
+      for k, gs in ipairs(M.grads) do
+        opt:zero_grad()
+        backward_with(ps, gs)
+        opt:step()
+        check_step(name .. " step " .. k, opt, ps, M[name][k])
+      end
+    end)
+  end
+end
+
+T.run("master weights with a missing gradient (per-parameter steps)", function()
+  local ps = bf16_params()
+  local opt = optim.AdamW(ps, { lr = 0.05, weight_decay = 0.1, master_weights = true })
+  for k, gs in ipairs(M.grads) do
+    opt:zero_grad()
+    backward_with(ps, gs, k == 3 and 2 or nil)
+    opt:step()
+    check_step("missing step " .. k, opt, ps, M.adamw_missing[k])
+  end
+end)
+
+T.run("master weights: state_dict resumes exactly", function()
+  local ps = bf16_params()
+  local opt = optim.AdamW(ps, { lr = 0.05, weight_decay = 0.1, master_weights = true })
+  local saved
+  for k, gs in ipairs(M.grads) do
+    if k == 4 then
+      saved = { params = {} }
+      for i, p in ipairs(ps) do saved.params[i] = p:detach():clone() end
+      local sd = opt:state_dict()
+      saved.state = {}
+      for id, st in pairs(sd.state) do
+        saved.state[id] = { step = st.step, exp_avg = st.exp_avg:clone(), exp_avg_sq = st.exp_avg_sq:clone(),
+                            master_param = st.master_param:clone() }
+      end
+      saved.param_groups = sd.param_groups
+    end
+    opt:zero_grad()
+    backward_with(ps, gs)
+    opt:step()
+  end
+  -- a new model and optimizer from the state after step 3, then steps 4 to 6
+  local qs = {}
+  for i, p in ipairs(saved.params) do qs[i] = nn.Parameter(p:clone()) end
+  local opt2 = optim.AdamW(qs, { lr = 1, master_weights = true })
+  opt2:load_state_dict({ state = saved.state, param_groups = saved.param_groups })
+  T.is(opt2.param_groups[1].lr, 0.05, "the group's lr is restored")
+  for k = 4, #M.grads do
+    opt2:zero_grad()
+    backward_with(qs, M.grads[k])
+    opt2:step()
+  end
+  local sd, sd2 = opt:state_dict(), opt2:state_dict()
+  for i = 1, #ps do
+    T.ok(equal(ps[i]:detach(), qs[i]:detach()), "resumed parameter " .. i .. " is bit-identical")
+    T.ok(equal(sd.state[i - 1].master_param, sd2.state[i - 1].master_param), "resumed master " .. i)
+    T.ok(equal(sd.state[i - 1].exp_avg_sq, sd2.state[i - 1].exp_avg_sq), "resumed exp_avg_sq " .. i)
+  end
+end)
+
+T.run("master weights: a state without master copies takes them from the parameters", function()
+  local ps = bf16_params()
+  local plain = optim.AdamW(ps, { lr = 0.05 })
+  backward_with(ps, M.grads[1]); plain:step()
+  local sd = plain:state_dict()
+  T.ok(sd.state[0].master_param == nil and sd.state[0].exp_avg.dtype == torch.bfloat16,
+       "without master_weights: no copy, bfloat16 moments")
+  local qs = {}
+  for i, p in ipairs(ps) do qs[i] = nn.Parameter(p:detach():clone()) end
+  local opt = optim.AdamW(qs, { lr = 0.05, master_weights = true })
+  sd.param_groups[1].master_weights = true
+  opt:load_state_dict(sd)
+  opt:zero_grad(); backward_with(qs, M.grads[2]); opt:step()
+  local st = opt:state_dict().state[0]
+  T.ok(st.exp_avg.dtype == torch.float32 and st.master_param ~= nil, "float32 moments and a master copy")
+  T.ok(equal(st.master_param:to(torch.bfloat16), qs[1]:detach()), "the copy is the parameters' value")
+end)
+
+T.run("master weights: model:bfloat16() then AdamW", function()
+  torch.manual_seed(3)
+  local model = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 3))
+  model:bfloat16()
+  local opt = optim.AdamW(model:parameters(), { lr = 1e-2, master_weights = true, fused = true })
+  local x, y = torch.randn(16, 4):bfloat16(), torch.randint(0, 3, { 16 })
+  local first, last
+  for step = 1, 30 do
+    opt:zero_grad()
+    local loss = F.cross_entropy(model(x):float(), y)
+    loss:backward()
+    opt:step()
+    first = first or loss:item()
+    last = loss:item()
+  end
+  T.ok(last < first, string.format("the loss falls (%.4f -> %.4f)", first, last))
+  for i, p in ipairs(model:parameters()) do
+    T.ok(p.dtype == torch.bfloat16, "parameter " .. i .. " stays bfloat16")
+  end
+  local st = opt:state_dict().state[0]
+  T.ok(equal(st.master_param:to(torch.bfloat16), model:parameters()[1]:detach()),
+       "the first weight is its master copy rounded")
+end)
+
+T.run("master_weights on float32 and float64 parameters changes nothing", function()
+  for _, dtype in ipairs({ torch.float32, torch.float64 }) do
+    local a = { nn.Parameter(tensor(M.p0[1], M.shapes[1], dtype)) }
+    local b = { nn.Parameter(tensor(M.p0[1], M.shapes[1], dtype)) }
+    local oa = optim.AdamW(a, { lr = 0.05, master_weights = true })
+    local ob = optim.AdamW(b, { lr = 0.05 })
+    for k = 1, 3 do
+      for _, pair in ipairs({ { a, oa }, { b, ob } }) do
+        pair[2]:zero_grad()
+        local loss = (pair[1][1] * tensor(M.grads[k][1], M.shapes[1], dtype)):sum()
+        loss:backward()
+        pair[2]:step()
+      end
+    end
+    T.ok(equal(a[1]:detach(), b[1]:detach()), tostring(dtype) .. ": the same steps")
+    T.ok(oa:state_dict().state[0].master_param == nil, tostring(dtype) .. ": no master copy")
+  end
+end)
+
+T.run("master step: a float32 gradient", function()
+  -- the primitive takes a float32 gradient beside bfloat16 parameters
+  local p = tensor(M.p0[2], M.shapes[2], torch.bfloat16)
+  local w = p:float()
+  local g = tensor(M.grads[1][2], M.shapes[2], torch.float32)
+  local m, v = torch.zeros(5), torch.zeros(5)
+  torch._adam_step(p, g, m, v, nil, w, 0.1, 0.9, 0.999, 1e-8, 0, true, 1)
+  -- first step of Adam: w - lr * g / (|g| + eps) elementwise
+  local want = {}
+  for i, x in ipairs(M.p0[2]) do
+    local pw = torch.tensor(x):bfloat16():float():item()
+    local gi = torch.tensor(M.grads[1][2][i]):float():item()
+    want[i] = pw - 0.1 * gi / (math.abs(gi) + 1e-8)
+  end
+  local ok, why = T.compare_values(w, want, 1e-6, 1e-7)
+  T.ok(ok, "the master copy", why)
+  T.ok(equal(w:to(torch.bfloat16), p), "the parameters are its rounding")
+end)
+
+T.run("master weights: bad input", function()
+  local ps = bf16_params()
+  T.raises(function() optim.AdamW(ps, { master_weights = 1 }) end, "expected master_weights to be a boolean",
+           "master_weights must be a boolean")
+  local p = tensor(M.p0[2], M.shapes[2], torch.bfloat16)
+  local w, g, m, v = p:float(), torch.zeros(5, { dtype = torch.bfloat16 }), torch.zeros(5), torch.zeros(5)
+  T.raises(function() torch._adam_step(p:float(), g:float(), m, v, nil, w, 0.1, 0.9, 0.999, 1e-8, 0, true, 1) end,
+           "a float32 master copy goes with bfloat16 parameters, got float32", "float32 parameters with a copy")
+  T.raises(function() torch._adam_step(p, g, m, v, nil, w:double(), 0.1, 0.9, 0.999, 1e-8, 0, true, 1) end,
+           "does not match the bfloat16 parameters", "a float64 copy")
+  T.raises(function() torch._adam_step(p, g, m:bfloat16(), v, nil, w, 0.1, 0.9, 0.999, 1e-8, 0, true, 1) end,
+           "the master copy and the moments are float32", "bfloat16 moments with a copy")
+  T.raises(function() torch._adam_step(p, g:double(), m, v, nil, w, 0.1, 0.9, 0.999, 1e-8, 0, true, 1) end,
+           "the gradient must be bfloat16 or float32, got float64", "a float64 gradient")
+  T.raises(function() torch._adam_step(p, g, m, v, nil, torch.zeros(4), 0.1, 0.9, 0.999, 1e-8, 0, true, 1) end,
+           "does not match", "a copy of the wrong size")
+end)
+
+T.done_testing()
