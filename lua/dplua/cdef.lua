@@ -421,6 +421,14 @@ int64_t dp_relu_backwards_folded(void);
 dp_status dp_flat_grad_status(const char *fn, dp_tensor *flat_param, dp_tensor *flat_grad, int n,
                                      dp_tensor *const *params, const int64_t *offsets, int *all, int *any);
 
+/* The tensors ts as runs that hold each element of each tensor once per
+ * time the tensor is listed: contiguous tensors that lie back to back in
+ * one storage (an optimizer's or DDP's flat gradient buffer) become one
+ * 1-D view over them, any other tensor is its own run (retained). runs has room for n;
+ * *nruns are written, new references. clip_grad_norm_ reduces and scales
+ * one buffer at a time through them. */
+dp_status dp_flat_runs(int n, dp_tensor *const *ts, dp_tensor **runs, int *nruns);
+
 /* The deferred Linear (src/core/gpu_linear.c, "deferred launches"): how
  * many times a small Linear and the ReLU or GELU after it ran as one
  * launch; whether small Linears wait to share a launch (on by default;

@@ -10,6 +10,7 @@
 #include "core/autograd.h"
 #include "core/kernels.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static dp_status flat_check(const char *fn, dp_tensor *p, dp_tensor *g, const dp_tensor *state)
@@ -223,6 +224,67 @@ dp_status dp_flat_grad_status(const char *fn, dp_tensor *flat_param, dp_tensor *
             *all = 0;
     }
     return DP_OK;
+}
+
+/* ---------------------------------------------------------------- runs of gradients */
+
+typedef struct {
+    const dp_tensor *t;
+    int index;
+} run_item;
+
+static int by_place(const void *a, const void *b)
+{
+    const dp_tensor *x = ((const run_item *)a)->t, *y = ((const run_item *)b)->t;
+    if (x->storage != y->storage)
+        return (uintptr_t)x->storage < (uintptr_t)y->storage ? -1 : 1;
+    if (x->offset != y->offset)
+        return x->offset < y->offset ? -1 : 1;
+    return ((const run_item *)a)->index - ((const run_item *)b)->index;
+}
+
+/* Whether b continues the run that ends with a at element `end`. */
+static bool continues(const dp_tensor *a, const dp_tensor *b, int64_t end)
+{
+    return b->storage == a->storage && b->dtype == a->dtype && b->device == a->device && b->offset == end &&
+           tensor_is_contiguous(b);
+}
+
+dp_status dp_flat_runs(int n, dp_tensor *const *ts, dp_tensor **runs, int *nruns)
+{
+    *nruns = 0;
+    if (n <= 0)
+        return DP_OK;
+    run_item *items = malloc(sizeof *items * (size_t)n);
+    if (!items)
+        return dp_fail(DP_ERR_MEMORY, "flat_runs: out of memory");
+    for (int i = 0; i < n; i++)
+        items[i] = (run_item){ ts[i], i };
+    qsort(items, (size_t)n, sizeof *items, by_place);
+    dp_status st = DP_OK;
+    for (int i = 0; i < n && !st;) {
+        dp_tensor *first = (dp_tensor *)items[i].t;
+        int64_t end = first->offset + dp_tensor_numel(first);
+        int j = i + 1;
+        while (tensor_is_contiguous(first) && j < n && continues(first, items[j].t, end))
+            end += dp_tensor_numel(items[j++].t);
+        if (j == i + 1) {
+            dp_tensor_retain(first);
+            runs[(*nruns)++] = first;
+        } else {
+            int64_t numel = end - first->offset, stride = 1;
+            if (!(st = tensor_view_of(&runs[*nruns], first, 1, &numel, &stride, first->offset)))
+                (*nruns)++;
+        }
+        i = j;
+    }
+    free(items);
+    if (st) {
+        for (int k = 0; k < *nruns; k++)
+            dp_tensor_release(runs[k]);
+        *nruns = 0;
+    }
+    return st;
 }
 
 /* ---------------------------------------------------------------- flattening */

@@ -234,4 +234,98 @@ T.run("master weights: bad input", function()
            "does not match", "a copy of the wrong size")
 end)
 
+---------------------------------------------------------------- clip_grad_norm_
+
+local CL = ref.clip
+local U = nn.utils
+
+-- Parameters whose gradients are CL.grads: through backward into an
+-- optimizer's flat gradient buffer (flat), or set by hand (loose).
+local function clip_params(flat)
+  local ps = {}
+  for i, shape in ipairs(CL.shapes) do ps[i] = nn.Parameter(torch.zeros(shape, f64)) end
+  if flat then
+    optim.SGD(ps, { lr = 0.1 })
+    local loss
+    for i, p in ipairs(ps) do
+      local term = (p * tensor(CL.grads[i], CL.shapes[i])):sum()
+      loss = loss and loss + term or term
+    end
+    loss:backward()
+  else
+    for i, p in ipairs(ps) do p.grad = tensor(CL.grads[i], CL.shapes[i]) end
+  end
+  return ps
+end
+
+for _, flat in ipairs({ true, false }) do
+  local kind = flat and "flat-bucket" or "loose"
+  T.run("clip_grad_norm_ of " .. kind .. " gradients against PyTorch", function()
+    T.is(#U._grad_runs((function()
+      local gs = {}
+      for i, p in ipairs(clip_params(flat)) do gs[i] = p.grad end
+      return gs
+    end)()), flat and 1 or #CL.shapes, kind .. ": the gradients make " .. (flat and "one run" or "a run each"))
+    for _, c in ipairs(CL.cases) do
+      local ps = clip_params(flat)
+      local label = string.format("%s max_norm %g norm_type %g", kind, c.max_norm, c.norm_type)
+      local total = U.clip_grad_norm_(ps, c.max_norm, c.norm_type, { foreach = true })
+      T.ok(torch.is_tensor(total) and total:dim() == 0, label .. ": the total is a 0-d tensor")
+      T.close(total:item(), c.total, 1e-12, 1e-14, label .. ": the total norm")
+      for i, p in ipairs(ps) do
+        local ok, why = T.compare_values(p.grad, c.grads[i], 1e-12, 1e-14)
+        T.ok(ok, label .. ": gradient " .. i, why)
+      end
+    end
+  end)
+end
+
+T.run("clip_grad_norm_: a gap in the flat buffer and a gradient outside it", function()
+  local ps = clip_params(true)
+  local c = CL.cases[1]
+  -- the second parameter has no gradient: its neighbours are two runs; a
+  -- loose fourth gradient is a third
+  ps[2].grad = nil
+  local extra = nn.Parameter(torch.zeros(3, f64))
+  extra.grad = tensor(CL.grads[2], CL.shapes[2])
+  local list = { ps[1], ps[2], ps[3], extra }
+  T.is(#U._grad_runs({ ps[1].grad, ps[3].grad, extra.grad }), 3, "three runs")
+  U.clip_grad_norm_(list, c.max_norm)
+  -- the same gradients as all three of PyTorch's case (the set is the same, reordered)
+  for _, pair in ipairs({ { ps[1], 1 }, { extra, 2 }, { ps[3], 3 } }) do
+    local ok, why = T.compare_values(pair[1].grad, c.grads[pair[2]], 1e-12, 1e-14)
+    T.ok(ok, "gradient " .. pair[2], why)
+  end
+end)
+
+T.run("clip_grad_norm_: bfloat16 flat-bucket gradients, model:bfloat16()", function()
+  local ps = {}
+  for i, shape in ipairs(CL.shapes) do ps[i] = nn.Parameter(torch.zeros(shape, { dtype = torch.bfloat16 })) end
+  optim.AdamW(ps, { master_weights = true })
+  local loss
+  for i, p in ipairs(ps) do
+    local term = (p * tensor(CL.grads[i], CL.shapes[i], torch.bfloat16)):sum()
+    loss = loss and loss + term or term
+  end
+  loss:backward()
+  local c = CL.cases[1]
+  local total = U.clip_grad_norm_(ps, c.max_norm)
+  T.close(total:float():item(), c.total, 2e-2, 0, "the total norm to bfloat16 precision")
+  for i, p in ipairs(ps) do
+    local ok, why = T.compare_values(p.grad:float(), c.grads[i], 2e-2, 1e-3)
+    T.ok(ok, "gradient " .. i, why)
+  end
+end)
+
+T.run("clip_grad_norm_: bad input", function()
+  local ps = clip_params(false)
+  T.raises(function() U.clip_grad_norm_(ps, "1") end, "expected max_norm to be a number", "max_norm a string")
+  T.raises(function() U.clip_grad_norm_(ps, 1, { foreach = 1 }) end, "expected foreach to be a boolean",
+           "foreach a number")
+  T.raises(function() U.clip_grad_norm_({ ps[1], 3 }, 1) end, "expected a tensor at position 2", "a number in the list")
+  ps[1].grad:fill_(0 / 0)
+  T.raises(function() U.clip_grad_norm_(ps, 1, { error_if_nonfinite = true }) end, "is non%-finite",
+           "error_if_nonfinite")
+end)
+
 T.done_testing()
