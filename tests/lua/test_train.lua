@@ -328,4 +328,199 @@ T.run("clip_grad_norm_: bad input", function()
            "error_if_nonfinite")
 end)
 
+---------------------------------------------------------------- gradient accumulation
+
+local A = ref.accumulate
+
+local function accum_model()
+  local m = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 2)):double()
+  torch.no_grad(function()
+    m[0].weight:copy_(tensor(A.w1, { 6, 4 })); m[0].bias:copy_(tensor(A.b1, { 6 }))
+    m[2].weight:copy_(tensor(A.w2, { 2, 6 })); m[2].bias:copy_(tensor(A.b2, { 2 }))
+  end)
+  return m
+end
+
+for _, ckpt in ipairs({ false, true }) do
+  T.run("gradient accumulation over 4 micro-batches equals the whole batch" .. (ckpt and ", checkpointed" or ""),
+        function()
+    local m = accum_model()
+    local opt = optim.SGD(m:parameters(), { lr = 0.1, momentum = 0.9 })
+    local x, y = tensor(A.x, { 8, 4 }), tensor(A.y, { 8, 2 })
+    local k = 4
+    opt:zero_grad()
+    local total = 0
+    for i = 0, k - 1 do
+      local xb, yb = x:narrow(0, 2 * i, 2), y:narrow(0, 2 * i, 2)
+      local out = ckpt and torch.utils.checkpoint.checkpoint(m, xb) or m(xb)
+      local loss = F.mse_loss(out, yb) / k
+      loss:backward()
+      total = total + loss:item()
+    end
+    T.close(total, A.loss, 1e-12, 1e-14, "the micro-batch losses add up to the batch's")
+    for i, p in ipairs(m:parameters()) do
+      local ok, why = T.compare_values(p.grad, A.grads[i], 1e-12, 1e-14)
+      T.ok(ok, "gradient " .. i, why)
+    end
+    opt:step()
+    for i, p in ipairs(m:parameters()) do
+      local ok, why = T.compare_values(p, A.after_sgd[i], 1e-12, 1e-14)
+      T.ok(ok, "parameter " .. i .. " after the step", why)
+    end
+  end)
+end
+
+---------------------------------------------------------------- checkpoint
+
+local cp = torch.utils.checkpoint
+
+-- The gradients of every parameter of m and of x after loss_of(x) backward.
+local function grads_after(m, x, loss_of)
+  m:zero_grad()
+  x.grad = nil
+  loss_of(x):backward()
+  local gs = { x.grad:clone() }
+  for _, p in ipairs(m:parameters()) do gs[#gs + 1] = p.grad:clone() end
+  return gs
+end
+
+local function same_grads(label, a, b)
+  T.is(#a, #b, label .. ": as many gradients")
+  for i = 1, #a do T.ok(equal(a[i], b[i]), label .. ": gradient " .. i .. " bit for bit") end
+end
+
+T.run("checkpoint: an MLP's gradients are the ones without it (float64)", function()
+  torch.manual_seed(1)
+  local m = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3)):double()
+  local x = torch.randn(5, 4, f64):requires_grad_()
+  local plain = grads_after(m, x, function(v) return (m(v) ^ 2):sum() end)
+  local ck = grads_after(m, x, function(v)
+    local y = cp.checkpoint(m, v)
+    T.is(y.grad_fn.name, "CheckpointFunctionBackward", "the node's name")
+    return (y ^ 2):sum()
+  end)
+  same_grads("MLP", plain, ck)
+  T.is(tonumber(torch.C.dp_lua_nodes_live()), 0, "no checkpoint node left after the backward")
+  -- finite differences through the checkpointed function
+  local w = m[0].weight
+  T.ok(torch.autograd.gradcheck(function(v) return cp.checkpoint(m, v):tanh() end, { x:detach():requires_grad_() }),
+       "gradcheck of x")
+  local xs = x:detach()
+  local lin = nn.Linear(4, 3):double()
+  local wd = lin.weight:detach():clone():requires_grad_()
+  T.ok(torch.autograd.gradcheck(function(W) return cp.checkpoint(function(v, W2) return F.linear(v, W2):sin() end,
+                                                                 xs, W) end, { wd }),
+       "gradcheck of a weight passed as an argument")
+  T.ok(w ~= nil, "the model is intact")
+end)
+
+T.run("checkpoint: a block with dropout draws the same mask again", function()
+  local block = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(0.5), nn.Linear(16, 6)):double()
+  block:train()
+  local x = torch.randn(4, 6, f64):requires_grad_()
+  torch.manual_seed(7)
+  local plain = grads_after(block, x, function(v) return (block(v) + v):sum() end)
+  local after_plain = torch.rand(3, f64)
+  torch.manual_seed(7)
+  local ck = grads_after(block, x, function(v) return (cp.checkpoint(block, v) + v):sum() end)
+  local after_ck = torch.rand(3, f64)
+  same_grads("dropout", plain, ck)
+  T.ok(equal(after_plain, after_ck), "the backward leaves the random state where the forward left it")
+  -- without preserve_rng_state the recomputation draws a new mask
+  torch.manual_seed(7)
+  local other = grads_after(block, x, function(v)
+    return (cp.checkpoint(block, v, { preserve_rng_state = false, use_reentrant = false }) + v):sum()
+  end)
+  T.ok(not equal(plain[2], other[2]), "preserve_rng_state = false: another mask")
+end)
+
+T.run("checkpoint_sequential equals the plain model", function()
+  torch.manual_seed(2)
+  local m = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 5), nn.Dropout(0.3), nn.Tanh(), nn.Linear(5, 2))
+  m:double():train()
+  local x = torch.randn(4, 3, f64):requires_grad_()
+  for _, segments in ipairs({ 1, 2, 3, 6 }) do
+    torch.manual_seed(9)
+    local plain = grads_after(m, x, function(v) return m(v):sum() end)
+    torch.manual_seed(9)
+    local ck = grads_after(m, x, function(v) return cp.checkpoint_sequential(m, segments, v):sum() end)
+    same_grads(segments .. " segments", plain, ck)
+  end
+  local fns = { function(v) return v * 2 end, function(v) return v:sin() end, function(v) return v:exp() end }
+  local y = torch.randn(3, f64):requires_grad_()
+  cp.checkpoint_sequential(fns, 2, y):sum():backward()
+  local ok, why = T.compare_values(y.grad, (y:detach() * 2):sin():exp() * (y:detach() * 2):cos() * 2, 1e-12, 1e-14)
+  T.ok(ok, "a list of functions", why)
+end)
+
+T.run("checkpoint: residuals, nesting, no argument requiring grad, retain_graph, no_grad", function()
+  torch.manual_seed(4)
+  local b1 = nn.Sequential(nn.Linear(4, 4), nn.GELU()):double()
+  local b2 = nn.Sequential(nn.Linear(4, 4), nn.Tanh()):double()
+  local model = nn.Sequential(b1, b2)
+  local x = torch.randn(3, 4, f64):requires_grad_()
+  local function forward(v, ck)
+    local run = ck and cp.checkpoint or function(f, a) return f(a) end
+    local h = v + run(b1, v)
+    local o = h + run(function(a) return run(b2, a) * 2 end, h)   -- a checkpoint inside a checkpoint
+    return (o ^ 2):sum()
+  end
+  same_grads("residual and nested", grads_after(model, x, function(v) return forward(v, false) end),
+             grads_after(model, x, function(v) return forward(v, true) end))
+  -- an input that does not require grad: the parameters still get theirs
+  local xc = x:detach()
+  model:zero_grad()
+  cp.checkpoint(b1, xc):sum():backward()
+  local w = b1[0].weight.grad:clone()
+  model:zero_grad()
+  b1(xc):sum():backward()
+  T.ok(equal(w, b1[0].weight.grad), "parameters of fn get gradients when no argument requires grad")
+  -- retain_graph: a second backward recomputes again and accumulates
+  model:zero_grad()
+  local y = cp.checkpoint(b1, xc):sum()
+  y:backward({ retain_graph = true })
+  y:backward()
+  local ok, why = T.compare_values(b1[0].weight.grad, w * 2, 1e-12, 1e-14)
+  T.ok(ok, "retain_graph: twice the gradient", why)
+  -- under no_grad it is fn
+  local z = torch.no_grad(function() return cp.checkpoint(b1, x) end)
+  T.ok(not z.requires_grad and z.grad_fn == nil, "under no_grad: no node")
+  y = nil
+  collectgarbage(); collectgarbage()
+  cp.checkpoint(b1, x)   -- (a call drops the entries of freed nodes)
+  collectgarbage(); collectgarbage()
+  T.is(tonumber(torch.C.dp_lua_nodes_live()), 0, "freed graphs leave no checkpoint node")
+end)
+
+T.run("checkpoint: bad input", function()
+  local lin = nn.Linear(2, 2):double()
+  local x = torch.randn(3, 2, f64):requires_grad_()
+  T.raises(function() cp.checkpoint(42, x) end, "expected a function or a module to run, got number", "fn a number")
+  T.raises(function() cp.checkpoint(function(v) return { v } end, x) end, "fn must return one tensor, got table",
+           "fn returns a table")
+  T.raises(function() cp.checkpoint(lin, x, { preserve_rng_state = 1 }) end,
+           "expected preserve_rng_state to be a boolean", "preserve_rng_state a number")
+  T.raises(function() cp.checkpoint_sequential(nn.Sequential(lin), 0, x) end,
+           "expected segments to be a positive integer", "zero segments")
+  T.raises(function() cp.checkpoint_sequential(nn.Sequential(lin), 2, x) end, "2 segments for 1 functions",
+           "more segments than functions")
+  T.raises(function() cp.checkpoint_sequential(x, 1, x) end, "expected an nn.Sequential or a list of functions",
+           "a tensor for functions")
+  local y = cp.checkpoint(lin, x):sum()
+  y:backward()
+  T.raises(function() y:backward() end, "backward through the graph a second time", "a second backward")
+  -- fn fails when recomputed: the backward raises its message, and the next one works
+  local calls = 0
+  local flaky = function(v)
+    calls = calls + 1
+    if calls == 2 then error("recomputation failed on purpose") end
+    return lin(v)
+  end
+  y = cp.checkpoint(flaky, x):sum()
+  T.raises(function() y:backward() end, "recomputation failed on purpose", "an error in the recomputation")
+  x.grad = nil
+  cp.checkpoint(lin, x):sum():backward()
+  T.ok(x.grad ~= nil, "a later backward works")
+end)
+
 T.done_testing()
