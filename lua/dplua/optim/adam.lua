@@ -51,10 +51,12 @@ local function adam_class(name, decoupled, weight_decay)
   -- load_state_dict) has its moments converted, and loses or gains its copy.
   local function state_layout(b, master)
     local want = master and torch.float32 or b.flat_param.dtype
+    if b.state_dtype == want then return want end
     for k, t in pairs(b.state) do
       if k ~= "master_param" and t.dtype ~= want then b.state[k] = t:to(want) end
     end
     if not master then b.state.master_param, b.master_stale = nil, nil end
+    b.state_dtype = want
     return want
   end
 
