@@ -308,12 +308,20 @@ int dpc_bias_grad_sum(int dtype, const dpc_bias_grad *b, void *stream);
 /* first: NULL, or a bias gradient whose db lies in a->grad, which the
  * step's launch makes before it updates those elements. */
 int dpc_sgd_step(int dtype, const dpc_sgd_args *a, const dpc_bias_grad *first, void *stream);
+/* Adam's flat buffers (n elements each). master NULL: all of the
+ * parameters' dtype (grad_dtype too). Else param is bfloat16, master its
+ * float32 copy, the moments float32 and the gradient bfloat16 or float32
+ * (grad_dtype): the update runs on master and param gets it rounded. */
+typedef struct {
+    void *param, *grad, *exp_avg, *exp_avg_sq, *max_exp_avg_sq, *master;
+    int grad_dtype;
+} dpc_adam_buffers;
+
 /* step_dev NULL: `step` is this step's count. Else (capturable Adam) the
  * count lives in *step_dev on the device: it is incremented first (a
  * kernel) and read by the update, and `step` is ignored. first: as for
  * dpc_sgd_step, db in grad. */
-int dpc_adam_step(int dtype, int64_t n, void *param, void *grad, void *exp_avg, void *exp_avg_sq,
-                  void *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
+int dpc_adam_step(int dtype, int64_t n, const dpc_adam_buffers *b, double lr, double beta1, double beta2, double eps,
                   double weight_decay, int decoupled, int64_t step, double *step_dev, const dpc_bias_grad *first,
                   void *stream);
 

@@ -10,7 +10,8 @@
  * twice; the _rn intrinsics below are never fused, so that a float32 step
  * gives the CPU's bits.
  * bfloat16 computes in float and rounds each stored value, as
- * src/cpu/optim.c does for it.
+ * src/cpu/optim.c does for it; Adam with a float32 master copy of
+ * bfloat16 parameters updates the copy and stores its rounding.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -299,11 +300,13 @@ struct adam_consts {
 };
 }  // namespace
 
-/* Element i's step: P, G, M, V, VM as adam_kernel's */
-template <typename S, typename T>
-__device__ static inline void adam_update(int64_t i, S *P, const S *G, S *M, S *V, S *VM, const adam_consts<T> &c)
+/* Element i's step: P, G, M, V, VM as adam_kernel's. With a master copy
+ * W the step reads and writes W (float) and stores its rounding in P. */
+template <typename S, typename GS, typename Z, typename T>
+__device__ static inline void adam_update(int64_t i, S *P, T *W, const GS *G, Z *M, Z *V, Z *VM,
+                                          const adam_consts<T> &c)
 {
-    T p = ld(&P[i]), grad = ld(&G[i]);
+    T p = W ? W[i] : ld(&P[i]), grad = ld(&G[i]);
     if (c.decoupled)
         p = mul(p, c.decay);
     else if (c.coupled)
@@ -322,18 +325,23 @@ __device__ static inline void adam_update(int64_t i, S *P, const S *G, S *M, S *
         second = vm;
     }
     T denom = add(dvd(root(second), c.bc2_sqrt), c.eps);
-    st(&P[i], sub(p, mul(c.step_size, dvd(m, denom))));
+    const T np = sub(p, mul(c.step_size, dvd(m, denom)));
+    if (W)
+        W[i] = np;
+    st(&P[i], np);
 }
 
-/* P, G, M, V, VM are (n,); VM is NULL without amsgrad. With step_dev
- * (capturable Adam: the step count lives on the device, so that a CUDA
- * graph replays every step with its own count) the two step-dependent
- * constants come from it, computed as adam_launch does on the host. The
- * first bias.blocks blocks make the bias gradient in G first. */
-template <typename S, typename T = typename math_of<S>::type>
-__global__ static void adam_kernel(int64_t n, S *P, S *G, S *M, S *V, S *VM, adam_consts<T> c,
+/* P, G, M, V, VM are (n,); VM is NULL without amsgrad. P of storage S, G
+ * of GS, the state of Z; W NULL, or the float master copy of bfloat16 P
+ * (then Z is float). With step_dev (capturable Adam: the step count lives
+ * on the device, so that a CUDA graph replays every step with its own
+ * count) the two step-dependent constants come from it, computed as
+ * adam_launch does on the host. The first bias.blocks blocks make the
+ * bias gradient in G first. */
+template <typename S, typename GS, typename Z, typename T = typename math_of<Z>::type>
+__global__ static void adam_kernel(int64_t n, S *P, T *W, GS *G, Z *M, Z *V, Z *VM, adam_consts<T> c,
                                    const double *step_dev, double lr, double beta1, double beta2,
-                                   bias_first<S> bias)
+                                   bias_first<GS> bias)
 {
     begin_after_previous_kernel();
     if (step_dev) {
@@ -344,12 +352,12 @@ __global__ static void adam_kernel(int64_t n, S *P, S *G, S *M, S *V, S *VM, ada
     if (blockIdx.x < bias.blocks) {
         const int64_t j = bias_block_sums(bias, G + bias.at);
         if (j >= 0)
-            adam_update(bias.at + j, P, G, M, V, VM, c);
+            adam_update(bias.at + j, P, W, G, M, V, VM, c);
         return;
     }
     const rest_of rest = rest_after(bias, n);
     for (int64_t e = rest.first; e < rest.count; e += rest.stride)
-        adam_update(rest.index(e), P, G, M, V, VM, c);
+        adam_update(rest.index(e), P, W, G, M, V, VM, c);
 }
 
 __global__ static void step_increment_kernel(double *step)
@@ -358,13 +366,13 @@ __global__ static void step_increment_kernel(double *step)
     *step += 1;
 }
 
-template <typename S, typename T = typename math_of<S>::type>
-static int adam_launch(int64_t n, void *param, void *grad, void *exp_avg, void *exp_avg_sq, void *max_exp_avg_sq,
-                       double lr, double beta1, double beta2, double eps, double weight_decay, int decoupled,
-                       int64_t step, double *step_dev, const dpc_bias_grad *first, cudaStream_t stream)
+template <typename S, typename GS, typename Z, typename T = typename math_of<Z>::type>
+static int adam_launch(int64_t n, const dpc_adam_buffers &b, double lr, double beta1, double beta2, double eps,
+                       double weight_decay, int decoupled, int64_t step, double *step_dev,
+                       const dpc_bias_grad *first, cudaStream_t stream)
 {
-    bias_first<S> bias;
-    if (!bias_first_of(first, grad, n, &bias))
+    bias_first<GS> bias;
+    if (!bias_first_of(first, b.grad, n, &bias))
         return (int)cudaErrorInvalidValue;
     if (step_dev) {
         int rc = launch_kernel(step_increment_kernel, 1, 1, stream, step_dev);
@@ -386,28 +394,34 @@ static int adam_launch(int64_t n, void *param, void *grad, void *exp_avg, void *
     c.step_size = (T)step_size;
     c.decoupled = decoupled != 0;
     c.coupled = !decoupled && weight_decay != 0;
-    return launch_kernel(adam_kernel<S>, grid_after(n, bias, 1), OPTIM_BLOCK, stream, n, (S *)param, (S *)grad,
-                         (S *)exp_avg, (S *)exp_avg_sq, (S *)max_exp_avg_sq, c, step_dev, lr, beta1, beta2, bias);
+    return launch_kernel(adam_kernel<S, GS, Z>, grid_after(n, bias, 1), OPTIM_BLOCK, stream, n, (S *)b.param,
+                         (T *)b.master, (GS *)b.grad, (Z *)b.exp_avg, (Z *)b.exp_avg_sq, (Z *)b.max_exp_avg_sq, c,
+                         step_dev, lr, beta1, beta2, bias);
 }
 
-extern "C" int dpc_adam_step(int dtype, int64_t n, void *param, void *grad, void *exp_avg, void *exp_avg_sq,
-                             void *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                             double weight_decay, int decoupled, int64_t step, double *step_dev,
+extern "C" int dpc_adam_step(int dtype, int64_t n, const dpc_adam_buffers *b, double lr, double beta1, double beta2,
+                             double eps, double weight_decay, int decoupled, int64_t step, double *step_dev,
                              const dpc_bias_grad *first, void *stream)
 {
     if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64 && dtype != DP_BFLOAT16)
         return DPC_UNSUPPORTED;
-    if (n < 0 || (n > 0 && (param == NULL || grad == NULL || exp_avg == NULL || exp_avg_sq == NULL)))
+    if (b->master && (dtype != DP_BFLOAT16 || (b->grad_dtype != DP_BFLOAT16 && b->grad_dtype != DP_FLOAT32)))
+        return DPC_UNSUPPORTED;
+    if (!b->master && b->grad_dtype != dtype)
+        return DPC_UNSUPPORTED;
+    if (n < 0 || (n > 0 && (b->param == NULL || b->grad == NULL || b->exp_avg == NULL || b->exp_avg_sq == NULL)))
         return (int)cudaErrorInvalidValue;
     if (n == 0)
         return 0;
     cudaStream_t s = (cudaStream_t)stream;
+#define ADAM_LAUNCH(S, GS, Z) \
+    adam_launch<S, GS, Z>(n, *b, lr, beta1, beta2, eps, weight_decay, decoupled, step, step_dev, first, s)
+    if (b->master)
+        return b->grad_dtype == DP_FLOAT32 ? ADAM_LAUNCH(bf16s, float, float) : ADAM_LAUNCH(bf16s, bf16s, float);
     if (dtype == DP_FLOAT32)
-        return adam_launch<float>(n, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
-                                  weight_decay, decoupled, step, step_dev, first, s);
+        return ADAM_LAUNCH(float, float, float);
     if (dtype == DP_BFLOAT16)
-        return adam_launch<bf16s>(n, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
-                                  weight_decay, decoupled, step, step_dev, first, s);
-    return adam_launch<double>(n, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
-                               weight_decay, decoupled, step, step_dev, first, s);
+        return ADAM_LAUNCH(bf16s, bf16s, bf16s);
+    return ADAM_LAUNCH(double, double, double);
+#undef ADAM_LAUNCH
 }

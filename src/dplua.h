@@ -190,14 +190,18 @@ DP_API dp_status dp_scaled_dot_product_attention(dp_tensor **out, dp_tensor *q, 
 /* optim: one fused pass over a flat buffer (param, grad and state alike) */
 DP_API dp_status dp_sgd_step(dp_tensor *param, dp_tensor *grad, dp_tensor *momentum_buf, double lr, double momentum,
                              double dampening, int nesterov, double weight_decay, int first_step);
+/* master NULL: every buffer of the parameters' dtype. Else param is
+ * bfloat16, master its float32 master copy, the moments float32 and grad
+ * bfloat16 or float32: the step updates master in float32 and writes it
+ * rounded to bfloat16 into param, in the same pass. */
 DP_API dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
-                              dp_tensor *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                              double weight_decay, int decoupled, int64_t step);
+                              dp_tensor *max_exp_avg_sq, dp_tensor *master, double lr, double beta1, double beta2,
+                              double eps, double weight_decay, int decoupled, int64_t step);
 /* The same with the step count in a 0-d float64 tensor on the parameters'
  * device, incremented by the call (capturable Adam). */
 DP_API dp_status dp_adam_step_t(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
-                                dp_tensor *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                                double weight_decay, int decoupled, dp_tensor *step);
+                                dp_tensor *max_exp_avg_sq, dp_tensor *master, double lr, double beta1, double beta2,
+                                double eps, double weight_decay, int decoupled, dp_tensor *step);
 /* Moves params into one flat buffer (each param becomes a view of it) and
  * gives them grad slots in a flat gradient buffer; params that already
  * form such a group get their existing buffers back. */

@@ -40,6 +40,28 @@ DP_API int64_t dp_relu_backwards_folded(void);
 DP_API dp_status dp_flat_grad_status(const char *fn, dp_tensor *flat_param, dp_tensor *flat_grad, int n,
                                      dp_tensor *const *params, const int64_t *offsets, int *all, int *any);
 
+/* Nodes whose backward is computed in Lua (torch.utils.checkpoint,
+ * src/core/autograd.c): fn(id, grad, n, grads_in, err, errcap) fills
+ * grads_in[i] (new references, or NULL) for the node's n inputs and
+ * returns 0, or writes a message into err and returns non-zero.
+ * dp_lua_node makes *out, an alias of value whose node has inputs and id
+ * (when grad mode is on and an input requires grad). dp_lua_nodes_live
+ * counts the nodes a backward may still run; dp_lua_nodes_done takes up
+ * to cap ids of nodes whose saved state is gone, and returns how many. */
+typedef int (*dp_lua_backward)(int64_t id, dp_tensor *grad, int n, dp_tensor **grads_in, char *err, size_t errcap);
+DP_API void dp_set_lua_backward(dp_lua_backward fn);
+DP_API dp_status dp_lua_node(dp_tensor **out, dp_tensor *value, int n, dp_tensor *const *inputs, int64_t id);
+DP_API int64_t dp_lua_nodes_live(void);
+DP_API int dp_lua_nodes_done(int64_t *ids, int cap);
+
+/* The tensors ts as runs that hold each element of each tensor once per
+ * time the tensor is listed: contiguous tensors that lie back to back in
+ * one storage (an optimizer's or DDP's flat gradient buffer) become one
+ * 1-D view over them, any other tensor is its own run (retained). runs has room for n;
+ * *nruns are written, new references. clip_grad_norm_ reduces and scales
+ * one buffer at a time through them. */
+DP_API dp_status dp_flat_runs(int n, dp_tensor *const *ts, dp_tensor **runs, int *nruns);
+
 /* The deferred Linear (src/core/gpu_linear.c, "deferred launches"): how
  * many times a small Linear and the ReLU or GELU after it ran as one
  * launch; whether small Linears wait to share a launch (on by default;

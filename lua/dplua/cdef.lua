@@ -172,14 +172,18 @@ dp_status dp_scaled_dot_product_attention(dp_tensor **out, dp_tensor *q, dp_tens
 /* optim: one fused pass over a flat buffer (param, grad and state alike) */
 dp_status dp_sgd_step(dp_tensor *param, dp_tensor *grad, dp_tensor *momentum_buf, double lr, double momentum,
                              double dampening, int nesterov, double weight_decay, int first_step);
+/* master NULL: every buffer of the parameters' dtype. Else param is
+ * bfloat16, master its float32 master copy, the moments float32 and grad
+ * bfloat16 or float32: the step updates master in float32 and writes it
+ * rounded to bfloat16 into param, in the same pass. */
 dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
-                              dp_tensor *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                              double weight_decay, int decoupled, int64_t step);
+                              dp_tensor *max_exp_avg_sq, dp_tensor *master, double lr, double beta1, double beta2,
+                              double eps, double weight_decay, int decoupled, int64_t step);
 /* The same with the step count in a 0-d float64 tensor on the parameters'
  * device, incremented by the call (capturable Adam). */
 dp_status dp_adam_step_t(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
-                                dp_tensor *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                                double weight_decay, int decoupled, dp_tensor *step);
+                                dp_tensor *max_exp_avg_sq, dp_tensor *master, double lr, double beta1, double beta2,
+                                double eps, double weight_decay, int decoupled, dp_tensor *step);
 /* Moves params into one flat buffer (each param becomes a view of it) and
  * gives them grad slots in a flat gradient buffer; params that already
  * form such a group get their existing buffers back. */
@@ -416,6 +420,28 @@ int64_t dp_relu_backwards_folded(void);
  * and each is its slot at offsets[j] of flat_grad. */
 dp_status dp_flat_grad_status(const char *fn, dp_tensor *flat_param, dp_tensor *flat_grad, int n,
                                      dp_tensor *const *params, const int64_t *offsets, int *all, int *any);
+
+/* Nodes whose backward is computed in Lua (torch.utils.checkpoint,
+ * src/core/autograd.c): fn(id, grad, n, grads_in, err, errcap) fills
+ * grads_in[i] (new references, or NULL) for the node's n inputs and
+ * returns 0, or writes a message into err and returns non-zero.
+ * dp_lua_node makes *out, an alias of value whose node has inputs and id
+ * (when grad mode is on and an input requires grad). dp_lua_nodes_live
+ * counts the nodes a backward may still run; dp_lua_nodes_done takes up
+ * to cap ids of nodes whose saved state is gone, and returns how many. */
+typedef int (*dp_lua_backward)(int64_t id, dp_tensor *grad, int n, dp_tensor **grads_in, char *err, size_t errcap);
+void dp_set_lua_backward(dp_lua_backward fn);
+dp_status dp_lua_node(dp_tensor **out, dp_tensor *value, int n, dp_tensor *const *inputs, int64_t id);
+int64_t dp_lua_nodes_live(void);
+int dp_lua_nodes_done(int64_t *ids, int cap);
+
+/* The tensors ts as runs that hold each element of each tensor once per
+ * time the tensor is listed: contiguous tensors that lie back to back in
+ * one storage (an optimizer's or DDP's flat gradient buffer) become one
+ * 1-D view over them, any other tensor is its own run (retained). runs has room for n;
+ * *nruns are written, new references. clip_grad_norm_ reduces and scales
+ * one buffer at a time through them. */
+dp_status dp_flat_runs(int n, dp_tensor *const *ts, dp_tensor **runs, int *nruns);
 
 /* The deferred Linear (src/core/gpu_linear.c, "deferred launches"): how
  * many times a small Linear and the ReLU or GELU after it ran as one

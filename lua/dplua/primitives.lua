@@ -66,13 +66,14 @@ function torch._sgd_step(p, g, buf, lr, momentum, dampening, nesterov, weight_de
                       weight_decay or 0, first_step and 1 or 0))
 end
 
-function torch._adam_step(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step)
-  check(C.dp_adam_step(p.p, g.p, m.p, v.p, opt_p(vmax), lr, beta1, beta2, eps, weight_decay or 0,
+-- master: nil, or the float32 master copy of bfloat16 p (the moments are then float32)
+function torch._adam_step(p, g, m, v, vmax, master, lr, beta1, beta2, eps, weight_decay, decoupled, step)
+  check(C.dp_adam_step(p.p, g.p, m.p, v.p, opt_p(vmax), opt_p(master), lr, beta1, beta2, eps, weight_decay or 0,
                        decoupled and 1 or 0, step))
 end
 -- capturable: the step count is a 0-d float64 tensor beside p, incremented here
-function torch._adam_step_t(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step_t)
-  check(C.dp_adam_step_t(p.p, g.p, m.p, v.p, opt_p(vmax), lr, beta1, beta2, eps, weight_decay or 0,
+function torch._adam_step_t(p, g, m, v, vmax, master, lr, beta1, beta2, eps, weight_decay, decoupled, step_t)
+  check(C.dp_adam_step_t(p.p, g.p, m.p, v.p, opt_p(vmax), opt_p(master), lr, beta1, beta2, eps, weight_decay or 0,
                          decoupled and 1 or 0, step_t.p))
 end
 

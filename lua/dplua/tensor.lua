@@ -361,6 +361,14 @@ function methods.requires_grad_(t, flag)
   return t
 end
 
+-- A backward that may run nodes computed in Lua (torch.utils.checkpoint)
+-- calls back into Lua from C, which LuaJIT allows only from an FFI call
+-- it did not compile: this function is never compiled.
+local function backward_calling_lua(t, gradient, retain)
+  check(C.dp_backward(t.p, gradient and gradient.p or nil, retain and 1 or 0))
+end
+jit.off(backward_calling_lua)
+
 -- backward([gradient] [, {retain_graph=true}]) or backward(gradient, retain_graph)
 function methods.backward(t, gradient, retain)
   if is_options(gradient) then gradient, retain = nil, gradient end
@@ -368,6 +376,7 @@ function methods.backward(t, gradient, retain)
   if gradient ~= nil and not is_tensor(gradient) then
     raise("backward: expected the gradient to be a tensor, got " .. typename(gradient))
   end
+  if C.dp_lua_nodes_live() ~= 0 then return backward_calling_lua(t, gradient, retain) end
   check(C.dp_backward(t.p, gradient and gradient.p or nil, retain and 1 or 0))
 end
 

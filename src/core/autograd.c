@@ -11,6 +11,7 @@
 #include "core/autograd.h"
 #include "core/kernels.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,12 +115,15 @@ void dp_clear_grad_hooks(dp_tensor *leaf)
 
 /* ---------------------------------------------------------------- nodes */
 
+static void lua_node_done(ag_node *n);
+
 static void node_free_saved(ag_node *n)
 {
     for (int i = 0; i < n->nsaved; i++) {
         dp_tensor_release(n->saved[i]);
         n->saved[i] = NULL;
     }
+    lua_node_done(n);
 }
 
 /* The nodes waiting to be freed by the ag_node_release running on this
@@ -272,6 +276,104 @@ dp_status ag_check_inplace(const char *fn, dp_tensor *dst)
                        "operation; use the out-of-place form, or wrap the update in torch.no_grad()", fn);
     dst->storage->version++;
     return DP_OK;
+}
+
+/* ---------------------------------------------------------------- nodes computed in Lua */
+
+/* torch.utils.checkpoint records one node per checkpointed call, whose
+ * backward recomputes the call in Lua: the engine calls the function the
+ * Lua library registered (dp_set_lua_backward) with the node's id (iarg
+ * 0), which names the library's entry for the call. Only a graph holding
+ * such a node runs Lua inside backward. When a node's saved state goes
+ * (after a backward without retain_graph, or with the node), its id is
+ * queued for the library to drop its entry (dp_lua_nodes_done); iarg 1
+ * marks it queued. Nodes may be released on any thread, hence the lock. */
+static dp_lua_backward lua_backward;
+static pthread_mutex_t lua_mu = PTHREAD_MUTEX_INITIALIZER;
+static int64_t lua_live;          /* nodes not yet queued */
+static int64_t *lua_done;         /* the queue */
+static int lua_ndone, lua_done_cap;
+
+static dp_status bw_lua(ag_node *n, dp_tensor *g, dp_tensor **gi)
+{
+    char msg[1024] = "";
+    if (!lua_backward)
+        return dp_fail(DP_ERR_STATE, "backward: %s has no Lua function to run", n->name);
+    if (lua_backward(n->iarg[0], g, n->ninputs, gi, msg, sizeof msg))
+        return dp_fail(DP_ERR_STATE, "%s", msg[0] ? msg : "backward: the Lua backward failed");
+    char a[160], b[160];
+    for (int i = 0; i < n->ninputs; i++) {
+        const ag_input *in = &n->in[i];
+        if (gi[i] && (gi[i]->ndim != in->ndim || memcmp(gi[i]->shape, in->shape, sizeof(int64_t) * (size_t)in->ndim)))
+            return dp_fail(DP_ERR_SHAPE, "backward: %s gave input %d a gradient of shape %s, expected %s", n->name,
+                           i, dp_shape_str(a, sizeof a, gi[i]->ndim, gi[i]->shape),
+                           dp_shape_str(b, sizeof b, in->ndim, in->shape));
+    }
+    return DP_OK;
+}
+
+static void lua_node_done(ag_node *n)
+{
+    if (n->backward != bw_lua || n->iarg[1])
+        return;
+    n->iarg[1] = 1;
+    pthread_mutex_lock(&lua_mu);
+    lua_live--;
+    if (lua_ndone == lua_done_cap) {
+        int cap = lua_done_cap ? 2 * lua_done_cap : 64;
+        int64_t *bigger = realloc(lua_done, sizeof *bigger * (size_t)cap);
+        if (bigger) {
+            lua_done = bigger;
+            lua_done_cap = cap;
+        }
+    }
+    if (lua_ndone < lua_done_cap)   /* (out of memory: the entry stays, a leak and no more) */
+        lua_done[lua_ndone++] = n->iarg[0];
+    pthread_mutex_unlock(&lua_mu);
+}
+
+void dp_set_lua_backward(dp_lua_backward fn)
+{
+    lua_backward = fn;
+}
+
+dp_status dp_lua_node(dp_tensor **out, dp_tensor *value, int n, dp_tensor *const *inputs, int64_t id)
+{
+    dp_status st = dp_alias(out, value);
+    if (st)
+        return st;
+    ag_node *node;
+    if ((st = ag_record(*out, "CheckpointFunctionBackward", bw_lua, n, inputs, &node))) {
+        dp_tensor_release(*out);
+        *out = NULL;
+        return st;
+    }
+    if (node) {
+        node->iarg[0] = id;
+        pthread_mutex_lock(&lua_mu);
+        lua_live++;
+        pthread_mutex_unlock(&lua_mu);
+    }
+    return DP_OK;
+}
+
+int64_t dp_lua_nodes_live(void)
+{
+    pthread_mutex_lock(&lua_mu);
+    int64_t live = lua_live;
+    pthread_mutex_unlock(&lua_mu);
+    return live;
+}
+
+int dp_lua_nodes_done(int64_t *ids, int cap)
+{
+    pthread_mutex_lock(&lua_mu);
+    int k = lua_ndone < cap ? lua_ndone : cap;
+    if (k > 0)
+        memcpy(ids, lua_done + (lua_ndone - k), sizeof *ids * (size_t)k);
+    lua_ndone -= k;
+    pthread_mutex_unlock(&lua_mu);
+    return k;
 }
 
 /* ---------------------------------------------------------------- final callbacks */
@@ -636,7 +738,22 @@ static dp_status initial_grad(dp_tensor **g, dp_tensor *root, dp_tensor *grad)
     return dp_to(g, grad, root->dtype, root->device);
 }
 
+/* How many dp_backward calls run: a node computed in Lua runs another
+ * inside the first (torch.utils.checkpoint), and the final callbacks wait
+ * for the outermost. */
+static int backward_depth;
+
+static dp_status backward_walk(dp_tensor *root, dp_tensor *grad, int retain_graph);
+
 dp_status dp_backward(dp_tensor *root, dp_tensor *grad, int retain_graph)
+{
+    backward_depth++;
+    dp_status st = backward_walk(root, grad, retain_graph);
+    backward_depth--;
+    return backward_depth == 0 ? run_final_callbacks(st) : st;
+}
+
+static dp_status backward_walk(dp_tensor *root, dp_tensor *grad, int retain_graph)
 {
     if (!root->requires_grad)
         return dp_fail(DP_ERR_STATE, "backward: element 0 of tensors does not require grad and does not "
@@ -650,7 +767,7 @@ dp_status dp_backward(dp_tensor *root, dp_tensor *grad, int retain_graph)
         dp_tensor_release(g);
         if (!st)
             fire_hooks(root);
-        return run_final_callbacks(st);
+        return st;
     }
     /* small graphs (a training step of a small model) need no allocation */
     ag_node *small_all[128], *small_heap[128];
@@ -668,14 +785,16 @@ dp_status dp_backward(dp_tensor *root, dp_tensor *grad, int retain_graph)
     while (!st && ready.n > 0)
         st = run_node(heap_pop(&ready), &ready, retain_graph);
     grad_enabled = was;
-    /* after an error, leave no engine state behind for the next backward */
+    /* after an error, leave no engine state behind for the next backward
+     * (after success every count is back where it was: a leaf that an
+     * outer backward also waits for keeps its count) */
     for (int i = 0; i < nall; i++) {
         ag_node *m = all[i];
         m->deps = 0;
         m->grad_masked = false;
         dp_tensor_release(m->grad);
         m->grad = NULL;
-        for (int k = 0; k < m->ninputs; k++)
+        for (int k = 0; k < m->ninputs && st; k++)
             if (m->leaf[k])
                 m->leaf[k]->ag_pending = 0;
     }
@@ -683,5 +802,5 @@ dp_status dp_backward(dp_tensor *root, dp_tensor *grad, int retain_graph)
         free(ready.v);
     if (all != small_all)
         free(all);
-    return run_final_callbacks(st);
+    return st;
 }

@@ -695,7 +695,7 @@ static bool takes_sgd(const waiting_work *w, const void *ctx)
 /* An optimizer's step over flat buffers: parameters p, gradients g and
  * its state (a momentum buffer, Adam's moments; NULL where none). */
 typedef struct {
-    const dp_tensor *p, *g, *state[3];
+    const dp_tensor *p, *g, *state[4];
 } step_of;
 
 /* The waiting bias gradient can be made in the launch of the step ctx:
@@ -709,8 +709,8 @@ static bool bias_in_step(const waiting_work *w, const void *ctx)
         lg->dtype != p->dtype || g->dtype != p->dtype || db->storage != g->storage || !tensor_is_contiguous(db) ||
         !tensor_is_contiguous(g))
         return false;
-    const dp_tensor *buffers[5] = { p, g, o->state[0], o->state[1], o->state[2] };
-    for (int i = 0; i < 5; i++)
+    const dp_tensor *buffers[6] = { p, g, o->state[0], o->state[1], o->state[2], o->state[3] };
+    for (int i = 0; i < 6; i++)
         if (buffers[i] && buffers[i]->storage == lg->storage)
             return false;
     const ptrdiff_t at = (const char *)gpu_first(db) - (const char *)gpu_first(g);
@@ -764,18 +764,20 @@ dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
     return gpu_status(first_bias ? "sgd_step with the first layer's bias gradient" : "sgd_step", rc, p->dtype);
 }
 
-/* Adam's step; after the first layer's bias gradient in its launch when
- * that waits (as gpu_sgd_step). */
-dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
-                        double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step,
-                        dp_tensor *step_t)
+/* Adam's step (on the float32 master copy when there is one); after the
+ * first layer's bias gradient in its launch when that waits (as
+ * gpu_sgd_step). */
+dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax,
+                        dp_tensor *master, double lr, double beta1, double beta2, double eps, double weight_decay,
+                        int decoupled, int64_t step, dp_tensor *step_t)
 {
     waiting_work bias;
     dpc_bias_grad b;
-    const dpc_bias_grad *first_bias = bias_for_step((step_of){ p, g, { m, v, vmax } }, &bias, &b);
+    const dpc_bias_grad *first_bias = bias_for_step((step_of){ p, g, { m, v, vmax, master } }, &bias, &b);
+    const dpc_adam_buffers bufs = { gpu_first(p), gpu_first(g), gpu_first(m), gpu_first(v),
+                                    vmax ? gpu_first(vmax) : NULL, master ? gpu_first(master) : NULL, g->dtype };
     dpc_set_device(p->device);
-    int rc = dpc_adam_step(p->dtype, dp_tensor_numel(p), gpu_first(p), gpu_first(g), gpu_first(m), gpu_first(v),
-                           vmax ? gpu_first(vmax) : NULL, lr, beta1, beta2, eps, weight_decay, decoupled, step,
+    int rc = dpc_adam_step(p->dtype, dp_tensor_numel(p), &bufs, lr, beta1, beta2, eps, weight_decay, decoupled, step,
                            step_t ? (double *)gpu_first(step_t) : NULL, first_bias, gpu_stream_of(p->device));
     if (first_bias)
         bias_step_done(&bias, rc);

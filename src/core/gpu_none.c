@@ -118,11 +118,11 @@ dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
     (void)first_step;
     return no_cuda();
 }
-dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
-                        double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step,
-                        dp_tensor *step_t)
+dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax,
+                        dp_tensor *master, double lr, double beta1, double beta2, double eps, double weight_decay,
+                        int decoupled, int64_t step, dp_tensor *step_t)
 {
-    (void)p; (void)g; (void)m; (void)v; (void)vmax; (void)lr; (void)beta1; (void)beta2; (void)eps;
+    (void)p; (void)g; (void)m; (void)v; (void)vmax; (void)master; (void)lr; (void)beta1; (void)beta2; (void)eps;
     (void)weight_decay; (void)decoupled; (void)step; (void)step_t;
     return no_cuda();
 }

@@ -42,9 +42,9 @@ dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
                        double dampening, int nesterov, double weight_decay, int first_step);
 /* step_t: NULL, or the 0-d float64 device step count of capturable Adam
  * (incremented on the device; `step` is then ignored) */
-dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
-                        double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step,
-                        dp_tensor *step_t);
+dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax,
+                        dp_tensor *master, double lr, double beta1, double beta2, double eps, double weight_decay,
+                        int decoupled, int64_t step, dp_tensor *step_t);
 bool gpu_any(int what, dp_tensor *t);
 /* how many references to t the launch waiting in gpu_linear.c holds */
 int gpu_deferred_holds(const dp_tensor *t);
@@ -131,11 +131,13 @@ static inline dp_status k_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold
 static inline dp_status k_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)
 { return ON_CPU(x) ? cpu_fold_add(x, cols, u) : gpu_fold_add(x, cols, u); }
 /* optim.c: the CPU's steps for any float dtype, bfloat16 through float32
- * copies that cpu_sgd_step and cpu_adam_step take */
+ * copies that cpu_sgd_step and cpu_adam_step take; with a float32 master
+ * copy of bfloat16 parameters (master, else NULL) cpu_adam_step_master */
 dp_status sgd_step_on_cpu(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
                           double dampening, int nesterov, double weight_decay, int first_step);
-dp_status adam_step_on_cpu(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
-                           double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step);
+dp_status adam_step_on_cpu(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax,
+                           dp_tensor *master, double lr, double beta1, double beta2, double eps, double weight_decay,
+                           int decoupled, int64_t step);
 static inline dp_status k_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
                                    double dampening, int nesterov, double weight_decay, int first_step)
 {
@@ -143,11 +145,12 @@ static inline dp_status k_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, d
                      : gpu_sgd_step(p, g, buf, lr, momentum, dampening, nesterov, weight_decay, first_step);
 }
 static inline dp_status k_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax,
-                                    double lr, double beta1, double beta2, double eps, double weight_decay,
-                                    int decoupled, int64_t step)
+                                    dp_tensor *master, double lr, double beta1, double beta2, double eps,
+                                    double weight_decay, int decoupled, int64_t step)
 {
-    return ON_CPU(p) ? adam_step_on_cpu(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step)
-                     : gpu_adam_step(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step, NULL);
+    return ON_CPU(p) ? adam_step_on_cpu(p, g, m, v, vmax, master, lr, beta1, beta2, eps, weight_decay, decoupled, step)
+                     : gpu_adam_step(p, g, m, v, vmax, master, lr, beta1, beta2, eps, weight_decay, decoupled, step,
+                                     NULL);
 }
 
 #endif

@@ -10,6 +10,7 @@
 #include "core/autograd.h"
 #include "core/kernels.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static dp_status flat_check(const char *fn, dp_tensor *p, dp_tensor *g, const dp_tensor *state)
@@ -54,22 +55,57 @@ dp_status dp_sgd_step(dp_tensor *param, dp_tensor *grad, dp_tensor *momentum_buf
                         weight_decay, first_step);
 }
 
+/* With a master copy (bfloat16 parameters, their float32 master copy w
+ * and float32 moments; a bfloat16 or float32 gradient), else every buffer
+ * of the parameters' dtype. */
+static dp_status master_check(dp_tensor *param, dp_tensor *grad, dp_tensor *const state[3], dp_tensor *w)
+{
+    char a[160], b[160];
+    if (param->dtype != DP_BFLOAT16)
+        return dp_fail(DP_ERR_DTYPE, "adam_step: a float32 master copy goes with bfloat16 parameters, got %s "
+                       "parameters", dp_dtype_name(param->dtype));
+    if (grad->dtype != DP_BFLOAT16 && grad->dtype != DP_FLOAT32)
+        return dp_fail(DP_ERR_DTYPE, "adam_step: with a master copy the gradient must be bfloat16 or float32, "
+                       "got %s", dp_dtype_name(grad->dtype));
+    const dp_tensor *ts[5] = { grad, w, state[0], state[1], state[2] };
+    for (int i = 0; i < 5; i++) {
+        const dp_tensor *t = ts[i];
+        if (!t)
+            continue;
+        if ((i > 0 && t->dtype != DP_FLOAT32) || t->device != param->device ||
+            dp_tensor_numel(t) != dp_tensor_numel(param))
+            return dp_fail(DP_ERR_SHAPE, "adam_step: buffer %s (%s) does not match the bfloat16 parameters %s "
+                           "(the master copy and the moments are float32, on the parameters' device)",
+                           dp_shape_str(a, sizeof a, t->ndim, t->shape), dp_dtype_name(t->dtype),
+                           dp_shape_str(b, sizeof b, param->ndim, param->shape));
+        if (!tensor_is_contiguous(t))
+            return dp_fail(DP_ERR_ARG, "adam_step: buffers must be contiguous");
+    }
+    if (!tensor_is_contiguous(param))
+        return dp_fail(DP_ERR_ARG, "adam_step: parameters must be contiguous");
+    return DP_OK;
+}
+
 static dp_status adam_check(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
-                            dp_tensor *max_exp_avg_sq)
+                            dp_tensor *max_exp_avg_sq, dp_tensor *master)
 {
     dp_status st;
-    if ((st = flat_check("adam_step", param, grad, exp_avg)) || (st = flat_check("adam_step", param, exp_avg_sq, max_exp_avg_sq)))
-        return st;
+    if (!param || !grad)
+        return dp_fail(DP_ERR_ARG, "adam_step: expected parameter and gradient tensors");
     if (!exp_avg || !exp_avg_sq)
         return dp_fail(DP_ERR_ARG, "adam_step: expected exp_avg and exp_avg_sq buffers");
+    if (master)
+        return master_check(param, grad, (dp_tensor *[3]){ exp_avg, exp_avg_sq, max_exp_avg_sq }, master);
+    if ((st = flat_check("adam_step", param, grad, exp_avg)) || (st = flat_check("adam_step", param, exp_avg_sq, max_exp_avg_sq)))
+        return st;
     return DP_OK;
 }
 
 dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
-                       dp_tensor *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                       double weight_decay, int decoupled, int64_t step)
+                       dp_tensor *max_exp_avg_sq, dp_tensor *master, double lr, double beta1, double beta2,
+                       double eps, double weight_decay, int decoupled, int64_t step)
 {
-    dp_status st = adam_check(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq);
+    dp_status st = adam_check(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, master);
     if (st)
         return st;
     if (step < 1)
@@ -79,32 +115,36 @@ dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp
                        "host, and a replay would repeat this step's; make it with {capturable = true} to capture "
                        "it, as in PyTorch");
     param->storage->version++;
-    return k_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
-                         decoupled, step);
+    if (master)
+        master->storage->version++;
+    return k_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, master, lr, beta1, beta2, eps,
+                       weight_decay, decoupled, step);
 }
 
 /* Capturable Adam: the step count is a 0-d float64 tensor beside the
  * parameters, incremented by this call (on the GPU by a kernel, so that a
  * CUDA graph replays every step with its own count). */
 dp_status dp_adam_step_t(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
-                         dp_tensor *max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
-                         double weight_decay, int decoupled, dp_tensor *step)
+                         dp_tensor *max_exp_avg_sq, dp_tensor *master, double lr, double beta1, double beta2,
+                         double eps, double weight_decay, int decoupled, dp_tensor *step)
 {
-    dp_status st = adam_check(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq);
+    dp_status st = adam_check(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, master);
     if (st)
         return st;
     if (!step || step->ndim != 0 || step->dtype != DP_FLOAT64 || step->device != param->device)
         return dp_fail(DP_ERR_ARG, "adam_step: the step count must be a 0-d float64 tensor on the parameters' "
                        "device");
     param->storage->version++;
+    if (master)
+        master->storage->version++;
     if (ON_CPU(param)) {
         double *count = (double *)tensor_ptr(step);
         *count += 1;
-        return adam_step_on_cpu(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+        return adam_step_on_cpu(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, master, lr, beta1, beta2, eps,
                                 weight_decay, decoupled, (int64_t)*count);
     }
-    return gpu_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
-                         decoupled, 0, step);
+    return gpu_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, master, lr, beta1, beta2, eps,
+                         weight_decay, decoupled, 0, step);
 }
 
 /* ---------------------------------------------------------------- bfloat16 on the CPU */
@@ -147,9 +187,12 @@ dp_status sgd_step_on_cpu(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr,
     return store_back(bufs, f, 3, st);
 }
 
-dp_status adam_step_on_cpu(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
-                           double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step)
+dp_status adam_step_on_cpu(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax,
+                           dp_tensor *master, double lr, double beta1, double beta2, double eps, double weight_decay,
+                           int decoupled, int64_t step)
 {
+    if (master)
+        return cpu_adam_step_master(p, master, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step);
     if (p->dtype != DP_BFLOAT16)
         return cpu_adam_step(p, g, m, v, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step);
     dp_tensor *bufs[5] = { p, g, m, v, vmax }, *f[5];
@@ -181,6 +224,67 @@ dp_status dp_flat_grad_status(const char *fn, dp_tensor *flat_param, dp_tensor *
             *all = 0;
     }
     return DP_OK;
+}
+
+/* ---------------------------------------------------------------- runs of gradients */
+
+typedef struct {
+    const dp_tensor *t;
+    int index;
+} run_item;
+
+static int by_place(const void *a, const void *b)
+{
+    const dp_tensor *x = ((const run_item *)a)->t, *y = ((const run_item *)b)->t;
+    if (x->storage != y->storage)
+        return (uintptr_t)x->storage < (uintptr_t)y->storage ? -1 : 1;
+    if (x->offset != y->offset)
+        return x->offset < y->offset ? -1 : 1;
+    return ((const run_item *)a)->index - ((const run_item *)b)->index;
+}
+
+/* Whether b continues the run that ends with a at element `end`. */
+static bool continues(const dp_tensor *a, const dp_tensor *b, int64_t end)
+{
+    return b->storage == a->storage && b->dtype == a->dtype && b->device == a->device && b->offset == end &&
+           tensor_is_contiguous(b);
+}
+
+dp_status dp_flat_runs(int n, dp_tensor *const *ts, dp_tensor **runs, int *nruns)
+{
+    *nruns = 0;
+    if (n <= 0)
+        return DP_OK;
+    run_item *items = malloc(sizeof *items * (size_t)n);
+    if (!items)
+        return dp_fail(DP_ERR_MEMORY, "flat_runs: out of memory");
+    for (int i = 0; i < n; i++)
+        items[i] = (run_item){ ts[i], i };
+    qsort(items, (size_t)n, sizeof *items, by_place);
+    dp_status st = DP_OK;
+    for (int i = 0; i < n && !st;) {
+        dp_tensor *first = (dp_tensor *)items[i].t;
+        int64_t end = first->offset + dp_tensor_numel(first);
+        int j = i + 1;
+        while (tensor_is_contiguous(first) && j < n && continues(first, items[j].t, end))
+            end += dp_tensor_numel(items[j++].t);
+        if (j == i + 1) {
+            dp_tensor_retain(first);
+            runs[(*nruns)++] = first;
+        } else {
+            int64_t numel = end - first->offset, stride = 1;
+            if (!(st = tensor_view_of(&runs[*nruns], first, 1, &numel, &stride, first->offset)))
+                (*nruns)++;
+        }
+        i = j;
+    }
+    free(items);
+    if (st) {
+        for (int k = 0; k < *nruns; k++)
+            dp_tensor_release(runs[k]);
+        *nruns = 0;
+    }
+    return st;
 }
 
 /* ---------------------------------------------------------------- flattening */

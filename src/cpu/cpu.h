@@ -106,5 +106,10 @@ dp_status cpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
                        double dampening, int nesterov, double weight_decay, int first_step);
 dp_status cpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
                         double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step);
+/* Adam on the float32 master copy w of bfloat16 parameters p (float32
+ * moments; a bfloat16 or float32 gradient): w is updated, p = w rounded */
+dp_status cpu_adam_step_master(dp_tensor *p, dp_tensor *w, dp_tensor *g, dp_tensor *m, dp_tensor *v,
+                               dp_tensor *vmax, double lr, double beta1, double beta2, double eps,
+                               double weight_decay, int decoupled, int64_t step);
 
 #endif

@@ -1,7 +1,10 @@
 -- Run under the launcher: dplua --nproc_per_node=N tests/dist/ddp_features.lua
 -- TAP from rank 0 (the other ranks stay silent unless something fails).
 -- no_sync accumulates locally and the next synchronised backward averages
--- the sum; an unused parameter is an error naming it unless
+-- the sum; gradient accumulation (loss / k over k micro-batches, no_sync
+-- around all but the last, then one step), plain and checkpointed, equals
+-- PyTorch's whole batch (tests/ref/train.lua, two ranks); an unused
+-- parameter is an error naming it unless
 -- find_unused_parameters=true; state_dict keys carry the "module." prefix;
 -- parameters start equal on every rank (broadcast from rank 0).
 local torch = require("dplua")
@@ -44,6 +47,44 @@ for r = 0, world - 1 do
 end
 local diff = (ddp.module.weight.grad - ref.weight.grad / world):abs():max():item()
 ok(diff < 1e-12, "no_sync accumulates locally, the next backward averages (diff " .. diff .. ")")
+
+-- gradient accumulation: each of 2 ranks takes 4 of the 8 rows of
+-- PyTorch's batch in k = 2 micro-batches of loss / k
+if world == 2 then
+  local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
+  local A = dofile(here .. "/../ref/train.lua").accumulate
+  local function t(v, shape) return torch.tensor(v, { dtype = torch.float64 }):reshape(shape) end
+  for _, ckpt in ipairs({ false, true }) do
+    local m = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 2)):to(torch.float64)
+    torch.no_grad(function()
+      m[0].weight:copy_(t(A.w1, { 6, 4 })); m[0].bias:copy_(t(A.b1, { 6 }))
+      m[2].weight:copy_(t(A.w2, { 2, 6 })); m[2].bias:copy_(t(A.b2, { 2 }))
+    end)
+    local model = nn.parallel.DistributedDataParallel(m)
+    local opt = torch.optim.SGD(model:parameters(), { lr = 0.1, momentum = 0.9 })
+    local x, y = t(A.x, { 8, 4 }):narrow(0, 4 * rank, 4), t(A.y, { 8, 2 }):narrow(0, 4 * rank, 4)
+    local k = 2
+    local function micro(i)
+      local xb, yb = x:narrow(0, 2 * i, 2), y:narrow(0, 2 * i, 2)
+      local out = ckpt and torch.utils.checkpoint.checkpoint(model, xb) or model(xb)
+      local loss = nn.functional.mse_loss(out, yb) / k
+      loss:backward()
+    end
+    opt:zero_grad()
+    model:no_sync(function() for i = 0, k - 2 do micro(i) end end)
+    micro(k - 1)
+    local worst = 0
+    for i, p in ipairs(m:parameters()) do
+      worst = math.max(worst, (p.grad - t(A.grads[i], p:size())):abs():max():item())
+    end
+    opt:step()
+    for i, p in ipairs(m:parameters()) do
+      worst = math.max(worst, (p:detach() - t(A.after_sgd[i], p:size())):abs():max():item())
+    end
+    ok(worst < 1e-12, string.format("accumulation over micro-batches with no_sync%s equals PyTorch's whole batch "
+                                    .. "(diff %g)", ckpt and ", checkpointed," or "", worst))
+  end
+end
 
 -- unused parameters
 local Two = nn.Module:extend("Two")

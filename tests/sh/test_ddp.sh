@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/sh/test_ddp.sh -- DistributedDataParallel on Gloo under the launcher:
 # N ranks equal one process on the whole batch (2 and 4 ranks), the DDP
-# features (broadcast, no_sync, unused parameters, state_dict keys), groups
+# features (broadcast, no_sync, gradient accumulation, unused parameters,
+# state_dict keys), groups
 # and the store after destroy_process_group (tests/dist/group_lifetime.lua), the seed
 # example printing one loss per rank, and kill -9 of a rank mid-training
 # ending the whole job within 10 s with the launcher naming it.
@@ -27,8 +28,8 @@ run --nproc_per_node=4 "$dist/ddp_equivalence.lua" 50
 ok $? "DDP on 4 ranks equals one process on the whole batch (50 steps, 1e-6)"
 
 run --nproc_per_node=2 "$dist/ddp_features.lua"
-[ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.6' "$tmp/out"
-ok $? "DDP features: broadcast from rank 0, state_dict keys, no_sync, unused parameters"
+[ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.8' "$tmp/out"
+ok $? "DDP features: broadcast from rank 0, state_dict keys, no_sync, gradient accumulation (plain and checkpointed) against PyTorch, unused parameters"
 
 run --nproc_per_node=2 "$dist/group_lifetime.lua"
 [ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.23' "$tmp/out"

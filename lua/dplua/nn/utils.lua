@@ -24,11 +24,43 @@ local function grads_of(params)
   return grads
 end
 
+-- The gradients as runs: those that lie back to back in one flat
+-- gradient buffer (an optimizer's bucket, DDP's) as one 1-D view over
+-- them, any other alone; norms and scaling then cost a few launches per
+-- buffer rather than per tensor, with the same result.
+local ffi = require("ffi")
+local C = torch.C
+local runs_cap, runs_in, runs_out = 0, nil, nil
+local nruns_box = ffi.new("int[1]")
+function U._grad_runs(grads)
+  local n = #grads
+  if n > runs_cap then
+    runs_cap = math.max(n, 2 * runs_cap)
+    runs_in, runs_out = ffi.new("dp_tensor*[?]", runs_cap), ffi.new("dp_tensor*[?]", runs_cap)
+  end
+  for i, g in ipairs(grads) do runs_in[i - 1] = g.p end
+  if C.dp_flat_runs(n, runs_in, runs_out, nruns_box) ~= 0 then raise(ffi.string(C.dp_last_error())) end
+  local runs = {}
+  for i = 0, nruns_box[0] - 1 do runs[i + 1] = torch._wrap(runs_out[i]) end
+  return runs
+end
+
+-- The norm of order p of one run, as a 0-d tensor of its dtype.
+local function run_norm(g, p)
+  if p == math.huge then return g:abs():amax() end
+  if p == 2 then return g:square():sum():sqrt() end
+  if p == 1 then return g:abs():sum() end
+  return (g:abs() ^ p):sum() ^ (1 / p)
+end
+
 -- clip_grad_norm_(parameters, max_norm [, norm_type=2] [, error_if_nonfinite=false])
--- (or {error_if_nonfinite=} in its place, or {norm_type=, error_if_nonfinite=}
--- as the third): the total norm of all gradients (as if concatenated),
--- returned as a tensor; every gradient is scaled in place by
--- min(max_norm / (total + 1e-6), 1), as PyTorch.
+-- (or {error_if_nonfinite=, foreach=} in its place, or {norm_type=,
+-- error_if_nonfinite=, foreach=} as the third): the total norm of all
+-- gradients (as if concatenated), returned as a tensor; every gradient is
+-- scaled in place by min(max_norm / (total + 1e-6), 1), as PyTorch. The
+-- norm and the coefficient stay on the device (no .item(), unless
+-- error_if_nonfinite asks for the check). foreach is accepted and changes
+-- nothing: gradients in one flat buffer are always taken together.
 function U.clip_grad_norm_(parameters, max_norm, norm_type, opts)
   local fn = "clip_grad_norm_"
   if type(norm_type) == "table" then opts, norm_type = norm_type, norm_type.norm_type end
@@ -37,6 +69,9 @@ function U.clip_grad_norm_(parameters, max_norm, norm_type, opts)
     raise(fn .. ": expected error_if_nonfinite (a boolean) or a table of options, got " .. type(opts))
   end
   opts = opts or {}
+  if opts.foreach ~= nil and type(opts.foreach) ~= "boolean" then
+    raise(fn .. ": expected foreach to be a boolean or nil, got " .. type(opts.foreach))
+  end
   local params = param_list(parameters, fn)
   if type(max_norm) ~= "number" then raise(fn .. ": expected max_norm to be a number, got " .. type(max_norm)) end
   norm_type = norm_type or 2
@@ -45,22 +80,12 @@ function U.clip_grad_norm_(parameters, max_norm, norm_type, opts)
   local grads = grads_of(params)
   if #grads == 0 then return torch.tensor(0.0) end
   return torch.no_grad(function()
-    local total
-    if norm_type == math.huge then
-      local maxes = {}
-      for i, g in ipairs(grads) do maxes[i] = g:abs():max() end
-      total = #maxes == 1 and maxes[1] or torch.stack(maxes):max()
-    else
-      local norms = {}
-      for i, g in ipairs(grads) do
-        if norm_type == 2 then norms[i] = g:square():sum():sqrt()
-        elseif norm_type == 1 then norms[i] = g:abs():sum()
-        else norms[i] = (g:abs() ^ norm_type):sum() ^ (1 / norm_type) end
-      end
-      local stacked = torch.stack(norms)
-      if norm_type == 2 then total = stacked:square():sum():sqrt()
-      elseif norm_type == 1 then total = stacked:sum()
-      else total = (stacked ^ norm_type):sum() ^ (1 / norm_type) end
+    local runs = U._grad_runs(grads)
+    local total = run_norm(runs[1], norm_type)
+    if #runs > 1 then
+      local norms = { total }
+      for i = 2, #runs do norms[i] = run_norm(runs[i], norm_type):to(total.dtype) end
+      total = run_norm(torch.stack(norms), norm_type)
     end
     if opts.error_if_nonfinite then
       local v = total:item()
@@ -70,7 +95,15 @@ function U.clip_grad_norm_(parameters, max_norm, norm_type, opts)
       end
     end
     local coef = (max_norm / (total + 1e-6)):clamp(nil, 1.0)
-    for _, g in ipairs(grads) do g:mul_(coef:to(g.dtype)) end
+    local coef_as = {}
+    for _, g in ipairs(runs) do
+      local c = coef_as[g.dtype]
+      if c == nil then
+        c = g.dtype == coef.dtype and coef or coef:to(g.dtype)
+        coef_as[g.dtype] = c
+      end
+      g:mul_(c)
+    end
     return total
   end)
 end

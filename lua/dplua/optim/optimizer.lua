@@ -205,12 +205,13 @@ function Optimizer._no_new_state_in_capture(self_name, what)
   end
 end
 
--- A flat state buffer of the bucket, created as zeros on first use.
-function Optimizer._state_buffer(b, name, self_name)
+-- A flat state buffer of the bucket, created as zeros on first use (of
+-- the parameters' dtype unless dtype is given).
+function Optimizer._state_buffer(b, name, self_name, dtype)
   local s = b.state[name]
   if s == nil then
     Optimizer._no_new_state_in_capture(self_name or "optimizer", name)
-    s = torch.zeros_like(b.flat_param)
+    s = torch.zeros_like(b.flat_param, { dtype = dtype })
     b.state[name] = s
   end
   return s
@@ -344,7 +345,7 @@ function Optimizer:load_state_dict(sd)
         local st = state[sg.params[i]]
         local step = 0
         if st ~= nil then
-          step = self:_load_param_state(b, j, st, fn, sg.params[i])
+          step = self:_load_param_state(b, j, st, fn, sg.params[i], group)
         end
         b.steps[j] = step
       end
@@ -363,15 +364,15 @@ function Optimizer:load_state_dict(sd)
   end)
 end
 
--- Copies a saved state tensor into the bucket's flat buffer.
-function Optimizer._load_buffer(b, j, name, value, fn, id)
+-- Copies a saved state tensor into the bucket's flat buffer (of dtype, if given).
+function Optimizer._load_buffer(b, j, name, value, fn, id, dtype)
   if not torch.is_tensor(value) then
     raise(string.format("%s: state[%d].%s should be a tensor, got %s", fn, id, name, typename(value)))
   end
   if value:numel() ~= b.numels[j] then
     raise(string.format("%s: state[%d].%s has %d elements, the parameter %d", fn, id, name, value:numel(), b.numels[j]))
   end
-  narrow(Optimizer._state_buffer(b, name), b, j):copy_(value:reshape(-1))
+  narrow(Optimizer._state_buffer(b, name, nil, dtype), b, j):copy_(value:reshape(-1))
 end
 
 function Optimizer._step_number(v, fn, id)

@@ -3,10 +3,11 @@
 --   local data = torch.utils.data      -- Dataset, TensorDataset, DataLoader, ...
 --   torch.utils.progress.ProgressBar, torch.utils.metrics.MetricsLogger
 --   torch.utils.tensorboard.SummaryWriter
+--   torch.utils.checkpoint.checkpoint, checkpoint_sequential
 local utils = {}
 
 local submodules = { data = "dplua.utils.data", progress = "dplua.utils.progress", metrics = "dplua.utils.metrics",
-                     tensorboard = "dplua.utils.tensorboard" }
+                     tensorboard = "dplua.utils.tensorboard", checkpoint = "dplua.utils.checkpoint" }
 return setmetatable(utils, { __index = function(t, k)
   local name = submodules[k]
   if not name then return nil end

@@ -1,0 +1,220 @@
+-- dplua.utils.checkpoint (torch.utils.checkpoint): activation checkpointing.
+--
+--   local y = torch.utils.checkpoint.checkpoint(block, x)          -- saves x, not block's activations
+--   local out = torch.utils.checkpoint.checkpoint_sequential(model, 4, x)
+--
+-- checkpoint(fn, ...) runs fn(...) under no_grad, keeps its arguments and
+-- records one node (CheckpointFunctionBackward) from the tensor arguments
+-- to the result. Its backward runs fn again with grad enabled, on detached
+-- copies of the arguments, with the random state fn started from (so that
+-- dropout draws the same mask) and the autocast state it ran under, and
+-- backpropagates the node's gradient through that recomputation: the
+-- parameters fn uses get their gradients there, the arguments' go on along
+-- the graph. The engine calls this module's function for such nodes
+-- (src/core/autograd.c, "nodes computed in Lua"): a graph without one runs
+-- no Lua in its backward.
+local ffi = require("ffi")
+local torch = require("dplua")
+local raise = torch._raise
+local is_tensor = torch.is_tensor
+local C = torch.C
+
+local M = {}
+
+local function typename(x) return is_tensor(x) and "Tensor" or type(x) end
+local function call(fn, ...) return fn(...) end   -- (fn may be a module: no_grad takes functions)
+
+-- id -> { fn =, args =, nargs =, seed =, offset =, autocast = }: one entry
+-- per recorded node, dropped when the engine says its state is gone.
+local entries, next_id = {}, 0
+local done_ids = ffi.new("int64_t[64]")
+
+local function drop_done()
+  repeat
+    local k = C.dp_lua_nodes_done(done_ids, 64)
+    for i = 0, k - 1 do entries[tonumber(done_ids[i])] = nil end
+  until k < 64
+end
+
+local rng_box = ffi.new("uint64_t[2]")
+local function rng_state()
+  C.dp_rng_get_state(rng_box, rng_box + 1)
+  return rng_box[0], rng_box[1]   -- (copies: boxed 64-bit numbers)
+end
+
+local function autocast_state()
+  local s = {}
+  for _, dev in ipairs({ "cpu", "cuda" }) do
+    s[dev] = { enabled = torch.is_autocast_enabled(dev), dtype = torch.get_autocast_dtype(dev) }
+  end
+  return s
+end
+
+-- fn(args) under the autocast state s, grad enabled.
+local function rerun(e, args)
+  local function on_cuda() return e.fn(unpack(args, 1, e.nargs)) end
+  local function on_cpu()
+    local a = e.autocast.cuda
+    return torch.autocast("cuda", { enabled = a.enabled, dtype = a.dtype }, on_cuda)
+  end
+  local a = e.autocast.cpu
+  return torch.enable_grad(torch.autocast, "cpu", { enabled = a.enabled, dtype = a.dtype }, on_cpu)
+end
+
+-- The node's backward: grads_in[i] for its i-th tensor argument.
+local function recompute(id, grad, grads_in)
+  local e = entries[tonumber(id)]
+  if e == nil then raise("checkpoint: the arguments of this checkpointed call were already freed") end
+  local args, leaves = {}, {}
+  for i = 1, e.nargs do
+    local a = e.args[i]
+    if is_tensor(a) then
+      local d = a:detach()
+      if a.requires_grad then d:requires_grad_(true) end
+      args[i] = d
+      leaves[#leaves + 1] = d
+    else
+      args[i] = a
+    end
+  end
+  local seed, offset
+  if e.seed ~= nil then
+    seed, offset = rng_state()
+    C.dp_rng_set_state(e.seed, e.offset)
+  end
+  local ok, out = pcall(rerun, e, args)
+  if seed ~= nil then C.dp_rng_set_state(seed, offset) end
+  if not ok then error(out, 0) end
+  if not is_tensor(out) then raise("checkpoint: fn returned " .. typename(out) .. " when recomputed, not a tensor") end
+  if out.requires_grad then
+    C.dp_tensor_retain(grad)
+    out:backward(torch._wrap(grad))
+  end
+  for i, d in ipairs(leaves) do
+    local g = d.grad
+    if g ~= nil then
+      C.dp_tensor_retain(g.p)
+      grads_in[i - 1] = g.p
+    end
+  end
+end
+
+local callback = ffi.cast("dp_lua_backward", function(id, grad, n, grads_in, err, cap)
+  local ok, msg = pcall(recompute, id, grad, grads_in)
+  if ok then return 0 end
+  msg = tostring(msg)
+  local len = math.min(#msg, tonumber(cap) - 1)
+  ffi.copy(err, msg, len)
+  err[len] = 0
+  return 1
+end)
+C.dp_set_lua_backward(callback)
+
+-- A leaf that stands in for the parameters fn uses when no argument
+-- requires grad, so that the node is recorded and they get gradients.
+local anchor = torch.zeros({}, { requires_grad = true })
+
+local options = { use_reentrant = true, preserve_rng_state = true, determinism_check = true, debug = true }
+
+-- A trailing table of checkpoint's own options, told apart from fn's arguments.
+local function split_options(fn_name, ...)
+  local n = select("#", ...)
+  local last = n > 0 and select(n, ...) or nil
+  if type(last) ~= "table" or is_tensor(last) or getmetatable(last) ~= nil or last[1] ~= nil or next(last) == nil then
+    return {}, n
+  end
+  for k in pairs(last) do if not options[k] then return {}, n end end
+  if last.preserve_rng_state ~= nil and type(last.preserve_rng_state) ~= "boolean" then
+    raise(fn_name .. ": expected preserve_rng_state to be a boolean, got " .. typename(last.preserve_rng_state))
+  end
+  if last.use_reentrant ~= nil and type(last.use_reentrant) ~= "boolean" then
+    raise(fn_name .. ": expected use_reentrant to be a boolean, got " .. typename(last.use_reentrant))
+  end
+  return last, n - 1
+end
+
+local args_buf = ffi.new("dp_tensor*[?]", 64)
+local outp = ffi.new("dp_tensor*[1]")
+
+-- checkpoint(fn, ... [, {use_reentrant=, preserve_rng_state=true}]): fn's
+-- result (one tensor), its activations recomputed in the backward instead
+-- of kept. use_reentrant is accepted, either way the recomputation runs in
+-- the backward as described at the top. Under no_grad it is fn(...).
+function M.checkpoint(fn, ...)
+  if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
+    raise("checkpoint: expected a function or a module to run, got " .. typename(fn))
+  end
+  local opts, nargs = split_options("checkpoint", ...)
+  local args = { ... }
+  if not torch.is_grad_enabled() then return fn(unpack(args, 1, nargs)) end
+  drop_done()
+  local e = { fn = fn, args = args, nargs = nargs, autocast = autocast_state() }
+  if opts.preserve_rng_state ~= false then e.seed, e.offset = rng_state() end
+  local out = torch.no_grad(call, fn, unpack(args, 1, nargs))
+  if not is_tensor(out) then
+    raise("checkpoint: fn must return one tensor, got " .. typename(out))
+  end
+  local n, any = 0, false
+  for i = 1, nargs do
+    local a = args[i]
+    if is_tensor(a) then
+      if n == 63 then raise("checkpoint: at most 63 tensor arguments") end
+      args_buf[n], n = a.p, n + 1
+      any = any or a.requires_grad
+    end
+  end
+  if not any then args_buf[n], n = anchor.p, n + 1 end
+  next_id = next_id + 1
+  if C.dp_lua_node(outp, out.p, n, args_buf, next_id) ~= 0 then raise(ffi.string(C.dp_last_error())) end
+  local y = torch._wrap(outp[0])
+  if y.requires_grad then entries[next_id] = e end
+  return y
+end
+
+-- The children of a Sequential, or a list of functions or modules.
+local function function_list(functions)
+  if type(functions) == "table" and functions._modules ~= nil and functions.len then
+    local list = {}
+    for i = 0, functions:len() - 1 do list[i + 1] = functions[i] end
+    return list
+  end
+  if type(functions) ~= "table" or is_tensor(functions) then
+    raise("checkpoint_sequential: expected an nn.Sequential or a list of functions, got " .. typename(functions))
+  end
+  return functions
+end
+
+-- checkpoint_sequential(functions, segments, input [, {use_reentrant=,
+-- preserve_rng_state=}]): PyTorch's: the functions split into `segments`
+-- runs of #functions // segments, each but the last run checkpointed, the
+-- last (with the rest) run as it is.
+function M.checkpoint_sequential(functions, segments, input, opts)
+  local list = function_list(functions)
+  if type(segments) ~= "number" or segments < 1 or segments % 1 ~= 0 then
+    raise("checkpoint_sequential: expected segments to be a positive integer, got " .. tostring(segments))
+  end
+  if opts ~= nil and (type(opts) ~= "table" or is_tensor(opts)) then
+    raise("checkpoint_sequential: expected an options table, got " .. typename(opts))
+  end
+  local extra = opts and next(opts) ~= nil and opts or nil
+  local function run(first, last)
+    return function(x)
+      for i = first, last do x = list[i](x) end
+      return x
+    end
+  end
+  if segments > #list then
+    raise(string.format("checkpoint_sequential: %d segments for %d functions (expected at most one a function)",
+                        segments, #list))
+  end
+  local size = math.floor(#list / segments)
+  local stop = 0
+  for start = 1, size * (segments - 1), size do
+    stop = start + size - 1
+    if extra then input = M.checkpoint(run(start, stop), input, extra)
+    else input = M.checkpoint(run(start, stop), input) end
+  end
+  return run(stop + 1, #list)(input)
+end
+
+return M
