@@ -374,9 +374,9 @@ dp_status gpu_put(dp_tensor *dst, dp_tensor *index, dp_tensor *src)
 /* the rows of contiguous (rows, n) matrices, as select.c makes them */
 dp_status gpu_argsort(dp_tensor *indices, dp_tensor *a, int descending)
 {
-    int64_t rows = a->shape[0], n = a->shape[1], width = dpc_argsort_width(n) * rows;
+    int64_t rows = a->shape[0], n = a->shape[1], scratch_size = dpc_argsort_width(n) * rows;
     dp_tensor *scratch;
-    dp_status st = tensor_new(&scratch, 1, &width, DP_INT64, a->device);
+    dp_status st = tensor_new(&scratch, 1, &scratch_size, DP_INT64, a->device);
     if (st)
         return st;
     dpc_set_device(a->device);
