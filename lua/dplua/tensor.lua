@@ -396,6 +396,26 @@ local function assign(t, key, value)
   methods.put_(t, where, src)
 end
 
+-- index_put_(indices, values, accumulate=false): t[indices] = values with
+-- indices a Lua list of tensors (one per leading dim), as PyTorch's;
+-- index_put a copy.
+function methods.index_put_(t, indices, values, accumulate)
+  if type(indices) ~= "table" or is_tensor(indices) or #indices == 0 then
+    raise("index_put_: expected indices to be a non-empty Lua list of tensors, got " .. typename(indices))
+  end
+  for i = 1, #indices do
+    if not is_tensor(indices[i]) then
+      raise(string.format("index_put_: expected a tensor at position %d of indices, got %s", i, typename(indices[i])))
+    end
+  end
+  if accumulate then raise("index_put_: accumulate=true is not supported (use index_add_ or scatter_add)") end
+  assign(t, indices, values)
+  return t
+end
+function methods.index_put(t, indices, values, accumulate)
+  return methods.index_put_(t:clone(), indices, values, accumulate)
+end
+
 ---------------------------------------------------------------- conversion
 
 -- to(dtype), to(device), to(device, dtype), to(other_tensor), to{dtype=, device=}

@@ -190,6 +190,10 @@ T.run("advanced indexing: writes against PyTorch", function()
   view[{ {}, torch.tensor({ 0, 4 }, { dtype = torch.int64 }) }] = 0
   T.is({ s[{ 1, 0, 2 }]:item(), s[{ 2, 4, 2 }]:item(), s[{ 1, 1, 2 }]:item() }, { 0, 0, 38 },
        "writes through a strided view reach its base")
+  w = t:clone(); w:index_put_({ ia, ib }, torch.tensor(-3, { dtype = torch.float64 }))
+  local w2 = t:clone(); w2[{ ia, ib }] = -3
+  same(w, w2, "index_put_({ia, ib}, v) is w[{ia, ib}] = v")
+  same(t:index_put({ mask2 }, torch.tensor(0.5, { dtype = torch.float64 })), ref(c.w_mask2), "index_put: a copy")
   local b = torch.zeros(3, { dtype = torch.bool })
   b[torch.tensor({ 2 }, { dtype = torch.int64 })] = true
   T.is(b:tolist(), { false, false, true }, "a boolean value")
@@ -330,6 +334,8 @@ T.run("bad input is refused with a message", function()
   T.raises(function() torch.zeros(3):put_(torch.tensor({ 0 }), torch.ones(1)) end, "int64 index", "put_ float index")
   T.raises(function() torch.zeros(3):put_(torch.tensor({ 0 }, { dtype = torch.int64 }), torch.ones(2)) end,
            "as many elements", "put_ sizes")
+  T.raises(function() x:index_put_(torch.tensor({ 0 }, { dtype = torch.int64 }), torch.ones(4)) end,
+           "Lua list of tensors", "index_put_ of a lone tensor")
   T.raises(function() F.one_hot(torch.tensor({ 1.0 })) end, "int64 tensor", "one_hot of floats")
   T.raises(function() F.one_hot(torch.tensor({ 3 }, { dtype = torch.int64 }), 2) end, "out of range", "one_hot class")
   T.raises(function() F.one_hot(torch.tensor({ -1 }, { dtype = torch.int64 })) end, "non%-negative", "one_hot -1")
