@@ -137,6 +137,7 @@ DP_API dp_status dp_bmm(dp_tensor **out, dp_tensor *a, dp_tensor *b);
 DP_API dp_status dp_index_select(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index);
 DP_API dp_status dp_gather(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index);
 DP_API dp_status dp_cat(dp_tensor **out, int n, dp_tensor *const *ts, int dim);
+DP_API dp_status dp_stack(dp_tensor **out, int n, dp_tensor *const *ts, int dim);
 /* sorting and selecting: stable sorts (NaN above every number), indices int64 */
 DP_API dp_status dp_sort(dp_tensor **values, dp_tensor **indices, dp_tensor *a, int dim, int descending);
 DP_API dp_status dp_topk(dp_tensor **values, dp_tensor **indices, dp_tensor *a, int64_t k, int dim, int largest);
@@ -144,7 +145,6 @@ DP_API dp_status dp_cumsum(dp_tensor **out, dp_tensor *a, int dim);
 /* probs 1-D or 2-D: num_samples int64 category indices per row, drawn from the global stream */
 DP_API dp_status dp_multinomial(dp_tensor **out, dp_tensor *probs, int64_t num_samples, int replacement);
 DP_API dp_status dp_nonzero(dp_tensor **out, dp_tensor *a);   /* (count, ndim) int64 */
-DP_API dp_status dp_stack(dp_tensor **out, int n, dp_tensor *const *ts, int dim);
 /* a itself (retained) when nothing changes */
 DP_API dp_status dp_to(dp_tensor **out, dp_tensor *a, dp_dtype dtype, int device);
 DP_API dp_status dp_clone(dp_tensor **out, dp_tensor *a);
