@@ -274,6 +274,18 @@ T.run("multinomial without replacement: distinct, first draws and inclusion in p
   T.is(all:sort():tolist(), { 0, 1, 2, 3, 4, 5 }, "num_samples = n draws every category once")
 end)
 
+T.run("a GPT-2 top-k sampling step, as PyTorch code writes it", function()
+  torch.manual_seed(4)
+  local logits = torch.randn(2, 50)
+  local v = logits:topk(5)
+  logits[logits:lt(v[{ {}, { -1 } }])] = -math.huge
+  local probs = F.softmax(logits, -1)
+  T.is(probs:gt(0):sum(-1):tolist(), { 5, 5 }, "five candidates a row are left")
+  local next_ = torch.multinomial(probs, 1)
+  T.is(next_:size(), { 2, 1 }, "one draw a row")
+  T.ok(probs:gather(-1, next_):gt(0):all():item(), "each draw is one of the row's five")
+end)
+
 T.run("randperm", function()
   torch.manual_seed(5)
   local p = torch.randperm(10)
