@@ -104,7 +104,7 @@ typedef struct {
     int pad;
     volatile long long value, limit;   /* the bad value, and the bound it broke */
 } dpc_kernel_error;
-enum { DPC_KERR_NONE, DPC_KERR_CE_TARGET, DPC_KERR_INDEX_SELECT, DPC_KERR_GATHER, DPC_KERR_SCATTER };
+enum { DPC_KERR_NONE, DPC_KERR_CE_TARGET, DPC_KERR_INDEX_SELECT, DPC_KERR_GATHER, DPC_KERR_SCATTER, DPC_KERR_PUT };
 int dpc_kernel_error_block(dpc_kernel_error **block);
 /* 1 for the errors after which the CUDA context is unusable (an illegal
  * address, a kernel that crashed): every later call fails with them. */
@@ -132,6 +132,23 @@ int dpc_clamp(int dtype, dpc_shape s, dpc_operand out, dpc_operand a, double lo,
  * they are equal); float to integer truncates, bf16 rounds to nearest even. */
 int dpc_cast(int out_dtype, int in_dtype, dpc_shape s, dpc_operand out, dpc_operand a, void *stream);
 int dpc_fill(int dtype, dpc_shape s, dpc_operand out, double value, void *stream);
+
+/* ---- sorting and selecting (cuda/sort.cu) ----
+ *
+ * Rows of contiguous (rows, n) matrices, as src/cpu/sort.c's kernels take
+ * them, with the same results. argsort: indices (rows, n) = each row of a
+ * (dtype) in stable sorted order, NaN above every number; scratch holds
+ * rows * dpc_argsort_width(n) int64. cumsum: out (rows, n) = running sums
+ * of a (a float dtype or int64) along each row, from its end with
+ * reverse. multinomial: out (rows, k) = for each u (rows, k), the first
+ * category whose running sum in cdf (rows, n) passes u times the row's
+ * total (common/search.h). */
+int64_t dpc_argsort_width(int64_t n);
+int dpc_argsort(int dtype, int64_t rows, int64_t n, const void *a, int descending, int64_t *indices,
+                int64_t *scratch, void *stream);
+int dpc_cumsum(int dtype, int64_t rows, int64_t n, const void *a, void *out, int reverse, void *stream);
+int dpc_multinomial(int64_t rows, int64_t n, int64_t k, const double *cdf, const double *u, int64_t *out,
+                    void *stream);
 
 /* ---- reductions (cuda/reduce.cu) ---- */
 
@@ -351,6 +368,11 @@ int dpc_gather(int dtype, dpc_shape s, dpc_operand out, dpc_operand a, dpc_opera
                dpc_kernel_error *err, void *stream);
 int dpc_scatter_add(int dtype, dpc_shape s, dpc_operand out, dpc_operand index, dpc_operand src, int dim,
                     int64_t size, dpc_kernel_error *err, void *stream);
+/* put_: dst's element at row-major position index[j] (of dst's shape s;
+ * negative from the end) = src[j], j < n, src contiguous of dst's dtype;
+ * an index out of [-numel, numel) is left in err and skipped. */
+int dpc_put(int dtype, dpc_shape s, dpc_operand dst, const int64_t *index, int64_t n, const void *src,
+            dpc_kernel_error *err, void *stream);
 /* im2col over contiguous x (N, C, H, W) into cols (N, C*kh*kw, oh*ow), and
  * the fold back (cols added into x) for the backward. */
 int dpc_unfold(int dtype, int64_t N, int64_t C, int64_t H, int64_t W, const int64_t *kernel,

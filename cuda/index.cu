@@ -1,7 +1,6 @@
 /*
- * index.cu — index_select, index_add, gather, scatter_add and im2col on
- * the GPU, behind
- * dpc_ops.h.
+ * index.cu — index_select, index_add, gather, scatter_add, put_ and
+ * im2col on the GPU, behind dpc_ops.h.
  *
  * Every kernel gives one thread to one element of the larger side (the
  * output of a select, the source of an add, one column entry of im2col)
@@ -12,7 +11,7 @@
  *
  * An index outside its dimension never becomes an access outside the
  * tensor: index_select, gather and scatter_add report it through the
- * kernel error block (dpc_ops.h), and index_add skips it (its indices are
+ * kernel error block (dpc_ops.h), put_ too (skipping it), and index_add skips it (its indices are
  * those of an index_select that was checked).
  */
 #ifdef HAVE_CONFIG_H
@@ -244,6 +243,46 @@ extern "C" int dpc_scatter_add(int dtype, dpc_shape s, dpc_operand out, dpc_oper
     return with_fold_type(dtype, [&](auto zero) {
         return launch_kernel(scatter_add_kernel<decltype(zero)>, grid_for(total), INDEX_BLOCK, st, s, total, out, index,
                              src, dim, size, err);
+    });
+}
+
+/* ------------------------------------------------------------------------ */
+/* put_                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* dst[row-major position index[j]] = src[j]; one thread a j */
+template <typename T>
+__global__ static void put_kernel(dpc_shape s, int64_t numel, dpc_operand dst, const int64_t *index, int64_t n,
+                                  const T *src, dpc_kernel_error *err)
+{
+    begin_after_previous_kernel();
+    grid_stride_loop(n, [&](int64_t j) {
+        int64_t v = index[j];
+        if (v < -numel || v >= numel) {
+            kernel_error(err, DPC_KERR_PUT, v, numel);
+            return;
+        }
+        int64_t i = v < 0 ? v + numel : v, off = 0;
+        for (int d = s.ndim - 1; d >= 0; d--) {
+            off += (i % s.shape[d]) * dst.stride[d];
+            i /= s.shape[d];
+        }
+        ((T *)dst.data)[off] = src[j];
+    });
+}
+
+extern "C" int dpc_put(int dtype, dpc_shape s, dpc_operand dst, const int64_t *index, int64_t n, const void *src,
+                       dpc_kernel_error *err, void *stream)
+{
+    if (n < 0)
+        return (int)cudaErrorInvalidValue;
+    if (n == 0)
+        return 0;
+    int64_t numel = shape_numel(s);
+    return with_element_bits(dtype, [&](auto zero) {
+        using T = decltype(zero);
+        return launch_kernel(put_kernel<T>, grid_for(n), INDEX_BLOCK, (cudaStream_t)stream, s, numel, dst, index, n,
+                             (const T *)src, err);
     });
 }
 

@@ -138,11 +138,20 @@ DP_API dp_status dp_index_select(dp_tensor **out, dp_tensor *a, int dim, dp_tens
 DP_API dp_status dp_gather(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index);
 DP_API dp_status dp_cat(dp_tensor **out, int n, dp_tensor *const *ts, int dim);
 DP_API dp_status dp_stack(dp_tensor **out, int n, dp_tensor *const *ts, int dim);
+/* sorting and selecting: stable sorts (NaN above every number), indices int64 */
+DP_API dp_status dp_sort(dp_tensor **values, dp_tensor **indices, dp_tensor *a, int dim, int descending);
+DP_API dp_status dp_topk(dp_tensor **values, dp_tensor **indices, dp_tensor *a, int64_t k, int dim, int largest);
+DP_API dp_status dp_cumsum(dp_tensor **out, dp_tensor *a, int dim);
+/* probs 1-D or 2-D: num_samples int64 category indices per row, drawn from the global stream */
+DP_API dp_status dp_multinomial(dp_tensor **out, dp_tensor *probs, int64_t num_samples, int replacement);
+DP_API dp_status dp_nonzero(dp_tensor **out, dp_tensor *a);   /* (count, ndim) int64 */
 /* a itself (retained) when nothing changes */
 DP_API dp_status dp_to(dp_tensor **out, dp_tensor *a, dp_dtype dtype, int device);
 DP_API dp_status dp_clone(dp_tensor **out, dp_tensor *a);
 
 /* math: in place, into an existing tensor (dst may alias an input) */
+/* dst's element at row-major position index[j] = src[j] (PyTorch's put_) */
+DP_API dp_status dp_put_into(dp_tensor *dst, dp_tensor *index, dp_tensor *src);
 DP_API dp_status dp_unary_into(dp_tensor *dst, dp_unop op, dp_tensor *a);
 DP_API dp_status dp_binary_into(dp_tensor *dst, dp_binop op, dp_tensor *a, dp_tensor *b);
 DP_API dp_status dp_binary_scalar_into(dp_tensor *dst, dp_binop op, dp_tensor *a, double s, int scalar_first);

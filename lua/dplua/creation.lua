@@ -1,6 +1,7 @@
 -- dplua.creation: the functions that make tensors: torch.zeros, ones,
--- empty, rand, randn, full, arange, linspace, eye, randint, tensor and the
--- *_like ones, and torch.manual_seed.
+-- empty, rand, randn, full, arange, linspace, eye, randint, randperm,
+-- tensor, the *_like ones and the Tensor's new_* ones, and
+-- torch.manual_seed.
 local B = require("dplua.base")
 local ffi, C, torch = B.ffi, B.C, B.torch
 local raise, check, new, with_grad = B.raise, B.check, B.new, B.with_grad
@@ -76,6 +77,18 @@ function torch.randint(low, high, shape, opts)
   local nd = parse_shape("randint", shape)
   local dt, dev = creation_opts(opts, "randint", torch.int64)
   return new(C.dp_randint(outp, low, high, nd, shape_buf, dt, dev))
+end
+
+-- randperm(n, {dtype=torch.int64, device=}): a random permutation of
+-- 0 .. n-1 from torch's random stream: the order that sorts n uniform
+-- float64 draws.
+function torch.randperm(n, opts)
+  check_int(n, "randperm", "n")
+  if n < 0 then raise("randperm: expected n >= 0, got " .. n) end
+  local dt, dev = creation_opts(opts, "randperm", torch.int64)
+  local keys = torch.rand({ n }, { dtype = torch.float64, device = device_obj(dev) })
+  local _, perm = keys:sort()
+  return perm:to(dtypes_by_id[dt])
 end
 
 function torch.manual_seed(seed)
@@ -184,3 +197,31 @@ like("randint_like", function(t, o, low, high)
   if high == nil or is_options(high) then low, high = 0, low end
   return torch.randint(low, high, t:size(), o)
 end)
+
+-- t:new_zeros(size), new_ones, new_empty, new_full(size, value) and
+-- new_tensor(data): made as torch's, with t's dtype and device unless the
+-- options table says otherwise.
+local methods = B.methods
+local function new_opts(t, opts)
+  opts = is_options(opts) and opts or {}
+  local o = { dtype = t.dtype, device = t.device }
+  for k, v in pairs(opts) do o[k] = v end
+  return o
+end
+local function new_sized(fn, maker)
+  methods[fn] = function(t, ...)
+    local opts, n = split_options(...)
+    if n == 0 then raise(fn .. ": expected a size (sizes or a table of sizes)") end
+    local sizes = (...)
+    if type(sizes) ~= "table" then sizes = { ... }; sizes[n + 1] = nil end
+    return maker(sizes, new_opts(t, opts))
+  end
+end
+new_sized("new_zeros", torch.zeros)
+new_sized("new_ones", torch.ones)
+new_sized("new_empty", torch.empty)
+function methods.new_full(t, size, value, opts)
+  if type(size) ~= "table" then raise("new_full: expected the size as a table, got " .. typename(size)) end
+  return torch.full(size, value, new_opts(t, opts))
+end
+function methods.new_tensor(t, data, opts) return torch.tensor(data, new_opts(t, opts)) end

@@ -44,12 +44,12 @@ mt.__index = function(t, k)
   if m then return m end
   local g = getters[k]
   if g then return g(t) end
-  if type(k) == "number" or type(k) == "table" then return index_view(t, k) end
+  if type(k) == "number" or type(k) == "table" or is_tensor(k) then return index_view(t, k) end
   raise(string.format("Tensor has no method or field '%s'", tostring(k)))
 end
 
 mt.__newindex = function(t, k, v)
-  if type(k) == "number" or type(k) == "table" then return assign(t, k, v) end
+  if type(k) == "number" or type(k) == "table" or is_tensor(k) then return assign(t, k, v) end
   local set = setters[k]
   if set then return set(t, v) end
   raise(string.format("cannot set field '%s' of a Tensor", tostring(k)))

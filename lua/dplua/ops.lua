@@ -1,7 +1,9 @@
 -- dplua.ops: the Tensor's math: elementwise (unary and binary ops, their
 -- in-place forms, isclose, clamp, where, masked_fill, tril/triu),
 -- reductions (sum, mean, max, norm, var, softmax, ...), products (matmul,
--- mm, bmm), index_select and gather, and torch.cat and torch.stack.
+-- mm, bmm), index_select and gather, and torch.cat and torch.stack;
+-- sorting and selecting (sort, argsort, topk, cumsum, multinomial,
+-- nonzero, put_).
 local B = require("dplua.base")
 local ffi, C, torch, methods = B.ffi, B.C, B.torch, B.methods
 local raise, check, new, wrap = B.raise, B.check, B.new, B.wrap
@@ -349,5 +351,130 @@ function torch.stack(list, dim)
   local n = tensor_list("stack", list)
   return new(C.dp_stack(outp, n, list_buf, check_dim(dim or 0, "stack", "dim")))
 end
+
+---------------------------------------------------------------- sorting and selecting
+
+-- Positional arguments as PyTorch orders them, or all of them (and the
+-- keyword-only ones) in one options table, last: t:sort(0, true),
+-- t:sort{dim=0, stable=true}, t:sort(0, true, {stable=true}). Returns
+-- the values of `names` in order, defaults filled in.
+local function args_of(fn, names, defaults, ...)
+  local n, vals = select("#", ...), { ... }
+  local opts = n > 0 and is_options(vals[n]) and vals[n] or nil
+  if opts then n = n - 1 end
+  if n > #names then raise(string.format("%s: expected at most %d arguments, got %d", fn, #names, n)) end
+  local known = {}
+  for i, name in ipairs(names) do known[name] = i end
+  for k in pairs(opts or {}) do
+    if not known[k] and defaults[k] == nil then raise(string.format("%s: unknown option '%s'", fn, tostring(k))) end
+  end
+  local out = {}
+  for i, name in ipairs(names) do
+    local v = vals[i]
+    if i > n then v = nil end
+    if v == nil and opts then v = opts[name] end
+    if v == nil then v = defaults[name] end
+    out[i] = v
+  end
+  return out, opts or {}
+end
+
+local function check_bool(v, fn, what)
+  if type(v) ~= "boolean" then raise(string.format("%s: expected %s to be a boolean, got %s", fn, what, typename(v))) end
+  return v
+end
+
+-- sort(dim=-1, descending=false, {stable=false}): values and int64
+-- indices; NaN sorts above every number. dplua's sort is always stable
+-- (equal values keep their order), so stable=true asks for nothing more.
+function methods.sort(t, ...)
+  local a = args_of("sort", { "dim", "descending" }, { dim = -1, descending = false, stable = false }, ...)
+  check_bool(a[2], "sort", "descending")
+  check(C.dp_sort(outp, outp2, t.p, check_dim(a[1], "sort", "dim"), a[2] and 1 or 0))
+  local values, indices = wrap(outp[0]), wrap(outp2[0])
+  return values, indices
+end
+
+function methods.argsort(t, ...)
+  local a = args_of("argsort", { "dim", "descending" }, { dim = -1, descending = false, stable = false }, ...)
+  local _, indices = methods.sort(t, a[1], a[2])
+  return indices
+end
+
+-- topk(k, dim=-1, largest=true, sorted=true): the k largest (smallest)
+-- along dim and their int64 indices, always in sorted order.
+function methods.topk(t, ...)
+  local a = args_of("topk", { "k", "dim", "largest", "sorted" }, { dim = -1, largest = true, sorted = true }, ...)
+  if a[1] == nil then raise("topk: the k argument is required") end
+  check_bool(a[3], "topk", "largest"); check_bool(a[4], "topk", "sorted")
+  check(C.dp_topk(outp, outp2, t.p, check_int(a[1], "topk", "k"), check_dim(a[2], "topk", "dim"), a[3] and 1 or 0))
+  local values, indices = wrap(outp[0]), wrap(outp2[0])
+  return values, indices
+end
+
+-- cumsum(dim, {dtype=}): running sums along dim; integers and bools sum
+-- to int64, as in PyTorch, unless dtype says otherwise (the input is
+-- converted to it first).
+function methods.cumsum(t, ...)
+  local a = args_of("cumsum", { "dim", "dtype" }, {}, ...)
+  if a[1] == nil then raise("cumsum: the dim argument is required") end
+  if a[2] ~= nil then t = t:to(a[2]) end
+  return new(C.dp_cumsum(outp, t.p, check_dim(a[1], "cumsum", "dim")))
+end
+
+-- multinomial(num_samples, replacement=false, {generator=seed}): int64
+-- category indices drawn from the rows of a 1-D or 2-D tensor of
+-- non-negative weights, from torch's random stream (manual_seed makes
+-- them repeat); generator= a seed draws from a stream of its own,
+-- leaving torch's where it was (the same seed gives the same draws).
+function methods.multinomial(t, ...)
+  local a, opts = args_of("multinomial", { "num_samples", "replacement" }, { replacement = false, generator = false },
+                          ...)
+  if a[1] == nil then raise("multinomial: the num_samples argument is required") end
+  local n = check_int(a[1], "multinomial", "num_samples")
+  check_bool(a[2], "multinomial", "replacement")
+  local gen = opts.generator
+  if gen == nil then return new(C.dp_multinomial(outp, t.p, n, a[2] and 1 or 0)) end
+  if type(gen) ~= "number" or gen % 1 ~= 0 or gen < 0 then
+    raise("multinomial: expected generator to be a non-negative integer seed, got " .. typename(gen))
+  end
+  local state = ffi.new("uint64_t[2]")
+  C.dp_rng_get_state(state, state + 1)
+  C.dp_manual_seed(gen)
+  local ok, r = pcall(function() return new(C.dp_multinomial(outp, t.p, n, a[2] and 1 or 0)) end)
+  C.dp_rng_set_state(state[0], state[1])
+  if not ok then error(r, 0) end
+  return r
+end
+
+-- nonzero({as_tuple=false}): the coordinates of the non-zero elements,
+-- (count, ndim) int64 in row-major order; as_tuple: a Lua list of ndim
+-- 1-D tensors, one per dim (one for a 0-d tensor), which index as the
+-- mask would: t[mask:nonzero{as_tuple=true}].
+function methods.nonzero(t, opts)
+  if opts ~= nil and not is_options(opts) then
+    raise("nonzero: expected an options table {as_tuple=}, got " .. typename(opts))
+  end
+  local r = new(C.dp_nonzero(outp, t.p))
+  if not (opts and opts.as_tuple) then return r end
+  if t:dim() == 0 then return { torch.zeros({ r:size(0) }, { dtype = torch.int64, device = t.device }) } end
+  local out = {}
+  for d = 0, t:dim() - 1 do out[d + 1] = r:select(1, d) end
+  return out
+end
+function methods.argwhere(t) return methods.nonzero(t) end
+function methods.count_nonzero(t, dim) return t:ne(0):sum(dim) end
+
+-- put_(index, source, accumulate=false): the element at row-major
+-- position index[j] (negative from the end) becomes source[j]; with a
+-- repeated index one of the writes wins.
+function methods.put_(t, index, source, accumulate)
+  if not is_tensor(index) then raise("put_: expected index to be a tensor, got " .. typename(index)) end
+  if not is_tensor(source) then raise("put_: expected source to be a tensor, got " .. typename(source)) end
+  if accumulate then raise("put_: accumulate=true is not supported (use index_add_ or scatter_add)") end
+  check(C.dp_put_into(t.p, index.p, source.p))
+  return t
+end
+function methods.put(t, index, source, accumulate) return methods.put_(t:clone(), index, source, accumulate) end
 
 return { binary = binary, UN = UN, BIN = BIN }

@@ -203,43 +203,217 @@ function methods.detach(t) return new(C.dp_alias(outp, t.p)) end
 function methods.clone(t) return new(C.dp_clone(outp, t.p)) end
 
 -- t[i] and t[{...}] -----------------------------------------------------
+--
+-- Basic indexing makes views: a number selects (the dim goes), a
+-- {start, stop[, step]} table slices (the dim stays), as PyTorch's t[i]
+-- and t[start:stop:step]. Advanced indexing copies, as PyTorch's: an
+-- int64 (or int32) tensor picks positions along its dim (negative from
+-- the end), a bool tensor picks the positions where it is true over as
+-- many dims as it has (its shape must be theirs); several such indices
+-- broadcast together, and the result takes their shape in place of the
+-- dims they index when those are adjacent, at the front otherwise. A
+-- number beside them selects first, as in PyTorch (not NumPy). A Lua list of numbers is a slice, never a list
+-- of positions: positions are a tensor (torch.tensor({0, 2}, {dtype =
+-- torch.int64})).
 
-local function index_view(t, key)
+local function has_tensor(key)
+  if is_tensor(key) then return true end
+  if type(key) ~= "table" then return false end
+  for k = 1, #key do if is_tensor(key[k]) then return true end end
+  return false
+end
+
+local function too_many(t)
+  raise(string.format("index: too many indices for a tensor of dimension %d", C.dp_tensor_ndim(t.p)))
+end
+
+local function basic_view(t, key)
   if type(key) == "number" then
     if C.dp_tensor_ndim(t.p) == 0 then raise("index: invalid index of a 0-d tensor") end
     return new(C.dp_select(outp, t.p, 0, check_int(key, "index", "index")))
   end
-  if type(key) ~= "table" then raise("index: expected a number or a table of indices, got " .. typename(key)) end
+  if type(key) ~= "table" then
+    raise("index: expected a number, a tensor or a table of indices, got " .. typename(key))
+  end
   local v, d = t, 0
   for k = 1, #key do
     local e = key[k]
+    if d >= C.dp_tensor_ndim(v.p) and (type(e) == "number" or type(e) == "table") then too_many(t) end
     if type(e) == "number" then
-      if d >= C.dp_tensor_ndim(v.p) then
-        raise(string.format("index: too many indices for a tensor of dimension %d", C.dp_tensor_ndim(t.p)))
-      end
       v = new(C.dp_select(outp, v.p, d, check_int(e, "index", "index")))
     elseif type(e) == "table" then
-      if d >= C.dp_tensor_ndim(v.p) then
-        raise(string.format("index: too many indices for a tensor of dimension %d", C.dp_tensor_ndim(t.p)))
-      end
       local size = tonumber(C.dp_tensor_size(v.p, d))
       local start, stop, step = e[1] or 0, e[2] or size, e[3] or 1
       check_int(start, "index", "slice start"); check_int(stop, "index", "slice stop"); check_int(step, "index", "slice step")
       v = new(C.dp_slice(outp, v.p, d, start, stop, step))
       d = d + 1
     else
-      raise("index: each index must be a number or a {start, stop[, step]} table, got " .. typename(e))
+      raise("index: each index must be a number, a {start, stop[, step]} table or a tensor, got " .. typename(e))
     end
   end
   return v
 end
 
+-- The numbers and slices of key applied to t (the tensors' dims kept),
+-- and the advanced indices: {dim = (in that view), index = a tensor}.
+local function advanced_parts(t, key)
+  if is_tensor(key) then key = { key } end
+  local v, d, adv = t, 0, {}
+  for k = 1, #key do
+    local e = key[k]
+    local need = is_tensor(e) and e.dtype == torch.bool and e:dim() or 1
+    if d + need > C.dp_tensor_ndim(v.p) then too_many(t) end
+    if type(e) == "number" then
+      v = new(C.dp_select(outp, v.p, d, check_int(e, "index", "index")))
+    elseif is_tensor(e) and e.dtype == torch.bool then
+      if e:dim() == 0 then raise("index: a 0-d bool tensor is not supported as an index") end
+      for j = 0, e:dim() - 1 do
+        if v:size(d + j) ~= e:size(j) then
+          raise(string.format("index: the shape of the mask %s does not match the shape of the indexed tensor %s "
+                              .. "at dim %d (%d against %d)", tostring(e.shape), tostring(t.shape), d + j,
+                              e:size(j), v:size(d + j)))
+        end
+      end
+      local parts = methods.nonzero(e, { as_tuple = true })
+      for j = 1, #parts do adv[#adv + 1] = { dim = d + j - 1, index = parts[j] } end
+      d = d + e:dim()
+    elseif is_tensor(e) then
+      if e.dtype ~= torch.int64 and e.dtype ~= torch.int32 then
+        raise(string.format("index: tensors used as indices must be int64, int32 or bool, got a %s tensor "
+                            .. "(convert it with :long())", e.dtype.name))
+      end
+      adv[#adv + 1] = { dim = d, index = e }
+      d = d + 1
+    elseif type(e) == "table" then
+      local size = v:size(d)
+      local start, stop, step = e[1] or 0, e[2] or size, e[3] or 1
+      check_int(start, "index", "slice start"); check_int(stop, "index", "slice stop"); check_int(step, "index", "slice step")
+      v = new(C.dp_slice(outp, v.p, d, start, stop, step))
+      d = d + 1
+    else
+      raise("index: each index must be a number, a {start, stop[, step]} table or a tensor, got " .. typename(e))
+    end
+  end
+  return v, adv
+end
+
+-- an index along a dim of `size` as int64 on v's device, checked and
+-- with negative positions wrapped
+local function checked_index(x, size, dim, v)
+  local dev = v.device
+  x = x:to(dev):long()
+  local bad = x:lt(-size):logical_or(x:ge(size))
+  if x:numel() > 0 and bad:any():item() then
+    local first = bad:reshape(-1):nonzero():select(1, 0):narrow(0, 0, 1)
+    raise(string.format("index: index %d is out of bounds for dim %d with size %d",
+                        x:reshape(-1):index_select(0, first):item(), dim, size))
+  end
+  return x + x:lt(0):long() * size
+end
+
+local function advanced_view(t, key)
+  local v, adv = advanced_parts(t, key)
+  local dims, idx, is_adv = {}, {}, {}
+  for i, a in ipairs(adv) do
+    dims[i], is_adv[a.dim] = a.dim, true
+    idx[i] = checked_index(a.index, v:size(a.dim), a.dim, v)
+  end
+  local ok, S = pcall(function()
+    local z = idx[1]
+    for i = 2, #idx do z = z * 0 + idx[i] * 0 end
+    return z:size()
+  end)
+  if not ok then
+    local shapes = {}
+    for i = 1, #idx do shapes[i] = tostring(idx[i].shape) end
+    raise("index: shape mismatch: the index tensors could not be broadcast together with shapes "
+          .. table.concat(shapes, ", "))
+  end
+  -- the advanced dims first, flattened into one, then the others
+  local perm, rest, lin, M = {}, {}, nil, 1
+  for i, d in ipairs(dims) do
+    perm[i] = d
+    local size = v:size(d)
+    lin = lin and lin * size + idx[i]:expand(S) or idx[i]:expand(S)
+    M = M * size
+  end
+  for d = 0, v:dim() - 1 do
+    if not is_adv[d] then perm[#perm + 1] = d; rest[#rest + 1] = v:size(d) end
+  end
+  local flat_shape, out_shape = { M }, {}
+  for _, n in ipairs(S) do out_shape[#out_shape + 1] = n end
+  for _, n in ipairs(rest) do flat_shape[#flat_shape + 1] = n; out_shape[#out_shape + 1] = n end
+  local r = methods.permute(v, perm):reshape(flat_shape):index_select(0, lin:reshape(-1)):reshape(out_shape)
+  local adjacent = dims[#dims] - dims[1] == #dims - 1
+  if adjacent and dims[1] > 0 and #S > 0 then
+    -- back in place: the dims before the first indexed one, the index's, the rest
+    local order, nS = {}, #S
+    for j = 0, dims[1] - 1 do order[#order + 1] = nS + j end
+    for j = 0, nS - 1 do order[#order + 1] = j end
+    for j = nS + dims[1], #out_shape - 1 do order[#order + 1] = j end
+    r = methods.permute(r, order)
+  end
+  return r
+end
+
+local function index_view(t, key)
+  if has_tensor(key) then return advanced_view(t, key) end
+  return basic_view(t, key)
+end
+
+-- t[key] = value: into the view for basic keys; for advanced ones the
+-- row-major positions the key picks (the key applied to a tensor of
+-- positions) are written through put_, t[mask] = number through
+-- masked_fill_.
 local function assign(t, key, value)
-  local view = index_view(t, key)
-  if is_tensor(value) then check(C.dp_copy_into(view.p, value.p))
-  elseif type(value) == "number" then check(C.dp_fill_into(view.p, value))
-  elseif type(value) == "boolean" then check(C.dp_fill_into(view.p, value and 1 or 0))
-  else raise("index assignment: expected a tensor or a number, got " .. typename(value)) end
+  if type(value) == "boolean" then value = value and 1 or 0 end
+  if type(value) ~= "number" and not is_tensor(value) then
+    raise("index assignment: expected a tensor or a number, got " .. typename(value))
+  end
+  if not has_tensor(key) then
+    local view = basic_view(t, key)
+    if is_tensor(value) then check(C.dp_copy_into(view.p, value.p)) else check(C.dp_fill_into(view.p, value)) end
+    return
+  end
+  if is_tensor(key) and key.dtype == torch.bool and type(value) == "number" and key:dim() == t:dim() then
+    local same = true
+    for d = 0, t:dim() - 1 do same = same and key:size(d) == t:size(d) end
+    if same then methods.masked_fill_(t, key:to(t.device), value); return end
+  end
+  local positions = torch.arange(t:numel(), { dtype = torch.int64, device = t.device }):view(shape_of(t))
+  local where = advanced_view(positions, key)
+  local src
+  if type(value) == "number" then
+    src = torch.full(shape_of(where), value, { dtype = t.dtype, device = t.device })
+  else
+    local ok, e = pcall(function() return value:detach():to(t.device):expand(shape_of(where)) end)
+    if not ok then
+      raise(string.format("index assignment: a value of shape %s does not broadcast to the indexed shape %s",
+                          tostring(value.shape), tostring(where.shape)))
+    end
+    src = e
+  end
+  methods.put_(t, where, src)
+end
+
+-- index_put_(indices, values, accumulate=false): t[indices] = values with
+-- indices a Lua list of tensors (one per leading dim), as PyTorch's;
+-- index_put a copy.
+function methods.index_put_(t, indices, values, accumulate)
+  if type(indices) ~= "table" or is_tensor(indices) or #indices == 0 then
+    raise("index_put_: expected indices to be a non-empty Lua list of tensors, got " .. typename(indices))
+  end
+  for i = 1, #indices do
+    if not is_tensor(indices[i]) then
+      raise(string.format("index_put_: expected a tensor at position %d of indices, got %s", i, typename(indices[i])))
+    end
+  end
+  if accumulate then raise("index_put_: accumulate=true is not supported (use index_add_ or scatter_add)") end
+  assign(t, indices, values)
+  return t
+end
+function methods.index_put(t, indices, values, accumulate)
+  return methods.index_put_(t:clone(), indices, values, accumulate)
 end
 
 ---------------------------------------------------------------- conversion

@@ -90,6 +90,9 @@ dp_status gpu_kernel_errors(void)
     case DPC_KERR_GATHER:
         return dp_fail(DP_ERR_INDEX, "gather: index %lld is out of bounds for a dimension of size %lld%s", v,
                        limit, later);
+    case DPC_KERR_PUT:
+        return dp_fail(DP_ERR_INDEX, "put_: index %lld is out of bounds for a tensor of %lld elements%s", v, limit,
+                       later);
     default:
         return dp_fail(DP_ERR_INDEX, "scatter_add: index %lld is out of bounds for a dimension of size %lld%s",
                        v, limit, later);
@@ -351,6 +354,52 @@ dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *
     return st;
 }
 
+
+dp_status gpu_put(dp_tensor *dst, dp_tensor *index, dp_tensor *src)
+{
+    dp_tensor *idx = NULL;
+    dp_status st = device_index(&idx, index, dst);
+    if (!st) {
+        dpc_set_device(dst->device);
+        st = gpu_status("put_", dpc_put(dst->dtype, gpu_shape(dst), gpu_operand(dst), gpu_first(idx),
+                                        dp_tensor_numel(idx), gpu_first(src), gpu_kernel_error_block(),
+                                        gpu_stream_of(dst->device)), dst->dtype);
+    }
+    dp_tensor_release(idx);
+    return st;
+}
+
+/* ---------------------------------------------------------------- sorting and selecting */
+
+/* the rows of contiguous (rows, n) matrices, as select.c makes them */
+dp_status gpu_argsort(dp_tensor *indices, dp_tensor *a, int descending)
+{
+    int64_t rows = a->shape[0], n = a->shape[1], scratch_size = dpc_argsort_width(n) * rows;
+    dp_tensor *scratch;
+    dp_status st = tensor_new(&scratch, 1, &scratch_size, DP_INT64, a->device);
+    if (st)
+        return st;
+    dpc_set_device(a->device);
+    st = gpu_status("sort", dpc_argsort(a->dtype, rows, n, gpu_first(a), descending, gpu_first(indices),
+                                        gpu_first(scratch), gpu_stream_of(a->device)), a->dtype);
+    dp_tensor_release(scratch);
+    return st;
+}
+
+dp_status gpu_cumsum(dp_tensor *out, dp_tensor *a, int reverse)
+{
+    dpc_set_device(a->device);
+    return gpu_status("cumsum", dpc_cumsum(a->dtype, a->shape[0], a->shape[1], gpu_first(a), gpu_first(out), reverse,
+                                           gpu_stream_of(a->device)), a->dtype);
+}
+
+dp_status gpu_multinomial(dp_tensor *out, dp_tensor *cdf, dp_tensor *u)
+{
+    dpc_set_device(out->device);
+    return gpu_status("multinomial", dpc_multinomial(cdf->shape[0], cdf->shape[1], u->shape[1], gpu_first(cdf),
+                                                     gpu_first(u), gpu_first(out), gpu_stream_of(out->device)),
+                      cdf->dtype);
+}
 
 /* ---------------------------------------------------------------- unfold, optimizers */
 

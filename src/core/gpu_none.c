@@ -103,6 +103,12 @@ dp_status gpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
 { (void)out; (void)a; (void)dim; (void)index; return no_cuda(); }
 dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 { (void)out; (void)dim; (void)index; (void)src; return no_cuda(); }
+dp_status gpu_argsort(dp_tensor *indices, dp_tensor *a, int descending)
+{ (void)indices; (void)a; (void)descending; return no_cuda(); }
+dp_status gpu_cumsum(dp_tensor *out, dp_tensor *a, int reverse) { (void)out; (void)a; (void)reverse; return no_cuda(); }
+dp_status gpu_multinomial(dp_tensor *out, dp_tensor *cdf, dp_tensor *u) { (void)out; (void)cdf; (void)u; return no_cuda(); }
+dp_status gpu_put(dp_tensor *dst, dp_tensor *index, dp_tensor *src)
+{ (void)dst; (void)index; (void)src; return no_cuda(); }
 dp_status gpu_cross_entropy(dp_tensor *out, cpu_ce_args *a) { (void)out; (void)a; return no_cuda(); }
 bool gpu_cross_entropy_fuses(const dp_tensor *input) { (void)input; return false; }
 dp_status gpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_ce_args *a)

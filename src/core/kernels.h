@@ -46,6 +46,11 @@ dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, 
                         dp_tensor *master, double lr, double beta1, double beta2, double eps, double weight_decay,
                         int decoupled, int64_t step, dp_tensor *step_t);
 bool gpu_any(int what, dp_tensor *t);
+/* select.c's row kernels (cpu.h's argsort, cumsum, multinomial) and put_ */
+dp_status gpu_argsort(dp_tensor *indices, dp_tensor *a, int descending);
+dp_status gpu_cumsum(dp_tensor *out, dp_tensor *a, int reverse);
+dp_status gpu_multinomial(dp_tensor *out, dp_tensor *cdf, dp_tensor *u);
+dp_status gpu_put(dp_tensor *dst, dp_tensor *index, dp_tensor *src);
 /* how many references to t the launch waiting in gpu_linear.c holds */
 int gpu_deferred_holds(const dp_tensor *t);
 /* t (new, contiguous) = the values of Philox blocks counter.. (common/philox.h) */
@@ -115,6 +120,26 @@ static inline dp_status k_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tenso
 { return ON_CPU(out) ? cpu_gather(out, a, dim, index) : gpu_gather(out, a, dim, index); }
 static inline dp_status k_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 { return ON_CPU(out) ? cpu_scatter_add(out, dim, index, src) : gpu_scatter_add(out, dim, index, src); }
+/* select.c: the CPU's argsort with its scratch */
+dp_status argsort_on_cpu(dp_tensor *indices, dp_tensor *a, int descending);
+static inline dp_status k_argsort(dp_tensor *indices, dp_tensor *a, int descending)
+{ return ON_CPU(a) ? argsort_on_cpu(indices, a, descending) : gpu_argsort(indices, a, descending); }
+static inline dp_status k_cumsum(dp_tensor *out, dp_tensor *a, int reverse)
+{
+    if (!ON_CPU(out))
+        return gpu_cumsum(out, a, reverse);
+    cpu_cumsum(out, a, reverse);
+    return DP_OK;
+}
+static inline dp_status k_multinomial(dp_tensor *out, dp_tensor *cdf, dp_tensor *u)
+{
+    if (!ON_CPU(out))
+        return gpu_multinomial(out, cdf, u);
+    cpu_multinomial(out, cdf, u);
+    return DP_OK;
+}
+static inline dp_status k_put(dp_tensor *dst, dp_tensor *index, dp_tensor *src)
+{ return ON_CPU(dst) ? cpu_put(dst, index, src) : gpu_put(dst, index, src); }
 /* t's references other than the waiting launch's (gpu_linear.c), which uses t
  * before any op that comes after it can: no sharing to protect from */
 static inline int k_holders(const dp_tensor *t)

@@ -57,6 +57,30 @@ dp_status cpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *sr
 /* out[pos with dim replaced by index[pos]] += src[pos] (gather's backward) */
 dp_status cpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
 
+/* index.c: the non-zero elements of a, in row-major order: their number,
+ * and their coordinates into out (count, a's ndim) int64 contiguous */
+int64_t cpu_count_nonzero(dp_tensor *a);
+void cpu_nonzero(dp_tensor *out, dp_tensor *a);
+/* dst's element at row-major position index[j] (negative: from the end;
+ * checked against dst's numel) = src[j]; src contiguous, of dst's dtype,
+ * with index's numel elements. Nothing is written when an index is bad. */
+dp_status cpu_put(dp_tensor *dst, dp_tensor *index, dp_tensor *src);
+
+/* sort.c: rows of contiguous (rows, n) matrices. argsort: indices (rows,
+ * n) int64 = the stable order of each row of a (NaN above all numbers);
+ * scratch holds 2n entries. cumsum: out (rows, n) of a's dtype (floats
+ * add in double, integers in int64), from the end of the row with
+ * reverse. multinomial: out (rows, k) int64 = for each u of (rows, k)
+ * float64, the category (common/search.h) of u times the row's total in
+ * the running sums cdf (rows, n) float64. */
+typedef struct {
+    union { double f; int64_t i; };   /* the key: i for int64, f for the others */
+    int64_t pos;
+} cpu_sort_entry;
+void cpu_argsort(dp_tensor *indices, dp_tensor *a, int descending, cpu_sort_entry *scratch);
+void cpu_cumsum(dp_tensor *out, dp_tensor *a, int reverse);
+void cpu_multinomial(dp_tensor *out, dp_tensor *cdf, dp_tensor *u);
+
 /* nn.c: cross-entropy over input (N, C) contiguous, target (N) int64 */
 enum { CE_REDUCE_NONE, CE_REDUCE_MEAN, CE_REDUCE_SUM };
 typedef struct {

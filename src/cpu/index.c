@@ -115,3 +115,75 @@ dp_status cpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *
 {
     return index_walk("scatter_add", true, src, out, dim, index);
 }
+
+/* ---------------------------------------------------------------- nonzero, put */
+
+/* Runs body with p at each element of t, in row-major order, and coords
+ * its coordinates. */
+#define FOR_EACH_ELEMENT(t, p, coords, body)                                                      \
+    do {                                                                                          \
+        int64_t coords[DP_MAX_DIMS] = { 0 }, total_ = dp_tensor_numel(t);                         \
+        for (int64_t e_ = 0; e_ < total_; e_++) {                                                 \
+            int64_t off_ = (t)->offset;                                                           \
+            for (int d_ = 0; d_ < (t)->ndim; d_++)                                                \
+                off_ += coords[d_] * (t)->stride[d_];                                             \
+            const char *p = (const char *)(t)->storage->data + off_ * (int64_t)dp_dtype_size((t)->dtype); \
+            body;                                                                                 \
+            for (int d_ = (t)->ndim - 1; d_ >= 0; d_--) {                                         \
+                if (++coords[d_] < (t)->shape[d_])                                                \
+                    break;                                                                        \
+                coords[d_] = 0;                                                                   \
+            }                                                                                     \
+        }                                                                                         \
+    } while (0)
+
+/* (NaN is not zero, as in PyTorch) */
+int64_t cpu_count_nonzero(dp_tensor *a)
+{
+    int64_t count = 0;
+    FOR_EACH_ELEMENT(a, p, at, count += dtype_load(a->dtype, p) != 0);
+    return count;
+}
+
+void cpu_nonzero(dp_tensor *out, dp_tensor *a)
+{
+    int64_t *o = (int64_t *)tensor_ptr(out);
+    int nd = a->ndim;
+    FOR_EACH_ELEMENT(a, p, at, {
+        if (dtype_load(a->dtype, p) != 0) {
+            memcpy(o, at, sizeof(int64_t) * (size_t)nd);
+            o += nd;
+        }
+    });
+}
+
+/* The storage offset of dst's element at row-major position i. */
+static int64_t flat_offset(const dp_tensor *t, int64_t i)
+{
+    int64_t off = t->offset;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        off += (i % t->shape[d]) * t->stride[d];
+        i /= t->shape[d];
+    }
+    return off;
+}
+
+dp_status cpu_put(dp_tensor *dst, dp_tensor *index, dp_tensor *src)
+{
+    int64_t numel = dp_tensor_numel(dst);
+    size_t es = dp_dtype_size(dst->dtype);
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t j = 0;
+        FOR_EACH_ELEMENT(index, p, at, {
+            int64_t v = index->dtype == DP_INT64 ? *(const int64_t *)p : *(const int32_t *)p;
+            if (v < -numel || v >= numel)
+                return dp_fail(DP_ERR_INDEX, "put_: index %lld is out of bounds for a tensor of %lld elements",
+                               (long long)v, (long long)numel);
+            if (pass == 1)
+                memcpy((char *)dst->storage->data + flat_offset(dst, v < 0 ? v + numel : v) * (int64_t)es,
+                       tensor_ptr(src) + j * (int64_t)es, es);
+            j++;
+        });
+    }
+    return DP_OK;
+}

@@ -535,6 +535,32 @@ end
 
 -- embedding(input, weight [, padding_idx]): rows of weight picked by the
 -- int64 indices in input; the padding row gets no gradient.
+-- one_hot(tensor, num_classes=-1): int64 (..., num_classes) with a 1 at
+-- each class index of the int64 tensor; -1 takes the largest index + 1.
+function F.one_hot(t, num_classes)
+  want_tensor(t, "one_hot", "tensor")
+  if t.dtype ~= torch.int64 then
+    raise("one_hot: expected an int64 tensor of class indices, got a " .. t.dtype.name .. " tensor")
+  end
+  num_classes = num_classes == nil and -1 or num_classes
+  if type(num_classes) ~= "number" or num_classes % 1 ~= 0 or num_classes < -1 then
+    raise("one_hot: expected num_classes to be -1 or a non-negative integer, got " .. tostring(num_classes))
+  end
+  if t:numel() == 0 and num_classes == -1 then
+    raise("one_hot: cannot infer the number of classes from an empty tensor (pass num_classes)")
+  end
+  if t:numel() > 0 then
+    local lo, hi = t:min():item(), t:max():item()
+    if lo < 0 then raise("one_hot: class indices must be non-negative, got " .. lo) end
+    if num_classes == -1 then num_classes = hi + 1
+    elseif hi >= num_classes then
+      raise(string.format("one_hot: class index %d is out of range for num_classes=%d", hi, num_classes))
+    end
+  end
+  local classes = torch.arange(num_classes, { dtype = torch.int64, device = t.device })
+  return t:unsqueeze(-1):eq(classes):long()
+end
+
 function F.embedding(input, weight, padding_idx)
   local fn = "embedding"
   if type(padding_idx) == "table" then padding_idx = padding_idx.padding_idx end
