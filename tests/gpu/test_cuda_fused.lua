@@ -97,17 +97,18 @@ end)
 
 ---------------------------------------------------------------- Linear + GELU(tanh) under autocast
 
--- in, out features and rows: cuBLASLt's GELU epilogue (GPT-2's MLP),
--- cuBLASLt's product with our activation after it (an aux leading
--- dimension of 1003, not divisible by 8), our own kernel (small)
-for _, s in ipairs({ { 768, 3072, 64 }, { 128, 1003, 256 }, { 16, 24, 8 } }) do
-  local K, Nf, M = s[1], s[2], s[3]
-  local name = string.format("Linear(%d, %d), GELU(tanh) under autocast, %d rows", K, Nf, M)
+-- in, out features, rows and (optionally) a leading dim: cuBLASLt's GELU
+-- epilogue (GPT-2's MLP, on (B, T, C) too), cuBLASLt's product with our
+-- activation after it (an aux leading dimension of 1003, not divisible by
+-- 8), our own kernel (small)
+for _, s in ipairs({ { 768, 3072, 64 }, { 768, 3072, 32, 4 }, { 128, 1003, 256 }, { 16, 24, 8 } }) do
+  local K, Nf, M, B = s[1], s[2], s[3], s[4]
+  local name = string.format("Linear(%d, %d), GELU(tanh) under autocast, %s%d rows", K, Nf, B and (B .. " x ") or "", M)
   T.run(name, function()
     torch.manual_seed(1)
     local m = nn.Sequential(nn.Linear(K, Nf), nn.GELU("tanh")):to(dev)
-    local x = torch.randn(M, K):to(dev)
-    local dout = torch.randn(M, Nf):to(bf16):to(dev)
+    local x = (B and torch.randn(B, M, K) or torch.randn(M, K)):to(dev)
+    local dout = (B and torch.randn(B, M, Nf) or torch.randn(M, Nf)):to(bf16):to(dev)
     local out = torch.autocast("cuda", {}, function() return m(x) end)
     T.is(tostring(out.dtype), "torch.bfloat16", name .. ": bfloat16 output")
     out:backward(dout)
