@@ -292,7 +292,8 @@ static dp_status ce_check(dp_tensor *input, dp_tensor *target, dp_tensor *weight
  * the other path keeps N x C float64 probabilities. */
 static bool ce_by_lse(const dp_tensor *input, const dp_tensor *weight, int log_probs)
 {
-    return !ON_CPU(input) && input->dtype == DP_BFLOAT16 && !weight && !log_probs && !k_cross_entropy_fuses(input);
+    return !ON_CPU(input) && input->dtype == DP_BFLOAT16 && input->shape[1] > 0 && !weight && !log_probs &&
+           !k_cross_entropy_fuses(input);
 }
 
 /* saved: the logits, target, lse (N float32), denom; the gradient is
