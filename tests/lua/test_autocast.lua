@@ -199,6 +199,13 @@ T.run("ops in bfloat16 and in float32", function()
     T.is(tostring(F.relu(xb).dtype), "torch.bfloat16", "other ops keep their input's dtype")
     T.close(F.cross_entropy(xb, y):item(), F.cross_entropy(xb:float(), y):item(), 1e-6, 0,
             "cross_entropy of bfloat16 logits: the float32 loss of the same values")
+    local leaf = xb:clone():requires_grad_()
+    F.cross_entropy(leaf, y, { reduction = "sum" }):backward()
+    T.is(tostring(leaf.grad.dtype), "torch.bfloat16", "cross_entropy's gradient reaches bfloat16 logits as bfloat16")
+    T.raises(function() F.cross_entropy(xb, torch.tensor({ 1, 5 }, { dtype = torch.int64 })) end,
+             { "cross_entropy", "target 5 is out of bounds" }, "a target out of range is an error under autocast")
+    T.raises(function() F.cross_entropy(xb, torch.tensor({ 1, 2, 3 }, { dtype = torch.int64 })) end,
+             { "cross_entropy", "expected target of shape %[2%]" }, "a target of the wrong shape is an error under autocast")
   end)
   -- outside: PyTorch's ordinary type rules
   T.is(tostring(F.cross_entropy(xb, y).dtype), "torch.bfloat16", "outside autocast cross_entropy keeps bfloat16")
