@@ -204,7 +204,7 @@ dp_status dp_linear_act(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *
     dp_status st = linear_check(x, w, b);
     if (st)
         return st;
-    if (x->ndim > 2 && !ON_CPU(x) && tensor_is_contiguous(x))   /* the CPU keeps the two ops' path */
+    if (x->ndim > 2 && !ON_CPU(x) && tensor_is_contiguous(x) && dp_tensor_numel(x) > 0)   /* the CPU: the two ops */
         return linear_act_rows(out, x, w, b, act);
     if (!linear_direct(x, w, b)) {
         dp_tensor *y = NULL;
