@@ -208,6 +208,23 @@ int dpc_cross_entropy_backward(int dtype, int64_t N, int64_t C, void *dinput, co
                                double smoothing, int log_probs, int reduction, const void *g,
                                const double *denom, void *stream);
 
+/* Cross-entropy over a classifier's bfloat16 logits (N, C) contiguous,
+ * without class weights or log-probabilities (cuda/classifier.cu): read
+ * as they are in float32 math, one pass a row; the row's log-sum-exp to
+ * lse (N floats) and its loss to rows (N floats, device scratch), then
+ * reduced into out (out_dtype; N values for DPC_CE_NONE, else one) and the
+ * count of the counted rows into *denom. A target out of [0, C) other
+ * than ignore_index is left in err (its row counts 0). */
+int dpc_classifier_loss(int64_t N, int64_t C, const void *logits, const int64_t *target, int64_t ignore_index,
+                        double smoothing, int reduction, float *lse, float *rows, int out_dtype, void *out,
+                        double *denom, dpc_kernel_error *err, void *stream);
+/* dlogits (N, C) bfloat16 = (softmax - onehot) * the row's share of g
+ * (g_dtype; N values for DPC_CE_NONE, else one, divided by *denom for a
+ * mean), with label smoothing's share; 0 for rows that do not count. */
+int dpc_classifier_backward(int64_t N, int64_t C, void *dlogits, const void *logits, const int64_t *target,
+                            int64_t ignore_index, double smoothing, const float *lse, int reduction, int g_dtype,
+                            const void *g, const double *denom, void *stream);
+
 /* ---- matrix products (cuda/gemm.cu, cuBLASLt) ---- */
 
 /* What dpc_gemm does beside the product, in cuBLASLt's epilogue where it
@@ -357,9 +374,15 @@ int dpc_random(int dtype, int kind, int64_t n, uint64_t counter, uint64_t key, i
  * one out of [0, size) is left in err (its positions of out are not written). */
 int dpc_index_select(int dtype, int64_t outer, int64_t size, int64_t inner, const void *a, const int64_t *index,
                      int64_t n, void *out, dpc_kernel_error *err, void *stream);
-/* out (outer x size x inner) .select(dim, index[i]) += src (outer x n x inner) .select(dim, i), atomically. */
+/* out (outer x size x inner) .select(dim, index[i]) += src (outer x n x
+ * inner) .select(dim, i), in a fixed order (the indices sorted, a
+ * repeated one's rows added in their order, in float32 for bfloat16, and
+ * to out once): the same bits on every run. workspace: device memory of
+ * dpc_index_add_workspace(n, size) bytes (0: n is 0 or too large, over
+ * 2^31 - 1). An index out of [0, size) adds nothing. */
+size_t dpc_index_add_workspace(int64_t n, int64_t size);
 int dpc_index_add(int dtype, int64_t outer, int64_t size, int64_t inner, void *out, const int64_t *index,
-                  int64_t n, const void *src, void *stream);
+                  int64_t n, const void *src, void *workspace, size_t workspace_bytes, void *stream);
 /* Over the positions p of s (the index's shape; index int64, strided):
  * gather: out[p] = a[p with dim replaced by index[p]] (any dtype);
  * scatter_add: out[p with dim replaced by index[p]] += src[p], atomically

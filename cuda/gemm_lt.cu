@@ -364,8 +364,10 @@ int gemm_lt_run(const gemm_args &g)
     size_t ws_bytes = 0;
     bool small = (double)g.m * (double)g.n * (double)g.k * (double)g.batch <= GEMM_SMALL_FLOPS;
     gemm_args lt_g = g;   /* what cuBLASLt's epilogue does */
+    /* cuBLASLt's GELU keeps its input (aux) only with a leading dimension
+     * divisible by 8 (cublasLt.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD) */
     bool act_after = g.epilogue == DPC_EPI_GELU || (g.epilogue == DPC_EPI_RELU && g.aux) ||
-                     (g.epilogue == DPC_EPI_GELU_TANH && g.dtype == DP_FLOAT64);
+                     (g.epilogue == DPC_EPI_GELU_TANH && (g.dtype == DP_FLOAT64 || (g.aux && g.ldc % 8 != 0)));
     if (act_after) {
         lt_g.epilogue = DPC_EPI_BIAS;
         lt_g.aux = NULL;

@@ -5,9 +5,10 @@
  * Every kernel gives one thread to one element of the larger side (the
  * output of a select, the source of an add, one column entry of im2col)
  * and works out the other side's position from it; accumulations into a
- * position that several threads reach (index_add with a repeated index,
- * the fold of overlapping windows) are atomicAdd, so their sums may round
- * differently from the CPU's fixed order.
+ * position that several threads reach (scatter_add, the fold of
+ * overlapping windows) are atomicAdd, so their sums may round differently
+ * from the CPU's fixed order. index_add (index_select's backward, and so
+ * an Embedding's) sorts its indices instead and adds in a fixed order.
  *
  * An index outside its dimension never becomes an access outside the
  * tensor: index_select, gather and scatter_add report it through the
@@ -20,6 +21,8 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <cub/device/device_radix_sort.cuh>
 
 #include "dpc_ops.h"
 #include "common/dtype_conv.h"
@@ -116,32 +119,106 @@ extern "C" int dpc_index_select(int dtype, int64_t outer, int64_t size, int64_t 
 /* index_add                                                                 */
 /* ------------------------------------------------------------------------ */
 
-/* out is (outer, size, inner), src is (outer, n, inner), index is (n,). */
-template <typename T>
-__global__ static void index_add_kernel(int64_t outer, int64_t size, int64_t inner, T *out, const int64_t *index,
-                                        int64_t n, const T *src)
+/* index_add in a fixed order, so that two runs give the same bits (an
+ * atomicAdd per element adds a repeated index's rows in whatever order
+ * the threads come, and rounds bfloat16 at every add): the indices are
+ * sorted once with their positions (CUB's radix sort, stable: a repeated
+ * index keeps its positions in order), then the first thread of each run
+ * of one index adds the run's rows of src in that order, in float (double
+ * for float64), and adds the sum to out once. An index outside [0, size)
+ * sorts as `size` and is skipped (those are an index_select's indices,
+ * checked there). */
+
+/* keys: each index, or size when it is out of range; pos: 0 .. n-1 */
+__global__ static void index_keys_kernel(const int64_t *index, int64_t n, int64_t size, int64_t *keys, int64_t *pos)
 {
     begin_after_previous_kernel();
-    grid_stride_loop(outer * n * inner, [&](int64_t e) {
-        int64_t j = e % inner, i = (e / inner) % n, o = e / (inner * n);
-        int64_t v = index[i];
-        if (v >= 0 && v < size)
-            atomicAdd(&out[(o * size + v) * inner + j], src[e]);
+    grid_stride_loop(n, [&](int64_t i) {
+        const int64_t v = index[i];
+        keys[i] = v >= 0 && v < size ? v : size;
+        pos[i] = i;
     });
 }
 
+template <typename T> struct add_type { typedef float type; };
+template <> struct add_type<double> { typedef double type; };
+
+/* out is (outer, size, inner), src is (outer, n, inner); keys (sorted) and
+ * pos (their positions in the index) are (n,). One thread per element of
+ * src as sorted; the first of each run does the run's sum. */
+template <typename T>
+__global__ static void index_add_sorted_kernel(int64_t outer, int64_t size, int64_t inner, T *out,
+                                               const int64_t *keys, const int64_t *pos, int64_t n, const T *src)
+{
+    begin_after_previous_kernel();
+    typedef typename add_type<T>::type Acc;
+    grid_stride_loop(outer * n * inner, [&](int64_t e) {
+        const int64_t j = e % inner, s = (e / inner) % n, o = e / (inner * n), v = keys[s];
+        if (v >= size || (s > 0 && keys[s - 1] == v))
+            return;
+        Acc sum = 0;
+        for (int64_t r = s; r < n && keys[r] == v; r++)
+            sum += (Acc)src[(o * n + pos[r]) * inner + j];
+        T *at = &out[(o * size + v) * inner + j];
+        *at = (T)((Acc)*at + sum);
+    });
+}
+
+/* The number of bits that hold 0 .. size (the sort looks at no others). */
+static int index_key_bits(int64_t size)
+{
+    int bits = 1;
+    while (bits < 63 && (size >> bits) != 0)
+        bits++;
+    return bits;
+}
+
+/* The workspace's parts, each on 256 bytes: keys and positions, before
+ * and after the sort, then CUB's own. */
+static size_t index_part_bytes(int64_t n)
+{
+    return ((size_t)n * sizeof(int64_t) + 255) / 256 * 256;
+}
+
+extern "C" size_t dpc_index_add_workspace(int64_t n, int64_t size)
+{
+    if (n <= 0 || n > INT32_MAX || size < 0)
+        return 0;
+    size_t sort_bytes = 0;
+    if (cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, (const int64_t *)NULL, (int64_t *)NULL,
+                                        (const int64_t *)NULL, (int64_t *)NULL, (int)n, 0, index_key_bits(size)) !=
+        cudaSuccess)
+        return 0;
+    return 4 * index_part_bytes(n) + sort_bytes;
+}
+
 extern "C" int dpc_index_add(int dtype, int64_t outer, int64_t size, int64_t inner, void *out,
-                             const int64_t *index, int64_t n, const void *src, void *stream)
+                             const int64_t *index, int64_t n, const void *src, void *workspace,
+                             size_t workspace_bytes, void *stream)
 {
     int64_t total = index_total(outer, size, inner, n);
     if (!fold_type_ok(dtype))
         return DPC_UNSUPPORTED;
     if (total <= 0)
         return total < 0 ? (int)cudaErrorInvalidValue : 0;
+    if (n > INT32_MAX || workspace == NULL || workspace_bytes < dpc_index_add_workspace(n, size))
+        return (int)cudaErrorInvalidValue;
+    cudaStream_t s = (cudaStream_t)stream;
+    const size_t part = index_part_bytes(n);
+    char *w = (char *)workspace;
+    int64_t *keys = (int64_t *)w, *pos = (int64_t *)(w + part), *sorted_keys = (int64_t *)(w + 2 * part),
+            *sorted_pos = (int64_t *)(w + 3 * part);
+    size_t sort_bytes = workspace_bytes - 4 * part;
+    int rc = launch_kernel(index_keys_kernel, grid_for(n), INDEX_BLOCK, s, index, n, size, keys, pos);
+    if (!rc)
+        rc = (int)cub::DeviceRadixSort::SortPairs(w + 4 * part, sort_bytes, keys, sorted_keys, pos, sorted_pos, (int)n,
+                                                  0, index_key_bits(size), s);
+    if (rc)
+        return rc;
     return with_fold_type(dtype, [&](auto zero) {
         using T = decltype(zero);
-        return launch_kernel(index_add_kernel<T>, grid_for(total), INDEX_BLOCK, (cudaStream_t)stream, outer, size,
-                             inner, (T *)out, index, n, (const T *)src);
+        return launch_kernel(index_add_sorted_kernel<T>, grid_for(total), INDEX_BLOCK, s, outer, size, inner, (T *)out,
+                             (const int64_t *)sorted_keys, (const int64_t *)sorted_pos, n, (const T *)src);
     });
 }
 

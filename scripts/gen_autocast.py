@@ -7,13 +7,16 @@ leaves out: `apt-get install python3-torch`):
 
     /usr/bin/python3 scripts/gen_autocast.py [OUTDIR]      (default tests/ref)
 
-It writes OUTDIR/autocast.lua, a Lua chunk returning one table with three
+It writes OUTDIR/autocast.lua, a Lua chunk returning one table with four
 cases, each run forward under torch.autocast("cpu", dtype=torch.bfloat16)
 and backward outside it, from float32 leaves:
 
 mlp       Linear(6, 8), ReLU, Linear(8, 3) on a batch of 4, cross_entropy
           with int64 targets (the weights are the literals below)
 mlp_mse   the same MLP, mse_loss against a float32 target
+gelu_mlp  Linear(6, 8), GELU(approximate="tanh"), Linear(8, 3) (the MLP's
+          weights), cross_entropy with label_smoothing=0.1 and a target of
+          ignore_index (-100) in the second row
 conv      conv2d (2 -> 3 channels, 3x3, padding 1) with bias on a 1x2x4x4
           input, mse_loss against a float32 target (values from the small
           formula in conv_case)
@@ -84,6 +87,20 @@ def mlp_case(loss_kind):
     return inputs, params, out, loss
 
 
+def gelu_case():
+    x = f32(X)
+    w1, b1, w2, b2 = (f32(v).requires_grad_() for v in (W1, B1, W2, B2))
+    target = torch.tensor([Y[0], -100, Y[2], Y[3]], dtype=torch.int64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = F.gelu(F.linear(x, w1, b1), approximate="tanh")
+        out = F.linear(h, w2, b2)
+        loss = F.cross_entropy(out, target, label_smoothing=0.1)
+    loss.backward()
+    inputs = [("x", x), ("target", target)]
+    params = [("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2)]
+    return inputs, params, out, loss
+
+
 def formula(shape, a, b, c):
     """Deterministic float32 values in [-1, 1) on a grid of 1/64."""
     n = 1
@@ -145,7 +162,8 @@ def lua_case(name, case):
 def main():
     outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "tests", "ref")
-    cases = [("mlp", mlp_case("cross_entropy")), ("mlp_mse", mlp_case("mse")), ("conv", conv_case())]
+    cases = [("mlp", mlp_case("cross_entropy")), ("mlp_mse", mlp_case("mse")), ("gelu_mlp", gelu_case()),
+             ("conv", conv_case())]
     for name, (_, params, out, loss) in cases:
         assert out.dtype == torch.bfloat16 and loss.dtype == torch.float32, name
         assert all(p.grad.dtype == torch.float32 for _, p in params), name

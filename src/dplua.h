@@ -185,6 +185,11 @@ DP_API dp_status dp_linear_act(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_t
 /* reduction: 0 none, 1 mean, 2 sum; log_probs: the input holds log-probabilities (nll_loss) */
 DP_API dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target, dp_tensor *weight,
                                   int64_t ignore_index, double label_smoothing, int reduction, int log_probs);
+/* The same as autocast computes it (a float32 op): a bfloat16 input gives
+ * the loss of it cast to float32, on a GPU's classifier path without
+ * making that copy; other dtypes as dp_cross_entropy. */
+DP_API dp_status dp_cross_entropy_fp32(dp_tensor **out, dp_tensor *input, dp_tensor *target, dp_tensor *weight,
+                                       int64_t ignore_index, double label_smoothing, int reduction, int log_probs);
 /* im2col: x (N, C, H, W) -> (N, C*kh*kw, L); padding reads pad_value */
 DP_API dp_status dp_unfold(dp_tensor **out, dp_tensor *x, const int64_t *kernel, const int64_t *stride,
                            const int64_t *padding, const int64_t *dilation, double pad_value);

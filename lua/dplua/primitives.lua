@@ -38,12 +38,14 @@ function torch._linear_act(x, w, b, act)
   return new(C.dp_linear_act(outp, x.p, w.p, opt_p(b), op))
 end
 
-function torch._cross_entropy(input, target, weight, ignore_index, label_smoothing, reduction, log_probs)
+-- fp32: the loss in float32 as autocast computes it (C's dp_cross_entropy_fp32)
+function torch._cross_entropy(input, target, weight, ignore_index, label_smoothing, reduction, log_probs, fp32)
   if not is_tensor(input) or not is_tensor(target) then
     raise(string.format("cross_entropy: expected input and target tensors, got %s and %s", typename(input), typename(target)))
   end
-  return new(C.dp_cross_entropy(outp, input.p, target.p, opt_p(weight), ignore_index or -100,
-                                label_smoothing or 0, reduction or 1, log_probs and 1 or 0))
+  local fn = fp32 and C.dp_cross_entropy_fp32 or C.dp_cross_entropy
+  return new(fn(outp, input.p, target.p, opt_p(weight), ignore_index or -100, label_smoothing or 0, reduction or 1,
+                log_probs and 1 or 0))
 end
 
 -- attention by the fused op (src/core/attention.c), when _attention_fused

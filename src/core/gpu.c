@@ -292,22 +292,34 @@ dp_status gpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *ind
     return st;
 }
 
+/* The scratch memory of index_add's sort is a tensor, so that it comes
+ * from the device's pool on the current stream like any other. */
 dp_status gpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 {
-    dp_tensor *sc = NULL, *idx = NULL;
-    int64_t outer, size, inner;
+    dp_tensor *sc = NULL, *idx = NULL, *ws = NULL;
+    int64_t outer, size, inner, n = dp_tensor_numel(index);
     dp_status st;
     if (!tensor_is_contiguous(out))
         return dp_fail(DP_ERR_ARG, "index_add: internal error: the destination must be contiguous");
-    if (!(st = dp_contiguous(&sc, src)) && !(st = device_index(&idx, index, out))) {
-        around(out, dim, &outer, &size, &inner);
+    if (n > INT32_MAX)
+        return dp_fail(DP_ERR_ARG, "index_add: %lld indices are too many on a GPU (at most %d)", (long long)n,
+                       INT32_MAX);
+    around(out, dim, &outer, &size, &inner);
+    dpc_set_device(out->device);
+    int64_t bytes = (int64_t)dpc_index_add_workspace(n, size);
+    if (n > 0 && bytes == 0)
+        return gpu_status("index_add", (int)DPC_UNSUPPORTED, out->dtype);
+    if (!(st = dp_contiguous(&sc, src)) && !(st = device_index(&idx, index, out)) &&
+        !(st = bytes > 0 ? tensor_new(&ws, 1, &bytes, DP_UINT8, out->device) : DP_OK)) {
         dpc_set_device(out->device);
-        st = gpu_status("index_add", dpc_index_add(out->dtype, outer, size, inner, gpu_first(out), gpu_first(idx),
-                                                   dp_tensor_numel(index), gpu_first(sc), gpu_stream_of(out->device)),
+        st = gpu_status("index_add", dpc_index_add(out->dtype, outer, size, inner, gpu_first(out), gpu_first(idx), n,
+                                                   gpu_first(sc), ws ? gpu_first(ws) : NULL, (size_t)bytes,
+                                                   gpu_stream_of(out->device)),
                         out->dtype);
     }
     dp_tensor_release(sc);
     dp_tensor_release(idx);
+    dp_tensor_release(ws);
     return st;
 }
 

@@ -670,6 +670,38 @@ dp_status gpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_
 }
 
 
+/* The classifier's loss (cuda/classifier.cu): a bfloat16 input's rows
+ * read as they are, their log-sum-exp into lse (N float32). */
+dp_status gpu_classifier_loss(dp_tensor *out, dp_tensor *lse, dp_tensor *denom, const cpu_ce_args *a)
+{
+    int64_t N = a->input->shape[0], C = a->input->shape[1];
+    dp_tensor *rows = NULL;
+    dp_status st = tensor_new(&rows, 1, &N, DP_FLOAT32, a->input->device);
+    if (st)
+        return st;
+    dpc_set_device(a->input->device);
+    st = gpu_status("cross_entropy",
+                    dpc_classifier_loss(N, C, gpu_first(a->input), gpu_first(a->target), a->ignore_index,
+                                        a->label_smoothing, a->reduction, gpu_first(lse), gpu_first(rows), out->dtype,
+                                        gpu_first(out), gpu_first(denom), gpu_kernel_error_block(),
+                                        gpu_stream_of(a->input->device)),
+                    a->input->dtype);
+    dp_tensor_release(rows);
+    return st;
+}
+
+/* g: the loss's gradient, contiguous */
+dp_status gpu_classifier_backward(dp_tensor *dinput, dp_tensor *g, dp_tensor *lse, const cpu_ce_args *a)
+{
+    int64_t N = dinput->shape[0], C = dinput->shape[1];
+    dpc_set_device(dinput->device);
+    return gpu_status("cross_entropy backward",
+                      dpc_classifier_backward(N, C, gpu_first(dinput), gpu_first(a->input), gpu_first(a->target),
+                                              a->ignore_index, a->label_smoothing, gpu_first(lse), a->reduction,
+                                              g->dtype, gpu_first(g), gpu_first(a->denom), gpu_stream_of(dinput->device)),
+                      dinput->dtype);
+}
+
 /* ---------------------------------------------------------------- optimizers */
 
 typedef struct {

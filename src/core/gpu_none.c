@@ -113,6 +113,10 @@ dp_status gpu_cross_entropy(dp_tensor *out, cpu_ce_args *a) { (void)out; (void)a
 bool gpu_cross_entropy_fuses(const dp_tensor *input) { (void)input; return false; }
 dp_status gpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_ce_args *a)
 { (void)dinput; (void)g; (void)a; return no_cuda(); }
+dp_status gpu_classifier_loss(dp_tensor *out, dp_tensor *lse, dp_tensor *denom, const cpu_ce_args *a)
+{ (void)out; (void)lse; (void)denom; (void)a; return no_cuda(); }
+dp_status gpu_classifier_backward(dp_tensor *dinput, dp_tensor *g, dp_tensor *lse, const cpu_ce_args *a)
+{ (void)dinput; (void)g; (void)lse; (void)a; return no_cuda(); }
 dp_status gpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u)
 { (void)cols; (void)x; (void)u; return no_cuda(); }
 dp_status gpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)

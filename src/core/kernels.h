@@ -36,6 +36,10 @@ dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *
 dp_status gpu_cross_entropy(dp_tensor *out, cpu_ce_args *a);
 bool gpu_cross_entropy_fuses(const dp_tensor *input);
 dp_status gpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_ce_args *a);
+/* the classifier's loss (bfloat16 logits, no class weights, no
+ * log-probabilities): its rows' log-sum-exp kept in lse (N float32) */
+dp_status gpu_classifier_loss(dp_tensor *out, dp_tensor *lse, dp_tensor *denom, const cpu_ce_args *a);
+dp_status gpu_classifier_backward(dp_tensor *dinput, dp_tensor *g, dp_tensor *lse, const cpu_ce_args *a);
 dp_status gpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u);
 dp_status gpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u);
 dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,

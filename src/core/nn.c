@@ -179,6 +179,23 @@ static dp_status bw_linear_act(ag_node *n, dp_tensor *g, dp_tensor **gi)
     return st;
 }
 
+/* An N-D x: the op on its (M, K) view, the output viewed back as (..,
+ * out_features); so a GPU keeps the activation in the product's epilogue
+ * for a transformer's (B, T, C) activations. */
+static dp_status linear_act_rows(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, dp_unop act)
+{
+    int64_t shape[DP_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    shape[x->ndim - 1] = w->shape[0];
+    dp_tensor *x2 = NULL, *y2 = NULL;
+    dp_status st = as_matrix(&x2, x);
+    if (!st && !(st = dp_linear_act(&y2, x2, w, b, act)))
+        st = dp_reshape(out, y2, x->ndim, shape);
+    dp_tensor_release(x2);
+    dp_tensor_release(y2);
+    return st;
+}
+
 dp_status dp_linear_act(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, dp_unop act)
 {
     if (act != DP_RELU && act != DP_GELU && act != DP_GELU_TANH)
@@ -187,6 +204,8 @@ dp_status dp_linear_act(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *
     dp_status st = linear_check(x, w, b);
     if (st)
         return st;
+    if (x->ndim > 2 && !ON_CPU(x) && tensor_is_contiguous(x) && dp_tensor_numel(x) > 0)   /* the CPU: the two ops */
+        return linear_act_rows(out, x, w, b, act);
     if (!linear_direct(x, w, b)) {
         dp_tensor *y = NULL;
         if (!(st = dp_linear(&y, x, w, b)))
@@ -266,13 +285,77 @@ static dp_status ce_check(dp_tensor *input, dp_tensor *target, dp_tensor *weight
     return DP_OK;
 }
 
-dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target, dp_tensor *weight,
-                           int64_t ignore_index, double label_smoothing, int reduction, int log_probs)
+/* The classifier's path (cuda/classifier.cu): bfloat16 logits on a GPU,
+ * too many rows for the one-launch loss, without class weights or
+ * log-probabilities (a language model's head). The logits are read as
+ * they are in float32 math and only the rows' log-sum-exp is kept, where
+ * the other path keeps N x C float64 probabilities. */
+static bool ce_by_lse(const dp_tensor *input, const dp_tensor *weight, int log_probs)
+{
+    return !ON_CPU(input) && input->dtype == DP_BFLOAT16 && input->shape[1] > 0 && !weight && !log_probs &&
+           !k_cross_entropy_fuses(input);
+}
+
+/* saved: the logits, target, lse (N float32), denom; the gradient is
+ * written in a new tensor: the logits' storage may be Lua's too, and the
+ * tape cannot tell whether anything will read it again. */
+static dp_status bw_cross_entropy_lse(ag_node *n, dp_tensor *g, dp_tensor **gi)
+{
+    cpu_ce_args a = { n->saved[0], n->saved[1], NULL, n->iarg[0], n->darg[0], 0, NULL, (int)n->iarg[1], n->saved[3],
+                      NULL, false };
+    dp_tensor *gc = NULL, *dx = NULL;
+    dp_status st = dp_contiguous(&gc, g);
+    if (!st && !(st = tensor_new(&dx, 2, n->in[0].shape, DP_BFLOAT16, n->in[0].device)) &&
+        !(st = gpu_classifier_backward(dx, gc, n->saved[2], &a)))
+        st = ag_sum_to(&gi[0], dx, &n->in[0]);
+    drop3(gc, dx, NULL);
+    return st;
+}
+
+/* The loss of out_dtype on the classifier's path; x and t contiguous. */
+static dp_status cross_entropy_lse(dp_tensor **out, dp_tensor *input, dp_tensor *x, dp_tensor *t, int64_t ignore_index,
+                                   double label_smoothing, int reduction, dp_dtype out_dtype)
+{
+    int64_t N = x->shape[0];
+    dp_tensor *lse = NULL, *denom = NULL;
+    cpu_ce_args a = { x, t, NULL, ignore_index, label_smoothing, 0, NULL, reduction, NULL, NULL, false };
+    dp_status st = tensor_new(&lse, 1, &N, DP_FLOAT32, x->device);
+    if (!st && !(st = tensor_new(&denom, 0, NULL, DP_FLOAT64, x->device)) &&
+        !(st = tensor_new(out, reduction == CE_REDUCE_NONE ? 1 : 0, &N, out_dtype, x->device))) {
+        a.denom = denom;
+        if ((st = gpu_classifier_loss(*out, lse, denom, &a)))
+            dp_tensor_release(*out);
+    }
+    ag_node *n = NULL;
+    if (!st && !(st = ag_record_or_drop(out, "NllLossBackward0", bw_cross_entropy_lse, 1, &input, &n)) && n) {
+        ag_save(n, x);
+        ag_save(n, t);
+        ag_save(n, lse);
+        ag_save(n, denom);
+        n->iarg[0] = ignore_index;
+        n->iarg[1] = reduction;
+        n->darg[0] = label_smoothing;
+    }
+    drop3(lse, denom, NULL);
+    return st;
+}
+
+/* out_dtype: the loss's dtype on the classifier's path (elsewhere it is
+ * the input's: callers ask for another only where that path takes it). */
+static dp_status cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target, dp_tensor *weight,
+                               int64_t ignore_index, double label_smoothing, int reduction, int log_probs,
+                               dp_dtype out_dtype)
 {
     dp_status st = ce_check(input, target, weight, reduction, label_smoothing);
     if (st)
         return st;
     dp_tensor *x = NULL, *t = NULL, *w = NULL;
+    if (ce_by_lse(input, weight, log_probs)) {
+        if (!(st = dp_contiguous(&x, input)) && !(st = dp_contiguous(&t, target)))
+            st = cross_entropy_lse(out, input, x, t, ignore_index, label_smoothing, reduction, out_dtype);
+        drop3(x, t, NULL);
+        return st;
+    }
     if ((st = dp_contiguous(&x, input)) || (st = dp_contiguous(&t, target)) ||
         (weight && (st = dp_to(&w, weight, DP_FLOAT64, input->device)))) {
         drop3(x, t, w);
@@ -317,6 +400,35 @@ dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target,
     }
     drop3(x, t, w);
     drop3(probs, denom, grad_one);
+    return st;
+}
+
+dp_status dp_cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *target, dp_tensor *weight,
+                           int64_t ignore_index, double label_smoothing, int reduction, int log_probs)
+{
+    return cross_entropy(out, input, target, weight, ignore_index, label_smoothing, reduction, log_probs,
+                         input->dtype);
+}
+
+/* Autocast's cross-entropy (a float32 op): a bfloat16 input is the loss
+ * of it cast to float32, which the classifier's path computes without the
+ * copy (a 16 x 1024 x 50,304 float32 copy is 3.3 GB); elsewhere the cast
+ * is made here, recorded like any other. */
+dp_status dp_cross_entropy_fp32(dp_tensor **out, dp_tensor *input, dp_tensor *target, dp_tensor *weight,
+                                int64_t ignore_index, double label_smoothing, int reduction, int log_probs)
+{
+    if (input->dtype != DP_BFLOAT16)
+        return dp_cross_entropy(out, input, target, weight, ignore_index, label_smoothing, reduction, log_probs);
+    dp_status st = ce_check(input, target, weight, reduction, label_smoothing);
+    if (st)
+        return st;
+    if (ce_by_lse(input, weight, log_probs))
+        return cross_entropy(out, input, target, weight, ignore_index, label_smoothing, reduction, log_probs,
+                             DP_FLOAT32);
+    dp_tensor *x = NULL;
+    if (!(st = dp_to(&x, input, DP_FLOAT32, input->device)))
+        st = dp_cross_entropy(out, x, target, weight, ignore_index, label_smoothing, reduction, log_probs);
+    dp_tensor_release(x);
     return st;
 }
 

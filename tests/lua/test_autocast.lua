@@ -2,7 +2,8 @@
 --
 -- ref/autocast.lua is written by scripts/gen_autocast.py (PyTorch 1.13,
 -- torch.autocast("cpu", dtype=torch.bfloat16)): a Linear-ReLU-Linear MLP
--- with cross_entropy and with mse_loss, and a conv2d with mse_loss, run
+-- with cross_entropy and with mse_loss, a Linear-GELU(tanh)-Linear MLP with
+-- a label-smoothed cross_entropy ignoring a row, and a conv2d with mse_loss, run
 -- forward under autocast and backward outside it. Checked against it: the
 -- output dtype (bfloat16), the loss dtype (float32), the float32 gradients
 -- of the float32 weights, and the values with a bfloat16 tolerance. Then by
@@ -58,8 +59,8 @@ end
 
 ---------------------------------------------------------------- against PyTorch
 
-local function mlp_from(case)
-  local m = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+local function mlp_from(case, act)
+  local m = nn.Sequential(nn.Linear(6, 8), act or nn.ReLU(), nn.Linear(8, 3))
   local lin = { m[0], m[2] }
   torch.no_grad(function()
     for i, spec in ipairs(case.params) do
@@ -73,9 +74,9 @@ end
 
 -- The MLP case ref[name]: forward and loss_fn under autocast(options), then
 -- the backward, checked against PyTorch's.
-local function run_mlp(name, options, loss_fn)
+local function run_mlp(name, options, loss_fn, act)
   local case = ref[name]
-  local m, params = mlp_from(case)
+  local m, params = mlp_from(case, act)
   local x, y = tensor_of(case.inputs.x), tensor_of(case.inputs.target)
   local out, loss = torch.autocast("cpu", options, function()
     local o = m(x)
@@ -87,6 +88,12 @@ end
 
 T.run("mlp, cross_entropy", function() run_mlp("mlp", { dtype = torch.bfloat16 }, F.cross_entropy) end)
 T.run("mlp, mse_loss", function() run_mlp("mlp_mse", {}, nn.MSELoss()) end)
+-- nn.Sequential's Linear then GELU is one fused op under autocast too, and
+-- cross_entropy's float32 cast is made by its C op: the same values
+T.run("Linear, GELU(tanh), Linear, cross_entropy with label smoothing and ignore_index", function()
+  run_mlp("gelu_mlp", {}, function(o, y) return F.cross_entropy(o, y, { label_smoothing = 0.1 }) end,
+          nn.GELU("tanh"))
+end)
 
 T.run("conv2d, mse_loss", function()
   local case = ref.conv
@@ -192,6 +199,13 @@ T.run("ops in bfloat16 and in float32", function()
     T.is(tostring(F.relu(xb).dtype), "torch.bfloat16", "other ops keep their input's dtype")
     T.close(F.cross_entropy(xb, y):item(), F.cross_entropy(xb:float(), y):item(), 1e-6, 0,
             "cross_entropy of bfloat16 logits: the float32 loss of the same values")
+    local leaf = xb:clone():requires_grad_()
+    F.cross_entropy(leaf, y, { reduction = "sum" }):backward()
+    T.is(tostring(leaf.grad.dtype), "torch.bfloat16", "cross_entropy's gradient reaches bfloat16 logits as bfloat16")
+    T.raises(function() F.cross_entropy(xb, torch.tensor({ 1, 5 }, { dtype = torch.int64 })) end,
+             { "cross_entropy", "target 5 is out of bounds" }, "a target out of range is an error under autocast")
+    T.raises(function() F.cross_entropy(xb, torch.tensor({ 1, 2, 3 }, { dtype = torch.int64 })) end,
+             { "cross_entropy", "expected target of shape %[2%]" }, "a target of the wrong shape is an error under autocast")
   end)
   -- outside: PyTorch's ordinary type rules
   T.is(tostring(F.cross_entropy(xb, y).dtype), "torch.bfloat16", "outside autocast cross_entropy keeps bfloat16")

@@ -175,7 +175,17 @@ local function class_loss(fn, input, target, opts, log_probs)
   want_tensor(target, fn, "target")
   local reduction = reduction_of(opts, fn)
   local weight = opts.weight
-  if autocast_on then input, weight = AC.cast_fp32(input, weight) end
+  -- under autocast the loss is float32's; for (N, C) logits and class
+  -- indices the C op makes the cast itself (fp32), or needs none
+  local fp32 = false
+  if autocast_on then
+    weight = AC.cast_fp32(weight)
+    if input:dim() == 2 and target.dtype == torch.int64 and AC.casts_fp32(input) then
+      fp32 = true
+    else
+      input = AC.cast_fp32(input)
+    end
+  end
   local ignore_index = opts.ignore_index or -100
   local ls = opts.label_smoothing or 0
   if type(ignore_index) ~= "number" or ignore_index % 1 ~= 0 then
@@ -187,7 +197,7 @@ local function class_loss(fn, input, target, opts, log_probs)
   -- the common case, (N, C) logits and int64 class indices: the C op
   -- checks the shapes and the weight itself and names the problem
   if input:dim() == 2 and target.dtype == torch.int64 and (weight == nil or is_tensor(weight)) then
-    return torch._cross_entropy(input, target, weight, ignore_index, ls, REDUCTION[reduction], log_probs)
+    return torch._cross_entropy(input, target, weight, ignore_index, ls, REDUCTION[reduction], log_probs, fp32)
   end
   if input:dim() == 0 then raise(fn .. ": input tensor should be 1D or more, got a 0-d tensor") end
   local cdim = input:dim() == 1 and 0 or 1

@@ -312,13 +312,15 @@ function L.Sequential:append(m)
 end
 -- A Linear whose output goes straight into a ReLU or a GELU becomes one
 -- fused op (torch._linear_act: one node, and on a GPU the activation in the
--- product's epilogue, one kernel less), unless autocast is on or either
--- module's forward was replaced. fused_act says which activation, or nil.
+-- product's epilogue, one kernel less), unless either module's forward was
+-- replaced. Under autocast its inputs are cast as F.linear casts them and
+-- the activation runs in bfloat16, as it does after F.linear.
+-- fused_act says which activation, or nil.
 local function class_of(m) return rawget(getmetatable(m), "__class") end
-local autocast_on = false   -- kept by dplua.autocast, as F's is: no call per layer
-require("dplua.autocast").watch(function(on) autocast_on = on end)
+local autocast_on, AC = false, nil   -- kept by dplua.autocast, as F's is: no call per layer
+require("dplua.autocast").watch(function(on, m) autocast_on, AC = on, m end)
 local function fused_act(lin, act, x)
-  if autocast_on or class_of(lin) ~= L.Linear or not torch.is_tensor(x) or rawget(lin._attrs, "forward") ~= nil
+  if class_of(lin) ~= L.Linear or not torch.is_tensor(x) or rawget(lin._attrs, "forward") ~= nil
      or rawget(act._attrs, "forward") ~= nil then
     return nil
   end
@@ -342,7 +344,9 @@ function L.Sequential:forward(x, ...)
     local fused = act ~= nil and fused_act(m, act, x)
     if fused then
       F._check_linear(x, m.weight, m.bias)
-      x = torch._linear_act(x, m.weight, m.bias, fused)
+      local w, b = m.weight, m.bias
+      if autocast_on then x, w, b = AC.cast_inputs(x, w, b) end
+      x = torch._linear_act(x, w, b, fused)
       i = i + 2
     else
       x = m(x)
