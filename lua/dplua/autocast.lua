@@ -79,6 +79,10 @@ function M.cast_inputs(a, b, c) return lower(a), lower(b), lower(c) end
 -- cast_fp32(a [, b [, c]]): the same, to float32 (losses, softmax, layer_norm).
 function M.cast_fp32(a, b, c) return fp32(a), fp32(b), fp32(c) end
 
+-- runs_fp32(t): whether cast_fp32 would cast t (a bfloat16 tensor where
+-- autocast is on): layer_norm reads such an input as it is instead.
+function M.runs_fp32(t) return target(t, false) ~= nil end
+
 local function typename(x) return is_tensor(x) and "Tensor" or type(x) end
 
 local function show(v)
