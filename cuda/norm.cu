@@ -47,8 +47,10 @@ __device__ __forceinline__ void put(float &d, float v) { d = v; }
 __device__ __forceinline__ void put(double &d, double v) { d = v; }
 __device__ __forceinline__ void put(bf16 &d, float v) { d = f32_to_bf16(v); }
 
-/* E elements loaded or stored at once */
-template <class T, int E> struct alignas(sizeof(T) * E) vec { T e[E]; };
+/* E elements loaded or stored at once, in 16-byte loads at most (eight
+ * float32 outputs of eight bfloat16 inputs are two) */
+#define VEC_ALIGN(size, E) ((size) * (E) < 16 ? (size) * (E) : 16)
+template <class T, int E> struct alignas(VEC_ALIGN(sizeof(T), E)) vec { T e[E]; };
 
 struct ln_forward_args {
     int64_t rows, n;
@@ -259,18 +261,18 @@ template <class F> static int with_dtypes(int in, int out, F f)
     return DPC_UNSUPPORTED;
 }
 
-/* whether rows of n elements and every pointer (NULL or aligned to E
- * elements of its type) take loads of E elements */
+/* whether rows of n elements and every pointer (NULL, or aligned as a
+ * vec of E elements of its type) take loads of E elements */
 static bool takes_vectors(int64_t n, int E, const void *const *ins, int nins, size_t in_size,
                           const void *const *outs, int nouts, size_t out_size)
 {
     if (n % E)
         return false;
     for (int i = 0; i < nins; i++)
-        if ((uintptr_t)ins[i] % (E * in_size))
+        if ((uintptr_t)ins[i] % VEC_ALIGN(in_size, (size_t)E))
             return false;
     for (int i = 0; i < nouts; i++)
-        if ((uintptr_t)outs[i] % (E * out_size))
+        if ((uintptr_t)outs[i] % VEC_ALIGN(out_size, (size_t)E))
             return false;
     return true;
 }
