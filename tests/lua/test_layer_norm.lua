@@ -177,4 +177,24 @@ T.run("bad input is a clear error", function()
            "add_layer_norm's weight")
 end)
 
+T.run("the C op's own checks (torch._native_layer_norm, below F.layer_norm's)", function()
+  local x = torch.randn(2, 3, 4)
+  local ln, add = torch._native_layer_norm, torch._native_add_layer_norm
+  T.raises(function() ln(x, nil, nil, 5, 1e-5, torch.float32) end, "last dims hold 5 elements, got shape %[2, 3, 4%]",
+           "n not the size of trailing dims")
+  T.raises(function() ln(x, nil, nil, 0, 1e-5, torch.float32) end, "hold 0 elements", "n = 0")
+  T.raises(function() ln(x, torch.ones(4, { dtype = torch.float64 }), nil, 4, 1e-5, torch.float32) end,
+           "expected weight of dtype float32 %(the output's%), got float64", "weight of another dtype")
+  T.raises(function() ln(x, nil, torch.ones(5), 4, 1e-5, torch.float32) end, "expected bias of 4 elements",
+           "bias of 5 elements")
+  T.raises(function() ln(x, nil, nil, 4, 1e-5, torch.float64) end,
+           "output dtype to be the input's %(float32%), or float32 for a bfloat16 input, got float64",
+           "an output dtype the kernels do not take")
+  T.raises(function() ln(x:long(), nil, nil, 4, 1e-5, torch.int64) end, "expected a floating point input, got int64",
+           "integer input")
+  T.raises(function() add(x, torch.randn(2, 3, 5), nil, nil, 4, 1e-5, torch.float32) end,
+           "expected the residual of the input's shape, dtype and device, got %[2, 3, 5%] float32", "residual shape")
+  T.raises(function() add(x, x:double(), nil, nil, 4, 1e-5, torch.float32) end, "float64", "residual dtype")
+end)
+
 T.done_testing()
