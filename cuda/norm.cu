@@ -10,13 +10,14 @@
  * the cache. Where n and every operand allow, a thread reads 16 bytes of
  * input at a time (a compile-time choice, as in gemm_own.cu).
  *
- * Backward: a block takes one row at a time, at most LN_BW_BLOCKS blocks
- * over all rows. A thread owns the same columns in every row, so it adds
- * their shares of dweight and dbias without atomics, in shared memory (or
- * in its block's slice of the workspace, for rows too long for it); a
- * second kernel adds the blocks' partial sums column by column in block
- * order. The block count depends on the shape alone: the same bits on
- * every run and every GPU.
+ * Backward: a block takes one row at a time, over up to 1024 blocks (as
+ * many as 8 MiB of partial sums hold, at least 128): a block's rows run one
+ * after another, so the rows in flight are the blocks. A thread owns the
+ * same columns in every row, so it adds their shares of dweight and dbias
+ * without atomics, in shared memory (or in its block's slice of the
+ * workspace, for rows too long for it); a second kernel adds the blocks'
+ * partial sums column by column in a fixed order. The block count depends
+ * on the shape alone: the same bits on every run and every GPU.
  */
 #include <stdint.h>
 
@@ -29,7 +30,9 @@
 
 #define LN_THREADS 256                   /* a block of the warp-per-row forward: eight rows */
 #define LN_WARP_ROW 1024                 /* rows of up to this many elements go to one warp */
-#define LN_BW_BLOCKS 256                 /* blocks of the backward: about two per SM of an H100 */
+#define LN_BW_MIN_BLOCKS 128             /* the backward's blocks (backward_blocks) */
+#define LN_BW_MAX_BLOCKS 1024
+#define LN_BW_PARTIAL_BYTES (8 << 20)
 #define LN_SHARED_BYTES (48 * 1024)      /* the partial sums kept in shared memory up to this size */
 
 namespace {   /* file-local types: no clash with another file's of the same name */
@@ -223,22 +226,35 @@ __global__ static void ln_backward_kernel(ln_backward_args a)
         }
 }
 
-/* dw[j], db[j] = the blocks' partial sums of column j, added in block order */
+/* dw[j], db[j] = the blocks' partial sums of column j. A block of 32 warps
+ * takes 32 columns, a lane each (the reads coalesce); warp w adds the
+ * partial sums of blocks w, w + 32, ... in order, then the first warp adds
+ * the 32 warps' sums in warp order: the same bits on every run. */
 template <class TO, class A>
 __global__ static void ln_param_grads_kernel(const A *partial, int64_t blocks, int64_t n, TO *dw, TO *db)
 {
     begin_after_previous_kernel();
-    grid_stride_loop(n, [&](int64_t j) {
-        A sw = 0, sb = 0;
-        for (int64_t b = 0; b < blocks; b++) {
-            sw += partial[b * 2 * n + j];
-            sb += partial[b * 2 * n + n + j];
-        }
-        if (dw)
-            put(dw[j], sw);
-        if (db)
-            put(db[j], sb);
-    });
+    __shared__ A warp_w[32][33], warp_b[32][33];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int64_t j = blockIdx.x * 32 + lane;
+    A sw = 0, sb = 0;
+    for (int64_t k = warp; j < n && k < blocks; k += 32) {
+        sw += partial[k * 2 * n + j];
+        sb += partial[k * 2 * n + n + j];
+    }
+    warp_w[warp][lane] = sw;
+    warp_b[warp][lane] = sb;
+    __syncthreads();
+    if (warp != 0 || j >= n)
+        return;
+    for (int w = 1; w < 32; w++) {
+        sw += warp_w[w][lane];
+        sb += warp_b[w][lane];
+    }
+    if (dw)
+        put(dw[j], sw);
+    if (db)
+        put(db[j], sb);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -318,21 +334,26 @@ extern "C" int dpc_layer_norm(int in_dtype, int out_dtype, const dpc_norm *a, vo
     });
 }
 
-static int64_t backward_blocks(int64_t rows)
+/* The backward's blocks: as many as LN_BW_PARTIAL_BYTES of partial sums
+ * hold, from LN_BW_MIN_BLOCKS to LN_BW_MAX_BLOCKS, and no more than rows */
+static int64_t backward_blocks(int64_t rows, int64_t n, size_t acc_size)
 {
-    return rows < LN_BW_BLOCKS ? rows : LN_BW_BLOCKS;
+    int64_t fit = (int64_t)(LN_BW_PARTIAL_BYTES / (2 * (size_t)n * acc_size));
+    int64_t blocks = fit > LN_BW_MAX_BLOCKS ? LN_BW_MAX_BLOCKS : fit < LN_BW_MIN_BLOCKS ? LN_BW_MIN_BLOCKS : fit;
+    return rows < blocks ? rows : blocks;
 }
 
 extern "C" size_t dpc_layer_norm_workspace(int in_dtype, int64_t rows, int64_t n)
 {
-    return (size_t)backward_blocks(rows) * 2 * (size_t)n * (in_dtype == DP_FLOAT64 ? 8 : 4);
+    size_t acc_size = in_dtype == DP_FLOAT64 ? 8 : 4;
+    return (size_t)backward_blocks(rows, n, acc_size) * 2 * (size_t)n * acc_size;
 }
 
 template <class TI, class TO, int E>
 static int launch_backward(ln_backward_args r, void *dw, void *db, cudaStream_t stream)
 {
     typedef typename acc_of<TI>::type A;
-    const int64_t blocks = backward_blocks(r.rows);
+    const int64_t blocks = backward_blocks(r.rows, r.n, sizeof(A));
     const size_t shared = 2 * (size_t)r.n * sizeof(A);
     r.in_shared = r.partial && shared <= LN_SHARED_BYTES;
     int rc = 0;
@@ -341,7 +362,7 @@ static int launch_backward(ln_backward_args r, void *dw, void *db, cudaStream_t 
                                 row_block_threads(r.n / E), stream, r);
     if (rc || !(dw || db))
         return rc;   /* (without rows, the sums of no blocks: zeros) */
-    return launch_kernel(ln_param_grads_kernel<TO, A>, grid_stride_blocks(r.n, LN_THREADS), LN_THREADS, stream,
+    return launch_kernel(ln_param_grads_kernel<TO, A>, (unsigned)CEIL_DIV(r.n, 32), 32 * 32, stream,
                          (const A *)r.partial, blocks, r.n, (TO *)dw, (TO *)db);
 }
 
