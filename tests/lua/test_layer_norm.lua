@@ -140,6 +140,15 @@ T.run("add_layer_norm with a residual that only broadcasts takes the two ops", f
   T.tensor_close(out, F.layer_norm(x + r, 8), 0, 0, "LayerNorm")
 end)
 
+T.run("add_layer_norm with a float64 weight keeps a float32 sum, as the two ops do", function()
+  local x, r = torch.randn(3, 6), torch.randn(3, 6)
+  local w = torch.randn(6, { dtype = torch.float64 })
+  local h, out = torch._add_layer_norm(x, r, w, nil)
+  T.is(h.dtype, torch.float32, "the sum in float32")
+  T.is(out.dtype, torch.float64, "the LayerNorm in float64")
+  T.tensor_close(out, F.layer_norm(x + r, 6, w), 0, 0, "values")
+end)
+
 T.run("gradcheck in float64", function()
   torch.manual_seed(11)
   local function R(...) return torch.randn({ ... }, { dtype = torch.float64 }):requires_grad_() end

@@ -601,9 +601,13 @@ function torch._add_layer_norm(x, residual, weight, bias, eps)
   local dt = wider(x.dtype, residual.dtype)
   if x.dtype ~= dt then x = x:to(dt) end
   if residual.dtype ~= dt then residual = residual:to(dt) end
-  local out_dtype
+  local sum_input, out_dtype = x, nil
   x, weight, bias, out_dtype = norm_dtypes(x, weight, bias)
-  if x.dtype ~= residual.dtype then residual = residual:to(x.dtype) end
+  if not rawequal(x, sum_input) then
+    -- a weight wider than the sum: the sum keeps its dtype, as with two ops
+    local h = sum_input + residual
+    return h, F.layer_norm(h, normalized_shape, weight, bias, eps)
+  end
   return torch._native_add_layer_norm(x, residual, weight, bias, normalized_shape[1], eps, out_dtype)
 end
 
