@@ -436,6 +436,32 @@ size_t dpc_attention_workspace(int dtype, const dpc_attention *a);
 int dpc_attention_backward(int dtype, const dpc_attention *a, const void *out, const void *dout, const float *lse,
                            void *dq, void *dk, void *dv, void *workspace, void *stream);
 
+/* ---- LayerNorm (cuda/norm.cu) ---- */
+
+/* LayerNorm over `rows` rows of n elements: x (rows, n) contiguous;
+ * residual NULL, or as x: the rows normalized are then x + residual rounded
+ * to x's dtype, also written to sum. weight and bias: n elements of the
+ * output's dtype, or NULL. The dtype pairs (input, output) taken: float32
+ * and float32, float64 and float64, bfloat16 and bfloat16, bfloat16 and
+ * float32. */
+typedef struct {
+    int64_t rows, n;
+    const void *x, *residual, *weight, *bias;
+    double eps;
+} dpc_norm;
+/* out (rows, n) of out_dtype; mean and rstd (rows): each row's mean and
+ * 1 / sqrt(biased variance + eps), float32 (float64 for float64 input) */
+int dpc_layer_norm(int in_dtype, int out_dtype, const dpc_norm *a, void *out, void *sum, void *mean, void *rstd,
+                   void *stream);
+/* Bytes of device scratch memory that dpc_layer_norm_backward needs for
+ * its per-block partial sums of dweight and dbias (when either is wanted) */
+size_t dpc_layer_norm_workspace(int in_dtype, int64_t rows, int64_t n);
+/* dy (rows, n) of out_dtype, contiguous; writes dx (as x), dw and db (as
+ * weight), each NULL when not wanted. The partial sums of dweight and
+ * dbias are added in a fixed order: the same bits on every run. */
+int dpc_layer_norm_backward(int in_dtype, int out_dtype, const dpc_norm *a, const void *dy, const void *mean,
+                            const void *rstd, void *dx, void *dw, void *db, void *workspace, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -201,6 +201,23 @@ DP_API int dp_attention_fused(const dp_tensor *q, const dp_tensor *k, const dp_t
 DP_API dp_status dp_scaled_dot_product_attention(dp_tensor **out, dp_tensor *q, dp_tensor *k, dp_tensor *v,
                                                  int is_causal, double scale);
 
+/* LayerNorm over the last `normalized` elements of each row of input (float32,
+ * float64 or bfloat16): out = (x - mean) * rstd * weight + bias with the
+ * biased variance and rstd = 1 / sqrt(var + eps), as one node
+ * (src/core/norm.c). weight and bias: `normalized` elements of out_dtype, or
+ * NULL. out_dtype: the input's, or float32 for a bfloat16 input (autocast's
+ * float32 layer_norm without a float32 copy of the input). mean and rstd
+ * (either may be NULL): each row's, 1-D, float32 (float64 for a float64
+ * input). */
+DP_API dp_status dp_layer_norm(dp_tensor **out, dp_tensor **mean, dp_tensor **rstd, dp_tensor *input,
+                               dp_tensor *weight, dp_tensor *bias, int64_t normalized, double eps,
+                               dp_dtype out_dtype);
+/* sum = x + residual (one shape and dtype) and out = layer_norm(sum) as above,
+ * in one pass; sum's node is an addition's, out's a LayerNorm's of sum */
+DP_API dp_status dp_add_layer_norm(dp_tensor **sum, dp_tensor **out, dp_tensor *x, dp_tensor *residual,
+                                   dp_tensor *weight, dp_tensor *bias, int64_t normalized, double eps,
+                                   dp_dtype out_dtype);
+
 /* optim: one fused pass over a flat buffer (param, grad and state alike) */
 DP_API dp_status dp_sgd_step(dp_tensor *param, dp_tensor *grad, dp_tensor *momentum_buf, double lr, double momentum,
                              double dampening, int nesterov, double weight_decay, int first_step);

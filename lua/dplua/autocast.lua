@@ -79,8 +79,10 @@ function M.cast_inputs(a, b, c) return lower(a), lower(b), lower(c) end
 -- cast_fp32(a [, b [, c]]): the same, to float32 (losses, softmax, layer_norm).
 function M.cast_fp32(a, b, c) return fp32(a), fp32(b), fp32(c) end
 
--- casts_fp32(t): whether cast_fp32 would cast t (cross_entropy then leaves
--- the cast to its C op, which on a GPU reads bfloat16 logits as they are).
+-- casts_fp32(t): whether cast_fp32 would cast t (a bfloat16 tensor where
+-- autocast is on). cross_entropy then leaves the cast to its C op, which on
+-- a GPU reads bfloat16 logits as they are; layer_norm reads such an input
+-- as it is and gives a float32 output.
 function M.casts_fp32(t) return target(t, false) ~= nil end
 
 local function typename(x) return is_tensor(x) and "Tensor" or type(x) end

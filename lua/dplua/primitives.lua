@@ -55,6 +55,18 @@ function torch._scaled_dot_product_attention(q, k, v, is_causal, scale)
   return new(C.dp_scaled_dot_product_attention(outp, q.p, k.p, v.p, is_causal and 1 or 0, scale))
 end
 
+-- LayerNorm over the last n elements as one node (src/core/norm.c):
+-- out_dtype the input's, or float32 for a bfloat16 input; F.layer_norm
+-- checks the arguments
+function torch._native_layer_norm(input, weight, bias, n, eps, out_dtype)
+  return new(C.dp_layer_norm(outp, nil, nil, input.p, opt_p(weight), opt_p(bias), n, eps, out_dtype.id))
+end
+-- x + residual and the LayerNorm of it in one pass: returns both
+function torch._native_add_layer_norm(x, residual, weight, bias, n, eps, out_dtype)
+  local out = new(C.dp_add_layer_norm(outp2, outp, x.p, residual.p, opt_p(weight), opt_p(bias), n, eps, out_dtype.id))
+  return wrap(outp2[0]), out
+end
+
 function torch._unfold(x, kernel, stride, padding, dilation, pad_value)
   if not is_tensor(x) then raise("unfold: expected a tensor, got " .. typename(x)) end
   return new(C.dp_unfold(outp, x.p, pair(i64x2[1], kernel, "unfold", "kernel_size"),

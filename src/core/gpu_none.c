@@ -153,4 +153,15 @@ dp_status gpu_attention_backward(const cpu_attention_args *a, dp_tensor *out, dp
     (void)a; (void)out; (void)dout; (void)lse; (void)dq; (void)dk; (void)dv;
     return no_cuda();
 }
+dp_status gpu_layer_norm(const cpu_norm_args *a, dp_tensor *out, dp_tensor *sum, dp_tensor *mean, dp_tensor *rstd)
+{
+    (void)a; (void)out; (void)sum; (void)mean; (void)rstd;
+    return no_cuda();
+}
+dp_status gpu_layer_norm_backward(const cpu_norm_args *a, dp_tensor *dy, dp_tensor *mean, dp_tensor *rstd,
+                                  dp_tensor *dx, dp_tensor *dw, dp_tensor *db)
+{
+    (void)a; (void)dy; (void)mean; (void)rstd; (void)dx; (void)dw; (void)db;
+    return no_cuda();
+}
 #endif /* !DP_HAVE_CUDA */

@@ -24,6 +24,10 @@ int gpu_attention_takes(int dtype, int64_t E, int64_t Ev);
 dp_status gpu_attention_forward(const cpu_attention_args *a, dp_tensor *out, dp_tensor *lse);
 dp_status gpu_attention_backward(const cpu_attention_args *a, dp_tensor *out, dp_tensor *dout, dp_tensor *lse,
                                  dp_tensor *dq, dp_tensor *dk, dp_tensor *dv);
+/* gpu_norm.c: LayerNorm's kernels (cuda/norm.cu), arguments as cpu_layer_norm's */
+dp_status gpu_layer_norm(const cpu_norm_args *a, dp_tensor *out, dp_tensor *sum, dp_tensor *mean, dp_tensor *rstd);
+dp_status gpu_layer_norm_backward(const cpu_norm_args *a, dp_tensor *dy, dp_tensor *mean, dp_tensor *rstd,
+                                  dp_tensor *dx, dp_tensor *dw, dp_tensor *db);
 dp_status gpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b);
 dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b);
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,

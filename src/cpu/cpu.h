@@ -125,6 +125,25 @@ void cpu_attention_forward(const cpu_attention_args *a, dp_tensor *out, dp_tenso
 void cpu_attention_backward(const cpu_attention_args *a, dp_tensor *out, dp_tensor *dout, dp_tensor *lse,
                             dp_tensor *dq, dp_tensor *dk, dp_tensor *dv, double *scratch);
 
+/* norm.c: LayerNorm over `rows` rows of n elements. x (rows, n)
+ * contiguous, float32, float64 or bfloat16; residual NULL, or as x: the
+ * rows normalized are then x + residual rounded to x's dtype, written to
+ * sum. weight and bias: n contiguous elements of out's dtype, or NULL.
+ * mean and rstd: one per row, float32 (float64 for a float64 x). dy: out's
+ * gradient, (rows, n) contiguous of out's dtype; dx as x, dw and db as
+ * weight, each NULL when not wanted. scratch: float64, of the sizes below. */
+typedef struct {
+    const dp_tensor *x, *residual, *weight, *bias;
+    int64_t rows, n;
+    double eps;
+} cpu_norm_args;
+#define CPU_NORM_FORWARD_SCRATCH(n) (4 * (n))
+#define CPU_NORM_BACKWARD_SCRATCH(n) (5 * (n))
+void cpu_layer_norm(const cpu_norm_args *a, dp_tensor *out, dp_tensor *sum, dp_tensor *mean, dp_tensor *rstd,
+                    double *scratch);
+void cpu_layer_norm_backward(const cpu_norm_args *a, dp_tensor *dy, dp_tensor *mean, dp_tensor *rstd,
+                             dp_tensor *dx, dp_tensor *dw, dp_tensor *db, double *scratch);
+
 /* optim.c: fused updates over contiguous flat buffers of one dtype, float32 or float64 */
 dp_status cpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
                        double dampening, int nesterov, double weight_decay, int first_step);

@@ -509,8 +509,55 @@ end
 
 ---------------------------------------------------------------- normalization and embedding
 
+-- The floating dtype of a result over dtypes a and b, as PyTorch promotes
+-- them (a number-free pair: float64 over float32 over bfloat16).
+local function wider(a, b)
+  if a == torch.float64 or b == torch.float64 then return torch.float64 end
+  if a == torch.float32 or b == torch.float32 then return torch.float32 end
+  return a
+end
+
+local function want_norm_param(p, what, normalized_shape, fn)
+  if p == nil then return end
+  want_tensor(p, fn, what)
+  local s = p:size()
+  local ok = #s == #normalized_shape
+  for i = 1, #s do ok = ok and s[i] == normalized_shape[i] end
+  if not ok then
+    raise(string.format("%s: expected %s of shape [%s] (normalized_shape), got %s", fn, what,
+                        table.concat(normalized_shape, ", "), shape_str(p)))
+  end
+end
+
+-- The dtypes the fused LayerNorm runs in: input, weight and bias cast
+-- where they must be, and the output's dtype. Under autocast it runs in
+-- float32 (PyTorch's list), reading a bfloat16 input as it is; weight and
+-- bias promote as in the composite, and take the output's dtype.
+local function norm_dtypes(input, weight, bias)
+  local out_dtype = input.dtype
+  if autocast_on then
+    weight, bias = AC.cast_fp32(weight, bias)
+    if AC.casts_fp32(input) then out_dtype = torch.float32 end
+  end
+  if weight ~= nil then out_dtype = wider(out_dtype, weight.dtype) end
+  if bias ~= nil then out_dtype = wider(out_dtype, bias.dtype) end
+  if input.dtype ~= out_dtype and not (input.dtype == torch.bfloat16 and out_dtype == torch.float32) then
+    input = input:to(out_dtype)
+  end
+  if weight ~= nil and weight.dtype ~= out_dtype then weight = weight:to(out_dtype) end
+  if bias ~= nil and bias.dtype ~= out_dtype then bias = bias:to(out_dtype) end
+  return input, weight, bias, out_dtype
+end
+
+local function want_eps(eps, fn)
+  if eps == nil then return 1e-5 end
+  if type(eps) ~= "number" then raise(fn .. ": expected eps to be a number, got " .. typename(eps)) end
+  return eps
+end
+
 -- layer_norm(input, normalized_shape [, weight, bias, eps=1e-5]): over the
--- last dims, with the biased variance, as a composite of tensor ops.
+-- last dims, with the biased variance; one fused op with its own backward
+-- (NativeLayerNormBackward0). Without weight and bias it is not affine.
 function F.layer_norm(input, normalized_shape, weight, bias, eps)
   local fn = "layer_norm"
   if type(weight) == "table" and not is_tensor(weight) then
@@ -529,18 +576,49 @@ function F.layer_norm(input, normalized_shape, weight, bias, eps)
     raise(string.format("%s: Given normalized_shape=[%s], expected input with shape [*, %s], but got input of size%s",
                         fn, table.concat(normalized_shape, ", "), table.concat(normalized_shape, ", "), shape_str(input)))
   end
-  eps = eps or 1e-5
-  if autocast_on then input, weight, bias = AC.cast_fp32(input, weight, bias) end
-  local lead = {}
-  for i = 1, #shape - k do lead[i] = shape[i] end
-  lead[#lead + 1] = -1
-  local y = input:reshape(lead)
-  local mu = y:mean(-1, true)
-  local var = y:var(-1, { correction = 0, keepdim = true })
-  local out = ((y - mu) * (var + eps):rsqrt()):reshape(shape)
-  if weight ~= nil then out = out * weight end
-  if bias ~= nil then out = out + bias end
-  return out
+  local n = 1
+  for i = 1, k do n = n * normalized_shape[i] end
+  if n == 0 then raise(string.format("%s: expected normalized_shape of at least one element, got [%s]", fn,
+                                     table.concat(normalized_shape, ", "))) end
+  eps = want_eps(eps, fn)
+  want_norm_param(weight, "weight", normalized_shape, fn)
+  want_norm_param(bias, "bias", normalized_shape, fn)
+  local out_dtype
+  input, weight, bias, out_dtype = norm_dtypes(input, weight, bias)
+  return torch._native_layer_norm(input, weight, bias, n, eps, out_dtype)
+end
+
+-- torch._add_layer_norm(x, residual, weight, bias [, eps=1e-5]): h = x +
+-- residual and layer_norm(h) over h's last dim (weight and bias of its
+-- size, either may be nil), returned as h, layer_norm(h): a GPT block's
+-- residual add and the next LayerNorm in one pass (one kernel on a GPU).
+-- A residual that only broadcasts to x takes the two ops.
+function torch._add_layer_norm(x, residual, weight, bias, eps)
+  local fn = "add_layer_norm"
+  want_float(x, fn, "input")
+  want_float(residual, fn, "residual")
+  if x:dim() == 0 then raise(fn .. ": expected an input of at least 1 dim, got a 0-d tensor") end
+  local normalized_shape = { x:size(-1) }
+  eps = want_eps(eps, fn)
+  local same = x:dim() == residual:dim()
+  for i = 0, x:dim() - 1 do same = same and x:size(i) == residual:size(i) end
+  if not same then
+    local h = x + residual
+    return h, F.layer_norm(h, { h:size(-1) }, weight, bias, eps)
+  end
+  want_norm_param(weight, "weight", normalized_shape, fn)
+  want_norm_param(bias, "bias", normalized_shape, fn)
+  local dt = wider(x.dtype, residual.dtype)
+  if x.dtype ~= dt then x = x:to(dt) end
+  if residual.dtype ~= dt then residual = residual:to(dt) end
+  local sum_input, out_dtype = x, nil
+  x, weight, bias, out_dtype = norm_dtypes(x, weight, bias)
+  if not rawequal(x, sum_input) then
+    -- a weight wider than the sum: the sum keeps its dtype, as with two ops
+    local h = sum_input + residual
+    return h, F.layer_norm(h, normalized_shape, weight, bias, eps)
+  end
+  return torch._native_add_layer_norm(x, residual, weight, bias, normalized_shape[1], eps, out_dtype)
 end
 
 -- embedding(input, weight [, padding_idx]): rows of weight picked by the
