@@ -77,7 +77,7 @@ local function check(st) if st ~= 0 then error(ffi.string(C.dp_last_error()), 0)
 local rank, world = tonumber(os.getenv("RANK")), tonumber(os.getenv("WORLD_SIZE"))
 local out = ffi.new("dp_store *[1]")
 check(C.dp_store_open(out, os.getenv("MASTER_ADDR"), tonumber(os.getenv("MASTER_PORT")),
-                      rank == 0 and 1 or 0, rank, os.getenv("DPLUA_JOB_TOKEN"), 0, 20))
+                      rank == 0 and 1 or 0, rank, world, os.getenv("DPLUA_JOB_TOKEN"), 0, 20))
 local s = out[0]
 local mine = "rank/" .. rank
 check(C.dp_store_set(s, mine, os.getenv("GROUP_RANK"), 1))
@@ -196,7 +196,7 @@ ok $? "a missing script: the ranks fail and the launcher says why"
 # ---------------------------------------------------------------- two nodes
 
 port=$("$dplua" -e "local ffi = require('ffi'); local C = require('dplua').C
-local out = ffi.new('dp_store *[1]'); assert(C.dp_store_open(out, '127.0.0.1', 0, 1, -1, 'x', 0, 5) == 0)
+local out = ffi.new('dp_store *[1]'); assert(C.dp_store_open(out, '127.0.0.1', 0, 1, -1, 0, 'x', 0, 5) == 0)
 io.write(C.dp_store_port(out[0])); C.dp_store_close(out[0])")
 dp --nnodes=2 --node_rank=1 --master_addr=127.0.0.1 --master_port="$port" \
     --nproc_per_node=2 "$tmp/rdzv.lua" >"$tmp/node1" 2>&1 &

@@ -328,7 +328,7 @@ ok $? "a client waiting when the serving process dies fails at once, not at its 
 
 run -e "local ffi = require('ffi'); local C = require('dplua').C
 local out = ffi.new('dp_store *[1]')
-print(C.dp_store_open(out, '127.0.0.1', 70000, 0, -1, 'x', 0, 1), ffi.string(C.dp_last_error()))
+print(C.dp_store_open(out, '127.0.0.1', 70000, 0, -1, 0, 'x', 0, 1), ffi.string(C.dp_last_error()))
 print(C.dp_store_set(nil, 'k', 'v', 1), ffi.string(C.dp_last_error()))
 print(C.dp_store_wait(nil, nil, 0, 1) ~= 0)"
 [ $status -eq 0 ] && has out "port 70000 is out of range" && has out "the store is NULL" && has out "true"
