@@ -51,6 +51,7 @@ static int token_dir(char *dir, size_t size, char *why, size_t why_size)
     char parent[4096];
     if (cache && *cache == '/') {
         snprintf(parent, sizeof parent, "%s", cache);
+        mkdir(parent, 0700);
     } else {
         struct passwd *pw = home && *home == '/' ? NULL : getpwuid(getuid());
         if ((home == NULL || *home != '/') && (pw == NULL || (home = pw->pw_dir) == NULL)) {
