@@ -2,10 +2,12 @@
 # tests/sh/test_store.sh -- the rendezvous store (src/dist/socket.c,
 # store_server.c, store_client.c) between processes:
 # set/get/add/compare_set/wait/check/delete, server-side waits,
-# timeouts that name the key, the job token, malformed frames (rejected,
-# logged once, the server keeps serving), port in use, an unreachable
-# store, and dplua/dead/<rank> for a client that went away. Loopback only;
-# ports are picked free at run time. TAP output.
+# timeouts that name the key, the job token, a connection that never says
+# HELLO (closed after 5 s), a second HELLO for a live rank (refused),
+# malformed frames (rejected, logged once, the server keeps serving),
+# port in use, an unreachable store, and dplua/dead/<rank> for a client
+# that went away. Loopback only; ports are picked free at run time. TAP
+# output.
 #
 #   sh tests/sh/test_store.sh          # from the build directory
 
@@ -163,6 +165,50 @@ run -e "local ok, err = pcall(require('store').open, $port, {token = 'wrong', ti
 [ $status -eq 0 ] && has out "refused this client: wrong job token"; ok $? "a wrong token is refused with a clear error"
 sleep 0.2
 [ "$(grep -c "wrong job token" "$tmp/server.err")" -eq 1 ]; ok $? "the server logs the wrong token once"
+
+# ---------------------------------------------------------------- strangers and duplicates
+
+# silent.lua PORT: connects, says nothing, and prints whether and after how
+# many whole seconds the server closed the connection (at most 20 s).
+cat >"$tmp/silent.lua" <<'EOF'
+local ffi = require("ffi")
+ffi.cdef[[
+struct dpt_sin { uint16_t family; uint16_t port; uint32_t addr; uint8_t zero[8]; };
+struct dpt_pollfd { int fd; short events; short revents; };
+int socket(int, int, int);
+int connect(int, const void *, uint32_t);
+long read(int, void *, size_t);
+int poll(struct dpt_pollfd *, unsigned long, int);
+uint16_t htons(uint16_t);
+uint32_t inet_addr(const char *);
+]]
+local fd = ffi.C.socket(2, 1, 0)
+local a = ffi.new("struct dpt_sin")
+a.family, a.port, a.addr = 2, ffi.C.htons(tonumber(arg[1])), ffi.C.inet_addr("127.0.0.1")
+assert(ffi.C.connect(fd, a, ffi.sizeof(a)) == 0, "connect failed")
+local p = ffi.new("struct dpt_pollfd", { fd = fd, events = 1 })
+local t0 = os.time()
+if ffi.C.poll(p, 1, 20000) > 0 and ffi.C.read(fd, ffi.new("char[8]"), 8) <= 0 then
+    print("closed after " .. (os.time() - t0) .. " s")
+else
+    print("open")
+end
+EOF
+run "$tmp/silent.lua" "$port"
+[ $status -eq 0 ] && has out "closed after" && [ "$(sed 's/closed after \([0-9]*\) s/\1/' "$tmp/out")" -ge 4 ] \
+    && has server.err "did not say HELLO within 5 s"
+ok $? "a connection that never says HELLO is closed after 5 s, and logged"
+
+dp -e "local M = require('store'); local s = M.open($port, {rank = 7}); s:set('rank7', 'up'); s:get('rank7.done', 30); s:set('rank7.still', 'yes')" \
+    >/dev/null 2>&1 &
+holder=$!
+run -e "local M = require('store'); local s = M.open($port); s:get('rank7', 10)
+local ok, err = pcall(M.open, $port, {rank = 7, timeout = 3}); print(err)
+print(s:check({'dplua/dead/7'})); s:set('rank7.done', '1'); print(s:get('rank7.still', 10))"
+wait $holder
+[ $status -eq 0 ] && has out "refused this client: rank 7 is already connected (from 127.0.0.1 port" \
+    && has out "false" && has out "yes" && has server.err "rank 7 is already connected"
+ok $? "a second HELLO for a live rank is refused and logged; the rank stays alive and served"
 
 # ---------------------------------------------------------------- the generation
 
