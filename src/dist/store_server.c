@@ -29,8 +29,8 @@
 #define HELLO_MAX (8u << 10)           /* the largest frame before HELLO (a token is <= 4 KiB) */
 #define HELLO_DEADLINE_S 5             /* seconds a connection has to authenticate */
 #define HELLO_DEADLINE ((double)HELLO_DEADLINE_S)
-#define DP_STR_(x) #x
-#define DP_STR(x) DP_STR_(x)
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x)
 #define PENDING_MAX 128                /* connections not yet authenticated, at once */
 #define CLIENTS_MARGIN 64              /* authenticated clients beyond the world size */
 #define CLIENTS_UNKNOWN 4096           /* authenticated clients when the world size is not known */
@@ -92,7 +92,7 @@ struct store_server {
     struct conn **conns;
     size_t nconns, capconns;
     int npending;              /* connections not yet authenticated */
-    int said_full, said_idle, said_clients, said_remote;   /* each of these logged once */
+    int said_full, said_idle, said_remote;   /* each of these logged once */
     struct entry **buckets;
     size_t nbuckets, nentries;
     struct waiter *waiters;
@@ -724,14 +724,17 @@ static void drop_oldest_pending(struct store_server *sv)
     if (old == NULL)
         return;
     old->closing = 1;
-    say_once(sv, &sv->said_full, DP_STR(PENDING_MAX) " connections had not said HELLO; closing the oldest "
+    say_once(sv, &sv->said_full, STRINGIFY(PENDING_MAX) " connections had not said HELLO; closing the oldest "
              "of them for each new one");
     sweep(sv);
 }
 
+/* Takes at most half of PENDING_MAX new connections a round, so that one
+ * accepted lives through a round of reads (its HELLO, sent right after
+ * its connect, is read then) before a flood can push it out. */
 static void accept_clients(struct store_server *sv)
 {
-    for (;;) {
+    for (int k = 0; k < PENDING_MAX / 2; k++) {
         struct sockaddr_storage addr;
         socklen_t alen = sizeof addr;
         char host[64] = "?", serv[16] = "?";
@@ -821,7 +824,7 @@ static int expire_pending(struct store_server *sv)
         if (now >= c->hello_by) {
             c->closing = 1;
             say_once(sv, &sv->said_idle, "closed a connection that did not say HELLO within "
-                     DP_STR(HELLO_DEADLINE_S) " s");
+                     STRINGIFY(HELLO_DEADLINE_S) " s");
         } else if (next < 0 || c->hello_by < next) {
             next = c->hello_by;
         }
