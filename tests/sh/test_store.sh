@@ -3,7 +3,8 @@
 # store_server.c, store_client.c) between processes:
 # set/get/add/compare_set/wait/check/delete, server-side waits,
 # timeouts that name the key, the job token, a connection that never says
-# HELLO (closed after 5 s), a second HELLO for a live rank (refused),
+# HELLO (closed after 5 s), a second HELLO for a live rank (refused), the
+# cap on clients (world size + 64),
 # malformed frames (rejected, logged once, the server keeps serving),
 # port in use, an unreachable store, and dplua/dead/<rank> for a client
 # that went away. Loopback only; ports are picked free at run time. TAP
@@ -209,6 +210,20 @@ wait $holder
 [ $status -eq 0 ] && has out "refused this client: rank 7 is already connected (from 127.0.0.1 port" \
     && has out "false" && has out "yes" && has server.err "rank 7 is already connected"
 ok $? "a second HELLO for a live rank is refused and logged; the rank stays alive and served"
+
+# a store of a job of 2 ranks takes 2 + 64 clients at once
+dp -e "local M = require('store'); local s = M.open(0, {server = true, world_size = 2})
+local f = io.open('$tmp/cap.port', 'w'); f:write(s:port()); f:close(); s:get('cap.done', 60)" >/dev/null 2>&1 &
+cap_server=$!
+wait_file "$tmp/cap.port" 10
+run -e "local M = require('store'); local held = {}
+for i = 1, 65 do held[i] = M.open($(cat "$tmp/cap.port"), {timeout = 5}) end
+local ok, err = pcall(M.open, $(cat "$tmp/cap.port"), {timeout = 5}); print(ok, err)
+held[1]:close(); M.sleep(0.3); held[1] = M.open($(cat "$tmp/cap.port"), {timeout = 5}); print('reopened')
+held[2]:set('cap.done', '1')"
+wait $cap_server
+[ $status -eq 0 ] && has out "false" && has out "the store already serves 66 clients, its limit" && has out "reopened"
+ok $? "a store of 2 ranks serves 66 clients at once (its own included) and refuses the next; a freed place is taken again"
 
 # ---------------------------------------------------------------- the generation
 
