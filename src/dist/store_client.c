@@ -486,7 +486,9 @@ static dp_status hello(dp_store *s, const char *token, int64_t generation, doubl
  * next try: 0, or EAGAIN while rank 0 has not written it yet, or an
  * error with the message set. A client whose store is on another host
  * and finds no file (no home shared with rank 0's node) takes the token
- * derived from host and port, after REMOTE_FILE_WAIT s, and says so. */
+ * derived from host and port, after REMOTE_FILE_WAIT s, and says so
+ * once. *remote: -1 not known yet, 0 the store is on this host, 1 on
+ * another, 2 on another and said. */
 #define REMOTE_FILE_WAIT 10.0
 static int file_token(dp_store *s, char *tok, size_t size, double start, double deadline, int *remote)
 {
@@ -502,6 +504,9 @@ static int file_token(dp_store *s, char *tok, size_t size, double start, double 
         *remote = !store_is_local_host(s->host);
     if (*remote && store_now() - start >= REMOTE_FILE_WAIT) {
         token_derived(s->host, s->port, tok, size);
+        if (*remote == 2)
+            return 0;   /* (said already) */
+        *remote = 2;
         fprintf(stderr, "dplua: WARNING: no DPLUA_JOB_TOKEN and no job token file from rank 0 (is the home folder "
                 "shared?); joining the store at %s:%d with the token derived from its address and port, which "
                 "anyone who can reach it can compute. Set DPLUA_JOB_TOKEN to the same secret on every rank.\n",
