@@ -253,9 +253,12 @@ typedef struct dp_work dp_work;
 
 /* is_server: bind host:port (port 0 picks a free one) and serve; rank is
  * the client's rank (-1 if none), so the server can tell who went away;
- * generation: which initialisation of the job this is (a store of
- * another refuses the client, which retries until timeout_s). */
-DP_API dp_status dp_store_open(dp_store **out, const char *host, int port, int is_server, int rank,
+ * world_size bounds the clients a server takes at once (<= 0: unknown);
+ * token NULL or "": $DPLUA_JOB_TOKEN, else a private file rank 0 writes
+ * (docs/DISTRIBUTED.md); generation: which initialisation of the job this
+ * is (a store of another refuses the client, which retries until
+ * timeout_s). */
+DP_API dp_status dp_store_open(dp_store **out, const char *host, int port, int is_server, int rank, int world_size,
                                const char *token, int64_t generation, double timeout_s);
 /* The client protocol of PyTorch's TCPStore (torchrun's agent store). */
 DP_API dp_status dp_store_open_torch(dp_store **out, const char *host, int port, double timeout_s);

@@ -81,6 +81,11 @@ DP_API void dp_cuda_launch_deferred(void);
  * 2 for a bad command line; 1 when the ranks could not be started. */
 DP_API int dp_launch_main(int argc, char **argv);
 DP_API int dp_launch_is_flag(const char *arg);   /* "--nproc-per-node=4", "--tee": '_' or '-' */
+/* In a rank the launcher started (DPLUA_LAUNCHER_PID is set), first thing
+ * in main: stdout line-buffered when a pipe; on SIGTERM (the launcher
+ * stopping the job, or dying) what was printed is flushed and the rank's
+ * process group ended (src/dist/rank.c). Elsewhere it does nothing. */
+DP_API void dp_launch_rank_setup(void);
 
 /* `dplua env`: the libraries and devices of this build, one fact at a
  * time ("CUDA runtime", "13.0"), values that say why when something is

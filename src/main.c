@@ -200,6 +200,7 @@ int main(int argc, char **argv)
         argc = 1;
         argv = no_args;
     }
+    dp_launch_rank_setup();   /* (a rank of the launcher's; src/dist/rank.c) */
     if (argc > 1 && strcmp(argv[1], "env") == 0)
         return env_command(argc, argv);
     memset(&a, 0, sizeof a);

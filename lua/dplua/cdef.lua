@@ -235,9 +235,12 @@ typedef struct dp_work dp_work;
 
 /* is_server: bind host:port (port 0 picks a free one) and serve; rank is
  * the client's rank (-1 if none), so the server can tell who went away;
- * generation: which initialisation of the job this is (a store of
- * another refuses the client, which retries until timeout_s). */
-dp_status dp_store_open(dp_store **out, const char *host, int port, int is_server, int rank,
+ * world_size bounds the clients a server takes at once (<= 0: unknown);
+ * token NULL or "": $DPLUA_JOB_TOKEN, else a private file rank 0 writes
+ * (docs/DISTRIBUTED.md); generation: which initialisation of the job this
+ * is (a store of another refuses the client, which retries until
+ * timeout_s). */
+dp_status dp_store_open(dp_store **out, const char *host, int port, int is_server, int rank, int world_size,
                                const char *token, int64_t generation, double timeout_s);
 /* The client protocol of PyTorch's TCPStore (torchrun's agent store). */
 dp_status dp_store_open_torch(dp_store **out, const char *host, int port, double timeout_s);
@@ -493,6 +496,11 @@ void dp_cuda_launch_deferred(void);
  * 2 for a bad command line; 1 when the ranks could not be started. */
 int dp_launch_main(int argc, char **argv);
 int dp_launch_is_flag(const char *arg);   /* "--nproc-per-node=4", "--tee": '_' or '-' */
+/* In a rank the launcher started (DPLUA_LAUNCHER_PID is set), first thing
+ * in main: stdout line-buffered when a pipe; on SIGTERM (the launcher
+ * stopping the job, or dying) what was printed is flushed and the rank's
+ * process group ended (src/dist/rank.c). Elsewhere it does nothing. */
+void dp_launch_rank_setup(void);
 
 /* `dplua env`: the libraries and devices of this build, one fact at a
  * time ("CUDA runtime", "13.0"), values that say why when something is

@@ -71,8 +71,13 @@ function dist.TCPStore(host, port, world_size, is_master, timeout)
   if type(port) ~= "number" or port % 1 ~= 0 or port < 0 or port > 65535 then
     raise("TCPStore: expected a port number in [0, 65535], got " .. tostring(port))
   end
+  if world_size ~= nil and (type(world_size) ~= "number" or world_size % 1 ~= 0) then
+    raise("TCPStore: expected the world size as an integer (or nil), got " .. tostring(world_size))
+  end
+  -- (no DPLUA_JOB_TOKEN: the server writes a private token file, the clients read it)
   local token = os.getenv("DPLUA_JOB_TOKEN") or ""
-  check(C.dp_store_open(store_box, host, port, is_master and 1 or 0, -1, token, 0, timeout or DEFAULT_TIMEOUT))
+  check(C.dp_store_open(store_box, host, port, is_master and 1 or 0, -1, world_size or 0, token, 0,
+                        timeout or DEFAULT_TIMEOUT))
   return wrap_store(store_box[0])
 end
 
@@ -175,6 +180,14 @@ end
 -- init_process_group's stores opened by this process: their generation
 local inits = 0
 
+-- A token for a store of one process: random, when /dev/urandom is there.
+local function private_token()
+  local f = io.open("/dev/urandom", "rb")
+  local bytes = f and f:read(16) or tostring(os.time()) .. tostring({})
+  if f then f:close() end
+  return (bytes:gsub(".", function(c) return string.format("%02x", c:byte()) end))
+end
+
 local function open_store(env, timeout)
   if os.getenv("TORCHELASTIC_USE_AGENT_STORE") == "True" and not env.alone then
     check(C.dp_store_open_torch(store_box, env.addr, env.port, timeout))
@@ -182,8 +195,9 @@ local function open_store(env, timeout)
     -- (the generation: a rank that re-initialises before rank 0 has
     -- closed the last group's store is refused by it and retries)
     local token = os.getenv("DPLUA_JOB_TOKEN") or ""
-    check(C.dp_store_open(store_box, env.addr, env.port, env.rank == 0 and 1 or 0, env.rank, token, inits + 1,
-                          timeout))
+    if env.alone then token = private_token() end   -- nobody else joins: no token file
+    check(C.dp_store_open(store_box, env.addr, env.port, env.rank == 0 and 1 or 0, env.rank, env.world_size, token,
+                          inits + 1, timeout))
   end
   inits = inits + 1   -- (not on a failure: a retry under pcall stays in step with the other ranks)
   return wrap_store(store_box[0])

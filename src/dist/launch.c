@@ -13,8 +13,9 @@
  * One process, one thread, one poll() loop: the pipes, and a self-pipe
  * that the signal handlers (SIGCHLD, and SIGINT/SIGTERM/SIGHUP to forward)
  * write to. Each rank runs in its own process group, so a Ctrl-C at the
- * terminal reaches the launcher alone and the ranks get it once, forwarded;
- * PR_SET_PDEATHSIG kills a rank whose launcher died.
+ * terminal reaches the launcher alone and the ranks get it once, forwarded.
+ * A rank gets SIGTERM when the launcher dies (PR_SET_PDEATHSIG), and then
+ * kills its process group, what it started included (src/dist/rank.c).
  */
 #define _GNU_SOURCE
 #ifdef HAVE_CONFIG_H
@@ -367,16 +368,10 @@ static int free_port(void)
     return port;
 }
 
-static uint64_t fnv1a(uint64_t h, const char *s)
-{
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
-/* DPLUA_JOB_TOKEN: the caller's, else random on one node; on several
- * nodes each launcher must find the same token alone, so it is derived
- * from the master address and port (and --rdzv_id): not a secret. */
+/* DPLUA_JOB_TOKEN: the caller's, else random on one node. On several
+ * nodes the launchers cannot share a secret of their own making: the
+ * ranks then find the token themselves (a file rank 0 writes, docs/
+ * DISTRIBUTED.md "The job token"), and the token stays empty here. */
 static int make_token(struct launch *L)
 {
     const char *env = getenv("DPLUA_JOB_TOKEN");
@@ -387,14 +382,8 @@ static int make_token(struct launch *L)
             return usage("DPLUA_JOB_TOKEN is too long (at most %s bytes)%s", "79", "");
         return GO_ON;
     }
-    if (L->nnodes > 1) {
-        char port[16];
-        uint64_t h = 1469598103934665603ull;
-        snprintf(port, sizeof port, ":%d:", L->port);
-        h = fnv1a(fnv1a(fnv1a(fnv1a(h, "dplua-job:"), L->addr), port), L->rdzv_id);
-        snprintf(L->token, sizeof L->token, "derived-%016llx", (unsigned long long)h);
+    if (L->nnodes > 1)
         return GO_ON;
-    }
     if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
         fprintf(stderr, PROG ": cannot read random bytes for the job token: %s\n", strerror(errno));
         return 1;
@@ -449,7 +438,7 @@ static int settle(struct launch *L)
 
 /* The variables a rank gets, over the launcher's environment (at most
  * RANK_VARS of them); a bare name is removed. */
-#define RANK_VARS 16
+#define RANK_VARS 17
 
 static int rank_vars(const struct launch *L, const struct rank *r, char **set)
 {
@@ -465,7 +454,11 @@ static int rank_vars(const struct launch *L, const struct rank *r, char **set)
     SETV("ROLE_WORLD_SIZE=%d", L->nproc * L->nnodes);
     SETV("MASTER_ADDR=%s", L->addr);
     SETV("MASTER_PORT=%d", L->port);
-    SETV("DPLUA_JOB_TOKEN=%s", L->token);
+    if (L->token[0])
+        SETV("DPLUA_JOB_TOKEN=%s", L->token);
+    else
+        SETV("DPLUA_JOB_TOKEN");   /* the ranks find it themselves (token.c) */
+    SETV("DPLUA_LAUNCHER_PID=%d", (int)getpid());   /* the rank's watch on us (rank.c) */
     SETV("TORCHELASTIC_USE_AGENT_STORE");   /* torchrun's agent store is not ours */
     if (L->repl)
         SETV("DPLUA_REPL_SERVER=1");   /* stdin is the REPL's socket: host.c */
@@ -520,7 +513,7 @@ static int start_rank(struct launch *L, struct rank *r, char **argv)
         devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
     }
     struct proc_spec spec = { .program = NULL, .argv = argv, .envp = env, .fd = { devnull, po[1], pe[1] },
-                              .own_group = true, .die_with_parent = true };
+                              .own_group = true, .parent_death_signal = SIGTERM };
     e = proc_start(&spec, &pid);
     close(po[1]);
     close(pe[1]);

@@ -41,8 +41,8 @@ static const int reset_signals[] = { SIGHUP, SIGINT, SIGQUIT, SIGPIPE, SIGTERM, 
 static void exec_child(const struct proc_spec *s, pid_t parent, int err_w)
 {
     sigset_t none;
-    if (s->die_with_parent) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (s->parent_death_signal) {
+        prctl(PR_SET_PDEATHSIG, s->parent_death_signal);
         if (getppid() != parent)   /* the parent died before prctl */
             _exit(127);
     }

@@ -18,7 +18,7 @@ struct proc_spec {
     char *const *envp;       /* the child's whole environment (proc_environment) */
     int fd[3];               /* what the child's stdin, stdout and stderr become; -1: this process's */
     bool own_group;          /* a process group of its own (a Ctrl-C at the terminal misses it) */
-    bool die_with_parent;    /* SIGKILL when this process dies */
+    int parent_death_signal; /* sent to the child when this process dies; 0: none */
 };
 
 /* Starts the child with its signals at their defaults and none blocked.

@@ -288,3 +288,51 @@ int store_listen(const struct sockaddr *addr, socklen_t len, int *fdp, int *port
                                             : ((struct sockaddr_in *)&got)->sin_port);
     return 0;
 }
+
+int store_is_local_addr(const struct sockaddr *a)
+{
+    struct sockaddr_storage copy;
+    socklen_t len;
+    int fd, ok;
+    memset(&copy, 0, sizeof copy);
+    if (a->sa_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&((const struct sockaddr_in6 *)a)->sin6_addr)) {
+        struct sockaddr_in *v4 = (struct sockaddr_in *)&copy;   /* a peer of the dual-stack socket */
+        v4->sin_family = AF_INET;
+        memcpy(&v4->sin_addr, &((const struct sockaddr_in6 *)a)->sin6_addr.s6_addr[12], 4);
+        len = sizeof *v4;
+    } else if (a->sa_family == AF_INET) {
+        memcpy(&copy, a, sizeof(struct sockaddr_in));
+        ((struct sockaddr_in *)&copy)->sin_port = 0;
+        len = sizeof(struct sockaddr_in);
+    } else if (a->sa_family == AF_INET6) {
+        memcpy(&copy, a, sizeof(struct sockaddr_in6));
+        ((struct sockaddr_in6 *)&copy)->sin6_port = 0;
+        len = sizeof(struct sockaddr_in6);
+    } else {
+        return a->sa_family == AF_UNIX;
+    }
+    if (store_is_loopback((struct sockaddr *)&copy))
+        return 1;
+    /* an address this machine can bind is one of its own */
+    fd = socket(copy.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 1;   /* cannot tell: the safe answer */
+    ok = bind(fd, (struct sockaddr *)&copy, len) == 0 || errno == EADDRINUSE;
+    close(fd);
+    return ok;
+}
+
+int store_is_local_host(const char *host)
+{
+    struct addrinfo hints, *res = NULL, *ai;
+    int local = 0;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0)
+        return 0;
+    for (ai = res; ai != NULL && !local; ai = ai->ai_next)
+        local = store_is_local_addr(ai->ai_addr);
+    freeaddrinfo(res);
+    return local;
+}

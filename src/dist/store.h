@@ -55,6 +55,8 @@ struct dp_store {
     struct store_server *server;  /* non-NULL on the rank that serves (store_proto.h) */
     int torch_proto;         /* torchstore.c: 1 (PyTorch 1.x) or 2 (PyTorch 2.x) */
     int holders;             /* references besides the opener's (store_retain); dp_store_close frees at the last */
+    int token_file;          /* the server wrote its token to the file (token.c), removed at close */
+    char token[64];          /* that token */
 };
 
 /* Another reference to s (a process group's), given back by dp_store_close:
@@ -90,6 +92,28 @@ int store_recv_all(int fd, void *buf, size_t n, double deadline, int *eof);
 int store_listen(const struct sockaddr *addr, socklen_t len, int *fd, int *port);
 /* Whether addr is a loopback address (127.0.0.0/8 or ::1). */
 int store_is_loopback(const struct sockaddr *addr);
+
+/* Whether addr is one of this machine's addresses (loopback included;
+ * when it cannot tell, yes). Whether host resolves to one of them. */
+int store_is_local_addr(const struct sockaddr *addr);
+int store_is_local_host(const char *host);
+
+/* ---------------------------------------------------------------- token.c */
+
+/* The job token when the caller gave none (docs/DISTRIBUTED.md, "The job
+ * token"): a file only this user can read, keyed by the store's host and
+ * port, in $XDG_CACHE_HOME/dplua or ~/.cache/dplua. The server makes a
+ * random token and writes it there (token_file_write); a client reads it
+ * (token_file_read: 0, ENOENT while it is not there yet, or another errno
+ * with a message in why). token_derived: the token anyone can compute
+ * from host and port, for clients on another host that cannot see the
+ * file. Tokens are at most TOKEN_MAX bytes. */
+#define TOKEN_MAX 4096
+int token_random(char *out, size_t size);
+int token_file_write(const char *host, int port, const char *token, char *why, size_t why_size);
+int token_file_read(const char *host, int port, char *out, size_t size, char *why, size_t why_size);
+void token_file_remove(const char *host, int port, const char *token);
+void token_derived(const char *host, int port, char *out, size_t size);
 
 /* Little-endian integers on the wire. */
 void store_put_u32(unsigned char *p, uint32_t v);

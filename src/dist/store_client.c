@@ -416,6 +416,8 @@ static void dl_close(dp_store *s)
         close(s->fd);
     s->fd = -1;
     store_server_stop(s->server);
+    if (s->server && s->token_file)
+        token_file_remove(s->host, s->port, s->token);
     s->server = NULL;
 }
 
@@ -428,7 +430,7 @@ static const struct store_ops dplua_ops = {
  * HELLO_OTHER_GENERATION when the server refused the generation alone,
  * HELLO_LOST when the connection ended before the answer (a store going
  * away, whose successor may be coming; or not a dplua store), else 0. */
-enum { HELLO_OTHER_GENERATION = 1, HELLO_LOST };
+enum { HELLO_OTHER_GENERATION = 1, HELLO_LOST, HELLO_WRONG_TOKEN };
 #define HELLO_LOST_TRIES 3   /* handshakes lost in a row, tried again (generation set) */
 static dp_status hello(dp_store *s, const char *token, int64_t generation, double deadline, int *again)
 {
@@ -463,9 +465,12 @@ static dp_status hello(dp_store *s, const char *token, int64_t generation, doubl
         const unsigned char *m = take_field(&cu, &n);
         if (m && n >= strlen(GENERATION_REFUSED) && memcmp(m, GENERATION_REFUSED, strlen(GENERATION_REFUSED)) == 0)
             *again = HELLO_OTHER_GENERATION;
+        else if (m && n >= strlen(TOKEN_REFUSED) && memcmp(m, TOKEN_REFUSED, strlen(TOKEN_REFUSED)) == 0)
+            *again = HELLO_WRONG_TOKEN;
         st = dp_fail(DP_ERR_STATE, "%s: the store at %s:%d refused this client: %.*s%s", fn, s->host,
                      s->port, m ? (int)n : 0, m ? (const char *)m : "",
-                     *again ? " (did the ranks call init_process_group a different number of times?)" : "");
+                     *again == HELLO_OTHER_GENERATION
+                         ? " (did the ranks call init_process_group a different number of times?)" : "");
     } else {
         st = reply_status(s, fn, &rep, OP_OK);
     }
@@ -477,12 +482,77 @@ static dp_status hello(dp_store *s, const char *token, int64_t generation, doubl
 /* the public API                                                            */
 /* ======================================================================== */
 
-dp_status dp_store_open(dp_store **out, const char *host, int port, int is_server, int rank,
+/* The token of a store opened without one (token.c), for the client's
+ * next try: 0, or EAGAIN while rank 0 has not written it yet, or an
+ * error with the message set. A client whose store is on another host
+ * and finds no file (no home shared with rank 0's node) takes the token
+ * derived from host and port, after REMOTE_FILE_WAIT s, and says so
+ * once. *remote: -1 not known yet, 0 the store is on this host, 1 on
+ * another, 2 on another and said. */
+#define REMOTE_FILE_WAIT 10.0
+static int file_token(dp_store *s, char *tok, size_t size, double start, double deadline, int *remote)
+{
+    char why[700];
+    int e = token_file_read(s->host, s->port, tok, size, why, sizeof why);
+    if (e == 0)
+        return 0;
+    if (e != ENOENT) {
+        dp_fail(DP_ERR_IO, "dp_store_open: %s", why);
+        return e;
+    }
+    if (*remote < 0)
+        *remote = !store_is_local_host(s->host);
+    if (*remote && store_now() - start >= REMOTE_FILE_WAIT) {
+        token_derived(s->host, s->port, tok, size);
+        if (*remote == 2)
+            return 0;   /* (said already) */
+        *remote = 2;
+        fprintf(stderr, "dplua: WARNING: no DPLUA_JOB_TOKEN and no job token file from rank 0 (is the home folder "
+                "shared?); joining the store at %s:%d with the token derived from its address and port, which "
+                "anyone who can reach it can compute. Set DPLUA_JOB_TOKEN to the same secret on every rank.\n",
+                s->host, s->port);
+        return 0;
+    }
+    if (store_now() + 0.05 >= deadline) {
+        dp_fail(DP_ERR_IO, "dp_store_open: %s; set DPLUA_JOB_TOKEN to the same secret on every rank when they "
+                "do not share this folder", why);
+        return e;
+    }
+    return EAGAIN;
+}
+
+/* A server opened without a token: a random one, and the file the
+ * clients read it from; clients on other hosts may use the derived one. */
+static dp_status serve_with_file_token(dp_store *s, const char *host, int port, int world_size,
+                                       int64_t generation, char *tok, size_t size)
+{
+    char remote[64], why[700];
+    dp_status st;
+    int e = token_random(tok, size);
+    if (e != 0)
+        return dp_fail(DP_ERR_IO, "dp_store_open: cannot make a job token: %s", strerror(e));
+    token_derived(s->host, port, remote, sizeof remote);
+    st = store_server_start(&s->server, host, port, world_size, tok, port > 0 ? remote : NULL, generation);
+    if (st != DP_OK)
+        return st;
+    if (token_file_write(s->host, store_server_port(s->server), tok, why, sizeof why) != 0) {
+        store_server_stop(s->server);
+        s->server = NULL;
+        return dp_fail(DP_ERR_IO, "dp_store_open: %s (or set DPLUA_JOB_TOKEN)", why);
+    }
+    s->token_file = 1;
+    snprintf(s->token, sizeof s->token, "%.63s", tok);   /* (32 hex digits) */
+    return DP_OK;
+}
+
+dp_status dp_store_open(dp_store **out, const char *host, int port, int is_server, int rank, int world_size,
                         const char *token, int64_t generation, double timeout_s)
 {
     dp_store *s;
-    dp_status st;
-    double deadline;
+    dp_status st = DP_ERR_IO;
+    double start, deadline;
+    char tok[TOKEN_MAX + 1];
+    int from_file, remote = -1;
     if (out == NULL)
         return dp_fail(DP_ERR_ARG, "dp_store_open: out is NULL");
     *out = NULL;
@@ -493,10 +563,10 @@ dp_status dp_store_open(dp_store **out, const char *host, int port, int is_serve
         return dp_fail(DP_ERR_ARG, "dp_store_open: rank %d (expected -1 or a rank >= 0)", rank);
     if (token == NULL)
         token = getenv("DPLUA_JOB_TOKEN");
-    if (token == NULL)
-        token = "";
-    if (strlen(token) > 4096)
-        return dp_fail(DP_ERR_ARG, "dp_store_open: the job token is %zu bytes (at most 4096)", strlen(token));
+    from_file = token == NULL || *token == '\0';
+    if (!from_file && strlen(token) > TOKEN_MAX)
+        return dp_fail(DP_ERR_ARG, "dp_store_open: the job token is %zu bytes (at most %d)", strlen(token),
+                       TOKEN_MAX);
     s = calloc(1, sizeof *s);
     if (s == NULL)
         return dp_fail(DP_ERR_MEMORY, "dp_store_open: out of memory");
@@ -505,15 +575,19 @@ dp_status dp_store_open(dp_store **out, const char *host, int port, int is_serve
     s->fd = -1;
     s->rank = rank;
     s->timeout_s = timeout_s > 0 ? timeout_s : STORE_DEFAULT_TIMEOUT;
-    deadline = store_now() + s->timeout_s;
+    start = store_now();
+    deadline = start + s->timeout_s;
     snprintf(s->host, sizeof s->host, "%s", host && *host ? host : "127.0.0.1");
     if (is_server) {
-        st = store_server_start(&s->server, host, port, token, generation);
+        st = from_file ? serve_with_file_token(s, host, port, world_size, generation, tok, sizeof tok)
+                       : store_server_start(&s->server, host, port, world_size, token, NULL, generation);
         if (st != DP_OK) {
             free(s);
             return st;
         }
         port = store_server_port(s->server);
+        if (from_file)
+            token = tok;
     }
     s->port = port;
     /* A store of another generation (the last init_process_group's, not
@@ -521,10 +595,23 @@ dp_status dp_store_open(dp_store **out, const char *host, int port, int is_serve
      * this one's serves or the time is up. One that goes away during the
      * handshake (closing just then) is tried again a few times in a row;
      * a peer that is no dplua store does the same at every try, and is
-     * then reported as before. */
+     * then reported as before. A token read from the file may be a past
+     * job's (rank 0 has not replaced it yet): read it again. */
     for (int again = 1, tries = 0, lost_in_a_row = 0; again; tries++) {
         const double left = deadline - store_now();
         const char *host_now = s->server ? store_server_connect_host(s->server) : s->host;
+        if (from_file && !is_server) {
+            int e = file_token(s, tok, sizeof tok, start, deadline, &remote);
+            if (e == EAGAIN) {
+                usleep(50000);
+                continue;
+            }
+            if (e != 0) {
+                st = DP_ERR_IO;
+                break;
+            }
+            token = tok;
+        }
         st = store_connect(&s->fd, "dp_store_open", host_now, port,
                            tries == 0 ? s->timeout_s : left > 0.001 ? left : 0.001);
         if (st == DP_OK)
@@ -534,13 +621,15 @@ dp_status dp_store_open(dp_store **out, const char *host, int port, int is_serve
         lost_in_a_row = again == HELLO_LOST ? lost_in_a_row + 1 : 0;
         if (again == HELLO_LOST && (generation == 0 || lost_in_a_row > HELLO_LOST_TRIES))
             again = 0;
+        if (again == HELLO_WRONG_TOKEN && !(from_file && !is_server && strncmp(tok, "derived-", 8) != 0))
+            again = 0;
         if (st != DP_OK && again && store_now() + 0.1 < deadline) {
             if (s->fd >= 0)
                 close(s->fd);
             s->fd = -1;
             free(s->failed);
             s->failed = NULL;
-            usleep(20000);
+            usleep(again == HELLO_WRONG_TOKEN ? 100000 : 20000);
         } else {
             again = 0;
         }

@@ -23,7 +23,14 @@
  * that do not fill the body exactly, a connection that ends mid-frame)
  * closes that connection and is logged once to stderr. Nothing a peer
  * sends is trusted: lengths are checked before anything is read or
- * allocated, and a frame before HELLO may be at most 64 KiB.
+ * allocated, and a frame before HELLO may be at most 8 KiB.
+ *
+ * Strangers are kept from wearing the server down: a connection has 5 s
+ * to authenticate; at most 128 wait to (the oldest is closed for a new
+ * one), so they hold at most 128 descriptors and 1 MiB; authenticated
+ * connections are at most the world size + 64; and a rank may have one
+ * connection at a time (a second HELLO for a live rank is refused, and
+ * the rank stays alive).
  *
  * GET and WAIT wait on the server: the reply comes when the keys exist.
  * The client bounds its wait with poll() and, on a timeout, sends CANCEL
@@ -41,6 +48,9 @@
 #define HDR 16                         /* bytes of a frame's header */
 /* how a refusal for another generation begins (the client then retries) */
 #define GENERATION_REFUSED "another generation:"
+/* how a refusal for the token begins (a client that read it from a file
+ * reads it again: the file may have been a past job's) */
+#define TOKEN_REFUSED "wrong job token"
 
 enum {
     OP_HELLO = 1, OP_SET, OP_GET, OP_ADD, OP_CAS, OP_WAIT, OP_CHECK, OP_DELETE,
@@ -103,10 +113,12 @@ static inline int64_t take_i64(struct cursor *cu)
 /* ---------------------------------------------------------------- store_server.c */
 
 /* Serves the store on host:port (port 0: any free one) on a background
- * thread; clients must present `token` and, when both are set, the same
- * `generation`. Errors name dp_store_open. */
-dp_status store_server_start(struct store_server **out, const char *host, int port, const char *token,
-                             int64_t generation);
+ * thread; clients must present `token` (or remote_token, when not NULL,
+ * from another host) and, when both are set, the same `generation`. At
+ * most world_size + a margin clients at once (world_size <= 0: unknown).
+ * Errors name dp_store_open. */
+dp_status store_server_start(struct store_server **out, const char *host, int port, int world_size,
+                             const char *token, const char *remote_token, int64_t generation);
 /* Stops the thread, closes every connection and frees everything; NULL is fine. */
 void store_server_stop(struct store_server *sv);
 /* The port it serves, and the host by which this process reaches it. */

@@ -26,7 +26,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define HELLO_MAX (64u << 10)          /* the largest frame before HELLO */
+#define HELLO_MAX (8u << 10)           /* the largest frame before HELLO (a token is <= 4 KiB) */
+#define HELLO_DEADLINE_S 5             /* seconds a connection has to authenticate */
+#define HELLO_DEADLINE ((double)HELLO_DEADLINE_S)
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x)
+#define PENDING_MAX 128                /* connections not yet authenticated, at once */
+#define CLIENTS_MARGIN 64              /* authenticated clients beyond the world size */
+#define CLIENTS_UNKNOWN 4096           /* authenticated clients when the world size is not known */
 #define OUT_MAX ((size_t)256 << 20)    /* replies queued for a client that does not read */
 #define LOG_MAX 50                     /* rejected connections logged, then silence */
 
@@ -45,6 +52,9 @@ struct entry {
 struct conn {
     int fd;
     int authed, rank, bye, closing, logged;
+    double hello_by;           /* closed when not authenticated by then */
+    struct sockaddr_storage addr;
+    socklen_t addr_len;
     char peer[80];
     unsigned char hdr[HDR];
     size_t hdr_n;
@@ -76,9 +86,13 @@ struct store_server {
     char connect_host[64];     /* how this process reaches its own server */
     unsigned char *token;
     size_t token_len;
+    char *remote_token;        /* also taken, from peers on other hosts only; NULL: none */
     int64_t generation;
+    int max_clients;           /* authenticated connections at once */
     struct conn **conns;
     size_t nconns, capconns;
+    int npending;              /* connections not yet authenticated */
+    int said_full, said_idle, said_remote;   /* each of these logged once */
     struct entry **buckets;
     size_t nbuckets, nentries;
     struct waiter *waiters;
@@ -347,35 +361,94 @@ static int parse_i64(const unsigned char *v, size_t n, int64_t *out)
     return 0;
 }
 
+/* Whether tok is the token t, in time that does not depend on where they differ. */
+static int same_token(const unsigned char *tok, size_t tn, const unsigned char *t, size_t n)
+{
+    unsigned char diff = (unsigned char)(tn != n);
+    for (size_t i = 0; i < tn && i < n; i++)
+        diff |= tok[i] ^ t[i];
+    return diff == 0;
+}
+
+/* One line about the store as a whole, the first time `said` is 0. */
+static void say_once(struct store_server *sv, int *said, const char *msg)
+{
+    if (*said)
+        return;
+    *said = 1;
+    fprintf(stderr, "dplua store (port %d): %s (logged once)\n", sv->port, msg);
+}
+
+/* The authenticated connection of a rank, other than c, or NULL. */
+static struct conn *rank_conn(struct store_server *sv, const struct conn *c, int64_t rank)
+{
+    for (size_t i = 0; i < sv->nconns; i++) {
+        struct conn *o = sv->conns[i];
+        if (o != c && o->authed && !o->closing && o->rank == rank)
+            return o;
+    }
+    return NULL;
+}
+
+static int authed_clients(const struct store_server *sv)
+{
+    int n = 0;
+    for (size_t i = 0; i < sv->nconns; i++)
+        n += sv->conns[i]->authed && !sv->conns[i]->closing;
+    return n;
+}
+
+/* Refuses the HELLO with an answer the client shows, and closes. */
+static void refuse(struct store_server *sv, struct conn *c, uint32_t id, const char *msg)
+{
+    reply_error(sv, c, id, msg);
+    server_log(sv, c, "%s", msg);
+    c->closing = 1;
+}
+
 static void do_hello(struct store_server *sv, struct conn *c, uint32_t id, struct cursor *cu)
 {
     size_t tn;
     const unsigned char *tok = take_field(cu, &tn);
     int64_t rank = take_i64(cu), generation = take_i64(cu);
-    unsigned char diff = 0;
+    struct conn *live;
+    char msg[256];
     if (cu->bad || cu->n != 0 || rank < -1 || rank > (1 << 24)) {
         reject(sv, c, "malformed HELLO frame");
         return;
     }
-    diff = (unsigned char)(tn != sv->token_len);
-    for (size_t i = 0; i < tn && i < sv->token_len; i++)
-        diff |= tok[i] ^ sv->token[i];
-    if (diff) {
-        reply_error(sv, c, id, "wrong job token (the client's DPLUA_JOB_TOKEN is not this job's)");
-        server_log(sv, c, "wrong job token");
-        c->closing = 1;
-        return;
+    if (!same_token(tok, tn, sv->token, sv->token_len)) {
+        const char *rt = sv->remote_token;
+        if (rt == NULL || !same_token(tok, tn, (const unsigned char *)rt, strlen(rt)) ||
+            store_is_local_addr((const struct sockaddr *)&c->addr)) {
+            refuse(sv, c, id, TOKEN_REFUSED " (the client's DPLUA_JOB_TOKEN is not this job's)");
+            return;
+        }
+        say_once(sv, &sv->said_remote, "WARNING: a rank on another host joined with the token derived from the "
+                 "store's address and port, which anyone who can reach it can compute; set DPLUA_JOB_TOKEN to "
+                 "the same secret on every rank");
     }
     if (generation != sv->generation && generation != 0 && sv->generation != 0) {
-        char msg[160];
         snprintf(msg, sizeof msg, GENERATION_REFUSED " this store serves initialisation %lld of its job, the "
                  "client's is %lld", (long long)sv->generation, (long long)generation);
         reply_error(sv, c, id, msg);
         c->closing = 1;
         return;
     }
+    if (rank >= 0 && (live = rank_conn(sv, c, rank)) != NULL) {
+        snprintf(msg, sizeof msg, "rank %lld is already connected (from %s); a second connection for it is "
+                 "refused", (long long)rank, live->peer);
+        refuse(sv, c, id, msg);
+        return;
+    }
+    if (authed_clients(sv) >= sv->max_clients) {
+        snprintf(msg, sizeof msg, "the store already serves %d clients, its limit", sv->max_clients);
+        refuse(sv, c, id, msg);
+        return;
+    }
     c->authed = 1;
     c->rank = (int)rank;
+    sv->npending--;
     reply(sv, c, OP_OK, id, NULL, 0);
 }
 
@@ -635,9 +708,33 @@ static void conn_input(struct store_server *sv, struct conn *c)
 /* the thread                                                                */
 /* ======================================================================== */
 
+static void sweep(struct store_server *sv);
+
+/* Too many connections wait for their HELLO: the oldest goes, so that
+ * strangers cannot run this process out of descriptors or memory, while
+ * a rank, whose HELLO follows its connect at once, still gets in. */
+static void drop_oldest_pending(struct store_server *sv)
+{
+    struct conn *old = NULL;
+    for (size_t i = 0; i < sv->nconns; i++) {
+        struct conn *c = sv->conns[i];
+        if (!c->authed && !c->closing && (old == NULL || c->hello_by < old->hello_by))
+            old = c;
+    }
+    if (old == NULL)
+        return;
+    old->closing = 1;
+    say_once(sv, &sv->said_full, STRINGIFY(PENDING_MAX) " connections had not said HELLO; closing the oldest "
+             "of them for each new one");
+    sweep(sv);
+}
+
+/* Takes at most half of PENDING_MAX new connections a round, so that one
+ * accepted lives through a round of reads (its HELLO, sent right after
+ * its connect, is read then) before a flood can push it out. */
 static void accept_clients(struct store_server *sv)
 {
-    for (;;) {
+    for (int k = 0; k < PENDING_MAX / 2; k++) {
         struct sockaddr_storage addr;
         socklen_t alen = sizeof addr;
         char host[64] = "?", serv[16] = "?";
@@ -649,6 +746,8 @@ static void accept_clients(struct store_server *sv)
                 sv->accept_paused_until = store_now() + 0.1;
             return;  /* EAGAIN, or try again on the next round */
         }
+        if (sv->npending >= PENDING_MAX)
+            drop_oldest_pending(sv);
         if (sv->nconns == sv->capconns) {
             size_t cap = sv->capconns ? sv->capconns * 2 : 16;
             struct conn **cs = realloc(sv->conns, cap * sizeof *cs);
@@ -670,7 +769,11 @@ static void accept_clients(struct store_server *sv)
         snprintf(c->peer, sizeof c->peer, "%s port %s", host, serv);
         c->fd = fd;
         c->rank = -1;
+        c->hello_by = store_now() + HELLO_DEADLINE;
+        memcpy(&c->addr, &addr, sizeof addr);
+        c->addr_len = alen;
         sv->conns[sv->nconns++] = c;
+        sv->npending++;
     }
 }
 
@@ -702,8 +805,31 @@ static void sweep(struct store_server *sv)
         free(c);
     }
     sv->nconns = j;
+    sv->npending = 0;
+    for (i = 0; i < j; i++)
+        sv->npending += !sv->conns[i]->authed;
     if (changed)
         wake_waiters(sv);
+}
+
+/* Closes the connections that did not authenticate in time; returns the
+ * milliseconds until the next one is due (-1: none is pending). */
+static int expire_pending(struct store_server *sv)
+{
+    double now = store_now(), next = -1;
+    for (size_t i = 0; i < sv->nconns; i++) {
+        struct conn *c = sv->conns[i];
+        if (c->authed || c->closing)
+            continue;
+        if (now >= c->hello_by) {
+            c->closing = 1;
+            say_once(sv, &sv->said_idle, "closed a connection that did not say HELLO within "
+                     STRINGIFY(HELLO_DEADLINE_S) " s");
+        } else if (next < 0 || c->hello_by < next) {
+            next = c->hello_by;
+        }
+    }
+    return next < 0 ? -1 : (int)((next - now) * 1000) + 1;
 }
 
 static void *server_main(void *arg)
@@ -713,7 +839,7 @@ static void *server_main(void *arg)
     size_t cap = 0;
     for (;;) {
         size_t i, n = sv->nconns, np = 2;
-        int listening = store_now() >= sv->accept_paused_until, r;
+        int listening = store_now() >= sv->accept_paused_until, r, ms;
         if (cap < n + 2) {
             struct pollfd *p = realloc(pf, (n + 2) * 2 * sizeof *p);
             if (p == NULL) {
@@ -729,11 +855,17 @@ static void *server_main(void *arg)
             struct conn *c = sv->conns[i];
             pf[np++] = (struct pollfd){ c->fd, (short)(POLLIN | (c->out_n > c->out_off ? POLLOUT : 0)), 0 };
         }
-        r = poll(pf, np, listening ? -1 : 100);
+        ms = expire_pending(sv);
+        if (!listening && (ms < 0 || ms > 100))
+            ms = 100;
+        r = poll(pf, np, ms);
         if (r < 0 && errno != EINTR)
             break;
-        if (r <= 0)
+        if (r <= 0) {
+            expire_pending(sv);
+            sweep(sv);
             continue;
+        }
         if (pf[0].revents)
             break;
         for (i = 0; i < n; i++) {
@@ -785,6 +917,7 @@ static void server_free(struct store_server *sv)
     free(sv->buckets);
     free(sv->conns);
     free(sv->token);
+    free(sv->remote_token);
     free(sv);
 }
 /* A listening socket on addr for sv; 0 or an errno. */
@@ -848,8 +981,8 @@ in_use:
                    port, shown);
 }
 
-dp_status store_server_start(struct store_server **out, const char *host, int port, const char *token,
-                             int64_t generation)
+dp_status store_server_start(struct store_server **out, const char *host, int port, int world_size,
+                             const char *token, const char *remote_token, int64_t generation)
 {
     struct store_server *sv = calloc(1, sizeof *sv);
     sigset_t all, old;
@@ -866,7 +999,12 @@ dp_status store_server_start(struct store_server **out, const char *host, int po
         return dp_fail(DP_ERR_MEMORY, "dp_store_open: out of memory");
     }
     memcpy(sv->token, token, sv->token_len + 1);
+    if (remote_token && (sv->remote_token = strdup(remote_token)) == NULL) {
+        server_free(sv);
+        return dp_fail(DP_ERR_MEMORY, "dp_store_open: out of memory");
+    }
     sv->generation = generation;
+    sv->max_clients = world_size > 0 ? world_size + CLIENTS_MARGIN : CLIENTS_UNKNOWN;
     if ((st = server_bind(sv, host, port)) != DP_OK) {
         server_free(sv);
         return st;

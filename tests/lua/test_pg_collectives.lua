@@ -163,7 +163,7 @@ local function open_store()
   local token = os.getenv("DPLUA_JOB_TOKEN")
   local portfile = os.getenv("DPLUA_PG_PORTFILE")
   if rank == 0 then
-    assert(C.dp_store_open(box, "127.0.0.1", 0, 1, rank, token, 0, 30) == 0, last_error())
+    assert(C.dp_store_open(box, "127.0.0.1", 0, 1, rank, 0, token, 0, 30) == 0, last_error())
     local f = assert(io.open(portfile .. ".tmp", "w"))
     f:write(C.dp_store_port(box[0]), "\n")
     f:close()
@@ -176,7 +176,7 @@ local function open_store()
       if not port then sleep(0.01) end
     end
     assert(port, "rank 0 did not write the store's port")
-    assert(C.dp_store_open(box, "127.0.0.1", port, 0, rank, token, 0, 30) == 0, last_error())
+    assert(C.dp_store_open(box, "127.0.0.1", port, 0, rank, 0, token, 0, 30) == 0, last_error())
   end
   return box[0]
 end

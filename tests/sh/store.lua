@@ -16,7 +16,8 @@ function M.open(port, opts)
     opts = opts or {}
     local out = ffi.new("dp_store *[1]")
     check(C.dp_store_open(out, opts.host or "127.0.0.1", port, opts.server and 1 or 0,
-                          opts.rank or -1, opts.token or "T0K", opts.generation or 0, opts.timeout or 10))
+                          opts.rank or -1, opts.world_size or 0, opts.token or "T0K", opts.generation or 0,
+                          opts.timeout or 10))
     return setmetatable({ s = out[0] }, S)
 end
 -- M.open_torch(port, timeout): a client of PyTorch's TCPStore on 127.0.0.1

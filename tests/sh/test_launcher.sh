@@ -3,8 +3,10 @@
 # `dplua --nproc_per_node=N script.lua`. The env:// variables of each rank,
 # output passed through whole lines at a time, --prefix-output, a failing
 # rank (its status, its stderr tail, the others stopped), kill -9 of a
-# rank, SIGTERM forwarded, two launchers forming one 2x2 job through the
-# store, and bad flags. Loopback only; ports picked free at run time.
+# rank, SIGTERM forwarded, kill -9 of the launcher (nothing the job
+# started survives), the output of a rank stopped because another failed,
+# two launchers forming one 2x2 job through the store, and bad flags.
+# Loopback only; ports picked free at run time.
 #
 #   sh tests/sh/test_launcher.sh          # from the build directory
 
@@ -77,7 +79,7 @@ local function check(st) if st ~= 0 then error(ffi.string(C.dp_last_error()), 0)
 local rank, world = tonumber(os.getenv("RANK")), tonumber(os.getenv("WORLD_SIZE"))
 local out = ffi.new("dp_store *[1]")
 check(C.dp_store_open(out, os.getenv("MASTER_ADDR"), tonumber(os.getenv("MASTER_PORT")),
-                      rank == 0 and 1 or 0, rank, os.getenv("DPLUA_JOB_TOKEN"), 0, 20))
+                      rank == 0 and 1 or 0, rank, world, os.getenv("DPLUA_JOB_TOKEN"), 0, 20))
 local s = out[0]
 local mine = "rank/" .. rank
 check(C.dp_store_set(s, mine, os.getenv("GROUP_RANK"), 1))
@@ -189,6 +191,60 @@ signal_job 2 "$tmp/t" TERM 0 2     # the launcher
     && [ "$elapsed" -lt 10 ]
 ok $? "SIGTERM to the launcher reaches every rank; it exits 143 ($elapsed s)"
 
+# spawner.lua DIR: each rank writes "pid ppid" to DIR/pid.RANK, then starts
+# a child shell that writes its pid to DIR/child.RANK and becomes
+# `sleep 1000` (os.execute: the rank waits for it).
+cat >"$tmp/spawner.lua" <<'EOF2'
+local dir, r = arg[1], os.getenv("RANK")
+local ffi = require("ffi")
+ffi.cdef("int getpid(void); int getppid(void);")
+local f = io.open(dir .. "/pid." .. r, "w")
+f:write(ffi.C.getpid(), " ", ffi.C.getppid())
+f:close()
+os.execute("sh -c 'echo $$ >" .. dir .. "/child." .. r .. ".tmp; mv " .. dir .. "/child." .. r .. ".tmp " ..
+           dir .. "/child." .. r .. "; exec sleep 1000'")
+EOF2
+mkdir "$tmp/orphans"
+timeout 60 "$dplua" --nproc_per_node=2 "$tmp/spawner.lua" "$tmp/orphans" </dev/null >/dev/null 2>&1 &
+job=$!
+wait_files 2 "$tmp/orphans/child.[0-9]"
+launcher=$(cut -d' ' -f2 "$tmp/orphans/pid.0")
+kill -9 "$launcher"
+wait $job
+none_alive() {
+    for p; do kill -0 "$p" 2>/dev/null && return 1; done
+    return 0
+}
+wait_until 20 none_alive $(cat "$tmp"/orphans/pid.* "$tmp"/orphans/child.* | cut -d' ' -f1)
+ok $? "kill -9 of the launcher: its ranks and the sleep 1000 each started are gone within 20 s"
+for p in $(cat "$tmp"/orphans/child.* "$tmp"/orphans/pid.* 2>/dev/null | cut -d' ' -f1); do
+    kill -9 "$p" 2>/dev/null   # (only when the check above failed)
+done
+
+# printer.lua DIR: rank 0 prints three lines and a last one without a
+# newline, then waits; rank 1 fails once rank 0 has printed.
+cat >"$tmp/printer.lua" <<'EOF2'
+local ffi = require("ffi")
+ffi.cdef("int usleep(unsigned);")
+local dir = arg[1]
+if os.getenv("RANK") == "0" then
+    for i = 1, 3 do print("line " .. i .. " of rank 0") end
+    io.write("and no newline")
+    io.open(dir .. "/printed", "w"):close()
+    for _ = 1, 600 do ffi.C.usleep(100000) end
+else
+    while not io.open(dir .. "/printed") do ffi.C.usleep(20000) end
+    os.exit(3)
+end
+EOF2
+mkdir "$tmp/p"
+run --nproc_per_node=2 "$tmp/printer.lua" "$tmp/p"
+[ $status -eq 3 ] && [ "$(cat "$tmp/out")" = "line 1 of rank 0
+line 2 of rank 0
+line 3 of rank 0
+and no newline" ]
+ok $? "a rank stopped because another failed: what it printed (a pipe, line-buffered; flushed at SIGTERM) reaches the launcher's output"
+
 run --nproc_per_node=2 "$tmp/no-such-script.lua"
 [ $status -eq 1 ] && has err "exited with status 1" && has err "no-such-script.lua"
 ok $? "a missing script: the ranks fail and the launcher says why"
@@ -196,7 +252,7 @@ ok $? "a missing script: the ranks fail and the launcher says why"
 # ---------------------------------------------------------------- two nodes
 
 port=$("$dplua" -e "local ffi = require('ffi'); local C = require('dplua').C
-local out = ffi.new('dp_store *[1]'); assert(C.dp_store_open(out, '127.0.0.1', 0, 1, -1, 'x', 0, 5) == 0)
+local out = ffi.new('dp_store *[1]'); assert(C.dp_store_open(out, '127.0.0.1', 0, 1, -1, 0, 'x', 0, 5) == 0)
 io.write(C.dp_store_port(out[0])); C.dp_store_close(out[0])")
 dp --nnodes=2 --node_rank=1 --master_addr=127.0.0.1 --master_port="$port" \
     --nproc_per_node=2 "$tmp/rdzv.lua" >"$tmp/node1" 2>&1 &
@@ -213,9 +269,9 @@ ok $? "two launchers (--nnodes=2, node_rank 0 and 1) form one job of 4 ranks thr
 
 run --nnodes=2 --node_rank=1 --master_port="$port" --nproc_per_node=1 "$tmp/env.lua"
 tokA=$(grep '^token=' "$tmp/out")
-run --nnodes=2 --node_rank=0 --master_port="$port" --nproc_per_node=1 "$tmp/env.lua"
-[ "$tokA" = "$(grep '^token=' "$tmp/out")" ] && has out "rank=0 world=2" && has out "group=0"
-ok $? "on several nodes the token is derived from the master address and port"
+DPLUA_JOB_TOKEN=abc run --nnodes=2 --node_rank=0 --master_port="$port" --nproc_per_node=1 "$tmp/env.lua"
+[ "$tokA" = "token=nil" ] && has out "token=abc" && has out "rank=0 world=2" && has out "group=0"
+ok $? "on several nodes the launcher sets no token of its own (the ranks read rank 0's file), only the caller's"
 
 # ---------------------------------------------------------------- bad flags
 

@@ -2,10 +2,13 @@
 # tests/sh/test_store.sh -- the rendezvous store (src/dist/socket.c,
 # store_server.c, store_client.c) between processes:
 # set/get/add/compare_set/wait/check/delete, server-side waits,
-# timeouts that name the key, the job token, malformed frames (rejected,
-# logged once, the server keeps serving), port in use, an unreachable
-# store, and dplua/dead/<rank> for a client that went away. Loopback only;
-# ports are picked free at run time. TAP output.
+# timeouts that name the key, the job token, a connection that never says
+# HELLO (closed after 5 s), a second HELLO for a live rank (refused), the
+# cap on clients (world size + 64),
+# malformed frames (rejected, logged once, the server keeps serving),
+# port in use, an unreachable store, and dplua/dead/<rank> for a client
+# that went away. Loopback only; ports are picked free at run time. TAP
+# output.
 #
 #   sh tests/sh/test_store.sh          # from the build directory
 
@@ -163,6 +166,64 @@ run -e "local ok, err = pcall(require('store').open, $port, {token = 'wrong', ti
 [ $status -eq 0 ] && has out "refused this client: wrong job token"; ok $? "a wrong token is refused with a clear error"
 sleep 0.2
 [ "$(grep -c "wrong job token" "$tmp/server.err")" -eq 1 ]; ok $? "the server logs the wrong token once"
+
+# ---------------------------------------------------------------- strangers and duplicates
+
+# silent.lua PORT: connects, says nothing, and prints whether and after how
+# many whole seconds the server closed the connection (at most 20 s).
+cat >"$tmp/silent.lua" <<'EOF'
+local ffi = require("ffi")
+ffi.cdef[[
+struct dpt_sin { uint16_t family; uint16_t port; uint32_t addr; uint8_t zero[8]; };
+struct dpt_pollfd { int fd; short events; short revents; };
+int socket(int, int, int);
+int connect(int, const void *, uint32_t);
+long read(int, void *, size_t);
+int poll(struct dpt_pollfd *, unsigned long, int);
+uint16_t htons(uint16_t);
+uint32_t inet_addr(const char *);
+]]
+local fd = ffi.C.socket(2, 1, 0)
+local a = ffi.new("struct dpt_sin")
+a.family, a.port, a.addr = 2, ffi.C.htons(tonumber(arg[1])), ffi.C.inet_addr("127.0.0.1")
+assert(ffi.C.connect(fd, a, ffi.sizeof(a)) == 0, "connect failed")
+local p = ffi.new("struct dpt_pollfd", { fd = fd, events = 1 })
+local t0 = os.time()
+if ffi.C.poll(p, 1, 20000) > 0 and ffi.C.read(fd, ffi.new("char[8]"), 8) <= 0 then
+    print("closed after " .. (os.time() - t0) .. " s")
+else
+    print("open")
+end
+EOF
+run "$tmp/silent.lua" "$port"
+[ $status -eq 0 ] && has out "closed after" && [ "$(sed 's/closed after \([0-9]*\) s/\1/' "$tmp/out")" -ge 4 ] \
+    && has server.err "did not say HELLO within 5 s"
+ok $? "a connection that never says HELLO is closed after 5 s, and logged"
+
+dp -e "local M = require('store'); local s = M.open($port, {rank = 7}); s:set('rank7', 'up'); s:get('rank7.done', 30); s:set('rank7.still', 'yes')" \
+    >/dev/null 2>&1 &
+holder=$!
+run -e "local M = require('store'); local s = M.open($port); s:get('rank7', 10)
+local ok, err = pcall(M.open, $port, {rank = 7, timeout = 3}); print(err)
+print(s:check({'dplua/dead/7'})); s:set('rank7.done', '1'); print(s:get('rank7.still', 10))"
+wait $holder
+[ $status -eq 0 ] && has out "refused this client: rank 7 is already connected (from 127.0.0.1 port" \
+    && has out "false" && has out "yes" && has server.err "rank 7 is already connected"
+ok $? "a second HELLO for a live rank is refused and logged; the rank stays alive and served"
+
+# a store of a job of 2 ranks takes 2 + 64 clients at once
+dp -e "local M = require('store'); local s = M.open(0, {server = true, world_size = 2})
+local f = io.open('$tmp/cap.port', 'w'); f:write(s:port()); f:close(); s:get('cap.done', 60)" >/dev/null 2>&1 &
+cap_server=$!
+wait_file "$tmp/cap.port" 10
+run -e "local M = require('store'); local held = {}
+for i = 1, 65 do held[i] = M.open($(cat "$tmp/cap.port"), {timeout = 5}) end
+local ok, err = pcall(M.open, $(cat "$tmp/cap.port"), {timeout = 5}); print(ok, err)
+held[1]:close(); M.sleep(0.3); held[1] = M.open($(cat "$tmp/cap.port"), {timeout = 5}); print('reopened')
+held[2]:set('cap.done', '1')"
+wait $cap_server
+[ $status -eq 0 ] && has out "false" && has out "the store already serves 66 clients, its limit" && has out "reopened"
+ok $? "a store of 2 ranks serves 66 clients at once (its own included) and refuses the next; a freed place is taken again"
 
 # ---------------------------------------------------------------- the generation
 
@@ -328,7 +389,7 @@ ok $? "a client waiting when the serving process dies fails at once, not at its 
 
 run -e "local ffi = require('ffi'); local C = require('dplua').C
 local out = ffi.new('dp_store *[1]')
-print(C.dp_store_open(out, '127.0.0.1', 70000, 0, -1, 'x', 0, 1), ffi.string(C.dp_last_error()))
+print(C.dp_store_open(out, '127.0.0.1', 70000, 0, -1, 0, 'x', 0, 1), ffi.string(C.dp_last_error()))
 print(C.dp_store_set(nil, 'k', 'v', 1), ffi.string(C.dp_last_error()))
 print(C.dp_store_wait(nil, nil, 0, 1) ~= 0)"
 [ $status -eq 0 ] && has out "port 70000 is out of range" && has out "the store is NULL" && has out "true"
