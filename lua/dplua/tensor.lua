@@ -227,6 +227,17 @@ local function too_many(t)
   raise(string.format("index: too many indices for a tensor of dimension %d", C.dp_tensor_ndim(t.p)))
 end
 
+-- v sliced along dim d by a {start, stop[, step]} table e
+local function sliced(v, d, e)
+  local start, stop, step = e[1] or 0, e[2] or tonumber(C.dp_tensor_size(v.p, d)), e[3] or 1
+  check_int(start, "index", "slice start"); check_int(stop, "index", "slice stop"); check_int(step, "index", "slice step")
+  return new(C.dp_slice(outp, v.p, d, start, stop, step))
+end
+
+local function bad_index(e)
+  raise("index: each index must be a number, a {start, stop[, step]} table or a tensor, got " .. typename(e))
+end
+
 local function basic_view(t, key)
   if type(key) == "number" then
     if C.dp_tensor_ndim(t.p) == 0 then raise("index: invalid index of a 0-d tensor") end
@@ -242,13 +253,9 @@ local function basic_view(t, key)
     if type(e) == "number" then
       v = new(C.dp_select(outp, v.p, d, check_int(e, "index", "index")))
     elseif type(e) == "table" then
-      local size = tonumber(C.dp_tensor_size(v.p, d))
-      local start, stop, step = e[1] or 0, e[2] or size, e[3] or 1
-      check_int(start, "index", "slice start"); check_int(stop, "index", "slice stop"); check_int(step, "index", "slice step")
-      v = new(C.dp_slice(outp, v.p, d, start, stop, step))
-      d = d + 1
+      v, d = sliced(v, d, e), d + 1
     else
-      raise("index: each index must be a number, a {start, stop[, step]} table or a tensor, got " .. typename(e))
+      bad_index(e)
     end
   end
   return v
@@ -285,13 +292,9 @@ local function advanced_parts(t, key)
       adv[#adv + 1] = { dim = d, index = e }
       d = d + 1
     elseif type(e) == "table" then
-      local size = v:size(d)
-      local start, stop, step = e[1] or 0, e[2] or size, e[3] or 1
-      check_int(start, "index", "slice start"); check_int(stop, "index", "slice stop"); check_int(step, "index", "slice step")
-      v = new(C.dp_slice(outp, v.p, d, start, stop, step))
-      d = d + 1
+      v, d = sliced(v, d, e), d + 1
     else
-      raise("index: each index must be a number, a {start, stop[, step]} table or a tensor, got " .. typename(e))
+      bad_index(e)
     end
   end
   return v, adv
