@@ -101,10 +101,15 @@ DP_API void dp_env_facts(dp_fact_fn fn, void *ctx);
  * While it waits for a key it calls wait(arg), which returns 0 once stdin
  * has input; complete(arg, text) gives the words that text may become
  * (NULL-terminated, malloc'd, or NULL). Without one, the launcher reads
- * plain lines. */
+ * plain lines (dp_launch_read_plain_line). */
 typedef int (*dp_line_reader)(const char *prompt, char **line, int (*wait)(void *arg),
                               char **(*complete)(void *arg, const char *text), void *arg);
 void dp_launch_set_line_reader(dp_line_reader read_line);
+/* The plain reader, a dp_line_reader without editing: the prompt when stdin
+ * is a terminal, then stdin one byte at a time up to a newline, calling
+ * wait(arg) before each, so that nothing is read ahead of the line. */
+int dp_launch_read_plain_line(const char *prompt, char **line, int (*wait)(void *arg),
+                              char **(*complete)(void *arg, const char *text), void *arg);
 
 #ifdef __cplusplus
 }

@@ -423,9 +423,8 @@ static char **complete_remote(void *arg, const char *text)
 /* the prompt                                                                */
 /* ------------------------------------------------------------------------ */
 
-/* Without the program's line editor: the prompt, then bytes up to a newline. */
-static int plain_read_line(const char *prompt, char **out, int (*wait)(void *), char **(*complete)(void *, const char *),
-                           void *arg)
+int dp_launch_read_plain_line(const char *prompt, char **out, int (*wait)(void *),
+                              char **(*complete)(void *, const char *), void *arg)
 {
     size_t n = 0, cap = 256;
     char *line = malloc(cap);
@@ -548,7 +547,7 @@ int launch_repl(struct launch *L)
     char *all = malloc((size_t)(unsigned)L->nproc), *on = malloc((size_t)(unsigned)L->nproc);
     char label[LABEL_MAX];
     int pending = 0, some = 0, status = -1;
-    dp_line_reader read_line = line_reader ? line_reader : plain_read_line;
+    dp_line_reader read_line = line_reader ? line_reader : dp_launch_read_plain_line;
     if (all == NULL || on == NULL)
         abort();
     memset(all, 1, (size_t)(unsigned)L->nproc);

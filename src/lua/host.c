@@ -39,6 +39,7 @@
 #endif
 
 #include "host.h"
+#include "dplua_internal.h"
 
 #ifndef PACKAGE_VERSION
 #define PACKAGE_VERSION "unknown"
@@ -530,6 +531,7 @@ struct repl {
 
 enum { LINE_OK, LINE_EOF, LINE_INTERRUPTED };
 
+#ifdef HAVE_LIBEDIT
 /* The launcher's prompt (host_read_line): wait() returns 0 once stdin has
  * input and non-zero to give up the line (Ctrl-C, a rank that died);
  * complete() gives rank 0's completions. NULL in the one-process REPL. */
@@ -537,7 +539,6 @@ static int (*edit_wait)(void *arg);
 static char **(*edit_complete)(void *arg, const char *text);
 static void *edit_arg;
 
-#ifdef HAVE_LIBEDIT
 static lua_State *complete_L;        /* the REPL's state, for completion */
 static int complete_ref = LUA_NOREF; /* its helpers */
 
@@ -714,45 +715,6 @@ static void remember(struct repl *r, const char *line)
 }
 #endif
 
-/* A line from stdin one byte at a time, waiting through edit_wait, so that
- * nothing is read ahead of the line (the launcher polls stdin). */
-static int read_raw_line(char **out)
-{
-    size_t n = 0, cap = 128;
-    char *line = malloc(cap);
-    for (;;) {
-        char c;
-        ssize_t got;
-        if (line == NULL)
-            return LINE_EOF;
-        if (edit_wait(edit_arg) != 0) {
-            free(line);
-            return LINE_INTERRUPTED;
-        }
-        got = read(STDIN_FILENO, &c, 1);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0 && n == 0) {
-            free(line);
-            return LINE_EOF;
-        }
-        if (got <= 0 || c == '\n')
-            break;
-        if (n + 1 >= cap) {
-            char *more = realloc(line, cap *= 2);
-            if (more == NULL)
-                free(line);
-            line = more;
-            if (line == NULL)
-                return LINE_EOF;
-        }
-        line[n++] = c;
-    }
-    line[n] = '\0';
-    *out = line;
-    return LINE_OK;
-}
-
 /* The next line, without its newline, in *out (to be freed). Prompts only
  * go to a terminal, so that piped input gives clean output. */
 static int read_line(struct repl *r, const char *prompt, char **out)
@@ -779,8 +741,6 @@ static int read_line(struct repl *r, const char *prompt, char **out)
         fputs(prompt, stdout);
         fflush(stdout);
     }
-    if (edit_wait != NULL)
-        return read_raw_line(out);
     n = getline(&line, &cap, stdin);
     if (n < 0 || sigint_at_prompt) {
         free(line);
@@ -1348,25 +1308,27 @@ int host_main(const struct host_args *a)
 int host_read_line(const char *prompt, char **line, int (*wait)(void *arg),
                    char **(*complete)(void *arg, const char *text), void *arg)
 {
+#ifdef HAVE_LIBEDIT
     static struct repl r;
     static int opened;
-    int got;
-    edit_wait = wait;
-    edit_complete = complete;
-    edit_arg = arg;
-    if (!opened) {
-        opened = 1;
-        r.tty = isatty(STDIN_FILENO);
-        r.helpers = r.env = LUA_NOREF;
-        r.history[0] = '\0';
-        r.last = NULL;
-#ifdef HAVE_LIBEDIT
-        if (r.tty)
+    if (isatty(STDIN_FILENO)) {
+        int got;
+        edit_wait = wait;
+        edit_complete = complete;
+        edit_arg = arg;
+        if (!opened) {
+            opened = 1;
+            r.tty = 1;
+            r.helpers = r.env = LUA_NOREF;
+            r.history[0] = '\0';
+            r.last = NULL;
             edit_open(NULL, &r);
-#endif
+        }
+        got = read_line(&r, prompt, line);
+        return got == LINE_OK ? 0 : got == LINE_EOF ? -1 : 1;
     }
-    got = read_line(&r, prompt, line);
-    return got == LINE_OK ? 0 : got == LINE_EOF ? -1 : 1;
+#endif
+    return dp_launch_read_plain_line(prompt, line, wait, complete, arg);
 }
 
 const char *host_luajit_version(void)

@@ -34,7 +34,7 @@ int host_find_luadir(char *buf, size_t size);
 
 /* The line editor for the launcher's distributed REPL (dp_line_reader in
  * src/dplua_internal.h): libedit with the REPL's history file when stdin
- * is a terminal, else plain lines. */
+ * is a terminal, else the launcher's plain lines (dp_launch_read_plain_line). */
 int host_read_line(const char *prompt, char **line, int (*wait)(void *arg),
                    char **(*complete)(void *arg, const char *text), void *arg);
 
