@@ -292,8 +292,6 @@ dp_status gpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *ind
     return st;
 }
 
-/* The scratch memory of index_add's sort is a tensor, so that it comes
- * from the device's pool on the current stream like any other. */
 dp_status gpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 {
     dp_tensor *sc = NULL, *idx = NULL, *ws = NULL;
@@ -310,7 +308,7 @@ dp_status gpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *sr
     if (n > 0 && bytes == 0)
         return gpu_status("index_add", (int)DPC_UNSUPPORTED, out->dtype);
     if (!(st = dp_contiguous(&sc, src)) && !(st = device_index(&idx, index, out)) &&
-        !(st = bytes > 0 ? tensor_new(&ws, 1, &bytes, DP_UINT8, out->device) : DP_OK)) {
+        !(st = gpu_workspace(&ws, bytes, out->device))) {
         dpc_set_device(out->device);
         st = gpu_status("index_add", dpc_index_add(out->dtype, outer, size, inner, gpu_first(out), gpu_first(idx), n,
                                                    gpu_first(sc), ws ? gpu_first(ws) : NULL, (size_t)bytes,

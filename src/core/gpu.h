@@ -1,9 +1,10 @@
 /*
  * gpu.h — what the CUDA side of the op table shares across its files:
  * gpu.c (statuses, elementwise ops, reductions, indexing, unfold),
- * gpu_memory.c (device memory, copies, streams, events, CUDA graphs) and
- * gpu_linear.c (matrix products, the deferred Linear, the fused loss and
- * optimizer steps). Internal to src/core; only with DP_HAVE_CUDA.
+ * gpu_memory.c (device memory, copies, streams, events, CUDA graphs,
+ * kernels' scratch memory), gpu_linear.c (matrix products, the deferred
+ * Linear, the fused loss and optimizer steps), gpu_attention.c and
+ * gpu_norm.c. Internal to src/core; only with DP_HAVE_CUDA.
  */
 #ifndef DP_CORE_GPU_H
 #define DP_CORE_GPU_H
@@ -32,6 +33,10 @@ void *gpu_stream_now(int device);
 dp_status gpu_not_capturable(const char *what);
 /* contiguous bytes between host and device (kind as dpc_memcpy) */
 dp_status gpu_memcpy(void *dst, const void *src, size_t bytes, int kind, int device);
+/* A kernel's scratch memory: a uint8 tensor of `bytes`, so that it comes
+ * from the device's pool on the current stream like any other; *ws stays
+ * NULL when bytes is 0. */
+dp_status gpu_workspace(dp_tensor **ws, int64_t bytes, int device);
 
 /* gpu_linear.c: the deferred Linear's work launched now (all of it, or
  * what waits on one stream); an elementwise op joined to the waiting

@@ -44,7 +44,7 @@ dp_status gpu_attention_backward(const cpu_attention_args *a, dp_tensor *out, dp
     dpc_attention d = describe(a);
     int64_t bytes = (int64_t)dpc_attention_workspace(out->dtype, &d);
     dp_tensor *workspace = NULL;
-    dp_status st = bytes > 0 ? tensor_new(&workspace, 1, &bytes, DP_UINT8, out->device) : DP_OK;
+    dp_status st = gpu_workspace(&workspace, bytes, out->device);
     if (st)
         return st;
     dpc_set_device(out->device);

@@ -217,6 +217,11 @@ dp_status gpu_memcpy(void *dst, const void *src, size_t bytes, int kind, int dev
     return ds || kind == 2 ? ds : gpu_kernel_errors();
 }
 
+dp_status gpu_workspace(dp_tensor **ws, int64_t bytes, int device)
+{
+    return bytes > 0 ? tensor_new(ws, 1, &bytes, DP_UINT8, device) : DP_OK;
+}
+
 int dp_cuda_device_count(void)
 {
     int n = 0;

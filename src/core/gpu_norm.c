@@ -40,7 +40,7 @@ dp_status gpu_layer_norm_backward(const cpu_norm_args *a, dp_tensor *dy, dp_tens
     dpc_norm d = describe(a);
     int64_t bytes = (dw || db) ? (int64_t)dpc_layer_norm_workspace(a->x->dtype, a->rows, a->n) : 0;
     dp_tensor *workspace = NULL;
-    dp_status st = bytes > 0 ? tensor_new(&workspace, 1, &bytes, DP_UINT8, dy->device) : DP_OK;
+    dp_status st = gpu_workspace(&workspace, bytes, dy->device);
     if (st)
         return st;
     dpc_set_device(dy->device);
