@@ -630,11 +630,7 @@ int launch_sig_pipe[2] = { -1, -1 };
 
 static void on_signal(int signo)
 {
-    int saved = errno;
-    unsigned char c = (unsigned char)signo;
-    ssize_t w = write(launch_sig_pipe[1], &c, 1);
-    (void)w;
-    errno = saved;
+    proc_pipe_signal(launch_sig_pipe[1], signo);
 }
 
 static int install_signals(void)

@@ -148,6 +148,15 @@ void proc_free_environment(char **env)
     free(env);
 }
 
+void proc_pipe_signal(int fd, int signo)
+{
+    int saved = errno;
+    unsigned char c = (unsigned char)signo;
+    ssize_t w = write(fd, &c, 1);
+    (void)w;
+    errno = saved;
+}
+
 /* ======================================================================== */
 /* the public API (src/dplua.h)                                              */
 /* ======================================================================== */

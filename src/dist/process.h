@@ -1,6 +1,7 @@
 /*
  * process.h — starting child processes, for the launcher (launch.c) and
- * for dp_process_spawn (process.c, the sweep driver's way in from Lua).
+ * for dp_process_spawn (process.c, the sweep driver's way in from Lua), and
+ * the self-pipe write that the signal handlers of launch.c and rank.c share.
  *
  *     struct proc_spec s = { .program = NULL, .argv = argv, .envp = env,
  *                            .fd = { devnull, out_w, err_w } };
@@ -33,5 +34,9 @@ int proc_start(const struct proc_spec *s, pid_t *pid);
  * proc_free_environment. */
 char **proc_environment(const char *const *set);
 void proc_free_environment(char **env);
+
+/* For a signal handler: the signal's number as one byte on fd (the write
+ * end of a self-pipe that a poll loop reads), errno left as it was. */
+void proc_pipe_signal(int fd, int signo);
 
 #endif /* DP_DIST_PROCESS_H */

@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include "dplua.h"
 #include "dplua_internal.h"
+#include "dist/process.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,11 +35,7 @@ static pid_t launcher;
 
 static void on_term(int signo)
 {
-    int saved = errno;
-    unsigned char c = (unsigned char)signo;
-    ssize_t w = write(term_pipe[1], &c, 1);
-    (void)w;
-    errno = saved;
+    proc_pipe_signal(term_pipe[1], signo);
 }
 
 /* Flushes f unless another thread holds it past the wait. */
