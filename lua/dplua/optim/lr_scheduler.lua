@@ -184,6 +184,15 @@ end
 
 ---------------------------------------------------------------- CosineAnnealingLR
 
+-- Each base lr annealed to eta_min along a half cosine, at t of T.
+local function cosine_lrs(base_lrs, eta_min, t, T)
+  local out = {}
+  for i, base in ipairs(base_lrs) do
+    out[i] = eta_min + (base - eta_min) * (1 + math.cos(math.pi * t / T)) / 2
+  end
+  return out
+end
+
 -- CosineAnnealingLR(opt, T_max, eta_min=0): PyTorch 1.13's chainable form.
 local Cosine = class("CosineAnnealingLR", { "T_max", "eta_min", "last_epoch" }, function(self, _, T_max, eta_min)
   self.T_max = want_positive(T_max, "CosineAnnealingLR", "T_max")
@@ -193,12 +202,7 @@ function Cosine:get_lr()
   local e, T, eta = self.last_epoch, self.T_max, self.eta_min
   local groups, out = self.optimizer.param_groups, {}
   if e == 0 then return group_lrs(self) end
-  if self._step_count == 1 and e > 0 then
-    for i, base in ipairs(self.base_lrs) do
-      out[i] = eta + (base - eta) * (1 + math.cos(e * math.pi / T)) / 2
-    end
-    return out
-  end
+  if self._step_count == 1 and e > 0 then return cosine_lrs(self.base_lrs, eta, e, T) end
   if (e - 1 - T) % (2 * T) == 0 then
     for i, base in ipairs(self.base_lrs) do
       out[i] = groups[i].lr + (base - eta) * (1 - math.cos(math.pi / T)) / 2
@@ -211,11 +215,7 @@ function Cosine:get_lr()
   return out
 end
 function Cosine:_get_closed_form_lr()
-  local out = {}
-  for i, base in ipairs(self.base_lrs) do
-    out[i] = self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
-  end
-  return out
+  return cosine_lrs(self.base_lrs, self.eta_min, self.last_epoch, self.T_max)
 end
 
 ---------------------------------------------------------------- LinearLR
@@ -486,11 +486,7 @@ function WarmRestarts.new(optimizer, T_0, T_mult, eta_min, last_epoch)
   return LRScheduler.init(self, optimizer, last_epoch)
 end
 function WarmRestarts:get_lr()
-  local out = {}
-  for i, base in ipairs(self.base_lrs) do
-    out[i] = self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * self.T_cur / self.T_i)) / 2
-  end
-  return out
+  return cosine_lrs(self.base_lrs, self.eta_min, self.T_cur, self.T_i)
 end
 function WarmRestarts:step(epoch)
   self._step_count = self._step_count + 1
