@@ -69,105 +69,67 @@ if ! command -v tmux >/dev/null 2>&1; then
     exit 0
 fi
 
-tx() { TMUX_TMPDIR="$tmp/tmux" tmux -L dplua-dist-test -f /dev/null "$@"; }
-at_exit() { tx kill-server >/dev/null 2>&1; }
-
-has_libedit=no
-"$dplua" env 2>/dev/null | grep '^build options:' | grep -qw libedit && has_libedit=yes
-
-tap_diag() {
-    screen
-    diag screen <"$tmp/screen"
-    [ -n "$status" ] && echo "# exit status: $status"
-}
-
-# start ARGS...: a new session running dplua ARGS (see test_repl.sh).
-sessions=0
-start() {
-    sessions=$((sessions + 1))
-    repl=repl$sessions
-    status_file="$tmp/status$sessions"
-    tx new-session -d -s $repl -x 150 -y 50 \
-        env HOME="$home" DPLUA_LUA_PATH="$DPLUA_LUA_PATH" TERM=screen LC_ALL=C.UTF-8 \
-        sh -c 'trap : INT; "$0" "$@"; echo $? >"'"$status_file"'"; exec sleep 600' "$dplua" "$@"
-}
-screen() { tx capture-pane -p -J -S - -t $repl >"$tmp/screen" 2>/dev/null; }
-count() { screen; grep -c -F -e "$1" "$tmp/screen"; }
-on_screen() { [ "$(count "$1")" -ge "$2" ]; }
-wait_for() { wait_until "${3:-10}" on_screen "$1" "${2:-1}"; }
-prompt_ready() { screen; [ "$(grep -v '^ *$' "$tmp/screen" | tail -n 1 | sed 's/ *$//')" = ">" ]; }
-type_line() {
-    wait_until 10 prompt_ready
-    tx send-keys -t $repl -l "$1"
-    tx send-keys -t $repl Enter
-}
-exited() {
-    if wait_file "$status_file" 10; then
-        status=$(cat "$status_file")
-    else
-        status=none
-        return 1
-    fi
-}
+. "$tap_dir/tmux.sh"
+term_cols=150
+term_rows=50
 
 start --nproc_per_node=2 -i
 wait_for "distributed REPL on 2 ranks" && wait_until 20 prompt_ready
 ok $? "the banner and the prompt appear"
 
-type_line '6 * 7'
+type_at_prompt '6 * 7'
 wait_for "[0-1] 42"
 ok $? "a value equal on both ranks prints once, as [0-1] 42"
 
-type_line 'dist = torch.distributed; dist.init_process_group("gloo")'
-type_line 'dist.get_rank()'
+type_at_prompt 'dist = torch.distributed; dist.init_process_group("gloo")'
+type_at_prompt 'dist.get_rank()'
 wait_for "[0] 0" && wait_for "[1] 1"
 ok $? "dist.get_rank() prints per rank"
 
-type_line 't = torch.ones(2) * (dist.get_rank() + 1); dist.all_reduce(t); print("sum=" .. t[0]:item())'
+type_at_prompt 't = torch.ones(2) * (dist.get_rank() + 1); dist.all_reduce(t); print("sum=" .. t[0]:item())'
 wait_for "[0-1] sum=3"
 ok $? "dist.all_reduce typed at the prompt runs on both ranks (1 + 2 = 3)"
 
-type_line ':on 1 error("bo" .. "om")'
+type_at_prompt ':on 1 error("bo" .. "om")'
 wait_for "[1] dplua: stdin:1: boom"
 ok $? ":on 1 error(...) shows the error with rank 1"
-type_line 'print("still" .. "here")'
+type_at_prompt 'print("still" .. "here")'
 wait_for "[0-1] stillhere"
 ok $? "the prompt goes on for both ranks after the error"
 
-type_line ':on 0 dist.all_reduce(t)'
+type_at_prompt ':on 0 dist.all_reduce(t)'
 wait_for "[0] dplua: stdin:1: all_reduce: this line was typed with ':on 0'"
 ok $? ":on 0 refuses a collective with a clear error"
 
-type_line 'for i = 1, 2 do'
+type_at_prompt 'for i = 1, 2 do'
 wait_for ">> "
-type_line_cont() { tx send-keys -t $repl -l "$1"; tx send-keys -t $repl Enter; }
-type_line_cont 'print("it" .. i * 10) end'
+type_line 'print("it" .. i * 10) end'
 wait_for "[0-1] it10" && wait_for "[0-1] it20"
 ok $? "an unfinished chunk continues with >> and runs on both ranks"
 
-type_line 'for j = 1, 2 do'
+type_at_prompt 'for j = 1, 2 do'
 wait_for ">> " 2
 tx send-keys -t $repl C-c
-type_line 'print("after" .. "drop" .. tostring(j))'
+type_at_prompt 'print("after" .. "drop" .. tostring(j))'
 wait_for "[0-1] afterdropnil"
 ok $? "Ctrl-C at the >> prompt drops the unfinished chunk on both ranks"
 
-type_line ':on 7 print(1)'
+type_at_prompt ':on 7 print(1)'
 wait_for ":on 7: the ranks are 0 to 1"
 ok $? ":on with a rank that does not exist says which ranks there are"
 
-type_line 'while true do end'
+type_at_prompt 'while true do end'
 wait_for 'while true do end'
 sleep 0.5
 tx send-keys -t $repl C-c
 wait_for "[0-1] dplua: interrupted!" 1 10
 ok $? "Ctrl-C interrupts while true do end on both ranks"
-type_line 'print("back" .. 1)'
+type_at_prompt 'print("back" .. 1)'
 wait_for "[0-1] back1"
 ok $? "the prompt returns after Ctrl-C"
 
 if [ $has_libedit = yes ]; then
-    type_line 'completion_target = 1'
+    type_at_prompt 'completion_target = 1'
     wait_until 10 prompt_ready
     tx send-keys -t $repl -l 'completion_tar'
     tx send-keys -t $repl Tab
@@ -185,14 +147,14 @@ ok $? "Ctrl-D ends the session with status 0"
 
 start --nproc_per_node=2 -i
 wait_until 20 prompt_ready
-type_line ':on 1 os.exit(3)'
+type_at_prompt ':on 1 os.exit(3)'
 wait_for "rank 1 (pid " && wait_for "exited with status 3"
 exited && [ "$status" -eq 3 ]
 ok $? "os.exit(3) on rank 1 ends the REPL with the launcher's message and status 3"
 
 start --nproc_per_node=2 -i
 wait_until 20 prompt_ready
-type_line ':on 1 ffi = require("ffi"); ffi.cdef("int getpid(void);"); print("pid=" .. ffi.C.getpid())'
+type_at_prompt ':on 1 ffi = require("ffi"); ffi.cdef("int getpid(void);"); print("pid=" .. ffi.C.getpid())'
 wait_for "[1] pid="
 pid=$(grep -o '\[1\] pid=[0-9]*' "$tmp/screen" | head -n 1 | sed 's/.*=//')
 [ -n "$pid" ] && kill -9 "$pid"

@@ -1,10 +1,8 @@
 #!/bin/sh
-# tests/sh/test_repl.sh -- the REPL as a person uses it: in a terminal.
-# dplua runs inside a detached tmux session (a pseudo-terminal), keys go in
-# with send-keys and the screen comes back with capture-pane. Every wait
-# polls the screen with a time limit; nothing sleeps blindly. tmux gets a
-# private socket in a private directory, dplua a private HOME, and both are
-# removed at the end. TAP output; run by `make check` with top_builddir and
+# tests/sh/test_repl.sh -- the REPL as a person uses it: in a terminal
+# (tmux, through tmux.sh). Every wait polls the screen with a time limit;
+# nothing sleeps blindly. tmux gets a private socket in a private
+# directory, dplua a private HOME, and both are removed at the end. TAP output; run by `make check` with top_builddir and
 # top_srcdir set (both default to ".").
 #
 #   sh tests/sh/test_repl.sh          # from the build directory
@@ -23,56 +21,7 @@ make_tmp repl
 home="$tmp/home"
 mkdir "$home" "$tmp/tmux"
 
-# tx ARGS...: tmux on this test's own server: its socket lives in $tmp, and
-# no tmux.conf is read.
-tx() { TMUX_TMPDIR="$tmp/tmux" tmux -L dplua-test -f /dev/null "$@"; }
-
-at_exit() { tx kill-server >/dev/null 2>&1; }
-
-has_libedit=no
-"$dplua" env 2>/dev/null | grep '^build options:' | grep -qw libedit && has_libedit=yes
-
-# tap_diag: what a failed check (tap.sh's ok) shows: the screen.
-tap_diag() {
-    screen
-    diag screen <"$tmp/screen"
-    [ -n "$status" ] && echo "# exit status: $status"
-}
-
-# start ARGS...: a new session running dplua ARGS in a 120x40 terminal.
-# Sessions stay (the server is killed at the end), so that the server never
-# runs out of sessions and exits between two tests. dplua runs under a
-# shell that writes its exit status to a file: tmux's own record of it can
-# lag. The shell traps SIGINT, so that Ctrl-C reaches dplua alone.
-sessions=0
-start() {
-    sessions=$((sessions + 1))
-    repl=repl$sessions
-    status_file="$tmp/status$sessions"
-    tx new-session -d -s $repl -x 120 -y 40 \
-        env HOME="$home" DPLUA_LUA_PATH="$DPLUA_LUA_PATH" TERM=screen LC_ALL=C.UTF-8 \
-        sh -c 'trap : INT; "$0" "$@"; echo $? >"'"$status_file"'"; exec sleep 600' "$dplua" "$@"
-}
-
-# screen: everything the terminal showed (scrollback too) into $tmp/screen,
-# wrapped lines joined.
-screen() { tx capture-pane -p -J -S - -t $repl >"$tmp/screen" 2>/dev/null; }
-
-# count TEXT: how many screen lines hold the fixed string TEXT (the
-# extended regular expression TEXT when match=-E).
-match=-F
-count() { screen; grep -c $match -e "$1" "$tmp/screen"; }
-
-# wait_for TEXT [N [SECONDS]]: poll until at least N (1) screen lines hold
-# TEXT, for at most SECONDS (10).
-on_screen() { [ "$(count "$1")" -ge "$2" ]; }
-wait_for() { wait_until "${3:-10}" on_screen "$1" "${2:-1}"; }
-
-# type TEXT: the text, literally, then Enter.
-type_line() {
-    tx send-keys -t $repl -l "$1"
-    tx send-keys -t $repl Enter
-}
+. "$tap_dir/tmux.sh"
 
 # interrupt CODE DELAY N: types CODE, presses Ctrl-C DELAY seconds later,
 # and waits (5 s) for the Nth "interrupted!" line; a second Ctrl-C when
@@ -91,20 +40,6 @@ complete() {
     tx send-keys -t $repl -l "$1"
     tx send-keys -t $repl Tab
     wait_for "> $2"
-}
-
-# prompt_ready: the last line on the screen is an empty "> " prompt.
-prompt_ready() { screen; [ "$(grep -v '^ *$' "$tmp/screen" | tail -n 1 | sed 's/ *$//')" = ">" ]; }
-
-# exited: dplua has ended (wait up to 10 s); its exit status is then in
-# $status.
-exited() {
-    if wait_file "$status_file" 10; then
-        status=$(cat "$status_file")
-    else
-        status=none
-        return 1
-    fi
 }
 
 # ---------------------------------------------------------------- a session
