@@ -14,9 +14,12 @@
 #   skip DESC WHY         a skipped TAP line
 #   plan N, done_testing  the plan: N, or as many as there were
 #   diag [LABEL]          stdin as TAP comments
+#   copy_data FILE...     tests/data/FILE... into $tmp; bail out on failure
 #   has FILE TEXT         $tmp/FILE holds the fixed string TEXT
+#   has_re FILE RE        $tmp/FILE has a line matching the regular expression RE
 #   is_out TEXT           $tmp/out is exactly TEXT
 #   dp ARGS, run ARGS     the program; run keeps $tmp/out, $tmp/err, $status
+#   run_in DIR ARGS       run, in the folder DIR
 #   wait_until S CMD...   poll CMD until it succeeds, at most S seconds
 #   wait_file FILE [S]    until FILE is there and not empty
 #
@@ -58,6 +61,15 @@ make_tmp() {
     }
     trap tap_cleanup EXIT
     trap 'exit 1' INT TERM
+}
+
+copy_data() {
+    for _tap_file in "$@"; do
+        cp "$top_srcdir/tests/data/$_tap_file" "$tmp/" || {
+            echo "Bail out! cannot copy tests/data/$_tap_file"
+            exit 1
+        }
+    done
 }
 
 # ---------------------------------------------------------------- TAP lines
@@ -106,6 +118,7 @@ done_testing() { plan "$n"; }
 # ---------------------------------------------------------------- checks
 
 has() { grep -F -q -e "$2" "$tmp/$1"; }
+has_re() { grep -q -e "$2" "$tmp/$1"; }
 is_out() { [ "$(cat "$tmp/out")" = "$1" ]; }
 
 # ---------------------------------------------------------------- running
@@ -131,6 +144,15 @@ dp() {
 # status in $tmp/out, $tmp/err and $status.
 run() {
     dp "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
+    status=$?
+}
+
+# run_in DIR ARGS...: run, in the folder DIR (for commands that write where
+# they run).
+run_in() {
+    _tap_dir=$1
+    shift
+    (cd "$_tap_dir" && dp "$@") </dev/null >"$tmp/out" 2>"$tmp/err"
     status=$?
 }
 

@@ -114,7 +114,7 @@ plot noidx.jsonl -o noidx.svg
 
 # The reports of sweep trials: the legend names their hyperparameters
 # (those that differ), which the sweep wrote at the head of each log.
-cp "$top_srcdir/tests/data/sweep_quadratic.lua" "$tmp/" || echo "Bail out! cannot copy tests/data/sweep_quadratic.lua"
+copy_data sweep_quadratic.lua
 printf 'return { script = "sweep_quadratic.lua", space = { x = {0, 1}, y = -2, sleep = 0 }, metric = "loss" }\n' >"$tmp/sw.lua"
 (cd "$tmp" && "$dplua" sweep sw.lua) >"$tmp/out" 2>"$tmp/err"
 ok $? "a sweep of two trials for the legend test"

@@ -12,25 +12,15 @@
 . "$(dirname "$0")/tap.sh"
 
 absolute_dplua
-data="$top_srcdir/tests/data"
 need_dplua
 make_tmp sweep
-cp "$data/sweep_quadratic.lua" "$data/sweep_quadratic_sweep.lua" "$tmp/" || {
-    echo "Bail out! cannot copy the test sweep from $data"
-    exit 1
-}
+copy_data sweep_quadratic.lua sweep_quadratic_sweep.lua
 
-limit=
-if command -v timeout >/dev/null 2>&1; then limit="timeout 120"; fi
+if command -v timeout >/dev/null 2>&1; then dp_timeout=120; fi
 
-# has FILE RE: here a regular expression, not tap.sh's fixed string.
-has() { grep -q -e "$2" "$tmp/$1"; }
 
 # sweep ARGS...: dplua sweep in $tmp; output in $tmp/out and $tmp/err.
-sweep() {
-    (cd "$tmp" && $limit "$dplua" sweep "$@") >"$tmp/out" 2>"$tmp/err"
-    status=$?
-}
+sweep() { run_in "$tmp" sweep "$@"; }
 
 # lua CODE: run the Lua CODE in $tmp with `json`, `results` (the records of
 # sweep_quadratic_sweep.results.jsonl in file order) and `by_trial` defined;
@@ -54,7 +44,7 @@ lua() {
 sweep sweep_quadratic_sweep.lua
 [ $status -eq 0 ]; ok $? "the sweep exits 0 although two trials fail"
 cp "$tmp/out" "$tmp/first.out"
-has out "8 configurations (grid over x, y)" && has out "0 finished earlier, 8 to run, 2 at a time"
+has_re out "8 configurations (grid over x, y)" && has_re out "0 finished earlier, 8 to run, 2 at a time"
 ok $? "the header names the space, the work and the parallelism"
 
 lua 'return #results == 8'; ok $? "the results file has one line per trial"
@@ -105,32 +95,32 @@ sed -n '/^rank/,/^$/p' "$tmp/out" | awk 'NR > 2 && NF > 0 { print $2 }' | tr '\n
 ok $? "the table lists trials sorted by loss, ties by trial, failures last (got: $(cat "$tmp/order"))"
 sed -n '/^rank/,/^$/p' "$tmp/out" | awk 'NR > 2 && $1 != "-" && NF > 0 { print $5 }' >"$tmp/losses"
 sort -g -c "$tmp/losses"; ok $? "the metric column is sorted"
-has out "crashed (exit 1)" && has out "crashed (SIGKILL)"; ok $? "the table shows how failed trials ended"
-has out "^best: trial 3, loss = 0$" && has out "^  x=1 y=-2$" && has out "DPLUA_HPARAMS='{\"x\":1,\"y\":-2}'"
+has_re out "crashed (exit 1)" && has_re out "crashed (SIGKILL)"; ok $? "the table shows how failed trials ended"
+has_re out "^best: trial 3, loss = 0$" && has_re out "^  x=1 y=-2$" && has_re out "DPLUA_HPARAMS='{\"x\":1,\"y\":-2}'"
 ok $? "the best configuration is x=1 y=-2"
 
 # ---------------------------------------------------------------- reruns
 
 sweep sweep_quadratic_sweep.lua
-[ $status -eq 0 ] && has out "8 finished earlier, 0 to run" && ! has out "started"
+[ $status -eq 0 ] && has_re out "8 finished earlier, 0 to run" && ! has_re out "started"
 ok $? "a rerun skips every finished trial"
 lua 'return #results == 8'; ok $? "a rerun adds no records"
-has out "^best: trial 3, loss = 0$"; ok $? "a rerun prints the table from the recorded results"
+has_re out "^best: trial 3, loss = 0$"; ok $? "a rerun prints the table from the recorded results"
 
 head -n 4 "$tmp/sweep_quadratic_sweep.results.jsonl" >"$tmp/part" && mv "$tmp/part" "$tmp/sweep_quadratic_sweep.results.jsonl"
 printf '{"trial":5,"status":"ok","hpar\n' >>"$tmp/sweep_quadratic_sweep.results.jsonl"
 sweep sweep_quadratic_sweep.lua
-[ $status -eq 0 ] && has out "4 finished earlier, 4 to run" && has err "skipping a damaged line"
+[ $status -eq 0 ] && has_re out "4 finished earlier, 4 to run" && has_re err "skipping a damaged line"
 ok $? "a partial results file (with a line cut short) runs only the missing trials"
 lua 'return #results == 8'; ok $? "the missing trials are appended"
 
 sweep sweep_quadratic_sweep.lua --retry-failed --parallel 1
-[ $status -eq 0 ] && has out "6 finished earlier, 2 to run, 1 at a time" && has out "trial 7 started" \
-    && has out "trial 8 started"
+[ $status -eq 0 ] && has_re out "6 finished earlier, 2 to run, 1 at a time" && has_re out "trial 7 started" \
+    && has_re out "trial 8 started"
 ok $? "--retry-failed runs the crashed trials again, --parallel overrides the sweep"
 
 sweep sweep_quadratic_sweep.lua --results other.jsonl --dry-run
-[ $status -eq 0 ] && has out "0 finished earlier, 8 to run" && has out "trial 8: x=3 y=0" \
+[ $status -eq 0 ] && has_re out "0 finished earlier, 8 to run" && has_re out "trial 8: x=3 y=0" \
     && [ ! -e "$tmp/other.jsonl" ]
 ok $? "--dry-run lists the configurations and runs nothing; --results picks the file"
 
@@ -144,7 +134,7 @@ start=$(date +%s)
 sweep slow.lua
 took=$(( $(date +%s) - start ))
 [ $status -eq 1 ] && [ $took -lt 15 ] && grep -q '"status":"timeout"' "$tmp/slow.results.jsonl" \
-    && has out "timeout (SIGTERM)" && has out "best: none"
+    && has_re out "timeout (SIGTERM)" && has_re out "best: none"
 ok $? "a trial past its timeout is stopped and recorded; with no success the sweep exits 1 (took ${took}s)"
 
 cat >"$tmp/args.lua" <<'EOF'
@@ -184,7 +174,7 @@ status=$?
 # (Debian's python3-protobuf and protoc; scripts/setup-debian installs them).
 reader="$(cd "$top_srcdir" && pwd)/tests/tensorboard/read_events.py"
 sweep sweep_quadratic_sweep.lua --results tb.jsonl --tensorboard tb
-[ $status -eq 0 ] && has out "tensorboard: tb/" && [ -d "$tmp/tb/x=1,y=-2" ]
+[ $status -eq 0 ] && has_re out "tensorboard: tb/" && [ -d "$tmp/tb/x=1,y=-2" ]
 ok $? "--tensorboard DIR writes a run per trial, named by its hyperparameters"
 (cd "$tmp" && /usr/bin/python3 "$reader" tb >tb.json 2>tb.err)
 ok $? "the reader decodes every event file and every CRC matches" "$tmp/tb.err"
@@ -224,28 +214,28 @@ ok $? "each run holds the trial's reported metrics at their steps, and its hyper
 
 printf 'return { script = "sweep_quadratic.lua", space = { x = {1} }, metric = "loss", tensorboard = "sub/tb" }\n' >"$tmp/tbfield.lua"
 sweep tbfield.lua --dry-run
-[ $status -eq 0 ] && has out "tensorboard: sub/tb/"
+[ $status -eq 0 ] && has_re out "tensorboard: sub/tb/"
 ok $? "the sweep's tensorboard field, relative to the sweep file"
 printf 'return { script = "sweep_quadratic.lua", space = { x = {1} }, metric = "loss", tensorboard = 5 }\n' >"$tmp/tbbad.lua"
 sweep tbbad.lua
-[ $status -eq 1 ] && has err "'tensorboard' must name a folder"; ok $? "a tensorboard field that is not a folder name"
+[ $status -eq 1 ] && has_re err "'tensorboard' must name a folder"; ok $? "a tensorboard field that is not a folder name"
 
 # ---------------------------------------------------------------- mistakes
 
 printf 'return { script = "sweep_quadratic.lua", space = { x = {1} }, metric = "loss", paralell = 2 }\n' >"$tmp/typo.lua"
 sweep typo.lua
-[ $status -eq 1 ] && has err "unknown field 'paralell'"; ok $? "a misspelt field in the sweep table is an error that names it"
+[ $status -eq 1 ] && has_re err "unknown field 'paralell'"; ok $? "a misspelt field in the sweep table is an error that names it"
 printf 'return { script = "sweep_quadratic.lua", space = { x = {uniform = {0, 1}} }, metric = "loss" }\n' >"$tmp/dist.lua"
 sweep dist.lua
-[ $status -eq 1 ] && has err 'needs method = "random"'; ok $? "a distribution in a grid is an error"
+[ $status -eq 1 ] && has_re err 'needs method = "random"'; ok $? "a distribution in a grid is an error"
 sweep sweep_quadratic_sweep.lua --bogus
-[ $status -eq 2 ] && has err "unknown option --bogus"; ok $? "an unknown option exits 2"
+[ $status -eq 2 ] && has_re err "unknown option --bogus"; ok $? "an unknown option exits 2"
 sweep
-[ $status -eq 2 ] && has err "usage: dplua sweep"; ok $? "no sweep file prints the usage and exits 2"
+[ $status -eq 2 ] && has_re err "usage: dplua sweep"; ok $? "no sweep file prints the usage and exits 2"
 sweep --help
-[ $status -eq 0 ] && has out "usage: dplua sweep"; ok $? "--help exits 0"
+[ $status -eq 0 ] && has_re out "usage: dplua sweep"; ok $? "--help exits 0"
 sweep missing.lua
-[ $status -eq 1 ] && has err "missing.lua"; ok $? "a missing sweep file is named"
+[ $status -eq 1 ] && has_re err "missing.lua"; ok $? "a missing sweep file is named"
 
 printf 'return { script = "sweep_quadratic.lua", space = { x = {1}, z = {2} }, metric = "loss" }\n' >"$tmp/unknown.lua"
 sweep unknown.lua

@@ -11,20 +11,11 @@
 . "$(dirname "$0")/tap.sh"
 
 absolute_dplua
-data="$top_srcdir/tests/data"
 need_dplua
 make_tmp sweep_prune
-cp "$data/sweep_curve.lua" "$data/sweep_curve_sweep.lua" "$tmp/" || {
-    echo "Bail out! cannot copy the test sweep from $data"
-    exit 1
-}
-limit=
-if command -v timeout >/dev/null 2>&1; then limit="timeout 120"; fi
-has() { grep -q -e "$2" "$tmp/$1"; }
-sweep() {
-    (cd "$tmp" && $limit "$dplua" sweep "$@") >"$tmp/out" 2>"$tmp/err"
-    status=$?
-}
+copy_data sweep_curve.lua sweep_curve_sweep.lua
+if command -v timeout >/dev/null 2>&1; then dp_timeout=120; fi
+sweep() { run_in "$tmp" sweep "$@"; }
 # lua RESULTS CODE: CODE with `by_trial` (the records of RESULTS by trial)
 lua() {
     (cd "$tmp" && RESULTS="$1" CHECK="$2" "$dplua" -e '
@@ -39,7 +30,7 @@ lua() {
 
 sweep sweep_curve_sweep.lua
 [ $status -eq 0 ]; ok $? "the sweep exits 0"
-has out "early stopping: asha (grace_period=1, reduction_factor=2, time_attr=epoch)"
+has_re out "early stopping: asha (grace_period=1, reduction_factor=2, time_attr=epoch)"
 ok $? "the header names the scheduler and its options"
 lua sweep_curve_sweep.results.jsonl '
     return by_trial[1].status == "ok" and by_trial[2].status == "ok"
@@ -54,22 +45,22 @@ ok $? "a pruned trial is recorded with its last metric"
     && ! grep -q "epoch 3 reported" "$tmp/sweep_curve_sweep.logs/trial-004.log" \
     && grep -q "epoch 4 reported" "$tmp/sweep_curve_sweep.logs/trial-002.log"
 ok $? "pruned trials are stopped before their next epoch; the others run to the end"
-has out "trial 3 pruned at epoch = 1 by asha" && has out "2 pruned" && has out "pruned at 2" \
-    && has out "best: trial 2, acc = 0.9"
+has_re out "trial 3 pruned at epoch = 1 by asha" && has_re out "2 pruned" && has_re out "pruned at 2" \
+    && has_re out "best: trial 2, acc = 0.9"
 ok $? "the driver says what it pruned, and the table and the best trial show it"
 tail -1 "$tmp/sweep_curve_sweep.logs/trial-004.log" | grep -q "^# dplua sweep: pruned at epoch = 2$"
 ok $? "the trial's log ends saying where it was pruned"
 
 sweep sweep_curve_sweep.lua
-[ $status -eq 0 ] && has out "4 finished earlier, 0 to run" && has out "4 of 4 trials finished (2 pruned)"
+[ $status -eq 0 ] && has_re out "4 finished earlier, 0 to run" && has_re out "4 of 4 trials finished (2 pruned)"
 ok $? "a rerun keeps the pruned trials as finished"
 sweep sweep_curve_sweep.lua --retry-failed
-[ $status -eq 0 ] && has out "0 to run"
+[ $status -eq 0 ] && has_re out "0 to run"
 ok $? "--retry-failed does not run pruned trials again"
 
 (cd "$tmp" && "$dplua" plot sweep_curve_sweep.logs/trial-002.report.jsonl sweep_curve_sweep.logs/trial-004.report.jsonl \
     -o plot.svg) >"$tmp/out" 2>"$tmp/err"
-has plot.svg "a=0.6 (pruned at epoch = 2)" && has plot.svg "a=0.9<"
+has_re plot.svg "a=0.6 (pruned at epoch = 2)" && has_re plot.svg "a=0.9<"
 ok $? "dplua plot's legend marks the pruned trial"
 
 # The median rule (min_samples_required = 1), trials in the order 0.5, 0.9,
@@ -86,11 +77,11 @@ ok $? "the median rule prunes trials 3 (at epoch 1) and 4 (at epoch 2)"
 
 printf 'return { script = "sweep_curve.lua", space = { a = {1} }, metric = "acc", scheduler = "hyperband" }\n' >"$tmp/bad.lua"
 sweep bad.lua
-[ $status -eq 1 ] && has err "'scheduler' must be \"asha\" or \"median\""
+[ $status -eq 1 ] && has_re err "'scheduler' must be \"asha\" or \"median\""
 ok $? "an unknown scheduler is an error that says which exist"
 printf 'return { script = "sweep_curve.lua", space = { a = {1} }, metric = "acc", nproc_per_node = 0 }\n' >"$tmp/bad.lua"
 sweep bad.lua
-[ $status -eq 1 ] && has err "'nproc_per_node' must be an integer >= 1"
+[ $status -eq 1 ] && has_re err "'nproc_per_node' must be an integer >= 1"
 ok $? "a bad nproc_per_node is an error"
 
 done_testing
