@@ -15,11 +15,7 @@ local gpt = dofile(dir .. "/../examples/gpt2/model.lua")
 local ref = dofile(dir .. "/ref/gpt_small.lua")
 local dev = "cuda:0"
 
-local function ids(r)
-  local flat = {}
-  for i = 1, #r do flat[i] = r[i] end
-  return torch.tensor(flat, { dtype = torch.int64 }):reshape(r.shape)
-end
+local function ids(r) return T.ref_tensor(torch, r, torch.int64) end
 
 -- Losses of steps on the batches, on device, bf16 autocast when amp.
 local function train(model, batches, device, amp, lr)

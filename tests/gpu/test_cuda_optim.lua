@@ -8,6 +8,7 @@
 local dir = os.getenv("DPLUA_TEST_DIR") or (debug.getinfo(1, "S").source:match("^@(.*)/gpu/") or "tests")
 package.path = dir .. "/lua/?.lua;" .. package.path
 local T = require("tap")
+local models = require("models")
 local torch = require("dplua")
 local nn, optim, F = torch.nn, torch.optim, torch.nn.functional
 if not torch.cuda.is_available() then T.skip_all("no CUDA device") end
@@ -106,15 +107,8 @@ T.run("AdamW master_weights on a bfloat16 MLP: the first layer's bias gradient i
   local m = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10)):to(bf16):to(dev)
   local opt = optim.AdamW(m:parameters(), { lr = 1e-3, master_weights = true })
   local x, y = torch.randn(256, 784):to(bf16):to(dev), torch.randint(0, 10, { 256 }):to(dev)
-  local first, last
-  for _ = 1, 20 do
-    opt:zero_grad()
-    local loss = F.cross_entropy(m(x):float(), y)
-    loss:backward()
-    opt:step()
-    first = first or loss:item()
-    last = loss:item()
-  end
+  local losses = models.train(m, opt, function(out, t) return F.cross_entropy(out:float(), t) end, x, y, 20)
+  local first, last = losses[1], losses[#losses]
   T.ok(last < first, string.format("the loss falls (%.4f -> %.4f)", first, last))
   local sd = opt:state_dict()
   for i, p in ipairs(m:parameters()) do

@@ -5,6 +5,7 @@ models.lua -- what the tests that train share: the seed model and a step.
     local model = models.SimpleNN()    -- the seed model of examples/seed.lua
     local loss = models.step(model, opt, loss_fn, x, y)   -- one training step
     local losses = models.train(model, opt, loss_fn, x, y, steps)
+    models.backward_with(ps, grads)    -- fixed gradients through backward
 --]]
 local torch = require("dplua")
 local nn = torch.nn
@@ -35,6 +36,20 @@ function M.train(model, opt, loss_fn, x, y, steps)
   local losses = {}
   for i = 1, steps do losses[i] = M.step(model, opt, loss_fn, x, y):item() end
   return losses
+end
+
+-- Gradients through backward (so that they land in an optimizer's flat
+-- slots): loss = sum_i (p_i * g_i), g_i the values gs[i] in p_i's dtype
+-- and shape, skipping the parameter `skip`.
+function M.backward_with(ps, gs, skip)
+  local loss
+  for i, p in ipairs(ps) do
+    if i ~= skip then
+      local term = (p * torch.tensor(gs[i], { dtype = p.dtype }):reshape(p.shape)):sum()
+      loss = loss and loss + term or term
+    end
+  end
+  loss:backward()
 end
 
 return M

@@ -11,6 +11,8 @@ tap.lua -- a tiny TAP producer for dplua's Lua tests.
     T.run("name", function() ... end) -- an error inside is a failure
     T.done_testing()                  -- prints the plan, exits 1 on failure
     T.read_file(path), T.write_file(path, bytes), T.temp_dir(name), T.sh_quote(s)
+    T.sorted_keys(t)                  -- a reference table's cases in order
+    T.ref_tensor(torch, r, dtype)     -- a tensor of a tests/ref/*.lua table
 
 Output goes to stdout in TAP 13 form for automake's tap-driver.sh; failures
 carry `#` diagnostics that say what differed and where. The second half
@@ -337,6 +339,14 @@ function T.run(name, fn, ...)
     return ok
 end
 
+-- The keys of t, sorted: the cases of a reference table in a fixed order.
+function T.sorted_keys(t)
+    local keys = {}
+    for k in pairs(t) do keys[#keys + 1] = k end
+    table.sort(keys)
+    return keys
+end
+
 -- ---------------------------------------------------------------- files
 
 -- s as one sh word, whatever it holds.
@@ -385,6 +395,16 @@ function T.make_input(torch, spec)
     for _, s in ipairs(spec.shape) do n = n * s end
     if n == 0 then return torch.zeros(spec.shape, {dtype = dtype}) end
     return torch.tensor(spec.values, {dtype = dtype})
+end
+
+-- A tensor of a tests/ref/*.lua table {shape = {...}, v1, v2, ...}, of
+-- dtype (float64 by default), or {shape = {...}, bool = {...}} for a bool
+-- tensor.
+function T.ref_tensor(torch, r, dtype)
+    if r.bool then return torch.tensor(r.bool):reshape(r.shape) end
+    local flat = {}
+    for i = 1, #r do flat[i] = r[i] end
+    return torch.tensor(flat, {dtype = dtype or torch.float64}):reshape(r.shape)
 end
 
 local chunk_cache = {}

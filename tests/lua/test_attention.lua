@@ -12,12 +12,7 @@ local torch = require("dplua")
 local F = torch.nn.functional
 local ref = dofile(dir .. "/ref/attention.lua")
 
-local function tensor(r, dtype)
-  if r.bool then return torch.tensor(r.bool):reshape(r.shape) end
-  local flat = {}
-  for i = 1, #r do flat[i] = r[i] end
-  return torch.tensor(flat, { dtype = dtype or torch.float64 }):reshape(r.shape)
-end
+local function tensor(r, dtype) return T.ref_tensor(torch, r, dtype) end
 
 -- tolerances per dtype: float64 exact to rounding, float32 and bfloat16 to their precision
 local tol = { [torch.float64] = 1e-10, [torch.float32] = 2e-5, [torch.bfloat16] = 3e-2 }
@@ -53,10 +48,7 @@ local function run_case(name, c, dtype, composite)
   end)
 end
 
-local names = {}
-for name in pairs(ref) do names[#names + 1] = name end
-table.sort(names)
-for _, name in ipairs(names) do
+for _, name in ipairs(T.sorted_keys(ref)) do
   for _, dtype in ipairs({ torch.float64, torch.float32, torch.bfloat16 }) do
     run_case(name, ref[name], dtype, false)
     if not ref[name].mask and dtype == torch.float64 then run_case(name, ref[name], dtype, true) end

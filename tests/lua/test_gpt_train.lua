@@ -14,11 +14,7 @@ local torch = require("dplua")
 local gpt = dofile(dir .. "/../examples/gpt2/model.lua")
 local ref = dofile(dir .. "/ref/gpt_small.lua")
 
-local function ids(r)
-  local flat = {}
-  for i = 1, #r do flat[i] = r[i] end
-  return torch.tensor(flat, { dtype = torch.int64 }):reshape(r.shape)
-end
+local function ids(r) return T.ref_tensor(torch, r, torch.int64) end
 
 local function reference_model()
   local model = gpt.GPT(ref.config)

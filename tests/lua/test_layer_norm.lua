@@ -72,10 +72,7 @@ local function run_case(name, c, dtype)
   end)
 end
 
-local names = {}
-for name in pairs(ref) do names[#names + 1] = name end
-table.sort(names)
-for _, name in ipairs(names) do
+for _, name in ipairs(T.sorted_keys(ref)) do
   run_case(name, ref[name], torch.float64)
   -- 1000 + 0.01 * x keeps too few digits of x in float32 and bfloat16, there as in PyTorch
   if not name:match("^offset") then

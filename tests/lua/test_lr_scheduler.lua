@@ -95,10 +95,7 @@ local function run(c)
   return seq, s, o
 end
 
-local names = {}
-for k in pairs(cases) do names[#names + 1] = k end
-table.sort(names)
-for _, name in ipairs(names) do
+for _, name in ipairs(T.sorted_keys(cases)) do
   T.run(name .. " against PyTorch", function()
     local seq, s = run(cases[name])
     local ok, why = T.compare_values(seq, ref[name], 1e-14, 1e-17)

@@ -47,18 +47,7 @@ local function params(dtype)
   return ps
 end
 
--- Gradients through backward (so that they land in the flat slots):
--- loss = sum_i (p_i * g_i), skipping the parameter `skip`.
-local function backward_with(ps, gs, skip)
-  local loss
-  for i, p in ipairs(ps) do
-    if i ~= skip then
-      local term = (p * torch.tensor(gs[i], { dtype = p.dtype })):sum()
-      loss = loss and loss + term or term
-    end
-  end
-  loss:backward()
-end
+local backward_with = require("models").backward_with
 
 local function values(ps)
   local out = {}
@@ -166,10 +155,7 @@ makers.adam_missing = makers.adam
 makers.sgd_momentum_missing = makers.sgd_momentum
 local missing = { adam_missing = { 1, 2 }, sgd_momentum_missing = { 0, 2 } }   -- {step (0-based), param}
 
-local names = {}
-for k in pairs(makers) do names[#names + 1] = k end
-table.sort(names)
-for _, name in ipairs(names) do
+for _, name in ipairs(T.sorted_keys(makers)) do
   for _, how in ipairs({ "backward", "assigned", "assigned as strided views" }) do
     T.run(name .. " against PyTorch, gradients " .. how, function()
       local ps = params()

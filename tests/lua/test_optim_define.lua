@@ -62,10 +62,7 @@ local function run(make, missing)
   return out, opt, ps
 end
 
-local names = {}
-for k in pairs(cases) do names[#names + 1] = k end
-table.sort(names)
-for _, name in ipairs(names) do
+for _, name in ipairs(T.sorted_keys(cases)) do
   T.run(name .. " against PyTorch", function()
     local c = cases[name]
     local make, missing = c, nil

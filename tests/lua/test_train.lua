@@ -11,6 +11,8 @@ package.path = dir .. "/lua/?.lua;" .. package.path
 local T = require("tap")
 local torch = require("dplua")
 local nn, optim, F = torch.nn, torch.optim, torch.nn.functional
+local models = require("models")
+local backward_with = models.backward_with
 local ref = dofile(dir .. "/ref/train.lua")
 
 local f64 = { dtype = torch.float64 }
@@ -34,18 +36,6 @@ local function bf16_params()
   return ps
 end
 
--- Gradients through backward (so that they land in the flat slots):
--- loss = sum_i (p_i * g_i), skipping the parameter `skip`.
-local function backward_with(ps, gs, skip)
-  local loss
-  for i, p in ipairs(ps) do
-    if i ~= skip then
-      local term = (p * tensor(gs[i], M.shapes[i], p.dtype)):sum()
-      loss = loss and loss + term or term
-    end
-  end
-  loss:backward()
-end
 
 local function check_step(label, opt, ps, want)
   -- the master copies to float32 rounding, the parameters to one bfloat16 rounding of them
@@ -160,15 +150,8 @@ T.run("master weights: model:bfloat16() then AdamW", function()
   model:bfloat16()
   local opt = optim.AdamW(model:parameters(), { lr = 1e-2, master_weights = true, fused = true })
   local x, y = torch.randn(16, 4):bfloat16(), torch.randint(0, 3, { 16 })
-  local first, last
-  for step = 1, 30 do
-    opt:zero_grad()
-    local loss = F.cross_entropy(model(x):float(), y)
-    loss:backward()
-    opt:step()
-    first = first or loss:item()
-    last = loss:item()
-  end
+  local losses = models.train(model, opt, function(out, t) return F.cross_entropy(out:float(), t) end, x, y, 30)
+  local first, last = losses[1], losses[#losses]
   T.ok(last < first, string.format("the loss falls (%.4f -> %.4f)", first, last))
   for i, p in ipairs(model:parameters()) do
     T.ok(p.dtype == torch.bfloat16, "parameter " .. i .. " stays bfloat16")

@@ -15,12 +15,7 @@ local torch = require("dplua")
 local nn = torch.nn
 local ref = dofile(dir .. "/ref/transformer.lua")
 
-local function tensor(r, dtype)
-  if r.bool then return torch.tensor(r.bool):reshape(r.shape) end
-  local flat = {}
-  for i = 1, #r do flat[i] = r[i] end
-  return torch.tensor(flat, { dtype = dtype or torch.float64 }):reshape(r.shape)
-end
+local function tensor(r, dtype) return T.ref_tensor(torch, r, dtype) end
 
 local tol = { [torch.float64] = 1e-10, [torch.float32] = 1e-4 }
 
@@ -66,10 +61,7 @@ local function run_case(name, c, dtype)
     loss:backward()
     local params = {}
     for n, p in m:named_parameters() do params[n] = p end
-    local names = {}
-    for k in pairs(c.grads) do names[#names + 1] = k end
-    table.sort(names)
-    for _, k in ipairs(names) do
+    for _, k in ipairs(T.sorted_keys(c.grads)) do
       local pname = k:match("^param%.(.*)$")
       local t = pname and params[pname] or inputs[k]
       T.ok(t ~= nil, label .. ": has " .. k)
@@ -83,10 +75,7 @@ local function run_case(name, c, dtype)
   end)
 end
 
-local names = {}
-for name in pairs(ref) do names[#names + 1] = name end
-table.sort(names)
-for _, name in ipairs(names) do
+for _, name in ipairs(T.sorted_keys(ref)) do
   for _, dtype in ipairs({ torch.float64, torch.float32 }) do run_case(name, ref[name], dtype) end
 end
 
