@@ -18,7 +18,6 @@ copy_data sweep_quadratic.lua sweep_quadratic_sweep.lua
 
 if command -v timeout >/dev/null 2>&1; then dp_timeout=120; fi
 
-
 # sweep ARGS...: dplua sweep in $tmp; output in $tmp/out and $tmp/err.
 sweep() { run_in "$tmp" sweep "$@"; }
 
