@@ -98,7 +98,8 @@ static const char usage_text[] =
     "  --rdzv_endpoint=HOST:PORT  the same as --master_addr and --master_port\n"
     "  --standalone         one node, local rendezvous (the default)\n"
     "  --prefix-output, --tee   prefix each line of output with \"[RANK]: \"\n"
-    "  --max_restarts=0     accepted; restarts are not supported\n"
+    "  --max_restarts=N     when a rank fails, stop every rank and start them all\n"
+    "                       again, up to N times (default 0; one node)\n"
     "\n"
     "The first argument that is not a launcher flag (or the one after --)\n"
     "starts what each rank runs: a script and its arguments, or dplua options\n"
@@ -262,8 +263,9 @@ static int apply(struct launch *L, int f, const char *v)
         L->prefix = 1;
         return GO_ON;
     case F_MAX_RESTARTS:
-        if (parse_num(v, 0, 0) != 0)
-            return usage("--max_restarts=%s: restarts are not supported (only 0)%s", v, "");
+        if ((n = parse_num(v, 0, 1000)) < 0)
+            return usage("--max_restarts: expected a number from 0 to 1000; got '%s'%s", v, "");
+        L->max_restarts = (int)n;
         return GO_ON;
     case F_RDZV_BACKEND:
         if (strcmp(v, "static") != 0 && strcmp(v, "c10d") != 0)
@@ -409,6 +411,8 @@ static int settle(struct launch *L)
     }
     if (L->nnodes > 1 && !L->node_rank_set)
         return usage("--nnodes is more than 1: give each node its --node_rank%s%s", "", "");
+    if (L->nnodes > 1 && L->max_restarts > 0)   /* the launchers of other nodes would not know */
+        return usage("--max_restarts: restarts are for one node (--nnodes is %s)%s", "more than 1", "");
     if ((st = resolve_nproc(L)) != GO_ON)
         return st;
     if (L->nproc > 1 && strcmp(L->child_argv[0], "-") == 0)   /* each rank would read a part of one stdin */
@@ -438,7 +442,7 @@ static int settle(struct launch *L)
 
 /* The variables a rank gets, over the launcher's environment (at most
  * RANK_VARS of them); a bare name is removed. */
-#define RANK_VARS 17
+#define RANK_VARS 18
 
 static int rank_vars(const struct launch *L, const struct rank *r, char **set)
 {
@@ -459,6 +463,7 @@ static int rank_vars(const struct launch *L, const struct rank *r, char **set)
     else
         SETV("DPLUA_JOB_TOKEN");   /* the ranks find it themselves (token.c) */
     SETV("DPLUA_LAUNCHER_PID=%d", (int)getpid());   /* the rank's watch on us (rank.c) */
+    SETV("TORCHELASTIC_RESTART_COUNT=%d", L->restart);   /* torchrun's name: 0, then 1, 2, ... */
     SETV("TORCHELASTIC_USE_AGENT_STORE");   /* torchrun's agent store is not ours */
     if (L->repl)
         SETV("DPLUA_REPL_SERVER=1");   /* stdin is the REPL's socket: host.c */
@@ -823,7 +828,8 @@ void launch_report_failure(const struct launch *L)
     }
 }
 
-static void free_ranks(struct launch *L)
+/* What the ranks of one start hold: their pipes, buffers and kept lines. */
+static void close_ranks(struct launch *L)
 {
     for (int i = 0; i < L->nproc; i++) {
         struct rank *r = &L->ranks[i];
@@ -842,7 +848,31 @@ static void free_ranks(struct launch *L)
         if (r->cmd >= 0)
             close(r->cmd);
     }
-    free(L->ranks);
+}
+
+/* --max_restarts: after a failure, the next start of every rank, on a new
+ * port with a new token (the old store may linger in TIME_WAIT, and a
+ * rank of the old start must not join the new one). Returns 0 when the
+ * job starts again. */
+static int next_start(struct launch *L)
+{
+    if (L->signo || L->failed < 0 || L->repl || L->restart >= L->max_restarts)
+        return -1;
+    launch_report_failure(L);
+    close_ranks(L);
+    memset(L->ranks, 0, (size_t)L->nproc * sizeof *L->ranks);
+    L->restart++;
+    L->failed = -1;
+    L->running = 0;
+    L->kill_at = L->drain_until = 0;
+    if (!L->port_set && (L->port = free_port()) < 0) {
+        fprintf(stderr, PROG ": cannot find a free port: %s\n", strerror(errno));
+        return -1;
+    }
+    if (make_token(L) != GO_ON)
+        return -1;
+    fprintf(stderr, PROG ": restarting every rank (restart %d of %d)\n", L->restart, L->max_restarts);
+    return 0;
 }
 
 /* ======================================================================== */
@@ -904,13 +934,15 @@ int dp_launch_main(int argc, char **argv)
         free(cargv);
         return 1;
     }
-    if (start_all(&L, cargv) != 0) {
-        L.failed = -2;
-        launch_stop_others(&L, TERM_GRACE);
-    } else if (L.repl) {
-        launch_repl(&L);   /* until its input ends or a rank ends it */
-    }
-    launch_watch(&L);
+    do {
+        if (start_all(&L, cargv) != 0) {
+            L.failed = -2;
+            launch_stop_others(&L, TERM_GRACE);
+        } else if (L.repl) {
+            launch_repl(&L);   /* until its input ends or a rank ends it */
+        }
+        launch_watch(&L);
+    } while (next_start(&L) == 0);
     if (L.signo)
         st = 128 + L.signo;
     else if (L.failed == -2)
@@ -922,7 +954,8 @@ int dp_launch_main(int argc, char **argv)
             st = 1;
     } else
         st = 0;
-    free_ranks(&L);
+    close_ranks(&L);
+    free(L.ranks);
     free(cargv);
     return st;
 }

@@ -63,6 +63,8 @@ struct launch {
     int repl;                   /* the ranks serve a REPL (launch_repl.c) */
     int repl_closing;           /* its input ended: the ranks may exit now */
     int interrupted;            /* SIGINT came while the REPL runs */
+    int max_restarts;           /* --max_restarts: how often a failed job starts again */
+    int restart;                /* which start this is, from 0 (TORCHELASTIC_RESTART_COUNT) */
 };
 
 /* launch.c */

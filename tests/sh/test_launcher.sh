@@ -297,8 +297,8 @@ run --nnodes=1 "$tmp/env.lua"
 run --nproc_per_node=2 --bogus "$tmp/env.lua"
 [ $status -eq 2 ] && has err "unrecognized launcher option '--bogus'"; ok $? "an unknown --flag: exit 2"
 
-run --nproc_per_node=2 --max_restarts=3 "$tmp/env.lua"
-[ $status -eq 2 ] && has err "restarts are not supported"; ok $? "--max_restarts=3: exit 2"
+run --nproc_per_node=2 --max_restarts=-1 "$tmp/env.lua"
+[ $status -eq 2 ] && has err "expected a number from 0 to 1000"; ok $? "--max_restarts=-1: exit 2 (restarts: test_restarts.sh)"
 
 run --nproc_per_node=2 --master_port=99999 "$tmp/env.lua"
 [ $status -eq 2 ] && has err "--master_port"; ok $? "a port out of range: exit 2"
