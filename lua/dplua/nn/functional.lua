@@ -86,6 +86,60 @@ function F.tanh(x) return want_tensor(x, "tanh", "input"):tanh() end
 function F.sigmoid(x) return want_tensor(x, "sigmoid", "input"):sigmoid() end
 function F.silu(x) return want_tensor(x, "silu", "input") * x:sigmoid() end
 
+-- The activations below are compositions of tensor ops, written so that
+-- no branch torch.where discards overflows (its gradient would be 0 * inf).
+local function want_number(v, fn, what, default)
+  if v == nil then return default end
+  if type(v) ~= "number" then raise(string.format("%s: expected %s to be a number, got %s", fn, what, typename(v))) end
+  return v
+end
+local function opt(o, name, v) if type(o) == "table" and not is_tensor(o) then return o[name] end return v end
+
+-- leaky_relu(x, negative_slope=0.01)
+function F.leaky_relu(x, negative_slope)
+  want_tensor(x, "leaky_relu", "input")
+  local slope = want_number(opt(negative_slope, "negative_slope", negative_slope), "leaky_relu", "negative_slope", 0.01)
+  return torch.where(x:gt(0), x, x * slope)
+end
+-- elu(x, alpha=1): x for x > 0, alpha (exp(x) - 1) otherwise
+function F.elu(x, alpha)
+  want_tensor(x, "elu", "input")
+  alpha = want_number(opt(alpha, "alpha", alpha), "elu", "alpha", 1)
+  return torch.where(x:gt(0), x, (x:clamp(nil, 0):exp() - 1) * alpha)
+end
+-- softplus(x, beta=1, threshold=20): log(1 + exp(beta x)) / beta, and x
+-- where beta x > threshold
+function F.softplus(x, beta, threshold)
+  want_tensor(x, "softplus", "input")
+  if type(beta) == "table" then beta, threshold = beta.beta, beta.threshold end
+  beta = want_number(beta, "softplus", "beta", 1)
+  threshold = want_number(threshold, "softplus", "threshold", 20)
+  local bx = x * beta
+  -- log(1 + e^z) = max(z, 0) + log1p(t), t = e^-|z| in (0, 1]: never
+  -- overflows. log1p(t) as log(u) t / (u - 1), u = 1 + t rounded (exact to
+  -- the dtype's precision, Goldberg's trick), and below t = 1e-3, where u
+  -- may be 1, as its series to t^5 (relative error below 2e-16)
+  local t = (-bx:abs()):exp()
+  local small = t:lt(1e-3)
+  local u = t + 1
+  local series = t * (1 - t * (0.5 - t * (1 / 3 - t * (0.25 - t * 0.2))))
+  local rounded = u:log() * t / torch.where(small, torch.ones_like(u), u - 1)
+  local soft = (bx:relu() + torch.where(small, series, rounded)) / beta
+  return torch.where(bx:gt(threshold), x, soft)
+end
+-- hardtanh(x, min_val=-1, max_val=1), relu6(x) = hardtanh(x, 0, 6)
+function F.hardtanh(x, min_val, max_val)
+  want_tensor(x, "hardtanh", "input")
+  if type(min_val) == "table" then min_val, max_val = min_val.min_val, min_val.max_val end
+  min_val = want_number(min_val, "hardtanh", "min_val", -1)
+  max_val = want_number(max_val, "hardtanh", "max_val", 1)
+  if max_val < min_val then raise("hardtanh: max_val cannot be less than min_val") end
+  return x:clamp(min_val, max_val)
+end
+function F.relu6(x) return F.hardtanh(want_tensor(x, "relu6", "input"), 0, 6) end
+-- mish(x) = x tanh(softplus(x))
+function F.mish(x) return want_tensor(x, "mish", "input") * F.softplus(x):tanh() end
+
 local function dim_arg(dim, fn)
   if type(dim) == "table" then dim = dim.dim end
   if dim == nil then raise(fn .. ": the dim argument is required") end

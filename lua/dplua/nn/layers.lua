@@ -75,6 +75,36 @@ end
 function L.GELU:forward(x) return F.gelu(x, self.approximate) end
 function L.GELU:extra_repr() return "approximate='" .. self.approximate .. "'" end
 
+-- LeakyReLU(negative_slope=0.01), ELU(alpha=1), Softplus(beta=1,
+-- threshold=20), Hardtanh(min_val=-1, max_val=1), ReLU6, Mish: F's.
+-- (inplace=, accepted by PyTorch, is accepted and ignored.)
+local function activation(name, params, fn)
+  local cls = Module:extend(name)
+  function cls:__init(...)
+    local o = ...
+    local args = { ... }
+    if is_opts(o) then args = {} for i, p in ipairs(params) do args[i] = o[p[1]] end end
+    for i, p in ipairs(params) do self[p[1]] = args[i] == nil and p[2] or args[i] end
+  end
+  function cls:forward(x)
+    local args = {}
+    for i, p in ipairs(params) do args[i] = self[p[1]] end
+    return fn(x, unpack(args, 1, #params))
+  end
+  function cls:extra_repr()
+    local parts = {}
+    for i, p in ipairs(params) do parts[i] = p[1] .. "=" .. tostring(self[p[1]]) end
+    return table.concat(parts, ", ")
+  end
+  L[name] = cls
+end
+activation("LeakyReLU", { { "negative_slope", 0.01 } }, F.leaky_relu)
+activation("ELU", { { "alpha", 1.0 } }, F.elu)
+activation("Softplus", { { "beta", 1 }, { "threshold", 20 } }, F.softplus)
+activation("Hardtanh", { { "min_val", -1.0 }, { "max_val", 1.0 } }, F.hardtanh)
+activation("ReLU6", {}, F.relu6)
+activation("Mish", {}, F.mish)
+
 L.Softmax = Module:extend("Softmax")
 function L.Softmax:__init(dim)
   if is_opts(dim) then dim = dim.dim end

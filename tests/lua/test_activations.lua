@@ -1,0 +1,76 @@
+-- test_activations.lua: nn.LeakyReLU, ELU, Softplus, Hardtanh, ReLU6 and
+-- Mish (and their F.* forms) against PyTorch's outputs and gradients in
+-- float64 (tests/ref/activations.lua, written by
+-- scripts/gen_activation_ref.py), over inputs up to 800 where exp
+-- overflows; float64 gradcheck; float32; argument errors.
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
+package.path = here .. "/?.lua;" .. package.path
+local T = require("tap")
+local torch = require("dplua")
+local nn, F = torch.nn, torch.nn.functional
+local ref = dofile(here .. "/../ref/activations.lua")
+
+local modules = {
+  leaky_relu = nn.LeakyReLU(),
+  leaky_relu_02 = nn.LeakyReLU(0.2),
+  elu = nn.ELU(),
+  elu_alpha = nn.ELU({ alpha = 0.5 }),
+  softplus = nn.Softplus(),
+  softplus_beta = nn.Softplus({ beta = 2.0, threshold = 5.0 }),
+  hardtanh = nn.Hardtanh(),
+  hardtanh_range = nn.Hardtanh(-2.0, 5.0),
+  relu6 = nn.ReLU6(),
+  mish = nn.Mish(),
+}
+
+for _, name in ipairs(T.sorted_keys(modules)) do
+  T.run(name .. " against PyTorch", function()
+    local x = torch.tensor(ref.x, { dtype = torch.float64 }):requires_grad_()
+    local y = modules[name](x)
+    y:sum():backward()
+    local ok, why = T.compare_values(y:tolist(), ref[name].y, 1e-14, 1e-300)
+    T.ok(ok, name .. ": the output", why)
+    ok, why = T.compare_values(x.grad:tolist(), ref[name].dx, 1e-12, 1e-300)
+    T.ok(ok, name .. ": the gradient", why)
+    T.ok(y:isfinite():all():item() and x.grad:isfinite():all():item(), name .. ": nothing overflows at 800")
+  end)
+end
+
+T.run("the functional forms", function()
+  local x = torch.tensor(ref.x, { dtype = torch.float64 })
+  local function same(a, b, name) T.is((a - b):abs():max():item(), 0, name) end
+  same(F.leaky_relu(x, 0.2), modules.leaky_relu_02(x), "F.leaky_relu(x, 0.2)")
+  same(F.leaky_relu(x, { negative_slope = 0.2 }), modules.leaky_relu_02(x), "F.leaky_relu with an options table")
+  same(F.elu(x, 0.5), modules.elu_alpha(x), "F.elu(x, 0.5)")
+  same(F.softplus(x, 2.0, 5.0), modules.softplus_beta(x), "F.softplus(x, 2, 5)")
+  same(F.softplus(x, { beta = 2.0, threshold = 5.0 }), modules.softplus_beta(x), "F.softplus with an options table")
+  same(F.hardtanh(x, -2.0, 5.0), modules.hardtanh_range(x), "F.hardtanh(x, -2, 5)")
+  same(F.relu6(x), modules.relu6(x), "F.relu6")
+  same(F.mish(x), modules.mish(x), "F.mish")
+end)
+
+T.run("float64 gradcheck", function()
+  local x = torch.tensor({ { -2.1, -0.4, 0.7 }, { 1.9, 3.3, -6.2 } }, { dtype = torch.float64 }):requires_grad_()
+  for _, name in ipairs(T.sorted_keys(modules)) do
+    T.ok(torch.autograd.gradcheck(function(t) return modules[name](t) end, { x }), name .. ": gradcheck")
+  end
+end)
+
+T.run("float32 within float32 rounding", function()
+  local x = torch.tensor(ref.x)
+  for _, name in ipairs({ "elu", "softplus", "mish" }) do
+    local ok, why = T.compare_values(modules[name](x):tolist(), ref[name].y, 1e-6, 1e-30)
+    T.ok(ok, name .. " in float32", why)
+  end
+end)
+
+T.run("printing and errors", function()
+  T.is(tostring(nn.LeakyReLU(0.2)), "LeakyReLU(negative_slope=0.2)", "LeakyReLU prints its slope")
+  T.is(tostring(nn.Softplus({ beta = 2 })), "Softplus(beta=2, threshold=20)", "Softplus prints both")
+  T.raises(function() F.leaky_relu(torch.zeros(2), "x") end, "leaky_relu: expected negative_slope to be a number",
+           "a slope that is not a number")
+  T.raises(function() F.hardtanh(torch.zeros(2), 1, -1) end, "max_val cannot be less than min_val", "an empty range")
+  T.raises(function() F.elu(3) end, "elu", "a number as input")
+end)
+
+T.done_testing()
