@@ -16,6 +16,7 @@ local pyrepr, pyfloat = module.pyrepr, module.pyfloat
 local L = {}
 
 local function is_opts(x) return type(x) == "table" and x[1] == nil and not torch.is_tensor(x) and getmetatable(x) == nil end
+local function typename(x) return torch.is_tensor(x) and "Tensor" or (module.is_module(x) and "Module" or type(x)) end
 
 -- A misspelt option is an error rather than silently ignored.
 local function check_opts(opts, fn, allowed)
@@ -400,5 +401,58 @@ function L.ModuleList:append(m)
   return self
 end
 function L.ModuleList:forward() raise("ModuleList has no forward: iterate over its children instead") end
+
+-- ModuleDict({name = m, ...}) or ModuleDict({{name, m}, ...}): children by
+-- name, without a forward: d.name, d["name"], d:keys(), d:values(),
+-- d:items(), d:len(), d:contains(name), d:update(...). A table's names are
+-- taken sorted (a Lua table keeps no order), a list of pairs in its order.
+L.ModuleDict = Module:extend("ModuleDict")
+function L.ModuleDict:__init(modules)
+  if modules ~= nil then self:update(modules) end
+end
+function L.ModuleDict:update(modules)
+  local fn = "ModuleDict.update"
+  if type(modules) ~= "table" or module.is_module(modules) then
+    raise(fn .. ": expected a table of name = module or a list of {name, module} pairs, got " .. typename(modules))
+  end
+  local pairs_list = {}
+  if modules[1] ~= nil then
+    for i, p in ipairs(modules) do
+      if type(p) ~= "table" or #p ~= 2 then raise(string.format("%s: entry %d is not a {name, module} pair", fn, i)) end
+      pairs_list[i] = p
+    end
+  else
+    local names = {}
+    for k in pairs(modules) do
+      if type(k) ~= "string" then raise(fn .. ": module names must be strings, got " .. type(k)) end
+      names[#names + 1] = k
+    end
+    table.sort(names)
+    for i, k in ipairs(names) do pairs_list[i] = { k, modules[k] } end
+  end
+  for _, p in ipairs(pairs_list) do
+    if not module.is_module(p[2]) then raise(string.format("%s: '%s' is a %s, not a Module", fn, tostring(p[1]), typename(p[2]))) end
+    self:add_module(p[1], p[2])
+  end
+  return self
+end
+function L.ModuleDict:keys()
+  local out = {}
+  for i, k in ipairs(self._modules.keys) do out[i] = k end
+  return out
+end
+function L.ModuleDict:values()
+  local out = {}
+  for i, k in ipairs(self._modules.keys) do out[i] = self._modules.map[k] end
+  return out
+end
+function L.ModuleDict:items()
+  local out = {}
+  for i, k in ipairs(self._modules.keys) do out[i] = { k, self._modules.map[k] } end
+  return out
+end
+L.ModuleDict.len = L.Sequential.len
+function L.ModuleDict:contains(name) return self._modules.map[name] ~= nil end
+function L.ModuleDict:forward() raise("ModuleDict has no forward: call its modules by name instead") end
 
 return L
