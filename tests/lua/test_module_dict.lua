@@ -2,7 +2,8 @@
 -- children: construction from a table (names sorted) and from a list of
 -- pairs (order kept), access by name, keys/values/items/len/contains,
 -- update replacing a child, parameters and state_dict keys as PyTorch
--- names them ("name.weight"), printing, bad input.
+-- names them ("name.weight"), printing, bad input; and nn.isinstance,
+-- PyTorch's isinstance(m, nn.Linear).
 local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 package.path = here .. "/?.lua;" .. package.path
 local T = require("tap")
@@ -44,6 +45,19 @@ T.run("errors", function()
   T.raises(function() nn.ModuleDict({ { "a" } }) end, "entry 1 is not a {name, module} pair", "a broken pair")
   T.raises(function() nn.ModuleDict({ { "a.b", nn.ReLU() } }) end, "can't contain", "a dotted name")
   T.raises(function() nn.ModuleDict({ a = nn.ReLU() })(1) end, "ModuleDict has no forward", "calling it")
+end)
+
+T.run("isinstance", function()
+  local Base = nn.Module:extend("Base")
+  local Derived = Base:extend("Derived")
+  local d, lin = Derived(), nn.Linear(1, 1)
+  T.ok(nn.isinstance(lin, nn.Linear), "a Linear is a Linear")
+  T.ok(not nn.isinstance(lin, nn.ReLU), "a Linear is not a ReLU")
+  T.ok(d:isinstance(Base) and d:isinstance(Derived), "a class extended from Base is a Base")
+  T.ok(not nn.Module():isinstance(Base), "a plain Module is not a Base")
+  T.ok(nn.isinstance(d, nn.Module) and nn.isinstance(lin, nn.Module), "every module is a Module")
+  T.ok(not nn.isinstance(3, nn.Linear) and not nn.isinstance(torch.zeros(1), nn.Linear), "non-modules are not")
+  T.raises(function() nn.isinstance(lin, "Linear") end, "expected a module class", "a name instead of a class")
 end)
 
 T.done_testing()

@@ -17,6 +17,7 @@ local nn = {
   Parameter = module.Parameter,
   is_parameter = module.is_parameter,
   is_module = module.is_module,
+  isinstance = module.isinstance,
   functional = require("dplua.nn.functional"),
   init = require("dplua.nn.init_"),
   utils = require("dplua.nn.utils"),

@@ -182,6 +182,24 @@ end
 
 function Module:_get_name() return getmetatable(self).__class.__name end
 
+-- isinstance(x, cls), also as m:isinstance(cls): whether x is a module of
+-- class cls or of a class extended from it (PyTorch's isinstance(m,
+-- nn.Linear)); isinstance(m, nn.Module) is true for every module.
+local function isinstance(x, cls)
+  if not is_module(x) then return false end
+  if type(cls) ~= "table" or rawget(cls, "__instance_mt") == nil then
+    raise("isinstance: expected a module class (nn.Linear, a class made with Module:extend), got " .. type(cls))
+  end
+  local c = getmetatable(x).__class
+  while c ~= nil do
+    if c == cls then return true end
+    c = rawget(c, "__super")
+  end
+  return cls == Module
+end
+M.isinstance = isinstance
+Module.isinstance = isinstance
+
 ---------------------------------------------------------------- registration
 
 local function check_name(name, fn)
