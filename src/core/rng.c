@@ -5,22 +5,42 @@
  * offset + i), so the CPU and a CUDA kernel can produce the same numbers,
  * and saving (seed, offset) saves the whole stream state.
  */
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "core/kernels.h"
 #include "common/philox.h"
 
-/* PyTorch's default seed, so that an unseeded run is still deterministic. */
-static uint64_t rng_seed = 67280421310721ULL;
+/* Until torch.manual_seed, the seed is drawn from the system's random
+ * bytes on first use, as PyTorch seeds its CPU generator in each process:
+ * unseeded processes, and the ranks of a job, draw different numbers. */
+static uint64_t rng_seed;
 static uint64_t rng_offset;
+static int rng_seeded;
+
+static uint64_t seed_now(void)
+{
+    if (!rng_seeded) {
+        uint64_t s;
+        if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s)
+            s = (uint64_t)time(NULL) * 6364136223846793005ULL ^ (uint64_t)getpid();
+        rng_seed = s;
+        rng_seeded = 1;
+    }
+    return rng_seed;
+}
 
 void dp_manual_seed(uint64_t seed)
 {
     rng_seed = seed;
     rng_offset = 0;
+    rng_seeded = 1;
 }
 
 void dp_rng_get_state(uint64_t *seed, uint64_t *offset)
 {
-    *seed = rng_seed;
+    *seed = seed_now();
     *offset = rng_offset;
 }
 
@@ -28,6 +48,7 @@ void dp_rng_set_state(uint64_t seed, uint64_t offset)
 {
     rng_seed = seed;
     rng_offset = offset;
+    rng_seeded = 1;
 }
 
 /* Reserves n blocks of the stream and returns the first counter. */
@@ -49,7 +70,7 @@ static dp_status check_float(const char *fn, int dtype)
 static void draw(dp_tensor *t, int kind, int64_t low, uint64_t range)
 {
     int64_t n = dp_tensor_numel(t);
-    uint64_t c = reserve(n), key = rng_seed;
+    uint64_t key = seed_now(), c = reserve(n);
     char *p = tensor_ptr(t);
     size_t es = dp_dtype_size(t->dtype);
     int is_double = t->dtype == DP_FLOAT64, is_bf16 = t->dtype == DP_BFLOAT16;
@@ -75,7 +96,8 @@ static dp_status random_tensor(dp_tensor **out, int ndim, const int64_t *shape, 
         return DP_OK;
     }
     int64_t n = dp_tensor_numel(*out);
-    if ((st = gpu_random(*out, kind, reserve(n), rng_seed, low, range)))
+    uint64_t key = seed_now();
+    if ((st = gpu_random(*out, kind, reserve(n), key, low, range)))
         dp_tensor_release(*out);
     return st;
 }
