@@ -498,6 +498,98 @@ function F.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, 
   return batched and out or out:squeeze(0)
 end
 
+-- avg_pool2d(input, kernel_size [, stride=kernel_size, padding=0,
+-- ceil_mode=false, count_include_pad=true, divisor_override=nil]) or with
+-- one options table after kernel_size: unfold with zero padding, then the
+-- mean of each window (over the window's size, or only its elements inside
+-- the input when count_include_pad is false).
+function F.avg_pool2d(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+  local fn = "avg_pool2d"
+  if type(stride) == "table" and stride[1] == nil then
+    local o = stride
+    stride, padding, ceil_mode, count_include_pad, divisor_override =
+      o.stride, o.padding, o.ceil_mode, o.count_include_pad, o.divisor_override
+  end
+  if ceil_mode then raise(fn .. ": ceil_mode=true is not supported") end
+  want_float(input, fn, "input")
+  local batched = input:dim() == 4
+  if not batched and input:dim() ~= 3 then
+    raise(fn .. ": expected 3-D (C, H, W) or 4-D (N, C, H, W) input, got input of shape " .. shape_str(input))
+  end
+  local x = batched and input or input:unsqueeze(0)
+  local k = pair(kernel_size, fn, "kernel_size")
+  local s = pair(stride or kernel_size, fn, "stride")
+  local p = pair(padding or 0, fn, "padding")
+  if p[1] > k[1] / 2 or p[2] > k[2] / 2 then
+    raise(string.format("%s: pad should be at most half of kernel size, but got pad=(%d, %d), kernel_size=(%d, %d)",
+                        fn, p[1], p[2], k[1], k[2]))
+  end
+  if divisor_override ~= nil and (type(divisor_override) ~= "number" or divisor_override == 0) then
+    raise(fn .. ": divisor must be not zero")
+  end
+  local N, C, H, W = x:size(0), x:size(1), x:size(2), x:size(3)
+  local Ho, Wo = out_size(H, k[1], s[1], p[1], 1), out_size(W, k[2], s[2], p[2], 1)
+  if Ho < 1 or Wo < 1 then
+    raise(string.format("%s: input of size %s is too small for kernel (%d, %d) (output would be %d x %d)",
+                        fn, shape_str(x), k[1], k[2], Ho, Wo))
+  end
+  local sums = torch._unfold(x, k, s, p, { 1, 1 }, 0):reshape(N, C, k[1] * k[2], Ho * Wo):sum(2)
+  local out
+  if divisor_override ~= nil then
+    out = sums / divisor_override
+  elseif count_include_pad == false and (p[1] > 0 or p[2] > 0) then
+    -- each window's count of input elements: the same unfold of ones
+    local ones = torch.ones(1, 1, H, W, { dtype = x.dtype, device = x.device })
+    local counts = torch._unfold(ones, k, s, p, { 1, 1 }, 0):sum(1)  -- (1, Ho*Wo)
+    out = sums / counts
+  else
+    out = sums / (k[1] * k[2])
+  end
+  out = out:reshape(N, C, Ho, Wo)
+  return batched and out or out:squeeze(0)
+end
+
+-- adaptive_avg_pool2d(input, output_size): output cell (i, j) is the mean
+-- of rows floor(i H / Ho) .. ceil((i + 1) H / Ho) - 1 and the columns
+-- alike, as PyTorch; an output size that divides the input is one
+-- avg_pool2d, others a mean per cell. nil in output_size keeps that size.
+function F.adaptive_avg_pool2d(input, output_size)
+  local fn = "adaptive_avg_pool2d"
+  want_float(input, fn, "input")
+  local batched = input:dim() == 4
+  if not batched and input:dim() ~= 3 then
+    raise(fn .. ": expected 3-D (C, H, W) or 4-D (N, C, H, W) input, got input of shape " .. shape_str(input))
+  end
+  local x = batched and input or input:unsqueeze(0)
+  local H, W = x:size(2), x:size(3)
+  local o
+  if type(output_size) == "table" and #output_size <= 2 and (output_size[1] ~= nil or output_size[2] ~= nil) then
+    o = { output_size[1] or H, output_size[2] or W }
+  else
+    o = pair(output_size, fn, "output_size")
+  end
+  if o[1] < 1 or o[2] < 1 or o[1] % 1 ~= 0 or o[2] % 1 ~= 0 then
+    raise(string.format("%s: output_size must be positive integers, got (%s, %s)", fn, tostring(o[1]), tostring(o[2])))
+  end
+  local out
+  if H % o[1] == 0 and W % o[2] == 0 then
+    out = F.avg_pool2d(x, { H / o[1], W / o[2] })
+  else
+    local rows = {}
+    for i = 0, o[1] - 1 do
+      local h0, h1 = math.floor(i * H / o[1]), math.ceil((i + 1) * H / o[1])
+      local cells = {}
+      for j = 0, o[2] - 1 do
+        local w0, w1 = math.floor(j * W / o[2]), math.ceil((j + 1) * W / o[2])
+        cells[#cells + 1] = x:narrow(2, h0, h1 - h0):narrow(3, w0, w1 - w0):mean({ 2, 3 })
+      end
+      rows[#rows + 1] = torch.stack(cells, 2)        -- (N, C, Wo)
+    end
+    out = torch.stack(rows, 2)                        -- (N, C, Ho, Wo)
+  end
+  return batched and out or out:squeeze(0)
+end
+
 ---------------------------------------------------------------- attention
 
 -- scaled_dot_product_attention(query, key, value [, {attn_mask=, dropout_p=0,

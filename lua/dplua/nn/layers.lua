@@ -240,6 +240,40 @@ function L.MaxPool2d:extra_repr()
                        pyrepr(self.kernel_size), pyrepr(self.stride), pyrepr(self.padding), pyrepr(self.dilation))
 end
 
+-- AvgPool2d(kernel_size [, stride, padding, ceil_mode, count_include_pad,
+-- divisor_override]) or with an options table after kernel_size.
+L.AvgPool2d = Module:extend("AvgPool2d")
+function L.AvgPool2d:__init(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+  if is_opts(stride) then
+    local o = stride
+    stride, padding, ceil_mode, count_include_pad, divisor_override =
+      o.stride, o.padding, o.ceil_mode, o.count_include_pad, o.divisor_override
+  end
+  F._pair(kernel_size, "AvgPool2d", "kernel_size")
+  self.kernel_size, self.stride, self.padding = kernel_size, stride or kernel_size, padding or 0
+  self.ceil_mode, self.count_include_pad = ceil_mode or false, count_include_pad ~= false
+  self.divisor_override = divisor_override
+  if self.ceil_mode then raise("AvgPool2d: ceil_mode=true is not supported") end
+end
+function L.AvgPool2d:forward(x)
+  return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, false, self.count_include_pad,
+                      self.divisor_override)
+end
+function L.AvgPool2d:extra_repr()
+  return string.format("kernel_size=%s, stride=%s, padding=%s", pyrepr(self.kernel_size), pyrepr(self.stride),
+                       pyrepr(self.padding))
+end
+
+-- AdaptiveAvgPool2d(output_size): an int, a pair, or a pair with nil
+-- ({nil, 7}) keeping that dimension.
+L.AdaptiveAvgPool2d = Module:extend("AdaptiveAvgPool2d")
+function L.AdaptiveAvgPool2d:__init(output_size)
+  if is_opts(output_size) and output_size.output_size ~= nil then output_size = output_size.output_size end
+  self.output_size = output_size
+end
+function L.AdaptiveAvgPool2d:forward(x) return F.adaptive_avg_pool2d(x, self.output_size) end
+function L.AdaptiveAvgPool2d:extra_repr() return "output_size=" .. pyrepr(self.output_size) end
+
 ---------------------------------------------------------------- Embedding, LayerNorm
 
 -- Embedding(num_embeddings, embedding_dim [, {padding_idx=, dtype=, device=}]):
