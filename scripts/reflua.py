@@ -17,3 +17,13 @@ def print_cases(generator, cases, lua):
             print("    %s = %s," % (key, lua(cases[name][key])))
         print("  },")
     print("}")
+
+
+def lua(v):
+    """A number or a (nested) list as a Lua literal: %.17g, which reads back
+    as the same double; infinities as math.huge."""
+    if isinstance(v, (list, tuple)):
+        return "{" + ", ".join(lua(x) for x in v) + "}"
+    if isinstance(v, float) and v in (float("inf"), float("-inf")):
+        return "math.huge" if v > 0 else "-math.huge"
+    return "%.17g" % v

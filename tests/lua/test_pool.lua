@@ -64,7 +64,7 @@ end)
 
 T.run("errors", function()
   local x = torch.rand(1, 1, 4, 4)
-  T.raises(function() F.avg_pool2d(x, 2, 2, 2) end, "pad should be at most half of kernel size", "too much padding")
+  T.raises(function() F.avg_pool2d(x, 2, 2, 2) end, "pad should be at most half of effective kernel size", "too much padding")
   T.raises(function() F.avg_pool2d(x, 2, { ceil_mode = true }) end, "ceil_mode=true is not supported", "ceil_mode")
   T.raises(function() F.avg_pool2d(torch.rand(4, 4), 2) end, "expected 3%-D %(C, H, W%) or 4%-D", "a 2-D input")
   T.raises(function() F.avg_pool2d(x, 2, { divisor_override = 0 }) end, "divisor must be not zero", "a zero divisor")

@@ -461,6 +461,38 @@ function F.conv2d(input, weight, bias, stride, padding, dilation, groups)
   return batched and out or out:squeeze(0)
 end
 
+-- A pooling's input as a batch of images: x (N, C, H, W), and whether the
+-- input was one.
+local function pool_input(input, fn)
+  want_float(input, fn, "input")
+  local batched = input:dim() == 4
+  if not batched and input:dim() ~= 3 then
+    raise(fn .. ": expected 3-D (C, H, W) or 4-D (N, C, H, W) input, got input of shape " .. shape_str(input))
+  end
+  return batched and input or input:unsqueeze(0), batched
+end
+
+-- What the 2-D window poolings share: the input as a batch (pool_input),
+-- the window (k, s, p, d pairs) checked against it, and the output size
+-- Ho, Wo.
+local function pool_window(input, fn, kernel_size, stride, padding, dilation)
+  local x, batched = pool_input(input, fn)
+  local k = pair(kernel_size, fn, "kernel_size")
+  local s = pair(stride or kernel_size, fn, "stride")
+  local p = pair(padding or 0, fn, "padding")
+  local d = pair(dilation or 1, fn, "dilation")
+  if p[1] > k[1] / 2 or p[2] > k[2] / 2 then
+    raise(string.format("%s: pad should be at most half of effective kernel size, but got pad=(%d, %d), kernel_size=(%d, %d)",
+                        fn, p[1], p[2], k[1], k[2]))
+  end
+  local Ho, Wo = out_size(x:size(2), k[1], s[1], p[1], d[1]), out_size(x:size(3), k[2], s[2], p[2], d[2])
+  if Ho < 1 or Wo < 1 then
+    raise(string.format("%s: input of size %s is too small for kernel (%d, %d) (output would be %d x %d)",
+                        fn, shape_str(x), k[1], k[2], Ho, Wo))
+  end
+  return x, batched, k, s, p, d, Ho, Wo
+end
+
 -- max_pool2d(input, kernel_size [, stride=kernel_size, padding=0, dilation=1])
 -- or max_pool2d(input, kernel_size, {stride=, padding=, dilation=}):
 -- unfold with -inf padding, then the max over each window.
@@ -472,26 +504,8 @@ function F.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, 
   end
   if ceil_mode then raise(fn .. ": ceil_mode=true is not supported") end
   if return_indices then raise(fn .. ": return_indices=true is not supported") end
-  want_float(input, fn, "input")
-  local batched = input:dim() == 4
-  if not batched and input:dim() ~= 3 then
-    raise(fn .. ": expected 3-D (C, H, W) or 4-D (N, C, H, W) input, got input of shape " .. shape_str(input))
-  end
-  local x = batched and input or input:unsqueeze(0)
-  local k = pair(kernel_size, fn, "kernel_size")
-  local s = pair(stride or kernel_size, fn, "stride")
-  local p = pair(padding or 0, fn, "padding")
-  local d = pair(dilation or 1, fn, "dilation")
-  if p[1] > k[1] / 2 or p[2] > k[2] / 2 then
-    raise(string.format("%s: pad should be at most half of effective kernel size, but got pad=(%d, %d), kernel_size=(%d, %d)",
-                        fn, p[1], p[2], k[1], k[2]))
-  end
-  local N, C, H, W = x:size(0), x:size(1), x:size(2), x:size(3)
-  local Ho, Wo = out_size(H, k[1], s[1], p[1], d[1]), out_size(W, k[2], s[2], p[2], d[2])
-  if Ho < 1 or Wo < 1 then
-    raise(string.format("%s: input of size %s is too small for kernel (%d, %d) (output would be %d x %d)",
-                        fn, shape_str(x), k[1], k[2], Ho, Wo))
-  end
+  local x, batched, k, s, p, d, Ho, Wo = pool_window(input, fn, kernel_size, stride, padding, dilation)
+  local N, C = x:size(0), x:size(1)
   local cols = torch._unfold(x, k, s, p, d, -math.huge)            -- (N, C*kh*kw, L)
   local out = cols:reshape(N, C, k[1] * k[2], Ho * Wo):max(2)
   out = out:reshape(N, C, Ho, Wo)
@@ -511,28 +525,11 @@ function F.avg_pool2d(input, kernel_size, stride, padding, ceil_mode, count_incl
       o.stride, o.padding, o.ceil_mode, o.count_include_pad, o.divisor_override
   end
   if ceil_mode then raise(fn .. ": ceil_mode=true is not supported") end
-  want_float(input, fn, "input")
-  local batched = input:dim() == 4
-  if not batched and input:dim() ~= 3 then
-    raise(fn .. ": expected 3-D (C, H, W) or 4-D (N, C, H, W) input, got input of shape " .. shape_str(input))
-  end
-  local x = batched and input or input:unsqueeze(0)
-  local k = pair(kernel_size, fn, "kernel_size")
-  local s = pair(stride or kernel_size, fn, "stride")
-  local p = pair(padding or 0, fn, "padding")
-  if p[1] > k[1] / 2 or p[2] > k[2] / 2 then
-    raise(string.format("%s: pad should be at most half of kernel size, but got pad=(%d, %d), kernel_size=(%d, %d)",
-                        fn, p[1], p[2], k[1], k[2]))
-  end
   if divisor_override ~= nil and (type(divisor_override) ~= "number" or divisor_override == 0) then
     raise(fn .. ": divisor must be not zero")
   end
+  local x, batched, k, s, p, _, Ho, Wo = pool_window(input, fn, kernel_size, stride, padding, 1)
   local N, C, H, W = x:size(0), x:size(1), x:size(2), x:size(3)
-  local Ho, Wo = out_size(H, k[1], s[1], p[1], 1), out_size(W, k[2], s[2], p[2], 1)
-  if Ho < 1 or Wo < 1 then
-    raise(string.format("%s: input of size %s is too small for kernel (%d, %d) (output would be %d x %d)",
-                        fn, shape_str(x), k[1], k[2], Ho, Wo))
-  end
   local sums = torch._unfold(x, k, s, p, { 1, 1 }, 0):reshape(N, C, k[1] * k[2], Ho * Wo):sum(2)
   local out
   if divisor_override ~= nil then
@@ -555,12 +552,7 @@ end
 -- avg_pool2d, others a mean per cell. nil in output_size keeps that size.
 function F.adaptive_avg_pool2d(input, output_size)
   local fn = "adaptive_avg_pool2d"
-  want_float(input, fn, "input")
-  local batched = input:dim() == 4
-  if not batched and input:dim() ~= 3 then
-    raise(fn .. ": expected 3-D (C, H, W) or 4-D (N, C, H, W) input, got input of shape " .. shape_str(input))
-  end
-  local x = batched and input or input:unsqueeze(0)
+  local x, batched = pool_input(input, fn)
   local H, W = x:size(2), x:size(3)
   local o
   if type(output_size) == "table" and #output_size <= 2 and (output_size[1] ~= nil or output_size[2] ~= nil) then
