@@ -274,6 +274,77 @@ end
 function L.AdaptiveAvgPool2d:forward(x) return F.adaptive_avg_pool2d(x, self.output_size) end
 function L.AdaptiveAvgPool2d:extra_repr() return "output_size=" .. pyrepr(self.output_size) end
 
+---------------------------------------------------------------- BatchNorm
+
+-- BatchNorm1d / BatchNorm2d(num_features [, eps=1e-5, momentum=0.1,
+-- affine=true, track_running_stats=true]) or with an options table:
+-- F.batch_norm with the running statistics as buffers (running_mean,
+-- running_var, num_batches_tracked), batch statistics in training mode and
+-- the running ones in eval mode. momentum = false (PyTorch's None) keeps
+-- a cumulative average instead.
+local function batch_norm_class(name, dims_ok, expected)
+  local cls = Module:extend(name)
+  function cls:__init(num_features, eps, momentum, affine, track_running_stats)
+    local opts = {}
+    if is_opts(eps) then
+      opts = check_opts(eps, name, { eps = true, momentum = true, affine = true, track_running_stats = true,
+                                     dtype = true, device = true })
+      eps, momentum, affine, track_running_stats = opts.eps, opts.momentum, opts.affine, opts.track_running_stats
+    end
+    self.num_features = want_int(num_features, name, "num_features", 1)
+    self.eps = eps or 1e-5
+    if momentum == nil then momentum = 0.1 end
+    self.momentum = momentum
+    self.affine = affine ~= false
+    self.track_running_stats = track_running_stats ~= false
+    local shape = { self.num_features }
+    if self.affine then
+      self.weight = Parameter(make("ones", shape, opts))
+      self.bias = Parameter(make("zeros", shape, opts))
+    else
+      self:register_parameter("weight", nil)
+      self:register_parameter("bias", nil)
+    end
+    if self.track_running_stats then
+      self:register_buffer("running_mean", make("zeros", shape, opts))
+      self:register_buffer("running_var", make("ones", shape, opts))
+      self:register_buffer("num_batches_tracked", torch.zeros({}, { dtype = torch.int64 }))
+    end
+  end
+  function cls:reset_running_stats()
+    if self.track_running_stats then
+      torch.no_grad(function()
+        self.running_mean:zero_()
+        self.running_var:fill_(1)
+        self.num_batches_tracked:zero_()
+      end)
+    end
+  end
+  function cls:forward(x)
+    if not torch.is_tensor(x) or not dims_ok[x:dim()] then
+      raise(string.format("%s: expected %s input (got %s)", name, expected,
+                          torch.is_tensor(x) and (x:dim() .. "D") or type(x)))
+    end
+    local factor = self.momentum or 0
+    if self.training and self.track_running_stats then
+      self.num_batches_tracked:add_(1)
+      if not self.momentum then factor = 1 / self.num_batches_tracked:item() end
+    end
+    local use_batch = self.training or not self.track_running_stats
+    return F.batch_norm(x, (not self.training or self.track_running_stats) and self.running_mean or nil,
+                        (not self.training or self.track_running_stats) and self.running_var or nil,
+                        self.weight, self.bias, use_batch, factor, self.eps)
+  end
+  function cls:extra_repr()
+    return string.format("%d, eps=%s, momentum=%s, affine=%s, track_running_stats=%s", self.num_features,
+                         pyfloat(self.eps), self.momentum and pyfloat(self.momentum) or "None",
+                         self.affine and "True" or "False", self.track_running_stats and "True" or "False")
+  end
+  L[name] = cls
+end
+batch_norm_class("BatchNorm1d", { [2] = true, [3] = true }, "2D or 3D")
+batch_norm_class("BatchNorm2d", { [4] = true }, "4D")
+
 ---------------------------------------------------------------- Embedding, LayerNorm
 
 -- Embedding(num_embeddings, embedding_dim [, {padding_idx=, dtype=, device=}]):
