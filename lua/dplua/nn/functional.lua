@@ -461,6 +461,35 @@ function F.conv2d(input, weight, bias, stride, padding, dilation, groups)
   return batched and out or out:squeeze(0)
 end
 
+-- conv1d(input, weight [, bias] [, stride=1, padding=0, dilation=1,
+-- groups=1]) or with an options table: input (N, C, L) or (C, L), weight
+-- (out_channels, in_channels/groups, k); conv2d over a height of one.
+function F.conv1d(input, weight, bias, stride, padding, dilation, groups)
+  local fn = "conv1d"
+  stride, padding, dilation, groups = conv_args(stride, padding, dilation, groups)
+  want_float(input, fn, "input")
+  want_float(weight, fn, "weight")
+  if weight:dim() ~= 3 then
+    raise(fn .. ": expected weight of shape (out_channels, in_channels/groups, kW), got " .. shape_str(weight))
+  end
+  if input:dim() ~= 2 and input:dim() ~= 3 then
+    raise(fn .. ": expected 2-D (C, L) or 3-D (N, C, L) input, got input of shape " .. shape_str(input))
+  end
+  local function one(v, what, default)
+    if v == nil then return default end
+    if type(v) == "table" then
+      if #v ~= 1 then raise(string.format("%s: expected %s to be an integer or a one-element table", fn, what)) end
+      v = v[1]
+    end
+    return v
+  end
+  local p = one(padding, "padding", 0)
+  if type(p) == "number" then p = { 0, p } end
+  local out = F.conv2d(input:unsqueeze(-2), weight:unsqueeze(2), bias, { 1, one(stride, "stride", 1) }, p,
+                       { 1, one(dilation, "dilation", 1) }, groups)
+  return out:squeeze(-2)
+end
+
 -- A pooling's input as a batch of images: x (N, C, H, W), and whether the
 -- input was one.
 local function pool_input(input, fn)

@@ -175,48 +175,65 @@ end
 
 -- Conv2d(in, out, kernel_size [, stride=1, padding=0, dilation=1, groups=1, bias=true])
 -- or Conv2d(in, out, kernel_size, {stride=, padding=, dilation=, groups=, bias=, dtype=, device=}).
-L.Conv2d = Module:extend("Conv2d")
-function L.Conv2d:__init(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias)
-  local opts = {}
-  if is_opts(stride) then
-    opts = check_opts(stride, "Conv2d", { stride = true, padding = true, dilation = true, groups = true, bias = true,
-                                          dtype = true, device = true })
-    stride, padding, dilation, groups, bias = opts.stride, opts.padding, opts.dilation, opts.groups, opts.bias
+-- Conv1d and Conv2d share their arguments and checks: nd is 1 or 2, and
+-- kernel_size, stride, padding and dilation become nd-element tables.
+local function conv_class(name, nd, conv)
+  local cls = Module:extend(name)
+  local function tuple(v, what)
+    if nd == 2 then return F._pair(v, name, what) end
+    if type(v) == "table" and #v == 1 then v = v[1] end
+    return { want_int(v, name, what, 0) }
   end
-  if bias == nil then bias = true end
-  groups = groups or 1
-  want_int(in_channels, "Conv2d", "in_channels", 1)
-  want_int(out_channels, "Conv2d", "out_channels", 1)
-  want_int(groups, "Conv2d", "groups", 1)
-  if in_channels % groups ~= 0 then raise("Conv2d: in_channels must be divisible by groups") end
-  if out_channels % groups ~= 0 then raise("Conv2d: out_channels must be divisible by groups") end
-  self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
-  self.kernel_size = F._pair(kernel_size, "Conv2d", "kernel_size")
-  self.stride = F._pair(stride or 1, "Conv2d", "stride")
-  if padding == "same" or padding == "valid" then self.padding = padding
-  else self.padding = F._pair(padding or 0, "Conv2d", "padding") end
-  self.dilation = F._pair(dilation or 1, "Conv2d", "dilation")
-  local k = self.kernel_size
-  self.weight = Parameter(make("empty", { out_channels, in_channels / groups, k[1], k[2] }, opts))
-  if bias then self.bias = Parameter(make("empty", { out_channels }, opts))
-  else self:register_parameter("bias", nil) end
-  self:reset_parameters()
+  function cls:__init(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias)
+    local opts = {}
+    if is_opts(stride) then
+      opts = check_opts(stride, name, { stride = true, padding = true, dilation = true, groups = true, bias = true,
+                                        dtype = true, device = true })
+      stride, padding, dilation, groups, bias = opts.stride, opts.padding, opts.dilation, opts.groups, opts.bias
+    end
+    if bias == nil then bias = true end
+    groups = groups or 1
+    want_int(in_channels, name, "in_channels", 1)
+    want_int(out_channels, name, "out_channels", 1)
+    want_int(groups, name, "groups", 1)
+    if in_channels % groups ~= 0 then raise(name .. ": in_channels must be divisible by groups") end
+    if out_channels % groups ~= 0 then raise(name .. ": out_channels must be divisible by groups") end
+    self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+    self.kernel_size = tuple(kernel_size, "kernel_size")
+    self.stride = tuple(stride or 1, "stride")
+    if padding == "same" or padding == "valid" then self.padding = padding
+    else self.padding = tuple(padding or 0, "padding") end
+    self.dilation = tuple(dilation or 1, "dilation")
+    local shape = { out_channels, in_channels / groups }
+    for _, k in ipairs(self.kernel_size) do shape[#shape + 1] = k end
+    self.weight = Parameter(make("empty", shape, opts))
+    if bias then self.bias = Parameter(make("empty", { out_channels }, opts))
+    else self:register_parameter("bias", nil) end
+    self:reset_parameters()
+  end
+  cls.reset_parameters = L.Linear.reset_parameters
+  function cls:forward(x)
+    return conv(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+  end
+  local function all(t, v)
+    for _, x in ipairs(t) do if x ~= v then return false end end
+    return true
+  end
+  function cls:extra_repr()
+    local s = string.format("%d, %d, kernel_size=%s, stride=%s", self.in_channels, self.out_channels,
+                            pyrepr(self.kernel_size), pyrepr(self.stride))
+    local p = self.padding
+    if type(p) == "string" then s = s .. ", padding=" .. p
+    elseif not all(p, 0) then s = s .. ", padding=" .. pyrepr(p) end
+    if not all(self.dilation, 1) then s = s .. ", dilation=" .. pyrepr(self.dilation) end
+    if self.groups ~= 1 then s = s .. ", groups=" .. self.groups end
+    if self.bias == nil then s = s .. ", bias=False" end
+    return s
+  end
+  L[name] = cls
 end
-L.Conv2d.reset_parameters = L.Linear.reset_parameters
-function L.Conv2d:forward(x)
-  return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
-end
-function L.Conv2d:extra_repr()
-  local s = string.format("%d, %d, kernel_size=%s, stride=%s", self.in_channels, self.out_channels,
-                          pyrepr(self.kernel_size), pyrepr(self.stride))
-  local p = self.padding
-  if type(p) == "string" then s = s .. ", padding=" .. p
-  elseif p[1] ~= 0 or p[2] ~= 0 then s = s .. ", padding=" .. pyrepr(p) end
-  if self.dilation[1] ~= 1 or self.dilation[2] ~= 1 then s = s .. ", dilation=" .. pyrepr(self.dilation) end
-  if self.groups ~= 1 then s = s .. ", groups=" .. self.groups end
-  if self.bias == nil then s = s .. ", bias=False" end
-  return s
-end
+conv_class("Conv1d", 1, F.conv1d)
+conv_class("Conv2d", 2, F.conv2d)
 
 -- MaxPool2d(kernel_size [, stride=kernel_size, padding=0, dilation=1]) or
 -- MaxPool2d(kernel_size, {stride=, padding=, dilation=}).
