@@ -407,6 +407,22 @@ function T.ref_tensor(torch, r, dtype)
     return torch.tensor(flat, {dtype = dtype or torch.float64}):reshape(r.shape)
 end
 
+-- A float64 tensor of this shape holding f(k) at flat index k, as the
+-- reference generators build their inputs.
+function T.filled(torch, shape, f)
+    local n = 1
+    for _, s in ipairs(shape) do n = n * s end
+    local v = {}
+    for k = 0, n - 1 do v[k + 1] = f(k) end
+    return torch.tensor(v, {dtype = torch.float64}):reshape(shape)
+end
+
+-- T.compare_values as one check: ok when got equals want within rtol and atol.
+function T.values_close(got, want, rtol, atol, name)
+    local ok, why = T.compare_values(got, want, rtol, atol)
+    T.ok(ok, name, why)
+end
+
 local chunk_cache = {}
 local function compile(expr, name)
     local src = expr:find("return ") and expr or ("return " .. expr)

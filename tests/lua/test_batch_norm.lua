@@ -23,17 +23,10 @@ local makers = {
 
 -- the generator's input: sin(1 + 0.37 k + step) over the flat index k
 local function x_of(shape, step)
-  local n = 1
-  for _, s in ipairs(shape) do n = n * s end
-  local v = {}
-  for k = 0, n - 1 do v[k + 1] = math.sin(1 + 0.37 * k + step) end
-  return torch.tensor(v):reshape(shape)
+  return T.filled(torch, shape, function(k) return math.sin(1 + 0.37 * k + step) end)
 end
 
-local function close(got, want, what)
-  local ok, why = T.compare_values(got, want, 1e-12, 1e-14)
-  T.ok(ok, what, why)
-end
+local function close(got, want, what) T.values_close(got, want, 1e-12, 1e-14, what) end
 
 for _, name in ipairs(T.sorted_keys(makers)) do
   T.run(name .. " against PyTorch", function()

@@ -19,19 +19,8 @@ local cases = {  -- name: input shape, weight shape, options
   no_bias = { { 2, 3, 8 }, { 2, 3, 2 }, { bias = false } },
 }
 
--- f over the flat indices of a tensor of this shape
-local function filled(shape, f)
-  local n = 1
-  for _, s in ipairs(shape) do n = n * s end
-  local v = {}
-  for k = 0, n - 1 do v[k + 1] = f(k) end
-  return torch.tensor(v, { dtype = torch.float64 }):reshape(shape)
-end
-
-local function close(got, want, what)
-  local ok, why = T.compare_values(got, want, 1e-12, 1e-13)
-  T.ok(ok, what, why)
-end
+local function filled(shape, f) return T.filled(torch, shape, f) end
+local function close(got, want, what) T.values_close(got, want, 1e-12, 1e-13, what) end
 
 for _, name in ipairs(T.sorted_keys(cases)) do
   T.run(name .. " against PyTorch", function()
