@@ -490,6 +490,100 @@ function F.conv1d(input, weight, bias, stride, padding, dilation, groups)
   return out:squeeze(-2)
 end
 
+-- conv_transpose2d(input, weight [, bias, stride=1, padding=0,
+-- output_padding=0, groups=1, dilation=1]) or with an options table after
+-- bias: the gradient of conv2d with respect to its input, as PyTorch's.
+-- input (N, C_in, H, W) or unbatched, weight (C_in, C_out/groups, kH, kW).
+-- As conv2d over the input spread out by the stride (zeros between its
+-- pixels) with the kernel flipped and its channels swapped per group.
+function F.conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation)
+  local fn = "conv_transpose2d"
+  if type(stride) == "table" and stride[1] == nil then
+    local o = stride
+    stride, padding, output_padding, groups, dilation = o.stride, o.padding, o.output_padding, o.groups, o.dilation
+  end
+  want_float(input, fn, "input")
+  want_float(weight, fn, "weight")
+  if weight:dim() ~= 4 then
+    raise(fn .. ": expected weight of shape (in_channels, out_channels/groups, kH, kW), got " .. shape_str(weight))
+  end
+  local batched = input:dim() == 4
+  if not batched and input:dim() ~= 3 then
+    raise(fn .. ": expected 3-D (C, H, W) or 4-D (N, C, H, W) input, got input of shape " .. shape_str(input))
+  end
+  local x = batched and input or input:unsqueeze(0)
+  groups = groups or 1
+  if type(groups) ~= "number" or groups < 1 or groups % 1 ~= 0 then raise(fn .. ": groups must be a positive integer") end
+  local s, p = pair(stride or 1, fn, "stride"), pair(padding or 0, fn, "padding")
+  local op, d = pair(output_padding or 0, fn, "output_padding"), pair(dilation or 1, fn, "dilation")
+  for a = 1, 2 do
+    if op[a] >= s[a] and op[a] >= d[a] then
+      raise(string.format("%s: output padding must be smaller than either stride or dilation, got output_padding=(%d, %d)",
+                          fn, op[1], op[2]))
+    end
+  end
+  local Cin, Cog, kh, kw = weight:size(0), weight:size(1), weight:size(2), weight:size(3)
+  local N, C, H, W = x:size(0), x:size(1), x:size(2), x:size(3)
+  if C ~= Cin then
+    raise(string.format("%s: Given transposed weight of size %s, expected input%s to have %d channels, but got %d channels instead",
+                        fn, shape_str(weight), shape_str(x), Cin, C))
+  end
+  if Cin % groups ~= 0 then raise(fn .. ": in_channels must be divisible by groups") end
+  local Cout = Cog * groups
+  if bias ~= nil and (not is_tensor(bias) or bias:dim() ~= 1 or bias:size(0) ~= Cout) then
+    raise(string.format("%s: expected bias of shape [%d], got %s", fn, Cout, is_tensor(bias) and shape_str(bias) or typename(bias)))
+  end
+  -- the kernel for conv2d: (C_out, C_in/groups, kH, kW), flipped in space
+  local Cig, parts = Cin / groups, {}
+  for g = 0, groups - 1 do parts[#parts + 1] = weight:narrow(0, g * Cig, Cig):transpose(0, 1) end
+  local w = #parts == 1 and parts[1] or torch.cat(parts, 0)
+  local function reversed(n)
+    local idx = {}
+    for i = 1, n do idx[i] = n - i end
+    return torch.tensor(idx, { dtype = torch.int64, device = weight.device })
+  end
+  w = w:index_select(2, reversed(kh)):index_select(3, reversed(kw))
+  -- spread: s - 1 zeros after each pixel but the last, along H then W
+  local function spread(t, dim, step)
+    if step == 1 then return t end
+    local n = t:size(dim)
+    local zshape = t:size()
+    zshape[dim + 1] = n
+    local moved = t:unsqueeze(dim + 1)
+    local zs = moved:size()
+    zs[dim + 2] = step - 1
+    local both = torch.cat({ moved, torch.zeros(zs, { dtype = t.dtype, device = t.device }) }, dim + 1)
+    local flat = both:size()
+    table.remove(flat, dim + 2)
+    flat[dim + 1] = n * step
+    return both:reshape(flat):narrow(dim, 0, (n - 1) * step + 1)
+  end
+  x = spread(spread(x, 2, s[1]), 3, s[2])
+  -- pad d (k - 1) - p on each side, output_padding more at the end;
+  -- a negative pad crops
+  local function pad(t, dim, before, after)
+    if before < 0 then t = t:narrow(dim, -before, t:size(dim) + before); before = 0 end
+    if after < 0 then t = t:narrow(dim, 0, t:size(dim) + after); after = 0 end
+    local pieces = {}
+    local function zeros(n)
+      local zs = t:size()
+      zs[dim + 1] = n
+      return torch.zeros(zs, { dtype = t.dtype, device = t.device })
+    end
+    if before > 0 then pieces[#pieces + 1] = zeros(before) end
+    pieces[#pieces + 1] = t
+    if after > 0 then pieces[#pieces + 1] = zeros(after) end
+    return #pieces == 1 and t or torch.cat(pieces, dim)
+  end
+  local ph, pw = d[1] * (kh - 1) - p[1], d[2] * (kw - 1) - p[2]
+  x = pad(pad(x, 2, ph, ph + op[1]), 3, pw, pw + op[2])
+  if x:size(2) < d[1] * (kh - 1) + 1 or x:size(3) < d[2] * (kw - 1) + 1 then
+    raise(string.format("%s: input of size %s with padding (%d, %d) gives an empty output", fn, shape_str(input), p[1], p[2]))
+  end
+  local out = F.conv2d(x, w, bias, 1, 0, d, groups)
+  return batched and out or out:squeeze(0)
+end
+
 -- A pooling's input as a batch of images: x (N, C, H, W), and whether the
 -- input was one.
 local function pool_input(input, fn)

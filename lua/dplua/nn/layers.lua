@@ -235,6 +235,56 @@ end
 conv_class("Conv1d", 1, F.conv1d)
 conv_class("Conv2d", 2, F.conv2d)
 
+-- ConvTranspose2d(in, out, kernel_size [, stride=1, padding=0,
+-- output_padding=0, groups=1, bias=true, dilation=1]) or with an options
+-- table: weight (in, out/groups, kH, kW), PyTorch's init.
+L.ConvTranspose2d = Module:extend("ConvTranspose2d")
+function L.ConvTranspose2d:__init(in_channels, out_channels, kernel_size, stride, padding, output_padding, groups, bias,
+                                  dilation)
+  local name, opts = "ConvTranspose2d", {}
+  if is_opts(stride) then
+    opts = check_opts(stride, name, { stride = true, padding = true, output_padding = true, groups = true, bias = true,
+                                      dilation = true, dtype = true, device = true })
+    stride, padding, output_padding, groups, bias, dilation =
+      opts.stride, opts.padding, opts.output_padding, opts.groups, opts.bias, opts.dilation
+  end
+  if bias == nil then bias = true end
+  groups = groups or 1
+  want_int(in_channels, name, "in_channels", 1)
+  want_int(out_channels, name, "out_channels", 1)
+  want_int(groups, name, "groups", 1)
+  if in_channels % groups ~= 0 then raise(name .. ": in_channels must be divisible by groups") end
+  if out_channels % groups ~= 0 then raise(name .. ": out_channels must be divisible by groups") end
+  self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+  self.kernel_size = F._pair(kernel_size, name, "kernel_size")
+  self.stride = F._pair(stride or 1, name, "stride")
+  self.padding = F._pair(padding or 0, name, "padding")
+  self.output_padding = F._pair(output_padding or 0, name, "output_padding")
+  self.dilation = F._pair(dilation or 1, name, "dilation")
+  local k = self.kernel_size
+  self.weight = Parameter(make("empty", { in_channels, out_channels / groups, k[1], k[2] }, opts))
+  if bias then self.bias = Parameter(make("empty", { out_channels }, opts))
+  else self:register_parameter("bias", nil) end
+  self:reset_parameters()
+end
+L.ConvTranspose2d.reset_parameters = L.Linear.reset_parameters
+function L.ConvTranspose2d:forward(x)
+  return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding, self.output_padding, self.groups,
+                            self.dilation)
+end
+function L.ConvTranspose2d:extra_repr()
+  local s = string.format("%d, %d, kernel_size=%s, stride=%s", self.in_channels, self.out_channels,
+                          pyrepr(self.kernel_size), pyrepr(self.stride))
+  if self.padding[1] ~= 0 or self.padding[2] ~= 0 then s = s .. ", padding=" .. pyrepr(self.padding) end
+  if self.output_padding[1] ~= 0 or self.output_padding[2] ~= 0 then
+    s = s .. ", output_padding=" .. pyrepr(self.output_padding)
+  end
+  if self.dilation[1] ~= 1 or self.dilation[2] ~= 1 then s = s .. ", dilation=" .. pyrepr(self.dilation) end
+  if self.groups ~= 1 then s = s .. ", groups=" .. self.groups end
+  if self.bias == nil then s = s .. ", bias=False" end
+  return s
+end
+
 -- MaxPool2d(kernel_size [, stride=kernel_size, padding=0, dilation=1]) or
 -- MaxPool2d(kernel_size, {stride=, padding=, dilation=}).
 L.MaxPool2d = Module:extend("MaxPool2d")
