@@ -175,6 +175,19 @@ end
 
 -- Conv2d(in, out, kernel_size [, stride=1, padding=0, dilation=1, groups=1, bias=true])
 -- or Conv2d(in, out, kernel_size, {stride=, padding=, dilation=, groups=, bias=, dtype=, device=}).
+-- The channels of a convolution, checked and set on self (in_channels,
+-- out_channels, groups); returns whether it has a bias (default true).
+local function conv_channels(self, name, in_channels, out_channels, groups, bias)
+  groups = groups or 1
+  want_int(in_channels, name, "in_channels", 1)
+  want_int(out_channels, name, "out_channels", 1)
+  want_int(groups, name, "groups", 1)
+  if in_channels % groups ~= 0 then raise(name .. ": in_channels must be divisible by groups") end
+  if out_channels % groups ~= 0 then raise(name .. ": out_channels must be divisible by groups") end
+  self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+  return bias ~= false
+end
+
 -- Conv1d and Conv2d share their arguments and checks: nd is 1 or 2, and
 -- kernel_size, stride, padding and dilation become nd-element tables.
 local function conv_class(name, nd, conv)
@@ -191,20 +204,13 @@ local function conv_class(name, nd, conv)
                                         dtype = true, device = true })
       stride, padding, dilation, groups, bias = opts.stride, opts.padding, opts.dilation, opts.groups, opts.bias
     end
-    if bias == nil then bias = true end
-    groups = groups or 1
-    want_int(in_channels, name, "in_channels", 1)
-    want_int(out_channels, name, "out_channels", 1)
-    want_int(groups, name, "groups", 1)
-    if in_channels % groups ~= 0 then raise(name .. ": in_channels must be divisible by groups") end
-    if out_channels % groups ~= 0 then raise(name .. ": out_channels must be divisible by groups") end
-    self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+    bias = conv_channels(self, name, in_channels, out_channels, groups, bias)
     self.kernel_size = tuple(kernel_size, "kernel_size")
     self.stride = tuple(stride or 1, "stride")
     if padding == "same" or padding == "valid" then self.padding = padding
     else self.padding = tuple(padding or 0, "padding") end
     self.dilation = tuple(dilation or 1, "dilation")
-    local shape = { out_channels, in_channels / groups }
+    local shape = { out_channels, in_channels / self.groups }
     for _, k in ipairs(self.kernel_size) do shape[#shape + 1] = k end
     self.weight = Parameter(make("empty", shape, opts))
     if bias then self.bias = Parameter(make("empty", { out_channels }, opts))
@@ -248,21 +254,14 @@ function L.ConvTranspose2d:__init(in_channels, out_channels, kernel_size, stride
     stride, padding, output_padding, groups, bias, dilation =
       opts.stride, opts.padding, opts.output_padding, opts.groups, opts.bias, opts.dilation
   end
-  if bias == nil then bias = true end
-  groups = groups or 1
-  want_int(in_channels, name, "in_channels", 1)
-  want_int(out_channels, name, "out_channels", 1)
-  want_int(groups, name, "groups", 1)
-  if in_channels % groups ~= 0 then raise(name .. ": in_channels must be divisible by groups") end
-  if out_channels % groups ~= 0 then raise(name .. ": out_channels must be divisible by groups") end
-  self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+  bias = conv_channels(self, name, in_channels, out_channels, groups, bias)
   self.kernel_size = F._pair(kernel_size, name, "kernel_size")
   self.stride = F._pair(stride or 1, name, "stride")
   self.padding = F._pair(padding or 0, name, "padding")
   self.output_padding = F._pair(output_padding or 0, name, "output_padding")
   self.dilation = F._pair(dilation or 1, name, "dilation")
   local k = self.kernel_size
-  self.weight = Parameter(make("empty", { in_channels, out_channels / groups, k[1], k[2] }, opts))
+  self.weight = Parameter(make("empty", { in_channels, out_channels / self.groups, k[1], k[2] }, opts))
   if bias then self.bias = Parameter(make("empty", { out_channels }, opts))
   else self:register_parameter("bias", nil) end
   self:reset_parameters()
