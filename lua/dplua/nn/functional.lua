@@ -35,6 +35,8 @@ local function want_float(x, fn, what)
   return x
 end
 
+F._want_float = want_float
+
 local REDUCTION = { none = 0, mean = 1, sum = 2 }
 
 -- Losses take ({reduction=...}) or a reduction string as their options.

@@ -32,10 +32,11 @@ nn.parallel = setmetatable({}, { __index = function(t, k)
   return cls
 end })
 
-for name, cls in pairs(require("dplua.nn.layers")) do nn[name] = cls end
-for name, cls in pairs(require("dplua.nn.loss")) do nn[name] = cls end
-for name, cls in pairs(require("dplua.nn.transformer")) do
-  if name:sub(1, 1) ~= "_" then nn[name] = cls end
+-- (a name starting with "_" is a helper its file shares, not a layer)
+for _, file in ipairs({ "dplua.nn.layers", "dplua.nn.loss", "dplua.nn.transformer" }) do
+  for name, cls in pairs(require(file)) do
+    if name:sub(1, 1) ~= "_" then nn[name] = cls end
+  end
 end
 
 return nn

@@ -20,6 +20,9 @@ local function typename(x) return torch.is_tensor(x) and "Tensor" or (module.is_
 
 -- A misspelt option is an error rather than silently ignored.
 local function check_opts(opts, fn, allowed)
+  if type(opts) ~= "table" or torch.is_tensor(opts) then
+    raise(string.format("%s: expected a table of options, got %s", fn, typename(opts)))
+  end
   for k in pairs(opts) do
     if not allowed[k] then raise(string.format("%s: unknown option '%s'", fn, tostring(k))) end
   end
@@ -625,5 +628,9 @@ end
 L.ModuleDict.len = L.Sequential.len
 function L.ModuleDict:contains(name) return self._modules.map[name] ~= nil end
 function L.ModuleDict:forward() raise("ModuleDict has no forward: call its modules by name instead") end
+
+-- The construction helpers, for the other files of dplua.nn (names with
+-- "_" are not layers: dplua/nn/init.lua leaves them out of nn).
+L._check_opts, L._want_int, L._make = check_opts, want_int, make
 
 return L

@@ -23,49 +23,16 @@ local T = {}
 
 ---------------------------------------------------------------- helpers
 
--- A misspelt option is an error rather than silently ignored.
-local function check_opts(opts, fn, allowed)
-  if type(opts) ~= "table" or is_tensor(opts) then
-    raise(string.format("%s: expected a table of options, got %s", fn, is_tensor(opts) and "Tensor" or type(opts)))
-  end
-  for k in pairs(opts) do
-    if not allowed[k] then raise(string.format("%s: unknown option '%s'", fn, tostring(k))) end
-  end
-  return opts
-end
-
-local function want_int(v, fn, what)
-  if type(v) ~= "number" or v % 1 ~= 0 or v < 1 then
-    raise(string.format("%s: expected %s to be a positive integer, got %s", fn, what, tostring(v)))
-  end
-  return v
-end
+-- layers.lua's and functional.lua's checks and constructors
+local check_opts, make, want_float = L._check_opts, L._make, F._want_float
+local function want_int(v, fn, what) return L._want_int(v, fn, what, 1) end
+local function empty(shape, opts) return make("empty", shape, opts) end
 
 local function want_prob(p, fn)
   if type(p) ~= "number" or p < 0 or p > 1 then
     raise(string.format("%s: expected dropout to be a probability in [0, 1], got %s", fn, tostring(p)))
   end
   return p
-end
-
-local function want_float(x, fn, what)
-  if not is_tensor(x) then raise(string.format("%s: expected %s to be a tensor, got %s", fn, what, type(x))) end
-  if not x:is_floating_point() then
-    raise(string.format("%s: expected %s to be a floating point tensor, got %s", fn, what, tostring(x.dtype)))
-  end
-  return x
-end
-
--- Creation options for torch.empty (nil when there are none).
-local function factory(opts)
-  if opts.dtype == nil and opts.device == nil then return nil end
-  return { dtype = opts.dtype, device = opts.device }
-end
-
-local function empty(shape, opts)
-  local f = factory(opts)
-  if f then return torch.empty(shape, f) end
-  return torch.empty(shape)
 end
 
 -- PyTorch's masks: a bool mask is true where attention is NOT allowed (the
