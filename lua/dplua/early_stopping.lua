@@ -65,15 +65,12 @@ end
 local Asha = {}
 Asha.__index = Asha
 
--- The index (0-based) of the highest rung that time t reaches, or nil.
+-- The index (0-based) of the highest rung that time t reaches (rungs past
+-- max_t do not count), or nil.
 function Asha:rung_of(t)
   if t < self.grace_period then return nil end
-  local k = floor(math.log(t / self.grace_period) / math.log(self.reduction_factor) + 1e-9)
-  while self.grace_period * self.reduction_factor ^ (k + 1) <= t do k = k + 1 end
-  while k > 0 and self.grace_period * self.reduction_factor ^ k > t do k = k - 1 end
-  if self.max_t then
-    while k > 0 and self.grace_period * self.reduction_factor ^ k > self.max_t do k = k - 1 end
-  end
+  local k, limit = 0, math.min(t, self.max_t or math.huge)
+  while self.grace_period * self.reduction_factor ^ (k + 1) <= limit do k = k + 1 end
   return k
 end
 
