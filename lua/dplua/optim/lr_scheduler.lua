@@ -255,25 +255,31 @@ function LinearLR:_get_closed_form_lr()
   return out
 end
 
+-- A list of one function per param group from a function or a list:
+-- LambdaLR's and MultiplicativeLR's lr_lambda.
+local function lambdas(name, optimizer, lr_lambda)
+  local n = type(optimizer) == "table" and type(optimizer.param_groups) == "table" and #optimizer.param_groups or 0
+  local out = {}
+  if type(lr_lambda) == "function" then
+    for i = 1, n do out[i] = lr_lambda end
+  elseif type(lr_lambda) == "table" then
+    if #lr_lambda ~= n then raise(string.format("%s: Expected %d lr_lambdas, but got %d", name, n, #lr_lambda)) end
+    for i, f in ipairs(lr_lambda) do
+      if type(f) ~= "function" then raise(name .. ": expected lr_lambda " .. i .. " to be a function") end
+      out[i] = f
+    end
+  else
+    raise(name .. ": expected lr_lambda to be a function or a list of functions, got " .. type(lr_lambda))
+  end
+  return out
+end
+
 ---------------------------------------------------------------- LambdaLR
 
 -- LambdaLR(opt, lr_lambda): lr = initial_lr * lr_lambda(epoch); one
 -- function, or a list with one per param group.
 local LambdaLR = class("LambdaLR", { "lr_lambda", "last_epoch" }, function(self, optimizer, lr_lambda)
-  local n = type(optimizer) == "table" and type(optimizer.param_groups) == "table" and #optimizer.param_groups or 0
-  if type(lr_lambda) == "function" then
-    self.lr_lambdas = {}
-    for i = 1, n do self.lr_lambdas[i] = lr_lambda end
-  elseif type(lr_lambda) == "table" then
-    if #lr_lambda ~= n then raise(string.format("LambdaLR: Expected %d lr_lambdas, but got %d", n, #lr_lambda)) end
-    self.lr_lambdas = {}
-    for i, f in ipairs(lr_lambda) do
-      if type(f) ~= "function" then raise("LambdaLR: expected lr_lambda " .. i .. " to be a function") end
-      self.lr_lambdas[i] = f
-    end
-  else
-    raise("LambdaLR: expected lr_lambda to be a function or a list of functions, got " .. type(lr_lambda))
-  end
+  self.lr_lambdas = lambdas("LambdaLR", optimizer, lr_lambda)
 end)
 function LambdaLR:get_lr()
   local out = {}
@@ -384,24 +390,6 @@ function ExponentialLR:_get_closed_form_lr()
   return out
 end
 
--- A list of one function per param group from a function or a list:
--- LambdaLR's and MultiplicativeLR's lr_lambda.
-local function lambdas(name, optimizer, lr_lambda)
-  local n = type(optimizer) == "table" and type(optimizer.param_groups) == "table" and #optimizer.param_groups or 0
-  local out = {}
-  if type(lr_lambda) == "function" then
-    for i = 1, n do out[i] = lr_lambda end
-  elseif type(lr_lambda) == "table" then
-    if #lr_lambda ~= n then raise(string.format("%s: Expected %d lr_lambdas, but got %d", name, n, #lr_lambda)) end
-    for i, f in ipairs(lr_lambda) do
-      if type(f) ~= "function" then raise(name .. ": expected lr_lambda " .. i .. " to be a function") end
-      out[i] = f
-    end
-  else
-    raise(name .. ": expected lr_lambda to be a function or a list of functions, got " .. type(lr_lambda))
-  end
-  return out
-end
 
 ---------------------------------------------------------------- MultiplicativeLR
 
