@@ -399,10 +399,9 @@ local function batch_norm_class(name, dims_ok, expected)
       self.num_batches_tracked:add_(1)
       if not self.momentum then factor = 1 / self.num_batches_tracked:item() end
     end
-    local use_batch = self.training or not self.track_running_stats
-    return F.batch_norm(x, (not self.training or self.track_running_stats) and self.running_mean or nil,
-                        (not self.training or self.track_running_stats) and self.running_var or nil,
-                        self.weight, self.bias, use_batch, factor, self.eps)
+    -- without running statistics (nil) F.batch_norm uses the batch's, in eval mode too
+    return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.training, factor,
+                        self.eps)
   end
   function cls:extra_repr()
     return string.format("%d, eps=%s, momentum=%s, affine=%s, track_running_stats=%s", self.num_features,
