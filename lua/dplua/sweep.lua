@@ -684,7 +684,9 @@ local function run_queue(ctx, queue)
           ctx.slots[slot] = nil
           ctx.running = ctx.running - 1
           finish_trial(ctx, run, how)
-        elseif ctx.scheduler or run.tb then
+        elseif ctx.scheduler or (run.tb and now() - (run.polled or 0) >= TB_POLL_S) then
+          -- every poll for the scheduler's verdicts; TensorBoard alone can wait
+          run.polled = now()
           follow(ctx, run)
         end
         if not how then
