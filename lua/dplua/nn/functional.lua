@@ -95,18 +95,19 @@ local function want_number(v, fn, what, default)
   if type(v) ~= "number" then raise(string.format("%s: expected %s to be a number, got %s", fn, what, typename(v))) end
   return v
 end
-local function opt(o, name, v) if type(o) == "table" and not is_tensor(o) then return o[name] end return v end
 
 -- leaky_relu(x, negative_slope=0.01)
 function F.leaky_relu(x, negative_slope)
   want_tensor(x, "leaky_relu", "input")
-  local slope = want_number(opt(negative_slope, "negative_slope", negative_slope), "leaky_relu", "negative_slope", 0.01)
+  if type(negative_slope) == "table" then negative_slope = negative_slope.negative_slope end
+  local slope = want_number(negative_slope, "leaky_relu", "negative_slope", 0.01)
   return torch.where(x:gt(0), x, x * slope)
 end
 -- elu(x, alpha=1): x for x > 0, alpha (exp(x) - 1) otherwise
 function F.elu(x, alpha)
   want_tensor(x, "elu", "input")
-  alpha = want_number(opt(alpha, "alpha", alpha), "elu", "alpha", 1)
+  if type(alpha) == "table" then alpha = alpha.alpha end
+  alpha = want_number(alpha, "elu", "alpha", 1)
   return torch.where(x:gt(0), x, (x:clamp(nil, 0):exp() - 1) * alpha)
 end
 -- softplus(x, beta=1, threshold=20): log(1 + exp(beta x)) / beta, and x
