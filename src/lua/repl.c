@@ -223,7 +223,7 @@ static void edit_open(lua_State *L, struct repl *r)
         r->history[0] = '\0';
     using_history();
     stifle_history(HISTORY_LINES);
-    /* A first session has no history file yet: nothing to host_report. */
+    /* A first session has no history file yet: nothing to report. */
     if (r->history[0] != '\0')
         (void)read_history(r->history);
 }
@@ -530,7 +530,7 @@ static void repl_close(lua_State *L, struct repl *r)
 }
 
 /* Run what repl_load or serve_load gave: help, a chunk (its values
- * printed), or an error to host_report. Leaves the stack at base. */
+ * printed), or an error to report. Leaves the stack at base. */
 static void run_loaded(lua_State *L, const struct repl *r, int status, int base)
 {
     if (status == REPL_HELP) {
