@@ -56,6 +56,13 @@ int dpc_free(void *ptr, size_t bytes, int device, void *stream);
 /* kind: 0 host to device, 1 device to host, 2 device to device. A copy to
  * the host returns when the data is there. */
 int dpc_memcpy(void *dst, const void *src, size_t bytes, int kind, void *stream);
+/* Page-locked ("pinned") host memory, which the copy engines read without
+ * a staging copy; and a copy from it to the device that is only queued on
+ * stream (the caller keeps the host memory alive and unchanged until the
+ * stream passes it: an event recorded after the copy tells when). */
+int dpc_host_alloc(void **ptr, size_t bytes);
+int dpc_host_free(void *ptr);
+int dpc_memcpy_queued(void *dst, const void *src, size_t bytes, void *stream);
 int dpc_set_device(int device);
 int dpc_get_device(int *device);
 int dpc_synchronize(int device);

@@ -303,6 +303,27 @@ extern "C" int dpc_memcpy(void *dst, const void *src, size_t bytes, int kind, vo
     return status(err);
 }
 
+/* Portable: usable by copies to any device of the process. */
+extern "C" int dpc_host_alloc(void **ptr, size_t bytes)
+{
+    *ptr = NULL;
+    return status(cudaHostAlloc(ptr, bytes ? bytes : 1, cudaHostAllocPortable));
+}
+
+extern "C" int dpc_host_free(void *ptr)
+{
+    return ptr ? status(cudaFreeHost(ptr)) : 0;
+}
+
+extern "C" int dpc_memcpy_queued(void *dst, const void *src, size_t bytes, void *stream)
+{
+    if (bytes == 0)
+        return 0;
+    if (dst == NULL || src == NULL)
+        return (int)cudaErrorInvalidValue;
+    return status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream));
+}
+
 /* ------------------------------------------------------------------------ */
 /* devices                                                                   */
 /* ------------------------------------------------------------------------ */

@@ -147,6 +147,17 @@ DP_API dp_status dp_multinomial(dp_tensor **out, dp_tensor *probs, int64_t num_s
 DP_API dp_status dp_nonzero(dp_tensor **out, dp_tensor *a);   /* (count, ndim) int64 */
 /* a itself (retained) when nothing changes */
 DP_API dp_status dp_to(dp_tensor **out, dp_tensor *a, dp_dtype dtype, int device);
+/* Pinned (page-locked) host memory, for copies to a GPU: pin_memory gives
+ * a contiguous pinned copy of a CPU tensor (a itself when it is pinned
+ * already). dp_to_non_blocking is dp_to, except that the copy of a
+ * contiguous pinned tensor to a GPU in its own dtype is only queued on the
+ * device's current stream: the call returns at once, later work on that
+ * stream sees the data, and the pinned memory must not be written until
+ * dp_pinned_wait(a) (PyTorch's non_blocking=True). */
+DP_API dp_status dp_pin_memory(dp_tensor **out, dp_tensor *a);
+DP_API int dp_tensor_is_pinned(const dp_tensor *t);
+DP_API dp_status dp_to_non_blocking(dp_tensor **out, dp_tensor *a, dp_dtype dtype, int device);
+DP_API dp_status dp_pinned_wait(dp_tensor *t);
 DP_API dp_status dp_clone(dp_tensor **out, dp_tensor *a);
 
 /* math: in place, into an existing tensor (dst may alias an input) */

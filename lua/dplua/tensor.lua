@@ -421,20 +421,27 @@ end
 
 ---------------------------------------------------------------- conversion
 
--- to(dtype), to(device), to(device, dtype), to(other_tensor), to{dtype=, device=}
-function methods.to(t, a, b)
+-- to(dtype), to(device), to(device, dtype), to(other_tensor), to{dtype=, device=},
+-- each with non_blocking: to("cuda", {non_blocking = true}) or a last
+-- argument true. Non-blocking matters for a pinned tensor (pin_memory())
+-- going to a GPU: the copy is queued and the call returns at once.
+function methods.to(t, a, b, c)
   local dt, dev = C.dp_tensor_dtype(t.p), C.dp_tensor_device(t.p)
+  local non_blocking = false
   local function take(x)
     if x == nil then return end
-    if is_tensor(x) then dt, dev = C.dp_tensor_dtype(x.p), C.dp_tensor_device(x.p)
+    if type(x) == "boolean" then non_blocking = x
+    elseif is_tensor(x) then dt, dev = C.dp_tensor_dtype(x.p), C.dp_tensor_device(x.p)
     elseif getmetatable(x) == dtype_mt or (type(x) == "string" and dtypes_by_name[x:gsub("^torch%.", "")]) then
       dt = to_dtype(x, "to").id
     elseif is_options(x) then
       if x.dtype then dt = to_dtype(x.dtype, "to").id end
       if x.device then dev = parse_device(x.device, "to") end
+      if x.non_blocking then non_blocking = true end
     else dev = parse_device(x, "to") end
   end
-  take(a); take(b)
+  take(a); take(b); take(c)
+  if non_blocking then return new(C.dp_to_non_blocking(outp, t.p, dt, dev)) end
   return new(C.dp_to(outp, t.p, dt, dev))
 end
 
@@ -442,9 +449,18 @@ for name, dt in pairs({ float = 0, double = 1, long = 2, int = 3, byte = 4, bool
   methods[name] = function(t) return new(C.dp_to(outp, t.p, dt, C.dp_tensor_device(t.p))) end
 end
 function methods.cpu(t) return new(C.dp_to(outp, t.p, C.dp_tensor_dtype(t.p), DP_CPU)) end
+-- cuda(), cuda(index), cuda{device=, non_blocking=}
 function methods.cuda(t, index)
-  return new(C.dp_to(outp, t.p, C.dp_tensor_dtype(t.p), parse_device(index or "cuda", "cuda")))
+  local non_blocking = false
+  if is_options(index) then index, non_blocking = index.device, index.non_blocking == true end
+  local dev = parse_device(index or "cuda", "cuda")
+  if non_blocking then return new(C.dp_to_non_blocking(outp, t.p, C.dp_tensor_dtype(t.p), dev)) end
+  return new(C.dp_to(outp, t.p, C.dp_tensor_dtype(t.p), dev))
 end
+-- pin_memory(): a copy in page-locked host memory, from which to(device,
+-- {non_blocking = true}) copies without waiting; is_pinned().
+function methods.pin_memory(t) return new(C.dp_pin_memory(outp, t.p)) end
+function methods.is_pinned(t) return C.dp_tensor_is_pinned(t.p) ~= 0 end
 
 local item_d, item_i = ffi.new("double[1]"), ffi.new("int64_t[1]")
 

@@ -217,6 +217,52 @@ dp_status gpu_memcpy(void *dst, const void *src, size_t bytes, int kind, int dev
     return ds || kind == 2 ? ds : gpu_kernel_errors();
 }
 
+/* ---------------------------------------------------------------- pinned host memory */
+
+dp_status gpu_host_alloc(void **data, size_t nbytes)
+{
+    int count = 0;
+    int st = device_count(&count);
+    if (st != 0 || count == 0)
+        return dp_fail(DP_ERR_DEVICE, "pin_memory: pinned host memory serves copies to a GPU, and no CUDA device is "
+                       "available%s%s", st ? ": " : "", st ? dpc_error_string(st) : "");
+    if ((st = dpc_host_alloc(data, nbytes)))
+        return dp_fail(DP_ERR_MEMORY, "pin_memory: could not page-lock %zu bytes of host memory (%s)", nbytes,
+                       dpc_error_string(st));
+    return DP_OK;
+}
+
+void gpu_host_free(void *data, void *copy_event)
+{
+    if (copy_event) {
+        (void)dpc_event_synchronize(copy_event);
+        (void)dpc_event_destroy(copy_event);
+    }
+    (void)dpc_host_free(data);
+}
+
+dp_status gpu_upload_queued(dp_tensor *dst, dp_tensor *src)
+{
+    dp_storage *s = src->storage;
+    if (dp_cuda_capturing())
+        return gpu_not_capturable("a copy from the host to the GPU (a pinned tensor moved with non_blocking=true)");
+    int st = dpc_set_device(dst->device);
+    if (!st && !s->copy_event)
+        st = dpc_event_create(&s->copy_event, dst->device, 0);
+    void *stream = gpu_stream_of(dst->device);
+    size_t bytes = (size_t)dp_tensor_numel(dst) * dp_dtype_size(dst->dtype);
+    if (!st)
+        st = dpc_memcpy_queued(gpu_first(dst), gpu_first(src), bytes, stream);
+    if (!st)
+        st = dpc_event_record(s->copy_event, stream);
+    return gpu_status("to(non_blocking=true)", st, -1);
+}
+
+dp_status gpu_pinned_wait(dp_storage *s)
+{
+    return s->copy_event ? gpu_status("pinned memory wait", dpc_event_synchronize(s->copy_event), -1) : DP_OK;
+}
+
 dp_status gpu_workspace(dp_tensor **ws, int64_t bytes, int device)
 {
     return bytes > 0 ? tensor_new(ws, 1, &bytes, DP_UINT8, device) : DP_OK;

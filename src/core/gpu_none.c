@@ -28,6 +28,15 @@ void gpu_storage_free(void *data, size_t nbytes, void *pool, int device)
     (void)pool;
     (void)device;
 }
+dp_status gpu_host_alloc(void **data, size_t nbytes)
+{
+    (void)data; (void)nbytes;
+    return dp_fail(DP_ERR_DEVICE, "pin_memory: pinned host memory serves copies to a GPU, and this build of dplua "
+                   "has no CUDA backend (configure --with-cuda)");
+}
+void gpu_host_free(void *data, void *copy_event) { (void)data; (void)copy_event; }
+dp_status gpu_upload_queued(dp_tensor *dst, dp_tensor *src) { (void)dst; (void)src; return no_cuda(); }
+dp_status gpu_pinned_wait(dp_storage *s) { (void)s; return DP_OK; }
 int dp_cuda_capturing(void) { return 0; }
 int64_t dp_cuda_linear_fusions(void) { return 0; }
 void dp_cuda_set_deferral(int on) { (void)on; }

@@ -592,6 +592,47 @@ dp_status dp_to(dp_tensor **out, dp_tensor *a, dp_dtype dtype, int device)
     return st ? st : ag_record_or_drop(out, "ToCopyBackward0", bw_identity, 1, &a, &n);
 }
 
+dp_status dp_to_non_blocking(dp_tensor **out, dp_tensor *a, dp_dtype dtype, int device)
+{
+    if (!a->storage->pinned || device == DP_CPU || (int)dtype != a->dtype || !tensor_is_contiguous(a))
+        return dp_to(out, a, dtype, device);
+    dp_status st = tensor_new(out, a->ndim, a->shape, dtype, device);
+    if (!st && (st = gpu_upload_queued(*out, a))) {
+        dp_tensor_release(*out);
+        return st;
+    }
+    ag_node *n;
+    return st ? st : ag_record_or_drop(out, "ToCopyBackward0", bw_identity, 1, &a, &n);
+}
+
+dp_status dp_pin_memory(dp_tensor **out, dp_tensor *a)
+{
+    if (a->device != DP_CPU)
+        return dp_fail(DP_ERR_DEVICE, "pin_memory: expected a CPU tensor, got one on cuda:%d (only host memory is "
+                       "pinned)", a->device);
+    if (a->storage->pinned) {
+        dp_tensor_retain(a);
+        *out = a;
+        return DP_OK;
+    }
+    dp_status st = tensor_new_pinned(out, a->ndim, a->shape, a->dtype);
+    if (st)
+        return st;
+    if ((st = dp_copy_into(*out, a))) {
+        dp_tensor_release(*out);
+        return st;
+    }
+    ag_node *n;
+    return ag_record_or_drop(out, "ToCopyBackward0", bw_identity, 1, &a, &n);
+}
+
+int dp_tensor_is_pinned(const dp_tensor *t) { return t->storage->pinned; }
+
+dp_status dp_pinned_wait(dp_tensor *t)
+{
+    return t->storage->pinned ? gpu_pinned_wait(t->storage) : DP_OK;
+}
+
 /* ---------------------------------------------------------------- reductions */
 
 static int reduce_result_dtype(int op, int dtype)

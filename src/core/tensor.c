@@ -121,6 +121,27 @@ static dp_status device_storage_new(dp_storage **out, size_t nbytes, int device)
     return DP_OK;
 }
 
+/* Pinned CPU storages: the header on the heap, the data page-locked
+ * (counted as CPU memory: it is host memory the tensors hold). */
+static dp_status storage_new_pinned(dp_storage **out, size_t nbytes)
+{
+    dp_storage *s = calloc(1, sizeof *s);
+    if (!s)
+        return dp_fail(DP_ERR_MEMORY, "out of memory allocating a storage header");
+    dp_status st = gpu_host_alloc(&s->data, nbytes);
+    if (st) {
+        free(s);
+        return st;
+    }
+    s->refcount = 1;
+    s->device = DP_CPU;
+    s->nbytes = nbytes;
+    s->pinned = true;
+    count_new_storage(DP_CPU, nbytes);
+    *out = s;
+    return DP_OK;
+}
+
 /* DPLUA_MAX_ALLOC_BYTES: a ceiling on any one allocation, so that a test
  * (the API fuzzer) can refuse absurd sizes without capping the whole
  * process's address space, which LuaJIT's own allocator must not hit. */
@@ -170,6 +191,11 @@ void storage_release(dp_storage *s)
         account(s->device, -(int64_t)s->nbytes);
         if (s->device != DP_CPU) {
             gpu_storage_free(s->data, s->nbytes, s->pool, s->device);
+            free(s);
+            return;
+        }
+        if (s->pinned) {
+            gpu_host_free(s->data, s->copy_event);
             free(s);
             return;
         }
@@ -261,7 +287,7 @@ static dp_status check_dtype(const char *fn, int dtype)
     return DP_OK;
 }
 
-dp_status tensor_new(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device)
+static dp_status tensor_new_in(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device, bool pinned)
 {
     dp_status st;
     if ((st = check_shape("empty", ndim, shape)) || (st = check_dtype("empty", dtype)))
@@ -269,8 +295,8 @@ dp_status tensor_new(dp_tensor **out, int ndim, const int64_t *shape, int dtype,
     dp_tensor *t = handle_new();
     if (!t)
         return dp_fail(DP_ERR_MEMORY, "out of memory allocating a tensor handle");
-    int64_t numel = shape_numel(ndim, shape);
-    if ((st = storage_new(&t->storage, (size_t)numel * dp_dtype_size(dtype), device))) {
+    size_t nbytes = (size_t)shape_numel(ndim, shape) * dp_dtype_size(dtype);
+    if ((st = pinned ? storage_new_pinned(&t->storage, nbytes) : storage_new(&t->storage, nbytes, device))) {
         handle_free(t);
         return st;
     }
@@ -283,6 +309,16 @@ dp_status tensor_new(dp_tensor **out, int ndim, const int64_t *shape, int dtype,
     contiguous_strides(ndim, shape, t->stride);
     *out = t;
     return DP_OK;
+}
+
+dp_status tensor_new(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device)
+{
+    return tensor_new_in(out, ndim, shape, dtype, device, false);
+}
+
+dp_status tensor_new_pinned(dp_tensor **out, int ndim, const int64_t *shape, int dtype)
+{
+    return tensor_new_in(out, ndim, shape, dtype, DP_CPU, true);
 }
 
 dp_status tensor_view_of(dp_tensor **out, dp_tensor *base, int ndim, const int64_t *shape,

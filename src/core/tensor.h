@@ -20,6 +20,10 @@ typedef struct dp_storage {
     size_t capacity;     /* of the allocator block holding this struct and the data */
     void *data;
     void *pool;          /* GPU memory of a CUDA graph (src/core/gpu_memory.c), else NULL */
+    /* pinned CPU storages: data is page-locked host memory (its own
+     * allocation), and copy_event that of the last queued copy reading it */
+    bool pinned;
+    void *copy_event;
 } dp_storage;
 
 struct dp_tensor {
@@ -56,10 +60,20 @@ void cpu_alloc_size(size_t n, size_t *capacity);   /* the capacity cpu_alloc(n) 
  * NULL; given back to gpu_storage_free with the data. */
 dp_status gpu_storage_alloc(void **data, void **pool, size_t nbytes, int device);
 void gpu_storage_free(void *data, size_t nbytes, void *pool, int device);
+/* gpu_memory.c: page-locked host memory for pinned storages; free waits
+ * for the copies still reading it. A queued upload copies a contiguous
+ * pinned tensor of dst's dtype and shape into contiguous dst without
+ * waiting, and records the storage's copy_event after it; pinned_wait
+ * waits for that event. */
+dp_status gpu_host_alloc(void **data, size_t nbytes);
+void gpu_host_free(void *data, void *copy_event);
+dp_status gpu_upload_queued(dp_tensor *dst, dp_tensor *src);
+dp_status gpu_pinned_wait(dp_storage *s);
 
 /* tensor.c */
 void storage_release(dp_storage *s);
 dp_status tensor_new(dp_tensor **out, int ndim, const int64_t *shape, int dtype, int device);
+dp_status tensor_new_pinned(dp_tensor **out, int ndim, const int64_t *shape, int dtype);   /* CPU, page-locked */
 dp_status tensor_view_of(dp_tensor **out, dp_tensor *base, int ndim, const int64_t *shape,
                          const int64_t *stride, int64_t offset);
 int64_t shape_numel(int ndim, const int64_t *shape);

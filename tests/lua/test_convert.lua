@@ -74,4 +74,15 @@ T.run("type(): its name, and conversion by name or dtype", function()
              "an unknown name")
 end)
 
+T.run("non_blocking and pinned memory on the CPU", function()
+    local f = torch.tensor({1.5, -2})
+    T.is(f:to("cpu", {non_blocking = true}):tolist(), {1.5, -2}, "to(cpu, {non_blocking=true}) is a plain to")
+    T.is(f:to(torch.int64, true):tolist(), {1, -2}, "to(dtype, true): a last boolean is non_blocking")
+    T.ok(not f:is_pinned(), "an ordinary tensor is not pinned")
+    if not torch.cuda.is_available() then
+        T.raises(function() return f:pin_memory() end, {"pin_memory", "GPU"},
+                 "pin_memory without a GPU says that pinned memory serves a GPU")
+    end
+end)
+
 T.done_testing()

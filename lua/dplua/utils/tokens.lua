@@ -265,6 +265,7 @@ end
 -- twice. Every rank has the same number of batches, #ds; the windows of
 -- an incomplete last round are left out.
 local TokenShards = data.Dataset:extend("TokenShards")
+local pinned_stage
 M.TokenShards = TokenShards
 
 local shard_options = { files = true, block_size = true, batch_size = true, shuffle = true, seed = true,
@@ -341,6 +342,7 @@ function TokenShards:__init(opts)
   end
   self.epoch = 0
   self.start_box = ffi.new("int64_t[1]")
+  self.stages, self.stage = {}, 0
 end
 
 function TokenShards:__len() return self.num_batches end
@@ -379,6 +381,22 @@ local function locate(self, g)
   return lo, (g - first[lo]) * self.block_size
 end
 
+-- For a GPU: a batch is assembled in page-locked host memory and its copy
+-- to the device only queued (non_blocking), so the step never waits for
+-- its data. Two such buffers serve in turn; one is refilled only once its
+-- last copy has finished, which the step between has all but ensured.
+function pinned_stage(self)
+  self.stage = self.stage % 2 + 1
+  local buf = self.stages[self.stage]
+  if buf == nil then
+    buf = torch.empty({ 2, self.batch_size, self.block_size }, { dtype = torch.int64 }):pin_memory()
+    self.stages[self.stage] = buf
+  elseif C.dp_pinned_wait(buf.p) ~= 0 then
+    raise("TokenShards: " .. c_error())
+  end
+  return buf
+end
+
 -- ds[j] or ds:__getitem(j): batch j (0-based) of this rank in the current
 -- epoch, as x, y.
 function TokenShards:__getitem(j)
@@ -387,9 +405,9 @@ function TokenShards:__getitem(j)
   end
   local B, T, W = self.batch_size, self.block_size, self.world_size
   local order = window_order(self)
-  local x = torch.empty({ B, T }, { dtype = torch.int64 })
-  local y = torch.empty({ B, T }, { dtype = torch.int64 })
-  local xp, yp = ffi.cast("int64_t *", x:data_ptr()), ffi.cast("int64_t *", y:data_ptr())
+  local xy = self.device and pinned_stage(self) or torch.empty({ 2, B, T }, { dtype = torch.int64 })
+  local xp = ffi.cast("int64_t *", xy:data_ptr())
+  local yp = xp + B * T
   local start = self.start_box
   for b = 0, B - 1 do
     local pos = (j * W + self.rank) * B + b
@@ -399,8 +417,8 @@ function TokenShards:__getitem(j)
       raise("TokenShards: " .. c_error())
     end
   end
-  if self.device then return x:to(self.device), y:to(self.device) end
-  return x, y
+  if self.device then xy = xy:to(self.device, { non_blocking = true }) end
+  return xy[0], xy[1]
 end
 
 -- iter(): the batches of the current epoch, in order: for x, y in ds:iter() do ... end
