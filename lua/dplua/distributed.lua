@@ -730,6 +730,16 @@ local function int64s(values, device)
   return device == "cpu" and t or t:to(device)
 end
 
+-- The group rank of an object collective's root, checked on every rank
+-- before anything that only the root or only the others check.
+local function object_root(fn, group, g, global)
+  local r = group_rank(group, global, fn)
+  if r < 0 or r >= g.size then
+    raise(string.format("%s: rank %d is out of range for a group of %d ranks", fn, r, g.size))
+  end
+  return r
+end
+
 local function object_list_arg(fn, name, list)
   if type(list) ~= "table" or is_tensor(list) or getmetatable(list) ~= nil then
     raise(string.format("%s: expected %s to be a list (a plain table), got %s", fn, name,
@@ -765,7 +775,7 @@ end
 function dist.gather_object(obj, object_gather_list, dst, group)
   if outside(group, "gather_object") then return end
   local g = group_of(group)
-  local root = group_rank(group, dst or 0, "gather_object")
+  local root = object_root("gather_object", group, g, dst or 0)
   if g.rank == root then
     object_list_arg("gather_object", "object_gather_list", object_gather_list)
   elseif object_gather_list ~= nil then
@@ -788,7 +798,7 @@ function dist.broadcast_object_list(object_list, src, group)
   local g = group_of(group)
   object_list_arg("broadcast_object_list", "object_list", object_list)
   src = src or 0
-  local root = group_rank(group, src, "broadcast_object_list")
+  local root = object_root("broadcast_object_list", group, g, src)
   local device = object_device(g)
   local s = g.rank == root and objects.encode(object_list) or ""
   local header = int64s({ #s, #object_list }, device)
@@ -814,7 +824,7 @@ function dist.scatter_object_list(output_list, input_list, src, group)
   local g = group_of(group)
   object_list_arg("scatter_object_list", "scatter_object_output_list", output_list)
   src = src or 0
-  local root = group_rank(group, src, "scatter_object_list")
+  local root = object_root("scatter_object_list", group, g, src)
   local device = object_device(g)
   local encoded, longest = {}, 0
   if g.rank == root then

@@ -10,7 +10,8 @@
 -- running statistics on every rank. Then convert_sync_batchnorm under
 -- DistributedDataParallel: three SGD steps on half batches give the
 -- parameters and running statistics of BatchNorm on the whole batch in
--- one process, and argument errors.
+-- one process, and argument errors. With DPLUA_TEST_BACKEND=nccl
+-- (scripts/device-check multi) each rank runs on its GPU.
 local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 local torch = require("dplua")
 local nn, dist = torch.nn, torch.distributed
@@ -41,8 +42,14 @@ local function close(got, want, what)
   ok(w <= 1e-12, string.format("%s (worst difference %.3g)", what, w))
 end
 
-dist.init_process_group("gloo")
+local backend = os.getenv("DPLUA_TEST_BACKEND") or "gloo"
+dist.init_process_group(backend)
 local world = dist.get_world_size()
+local device = "cpu"
+if backend == "nccl" then
+  device = "cuda:" .. dist.get_local_rank()
+  torch.cuda.set_device(device)
+end
 
 local makers = {
   bn1d_nc = function() return nn.SyncBatchNorm(3) end,
@@ -57,10 +64,10 @@ local function x_of(shape, step)
   for _, s in ipairs(shape) do count = count * s end
   local v = {}
   for k = 0, count - 1 do v[k + 1] = math.sin(1 + 0.37 * k + step) end
-  return torch.tensor(v):reshape(shape)
+  return torch.tensor(v):reshape(shape):to(device)
 end
 
-local function flat(t) return t:reshape(-1):tolist() end
+local function flat(t) return t:detach():cpu():reshape(-1):tolist() end
 
 local names = {}
 for name in pairs(makers) do names[#names + 1] = name end
@@ -70,14 +77,14 @@ for _, name in ipairs(names) do
   local N = r.shape[1]
   if N >= world then
     local lo, hi = math.floor(rank * N / world), math.floor((rank + 1) * N / world)
-    local m = makers[name]()
+    local m = makers[name]():to(device)
     for step = 0, 3 do
       if step == 3 then m:eval() end
       local what = string.format("%s step %d%s on %d ranks", name, step, step == 3 and " (eval)" or "", world)
       local whole = x_of(r.shape, step)
       local x = whole:narrow(0, lo, hi - lo):contiguous():requires_grad_()
       local y = m(x)
-      local wt = torch.arange(0, whole:numel(), { dtype = torch.float64 }):cos():reshape(whole:size())
+      local wt = torch.arange(0, whole:numel(), { dtype = torch.float64, device = device }):cos():reshape(whole:size())
       local loss = (y * wt:narrow(0, lo, hi - lo)):sum()
       loss:backward()
       local want = r.steps[step + 1]
@@ -93,13 +100,13 @@ for _, name in ipairs(names) do
         local dw, db = m.weight.grad:clone(), m.bias.grad:clone()
         dist.all_reduce(dw)
         dist.all_reduce(db)
-        close(dw:tolist(), want.dweight, what .. ": weight gradient summed over the ranks")
-        close(db:tolist(), want.dbias, what .. ": bias gradient summed over the ranks")
+        close(flat(dw), want.dweight, what .. ": weight gradient summed over the ranks")
+        close(flat(db), want.dbias, what .. ": bias gradient summed over the ranks")
         m.weight.grad, m.bias.grad = nil, nil
       end
       if want.running_mean then
-        close(m.running_mean:tolist(), want.running_mean, what .. ": running mean")
-        close(m.running_var:tolist(), want.running_var, what .. ": running variance")
+        close(flat(m.running_mean), want.running_mean, what .. ": running mean")
+        close(flat(m.running_var), want.running_var, what .. ": running variance")
       end
     end
   end
@@ -108,7 +115,7 @@ end
 -- convert_sync_batchnorm under DDP against BatchNorm1d on the whole batch
 local function make_model()
   torch.manual_seed(7)
-  return nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 2))
+  return nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 2)):to(device)
 end
 local plain = make_model()
 local converted = nn.SyncBatchNorm.convert_sync_batchnorm(make_model())
@@ -123,14 +130,15 @@ local N = 4 * world
 local per = N / world
 for step = 1, 3 do
   local X = x_of({ N, 4 }, step)
-  local wt = torch.arange(0, N * 2, { dtype = torch.float64 }):sin():reshape({ N, 2 })
+  local wt = torch.arange(0, N * 2, { dtype = torch.float64, device = device }):sin():reshape({ N, 2 })
   -- DDP averages the ranks' gradients: the whole batch's loss divided by the world size
   ref_opt:zero_grad()
-  ((plain(X) * wt):sum() / world):backward()
+  local whole_loss = (plain(X) * wt):sum() / world
+  whole_loss:backward()
   ref_opt:step()
   opt:zero_grad()
-  local mine = X:narrow(0, rank * per, per)
-  (model(mine) * wt:narrow(0, rank * per, per)):sum():backward()
+  local loss = (model(X:narrow(0, rank * per, per)) * wt:narrow(0, rank * per, per)):sum()
+  loss:backward()
   opt:step()
 end
 local got, want = {}, {}
@@ -142,10 +150,10 @@ converted:eval(); plain:eval()
 local X = x_of({ 3, 4 }, 9)
 close(flat(model(X)), flat(plain(X)), "and the outputs in eval mode (from the running statistics)")
 
-raises(function() nn.SyncBatchNorm(3)(torch.ones(4)) end, "expected at least 2D input", "a 1-D input")
-raises(function() nn.SyncBatchNorm(3)(torch.ones(4, 2)) end, "expected 3 channels", "an input of 2 channels")
+raises(function() nn.SyncBatchNorm(3)(torch.ones(4, { device = device })) end, "expected at least 2D input", "a 1-D input")
+raises(function() nn.SyncBatchNorm(3)(torch.ones(4, 2, { device = device })) end, "expected 3 channels", "an input of 2 channels")
 raises(function() nn.SyncBatchNorm(3, { group = 1 }) end, "group", "an unknown option")
 raises(function() nn.SyncBatchNorm.convert_sync_batchnorm(42) end, "expected an nn.Module", "converting a number")
 
 dist.destroy_process_group()
-print("1.." .. n)
+if rank == 0 then print("1.." .. n) end
