@@ -75,6 +75,18 @@ if world > 1 and backend ~= "nccl" then
   ok(same(values(got), { left, left, left, left, left }), "irecv got the left neighbour's rank")
   ok(s:is_completed() and r:is_completed(), "is_completed after wait")
 
+  -- is_completed turns true without wait (the group's finisher completes them)
+  local got2 = full({ 2 }, -1)
+  local s2, r2 = dist.isend(full({ 2 }, rank), right), dist.irecv(got2, left)
+  local polls = 0
+  while not (s2:is_completed() and r2:is_completed()) and polls < 3000 do
+    os.execute("sleep 0.01")
+    polls = polls + 1
+  end
+  ok(s2:is_completed() and r2:is_completed(), "is_completed becomes true by polling, without wait")
+  r2:wait(); s2:wait()
+  ok(same(values(got2), { left, left }), "and the message is there")
+
   -- the tutorial's ring: isend, then a blocking recv, then wait
   local from_left = full({ 3 }, 0, torch.int64)
   local req = dist.isend(full({ 3 }, 100 + rank, torch.int64), right, { tag = 7 })
