@@ -121,6 +121,19 @@ if world > 1 and backend ~= "nccl" then
   ok(values(after)[1] == world and values(back)[1] == left, "an isend, an all_reduce, then the matching recv")
 end
 
+-- an isend nobody receives fails at wait once its group's timeout passes
+-- (a group of its own: the failure breaks it)
+if world > 1 and backend ~= "nccl" then
+  local lonely = dist.new_group(nil, { timeout = 2 })
+  if rank == 0 then
+    local w = dist.isend(full({ 3 }, 1), 1, { group = lonely, tag = 5 })
+    raises(function() w:wait() end, "the send of 3 float32 elements to group rank 1 (tag 5) did not complete",
+           "an isend without a receiver fails at wait, naming the send")
+  end
+  dist.barrier()
+  dist.destroy_process_group(lonely)
+end
+
 raises(function() dist.isend(full({ 2 }, 0), rank) end, "cannot send to itself", "isend to itself")
 raises(function() dist.isend(full({ 2 }, 0), world) end, "out of range", "isend to a rank out of range")
 raises(function() dist.irecv(full({ 2 }, 0)) end, "pass src", "irecv without src")
