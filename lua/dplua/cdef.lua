@@ -293,6 +293,20 @@ dp_status dp_pg_all_to_all(dp_pg *pg, dp_tensor *out, dp_tensor *in, dp_work **w
 dp_status dp_pg_send(dp_pg *pg, dp_tensor *t, int dst, int tag);
 dp_status dp_pg_recv(dp_pg *pg, dp_tensor *t, int src, int tag);
 dp_status dp_pg_barrier(dp_pg *pg);
+/* gather: in on every rank, out (size * numel(in) elements) on the root;
+ * scatter: out on every rank, in (size * numel(out)) on the root. Ranks
+ * other than the root pass NULL for the root's tensor. */
+dp_status dp_pg_gather(dp_pg *pg, dp_tensor *out, dp_tensor *in, int root, dp_work **work);
+dp_status dp_pg_scatter(dp_pg *pg, dp_tensor *out, dp_tensor *in, int root, dp_work **work);
+/* isend, irecv, batch_isend_irecv: tensors[i] is sent to (is_send[i]) or
+ * received from group rank peers[i] with tags[i]; all are posted together
+ * in issue order, and *work (required) completes when every one has. */
+dp_status dp_pg_p2p(dp_pg *pg, int n, dp_tensor *const *tensors, const int *is_send, const int *peers,
+                           const int *tags, dp_work **work);
+/* torch.distributed.nn.functional.all_reduce: *out is the all_reduce
+ * (SUM) of a copy of in, recorded on the tape; its backward all_reduces
+ * (SUM) the gradient over the same group. */
+dp_status dp_pg_all_reduce_autograd(dp_tensor **out, dp_pg *pg, dp_tensor *in);
 void dp_pg_free(dp_pg *pg);
 dp_status dp_work_wait(dp_work *w);
 int dp_work_is_completed(dp_work *w);

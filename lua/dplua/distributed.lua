@@ -369,6 +369,9 @@ function Work:wait()
     local st = C.dp_work_wait(self.p)
     if st ~= 0 then raise(ffi.string(C.dp_last_error())) end
   end
+  -- (a collective whose result is copied out once it is there: gather's list)
+  local after = self.after
+  if after then self.after = nil; after() end
   return true
 end
 function Work:is_completed() return self.done or C.dp_work_is_completed(self.p) ~= 0 end
@@ -555,6 +558,319 @@ function dist.barrier(group)
   if outside(group, "barrier") then return end
   all_ranks_run("barrier")
   check(C.dp_pg_barrier(group_of(group).p))
+end
+
+-- isend, irecv and batch_isend_irecv: sends and receives posted in issue
+-- order with the group's other ops, each batch done as a whole. A posted
+-- send does not wait for its receiver, so two ranks may each isend to the
+-- other and then receive. (On nccl, a batch is one NCCL group call: pair
+-- a rank's sends and receives to one peer in one batch_isend_irecv.)
+local function post_p2p(fn, ops, group)
+  local g = group_of(group)
+  local n = #ops
+  local ts, sends = ffi.new("dp_tensor*[?]", n), ffi.new("int[?]", n)
+  local peers, tags = ffi.new("int[?]", n), ffi.new("int[?]", n)
+  for i, o in ipairs(ops) do
+    contiguous_tensor(o.tensor, fn)
+    ts[i - 1], sends[i - 1] = o.tensor.p, o.send and 1 or 0
+    peers[i - 1] = group_rank(group, o.peer, fn)
+    tags[i - 1] = tag_of(o.tag, fn)
+  end
+  check(C.dp_pg_p2p(g.p, n, ts, sends, peers, tags, work_box))
+  return ffi.gc(work_box[0], C.dp_work_free)
+end
+
+-- isend(t, dst [, group, tag]) or isend(t, dst, {group=, tag=}): a Work.
+function dist.isend(t, dst, ...)
+  local o = opts_of({ ... }, { "group", "tag" })
+  if outside(o.group, "isend") then return end
+  if dst == nil then raise("isend: expected the destination rank (dst)") end
+  return setmetatable({ p = post_p2p("isend", { { tensor = t, peer = dst, tag = o.tag, send = true } }, o.group) }, Work)
+end
+
+-- irecv(t, src [, group, tag]) or irecv(t, src, {group=, tag=}): a Work; t holds the message once it is waited.
+function dist.irecv(t, src, ...)
+  local o = opts_of({ ... }, { "group", "tag" })
+  if outside(o.group, "irecv") then return end
+  if src == nil then raise("irecv: receiving from any source is not supported; pass src") end
+  return setmetatable({ p = post_p2p("irecv", { { tensor = t, peer = src, tag = o.tag, send = false } }, o.group) }, Work)
+end
+
+-- P2POp(dist.isend or dist.irecv, tensor, peer [, group, tag]) or with an
+-- options table after peer: one op of batch_isend_irecv.
+local P2POp = {}
+P2POp.__index = P2POp
+P2POp.__tostring = function(p)
+  return string.format("P2POp(%s, peer %d, tag %d)", p.send and "isend" or "irecv", p.peer, p.tag or 0)
+end
+function dist.P2POp(op, tensor, peer, group, tag)
+  if op ~= dist.isend and op ~= dist.irecv then
+    raise("P2POp: expected dist.isend or dist.irecv as the op, got " .. tostring(op))
+  end
+  if type(group) == "table" and getmetatable(group) == nil and not is_tensor(group) and group ~= NON_MEMBER then
+    group, tag = group.group, group.tag
+  end
+  if not is_tensor(tensor) then raise("P2POp: expected a tensor, got " .. type(tensor)) end
+  if type(peer) ~= "number" then raise("P2POp: expected the peer's rank, got " .. tostring(peer)) end
+  return setmetatable({ send = op == dist.isend, tensor = tensor, peer = peer, group = group, tag = tag }, P2POp)
+end
+
+-- batch_isend_irecv(list of P2POp): the ops posted together, as one; a
+-- list of one Work per op (waiting on any one waits for the whole batch).
+function dist.batch_isend_irecv(ops)
+  if type(ops) ~= "table" or #ops == 0 then raise("batch_isend_irecv: expected a non-empty list of dist.P2POp") end
+  for i, o in ipairs(ops) do
+    if getmetatable(o) ~= P2POp then
+      raise(string.format("batch_isend_irecv: entry %d is not a dist.P2POp (got %s)", i, tostring(o)))
+    end
+    if o.group ~= ops[1].group then raise("batch_isend_irecv: every op of a batch must use the same group") end
+  end
+  if outside(ops[1].group, "batch_isend_irecv") then return {} end
+  local p = post_p2p("batch_isend_irecv", ops, ops[1].group)
+  local works = {}
+  for i = 1, #ops do works[i] = setmetatable({ p = p }, Work) end
+  return works
+end
+
+-- The list argument of gather (the output) and scatter (the input): on the
+-- root one tensor per rank, each shaped like t; on the other ranks nil or
+-- empty, as in PyTorch.
+local function root_list(fn, name, list, t, g, root)
+  if g.rank ~= root then
+    if list ~= nil and not (type(list) == "table" and not is_tensor(list) and #list == 0) then
+      raise(string.format("%s: %s must not be given on a rank other than the %s (global rank %s)", fn, name,
+                          fn == "gather" and "destination" or "source", tostring((g.ranks or {})[root + 1] or root)))
+    end
+    return nil
+  end
+  if type(list) ~= "table" or is_tensor(list) then
+    raise(string.format("%s: expected %s, a list of one tensor per rank of the group (%d), on this rank", fn, name,
+                        g.size))
+  end
+  if #list ~= g.size then
+    raise(string.format("%s: %s has %d tensors but the group has %d ranks (one tensor per rank)", fn, name, #list,
+                        g.size))
+  end
+  for i, x in ipairs(list) do
+    if not is_tensor(x) then raise(string.format("%s: %s[%d] is %s, not a tensor", fn, name, i, type(x))) end
+    if x.dtype ~= t.dtype then
+      raise(string.format("%s: %s[%d] is %s but the tensor is %s; they must have one dtype", fn, name, i,
+                          x.dtype.name, t.dtype.name))
+    end
+    if x:numel() ~= t:numel() then
+      raise(string.format("%s: %s[%d] has %d elements but the tensor has %d; they must have one size", fn, name, i,
+                          x:numel(), t:numel()))
+    end
+  end
+  return list
+end
+
+-- gather(t, gather_list, dst [, group, async_op]): the destination's
+-- gather_list[r + 1] gets group rank r's t.
+function dist.gather(t, gather_list, dst, ...)
+  local o = opts_of({ ... }, { "group", "async_op" })
+  if outside(o.group, "gather") then return end
+  local g = group_of(o.group)
+  contiguous_tensor(t, "gather")
+  local root = group_rank(o.group, dst or 0, "gather")
+  local list = root_list("gather", "gather_list", gather_list, t, g, root)
+  local flat = list and torch.empty({ g.size * t:numel() }, { dtype = t.dtype, device = t.device })
+  local work = collective("gather", o.group, o.async_op, C.dp_pg_gather, 3, flat and flat.p or nil, t.p, root)
+  local function fill()
+    if not list then return end
+    for r = 0, g.size - 1 do list[r + 1]:copy_(flat:narrow(0, r * t:numel(), t:numel()):view(list[r + 1]:size())) end
+  end
+  if work then work.after = fill; return work end
+  fill()
+end
+
+-- scatter(t, scatter_list, src [, group, async_op]): t gets the source's
+-- scatter_list[r + 1] on group rank r.
+function dist.scatter(t, scatter_list, src, ...)
+  local o = opts_of({ ... }, { "group", "async_op" })
+  if outside(o.group, "scatter") then return end
+  local g = group_of(o.group)
+  contiguous_tensor(t, "scatter")
+  local root = group_rank(o.group, src or 0, "scatter")
+  local list = root_list("scatter", "scatter_list", scatter_list, t, g, root)
+  local flat
+  if list then
+    local parts = {}
+    for i, x in ipairs(list) do parts[i] = x:reshape({ -1 }) end
+    flat = torch.cat(parts, 0):contiguous()
+  end
+  return collective("scatter", o.group, o.async_op, C.dp_pg_scatter, 3, t.p, flat and flat.p or nil, root)
+end
+
+-- The object collectives: values as bytes (dplua.objects: numbers,
+-- strings, booleans, tensors and tables of them; decoded as data, never
+-- run), sent in uint8 tensors on the group's device: the CPU for gloo,
+-- the current CUDA device for nccl. Each sends the sizes first.
+local objects = require("dplua.objects")
+
+local function object_device(g)
+  if g.backend == "nccl" then return "cuda:" .. torch.cuda.current_device() end
+  return "cpu"
+end
+
+local function bytes_tensor(s, len, device)
+  local t = torch.zeros({ len }, { dtype = torch.uint8 })
+  if #s > 0 then ffi.copy(C.dp_tensor_data(t.p), s, #s) end
+  return device == "cpu" and t or t:to(device)
+end
+
+local function tensor_bytes(t, offset, len)
+  if len == 0 then return "" end
+  local c = t:narrow(0, offset, len):cpu():contiguous()
+  return ffi.string(C.dp_tensor_data(c.p), len)
+end
+
+local function int64s(values, device)
+  local t = torch.tensor(values, { dtype = torch.int64 })
+  return device == "cpu" and t or t:to(device)
+end
+
+-- The group rank of an object collective's root, checked on every rank
+-- before anything that only the root or only the others check.
+local function object_root(fn, group, g, global)
+  local r = group_rank(group, global, fn)
+  if r < 0 or r >= g.size then
+    raise(string.format("%s: rank %d is out of range for a group of %d ranks", fn, r, g.size))
+  end
+  return r
+end
+
+local function object_list_arg(fn, name, list)
+  if type(list) ~= "table" or is_tensor(list) or getmetatable(list) ~= nil then
+    raise(string.format("%s: expected %s to be a list (a plain table), got %s", fn, name,
+                        is_tensor(list) and "a tensor" or type(list)))
+  end
+  return list
+end
+
+-- Every rank's encoded object, each padded to the longest: the lengths and that longest.
+local function gathered_lengths(s, g, group, device)
+  local lens = torch.empty({ g.size }, { dtype = torch.int64, device = device })
+  dist.all_gather_into_tensor(lens, int64s({ #s }, device), group)
+  local list = lens:tolist()
+  local longest = 0
+  for _, n in ipairs(list) do longest = math.max(longest, n) end
+  return list, longest
+end
+
+-- all_gather_object(object_list, obj [, group]): object_list[r + 1] gets group rank r's obj.
+function dist.all_gather_object(object_list, obj, group)
+  if outside(group, "all_gather_object") then return end
+  local g = group_of(group)
+  object_list_arg("all_gather_object", "object_list", object_list)
+  local s, device = objects.encode(obj), object_device(g)
+  local lens, longest = gathered_lengths(s, g, group, device)
+  local all = torch.empty({ g.size * longest }, { dtype = torch.uint8, device = device })
+  dist.all_gather_into_tensor(all, bytes_tensor(s, longest, device), group)
+  for r = 0, g.size - 1 do object_list[r + 1] = objects.decode(tensor_bytes(all, r * longest, lens[r + 1])) end
+end
+
+-- gather_object(obj, object_gather_list, dst [, group]): on dst,
+-- object_gather_list[r + 1] gets group rank r's obj; nil elsewhere.
+function dist.gather_object(obj, object_gather_list, dst, group)
+  if outside(group, "gather_object") then return end
+  local g = group_of(group)
+  local root = object_root("gather_object", group, g, dst or 0)
+  if g.rank == root then
+    object_list_arg("gather_object", "object_gather_list", object_gather_list)
+  elseif object_gather_list ~= nil then
+    raise("gather_object: object_gather_list must not be given on a rank other than the destination")
+  end
+  local s, device = objects.encode(obj), object_device(g)
+  local lens, longest = gathered_lengths(s, g, group, device)
+  local all = g.rank == root and torch.empty({ g.size * longest }, { dtype = torch.uint8, device = device }) or nil
+  check(C.dp_pg_gather(g.p, all and all.p or nil, bytes_tensor(s, longest, device).p, root, nil))
+  if all then
+    for r = 0, g.size - 1 do object_gather_list[r + 1] = objects.decode(tensor_bytes(all, r * longest, lens[r + 1])) end
+  end
+end
+
+-- broadcast_object_list(object_list, src [, group]): the other ranks'
+-- object_list gets src's entries, in place. Their list may be empty, else
+-- it must have as many entries as src's (as in PyTorch).
+function dist.broadcast_object_list(object_list, src, group)
+  if outside(group, "broadcast_object_list") then return end
+  local g = group_of(group)
+  object_list_arg("broadcast_object_list", "object_list", object_list)
+  src = src or 0
+  local root = object_root("broadcast_object_list", group, g, src)
+  local device = object_device(g)
+  local s = g.rank == root and objects.encode(object_list) or ""
+  local header = int64s({ #s, #object_list }, device)
+  dist.broadcast(header, src, group)
+  local len, count = unpack(header:tolist())
+  local bytes = bytes_tensor(s, len, device)
+  dist.broadcast(bytes, src, group)
+  if g.rank == root then return end
+  if #object_list ~= 0 and #object_list ~= count then
+    raise(string.format("broadcast_object_list: rank %d sent %d objects but this rank's object_list has %d " ..
+                        "(pass a list of the same length, or an empty one)", src, count, #object_list))
+  end
+  local got = objects.decode(tensor_bytes(bytes, 0, len))
+  for k in pairs(object_list) do object_list[k] = nil end
+  for k, v in pairs(got) do object_list[k] = v end
+end
+
+-- scatter_object_list(output_list, input_list, src [, group]):
+-- output_list[1] gets src's input_list[r + 1] on group rank r. input_list
+-- is read on src only, where it has one object per rank.
+function dist.scatter_object_list(output_list, input_list, src, group)
+  if outside(group, "scatter_object_list") then return end
+  local g = group_of(group)
+  object_list_arg("scatter_object_list", "scatter_object_output_list", output_list)
+  src = src or 0
+  local root = object_root("scatter_object_list", group, g, src)
+  local device = object_device(g)
+  local encoded, longest = {}, 0
+  if g.rank == root then
+    object_list_arg("scatter_object_list", "scatter_object_input_list", input_list)
+    if #input_list ~= g.size then
+      raise(string.format("scatter_object_list: scatter_object_input_list has %d objects but the group has %d " ..
+                          "ranks (one object per rank)", #input_list, g.size))
+    end
+    for i = 1, g.size do
+      encoded[i] = objects.encode(input_list[i])
+      longest = math.max(longest, #encoded[i])
+    end
+  end
+  local header = int64s({ longest }, device)
+  dist.broadcast(header, src, group)
+  longest = header:tolist()[1]
+  local lens, flat
+  if g.rank == root then
+    local ls = {}
+    for i = 1, g.size do ls[i] = #encoded[i] end
+    lens = int64s(ls, device)
+    local parts = {}
+    for i = 1, g.size do parts[i] = bytes_tensor(encoded[i], longest, device) end
+    flat = torch.cat(parts, 0)
+  end
+  local my_len = torch.empty({ 1 }, { dtype = torch.int64, device = device })
+  check(C.dp_pg_scatter(g.p, my_len.p, lens and lens.p or nil, root, nil))
+  local mine = torch.empty({ longest }, { dtype = torch.uint8, device = device })
+  check(C.dp_pg_scatter(g.p, mine.p, flat and flat.p or nil, root, nil))
+  output_list[1] = objects.decode(tensor_bytes(mine, 0, my_len:tolist()[1]))
+end
+
+-- torch.distributed.nn.functional: collectives that autograd
+-- differentiates. all_reduce(t [, op, group]) returns the sum over the
+-- group of a copy of t (SUM only); its backward all_reduces the gradient.
+dist.nn = { functional = {} }
+local diff_box = ffi.new("dp_tensor*[1]")
+function dist.nn.functional.all_reduce(t, op, group)
+  if type(op) == "table" and getmetatable(op) == nil then op, group = op.op, op.group end
+  if op ~= nil and op ~= dist.ReduceOp.SUM then
+    raise("nn.functional.all_reduce: only ReduceOp.SUM is differentiable here, got " .. tostring(op))
+  end
+  if not is_tensor(t) then raise("nn.functional.all_reduce: expected a tensor, got " .. type(t)) end
+  all_ranks_run("all_reduce")
+  check(C.dp_pg_all_reduce_autograd(diff_box, group_of(group).p, t.p))
+  return torch._wrap(diff_box[0])
 end
 
 ---------------------------------------------------------------- DistributedDataParallel

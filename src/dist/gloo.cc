@@ -24,9 +24,11 @@
 #include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
+#include <gloo/gather.h>
 #include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
+#include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
@@ -184,10 +186,10 @@ static uint32_t op_tag(const pg_op *op)
  * prefix in the top byte): 0xd0, then 24 bits of the user's tag, then a
  * hash of the byte count and dtype, so that a send and a recv of
  * different sizes time out instead of meeting. */
-static uint64_t p2p_slot(const pg_op *op)
+static uint64_t p2p_slot(int tag, int64_t count, dp_dtype dtype)
 {
-    uint32_t h = mix(mix(2166136261u, (uint64_t)op->count), (uint64_t)op->dtype);
-    return (0xd0ULL << 56) | ((uint64_t)(op->tag & 0xffffff) << 32) | h;
+    uint32_t h = mix(mix(2166136261u, (uint64_t)count), (uint64_t)dtype);
+    return (0xd0ULL << 56) | ((uint64_t)(tag & 0xffffff) << 32) | h;
 }
 
 /* ---------------------------------------------------------------- reductions */
@@ -373,19 +375,76 @@ static void send_recv(pg_gloo *g, const pg_op *op, size_t nbytes)
 {
     std::shared_ptr<gloo::transport::UnboundBuffer> buf = g->ctx->createUnboundBuffer(op->in, nbytes);
     if (op->kind == PG_SEND) {
-        buf->send(op->root, p2p_slot(op));
+        buf->send(op->root, p2p_slot(op->tag, op->count, op->dtype));
         if (!buf->waitSend(g->timeout))
             throw gloo::IoException("send was aborted");
     } else {
-        buf->recv(op->root, p2p_slot(op));
+        buf->recv(op->root, p2p_slot(op->tag, op->count, op->dtype));
         if (!buf->waitRecv(g->timeout))
             throw gloo::IoException("recv was aborted");
     }
     park(g, buf);
 }
 
+/* gather and scatter on bytes: each rank's part is nbytes. */
+static void gather_bytes(pg_gloo *g, const pg_op *op, size_t nbytes)
+{
+    auto o = std::make_shared<gloo::GatherOptions>(g->ctx);
+    o->setInput((uint8_t *)op->in, nbytes);
+    if (g->rank == op->root)
+        o->setOutput((uint8_t *)op->out, nbytes * g->size);
+    o->setRoot(op->root);
+    run_op(g, o, op_tag(op), gloo::gather);
+}
+
+static void scatter_bytes(pg_gloo *g, const pg_op *op, size_t nbytes)
+{
+    auto o = std::make_shared<gloo::ScatterOptions>(g->ctx);
+    if (g->rank == op->root) {
+        std::vector<uint8_t *> parts;
+        for (int r = 0; r < g->size; r++)
+            parts.push_back((uint8_t *)op->in + r * nbytes);
+        o->setInputs(parts.data(), parts.size(), nbytes);
+    }
+    o->setOutput((uint8_t *)op->out, nbytes);
+    o->setRoot(op->root);
+    run_op(g, o, op_tag(op), gloo::scatter);
+}
+
+/* A posted PG_P2P batch: one unbound buffer per send or receive, waited
+ * for by pg_gloo_finish. */
+struct p2p_batch {
+    std::vector<pg_p2p> parts;
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> bufs;
+};
+
+/* Posts every part (Gloo's send waits for the peer's matching receive,
+ * so nothing here may wait). Empty parts post nothing, as the peer's
+ * matching part does. */
+static void post_p2p(pg_gloo *g, const pg_op *op)
+{
+    std::unique_ptr<p2p_batch> b(new p2p_batch());
+    for (int i = 0; i < op->nparts; i++) {
+        const pg_p2p &p = op->parts[i];
+        size_t nbytes = (size_t)p.count * dp_dtype_size(p.dtype);
+        b->parts.push_back(p);
+        b->bufs.push_back(nbytes ? g->ctx->createUnboundBuffer(p.buf, nbytes) : nullptr);
+        if (!nbytes)
+            continue;
+        if (p.send)
+            b->bufs.back()->send(p.peer, p2p_slot(p.tag, p.count, p.dtype));
+        else
+            b->bufs.back()->recv(p.peer, p2p_slot(p.tag, p.count, p.dtype));
+    }
+    *op->pending = b.release();
+}
+
 static void run(pg_gloo *g, const pg_op *op)
 {
+    if (op->kind == PG_P2P) {
+        post_p2p(g, op);
+        return;
+    }
     size_t nbytes = (size_t)op->count * dp_dtype_size(op->dtype);
     if (op->kind != PG_BARRIER && nbytes == 0)
         return;   /* nothing to move; every rank sees the same count */
@@ -396,6 +455,8 @@ static void run(pg_gloo *g, const pg_op *op)
     case PG_ALL_TO_ALL: alltoall_bytes(g, op, nbytes); break;
     case PG_SEND: case PG_RECV: send_recv(g, op, nbytes); break;
     case PG_BARRIER: barrier(g, op); break;
+    case PG_GATHER: gather_bytes(g, op, nbytes); break;
+    case PG_SCATTER: scatter_bytes(g, op, nbytes); break;
     }
 }
 
@@ -469,6 +530,38 @@ extern "C" dp_status pg_gloo_new(pg_gloo **out, dp_store *store, const char *pre
 extern "C" dp_status pg_gloo_run(pg_gloo *g, const pg_op *op, char *err, size_t errlen)
 {
     GLOO_TRY(run(g, op));
+    return DP_OK;
+}
+
+/* "the send of 4 float32 elements to group rank 1 (tag 0)" */
+static std::string part_name(const pg_p2p &p)
+{
+    char buf[160];
+    snprintf(buf, sizeof buf, "the %s of %lld %s elements %s group rank %d (tag %d)", p.send ? "send" : "receive",
+             (long long)p.count, dp_dtype_name(p.dtype), p.send ? "to" : "from", p.peer, p.tag);
+    return buf;
+}
+
+extern "C" dp_status pg_gloo_finish(pg_gloo *g, void *pending, char *err, size_t errlen)
+{
+    std::unique_ptr<p2p_batch> b((p2p_batch *)pending);
+    size_t i = 0;
+    try {
+        for (; i < b->bufs.size(); i++) {
+            auto &buf = b->bufs[i];
+            if (buf && !(b->parts[i].send ? buf->waitSend(g->timeout) : buf->waitRecv(g->timeout)))
+                throw gloo::IoException("it was aborted");
+        }
+    } catch (const std::exception &e) {
+        std::string what = e.what();
+        if (what[0] == '[' && what.find("] ") != std::string::npos)
+            what = what.substr(what.find("] ") + 2);
+        snprintf(err, errlen, "%s did not complete: %s", part_name(b->parts[i]).c_str(), what.c_str());
+        return DP_ERR_IO;
+    } catch (...) {
+        snprintf(err, errlen, "%s did not complete", part_name(b->parts[i]).c_str());
+        return DP_ERR_IO;
+    }
     return DP_OK;
 }
 

@@ -275,6 +275,46 @@ static ncclResult_t all_to_all(pg_nccl *n, const pg_op *op, ncclDataType_t dt)
     return r != ncclSuccess ? r : g;
 }
 
+/* gather and scatter: point-to-point calls between the root and each other
+ * rank in one group call, and a copy for the root's own part. */
+static ncclResult_t rooted(pg_nccl *n, const pg_op *op, ncclDataType_t dt)
+{
+    size_t c = (size_t)op->count, chunk = c * dp_dtype_size(op->dtype);
+    int gather = op->kind == PG_GATHER;
+    if (n->rank != op->root)
+        return gather ? ncclSend(op->in, c, dt, op->root, n->comm, n->stream)
+                      : ncclRecv(op->out, c, dt, op->root, n->comm, n->stream);
+    char *whole = gather ? (char *)op->out : (char *)op->in;
+    if (cudaMemcpyAsync(gather ? whole + n->rank * chunk : op->out, gather ? op->in : whole + n->rank * chunk, chunk,
+                        cudaMemcpyDeviceToDevice, n->stream))
+        return ncclUnhandledCudaError;
+    ncclResult_t r = ncclGroupStart();
+    for (int p = 0; p < n->size && r == ncclSuccess; p++) {
+        if (p == n->rank)
+            continue;
+        r = gather ? ncclRecv(whole + p * chunk, c, dt, p, n->comm, n->stream)
+                   : ncclSend(whole + p * chunk, c, dt, p, n->comm, n->stream);
+    }
+    ncclResult_t g = ncclGroupEnd();
+    return r != ncclSuccess ? r : g;
+}
+
+/* A PG_P2P batch in one group call, so that its sends and receives can
+ * meet the peers' in any order. */
+static ncclResult_t p2p_batch(pg_nccl *n, const pg_op *op)
+{
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < op->nparts && r == ncclSuccess; i++) {
+        const pg_p2p *p = &op->parts[i];
+        if (p->count == 0)
+            continue;
+        r = p->send ? ncclSend(p->buf, (size_t)p->count, nccl_dtype(p->dtype), p->peer, n->comm, n->stream)
+                    : ncclRecv(p->buf, (size_t)p->count, nccl_dtype(p->dtype), p->peer, n->comm, n->stream);
+    }
+    ncclResult_t g = ncclGroupEnd();
+    return r != ncclSuccess ? r : g;
+}
+
 /* Issues op on the group's stream (the call may still be in progress). */
 static ncclResult_t issue(pg_nccl *n, const pg_op *op)
 {
@@ -290,9 +330,13 @@ static ncclResult_t issue(pg_nccl *n, const pg_op *op)
     case PG_ALL_TO_ALL: return all_to_all(n, op, dt);
     case PG_SEND: return ncclSend(op->in, c, dt, op->root, n->comm, n->stream);
     case PG_RECV: return ncclRecv(op->out, c, dt, op->root, n->comm, n->stream);
+    case PG_GATHER: case PG_SCATTER: return rooted(n, op, dt);
+    case PG_P2P: return p2p_batch(n, op);
     default: return ncclAllReduce(n->scratch, n->scratch, 1, ncclFloat32, ncclSum, n->comm, n->stream);
     }
 }
+
+static dp_status post_p2p(pg_nccl *n, const pg_op *op, char *err, size_t errlen);
 
 dp_status pg_nccl_run(pg_nccl *n, const pg_op *op, char *err, size_t errlen)
 {
@@ -314,7 +358,7 @@ dp_status pg_nccl_run(pg_nccl *n, const pg_op *op, char *err, size_t errlen)
         snprintf(err, errlen, "the NCCL communicator was aborted by an earlier failure");
         return DP_ERR_STATE;
     }
-    if (op->kind != PG_BARRIER && op->count == 0)
+    if (op->kind != PG_BARRIER && op->kind != PG_P2P && op->count == 0)
         return DP_OK;
     cudaError_t e;
     if ((e = cudaSetDevice(n->device)) ||
@@ -327,7 +371,64 @@ dp_status pg_nccl_run(pg_nccl *n, const pg_op *op, char *err, size_t errlen)
         return nccl_err(n->comm, r, "issuing the NCCL call", err, errlen);
     if ((st = wait_comm(n, deadline, "issuing the NCCL call", err, errlen)))
         return st;
+    if (op->kind == PG_P2P)
+        return post_p2p(n, op, err, errlen);
     return wait_stream(n, deadline, "waiting for NCCL", err, errlen);
+}
+
+/* pg_nccl_finish waits for this event, recorded after the batch. */
+typedef struct {
+    cudaEvent_t done;
+    double deadline;
+} p2p_pending;
+
+static dp_status post_p2p(pg_nccl *n, const pg_op *op, char *err, size_t errlen)
+{
+    p2p_pending *p = calloc(1, sizeof *p);
+    if (!p) {
+        snprintf(err, errlen, "out of memory");
+        return DP_ERR_MEMORY;
+    }
+    cudaError_t e = cudaEventCreateWithFlags(&p->done, cudaEventDisableTiming);
+    if (!e && (e = cudaEventRecord(p->done, n->stream)))
+        cudaEventDestroy(p->done);
+    if (e) {
+        free(p);
+        return cuda_err(e, "recording the end of the sends and receives", err, errlen);
+    }
+    p->deadline = now_s() + n->timeout_s;
+    *op->pending = p;
+    return DP_OK;
+}
+
+/* On the group's finisher thread, while the worker may run later ops on
+ * the communicator: only the event is polled here. A batch that does not
+ * end in time fails and breaks the group; the communicator is aborted
+ * when the group is freed. */
+dp_status pg_nccl_finish(pg_nccl *n, void *pending, char *err, size_t errlen)
+{
+    p2p_pending *p = pending;
+    dp_status st = DP_OK;
+    int round = 0;
+    for (;;) {
+        cudaError_t e = cudaEventQuery(p->done);
+        if (e == cudaSuccess)
+            break;
+        if (e != cudaErrorNotReady) {
+            st = cuda_err(e, "waiting for the sends and receives", err, errlen);
+            break;
+        }
+        if (now_s() > p->deadline) {
+            snprintf(err, errlen, "the sends and receives did not complete within %g s (a peer did not post the "
+                     "matching receive or send)", n->timeout_s);
+            st = DP_ERR_IO;
+            break;
+        }
+        backoff(&round);
+    }
+    cudaEventDestroy(p->done);
+    free(p);
+    return st;
 }
 
 #else

@@ -46,7 +46,7 @@
 
 const char *const pg_kind_names[] = {
     "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
-    "all_to_all", "send", "recv", "barrier"
+    "all_to_all", "send", "recv", "barrier", "gather", "scatter", "isend/irecv"
 };
 
 /* ---------------------------------------------------------------- SIGPIPE */
@@ -121,6 +121,18 @@ static int peer_lost(const char *err)
            strstr(err, "refused") || strstr(err, "EOF");
 }
 
+/* w's op failed with the backend's message err: w's message names the op
+ * and says what the store knows of the other ranks, and the group breaks.
+ * (Point-to-point batches name their peers in err themselves.) */
+static void fail_op(dp_pg *pg, dp_work *w, const char *err)
+{
+    int n = op_title(pg, &w->op, w->msg, sizeof w->msg);
+    snprintf(w->msg + n, sizeof w->msg - n, " failed: %s", err);
+    if (w->op.kind != PG_P2P)
+        pg_diagnose(pg, &w->op, peer_lost(err), w->msg);
+    set_broken(pg, w->status, w->msg);
+}
+
 /* Runs w's op to completion on the calling thread; only one thread runs
  * a group's ops at a time (pg->busy). Leaves the result in w. */
 static void execute(dp_pg *pg, dp_work *w)
@@ -142,13 +154,11 @@ static void execute(dp_pg *pg, dp_work *w)
     }
     char err[PG_MSG / 2];
     err[0] = 0;
+    if (op->kind == PG_P2P)
+        op->pending = &w->pending;
     w->status = pg->run(pg->impl, op, err, sizeof err);
-    if (!w->status)
-        return;
-    int n = op_title(pg, op, w->msg, sizeof w->msg);
-    snprintf(w->msg + n, sizeof w->msg - n, " failed: %s", err);
-    pg_diagnose(pg, op, peer_lost(err), w->msg);
-    set_broken(pg, w->status, w->msg);
+    if (w->status)
+        fail_op(pg, w, err);
 }
 
 static void release_holds(dp_work *w)
@@ -157,6 +167,12 @@ static void release_holds(dp_work *w)
         dp_tensor_release(w->hold[i]);
         w->hold[i] = NULL;
     }
+    for (int i = 0; w->part_holds && i < w->op.nparts; i++)
+        dp_tensor_release(w->part_holds[i]);
+    free(w->part_holds);
+    free(w->parts);
+    w->part_holds = NULL;
+    w->parts = NULL;
 }
 
 /* Frees the orphans the worker parked; on the caller's thread. */
@@ -174,6 +190,20 @@ static void free_parked(dp_pg *pg)
         free(w);
         w = next;
     }
+}
+
+/* Marks w done (mu held); a work its caller freed first is parked. */
+static void complete_locked(dp_pg *pg, dp_work *w)
+{
+    /* read orphaned before done: once done is set, a caller that
+     * still holds w may free it without the lock */
+    int orphaned = w->orphaned;
+    atomic_store(&w->done, 1);
+    if (orphaned) {
+        w->next = pg->parked;
+        pg->parked = w;
+    }
+    pthread_cond_broadcast(&pg->cv);
 }
 
 static void *worker_main(void *arg)
@@ -197,15 +227,51 @@ static void *worker_main(void *arg)
         execute(pg, w);
         pthread_mutex_lock(&pg->mu);
         pg->busy = 0;
-        /* read orphaned before done: once done is set, a caller that
-         * still holds w may free it without the lock */
-        int orphaned = w->orphaned;
-        atomic_store(&w->done, 1);
-        if (orphaned) {
-            w->next = pg->parked;
-            pg->parked = w;
+        if (w->pending) {
+            /* posted: the finisher waits for it while later ops run */
+            if (pg->posted_tail)
+                pg->posted_tail->next = w;
+            else
+                pg->posted_head = w;
+            pg->posted_tail = w;
+            pthread_cond_broadcast(&pg->cv);
+            continue;
         }
-        pthread_cond_broadcast(&pg->cv);
+        complete_locked(pg, w);
+    }
+    pthread_mutex_unlock(&pg->mu);
+    return NULL;
+}
+
+/* The finisher: waits for the point-to-point batches the worker posted,
+ * in the order they were posted, so that neither the worker nor the
+ * caller blocks on a send whose receiver posts later. It ends after the
+ * worker, once nothing posted is left. */
+static void *finisher_main(void *arg)
+{
+    dp_pg *pg = arg;
+    sigpipe_guard guard;
+    sigpipe_block(&guard);   /* for the thread's life */
+    pthread_mutex_lock(&pg->mu);
+    for (;;) {
+        while (!pg->posted_head && !(pg->stop && !pg->head && !pg->busy))
+            pthread_cond_wait(&pg->cv, &pg->mu);
+        dp_work *w = pg->posted_head;
+        if (!w)
+            break;
+        pg->posted_head = w->next;
+        if (!pg->posted_head)
+            pg->posted_tail = NULL;
+        w->next = NULL;
+        void *pending = w->pending;
+        w->pending = NULL;
+        pthread_mutex_unlock(&pg->mu);
+        char err[PG_MSG / 2];
+        err[0] = 0;
+        if ((w->status = pg->finish(pg->impl, pending, err, sizeof err)))
+            fail_op(pg, w, err);
+        pthread_mutex_lock(&pg->mu);
+        complete_locked(pg, w);
     }
     pthread_mutex_unlock(&pg->mu);
     return NULL;
@@ -550,6 +616,124 @@ dp_status dp_pg_barrier(dp_pg *pg)
     return submit(pg, &o, NULL, NULL, NULL);
 }
 
+/* gather and scatter: the root's whole tensor (gather's output, scatter's
+ * input) holds a part per rank; the other ranks pass NULL for it, and
+ * whatever they pass is not touched. */
+static dp_status rooted(dp_pg *pg, int kind, dp_tensor *out, dp_tensor *in, int root, dp_work **work)
+{
+    const char *fn = pg_kind_names[kind];
+    int gather = kind == PG_GATHER;
+    dp_tensor *part = gather ? in : out, *whole = gather ? out : in;
+    dp_status st = check_rank(pg, fn, "root", root);
+    if (!st)
+        st = check_tensor(pg, fn, part, gather ? "input" : "output");
+    if (st)
+        return st;
+    if (pg->rank != root) {
+        whole = NULL;
+    } else {
+        if (!whole)
+            return dp_fail(DP_ERR_ARG, "%s: the root (group rank %d) needs the %s tensor", fn, root,
+                           gather ? "output" : "input");
+        if ((st = check_pair(pg, fn, out, in)))
+            return st;
+        int64_t n = dp_tensor_numel(part);
+        if (dp_tensor_numel(whole) != n * pg->size)
+            return dp_fail(DP_ERR_SHAPE, "%s: the root's %s has %lld elements but needs %d x %lld = %lld (group "
+                           "size x %s elements)", fn, gather ? "output" : "input", (long long)dp_tensor_numel(whole),
+                           pg->size, (long long)n, (long long)(n * pg->size), gather ? "input" : "output");
+    }
+    pg_op o = op_of(kind, part);
+    o.in = gather ? tensor_ptr(in) : whole ? tensor_ptr(whole) : NULL;
+    o.out = gather ? (whole ? tensor_ptr(whole) : NULL) : tensor_ptr(out);
+    o.root = root;
+    return submit(pg, &o, part, whole, work);
+}
+
+dp_status dp_pg_gather(dp_pg *pg, dp_tensor *out, dp_tensor *in, int root, dp_work **work)
+{
+    return rooted(pg, PG_GATHER, out, in, root, work);
+}
+
+dp_status dp_pg_scatter(dp_pg *pg, dp_tensor *out, dp_tensor *in, int root, dp_work **work)
+{
+    return rooted(pg, PG_SCATTER, out, in, root, work);
+}
+
+static dp_status start_finisher(dp_pg *pg)
+{
+    pthread_mutex_lock(&pg->mu);
+    int e = pg->finisher_started ? 0 : pthread_create(&pg->finisher, NULL, finisher_main, pg);
+    if (!e)
+        pg->finisher_started = 1;
+    pthread_mutex_unlock(&pg->mu);
+    if (e)
+        return dp_fail(DP_ERR_STATE, "process group %s: cannot start the thread that finishes isend/irecv: %s",
+                       pg->name, strerror(e));
+    return DP_OK;
+}
+
+/* isend, irecv and batch_isend_irecv: n sends (is_send[i]) and receives,
+ * posted together in issue order with the group's other ops, and done
+ * when all are; always asynchronous. */
+dp_status dp_pg_p2p(dp_pg *pg, int n, dp_tensor *const *tensors, const int *is_send, const int *peers,
+                    const int *tags, dp_work **work)
+{
+    const char *fn = pg_kind_names[PG_P2P];
+    if (!work)
+        return dp_fail(DP_ERR_ARG, "%s: expected a work handle to return (these ops are asynchronous)", fn);
+    *work = NULL;
+    if (n < 1)
+        return dp_fail(DP_ERR_ARG, "%s: expected at least one send or receive, got %d", fn, n);
+    for (int i = 0; i < n; i++) {
+        const char *what = is_send[i] ? "sent" : "received";
+        dp_status st = check_tensor(pg, fn, tensors[i], what);
+        if (!st)
+            st = check_rank(pg, fn, is_send[i] ? "destination" : "source", peers[i]);
+        if (st)
+            return st;
+        if (peers[i] == pg->rank)
+            return dp_fail(DP_ERR_ARG, "%s: rank %d cannot %s itself", fn, peers[i],
+                           is_send[i] ? "send to" : "receive from");
+        if (tags[i] < 0 || tags[i] > 0xffffff)
+            return dp_fail(DP_ERR_ARG, "%s: the tag must be in [0, 16777215], got %d", fn, tags[i]);
+        if (tensors[i]->device != tensors[0]->device)
+            return dp_fail(DP_ERR_DEVICE, "%s: the tensors of one batch must be on one device", fn);
+    }
+    dp_status st = start_finisher(pg);
+    if (st)
+        return st;
+    pg_p2p *parts = calloc((size_t)n, sizeof *parts);
+    dp_tensor **holds = calloc((size_t)n, sizeof *holds);
+    if (!parts || !holds) {
+        free(parts);
+        free(holds);
+        return dp_fail(DP_ERR_MEMORY, "%s: out of memory", fn);
+    }
+    for (int i = 0; i < n; i++) {
+        parts[i] = (pg_p2p){ .send = is_send[i] != 0, .peer = peers[i], .tag = tags[i], .dtype = tensors[i]->dtype,
+                             .count = dp_tensor_numel(tensors[i]), .buf = tensor_ptr(tensors[i]) };
+        holds[i] = tensors[i];
+        dp_tensor_retain(holds[i]);
+    }
+    pg_op o = op_of(PG_P2P, tensors[0]);
+    o.seq = 0;   /* point-to-point: not numbered among the collectives */
+    o.nparts = n;
+    o.parts = parts;
+    st = submit(pg, &o, NULL, NULL, work);
+    if (st) {
+        for (int i = 0; i < n; i++)
+            dp_tensor_release(holds[i]);
+        free(parts);
+        free(holds);
+        return st;
+    }
+    /* (freed with the work, on this thread: dp_work_wait or dp_work_free) */
+    (*work)->parts = parts;
+    (*work)->part_holds = holds;
+    return DP_OK;
+}
+
 /* ---------------------------------------------------------------- groups */
 
 int dp_pg_rank(const dp_pg *pg) { return pg->rank; }
@@ -605,6 +789,7 @@ static dp_status make_backend(dp_pg *pg, const char *backend)
         pg->backend = "gloo";
         pg->run = (pg_run_fn)pg_gloo_run;
         pg->free_impl = (pg_free_fn)pg_gloo_free;
+        pg->finish = (pg_finish_fn)pg_gloo_finish;
         st = pg_gloo_new((pg_gloo **)&pg->impl, pg->store, prefix, pg->rank, pg->size, pg->timeout_s, host,
                          getenv("GLOO_SOCKET_IFNAME"), err, sizeof err);
 #else
@@ -615,6 +800,7 @@ static dp_status make_backend(dp_pg *pg, const char *backend)
         pg->backend = "nccl";
         pg->run = (pg_run_fn)pg_nccl_run;
         pg->free_impl = (pg_free_fn)pg_nccl_free;
+        pg->finish = (pg_finish_fn)pg_nccl_finish;
         st = pg_nccl_new((pg_nccl **)&pg->impl, pg->store, prefix, pg->rank, pg->size, pg->timeout_s, err, sizeof err);
 #else
         return dp_fail(DP_ERR_STATE, "new_group: backend nccl needs NCCL and CUDA, and this dplua was built "
@@ -651,6 +837,49 @@ static dp_status check_new_args(dp_store *store, const char *backend, int rank, 
                 return dp_fail(DP_ERR_ARG, "new_group: rank %d is listed twice", ranks[i]);
     }
     return DP_OK;
+}
+
+/* The live groups, for pg_find. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static dp_pg *live;
+static uint64_t last_id;
+
+static void live_add(dp_pg *pg)
+{
+    pthread_mutex_lock(&live_mu);
+    pg->id = ++last_id;
+    pg->next_live = live;
+    live = pg;
+    pthread_mutex_unlock(&live_mu);
+}
+
+static void live_remove(dp_pg *pg)
+{
+    pthread_mutex_lock(&live_mu);
+    for (dp_pg **p = &live; *p; p = &(*p)->next_live)
+        if (*p == pg) {
+            *p = pg->next_live;
+            break;
+        }
+    pg->id = 0;
+    pthread_mutex_unlock(&live_mu);
+}
+
+uint64_t pg_id(const dp_pg *pg)
+{
+    return pg->id;
+}
+
+dp_pg *pg_find(uint64_t id)
+{
+    pthread_mutex_lock(&live_mu);
+    dp_pg *pg = live;
+    while (pg && pg->id != id)
+        pg = pg->next_live;
+    if (pg)
+        pg_retain(pg);
+    pthread_mutex_unlock(&live_mu);
+    return pg;
 }
 
 /* rank is the caller's rank in the group (its index in ranks). Members
@@ -691,6 +920,7 @@ dp_status dp_pg_new(dp_pg **out, dp_store *store, const char *backend, int rank,
         return st;
     }
     store_retain(store);   /* the heartbeat and the keys use it until dp_pg_free */
+    live_add(pg);
     *out = pg;
     return DP_OK;
 }
@@ -710,12 +940,15 @@ static void pg_teardown(dp_pg *pg)
     if (pg->torn_down)
         return;
     pg->torn_down = 1;
+    live_remove(pg);
     pthread_mutex_lock(&pg->mu);
     pg->stop = 1;
     pthread_cond_broadcast(&pg->cv);
     pthread_mutex_unlock(&pg->mu);
     if (pg->started)
         pthread_join(pg->thread, NULL);
+    if (pg->finisher_started)
+        pthread_join(pg->finisher, NULL);
     pg_heartbeat_stop(pg);
     free_parked(pg);
     sigpipe_guard guard;

@@ -21,16 +21,36 @@ extern "C" {
 
 enum pg_kind {
     PG_ALL_REDUCE, PG_BROADCAST, PG_REDUCE, PG_ALL_GATHER, PG_REDUCE_SCATTER,
-    PG_ALL_TO_ALL, PG_SEND, PG_RECV, PG_BARRIER
+    PG_ALL_TO_ALL, PG_SEND, PG_RECV, PG_BARRIER, PG_GATHER, PG_SCATTER, PG_P2P
 };
+
+/* One send or receive of a PG_P2P op: count elements of dtype at buf, to
+ * or from group rank peer, matched by tag as send/recv are. */
+typedef struct pg_p2p {
+    int send;
+    int peer;
+    int tag;
+    dp_dtype dtype;
+    int64_t count;
+    void *buf;
+} pg_p2p;
 
 /* One operation as a backend sees it. Counts are elements of `dtype`:
  *   all_reduce, broadcast, reduce, send, recv: in == out, count elements
  *   all_gather:     in count, out size * count
  *   reduce_scatter: in size * count, out count
  *   all_to_all:     in and out size * count (count per peer)
- * root is a group rank: the broadcast/reduce root, the send destination or
- * the recv source. DP_MEAN (AVG) on an integer dtype never reaches a backend. */
+ *   gather:         in count, out size * count (on the root; NULL elsewhere)
+ *   scatter:        in size * count (on the root; NULL elsewhere), out count
+ * root is a group rank: the broadcast/reduce/gather/scatter root, the send
+ * destination or the recv source. DP_MEAN (AVG) on an integer dtype never
+ * reaches a backend.
+ *
+ * PG_P2P (isend, irecv, batch_isend_irecv) is nparts sends and receives
+ * that must be able to meet the peers' in any order: run posts all of them
+ * and returns without waiting, leaving in *pending a handle that the
+ * backend's finish function waits on (on another thread, while the group
+ * runs later ops) and frees. */
 typedef struct pg_op {
     int kind;
     dp_dtype dtype;
@@ -41,6 +61,9 @@ typedef struct pg_op {
     dp_redop redop; /* DP_SUM, DP_MEAN, DP_PROD, DP_MAX or DP_MIN */
     int tag;        /* send/recv */
     uint64_t seq;   /* 1-based collective number; 0 for send/recv */
+    int nparts;     /* PG_P2P */
+    const pg_p2p *parts;
+    void **pending;
 } pg_op;
 
 /* Backends report failure as a status plus a message in err (which pg.c
@@ -72,6 +95,8 @@ typedef struct pg_gloo pg_gloo;
 dp_status pg_gloo_new(pg_gloo **out, dp_store *store, const char *prefix, int rank, int size,
                       double timeout_s, const char *host, const char *iface, char *err, size_t errlen);
 dp_status pg_gloo_run(pg_gloo *g, const pg_op *op, char *err, size_t errlen);
+/* Waits until the PG_P2P op behind pending is done (or the timeout), and frees pending. */
+dp_status pg_gloo_finish(pg_gloo *g, void *pending, char *err, size_t errlen);
 void pg_gloo_free(pg_gloo *g);
 
 /* ---- nccl.c (DP_HAVE_NCCL and DP_HAVE_CUDA): device pointers ---- */
@@ -82,6 +107,7 @@ typedef struct pg_nccl pg_nccl;
 dp_status pg_nccl_new(pg_nccl **out, dp_store *store, const char *prefix, int rank, int size,
                       double timeout_s, char *err, size_t errlen);
 dp_status pg_nccl_run(pg_nccl *n, const pg_op *op, char *err, size_t errlen);
+dp_status pg_nccl_finish(pg_nccl *n, void *pending, char *err, size_t errlen);
 void pg_nccl_free(pg_nccl *n);
 
 #ifdef __cplusplus

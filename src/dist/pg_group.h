@@ -17,6 +17,7 @@
 
 typedef dp_status (*pg_run_fn)(void *impl, const pg_op *op, char *err, size_t errlen);
 typedef void (*pg_free_fn)(void *impl);
+typedef dp_status (*pg_finish_fn)(void *impl, void *pending, char *err, size_t errlen);
 
 struct dp_work {
     dp_pg *pg;
@@ -28,10 +29,15 @@ struct dp_work {
     dp_status status;
     char msg[PG_MSG];
     dp_work *next;
+    pg_p2p *parts;           /* PG_P2P: its sends and receives (malloc'd), */
+    dp_tensor **part_holds;  /* their tensors, retained, */
+    void *pending;           /* and the backend's handle once posted */
 };
 
 struct dp_pg {
     int holders;                     /* references besides the creator's (pg_retain: a DDP's); freed at the last */
+    uint64_t id;                     /* pg_find's; 0 once torn down */
+    dp_pg *next_live;                /* the list pg_find searches */
     int torn_down;                   /* pg_teardown ran: ops fail as broken */
     char name[PG_NAME];
     char prefix[PG_NAME + 16];       /* "dplua/<name>/" */
@@ -46,6 +52,13 @@ struct dp_pg {
     void *impl;
     pg_run_fn run;
     pg_free_fn free_impl;
+    pg_finish_fn finish;
+
+    /* PG_P2P ops the worker posted, finished in order by their own thread
+     * (under mu, started on first use) */
+    dp_work *posted_head, *posted_tail;
+    int finisher_started;
+    pthread_t finisher;
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -65,6 +78,12 @@ struct dp_pg {
 
 /* pg.c: the names of the pg_kind values, for messages. */
 extern const char *const pg_kind_names[];
+
+/* pg.c: every live group has an id that outlives it: an autograd node
+ * keeps the id of its group, not a pointer, and pg_find gives the group
+ * (retained: pg_release it) or NULL once it was destroyed. */
+uint64_t pg_id(const dp_pg *pg);
+dp_pg *pg_find(uint64_t id);
 
 /* ---------------------------------------------------------------- pg_store.c */
 

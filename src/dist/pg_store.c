@@ -78,7 +78,7 @@ static void fingerprint(const pg_op *op, char *buf, size_t len)
     case PG_REDUCE:
         snprintf(buf, len, "%s(%s, %lld elements, %s, root %d)", k, dt, n, redop_names[op->redop], op->root);
         break;
-    case PG_BROADCAST:
+    case PG_BROADCAST: case PG_GATHER: case PG_SCATTER:
         snprintf(buf, len, "%s(%s, %lld elements, root %d)", k, dt, n, op->root);
         break;
     default:

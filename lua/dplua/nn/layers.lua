@@ -353,13 +353,15 @@ function L.AdaptiveAvgPool2d:extra_repr() return "output_size=" .. pyrepr(self.o
 -- a cumulative average instead.
 local function batch_norm_class(name, dims_ok, expected)
   local cls = Module:extend(name)
-  function cls:__init(num_features, eps, momentum, affine, track_running_stats)
+  function cls:__init(num_features, eps, momentum, affine, track_running_stats, process_group)
     local opts = {}
     if is_opts(eps) then
       opts = check_opts(eps, name, { eps = true, momentum = true, affine = true, track_running_stats = true,
-                                     dtype = true, device = true })
+                                     dtype = true, device = true, process_group = name == "SyncBatchNorm" })
       eps, momentum, affine, track_running_stats = opts.eps, opts.momentum, opts.affine, opts.track_running_stats
+      process_group = opts.process_group
     end
+    if name == "SyncBatchNorm" then self.process_group = process_group end
     self.num_features = want_int(num_features, name, "num_features", 1)
     self.eps = eps or 1e-5
     if momentum == nil then momentum = 0.1 end
@@ -389,16 +391,21 @@ local function batch_norm_class(name, dims_ok, expected)
       end)
     end
   end
-  function cls:forward(x)
-    if not torch.is_tensor(x) or not dims_ok[x:dim()] then
-      raise(string.format("%s: expected %s input (got %s)", name, expected,
-                          torch.is_tensor(x) and (x:dim() .. "D") or type(x)))
-    end
+  -- the factor by which this step moves the running statistics
+  function cls:_momentum_factor()
     local factor = self.momentum or 0
     if self.training and self.track_running_stats then
       self.num_batches_tracked:add_(1)
       if not self.momentum then factor = 1 / self.num_batches_tracked:item() end
     end
+    return factor
+  end
+  function cls:forward(x)
+    if not torch.is_tensor(x) or not dims_ok(x:dim()) then
+      raise(string.format("%s: expected %s input (got %s)", name, expected,
+                          torch.is_tensor(x) and (x:dim() .. "D") or type(x)))
+    end
+    local factor = self:_momentum_factor()
     -- without running statistics (nil) F.batch_norm uses the batch's, in eval mode too
     return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.training, factor,
                         self.eps)
@@ -409,9 +416,96 @@ local function batch_norm_class(name, dims_ok, expected)
                          self.affine and "True" or "False", self.track_running_stats and "True" or "False")
   end
   L[name] = cls
+  return cls
 end
-batch_norm_class("BatchNorm1d", { [2] = true, [3] = true }, "2D or 3D")
-batch_norm_class("BatchNorm2d", { [4] = true }, "4D")
+batch_norm_class("BatchNorm1d", function(d) return d == 2 or d == 3 end, "2D or 3D")
+batch_norm_class("BatchNorm2d", function(d) return d == 4 end, "4D")
+
+-- SyncBatchNorm(num_features [, eps=1e-5, momentum=0.1, affine=true,
+-- track_running_stats=true, process_group]) or with an options table:
+-- BatchNorm over the batch of every rank of the process group (the
+-- default one when nil), for inputs of 2 or more dims. In training, each
+-- rank's per-channel sum, sum of squares and count are summed across the
+-- group by torch.distributed.nn.functional.all_reduce, whose backward
+-- sums the gradients of those statistics the same way; the result, the
+-- gradients and the running statistics are those of BatchNorm on the
+-- concatenated batch. In eval mode, or with one rank, or without an
+-- initialised process group, it is BatchNorm on the rank's own input.
+local SyncBatchNorm = batch_norm_class("SyncBatchNorm", function(d) return d >= 2 end, "at least 2D")
+
+function SyncBatchNorm:forward(x)
+  if not torch.is_tensor(x) or x:dim() < 2 then
+    raise(string.format("SyncBatchNorm: expected at least 2D input (got %s)",
+                        torch.is_tensor(x) and (x:dim() .. "D") or type(x)))
+  end
+  local dist = require("dplua.distributed")
+  local group = self.process_group
+  if not self.training or not dist.is_initialized() or dist.get_world_size(group) == 1 then
+    local factor = self:_momentum_factor()
+    return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.training, factor,
+                        self.eps)
+  end
+  if group == dist.GroupMember.NON_GROUP_MEMBER then
+    raise("SyncBatchNorm: this rank is not a member of its process_group")
+  end
+  local C = x:size(1)
+  local numel = self.num_features
+  if C ~= numel then
+    raise(string.format("SyncBatchNorm: expected %d channels (dim 1) in the input, got %d", numel, C))
+  end
+  local factor = self:_momentum_factor()
+  local dims, shape = { 0 }, { 1, C }
+  for d = 2, x:dim() - 1 do dims[#dims + 1] = d; shape[#shape + 1] = 1 end
+  local count = torch.full({ 1 }, x:numel() / C, { dtype = x.dtype, device = x.device })
+  local stats = dist.nn.functional.all_reduce(torch.cat({ x:sum(dims), (x * x):sum(dims), count }, 0), nil, group)
+  local n = stats:narrow(0, 2 * C, 1)
+  local mean = stats:narrow(0, 0, C) / n
+  -- biased, as normalization uses; (E[x^2] - mean^2 may round below 0)
+  local var = (stats:narrow(0, C, C) / n - mean * mean):clamp_min(0)
+  if self.track_running_stats then
+    local total = n:item()
+    if total <= 1 then
+      raise(string.format("SyncBatchNorm: Expected more than 1 value per channel when training, got %d over the " ..
+                          "process group", total))
+    end
+    torch.no_grad(function()
+      self.running_mean:mul_(1 - factor):add_(mean:detach(), factor)
+      self.running_var:mul_(1 - factor):add_(var:detach() * (total / (total - 1)), factor)
+    end)
+  end
+  local out = (x - mean:reshape(shape)) * (var + self.eps):rsqrt():reshape(shape)
+  if self.weight ~= nil then out = out * self.weight:reshape(shape) end
+  if self.bias ~= nil then out = out + self.bias:reshape(shape) end
+  return out
+end
+
+-- SyncBatchNorm.convert_sync_batchnorm(module [, process_group]): module
+-- with every BatchNorm1d/2d in it replaced by a SyncBatchNorm that shares
+-- its parameters and running statistics (module itself when it is one,
+-- replaced: use the result, as in PyTorch).
+function SyncBatchNorm.convert_sync_batchnorm(m, process_group)
+  if not module.is_module(m) then
+    raise("convert_sync_batchnorm: expected an nn.Module, got " .. typename(m))
+  end
+  local out = m
+  if module.isinstance(m, L.BatchNorm1d) or module.isinstance(m, L.BatchNorm2d) then
+    out = SyncBatchNorm(m.num_features, { eps = m.eps, momentum = m.momentum, affine = m.affine,
+                                          track_running_stats = m.track_running_stats,
+                                          process_group = process_group })
+    if m.affine then
+      out.weight, out.bias = m.weight, m.bias
+    end
+    if m.track_running_stats then
+      out.running_mean, out.running_var = m.running_mean, m.running_var
+      out.num_batches_tracked = m.num_batches_tracked
+    end
+    out.training = m.training
+  end
+  for name, child in m:named_children() do
+    out:add_module(name, SyncBatchNorm.convert_sync_batchnorm(child, process_group))
+  end
+  return out
+end
 
 ---------------------------------------------------------------- Embedding, LayerNorm
 
