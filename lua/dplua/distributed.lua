@@ -415,7 +415,13 @@ local function contiguous_tensor(t, fn)
 end
 
 local function reduce_op(op, fn)
-  if op == nil then return dist.ReduceOp.SUM end
+  if op == nil then -- dist.optim (ZeroRedundancyOptimizer), dist.algorithms (Join) and
+-- dist.fsdp (ShardingStrategy) live in dplua.distributed_zero.
+setmetatable(dist, { __index = function(_, k)
+  if k == "optim" or k == "algorithms" or k == "fsdp" then return require("dplua.distributed_zero").exports[k] end
+end })
+
+return dist.ReduceOp.SUM end
   if not reduce_ops[op] then
     raise(fn .. ": expected a dist.ReduceOp (SUM, AVG, MAX, MIN, PRODUCT), got " .. tostring(op))
   end
@@ -496,7 +502,13 @@ function dist.reduce_scatter(out, list, ...)
   if outside(opts_of({ ... }, { "op", "group", "async_op" }).group, "reduce_scatter") then return end
   if type(list) ~= "table" or #list == 0 then raise("reduce_scatter: expected a non-empty list of input tensors") end
   local flat = torch.cat(list, 0):contiguous()
-  return dist.reduce_scatter_tensor(out, flat:view(-1):view(flat:size()), ...)
+  -- dist.optim (ZeroRedundancyOptimizer), dist.algorithms (Join) and
+-- dist.fsdp (ShardingStrategy) live in dplua.distributed_zero.
+setmetatable(dist, { __index = function(_, k)
+  if k == "optim" or k == "algorithms" or k == "fsdp" then return require("dplua.distributed_zero").exports[k] end
+end })
+
+return dist.reduce_scatter_tensor(out, flat:view(-1):view(flat:size()), ...)
 end
 
 function dist.all_to_all_single(out, t, ...)
@@ -566,7 +578,9 @@ local function make_ddp_class()
   local DDP = nn.Module:extend("DistributedDataParallel")
 
   -- DistributedDataParallel(module, {device_ids=, bucket_cap_mb=25, find_unused_parameters=false,
-  --                                  broadcast_buffers=true, process_group=})
+  --                                  broadcast_buffers=true, process_group=, sharding_strategy="NO_SHARD"})
+  -- sharding_strategy="SHARD_GRAD_OP": each rank keeps its shard of the
+  -- gradients (ZeRO-2, with dist.optim.ZeroRedundancyOptimizer; see dplua.distributed_zero).
   function DDP:__init(module, opts)
     opts = opts or {}
     if type(module) ~= "table" or not module.parameters then
@@ -594,6 +608,7 @@ local function make_ddp_class()
                        opts.find_unused_parameters and 1 or 0))
     rawset(self, "_reducer", ffi.gc(ddp_box[0], C.dp_ddp_free))
     rawset(self, "_names", names)
+    require("dplua.distributed_zero").attach_ddp(self, opts.sharding_strategy)
     -- every rank starts from rank 0's parameters and buffers
     if g.size > 1 then
       local flat = torch._wrap(C.dp_ddp_flat_param(self._reducer))
@@ -634,6 +649,7 @@ local function make_ddp_class()
   end
 
   function DDP:forward(...)
+    require("dplua.distributed_zero").ddp_forward(self)   -- (Join's notification)
     self:_sync_buffers()
     return self.module(...)
   end
@@ -641,12 +657,23 @@ local function make_ddp_class()
   -- no_sync(fn): gradients of backward passes inside fn accumulate locally.
   function DDP:no_sync(fn)
     C.dp_ddp_set_sync(self._reducer, 0)
+    rawset(self, "_no_sync", true)
     local ok, err = pcall(fn)
+    rawset(self, "_no_sync", nil)
     C.dp_ddp_set_sync(self._reducer, 1)
     if not ok then error(err, 0) end
   end
 
   function DDP:num_buckets() return C.dp_ddp_num_buckets(self._reducer) end
+
+  -- join(fn): dist.algorithms.Join({self}, fn), for uneven inputs.
+  function DDP:join(fn) -- dist.optim (ZeroRedundancyOptimizer), dist.algorithms (Join) and
+-- dist.fsdp (ShardingStrategy) live in dplua.distributed_zero.
+setmetatable(dist, { __index = function(_, k)
+  if k == "optim" or k == "algorithms" or k == "fsdp" then return require("dplua.distributed_zero").exports[k] end
+end })
+
+return dist.algorithms.Join({ self }, fn) end
 
   return DDP
 end
@@ -656,5 +683,11 @@ function dist._ddp_class()
   ddp_class = ddp_class or make_ddp_class()
   return ddp_class
 end
+
+-- dist.optim (ZeroRedundancyOptimizer), dist.algorithms (Join) and
+-- dist.fsdp (ShardingStrategy) live in dplua.distributed_zero.
+setmetatable(dist, { __index = function(_, k)
+  if k == "optim" or k == "algorithms" or k == "fsdp" then return require("dplua.distributed_zero").exports[k] end
+end })
 
 return dist
