@@ -70,11 +70,11 @@ ddp, opt, sched = build(11, true)
 train(ddp, opt, sched, 1, K)
 opt:consolidate_state_dict(0)
 local path = DIR .. "/zero_" .. MODE .. "_" .. world .. ".safetensors"
+-- plain DDP and AdamW after the same K steps: the same state dict
+local pddp, popt, psched = build(11, false)
+train(pddp, popt, psched, 1, K)
 if rank == 0 then
   torch.save({ model = ddp.module:state_dict(), optim = opt:state_dict(), sched = sched:state_dict() }, path)
-  -- the plain optimizer after the same K steps: the same state dict
-  local pddp, popt, psched = build(11, false)
-  train(pddp, popt, psched, 1, K)
   local want, got = popt:state_dict(), opt:state_dict()
   local worst, same = 0, #got.param_groups == #want.param_groups
   for id, st in pairs(want.state) do
