@@ -22,21 +22,21 @@ passes() {
     [ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && [ "$(grep -c '^ok' "$tmp/out")" -eq "$1" ]
 }
 
-for n in 2 4; do
+for ranks in 2 4; do
     for mode in zero1 zero2; do
         for o in AdamW SGD RMSprop; do
-            run --nproc_per_node=$n "$dist/zero_equivalence.lua" $mode $o 12
-            passes $((3 * n))
-            ok $? "$mode with $o on $n ranks equals DDP with $o (param groups, StepLR, no_sync, short last shard)"
+            run --nproc_per_node=$ranks "$dist/zero_equivalence.lua" $mode $o 12
+            passes $((3 * ranks))
+            ok $? "$mode with $o on $ranks ranks equals DDP with $o, that is one process on the whole batch (param groups, StepLR, no_sync, short last shard)"
         done
     done
 done
 
-for n in 2 4; do
+for ranks in 2 4; do
     for mode in zero1 zero2; do
-        run --nproc_per_node=$n "$dist/zero_checkpoint.lua" $mode "$tmp"
-        passes $((4 * n))
-        ok $? "$mode on $n ranks: consolidated and sharded checkpoints resume bit for bit"
+        run --nproc_per_node=$ranks "$dist/zero_checkpoint.lua" $mode "$tmp"
+        passes $((4 * ranks))
+        ok $? "$mode on $ranks ranks: consolidated and sharded checkpoints resume bit for bit"
     done
 done
 
