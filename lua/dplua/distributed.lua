@@ -415,13 +415,7 @@ local function contiguous_tensor(t, fn)
 end
 
 local function reduce_op(op, fn)
-  if op == nil then -- dist.optim (ZeroRedundancyOptimizer), dist.algorithms (Join) and
--- dist.fsdp (ShardingStrategy) live in dplua.distributed_zero.
-setmetatable(dist, { __index = function(_, k)
-  if k == "optim" or k == "algorithms" or k == "fsdp" then return require("dplua.distributed_zero").exports[k] end
-end })
-
-return dist.ReduceOp.SUM end
+  if op == nil then return dist.ReduceOp.SUM end
   if not reduce_ops[op] then
     raise(fn .. ": expected a dist.ReduceOp (SUM, AVG, MAX, MIN, PRODUCT), got " .. tostring(op))
   end
@@ -502,13 +496,7 @@ function dist.reduce_scatter(out, list, ...)
   if outside(opts_of({ ... }, { "op", "group", "async_op" }).group, "reduce_scatter") then return end
   if type(list) ~= "table" or #list == 0 then raise("reduce_scatter: expected a non-empty list of input tensors") end
   local flat = torch.cat(list, 0):contiguous()
-  -- dist.optim (ZeroRedundancyOptimizer), dist.algorithms (Join) and
--- dist.fsdp (ShardingStrategy) live in dplua.distributed_zero.
-setmetatable(dist, { __index = function(_, k)
-  if k == "optim" or k == "algorithms" or k == "fsdp" then return require("dplua.distributed_zero").exports[k] end
-end })
-
-return dist.reduce_scatter_tensor(out, flat:view(-1):view(flat:size()), ...)
+  return dist.reduce_scatter_tensor(out, flat:view(-1):view(flat:size()), ...)
 end
 
 function dist.all_to_all_single(out, t, ...)
@@ -667,13 +655,7 @@ local function make_ddp_class()
   function DDP:num_buckets() return C.dp_ddp_num_buckets(self._reducer) end
 
   -- join(fn): dist.algorithms.Join({self}, fn), for uneven inputs.
-  function DDP:join(fn) -- dist.optim (ZeroRedundancyOptimizer), dist.algorithms (Join) and
--- dist.fsdp (ShardingStrategy) live in dplua.distributed_zero.
-setmetatable(dist, { __index = function(_, k)
-  if k == "optim" or k == "algorithms" or k == "fsdp" then return require("dplua.distributed_zero").exports[k] end
-end })
-
-return dist.algorithms.Join({ self }, fn) end
+  function DDP:join(fn) return dist.algorithms.Join({ self }, fn) end
 
   return DDP
 end
