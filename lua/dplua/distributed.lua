@@ -654,6 +654,12 @@ local function make_ddp_class()
 
   function DDP:num_buckets() return C.dp_ddp_num_buckets(self._reducer) end
 
+  -- clip_grad_norm_(max_norm [, norm_type=2]): of the averaged gradients,
+  -- also when they are sharded (SHARD_GRAD_OP; see dplua.distributed_zero).
+  function DDP:clip_grad_norm_(max_norm, norm_type)
+    return require("dplua.distributed_zero").ddp_clip_grad_norm_(self, max_norm, norm_type)
+  end
+
   -- join(fn): dist.algorithms.Join({self}, fn), for uneven inputs.
   function DDP:join(fn) return dist.algorithms.Join({ self }, fn) end
 

@@ -75,6 +75,35 @@ function M.attach_ddp(ddp, strategy)
   ddps[address(flat)] = ddp
 end
 
+-- ddp:clip_grad_norm_(max_norm [, norm_type=2]): torch.nn.utils.clip_grad_norm_
+-- over ddp:parameters(), the total norm returned as a 0-d tensor. With
+-- SHARD_GRAD_OP the gradients are the ranks' shards: each rank's partial
+-- norm is all-reduced and every shard scaled by the same coefficient,
+-- min(max_norm / (total + 1e-6), 1), as FSDP's clip_grad_norm_.
+function M.ddp_clip_grad_norm_(ddp, max_norm, norm_type)
+  if ddp._sharding ~= "SHARD_GRAD_OP" then return torch.nn.utils.clip_grad_norm_(ddp:parameters(), max_norm, norm_type) end
+  local fn = "DistributedDataParallel.clip_grad_norm_"
+  if type(max_norm) ~= "number" then raise(fn .. ": expected max_norm to be a number, got " .. typename(max_norm)) end
+  norm_type = norm_type or 2
+  if norm_type == "inf" then norm_type = math.huge end
+  if type(norm_type) ~= "number" then
+    raise(fn .. ": expected norm_type to be a number (or math.huge), got " .. typename(norm_type))
+  end
+  return torch.no_grad(function()
+    local g, inf = ddp._grad_shard, norm_type == math.huge
+    local part
+    if inf then part = g:abs():amax()
+    elseif norm_type == 2 then part = g:square():sum()
+    else part = (g:abs() ^ norm_type):sum() end
+    part = part:reshape({ 1 })
+    dist.all_reduce(part, inf and dist.ReduceOp.MAX or dist.ReduceOp.SUM, ddp._group)
+    local total = inf and part or norm_type == 2 and part:sqrt() or part ^ (1 / norm_type)
+    total = total:reshape({})
+    g:mul_((max_norm / (total + 1e-6)):clamp(nil, 1.0))
+    return total
+  end)
+end
+
 ---------------------------------------------------------------- Join
 
 -- The Join running on this rank: its joinables (index by object) and group.

@@ -4,7 +4,8 @@
 -- parameters that DDP gives with the unsharded optimizer, that is, those
 -- of one process training on the whole batch (tests/dist/ddp_equivalence.lua),
 -- which this process also runs. Both train the same model from the same
--- data: two param groups
+-- data: gradients clipped by norm (ddp:clip_grad_norm_, over the shards
+-- with zero2), two param groups
 -- whose parameters interleave in the flat buffer, a StepLR schedule,
 -- gradient accumulation with no_sync, and small buckets that cross the
 -- shard boundaries. The model's 931 elements do not divide by 2 or 4, so
@@ -15,7 +16,8 @@ local nn, optim, dist = torch.nn, torch.optim, torch.distributed
 dist.init_process_group("gloo")
 local rank, world = dist.get_rank(), dist.get_world_size()
 local MODE, OPT, STEPS = arg[1] or "zero1", arg[2] or "AdamW", tonumber(arg[3]) or 12
-local BATCH = 24
+local BATCH, CLIP = 24, 0.4
+local clipped = 0   -- steps whose gradient norm was over CLIP
 
 local classes = {
   AdamW = { optim.AdamW, { lr = 0.01, weight_decay = 0.1, amsgrad = true } },
@@ -59,7 +61,8 @@ local function train(sharded)
   else
     -- one process, the whole batch (the ranks' parts together)
     local model = make_model()
-    ddp = { module = model, no_sync = function(_, fn) fn() end }
+    ddp = { module = model, no_sync = function(_, fn) fn() end,
+            clip_grad_norm_ = function(_, ...) return torch.nn.utils.clip_grad_norm_(model:parameters(), ...) end }
     setmetatable(ddp, { __call = function(_, x) return model(x) end })
     part = function(t) return t:narrow(0, 0, per * world) end
     opt = cls(groups(model), opts)
@@ -70,6 +73,7 @@ local function train(sharded)
     opt:zero_grad()
     ddp:no_sync(function() crit(ddp(part(xs[2 * s - 1])), part(ys[2 * s - 1])):backward() end)
     crit(ddp(part(xs[2 * s])), part(ys[2 * s])):backward()
+    if ddp:clip_grad_norm_(CLIP):item() > CLIP then clipped = clipped + 1 end
     opt:step()
     sched:step()
   end
@@ -79,7 +83,7 @@ end
 local ref = train(false)
 local got, zopt = train(true)
 
-print("1..3")
+print("1..4")
 local worst = 0
 for i, p in ipairs(ref) do
   local diff = (got[i] - p):abs():max():item()
@@ -102,4 +106,6 @@ local lr = zopt.optim.param_groups[1].lr
 local expect = opts.lr * 0.5 ^ math.floor((STEPS - 1) / 4)   -- (the lr of the last step)
 print(string.format("%s 3 - the wrapped optimizer's lr follows StepLR (%g, expected %g)",
                     math.abs(lr - expect) < 1e-15 and "ok" or "not ok", lr, expect))
+print(string.format("%s 4 - clipping took effect (%d of the %d steps of both runs)", clipped > 0 and "ok" or "not ok",
+                    clipped, 2 * STEPS))
 dist.destroy_process_group()

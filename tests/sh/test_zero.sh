@@ -26,8 +26,8 @@ for ranks in 2 4; do
     for mode in zero1 zero2; do
         for o in AdamW SGD RMSprop; do
             run --nproc_per_node=$ranks "$dist/zero_equivalence.lua" $mode $o 12
-            passes $((3 * ranks))
-            ok $? "$mode with $o on $ranks ranks equals DDP with $o, that is one process on the whole batch (param groups, StepLR, no_sync, short last shard)"
+            passes $((4 * ranks))
+            ok $? "$mode with $o on $ranks ranks equals DDP with $o, that is one process on the whole batch (param groups, StepLR, no_sync, clip_grad_norm_, short last shard)"
         done
     done
 done
