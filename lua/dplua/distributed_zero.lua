@@ -391,6 +391,18 @@ function ZeRO.new(params, opts)
     end
   end)
   self.optim = cls.new(inner_groups, inner_opts)
+  -- One group on this shard: the wrapped optimizer's gradient buffer
+  -- becomes the shard's own slice of the gradients (DDP's flat buffer, or
+  -- its gradient shard), so no copy is made, nor kept.
+  if #inner_groups == 1 then
+    local gi = next(self._inner_of)
+    local shard = self._ddp and self._ddp._sharding == "SHARD_GRAD_OP" and self._ddp._grad_shard or
+                  self._flat_grad:narrow(0, self._lo, self._hi - self._lo)
+    check(C.dp_set_grad_slot(self._x[gi].p, shard.p))
+    self.optim._buckets[1][1].flat_grad = shard
+    self._x[gi].grad = nil
+    self._direct = true
+  end
   -- the groups as the user gave them, with every option (lr schedulers use them)
   self.defaults = self.optim.defaults
   self.param_groups = groups
@@ -423,7 +435,9 @@ function ZeRO:_gather_grads(gi)
   local ddp = self._ddp
   if ddp and ddp._sharding == "SHARD_GRAD_OP" then
     local shard = ddp._grad_shard
-    for _, pc in ipairs(pieces) do gbuf:narrow(0, pc.x, pc.b - pc.a):copy_(shard:narrow(0, pc.a - self._lo, pc.b - pc.a)) end
+    if not self._direct then
+      for _, pc in ipairs(pieces) do gbuf:narrow(0, pc.x, pc.b - pc.a):copy_(shard:narrow(0, pc.a - self._lo, pc.b - pc.a)) end
+    end
   else
     local any = false
     local size = self._flat.dtype.itemsize
@@ -432,11 +446,14 @@ function ZeRO:_gather_grads(gi)
       local g = pc.p.grad
       local slice = gbuf:narrow(0, pc.x, pc.b - pc.a)
       if g == nil then
-        slice:zero_()   -- (a parameter without a gradient steps with zeros while others of its group step)
+        -- (a parameter without a gradient steps with zeros while others of its
+        -- group step; with _direct this is its stale flat slot, which the next
+        -- backward overwrites)
+        slice:zero_()
       else
         any = true
         if address(g) == base + pc.off * size then
-          slice:copy_(self._flat_grad:narrow(0, pc.a, pc.b - pc.a))
+          if not self._direct then slice:copy_(self._flat_grad:narrow(0, pc.a, pc.b - pc.a)) end
         else   -- a gradient assigned by hand, not in its flat slot
           slice:copy_(g:contiguous():reshape(-1):narrow(0, pc.a - pc.off, pc.b - pc.a))
         end
