@@ -6,8 +6,8 @@
 -- prints "ddp_memory dplua MODE RANKS RANK STATE_BYTES GRAD_BYTES".
 -- State: the optimizer's state tensors (for ZeRO, the wrapped optimizer's,
 -- with its copy of the shard's parameters); gradients: every gradient
--- buffer alive (DDP's flat buffer, DDP's gradient shard, the wrapped
--- optimizer's copy of it).
+-- buffer alive (DDP's flat buffer, DDP's gradient shard; the wrapped
+-- optimizer steps them where they lie).
 local torch = require("dplua")
 local nn, optim, dist = torch.nn, torch.optim, torch.distributed
 
@@ -42,7 +42,8 @@ for _, buckets in ipairs(inner._buckets) do
     for _, s in pairs(b.state) do state = state + bytes(s) end
     if mode ~= "ddp" then
       state = state + bytes(b.flat_param)   -- the shard's parameters
-      grads = grads + bytes(b.flat_grad)    -- and their gradient
+      -- and their gradient, unless it is DDP's own (one param group)
+      if not opt._direct then grads = grads + bytes(b.flat_grad) end
     end
   end
 end
