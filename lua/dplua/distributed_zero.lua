@@ -332,6 +332,9 @@ function ZeRO.new(params, opts)
   self:_find_flat(all)
   local group = self._ddp and self._ddp._group or nil
   if opts.process_group ~= nil then
+    if opts.process_group == dist.GroupMember.NON_GROUP_MEMBER then
+      raise(fn .. ": this rank is not a member of process_group (new_group gave it GroupMember.NON_GROUP_MEMBER)")
+    end
     dist.get_world_size(opts.process_group)   -- (raises for what is not a live group)
     group = opts.process_group
     if self._ddp and opts.process_group ~= self._ddp._group then
