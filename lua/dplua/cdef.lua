@@ -322,6 +322,13 @@ void dp_ddp_set_sync(dp_ddp *d, int sync);   /* 0 inside no_sync(): gradients ac
 int dp_ddp_num_buckets(const dp_ddp *d);
 dp_status dp_ddp_bucket_range(const dp_ddp *d, int i, int64_t *start, int64_t *end);
 dp_tensor *dp_ddp_flat_param(dp_ddp *d);     /* a new reference */
+/* ZeRO-2: from now on this rank keeps only its shard [*start, *end) of the
+ * flat gradient, averaged into *grad_shard (a new reference) by backward;
+ * parameters' .grad stay nil outside no_sync(). */
+dp_status dp_ddp_shard_grads(dp_ddp *d, dp_tensor **grad_shard, int64_t *start, int64_t *end);
+/* Join: a rank out of inputs matches the others' backward collectives with
+ * zero gradients. */
+dp_status dp_ddp_join_backward(dp_ddp *d);
 void dp_ddp_free(dp_ddp *d);
 
 /* checkpoints: the safetensors format (src/io/safetensors.c). A reader

@@ -882,7 +882,9 @@ local function make_ddp_class()
   local DDP = nn.Module:extend("DistributedDataParallel")
 
   -- DistributedDataParallel(module, {device_ids=, bucket_cap_mb=25, find_unused_parameters=false,
-  --                                  broadcast_buffers=true, process_group=})
+  --                                  broadcast_buffers=true, process_group=, sharding_strategy="NO_SHARD"})
+  -- sharding_strategy="SHARD_GRAD_OP": each rank keeps its shard of the
+  -- gradients (ZeRO-2, with dist.optim.ZeroRedundancyOptimizer; see dplua.distributed_zero).
   function DDP:__init(module, opts)
     opts = opts or {}
     if type(module) ~= "table" or not module.parameters then
@@ -910,6 +912,7 @@ local function make_ddp_class()
                        opts.find_unused_parameters and 1 or 0))
     rawset(self, "_reducer", ffi.gc(ddp_box[0], C.dp_ddp_free))
     rawset(self, "_names", names)
+    require("dplua.distributed_zero").attach_ddp(self, opts.sharding_strategy)
     -- every rank starts from rank 0's parameters and buffers
     if g.size > 1 then
       local flat = torch._wrap(C.dp_ddp_flat_param(self._reducer))
@@ -950,6 +953,7 @@ local function make_ddp_class()
   end
 
   function DDP:forward(...)
+    require("dplua.distributed_zero").ddp_forward(self)   -- (Join's notification)
     self:_sync_buffers()
     return self.module(...)
   end
@@ -957,12 +961,23 @@ local function make_ddp_class()
   -- no_sync(fn): gradients of backward passes inside fn accumulate locally.
   function DDP:no_sync(fn)
     C.dp_ddp_set_sync(self._reducer, 0)
+    rawset(self, "_no_sync", true)
     local ok, err = pcall(fn)
+    rawset(self, "_no_sync", nil)
     C.dp_ddp_set_sync(self._reducer, 1)
     if not ok then error(err, 0) end
   end
 
   function DDP:num_buckets() return C.dp_ddp_num_buckets(self._reducer) end
+
+  -- clip_grad_norm_(max_norm [, norm_type=2]): of the averaged gradients,
+  -- also when they are sharded (SHARD_GRAD_OP; see dplua.distributed_zero).
+  function DDP:clip_grad_norm_(max_norm, norm_type)
+    return require("dplua.distributed_zero").ddp_clip_grad_norm_(self, max_norm, norm_type)
+  end
+
+  -- join(fn): dist.algorithms.Join({self}, fn), for uneven inputs.
+  function DDP:join(fn) return dist.algorithms.Join({ self }, fn) end
 
   return DDP
 end
@@ -972,5 +987,11 @@ function dist._ddp_class()
   ddp_class = ddp_class or make_ddp_class()
   return ddp_class
 end
+
+-- dist.optim (ZeroRedundancyOptimizer), dist.algorithms (Join) and
+-- dist.fsdp (ShardingStrategy) live in dplua.distributed_zero.
+setmetatable(dist, { __index = function(_, k)
+  if k == "optim" or k == "algorithms" or k == "fsdp" then return require("dplua.distributed_zero").exports[k] end
+end })
 
 return dist

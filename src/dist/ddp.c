@@ -9,6 +9,16 @@
  * become ready), the first bucket small (1 MB) so communication starts
  * early, the others bucket_cap_mb (25 MB). They are launched in bucket
  * order on every rank, so the collectives match across ranks.
+ *
+ * Sharded gradients (ZeRO-2, dp_ddp_shard_grads): rank r keeps only
+ * [r*S, (r+1)*S) of the flat gradient, S = ceil(total / size), the same
+ * contiguous shard that ZeroRedundancyOptimizer steps. Parameters then have
+ * no gradient slot: a final gradient is copied into its bucket's staging
+ * buffer and dropped, and a ready bucket is reduced (AVG) to each rank whose
+ * shard it overlaps, one reduce per owner (a reduce_scatter whose split
+ * follows the shards rather than the bucket). finish() keeps this rank's
+ * part in grad_shard and frees the staging buffers, so between backwards a
+ * rank holds 1/size of the gradients.
  */
 #include "core/autograd.h"
 #include "dist/pg.h"
@@ -22,12 +32,16 @@ typedef struct {
     int nparams, pending;
     dp_work *work;
     bool launched;
+    dp_tensor *staging;      /* sharded: the bucket's gradients during one backward */
+    dp_work **works;         /* sharded: one reduce per owner */
+    int nworks;
 } ddp_bucket;
 
 typedef struct {
     struct dp_ddp *ddp;
     int index;               /* parameter index */
     int bucket;
+    int64_t offset;          /* where it starts in the flat buffers */
     bool ready;
 } ddp_param;
 
@@ -39,7 +53,9 @@ struct dp_ddp {
     ddp_param *entries;
     ddp_bucket *buckets;
     dp_tensor *flat_param, *flat_grad;
-    bool sync, find_unused, in_backward;
+    bool sync, find_unused, in_backward, sharded;
+    int64_t total, shard_start, shard_end;
+    dp_tensor *grad_shard;   /* sharded: this rank's averaged gradients */
     dp_status error;
     char message[512];
 };
@@ -57,9 +73,84 @@ static void remember(dp_ddp *d, dp_status st)
     }
 }
 
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static int64_t shard_size(const dp_ddp *d)
+{
+    int64_t size = dp_pg_size(d->pg);
+    return (d->total + size - 1) / size;
+}
+
+/* The staging buffer of a sharded bucket, zeros at first (the slices of
+ * unused parameters stay zero). */
+static dp_status staging_of(dp_ddp *d, ddp_bucket *b)
+{
+    if (b->staging)
+        return DP_OK;
+    int64_t n = b->end - b->start;
+    return dp_full(&b->staging, 1, &n, 0, d->params[0]->dtype, d->params[0]->device);
+}
+
+/* Sharded: moves parameter e's gradient (if any) into its bucket's staging
+ * buffer and drops it. */
+static dp_status stage(dp_ddp *d, ddp_param *e)
+{
+    dp_tensor *p = d->params[e->index], *slice = NULL, *view = NULL;
+    ddp_bucket *b = &d->buckets[e->bucket];
+    dp_status st = staging_of(d, b);
+    if (!st && p->grad && !(st = dp_narrow(&slice, b->staging, 0, e->offset - b->start, dp_tensor_numel(p))) &&
+        !(st = dp_view(&view, slice, p->ndim, p->shape)))
+        st = dp_copy_into(view, p->grad);
+    dp_tensor_release(slice);
+    dp_tensor_release(view);
+    return st ? st : dp_set_grad(p, NULL);
+}
+
+/* Sharded: the bucket's part of each rank's shard, reduced to that rank. */
+static dp_status launch_sharded(dp_ddp *d, ddp_bucket *b)
+{
+    dp_status st = staging_of(d, b);
+    int size = dp_pg_size(d->pg);
+    int64_t s = shard_size(d);
+    for (int r = 0; r < size && size > 1 && !st; r++) {
+        int64_t lo = max64(b->start, r * s), hi = min64(b->end, (r + 1) * s);
+        if (lo >= hi)
+            continue;
+        dp_tensor *slice;
+        if (!(st = dp_narrow(&slice, b->staging, 0, lo - b->start, hi - lo))) {
+            if (!(st = dp_pg_reduce(d->pg, slice, r, DP_MEAN, &b->works[b->nworks])))
+                b->nworks++;
+            dp_tensor_release(slice);
+        }
+    }
+    return st;
+}
+
+/* Sharded, once the bucket's reduces are done: this rank's part of it into
+ * grad_shard; the staging buffer is freed. */
+static dp_status keep_shard(dp_ddp *d, ddp_bucket *b)
+{
+    int64_t lo = max64(b->start, d->shard_start), hi = min64(b->end, d->shard_end);
+    dp_status st = DP_OK;
+    if (b->staging && lo < hi) {
+        dp_tensor *from = NULL, *to = NULL;
+        if (!(st = dp_narrow(&from, b->staging, 0, lo - b->start, hi - lo)) &&
+            !(st = dp_narrow(&to, d->grad_shard, 0, lo - d->shard_start, hi - lo)))
+            st = dp_copy_into(to, from);
+        dp_tensor_release(from);
+        dp_tensor_release(to);
+    }
+    dp_tensor_release(b->staging);
+    b->staging = NULL;
+    return st;
+}
+
 static dp_status launch(dp_ddp *d, ddp_bucket *b)
 {
     b->launched = true;
+    if (d->sharded)
+        return launch_sharded(d, b);
     if (dp_pg_size(d->pg) == 1)
         return DP_OK;   /* the average over one rank is the gradient itself */
     dp_tensor *slice;
@@ -92,6 +183,8 @@ static void grad_ready(dp_tensor *leaf, void *ctx)
         remember(d, ag_queue_final_callback(finish, d));
     }
     e->ready = true;
+    if (d->sharded)
+        remember(d, stage(d, e));
     d->buckets[e->bucket].pending--;
     launch_ready(d);
 }
@@ -113,10 +206,10 @@ static dp_status handle_unused(dp_ddp *d)
             continue;
         }
         dp_tensor *p = d->params[i];
-        dp_status st = p->grad ? DP_OK : dp_fill_into(p->grad_slot, 0);
+        dp_status st = d->sharded ? stage(d, e) : p->grad ? DP_OK : dp_fill_into(p->grad_slot, 0);
         if (st)
             return st;
-        if (!p->grad) {
+        if (!p->grad && !d->sharded) {
             dp_tensor_retain(p->grad_slot);
             p->grad = p->grad_slot;
         }
@@ -147,6 +240,18 @@ static dp_status finish(void *ctx)
                 st = w;
             dp_work_free(b->work);
             b->work = NULL;
+        }
+        for (int k = 0; k < b->nworks; k++) {
+            dp_status w = dp_work_wait(b->works[k]);
+            if (!st)
+                st = w;
+            dp_work_free(b->works[k]);
+        }
+        b->nworks = 0;
+        if (d->sharded) {
+            dp_status k = keep_shard(d, b);
+            if (!st)
+                st = k;
         }
         b->launched = false;
         b->pending = b->nparams;
@@ -179,6 +284,7 @@ static void make_buckets(dp_ddp *d, int64_t first_bytes, int64_t cap_bytes)
         end -= n;
         bytes += n * es;
         d->entries[i].bucket = d->nbuckets - 1;
+        d->entries[i].offset = end;
         b->nparams++;
     }
     b->start = end;
@@ -197,9 +303,16 @@ void dp_ddp_free(dp_ddp *d)
         }
         free(d->names[i]);
     }
-    for (int i = 0; i < d->nbuckets; i++)
-        if (d->buckets[i].work)
-            dp_work_free(d->buckets[i].work);
+    for (int i = 0; i < d->nbuckets; i++) {
+        ddp_bucket *b = &d->buckets[i];
+        if (b->work)
+            dp_work_free(b->work);
+        for (int k = 0; k < b->nworks; k++)
+            dp_work_free(b->works[k]);
+        free(b->works);
+        dp_tensor_release(b->staging);
+    }
+    dp_tensor_release(d->grad_shard);
     dp_tensor_release(d->flat_param);
     dp_tensor_release(d->flat_grad);
     pg_release(d->pg);   /* this DDP's reference */
@@ -240,6 +353,7 @@ dp_status dp_ddp_new(dp_ddp **out, dp_pg *pg, int n, dp_tensor *const *params, c
         dp_ddp_free(d);
         return st;
     }
+    d->total = dp_tensor_numel(d->flat_grad);
     make_buckets(d, first_bucket_bytes, bucket_bytes);
     *out = d;
     return DP_OK;
@@ -268,4 +382,60 @@ dp_tensor *dp_ddp_flat_param(dp_ddp *d)
 {
     dp_tensor_retain(d->flat_param);
     return d->flat_param;
+}
+
+dp_status dp_ddp_shard_grads(dp_ddp *d, dp_tensor **grad_shard, int64_t *start, int64_t *end)
+{
+    if (!d->sharded) {
+        if (d->in_backward)
+            return dp_fail(DP_ERR_STATE, "DistributedDataParallel: gradients cannot be sharded during a backward");
+        int size = dp_pg_size(d->pg);
+        int64_t s = shard_size(d), rank = dp_pg_rank(d->pg);
+        d->shard_start = min64(rank * s, d->total);
+        d->shard_end = min64((rank + 1) * s, d->total);
+        int64_t n = d->shard_end - d->shard_start;
+        dp_status st = dp_full(&d->grad_shard, 1, &n, 0, d->params[0]->dtype, d->params[0]->device);
+        for (int i = 0; i < d->nbuckets && !st; i++)
+            if (!(d->buckets[i].works = calloc((size_t)size, sizeof *d->buckets[i].works)))
+                st = dp_fail(DP_ERR_MEMORY, "DistributedDataParallel: out of memory");
+        for (int i = 0; i < d->nparams && !st; i++)
+            st = dp_set_grad_slot(d->params[i], NULL);   /* gradients are staged by bucket, then dropped */
+        if (st)
+            return st;   /* (dp_ddp_free releases what was made) */
+        dp_tensor_release(d->flat_grad);
+        d->flat_grad = NULL;
+        d->sharded = true;
+    }
+    dp_tensor_retain(d->grad_shard);
+    *grad_shard = d->grad_shard;
+    *start = d->shard_start;
+    *end = d->shard_end;
+    return DP_OK;
+}
+
+/* Join: a rank out of inputs matches the collectives of the others'
+ * backward with zero gradients, so it ends with their average (divided by
+ * the whole group's size, as theirs are). */
+dp_status dp_ddp_join_backward(dp_ddp *d)
+{
+    if (d->in_backward)
+        return dp_fail(DP_ERR_STATE, "DistributedDataParallel: join_backward during a backward");
+    d->in_backward = true;
+    dp_status st = DP_OK;
+    for (int i = d->nparams - 1; i >= 0 && !st; i--) {
+        ddp_param *e = &d->entries[i];
+        dp_tensor *p = d->params[i];
+        if (d->sharded) {
+            if (!(st = dp_set_grad(p, NULL)))
+                st = staging_of(d, &d->buckets[e->bucket]);
+        } else if (!(st = dp_fill_into(p->grad_slot, 0))) {
+            st = dp_set_grad(p, p->grad_slot);
+        }
+        e->ready = true;
+        d->buckets[e->bucket].pending--;
+        if (!st)
+            launch_ready(d);
+    }
+    remember(d, st);
+    return finish(d);
 }
