@@ -180,7 +180,8 @@ end
 -- mode off. A result that got no gradient is given zeros (unless
 -- ctx:set_materialize_grads(false), then nil). backward returns one value
 -- per argument of forward: a tensor of the argument's shape, or nil (for
--- an argument that is no tensor, or needs no gradient).
+-- an argument that is no tensor, or needs no gradient); trailing nils may
+-- be left out, more values than arguments are an error unless nil.
 local Function = {}
 Function.__index = Function
 A.Function = Function
@@ -254,10 +255,6 @@ local function function_backward(e, _, _, grads_in)
       raise(string.format("function %s returned an incorrect number of gradients (expected %d, got %d)",
                           name, nargs, res.n))
     end
-  end
-  if res.n < nargs then
-    raise(string.format("function %s returned an incorrect number of gradients (expected %d, got %d)",
-                        name, nargs, res.n))
   end
   for i = 1, nargs do
     local g, slot = res[i], e.slot[i]
