@@ -327,7 +327,10 @@ T.run("register_hook: a parameter stepped by an optimizer (flat gradient buffers
     torch.manual_seed(7)
     local m = nn.Linear(4, 3):double()
     local opt = torch.optim.SGD(m:parameters(), { lr = lr })
-    if hooked then m.weight:register_hook(function(g) return g * 2 end) end
+    if hooked then
+      m.weight:register_hook(function(g) return g * 2 end)
+      m.bias:register_hook(function(g) return g * 2 end)
+    end
     local x = torch.randn(5, 4, f64)
     local grads = {}
     for step = 1, 3 do
