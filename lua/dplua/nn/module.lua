@@ -572,21 +572,32 @@ function M._call_with_hooks(self, ...)
     state.ninputs_needing_grad = need
     args, state.ninputs = through(hook_in, state, args)
   end
-  local output = self:forward(unpack(args, 1, args.n))
+  -- forward's results: one value, or (several) a list as PyTorch's tuple
+  local results = pack(self:forward(unpack(args, 1, args.n)))
+  local output = results
+  if results.n == 1 then output = results[1] end
   for _, h in ipairs({ unpack(hooks.forward) }) do
     local r = h.fn(self, args, output)
     if r ~= nil then output = r end
   end
-  if state ~= nil then
-    if is_tensor(output) then
-      output = hook_out.apply(state, output)
-    elseif type(output) == "table" and getmetatable(output) == nil then
-      local n = table.maxn(output)
-      output = through(hook_out, state, { n = n, unpack(output, 1, n) })
-      output.n = nil
+  if results.n ~= 1 then
+    if type(output) ~= "table" or is_tensor(output) then
+      raise("register_forward_hook: forward returned " .. results.n .. " values; a hook must return a list of them")
     end
+    results = { n = output.n or table.maxn(output), unpack(output, 1, output.n or table.maxn(output)) }
+  else
+    results = { n = 1, output }
   end
-  return output
+  if state ~= nil then
+    if results.n == 1 and type(output) == "table" and not is_tensor(output) and getmetatable(output) == nil then
+      local n = table.maxn(output)   -- a list of tensors as the one result
+      local r = through(hook_out, state, { n = n, unpack(output, 1, n) })
+      r.n = nil
+      return r
+    end
+    results = through(hook_out, state, results)
+  end
+  return unpack(results, 1, results.n)
 end
 
 ---------------------------------------------------------------- state dicts
