@@ -643,9 +643,11 @@ static int capture_index(const dp_tensor *leaf)
 }
 
 /* For a dp_grad walk: marks the nodes that are inputs (capture), and the
- * nodes whose backward leads to an input (run), which alone will run;
- * counts the leaves of those. A node's inputs were made before it, so in
- * creation order every node comes after the nodes it points to. */
+ * nodes whose backward leads to an input (run), which alone will run. A
+ * node's inputs were made before it, so in creation order every node
+ * comes after the nodes it points to. Leaves are not counted: a leaf
+ * that is an input gathers its gradient in the result at once, whatever
+ * an outer backward waits for. */
 static void plan_capture(ag_node **all, int nall)
 {
     for (int i = 0; i < capturing->n; i++) {
@@ -659,9 +661,6 @@ static void plan_capture(ag_node **all, int nall)
         for (int k = 0; k < m->ninputs && !m->run; k++)
             m->run = (m->leaf[k] && capture_index(m->leaf[k]) >= 0) ||
                      (m->next[k] && (m->next[k]->run || m->next[k]->capture));
-        for (int k = 0; k < m->ninputs && m->run; k++)
-            if (m->leaf[k])
-                m->leaf[k]->ag_pending++;
     }
 }
 
@@ -760,18 +759,20 @@ static void fire_hooks(dp_tensor *leaf)
 }
 
 /* A gradient for a leaf: accumulated into .grad at once, unless Lua hooks
- * must see the leaf's whole gradient first or a dp_grad walk gathers it
- * (or, for a leaf that is no input of that walk, drops it). */
+ * must see the leaf's whole gradient first; a dp_grad walk gathers it in
+ * its result instead (and drops it for a leaf that is no input). */
 static dp_status leaf_receive(dp_tensor *leaf, dp_tensor *g)
 {
-    if (capturing)
-        return capture_index(leaf) >= 0 ? gather(&leaf->ag_buffer, g) : DP_OK;
+    if (capturing) {
+        int i = capture_index(leaf);
+        return i >= 0 ? gather(&capturing->grads[i], g) : DP_OK;
+    }
     if (leaf->lua_hook)
         return gather(&leaf->ag_buffer, g);
     return accumulate_leaf(leaf, g);
 }
 
-/* The leaf's last gradient of this walk has come. */
+/* The leaf's last gradient of this backward has come. */
 static dp_status leaf_done(dp_tensor *leaf)
 {
     dp_tensor *g = leaf->ag_buffer;
@@ -780,9 +781,9 @@ static dp_status leaf_done(dp_tensor *leaf)
     if (g && leaf->lua_hook)
         st = run_lua_hook(leaf->lua_hook, &g);
     if (!st && g)
-        st = capturing ? gather(&capturing->grads[capture_index(leaf)], g) : accumulate_leaf(leaf, g);
+        st = accumulate_leaf(leaf, g);
     dp_tensor_release(g);
-    if (!st && !capturing)
+    if (!st)
         fire_hooks(leaf);
     return st;
 }
@@ -881,7 +882,7 @@ static dp_status run_node(ag_node *n, node_heap *ready, bool retain)
         dp_tensor *g = gin[i];
         if (!st && g && n->leaf[i])
             st = leaf_receive(n->leaf[i], g);
-        if (n->leaf[i] && --n->leaf[i]->ag_pending == 0 && !st)
+        if (n->leaf[i] && !capturing && --n->leaf[i]->ag_pending == 0 && !st)
             st = leaf_done(n->leaf[i]);
         ag_node *nx = n->next[i];
         if (nx) {
@@ -990,6 +991,19 @@ dp_status dp_grad(int nout, dp_tensor *const *outputs, dp_tensor *const *grad_ou
     backward_depth--;
     capturing = outer;
     st = backward_depth == 0 ? run_final_callbacks(st) : st;
+    /* a leaf's hooks see its whole gradient; an input listed twice was
+     * gathered at its first place */
+    for (int i = 0; i < nin && !st; i++) {
+        int first = 0;
+        while (inputs[first] != inputs[i])
+            first++;
+        if (first < i) {
+            dp_tensor_retain(grads[first]);
+            grads[i] = grads[first];
+        } else if (grads[i] && !inputs[i]->grad_fn && inputs[i]->lua_hook) {
+            st = run_lua_hook(inputs[i]->lua_hook, &grads[i]);
+        }
+    }
     /* a gradient handed out may be shared with the graph (the seed, an
      * add's two inputs): each result is the caller's own tensor */
     for (int i = 0; i < nin && !st; i++) {
@@ -1036,7 +1050,7 @@ static dp_status walk(int nroots, dp_tensor *const *roots, dp_tensor *const *gra
             break;
         if (roots[r]->grad_fn)
             st = accumulate_node(roots[r]->grad_fn, g);
-        else if (!(st = leaf_receive(roots[r], g)) && roots[r]->ag_pending == 0)
+        else if (!(st = leaf_receive(roots[r], g)) && !capturing && roots[r]->ag_pending == 0)
             st = leaf_done(roots[r]);
         dp_tensor_release(g);
     }
@@ -1051,8 +1065,7 @@ static dp_status walk(int nroots, dp_tensor *const *roots, dp_tensor *const *gra
     grad_enabled = was;
     /* leave no engine state behind for the next backward (after a
      * successful backward every count is back where it was: a leaf that
-     * an outer backward also waits for keeps its count; a dp_grad walk
-     * counted only the leaves of the nodes it ran) */
+     * an outer backward also waits for keeps its count) */
     for (int i = 0; i < all.n; i++) {
         ag_node *m = all.v[i];
         m->deps = 0;
@@ -1062,10 +1075,9 @@ static dp_status walk(int nroots, dp_tensor *const *roots, dp_tensor *const *gra
         m->capture = 0;
         dp_tensor_release(m->grad);
         m->grad = NULL;
-        for (int k = 0; k < m->ninputs && (st || capturing); k++)
+        for (int k = 0; k < m->ninputs && st; k++)
             if (m->leaf[k]) {
-                if (st)
-                    m->leaf[k]->ag_pending = 0;
+                m->leaf[k]->ag_pending = 0;
                 dp_tensor_release(m->leaf[k]->ag_buffer);
                 m->leaf[k]->ag_buffer = NULL;
             }

@@ -39,7 +39,7 @@ struct dp_tensor {
     struct ag_hook *hooks;     /* grad-ready hooks of a leaf */
     int ag_pending;            /* gradients still to come in the running backward */
     int64_t lua_hook;          /* id of the Lua hooks of a leaf (Tensor:register_hook), or 0 */
-    dp_tensor *ag_buffer;      /* a hooked or captured leaf's gradient so far, in the running backward */
+    dp_tensor *ag_buffer;      /* a hooked leaf's gradient so far, in the running backward */
 };
 
 /* error.c */

@@ -240,6 +240,31 @@ T.run("autograd.grad: leaves that already have .grad, finite differences, throug
   close(torch.autograd.grad(x, x, { grad_outputs = torch.full({ 4 }, 3, f64) })[1], { 3, 3, 3, 3 }, "grad(x, x)")
 end)
 
+T.run("autograd.grad: an input listed twice, a hooked leaf, inside a Function's backward", function()
+  local x = torch.tensor({ 1, 2, 3 }, { dtype = torch.float64, requires_grad = true })
+  local g = torch.autograd.grad((x * x):sum(), { x, x })
+  close(g[1], { 2, 4, 6 }, "first place")
+  close(g[2], { 2, 4, 6 }, "second place")
+  local h = x:register_hook(function(gr) return gr * 10 end)
+  close(torch.autograd.grad((x * 2 + x * 3):sum(), x)[1], { 50, 50, 50 }, "a leaf's hook sees its whole gradient")
+  h:remove()
+  -- a backward that asks autograd.grad about a leaf the outer backward also reaches
+  local w = torch.tensor({ 0.5, -1, 2 }, { dtype = torch.float64, requires_grad = true })
+  local Inner = torch.autograd.Function:extend("Inner")
+  local inner_gw
+  function Inner.forward(ctx, a) return a * 2 end
+  function Inner.backward(ctx, gr)
+    local u = torch.enable_grad(function() return (w * w):sum() end)
+    inner_gw = torch.autograd.grad(u, w)[1]
+    return gr * 2
+  end
+  local loss = (Inner.apply(x) * w):sum()
+  loss:backward()
+  close(inner_gw, { 1, -2, 4 }, "the inner autograd.grad got its gradient")
+  close(w.grad, { 2, 4, 6 }, "the outer backward's gradient is untouched by it")
+  close(x.grad, { 1, -2, 4 }, "and flows through the Function")
+end)
+
 T.run("autograd.grad: options and errors", function()
   local x, w = x_of(), w_of()
   local u = torch.randn(2, { dtype = torch.float64, requires_grad = true })
