@@ -311,11 +311,9 @@ function A._apply(cls, ...)
     local needs = record and is_tensor(a) and a.requires_grad or false
     ctx.needs_input_grad[i] = needs
     any = any or needs
-    if is_tensor(a) then
-      if ntensors == 256 then raise(cls.__name .. ".apply: at most 256 tensor arguments") end
-      args_buf[ntensors], ntensors = a.p, ntensors + 1
-    end
+    if is_tensor(a) then ntensors = ntensors + 1 end
   end
+  if ntensors > 256 then raise(cls.__name .. ".apply: at most 256 tensor arguments, got " .. ntensors) end
   local outs = pack(torch.no_grad(cls.forward, ctx, unpack(fargs, 1, nargs)))
   if not any then return unpack(outs, 1, outs.n) end
   local name = cls.__name .. "Backward"
@@ -334,10 +332,13 @@ function A._apply(cls, ...)
   local e = { run = function_backward, cls = cls, ctx = ctx, name = name, nargs = nargs, nout = outs.n,
               outs = {}, grads = {}, slot = {}, arg_shapes = {}, arg_types = {} }
   local j = 0
-  for i = 1, nargs do
+  for i = 1, nargs do   -- (filled after forward, which may apply Functions of its own)
     local a = fargs[i]
     e.arg_types[i] = type(a)
-    if is_tensor(a) then e.slot[i], e.arg_shapes[i], j = j, shape_of(a), j + 1 end
+    if is_tensor(a) then
+      args_buf[j] = a.p
+      e.slot[i], e.arg_shapes[i], j = j, shape_of(a), j + 1
+    end
   end
   local id = A._new_entry(e)
   local ok, hub = pcall(lua_node, anchor, ntensors, args_buf, id, name)

@@ -123,6 +123,20 @@ T.run("Function: needs_input_grad, nil gradients, only some inputs requiring gra
   end)
 end)
 
+T.run("Function: a forward that applies another Function", function()
+  local Outer = torch.autograd.Function:extend("Outer")
+  function Outer.forward(ctx, a, b)
+    local w = torch.ones(2, { dtype = torch.float64, requires_grad = true })
+    torch.enable_grad(function() return Exp.apply(w) end)
+    return a * b
+  end
+  function Outer.backward(ctx, g) return g * 2, g * 3 end
+  local a = torch.ones(2, { dtype = torch.float64, requires_grad = true })
+  local b = torch.ones(2, f64)
+  Outer.apply(a, b):sum():backward()
+  close(a.grad, { 2, 2 }, "the outer node's inputs are its own")
+end)
+
 T.run("Function: mark_non_differentiable", function()
   local MaxIdx = torch.autograd.Function:extend("MaxIdx")
   function MaxIdx.forward(ctx, x)
