@@ -88,7 +88,6 @@ local function borrowed(p)
   C.dp_tensor_retain(p)
   return torch._wrap(p)
 end
-A._borrowed = borrowed
 
 -- Hands g to the engine (a new reference).
 local function give(g)
@@ -287,8 +286,8 @@ local function result_backward(e, grad)
   if m then m.grads[e.k] = borrowed(grad) end
 end
 
--- A recorded node holds the shapes (as empty tensors would be too much:
--- a small table with size()) of the arguments.
+-- What the node's backward checks a gradient against: the argument's
+-- shape and dtype, without keeping the argument alive.
 local function shape_of(t)
   local s = t:size()
   return setmetatable({ dtype = t.dtype }, { __index = { size = function() return s end } })
