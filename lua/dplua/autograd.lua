@@ -106,11 +106,13 @@ function Handle:remove()
   for i = #list, 1, -1 do
     if list[i] == self._hook then table.remove(list, i) end
   end
+  if #list == 0 and self._on_empty then self._on_empty() end
 end
--- A handle for hook, an entry of list (list is kept in registration order).
-function A._handle(list, hook)
+-- A handle for hook, an entry of list (list is kept in registration
+-- order); on_empty, if given, runs when a remove() leaves list empty.
+function A._handle(list, hook, on_empty)
   list[#list + 1] = hook
-  return setmetatable({ _list = list, _hook = hook }, Handle)
+  return setmetatable({ _list = list, _hook = hook, _on_empty = on_empty }, Handle)
 end
 
 ---------------------------------------------------------------- Tensor:register_hook
@@ -153,8 +155,17 @@ function A._register_hook(t, fn)
     id = A._new_entry(e)
     local st = C.dp_set_lua_hook(t.p, id)
     if st ~= 0 then A._drop_entry(id); check(st) end
+    -- once its last hook is removed the tensor calls no Lua again; the
+    -- handle does not keep the tensor alive
+    local owner = setmetatable({ t = t }, { __mode = "v" })
+    e.on_empty = function()
+      local o = owner.t
+      if o ~= nil and tonumber(C.dp_lua_hook_id(o.p)) == id and C.dp_set_lua_hook(o.p, 0) == 0 then
+        A._drop_entry(id)
+      end
+    end
   end
-  return A._handle(e.hooks, { fn = fn })
+  return A._handle(e.hooks, { fn = fn }, e.on_empty)
 end
 
 ---------------------------------------------------------------- Function

@@ -339,12 +339,15 @@ end)
 T.run("register_hook: a leaf used twice sees its whole gradient once; removal", function()
   local x = torch.ones(3, { dtype = torch.float64, requires_grad = true })
   local calls = 0
+  local before = lua_live()
   local handle = x:register_hook(function(g) calls = calls + 1; return g * 10 end)
   ;(x * 2 + x * 3):sum():backward()
   T.is(calls, 1, "one call for two uses")
   close(x.grad, { 50, 50, 50 }, "the hook scaled the sum")
+  T.is(lua_live(), before + 1, "a hooked tensor counts as Lua to run")
   handle:remove()
   handle:remove()   -- twice is harmless
+  T.is(lua_live(), before, "its last hook removed, the tensor runs no Lua")
   x.grad = nil
   ;(x * 2 + x * 3):sum():backward()
   T.is(calls, 1, "no call after remove()")
