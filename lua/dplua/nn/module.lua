@@ -437,16 +437,18 @@ end
 
 ---------------------------------------------------------------- hooks
 
--- The hooks of a module, made on its first register_*hook (a module
--- without one is called straight, see __call): lists in registration
--- order, each of { fn = }; a handle's remove() takes one out.
-local function hooks_of(self)
+-- The hooks of a module, made on its first register_*hook and dropped
+-- when the last is removed (a module without hooks is called straight,
+-- see __call): lists in registration order, each of { fn = }.
+local function add_hook(self, which, fn)
   local h = rawget(self, "_hooks")
   if h == nil then
     h = { pre = {}, forward = {}, backward = {} }
     rawset(self, "_hooks", h)
   end
-  return h
+  return require("dplua.autograd")._handle(h[which], { fn = fn }, function()
+    if #h.pre + #h.forward + #h.backward == 0 and rawget(self, "_hooks") == h then rawset(self, "_hooks", nil) end
+  end)
 end
 
 local function check_hook(fn, what)
@@ -460,14 +462,14 @@ end
 -- list (a table) or a single new argument (anything else but nil).
 function Module:register_forward_pre_hook(fn)
   check_hook(fn, "register_forward_pre_hook")
-  return require("dplua.autograd")._handle(hooks_of(self).pre, { fn = fn })
+  return add_hook(self, "pre", fn)
 end
 
 -- register_forward_hook(fn): fn(module, args, output) runs after forward;
 -- a value it returns (not nil) replaces the output.
 function Module:register_forward_hook(fn)
   check_hook(fn, "register_forward_hook")
-  return require("dplua.autograd")._handle(hooks_of(self).forward, { fn = fn })
+  return add_hook(self, "forward", fn)
 end
 
 -- register_full_backward_hook(fn): fn(module, grad_input, grad_output)
@@ -479,7 +481,7 @@ end
 -- that sees their gradients, as in PyTorch.
 function Module:register_full_backward_hook(fn)
   check_hook(fn, "register_full_backward_hook")
-  return require("dplua.autograd")._handle(hooks_of(self).backward, { fn = fn })
+  return add_hook(self, "backward", fn)
 end
 
 local function pack(...) return { n = select("#", ...), ... } end
