@@ -488,18 +488,37 @@ dp_status dp_flat_grad_status(const char *fn, dp_tensor *flat_param, dp_tensor *
                                      dp_tensor *const *params, const int64_t *offsets, int *all, int *any);
 
 /* Nodes whose backward is computed in Lua (torch.utils.checkpoint,
- * src/core/autograd.c): fn(id, grad, n, grads_in, err, errcap) fills
- * grads_in[i] (new references, or NULL) for the node's n inputs and
- * returns 0, or writes a message into err and returns non-zero.
- * dp_lua_node makes *out, an alias of value whose node has inputs and id
- * (when grad mode is on and an input requires grad). dp_lua_nodes_live
- * counts the nodes a backward may still run; dp_lua_nodes_done takes up
- * to cap ids of nodes whose saved state is gone, and returns how many. */
+ * torch.autograd.Function) and gradient hooks written in Lua
+ * (Tensor:register_hook), src/core/autograd.c: fn(id, grad, n, grads_in,
+ * err, errcap) fills grads_in[i] (new references, or NULL) for the node's
+ * n inputs and returns 0, or writes a message into err and returns
+ * non-zero; for a hook, n is 1 and grads_in[0] is the replacement of grad
+ * (or NULL to keep it). dp_lua_node makes *out, an alias of value whose
+ * node, named name (e.g. "MyExpBackward"), has inputs and id (when grad
+ * mode is on and an input requires grad). dp_set_lua_hook gives a tensor
+ * that requires grad the hook id (0: none), which dp_lua_hook_id reads.
+ * dp_lua_nodes_live counts the nodes and hooked tensors a backward may
+ * still meet; dp_lua_nodes_done takes up to cap ids of nodes whose saved
+ * state is gone and of hooked tensors freed, and returns how many. */
 typedef int (*dp_lua_backward)(int64_t id, dp_tensor *grad, int n, dp_tensor **grads_in, char *err, size_t errcap);
 void dp_set_lua_backward(dp_lua_backward fn);
-dp_status dp_lua_node(dp_tensor **out, dp_tensor *value, int n, dp_tensor *const *inputs, int64_t id);
+dp_status dp_lua_node(dp_tensor **out, dp_tensor *value, int n, dp_tensor *const *inputs, int64_t id,
+                             const char *name);
+dp_status dp_set_lua_hook(dp_tensor *t, int64_t id);
+int64_t dp_lua_hook_id(const dp_tensor *t);
 int64_t dp_lua_nodes_live(void);
 int dp_lua_nodes_done(int64_t *ids, int cap);
+
+/* torch.autograd.grad: the gradients of the nout outputs (seeded with
+ * grad_outputs[i], NULL for the implicit 1 of a one-element output) with
+ * respect to the nin inputs, as new tensors in grads[i] (NULL for an
+ * input the outputs do not depend on). Runs only the part of the graph
+ * that leads to the inputs, and touches no .grad. dp_grad_capturing
+ * tells whether such a walk is running (a checkpointed call cannot be
+ * recomputed inside it). */
+dp_status dp_grad(int nout, dp_tensor *const *outputs, dp_tensor *const *grad_outputs, int nin,
+                         dp_tensor *const *inputs, dp_tensor **grads, int retain_graph);
+int dp_grad_capturing(void);
 
 /* The tensors ts as runs that hold each element of each tensor once per
  * time the tensor is listed: contiguous tensors that lie back to back in

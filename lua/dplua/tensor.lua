@@ -554,8 +554,11 @@ function methods.requires_grad_(t, flag)
   return t
 end
 
--- A backward that may run nodes computed in Lua (torch.utils.checkpoint)
--- calls back into Lua from C, which LuaJIT allows only from an FFI call
+-- t:register_hook(fn) (dplua/autograd.lua): fn(grad) may return a new gradient.
+function methods.register_hook(t, fn) return require("dplua.autograd")._register_hook(t, fn) end
+
+-- A backward that may run Lua (torch.utils.checkpoint, autograd.Function,
+-- tensor hooks) calls back into Lua from C, which LuaJIT allows only from an FFI call
 -- it did not compile: this function is never compiled.
 local function backward_calling_lua(t, gradient, retain)
   check(C.dp_backward(t.p, gradient and gradient.p or nil, retain and 1 or 0))

@@ -173,6 +173,8 @@ void ag_node_release(ag_node *n)
             ag_node_release(m->next[i]);
         }
         node_free_saved(m);
+        if (m->lua_hook)
+            ag_lua_hook_done(m->lua_hook);
         dp_tensor_release(m->grad);
         cpu_free(m, m->capacity);
     }
@@ -278,28 +280,55 @@ dp_status ag_check_inplace(const char *fn, dp_tensor *dst)
     return DP_OK;
 }
 
-/* ---------------------------------------------------------------- nodes computed in Lua */
+/* ---------------------------------------------------------------- Lua inside backward */
 
 /* torch.utils.checkpoint records one node per checkpointed call, whose
- * backward recomputes the call in Lua: the engine calls the function the
- * Lua library registered (dp_set_lua_backward) with the node's id (iarg
- * 0), which names the library's entry for the call. Only a graph holding
- * such a node runs Lua inside backward. When a node's saved state goes
- * (after a backward without retain_graph, or with the node), its id is
- * queued for the library to drop its entry (dp_lua_nodes_done); iarg 1
- * marks it queued. Nodes may be released on any thread, hence the lock. */
+ * backward recomputes the call in Lua, and torch.autograd.Function one
+ * node per call, whose backward is the user's: the engine calls the
+ * function the Lua library registered (dp_set_lua_backward) with the
+ * node's id (iarg 0), which names the library's entry for the call. The
+ * hooks of Tensor:register_hook are the same function called with the
+ * tensor's id (lua_hook of the leaf or of its node). Only a graph holding
+ * such a node or tensor runs Lua inside backward. When a node's saved
+ * state goes (after a backward without retain_graph, or with the node),
+ * or a hooked tensor goes, its id is queued for the library to drop its
+ * entry (dp_lua_nodes_done); iarg 1 marks a node queued. Nodes may be
+ * released on any thread, hence the lock. */
 static dp_lua_backward lua_backward;
 static pthread_mutex_t lua_mu = PTHREAD_MUTEX_INITIALIZER;
-static int64_t lua_live;          /* nodes not yet queued */
+static int64_t lua_live;          /* ids not yet queued */
 static int64_t *lua_done;         /* the queue */
 static int lua_ndone, lua_done_cap;
+
+/* A gradient for Lua to read: never the cached implicit 1, which a
+ * careless in-place write there would change for every later backward. */
+static dp_status lua_visible(dp_tensor **g)
+{
+    if (!*g || !ag_is_implicit_one(*g))
+        return DP_OK;
+    dp_tensor *c;
+    dp_status st = dp_full(&c, (*g)->ndim, (*g)->shape, 1.0, (*g)->dtype, (*g)->device);
+    if (st)
+        return st;
+    dp_tensor_release(*g);
+    *g = c;
+    return DP_OK;
+}
 
 static dp_status bw_lua(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
     char msg[1024] = "";
     if (!lua_backward)
         return dp_fail(DP_ERR_STATE, "backward: %s has no Lua function to run", n->name);
-    if (lua_backward(n->iarg[0], g, n->ninputs, gi, msg, sizeof msg))
+    dp_tensor_retain(g);
+    dp_status st = lua_visible(&g);
+    if (st) {
+        dp_tensor_release(g);
+        return st;
+    }
+    int r = lua_backward(n->iarg[0], g, n->ninputs, gi, msg, sizeof msg);
+    dp_tensor_release(g);
+    if (r)
         return dp_fail(DP_ERR_STATE, "%s", msg[0] ? msg : "backward: the Lua backward failed");
     char a[160], b[160];
     for (int i = 0; i < n->ninputs; i++) {
@@ -312,11 +341,27 @@ static dp_status bw_lua(ag_node *n, dp_tensor *g, dp_tensor **gi)
     return DP_OK;
 }
 
-static void lua_node_done(ag_node *n)
+/* Runs the Lua hooks id on *g, which they may replace. */
+static dp_status run_lua_hook(int64_t id, dp_tensor **g)
 {
-    if (n->backward != bw_lua || n->iarg[1])
-        return;
-    n->iarg[1] = 1;
+    char msg[1024] = "";
+    dp_tensor *repl = NULL;
+    dp_status st = lua_visible(g);
+    if (st)
+        return st;
+    if (!lua_backward)
+        return dp_fail(DP_ERR_STATE, "backward: a tensor hook has no Lua function to run");
+    if (lua_backward(id, *g, 1, &repl, msg, sizeof msg))
+        return dp_fail(DP_ERR_STATE, "%s", msg[0] ? msg : "backward: a tensor hook failed");
+    if (repl) {
+        dp_tensor_release(*g);
+        *g = repl;
+    }
+    return DP_OK;
+}
+
+static void queue_done(int64_t id)
+{
     pthread_mutex_lock(&lua_mu);
     lua_live--;
     if (lua_ndone == lua_done_cap) {
@@ -328,8 +373,21 @@ static void lua_node_done(ag_node *n)
         }
     }
     if (lua_ndone < lua_done_cap)   /* (out of memory: the entry stays, a leak and no more) */
-        lua_done[lua_ndone++] = n->iarg[0];
+        lua_done[lua_ndone++] = id;
     pthread_mutex_unlock(&lua_mu);
+}
+
+static void lua_node_done(ag_node *n)
+{
+    if (n->backward != bw_lua || n->iarg[1])
+        return;
+    n->iarg[1] = 1;
+    queue_done(n->iarg[0]);
+}
+
+void ag_lua_hook_done(int64_t id)
+{
+    queue_done(id);
 }
 
 void dp_set_lua_backward(dp_lua_backward fn)
@@ -337,13 +395,41 @@ void dp_set_lua_backward(dp_lua_backward fn)
     lua_backward = fn;
 }
 
-dp_status dp_lua_node(dp_tensor **out, dp_tensor *value, int n, dp_tensor *const *inputs, int64_t id)
+/* Node names live as long as the program: a node keeps a plain pointer. */
+struct interned_name {
+    struct interned_name *next;
+    char s[];
+};
+static struct interned_name *names;
+
+static const char *intern(const char *s)
 {
+    for (struct interned_name *k = names; k; k = k->next)
+        if (strcmp(k->s, s) == 0)
+            return k->s;
+    size_t len = strlen(s) + 1;
+    struct interned_name *k = malloc(sizeof *k + len);
+    if (!k)
+        return NULL;
+    memcpy(k->s, s, len);
+    k->next = names;
+    names = k;
+    return k->s;
+}
+
+dp_status dp_lua_node(dp_tensor **out, dp_tensor *value, int n, dp_tensor *const *inputs, int64_t id,
+                      const char *name)
+{
+    pthread_mutex_lock(&lua_mu);
+    const char *nm = intern(name ? name : "CheckpointFunctionBackward");
+    pthread_mutex_unlock(&lua_mu);
+    if (!nm)
+        return dp_fail(DP_ERR_MEMORY, "autograd: out of memory naming a node");
     dp_status st = dp_alias(out, value);
     if (st)
         return st;
     ag_node *node;
-    if ((st = ag_record(*out, "CheckpointFunctionBackward", bw_lua, n, inputs, &node))) {
+    if ((st = ag_record(*out, nm, bw_lua, n, inputs, &node))) {
         dp_tensor_release(*out);
         *out = NULL;
         return st;
@@ -355,6 +441,23 @@ dp_status dp_lua_node(dp_tensor **out, dp_tensor *value, int n, dp_tensor *const
         pthread_mutex_unlock(&lua_mu);
     }
     return DP_OK;
+}
+
+dp_status dp_set_lua_hook(dp_tensor *t, int64_t id)
+{
+    if (!t->requires_grad)
+        return dp_fail(DP_ERR_STATE, "register_hook: cannot register a hook on a tensor that doesn't require gradient");
+    int64_t *slot = t->grad_fn ? &t->grad_fn->lua_hook : &t->lua_hook;
+    pthread_mutex_lock(&lua_mu);
+    lua_live += (id != 0) - (*slot != 0);
+    pthread_mutex_unlock(&lua_mu);
+    *slot = id;
+    return DP_OK;
+}
+
+int64_t dp_lua_hook_id(const dp_tensor *t)
+{
+    return t->grad_fn ? t->grad_fn->lua_hook : t->lua_hook;
 }
 
 int64_t dp_lua_nodes_live(void)
@@ -461,43 +564,120 @@ static ag_node *heap_pop(node_heap *h)
     return top;
 }
 
-/* Counts, for every node reachable from root, how many edges point at it;
- * and for every leaf, how many gradients it will receive (leaf->pending). */
-static dp_status count_deps(ag_node *root, ag_node ***all, int *nall, ag_node **small, int small_cap)
+/* The inputs of a dp_grad walk, and their gradients so far; NULL while
+ * a backward walk runs. */
+typedef struct {
+    int n;
+    dp_tensor *const *inputs;
+    dp_tensor **grads;
+} capture_set;
+static capture_set *capturing;
+
+int dp_grad_capturing(void) { return capturing != NULL; }
+
+/* The nodes of a walk, each once: an array that starts as the caller's. */
+typedef struct {
+    ag_node **v, **small;
+    int n, cap;
+} node_list;
+
+static dp_status list_add(node_list *l, ag_node *m)
 {
-    int cap = small_cap, n = 0;
-    ag_node **list = small;
-    list[n++] = root;
-    root->deps = 0;
-    /* list doubles as the DFS work queue: every node enters once */
-    for (int i = 0; i < n; i++) {
-        ag_node *m = list[i];
-        for (int k = 0; k < m->ninputs; k++) {
-            if (m->leaf[k])
+    if (l->n == l->cap) {
+        ag_node **bigger = malloc(sizeof *bigger * (size_t)l->cap * 2);
+        if (!bigger)
+            return dp_fail(DP_ERR_MEMORY, "backward: out of memory");
+        memcpy(bigger, l->v, sizeof *bigger * (size_t)l->n);
+        if (l->v != l->small)
+            free(l->v);
+        l->v = bigger;
+        l->cap *= 2;
+    }
+    m->in_walk = true;
+    l->v[l->n++] = m;
+    return DP_OK;
+}
+
+/* Lists every node reachable from the roots, each once, and counts how
+ * many edges point at each (deps); with count_leaves, also for every leaf
+ * how many gradients it will receive (leaf->ag_pending). The list
+ * doubles as the BFS work queue. On failure the caller still cleans up
+ * the nodes listed. */
+static dp_status count_deps(int nroots, ag_node *const *roots, bool count_leaves, node_list *l)
+{
+    dp_status st = DP_OK;
+    for (int r = 0; r < nroots && !st; r++)
+        if (roots[r] && !roots[r]->in_walk) {
+            roots[r]->deps = 0;
+            st = list_add(l, roots[r]);
+        }
+    for (int i = 0; i < l->n && !st; i++) {
+        ag_node *m = l->v[i];
+        for (int k = 0; k < m->ninputs && !st; k++) {
+            if (m->leaf[k] && count_leaves)
                 m->leaf[k]->ag_pending++;
             ag_node *nx = m->next[k];
             if (!nx)
                 continue;
-            if (nx->deps++ == 0) {
-                if (n == cap) {
-                    ag_node **bigger = malloc(sizeof *list * (size_t)cap * 2);
-                    if (!bigger) {
-                        if (list != small)
-                            free(list);
-                        return dp_fail(DP_ERR_MEMORY, "backward: out of memory");
-                    }
-                    memcpy(bigger, list, sizeof *list * (size_t)n);
-                    if (list != small)
-                        free(list);
-                    list = bigger;
-                    cap *= 2;
-                }
-                list[n++] = nx;
-            }
+            nx->deps++;
+            if (!nx->in_walk)
+                st = list_add(l, nx);
         }
     }
-    *all = list;
-    *nall = n;
+    return st;
+}
+
+static int by_seq(const void *a, const void *b)
+{
+    uint64_t x = (*(ag_node *const *)a)->seq, y = (*(ag_node *const *)b)->seq;
+    return x < y ? -1 : x > y;
+}
+
+/* The index of leaf among the inputs of the running dp_grad, or -1. */
+static int capture_index(const dp_tensor *leaf)
+{
+    for (int i = 0; i < capturing->n; i++)
+        if (capturing->inputs[i] == leaf)
+            return i;
+    return -1;
+}
+
+/* For a dp_grad walk: marks the nodes that are inputs (capture), and the
+ * nodes whose backward leads to an input (run), which alone will run. A
+ * node's inputs were made before it, so in creation order every node
+ * comes after the nodes it points to. Leaves are not counted: a leaf
+ * that is an input gathers its gradient in the result at once, whatever
+ * an outer backward waits for. */
+static void plan_capture(ag_node **all, int nall)
+{
+    for (int i = 0; i < capturing->n; i++) {
+        ag_node *m = capturing->inputs[i]->grad_fn;
+        if (m && m->in_walk && !m->capture)
+            m->capture = i + 1;
+    }
+    qsort(all, (size_t)nall, sizeof *all, by_seq);
+    for (int i = 0; i < nall; i++) {
+        ag_node *m = all[i];
+        for (int k = 0; k < m->ninputs && !m->run; k++)
+            m->run = (m->leaf[k] && capture_index(m->leaf[k]) >= 0) ||
+                     (m->next[k] && (m->next[k]->run || m->next[k]->capture));
+    }
+}
+
+/* Adds g into a gradient being gathered (*sum: NULL, or a reference). */
+static dp_status gather(dp_tensor **sum, dp_tensor *g)
+{
+    if (!*sum) {
+        dp_tensor_retain(g);
+        *sum = g;
+        return DP_OK;
+    }
+    dp_tensor *t;
+    dp_status st = dp_binary(&t, DP_ADD, *sum, g);
+    if (st)
+        return st;
+    dp_tensor_release(*sum);
+    *sum = t;
     return DP_OK;
 }
 
@@ -509,7 +689,7 @@ dp_status ag_grad_output(ag_node *n, int i, dp_tensor **out)
 {
     const ag_input *in = &n->in[i];
     dp_tensor *leaf = n->leaf ? n->leaf[i] : NULL;
-    dp_tensor *slot = leaf && !leaf->grad ? leaf->grad_slot : NULL;
+    dp_tensor *slot = leaf && !leaf->grad && !leaf->lua_hook && !capturing ? leaf->grad_slot : NULL;
     for (int k = 0; slot && k < n->ninputs; k++)
         if (k != i && n->leaf[k] == leaf)
             slot = NULL;   /* the leaf's other gradient from this node is accumulated into the slot too */
@@ -578,6 +758,36 @@ static void fire_hooks(dp_tensor *leaf)
         h->fn(leaf, h->ctx);
 }
 
+/* A gradient for a leaf: accumulated into .grad at once, unless Lua hooks
+ * must see the leaf's whole gradient first; a dp_grad walk gathers it in
+ * its result instead (and drops it for a leaf that is no input). */
+static dp_status leaf_receive(dp_tensor *leaf, dp_tensor *g)
+{
+    if (capturing) {
+        int i = capture_index(leaf);
+        return i >= 0 ? gather(&capturing->grads[i], g) : DP_OK;
+    }
+    if (leaf->lua_hook)
+        return gather(&leaf->ag_buffer, g);
+    return accumulate_leaf(leaf, g);
+}
+
+/* The leaf's last gradient of this backward has come. */
+static dp_status leaf_done(dp_tensor *leaf)
+{
+    dp_tensor *g = leaf->ag_buffer;
+    leaf->ag_buffer = NULL;
+    dp_status st = DP_OK;
+    if (g && leaf->lua_hook)
+        st = run_lua_hook(leaf->lua_hook, &g);
+    if (!st && g)
+        st = accumulate_leaf(leaf, g);
+    dp_tensor_release(g);
+    if (!st)
+        fire_hooks(leaf);
+    return st;
+}
+
 static dp_status check_saved(ag_node *n)
 {
     if (n->freed)
@@ -621,7 +831,8 @@ static int mask_input(const ag_node *n)
 {
     for (int i = 0; i < n->ninputs; i++) {
         const ag_node *c = n->next[i];
-        if (!c || !c->relu_saved || c->freed || c->deps != 1 || c->grad || !n->in[i].needs_grad)
+        if (!c || !c->relu_saved || c->freed || c->deps != 1 || c->grad || !n->in[i].needs_grad ||
+            c->lua_hook || c->capture)   /* (whose gradient is seen as it comes, unmasked) */
             continue;
         const dp_tensor *y = c->saved[c->relu_saved - 1];
         const ag_input *in = &n->in[i];
@@ -637,8 +848,17 @@ static int mask_input(const ag_node *n)
 static dp_status run_node(ag_node *n, node_heap *ready, bool retain)
 {
     dp_tensor *grads[64], **gin = grads;
-    dp_status st = check_saved(n);
-    if (st)
+    dp_status st = DP_OK;
+    if (n->lua_hook && n->grad && (st = run_lua_hook(n->lua_hook, &n->grad)))
+        return st;
+    if (n->capture && n->grad && (st = gather(&capturing->grads[n->capture - 1], n->grad)))
+        return st;
+    if (capturing && !n->run) {
+        dp_tensor_release(n->grad);
+        n->grad = NULL;
+        return DP_OK;
+    }
+    if ((st = check_saved(n)))
         return st;
     if (n->ninputs > 64 && !(gin = calloc((size_t)n->ninputs, sizeof *gin)))
         return dp_fail(DP_ERR_MEMORY, "backward: out of memory");
@@ -661,9 +881,9 @@ static dp_status run_node(ag_node *n, node_heap *ready, bool retain)
     for (int i = 0; i < n->ninputs; i++) {
         dp_tensor *g = gin[i];
         if (!st && g && n->leaf[i])
-            st = accumulate_leaf(n->leaf[i], g);
-        if (n->leaf[i] && --n->leaf[i]->ag_pending == 0 && !st)
-            fire_hooks(n->leaf[i]);
+            st = leaf_receive(n->leaf[i], g);
+        if (n->leaf[i] && !capturing && --n->leaf[i]->ag_pending == 0 && !st)
+            st = leaf_done(n->leaf[i]);
         ag_node *nx = n->next[i];
         if (nx) {
             if (!st && g)
@@ -738,69 +958,137 @@ static dp_status initial_grad(dp_tensor **g, dp_tensor *root, dp_tensor *grad)
     return dp_to(g, grad, root->dtype, root->device);
 }
 
-/* How many dp_backward calls run: a node computed in Lua runs another
- * inside the first (torch.utils.checkpoint), and the final callbacks wait
- * for the outermost. */
+/* How many walks run: a node computed in Lua runs another inside the
+ * first (torch.utils.checkpoint), and the final callbacks wait for the
+ * outermost. */
 static int backward_depth;
 
-static dp_status backward_walk(dp_tensor *root, dp_tensor *grad, int retain_graph);
+static dp_status walk(int nroots, dp_tensor *const *roots, dp_tensor *const *grads, int retain_graph);
 
 dp_status dp_backward(dp_tensor *root, dp_tensor *grad, int retain_graph)
 {
+    capture_set *outer = capturing;
+    capturing = NULL;
     backward_depth++;
-    dp_status st = backward_walk(root, grad, retain_graph);
+    dp_status st = walk(1, &root, &grad, retain_graph);
     backward_depth--;
+    capturing = outer;
     return backward_depth == 0 ? run_final_callbacks(st) : st;
 }
 
-static dp_status backward_walk(dp_tensor *root, dp_tensor *grad, int retain_graph)
+dp_status dp_grad(int nout, dp_tensor *const *outputs, dp_tensor *const *grad_outputs, int nin,
+                  dp_tensor *const *inputs, dp_tensor **grads, int retain_graph)
 {
-    if (!root->requires_grad)
-        return dp_fail(DP_ERR_STATE, "backward: element 0 of tensors does not require grad and does not "
-                       "have a grad_fn");
-    dp_tensor *g;
-    dp_status st = initial_grad(&g, root, grad);
+    for (int i = 0; i < nin; i++) {
+        grads[i] = NULL;
+        if (!inputs[i]->requires_grad)
+            return dp_fail(DP_ERR_STATE, "grad: input %d does not require grad", i + 1);
+    }
+    capture_set set = { nin, inputs, grads }, *outer = capturing;
+    capturing = &set;
+    backward_depth++;
+    dp_status st = walk(nout, outputs, grad_outputs, retain_graph);
+    backward_depth--;
+    capturing = outer;
+    st = backward_depth == 0 ? run_final_callbacks(st) : st;
+    /* a leaf's hooks see its whole gradient; an input listed twice was
+     * gathered at its first place */
+    for (int i = 0; i < nin && !st; i++) {
+        int first = 0;
+        while (inputs[first] != inputs[i])
+            first++;
+        if (first < i) {
+            dp_tensor_retain(grads[first]);
+            grads[i] = grads[first];
+        } else if (grads[i] && !inputs[i]->grad_fn && inputs[i]->lua_hook) {
+            st = run_lua_hook(inputs[i]->lua_hook, &grads[i]);
+        }
+    }
+    /* a gradient handed out may be shared with the graph (the seed, an
+     * add's two inputs): each result is the caller's own tensor */
+    for (int i = 0; i < nin && !st; i++) {
+        dp_tensor *c;
+        if (grads[i] && !(st = dp_clone(&c, grads[i]))) {
+            dp_tensor_release(grads[i]);
+            grads[i] = c;
+        }
+    }
     if (st)
-        return st;
-    if (!root->grad_fn) {
-        st = accumulate_leaf(root, g);
-        dp_tensor_release(g);
-        if (!st)
-            fire_hooks(root);
-        return st;
+        for (int i = 0; i < nin; i++) {
+            dp_tensor_release(grads[i]);
+            grads[i] = NULL;
+        }
+    return st;
+}
+
+static dp_status walk(int nroots, dp_tensor *const *roots, dp_tensor *const *grads, int retain_graph)
+{
+    ag_node *small_roots[8] = { NULL }, **root_nodes = small_roots;
+    if (nroots > 8 && !(root_nodes = calloc((size_t)nroots, sizeof *root_nodes)))
+        return dp_fail(DP_ERR_MEMORY, "backward: out of memory");
+    for (int r = 0; r < nroots; r++) {
+        root_nodes[r] = roots[r]->grad_fn;
+        if (!roots[r]->requires_grad) {
+            if (root_nodes != small_roots)
+                free(root_nodes);
+            return dp_fail(DP_ERR_STATE, "backward: element %d of tensors does not require grad and does not "
+                           "have a grad_fn", r);
+        }
     }
     /* small graphs (a training step of a small model) need no allocation */
     ag_node *small_all[128], *small_heap[128];
-    ag_node **all = NULL;
-    int nall = 0;
-    if ((st = count_deps(root->grad_fn, &all, &nall, small_all, 128))) {
+    node_list all = { small_all, small_all, 0, 128 };
+    dp_status st = count_deps(nroots, root_nodes, !capturing, &all);
+    if (root_nodes != small_roots)
+        free(root_nodes);
+    if (!st && capturing)
+        plan_capture(all.v, all.n);
+    /* seed the roots; a root that is a leaf takes its gradient now */
+    for (int r = 0; r < nroots && !st; r++) {
+        dp_tensor *g;
+        if ((st = initial_grad(&g, roots[r], grads[r])))
+            break;
+        if (roots[r]->grad_fn)
+            st = accumulate_node(roots[r]->grad_fn, g);
+        else if (!(st = leaf_receive(roots[r], g)) && !capturing && roots[r]->ag_pending == 0)
+            st = leaf_done(roots[r]);
         dp_tensor_release(g);
-        return st;
     }
     bool was = grad_enabled;
     grad_enabled = false;
     node_heap ready = { small_heap, 0, 128 };
-    root->grad_fn->grad = g;
-    st = heap_push(&ready, root->grad_fn);
+    for (int i = 0; i < all.n && !st; i++)
+        if (all.v[i]->deps == 0 && (!capturing || all.v[i]->run || all.v[i]->capture))
+            st = heap_push(&ready, all.v[i]);
     while (!st && ready.n > 0)
         st = run_node(heap_pop(&ready), &ready, retain_graph);
     grad_enabled = was;
-    /* after an error, leave no engine state behind for the next backward
-     * (after success every count is back where it was: a leaf that an
-     * outer backward also waits for keeps its count) */
-    for (int i = 0; i < nall; i++) {
-        ag_node *m = all[i];
+    /* leave no engine state behind for the next backward (after a
+     * successful backward every count is back where it was: a leaf that
+     * an outer backward also waits for keeps its count) */
+    for (int i = 0; i < all.n; i++) {
+        ag_node *m = all.v[i];
         m->deps = 0;
         m->grad_masked = false;
+        m->in_walk = false;
+        m->run = false;
+        m->capture = 0;
         dp_tensor_release(m->grad);
         m->grad = NULL;
         for (int k = 0; k < m->ninputs && st; k++)
-            if (m->leaf[k])
+            if (m->leaf[k]) {
                 m->leaf[k]->ag_pending = 0;
+                dp_tensor_release(m->leaf[k]->ag_buffer);
+                m->leaf[k]->ag_buffer = NULL;
+            }
+    }
+    for (int r = 0; r < nroots && st; r++) {
+        dp_tensor_release(roots[r]->ag_buffer);
+        roots[r]->ag_buffer = NULL;
     }
     if (ready.v != small_heap)
         free(ready.v);
-    if (all != small_all)
-        free(all);
+    if (all.v != small_all)
+        free(all.v);
     return st;
 }

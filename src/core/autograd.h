@@ -51,10 +51,16 @@ struct ag_node {
     int mask_input;            /* the input offered its ReLU's mask (ag_offered_mask), or -1 */
     bool mask_taken;           /* the backward applied it (ag_took_mask) */
     bool grad_masked;          /* the gradient this node got is masked already */
+    bool in_walk;              /* listed by count_deps */
+    bool run;                  /* dp_grad: its backward leads to an input */
+    int capture;               /* dp_grad: 1 + the index of the input whose node this is, or 0 */
+    int64_t lua_hook;          /* id of the Lua hooks of the tensor whose node this is, or 0 */
 };
 
 bool ag_grad_enabled(void);
 void ag_node_release(ag_node *n);
+/* tensor.c: a tensor with Lua hooks is gone; its id is queued for Lua. */
+void ag_lua_hook_done(int64_t id);
 /* True when recording is on and some input requires grad. */
 bool ag_needs_record(int n, dp_tensor *const *inputs);
 /* Records a node on out (which then requires grad) when ag_needs_record;

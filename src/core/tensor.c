@@ -236,6 +236,9 @@ void dp_tensor_release(dp_tensor *t)
         dp_tensor_release(t->grad);
         dp_tensor_release(t->grad_slot);
         dp_clear_grad_hooks(t);
+        dp_tensor_release(t->ag_buffer);
+        if (t->lua_hook)
+            ag_lua_hook_done(t->lua_hook);
         storage_release(t->storage);
         handle_free(t);
     }

@@ -42,6 +42,8 @@ struct dp_tensor {
     dp_tensor *grad_slot;      /* where .grad lives when it is set: a view into a flat buffer */
     struct ag_hook *hooks;     /* grad-ready hooks of a leaf */
     int ag_pending;            /* gradients still to come in the running backward */
+    int64_t lua_hook;          /* id of the Lua hooks of a leaf (Tensor:register_hook), or 0 */
+    dp_tensor *ag_buffer;      /* a hooked leaf's gradient so far, in the running backward */
 };
 
 /* error.c */

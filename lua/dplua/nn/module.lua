@@ -121,21 +121,26 @@ local function new_instance_mt(cls)
     return cls[k]
   end
   mt.__newindex = function(self, k, v) return Module.__setattr(self, k, v) end
-  -- ipairs(container): its modules in order, numbered from 1 (dplua
-  -- makes ipairs honour __ipairs, see dplua/init.lua); a module that is
-  -- no list of modules says so rather than looping over nothing
+  -- ipairs(container): its modules (nn.ParameterList: its parameters) in
+  -- order, numbered from 1 (dplua makes ipairs honour __ipairs, see
+  -- dplua/init.lua); a module that is no list says so rather than looping
+  -- over nothing
   mt.__ipairs = function(self)
     if not cls.__iterable then
       raise(cls.__name .. " is not iterable: ipairs takes an nn.Sequential or nn.ModuleList "
             .. "(for a module's children, ipairs(m:children()))")
     end
-    local keys, map = self._modules.keys, self._modules.map
+    local od = cls.__iterable == "parameters" and self._parameters or self._modules
+    local keys, map = od.keys, od.map
     return function(_, i)
       i = i + 1
       if keys[i] ~= nil then return i, map[keys[i]] end
     end, self, 0
   end
-  mt.__call = function(self, ...) return self:forward(...) end
+  mt.__call = function(self, ...)
+    if rawget(self, "_hooks") == nil then return self:forward(...) end
+    return M._call_with_hooks(self, ...)
+  end
   mt.__tostring = function(self) return self:__repr() end
   return mt
 end
@@ -428,6 +433,173 @@ function Module:apply(fn)
   for _, m in ipairs(self:children()) do m:apply(fn) end
   fn(self)
   return self
+end
+
+---------------------------------------------------------------- hooks
+
+-- The hooks of a module, made on its first register_*hook and dropped
+-- when the last is removed (a module without hooks is called straight,
+-- see __call): lists in registration order, each of { fn = }.
+local function add_hook(self, which, fn)
+  local h = rawget(self, "_hooks")
+  if h == nil then
+    h = { pre = {}, forward = {}, backward = {} }
+    rawset(self, "_hooks", h)
+  end
+  return require("dplua.autograd")._handle(h[which], { fn = fn }, function()
+    if #h.pre + #h.forward + #h.backward == 0 and rawget(self, "_hooks") == h then rawset(self, "_hooks", nil) end
+  end)
+end
+
+local function check_hook(fn, what)
+  if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
+    raise(what .. ": expected a function, got " .. type(fn))
+  end
+end
+
+-- register_forward_pre_hook(fn): fn(module, args) runs before forward;
+-- args is the list of forward's arguments. fn may return a new argument
+-- list (a table) or a single new argument (anything else but nil).
+function Module:register_forward_pre_hook(fn)
+  check_hook(fn, "register_forward_pre_hook")
+  return add_hook(self, "pre", fn)
+end
+
+-- register_forward_hook(fn): fn(module, args, output) runs after forward;
+-- a value it returns (not nil) replaces the output.
+function Module:register_forward_hook(fn)
+  check_hook(fn, "register_forward_hook")
+  return add_hook(self, "forward", fn)
+end
+
+-- register_full_backward_hook(fn): fn(module, grad_input, grad_output)
+-- runs once the gradients with respect to the module's tensor arguments
+-- are computed: grad_input has one entry per tensor argument (nil for one
+-- that needs no gradient), grad_output one per tensor result. A list fn
+-- returns replaces grad_input. The module's tensor arguments and results
+-- pass through an identity autograd.Function ("BackwardHookFunction")
+-- that sees their gradients, as in PyTorch.
+function Module:register_full_backward_hook(fn)
+  check_hook(fn, "register_full_backward_hook")
+  return add_hook(self, "backward", fn)
+end
+
+local function pack(...) return { n = select("#", ...), ... } end
+
+-- The identity Functions around a module with backward hooks; state is
+-- one call's: { module =, hooks =, grad_output =, ninputs_needing_grad = }.
+local hook_in, hook_out
+
+local function call_backward_hooks(state, grad_input)
+  for _, h in ipairs({ unpack(state.hooks) }) do
+    local r = h.fn(state.module, grad_input, state.grad_output)
+    if r ~= nil then
+      if type(r) ~= "table" or is_tensor(r) then
+        raise("register_full_backward_hook: a hook returned " .. type(r) .. "; expected nil or a list of gradients "
+              .. "(one per tensor argument)")
+      end
+      grad_input = r
+    end
+  end
+  return grad_input
+end
+
+local function backward_hook_functions()
+  local Function = require("dplua.autograd").Function
+  hook_in = Function:extend("BackwardHookFunction")
+  function hook_in.forward(ctx, state, ...)
+    ctx.state = state
+    for i = 1, select("#", ...) do   -- an argument without grad stays so (its grad_input is nil)
+      if not ctx.needs_input_grad[i + 1] then ctx:mark_non_differentiable((select(i, ...))) end
+    end
+    return ...
+  end
+  function hook_in.backward(ctx, ...)
+    local state = ctx.state
+    local grad_input = pack(...)
+    local gi = call_backward_hooks(state, grad_input)
+    return nil, unpack(gi, 1, grad_input.n)
+  end
+  hook_out = Function:extend("BackwardHookFunction")
+  function hook_out.forward(ctx, state, ...)
+    ctx.state = state
+    return ...
+  end
+  function hook_out.backward(ctx, ...)
+    local state = ctx.state
+    state.grad_output = pack(...)
+    if state.ninputs_needing_grad == 0 then   -- no hook_in node will run: call the hooks here
+      call_backward_hooks(state, { n = state.ninputs })
+    end
+    return nil, ...
+  end
+end
+
+-- Runs the tensors among vals (a packed list) through fn.apply(state, ...)
+-- and puts its results back in their places.
+local function through(fn, state, vals)
+  local idx, ts = {}, {}
+  for i = 1, vals.n do
+    if is_tensor(vals[i]) then idx[#idx + 1] = i; ts[#ts + 1] = vals[i] end
+  end
+  if #ts == 0 then return vals, 0 end
+  local res = pack(fn.apply(state, unpack(ts)))
+  local out = { n = vals.n, unpack(vals, 1, vals.n) }
+  for j, i in ipairs(idx) do out[i] = res[j] end
+  return out, #ts
+end
+
+function M._call_with_hooks(self, ...)
+  local hooks = rawget(self, "_hooks")
+  local args = pack(...)
+  for _, h in ipairs({ unpack(hooks.pre) }) do
+    local r = h.fn(self, args)
+    if r ~= nil then
+      if type(r) == "table" and not is_tensor(r) and getmetatable(r) == nil then
+        args = { n = table.maxn(r), unpack(r, 1, table.maxn(r)) }
+        if r.n then args.n = r.n end
+      else
+        args = { n = 1, r }
+      end
+    end
+  end
+  local state
+  if #hooks.backward > 0 and torch.is_grad_enabled() then
+    if hook_in == nil then backward_hook_functions() end
+    state = { module = self, hooks = hooks.backward, grad_output = {} }
+    local need = 0
+    for i = 1, args.n do
+      if is_tensor(args[i]) and args[i].requires_grad then need = need + 1 end
+    end
+    state.ninputs_needing_grad = need
+    args, state.ninputs = through(hook_in, state, args)
+  end
+  -- forward's results: one value, or (several) a list as PyTorch's tuple
+  local results = pack(self:forward(unpack(args, 1, args.n)))
+  local output = results
+  if results.n == 1 then output = results[1] end
+  for _, h in ipairs({ unpack(hooks.forward) }) do
+    local r = h.fn(self, args, output)
+    if r ~= nil then output = r end
+  end
+  if results.n ~= 1 then
+    if type(output) ~= "table" or is_tensor(output) then
+      raise("register_forward_hook: forward returned " .. results.n .. " values; a hook must return a list of them")
+    end
+    results = { n = output.n or table.maxn(output), unpack(output, 1, output.n or table.maxn(output)) }
+  else
+    results = { n = 1, output }
+  end
+  if state ~= nil then
+    if results.n == 1 and type(output) == "table" and not is_tensor(output) and getmetatable(output) == nil then
+      local n = table.maxn(output)   -- a list of tensors as the one result
+      local r = through(hook_out, state, { n = n, unpack(output, 1, n) })
+      r.n = nil
+      return r
+    end
+    results = through(hook_out, state, results)
+  end
+  return unpack(results, 1, results.n)
 end
 
 ---------------------------------------------------------------- state dicts

@@ -10,31 +10,20 @@
 -- dropout draws the same mask) and the autocast state it ran under, and
 -- backpropagates the node's gradient through that recomputation: the
 -- parameters fn uses get their gradients there, the arguments' go on along
--- the graph. The engine calls this module's function for such nodes
--- (src/core/autograd.c, "nodes computed in Lua"): a graph without one runs
--- no Lua in its backward.
+-- the graph. The engine calls Lua for such nodes (src/core/autograd.c,
+-- "Lua inside backward", and dplua/autograd.lua, which keeps the entries):
+-- a graph without one runs no Lua in its backward.
 local ffi = require("ffi")
 local torch = require("dplua")
 local raise = torch._raise
 local is_tensor = torch.is_tensor
 local C = torch.C
+local A = require("dplua.autograd")
 
 local M = {}
 
 local function typename(x) return is_tensor(x) and "Tensor" or type(x) end
 local function call(fn, ...) return fn(...) end   -- (fn may be a module: no_grad takes functions)
-
--- id -> { fn =, args =, nargs =, seed =, offset =, autocast = }: one entry
--- per recorded node, dropped when the engine says its state is gone.
-local entries, next_id = {}, 0
-local done_ids = ffi.new("int64_t[64]")
-
-local function drop_done()
-  repeat
-    local k = C.dp_lua_nodes_done(done_ids, 64)
-    for i = 0, k - 1 do entries[tonumber(done_ids[i])] = nil end
-  until k < 64
-end
 
 local rng_box = ffi.new("uint64_t[2]")
 local function rng_state()
@@ -61,10 +50,13 @@ local function rerun(e, args)
   return torch.enable_grad(torch.autocast, "cpu", { enabled = a.enabled, dtype = a.dtype }, on_cpu)
 end
 
--- The node's backward: grads_in[i] for its i-th tensor argument.
-local function recompute(id, grad, grads_in)
-  local e = entries[tonumber(id)]
-  if e == nil then raise("checkpoint: the arguments of this checkpointed call were already freed") end
+-- The node's backward: grads_in[i] for its i-th tensor argument. e is the
+-- node's entry: { fn =, args =, nargs =, seed =, offset =, autocast = }.
+local function recompute(e, grad, _, grads_in)
+  if C.dp_grad_capturing() ~= 0 then
+    raise("checkpoint: torch.autograd.grad cannot go through a checkpointed call (its recomputation "
+          .. "accumulates into .grad); use backward()")
+  end
   local args, leaves = {}, {}
   for i = 1, e.nargs do
     local a = e.args[i]
@@ -98,17 +90,6 @@ local function recompute(id, grad, grads_in)
     end
   end
 end
-
-local callback = ffi.cast("dp_lua_backward", function(id, grad, n, grads_in, err, cap)
-  local ok, msg = pcall(recompute, id, grad, grads_in)
-  if ok then return 0 end
-  msg = tostring(msg)
-  local len = math.min(#msg, tonumber(cap) - 1)
-  ffi.copy(err, msg, len)
-  err[len] = 0
-  return 1
-end)
-C.dp_set_lua_backward(callback)
 
 -- A leaf that stands in for the parameters fn uses when no argument
 -- requires grad, so that the node is recorded and they get gradients.
@@ -147,8 +128,7 @@ function M.checkpoint(fn, ...)
   local opts, nargs = split_options("checkpoint", ...)
   local args = { ... }
   if not torch.is_grad_enabled() then return fn(unpack(args, 1, nargs)) end
-  drop_done()
-  local e = { fn = fn, args = args, nargs = nargs, autocast = autocast_state() }
+  local e = { run = recompute, fn = fn, args = args, nargs = nargs, autocast = autocast_state() }
   if opts.preserve_rng_state ~= false then e.seed, e.offset = rng_state() end
   local out = torch.no_grad(call, fn, unpack(args, 1, nargs))
   if not is_tensor(out) then
@@ -164,10 +144,13 @@ function M.checkpoint(fn, ...)
     end
   end
   if not any then args_buf[n], n = anchor.p, n + 1 end
-  next_id = next_id + 1
-  if C.dp_lua_node(outp, out.p, n, args_buf, next_id) ~= 0 then raise(ffi.string(C.dp_last_error())) end
+  local id = A._new_entry(e)
+  if C.dp_lua_node(outp, out.p, n, args_buf, id, "CheckpointFunctionBackward") ~= 0 then
+    A._drop_entry(id)
+    raise(ffi.string(C.dp_last_error()))
+  end
   local y = torch._wrap(outp[0])
-  if y.requires_grad then entries[next_id] = e end
+  if not y.requires_grad then A._drop_entry(id) end
   return y
 end
 
