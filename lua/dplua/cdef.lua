@@ -227,9 +227,13 @@ dp_status dp_adam_step_t(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, 
                                 dp_tensor *max_exp_avg_sq, dp_tensor *master, double lr, double beta1, double beta2,
                                 double eps, double weight_decay, int decoupled, dp_tensor *step);
 /* Moves params into one flat buffer (each param becomes a view of it) and
- * gives them grad slots in a flat gradient buffer; params that already
- * form such a group get their existing buffers back. */
+ * gives them grad slots in a flat gradient buffer; params that are already
+ * neighbours in such buffers get views of them instead. */
 dp_status dp_flatten_params(dp_tensor **flat_param, dp_tensor **flat_grad, int n, dp_tensor *const *params);
+/* How many of params, from the first, lie next to each other in one flat
+ * buffer with their grad slots (0: the first is in none); a group of such
+ * neighbours flattens to views of where it is. */
+int dp_flat_run_length(int n, dp_tensor *const *params);
 
 /* data files: an IDX file (MNIST's format), gzip-compressed or not, as a
  * tensor of its element type (uint8 -> uint8, int32 -> int32, float -> float32, double -> float64) */

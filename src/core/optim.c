@@ -289,31 +289,36 @@ dp_status dp_flat_runs(int n, dp_tensor *const *ts, dp_tensor **runs, int *nruns
 
 /* ---------------------------------------------------------------- flattening */
 
-/* The whole storage as a 1-D tensor. */
-static dp_status storage_view(dp_tensor **out, dp_tensor *like, dp_storage *s, int64_t numel)
+/* How many of params, from the first, are neighbours in one flat buffer:
+ * contiguous views of one storage, each starting where the one before
+ * ends, whose grad slots are views of one gradient storage at the same
+ * offsets. 0 when the first has no grad slot (it is in no flat buffer). */
+int dp_flat_run_length(int n, dp_tensor *const *ps)
+{
+    if (n <= 0)
+        return 0;
+    const dp_tensor *first = ps[0], *first_slot = first->grad_slot;
+    if (!first_slot || !tensor_is_contiguous(first) || first_slot->offset != first->offset)
+        return 0;
+    int64_t at = first->offset;
+    int k = 0;
+    for (; k < n; k++) {
+        const dp_tensor *p = ps[k], *slot = p->grad_slot;
+        if (p->storage != first->storage || p->offset != at || !tensor_is_contiguous(p) || !slot ||
+            slot->storage != first_slot->storage || slot->offset != at || p->dtype != first->dtype)
+            break;
+        at += dp_tensor_numel(p);
+    }
+    return k;
+}
+
+/* Elements [start, start + numel) of a storage as a 1-D tensor. */
+static dp_status storage_view(dp_tensor **out, dp_tensor *like, dp_storage *s, int64_t start, int64_t numel)
 {
     dp_tensor base = *like;
     base.storage = s;
     int64_t stride = 1;
-    return tensor_view_of(out, &base, 1, &numel, &stride, 0);
-}
-
-/* Already flat: params are consecutive contiguous views filling one
- * storage, and so are their grad slots. */
-static bool already_flat(int n, dp_tensor *const *ps, int64_t total)
-{
-    dp_storage *s = ps[0]->storage, *g = ps[0]->grad_slot ? ps[0]->grad_slot->storage : NULL;
-    int64_t at = 0;
-    if (!g || (int64_t)s->nbytes != total * (int64_t)dp_dtype_size(ps[0]->dtype))
-        return false;
-    for (int i = 0; i < n; i++) {
-        const dp_tensor *p = ps[i], *slot = p->grad_slot;
-        if (p->storage != s || p->offset != at || !tensor_is_contiguous(p) || !slot || slot->storage != g ||
-            slot->offset != at)
-            return false;
-        at += dp_tensor_numel(p);
-    }
-    return at == total;
+    return tensor_view_of(out, &base, 1, &numel, &stride, start);
 }
 
 /* Points param at [offset, offset + numel) of flat, keeping its shape. */
@@ -386,9 +391,10 @@ dp_status dp_flatten_params(dp_tensor **flat_param, dp_tensor **flat_grad, int n
                 return dp_fail(DP_ERR_ARG, "flatten_params: parameter %d appears twice in the group", i);
         total += dp_tensor_numel(p);
     }
-    if (already_flat(n, params, total)) {
-        dp_status st = storage_view(flat_param, params[0], params[0]->storage, total);
-        if (!st && (st = storage_view(flat_grad, params[0]->grad_slot, params[0]->grad_slot->storage, total)))
+    if (dp_flat_run_length(n, params) == n) {   /* flat already: views of where they are */
+        int64_t start = params[0]->offset;
+        dp_status st = storage_view(flat_param, params[0], params[0]->storage, start, total);
+        if (!st && (st = storage_view(flat_grad, params[0]->grad_slot, params[0]->grad_slot->storage, start, total)))
             dp_tensor_release(*flat_param);
         return st;
     }

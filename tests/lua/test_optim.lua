@@ -404,7 +404,7 @@ T.run("argument errors", function()
   T.raises(function() optim.Adam({ 5 }) end, "can only optimize Tensors", "a number as a parameter")
   local a, b = nn.Parameter(torch.ones(2)), nn.Parameter(torch.ones(3))
   local o1 = optim.SGD({ a, b }, { lr = 0.1 })
-  optim.SGD({ b }, { lr = 0.1 })       -- moves b into another flat buffer
+  optim.SGD({ b, nn.Parameter(torch.ones(1)) }, { lr = 0.1 })   -- moves b into another flat buffer
   local loss = a:sum() + b:sum()
   loss:backward()
   T.raises(function() o1:step() end, "no longer in this optimizer's flat buffer",
@@ -509,6 +509,42 @@ T.run("scheduler errors", function()
            "same optimizer", "schedulers of another optimizer")
   local fresh = sched_opt({ 0.1 })
   T.raises(function() S.StepLR(fresh, 2, 0.1, 5) end, "initial_lr", "resuming without initial_lr")
+end)
+
+T.run("param groups inside another flat buffer stay there", function()
+  -- A DDP flattens the model's parameters into one buffer; an optimizer
+  -- with weight-decay groups (weights, biases) over them must leave them
+  -- there, or the DDP's all-reduce would miss their gradients.
+  torch.manual_seed(0)
+  local model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+  local params = model:parameters()
+  local flat_param, flat_grad = torch._flatten_params(params)
+  local where = {}
+  for i, p in ipairs(params) do where[i] = p:data_ptr() end
+  local weights, biases = {}, {}
+  for _, p in ipairs(params) do
+    if p:dim() == 2 then weights[#weights + 1] = p else biases[#biases + 1] = p end
+  end
+  local before = {}
+  for i, p in ipairs(params) do before[i] = p:detach():clone() end
+  local opt = torch.optim.SGD({ { params = weights, weight_decay = 0.5 }, { params = biases } }, { lr = 0.1 })
+  local moved = false
+  for i, p in ipairs(params) do moved = moved or p:data_ptr() ~= where[i] end
+  T.ok(not moved, "the parameters stay in the first flat buffer")
+  local x = torch.randn(5, 3)
+  model(x):pow(2):sum():backward()
+  T.ok(flat_grad:abs():sum():item() > 0, "their gradients land in its flat gradient buffer")
+  local grads = {}
+  for i, p in ipairs(params) do grads[i] = p.grad:clone() end
+  opt:step()
+  local worst = 0
+  for i, p in ipairs(params) do
+    local wd = p:dim() == 2 and 0.5 or 0
+    local want = before[i] - (grads[i] + before[i] * wd) * 0.1
+    worst = math.max(worst, (p:detach() - want):abs():max():item())
+  end
+  T.ok(worst < 1e-6, "each group steps by its own options (max error " .. worst .. ")")
+  T.is(flat_param:data_ptr(), where[1], "the first buffer still holds the stepped values")
 end)
 
 T.done_testing()

@@ -99,17 +99,44 @@ function Optimizer.init(self, params, opts, defaults)
   return self
 end
 
+-- Splits a bucket whose parameters all lie in flat buffers already (a
+-- DDP's, or another optimizer's) into runs of neighbours there, which then
+-- stay where they are: moved into a buffer of this group's own, they would
+-- leave the DDP's, and its all-reduce would no longer see their gradients.
+-- A group that is one run (the usual case) stays one bucket; parameters
+-- of their own storages are flattened together as before.
+local run_buf = ffi.new("dp_tensor*[?]", 4096)
+local function split_in_place(b)
+  local n = #b.params
+  if n > 4096 then return { b } end
+  for j, p in ipairs(b.params) do run_buf[j - 1] = p.p end
+  local runs, i = {}, 0
+  while i < n do
+    local k = C.dp_flat_run_length(n - i, run_buf + i)
+    if k == 0 then return { b } end
+    local run = { params = {} }
+    for j = i + 1, i + k do run.params[#run.params + 1] = b.params[j] end
+    runs[#runs + 1] = run
+    i = i + k
+  end
+  return runs
+end
+
 -- A group's parameters in buckets of one dtype and device, each flattened.
 local function make_buckets(self, params)
-  local by_key, order = {}, {}
+  local by_key, keys = {}, {}
   for _, p in ipairs(params) do
     local key = tostring(p.dtype) .. "@" .. tostring(p.device)
     local b = by_key[key]
     if not b then
       b = { params = {} }
-      by_key[key], order[#order + 1] = b, b
+      by_key[key], keys[#keys + 1] = b, key
     end
     b.params[#b.params + 1] = p
+  end
+  local order = {}
+  for _, key in ipairs(keys) do
+    for _, run in ipairs(split_in_place(by_key[key])) do order[#order + 1] = run end
   end
   for _, b in ipairs(order) do
     b.flat_param, b.flat_grad = torch._flatten_params(b.params)
