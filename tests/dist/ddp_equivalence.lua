@@ -27,8 +27,18 @@ for s = 1, STEPS do
   ys[s] = torch.randint(0, 10, { BATCH }):to(device)
 end
 
+-- weight decay on the matrices only, as GPT trainers group them: the
+-- groups must leave the parameters in the DDP's flat buffer
+local function decay_groups(params)
+  local decay, rest = {}, {}
+  for _, p in ipairs(params) do
+    if p:dim() >= 2 then decay[#decay + 1] = p else rest[#rest + 1] = p end
+  end
+  return { { params = decay, weight_decay = 0.01 }, { params = rest, weight_decay = 0 } }
+end
+
 local ddp = nn.parallel.DistributedDataParallel(make_model())
-local opt = optim.SGD(ddp:parameters(), { lr = 0.05, momentum = 0.9 })
+local opt = optim.SGD(decay_groups(ddp:parameters()), { lr = 0.05, momentum = 0.9 })
 local crit = nn.CrossEntropyLoss()
 local per = math.floor(BATCH / world)
 for s = 1, STEPS do
@@ -41,7 +51,7 @@ end
 
 -- the same training in one process, on every rank (it is cheap)
 local ref = make_model()
-local ropt = optim.SGD(ref:parameters(), { lr = 0.05, momentum = 0.9 })
+local ropt = optim.SGD(decay_groups(ref:parameters()), { lr = 0.05, momentum = 0.9 })
 for s = 1, STEPS do
   ropt:zero_grad()
   crit(ref(xs[s]:narrow(0, 0, per * world)), ys[s]:narrow(0, 0, per * world)):backward()
