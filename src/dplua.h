@@ -350,6 +350,9 @@ typedef enum {
     DP_PY_NUM_KINDS
 } dp_pykind;
 typedef struct dp_torchfile dp_torchfile;
+/* 1 when path's first bytes are those of PyTorch's format (its zip
+ * archive, or its legacy pickle); 0 otherwise, or when it cannot be read. */
+DP_API int dp_torchfile_sniff(const char *path);
 DP_API dp_status dp_torchfile_open(dp_torchfile **out, const char *path);
 DP_API void dp_torchfile_close(dp_torchfile *f);   /* NULL is fine */
 DP_API int dp_torchfile_root(const dp_torchfile *f);

@@ -614,16 +614,6 @@ local function load_torch(path, device)
   return obj
 end
 
--- PyTorch's zip archive starts with a local header ("PK\3\4"; an empty one
--- with its end record), its legacy format with a pickle's PROTO opcode.
-local function is_torch_file(path)
-  local fh = io.open(path, "rb")
-  if not fh then return false end
-  local head = fh:read(4) or ""
-  fh:close()
-  return head == "PK\3\4" or head == "PK\5\6" or head:find("^\128[\2-\5]") ~= nil
-end
-
 -- torch.load(path [, map_location | {map_location = device}]): the saved
 -- object, in whichever format the file is. A safetensors file without
 -- dplua's metadata gives an ordered state dict name -> tensor, and its
@@ -636,11 +626,11 @@ function M.load(path, opts)
   elseif opts ~= nil then
     device = opts
   end
-  if device ~= nil and type(device) ~= "string" and type(device) ~= "number" and getmetatable(device) ~= device_mt then
+  if device ~= nil and type(device) ~= "string" and getmetatable(device) ~= device_mt then
     raise("torch.load: expected map_location to be a device (\"cpu\", \"cuda\", \"cuda:N\"), got " .. typename(device))
   end
   if device ~= nil then device = torch.device(device) end
-  if is_torch_file(path) then return load_torch(path, device) end
+  if C.dp_torchfile_sniff(path) ~= 0 then return load_torch(path, device) end
   return load_safetensors(path, device)
 end
 

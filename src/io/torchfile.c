@@ -123,6 +123,30 @@ static dp_status tf_check_byteorder(dp_torchfile *f)
                                    "little-endian ones");
 }
 
+/* A zip archive starts with a local header ("PK\3\4"; an empty one with
+ * its end record, "PK\5\6"); the legacy format with a pickle's PROTO. */
+static int tf_looks_like_torch(const unsigned char *head, ssize_t n)
+{
+    if (n >= 4 && (memcmp(head, "PK\3\4", 4) == 0 || memcmp(head, "PK\5\6", 4) == 0))
+        return 1;
+    return n >= 2 && head[0] == 0x80 && head[1] >= 2 && head[1] <= 5;
+}
+
+int dp_torchfile_sniff(const char *path)
+{
+    unsigned char head[4];
+    struct stat sb;
+    if (!path)
+        return 0;
+    /* O_NONBLOCK and a regular file only: a FIFO must not block the caller */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return 0;
+    ssize_t n = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? pread(fd, head, 4, 0) : 0;
+    close(fd);
+    return tf_looks_like_torch(head, n);
+}
+
 dp_status dp_torchfile_open(dp_torchfile **out, const char *path)
 {
     unsigned char head[4];

@@ -206,7 +206,7 @@ static dp_status zip_central_entry(zip_reader *z, const unsigned char **p, int64
 
 dp_status zip_open(zip_reader *z, int fd, int64_t size, const char *path)
 {
-    int64_t cd_off, cd_size, count;
+    int64_t cd_off = 0, cd_size = 0, count = 0;
     memset(z, 0, sizeof *z);
     z->fd = fd;
     z->path = path;
