@@ -269,22 +269,36 @@ static float half_to_float(uint16_t h)
     return x;
 }
 
-/* One element from the file's type (storage type index st) to dplua's. */
-static void convert(int st, const unsigned char *src, char *dst)
+/* How an element of the file's type becomes one of dplua's. */
+enum { CONV_COPY, CONV_HALF, CONV_SHORT, CONV_CHAR };
+
+static int conversion_of(int st)
 {
     const char *name = py_storage_types[st].name;
-    if (strcmp(name, "HalfStorage") == 0) {
-        uint16_t h;
+    if (strcmp(name, "HalfStorage") == 0) return CONV_HALF;
+    if (strcmp(name, "ShortStorage") == 0) return CONV_SHORT;
+    if (strcmp(name, "CharStorage") == 0) return CONV_CHAR;
+    return CONV_COPY;
+}
+
+static void convert(int conv, const unsigned char *src, char *dst, int esize)
+{
+    uint16_t h;
+    int16_t s;
+    switch (conv) {
+    case CONV_HALF:
         memcpy(&h, src, 2);
         *(float *)dst = half_to_float(h);
-    } else if (strcmp(name, "ShortStorage") == 0) {
-        int16_t s;
+        break;
+    case CONV_SHORT:
         memcpy(&s, src, 2);
         *(int32_t *)dst = s;
-    } else if (strcmp(name, "CharStorage") == 0) {
+        break;
+    case CONV_CHAR:
         *(int32_t *)dst = (int8_t)src[0];
-    } else {
-        memcpy(dst, src, (size_t)py_storage_types[st].elsize);
+        break;
+    default:
+        memcpy(dst, src, (size_t)esize);
     }
 }
 
@@ -293,12 +307,12 @@ static void convert(int st, const unsigned char *src, char *dst)
 static void gather(const py_view *v, int st, const unsigned char *buf, int64_t base, char *out, int out_size)
 {
     int64_t idx[DP_MAX_DIMS] = { 0 }, numel = shape_numel(v->ndim, v->size);
-    int esize = py_storage_types[st].elsize;
+    int esize = py_storage_types[st].elsize, conv = conversion_of(st);
     for (int64_t n = 0; n < numel; n++) {
         int64_t off = v->offset - base;
         for (int d = 0; d < v->ndim; d++)
             off += idx[d] * v->stride[d];
-        convert(st, buf + off * esize, out + n * out_size);
+        convert(conv, buf + off * esize, out + n * out_size, esize);
         for (int d = v->ndim - 1; d >= 0; d--) {
             if (++idx[d] < v->size[d])
                 break;
