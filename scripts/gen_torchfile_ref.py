@@ -37,7 +37,8 @@ The third form checks the files that test_torchfile.lua wrote into DIR
 with torch.save's format: torchfile_dplua_values.pt must hold exactly the
 values that the test put in (mirrored below), torchfile_dplua_mnist.pt
 must load strictly into Net and Adam, and Net must give the output that
-dplua computed (saved beside it). It exits 1 and says what differed
+dplua computed (saved beside it); torchfile_dplua_state_dict.pt, Net's
+state dict alone, must pass torch.load(weights_only=True). It exits 1 and says what differed
 otherwise. Everything is deterministic: running the script twice writes
 the same bytes.
 """
@@ -299,6 +300,9 @@ def check_dplua(d):
     if len(opt.state) != len(list(model.parameters())):
         fail("the optimizer holds state for %d parameters, expected %d" % (len(opt.state), len(list(model.parameters()))))
     opt.step()   # the loaded state must be usable
+    # a state dict alone passes PyTorch's safe loader (weights_only, default since 2.6)
+    sd = torch.load(os.path.join(d, "torchfile_dplua_state_dict.pt"), weights_only=True)
+    Net().load_state_dict(sd, strict=True)
     with torch.no_grad():
         y = Net().eval()
         y.load_state_dict(ck["model"])

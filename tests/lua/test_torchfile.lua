@@ -294,6 +294,7 @@ local function write_dplua_files(dir)
   local out = torch.no_grad(function() return net(mnist_input()) end)
   torch.save({ model = net:state_dict(), optimizer = opt:state_dict(), lr = 0.01, output = out },
              dir .. "/torchfile_dplua_mnist.pt")
+  torch.save(net:state_dict(), dir .. "/torchfile_dplua_state_dict.pt")
 end
 
 if arg and arg[1] == "--write-ref" then
