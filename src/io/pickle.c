@@ -11,11 +11,11 @@
  * classes, dtypes, torch.device and torch.Size. "Calling" one of them
  * (REDUCE) makes the value it stands for: a tensor node holds its storage
  * reference and view (offset, sizes, strides), checked against the
- * storage's length. Any other global is refused by its name. Opcodes of
- * protocols 0 to 5 that build plain values (None, booleans, integers up to
- * 64 bits, floats, str, bytes, tuples, lists, dicts) are understood; those
- * that make objects (NEWOBJ, INST, OBJ, sets, out-of-band buffers) are
- * refused. Every read is bounds-checked, the memo only grows by one, and
+ * storage's length. Any other global is refused by its name. The binary
+ * opcodes (protocols 1 to 5) that build plain values (None, booleans,
+ * integers up to 64 bits, floats, str, bytes, tuples, lists, dicts) are
+ * understood; protocol 0's text opcodes and those that make objects
+ * (NEWOBJ, INST, OBJ, sets, out-of-band buffers) are refused. Every read is bounds-checked, the memo only grows by one, and
  * pops never go below the current mark: a malformed pickle is an error
  * that names the byte where it went wrong.
  *
