@@ -395,6 +395,12 @@ static dp_status rebuild_tensor(unpickler *u, const py_value *args, int *out)
         return up_bad(u, "a tensor of size %s (offset %lld) reaches past the %lld elements of storage '%.100s'",
                       dp_shape_str(sb, sizeof sb, view.ndim, view.size), (long long)view.offset, (long long)s->i, s->s);
     }
+    /* More elements than the storage holds means a view that overlaps
+     * itself (an expand, stride 0): copied out it could be far larger than
+     * the file, so it is refused rather than allocated. */
+    if (numel > s->i)
+        return up_bad(u, "a tensor of %lld elements over the %lld of storage '%.100s' (an expanded view, stride 0): "
+                      "save it with .clone() or .contiguous()", (long long)numel, (long long)s->i, s->s);
     int v = new_value(u, DP_PY_TENSOR);
     py_view *pv = v < 0 ? NULL : malloc(sizeof *pv);
     if (!pv)

@@ -155,6 +155,8 @@ local MALFORMED = {
     { "storage '0'", "6 elements", "20 bytes" } },
   { "a view past its storage", checkpoint(tensor_pickle("0", 6, 2, { 2, 3 }, { 3, 1 }) .. ".", { ["0"] = floats }),
     { "reaches past", "6 elements" } },
+  { "an expanded view (stride 0)", checkpoint(tensor_pickle("0", 6, 0, { 200, 200 }, { 0, 0 }) .. ".", { ["0"] = floats }),
+    { "40000 elements", "expanded" } },
   { "a pickle without STOP", checkpoint("]"), { "without its STOP" } },
   { "an opcode on an empty stack", checkpoint("a."), { "APPENDS with no list" } },
   { "a value popped past its MARK", checkpoint("(0."), { "stack is empty" } },
