@@ -354,6 +354,52 @@ void dp_safetensors_close(dp_safetensors *f);   /* NULL is fine */
 dp_status dp_safetensors_save(const char *path, int n, const char *const *names, dp_tensor *const *tensors,
                                      int n_meta, const char *const *meta_keys, const char *const *meta_values);
 
+/* checkpoints: PyTorch's format (src/io/torchfile.c), the zip archive that
+ * torch.save writes since PyTorch 1.6. Opening reads the archive and
+ * unpickles its data.pkl into a tree of values without running anything
+ * (src/io/pickle.c): only the globals torch.save writes are known, any
+ * other is refused by name. Values are numbered nodes; a node's kind says
+ * which accessor reads it. Lists and tuples have len items; dicts have len
+ * pairs, items 2i (key) and 2i+1 (value). Strings stay valid while the file
+ * is open. Tensors are read when asked, into new contiguous CPU tensors. */
+typedef enum {
+    DP_PY_NONE = 0, DP_PY_BOOL, DP_PY_INT, DP_PY_FLOAT, DP_PY_STR, DP_PY_BYTES,
+    DP_PY_LIST, DP_PY_TUPLE, DP_PY_DICT, DP_PY_ODICT, DP_PY_TENSOR, DP_PY_DTYPE, DP_PY_DEVICE,
+    DP_PY_NUM_KINDS
+} dp_pykind;
+typedef struct dp_torchfile dp_torchfile;
+/* 1 when path's first bytes are those of PyTorch's format (its zip
+ * archive, or its legacy pickle); 0 otherwise, or when it cannot be read. */
+int dp_torchfile_sniff(const char *path);
+dp_status dp_torchfile_open(dp_torchfile **out, const char *path);
+void dp_torchfile_close(dp_torchfile *f);   /* NULL is fine */
+int dp_torchfile_root(const dp_torchfile *f);
+int dp_torchfile_kind(const dp_torchfile *f, int node);   /* a dp_pykind; -1 for a bad node */
+int64_t dp_torchfile_int(const dp_torchfile *f, int node);     /* an int or a bool */
+double dp_torchfile_float(const dp_torchfile *f, int node);
+/* str, bytes, a dtype's name ("float32"), a device ("cuda:0") */
+const char *dp_torchfile_str(const dp_torchfile *f, int node, size_t *len);
+int dp_torchfile_len(const dp_torchfile *f, int node);
+int dp_torchfile_item(const dp_torchfile *f, int node, int i);
+dp_status dp_torchfile_tensor(dp_tensor **out, const dp_torchfile *f, int node);
+/* The writer: values in pickle order (containers opened with begin(kind)
+ * and closed with end()), then saved atomically as PyTorch's zip format.
+ * A tensor given twice is stored once. */
+typedef struct dp_torchwriter dp_torchwriter;
+dp_status dp_torchwriter_new(dp_torchwriter **out);
+void dp_torchwriter_free(dp_torchwriter *w);   /* NULL is fine */
+dp_status dp_torchwriter_none(dp_torchwriter *w);
+dp_status dp_torchwriter_bool(dp_torchwriter *w, int v);
+dp_status dp_torchwriter_int(dp_torchwriter *w, int64_t v);
+dp_status dp_torchwriter_float(dp_torchwriter *w, double v);
+dp_status dp_torchwriter_str(dp_torchwriter *w, const char *s, size_t len);
+dp_status dp_torchwriter_dtype(dp_torchwriter *w, dp_dtype dtype);
+dp_status dp_torchwriter_device(dp_torchwriter *w, const char *type, int index);   /* index -1: none */
+dp_status dp_torchwriter_tensor(dp_torchwriter *w, dp_tensor *t);
+dp_status dp_torchwriter_begin(dp_torchwriter *w, dp_pykind kind);   /* LIST, TUPLE, DICT or ODICT */
+dp_status dp_torchwriter_end(dp_torchwriter *w);
+dp_status dp_torchwriter_save(dp_torchwriter *w, const char *path);
+
 /* ---- the program's surroundings: processes, clocks, the machine ----
  *
  * For the launcher, `dplua env` and the Lua library (the sweep driver,

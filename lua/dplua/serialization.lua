@@ -1,5 +1,6 @@
 -- dplua.serialization: torch.save / torch.load of checkpoints in the
--- safetensors format, and torch.get_rng_state / torch.set_rng_state.
+-- safetensors format or in PyTorch's own (the zip archive of torch.save),
+-- and torch.get_rng_state / torch.set_rng_state.
 --
 --   torch.save({model = model:state_dict(), optimizer = opt:state_dict(),
 --               scheduler = sched:state_dict(), rng = torch.get_rng_state(),
@@ -20,6 +21,12 @@
 -- Writes are atomic (C: a temporary file, fsync, rename, fsync of the
 -- directory). A file without the "dplua" key (e.g. written by PyTorch)
 -- loads as an ordered state dict name -> tensor, in the file's order.
+--
+-- PyTorch's format (torch.save(obj, "x.pt"), or {format = "torch"}) is
+-- written and read by src/io/torchfile.c; the object goes through the C
+-- pickler and comes back from its restricted unpickler as a tree of
+-- values that is rebuilt here. torch.load tells the formats apart by the
+-- file's first bytes, never by its name.
 local ffi = require("ffi")
 local torch = require("dplua")
 local json = require("dplua.json")
@@ -132,6 +139,26 @@ end
 local dtype_mt = torch.dtype_mt
 local device_mt = getmetatable(torch.device("cpu"))
 
+-- A module, an optimizer, a scheduler: PyTorch pickles objects, a
+-- checkpoint here holds data.
+local function refuse_object(v, path)
+  if getmetatable(v) == nil then return end
+  local ok, sd = pcall(function() return v.state_dict end)
+  if ok and type(sd) == "function" then
+    local okn, name = pcall(function()
+      if type(v._get_name) == "function" then return v:_get_name() end
+      return v.__name
+    end)
+    raise(("torch.save: cannot save the %s at %s itself: save its :state_dict()"):format(
+      okn and type(name) == "string" and name or "object", where(path)))
+  end
+end
+
+local function cannot_save(v, path)
+  raise(("torch.save: cannot save a %s (at %s): a checkpoint holds tensors, numbers, strings, "
+         .. "booleans and tables of them"):format(type(v), where(path)))
+end
+
 -- Turns obj into a JSON-able skeleton, collecting its tensors.
 local function encoder()
   local names, tensors, key_of, used = {}, {}, {}, {}
@@ -171,19 +198,7 @@ local function encoder()
     if visiting[v] then raise("torch.save: the object contains itself (a cycle) at " .. where(path)) end
     if getmetatable(v) == dtype_mt then return { __dtype__ = v.name } end
     if getmetatable(v) == device_mt then return { __device__ = tostring(v) } end
-    if getmetatable(v) ~= nil then
-      -- a module, an optimizer, a scheduler: PyTorch pickles objects, a
-      -- checkpoint here holds data
-      local ok, sd = pcall(function() return v.state_dict end)
-      if ok and type(sd) == "function" then
-        local okn, name = pcall(function()
-          if type(v._get_name) == "function" then return v:_get_name() end
-          return v.__name
-        end)
-        raise(("torch.save: cannot save the %s at %s itself: save its :state_dict()"):format(
-          okn and type(name) == "string" and name or "object", where(path)))
-      end
-    end
+    refuse_object(v, path)
     visiting[v] = true
     local out
     local okeys = ordered_keys(v)
@@ -237,8 +252,7 @@ local function encoder()
     elseif tv == "cdata" and ffi.istype("uint64_t", v) then
       return { __uint64__ = tostring(v):gsub("ULL$", "") }
     end
-    raise(("torch.save: cannot save a %s (at %s): a checkpoint holds tensors, numbers, strings, "
-           .. "booleans and tables of them"):format(tv, where(path)))
+    cannot_save(v, path)
   end
 
   return enc, names, tensors
@@ -251,11 +265,9 @@ local function check_path(fn, path)
   if path == "" then raise(fn .. ": expected a file path, got an empty string") end
 end
 
--- torch.save(obj, path): obj a tensor, or a table of tensors and plain
--- values (nested), written atomically to path.
-function M.save(obj, path)
-  check_path("torch.save", path)
-  if obj == nil then raise("torch.save: expected an object to save, got nil") end
+-- The safetensors form: the tensors under their dotted paths, the rest
+-- as JSON in the metadata.
+local function save_safetensors(obj, path)
   local enc, names, tensors = encoder()
   local skeleton = json.encode(enc(obj, ""))
   local n = #names
@@ -271,6 +283,116 @@ function M.save(obj, path)
   local cv = ffi.new("const char *[4]", mvals)
   check(C.dp_safetensors_save(path, n, cnames, cts, 4, ck, cv))
   -- names, tensors, mkeys and mvals stay referenced until here
+end
+
+local INT_LIMIT = 2 ^ 53     -- integral numbers below it are Python ints
+local INT64_MAX = 0x7fffffffffffffffULL
+
+-- PyTorch's form: obj pickled as torch.save pickles the same Python value
+-- (a Lua list is a list, a Module:state_dict() an OrderedDict, any other
+-- table a dict; integral numbers are ints, others floats).
+local function save_torch(obj, path)
+  local wp = ffi.new("dp_torchwriter *[1]")
+  check(C.dp_torchwriter_new(wp))
+  local w = ffi.gc(wp[0], C.dp_torchwriter_free)
+  local visiting = {}
+  local put
+
+  local function child(p, k) return p == "" and key_text(k) or (p .. "." .. key_text(k)) end
+
+  local function put_key(k, p)
+    if type(k) == "string" then return put(k, p) end
+    if type(k) == "number" and k == k then return put(k, p) end
+    raise(("torch.save: a table at %s has a key of type %s; keys must be strings or numbers"):format(where(p), type(k)))
+  end
+
+  local function put_table(v, p)
+    if visiting[v] then raise("torch.save: the object contains itself (a cycle) at " .. where(p)) end
+    if getmetatable(v) == dtype_mt then return check(C.dp_torchwriter_dtype(w, v.id)) end
+    if getmetatable(v) == device_mt then return check(C.dp_torchwriter_device(w, v.type, v.index or -1)) end
+    refuse_object(v, p)
+    visiting[v] = true
+    local okeys = ordered_keys(v)
+    if okeys then
+      check(C.dp_torchwriter_begin(w, C.DP_PY_ODICT))
+      for _, k in ipairs(okeys) do put(k, p); put(v[k], child(p, k)) end
+    elseif is_list(v) then
+      check(C.dp_torchwriter_begin(w, C.DP_PY_LIST))
+      for i = 1, #v do put(v[i], child(p, i)) end
+    else
+      local keys = {}
+      for k in pairs(v) do keys[#keys + 1] = k end
+      for _, k in ipairs(keys) do
+        if type(k) ~= "string" and not (type(k) == "number" and k == k) then put_key(k, p) end
+      end
+      table.sort(keys, key_less)
+      check(C.dp_torchwriter_begin(w, C.DP_PY_DICT))
+      for _, k in ipairs(keys) do put_key(k, p); put(v[k], child(p, k)) end
+    end
+    check(C.dp_torchwriter_end(w))
+    visiting[v] = nil
+  end
+
+  put = function(v, p)
+    local tv = type(v)
+    if is_tensor(v) then
+      check(C.dp_torchwriter_tensor(w, v.p))
+    elseif tv == "number" then
+      if v % 1 == 0 and math.abs(v) < INT_LIMIT and (v ~= 0 or 1 / v > 0) then
+        check(C.dp_torchwriter_int(w, v))
+      else
+        check(C.dp_torchwriter_float(w, v))
+      end
+    elseif tv == "boolean" then
+      check(C.dp_torchwriter_bool(w, v and 1 or 0))
+    elseif tv == "string" then
+      if not utf8_valid(v) then
+        raise(("torch.save: the string at %s is not valid UTF-8, which a Python str must be; "
+               .. "save it in the safetensors format"):format(where(p)))
+      end
+      check(C.dp_torchwriter_str(w, v, #v))
+    elseif tv == "table" then
+      put_table(v, p)
+    elseif tv == "cdata" and ffi.istype("int64_t", v) then
+      check(C.dp_torchwriter_int(w, v))
+    elseif tv == "cdata" and ffi.istype("uint64_t", v) then
+      if v > INT64_MAX then raise(("torch.save: the uint64 at %s is over 2^63-1"):format(where(p))) end
+      check(C.dp_torchwriter_int(w, v))
+    else
+      cannot_save(v, p)
+    end
+  end
+
+  put(obj, "")
+  check(C.dp_torchwriter_save(w, path))
+end
+
+local FORMATS = { safetensors = save_safetensors, torch = save_torch }
+
+-- The format a path's name asks for: PyTorch's for .pt and .pth (what
+-- PyTorch users load with torch.load), safetensors for anything else.
+local function default_format(path)
+  local ext = path:match("%.([%w]+)$")
+  ext = ext and ext:lower()
+  if ext == "pt" or ext == "pth" then return "torch" end
+  return "safetensors"
+end
+
+-- torch.save(obj, path [, {format = "torch" | "safetensors"}]): obj a
+-- tensor, or a table of tensors and plain values (nested), written
+-- atomically to path.
+function M.save(obj, path, opts)
+  check_path("torch.save", path)
+  if obj == nil then raise("torch.save: expected an object to save, got nil") end
+  if opts ~= nil and type(opts) ~= "table" then
+    raise("torch.save: expected options as a table ({format = \"torch\"}), got " .. typename(opts))
+  end
+  local format = opts and opts.format or default_format(path)
+  local save = FORMATS[format]
+  if not save then
+    raise(("torch.save: unknown format %s (expected \"torch\" or \"safetensors\")"):format(tostring(format)))
+  end
+  save(obj, path)
   return nil
 end
 
@@ -373,16 +495,9 @@ local function decoder(path, by_name)
   return dec
 end
 
--- torch.load(path [, {map_location=device}]): the saved object. A file
--- without dplua's metadata gives an ordered state dict name -> tensor.
--- The second result is the file's __metadata__ (string -> string).
-function M.load(path, opts)
-  check_path("torch.load", path)
-  if opts ~= nil and type(opts) ~= "table" then
-    raise("torch.load: expected options as a table ({map_location=...}), got " .. typename(opts))
-  end
+-- A safetensors file: the object, and the file's __metadata__.
+local function load_safetensors(path, device)
   local names, by_name, meta = read_file(path)
-  local device = opts and opts.map_location
   if device ~= nil then
     for _, name in ipairs(names) do by_name[name] = by_name[name]:to(device) end
   end
@@ -401,6 +516,122 @@ function M.load(path, opts)
     raise(("torch.load: '%s': the \"dplua\" metadata is malformed: %s"):format(path, tostring(obj)))
   end
   return obj, meta
+end
+
+local MAX_DEPTH = 1000
+local K = {}
+for _, name in ipairs({ "NONE", "BOOL", "INT", "FLOAT", "STR", "BYTES", "LIST", "TUPLE", "DICT", "ODICT",
+                        "TENSOR", "DTYPE", "DEVICE" }) do
+  K[tonumber(C["DP_PY_" .. name])] = name
+end
+
+-- Python's values as Lua's: None is nil, lists and tuples are lists,
+-- dicts with string keys ordered dicts (their order kept), other dicts
+-- tables; ints beyond 2^53 stay int64 cdata so that none is rounded.
+local function rebuild(f, path, device)
+  local memo, depth = {}, 0
+  local value
+  local function bad(what) raise(("torch.load: '%s': %s"):format(path, what)) end
+
+  local function scalar(n, kind)
+    if kind == "BOOL" then return C.dp_torchfile_int(f, n) ~= 0 end
+    if kind == "INT" then
+      local i = C.dp_torchfile_int(f, n)
+      if i >= -INT_LIMIT and i <= INT_LIMIT then return tonumber(i) end
+      return i
+    end
+    if kind == "FLOAT" then return C.dp_torchfile_float(f, n) end
+    local len = ffi.new("size_t[1]")
+    local s = ffi.string(C.dp_torchfile_str(f, n, len), len[0])
+    if kind == "DTYPE" then
+      local d = rawget(torch, s)
+      if getmetatable(d) ~= dtype_mt then bad(("it holds the dtype torch.%s, which dplua lacks"):format(s)) end
+      return d
+    end
+    if kind == "DEVICE" then return torch.device(s) end
+    return s
+  end
+
+  local function dict(n, kind)
+    local len, all_str = C.dp_torchfile_len(f, n), true
+    for i = 0, len - 1 do
+      local kk = K[C.dp_torchfile_kind(f, C.dp_torchfile_item(f, n, 2 * i))]
+      if kk ~= "STR" then all_str = false end
+      if kk ~= "STR" and kk ~= "INT" and kk ~= "FLOAT" and kk ~= "BOOL" and kk ~= "BYTES" then
+        bad(("it holds a dict whose key is a %s; keys must be strings or numbers"):format((kk or "?"):lower()))
+      end
+    end
+    local t = all_str and (len > 0 or kind == "ODICT") and new_ordered() or {}
+    memo[n] = t
+    for i = 0, len - 1 do
+      local k = value(C.dp_torchfile_item(f, n, 2 * i))
+      if k ~= k then bad("it holds a dict whose key is NaN") end
+      t[k] = value(C.dp_torchfile_item(f, n, 2 * i + 1))
+    end
+    return t
+  end
+
+  value = function(n)
+    local kind = K[C.dp_torchfile_kind(f, n)]
+    if kind == nil then bad("the pickle holds a value that torch.load does not know") end
+    if kind == "NONE" then return nil end
+    if memo[n] ~= nil then return memo[n] end
+    if kind == "TENSOR" then
+      local out = ffi.new("dp_tensor *[1]")
+      local st = C.dp_torchfile_tensor(out, f, n)
+      if st ~= 0 then raise("torch.load: " .. ffi.string(C.dp_last_error())) end
+      local t = torch._wrap(out[0])
+      if device ~= nil then t = t:to(device) end
+      memo[n] = t
+      return t
+    end
+    if kind ~= "LIST" and kind ~= "TUPLE" and kind ~= "DICT" and kind ~= "ODICT" then return scalar(n, kind) end
+    depth = depth + 1
+    if depth > MAX_DEPTH then bad(("it nests containers more than %d deep"):format(MAX_DEPTH)) end
+    local t
+    if kind == "DICT" or kind == "ODICT" then
+      t = dict(n, kind)
+    else
+      t = {}
+      memo[n] = t
+      for i = 0, C.dp_torchfile_len(f, n) - 1 do t[i + 1] = value(C.dp_torchfile_item(f, n, i)) end
+    end
+    depth = depth - 1
+    return t
+  end
+
+  return value(C.dp_torchfile_root(f))
+end
+
+local function load_torch(path, device)
+  local pp = ffi.new("dp_torchfile *[1]")
+  if C.dp_torchfile_open(pp, path) ~= 0 then raise("torch.load: " .. ffi.string(C.dp_last_error())) end
+  local f = ffi.gc(pp[0], C.dp_torchfile_close)
+  local ok, obj = pcall(rebuild, f, path, device)
+  ffi.gc(f, nil)
+  C.dp_torchfile_close(f)
+  if not ok then error(obj, 0) end
+  return obj
+end
+
+-- torch.load(path [, map_location | {map_location = device}]): the saved
+-- object, in whichever format the file is. A safetensors file without
+-- dplua's metadata gives an ordered state dict name -> tensor, and its
+-- __metadata__ (string -> string) as a second result.
+function M.load(path, opts)
+  check_path("torch.load", path)
+  local device
+  if type(opts) == "table" and getmetatable(opts) ~= device_mt then
+    device = opts.map_location
+  elseif opts ~= nil then
+    device = opts
+  end
+  if device ~= nil and type(device) ~= "string" and getmetatable(device) ~= device_mt then
+    raise("torch.load: expected map_location to be a device (\"cpu\", \"cuda\", \"cuda:N\"), got " .. typename(device))
+  end
+  if device ~= nil then device = torch.device(device) end
+  if C.dp_torchfile_sniff(path) ~= 0 then return load_torch(path, device) end
+  return load_safetensors(path, device)
 end
 
 ---------------------------------------------------------------- RNG state

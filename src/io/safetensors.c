@@ -25,12 +25,13 @@
  * would kill the process with SIGBUS instead of failing the read).
  *
  * The writer writes `path.tmp.<pid>`, fsyncs it, renames it over `path`
- * and fsyncs the directory: a reader (or a crash) sees the old file or
- * the new one, never a part of either.
+ * and fsyncs the directory (atomic.c): a reader (or a crash) sees the old
+ * file or the new one, never a part of either.
  *
  * Every failure is a dp_fail that names the file and the problem.
  */
 #include "core/tensor.h"
+#include "io/atomic.h"
 #include "io/json.h"
 
 #include <errno.h>
@@ -684,32 +685,6 @@ static dp_status st_write_tensor(int fd, dp_tensor *t, const char *tmp)
     return st;
 }
 
-/* fsyncs the directory that holds path, so that the rename is durable.
- * Filesystems that cannot sync a directory (EINVAL) are let be. */
-static dp_status st_sync_dir(const char *path)
-{
-    char *dir = strdup(path);
-    if (!dir)
-        return dp_fail(DP_ERR_MEMORY, "safetensors: saving '%s': out of memory", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        strcpy(dir, ".");
-    else if (slash == dir)
-        dir[1] = 0;
-    else
-        *slash = 0;
-    dp_status st = DP_OK;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS && errno != ENOTSUP)
-            st = dp_fail(DP_ERR_IO, "safetensors: saving '%s': fsync of the directory '%s' failed: %s",
-                         path, dir, strerror(errno));
-        close(fd);
-    }
-    free(dir);
-    return st;
-}
-
 static dp_status st_write_file(int fd, const char *tmp, const sbuf *h, int n, dp_tensor *const *tensors)
 {
     unsigned char lenbuf[8];
@@ -721,8 +696,6 @@ static dp_status st_write_file(int fd, const char *tmp, const sbuf *h, int n, dp
         st = write_full(fd, h->p, h->len, tmp);
     for (int i = 0; i < n && !st; i++)
         st = st_write_tensor(fd, tensors[i], tmp);
-    if (!st && fsync(fd) != 0)
-        st = dp_fail(DP_ERR_IO, "safetensors: fsync of '%s' failed: %s", tmp, strerror(errno));
     return st;
 }
 
@@ -749,27 +722,10 @@ dp_status dp_safetensors_save(const char *path, int n, const char *const *names,
         free(h.p);
         return st;
     }
-    char *tmp = malloc(strlen(path) + 32);
-    if (!tmp) {
-        free(h.p);
-        return dp_fail(DP_ERR_MEMORY, "safetensors: saving '%s': out of memory", path);
-    }
-    sprintf(tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        st = dp_fail(DP_ERR_IO, "safetensors: cannot create '%s': %s", tmp, strerror(errno));
-    } else {
-        st = st_write_file(fd, tmp, &h, n, tensors);
-        if (close(fd) != 0 && !st)
-            st = dp_fail(DP_ERR_IO, "safetensors: closing '%s' failed: %s", tmp, strerror(errno));
-        if (!st && rename(tmp, path) != 0)
-            st = dp_fail(DP_ERR_IO, "safetensors: cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-        if (st)
-            unlink(tmp);
-        else
-            st = st_sync_dir(path);
-    }
-    free(tmp);
+    char *tmp;
+    int fd;
+    if (!(st = atomic_create("safetensors", path, &tmp, &fd)))
+        st = atomic_finish("safetensors", path, tmp, fd, st_write_file(fd, tmp, &h, n, tensors));
     free(h.p);
     return st;
 }
