@@ -180,6 +180,9 @@ static dp_status storage_new(dp_storage **out, size_t nbytes, int device)
     s->nbytes = nbytes;
     s->capacity = capacity;
     s->data = (char *)s + 64;
+    s->pool = NULL;
+    s->pinned = false;
+    s->copy_event = NULL;
     count_new_storage(DP_CPU, nbytes);
     *out = s;
     return DP_OK;

@@ -22,7 +22,7 @@ T.run("pin_memory copies into page-locked memory", function()
 end)
 
 T.run("non-blocking copies deliver what was sent", function()
-  local p = torch.empty(1 << 20):pin_memory()
+  local p = torch.empty(2 ^ 20):pin_memory()
   local outs = {}
   for i = 1, 8 do
     p:fill_(i)
@@ -46,7 +46,7 @@ end)
 T.run("a pinned tensor freed while its copy runs stays valid for the copy", function()
   local outs = {}
   for i = 1, 20 do
-    outs[i] = torch.full({ 1 << 18 }, i):pin_memory():to(dev, { non_blocking = true })
+    outs[i] = torch.full({ 2 ^ 18 }, i):pin_memory():to(dev, { non_blocking = true })
     collectgarbage()
   end
   local ok = true
