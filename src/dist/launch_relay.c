@@ -608,7 +608,8 @@ void relay_serve(struct launch *L)
         }
         if (pf[0].revents)
             launch_handle_signals(L);
-        for (int i = 0; i < L->nproc; i++) {
+        for (int k = 0; k < L->nproc; k++) {   /* the rank that failed first: node 0 reports it */
+            int i = L->failed >= 0 ? (L->failed + k) % L->nproc : k;
             struct rank *r = &L->ranks[i];
             if (!r->running && !r->exit_told) {
                 if (r->out.fd >= 0)   /* its last lines, before its exit */
@@ -618,8 +619,9 @@ void relay_serve(struct launch *L)
                 link_send_num(&R->head, F_EXIT, i, (long)r->status);
                 r->exit_told = 1;
             }
-            told += r->exit_told;
         }
+        for (int i = 0; i < L->nproc; i++)
+            told += L->ranks[i].exit_told;
         if (told == L->nproc || (L->kill_at > 0 && dp_clock_monotonic() >= L->kill_at))
             break;   /* launch_watch stops what is left */
     }
@@ -690,7 +692,7 @@ static int open_other(struct launch *L)
 {
     struct relay *R = L->relay;
     double until = dp_clock_monotonic() + R->timeout;
-    char token[TOKEN_MAX + 1], why[4800] = "", reply[512] = "";
+    char token[TOKEN_MAX + 1], why[4800], reply[512] = "";
     int from_file = L->token[0] == '\0', have = 0;
     for (;;) {
         double left = until - dp_clock_monotonic();
@@ -712,10 +714,11 @@ static int open_other(struct launch *L)
             return -1;
     }
     if (!have)
-        fprintf(stderr, PROG ": no job token for the REPL of node 0 within %g s: %s (node 0's launcher writes it when "
-                        "it starts; without a home folder shared by the nodes, set DPLUA_JOB_TOKEN to the same "
-                        "secret for every node's launcher)\n",
-                R->timeout, why);
+        fprintf(stderr, PROG ": no job token from node 0's launcher within %g s: it leaves one in this user's "
+                        "$XDG_CACHE_HOME/dplua or ~/.cache/dplua when it starts; is it started (with -i, the same "
+                        "--nnodes, --master_addr and --master_port), and is the home folder shared by the nodes? "
+                        "If not, set DPLUA_JOB_TOKEN to the same secret for every node's launcher\n",
+                R->timeout);
     else
         fprintf(stderr, PROG ": node 0's launcher did not answer at %s, port %d, within %g s%s%s: start it with -i, "
                         "the same --nnodes, --master_addr and --master_port (the REPL's port is --master_port + 1, "
