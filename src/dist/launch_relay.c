@@ -41,6 +41,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -58,6 +59,8 @@
 #define SEND_WAIT 30.0            /* s: a peer that takes nothing for this long is gone */
 #define DEFAULT_TIMEOUT 300.0     /* s: as the rendezvous (DPLUA_DIST_TIMEOUT) */
 #define RETRY_PAUSE_MS 200
+#define KEEPALIVE_IDLE 10         /* s of silence before the kernel probes a link; */
+#define KEEPALIVE_PROBES 3        /* unanswered probes, 5 s apart, break it */
 
 /* node 0 -> another node */
 #define F_REQUEST 'Q'             /* bytes for the rank's REPL socket */
@@ -173,6 +176,18 @@ static int link_pump(struct launch *L, struct link *c, frame_fn fn, void *arg)
         memmove(c->in, c->in + at, c->n - at);
         c->n -= at;
     }
+}
+
+/* A node that vanishes without closing its link (a machine that stops)
+ * breaks it within about KEEPALIVE_IDLE + 3 * 5 s, even while nothing is
+ * sent. */
+static void keep_alive(int fd)
+{
+    int on = 1, idle = KEEPALIVE_IDLE, interval = 5, probes = KEEPALIVE_PROBES;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
 }
 
 static double timeout_s(void)
@@ -309,8 +324,10 @@ static void take_hello(struct launch *L, int fd)
         refuse(fd, why);
     else if (store_send_all(fd, "ok\n", 3, dp_clock_monotonic() + HELLO_WAIT) != 0)
         close(fd);
-    else
+    else {
+        keep_alive(fd);
         R->nodes[node].c.fd = fd;
+    }
 }
 
 static int missing_nodes(const struct launch *L, char *list, size_t size)
@@ -666,8 +683,10 @@ static int hello(struct launch *L, const char *token, double left, char *reply, 
         store_send_all(fd, line, (size_t)n, dp_clock_monotonic() + HELLO_WAIT) == 0 &&
         read_hello(fd, reply, size) == 0) {
         st = strcmp(reply, "ok") == 0 ? 0 : 1;
-        if (st == 0)
+        if (st == 0) {
+            keep_alive(fd);
             R->head.fd = fd;
+        }
     }
     if (st != 0 && fd >= 0)
         close(fd);
