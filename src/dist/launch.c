@@ -47,7 +47,6 @@
 #define EXIT_USAGE 2
 #define GO_ON (-1)              /* parse: no exit status yet */
 #define TAIL_LINE_MAX 1000
-#define TERM_GRACE 3.0          /* a rank failed: SIGTERM, then SIGKILL after this */
 #define SIGNAL_GRACE 30.0       /* the launcher was signalled: the same, as torchrun */
 #define DRAIN_GRACE 1.0         /* output still open after every rank exited */
 #define DEFAULT_MULTINODE_PORT 29500
@@ -57,7 +56,7 @@
 /* ======================================================================== */
 
 enum { F_NPROC, F_NNODES, F_NODE_RANK, F_ADDR, F_PORT, F_STANDALONE, F_TEE, F_PREFIX,
-       F_MAX_RESTARTS, F_RDZV_BACKEND, F_RDZV_ENDPOINT, F_RDZV_ID };
+       F_MAX_RESTARTS, F_RDZV_BACKEND, F_RDZV_ENDPOINT, F_RDZV_ID, F_REPL_PORT };
 
 enum { NO_VALUE, VALUE, OPTIONAL_DIGIT };
 
@@ -77,6 +76,7 @@ static const struct flag {
     [F_RDZV_BACKEND] = { "rdzv_backend", VALUE },
     [F_RDZV_ENDPOINT] = { "rdzv_endpoint", VALUE },
     [F_RDZV_ID] = { "rdzv_id", VALUE },
+    [F_REPL_PORT] = { "repl_port", VALUE },
 };
 #define NFLAGS ((int)(sizeof flags / sizeof flags[0]))
 
@@ -100,11 +100,14 @@ static const char usage_text[] =
     "  --prefix-output, --tee   prefix each line of output with \"[RANK]: \"\n"
     "  --max_restarts=N     when a rank fails, stop every rank and start them all\n"
     "                       again, up to N times (default 0; one node)\n"
+    "  --repl_port=PORT     with -i on several nodes: where node 0's launcher\n"
+    "                       listens for the others' (default: --master_port + 1)\n"
     "\n"
     "The first argument that is not a launcher flag (or the one after --)\n"
     "starts what each rank runs: a script and its arguments, or dplua options\n"
     "such as -e CODE. With -i among those options (" PROG " --nproc_per_node=N -i\n"
-    "[script]) the launcher is a REPL whose lines run on every rank.\n"
+    "[script]) the launcher is a REPL whose lines run on every rank; on several\n"
+    "nodes node 0's launcher has the prompt and the others relay their ranks.\n"
     "\n"
     "exit status: 0 when every rank exits 0, else the status of the first rank\n"
     "that failed (128+N for signal N); 128+N when the launcher got signal N;\n"
@@ -273,6 +276,12 @@ static int apply(struct launch *L, int f, const char *v)
         return GO_ON;
     case F_RDZV_ENDPOINT:
         return set_endpoint(L, v);
+    case F_REPL_PORT:
+        if ((n = parse_num(v, 1, 65535)) < 0)
+            return usage("--repl_port: expected a port from 1 to 65535; got '%s'%s", v, "");
+        L->repl_port = (int)n;
+        L->repl_port_set = 1;
+        return GO_ON;
     default: /* F_RDZV_ID */
         snprintf(L->rdzv_id, sizeof L->rdzv_id, "%s", v);
         return GO_ON;
@@ -436,6 +445,25 @@ static int settle(struct launch *L)
     return make_token(L);
 }
 
+/* -i on several nodes: the port where node 0's launcher meets the others'
+ * (launch_relay.c). */
+static int settle_repl_port(struct launch *L)
+{
+    if (!L->repl || L->nnodes == 1) {
+        if (L->repl_port_set)
+            return usage("--repl_port is for -i on several nodes (--nnodes above 1)%s%s", "", "");
+        return GO_ON;
+    }
+    if (!L->repl_port_set) {
+        if (L->port == 65535)
+            return usage("--master_port=65535 leaves no port above it for the REPL: give --repl_port%s%s", "", "");
+        L->repl_port = L->port + 1;
+    }
+    if (L->repl_port == L->port)
+        return usage("--repl_port must differ from --master_port (the store's)%s%s", "", "");
+    return GO_ON;
+}
+
 /* ======================================================================== */
 /* starting the ranks                                                        */
 /* ======================================================================== */
@@ -578,20 +606,23 @@ static void keep_tail(struct rank *r, const char *line, size_t n)
         r->tail_count++;
 }
 
-/* One line (without its newline) out, with one write(). */
-static void emit(struct launch *L, struct rank *r, struct linebuf *b, const char *line, size_t n)
+/* One line (without its newline) of the rank's stdout (fd 1) or stderr
+ * (fd 2) out, with one write(). */
+void launch_emit(struct launch *L, struct rank *r, int fd, const char *line, size_t n)
 {
     static char out[LINE_MAX_BYTES + 64];
     size_t k = 0;
-    if (b == &r->err)
+    if (n > LINE_MAX_BYTES)
+        n = LINE_MAX_BYTES;
+    if (fd == 2)
         keep_tail(r, line, n);
-    if (L->repl && launch_repl_take_line(L, r, b->out, line, n))
+    if (L->repl && launch_repl_take_line(L, r, fd, line, n))
         return;
     if (L->prefix)
         k = (size_t)snprintf(out, 64, "[%d]: ", r->global);
     memcpy(out + k, line, n);
     out[k + n] = '\n';
-    launch_write(L, b->out, out, k + n + 1);
+    launch_write(L, fd, out, k + n + 1);
 }
 
 /* Reads what the pipe holds and writes out the complete lines. */
@@ -605,7 +636,7 @@ void launch_pump(struct launch *L, struct rank *r, struct linebuf *b)
         if (got <= 0) {
             if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
                 if (b->n > 0)
-                    emit(L, r, b, b->buf, b->n);   /* the last line had no newline */
+                    launch_emit(L, r, b->out, b->buf, b->n);   /* the last line had no newline */
                 b->n = 0;
                 close(b->fd);
                 b->fd = -1;
@@ -615,11 +646,11 @@ void launch_pump(struct launch *L, struct rank *r, struct linebuf *b)
         b->n += (size_t)got;
         for (size_t i = 0; i < b->n; i++)
             if (b->buf[i] == '\n') {
-                emit(L, r, b, b->buf + start, i - start);
+                launch_emit(L, r, b->out, b->buf + start, i - start);
                 start = i + 1;
             }
         if (start == 0 && b->n == LINE_MAX_BYTES) {
-            emit(L, r, b, b->buf, b->n);   /* a line too long to keep whole */
+            launch_emit(L, r, b->out, b->buf, b->n);   /* a line too long to keep whole */
             start = b->n;
         }
         memmove(b->buf, b->buf + start, b->n - start);
@@ -710,7 +741,7 @@ void launch_handle_signals(struct launch *L)
     while (read(launch_sig_pipe[0], &c, 1) == 1) {
         if (c == SIGCHLD) {
             reap(L);
-        } else if (c == SIGINT && L->repl && !L->repl_closing) {
+        } else if (c == SIGINT && L->repl && L->node_rank == 0 && !L->repl_closing) {
             L->interrupted = 1;   /* the REPL passes it on to the ranks running a line */
         } else if (L->signo == 0) {
             L->signo = c;
@@ -831,7 +862,7 @@ void launch_report_failure(const struct launch *L)
 /* What the ranks of one start hold: their pipes, buffers and kept lines. */
 static void close_ranks(struct launch *L)
 {
-    for (int i = 0; i < L->nproc; i++) {
+    for (int i = 0; i < L->nranks; i++) {
         struct rank *r = &L->ranks[i];
         if (r->out.fd >= 0)
             close(r->out.fd);
@@ -860,7 +891,7 @@ static int next_start(struct launch *L)
         return -1;
     launch_report_failure(L);
     close_ranks(L);
-    memset(L->ranks, 0, (size_t)L->nproc * sizeof *L->ranks);
+    memset(L->ranks, 0, (size_t)L->nranks * sizeof *L->ranks);
     L->restart++;
     L->failed = -1;
     L->running = 0;
@@ -893,9 +924,9 @@ static char **child_argv(const struct launch *L)
 
 static int start_all(struct launch *L, char **argv)
 {
-    for (int i = 0; i < L->nproc; i++) {
+    for (int i = 0; i < L->nranks; i++) {   /* past nproc: the other nodes' ranks, on node 0 */
         struct rank *r = &L->ranks[i];
-        r->local = i;
+        r->local = i % L->nproc;
         r->global = L->node_rank * L->nproc + i;
         r->out.fd = r->err.fd = r->cmd = -1;
     }
@@ -924,9 +955,10 @@ int dp_launch_main(int argc, char **argv)
     if ((st = parse_args(&L, argc, argv)) != GO_ON || (st = settle(&L)) != GO_ON)
         return st;
     L.repl = launch_repl_wanted(&L);
-    if (L.repl && L.nnodes > 1)
-        return usage("-i: the distributed REPL runs on one node (--nnodes is %s)%s", "more than 1", "");
-    L.ranks = calloc((size_t)L.nproc, sizeof *L.ranks);
+    if ((st = settle_repl_port(&L)) != GO_ON)
+        return st;
+    L.nranks = L.repl && L.nnodes > 1 && L.node_rank == 0 ? L.nproc * L.nnodes : L.nproc;
+    L.ranks = calloc((size_t)L.nranks, sizeof *L.ranks);
     cargv = child_argv(&L);
     if (L.ranks == NULL || cargv == NULL || install_signals() != 0) {
         fprintf(stderr, PROG ": cannot start the launcher: %s\n", strerror(errno));
@@ -934,18 +966,27 @@ int dp_launch_main(int argc, char **argv)
         free(cargv);
         return 1;
     }
+    if (L.repl && L.nnodes > 1 && relay_open(&L) != 0) {   /* before the ranks: they get the token */
+        relay_close(&L);
+        free(L.ranks);
+        free(cargv);
+        return L.signo ? 128 + L.signo : 1;
+    }
     do {
         if (start_all(&L, cargv) != 0) {
             L.failed = -2;
             launch_stop_others(&L, TERM_GRACE);
+        } else if (L.repl && L.node_rank > 0) {
+            relay_serve(&L);   /* node 0's REPL drives our ranks */
         } else if (L.repl) {
             launch_repl(&L);   /* until its input ends or a rank ends it */
         }
         launch_watch(&L);
     } while (next_start(&L) == 0);
+    relay_close(&L);
     if (L.signo)
         st = 128 + L.signo;
-    else if (L.failed == -2)
+    else if (L.failed == -2 || L.failed == -3)   /* said when it happened */
         st = 1;
     else if (L.failed >= 0) {
         launch_report_failure(&L);

@@ -16,6 +16,11 @@
  * running it, which turn it into an "interrupted!" error; at the prompt it
  * drops the line. A rank that ends before the input does ends the REPL:
  * launch.c then stops the others and reports it as for any failure.
+ *
+ * On several nodes this runs in node 0's launcher over every rank of the
+ * job: the other nodes' ranks (r->via set) are reached through their
+ * launchers (launch_relay.c), which pass on the requests, the answers, the
+ * output lines and the exits.
  */
 #define _GNU_SOURCE
 #ifdef HAVE_CONFIG_H
@@ -78,6 +83,8 @@ static void write_str(struct launch *L, int fd, const char *s)
 int launch_repl_take_line(struct launch *L, struct rank *r, int fd, const char *line, size_t n)
 {
     char head[32];
+    if (L->node_rank > 0)
+        return relay_forward_line(L, r, fd, line, n);   /* node 0 folds it */
     if (r->busy) {
         if (r->nkept == r->capkept) {
             size_t cap = r->capkept ? 2 * r->capkept : 16;
@@ -117,11 +124,11 @@ static void rank_label(const struct launch *L, const char *chosen, char *buf, si
 {
     size_t k = 0;
     buf[0] = '\0';
-    for (int i = 0; i < L->nproc; i++) {
+    for (int i = 0; i < L->nranks; i++) {
         int j = i;
         if (!chosen[i])
             continue;
-        while (j + 1 < L->nproc && chosen[j + 1])
+        while (j + 1 < L->nranks && chosen[j + 1])
             j++;
         if (k < size)
             k += (size_t)snprintf(buf + k, size - k, "%s%d", k ? "," : "", L->ranks[i].global);
@@ -137,7 +144,7 @@ static void rank_label(const struct launch *L, const char *chosen, char *buf, si
 static int same_shape(const struct launch *L, const char *ran)
 {
     const struct rank *first = NULL;
-    for (int i = 0; i < L->nproc; i++) {
+    for (int i = 0; i < L->nranks; i++) {
         const struct rank *r = &L->ranks[i];
         if (!ran[i])
             continue;
@@ -166,12 +173,12 @@ static void print_line(struct launch *L, const char *label, const struct kept_li
 static void fold_line(struct launch *L, const char *ran, size_t k, char *done, char *group)
 {
     char label[LABEL_MAX];
-    memset(done, 0, (size_t)(unsigned)L->nproc);
-    for (int i = 0; i < L->nproc; i++) {
+    memset(done, 0, (size_t)(unsigned)L->nranks);
+    for (int i = 0; i < L->nranks; i++) {
         if (!ran[i] || done[i])
             continue;
-        memset(group, 0, (size_t)(unsigned)L->nproc);
-        for (int j = i; j < L->nproc; j++)
+        memset(group, 0, (size_t)(unsigned)L->nranks);
+        for (int j = i; j < L->nranks; j++)
             if (ran[j] && !done[j] && strcmp(L->ranks[i].kept[k].text, L->ranks[j].kept[k].text) == 0)
                 group[j] = done[j] = 1;
         rank_label(L, group, label, sizeof label);
@@ -184,7 +191,7 @@ static void fold_line(struct launch *L, const char *ran, size_t k, char *done, c
  * one per group of ranks that wrote the same. */
 static void print_folded(struct launch *L, const char *ran)
 {
-    char *done = calloc((size_t)(unsigned)L->nproc, 1), *group = calloc((size_t)(unsigned)L->nproc, 1);
+    char *done = calloc((size_t)(unsigned)L->nranks, 1), *group = calloc((size_t)(unsigned)L->nranks, 1);
     char label[LABEL_MAX];
     if (done == NULL || group == NULL)
         abort();
@@ -194,21 +201,21 @@ static void print_folded(struct launch *L, const char *ran)
             first++;
         for (size_t k = 0; k < L->ranks[first].nkept; k++)
             fold_line(L, ran, k, done, group);
-        memset(done, 1, (size_t)(unsigned)L->nproc);   /* nothing left for the loop below */
+        memset(done, 1, (size_t)(unsigned)L->nranks);   /* nothing left for the loop below */
     }
-    for (int i = 0; i < L->nproc; i++) {
+    for (int i = 0; i < L->nranks; i++) {
         struct rank *r = &L->ranks[i];
         if (!ran[i] || done[i] || r->nkept == 0)
             continue;
-        memset(group, 0, (size_t)(unsigned)L->nproc);
-        for (int j = i; j < L->nproc; j++)
+        memset(group, 0, (size_t)(unsigned)L->nranks);
+        for (int j = i; j < L->nranks; j++)
             if (ran[j] && !done[j] && same_output(r, &L->ranks[j]))
                 group[j] = done[j] = 1;
         rank_label(L, group, label, sizeof label);
         for (size_t k = 0; k < r->nkept; k++)
             print_line(L, label, &r->kept[k]);
     }
-    for (int i = 0; i < L->nproc; i++) {
+    for (int i = 0; i < L->nranks; i++) {
         struct rank *r = &L->ranks[i];
         for (size_t k = 0; k < r->nkept; k++)
             free(r->kept[k].text);
@@ -222,13 +229,18 @@ static void print_folded(struct launch *L, const char *ran)
 /* the ranks' sockets                                                        */
 /* ------------------------------------------------------------------------ */
 
-static void send_request(struct rank *r, char kind, const char *label, const char *text)
+static void send_request(struct launch *L, struct rank *r, char kind, const char *label, const char *text)
 {
     char head[LABEL_MAX + 64];
     size_t len = strlen(text);
     int n = snprintf(head, sizeof head, "%c %zu %s\n", kind, len, label[0] ? label : "-");
     const char *parts[2] = { head, text };
     size_t sizes[2] = { (size_t)n, len };
+    if (r->via) {   /* another node's: its launcher writes it to the socket */
+        relay_request(L, r, head, (size_t)n);
+        relay_request(L, r, text, len);
+        return;
+    }
     for (int p = 0; p < 2 && r->cmd >= 0; p++) {
         const char *s = parts[p];
         size_t left = sizes[p];
@@ -241,6 +253,23 @@ static void send_request(struct rank *r, char kind, const char *label, const cha
             s += w;
             left -= (size_t)w;
         }
+    }
+}
+
+/* Bytes that came from the rank's socket (here, or relayed from its node). */
+void launch_repl_take_reply(struct rank *r, const char *p, size_t n)
+{
+    if (r->reply == NULL && (r->reply = malloc(REPLY_MAX)) == NULL)
+        return;
+    while (n > 0) {
+        size_t k;
+        if (r->reply_n == REPLY_MAX)
+            r->reply_n = 0;   /* as read_replies: not the protocol; dropped */
+        k = n < REPLY_MAX - r->reply_n ? n : REPLY_MAX - r->reply_n;
+        memcpy(r->reply + r->reply_n, p, k);
+        r->reply_n += k;
+        p += k;
+        n -= k;
     }
 }
 
@@ -301,33 +330,46 @@ static int ended(const struct launch *L)
     return L->failed != -1 || L->signo != 0;
 }
 
-/* One poll over the signal pipe, the ranks' output and their sockets, and
- * stdin when with_stdin; handles what came. Returns 1 when stdin is ready. */
+/* Ctrl-C, passed on to a rank: "interrupted!" there. */
+static void interrupt(struct launch *L, struct rank *r)
+{
+    if (r->via)
+        relay_interrupt(L, r);
+    else
+        kill(r->pid, SIGINT);
+}
+
+/* One poll over the signal pipe, the ranks' output and their sockets, the
+ * links to the other nodes, and stdin when with_stdin; handles what came.
+ * Returns 1 when stdin is ready. */
 static int wait_once(struct launch *L, int with_stdin)
 {
-    int cap = 3 * L->nproc + 2, n = 0, ready = 0;
+    int cap = 3 * L->nranks + 2 + relay_max_pollfds(L), n = 0, ready = 0;
     struct pollfd *pf = calloc((size_t)cap, sizeof *pf);
     if (pf == NULL)
         abort();
     pf[n++] = (struct pollfd){ launch_sig_pipe[0], POLLIN, 0 };
     if (with_stdin)
         pf[n++] = (struct pollfd){ STDIN_FILENO, POLLIN, 0 };
-    for (int i = 0; i < L->nproc; i++) {
+    for (int i = 0; i < L->nranks; i++) {
         struct rank *r = &L->ranks[i];
         int fds[3] = { r->out.fd, r->err.fd, r->cmd };
         for (int k = 0; k < 3; k++)
             if (fds[k] >= 0)
                 pf[n++] = (struct pollfd){ fds[k], POLLIN, 0 };
     }
-    if (poll(pf, (nfds_t)n, -1) > 0) {
-        for (int i = 0; i < L->nproc; i++) {
+    n += relay_add_pollfds(L, pf + n);
+    if (poll(pf, (nfds_t)n, relay_poll_timeout(L)) >= 0) {
+        relay_pump(L);   /* the other nodes' output, answers and exits (or that they did not come) */
+        for (int i = 0; i < L->nranks; i++) {
             struct rank *r = &L->ranks[i];
-            launch_pump(L, r, &r->out);   /* non-blocking: takes what is there */
-            launch_pump(L, r, &r->err);
-            if (r->cmd >= 0) {
-                read_replies(r);
-                take_answers(r);
+            if (r->via == NULL) {
+                launch_pump(L, r, &r->out);   /* non-blocking: takes what is there */
+                launch_pump(L, r, &r->err);
             }
+            if (r->cmd >= 0)
+                read_replies(r);
+            take_answers(r);
         }
         if (pf[0].revents)
             launch_handle_signals(L);
@@ -360,20 +402,20 @@ static void wait_answers(struct launch *L, const char *ran)
 {
     for (;;) {
         int busy = 0;
-        for (int i = 0; i < L->nproc; i++)
+        for (int i = 0; i < L->nranks; i++)
             busy |= ran[i] && L->ranks[i].busy;
         if (!busy || ended(L))
             break;
         if (L->interrupted) {
             L->interrupted = 0;
-            for (int i = 0; i < L->nproc; i++)
+            for (int i = 0; i < L->nranks; i++)
                 if (ran[i] && L->ranks[i].busy)
-                    kill(L->ranks[i].pid, SIGINT);
+                    interrupt(L, &L->ranks[i]);
         }
         wait_once(L, 0);
     }
-    for (int i = 0; i < L->nproc; i++)   /* what the rank wrote before it answered */
-        if (ran[i]) {
+    for (int i = 0; i < L->nranks; i++)   /* what the rank wrote before it answered */
+        if (ran[i] && L->ranks[i].via == NULL) {
             launch_pump(L, &L->ranks[i], &L->ranks[i].out);
             launch_pump(L, &L->ranks[i], &L->ranks[i].err);
         }
@@ -393,7 +435,7 @@ static char **complete_remote(void *arg, const char *text)
     double until = dp_clock_monotonic() + COMPLETE_WAIT_MS / 1000.0;
     if (r->cmd < 0 || ended(L))
         return NULL;
-    send_request(r, 'C', "", text);
+    send_request(L, r, 'C', "", text);
     while (dp_clock_monotonic() < until && r->cmd >= 0) {
         struct pollfd pf = { r->cmd, POLLIN, 0 };
         while (next_reply(r, line, sizeof line)) {
@@ -466,13 +508,13 @@ int dp_launch_read_plain_line(const char *prompt, char **out, int (*wait)(void *
     return 0;
 }
 
-/* ":on 0,2-3 code": the ranks (local indices) into `on`, the code's
- * offset into *code. Returns 0, or -1 (with a message) for a bad list. */
+/* ":on 0,2-3 code": the ranks (global, as L->ranks holds every rank the
+ * REPL serves) into `on`, the code's offset into *code. Returns 0, or -1
+ * (with a message) for a bad list. */
 static int parse_on(const struct launch *L, const char *line, char *on, const char **code)
 {
     const char *p = line + 3;
-    int first = L->node_rank * L->nproc;
-    memset(on, 0, (size_t)(unsigned)L->nproc);
+    memset(on, 0, (size_t)(unsigned)L->nranks);
     p += strspn(p, " \t");
     for (;;) {
         char *end;
@@ -486,23 +528,22 @@ static int parse_on(const struct launch *L, const char *line, char *on, const ch
                 goto bad;
             p = end;
         }
-        if (a < first || b >= first + L->nproc || a > b) {
+        if (a < 0 || b >= L->nranks || a > b) {
             if (a == b)
-                fprintf(stderr, PROG ": :on %ld: the ranks are %d to %d\n", a, first, first + L->nproc - 1);
+                fprintf(stderr, PROG ": :on %ld: the ranks are 0 to %d\n", a, L->nranks - 1);
             else
-                fprintf(stderr, PROG ": :on %ld-%ld: the ranks are %d to %d\n", a, b, first,
-                        first + L->nproc - 1);
+                fprintf(stderr, PROG ": :on %ld-%ld: the ranks are 0 to %d\n", a, b, L->nranks - 1);
             return -1;
         }
         for (long k = a; k <= b; k++)
-            on[k - first] = 1;
+            on[k] = 1;
         if (*p != ',')
             break;
         p++;
     }
     if (*p != ' ' && *p != '\t')
         goto bad;
-    for (int i = 0; i < L->nproc; i++)
+    for (int i = 0; i < L->nranks; i++)
         if (on[i]) {
             *code = p + strspn(p, " \t");
             return 0;
@@ -517,7 +558,7 @@ static void print_banner(const struct launch *L)
     printf(PROG " distributed REPL on %d ranks: each line runs on every rank, and their output\n"
            "prints once for ranks that agree ([0-%d] ...); `:on 0,2 CODE` runs CODE on some\n"
            "ranks (no collectives there); Tab completes on rank 0, Ctrl-C interrupts, Ctrl-D exits\n",
-           L->nproc, L->nproc - 1);
+           L->nranks, L->nranks - 1);
     fflush(stdout);
 }
 
@@ -526,15 +567,15 @@ static void print_banner(const struct launch *L)
 static int run_line(struct launch *L, const char *on, int some, const char *label, const char *code)
 {
     int more = 1, any = 0;
-    for (int i = 0; i < L->nproc; i++)
-        if (on[i] && L->ranks[i].cmd >= 0) {
+    for (int i = 0; i < L->nranks; i++)
+        if (on[i] && (L->ranks[i].cmd >= 0 || relay_reachable(&L->ranks[i]))) {
             L->ranks[i].busy = 1;
             L->ranks[i].answer = 0;
-            send_request(&L->ranks[i], some ? 'P' : 'L', label, code);
+            send_request(L, &L->ranks[i], some ? 'P' : 'L', label, code);
         }
     wait_answers(L, on);
     print_folded(L, on);
-    for (int i = 0; i < L->nproc; i++)
+    for (int i = 0; i < L->nranks; i++)
         if (on[i]) {
             any = 1;
             more &= L->ranks[i].answer == 'M';
@@ -544,16 +585,16 @@ static int run_line(struct launch *L, const char *on, int some, const char *labe
 
 int launch_repl(struct launch *L)
 {
-    char *all = malloc((size_t)(unsigned)L->nproc), *on = malloc((size_t)(unsigned)L->nproc);
+    char *all = malloc((size_t)(unsigned)L->nranks), *on = malloc((size_t)(unsigned)L->nranks);
     char label[LABEL_MAX];
     int pending = 0, some = 0, status = -1;
     dp_line_reader read_line = line_reader ? line_reader : dp_launch_read_plain_line;
     if (all == NULL || on == NULL)
         abort();
-    memset(all, 1, (size_t)(unsigned)L->nproc);
+    memset(all, 1, (size_t)(unsigned)L->nranks);
     for (;;) {   /* until each rank has run -e code and the script: their output prints as it comes */
         int ready = 1;
-        for (int i = 0; i < L->nproc; i++) {
+        for (int i = 0; i < L->nranks; i++) {
             struct rank *r = &L->ranks[i];
             char line[64];
             while (r->answer != 'R' && next_reply(r, line, sizeof line))
@@ -565,9 +606,9 @@ int launch_repl(struct launch *L)
             break;
         if (L->interrupted) {   /* Ctrl-C stops the scripts; the prompt then opens, as with -i */
             L->interrupted = 0;
-            for (int i = 0; i < L->nproc; i++)
+            for (int i = 0; i < L->nranks; i++)
                 if (L->ranks[i].answer != 'R')
-                    kill(L->ranks[i].pid, SIGINT);
+                    interrupt(L, &L->ranks[i]);
         }
         wait_once(L, 0);
     }
@@ -583,15 +624,15 @@ int launch_repl(struct launch *L)
         }
         if (got > 0) {   /* Ctrl-C at the prompt: drop the line and the chunk */
             if (pending)
-                for (int i = 0; i < L->nproc; i++)
+                for (int i = 0; i < L->nranks; i++)
                     if (on[i])
-                        send_request(&L->ranks[i], 'X', "", "");
+                        send_request(L, &L->ranks[i], 'X', "", "");
             pending = 0;
             continue;
         }
         code = line;
         if (!pending) {
-            memcpy(on, all, (size_t)(unsigned)L->nproc);
+            memcpy(on, all, (size_t)(unsigned)L->nranks);
             some = 0;
             label[0] = '\0';
             if (strncmp(line, ":on", 3) == 0 && (line[3] == ' ' || line[3] == '\t')) {
@@ -599,7 +640,7 @@ int launch_repl(struct launch *L)
                     free(line);
                     continue;
                 }
-                some = memcmp(on, all, (size_t)(unsigned)L->nproc) != 0;   /* every rank: collectives are fine */
+                some = memcmp(on, all, (size_t)(unsigned)L->nranks) != 0;   /* every rank: collectives are fine */
                 rank_label(L, on, label, sizeof label);
             }
         }
@@ -607,11 +648,15 @@ int launch_repl(struct launch *L)
         free(line);
     }
     L->repl_closing = 1;   /* from here a rank's exit is the end it was asked for */
-    for (int i = 0; i < L->nproc; i++)
+    for (int i = 0; i < L->nranks; i++)
         if (L->ranks[i].cmd >= 0) {
             close(L->ranks[i].cmd);   /* the end of its input: the rank exits */
             L->ranks[i].cmd = -1;
         }
+    relay_end(L, status == 0);   /* the same for the other nodes' ranks, or they stop */
+    while (relay_pending(L) && L->signo == 0)   /* until they have told how their ranks ended */
+        wait_once(L, 0);
+    relay_end(L, 0);
     if (status == 0 && isatty(STDIN_FILENO))
         write_str(L, 1, "\n");
     free(all);
