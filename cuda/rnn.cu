@@ -21,30 +21,32 @@
 __device__ __forceinline__ float sigmoid_of(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ double sigmoid_of(double x) { return 1.0 / (1.0 + exp(-x)); }
 
-/* gates (N, 4H) of i, f, g, o; c (N, H); out (2, N, H): h' then c' */
+/* gi + gh (N, 4H): i, f, g, o before their activations; c (N, H);
+ * out (2, N, H): h' then c' */
 template <typename T>
-__global__ static void lstm_gates_kernel(int64_t N, int64_t H, const T *gates, const T *c, T *out)
+__global__ static void lstm_gates_kernel(int64_t N, int64_t H, const T *gi, const T *gh, const T *c, T *out)
 {
     begin_after_previous_kernel();
     grid_stride_loop(N * H, [&](int64_t e) {
         int64_t n = e / H, row = n * 4 * H + e % H;
-        T i = sigmoid_of(gates[row]), f = sigmoid_of(gates[row + H]);
-        T g = tanh(gates[row + 2 * H]), o = sigmoid_of(gates[row + 3 * H]);
+        T i = sigmoid_of(gi[row] + gh[row]), f = sigmoid_of(gi[row + H] + gh[row + H]);
+        T g = tanh(gi[row + 2 * H] + gh[row + 2 * H]), o = sigmoid_of(gi[row + 3 * H] + gh[row + 3 * H]);
         T c1 = f * c[e] + i * g;
         out[e] = o * tanh(c1);
         out[N * H + e] = c1;
     });
 }
 
+/* dgates: the gradient of gi and of gh alike */
 template <typename T>
-__global__ static void lstm_gates_backward_kernel(int64_t N, int64_t H, const T *dout, const T *gates, const T *c,
-                                                  const T *c1, T *dgates, T *dc)
+__global__ static void lstm_gates_backward_kernel(int64_t N, int64_t H, const T *dout, const T *gi, const T *gh,
+                                                  const T *c, const T *c1, T *dgates, T *dc)
 {
     begin_after_previous_kernel();
     grid_stride_loop(N * H, [&](int64_t e) {
         int64_t n = e / H, row = n * 4 * H + e % H;
-        T i = sigmoid_of(gates[row]), f = sigmoid_of(gates[row + H]);
-        T g = tanh(gates[row + 2 * H]), o = sigmoid_of(gates[row + 3 * H]);
+        T i = sigmoid_of(gi[row] + gh[row]), f = sigmoid_of(gi[row + H] + gh[row + H]);
+        T g = tanh(gi[row + 2 * H] + gh[row + 2 * H]), o = sigmoid_of(gi[row + 3 * H] + gh[row + 3 * H]);
         T tc = tanh(c1[e]), dh = dout[e];
         T dcn = dout[N * H + e] + dh * o * (1 - tc * tc);
         dgates[row] = dcn * g * i * (1 - i);
@@ -109,23 +111,25 @@ template <class Fn> static int with_gate_type(int dtype, int64_t N, int64_t H, F
 
 static unsigned grid_for(int64_t n) { return grid_stride_blocks(n, RNN_BLOCK); }
 
-extern "C" int dpc_lstm_gates(int dtype, int64_t N, int64_t H, const void *gates, const void *c, void *out,
-                              void *stream)
+extern "C" int dpc_lstm_gates(int dtype, int64_t N, int64_t H, const void *gi, const void *gh, const void *c,
+                              void *out, void *stream)
 {
     return with_gate_type(dtype, N, H, [&](auto zero) {
         using T = decltype(zero);
         return launch_kernel(lstm_gates_kernel<T>, grid_for(N * H), RNN_BLOCK, (cudaStream_t)stream, N, H,
-                             (const T *)gates, (const T *)c, (T *)out);
+                             (const T *)gi, (const T *)gh, (const T *)c, (T *)out);
     });
 }
 
-extern "C" int dpc_lstm_gates_backward(int dtype, int64_t N, int64_t H, const void *dout, const void *gates,
-                                       const void *c, const void *c1, void *dgates, void *dc, void *stream)
+extern "C" int dpc_lstm_gates_backward(int dtype, int64_t N, int64_t H, const void *dout, const void *gi,
+                                       const void *gh, const void *c, const void *c1, void *dgates, void *dc,
+                                       void *stream)
 {
     return with_gate_type(dtype, N, H, [&](auto zero) {
         using T = decltype(zero);
         return launch_kernel(lstm_gates_backward_kernel<T>, grid_for(N * H), RNN_BLOCK, (cudaStream_t)stream, N, H,
-                             (const T *)dout, (const T *)gates, (const T *)c, (const T *)c1, (T *)dgates, (T *)dc);
+                             (const T *)dout, (const T *)gi, (const T *)gh, (const T *)c, (const T *)c1,
+                             (T *)dgates, (T *)dc);
     });
 }
 

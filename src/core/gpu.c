@@ -431,22 +431,22 @@ dp_status gpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)
 
 /* ---------------------------------------------------------------- recurrent gates */
 
-dp_status gpu_lstm_gates(dp_tensor *out, dp_tensor *gates, dp_tensor *c)
+dp_status gpu_lstm_gates(dp_tensor *out, dp_tensor *gi, dp_tensor *gh, dp_tensor *c)
 {
     dpc_set_device(out->device);
-    return gpu_status("lstm gates", dpc_lstm_gates(out->dtype, c->shape[0], c->shape[1], gpu_first(gates),
+    return gpu_status("lstm gates", dpc_lstm_gates(out->dtype, c->shape[0], c->shape[1], gpu_first(gi), gpu_first(gh),
                                                    gpu_first(c), gpu_first(out), gpu_stream_of(out->device)),
                       out->dtype);
 }
 
-dp_status gpu_lstm_gates_backward(dp_tensor *dgates, dp_tensor *dc, dp_tensor *dout, dp_tensor *gates, dp_tensor *c,
-                                  dp_tensor *c1)
+dp_status gpu_lstm_gates_backward(dp_tensor *dgates, dp_tensor *dc, dp_tensor *dout, dp_tensor *gi, dp_tensor *gh,
+                                  dp_tensor *c, dp_tensor *c1)
 {
     dpc_set_device(dc->device);
     return gpu_status("lstm gates backward",
-                      dpc_lstm_gates_backward(dc->dtype, c->shape[0], c->shape[1], gpu_first(dout), gpu_first(gates),
-                                              gpu_first(c), gpu_first(c1), gpu_first(dgates), gpu_first(dc),
-                                              gpu_stream_of(dc->device)),
+                      dpc_lstm_gates_backward(dc->dtype, c->shape[0], c->shape[1], gpu_first(dout), gpu_first(gi),
+                                              gpu_first(gh), gpu_first(c), gpu_first(c1), gpu_first(dgates),
+                                              gpu_first(dc), gpu_stream_of(dc->device)),
                       dc->dtype);
 }
 

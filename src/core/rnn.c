@@ -67,45 +67,50 @@ static void hand_out(ag_node *n, dp_tensor **grads, dp_tensor **gi)
 
 /* ---------------------------------------------------------------- LSTM */
 
-/* saved gates, c and the output; g (2, N, H): the gradients of h' and c' */
+/* saved gi, gh, c and the output; g (2, N, H): the gradients of h' and
+ * c'. gi and gh get one gradient, the gates'. */
 static dp_status bw_lstm_gates(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
-    dp_tensor *gates = n->saved[0], *c = n->saved[1], *out = n->saved[2];
-    dp_tensor *gc = NULL, *c1 = NULL, *grads[2] = { NULL, NULL };
+    dp_tensor *xi = n->saved[0], *hh = n->saved[1], *c = n->saved[2], *out = n->saved[3];
+    dp_tensor *gc = NULL, *c1 = NULL, *grads[3] = { NULL, NULL, NULL };
     dp_status st;
     if (!(st = dp_contiguous(&gc, g)) && !(st = dp_select(&c1, out, 0, 1)) &&
-        !(st = tensor_new(&grads[0], 2, gates->shape, c->dtype, c->device)) &&
-        !(st = tensor_new(&grads[1], 2, c->shape, c->dtype, c->device)) &&
-        !(st = k_lstm_gates_backward(grads[0], grads[1], gc, gates, c, c1))) {
+        !(st = tensor_new(&grads[0], 2, xi->shape, c->dtype, c->device)) &&
+        !(st = tensor_new(&grads[2], 2, c->shape, c->dtype, c->device)) &&
+        !(st = k_lstm_gates_backward(grads[0], grads[2], gc, xi, hh, c, c1))) {
+        grads[1] = grads[0];
+        dp_tensor_retain(grads[1]);
         hand_out(n, grads, gi);
-        grads[0] = grads[1] = NULL;
+        grads[0] = grads[1] = grads[2] = NULL;
     }
-    release_all(2, grads);
+    release_all(3, grads);
     dp_tensor_release(gc);
     dp_tensor_release(c1);
     return st;
 }
 
-dp_status dp_lstm_gates(dp_tensor **out, dp_tensor *gates, dp_tensor *c)
+dp_status dp_lstm_gates(dp_tensor **out, dp_tensor *gi, dp_tensor *gh, dp_tensor *c)
 {
     const char *fn = "lstm_gates";
     dp_status st = check_state(fn, "c", c);
     if (!st)
-        st = check_operand(fn, "gates", gates, c, c->shape[0], 4 * c->shape[1]);
+        st = check_operand(fn, "gi", gi, c, c->shape[0], 4 * c->shape[1]);
+    if (!st)
+        st = check_operand(fn, "gh", gh, c, c->shape[0], 4 * c->shape[1]);
     if (st)
         return st;
-    dp_tensor *in[2] = { gates, c }, *cc[2];
+    dp_tensor *in[3] = { gi, gh, c }, *cc[3];
     int64_t shape[3] = { 2, c->shape[0], c->shape[1] };
-    if (!(st = contiguous_all(2, in, cc)) && !(st = tensor_new(out, 3, shape, c->dtype, c->device)) &&
-        (st = k_lstm_gates(*out, cc[0], cc[1])))
+    if (!(st = contiguous_all(3, in, cc)) && !(st = tensor_new(out, 3, shape, c->dtype, c->device)) &&
+        (st = k_lstm_gates(*out, cc[0], cc[1], cc[2])))
         dp_tensor_release(*out);
     ag_node *n = NULL;
-    if (!st && !(st = ag_record_or_drop(out, "LstmGatesBackward", bw_lstm_gates, 2, in, &n)) && n) {
-        ag_save(n, cc[0]);
-        ag_save(n, cc[1]);
+    if (!st && !(st = ag_record_or_drop(out, "LstmGatesBackward", bw_lstm_gates, 3, in, &n)) && n) {
+        for (int i = 0; i < 3; i++)
+            ag_save(n, cc[i]);
         ag_save_output(n, *out);
     }
-    release_all(2, cc);
+    release_all(3, cc);
     return st;
 }
 

@@ -111,9 +111,9 @@ dp_status cpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u);
 
 /* rnn.c: one timestep of the recurrent layers' gates (src/core/rnn.c has
  * the shapes), on contiguous float32 or float64 operands of one dtype */
-dp_status cpu_lstm_gates(dp_tensor *out, dp_tensor *gates, dp_tensor *c);
-dp_status cpu_lstm_gates_backward(dp_tensor *dgates, dp_tensor *dc, dp_tensor *dout, dp_tensor *gates, dp_tensor *c,
-                                  dp_tensor *c1);
+dp_status cpu_lstm_gates(dp_tensor *out, dp_tensor *gi, dp_tensor *gh, dp_tensor *c);
+dp_status cpu_lstm_gates_backward(dp_tensor *dgates, dp_tensor *dc, dp_tensor *dout, dp_tensor *gi, dp_tensor *gh,
+                                  dp_tensor *c, dp_tensor *c1);
 dp_status cpu_gru_gates(dp_tensor *out, dp_tensor *gi, dp_tensor *gh, dp_tensor *h);
 dp_status cpu_gru_gates_backward(dp_tensor *dgi, dp_tensor *dgh, dp_tensor *dh, dp_tensor *dout, dp_tensor *gi,
                                  dp_tensor *gh, dp_tensor *h);

@@ -26,19 +26,25 @@ static inline double sigmoid(double x) { return 1 / (1 + exp(-x)); }
 
 /* ---------------------------------------------------------------- LSTM */
 
-/* gates (N, 4H) of i, f, g, o before their activations, c (N, H);
- * out (2, N, H): h' = o tanh(c') then c' = f c + i g. */
-dp_status cpu_lstm_gates(dp_tensor *out, dp_tensor *gates, dp_tensor *c)
+/* gi + gh, the gates' pre-activations, at k */
+static inline double gate(const void *gi, const void *gh, int64_t k, bool f64)
+{
+    return ld(gi, k, f64) + ld(gh, k, f64);
+}
+
+/* gi, gh (N, 4H): the gates i, f, g, o before their activations are
+ * gi + gh; c (N, H); out (2, N, H): h' = o tanh(c') then c' = f c + i g. */
+dp_status cpu_lstm_gates(dp_tensor *out, dp_tensor *gi, dp_tensor *gh, dp_tensor *c)
 {
     bool f64 = out->dtype == DP_FLOAT64;
     int64_t N = c->shape[0], H = c->shape[1], NH = N * H;
-    const char *a = tensor_ptr(gates), *cp = tensor_ptr(c);
+    const char *xi = tensor_ptr(gi), *hh = tensor_ptr(gh), *cp = tensor_ptr(c);
     char *o = tensor_ptr(out);
     for (int64_t n = 0; n < N; n++)
         for (int64_t j = 0; j < H; j++) {
             int64_t row = n * 4 * H + j, e = n * H + j;
-            double i = sigmoid(ld(a, row, f64)), f = sigmoid(ld(a, row + H, f64));
-            double g = tanh(ld(a, row + 2 * H, f64)), og = sigmoid(ld(a, row + 3 * H, f64));
+            double i = sigmoid(gate(xi, hh, row, f64)), f = sigmoid(gate(xi, hh, row + H, f64));
+            double g = tanh(gate(xi, hh, row + 2 * H, f64)), og = sigmoid(gate(xi, hh, row + 3 * H, f64));
             double c1 = f * ld(cp, e, f64) + i * g;
             st(o, e, og * tanh(c1), f64);
             st(o, NH + e, c1, f64);
@@ -47,19 +53,21 @@ dp_status cpu_lstm_gates(dp_tensor *out, dp_tensor *gates, dp_tensor *c)
 }
 
 /* dout (2, N, H): the gradients of h' and c'; c1 (N, H) the c' the forward
- * wrote. Writes dgates (N, 4H) and dc (N, H), the gradient of c. */
-dp_status cpu_lstm_gates_backward(dp_tensor *dgates, dp_tensor *dc, dp_tensor *dout, dp_tensor *gates, dp_tensor *c,
-                                  dp_tensor *c1)
+ * wrote. Writes dgates (N, 4H), the gradient of gi and of gh, and dc
+ * (N, H), the gradient of c. */
+dp_status cpu_lstm_gates_backward(dp_tensor *dgates, dp_tensor *dc, dp_tensor *dout, dp_tensor *gi, dp_tensor *gh,
+                                  dp_tensor *c, dp_tensor *c1)
 {
     bool f64 = dc->dtype == DP_FLOAT64;
     int64_t N = c->shape[0], H = c->shape[1], NH = N * H;
-    const char *a = tensor_ptr(gates), *cp = tensor_ptr(c), *cn = tensor_ptr(c1), *d = tensor_ptr(dout);
+    const char *xi = tensor_ptr(gi), *hh = tensor_ptr(gh), *cp = tensor_ptr(c), *cn = tensor_ptr(c1);
+    const char *d = tensor_ptr(dout);
     char *da = tensor_ptr(dgates), *dcp = tensor_ptr(dc);
     for (int64_t n = 0; n < N; n++)
         for (int64_t j = 0; j < H; j++) {
             int64_t row = n * 4 * H + j, e = n * H + j;
-            double i = sigmoid(ld(a, row, f64)), f = sigmoid(ld(a, row + H, f64));
-            double g = tanh(ld(a, row + 2 * H, f64)), og = sigmoid(ld(a, row + 3 * H, f64));
+            double i = sigmoid(gate(xi, hh, row, f64)), f = sigmoid(gate(xi, hh, row + H, f64));
+            double g = tanh(gate(xi, hh, row + 2 * H, f64)), og = sigmoid(gate(xi, hh, row + 3 * H, f64));
             double tc = tanh(ld(cn, e, f64)), dh = ld(d, e, f64);
             double dcn = ld(d, NH + e, f64) + dh * og * (1 - tc * tc);
             st(da, row, dcn * g * i * (1 - i), f64);

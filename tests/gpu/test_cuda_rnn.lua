@@ -53,8 +53,9 @@ for _, dtype in ipairs({ torch.float32, torch.float64 }) do
   for _, size in ipairs({ { 3, 5 }, { 64, 300 } }) do
     local N, H = size[1], size[2]
     local tag = string.format(" %dx%d", N, H)
-    gates_case("lstm gates" .. tag, dtype, function(a) return torch._lstm_gates(a[1], a[2]) end,
-               { torch.randn(N, 4 * H, { dtype = torch.float64 }) * 2, torch.randn(N, H, { dtype = torch.float64 }) })
+    gates_case("lstm gates" .. tag, dtype, function(a) return torch._lstm_gates(a[1], a[2], a[3]) end,
+               { torch.randn(N, 4 * H, { dtype = torch.float64 }) * 2, torch.randn(N, 4 * H, { dtype = torch.float64 }),
+                 torch.randn(N, H, { dtype = torch.float64 }) })
     gates_case("gru gates" .. tag, dtype, function(a) return torch._gru_gates(a[1], a[2], a[3]) end,
                { torch.randn(N, 3 * H, { dtype = torch.float64 }), torch.randn(N, 3 * H, { dtype = torch.float64 }),
                  torch.randn(N, H, { dtype = torch.float64 }) })
@@ -111,7 +112,7 @@ end
 
 T.run("bfloat16 is refused with a message", function()
   local gates = torch.zeros(2, 8, { device = dev, dtype = torch.bfloat16 })
-  T.raises(function() torch._lstm_gates(gates, torch.zeros(2, 2, { device = dev, dtype = torch.bfloat16 })) end,
+  T.raises(function() torch._lstm_gates(gates, gates, torch.zeros(2, 2, { device = dev, dtype = torch.bfloat16 })) end,
            "expected c to be float32 or float64", "lstm gates")
   local m = nn.LSTM(3, 4):to(dev)
   T.raises(function() m(torch.zeros(2, 1, 3)) end, "input is on cpu but the parameters are on cuda:0", "devices")

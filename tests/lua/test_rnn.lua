@@ -98,18 +98,20 @@ end)
 
 ---------------------------------------------------------------- the fused gate ops
 
-T.run("torch._lstm_gates: forward as the gate formulas, backward as finite differences", function()
+T.run("torch._lstm_gates: forward as the gate formulas of gi + gh, backward as finite differences", function()
   torch.manual_seed(3)
   local N, H = 3, 4
-  local gates, c = torch.randn(N, 4 * H, { dtype = torch.float64 }) * 2, torch.randn(N, H, { dtype = torch.float64 })
-  local hc = torch._lstm_gates(gates, c)
+  local gi, gh = torch.randn(N, 4 * H, { dtype = torch.float64 }) * 2, torch.randn(N, 4 * H, { dtype = torch.float64 })
+  local c = torch.randn(N, H, { dtype = torch.float64 })
+  local hc = torch._lstm_gates(gi, gh, c)
+  local gates = gi + gh
   T.is(table.concat(hc:size(), "x"), "2x3x4", "output {h, c} stacked: (2, N, H)")
   local i, f = torch.sigmoid(gates:narrow(1, 0, H)), torch.sigmoid(gates:narrow(1, H, H))
   local g, o = torch.tanh(gates:narrow(1, 2 * H, H)), torch.sigmoid(gates:narrow(1, 3 * H, H))
   local c1 = f * c + i * g
   T.tensor_close(hc:select(0, 1), c1, 1e-14, 1e-14, "c' = f c + i g")
   T.tensor_close(hc:select(0, 0), o * torch.tanh(c1), 1e-14, 1e-14, "h' = o tanh(c')")
-  T.ok(torch.autograd.gradcheck(torch._lstm_gates, { gates:requires_grad_(), c:requires_grad_() }),
+  T.ok(torch.autograd.gradcheck(torch._lstm_gates, { gi:requires_grad_(), gh:requires_grad_(), c:requires_grad_() }),
        "gradcheck: float64 central differences")
 end)
 
@@ -218,8 +220,8 @@ T.run("bad input names the problem", function()
   T.raises(function() cell(torch.randn(2, 5), { torch.zeros(2, 4), torch.zeros(3, 4) }) end,
            "expected c of shape %[2, 4%], got %[3, 4%]", "cell c shape")
   T.raises(function() cell(torch.randn(2, 3)) end, "Expected 5, got 3", "cell input size")
-  T.raises(function() torch._lstm_gates(torch.zeros(2, 12), torch.zeros(2, 4)) end,
-           "expected gates of shape %[2, 16%]", "lstm gates shape")
+  T.raises(function() torch._lstm_gates(torch.zeros(2, 16), torch.zeros(2, 12), torch.zeros(2, 4)) end,
+           "expected gh of shape %[2, 16%], got %[2, 12%]", "lstm gates shape")
   T.raises(function() torch._gru_gates(torch.zeros(2, 12), torch.zeros(2, 12, { dtype = torch.float64 }), torch.zeros(2, 4)) end,
            "dtype", "gru gates dtype")
 end)

@@ -12,7 +12,7 @@
 -- (one product over the whole sequence), then per timestep the recurrent
 -- product and the gates' pointwise step: one node of the fused ops
 -- torch._lstm_gates and torch._gru_gates (src/core/rnn.c) for LSTM and
--- GRU, tanh or relu for RNN.
+-- GRU, which also add the two products, tanh or relu for RNN.
 local torch = require("dplua")
 local module = require("dplua.nn.module")
 local F = require("dplua.nn.functional")
@@ -67,13 +67,13 @@ local function gru_gates_ops(gi, gh, h)
 end
 
 local function lstm_step(gi, h, c, w_hh, b_hh, w_hr)
-  local gates = gi + F.linear(h, w_hh, b_hh)
+  local gh = F.linear(h, w_hh, b_hh)
   local h1, c1
-  if fused(gates, c) then
-    local hc = torch._lstm_gates(gates, c)
+  if fused(gi, c) and fused(gh, c) then
+    local hc = torch._lstm_gates(gi, gh, c)
     h1, c1 = hc:select(0, 0), hc:select(0, 1)
   else
-    h1, c1 = lstm_gates_ops(gates, c)
+    h1, c1 = lstm_gates_ops(gi + gh, c)
   end
   if w_hr then h1 = F.linear(h1, w_hr) end
   return h1, c1
