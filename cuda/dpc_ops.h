@@ -412,6 +412,22 @@ int dpc_fold_add(int dtype, int64_t N, int64_t C, int64_t H, int64_t W, const in
                  const int64_t *stride, const int64_t *padding, const int64_t *dilation, int64_t oh, int64_t ow,
                  void *x, const void *cols, void *stream);
 
+/* ---- recurrent gates (cuda/rnn.cu): one timestep over N rows of H units,
+ * contiguous float32 or float64 operands (src/core/rnn.c has the formulas) ---- */
+
+/* gi + gh (N, 4H) the gates i, f, g, o, c (N, H) -> out (2, N, H): h' then c' */
+int dpc_lstm_gates(int dtype, int64_t N, int64_t H, const void *gi, const void *gh, const void *c, void *out,
+                   void *stream);
+/* dout (2, N, H), c1 = out[1] -> dgates (N, 4H, the gradient of gi and of gh), dc (N, H) */
+int dpc_lstm_gates_backward(int dtype, int64_t N, int64_t H, const void *dout, const void *gi, const void *gh,
+                            const void *c, const void *c1, void *dgates, void *dc, void *stream);
+/* gi, gh (N, 3H) of r, z, n, h (N, H) -> out (N, H) */
+int dpc_gru_gates(int dtype, int64_t N, int64_t H, const void *gi, const void *gh, const void *h, void *out,
+                  void *stream);
+/* dout (N, H) -> dgi, dgh (N, 3H), dh (N, H) */
+int dpc_gru_gates_backward(int dtype, int64_t N, int64_t H, const void *dout, const void *gi, const void *gh,
+                           const void *h, void *dgi, void *dgh, void *dh, void *stream);
+
 /* ---- attention (cuda/attention.cu) ---- */
 
 /* Scaled dot-product attention of q (B, H, L, E), k (B, H, S, E) and

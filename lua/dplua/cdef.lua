@@ -211,6 +211,18 @@ dp_status dp_add_layer_norm(dp_tensor **sum, dp_tensor **out, dp_tensor *x, dp_t
                                    dp_tensor *weight, dp_tensor *bias, int64_t normalized, double eps,
                                    dp_dtype out_dtype);
 
+/* One timestep of a recurrent layer's gates as one node (src/core/rnn.c),
+ * float32 or float64 operands of one dtype and device. LSTM: gi =
+ * x W_ih^T + b_ih and gh = h W_hh^T + b_hh (N, 4H), whose sum holds the
+ * pre-activations of i, f, g, o, c (N, H); out (2, N, H) holds
+ * h' = o tanh(c') then c' = f c + i g, with i, f, o sigmoids and g a
+ * tanh. GRU: gi = x W_ih^T + b_ih and
+ * gh = h W_hh^T + b_hh (N, 3H) of r, z, n, h (N, H); out (N, H) =
+ * (1 - z) n + z h with r = sigmoid(gi_r + gh_r), z = sigmoid(gi_z + gh_z),
+ * n = tanh(gi_n + r gh_n). */
+dp_status dp_lstm_gates(dp_tensor **out, dp_tensor *gi, dp_tensor *gh, dp_tensor *c);
+dp_status dp_gru_gates(dp_tensor **out, dp_tensor *gi, dp_tensor *gh, dp_tensor *h);
+
 /* optim: one fused pass over a flat buffer (param, grad and state alike) */
 dp_status dp_sgd_step(dp_tensor *param, dp_tensor *grad, dp_tensor *momentum_buf, double lr, double momentum,
                              double dampening, int nesterov, double weight_decay, int first_step);

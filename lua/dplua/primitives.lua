@@ -75,6 +75,25 @@ function torch._unfold(x, kernel, stride, padding, dilation, pad_value)
                          pair(i64x2[4], dilation or 1, "unfold", "dilation"), pad_value or 0))
 end
 
+-- One timestep of a recurrent layer's gates as one node (src/core/rnn.c),
+-- gi = x W_ih^T + b_ih and gh = h W_hh^T + b_hh: LSTM's gi, gh (N, 4H) and
+-- c (N, H) give {h', c'} stacked as (2, N, H); GRU's gi, gh (N, 3H) and h
+-- (N, H) give h' (N, H). nn.LSTM and nn.GRU build on them.
+function torch._lstm_gates(gi, gh, c)
+  if not is_tensor(gi) or not is_tensor(gh) or not is_tensor(c) then
+    raise(string.format("lstm_gates: expected gi, gh and c tensors, got %s, %s and %s", typename(gi), typename(gh),
+                        typename(c)))
+  end
+  return new(C.dp_lstm_gates(outp, gi.p, gh.p, c.p))
+end
+function torch._gru_gates(gi, gh, h)
+  if not is_tensor(gi) or not is_tensor(gh) or not is_tensor(h) then
+    raise(string.format("gru_gates: expected gi, gh and h tensors, got %s, %s and %s", typename(gi), typename(gh),
+                        typename(h)))
+  end
+  return new(C.dp_gru_gates(outp, gi.p, gh.p, h.p))
+end
+
 function torch._sgd_step(p, g, buf, lr, momentum, dampening, nesterov, weight_decay, first_step)
   check(C.dp_sgd_step(p.p, g.p, opt_p(buf), lr, momentum or 0, dampening or 0, nesterov and 1 or 0,
                       weight_decay or 0, first_step and 1 or 0))

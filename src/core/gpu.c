@@ -2,7 +2,7 @@
  * gpu.c — the CUDA side of the op table: turns tensors into the pointer
  * and stride descriptions of cuda/dpc_ops.h, calls the kernels, and turns
  * their statuses into messages. This file: the statuses, elementwise ops,
- * reductions, indexing and unfold; gpu_memory.c has device memory,
+ * reductions, indexing, unfold and the recurrent gates; gpu_memory.c has device memory,
  * copies, streams, events and CUDA graphs, gpu_linear.c the matrix
  * products with the deferred Linear, the fused loss and the optimizer
  * steps. gpu_none.c stands for all of them in a build without CUDA.
@@ -429,5 +429,44 @@ dp_status gpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)
                                                       u->out_w, gpu_first(x), gpu_first(cols), gpu_stream_of(x->device)), x->dtype);
 }
 
+/* ---------------------------------------------------------------- recurrent gates */
+
+dp_status gpu_lstm_gates(dp_tensor *out, dp_tensor *gi, dp_tensor *gh, dp_tensor *c)
+{
+    dpc_set_device(out->device);
+    return gpu_status("lstm gates", dpc_lstm_gates(out->dtype, c->shape[0], c->shape[1], gpu_first(gi), gpu_first(gh),
+                                                   gpu_first(c), gpu_first(out), gpu_stream_of(out->device)),
+                      out->dtype);
+}
+
+dp_status gpu_lstm_gates_backward(dp_tensor *dgates, dp_tensor *dc, dp_tensor *dout, dp_tensor *gi, dp_tensor *gh,
+                                  dp_tensor *c, dp_tensor *c1)
+{
+    dpc_set_device(dc->device);
+    return gpu_status("lstm gates backward",
+                      dpc_lstm_gates_backward(dc->dtype, c->shape[0], c->shape[1], gpu_first(dout), gpu_first(gi),
+                                              gpu_first(gh), gpu_first(c), gpu_first(c1), gpu_first(dgates),
+                                              gpu_first(dc), gpu_stream_of(dc->device)),
+                      dc->dtype);
+}
+
+dp_status gpu_gru_gates(dp_tensor *out, dp_tensor *gi, dp_tensor *gh, dp_tensor *h)
+{
+    dpc_set_device(out->device);
+    return gpu_status("gru gates", dpc_gru_gates(out->dtype, h->shape[0], h->shape[1], gpu_first(gi), gpu_first(gh),
+                                                 gpu_first(h), gpu_first(out), gpu_stream_of(out->device)),
+                      out->dtype);
+}
+
+dp_status gpu_gru_gates_backward(dp_tensor *dgi, dp_tensor *dgh, dp_tensor *dh, dp_tensor *dout, dp_tensor *gi,
+                                 dp_tensor *gh, dp_tensor *h)
+{
+    dpc_set_device(dh->device);
+    return gpu_status("gru gates backward",
+                      dpc_gru_gates_backward(dh->dtype, h->shape[0], h->shape[1], gpu_first(dout), gpu_first(gi),
+                                             gpu_first(gh), gpu_first(h), gpu_first(dgi), gpu_first(dgh),
+                                             gpu_first(dh), gpu_stream_of(dh->device)),
+                      dh->dtype);
+}
 
 #endif /* DP_HAVE_CUDA */

@@ -130,6 +130,16 @@ dp_status gpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u)
 { (void)cols; (void)x; (void)u; return no_cuda(); }
 dp_status gpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)
 { (void)x; (void)cols; (void)u; return no_cuda(); }
+dp_status gpu_lstm_gates(dp_tensor *out, dp_tensor *gi, dp_tensor *gh, dp_tensor *c)
+{ (void)out; (void)gi; (void)gh; (void)c; return no_cuda(); }
+dp_status gpu_lstm_gates_backward(dp_tensor *dgates, dp_tensor *dc, dp_tensor *dout, dp_tensor *gi, dp_tensor *gh,
+                                  dp_tensor *c, dp_tensor *c1)
+{ (void)dgates; (void)dc; (void)dout; (void)gi; (void)gh; (void)c; (void)c1; return no_cuda(); }
+dp_status gpu_gru_gates(dp_tensor *out, dp_tensor *gi, dp_tensor *gh, dp_tensor *h)
+{ (void)out; (void)gi; (void)gh; (void)h; return no_cuda(); }
+dp_status gpu_gru_gates_backward(dp_tensor *dgi, dp_tensor *dgh, dp_tensor *dh, dp_tensor *dout, dp_tensor *gi,
+                                 dp_tensor *gh, dp_tensor *h)
+{ (void)dgi; (void)dgh; (void)dh; (void)dout; (void)gi; (void)gh; (void)h; return no_cuda(); }
 dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
                        double dampening, int nesterov, double weight_decay, int first_step)
 {

@@ -46,6 +46,12 @@ dp_status gpu_classifier_loss(dp_tensor *out, dp_tensor *lse, dp_tensor *denom, 
 dp_status gpu_classifier_backward(dp_tensor *dinput, dp_tensor *g, dp_tensor *lse, const cpu_ce_args *a);
 dp_status gpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u);
 dp_status gpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u);
+dp_status gpu_lstm_gates(dp_tensor *out, dp_tensor *gi, dp_tensor *gh, dp_tensor *c);
+dp_status gpu_lstm_gates_backward(dp_tensor *dgates, dp_tensor *dc, dp_tensor *dout, dp_tensor *gi, dp_tensor *gh,
+                                  dp_tensor *c, dp_tensor *c1);
+dp_status gpu_gru_gates(dp_tensor *out, dp_tensor *gi, dp_tensor *gh, dp_tensor *h);
+dp_status gpu_gru_gates_backward(dp_tensor *dgi, dp_tensor *dgh, dp_tensor *dh, dp_tensor *dout, dp_tensor *gi,
+                                 dp_tensor *gh, dp_tensor *h);
 dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
                        double dampening, int nesterov, double weight_decay, int first_step);
 /* step_t: NULL, or the 0-d float64 device step count of capturable Adam
@@ -163,6 +169,22 @@ static inline dp_status k_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold
 { return ON_CPU(cols) ? cpu_unfold(cols, x, u) : gpu_unfold(cols, x, u); }
 static inline dp_status k_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)
 { return ON_CPU(x) ? cpu_fold_add(x, cols, u) : gpu_fold_add(x, cols, u); }
+static inline dp_status k_lstm_gates(dp_tensor *out, dp_tensor *gi, dp_tensor *gh, dp_tensor *c)
+{ return ON_CPU(out) ? cpu_lstm_gates(out, gi, gh, c) : gpu_lstm_gates(out, gi, gh, c); }
+static inline dp_status k_lstm_gates_backward(dp_tensor *dgates, dp_tensor *dc, dp_tensor *dout, dp_tensor *gi,
+                                              dp_tensor *gh, dp_tensor *c, dp_tensor *c1)
+{
+    return ON_CPU(dc) ? cpu_lstm_gates_backward(dgates, dc, dout, gi, gh, c, c1)
+                      : gpu_lstm_gates_backward(dgates, dc, dout, gi, gh, c, c1);
+}
+static inline dp_status k_gru_gates(dp_tensor *out, dp_tensor *gi, dp_tensor *gh, dp_tensor *h)
+{ return ON_CPU(out) ? cpu_gru_gates(out, gi, gh, h) : gpu_gru_gates(out, gi, gh, h); }
+static inline dp_status k_gru_gates_backward(dp_tensor *dgi, dp_tensor *dgh, dp_tensor *dh, dp_tensor *dout,
+                                             dp_tensor *gi, dp_tensor *gh, dp_tensor *h)
+{
+    return ON_CPU(dh) ? cpu_gru_gates_backward(dgi, dgh, dh, dout, gi, gh, h)
+                      : gpu_gru_gates_backward(dgi, dgh, dh, dout, gi, gh, h);
+}
 /* optim.c: the CPU's steps for any float dtype, bfloat16 through float32
  * copies that cpu_sgd_step and cpu_adam_step take; with a float32 master
  * copy of bfloat16 parameters (master, else NULL) cpu_adam_step_master */

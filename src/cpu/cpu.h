@@ -109,6 +109,15 @@ typedef struct {
 dp_status cpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u);
 dp_status cpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u);
 
+/* rnn.c: one timestep of the recurrent layers' gates (src/core/rnn.c has
+ * the shapes), on contiguous float32 or float64 operands of one dtype */
+dp_status cpu_lstm_gates(dp_tensor *out, dp_tensor *gi, dp_tensor *gh, dp_tensor *c);
+dp_status cpu_lstm_gates_backward(dp_tensor *dgates, dp_tensor *dc, dp_tensor *dout, dp_tensor *gi, dp_tensor *gh,
+                                  dp_tensor *c, dp_tensor *c1);
+dp_status cpu_gru_gates(dp_tensor *out, dp_tensor *gi, dp_tensor *gh, dp_tensor *h);
+dp_status cpu_gru_gates_backward(dp_tensor *dgi, dp_tensor *dgh, dp_tensor *dh, dp_tensor *dout, dp_tensor *gi,
+                                 dp_tensor *gh, dp_tensor *h);
+
 /* attention.c: scaled dot product attention over heads (b, h). q (B, H, L, E),
  * k (B, H, S, E), v (B, H, S, Ev): views of one dtype; out (B, H, L, Ev),
  * its gradient dout and dq, dk, dv contiguous of that dtype; lse (B, H, L)

@@ -8,8 +8,8 @@
 --
 -- nn.Module and nn.Parameter are in dplua/nn/module.lua, the layers in
 -- layers.lua, the attention and transformer modules in transformer.lua, the
--- losses in loss.lua, ParameterList and ParameterDict in containers.lua;
--- nn.functional, nn.init and nn.utils
+-- recurrent layers in rnn.lua, the losses in loss.lua, ParameterList and
+-- ParameterDict in containers.lua; nn.functional, nn.init and nn.utils
 -- are tables of functions (functional.lua, init_.lua, utils.lua).
 local module = require("dplua.nn.module")
 
@@ -34,7 +34,7 @@ nn.parallel = setmetatable({}, { __index = function(t, k)
 end })
 
 -- (a name starting with "_" is a helper its file shares, not a layer)
-for _, file in ipairs({ "dplua.nn.layers", "dplua.nn.loss", "dplua.nn.transformer", "dplua.nn.containers" }) do
+for _, file in ipairs({ "dplua.nn.layers", "dplua.nn.loss", "dplua.nn.transformer", "dplua.nn.rnn", "dplua.nn.containers" }) do
   for name, cls in pairs(require(file)) do
     if name:sub(1, 1) ~= "_" then nn[name] = cls end
   end
