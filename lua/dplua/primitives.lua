@@ -75,6 +75,14 @@ function torch._unfold(x, kernel, stride, padding, dilation, pad_value)
                          pair(i64x2[4], dilation or 1, "unfold", "dilation"), pad_value or 0))
 end
 
+-- conv2d as one node (CPU float32/float64 only; F.conv2d checks the
+-- arguments and decides): stride, padding, dilation pairs, groups
+function torch._conv2d(x, w, b, stride, padding, dilation, groups)
+  return new(C.dp_conv2d(outp, x.p, w.p, opt_p(b), pair(i64x2[1], stride, "conv2d", "stride"),
+                         pair(i64x2[2], padding, "conv2d", "padding"), pair(i64x2[3], dilation, "conv2d", "dilation"),
+                         groups))
+end
+
 function torch._sgd_step(p, g, buf, lr, momentum, dampening, nesterov, weight_decay, first_step)
   check(C.dp_sgd_step(p.p, g.p, opt_p(buf), lr, momentum or 0, dampening or 0, nesterov and 1 or 0,
                       weight_decay or 0, first_step and 1 or 0))

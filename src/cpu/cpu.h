@@ -109,6 +109,19 @@ typedef struct {
 dp_status cpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u);
 dp_status cpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u);
 
+/* conv.c: out (N, O, Ho, Wo) = conv2d of x (N, C, H, W) with w (O,
+ * C/groups, kh, kw) and b (O, or NULL); u's kernel is w's, out_h and
+ * out_w are Ho and Wo. All contiguous, one dtype: float32 or float64.
+ * The backward writes whichever of dx (x's shape), dw, db is not NULL
+ * from g, out's gradient (contiguous). */
+typedef struct {
+    cpu_unfold_args u;
+    int64_t groups;
+} cpu_conv_args;
+dp_status cpu_conv2d(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b, const cpu_conv_args *a);
+dp_status cpu_conv2d_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
+                              const cpu_conv_args *a);
+
 /* attention.c: scaled dot product attention over heads (b, h). q (B, H, L, E),
  * k (B, H, S, E), v (B, H, S, Ev): views of one dtype; out (B, H, L, Ev),
  * its gradient dout and dq, dk, dv contiguous of that dtype; lse (B, H, L)
