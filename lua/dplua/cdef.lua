@@ -175,6 +175,11 @@ dp_status dp_cross_entropy_fp32(dp_tensor **out, dp_tensor *input, dp_tensor *ta
 /* im2col: x (N, C, H, W) -> (N, C*kh*kw, L); padding reads pad_value */
 dp_status dp_unfold(dp_tensor **out, dp_tensor *x, const int64_t *kernel, const int64_t *stride,
                            const int64_t *padding, const int64_t *dilation, double pad_value);
+/* 2-D convolution of CPU float32/float64 tensors as one node: x (N, C, H,
+ * W), w (O, C/groups, kh, kw), b (O) or NULL -> (N, O, Ho, Wo); stride,
+ * padding and dilation are (height, width) pairs */
+dp_status dp_conv2d(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, const int64_t *stride,
+                           const int64_t *padding, const int64_t *dilation, int64_t groups);
 /* softmax(q @ k^T * scale) @ v over q (..., L, E), k (..., S, E), v (..., S, Ev)
  * of one float dtype and the same leading dims, without materialising the
  * (L, S) weights; is_causal: query i attends to keys j <= i. Only when
