@@ -372,6 +372,10 @@ DP_API double dp_clock_monotonic(void);
 DP_API double dp_clock_wall(void);
 DP_API int dp_sleep(double seconds);                 /* 0, or 1 when a signal ended it early */
 DP_API int dp_cpu_count(void);                       /* online CPUs */
+/* The CPU kernels' threads (OpenBLAS's): OPENBLAS_NUM_THREADS, else
+ * OMP_NUM_THREADS, else one per online CPU until set; n >= 1. */
+DP_API dp_status dp_set_num_threads(int n);
+DP_API int dp_get_num_threads(void);
 DP_API int dp_is_terminal(int fd);
 DP_API dp_status dp_make_dirs(const char *path);     /* mkdir -p */
 

@@ -354,6 +354,10 @@ double dp_clock_monotonic(void);
 double dp_clock_wall(void);
 int dp_sleep(double seconds);                 /* 0, or 1 when a signal ended it early */
 int dp_cpu_count(void);                       /* online CPUs */
+/* The CPU kernels' threads (OpenBLAS's): OPENBLAS_NUM_THREADS, else
+ * OMP_NUM_THREADS, else one per online CPU until set; n >= 1. */
+dp_status dp_set_num_threads(int n);
+int dp_get_num_threads(void);
 int dp_is_terminal(int fd);
 dp_status dp_make_dirs(const char *path);     /* mkdir -p */
 

@@ -38,9 +38,11 @@ dp_status cpu_softmax(dp_tensor *out, dp_tensor *a, int dim, int log);
  * all of one dtype: float32 or float64, out contiguous and a and b as
  * cpu_bmm_takes says; or int64, all contiguous. */
 bool cpu_bmm_takes(const dp_tensor *t);
-/* blas.c: OpenBLAS's build configuration and its number of threads */
+/* blas.c: OpenBLAS's build configuration and its number of threads
+ * (the CPU kernels' only threads: the products, convolutions included) */
 const char *cpu_blas_config(void);
 int cpu_blas_threads(void);
+void cpu_blas_set_threads(int n);
 dp_status cpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b);
 
 /* blas.c: the fused linear layer on contiguous float32/float64 matrices:
