@@ -1,0 +1,112 @@
+-- test_conv2d.lua: the CPU's fused F.conv2d (src/cpu/conv.c) against
+-- PyTorch (tests/ref/conv2d.lua, written by scripts/gen_conv2d_ref.py):
+-- outputs and input/weight/bias gradients in float64 and float32, over
+-- odd sizes, padding, strides, dilation, groups, 1x1 kernels, a batch of
+-- one and images of several tiles; float64 finite differences; only the
+-- gradients asked for; non-contiguous inputs; errors of the C op.
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
+package.path = here .. "/?.lua;" .. package.path
+local T = require("tap")
+local torch = require("dplua")
+local F = torch.nn.functional
+local ref = dofile(here .. "/../ref/conv2d.lua")
+
+local cases = {  -- name: input shape, weight shape, options (as in the generator)
+  plain = { { 2, 3, 9, 9 }, { 4, 3, 3, 3 }, {} },
+  odd_sizes = { { 3, 5, 7, 11 }, { 7, 5, 3, 2 }, {} },
+  padding = { { 2, 3, 6, 5 }, { 2, 3, 3, 3 }, { padding = { 2, 1 } } },
+  stride2 = { { 2, 3, 11, 10 }, { 5, 3, 3, 3 }, { stride = 2, padding = 1 } },
+  stride_rect = { { 1, 2, 9, 12 }, { 3, 2, 2, 4 }, { stride = { 3, 2 }, padding = { 0, 3 } } },
+  dilation = { { 2, 2, 13, 12 }, { 3, 2, 3, 3 }, { dilation = { 2, 3 }, padding = 2 } },
+  groups = { { 2, 6, 8, 7 }, { 9, 2, 3, 3 }, { groups = 3, padding = 1 } },
+  depthwise = { { 2, 4, 7, 7 }, { 4, 1, 3, 3 }, { groups = 4, padding = 1, stride = 2 } },
+  one_by_one = { { 2, 5, 6, 7 }, { 3, 5, 1, 1 }, {} },
+  one_by_one_stride = { { 2, 5, 7, 7 }, { 3, 5, 1, 1 }, { stride = 2 } },
+  batch1 = { { 1, 3, 10, 8 }, { 6, 3, 3, 3 }, { padding = 1 } },
+  no_bias = { { 2, 3, 8, 8 }, { 2, 3, 2, 2 }, { bias = false } },
+  big_padding = { { 1, 1, 3, 3 }, { 2, 1, 3, 3 }, { padding = 3 } },
+  tiles = { { 1, 30, 16, 16 }, { 2, 30, 3, 3 }, { padding = 1 } },
+}
+
+local function filled(shape, f, dtype) return T.filled(torch, shape, f):to(dtype) end
+
+-- conv2d of the case's tensors in dtype, with the gradients of the output
+-- weighted by cos of its flat index, as the generator computes them
+local function run(c, dtype)
+  local x = filled(c[1], function(k) return math.sin(1 + 0.3 * k) end, dtype):requires_grad_()
+  local w = filled(c[2], function(k) return math.cos(2 + 0.7 * k) end, dtype):requires_grad_()
+  local b = c[3].bias ~= false and filled({ c[2][1] }, function(k) return math.sin(3 + k) end, dtype):requires_grad_() or nil
+  local y = F.conv2d(x, w, b, { stride = c[3].stride, padding = c[3].padding, dilation = c[3].dilation,
+                                groups = c[3].groups })
+  local wt = torch.arange(0, y:numel(), { dtype = torch.float64 }):cos():reshape(y:size()):to(dtype)
+  ;(y * wt):sum():backward()
+  return y, x.grad, w.grad, b and b.grad
+end
+
+for _, name in ipairs(T.sorted_keys(cases)) do
+  T.run(name .. " against PyTorch", function()
+    local c, r = cases[name], ref[name]
+    for _, dt in ipairs({ { torch.float64, 1e-12, 1e-12 }, { torch.float32, 1e-4, 1e-4 } }) do
+      local y, dx, dw, db = run(c, dt[1])
+      local what = name .. " " .. tostring(dt[1]) .. ": "
+      T.is(y:size(), r.shape, what .. "the shape")
+      T.is(y.dtype, dt[1], what .. "the dtype")
+      T.values_close(y:reshape(-1):tolist(), r.y, dt[2], dt[3], what .. "output")
+      T.values_close(dx:reshape(-1):tolist(), r.dx, dt[2], dt[3], what .. "input gradient")
+      T.values_close(dw:reshape(-1):tolist(), r.dw, dt[2], dt[3], what .. "weight gradient")
+      if db then T.values_close(db:tolist(), r.db, dt[2], dt[3], what .. "bias gradient") end
+    end
+  end)
+end
+
+T.run("finite differences (float64)", function()
+  local gc = torch.autograd.gradcheck
+  local function R(...)
+    local shape = { ... }
+    return torch.randn(shape, { dtype = torch.float64 }):requires_grad_()
+  end
+  torch.manual_seed(3)
+  T.ok(gc(function(x, w, b) return F.conv2d(x, w, b, { padding = 1 }) end, { R(2, 3, 5, 4), R(2, 3, 3, 3), R(2) }),
+       "3x3, padding 1")
+  T.ok(gc(function(x, w, b) return F.conv2d(x, w, b) end, { R(2, 3, 3, 4), R(4, 3, 1, 1), R(4) }), "1x1")
+  T.ok(gc(function(x, w) return F.conv2d(x, w, nil, { stride = { 2, 1 }, dilation = { 1, 2 }, groups = 2 }) end,
+          { R(1, 4, 6, 7), R(4, 2, 2, 3) }), "stride, dilation and groups")
+end)
+
+T.run("only the gradients asked for", function()
+  local x = torch.randn(2, 3, 6, 6)
+  local w = torch.randn(4, 3, 3, 3, { requires_grad = true })
+  F.conv2d(x, w):sum():backward()
+  T.ok(x.grad == nil, "no input gradient for an input without requires_grad")
+  T.is(w.grad:size(), { 4, 3, 3, 3 }, "the weight's gradient")
+  local xg = torch.randn(2, 3, 6, 6, { requires_grad = true })
+  local y = F.conv2d(xg, torch.randn(4, 3, 3, 3), torch.randn(4))
+  T.ok(y.requires_grad, "an output that needs grad through the input alone")
+  y:sum():backward()
+  T.is(xg.grad:size(), { 2, 3, 6, 6 }, "the input's gradient")
+  T.ok(not torch.no_grad(function() return F.conv2d(xg, w) end).requires_grad, "no node under no_grad")
+end)
+
+T.run("non-contiguous input and weight", function()
+  torch.manual_seed(1)
+  local x = torch.randn(2, 6, 7, 3):permute({ 0, 3, 1, 2 })   -- (2, 3, 6, 7), strided
+  local w = torch.randn(3, 3, 3, 2):permute({ 3, 2, 0, 1 })   -- (2, 3, 3, 3), strided
+  local want = F.conv2d(x:contiguous(), w:contiguous(), nil, { padding = 1 })
+  T.values_close(F.conv2d(x, w, nil, { padding = 1 }):reshape(-1):tolist(), want:reshape(-1):tolist(), 0, 0,
+                 "the same values as from contiguous copies")
+end)
+
+T.run("errors of the C op", function()
+  local x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
+  T.raises(function() torch._conv2d(x, w:to(torch.float64), nil, 1, 0, 1, 1) end, "one dtype", "mixed dtypes")
+  T.raises(function() torch._conv2d(x, w, torch.randn(2), 1, 0, 1, 1) end, "bias of shape %[3%]", "a bias of the wrong size")
+  T.raises(function() torch._conv2d(x, w, nil, 0, 0, 1, 1) end, "stride and dilation must be positive", "stride 0")
+  T.raises(function() torch._conv2d(x, w, nil, 1, 0, 1, 2) end, "groups=2", "groups that do not divide")
+  T.raises(function() torch._conv2d(x, torch.randn(3, 2, 7, 7), nil, 1, 0, 1, 1) end, "smaller than the kernel span",
+           "a kernel larger than the input")
+  T.raises(function() torch._conv2d(torch.randn(2, 5, 5), w, nil, 1, 0, 1, 1) end, "4%-D input", "a 3-D input")
+  T.raises(function() torch._conv2d(x:to(torch.int64), w:to(torch.int64), nil, 1, 0, 1, 1) end, "float32 or float64",
+           "an integer input")
+end)
+
+T.done_testing()
