@@ -127,16 +127,45 @@ static void im2col(const conv_plan *p, dp_dtype dt, void *x, void *cols, int64_t
         im2col_f64(p, x, cols, oh0, oh1, fold);
 }
 
-/* out (O, L) rows = b[o] (or zeros) */
+/* out (O, L) rows = b[o] (or zeros); db[o] = the sum of g's (N, O, L)
+ * over N and L, in eight running sums (one chain of dependent adds would
+ * take longer than the GEMMs of a small convolution). */
+#define BIAS_FNS(T, fill, grad)                                                 \
+    static void fill(const conv_plan *p, T *out, const T *b)                   \
+    {                                                                          \
+        for (int64_t o = 0; o < p->O; o++)                                     \
+            for (int64_t l = 0; l < p->L; l++)                                 \
+                out[o * p->L + l] = b ? b[o] : (T)0;                           \
+    }                                                                          \
+    static void grad(const conv_plan *p, const T *g, T *db)                    \
+    {                                                                          \
+        for (int64_t o = 0; o < p->O; o++) {                                   \
+            double s = 0;                                                      \
+            for (int64_t n = 0; n < p->N; n++) {                               \
+                const T *r = g + (n * p->O + o) * p->L;                        \
+                T acc[8] = { 0 }, t = 0;                                       \
+                int64_t l = 0;                                                 \
+                for (; l + 8 <= p->L; l += 8)                                  \
+                    for (int k = 0; k < 8; k++)                                \
+                        acc[k] += r[l + k];                                    \
+                for (; l < p->L; l++)                                          \
+                    t += r[l];                                                 \
+                for (int k = 0; k < 8; k++)                                    \
+                    t += acc[k];                                               \
+                s += t;                                                        \
+            }                                                                  \
+            db[o] = (T)s;                                                      \
+        }                                                                      \
+    }
+BIAS_FNS(float, fill_bias_f32, bias_grad_f32)
+BIAS_FNS(double, fill_bias_f64, bias_grad_f64)
+
 static void fill_bias(const conv_plan *p, dp_dtype dt, void *out, const void *b)
 {
-    for (int64_t o = 0; o < p->O; o++)
-        for (int64_t l = 0; l < p->L; l++) {
-            if (dt == DP_FLOAT32)
-                ((float *)out)[o * p->L + l] = b ? ((const float *)b)[o] : 0.0f;
-            else
-                ((double *)out)[o * p->L + l] = b ? ((const double *)b)[o] : 0.0;
-        }
+    if (dt == DP_FLOAT32)
+        fill_bias_f32(p, out, b);
+    else
+        fill_bias_f64(p, out, b);
 }
 
 /* The columns of image n's tile of output rows [oh0, oh1) and their
@@ -184,27 +213,12 @@ dp_status cpu_conv2d(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b, c
     return DP_OK;
 }
 
-/* db[o] = the sum of g's (N, O, L) over N and L */
 static void bias_grad(const conv_plan *p, dp_dtype dt, dp_tensor *db, const dp_tensor *g)
 {
-    for (int64_t o = 0; o < p->O; o++) {
-        double s = 0;
-        for (int64_t n = 0; n < p->N; n++) {
-            int64_t at = (n * p->O + o) * p->L;
-            if (dt == DP_FLOAT32) {
-                const float *r = (const float *)tensor_ptr(g) + at;
-                float acc = 0;
-                for (int64_t l = 0; l < p->L; l++)
-                    acc += r[l];
-                s += acc;
-            } else {
-                const double *r = (const double *)tensor_ptr(g) + at;
-                for (int64_t l = 0; l < p->L; l++)
-                    s += r[l];
-            }
-        }
-        dtype_store(dt, tensor_ptr(db) + o * (int64_t)p->es, s);
-    }
+    if (dt == DP_FLOAT32)
+        bias_grad_f32(p, (const float *)tensor_ptr(g), (float *)tensor_ptr(db));
+    else
+        bias_grad_f64(p, (const double *)tensor_ptr(g), (double *)tensor_ptr(db));
 }
 
 /* The gradients of one tile of image n: dw += g (Og x Lt) @ cols^T per
