@@ -198,6 +198,10 @@ DP_API dp_status dp_unfold(dp_tensor **out, dp_tensor *x, const int64_t *kernel,
  * padding and dilation are (height, width) pairs */
 DP_API dp_status dp_conv2d(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, const int64_t *stride,
                            const int64_t *padding, const int64_t *dilation, int64_t groups);
+/* max pooling of a CPU float32/float64 x (N, C, H, W) as one node; kernel,
+ * stride, padding (at most half the kernel) and dilation are pairs */
+DP_API dp_status dp_max_pool2d(dp_tensor **out, dp_tensor *x, const int64_t *kernel, const int64_t *stride,
+                               const int64_t *padding, const int64_t *dilation);
 /* softmax(q @ k^T * scale) @ v over q (..., L, E), k (..., S, E), v (..., S, Ev)
  * of one float dtype and the same leading dims, without materialising the
  * (L, S) weights; is_causal: query i attends to keys j <= i. Only when

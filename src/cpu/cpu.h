@@ -110,6 +110,13 @@ typedef struct {
 } cpu_unfold_args;
 dp_status cpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u);
 dp_status cpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u);
+/* nn.c: max pooling of x (N, C, H, W) over u's windows into out (N, C,
+ * Ho, Wo), and each window's argmax (h*W + w in its plane; PyTorch's pick
+ * among equals and NaNs) into argmax (N, C, Ho, Wo) int64 unless NULL;
+ * all contiguous, float32 or float64. The backward writes dx (x's shape)
+ * whole: g (out's shape and dtype) added at the argmaxes. */
+dp_status cpu_max_pool2d(dp_tensor *out, dp_tensor *argmax, dp_tensor *x, const cpu_unfold_args *u);
+dp_status cpu_max_pool2d_backward(dp_tensor *dx, dp_tensor *g, dp_tensor *argmax);
 
 /* conv.c: out (N, O, Ho, Wo) = conv2d of x (N, C, H, W) with w (O,
  * C/groups, kh, kw) and b (O, or NULL); u's kernel is w's, out_h and

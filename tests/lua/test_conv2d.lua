@@ -3,7 +3,9 @@
 -- outputs and input/weight/bias gradients in float64 and float32, over
 -- odd sizes, padding, strides, dilation, groups, 1x1 kernels, a batch of
 -- one and images of several tiles; float64 finite differences; only the
--- gradients asked for; non-contiguous inputs; errors of the C op.
+-- gradients asked for; non-contiguous inputs; errors of the C op. Then
+-- the fused F.max_pool2d likewise (tests/ref/max_pool2d.lua, from
+-- scripts/gen_max_pool2d_ref.py), ties and NaNs included.
 local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 package.path = here .. "/?.lua;" .. package.path
 local T = require("tap")
@@ -107,6 +109,52 @@ T.run("errors of the C op", function()
   T.raises(function() torch._conv2d(torch.randn(2, 5, 5), w, nil, 1, 0, 1, 1) end, "4%-D input", "a 3-D input")
   T.raises(function() torch._conv2d(x:to(torch.int64), w:to(torch.int64), nil, 1, 0, 1, 1) end, "float32 or float64",
            "an integer input")
+end)
+
+local pool_ref = dofile(here .. "/../ref/max_pool2d.lua")
+local pools = {  -- name: input shape, kernel, options (as in the generator)
+  mnist = { { 2, 3, 8, 8 }, 2, {} },
+  odd = { { 2, 2, 7, 9 }, 2, {} },
+  stride_pad = { { 1, 3, 9, 8 }, 3, { stride = 2, padding = 1 } },
+  rect = { { 2, 2, 6, 10 }, { 2, 3 }, { stride = { 1, 2 } } },
+  dilation = { { 1, 2, 11, 10 }, 3, { dilation = 2, padding = 1 } },
+  ties = { { 2, 2, 8, 7 }, 3, { stride = 1, padding = 1 } },
+}
+local function round(v) return v >= 0 and math.floor(v + 0.5) or -math.floor(-v + 0.5) end
+
+for _, name in ipairs(T.sorted_keys(pools)) do
+  T.run("max_pool2d " .. name .. " against PyTorch", function()
+    local c, r = pools[name], pool_ref[name]
+    local f = name == "ties" and function(k) return round(2 * math.sin(k)) end or function(k) return math.sin(1 + 0.3 * k) end
+    for _, dt in ipairs({ torch.float64, torch.float32 }) do
+      local x = filled(c[1], f, dt):requires_grad_()
+      local y = F.max_pool2d(x, c[2], c[3])
+      local wt = torch.arange(0, y:numel(), { dtype = torch.float64 }):cos():reshape(y:size()):to(dt)
+      ;(y * wt):sum():backward()
+      local what, tol = name .. " " .. tostring(dt) .. ": ", dt == torch.float64 and 1e-14 or 1e-6
+      T.is(y:size(), r.shape, what .. "the shape")
+      T.values_close(y:reshape(-1):tolist(), r.y, tol, tol, what .. "output")
+      T.values_close(x.grad:reshape(-1):tolist(), r.dx, tol, tol, what .. "input gradient")
+    end
+  end)
+end
+
+T.run("max_pool2d with NaN and -inf", function()
+  local x = torch.tensor({ { { { 1, 0 / 0, 3, 4 }, { 5, 6, -math.huge, -math.huge } } } }):requires_grad_()
+  local y = F.max_pool2d(x, 2)
+  local v = y:reshape(-1):tolist()
+  T.ok(v[1] ~= v[1], "a window holding NaN gives NaN")
+  T.is(v[2], 4, "the largest of the other window")
+  y:sum():backward()
+  T.is(x.grad:reshape(-1):tolist(), { 0, 1, 0, 1, 0, 0, 0, 0 }, "the gradient goes to the NaN and to the largest")
+  local z = torch.full({ 1, 1, 2, 2 }, -math.huge):requires_grad_()
+  F.max_pool2d(z, 2):sum():backward()
+  T.is(z.grad:reshape(-1):tolist(), { 1, 0, 0, 0 }, "an all -inf window: the first element, as PyTorch")
+  T.ok(torch.autograd.gradcheck(function(a) return F.max_pool2d(a, 3, 2, 1) end,
+                                { torch.randn(1, 2, 5, 6, { dtype = torch.float64 }):requires_grad_() }),
+       "finite differences")
+  T.raises(function() torch._max_pool2d(torch.randn(1, 1, 4, 4), 2, 2, 2, 1) end, "more than half", "too much padding")
+  T.raises(function() torch._max_pool2d(torch.randn(4, 4), 2, 2, 0, 1) end, "4%-D input", "a 2-D input")
 end)
 
 T.done_testing()

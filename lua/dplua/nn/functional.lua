@@ -633,8 +633,9 @@ local function pool_window(input, fn, kernel_size, stride, padding, dilation)
 end
 
 -- max_pool2d(input, kernel_size [, stride=kernel_size, padding=0, dilation=1])
--- or max_pool2d(input, kernel_size, {stride=, padding=, dilation=}):
--- unfold with -inf padding, then the max over each window.
+-- or max_pool2d(input, kernel_size, {stride=, padding=, dilation=}): on the
+-- CPU the fused op; elsewhere unfold with -inf padding, then the max over
+-- each window.
 function F.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
   local fn = "max_pool2d"
   if type(stride) == "table" and stride[1] == nil then
@@ -644,6 +645,10 @@ function F.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, 
   if ceil_mode then raise(fn .. ": ceil_mode=true is not supported") end
   if return_indices then raise(fn .. ": return_indices=true is not supported") end
   local x, batched, k, s, p, d, Ho, Wo = pool_window(input, fn, kernel_size, stride, padding, dilation)
+  if not x.is_cuda and (x.dtype == torch.float32 or x.dtype == torch.float64) then
+    local out = torch._max_pool2d(x, k, s, p, d)
+    return batched and out or out:squeeze(0)
+  end
   local N, C = x:size(0), x:size(1)
   local cols = torch._unfold(x, k, s, p, d, -math.huge)            -- (N, C*kh*kw, L)
   local out = cols:reshape(N, C, k[1] * k[2], Ho * Wo):max(2)
