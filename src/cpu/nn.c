@@ -180,34 +180,48 @@ dp_status cpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)
 
 /* ---------------------------------------------------------------- max pooling */
 
+/* The taps [lo, hi) of a window starting at s0 (step d, k taps) that fall
+ * inside [0, n). */
+static void taps_inside(int64_t s0, int64_t d, int64_t k, int64_t n, int64_t *lo, int64_t *hi)
+{
+    if (d == 1) {   /* no division: it would cost more than the window's compares */
+        *lo = s0 >= 0 ? 0 : -s0;
+        *hi = n - s0;
+    } else {
+        *lo = s0 >= 0 ? 0 : (-s0 + d - 1) / d;
+        *hi = s0 >= n ? 0 : (n - 1 - s0) / d + 1;
+    }
+    if (*hi > k)
+        *hi = k;
+    if (*lo > *hi)
+        *lo = *hi;
+}
+
 /* Each window's largest element and where it is (h*W + w in its plane):
- * the first of equal ones, a NaN above all numbers, as PyTorch picks. */
+ * the first of equal ones, a NaN above all numbers, and for a window of
+ * -inf alone its first element, as PyTorch picks. */
 #define MAX_POOL_FN(T, name)                                                                  \
     static void name(const T *x, T *out, int64_t *arg, int64_t planes, int64_t H, int64_t W,  \
                      const cpu_unfold_args *u)                                                \
     {                                                                                         \
+        int64_t dh = u->dilation[0], dw = u->dilation[1];                                     \
         for (int64_t pl = 0; pl < planes; pl++) {                                             \
             const T *xp = x + pl * H * W;                                                     \
-            for (int64_t oh = 0; oh < u->out_h; oh++)                                         \
+            for (int64_t oh = 0; oh < u->out_h; oh++) {                                       \
+                int64_t h0 = oh * u->stride[0] - u->padding[0], ilo, ihi;                     \
+                taps_inside(h0, dh, u->kernel[0], H, &ilo, &ihi);                             \
                 for (int64_t ow = 0; ow < u->out_w; ow++) {                                   \
-                    int64_t h0 = oh * u->stride[0] - u->padding[0];                           \
-                    int64_t w0 = ow * u->stride[1] - u->padding[1], at = -1;                  \
+                    int64_t w0 = ow * u->stride[1] - u->padding[1], jlo, jhi;                 \
+                    taps_inside(w0, dw, u->kernel[1], W, &jlo, &jhi);                         \
+                    int64_t at = ilo < ihi && jlo < jhi ? (h0 + ilo * dh) * W + w0 + jlo * dw : -1; \
                     T best = -INFINITY;                                                       \
-                    for (int64_t i = 0; i < u->kernel[0]; i++) {                              \
-                        int64_t h = h0 + i * u->dilation[0];                                  \
-                        if (h < 0 || h >= H)                                                  \
-                            continue;                                                         \
-                        for (int64_t j = 0; j < u->kernel[1]; j++) {                          \
-                            int64_t w = w0 + j * u->dilation[1];                              \
-                            if (w < 0 || w >= W)                                              \
-                                continue;                                                     \
-                            T v = xp[h * W + w];                                              \
-                            if (at < 0)   /* where an all -inf window points */           \
-                                at = h * W + w;                                               \
-                            if (v > best || isnan(v)) {                                       \
-                                best = v;                                                     \
-                                at = h * W + w;                                               \
-                            }                                                                 \
+                    for (int64_t i = ilo; i < ihi; i++) {                                     \
+                        const T *r = xp + (h0 + i * dh) * W + w0;                             \
+                        for (int64_t j = jlo; j < jhi; j++) {                                 \
+                            T v = r[j * dw];   /* no branch: random data mispredicts it */    \
+                            bool take = v > best || v != v;                                   \
+                            best = take ? v : best;                                           \
+                            at = take ? (h0 + i * dh) * W + w0 + j * dw : at;                 \
                         }                                                                     \
                     }                                                                         \
                     int64_t o = (pl * u->out_h + oh) * u->out_w + ow;                         \
@@ -215,6 +229,7 @@ dp_status cpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)
                     if (arg)                                                                  \
                         arg[o] = at;                                                          \
                 }                                                                             \
+            }                                                                                 \
         }                                                                                     \
     }
 MAX_POOL_FN(float, max_pool_f32)
