@@ -5,7 +5,8 @@
 -- one and images of several tiles; float64 finite differences; only the
 -- gradients asked for; non-contiguous inputs; errors of the C op. Then
 -- the fused F.max_pool2d likewise (tests/ref/max_pool2d.lua, from
--- scripts/gen_max_pool2d_ref.py), ties and NaNs included.
+-- scripts/gen_max_pool2d_ref.py), ties and NaNs included; and
+-- torch.set_num_threads, whose threads run the convolutions' GEMMs.
 local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 package.path = here .. "/?.lua;" .. package.path
 local T = require("tap")
@@ -155,6 +156,24 @@ T.run("max_pool2d with NaN and -inf", function()
        "finite differences")
   T.raises(function() torch._max_pool2d(torch.randn(1, 1, 4, 4), 2, 2, 2, 1) end, "more than half", "too much padding")
   T.raises(function() torch._max_pool2d(torch.randn(4, 4), 2, 2, 0, 1) end, "4%-D input", "a 2-D input")
+end)
+
+T.run("set_num_threads", function()
+  local before = torch.get_num_threads()
+  T.ok(before >= 1, "get_num_threads is at least 1")
+  torch.manual_seed(5)
+  local x, w = torch.randn(3, 8, 20, 20, { dtype = torch.float64 }), torch.randn(16, 8, 3, 3, { dtype = torch.float64 })
+  torch.set_num_threads(1)
+  T.is(torch.get_num_threads(), 1, "set to 1")
+  local one = F.conv2d(x, w, nil, { padding = 1 })
+  torch.set_num_threads(2)
+  T.is(torch.get_num_threads(), 2, "set to 2")
+  T.values_close(F.conv2d(x, w, nil, { padding = 1 }):reshape(-1):tolist(), one:reshape(-1):tolist(), 1e-12, 1e-12,
+                 "the same convolution on 2 threads")
+  torch.set_num_threads(before)
+  T.raises(function() torch.set_num_threads(0) end, "positive integer number of threads", "0 threads")
+  T.raises(function() torch.set_num_threads(1.5) end, "positive integer", "a fraction")
+  T.raises(function() torch.set_num_threads("2") end, "got 2", "a string")
 end)
 
 T.done_testing()
