@@ -57,6 +57,13 @@ static void gemm(dp_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                  const void *B, int64_t ldb, double beta, void *Cm, int64_t ldc)
 {
     CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+    if (m == 0 || n == 0)
+        return;
+    if (k == 0) {   /* no channels or no outputs: C = beta C, which BLAS would refuse (a leading dimension 0) */
+        for (int64_t i = 0; i < m && beta == 0; i++)
+            memset((char *)Cm + i * ldc * (int64_t)dp_dtype_size(dt), 0, dp_dtype_size(dt) * (size_t)n);
+        return;
+    }
     if (dt == DP_FLOAT32)
         cblas_sgemm(CblasRowMajor, TA, TB, (int)m, (int)n, (int)k, 1.0f, A, (int)lda, B, (int)ldb, (float)beta, Cm,
                     (int)ldc);
