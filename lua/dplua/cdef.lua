@@ -186,6 +186,15 @@ dp_status dp_cross_entropy_fp32(dp_tensor **out, dp_tensor *input, dp_tensor *ta
 /* im2col: x (N, C, H, W) -> (N, C*kh*kw, L); padding reads pad_value */
 dp_status dp_unfold(dp_tensor **out, dp_tensor *x, const int64_t *kernel, const int64_t *stride,
                            const int64_t *padding, const int64_t *dilation, double pad_value);
+/* 2-D convolution of CPU float32/float64 tensors as one node: x (N, C, H,
+ * W), w (O, C/groups, kh, kw), b (O) or NULL -> (N, O, Ho, Wo); stride,
+ * padding and dilation are (height, width) pairs */
+dp_status dp_conv2d(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, const int64_t *stride,
+                           const int64_t *padding, const int64_t *dilation, int64_t groups);
+/* max pooling of a CPU float32/float64 x (N, C, H, W) as one node; kernel,
+ * stride, padding (at most half the kernel) and dilation are pairs */
+dp_status dp_max_pool2d(dp_tensor **out, dp_tensor *x, const int64_t *kernel, const int64_t *stride,
+                               const int64_t *padding, const int64_t *dilation);
 /* softmax(q @ k^T * scale) @ v over q (..., L, E), k (..., S, E), v (..., S, Ev)
  * of one float dtype and the same leading dims, without materialising the
  * (L, S) weights; is_causal: query i attends to keys j <= i. Only when
@@ -443,6 +452,10 @@ double dp_clock_monotonic(void);
 double dp_clock_wall(void);
 int dp_sleep(double seconds);                 /* 0, or 1 when a signal ended it early */
 int dp_cpu_count(void);                       /* online CPUs */
+/* The CPU kernels' threads (OpenBLAS's): OPENBLAS_NUM_THREADS, else
+ * OMP_NUM_THREADS, else one per online CPU until set; n >= 1. */
+dp_status dp_set_num_threads(int n);
+int dp_get_num_threads(void);
 int dp_is_terminal(int fd);
 dp_status dp_make_dirs(const char *path);     /* mkdir -p */
 

@@ -30,7 +30,7 @@ require("dplua.cuda")
 
 local ffi, C, torch = B.ffi, B.C, B.torch
 local methods, getters, setters = B.methods, B.getters, B.setters
-local raise, new, wrap, outp = B.raise, B.new, B.wrap, B.outp
+local raise, new, wrap, outp, check = B.raise, B.new, B.wrap, B.outp, B.check
 local is_tensor, typename, parse_device, Tensor_ct = B.is_tensor, B.typename, B.parse_device, B.Tensor_ct
 local index_view, assign = tensor.index_view, tensor.assign
 local binary, UN, BIN = ops.binary, ops.UN, ops.BIN
@@ -130,6 +130,16 @@ end
 
 torch.__version__ = ffi.string(C.dp_version())
 function torch.build_options() return ffi.string(C.dp_build_options()) end
+-- The CPU kernels' threads, OpenBLAS's (the products and convolutions run
+-- on them): by default OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS, else
+-- one per online CPU.
+function torch.set_num_threads(n)
+  if type(n) ~= "number" or n < 1 or n % 1 ~= 0 or n > 2 ^ 31 - 1 then
+    raise("set_num_threads: expected a positive integer number of threads, got " .. tostring(n))
+  end
+  check(C.dp_set_num_threads(n))
+end
+function torch.get_num_threads() return tonumber(C.dp_get_num_threads()) end
 torch.C = C
 -- Wraps an owned `dp_tensor *` (from a C call made outside this file) as a
 -- Tensor whose finalizer releases it.

@@ -94,6 +94,23 @@ function torch._gru_gates(gi, gh, h)
   return new(C.dp_gru_gates(outp, gi.p, gh.p, h.p))
 end
 
+-- conv2d as one node (CPU float32/float64 only; F.conv2d checks the
+-- arguments and decides): stride, padding, dilation pairs, groups
+function torch._conv2d(x, w, b, stride, padding, dilation, groups)
+  return new(C.dp_conv2d(outp, x.p, w.p, opt_p(b), pair(i64x2[1], stride, "conv2d", "stride"),
+                         pair(i64x2[2], padding, "conv2d", "padding"), pair(i64x2[3], dilation, "conv2d", "dilation"),
+                         groups))
+end
+
+-- max_pool2d as one node (CPU float32/float64 only; F.max_pool2d checks
+-- the arguments and decides): kernel, stride, padding, dilation pairs
+function torch._max_pool2d(x, kernel, stride, padding, dilation)
+  return new(C.dp_max_pool2d(outp, x.p, pair(i64x2[1], kernel, "max_pool2d", "kernel_size"),
+                             pair(i64x2[2], stride, "max_pool2d", "stride"),
+                             pair(i64x2[3], padding, "max_pool2d", "padding"),
+                             pair(i64x2[4], dilation, "max_pool2d", "dilation")))
+end
+
 function torch._sgd_step(p, g, buf, lr, momentum, dampening, nesterov, weight_decay, first_step)
   check(C.dp_sgd_step(p.p, g.p, opt_p(buf), lr, momentum or 0, dampening or 0, nesterov and 1 or 0,
                       weight_decay or 0, first_step and 1 or 0))

@@ -1,7 +1,7 @@
 /*
  * env.c — the libraries and devices of this build as facts (`dplua env`
- * prints them), and the count of GPUs with the reason when there are none
- * (the launcher's --nproc_per_node=gpu).
+ * prints them), the count of GPUs with the reason when there are none
+ * (the launcher's --nproc_per_node=gpu), and the CPU's number of threads.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -124,6 +124,21 @@ dp_status dp_cuda_devices(int *count)
     return dp_fail(DP_ERR_DEVICE, "no GPU is visible (this dplua was built without CUDA)");
 }
 #endif
+
+/* The CPU's threads are OpenBLAS's, whose default follows PyTorch's:
+ * OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS, else one per online CPU. */
+dp_status dp_set_num_threads(int n)
+{
+    if (n < 1)
+        return dp_fail(DP_ERR_ARG, "set_num_threads: expected a positive number of threads, got %d", n);
+    cpu_blas_set_threads(n);
+    return DP_OK;
+}
+
+int dp_get_num_threads(void)
+{
+    return cpu_blas_threads();
+}
 
 void dp_env_facts(dp_fact_fn fn, void *ctx)
 {

@@ -1,7 +1,8 @@
 /*
- * nn.c — the fused nn ops: linear, cross-entropy (and nll) and unfold
- * (im2col, which conv2d and max_pool2d are built on), each with its own
- * backward so that a layer is one node on the tape.
+ * nn.c — the fused nn ops: linear, cross-entropy (and nll), unfold
+ * (im2col, which a GPU's conv2d and pooling are built on) and the CPU's
+ * conv2d and max_pool2d, each with its own backward so that a layer is
+ * one node on the tape.
  */
 #include "core/autograd.h"
 #include "core/kernels.h"
@@ -514,5 +515,186 @@ dp_status dp_unfold(dp_tensor **out, dp_tensor *x, const int64_t *kernel, const 
         n->darg[0] = (double)out_hw[0];
         n->darg[1] = (double)out_hw[1];
     }
+    return st;
+}
+
+/* ---------------------------------------------------------------- conv2d */
+
+/* saved: x, w (contiguous); iarg: stride, padding, dilation (pairs), groups */
+static void conv_args_of(const ag_node *n, const dp_tensor *w, cpu_conv_args *a)
+{
+    for (int i = 0; i < 2; i++) {
+        a->u.kernel[i] = w->shape[2 + i];
+        a->u.stride[i] = n->iarg[i];
+        a->u.padding[i] = n->iarg[2 + i];
+        a->u.dilation[i] = n->iarg[4 + i];
+    }
+    a->groups = n->iarg[6];
+    a->u.out_h = (int64_t)n->darg[0];
+    a->u.out_w = (int64_t)n->darg[1];
+}
+
+static dp_status bw_conv2d(ag_node *n, dp_tensor *g, dp_tensor **gi)
+{
+    dp_tensor *x = n->saved[0], *w = n->saved[1], *g2 = NULL, *gc = NULL;
+    cpu_conv_args a;
+    conv_args_of(n, w, &a);
+    dp_status st = dp_to(&g2, g, x->dtype, x->device);
+    if (!st)
+        st = dp_contiguous(&gc, g2);
+    if (!st && n->in[0].needs_grad)
+        st = tensor_new(&gi[0], 4, x->shape, x->dtype, x->device);
+    if (!st && n->in[1].needs_grad)
+        st = ag_grad_output(n, 1, &gi[1]);
+    if (!st && n->ninputs > 2 && n->in[2].needs_grad)
+        st = ag_grad_output(n, 2, &gi[2]);
+    if (!st)
+        st = cpu_conv2d_backward(gi[0], gi[1], n->ninputs > 2 ? gi[2] : NULL, gc, x, w, &a);
+    drop3(g2, gc, NULL);
+    return st;
+}
+
+static dp_status conv2d_check(dp_tensor *x, dp_tensor *w, dp_tensor *b, int64_t groups)
+{
+    char s1[160], s2[160];
+    if (x->ndim != 4 || w->ndim != 4)
+        return dp_fail(DP_ERR_SHAPE, "conv2d: expected a 4-D input (N, C, H, W) and a 4-D weight (O, C/groups, kh, "
+                       "kw), got %s and %s", dp_shape_str(s1, sizeof s1, x->ndim, x->shape),
+                       dp_shape_str(s2, sizeof s2, w->ndim, w->shape));
+    if (!ON_CPU(x) || !ON_CPU(w) || (b && !ON_CPU(b)))
+        return dp_fail(DP_ERR_DEVICE, "conv2d: the fused convolution takes CPU tensors only");
+    if ((x->dtype != DP_FLOAT32 && x->dtype != DP_FLOAT64) || w->dtype != x->dtype || (b && b->dtype != x->dtype))
+        return dp_fail(DP_ERR_DTYPE, "conv2d: expected input, weight and bias of one dtype, float32 or float64, "
+                       "got %s and %s", dp_dtype_name(x->dtype), dp_dtype_name(w->dtype));
+    if (groups < 1 || x->shape[1] != w->shape[1] * groups || w->shape[0] % groups != 0)
+        return dp_fail(DP_ERR_SHAPE, "conv2d: weight %s with groups=%lld does not match input %s (expected "
+                       "C = weight.shape[1] * groups, and out_channels divisible by groups)",
+                       dp_shape_str(s2, sizeof s2, w->ndim, w->shape), (long long)groups,
+                       dp_shape_str(s1, sizeof s1, x->ndim, x->shape));
+    if (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))
+        return dp_fail(DP_ERR_SHAPE, "conv2d: expected a bias of shape [%lld], got %s", (long long)w->shape[0],
+                       dp_shape_str(s1, sizeof s1, b->ndim, b->shape));
+    return DP_OK;
+}
+
+/* The output's size along a dim of n elements into *size, or a failure. */
+static dp_status window_out_size(int64_t *size_out, const char *fn, int64_t n, int64_t k, int64_t s, int64_t p,
+                                 int64_t d)
+{
+    int64_t span, size;   /* d (k - 1) + 1, n + 2 p */
+    if (k <= 0 || s <= 0 || d <= 0 || p < 0)
+        return dp_fail(DP_ERR_ARG, "%s: kernel, stride and dilation must be positive and padding non-negative "
+                       "(got kernel %lld, stride %lld, padding %lld, dilation %lld)", fn, (long long)k,
+                       (long long)s, (long long)p, (long long)d);
+    if (__builtin_mul_overflow(d, k - 1, &span) || __builtin_add_overflow(span, 1, &span) ||
+        __builtin_mul_overflow(p, 2, &size) || __builtin_add_overflow(size, n, &size))
+        return dp_fail(DP_ERR_ARG, "%s: kernel %lld with dilation %lld, or padding %lld, is too large", fn,
+                       (long long)k, (long long)d, (long long)p);
+    if (size < span)
+        return dp_fail(DP_ERR_SHAPE, "%s: input size %lld (padded %lld) is smaller than the kernel span %lld", fn,
+                       (long long)n, (long long)size, (long long)span);
+    *size_out = (size - span) / s + 1;
+    return DP_OK;
+}
+
+dp_status dp_conv2d(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, const int64_t *stride,
+                    const int64_t *padding, const int64_t *dilation, int64_t groups)
+{
+    dp_status st = conv2d_check(x, w, b, groups);
+    if (st)
+        return st;
+    cpu_conv_args a = { .groups = groups };
+    int64_t shape[4] = { x->shape[0], w->shape[0] }, positions;
+    for (int i = 0; i < 2; i++) {
+        if ((st = window_out_size(&shape[2 + i], "conv2d", x->shape[2 + i], w->shape[2 + i], stride[i], padding[i],
+                                  dilation[i])))
+            return st;
+        a.u.kernel[i] = w->shape[2 + i];
+        a.u.stride[i] = stride[i];
+        a.u.padding[i] = padding[i];
+        a.u.dilation[i] = dilation[i];
+    }
+    if (__builtin_mul_overflow(shape[2], shape[3], &positions) ||
+        __builtin_mul_overflow(positions, w->shape[1] * w->shape[2] * w->shape[3], &positions))
+        return dp_fail(DP_ERR_SHAPE, "conv2d: a %lld x %lld kernel at %lld x %lld positions are too many",
+                       (long long)w->shape[2], (long long)w->shape[3], (long long)shape[2], (long long)shape[3]);
+    a.u.out_h = shape[2];
+    a.u.out_w = shape[3];
+    dp_tensor *xc = NULL, *wc = NULL, *bc = NULL;
+    if (!(st = dp_contiguous(&xc, x)) && !(st = dp_contiguous(&wc, w)) && !(st = b ? dp_contiguous(&bc, b) : DP_OK) &&
+        !(st = tensor_new(out, 4, shape, x->dtype, x->device)) && (st = cpu_conv2d(*out, xc, wc, bc, &a))) {
+        dp_tensor_release(*out);
+        *out = NULL;
+    }
+    dp_tensor *ins[3] = { x, w, b };
+    ag_node *n = NULL;
+    if (!st && !(st = ag_record_or_drop(out, "ConvolutionBackward0", bw_conv2d, b ? 3 : 2, ins, &n)) && n) {
+        ag_save(n, xc);
+        ag_save(n, wc);
+        for (int i = 0; i < 2; i++) {
+            n->iarg[i] = stride[i];
+            n->iarg[2 + i] = padding[i];
+            n->iarg[4 + i] = dilation[i];
+        }
+        n->iarg[6] = groups;
+        n->darg[0] = (double)shape[2];
+        n->darg[1] = (double)shape[3];
+    }
+    drop3(xc, wc, bc);
+    return st;
+}
+
+/* ---------------------------------------------------------------- max_pool2d */
+
+/* saved: the argmaxes (N, C, Ho, Wo) int64 */
+static dp_status bw_max_pool2d(ag_node *n, dp_tensor *g, dp_tensor **gi)
+{
+    dp_tensor *g2 = NULL, *gc = NULL;
+    dp_status st = dp_to(&g2, g, n->in[0].dtype, n->in[0].device);
+    if (!st && !(st = dp_contiguous(&gc, g2)) && !(st = tensor_new(&gi[0], 4, n->in[0].shape, n->in[0].dtype,
+                                                                    n->in[0].device)))
+        st = cpu_max_pool2d_backward(gi[0], gc, n->saved[0]);
+    drop3(g2, gc, NULL);
+    return st;
+}
+
+dp_status dp_max_pool2d(dp_tensor **out, dp_tensor *x, const int64_t *kernel, const int64_t *stride,
+                        const int64_t *padding, const int64_t *dilation)
+{
+    char s1[160];
+    if (x->ndim != 4)
+        return dp_fail(DP_ERR_SHAPE, "max_pool2d: expected a 4-D input (N, C, H, W), got %s",
+                       dp_shape_str(s1, sizeof s1, x->ndim, x->shape));
+    if (!ON_CPU(x) || (x->dtype != DP_FLOAT32 && x->dtype != DP_FLOAT64))
+        return dp_fail(DP_ERR_DTYPE, "max_pool2d: the fused pooling takes CPU float32 or float64 tensors, got %s",
+                       dp_dtype_name(x->dtype));
+    cpu_unfold_args u = { .pad_value = 0 };
+    int64_t shape[4] = { x->shape[0], x->shape[1] };
+    dp_status st;
+    for (int i = 0; i < 2; i++) {
+        if ((st = window_out_size(&shape[2 + i], "max_pool2d", x->shape[2 + i], kernel[i], stride[i], padding[i],
+                                  dilation[i])))
+            return st;
+        if (2 * padding[i] > kernel[i])
+            return dp_fail(DP_ERR_ARG, "max_pool2d: padding %lld is more than half the kernel %lld",
+                           (long long)padding[i], (long long)kernel[i]);
+        u.kernel[i] = kernel[i];
+        u.stride[i] = stride[i];
+        u.padding[i] = padding[i];
+        u.dilation[i] = dilation[i];
+    }
+    u.out_h = shape[2];
+    u.out_w = shape[3];
+    bool grad = ag_needs_record(1, &x);
+    dp_tensor *xc = NULL, *arg = NULL;
+    if (!(st = dp_contiguous(&xc, x)) && !(st = grad ? tensor_new(&arg, 4, shape, DP_INT64, x->device) : DP_OK) &&
+        !(st = tensor_new(out, 4, shape, x->dtype, x->device)) && (st = cpu_max_pool2d(*out, arg, xc, &u))) {
+        dp_tensor_release(*out);
+        *out = NULL;
+    }
+    ag_node *n = NULL;
+    if (!st && !(st = ag_record_or_drop(out, "MaxPool2DWithIndicesBackward0", bw_max_pool2d, 1, &x, &n)) && n)
+        ag_save(n, arg);
+    drop3(xc, arg, NULL);
     return st;
 }

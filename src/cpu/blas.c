@@ -14,6 +14,7 @@
 /* From OpenBLAS's cblas.h. Declared here as well, because Debian's
  * alternatives may point <cblas.h> at a BLAS without them. */
 int openblas_get_num_threads(void);
+void openblas_set_num_threads(int n);
 char *openblas_get_config(void);
 
 const char *cpu_blas_config(void)
@@ -24,6 +25,11 @@ const char *cpu_blas_config(void)
 int cpu_blas_threads(void)
 {
     return openblas_get_num_threads();
+}
+
+void cpu_blas_set_threads(int n)
+{
+    openblas_set_num_threads(n);
 }
 
 /* Returns the BLAS leading dimension and transpose flag for the 2-D matrix

@@ -38,9 +38,11 @@ dp_status cpu_softmax(dp_tensor *out, dp_tensor *a, int dim, int log);
  * all of one dtype: float32 or float64, out contiguous and a and b as
  * cpu_bmm_takes says; or int64, all contiguous. */
 bool cpu_bmm_takes(const dp_tensor *t);
-/* blas.c: OpenBLAS's build configuration and its number of threads */
+/* blas.c: OpenBLAS's build configuration and its number of threads
+ * (the CPU kernels' only threads: the products, convolutions included) */
 const char *cpu_blas_config(void);
 int cpu_blas_threads(void);
+void cpu_blas_set_threads(int n);
 dp_status cpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b);
 
 /* blas.c: the fused linear layer on contiguous float32/float64 matrices:
@@ -108,6 +110,26 @@ typedef struct {
 } cpu_unfold_args;
 dp_status cpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u);
 dp_status cpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u);
+/* nn.c: max pooling of x (N, C, H, W) over u's windows into out (N, C,
+ * Ho, Wo), and each window's argmax (h*W + w in its plane; PyTorch's pick
+ * among equals and NaNs) into argmax (N, C, Ho, Wo) int64 unless NULL;
+ * all contiguous, float32 or float64. The backward writes dx (x's shape)
+ * whole: g (out's shape and dtype) added at the argmaxes. */
+dp_status cpu_max_pool2d(dp_tensor *out, dp_tensor *argmax, dp_tensor *x, const cpu_unfold_args *u);
+dp_status cpu_max_pool2d_backward(dp_tensor *dx, dp_tensor *g, dp_tensor *argmax);
+
+/* conv.c: out (N, O, Ho, Wo) = conv2d of x (N, C, H, W) with w (O,
+ * C/groups, kh, kw) and b (O, or NULL); u's kernel is w's, out_h and
+ * out_w are Ho and Wo. All contiguous, one dtype: float32 or float64.
+ * The backward writes whichever of dx (x's shape), dw, db is not NULL
+ * from g, out's gradient (contiguous). */
+typedef struct {
+    cpu_unfold_args u;
+    int64_t groups;
+} cpu_conv_args;
+dp_status cpu_conv2d(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b, const cpu_conv_args *a);
+dp_status cpu_conv2d_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
+                              const cpu_conv_args *a);
 
 /* rnn.c: one timestep of the recurrent layers' gates (src/core/rnn.c has
  * the shapes), on contiguous float32 or float64 operands of one dtype */

@@ -1,12 +1,14 @@
 /*
  * nn.c — CPU kernels for the fused nn ops: cross-entropy (forward and
- * backward in one place so the formulas sit together) and im2col/col2im.
+ * backward in one place so the formulas sit together), im2col/col2im and
+ * max pooling.
  * Inputs are contiguous (src/core/nn.c makes them so).
  */
 #include "cpu/cpu.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ---------------------------------------------------------------- cross-entropy */
 
@@ -173,5 +175,94 @@ dp_status cpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u)
 dp_status cpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)
 {
     im2col_walk(x, cols, u, 1);
+    return DP_OK;
+}
+
+/* ---------------------------------------------------------------- max pooling */
+
+/* The taps [lo, hi) of a window starting at s0 (step d, k taps) that fall
+ * inside [0, n). */
+static void taps_inside(int64_t s0, int64_t d, int64_t k, int64_t n, int64_t *lo, int64_t *hi)
+{
+    if (d == 1) {   /* no division: it would cost more than the window's compares */
+        *lo = s0 >= 0 ? 0 : -s0;
+        *hi = n - s0;
+    } else {
+        *lo = s0 >= 0 ? 0 : (-s0 + d - 1) / d;
+        *hi = s0 >= n ? 0 : (n - 1 - s0) / d + 1;
+    }
+    if (*hi > k)
+        *hi = k;
+    if (*lo > *hi)
+        *lo = *hi;
+}
+
+/* Each window's largest element and where it is (h*W + w in its plane):
+ * the first of equal ones, a NaN above all numbers, and for a window of
+ * -inf alone its first element, as PyTorch picks. */
+#define MAX_POOL_FN(T, name)                                                                  \
+    static void name(const T *x, T *out, int64_t *arg, int64_t planes, int64_t H, int64_t W,  \
+                     const cpu_unfold_args *u)                                                \
+    {                                                                                         \
+        int64_t dh = u->dilation[0], dw = u->dilation[1];                                     \
+        for (int64_t pl = 0; pl < planes; pl++) {                                             \
+            const T *xp = x + pl * H * W;                                                     \
+            for (int64_t oh = 0; oh < u->out_h; oh++) {                                       \
+                int64_t h0 = oh * u->stride[0] - u->padding[0], ilo, ihi;                     \
+                taps_inside(h0, dh, u->kernel[0], H, &ilo, &ihi);                             \
+                for (int64_t ow = 0; ow < u->out_w; ow++) {                                   \
+                    int64_t w0 = ow * u->stride[1] - u->padding[1], jlo, jhi;                 \
+                    taps_inside(w0, dw, u->kernel[1], W, &jlo, &jhi);                         \
+                    int64_t at = ilo < ihi && jlo < jhi ? (h0 + ilo * dh) * W + w0 + jlo * dw : -1; \
+                    T best = -INFINITY;                                                       \
+                    for (int64_t i = ilo; i < ihi; i++) {                                     \
+                        const T *r = xp + (h0 + i * dh) * W + w0;                             \
+                        for (int64_t j = jlo; j < jhi; j++) {                                 \
+                            T v = r[j * dw];   /* no branch: random data mispredicts it */    \
+                            bool take = v > best || v != v;                                   \
+                            best = take ? v : best;                                           \
+                            at = take ? (h0 + i * dh) * W + w0 + j * dw : at;                 \
+                        }                                                                     \
+                    }                                                                         \
+                    int64_t o = (pl * u->out_h + oh) * u->out_w + ow;                         \
+                    out[o] = best;                                                            \
+                    if (arg)                                                                  \
+                        arg[o] = at;                                                          \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+    }
+MAX_POOL_FN(float, max_pool_f32)
+MAX_POOL_FN(double, max_pool_f64)
+
+dp_status cpu_max_pool2d(dp_tensor *out, dp_tensor *argmax, dp_tensor *x, const cpu_unfold_args *u)
+{
+    int64_t planes = x->shape[0] * x->shape[1], H = x->shape[2], W = x->shape[3];
+    int64_t *arg = argmax ? (int64_t *)tensor_ptr(argmax) : NULL;
+    if (x->dtype == DP_FLOAT32)
+        max_pool_f32((const float *)tensor_ptr(x), (float *)tensor_ptr(out), arg, planes, H, W, u);
+    else if (x->dtype == DP_FLOAT64)
+        max_pool_f64((const double *)tensor_ptr(x), (double *)tensor_ptr(out), arg, planes, H, W, u);
+    else
+        return dp_fail(DP_ERR_DTYPE, "max_pool2d: expected float32 or float64, got %s", dp_dtype_name(x->dtype));
+    return DP_OK;
+}
+
+dp_status cpu_max_pool2d_backward(dp_tensor *dx, dp_tensor *g, dp_tensor *argmax)
+{
+    int64_t planes = dx->shape[0] * dx->shape[1], HW = dx->shape[2] * dx->shape[3];
+    int64_t L = g->shape[2] * g->shape[3];
+    const int64_t *arg = (const int64_t *)tensor_ptr(argmax);
+    memset(tensor_ptr(dx), 0, dp_dtype_size(dx->dtype) * (size_t)(planes * HW));
+    for (int64_t pl = 0; pl < planes; pl++)
+        for (int64_t l = 0; l < L; l++) {
+            int64_t at = arg[pl * L + l];
+            if (at < 0)
+                continue;
+            if (dx->dtype == DP_FLOAT32)
+                ((float *)tensor_ptr(dx))[pl * HW + at] += ((const float *)tensor_ptr(g))[pl * L + l];
+            else
+                ((double *)tensor_ptr(dx))[pl * HW + at] += ((const double *)tensor_ptr(g))[pl * L + l];
+        }
     return DP_OK;
 }

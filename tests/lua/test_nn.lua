@@ -478,7 +478,7 @@ T.run("argument errors", function()
   -- sizes past int64 once multiplied: the output's element count must not
   -- wrap around (to 0, and a write past the end)
   T.raises(function() F.conv2d(torch.randn(1, 1, 4, 4), torch.randn(1, 1, 1, 1), nil, 1, 2 ^ 31 - 2) end,
-           { "unfold", "4294967296 x 4294967296 positions are too many" }, "conv2d with a padding of 2^31 - 2")
+           { "conv2d", "4294967296 x 4294967296 positions are too many" }, "conv2d with a padding of 2^31 - 2")
   T.raises(function() F.conv2d(torch.randn(1, 1, 4, 4), torch.randn(1, 1, 1, 1), nil, 1, 2 ^ 62) end,
            { "padding 4611686018427387904", "too large" }, "conv2d with a padding of 2^62")
   T.raises(function() F.conv2d(torch.randn(1, 1, 4, 4), torch.randn(1, 1, 3, 3), nil, 1, 0, 2 ^ 62) end,

@@ -400,9 +400,18 @@ local function conv_args(stride, padding, dilation, groups)
   return stride, padding, dilation, groups
 end
 
+-- Whether conv2d runs as the fused CPU op (src/cpu/conv.c): CPU tensors of
+-- one dtype, float32 or float64.
+local function fused_conv(x, w, b)
+  local dt = x.dtype
+  return not x.is_cuda and not w.is_cuda and (dt == torch.float32 or dt == torch.float64) and w.dtype == dt
+    and (b == nil or (b.dtype == dt and not b.is_cuda))
+end
+
 -- conv2d(input, weight [, bias] [, stride=1, padding=0, dilation=1, groups=1])
 -- or conv2d(input, weight, bias, {stride=, padding=, dilation=, groups=}):
--- im2col through torch._unfold, then one matmul: weight (O, C*kh*kw) @ cols.
+-- on the CPU the fused op; elsewhere im2col through torch._unfold, then
+-- one matmul: weight (O, C*kh*kw) @ cols.
 function F.conv2d(input, weight, bias, stride, padding, dilation, groups)
   local fn = "conv2d"
   stride, padding, dilation, groups = conv_args(stride, padding, dilation, groups)
@@ -447,6 +456,10 @@ function F.conv2d(input, weight, bias, stride, padding, dilation, groups)
                         fn, shape_str(x), kh, kw, d[1], d[2], p[1], p[2], Ho, Wo))
   end
   if autocast_on then x, weight, bias = AC.cast_inputs(x, weight, bias) end
+  if fused_conv(x, weight, bias) then
+    local out = torch._conv2d(x, weight, bias, s, p, d, groups)
+    return batched and out or out:squeeze(0)
+  end
   local cols = torch._unfold(x, { kh, kw }, s, p, d, 0)          -- (N, C*kh*kw, L)
   local out
   if groups == 1 then
@@ -620,8 +633,9 @@ local function pool_window(input, fn, kernel_size, stride, padding, dilation)
 end
 
 -- max_pool2d(input, kernel_size [, stride=kernel_size, padding=0, dilation=1])
--- or max_pool2d(input, kernel_size, {stride=, padding=, dilation=}):
--- unfold with -inf padding, then the max over each window.
+-- or max_pool2d(input, kernel_size, {stride=, padding=, dilation=}): on the
+-- CPU the fused op; elsewhere unfold with -inf padding, then the max over
+-- each window.
 function F.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
   local fn = "max_pool2d"
   if type(stride) == "table" and stride[1] == nil then
@@ -631,6 +645,10 @@ function F.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, 
   if ceil_mode then raise(fn .. ": ceil_mode=true is not supported") end
   if return_indices then raise(fn .. ": return_indices=true is not supported") end
   local x, batched, k, s, p, d, Ho, Wo = pool_window(input, fn, kernel_size, stride, padding, dilation)
+  if not x.is_cuda and (x.dtype == torch.float32 or x.dtype == torch.float64) then
+    local out = torch._max_pool2d(x, k, s, p, d)
+    return batched and out or out:squeeze(0)
+  end
   local N, C = x:size(0), x:size(1)
   local cols = torch._unfold(x, k, s, p, d, -math.huge)            -- (N, C*kh*kw, L)
   local out = cols:reshape(N, C, k[1] * k[2], Ho * Wo):max(2)

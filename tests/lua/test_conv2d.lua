@@ -1,0 +1,193 @@
+-- test_conv2d.lua: the CPU's fused F.conv2d (src/cpu/conv.c) against
+-- PyTorch (tests/ref/conv2d.lua, written by scripts/gen_conv2d_ref.py):
+-- outputs and input/weight/bias gradients in float64 and float32, over
+-- odd sizes, padding, strides, dilation, groups, 1x1 kernels, a batch of
+-- one and images of several tiles; float64 finite differences; only the
+-- gradients asked for; non-contiguous inputs; errors of the C op. Then
+-- the fused F.max_pool2d likewise (tests/ref/max_pool2d.lua, from
+-- scripts/gen_max_pool2d_ref.py), ties and NaNs included; and
+-- torch.set_num_threads, whose threads run the convolutions' GEMMs.
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
+package.path = here .. "/?.lua;" .. package.path
+local T = require("tap")
+local torch = require("dplua")
+local F = torch.nn.functional
+local ref = dofile(here .. "/../ref/conv2d.lua")
+
+local cases = {  -- name: input shape, weight shape, options (as in the generator)
+  plain = { { 2, 3, 9, 9 }, { 4, 3, 3, 3 }, {} },
+  odd_sizes = { { 3, 5, 7, 11 }, { 7, 5, 3, 2 }, {} },
+  padding = { { 2, 3, 6, 5 }, { 2, 3, 3, 3 }, { padding = { 2, 1 } } },
+  stride2 = { { 2, 3, 11, 10 }, { 5, 3, 3, 3 }, { stride = 2, padding = 1 } },
+  stride_rect = { { 1, 2, 9, 12 }, { 3, 2, 2, 4 }, { stride = { 3, 2 }, padding = { 0, 3 } } },
+  dilation = { { 2, 2, 13, 12 }, { 3, 2, 3, 3 }, { dilation = { 2, 3 }, padding = 2 } },
+  groups = { { 2, 6, 8, 7 }, { 9, 2, 3, 3 }, { groups = 3, padding = 1 } },
+  depthwise = { { 2, 4, 7, 7 }, { 4, 1, 3, 3 }, { groups = 4, padding = 1, stride = 2 } },
+  one_by_one = { { 2, 5, 6, 7 }, { 3, 5, 1, 1 }, {} },
+  one_by_one_stride = { { 2, 5, 7, 7 }, { 3, 5, 1, 1 }, { stride = 2 } },
+  batch1 = { { 1, 3, 10, 8 }, { 6, 3, 3, 3 }, { padding = 1 } },
+  no_bias = { { 2, 3, 8, 8 }, { 2, 3, 2, 2 }, { bias = false } },
+  big_padding = { { 1, 1, 3, 3 }, { 2, 1, 3, 3 }, { padding = 3 } },
+  tiles = { { 1, 30, 16, 16 }, { 2, 30, 3, 3 }, { padding = 1 } },
+}
+
+local function filled(shape, f, dtype) return T.filled(torch, shape, f):to(dtype) end
+
+-- conv2d of the case's tensors in dtype, with the gradients of the output
+-- weighted by cos of its flat index, as the generator computes them
+local function run(c, dtype)
+  local x = filled(c[1], function(k) return math.sin(1 + 0.3 * k) end, dtype):requires_grad_()
+  local w = filled(c[2], function(k) return math.cos(2 + 0.7 * k) end, dtype):requires_grad_()
+  local b = c[3].bias ~= false and filled({ c[2][1] }, function(k) return math.sin(3 + k) end, dtype):requires_grad_() or nil
+  local y = F.conv2d(x, w, b, { stride = c[3].stride, padding = c[3].padding, dilation = c[3].dilation,
+                                groups = c[3].groups })
+  local wt = torch.arange(0, y:numel(), { dtype = torch.float64 }):cos():reshape(y:size()):to(dtype)
+  ;(y * wt):sum():backward()
+  return y, x.grad, w.grad, b and b.grad
+end
+
+for _, name in ipairs(T.sorted_keys(cases)) do
+  T.run(name .. " against PyTorch", function()
+    local c, r = cases[name], ref[name]
+    for _, dt in ipairs({ { torch.float64, 1e-12, 1e-12 }, { torch.float32, 1e-4, 1e-4 } }) do
+      local y, dx, dw, db = run(c, dt[1])
+      local what = name .. " " .. tostring(dt[1]) .. ": "
+      T.is(y:size(), r.shape, what .. "the shape")
+      T.is(y.dtype, dt[1], what .. "the dtype")
+      T.values_close(y:reshape(-1):tolist(), r.y, dt[2], dt[3], what .. "output")
+      T.values_close(dx:reshape(-1):tolist(), r.dx, dt[2], dt[3], what .. "input gradient")
+      T.values_close(dw:reshape(-1):tolist(), r.dw, dt[2], dt[3], what .. "weight gradient")
+      if db then T.values_close(db:tolist(), r.db, dt[2], dt[3], what .. "bias gradient") end
+    end
+  end)
+end
+
+T.run("finite differences (float64)", function()
+  local gc = torch.autograd.gradcheck
+  local function R(...)
+    local shape = { ... }
+    return torch.randn(shape, { dtype = torch.float64 }):requires_grad_()
+  end
+  torch.manual_seed(3)
+  T.ok(gc(function(x, w, b) return F.conv2d(x, w, b, { padding = 1 }) end, { R(2, 3, 5, 4), R(2, 3, 3, 3), R(2) }),
+       "3x3, padding 1")
+  T.ok(gc(function(x, w, b) return F.conv2d(x, w, b) end, { R(2, 3, 3, 4), R(4, 3, 1, 1), R(4) }), "1x1")
+  T.ok(gc(function(x, w) return F.conv2d(x, w, nil, { stride = { 2, 1 }, dilation = { 1, 2 }, groups = 2 }) end,
+          { R(1, 4, 6, 7), R(4, 2, 2, 3) }), "stride, dilation and groups")
+end)
+
+T.run("only the gradients asked for", function()
+  local x = torch.randn(2, 3, 6, 6)
+  local w = torch.randn(4, 3, 3, 3, { requires_grad = true })
+  F.conv2d(x, w):sum():backward()
+  T.ok(x.grad == nil, "no input gradient for an input without requires_grad")
+  T.is(w.grad:size(), { 4, 3, 3, 3 }, "the weight's gradient")
+  local xg = torch.randn(2, 3, 6, 6, { requires_grad = true })
+  local y = F.conv2d(xg, torch.randn(4, 3, 3, 3), torch.randn(4))
+  T.ok(y.requires_grad, "an output that needs grad through the input alone")
+  y:sum():backward()
+  T.is(xg.grad:size(), { 2, 3, 6, 6 }, "the input's gradient")
+  T.ok(not torch.no_grad(function() return F.conv2d(xg, w) end).requires_grad, "no node under no_grad")
+end)
+
+T.run("non-contiguous input and weight", function()
+  torch.manual_seed(1)
+  local x = torch.randn(2, 6, 7, 3):permute({ 0, 3, 1, 2 })   -- (2, 3, 6, 7), strided
+  local w = torch.randn(3, 3, 3, 2):permute({ 3, 2, 0, 1 })   -- (2, 3, 3, 3), strided
+  local want = F.conv2d(x:contiguous(), w:contiguous(), nil, { padding = 1 })
+  T.values_close(F.conv2d(x, w, nil, { padding = 1 }):reshape(-1):tolist(), want:reshape(-1):tolist(), 0, 0,
+                 "the same values as from contiguous copies")
+end)
+
+T.run("empty batches and outputs", function()
+  local x = torch.randn(0, 3, 5, 5, { requires_grad = true })
+  local w = torch.randn(4, 3, 3, 3, { requires_grad = true })
+  local y = F.conv2d(x, w, torch.randn(4))
+  T.is(y:size(), { 0, 4, 3, 3 }, "a batch of none")
+  y:sum():backward()
+  T.is(w.grad:abs():sum():item(), 0, "no weight gradient from no images")
+  local x2 = torch.randn(2, 3, 5, 5, { requires_grad = true })
+  local y2 = F.conv2d(x2, torch.randn(0, 3, 3, 3))
+  T.is(y2:size(), { 2, 0, 3, 3 }, "no output channels")
+  y2:sum():backward()
+  T.is(x2.grad:abs():sum():item(), 0, "and a zero input gradient")
+end)
+
+T.run("errors of the C op", function()
+  local x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
+  T.raises(function() torch._conv2d(x, w:to(torch.float64), nil, 1, 0, 1, 1) end, "one dtype", "mixed dtypes")
+  T.raises(function() torch._conv2d(x, w, torch.randn(2), 1, 0, 1, 1) end, "bias of shape %[3%]", "a bias of the wrong size")
+  T.raises(function() torch._conv2d(x, w, nil, 0, 0, 1, 1) end, "stride and dilation must be positive", "stride 0")
+  T.raises(function() torch._conv2d(x, w, nil, 1, 0, 1, 2) end, "groups=2", "groups that do not divide")
+  T.raises(function() torch._conv2d(x, torch.randn(3, 2, 7, 7), nil, 1, 0, 1, 1) end, "smaller than the kernel span",
+           "a kernel larger than the input")
+  T.raises(function() torch._conv2d(torch.randn(2, 5, 5), w, nil, 1, 0, 1, 1) end, "4%-D input", "a 3-D input")
+  T.raises(function() torch._conv2d(x:to(torch.int64), w:to(torch.int64), nil, 1, 0, 1, 1) end, "float32 or float64",
+           "an integer input")
+end)
+
+local pool_ref = dofile(here .. "/../ref/max_pool2d.lua")
+local pools = {  -- name: input shape, kernel, options (as in the generator)
+  mnist = { { 2, 3, 8, 8 }, 2, {} },
+  odd = { { 2, 2, 7, 9 }, 2, {} },
+  stride_pad = { { 1, 3, 9, 8 }, 3, { stride = 2, padding = 1 } },
+  rect = { { 2, 2, 6, 10 }, { 2, 3 }, { stride = { 1, 2 } } },
+  dilation = { { 1, 2, 11, 10 }, 3, { dilation = 2, padding = 1 } },
+  ties = { { 2, 2, 8, 7 }, 3, { stride = 1, padding = 1 } },
+}
+local function round(v) return v >= 0 and math.floor(v + 0.5) or -math.floor(-v + 0.5) end
+
+for _, name in ipairs(T.sorted_keys(pools)) do
+  T.run("max_pool2d " .. name .. " against PyTorch", function()
+    local c, r = pools[name], pool_ref[name]
+    local f = name == "ties" and function(k) return round(2 * math.sin(k)) end or function(k) return math.sin(1 + 0.3 * k) end
+    for _, dt in ipairs({ torch.float64, torch.float32 }) do
+      local x = filled(c[1], f, dt):requires_grad_()
+      local y = F.max_pool2d(x, c[2], c[3])
+      local wt = torch.arange(0, y:numel(), { dtype = torch.float64 }):cos():reshape(y:size()):to(dt)
+      ;(y * wt):sum():backward()
+      local what, tol = name .. " " .. tostring(dt) .. ": ", dt == torch.float64 and 1e-14 or 1e-6
+      T.is(y:size(), r.shape, what .. "the shape")
+      T.values_close(y:reshape(-1):tolist(), r.y, tol, tol, what .. "output")
+      T.values_close(x.grad:reshape(-1):tolist(), r.dx, tol, tol, what .. "input gradient")
+    end
+  end)
+end
+
+T.run("max_pool2d with NaN and -inf", function()
+  local x = torch.tensor({ { { { 1, 0 / 0, 3, 4 }, { 5, 6, -math.huge, -math.huge } } } }):requires_grad_()
+  local y = F.max_pool2d(x, 2)
+  local v = y:reshape(-1):tolist()
+  T.ok(v[1] ~= v[1], "a window holding NaN gives NaN")
+  T.is(v[2], 4, "the largest of the other window")
+  y:sum():backward()
+  T.is(x.grad:reshape(-1):tolist(), { 0, 1, 0, 1, 0, 0, 0, 0 }, "the gradient goes to the NaN and to the largest")
+  local z = torch.full({ 1, 1, 2, 2 }, -math.huge):requires_grad_()
+  F.max_pool2d(z, 2):sum():backward()
+  T.is(z.grad:reshape(-1):tolist(), { 1, 0, 0, 0 }, "an all -inf window: the first element, as PyTorch")
+  T.ok(torch.autograd.gradcheck(function(a) return F.max_pool2d(a, 3, 2, 1) end,
+                                { torch.randn(1, 2, 5, 6, { dtype = torch.float64 }):requires_grad_() }),
+       "finite differences")
+  T.raises(function() torch._max_pool2d(torch.randn(1, 1, 4, 4), 2, 2, 2, 1) end, "more than half", "too much padding")
+  T.raises(function() torch._max_pool2d(torch.randn(4, 4), 2, 2, 0, 1) end, "4%-D input", "a 2-D input")
+end)
+
+T.run("set_num_threads", function()
+  local before = torch.get_num_threads()
+  T.ok(before >= 1, "get_num_threads is at least 1")
+  torch.manual_seed(5)
+  local x, w = torch.randn(3, 8, 20, 20, { dtype = torch.float64 }), torch.randn(16, 8, 3, 3, { dtype = torch.float64 })
+  torch.set_num_threads(1)
+  T.is(torch.get_num_threads(), 1, "set to 1")
+  local one = F.conv2d(x, w, nil, { padding = 1 })
+  torch.set_num_threads(2)
+  T.is(torch.get_num_threads(), 2, "set to 2")
+  T.values_close(F.conv2d(x, w, nil, { padding = 1 }):reshape(-1):tolist(), one:reshape(-1):tolist(), 1e-12, 1e-12,
+                 "the same convolution on 2 threads")
+  torch.set_num_threads(before)
+  T.raises(function() torch.set_num_threads(0) end, "positive integer number of threads", "0 threads")
+  T.raises(function() torch.set_num_threads(1.5) end, "positive integer", "a fraction")
+  T.raises(function() torch.set_num_threads("2") end, "got 2", "a string")
+end)
+
+T.done_testing()
