@@ -73,6 +73,10 @@ dp_status pg_gloo_new(pg_gloo **out, dp_store *store, const char *prefix, int ra
                       double timeout_s, const char *host, const char *iface, char *err, size_t errlen);
 dp_status pg_gloo_run(pg_gloo *g, const pg_op *op, char *err, size_t errlen);
 void pg_gloo_free(pg_gloo *g);
+/* Ends the op running on another thread at once (it fails as if a peer
+ * had closed its connections), and every later one: for a group that
+ * found its ranks called mismatched collectives. */
+void pg_gloo_abort(pg_gloo *g);
 
 /* ---- nccl.c (DP_HAVE_NCCL and DP_HAVE_CUDA): device pointers ---- */
 typedef struct pg_nccl pg_nccl;
@@ -83,6 +87,9 @@ dp_status pg_nccl_new(pg_nccl **out, dp_store *store, const char *prefix, int ra
                       double timeout_s, char *err, size_t errlen);
 dp_status pg_nccl_run(pg_nccl *n, const pg_op *op, char *err, size_t errlen);
 void pg_nccl_free(pg_nccl *n);
+/* Makes the op running on another thread abort the communicator at its
+ * next poll, as a timeout would. */
+void pg_nccl_abort(pg_nccl *n);
 
 #ifdef __cplusplus
 }
