@@ -292,8 +292,8 @@ static void observe(dp_pg *pg, int r, const char *v, double t)
     pthread_mutex_unlock(&pg->mu);
 }
 
-/* The seq rank r last entered, or -1 if it never entered one; the reading
- * is kept (observe). */
+/* The seq rank r last entered, 0 if none yet, or -1 if it published
+ * nothing; the reading is kept (observe). */
 static long long progress_of(dp_pg *pg, int r, int *store_ok)
 {
     char key[PG_NAME + 64];
@@ -335,7 +335,9 @@ static void publish_state(dp_pg *pg, uint64_t seq, uint64_t beat, int in, const 
 {
     char key[PG_NAME + 64], fp[160], val[200];
     key_progress(pg, pg->rank, key, sizeof key);
-    fingerprint(op, fp, sizeof fp);
+    fp[0] = 0;
+    if (seq)
+        fingerprint(op, fp, sizeof fp);
     int n = snprintf(val, sizeof val, "%" PRIu64 " %" PRIu64 " %s %s", seq, beat, in ? "in" : "done", fp);
     (void)quick_set(pg, key, val, (size_t)n);   /* best effort: only other ranks' checks read it */
 }
@@ -428,7 +430,7 @@ static void *heartbeat_main(void *arg)
         pthread_mutex_unlock(&pg->mu);
         double t = now_s();
         int changed = seq != shown || in != shown_in;
-        if (seq && t - shown_at >= (changed ? PG_PUBLISH_S : PG_BEAT_S)) {
+        if (t - shown_at >= (changed ? PG_PUBLISH_S : PG_BEAT_S)) {
             publish_state(pg, seq, ++beat, in, &op);
             shown = seq;
             shown_in = in;
@@ -582,7 +584,7 @@ void pg_diagnose(dp_pg *pg, const pg_op *op, int peer_lost, char *msg)
                      "or died: its connection closed)");
         else
             snprintf(msg + n, PG_MSG - n, "; the store did not answer either: rank 0, which serves it, is not "
-                     "responding (no reply for %.0f s while its connection stays open: the process is frozen, "
+                     "responding: no reply for %.0f s while its connection stays open (the process is frozen: "
                      "stopped or stuck)", silent > PG_REPLY_S ? silent : PG_REPLY_S);
         return;
     }
@@ -607,8 +609,8 @@ void pg_diagnose(dp_pg *pg, const pg_op *op, int peer_lost, char *msg)
         }
         double quiet = p2p ? 0 : quiet_for(pg, r);
         if (quiet >= PG_FROZEN_S) {
-            n += snprintf(msg + n, PG_MSG - n, "; %s is not responding: its heartbeat stopped %.0f s ago while its "
-                          "connection to the store stays open (the process is frozen, stopped or stuck)",
+            n += snprintf(msg + n, PG_MSG - n, "; %s is not responding: no heartbeat for %.0f s while its "
+                          "connection to the store stays open (the process is frozen: stopped or stuck)",
                           pg_rank_str(pg, r, rs, sizeof rs), quiet);
             nlate++;
             continue;
@@ -620,7 +622,7 @@ void pg_diagnose(dp_pg *pg, const pg_op *op, int peer_lost, char *msg)
             n += snprintf(msg + n, PG_MSG - n, "; %s did not %s %lld %s elements with tag %d in time",
                           pg_rank_str(pg, r, rs, sizeof rs), op->kind == PG_SEND ? "receive" : "send",
                           (long long)op->count, dp_dtype_name(op->dtype), op->tag);
-        else if (p < 0)
+        else if (p <= 0)
             n += snprintf(msg + n, PG_MSG - n, "; %s did not arrive (it has entered no collective on this group)",
                           pg_rank_str(pg, r, rs, sizeof rs));
         else
