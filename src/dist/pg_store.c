@@ -247,7 +247,13 @@ static char *peek(dp_pg *pg, const char *key, int *store_ok)
         *store_ok = 0;
         return NULL;
     }
-    if (!present || pg_store_get(pg->store, key, &v, &n, 1.0))
+    if (!present)
+        return NULL;
+    /* keys are not removed once set: get it at once (no second check) */
+    pthread_mutex_lock(&store_mu);
+    st = dp_store_get(pg->store, key, &v, &n, 1.0);
+    pthread_mutex_unlock(&store_mu);
+    if (st)
         return NULL;
     char *s = malloc(n + 1);
     if (s) {
