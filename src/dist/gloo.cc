@@ -406,8 +406,9 @@ static void run(pg_gloo *g, const pg_op *op)
 
 /* Gloo offers no public way to end a collective from another thread: an
  * op waits for its peers until its timeout. tcp::Pair has one for its
- * device, signalExceptionExternal (under the pair's lock: fail every op
- * waiting on the pair, close its socket, so the peer's fail too), but
+ * device, signalExceptionExternal (under the pair's lock, it fails every
+ * op of this rank waiting on the pair; a peer's op ends when its own
+ * check finds the same mismatch, or when this process exits), but
  * tcp/pair.h, which declares it, needs headers Debian's Gloo does not
  * ship. So it is found by its symbol and called through a plain function
  * of the same calling convention (the Itanium C++ ABI: the returned

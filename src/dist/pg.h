@@ -73,9 +73,9 @@ dp_status pg_gloo_new(pg_gloo **out, dp_store *store, const char *prefix, int ra
                       double timeout_s, const char *host, const char *iface, char *err, size_t errlen);
 dp_status pg_gloo_run(pg_gloo *g, const pg_op *op, char *err, size_t errlen);
 void pg_gloo_free(pg_gloo *g);
-/* Ends the op running on another thread at once (it fails as if a peer
- * had closed its connections), and every later one: for a group that
- * found its ranks called mismatched collectives. */
+/* Ends this rank's op running on another thread at once (it fails as if
+ * its peers had closed their connections), and every later one: for a
+ * group that found its ranks called mismatched collectives. */
 void pg_gloo_abort(pg_gloo *g);
 
 /* ---- nccl.c (DP_HAVE_NCCL and DP_HAVE_CUDA): device pointers ---- */
