@@ -31,9 +31,11 @@ run_timed() {
 want="collective mismatch at #2 on group default: rank 0 called all_reduce(float32, 10 elements, SUM) but rank 1 called all_reduce(float32, 20 elements, SUM)"
 run_timed --nproc_per_node=2 --prefix-output "$dist/collective_mismatch.lua" 120
 line=$(grep -n 'dist.all_reduce(x)' "$dist/collective_mismatch.lua" | cut -d: -f1)
-[ $status -ne 0 ] && grep -q "^\[0\]: dplua: .*collective_mismatch.lua:$line: $want" "$tmp/err" &&
-    grep -q "^\[1\]: dplua: .*collective_mismatch.lua:$line: $want" "$tmp/err"
-ok $? "mismatched collectives: every rank raises the error naming both calls at the script's line"
+# (the rank that raises first ends the job: the launcher may stop the
+# other before it prints; tests/lua/test_pg_collectives.lua sees both)
+[ $status -ne 0 ] && grep -q "^\[[01]\]: dplua: .*collective_mismatch.lua:$line: $want" "$tmp/err" &&
+    ! grep -q "returned (a bug)" "$tmp/out"
+ok $? "mismatched collectives: the error names both calls at the script's line"
 [ $elapsed -le 30 ]
 ok $? "the stall check named them long before the 120 s timeout (took ${elapsed} s)"
 
