@@ -16,8 +16,12 @@
  * message, so nothing waits on a transport in an unknown state.
  *
  * Diagnosis. A failed op's message says which ranks did not arrive, which
- * are dead and what they reported, from what the ranks keep in the store
- * (pg_store.c: progress, errors, and the fingerprints of debug mode).
+ * are dead or frozen and what they reported, or which calls did not
+ * match, from what the ranks keep in the store (pg_store.c: their states,
+ * errors, and the fingerprints of debug mode). A collective that stalls
+ * is ended early by the group's heartbeat when those states show
+ * mismatched calls (pg_store.c, "Stalls"). An op only copies itself into
+ * the group for the heartbeat to publish: no store call on its path.
  *
  * Threads. The dp_pg_* calls of one group are meant for one thread (Lua's).
  * Tensors of an async op are retained by the caller and released by the
