@@ -31,6 +31,9 @@
 #include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <dlfcn.h>
+#include <typeinfo>
+
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -457,6 +460,48 @@ static void run(pg_gloo *g, const pg_op *op)
     case PG_BARRIER: barrier(g, op); break;
     case PG_GATHER: gather_bytes(g, op, nbytes); break;
     case PG_SCATTER: scatter_bytes(g, op, nbytes); break;
+    }
+}
+
+/* ---------------------------------------------------------------- abort */
+
+/* Gloo offers no public way to end a collective from another thread: an
+ * op waits for its peers until its timeout. tcp::Pair has one for its
+ * device, signalExceptionExternal (under the pair's lock, it fails every
+ * op of this rank waiting on the pair; a peer's op ends when its own
+ * check finds the same mismatch, or when this process exits), but
+ * tcp/pair.h, which declares it, needs headers Debian's Gloo does not
+ * ship. So it is found by its symbol and called through a plain function
+ * of the same calling convention (the Itanium C++ ABI: the returned
+ * exception_ptr's slot, then `this`, then the string), only on a pair
+ * whose dynamic type is tcp::Pair, whose first base is transport::Pair
+ * (so both pointers are one). Without the symbol, nothing happens: the op
+ * ends at its timeout, with the same message. */
+typedef std::exception_ptr (*pair_signal_fn)(gloo::transport::Pair *self, const std::string &msg);
+
+static pair_signal_fn pair_signal()
+{
+    static pair_signal_fn fn = (pair_signal_fn)dlsym(
+        RTLD_DEFAULT, "_ZN4gloo9transport3tcp4Pair23signalExceptionExternalERKNSt7__cxx1112basic_"
+                      "stringIcSt11char_traitsIcESaIcEEE");
+    return fn;
+}
+
+extern "C" void pg_gloo_abort(pg_gloo *g)
+{
+    pair_signal_fn signal = pair_signal();
+    if (!signal)
+        return;
+    const std::string why = "aborted: the ranks called different collectives";
+    for (int r = 0; r < g->size; r++) {
+        if (r == g->rank)
+            continue;
+        try {
+            gloo::transport::Pair *p = g->ctx->getPair(r).get();
+            if (p && strcmp(typeid(*p).name(), "N4gloo9transport3tcp4PairE") == 0)
+                (void)signal(p, why);
+        } catch (...) {
+        }
     }
 }
 

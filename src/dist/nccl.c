@@ -29,6 +29,7 @@
 #include <nccl.h>
 
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,7 @@ struct pg_nccl {
     cudaStream_t stream;
     cudaEvent_t ready;       /* prior work on the current stream */
     float *scratch;          /* one float for barrier */
+    atomic_int aborting;     /* pg_nccl_abort: the running wait gives up */
 };
 
 static double now_s(void)
@@ -77,11 +79,16 @@ static dp_status cuda_err(cudaError_t e, const char *what, char *err, size_t err
     return DP_ERR_CUDA;
 }
 
-/* The end of a wait that timed out: the communicator is aborted (a rank
- * that is missing would keep it waiting forever) and cannot be used again. */
+/* The end of a wait that timed out or was told to stop (pg_nccl_abort):
+ * the communicator is aborted (a rank that is missing would keep it
+ * waiting forever) and cannot be used again. */
 static dp_status abort_timed_out(pg_nccl *n, const char *what, const char *why, char *err, size_t errlen)
 {
-    snprintf(err, errlen, "%s: timed out after %g s %s; the communicator was aborted", what, n->timeout_s, why);
+    if (atomic_load(&n->aborting))
+        snprintf(err, errlen, "%s: stopped (the ranks called different collectives); the communicator was aborted",
+                 what);
+    else
+        snprintf(err, errlen, "%s: timed out after %g s %s; the communicator was aborted", what, n->timeout_s, why);
     ncclCommAbort(n->comm);
     n->comm = NULL;
     return DP_ERR_IO;
@@ -101,7 +108,7 @@ static dp_status wait_comm(pg_nccl *n, double deadline, const char *what, char *
             return DP_OK;
         if (state != ncclInProgress)
             return nccl_err(n->comm, state, what, err, errlen);
-        if (now_s() > deadline)
+        if (now_s() > deadline || atomic_load(&n->aborting))
             return abort_timed_out(n, what, "(a rank did not take part)", err, errlen);
         backoff(&round);
     }
@@ -120,7 +127,7 @@ static dp_status wait_stream(pg_nccl *n, double deadline, const char *what, char
         ncclResult_t state;
         if (ncclCommGetAsyncError(n->comm, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress)
             return nccl_err(n->comm, state, what, err, errlen);
-        if (now_s() > deadline)
+        if (now_s() > deadline || atomic_load(&n->aborting))
             return abort_timed_out(n, what, "waiting for the other ranks", err, errlen);
         backoff(&round);
     }
@@ -201,6 +208,11 @@ dp_status pg_nccl_new(pg_nccl **out, dp_store *store, const char *prefix, int ra
     }
     *out = n;
     return DP_OK;
+}
+
+void pg_nccl_abort(pg_nccl *n)
+{
+    atomic_store(&n->aborting, 1);
 }
 
 void pg_nccl_free(pg_nccl *n)

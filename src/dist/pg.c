@@ -16,8 +16,12 @@
  * message, so nothing waits on a transport in an unknown state.
  *
  * Diagnosis. A failed op's message says which ranks did not arrive, which
- * are dead and what they reported, from what the ranks keep in the store
- * (pg_store.c: progress, errors, and the fingerprints of debug mode).
+ * are dead or frozen and what they reported, or which calls did not
+ * match, from what the ranks keep in the store (pg_store.c: their states,
+ * errors, and the fingerprints of debug mode). A collective that stalls
+ * is ended early by the group's heartbeat when those states show
+ * mismatched calls (pg_store.c, "Stalls"). An op only copies itself into
+ * the group for the heartbeat to publish: no store call on its path.
  *
  * Threads. The dp_pg_* calls of one group are meant for one thread (Lua's).
  * Tensors of an async op are retained by the caller and released by the
@@ -103,7 +107,7 @@ static int op_title(const dp_pg *pg, const pg_op *op, char *buf, size_t len)
 
 /* Breaks the group with msg, and leaves msg in the store for the other
  * ranks' diagnosis (this rank may be gone by the time they look). */
-static void set_broken(dp_pg *pg, dp_status st, const char *msg)
+void pg_break(dp_pg *pg, dp_status st, const char *msg)
 {
     pg_publish_error(pg, msg);
     pthread_mutex_lock(&pg->mu);
@@ -126,11 +130,14 @@ static int peer_lost(const char *err)
  * (Point-to-point batches name their peers in err themselves.) */
 static void fail_op(dp_pg *pg, dp_work *w, const char *err)
 {
-    int n = op_title(pg, &w->op, w->msg, sizeof w->msg);
-    snprintf(w->msg + n, sizeof w->msg - n, " failed: %s", err);
-    if (w->op.kind != PG_P2P)
-        pg_diagnose(pg, &w->op, peer_lost(err), w->msg);
-    set_broken(pg, w->status, w->msg);
+    const pg_op *op = &w->op;
+    if (!op->seq || !pg_mismatch_after_failure(pg, op, w->msg)) {
+        int n = op_title(pg, op, w->msg, sizeof w->msg);
+        snprintf(w->msg + n, sizeof w->msg - n, " failed: %s", err);
+        if (op->kind != PG_P2P)
+            pg_diagnose(pg, op, peer_lost(err), w->msg);
+    }
+    pg_break(pg, w->status, w->msg);
 }
 
 /* Runs w's op to completion on the calling thread; only one thread runs
@@ -142,21 +149,26 @@ static void execute(dp_pg *pg, dp_work *w)
     dp_status broken = pg->broken;
     if (broken)
         snprintf(w->msg, sizeof w->msg, "%s", pg->broken_msg);
+    else if (op->seq) {
+        /* for the heartbeat, which publishes it (no store call here) */
+        pg->current = *op;
+        atomic_store(&pg->entered, op->seq);
+    }
     pthread_mutex_unlock(&pg->mu);
     if ((w->status = broken))
         return;
-    if (op->seq) {
-        atomic_store(&pg->entered, op->seq);
-        if (pg->debug && (w->status = pg_check_fingerprints(pg, op, w->msg))) {
-            set_broken(pg, w->status, w->msg);
-            return;
-        }
+    if (op->seq && pg->debug && (w->status = pg_check_fingerprints(pg, op, w->msg))) {
+        atomic_store(&pg->finished, op->seq);
+        pg_break(pg, w->status, w->msg);
+        return;
     }
     char err[PG_MSG / 2];
     err[0] = 0;
     if (op->kind == PG_P2P)
         op->pending = &w->pending;
     w->status = pg->run(pg->impl, op, err, sizeof err);
+    if (op->seq)
+        atomic_store(&pg->finished, op->seq);
     if (w->status)
         fail_op(pg, w, err);
 }
@@ -790,6 +802,7 @@ static dp_status make_backend(dp_pg *pg, const char *backend)
         pg->run = (pg_run_fn)pg_gloo_run;
         pg->free_impl = (pg_free_fn)pg_gloo_free;
         pg->finish = (pg_finish_fn)pg_gloo_finish;
+        pg->abort = (pg_abort_fn)pg_gloo_abort;
         st = pg_gloo_new((pg_gloo **)&pg->impl, pg->store, prefix, pg->rank, pg->size, pg->timeout_s, host,
                          getenv("GLOO_SOCKET_IFNAME"), err, sizeof err);
 #else
@@ -801,6 +814,7 @@ static dp_status make_backend(dp_pg *pg, const char *backend)
         pg->run = (pg_run_fn)pg_nccl_run;
         pg->free_impl = (pg_free_fn)pg_nccl_free;
         pg->finish = (pg_finish_fn)pg_nccl_finish;
+        pg->abort = (pg_abort_fn)pg_nccl_abort;
         st = pg_nccl_new((pg_nccl **)&pg->impl, pg->store, prefix, pg->rank, pg->size, pg->timeout_s, err, sizeof err);
 #else
         return dp_fail(DP_ERR_STATE, "new_group: backend nccl needs NCCL and CUDA, and this dplua was built "
@@ -882,6 +896,23 @@ dp_pg *pg_find(uint64_t id)
     return pg;
 }
 
+/* DPLUA_DIST_STALL: seconds a collective may wait before the ranks' calls
+ * are compared (pg_store.c), 0 for never; 3 when unset. */
+static dp_status stall_from_env(double *stall_s)
+{
+    const char *v = getenv("DPLUA_DIST_STALL");
+    *stall_s = 3.0;
+    if (!v || !*v)
+        return DP_OK;
+    char *end;
+    double s = strtod(v, &end);
+    if (*end || !(s >= 0) || s > 1e9)
+        return dp_fail(DP_ERR_ARG, "new_group: DPLUA_DIST_STALL must be a number of seconds >= 0 (0: never compare "
+                       "the ranks' calls), got '%s'", v);
+    *stall_s = s;
+    return DP_OK;
+}
+
 /* rank is the caller's rank in the group (its index in ranks). Members
  * meet through the store under "dplua/<name>/"; non-members do not call. */
 dp_status dp_pg_new(dp_pg **out, dp_store *store, const char *backend, int rank, int size,
@@ -906,6 +937,11 @@ dp_status dp_pg_new(dp_pg **out, dp_store *store, const char *backend, int rank,
     pg->timeout_s = timeout_s;
     const char *dbg = getenv("DPLUA_DIST_DEBUG");
     pg->debug = dbg && *dbg && strcmp(dbg, "0") != 0;
+    if ((st = stall_from_env(&pg->stall_s)) || !(pg->peers = calloc(size, sizeof *pg->peers))) {
+        free(pg->ranks);
+        free(pg);
+        return st ? st : dp_fail(DP_ERR_MEMORY, "new_group: out of memory");
+    }
     pthread_mutex_init(&pg->mu, NULL);
     pthread_cond_init(&pg->cv, NULL);
     sigpipe_guard guard;
@@ -915,6 +951,7 @@ dp_status dp_pg_new(dp_pg **out, dp_store *store, const char *backend, int rank,
     if (st) {
         pthread_mutex_destroy(&pg->mu);
         pthread_cond_destroy(&pg->cv);
+        free(pg->peers);
         free(pg->ranks);
         free(pg);
         return st;
@@ -975,6 +1012,7 @@ void pg_release(dp_pg *pg)
     pg_teardown(pg);
     pthread_mutex_destroy(&pg->mu);
     pthread_cond_destroy(&pg->cv);
+    free(pg->peers);
     free(pg->ranks);
     free(pg);
 }

@@ -98,6 +98,10 @@ dp_status pg_gloo_run(pg_gloo *g, const pg_op *op, char *err, size_t errlen);
 /* Waits until the PG_P2P op behind pending is done (or the timeout), and frees pending. */
 dp_status pg_gloo_finish(pg_gloo *g, void *pending, char *err, size_t errlen);
 void pg_gloo_free(pg_gloo *g);
+/* Ends this rank's op running on another thread at once (it fails as if
+ * its peers had closed their connections), and every later one: for a
+ * group that found its ranks called mismatched collectives. */
+void pg_gloo_abort(pg_gloo *g);
 
 /* ---- nccl.c (DP_HAVE_NCCL and DP_HAVE_CUDA): device pointers ---- */
 typedef struct pg_nccl pg_nccl;
@@ -109,6 +113,9 @@ dp_status pg_nccl_new(pg_nccl **out, dp_store *store, const char *prefix, int ra
 dp_status pg_nccl_run(pg_nccl *n, const pg_op *op, char *err, size_t errlen);
 dp_status pg_nccl_finish(pg_nccl *n, void *pending, char *err, size_t errlen);
 void pg_nccl_free(pg_nccl *n);
+/* Makes the op running on another thread abort the communicator at its
+ * next poll, as a timeout would. */
+void pg_nccl_abort(pg_nccl *n);
 
 #ifdef __cplusplus
 }

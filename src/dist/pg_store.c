@@ -7,13 +7,31 @@
  * and the calls that wait poll (lock, check, unlock, sleep) so that no
  * thread holds the lock while it waits for another rank.
  *
- * Progress. Each rank records the sequence number of the last collective
- * it entered under dplua/<group>/progress/<rank>. Not before every op: a
- * store round trip (~10 us on loopback) is a quarter of a small Gloo
- * all_reduce there, and rank 0's store thread would serve every rank's
- * every op. A heartbeat thread per group publishes it instead, at most
- * every 50 ms and only when it changed, which is fresh enough for a
- * diagnosis made after a timeout of seconds.
+ * Progress. Each rank keeps its state under dplua/<group>/progress/<rank>:
+ * "<seq> <beat> in|done <fingerprint>", the last collective it entered,
+ * whether it is still in it, what that collective is ("all_reduce(float32,
+ * 10 elements, SUM)") and a count that grows with every publication. Not
+ * written by the op itself: a store round trip (~10 us on loopback) is a
+ * quarter of a small Gloo all_reduce there, and rank 0's store thread
+ * would serve every rank's every op. The op only copies itself into the
+ * group under the lock it takes anyway; a heartbeat thread per group
+ * publishes the state within 50 ms of a change, and every 0.5 s when
+ * nothing changed, so that a rank whose count stops is known to be frozen.
+ *
+ * Stalls. While this rank's collective has not completed for 0.5 s, its
+ * heartbeat reads the other ranks' states every second (nothing is read
+ * on a healthy step). Two ranks at the same seq with different
+ * fingerprints called different collectives: that is certain whatever the
+ * age of the reading, so once the collective has stalled for
+ * DPLUA_DIST_STALL seconds (3 by default) the heartbeat breaks the group
+ * with the message debug mode gives and aborts the transport, and every
+ * rank's op fails within a second or two instead of at the timeout. So
+ * does a rank stuck in another collective than this one (a different seq)
+ * for that long. The readings also say which ranks are frozen (a beat
+ * that stopped for 3 s while the rank's store connection stays open) for
+ * the diagnosis of a timeout, and the heartbeat's and the diagnosis's own
+ * store calls wait at most 2 s for a reply, so that a frozen rank 0 (whose
+ * store then answers nothing) is named as such within the timeout.
  *
  * Diagnosis. The store server sets dplua/dead/<rank> when a rank's
  * connection drops, and a rank whose op failed leaves its message under
@@ -27,8 +45,10 @@
  * once on every rank naming both sides.
  */
 #include "dist/pg_group.h"
+#include "dist/store.h"
 #include "core/tensor.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,19 +193,67 @@ static void key_dead(const dp_pg *pg, int r, char *buf, size_t len)
     snprintf(buf, len, "dplua/dead/%d", pg->ranks[r]);
 }
 
+#define PG_REPLY_S 2.0     /* the heartbeat's and the diagnosis's store calls wait this long for a reply */
+
+/* Records whether the store answered a call made at `asked`: the time it
+ * first stopped answering, 0 once it answers again. A store whose
+ * connection was lost is dead, not silent. */
+static void note_store(dp_pg *pg, int answered, double asked)
+{
+    int lost = !answered && store_lost(pg->store);
+    pthread_mutex_lock(&pg->mu);
+    if (answered || lost)
+        pg->store_silent_at = 0;
+    else if (!pg->store_silent_at)
+        pg->store_silent_at = asked;
+    pthread_mutex_unlock(&pg->mu);
+}
+
+/* How long the store has not answered (0: it answers, or is gone). */
+static double store_silent_for(dp_pg *pg)
+{
+    pthread_mutex_lock(&pg->mu);
+    double since = pg->store_silent_at;
+    pthread_mutex_unlock(&pg->mu);
+    return since > 0 ? now_s() - since : 0;
+}
+
+/* pg_store_set, waiting at most PG_REPLY_S for the reply. */
+static dp_status quick_set(dp_pg *pg, const char *key, const void *value, size_t len)
+{
+    double asked = now_s();
+    store_bound_replies(PG_REPLY_S);
+    dp_status st = pg_store_set(pg->store, key, value, len);
+    store_bound_replies(0);
+    note_store(pg, !st, asked);
+    return st;
+}
+
 /* The value of a key that is there now (check, then a short get), or
- * NULL. *store_ok is cleared when the store itself did not answer. */
+ * NULL. *store_ok is cleared when the store itself did not answer (within
+ * PG_REPLY_S). */
 static char *peek(dp_pg *pg, const char *key, int *store_ok)
 {
     const char *keys[1] = { key };
     int present = 0;
     void *v = NULL;
     size_t n = 0;
-    if (pg_store_check(pg->store, keys, 1, &present)) {
+    double asked = now_s();
+    store_bound_replies(PG_REPLY_S);
+    dp_status st = pg_store_check(pg->store, keys, 1, &present);
+    store_bound_replies(0);
+    note_store(pg, !st, asked);
+    if (st) {
         *store_ok = 0;
         return NULL;
     }
-    if (!present || pg_store_get(pg->store, key, &v, &n, 1.0))
+    if (!present)
+        return NULL;
+    /* keys are not removed once set: get it at once (no second check) */
+    pthread_mutex_lock(&store_mu);
+    st = dp_store_get(pg->store, key, &v, &n, 1.0);
+    pthread_mutex_unlock(&store_mu);
+    if (st)
         return NULL;
     char *s = malloc(n + 1);
     if (s) {
@@ -205,46 +273,190 @@ static int is_dead(dp_pg *pg, int r, int *store_ok)
     return v != NULL;
 }
 
-/* The seq rank r last entered, or -1 if it never entered one. */
+/* ---------------------------------------------------------------- states */
+
+/* Keeps what a reading of rank r's state (v, or NULL: none) shows: when
+ * its beat and its state last changed, on this rank's clock. */
+static void observe(dp_pg *pg, int r, const char *v, double t)
+{
+    uint64_t seq, beat;
+    int used = 0;
+    if (!v || sscanf(v, "%" SCNu64 " %" SCNu64 " %n", &seq, &beat, &used) < 2 || !used)
+        return;   /* nothing published (yet): nothing learned */
+    char state[sizeof pg->peers[0].state];
+    snprintf(state, sizeof state, "%" PRIu64 " %s", seq, v + used);
+    pthread_mutex_lock(&pg->mu);
+    pg_peer *p = &pg->peers[r];
+    if (!p->beat_at || beat != p->beat) {
+        p->beat = beat;
+        p->beat_at = t;
+    }
+    if (strcmp(state, p->state) != 0) {
+        snprintf(p->state, sizeof p->state, "%s", state);
+        p->state_at = t;
+    }
+    pthread_mutex_unlock(&pg->mu);
+}
+
+/* The seq rank r last entered, 0 if none yet, or -1 if it published
+ * nothing; the reading is kept (observe). */
 static long long progress_of(dp_pg *pg, int r, int *store_ok)
 {
     char key[PG_NAME + 64];
     key_progress(pg, r, key, sizeof key);
     char *v = peek(pg, key, store_ok);
     long long s = v ? atoll(v) : -1;
+    observe(pg, r, v, now_s());
     free(v);
     return s;
 }
 
-static void publish_progress(dp_pg *pg, uint64_t seq)
+/* Reads every other rank's state; 0 when the store did not answer. */
+static int read_states(dp_pg *pg)
 {
-    char key[PG_NAME + 64], val[32];
-    key_progress(pg, pg->rank, key, sizeof key);
-    int n = snprintf(val, sizeof val, "%llu", (unsigned long long)seq);
-    (void)pg_store_set(pg->store, key, val, (size_t)n);   /* best effort: only diagnosis reads it */
+    int store_ok = 1;
+    for (int r = 0; r < pg->size && store_ok; r++)
+        if (r != pg->rank)
+            (void)progress_of(pg, r, &store_ok);
+    return store_ok;
 }
 
-#define PG_HEARTBEAT_S 0.05
+/* How long rank r's beat has not changed, as far as this rank read it
+ * (0 when it never read one). */
+static double quiet_for(dp_pg *pg, int r)
+{
+    pthread_mutex_lock(&pg->mu);
+    double at = pg->peers[r].beat_at;
+    pthread_mutex_unlock(&pg->mu);
+    return at > 0 ? now_s() - at : 0;
+}
 
-/* Publishes pg->entered every PG_HEARTBEAT_S when it changed (and at
- * once the first time), until dp_pg_free. */
+#define PG_PUBLISH_S 0.05  /* a changed state is published within this */
+#define PG_BEAT_S 0.5      /* an unchanged one again this often */
+#define PG_FROZEN_S 3.0    /* a rank whose beat did not change this long is frozen */
+#define PG_WATCH_S 0.5     /* a collective not done after this has the others' states read... */
+#define PG_READ_S 1.0      /* ...this often */
+
+static void publish_state(dp_pg *pg, uint64_t seq, uint64_t beat, int in, const pg_op *op)
+{
+    char key[PG_NAME + 64], fp[160], val[200];
+    key_progress(pg, pg->rank, key, sizeof key);
+    fp[0] = 0;
+    if (seq)
+        fingerprint(op, fp, sizeof fp);
+    int n = snprintf(val, sizeof val, "%" PRIu64 " %" PRIu64 " %s %s", seq, beat, in ? "in" : "done", fp);
+    (void)quick_set(pg, key, val, (size_t)n);   /* best effort: only other ranks' checks read it */
+}
+
+/* Whether the states read show that the ranks called different
+ * collectives, `op` being this rank's (in progress or just failed); the
+ * message then in msg. Ranks at op's seq must all have one fingerprint
+ * (those are certain: a seq's fingerprint never changes). With stuck_s >
+ * 0, a rank still in a collective of another seq whose state has not
+ * changed for stuck_s seconds is one too. */
+static int find_mismatch(dp_pg *pg, const pg_op *op, double stuck_s, char *msg)
+{
+    char fps[pg->size][sizeof pg->peers[0].state];
+    int at_seq[pg->size], stuck = -1;
+    uint64_t stuck_seq = 0;
+    double t = now_s();
+    fingerprint(op, fps[pg->rank], sizeof fps[0]);
+    pthread_mutex_lock(&pg->mu);
+    for (int r = 0; r < pg->size; r++) {
+        at_seq[r] = r == pg->rank;
+        if (r == pg->rank)
+            continue;
+        const pg_peer *p = &pg->peers[r];
+        uint64_t seq;
+        int used = 0;
+        char in[8];
+        if (sscanf(p->state, "%" SCNu64 " %7s %n", &seq, in, &used) < 2 || !used)
+            continue;
+        snprintf(fps[r], sizeof fps[r], "%s", p->state + used);
+        if (seq == op->seq)
+            at_seq[r] = 1;
+        else if (stuck_s > 0 && stuck < 0 && strcmp(in, "in") == 0 && t - p->state_at >= stuck_s) {
+            stuck = r;
+            stuck_seq = seq;
+        }
+    }
+    pthread_mutex_unlock(&pg->mu);
+    char rs[64], rs0[64];
+    int a = -1;
+    for (int r = 0; r < pg->size; r++) {
+        if (!at_seq[r])
+            continue;
+        if (a < 0)
+            a = r;
+        else if (strcmp(fps[r], fps[a]) != 0) {
+            snprintf(msg, PG_MSG, "collective mismatch at #%" PRIu64 " on group %s: %s called %s but %s called %s",
+                     op->seq, pg->name, pg_rank_str(pg, a, rs0, sizeof rs0), fps[a], pg_rank_str(pg, r, rs, sizeof rs),
+                     fps[r]);
+            return 1;
+        }
+    }
+    if (stuck < 0)
+        return 0;
+    snprintf(msg, PG_MSG, "collective mismatch on group %s: %s is in #%" PRIu64 ", %s, but %s is in #%" PRIu64
+             ", %s, and neither has moved for %g s", pg->name, pg_rank_str(pg, pg->rank, rs0, sizeof rs0), op->seq,
+             fps[pg->rank], pg_rank_str(pg, stuck, rs, sizeof rs), stuck_seq, fps[stuck], stuck_s);
+    return 1;
+}
+
+/* This rank's collective `op` has not completed for `stalled` seconds:
+ * read the others' states and, past the stall limit, end the op when
+ * they show mismatched calls. */
+static void watch(dp_pg *pg, const pg_op *op, double stalled)
+{
+    char msg[PG_MSG];
+    if (!read_states(pg) || !(pg->stall_s > 0 && stalled >= pg->stall_s))
+        return;
+    if (find_mismatch(pg, op, pg->stall_s, msg)) {
+        pg_break(pg, DP_ERR_STATE, msg);
+        if (pg->abort)
+            pg->abort(pg->impl);
+    }
+}
+
+/* Publishes this rank's state when it changed (at most every
+ * PG_PUBLISH_S) and every PG_BEAT_S regardless, and watches a collective
+ * that does not complete, until dp_pg_free. */
 static void *heartbeat_main(void *arg)
 {
     dp_pg *pg = arg;
-    uint64_t published = 0;
+    uint64_t beat = 0, shown = 0, watching = 0;
+    int shown_in = 0;
+    double shown_at = 0, entered_at = 0, read_at = 0;
     pthread_mutex_lock(&pg->mu);
     while (!pg->stop) {
         uint64_t seq = atomic_load(&pg->entered);
-        if (seq != published) {
-            pthread_mutex_unlock(&pg->mu);
-            publish_progress(pg, seq);
-            published = seq;
-            pthread_mutex_lock(&pg->mu);
-            continue;
+        int in = seq > atomic_load(&pg->finished);
+        int broken = pg->broken != 0;
+        pg_op op = pg->current;
+        pthread_mutex_unlock(&pg->mu);
+        double t = now_s();
+        int changed = seq != shown || in != shown_in;
+        if (t - shown_at >= (changed ? PG_PUBLISH_S : PG_BEAT_S)) {
+            publish_state(pg, seq, ++beat, in, &op);
+            shown = seq;
+            shown_in = in;
+            shown_at = t;
         }
+        if (!in || broken) {
+            watching = 0;
+        } else if (seq != watching) {
+            watching = seq;
+            entered_at = t;
+        } else if (t - entered_at >= PG_WATCH_S && t - read_at >= PG_READ_S) {
+            watch(pg, &op, t - entered_at);
+            read_at = now_s();
+        }
+        pthread_mutex_lock(&pg->mu);
+        if (pg->stop)
+            break;
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
-        long ns = until.tv_nsec + (long)(PG_HEARTBEAT_S * 1e9);
+        long ns = until.tv_nsec + (long)(PG_PUBLISH_S * 1e9);
         until.tv_sec += ns / 1000000000L;
         until.tv_nsec = ns % 1000000000L;
         pthread_cond_timedwait(&pg->hb_cv, &pg->mu, &until);
@@ -280,13 +492,31 @@ void pg_heartbeat_stop(dp_pg *pg)
     pg->hb_started = 0;
 }
 
+int pg_mismatch_after_failure(dp_pg *pg, const pg_op *op, char *msg)
+{
+    pthread_mutex_lock(&pg->mu);
+    int found = pg->broken != 0;
+    if (found)
+        snprintf(msg, PG_MSG, "%s", pg->broken_msg);   /* the heartbeat's finding */
+    pthread_mutex_unlock(&pg->mu);
+    if (found)
+        return 1;
+    /* what was read before stands when the store is gone (a peer that
+     * found the mismatch first and exited served it): a seq's
+     * fingerprint does not change */
+    if (!store_silent_for(pg))
+        (void)read_states(pg);
+    return find_mismatch(pg, op, 0, msg);
+}
+
 /* ---------------------------------------------------------------- diagnosis */
 
 void pg_publish_error(dp_pg *pg, const char *msg)
 {
     char key[PG_NAME + 64];
     key_error(pg, pg->rank, key, sizeof key);
-    (void)pg_store_set(pg->store, key, msg, strlen(msg));
+    if (!store_silent_for(pg))
+        (void)quick_set(pg, key, msg, strlen(msg));
 }
 
 /* The first rank in [lo, hi) other than this one (and, given `only`,
@@ -354,9 +584,17 @@ void pg_diagnose(dp_pg *pg, const pg_op *op, int peer_lost, char *msg)
      * this same op) and closed its connections explains it as well as a
      * dead one: its message is quoted even though it is alive. */
     int failed_peer;
-    int ndead = find_dead(pg, lo, hi, peer_lost ? (pg->timeout_s < 2.0 ? pg->timeout_s : 2.0) : 0, dead, &failed_peer);
+    double silent = store_silent_for(pg);
+    int ndead = silent > 0 ? -1 : find_dead(pg, lo, hi, peer_lost ? (pg->timeout_s < 2.0 ? pg->timeout_s : 2.0) : 0,
+                                            dead, &failed_peer);
     if (ndead < 0) {
-        snprintf(msg + n, PG_MSG - n, "; the store did not answer either (rank 0, which serves it, has exited or died)");
+        if (store_lost(pg->store))
+            snprintf(msg + n, PG_MSG - n, "; the store did not answer either (rank 0, which serves it, has exited "
+                     "or died: its connection closed)");
+        else
+            snprintf(msg + n, PG_MSG - n, "; the store did not answer either: rank 0, which serves it, is not "
+                     "responding: no reply for %.0f s while its connection stays open (the process is frozen: "
+                     "stopped or stuck)", silent > PG_REPLY_S ? silent : PG_REPLY_S);
         return;
     }
     int nlate = 0, store_ok = 1;
@@ -378,6 +616,14 @@ void pg_diagnose(dp_pg *pg, const pg_op *op, int peer_lost, char *msg)
             nlate++;
             continue;
         }
+        double quiet = p2p ? 0 : quiet_for(pg, r);
+        if (quiet >= PG_FROZEN_S) {
+            n += snprintf(msg + n, PG_MSG - n, "; %s is not responding: no heartbeat for %.0f s while its "
+                          "connection to the store stays open (the process is frozen: stopped or stuck)",
+                          pg_rank_str(pg, r, rs, sizeof rs), quiet);
+            nlate++;
+            continue;
+        }
         if ((peer_lost && ndead) || arrived)
             continue;
         nlate++;
@@ -385,7 +631,7 @@ void pg_diagnose(dp_pg *pg, const pg_op *op, int peer_lost, char *msg)
             n += snprintf(msg + n, PG_MSG - n, "; %s did not %s %lld %s elements with tag %d in time",
                           pg_rank_str(pg, r, rs, sizeof rs), op->kind == PG_SEND ? "receive" : "send",
                           (long long)op->count, dp_dtype_name(op->dtype), op->tag);
-        else if (p < 0)
+        else if (p <= 0)
             n += snprintf(msg + n, PG_MSG - n, "; %s did not arrive (it has entered no collective on this group)",
                           pg_rank_str(pg, r, rs, sizeof rs));
         else

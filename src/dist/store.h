@@ -66,6 +66,19 @@ void store_retain(dp_store *s);
 /* Deadline `timeout_s` from now; timeout_s <= 0 picks the store's own. */
 double store_deadline(const dp_store *s, double timeout_s);
 
+/* The calls of this thread that take no timeout of their own (set, check,
+ * delete, add, compare_set) wait at most `seconds` for the store's reply
+ * instead of the store's timeout; 0 lifts the bound. For process groups,
+ * which must not wait a whole timeout on a store that stopped answering
+ * (rank 0 frozen: its connection open, its server silent). A reply that
+ * comes later is dropped by the next call, so the connection stays in
+ * step. dplua's protocol only (a PyTorch store keeps its timeout). */
+void store_bound_replies(double seconds);
+
+/* Whether s lost its connection (the store's process exited or died), as
+ * opposed to a call that only timed out. */
+int store_lost(dp_store *s);
+
 /* ---------------------------------------------------------------- socket.c */
 
 /* The monotonic clock, in seconds. */

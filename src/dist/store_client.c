@@ -27,6 +27,29 @@ double store_deadline(const dp_store *s, double timeout_s)
     return store_now() + (timeout_s > 0 ? timeout_s : s->timeout_s);
 }
 
+/* store_bound_replies: per thread, so that a process group's threads
+ * bound their own calls without touching a caller's on the same handle. */
+static __thread double reply_bound;
+
+void store_bound_replies(double seconds)
+{
+    reply_bound = seconds > 0 ? seconds : 0;
+}
+
+/* How long a call that takes no timeout waits for its reply. */
+static double reply_timeout(const dp_store *s)
+{
+    return reply_bound > 0 && reply_bound < s->timeout_s ? reply_bound : s->timeout_s;
+}
+
+int store_lost(dp_store *s)
+{
+    pthread_mutex_lock(&s->lock);
+    int lost = s->failed != NULL;
+    pthread_mutex_unlock(&s->lock);
+    return lost;
+}
+
 /* ======================================================================== */
 /* requests and replies                                                      */
 /* ======================================================================== */
@@ -176,11 +199,11 @@ static dp_status no_reply(dp_store *s, const char *fn, double timeout_s)
 static dp_status simple_call(dp_store *s, const char *fn, int op, struct store_buf *b, int want,
                              struct reply *rep)
 {
-    int r = rpc(s, fn, op, b, store_deadline(s, 0), rep);
+    int r = rpc(s, fn, op, b, store_deadline(s, reply_timeout(s)), rep);
     dp_status st;
     store_buf_free(b);
     if (r == ETIMEDOUT)
-        return no_reply(s, fn, s->timeout_s);
+        return no_reply(s, fn, reply_timeout(s));
     if (r != 0)
         return (dp_status)-r;
     if ((st = reply_status(s, fn, rep, want)) != DP_OK) {

@@ -2,8 +2,8 @@
 -- gloo.cc) through the C API: every collective for every dtype at world
 -- sizes 2 and 4 against a reference each rank computes itself, async
 -- works, subgroups, argument errors, and the failures that must end in an
--- error instead of a hang: mismatched collectives with and without
--- DPLUA_DIST_DEBUG, a killed peer, a rank that never arrives, a dead store.
+-- error instead of a hang: mismatched collectives with DPLUA_DIST_DEBUG,
+-- by the stall check and at a short timeout, a killed peer, a rank that never arrives, a dead store.
 --
 -- Run as a test, this file is the launcher: for each scenario it starts
 -- WORLD copies of itself (RANK, WORLD_SIZE, MASTER_ADDR, DPLUA_JOB_TOKEN
@@ -133,6 +133,7 @@ if not scenario then
   run("subgroups", 4)
   run("mismatch_debug", 2, { env = "DPLUA_DIST_DEBUG=1" })
   run("mismatch", 2)
+  run("mismatch_stall", 2)
   run("mismatch_sizes", 2)
   run("p2p_sizes", 2)
   run("dead_peer", 3, { rc = { [2] = 7 } })
@@ -523,13 +524,27 @@ function S.mismatch_debug()
   done({ pg })
 end
 
+-- A timeout (2 s) shorter than the stall check (DPLUA_DIST_STALL, 3 s):
+-- the ranks time out, then find the mismatch in the states they publish.
 function S.mismatch()
   local pg = new_group("default", 2)
   local st, msg, dt = mismatched(pg)
-  local mine = rank == 0 and "all_reduce #2 on group default" or "broadcast #2 on group default"
-  check(st ~= 0 and msg:find(mine, 1, true) and msg:find("different collectives", 1, true),
-        "an error naming the op and its number, and that every rank arrived", msg)
+  check(st ~= 0 and msg == mismatch_want, "the timeout's error names both sides", msg)
   check(dt < 2 + 3, ("within the timeout (%.2f s)"):format(dt))
+  done({ pg })
+end
+
+-- A timeout (30 s) far longer than the stall check (3 s): the check ends
+-- both ranks' collectives with the mismatch, long before the timeout.
+function S.mismatch_stall()
+  local pg = new_group("default", 30)
+  local st, msg, dt = mismatched(pg)
+  check(st ~= 0 and msg == mismatch_want, "the stall check's error names both sides", msg)
+  check(dt < 20, ("long before the 30 s timeout (%.2f s)"):format(dt))
+  local t0 = now()
+  st = C.dp_pg_barrier(pg)
+  check(st ~= 0 and last_error() == mismatch_want and now() - t0 < 0.5,
+        "later ops on the group fail at once with the same message", last_error())
   done({ pg })
 end
 
@@ -544,9 +559,9 @@ function S.mismatch_sizes()
   local t0 = now()
   local st = C.dp_pg_all_reduce(pg, t.p, SUM, nil)
   local msg = last_error()
-  -- the other rank may time out first and exit: then its message is quoted
-  check(st ~= 0 and msg:find("all_reduce #1 on group default", 1, true) and msg:find("different collectives or sizes", 1, true),
-        "an error, not an abort, that says the ranks called different sizes", msg)
+  check(st ~= 0 and msg == "collective mismatch at #1 on group default: rank 0 called all_reduce(float32, 10 elements, " ..
+                            "SUM) but rank 1 called all_reduce(float32, 20 elements, SUM)",
+        "an error, not an abort, that names both sizes", msg)
   check(now() - t0 < 2 + 3, ("within the timeout (%.2f s)"):format(now() - t0))
   done({ pg })
 end
