@@ -88,6 +88,19 @@ end
 function methods.allclose(a, b, rtol, atol, equal_nan)
   return methods.isclose(a, b, rtol, atol, equal_nan):all():item()
 end
+-- equal(other): the same shape and the same elements (NaN equals
+-- nothing), a boolean, as torch.equal.
+function methods.equal(a, b)
+  if not is_tensor(b) then raise("equal: expected other to be a tensor, got " .. typename(b)) end
+  if a:dim() ~= b:dim() then return false end
+  for d = 0, a:dim() - 1 do
+    if a:size(d) ~= b:size(d) then return false end
+  end
+  if a.device.type ~= b.device.type or a.device.index ~= b.device.index then
+    raise("equal: expected both tensors on one device, got " .. tostring(a.device) .. " and " .. tostring(b.device))
+  end
+  return a:numel() == 0 or a:detach():eq(b:detach()):all():item()
+end
 
 -- add/sub with alpha: a + alpha * b, as in PyTorch
 local function scaled(b, alpha, fn)

@@ -438,6 +438,11 @@ function SyncBatchNorm:forward(x)
     raise(string.format("SyncBatchNorm: expected at least 2D input (got %s)",
                         torch.is_tensor(x) and (x:dim() .. "D") or type(x)))
   end
+  local C = x:size(1)
+  local numel = self.num_features
+  if C ~= numel then
+    raise(string.format("SyncBatchNorm: expected %d channels (dim 1) in the input, got %d", numel, C))
+  end
   local dist = require("dplua.distributed")
   local group = self.process_group
   if not self.training or not dist.is_initialized() or dist.get_world_size(group) == 1 then
@@ -447,11 +452,6 @@ function SyncBatchNorm:forward(x)
   end
   if group == dist.GroupMember.NON_GROUP_MEMBER then
     raise("SyncBatchNorm: this rank is not a member of its process_group")
-  end
-  local C = x:size(1)
-  local numel = self.num_features
-  if C ~= numel then
-    raise(string.format("SyncBatchNorm: expected %d channels (dim 1) in the input, got %d", numel, C))
   end
   local factor = self:_momentum_factor()
   local dims, shape = { 0 }, { 1, C }
