@@ -33,12 +33,7 @@ local function typename(x) return torch.is_tensor(x) and "Tensor" or type(x) end
 -- A tensor's first byte, to place it in a flat buffer.
 local function address(t) return tonumber(ffi.cast("intptr_t", C.dp_tensor_data(t.p))) end
 
-local function copy_value(v)
-  if type(v) ~= "table" or torch.is_tensor(v) then return v end
-  local c = {}
-  for k, x in pairs(v) do c[k] = copy_value(x) end
-  return c
-end
+local copy_value = require("dplua.optim.optimizer")._copy_value
 
 -- This rank's shard [lo, hi) of T elements over N ranks (ddp.c's rule).
 local function shard_of(total, size, rank)

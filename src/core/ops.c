@@ -572,6 +572,22 @@ dp_status dp_fill_into(dp_tensor *dst, double value)
     return k_fill(dst, value);
 }
 
+/* a copied by `copy` into a new tensor of dtype on device (pinned: in
+ * page-locked host memory), the copy recorded for autograd as PyTorch
+ * names it */
+static dp_status copy_to_new(dp_tensor **out, dp_tensor *a, dp_dtype dtype, int device, bool pinned,
+                             dp_status (*copy)(dp_tensor *dst, dp_tensor *src))
+{
+    dp_status st = pinned ? tensor_new_pinned(out, a->ndim, a->shape, dtype)
+                          : tensor_new(out, a->ndim, a->shape, dtype, device);
+    if (!st && (st = copy(*out, a))) {
+        dp_tensor_release(*out);
+        return st;
+    }
+    ag_node *n;
+    return st ? st : ag_record_or_drop(out, "ToCopyBackward0", bw_identity, 1, &a, &n);
+}
+
 dp_status dp_to(dp_tensor **out, dp_tensor *a, dp_dtype dtype, int device)
 {
     if (dtype < 0 || dtype >= DP_NUM_DTYPES)
@@ -583,26 +599,14 @@ dp_status dp_to(dp_tensor **out, dp_tensor *a, dp_dtype dtype, int device)
         *out = a;
         return DP_OK;
     }
-    dp_status st = tensor_new(out, a->ndim, a->shape, dtype, device);
-    if (!st && (st = dp_copy_into(*out, a))) {
-        dp_tensor_release(*out);
-        return st;
-    }
-    ag_node *n;
-    return st ? st : ag_record_or_drop(out, "ToCopyBackward0", bw_identity, 1, &a, &n);
+    return copy_to_new(out, a, dtype, device, false, dp_copy_into);
 }
 
 dp_status dp_to_non_blocking(dp_tensor **out, dp_tensor *a, dp_dtype dtype, int device)
 {
     if (!a->storage->pinned || device == DP_CPU || (int)dtype != a->dtype || !tensor_is_contiguous(a))
         return dp_to(out, a, dtype, device);
-    dp_status st = tensor_new(out, a->ndim, a->shape, dtype, device);
-    if (!st && (st = gpu_upload_queued(*out, a))) {
-        dp_tensor_release(*out);
-        return st;
-    }
-    ag_node *n;
-    return st ? st : ag_record_or_drop(out, "ToCopyBackward0", bw_identity, 1, &a, &n);
+    return copy_to_new(out, a, dtype, device, false, gpu_upload_queued);
 }
 
 dp_status dp_pin_memory(dp_tensor **out, dp_tensor *a)
@@ -615,15 +619,7 @@ dp_status dp_pin_memory(dp_tensor **out, dp_tensor *a)
         *out = a;
         return DP_OK;
     }
-    dp_status st = tensor_new_pinned(out, a->ndim, a->shape, a->dtype);
-    if (st)
-        return st;
-    if ((st = dp_copy_into(*out, a))) {
-        dp_tensor_release(*out);
-        return st;
-    }
-    ag_node *n;
-    return ag_record_or_drop(out, "ToCopyBackward0", bw_identity, 1, &a, &n);
+    return copy_to_new(out, a, (dp_dtype)a->dtype, DP_CPU, true, dp_copy_into);
 }
 
 int dp_tensor_is_pinned(const dp_tensor *t) { return t->storage->pinned; }

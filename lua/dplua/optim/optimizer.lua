@@ -38,6 +38,8 @@ local function copy_value(v)
   for k, x in pairs(v) do c[k] = copy_value(x) end
   return c
 end
+-- (param group options are copied so; ZeroRedundancyOptimizer copies its groups the same way)
+Optimizer._copy_value = copy_value
 
 -- A subclass: Cls(params, opts) builds an instance.
 function Optimizer.extend(name)
