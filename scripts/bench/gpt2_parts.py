@@ -48,4 +48,6 @@ def head_loss():
 row("head_loss", lambda: gpu_ms(head_loss))
 g = torch.randn(124 * 1000 * 1000, device=d)
 row("grad_norm_124M", lambda: gpu_ms(lambda: torch.linalg.vector_norm(g)))
+row("sum_124M", lambda: gpu_ms(lambda: g.sum()))
+row("square_124M", lambda: gpu_ms(lambda: g.square()))
 row("scale_124M", lambda: gpu_ms(lambda: g.mul_(1.0)))
