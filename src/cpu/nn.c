@@ -72,9 +72,18 @@ dp_status cpu_cross_entropy(dp_tensor *out, const cpu_ce_args *a)
             free(logp);
             return bad_target(t, C);
         }
+        double wt = class_weight(a->weight, t), loss;
+        if (a->log_probs && eps == 0) {   /* nll_loss: only the target's entry counts */
+            size_t ies = dp_dtype_size(a->input->dtype);
+            loss = -wt * dtype_load(a->input->dtype, tensor_ptr(a->input) + (i * C + t) * (int64_t)ies);
+            if (a->reduction == CE_REDUCE_NONE)
+                dtype_store(out->dtype, tensor_ptr(out) + i * (int64_t)es, loss);
+            total += loss;
+            wsum += wt;
+            continue;
+        }
         row_log_probs(a, i, C, logp, probs ? probs + i * C : NULL);
-        double wt = class_weight(a->weight, t);
-        double loss = -wt * logp[t] * (1 - eps);
+        loss = -wt * logp[t] * (1 - eps);
         if (eps > 0) {
             double smooth = 0;
             for (int64_t j = 0; j < C; j++)
@@ -113,20 +122,18 @@ dp_status cpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_
         double sc = a->reduction == CE_REDUCE_NONE ? dtype_load(g->dtype, tensor_ptr(g) + i * (int64_t)gs) : g0;
         bool skip = t == a->ignore_index || sc == 0;
         double wt = skip ? 0 : class_weight(a->weight, t);
+        if (skip || a->log_probs) {   /* zero but at the target: the floating dtypes' 0 is all zero bits */
+            memset(row, 0, (size_t)C * es);
+            if (!skip)
+                dtype_store(dinput->dtype, row + t * (int64_t)es, -sc * wt);
+            continue;
+        }
         for (int64_t k = 0; k < C; k++) {
-            double d = 0;
-            if (skip)
-                d = 0;
-            else if (a->log_probs)
-                d = k == t ? -sc * wt : 0;
-            else {
-                double p = probs[i * C + k];
-                d = (1 - eps) * wt * (p - (k == t));
-                if (eps > 0)
-                    d += eps / (double)C * (p * wall - class_weight(a->weight, k));
-                d *= sc;
-            }
-            dtype_store(dinput->dtype, row + k * (int64_t)es, d);
+            double p = probs[i * C + k];
+            double d = (1 - eps) * wt * (p - (k == t));
+            if (eps > 0)
+                d += eps / (double)C * (p * wall - class_weight(a->weight, k));
+            dtype_store(dinput->dtype, row + k * (int64_t)es, d * sc);
         }
     }
     return DP_OK;
