@@ -157,7 +157,11 @@ dp_status cpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, i
 
 /* ---------------------------------------------------------------- softmax */
 
-#define SOFTMAX_ROW(tag, S, LOAD, STORE)                                                \
+/* Each exp is taken once: the sum pass keeps exp(v - m) in the output
+ * row, which softmax then scales by 1 / sum (log_softmax overwrites it
+ * with v - lse). EXP is expf for float32 rows (its error is below the
+ * float32 result's rounding) and exp otherwise; sums are in double. */
+#define SOFTMAX_ROW(tag, S, LOAD, STORE, EXP)                                           \
     static void softmax_##tag(int64_t n, char **p, const int64_t *s, const void *ctx)   \
     {                                                                                   \
         const reduce_ctx *c = ctx;                                                      \
@@ -169,12 +173,23 @@ dp_status cpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, i
                 double v = LOAD(*(const S *)(q + j * c->in_stride));                    \
                 if (v > m || v != v) m = v;                                             \
             }                                                                           \
-            for (int64_t j = 0; j < c->len; j++)                                        \
-                sum += exp(LOAD(*(const S *)(q + j * c->in_stride)) - m);               \
-            double lse = m + log(sum);                                                  \
             for (int64_t j = 0; j < c->len; j++) {                                      \
-                double v = LOAD(*(const S *)(q + j * c->in_stride));                    \
-                *(S *)(o + j * c->out_stride) = STORE(c->log ? v - lse : exp(v - m) / sum); \
+                double e = EXP(LOAD(*(const S *)(q + j * c->in_stride)) - m);           \
+                sum += e;                                                               \
+                if (!c->log)                                                            \
+                    *(S *)(o + j * c->out_stride) = STORE(e);                           \
+            }                                                                           \
+            if (c->log) {                                                               \
+                double lse = m + log(sum);                                              \
+                for (int64_t j = 0; j < c->len; j++)                                    \
+                    *(S *)(o + j * c->out_stride) =                                     \
+                        STORE(LOAD(*(const S *)(q + j * c->in_stride)) - lse);          \
+            } else {                                                                    \
+                double inv = 1 / sum;                                                   \
+                for (int64_t j = 0; j < c->len; j++) {                                  \
+                    S *out = (S *)(o + j * c->out_stride);                              \
+                    *out = STORE(LOAD(*out) * inv);                                     \
+                }                                                                       \
             }                                                                           \
         }                                                                               \
     }
@@ -183,9 +198,10 @@ dp_status cpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, i
 #define TO_BF16(x) float_to_bf16((float)(x))
 #define FROM_BF16(x) ((double)bf16_to_float(x))
 #define FROM_NUM(x) ((double)(x))
-SOFTMAX_ROW(f32, float, FROM_NUM, TO_F32)
-SOFTMAX_ROW(f64, double, FROM_NUM, TO_F64)
-SOFTMAX_ROW(bf16, uint16_t, FROM_BF16, TO_BF16)
+#define EXP_F32(x) ((double)expf((float)(x)))
+SOFTMAX_ROW(f32, float, FROM_NUM, TO_F32, EXP_F32)
+SOFTMAX_ROW(f64, double, FROM_NUM, TO_F64, exp)
+SOFTMAX_ROW(bf16, uint16_t, FROM_BF16, TO_BF16, exp)
 
 dp_status cpu_softmax(dp_tensor *out, dp_tensor *a, int dim, int log)
 {
