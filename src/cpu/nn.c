@@ -28,17 +28,24 @@ static dp_status bad_target(int64_t t, int64_t C)
  * the backward reuses instead of calling exp again. */
 static void row_log_probs(const cpu_ce_args *a, int64_t i, int64_t C, double *logp, double *prow)
 {
-    size_t es = dp_dtype_size(a->input->dtype);
+    int dtype = a->input->dtype;
+    size_t es = dp_dtype_size(dtype);
     const char *row = tensor_ptr(a->input) + i * C * (int64_t)es;
     double m = -INFINITY, sum = 0;
-    for (int64_t j = 0; j < C; j++) {
-        logp[j] = dtype_load(a->input->dtype, row + j * (int64_t)es);
-        if (logp[j] > m) m = logp[j];
+    if (dtype == DP_FLOAT32) {   /* the common case, without a conversion call per element */
+        for (int64_t j = 0; j < C; j++)
+            logp[j] = ((const float *)row)[j];
+    } else {
+        for (int64_t j = 0; j < C; j++)
+            logp[j] = dtype_load(dtype, row + j * (int64_t)es);
     }
+    for (int64_t j = 0; j < C; j++)
+        if (logp[j] > m) m = logp[j];
     if (a->log_probs)
         return;
     for (int64_t j = 0; j < C; j++) {
-        double e = exp(logp[j] - m);
+        /* float32 logits: expf's error is below the float32 result's rounding */
+        double e = dtype == DP_FLOAT32 ? (double)expf((float)(logp[j] - m)) : exp(logp[j] - m);
         sum += e;
         if (prow)
             prow[j] = e;
@@ -128,8 +135,17 @@ dp_status cpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_
                 dtype_store(dinput->dtype, row + t * (int64_t)es, -sc * wt);
             continue;
         }
+        const double *prow = probs + i * C;
+        if (eps == 0 && dinput->dtype == DP_FLOAT32) {   /* the common case, stored directly */
+            float *d = (float *)row;
+            double f = wt * sc;
+            for (int64_t k = 0; k < C; k++)
+                d[k] = (float)(f * prow[k]);
+            d[t] = (float)(f * (prow[t] - 1));
+            continue;
+        }
         for (int64_t k = 0; k < C; k++) {
-            double p = probs[i * C + k];
+            double p = prow[k];
             double d = (1 - eps) * wt * (p - (k == t));
             if (eps > 0)
                 d += eps / (double)C * (p * wall - class_weight(a->weight, k));
