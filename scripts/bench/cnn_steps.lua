@@ -9,17 +9,7 @@ local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 local models = dofile(here .. "/models.lua")
 torch.set_num_threads(1)
 
--- ms per call of f: the best of 5 repeats of n calls, after 2 untimed
-local function ms(f, n)
-  f(); f()
-  local best = math.huge
-  for _ = 1, 5 do
-    local t0 = os.clock()
-    for _ = 1, n do f() end
-    best = math.min(best, (os.clock() - t0) / n)
-  end
-  return best * 1e3
-end
+local ms = dofile(here .. "/timing.lua").cpu_ms
 
 local function row(name, f, n) print(string.format("%s %.3f", name, ms(f, n))); collectgarbage() end
 

@@ -1,25 +1,13 @@
 # PyTorch's side of scripts/bench/cnn_steps: the same rows as
 # cnn_steps.lua, one thread, the process's CPU time, "name ms" lines.
-import time
 
 import torch
 import torch.nn.functional as F
 
 from models import MnistCNN  # scripts/bench/models.py
+from timing import cpu_ms as ms  # scripts/bench/timing.py
 
 torch.set_num_threads(1)
-
-
-def ms(f, n):
-    f()
-    f()
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.process_time()
-        for _ in range(n):
-            f()
-        best = min(best, (time.process_time() - t0) / n)
-    return best * 1e3
 
 
 def row(name, f, n):

@@ -23,21 +23,9 @@ if device ~= "cpu" and device ~= "cuda" then error("examples.lua: device should 
 if device == "cuda" and not torch.cuda.is_available() then print("no_gpu"); return end
 torch.set_num_threads(1)
 
--- ms per step on the CPU: the best of 5 repeats of n steps, after 2 untimed
-local function cpu_ms(f, n)
-  f(); f()
-  local best = math.huge
-  for _ = 1, 5 do
-    local t0 = os.clock()
-    for _ = 1, n do f() end
-    best = math.min(best, (os.clock() - t0) / n)
-  end
-  return best * 1e3
-end
-
 local function step_ms(f, n)
   if device == "cuda" then return T.gpu_ms(f, 10) end
-  return cpu_ms(f, n)
+  return T.cpu_ms(f, n)
 end
 
 -- torchvision's BasicBlock: two 3x3 convolutions with BatchNorm, the input

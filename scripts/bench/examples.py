@@ -4,7 +4,6 @@
 # On "cuda", convolutions go through cuDNN with PyTorch's defaults
 # (torch.backends.cudnn.benchmark off, as the examples leave it).
 import sys
-import time
 
 import torch
 import torch.nn as nn
@@ -22,20 +21,8 @@ if device == "cuda" and not torch.cuda.is_available():
 torch.set_num_threads(1)
 
 
-def cpu_ms(f, n):
-    f()
-    f()
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.process_time()
-        for _ in range(n):
-            f()
-        best = min(best, (time.process_time() - t0) / n)
-    return best * 1e3
-
-
 def step_ms(f, n):
-    return timing.gpu_ms(f, 10) if device == "cuda" else cpu_ms(f, n)
+    return timing.gpu_ms(f, 10) if device == "cuda" else timing.cpu_ms(f, n)
 
 
 class BasicBlock(nn.Module):

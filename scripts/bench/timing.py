@@ -38,3 +38,15 @@ def gpu_ms(f, calls=5):
     e1.record()
     e1.synchronize()
     return e0.elapsed_time(e1) / calls
+
+
+def cpu_ms(f, n):
+    f()
+    f()
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.process_time()
+        for _ in range(n):
+            f()
+        best = min(best, (time.process_time() - t0) / n)
+    return best * 1e3
