@@ -93,6 +93,25 @@ int dpc_capture_begin(void *stream);
 int dpc_capture_end(void *stream, int keep, void **exec);
 int dpc_graph_launch(void *exec, void *stream);
 int dpc_graph_destroy(void *exec);
+/* ---- the kernel profile (cuda/profile.cu) ----
+ * Between start and stop every kernel of ours and every cuBLASLt product
+ * is timed with events on its stream; stop waits for them and sums the
+ * times by kernel (rows by total ms, descending, valid until the next
+ * stop; span_ms: from the first launch's start to the last's end). */
+typedef struct {
+    const char *name;
+    int64_t calls;
+    double ms;
+} dpc_profile_row;
+int dpc_profile_start(void);
+int dpc_profile_stop(void);
+int dpc_profile_rows(const dpc_profile_row **rows, int *n, int64_t *dropped, double *span_ms);
+/* The launch points' side: dpc_profiling is nonzero while a profile is
+ * on; before gives a token (0: not recorded) that after takes. */
+extern int dpc_profiling;
+int64_t dpc_profile_before(void *stream, const void *func, const char *label);
+void dpc_profile_after(void *stream, int64_t token);
+
 /* cudaMalloc / cudaFree: memory outside the stream-ordered pool. */
 int dpc_malloc_plain(void **ptr, size_t bytes, int device);
 int dpc_free_plain(void *ptr, int device);

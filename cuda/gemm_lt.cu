@@ -15,6 +15,7 @@
 #include "config.h"
 #endif
 
+#include <stdio.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -299,6 +300,19 @@ static int lt_plan_make(lt_plan *plan, cublasLtHandle_t handle, const gemm_args 
     return 0;
 }
 
+/* The kernel profile's row for a product: its dtype, shape and epilogue,
+ * so that the step's products can be told apart. */
+static int64_t profile_product(const gemm_args &g)
+{
+    static const char *epi[] = { "", " +relu", " +bgrad", " +gelu", " +gelu_tanh" };
+    const char *dt = g.dtype == DP_BFLOAT16 ? "bf16" : g.dtype == DP_FLOAT64 ? "f64" : g.allow_tf32 ? "tf32" : "f32";
+    char label[128];
+    snprintf(label, sizeof label, "cublasLt %s %c%c %lldx%lldx%lld%s%s", dt, g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N',
+             (long long)g.m, (long long)g.n, (long long)g.k, g.batch > 1 ? " batched" : "",
+             g.epilogue >= 0 && g.epilogue < 5 ? epi[g.epilogue] : "");
+    return dpc_profile_before(g.stream, NULL, label);
+}
+
 /* C = alpha * op(A) op(B) + beta * C (+ bias with epilogue) as C^T = op(B)^T
  * op(A)^T in column-major, with the cached plan for its key (made first
  * when there is none). DPC_UNSUPPORTED when cuBLASLt has no algorithm. */
@@ -332,8 +346,10 @@ static int lt_matmul(cublasLtHandle_t handle, const gemm_args &g, int device, bo
         float alpha32 = (float)g.alpha, beta32 = (float)g.beta;
         const void *alpha = g.dtype == DP_FLOAT64 ? (const void *)&g.alpha : &alpha32;
         const void *beta = g.dtype == DP_FLOAT64 ? (const void *)&g.beta : &beta32;
+        const int64_t token = dpc_profiling ? profile_product(g) : 0;
         st = lt.Matmul(handle, plan.op, alpha, g.B, plan.a, g.A, plan.b, beta, g.C, plan.c, g.C, plan.c,
                        &plan.algo, workspace, ws_bytes, g.stream);
+        dpc_profile_after(g.stream, token);
     }
     pthread_mutex_unlock(&lt_mutex);
     return rc != 0 ? rc : lt_status(st);

@@ -30,6 +30,8 @@
 #include <tuple>
 #include <utility>
 
+#include "dpc_ops.h"   /* the kernel profile's launch hooks */
+
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
 /* Past this many blocks a grid-stride loop does the rest: more blocks than
@@ -95,9 +97,13 @@ static inline int launch_values(const cudaLaunchConfig_t &config, void (*kernel)
                                 std::tuple<Params...> &values, std::index_sequence<I...>)
 {
     void *params[] = { static_cast<void *>(&std::get<I>(values))..., NULL };
-    const int rc = (int)cudaLaunchKernelExC(&config, reinterpret_cast<const void *>(kernel), params);
+    const void *func = reinterpret_cast<const void *>(kernel);
+    const int64_t token = dpc_profiling ? dpc_profile_before(config.stream, func, NULL) : 0;
+    const int rc = (int)cudaLaunchKernelExC(&config, func, params);
     if (rc)
         (void)cudaGetLastError();
+    if (token)
+        dpc_profile_after(config.stream, token);
     return rc;
 }
 

@@ -50,6 +50,15 @@ DP_API dp_status dp_cuda_event_synchronize(void *event);
 DP_API dp_status dp_cuda_event_query(void *event, int *done);
 DP_API dp_status dp_cuda_event_elapsed(double *ms, void *start, void *end);
 
+/* The kernel profile (torch.cuda.profile_kernels): between start and
+ * stop every kernel of dplua's and every cuBLASLt product is timed on its
+ * stream; stop waits for them and gives the number of rows (kernels by
+ * name, total time descending), the launches not recorded (past the
+ * cap) and the time from the first start to the last end. */
+DP_API dp_status dp_cuda_profile_start(void);
+DP_API dp_status dp_cuda_profile_stop(int *rows, int64_t *dropped, double *span_ms);
+DP_API dp_status dp_cuda_profile_row(int i, const char **name, int64_t *calls, double *ms);
+
 /* CUDA graphs: begin makes a capture stream current on the device; what
  * runs until end (keep = 0 discards it, after an error) is recorded, not
  * executed, and replay runs it on the current stream. Memory allocated

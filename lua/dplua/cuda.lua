@@ -162,6 +162,59 @@ function Event:elapsed_time(later)
   return ms_box[0]
 end
 
+---------------------------------------------------------------- the kernel profile
+
+-- torch.cuda.profile_kernels(fn, ...) runs fn(...) with every GPU kernel of
+-- dplua's and every cuBLASLt product timed by events on its stream, and
+-- returns a profile, then fn's results. The profile is a list of rows
+-- { name =, calls =, ms = } (kernels by name, total time descending), with
+-- total_ms (their sum), span_ms (first start to last end: total_ms / span_ms
+-- is how busy the GPU was) and dropped (launches past the cap of 400,000);
+-- print(profile) shows the table, profile:table(n) its first n rows. The
+-- events serialise each stream around every kernel, so the profiled code
+-- runs a little slower; a kernel's own time is what is measured.
+local Profile = {}
+Profile.__index = Profile
+function Profile:table(n)
+  n = math.min(n or 40, #self)
+  local out = { string.format("%9s %6s %8s %9s  %s", "ms", "%", "calls", "us/call", "kernel") }
+  for i = 1, n do
+    local r = self[i]
+    out[#out + 1] = string.format("%9.3f %6.1f %8d %9.2f  %s", r.ms, 100 * r.ms / math.max(self.total_ms, 1e-12),
+                                  r.calls, 1000 * r.ms / r.calls, r.name)
+  end
+  if #self > n then out[#out + 1] = string.format("(%d more kernels)", #self - n) end
+  out[#out + 1] = string.format("%9.3f ms in %d kernels over a span of %.3f ms%s", self.total_ms, #self, self.span_ms,
+                                self.dropped > 0 and string.format(" (%d launches not recorded)", self.dropped) or "")
+  return table.concat(out, "\n")
+end
+Profile.__tostring = function(self) return self:table() end
+
+local profile_box, dropped_box, span_box = ffi.new("int[1]"), ffi.new("int64_t[1]"), ffi.new("double[1]")
+local row_name, row_calls, row_ms = ffi.new("const char *[1]"), ffi.new("int64_t[1]"), ffi.new("double[1]")
+local profiling = false
+local function profile_stop()
+  profiling = false
+  check(C.dp_cuda_profile_stop(profile_box, dropped_box, span_box))
+end
+function torch.cuda.profile_kernels(fn, ...)
+  if type(fn) ~= "function" then raise("cuda.profile_kernels: expected a function to run, got " .. typename(fn)) end
+  if profiling then raise("cuda.profile_kernels: a profile is already running (profiles do not nest)") end
+  check(C.dp_cuda_profile_start())
+  profiling = true
+  local function run(...)
+    local prof = setmetatable({ total_ms = 0, span_ms = tonumber(span_box[0]), dropped = tonumber(dropped_box[0]) },
+                              Profile)
+    for i = 0, profile_box[0] - 1 do
+      check(C.dp_cuda_profile_row(i, row_name, row_calls, row_ms))
+      prof[i + 1] = { name = ffi.string(row_name[0]), calls = tonumber(row_calls[0]), ms = tonumber(row_ms[0]) }
+      prof.total_ms = prof.total_ms + prof[i + 1].ms
+    end
+    return prof, ...
+  end
+  return run(finally(profile_stop, nil, pcall(fn, ...)))
+end
+
 ---------------------------------------------------------------- graphs
 
 -- CUDA graphs: torch.cuda.graph(fn) runs fn once under stream capture and

@@ -450,6 +450,38 @@ dp_status dp_cuda_event_elapsed(double *ms, void *start, void *end)
     return st;
 }
 
+/* ---------------------------------------------------------------- the kernel profile */
+
+dp_status dp_cuda_profile_start(void)
+{
+    gpu_deferred_launch();   /* what was queued before is not the profile's */
+    return gpu_status("cuda.profile_kernels", dpc_profile_start(), -1);
+}
+
+dp_status dp_cuda_profile_stop(int *rows, int64_t *dropped, double *span_ms)
+{
+    gpu_deferred_launch();
+    const dpc_profile_row *table;
+    dp_status st = gpu_status("cuda.profile_kernels", dpc_profile_stop(), -1);
+    dpc_profile_rows(&table, rows, dropped, span_ms);
+    return st;
+}
+
+dp_status dp_cuda_profile_row(int i, const char **name, int64_t *calls, double *ms)
+{
+    const dpc_profile_row *table;
+    int n;
+    int64_t dropped;
+    double span;
+    dpc_profile_rows(&table, &n, &dropped, &span);
+    if (i < 0 || i >= n)
+        return dp_fail(DP_ERR_ARG, "cuda.profile_kernels: row %d out of range (%d rows)", i, n);
+    *name = table[i].name;
+    *calls = table[i].calls;
+    *ms = table[i].ms;
+    return DP_OK;
+}
+
 /* ---------------------------------------------------------------- CUDA graphs */
 
 struct dp_cuda_graph {

@@ -74,6 +74,11 @@ dp_status dp_cuda_graph_begin(dp_cuda_graph **out, int device) { *out = NULL; (v
 dp_status dp_cuda_graph_end(dp_cuda_graph *g, int keep) { (void)g; (void)keep; return no_cuda(); }
 dp_status dp_cuda_graph_replay(dp_cuda_graph *g) { (void)g; return no_cuda(); }
 void dp_cuda_graph_free(dp_cuda_graph *g) { (void)g; }
+dp_status dp_cuda_profile_start(void) { return no_cuda(); }
+dp_status dp_cuda_profile_stop(int *rows, int64_t *dropped, double *span_ms)
+{ *rows = 0; *dropped = 0; *span_ms = 0; return no_cuda(); }
+dp_status dp_cuda_profile_row(int i, const char **name, int64_t *calls, double *ms)
+{ (void)i; *name = ""; *calls = 0; *ms = 0; return no_cuda(); }
 int dp_cuda_device_count(void) { return 0; }
 dp_status dp_cuda_synchronize(int device) { (void)device; return no_cuda(); }
 void dp_cuda_set_allow_tf32(int allow) { (void)allow; }
