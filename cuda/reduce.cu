@@ -66,7 +66,7 @@ __device__ static void reduce_init(int op, double &v, int64_t &i)
 template <class Fn> __device__ static void with_combiner(int op, bool is_int, Fn fn)
 {
     switch (op) {
-    case DP_SUM: case DP_MEAN:
+    case DP_SUM: case DP_MEAN: case DP_NORM:
         if (is_int)
             fn(c_iadd());
         else
@@ -100,6 +100,10 @@ __device__ static void reduce_fold(const red_args &r, const char *q, int64_t j0,
         } else if (is_int && (op == DP_SUM || op == DP_MEAN || op == DP_PROD)) {
             x = 0;
             xi = dt_iload(IN, q + j * rs);
+        } else if (op == DP_NORM) {
+            x = dt_load(IN, q + j * rs);
+            x *= x;
+            xi = j;
         } else {
             x = dt_load(IN, q + j * rs);
             xi = j;
@@ -118,6 +122,8 @@ __device__ static double reduce_finish(int op, bool is_int, int64_t n, double v,
             return (double)i;
         }
         return op == DP_MEAN ? v / (double)n : v;
+    case DP_NORM:
+        return sqrt(v);
     case DP_MAX: case DP_ARGMAX: case DP_MIN: case DP_ARGMIN:
         *index = i;
         return i < 0 ? NAN : v;

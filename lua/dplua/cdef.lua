@@ -31,6 +31,7 @@ typedef enum {
 typedef enum {
     DP_SUM = 0, DP_MEAN, DP_PROD, DP_MAX, DP_MIN, DP_ARGMAX, DP_ARGMIN,
     DP_VAR, DP_STD, DP_ALL, DP_ANY,
+    DP_NORM,   /* the 2-norm: the square root of the sum of squares */
     DP_NUM_REDOPS
 } dp_redop;
 typedef struct dp_tensor dp_tensor;

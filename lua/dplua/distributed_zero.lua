@@ -88,7 +88,7 @@ function M.ddp_clip_grad_norm_(ddp, max_norm, norm_type)
     local g, inf = ddp._grad_shard, norm_type == math.huge
     local part
     if inf then part = g:abs():amax()
-    elseif norm_type == 2 then part = g:square():sum()
+    elseif norm_type == 2 then part = g:norm():square()
     else part = (g:abs() ^ norm_type):sum() end
     part = part:reshape({ 1 })
     dist.all_reduce(part, inf and dist.ReduceOp.MAX or dist.ReduceOp.SUM, ddp._group)

@@ -25,7 +25,7 @@ local UN = codes({ "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid
 local GELU_TANH = tonumber(C.DP_GELU_TANH)
 local BIN = codes({ "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
                     "remainder", "atan2", "logical_and", "logical_or" })
-local RED = codes({ "sum", "mean", "prod", "max", "min", "argmax", "argmin", "var", "std", "all", "any" })
+local RED = codes({ "sum", "mean", "prod", "max", "min", "argmax", "argmin", "var", "std", "all", "any", "norm" })
 torch._ops = { unary = UN, binary = BIN, reduce = RED }
 
 local function as_tensor(x, fn)
@@ -275,7 +275,7 @@ function methods.norm(t, p, dim, keepdim)
   if p == -math.huge then return a:amin(dim, keepdim) end
   if p == 0 then return a:ne(0):to(t.dtype):sum(dim, keepdim) end
   if p == 1 then return a:sum(dim, keepdim) end
-  if p == 2 then return (a * a):sum(dim, keepdim):sqrt() end
+  if p == 2 then return reduce(RED.norm, "norm", t, dim, keepdim) end
   return a:pow(p):sum(dim, keepdim):pow(1 / p)
 end
 

@@ -316,6 +316,14 @@ dp_status bw_reduce(ag_node *n, dp_tensor *g, dp_tensor **gi)
         }
         break;
     }
+    case DP_NORM:
+        /* x / norm, and 0 where the norm is 0 (PyTorch's subgradient) */
+        if (!(st = expand_back(&ye, y, n)) && !(st = dp_binary(&t, DP_DIV, ge, ye)) &&
+            !(st = dp_binary_scalar(&mask, DP_EQ, ye, 0.0, 0)) &&
+            !(st = dp_full(&cnt, 0, NULL, 0, t->dtype, t->device)) &&
+            !(st = dp_where(&mf, mask, cnt, t)) && !(st = dp_binary(&u, DP_MUL, mf, x)))
+            st = give(n, 0, u, gi);
+        break;
     default:
         st = dp_fail(DP_ERR_STATE, "backward: reduction %d has no derivative", op);
     }

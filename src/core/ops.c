@@ -35,7 +35,7 @@ static const char *const binop_grad_names[DP_NUM_BINOPS] = {
     "MinimumBackward0", "", "", "", "", "", "", "RemainderBackward0", "Atan2Backward0", "", "",
 };
 static const char *const redop_names[DP_NUM_REDOPS] = {
-    "sum", "mean", "prod", "max", "min", "argmax", "argmin", "var", "std", "all", "any",
+    "sum", "mean", "prod", "max", "min", "argmax", "argmin", "var", "std", "all", "any", "norm",
 };
 
 /* ---------------------------------------------------------------- helpers */
@@ -649,7 +649,7 @@ static dp_status reduce_check(const char *fn, int op, dp_tensor *a, int *dim)
     dp_status st;
     if (op < 0 || op >= DP_NUM_REDOPS)
         return dp_fail(DP_ERR_ARG, "reduce: invalid op %d", op);
-    if ((op == DP_MEAN || op == DP_VAR || op == DP_STD) && !dp_dtype_is_floating(a->dtype))
+    if ((op == DP_MEAN || op == DP_VAR || op == DP_STD || op == DP_NORM) && !dp_dtype_is_floating(a->dtype))
         return dp_fail(DP_ERR_DTYPE, "%s: could not infer output dtype: input dtype must be a floating "
                        "point dtype, got %s (convert with :float() first)", fn, dp_dtype_name(a->dtype));
     if (*dim != DP_ALL_DIMS && (st = dim_check(fn, dim, a->ndim)))
@@ -713,9 +713,9 @@ static dp_status reduce_run(dp_tensor **values, dp_tensor **indices, int op, dp_
 {
     static const char *const names[2][DP_NUM_REDOPS] = {
         { "SumBackward0", "MeanBackward0", "ProdBackward0", "MaxBackward1", "MinBackward1", "", "",
-          "VarBackward0", "StdBackward0", "", "" },
+          "VarBackward0", "StdBackward0", "", "", "NormBackward1" },
         { "SumBackward1", "MeanBackward1", "ProdBackward1", "AmaxBackward0", "AminBackward0", "", "",
-          "VarBackward0", "StdBackward0", "", "" },
+          "VarBackward0", "StdBackward0", "", "", "NormBackward1" },
     };
     int was = dp_set_grad_enabled(0);
     dp_status st = reduce_kernel(values, indices, op, a, dim, keepdim, correction);

@@ -83,6 +83,10 @@ static void drop_dim(dp_tensor *view, const dp_tensor *t, int dim)
             double dof = (double)(n - c->correction);                                 \
             double var = dof > 0 ? ss / dof : NAN;                                    \
             return c->op == DP_STD ? sqrt(var) : var; }                               \
+        case DP_NORM: {                                                               \
+            double s = 0;                                                             \
+            for (int64_t i = 0; i < n; i++) { double x = LOAD(q + i * rs); s += x * x; } \
+            return sqrt(s); }                                                         \
         case DP_ALL: {                                                                \
             for (int64_t i = 0; i < n; i++) if (LOAD(q + i * rs) == 0) return 0;      \
             return 1; }                                                               \

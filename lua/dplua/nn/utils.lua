@@ -48,7 +48,7 @@ end
 -- The norm of order p of one run, as a 0-d tensor of its dtype.
 local function run_norm(g, p)
   if p == math.huge then return g:abs():amax() end
-  if p == 2 then return g:square():sum():sqrt() end
+  if p == 2 then return g:norm() end
   if p == 1 then return g:abs():sum() end
   return (g:abs() ^ p):sum() ^ (1 / p)
 end
