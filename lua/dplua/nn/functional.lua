@@ -903,6 +903,12 @@ function torch._add_layer_norm(x, residual, weight, bias, eps)
   return torch._native_add_layer_norm(x, residual, weight, bias, normalized_shape[1], eps, out_dtype)
 end
 
+local function want_tensor_or_nil(t, fn, what)
+  if t ~= nil and not is_tensor(t) then
+    raise(string.format("%s: expected %s to be a tensor or nil, got %s", fn, what, typename(t)))
+  end
+end
+
 -- batch_norm(input, running_mean, running_var [, weight, bias, training=false,
 -- momentum=0.1, eps=1e-5]) or with an options table after running_var:
 -- over every dim but dim 1 (the channels). Training (or without running
@@ -919,12 +925,10 @@ function F.batch_norm(input, running_mean, running_var, weight, bias, training, 
     weight, bias, training, momentum, eps = o.weight, o.bias, o.training, o.momentum, o.eps
   end
   want_float(input, fn, "input")
-  for _, t in ipairs({ { running_mean, "running_mean" }, { running_var, "running_var" }, { weight, "weight" },
-                       { bias, "bias" } }) do
-    if t[1] ~= nil and not is_tensor(t[1]) then
-      raise(string.format("%s: expected %s to be a tensor or nil, got %s", fn, t[2], typename(t[1])))
-    end
-  end
+  want_tensor_or_nil(running_mean, fn, "running_mean")
+  want_tensor_or_nil(running_var, fn, "running_var")
+  want_tensor_or_nil(weight, fn, "weight")
+  want_tensor_or_nil(bias, fn, "bias")
   eps = want_eps(eps, fn)
   if momentum == nil then momentum = 0.1 end
   if type(momentum) ~= "number" then raise(fn .. ": expected momentum to be a number, got " .. typename(momentum)) end
