@@ -426,10 +426,7 @@ template <class A> struct wstat { A n, mean, m2; };
 template <class A>
 __device__ __forceinline__ static wstat<A> merge(wstat<A> a, wstat<A> b)
 {
-    const A n = a.n + b.n;
-    if (n == 0)
-        return a;
-    const A d = b.mean - a.mean, f = b.n / n;
+    const A n = a.n + b.n, d = b.mean - a.mean, f = b.n / (n > 0 ? n : (A)1);   /* no branch: see channel_units */
     wstat<A> r = { n, a.mean + d * f, a.m2 + b.m2 + d * d * a.n * f };
     return r;
 }
@@ -469,12 +466,13 @@ template <class Body>
 __device__ __forceinline__ static void channel_units(const bn_args &a, int64_t c, int64_t begin, int64_t end,
                                                      Body body)
 {
-    int64_t u = begin + threadIdx.x;
+    const int64_t u = begin + threadIdx.x;
     if (u >= end)
         return;
     int64_t n = u / a.Sv, s = u - n * a.Sv;
-    const int64_t dn = blockDim.x / a.Sv, ds = blockDim.x - dn * a.Sv;
-    for (; u < end; u += blockDim.x) {
+    const int64_t dn = blockDim.x / a.Sv, ds = blockDim.x - dn * a.Sv, turns = CEIL_DIV(end - u, (int64_t)blockDim.x);
+#pragma unroll 4   /* a counted loop without branches: the loads of four turns go out before their use */
+    for (int64_t t = 0; t < turns; t++) {
         body((n * a.C + c) * a.Sv + s);
         s += ds;
         n += dn;
