@@ -21,6 +21,11 @@
 #include <math.h>
 #include <string.h>
 
+/* BatchNorm's kernels are compiled twice, for the baseline x86-64 and for
+ * AVX2 (x86-64-v3), chosen at load time by the CPU: their conversions to
+ * float64 and sums take half the instructions in AVX registers (128 x 16 x
+ * 28 x 28 forward and backward: 3.8 ms to 2.4). The helpers below are
+ * inlined into each clone, so that they are compiled for its target. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 #define BN_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
