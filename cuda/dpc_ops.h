@@ -504,6 +504,36 @@ size_t dpc_layer_norm_workspace(int in_dtype, int64_t rows, int64_t n);
 int dpc_layer_norm_backward(int in_dtype, int out_dtype, const dpc_norm *a, const void *dy, const void *mean,
                             const void *rstd, void *dx, void *dw, void *db, void *workspace, void *stream);
 
+/* ---- BatchNorm (cuda/norm.cu) ---- */
+
+/* BatchNorm of x (N, C, S) contiguous over N and S, per channel. weight,
+ * bias, running_mean, running_var: C elements of the parameters' dtype, or
+ * NULL. training: normalize by the batch's mean and biased variance, and
+ * move the running statistics (when given) by momentum toward the batch's
+ * mean and unbiased variance; else by the running ones. The dtype pairs
+ * (input, parameters) taken: float32 and float32, float64 and float64,
+ * bfloat16 and bfloat16, bfloat16 and float32. */
+typedef struct {
+    int64_t N, C, S;
+    const void *x, *weight, *bias;
+    void *running_mean, *running_var;
+    int training;
+    double momentum, eps;
+} dpc_bn;
+/* Bytes of device scratch memory that dpc_batch_norm (backward = 0) or
+ * dpc_batch_norm_backward (backward = 1) needs: per-channel partial sums */
+size_t dpc_batch_norm_workspace(int in_dtype, const dpc_bn *a, int backward);
+/* out as x; mean and invstd (C): what x was normalized by, float32
+ * (float64 for float64 input). The statistics are combined in a fixed
+ * order: the same bits on every run. */
+int dpc_batch_norm(int in_dtype, int param_dtype, const dpc_bn *a, void *out, void *mean, void *invstd,
+                   void *workspace, void *stream);
+/* dy as x, contiguous; mean and invstd as the forward gave them; writes dx
+ * (as x), dw and db (as weight), each NULL when not wanted */
+int dpc_batch_norm_backward(int in_dtype, int param_dtype, const dpc_bn *a, const void *dy,
+                            const void *mean, const void *invstd, void *dx, void *dw, void *db, void *workspace,
+                            void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,6 +18,16 @@
  * workspace, for rows too long for it); a second kernel adds the blocks'
  * partial sums column by column in a fixed order. The block count depends
  * on the shape alone: the same bits on every run and every GPU.
+ *
+ * BatchNorm (x as (N, C, S)): a channel's N S elements are cut into up to
+ * 256 slices of at least 4096 (bn_slices), a block each; a block's threads
+ * keep a count, mean and sum of squared deviations (Welford's, merged by
+ * Chan's formula, so large values with a small spread stay exact), merged
+ * over the block in a fixed order. One slice (small channels) finishes the
+ * channel in the block; else a second kernel merges the slices, a warp to
+ * a channel, in slice order. Then one elementwise pass writes the output.
+ * The backward sums dy and dy * (x - mean) the same way, then writes dx in
+ * one elementwise pass. No atomics: the same bits on every run.
  */
 #include <stdint.h>
 
@@ -34,6 +44,9 @@
 #define LN_BW_MAX_BLOCKS 1024
 #define LN_BW_PARTIAL_BYTES (8 << 20)
 #define LN_SHARED_BYTES (48 * 1024)      /* the partial sums kept in shared memory up to this size */
+#define BN_THREADS 256                   /* BatchNorm's blocks */
+#define BN_SLICE 4096                    /* a channel's elements a block of the reductions takes at least */
+#define BN_MAX_SLICES 256                /* and its blocks at most */
 
 namespace {   /* file-local types: no clash with another file's of the same name */
 
@@ -381,5 +394,451 @@ extern "C" int dpc_layer_norm_backward(int in_dtype, int out_dtype, const dpc_no
         return takes_vectors(a->n, V, ins, 2, sizeof(TI), outs, 2, sizeof(TO))
                    ? launch_backward<TI, TO, V>(r, dw, db, (cudaStream_t)stream)
                    : launch_backward<TI, TO, 1>(r, dw, db, (cudaStream_t)stream);
+    });
+}
+
+/* ------------------------------------------------------------------------ */
+/* BatchNorm                                                                 */
+/* ------------------------------------------------------------------------ */
+
+namespace {
+
+/* what every BatchNorm kernel reads; x, dy, out (y or dx) as units of V
+ * elements, Sv of them to a channel's plane */
+struct bn_args {
+    int64_t N, C, Sv, slices;
+    const void *x, *weight, *bias, *dy;
+    void *running_mean, *running_var;
+    void *mean, *invstd;     /* C of the accumulator type */
+    void *out, *dw, *db;
+    void *sums;              /* backward: (2, C) sums of dy and dy * (x - mean) */
+    void *partial;           /* (3, slices, C) Welford states, or (2, slices, C) sums, when slices > 1 */
+    int training;
+    double momentum, eps, count;   /* count: a channel's elements, N S */
+};
+
+/* n values, their mean and the sum of their squared deviations */
+template <class A> struct wstat { A n, mean, m2; };
+
+}  // namespace
+
+/* the statistics of the values of a and b together (Chan et al.) */
+template <class A>
+__device__ __forceinline__ static wstat<A> merge(wstat<A> a, wstat<A> b)
+{
+    const A n = a.n + b.n, d = b.mean - a.mean, f = b.n / (n > 0 ? n : (A)1);   /* no branch: see channel_units */
+    wstat<A> r = { n, a.mean + d * f, a.m2 + b.m2 + d * d * a.n * f };
+    return r;
+}
+
+/* lane 0 gets the warp's statistics, merged in a fixed order */
+template <class A>
+__device__ __forceinline__ static wstat<A> warp_merge(wstat<A> s)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        wstat<A> t = { __shfl_down_sync(0xffffffffu, s.n, o), __shfl_down_sync(0xffffffffu, s.mean, o),
+                       __shfl_down_sync(0xffffffffu, s.m2, o) };
+        s = merge(s, t);
+    }
+    return s;
+}
+
+/* thread 0 gets the block's statistics, the warps merged in order */
+template <class A>
+__device__ __forceinline__ static wstat<A> block_merge(wstat<A> s)
+{
+    __shared__ wstat<A> warps[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    s = warp_merge(s);
+    if (lane == 0)
+        warps[warp] = s;
+    __syncthreads();
+    if (warp == 0) {
+        wstat<A> none = { 0, 0, 0 };
+        s = warp_merge(lane < (int)blockDim.x / 32 ? warps[lane] : none);
+    }
+    return s;
+}
+
+/* body(i) for the thread's units of channel c among its units begin ..
+ * end - 1 (counted over n, then the plane), i the unit's index in x */
+template <class Body>
+__device__ __forceinline__ static void channel_units(const bn_args &a, int64_t c, int64_t begin, int64_t end,
+                                                     Body body)
+{
+    const int64_t u = begin + threadIdx.x;
+    if (u >= end)
+        return;
+    int64_t n = u / a.Sv, s = u - n * a.Sv;
+    const int64_t dn = blockDim.x / a.Sv, ds = blockDim.x - dn * a.Sv, turns = CEIL_DIV(end - u, (int64_t)blockDim.x);
+#pragma unroll 4   /* a counted loop without branches: the loads of four turns go out before their use */
+    for (int64_t t = 0; t < turns; t++) {
+        body((n * a.C + c) * a.Sv + s);
+        s += ds;
+        n += dn;
+        if (s >= a.Sv) {
+            s -= a.Sv;
+            n++;
+        }
+    }
+}
+
+/* this block's channel and its share of the channel's units */
+__device__ __forceinline__ static void block_slice(const bn_args &a, int64_t *c, int64_t *begin, int64_t *end)
+{
+    const int64_t units = a.N * a.Sv, per = CEIL_DIV(units, a.slices), b = blockIdx.x % a.slices;
+    *c = blockIdx.x / a.slices;
+    *begin = b * per;
+    *end = *begin + per < units ? *begin + per : units;
+}
+
+/* channel c's mean and invstd from its statistics; the running ones moved */
+template <class TP, class A>
+__device__ __forceinline__ static void finish_stats(const bn_args &a, int64_t c, wstat<A> s)
+{
+    ((A *)a.mean)[c] = s.mean;
+    ((A *)a.invstd)[c] = (A)1 / sqrt(s.m2 / s.n + (A)a.eps);
+    if (a.running_mean) {
+        TP *rm = (TP *)a.running_mean, *rv = (TP *)a.running_var;
+        const A mom = (A)a.momentum;
+        put(rm[c], ((A)1 - mom) * ld(rm[c]) + mom * s.mean);
+        put(rv[c], ((A)1 - mom) * ld(rv[c]) + mom * (s.m2 / (s.n - 1)));
+    }
+}
+
+/* a block a slice of a channel: its statistics to the partials, or, when
+ * the channel is one slice (FINISH), the channel's mean and invstd */
+template <class TX, class TP, int V, bool FINISH>
+__global__ static void bn_stats_kernel(bn_args a)
+{
+    begin_after_previous_kernel();
+    typedef typename acc_of<TX>::type A;
+    typedef vec<TX, V> VX;
+    int64_t c, begin, end;
+    block_slice(a, &c, &begin, &end);
+    wstat<A> s = { 0, 0, 0 };
+    channel_units(a, c, begin, end, [&](int64_t i) {
+        const VX v = ((const VX *)a.x)[i];
+        A sum = 0, q = 0;
+        for (int k = 0; k < V; k++)
+            sum += ld(v.e[k]);
+        const A m = sum / (A)V;
+        for (int k = 0; k < V; k++)
+            q += (ld(v.e[k]) - m) * (ld(v.e[k]) - m);
+        wstat<A> t = { (A)V, m, q };
+        s = merge(s, t);
+    });
+    s = block_merge(s);
+    if (threadIdx.x != 0)
+        return;
+    if (FINISH) {
+        finish_stats<TP>(a, c, s);
+        return;
+    }
+    A *p = (A *)a.partial;
+    const int64_t at = (blockIdx.x % a.slices) * a.C + c, plane = a.slices * a.C;
+    p[at] = s.n;
+    p[plane + at] = s.mean;
+    p[2 * plane + at] = s.m2;
+}
+
+/* a warp a channel: its slices' statistics merged in order (training), or
+ * the mean and invstd of the running statistics */
+template <class TP, class A>
+__global__ static void bn_stats_finish_kernel(bn_args a)
+{
+    begin_after_previous_kernel();
+    const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (c >= a.C)
+        return;   /* (the whole warp) */
+    if (!a.training) {
+        if (lane == 0) {
+            ((A *)a.mean)[c] = ld(((const TP *)a.running_mean)[c]);
+            ((A *)a.invstd)[c] = (A)1 / sqrt(ld(((const TP *)a.running_var)[c]) + (A)a.eps);
+        }
+        return;
+    }
+    const A *p = (const A *)a.partial;
+    const int64_t plane = a.slices * a.C;
+    wstat<A> s = { 0, 0, 0 };
+    for (int64_t b = lane; b < a.slices; b += 32) {
+        wstat<A> t = { p[b * a.C + c], p[plane + b * a.C + c], p[2 * plane + b * a.C + c] };
+        s = merge(s, t);
+    }
+    s = warp_merge(s);
+    if (lane == 0)
+        finish_stats<TP>(a, c, s);
+}
+
+/* i's channel: unit i lies in plane i / Sv of the (N, C) planes */
+template <class I>
+__device__ __forceinline__ static int64_t channel_of(const bn_args &a, int64_t i)
+{
+    return (int64_t)(((I)i / (I)a.Sv) % (I)a.C);
+}
+
+/* out = (x - mean) * invstd * weight + bias; I: the unit index's type for
+ * the division (32 bits where the units allow) */
+template <class TX, class TP, int V, class I>
+__global__ static void bn_apply_kernel(bn_args a)
+{
+    begin_after_previous_kernel();
+    typedef typename acc_of<TX>::type A;
+    typedef vec<TX, V> VX;
+    const A *mean = (const A *)a.mean, *invstd = (const A *)a.invstd;
+    const TP *w = (const TP *)a.weight, *b = (const TP *)a.bias;
+    grid_stride_loop(a.N * a.C * a.Sv, [&](int64_t i) {
+        const int64_t c = channel_of<I>(a, i);
+        const A m = mean[c], scale = w ? invstd[c] * ld(w[c]) : invstd[c], shift = b ? ld(b[c]) : (A)0;
+        const VX v = ((const VX *)a.x)[i];
+        VX y;
+        for (int k = 0; k < V; k++)
+            put(y.e[k], (ld(v.e[k]) - m) * scale + shift);
+        ((VX *)a.out)[i] = y;
+    });
+}
+
+/* channel c's sums: kept for dx, and dweight = sum dy * xh, dbias = sum dy */
+template <class TP, class A>
+__device__ __forceinline__ static void finish_sums(const bn_args &a, int64_t c, A sg, A sgx)
+{
+    ((A *)a.sums)[c] = sg;
+    ((A *)a.sums)[a.C + c] = sgx;
+    if (a.dw)
+        put(((TP *)a.dw)[c], sgx * ((const A *)a.invstd)[c]);
+    if (a.db)
+        put(((TP *)a.db)[c], sg);
+}
+
+/* a block a slice of a channel: the sums of dy and dy * (x - mean) to the
+ * partials, or, when the channel is one slice (FINISH), the channel's */
+template <class TX, class TP, int V, bool FINISH>
+__global__ static void bn_backward_reduce_kernel(bn_args a)
+{
+    begin_after_previous_kernel();
+    typedef typename acc_of<TX>::type A;
+    typedef vec<TX, V> VX;
+    __shared__ A red[32];
+    int64_t c, begin, end;
+    block_slice(a, &c, &begin, &end);
+    const A m = ((const A *)a.mean)[c];
+    A sg = 0, sgx = 0;
+    channel_units(a, c, begin, end, [&](int64_t i) {
+        const VX g = ((const VX *)a.dy)[i], v = ((const VX *)a.x)[i];
+        for (int k = 0; k < V; k++) {
+            sg += ld(g.e[k]);
+            sgx += ld(g.e[k]) * (ld(v.e[k]) - m);
+        }
+    });
+    sg = group_sum<0>(sg, red);
+    sgx = group_sum<0>(sgx, red);
+    if (threadIdx.x != 0)
+        return;
+    if (FINISH) {
+        finish_sums<TP>(a, c, sg, sgx);
+        return;
+    }
+    A *p = (A *)a.partial;
+    const int64_t at = (blockIdx.x % a.slices) * a.C + c;
+    p[at] = sg;
+    p[a.slices * a.C + at] = sgx;
+}
+
+/* a warp a channel: its slices' sums added in order */
+template <class TP, class A>
+__global__ static void bn_backward_finish_kernel(bn_args a)
+{
+    begin_after_previous_kernel();
+    const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (c >= a.C)
+        return;   /* (the whole warp) */
+    const A *p = (const A *)a.partial;
+    A sg = 0, sgx = 0;
+    for (int64_t b = lane; b < a.slices; b += 32) {
+        sg += p[b * a.C + c];
+        sgx += p[a.slices * a.C + b * a.C + c];
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        sg += __shfl_down_sync(0xffffffffu, sg, o);
+        sgx += __shfl_down_sync(0xffffffffu, sgx, o);
+    }
+    if (lane == 0)
+        finish_sums<TP>(a, c, sg, sgx);
+}
+
+/* dx = k1 dy + k2 (x - mean) + k3, with k1 = weight * invstd and, for the
+ * batch's statistics, k2 = -k1 invstd^2 mean(dy (x - mean)) and k3 = -k1
+ * mean(dy) (k2 = k3 = 0 for running ones) */
+template <class TX, class TP, int V, class I>
+__global__ static void bn_dx_kernel(bn_args a)
+{
+    begin_after_previous_kernel();
+    typedef typename acc_of<TX>::type A;
+    typedef vec<TX, V> VX;
+    const A *mean = (const A *)a.mean, *invstd = (const A *)a.invstd, *sums = (const A *)a.sums;
+    const TP *w = (const TP *)a.weight;
+    grid_stride_loop(a.N * a.C * a.Sv, [&](int64_t i) {
+        const int64_t c = channel_of<I>(a, i);
+        const A rs = invstd[c], k1 = w ? rs * ld(w[c]) : rs;
+        const VX g = ((const VX *)a.dy)[i];
+        VX d;
+        if (a.training) {
+            const A m = mean[c], k2 = -k1 * rs * rs * (sums[a.C + c] / (A)a.count),
+                    k3 = -k1 * (sums[c] / (A)a.count);
+            const VX v = ((const VX *)a.x)[i];
+            for (int k = 0; k < V; k++)
+                put(d.e[k], k1 * ld(g.e[k]) + k2 * (ld(v.e[k]) - m) + k3);
+        } else {
+            for (int k = 0; k < V; k++)
+                put(d.e[k], k1 * ld(g.e[k]));
+        }
+        ((VX *)a.out)[i] = d;
+    });
+}
+
+/* f(tag<TX>, tag<TP>) for the (input, parameters) dtype pairs taken */
+template <class F> static int with_bn_dtypes(int in, int param, F f)
+{
+    if (in == DP_FLOAT32 && param == DP_FLOAT32)
+        return f(tag<float>(), tag<float>());
+    if (in == DP_FLOAT64 && param == DP_FLOAT64)
+        return f(tag<double>(), tag<double>());
+    if (in == DP_BFLOAT16 && param == DP_BFLOAT16)
+        return f(tag<bf16>(), tag<bf16>());
+    if (in == DP_BFLOAT16 && param == DP_FLOAT32)
+        return f(tag<bf16>(), tag<float>());
+    return DPC_UNSUPPORTED;
+}
+
+/* the blocks of a channel's reductions: one per BN_SLICE elements, 1 to
+ * BN_MAX_SLICES — enough blocks to fill the GPU for the few channels of a
+ * large activation, one block a channel for small ones */
+static int64_t bn_slices(const dpc_bn *a)
+{
+    const int64_t s = CEIL_DIV(a->N * a->S, BN_SLICE);
+    return s < 1 ? 1 : s > BN_MAX_SLICES ? BN_MAX_SLICES : s;
+}
+
+extern "C" size_t dpc_batch_norm_workspace(int in_dtype, const dpc_bn *a, int backward)
+{
+    const size_t acc = in_dtype == DP_FLOAT64 ? 8 : 4, slices = (size_t)bn_slices(a), C = (size_t)a->C;
+    if (backward)
+        return acc * C * (2 + (slices > 1 ? 2 * slices : 0));
+    return a->training && slices > 1 ? acc * C * 3 * slices : 0;
+}
+
+/* the kernels' arguments: units of V elements */
+static bn_args bn_args_of(const dpc_bn *a, int V, void *workspace, bool backward)
+{
+    bn_args r = {};
+    r.N = a->N;
+    r.C = a->C;
+    r.Sv = a->S / V;
+    r.slices = bn_slices(a);
+    r.x = a->x;
+    r.weight = a->weight;
+    r.bias = a->bias;
+    r.running_mean = a->running_mean;
+    r.running_var = a->running_var;
+    r.training = a->training;
+    r.momentum = a->momentum;
+    r.eps = a->eps;
+    r.count = (double)a->N * (double)a->S;
+    r.sums = backward ? workspace : NULL;
+    r.partial = workspace;
+    return r;
+}
+
+template <class TX, class TP, int V>
+static int launch_bn_forward(bn_args r, cudaStream_t stream)
+{
+    typedef typename acc_of<TX>::type A;
+    const unsigned finish_grid = (unsigned)CEIL_DIV(r.C, BN_THREADS / 32);
+    int rc;
+    if (!r.training)
+        rc = launch_kernel(bn_stats_finish_kernel<TP, A>, finish_grid, BN_THREADS, stream, r);
+    else if (r.slices == 1)
+        rc = launch_kernel(bn_stats_kernel<TX, TP, V, true>, (unsigned)r.C, BN_THREADS, stream, r);
+    else if (!(rc = launch_kernel(bn_stats_kernel<TX, TP, V, false>, (unsigned)(r.C * r.slices), BN_THREADS, stream,
+                                  r)))
+        rc = launch_kernel(bn_stats_finish_kernel<TP, A>, finish_grid, BN_THREADS, stream, r);
+    const int64_t units = r.N * r.C * r.Sv;
+    if (rc || units == 0)
+        return rc;
+    const unsigned grid = grid_stride_blocks(units, BN_THREADS);
+    return units <= (int64_t)UINT32_MAX ? launch_kernel(bn_apply_kernel<TX, TP, V, uint32_t>, grid, BN_THREADS, stream, r)
+                                        : launch_kernel(bn_apply_kernel<TX, TP, V, uint64_t>, grid, BN_THREADS, stream, r);
+}
+
+extern "C" int dpc_batch_norm(int in_dtype, int param_dtype, const dpc_bn *a, void *out, void *mean,
+                              void *invstd, void *workspace, void *stream)
+{
+    if (a->N < 0 || a->C < 0 || a->S < 0 || (a->training && bn_slices(a) > 1 && !workspace) ||
+        (!a->training && !(a->running_mean && a->running_var)))
+        return (int)cudaErrorInvalidValue;
+    if (a->C == 0)
+        return 0;
+    return with_bn_dtypes(in_dtype, param_dtype, [&](auto tx, auto tp) {
+        typedef typename decltype(tx)::type TX;
+        typedef typename decltype(tp)::type TP;
+        constexpr int V = 16 / sizeof(TX);
+        const void *ins[1] = { a->x }, *outs[1] = { out };
+        const bool vectors = takes_vectors(a->S, V, ins, 1, sizeof(TX), outs, 1, sizeof(TX));
+        bn_args r = bn_args_of(a, vectors ? V : 1, workspace, false);
+        r.out = out;
+        r.mean = mean;
+        r.invstd = invstd;
+        return vectors ? launch_bn_forward<TX, TP, V>(r, (cudaStream_t)stream)
+                       : launch_bn_forward<TX, TP, 1>(r, (cudaStream_t)stream);
+    });
+}
+
+template <class TX, class TP, int V>
+static int launch_bn_backward(bn_args r, bool reduce, cudaStream_t stream)
+{
+    typedef typename acc_of<TX>::type A;
+    int rc = 0;
+    if (reduce && r.slices == 1)
+        rc = launch_kernel(bn_backward_reduce_kernel<TX, TP, V, true>, (unsigned)r.C, BN_THREADS, stream, r);
+    else if (reduce && !(rc = launch_kernel(bn_backward_reduce_kernel<TX, TP, V, false>,
+                                            (unsigned)(r.C * r.slices), BN_THREADS, stream, r)))
+        rc = launch_kernel(bn_backward_finish_kernel<TP, A>, (unsigned)CEIL_DIV(r.C, BN_THREADS / 32), BN_THREADS,
+                           stream, r);
+    const int64_t units = r.N * r.C * r.Sv;
+    if (rc || !r.out || units == 0)
+        return rc;
+    const unsigned grid = grid_stride_blocks(units, BN_THREADS);
+    return units <= (int64_t)UINT32_MAX ? launch_kernel(bn_dx_kernel<TX, TP, V, uint32_t>, grid, BN_THREADS, stream, r)
+                                        : launch_kernel(bn_dx_kernel<TX, TP, V, uint64_t>, grid, BN_THREADS, stream, r);
+}
+
+extern "C" int dpc_batch_norm_backward(int in_dtype, int param_dtype, const dpc_bn *a, const void *dy,
+                                       const void *mean, const void *invstd, void *dx, void *dw, void *db,
+                                       void *workspace, void *stream)
+{
+    const bool reduce = (dx && a->training) || dw || db;
+    if (a->N < 0 || a->C < 0 || a->S < 0 || (reduce && !workspace && a->C > 0))
+        return (int)cudaErrorInvalidValue;
+    if (a->C == 0)
+        return 0;
+    return with_bn_dtypes(in_dtype, param_dtype, [&](auto tx, auto tp) {
+        typedef typename decltype(tx)::type TX;
+        typedef typename decltype(tp)::type TP;
+        typedef typename acc_of<TX>::type A;
+        constexpr int V = 16 / sizeof(TX);
+        const void *ins[2] = { a->x, dy }, *outs[1] = { dx };
+        const bool vectors = takes_vectors(a->S, V, ins, 2, sizeof(TX), outs, dx ? 1 : 0, sizeof(TX));
+        bn_args r = bn_args_of(a, vectors ? V : 1, workspace, true);
+        r.dy = dy;
+        r.mean = (void *)mean;
+        r.invstd = (void *)invstd;
+        r.out = dx;
+        r.dw = dw;
+        r.db = db;
+        r.partial = workspace ? (char *)workspace + 2 * (size_t)a->C * sizeof(A) : NULL;
+        return vectors ? launch_bn_backward<TX, TP, V>(r, reduce, (cudaStream_t)stream)
+                       : launch_bn_backward<TX, TP, 1>(r, reduce, (cudaStream_t)stream);
     });
 }

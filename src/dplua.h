@@ -237,6 +237,18 @@ DP_API dp_status dp_layer_norm(dp_tensor **out, dp_tensor **mean, dp_tensor **rs
 DP_API dp_status dp_add_layer_norm(dp_tensor **sum, dp_tensor **out, dp_tensor *x, dp_tensor *residual,
                                    dp_tensor *weight, dp_tensor *bias, int64_t normalized, double eps,
                                    dp_dtype out_dtype);
+/* BatchNorm over every dim of input (N, C, ...) but the channels (dim 1), as
+ * one node (src/core/norm.c): out = (x - mean) * invstd * weight + bias with
+ * invstd = 1 / sqrt(var + eps), of the input's dtype (float32, float64 or
+ * bfloat16). weight, bias, running_mean, running_var: C elements each, or
+ * NULL, all of one dtype: the input's, or float32 for a bfloat16 input (as
+ * PyTorch's mixed BatchNorm under autocast). With training set, or without
+ * running statistics, mean and var are the batch's (var biased); training
+ * also moves the running statistics in place by momentum toward the
+ * batch's mean and unbiased variance. Otherwise they are the running ones. */
+DP_API dp_status dp_batch_norm(dp_tensor **out, dp_tensor *input, dp_tensor *weight, dp_tensor *bias,
+                               dp_tensor *running_mean, dp_tensor *running_var, int training, double momentum,
+                               double eps);
 
 /* One timestep of a recurrent layer's gates as one node (src/core/rnn.c),
  * float32 or float64 operands of one dtype and device. LSTM: gi =

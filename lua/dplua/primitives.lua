@@ -67,6 +67,14 @@ function torch._native_add_layer_norm(x, residual, weight, bias, n, eps, out_dty
   return wrap(outp2[0]), out
 end
 
+-- BatchNorm over every dim but dim 1 as one node (src/core/norm.c),
+-- moving the running statistics in place when training; F.batch_norm
+-- decides
+function torch._native_batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+  return new(C.dp_batch_norm(outp, input.p, opt_p(weight), opt_p(bias), opt_p(running_mean), opt_p(running_var),
+                             training and 1 or 0, momentum, eps))
+end
+
 function torch._unfold(x, kernel, stride, padding, dilation, pad_value)
   if not is_tensor(x) then raise("unfold: expected a tensor, got " .. typename(x)) end
   return new(C.dp_unfold(outp, x.p, pair(i64x2[1], kernel, "unfold", "kernel_size"),

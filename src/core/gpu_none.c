@@ -188,4 +188,15 @@ dp_status gpu_layer_norm_backward(const cpu_norm_args *a, dp_tensor *dy, dp_tens
     (void)a; (void)dy; (void)mean; (void)rstd; (void)dx; (void)dw; (void)db;
     return no_cuda();
 }
+dp_status gpu_batch_norm(const cpu_bn_args *a, dp_tensor *out, dp_tensor *mean, dp_tensor *invstd)
+{
+    (void)a; (void)out; (void)mean; (void)invstd;
+    return no_cuda();
+}
+dp_status gpu_batch_norm_backward(const cpu_bn_args *a, dp_tensor *dy, dp_tensor *mean, dp_tensor *invstd,
+                                  dp_tensor *dx, dp_tensor *dw, dp_tensor *db)
+{
+    (void)a; (void)dy; (void)mean; (void)invstd; (void)dx; (void)dw; (void)db;
+    return no_cuda();
+}
 #endif /* !DP_HAVE_CUDA */

@@ -28,6 +28,10 @@ dp_status gpu_attention_backward(const cpu_attention_args *a, dp_tensor *out, dp
 dp_status gpu_layer_norm(const cpu_norm_args *a, dp_tensor *out, dp_tensor *sum, dp_tensor *mean, dp_tensor *rstd);
 dp_status gpu_layer_norm_backward(const cpu_norm_args *a, dp_tensor *dy, dp_tensor *mean, dp_tensor *rstd,
                                   dp_tensor *dx, dp_tensor *dw, dp_tensor *db);
+/* gpu_norm.c: BatchNorm's kernels, arguments as cpu_batch_norm's */
+dp_status gpu_batch_norm(const cpu_bn_args *a, dp_tensor *out, dp_tensor *mean, dp_tensor *invstd);
+dp_status gpu_batch_norm_backward(const cpu_bn_args *a, dp_tensor *dy, dp_tensor *mean, dp_tensor *invstd,
+                                  dp_tensor *dx, dp_tensor *dw, dp_tensor *db);
 dp_status gpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b);
 dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b);
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,

@@ -4,8 +4,10 @@
  * for the backward, which computes dx, dweight and dbias in one pass over
  * the rows instead of the dozen nodes of the composite. dp_add_layer_norm
  * adds a residual in the same pass (a GPT block's x + attn(ln_1(x)) before
- * ln_2), its sum recorded as an ordinary addition. The kernels are
- * src/cpu/norm.c and, on a GPU, cuda/norm.cu.
+ * ln_2), its sum recorded as an ordinary addition. BatchNorm is one op
+ * and one node too (NativeBatchNormBackward0): it keeps each channel's
+ * mean and 1/std and moves the running statistics in place. The kernels
+ * are src/cpu/norm.c and, on a GPU, cuda/norm.cu.
  */
 #include "core/autograd.h"
 #include "core/kernels.h"
@@ -212,4 +214,178 @@ dp_status dp_add_layer_norm(dp_tensor **sum, dp_tensor **out, dp_tensor *x, dp_t
         return dp_fail(DP_ERR_ARG, "add_layer_norm: expected a residual tensor, got NULL");
     dp_tensor *ins[4] = { x, residual, weight, bias };
     return layer_norm("add_layer_norm", sum, out, NULL, NULL, ins, normalized, eps, out_dtype);
+}
+
+/* ---------------------------------------------------------------- BatchNorm */
+
+/* The dtype of the parameters and running statistics (the first given, or
+ * the input's), checked against the input's */
+static dp_status bn_param_dtype(int *pdtype, dp_tensor *x, dp_tensor *const *params)
+{
+    static const char *const names[4] = { "weight", "bias", "running_mean", "running_var" };
+    static const int order[4] = { 2, 3, 0, 1 };   /* PyTorch's: the running statistics first */
+    int first = -1;
+    for (int k = 0; k < 4 && first < 0; k++)
+        if (params[order[k]])
+            first = order[k];
+    *pdtype = first < 0 ? x->dtype : params[first]->dtype;
+    if (*pdtype != x->dtype && !(x->dtype == DP_BFLOAT16 && *pdtype == DP_FLOAT32))
+        return dp_fail(DP_ERR_DTYPE, "batch_norm: expected %s of the input's dtype %s%s, got %s", names[first],
+                       dp_dtype_name(x->dtype), x->dtype == DP_BFLOAT16 ? " or float32" : "",
+                       dp_dtype_name(*pdtype));
+    for (int k = 0; k < 4; k++) {
+        const int i = order[k];
+        const dp_tensor *p = params[i];
+        if (!p)
+            continue;
+        if (p->dtype != *pdtype)
+            return dp_fail(DP_ERR_DTYPE, "batch_norm: expected %s of dtype %s (the %s's), got %s", names[i],
+                           dp_dtype_name(*pdtype), names[first], dp_dtype_name(p->dtype));
+        if (p->device != x->device)
+            return dp_fail(DP_ERR_DEVICE, "batch_norm: expected %s on the input's device %d, got device %d (-1 is "
+                           "the CPU)", names[i], x->device, p->device);
+        if (dp_tensor_numel(p) != x->shape[1])
+            return dp_fail(DP_ERR_SHAPE, "batch_norm: %s should contain %lld elements not %lld (one per channel, "
+                           "dim 1 of the input)", names[i], (long long)x->shape[1], (long long)dp_tensor_numel(p));
+    }
+    return DP_OK;
+}
+
+static dp_status bn_check(dp_tensor *x, dp_tensor *const *params, int training, int use_batch, int *pdtype)
+{
+    char s[96];
+    if (!dp_dtype_is_floating(x->dtype))
+        return dp_fail(DP_ERR_DTYPE, "batch_norm: expected a floating point input, got %s", dp_dtype_name(x->dtype));
+    if (x->ndim < 2)
+        return dp_fail(DP_ERR_SHAPE, "batch_norm: expected an input of at least 2 dims (N, C, ...), got shape %s",
+                       dp_shape_str(s, sizeof s, x->ndim, x->shape));
+    if (!params[2] != !params[3])
+        return dp_fail(DP_ERR_ARG, "batch_norm: expected both running_mean and running_var, or neither");
+    dp_status st = bn_param_dtype(pdtype, x, params);
+    if (st)
+        return st;
+    int64_t per_channel = x->shape[1] ? dp_tensor_numel(x) / x->shape[1] : 0;
+    if (training && per_channel <= 1)
+        return dp_fail(DP_ERR_SHAPE, "batch_norm: Expected more than 1 value per channel when training, got input "
+                       "size %s", dp_shape_str(s, sizeof s, x->ndim, x->shape));
+    for (int i = 2; i < 4 && use_batch; i++)
+        if (params[i] && (st = ag_check_inplace("batch_norm (its running statistics)", params[i])))
+            return st;
+    return DP_OK;
+}
+
+static dp_status run_bn_forward(const cpu_bn_args *a, dp_tensor *out, dp_tensor *mean, dp_tensor *invstd)
+{
+    if (!ON_CPU(out))
+        return gpu_batch_norm(a, out, mean, invstd);
+    dp_tensor *scratch;
+    int64_t doubles = CPU_BN_SCRATCH(a->C);
+    dp_status st = tensor_new(&scratch, 1, &doubles, DP_FLOAT64, DP_CPU);
+    if (!st)
+        cpu_batch_norm(a, out, mean, invstd, (double *)tensor_ptr(scratch));
+    dp_tensor_release(scratch);
+    return st;
+}
+
+static dp_status run_bn_backward(const cpu_bn_args *a, dp_tensor *dy, dp_tensor *mean, dp_tensor *invstd,
+                                 dp_tensor *dx, dp_tensor *dw, dp_tensor *db)
+{
+    if (!ON_CPU(dy))
+        return gpu_batch_norm_backward(a, dy, mean, invstd, dx, dw, db);
+    dp_tensor *scratch;
+    int64_t doubles = CPU_BN_SCRATCH(a->C);
+    dp_status st = tensor_new(&scratch, 1, &doubles, DP_FLOAT64, DP_CPU);
+    if (!st)
+        cpu_batch_norm_backward(a, dy, mean, invstd, dx, dw, db, (double *)tensor_ptr(scratch));
+    dp_tensor_release(scratch);
+    return st;
+}
+
+/* x (N, C, S) as the kernels see it */
+static cpu_bn_args bn_args(const dp_tensor *x, const dp_tensor *w, const dp_tensor *b, int use_batch)
+{
+    cpu_bn_args a = { .x = x, .weight = w, .bias = b, .N = x->shape[0], .C = x->shape[1], .S = 1,
+                      .training = use_batch };
+    for (int i = 2; i < x->ndim; i++)
+        a.S *= x->shape[i];
+    return a;
+}
+
+/* saved: the input (contiguous), mean, invstd, then the weight if there is
+ * one; iarg[0]: normalized by the batch's statistics */
+static dp_status bw_batch_norm(ag_node *n, dp_tensor *g, dp_tensor **gi)
+{
+    dp_tensor *x = n->saved[0], *mean = n->saved[1], *invstd = n->saved[2], *w = n->nsaved > 3 ? n->saved[3] : NULL;
+    dp_tensor *gt = NULL, *gc = NULL, *grads[3] = { NULL, NULL, NULL };
+    dp_status st = dp_to(&gt, g, x->dtype, x->device);
+    if (!st)
+        st = dp_contiguous(&gc, gt);
+    for (int i = 0; i < 3 && !st; i++)
+        if (n->in[i].needs_grad)
+            st = ag_grad_output(n, i, &grads[i]);
+    if (!st) {
+        cpu_bn_args a = bn_args(x, w, NULL, (int)n->iarg[0]);
+        st = run_bn_backward(&a, gc, mean, invstd, grads[0], grads[1], grads[2]);
+    }
+    for (int i = 0; i < 3; i++) {
+        if (!st)
+            gi[i] = grads[i];
+        else
+            dp_tensor_release(grads[i]);
+    }
+    dp_tensor_release(gt);
+    dp_tensor_release(gc);
+    return st;
+}
+
+dp_status dp_batch_norm(dp_tensor **out, dp_tensor *input, dp_tensor *weight, dp_tensor *bias,
+                        dp_tensor *running_mean, dp_tensor *running_var, int training, double momentum, double eps)
+{
+    dp_tensor *params[4] = { weight, bias, running_mean, running_var };
+    const int use_batch = training || !running_mean;
+    int pdtype;
+    dp_status st = bn_check(input, params, training, use_batch, &pdtype);
+    if (st)
+        return st;
+    /* c: the input, weight, bias and running statistics, contiguous */
+    dp_tensor *c[5] = { NULL }, *m = NULL, *r = NULL, *y = NULL, *ins[5] = { input, weight, bias, running_mean,
+                                                                           running_var };
+    int64_t C = input->shape[1];
+    int stat_dtype = input->dtype == DP_FLOAT64 ? DP_FLOAT64 : DP_FLOAT32;
+    int was = dp_set_grad_enabled(0);
+    st = contiguous_all(c, ins, 5);
+    if (!st && !(st = tensor_new(&y, input->ndim, input->shape, input->dtype, input->device)) &&
+        !(st = tensor_new(&m, 1, &C, stat_dtype, input->device)) &&
+        !(st = tensor_new(&r, 1, &C, stat_dtype, input->device))) {
+        cpu_bn_args a = bn_args(c[0], c[1], c[2], use_batch);
+        a.running_mean = c[3];
+        a.running_var = c[4];
+        a.momentum = momentum;
+        a.eps = eps;
+        st = run_bn_forward(&a, y, m, r);
+        for (int i = 3; i < 5 && !st && use_batch; i++)
+            if (c[i] && c[i] != ins[i])
+                st = dp_copy_into(ins[i], c[i]);   /* running statistics that are not contiguous */
+    }
+    dp_set_grad_enabled(was);
+    ag_node *n = NULL;
+    dp_tensor *rec[3] = { input, weight, bias };
+    if (!st && !(st = ag_record(y, "NativeBatchNormBackward0", bw_batch_norm, 3, rec, &n)) && n) {
+        ag_save(n, c[0]);
+        ag_save(n, m);
+        ag_save(n, r);
+        if (c[1])
+            ag_save(n, c[1]);
+        n->iarg[0] = use_batch;
+    }
+    for (int i = 0; i < 5; i++)
+        dp_tensor_release(c[i]);
+    dp_tensor_release(m);
+    dp_tensor_release(r);
+    if (st) {
+        dp_tensor_release(y);
+        return st;
+    }
+    *out = y;
+    return DP_OK;
 }

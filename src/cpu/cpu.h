@@ -175,6 +175,28 @@ void cpu_layer_norm(const cpu_norm_args *a, dp_tensor *out, dp_tensor *sum, dp_t
 void cpu_layer_norm_backward(const cpu_norm_args *a, dp_tensor *dy, dp_tensor *mean, dp_tensor *rstd,
                              dp_tensor *dx, dp_tensor *dw, dp_tensor *db, double *scratch);
 
+/* norm.c: BatchNorm of x (N, C, S) contiguous, float32, float64 or
+ * bfloat16, over N and S (S: the product of the dims after the channels).
+ * weight, bias, running_mean, running_var: C contiguous elements of the
+ * parameters' dtype (x's, or float32 for a bfloat16 x), or NULL. training:
+ * normalize by the batch's statistics, and move the running ones (when
+ * given) by momentum; else by the running ones. mean and invstd: per
+ * channel, float32 (float64 for a float64 x), what the forward normalized
+ * by. dy and dx as x, dw and db as weight, each NULL when not wanted.
+ * scratch: float64, CPU_BN_SCRATCH(C) of them. */
+typedef struct {
+    const dp_tensor *x, *weight, *bias;
+    dp_tensor *running_mean, *running_var;
+    int64_t N, C, S;
+    int training;
+    double momentum, eps;
+} cpu_bn_args;
+#define CPU_BN_CHUNK 1024
+#define CPU_BN_SCRATCH(C) (2 * CPU_BN_CHUNK + 6 * (C))
+void cpu_batch_norm(const cpu_bn_args *a, dp_tensor *out, dp_tensor *mean, dp_tensor *invstd, double *scratch);
+void cpu_batch_norm_backward(const cpu_bn_args *a, dp_tensor *dy, dp_tensor *mean, dp_tensor *invstd,
+                             dp_tensor *dx, dp_tensor *dw, dp_tensor *db, double *scratch);
+
 /* optim.c: fused updates over contiguous flat buffers of one dtype, float32 or float64 */
 dp_status cpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
                        double dampening, int nesterov, double weight_decay, int first_step);

@@ -284,6 +284,12 @@ check("layer_norm with affine", function(x, w, b) return F.layer_norm(x, { 4 }, 
 check("layer_norm without affine", function(x) return F.layer_norm(x, 4) end, { R(2, 4) })
 check("layer_norm over two dims", function(x, w, b) return F.layer_norm(x, { 2, 3 }, w, b, 1e-5) end,
       { R(2, 2, 3), R(2, 3), R(2, 3) })
+check("batch_norm, the batch's statistics", function(x, w, b) return F.batch_norm(x, nil, nil, w, b, true) end,
+      { R(3, 2, 2, 2), R(2), R(2) })
+check("batch_norm, running statistics", function(x, w, b)
+  return F.batch_norm(x, torch.tensor({ 0.2, -0.1 }, f64), torch.tensor({ 0.7, 1.5 }, f64), w, b, false)
+end, { R(3, 2, 3), R(2), R(2) })
+check("batch_norm (N, C) without affine", function(x) return F.batch_norm(x, nil, nil, nil, nil, true) end, { R(4, 3) })
 check("embedding (repeated indices)", function(w) return F.embedding(I({ { 0, 2 }, { 2, 3 } }), w) end, { R(4, 3) })
 T.run("embedding with padding_idx: the padding row gets no gradient", function()
   local w = R(4, 2)

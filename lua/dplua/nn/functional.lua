@@ -903,13 +903,21 @@ function torch._add_layer_norm(x, residual, weight, bias, eps)
   return torch._native_add_layer_norm(x, residual, weight, bias, normalized_shape[1], eps, out_dtype)
 end
 
+local function want_tensor_or_nil(t, fn, what)
+  if t ~= nil and not is_tensor(t) then
+    raise(string.format("%s: expected %s to be a tensor or nil, got %s", fn, what, typename(t)))
+  end
+end
+
 -- batch_norm(input, running_mean, running_var [, weight, bias, training=false,
 -- momentum=0.1, eps=1e-5]) or with an options table after running_var:
 -- over every dim but dim 1 (the channels). Training (or without running
 -- statistics) normalizes by the batch's mean and biased variance, and
 -- moves the running mean and the running unbiased variance by momentum;
--- otherwise by the running ones. As tensor ops: gradients flow through
--- the batch statistics.
+-- otherwise by the running ones. One fused op with its own backward
+-- (NativeBatchNormBackward0). Parameters and running statistics share a
+-- dtype: the input's, or float32 for a bfloat16 input (the output is then
+-- bfloat16, as PyTorch's under autocast).
 function F.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
   local fn = "batch_norm"
   if type(weight) == "table" and not is_tensor(weight) then
@@ -917,41 +925,14 @@ function F.batch_norm(input, running_mean, running_var, weight, bias, training, 
     weight, bias, training, momentum, eps = o.weight, o.bias, o.training, o.momentum, o.eps
   end
   want_float(input, fn, "input")
-  if input:dim() < 2 then raise(fn .. ": expected an input of at least 2 dims (N, C, ...), got " .. shape_str(input)) end
-  local C = input:size(1)
-  for _, t in ipairs({ { running_mean, "running_mean" }, { running_var, "running_var" }, { weight, "weight" },
-                       { bias, "bias" } }) do
-    if t[1] ~= nil and (not is_tensor(t[1]) or t[1]:numel() ~= C) then
-      raise(string.format("%s: %s should contain %d elements not %s", fn, t[2], C,
-                          is_tensor(t[1]) and tostring(t[1]:numel()) or typename(t[1])))
-    end
-  end
-  eps = eps or 1e-5
-  momentum = momentum == nil and 0.1 or momentum
-  local dims, shape = { 0 }, { 1, C }
-  for d = 2, input:dim() - 1 do dims[#dims + 1] = d; shape[#shape + 1] = 1 end
-  local mean, var
-  if training or running_mean == nil then
-    local n = input:numel() / C
-    if training and n <= 1 then
-      raise(string.format("%s: Expected more than 1 value per channel when training, got input size %s", fn, shape_str(input)))
-    end
-    mean = input:mean(dims, true)
-    local centered = input - mean
-    var = (centered * centered):mean(dims, true)
-    if training and running_mean ~= nil then
-      torch.no_grad(function()
-        running_mean:mul_(1 - momentum):add_(mean:detach():reshape(C), momentum)
-        running_var:mul_(1 - momentum):add_(var:detach():reshape(C) * (n / (n - 1)), momentum)
-      end)
-    end
-  else
-    mean, var = running_mean:reshape(shape), running_var:reshape(shape)
-  end
-  local out = (input - mean) * (var + eps):rsqrt()
-  if weight ~= nil then out = out * weight:reshape(shape) end
-  if bias ~= nil then out = out + bias:reshape(shape) end
-  return out
+  want_tensor_or_nil(running_mean, fn, "running_mean")
+  want_tensor_or_nil(running_var, fn, "running_var")
+  want_tensor_or_nil(weight, fn, "weight")
+  want_tensor_or_nil(bias, fn, "bias")
+  eps = want_eps(eps, fn)
+  if momentum == nil then momentum = 0.1 end
+  if type(momentum) ~= "number" then raise(fn .. ": expected momentum to be a number, got " .. typename(momentum)) end
+  return torch._native_batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
 end
 
 -- embedding(input, weight [, padding_idx]): rows of weight picked by the

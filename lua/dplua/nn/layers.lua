@@ -345,9 +345,9 @@ function L.AdaptiveAvgPool2d:extra_repr() return "output_size=" .. pyrepr(self.o
 
 ---------------------------------------------------------------- BatchNorm
 
--- BatchNorm1d / BatchNorm2d(num_features [, eps=1e-5, momentum=0.1,
--- affine=true, track_running_stats=true]) or with an options table:
--- F.batch_norm with the running statistics as buffers (running_mean,
+-- BatchNorm1d / BatchNorm2d / BatchNorm3d(num_features [, eps=1e-5,
+-- momentum=0.1, affine=true, track_running_stats=true]) or with an options
+-- table: F.batch_norm with the running statistics as buffers (running_mean,
 -- running_var, num_batches_tracked), batch statistics in training mode and
 -- the running ones in eval mode. momentum = false (PyTorch's None) keeps
 -- a cumulative average instead.
@@ -420,6 +420,7 @@ local function batch_norm_class(name, dims_ok, expected)
 end
 batch_norm_class("BatchNorm1d", function(d) return d == 2 or d == 3 end, "2D or 3D")
 batch_norm_class("BatchNorm2d", function(d) return d == 4 end, "4D")
+batch_norm_class("BatchNorm3d", function(d) return d == 5 end, "5D")
 
 -- SyncBatchNorm(num_features [, eps=1e-5, momentum=0.1, affine=true,
 -- track_running_stats=true, process_group]) or with an options table:
@@ -480,7 +481,7 @@ function SyncBatchNorm:forward(x)
 end
 
 -- SyncBatchNorm.convert_sync_batchnorm(module [, process_group]): module
--- with every BatchNorm1d/2d in it replaced by a SyncBatchNorm that shares
+-- with every BatchNorm1d/2d/3d in it replaced by a SyncBatchNorm that shares
 -- its parameters and running statistics (module itself when it is one,
 -- replaced: use the result, as in PyTorch).
 function SyncBatchNorm.convert_sync_batchnorm(m, process_group)
@@ -488,7 +489,7 @@ function SyncBatchNorm.convert_sync_batchnorm(m, process_group)
     raise("convert_sync_batchnorm: expected an nn.Module, got " .. typename(m))
   end
   local out = m
-  if module.isinstance(m, L.BatchNorm1d) or module.isinstance(m, L.BatchNorm2d) then
+  if module.isinstance(m, L.BatchNorm1d) or module.isinstance(m, L.BatchNorm2d) or module.isinstance(m, L.BatchNorm3d) then
     out = SyncBatchNorm(m.num_features, { eps = m.eps, momentum = m.momentum, affine = m.affine,
                                           track_running_stats = m.track_running_stats,
                                           process_group = process_group })
