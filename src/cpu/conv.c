@@ -11,7 +11,7 @@
  * (the columns' gradient folded back at once). A 1x1 convolution with
  * stride 1 and no padding reads the input itself as its columns.
  */
-#include "cpu/cpu.h"
+#include "cpu/conv_direct.h"
 
 #include <cblas.h>
 #include <stdlib.h>
@@ -197,6 +197,8 @@ static void *scratch_for(const conv_plan *p)
 
 dp_status cpu_conv2d(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b, const cpu_conv_args *a)
 {
+    if (conv_direct_takes(x, w, a))
+        return conv_direct_forward(out, x, w, b, a);
     conv_plan p;
     plan_of(&p, x, w, a);
     dp_dtype dt = x->dtype;
@@ -257,6 +259,12 @@ dp_status cpu_conv2d_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_te
 {
     conv_plan p;
     plan_of(&p, x, w, a);
+    if (conv_direct_takes(x, w, a)) {
+        dp_status st = (dx || dw) ? conv_direct_backward(dx, dw, g, x, w, a) : DP_OK;
+        if (!st && db)
+            bias_grad(&p, x->dtype, db, g);
+        return st;
+    }
     dp_dtype dt = x->dtype;
     int64_t es = (int64_t)p.es;
     size_t tile = p.es * (size_t)(p.K * p.rows * p.Wo);
