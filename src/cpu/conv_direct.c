@@ -66,41 +66,72 @@ AVX512 static inline void transpose16(__m512 r[V])
 /* how far ahead (in floats) the copies below fetch each channel's row */
 #define PREFETCH 64
 
-/* dst[p*16 + c] = src[c*cs + p] for p < np and c < nc, zero for c >= nc:
- * up to 16 channel rows into a row of blocked pixels */
-AVX512 static void pack16(const float *src, int64_t cs, int64_t nc, int64_t np, float *dst)
+/* the even floats of a (0, 2, .., 14) then of b (16, .., 30) */
+AVX512 static inline __m512 evens(__m512 a, __m512 b)
+{
+    return _mm512_permutex2var_ps(a, _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0), b);
+}
+
+/* a's floats 0-7 (half 0) or 8-15 (half 1), each followed by a zero */
+AVX512 static inline __m512 spread(__m512 a, int half)
+{
+    __m512i lo = _mm512_set_epi32(16, 7, 16, 6, 16, 5, 16, 4, 16, 3, 16, 2, 16, 1, 16, 0);
+    return _mm512_permutex2var_ps(a, half ? _mm512_add_epi32(lo, _mm512_set_epi32(0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0,
+                                                                                8, 0, 8, 0, 8))
+                                          : lo, _mm512_setzero_ps());
+}
+
+static inline __mmask16 first(int64_t n) { return (__mmask16)(n >= V ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1); }
+
+/* dst[p*16 + c] = src[c*cs + p*step] for p < np and c < nc, zero for
+ * c >= nc: up to 16 channel rows (every pixel, or every other one for
+ * step 2) into a row of blocked pixels */
+AVX512 static void pack16(const float *src, int64_t cs, int64_t nc, int64_t np, int step, float *dst)
 {
     for (int64_t p0 = 0; p0 < np; p0 += V) {
-        int64_t m = np - p0 < V ? np - p0 : V;
-        __mmask16 k = (__mmask16)((1u << m) - 1);
+        int64_t m = np - p0 < V ? np - p0 : V, f0 = p0 * step, nf = (m - 1) * step + 1;
         __m512 r[V];
-        for (int c = 0; c < nc; c++)   /* 16 streams: more than the hardware follows */
-            _mm_prefetch((const char *)(src + c * cs + p0 + PREFETCH), _MM_HINT_T0);
-        for (int c = 0; c < V; c++)
-            r[c] = c < nc ? _mm512_maskz_loadu_ps(k, src + c * cs + p0) : _mm512_setzero_ps();
+        for (int64_t c = 0; c < nc; c++)   /* 16 streams: more than the hardware follows */
+            _mm_prefetch((const char *)(src + c * cs + f0 + PREFETCH * step), _MM_HINT_T0);
+        for (int64_t c = 0; c < V; c++) {
+            const float *s = src + c * cs + f0;
+            if (c >= nc)
+                r[c] = _mm512_setzero_ps();
+            else if (step == 1)
+                r[c] = _mm512_maskz_loadu_ps(first(nf), s);
+            else
+                r[c] = evens(_mm512_maskz_loadu_ps(first(nf), s), _mm512_maskz_loadu_ps(first(nf - V), s + V));
+        }
         transpose16(r);
         for (int64_t p = 0; p < m; p++)
             _mm512_storeu_ps(dst + (p0 + p) * V, r[p]);
     }
 }
 
-/* dst[c*cs + p] = src[p*16 + c] (+ bias[c]) for c < nc and p < np: a row of
- * blocked pixels back into up to 16 channel rows */
-AVX512 static void unpack16(const float *src, int64_t nc, int64_t np, float *dst, int64_t cs, const float *bias)
+/* dst[c*cs + p*step] = src[p*16 + c] (+ bias[c]) for c < nc and p < np, and
+ * zero at the pixels between (step 2) up to nd floats: a row of blocked
+ * pixels back into up to 16 channel rows */
+AVX512 static void unpack16(const float *src, int64_t nc, int64_t np, int step, int64_t nd, float *dst, int64_t cs,
+                            const float *bias)
 {
     for (int64_t p0 = 0; p0 < np; p0 += V) {
-        int64_t m = np - p0 < V ? np - p0 : V;
-        __mmask16 k = (__mmask16)((1u << m) - 1);
+        int64_t m = np - p0 < V ? np - p0 : V, f0 = p0 * step;
         __m512 r[V];
         for (int64_t c = 0; c < nc; c++)
-            _mm_prefetch((const char *)(dst + c * cs + p0 + PREFETCH), _MM_HINT_ET0);
+            _mm_prefetch((const char *)(dst + c * cs + f0 + PREFETCH * step), _MM_HINT_ET0);
         for (int64_t p = 0; p < V; p++)
             r[p] = p < m ? _mm512_loadu_ps(src + (p0 + p) * V) : _mm512_setzero_ps();
         transpose16(r);
         for (int64_t c = 0; c < nc; c++) {
+            float *d = dst + c * cs + f0;
             if (bias)
                 r[c] += bias[c];
-            _mm512_mask_storeu_ps(dst + c * cs + p0, k, r[c]);
+            if (step == 1) {
+                _mm512_mask_storeu_ps(d, first(m), r[c]);
+                continue;
+            }
+            _mm512_mask_storeu_ps(d, first(nd - f0), spread(r[c], 0));
+            _mm512_mask_storeu_ps(d + V, first(nd - f0 - V), spread(r[c], 1));
         }
     }
 }
@@ -263,8 +294,13 @@ static dw_fn dw_pick(int ob, int64_t cb, int64_t s)
 
 /* ---------------------------------------------------------------- plans */
 
+/* A 1x1 convolution with strides and no padding is one of stride 1 on
+ * every sh-th row and sw-th column of the input: the blocked copy keeps
+ * only those (step_h, step_w), and the input's gradient is zero between. */
 typedef struct {
     int64_t N, C, H, W, O, kh, kw, Ho, Wo, sh, sw, ph, pw;
+    int64_t step_h, step_w;   /* the input's rows and columns taken: every step-th */
+    int64_t Hs, Ws;           /* their numbers */
     int64_t cb;          /* the input's block: 1 channel (when C is 1) or 16 */
     int64_t nin, nout;   /* input blocks; output blocks of 16 */
     int64_t Hp, Wp;      /* the padded input */
@@ -277,9 +313,14 @@ static void plan_of(dplan *p, const dp_tensor *x, const dp_tensor *w, const cpu_
     p->O = w->shape[0], p->kh = w->shape[2], p->kw = w->shape[3];
     p->Ho = a->u.out_h, p->Wo = a->u.out_w;
     p->sh = a->u.stride[0], p->sw = a->u.stride[1], p->ph = a->u.padding[0], p->pw = a->u.padding[1];
+    p->step_h = p->step_w = 1, p->Hs = p->H, p->Ws = p->W;
+    if (p->kh == 1 && p->kw == 1 && p->ph == 0 && p->pw == 0) {
+        p->step_h = p->sh, p->step_w = p->sw, p->Hs = p->Ho, p->Ws = p->Wo;
+        p->sh = p->sw = 1;
+    }
     p->cb = p->C == 1 ? 1 : V;
     p->nin = (p->C + p->cb - 1) / p->cb, p->nout = (p->O + V - 1) / V;
-    p->Hp = p->H + 2 * p->ph, p->Wp = p->W + 2 * p->pw;
+    p->Hp = p->Hs + 2 * p->ph, p->Wp = p->Ws + 2 * p->pw;
     p->in_plane = p->Hp * p->Wp * p->cb;
 }
 
@@ -303,18 +344,20 @@ bool conv_direct_takes(const dp_tensor *x, const dp_tensor *w, const cpu_conv_ar
            dp_tensor_numel(x) > 0 && dp_tensor_numel(w) > 0 && u->out_h > 0 && u->out_w > 0;
 }
 
-/* buf (nin, Hp, Wp, cb) = image xn (C, H, W) inside its padding (zeroed
- * once with the buffer: each image writes the same interior) */
+/* buf (nin, Hp, Wp, cb) = image xn (C, H, W)'s rows and columns taken,
+ * inside the padding (zeroed once with the buffer: each image writes the
+ * same interior) */
 static void pack_input(const dplan *p, const float *xn, float *buf)
 {
     for (int64_t cb = 0; cb < p->nin; cb++)
-        for (int64_t h = 0; h < p->H; h++) {
+        for (int64_t h = 0; h < p->Hs; h++) {
             float *d = buf + cb * p->in_plane + ((h + p->ph) * p->Wp + p->pw) * p->cb;
-            const float *s = xn + (cb * p->cb * p->H + h) * p->W;
-            if (p->cb == 1)
-                memcpy(d, s, sizeof(float) * (size_t)p->W);
+            const float *s = xn + (cb * p->cb * p->H + h * p->step_h) * p->W;
+            if (p->cb > 1)
+                pack16(s, p->H * p->W, p->C - cb * V < V ? p->C - cb * V : V, p->Ws, (int)p->step_w, d);
             else
-                pack16(s, p->H * p->W, p->C - cb * V < V ? p->C - cb * V : V, p->W, d);
+                for (int64_t w = 0; w < p->Ws; w++)
+                    d[w] = s[w * p->step_w];
         }
 }
 
@@ -361,7 +404,7 @@ dp_status conv_direct_forward(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_ten
         }
         float *on = (float *)tensor_ptr(out) + n * p.O * L;
         for (int64_t ob = 0; ob < p.nout; ob++)
-            unpack16(obuf + ob * L * V, p.O - ob * V < V ? p.O - ob * V : V, L, on + ob * V * L, L,
+            unpack16(obuf + ob * L * V, p.O - ob * V < V ? p.O - ob * V : V, L, 1, L, on + ob * V * L, L,
                      bias ? bias + ob * V : NULL);
     }
     free(xbuf);
@@ -398,8 +441,8 @@ static size_t dx_plan_of(dx_plan *d, const dplan *p)
 {
     d->top = (p->kh + p->sh - 1) / p->sh - 1, d->left = (p->kw + p->sw - 1) / p->sw - 1;
     int64_t lo, uhi, vhi;
-    phase_range(p->H, p->sh, p->ph, 0, &lo, &uhi);
-    phase_range(p->W, p->sw, p->pw, 0, &lo, &vhi);
+    phase_range(p->Hs, p->sh, p->ph, 0, &lo, &uhi);
+    phase_range(p->Ws, p->sw, p->pw, 0, &lo, &vhi);
     d->Hg = d->top + (p->Ho > uhi + 1 ? p->Ho : uhi + 1);
     d->Wg = d->left + (p->Wo > vhi + 1 ? p->Wo : vhi + 1);
     d->g_plane = d->Hg * d->Wg * V;
@@ -433,15 +476,16 @@ static void dx_weights(const dplan *p, const dx_plan *d, const float *w, float *
         }
 }
 
-/* dxbuf (nx, H, W, 16) = the input's gradient of one image from gbuf */
+/* dxbuf (nx, Hs, Ws, 16) = the input's gradient of one image at the rows
+ * and columns taken, from gbuf */
 static void dx_image(const dplan *p, const dx_plan *d, const float *gbuf, const float *wx, float *dxbuf)
 {
     for (int64_t a = 0; a < p->sh; a++)
         for (int64_t b = 0; b < p->sw; b++) {
             int64_t Ta = phase_taps(p->kh, p->sh, a), Tb = phase_taps(p->kw, p->sw, b), ulo, uhi, vlo, vhi;
-            phase_range(p->H, p->sh, p->ph, a, &ulo, &uhi);
-            phase_range(p->W, p->sw, p->pw, b, &vlo, &vhi);
-            fwd_geom g = { p->nout, d->g_plane, Ta, Tb, d->Wg * V, p->nout * Ta * Tb * V * V, p->H * p->W * V,
+            phase_range(p->Hs, p->sh, p->ph, a, &ulo, &uhi);
+            phase_range(p->Ws, p->sw, p->pw, b, &vlo, &vhi);
+            fwd_geom g = { p->nout, d->g_plane, Ta, Tb, d->Wg * V, p->nout * Ta * Tb * V * V, p->Hs * p->Ws * V,
                            p->sw * V };
             for (int64_t cb0 = 0; cb0 < d->nx;) {
                 int ob = blocks_at(d->nx, cb0, 4);
@@ -452,7 +496,7 @@ static void dx_image(const dplan *p, const dx_plan *d, const float *gbuf, const 
                         const float *src = Ta && Tb ? gbuf + ((u - (Ta - 1) + d->top) * d->Wg + v0 - (Tb - 1) + d->left) * V
                                                     : gbuf;
                         fn(src, wx + d->w_off[a][b] + cb0 * g.w_block,
-                           dxbuf + cb0 * g.out_plane + ((p->sh * u + a - p->ph) * p->W + p->sw * v0 + b - p->pw) * V,
+                           dxbuf + cb0 * g.out_plane + ((p->sh * u + a - p->ph) * p->Ws + p->sw * v0 + b - p->pw) * V,
                            vhi - v0 + 1 < rw ? vhi - v0 + 1 : rw, &g);
                     }
                 cb0 += ob;
@@ -493,6 +537,29 @@ static void dw_unblock(const dplan *p, const float *dwt, float *dw)
                         dwt[(((((o / V) * p->nin + c / p->cb) * p->kh + i) * p->kw + j) * p->cb + c % p->cb) * V + o % V];
 }
 
+/* dxn (C, H, W) = dxbuf (dx_image's) at the rows and columns taken, zero
+ * between */
+static void dx_unpack(const dplan *p, const dx_plan *d, const float *dxbuf, float *dxn)
+{
+    int64_t HW = p->H * p->W, plane = p->Hs * p->Ws * V;
+    for (int64_t cb = 0; cb < d->nx; cb++) {
+        int64_t nc = p->C - cb * V < V ? p->C - cb * V : V;
+        float *dc = dxn + cb * V * HW;
+        if (p->step_h == 1 && p->step_w == 1) {
+            unpack16(dxbuf + cb * plane, nc, HW, 1, HW, dc, HW, NULL);
+            continue;
+        }
+        for (int64_t h = 0; h < p->H; h++) {
+            if (h % p->step_h)
+                for (int64_t c = 0; c < nc; c++)
+                    memset(dc + c * HW + h * p->W, 0, sizeof(float) * (size_t)p->W);
+            else
+                unpack16(dxbuf + cb * plane + h / p->step_h * p->Ws * V, nc, p->Ws, (int)p->step_w, p->W,
+                         dc + h * p->W, HW, NULL);
+        }
+    }
+}
+
 dp_status conv_direct_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *g, dp_tensor *x, dp_tensor *w,
                                const cpu_conv_args *a)
 {
@@ -502,7 +569,7 @@ dp_status conv_direct_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *g, dp_te
     size_t nwx = dx ? dx_plan_of(&d, &p) : (dx_plan_of(&d, &p), 0);
     size_t ng = (size_t)(p.nout * d.g_plane + SLACK(d.left + 1));
     size_t nxb = dw ? (size_t)(p.nin * p.in_plane + SLACK(p.kw)) : 0;
-    size_t ndx = dx ? (size_t)(d.nx * p.H * p.W * V) : 0;
+    size_t ndx = dx ? (size_t)(d.nx * p.Hs * p.Ws * V) : 0;
     size_t ndw = dw ? (size_t)(p.nout * p.nin * p.kh * p.kw * p.cb * V) : 0;
     float *gbuf = calloc(ng + nxb + ndx + nwx + ndw, sizeof(float));
     if (!gbuf)
@@ -516,7 +583,7 @@ dp_status conv_direct_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *g, dp_te
         const float *gn = (const float *)tensor_ptr(g) + n * p.O * L;
         for (int64_t ob = 0; ob < p.nout; ob++)
             for (int64_t oh = 0; oh < p.Ho; oh++)
-                pack16(gn + (ob * V * p.Ho + oh) * p.Wo, L, p.O - ob * V < V ? p.O - ob * V : V, p.Wo,
+                pack16(gn + (ob * V * p.Ho + oh) * p.Wo, L, p.O - ob * V < V ? p.O - ob * V : V, p.Wo, 1,
                        gbuf + ob * d.g_plane + ((oh + d.top) * d.Wg + d.left) * V);
         if (dw) {
             pack_input(&p, (const float *)tensor_ptr(x) + n * p.C * p.H * p.W, xbuf);
@@ -524,10 +591,7 @@ dp_status conv_direct_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *g, dp_te
         }
         if (dx) {
             dx_image(&p, &d, gbuf, wx, dxbuf);
-            float *dxn = (float *)tensor_ptr(dx) + n * p.C * p.H * p.W;
-            for (int64_t cb = 0; cb < d.nx; cb++)
-                unpack16(dxbuf + cb * p.H * p.W * V, p.C - cb * V < V ? p.C - cb * V : V, p.H * p.W,
-                         dxn + cb * V * p.H * p.W, p.H * p.W, NULL);
+            dx_unpack(&p, &d, dxbuf, (float *)tensor_ptr(dx) + n * p.C * p.H * p.W);
         }
     }
     if (dw)
