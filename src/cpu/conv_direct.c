@@ -23,6 +23,7 @@
  */
 #include "cpu/conv_direct.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -374,40 +375,125 @@ static void forward_weights(const dplan *p, const float *w, float *wt)
                             *wt++ = o < p->O && c < p->C ? w[((o * p->C + c) * p->kh + i) * p->kw + j] : 0.0f;
 }
 
+/* ---------------------------------------------------------------- workers */
+
+/* One thread's share of a convolution: images [n0, n1), with its own
+ * blocked copies (scratch) and, for the weight's gradient, its own sums. */
+typedef struct {
+    const dplan *p;
+    const void *d;                  /* the backward's dx_plan */
+    const float *x, *g, *w, *bias;  /* g: the output's gradient; w: the weights, blocked */
+    float *out, *dx;                /* the forward's output; the input's gradient */
+    float *scratch, *dwt;
+    int64_t n0, n1;
+} conv_work;
+
+#define MAX_WORKERS 64
+/* multiply-adds a worker should have at least: starting a thread costs
+ * about as much as a few million (tens of microseconds) */
+#define WORKER_MACS (4LL << 20)
+
+/* How many threads share a convolution of N images and `macs`
+ * multiply-adds: the CPU kernels' threads (torch.set_num_threads), at
+ * most one per image and per WORKER_MACS. */
+static int workers_for(int64_t N, int64_t macs)
+{
+    int64_t n = cpu_blas_threads();
+    if (n > N)
+        n = N;
+    if (n > macs / WORKER_MACS)
+        n = macs / WORKER_MACS;
+    return n < 1 ? 1 : n > MAX_WORKERS ? MAX_WORKERS : (int)n;
+}
+
+/* Runs fn on each of the n shares: share 0 here, the others on threads
+ * of their own (here too where a thread cannot start). */
+static void run_workers(conv_work *w, int n, void *(*fn)(void *))
+{
+    pthread_t t[MAX_WORKERS];
+    bool started[MAX_WORKERS] = { false };
+    for (int i = 1; i < n; i++)
+        started[i] = pthread_create(&t[i], NULL, fn, &w[i]) == 0;
+    fn(&w[0]);
+    for (int i = 1; i < n; i++)
+        if (started[i])
+            pthread_join(t[i], NULL);
+        else
+            fn(&w[i]);
+}
+
+/* w[0..n) over the images, each with `each` floats of a calloc'd block
+ * (one per call: its padding stays zero for every image), or NULL */
+static float *split_work(conv_work *w, int n, const conv_work *base, size_t each)
+{
+    float *block = calloc(each * (size_t)n, sizeof(float));
+    for (int i = 0; i < n && block; i++) {
+        w[i] = *base;
+        w[i].n0 = base->p->N * i / n, w[i].n1 = base->p->N * (i + 1) / n;
+        w[i].scratch = block + each * (size_t)i;
+    }
+    return block;
+}
+
 /* ---------------------------------------------------------------- forward */
+
+/* the forward's blocked copies of an image: input, then output */
+static size_t forward_scratch(const dplan *p, size_t *nx)
+{
+    *nx = (size_t)(p->nin * p->in_plane + SLACK(p->kw));
+    return *nx + (size_t)(p->nout * p->Ho * p->Wo * V);
+}
+
+static void *forward_images(void *arg)
+{
+    const conv_work *k = arg;
+    const dplan *p = k->p;
+    int64_t L = p->Ho * p->Wo, w_block = p->nin * p->kh * p->kw * p->cb * V;
+    size_t nx;
+    forward_scratch(p, &nx);
+    float *xbuf = k->scratch, *obuf = xbuf + nx;
+    fwd_geom g = { p->nin, p->in_plane, p->kh, p->kw, p->Wp * p->cb, w_block, L * V, V };
+    for (int64_t n = k->n0; n < k->n1; n++) {
+        pack_input(p, k->x + n * p->C * p->H * p->W, xbuf);
+        for (int64_t ob0 = 0; ob0 < p->nout;) {
+            int ob = blocks_at(p->nout, ob0, 4);
+            int64_t rw;
+            fwd_fn fn = fwd_pick(ob, p->cb, p->sw, p->Wo, &rw);
+            for (int64_t oh = 0; oh < p->Ho; oh++)
+                for (int64_t ow0 = 0; ow0 < p->Wo; ow0 += rw)
+                    fn(xbuf + (oh * p->sh * p->Wp + ow0 * p->sw) * p->cb, k->w + ob0 * w_block,
+                       obuf + ob0 * L * V + (oh * p->Wo + ow0) * V, p->Wo - ow0 < rw ? p->Wo - ow0 : rw, &g);
+            ob0 += ob;
+        }
+        float *on = k->out + n * p->O * L;
+        for (int64_t ob = 0; ob < p->nout; ob++)
+            unpack16(obuf + ob * L * V, p->O - ob * V < V ? p->O - ob * V : V, L, 1, L, on + ob * V * L, L,
+                     k->bias ? k->bias + ob * V : NULL);
+    }
+    return NULL;
+}
+
+static int64_t macs_of(const dplan *p) { return p->N * p->O * p->C * p->kh * p->kw * p->Ho * p->Wo; }
 
 dp_status conv_direct_forward(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b, const cpu_conv_args *a)
 {
     dplan p;
     plan_of(&p, x, w, a);
-    int64_t L = p.Ho * p.Wo, w_block = p.nin * p.kh * p.kw * p.cb * V;
-    size_t nx = (size_t)(p.nin * p.in_plane + SLACK(p.kw)), nw = (size_t)(p.nout * w_block);
-    size_t no = (size_t)(p.nout * L * V);
-    float *xbuf = calloc(nx + nw + no, sizeof(float)), *wt = xbuf + nx, *obuf = wt + nw;
-    if (!xbuf)
-        return dp_fail(DP_ERR_MEMORY, "conv2d: out of memory for the blocked copies of an image (%zu floats)",
-                       nx + nw + no);
-    forward_weights(&p, (const float *)tensor_ptr(w), wt);
-    fwd_geom g = { p.nin, p.in_plane, p.kh, p.kw, p.Wp * p.cb, w_block, L * V, V };
-    const float *bias = b ? (const float *)tensor_ptr(b) : NULL;
-    for (int64_t n = 0; n < p.N; n++) {
-        pack_input(&p, (const float *)tensor_ptr(x) + n * p.C * p.H * p.W, xbuf);
-        for (int64_t ob0 = 0; ob0 < p.nout;) {
-            int ob = blocks_at(p.nout, ob0, 4);
-            int64_t rw;
-            fwd_fn fn = fwd_pick(ob, p.cb, p.sw, p.Wo, &rw);
-            for (int64_t oh = 0; oh < p.Ho; oh++)
-                for (int64_t ow0 = 0; ow0 < p.Wo; ow0 += rw)
-                    fn(xbuf + (oh * p.sh * p.Wp + ow0 * p.sw) * p.cb, wt + ob0 * w_block,
-                       obuf + ob0 * L * V + (oh * p.Wo + ow0) * V, p.Wo - ow0 < rw ? p.Wo - ow0 : rw, &g);
-            ob0 += ob;
-        }
-        float *on = (float *)tensor_ptr(out) + n * p.O * L;
-        for (int64_t ob = 0; ob < p.nout; ob++)
-            unpack16(obuf + ob * L * V, p.O - ob * V < V ? p.O - ob * V : V, L, 1, L, on + ob * V * L, L,
-                     bias ? bias + ob * V : NULL);
+    size_t nx, nwt = (size_t)(p.nout * p.nin * p.kh * p.kw * p.cb * V);
+    float *wt = malloc(nwt * sizeof(float));
+    conv_work base = { .p = &p, .x = (const float *)tensor_ptr(x), .w = wt, .out = (float *)tensor_ptr(out),
+                       .bias = b ? (const float *)tensor_ptr(b) : NULL }, work[MAX_WORKERS];
+    int nw = workers_for(p.N, macs_of(&p));
+    float *block = wt ? split_work(work, nw, &base, forward_scratch(&p, &nx)) : NULL;
+    if (!block) {
+        free(wt);
+        return dp_fail(DP_ERR_MEMORY, "conv2d: out of memory for the blocked copies of %d images (%zu floats each)",
+                       nw, forward_scratch(&p, &nx));
     }
-    free(xbuf);
+    forward_weights(&p, (const float *)tensor_ptr(w), wt);
+    run_workers(work, nw, forward_images);
+    free(block);
+    free(wt);
     return DP_OK;
 }
 
@@ -560,43 +646,73 @@ static void dx_unpack(const dplan *p, const dx_plan *d, const float *dxbuf, floa
     }
 }
 
+/* the backward's blocked copies of an image (g, x for the weight's
+ * gradient, dx for the input's) and the weight's gradient's sums */
+static size_t backward_scratch(const dplan *p, const dx_plan *d, bool dx, bool dw, size_t part[3])
+{
+    part[0] = (size_t)(p->nout * d->g_plane + SLACK(d->left + 1));
+    part[1] = dw ? (size_t)(p->nin * p->in_plane + SLACK(p->kw)) : 0;
+    part[2] = dx ? (size_t)(d->nx * p->Hs * p->Ws * V) : 0;
+    return part[0] + part[1] + part[2] + (dw ? (size_t)(p->nout * p->nin * p->kh * p->kw * p->cb * V) : 0);
+}
+
+static void *backward_images(void *arg)
+{
+    const conv_work *k = arg;
+    const dplan *p = k->p;
+    const dx_plan *d = k->d;
+    size_t part[3];
+    backward_scratch(p, d, k->dx, k->dwt, part);
+    float *gbuf = k->scratch, *xbuf = gbuf + part[0], *dxbuf = xbuf + part[1];
+    int64_t L = p->Ho * p->Wo;
+    for (int64_t n = k->n0; n < k->n1; n++) {
+        const float *gn = k->g + n * p->O * L;
+        for (int64_t ob = 0; ob < p->nout; ob++)
+            for (int64_t oh = 0; oh < p->Ho; oh++)
+                pack16(gn + (ob * V * p->Ho + oh) * p->Wo, L, p->O - ob * V < V ? p->O - ob * V : V, p->Wo, 1,
+                       gbuf + ob * d->g_plane + ((oh + d->top) * d->Wg + d->left) * V);
+        if (k->dwt) {
+            pack_input(p, k->x + n * p->C * p->H * p->W, xbuf);
+            dw_image(p, d, xbuf, gbuf + (d->top * d->Wg + d->left) * V, k->dwt);
+        }
+        if (k->dx) {
+            dx_image(p, d, gbuf, k->w, dxbuf);
+            dx_unpack(p, d, dxbuf, k->dx + n * p->C * p->H * p->W);
+        }
+    }
+    return NULL;
+}
+
 dp_status conv_direct_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *g, dp_tensor *x, dp_tensor *w,
                                const cpu_conv_args *a)
 {
     dplan p;
     dx_plan d;
     plan_of(&p, x, w, a);
-    size_t nwx = dx ? dx_plan_of(&d, &p) : (dx_plan_of(&d, &p), 0);
-    size_t ng = (size_t)(p.nout * d.g_plane + SLACK(d.left + 1));
-    size_t nxb = dw ? (size_t)(p.nin * p.in_plane + SLACK(p.kw)) : 0;
-    size_t ndx = dx ? (size_t)(d.nx * p.Hs * p.Ws * V) : 0;
-    size_t ndw = dw ? (size_t)(p.nout * p.nin * p.kh * p.kw * p.cb * V) : 0;
-    float *gbuf = calloc(ng + nxb + ndx + nwx + ndw, sizeof(float));
-    if (!gbuf)
-        return dp_fail(DP_ERR_MEMORY, "conv2d backward: out of memory for the blocked copies of an image (%zu floats)",
-                       ng + nxb + ndx + nwx + ndw);
-    float *xbuf = gbuf + ng, *dxbuf = xbuf + nxb, *wx = dxbuf + ndx, *dwt = wx + nwx;
+    size_t nwx = dx_plan_of(&d, &p), part[3], each = backward_scratch(&p, &d, dx, dw, part);
+    float *wx = dx ? malloc(nwx * sizeof(float)) : NULL;
+    conv_work base = { .p = &p, .d = &d, .x = (const float *)tensor_ptr(x), .g = (const float *)tensor_ptr(g),
+                       .w = wx, .dx = dx ? (float *)tensor_ptr(dx) : NULL }, work[MAX_WORKERS];
+    int nw = workers_for(p.N, 2 * macs_of(&p));
+    float *block = !dx || wx ? split_work(work, nw, &base, each) : NULL;
+    if (!block) {
+        free(wx);
+        return dp_fail(DP_ERR_MEMORY, "conv2d backward: out of memory for the blocked copies of %d images (%zu "
+                       "floats each)", nw, each);
+    }
+    size_t ndw = each - part[0] - part[1] - part[2];
+    for (int i = 0; i < nw && dw; i++)
+        work[i].dwt = work[i].scratch + each - ndw;
     if (dx)
         dx_weights(&p, &d, (const float *)tensor_ptr(w), wx);
-    int64_t L = p.Ho * p.Wo;
-    for (int64_t n = 0; n < p.N && (dx || dw); n++) {
-        const float *gn = (const float *)tensor_ptr(g) + n * p.O * L;
-        for (int64_t ob = 0; ob < p.nout; ob++)
-            for (int64_t oh = 0; oh < p.Ho; oh++)
-                pack16(gn + (ob * V * p.Ho + oh) * p.Wo, L, p.O - ob * V < V ? p.O - ob * V : V, p.Wo, 1,
-                       gbuf + ob * d.g_plane + ((oh + d.top) * d.Wg + d.left) * V);
-        if (dw) {
-            pack_input(&p, (const float *)tensor_ptr(x) + n * p.C * p.H * p.W, xbuf);
-            dw_image(&p, &d, xbuf, gbuf + (d.top * d.Wg + d.left) * V, dwt);
-        }
-        if (dx) {
-            dx_image(&p, &d, gbuf, wx, dxbuf);
-            dx_unpack(&p, &d, dxbuf, (float *)tensor_ptr(dx) + n * p.C * p.H * p.W);
-        }
-    }
+    run_workers(work, nw, backward_images);
+    for (int i = 1; i < nw && dw; i++)   /* the workers' sums, in a fixed order */
+        for (size_t k = 0; k < ndw; k++)
+            work[0].dwt[k] += work[i].dwt[k];
     if (dw)
-        dw_unblock(&p, dwt, (float *)tensor_ptr(dw));
-    free(gbuf);
+        dw_unblock(&p, work[0].dwt, (float *)tensor_ptr(dw));
+    free(block);
+    free(wx);
     return DP_OK;
 }
 
