@@ -26,6 +26,9 @@ for name, C, O, H, k, stride, pad, input_grad, n in convs:
     x = torch.randn(128, C, H, H, requires_grad=input_grad)
     w = torch.randn(O, C, k, k, requires_grad=True)
     g = torch.randn(F.conv2d(x, w, None, stride, pad).shape)
+    for _ in range(10):  # as resnet_convs.lua does
+        F.conv2d(x, w, None, stride, pad).backward(g)
+        w.grad = x.grad = None
 
     def fwdbwd():
         F.conv2d(x, w, None, stride, pad).backward(g)

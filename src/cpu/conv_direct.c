@@ -356,6 +356,8 @@ static void pack_input(const dplan *p, const float *xn, float *buf)
             const float *s = xn + (cb * p->cb * p->H + h * p->step_h) * p->W;
             if (p->cb > 1)
                 pack16(s, p->H * p->W, p->C - cb * V < V ? p->C - cb * V : V, p->Ws, (int)p->step_w, d);
+            else if (p->step_w == 1)
+                memcpy(d, s, sizeof(float) * (size_t)p->Ws);
             else
                 for (int64_t w = 0; w < p->Ws; w++)
                     d[w] = s[w * p->step_w];
@@ -422,11 +424,28 @@ static void run_workers(conv_work *w, int n, void *(*fn)(void *))
             fn(&w[i]);
 }
 
-/* w[0..n) over the images, each with `each` floats of a calloc'd block
- * (one per call: its padding stays zero for every image), or NULL */
-static float *split_work(conv_work *w, int n, const conv_work *base, size_t each)
+/* n floats from the CPU allocator's caches (fresh pages from the system
+ * would cost more than the copies they hold), zeroed; NULL when out of
+ * memory. Released by scratch_free with *cap. */
+static float *scratch_alloc(size_t n, size_t *cap)
 {
-    float *block = calloc(each * (size_t)n, sizeof(float));
+    float *p = cpu_alloc(n * sizeof(float), cap);
+    if (p)
+        memset(p, 0, n * sizeof(float));
+    return p;
+}
+
+static void scratch_free(float *p, size_t cap)
+{
+    if (p)
+        cpu_free(p, cap);
+}
+
+/* w[0..n) over the images, each with `each` floats of a zeroed block (one
+ * per call: its padding stays zero for every image), or NULL */
+static float *split_work(conv_work *w, int n, const conv_work *base, size_t each, size_t *cap)
+{
+    float *block = scratch_alloc(each * (size_t)n, cap);
     for (int i = 0; i < n && block; i++) {
         w[i] = *base;
         w[i].n0 = base->p->N * i / n, w[i].n1 = base->p->N * (i + 1) / n;
@@ -479,21 +498,21 @@ dp_status conv_direct_forward(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_ten
 {
     dplan p;
     plan_of(&p, x, w, a);
-    size_t nx, nwt = (size_t)(p.nout * p.nin * p.kh * p.kw * p.cb * V);
-    float *wt = malloc(nwt * sizeof(float));
+    size_t nx, nwt = (size_t)(p.nout * p.nin * p.kh * p.kw * p.cb * V), wcap, bcap;
+    float *wt = scratch_alloc(nwt, &wcap);
     conv_work base = { .p = &p, .x = (const float *)tensor_ptr(x), .w = wt, .out = (float *)tensor_ptr(out),
                        .bias = b ? (const float *)tensor_ptr(b) : NULL }, work[MAX_WORKERS];
     int nw = workers_for(p.N, macs_of(&p));
-    float *block = wt ? split_work(work, nw, &base, forward_scratch(&p, &nx)) : NULL;
+    float *block = wt ? split_work(work, nw, &base, forward_scratch(&p, &nx), &bcap) : NULL;
     if (!block) {
-        free(wt);
+        scratch_free(wt, wcap);
         return dp_fail(DP_ERR_MEMORY, "conv2d: out of memory for the blocked copies of %d images (%zu floats each)",
                        nw, forward_scratch(&p, &nx));
     }
     forward_weights(&p, (const float *)tensor_ptr(w), wt);
     run_workers(work, nw, forward_images);
-    free(block);
-    free(wt);
+    scratch_free(block, bcap);
+    scratch_free(wt, wcap);
     return DP_OK;
 }
 
@@ -689,14 +708,14 @@ dp_status conv_direct_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *g, dp_te
     dplan p;
     dx_plan d;
     plan_of(&p, x, w, a);
-    size_t nwx = dx_plan_of(&d, &p), part[3], each = backward_scratch(&p, &d, dx, dw, part);
-    float *wx = dx ? malloc(nwx * sizeof(float)) : NULL;
+    size_t nwx = dx_plan_of(&d, &p), part[3], each = backward_scratch(&p, &d, dx, dw, part), wcap = 0, bcap;
+    float *wx = dx ? scratch_alloc(nwx, &wcap) : NULL;
     conv_work base = { .p = &p, .d = &d, .x = (const float *)tensor_ptr(x), .g = (const float *)tensor_ptr(g),
                        .w = wx, .dx = dx ? (float *)tensor_ptr(dx) : NULL }, work[MAX_WORKERS];
     int nw = workers_for(p.N, 2 * macs_of(&p));
-    float *block = !dx || wx ? split_work(work, nw, &base, each) : NULL;
+    float *block = !dx || wx ? split_work(work, nw, &base, each, &bcap) : NULL;
     if (!block) {
-        free(wx);
+        scratch_free(wx, wcap);
         return dp_fail(DP_ERR_MEMORY, "conv2d backward: out of memory for the blocked copies of %d images (%zu "
                        "floats each)", nw, each);
     }
@@ -711,8 +730,8 @@ dp_status conv_direct_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *g, dp_te
             work[0].dwt[k] += work[i].dwt[k];
     if (dw)
         dw_unblock(&p, work[0].dwt, (float *)tensor_ptr(dw));
-    free(block);
-    free(wx);
+    scratch_free(block, bcap);
+    scratch_free(wx, wcap);
     return DP_OK;
 }
 
