@@ -1,6 +1,8 @@
 /*
  * conv.c — 2-D convolution on the CPU: the forward and both gradients of
- * contiguous float32/float64 tensors, as GEMMs on im2col columns.
+ * contiguous float32/float64 tensors, as GEMMs on im2col columns; what
+ * conv_direct.c computes directly (float32 on CPUs with AVX-512) goes
+ * there.
  *
  * The columns of the whole batch would be C*kh*kw times the input (the
  * MNIST CNN's second layer: 85 MB), written once and read once from

@@ -334,12 +334,8 @@ static int blocks_at(int64_t n, int64_t ob0, int most)
 
 bool conv_direct_takes(const dp_tensor *x, const dp_tensor *w, const cpu_conv_args *a)
 {
-    static int avx512 = -1;   /* asked once; a race only asks twice */
-    if (avx512 < 0) {
-        __builtin_cpu_init();
-        avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-    }
     const cpu_unfold_args *u = &a->u;
+    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");   /* read at load time */
     return avx512 && x->dtype == DP_FLOAT32 && a->groups == 1 && u->dilation[0] == 1 && u->dilation[1] == 1 &&
            (u->stride[0] == 1 || u->stride[0] == 2) && (u->stride[1] == 1 || u->stride[1] == 2) &&
            dp_tensor_numel(x) > 0 && dp_tensor_numel(w) > 0 && u->out_h > 0 && u->out_w > 0;
@@ -598,11 +594,10 @@ static void dx_image(const dplan *p, const dx_plan *d, const float *gbuf, const 
                 fwd_fn fn = fwd_pick(ob, V, 1, vhi - vlo + 1, &rw);
                 for (int64_t u = ulo; u <= uhi; u++)
                     for (int64_t v0 = vlo; v0 <= vhi; v0 += rw) {
-                        const float *src = Ta && Tb ? gbuf + ((u - (Ta - 1) + d->top) * d->Wg + v0 - (Tb - 1) + d->left) * V
-                                                    : gbuf;
-                        fn(src, wx + d->w_off[a][b] + cb0 * g.w_block,
-                           dxbuf + cb0 * g.out_plane + ((p->sh * u + a - p->ph) * p->Ws + p->sw * v0 + b - p->pw) * V,
-                           vhi - v0 + 1 < rw ? vhi - v0 + 1 : rw, &g);
+                        int64_t row = u - (Ta - 1) + d->top, col = v0 - (Tb - 1) + d->left;   /* g's, first tap */
+                        int64_t h = p->sh * u + a - p->ph, w = p->sw * v0 + b - p->pw;           /* dx's */
+                        fn(Ta && Tb ? gbuf + (row * d->Wg + col) * V : gbuf, wx + d->w_off[a][b] + cb0 * g.w_block,
+                           dxbuf + cb0 * g.out_plane + (h * p->Ws + w) * V, vhi - v0 + 1 < rw ? vhi - v0 + 1 : rw, &g);
                     }
                 cb0 += ob;
             }
@@ -639,7 +634,7 @@ static void dw_unblock(const dplan *p, const float *dwt, float *dw)
             for (int64_t i = 0; i < p->kh; i++)
                 for (int64_t j = 0; j < p->kw; j++)
                     dw[((o * p->C + c) * p->kh + i) * p->kw + j] =
-                        dwt[(((((o / V) * p->nin + c / p->cb) * p->kh + i) * p->kw + j) * p->cb + c % p->cb) * V + o % V];
+                        dwt[((((o / V * p->nin + c / p->cb) * p->kh + i) * p->kw + j) * p->cb + c % p->cb) * V + o % V];
 }
 
 /* dxn (C, H, W) = dxbuf (dx_image's) at the rows and columns taken, zero

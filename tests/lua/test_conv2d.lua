@@ -1,8 +1,10 @@
--- test_conv2d.lua: the CPU's fused F.conv2d (src/cpu/conv.c) against
--- PyTorch (tests/ref/conv2d.lua, written by scripts/gen_conv2d_ref.py):
--- outputs and input/weight/bias gradients in float64 and float32, over
--- odd sizes, padding, strides, dilation, groups, 1x1 kernels, a batch of
--- one and images of several tiles; float64 finite differences; only the
+-- test_conv2d.lua: the CPU's fused F.conv2d (src/cpu/conv.c, and its
+-- direct float32 path src/cpu/conv_direct.c) against PyTorch
+-- (tests/ref/conv2d.lua, written by scripts/gen_conv2d_ref.py): outputs
+-- and input/weight/bias gradients in float64 and float32, over odd sizes,
+-- padding, strides, dilation, groups, 1x1 kernels, a batch of one, images
+-- of several tiles, and the direct path's blocks of channels, rows,
+-- strides and threads; float64 finite differences; only the
 -- gradients asked for; non-contiguous inputs; errors of the C op. Then
 -- the fused F.max_pool2d likewise (tests/ref/max_pool2d.lua, from
 -- scripts/gen_max_pool2d_ref.py), ties and NaNs included; and
