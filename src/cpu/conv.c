@@ -256,40 +256,50 @@ static void tile_backward(const conv_plan *p, dp_dtype dt, const dp_tensor *w, c
         im2col(p, dt, dxn, dcols, oh0, oh1, true);
 }
 
+/* dx and dw, either of them NULL, as GEMMs on each tile's columns */
+static dp_status gemm_backward(const conv_plan *p, dp_tensor *dx, dp_tensor *dw, dp_tensor *g, dp_tensor *x,
+                               dp_tensor *w)
+{
+    dp_dtype dt = x->dtype;
+    int64_t es = (int64_t)p->es;
+    size_t tile = p->es * (size_t)(p->K * p->rows * p->Wo);
+    char *cols = scratch_for(p), *dcols = dx && !p->direct ? malloc(tile) : NULL;
+    if (!cols || (dx && !p->direct && !dcols)) {
+        free(cols);
+        free(dcols);
+        return dp_fail(DP_ERR_MEMORY, "conv2d backward: out of memory for the columns of %lld output rows",
+                       (long long)p->rows);
+    }
+    if (dx)
+        memset(tensor_ptr(dx), 0, p->es * (size_t)(p->N * p->C * p->H * p->W));
+    if (dw)
+        memset(tensor_ptr(dw), 0, p->es * (size_t)(p->O * p->Kg));
+    for (int64_t n = 0; (dx || dw) && n < p->N; n++) {
+        char *xn = tensor_ptr(x) + n * p->C * p->H * p->W * es, *gn = tensor_ptr(g) + n * p->O * p->L * es;
+        char *dxn = dx ? tensor_ptr(dx) + n * p->C * p->H * p->W * es : NULL;
+        for (int64_t oh0 = 0; oh0 < p->Ho; oh0 += p->rows)
+            tile_backward(p, dt, w, gn, xn, dxn, dw, cols, dcols, oh0, oh0 + p->rows < p->Ho ? oh0 + p->rows : p->Ho);
+    }
+    free(cols);
+    free(dcols);
+    return DP_OK;
+}
+
 dp_status cpu_conv2d_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
                               const cpu_conv_args *a)
 {
     conv_plan p;
     plan_of(&p, x, w, a);
+    dp_status st;
     if (conv_direct_takes(x, w, a)) {
-        dp_status st = (dx || dw) ? conv_direct_backward(dx, dw, g, x, w, a) : DP_OK;
-        if (!st && db)
-            bias_grad(&p, x->dtype, db, g);
-        return st;
+        bool dx_direct = conv_direct_takes_input_grad(x);
+        st = conv_direct_backward(dx_direct ? dx : NULL, dw, g, x, w, a);
+        if (!st && dx && !dx_direct)
+            st = gemm_backward(&p, dx, NULL, g, x, w);
+    } else {
+        st = gemm_backward(&p, dx, dw, g, x, w);
     }
-    dp_dtype dt = x->dtype;
-    int64_t es = (int64_t)p.es;
-    size_t tile = p.es * (size_t)(p.K * p.rows * p.Wo);
-    char *cols = scratch_for(&p), *dcols = dx && !p.direct ? malloc(tile) : NULL;
-    if (!cols || (dx && !p.direct && !dcols)) {
-        free(cols);
-        free(dcols);
-        return dp_fail(DP_ERR_MEMORY, "conv2d backward: out of memory for the columns of %lld output rows",
-                       (long long)p.rows);
-    }
-    if (dx)
-        memset(tensor_ptr(dx), 0, p.es * (size_t)(p.N * p.C * p.H * p.W));
-    if (dw)
-        memset(tensor_ptr(dw), 0, p.es * (size_t)(p.O * p.Kg));
-    for (int64_t n = 0; (dx || dw) && n < p.N; n++) {
-        char *xn = tensor_ptr(x) + n * p.C * p.H * p.W * es, *gn = tensor_ptr(g) + n * p.O * p.L * es;
-        char *dxn = dx ? tensor_ptr(dx) + n * p.C * p.H * p.W * es : NULL;
-        for (int64_t oh0 = 0; oh0 < p.Ho; oh0 += p.rows)
-            tile_backward(&p, dt, w, gn, xn, dxn, dw, cols, dcols, oh0, oh0 + p.rows < p.Ho ? oh0 + p.rows : p.Ho);
-    }
-    if (db)
-        bias_grad(&p, dt, db, g);
-    free(cols);
-    free(dcols);
-    return DP_OK;
+    if (!st && db)
+        bias_grad(&p, x->dtype, db, g);
+    return st;
 }

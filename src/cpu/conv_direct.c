@@ -274,21 +274,23 @@ DW_KERNEL(1, 16, 16, 1, 1)
 DW_KERNEL(1, 16, 16, 2, 1)
 DW_KERNEL(2, 8, 16, 1, 1)
 DW_KERNEL(2, 8, 16, 2, 1)
+DW_KERNEL(1, 3, 1, 1, 4)
+DW_KERNEL(1, 3, 1, 2, 4)
 DW_KERNEL(1, 1, 1, 1, 8)
 DW_KERNEL(1, 1, 1, 2, 8)
 
 typedef void (*dw_fn)(const float *, const float *, float *, const dw_geom *);
-#define DW_ROW(OB, NQ, CB, S) { OB, CB, S, dw_##OB##_##NQ##_##CB##_##S }
+#define DW_ROW(OB, NQ, CB, S) { OB, NQ, CB, S, dw_##OB##_##NQ##_##CB##_##S }
 static const struct {
-    int ob, cb, s;
+    int ob, nq, cb, s;
     dw_fn fn;
 } dw_kernels[] = { DW_ROW(1, 16, 16, 1), DW_ROW(1, 16, 16, 2), DW_ROW(2, 8, 16, 1), DW_ROW(2, 8, 16, 2),
-                   DW_ROW(1, 1, 1, 1), DW_ROW(1, 1, 1, 2) };
+                   DW_ROW(1, 3, 1, 1),   DW_ROW(1, 3, 1, 2),   DW_ROW(1, 1, 1, 1), DW_ROW(1, 1, 1, 2) };
 
-static dw_fn dw_pick(int ob, int64_t cb, int64_t s)
+static dw_fn dw_pick(int ob, int64_t nq, int64_t cb, int64_t s)
 {
     for (size_t k = 0; k < sizeof dw_kernels / sizeof dw_kernels[0]; k++)
-        if (dw_kernels[k].ob == ob && dw_kernels[k].cb == cb && dw_kernels[k].s == s)
+        if (dw_kernels[k].ob == ob && dw_kernels[k].nq == nq && dw_kernels[k].cb == cb && dw_kernels[k].s == s)
             return dw_kernels[k].fn;
     return NULL;
 }
@@ -302,7 +304,7 @@ typedef struct {
     int64_t N, C, H, W, O, kh, kw, Ho, Wo, sh, sw, ph, pw;
     int64_t step_h, step_w;   /* the input's rows and columns taken: every step-th */
     int64_t Hs, Ws;           /* their numbers */
-    int64_t cb;          /* the input's block: 1 channel (when C is 1) or 16 */
+    int64_t cb;          /* the input's block: 16 channels, or 1 (planes, when C < 16: no zero channels) */
     int64_t nin, nout;   /* input blocks; output blocks of 16 */
     int64_t Hp, Wp;      /* the padded input */
     int64_t in_plane;    /* floats of an input block */
@@ -319,7 +321,7 @@ static void plan_of(dplan *p, const dp_tensor *x, const dp_tensor *w, const cpu_
         p->step_h = p->sh, p->step_w = p->sw, p->Hs = p->Ho, p->Ws = p->Wo;
         p->sh = p->sw = 1;
     }
-    p->cb = p->C == 1 ? 1 : V;
+    p->cb = p->C < V ? 1 : V;
     p->nin = (p->C + p->cb - 1) / p->cb, p->nout = (p->O + V - 1) / V;
     p->Hp = p->Hs + 2 * p->ph, p->Wp = p->Ws + 2 * p->pw;
     p->in_plane = p->Hp * p->Wp * p->cb;
@@ -340,6 +342,8 @@ bool conv_direct_takes(const dp_tensor *x, const dp_tensor *w, const cpu_conv_ar
            (u->stride[0] == 1 || u->stride[0] == 2) && (u->stride[1] == 1 || u->stride[1] == 2) &&
            dp_tensor_numel(x) > 0 && dp_tensor_numel(w) > 0 && u->out_h > 0 && u->out_w > 0;
 }
+
+bool conv_direct_takes_input_grad(const dp_tensor *x) { return x->shape[1] >= V / 2; }
 
 /* buf (nin, Hp, Wp, cb) = image xn (C, H, W)'s rows and columns taken,
  * inside the padding (zeroed once with the buffer: each image writes the
@@ -612,15 +616,19 @@ static void dw_image(const dplan *p, const dx_plan *d, const float *xbuf, const 
     dw_geom g = { p->Ho, p->Wo, p->sh * p->Wp * p->cb, d->Wg * V, d->g_plane, dw_block };
     for (int64_t ob0 = 0; ob0 < p->nout;) {
         int ob = p->cb == 1 ? 1 : blocks_at(p->nout, ob0, 2);
-        int64_t nq = p->cb / ob;   /* the kernel's NQ: 16 or 8 channels, or the one of cb 1 */
-        dw_fn fn = dw_pick(ob, p->cb, p->sw);
         for (int64_t cb = 0; cb < p->nin; cb++) {
             int64_t nc = p->C - cb * p->cb < p->cb ? p->C - cb * p->cb : p->cb;
             for (int64_t i = 0; i < p->kh; i++)
-                for (int64_t j = 0; j < p->kw; j++)
+                for (int64_t j = 0; j < p->kw;) {
+                    /* the kernel's NQ floats of the window: 16 or 8 channels at tap j, or (blocks of one
+                     * channel) the taps from j, 3 or 1 of them */
+                    int64_t nq = p->cb > 1 ? V / ob : p->kw - j >= 3 ? 3 : 1;
+                    dw_fn fn = dw_pick(ob, nq, p->cb, p->sw);
                     for (int64_t c0 = 0; c0 < nc; c0 += nq)
                         fn(xbuf + cb * p->in_plane + (i * p->Wp + j) * p->cb + c0, gp + ob0 * d->g_plane,
                            dwt + ob0 * dw_block + (((cb * p->kh + i) * p->kw + j) * p->cb + c0) * V, &g);
+                    j += p->cb > 1 ? 1 : nq;
+                }
         }
         ob0 += ob;
     }
@@ -702,6 +710,8 @@ dp_status conv_direct_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *g, dp_te
 {
     dplan p;
     dx_plan d;
+    if (!dx && !dw)
+        return DP_OK;
     plan_of(&p, x, w, a);
     size_t nwx = dx_plan_of(&d, &p), part[3], each = backward_scratch(&p, &d, dx, dw, part), wcap = 0, bcap;
     float *wx = dx ? scratch_alloc(nwx, &wcap) : NULL;
@@ -735,6 +745,12 @@ dp_status conv_direct_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *g, dp_te
 bool conv_direct_takes(const dp_tensor *x, const dp_tensor *w, const cpu_conv_args *a)
 {
     (void)x, (void)w, (void)a;
+    return false;
+}
+
+bool conv_direct_takes_input_grad(const dp_tensor *x)
+{
+    (void)x;
     return false;
 }
 
