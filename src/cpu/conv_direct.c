@@ -6,8 +6,9 @@
  * A layer of a small CNN (16-64 channels, 3x3) is too small a GEMM for
  * OpenBLAS to run near its peak, and OpenBLAS stops at AVX2 on CPUs it
  * does not know. Here each image is copied into a blocked layout: blocks
- * of 16 channels (one AVX-512 register), channels innermost, the padding
- * written out as zeros so that no loop checks bounds. The forward keeps
+ * of 16 channels (one AVX-512 register), channels innermost (or planes of
+ * one channel, for inputs of fewer than 16), the padding written out as
+ * zeros so that no loop checks bounds. The forward keeps
  * in registers the outputs of up to 28 pixels of one row by 16-64 output
  * channels, and for every input channel and tap adds the input value
  * (broadcast from memory by the FMA itself) times a vector of 16
