@@ -1,6 +1,8 @@
 /*
  * conv.c — 2-D convolution on the CPU: the forward and both gradients of
- * contiguous float32/float64 tensors, as GEMMs on im2col columns.
+ * contiguous float32/float64 tensors, as GEMMs on im2col columns; what
+ * conv_direct.c computes directly (float32 on CPUs with AVX-512) goes
+ * there.
  *
  * The columns of the whole batch would be C*kh*kw times the input (the
  * MNIST CNN's second layer: 85 MB), written once and read once from
@@ -11,7 +13,7 @@
  * (the columns' gradient folded back at once). A 1x1 convolution with
  * stride 1 and no padding reads the input itself as its columns.
  */
-#include "cpu/cpu.h"
+#include "cpu/conv_direct.h"
 
 #include <cblas.h>
 #include <stdlib.h>
@@ -197,6 +199,8 @@ static void *scratch_for(const conv_plan *p)
 
 dp_status cpu_conv2d(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b, const cpu_conv_args *a)
 {
+    if (conv_direct_takes(x, w, a))
+        return conv_direct_forward(out, x, w, b, a);
     conv_plan p;
     plan_of(&p, x, w, a);
     dp_dtype dt = x->dtype;
@@ -252,34 +256,50 @@ static void tile_backward(const conv_plan *p, dp_dtype dt, const dp_tensor *w, c
         im2col(p, dt, dxn, dcols, oh0, oh1, true);
 }
 
+/* dx and dw, either of them NULL, as GEMMs on each tile's columns */
+static dp_status gemm_backward(const conv_plan *p, dp_tensor *dx, dp_tensor *dw, dp_tensor *g, dp_tensor *x,
+                               dp_tensor *w)
+{
+    dp_dtype dt = x->dtype;
+    int64_t es = (int64_t)p->es;
+    size_t tile = p->es * (size_t)(p->K * p->rows * p->Wo);
+    char *cols = scratch_for(p), *dcols = dx && !p->direct ? malloc(tile) : NULL;
+    if (!cols || (dx && !p->direct && !dcols)) {
+        free(cols);
+        free(dcols);
+        return dp_fail(DP_ERR_MEMORY, "conv2d backward: out of memory for the columns of %lld output rows",
+                       (long long)p->rows);
+    }
+    if (dx)
+        memset(tensor_ptr(dx), 0, p->es * (size_t)(p->N * p->C * p->H * p->W));
+    if (dw)
+        memset(tensor_ptr(dw), 0, p->es * (size_t)(p->O * p->Kg));
+    for (int64_t n = 0; (dx || dw) && n < p->N; n++) {
+        char *xn = tensor_ptr(x) + n * p->C * p->H * p->W * es, *gn = tensor_ptr(g) + n * p->O * p->L * es;
+        char *dxn = dx ? tensor_ptr(dx) + n * p->C * p->H * p->W * es : NULL;
+        for (int64_t oh0 = 0; oh0 < p->Ho; oh0 += p->rows)
+            tile_backward(p, dt, w, gn, xn, dxn, dw, cols, dcols, oh0, oh0 + p->rows < p->Ho ? oh0 + p->rows : p->Ho);
+    }
+    free(cols);
+    free(dcols);
+    return DP_OK;
+}
+
 dp_status cpu_conv2d_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
                               const cpu_conv_args *a)
 {
     conv_plan p;
     plan_of(&p, x, w, a);
-    dp_dtype dt = x->dtype;
-    int64_t es = (int64_t)p.es;
-    size_t tile = p.es * (size_t)(p.K * p.rows * p.Wo);
-    char *cols = scratch_for(&p), *dcols = dx && !p.direct ? malloc(tile) : NULL;
-    if (!cols || (dx && !p.direct && !dcols)) {
-        free(cols);
-        free(dcols);
-        return dp_fail(DP_ERR_MEMORY, "conv2d backward: out of memory for the columns of %lld output rows",
-                       (long long)p.rows);
+    dp_status st;
+    if (conv_direct_takes(x, w, a)) {
+        bool dx_direct = conv_direct_takes_input_grad(x);
+        st = conv_direct_backward(dx_direct ? dx : NULL, dw, g, x, w, a);
+        if (!st && dx && !dx_direct)
+            st = gemm_backward(&p, dx, NULL, g, x, w);
+    } else {
+        st = gemm_backward(&p, dx, dw, g, x, w);
     }
-    if (dx)
-        memset(tensor_ptr(dx), 0, p.es * (size_t)(p.N * p.C * p.H * p.W));
-    if (dw)
-        memset(tensor_ptr(dw), 0, p.es * (size_t)(p.O * p.Kg));
-    for (int64_t n = 0; (dx || dw) && n < p.N; n++) {
-        char *xn = tensor_ptr(x) + n * p.C * p.H * p.W * es, *gn = tensor_ptr(g) + n * p.O * p.L * es;
-        char *dxn = dx ? tensor_ptr(dx) + n * p.C * p.H * p.W * es : NULL;
-        for (int64_t oh0 = 0; oh0 < p.Ho; oh0 += p.rows)
-            tile_backward(&p, dt, w, gn, xn, dxn, dw, cols, dcols, oh0, oh0 + p.rows < p.Ho ? oh0 + p.rows : p.Ho);
-    }
-    if (db)
-        bias_grad(&p, dt, db, g);
-    free(cols);
-    free(dcols);
-    return DP_OK;
+    if (!st && db)
+        bias_grad(&p, x->dtype, db, g);
+    return st;
 }

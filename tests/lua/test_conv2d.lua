@@ -1,8 +1,10 @@
--- test_conv2d.lua: the CPU's fused F.conv2d (src/cpu/conv.c) against
--- PyTorch (tests/ref/conv2d.lua, written by scripts/gen_conv2d_ref.py):
--- outputs and input/weight/bias gradients in float64 and float32, over
--- odd sizes, padding, strides, dilation, groups, 1x1 kernels, a batch of
--- one and images of several tiles; float64 finite differences; only the
+-- test_conv2d.lua: the CPU's fused F.conv2d (src/cpu/conv.c, and its
+-- direct float32 path src/cpu/conv_direct.c) against PyTorch
+-- (tests/ref/conv2d.lua, written by scripts/gen_conv2d_ref.py): outputs
+-- and input/weight/bias gradients in float64 and float32, over odd sizes,
+-- padding, strides, dilation, groups, 1x1 kernels, a batch of one, images
+-- of several tiles, and the direct path's blocks of channels, rows,
+-- strides and threads; float64 finite differences; only the
 -- gradients asked for; non-contiguous inputs; errors of the C op. Then
 -- the fused F.max_pool2d likewise (tests/ref/max_pool2d.lua, from
 -- scripts/gen_max_pool2d_ref.py), ties and NaNs included; and
@@ -29,16 +31,34 @@ local cases = {  -- name: input shape, weight shape, options (as in the generato
   no_bias = { { 2, 3, 8, 8 }, { 2, 3, 2, 2 }, { bias = false } },
   big_padding = { { 1, 1, 3, 3 }, { 2, 1, 3, 3 }, { padding = 3 } },
   tiles = { { 1, 30, 16, 16 }, { 2, 30, 3, 3 }, { padding = 1 } },
+  blocks_wide = { { 1, 17, 2, 30 }, { 18, 17, 3, 1 }, { padding = { 1, 0 } } },
+  out_blocks_s2 = { { 1, 3, 5, 9 }, { 40, 3, 3, 3 }, { stride = 2, padding = 1 } },
+  many_out = { { 1, 2, 2, 9 }, { 70, 2, 1, 1 }, {} },
+  many_in = { { 1, 66, 2, 5 }, { 2, 66, 1, 3 }, { padding = { 0, 1 } } },
+  one_channel_s2 = { { 2, 1, 9, 8 }, { 5, 1, 3, 3 }, { stride = 2, padding = 1, bias = false } },
+  rows_stride = { { 1, 4, 7, 8 }, { 5, 4, 3, 2 }, { stride = { 2, 1 }, padding = { 1, 0 } } },
+  cols_stride = { { 1, 4, 6, 9 }, { 3, 4, 2, 3 }, { stride = { 1, 2 }, padding = { 0, 1 } } },
+  k5_s2 = { { 1, 3, 7, 9 }, { 18, 3, 5, 5 }, { stride = 2, padding = 2 } },
+  pad_past_kernel = { { 1, 2, 4, 5 }, { 3, 2, 3, 3 }, { stride = 2, padding = 3 } },
+  one_by_one_s2_odd = { { 1, 18, 3, 33 }, { 17, 18, 1, 1 }, { stride = 2, bias = false } },
+  one_by_one_s2_even = { { 1, 2, 3, 32 }, { 3, 2, 1, 1 }, { stride = 2 } },
+  threads = { { 4, 16, 24, 24 }, { 32, 16, 3, 3 }, { padding = 1, sums = true } },
 }
 
 local function filled(shape, f, dtype) return T.filled(torch, shape, f):to(dtype) end
 
 -- conv2d of the case's tensors in dtype, with the gradients of the output
 -- weighted by cos of its flat index, as the generator computes them
-local function run(c, dtype)
+local function run(c, dtype, out_shape)
   local x = filled(c[1], function(k) return math.sin(1 + 0.3 * k) end, dtype):requires_grad_()
   local w = filled(c[2], function(k) return math.cos(2 + 0.7 * k) end, dtype):requires_grad_()
   local b = c[3].bias ~= false and filled({ c[2][1] }, function(k) return math.sin(3 + k) end, dtype):requires_grad_() or nil
+  do  -- blocks of the output's and gradients' sizes filled with NaN for the allocator to hand out again, so
+      -- that an element a kernel leaves unwritten shows
+    local junk = {}
+    for _, shape in ipairs({ out_shape, c[1], c[2], out_shape, c[1], c[2] }) do junk[#junk + 1] = torch.full(shape, 0 / 0, { dtype = dtype }) end
+  end
+  collectgarbage(); collectgarbage()
   local y = F.conv2d(x, w, b, { stride = c[3].stride, padding = c[3].padding, dilation = c[3].dilation,
                                 groups = c[3].groups })
   local wt = torch.arange(0, y:numel(), { dtype = torch.float64 }):cos():reshape(y:size()):to(dtype)
@@ -46,11 +66,19 @@ local function run(c, dtype)
   return y, x.grad, w.grad, b and b.grad
 end
 
+-- the generator's three sums of a tensor's values (for cases kept as sums)
+local function sums(t)
+  local v = t:to(torch.float64):reshape(-1)
+  local k = torch.arange(0, v:numel(), { dtype = torch.float64 })
+  return { v:sum():item(), (v * (k * 0.1):cos()):sum():item(), (v * (k * 0.37 + 1):sin()):sum():item() }
+end
+
 for _, name in ipairs(T.sorted_keys(cases)) do
+  if cases[name][3].sums then goto continue end
   T.run(name .. " against PyTorch", function()
     local c, r = cases[name], ref[name]
     for _, dt in ipairs({ { torch.float64, 1e-12, 1e-12 }, { torch.float32, 1e-4, 1e-4 } }) do
-      local y, dx, dw, db = run(c, dt[1])
+      local y, dx, dw, db = run(c, dt[1], r.shape)
       local what = name .. " " .. tostring(dt[1]) .. ": "
       T.is(y:size(), r.shape, what .. "the shape")
       T.is(y.dtype, dt[1], what .. "the dtype")
@@ -60,7 +88,27 @@ for _, name in ipairs(T.sorted_keys(cases)) do
       if db then T.values_close(db:tolist(), r.db, dt[2], dt[3], what .. "bias gradient") end
     end
   end)
+  ::continue::
 end
+
+-- A batch of 4 images large enough to be shared among threads (the
+-- direct float32 path gives each worker a few million multiply-adds):
+-- the same sums as PyTorch's, on one thread and on two.
+T.run("threads against PyTorch", function()
+  local c, r, before = cases.threads, ref.threads, torch.get_num_threads()
+  for _, n in ipairs({ 1, 2 }) do
+    torch.set_num_threads(n)
+    for _, dt in ipairs({ torch.float64, torch.float32 }) do
+      local got = { run(c, dt, r.shape) }
+      for i, key in ipairs({ "y", "dx", "dw", "db" }) do
+        local scale = got[i]:to(torch.float64):abs():sum():item()
+        T.values_close(sums(got[i]), r[key .. "_sums"], 0, (dt == torch.float64 and 1e-13 or 1e-6) * scale,
+                       string.format("%s on %d threads: the sums of %s", tostring(dt), n, key))
+      end
+    end
+  end
+  torch.set_num_threads(before)
+end)
 
 T.run("finite differences (float64)", function()
   local gc = torch.autograd.gradcheck
