@@ -931,10 +931,12 @@ local function make_ddp_class()
     local text = table.concat(desc, ";")
     local h = 5381
     for i = 1, #text do h = (h * 33 + text:byte(i)) % 2147483647 end
-    local mine = torch.tensor({ #params, h }, { dtype = torch.int64 })
-    local all = torch.empty({ 2 * g.size }, { dtype = torch.int64 })
+    -- an nccl group takes CUDA tensors: the digests go on the parameters' device
+    local device = g.backend == "nccl" and (params[1] and params[1].device or object_device(g)) or "cpu"
+    local mine = torch.tensor({ #params, h }, { dtype = torch.int64 }):to(device)
+    local all = torch.empty({ 2 * g.size }, { dtype = torch.int64, device = device })
     dist.all_gather_into_tensor(all, mine, g)
-    local v = all:tolist()
+    local v = all:cpu():tolist()
     for r = 0, g.size - 1 do
       if v[2 * r + 1] ~= #params or v[2 * r + 2] ~= h then
         raise(string.format("DistributedDataParallel: rank %d has different parameters than rank %d " ..

@@ -6,9 +6,10 @@ import torch
 import torch.distributed as dist
 
 
-def init():
-    """Joins the group; returns (gpu, device, sync), sync() waiting for the GPU."""
-    gpu = torch.cuda.is_available()
+def init(cpu=False):
+    """Joins the group; returns (gpu, device, sync), sync() waiting for the GPU.
+    cpu=True keeps the ranks on the CPU (Gloo) where there is a GPU too."""
+    gpu = torch.cuda.is_available() and not cpu
     dist.init_process_group("nccl" if gpu else "gloo")
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}") if gpu else torch.device("cpu")
     if gpu:

@@ -5,50 +5,101 @@
 -- value" lines for scripts/bench/gpt2: ms per step (the mean of STEPS
 -- timed steps between two synchronize() calls, after 3 untimed ones),
 -- tokens/s, MFU (6N + 12 L T C FLOPs a token against the GPU's bf16 peak)
--- and max_memory_allocated in MiB; gpt2.py is the same on PyTorch.
+-- and max_memory_allocated in MiB; gpt2.py is the same on PyTorch. The
+-- one-GPU run also prints "ddp_ranks N", the GPUs it sees.
 --   dplua scripts/bench/gpt2.lua [B [STEPS]]
+-- With "ddp", under the launcher: the same step under
+-- DistributedDataParallel, one rank per GPU (cuda:LOCAL_RANK, NCCL), batch
+-- B on every rank; only rank 0 prints: ms per step (the slowest rank's),
+-- tokens/s over all ranks, MFU over all GPUs and the largest rank's
+-- max_memory_allocated.
+--   dplua --nproc_per_node=N scripts/bench/gpt2.lua B STEPS ddp
+-- DPLUA_BENCH_TINY=1: a tiny model (2 layers, width 64, 1024 -> 64
+-- tokens, vocabulary 512) on the CPU (Gloo for "ddp", and ddp_ranks 2),
+-- so that the script can be checked where there is no GPU.
 local torch = require("dplua")
-local ok_cuda, has_cuda = pcall(function() return torch.cuda.is_available() end)
-if not (ok_cuda and has_cuda) then print("no_gpu"); os.exit(0) end
+local dist = torch.distributed
+local tiny = os.getenv("DPLUA_BENCH_TINY") == "1"
+if not tiny then
+  local ok_cuda, has_cuda = pcall(function() return torch.cuda.is_available() end)
+  if not (ok_cuda and has_cuda) then print("no_gpu"); os.exit(0) end
+end
 local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 local gpt = dofile(here .. "/../../examples/gpt2/model.lua")
 local clock = torch.utils.progress.clock
 
-local B, steps, T = tonumber(arg[1]) or 8, tonumber(arg[2]) or 20, 1024
-local name = torch.cuda.get_device_name(0)
-print(string.format("version dplua on %s, batch %d x %d, %d steps", name, B, T, steps))
+local B, steps = tonumber(arg[1]) or 8, tonumber(arg[2]) or 20
+local ddp = arg[3] == "ddp"
+if arg[3] ~= nil and not ddp then error("gpt2.lua: the third argument is \"ddp\" or nothing, got " .. arg[3], 0) end
+local config = tiny and { n_layer = 2, n_head = 4, n_embd = 64, block_size = 64, vocab_size = 512 }
+  or { block_size = 1024 }
+local T, n_tokens = config.block_size, tiny and 512 or 50257
+-- only rank 0's lines reach the table: the others say nothing on stdout
+local rank = ddp and tonumber(os.getenv("RANK") or "0") or 0
+local world = ddp and tonumber(os.getenv("WORLD_SIZE") or "1") or 1
+local function say(fmt, ...) if rank == 0 then print(string.format(fmt, ...)) end end
+local name = tiny and "cpu" or torch.cuda.get_device_name(0)   -- rank 0's GPU: its bf16 peak is MFU's denominator
+say("version dplua on %s, batch %d x %d, %d steps%s", name, B, T, steps,
+    ddp and string.format(", DDP over %d ranks (%s)", world, tiny and "gloo" or "nccl") or "")
+if not ddp and rank == 0 then print("ddp_ranks " .. (tiny and 2 or torch.cuda.device_count())) end
 
 local ok, err = pcall(function()
+  local device = tiny and "cpu" or "cuda"
+  if ddp then
+    dist.init_process_group(tiny and "gloo" or "nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if not tiny then
+      device = "cuda:" .. dist.get_local_rank()
+      torch.cuda.set_device(device)
+    end
+  end
+  local function sync() if not tiny then torch.cuda.synchronize() end end
+  -- the largest of the ranks' values (one rank: its own)
+  local function max_over_ranks(v)
+    if not ddp then return v end
+    local t = torch.tensor({ v }, { dtype = torch.float64 }):to(device)
+    dist.all_reduce(t, dist.ReduceOp.MAX)
+    return t:item()
+  end
   torch.manual_seed(0)
-  torch.cuda.reset_peak_memory_stats()
-  local model = gpt.GPT({ block_size = T }):to("cuda")
+  if not tiny then torch.cuda.reset_peak_memory_stats() end
+  local model = gpt.GPT(config):to(device)
+  local run = ddp and torch.nn.parallel.DistributedDataParallel(model) or model
   local opt = model:configure_optimizers(0.1, 6e-4, { 0.9, 0.95 })
-  local x = torch.randint(0, 50257, { B, T }):to("cuda")
-  local y = torch.randint(0, 50257, { B, T }):to("cuda")
+  if ddp then torch.manual_seed(1 + rank) end   -- a batch of its own on every rank
+  local x = torch.randint(0, n_tokens, { B, T }):to(device)
+  local y = torch.randint(0, n_tokens, { B, T }):to(device)
   local amp = { dtype = torch.bfloat16 }
-  local function forward() return select(2, model(x, y)) end
+  local function forward() return select(2, run(x, y)) end
   local function step()
     opt:zero_grad()
-    local loss = torch.autocast("cuda", amp, forward)
+    local loss = torch.autocast(tiny and "cpu" or "cuda", amp, forward)
     loss:backward()
     torch.nn.utils.clip_grad_norm_(model:parameters(), 1.0)
     opt:step()
   end
   for _ = 1, 3 do step() end
-  torch.cuda.synchronize()
+  sync()
+  if ddp then dist.barrier() end
   local t0 = clock()
   for _ = 1, steps do step() end
-  torch.cuda.synchronize()
-  local s = (clock() - t0) / steps
-  local tok_s = B * T / s
-  print(string.format("ms %.3f", s * 1000))
-  print(string.format("tok_s %.1f", tok_s))
+  sync()
+  local s = max_over_ranks((clock() - t0) / steps)
+  local tok_s = world * B * T / s
+  say("ms %.3f", s * 1000)
+  say("tok_s %.1f", tok_s)
   local peak = gpt.peak_bf16_tflops(name)
-  if peak then print(string.format("mfu %.2f", 100 * model:flops_per_token(T) * tok_s / (peak * 1e12)))
-  else print("mfu error: unknown bf16 peak for " .. name) end
-  print(string.format("mem_mib %.1f", torch.cuda.max_memory_allocated() / 2 ^ 20))
+  if peak then say("mfu %.2f", 100 * model:flops_per_token(T) * tok_s / (world * peak * 1e12))
+  else say("mfu error: unknown bf16 peak for %s", name) end
+  if tiny then say("mem_mib error: no max_memory_allocated on the CPU (DPLUA_BENCH_TINY)")
+  else say("mem_mib %.1f", max_over_ranks(torch.cuda.max_memory_allocated()) / 2 ^ 20) end
 end)
 if not ok then
   local msg = (tostring(err):gsub("%s*\n%s*", " | "))
-  for _, row in ipairs({ "ms", "tok_s", "mfu", "mem_mib" }) do print(row .. " error: " .. msg) end
+  if rank == 0 then
+    for _, row in ipairs({ "ms", "tok_s", "mfu", "mem_mib" }) do print(row .. " error: " .. msg) end
+  else
+    io.stderr:write(string.format("gpt2.lua: rank %d: %s\n", rank, msg))
+  end
 end
+if ddp and dist.is_initialized() then pcall(dist.destroy_process_group) end

@@ -4,25 +4,61 @@
 # torch.compile with "compile" (a compile that fails prints its error on
 # every row).
 #   python3 scripts/bench/gpt2.py eager|compile [B [STEPS]]
+# With "ddp", one process per rank (launch_torch.sh's env://): the eager
+# step under DistributedDataParallel, one rank per GPU (cuda:LOCAL_RANK,
+# NCCL), batch B on every rank; only rank 0 prints, as gpt2.lua's "ddp"
+# (the slowest rank's ms, tokens/s over all ranks, MFU over all GPUs, the
+# largest rank's max_memory_allocated).
+# DPLUA_BENCH_TINY=1: gpt2.lua's tiny model on the CPU (Gloo for "ddp").
 import math
+import os
 import sys
 import time
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-if not torch.cuda.is_available():
+TINY = os.environ.get("DPLUA_BENCH_TINY") == "1"
+if not TINY and not torch.cuda.is_available():
     print("no_gpu", flush=True)
     raise SystemExit(0)
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "eager"
+if MODE not in ("eager", "compile", "ddp"):
+    sys.exit(f"gpt2.py: the mode is eager, compile or ddp, got {MODE!r}")
 B = int(sys.argv[2]) if len(sys.argv) > 2 else 8
 STEPS = int(sys.argv[3]) if len(sys.argv) > 3 else 20
-T, V, L, H, C = 1024, 50304, 12, 12, 768
+T, V, L, H, C = (64, 512, 2, 4, 64) if TINY else (1024, 50304, 12, 12, 768)
+N_TOKENS = 512 if TINY else 50257
+DEVICE_TYPE = "cpu" if TINY else "cuda"
 PEAK_BF16_TFLOPS = (("H100 PCIe", 756), ("H100 NVL", 835), ("H100", 989), ("H200", 989), ("A100", 312))
-NAME = torch.cuda.get_device_name()
-print(f"version PyTorch {torch.__version__} ({MODE}) on {NAME}", flush=True)
+# only rank 0's lines reach the table
+RANK = int(os.environ.get("RANK", "0")) if MODE == "ddp" else 0
+WORLD = int(os.environ.get("WORLD_SIZE", "1")) if MODE == "ddp" else 1
+NAME = "cpu" if TINY else torch.cuda.get_device_name(0)  # rank 0's GPU: its bf16 peak is MFU's denominator
+
+
+def say(line):
+    if RANK == 0:
+        print(line, flush=True)
+
+
+ranks = f", {WORLD} ranks ({'gloo' if TINY else 'nccl'})" if MODE == "ddp" else ""
+say(f"version PyTorch {torch.__version__} ({MODE}{ranks}) on {NAME}")
+
+
+def causal_attention(q, k, v):
+    """F.scaled_dot_product_attention(q, k, v, is_causal=True), or its
+    arithmetic where PyTorch has none (before 2.0: Debian's 1.13, which
+    runs the tiny check)."""
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    t = q.size(-2)
+    att = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+    att = att.masked_fill(torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return F.softmax(att, dim=-1) @ v
 
 
 class Attention(nn.Module):
@@ -35,7 +71,7 @@ class Attention(nn.Module):
         b, t, c = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (z.view(b, t, H, c // H).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = causal_attention(q, k, v)
         return self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
 
 
@@ -75,20 +111,45 @@ class GPT(nn.Module):
 
 
 def main():
+    device = torch.device(DEVICE_TYPE)
+    if MODE == "ddp":
+        global RANK, WORLD
+        from dist_setup import init  # scripts/bench/dist_setup.py
+        _, device, _ = init(cpu=TINY)
+        RANK, WORLD = dist.get_rank(), dist.get_world_size()
+    gpu = device.type == "cuda"
+
+    def sync():
+        if gpu:
+            torch.cuda.synchronize()
+
+    def max_over_ranks(v):  # the largest of the ranks' values (one rank: its own)
+        if MODE != "ddp":
+            return v
+        t = torch.tensor([v], dtype=torch.float64, device=device)
+        dist.all_reduce(t, dist.ReduceOp.MAX)
+        return t.item()
+
     torch.manual_seed(0)
-    torch.cuda.reset_peak_memory_stats()
-    model = GPT().cuda()
+    if gpu:
+        torch.cuda.reset_peak_memory_stats()
+    model = GPT().to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
+    fused = {"fused": True} if gpu else {}  # PyTorch 1.13's AdamW has no fused, nor 2.x's on the CPU before 2.4
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95), fused=True)
-    run = torch.compile(model) if MODE == "compile" else model
-    x = torch.randint(0, 50257, (B, T), device="cuda")
-    y = torch.randint(0, 50257, (B, T), device="cuda")
+                            lr=6e-4, betas=(0.9, 0.95), **fused)
+    if MODE == "ddp":
+        run = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if gpu else None)
+        torch.manual_seed(1 + RANK)  # a batch of its own on every rank
+    else:
+        run = torch.compile(model) if MODE == "compile" else model
+    x = torch.randint(0, N_TOKENS, (B, T), device=device)
+    y = torch.randint(0, N_TOKENS, (B, T), device=device)
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(DEVICE_TYPE, dtype=torch.bfloat16):
             loss = run(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -96,27 +157,37 @@ def main():
 
     for _ in range(3):
         step()
-    torch.cuda.synchronize()
+    sync()
+    if MODE == "ddp":
+        dist.barrier()
     t0 = time.perf_counter()
     for _ in range(STEPS):
         step()
-    torch.cuda.synchronize()
-    s = (time.perf_counter() - t0) / STEPS
-    tok_s = B * T / s
+    sync()
+    s = max_over_ranks((time.perf_counter() - t0) / STEPS)
+    tok_s = WORLD * B * T / s
     n = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
-    print(f"ms {s * 1000:.3f}")
-    print(f"tok_s {tok_s:.1f}")
+    say(f"ms {s * 1000:.3f}")
+    say(f"tok_s {tok_s:.1f}")
     peak = next((v for k, v in PEAK_BF16_TFLOPS if k in NAME), None)
     if peak:
-        print(f"mfu {100 * (6 * n + 12 * L * T * C) * tok_s / (peak * 1e12):.2f}")
+        say(f"mfu {100 * (6 * n + 12 * L * T * C) * tok_s / (WORLD * peak * 1e12):.2f}")
     else:
-        print(f"mfu error: unknown bf16 peak for {NAME}")
-    print(f"mem_mib {torch.cuda.max_memory_allocated() / 2**20:.1f}")
+        say(f"mfu error: unknown bf16 peak for {NAME}")
+    if gpu:
+        say(f"mem_mib {max_over_ranks(torch.cuda.max_memory_allocated()) / 2**20:.1f}")
+    else:
+        say("mem_mib error: no max_memory_allocated on the CPU (DPLUA_BENCH_TINY)")
 
 
 try:
     main()
 except Exception as e:  # every row says why (a compile that fails, an out-of-memory)
     msg = " | ".join(f"{type(e).__name__}: {e}".split("\n"))[:300]
-    for row in ("ms", "tok_s", "mfu", "mem_mib"):
-        print(f"{row} error: {msg}", flush=True)
+    if RANK == 0:
+        for row in ("ms", "tok_s", "mfu", "mem_mib"):
+            print(f"{row} error: {msg}", flush=True)
+    else:
+        print(f"gpt2.py: rank {RANK}: {msg}", file=sys.stderr, flush=True)
+if MODE == "ddp" and dist.is_initialized():
+    dist.destroy_process_group()
