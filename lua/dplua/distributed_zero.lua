@@ -582,11 +582,13 @@ local function all_texts(text, g)
   if #text > n then raise("ZeroRedundancyOptimizer: state description too long") end
   local bytes = {}
   for i = 1, n do bytes[i] = i <= #text and text:byte(i) or 0 end
-  local mine = torch.tensor(bytes, { dtype = torch.uint8 })
-  local all = torch.empty({ n * g.size }, { dtype = torch.uint8 })
+  -- an nccl group takes CUDA tensors
+  local device = g.backend == "nccl" and ("cuda:" .. torch.cuda.current_device()) or "cpu"
+  local mine = torch.tensor(bytes, { dtype = torch.uint8 }):to(device)
+  local all = torch.empty({ n * g.size }, { dtype = torch.uint8, device = device })
   dist.all_gather_into_tensor(all, mine, g)
   local out
-  out, bytes = {}, all:tolist()
+  out, bytes = {}, all:cpu():tolist()
   for r = 0, g.size - 1 do
     local cs = {}
     for i = r * n + 1, (r + 1) * n do
