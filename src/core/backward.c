@@ -357,7 +357,11 @@ dp_status bw_softmax(ag_node *n, dp_tensor *g, dp_tensor **gi)
     dp_tensor *y = n->saved[0], *gy = NULL, *s = NULL, *d = NULL, *ga = NULL, *e = NULL;
     int dim = (int)n->iarg[0];
     dp_status st;
-    if (n->iarg[1]) {
+    if (ON_CPU(y) && g->dtype == y->dtype) {   /* one kernel; g may be a broadcast view */
+        if (!(st = tensor_new(&ga, y->ndim, y->shape, y->dtype, y->device)) &&
+            !(st = cpu_softmax_backward(ga, g, y, dim, (int)n->iarg[1])))
+            st = give(n, 0, ga, gi);
+    } else if (n->iarg[1]) {
         /* log_softmax: g - exp(y) * sum(g) */
         if (!(st = dp_reduce(&s, DP_SUM, g, dim, 1, 0)) && !(st = dp_unary(&e, DP_EXP, y)) &&
             !(st = dp_binary(&gy, DP_MUL, e, s)) && !(st = dp_binary(&ga, DP_SUB, g, gy)))

@@ -33,6 +33,9 @@ dp_status cpu_fill(dp_tensor *dst, double value);
  * whose shape is a's with that dim removed (or kept as 1). */
 dp_status cpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, int dim, int correction);
 dp_status cpu_softmax(dp_tensor *out, dp_tensor *a, int dim, int log);
+/* dx = the gradient of softmax (log_softmax) at its output y, given g;
+ * all three of y's shape and dtype, dx not overlapping g or y */
+dp_status cpu_softmax_backward(dp_tensor *dx, dp_tensor *g, dp_tensor *y, int dim, int log);
 
 /* blas.c: out[batch, m, n] = a[batch, m, k] @ b[batch, k, n] (3-D views),
  * all of one dtype: float32 or float64, out contiguous and a and b as

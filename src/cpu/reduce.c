@@ -8,6 +8,7 @@
  * exact).
  */
 #include "cpu/cpu.h"
+#include "cpu/vmath.h"
 
 #include <math.h>
 
@@ -163,8 +164,8 @@ dp_status cpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, i
 
 /* Each exp is taken once: the sum pass keeps exp(v - m) in the output
  * row, which softmax then scales by 1 / sum (log_softmax overwrites it
- * with v - lse). EXP is expf for float32 rows (its error is below the
- * float32 result's rounding) and exp otherwise; sums are in double. */
+ * with v - lse). EXP is vm_expf for float32 rows (within about an ulp,
+ * as the float32 result's rounding) and exp otherwise; sums are in double. */
 #define SOFTMAX_ROW(tag, S, LOAD, STORE, EXP)                                           \
     static void softmax_##tag(int64_t n, char **p, const int64_t *s, const void *ctx)   \
     {                                                                                   \
@@ -197,12 +198,68 @@ dp_status cpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, i
             }                                                                           \
         }                                                                               \
     }
+
+/* A float32 row of contiguous elements (the softmax of a classifier's
+ * logits): the same three passes, with vmath.h's exp, which vectorises,
+ * and sums in double lanes (the lanes keep the loop free of a serial
+ * dependency and need no reassociation). A NaN or inf in the row makes a
+ * NaN sum, so every output is NaN, as with the general rows. */
+#define LANES 8
+VM_CLONES static void softmax_row_f32(const float *restrict q, float *restrict o, int64_t len, int logs)
+{
+    float m = -INFINITY, mlane[LANES];
+    int64_t j = 0;
+    for (int k = 0; k < LANES; k++)
+        mlane[k] = -INFINITY;
+    for (; j + LANES <= len; j += LANES)
+        for (int k = 0; k < LANES; k++)
+            mlane[k] = q[j + k] > mlane[k] ? q[j + k] : mlane[k];
+    for (; j < len; j++)
+        m = q[j] > m ? q[j] : m;
+    for (int k = 0; k < LANES; k++)
+        m = mlane[k] > m ? mlane[k] : m;
+    double lane[LANES] = { 0 };
+    j = 0;
+    for (; j + LANES <= len; j += LANES)
+        for (int k = 0; k < LANES; k++) {
+            float e = vm_expf(q[j + k] - m);
+            lane[k] += e;
+            if (!logs)
+                o[j + k] = e;
+        }
+    double sum = 0;
+    for (; j < len; j++) {
+        float e = vm_expf(q[j] - m);
+        sum += e;
+        if (!logs)
+            o[j] = e;
+    }
+    for (int k = 0; k < LANES; k++)
+        sum += lane[k];
+    if (logs) {
+        double lse = m + log(sum);
+        for (j = 0; j < len; j++)
+            o[j] = (float)(q[j] - lse);
+    } else {
+        double inv = 1 / sum;
+        for (j = 0; j < len; j++)
+            o[j] = (float)(o[j] * inv);
+    }
+}
+
+static void softmax_f32_rows(int64_t n, char **p, const int64_t *s, const void *ctx)
+{
+    const reduce_ctx *c = ctx;
+    for (int64_t i = 0; i < n; i++)
+        softmax_row_f32((const float *)(p[1] + i * s[1]), (float *)(p[0] + i * s[0]), c->len, c->log);
+}
+
 #define TO_F32(x) ((float)(x))
 #define TO_F64(x) (x)
 #define TO_BF16(x) float_to_bf16((float)(x))
 #define FROM_BF16(x) ((double)bf16_to_float(x))
 #define FROM_NUM(x) ((double)(x))
-#define EXP_F32(x) ((double)expf((float)(x)))
+#define EXP_F32(x) ((double)vm_expf((float)(x)))
 SOFTMAX_ROW(f32, float, FROM_NUM, TO_F32, EXP_F32)
 SOFTMAX_ROW(f64, double, FROM_NUM, TO_F64, exp)
 SOFTMAX_ROW(bf16, uint16_t, FROM_BF16, TO_BF16, exp)
@@ -211,6 +268,8 @@ dp_status cpu_softmax(dp_tensor *out, dp_tensor *a, int dim, int log)
 {
     cpu_row_fn fn = a->dtype == DP_FLOAT32 ? softmax_f32 : a->dtype == DP_FLOAT64 ? softmax_f64
                   : a->dtype == DP_BFLOAT16 ? softmax_bf16 : NULL;
+    if (fn == softmax_f32 && a->ndim > 0 && a->stride[dim] == 1 && out->stride[dim] == 1)
+        fn = softmax_f32_rows;
     if (!fn)
         return dp_fail(DP_ERR_DTYPE, "softmax: expected a floating dtype, got %s", dp_dtype_name(a->dtype));
     if (a->ndim == 0) {
@@ -225,5 +284,91 @@ dp_status cpu_softmax(dp_tensor *out, dp_tensor *a, int dim, int log)
                      .out_stride = out->stride[dim] * (int64_t)dp_dtype_size(out->dtype) };
     dp_tensor *ts[2] = { &out_view, &in_view };
     cpu_foreach(2, ts, fn, &c);
+    return DP_OK;
+}
+
+/* ---------------------------------------------------------------- softmax backward */
+
+/* dx along a row from the output y and its gradient g: softmax's
+ * y (g - sum(g y)), log_softmax's g - exp(y) sum(g). One read of the row
+ * for the sum and one for dx, where the tensor ops took five passes. */
+typedef struct {
+    int64_t len, s_dx, s_g, s_y;   /* the row's length; its byte stride in dx, g and y */
+    int log;
+} softmax_bwd_ctx;
+
+#define SOFTMAX_BWD_ROW(tag, S, LOAD, STORE, EXP)                                           \
+    static void softmax_bwd_##tag(int64_t n, char **p, const int64_t *s, const void *ctx)   \
+    {                                                                                       \
+        const softmax_bwd_ctx *c = ctx;                                                     \
+        for (int64_t i = 0; i < n; i++) {                                                   \
+            char *dx = p[0] + i * s[0];                                                     \
+            const char *g = p[1] + i * s[1], *y = p[2] + i * s[2];                          \
+            double sum = 0;                                                                 \
+            for (int64_t j = 0; j < c->len; j++) {                                          \
+                double gv = LOAD(*(const S *)(g + j * c->s_g));                             \
+                sum += c->log ? gv : gv * LOAD(*(const S *)(y + j * c->s_y));               \
+            }                                                                               \
+            for (int64_t j = 0; j < c->len; j++) {                                          \
+                double gv = LOAD(*(const S *)(g + j * c->s_g));                             \
+                double yv = LOAD(*(const S *)(y + j * c->s_y));                             \
+                *(S *)(dx + j * c->s_dx) = STORE(c->log ? gv - EXP(yv) * sum : yv * (gv - sum)); \
+            }                                                                               \
+        }                                                                                   \
+    }
+SOFTMAX_BWD_ROW(f32, float, FROM_NUM, TO_F32, EXP_F32)
+SOFTMAX_BWD_ROW(f64, double, FROM_NUM, TO_F64, exp)
+SOFTMAX_BWD_ROW(bf16, uint16_t, FROM_BF16, TO_BF16, exp)
+
+/* contiguous float32 rows: float arithmetic, as the tensor ops had, with
+ * the sum in double lanes */
+VM_CLONES static void softmax_bwd_row_f32(float *restrict dx, const float *restrict g, const float *restrict y,
+                                          int64_t len, int logs)
+{
+    double lane[LANES] = { 0 }, sum = 0;
+    int64_t j = 0;
+    for (; j + LANES <= len; j += LANES)
+        for (int k = 0; k < LANES; k++)
+            lane[k] += logs ? (double)g[j + k] : (double)g[j + k] * y[j + k];
+    for (; j < len; j++)
+        sum += logs ? (double)g[j] : (double)g[j] * y[j];
+    for (int k = 0; k < LANES; k++)
+        sum += lane[k];
+    float fs = (float)sum;
+    if (logs)
+        for (j = 0; j < len; j++)
+            dx[j] = g[j] - vm_expf(y[j]) * fs;
+    else
+        for (j = 0; j < len; j++)
+            dx[j] = y[j] * (g[j] - fs);
+}
+
+static void softmax_bwd_f32_rows(int64_t n, char **p, const int64_t *s, const void *ctx)
+{
+    const softmax_bwd_ctx *c = ctx;
+    for (int64_t i = 0; i < n; i++)
+        softmax_bwd_row_f32((float *)(p[0] + i * s[0]), (const float *)(p[1] + i * s[1]),
+                            (const float *)(p[2] + i * s[2]), c->len, c->log);
+}
+
+dp_status cpu_softmax_backward(dp_tensor *dx, dp_tensor *g, dp_tensor *y, int dim, int log)
+{
+    cpu_row_fn fn = y->dtype == DP_FLOAT32 ? softmax_bwd_f32 : y->dtype == DP_FLOAT64 ? softmax_bwd_f64
+                  : y->dtype == DP_BFLOAT16 ? softmax_bwd_bf16 : NULL;
+    if (!fn)
+        return dp_fail(DP_ERR_DTYPE, "softmax backward: expected a floating dtype, got %s", dp_dtype_name(y->dtype));
+    if (y->ndim == 0)   /* a single value's softmax is constant */
+        return cpu_fill(dx, 0.0);
+    if (fn == softmax_bwd_f32 && dx->stride[dim] == 1 && g->stride[dim] == 1 && y->stride[dim] == 1)
+        fn = softmax_bwd_f32_rows;
+    int64_t es = (int64_t)dp_dtype_size(y->dtype);
+    softmax_bwd_ctx c = { .len = y->shape[dim], .log = log, .s_dx = dx->stride[dim] * es,
+                          .s_g = g->stride[dim] * es, .s_y = y->stride[dim] * es };
+    dp_tensor dx_view, g_view, y_view;
+    drop_dim(&dx_view, dx, dim);
+    drop_dim(&g_view, g, dim);
+    drop_dim(&y_view, y, dim);
+    dp_tensor *ts[3] = { &dx_view, &g_view, &y_view };
+    cpu_foreach(3, ts, fn, &c);
     return DP_OK;
 }

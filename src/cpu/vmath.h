@@ -1,0 +1,109 @@
+/*
+ * vmath.h — float32 exp, sigmoid and tanh written so that GCC vectorises
+ * the loops that call them: no table, no branch, no libm call, every
+ * special case a select. libm's expf is a call per element; a softmax
+ * over a language model's 10,000 classes spends most of its time there.
+ *
+ * vm_expf is within 1 ulp of the exact exp over the whole float range
+ * (subnormal results included) and returns what expf returns at the
+ * edges: NaN for NaN, +inf above 88.7228..., 0 below -103.97..., 0 for
+ * -inf. vm_tanhf is within 1.5 ulp, vm_sigmoidf within 2.5. tests/c/test_vmath.c
+ * checks these bounds against libm over a sweep of the float range.
+ *
+ * float64 stays with libm (its exp is correctly rounded nearly always,
+ * and no float64 path is hot enough to trade that away).
+ */
+#ifndef DP_CPU_VMATH_H
+#define DP_CPU_VMATH_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* The functions whose loops call these are compiled twice, for the
+ * baseline x86-64 (SSE2: four lanes) and for x86-64-v3 (AVX2 and FMA:
+ * eight lanes, each polynomial step one fma), chosen at load time: the
+ * AVX2 clone takes a third of the baseline's time for an exp. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define VM_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define VM_CLONES
+#endif
+
+static inline float vm_bits_to_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t vm_float_to_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* exp(x) = 2^n e^r with n = round(x / ln2) and |r| <= ln2 / 2. x is
+ * first clamped to [-104, 89], where every result below the smallest
+ * subnormal has rounded to 0 and every one above FLT_MAX to inf, so the
+ * clamped values give expf's 0 and inf (a NaN passes the clamps and
+ * poisons the polynomial). ln2 is split (Cody and Waite) so that
+ * n * LN2_HI is exact. e^r = 1 + r + r^2 q(r), q a near-minimax
+ * polynomial of degree 4 on [-ln2/2, ln2/2] (Chebyshev interpolation of
+ * (e^r - 1 - r) / r^2, error below 1e-7 relative, so that e^r's error
+ * is below 1e-8); scripts/gen_vmath_coeffs.py derives the coefficients.
+ * 2^n is applied as two powers of two, 2^(n/2) and 2^(n - n/2), each a
+ * normal float for every n the clamp allows: a result that overflows or
+ * is subnormal is rounded once, by the last multiply, as expf's is. */
+static inline float vm_expf(float x)
+{
+    const float LOG2E = 1.44269504088896341f;
+    const float LN2_HI = 0.693359375f, LN2_LO = -2.12194440e-4f;
+    const float ROUND = 12582912.0f;   /* 1.5 * 2^23: adding it rounds to an integer */
+    x = x > 89.0f ? 89.0f : x;
+    x = x < -104.0f ? -104.0f : x;
+    float k = x * LOG2E + ROUND;          /* n in the low mantissa bits */
+    int32_t n = (int32_t)(vm_float_to_bits(k) - vm_float_to_bits(ROUND));
+    float fn = k - ROUND;
+    float r = (x - fn * LN2_HI) - fn * LN2_LO;
+    float q = 1.39261759e-3f;
+    q = q * r + 8.36317334e-3f;
+    q = q * r + 4.16665561e-2f;
+    q = q * r + 1.66665778e-1f;
+    q = q * r + 0.5f;
+    float p = 1.0f + (r + r * r * q);
+    int32_t n1 = n / 2, n2 = n - n1;
+    float s1 = vm_bits_to_float((uint32_t)(n1 + 127) << 23);
+    float s2 = vm_bits_to_float((uint32_t)(n2 + 127) << 23);
+    return p * s1 * s2;
+}
+
+/* 1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below: e^-|x| never
+ * overflows, so a very negative x keeps its tiny (subnormal) result
+ * where 1 / (1 + e^-x) would give 0 */
+static inline float vm_sigmoidf(float x)
+{
+    float e = vm_expf(x < 0 ? x : -x);
+    return (x < 0 ? e : 1.0f) / (1.0f + e);
+}
+
+/* tanh(x) = x + x^3 t(x^2) for |x| < 0.55 (t a near-minimax polynomial of
+ * degree 4, relative error below 1.5e-8), else sign(x) (1 - 2 / (e^2|x| +
+ * 1)), which no longer cancels there: both are computed and one kept. 1
+ * where e^2|x| overflows; NaN stays NaN. */
+static inline float vm_tanhf(float x)
+{
+    float a = x < 0 ? -x : x;
+    float s = x * x;
+    float t = -6.61022775e-3f;
+    t = t * s + 2.13093888e-2f;
+    t = t * s - 5.39094284e-2f;
+    t = t * s + 1.33331135e-1f;
+    t = t * s - 3.33333313e-1f;
+    float small = x == 0 ? x : x + x * s * t;   /* keeps -0's sign */
+    float big = 1.0f - 2.0f / (vm_expf(a + a) + 1.0f);
+    big = x < 0 ? -big : big;
+    return a < 0.55f ? small : big;
+}
+
+#endif
