@@ -47,10 +47,33 @@ static void drop_dim(dp_tensor *view, const dp_tensor *t, int dim)
 #define ILD_B8(p) ((int64_t)(*(const uint8_t *)(p) != 0))
 #define ILD_NONE(p) ((int64_t)0)
 
-/* Reduces one run of `len` elements at q with byte stride rs. Values are
+/* The sum of n contiguous floats (doubles) in double lanes, which
+ * vectorise without reassociating a serial sum: a gradient norm's sum of
+ * 4 million squares took 5 ms one add at a time. */
+#define SUM_LANES(tag, T)                                                   \
+    VM_CLONES static double sum_lanes_##tag(const void *p, int64_t n)       \
+    {                                                                       \
+        const T *q = p;                                                     \
+        double lane[LANES] = { 0 }, s = 0;                                  \
+        int64_t j = 0;                                                      \
+        for (; j + LANES <= n; j += LANES)                                  \
+            for (int k = 0; k < LANES; k++)                                 \
+                lane[k] += q[j + k];                                        \
+        for (; j < n; j++)                                                  \
+            s += q[j];                                                      \
+        for (int k = 0; k < LANES; k++)                                     \
+            s += lane[k];                                                   \
+        return s;                                                           \
+    }
+#define LANES 8
+SUM_LANES(f32, float)
+SUM_LANES(f64, double)
+
+/* Reduces one run of `len` elements at q with byte stride rs; a float
+ * sum over contiguous elements (rs == ES, 0 for none) in lanes. Values are
  * written through the output's dtype; the index (arg ops, max/min with
  * indices) goes to *index. */
-#define REDUCE_RUN(tag, LOAD, ILOAD, IS_INT)                                          \
+#define REDUCE_RUN(tag, LOAD, ILOAD, IS_INT, LANES_SUM, ES)                           \
     static double reduce_run_##tag(const reduce_ctx *c, const char *q, int64_t *index, \
                                    int64_t *iresult)                                  \
     {                                                                                 \
@@ -60,7 +83,9 @@ static void drop_dim(dp_tensor *view, const dp_tensor *t, int dim)
             if (IS_INT) { uint64_t s = 0; /* wraps, as in PyTorch */                 \
                           for (int64_t i = 0; i < n; i++) s += (uint64_t)ILOAD(q + i * rs); \
                           *iresult = (int64_t)s; return (double)(int64_t)s; }         \
-            double s = 0; for (int64_t i = 0; i < n; i++) s += LOAD(q + i * rs);      \
+            double s = 0;                                                             \
+            if (ES && rs == ES) s = LANES_SUM(q, n);   /* contiguous floats */        \
+            else for (int64_t i = 0; i < n; i++) s += LOAD(q + i * rs);               \
             return c->op == DP_MEAN ? s / (double)n : s; }                            \
         case DP_PROD: {                                                               \
             if (IS_INT) { uint64_t s = 1;                                             \
@@ -98,13 +123,13 @@ static void drop_dim(dp_tensor *view, const dp_tensor *t, int dim)
         return 0;                                                                     \
     }
 
-REDUCE_RUN(f32, LD_F32, ILD_NONE, 0)
-REDUCE_RUN(f64, LD_F64, ILD_NONE, 0)
-REDUCE_RUN(bf16, LD_BF16P, ILD_NONE, 0)
-REDUCE_RUN(i64, LD_I64, ILD_I64, 1)
-REDUCE_RUN(i32, LD_I32, ILD_I32, 1)
-REDUCE_RUN(u8, LD_U8, ILD_U8, 1)
-REDUCE_RUN(b8, LD_B8, ILD_B8, 1)
+REDUCE_RUN(f32, LD_F32, ILD_NONE, 0, sum_lanes_f32, 4)
+REDUCE_RUN(f64, LD_F64, ILD_NONE, 0, sum_lanes_f64, 8)
+REDUCE_RUN(bf16, LD_BF16P, ILD_NONE, 0, sum_lanes_f32, 0)   /* (ES 0: no lanes) */
+REDUCE_RUN(i64, LD_I64, ILD_I64, 1, sum_lanes_f64, 0)
+REDUCE_RUN(i32, LD_I32, ILD_I32, 1, sum_lanes_f64, 0)
+REDUCE_RUN(u8, LD_U8, ILD_U8, 1, sum_lanes_f64, 0)
+REDUCE_RUN(b8, LD_B8, ILD_B8, 1, sum_lanes_f64, 0)
 
 typedef double (*reduce_run_fn)(const reduce_ctx *, const char *, int64_t *, int64_t *);
 static const reduce_run_fn reduce_runs[DP_NUM_DTYPES] = {
@@ -204,7 +229,6 @@ dp_status cpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, i
  * and sums in double lanes (the lanes keep the loop free of a serial
  * dependency and need no reassociation). A NaN or inf in the row makes a
  * NaN sum, so every output is NaN, as with the general rows. */
-#define LANES 8
 VM_CLONES static void softmax_row_f32(const float *restrict q, float *restrict o, int64_t len, int logs)
 {
     float m = -INFINITY, mlane[LANES];
