@@ -135,11 +135,33 @@ static dp_status linear_record(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_t
     return st;
 }
 
+/* An N-D x: the op (act 0: none) on its (M, K) view, the output viewed
+ * back as (.., out_features), so that the product is one direct GEMM with
+ * its bias: a GPU keeps the activation in the product's epilogue for a
+ * transformer's (B, T, C) activations, and the CPU's backward takes the
+ * bias gradient in the GEMM's pass instead of a sum over a strided dim. */
+static dp_status linear_rows(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, dp_unop act)
+{
+    int64_t shape[DP_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    shape[x->ndim - 1] = w->shape[0];
+    dp_tensor *x2 = NULL, *y2 = NULL;
+    dp_status st = as_matrix(&x2, x);
+    if (!st && !(st = act ? dp_linear_act(&y2, x2, w, b, act) : dp_linear(&y2, x2, w, b)))
+        st = dp_reshape(out, y2, x->ndim, shape);
+    dp_tensor_release(x2);
+    dp_tensor_release(y2);
+    return st;
+}
+
 dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
 {
     dp_status st = linear_check(x, w, b);
     if (st)
         return st;
+    /* the CPU's N-D input as rows (a GPU's stays a batched matmul and an add) */
+    if (x->ndim > 2 && ON_CPU(x) && tensor_is_contiguous(x) && dp_tensor_numel(x) > 0)
+        return linear_rows(out, x, w, b, 0);
     bool direct = linear_direct(x, w, b);
     if (direct) {
         st = linear_direct_out(out, NULL, x, w, b, 0);
@@ -180,22 +202,6 @@ static dp_status bw_linear_act(ag_node *n, dp_tensor *g, dp_tensor **gi)
     return st;
 }
 
-/* An N-D x: the op on its (M, K) view, the output viewed back as (..,
- * out_features); so a GPU keeps the activation in the product's epilogue
- * for a transformer's (B, T, C) activations. */
-static dp_status linear_act_rows(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, dp_unop act)
-{
-    int64_t shape[DP_MAX_DIMS];
-    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
-    shape[x->ndim - 1] = w->shape[0];
-    dp_tensor *x2 = NULL, *y2 = NULL;
-    dp_status st = as_matrix(&x2, x);
-    if (!st && !(st = dp_linear_act(&y2, x2, w, b, act)))
-        st = dp_reshape(out, y2, x->ndim, shape);
-    dp_tensor_release(x2);
-    dp_tensor_release(y2);
-    return st;
-}
 
 dp_status dp_linear_act(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, dp_unop act)
 {
@@ -206,7 +212,7 @@ dp_status dp_linear_act(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *
     if (st)
         return st;
     if (x->ndim > 2 && !ON_CPU(x) && tensor_is_contiguous(x) && dp_tensor_numel(x) > 0)   /* the CPU: the two ops */
-        return linear_act_rows(out, x, w, b, act);
+        return linear_rows(out, x, w, b, act);
     if (!linear_direct(x, w, b)) {
         dp_tensor *y = NULL;
         if (!(st = dp_linear(&y, x, w, b)))
