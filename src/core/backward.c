@@ -357,6 +357,8 @@ dp_status bw_softmax(ag_node *n, dp_tensor *g, dp_tensor **gi)
     dp_tensor *y = n->saved[0], *gy = NULL, *s = NULL, *d = NULL, *ga = NULL, *e = NULL;
     int dim = (int)n->iarg[0];
     dp_status st;
+    if (n->grad_masked)   /* an nll_loss's backward made g through this log_softmax */
+        return give(n, 0, g, gi);
     if (ON_CPU(y) && g->dtype == y->dtype) {   /* one kernel; g may be a broadcast view */
         if (!(st = tensor_new(&ga, y->ndim, y->shape, y->dtype, y->device)) &&
             !(st = cpu_softmax_backward(ga, g, y, dim, (int)n->iarg[1])))

@@ -250,6 +250,8 @@ static dp_status bw_cross_entropy(ag_node *n, dp_tensor *g, dp_tensor **gi)
     }
     cpu_ce_args a = { NULL, n->saved[1], n->saved[2], n->iarg[0], n->darg[0], (int)n->iarg[2], n->saved[0],
                       (int)n->iarg[1], n->saved[3], NULL, false };
+    /* nll_loss of a CPU log_softmax over the classes: the logits' gradient at once */
+    dp_tensor *y = a.log_probs && a.label_smoothing == 0 && ON_CPU(g) ? ag_offered_log_softmax(n, 0, 1) : NULL;
     dp_tensor *gc = NULL, *dx = NULL;
     dp_status st;
     if (!(st = dp_to(&gc, g, n->in[0].dtype, n->in[0].device)) && !(st = dp_contiguous(&dx, gc))) {
@@ -257,8 +259,9 @@ static dp_status bw_cross_entropy(ag_node *n, dp_tensor *g, dp_tensor **gi)
         gc = dx;
         dx = NULL;
         if (!(st = tensor_new(&dx, 2, n->in[0].shape, n->in[0].dtype, n->in[0].device)) &&
-            !(st = k_cross_entropy_backward(dx, gc, &a)))
-            st = ag_sum_to(&gi[0], dx, &n->in[0]);
+            !(st = y ? cpu_nll_log_softmax_backward(dx, gc, y, &a) : k_cross_entropy_backward(dx, gc, &a)) &&
+            !(st = ag_sum_to(&gi[0], dx, &n->in[0])) && y)
+            ag_took_mask(n);
     }
     drop3(gc, dx, NULL);
     return st;

@@ -105,6 +105,11 @@ typedef struct {
 dp_status cpu_cross_entropy(dp_tensor *out, const cpu_ce_args *a);
 /* g: out's gradient, contiguous, of out's shape and dtype */
 dp_status cpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_ce_args *a);
+/* nll_loss's backward through the log_softmax y (N, C) that made its
+ * input, in one pass: dx = scale_i w_t (exp(y) - onehot(t)) per row (the
+ * log-probabilities' gradient, -scale_i w_t at t, taken through g - exp(y)
+ * sum(g)); dx, y of the input's dtype */
+dp_status cpu_nll_log_softmax_backward(dp_tensor *dx, dp_tensor *g, dp_tensor *y, const cpu_ce_args *a);
 
 typedef struct {
     int64_t kernel[2], stride[2], padding[2], dilation[2];

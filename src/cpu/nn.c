@@ -5,6 +5,7 @@
  * Inputs are contiguous (src/core/nn.c makes them so).
  */
 #include "cpu/cpu.h"
+#include "cpu/vmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -151,6 +152,42 @@ dp_status cpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_
                 d += eps / (double)C * (p * wall - class_weight(a->weight, k));
             dtype_store(dinput->dtype, row + k * (int64_t)es, d * sc);
         }
+    }
+    return DP_OK;
+}
+
+/* A row of nll_loss's gradient through log_softmax: f (exp(y) - onehot(t)) */
+VM_CLONES static void nll_log_softmax_row_f32(float *restrict d, const float *restrict y, int64_t C, int64_t t, float f)
+{
+    for (int64_t k = 0; k < C; k++)
+        d[k] = f * vm_expf(y[k]);
+    d[t] -= f;
+}
+
+dp_status cpu_nll_log_softmax_backward(dp_tensor *dx, dp_tensor *g, dp_tensor *y, const cpu_ce_args *a)
+{
+    int64_t N = dx->shape[0], C = dx->shape[1];
+    size_t es = dp_dtype_size(dx->dtype), gs = dp_dtype_size(g->dtype);
+    double g0 = dtype_load(g->dtype, tensor_ptr(g));
+    if (a->reduction == CE_REDUCE_MEAN)
+        g0 /= *(const double *)tensor_ptr(a->denom);
+    for (int64_t i = 0; i < N; i++) {
+        char *row = tensor_ptr(dx) + i * C * (int64_t)es;
+        const char *yrow = tensor_ptr(y) + i * C * (int64_t)es;
+        int64_t t = ((const int64_t *)tensor_ptr(a->target))[i];
+        double sc = a->reduction == CE_REDUCE_NONE ? dtype_load(g->dtype, tensor_ptr(g) + i * (int64_t)gs) : g0;
+        if (t == a->ignore_index || sc == 0) {   /* the floating dtypes' 0 is all zero bits */
+            memset(row, 0, (size_t)C * es);
+            continue;
+        }
+        double f = sc * class_weight(a->weight, t);
+        if (dx->dtype == DP_FLOAT32) {
+            nll_log_softmax_row_f32((float *)row, (const float *)yrow, C, t, (float)f);
+            continue;
+        }
+        for (int64_t k = 0; k < C; k++)
+            dtype_store(dx->dtype, row + k * (int64_t)es,
+                        f * (exp(dtype_load(y->dtype, yrow + k * (int64_t)es)) - (k == t)));
     }
     return DP_OK;
 }
