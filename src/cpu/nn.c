@@ -59,6 +59,40 @@ static void row_log_probs(const cpu_ce_args *a, int64_t i, int64_t C, double *lo
     }
 }
 
+/* float32 logits without label smoothing (a classifier's): row x's
+ * log-sum-exp, and with prow (only when a backward will follow) its
+ * probabilities; vm_expf twice, once for the sum and once for prow, is
+ * cheaper than a third pass over the float64 row to scale it. */
+#define LANES 8
+VM_CLONES static double logsumexp_row_f32(const float *restrict x, int64_t C, double *restrict prow)
+{
+    float m = -INFINITY, mlane[LANES];
+    for (int k = 0; k < LANES; k++)
+        mlane[k] = -INFINITY;
+    int64_t j = 0;
+    for (; j + LANES <= C; j += LANES)
+        for (int k = 0; k < LANES; k++)
+            mlane[k] = x[j + k] > mlane[k] ? x[j + k] : mlane[k];
+    for (; j < C; j++)
+        m = x[j] > m ? x[j] : m;
+    for (int k = 0; k < LANES; k++)
+        m = mlane[k] > m ? mlane[k] : m;
+    double lane[LANES] = { 0 }, sum = 0;
+    for (j = 0; j + LANES <= C; j += LANES)
+        for (int k = 0; k < LANES; k++)
+            lane[k] += vm_expf(x[j + k] - m);
+    for (; j < C; j++)
+        sum += vm_expf(x[j] - m);
+    for (int k = 0; k < LANES; k++)
+        sum += lane[k];
+    if (prow) {
+        double inv = 1 / sum;
+        for (j = 0; j < C; j++)
+            prow[j] = vm_expf(x[j] - m) * inv;
+    }
+    return m + log(sum);
+}
+
 /* The per-sample losses, reduced into out; the mean's denominator; and
  * (for logits) the softmax into a->probs (N x C float64). */
 dp_status cpu_cross_entropy(dp_tensor *out, const cpu_ce_args *a)
@@ -84,6 +118,15 @@ dp_status cpu_cross_entropy(dp_tensor *out, const cpu_ce_args *a)
         if (a->log_probs && eps == 0) {   /* nll_loss: only the target's entry counts */
             size_t ies = dp_dtype_size(a->input->dtype);
             loss = -wt * dtype_load(a->input->dtype, tensor_ptr(a->input) + (i * C + t) * (int64_t)ies);
+            if (a->reduction == CE_REDUCE_NONE)
+                dtype_store(out->dtype, tensor_ptr(out) + i * (int64_t)es, loss);
+            total += loss;
+            wsum += wt;
+            continue;
+        }
+        if (a->input->dtype == DP_FLOAT32 && eps == 0 && !a->log_probs) {
+            const float *x = (const float *)tensor_ptr(a->input) + i * C;
+            loss = -wt * (x[t] - logsumexp_row_f32(x, C, probs ? probs + i * C : NULL));
             if (a->reduction == CE_REDUCE_NONE)
                 dtype_store(out->dtype, tensor_ptr(out) + i * (int64_t)es, loss);
             total += loss;
