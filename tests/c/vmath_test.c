@@ -6,9 +6,9 @@
  * infinities and NaNs included), and exact results at the edges that
  * expf defines: NaN, +-inf, +-0, the overflow threshold, the last normal
  * and the last subnormal result. Each function is checked as the
- * baseline x86-64 build computes it and, where the CPU has AVX2 and FMA,
- * as the x86-64-v3 clone (VM_CLONES) computes it, whose fmas round
- * differently.
+ * baseline x86-64 build computes it and, where the CPU has them, as the
+ * x86-64-v3 (AVX2, FMA) and x86-64-v4 (AVX-512) clones of VM_CLONES
+ * compute it, whose fmas round differently.
  */
 #include "cpu/vmath.h"
 
@@ -64,8 +64,9 @@ typedef float (*fn32)(float);
     attr static float sigmoid_##sfx(float x) { return vm_sigmoidf(x); }
 VARIANTS(__attribute__((noinline)), base)
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define HAVE_V3 1
+#define HAVE_CLONES 1
 VARIANTS(__attribute__((noinline, target("arch=x86-64-v3"))), v3)
+VARIANTS(__attribute__((noinline, target("arch=x86-64-v4"))), v4)
 #endif
 
 /* the largest error over every 199th bit pattern, and where */
@@ -128,12 +129,16 @@ static void check_variant(const char *variant, fn32 fexp, fn32 ftanh, fn32 fsig)
 int main(void)
 {
     check_variant("x86-64", exp_base, tanh_base, sigmoid_base);
-#ifdef HAVE_V3
+#ifdef HAVE_CLONES
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    if (__builtin_cpu_supports("x86-64-v3"))
         check_variant("x86-64-v3", exp_v3, tanh_v3, sigmoid_v3);
     else
-        printf("# the CPU has no AVX2 and FMA: the x86-64-v3 clone is not checked\n");
+        printf("# the CPU is not x86-64-v3 (AVX2, FMA): that clone is not checked\n");
+    if (__builtin_cpu_supports("x86-64-v4"))
+        check_variant("x86-64-v4", exp_v4, tanh_v4, sigmoid_v4);
+    else
+        printf("# the CPU is not x86-64-v4 (AVX-512): that clone is not checked\n");
 #endif
     printf("1..%d\n", ntests);
     return nfailed != 0;
