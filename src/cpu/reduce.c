@@ -47,33 +47,43 @@ static void drop_dim(dp_tensor *view, const dp_tensor *t, int dim)
 #define ILD_B8(p) ((int64_t)(*(const uint8_t *)(p) != 0))
 #define ILD_NONE(p) ((int64_t)0)
 
-/* The sum of n contiguous floats (doubles) in double lanes, which
- * vectorise without reassociating a serial sum: a gradient norm's sum of
- * 4 million squares took 5 ms one add at a time. */
-#define SUM_LANES(tag, T)                                                   \
-    VM_CLONES static double sum_lanes_##tag(const void *p, int64_t n)       \
+/* The sum (SQ(v) = v) or the sum of squares (SQ(v) = v * v) of n
+ * contiguous floats (doubles) in double lanes, which vectorise without
+ * reassociating a serial sum: the 4 million gradients of a language model
+ * took 5 ms one add at a time. */
+#define SUM_LANES(name, T, SQ)                                              \
+    VM_CLONES static double name(const void *p, int64_t n)                  \
     {                                                                       \
         const T *q = p;                                                     \
-        double lane[LANES] = { 0 }, s = 0;                                  \
+        double lane[SUM_LANES_N] = { 0 }, s = 0;                            \
         int64_t j = 0;                                                      \
-        for (; j + LANES <= n; j += LANES)                                  \
-            for (int k = 0; k < LANES; k++)                                 \
-                lane[k] += q[j + k];                                        \
-        for (; j < n; j++)                                                  \
-            s += q[j];                                                      \
-        for (int k = 0; k < LANES; k++)                                     \
+        for (; j + SUM_LANES_N <= n; j += SUM_LANES_N)                      \
+            for (int k = 0; k < SUM_LANES_N; k++) {                         \
+                double v = q[j + k];                                        \
+                lane[k] += SQ(v);                                           \
+            }                                                               \
+        for (; j < n; j++) {                                                \
+            double v = q[j];                                                \
+            s += SQ(v);                                                     \
+        }                                                                   \
+        for (int k = 0; k < SUM_LANES_N; k++)                               \
             s += lane[k];                                                   \
         return s;                                                           \
     }
 #define LANES 8
-SUM_LANES(f32, float)
-SUM_LANES(f64, double)
+#define SUM_LANES_N 32   /* four chains of AVX-512 adds in flight: an add's latency is four cycles */
+#define PLAIN(v) (v)
+#define SQUARE(v) ((v) * (v))
+SUM_LANES(sum_lanes_f32, float, PLAIN)
+SUM_LANES(sum_lanes_f64, double, PLAIN)
+SUM_LANES(sumsq_lanes_f32, float, SQUARE)
+SUM_LANES(sumsq_lanes_f64, double, SQUARE)
 
 /* Reduces one run of `len` elements at q with byte stride rs; a float
- * sum over contiguous elements (rs == ES, 0 for none) in lanes. Values are
+ * sum or norm over contiguous elements (rs == ES, 0 for none) in lanes. Values are
  * written through the output's dtype; the index (arg ops, max/min with
  * indices) goes to *index. */
-#define REDUCE_RUN(tag, LOAD, ILOAD, IS_INT, LANES_SUM, ES)                           \
+#define REDUCE_RUN(tag, LOAD, ILOAD, IS_INT, LANES, ES)                           \
     static double reduce_run_##tag(const reduce_ctx *c, const char *q, int64_t *index, \
                                    int64_t *iresult)                                  \
     {                                                                                 \
@@ -84,7 +94,7 @@ SUM_LANES(f64, double)
                           for (int64_t i = 0; i < n; i++) s += (uint64_t)ILOAD(q + i * rs); \
                           *iresult = (int64_t)s; return (double)(int64_t)s; }         \
             double s = 0;                                                             \
-            if (ES && rs == ES) s = LANES_SUM(q, n);   /* contiguous floats */        \
+            if (ES && rs == ES) s = sum_lanes_##LANES(q, n);   /* contiguous floats */ \
             else for (int64_t i = 0; i < n; i++) s += LOAD(q + i * rs);               \
             return c->op == DP_MEAN ? s / (double)n : s; }                            \
         case DP_PROD: {                                                               \
@@ -111,7 +121,8 @@ SUM_LANES(f64, double)
             return c->op == DP_STD ? sqrt(var) : var; }                               \
         case DP_NORM: {                                                               \
             double s = 0;                                                             \
-            for (int64_t i = 0; i < n; i++) { double x = LOAD(q + i * rs); s += x * x; } \
+            if (ES && rs == ES) s = sumsq_lanes_##LANES(q, n);                        \
+            else for (int64_t i = 0; i < n; i++) { double x = LOAD(q + i * rs); s += x * x; } \
             return sqrt(s); }                                                         \
         case DP_ALL: {                                                                \
             for (int64_t i = 0; i < n; i++) if (LOAD(q + i * rs) == 0) return 0;      \
@@ -123,13 +134,13 @@ SUM_LANES(f64, double)
         return 0;                                                                     \
     }
 
-REDUCE_RUN(f32, LD_F32, ILD_NONE, 0, sum_lanes_f32, 4)
-REDUCE_RUN(f64, LD_F64, ILD_NONE, 0, sum_lanes_f64, 8)
-REDUCE_RUN(bf16, LD_BF16P, ILD_NONE, 0, sum_lanes_f32, 0)   /* (ES 0: no lanes) */
-REDUCE_RUN(i64, LD_I64, ILD_I64, 1, sum_lanes_f64, 0)
-REDUCE_RUN(i32, LD_I32, ILD_I32, 1, sum_lanes_f64, 0)
-REDUCE_RUN(u8, LD_U8, ILD_U8, 1, sum_lanes_f64, 0)
-REDUCE_RUN(b8, LD_B8, ILD_B8, 1, sum_lanes_f64, 0)
+REDUCE_RUN(f32, LD_F32, ILD_NONE, 0, f32, 4)
+REDUCE_RUN(f64, LD_F64, ILD_NONE, 0, f64, 8)
+REDUCE_RUN(bf16, LD_BF16P, ILD_NONE, 0, f32, 0)   /* (ES 0: no lanes) */
+REDUCE_RUN(i64, LD_I64, ILD_I64, 1, f64, 0)
+REDUCE_RUN(i32, LD_I32, ILD_I32, 1, f64, 0)
+REDUCE_RUN(u8, LD_U8, ILD_U8, 1, f64, 0)
+REDUCE_RUN(b8, LD_B8, ILD_B8, 1, f64, 0)
 
 typedef double (*reduce_run_fn)(const reduce_ctx *, const char *, int64_t *, int64_t *);
 static const reduce_run_fn reduce_runs[DP_NUM_DTYPES] = {
