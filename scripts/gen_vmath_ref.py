@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes tests/ref/vmath.lua: PyTorch's values, in float64, of the float32
-ops that run on src/cpu/vmath.h's exp, sigmoid and tanh, for
+ops that run on src/cpu/vmath.h's exp, sigmoid, tanh and erf, for
 tests/lua/test_vmath.lua.
 
     /usr/bin/python3 scripts/gen_vmath_ref.py > tests/ref/vmath.lua

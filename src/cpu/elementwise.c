@@ -92,12 +92,12 @@ void cpu_foreach(int nops, dp_tensor *const *ts, cpu_row_fn fn, const void *ctx)
 #define FOR_ALL_TYPES(X, ...) FOR_NUMERIC_TYPES(X, __VA_ARGS__) FOR_BOOL_TYPE(X, __VA_ARGS__)
 
 /* Math helpers chosen by compute type through _Generic: float's exp,
- * tanh and sigmoid are vmath.h's, which vectorise. */
+ * tanh, sigmoid and erf are vmath.h's, which vectorise. */
 #define M_EXP(x) _Generic((x), float: vm_expf, default: exp)(x)
 #define M_LOG(x) _Generic((x), float: logf, default: log)(x)
 #define M_SQRT(x) _Generic((x), float: sqrtf, default: sqrt)(x)
 #define M_TANH(x) _Generic((x), float: vm_tanhf, default: tanh)(x)
-#define M_ERF(x) _Generic((x), float: erff, default: erf)(x)
+#define M_ERF(x) _Generic((x), float: vm_erff, default: erf)(x)
 #define M_SIN(x) _Generic((x), float: sinf, default: sin)(x)
 #define M_COS(x) _Generic((x), float: cosf, default: cos)(x)
 #define M_FLOOR(x) _Generic((x), float: floorf, default: floor)(x)
@@ -168,7 +168,7 @@ FOR_FLOAT_TYPES(UN_SAME, rsqrt, (__typeof__(x))1 / M_SQRT(x))
 FOR_FLOAT_TYPES(UN_VM, tanh, M_TANH(x))
 FOR_FLOAT_TYPES(UN_VM, sigmoid, SIGMOID(x))
 FOR_NUMERIC_TYPES(UN_SAME, relu, x > 0 ? x : 0)
-FOR_FLOAT_TYPES(UN_SAME, gelu, GELU(x))
+FOR_FLOAT_TYPES(UN_VM, gelu, GELU(x))
 FOR_FLOAT_TYPES(UN_VM, gelu_tanh, GELU_TANH(x))
 FOR_FLOAT_TYPES(UN_SAME, sin, M_SIN(x))
 FOR_FLOAT_TYPES(UN_SAME, cos, M_COS(x))

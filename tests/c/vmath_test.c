@@ -1,6 +1,6 @@
 /*
- * vmath_test.c — TAP tests of src/cpu/vmath.h's float32 exp, tanh and
- * sigmoid against libm in double precision (the exact value rounded
+ * vmath_test.c — TAP tests of src/cpu/vmath.h's float32 exp, tanh,
+ * sigmoid and erf against libm in double precision (the exact value rounded
  * once): the error in ulps of the float result over a sweep of every
  * 199th float bit pattern (21 million values, both signs, subnormals,
  * infinities and NaNs included), and exact results at the edges that
@@ -38,6 +38,7 @@ static void ok(int cond, const char *fmt, ...)
 static double ref_exp(float x) { return exp((double)x); }
 static double ref_tanh(float x) { return tanh((double)x); }
 static double ref_sigmoid(float x) { return 1 / (1 + exp(-(double)x)); }
+static double ref_erf(float x) { return erf((double)x); }
 
 /* |got - want| in units of the last place of want rounded to float (a
  * subnormal's ulp is the smallest subnormal); 0 when both are the same
@@ -61,7 +62,8 @@ typedef float (*fn32)(float);
 #define VARIANTS(attr, sfx)                                            \
     attr static float exp_##sfx(float x) { return vm_expf(x); }        \
     attr static float tanh_##sfx(float x) { return vm_tanhf(x); }      \
-    attr static float sigmoid_##sfx(float x) { return vm_sigmoidf(x); }
+    attr static float sigmoid_##sfx(float x) { return vm_sigmoidf(x); } \
+    attr static float erf_##sfx(float x) { return vm_erff(x); }
 VARIANTS(__attribute__((noinline)), base)
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define HAVE_CLONES 1
@@ -100,11 +102,12 @@ static void check_exact(const char *name, const char *variant, fn32 f, double (*
     ok(same, "%s (%s) of %a is %a (got %a)", name, variant, (double)x, (double)want, (double)got);
 }
 
-static void check_variant(const char *variant, fn32 fexp, fn32 ftanh, fn32 fsig)
+static void check_variant(const char *variant, fn32 fexp, fn32 ftanh, fn32 fsig, fn32 ferf)
 {
     check_sweep("exp", variant, fexp, ref_exp, 1.1);
     check_sweep("tanh", variant, ftanh, ref_tanh, 1.5);
     check_sweep("sigmoid", variant, fsig, ref_sigmoid, 2.5);
+    check_sweep("erf", variant, ferf, ref_erf, 2.0);
     const float edges[] = {
         NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-45f, -1e-45f,
         0x1.62e42ep+6f,     /* 88.7228391: exp's largest finite result */
@@ -124,19 +127,24 @@ static void check_variant(const char *variant, fn32 fexp, fn32 ftanh, fn32 fsig)
     const float sig_edges[] = { NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 100.0f, -200.0f, -90.0f, -100.0f };
     for (int i = 0; i < (int)(sizeof sig_edges / sizeof sig_edges[0]); i++)
         check_exact("sigmoid", variant, fsig, ref_sigmoid, sig_edges[i]);
+    /* the switch between erf's forms, the clamp at 4, where erf rounds to 1 */
+    const float erf_edges[] = { NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-45f, -1e-45f, 1e-30f, 4.0f, -4.0f,
+                                100.0f, 3.9f, 0.921875f, -0.921875f };
+    for (int i = 0; i < (int)(sizeof erf_edges / sizeof erf_edges[0]); i++)
+        check_exact("erf", variant, ferf, ref_erf, erf_edges[i]);
 }
 
 int main(void)
 {
-    check_variant("x86-64", exp_base, tanh_base, sigmoid_base);
+    check_variant("x86-64", exp_base, tanh_base, sigmoid_base, erf_base);
 #ifdef HAVE_CLONES
     __builtin_cpu_init();
     if (__builtin_cpu_supports("x86-64-v3"))
-        check_variant("x86-64-v3", exp_v3, tanh_v3, sigmoid_v3);
+        check_variant("x86-64-v3", exp_v3, tanh_v3, sigmoid_v3, erf_v3);
     else
         printf("# the CPU is not x86-64-v3 (AVX2, FMA): that clone is not checked\n");
     if (__builtin_cpu_supports("x86-64-v4"))
-        check_variant("x86-64-v4", exp_v4, tanh_v4, sigmoid_v4);
+        check_variant("x86-64-v4", exp_v4, tanh_v4, sigmoid_v4, erf_v4);
     else
         printf("# the CPU is not x86-64-v4 (AVX-512): that clone is not checked\n");
 #endif

@@ -1,11 +1,12 @@
 -- test_vmath.lua: the float32 ops that run on src/cpu/vmath.h's
--- vectorised exp, sigmoid and tanh against PyTorch's float64 values of the
--- same float32 inputs (tests/ref/vmath.lua, written by
+-- vectorised exp, sigmoid, tanh and erf against PyTorch's float64 values
+-- of the same float32 inputs (tests/ref/vmath.lua, written by
 -- scripts/gen_vmath_ref.py): exp, sigmoid and tanh at expf's edges (NaN,
 -- infinities, zeros, overflow, subnormal results) and over a sweep;
 -- softmax and log_softmax and their backward, with -inf, NaN and +inf in a
 -- row; nll_loss of log_softmax (its folded backward) and cross_entropy;
--- gelu. Each within a few float32 ulps of the exact value.
+-- gelu (erf) and its tanh form. Each within a few float32 ulps of the
+-- exact value.
 local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 package.path = here .. "/?.lua;" .. package.path
 local T = require("tap")
