@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes tests/ref/vmath.lua: PyTorch's values, in float64, of the float32
-ops that run on src/cpu/vmath.h's exp, sigmoid, tanh and erf, for
+ops that run on src/cpu/vmath.h's exp, log, sigmoid, tanh and erf, for
 tests/lua/test_vmath.lua.
 
     /usr/bin/python3 scripts/gen_vmath_ref.py > tests/ref/vmath.lua
@@ -11,7 +11,9 @@ kernel should round:
   edge       exp, sigmoid and tanh at the edges expf defines (NaN, +-inf,
              +-0, the overflow threshold, the last normal and subnormal
              results, tanh's switch at 0.55) and over a sweep of -110..95
-             whose length (1003) leaves a tail after every vector width
+             whose length (1003) leaves a tail after every vector width;
+             log of the same values (NaN below 0, -inf at 0) and of their
+             magnitudes
   softmax    softmax and log_softmax over the rows of a (4, 203) matrix
              (one row with a -inf, one with large values), and the
              gradients of sum(y * w) for a fixed w
@@ -83,7 +85,9 @@ def main():
     print("  edge = { x = %s," % lua(X))
     print("    exp = %s," % lua(flat(torch.exp(x))))
     print("    sigmoid = %s," % lua(flat(torch.sigmoid(x))))
-    print("    tanh = %s }," % lua(flat(torch.tanh(x))))
+    print("    tanh = %s," % lua(flat(torch.tanh(x))))
+    print("    log = %s," % lua(flat(torch.log(x))))
+    print("    log_abs = %s }," % lua(flat(torch.log(x.abs()))))
 
     g = torch.Generator().manual_seed(20261208)
     rows = torch.randn(4, 203, generator=g, dtype=torch.float64) * 4

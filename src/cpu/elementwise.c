@@ -92,9 +92,9 @@ void cpu_foreach(int nops, dp_tensor *const *ts, cpu_row_fn fn, const void *ctx)
 #define FOR_ALL_TYPES(X, ...) FOR_NUMERIC_TYPES(X, __VA_ARGS__) FOR_BOOL_TYPE(X, __VA_ARGS__)
 
 /* Math helpers chosen by compute type through _Generic: float's exp,
- * tanh, sigmoid and erf are vmath.h's, which vectorise. */
+ * log, tanh, sigmoid and erf are vmath.h's, which vectorise. */
 #define M_EXP(x) _Generic((x), float: vm_expf, default: exp)(x)
-#define M_LOG(x) _Generic((x), float: logf, default: log)(x)
+#define M_LOG(x) _Generic((x), float: vm_logf, default: log)(x)
 #define M_SQRT(x) _Generic((x), float: sqrtf, default: sqrt)(x)
 #define M_TANH(x) _Generic((x), float: vm_tanhf, default: tanh)(x)
 #define M_ERF(x) _Generic((x), float: vm_erff, default: erf)(x)
@@ -162,7 +162,7 @@ FOR_FLOAT_TYPES(UN_SAME, abs, x < 0 ? -x : x)
 FOR_INT_TYPES(UN_SAME, abs, x < 0 ? W_NEG(x) : x)
 FOR_BOOL_TYPE(UN_SAME, abs, x)
 FOR_FLOAT_TYPES(UN_VM, exp, M_EXP(x))
-FOR_FLOAT_TYPES(UN_SAME, log, M_LOG(x))
+FOR_FLOAT_TYPES(UN_VM, log, M_LOG(x))
 FOR_FLOAT_TYPES(UN_SAME, sqrt, M_SQRT(x))
 FOR_FLOAT_TYPES(UN_SAME, rsqrt, (__typeof__(x))1 / M_SQRT(x))
 FOR_FLOAT_TYPES(UN_VM, tanh, M_TANH(x))

@@ -1,5 +1,5 @@
 /*
- * vmath_test.c — TAP tests of src/cpu/vmath.h's float32 exp, tanh,
+ * vmath_test.c — TAP tests of src/cpu/vmath.h's float32 exp, log, tanh,
  * sigmoid and erf against libm in double precision (the exact value rounded
  * once): the error in ulps of the float result over a sweep of every
  * 199th float bit pattern (21 million values, both signs, subnormals,
@@ -39,6 +39,7 @@ static double ref_exp(float x) { return exp((double)x); }
 static double ref_tanh(float x) { return tanh((double)x); }
 static double ref_sigmoid(float x) { return 1 / (1 + exp(-(double)x)); }
 static double ref_erf(float x) { return erf((double)x); }
+static double ref_log(float x) { return log((double)x); }
 
 /* |got - want| in units of the last place of want rounded to float (a
  * subnormal's ulp is the smallest subnormal); 0 when both are the same
@@ -63,7 +64,8 @@ typedef float (*fn32)(float);
     attr static float exp_##sfx(float x) { return vm_expf(x); }        \
     attr static float tanh_##sfx(float x) { return vm_tanhf(x); }      \
     attr static float sigmoid_##sfx(float x) { return vm_sigmoidf(x); } \
-    attr static float erf_##sfx(float x) { return vm_erff(x); }
+    attr static float erf_##sfx(float x) { return vm_erff(x); }         \
+    attr static float log_##sfx(float x) { return vm_logf(x); }
 VARIANTS(__attribute__((noinline)), base)
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define HAVE_CLONES 1
@@ -102,12 +104,13 @@ static void check_exact(const char *name, const char *variant, fn32 f, double (*
     ok(same, "%s (%s) of %a is %a (got %a)", name, variant, (double)x, (double)want, (double)got);
 }
 
-static void check_variant(const char *variant, fn32 fexp, fn32 ftanh, fn32 fsig, fn32 ferf)
+static void check_variant(const char *variant, fn32 fexp, fn32 ftanh, fn32 fsig, fn32 ferf, fn32 flog)
 {
     check_sweep("exp", variant, fexp, ref_exp, 1.1);
     check_sweep("tanh", variant, ftanh, ref_tanh, 1.5);
     check_sweep("sigmoid", variant, fsig, ref_sigmoid, 2.5);
     check_sweep("erf", variant, ferf, ref_erf, 2.0);
+    check_sweep("log", variant, flog, ref_log, 1.0);
     const float edges[] = {
         NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-45f, -1e-45f,
         0x1.62e42ep+6f,     /* 88.7228391: exp's largest finite result */
@@ -132,19 +135,24 @@ static void check_variant(const char *variant, fn32 fexp, fn32 ftanh, fn32 fsig,
                                 100.0f, 3.9f, 0.921875f, -0.921875f };
     for (int i = 0; i < (int)(sizeof erf_edges / sizeof erf_edges[0]); i++)
         check_exact("erf", variant, ferf, ref_erf, erf_edges[i]);
+    /* logf's NaN below 0 and -inf at +-0; powers of two; subnormals */
+    const float log_edges[] = { NAN, INFINITY, -INFINITY, 0.0f, -0.0f, -1.0f, -1e-45f, 1.0f, 2.0f, 0.5f, 1e-45f,
+                                1.17549435e-38f, 1.1754942e-38f, FLT_MAX };
+    for (int i = 0; i < (int)(sizeof log_edges / sizeof log_edges[0]); i++)
+        check_exact("log", variant, flog, ref_log, log_edges[i]);
 }
 
 int main(void)
 {
-    check_variant("x86-64", exp_base, tanh_base, sigmoid_base, erf_base);
+    check_variant("x86-64", exp_base, tanh_base, sigmoid_base, erf_base, log_base);
 #ifdef HAVE_CLONES
     __builtin_cpu_init();
     if (__builtin_cpu_supports("x86-64-v3"))
-        check_variant("x86-64-v3", exp_v3, tanh_v3, sigmoid_v3, erf_v3);
+        check_variant("x86-64-v3", exp_v3, tanh_v3, sigmoid_v3, erf_v3, log_v3);
     else
         printf("# the CPU is not x86-64-v3 (AVX2, FMA): that clone is not checked\n");
     if (__builtin_cpu_supports("x86-64-v4"))
-        check_variant("x86-64-v4", exp_v4, tanh_v4, sigmoid_v4, erf_v4);
+        check_variant("x86-64-v4", exp_v4, tanh_v4, sigmoid_v4, erf_v4, log_v4);
     else
         printf("# the CPU is not x86-64-v4 (AVX-512): that clone is not checked\n");
 #endif

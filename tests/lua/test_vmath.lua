@@ -1,8 +1,8 @@
 -- test_vmath.lua: the float32 ops that run on src/cpu/vmath.h's
--- vectorised exp, sigmoid, tanh and erf against PyTorch's float64 values
--- of the same float32 inputs (tests/ref/vmath.lua, written by
--- scripts/gen_vmath_ref.py): exp, sigmoid and tanh at expf's edges (NaN,
--- infinities, zeros, overflow, subnormal results) and over a sweep;
+-- vectorised exp, log, sigmoid, tanh and erf against PyTorch's float64
+-- values of the same float32 inputs (tests/ref/vmath.lua, written by
+-- scripts/gen_vmath_ref.py): exp, sigmoid, tanh and log at expf's edges
+-- (NaN, infinities, zeros, overflow, subnormal results) and over a sweep;
 -- softmax and log_softmax and their backward, with -inf, NaN and +inf in a
 -- row; nll_loss of log_softmax (its folded backward) and cross_entropy;
 -- gelu (erf) and its tanh form. Each within a few float32 ulps of the
@@ -39,6 +39,11 @@ T.run("exp, sigmoid and tanh at the edges and over a sweep", function()
   T.ok(y[9] < math.huge and y[9] > 3.4e38, "exp(88.7228317) is FLT_MAX's neighbour, finite")
   T.ok(y[17] > 0 and y[17] < 2e-45, "exp(-103.972) is the smallest subnormal")
   T.is(y[18], 0, "exp just below -103.972 rounds to 0")
+  -- log: within 1 ulp, so 1.5 of the rounded value; NaN below 0, -inf at 0
+  local ok, why = T.compare_values(torch.log(x):double(), rounded(ref.edge.log), 1.8e-7, SUB)
+  T.ok(ok, "log: every value within its ulps (NaN, inf and -inf exactly)", why)
+  ok, why = T.compare_values(torch.log(x:abs()):double(), rounded(ref.edge.log_abs), 1.8e-7, SUB)
+  T.ok(ok, "log of the magnitudes, subnormals included", why)
   local tz = torch.tanh(torch.tensor({ -0.0 }, f32)):tolist()[1]
   T.is(1 / tz, -math.huge, "tanh(-0) is -0")
 end)
