@@ -11,6 +11,9 @@ smooth function on an interval, at 40 digits:
         (e^r = 1 + r + r^2 q(r))
   tanh  t(s) = (tanh(x) - x) / x^3 with s = x^2 on [0, 0.55^2], degree 4
         (tanh(x) = x + x^3 t(x^2))
+  log   R(z) = (atanh(s) / s - 1) / z with z = s^2 on [0, s_max^2],
+        s_max = (sqrt2 - 1) / (sqrt2 + 1), degree 2
+        (log(1 + f) = 2s (1 + z R(z)) with s = f / (2 + f))
   erf   p(s) = erf(x) / x with s = x^2 on [0, 0.921875^2], degree 5
         (erf(x) = x p(x^2))
   erfc  g(t) = erfc(x) e^(x^2) with t = 1/x on [1/4, 1/0.921875], degree 9
@@ -38,6 +41,11 @@ def tanh_t(s):
     return (mp.tanh(x) - x) / x ** 3
 
 
+def log_r(z):
+    s = mp.sqrt(z)
+    return (mp.atanh(s) / s - 1) / z
+
+
 def erf_p(s):
     x = mp.sqrt(s)
     return mp.erf(x) / x
@@ -51,6 +59,7 @@ def erfc_g(t):
 FITS = [
     ("exp", at_zero(exp_q, mp.mpf(1) / 2), [-mp.log(2) / 2, mp.log(2) / 2], 5),
     ("tanh", at_zero(tanh_t, -mp.mpf(1) / 3), [0, mp.mpf("0.55") ** 2], 5),
+    ("log", at_zero(log_r, mp.mpf(1) / 3), [0, ((mp.sqrt(2) - 1) / (mp.sqrt(2) + 1)) ** 2], 3),
     ("erf", at_zero(erf_p, 2 / mp.sqrt(mp.pi)), [0, mp.mpf("0.921875") ** 2], 6),
     ("erfc", erfc_g, [mp.mpf(1) / 4, 1 / mp.mpf("0.921875")], 10),
 ]
