@@ -175,34 +175,40 @@ static dp_status row_view(dp_tensor **v, dp_tensor *t, int64_t i)
     return tensor_view_of(v, t, t->ndim - 1, t->shape + 1, t->stride + 1, t->offset + i * t->stride[0]);
 }
 
-/* The views of t[i], t[i][k] and so on: t[i] then k further indices. */
-static dp_status index_view(dp_tensor **v, dp_tensor *t, int n, const int64_t *idx)
+/* The view of t[i][k]. */
+static dp_status pair_view(dp_tensor **v, dp_tensor *t, int64_t i, int64_t k)
 {
-    return tensor_view_of(v, t, t->ndim - n, t->shape + n, t->stride + n, t->offset + idx[0] * t->stride[0] +
-                          (n > 1 ? idx[1] * t->stride[1] : 0));
+    return tensor_view_of(v, t, t->ndim - 2, t->shape + 2, t->stride + 2,
+                          t->offset + i * t->stride[0] + k * t->stride[1]);
 }
 
-/* y (T + 1, 2, N, H) of the forward (h_t and c_t after t steps); every
- * previous h, y[0..T-1][0], as one contiguous (T N, H) matrix: the
- * operand of the recurrent weight's gradient */
+/* y (2, T + 1, N, H) of the forward (y[0][t] = h_t, y[1][t] = c_t): every
+ * previous h, y[0][0..T-1], as one (T N, H) matrix, the operand of the
+ * recurrent weight's gradient */
 static dp_status previous_hs(dp_tensor **hs, dp_tensor *y)
 {
-    int64_t T = y->shape[0] - 1, N = y->shape[2], H = y->shape[3];
-    int64_t shape[3] = { T, N, H }, flat[2] = { T * N, H };
-    dp_tensor *v = NULL, *c = NULL;
-    dp_status st;
-    if (!(st = tensor_view_of(&v, y, 3, shape, (int64_t[]){ y->stride[0], y->stride[2], y->stride[3] }, y->offset)) &&
-        !(st = tensor_new(&c, 3, shape, y->dtype, y->device)) && !(st = k_copy(c, v)))
-        st = tensor_view_of(hs, c, 2, flat, (int64_t[]){ H, 1 }, 0);
-    dp_tensor_release(v);
-    dp_tensor_release(c);
+    int64_t T = y->shape[1] - 1, N = y->shape[2], H = y->shape[3];
+    return tensor_view_of(hs, y, 2, (int64_t[]){ T * N, H }, (int64_t[]){ H, 1 }, y->offset);
+}
+
+/* d (2, N, H) = g[0][t] and g[1][t] */
+static dp_status copy_pair(dp_tensor *d, dp_tensor *g, int64_t t)
+{
+    dp_status st = DP_OK;
+    for (int64_t k = 0; k < 2 && !st; k++) {
+        dp_tensor *dst = NULL, *src = NULL;
+        if (!(st = row_view(&dst, d, k)) && !(st = pair_view(&src, g, k, t)))
+            st = k_copy(dst, src);
+        dp_tensor_release(dst);
+        dp_tensor_release(src);
+    }
     return st;
 }
 
 /* One timestep of the backward, t from the end: from d (2, N, H), the
  * gradients of h_t and c_t, the gates' gradient dgates[t] (N, 4H), then d
  * becomes the gradients of h_{t-1} and c_{t-1}: the recurrent product
- * dgates[t] w_hh and dc, plus what the output itself got (g[t]). */
+ * dgates[t] w_hh and dc, plus what y itself got there (g[.][t]). */
 static dp_status lstm_step_back(ag_node *n, dp_tensor *g, dp_tensor *dgates, dp_tensor *d, dp_tensor *dc, int64_t t)
 {
     dp_tensor *xi = n->saved[0], *gh = n->saved[1], *w = n->saved[2], *y = n->saved[3];
@@ -210,11 +216,9 @@ static dp_status lstm_step_back(ag_node *n, dp_tensor *g, dp_tensor *dgates, dp_
     dp_tensor *g0 = NULL, *g1 = NULL;
     dp_status st;
     if (!(st = row_view(&dg, dgates, t)) && !(st = row_view(&a, xi, t)) && !(st = row_view(&b, gh, t)) &&
-        !(st = index_view(&cp, y, 2, (int64_t[]){ t, 1 })) && !(st = index_view(&cn, y, 2, (int64_t[]){ t + 1, 1 })) &&
-        !(st = index_view(&hp, y, 2, (int64_t[]){ t, 0 })) && !(st = row_view(&d0, d, 0)) &&
-        !(st = row_view(&d1, d, 1)) && !(st = index_view(&g0, g, 2, (int64_t[]){ t, 0 })) &&
-        !(st = index_view(&g1, g, 2, (int64_t[]){ t, 1 })) &&
-        !(st = k_lstm_gates_backward(dg, dc, d, a, b, cp, cn)) &&
+        !(st = pair_view(&cp, y, 1, t)) && !(st = pair_view(&cn, y, 1, t + 1)) && !(st = pair_view(&hp, y, 0, t)) &&
+        !(st = row_view(&d0, d, 0)) && !(st = row_view(&d1, d, 1)) && !(st = pair_view(&g0, g, 0, t)) &&
+        !(st = pair_view(&g1, g, 1, t)) && !(st = k_lstm_gates_backward(dg, dc, d, a, b, cp, cn)) &&
         !(st = k_linear_backward(d0, NULL, NULL, dg, hp, w, NULL)) && !(st = k_binary(DP_ADD, d0, d0, g0)))
         st = k_binary(DP_ADD, d1, dc, g1);
     dp_tensor *all[] = { dg, a, b, cp, cn, hp, d0, d1, g0, g1 };
@@ -249,23 +253,23 @@ static dp_status lstm_layer_grads(ag_node *n, dp_tensor *dgates, dp_tensor *d, d
     return st;
 }
 
-/* saved gi, gh (T, N, 4H), w_hh and the output y (T + 1, 2, N, H); g of
+/* saved gi, gh (T, N, 4H), w_hh and the output y (2, T + 1, N, H); g of
  * y's shape */
 static dp_status bw_lstm_layer(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
     dp_tensor *xi = n->saved[0], *y = n->saved[3];
     int64_t T = xi->shape[0], N = y->shape[2], H = y->shape[3];
-    dp_tensor *gc = NULL, *dgates = NULL, *d = NULL, *dc = NULL, *gT = NULL;
+    dp_tensor *gc = NULL, *dgates = NULL, *d = NULL, *dc = NULL;
     dp_status st;
     if (!(st = dp_contiguous(&gc, g)) && !(st = tensor_new(&dgates, 3, xi->shape, xi->dtype, xi->device)) &&
         !(st = tensor_new(&d, 3, (int64_t[]){ 2, N, H }, y->dtype, y->device)) &&
-        !(st = tensor_new(&dc, 2, (int64_t[]){ N, H }, y->dtype, y->device)) && !(st = row_view(&gT, gc, T)))
-        st = k_copy(d, gT);
+        !(st = tensor_new(&dc, 2, (int64_t[]){ N, H }, y->dtype, y->device)))
+        st = copy_pair(d, gc, T);
     for (int64_t t = T - 1; t >= 0 && !st; t--)
         st = lstm_step_back(n, gc, dgates, d, dc, t);
     if (!st)
         st = lstm_layer_grads(n, dgates, d, gi);
-    dp_tensor *all[] = { gc, dgates, d, dc, gT };
+    dp_tensor *all[] = { gc, dgates, d, dc };
     release_all((int)(sizeof all / sizeof all[0]), all);
     return st;
 }
@@ -287,29 +291,29 @@ static dp_status lstm_layer_check(dp_tensor *gi, dp_tensor *h0, dp_tensor *c0, d
     return st;
 }
 
-/* y (T + 1, 2, N, H) = (h0, c0), then (h_t, c_t) of each timestep; gh
- * (T, N, 4H), or (1, N, 4H) reused when no backward follows, gets each
- * timestep's recurrent product h_{t-1} w_hh^T + b_hh. Operands contiguous. */
-static dp_status lstm_layer_run(dp_tensor *y, dp_tensor *gh, dp_tensor *gi, dp_tensor *h0, dp_tensor *c0,
-                                dp_tensor *w, dp_tensor *b)
+/* y (2, T + 1, N, H) = h0, then h_t after each timestep t, and the same
+ * of the c's; gh (T, N, 4H), or (1, N, 4H) reused when no backward
+ * follows, gets each timestep's recurrent product h_{t-1} w_hh^T + b_hh.
+ * The gate kernel writes (h_t, c_t) into hc (2, N, H), copied into y.
+ * Operands contiguous. */
+static dp_status lstm_layer_run(dp_tensor *y, dp_tensor *gh, dp_tensor *hc, dp_tensor *gi, dp_tensor *h0,
+                                dp_tensor *c0, dp_tensor *w, dp_tensor *b)
 {
-    dp_tensor *y0 = NULL, *v = NULL;
-    dp_status st;
-    if (!(st = row_view(&y0, y, 0)) && !(st = row_view(&v, y0, 0)) && !(st = k_copy(v, h0))) {
+    dp_status st = DP_OK;
+    for (int64_t k = 0; k < 2 && !st; k++) {
+        dp_tensor *v = NULL;
+        if (!(st = pair_view(&v, y, k, 0)))
+            st = k_copy(v, k ? c0 : h0);
         dp_tensor_release(v);
-        v = NULL;
-        if (!(st = row_view(&v, y0, 1)))
-            st = k_copy(v, c0);
     }
-    dp_tensor_release(y0);
-    dp_tensor_release(v);
     for (int64_t t = 0; t < gi->shape[0] && !st; t++) {
-        dp_tensor *hp = NULL, *cp = NULL, *out = NULL, *a = NULL, *r = NULL;
-        if (!(st = index_view(&hp, y, 2, (int64_t[]){ t, 0 })) && !(st = index_view(&cp, y, 2, (int64_t[]){ t, 1 })) &&
-            !(st = row_view(&out, y, t + 1)) && !(st = row_view(&a, gi, t)) &&
-            !(st = row_view(&r, gh, gh->shape[0] > 1 ? t : 0)) && !(st = k_linear(r, hp, w, b)))
-            st = k_lstm_gates(out, a, r, cp);
-        dp_tensor *all[] = { hp, cp, out, a, r };
+        dp_tensor *hp = NULL, *cp = NULL, *a = NULL, *r = NULL, *h1 = NULL, *c1 = NULL, *hn = NULL, *cn = NULL;
+        if (!(st = pair_view(&hp, y, 0, t)) && !(st = pair_view(&cp, y, 1, t)) && !(st = row_view(&a, gi, t)) &&
+            !(st = row_view(&r, gh, gh->shape[0] > 1 ? t : 0)) && !(st = k_linear(r, hp, w, b)) &&
+            !(st = k_lstm_gates(hc, a, r, cp)) && !(st = row_view(&h1, hc, 0)) && !(st = row_view(&c1, hc, 1)) &&
+            !(st = pair_view(&hn, y, 0, t + 1)) && !(st = pair_view(&cn, y, 1, t + 1)) && !(st = k_copy(hn, h1)))
+            st = k_copy(cn, c1);
+        dp_tensor *all[] = { hp, cp, a, r, h1, c1, hn, cn };
         release_all((int)(sizeof all / sizeof all[0]), all);
     }
     return st;
@@ -322,12 +326,13 @@ dp_status dp_lstm_layer(dp_tensor **out, dp_tensor *gi, dp_tensor *h0, dp_tensor
     if (st)
         return st;
     int nin = b_hh ? 5 : 4;
-    dp_tensor *in[5] = { gi, h0, c0, w_hh, b_hh }, *cc[5] = { NULL }, *gh = NULL;
+    dp_tensor *in[5] = { gi, h0, c0, w_hh, b_hh }, *cc[5] = { NULL }, *gh = NULL, *hc = NULL;
     int64_t T = gi->shape[0], N = h0->shape[0], H = h0->shape[1];
-    int64_t yshape[4] = { T + 1, 2, N, H }, ghshape[3] = { ag_needs_record(nin, in) ? T : 1, N, 4 * H };
+    int64_t yshape[4] = { 2, T + 1, N, H }, ghshape[3] = { ag_needs_record(nin, in) ? T : 1, N, 4 * H };
     if (!(st = contiguous_all(nin, in, cc)) && !(st = tensor_new(&gh, 3, ghshape, h0->dtype, h0->device)) &&
+        !(st = tensor_new(&hc, 3, (int64_t[]){ 2, N, H }, h0->dtype, h0->device)) &&
         !(st = tensor_new(out, 4, yshape, h0->dtype, h0->device)) &&
-        (st = lstm_layer_run(*out, gh, cc[0], cc[1], cc[2], cc[3], cc[4])))
+        (st = lstm_layer_run(*out, gh, hc, cc[0], cc[1], cc[2], cc[3], cc[4])))
         dp_tensor_release(*out);
     ag_node *n = NULL;
     if (!st && !(st = ag_record_or_drop(out, "LstmLayerBackward", bw_lstm_layer, nin, in, &n)) && n) {
@@ -338,5 +343,6 @@ dp_status dp_lstm_layer(dp_tensor **out, dp_tensor *gi, dp_tensor *h0, dp_tensor
     }
     release_all(nin, cc);
     dp_tensor_release(gh);
+    dp_tensor_release(hc);
     return st;
 }

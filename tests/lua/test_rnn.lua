@@ -135,18 +135,19 @@ T.run("torch._lstm_layer: the gate steps in order, backward as finite difference
   local gi, h0, c0 = torch.randn(T_, N, 4 * H, o), torch.randn(N, H, o), torch.randn(N, H, o)
   local w, b = torch.randn(4 * H, H, o), torch.randn(4 * H, o)
   local y = torch._lstm_layer(gi, h0, c0, w, b)
-  T.is(table.concat(y:size(), "x"), "5x2x3x2", "output (T + 1, 2, N, H)")
-  T.tensor_close(y:select(0, 0):select(0, 0), h0, 0, 0, "y[0] holds h0")
-  T.tensor_close(y:select(0, 0):select(0, 1), c0, 0, 0, "y[0] holds c0")
+  T.is(table.concat(y:size(), "x"), "2x5x3x2", "output (2, T + 1, N, H)")
+  T.tensor_close(y:select(0, 0):select(0, 0), h0, 0, 0, "y[0][0] holds h0")
+  T.tensor_close(y:select(0, 1):select(0, 0), c0, 0, 0, "y[1][0] holds c0")
+  T.ok(y:select(0, 0):narrow(0, 1, T_):is_contiguous(), "the h's after each step are a contiguous view")
   local h, c = h0, c0
   for t = 0, T_ - 1 do
     local hc = torch._lstm_gates(gi:select(0, t), torch.nn.functional.linear(h, w, b), c)
     h, c = hc:select(0, 0), hc:select(0, 1)
-    T.tensor_close(y:select(0, t + 1), hc, 1e-14, 1e-14, "timestep " .. t .. " as lstm_gates of h w^T + b")
+    T.tensor_close(y:select(1, t + 1), hc, 1e-14, 1e-14, "timestep " .. t .. " as lstm_gates of h w^T + b")
   end
   local without = torch._lstm_layer(gi, h0, c0, w)
   local h1 = torch._lstm_gates(gi:select(0, 0), torch.nn.functional.linear(h0, w), c0)
-  T.tensor_close(without:select(0, 1), h1, 1e-14, 1e-14, "no b_hh")
+  T.tensor_close(without:select(1, 1), h1, 1e-14, 1e-14, "no b_hh")
   local leaves = { gi:requires_grad_(), h0:requires_grad_(), c0:requires_grad_(), w:requires_grad_(), b:requires_grad_() }
   T.ok(torch.autograd.gradcheck(torch._lstm_layer, leaves), "gradcheck: every input, float64 central differences")
   T.ok(torch.autograd.gradcheck(function(a, d, e, f) return torch._lstm_layer(a, d, e, f) end,

@@ -221,9 +221,9 @@ function R.RNNBase:_direction(x, sfx, h, c, reverse)
   local T = x:size(0)
   if self.mode == "LSTM" and not reverse and not w_hr and fused(gi, h) and fused(gi, c) and fused(gi, w_hh)
      and (not b_hh or fused(gi, b_hh)) then
-    local y = torch._lstm_layer(gi, h, c, w_hh, b_hh)   -- (T + 1, 2, N, H)
-    local last = y:select(0, T)
-    return y:narrow(0, 1, T):select(1, 0), last:select(0, 0), last:select(0, 1)
+    local y = torch._lstm_layer(gi, h, c, w_hh, b_hh)   -- (2, T + 1, N, H): the h's, the c's
+    local hs, cs = y:select(0, 0), y:select(0, 1)
+    return hs:narrow(0, 1, T), hs:select(0, T), cs:select(0, T)
   end
   local outs = {}
   for k = 0, T - 1 do
