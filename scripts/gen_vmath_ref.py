@@ -16,7 +16,7 @@ kernel should round:
              magnitudes
   softmax    softmax and log_softmax over the rows of a (4, 203) matrix
              (one row with a -inf, one with large values), and the
-             gradients of sum(y * w) for a fixed w
+             gradients of sum(y * w) for a fixed w and of sum(y)
   nonfinite  softmax and log_softmax of rows holding NaN or +inf: all NaN
   loss       nll_loss(log_softmax(x)) with class weights and an ignored
              row, and cross_entropy(x), over (5, 203) logits: the loss
@@ -102,6 +102,9 @@ def main():
         (y * w).sum().backward()
         out[name] = flat(y.detach())
         out[name + "_dx"] = flat(a.grad)
+        a = rows.clone().requires_grad_()
+        fn(a, 1).sum().backward()
+        out[name + "_dx_sum"] = flat(a.grad)
     print("  softmax = { %s }," % ", ".join("%s = %s" % (k, lua(out[k])) for k in sorted(out)))
 
     bad = t64([[1.0, float("nan"), 2.0], [1.0, float("inf"), 2.0], [float("-inf"), 3.0, 4.0]])

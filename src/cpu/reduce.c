@@ -378,12 +378,44 @@ VM_CLONES static void softmax_bwd_row_f32(float *restrict dx, const float *restr
             dx[j] = y[j] * (g[j] - fs);
 }
 
+/* the same with g one value along the row (the gradient of a sum, broadcast) */
+VM_CLONES static void softmax_bwd_row_f32_const(float *restrict dx, float g, const float *restrict y, int64_t len,
+                                                int logs)
+{
+    double lane[LANES] = { 0 }, sum = 0;
+    int64_t j = 0;
+    if (logs) {
+        sum = (double)g * (double)len;
+    } else {
+        for (; j + LANES <= len; j += LANES)
+            for (int k = 0; k < LANES; k++)
+                lane[k] += y[j + k];
+        for (; j < len; j++)
+            sum += y[j];
+        for (int k = 0; k < LANES; k++)
+            sum += lane[k];
+        sum *= g;
+    }
+    float fs = (float)sum;
+    if (logs)
+        for (j = 0; j < len; j++)
+            dx[j] = g - vm_expf(y[j]) * fs;
+    else
+        for (j = 0; j < len; j++)
+            dx[j] = y[j] * (g - fs);
+}
+
 static void softmax_bwd_f32_rows(int64_t n, char **p, const int64_t *s, const void *ctx)
 {
     const softmax_bwd_ctx *c = ctx;
-    for (int64_t i = 0; i < n; i++)
-        softmax_bwd_row_f32((float *)(p[0] + i * s[0]), (const float *)(p[1] + i * s[1]),
-                            (const float *)(p[2] + i * s[2]), c->len, c->log);
+    for (int64_t i = 0; i < n; i++) {
+        float *dx = (float *)(p[0] + i * s[0]);
+        const float *g = (const float *)(p[1] + i * s[1]), *y = (const float *)(p[2] + i * s[2]);
+        if (c->s_g == 0)
+            softmax_bwd_row_f32_const(dx, *g, y, c->len, c->log);
+        else
+            softmax_bwd_row_f32(dx, g, y, c->len, c->log);
+    }
 }
 
 dp_status cpu_softmax_backward(dp_tensor *dx, dp_tensor *g, dp_tensor *y, int dim, int log)
@@ -394,7 +426,8 @@ dp_status cpu_softmax_backward(dp_tensor *dx, dp_tensor *g, dp_tensor *y, int di
         return dp_fail(DP_ERR_DTYPE, "softmax backward: expected a floating dtype, got %s", dp_dtype_name(y->dtype));
     if (y->ndim == 0)   /* a single value's softmax is constant */
         return cpu_fill(dx, 0.0);
-    if (fn == softmax_bwd_f32 && dx->stride[dim] == 1 && g->stride[dim] == 1 && y->stride[dim] == 1)
+    if (fn == softmax_bwd_f32 && dx->stride[dim] == 1 && (g->stride[dim] == 1 || g->stride[dim] == 0) &&
+        y->stride[dim] == 1)
         fn = softmax_bwd_f32_rows;
     int64_t es = (int64_t)dp_dtype_size(y->dtype);
     softmax_bwd_ctx c = { .len = y->shape[dim], .log = log, .s_dx = dx->stride[dim] * es,

@@ -68,6 +68,9 @@ T.run("softmax and log_softmax, forward and backward", function()
     local rtol, atol = name == "softmax" and 3e-6 or 2e-7, name == "softmax" and 1e-30 or 3e-6
     T.tensor_close(y:double(), ref.softmax[name], rtol, atol, name .. ": the values")
     T.tensor_close(a.grad:double(), ref.softmax[name .. "_dx"], 1e-5, 1e-6, name .. ": the gradient")
+    a = x:clone():requires_grad_()
+    a[name](a, 1):sum():backward()   -- the gradient one value along each row
+    T.tensor_close(a.grad:double(), ref.softmax[name .. "_dx_sum"], 1e-5, 1e-5, name .. ": the gradient of its sum")
   end
   local p = torch.softmax(x, 1):tolist()
   T.is(p[2][18], 0, "a -inf logit has probability 0")
