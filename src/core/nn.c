@@ -374,8 +374,11 @@ static dp_status cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *tar
     int64_t N = input->shape[0];
     dp_tensor *probs = NULL, *denom = NULL, *grad_one = NULL;
     bool grad = ag_needs_record(1, &input);
+    /* float32 probabilities for float32 logits on the CPU without label
+     * smoothing (half the bytes to write and read again), else float64 */
+    bool probs32 = ON_CPU(input) && input->dtype == DP_FLOAT32 && label_smoothing == 0;
     if (!log_probs && grad)
-        st = tensor_new(&probs, 2, input->shape, DP_FLOAT64, input->device);
+        st = tensor_new(&probs, 2, input->shape, probs32 ? DP_FLOAT32 : DP_FLOAT64, input->device);
     /* on a GPU, a loss that fits one launch also writes the gradient the
      * usual backward() will ask for, which saves the backward's launch */
     if (!st && grad && reduction != CE_REDUCE_NONE && k_cross_entropy_fuses(input))

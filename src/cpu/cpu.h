@@ -93,7 +93,8 @@ typedef struct {
     int64_t ignore_index;
     double label_smoothing;
     int log_probs;
-    dp_tensor *probs;                     /* (N, C) float64 softmax, NULL for log_probs */
+    dp_tensor *probs;                     /* (N, C) softmax, NULL for log_probs: float32 for float32
+                                             logits without label smoothing on the CPU, else float64 */
     int reduction;                        /* CE_REDUCE_* */
     dp_tensor *denom;                     /* 0-d float64: the weight of the counted rows, the mean's denominator */
     dp_tensor *grad_one;                  /* (N, C) of the input's dtype, or NULL: see grad_one_done */

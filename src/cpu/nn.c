@@ -61,10 +61,10 @@ static void row_log_probs(const cpu_ce_args *a, int64_t i, int64_t C, double *lo
 
 /* float32 logits without label smoothing (a classifier's): row x's
  * log-sum-exp, and with prow (only when a backward will follow) its
- * probabilities; vm_expf twice, once for the sum and once for prow, is
- * cheaper than a third pass over the float64 row to scale it. */
+ * probabilities in float32; vm_expf twice, once for the sum and once for
+ * prow, is cheaper than a third pass over the row to scale it. */
 #define LANES 8
-VM_CLONES static double logsumexp_row_f32(const float *restrict x, int64_t C, double *restrict prow)
+VM_CLONES static double logsumexp_row_f32(const float *restrict x, int64_t C, float *restrict prow)
 {
     float m = -INFINITY, mlane[LANES];
     for (int k = 0; k < LANES; k++)
@@ -88,19 +88,21 @@ VM_CLONES static double logsumexp_row_f32(const float *restrict x, int64_t C, do
     if (prow) {
         double inv = 1 / sum;
         for (j = 0; j < C; j++)
-            prow[j] = vm_expf(x[j] - m) * inv;
+            prow[j] = (float)(vm_expf(x[j] - m) * inv);
     }
     return m + log(sum);
 }
 
 /* The per-sample losses, reduced into out; the mean's denominator; and
- * (for logits) the softmax into a->probs (N x C float64). */
+ * (for logits) the softmax into a->probs (N x C, float32 where the input
+ * is and no label smoothing, else float64). */
 dp_status cpu_cross_entropy(dp_tensor *out, const cpu_ce_args *a)
 {
     int64_t N = a->input->shape[0], C = a->input->shape[1];
     double wsum = 0, total = 0, eps = a->label_smoothing;
     double *logp = malloc(sizeof(double) * (size_t)(C > 0 ? C : 1));
     double *probs = a->probs ? (double *)tensor_ptr(a->probs) : NULL;
+    float *probs32 = a->probs && a->probs->dtype == DP_FLOAT32 ? (float *)tensor_ptr(a->probs) : NULL;
     size_t es = dp_dtype_size(out->dtype);
     if (!logp)
         return dp_fail(DP_ERR_MEMORY, "cross_entropy: out of memory");
@@ -126,7 +128,7 @@ dp_status cpu_cross_entropy(dp_tensor *out, const cpu_ce_args *a)
         }
         if (a->input->dtype == DP_FLOAT32 && eps == 0 && !a->log_probs) {
             const float *x = (const float *)tensor_ptr(a->input) + i * C;
-            loss = -wt * (x[t] - logsumexp_row_f32(x, C, probs ? probs + i * C : NULL));
+            loss = -wt * (x[t] - logsumexp_row_f32(x, C, probs32 ? probs32 + i * C : NULL));
             if (a->reduction == CE_REDUCE_NONE)
                 dtype_store(out->dtype, tensor_ptr(out) + i * (int64_t)es, loss);
             total += loss;
@@ -177,6 +179,14 @@ dp_status cpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_
             memset(row, 0, (size_t)C * es);
             if (!skip)
                 dtype_store(dinput->dtype, row + t * (int64_t)es, -sc * wt);
+            continue;
+        }
+        if (a->probs->dtype == DP_FLOAT32) {   /* float32 logits without smoothing */
+            const float *prow = (const float *)tensor_ptr(a->probs) + i * C;
+            float *d = (float *)row, f = (float)(wt * sc);
+            for (int64_t k = 0; k < C; k++)
+                d[k] = f * prow[k];
+            d[t] = (float)(wt * sc * ((double)prow[t] - 1));
             continue;
         }
         const double *prow = probs + i * C;
