@@ -261,6 +261,16 @@ DP_API dp_status dp_batch_norm(dp_tensor **out, dp_tensor *input, dp_tensor *wei
  * n = tanh(gi_n + r gh_n). */
 DP_API dp_status dp_lstm_gates(dp_tensor **out, dp_tensor *gi, dp_tensor *gh, dp_tensor *c);
 DP_API dp_status dp_gru_gates(dp_tensor **out, dp_tensor *gi, dp_tensor *gh, dp_tensor *h);
+/* A whole LSTM layer over a sequence as one node (src/core/rnn.c): gi
+ * (T, N, 4H) = x W_ih^T + b_ih of every timestep, h0 and c0 (N, H), w_hh
+ * (4H, H), b_hh (4H) or NULL, all float32 or float64 of one dtype and
+ * device. out (2, T + 1, N, H) holds h0, then h_t after each timestep t,
+ * and the same of the c's (so that the layer's output, out[0][1..T], is
+ * contiguous), the gates as dp_lstm_gates computes them from gi[t] and
+ * h_{t-1} w_hh^T + b_hh. Its backward runs the timesteps back in C and
+ * gets the weight's gradient from one product over the whole sequence. */
+DP_API dp_status dp_lstm_layer(dp_tensor **out, dp_tensor *gi, dp_tensor *h0, dp_tensor *c0, dp_tensor *w_hh,
+                               dp_tensor *b_hh);
 
 /* optim: one fused pass over a flat buffer (param, grad and state alike) */
 DP_API dp_status dp_sgd_step(dp_tensor *param, dp_tensor *grad, dp_tensor *momentum_buf, double lr, double momentum,

@@ -270,12 +270,12 @@ function methods.norm(t, p, dim, keepdim)
   if type(p) ~= "number" then
     raise(string.format('norm: expected p to be a number, math.huge or "fro", got %s %s', typename(p), tostring(p)))
   end
+  if p == 2 then return reduce(RED.norm, "norm", t, dim, keepdim) end   -- (before abs: no pass of its own)
   local a = t:abs()
   if p == math.huge then return a:amax(dim, keepdim) end
   if p == -math.huge then return a:amin(dim, keepdim) end
   if p == 0 then return a:ne(0):to(t.dtype):sum(dim, keepdim) end
   if p == 1 then return a:sum(dim, keepdim) end
-  if p == 2 then return reduce(RED.norm, "norm", t, dim, keepdim) end
   return a:pow(p):sum(dim, keepdim):pow(1 / p)
 end
 

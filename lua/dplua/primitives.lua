@@ -94,6 +94,19 @@ function torch._lstm_gates(gi, gh, c)
   end
   return new(C.dp_lstm_gates(outp, gi.p, gh.p, c.p))
 end
+-- A whole LSTM layer (src/core/rnn.c): gi (T, N, 4H) = x W_ih^T + b_ih,
+-- h0 and c0 (N, H), w_hh (4H, H), b_hh (4H) or nil give (2, T + 1, N, H):
+-- h0 then h_t after each timestep, and the same of the c's.
+function torch._lstm_layer(gi, h0, c0, w_hh, b_hh)
+  if not is_tensor(gi) or not is_tensor(h0) or not is_tensor(c0) or not is_tensor(w_hh) then
+    raise(string.format("lstm_layer: expected gi, h0, c0 and w_hh tensors, got %s, %s, %s and %s", typename(gi),
+                        typename(h0), typename(c0), typename(w_hh)))
+  end
+  if b_hh ~= nil and not is_tensor(b_hh) then
+    raise("lstm_layer: expected b_hh to be a tensor or nil, got " .. typename(b_hh))
+  end
+  return new(C.dp_lstm_layer(outp, gi.p, h0.p, c0.p, w_hh.p, opt_p(b_hh)))
+end
 function torch._gru_gates(gi, gh, h)
   if not is_tensor(gi) or not is_tensor(gh) or not is_tensor(h) then
     raise(string.format("gru_gates: expected gi, gh and h tensors, got %s, %s and %s", typename(gi), typename(gh),

@@ -9,7 +9,11 @@
  * times longer to allocate afresh each step than to compute. At most
  * 1 GiB waits on the lists: a small ResNet's step at batch 128 frees
  * more than 256 MiB of activations, and with a smaller cap its next step
- * faulted fresh pages for a seventh of its time.
+ * faulted fresh pages for a seventh of its time. When a freed block
+ * would take the cache past that, blocks of the classes used least
+ * recently go back to the system first: a program that trains one model
+ * after another would otherwise keep the first model's blocks and give
+ * the next one fresh pages at every step.
  */
 #include "core/tensor.h"
 
@@ -23,6 +27,8 @@
 typedef struct free_block { struct free_block *next; } free_block;
 
 static free_block *free_lists[NCLASSES];
+static uint64_t last_use[NCLASSES];   /* a tick of each class's last alloc or free */
+static uint64_t ticks;
 static int64_t cached_bytes;
 
 /* Smallest class holding n bytes: 2^k * (1 + q/4), q in 0..3. */
@@ -69,6 +75,7 @@ void *cpu_alloc(size_t n, size_t *capacity)
         *capacity = (n + 63) & ~(size_t)63;
         return aligned_alloc(64, *capacity);
     }
+    last_use[c] = ++ticks;
     free_block *b = free_lists[c];
     if (b) {
         free_lists[c] = b->next;
@@ -77,6 +84,33 @@ void *cpu_alloc(size_t n, size_t *capacity)
     }
     /* aligned_alloc wants a multiple of the alignment (classes like 224 are not) */
     return aligned_alloc(64, (*capacity + 63) & ~(size_t)63);
+}
+
+/* The capacity of class c's blocks. */
+static size_t class_capacity(int c)
+{
+    int k = c / 4 + MIN_SHIFT, q = c % 4;
+    return ((size_t)1 << k) + (size_t)q * ((size_t)1 << k) / 4;
+}
+
+/* Gives cached blocks of the least recently used classes other than
+ * `keep` back to the system until `need` more bytes fit; false when
+ * they cannot. */
+static bool make_room(int keep, int64_t need)
+{
+    while (cached_bytes + need > MAX_CACHED_BYTES) {
+        int oldest = -1;
+        for (int c = 0; c < NCLASSES; c++)
+            if (c != keep && free_lists[c] && (oldest < 0 || last_use[c] < last_use[oldest]))
+                oldest = c;
+        if (oldest < 0)
+            return false;
+        free_block *b = free_lists[oldest];
+        free_lists[oldest] = b->next;
+        cached_bytes -= (int64_t)class_capacity(oldest);
+        free(b);
+    }
+    return true;
 }
 
 void cpu_free(void *p, size_t capacity)
@@ -90,10 +124,11 @@ void cpu_free(void *p, size_t capacity)
     int c = size_class(capacity, &cap);
     if (!p)
         return;
-    if (c < 0 || cap != capacity || cached_bytes + (int64_t)capacity > MAX_CACHED_BYTES) {
+    if (c < 0 || cap != capacity || !make_room(c, (int64_t)capacity)) {
         free(p);
         return;
     }
+    last_use[c] = ++ticks;
     free_block *b = p;
     b->next = free_lists[c];
     free_lists[c] = b;

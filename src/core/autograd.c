@@ -810,12 +810,28 @@ int64_t dp_relu_backwards_folded(void)
 
 void ag_set_relu_mask(ag_node *n, int saved_index)
 {
-    n->relu_saved = saved_index + 1;
+    n->fold_saved = saved_index + 1;
+    n->fold_kind = AG_FOLD_RELU;
 }
 
 dp_tensor *ag_offered_mask(const ag_node *n, int i)
 {
-    return i == n->mask_input ? n->next[i]->saved[n->next[i]->relu_saved - 1] : NULL;
+    if (i != n->mask_input || n->next[i]->fold_kind != AG_FOLD_RELU)
+        return NULL;
+    return n->next[i]->saved[n->next[i]->fold_saved - 1];
+}
+
+void ag_set_log_softmax_fold(ag_node *n, int saved_index)
+{
+    n->fold_saved = saved_index + 1;
+    n->fold_kind = AG_FOLD_LOG_SOFTMAX;
+}
+
+dp_tensor *ag_offered_log_softmax(const ag_node *n, int i, int dim)
+{
+    if (i != n->mask_input || n->next[i]->fold_kind != AG_FOLD_LOG_SOFTMAX || n->next[i]->iarg[0] != dim)
+        return NULL;
+    return n->next[i]->saved[n->next[i]->fold_saved - 1];
 }
 
 void ag_took_mask(ag_node *n)
@@ -823,20 +839,21 @@ void ag_took_mask(ag_node *n)
     n->mask_taken = n->mask_input >= 0;
 }
 
-/* The input of n whose ReLU mask n's backward may apply (see
- * ag_offered_mask), or -1: the ReLU's node waits for this gradient alone
+/* The input of n whose node's backward (a ReLU's mask, a log_softmax's)
+ * n's backward may apply (see ag_offered_mask), or -1: that node waits for
+ * this gradient alone
  * (nothing accumulated, no other edge left), and its saved output is
  * intact and shaped as the input. */
 static int mask_input(const ag_node *n)
 {
     for (int i = 0; i < n->ninputs; i++) {
         const ag_node *c = n->next[i];
-        if (!c || !c->relu_saved || c->freed || c->deps != 1 || c->grad || !n->in[i].needs_grad ||
+        if (!c || !c->fold_saved || c->freed || c->deps != 1 || c->grad || !n->in[i].needs_grad ||
             c->lua_hook || c->capture)   /* (whose gradient is seen as it comes, unmasked) */
             continue;
-        const dp_tensor *y = c->saved[c->relu_saved - 1];
+        const dp_tensor *y = c->saved[c->fold_saved - 1];
         const ag_input *in = &n->in[i];
-        if (y && y->storage->version == c->saved_version[c->relu_saved - 1] && y->dtype == in->dtype &&
+        if (y && y->storage->version == c->saved_version[c->fold_saved - 1] && y->dtype == in->dtype &&
             y->device == in->device && y->ndim == in->ndim &&
             memcmp(y->shape, in->shape, sizeof(int64_t) * (size_t)in->ndim) == 0 && tensor_is_contiguous(y))
             return i;
@@ -868,7 +885,7 @@ static dp_status run_node(ag_node *n, node_heap *ready, bool retain)
     st = n->backward(n, n->grad, gin);
     if (!st && n->mask_taken && gin[n->mask_input]) {
         n->next[n->mask_input]->grad_masked = true;
-        relu_folds++;
+        relu_folds += n->next[n->mask_input]->fold_kind == AG_FOLD_RELU;
     }
     n->mask_input = -1;
     n->grad_masked = false;

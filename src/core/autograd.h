@@ -43,14 +43,15 @@ struct ag_node {
     int64_t iarg[AG_MAX_ARGS];
     double darg[2];
     bool freed;                /* saved tensors released by a backward */
-    int relu_saved;            /* 1 + the index in saved of a ReLU's output, whose sign
-                                  masks the gradient first in backward (ag_set_relu_mask); or 0 */
+    int fold_saved;            /* 1 + the index in saved of the output whose backward a
+                                  consumer may apply (ag_set_relu_mask, ag_set_log_softmax_fold); or 0 */
+    int fold_kind;             /* which: AG_FOLD_RELU or AG_FOLD_LOG_SOFTMAX */
     /* engine state, only during dp_backward */
     int deps;
     dp_tensor *grad;
-    int mask_input;            /* the input offered its ReLU's mask (ag_offered_mask), or -1 */
+    int mask_input;            /* the input offered its node's fold (ag_offered_mask), or -1 */
     bool mask_taken;           /* the backward applied it (ag_took_mask) */
-    bool grad_masked;          /* the gradient this node got is masked already */
+    bool grad_masked;          /* the gradient this node got has its backward applied already */
     bool in_walk;              /* listed by count_deps */
     bool run;                  /* dp_grad: its backward leads to an input */
     int capture;               /* dp_grad: 1 + the index of the input whose node this is, or 0 */
@@ -92,9 +93,18 @@ dp_status ag_queue_final_callback(dp_status (*fn)(void *ctx), void *ctx);
  * ag_took_mask(n). The ReLU then finds n->grad_masked set and skips its
  * mask. The decision is made as the backward runs, so whatever reads the
  * ReLU's gradient at that point must be the engine alone. */
+enum { AG_FOLD_RELU = 1, AG_FOLD_LOG_SOFTMAX };
 void ag_set_relu_mask(ag_node *n, int saved_index);
 dp_tensor *ag_offered_mask(const ag_node *n, int i);
 void ag_took_mask(ag_node *n);
+/* The same for a log_softmax's backward, g - exp(y) sum(g), folded into
+ * an nll_loss's, whose gradient has one non-zero per row: its node names
+ * y with ag_set_log_softmax_fold; ag_offered_log_softmax(n, i, dim) is y
+ * when input i's node is a log_softmax along dim that may be folded
+ * (as ag_offered_mask decides), else NULL; the taker calls
+ * ag_took_mask(n), and the log_softmax passes its gradient on as it is. */
+void ag_set_log_softmax_fold(ag_node *n, int saved_index);
+dp_tensor *ag_offered_log_softmax(const ag_node *n, int i, int dim);
 
 /* A tensor for input i's gradient, to be written whole by the backward
  * function: the leaf's flat-buffer slot when that saves a copy. */

@@ -357,7 +357,13 @@ dp_status bw_softmax(ag_node *n, dp_tensor *g, dp_tensor **gi)
     dp_tensor *y = n->saved[0], *gy = NULL, *s = NULL, *d = NULL, *ga = NULL, *e = NULL;
     int dim = (int)n->iarg[0];
     dp_status st;
-    if (n->iarg[1]) {
+    if (n->grad_masked)   /* an nll_loss's backward made g through this log_softmax */
+        return give(n, 0, g, gi);
+    if (ON_CPU(y) && g->dtype == y->dtype) {   /* one kernel; g may be a broadcast view */
+        if (!(st = tensor_new(&ga, y->ndim, y->shape, y->dtype, y->device)) &&
+            !(st = cpu_softmax_backward(ga, g, y, dim, (int)n->iarg[1])))
+            st = give(n, 0, ga, gi);
+    } else if (n->iarg[1]) {
         /* log_softmax: g - exp(y) * sum(g) */
         if (!(st = dp_reduce(&s, DP_SUM, g, dim, 1, 0)) && !(st = dp_unary(&e, DP_EXP, y)) &&
             !(st = dp_binary(&gy, DP_MUL, e, s)) && !(st = dp_binary(&ga, DP_SUB, g, gy)))
@@ -487,10 +493,19 @@ dp_status bw_cat(ag_node *n, dp_tensor *g, dp_tensor **gi)
 }
 
 /* index_select: the rows of g added back at their indices */
+/* The rows gathered back with index_add into zeros: written in place in
+ * the leaf's flat gradient slot when it has one (an Embedding's weight:
+ * no copy of the whole table's gradient afterwards). */
 dp_status bw_index_select(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
+    if (!n->in[0].needs_grad)
+        return DP_OK;
     dp_tensor *z = NULL, *gc = NULL;
-    dp_status st = dp_full(&z, n->in[0].ndim, n->in[0].shape, 0, g->dtype, g->device);
+    bool in_place = g->dtype == n->in[0].dtype && g->device == n->in[0].device;
+    dp_status st = in_place ? ag_grad_output(n, 0, &z) : dp_full(&z, n->in[0].ndim, n->in[0].shape, 0, g->dtype,
+                                                                   g->device);
+    if (!st && in_place)
+        st = k_fill(z, 0);
     if (!st && !(st = dp_contiguous(&gc, g)) && !(st = k_index_add(z, (int)n->iarg[0], n->saved[0], gc)))
         st = give(n, 0, z, gi);
     DROP(z, gc);

@@ -135,11 +135,33 @@ static dp_status linear_record(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_t
     return st;
 }
 
+/* An N-D x: the op (act 0: none) on its (M, K) view, the output viewed
+ * back as (.., out_features), so that the product is one direct GEMM with
+ * its bias: a GPU keeps the activation in the product's epilogue for a
+ * transformer's (B, T, C) activations, and the CPU's backward takes the
+ * bias gradient in the GEMM's pass instead of a sum over a strided dim. */
+static dp_status linear_rows(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, dp_unop act)
+{
+    int64_t shape[DP_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    shape[x->ndim - 1] = w->shape[0];
+    dp_tensor *x2 = NULL, *y2 = NULL;
+    dp_status st = as_matrix(&x2, x);
+    if (!st && !(st = act ? dp_linear_act(&y2, x2, w, b, act) : dp_linear(&y2, x2, w, b)))
+        st = dp_reshape(out, y2, x->ndim, shape);
+    dp_tensor_release(x2);
+    dp_tensor_release(y2);
+    return st;
+}
+
 dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
 {
     dp_status st = linear_check(x, w, b);
     if (st)
         return st;
+    /* the CPU's N-D input as rows (a GPU's stays a batched matmul and an add) */
+    if (x->ndim > 2 && ON_CPU(x) && tensor_is_contiguous(x) && dp_tensor_numel(x) > 0)
+        return linear_rows(out, x, w, b, 0);
     bool direct = linear_direct(x, w, b);
     if (direct) {
         st = linear_direct_out(out, NULL, x, w, b, 0);
@@ -180,22 +202,6 @@ static dp_status bw_linear_act(ag_node *n, dp_tensor *g, dp_tensor **gi)
     return st;
 }
 
-/* An N-D x: the op on its (M, K) view, the output viewed back as (..,
- * out_features); so a GPU keeps the activation in the product's epilogue
- * for a transformer's (B, T, C) activations. */
-static dp_status linear_act_rows(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, dp_unop act)
-{
-    int64_t shape[DP_MAX_DIMS];
-    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
-    shape[x->ndim - 1] = w->shape[0];
-    dp_tensor *x2 = NULL, *y2 = NULL;
-    dp_status st = as_matrix(&x2, x);
-    if (!st && !(st = dp_linear_act(&y2, x2, w, b, act)))
-        st = dp_reshape(out, y2, x->ndim, shape);
-    dp_tensor_release(x2);
-    dp_tensor_release(y2);
-    return st;
-}
 
 dp_status dp_linear_act(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, dp_unop act)
 {
@@ -206,7 +212,7 @@ dp_status dp_linear_act(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *
     if (st)
         return st;
     if (x->ndim > 2 && !ON_CPU(x) && tensor_is_contiguous(x) && dp_tensor_numel(x) > 0)   /* the CPU: the two ops */
-        return linear_act_rows(out, x, w, b, act);
+        return linear_rows(out, x, w, b, act);
     if (!linear_direct(x, w, b)) {
         dp_tensor *y = NULL;
         if (!(st = dp_linear(&y, x, w, b)))
@@ -244,6 +250,8 @@ static dp_status bw_cross_entropy(ag_node *n, dp_tensor *g, dp_tensor **gi)
     }
     cpu_ce_args a = { NULL, n->saved[1], n->saved[2], n->iarg[0], n->darg[0], (int)n->iarg[2], n->saved[0],
                       (int)n->iarg[1], n->saved[3], NULL, false };
+    /* nll_loss of a CPU log_softmax over the classes: the logits' gradient at once */
+    dp_tensor *y = a.log_probs && a.label_smoothing == 0 && ON_CPU(g) ? ag_offered_log_softmax(n, 0, 1) : NULL;
     dp_tensor *gc = NULL, *dx = NULL;
     dp_status st;
     if (!(st = dp_to(&gc, g, n->in[0].dtype, n->in[0].device)) && !(st = dp_contiguous(&dx, gc))) {
@@ -251,8 +259,9 @@ static dp_status bw_cross_entropy(ag_node *n, dp_tensor *g, dp_tensor **gi)
         gc = dx;
         dx = NULL;
         if (!(st = tensor_new(&dx, 2, n->in[0].shape, n->in[0].dtype, n->in[0].device)) &&
-            !(st = k_cross_entropy_backward(dx, gc, &a)))
-            st = ag_sum_to(&gi[0], dx, &n->in[0]);
+            !(st = y ? cpu_nll_log_softmax_backward(dx, gc, y, &a) : k_cross_entropy_backward(dx, gc, &a)) &&
+            !(st = ag_sum_to(&gi[0], dx, &n->in[0])) && y)
+            ag_took_mask(n);
     }
     drop3(gc, dx, NULL);
     return st;
@@ -365,8 +374,11 @@ static dp_status cross_entropy(dp_tensor **out, dp_tensor *input, dp_tensor *tar
     int64_t N = input->shape[0];
     dp_tensor *probs = NULL, *denom = NULL, *grad_one = NULL;
     bool grad = ag_needs_record(1, &input);
+    /* float32 probabilities for float32 logits on the CPU without label
+     * smoothing (half the bytes to write and read again), else float64 */
+    bool probs32 = ON_CPU(input) && input->dtype == DP_FLOAT32 && label_smoothing == 0;
     if (!log_probs && grad)
-        st = tensor_new(&probs, 2, input->shape, DP_FLOAT64, input->device);
+        st = tensor_new(&probs, 2, input->shape, probs32 ? DP_FLOAT32 : DP_FLOAT64, input->device);
     /* on a GPU, a loss that fits one launch also writes the gradient the
      * usual backward() will ask for, which saves the backward's launch */
     if (!st && grad && reduction != CE_REDUCE_NONE && k_cross_entropy_fuses(input))

@@ -781,6 +781,8 @@ dp_status dp_softmax(dp_tensor **out, dp_tensor *a, int dim, int log)
     ag_save_output(n, *out);
     n->iarg[0] = dim;
     n->iarg[1] = log;
+    if (log)
+        ag_set_log_softmax_fold(n, 0);
     return DP_OK;
 }
 

@@ -33,6 +33,9 @@ dp_status cpu_fill(dp_tensor *dst, double value);
  * whose shape is a's with that dim removed (or kept as 1). */
 dp_status cpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, int dim, int correction);
 dp_status cpu_softmax(dp_tensor *out, dp_tensor *a, int dim, int log);
+/* dx = the gradient of softmax (log_softmax) at its output y, given g;
+ * all three of y's shape and dtype, dx not overlapping g or y */
+dp_status cpu_softmax_backward(dp_tensor *dx, dp_tensor *g, dp_tensor *y, int dim, int log);
 
 /* blas.c: out[batch, m, n] = a[batch, m, k] @ b[batch, k, n] (3-D views),
  * all of one dtype: float32 or float64, out contiguous and a and b as
@@ -90,7 +93,8 @@ typedef struct {
     int64_t ignore_index;
     double label_smoothing;
     int log_probs;
-    dp_tensor *probs;                     /* (N, C) float64 softmax, NULL for log_probs */
+    dp_tensor *probs;                     /* (N, C) softmax, NULL for log_probs: float32 for float32
+                                             logits without label smoothing on the CPU, else float64 */
     int reduction;                        /* CE_REDUCE_* */
     dp_tensor *denom;                     /* 0-d float64: the weight of the counted rows, the mean's denominator */
     dp_tensor *grad_one;                  /* (N, C) of the input's dtype, or NULL: see grad_one_done */
@@ -102,6 +106,11 @@ typedef struct {
 dp_status cpu_cross_entropy(dp_tensor *out, const cpu_ce_args *a);
 /* g: out's gradient, contiguous, of out's shape and dtype */
 dp_status cpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_ce_args *a);
+/* nll_loss's backward through the log_softmax y (N, C) that made its
+ * input, in one pass: dx = scale_i w_t (exp(y) - onehot(t)) per row (the
+ * log-probabilities' gradient, -scale_i w_t at t, taken through g - exp(y)
+ * sum(g)); dx, y of the input's dtype */
+dp_status cpu_nll_log_softmax_backward(dp_tensor *dx, dp_tensor *g, dp_tensor *y, const cpu_ce_args *a);
 
 typedef struct {
     int64_t kernel[2], stride[2], padding[2], dilation[2];

@@ -8,6 +8,7 @@
  */
 #include "cpu/cpu.h"
 #include "common/elementwise.h"   /* ipow, shared with cuda/elementwise.cu */
+#include "cpu/vmath.h"
 
 #include <math.h>
 #include <string.h>
@@ -90,12 +91,13 @@ void cpu_foreach(int nops, dp_tensor *const *ts, cpu_row_fn fn, const void *ctx)
 #define FOR_NUMERIC_TYPES(X, ...) FOR_FLOAT_TYPES(X, __VA_ARGS__) FOR_INT_TYPES(X, __VA_ARGS__)
 #define FOR_ALL_TYPES(X, ...) FOR_NUMERIC_TYPES(X, __VA_ARGS__) FOR_BOOL_TYPE(X, __VA_ARGS__)
 
-/* Math helpers chosen by compute type through _Generic. */
-#define M_EXP(x) _Generic((x), float: expf, default: exp)(x)
-#define M_LOG(x) _Generic((x), float: logf, default: log)(x)
+/* Math helpers chosen by compute type through _Generic: float's exp,
+ * log, tanh, sigmoid and erf are vmath.h's, which vectorise. */
+#define M_EXP(x) _Generic((x), float: vm_expf, default: exp)(x)
+#define M_LOG(x) _Generic((x), float: vm_logf, default: log)(x)
 #define M_SQRT(x) _Generic((x), float: sqrtf, default: sqrt)(x)
-#define M_TANH(x) _Generic((x), float: tanhf, default: tanh)(x)
-#define M_ERF(x) _Generic((x), float: erff, default: erf)(x)
+#define M_TANH(x) _Generic((x), float: vm_tanhf, default: tanh)(x)
+#define M_ERF(x) _Generic((x), float: vm_erff, default: erf)(x)
 #define M_SIN(x) _Generic((x), float: sinf, default: sin)(x)
 #define M_COS(x) _Generic((x), float: cosf, default: cos)(x)
 #define M_FLOOR(x) _Generic((x), float: floorf, default: floor)(x)
@@ -123,7 +125,8 @@ void cpu_foreach(int nops, dp_tensor *const *ts, cpu_row_fn fn, const void *ctx)
 
 #define F_MAX(a, b) (((a) > (b) || (a) != (a)) ? (a) : (b))
 #define F_MIN(a, b) (((a) < (b) || (a) != (a)) ? (a) : (b))
-#define SIGMOID(x) ((__typeof__(x))1 / ((__typeof__(x))1 + M_EXP(-(x))))
+static inline double sigmoid_f64(double x) { return 1 / (1 + exp(-x)); }
+#define SIGMOID(x) _Generic((x), float: vm_sigmoidf, default: sigmoid_f64)(x)
 #define GELU(x) ((x) * (__typeof__(x))0.5 * ((__typeof__(x))1 + M_ERF((x) * (__typeof__(x))M_SQRT1_2)))
 #define GELU_TANH(x) ((__typeof__(x))0.5 * (x) * ((__typeof__(x))1 + \
     M_TANH((__typeof__(x))0.7978845608028654 * ((x) + (__typeof__(x))0.044715 * (x) * (x) * (x)))))
@@ -150,21 +153,23 @@ void cpu_foreach(int nops, dp_tensor *const *ts, cpu_row_fn fn, const void *ctx)
 
 #define UN_SAME(tag, id, S, C, LD, ST, op, EXPR) UNARY_ROW(un_##op##_##tag, S, C, LD, S, ST, EXPR)
 #define UN_BOOL(tag, id, S, C, LD, ST, op, EXPR) UNARY_ROW(un_##op##_##tag, S, C, LD, uint8_t, ST_BOOL, EXPR)
+/* the rows that call vmath.h, with their AVX2 clone */
+#define UN_VM(tag, id, S, C, LD, ST, op, EXPR) VM_CLONES UNARY_ROW(un_##op##_##tag, S, C, LD, S, ST, EXPR)
 
 FOR_FLOAT_TYPES(UN_SAME, neg, -x)
 FOR_INT_TYPES(UN_SAME, neg, W_NEG(x))
 FOR_FLOAT_TYPES(UN_SAME, abs, x < 0 ? -x : x)
 FOR_INT_TYPES(UN_SAME, abs, x < 0 ? W_NEG(x) : x)
 FOR_BOOL_TYPE(UN_SAME, abs, x)
-FOR_FLOAT_TYPES(UN_SAME, exp, M_EXP(x))
-FOR_FLOAT_TYPES(UN_SAME, log, M_LOG(x))
+FOR_FLOAT_TYPES(UN_VM, exp, M_EXP(x))
+FOR_FLOAT_TYPES(UN_VM, log, M_LOG(x))
 FOR_FLOAT_TYPES(UN_SAME, sqrt, M_SQRT(x))
 FOR_FLOAT_TYPES(UN_SAME, rsqrt, (__typeof__(x))1 / M_SQRT(x))
-FOR_FLOAT_TYPES(UN_SAME, tanh, M_TANH(x))
-FOR_FLOAT_TYPES(UN_SAME, sigmoid, SIGMOID(x))
+FOR_FLOAT_TYPES(UN_VM, tanh, M_TANH(x))
+FOR_FLOAT_TYPES(UN_VM, sigmoid, SIGMOID(x))
 FOR_NUMERIC_TYPES(UN_SAME, relu, x > 0 ? x : 0)
-FOR_FLOAT_TYPES(UN_SAME, gelu, GELU(x))
-FOR_FLOAT_TYPES(UN_SAME, gelu_tanh, GELU_TANH(x))
+FOR_FLOAT_TYPES(UN_VM, gelu, GELU(x))
+FOR_FLOAT_TYPES(UN_VM, gelu_tanh, GELU_TANH(x))
 FOR_FLOAT_TYPES(UN_SAME, sin, M_SIN(x))
 FOR_FLOAT_TYPES(UN_SAME, cos, M_COS(x))
 FOR_NUMERIC_TYPES(UN_SAME, sign, SIGN(x))
@@ -244,6 +249,7 @@ dp_status cpu_unary(int op, dp_tensor *out, dp_tensor *a)
         }                                                                      \
     }
 #define UB(tag, id, S, C, LD, ST, op, EXPR) UNARY_BWD_ROW(ub_##op##_##tag, S, C, LD, ST, EXPR)
+#define UB_VM(tag, id, S, C, LD, ST, op, EXPR) VM_CLONES UNARY_BWD_ROW(ub_##op##_##tag, S, C, LD, ST, EXPR)
 #define ONE ((__typeof__(x))1)
 #define INV_SQRT_2PI 0.3989422804014327
 FOR_FLOAT_TYPES(UB, neg, -g)
@@ -255,9 +261,9 @@ FOR_FLOAT_TYPES(UB, rsqrt, (__typeof__(x))-0.5 * g * y * y * y)
 FOR_FLOAT_TYPES(UB, tanh, g * (ONE - y * y))
 FOR_FLOAT_TYPES(UB, sigmoid, g * y * (ONE - y))
 FOR_FLOAT_TYPES(UB, relu, y > 0 ? g : 0)
-FOR_FLOAT_TYPES(UB, gelu, g * ((__typeof__(x))0.5 * (ONE + M_ERF(x * (__typeof__(x))M_SQRT1_2)) +
+FOR_FLOAT_TYPES(UB_VM, gelu, g * ((__typeof__(x))0.5 * (ONE + M_ERF(x * (__typeof__(x))M_SQRT1_2)) +
                                x * (__typeof__(x))INV_SQRT_2PI * M_EXP((__typeof__(x))-0.5 * x * x)))
-FOR_FLOAT_TYPES(UB, gelu_tanh, ({
+FOR_FLOAT_TYPES(UB_VM, gelu_tanh, ({
     const __typeof__(x) k = (__typeof__(x))0.7978845608028654, c = (__typeof__(x))0.044715;
     __typeof__(x) u = k * (x + c * x * x * x), th = M_TANH(u);
     g * ((__typeof__(x))0.5 * (ONE + th) +
@@ -454,9 +460,39 @@ dp_status cpu_where(dp_tensor *out, dp_tensor *cond, dp_tensor *a, dp_tensor *b)
 
 typedef struct { int from, to; } cast_ctx;
 
+/* Contiguous rows into a float dtype, from any but bfloat16: the value
+ * through double as dtype_load and dtype_store take it, in a loop that
+ * vectorises (a bool mask as float32: 2.5 ns an element one dtype_store
+ * at a time). */
+#define CAST_FLOAT_ROW(TO, FROM, LOAD)                                        \
+    for (int64_t i = 0; i < n; i++)                                           \
+        ((TO *)p[0])[i] = (TO)(double)LOAD(((const FROM *)p[1])[i]);
+#define AS_BOOL(x) ((x) != 0)
+#define CAST_FROM(TO)                                                         \
+    switch (c->from) {                                                        \
+    case DP_FLOAT32: CAST_FLOAT_ROW(TO, float, LD_ID) return true;            \
+    case DP_FLOAT64: CAST_FLOAT_ROW(TO, double, LD_ID) return true;           \
+    case DP_INT64: CAST_FLOAT_ROW(TO, int64_t, LD_ID) return true;            \
+    case DP_INT32: CAST_FLOAT_ROW(TO, int32_t, LD_ID) return true;            \
+    case DP_UINT8: CAST_FLOAT_ROW(TO, uint8_t, LD_ID) return true;            \
+    case DP_BOOL: CAST_FLOAT_ROW(TO, uint8_t, AS_BOOL) return true;           \
+    }
+static bool cast_to_float(int64_t n, char **p, const int64_t *s, const cast_ctx *c)
+{
+    if (s[1] != (int64_t)dp_dtype_size(c->from) || s[0] != (int64_t)dp_dtype_size(c->to))
+        return false;
+    if (c->to == DP_FLOAT32)
+        CAST_FROM(float)
+    else if (c->to == DP_FLOAT64)
+        CAST_FROM(double)
+    return false;
+}
+
 static void cast_row(int64_t n, char **p, const int64_t *s, const void *ctx)
 {
     const cast_ctx *c = ctx;
+    if (cast_to_float(n, p, s, c))
+        return;
     if (c->from == DP_INT64 && (c->to == DP_INT32 || c->to == DP_UINT8)) {
         /* keep integer conversions exact (no trip through double) */
         for (int64_t i = 0; i < n; i++) {

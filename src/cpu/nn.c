@@ -5,6 +5,7 @@
  * Inputs are contiguous (src/core/nn.c makes them so).
  */
 #include "cpu/cpu.h"
+#include "cpu/vmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -58,14 +59,50 @@ static void row_log_probs(const cpu_ce_args *a, int64_t i, int64_t C, double *lo
     }
 }
 
+/* float32 logits without label smoothing (a classifier's): row x's
+ * log-sum-exp, and with prow (only when a backward will follow) its
+ * probabilities in float32; vm_expf twice, once for the sum and once for
+ * prow, is cheaper than a third pass over the row to scale it. */
+#define LANES 8
+VM_CLONES static double logsumexp_row_f32(const float *restrict x, int64_t C, float *restrict prow)
+{
+    float m = -INFINITY, mlane[LANES];
+    for (int k = 0; k < LANES; k++)
+        mlane[k] = -INFINITY;
+    int64_t j = 0;
+    for (; j + LANES <= C; j += LANES)
+        for (int k = 0; k < LANES; k++)
+            mlane[k] = x[j + k] > mlane[k] ? x[j + k] : mlane[k];
+    for (; j < C; j++)
+        m = x[j] > m ? x[j] : m;
+    for (int k = 0; k < LANES; k++)
+        m = mlane[k] > m ? mlane[k] : m;
+    double lane[LANES] = { 0 }, sum = 0;
+    for (j = 0; j + LANES <= C; j += LANES)
+        for (int k = 0; k < LANES; k++)
+            lane[k] += vm_expf(x[j + k] - m);
+    for (; j < C; j++)
+        sum += vm_expf(x[j] - m);
+    for (int k = 0; k < LANES; k++)
+        sum += lane[k];
+    if (prow) {
+        double inv = 1 / sum;
+        for (j = 0; j < C; j++)
+            prow[j] = (float)(vm_expf(x[j] - m) * inv);
+    }
+    return m + log(sum);
+}
+
 /* The per-sample losses, reduced into out; the mean's denominator; and
- * (for logits) the softmax into a->probs (N x C float64). */
+ * (for logits) the softmax into a->probs (N x C, float32 where the input
+ * is and no label smoothing, else float64). */
 dp_status cpu_cross_entropy(dp_tensor *out, const cpu_ce_args *a)
 {
     int64_t N = a->input->shape[0], C = a->input->shape[1];
     double wsum = 0, total = 0, eps = a->label_smoothing;
     double *logp = malloc(sizeof(double) * (size_t)(C > 0 ? C : 1));
     double *probs = a->probs ? (double *)tensor_ptr(a->probs) : NULL;
+    float *probs32 = a->probs && a->probs->dtype == DP_FLOAT32 ? (float *)tensor_ptr(a->probs) : NULL;
     size_t es = dp_dtype_size(out->dtype);
     if (!logp)
         return dp_fail(DP_ERR_MEMORY, "cross_entropy: out of memory");
@@ -83,6 +120,15 @@ dp_status cpu_cross_entropy(dp_tensor *out, const cpu_ce_args *a)
         if (a->log_probs && eps == 0) {   /* nll_loss: only the target's entry counts */
             size_t ies = dp_dtype_size(a->input->dtype);
             loss = -wt * dtype_load(a->input->dtype, tensor_ptr(a->input) + (i * C + t) * (int64_t)ies);
+            if (a->reduction == CE_REDUCE_NONE)
+                dtype_store(out->dtype, tensor_ptr(out) + i * (int64_t)es, loss);
+            total += loss;
+            wsum += wt;
+            continue;
+        }
+        if (a->input->dtype == DP_FLOAT32 && eps == 0 && !a->log_probs) {
+            const float *x = (const float *)tensor_ptr(a->input) + i * C;
+            loss = -wt * (x[t] - logsumexp_row_f32(x, C, probs32 ? probs32 + i * C : NULL));
             if (a->reduction == CE_REDUCE_NONE)
                 dtype_store(out->dtype, tensor_ptr(out) + i * (int64_t)es, loss);
             total += loss;
@@ -135,6 +181,14 @@ dp_status cpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_
                 dtype_store(dinput->dtype, row + t * (int64_t)es, -sc * wt);
             continue;
         }
+        if (a->probs->dtype == DP_FLOAT32) {   /* float32 logits without smoothing */
+            const float *prow = (const float *)tensor_ptr(a->probs) + i * C;
+            float *d = (float *)row, f = (float)(wt * sc);
+            for (int64_t k = 0; k < C; k++)
+                d[k] = f * prow[k];
+            d[t] = (float)(wt * sc * ((double)prow[t] - 1));
+            continue;
+        }
         const double *prow = probs + i * C;
         if (eps == 0 && dinput->dtype == DP_FLOAT32) {   /* the common case, stored directly */
             float *d = (float *)row;
@@ -151,6 +205,42 @@ dp_status cpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_
                 d += eps / (double)C * (p * wall - class_weight(a->weight, k));
             dtype_store(dinput->dtype, row + k * (int64_t)es, d * sc);
         }
+    }
+    return DP_OK;
+}
+
+/* A row of nll_loss's gradient through log_softmax: f (exp(y) - onehot(t)) */
+VM_CLONES static void nll_log_softmax_row_f32(float *restrict d, const float *restrict y, int64_t C, int64_t t, float f)
+{
+    for (int64_t k = 0; k < C; k++)
+        d[k] = f * vm_expf(y[k]);
+    d[t] -= f;
+}
+
+dp_status cpu_nll_log_softmax_backward(dp_tensor *dx, dp_tensor *g, dp_tensor *y, const cpu_ce_args *a)
+{
+    int64_t N = dx->shape[0], C = dx->shape[1];
+    size_t es = dp_dtype_size(dx->dtype), gs = dp_dtype_size(g->dtype);
+    double g0 = dtype_load(g->dtype, tensor_ptr(g));
+    if (a->reduction == CE_REDUCE_MEAN)
+        g0 /= *(const double *)tensor_ptr(a->denom);
+    for (int64_t i = 0; i < N; i++) {
+        char *row = tensor_ptr(dx) + i * C * (int64_t)es;
+        const char *yrow = tensor_ptr(y) + i * C * (int64_t)es;
+        int64_t t = ((const int64_t *)tensor_ptr(a->target))[i];
+        double sc = a->reduction == CE_REDUCE_NONE ? dtype_load(g->dtype, tensor_ptr(g) + i * (int64_t)gs) : g0;
+        if (t == a->ignore_index || sc == 0) {   /* the floating dtypes' 0 is all zero bits */
+            memset(row, 0, (size_t)C * es);
+            continue;
+        }
+        double f = sc * class_weight(a->weight, t);
+        if (dx->dtype == DP_FLOAT32) {
+            nll_log_softmax_row_f32((float *)row, (const float *)yrow, C, t, (float)f);
+            continue;
+        }
+        for (int64_t k = 0; k < C; k++)
+            dtype_store(dx->dtype, row + k * (int64_t)es,
+                        f * (exp(dtype_load(y->dtype, yrow + k * (int64_t)es)) - (k == t)));
     }
     return DP_OK;
 }

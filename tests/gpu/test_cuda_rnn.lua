@@ -1,7 +1,8 @@
 -- The recurrent layers on CUDA (cuda/rnn.cu, make check-gpu) against the
 -- CPU (itself checked against PyTorch by tests/lua/test_rnn.lua) from the
 -- same weights and inputs: the fused gate ops torch._lstm_gates and
--- torch._gru_gates forward and backward, then nn.LSTM, nn.GRU, nn.RNN and
+-- torch._gru_gates and the whole layer torch._lstm_layer, forward and
+-- backward, then nn.LSTM, nn.GRU, nn.RNN and
 -- the cells, outputs, final states and the gradients of the input, the
 -- initial state and every parameter, in float32 and float64; sizes past
 -- one block of threads, and a dtype the kernels do not take.
@@ -56,6 +57,10 @@ for _, dtype in ipairs({ torch.float32, torch.float64 }) do
     gates_case("lstm gates" .. tag, dtype, function(a) return torch._lstm_gates(a[1], a[2], a[3]) end,
                { torch.randn(N, 4 * H, { dtype = torch.float64 }) * 2, torch.randn(N, 4 * H, { dtype = torch.float64 }),
                  torch.randn(N, H, { dtype = torch.float64 }) })
+    gates_case("lstm layer" .. tag, dtype, function(a) return torch._lstm_layer(a[1], a[2], a[3], a[4], a[5]) end,
+               { torch.randn(6, N, 4 * H, { dtype = torch.float64 }), torch.randn(N, H, { dtype = torch.float64 }),
+                 torch.randn(N, H, { dtype = torch.float64 }), torch.randn(4 * H, H, { dtype = torch.float64 }) * 0.1,
+                 torch.randn(4 * H, { dtype = torch.float64 }) })
     gates_case("gru gates" .. tag, dtype, function(a) return torch._gru_gates(a[1], a[2], a[3]) end,
                { torch.randn(N, 3 * H, { dtype = torch.float64 }), torch.randn(N, 3 * H, { dtype = torch.float64 }),
                  torch.randn(N, H, { dtype = torch.float64 }) })

@@ -94,6 +94,14 @@ T.run("rand statistics", function()
     local rl = torch.rand_like(torch.zeros({3, 4}, {dtype = torch.float64}))
     T.is(tostring(rl.dtype), "torch.float64", "rand_like keeps dtype")
     T.is(T.shape(rl), {3, 4}, "rand_like keeps shape")
+    -- float32 draws (a vectorised loop) are the float64 draws' top 24 bits
+    -- (philox_uniform, one block at a time), element for element
+    torch.manual_seed(7)
+    local a = torch.rand(100003)
+    torch.manual_seed(7)
+    local b = torch.rand(100003, {dtype = torch.float64})
+    T.is((a:double() - (b * 2 ^ 24):floor() / 2 ^ 24):abs():max():item(), 0,
+         "rand float32: the float64 stream's first 24 bits, every element")
 end)
 
 T.run("randn statistics", function()

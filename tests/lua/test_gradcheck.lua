@@ -253,6 +253,16 @@ for _, red in ipairs({ "mean", "sum", "none" }) do
   check("nll_loss with weight and ignore_index, reduction=" .. red, function(x)
     return F.nll_loss(x, I({ 0, 2, 1, 1 }), { weight = torch.tensor({ 0.5, 2, 1 }, f64), ignore_index = 2, reduction = red })
   end, { R(4, 3) })
+  -- nll_loss's backward takes log_softmax's into its own pass when it is
+  -- the log-probabilities' only consumer; with a second one it does not
+  check("nll_loss of log_softmax with weight and ignore_index, reduction=" .. red, function(x)
+    return F.nll_loss(x:log_softmax(1), I({ 0, 2, 1, 1 }), { weight = torch.tensor({ 0.5, 2, 1 }, f64),
+                                                             ignore_index = 2, reduction = red })
+  end, { R(4, 3) })
+  check("nll_loss of log_softmax used twice, reduction=" .. red, function(x)
+    local lp = x:log_softmax(1)
+    return F.nll_loss(lp, target, { reduction = red }):sum() + (lp * lp):sum()
+  end, { R(4, 3) })
 end
 check("cross_entropy of one sample (C)", function(x) return F.cross_entropy(x, I(1)) end, { R(3) })
 check("cross_entropy (N, C, d) input", function(x)

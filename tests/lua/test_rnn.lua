@@ -128,6 +128,35 @@ T.run("torch._gru_gates: forward as the gate formulas, backward as finite differ
        "gradcheck: float64 central differences")
 end)
 
+T.run("torch._lstm_layer: the gate steps in order, backward as finite differences", function()
+  torch.manual_seed(5)
+  local T_, N, H = 4, 3, 2
+  local o = { dtype = torch.float64 }
+  local gi, h0, c0 = torch.randn(T_, N, 4 * H, o), torch.randn(N, H, o), torch.randn(N, H, o)
+  local w, b = torch.randn(4 * H, H, o), torch.randn(4 * H, o)
+  local y = torch._lstm_layer(gi, h0, c0, w, b)
+  T.is(table.concat(y:size(), "x"), "2x5x3x2", "output (2, T + 1, N, H)")
+  T.tensor_close(y:select(0, 0):select(0, 0), h0, 0, 0, "y[0][0] holds h0")
+  T.tensor_close(y:select(0, 1):select(0, 0), c0, 0, 0, "y[1][0] holds c0")
+  T.ok(y:select(0, 0):narrow(0, 1, T_):is_contiguous(), "the h's after each step are a contiguous view")
+  local h, c = h0, c0
+  for t = 0, T_ - 1 do
+    local hc = torch._lstm_gates(gi:select(0, t), torch.nn.functional.linear(h, w, b), c)
+    h, c = hc:select(0, 0), hc:select(0, 1)
+    T.tensor_close(y:select(1, t + 1), hc, 1e-14, 1e-14, "timestep " .. t .. " as lstm_gates of h w^T + b")
+  end
+  local without = torch._lstm_layer(gi, h0, c0, w)
+  local h1 = torch._lstm_gates(gi:select(0, 0), torch.nn.functional.linear(h0, w), c0)
+  T.tensor_close(without:select(1, 1), h1, 1e-14, 1e-14, "no b_hh")
+  local leaves = { gi:requires_grad_(), h0:requires_grad_(), c0:requires_grad_(), w:requires_grad_(), b:requires_grad_() }
+  T.ok(torch.autograd.gradcheck(torch._lstm_layer, leaves), "gradcheck: every input, float64 central differences")
+  T.ok(torch.autograd.gradcheck(function(a, d, e, f) return torch._lstm_layer(a, d, e, f) end,
+                                { leaves[1], leaves[2], leaves[3], leaves[4] }), "gradcheck without b_hh")
+  local grad = torch.no_grad(function() return torch._lstm_layer(gi, h0, c0, w, b) end)
+  T.ok(not grad.requires_grad, "under no_grad: no node")
+  T.tensor_close(grad, y, 0, 0, "under no_grad: the same values")
+end)
+
 ---------------------------------------------------------------- modules
 
 T.run("parameter names, shapes, initialisation and printing", function()
@@ -224,6 +253,21 @@ T.run("bad input names the problem", function()
            "expected gh of shape %[2, 16%], got %[2, 12%]", "lstm gates shape")
   T.raises(function() torch._gru_gates(torch.zeros(2, 12), torch.zeros(2, 12, { dtype = torch.float64 }), torch.zeros(2, 4)) end,
            "dtype", "gru gates dtype")
+  local z = torch.zeros
+  T.raises(function() torch._lstm_layer(z(3, 2, 12), z(2, 4), z(2, 4), z(16, 4)) end,
+           "expected gi of shape %[3, 2, 16%], got %[3, 2, 12%]", "lstm layer gi shape")
+  T.raises(function() torch._lstm_layer(z(2, 16), z(2, 4), z(2, 4), z(16, 4)) end,
+           "expected gi of shape %[T, 2, 16%] with T >= 1, got %[2, 16%]", "lstm layer gi 2-D")
+  T.raises(function() torch._lstm_layer(z(0, 2, 16), z(2, 4), z(2, 4), z(16, 4)) end,
+           "with T >= 1, got %[0, 2, 16%]", "lstm layer without timesteps")
+  T.raises(function() torch._lstm_layer(z(3, 2, 16), z(2, 4), z(2, 4), z(16, 5)) end,
+           "expected w_hh of shape %[16, 4%], got %[16, 5%]", "lstm layer w_hh shape")
+  T.raises(function() torch._lstm_layer(z(3, 2, 16), z(2, 4), z(2, 4), z(16, 4), z(12)) end,
+           "expected b_hh of shape %[16%], got %[12%]", "lstm layer b_hh shape")
+  T.raises(function() torch._lstm_layer(z(3, 2, 16), z(2, 4), z(2, 4, { dtype = torch.float64 }), z(16, 4)) end,
+           "expected c0 of dtype float32 %(the state's%), got float64", "lstm layer dtype")
+  T.raises(function() torch._lstm_layer(z(3, 2, 16), z(2, 4), z(2, 4), 3) end,
+           "expected gi, h0, c0 and w_hh tensors", "lstm layer not a tensor")
 end)
 
 T.done_testing()

@@ -12,7 +12,11 @@
 -- (one product over the whole sequence), then per timestep the recurrent
 -- product and the gates' pointwise step: one node of the fused ops
 -- torch._lstm_gates and torch._gru_gates (src/core/rnn.c) for LSTM and
--- GRU, which also add the two products, tanh or relu for RNN.
+-- GRU, which also add the two products, tanh or relu for RNN. A forward
+-- LSTM direction without projection, in float32 or float64, runs its
+-- timesteps in C instead, one node for the layer (torch._lstm_layer),
+-- whose backward gets the recurrent weight's gradient from one product
+-- over the sequence.
 local torch = require("dplua")
 local module = require("dplua.nn.module")
 local F = require("dplua.nn.functional")
@@ -215,6 +219,12 @@ function R.RNNBase:_direction(x, sfx, h, c, reverse)
   local w_hr = self["weight_hr" .. sfx]
   local gi = F.linear(x, w_ih, b_ih)      -- (T, N, G): every timestep in one product
   local T = x:size(0)
+  if self.mode == "LSTM" and not reverse and not w_hr and fused(gi, h) and fused(gi, c) and fused(gi, w_hh)
+     and (not b_hh or fused(gi, b_hh)) then
+    local y = torch._lstm_layer(gi, h, c, w_hh, b_hh)   -- (2, T + 1, N, H): the h's, the c's
+    local hs, cs = y:select(0, 0), y:select(0, 1)
+    return hs:narrow(0, 1, T), hs:select(0, T), cs:select(0, T)
+  end
   local outs = {}
   for k = 0, T - 1 do
     local t = reverse and T - 1 - k or k
