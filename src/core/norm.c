@@ -66,17 +66,27 @@ static dp_status check(const char *fn, dp_tensor *x, dp_tensor *res, dp_tensor *
     return st || !b ? st : check_param(fn, "bias", b, x, n, out_dtype);
 }
 
-/* float64 scratch for the CPU kernels */
+/* The CPU kernels' float64 scratch: `doubles` of them in *scratch, which
+ * the caller releases (NULL when the status is not DP_OK). */
+static dp_status cpu_scratch(dp_tensor **scratch, int64_t doubles, double **p)
+{
+    dp_status st = tensor_new(scratch, 1, &doubles, DP_FLOAT64, DP_CPU);
+    *p = st ? NULL : (double *)tensor_ptr(*scratch);
+    if (st)
+        *scratch = NULL;
+    return st;
+}
+
 static dp_status run_forward(const cpu_norm_args *a, dp_tensor *out, dp_tensor *sum, dp_tensor *mean,
                              dp_tensor *rstd)
 {
     if (!ON_CPU(out))
         return gpu_layer_norm(a, out, sum, mean, rstd);
     dp_tensor *scratch;
-    int64_t doubles = CPU_NORM_FORWARD_SCRATCH(a->n);
-    dp_status st = tensor_new(&scratch, 1, &doubles, DP_FLOAT64, DP_CPU);
+    double *ws;
+    dp_status st = cpu_scratch(&scratch, CPU_NORM_FORWARD_SCRATCH(a->n), &ws);
     if (!st)
-        cpu_layer_norm(a, out, sum, mean, rstd, (double *)tensor_ptr(scratch));
+        cpu_layer_norm(a, out, sum, mean, rstd, ws);
     dp_tensor_release(scratch);
     return st;
 }
@@ -87,10 +97,10 @@ static dp_status run_backward(const cpu_norm_args *a, dp_tensor *dy, dp_tensor *
     if (!ON_CPU(dy))
         return gpu_layer_norm_backward(a, dy, mean, rstd, dx, dw, db);
     dp_tensor *scratch;
-    int64_t doubles = CPU_NORM_BACKWARD_SCRATCH(a->n);
-    dp_status st = tensor_new(&scratch, 1, &doubles, DP_FLOAT64, DP_CPU);
+    double *ws;
+    dp_status st = cpu_scratch(&scratch, CPU_NORM_BACKWARD_SCRATCH(a->n), &ws);
     if (!st)
-        cpu_layer_norm_backward(a, dy, mean, rstd, dx, dw, db, (double *)tensor_ptr(scratch));
+        cpu_layer_norm_backward(a, dy, mean, rstd, dx, dw, db, ws);
     dp_tensor_release(scratch);
     return st;
 }
@@ -279,10 +289,10 @@ static dp_status run_bn_forward(const cpu_bn_args *a, dp_tensor *out, dp_tensor 
     if (!ON_CPU(out))
         return gpu_batch_norm(a, out, mean, invstd);
     dp_tensor *scratch;
-    int64_t doubles = CPU_BN_SCRATCH(a->C);
-    dp_status st = tensor_new(&scratch, 1, &doubles, DP_FLOAT64, DP_CPU);
+    double *ws;
+    dp_status st = cpu_scratch(&scratch, CPU_BN_SCRATCH(a->C), &ws);
     if (!st)
-        cpu_batch_norm(a, out, mean, invstd, (double *)tensor_ptr(scratch));
+        cpu_batch_norm(a, out, mean, invstd, ws);
     dp_tensor_release(scratch);
     return st;
 }
@@ -293,10 +303,10 @@ static dp_status run_bn_backward(const cpu_bn_args *a, dp_tensor *dy, dp_tensor 
     if (!ON_CPU(dy))
         return gpu_batch_norm_backward(a, dy, mean, invstd, dx, dw, db);
     dp_tensor *scratch;
-    int64_t doubles = CPU_BN_SCRATCH(a->C);
-    dp_status st = tensor_new(&scratch, 1, &doubles, DP_FLOAT64, DP_CPU);
+    double *ws;
+    dp_status st = cpu_scratch(&scratch, CPU_BN_SCRATCH(a->C), &ws);
     if (!st)
-        cpu_batch_norm_backward(a, dy, mean, invstd, dx, dw, db, (double *)tensor_ptr(scratch));
+        cpu_batch_norm_backward(a, dy, mean, invstd, dx, dw, db, ws);
     dp_tensor_release(scratch);
     return st;
 }
