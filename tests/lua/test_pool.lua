@@ -8,6 +8,7 @@ local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 package.path = here .. "/?.lua;" .. package.path
 local T = require("tap")
 local torch = require("dplua")
+torch.manual_seed(0)   -- random inputs, the same in every run
 local nn, F = torch.nn, torch.nn.functional
 local ref = dofile(here .. "/../ref/pool.lua")
 
