@@ -276,7 +276,8 @@ __global__ static void ln_param_grads_kernel(const A *partial, int64_t blocks, i
 
 template <class T> struct tag { typedef T type; };
 
-/* f(tag<TI>, tag<TO>) for the dtype pairs the kernels take */
+/* f(tag<TI>, tag<TO>) for the dtype pairs the kernels take: LayerNorm's
+ * (input, output), BatchNorm's (input, parameters) */
 template <class F> static int with_dtypes(int in, int out, F f)
 {
     if (in == DP_FLOAT32 && out == DP_FLOAT32)
@@ -698,20 +699,6 @@ __global__ static void bn_dx_kernel(bn_args a)
     });
 }
 
-/* f(tag<TX>, tag<TP>) for the (input, parameters) dtype pairs taken */
-template <class F> static int with_bn_dtypes(int in, int param, F f)
-{
-    if (in == DP_FLOAT32 && param == DP_FLOAT32)
-        return f(tag<float>(), tag<float>());
-    if (in == DP_FLOAT64 && param == DP_FLOAT64)
-        return f(tag<double>(), tag<double>());
-    if (in == DP_BFLOAT16 && param == DP_BFLOAT16)
-        return f(tag<bf16>(), tag<bf16>());
-    if (in == DP_BFLOAT16 && param == DP_FLOAT32)
-        return f(tag<bf16>(), tag<float>());
-    return DPC_UNSUPPORTED;
-}
-
 /* the blocks of a channel's reductions: one per BN_SLICE elements, 1 to
  * BN_MAX_SLICES — enough blocks to fill the GPU for the few channels of a
  * large activation, one block a channel for small ones */
@@ -780,7 +767,7 @@ extern "C" int dpc_batch_norm(int in_dtype, int param_dtype, const dpc_bn *a, vo
         return (int)cudaErrorInvalidValue;
     if (a->C == 0)
         return 0;
-    return with_bn_dtypes(in_dtype, param_dtype, [&](auto tx, auto tp) {
+    return with_dtypes(in_dtype, param_dtype, [&](auto tx, auto tp) {
         typedef typename decltype(tx)::type TX;
         typedef typename decltype(tp)::type TP;
         constexpr int V = 16 / sizeof(TX);
@@ -823,7 +810,7 @@ extern "C" int dpc_batch_norm_backward(int in_dtype, int param_dtype, const dpc_
         return (int)cudaErrorInvalidValue;
     if (a->C == 0)
         return 0;
-    return with_bn_dtypes(in_dtype, param_dtype, [&](auto tx, auto tp) {
+    return with_dtypes(in_dtype, param_dtype, [&](auto tx, auto tp) {
         typedef typename decltype(tx)::type TX;
         typedef typename decltype(tp)::type TP;
         typedef typename acc_of<TX>::type A;
