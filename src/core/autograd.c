@@ -702,6 +702,20 @@ dp_status ag_grad_output(ag_node *n, int i, dp_tensor **out)
     return tensor_new(out, in->ndim, in->shape, in->dtype, in->device);
 }
 
+dp_tensor *ag_pending_grad(ag_node *n, int i)
+{
+    const ag_node *c = n->next ? n->next[i] : NULL;
+    dp_tensor *g = c ? c->grad : NULL;
+    const ag_input *in = &n->in[i];
+    /* one holder and one tensor on the storage: no other input was given
+     * this tensor (add's backward gives one to both) and no view of it lives */
+    if (!g || k_holders(g) != 1 || g->storage->refcount != 1 || !tensor_is_contiguous(g) ||
+        g->dtype != in->dtype || g->device != in->device || g->ndim != in->ndim ||
+        memcmp(g->shape, in->shape, sizeof(int64_t) * (size_t)in->ndim) != 0)
+        return NULL;
+    return g;
+}
+
 /* A gradient handed over by a backward function may be shared (add gives
  * the same tensor to both inputs) or a broadcast view; a leaf stores its
  * own contiguous copy unless we hold the only reference. */

@@ -110,6 +110,13 @@ dp_tensor *ag_offered_log_softmax(const ag_node *n, int i, int dim);
  * function: the leaf's flat-buffer slot when that saves a copy. */
 dp_status ag_grad_output(ag_node *n, int i, dp_tensor **out);
 
+/* The gradient input i's node has gathered so far, when a backward may
+ * add into it in place (its node's alone, contiguous, of the input's shape,
+ * dtype and device), else NULL: a window's backward (narrow, select,
+ * split's pieces) adds its part into it instead of making the whole input
+ * in zeros for each window and summing them. */
+dp_tensor *ag_pending_grad(ag_node *n, int i);
+
 /* backward.c: reduces grad (broadcast shape) to an input's shape and dtype */
 dp_status ag_sum_to(dp_tensor **out, dp_tensor *grad, const ag_input *in);
 /* Whether g is the implicit gradient 1 of a 0-d loss (backward() called

@@ -456,18 +456,27 @@ dp_status bw_permute(ag_node *n, dp_tensor *g, dp_tensor **gi)
 }
 
 /* slice (iarg: dim, start, stop, step) or select (iarg: dim, index, -1):
- * zeros of the input's shape with g written into the same window. */
+ * g added into the same window of the gradient the input's node has
+ * gathered so far (another window's: split's pieces, a loop of selects),
+ * else written into zeros of the input's shape, given on. */
 dp_status bw_window(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
-    dp_tensor *z = NULL, *w = NULL;
-    dp_status st = dp_full(&z, n->in[0].ndim, n->in[0].shape, 0, g->dtype, g->device);
-    if (st)
+    dp_tensor *z = ag_pending_grad(n, 0), *w = NULL;
+    bool into = z && z->dtype == g->dtype;
+    dp_status st = DP_OK;
+    if (into) {
+        dp_tensor_retain(z);
+        z->storage->version++;
+    } else if ((st = dp_full(&z, n->in[0].ndim, n->in[0].shape, 0, g->dtype, g->device))) {
         return st;
+    }
     if (n->iarg[4])
         st = dp_select(&w, z, (int)n->iarg[0], n->iarg[1]);
     else
         st = dp_slice(&w, z, (int)n->iarg[0], n->iarg[1], n->iarg[2], n->iarg[3]);
-    if (!st && !(st = dp_copy_into(w, g)))
+    if (!st)
+        st = into ? dp_binary_into(w, DP_ADD, w, g) : dp_copy_into(w, g);
+    if (!st && !into)
         st = give(n, 0, z, gi);
     DROP(z, w);
     return st;

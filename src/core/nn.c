@@ -137,9 +137,9 @@ static dp_status linear_record(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_t
 
 /* An N-D x: the op (act 0: none) on its (M, K) view, the output viewed
  * back as (.., out_features), so that the product is one direct GEMM with
- * its bias: a GPU keeps the activation in the product's epilogue for a
- * transformer's (B, T, C) activations, and the CPU's backward takes the
- * bias gradient in the GEMM's pass instead of a sum over a strided dim. */
+ * its bias and activation in its epilogue, and the backward takes the
+ * bias gradient in the GEMM's pass (a GPU's BGRAD epilogue) instead of a
+ * batched product, a broadcast add and a sum down a strided dim. */
 static dp_status linear_rows(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, dp_unop act)
 {
     int64_t shape[DP_MAX_DIMS];
@@ -159,8 +159,7 @@ dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
     dp_status st = linear_check(x, w, b);
     if (st)
         return st;
-    /* the CPU's N-D input as rows (a GPU's stays a batched matmul and an add) */
-    if (x->ndim > 2 && ON_CPU(x) && tensor_is_contiguous(x) && dp_tensor_numel(x) > 0)
+    if (x->ndim > 2 && tensor_is_contiguous(x) && dp_tensor_numel(x) > 0)
         return linear_rows(out, x, w, b, 0);
     bool direct = linear_direct(x, w, b);
     if (direct) {

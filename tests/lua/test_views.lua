@@ -152,4 +152,57 @@ T.run("in-place writes and overlapping memory", function()
     T.is(T.shape(none:copy_(torch.ones(2, 0, 3))), {2, 0, 3}, "copy_ into it too, and it keeps its shape")
 end)
 
+-- A window's backward adds into the gradient its input has gathered so far
+-- (split's pieces, overlapping narrows, a loop of selects) or writes into
+-- zeros. The gradient of sum(c * piece) over the pieces is each piece's
+-- coefficient tensor placed back in its window and summed where windows
+-- overlap: expected values are built by hand below, element by element.
+T.run("the gradients of windows: split, overlapping narrows, selects, and the whole used too", function()
+    local function coef(n, m, k) return torch.arange(n * m, {dtype = torch.float64}):view(n, m):add(k) end
+    local x = torch.randn(6, 4, {dtype = torch.float64, requires_grad = true})
+    local p = x:split(2)
+    local loss = (p[1] * coef(2, 4, 1)):sum() + (p[3] * coef(2, 4, 100)):sum()   -- p[2] unused
+    loss:backward()
+    local g = x.grad:tolist()
+    local want = {}
+    for i = 1, 6 do
+        want[i] = {}
+        for j = 1, 4 do
+            local k = (i - 1) % 2 * 4 + (j - 1)
+            want[i][j] = i <= 2 and k + 1 or i >= 5 and k + 100 or 0
+        end
+    end
+    T.is(g, want, "split: used pieces get their coefficients, the unused one zeros")
+
+    -- through a non-leaf base, which is also used whole, with overlapping windows
+    local y = torch.randn(5, 3, {dtype = torch.float64, requires_grad = true})
+    local b = y * 2
+    local l2 = b:narrow(0, 0, 3):sum() + (b:narrow(0, 1, 3) * 3):sum() + (b * 5):sum()
+    for i = 0, 4 do l2 = l2 + b:select(0, i):select(0, 1) * 7 end
+    l2:backward()
+    local gy = y.grad:tolist()
+    local ok = true
+    for i = 1, 5 do
+        for j = 1, 3 do
+            local w = 5 + (i <= 3 and 1 or 0) + ((i >= 2 and i <= 4) and 3 or 0) + (j == 2 and 7 or 0)
+            ok = ok and math.abs(gy[i][j] - 2 * w) < 1e-12
+        end
+    end
+    T.ok(ok, "overlapping narrows, a loop of selects and the whole base: each element's gradient is 2 x its uses")
+
+    -- the pieces of one tensor given to add, whose backward shares one gradient between its inputs
+    local z = torch.randn(4, 2, {dtype = torch.float64, requires_grad = true})
+    local c = z + 0
+    local q = c:chunk(2)
+    local s = q[1] + q[2]
+    s:sum():backward()
+    T.is(z.grad:tolist(), {{1, 1}, {1, 1}, {1, 1}, {1, 1}}, "two chunks added: every element once")
+    z.grad = nil
+    local u = z * 1
+    local h = u:chunk(2)
+    local both = (h[1] + h[2]) * 3 + u:sum()   -- (2, 2): u's sum is added to each of its 4 elements
+    both:sum():backward()
+    T.is(z.grad:tolist(), {{7, 7}, {7, 7}, {7, 7}, {7, 7}}, "and the whole used beside them: 3 + 4")
+end)
+
 T.done_testing()
