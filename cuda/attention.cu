@@ -81,6 +81,7 @@ struct attn_args {
     int E, Ev;
     const void *q, *k, *v;
     int64_t q_stride[3], k_stride[3], v_stride[3];
+    int64_t o_stride[3], do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];
     float scale;
     float scale_log2;     /* scale * log2(e): scores in the base-2 domain of exp2f */
     int causal;
@@ -105,6 +106,13 @@ __device__ __forceinline__ float ld_elem(const float *p) { return *p; }
 __device__ __forceinline__ float ld_elem(const uint16_t *p) { return bf16_to_f32(*p); }
 __device__ __forceinline__ void st_elem(float *p, float v) { *p = v; }
 __device__ __forceinline__ void st_elem(uint16_t *p, float v) { *p = f32_to_bf16(v); }
+
+/* The offset (in elements) of row i of head (b, h) = (bh / H, bh % H) in
+ * an operand of strides st for b, h and the row. */
+__device__ __forceinline__ int64_t row_offset(const int64_t (&st)[3], int64_t H, int64_t bh, int64_t i)
+{
+    return bh / H * st[0] + bh % H * st[1] + i * st[2];
+}
 
 /* Two values as adjacent bf16 (lo at the lower address), rounded as every
  * stored bf16 of dplua is (dtype_conv.h). */
@@ -406,7 +414,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, D <= 64 ? 2 : 1) attn_fwd_bf16(a
             const float sum = quad_sum(row_sum[r]), inv = 1.f / sum;
             if (i >= a.L)
                 continue;
-            uint32_t *out = (uint32_t *)((uint16_t *)a.out + (bh * a.L + i) * D);
+            uint32_t *out = (uint32_t *)((uint16_t *)a.out + row_offset(a.o_stride, a.H, bh, i));
 #pragma unroll
             for (int dt = 0; dt < DT; dt++)
                 out[dt * 4 + t] = bf16_pair(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
@@ -446,7 +454,7 @@ __device__ __forceinline__ void bwd_load_rows(uint16_t *sQ, uint16_t *sdO, float
 {
     constexpr int BM = bwd_tiles<D>::BM;
     load_tile<BM, D>(sQ, q, a.q_stride[2], m0, a.L, a.aligned);
-    load_tile<BM, D>(sdO, dout, D, m0, a.L, a.aligned);
+    load_tile<BM, D>(sdO, dout, a.do_stride[2], m0, a.L, a.aligned);
     if (threadIdx.x < 2 * BM) {
         const int r = threadIdx.x % BM;
         const bool valid = m0 + r < a.L;
@@ -482,7 +490,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_bf16(attn_args a)
         const uint16_t *q = (const uint16_t *)a.q + b * a.q_stride[0] + h * a.q_stride[1];
         const uint16_t *k = (const uint16_t *)a.k + b * a.k_stride[0] + h * a.k_stride[1];
         const uint16_t *v = (const uint16_t *)a.v + b * a.v_stride[0] + h * a.v_stride[1];
-        const uint16_t *dout = (const uint16_t *)a.dout + bh * a.L * D;
+        const uint16_t *dout = (const uint16_t *)a.dout + b * a.do_stride[0] + h * a.do_stride[1];
         const float *lse = a.lse + bh * a.L, *delta = a.delta + bh * a.L;
         float *dq_acc = a.dq_acc + bh * a.L * D;
         if (first < steps) {
@@ -602,8 +610,8 @@ __global__ void __launch_bounds__(ATTN_THREADS, 1) attn_bwd_bf16(attn_args a)
             const int64_t j = n0 + kv_row + g + 8 * r;
             if (j >= a.S)
                 continue;
-            uint32_t *dkr = (uint32_t *)((uint16_t *)a.dk + (bh * a.S + j) * D + kv_col);
-            uint32_t *dvr = (uint32_t *)((uint16_t *)a.dv + (bh * a.S + j) * D + kv_col);
+            uint32_t *dkr = (uint32_t *)((uint16_t *)a.dk + row_offset(a.dk_stride, a.H, bh, j) + kv_col);
+            uint32_t *dvr = (uint32_t *)((uint16_t *)a.dv + row_offset(a.dv_stride, a.H, bh, j) + kv_col);
 #pragma unroll
             for (int nt = 0; nt < NKV; nt++) {
                 dkr[nt * 4 + t] = bf16_pair(dk[nt][2 * r] * a.scale, dk[nt][2 * r + 1] * a.scale);
@@ -628,7 +636,8 @@ __global__ void attn_delta(attn_args a)
     const int64_t rows = a.B * a.H * a.L;
     for (int64_t row = (int64_t)blockIdx.x * ATTN_WARPS + threadIdx.x / 32; row < rows;
          row += (int64_t)gridDim.x * ATTN_WARPS) {
-        const T *o = (const T *)a.out + row * a.Ev, *d = (const T *)a.dout + row * a.Ev;
+        const T *o = (const T *)a.out + row_offset(a.o_stride, a.H, row / a.L, row % a.L);
+        const T *d = (const T *)a.dout + row_offset(a.do_stride, a.H, row / a.L, row % a.L);
         float sum = 0.f;
         for (int e = lane; e < a.Ev; e += 32)
             sum += ld_elem(o + e) * ld_elem(d + e);
@@ -647,8 +656,10 @@ __global__ void attn_dq_store(attn_args a)
 {
     begin_after_previous_kernel();
     const int64_t n = a.B * a.H * a.L * a.E;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x)
-        st_elem((T *)a.dq + e, a.dq_acc[e] * a.scale);
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = e / a.E;
+        st_elem((T *)a.dq + row_offset(a.dq_stride, a.H, row / a.L, row % a.L) + e % a.E, a.dq_acc[e] * a.scale);
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -733,7 +744,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_fwd_f32(attn_args a)
         for (int off = 8; off > 0; off /= 2)
             row_sum += __shfl_xor_sync(0xffffffffu, row_sum, off);
         if (i < a.L) {
-            float *out = (float *)a.out + (bh * a.L + i) * a.Ev;
+            float *out = (float *)a.out + row_offset(a.o_stride, a.H, bh, i);
 #pragma unroll
             for (int u = 0; u < F32_MAX_D / 16; u++)
                 if (c + 16 * u < a.Ev)
@@ -762,7 +773,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_f32(attn_args a)
         const float *q = (const float *)a.q + b * a.q_stride[0] + h * a.q_stride[1];
         const float *k = (const float *)a.k + b * a.k_stride[0] + h * a.k_stride[1];
         const float *v = (const float *)a.v + b * a.v_stride[0] + h * a.v_stride[1];
-        const float *dout = (const float *)a.dout + bh * a.L * a.Ev;
+        const float *dout = (const float *)a.dout + b * a.do_stride[0] + h * a.do_stride[1];
         const float *lse = a.lse + bh * a.L, *delta = a.delta + bh * a.L;
         __syncthreads();   /* the previous (batch, head) is done with sK, sV */
         f32_load<F32_BN>(sK, k, a.k_stride[2], n0, a.S, a.E);
@@ -772,7 +783,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_f32(attn_args a)
         for (int64_t m0 = first; m0 < a.L; m0 += F32_BQ) {
             __syncthreads();   /* the last step's rows are read */
             f32_load<F32_BQ>(sQ, q, a.q_stride[2], m0, a.L, a.E);
-            f32_load<F32_BQ>(sdO, dout, a.Ev, m0, a.L, a.Ev);
+            f32_load<F32_BQ>(sdO, dout, a.do_stride[2], m0, a.L, a.Ev);
             __syncthreads();
             const int64_t i = m0 + warp, j = n0 + lane;
             float p = 0.f, ds = 0.f;
@@ -811,7 +822,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_bwd_f32(attn_args a)
 
         const int64_t j = n0 + kv_key;
         if (j < a.S) {
-            float *dkr = (float *)a.dk + (bh * a.S + j) * a.E, *dvr = (float *)a.dv + (bh * a.S + j) * a.Ev;
+            float *dkr = (float *)a.dk + row_offset(a.dk_stride, a.H, bh, j);
+            float *dvr = (float *)a.dv + row_offset(a.dv_stride, a.H, bh, j);
 #pragma unroll
             for (int u = 0; u < F32_MAX_D / 8; u++) {
                 const int e = kv_col + 8 * u;
@@ -855,6 +867,13 @@ static bool rows_aligned(const void *p, const int64_t *stride)
     return (uintptr_t)p % 16 == 0 && stride[0] % 8 == 0 && stride[1] % 8 == 0 && stride[2] % 8 == 0;
 }
 
+/* Whether every row of an output the bf16 kernels write two elements at a
+ * time starts on 4 bytes. */
+static bool pairs_aligned(const void *p, const int64_t *stride)
+{
+    return (uintptr_t)p % 4 == 0 && stride[0] % 2 == 0 && stride[1] % 2 == 0 && stride[2] % 2 == 0;
+}
+
 static attn_args attn_args_of(int dtype, const dpc_attention *in)
 {
     attn_args a = {};
@@ -871,6 +890,11 @@ static attn_args attn_args_of(int dtype, const dpc_attention *in)
         a.q_stride[d] = in->q_stride[d];
         a.k_stride[d] = in->k_stride[d];
         a.v_stride[d] = in->v_stride[d];
+        a.o_stride[d] = in->o_stride[d];
+        a.do_stride[d] = in->do_stride[d];
+        a.dq_stride[d] = in->dq_stride[d];
+        a.dk_stride[d] = in->dk_stride[d];
+        a.dv_stride[d] = in->dv_stride[d];
     }
     a.scale = (float)in->scale;
     a.scale_log2 = (float)(in->scale * LOG2E);
@@ -919,7 +943,7 @@ extern "C" int dpc_attention_forward(int dtype, const dpc_attention *in, void *o
         int rc = (int)cudaMemsetAsync(out, 0, bytes, s);
         return rc ? rc : dpc_fill_f32(lse, -INFINITY, rows, stream);
     }
-    if ((uintptr_t)out % 4 != 0)   /* the kernels store two bf16 at once */
+    if (!pairs_aligned(out, in->o_stride))   /* the kernels store two bf16 at once */
         return (int)cudaErrorMisalignedAddress;
     attn_args a = attn_args_of(dtype, in);
     a.out = out;
@@ -958,7 +982,7 @@ extern "C" int dpc_attention_backward(int dtype, const dpc_attention *in, const 
         return rc;
     }
     /* two bf16 stored at once; two accumulators added at once */
-    if ((uintptr_t)dk % 4 || (uintptr_t)dv % 4 || (uintptr_t)workspace % 8)
+    if (!pairs_aligned(dk, in->dk_stride) || !pairs_aligned(dv, in->dv_stride) || (uintptr_t)workspace % 8)
         return (int)cudaErrorMisalignedAddress;
     attn_args a = attn_args_of(dtype, in);
     a.out = (void *)out;
@@ -969,7 +993,7 @@ extern "C" int dpc_attention_backward(int dtype, const dpc_attention *in, const 
     a.dq = dq;
     a.dk = dk;
     a.dv = dv;
-    a.aligned = a.aligned && (uintptr_t)dout % 16 == 0;
+    a.aligned = a.aligned && rows_aligned(dout, in->do_stride);
 
     const int64_t rows = bh * in->L, dq_n = rows * in->E;
     const unsigned delta_grid = grid_for(CEIL_DIV(rows, (int64_t)ATTN_WARPS));

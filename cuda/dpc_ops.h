@@ -451,11 +451,17 @@ int dpc_gru_gates_backward(int dtype, int64_t N, int64_t H, const void *dout, co
 
 /* Scaled dot-product attention of q (B, H, L, E), k (B, H, S, E) and
  * v (B, H, S, Ev), each given by its first element and its strides (in
- * elements) for b, h and the sequence; the last dim is contiguous. */
+ * elements) for b, h and the sequence; the last dim is contiguous. The
+ * outputs out (B, H, L, Ev), dq, dk, dv (q's, k's, v's shapes) and the
+ * gradient dout (out's shape) are given by their strides too, so that
+ * heads stored (B, L, H, E), as a transformer's projections make them,
+ * are read and written in place. out, dq, dk and dv are dense: their
+ * elements fill one block, in some order of the dims. */
 typedef struct {
     int64_t B, H, L, S, E, Ev;         /* batch, heads, query length, key length, head dims of q/k and of v */
     const void *q, *k, *v;             /* first elements */
     int64_t q_stride[3], k_stride[3], v_stride[3];   /* in elements, for b, h and the sequence; the last dim is contiguous */
+    int64_t o_stride[3], do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];   /* the same for out, dout, dq, dk, dv */
     double scale;                      /* scores are scale * q.k */
     int causal;                        /* key j takes part in query i's row only when j <= i (PyTorch's is_causal: tril(ones(L, S)), top-left aligned) */
 } dpc_attention;
@@ -463,18 +469,18 @@ typedef struct {
  * caller uses a composite of matmul and softmax): bfloat16 with
  * E == Ev == 64 or 128, float32 with E and Ev up to 128. */
 int dpc_attention_takes(int dtype, int64_t E, int64_t Ev);
-/* out (B, H, L, Ev) contiguous, of dtype; lse (B, H, L) float32
- * contiguous: the natural log-sum-exp of each query row's scaled, masked
- * scores (the only thing saved for backward). S == 0 gives out 0 and lse
- * -inf. out must be 4-byte aligned (a fresh allocation is). */
+/* out (B, H, L, Ev) of dtype; lse (B, H, L) float32 contiguous: the
+ * natural log-sum-exp of each query row's scaled, masked scores (the only
+ * thing saved for backward). S == 0 gives out 0 and lse -inf. out and its
+ * strides must be 4-byte aligned (a fresh allocation is). */
 int dpc_attention_forward(int dtype, const dpc_attention *a, void *out, float *lse, void *stream);
 /* Bytes of device scratch memory that dpc_attention_backward needs: the
  * float32 dq accumulators (B, H, L, E) and delta = rowsum(dout * out)
  * (B, H, L). */
 size_t dpc_attention_workspace(int dtype, const dpc_attention *a);
-/* dout (B, H, L, Ev) contiguous of dtype; writes dq (B,H,L,E), dk
- * (B,H,S,E), dv (B,H,S,Ev), contiguous, of dtype. dk, dv 4-byte aligned,
- * workspace 8-byte aligned (fresh allocations are). */
+/* dout (B, H, L, Ev) of dtype; writes dq (B,H,L,E), dk (B,H,S,E), dv
+ * (B,H,S,Ev) of dtype. dk, dv and their strides 4-byte aligned, workspace
+ * 8-byte aligned (fresh allocations are). */
 int dpc_attention_backward(int dtype, const dpc_attention *a, const void *out, const void *dout, const float *lse,
                            void *dq, void *dk, void *dv, void *workspace, void *stream);
 

@@ -43,6 +43,37 @@ static dp_status as_heads(dp_tensor **res, dp_tensor *t)
     return st;
 }
 
+/* A new tensor of like's shape with its last dim `last` long, dense, its
+ * dims laid out in like's order (by stride, the last innermost): heads
+ * that are views of (B, L, H, E) projections get outputs and gradients
+ * stored (B, L, H, E) too, which the transpose back to (B, L, H * E) then
+ * views instead of copying (PyTorch's flash attention does the same). */
+static dp_status new_in_order_of(dp_tensor **res, const dp_tensor *like, int64_t last)
+{
+    int nd = like->ndim, order[DP_MAX_DIMS];
+    int64_t shape[DP_MAX_DIMS], stride[DP_MAX_DIMS], dense[DP_MAX_DIMS];
+    for (int i = 0; i < nd; i++) {
+        shape[i] = i == nd - 1 ? last : like->shape[i];
+        int j = i;   /* insertion sort of the leading dims, larger strides first, ties in order */
+        for (; i < nd - 1 && j > 0 && like->stride[order[j - 1]] < like->stride[i]; j--)
+            order[j] = order[j - 1];
+        order[j] = i;
+    }
+    int64_t step = 1;
+    for (int j = nd - 1; j >= 0; j--) {
+        dense[j] = shape[order[j]];
+        stride[order[j]] = step;
+        step *= shape[order[j]];
+    }
+    dp_tensor *base;
+    dp_status st = tensor_new(&base, nd, dense, like->dtype, like->device);
+    if (st)
+        return st;
+    st = tensor_view_of(res, base, nd, shape, stride, base->offset);
+    dp_tensor_release(base);
+    return st;
+}
+
 static dp_status check(dp_tensor *q, dp_tensor *k, dp_tensor *v)
 {
     dp_tensor *ts[3] = { q, k, v };
@@ -126,17 +157,15 @@ static dp_status bw_attention(ag_node *n, dp_tensor *g, dp_tensor **gi)
     dp_tensor *q4 = NULL, *k4 = NULL, *v4 = NULL, *o4 = NULL, *gc = NULL, *g4 = NULL;
     dp_tensor *grads[3] = { NULL, NULL, NULL }, *grads4[3] = { NULL, NULL, NULL };
     dp_tensor *ins[3] = { q, k, v };
-    dp_status st = g->dtype == out->dtype ? dp_contiguous(&gc, g) : dp_to(&gc, g, out->dtype, out->device);
-    if (!st && !tensor_is_contiguous(gc)) {
-        dp_tensor *c;
-        st = dp_contiguous(&c, gc);
-        dp_tensor_release(gc);
-        gc = c;
-    }
+    dp_status st = DP_OK;
+    if (g->dtype == out->dtype)   /* read where it is (as_heads copies what the kernels cannot read) */
+        dp_tensor_retain(gc = g);
+    else
+        st = dp_to(&gc, g, out->dtype, out->device);
     if (!st && !(st = as_heads(&q4, q)) && !(st = as_heads(&k4, k)) && !(st = as_heads(&v4, v)) &&
         !(st = as_heads(&o4, out)) && !(st = as_heads(&g4, gc)))
         for (int i = 0; i < 3 && !st; i++)
-            if (!(st = tensor_new(&grads[i], ins[i]->ndim, ins[i]->shape, ins[i]->dtype, ins[i]->device)))
+            if (!(st = new_in_order_of(&grads[i], ins[i], ins[i]->shape[ins[i]->ndim - 1])))
                 st = as_heads(&grads4[i], grads[i]);
     if (!st) {
         cpu_attention_args a = { q4, k4, v4, (int)n->iarg[0], n->darg[0] };
@@ -166,13 +195,8 @@ dp_status dp_scaled_dot_product_attention(dp_tensor **out, dp_tensor *q, dp_tens
         return dp_fail(DP_ERR_ARG, "%s: no fused kernel takes %s inputs with head dims %lld and %lld here "
                        "(F.scaled_dot_product_attention takes the composite path for them)", FN,
                        dp_dtype_name(q->dtype), (long long)q->shape[q->ndim - 1], (long long)v->shape[v->ndim - 1]);
-    int nd = q->ndim;
-    int64_t shape[DP_MAX_DIMS];
-    for (int i = 0; i < nd - 1; i++)
-        shape[i] = q->shape[i];
-    shape[nd - 1] = v->shape[nd - 1];
     dp_tensor *q4 = NULL, *k4 = NULL, *v4 = NULL, *o4 = NULL, *lse = NULL;
-    if ((st = tensor_new(out, nd, shape, q->dtype, q->device)))
+    if ((st = new_in_order_of(out, q, v->shape[v->ndim - 1])))
         return st;
     if (!(st = as_heads(&q4, q)) && !(st = as_heads(&k4, k)) && !(st = as_heads(&v4, v)) &&
         !(st = as_heads(&o4, *out))) {

@@ -30,13 +30,14 @@ static void load_head(double *dst, const dp_tensor *t, int64_t b, int64_t h)
             dst[r * d + c] = dtype_load(t->dtype, base + (r * t->stride[2] + c) * es);
 }
 
-/* (n, d) float64 rows into t's head (b, h); t contiguous */
+/* (n, d) float64 rows into t's head (b, h) */
 static void store_head(dp_tensor *t, int64_t b, int64_t h, const double *src)
 {
     int64_t n = t->shape[2], d = t->shape[3], es = (int64_t)dt_size(t->dtype);
-    char *base = tensor_ptr(t) + (b * t->shape[1] + h) * n * d * es;
-    for (int64_t e = 0; e < n * d; e++)
-        dtype_store(t->dtype, base + e * es, src[e]);
+    char *base = tensor_ptr(t) + (b * t->stride[0] + h * t->stride[1]) * es;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t c = 0; c < d; c++)
+            dtype_store(t->dtype, base + (r * t->stride[2] + c) * es, src[r * d + c]);
 }
 
 static double dot(const double *x, const double *y, int64_t n)

@@ -150,8 +150,8 @@ dp_status cpu_gru_gates_backward(dp_tensor *dgi, dp_tensor *dgh, dp_tensor *dh, 
                                  dp_tensor *gh, dp_tensor *h);
 
 /* attention.c: scaled dot product attention over heads (b, h). q (B, H, L, E),
- * k (B, H, S, E), v (B, H, S, Ev): views of one dtype; out (B, H, L, Ev),
- * its gradient dout and dq, dk, dv contiguous of that dtype; lse (B, H, L)
+ * k (B, H, S, E), v (B, H, S, Ev), out (B, H, L, Ev), its gradient dout and
+ * dq, dk, dv: views of one dtype with contiguous rows; lse (B, H, L)
  * contiguous: each query row's log-sum-exp of its scaled scores. causal:
  * query i takes keys j <= i. scratch: float64, of the sizes below. */
 typedef struct {

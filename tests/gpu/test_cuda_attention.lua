@@ -40,11 +40,15 @@ local function check(dtype, B, H, L, S, E, Ev, causal, layout, fused)
       return torch.randn(B, H, n, d):to(dtype):to(dev)
     end
     local q, k, v = make(L, E), make(S, E), make(S, Ev)
-    local dout = torch.randn(B, H, L, Ev):to(dtype):to(dev)
+    local dout = make(L, Ev)
     local opts = { is_causal = causal }
     local out, gq, gk, gv = attend(q, k, v, opts)
     T.is(out.grad_fn and out.grad_fn.name == FLASH, fused, name .. ": fused exactly when a kernel takes it")
     out:backward(dout)
+    if layout == "blhd" then
+      -- stored as the heads came, so that the transpose back to (B, L, H * Ev) is a view
+      T.is(out:transpose(1, 2):is_contiguous(), fused, name .. ": out laid out (B, L, H, E) when fused")
+    end
     local rout, rq, rk, rv = attend(q:cpu():double(), k:cpu():double(), v:cpu():double(), opts)
     rout:backward(dout:cpu():double())
     local tol = dtype == torch.bfloat16 and 2e-2 or 1e-5

@@ -62,8 +62,14 @@ T.run("strided inputs: (B, L, H, E) transposed to (B, H, L, E), as a GPT's heads
   local kt = k:transpose(1, 2):contiguous():transpose(1, 2)
   local vt = v:transpose(1, 2):contiguous():transpose(1, 2)
   T.ok(not qt:is_contiguous(), "the inputs are strided views")
+  qt:requires_grad_(); kt:requires_grad_(); vt:requires_grad_()
   local out = F.scaled_dot_product_attention(qt, kt, vt, { is_causal = true })
   T.tensor_close(out, tensor(c.out), 1e-10, 1e-10, "out")
+  T.ok(out:transpose(1, 2):is_contiguous(), "out is stored (B, L, H, E) as the inputs are")
+  out:backward(tensor(c.dout):transpose(1, 2):contiguous():transpose(1, 2))   -- a strided gradient too
+  for _, g in ipairs({ { "dq", qt.grad, c.dq }, { "dk", kt.grad, c.dk }, { "dv", vt.grad, c.dv } }) do
+    T.tensor_close(g[2], tensor(g[3]), 1e-10, 1e-10, g[1])
+  end
 end)
 
 T.run("five dims and a non-contiguous last dim take a contiguous copy", function()
