@@ -13,12 +13,15 @@
  * contiguous for all operands (as cpu_foreach does) and, when one dim is
  * left, the kernel addresses element i as data + i * stride with no index
  * arithmetic; otherwise it splits i over the shape with div/mod. Where
- * every operand is contiguous (or one broadcast value), of one element
- * size and aligned to 16 bytes, each thread instead takes 16 bytes of
- * elements at a time (8 of bfloat16), every operand read and the output
- * written one vector load or store each (ew_vec_kernel). The op and dtypes
- * are template parameters of a small functor, so each kernel holds one
- * op's code only.
+ * the innermost dim is contiguous for every operand (or one broadcast
+ * value), and aligned, each thread instead takes 16 bytes of the widest
+ * operand's elements at a time (8 of bfloat16; a cast from float32 takes
+ * 4 of each), every operand read and the output written one vector load
+ * or store each (ew_vec_kernel): a contiguous op, and as well a strided
+ * one such as a transpose of heads or a bias broadcast over rows, whose
+ * index arithmetic is then done once per vector. The op and dtypes are
+ * template parameters of a small functor, which also states each
+ * operand's element size, so each kernel holds one op's code only.
  */
 #include <math.h>
 #include <stdint.h>
@@ -126,94 +129,130 @@ __global__ static void ew_kernel(dpc_iter<N> it, int64_t n, F f)
     });
 }
 
-namespace {   /* file-local types: no clash with another file's of the same name */
-template <int ES> struct uint_of;
-template <> struct uint_of<1> { typedef uint8_t T; };
-template <> struct uint_of<2> { typedef uint16_t T; };
-template <> struct uint_of<4> { typedef uint32_t T; };
-template <> struct uint_of<8> { typedef uint64_t T; };
-}  // namespace
+/* Moves `bytes` (16, 8, 4 or 2; the address aligned to as many) between
+ * memory and a register buffer. */
+__device__ __forceinline__ void vec_load(uint4 &dst, const char *p, int bytes)
+{
+    switch (bytes) {
+    case 16: dst = *(const uint4 *)p; break;
+    case 8: *(uint2 *)&dst = *(const uint2 *)p; break;
+    case 4: *(uint32_t *)&dst = *(const uint32_t *)p; break;
+    default: *(uint16_t *)&dst = *(const uint16_t *)p; break;
+    }
+}
 
-/* The flat iterator's operands are all of ES bytes an element, operand 0
- * (the output) and every other one with stride ES or 0 (one value for
- * all), those of stride ES aligned to 16 bytes: each thread takes V = 16 /
- * ES elements at a time, each operand's one 16-byte load (a broadcast
- * value repeated), f on each element in registers, one 16-byte store; the
- * last n % V elements one a thread. f reads its operands before it
- * writes its output, so an output that is also an input is right. */
-template <int N, int ES, class F>
-__global__ static void ew_vec_kernel(dpc_iter<N> it, int64_t n, F f)
+__device__ __forceinline__ void vec_store(char *p, const uint4 &src, int bytes)
+{
+    switch (bytes) {
+    case 16: *(uint4 *)p = src; break;
+    case 8: *(uint2 *)p = *(const uint2 *)&src; break;
+    case 4: *(uint32_t *)p = *(const uint32_t *)&src; break;
+    default: *(uint16_t *)p = *(const uint16_t *)&src; break;
+    }
+}
+
+/* The largest element size of f's N operands (F::size(k): operand k's). */
+template <int N, class F> __host__ __device__ constexpr int largest_size()
+{
+    int m = 1;
+    for (int k = 0; k < N; k++)
+        m = F::size(k) > m ? F::size(k) : m;
+    return m;
+}
+
+/* V = 16 / the largest element size elements a thread at a time along
+ * the innermost dim, which is contiguous (or of stride 0) for every
+ * operand: each operand's V elements are one load of V x its element size
+ * (16 bytes for the largest), an operand of stride 0 one value repeated;
+ * f on each element in registers; the output one store. FLAT: one dim
+ * (element i at data + i * stride), the last n % V elements one a thread;
+ * else `it` counts vectors (its innermost shape divided by V, strides of
+ * V elements), found by div/mod once per V elements. f reads its operands
+ * before it writes its output, so an output that is also an input is
+ * right. */
+template <int N, bool FLAT, class F>
+__global__ static void ew_vec_kernel(dpc_iter<N> it, int64_t vectors, int64_t n, F f)
 {
     begin_after_previous_kernel();
-    typedef typename uint_of<ES>::T U;
-    constexpr int V = 16 / ES;
-    const int64_t chunks = n / V, step = (int64_t)gridDim.x * blockDim.x;
-    const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    U one[N];   /* the broadcast values */
+    constexpr int V = 16 / largest_size<N, F>();
+    const int last = FLAT ? 0 : it.ndim - 1;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x, first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (int64_t c = first; c < vectors; c += step) {
+        char *p[N];
+        if (FLAT) {
 #pragma unroll
-    for (int k = 1; k < N; k++)
-        one[k] = it.stride[k][0] == 0 ? *(const U *)it.data[k] : (U)0;
-    for (int64_t c = first; c < chunks; c += step) {
-        U buf[N][V];
+            for (int k = 0; k < N; k++)
+                p[k] = it.data[k] + c * V * it.stride[k][0];
+        } else {
+            iter_ptrs<N>(it, c, p);
+        }
+        uint4 buf[N];
 #pragma unroll
         for (int k = 1; k < N; k++) {
-            if (it.stride[k][0] != 0) {
-                const uint4 q = *(const uint4 *)(it.data[k] + c * 16);
-                memcpy(buf[k], &q, 16);
-            } else {
+            if (it.stride[k][last] == 0) {
 #pragma unroll
                 for (int j = 0; j < V; j++)
-                    buf[k][j] = one[k];
+                    memcpy((char *)&buf[k] + j * F::size(k), p[k], F::size(k));
+            } else {
+                vec_load(buf[k], p[k], V * F::size(k));
             }
         }
 #pragma unroll
         for (int j = 0; j < V; j++) {
+            char *q[N];
+#pragma unroll
+            for (int k = 0; k < N; k++)
+                q[k] = (char *)&buf[k] + j * F::size(k);
+            f(q);
+        }
+        vec_store(p[0], buf[0], V * F::size(0));
+    }
+    if (FLAT) {
+        const int64_t i = vectors * V + first;
+        if (i < n) {
             char *p[N];
 #pragma unroll
             for (int k = 0; k < N; k++)
-                p[k] = (char *)&buf[k][j];
+                p[k] = it.data[k] + i * it.stride[k][0];
             f(p);
         }
-        uint4 q;
-        memcpy(&q, buf[0], 16);
-        *(uint4 *)(it.data[0] + c * 16) = q;
-    }
-    const int64_t i = chunks * V + first;
-    if (i < n) {
-        char *p[N];
-#pragma unroll
-        for (int k = 0; k < N; k++)
-            p[k] = it.data[k] + i * it.stride[k][0];
-        f(p);
     }
 }
 
-/* The element size of types A and B when they have the same, else 0: an
- * ew_launch's ES for an output of type A from inputs of type B. */
-template <class A, class B> __host__ __device__ constexpr int one_size()
+/* Whether ew_vec_kernel takes `it`: operands of f's element sizes, a dim
+ * left, the innermost contiguous for the output and contiguous or of
+ * stride 0 for every input, of a length V divides (or the only dim), and
+ * every vector of V elements aligned to its size. On success `it` becomes
+ * the vectors' iterator. */
+template <int N, class F>
+static bool ew_vectors(dpc_iter<N> &it, const size_t *es)
 {
-    return sizeof(A) == sizeof(B) ? (int)sizeof(A) : 0;
-}
-
-/* Whether ew_vec_kernel<N, ES> takes the flat iterator it. */
-template <int N, int ES>
-static bool ew_vectors(const dpc_iter<N> &it, const size_t *es)
-{
-    if (ES == 0 || it.ndim > 1)
+    constexpr int V = 16 / largest_size<N, F>();
+    const int last = it.ndim - 1;
+    if (it.ndim == 0 || (it.ndim > 1 && it.shape[last] % V != 0))
         return false;
     for (int k = 0; k < N; k++) {
-        const int64_t stride = it.ndim == 1 ? it.stride[k][0] : 0;
-        if (es[k] != (size_t)ES || (stride != ES && (k == 0 || stride != 0)) ||
-            (stride == ES && (uintptr_t)it.data[k] % 16 != 0))
+        const int64_t inner = it.stride[k][last], bytes = V * (int64_t)es[k];
+        if (es[k] != (size_t)F::size(k) || (inner != (int64_t)es[k] && (k == 0 || inner != 0)))
             return false;
+        if (inner == 0)
+            continue;
+        if ((uintptr_t)it.data[k] % bytes != 0)
+            return false;
+        for (int d = 0; d < last; d++)
+            if (it.stride[k][d] % bytes != 0)
+                return false;
+    }
+    if (it.ndim > 1) {
+        it.shape[last] /= V;
+        for (int k = 0; k < N; k++)
+            it.stride[k][last] *= V;
     }
     return true;
 }
 
-/* Runs f over the shape for N operands of element sizes es; ES: their one
- * element size when all have the same (0: they may not), which lets a
- * contiguous run take ew_vec_kernel. */
-template <int N, int ES, class F>
+/* Runs f over the shape for N operands of element sizes es (F::size's). */
+template <int N, class F>
 static int ew_launch(const dpc_shape &s, const dpc_operand *ops, const size_t *es, F f, void *stream)
 {
     if (s.ndim < 0 || s.ndim > DPC_MAX_DIMS)
@@ -223,12 +262,12 @@ static int ew_launch(const dpc_shape &s, const dpc_operand *ops, const size_t *e
     if (n <= 0)
         return 0;
     cudaStream_t st = (cudaStream_t)stream;
-    if constexpr (ES > 0) {
-        if (ew_vectors<N, ES>(it, es)) {
-            int64_t threads = n / (16 / ES) > 0 ? n / (16 / ES) : 1;
-            return launch_kernel(ew_vec_kernel<N, ES, F>, grid_stride_blocks(threads, EW_THREADS), EW_THREADS, st, it,
-                                 n, f);
-        }
+    if (ew_vectors<N, F>(it, es)) {
+        const int64_t vectors = n / (16 / largest_size<N, F>()), threads = vectors > 0 ? vectors : 1;
+        unsigned grid = grid_stride_blocks(threads, EW_THREADS);
+        if (it.ndim <= 1)
+            return launch_kernel(ew_vec_kernel<N, true, F>, grid, EW_THREADS, st, it, vectors, n, f);
+        return launch_kernel(ew_vec_kernel<N, false, F>, grid, EW_THREADS, st, it, vectors, n, f);
     }
     unsigned grid = grid_stride_blocks(n, EW_THREADS);
     if (it.ndim <= 1)
@@ -252,7 +291,7 @@ template <int... OPS> struct op_list {
 /* The kernel functor F<T, OP> for the op `op` of the op_list Ops on the
  * dtype struct T of `dtype`, run over the shape for N operands; a pair
  * that F<T, OP>::ok refuses, or an op not in the list, is
- * DPC_UNSUPPORTED. F<T, OP>::es() is ew_launch's ES. */
+ * DPC_UNSUPPORTED. */
 template <template <class, int> class F, class Ops, int N>
 static int ew_launch_op(int dtype, int op, const dpc_shape &s, const dpc_operand *ops, const size_t *es, void *stream)
 {
@@ -263,7 +302,7 @@ static int ew_launch_op(int dtype, int op, const dpc_shape &s, const dpc_operand
             if constexpr (!Fn::ok)
                 return DPC_UNSUPPORTED;
             else
-                return ew_launch<N, Fn::es()>(s, ops, es, Fn(), stream);
+                return ew_launch<N>(s, ops, es, Fn(), stream);
         });
     });
 }
@@ -392,9 +431,10 @@ template <class T, int OP> __device__ static inline typename T::C unary_int(type
 namespace {   /* file-local types: no clash with another file's of the same name */
 template <class T, int OP> struct unary_f {
     static constexpr bool ok = unary_ok(OP, T::kind);
-    static constexpr int es()
+    /* operand k's element size: out (bool for logical_not), x */
+    __host__ __device__ static constexpr int size(int k)
     {
-        return one_size<std::conditional_t<OP == DP_LOGICAL_NOT, uint8_t, typename T::S>, typename T::S>();
+        return k == 0 && OP == DP_LOGICAL_NOT ? 1 : (int)sizeof(typename T::S);
     }
     __device__ void operator()(char *const *p) const
     {
@@ -444,7 +484,7 @@ __host__ __device__ constexpr bool unary_bwd_ok(int op)
 namespace {   /* file-local types: no clash with another file's of the same name */
 template <class T, int OP> struct unary_bwd_f {
     static constexpr bool ok = T::kind == K_FLOAT && unary_bwd_ok(OP);
-    static constexpr int es() { return (int)sizeof(typename T::S); }
+    __host__ __device__ static constexpr int size(int) { return (int)sizeof(typename T::S); }
     __device__ void operator()(char *const *p) const
     {
         typedef typename T::C C;
@@ -572,9 +612,10 @@ template <class T, int OP> __device__ static inline bool binary_test(typename T:
 namespace {   /* file-local types: no clash with another file's of the same name */
 template <class T, int OP> struct binary_f {
     static constexpr bool ok = binary_ok(OP, T::kind);
-    static constexpr int es()
+    /* operand k's element size: out (bool for a comparison), a, b */
+    __host__ __device__ static constexpr int size(int k)
     {
-        return one_size<std::conditional_t<binary_is_bool(OP), uint8_t, typename T::S>, typename T::S>();
+        return k == 0 && binary_is_bool(OP) ? 1 : (int)sizeof(typename T::S);
     }
     __device__ void operator()(char *const *p) const
     {
@@ -612,6 +653,7 @@ extern "C" int dpc_binary(int op, int dtype, int out_dtype, dpc_shape s, dpc_ope
 
 namespace {   /* file-local types: no clash with another file's of the same name */
 template <class U> struct where_f {
+    __host__ __device__ static constexpr int size(int k) { return k == 1 ? 1 : (int)sizeof(U); }   /* out, cond (bool), a, b */
     __device__ void operator()(char *const *p) const
     {
         *(U *)p[0] = *(const uint8_t *)p[1] ? *(const U *)p[2] : *(const U *)p[3];
@@ -627,7 +669,7 @@ extern "C" int dpc_where(int dtype, dpc_shape s, dpc_operand out, dpc_operand co
     size_t es[4] = { e, 1, e, e };
     return with_size(e, [&](auto u) {
         typedef decltype(u) U;
-        return ew_launch<4, one_size<U, uint8_t>()>(s, ops, es, where_f<U>(), stream);
+        return ew_launch<4>(s, ops, es, where_f<U>(), stream);
     });
 }
 
@@ -635,6 +677,7 @@ extern "C" int dpc_where(int dtype, dpc_shape s, dpc_operand out, dpc_operand co
 namespace {   /* file-local types: no clash with another file's of the same name */
 template <class T> struct clamp_f {
     double lo, hi;
+    __host__ __device__ static constexpr int size(int) { return (int)sizeof(typename T::S); }
     __device__ void operator()(char *const *p) const
     {
         typedef typename T::C C;
@@ -658,26 +701,30 @@ extern "C" int dpc_clamp(int dtype, dpc_shape s, dpc_operand out, dpc_operand a,
         if constexpr (T::kind == K_BOOL)
             return DPC_UNSUPPORTED;
         else
-            return ew_launch<2, (int)sizeof(typename T::S)>(s, ops, es, clamp_f<T>{ lo, hi }, stream);
+            return ew_launch<2>(s, ops, es, clamp_f<T>{ lo, hi }, stream);
     });
 }
 
 namespace {   /* file-local types: no clash with another file's of the same name */
 template <class U> struct copy_f {
+    __host__ __device__ static constexpr int size(int) { return (int)sizeof(U); }
     __device__ void operator()(char *const *p) const { *(U *)p[0] = *(const U *)p[1]; }
 };
 
-/* Every other pair goes through double (dtype_load, dtype_store); int64
- * to int32 and uint8 stay exact, as on the CPU. */
-template <int FROM, int TO> struct cast_f {
+/* From the dtype struct TI to TO. Every other pair goes through double
+ * (dtype_load, dtype_store); int64 to int32 and uint8 stay exact, as on
+ * the CPU. */
+template <class TI, class TO> struct cast_f {
+    static constexpr int FROM = TI::id, TO_ID = TO::id;
+    __host__ __device__ static constexpr int size(int k) { return k == 0 ? (int)sizeof(typename TO::S) : (int)sizeof(typename TI::S); }
     __device__ void operator()(char *const *p) const
     {
-        if (FROM == DP_INT64 && TO == DP_INT32)
+        if (FROM == DP_INT64 && TO_ID == DP_INT32)
             *(int32_t *)p[0] = (int32_t) * (const int64_t *)p[1];
-        else if (FROM == DP_INT64 && TO == DP_UINT8)
+        else if (FROM == DP_INT64 && TO_ID == DP_UINT8)
             *(uint8_t *)p[0] = (uint8_t) * (const int64_t *)p[1];
         else
-            dt_store(TO, p[0], dt_load(FROM, p[1]));
+            dt_store(TO_ID, p[0], dt_load(FROM, p[1]));
     }
 };
 }  // namespace
@@ -691,14 +738,13 @@ extern "C" int dpc_cast(int out_dtype, int in_dtype, dpc_shape s, dpc_operand ou
     if (out_dtype == in_dtype)
         return with_size(es[0], [&](auto u) {
             typedef decltype(u) U;
-            return ew_launch<2, (int)sizeof(U)>(s, ops, es, copy_f<U>(), stream);
+            return ew_launch<2>(s, ops, es, copy_f<U>(), stream);
         });
     return with_dtype(in_dtype, [&](auto tin) {
         return with_dtype(out_dtype, [&](auto tout) {
             typedef decltype(tin) TI;
             typedef decltype(tout) TO;
-            return ew_launch<2, one_size<typename TO::S, typename TI::S>()>(s, ops, es, cast_f<TI::id, TO::id>(),
-                                                                            stream);
+            return ew_launch<2>(s, ops, es, cast_f<TI, TO>(), stream);
         });
     });
 }
@@ -706,6 +752,7 @@ extern "C" int dpc_cast(int out_dtype, int in_dtype, dpc_shape s, dpc_operand ou
 namespace {   /* file-local types: no clash with another file's of the same name */
 template <class U> struct fill_f {
     U v;
+    __host__ __device__ static constexpr int size(int) { return (int)sizeof(U); }
     __device__ void operator()(char *const *p) const { *(U *)p[0] = v; }
 };
 }  // namespace
@@ -721,6 +768,6 @@ extern "C" int dpc_fill(int dtype, dpc_shape s, dpc_operand out, double value, v
         typedef decltype(u) U;
         U v;
         memcpy(&v, &bits, sizeof v);
-        return ew_launch<1, (int)sizeof(U)>(s, &out, &e, fill_f<U>{ v }, stream);
+        return ew_launch<1>(s, &out, &e, fill_f<U>{ v }, stream);
     });
 }
