@@ -13,7 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static dp_status flat_check(const char *fn, dp_tensor *p, dp_tensor *g, const dp_tensor *state)
+/* The parameters, the gradient and the state buffers (n of them; NULL
+ * ones are skipped) of one float dtype and device, of the parameters'
+ * size, contiguous. */
+static dp_status flat_check(const char *fn, dp_tensor *p, dp_tensor *g, int n, dp_tensor *const *state)
 {
     char a[160], b[160];
     if (!p || !g)
@@ -21,15 +24,17 @@ static dp_status flat_check(const char *fn, dp_tensor *p, dp_tensor *g, const dp
     if (p->dtype != DP_FLOAT32 && p->dtype != DP_FLOAT64 && p->dtype != DP_BFLOAT16)
         return dp_fail(DP_ERR_DTYPE, "%s: fused updates take float32, float64 or bfloat16 parameters, got %s", fn,
                        dp_dtype_name(p->dtype));
-    const dp_tensor *ts[2] = { g, state };
-    for (int i = 0; i < 2; i++) {
-        const dp_tensor *t = ts[i];
+    for (int i = -1; i < n; i++) {
+        const dp_tensor *t = i < 0 ? g : state[i];
         if (!t)
             continue;
-        if (t->dtype != p->dtype || t->device != p->device || dp_tensor_numel(t) != dp_tensor_numel(p))
+        if (t->dtype != p->dtype || dp_tensor_numel(t) != dp_tensor_numel(p))
             return dp_fail(DP_ERR_SHAPE, "%s: buffer %s (%s) does not match the parameters %s (%s)", fn,
                            dp_shape_str(a, sizeof a, t->ndim, t->shape), dp_dtype_name(t->dtype),
                            dp_shape_str(b, sizeof b, p->ndim, p->shape), dp_dtype_name(p->dtype));
+        if (t->device != p->device)
+            return dp_fail(DP_ERR_DEVICE, "%s: a buffer is on %s, the parameters on %s", fn,
+                           dp_device_str(a, sizeof a, t->device), dp_device_str(b, sizeof b, p->device));
         if (!tensor_is_contiguous(t))
             return dp_fail(DP_ERR_ARG, "%s: buffers must be contiguous", fn);
     }
@@ -41,7 +46,7 @@ static dp_status flat_check(const char *fn, dp_tensor *p, dp_tensor *g, const dp
 dp_status dp_sgd_step(dp_tensor *param, dp_tensor *grad, dp_tensor *momentum_buf, double lr, double momentum,
                       double dampening, int nesterov, double weight_decay, int first_step)
 {
-    dp_status st = flat_check("sgd_step", param, grad, momentum_buf);
+    dp_status st = flat_check("sgd_step", param, grad, 1, &momentum_buf);
     if (st)
         return st;
     if (momentum != 0 && !momentum_buf)
@@ -89,16 +94,13 @@ static dp_status master_check(dp_tensor *param, dp_tensor *grad, dp_tensor *cons
 static dp_status adam_check(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
                             dp_tensor *max_exp_avg_sq, dp_tensor *master)
 {
-    dp_status st;
     if (!param || !grad)
         return dp_fail(DP_ERR_ARG, "adam_step: expected parameter and gradient tensors");
     if (!exp_avg || !exp_avg_sq)
         return dp_fail(DP_ERR_ARG, "adam_step: expected exp_avg and exp_avg_sq buffers");
     if (master)
         return master_check(param, grad, (dp_tensor *[3]){ exp_avg, exp_avg_sq, max_exp_avg_sq }, master);
-    if ((st = flat_check("adam_step", param, grad, exp_avg)) || (st = flat_check("adam_step", param, exp_avg_sq, max_exp_avg_sq)))
-        return st;
-    return DP_OK;
+    return flat_check("adam_step", param, grad, 3, (dp_tensor *[3]){ exp_avg, exp_avg_sq, max_exp_avg_sq });
 }
 
 dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
