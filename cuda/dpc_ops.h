@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/optim_rule.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -384,6 +386,12 @@ typedef struct {
 int dpc_adam_step(int dtype, int64_t n, const dpc_adam_buffers *b, double lr, double beta1, double beta2, double eps,
                   double weight_decay, int decoupled, int64_t step, double *step_dev, const dpc_bias_grad *first,
                   void *stream);
+/* Adadelta's, RMSprop's or Adagrad's step r (common/optim_rule.h) over
+ * flat buffers of n elements of dtype: param, grad and the state that
+ * optim_rule.h lists (NULL where r needs none). first: as for
+ * dpc_sgd_step, db in grad. */
+int dpc_rule_step(int dtype, int64_t n, const optim_rule *r, void *param, void *grad, void *const state[3],
+                  const dpc_bias_grad *first, void *stream);
 
 /* ---- random draws (cuda/random.cu) ---- */
 

@@ -12,6 +12,9 @@
  * bfloat16 computes in float and rounds each stored value, as
  * src/cpu/optim.c does for it; Adam with a float32 master copy of
  * bfloat16 parameters updates the copy and stores its rounding.
+ * SGD and Adam have a kernel each; Adadelta, RMSprop and Adagrad
+ * (common/optim_rule.h) one kernel template, rule_kernel, instantiated
+ * with each rule's element update.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -424,4 +427,161 @@ extern "C" int dpc_adam_step(int dtype, int64_t n, const dpc_adam_buffers *b, do
         return ADAM_LAUNCH(bf16s, bf16s, bf16s);
     return ADAM_LAUNCH(double, double, double);
 #undef ADAM_LAUNCH
+}
+
+/* ------------------------------------------------------------------------ */
+/* Adadelta, RMSprop and Adagrad                                             */
+/* ------------------------------------------------------------------------ */
+
+namespace {   /* file-local types: no clash with another file's of the same name */
+/* A step's constants, each rounded to T on the host exactly where
+ * src/cpu/optim.c casts (neg_lr = (T)-lr, rest = (T)(1 - decay)). */
+template <typename T>
+struct rule_consts {
+    T lr, neg_lr, eps, wd, decay, rest, momentum;
+    bool decays, centered, moves;   /* weight_decay != 0, centered, momentum > 0 */
+};
+
+/* The flat buffers; state as common/optim_rule.h lists it */
+template <typename S>
+struct rule_buffers {
+    S *param, *grad, *state[3];
+};
+
+/* Element i's update by each rule, in src/cpu/optim.c's order of
+ * operations (PyTorch's single-tensor step). */
+struct adadelta {
+    template <typename S, typename T>
+    __device__ static void update(int64_t i, const rule_buffers<S> &b, const rule_consts<T> &c)
+    {
+        T g = ld(&b.grad[i]), acc = ld(&b.state[1][i]);
+        if (c.decays)
+            g = add(g, mul(c.wd, ld(&b.param[i])));
+        const T square_avg = add(mul(ld(&b.state[0][i]), c.decay), mul(mul(c.rest, g), g));
+        const T delta = mul(dvd(root(add(acc, c.eps)), root(add(square_avg, c.eps))), g);
+        st(&b.state[0][i], square_avg);
+        st(&b.state[1][i], add(mul(acc, c.decay), mul(mul(c.rest, delta), delta)));
+        st(&b.param[i], sub(ld(&b.param[i]), mul(c.lr, delta)));
+    }
+};
+
+struct rmsprop {
+    template <typename S, typename T>
+    __device__ static void update(int64_t i, const rule_buffers<S> &b, const rule_consts<T> &c)
+    {
+        const T p = ld(&b.param[i]);
+        T g = ld(&b.grad[i]);
+        if (c.decays)
+            g = add(g, mul(c.wd, p));
+        const T square_avg = add(mul(ld(&b.state[0][i]), c.decay), mul(mul(c.rest, g), g));
+        st(&b.state[0][i], square_avg);
+        T avg;
+        if (c.centered) {
+            const T grad_avg = add(mul(ld(&b.state[1][i]), c.decay), mul(c.rest, g));
+            st(&b.state[1][i], grad_avg);
+            avg = root(sub(square_avg, mul(grad_avg, grad_avg)));
+        } else {
+            avg = root(square_avg);
+        }
+        avg = add(avg, c.eps);
+        if (c.moves) {
+            const T buf = add(mul(ld(&b.state[2][i]), c.momentum), dvd(g, avg));
+            st(&b.state[2][i], buf);
+            st(&b.param[i], sub(p, mul(c.lr, buf)));
+        } else {
+            st(&b.param[i], add(p, dvd(mul(c.neg_lr, g), avg)));
+        }
+    }
+};
+
+struct adagrad {
+    template <typename S, typename T>
+    __device__ static void update(int64_t i, const rule_buffers<S> &b, const rule_consts<T> &c)
+    {
+        const T p = ld(&b.param[i]);
+        T g = ld(&b.grad[i]);
+        if (c.decays)
+            g = add(g, mul(c.wd, p));
+        const T sum = add(ld(&b.state[0][i]), mul(g, g));
+        st(&b.state[0][i], sum);
+        st(&b.param[i], add(p, dvd(mul(c.neg_lr, g), add(root(sum), c.eps))));
+    }
+};
+}  // namespace
+
+/* Rule's step over n elements, one thread an element. The first
+ * bias.blocks blocks make the bias gradient in b.grad first. */
+template <typename Rule, typename S, typename T = typename math_of<S>::type>
+__global__ static void rule_kernel(int64_t n, rule_buffers<S> b, rule_consts<T> c, bias_first<S> bias)
+{
+    begin_after_previous_kernel();
+    if (blockIdx.x < bias.blocks) {
+        const int64_t j = bias_block_sums(bias, b.grad + bias.at);
+        if (j >= 0)
+            Rule::update(bias.at + j, b, c);
+        return;
+    }
+    const rest_of rest = rest_after(bias, n);
+    for (int64_t e = rest.first; e < rest.count; e += rest.stride)
+        Rule::update(rest.index(e), b, c);
+}
+
+template <typename Rule, typename S, typename T = typename math_of<S>::type>
+static int rule_launch(int64_t n, const optim_rule &r, const rule_buffers<S> &b, const dpc_bias_grad *first,
+                       cudaStream_t stream)
+{
+    bias_first<S> bias;
+    if (!bias_first_of(first, b.grad, n, &bias))
+        return (int)cudaErrorInvalidValue;
+    rule_consts<T> c;
+    c.lr = (T)r.lr;
+    c.neg_lr = (T)-r.lr;
+    c.eps = (T)r.eps;
+    c.wd = (T)r.weight_decay;
+    c.decay = (T)r.decay;
+    c.rest = (T)(1 - r.decay);
+    c.momentum = (T)r.momentum;
+    c.decays = r.weight_decay != 0;
+    c.centered = r.centered != 0;
+    c.moves = r.momentum > 0;
+    return launch_kernel(rule_kernel<Rule, S>, grid_after(n, bias, 1), OPTIM_BLOCK, stream, n, b, c, bias);
+}
+
+template <typename S>
+static int rule_dispatch(int64_t n, const optim_rule &r, void *param, void *grad, void *const state[3],
+                         const dpc_bias_grad *first, cudaStream_t stream)
+{
+    const rule_buffers<S> b = { (S *)param, (S *)grad, { (S *)state[0], (S *)state[1], (S *)state[2] } };
+    switch (r.kind) {
+    case OPTIM_ADADELTA: return rule_launch<adadelta>(n, r, b, first, stream);
+    case OPTIM_RMSPROP: return rule_launch<rmsprop>(n, r, b, first, stream);
+    case OPTIM_ADAGRAD: return rule_launch<adagrad>(n, r, b, first, stream);
+    }
+    return DPC_UNSUPPORTED;
+}
+
+/* Whether the state buffers that r reads are there. */
+static bool rule_has_state(const optim_rule &r, void *const state[3])
+{
+    switch (r.kind) {
+    case OPTIM_ADADELTA: return state[0] && state[1];
+    case OPTIM_RMSPROP: return state[0] && (!r.centered || state[1]) && (r.momentum <= 0 || state[2]);
+    case OPTIM_ADAGRAD: return state[0] != NULL;
+    }
+    return false;
+}
+
+extern "C" int dpc_rule_step(int dtype, int64_t n, const optim_rule *r, void *param, void *grad,
+                             void *const state[3], const dpc_bias_grad *first, void *stream)
+{
+    if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64 && dtype != DP_BFLOAT16)
+        return DPC_UNSUPPORTED;
+    if (n < 0 || (n > 0 && (param == NULL || grad == NULL || !rule_has_state(*r, state))))
+        return (int)cudaErrorInvalidValue;
+    if (n == 0)
+        return 0;
+    cudaStream_t s = (cudaStream_t)stream;
+    return dtype == DP_FLOAT32    ? rule_dispatch<float>(n, *r, param, grad, state, first, s)
+           : dtype == DP_BFLOAT16 ? rule_dispatch<bf16s>(n, *r, param, grad, state, first, s)
+                                  : rule_dispatch<double>(n, *r, param, grad, state, first, s);
 }

@@ -287,6 +287,18 @@ DP_API dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_
 DP_API dp_status dp_adam_step_t(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
                                 dp_tensor *max_exp_avg_sq, dp_tensor *master, double lr, double beta1, double beta2,
                                 double eps, double weight_decay, int decoupled, dp_tensor *step);
+/* Adadelta, RMSprop and Adagrad: PyTorch 1.13's single-tensor step in one
+ * pass, every buffer of the parameters' dtype, size and device. RMSprop
+ * reads grad_avg only when centered and momentum_buf only with momentum >
+ * 0 (either may be NULL otherwise); Adagrad's step counts from 1 (its
+ * learning rate is lr / (1 + (step - 1) lr_decay)). */
+DP_API dp_status dp_adadelta_step(dp_tensor *param, dp_tensor *grad, dp_tensor *square_avg, dp_tensor *acc_delta,
+                                  double lr, double rho, double eps, double weight_decay);
+DP_API dp_status dp_rmsprop_step(dp_tensor *param, dp_tensor *grad, dp_tensor *square_avg, dp_tensor *grad_avg,
+                                 dp_tensor *momentum_buf, double lr, double alpha, double eps, double weight_decay,
+                                 double momentum, int centered);
+DP_API dp_status dp_adagrad_step(dp_tensor *param, dp_tensor *grad, dp_tensor *sum, double lr, double lr_decay,
+                                 double weight_decay, double eps, int64_t step);
 /* Moves params into one flat buffer (each param becomes a view of it) and
  * gives them grad slots in a flat gradient buffer; params that are already
  * neighbours in such buffers get views of them instead. */

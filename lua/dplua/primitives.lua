@@ -147,6 +147,19 @@ function torch._adam_step_t(p, g, m, v, vmax, master, lr, beta1, beta2, eps, wei
   check(C.dp_adam_step_t(p.p, g.p, m.p, v.p, opt_p(vmax), opt_p(master), lr, beta1, beta2, eps, weight_decay or 0,
                          decoupled and 1 or 0, step_t.p))
 end
+-- Adadelta, RMSprop and Adagrad: one pass over p, g and the state buffers
+-- (of p's dtype; RMSprop's grad_avg read only when centered, momentum_buf
+-- only with momentum > 0); Adagrad's step counts from 1
+function torch._adadelta_step(p, g, square_avg, acc_delta, lr, rho, eps, weight_decay)
+  check(C.dp_adadelta_step(opt_p(p), opt_p(g), opt_p(square_avg), opt_p(acc_delta), lr, rho, eps, weight_decay or 0))
+end
+function torch._rmsprop_step(p, g, square_avg, grad_avg, momentum_buf, lr, alpha, eps, weight_decay, momentum, centered)
+  check(C.dp_rmsprop_step(opt_p(p), opt_p(g), opt_p(square_avg), opt_p(grad_avg), opt_p(momentum_buf), lr, alpha, eps,
+                          weight_decay or 0, momentum or 0, centered and 1 or 0))
+end
+function torch._adagrad_step(p, g, sum, lr, lr_decay, weight_decay, eps, step)
+  check(C.dp_adagrad_step(opt_p(p), opt_p(g), opt_p(sum), lr, lr_decay or 0, weight_decay or 0, eps, step))
+end
 
 local params_buf = ffi.new("dp_tensor*[?]", 4096)
 function torch._flatten_params(list)

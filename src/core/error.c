@@ -25,6 +25,15 @@ dp_status dp_fail(dp_status status, const char *fmt, ...)
     return status;
 }
 
+const char *dp_device_str(char *buf, size_t len, int device)
+{
+    if (device == DP_CPU)
+        snprintf(buf, len, "cpu");
+    else
+        snprintf(buf, len, "cuda:%d", device);
+    return buf;
+}
+
 const char *dp_shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
 {
     size_t n = 0;

@@ -816,4 +816,24 @@ dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, 
     return gpu_status(first_bias ? "adam_step with the first layer's bias gradient" : "adam_step", rc, p->dtype);
 }
 
+/* Adadelta's, RMSprop's or Adagrad's step; after the first layer's bias
+ * gradient in its launch when that waits (as gpu_sgd_step). */
+dp_status gpu_rule_step(const optim_rule *r, dp_tensor *p, dp_tensor *g, dp_tensor *const state[3])
+{
+    waiting_work bias;
+    dpc_bias_grad b;
+    const dpc_bias_grad *first_bias = bias_for_step((step_of){ p, g, { state[0], state[1], state[2] } }, &bias, &b);
+    void *bufs[3];
+    for (int i = 0; i < 3; i++)
+        bufs[i] = state[i] ? gpu_first(state[i]) : NULL;
+    dpc_set_device(p->device);
+    int rc = dpc_rule_step(p->dtype, dp_tensor_numel(p), r, gpu_first(p), gpu_first(g), bufs, first_bias,
+                           gpu_stream_of(p->device));
+    if (first_bias)
+        bias_step_done(&bias, rc);
+    char what[96];
+    snprintf(what, sizeof what, "%s%s", r->fn, first_bias ? " with the first layer's bias gradient" : "");
+    return gpu_status(what, rc, p->dtype);
+}
+
 #endif /* DP_HAVE_CUDA */

@@ -160,6 +160,11 @@ dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, 
     (void)weight_decay; (void)decoupled; (void)step; (void)step_t;
     return no_cuda();
 }
+dp_status gpu_rule_step(const optim_rule *r, dp_tensor *p, dp_tensor *g, dp_tensor *const state[3])
+{
+    (void)r; (void)p; (void)g; (void)state;
+    return no_cuda();
+}
 
 int gpu_attention_takes(int dtype, int64_t E, int64_t Ev)
 {

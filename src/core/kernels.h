@@ -63,6 +63,8 @@ dp_status gpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
 dp_status gpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax,
                         dp_tensor *master, double lr, double beta1, double beta2, double eps, double weight_decay,
                         int decoupled, int64_t step, dp_tensor *step_t);
+/* Adadelta's, RMSprop's or Adagrad's step (common/optim_rule.h) */
+dp_status gpu_rule_step(const optim_rule *r, dp_tensor *p, dp_tensor *g, dp_tensor *const state[3]);
 bool gpu_any(int what, dp_tensor *t);
 /* select.c's row kernels (cpu.h's argsort, cumsum, multinomial) and put_ */
 dp_status gpu_argsort(dp_tensor *indices, dp_tensor *a, int descending);
@@ -190,13 +192,15 @@ static inline dp_status k_gru_gates_backward(dp_tensor *dgi, dp_tensor *dgh, dp_
                       : gpu_gru_gates_backward(dgi, dgh, dh, dout, gi, gh, h);
 }
 /* optim.c: the CPU's steps for any float dtype, bfloat16 through float32
- * copies that cpu_sgd_step and cpu_adam_step take; with a float32 master
- * copy of bfloat16 parameters (master, else NULL) cpu_adam_step_master */
+ * copies that cpu_sgd_step, cpu_adam_step and cpu_rule_step take; with a
+ * float32 master copy of bfloat16 parameters (master, else NULL)
+ * cpu_adam_step_master */
 dp_status sgd_step_on_cpu(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
                           double dampening, int nesterov, double weight_decay, int first_step);
 dp_status adam_step_on_cpu(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax,
                            dp_tensor *master, double lr, double beta1, double beta2, double eps, double weight_decay,
                            int decoupled, int64_t step);
+dp_status rule_step_on_cpu(const optim_rule *r, dp_tensor *p, dp_tensor *g, dp_tensor *const state[3]);
 static inline dp_status k_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, double momentum,
                                    double dampening, int nesterov, double weight_decay, int first_step)
 {
@@ -211,5 +215,7 @@ static inline dp_status k_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp
                      : gpu_adam_step(p, g, m, v, vmax, master, lr, beta1, beta2, eps, weight_decay, decoupled, step,
                                      NULL);
 }
+static inline dp_status k_rule_step(const optim_rule *r, dp_tensor *p, dp_tensor *g, dp_tensor *const state[3])
+{ return ON_CPU(p) ? rule_step_on_cpu(r, p, g, state) : gpu_rule_step(r, p, g, state); }
 
 #endif

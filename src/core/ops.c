@@ -48,21 +48,12 @@ static const char *inplace_name(const char *name)
     return buf;
 }
 
-static const char *device_str(char *buf, size_t len, int device)
-{
-    if (device == DP_CPU)
-        snprintf(buf, len, "cpu");
-    else
-        snprintf(buf, len, "cuda:%d", device);
-    return buf;
-}
-
 static dp_status same_device(const char *fn, const dp_tensor *a, const dp_tensor *b)
 {
     char x[16], y[16];
     if (a->device != b->device)
         return dp_fail(DP_ERR_DEVICE, "%s: expected all tensors to be on the same device, got %s and %s", fn,
-                       device_str(x, sizeof x, a->device), device_str(y, sizeof y, b->device));
+                       dp_device_str(x, sizeof x, a->device), dp_device_str(y, sizeof y, b->device));
     return DP_OK;
 }
 

@@ -13,7 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static dp_status flat_check(const char *fn, dp_tensor *p, dp_tensor *g, const dp_tensor *state)
+/* The parameters, the gradient and the state buffers (n of them; NULL
+ * ones are skipped) of one float dtype and device, of the parameters'
+ * size, contiguous. */
+static dp_status flat_check(const char *fn, dp_tensor *p, dp_tensor *g, int n, dp_tensor *const *state)
 {
     char a[160], b[160];
     if (!p || !g)
@@ -21,15 +24,17 @@ static dp_status flat_check(const char *fn, dp_tensor *p, dp_tensor *g, const dp
     if (p->dtype != DP_FLOAT32 && p->dtype != DP_FLOAT64 && p->dtype != DP_BFLOAT16)
         return dp_fail(DP_ERR_DTYPE, "%s: fused updates take float32, float64 or bfloat16 parameters, got %s", fn,
                        dp_dtype_name(p->dtype));
-    const dp_tensor *ts[2] = { g, state };
-    for (int i = 0; i < 2; i++) {
-        const dp_tensor *t = ts[i];
+    for (int i = -1; i < n; i++) {
+        const dp_tensor *t = i < 0 ? g : state[i];
         if (!t)
             continue;
-        if (t->dtype != p->dtype || t->device != p->device || dp_tensor_numel(t) != dp_tensor_numel(p))
+        if (t->dtype != p->dtype || dp_tensor_numel(t) != dp_tensor_numel(p))
             return dp_fail(DP_ERR_SHAPE, "%s: buffer %s (%s) does not match the parameters %s (%s)", fn,
                            dp_shape_str(a, sizeof a, t->ndim, t->shape), dp_dtype_name(t->dtype),
                            dp_shape_str(b, sizeof b, p->ndim, p->shape), dp_dtype_name(p->dtype));
+        if (t->device != p->device)
+            return dp_fail(DP_ERR_DEVICE, "%s: a buffer is on %s, the parameters on %s", fn,
+                           dp_device_str(a, sizeof a, t->device), dp_device_str(b, sizeof b, p->device));
         if (!tensor_is_contiguous(t))
             return dp_fail(DP_ERR_ARG, "%s: buffers must be contiguous", fn);
     }
@@ -41,7 +46,7 @@ static dp_status flat_check(const char *fn, dp_tensor *p, dp_tensor *g, const dp
 dp_status dp_sgd_step(dp_tensor *param, dp_tensor *grad, dp_tensor *momentum_buf, double lr, double momentum,
                       double dampening, int nesterov, double weight_decay, int first_step)
 {
-    dp_status st = flat_check("sgd_step", param, grad, momentum_buf);
+    dp_status st = flat_check("sgd_step", param, grad, 1, &momentum_buf);
     if (st)
         return st;
     if (momentum != 0 && !momentum_buf)
@@ -89,16 +94,13 @@ static dp_status master_check(dp_tensor *param, dp_tensor *grad, dp_tensor *cons
 static dp_status adam_check(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
                             dp_tensor *max_exp_avg_sq, dp_tensor *master)
 {
-    dp_status st;
     if (!param || !grad)
         return dp_fail(DP_ERR_ARG, "adam_step: expected parameter and gradient tensors");
     if (!exp_avg || !exp_avg_sq)
         return dp_fail(DP_ERR_ARG, "adam_step: expected exp_avg and exp_avg_sq buffers");
     if (master)
         return master_check(param, grad, (dp_tensor *[3]){ exp_avg, exp_avg_sq, max_exp_avg_sq }, master);
-    if ((st = flat_check("adam_step", param, grad, exp_avg)) || (st = flat_check("adam_step", param, exp_avg_sq, max_exp_avg_sq)))
-        return st;
-    return DP_OK;
+    return flat_check("adam_step", param, grad, 3, (dp_tensor *[3]){ exp_avg, exp_avg_sq, max_exp_avg_sq });
 }
 
 dp_status dp_adam_step(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, dp_tensor *exp_avg_sq,
@@ -145,6 +147,73 @@ dp_status dp_adam_step_t(dp_tensor *param, dp_tensor *grad, dp_tensor *exp_avg, 
     }
     return gpu_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, master, lr, beta1, beta2, eps,
                          weight_decay, decoupled, 0, step);
+}
+
+/* ---------------------------------------------------------------- Adadelta, RMSprop, Adagrad */
+
+/* The step of rule r over the checked buffers (common/optim_rule.h). */
+static dp_status rule_step(const optim_rule *r, dp_tensor *param, dp_tensor *grad, dp_tensor *const state[3])
+{
+    param->storage->version++;
+    for (int i = 0; i < 3; i++)
+        if (state[i])
+            state[i]->storage->version++;
+    return k_rule_step(r, param, grad, state);
+}
+
+dp_status dp_adadelta_step(dp_tensor *param, dp_tensor *grad, dp_tensor *square_avg, dp_tensor *acc_delta,
+                           double lr, double rho, double eps, double weight_decay)
+{
+    dp_tensor *state[3] = { square_avg, acc_delta, NULL };
+    dp_status st = flat_check("adadelta_step", param, grad, 3, state);
+    if (st)
+        return st;
+    if (!square_avg || !acc_delta)
+        return dp_fail(DP_ERR_ARG, "adadelta_step: expected square_avg and acc_delta buffers");
+    const optim_rule r = { .kind = OPTIM_ADADELTA, .fn = "adadelta_step", .lr = lr, .eps = eps,
+                           .weight_decay = weight_decay, .decay = rho };
+    return rule_step(&r, param, grad, state);
+}
+
+dp_status dp_rmsprop_step(dp_tensor *param, dp_tensor *grad, dp_tensor *square_avg, dp_tensor *grad_avg,
+                          dp_tensor *momentum_buf, double lr, double alpha, double eps, double weight_decay,
+                          double momentum, int centered)
+{
+    dp_tensor *state[3] = { square_avg, centered ? grad_avg : NULL, momentum > 0 ? momentum_buf : NULL };
+    dp_status st = flat_check("rmsprop_step", param, grad, 3, state);
+    if (st)
+        return st;
+    if (!square_avg)
+        return dp_fail(DP_ERR_ARG, "rmsprop_step: expected a square_avg buffer");
+    if (centered && !grad_avg)
+        return dp_fail(DP_ERR_ARG, "rmsprop_step: centered needs a grad_avg buffer");
+    if (momentum > 0 && !momentum_buf)
+        return dp_fail(DP_ERR_ARG, "rmsprop_step: momentum %g needs a momentum buffer", momentum);
+    const optim_rule r = { .kind = OPTIM_RMSPROP, .fn = "rmsprop_step", .lr = lr, .eps = eps,
+                           .weight_decay = weight_decay, .decay = alpha, .momentum = momentum,
+                           .centered = centered != 0 };
+    return rule_step(&r, param, grad, state);
+}
+
+/* The learning rate decays with the step count, which lives on the host:
+ * a CUDA graph would replay the captured step's. */
+dp_status dp_adagrad_step(dp_tensor *param, dp_tensor *grad, dp_tensor *sum, double lr, double lr_decay,
+                          double weight_decay, double eps, int64_t step)
+{
+    dp_tensor *state[3] = { sum, NULL, NULL };
+    dp_status st = flat_check("adagrad_step", param, grad, 3, state);
+    if (st)
+        return st;
+    if (!sum)
+        return dp_fail(DP_ERR_ARG, "adagrad_step: expected a sum buffer");
+    if (step < 1)
+        return dp_fail(DP_ERR_ARG, "adagrad_step: step must be at least 1, got %lld", (long long)step);
+    if (lr_decay != 0 && !ON_CPU(param) && dp_cuda_capturing())
+        return dp_fail(DP_ERR_CUDA, "torch.cuda.graph: Adagrad's lr_decay decays the learning rate with a step "
+                       "count kept on the host, and a replay would repeat this step's; capture it with lr_decay = 0");
+    const optim_rule r = { .kind = OPTIM_ADAGRAD, .fn = "adagrad_step",
+                           .lr = lr / (1 + (double)(step - 1) * lr_decay), .eps = eps, .weight_decay = weight_decay };
+    return rule_step(&r, param, grad, state);
 }
 
 /* ---------------------------------------------------------------- bfloat16 on the CPU */
@@ -199,6 +268,17 @@ dp_status adam_step_on_cpu(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *
     dp_status st = float_copies(f, bufs, 5);
     if (!st)
         st = cpu_adam_step(f[0], f[1], f[2], f[3], f[4], lr, beta1, beta2, eps, weight_decay, decoupled, step);
+    return store_back(bufs, f, 5, st);
+}
+
+dp_status rule_step_on_cpu(const optim_rule *r, dp_tensor *p, dp_tensor *g, dp_tensor *const state[3])
+{
+    if (p->dtype != DP_BFLOAT16)
+        return cpu_rule_step(r, p, g, state);
+    dp_tensor *bufs[5] = { p, g, state[0], state[1], state[2] }, *f[5];
+    dp_status st = float_copies(f, bufs, 5);
+    if (!st)
+        st = cpu_rule_step(r, f[0], f[1], f + 2);
     return store_back(bufs, f, 5, st);
 }
 

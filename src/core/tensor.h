@@ -51,6 +51,8 @@ dp_status dp_fail(dp_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Writes "[2, 3]" into buf. */
 const char *dp_shape_str(char *buf, size_t len, int ndim, const int64_t *shape);
+/* Writes "cpu" or "cuda:0" into buf. */
+const char *dp_device_str(char *buf, size_t len, int device);
 
 /* alloc.c: 64-byte aligned blocks from per-size-class caches */
 void *cpu_alloc(size_t n, size_t *capacity);

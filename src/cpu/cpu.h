@@ -8,6 +8,7 @@
 #define DP_CPU_H
 
 #include "core/tensor.h"
+#include "common/optim_rule.h"
 
 /* A row function processes n elements of `nops` operands whose byte
  * strides along the row are s[0..nops-1]; p[0] is the output. */
@@ -216,5 +217,8 @@ dp_status cpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, 
 dp_status cpu_adam_step_master(dp_tensor *p, dp_tensor *w, dp_tensor *g, dp_tensor *m, dp_tensor *v,
                                dp_tensor *vmax, double lr, double beta1, double beta2, double eps,
                                double weight_decay, int decoupled, int64_t step);
+/* Adadelta's, RMSprop's or Adagrad's step r over p, g and the state of
+ * common/optim_rule.h (NULL where r needs none) */
+dp_status cpu_rule_step(const optim_rule *r, dp_tensor *p, dp_tensor *g, dp_tensor *const state[3]);
 
 #endif

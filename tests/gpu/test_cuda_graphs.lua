@@ -43,6 +43,9 @@ local SGD_SETTINGS = {
   dampening = { momentum = 0.9, dampening = 0.5, weight_decay = 0.001 },
   adam = { optimizer = "Adam" },
   adamw = { optimizer = "AdamW", weight_decay = 0.01 },
+  adadelta = { optimizer = "Adadelta", weight_decay = 0.01 },
+  rmsprop = { optimizer = "RMSprop", momentum = 0.5, centered = true },
+  adagrad = { optimizer = "Adagrad", lr_decay = 0.01, initial_accumulator_value = 0.1 },
 }
 
 -- `steps` steps of an optimizer (settings: SGD_SETTINGS') of m on fixed
@@ -144,7 +147,8 @@ end
 -- launch takes its head; its backwards are too large to chain. The
 -- "first" model saves that, and the optimizer's launch takes its first
 -- layer's bias gradient, but not on a first step that makes the
--- optimizer's state (momentum, Adam's moments: a kernel launches it).
+-- optimizer's state (momentum, Adam's moments, Adadelta's and RMSprop's
+-- buffers: a kernel launches it; Adagrad makes its sum with the optimizer).
 T.run("the deferred Linear changes no bit of a training run", function()
   for _, case in ipairs({ { "relu", "float32", "momentum" }, { "relu", "float64", "momentum" },
                           { "relu", "bfloat16", "momentum" }, { "none", "float32", "momentum" },
@@ -155,7 +159,8 @@ T.run("the deferred Linear changes no bit of a training run", function()
                           { "relu", "bfloat16", "momentum", "head" }, { "relu", "float32", "momentum", "first" },
                           { "relu", "float32", "plain", "first" }, { "relu", "bfloat16", "nesterov", "first" },
                           { "relu", "float64", "adam", "first" }, { "relu", "float32", "adamw", "first" },
-                          { "relu", "bfloat16", "adam", "first" } }) do
+                          { "relu", "bfloat16", "adam", "first" }, { "relu", "float32", "adadelta", "first" },
+                          { "relu", "bfloat16", "rmsprop", "first" }, { "relu", "float64", "adagrad", "first" } }) do
     local name = table.concat(case, " ")
     local each = alone(defer_bits, case[1], case[2], case[3], case[4])
     local fused_before = torch.cuda._linear_fusions()
@@ -165,7 +170,8 @@ T.run("the deferred Linear changes no bit of a training run", function()
     if case[4] == "head" or case[4] == "first" then saved = torch.cuda.get_device_capability() >= 9 and 4 or 0 end
     if case[4] == "first" then
       local settings = SGD_SETTINGS[case[3]]
-      saved = saved + 4 - ((settings.momentum or settings.optimizer) and 1 or 0)
+      local fresh_state = settings.momentum or (settings.optimizer and settings.optimizer ~= "Adagrad")
+      saved = saved + 4 - (fresh_state and 1 or 0)
     end
     T.is(torch.cuda._linear_fusions() - fused_before, saved, name .. ": the launches the Linears' waiting saved")
     T.is(waited, each, name .. ": the same losses and parameters as each op alone")

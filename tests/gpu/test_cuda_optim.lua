@@ -3,8 +3,12 @@
 -- tests/lua/test_train.lua): Adam/AdamW over bfloat16 parameters with a
 -- float32 master copy (the fused kernel with bfloat16 and float32
 -- gradients, amsgrad, capturable, and through the optimizer with the first
--- layer's bias gradient in the step's launch), clip_grad_norm_ over a flat
--- gradient buffer, and torch.utils.checkpoint with dropout.
+-- layer's bias gradient in the step's launch); Adadelta, RMSprop and
+-- Adagrad's fused kernels with every option set of
+-- tests/lua/test_optim_define.lua in float32, bfloat16 and float64, alone
+-- and through the optimizers with a missing gradient (the CPU side checked
+-- against PyTorch there); clip_grad_norm_ over a flat gradient buffer, and
+-- torch.utils.checkpoint with dropout.
 local dir = os.getenv("DPLUA_TEST_DIR") or (debug.getinfo(1, "S").source:match("^@(.*)/gpu/") or "tests")
 package.path = dir .. "/lua/?.lua;" .. package.path
 local T = require("tap")
@@ -114,6 +118,114 @@ T.run("AdamW master_weights on a bfloat16 MLP: the first layer's bias gradient i
   for i, p in ipairs(m:parameters()) do
     same_bits(p:detach(), sd.state[i - 1].master_param:to(bf16):cpu(), "parameter " .. i .. " is its master rounded")
   end
+end)
+
+-- Adadelta, RMSprop and Adagrad: the option sets of tests/lua/test_optim_define.lua
+local rules = {
+  { "Adadelta", { lr = 1.0, rho = 0.9, eps = 1e-6, weight_decay = 0 } },
+  { "Adadelta", { lr = 0.5, rho = 0.8, eps = 1e-4, weight_decay = 0.1 } },
+  { "RMSprop", { lr = 0.01, alpha = 0.99, eps = 1e-8, weight_decay = 0, momentum = 0, centered = false } },
+  { "RMSprop", { lr = 0.02, alpha = 0.9, eps = 1e-6, weight_decay = 0.1, momentum = 0.8, centered = false } },
+  { "RMSprop", { lr = 0.01, alpha = 0.99, eps = 1e-8, weight_decay = 0, momentum = 0, centered = true } },
+  { "RMSprop", { lr = 0.01, alpha = 0.99, eps = 1e-8, weight_decay = 0, momentum = 0.5, centered = true } },
+  { "RMSprop", { lr = 0.02, alpha = 0.9, eps = 1e-6, weight_decay = 0.1, momentum = 0.8, centered = true } },
+  { "Adagrad", { lr = 0.1, lr_decay = 0, weight_decay = 0, initial_accumulator_value = 0, eps = 1e-10 } },
+  { "Adagrad", { lr = 0.1, lr_decay = 0.05, weight_decay = 0.2, initial_accumulator_value = 0.5, eps = 1e-6 } },
+}
+
+local function rule_name(rule)
+  local o, parts = rule[2], {}
+  for _, k in ipairs(T.sorted_keys(o)) do parts[#parts + 1] = k .. "=" .. tostring(o[k]) end
+  return rule[1] .. " " .. table.concat(parts, " ")
+end
+
+-- One fused step of rule over the buffers b = { p = , s = {state...} }.
+local function rule_step(rule, b, g, step)
+  local name, o = rule[1], rule[2]
+  if name == "Adadelta" then
+    torch._adadelta_step(b.p, g, b.s[1], b.s[2], o.lr, o.rho, o.eps, o.weight_decay)
+  elseif name == "RMSprop" then
+    torch._rmsprop_step(b.p, g, b.s[1], b.s[2], b.s[3], o.lr, o.alpha, o.eps, o.weight_decay, o.momentum, o.centered)
+  else
+    torch._adagrad_step(b.p, g, b.s[1], o.lr, o.lr_decay, o.weight_decay, o.eps, step)
+  end
+end
+
+-- The fused step on the CPU and on the GPU from the same buffers, 4 steps.
+for _, rule in ipairs(rules) do
+  for _, dtype in ipairs({ f32, bf16, torch.float64 }) do
+    T.run(string.format("%s, %s: CUDA equals the CPU", rule_name(rule), dtype.name), function()
+      torch.manual_seed(3)
+      local p = torch.randn(n):to(dtype)
+      local init = rule[2].initial_accumulator_value or 0
+      local bufs = {}
+      for _, d in ipairs({ "cpu", dev }) do
+        local s = {}
+        for k = 1, 3 do s[k] = torch.full({ n }, init, { dtype = dtype, device = d }) end
+        bufs[d] = { p = p:to(d), s = s }
+      end
+      for step = 1, 4 do
+        local g = torch.randn(n):to(dtype)
+        for _, d in ipairs({ "cpu", dev }) do rule_step(rule, bufs[d], g:to(d), step) end
+      end
+      local c, g = bufs.cpu, bufs[dev]
+      same_bits(g.p, c.p, "the parameters")
+      for k = 1, 3 do same_bits(g.s[k], c.s[k], "state buffer " .. k) end
+    end)
+  end
+end
+
+-- Through the optimizers, gradients made exact (loss = sum(p * g)) so that
+-- both devices step from the same bits; one parameter has no gradient at
+-- the second step (the per-parameter path, the kernel on its slices).
+for _, rule in ipairs(rules) do
+  T.run(rule_name(rule) .. " through the optimizer, one gradient missing: CUDA equals the CPU", function()
+    local shapes = { { 64, 33 }, { 64 }, { 10, 64 }, { 10 } }
+    torch.manual_seed(6)
+    local init, grads = {}, {}
+    for i, s in ipairs(shapes) do init[i] = torch.randn(s) end
+    for k = 1, 4 do
+      grads[k] = {}
+      for i, s in ipairs(shapes) do grads[k][i] = torch.randn(s) end
+    end
+    local result = {}
+    for _, d in ipairs({ "cpu", dev }) do
+      local ps = {}
+      for i, t in ipairs(init) do ps[i] = nn.Parameter(t:to(d)) end
+      local opt = optim[rule[1]](ps, rule[2])
+      for k = 1, 4 do
+        opt:zero_grad()
+        local loss
+        for i, p in ipairs(ps) do
+          if not (k == 2 and i == 3) then
+            local term = (p * grads[k][i]:to(d)):sum()
+            loss = loss and loss + term or term
+          end
+        end
+        loss:backward()
+        opt:step()
+      end
+      result[d] = { ps = ps, sd = opt:state_dict() }
+    end
+    for i = 1, #shapes do
+      same_bits(result[dev].ps[i]:detach(), result.cpu.ps[i]:detach(), "parameter " .. i)
+      for _, k in ipairs(T.sorted_keys(result.cpu.sd.state[i - 1])) do
+        local v = result.cpu.sd.state[i - 1][k]
+        if torch.is_tensor(v) then same_bits(result[dev].sd.state[i - 1][k], v, "parameter " .. i .. "'s " .. k)
+        else T.is(result[dev].sd.state[i - 1][k], v, "parameter " .. i .. "'s " .. k) end
+      end
+    end
+  end)
+end
+
+T.run("the fused steps: buffers on two devices", function()
+  local p, g, s = torch.zeros(4, { device = dev }), torch.zeros(4, { device = dev }), torch.zeros(4)
+  T.raises(function() torch._adadelta_step(p, g, s, s:to(dev), 1.0, 0.9, 1e-6, 0) end,
+           "adadelta_step: a buffer is on cpu, the parameters on cuda:0", "a CPU state buffer")
+  T.raises(function() torch._rmsprop_step(p, g:cpu(), s:to(dev), nil, nil, 0.01, 0.99, 1e-8, 0, 0, false) end,
+           "rmsprop_step: a buffer is on cpu, the parameters on cuda:0", "a CPU gradient")
+  T.raises(function() torch._adagrad_step(p:cpu(), g, s, 0.1, 0, 0, 1e-10, 1) end,
+           "adagrad_step: a buffer is on cuda:0, the parameters on cpu", "CUDA gradient, CPU parameters")
 end)
 
 T.run("clip_grad_norm_ over a CUDA flat gradient buffer equals the CPU's", function()

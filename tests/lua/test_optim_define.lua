@@ -1,9 +1,10 @@
--- test_optim_define.lua: RMSprop, Adagrad and Adadelta (torch.optim.define,
--- tensor ops on the flat buckets) against PyTorch's parameters after three
--- steps with fixed gradients (tests/ref/optim_define.lua, written by
+-- test_optim_define.lua: RMSprop, Adagrad and Adadelta (torch.optim.define
+-- over their fused C steps) against PyTorch's parameters after three steps
+-- with fixed gradients (tests/ref/optim_define.lua, written by
 -- scripts/gen_optim_define_ref.py), on the fused path (every gradient
--- present) and the per-parameter one (one missing); a Lion optimizer
--- defined in this file against its published rule; state dicts; errors.
+-- present) and the per-parameter one (one missing), in float64, float32
+-- and bfloat16; a Lion optimizer defined in this file with tensor ops
+-- against its published rule; state dicts; errors, the fused steps' too.
 local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 package.path = here .. "/?.lua;" .. package.path
 local T = require("tap")
@@ -29,6 +30,10 @@ local cases = {
   end,
   rmsprop_centered = function(ps) return optim.RMSprop(ps, { lr = 0.01, centered = true }) end,
   rmsprop_centered_momentum = function(ps) return optim.RMSprop(ps, { lr = 0.01, momentum = 0.5, centered = true }) end,
+  rmsprop_all = function(ps)
+    return optim.RMSprop(ps, { lr = 0.02, alpha = 0.9, eps = 1e-6, weight_decay = 0.1, momentum = 0.8,
+                               centered = true })
+  end,
   adagrad = function(ps) return optim.Adagrad(ps, { lr = 0.1 }) end,
   adagrad_all = function(ps)
     return optim.Adagrad(ps, { lr = 0.1, lr_decay = 0.05, weight_decay = 0.2, initial_accumulator_value = 0.5, eps = 1e-6 })
@@ -40,33 +45,42 @@ local cases = {
   adagrad_missing = { function(ps)
     return optim.Adagrad(ps, { lr = 0.1, lr_decay = 0.1, initial_accumulator_value = 0.1 })
   end, { 1, 2 } },
+  adadelta_missing = { function(ps)
+    return optim.Adadelta(ps, { lr = 0.5, rho = 0.8, weight_decay = 0.1 })
+  end, { 2, 2 } },
 }
 
 -- three steps with the reference's gradients (none for `missing` = {step,
--- param}); the parameters after each
-local function run(make, missing)
+-- param}), in dtype (float64 if nil); the parameters after each
+local function run(make, missing, dtype)
+  dtype = dtype or torch.float64
   local ps = {}
-  for i, p in ipairs(ref.p0) do ps[i] = nn.Parameter(torch.tensor(p, { dtype = torch.float64 })) end
+  for i, p in ipairs(ref.p0) do ps[i] = nn.Parameter(torch.tensor(p, { dtype = torch.float64 }):to(dtype)) end
   local opt = make(ps)
   local out = {}
   for k, gs in ipairs(ref.grads) do
     for i, p in ipairs(ps) do
       if missing and missing[1] == k and missing[2] == i then p.grad = nil
-      else p.grad = torch.tensor(gs[i], { dtype = torch.float64 }) end
+      else p.grad = torch.tensor(gs[i], { dtype = torch.float64 }):to(dtype) end
     end
     opt:step()
     local now = {}
-    for i, p in ipairs(ps) do now[i] = p:tolist() end
+    for i, p in ipairs(ps) do now[i] = p:double():tolist() end
     out[k] = now
   end
   return out, opt, ps
 end
 
+-- a case's maker and missing gradient
+local function case_of(name)
+  local c = cases[name]
+  if type(c) == "table" then return c[1], c[2] end
+  return c, nil
+end
+
 for _, name in ipairs(T.sorted_keys(cases)) do
   T.run(name .. " against PyTorch", function()
-    local c = cases[name]
-    local make, missing = c, nil
-    if type(c) == "table" then make, missing = c[1], c[2] end
+    local make, missing = case_of(name)
     local got = run(make, missing)
     local ok, why = T.compare_values(got, ref[name], 1e-12, 1e-14)
     T.ok(ok, name .. ": the parameters after each of three steps", why)
@@ -108,6 +122,74 @@ T.run("float32 parameters on the fused path", function()
   for i, p in ipairs(ps) do now[i] = p:tolist() end
   local ok, why = T.compare_values(now, ref.rmsprop_centered[3], 1e-5, 1e-6)
   T.ok(ok, "float32 within float32 rounding", why)
+end)
+
+T.run("float32 parameters, every case", function()
+  for _, name in ipairs(T.sorted_keys(cases)) do
+    if name ~= "lion" then
+      local make, missing = case_of(name)
+      local got, _, ps = run(make, missing, torch.float32)
+      T.ok(ps[1].dtype == torch.float32, name .. ": float32 parameters stay float32")
+      local ok, why = T.compare_values(got, ref[name], 1e-5, 1e-6)
+      T.ok(ok, name .. ": float32 within float32 rounding of PyTorch's float64", why)
+    end
+  end
+end)
+
+-- ref.bf16: PyTorch's float32 steps of the bfloat16 values, every stored
+-- value rounded to bfloat16; within a bfloat16 rounding (2^-8) of them
+T.run("bfloat16 parameters: float32 steps rounded once", function()
+  for _, name in ipairs(T.sorted_keys(ref.bf16)) do
+    local got, opt, ps = run(case_of(name), nil, torch.bfloat16)
+    T.ok(ps[1].dtype == torch.bfloat16, name .. ": bfloat16 parameters stay bfloat16")
+    local sd = opt:state_dict()
+    for k, t in pairs(sd.state[0]) do
+      if torch.is_tensor(t) then T.ok(t.dtype == torch.bfloat16, name .. ": bfloat16 state " .. k) end
+    end
+    local ok, why = T.compare_values(got, ref.bf16[name], 2 ^ -8, 1e-3)
+    T.ok(ok, name .. ": the parameters after each of three steps", why)
+  end
+end)
+
+-- The C steps under the optimizers check their buffers as adam_step does.
+T.run("the fused steps: bad input", function()
+  local p, g, a, b = torch.zeros(4), torch.zeros(4), torch.zeros(4), torch.zeros(4)
+  local strided = torch.zeros(4, 2):select(1, 0)
+  local function adadelta(pp, gg, aa, bb)
+    return function() torch._adadelta_step(pp, gg, aa, bb, 1.0, 0.9, 1e-6, 0) end
+  end
+  T.raises(adadelta(nil, nil, a, b), "adadelta_step: expected parameter and gradient tensors", "no parameters")
+  T.raises(adadelta(p, g, a, nil), "adadelta_step: expected square_avg and acc_delta buffers",
+           "a missing state buffer")
+  T.raises(adadelta(p, g, torch.zeros(5), b), "adadelta_step: buffer %[5%] %(float32%) does not match the "
+           .. "parameters %[4%] %(float32%)", "a state buffer of another size")
+  T.raises(adadelta(p, g:double(), a, b), "buffer %[4%] %(float64%) does not match the parameters %[4%] %(float32%)",
+           "a gradient of another dtype")
+  T.raises(adadelta(p, g, a, b:bfloat16()), "does not match the parameters", "a state buffer of another dtype")
+  T.raises(adadelta(p, g, strided, b), "adadelta_step: buffers must be contiguous", "a strided state buffer")
+  T.raises(adadelta(strided, g, a, b), "adadelta_step: parameters must be contiguous", "strided parameters")
+  local i = torch.zeros(4, { dtype = torch.int64 })
+  T.raises(adadelta(i, i, i, i), "adadelta_step: fused updates take float32, float64 or bfloat16 parameters, got "
+           .. "int64", "integer parameters")
+  T.raises(function() torch._rmsprop_step(p, g, nil, a, b, 0.01, 0.99, 1e-8, 0, 0, false) end,
+           "rmsprop_step: expected a square_avg buffer", "RMSprop without square_avg")
+  T.raises(function() torch._rmsprop_step(p, g, a, nil, b, 0.01, 0.99, 1e-8, 0, 0, true) end,
+           "rmsprop_step: centered needs a grad_avg buffer", "centered RMSprop without grad_avg")
+  T.raises(function() torch._rmsprop_step(p, g, a, b, nil, 0.01, 0.99, 1e-8, 0, 0.9, false) end,
+           "rmsprop_step: momentum 0.9 needs a momentum buffer", "RMSprop momentum without its buffer")
+  T.raises(function() torch._rmsprop_step(p, g, a, torch.zeros(3), nil, 0.01, 0.99, 1e-8, 0, 0, true) end,
+           "rmsprop_step: buffer %[3%] %(float32%) does not match", "a grad_avg of another size")
+  T.raises(function() torch._adagrad_step(p, g, nil, 0.01, 0, 0, 1e-10, 1) end,
+           "adagrad_step: expected a sum buffer", "Adagrad without sum")
+  T.raises(function() torch._adagrad_step(p, g, a, 0.01, 0, 0, 1e-10, 0) end,
+           "adagrad_step: step must be at least 1, got 0", "Adagrad's step 0")
+  T.raises(function() torch._adagrad_step(p, g:bfloat16(), a, 0.01, 0, 0, 1e-10, 1) end,
+           "adagrad_step: buffer %[4%] %(bfloat16%) does not match", "Adagrad's gradient of another dtype")
+  T.raises(function() torch._adadelta_step(p, 1, a, b, 1.0, 0.9, 1e-6, 0) end, "expected a tensor or nil, got number",
+           "a number for a tensor")
+  -- unused buffers are not read: RMSprop without momentum nor centering
+  torch._rmsprop_step(p, g, a, nil, nil, 0.01, 0.99, 1e-8, 0, 0, false)
+  T.ok(true, "RMSprop takes no grad_avg or momentum buffer where it needs none")
 end)
 
 T.run("argument errors", function()

@@ -1,5 +1,6 @@
--- dplua.optim.adadelta: Adadelta with PyTorch's formulas, as tensor ops on
--- the flat buckets (optim/define.lua).
+-- dplua.optim.adadelta: Adadelta with PyTorch's formulas, one fused
+-- torch._adadelta_step per flat bucket (optim/define.lua keeps the state
+-- buffers and the state dict).
 --   local opt = torch.optim.Adadelta(model:parameters())   -- lr 1.0, rho 0.9
 local torch = require("dplua")
 local define = require("dplua.optim.define")
@@ -17,10 +18,6 @@ return define("Adadelta", {
     if g.weight_decay < 0 then raise("Adadelta: Invalid weight_decay value: " .. g.weight_decay) end
   end,
   update = function(g, p, grad, s)
-    if g.weight_decay ~= 0 then grad = grad + p * g.weight_decay end
-    s.square_avg:mul_(g.rho):add_(grad * grad, 1 - g.rho)
-    local delta = (s.acc_delta + g.eps):sqrt():div_((s.square_avg + g.eps):sqrt()):mul_(grad)
-    s.acc_delta:mul_(g.rho):add_(delta * delta, 1 - g.rho)
-    p:add_(delta, -g.lr)
+    torch._adadelta_step(p, grad, s.square_avg, s.acc_delta, g.lr, g.rho, g.eps, g.weight_decay)
   end,
 })

@@ -1,6 +1,6 @@
 -- dplua.optim.adagrad: Adagrad with PyTorch's formulas (lr_decay, weight
--- decay, initial_accumulator_value), as tensor ops on the flat buckets
--- (optim/define.lua).
+-- decay, initial_accumulator_value), one fused torch._adagrad_step per flat
+-- bucket (optim/define.lua keeps the state buffers and the state dict).
 --   local opt = torch.optim.Adagrad(model:parameters(), {lr=1e-2})
 local torch = require("dplua")
 local define = require("dplua.optim.define")
@@ -17,9 +17,6 @@ return define("Adagrad", {
     end
   end,
   update = function(g, p, grad, s, step)
-    if g.weight_decay ~= 0 then grad = grad + p * g.weight_decay end
-    local clr = g.lr / (1 + (step - 1) * g.lr_decay)
-    s.sum:add_(grad * grad)
-    p:add_(grad / s.sum:sqrt():add_(g.eps), -clr)
+    torch._adagrad_step(p, grad, s.sum, g.lr, g.lr_decay, g.weight_decay, g.eps, step)
   end,
 })

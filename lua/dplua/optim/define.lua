@@ -1,6 +1,7 @@
--- dplua.optim.define: optimizers written in Lua with tensor ops, on the
--- same flat buckets as the fused ones (see optimizer.lua). RMSprop,
--- Adagrad and Adadelta are defined this way, and so can a user's own:
+-- dplua.optim.define: an optimizer from an update rule, on the same flat
+-- buckets as the built-in ones (see optimizer.lua). RMSprop, Adagrad and
+-- Adadelta are defined this way, their update one fused C step
+-- (torch._rmsprop_step, ...); a user's own writes it with tensor ops:
 --
 --   local Lion = torch.optim.define("Lion", {
 --     defaults = { lr = 1e-4, betas = { 0.9, 0.99 }, weight_decay = 0 },
@@ -16,9 +17,9 @@
 --
 -- update(group, param, grad, state, step) runs without autograd on 1-D
 -- tensors: the whole flat bucket when every parameter of the bucket has a
--- gradient (a few launches per bucket, whatever the number of
--- parameters), else each parameter's slice of it. state holds one tensor
--- per name of `state`, of param's size, zeros at first (or
+-- gradient (with tensor ops, a few launches per bucket, whatever the
+-- number of parameters), else each parameter's slice of it. state holds
+-- one tensor per name of `state`, of param's size, zeros at first (or
 -- init_state(group, name) filled); step counts from 1. It updates param
 -- and the state in place. validate(group) checks a param group's options
 -- and raises. state_dict() and load_state_dict() carry the state in
@@ -75,18 +76,23 @@ return function(name, spec)
     return out
   end
 
+  -- Per-parameter updates, for buckets where some gradients are missing.
+  -- (A function of its own: a closure in _step_bucket would keep LuaJIT
+  -- from compiling the fused path.)
+  local function step_each(g, b, s)
+    Optimizer._each_with_grad(b, function(j, grad, step)
+      update(g, Optimizer._narrow(b.flat_param, b, j), grad, slices(s, b, j), step + 1)
+    end)
+  end
+
   function cls:_step_bucket(g, b, fused)
     local s = buffers(g, b)
-    torch.no_grad(function()
-      if fused and b.steps == nil then
-        b.step = b.step + 1
-        update(g, b.flat_param, b.flat_grad, s, b.step)
-        return
-      end
-      Optimizer._each_with_grad(b, function(j, grad, step)
-        update(g, Optimizer._narrow(b.flat_param, b, j), grad, slices(s, b, j), step + 1)
-      end)
-    end)
+    if fused and b.steps == nil then
+      b.step = b.step + 1
+      torch.no_grad(update, g, b.flat_param, b.flat_grad, s, b.step)
+      return
+    end
+    torch.no_grad(step_each, g, b, s)
   end
 
   function cls:_param_state(b, j, step)

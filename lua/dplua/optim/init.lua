@@ -5,7 +5,7 @@
 --   opt:zero_grad(); loss:backward(); opt:step(); sched:step()
 --
 -- Parameters live in flat buffers per group (see optimizer.lua): step() is
--- one fused C call per group.
+-- one fused C call per bucket, for every optimizer here.
 local adam = require("dplua.optim.adam")
 
 return {

@@ -1,4 +1,5 @@
--- dplua.optim.optimizer: the Optimizer base class shared by SGD and Adam(W).
+-- dplua.optim.optimizer: the Optimizer base class of SGD, Adam(W) and the
+-- optimizers of optim.define (RMSprop, Adagrad, Adadelta, a user's own).
 --
 -- Each parameter group is flattened once, at construction, with
 -- torch._flatten_params: its parameters become views of one flat buffer and

@@ -1,5 +1,6 @@
 -- dplua.optim.rmsprop: RMSprop with PyTorch's formulas (momentum, centered,
--- weight decay), as tensor ops on the flat buckets (optim/define.lua).
+-- weight decay), one fused torch._rmsprop_step per flat bucket
+-- (optim/define.lua keeps the state buffers and the state dict).
 --   local opt = torch.optim.RMSprop(model:parameters(), {lr=1e-3, alpha=0.9})
 local torch = require("dplua")
 local define = require("dplua.optim.define")
@@ -18,21 +19,7 @@ return define("RMSprop", {
     if type(g.centered) ~= "boolean" then raise("RMSprop: expected centered to be a boolean") end
   end,
   update = function(g, p, grad, s)
-    if g.weight_decay ~= 0 then grad = grad + p * g.weight_decay end
-    s.square_avg:mul_(g.alpha):add_(grad * grad, 1 - g.alpha)
-    local avg
-    if g.centered then
-      s.grad_avg:mul_(g.alpha):add_(grad, 1 - g.alpha)
-      avg = (s.square_avg - s.grad_avg * s.grad_avg):sqrt()
-    else
-      avg = s.square_avg:sqrt()
-    end
-    avg:add_(g.eps)
-    if g.momentum > 0 then
-      s.momentum_buffer:mul_(g.momentum):add_(grad / avg)
-      p:add_(s.momentum_buffer, -g.lr)
-    else
-      p:add_(grad / avg, -g.lr)
-    end
+    torch._rmsprop_step(p, grad, s.square_avg, s.grad_avg, s.momentum_buffer, g.lr, g.alpha, g.eps, g.weight_decay,
+                        g.momentum, g.centered)
   end,
 })
