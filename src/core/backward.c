@@ -441,10 +441,20 @@ dp_status bw_expand(ag_node *n, dp_tensor *g, dp_tensor **gi)
     return give(n, 0, g, gi);
 }
 
-/* clone, contiguous, to(dtype): the gradient in the input's dtype */
+/* clone, contiguous, to(dtype): the gradient in the input's dtype; a
+ * cast (autocast's of each weight) is written straight into the leaf's
+ * flat gradient slot where it has one, not into a new tensor then copied */
 dp_status bw_identity(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
-    return give(n, 0, g, gi);
+    const ag_input *in = &n->in[0];
+    if (!in->needs_grad || g->dtype == in->dtype || g->device != in->device || !same_shape(g, in))
+        return give(n, 0, g, gi);
+    dp_status st = ag_grad_output(n, 0, &gi[0]);
+    if (!st && (st = k_copy(gi[0], g))) {
+        dp_tensor_release(gi[0]);
+        gi[0] = NULL;
+    }
+    return st;
 }
 
 dp_status bw_permute(ag_node *n, dp_tensor *g, dp_tensor **gi)

@@ -88,6 +88,27 @@ local function run_mlp(name, options, loss_fn, act)
 end
 
 T.run("mlp, cross_entropy", function() run_mlp("mlp", { dtype = torch.bfloat16 }, F.cross_entropy) end)
+T.run("mlp, cross_entropy, parameters in an optimizer's flat buffer", function()
+  -- the casts' gradients are written into the parameters' slots of the
+  -- optimizer's flat gradient buffer, each parameter's after the one before
+  local case = ref.mlp
+  local m, params = mlp_from(case)
+  torch.optim.SGD(m:parameters(), { lr = 0.1 })
+  local x, y = tensor_of(case.inputs.x), tensor_of(case.inputs.target)
+  local out, loss = torch.autocast("cpu", { dtype = torch.bfloat16 }, function()
+    local o = m(x)
+    return o, F.cross_entropy(o, y)
+  end)
+  loss:backward()
+  check_case("mlp in a flat buffer", case, out, loss, params)
+  local ffi = require("ffi")
+  local function addr(t) return tonumber(ffi.cast("intptr_t", t:data_ptr())) end
+  local at = addr(params[1].grad)
+  for i, p in ipairs(params) do
+    T.is(addr(p.grad) - at, 0, "gradient " .. i .. " sits in the flat buffer, after the one before")
+    at = at + p:numel() * 4
+  end
+end)
 T.run("mlp, mse_loss", function() run_mlp("mlp_mse", {}, nn.MSELoss()) end)
 -- nn.Sequential's Linear then GELU is one fused op under autocast too, and
 -- cross_entropy's float32 cast is made by its C op: the same values
