@@ -650,15 +650,20 @@ __global__ void attn_delta(attn_args a)
     }
 }
 
-/* dq = scale * the accumulators, in dq's dtype. */
+/* dq = scale * the accumulators, in dq's dtype: a warp a row, as
+ * attn_delta (the row's place in dq found once). */
 template <typename T>
 __global__ void attn_dq_store(attn_args a)
 {
     begin_after_previous_kernel();
-    const int64_t n = a.B * a.H * a.L * a.E;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t row = e / a.E;
-        st_elem((T *)a.dq + row_offset(a.dq_stride, a.H, row / a.L, row % a.L) + e % a.E, a.dq_acc[e] * a.scale);
+    const int lane = threadIdx.x % 32;
+    const int64_t rows = a.B * a.H * a.L;
+    for (int64_t row = (int64_t)blockIdx.x * ATTN_WARPS + threadIdx.x / 32; row < rows;
+         row += (int64_t)gridDim.x * ATTN_WARPS) {
+        T *dq = (T *)a.dq + row_offset(a.dq_stride, a.H, row / a.L, row % a.L);
+        const float *acc = a.dq_acc + row * a.E;
+        for (int e = lane; e < a.E; e += 32)
+            st_elem(dq + e, acc[e] * a.scale);
     }
 }
 
@@ -995,20 +1000,19 @@ extern "C" int dpc_attention_backward(int dtype, const dpc_attention *in, const 
     a.dv = dv;
     a.aligned = a.aligned && rows_aligned(dout, in->do_stride);
 
-    const int64_t rows = bh * in->L, dq_n = rows * in->E;
-    const unsigned delta_grid = grid_for(CEIL_DIV(rows, (int64_t)ATTN_WARPS));
-    const unsigned dq_grid = grid_for(CEIL_DIV(dq_n, (int64_t)ATTN_THREADS));
+    const int64_t rows = bh * in->L;
+    const unsigned row_grid = grid_for(CEIL_DIV(rows, (int64_t)ATTN_WARPS));   /* a warp a row */
     int rc;
     if (dtype == DP_FLOAT32) {
-        rc = launch_kernel(attn_delta<float>, delta_grid, ATTN_THREADS, s, a);
+        rc = launch_kernel(attn_delta<float>, row_grid, ATTN_THREADS, s, a);
         if (!rc) {
             dim3 grid((unsigned)CEIL_DIV(a.S, (int64_t)F32_BN), bh_blocks(bh));
             rc = launch_kernel(attn_bwd_f32, grid, ATTN_THREADS, s, a);
         }
-        return rc ? rc : launch_kernel(attn_dq_store<float>, dq_grid, ATTN_THREADS, s, a);
+        return rc ? rc : launch_kernel(attn_dq_store<float>, row_grid, ATTN_THREADS, s, a);
     }
-    rc = launch_kernel(attn_delta<uint16_t>, delta_grid, ATTN_THREADS, s, a);
+    rc = launch_kernel(attn_delta<uint16_t>, row_grid, ATTN_THREADS, s, a);
     if (!rc)
         rc = a.E == 64 ? bwd_bf16_launch<64>(a, s) : bwd_bf16_launch<128>(a, s);
-    return rc ? rc : launch_kernel(attn_dq_store<uint16_t>, dq_grid, ATTN_THREADS, s, a);
+    return rc ? rc : launch_kernel(attn_dq_store<uint16_t>, row_grid, ATTN_THREADS, s, a);
 }

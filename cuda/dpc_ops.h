@@ -504,6 +504,7 @@ typedef struct {
     int64_t rows, n;
     const void *x, *residual, *weight, *bias;
     double eps;
+    int dx_adds;   /* backward: dx += x's gradient (dx holds the gradient of x's other uses) */
 } dpc_norm;
 /* out (rows, n) of out_dtype; mean and rstd (rows): each row's mean and
  * 1 / sqrt(biased variance + eps), float32 (float64 for float64 input) */

@@ -81,6 +81,7 @@ struct ln_backward_args {
     void *dx;
     void *partial;       /* (blocks, 2, n) partial sums of dweight and dbias, or NULL when neither is wanted */
     int in_shared;       /* the sums are made in shared memory, then copied to partial */
+    int dx_adds;         /* dx += the gradient: dx holds the gradient of x's other uses */
 };
 
 }  // namespace
@@ -220,11 +221,13 @@ __global__ static void ln_backward_kernel(ln_backward_args a)
             VO gv = dy[c], wv;
             if (w)
                 wv = w[c];
+            if (a.dx_adds)
+                d = dx[c];
             for (int k = 0; k < E; k++) {
                 A xh = (ld(xv.e[k]) - mean) * rstd, g = ld(gv.e[k]);
                 if (w)
                     g *= ld(wv.e[k]);
-                put(d.e[k], rstd * (g - sg - xh * sgx));
+                put(d.e[k], rstd * (g - sg - xh * sgx) + (a.dx_adds ? ld(d.e[k]) : (A)0));
             }
             dx[c] = d;
         }
@@ -386,7 +389,8 @@ extern "C" int dpc_layer_norm_backward(int in_dtype, int out_dtype, const dpc_no
 {
     if (a->n < 1 || a->rows < 0 || ((dw || db) && !workspace && a->rows > 0))
         return (int)cudaErrorInvalidValue;
-    ln_backward_args r = { a->rows, a->n, a->x, a->weight, dy, mean, rstd, dx, (dw || db) ? workspace : NULL, 0 };
+    ln_backward_args r = { a->rows, a->n, a->x, a->weight, dy, mean, rstd, dx, (dw || db) ? workspace : NULL, 0,
+                           a->dx_adds };
     return with_dtypes(in_dtype, out_dtype, [&](auto ti, auto to) {
         typedef typename decltype(ti)::type TI;
         typedef typename decltype(to)::type TO;

@@ -106,22 +106,34 @@ static dp_status run_backward(const cpu_norm_args *a, dp_tensor *dy, dp_tensor *
 }
 
 /* saved: the normalized rows (contiguous), mean, rstd, then the weight if
- * there is one; iarg[0] n, iarg[1] the output's dtype */
+ * there is one; iarg[0] n, iarg[1] the output's dtype. In a pre-LayerNorm
+ * transformer x also feeds the residual path, whose gradient reaches x's
+ * node first: dx is then added to it in the same pass (ag_pending_grad)
+ * instead of written apart and summed. */
 static dp_status bw_layer_norm(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
     dp_tensor *x = n->saved[0], *mean = n->saved[1], *rstd = n->saved[2], *w = n->nsaved > 3 ? n->saved[3] : NULL;
     dp_tensor *gt = NULL, *gc = NULL, *grads[3] = { NULL, NULL, NULL };
+    dp_tensor *pending = n->in[0].needs_grad ? ag_pending_grad(n, 0) : NULL;
     int out_dtype = (int)n->iarg[1];
     dp_status st = dp_to(&gt, g, out_dtype, x->device);
     if (!st)
         st = dp_contiguous(&gc, gt);
+    if (!st && pending) {
+        dp_tensor_retain(grads[0] = pending);
+        pending->storage->version++;
+    }
     for (int i = 0; i < 3 && !st; i++)
-        if (n->in[i].needs_grad)
+        if (n->in[i].needs_grad && !grads[i])
             st = tensor_new(&grads[i], n->in[i].ndim, n->in[i].shape, n->in[i].dtype, n->in[i].device);
     if (!st) {
         int64_t cols = n->iarg[0];
-        cpu_norm_args a = { x, NULL, w, NULL, dp_tensor_numel(x) / cols, cols, 0 };
+        cpu_norm_args a = { x, NULL, w, NULL, dp_tensor_numel(x) / cols, cols, 0, pending != NULL };
         st = run_backward(&a, gc, mean, rstd, grads[0], grads[1], grads[2]);
+    }
+    if (pending) {   /* in place: nothing to give */
+        dp_tensor_release(grads[0]);
+        grads[0] = NULL;
     }
     for (int i = 0; i < 3; i++) {
         if (!st)
@@ -184,7 +196,7 @@ static dp_status layer_norm(const char *fn, dp_tensor **sum, dp_tensor **out, dp
         !(st = tensor_new(&m, 1, &rows, stat_dtype(x->dtype), x->device)) &&
         !(st = tensor_new(&r, 1, &rows, stat_dtype(x->dtype), x->device)) &&
         !(st = sum ? tensor_new(&s, x->ndim, x->shape, x->dtype, x->device) : DP_OK)) {
-        cpu_norm_args a = { c[0], c[1], c[2], c[3], rows, cols, eps };
+        cpu_norm_args a = { c[0], c[1], c[2], c[3], rows, cols, eps, false };
         if (!(st = run_forward(&a, y, s, m, r)))
             st = record(s, y, ins, s ? s : c[0], m, r, c[2], cols, out_dtype);
     }

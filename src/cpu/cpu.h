@@ -172,11 +172,14 @@ void cpu_attention_backward(const cpu_attention_args *a, dp_tensor *out, dp_tens
  * sum. weight and bias: n contiguous elements of out's dtype, or NULL.
  * mean and rstd: one per row, float32 (float64 for a float64 x). dy: out's
  * gradient, (rows, n) contiguous of out's dtype; dx as x, dw and db as
- * weight, each NULL when not wanted. scratch: float64, of the sizes below. */
+ * weight, each NULL when not wanted; with dx_adds, dx's gradient is added
+ * to what dx holds (the gradient of x's other uses). scratch: float64, of
+ * the sizes below. */
 typedef struct {
     const dp_tensor *x, *residual, *weight, *bias;
     int64_t rows, n;
     double eps;
+    bool dx_adds;
 } cpu_norm_args;
 #define CPU_NORM_FORWARD_SCRATCH(n) (4 * (n))
 #define CPU_NORM_BACKWARD_SCRATCH(n) (5 * (n))

@@ -145,6 +145,11 @@ void cpu_layer_norm_backward(const cpu_norm_args *a, dp_tensor *dy, dp_tensor *m
         gx_mean /= (double)n;
         for (int64_t j = 0; j < n; j++)
             x[j] = rs * (g[j] - g_mean - x[j] * gx_mean);
+        if (a->dx_adds) {
+            load_row(g, dx->dtype, row_of(dx, r, n), n);
+            for (int64_t j = 0; j < n; j++)
+                x[j] += g[j];
+        }
         store_row(dx->dtype, row_of(dx, r, n), x, n);
     }
     if (dw)

@@ -160,6 +160,13 @@ T.run("gradcheck in float64", function()
     local h, out = torch._add_layer_norm(x, r, w, b)
     return out + h * 0.5
   end, { R(3, 9), R(3, 9), R(9), R(9) }), "add_layer_norm: both outputs")
+  -- a pre-LayerNorm block: x feeds the residual path and the LayerNorm, whose
+  -- backward then adds its dx to the residual path's gradient in place
+  T.ok(gradcheck(function(x, w, b)
+    local y = x * 2
+    local h = y + F.layer_norm(y, { 6 }, w, b) * 3
+    return F.layer_norm(h, { 6 }) + h
+  end, { R(4, 6), R(6), R(6) }), "x used beside its LayerNorm, twice")
 end)
 
 T.run("bad input is a clear error", function()
