@@ -448,15 +448,22 @@ struct rule_buffers {
     S *param, *grad, *state[3];
 };
 
+/* Element i's gradient, with weight_decay * the parameter added where
+ * the group decays (every rule's first step). */
+template <typename S, typename T>
+__device__ static T decayed_grad(int64_t i, const rule_buffers<S> &b, const rule_consts<T> &c)
+{
+    const T g = ld(&b.grad[i]);
+    return c.decays ? add(g, mul(c.wd, ld(&b.param[i]))) : g;
+}
+
 /* Element i's update by each rule, in src/cpu/optim.c's order of
  * operations (PyTorch's single-tensor step). */
 struct adadelta {
     template <typename S, typename T>
     __device__ static void update(int64_t i, const rule_buffers<S> &b, const rule_consts<T> &c)
     {
-        T g = ld(&b.grad[i]), acc = ld(&b.state[1][i]);
-        if (c.decays)
-            g = add(g, mul(c.wd, ld(&b.param[i])));
+        const T g = decayed_grad(i, b, c), acc = ld(&b.state[1][i]);
         const T square_avg = add(mul(ld(&b.state[0][i]), c.decay), mul(mul(c.rest, g), g));
         const T delta = mul(dvd(root(add(acc, c.eps)), root(add(square_avg, c.eps))), g);
         st(&b.state[0][i], square_avg);
@@ -469,10 +476,7 @@ struct rmsprop {
     template <typename S, typename T>
     __device__ static void update(int64_t i, const rule_buffers<S> &b, const rule_consts<T> &c)
     {
-        const T p = ld(&b.param[i]);
-        T g = ld(&b.grad[i]);
-        if (c.decays)
-            g = add(g, mul(c.wd, p));
+        const T p = ld(&b.param[i]), g = decayed_grad(i, b, c);
         const T square_avg = add(mul(ld(&b.state[0][i]), c.decay), mul(mul(c.rest, g), g));
         st(&b.state[0][i], square_avg);
         T avg;
@@ -498,10 +502,7 @@ struct adagrad {
     template <typename S, typename T>
     __device__ static void update(int64_t i, const rule_buffers<S> &b, const rule_consts<T> &c)
     {
-        const T p = ld(&b.param[i]);
-        T g = ld(&b.grad[i]);
-        if (c.decays)
-            g = add(g, mul(c.wd, p));
+        const T p = ld(&b.param[i]), g = decayed_grad(i, b, c);
         const T sum = add(ld(&b.state[0][i]), mul(g, g));
         st(&b.state[0][i], sum);
         st(&b.param[i], add(p, dvd(mul(c.neg_lr, g), add(root(sum), c.eps))));
