@@ -379,38 +379,43 @@ struct unfold_geom {
 
 /* Where column entry e of cols (N, C*kh*kw, oh*ow) reads x (N, C, H, W):
  * the offset into x, or -1 when the window lies on the padding. The walk
- * of src/cpu/nn.c's im2col_walk, one entry at a time. */
-__device__ static inline int64_t unfold_source(const unfold_geom &g, int64_t e)
+ * of src/cpu/nn.c's im2col_walk, one entry at a time, in the index type I:
+ * 32-bit where every offset fits (a 64-bit division costs a GPU tens of
+ * instructions, and an entry takes eight of them). */
+template <typename I>
+__device__ static inline I unfold_source(const unfold_geom &g, I e)
 {
-    int64_t L = g.oh * g.ow, rows = g.C * g.kh * g.kw;
-    int64_t pos = e % L, row = (e / L) % rows, n = e / (L * rows);
-    int64_t c = row / (g.kh * g.kw), i = (row / g.kw) % g.kh, j = row % g.kw;
-    int64_t h = (pos / g.ow) * g.sh - g.ph + i * g.dh;
-    int64_t w = (pos % g.ow) * g.sw - g.pw + j * g.dw;
-    if (h < 0 || h >= g.H || w < 0 || w >= g.W)
+    const I oh = (I)g.oh, ow = (I)g.ow, kh = (I)g.kh, kw = (I)g.kw, L = oh * ow, rows = (I)g.C * kh * kw;
+    I pos = e % L, row = (e / L) % rows, n = e / (L * rows);
+    I c = row / (kh * kw), i = (row / kw) % kh, j = row % kw;
+    I h = (pos / ow) * (I)g.sh - (I)g.ph + i * (I)g.dh;
+    I w = (pos % ow) * (I)g.sw - (I)g.pw + j * (I)g.dw;
+    if (h < 0 || h >= (I)g.H || w < 0 || w >= (I)g.W)
         return -1;
-    return ((n * g.C + c) * g.H + h) * g.W + w;
+    return ((n * (I)g.C + c) * (I)g.H + h) * (I)g.W + w;
 }
 
-template <typename T>
-__global__ static void unfold_kernel(unfold_geom g, int64_t total, const T *x, T *cols, T pad)
+template <typename T, typename I>
+__global__ static void unfold_kernel(unfold_geom g, I total, const T *x, T *cols, T pad)
 {
     begin_after_previous_kernel();
-    grid_stride_loop(total, [&](int64_t e) {
-        int64_t at = unfold_source(g, e);
+    const I stride = (I)(gridDim.x * blockDim.x);
+    for (I e = (I)(blockIdx.x * blockDim.x + threadIdx.x); e < total; e += stride) {
+        I at = unfold_source<I>(g, e);
         cols[e] = at < 0 ? pad : x[at];
-    });
+    }
 }
 
-template <typename T>
-__global__ static void fold_add_kernel(unfold_geom g, int64_t total, T *x, const T *cols)
+template <typename T, typename I>
+__global__ static void fold_add_kernel(unfold_geom g, I total, T *x, const T *cols)
 {
     begin_after_previous_kernel();
-    grid_stride_loop(total, [&](int64_t e) {
-        int64_t at = unfold_source(g, e);
+    const I stride = (I)(gridDim.x * blockDim.x);
+    for (I e = (I)(blockIdx.x * blockDim.x + threadIdx.x); e < total; e += stride) {
+        I at = unfold_source<I>(g, e);
         if (at >= 0)
             atomicAdd(&x[at], cols[e]);
-    });
+    }
 }
 
 /* Fills g; returns the number of column entries, 0 when there is nothing
@@ -439,13 +444,23 @@ static int unfold_run(bool fold, int dtype, int64_t N, int64_t C, int64_t H, int
     int64_t total = unfold_setup(&g, N, C, H, W, kernel, stride, padding, dilation, oh, ow);
     if (total <= 0)
         return total < 0 ? (int)cudaErrorInvalidValue : 0;
+    /* 32-bit indices when every entry of cols and x, and the stride of the
+     * grid's walk past the last, fit */
+    const int64_t most = total > N * C * H * W ? total : N * C * H * W;
+    const bool narrow = most + (int64_t)DPC_MAX_BLOCKS * INDEX_BLOCK < INT32_MAX;
     return with_fold_type(dtype, [&](auto zero) {
         using T = decltype(zero);
+        if (fold && narrow)
+            return launch_kernel(fold_add_kernel<T, int32_t>, grid_for(total), INDEX_BLOCK, s, g, (int32_t)total,
+                                 (T *)x, (const T *)cols);
         if (fold)
-            return launch_kernel(fold_add_kernel<T>, grid_for(total), INDEX_BLOCK, s, g, total, (T *)x,
+            return launch_kernel(fold_add_kernel<T, int64_t>, grid_for(total), INDEX_BLOCK, s, g, total, (T *)x,
                                  (const T *)cols);
-        return launch_kernel(unfold_kernel<T>, grid_for(total), INDEX_BLOCK, s, g, total, (const T *)x, (T *)cols,
-                             (T)pad_value);
+        if (narrow)
+            return launch_kernel(unfold_kernel<T, int32_t>, grid_for(total), INDEX_BLOCK, s, g, (int32_t)total,
+                                 (const T *)x, (T *)cols, (T)pad_value);
+        return launch_kernel(unfold_kernel<T, int64_t>, grid_for(total), INDEX_BLOCK, s, g, total, (const T *)x,
+                             (T *)cols, (T)pad_value);
     });
 }
 
