@@ -334,6 +334,11 @@ check("binary_cross_entropy_with_logits with pos_weight and weight", function(x,
   local t = torch.tensor({ { 0, 1, 0.3 }, { 1, 0, 0.8 } }, f64)
   return F.binary_cross_entropy_with_logits(x, t, { pos_weight = pw, weight = torch.tensor({ 1, 2, 0.5 }, f64) })
 end, { R(2, 3), P(3) })
+-- at 0 the stable forms' abs and relu both have a zero gradient: the
+-- composite must still give softplus's 1/2
+check("binary_cross_entropy_with_logits at 0", function(x)
+  return F.binary_cross_entropy_with_logits(x, torch.tensor({ 0, 1, 0.3 }, f64), { reduction = "none" })
+end, { torch.zeros(3, f64):requires_grad_() })
 check("relu, gelu, softmax, log_softmax, silu (functional)", function(x)
   return F.relu(x) + F.gelu(x) + F.softmax(x, 1) + F.log_softmax(x, 1) + F.silu(x)
 end, { R(2, 3) })

@@ -119,15 +119,18 @@ function F.softplus(x, beta, threshold)
   threshold = want_number(threshold, "softplus", "threshold", 20)
   local bx = x * beta
   -- log(1 + e^z) = max(z, 0) + log1p(t), t = e^-|z| in (0, 1]: never
-  -- overflows. log1p(t) as log(u) t / (u - 1), u = 1 + t rounded (exact to
-  -- the dtype's precision, Goldberg's trick), and below t = 1e-3, where u
-  -- may be 1, as its series to t^5 (relative error below 2e-16)
-  local t = (-bx:abs()):exp()
+  -- overflows; -|z| is written z - 2 max(z, 0), whose gradient at 0 keeps
+  -- softplus's 1/2 (abs and relu have 0 there). log1p(t) as log(u) t /
+  -- (u - 1), u = 1 + t rounded (exact to the dtype's precision, Goldberg's
+  -- trick), and below t = 1e-3, where u may be 1, as its series to t^5
+  -- (relative error below 2e-16)
+  local r = bx:relu()
+  local t = (bx - r * 2):exp()
   local small = t:lt(1e-3)
   local u = t + 1
   local series = t * (1 - t * (0.5 - t * (1 / 3 - t * (0.25 - t * 0.2))))
   local rounded = u:log() * t / torch.where(small, torch.ones_like(u), u - 1)
-  local soft = (bx:relu() + torch.where(small, series, rounded)) / beta
+  local soft = (r + torch.where(small, series, rounded)) / beta
   return torch.where(bx:gt(threshold), x, soft)
 end
 -- hardtanh(x, min_val=-1, max_val=1), relu6(x) = hardtanh(x, 0, 6)
@@ -334,6 +337,14 @@ local function warn_once(key, msg)
   io.stderr:write("warning: ", msg, "\n")
 end
 
+-- log(1 + e^z) without overflow: max(z, 0) + log1p(e^-|z|), with -|z|
+-- written z - 2 relu(z), whose gradient at z = 0 keeps softplus's 1/2
+-- (abs and relu both have 0 there).
+local function softplus(z)
+  local r = z:relu()
+  return r + (z - r * 2):exp():log1p()
+end
+
 -- mse_loss(input, target [, {reduction=}]): a target of another shape is
 -- broadcast with a warning, as PyTorch does.
 function F.mse_loss(input, target, opts)
@@ -358,7 +369,7 @@ end
 
 -- binary_cross_entropy_with_logits(input, target, {weight=, pos_weight=,
 -- reduction=}): the numerically stable form
---   (1 - t) x + (1 + (pw - 1) t) (log1p(exp(-|x|)) + max(-x, 0))
+--   (1 - t) x + (1 + (pw - 1) t) softplus(-x)
 function F.binary_cross_entropy_with_logits(input, target, opts)
   opts = loss_opts(opts, "binary_cross_entropy_with_logits")
   local fn = "binary_cross_entropy_with_logits"
@@ -373,7 +384,7 @@ function F.binary_cross_entropy_with_logits(input, target, opts)
     input, target = AC.cast_fp32(input, target)
     pos_weight, weight = AC.cast_fp32(pos_weight, weight)
   end
-  local softplus_neg = (-input:abs()):exp():log1p() + (-input):relu()   -- log(1 + exp(-x))
+  local softplus_neg = softplus(-input)   -- log(1 + exp(-x))
   local loss
   if pos_weight ~= nil then
     want_tensor(pos_weight, fn, "pos_weight")
