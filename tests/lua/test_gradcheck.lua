@@ -115,6 +115,14 @@ check("clamp_max", function(a) return a:clamp_max(0.1) end,
 check("clamp with only a min table", function(a) return a:clamp({ min = 0 }) end,
       { torch.tensor({ -1, 0.3, -0.05, 2 }, f64):requires_grad_() })
 
+check("addcmul with a value, broadcast", function(a, b, c) return torch.addcmul(a, b, c, { value = -1.5 }) end,
+      { R(3, 1), R(1, 4), R(3, 4) })
+check("addcdiv with a value, broadcast", function(a, b, c) return a:addcdiv(b, c, { value = 0.5 }) end,
+      { R(4), R(3, 1), P(3, 4) })
+check("lerp with a number weight on either side of 0.5", function(a, b) return a:lerp(b, 0.3) + a:lerp(b, 0.8) end,
+      { R(2, 3), R(3) })
+check("lerp with a tensor weight", function(a, b, w) return torch.lerp(a, b, w) end, { R(2, 3), R(2, 3), R(1, 3) })
+
 ---------------------------------------------------------------- reductions
 
 for _, op in ipairs({ "sum", "mean", "prod", "amax", "amin" }) do
