@@ -254,8 +254,9 @@ function torch.where(cond, a, b)
   if not is_tensor(cond) then raise("where: expected condition to be a tensor, got " .. typename(cond)) end
   if type(a) ~= "number" then a = as_tensor(a, "where") end
   if type(b) ~= "number" then b = as_tensor(b, "where") end
-  if type(a) == "number" then a = torch.full({}, a, { dtype = is_tensor(b) and b.dtype or nil }) end
-  if type(b) == "number" then b = torch.full({}, b, { dtype = a.dtype }) end
+  -- a number branch is a 0-d tensor on the condition's device
+  if type(a) == "number" then a = torch.full({}, a, { dtype = is_tensor(b) and b.dtype or nil, device = cond.device }) end
+  if type(b) == "number" then b = torch.full({}, b, { dtype = a.dtype, device = a.device }) end
   a, b = as_tensor(a, "where"), as_tensor(b, "where")
   return new(C.dp_where(outp, cond.p, a.p, b.p))
 end

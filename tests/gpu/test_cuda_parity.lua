@@ -105,6 +105,9 @@ for _, op in ipairs({ "add", "sub", "mul", "div", "maximum", "minimum", "eq", "l
 end
 same("add scalar", function(x) return x + 2.5 end, { input(torch.float32, 7) })
 same("where", function(c, x, y) return torch.where(c, x, y) end, { input(torch.bool, 3, 4), input(torch.float32, 3, 4), input(torch.float32, 4) })
+same("where with number branches", function(c, x)
+  return { torch.where(c, x, 0), torch.where(c, 1.5, x), torch.where(c, 2, -1) }
+end, { input(torch.bool, 3, 4), input(torch.float32, 3, 4) })
 same("clamp", function(x) return x:clamp(-1, 0.5) end, { input(torch.float32, 10) })
 
 -- reductions
