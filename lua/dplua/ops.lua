@@ -134,7 +134,8 @@ local function write_into(t, r, fn)
 end
 
 -- addcmul's and addcdiv's value: {value=} or a number, 1 by default; an
--- integer for integer operands (PyTorch would round it silently).
+-- integer for integer operands, as PyTorch documents it (PyTorch 1.13
+-- truncates a fraction there silently).
 local function value_of(opts, fn, t, t1, t2)
   local v = opts
   if type(opts) == "table" and getmetatable(opts) == nil then
