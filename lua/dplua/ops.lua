@@ -115,6 +115,110 @@ function methods.sub_(a, b, alpha) return binary_into(BIN.sub, a, a, scaled(b, a
 methods.multiply, methods.divide, methods.subtract = methods.mul, methods.div, methods.sub
 methods.true_divide = methods.div
 
+-- Writes r, the result of fn's out-of-place form, into t, as PyTorch's
+-- in-place forms do: r must have t's shape (what t1 and t2 broadcast to
+-- may not grow t) and a floating r does not go into an integer t. The
+-- copy refuses a t that requires grad, as every in-place op does.
+local function write_into(t, r, fn)
+  local ts, rs = t:size(), r:size()
+  if table.concat(ts, ",") ~= table.concat(rs, ",") or #ts ~= #rs then
+    raise(string.format("%s: output with shape [%s] doesn't match the broadcast shape [%s]", fn,
+                        table.concat(ts, ", "), table.concat(rs, ", ")))
+  end
+  if r.dtype.is_floating_point and not t.dtype.is_floating_point then
+    raise(string.format("%s: result type %s can't be cast to the desired output type %s", fn, r.dtype.name,
+                        t.dtype.name))
+  end
+  if C.dp_copy_into(t.p, r.p) ~= 0 then raise((ffi.string(C.dp_last_error()):gsub("^copy_:", fn .. ":"))) end
+  return t
+end
+
+-- addcmul's and addcdiv's value: {value=} or a number, 1 by default; an
+-- integer for integer operands, as PyTorch documents it (PyTorch 1.13
+-- truncates a fraction there silently).
+local function value_of(opts, fn, t, t1, t2)
+  local v = opts
+  if type(opts) == "table" and getmetatable(opts) == nil then
+    for k in pairs(opts) do
+      if k ~= "value" then raise(string.format("%s: unknown option '%s'", fn, tostring(k))) end
+    end
+    v = opts.value
+  end
+  if v == nil then return 1 end
+  if is_tensor(v) then v = v:item() end
+  if type(v) ~= "number" then
+    raise(string.format("%s: expected value to be a number (or {value=}), got %s", fn, typename(v)))
+  end
+  if v % 1 ~= 0 and not (t.dtype.is_floating_point or t1.dtype.is_floating_point or t2.dtype.is_floating_point) then
+    raise(string.format("%s: for integer tensors, value must be an integer, got %s", fn, tostring(v)))
+  end
+  return v
+end
+
+local function want_tensors(fn, t1, t2)
+  if not is_tensor(t1) then raise(fn .. ": expected tensor1 to be a tensor, got " .. typename(t1)) end
+  if not is_tensor(t2) then raise(fn .. ": expected tensor2 to be a tensor, got " .. typename(t2)) end
+end
+
+-- Runs f(...), an op made of other ops, so that an error of one of them
+-- (a failed broadcast) names fn, the op the user called.
+local function as_op(fn, f, ...)
+  local ok, r = pcall(f, ...)
+  if not ok then raise(fn .. ": " .. tostring(r):gsub("^[^\n]-:%d+: ", ""):gsub("^[%a_]+: ", "")) end
+  return r
+end
+
+-- addcmul(tensor1, tensor2, {value=1}): t + value * tensor1 * tensor2, the
+-- three broadcast together; addcdiv: t + value * tensor1 / tensor2, which
+-- PyTorch refuses for integer tensor1 and tensor2. The products are in
+-- PyTorch's order, (value * tensor1) * tensor2.
+local function addcmul_of(t, t1, t2, v) return t + (v == 1 and t1 or t1 * v) * t2 end
+local function addcdiv_of(t, t1, t2, v) return t + (v == 1 and t1 or t1 * v) / t2 end
+local function addcmul(t, t1, t2, opts, fn)
+  want_tensors(fn, t1, t2)
+  return as_op(fn, addcmul_of, t, t1, t2, value_of(opts, fn, t, t1, t2))
+end
+local function addcdiv(t, t1, t2, opts, fn)
+  want_tensors(fn, t1, t2)
+  if not t1.dtype.is_floating_point and not t2.dtype.is_floating_point then
+    raise(string.format("%s: integer division is not supported (tensor1 %s, tensor2 %s); "
+                        .. "convert one to a floating dtype", fn, t1.dtype.name, t2.dtype.name))
+  end
+  return as_op(fn, addcdiv_of, t, t1, t2, value_of(opts, fn, t, t1, t2))
+end
+function methods.addcmul(t, t1, t2, opts) return addcmul(t, t1, t2, opts, "addcmul") end
+function methods.addcdiv(t, t1, t2, opts) return addcdiv(t, t1, t2, opts, "addcdiv") end
+function methods.addcmul_(t, t1, t2, opts) return write_into(t, addcmul(t, t1, t2, opts, "addcmul_"), "addcmul_") end
+function methods.addcdiv_(t, t1, t2, opts) return write_into(t, addcdiv(t, t1, t2, opts, "addcdiv_"), "addcdiv_") end
+
+-- lerp(end, weight): t + weight * (end - t), weight a number or a tensor,
+-- broadcast together; floating tensors of one dtype, as PyTorch. Where
+-- |weight| >= 0.5 it is end - (end - t) * (1 - weight), PyTorch's form,
+-- which gives end itself at weight 1.
+local function lerp_number(t, e, w)
+  if math.abs(w) < 0.5 then return t + (e - t) * w end
+  return e - (e - t) * (1 - w)
+end
+local function lerp_tensor(t, e, w)
+  local d = e - t
+  return torch.where(w:abs():lt(0.5), t + d * w, e - d * (1 - w))
+end
+local function lerp(t, e, w, fn)
+  if not is_tensor(e) then raise(fn .. ": expected end to be a tensor, got " .. typename(e)) end
+  if not t.dtype.is_floating_point then raise(fn .. ": expected floating point tensors, got " .. t.dtype.name) end
+  if e.dtype ~= t.dtype then
+    raise(string.format("%s: expected end of the input's dtype %s, got %s", fn, t.dtype.name, e.dtype.name))
+  end
+  if type(w) == "number" then return as_op(fn, lerp_number, t, e, w) end
+  if not is_tensor(w) then raise(fn .. ": expected weight to be a number or a tensor, got " .. typename(w)) end
+  if w.dtype ~= t.dtype then
+    raise(string.format("%s: expected weight of the input's dtype %s, got %s", fn, t.dtype.name, w.dtype.name))
+  end
+  return as_op(fn, lerp_tensor, t, e, w)
+end
+function methods.lerp(t, e, w) return lerp(t, e, w, "lerp") end
+function methods.lerp_(t, e, w) return write_into(t, lerp(t, e, w, "lerp_"), "lerp_") end
+
 function methods.zero_(t) check(C.dp_fill_into(t.p, 0)); return t end
 function methods.fill_(t, v)
   if type(v) == "boolean" then v = v and 1 or 0 end
@@ -151,8 +255,9 @@ function torch.where(cond, a, b)
   if not is_tensor(cond) then raise("where: expected condition to be a tensor, got " .. typename(cond)) end
   if type(a) ~= "number" then a = as_tensor(a, "where") end
   if type(b) ~= "number" then b = as_tensor(b, "where") end
-  if type(a) == "number" then a = torch.full({}, a, { dtype = is_tensor(b) and b.dtype or nil }) end
-  if type(b) == "number" then b = torch.full({}, b, { dtype = a.dtype }) end
+  -- a number branch is a 0-d tensor on the condition's device
+  if type(a) == "number" then a = torch.full({}, a, { dtype = is_tensor(b) and b.dtype or nil, device = cond.device }) end
+  if type(b) == "number" then b = torch.full({}, b, { dtype = a.dtype, device = a.device }) end
   a, b = as_tensor(a, "where"), as_tensor(b, "where")
   return new(C.dp_where(outp, cond.p, a.p, b.p))
 end

@@ -105,7 +105,68 @@ for _, op in ipairs({ "add", "sub", "mul", "div", "maximum", "minimum", "eq", "l
 end
 same("add scalar", function(x) return x + 2.5 end, { input(torch.float32, 7) })
 same("where", function(c, x, y) return torch.where(c, x, y) end, { input(torch.bool, 3, 4), input(torch.float32, 3, 4), input(torch.float32, 4) })
+same("where with number branches", function(c, x)
+  return { torch.where(c, x, 0), torch.where(c, 1.5, x), torch.where(c, 2, -1) }
+end, { input(torch.bool, 3, 4), input(torch.float32, 3, 4) })
 same("clamp", function(x) return x:clamp(-1, 0.5) end, { input(torch.float32, 10) })
+
+-- the losses and pointwise ops built of other ops (F.binary_cross_entropy,
+-- ..., addcmul, addcdiv, lerp): values and the gradients of the first
+-- ngrad arguments, float32 and float64
+local F = torch.nn.functional
+local function composite(name, fn, args, ngrad)
+  for _, dt in ipairs({ torch.float32, torch.float64 }) do
+    local typed = {}
+    for i, a in ipairs(args) do typed[i] = (torch.is_tensor(a) and a.dtype.is_floating_point) and a:to(dt) or a end
+    same(name .. " " .. dt.name, function(...)
+      local a = { ... }
+      for i = 1, ngrad do a[i] = a[i]:detach():requires_grad_() end
+      local y = fn(unpack(a, 1, #args))
+      local loss = y:dim() == 0 and y or (y * y):sum()
+      loss:backward()
+      local out = { y }
+      for i = 1, ngrad do out[#out + 1] = a[i].grad end
+      return out
+    end, typed)
+  end
+end
+local probs, signs = torch.rand(4, 5):mul(0.9):add(0.05), torch.randn(4, 5):sign()
+local pm1 = torch.tensor({ 1, -1, 1, 0 }, { dtype = torch.int64 })
+composite("binary_cross_entropy with weight", function(x, t, w)
+  return F.binary_cross_entropy(x, t, { weight = w, reduction = "none" })
+end, { probs, torch.rand(4, 5), torch.rand(5) }, 2)
+composite("binary_cross_entropy at 0 and 1", function(x, t) return F.binary_cross_entropy(x, t, "sum") end,
+          { torch.tensor({ 0, 1, 0, 1, 0.5 }), torch.tensor({ 1, 0, 0, 1, 0.3 }) }, 1)
+composite("smooth_l1_loss beta 0.5", function(x, t) return F.smooth_l1_loss(x, t, { beta = 0.5, reduction = "none" }) end,
+          { torch.randn(4, 5), torch.randn(4, 5) }, 2)
+composite("smooth_l1_loss beta 0", function(x, t) return F.smooth_l1_loss(x, t, { beta = 0 }) end,
+          { torch.randn(4, 5), torch.randn(5) }, 2)
+composite("huber_loss delta 0.7", function(x, t) return F.huber_loss(x, t, { delta = 0.7, reduction = "sum" }) end,
+          { torch.randn(4, 5), torch.randn(4, 5) }, 2)
+composite("kl_div batchmean", function(x, t) return F.kl_div(x:log_softmax(1), t, { reduction = "batchmean" }) end,
+          { torch.randn(4, 5), torch.randn(4, 5):softmax(1) }, 1)
+composite("kl_div log_target", function(x, t)
+  return F.kl_div(x:log_softmax(1), t:log_softmax(1), { reduction = "none", log_target = true })
+end, { torch.randn(4, 5), torch.randn(4, 5) }, 2)
+composite("soft_margin_loss", function(x, t) return F.soft_margin_loss(x, t, "none") end,
+          { torch.randn(4, 5) * 10, signs }, 1)
+composite("cosine_embedding_loss", function(a, b, y) return F.cosine_embedding_loss(a, b, y, { margin = 0.2 }) end,
+          { torch.randn(4, 5), torch.randn(4, 5), pm1 }, 2)
+composite("margin_ranking_loss", function(a, b, y) return F.margin_ranking_loss(a, b, y, { margin = 0.3 }) end,
+          { torch.randn(4, 5), torch.randn(4, 5), signs }, 2)
+composite("hinge_embedding_loss", function(x, y) return F.hinge_embedding_loss(x, y, "none") end,
+          { torch.randn(4, 5), signs }, 1)
+composite("addcmul broadcast", function(t, a, b) return torch.addcmul(t, a, b, { value = 0.5 }) end,
+          { torch.randn(4, 1), torch.randn(1, 5), torch.randn(4, 5) }, 3)
+composite("addcdiv", function(t, a, b) return t:addcdiv(a, b, { value = -2 }) end,
+          { torch.randn(4, 5), torch.randn(4, 5), torch.rand(4, 5) + 0.5 }, 3)
+composite("lerp with numbers", function(a, b) return a:lerp(b, 0.3) + a:lerp(b, 0.9) end,
+          { torch.randn(4, 5), torch.randn(5) }, 2)
+composite("lerp with a tensor weight", function(a, b, w) return torch.lerp(a, b, w) end,
+          { torch.randn(4, 5), torch.randn(4, 5), torch.randn(4, 5) }, 3)
+same("addcmul_, addcdiv_, lerp_ in place", function(t, a, b)
+  return { t:clone():addcmul_(a, b), t:clone():addcdiv_(a, b:abs() + 0.5, { value = 3 }), t:clone():lerp_(a, b) }
+end, { input(torch.float32, 4, 5), input(torch.float32, 4, 5), input(torch.float32, 5) })
 
 -- reductions
 for _, op in ipairs({ "sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "var", "std", "all", "any" }) do

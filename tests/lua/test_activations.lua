@@ -56,6 +56,15 @@ T.run("float64 gradcheck", function()
   end
 end)
 
+-- softplus is smooth at 0, where its composite's abs and relu have no
+-- gradient of their own
+T.run("float64 gradcheck at 0", function()
+  local x = torch.tensor({ -1e-3, 0, 1e-3 }, { dtype = torch.float64 }):requires_grad_()
+  for _, name in ipairs({ "softplus", "softplus_beta", "mish", "elu" }) do
+    T.ok(torch.autograd.gradcheck(function(t) return modules[name](t) end, { x }), name .. ": gradcheck at 0")
+  end
+end)
+
 T.run("float32 within float32 rounding", function()
   local x = torch.tensor(ref.x)
   for _, name in ipairs({ "elu", "softplus", "mish" }) do

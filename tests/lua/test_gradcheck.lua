@@ -115,6 +115,14 @@ check("clamp_max", function(a) return a:clamp_max(0.1) end,
 check("clamp with only a min table", function(a) return a:clamp({ min = 0 }) end,
       { torch.tensor({ -1, 0.3, -0.05, 2 }, f64):requires_grad_() })
 
+check("addcmul with a value, broadcast", function(a, b, c) return torch.addcmul(a, b, c, { value = -1.5 }) end,
+      { R(3, 1), R(1, 4), R(3, 4) })
+check("addcdiv with a value, broadcast", function(a, b, c) return a:addcdiv(b, c, { value = 0.5 }) end,
+      { R(4), R(3, 1), P(3, 4) })
+check("lerp with a number weight on either side of 0.5", function(a, b) return a:lerp(b, 0.3) + a:lerp(b, 0.8) end,
+      { R(2, 3), R(3) })
+check("lerp with a tensor weight", function(a, b, w) return torch.lerp(a, b, w) end, { R(2, 3), R(2, 3), R(1, 3) })
+
 ---------------------------------------------------------------- reductions
 
 for _, op in ipairs({ "sum", "mean", "prod", "amax", "amin" }) do
@@ -330,10 +338,26 @@ for _, red in ipairs({ "mean", "sum", "none" }) do
     return F.binary_cross_entropy_with_logits(x, t, { reduction = red })
   end, { R(2, 3) })
 end
+check("binary_cross_entropy, smooth_l1_loss, huber_loss, kl_div, soft_margin_loss", function(x, y)
+  local p = x:sigmoid()
+  return F.binary_cross_entropy(p, y:sigmoid(), { weight = torch.tensor({ 1, 2, 0.5 }, f64) })
+         + F.smooth_l1_loss(x, y, { beta = 0.7 }) + F.huber_loss(x, y, { delta = 0.4 })
+         + F.kl_div(x:log_softmax(1), y:softmax(1), { reduction = "batchmean" }) + F.soft_margin_loss(x, y:sign())
+end, { R(2, 3), R(2, 3) })
+check("cosine_embedding_loss, margin_ranking_loss, hinge_embedding_loss", function(a, b)
+  local y = torch.tensor({ 1, -1 }, f64)
+  return F.cosine_embedding_loss(a, b, y, { margin = 0.1 }) + F.margin_ranking_loss(a[0], b[1], a[1]:sign())
+         + F.hinge_embedding_loss(a, y:view(2, 1), { margin = 0.5 })
+end, { R(2, 3), R(2, 3) })
 check("binary_cross_entropy_with_logits with pos_weight and weight", function(x, pw)
   local t = torch.tensor({ { 0, 1, 0.3 }, { 1, 0, 0.8 } }, f64)
   return F.binary_cross_entropy_with_logits(x, t, { pos_weight = pw, weight = torch.tensor({ 1, 2, 0.5 }, f64) })
 end, { R(2, 3), P(3) })
+-- at 0 the stable forms' abs and relu both have a zero gradient: the
+-- composite must still give softplus's 1/2
+check("binary_cross_entropy_with_logits at 0", function(x)
+  return F.binary_cross_entropy_with_logits(x, torch.tensor({ 0, 1, 0.3 }, f64), { reduction = "none" })
+end, { torch.zeros(3, f64):requires_grad_() })
 check("relu, gelu, softmax, log_softmax, silu (functional)", function(x)
   return F.relu(x) + F.gelu(x) + F.softmax(x, 1) + F.log_softmax(x, 1) + F.silu(x)
 end, { R(2, 3) })

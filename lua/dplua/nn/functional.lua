@@ -39,11 +39,18 @@ F._want_float = want_float
 
 local REDUCTION = { none = 0, mean = 1, sum = 2 }
 
--- Losses take ({reduction=...}) or a reduction string as their options.
-local function loss_opts(opts, fn)
+-- Losses take ({reduction=...}) or a reduction string as their options;
+-- with `allowed`, a key it does not hold is an error (a misspelt option
+-- would otherwise be ignored).
+local function loss_opts(opts, fn, allowed)
   if opts == nil then return {} end
   if type(opts) == "string" then return { reduction = opts } end
   if type(opts) ~= "table" then raise(fn .. ": expected an options table, got " .. typename(opts)) end
+  if allowed then
+    for k in pairs(opts) do
+      if not allowed[k] then raise(string.format("%s: unknown option '%s'", fn, tostring(k))) end
+    end
+  end
   return opts
 end
 
@@ -119,15 +126,18 @@ function F.softplus(x, beta, threshold)
   threshold = want_number(threshold, "softplus", "threshold", 20)
   local bx = x * beta
   -- log(1 + e^z) = max(z, 0) + log1p(t), t = e^-|z| in (0, 1]: never
-  -- overflows. log1p(t) as log(u) t / (u - 1), u = 1 + t rounded (exact to
-  -- the dtype's precision, Goldberg's trick), and below t = 1e-3, where u
-  -- may be 1, as its series to t^5 (relative error below 2e-16)
-  local t = (-bx:abs()):exp()
+  -- overflows; -|z| is written z - 2 max(z, 0), whose gradient at 0 keeps
+  -- softplus's 1/2 (abs and relu have 0 there). log1p(t) as log(u) t /
+  -- (u - 1), u = 1 + t rounded (exact to the dtype's precision, Goldberg's
+  -- trick), and below t = 1e-3, where u may be 1, as its series to t^5
+  -- (relative error below 2e-16)
+  local r = bx:relu()
+  local t = (bx - r * 2):exp()
   local small = t:lt(1e-3)
   local u = t + 1
   local series = t * (1 - t * (0.5 - t * (1 / 3 - t * (0.25 - t * 0.2))))
   local rounded = u:log() * t / torch.where(small, torch.ones_like(u), u - 1)
-  local soft = (bx:relu() + torch.where(small, series, rounded)) / beta
+  local soft = (r + torch.where(small, series, rounded)) / beta
   return torch.where(bx:gt(threshold), x, soft)
 end
 -- hardtanh(x, min_val=-1, max_val=1), relu6(x) = hardtanh(x, 0, 6)
@@ -334,16 +344,52 @@ local function warn_once(key, msg)
   io.stderr:write("warning: ", msg, "\n")
 end
 
+-- The elementwise regression losses broadcast a target of another shape
+-- with PyTorch's warning, once per pair of shapes; shapes that do not
+-- broadcast are an error that names the loss.
+local function warn_broadcast(fn, input, target)
+  if same_shape(fn, input, target) then return end
+  local a, b = input:size(), target:size()
+  for i = 1, math.min(#a, #b) do
+    local x, y = a[#a + 1 - i], b[#b + 1 - i]
+    if x ~= y and x ~= 1 and y ~= 1 then
+      raise(string.format("%s: target of shape %s does not broadcast with input of shape %s", fn, shape_str(target),
+                          shape_str(input)))
+    end
+  end
+  warn_once(fn .. shape_str(input) .. shape_str(target),
+            string.format("%s: using a target size (%s) that is different to the input size (%s); "
+                          .. "this will likely lead to incorrect results due to broadcasting",
+                          fn, shape_str(target), shape_str(input)))
+end
+
+-- Whether tensor t broadcasts to shape (a size table) without growing it.
+local function broadcasts_to(t, shape)
+  local n = t:dim()
+  if n > #shape then return false end
+  for i = 1, n do
+    local s = t:size(i - 1)
+    if s ~= 1 and s ~= shape[#shape - n + i] then return false end
+  end
+  return true
+end
+
+-- The bound of PyTorch's losses, 1e-12 rounded to float32 as PyTorch does.
+local EPSILON = 9.9999999600419720e-13
+
+-- log(1 + e^z) without overflow: max(z, 0) + log1p(e^-|z|), with -|z|
+-- written z - 2 relu(z), whose gradient at z = 0 keeps softplus's 1/2
+-- (abs and relu both have 0 there).
+local function softplus(z)
+  local r = z:relu()
+  return r + (z - r * 2):exp():log1p()
+end
+
 -- mse_loss(input, target [, {reduction=}]): a target of another shape is
 -- broadcast with a warning, as PyTorch does.
 function F.mse_loss(input, target, opts)
   opts = loss_opts(opts, "mse_loss")
-  if not same_shape("mse_loss", input, target) then
-    warn_once("mse" .. shape_str(input) .. shape_str(target),
-              string.format("mse_loss: using a target size (%s) that is different to the input size (%s); "
-                            .. "this will likely lead to incorrect results due to broadcasting",
-                            shape_str(target), shape_str(input)))
-  end
+  warn_broadcast("mse_loss", input, target)
   if autocast_on then input, target = AC.cast_fp32(input, target) end
   local d = input - target
   return reduce(d * d, reduction_of(opts, "mse_loss"))
@@ -351,14 +397,102 @@ end
 
 function F.l1_loss(input, target, opts)
   opts = loss_opts(opts, "l1_loss")
-  same_shape("l1_loss", input, target)
+  warn_broadcast("l1_loss", input, target)
   if autocast_on then input, target = AC.cast_fp32(input, target) end
   return reduce((input - target):abs(), reduction_of(opts, "l1_loss"))
 end
 
+-- smooth_l1_loss(input, target, {reduction=, beta=1}): 0.5 d^2 / beta
+-- where |d| < beta, |d| - 0.5 beta elsewhere (d = input - target); beta = 0
+-- is l1_loss.
+function F.smooth_l1_loss(input, target, opts)
+  local fn = "smooth_l1_loss"
+  opts = loss_opts(opts, fn, { reduction = true, beta = true })
+  want_float(input, fn, "input")
+  want_float(target, fn, "target")
+  warn_broadcast(fn, input, target)
+  local reduction = reduction_of(opts, fn)
+  local beta = want_number(opts.beta, fn, "beta", 1.0)
+  if not (beta >= 0) then raise(fn .. ": beta must be non-negative, got " .. tostring(beta)) end
+  if autocast_on then input, target = AC.cast_fp32(input, target) end
+  local d = input - target
+  -- |d| as -d at 0, whose gradient -1 there is PyTorch's for beta = 0
+  if beta == 0 then return reduce(torch.where(d:gt(0), d, -d), reduction) end
+  local ad = d:abs()
+  return reduce(torch.where(ad:lt(beta), d * d * (0.5 / beta), ad - 0.5 * beta), reduction)
+end
+
+-- huber_loss(input, target, {reduction=, delta=1}): 0.5 d^2 where |d| <
+-- delta, delta (|d| - 0.5 delta) elsewhere: smooth_l1_loss times delta.
+function F.huber_loss(input, target, opts)
+  local fn = "huber_loss"
+  opts = loss_opts(opts, fn, { reduction = true, delta = true })
+  want_float(input, fn, "input")
+  want_float(target, fn, "target")
+  warn_broadcast(fn, input, target)
+  local reduction = reduction_of(opts, fn)
+  local delta = want_number(opts.delta, fn, "delta", 1.0)
+  if not (delta > 0) then raise(fn .. ": delta must be positive, got " .. tostring(delta)) end
+  if autocast_on then input, target = AC.cast_fp32(input, target) end
+  local d = input - target
+  local ad = d:abs()
+  return reduce(torch.where(ad:lt(delta), d * d * 0.5, (ad - 0.5 * delta) * delta), reduction)
+end
+
+-- binary_cross_entropy(input, target, {weight=, reduction=}): input holds
+-- probabilities, -weight (t log(x) + (1 - t) log(1 - x)) with each log
+-- clamped at -100, as PyTorch. Input and target outside [0, 1] are
+-- refused: the check reads the data (on a GPU, a synchronisation).
+function F.binary_cross_entropy(input, target, opts)
+  local fn = "binary_cross_entropy"
+  opts = loss_opts(opts, fn, { weight = true, reduction = true })
+  want_float(input, fn, "input")
+  want_float(target, fn, "target")
+  if not same_shape(fn, input, target) then
+    raise(string.format("%s: target size (%s) must be the same as input size (%s)", fn, shape_str(target),
+                        shape_str(input)))
+  end
+  if target.dtype ~= input.dtype then
+    raise(string.format("%s: expected target of the input's dtype %s, got %s", fn, tostring(input.dtype),
+                        tostring(target.dtype)))
+  end
+  local reduction = reduction_of(opts, fn)
+  local weight = opts.weight
+  if weight ~= nil then
+    want_float(weight, fn, "weight")
+    if not broadcasts_to(weight, input:size()) then
+      raise(string.format("%s: weight of shape %s does not broadcast to the input's shape %s", fn,
+                          shape_str(weight), shape_str(input)))
+    end
+  end
+  if autocast_on then
+    input, target = AC.cast_fp32(input, target)
+    weight = AC.cast_fp32(weight)
+  end
+  local x, t = input:detach(), target:detach()
+  if not x:ge(0):logical_and(x:le(1)):all():item() then
+    raise(fn .. ": all elements of input should be between 0 and 1 (probabilities; "
+          .. "binary_cross_entropy_with_logits takes logits)")
+  end
+  if not t:ge(0):logical_and(t:le(1)):all():item() then
+    raise(fn .. ": all elements of target should be between 0 and 1")
+  end
+  -- the logs of the detached input, and the input's gradient PyTorch's
+  -- w (x - t) / max(x (1 - x), EPSILON) through the term (input - x) g,
+  -- which is 0: finite at 0 and 1, where the clamped logs' gradient
+  -- would be 0 * inf
+  local loss = -(target * x:log():clamp(-100) + (1 - target) * (1 - x):log():clamp(-100))
+  local g = (x - t) / (x * (1 - x)):clamp(EPSILON)
+  if weight ~= nil then
+    loss = loss * weight
+    g = g * weight:detach()
+  end
+  return reduce(loss + (input - x) * g, reduction)
+end
+
 -- binary_cross_entropy_with_logits(input, target, {weight=, pos_weight=,
 -- reduction=}): the numerically stable form
---   (1 - t) x + (1 + (pw - 1) t) (log1p(exp(-|x|)) + max(-x, 0))
+--   (1 - t) x + (1 + (pw - 1) t) softplus(-x)
 function F.binary_cross_entropy_with_logits(input, target, opts)
   opts = loss_opts(opts, "binary_cross_entropy_with_logits")
   local fn = "binary_cross_entropy_with_logits"
@@ -373,7 +507,7 @@ function F.binary_cross_entropy_with_logits(input, target, opts)
     input, target = AC.cast_fp32(input, target)
     pos_weight, weight = AC.cast_fp32(pos_weight, weight)
   end
-  local softplus_neg = (-input:abs()):exp():log1p() + (-input):relu()   -- log(1 + exp(-x))
+  local softplus_neg = softplus(-input)   -- log(1 + exp(-x))
   local loss
   if pos_weight ~= nil then
     want_tensor(pos_weight, fn, "pos_weight")
@@ -383,6 +517,118 @@ function F.binary_cross_entropy_with_logits(input, target, opts)
     loss = (1 - target) * input + softplus_neg
   end
   if weight ~= nil then loss = loss * want_tensor(weight, fn, "weight") end
+  return reduce(loss, reduction)
+end
+
+-- kl_div(input, target, {reduction="mean", log_target=false}): input holds
+-- log-probabilities; target t log(t) - t input (0 where t = 0), or with
+-- log_target exp(t) (t - input). "batchmean" divides the sum by the
+-- batch size (input's first dim), the divergence's definition; "mean"
+-- divides by every element (PyTorch warns about it, dplua does not).
+local KL_REDUCTION = { none = true, mean = true, sum = true, batchmean = true }
+function F.kl_div(input, target, opts)
+  local fn = "kl_div"
+  opts = loss_opts(opts, fn, { reduction = true, log_target = true })
+  want_float(input, fn, "input")
+  want_float(target, fn, "target")
+  local reduction = opts.reduction or "mean"
+  if not KL_REDUCTION[reduction] then
+    raise(string.format('%s: reduction must be "none", "mean", "sum" or "batchmean", got %s', fn, tostring(reduction)))
+  end
+  local log_target = opts.log_target or false
+  if type(log_target) ~= "boolean" then
+    raise(fn .. ": expected log_target to be a boolean, got " .. typename(log_target))
+  end
+  if autocast_on then input, target = AC.cast_fp32(input, target) end
+  local loss
+  if log_target then
+    loss = target:exp() * (target - input)
+  else
+    loss = target * torch.where(target:eq(0), 1, target):log() - target * input
+  end
+  if reduction ~= "batchmean" then return reduce(loss, reduction) end
+  loss = loss:sum()
+  return input:dim() > 0 and loss / input:size(0) or loss
+end
+
+-- soft_margin_loss(input, target, {reduction=}): log(1 + exp(-target
+-- input)), target holding 1 or -1, without overflow.
+function F.soft_margin_loss(input, target, opts)
+  local fn = "soft_margin_loss"
+  opts = loss_opts(opts, fn, { reduction = true })
+  want_float(input, fn, "input")
+  want_tensor(target, fn, "target")
+  if not broadcasts_to(target, input:size()) then
+    raise(string.format("%s: target of shape %s does not broadcast to the input's shape %s", fn,
+                        shape_str(target), shape_str(input)))
+  end
+  local reduction = reduction_of(opts, fn)
+  if autocast_on then input, target = AC.cast_fp32(input, target) end
+  return reduce(softplus(-input * target), reduction)
+end
+
+-- cosine_embedding_loss(input1, input2, target, {margin=0, reduction=}):
+-- 1 - cos(x1, x2) where target is 1, max(0, cos - margin) where it is -1,
+-- 0 elsewhere; rows (N, D) with target (N), or one pair (D) with a 0-d
+-- target. cos = x1.x2 / sqrt((|x1|^2 + eps) (|x2|^2 + eps)), eps = 1e-12,
+-- as PyTorch.
+function F.cosine_embedding_loss(input1, input2, target, opts)
+  local fn = "cosine_embedding_loss"
+  opts = loss_opts(opts, fn, { margin = true, reduction = true })
+  want_float(input1, fn, "input1")
+  want_float(input2, fn, "input2")
+  want_tensor(target, fn, "target")
+  local margin = want_number(opts.margin, fn, "margin", 0)
+  local reduction = reduction_of(opts, fn)
+  local d = target:dim()
+  if d > 1 then raise(string.format("%s: expected a 0-d or 1-D target, got shape %s", fn, shape_str(target))) end
+  if input1:dim() ~= d + 1 or input2:dim() ~= d + 1 then
+    raise(string.format("%s: a %s target expects %s inputs, got input1 %s and input2 %s", fn,
+                        d == 1 and "1-D" or "0-d", d == 1 and "2-D (N, D)" or "1-D (D)",
+                        shape_str(input1), shape_str(input2)))
+  end
+  if autocast_on then input1, input2 = AC.cast_fp32(input1, input2) end
+  local prod = (input1 * input2):sum(d)
+  local cos = prod / (((input1 * input1):sum(d) + EPSILON) * ((input2 * input2):sum(d) + EPSILON)):sqrt()
+  if d == 1 and target:size(0) ~= cos:size(0) and target:size(0) ~= 1 and cos:size(0) ~= 1 then
+    raise(string.format("%s: target of shape %s for %d pairs of rows (input1 %s, input2 %s)", fn,
+                        shape_str(target), cos:size(0), shape_str(input1), shape_str(input2)))
+  end
+  local loss = torch.where(target:eq(1), 1 - cos, 0) + torch.where(target:eq(-1), (cos - margin):clamp(0), 0)
+  return reduce(loss, reduction)
+end
+
+-- margin_ranking_loss(input1, input2, target, {margin=0, reduction=}):
+-- max(0, -target (input1 - input2) + margin); the three of one number of
+-- dims, broadcast together.
+function F.margin_ranking_loss(input1, input2, target, opts)
+  local fn = "margin_ranking_loss"
+  opts = loss_opts(opts, fn, { margin = true, reduction = true })
+  want_float(input1, fn, "input1")
+  want_float(input2, fn, "input2")
+  want_tensor(target, fn, "target")
+  if input1:dim() ~= input2:dim() or input1:dim() ~= target:dim() then
+    raise(string.format("%s: expected input1, input2 and target of one number of dims, got %s, %s and %s", fn,
+                        shape_str(input1), shape_str(input2), shape_str(target)))
+  end
+  local margin = want_number(opts.margin, fn, "margin", 0)
+  local reduction = reduction_of(opts, fn)
+  if autocast_on then input1, input2, target = AC.cast_fp32(input1, input2, target) end
+  return reduce((-target * (input1 - input2) + margin):clamp(0), reduction)
+end
+
+-- hinge_embedding_loss(input, target, {margin=1, reduction=}): input
+-- where target is not -1, plus max(0, margin - input) where it is not 1
+-- (target holding 1 or -1), broadcast together.
+function F.hinge_embedding_loss(input, target, opts)
+  local fn = "hinge_embedding_loss"
+  opts = loss_opts(opts, fn, { margin = true, reduction = true })
+  want_float(input, fn, "input")
+  want_tensor(target, fn, "target")
+  local margin = want_number(opts.margin, fn, "margin", 1)
+  local reduction = reduction_of(opts, fn)
+  if autocast_on then input = AC.cast_fp32(input) end
+  local loss = torch.where(target:ne(1), (margin - input):clamp(0), 0) + torch.where(target:ne(-1), input, 0)
   return reduce(loss, reduction)
 end
 

@@ -1,8 +1,9 @@
 -- dplua.nn.loss: loss modules over nn.functional. Options as in PyTorch's
 -- keyword arguments, in one table:
 --   nn.CrossEntropyLoss({weight=w, ignore_index=-100, reduction="mean", label_smoothing=0})
--- A class weight (and BCEWithLogitsLoss's pos_weight) is a buffer, as in
--- PyTorch, so it moves with :to() and appears in state_dict().
+-- A weight (CrossEntropyLoss's and NLLLoss's per class, BCELoss's and
+-- BCEWithLogitsLoss's, and BCEWithLogitsLoss's pos_weight) is a buffer, as
+-- in PyTorch, so it moves with :to() and appears in state_dict().
 local torch = require("dplua")
 local module = require("dplua.nn.module")
 local F = require("dplua.nn.functional")
@@ -29,6 +30,15 @@ local function reduction(opts, fn)
     raise(string.format('%s: reduction must be "none", "mean" or "sum", got %s', fn, tostring(r)))
   end
   return r
+end
+
+local function number(opts, key, fn, default)
+  local v = opts[key]
+  if v == nil then return default end
+  if type(v) ~= "number" then
+    raise(string.format("%s: expected %s to be a number, got %s", fn, key, torch.is_tensor(v) and "Tensor" or type(v)))
+  end
+  return v
 end
 
 L.CrossEntropyLoss = Module:extend("CrossEntropyLoss")
@@ -79,6 +89,92 @@ end
 function L.BCEWithLogitsLoss:forward(input, target)
   return F.binary_cross_entropy_with_logits(input, target, { weight = self.weight, pos_weight = self.pos_weight,
                                                              reduction = self.reduction })
+end
+
+L.BCELoss = Module:extend("BCELoss")
+function L.BCELoss:__init(opts)
+  opts = opts_of(opts, "BCELoss", { weight = true, reduction = true })
+  self:register_buffer("weight", opts.weight)
+  self.reduction = reduction(opts, "BCELoss")
+end
+function L.BCELoss:forward(input, target)
+  return F.binary_cross_entropy(input, target, { weight = self.weight, reduction = self.reduction })
+end
+
+L.SmoothL1Loss = Module:extend("SmoothL1Loss")
+function L.SmoothL1Loss:__init(opts)
+  opts = opts_of(opts, "SmoothL1Loss", { reduction = true, beta = true })
+  self.reduction = reduction(opts, "SmoothL1Loss")
+  self.beta = number(opts, "beta", "SmoothL1Loss", 1.0)
+  if not (self.beta >= 0) then raise("SmoothL1Loss: beta must be non-negative, got " .. tostring(self.beta)) end
+end
+function L.SmoothL1Loss:forward(input, target)
+  return F.smooth_l1_loss(input, target, { reduction = self.reduction, beta = self.beta })
+end
+
+L.HuberLoss = Module:extend("HuberLoss")
+function L.HuberLoss:__init(opts)
+  opts = opts_of(opts, "HuberLoss", { reduction = true, delta = true })
+  self.reduction = reduction(opts, "HuberLoss")
+  self.delta = number(opts, "delta", "HuberLoss", 1.0)
+  if not (self.delta > 0) then raise("HuberLoss: delta must be positive, got " .. tostring(self.delta)) end
+end
+function L.HuberLoss:forward(input, target)
+  return F.huber_loss(input, target, { reduction = self.reduction, delta = self.delta })
+end
+
+-- KLDivLoss({reduction="mean", log_target=false}): reduction may also be
+-- "batchmean", the divergence's definition (see F.kl_div).
+L.KLDivLoss = Module:extend("KLDivLoss")
+function L.KLDivLoss:__init(opts)
+  opts = opts_of(opts, "KLDivLoss", { reduction = true, log_target = true })
+  local r = opts.reduction or "mean"
+  if r ~= "none" and r ~= "mean" and r ~= "sum" and r ~= "batchmean" then
+    raise('KLDivLoss: reduction must be "none", "mean", "sum" or "batchmean", got ' .. tostring(r))
+  end
+  self.reduction = r
+  self.log_target = opts.log_target or false
+  if type(self.log_target) ~= "boolean" then
+    raise("KLDivLoss: expected log_target to be a boolean, got " .. type(self.log_target))
+  end
+end
+function L.KLDivLoss:forward(input, target)
+  return F.kl_div(input, target, { reduction = self.reduction, log_target = self.log_target })
+end
+
+L.SoftMarginLoss = Module:extend("SoftMarginLoss")
+function L.SoftMarginLoss:__init(opts)
+  opts = opts_of(opts, "SoftMarginLoss", { reduction = true })
+  self.reduction = reduction(opts, "SoftMarginLoss")
+end
+function L.SoftMarginLoss:forward(input, target)
+  return F.soft_margin_loss(input, target, { reduction = self.reduction })
+end
+
+-- The losses over a pair of inputs and a target of 1 or -1, with a margin.
+local function margin_loss(name, default)
+  local cls = Module:extend(name)
+  function cls:__init(opts)
+    opts = opts_of(opts, name, { margin = true, reduction = true })
+    self.margin = number(opts, "margin", name, default)
+    self.reduction = reduction(opts, name)
+  end
+  return cls
+end
+
+L.CosineEmbeddingLoss = margin_loss("CosineEmbeddingLoss", 0)
+function L.CosineEmbeddingLoss:forward(input1, input2, target)
+  return F.cosine_embedding_loss(input1, input2, target, { margin = self.margin, reduction = self.reduction })
+end
+
+L.MarginRankingLoss = margin_loss("MarginRankingLoss", 0)
+function L.MarginRankingLoss:forward(input1, input2, target)
+  return F.margin_ranking_loss(input1, input2, target, { margin = self.margin, reduction = self.reduction })
+end
+
+L.HingeEmbeddingLoss = margin_loss("HingeEmbeddingLoss", 1.0)
+function L.HingeEmbeddingLoss:forward(input, target)
+  return F.hinge_embedding_loss(input, target, { margin = self.margin, reduction = self.reduction })
 end
 
 return L
