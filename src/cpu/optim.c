@@ -49,30 +49,81 @@ dp_status cpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
     return DP_OK;
 }
 
+/* These loops (Adam's and the rules' below) are compiled for the baseline x86-64 (SSE2: four float
+ * lanes) and for AVX (eight), chosen at load time; not for x86-64-v3,
+ * whose FMA would fuse a * b + c into one rounding where PyTorch's step
+ * and cuda/optim.cu's round twice. Their square roots vectorise because
+ * the build passes -fno-math-errno. Adadelta over 1.2M float32 elements
+ * takes 1.15 ms in the baseline's loop and 0.63 in AVX's (one thread). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define RULE_CLONES __attribute__((target_clones("avx", "default")))
+#else
+#define RULE_CLONES
+#endif
+
 /* Element i's Adam update of the parameter value p (a T) from grad. */
 #define ADAM_ELEMENT(T, p, grad, i)                                                     \
     do {                                                                                \
         if (decoupled) p = p * (T)(1 - lr * weight_decay);                              \
-        else if (weight_decay != 0) grad = grad + (T)weight_decay * p;                  \
+        else if (decays) grad = grad + (T)weight_decay * p;                             \
         M[i] = M[i] * (T)beta1 + (T)(1 - beta1) * grad;                                 \
         V[i] = V[i] * (T)beta2 + (T)(1 - beta2) * grad * grad;                          \
         T second = V[i];                                                                \
         if (VM) { if (VM[i] < V[i]) VM[i] = V[i]; second = VM[i]; }                     \
-        T denom = (T)sqrt((double)second) / (T)bc2_sqrt + (T)eps;                       \
+        T denom = ROOT_OF(T, second) / (T)bc2_sqrt + (T)eps;                            \
         p = p - (T)step_size * (M[i] / denom);                                          \
     } while (0)
 
-#define ADAM_LOOP(T)                                                                    \
-    do {                                                                                \
-        T *P = (T *)tensor_ptr(p), *G = (T *)tensor_ptr(g);                             \
-        T *M = (T *)tensor_ptr(m), *V = (T *)tensor_ptr(v);                             \
-        T *VM = vmax ? (T *)tensor_ptr(vmax) : NULL;                                    \
+/* sqrt in T: a float's correctly rounded root is its double root rounded
+ * (PyTorch's), and sqrtf vectorises */
+#define ROOT_OF(T, x) (sizeof(T) == sizeof(float) ? (T)sqrtf((float)(x)) : (T)sqrt((double)(x)))
+
+/* One Adam loop with its options as constants: adam_loop is inlined into
+ * each call of adam_step_##T below with literal flags, so that every
+ * combination is a loop without branches, which vectorises (AVX where the
+ * machine has it, RULE_CLONES). */
+#define ADAM_FNS(T)                                                                     \
+    static inline __attribute__((always_inline)) void adam_loop_##T(                     \
+        int64_t n, T *restrict P, const T *restrict G, T *restrict M, T *restrict V,    \
+        T *restrict VM, double lr, double beta1, double beta2, double eps,              \
+        double weight_decay, double step_size, double bc2_sqrt, const int decoupled,    \
+        const int decays, const int amsgrad)                                            \
+    {                                                                                   \
+        if (!amsgrad)                                                                   \
+            VM = NULL;                                                                  \
         for (int64_t i = 0; i < n; i++) {                                               \
             T param = P[i], grad = G[i];                                                \
             ADAM_ELEMENT(T, param, grad, i);                                            \
             P[i] = param;                                                               \
         }                                                                               \
-    } while (0)
+    }                                                                                   \
+    RULE_CLONES static void adam_step_##T(int64_t n, T *restrict P, const T *restrict G, \
+        T *restrict M, T *restrict V, T *restrict VM, double lr, double beta1,          \
+        double beta2, double eps, double weight_decay, double step_size,                \
+        double bc2_sqrt, int decoupled)                                                 \
+    {                                                                                   \
+        const int decays = !decoupled && weight_decay != 0;                             \
+        if (decoupled && VM)                                                            \
+            adam_loop_##T(n, P, G, M, V, VM, lr, beta1, beta2, eps, weight_decay,       \
+                          step_size, bc2_sqrt, 1, 0, 1);                                \
+        else if (decoupled)                                                             \
+            adam_loop_##T(n, P, G, M, V, NULL, lr, beta1, beta2, eps, weight_decay,     \
+                          step_size, bc2_sqrt, 1, 0, 0);                                \
+        else if (decays && VM)                                                          \
+            adam_loop_##T(n, P, G, M, V, VM, lr, beta1, beta2, eps, weight_decay,       \
+                          step_size, bc2_sqrt, 0, 1, 1);                                \
+        else if (decays)                                                                \
+            adam_loop_##T(n, P, G, M, V, NULL, lr, beta1, beta2, eps, weight_decay,     \
+                          step_size, bc2_sqrt, 0, 1, 0);                                \
+        else if (VM)                                                                    \
+            adam_loop_##T(n, P, G, M, V, VM, lr, beta1, beta2, eps, weight_decay,       \
+                          step_size, bc2_sqrt, 0, 0, 1);                                \
+        else                                                                            \
+            adam_loop_##T(n, P, G, M, V, NULL, lr, beta1, beta2, eps, weight_decay,     \
+                          step_size, bc2_sqrt, 0, 0, 0);                                \
+    }
+ADAM_FNS(float)
+ADAM_FNS(double)
 
 dp_status cpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
                         double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step)
@@ -81,9 +132,13 @@ dp_status cpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, 
     double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
     double step_size = lr / bc1, bc2_sqrt = sqrt(bc2);
     if (p->dtype == DP_FLOAT32)
-        ADAM_LOOP(float);
+        adam_step_float(n, (float *)tensor_ptr(p), (const float *)tensor_ptr(g), (float *)tensor_ptr(m),
+                        (float *)tensor_ptr(v), vmax ? (float *)tensor_ptr(vmax) : NULL, lr, beta1, beta2, eps,
+                        weight_decay, step_size, bc2_sqrt, decoupled);
     else
-        ADAM_LOOP(double);
+        adam_step_double(n, (double *)tensor_ptr(p), (const double *)tensor_ptr(g), (double *)tensor_ptr(m),
+                         (double *)tensor_ptr(v), vmax ? (double *)tensor_ptr(vmax) : NULL, lr, beta1, beta2, eps,
+                         weight_decay, step_size, bc2_sqrt, decoupled);
     return DP_OK;
 }
 
@@ -105,6 +160,7 @@ dp_status cpu_adam_step_master(dp_tensor *p, dp_tensor *w, dp_tensor *g, dp_tens
     int64_t n = dp_tensor_numel(p);
     double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
     double step_size = lr / bc1, bc2_sqrt = sqrt(bc2);
+    const int decays = weight_decay != 0;
     uint16_t *P = (uint16_t *)tensor_ptr(p);
     float *W = (float *)tensor_ptr(w), *M = (float *)tensor_ptr(m), *V = (float *)tensor_ptr(v);
     float *VM = vmax ? (float *)tensor_ptr(vmax) : NULL;
@@ -120,17 +176,6 @@ dp_status cpu_adam_step_master(dp_tensor *p, dp_tensor *w, dp_tensor *g, dp_tens
 
 /* ---------------------------------------------------------------- Adadelta, RMSprop, Adagrad */
 
-/* These loops are compiled for the baseline x86-64 (SSE2: four float
- * lanes) and for AVX (eight), chosen at load time; not for x86-64-v3,
- * whose FMA would fuse a * b + c into one rounding where PyTorch's step
- * and cuda/optim.cu's round twice. Their square roots vectorise because
- * the build passes -fno-math-errno. Adadelta over 1.2M float32 elements
- * takes 1.15 ms in the baseline's loop and 0.63 in AVX's (one thread). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define RULE_CLONES __attribute__((target_clones("avx", "default")))
-#else
-#define RULE_CLONES
-#endif
 
 /* A rule's loop over n elements of type T, state S0..S2 as in
  * common/optim_rule.h */
