@@ -470,11 +470,13 @@ function F.binary_cross_entropy(input, target, opts)
     weight = AC.cast_fp32(weight)
   end
   local x, t = input:detach(), target:detach()
-  if not x:ge(0):logical_and(x:le(1)):all():item() then
-    raise(fn .. ": all elements of input should be between 0 and 1 (probabilities; "
-          .. "binary_cross_entropy_with_logits takes logits)")
-  end
-  if not t:ge(0):logical_and(t:le(1)):all():item() then
+  -- one read back for both ranges (on a GPU, one synchronisation a call)
+  local x_ok, t_ok = x:ge(0):logical_and(x:le(1)):all(), t:ge(0):logical_and(t:le(1)):all()
+  if not x_ok:logical_and(t_ok):item() then
+    if not x_ok:item() then
+      raise(fn .. ": all elements of input should be between 0 and 1 (probabilities; "
+            .. "binary_cross_entropy_with_logits takes logits)")
+    end
     raise(fn .. ": all elements of target should be between 0 and 1")
   end
   -- the logs of the detached input, and the input's gradient PyTorch's
