@@ -98,6 +98,17 @@ function Block:forward(x, cache, layer)
   return x + self.mlp(self.ln_2(x))
 end
 
+-- The same block on the residual stream x given with h = ln_1(x), each
+-- residual add run fused with the LayerNorm that reads its sum
+-- (torch._add_layer_norm: one pass over the rows, one kernel on a GPU):
+-- returns the new stream and next_ln of it (the next block's ln_1, or
+-- the model's ln_f).
+function Block:forward_fused(x, h, next_ln, cache, layer)
+  local ln_2 = self.ln_2
+  x, h = torch._add_layer_norm(x, self.attn(h, cache, layer), ln_2.weight, ln_2.bias, ln_2.eps)
+  return torch._add_layer_norm(x, self.mlp(h), next_ln.weight, next_ln.bias, next_ln.eps)
+end
+
 ---------------------------------------------------------------- GPT
 
 local GPT = nn.Module:extend("GPT")
@@ -141,6 +152,20 @@ function GPT:get_num_params(non_embedding)
   return n
 end
 
+-- ln_f of the blocks over the residual stream x, each block after the
+-- first starting from the LayerNorm its predecessor fused
+-- (Block:forward_fused): the values of x = blk(x) block after block,
+-- then ln_f(x).
+function GPT:_blocks_ln_f(x, cache)
+  local blocks, n = self.blocks, self.blocks:len()
+  if n == 0 then return self.ln_f(x) end
+  local h = blocks[0].ln_1(x)
+  for i, blk in ipairs(blocks) do
+    x, h = blk:forward_fused(x, h, i < n and blocks[i].ln_1 or self.ln_f, cache, i)   -- blocks[i]: the (i + 1)-th
+  end
+  return h
+end
+
 -- forward(idx [, targets]): idx (B, T) int64 token ids, T <= block_size.
 -- With targets (B, T), the logits (B, T, vocab) and the mean cross-entropy
 -- (targets of -1 are ignored); without, the logits of the last position
@@ -152,9 +177,7 @@ function GPT:forward(idx, targets)
                         self.config.block_size), 2)
   end
   local pos = torch.arange(0, T, { dtype = torch.int64, device = idx.device })
-  local x = self.drop(self.wte(idx) + self.wpe(pos))
-  for _, blk in ipairs(self.blocks) do x = blk(x) end
-  x = self.ln_f(x)
+  local x = self:_blocks_ln_f(self.drop(self.wte(idx) + self.wpe(pos)))
   if targets == nil then return self.lm_head(x:narrow(1, T - 1, 1)), nil end
   local logits = self.lm_head(x)
   local loss = F.cross_entropy(logits:view(B * T, -1), targets:reshape(B * T), { ignore_index = -1 })
@@ -182,10 +205,9 @@ function GPT:forward_cached(idx, cache)
                         self.config.block_size), 2)
   end
   local pos = torch.arange(cache.pos, cache.pos + T, { dtype = torch.int64, device = idx.device })
-  local x = self.drop(self.wte(idx) + self.wpe(pos))
-  for i, blk in ipairs(self.blocks) do x = blk(x, cache, i) end
+  local x = self:_blocks_ln_f(self.drop(self.wte(idx) + self.wpe(pos)), cache)
   cache.pos = cache.pos + T
-  return self.lm_head(self.ln_f(x))
+  return self.lm_head(x)
 end
 
 -- generate(idx, max_new_tokens [, {temperature=1, top_k=, n_vocab=}]):

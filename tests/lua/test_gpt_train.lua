@@ -54,6 +54,14 @@ T.run("parameters, tying and blocks", function()
     T.ok(blk.attn ~= nil and blk.mlp ~= nil, "block " .. i .. " via ipairs")
   end
   T.is(n, ref.config.n_layer, "ipairs over the ModuleList sees every block")
+  -- the model's forward fuses each residual add into the LayerNorm after it;
+  -- Block:forward is the same block unfused, as nanoGPT writes it
+  local x = torch.randn(2, 5, ref.config.n_embd, { dtype = torch.float64 })
+  local model64 = reference_model():double()
+  local plain = x
+  for _, blk in ipairs(model64.blocks) do plain = blk(plain) end
+  T.tensor_close(model64:_blocks_ln_f(x), model64.ln_f(plain), 1e-12, 1e-12,
+                 "fused residual adds and LayerNorms: the values of Block:forward block after block")
   local opt = model:configure_optimizers(0.1, 1e-3)
   T.is(#opt.param_groups[1].params, 2 + 4 * ref.config.n_layer, "decay: the matrices")
   T.is(opt.param_groups[1].weight_decay, 0.1, "decay group's weight_decay")
