@@ -87,6 +87,36 @@ for _, name in ipairs(T.sorted_keys(cases)) do
   end)
 end
 
+T.run("RMSprop's state dict holds what PyTorch's does for its options", function()
+  -- PyTorch 1.13 keeps momentum_buffer only with momentum, grad_avg only
+  -- when centered: its state dicts load here, and ours there
+  for _, c in ipairs({ { {}, { "square_avg", "step" } },
+                       { { momentum = 0.9 }, { "momentum_buffer", "square_avg", "step" } },
+                       { { centered = true }, { "grad_avg", "square_avg", "step" } },
+                       { { momentum = 0.5, centered = true }, { "grad_avg", "momentum_buffer", "square_avg", "step" } } }) do
+    local opts = { lr = 0.01 }
+    for k, v in pairs(c[1]) do opts[k] = v end
+    local g1 = torch.tensor({ 0.3, 0.1, -0.2 }, { dtype = torch.float64 })
+    local g2 = torch.tensor({ -0.1, 0.4, 0.2 }, { dtype = torch.float64 })
+    local function fresh() return nn.Parameter(torch.tensor({ 1.0, -2.0, 0.5 }, { dtype = torch.float64 })) end
+    local pa = fresh()   -- two steps in one optimizer
+    local oa = optim.RMSprop({ pa }, opts)
+    pa.grad = g1; oa:step()
+    pa.grad = g2; oa:step()
+    local pb = fresh()   -- one step, its state dict into a new optimizer, the second step there
+    local ob = optim.RMSprop({ pb }, opts)
+    pb.grad = g1; ob:step()
+    local sd = ob:state_dict()
+    local label = string.format("RMSprop momentum %s centered %s", tostring(opts.momentum or 0),
+                                tostring(opts.centered or false))
+    T.is(T.sorted_keys(sd.state[0]), c[2], label .. ": the state's entries")
+    local ob2 = optim.RMSprop({ pb }, opts)
+    ob2:load_state_dict(sd)
+    pb.grad = g2; ob2:step()
+    T.tensor_close(pb:detach(), pa:detach():tolist(), 0, 0, label .. ": a step from the loaded state is the same step")
+  end
+end)
+
 T.run("state dicts resume exactly", function()
   for _, name in ipairs({ "rmsprop_centered_momentum", "adagrad_all", "adadelta_all", "lion" }) do
     -- two steps, save, a fresh optimizer loads it and takes the third

@@ -21,9 +21,12 @@
 -- number of parameters), else each parameter's slice of it. state holds
 -- one tensor per name of `state`, of param's size, zeros at first (or
 -- init_state(group, name) filled); step counts from 1. It updates param
--- and the state in place. validate(group) checks a param group's options
--- and raises. state_dict() and load_state_dict() carry the state in
--- PyTorch's layout, with `step`.
+-- and the state in place. used(group, name), when given, says whether the
+-- group's options keep that state (RMSprop keeps momentum_buffer only
+-- with momentum): one not kept is nil in `state`, made on the first step
+-- that needs it. validate(group) checks a param group's options and
+-- raises. state_dict() and load_state_dict() carry the state in
+-- PyTorch's layout, with `step` (what the options keep, as PyTorch's).
 local torch = require("dplua")
 local Optimizer = require("dplua.optim.optimizer")
 local raise = torch._raise
@@ -35,14 +38,16 @@ return function(name, spec)
   end
   local state_names = spec.state or {}
   local update, init_state = spec.update, spec.init_state
+  local used = spec.used or function() return true end
   local cls = Optimizer.extend(name)
 
-  -- the bucket's state buffers by name, made on first use
+  -- the bucket's state buffers by name, made on first use; those the
+  -- group's options do not keep stay nil
   local function buffers(g, b)
     local s = {}
     for _, k in ipairs(state_names) do
       local t = b.state[k]
-      if t == nil then
+      if t == nil and used(g, k) then
         t = Optimizer._state_buffer(b, k, name)
         local v = init_state and init_state(g, k)
         if v ~= nil and v ~= 0 then t:fill_(v) end
@@ -102,11 +107,11 @@ return function(name, spec)
     return st
   end
 
-  function cls:_load_param_state(b, j, st, fn, id)
+  function cls:_load_param_state(b, j, st, fn, id, g)
     local step = Optimizer._step_number(st.step, fn, id)
     for _, k in ipairs(state_names) do
       if st[k] ~= nil then Optimizer._load_buffer(b, j, k, st[k], fn, id)
-      elseif step > 0 then raise(string.format("%s: state[%d] has a step but no %s", fn, id, k)) end
+      elseif step > 0 and used(g, k) then raise(string.format("%s: state[%d] has a step but no %s", fn, id, k)) end
     end
     return step
   end

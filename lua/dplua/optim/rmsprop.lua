@@ -14,6 +14,11 @@ end
 return define("RMSprop", {
   defaults = { lr = 1e-2, alpha = 0.99, eps = 1e-8, weight_decay = 0, momentum = 0, centered = false },
   state = { "square_avg", "momentum_buffer", "grad_avg" },
+  -- as PyTorch's: a momentum buffer with momentum, grad_avg when centered
+  used = function(g, k)
+    if k == "momentum_buffer" then return g.momentum > 0 end
+    return k ~= "grad_avg" or g.centered
+  end,
   validate = function(g)
     for _, k in ipairs({ "alpha", "eps", "weight_decay", "momentum" }) do nonnegative(g, k) end
     if type(g.centered) ~= "boolean" then raise("RMSprop: expected centered to be a boolean") end
