@@ -11,6 +11,7 @@
 #include "core/kernels.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static const char *FN = "scaled_dot_product_attention";
 
@@ -47,11 +48,17 @@ static dp_status as_heads(dp_tensor **res, dp_tensor *t)
  * dims laid out in like's order (by stride, the last innermost): heads
  * that are views of (B, L, H, E) projections get outputs and gradients
  * stored (B, L, H, E) too, which the transpose back to (B, L, H * E) then
- * views instead of copying (PyTorch's flash attention does the same). */
+ * views instead of copying (PyTorch's flash attention does the same).
+ * Past 4 dims it is contiguous: as_heads views only those as heads. */
 static dp_status new_in_order_of(dp_tensor **res, const dp_tensor *like, int64_t last)
 {
     int nd = like->ndim, order[DP_MAX_DIMS];
     int64_t shape[DP_MAX_DIMS], stride[DP_MAX_DIMS], dense[DP_MAX_DIMS];
+    if (nd > 4) {
+        memcpy(shape, like->shape, sizeof(int64_t) * (size_t)nd);
+        shape[nd - 1] = last;
+        return tensor_new(res, nd, shape, like->dtype, like->device);
+    }
     for (int i = 0; i < nd; i++) {
         shape[i] = i == nd - 1 ? last : like->shape[i];
         int j = i;   /* insertion sort of the leading dims, larger strides first, ties in order */

@@ -81,6 +81,20 @@ T.run("five dims and a non-contiguous last dim take a contiguous copy", function
   local vt = tensor(c.v):transpose(-2, -1):contiguous():transpose(-2, -1)
   out = F.scaled_dot_product_attention(tensor(c.q), tensor(c.k), vt)
   T.tensor_close(out, tensor(c.out), 1e-10, 1e-10, "out with v's last dim strided")
+  -- five strided dims: the fused op against matmul, softmax, matmul
+  torch.manual_seed(3)
+  local function heads(n) return torch.randn(2, n, 3, 2, 4, { dtype = torch.float64 }):permute(0, 2, 3, 1, 4) end
+  local q5, k5, v5 = heads(5), heads(6), heads(6)
+  local qs, ks, vs = q5:clone():requires_grad_(), k5:clone():requires_grad_(), v5:clone():requires_grad_()
+  q5:requires_grad_(); k5:requires_grad_(); v5:requires_grad_()
+  local fused = F.scaled_dot_product_attention(q5, k5, v5)
+  local plain = torch.softmax(qs:matmul(ks:transpose(-2, -1)) / 2, -1):matmul(vs)
+  T.tensor_close(fused, plain, 1e-12, 1e-12, "five permuted dims: out")
+  local g = torch.randn(2, 3, 2, 5, 4, { dtype = torch.float64 })
+  fused:backward(g)
+  plain:backward(g)
+  T.tensor_close(q5.grad, qs.grad, 1e-12, 1e-12, "five permuted dims: dq")
+  T.tensor_close(v5.grad, vs.grad, 1e-12, 1e-12, "five permuted dims: dv")
 end)
 
 T.run("gradcheck in float64, causal and not", function()
