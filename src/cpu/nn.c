@@ -66,18 +66,9 @@ static void row_log_probs(const cpu_ce_args *a, int64_t i, int64_t C, double *lo
 #define LANES 8
 VM_CLONES static double logsumexp_row_f32(const float *restrict x, int64_t C, float *restrict prow)
 {
-    float m = -INFINITY, mlane[LANES];
-    for (int k = 0; k < LANES; k++)
-        mlane[k] = -INFINITY;
-    int64_t j = 0;
-    for (; j + LANES <= C; j += LANES)
-        for (int k = 0; k < LANES; k++)
-            mlane[k] = x[j + k] > mlane[k] ? x[j + k] : mlane[k];
-    for (; j < C; j++)
-        m = x[j] > m ? x[j] : m;
-    for (int k = 0; k < LANES; k++)
-        m = mlane[k] > m ? mlane[k] : m;
+    const float m = vm_max_f32(x, C);
     double lane[LANES] = { 0 }, sum = 0;
+    int64_t j;
     for (j = 0; j + LANES <= C; j += LANES)
         for (int k = 0; k < LANES; k++)
             lane[k] += vm_expf(x[j + k] - m);

@@ -242,19 +242,9 @@ dp_status cpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, i
  * NaN sum, so every output is NaN, as with the general rows. */
 VM_CLONES static void softmax_row_f32(const float *restrict q, float *restrict o, int64_t len, int logs)
 {
-    float m = -INFINITY, mlane[LANES];
-    int64_t j = 0;
-    for (int k = 0; k < LANES; k++)
-        mlane[k] = -INFINITY;
-    for (; j + LANES <= len; j += LANES)
-        for (int k = 0; k < LANES; k++)
-            mlane[k] = q[j + k] > mlane[k] ? q[j + k] : mlane[k];
-    for (; j < len; j++)
-        m = q[j] > m ? q[j] : m;
-    for (int k = 0; k < LANES; k++)
-        m = mlane[k] > m ? mlane[k] : m;
+    const float m = vm_max_f32(q, len);
     double lane[LANES] = { 0 };
-    j = 0;
+    int64_t j = 0;
     for (; j + LANES <= len; j += LANES)
         for (int k = 0; k < LANES; k++) {
             float e = vm_expf(q[j + k] - m);

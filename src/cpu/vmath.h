@@ -19,6 +19,7 @@
 #ifndef DP_CPU_VMATH_H
 #define DP_CPU_VMATH_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -32,6 +33,25 @@
 #else
 #define VM_CLONES
 #endif
+
+/* The largest of x[0..n-1] (-inf for none), kept in 8 running lanes so
+ * that the loop has no serial dependency and vectorises in the caller's
+ * clones; a NaN is kept or passed over as `x > m` decides. */
+static inline float vm_max_f32(const float *restrict x, int64_t n)
+{
+    float m = -INFINITY, lane[8];
+    for (int k = 0; k < 8; k++)
+        lane[k] = -INFINITY;
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++)
+            lane[k] = x[j + k] > lane[k] ? x[j + k] : lane[k];
+    for (; j < n; j++)
+        m = x[j] > m ? x[j] : m;
+    for (int k = 0; k < 8; k++)
+        m = lane[k] > m ? lane[k] : m;
+    return m;
+}
 
 static inline float vm_bits_to_float(uint32_t u)
 {
