@@ -28,6 +28,41 @@ local function same_bits(got, want, name)
                                           (got:double() - want:double()):abs():max():item()) or nil)
 end
 
+-- The same training steps on the CPU and on the GPU from the same
+-- parameters (of `shapes`, drawn as dtype from seed) and gradients made
+-- exact (loss = sum(p * g) in float32): make_opt(params) builds the
+-- optimizer; skip(k, i) says parameter i gets no gradient at step k.
+-- Returns each device's parameters and state dict, by device name.
+local function steps_on_both(shapes, dtype, seed, steps, make_opt, skip)
+  torch.manual_seed(seed)
+  local init, grads = {}, {}
+  for i, s in ipairs(shapes) do init[i] = torch.randn(s):to(dtype) end
+  for k = 1, steps do
+    grads[k] = {}
+    for i, s in ipairs(shapes) do grads[k][i] = torch.randn(s):to(dtype) end
+  end
+  local result = {}
+  for _, d in ipairs({ "cpu", dev }) do
+    local ps = {}
+    for i, t in ipairs(init) do ps[i] = nn.Parameter(t:to(d)) end
+    local opt = make_opt(ps)
+    for k = 1, steps do
+      opt:zero_grad()
+      local loss
+      for i, p in ipairs(ps) do
+        if not (skip and skip(k, i)) then
+          local term = (p:float() * grads[k][i]:to(d):float()):sum()
+          loss = loss and loss + term or term
+        end
+      end
+      loss:backward()
+      opt:step()
+    end
+    result[d] = { ps = ps, sd = opt:state_dict() }
+  end
+  return result
+end
+
 -- The fused step on the CPU and on the GPU from the same buffers, 4 steps.
 local n = 100003   -- not a multiple of a block
 for _, case in ipairs({
@@ -76,30 +111,9 @@ end
 -- both devices step from the same bits.
 T.run("AdamW master_weights over a model's bfloat16 parameters: CUDA equals the CPU", function()
   local shapes = { { 64, 33 }, { 64 }, { 10, 64 }, { 10 } }
-  torch.manual_seed(2)
-  local init, grads = {}, {}
-  for i, s in ipairs(shapes) do init[i] = torch.randn(s):to(bf16) end
-  for k = 1, 5 do
-    grads[k] = {}
-    for i, s in ipairs(shapes) do grads[k][i] = torch.randn(s):to(bf16) end
-  end
-  local result = {}
-  for _, d in ipairs({ "cpu", dev }) do
-    local ps = {}
-    for i, t in ipairs(init) do ps[i] = nn.Parameter(t:to(d)) end
-    local opt = optim.AdamW(ps, { lr = 0.02, weight_decay = 0.1, master_weights = true })
-    for k = 1, 5 do
-      opt:zero_grad()
-      local loss
-      for i, p in ipairs(ps) do
-        local term = (p:float() * grads[k][i]:to(d):float()):sum()
-        loss = loss and loss + term or term
-      end
-      loss:backward()
-      opt:step()
-    end
-    result[d] = { ps = ps, sd = opt:state_dict() }
-  end
+  local result = steps_on_both(shapes, bf16, 2, 5, function(ps)
+    return optim.AdamW(ps, { lr = 0.02, weight_decay = 0.1, master_weights = true })
+  end)
   for i = 1, #shapes do
     same_bits(result[dev].ps[i]:detach(), result.cpu.ps[i]:detach(), "parameter " .. i)
     same_bits(result[dev].sd.state[i - 1].master_param, result.cpu.sd.state[i - 1].master_param, "master " .. i)
@@ -181,32 +195,8 @@ end
 for _, rule in ipairs(rules) do
   T.run(rule_name(rule) .. " through the optimizer, one gradient missing: CUDA equals the CPU", function()
     local shapes = { { 64, 33 }, { 64 }, { 10, 64 }, { 10 } }
-    torch.manual_seed(6)
-    local init, grads = {}, {}
-    for i, s in ipairs(shapes) do init[i] = torch.randn(s) end
-    for k = 1, 4 do
-      grads[k] = {}
-      for i, s in ipairs(shapes) do grads[k][i] = torch.randn(s) end
-    end
-    local result = {}
-    for _, d in ipairs({ "cpu", dev }) do
-      local ps = {}
-      for i, t in ipairs(init) do ps[i] = nn.Parameter(t:to(d)) end
-      local opt = optim[rule[1]](ps, rule[2])
-      for k = 1, 4 do
-        opt:zero_grad()
-        local loss
-        for i, p in ipairs(ps) do
-          if not (k == 2 and i == 3) then
-            local term = (p * grads[k][i]:to(d)):sum()
-            loss = loss and loss + term or term
-          end
-        end
-        loss:backward()
-        opt:step()
-      end
-      result[d] = { ps = ps, sd = opt:state_dict() }
-    end
+    local result = steps_on_both(shapes, f32, 6, 4, function(ps) return optim[rule[1]](ps, rule[2]) end,
+                                 function(k, i) return k == 2 and i == 3 end)
     for i = 1, #shapes do
       same_bits(result[dev].ps[i]:detach(), result.cpu.ps[i]:detach(), "parameter " .. i)
       for _, k in ipairs(T.sorted_keys(result.cpu.sd.state[i - 1])) do
