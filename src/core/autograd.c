@@ -681,6 +681,14 @@ static dp_status gather(dp_tensor **sum, dp_tensor *g)
     return DP_OK;
 }
 
+/* Whether t can stand as input in's gradient as it is: its dtype, device
+ * and shape, contiguous. */
+static bool fits_input(const dp_tensor *t, const ag_input *in)
+{
+    return t->dtype == in->dtype && t->device == in->device && t->ndim == in->ndim &&
+           memcmp(t->shape, in->shape, sizeof(int64_t) * (size_t)in->ndim) == 0 && tensor_is_contiguous(t);
+}
+
 /* Where a backward function can write input i's gradient: the leaf's slot
  * in its flat gradient buffer when the leaf has no gradient yet (the
  * engine then finds it in place and copies nothing), else a new tensor of
@@ -693,8 +701,7 @@ dp_status ag_grad_output(ag_node *n, int i, dp_tensor **out)
     for (int k = 0; slot && k < n->ninputs; k++)
         if (k != i && n->leaf[k] == leaf)
             slot = NULL;   /* the leaf's other gradient from this node is accumulated into the slot too */
-    if (slot && slot->dtype == in->dtype && slot->device == in->device && slot->ndim == in->ndim &&
-        memcmp(slot->shape, in->shape, sizeof(int64_t) * (size_t)in->ndim) == 0 && tensor_is_contiguous(slot)) {
+    if (slot && fits_input(slot, in)) {
         dp_tensor_retain(slot);
         *out = slot;
         return DP_OK;
@@ -706,12 +713,9 @@ dp_tensor *ag_pending_grad(ag_node *n, int i)
 {
     const ag_node *c = n->next ? n->next[i] : NULL;
     dp_tensor *g = c ? c->grad : NULL;
-    const ag_input *in = &n->in[i];
     /* one holder and one tensor on the storage: no other input was given
      * this tensor (add's backward gives one to both) and no view of it lives */
-    if (!g || k_holders(g) != 1 || g->storage->refcount != 1 || !tensor_is_contiguous(g) ||
-        g->dtype != in->dtype || g->device != in->device || g->ndim != in->ndim ||
-        memcmp(g->shape, in->shape, sizeof(int64_t) * (size_t)in->ndim) != 0)
+    if (!g || k_holders(g) != 1 || g->storage->refcount != 1 || !fits_input(g, &n->in[i]))
         return NULL;
     return g;
 }
@@ -855,9 +859,8 @@ void ag_took_mask(ag_node *n)
 
 /* The input of n whose node's backward (a ReLU's mask, a log_softmax's)
  * n's backward may apply (see ag_offered_mask), or -1: that node waits for
- * this gradient alone
- * (nothing accumulated, no other edge left), and its saved output is
- * intact and shaped as the input. */
+ * this gradient alone (nothing accumulated, no other edge left), and its
+ * saved output is intact and shaped as the input. */
 static int mask_input(const ag_node *n)
 {
     for (int i = 0; i < n->ninputs; i++) {
@@ -866,10 +869,7 @@ static int mask_input(const ag_node *n)
             c->lua_hook || c->capture)   /* (whose gradient is seen as it comes, unmasked) */
             continue;
         const dp_tensor *y = c->saved[c->fold_saved - 1];
-        const ag_input *in = &n->in[i];
-        if (y && y->storage->version == c->saved_version[c->fold_saved - 1] && y->dtype == in->dtype &&
-            y->device == in->device && y->ndim == in->ndim &&
-            memcmp(y->shape, in->shape, sizeof(int64_t) * (size_t)in->ndim) == 0 && tensor_is_contiguous(y))
+        if (y && y->storage->version == c->saved_version[c->fold_saved - 1] && fits_input(y, &n->in[i]))
             return i;
     }
     return -1;
