@@ -511,10 +511,10 @@ dp_status bw_cat(ag_node *n, dp_tensor *g, dp_tensor **gi)
     return st;
 }
 
-/* index_select: the rows of g added back at their indices */
-/* The rows gathered back with index_add into zeros: written in place in
- * the leaf's flat gradient slot when it has one (an Embedding's weight:
- * no copy of the whole table's gradient afterwards). */
+/* index_select: the rows of g added back at their indices with
+ * index_add into zeros, in place in the leaf's flat gradient slot when it
+ * has one (an Embedding's weight: no copy of the whole table's gradient
+ * afterwards). */
 dp_status bw_index_select(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
     if (!n->in[0].needs_grad)
