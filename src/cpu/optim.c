@@ -61,8 +61,10 @@ dp_status cpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
 #define RULE_CLONES
 #endif
 
-/* Element i's Adam update of the parameter value p (a T) from grad. */
-#define ADAM_ELEMENT(T, p, grad, i)                                                     \
+/* Element i's Adam update of the parameter value p (a T) from grad; ROOT:
+ * sqrtf or sqrt (a float's correctly rounded root is its double root
+ * rounded, PyTorch's, and sqrtf vectorises). */
+#define ADAM_ELEMENT(T, ROOT, p, grad, i)                                               \
     do {                                                                                \
         if (decoupled) p = p * (T)(1 - lr * weight_decay);                              \
         else if (decays) grad = grad + (T)weight_decay * p;                             \
@@ -70,19 +72,15 @@ dp_status cpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
         V[i] = V[i] * (T)beta2 + (T)(1 - beta2) * grad * grad;                          \
         T second = V[i];                                                                \
         if (VM) { if (VM[i] < V[i]) VM[i] = V[i]; second = VM[i]; }                     \
-        T denom = ROOT_OF(T, second) / (T)bc2_sqrt + (T)eps;                            \
+        T denom = ROOT(second) / (T)bc2_sqrt + (T)eps;                                  \
         p = p - (T)step_size * (M[i] / denom);                                          \
     } while (0)
-
-/* sqrt in T: a float's correctly rounded root is its double root rounded
- * (PyTorch's), and sqrtf vectorises */
-#define ROOT_OF(T, x) (sizeof(T) == sizeof(float) ? (T)sqrtf((float)(x)) : (T)sqrt((double)(x)))
 
 /* One Adam loop with its options as constants: adam_loop is inlined into
  * each call of adam_step_##T below with literal flags, so that every
  * combination is a loop without branches, which vectorises (AVX where the
  * machine has it, RULE_CLONES). */
-#define ADAM_FNS(T)                                                                     \
+#define ADAM_FNS(T, ROOT)                                                               \
     static inline __attribute__((always_inline)) void adam_loop_##T(                     \
         int64_t n, T *restrict P, const T *restrict G, T *restrict M, T *restrict V,    \
         T *restrict VM, double lr, double beta1, double beta2, double eps,              \
@@ -93,7 +91,7 @@ dp_status cpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
             VM = NULL;                                                                  \
         for (int64_t i = 0; i < n; i++) {                                               \
             T param = P[i], grad = G[i];                                                \
-            ADAM_ELEMENT(T, param, grad, i);                                            \
+            ADAM_ELEMENT(T, ROOT, param, grad, i);                                      \
             P[i] = param;                                                               \
         }                                                                               \
     }                                                                                   \
@@ -122,8 +120,8 @@ dp_status cpu_sgd_step(dp_tensor *p, dp_tensor *g, dp_tensor *buf, double lr, do
             adam_loop_##T(n, P, G, M, V, NULL, lr, beta1, beta2, eps, weight_decay,     \
                           step_size, bc2_sqrt, 0, 0, 0);                                \
     }
-ADAM_FNS(float)
-ADAM_FNS(double)
+ADAM_FNS(float, sqrtf)
+ADAM_FNS(double, sqrt)
 
 dp_status cpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, dp_tensor *vmax, double lr,
                         double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step)
@@ -148,7 +146,7 @@ dp_status cpu_adam_step(dp_tensor *p, dp_tensor *g, dp_tensor *m, dp_tensor *v, 
 #define ADAM_MASTER_LOOP(LOAD_GRAD)                                                     \
     for (int64_t i = 0; i < n; i++) {                                                   \
         float param = W[i], grad = LOAD_GRAD;                                           \
-        ADAM_ELEMENT(float, param, grad, i);                                            \
+        ADAM_ELEMENT(float, sqrtf, param, grad, i);                                     \
         W[i] = param;                                                                   \
         P[i] = f32_to_bf16(param);                                                      \
     }
