@@ -495,14 +495,17 @@ int dpc_attention_backward(int dtype, const dpc_attention *a, const void *out, c
 /* ---- LayerNorm (cuda/norm.cu) ---- */
 
 /* LayerNorm over `rows` rows of n elements: x (rows, n) contiguous;
- * residual NULL, or as x: the rows normalized are then x + residual rounded
- * to x's dtype, also written to sum. weight and bias: n elements of the
- * output's dtype, or NULL. The dtype pairs (input, output) taken: float32
- * and float32, float64 and float64, bfloat16 and bfloat16, bfloat16 and
- * float32. */
+ * residual NULL, or of x's shape and of x's dtype or residual_dtype
+ * bfloat16 beside a float32 x: the rows normalized are then x + residual
+ * rounded to x's dtype, also written to sum. weight and bias: n elements,
+ * or NULL, of float32 unless input and output are both bfloat16 (then
+ * bfloat16) or float64. The dtype pairs (input, output) taken: float32 and
+ * float32, float64 and float64, bfloat16 and bfloat16, bfloat16 and
+ * float32, float32 and bfloat16. */
 typedef struct {
     int64_t rows, n;
     const void *x, *residual, *weight, *bias;
+    int residual_dtype;
     double eps;
     int dx_adds;   /* backward: dx += x's gradient (dx holds the gradient of x's other uses) */
 } dpc_norm;

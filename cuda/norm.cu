@@ -107,18 +107,20 @@ __device__ __forceinline__ static A group_sum(A v, A *red)
     return t;
 }
 
-/* x, residual, sum: (rows, n) of TI; out: (rows, n) of TO; weight, bias: n of TO */
-template <class TI, class TO, int G, int E, bool RES>
+/* x, sum: (rows, n) of TI; residual: (rows, n) of TR; out: (rows, n) of
+ * TO; weight, bias: n of TW */
+template <class TI, class TO, class TR, class TW, int G, int E, bool RES>
 __global__ static void ln_forward_kernel(ln_forward_args a)
 {
     begin_after_previous_kernel();
     typedef typename acc_of<TI>::type A;
     typedef vec<TI, E> VI;
     typedef vec<TO, E> VO;
+    typedef vec<TW, E> VW;
     __shared__ A red[32];
     const int size = G ? G : (int)blockDim.x, lane = (int)threadIdx.x % size;
     const int64_t groups = blockDim.x / size, chunks = a.n / E;
-    const VO *w = (const VO *)a.weight, *b = (const VO *)a.bias;
+    const VW *w = (const VW *)a.weight, *b = (const VW *)a.bias;
     for (int64_t row = blockIdx.x * groups + threadIdx.x / size; row < a.rows; row += gridDim.x * groups) {
         const VI *x = (const VI *)a.x + row * chunks;
         VI *h = RES ? (VI *)a.sum + row * chunks : NULL;
@@ -126,7 +128,7 @@ __global__ static void ln_forward_kernel(ln_forward_args a)
         for (int64_t c = lane; c < chunks; c += size) {
             VI v = x[c];
             if (RES) {
-                VI r = ((const VI *)a.residual)[row * chunks + c];
+                vec<TR, E> r = ((const vec<TR, E> *)a.residual)[row * chunks + c];
                 for (int k = 0; k < E; k++)
                     put(v.e[k], ld(v.e[k]) + ld(r.e[k]));
                 h[c] = v;   /* read back below by this thread alone */
@@ -148,7 +150,8 @@ __global__ static void ln_forward_kernel(ln_forward_args a)
         VO *out = (VO *)a.out + row * chunks;
         for (int64_t c = lane; c < chunks; c += size) {
             VI v = src[c];
-            VO y, wv, bv;
+            VO y;
+            VW wv, bv;
             if (w)
                 wv = w[c];
             if (b)
@@ -173,14 +176,15 @@ __global__ static void ln_forward_kernel(ln_forward_args a)
 /* With xh = (x - mean) * rstd and g = dy * weight: dx = rstd * (g - mean(g)
  * - xh * mean(g * xh)); each thread adds dy * xh and dy of its columns to
  * its block's partial sums. x, dx: (rows, n) of TI; dy: (rows, n) of TO;
- * weight: n of TO. */
-template <class TI, class TO, int E>
+ * weight: n of TW. */
+template <class TI, class TO, class TW, int E>
 __global__ static void ln_backward_kernel(ln_backward_args a)
 {
     begin_after_previous_kernel();
     typedef typename acc_of<TI>::type A;
     typedef vec<TI, E> VI;
     typedef vec<TO, E> VO;
+    typedef vec<TW, E> VW;
     extern __shared__ __align__(16) unsigned char ln_shared[];
     __shared__ A red[32];
     const int64_t n = a.n, chunks = n / E;
@@ -188,7 +192,7 @@ __global__ static void ln_backward_kernel(ln_backward_args a)
     for (int64_t j = threadIdx.x * E; acc && j < n; j += blockDim.x * E)
         for (int k = 0; k < E; k++)
             acc[j + k] = acc[n + j + k] = 0;
-    const VO *w = (const VO *)a.weight;
+    const VW *w = (const VW *)a.weight;
     for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
         const VI *x = (const VI *)a.x + row * chunks;
         const VO *dy = (const VO *)a.dy + row * chunks;
@@ -196,7 +200,8 @@ __global__ static void ln_backward_kernel(ln_backward_args a)
         A sg = 0, sgx = 0;
         for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
             VI xv = x[c];
-            VO gv = dy[c], wv;
+            VO gv = dy[c];
+            VW wv;
             if (w)
                 wv = w[c];
             for (int k = 0; k < E; k++) {
@@ -218,7 +223,8 @@ __global__ static void ln_backward_kernel(ln_backward_args a)
         VI *dx = (VI *)a.dx + row * chunks;
         for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
             VI xv = x[c], d;
-            VO gv = dy[c], wv;
+            VO gv = dy[c];
+            VW wv;
             if (w)
                 wv = w[c];
             if (a.dx_adds)
@@ -294,18 +300,14 @@ template <class F> static int with_dtypes(int in, int out, F f)
     return DPC_UNSUPPORTED;
 }
 
-/* whether rows of n elements and every pointer (NULL, or aligned as a
- * vec of E elements of its type) take loads of E elements */
-static bool takes_vectors(int64_t n, int E, const void *const *ins, int nins, size_t in_size,
-                          const void *const *outs, int nouts, size_t out_size)
+/* whether rows of n elements and every pointer of ps (NULL, or aligned as
+ * a vec of E elements of `size` bytes) take loads of E elements */
+static bool takes_vectors(int64_t n, int E, const void *const *ps, int count, size_t size)
 {
     if (n % E)
         return false;
-    for (int i = 0; i < nins; i++)
-        if ((uintptr_t)ins[i] % VEC_ALIGN(in_size, (size_t)E))
-            return false;
-    for (int i = 0; i < nouts; i++)
-        if ((uintptr_t)outs[i] % VEC_ALIGN(out_size, (size_t)E))
+    for (int i = 0; i < count; i++)
+        if ((uintptr_t)ps[i] % VEC_ALIGN(size, (size_t)E))
             return false;
     return true;
 }
@@ -317,19 +319,42 @@ static int row_block_threads(int64_t chunks)
     return t < 32 ? 32 : t > 512 ? 512 : (int)t;
 }
 
-template <class TI, class TO, int E>
+/* f(tag<TI>, tag<TO>, tag<TR>, tag<TW>) for LayerNorm's dtypes: input
+ * and output a pair of with_dtypes, or float32 in and bfloat16 out; the
+ * parameters float32 unless both are bfloat16 (float64 with float64); the
+ * residual the input's, or bfloat16 beside a float32 input. */
+template <class F> static int with_ln_dtypes(int in, int out, int res, F f)
+{
+    if (in == DP_FLOAT32 && res == DP_BFLOAT16) {
+        if (out == DP_FLOAT32)
+            return f(tag<float>(), tag<float>(), tag<bf16>(), tag<float>());
+        if (out == DP_BFLOAT16)
+            return f(tag<float>(), tag<bf16>(), tag<bf16>(), tag<float>());
+        return DPC_UNSUPPORTED;
+    }
+    if (res != in)
+        return DPC_UNSUPPORTED;
+    if (in == DP_FLOAT32 && out == DP_BFLOAT16)
+        return f(tag<float>(), tag<bf16>(), tag<float>(), tag<float>());
+    return with_dtypes(in, out, [&](auto ti, auto to) {
+        typedef typename decltype(to)::type TO;
+        return f(ti, to, ti, to);   /* (bfloat16, float32): float32 parameters, the output's */
+    });
+}
+
+template <class TI, class TO, class TR, class TW, int E>
 static int launch_forward(const ln_forward_args &r, cudaStream_t stream)
 {
     const bool res = r.residual != NULL;
     if (r.n <= LN_WARP_ROW) {
         unsigned grid = grid_stride_blocks(r.rows, LN_THREADS / 32);
-        return res ? launch_kernel(ln_forward_kernel<TI, TO, 32, E, true>, grid, LN_THREADS, stream, r)
-                   : launch_kernel(ln_forward_kernel<TI, TO, 32, E, false>, grid, LN_THREADS, stream, r);
+        return res ? launch_kernel(ln_forward_kernel<TI, TO, TR, TW, 32, E, true>, grid, LN_THREADS, stream, r)
+                   : launch_kernel(ln_forward_kernel<TI, TO, TR, TW, 32, E, false>, grid, LN_THREADS, stream, r);
     }
     unsigned grid = grid_stride_blocks(r.rows, 1);
     int threads = row_block_threads(r.n / E);
-    return res ? launch_kernel(ln_forward_kernel<TI, TO, 0, E, true>, grid, threads, stream, r)
-               : launch_kernel(ln_forward_kernel<TI, TO, 0, E, false>, grid, threads, stream, r);
+    return res ? launch_kernel(ln_forward_kernel<TI, TO, TR, TW, 0, E, true>, grid, threads, stream, r)
+               : launch_kernel(ln_forward_kernel<TI, TO, TR, TW, 0, E, false>, grid, threads, stream, r);
 }
 
 extern "C" int dpc_layer_norm(int in_dtype, int out_dtype, const dpc_norm *a, void *out, void *sum, void *mean,
@@ -340,14 +365,19 @@ extern "C" int dpc_layer_norm(int in_dtype, int out_dtype, const dpc_norm *a, vo
     if (a->rows == 0)
         return 0;
     ln_forward_args r = { a->rows, a->n, a->x, a->residual, a->weight, a->bias, out, sum, mean, rstd, a->eps };
-    return with_dtypes(in_dtype, out_dtype, [&](auto ti, auto to) {
+    const int res_dtype = a->residual ? a->residual_dtype : in_dtype;
+    return with_ln_dtypes(in_dtype, out_dtype, res_dtype, [&](auto ti, auto to, auto tr, auto tw) {
         typedef typename decltype(ti)::type TI;
         typedef typename decltype(to)::type TO;
+        typedef typename decltype(tr)::type TR;
+        typedef typename decltype(tw)::type TW;
         constexpr int V = 16 / sizeof(TI);
-        const void *ins[3] = { a->x, a->residual, sum }, *outs[3] = { out, a->weight, a->bias };
-        return takes_vectors(a->n, V, ins, 3, sizeof(TI), outs, 3, sizeof(TO))
-                   ? launch_forward<TI, TO, V>(r, (cudaStream_t)stream)
-                   : launch_forward<TI, TO, 1>(r, (cudaStream_t)stream);
+        const void *ins[2] = { a->x, sum }, *res[1] = { a->residual }, *outs[1] = { out },
+                   *params[2] = { a->weight, a->bias };
+        return takes_vectors(a->n, V, ins, 2, sizeof(TI)) && takes_vectors(a->n, V, res, 1, sizeof(TR)) &&
+                       takes_vectors(a->n, V, outs, 1, sizeof(TO)) && takes_vectors(a->n, V, params, 2, sizeof(TW))
+                   ? launch_forward<TI, TO, TR, TW, V>(r, (cudaStream_t)stream)
+                   : launch_forward<TI, TO, TR, TW, 1>(r, (cudaStream_t)stream);
     });
 }
 
@@ -366,7 +396,7 @@ extern "C" size_t dpc_layer_norm_workspace(int in_dtype, int64_t rows, int64_t n
     return (size_t)backward_blocks(rows, n, acc_size) * 2 * (size_t)n * acc_size;
 }
 
-template <class TI, class TO, int E>
+template <class TI, class TO, class TW, int E>
 static int launch_backward(ln_backward_args r, void *dw, void *db, cudaStream_t stream)
 {
     typedef typename acc_of<TI>::type A;
@@ -375,12 +405,12 @@ static int launch_backward(ln_backward_args r, void *dw, void *db, cudaStream_t 
     r.in_shared = r.partial && shared <= LN_SHARED_BYTES;
     int rc = 0;
     if (blocks > 0)
-        rc = launch_kernel_smem(NULL, 0, r.in_shared ? shared : 0, ln_backward_kernel<TI, TO, E>, (unsigned)blocks,
+        rc = launch_kernel_smem(NULL, 0, r.in_shared ? shared : 0, ln_backward_kernel<TI, TO, TW, E>, (unsigned)blocks,
                                 row_block_threads(r.n / E), stream, r);
     if (rc || !(dw || db))
         return rc;   /* (without rows, the sums of no blocks: zeros) */
-    return launch_kernel(ln_param_grads_kernel<TO, A>, (unsigned)CEIL_DIV(r.n, 32), 32 * 32, stream,
-                         (const A *)r.partial, blocks, r.n, (TO *)dw, (TO *)db);
+    return launch_kernel(ln_param_grads_kernel<TW, A>, (unsigned)CEIL_DIV(r.n, 32), 32 * 32, stream,
+                         (const A *)r.partial, blocks, r.n, (TW *)dw, (TW *)db);
 }
 
 extern "C" int dpc_layer_norm_backward(int in_dtype, int out_dtype, const dpc_norm *a, const void *dy,
@@ -391,14 +421,16 @@ extern "C" int dpc_layer_norm_backward(int in_dtype, int out_dtype, const dpc_no
         return (int)cudaErrorInvalidValue;
     ln_backward_args r = { a->rows, a->n, a->x, a->weight, dy, mean, rstd, dx, (dw || db) ? workspace : NULL, 0,
                            a->dx_adds };
-    return with_dtypes(in_dtype, out_dtype, [&](auto ti, auto to) {
+    return with_ln_dtypes(in_dtype, out_dtype, in_dtype, [&](auto ti, auto to, auto, auto tw) {
         typedef typename decltype(ti)::type TI;
         typedef typename decltype(to)::type TO;
+        typedef typename decltype(tw)::type TW;
         constexpr int V = 16 / sizeof(TI);
-        const void *ins[2] = { a->x, dx }, *outs[2] = { dy, a->weight };
-        return takes_vectors(a->n, V, ins, 2, sizeof(TI), outs, 2, sizeof(TO))
-                   ? launch_backward<TI, TO, V>(r, dw, db, (cudaStream_t)stream)
-                   : launch_backward<TI, TO, 1>(r, dw, db, (cudaStream_t)stream);
+        const void *ins[2] = { a->x, dx }, *outs[1] = { dy }, *params[1] = { a->weight };
+        return takes_vectors(a->n, V, ins, 2, sizeof(TI)) && takes_vectors(a->n, V, outs, 1, sizeof(TO)) &&
+                       takes_vectors(a->n, V, params, 1, sizeof(TW))
+                   ? launch_backward<TI, TO, TW, V>(r, dw, db, (cudaStream_t)stream)
+                   : launch_backward<TI, TO, TW, 1>(r, dw, db, (cudaStream_t)stream);
     });
 }
 
@@ -775,8 +807,8 @@ extern "C" int dpc_batch_norm(int in_dtype, int param_dtype, const dpc_bn *a, vo
         typedef typename decltype(tx)::type TX;
         typedef typename decltype(tp)::type TP;
         constexpr int V = 16 / sizeof(TX);
-        const void *ins[1] = { a->x }, *outs[1] = { out };
-        const bool vectors = takes_vectors(a->S, V, ins, 1, sizeof(TX), outs, 1, sizeof(TX));
+        const void *ps[2] = { a->x, out };
+        const bool vectors = takes_vectors(a->S, V, ps, 2, sizeof(TX));
         bn_args r = bn_args_of(a, vectors ? V : 1, workspace, false);
         r.out = out;
         r.mean = mean;
@@ -819,8 +851,8 @@ extern "C" int dpc_batch_norm_backward(int in_dtype, int param_dtype, const dpc_
         typedef typename decltype(tp)::type TP;
         typedef typename acc_of<TX>::type A;
         constexpr int V = 16 / sizeof(TX);
-        const void *ins[2] = { a->x, dy }, *outs[1] = { dx };
-        const bool vectors = takes_vectors(a->S, V, ins, 2, sizeof(TX), outs, dx ? 1 : 0, sizeof(TX));
+        const void *ps[3] = { a->x, dy, dx };   /* dx NULL: not wanted, no constraint */
+        const bool vectors = takes_vectors(a->S, V, ps, 3, sizeof(TX));
         bn_args r = bn_args_of(a, vectors ? V : 1, workspace, true);
         r.dy = dy;
         r.mean = (void *)mean;

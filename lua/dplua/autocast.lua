@@ -85,6 +85,9 @@ function M.cast_fp32(a, b, c) return fp32(a), fp32(b), fp32(c) end
 -- as it is and gives a float32 output.
 function M.casts_fp32(t) return target(t, false) ~= nil end
 
+-- lowers_to(t): the dtype cast_inputs would cast t to, or nil.
+function M.lowers_to(t) return target(t, true) end
+
 local function typename(x) return is_tensor(x) and "Tensor" or type(x) end
 
 local function show(v)

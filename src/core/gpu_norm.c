@@ -20,6 +20,7 @@ static dpc_norm describe(const cpu_norm_args *a)
     dpc_norm d = {
         .rows = a->rows, .n = a->n, .x = tensor_ptr(a->x), .residual = ptr_or_null(a->residual),
         .weight = ptr_or_null(a->weight), .bias = ptr_or_null(a->bias), .eps = a->eps, .dx_adds = a->dx_adds,
+        .residual_dtype = a->residual ? a->residual->dtype : a->x->dtype,
     };
     return d;
 }

@@ -29,12 +29,12 @@ static bool ends_in(const dp_tensor *t, int64_t n)
 }
 
 static dp_status check_param(const char *fn, const char *what, const dp_tensor *p, const dp_tensor *x, int64_t n,
-                             int out_dtype)
+                             int pdtype)
 {
     char s[96];
-    if (p->dtype != out_dtype)
-        return dp_fail(DP_ERR_DTYPE, "%s: expected %s of dtype %s (the output's), got %s", fn, what,
-                       dp_dtype_name(out_dtype), dp_dtype_name(p->dtype));
+    if (p->dtype != pdtype)
+        return dp_fail(DP_ERR_DTYPE, "%s: expected %s of dtype %s (the parameters' beside this input and output), "
+                       "got %s", fn, what, dp_dtype_name(pdtype), dp_dtype_name(p->dtype));
     if (p->device != x->device)
         return dp_fail(DP_ERR_DEVICE, "%s: expected %s on the input's device %d, got device %d (-1 is the CPU)", fn,
                        what, x->device, p->device);
@@ -44,26 +44,36 @@ static dp_status check_param(const char *fn, const char *what, const dp_tensor *
     return DP_OK;
 }
 
+/* The parameters' dtype beside an input and an output of these dtypes:
+ * float32 beside either of bfloat16's pairings with float32 */
+static int param_dtype(int in_dtype, int out_dtype)
+{
+    return in_dtype == DP_BFLOAT16 ? out_dtype : in_dtype;
+}
+
 static dp_status check(const char *fn, dp_tensor *x, dp_tensor *res, dp_tensor *w, dp_tensor *b, int64_t n,
                        int out_dtype)
 {
     char s[96], r[96];
     if (!dp_dtype_is_floating(x->dtype))
         return dp_fail(DP_ERR_DTYPE, "%s: expected a floating point input, got %s", fn, dp_dtype_name(x->dtype));
-    if (out_dtype != x->dtype && !(x->dtype == DP_BFLOAT16 && out_dtype == DP_FLOAT32))
-        return dp_fail(DP_ERR_DTYPE, "%s: expected the output dtype to be the input's (%s), or float32 for a "
-                       "bfloat16 input, got %s", fn, dp_dtype_name(x->dtype), dp_dtype_name(out_dtype));
+    if (out_dtype != x->dtype && !(x->dtype == DP_BFLOAT16 && out_dtype == DP_FLOAT32) &&
+        !(x->dtype == DP_FLOAT32 && out_dtype == DP_BFLOAT16))
+        return dp_fail(DP_ERR_DTYPE, "%s: expected the output dtype to be the input's (%s), or float32 and "
+                       "bfloat16 for each other, got %s", fn, dp_dtype_name(x->dtype), dp_dtype_name(out_dtype));
     if (n < 1 || !ends_in(x, n))
         return dp_fail(DP_ERR_SHAPE, "%s: expected an input whose last dims hold %lld elements, got shape %s", fn,
                        (long long)n, dp_shape_str(s, sizeof s, x->ndim, x->shape));
-    if (res && (res->dtype != x->dtype || res->device != x->device || res->ndim != x->ndim ||
+    if (res && ((res->dtype != x->dtype && !(x->dtype == DP_FLOAT32 && res->dtype == DP_BFLOAT16)) ||
+                res->device != x->device || res->ndim != x->ndim ||
                 memcmp(res->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim)))
-        return dp_fail(DP_ERR_SHAPE, "%s: expected the residual of the input's shape, dtype and device, got %s %s "
-                       "on device %d for %s %s on device %d", fn, dp_shape_str(r, sizeof r, res->ndim, res->shape),
-                       dp_dtype_name(res->dtype), res->device, dp_shape_str(s, sizeof s, x->ndim, x->shape),
-                       dp_dtype_name(x->dtype), x->device);
-    dp_status st = w ? check_param(fn, "weight", w, x, n, out_dtype) : DP_OK;
-    return st || !b ? st : check_param(fn, "bias", b, x, n, out_dtype);
+        return dp_fail(DP_ERR_SHAPE, "%s: expected the residual of the input's shape, dtype (or bfloat16 beside "
+                       "float32) and device, got %s %s on device %d for %s %s on device %d", fn,
+                       dp_shape_str(r, sizeof r, res->ndim, res->shape), dp_dtype_name(res->dtype), res->device,
+                       dp_shape_str(s, sizeof s, x->ndim, x->shape), dp_dtype_name(x->dtype), x->device);
+    const int pdtype = param_dtype(x->dtype, out_dtype);
+    dp_status st = w ? check_param(fn, "weight", w, x, n, pdtype) : DP_OK;
+    return st || !b ? st : check_param(fn, "bias", b, x, n, pdtype);
 }
 
 /* The CPU kernels' float64 scratch: `doubles` of them in *scratch, which

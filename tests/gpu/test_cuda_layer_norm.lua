@@ -1,8 +1,9 @@
 -- The LayerNorm kernels (cuda/norm.cu, make check-gpu) against the CPU's
 -- LayerNorm in float64 (itself checked against PyTorch by
 -- tests/lua/test_layer_norm.lua) from the same inputs: out and the
--- gradients of input, weight and bias in float32, bfloat16, float64 and
--- autocast's bfloat16 in, float32 out; rows of 7 to 8192 elements (a warp a
+-- gradients of input, weight and bias in float32, bfloat16, float64,
+-- autocast's bfloat16 in, float32 out, and float32 x with a bfloat16
+-- residual (bfloat16 out under autocast); rows of 7 to 8192 elements (a warp a
 -- row up to 1024, a block beyond, partial sums in global memory past
 -- 6144), more rows than the backward's blocks, rows that do not start on
 -- 16 bytes, the fused residual add, and the same bits on a second run.
@@ -104,6 +105,40 @@ check(torch.float64, 40, 768, "both")
 check(torch.float64, 40, 1001, "weight", { residual = true })
 check(torch.bfloat16, 64, 768, "both", { autocast = true })
 check(torch.bfloat16, 64, 4096, "both", { autocast = true, residual = true })
+
+-- GPT's residual stream: float32 x beside a bfloat16 branch output, and
+-- under autocast a bfloat16 LayerNorm output (float32 parameters), on the
+-- GPU against the CPU from the same values
+for _, n in ipairs({ 768, 1001, 2048 }) do
+  for _, autocast in ipairs({ false, true }) do
+    local name = string.format("float32 x, bfloat16 residual, %dx%d%s", 48, n, autocast and ", autocast" or "")
+    T.run(name, function()
+      local x, r = torch.randn(48, n), torch.randn(48, n):bfloat16()
+      local w, b = torch.randn(n) * 0.3 + 1, torch.randn(n) * 0.3
+      local out_dtype = autocast and torch.bfloat16 or torch.float32
+      local dout, dh = torch.randn(48, n):to(out_dtype), torch.randn(48, n)
+      local function go(device)
+        local lx, lr = x:to(device):requires_grad_(), r:to(device):requires_grad_()
+        local lw, lb = w:to(device):requires_grad_(), b:to(device):requires_grad_()
+        local function f() return torch._add_layer_norm(lx, lr, lw, lb) end
+        local h, out
+        if autocast then h, out = torch.autocast(device, f) else h, out = f() end
+        T.is(tostring(h.dtype), "float32", name .. " on " .. device .. ": the sum in float32")
+        T.is(tostring(out.dtype), tostring(out_dtype), name .. " on " .. device .. ": the output's dtype")
+        local loss = (out:float() * dout:to(device):float()):sum() + (h * dh:to(device)):sum()
+        loss:backward()
+        T.is(tostring(lr.grad.dtype), "bfloat16", name .. " on " .. device .. ": the residual's gradient in bfloat16")
+        return { out = out, sum = h, dx = lx.grad, dresidual = lr.grad, dweight = lw.grad, dbias = lb.grad }
+      end
+      local got, want = go(dev), go("cpu")
+      for key, g in pairs(got) do
+        local tol = (g.dtype == torch.bfloat16) and 1e-2 or 2e-5
+        local err = rel_err(g, want[key]:double())
+        T.ok(err <= tol, name .. ": " .. key, string.format("relative error %.3g > %.3g", err, tol))
+      end
+    end)
+  end
+end
 
 T.run("no rows: an empty output and zero gradients for weight and bias", function()
   local x = torch.zeros(0, 16, { device = dev }):requires_grad_()

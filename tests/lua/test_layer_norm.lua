@@ -130,6 +130,46 @@ T.run("autocast: a bfloat16 input gives a float32 output, read without a float32
   T.is(out2.dtype, torch.float32, "its LayerNorm is float32")
 end)
 
+-- A GPT block's residual stream under autocast: float32 x beside a
+-- bfloat16 branch output. The fused op reads the bfloat16 residual as it
+-- is and, under autocast, writes the LayerNorm in bfloat16: the values and
+-- gradients of the casts written out (x + r:float(), layer_norm(h):bfloat16()).
+T.run("add_layer_norm: float32 x, bfloat16 residual; a bfloat16 output under autocast", function()
+  torch.manual_seed(5)
+  local x, r = torch.randn(4, 3, 64), torch.randn(4, 3, 64):bfloat16()
+  local w, b = torch.randn(64), torch.randn(64)
+  local dh = torch.randn(4, 3, 64)
+  for _, autocast in ipairs({ false, true }) do
+    local what = autocast and "autocast: " or ""
+    local out_dtype = autocast and torch.bfloat16 or torch.float32
+    local dout = torch.randn(4, 3, 64):to(out_dtype)
+    local function leaves() return x:clone():requires_grad_(), r:clone():requires_grad_(), w:clone():requires_grad_(), b:clone():requires_grad_() end
+    local fx, fr, fw, fb = leaves()
+    local function fused() return torch._add_layer_norm(fx, fr, fw, fb) end
+    local h, out
+    if autocast then h, out = torch.autocast("cpu", fused) else h, out = fused() end
+    T.is(h.dtype, torch.float32, what .. "the sum in float32")
+    T.is(out.dtype, out_dtype, what .. "the LayerNorm's dtype")
+    T.is(out.grad_fn and out.grad_fn.name, "NativeLayerNormBackward0", what .. "no cast after the LayerNorm")
+    local loss = (out:float() * dout:float()):sum() + (h * dh):sum()
+    loss:backward()
+    local cx, cr, cw, cb = leaves()
+    local ch = cx + cr:float()
+    local cout = F.layer_norm(ch, { 64 }, cw, cb):to(out_dtype)
+    local closs = (cout:float() * dout:float()):sum() + (ch * dh):sum()
+    closs:backward()
+    T.tensor_close(h, ch, 0, 0, what .. "sum")
+    T.tensor_close(out:double(), cout:double(), 0, 0, what .. "LayerNorm")
+    T.is(fr.grad.dtype, torch.bfloat16, what .. "the residual's gradient in bfloat16")
+    T.tensor_close(fr.grad:double(), cr.grad:double(), 0, 0, what .. "dresidual")
+    T.tensor_close(fx.grad, cx.grad, 1e-6, 1e-6, what .. "dx")
+    T.tensor_close(fw.grad, cw.grad, 1e-6, 1e-6, what .. "dweight")
+    T.tensor_close(fb.grad, cb.grad, 1e-6, 1e-6, what .. "dbias")
+  end
+  local h = torch._add_layer_norm(r, x, nil, nil)
+  T.tensor_close(h, x + r:float(), 0, 0, "a bfloat16 x beside a float32 residual: the same float32 sum")
+end)
+
 T.run("add_layer_norm with a residual that only broadcasts takes the two ops", function()
   local x, r = torch.randn(2, 3, 8, { dtype = torch.float64 }), torch.randn(8, { dtype = torch.float64 })
   local h, out = torch._add_layer_norm(x, r, nil, nil)
@@ -197,16 +237,16 @@ T.run("the C op's own checks (torch._native_layer_norm, below F.layer_norm's)", 
            "n not the size of trailing dims")
   T.raises(function() ln(x, nil, nil, 0, 1e-5, torch.float32) end, "hold 0 elements", "n = 0")
   T.raises(function() ln(x, torch.ones(4, { dtype = torch.float64 }), nil, 4, 1e-5, torch.float32) end,
-           "expected weight of dtype float32 %(the output's%), got float64", "weight of another dtype")
+           "expected weight of dtype float32 %(the parameters' beside this input and output%), got float64", "weight of another dtype")
   T.raises(function() ln(x, nil, torch.ones(5), 4, 1e-5, torch.float32) end, "expected bias of 4 elements",
            "bias of 5 elements")
   T.raises(function() ln(x, nil, nil, 4, 1e-5, torch.float64) end,
-           "output dtype to be the input's %(float32%), or float32 for a bfloat16 input, got float64",
+           "output dtype to be the input's %(float32%), or float32 and bfloat16 for each other, got float64",
            "an output dtype the kernels do not take")
   T.raises(function() ln(x:long(), nil, nil, 4, 1e-5, torch.int64) end, "expected a floating point input, got int64",
            "integer input")
   T.raises(function() add(x, torch.randn(2, 3, 5), nil, nil, 4, 1e-5, torch.float32) end,
-           "expected the residual of the input's shape, dtype and device, got %[2, 3, 5%] float32", "residual shape")
+           "expected the residual of the input's shape, dtype %(or bfloat16 beside float32%) and device, got %[2, 3, 5%] float32", "residual shape")
   T.raises(function() add(x, x:double(), nil, nil, 4, 1e-5, torch.float32) end, "float64", "residual dtype")
 end)
 

@@ -1122,7 +1122,12 @@ end
 -- residual and layer_norm(h) over h's last dim (weight and bias of its
 -- size, either may be nil), returned as h, layer_norm(h): a GPT block's
 -- residual add and the next LayerNorm in one pass (one kernel on a GPU).
--- A residual that only broadcasts to x takes the two ops.
+-- A residual that only broadcasts to x takes the two ops. The sum has the
+-- wider dtype, a bfloat16 operand read as it is beside a float32 one.
+-- Under bfloat16 autocast the normalized output is bfloat16: it feeds
+-- products, which would cast it there, and their gradient comes back in
+-- bfloat16; the values are those of a float32 output cast (the same
+-- rounding), without the two casts.
 function torch._add_layer_norm(x, residual, weight, bias, eps)
   local fn = "add_layer_norm"
   want_float(x, fn, "input")
@@ -1138,15 +1143,21 @@ function torch._add_layer_norm(x, residual, weight, bias, eps)
   end
   want_norm_param(weight, "weight", normalized_shape, fn)
   want_norm_param(bias, "bias", normalized_shape, fn)
+  if x.dtype == torch.bfloat16 and residual.dtype == torch.float32 then x, residual = residual, x end
   local dt = wider(x.dtype, residual.dtype)
   if x.dtype ~= dt then x = x:to(dt) end
-  if residual.dtype ~= dt then residual = residual:to(dt) end
+  if residual.dtype ~= dt and not (dt == torch.float32 and residual.dtype == torch.bfloat16) then
+    residual = residual:to(dt)
+  end
   local sum_input, out_dtype = x, nil
   x, weight, bias, out_dtype = norm_dtypes(x, weight, bias)
   if not rawequal(x, sum_input) then
     -- a weight wider than the sum: the sum keeps its dtype, as with two ops
     local h = sum_input + residual
     return h, F.layer_norm(h, normalized_shape, weight, bias, eps)
+  end
+  if autocast_on and out_dtype == torch.float32 and AC.lowers_to(x) == torch.bfloat16 then
+    out_dtype = torch.bfloat16
   end
   return torch._native_add_layer_norm(x, residual, weight, bias, normalized_shape[1], eps, out_dtype)
 end
