@@ -425,22 +425,29 @@ end
 -- each with non_blocking: to("cuda", {non_blocking = true}) or a last
 -- argument true. Non-blocking matters for a pinned tensor (pin_memory())
 -- going to a GPU: the copy is queued and the call returns at once.
-function methods.to(t, a, b, c)
-  local dt, dev = C.dp_tensor_dtype(t.p), C.dp_tensor_device(t.p)
-  local non_blocking = false
-  local function take(x)
-    if x == nil then return end
-    if type(x) == "boolean" then non_blocking = x
-    elseif is_tensor(x) then dt, dev = C.dp_tensor_dtype(x.p), C.dp_tensor_device(x.p)
-    elseif getmetatable(x) == dtype_mt or (type(x) == "string" and dtypes_by_name[x:gsub("^torch%.", "")]) then
-      dt = to_dtype(x, "to").id
-    elseif is_options(x) then
-      if x.dtype then dt = to_dtype(x.dtype, "to").id end
-      if x.device then dev = parse_device(x.device, "to") end
-      if x.non_blocking then non_blocking = true end
-    else dev = parse_device(x, "to") end
+-- One argument of to() applied to (dtype id, device, non_blocking). A
+-- function of the module, not a closure of each call: making a closure is
+-- not compiled by LuaJIT, and to() is on the path of every autocast cast.
+local function to_arg(x, dt, dev, non_blocking)
+  if x == nil then return dt, dev, non_blocking end
+  if type(x) == "boolean" then return dt, dev, x end
+  if is_tensor(x) then return C.dp_tensor_dtype(x.p), C.dp_tensor_device(x.p), non_blocking end
+  if getmetatable(x) == dtype_mt or (type(x) == "string" and dtypes_by_name[x:gsub("^torch%.", "")]) then
+    return to_dtype(x, "to").id, dev, non_blocking
   end
-  take(a); take(b); take(c)
+  if is_options(x) then
+    if x.dtype then dt = to_dtype(x.dtype, "to").id end
+    if x.device then dev = parse_device(x.device, "to") end
+    return dt, dev, non_blocking or x.non_blocking == true
+  end
+  return dt, parse_device(x, "to"), non_blocking
+end
+
+function methods.to(t, a, b, c)
+  local dt, dev, non_blocking = C.dp_tensor_dtype(t.p), C.dp_tensor_device(t.p), false
+  dt, dev, non_blocking = to_arg(a, dt, dev, non_blocking)
+  dt, dev, non_blocking = to_arg(b, dt, dev, non_blocking)
+  dt, dev, non_blocking = to_arg(c, dt, dev, non_blocking)
   if non_blocking then return new(C.dp_to_non_blocking(outp, t.p, dt, dev)) end
   return new(C.dp_to(outp, t.p, dt, dev))
 end
