@@ -400,6 +400,12 @@ int dpc_rule_step(int dtype, int64_t n, const optim_rule *r, void *param, void *
  * under key. */
 int dpc_random(int dtype, int kind, int64_t n, uint64_t counter, uint64_t key, int64_t low, uint64_t range,
                void *out, void *stream);
+/* Dropout: out = in * 1 / (1 - p) where block counter + i under key keeps
+ * element i (philox_keeps: the uniform of the dtype's draw >= p), else
+ * in * 0; n contiguous elements of float32, float64 or bfloat16. The
+ * backward is the same call on the gradient. */
+int dpc_dropout(int dtype, int64_t n, uint64_t counter, uint64_t key, double p, const void *in, void *out,
+                void *stream);
 
 /* ---- indexing (cuda/index.cu) ---- */
 

@@ -100,6 +100,10 @@ DP_API dp_status dp_arange(dp_tensor **out, double start, double end, double ste
 DP_API dp_status dp_linspace(dp_tensor **out, double start, double end, int64_t steps, dp_dtype dtype, int device);
 DP_API dp_status dp_eye(dp_tensor **out, int64_t n, int64_t m, dp_dtype dtype, int device);
 DP_API dp_status dp_rand(dp_tensor **out, int ndim, const int64_t *shape, dp_dtype dtype, int device);
+/* dropout in training: x * 1 / (1 - p) where rand_like(x) (the same draw)
+ * is at least p, else x * 0; p in [0, 1). Its backward makes the mask
+ * again from the stream's counters rather than keeping it. */
+DP_API dp_status dp_dropout(dp_tensor **out, dp_tensor *x, double p);
 DP_API dp_status dp_randn(dp_tensor **out, int ndim, const int64_t *shape, dp_dtype dtype, int device);
 DP_API dp_status dp_randint(dp_tensor **out, int64_t low, int64_t high, int ndim, const int64_t *shape, dp_dtype dtype,
                             int device);

@@ -61,6 +61,8 @@ end
 function torch._native_layer_norm(input, weight, bias, n, eps, out_dtype)
   return new(C.dp_layer_norm(outp, nil, nil, input.p, opt_p(weight), opt_p(bias), n, eps, out_dtype.id))
 end
+-- dropout in training, one op (p in [0, 1)): the mask is rand_like(x) >= p
+function torch._native_dropout(x, p) return new(C.dp_dropout(outp, x.p, p)) end
 -- x + residual and the LayerNorm of it in one pass: returns both
 function torch._native_add_layer_norm(x, residual, weight, bias, n, eps, out_dtype)
   local out = new(C.dp_add_layer_norm(outp2, outp, x.p, residual.p, opt_p(weight), opt_p(bias), n, eps, out_dtype.id))

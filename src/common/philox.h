@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "common/dtype_conv.h"
 #include "common/host_device.h"
 
 /* What a block becomes (dp_rand, dp_randn, dp_randint). */
@@ -55,6 +56,19 @@ DP_HD double philox_uniform(const uint32_t *w, int is_double, int is_bf16)
     if (is_bf16 && (float)u >= 0.998046875f)
         u = 0.99609375;
     return u;
+}
+
+/* Dropout's mask: whether block `counter` under `key` keeps its element,
+ * the uniform value of a dtype's draw (rand_like), rounded to the dtype as
+ * the stored draw would be, at least p. */
+DP_HD int philox_keeps(uint64_t counter, uint64_t key, int dtype, double p)
+{
+    uint32_t w[4];
+    philox(counter, key, w);
+    double u = philox_uniform(w, dtype == DP_FLOAT64, dtype == DP_BFLOAT16);
+    if (dtype == DP_BFLOAT16)
+        u = bf16_to_f32(f32_to_bf16((float)u));
+    return u >= p;
 }
 
 /* Box-Muller over the four words of one block. */

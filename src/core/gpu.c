@@ -225,6 +225,17 @@ dp_status gpu_random(dp_tensor *t, int kind, uint64_t counter, uint64_t key, int
                                            gpu_stream_of(t->device)), t->dtype);
 }
 
+/* out = in with dropout's mask of blocks counter.. applied (dpc_dropout);
+ * both contiguous, of one dtype and device */
+dp_status gpu_dropout(dp_tensor *out, dp_tensor *in, uint64_t counter, uint64_t key, double p)
+{
+    if (dp_cuda_capturing())
+        return gpu_not_capturable("a random draw (rand, randn, randint, dropout)");
+    dpc_set_device(out->device);
+    return gpu_status("dropout", dpc_dropout(out->dtype, dp_tensor_numel(out), counter, key, p, gpu_first(in),
+                                             gpu_first(out), gpu_stream_of(out->device)), out->dtype);
+}
+
 /* ---------------------------------------------------------------- reductions */
 
 dp_status gpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, int dim, int correction)

@@ -97,6 +97,8 @@ bool gpu_any(int what, dp_tensor *t) { (void)what; (void)t; return false; }
 int gpu_deferred_holds(const dp_tensor *t) { (void)t; return 0; }
 dp_status gpu_random(dp_tensor *t, int kind, uint64_t counter, uint64_t key, int64_t low, uint64_t range)
 { (void)t; (void)kind; (void)counter; (void)key; (void)low; (void)range; return no_cuda(); }
+dp_status gpu_dropout(dp_tensor *out, dp_tensor *in, uint64_t counter, uint64_t key, double p)
+{ (void)out; (void)in; (void)counter; (void)key; (void)p; return no_cuda(); }
 dp_status gpu_reduce(int op, dp_tensor *out, dp_tensor *indices, dp_tensor *a, int dim, int correction)
 { (void)op; (void)out; (void)indices; (void)a; (void)dim; (void)correction; return no_cuda(); }
 dp_status gpu_softmax(dp_tensor *out, dp_tensor *a, int dim, int log)

@@ -75,6 +75,8 @@ dp_status gpu_put(dp_tensor *dst, dp_tensor *index, dp_tensor *src);
 int gpu_deferred_holds(const dp_tensor *t);
 /* t (new, contiguous) = the values of Philox blocks counter.. (common/philox.h) */
 dp_status gpu_random(dp_tensor *t, int kind, uint64_t counter, uint64_t key, int64_t low, uint64_t range);
+/* out = in with dropout's mask of blocks counter.. applied (dpc_dropout) */
+dp_status gpu_dropout(dp_tensor *out, dp_tensor *in, uint64_t counter, uint64_t key, double p);
 
 #define ON_CPU(t) ((t)->device == DP_CPU)
 

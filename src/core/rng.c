@@ -4,11 +4,17 @@
  * Counter-based means element i of a draw is a pure function of (seed,
  * offset + i), so the CPU and a CUDA kernel can produce the same numbers,
  * and saving (seed, offset) saves the whole stream state.
+ *
+ * Dropout is one op here for that reason: its mask is the draw of
+ * rand_like(x) >= p, made inside the pass that applies it, and its
+ * backward makes the same mask again from the two numbers instead of
+ * keeping it.
  */
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "core/autograd.h"
 #include "core/kernels.h"
 #include "common/philox.h"
 
@@ -144,4 +150,77 @@ dp_status dp_randint(dp_tensor **out, int64_t low, int64_t high, int ndim, const
     if (dtype == DP_BOOL)
         return dp_fail(DP_ERR_DTYPE, "randint: dtype bool is not supported");
     return random_tensor(out, ndim, shape, dtype, device, PHILOX_INT, low, (uint64_t)high - (uint64_t)low);
+}
+
+/* ---------------------------------------------------------------- dropout */
+
+/* out (new, contiguous) = in with the mask of blocks counter.. under key
+ * applied: in * 1 / (1 - p) where philox_keeps, else in * 0 (float
+ * arithmetic for float32 and bfloat16, as the GPU's) */
+static void dropout_cpu(dp_tensor *out, const dp_tensor *in, uint64_t counter, uint64_t key, double p)
+{
+    const int64_t n = dp_tensor_numel(in);
+    const int dtype = in->dtype;
+    const double scale = 1 / (1 - p);
+    if (dtype == DP_FLOAT64) {
+        const double *x = (const double *)tensor_ptr(in);
+        double *y = (double *)tensor_ptr(out);
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] * (philox_keeps(counter + (uint64_t)i, key, dtype, p) ? scale : 0.0);
+        return;
+    }
+    const float s = (float)scale;
+    for (int64_t i = 0; i < n; i++) {
+        const float m = philox_keeps(counter + (uint64_t)i, key, dtype, p) ? s : 0.f;
+        if (dtype == DP_FLOAT32)
+            ((float *)tensor_ptr(out))[i] = ((const float *)tensor_ptr(in))[i] * m;
+        else
+            ((uint16_t *)tensor_ptr(out))[i] = f32_to_bf16(bf16_to_f32(((const uint16_t *)tensor_ptr(in))[i]) * m);
+    }
+}
+
+static dp_status dropout_apply(dp_tensor **out, dp_tensor *in, uint64_t counter, uint64_t key, double p)
+{
+    dp_tensor *c = NULL;
+    dp_status st = dp_contiguous(&c, in);
+    if (!st && !(st = tensor_new(out, c->ndim, c->shape, c->dtype, c->device))) {
+        if (ON_CPU(c))
+            dropout_cpu(*out, c, counter, key, p);
+        else if ((st = gpu_dropout(*out, c, counter, key, p))) {
+            dp_tensor_release(*out);
+            *out = NULL;
+        }
+    }
+    dp_tensor_release(c);
+    return st;
+}
+
+/* iarg: the first counter and the key of the mask; darg[0]: p */
+static dp_status bw_dropout(ag_node *n, dp_tensor *g, dp_tensor **gi)
+{
+    dp_tensor *g2 = NULL;
+    dp_status st = dp_to(&g2, g, n->in[0].dtype, n->in[0].device);
+    if (!st)
+        st = dropout_apply(&gi[0], g2, (uint64_t)n->iarg[0], (uint64_t)n->iarg[1], n->darg[0]);
+    dp_tensor_release(g2);
+    return st;
+}
+
+dp_status dp_dropout(dp_tensor **out, dp_tensor *x, double p)
+{
+    if (x->dtype != DP_FLOAT32 && x->dtype != DP_FLOAT64 && x->dtype != DP_BFLOAT16)
+        return dp_fail(DP_ERR_DTYPE, "dropout: expected a float32, float64 or bfloat16 input, got %s",
+                       dp_dtype_name(x->dtype));
+    if (!(p >= 0 && p < 1))
+        return dp_fail(DP_ERR_ARG, "dropout: expected a probability p in [0, 1), got %g", p);
+    /* rand_like(x)'s draw: the same key and counters */
+    const uint64_t key = seed_now(), counter = reserve(dp_tensor_numel(x));
+    dp_status st = dropout_apply(out, x, counter, key, p);
+    ag_node *n = NULL;
+    if (!st && !(st = ag_record_or_drop(out, "NativeDropoutBackward0", bw_dropout, 1, &x, &n)) && n) {
+        n->iarg[0] = (int64_t)counter;
+        n->iarg[1] = (int64_t)key;
+        n->darg[0] = p;
+    }
+    return st;
 }

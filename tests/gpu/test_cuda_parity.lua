@@ -912,4 +912,24 @@ T.is(torch.cuda.memory_allocated(0), before, "memory_allocated returns to its le
 T.raises(function() return torch.ones(2):to("cuda:7") end, "cuda:7", "an absent device is a clear error")
 T.raises(function() return torch.ones(2):to(dev) + torch.ones(2) end, "same device", "mixing devices is a clear error")
 T.is(tostring(torch.ones(2, 2):to(dev)), "tensor([[1., 1.],\n        [1., 1.]], device='cuda:0')", "printing names the device")
+-- dropout: the same state of the stream gives the same mask on both
+-- devices (one Philox stream, philox_keeps), bit for bit, forward and back
+T.run("dropout: the CPU's mask on the GPU", function()
+  for _, dt in ipairs({ torch.float32, torch.bfloat16, torch.float64 }) do
+    local x, g = torch.randn(37, 53):to(dt), torch.randn(37, 53):to(dt)
+    local state = torch.get_rng_state()
+    local function run(device)
+      torch.set_rng_state(state)
+      local xl = x:to(device):requires_grad_()
+      local y = torch.nn.functional.dropout(xl, 0.2)
+      y:backward(g:to(device))
+      return y:cpu(), xl.grad:cpu()
+    end
+    local cy, cg = run("cpu")
+    local gy, gg = run(dev)
+    T.tensor_close(gy:double(), cy:double(), 0, 0, tostring(dt) .. ": output")
+    T.tensor_close(gg:double(), cg:double(), 0, 0, tostring(dt) .. ": gradient")
+  end
+end)
+
 T.done_testing()

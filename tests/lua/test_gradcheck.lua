@@ -331,6 +331,33 @@ T.run("dropout in training mode: gradient is the mask", function()
   end
   T.ok(ok, "dropout's gradient is 0 where dropped and 1/(1-p) where kept")
 end)
+-- The fused op against its definition: the mask is the draw rand_like(x)
+-- would make from the same state of the stream (>= p keeps), the output
+-- x * 1/(1-p) there (the scale in float for float32 and bfloat16), and the
+-- backward, which makes the mask again, the same mask times the gradient.
+T.run("dropout is rand_like(x) >= p, applied and made again by the backward", function()
+  for _, dt in ipairs({ torch.float64, torch.float32, torch.bfloat16 }) do
+    local x = torch.randn(7, 9):to(dt):t():requires_grad_()   -- strided: drawn in x's row-major order
+    local state = torch.get_rng_state()
+    local y = F.dropout(x, 0.35)
+    T.is(y.grad_fn and y.grad_fn.name, "NativeDropoutBackward0", tostring(dt) .. ": one node")
+    local after = torch.get_rng_state()
+    torch.set_rng_state(state)
+    local keep = torch.rand_like(x):ge(0.35)
+    T.ok(torch.equal(torch.get_rng_state(), after), tostring(dt) .. ": the stream moves as rand_like's draw")
+    local acc = dt == torch.float64 and dt or torch.float32   -- the arithmetic's dtype
+    local scale = dt == torch.float64 and 1 / 0.65 or torch.tensor(1 / 0.65):item()
+    local function masked(t) return (t:to(acc) * keep:to(acc) * scale):to(dt):double() end
+    T.tensor_close(y:double(), masked(x:detach()), 0, 0, tostring(dt) .. ": the kept elements scaled, the rest 0")
+    local g = torch.randn(9, 7):to(dt)
+    y:backward(g)
+    T.tensor_close(x.grad:double(), masked(g), 0, 0, tostring(dt) .. ": the gradient through the same mask")
+  end
+  T.raises(function() F.dropout(torch.ones(3, { dtype = torch.int64 }), 0.5) end,
+           "expected a float32, float64 or bfloat16 input, got int64", "an integer input")
+  T.raises(function() torch._native_dropout(torch.ones(3), 1) end, "expected a probability p in %[0, 1%), got 1",
+           "p = 1 in the C op (F.dropout gives zeros itself)")
+end)
 for _, red in ipairs({ "mean", "sum", "none" }) do
   check("mse_loss reduction=" .. red, function(x, y) return F.mse_loss(x, y, { reduction = red }) end, { R(2, 3), R(2, 3) })
   check("binary_cross_entropy_with_logits reduction=" .. red, function(x)

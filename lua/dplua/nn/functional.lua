@@ -170,7 +170,9 @@ function F.log_softmax(x, dim)
 end
 
 -- dropout(x, p=0.5, training=true): zeroes each element with probability p
--- (mask from torch.rand_like) and scales the rest by 1/(1-p).
+-- and scales the rest by 1/(1-p); the mask is torch.rand_like(x) >= p, the
+-- same draw, made and applied in one pass (and again in the backward,
+-- which keeps no mask).
 function F.dropout(x, p, training)
   if type(p) == "table" then p, training = p.p, p.training end
   want_tensor(x, "dropout", "input")
@@ -180,8 +182,7 @@ function F.dropout(x, p, training)
   end
   if training == false or p == 0 then return x end
   if p == 1 then return x * 0 end
-  local keep = torch.rand_like(x):ge(p):to(x.dtype)
-  return x * (keep * (1 / (1 - p)))
+  return torch._native_dropout(x, p)
 end
 
 ---------------------------------------------------------------- linear
