@@ -1,7 +1,8 @@
 -- scripts/bench/attention.lua: F.scaled_dot_product_attention on the GPU,
--- GPT-2's heads (B 16, H 12, D 64, bf16, causal) at sequence lengths 1024
--- and 4096 (batch 4 there): forward, and forward + backward, in ms per
--- call (CUDA events over 10 calls after 10 untimed ones). Printed as "name
+-- 12 heads, bf16, causal: GPT-2's head dim 64 at batch 16 x 1024 tokens
+-- and batch 4 x 4096, and head dim 128 at batch 8 x 2048: forward, and
+-- forward + backward, in µs per call (CUDA events over 10 calls after 10
+-- untimed ones). Printed as "name
 -- value" lines for scripts/bench/attention; attention.py is the same on
 -- PyTorch.
 local torch = require("dplua")
@@ -13,22 +14,23 @@ local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 local T = dofile(here .. "/timing.lua")
 local row, gpu_ms = T.row, T.gpu_ms
 
-for _, shape in ipairs({ { 16, 1024 }, { 4, 4096 } }) do
-  local B, L = shape[1], shape[2]
+for _, shape in ipairs({ { 16, 1024, 64 }, { 4, 4096, 64 }, { 8, 2048, 128 } }) do
+  local B, L, D = shape[1], shape[2], shape[3]
   local function qkv()
-    return torch.randn(B, 12, L, 64, { device = "cuda" }):bfloat16():requires_grad_()
+    return torch.randn(B, 12, L, D, { device = "cuda" }):bfloat16():requires_grad_()
   end
   local q, k, v = qkv(), qkv(), qkv()
-  local dout = torch.randn(B, 12, L, 64, { device = "cuda" }):bfloat16()
-  row("fwd_" .. L, function()
-    return gpu_ms(function()
+  local dout = torch.randn(B, 12, L, D, { device = "cuda" }):bfloat16()
+  local name = L .. "_" .. D
+  row("fwd_" .. name, function()
+    return 1000 * gpu_ms(function()
       torch.no_grad(function() F.scaled_dot_product_attention(q, k, v, { is_causal = true }) end)
     end, 10)
-  end, 3)
-  row("fwdbwd_" .. L, function()
-    return gpu_ms(function()
+  end, 1)
+  row("fwdbwd_" .. name, function()
+    return 1000 * gpu_ms(function()
       local out = F.scaled_dot_product_attention(q, k, v, { is_causal = true })
       out:backward(dout)
     end, 10)
-  end, 3)
+  end, 1)
 end
