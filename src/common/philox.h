@@ -44,6 +44,13 @@ DP_HD void philox(uint64_t counter, uint64_t key, uint32_t out[4])
     out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
 }
 
+/* A float32 uniform as bfloat16's: what would round up to 1.0 (from
+ * 0.998046875, the midpoint, on) becomes its largest value below 1. */
+DP_HD double bf16_draw(double u)
+{
+    return (float)u >= 0.998046875f ? 0.99609375 : u;
+}
+
 /* Uniform in [0, 1) from 53 bits (float64) or 24 bits (float32 and
  * bfloat16), so that rounding to the dtype can never give 1.0: for
  * bfloat16 what would round up to 1.0 (from 0.998046875, the midpoint, on)
@@ -53,22 +60,28 @@ DP_HD double philox_uniform(const uint32_t *w, int is_double, int is_bf16)
     if (is_double)
         return (double)((((uint64_t)w[0] << 32) | w[1]) >> 11) * 0x1.0p-53;
     double u = (double)(w[0] >> 8) * 0x1.0p-24;
-    if (is_bf16 && (float)u >= 0.998046875f)
-        u = 0.99609375;
-    return u;
+    return is_bf16 ? bf16_draw(u) : u;
 }
 
-/* Dropout's mask: whether block `counter` under `key` keeps its element,
- * the uniform value of a dtype's draw (rand_like), rounded to the dtype as
- * the stored draw would be, at least p. */
+/* Dropout's rule: whether the uniform u of a dtype's draw (philox_uniform)
+ * keeps its element, as rand_like(x) >= p decides: u and p rounded to the
+ * dtype (as the stored draw and a comparison with a scalar are), u >= p. */
+DP_HD int uniform_keeps(double u, int dtype, double p)
+{
+    if (dtype == DP_BFLOAT16)
+        return bf16_to_f32(f32_to_bf16((float)u)) >= bf16_to_f32(f32_to_bf16((float)p));
+    if (dtype == DP_FLOAT32)
+        return (float)u >= (float)p;
+    return u >= p;
+}
+
+/* Whether block `counter` under `key` keeps its element: the draw of
+ * rand_like for the dtype, under uniform_keeps. */
 DP_HD int philox_keeps(uint64_t counter, uint64_t key, int dtype, double p)
 {
     uint32_t w[4];
     philox(counter, key, w);
-    double u = philox_uniform(w, dtype == DP_FLOAT64, dtype == DP_BFLOAT16);
-    if (dtype == DP_BFLOAT16)
-        u = bf16_to_f32(f32_to_bf16((float)u));
-    return u >= p;
+    return uniform_keeps(philox_uniform(w, dtype == DP_FLOAT64, dtype == DP_BFLOAT16), dtype, p);
 }
 
 /* Box-Muller over the four words of one block. */

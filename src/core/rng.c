@@ -156,7 +156,11 @@ dp_status dp_randint(dp_tensor **out, int64_t low, int64_t high, int ndim, const
 
 /* out (new, contiguous) = in with the mask of blocks counter.. under key
  * applied: in * 1 / (1 - p) where philox_keeps, else in * 0 (float
- * arithmetic for float32 and bfloat16, as the GPU's) */
+ * arithmetic for float32 and bfloat16, as the GPU's). float32 and
+ * bfloat16 draw their uniforms a chunk at a time through the vectorised
+ * draw_uniform_f32 (one block at a time, a 140,000-element dropout took
+ * twice the time of the five ops it replaces). */
+#define DROPOUT_CHUNK 1024
 static void dropout_cpu(dp_tensor *out, const dp_tensor *in, uint64_t counter, uint64_t key, double p)
 {
     const int64_t n = dp_tensor_numel(in);
@@ -170,12 +174,22 @@ static void dropout_cpu(dp_tensor *out, const dp_tensor *in, uint64_t counter, u
         return;
     }
     const float s = (float)scale;
-    for (int64_t i = 0; i < n; i++) {
-        const float m = philox_keeps(counter + (uint64_t)i, key, dtype, p) ? s : 0.f;
-        if (dtype == DP_FLOAT32)
-            ((float *)tensor_ptr(out))[i] = ((const float *)tensor_ptr(in))[i] * m;
-        else
-            ((uint16_t *)tensor_ptr(out))[i] = f32_to_bf16(bf16_to_f32(((const uint16_t *)tensor_ptr(in))[i]) * m);
+    const float pf = (float)p;   /* the comparison in float32: uniform_keeps */
+    float u[DROPOUT_CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += DROPOUT_CHUNK) {
+        const int64_t m = n - i0 < DROPOUT_CHUNK ? n - i0 : DROPOUT_CHUNK;
+        draw_uniform_f32(u, m, counter + (uint64_t)i0, key);
+        if (dtype == DP_FLOAT32) {
+            const float *x = (const float *)tensor_ptr(in) + i0;
+            float *y = (float *)tensor_ptr(out) + i0;
+            for (int64_t j = 0; j < m; j++)
+                y[j] = x[j] * (u[j] >= pf ? s : 0.f);
+        } else {
+            const uint16_t *x = (const uint16_t *)tensor_ptr(in) + i0;
+            uint16_t *y = (uint16_t *)tensor_ptr(out) + i0;
+            for (int64_t j = 0; j < m; j++)
+                y[j] = f32_to_bf16(bf16_to_f32(x[j]) * (uniform_keeps(bf16_draw(u[j]), dtype, p) ? s : 0.f));
+        }
     }
 }
 

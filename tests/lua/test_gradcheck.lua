@@ -353,6 +353,14 @@ T.run("dropout is rand_like(x) >= p, applied and made again by the backward", fu
     y:backward(g)
     T.tensor_close(x.grad:double(), masked(g), 0, 0, tostring(dt) .. ": the gradient through the same mask")
   end
+  -- p = 0.7 is 0.69921875 in bfloat16, which a bfloat16 draw hits for about
+  -- 1 element in 256: kept, as rand_like(x):ge(0.7) keeps it
+  local x = torch.randn(20000):bfloat16()
+  local state = torch.get_rng_state()
+  local y = F.dropout(x, 0.7)
+  torch.set_rng_state(state)
+  T.ok(torch.equal(y:ne(0), torch.rand_like(x):ge(0.7):logical_and(x:ne(0))),
+       "bfloat16: the draw and p compared in bfloat16, as rand_like(x):ge(p) does")
   T.raises(function() F.dropout(torch.ones(3, { dtype = torch.int64 }), 0.5) end,
            "expected a float32, float64 or bfloat16 input, got int64", "an integer input")
   T.raises(function() torch._native_dropout(torch.ones(3), 1) end, "expected a probability p in %[0, 1%), got 1",
