@@ -337,7 +337,6 @@ template <class F> static int with_ln_dtypes(int in, int out, int res, F f)
     if (in == DP_FLOAT32 && out == DP_BFLOAT16)
         return f(tag<float>(), tag<bf16>(), tag<float>(), tag<float>());
     return with_dtypes(in, out, [&](auto ti, auto to) {
-        typedef typename decltype(to)::type TO;
         return f(ti, to, ti, to);   /* (bfloat16, float32): float32 parameters, the output's */
     });
 }
