@@ -1197,6 +1197,89 @@ end
 
 -- embedding(input, weight [, padding_idx]): rows of weight picked by the
 -- int64 indices in input; the padding row gets no gradient.
+-- pad(input, pad [, mode = "constant", value = 0]) or pad(input, pad,
+-- {mode =, value =}): PyTorch's F.pad. pad lists (before, after) pairs from
+-- the last dim backwards: {left, right} pads the last dim, {left, right,
+-- top, bottom} the last two. "constant" fills with value (a negative pad
+-- crops); "reflect" mirrors without the edge (each pad smaller than the
+-- dim), "replicate" repeats the edge, "circular" wraps around (each pad at
+-- most the dim). Built from narrow, cat and index_select, so that the
+-- backward is theirs, on every device.
+local pad_modes = { constant = true, reflect = true, replicate = true, circular = true }
+
+-- The source index of each position -before .. n - 1 + after of a dim of
+-- n padded by mode, as an int64 tensor on device.
+local function pad_indices(n, before, after, mode, device)
+  local idx = {}
+  for j = -before, n - 1 + after do
+    local i
+    if mode == "reflect" then i = j < 0 and -j or (j >= n and 2 * (n - 1) - j or j)
+    elseif mode == "replicate" then i = math.min(math.max(j, 0), n - 1)
+    else i = j % n end   -- circular
+    idx[#idx + 1] = i
+  end
+  return torch.tensor(idx, { dtype = torch.int64, device = device })
+end
+
+-- x's shape with m elements along dim, filled with value
+local function pad_block(x, dim, m, value)
+  local shape = x:size()
+  shape[dim + 1] = m
+  return torch.full(shape, value, { dtype = x.dtype, device = x.device })
+end
+
+function F.pad(input, pad, mode, value)
+  local fn = "pad"
+  if type(mode) == "table" then mode, value = mode.mode, mode.value end
+  want_tensor(input, fn, "input")
+  mode = mode or "constant"
+  if not pad_modes[mode] then
+    raise(string.format("%s: expected mode to be \"constant\", \"reflect\", \"replicate\" or \"circular\", got %s",
+                        fn, tostring(mode)))
+  end
+  if type(pad) ~= "table" or #pad % 2 ~= 0 then raise(fn .. ": Padding length must be divisible by 2") end
+  local nd = input:dim()
+  if #pad / 2 > nd then
+    raise(string.format("%s: Padding length should be less than or equal to two times the input dimension but got padding length %d and input of dimension %d",
+                        fn, #pad, nd))
+  end
+  for i = 1, #pad do
+    if type(pad[i]) ~= "number" or pad[i] % 1 ~= 0 then raise(fn .. ": expected the pads to be integers") end
+  end
+  if mode ~= "constant" and value ~= nil and value ~= 0 then
+    raise(string.format("%s: Padding mode \"%s\" doesn't take in value argument", fn, mode))
+  end
+  local x = input
+  for i = 1, #pad / 2 do
+    local dim, before, after = nd - i, pad[2 * i - 1], pad[2 * i]
+    local n = x:size(dim)
+    if mode == "constant" then
+      if before < 0 or after < 0 then   -- negative pads crop
+        local from, keep = math.max(-before, 0), n - math.max(-before, 0) - math.max(-after, 0)
+        if keep < 0 then raise(string.format("%s: the pads (%d, %d) crop more than dim %d's %d elements", fn, before, after, dim, n)) end
+        x = x:narrow(dim, from, keep)
+      end
+      local parts = {}
+      if before > 0 then parts[#parts + 1] = pad_block(x, dim, before, value or 0) end
+      parts[#parts + 1] = x
+      if after > 0 then parts[#parts + 1] = pad_block(x, dim, after, value or 0) end
+      if #parts > 1 then x = torch.cat(parts, dim) end
+    elseif before ~= 0 or after ~= 0 then
+      if before < 0 or after < 0 then raise(string.format("%s: negative pads are taken in constant mode only, got (%d, %d) in %s mode", fn, before, after, mode)) end
+      if mode == "reflect" and (before >= n or after >= n) then
+        raise(string.format("%s: Argument #4: Padding size should be less than the corresponding input dimension, but got: padding (%d, %d) at dimension %d of input %s",
+                            fn, before, after, dim, shape_str(input)))
+      end
+      if mode == "circular" and (before > n or after > n) then
+        raise(string.format("%s: Padding value causes wrapping around more than once: padding (%d, %d) at dimension %d of size %d", fn, before, after, dim, n))
+      end
+      if n == 0 then raise(string.format("%s: %s padding of an empty dim %d", fn, mode, dim)) end
+      x = x:index_select(dim, pad_indices(n, before, after, mode, x.device))
+    end
+  end
+  return x
+end
+
 -- one_hot(tensor, num_classes=-1): int64 (..., num_classes) with a 1 at
 -- each class index of the int64 tensor; -1 takes the largest index + 1.
 function F.one_hot(t, num_classes)

@@ -1,0 +1,63 @@
+-- test_pad.lua: F.pad in every mode (constant with a value and with
+-- negative pads, reflect, replicate, circular; pads of one, two and three
+-- dims) against PyTorch's outputs and input gradients in float64
+-- (tests/ref/pad.lua, written by scripts/gen_pad_ref.py); other dtypes
+-- and the options table; bad pads as clear errors.
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
+package.path = here .. "/?.lua;" .. package.path
+local T = require("tap")
+local torch = require("dplua")
+local F = torch.nn.functional
+local ref = dofile(here .. "/../ref/pad.lua")
+
+-- the generator's input: x.flat[i] = sin(1 + 3i) of the case's shape
+local function input(shape)
+  local n = 1
+  for _, s in ipairs(shape) do n = n * s end
+  local v = {}
+  for i = 0, n - 1 do v[#v + 1] = math.sin(1 + 3 * i) end
+  return torch.tensor(v, { dtype = torch.float64 }):reshape(shape)
+end
+
+for _, name in ipairs(T.sorted_keys(ref)) do
+  local c = ref[name]
+  T.run(name .. " against PyTorch", function()
+    local x = input(c.input):requires_grad_()
+    local y = c.mode == "constant" and F.pad(x, c.pad, "constant", c.value) or F.pad(x, c.pad, { mode = c.mode })
+    T.is(T.shape(y), c.shape, "shape")
+    T.tensor_close(y:reshape(-1), torch.tensor(c.y, { dtype = torch.float64 }), 0, 0, "values")
+    local wt = torch.arange(0, y:numel(), { dtype = torch.float64 }):cos():reshape(y:size())
+    local loss = (y * wt):sum()
+    loss:backward()
+    T.tensor_close(x.grad:reshape(-1), torch.tensor(c.dx, { dtype = torch.float64 }), 1e-14, 1e-14, "input gradient")
+  end)
+end
+
+T.run("other dtypes keep theirs; the default mode is constant with 0", function()
+  local x = torch.arange(0, 6):reshape(2, 3)
+  local y = F.pad(x, { 1, 0 })
+  T.is(y.dtype, torch.int64, "int64")
+  T.is(y:tolist(), { { 0, 0, 1, 2 }, { 0, 3, 4, 5 } }, "zeros before")
+  local b = F.pad(x:bfloat16(), { 0, 1 }, { value = 2 })
+  T.is(b.dtype, torch.bfloat16, "bfloat16")
+  T.is(b:float():tolist(), { { 0, 1, 2, 2 }, { 3, 4, 5, 2 } }, "value after")
+  T.ok(rawequal(F.pad(x, { 0, 0 }), x), "no padding: the input itself")
+end)
+
+T.run("bad pads are clear errors", function()
+  local x = torch.ones(2, 3, 4)
+  T.raises(function() F.pad(x, { 1 }) end, "Padding length must be divisible by 2", "odd length")
+  T.raises(function() F.pad(x, { 1, 1, 1, 1, 1, 1, 1, 1 }) end, "less than or equal to two times the input dimension",
+           "more dims than the input")
+  T.raises(function() F.pad(x, { 1, 1 }, "wrap") end, "expected mode to be", "unknown mode")
+  T.raises(function() F.pad(x, { 4, 0 }, "reflect") end, "Padding size should be less than the corresponding input dimension",
+           "reflect as wide as the dim")
+  T.raises(function() F.pad(x, { 5, 0 }, "circular") end, "wrapping around more than once", "circular wider than the dim")
+  T.raises(function() F.pad(x, { -1, 0 }, "replicate") end, "negative pads are taken in constant mode only",
+           "negative replicate")
+  T.raises(function() F.pad(x, { -3, -2 }) end, "crop more than", "cropping past the dim")
+  T.raises(function() F.pad(x, { 1, 1 }, "reflect", 3) end, "doesn't take in value argument", "a value beside reflect")
+  T.raises(function() F.pad(x, { 1.5, 1 }) end, "expected the pads to be integers", "a fractional pad")
+end)
+
+T.done_testing()
