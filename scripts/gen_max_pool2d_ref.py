@@ -19,6 +19,9 @@ cases = {  # name: (input shape, kernel, options)
     "rect": ((2, 2, 6, 10), (2, 3), {"stride": (1, 2)}),
     "dilation": ((1, 2, 11, 10), 3, {"dilation": 2, "padding": 1}),
     "ties": ((2, 2, 8, 7), 3, {"stride": 1, "padding": 1}),
+    "ceil": ((2, 2, 7, 9), 2, {"ceil_mode": True}),
+    "ceil_stride_pad": ((1, 3, 10, 8), 3, {"stride": 2, "padding": 1, "ceil_mode": True}),
+    "ceil_dilation": ((1, 2, 11, 12), 3, {"stride": 2, "dilation": 2, "ceil_mode": True}),
 }
 
 out = {}

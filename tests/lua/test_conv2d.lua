@@ -7,7 +7,7 @@
 -- strides and threads; float64 finite differences; only the
 -- gradients asked for; non-contiguous inputs; errors of the C op. Then
 -- the fused F.max_pool2d likewise (tests/ref/max_pool2d.lua, from
--- scripts/gen_max_pool2d_ref.py), ties and NaNs included; and
+-- scripts/gen_max_pool2d_ref.py), ceil_mode, ties and NaNs included; and
 -- torch.set_num_threads, whose threads run the convolutions' GEMMs.
 local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 package.path = here .. "/?.lua;" .. package.path
@@ -182,6 +182,9 @@ local pools = {  -- name: input shape, kernel, options (as in the generator)
   rect = { { 2, 2, 6, 10 }, { 2, 3 }, { stride = { 1, 2 } } },
   dilation = { { 1, 2, 11, 10 }, 3, { dilation = 2, padding = 1 } },
   ties = { { 2, 2, 8, 7 }, 3, { stride = 1, padding = 1 } },
+  ceil = { { 2, 2, 7, 9 }, 2, { ceil_mode = true } },
+  ceil_stride_pad = { { 1, 3, 10, 8 }, 3, { stride = 2, padding = 1, ceil_mode = true } },
+  ceil_dilation = { { 1, 2, 11, 12 }, 3, { stride = 2, dilation = 2, ceil_mode = true } },
 }
 local function round(v) return v >= 0 and math.floor(v + 0.5) or -math.floor(-v + 0.5) end
 
@@ -217,6 +220,10 @@ T.run("max_pool2d with NaN and -inf", function()
                                 { torch.randn(1, 2, 5, 6, { dtype = torch.float64 }):requires_grad_() }),
        "finite differences")
   T.raises(function() torch._max_pool2d(torch.randn(1, 1, 4, 4), 2, 2, 2, 1) end, "more than half", "too much padding")
+  T.raises(function() F.max_pool2d(torch.randn(1, 1, 4, 4), 2, { return_indices = true }) end,
+           "return_indices=true is not supported", "return_indices")
+  T.is(tostring(torch.nn.MaxPool2d(3, { stride = 2, ceil_mode = true })),
+       "MaxPool2d(kernel_size=3, stride=2, padding=0, dilation=1, ceil_mode=True)", "MaxPool2d prints its ceil_mode")
   T.raises(function() torch._max_pool2d(torch.randn(4, 4), 2, 2, 0, 1) end, "4%-D input", "a 2-D input")
 end)
 

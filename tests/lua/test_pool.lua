@@ -1,5 +1,5 @@
--- test_pool.lua: F.avg_pool2d (stride, padding, count_include_pad,
--- divisor_override) and F.adaptive_avg_pool2d (sizes that divide the input
+-- test_pool.lua: F.avg_pool2d (stride, padding, ceil_mode,
+-- count_include_pad, divisor_override) and F.adaptive_avg_pool2d (sizes that divide the input
 -- and sizes that do not, nil for "keep") against PyTorch's outputs and
 -- input gradients in float64 (tests/ref/pool.lua, written by
 -- scripts/gen_pool_ref.py); nn.AvgPool2d and nn.AdaptiveAvgPool2d; 3-D
@@ -28,6 +28,12 @@ local cases = {
   avg_k3_s1_p1_nopad = function(x) return F.avg_pool2d(x, 3, { stride = 1, padding = 1, count_include_pad = false }) end,
   avg_k23_s12 = function(x) return F.avg_pool2d(x, { 2, 3 }, { 1, 2 }) end,
   avg_divisor = function(x) return nn.AvgPool2d(2, { divisor_override = 3 })(x) end,
+  avg_ceil_k2 = function(x) return nn.AvgPool2d(2, { ceil_mode = true })(x) end,
+  avg_ceil_k3_s2_p1 = function(x) return F.avg_pool2d(x, 3, 2, 1, true) end,
+  avg_ceil_k3_s2_p1_nopad = function(x)
+    return F.avg_pool2d(x, 3, { stride = 2, padding = 1, ceil_mode = true, count_include_pad = false })
+  end,
+  avg_ceil_k23_s2 = function(x) return F.avg_pool2d(x, { 2, 3 }, { stride = 2, ceil_mode = true }) end,
   adaptive_1 = function(x) return nn.AdaptiveAvgPool2d(1)(x) end,
   adaptive_3x3 = function(x) return F.adaptive_avg_pool2d(x, { 3, 3 }) end,
   adaptive_4x5 = function(x) return F.adaptive_avg_pool2d(x, { 4, 5 }) end,
@@ -66,7 +72,6 @@ end)
 T.run("errors", function()
   local x = torch.rand(1, 1, 4, 4)
   T.raises(function() F.avg_pool2d(x, 2, 2, 2) end, "pad should be at most half of effective kernel size", "too much padding")
-  T.raises(function() F.avg_pool2d(x, 2, { ceil_mode = true }) end, "ceil_mode=true is not supported", "ceil_mode")
   T.raises(function() F.avg_pool2d(torch.rand(4, 4), 2) end, "expected 3%-D %(C, H, W%) or 4%-D", "a 2-D input")
   T.raises(function() F.avg_pool2d(x, 2, { divisor_override = 0 }) end, "divisor must be not zero", "a zero divisor")
   T.raises(function() F.adaptive_avg_pool2d(x, 0) end, "output_size must be positive integers", "output size 0")

@@ -881,19 +881,39 @@ local function pool_window(input, fn, kernel_size, stride, padding, dilation)
   return x, batched, k, s, p, d, Ho, Wo
 end
 
--- max_pool2d(input, kernel_size [, stride=kernel_size, padding=0, dilation=1])
--- or max_pool2d(input, kernel_size, {stride=, padding=, dilation=}): on the
--- CPU the fused op; elsewhere unfold with -inf padding, then the max over
--- each window.
+-- With ceil_mode, PyTorch's output size along a dim of n (windows that
+-- start inside the input or its leading padding, the last one allowed past
+-- the end), and how far the last window reaches past the trailing padding.
+local function ceil_window(n, k, s, p, d)
+  local out = math.floor((n + 2 * p - d * (k - 1) - 1 + s - 1) / s) + 1
+  if (out - 1) * s >= n + p then out = out - 1 end
+  return out, math.max(0, (out - 1) * s + d * (k - 1) + 1 - (n + 2 * p))
+end
+
+-- pool_window's sizes with ceil_mode: x padded at the bottom and right by
+-- what the last windows reach past its padding, with `fill`, so that the
+-- windows of the padded x are PyTorch's; returns x, the two reaches, Ho, Wo.
+local function ceil_pool(x, k, s, p, d, fill)
+  local Ho, eh = ceil_window(x:size(2), k[1], s[1], p[1], d[1])
+  local Wo, ew = ceil_window(x:size(3), k[2], s[2], p[2], d[2])
+  if eh > 0 or ew > 0 then x = F.pad(x, { 0, ew, 0, eh }, "constant", fill) end
+  return x, eh, ew, Ho, Wo
+end
+
+-- max_pool2d(input, kernel_size [, stride=kernel_size, padding=0,
+-- dilation=1, ceil_mode=false]) or max_pool2d(input, kernel_size,
+-- {stride=, padding=, dilation=, ceil_mode=}): on the CPU the fused op;
+-- elsewhere unfold with -inf padding, then the max over each window.
+-- ceil_mode pads the bottom and right with -inf first (ceil_pool).
 function F.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
   local fn = "max_pool2d"
   if type(stride) == "table" and stride[1] == nil then
     local o = stride
     stride, padding, dilation, ceil_mode, return_indices = o.stride, o.padding, o.dilation, o.ceil_mode, o.return_indices
   end
-  if ceil_mode then raise(fn .. ": ceil_mode=true is not supported") end
   if return_indices then raise(fn .. ": return_indices=true is not supported") end
   local x, batched, k, s, p, d, Ho, Wo = pool_window(input, fn, kernel_size, stride, padding, dilation)
+  if ceil_mode then x, _, _, Ho, Wo = ceil_pool(x, k, s, p, d, -math.huge) end
   if not x.is_cuda and (x.dtype == torch.float32 or x.dtype == torch.float64) then
     local out = torch._max_pool2d(x, k, s, p, d)
     return batched and out or out:squeeze(0)
@@ -917,20 +937,30 @@ function F.avg_pool2d(input, kernel_size, stride, padding, ceil_mode, count_incl
     stride, padding, ceil_mode, count_include_pad, divisor_override =
       o.stride, o.padding, o.ceil_mode, o.count_include_pad, o.divisor_override
   end
-  if ceil_mode then raise(fn .. ": ceil_mode=true is not supported") end
   if divisor_override ~= nil and (type(divisor_override) ~= "number" or divisor_override == 0) then
     raise(fn .. ": divisor must be not zero")
   end
   local x, batched, k, s, p, _, Ho, Wo = pool_window(input, fn, kernel_size, stride, padding, 1)
   local N, C, H, W = x:size(0), x:size(1), x:size(2), x:size(3)
+  local eh, ew = 0, 0
+  if ceil_mode then x, eh, ew, Ho, Wo = ceil_pool(x, k, s, p, { 1, 1 }, 0) end
   local sums = torch._unfold(x, k, s, p, { 1, 1 }, 0):reshape(N, C, k[1] * k[2], Ho * Wo):sum(2)
   local out
   if divisor_override ~= nil then
     out = sums / divisor_override
-  elseif count_include_pad == false and (p[1] > 0 or p[2] > 0) then
-    -- each window's count of input elements: the same unfold of ones
-    local ones = torch.ones(1, 1, H, W, { dtype = x.dtype, device = x.device })
-    local counts = torch._unfold(ones, k, s, p, { 1, 1 }, 0):sum(1)  -- (1, Ho*Wo)
+  elseif (count_include_pad == false and (p[1] > 0 or p[2] > 0)) or eh > 0 or ew > 0 then
+    -- each window's count of what it averages, from the same unfold of
+    -- ones: the input's elements, or those and the padding's (not what a
+    -- ceil_mode window reaches past the padding), as PyTorch counts them
+    local counts
+    if count_include_pad == false then
+      local ones = F.pad(torch.ones(1, 1, H, W, { dtype = x.dtype, device = x.device }), { 0, ew, 0, eh })
+      counts = torch._unfold(ones, k, s, p, { 1, 1 }, 0):sum(1)                      -- (1, Ho*Wo)
+    else   -- ones over the input and its padding, zeros past them, unfolded unpadded
+      local ones = F.pad(torch.ones(1, 1, H + 2 * p[1], W + 2 * p[2], { dtype = x.dtype, device = x.device }),
+                         { 0, ew, 0, eh })
+      counts = torch._unfold(ones, k, s, { 0, 0 }, { 1, 1 }, 0):sum(1)
+    end
     out = sums / counts
   else
     out = sums / (k[1] * k[2])

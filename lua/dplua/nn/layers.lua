@@ -287,26 +287,33 @@ function L.ConvTranspose2d:extra_repr()
   return s
 end
 
--- MaxPool2d(kernel_size [, stride=kernel_size, padding=0, dilation=1]) or
--- MaxPool2d(kernel_size, {stride=, padding=, dilation=}).
+-- MaxPool2d(kernel_size [, stride=kernel_size, padding=0, dilation=1,
+-- return_indices=false, ceil_mode=false]) or MaxPool2d(kernel_size,
+-- {stride=, padding=, dilation=, return_indices=, ceil_mode=}).
 L.MaxPool2d = Module:extend("MaxPool2d")
-function L.MaxPool2d:__init(kernel_size, stride, padding, dilation)
-  if is_opts(stride) then stride, padding, dilation = stride.stride, stride.padding, stride.dilation end
+function L.MaxPool2d:__init(kernel_size, stride, padding, dilation, return_indices, ceil_mode)
+  if is_opts(stride) then
+    local o = stride
+    stride, padding, dilation, return_indices, ceil_mode = o.stride, o.padding, o.dilation, o.return_indices, o.ceil_mode
+  end
+  if return_indices then raise("MaxPool2d: return_indices=true is not supported") end
   F._pair(kernel_size, "MaxPool2d", "kernel_size")
   self.kernel_size = kernel_size
   self.stride = stride or kernel_size
   self.padding = padding or 0
   self.dilation = dilation or 1
+  self.ceil_mode = ceil_mode == true
   F._pair(self.stride, "MaxPool2d", "stride")
   F._pair(self.padding, "MaxPool2d", "padding")
   F._pair(self.dilation, "MaxPool2d", "dilation")
 end
 function L.MaxPool2d:forward(x)
-  return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation)
+  return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
 end
 function L.MaxPool2d:extra_repr()
-  return string.format("kernel_size=%s, stride=%s, padding=%s, dilation=%s, ceil_mode=False",
-                       pyrepr(self.kernel_size), pyrepr(self.stride), pyrepr(self.padding), pyrepr(self.dilation))
+  return string.format("kernel_size=%s, stride=%s, padding=%s, dilation=%s, ceil_mode=%s",
+                       pyrepr(self.kernel_size), pyrepr(self.stride), pyrepr(self.padding), pyrepr(self.dilation),
+                       self.ceil_mode and "True" or "False")
 end
 
 -- AvgPool2d(kernel_size [, stride, padding, ceil_mode, count_include_pad,
@@ -322,10 +329,9 @@ function L.AvgPool2d:__init(kernel_size, stride, padding, ceil_mode, count_inclu
   self.kernel_size, self.stride, self.padding = kernel_size, stride or kernel_size, padding or 0
   self.ceil_mode, self.count_include_pad = ceil_mode or false, count_include_pad ~= false
   self.divisor_override = divisor_override
-  if self.ceil_mode then raise("AvgPool2d: ceil_mode=true is not supported") end
 end
 function L.AvgPool2d:forward(x)
-  return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, false, self.count_include_pad,
+  return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
                       self.divisor_override)
 end
 function L.AvgPool2d:extra_repr()
