@@ -1193,6 +1193,53 @@ function torch._add_layer_norm(x, residual, weight, bias, eps)
   return torch._native_add_layer_norm(x, residual, weight, bias, normalized_shape[1], eps, out_dtype)
 end
 
+-- group_norm(input, num_groups [, weight, bias, eps = 1e-5]): PyTorch's
+-- F.group_norm over input (N, C, ...): each sample's channels in
+-- num_groups groups, each group normalized by its mean and biased
+-- variance, then the per-channel weight and bias. The statistics are
+-- LayerNorm's over the group's elements (one fused op and its backward).
+function F.group_norm(input, num_groups, weight, bias, eps)
+  local fn = "group_norm"
+  want_tensor(input, fn, "input")
+  if input:dim() < 2 then
+    raise(fn .. ": expected an input of at least 2 dims (N, C, ...), got shape " .. shape_str(input))
+  end
+  if type(num_groups) ~= "number" or num_groups < 1 or num_groups % 1 ~= 0 then
+    raise(fn .. ": expected num_groups to be a positive integer, got " .. tostring(num_groups))
+  end
+  local shape = input:size()
+  local N, C = shape[1], shape[2]
+  if C % num_groups ~= 0 then
+    raise(string.format("%s: Expected number of channels in input to be divisible by num_groups, but got input of shape %s and num_groups=%d",
+                        fn, shape_str(input), num_groups))
+  end
+  for _, p in ipairs({ { weight, "weight" }, { bias, "bias" } }) do
+    if p[1] ~= nil then
+      want_tensor(p[1], fn, p[2])
+      if p[1]:dim() ~= 1 or p[1]:size(0) ~= C then
+        raise(string.format("%s: expected %s of shape [%d] (one per channel), got %s", fn, p[2], C, shape_str(p[1])))
+      end
+    end
+  end
+  local per_group = C / num_groups
+  for i = 3, #shape do per_group = per_group * shape[i] end
+  if N * per_group == 0 then return input * 1 end
+  local y = F.layer_norm(input:reshape(N, num_groups, per_group), per_group, nil, nil, eps):reshape(shape)
+  local cshape = { 1, C }
+  for i = 3, #shape do cshape[i] = 1 end
+  if weight ~= nil then y = y * weight:view(cshape) end
+  if bias ~= nil then y = y + bias:view(cshape) end
+  return y
+end
+
+-- normalize(input [, p = 2, dim = 1, eps = 1e-12]) or normalize(input,
+-- {p =, dim =, eps =}): input divided by its p-norm along dim, at least eps.
+function F.normalize(input, p, dim, eps)
+  if type(p) == "table" then p, dim, eps = p.p, p.dim, p.eps end
+  want_tensor(input, "normalize", "input")
+  return input / input:norm(p or 2, dim or 1, true):clamp(eps or 1e-12)
+end
+
 local function want_tensor_or_nil(t, fn, what)
   if t ~= nil and not is_tensor(t) then
     raise(string.format("%s: expected %s to be a tensor or nil, got %s", fn, what, typename(t)))

@@ -143,6 +143,31 @@ end
 function L.Flatten:forward(x) return x:flatten(self.start_dim, self.end_dim) end
 function L.Flatten:extra_repr() return string.format("start_dim=%d, end_dim=%d", self.start_dim, self.end_dim) end
 
+-- Unflatten(dim, unflattened_size): dim of the input viewed as the sizes
+-- given (one of them may be -1).
+L.Unflatten = Module:extend("Unflatten")
+function L.Unflatten:__init(dim, unflattened_size)
+  if type(dim) ~= "number" or dim % 1 ~= 0 then raise("Unflatten: expected dim to be an integer, got " .. tostring(dim)) end
+  if type(unflattened_size) ~= "table" or #unflattened_size == 0 then
+    raise("Unflatten: expected unflattened_size to be a non-empty table of integers")
+  end
+  self.dim, self.unflattened_size = dim, unflattened_size
+end
+function L.Unflatten:forward(x)
+  local shape, d = x:size(), self.dim < 0 and self.dim + x:dim() or self.dim
+  if d < 0 or d >= #shape then
+    raise(string.format("Unflatten: dim %d is out of range for an input of %d dims", self.dim, #shape))
+  end
+  local out = {}
+  for i = 1, d do out[i] = shape[i] end
+  for _, s in ipairs(self.unflattened_size) do out[#out + 1] = s end
+  for i = d + 2, #shape do out[#out + 1] = shape[i] end
+  return x:view(out)
+end
+function L.Unflatten:extra_repr()
+  return string.format("dim=%d, unflattened_size=%s", self.dim, pyrepr(self.unflattened_size))
+end
+
 ---------------------------------------------------------------- Linear
 
 -- Linear(in_features, out_features [, bias=true] [, {bias=, dtype=, device=}]):
@@ -582,6 +607,75 @@ end
 function L.LayerNorm:extra_repr()
   return string.format("%s, eps=%s, elementwise_affine=%s", pyrepr(self.normalized_shape), pyfloat(self.eps),
                        pyrepr(self.elementwise_affine))
+end
+
+-- GroupNorm(num_groups, num_channels [, eps=1e-5, affine=true]) or with an
+-- options table {eps=, affine=, dtype=, device=}: F.group_norm with a
+-- per-channel weight (ones) and bias (zeros) when affine.
+L.GroupNorm = Module:extend("GroupNorm")
+function L.GroupNorm:__init(num_groups, num_channels, eps, affine)
+  local opts = {}
+  if is_opts(eps) then
+    opts = check_opts(eps, "GroupNorm", { eps = true, affine = true, dtype = true, device = true })
+    eps, affine = opts.eps, opts.affine
+  end
+  self.num_groups = want_int(num_groups, "GroupNorm", "num_groups", 1)
+  self.num_channels = want_int(num_channels, "GroupNorm", "num_channels", 1)
+  if num_channels % num_groups ~= 0 then raise("GroupNorm: num_channels must be divisible by num_groups") end
+  self.eps = eps or 1e-5
+  self.affine = affine ~= false
+  if self.affine then
+    self.weight = Parameter(make("ones", { num_channels }, opts))
+    self.bias = Parameter(make("zeros", { num_channels }, opts))
+  else
+    self:register_parameter("weight", nil)
+    self:register_parameter("bias", nil)
+  end
+end
+function L.GroupNorm:forward(x) return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps) end
+function L.GroupNorm:extra_repr()
+  return string.format("%d, %d, eps=%s, affine=%s", self.num_groups, self.num_channels, pyfloat(self.eps),
+                       pyrepr(self.affine))
+end
+
+-- The padding modules over F.pad, as PyTorch's: ZeroPad1d/2d/3d,
+-- ConstantPad1d/2d/3d(padding, value), ReflectionPad1d/2d/3d,
+-- ReplicationPad1d/2d/3d and CircularPad1d/2d/3d(padding). padding is an
+-- integer (every side) or 2, 4 or 6 sides (left, right, top, bottom,
+-- front, back).
+local function pad_module(name, nd, mode, takes_value)
+  local cls = Module:extend(name)
+  function cls:__init(padding, value)
+    if type(padding) == "number" then
+      if padding % 1 ~= 0 then raise(name .. ": expected padding to be an integer, got " .. padding) end
+      local p = {}
+      for i = 1, 2 * nd do p[i] = padding end
+      padding = p
+    elseif type(padding) ~= "table" or #padding ~= 2 * nd then
+      raise(string.format("%s: expected padding to be an integer or %d integers, got %s", name, 2 * nd,
+                          type(padding) == "table" and #padding .. " of them" or type(padding)))
+    end
+    self.padding = padding
+    if takes_value then
+      if type(value) ~= "number" then raise(name .. ": expected value to be a number, got " .. type(value)) end
+      self.value = value
+    elseif mode == "constant" then
+      self.value = 0
+    end
+  end
+  function cls:forward(x) return F.pad(x, self.padding, mode, self.value) end
+  function cls:extra_repr()
+    if takes_value then return string.format("padding=%s, value=%s", pyrepr(self.padding), pyfloat(self.value)) end
+    return pyrepr(self.padding)
+  end
+  L[name] = cls
+end
+for nd = 1, 3 do
+  pad_module("ZeroPad" .. nd .. "d", nd, "constant", false)
+  pad_module("ConstantPad" .. nd .. "d", nd, "constant", true)
+  pad_module("ReflectionPad" .. nd .. "d", nd, "reflect", false)
+  pad_module("ReplicationPad" .. nd .. "d", nd, "replicate", false)
+  pad_module("CircularPad" .. nd .. "d", nd, "circular", false)
 end
 
 ---------------------------------------------------------------- containers
