@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Writes tests/ref/norm_extra.lua: PyTorch's F.group_norm and F.normalize
-outputs and input gradients (of the output weighted by cos of its flat
+"""Writes tests/ref/norm_extra.lua: PyTorch's F.group_norm, F.normalize,
+F.cosine_similarity and F.pairwise_distance outputs and input gradients (of the output weighted by cos of its flat
 index; for group_norm also the weight's and bias's) for
 tests/lua/test_norm_extra.lua, in float64. The input is x.flat[i] =
 sin(1 + 0.7 i) of the case's shape, scaled and shifted per case (rebuilt in
@@ -22,6 +22,12 @@ cases = {  # name: (shape, scale, shift, function of x, w, b)
     "normalize_p2": ((4, 5), 1.0, 0.0, lambda x, w, b: F.normalize(x)),
     "normalize_p1_last": ((3, 4, 5), 1.0, 0.0, lambda x, w, b: F.normalize(x, p=1.0, dim=-1)),
     "normalize_small_eps": ((3, 4), 1e-14, 0.0, lambda x, w, b: F.normalize(x, dim=0, eps=1e-12)),
+    # the second operand: cos(x) + 0.3
+    "cosine_similarity": ((4, 5, 3), 1.0, 0.0, lambda x, w, b: F.cosine_similarity(x, x.cos() + 0.3)),
+    "cosine_similarity_last": ((4, 5), 1.0, 0.0, lambda x, w, b: F.cosine_similarity(x, x.cos() + 0.3, dim=-1)),
+    "pairwise_distance": ((4, 5), 1.0, 0.0, lambda x, w, b: F.pairwise_distance(x, x.cos() + 0.3)),
+    "pairwise_distance_p1_keepdim": ((2, 3, 5), 1.0, 0.0,
+                                     lambda x, w, b: F.pairwise_distance(x, x.cos() + 0.3, p=1.0, keepdim=True)),
 }
 
 out = {}

@@ -1,4 +1,5 @@
--- test_norm_extra.lua: F.group_norm and F.normalize against PyTorch's
+-- test_norm_extra.lua: F.group_norm, F.normalize, F.cosine_similarity and
+-- F.pairwise_distance (and their modules) against PyTorch's
 -- outputs and gradients in float64 (tests/ref/norm_extra.lua, written by
 -- scripts/gen_norm_extra_ref.py), float32, and their modules; the padding
 -- modules (ZeroPad, ConstantPad, ReflectionPad, ReplicationPad,
@@ -20,6 +21,13 @@ local cases = {  -- as in the generator
   normalize_p2 = function(x) return F.normalize(x) end,
   normalize_p1_last = function(x) return F.normalize(x, 1, -1) end,
   normalize_small_eps = function(x) return F.normalize(x, { dim = 0, eps = 1e-12 }) end,
+  -- the second operand: cos(x) + 0.3
+  cosine_similarity = function(x) return F.cosine_similarity(x, x:cos() + 0.3) end,
+  cosine_similarity_last = function(x) return nn.CosineSimilarity(-1)(x, x:cos() + 0.3) end,
+  pairwise_distance = function(x) return nn.PairwiseDistance()(x, x:cos() + 0.3) end,
+  pairwise_distance_p1_keepdim = function(x)
+    return F.pairwise_distance(x, x:cos() + 0.3, { p = 1, keepdim = true })
+  end,
 }
 
 -- the generator's tensors: x.flat[i] = sin(1 + 0.7 i) * scale + shift, the

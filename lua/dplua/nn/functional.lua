@@ -1240,6 +1240,27 @@ function F.normalize(input, p, dim, eps)
   return input / input:norm(p or 2, dim or 1, true):clamp(eps or 1e-12)
 end
 
+-- cosine_similarity(x1, x2 [, dim = 1, eps = 1e-8]) or with {dim =, eps =}:
+-- sum(x1 * x2) / max(|x1| |x2|, eps) along dim (x1 and x2 broadcast), as
+-- PyTorch's documentation gives it.
+function F.cosine_similarity(x1, x2, dim, eps)
+  if type(dim) == "table" then dim, eps = dim.dim, dim.eps end
+  want_tensor(x1, "cosine_similarity", "x1")
+  want_tensor(x2, "cosine_similarity", "x2")
+  dim = dim or 1
+  local n = (x1:norm(2, dim) * x2:norm(2, dim)):clamp(eps or 1e-8)
+  return (x1 * x2):sum(dim) / n
+end
+
+-- pairwise_distance(x1, x2 [, p = 2, eps = 1e-6, keepdim = false]) or with
+-- {p =, eps =, keepdim =}: the p-norm of x1 - x2 + eps over the last dim.
+function F.pairwise_distance(x1, x2, p, eps, keepdim)
+  if type(p) == "table" then p, eps, keepdim = p.p, p.eps, p.keepdim end
+  want_tensor(x1, "pairwise_distance", "x1")
+  want_tensor(x2, "pairwise_distance", "x2")
+  return (x1 - x2 + (eps or 1e-6)):norm(p or 2, -1, keepdim == true)
+end
+
 local function want_tensor_or_nil(t, fn, what)
   if t ~= nil and not is_tensor(t) then
     raise(string.format("%s: expected %s to be a tensor or nil, got %s", fn, what, typename(t)))

@@ -609,6 +609,21 @@ function L.LayerNorm:extra_repr()
                        pyrepr(self.elementwise_affine))
 end
 
+-- CosineSimilarity([dim=1, eps=1e-8]) and PairwiseDistance([p=2, eps=1e-6,
+-- keepdim=false]), or with an options table: their F.* forms of (x1, x2).
+L.CosineSimilarity = Module:extend("CosineSimilarity")
+function L.CosineSimilarity:__init(dim, eps)
+  if is_opts(dim) then dim, eps = dim.dim, dim.eps end
+  self.dim, self.eps = dim or 1, eps or 1e-8
+end
+function L.CosineSimilarity:forward(x1, x2) return F.cosine_similarity(x1, x2, self.dim, self.eps) end
+L.PairwiseDistance = Module:extend("PairwiseDistance")
+function L.PairwiseDistance:__init(p, eps, keepdim)
+  if is_opts(p) then p, eps, keepdim = p.p, p.eps, p.keepdim end
+  self.norm, self.eps, self.keepdim = p or 2, eps or 1e-6, keepdim == true
+end
+function L.PairwiseDistance:forward(x1, x2) return F.pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim) end
+
 -- GroupNorm(num_groups, num_channels [, eps=1e-5, affine=true]) or with an
 -- options table {eps=, affine=, dtype=, device=}: F.group_norm with a
 -- per-channel weight (ones) and bias (zeros) when affine.
