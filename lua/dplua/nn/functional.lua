@@ -1261,6 +1261,85 @@ function F.pairwise_distance(x1, x2, p, eps, keepdim)
   return (x1 - x2 + (eps or 1e-6)):norm(p or 2, -1, keepdim == true)
 end
 
+-- interpolate(input, {size =, scale_factor =, mode = "nearest",
+-- align_corners =}) or interpolate(input, size, scale_factor, mode,
+-- align_corners): PyTorch's F.interpolate of an (N, C, H, W) input, modes
+-- "nearest" and "bilinear" (align_corners false by default, as
+-- PyTorch's). With scale_factor the source positions use 1/scale_factor,
+-- as PyTorch does, not the ratio of the sizes. Bilinear interpolates rows,
+-- then columns (index_select and products: every device, and their
+-- backwards give the gradient).
+
+-- Along one dim of n going to m: the source indices (int64, on device) and,
+-- for "bilinear", the next ones and the weights of those.
+local function interp_taps(n, m, scale_factor, mode, align_corners, device, dtype)
+  local scale = scale_factor and 1 / scale_factor or n / m
+  local i0, i1, lam = {}, {}, {}
+  for j = 0, m - 1 do
+    if mode == "nearest" then
+      i0[j + 1] = math.min(math.floor(j * scale), n - 1)
+    else
+      local src
+      if align_corners then src = m > 1 and j * (n - 1) / (m - 1) or 0
+      else src = math.max((j + 0.5) * scale - 0.5, 0) end
+      local lo = math.min(math.floor(src), n - 1)
+      i0[j + 1], i1[j + 1], lam[j + 1] = lo, math.min(lo + 1, n - 1), src - lo
+    end
+  end
+  local opts = { dtype = torch.int64, device = device }
+  if mode == "nearest" then return torch.tensor(i0, opts) end
+  return torch.tensor(i0, opts), torch.tensor(i1, opts), torch.tensor(lam, { dtype = dtype, device = device })
+end
+
+function F.interpolate(input, size, scale_factor, mode, align_corners)
+  local fn = "interpolate"
+  if type(size) == "table" and size[1] == nil then
+    local o = size
+    size, scale_factor, mode, align_corners = o.size, o.scale_factor, o.mode, o.align_corners
+  end
+  want_tensor(input, fn, "input")
+  mode = mode or "nearest"
+  if mode ~= "nearest" and mode ~= "bilinear" then
+    raise(string.format("%s: mode %s is not supported (nearest and bilinear are)", fn, tostring(mode)))
+  end
+  if input:dim() ~= 4 then
+    raise(fn .. ": expected a 4-D input (N, C, H, W), got shape " .. shape_str(input))
+  end
+  if mode == "nearest" and align_corners ~= nil then
+    raise(fn .. ": align_corners option can only be set with the interpolating modes: linear | bilinear | bicubic | trilinear")
+  end
+  if (size == nil) == (scale_factor == nil) then raise(fn .. ": only one of size or scale_factor should be defined") end
+  local H, W = input:size(2), input:size(3)
+  local out, sf = {}, {}
+  for d = 1, 2 do
+    local n = d == 1 and H or W
+    if size ~= nil then
+      out[d] = type(size) == "table" and size[d] or size
+    else
+      sf[d] = type(scale_factor) == "table" and scale_factor[d] or scale_factor
+      if type(sf[d]) ~= "number" or sf[d] <= 0 then raise(fn .. ": expected positive scale factors") end
+      out[d] = math.floor(n * sf[d])
+    end
+    if type(out[d]) ~= "number" or out[d] < 1 or out[d] % 1 ~= 0 then
+      raise(string.format("%s: expected output sizes that are positive integers, got %s", fn, tostring(out[d])))
+    end
+  end
+  local x = input
+  for d = 1, 2 do
+    local dim, n = d + 1, d == 1 and H or W
+    if mode == "nearest" then
+      x = x:index_select(dim, interp_taps(n, out[d], sf[d], mode, nil, x.device))
+    else
+      local i0, i1, lam = interp_taps(n, out[d], sf[d], mode, align_corners, x.device, x.dtype)
+      local shape = { 1, 1, 1, 1 }
+      shape[dim + 1] = out[d]
+      lam = lam:view(shape)
+      x = x:index_select(dim, i0) * (1 - lam) + x:index_select(dim, i1) * lam
+    end
+  end
+  return x
+end
+
 local function want_tensor_or_nil(t, fn, what)
   if t ~= nil and not is_tensor(t) then
     raise(string.format("%s: expected %s to be a tensor or nil, got %s", fn, what, typename(t)))

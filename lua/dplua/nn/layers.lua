@@ -624,6 +624,21 @@ function L.PairwiseDistance:__init(p, eps, keepdim)
 end
 function L.PairwiseDistance:forward(x1, x2) return F.pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim) end
 
+-- Upsample([size, scale_factor, mode="nearest", align_corners]) or
+-- Upsample({size=, scale_factor=, mode=, align_corners=}): F.interpolate.
+L.Upsample = Module:extend("Upsample")
+function L.Upsample:__init(size, scale_factor, mode, align_corners)
+  if type(size) == "table" and size[1] == nil then
+    local o = size
+    size, scale_factor, mode, align_corners = o.size, o.scale_factor, o.mode, o.align_corners
+  end
+  self.size, self.scale_factor, self.mode, self.align_corners = size, scale_factor, mode or "nearest", align_corners
+end
+function L.Upsample:forward(x)
+  return F.interpolate(x, { size = self.size, scale_factor = self.scale_factor, mode = self.mode,
+                            align_corners = self.align_corners })
+end
+
 -- GroupNorm(num_groups, num_channels [, eps=1e-5, affine=true]) or with an
 -- options table {eps=, affine=, dtype=, device=}: F.group_norm with a
 -- per-channel weight (ones) and bias (zeros) when affine.
