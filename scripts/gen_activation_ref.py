@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Writes tests/ref/activations.lua: PyTorch's outputs and input gradients
-(of the output's sum) of LeakyReLU, ELU, Softplus, Hardtanh, ReLU6 and Mish
+(of the output's sum) of LeakyReLU, ELU, Softplus, Hardtanh, ReLU6, Mish,
+Hardsigmoid, Hardswish, SELU and Softsign
 for tests/lua/test_activations.lua, in float64, over inputs that include
 large magnitudes (where a careless composite overflows) and avoid the
 points where the activations have a kink.
@@ -22,6 +23,10 @@ cases = {
     "hardtanh_range": nn.Hardtanh(-2.0, 5.0),
     "relu6": nn.ReLU6(),
     "mish": nn.Mish(),
+    "hardsigmoid": nn.Hardsigmoid(),
+    "hardswish": nn.Hardswish(),
+    "selu": nn.SELU(),
+    "softsign": nn.Softsign(),
 }
 
 

@@ -152,6 +152,14 @@ end
 function F.relu6(x) return F.hardtanh(want_tensor(x, "relu6", "input"), 0, 6) end
 -- mish(x) = x tanh(softplus(x))
 function F.mish(x) return want_tensor(x, "mish", "input") * F.softplus(x):tanh() end
+-- hardsigmoid(x) = relu6(x + 3) / 6, hardswish(x) = x hardsigmoid(x)
+-- (MobileNetV3's), selu(x) = scale elu(x, alpha) with the self-normalizing
+-- constants, softsign(x) = x / (1 + |x|)
+function F.hardsigmoid(x) return F.relu6(want_tensor(x, "hardsigmoid", "input") + 3) / 6 end
+function F.hardswish(x) return want_tensor(x, "hardswish", "input") * F.relu6(x + 3) / 6 end
+local SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+function F.selu(x) return F.elu(want_tensor(x, "selu", "input"), SELU_ALPHA) * SELU_SCALE end
+function F.softsign(x) return want_tensor(x, "softsign", "input") / (x:abs() + 1) end
 
 local function dim_arg(dim, fn)
   if type(dim) == "table" then dim = dim.dim end

@@ -80,7 +80,8 @@ function L.GELU:forward(x) return F.gelu(x, self.approximate) end
 function L.GELU:extra_repr() return "approximate='" .. self.approximate .. "'" end
 
 -- LeakyReLU(negative_slope=0.01), ELU(alpha=1), Softplus(beta=1,
--- threshold=20), Hardtanh(min_val=-1, max_val=1), ReLU6, Mish: F's.
+-- threshold=20), Hardtanh(min_val=-1, max_val=1), ReLU6, Mish,
+-- Hardsigmoid, Hardswish, SELU, Softsign: F's.
 -- (inplace=, accepted by PyTorch, is accepted and ignored.)
 local function activation(name, params, fn)
   local cls = Module:extend(name)
@@ -108,6 +109,10 @@ activation("Softplus", { { "beta", 1 }, { "threshold", 20 } }, F.softplus)
 activation("Hardtanh", { { "min_val", -1.0 }, { "max_val", 1.0 } }, F.hardtanh)
 activation("ReLU6", {}, F.relu6)
 activation("Mish", {}, F.mish)
+activation("Hardsigmoid", {}, F.hardsigmoid)
+activation("Hardswish", {}, F.hardswish)
+activation("SELU", {}, F.selu)
+activation("Softsign", {}, F.softsign)
 
 L.Softmax = Module:extend("Softmax")
 function L.Softmax:__init(dim)
