@@ -2,7 +2,7 @@
 -- negative pads, reflect, replicate, circular; pads of one, two and three
 -- dims) against PyTorch's outputs and input gradients in float64
 -- (tests/ref/pad.lua, written by scripts/gen_pad_ref.py); other dtypes
--- and the options table; bad pads as clear errors.
+-- and the options table; bad pads as clear errors; nn.utils.rnn.pad_sequence.
 local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 package.path = here .. "/?.lua;" .. package.path
 local T = require("tap")
@@ -58,6 +58,25 @@ T.run("bad pads are clear errors", function()
   T.raises(function() F.pad(x, { -3, -2 }) end, "crop more than", "cropping past the dim")
   T.raises(function() F.pad(x, { 1, 1 }, "reflect", 3) end, "doesn't take in value argument", "a value beside reflect")
   T.raises(function() F.pad(x, { 1.5, 1 }) end, "expected the pads to be integers", "a fractional pad")
+end)
+
+-- the values PyTorch's pad_sequence gives for these sequences
+T.run("nn.utils.rnn.pad_sequence", function()
+  local pad_sequence = torch.nn.utils.rnn.pad_sequence
+  local a = torch.tensor({ { 1, 2 }, { 3, 4 }, { 5, 6 } }, { dtype = torch.float64 }):requires_grad_()
+  local b = torch.tensor({ { 7, 8 } }, { dtype = torch.float64 }):requires_grad_()
+  local y = pad_sequence({ a, b })
+  T.is(T.shape(y), { 3, 2, 2 }, "(L_max, B, *)")
+  T.is(y:tolist(), { { { 1, 2 }, { 7, 8 } }, { { 3, 4 }, { 0, 0 } }, { { 5, 6 }, { 0, 0 } } }, "time first, zeros after")
+  local yb = pad_sequence({ a, b }, { batch_first = true, padding_value = -1 })
+  T.is(yb:tolist(), { { { 1, 2 }, { 3, 4 }, { 5, 6 } }, { { 7, 8 }, { -1, -1 }, { -1, -1 } } }, "batch first, -1 after")
+  local loss = (yb * torch.arange(1, 13, { dtype = torch.float64 }):reshape(2, 3, 2)):sum()
+  loss:backward()
+  T.is(a.grad:tolist(), { { 1, 2 }, { 3, 4 }, { 5, 6 } }, "each sequence gets its rows' gradient")
+  T.is(b.grad:tolist(), { { 7, 8 } }, "the padding none")
+  T.raises(function() pad_sequence({}) end, "non%-empty list", "no sequences")
+  T.raises(function() pad_sequence({ a, torch.ones(2, 3) }) end, "same trailing dims", "trailing dims that differ")
+  T.raises(function() pad_sequence({ a, torch.tensor(1.0) }) end, "at least 1 dim", "a 0-d tensor")
 end)
 
 T.done_testing()

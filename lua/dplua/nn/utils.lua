@@ -1,4 +1,5 @@
--- dplua.nn.utils: gradient clipping and parameter/vector conversion.
+-- dplua.nn.utils: gradient clipping, parameter/vector conversion, and
+-- utils.rnn.pad_sequence.
 local torch = require("dplua")
 local raise = torch._raise
 
@@ -142,6 +143,47 @@ function U.vector_to_parameters(vec, parameters)
       off = off + n
     end
   end)
+end
+
+-- rnn.pad_sequence(sequences [, batch_first = false, padding_value = 0]) or
+-- pad_sequence(sequences, {batch_first =, padding_value =}): tensors of
+-- shape (L_i, *) stacked into (L_max, B, *), or (B, L_max, *) with
+-- batch_first, each padded at its end with padding_value (F.pad, then
+-- stack: the gradient reaches each sequence).
+U.rnn = {}
+function U.rnn.pad_sequence(sequences, batch_first, padding_value)
+  local fn = "pad_sequence"
+  if type(batch_first) == "table" then batch_first, padding_value = batch_first.batch_first, batch_first.padding_value end
+  if type(sequences) ~= "table" or #sequences == 0 then
+    raise(fn .. ": expected a non-empty list of tensors")
+  end
+  local first, longest = sequences[1], 0
+  for i, t in ipairs(sequences) do
+    if not torch.is_tensor(t) or t:dim() == 0 then
+      raise(string.format("%s: expected a tensor of at least 1 dim at position %d, got %s", fn, i,
+                          torch.is_tensor(t) and "a 0-d tensor" or type(t)))
+    end
+    if t:dim() ~= first:dim() then
+      raise(string.format("%s: expected the sequences to have the same trailing dims, got %d-D at position %d and %d-D first",
+                          fn, t:dim(), i, first:dim()))
+    end
+    for d = 1, t:dim() - 1 do
+      if t:size(d) ~= first:size(d) then
+        raise(string.format("%s: expected the sequences to have the same trailing dims, got dim %d of %d at position %d and %d first",
+                            fn, d, t:size(d), i, first:size(d)))
+      end
+    end
+    longest = math.max(longest, t:size(0))
+  end
+  local F = torch.nn.functional
+  local padded = {}
+  for i, t in ipairs(sequences) do
+    local pad = {}
+    for _ = 1, 2 * (t:dim() - 1) do pad[#pad + 1] = 0 end
+    pad[#pad + 1], pad[#pad + 2] = 0, longest - t:size(0)
+    padded[i] = F.pad(t, pad, "constant", padding_value or 0)
+  end
+  return torch.stack(padded, batch_first and 0 or 1)
 end
 
 return U
