@@ -423,6 +423,17 @@ function T.values_close(got, want, rtol, atol, name)
     T.ok(ok, name, why)
 end
 
+-- The reference generators' check of an op: its output y against r.y
+-- and, after the backward of y weighted by cos of its flat index (the
+-- generators' weight), x's gradient against r.dx.
+function T.output_and_grad(torch, y, x, r, tol, what)
+    local wt = torch.arange(0, y:numel(), {dtype = torch.float64}):cos():reshape(y:size()):to(y.dtype)
+    local loss = (y * wt):sum()
+    loss:backward()
+    T.values_close(y:reshape(-1):tolist(), r.y, tol, tol, what .. "output")
+    T.values_close(x.grad:reshape(-1):tolist(), r.dx, tol, tol, what .. "input gradient")
+end
+
 local chunk_cache = {}
 local function compile(expr, name)
     local src = expr:find("return ") and expr or ("return " .. expr)

@@ -37,11 +37,7 @@ for _, name in ipairs(T.sorted_keys(cases)) do
       local x = input(dt)
       local y = name:match("scale_2") and nn.Upsample(cases[name])(x) or F.interpolate(x, cases[name])
       T.is(y:size(), c.shape, what .. "shape")
-      local wt = torch.arange(0, y:numel(), { dtype = torch.float64 }):cos():reshape(y:size()):to(dt)
-      local loss = (y * wt):sum()
-      loss:backward()
-      T.values_close(y:reshape(-1):tolist(), c.y, tol, tol, what .. "output")
-      T.values_close(x.grad:reshape(-1):tolist(), c.dx, tol, tol, what .. "input gradient")
+      T.output_and_grad(torch, y, x, c, tol, what)
     end
   end)
 end
