@@ -174,7 +174,6 @@ static void dropout_cpu(dp_tensor *out, const dp_tensor *in, uint64_t counter, u
         return;
     }
     const float s = (float)scale;
-    const float pf = (float)p;   /* the comparison in float32: uniform_keeps */
     float u[DROPOUT_CHUNK];
     for (int64_t i0 = 0; i0 < n; i0 += DROPOUT_CHUNK) {
         const int64_t m = n - i0 < DROPOUT_CHUNK ? n - i0 : DROPOUT_CHUNK;
@@ -183,7 +182,7 @@ static void dropout_cpu(dp_tensor *out, const dp_tensor *in, uint64_t counter, u
             const float *x = (const float *)tensor_ptr(in) + i0;
             float *y = (float *)tensor_ptr(out) + i0;
             for (int64_t j = 0; j < m; j++)
-                y[j] = x[j] * (u[j] >= pf ? s : 0.f);
+                y[j] = x[j] * (uniform_keeps(u[j], DP_FLOAT32, p) ? s : 0.f);
         } else {
             const uint16_t *x = (const uint16_t *)tensor_ptr(in) + i0;
             uint16_t *y = (uint16_t *)tensor_ptr(out) + i0;
