@@ -900,12 +900,13 @@ end
 
 -- pool_window's sizes with ceil_mode: x padded at the bottom and right by
 -- what the last windows reach past its padding, with `fill`, so that the
--- windows of the padded x are PyTorch's; returns x, the two reaches, Ho, Wo.
+-- windows of the padded x are PyTorch's; returns x, Ho, Wo and the two
+-- reaches.
 local function ceil_pool(x, k, s, p, d, fill)
   local Ho, eh = ceil_window(x:size(2), k[1], s[1], p[1], d[1])
   local Wo, ew = ceil_window(x:size(3), k[2], s[2], p[2], d[2])
   if eh > 0 or ew > 0 then x = F.pad(x, { 0, ew, 0, eh }, "constant", fill) end
-  return x, eh, ew, Ho, Wo
+  return x, Ho, Wo, eh, ew
 end
 
 -- max_pool2d(input, kernel_size [, stride=kernel_size, padding=0,
@@ -921,7 +922,7 @@ function F.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, 
   end
   if return_indices then raise(fn .. ": return_indices=true is not supported") end
   local x, batched, k, s, p, d, Ho, Wo = pool_window(input, fn, kernel_size, stride, padding, dilation)
-  if ceil_mode then x, _, _, Ho, Wo = ceil_pool(x, k, s, p, d, -math.huge) end
+  if ceil_mode then x, Ho, Wo = ceil_pool(x, k, s, p, d, -math.huge) end
   if not x.is_cuda and (x.dtype == torch.float32 or x.dtype == torch.float64) then
     local out = torch._max_pool2d(x, k, s, p, d)
     return batched and out or out:squeeze(0)
@@ -951,7 +952,7 @@ function F.avg_pool2d(input, kernel_size, stride, padding, ceil_mode, count_incl
   local x, batched, k, s, p, _, Ho, Wo = pool_window(input, fn, kernel_size, stride, padding, 1)
   local N, C, H, W = x:size(0), x:size(1), x:size(2), x:size(3)
   local eh, ew = 0, 0
-  if ceil_mode then x, eh, ew, Ho, Wo = ceil_pool(x, k, s, p, { 1, 1 }, 0) end
+  if ceil_mode then x, Ho, Wo, eh, ew = ceil_pool(x, k, s, p, { 1, 1 }, 0) end
   local sums = torch._unfold(x, k, s, p, { 1, 1 }, 0):reshape(N, C, k[1] * k[2], Ho * Wo):sum(2)
   local out
   if divisor_override ~= nil then
