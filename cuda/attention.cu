@@ -66,6 +66,7 @@
 #include "common/dtype_conv.h"
 #include "dp_cuda.h"
 #include "dpc_ops.h"
+#include "element.cuh"
 #include "launch.cuh"
 
 #define ATTN_THREADS 256
@@ -102,10 +103,6 @@ extern __shared__ uint4 attn_smem[];
 /* element access                                                            */
 /* ------------------------------------------------------------------------ */
 
-__device__ __forceinline__ float ld_elem(const float *p) { return *p; }
-__device__ __forceinline__ float ld_elem(const uint16_t *p) { return bf16_to_f32(*p); }
-__device__ __forceinline__ void st_elem(float *p, float v) { *p = v; }
-__device__ __forceinline__ void st_elem(uint16_t *p, float v) { *p = f32_to_bf16(v); }
 
 /* The offset (in elements) of row i of head (b, h) = (bh / H, bh % H) in
  * an operand of strides st for b, h and the row. */

@@ -14,6 +14,7 @@
 #include "common/philox.h"
 #include "dpc_ops.h"
 #include "common/dtype_conv.h"
+#include "element.cuh"
 #include "launch.cuh"
 
 #define RANDOM_BLOCK 256
@@ -44,13 +45,6 @@ extern "C" int dpc_random(int dtype, int kind, int64_t n, uint64_t counter, uint
                          kind, n, counter, key, low, range, (char *)out, es);
 }
 
-__device__ __forceinline__ float ld(const float *p) { return *p; }
-__device__ __forceinline__ double ld(const double *p) { return *p; }
-__device__ __forceinline__ float ld(const uint16_t *p) { return bf16_to_f32(*p); }
-__device__ __forceinline__ void st(float *p, float v) { *p = v; }
-__device__ __forceinline__ void st(double *p, double v) { *p = v; }
-__device__ __forceinline__ void st(uint16_t *p, float v) { *p = f32_to_bf16(v); }
-
 /* out[i] = in[i] * scale where block counter + i keeps element i, else
  * in[i] * 0 (NaN and the sign of zero as a product gives them); float
  * arithmetic for bfloat16 and float32, double for float64. */
@@ -61,7 +55,7 @@ __global__ static void dropout_kernel(int dtype, int64_t n, uint64_t counter, ui
     begin_after_previous_kernel();
     grid_stride_loop(n, [&](int64_t i) {
         const A m = philox_keeps(counter + (uint64_t)i, key, dtype, p) ? scale : (A)0;
-        st(out + i, ld(in + i) * m);
+        st_elem(out + i, ld_elem(in + i) * m);
     });
 }
 
