@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """Writes tests/ref/transformer.lua: weights, inputs, outputs and gradients
-of nn.MultiheadAttention, nn.TransformerEncoderLayer and
-nn.TransformerEncoder for tests/lua/test_transformer.lua.
+of nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder,
+nn.TransformerDecoderLayer, nn.TransformerDecoder and nn.Transformer for
+tests/lua/test_transformer.lua.
 
     /usr/bin/python3 scripts/gen_transformer_ref.py > tests/ref/transformer.lua
 
 Every case runs in float64 with dropout 0. torch 1.13 predates the
-is_causal argument and the bias option of the encoder layer, so:
+is_causal arguments and the bias option of the layers, so:
 - a case whose Lua side passes is_causal=true passes PyTorch the causal
   mask (is_causal is documented as a hint that the mask is the causal one);
 - bias=False is built as a layer with biases that are zero and take no
@@ -106,6 +107,30 @@ def layer_case(d, H, opts, inputs, fwd_torch, fwd_lua, num_layers=None, final_no
     return finish(case, module, inputs, (out,), drop_bias)
 
 
+def decoder_case(d, H, opts, inputs, fwd_torch, fwd_lua, num_layers=None, final_norm=False):
+    kw = {k: v for k, v in opts.items() if k != "bias"}
+    layer = nn.TransformerDecoderLayer(d, H, dropout=0.0, **kw)
+    drop_bias = opts.get("bias") is False
+    if num_layers is None:
+        module, kind = layer, "dlayer"
+    else:
+        module = nn.TransformerDecoder(layer, num_layers, norm=nn.LayerNorm(d) if final_norm else None)
+        kind = "decoder"
+    if drop_bias:
+        no_bias(module)
+    out = module(inputs["tgt"], inputs["memory"], **fwd_torch)
+    case = {"kind": kind, "E": d, "H": H, "opts": dict(opts, dropout=0.0), "fwd": fwd_lua,
+            "num_layers": num_layers, "final_norm": final_norm}
+    return finish(case, module, inputs, (out,), drop_bias)
+
+
+def transformer_case(opts, inputs, fwd_torch, fwd_lua):
+    module = nn.Transformer(dropout=0.0, **opts)
+    out = module(inputs["src"], inputs["tgt"], **fwd_torch)
+    case = {"kind": "transformer", "opts": dict(opts, dropout=0.0), "fwd": fwd_lua}
+    return finish(case, module, inputs, (out,))
+
+
 def cases():
     c = {}
     N, L, S, E, H = 3, 5, 6, 8, 2
@@ -165,7 +190,55 @@ def cases():
         E, H, {"dim_feedforward": 16, "activation": "gelu", "batch_first": True}, {"src": src},
         {"mask": causal(L, L), "src_key_padding_mask": kpm}, {"is_causal": True, "src_key_padding_mask": kpm},
         num_layers=2, final_norm=True)
+
+    T = 4
+    tgt, mem = leaf(N, T, E), leaf(N, S, E)
+    tkpm, mkpm = padding(N, T, [4, 3, 2]), padding(N, S, [6, 5, 3])
+    c["dlayer_post_relu_causal_padding"] = decoder_case(
+        E, H, {"dim_feedforward": 16, "batch_first": True}, {"tgt": tgt, "memory": mem},
+        {"tgt_mask": causal(T, T), "tgt_key_padding_mask": tkpm, "memory_key_padding_mask": mkpm},
+        {"tgt_is_causal": True, "tgt_key_padding_mask": tkpm, "memory_key_padding_mask": mkpm})
+
+    tgt, mem = leaf(T, N, E), leaf(S, N, E)
+    fm, bm = torch.randn(T, S), torch.rand(T, T) > 0.6
+    bm[:, 0] = False
+    c["dlayer_pre_gelu_float_memory_mask"] = decoder_case(
+        E, H, {"dim_feedforward": 12, "activation": "gelu", "norm_first": True, "layer_norm_eps": 1e-6},
+        {"tgt": tgt, "memory": mem}, {"tgt_mask": bm, "memory_mask": fm}, {"tgt_mask": bm, "memory_mask": fm})
+
+    tgt, mem = leaf(N, T, E), leaf(N, S, E)
+    c["dlayer_no_bias_memory_causal"] = decoder_case(
+        E, H, {"dim_feedforward": 16, "batch_first": True, "bias": False}, {"tgt": tgt, "memory": mem},
+        {"memory_mask": causal(T, S)}, {"memory_is_causal": True})
+
+    tgt, mem = leaf(N, T, E), leaf(N, S, E)
+    c["decoder_two_layers_norm"] = decoder_case(
+        E, H, {"dim_feedforward": 16, "batch_first": True, "norm_first": True}, {"tgt": tgt, "memory": mem},
+        {"tgt_mask": causal(T, T), "memory_key_padding_mask": mkpm},
+        {"tgt_is_causal": True, "memory_key_padding_mask": mkpm}, num_layers=2, final_norm=True)
+
+    src, tgt = leaf(N, S, E), leaf(N, T, E)
+    square = nn.Transformer.generate_square_subsequent_mask(T)
+    skpm = padding(N, S, [6, 4, 5])
+    c["transformer_batch_first"] = transformer_case(
+        {"d_model": E, "nhead": H, "num_encoder_layers": 2, "num_decoder_layers": 1, "dim_feedforward": 16,
+         "batch_first": True},
+        {"src": src, "tgt": tgt},
+        {"tgt_mask": square, "src_key_padding_mask": skpm, "memory_key_padding_mask": skpm},
+        {"tgt_mask": square, "src_key_padding_mask": skpm, "memory_key_padding_mask": skpm})
+
+    src, tgt = leaf(S, N, E), leaf(T, N, E)
+    c["transformer_seq_first_norm_first_gelu"] = transformer_case(
+        {"d_model": E, "nhead": H, "num_encoder_layers": 1, "num_decoder_layers": 2, "dim_feedforward": 12,
+         "activation": "gelu", "norm_first": True},
+        {"src": src, "tgt": tgt}, {"tgt_mask": causal(T, T)}, {"tgt_is_causal": True})
     return c
+
+
+def number(x):
+    if x in (float("inf"), float("-inf")):
+        return "math.huge" if x > 0 else "-math.huge"
+    return "%.17g" % x
 
 
 def lua(v, indent):
@@ -173,7 +246,7 @@ def lua(v, indent):
         shape = ", ".join(map(str, v.shape))
         if v.dtype == torch.bool:
             return "{shape = {%s}, bool = {%s}}" % (shape, ", ".join("true" if b else "false" for b in v.flatten().tolist()))
-        return "{shape = {%s}, %s}" % (shape, ", ".join("%.17g" % x for x in v.detach().flatten().tolist()))
+        return "{shape = {%s}, %s}" % (shape, ", ".join(number(x) for x in v.detach().flatten().tolist()))
     if isinstance(v, bool):
         return "true" if v else "false"
     if v is None:
@@ -181,7 +254,7 @@ def lua(v, indent):
     if isinstance(v, str):
         return '"%s"' % v
     if isinstance(v, (int, float)):
-        return "%.17g" % v
+        return number(v)
     if isinstance(v, dict):
         pad = "  " * (indent + 1)
         items = ["%s[\"%s\"] = %s," % (pad, k, lua(v[k], indent + 1)) for k in sorted(v) if v[k] is not None]

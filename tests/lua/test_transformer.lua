@@ -1,5 +1,6 @@
--- test_transformer.lua -- nn.MultiheadAttention, nn.TransformerEncoderLayer
--- and nn.TransformerEncoder against PyTorch (tests/ref/transformer.lua,
+-- test_transformer.lua -- nn.MultiheadAttention, the Transformer encoder
+-- and decoder layers and stacks, and nn.Transformer against PyTorch
+-- (tests/ref/transformer.lua,
 -- written by scripts/gen_transformer_ref.py): PyTorch's weights loaded
 -- with load_state_dict, then the outputs, the attention weights and the
 -- gradients of the inputs and of every parameter, in float64 and float32;
@@ -24,10 +25,12 @@ local function build(c, dtype)
   for k, v in pairs(c.opts) do opts[k] = v end
   opts.dtype = dtype
   if c.kind == "mha" then return nn.MultiheadAttention(c.E, c.H, opts) end
-  local layer = nn.TransformerEncoderLayer(c.E, c.H, opts)
-  if c.kind == "layer" then return layer end
+  if c.kind == "transformer" then return nn.Transformer(opts) end
+  local decoder = c.kind == "dlayer" or c.kind == "decoder"
+  local layer = (decoder and nn.TransformerDecoderLayer or nn.TransformerEncoderLayer)(c.E, c.H, opts)
+  if c.kind == "layer" or c.kind == "dlayer" then return layer end
   local norm = c.final_norm and nn.LayerNorm(c.E, { dtype = dtype }) or nil
-  return nn.TransformerEncoder(layer, c.num_layers, { norm = norm })
+  return (decoder and nn.TransformerDecoder or nn.TransformerEncoder)(layer, c.num_layers, { norm = norm })
 end
 
 local function run_case(name, c, dtype)
@@ -46,6 +49,10 @@ local function run_case(name, c, dtype)
       local x = inputs.x
       if x then out, weights = m(x, x, x, fwd)
       else out, weights = m(inputs.query, inputs.key, inputs.value, fwd) end
+    elseif c.kind == "transformer" then
+      out = m(inputs.src, inputs.tgt, fwd)
+    elseif inputs.memory then
+      out = m(inputs.tgt, inputs.memory, fwd)
     else
       out = m(inputs.src, fwd)
     end
@@ -122,6 +129,33 @@ T.run("TransformerEncoder: layers are copies with their own parameters", functio
   T.is(enc.layers[1].dropout.p, 0.1, "the layer's options come along")
 end)
 
+T.run("Transformer: the square subsequent mask, the constructor's arguments, PyTorch's names", function()
+  local want = tensor(ref.transformer_batch_first.fwd.tgt_mask)
+  T.tensor_close(nn.Transformer.generate_square_subsequent_mask(4):double(), want, 0, 0,
+                 "generate_square_subsequent_mask(4) is PyTorch's")
+  local m = nn.Transformer(8, 2, 1, 1, 16, { batch_first = true })
+  T.is(m:generate_square_subsequent_mask(3, { dtype = torch.float64 }).dtype, torch.float64, "called on a model, dtype")
+  T.is(m.encoder.layers[0].linear1.out_features, 16, "dim_feedforward given positionally")
+  T.is(m.decoder.layers[0].dropout.p, 0.1, "dropout by default")
+  local names = {}
+  for n in m:named_parameters() do names[#names + 1] = n end
+  T.is(#names, 12 + 18 + 2 * 2, "an encoder layer's 12 tensors, a decoder layer's 18, two norms' 2 each")
+  T.is(names[1], "encoder.layers.0.self_attn.in_proj_weight", "encoder first")
+  T.is(names[13], "encoder.norm.weight", "the encoder's norm after its layers")
+  T.is(names[19], "decoder.layers.0.multihead_attn.in_proj_weight", "the cross-attention after the self-attention")
+  local bound = math.sqrt(6 / (16 + 8))   -- xavier_uniform_ over linear1's (16, 8)
+  local w = m.decoder.layers[0].linear1.weight
+  T.ok(w:abs():max():item() <= bound and w:abs():max():item() > bound / 2, "linear weights xavier_uniform_")
+  T.is(m.decoder.layers[0].linear1.bias:abs():max():item() <= 1 / math.sqrt(8), true, "biases keep Linear's init")
+  local y = m(torch.randn(2, 5, 8), torch.randn(2, 3, 8), { tgt_is_causal = true })
+  T.is(T.shape(y), { 2, 3, 8 }, "batch_first output (N, T, E)")
+  local u = m(torch.randn(5, 8), torch.randn(3, 8))
+  T.is(T.shape(u), { 3, 8 }, "unbatched")
+  local custom = nn.Transformer({ d_model = 8, nhead = 2, custom_encoder = nn.Identity(), num_decoder_layers = 1,
+                                  dim_feedforward = 4 })
+  T.is(tostring(custom.encoder), "Identity()", "custom_encoder")
+end)
+
 T.run("bad input names the problem", function()
   T.raises(function() nn.MultiheadAttention(10, 3) end, "embed_dim must be divisible by num_heads", "heads")
   T.raises(function() nn.MultiheadAttention(8, 2, { dropuot = 0.1 }) end, "unknown option 'dropuot'", "option")
@@ -138,6 +172,21 @@ T.run("bad input names the problem", function()
   T.raises(function() m(x, x, x, { attn_mask = torch.zeros(5, 5, { dtype = torch.int64 }) }) end,
            "attn_mask to be a bool or floating point tensor", "mask dtype")
   T.raises(function() nn.TransformerEncoder(42, 2) end, "expected encoder_layer to be a module", "layer")
+  T.raises(function() nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 2), 0) end, "num_layers", "no layers")
+  local t = nn.Transformer(8, 2, 1, 1, 16)
+  T.raises(function() t(torch.randn(5, 2, 8), torch.randn(3, 4, 8)) end,
+           "the batch number of src and tgt must be equal, got src %[5, 2, 8%] and tgt %[3, 4, 8%]", "batch")
+  T.raises(function() t(torch.randn(5, 2, 8), torch.randn(3, 2, 6)) end,
+           "the feature number of src and tgt must be equal to d_model=8", "width")
+  T.raises(function() nn.Transformer(8, 2, { d_model = 8 }) end, "d_model given twice", "twice")
+  T.raises(function() nn.Transformer(8, 2, { num_layers = 2 }) end, "unknown option 'num_layers'", "option")
+  local dl = nn.TransformerDecoderLayer(8, 2, { batch_first = true })
+  T.raises(function() dl(torch.randn(2, 3, 8), torch.randn(2, 5, 8), { tgt_mask = torch.zeros(4, 4) }) end,
+           "2%-D attn_mask is %[4, 4%], but should be %[3, 3%]", "tgt_mask shape")
+  T.raises(function() dl(torch.randn(2, 3, 8), torch.randn(2, 5, 8), { memory_mask = torch.zeros(3, 3) }) end,
+           "2%-D attn_mask is %[3, 3%], but should be %[3, 5%]", "memory_mask shape")
+  T.raises(function() dl(torch.randn(2, 3, 8), torch.randn(2, 5, 8), { memry_mask = 1 }) end,
+           "unknown option 'memry_mask'", "misspelt option")
 end)
 
 T.done_testing()

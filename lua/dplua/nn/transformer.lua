@@ -1,11 +1,14 @@
--- dplua.nn.transformer: nn.MultiheadAttention, nn.TransformerEncoderLayer
--- and nn.TransformerEncoder, with PyTorch's parameter names, options and
--- masks, so that a PyTorch state dict loads into them as it is.
+-- dplua.nn.transformer: nn.MultiheadAttention, the Transformer encoder and
+-- decoder layers and stacks, and nn.Transformer, with PyTorch's parameter
+-- names, options and masks, so that a PyTorch state dict loads into them
+-- as it is.
 --
 --   local mha = nn.MultiheadAttention(512, 8, {batch_first = true})
 --   local out, weights = mha(x, x, x, {key_padding_mask = pad})
 --   local enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(512, 8, {batch_first = true}), 6)
 --   local y = enc(x, {is_causal = true})
+--   local model = nn.Transformer(512, 8, {batch_first = true})
+--   local out = model(src, tgt, {tgt_mask = nn.Transformer.generate_square_subsequent_mask(tgt:size(1))})
 --
 -- Attention without weights to return goes through
 -- F.scaled_dot_product_attention, so that a GPU runs the flash kernels
@@ -238,9 +241,62 @@ function T.MultiheadAttention:forward(query, key, value, opts)
   return out, weights
 end
 
----------------------------------------------------------------- TransformerEncoderLayer
+---------------------------------------------------------------- the layers
 
 local activations = { relu = F.relu, gelu = F.gelu }
+
+-- What the encoder and decoder layers share: their options resolved, and
+-- the option tables of their parts.
+local layer_opts = { dim_feedforward = true, dropout = true, activation = true, layer_norm_eps = true,
+                     batch_first = true, norm_first = true, bias = true, dtype = true, device = true }
+local function layer_settings(fn, d_model, nhead, opts)
+  opts = check_opts(opts or {}, fn, layer_opts)
+  want_int(d_model, fn, "d_model")
+  want_int(nhead, fn, "nhead")
+  local p = opts.dropout
+  if p == nil then p = 0.1 end
+  local s = { ff = want_int(opts.dim_feedforward or 2048, fn, "dim_feedforward"), p = want_prob(p, fn),
+              norm_first = opts.norm_first == true }
+  local bias, dt, dev = opts.bias ~= false, opts.dtype, opts.device
+  s.attn = { dropout = p, bias = bias, batch_first = opts.batch_first, dtype = dt, device = dev }
+  s.linear = { bias = bias, dtype = dt, device = dev }
+  s.norm = { eps = opts.layer_norm_eps or 1e-5, bias = bias, dtype = dt, device = dev }
+  local act = opts.activation or "relu"
+  if type(act) == "string" then
+    if not activations[act] then raise(fn .. ': activation should be "relu" or "gelu" (or a function), not ' .. act) end
+    s.activation_name, act = act, activations[act]
+  elseif type(act) ~= "function" and not module.is_module(act) then
+    raise(fn .. ': activation should be "relu", "gelu", a function or a module, got ' .. type(act))
+  end
+  s.activation = act
+  return s
+end
+
+-- PyTorch's trailing forward arguments, positionally in the order of names
+-- or as one options table; those named *is_causal become booleans.
+local function forward_args(fn, names, ...)
+  local a, out = ..., {}
+  if type(a) == "table" and not is_tensor(a) then
+    local allowed = {}
+    for _, name in ipairs(names) do allowed[name] = true end
+    local o = check_opts(a, fn, allowed)
+    for i, name in ipairs(names) do out[i] = o[name] end
+  else
+    for i = 1, #names do out[i] = (select(i, ...)) end
+  end
+  for i, name in ipairs(names) do
+    if name:match("is_causal$") then out[i] = out[i] == true end
+  end
+  return unpack(out, 1, #names)
+end
+
+-- The attention of x to kv, without weights, then dropout.
+local function attention_block(attn, dropout, x, kv, mask, kpm, is_causal)
+  return dropout(attn(x, kv, kv, { attn_mask = mask, key_padding_mask = kpm, need_weights = false,
+                                   is_causal = is_causal }))
+end
+
+---------------------------------------------------------------- TransformerEncoderLayer
 
 -- TransformerEncoderLayer(d_model, nhead [, {dim_feedforward=2048,
 -- dropout=0.1, activation="relu" | "gelu" | function, layer_norm_eps=1e-5,
@@ -248,53 +304,18 @@ local activations = { relu = F.relu, gelu = F.gelu }
 -- self-attention then a feed-forward block, each with dropout and a
 -- residual, LayerNorm after each (or before, with norm_first), as PyTorch.
 T.TransformerEncoderLayer = Module:extend("TransformerEncoderLayer")
-local layer_opts = { dim_feedforward = true, dropout = true, activation = true, layer_norm_eps = true,
-                     batch_first = true, norm_first = true, bias = true, dtype = true, device = true }
 function T.TransformerEncoderLayer:__init(d_model, nhead, opts)
-  local fn = "TransformerEncoderLayer"
-  opts = check_opts(opts or {}, fn, layer_opts)
-  want_int(d_model, fn, "d_model")
-  local ff = want_int(opts.dim_feedforward or 2048, fn, "dim_feedforward")
-  local p = opts.dropout
-  if p == nil then p = 0.1 end
-  want_prob(p, fn)
-  local bias = opts.bias ~= false
-  local eps = opts.layer_norm_eps or 1e-5
-  local dt, dev = opts.dtype, opts.device
-  local act = opts.activation or "relu"
-  if type(act) == "string" then
-    if not activations[act] then raise(fn .. ': activation should be "relu" or "gelu" (or a function), not ' .. act) end
-    self.activation_name, act = act, activations[act]
-  elseif type(act) ~= "function" and not module.is_module(act) then
-    raise(fn .. ': activation should be "relu", "gelu", a function or a module, got ' .. type(act))
-  end
-  self.self_attn = T.MultiheadAttention(d_model, nhead, { dropout = p, bias = bias, batch_first = opts.batch_first,
-                                                           dtype = dt, device = dev })
-  self.linear1 = L.Linear(d_model, ff, { bias = bias, dtype = dt, device = dev })
-  self.dropout = L.Dropout(p)
-  self.linear2 = L.Linear(ff, d_model, { bias = bias, dtype = dt, device = dev })
-  self.norm_first = opts.norm_first == true
-  self.norm1 = L.LayerNorm(d_model, { eps = eps, bias = bias, dtype = dt, device = dev })
-  self.norm2 = L.LayerNorm(d_model, { eps = eps, bias = bias, dtype = dt, device = dev })
-  self.dropout1 = L.Dropout(p)
-  self.dropout2 = L.Dropout(p)
-  self.activation = act
-end
-
--- PyTorch's (src_mask, src_key_padding_mask, is_causal), positionally or
--- as an options table.
-local function encoder_args(fn, a, b, c, names)
-  if type(a) == "table" and not is_tensor(a) then
-    local o = check_opts(a, fn, { [names[1]] = true, [names[2]] = true, is_causal = true })
-    return o[names[1]], o[names[2]], o.is_causal == true
-  end
-  return a, b, c == true
-end
-
-function T.TransformerEncoderLayer:_sa_block(x, mask, kpm, is_causal)
-  local out = self.self_attn(x, x, x, { attn_mask = mask, key_padding_mask = kpm, need_weights = false,
-                                        is_causal = is_causal })
-  return self.dropout1(out)
+  local s = layer_settings("TransformerEncoderLayer", d_model, nhead, opts)
+  self.self_attn = T.MultiheadAttention(d_model, nhead, s.attn)
+  self.linear1 = L.Linear(d_model, s.ff, s.linear)
+  self.dropout = L.Dropout(s.p)
+  self.linear2 = L.Linear(s.ff, d_model, s.linear)
+  self.norm_first = s.norm_first
+  self.norm1 = L.LayerNorm(d_model, s.norm)
+  self.norm2 = L.LayerNorm(d_model, s.norm)
+  self.dropout1 = L.Dropout(s.p)
+  self.dropout2 = L.Dropout(s.p)
+  self.activation_name, self.activation = s.activation_name, s.activation
 end
 
 function T.TransformerEncoderLayer:_ff_block(x)
@@ -303,38 +324,91 @@ end
 
 -- forward(src [, {src_mask=, src_key_padding_mask=, is_causal=false}]) or
 -- forward(src, src_mask, src_key_padding_mask, is_causal).
-function T.TransformerEncoderLayer:forward(src, a, b, c)
-  local mask, kpm, is_causal = encoder_args("TransformerEncoderLayer", a, b, c,
-                                            { "src_mask", "src_key_padding_mask" })
+function T.TransformerEncoderLayer:forward(src, ...)
+  local mask, kpm, is_causal = forward_args("TransformerEncoderLayer",
+                                            { "src_mask", "src_key_padding_mask", "is_causal" }, ...)
   want_float(src, "TransformerEncoderLayer", "src")
-  local x = src
+  local x, sa, drop = src, self.self_attn, self.dropout1
   if self.norm_first then
-    x = x + self:_sa_block(self.norm1(x), mask, kpm, is_causal)
+    local h = self.norm1(x)
+    x = x + attention_block(sa, drop, h, h, mask, kpm, is_causal)
     x = x + self:_ff_block(self.norm2(x))
   else
-    x = self.norm1(x + self:_sa_block(x, mask, kpm, is_causal))
+    x = self.norm1(x + attention_block(sa, drop, x, x, mask, kpm, is_causal))
     x = self.norm2(x + self:_ff_block(x))
   end
   return x
 end
 
----------------------------------------------------------------- TransformerEncoder
+---------------------------------------------------------------- TransformerDecoderLayer
 
--- TransformerEncoder(encoder_layer, num_layers [, {norm=}]): num_layers
--- copies of encoder_layer (each with its own parameters, copied from the
--- layer given, as PyTorch's deepcopy), in a ModuleList named layers, then
--- norm when given.
-T.TransformerEncoder = Module:extend("TransformerEncoder")
-function T.TransformerEncoder:__init(encoder_layer, num_layers, opts)
-  local fn = "TransformerEncoder"
-  if not module.is_module(encoder_layer) then
-    raise(fn .. ": expected encoder_layer to be a module (a TransformerEncoderLayer), got " .. type(encoder_layer))
+-- TransformerDecoderLayer(d_model, nhead [, options as the encoder
+-- layer's]): self-attention, attention to the encoder's output (memory),
+-- then the feed-forward block, each with dropout and a residual and a
+-- LayerNorm after (or before, with norm_first), as PyTorch.
+T.TransformerDecoderLayer = Module:extend("TransformerDecoderLayer")
+function T.TransformerDecoderLayer:__init(d_model, nhead, opts)
+  local s = layer_settings("TransformerDecoderLayer", d_model, nhead, opts)
+  self.self_attn = T.MultiheadAttention(d_model, nhead, s.attn)
+  self.multihead_attn = T.MultiheadAttention(d_model, nhead, s.attn)
+  self.linear1 = L.Linear(d_model, s.ff, s.linear)
+  self.dropout = L.Dropout(s.p)
+  self.linear2 = L.Linear(s.ff, d_model, s.linear)
+  self.norm_first = s.norm_first
+  self.norm1 = L.LayerNorm(d_model, s.norm)
+  self.norm2 = L.LayerNorm(d_model, s.norm)
+  self.norm3 = L.LayerNorm(d_model, s.norm)
+  self.dropout1 = L.Dropout(s.p)
+  self.dropout2 = L.Dropout(s.p)
+  self.dropout3 = L.Dropout(s.p)
+  self.activation_name, self.activation = s.activation_name, s.activation
+end
+
+function T.TransformerDecoderLayer:_ff_block(x)
+  return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+end
+
+local decoder_names = { "tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask",
+                        "tgt_is_causal", "memory_is_causal" }
+
+-- forward(tgt, memory [, {tgt_mask=, memory_mask=, tgt_key_padding_mask=,
+-- memory_key_padding_mask=, tgt_is_causal=false, memory_is_causal=false}])
+-- or those positionally, in that order.
+function T.TransformerDecoderLayer:forward(tgt, memory, ...)
+  local fn = "TransformerDecoderLayer"
+  local tmask, mmask, tkpm, mkpm, tcausal, mcausal = forward_args(fn, decoder_names, ...)
+  want_float(tgt, fn, "tgt")
+  want_float(memory, fn, "memory")
+  local x, sa, ca = tgt, self.self_attn, self.multihead_attn
+  if self.norm_first then
+    local h = self.norm1(x)
+    x = x + attention_block(sa, self.dropout1, h, h, tmask, tkpm, tcausal)
+    x = x + attention_block(ca, self.dropout2, self.norm2(x), memory, mmask, mkpm, mcausal)
+    x = x + self:_ff_block(self.norm3(x))
+  else
+    x = self.norm1(x + attention_block(sa, self.dropout1, x, x, tmask, tkpm, tcausal))
+    x = self.norm2(x + attention_block(ca, self.dropout2, x, memory, mmask, mkpm, mcausal))
+    x = self.norm3(x + self:_ff_block(x))
+  end
+  return x
+end
+
+---------------------------------------------------------------- TransformerEncoder, TransformerDecoder
+
+-- num_layers copies of layer (each with its own parameters, copied from
+-- the layer given, as PyTorch's deepcopy), in a ModuleList named layers,
+-- then opts.norm when given.
+local function stack(self, fn, what, layer, num_layers, opts, extra)
+  if not module.is_module(layer) then
+    raise(string.format("%s: expected %s to be a module (a %sLayer), got %s", fn, what, fn, type(layer)))
   end
   want_int(num_layers, fn, "num_layers")
   if module.is_module(opts) then opts = { norm = opts } end
-  opts = check_opts(opts or {}, fn, { norm = true, enable_nested_tensor = true, mask_check = true })
+  local allowed = { norm = true }
+  for _, k in ipairs(extra) do allowed[k] = true end
+  opts = check_opts(opts or {}, fn, allowed)
   local layers = L.ModuleList()
-  for _ = 1, num_layers do layers:append(encoder_layer:deepcopy()) end
+  for _ = 1, num_layers do layers:append(layer:deepcopy()) end
   self.layers = layers
   self.num_layers = num_layers
   if opts.norm ~= nil then
@@ -343,17 +417,126 @@ function T.TransformerEncoder:__init(encoder_layer, num_layers, opts)
   end
 end
 
+local function final_norm(self, x)
+  local norm = self._modules.map.norm
+  if norm ~= nil then x = norm(x) end
+  return x
+end
+
+-- TransformerEncoder(encoder_layer, num_layers [, {norm=}]).
+T.TransformerEncoder = Module:extend("TransformerEncoder")
+function T.TransformerEncoder:__init(encoder_layer, num_layers, opts)
+  stack(self, "TransformerEncoder", "encoder_layer", encoder_layer, num_layers, opts, { "enable_nested_tensor", "mask_check" })
+end
+
 -- forward(src [, {mask=, src_key_padding_mask=, is_causal=false}]) or
 -- forward(src, mask, src_key_padding_mask, is_causal).
-function T.TransformerEncoder:forward(src, a, b, c)
-  local mask, kpm, is_causal = encoder_args("TransformerEncoder", a, b, c, { "mask", "src_key_padding_mask" })
+function T.TransformerEncoder:forward(src, ...)
+  local mask, kpm, is_causal = forward_args("TransformerEncoder", { "mask", "src_key_padding_mask", "is_causal" }, ...)
   local x = src
   for _, layer in ipairs(self.layers) do
     x = layer(x, { src_mask = mask, src_key_padding_mask = kpm, is_causal = is_causal })
   end
-  local norm = self._modules.map.norm
-  if norm ~= nil then x = norm(x) end
-  return x
+  return final_norm(self, x)
+end
+
+-- TransformerDecoder(decoder_layer, num_layers [, {norm=}]).
+T.TransformerDecoder = Module:extend("TransformerDecoder")
+function T.TransformerDecoder:__init(decoder_layer, num_layers, opts)
+  stack(self, "TransformerDecoder", "decoder_layer", decoder_layer, num_layers, opts, {})
+end
+
+-- forward(tgt, memory [, options or positional arguments as
+-- TransformerDecoderLayer's]).
+function T.TransformerDecoder:forward(tgt, memory, ...)
+  local tmask, mmask, tkpm, mkpm, tcausal, mcausal = forward_args("TransformerDecoder", decoder_names, ...)
+  local x = tgt
+  for _, layer in ipairs(self.layers) do
+    x = layer(x, memory, { tgt_mask = tmask, memory_mask = mmask, tgt_key_padding_mask = tkpm,
+                           memory_key_padding_mask = mkpm, tgt_is_causal = tcausal, memory_is_causal = mcausal })
+  end
+  return final_norm(self, x)
+end
+
+---------------------------------------------------------------- Transformer
+
+-- Transformer([d_model=512 [, nhead=8 [, num_encoder_layers=6 [,
+-- num_decoder_layers=6 [, dim_feedforward=2048 [, dropout=0.1]]]]]] [,
+-- {the same by name, activation=, custom_encoder=, custom_decoder=,
+-- layer_norm_eps=, batch_first=, norm_first=, bias=, dtype=, device=}]):
+-- PyTorch's encoder-decoder, each stack closed by a LayerNorm; every
+-- parameter of more than one dimension xavier_uniform_ initialised.
+T.Transformer = Module:extend("Transformer")
+local positional = { "d_model", "nhead", "num_encoder_layers", "num_decoder_layers", "dim_feedforward", "dropout" }
+local transformer_opts = { activation = true, custom_encoder = true, custom_decoder = true, layer_norm_eps = true,
+                           batch_first = true, norm_first = true, bias = true, dtype = true, device = true }
+for _, k in ipairs(positional) do transformer_opts[k] = true end
+function T.Transformer:__init(...)
+  local fn = "Transformer"
+  local n = select("#", ...)
+  local last = n > 0 and select(n, ...) or nil
+  local opts = {}
+  if type(last) == "table" then n = n - 1; opts = last end
+  opts = check_opts(opts, fn, transformer_opts)
+  if n > #positional then raise(string.format("%s: expected at most %d numbers before the options, got %d", fn, #positional, n)) end
+  for i = 1, n do
+    local name = positional[i]
+    if opts[name] ~= nil then raise(string.format("%s: %s given twice, as argument %d and as an option", fn, name, i)) end
+    opts[name] = (select(i, ...))
+  end
+  local d_model, nhead = opts.d_model or 512, opts.nhead or 8
+  local layer = { dim_feedforward = opts.dim_feedforward, dropout = opts.dropout, activation = opts.activation,
+                  layer_norm_eps = opts.layer_norm_eps, batch_first = opts.batch_first, norm_first = opts.norm_first,
+                  bias = opts.bias, dtype = opts.dtype, device = opts.device }
+  local norm = { eps = opts.layer_norm_eps or 1e-5, bias = opts.bias ~= false, dtype = opts.dtype,
+                 device = opts.device }
+  self.encoder = opts.custom_encoder or T.TransformerEncoder(T.TransformerEncoderLayer(d_model, nhead, layer),
+    opts.num_encoder_layers or 6, { norm = L.LayerNorm(d_model, norm) })
+  self.decoder = opts.custom_decoder or T.TransformerDecoder(T.TransformerDecoderLayer(d_model, nhead, layer),
+    opts.num_decoder_layers or 6, { norm = L.LayerNorm(d_model, norm) })
+  for _, p in ipairs(self:parameters()) do
+    if p:dim() > 1 then init.xavier_uniform_(p) end
+  end
+  self.d_model, self.nhead, self.batch_first = d_model, nhead, opts.batch_first == true
+end
+
+local transformer_names = { "src_mask", "tgt_mask", "memory_mask", "src_key_padding_mask", "tgt_key_padding_mask",
+                            "memory_key_padding_mask", "src_is_causal", "tgt_is_causal", "memory_is_causal" }
+
+-- forward(src, tgt [, {src_mask=, tgt_mask=, memory_mask=,
+-- src_key_padding_mask=, tgt_key_padding_mask=, memory_key_padding_mask=,
+-- src_is_causal=, tgt_is_causal=, memory_is_causal=}]) or those
+-- positionally, in that order: src (S, N, E) and tgt (T, N, E) ((N, S, E)
+-- and (N, T, E) with batch_first; (S, E) and (T, E) unbatched) give (T, N, E).
+function T.Transformer:forward(src, tgt, ...)
+  local fn = "Transformer"
+  local smask, tmask, mmask, skpm, tkpm, mkpm, scausal, tcausal, mcausal = forward_args(fn, transformer_names, ...)
+  want_float(src, fn, "src")
+  want_float(tgt, fn, "tgt")
+  local bdim = self.batch_first and 0 or 1
+  if src:dim() == 3 and (tgt:dim() ~= 3 or src:size(bdim) ~= tgt:size(bdim)) then
+    raise(string.format("%s: the batch number of src and tgt must be equal, got src %s and tgt %s%s", fn,
+                        shape_str(src), shape_str(tgt), self.batch_first and " (batch_first)" or ""))
+  end
+  if src:size(-1) ~= self.d_model or tgt:size(-1) ~= self.d_model then
+    raise(string.format("%s: the feature number of src and tgt must be equal to d_model=%d, got src %s and tgt %s",
+                        fn, self.d_model, shape_str(src), shape_str(tgt)))
+  end
+  local memory = self.encoder(src, { mask = smask, src_key_padding_mask = skpm, is_causal = scausal })
+  return self.decoder(tgt, memory, { tgt_mask = tmask, memory_mask = mmask, tgt_key_padding_mask = tkpm,
+                                     memory_key_padding_mask = mkpm, tgt_is_causal = tcausal,
+                                     memory_is_causal = mcausal })
+end
+
+-- Transformer.generate_square_subsequent_mask(sz [, {dtype=, device=}]):
+-- the float causal mask, -inf above the diagonal and 0 elsewhere. Also
+-- callable on a model (model:generate_square_subsequent_mask(sz)).
+function T.Transformer.generate_square_subsequent_mask(a, b, c)
+  local sz, opts = a, b
+  if type(a) == "table" then sz, opts = b, c end
+  want_int(sz, "generate_square_subsequent_mask", "sz")
+  opts = check_opts(opts or {}, "generate_square_subsequent_mask", { dtype = true, device = true })
+  return torch.full({ sz, sz }, -math.huge, { dtype = opts.dtype, device = opts.device }):triu(1)
 end
 
 return T
