@@ -1,8 +1,11 @@
 #!/usr/bin/python3
 """Writes tests/ref/losses.lua: PyTorch's values and input gradients of
 the losses F.binary_cross_entropy, smooth_l1_loss, huber_loss, kl_div,
-soft_margin_loss, cosine_embedding_loss, margin_ranking_loss and
-hinge_embedding_loss, and of the tensor ops addcmul, addcdiv and lerp,
+soft_margin_loss, cosine_embedding_loss, margin_ranking_loss,
+hinge_embedding_loss, poisson_nll_loss, gaussian_nll_loss,
+triplet_margin_loss, triplet_margin_with_distance_loss, multi_margin_loss,
+multilabel_margin_loss and multilabel_soft_margin_loss, and of the tensor
+ops addcmul, addcdiv and lerp,
 for tests/lua/test_losses.lua: every reduction and option, edge values
 (probabilities of 0 and 1, beta = 0, differences equal to beta or delta,
 targets of 0, a zero row), broadcasting; in float64 and float32.
@@ -11,7 +14,8 @@ targets of 0, a zero row), broadcasting; in float64 and float32.
 A case is {fn=, args=, opts=, grad=, f64=, f32=} (or int64=): args the
 positional arguments, each a number or a tensor {shape=, values=}
 (dtype= when it keeps its own dtype, else the case's); opts the options
-table (a tensor in it as in args); grad the 1-based positions of the
+table (a tensor in it as in args; distance_function "cosine" stands for
+1 - cosine_similarity(a, b)); grad the 1-based positions of the
 arguments whose gradients are kept. Per dtype: y (flat values), shape,
 and dx = {[position] = flat gradient} of sum(y * cos(1 + k)) over y's flat
 index k (a 0-d y: of y).
@@ -164,6 +168,78 @@ case("hinge_embedding_margin", "hinge_embedding_loss", [wave([3, 4], 33), signs(
      {"margin": 0.5, "reduction": "none"})
 case("hinge_embedding_broadcast", "hinge_embedding_loss", [wave([3, 4], 34), signs([4], 10)], {"margin": 2.0})
 
+def counts(shape, seed):
+    """Event counts 0..5, as Poisson targets."""
+    return T(shape, lambda k: float(int(3.0 + 2.9 * math.sin(seed + 1.1 * k))))
+
+
+def classes(values):
+    return T([len(values)], values, "int64")
+
+
+for r in RED:
+    case("poisson_nll_" + r, "poisson_nll_loss", [wave([3, 4], 51), counts([3, 4], 1)], {"reduction": r},
+         grad=(1, 2))
+case("poisson_nll_no_log", "poisson_nll_loss", [prob([3, 4], 52), counts([3, 4], 2)],
+     {"log_input": False, "eps": 1e-3, "reduction": "none"}, grad=(1, 2))
+# Stirling's term where the target exceeds 1 (targets of 0 and 1 are left out)
+case("poisson_nll_full", "poisson_nll_loss", [wave([3, 4], 53), counts([3, 4], 3)],
+     {"full": True, "reduction": "none"})
+case("poisson_nll_full_no_log_sum", "poisson_nll_loss", [prob([2, 5], 54), counts([2, 5], 4)],
+     {"full": True, "log_input": False, "reduction": "sum"})
+
+for r in RED:
+    case("gaussian_nll_" + r, "gaussian_nll_loss", [wave([3, 4], 55), wave([3, 4], 56), prob([3, 4], 57)],
+         {"reduction": r}, grad=(1, 2, 3))
+# var below eps: clamped in value, its gradient passed through as it is
+case("gaussian_nll_clamped", "gaussian_nll_loss",
+     [wave([5], 58), wave([5], 59), T([5], [1e-8, 0.5, 1e-4, 0.0, 2.0])],
+     {"full": True, "eps": 1e-3, "reduction": "none"}, grad=(1, 2, 3))
+case("gaussian_nll_var_per_row", "gaussian_nll_loss", [wave([3, 4], 60), wave([3, 4], 61), prob([3], 62)],
+     {}, grad=(1, 2, 3))
+case("gaussian_nll_var_last_1", "gaussian_nll_loss", [wave([3, 4], 63), wave([3, 4], 64), prob([3, 1], 65)],
+     {"full": True, "reduction": "sum"}, grad=(1, 2, 3))
+
+for r in RED:
+    case("triplet_" + r, "triplet_margin_loss", [wave([4, 5], 66), wave([4, 5], 67), wave([4, 5], 68)],
+         {"reduction": r}, grad=(1, 2, 3))
+case("triplet_p1_swap", "triplet_margin_loss", [wave([4, 3], 69), wave([4, 3], 70), wave([4, 3], 71)],
+     {"p": 1.0, "swap": True, "margin": 0.5, "reduction": "none"}, grad=(1, 2, 3))
+case("triplet_p3_eps", "triplet_margin_loss", [wave([3, 4], 72), wave([3, 4], 73), wave([3, 4], 74)],
+     {"p": 3.0, "eps": 0.1, "margin": 2.0, "reduction": "none"}, grad=(1, 2, 3))
+case("triplet_1d", "triplet_margin_loss", [wave([6], 75), wave([6], 76), wave([6], 77)], {"margin": 4.0},
+     grad=(1, 2, 3))
+for r in RED:
+    case("triplet_distance_" + r, "triplet_margin_with_distance_loss",
+         [wave([4, 5], 78), wave([4, 5], 79), wave([4, 5], 80)], {"reduction": r}, grad=(1, 2, 3))
+case("triplet_distance_cosine_swap", "triplet_margin_with_distance_loss",
+     [wave([4, 3], 81), wave([4, 3], 82), wave([4, 3], 83)],
+     {"distance_function": "cosine", "swap": True, "margin": 0.3, "reduction": "none"}, grad=(1, 2, 3))
+
+mm_target = classes([0, 3, 4, 1])
+for r in RED:
+    case("multi_margin_" + r, "multi_margin_loss", [wave([4, 5], 84), mm_target], {"reduction": r})
+case("multi_margin_p2_weight", "multi_margin_loss", [wave([4, 5], 85), mm_target],
+     {"p": 2, "margin": 0.7, "weight": T([5], lambda k: 0.5 + 0.3 * k), "reduction": "none"})
+case("multi_margin_one_row", "multi_margin_loss", [wave([5], 86), T([], [2], "int64")], {"margin": 1.5})
+
+# per row: two targets, one target then values past the -1, every class,
+# a class listed twice (counted twice, as PyTorch counts it)
+ml_target = T([4, 5], [3, 0, -1, 1, 2, 4, -1, 0, 0, 0, 0, 1, 2, 3, 4, 2, 2, -1, 3, 3], "int64")
+for r in RED:
+    case("multilabel_margin_" + r, "multilabel_margin_loss", [wave([4, 5], 87, 0.6), ml_target], {"reduction": r})
+case("multilabel_margin_one_row", "multilabel_margin_loss", [wave([4], 88, 0.6), classes([3, 0, -1, 1])])
+
+def labels(shape, seed):
+    return T(shape, lambda k: 1.0 if math.sin(seed + 1.9 * k) > 0 else 0.0)
+
+
+for r in RED:
+    case("multilabel_soft_margin_" + r, "multilabel_soft_margin_loss", [wave([3, 4], 89, 4.0), labels([3, 4], 1)],
+         {"reduction": r}, grad=(1, 2))
+case("multilabel_soft_margin_weight", "multilabel_soft_margin_loss", [wave([3, 4], 90), labels([3, 4], 2)],
+     {"weight": T([4], lambda k: 0.5 + k), "reduction": "none"}, grad=(1, 2))
+
 # ---------------------------------------------------------------- tensor ops
 
 for v in (None, 0.5, -2.0):
@@ -197,6 +273,8 @@ def run(c, dtype):
     for i in c["grad"]:
         args[i - 1].requires_grad_()
     opts = {k: tensor(v, dtype) if isinstance(v, dict) else v for k, v in c["opts"].items()}
+    if opts.get("distance_function") == "cosine":
+        opts["distance_function"] = lambda a, b: 1 - F.cosine_similarity(a, b)
     fn = getattr(F, c["fn"], None) or getattr(torch, c["fn"])
     y = fn(*args, **opts)
     out = {"y": y.detach().reshape(-1).tolist(), "shape": list(y.shape)}

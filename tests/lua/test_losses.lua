@@ -1,6 +1,8 @@
 -- test_losses.lua: F.binary_cross_entropy, smooth_l1_loss, huber_loss,
 -- kl_div, soft_margin_loss, cosine_embedding_loss, margin_ranking_loss,
--- hinge_embedding_loss, their modules, and torch.addcmul, addcdiv and lerp
+-- hinge_embedding_loss, poisson_nll_loss, gaussian_nll_loss, the triplet
+-- losses, multi_margin_loss, multilabel_margin_loss,
+-- multilabel_soft_margin_loss, their modules, and torch.addcmul, addcdiv and lerp
 -- (functions, methods, in-place forms) against PyTorch's values and
 -- gradients in float64 and float32 (tests/ref/losses.lua, written by
 -- scripts/gen_loss_ref.py): every reduction and option, edge values,
@@ -16,7 +18,12 @@ local MODULE = {
   binary_cross_entropy = "BCELoss", smooth_l1_loss = "SmoothL1Loss", huber_loss = "HuberLoss",
   kl_div = "KLDivLoss", soft_margin_loss = "SoftMarginLoss", cosine_embedding_loss = "CosineEmbeddingLoss",
   margin_ranking_loss = "MarginRankingLoss", hinge_embedding_loss = "HingeEmbeddingLoss",
+  poisson_nll_loss = "PoissonNLLLoss", gaussian_nll_loss = "GaussianNLLLoss", triplet_margin_loss = "TripletMarginLoss",
+  triplet_margin_with_distance_loss = "TripletMarginWithDistanceLoss", multi_margin_loss = "MultiMarginLoss",
+  multilabel_margin_loss = "MultiLabelMarginLoss", multilabel_soft_margin_loss = "MultiLabelSoftMarginLoss",
 }
+-- the distance functions the generator names
+local DISTANCE = { cosine = function(a, b) return 1 - F.cosine_similarity(a, b) end }
 local TOL = { float64 = { 1e-12, 1e-12 }, float32 = { 2e-5, 1e-5 }, int64 = { 0, 0 } }
 
 local function tensor(a, dtype)
@@ -31,7 +38,7 @@ local function inputs(c, dtype, grad)
   if grad then
     for _, i in ipairs(c.grad) do args[i]:requires_grad_() end
   end
-  for k, v in pairs(c.opts) do opts[k] = type(v) == "table" and tensor(v, dtype) or v end
+  for k, v in pairs(c.opts) do opts[k] = type(v) == "table" and tensor(v, dtype) or DISTANCE[v] or v end
   return args, opts
 end
 
@@ -115,8 +122,10 @@ end)
 -- Finite differences in float64 at each case's inputs, but where a
 -- derivative is not one: probabilities of 0 and 1 (PyTorch's gradient is
 -- a bound there), |d| at 0, and a zero row (the 1e-12 inside the
--- cosine's norms).
-local not_differentiable = { bce_edges = true, smooth_l1_beta_0_at_0 = true, cosine_embedding_zero_row = true }
+-- cosine's norms), and a var clamped to eps (its gradient passes through
+-- the clamp, as PyTorch's).
+local not_differentiable = { bce_edges = true, smooth_l1_beta_0_at_0 = true, cosine_embedding_zero_row = true,
+                             gaussian_nll_clamped = true }
 T.run("float64 gradcheck", function()
   for _, name in ipairs(T.sorted_keys(ref)) do
     local c = ref[name]
@@ -146,6 +155,11 @@ T.run("state, printing, defaults", function()
   T.is(nn.KLDivLoss("batchmean").reduction, "batchmean", "KLDivLoss takes batchmean")
   T.is(nn.HingeEmbeddingLoss().margin, 1, "HingeEmbeddingLoss: margin = 1 by default")
   T.is(nn.CosineEmbeddingLoss().margin, 0, "CosineEmbeddingLoss: margin = 0 by default")
+  T.is(nn.MultiMarginLoss({ weight = w }):state_dict():keys(), { "weight" }, "MultiMarginLoss's weight is a buffer")
+  local tm = nn.TripletMarginLoss({ swap = true })
+  T.is({ tm.margin, tm.p, tm.eps, tm.swap }, { 1, 2, 1e-6, true }, "TripletMarginLoss: PyTorch's defaults")
+  T.is({ nn.PoissonNLLLoss().log_input, nn.PoissonNLLLoss().eps }, { true, 1e-8 }, "PoissonNLLLoss: defaults")
+  T.is(tostring(nn.MultiLabelMarginLoss()), "MultiLabelMarginLoss()", "MultiLabelMarginLoss prints as PyTorch's")
   local x, t = torch.tensor({ 0.2, 0.9, 0.5 }), torch.tensor({ 0.0, 1.0, 0.5 })
   T.is(F.binary_cross_entropy(x, t, "sum"):item(), F.binary_cross_entropy(x, t, { reduction = "sum" }):item(),
        "a reduction string stands for {reduction=}")
@@ -277,6 +291,31 @@ T.run("bad input", function()
            "lerp_: output with shape %[3%] doesn't match the broadcast shape %[2, 3%]", "lerp_ may not grow its tensor")
   T.raises(function() torch.lerp(3, a, 0.5) end, "lerp: expected a tensor as the first argument, got number",
            "torch.lerp of a number")
+  local x, t = torch.randn(3, 4), torch.tensor({ 0, 1, 3 }, { dtype = torch.int64 })
+  T.raises(function() F.multi_margin_loss(x, t:double()) end, "multi_margin_loss: expected an int64 target, got float64",
+           "multi_margin_loss: a float target")
+  T.raises(function() F.multi_margin_loss(x, t, { p = 3 }) end, "only p = 1 and p = 2", "multi_margin_loss: p = 3")
+  T.raises(function() F.multi_margin_loss(x, t:narrow(0, 0, 2)) end, "expected input %(N, C%) with target %(N%)",
+           "multi_margin_loss: rows and targets differ")
+  T.raises(function() F.multi_margin_loss(x, torch.tensor({ 0, 4, 1 }, { dtype = torch.int64 })) end,
+           "index 4 is out of bounds", "multi_margin_loss: a class out of range")
+  T.raises(function() F.multi_margin_loss(x, t, { weight = torch.ones(3) }) end,
+           "expected weight to be a tensor of 4 entries", "multi_margin_loss: a weight of the wrong size")
+  T.raises(function() nn.MultiMarginLoss({ margn = 1 }) end, "MultiMarginLoss: unknown option 'margn'", "misspelt option")
+  T.raises(function() F.multilabel_margin_loss(x, torch.zeros(3, 4, { dtype = torch.int64 }):fill_(4)) end,
+           "target values must be %-1 or class indices in %[0, 4%)", "multilabel_margin_loss: a class out of range")
+  T.raises(function() F.multilabel_margin_loss(x, t) end, "a target of its shape", "multilabel_margin_loss: target shape")
+  T.raises(function() F.gaussian_nll_loss(x, x, torch.ones(4)) end,
+           "var of shape %[4%] does not fit the input's %[3, 4%]", "gaussian_nll_loss: var's shape")
+  T.raises(function() F.gaussian_nll_loss(x, x, -torch.ones(3, 4)) end, "var has negative entries",
+           "gaussian_nll_loss: negative var")
+  T.raises(function() F.triplet_margin_loss(x, x, torch.randn(4)) end,
+           "expected anchor, positive and negative of one number of dims, got %[3, 4%], %[3, 4%] and %[4%]",
+           "triplet_margin_loss: dims")
+  T.raises(function() F.triplet_margin_with_distance_loss(x, x, x, { margin = 0 }) end,
+           "expected margin to be greater than 0, got 0", "triplet_margin_with_distance_loss: margin 0")
+  T.raises(function() F.triplet_margin_with_distance_loss(x, x, x, { distance_function = "l2" }) end,
+           "expected distance_function to be a function, got string", "triplet_margin_with_distance_loss: a string")
 end)
 
 T.done_testing()

@@ -643,6 +643,195 @@ function F.hinge_embedding_loss(input, target, opts)
   return reduce(loss, reduction)
 end
 
+-- poisson_nll_loss(input, target, {log_input=true, full=false, eps=1e-8,
+-- reduction=}): exp(input) - target input (log_input), else input -
+-- target log(input + eps); full adds Stirling's approximation of
+-- log(target!) where target > 1.
+function F.poisson_nll_loss(input, target, opts)
+  local fn = "poisson_nll_loss"
+  opts = loss_opts(opts, fn, { log_input = true, full = true, eps = true, reduction = true })
+  want_float(input, fn, "input")
+  want_tensor(target, fn, "target")
+  local eps = want_number(opts.eps, fn, "eps", 1e-8)
+  local reduction = reduction_of(opts, fn)
+  if autocast_on then input, target = AC.cast_fp32(input, target) end
+  local loss
+  if opts.log_input ~= false then loss = input:exp() - target * input
+  else loss = input - target * (input + eps):log() end
+  if opts.full then
+    local stirling = target * target:log() - target + (target * (2 * math.pi)):log() * 0.5
+    loss = loss + stirling:masked_fill(target:le(1), 0)
+  end
+  return reduce(loss, reduction)
+end
+
+-- gaussian_nll_loss(input, target, var, {full=false, eps=1e-6,
+-- reduction=}): (log(var) + (input - target)^2 / var) / 2 (+ log(2 pi) / 2
+-- with full). var has the input's shape, or it without the last dim, or
+-- with a last dim of 1; negative entries are refused; it is clamped to eps
+-- in value only, its gradient passing through as PyTorch's.
+function F.gaussian_nll_loss(input, target, var, opts)
+  local fn = "gaussian_nll_loss"
+  opts = loss_opts(opts, fn, { full = true, eps = true, reduction = true })
+  want_float(input, fn, "input")
+  want_tensor(target, fn, "target")
+  want_float(var, fn, "var")
+  local eps = want_number(opts.eps, fn, "eps", 1e-6)
+  local reduction = reduction_of(opts, fn)
+  local function str(t, n) return "[" .. table.concat(t, ", ", 1, n or #t) .. "]" end
+  local is, vs = input:size(), var:size()
+  if str(vs) ~= str(is) then
+    if str(vs) == str(is, #is - 1) then
+      var = var:unsqueeze(-1)
+    elseif not (#vs == #is and vs[#vs] == 1 and str(vs, #vs - 1) == str(is, #is - 1)) then
+      raise(string.format("%s: var of shape %s does not fit the input's %s (expected the input's shape, it without "
+                          .. "the last dim, or it with a last dim of 1)", fn, str(vs), str(is)))
+    end
+  end
+  if var:lt(0):any():item() then raise(fn .. ": var has negative entries") end
+  if autocast_on then input, target, var = AC.cast_fp32(input, target, var) end
+  var = var + (var:clamp(eps) - var):detach()
+  local d = input - target
+  local loss = (var:log() + d * d / var) * 0.5
+  if opts.full then loss = loss + 0.5 * math.log(2 * math.pi) end
+  return reduce(loss, reduction)
+end
+
+-- The triplet losses' inputs: three tensors of one number of dims.
+local function want_triplet(fn, anchor, positive, negative)
+  want_float(anchor, fn, "anchor")
+  want_float(positive, fn, "positive")
+  want_float(negative, fn, "negative")
+  if anchor:dim() ~= positive:dim() or positive:dim() ~= negative:dim() then
+    raise(string.format("%s: expected anchor, positive and negative of one number of dims, got %s, %s and %s", fn,
+                        shape_str(anchor), shape_str(positive), shape_str(negative)))
+  end
+end
+
+-- max(0, margin + d(anchor, positive) - d(anchor, negative)), with swap the
+-- smaller of d(anchor, negative) and d(positive, negative).
+local function triplet(distance, anchor, positive, negative, margin, swap, reduction)
+  local dneg = distance(anchor, negative)
+  if swap then dneg = torch.minimum(dneg, distance(positive, negative)) end
+  return reduce((distance(anchor, positive) - dneg + margin):clamp(0), reduction)
+end
+
+-- triplet_margin_loss(anchor, positive, negative, {margin=1, p=2,
+-- eps=1e-6, swap=false, reduction=}): d is pairwise_distance's p-norm.
+function F.triplet_margin_loss(anchor, positive, negative, opts)
+  local fn = "triplet_margin_loss"
+  opts = loss_opts(opts, fn, { margin = true, p = true, eps = true, swap = true, reduction = true })
+  want_triplet(fn, anchor, positive, negative)
+  local p, eps = want_number(opts.p, fn, "p", 2), want_number(opts.eps, fn, "eps", 1e-6)
+  local function distance(a, b) return F.pairwise_distance(a, b, p, eps) end
+  return triplet(distance, anchor, positive, negative, want_number(opts.margin, fn, "margin", 1), opts.swap == true,
+                 reduction_of(opts, fn))
+end
+
+-- triplet_margin_with_distance_loss(anchor, positive, negative,
+-- {distance_function=pairwise_distance, margin=1, swap=false,
+-- reduction=}): d any function of two tensors; margin must be positive.
+function F.triplet_margin_with_distance_loss(anchor, positive, negative, opts)
+  local fn = "triplet_margin_with_distance_loss"
+  opts = loss_opts(opts, fn, { distance_function = true, margin = true, swap = true, reduction = true })
+  want_triplet(fn, anchor, positive, negative)
+  local distance = opts.distance_function or F.pairwise_distance
+  if type(distance) ~= "function" and not (type(distance) == "table" and getmetatable(distance)) then
+    raise(string.format("%s: expected distance_function to be a function, got %s", fn, typename(distance)))
+  end
+  local margin = want_number(opts.margin, fn, "margin", 1)
+  if margin <= 0 then raise(string.format("%s: expected margin to be greater than 0, got %s", fn, tostring(margin))) end
+  return triplet(distance, anchor, positive, negative, margin, opts.swap == true, reduction_of(opts, fn))
+end
+
+-- Rows (N, C) with targets (N), or one row (C) with a 0-d target, as rows.
+local function class_rows(fn, input, target)
+  want_float(input, fn, "input")
+  want_tensor(target, fn, "target")
+  if target.dtype ~= torch.int64 then raise(string.format("%s: expected an int64 target, got %s", fn, target.dtype.name)) end
+  local d = input:dim()
+  if (d ~= 1 and d ~= 2) or target:dim() ~= d - 1 or (d == 2 and target:size(0) ~= input:size(0)) then
+    raise(string.format("%s: expected input (N, C) with target (N), or input (C) with a 0-d target, got input %s and "
+                        .. "target %s", fn, shape_str(input), shape_str(target)))
+  end
+  if d == 1 then return input:unsqueeze(0), target:view(1) end
+  return input, target
+end
+
+-- multi_margin_loss(input, target, {p=1, margin=1, weight=, reduction=}):
+-- per row, the sum over classes j other than the target y of
+-- max(0, margin - x[y] + x[j])^p (times weight[y]), over C.
+function F.multi_margin_loss(input, target, opts)
+  local fn = "multi_margin_loss"
+  opts = loss_opts(opts, fn, { p = true, margin = true, weight = true, reduction = true })
+  local x, y = class_rows(fn, input, target)
+  local p = want_number(opts.p, fn, "p", 1)
+  if p ~= 1 and p ~= 2 then raise(string.format("%s: only p = 1 and p = 2 are supported, got %s", fn, tostring(p))) end
+  local margin = want_number(opts.margin, fn, "margin", 1)
+  local reduction = reduction_of(opts, fn)
+  local N, C = x:size(0), x:size(1)
+  local w = opts.weight
+  if w ~= nil and (not is_tensor(w) or w:dim() ~= 1 or w:size(0) ~= C) then
+    raise(string.format("%s: expected weight to be a tensor of %d entries (one a class), got %s", fn, C,
+                        is_tensor(w) and shape_str(w) or typename(w)))
+  end
+  if autocast_on then x = AC.cast_fp32(x) end
+  local y1 = y:view(N, 1)
+  local z = (x - x:gather(1, y1) + margin):relu()
+  if p == 2 then z = z * z end
+  if w ~= nil then z = z * w:index_select(0, y):view(N, 1) end
+  local loss = z:masked_fill(F.one_hot(y, C):bool(), 0):sum(1) / C
+  if input:dim() == 1 then loss = loss:view() end
+  return reduce(loss, reduction)
+end
+
+-- multilabel_margin_loss(input, target, {reduction=}): target holds, per
+-- row, class indices up to the first -1; the sum over those classes y and
+-- the classes k not among them of max(0, 1 - (x[y] - x[k])), over C.
+function F.multilabel_margin_loss(input, target, opts)
+  local fn = "multilabel_margin_loss"
+  opts = loss_opts(opts, fn, { reduction = true })
+  want_float(input, fn, "input")
+  want_tensor(target, fn, "target")
+  if target.dtype ~= torch.int64 then raise(string.format("%s: expected an int64 target, got %s", fn, target.dtype.name)) end
+  if (input:dim() ~= 1 and input:dim() ~= 2) or shape_str(target) ~= shape_str(input) then
+    raise(string.format("%s: expected input (C) or (N, C) and a target of its shape, got input %s and target %s", fn,
+                        shape_str(input), shape_str(target)))
+  end
+  local reduction = reduction_of(opts, fn)
+  local x, t = input, target
+  if x:dim() == 1 then x, t = x:unsqueeze(0), t:unsqueeze(0) end
+  local C = x:size(1)
+  if C > 0 and (t:min():item() < -1 or t:max():item() >= C) then
+    raise(string.format("%s: target values must be -1 or class indices in [0, %d)", fn, C))
+  end
+  if autocast_on then x = AC.cast_fp32(x) end
+  local listed = t:eq(-1):cumsum(1):eq(0)                                   -- (N, P): before the first -1
+  local y = t:clamp(0)
+  local is_target = F.one_hot(y, C):masked_fill(listed:logical_not():unsqueeze(2), 0):sum(1):gt(0)   -- (N, C)
+  local z = (x:unsqueeze(1) - x:gather(1, y):unsqueeze(2) + 1):relu()      -- (N, P, C)
+  local skip = listed:logical_not():unsqueeze(2):logical_or(is_target:unsqueeze(1))
+  local loss = z:masked_fill(skip, 0):sum({ 1, 2 }) / C
+  if input:dim() == 1 then loss = loss:view() end
+  return reduce(loss, reduction)
+end
+
+-- multilabel_soft_margin_loss(input, target, {weight=, reduction=}): the
+-- mean over classes of -(t log sigmoid(x) + (1 - t) log sigmoid(-x)) (each
+-- class times weight).
+function F.multilabel_soft_margin_loss(input, target, opts)
+  local fn = "multilabel_soft_margin_loss"
+  opts = loss_opts(opts, fn, { weight = true, reduction = true })
+  want_float(input, fn, "input")
+  want_tensor(target, fn, "target")
+  local reduction = reduction_of(opts, fn)
+  if autocast_on then input, target = AC.cast_fp32(input, target) end
+  local loss = target * softplus(-input) + (1 - target) * softplus(input)
+  if opts.weight ~= nil then loss = loss * want_tensor(opts.weight, fn, "weight") end
+  local cd = input:dim() - 1
+  return reduce(loss:sum(cd) / input:size(cd), reduction)
+end
+
 ---------------------------------------------------------------- convolution and pooling
 
 -- Output size of a sliding window, PyTorch's formula.

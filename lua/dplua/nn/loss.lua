@@ -177,4 +177,43 @@ function L.HingeEmbeddingLoss:forward(input, target)
   return F.hinge_embedding_loss(input, target, { margin = self.margin, reduction = self.reduction })
 end
 
+
+-- A loss module over F[fname] whose options (names, with PyTorch's
+-- defaults in defaults) are kept as fields, a weight as a buffer, and
+-- handed back to the function, which checks them, at every call.
+local function options_loss(name, fname, names, defaults)
+  local cls = Module:extend(name)
+  local allowed = { reduction = true }
+  for _, k in ipairs(names) do allowed[k] = true end
+  function cls:__init(opts)
+    opts = opts_of(opts, name, allowed)
+    self.reduction = reduction(opts, name)
+    for _, k in ipairs(names) do
+      local v = opts[k]
+      if v == nil then v = defaults[k] end
+      if k == "weight" then self:register_buffer(k, v) else self[k] = v end
+    end
+  end
+  function cls:forward(...)
+    local o = { reduction = self.reduction }
+    for _, k in ipairs(names) do o[k] = self[k] end
+    local args = { ... }
+    args[select("#", ...) + 1] = o
+    return F[fname](unpack(args, 1, select("#", ...) + 1))
+  end
+  return cls
+end
+
+L.PoissonNLLLoss = options_loss("PoissonNLLLoss", "poisson_nll_loss", { "log_input", "full", "eps" },
+                                { log_input = true, full = false, eps = 1e-8 })
+L.GaussianNLLLoss = options_loss("GaussianNLLLoss", "gaussian_nll_loss", { "full", "eps" }, { full = false, eps = 1e-6 })
+L.TripletMarginLoss = options_loss("TripletMarginLoss", "triplet_margin_loss", { "margin", "p", "eps", "swap" },
+                                   { margin = 1.0, p = 2.0, eps = 1e-6, swap = false })
+L.TripletMarginWithDistanceLoss = options_loss("TripletMarginWithDistanceLoss", "triplet_margin_with_distance_loss",
+                                               { "distance_function", "margin", "swap" }, { margin = 1.0, swap = false })
+L.MultiMarginLoss = options_loss("MultiMarginLoss", "multi_margin_loss", { "p", "margin", "weight" },
+                                 { p = 1, margin = 1.0 })
+L.MultiLabelMarginLoss = options_loss("MultiLabelMarginLoss", "multilabel_margin_loss", {}, {})
+L.MultiLabelSoftMarginLoss = options_loss("MultiLabelSoftMarginLoss", "multilabel_soft_margin_loss", { "weight" }, {})
+
 return L
