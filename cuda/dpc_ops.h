@@ -132,7 +132,8 @@ typedef struct {
     int pad;
     volatile long long value, limit;   /* the bad value, and the bound it broke */
 } dpc_kernel_error;
-enum { DPC_KERR_NONE, DPC_KERR_CE_TARGET, DPC_KERR_INDEX_SELECT, DPC_KERR_GATHER, DPC_KERR_SCATTER, DPC_KERR_PUT };
+enum { DPC_KERR_NONE, DPC_KERR_CE_TARGET, DPC_KERR_INDEX_SELECT, DPC_KERR_GATHER, DPC_KERR_SCATTER_ADD, DPC_KERR_PUT,
+       DPC_KERR_SCATTER };
 int dpc_kernel_error_block(dpc_kernel_error **block);
 /* 1 for the errors after which the CUDA context is unusable (an illegal
  * address, a kernel that crashed): every later call fails with them. */
@@ -426,11 +427,15 @@ int dpc_index_add(int dtype, int64_t outer, int64_t size, int64_t inner, void *o
 /* Over the positions p of s (the index's shape; index int64, strided):
  * gather: out[p] = a[p with dim replaced by index[p]] (any dtype);
  * scatter_add: out[p with dim replaced by index[p]] += src[p], atomically
- * (float32, float64, bfloat16). An index out of [0, size) is left in err. */
+ * (float32, float64, bfloat16); scatter: = src[p] (any dtype; of positions
+ * that share a target, one write wins). An index out of [0, size) is left
+ * in err. */
 int dpc_gather(int dtype, dpc_shape s, dpc_operand out, dpc_operand a, dpc_operand index, int dim, int64_t size,
                dpc_kernel_error *err, void *stream);
 int dpc_scatter_add(int dtype, dpc_shape s, dpc_operand out, dpc_operand index, dpc_operand src, int dim,
                     int64_t size, dpc_kernel_error *err, void *stream);
+int dpc_scatter(int dtype, dpc_shape s, dpc_operand out, dpc_operand index, dpc_operand src, int dim, int64_t size,
+                dpc_kernel_error *err, void *stream);
 /* put_: dst's element at row-major position index[j] (of dst's shape s;
  * negative from the end) = src[j], j < n, src contiguous of dst's dtype;
  * an index out of [-numel, numel) is left in err and skipped. */

@@ -1,5 +1,5 @@
 /*
- * index.cu — index_select, index_add, gather, scatter_add, put_ and
+ * index.cu — index_select, index_add, gather, scatter_add, scatter, put_ and
  * im2col on the GPU, behind dpc_ops.h.
  *
  * Every kernel gives one thread to one element of the larger side (the
@@ -11,7 +11,7 @@
  * an Embedding's) sorts its indices instead and adds in a fixed order.
  *
  * An index outside its dimension never becomes an access outside the
- * tensor: index_select, gather and scatter_add report it through the
+ * tensor: index_select, gather, scatter_add and scatter report it through the
  * kernel error block (dpc_ops.h), put_ too (skipping it), and index_add skips it (its indices are
  * those of an index_select that was checked).
  */
@@ -288,8 +288,17 @@ __global__ static void scatter_add_kernel(dpc_shape s, int64_t total, dpc_operan
                                           dpc_operand src, int dim, int64_t size, dpc_kernel_error *err)
 {
     begin_after_previous_kernel();
-    gather_walk<T>(s, total, src, out, index, dim, size, DPC_KERR_SCATTER, err,
+    gather_walk<T>(s, total, src, out, index, dim, size, DPC_KERR_SCATTER_ADD, err,
                    [](const T *x, T *o) { atomicAdd(o, *x); });
+}
+
+/* out[p with dim replaced by index[p]] = src[p], p over s */
+template <typename T>
+__global__ static void scatter_kernel(dpc_shape s, int64_t total, dpc_operand out, dpc_operand index, dpc_operand src,
+                                      int dim, int64_t size, dpc_kernel_error *err)
+{
+    begin_after_previous_kernel();
+    gather_walk<T>(s, total, src, out, index, dim, size, DPC_KERR_SCATTER, err, [](const T *x, T *o) { *o = *x; });
 }
 
 extern "C" int dpc_gather(int dtype, dpc_shape s, dpc_operand out, dpc_operand a, dpc_operand index, int dim,
@@ -320,6 +329,20 @@ extern "C" int dpc_scatter_add(int dtype, dpc_shape s, dpc_operand out, dpc_oper
     return with_fold_type(dtype, [&](auto zero) {
         return launch_kernel(scatter_add_kernel<decltype(zero)>, grid_for(total), INDEX_BLOCK, st, s, total, out, index,
                              src, dim, size, err);
+    });
+}
+
+extern "C" int dpc_scatter(int dtype, dpc_shape s, dpc_operand out, dpc_operand index, dpc_operand src, int dim,
+                           int64_t size, dpc_kernel_error *err, void *stream)
+{
+    int64_t total = shape_numel(s);
+    if (dim < 0 || dim >= s.ndim)
+        return (int)cudaErrorInvalidValue;
+    if (total == 0)
+        return 0;
+    return with_element_bits(dtype, [&](auto zero) {
+        return launch_kernel(scatter_kernel<decltype(zero)>, grid_for(total), INDEX_BLOCK, (cudaStream_t)stream, s,
+                             total, out, index, src, dim, size, err);
     });
 }
 

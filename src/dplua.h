@@ -140,6 +140,11 @@ DP_API dp_status dp_mm(dp_tensor **out, dp_tensor *a, dp_tensor *b);
 DP_API dp_status dp_bmm(dp_tensor **out, dp_tensor *a, dp_tensor *b);
 DP_API dp_status dp_index_select(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index);
 DP_API dp_status dp_gather(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index);
+/* scatter (add = 0) or scatter_add (add = 1): a copy of a with src[p]
+ * written (added) at p with dim replaced by index[p], p over index's shape
+ * (no larger than src's, nor than a's but in dim); a, index, src of one
+ * number of dims, a and src of one dtype and device */
+DP_API dp_status dp_scatter(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index, dp_tensor *src, int add);
 DP_API dp_status dp_cat(dp_tensor **out, int n, dp_tensor *const *ts, int dim);
 DP_API dp_status dp_stack(dp_tensor **out, int n, dp_tensor *const *ts, int dim);
 /* sorting and selecting: stable sorts (NaN above every number), indices int64 */

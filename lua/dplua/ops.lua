@@ -445,6 +445,106 @@ function methods.gather(t, dim, index)
   return new(C.dp_gather(outp, t.p, check_dim(dim, "gather", "dim"), index.p))
 end
 
+-- scatter(dim, index, src | value [, {reduce = "add"}]): a copy of t with
+-- src[p] (or value) written at p with dim replaced by index[p], p over
+-- index's shape; of positions that share a target one write wins, as in
+-- PyTorch. scatter_add adds instead.
+local function scatter(fn, t, dim, index, src, add)
+  if not is_tensor(index) then raise(fn .. ": expected index to be a tensor, got " .. typename(index)) end
+  if type(src) == "number" or type(src) == "boolean" then
+    src = torch.full(index:size(), src, { dtype = t.dtype, device = t.device })
+  elseif not is_tensor(src) then
+    raise(fn .. ": expected src to be a tensor or a number, got " .. typename(src))
+  end
+  return new(C.dp_scatter(outp, t.p, check_dim(dim, fn, "dim"), index.p, src.p, add and 1 or 0))
+end
+local function scatter_reduce_opt(fn, opts)
+  if opts == nil then return false end
+  local reduce = type(opts) == "table" and opts.reduce or opts
+  if reduce == "add" then return true end
+  raise(string.format('%s: reduce must be "add" (for "multiply" use a product of your own), got %s', fn, tostring(reduce)))
+end
+function methods.scatter(t, dim, index, src, opts)
+  return scatter("scatter", t, dim, index, src, scatter_reduce_opt("scatter", opts))
+end
+function methods.scatter_(t, dim, index, src, opts)
+  return write_into(t, scatter("scatter_", t, dim, index, src, scatter_reduce_opt("scatter_", opts)), "scatter_")
+end
+function methods.scatter_add(t, dim, index, src) return scatter("scatter_add", t, dim, index, src, true) end
+function methods.scatter_add_(t, dim, index, src)
+  return write_into(t, scatter("scatter_add_", t, dim, index, src, true), "scatter_add_")
+end
+
+-- index_add / index_copy / index_fill over a 1-D index along dim, as a
+-- scatter with the index spread over src's positions: source has t's shape
+-- but in dim, where it has one entry per index.
+local function index_spread(fn, t, dim, index, source_shape)
+  if not is_tensor(index) then raise(fn .. ": expected index to be a tensor, got " .. typename(index)) end
+  if index:dim() > 1 then raise(string.format("%s: index must be 0-D or 1-D, got %dD", fn, index:dim())) end
+  dim = check_dim(dim, fn, "dim")
+  local nd = t:dim()
+  local d = dim < 0 and dim + nd or dim
+  if d < 0 or d >= math.max(nd, 1) then
+    raise(string.format("%s: dim %d is out of range for a tensor of %d dims", fn, dim, nd))
+  end
+  local want = t:size()
+  if nd > 0 then want[d + 1] = index:numel() end
+  if source_shape and table.concat(source_shape, ",") ~= table.concat(want, ",") then
+    raise(string.format("%s: expected source of shape [%s] (the input's, with %d entries in dim %d, one an index), "
+                        .. "got [%s]", fn, table.concat(want, ", "), index:numel(), d, table.concat(source_shape, ", ")))
+  end
+  if nd == 0 then return 0, index:reshape({}) end
+  local view = {}
+  for i = 1, nd do view[i] = 1 end
+  view[d + 1] = index:numel()
+  return d, index:reshape(view):expand(want), want
+end
+local function alpha_of(fn, opts)
+  local a = type(opts) == "table" and opts.alpha or opts
+  if a == nil then return 1 end
+  if type(a) ~= "number" then raise(fn .. ": expected alpha to be a number, got " .. typename(a)) end
+  return a
+end
+local function index_add(fn, t, dim, index, source, opts)
+  if not is_tensor(source) then raise(fn .. ": expected source to be a tensor, got " .. typename(source)) end
+  local d, spread = index_spread(fn, t, dim, index, source:size())
+  local alpha = alpha_of(fn, opts)
+  return scatter(fn, t, d, spread, alpha == 1 and source or source * alpha, true)
+end
+local function index_copy(fn, t, dim, index, source)
+  if not is_tensor(source) then raise(fn .. ": expected source to be a tensor, got " .. typename(source)) end
+  local d, spread = index_spread(fn, t, dim, index, source:size())
+  return scatter(fn, t, d, spread, source, false)
+end
+local function index_fill(fn, t, dim, index, value)
+  if is_tensor(value) then
+    if value:dim() ~= 0 then raise(fn .. ": expected value to be a number or a 0-d tensor, got a " .. value:dim() .. "-d tensor") end
+    value = value:item()
+  elseif type(value) ~= "number" and type(value) ~= "boolean" then
+    raise(fn .. ": expected value to be a number, got " .. typename(value))
+  end
+  local d, spread, shape = index_spread(fn, t, dim, index)
+  return scatter(fn, t, d, spread, torch.full(shape or {}, value, { dtype = t.dtype, device = t.device }), false)
+end
+-- index_add(dim, index, source [, alpha | {alpha=}]): t with alpha *
+-- source's entries along dim added at the positions index names.
+function methods.index_add(t, dim, index, source, opts) return index_add("index_add", t, dim, index, source, opts) end
+function methods.index_add_(t, dim, index, source, opts)
+  return write_into(t, index_add("index_add_", t, dim, index, source, opts), "index_add_")
+end
+-- index_copy(dim, index, source): source's entries along dim written at
+-- the positions index names.
+function methods.index_copy(t, dim, index, source) return index_copy("index_copy", t, dim, index, source) end
+function methods.index_copy_(t, dim, index, source)
+  return write_into(t, index_copy("index_copy_", t, dim, index, source), "index_copy_")
+end
+-- index_fill(dim, index, value): the entries along dim that index names
+-- set to value.
+function methods.index_fill(t, dim, index, value) return index_fill("index_fill", t, dim, index, value) end
+function methods.index_fill_(t, dim, index, value)
+  return write_into(t, index_fill("index_fill_", t, dim, index, value), "index_fill_")
+end
+
 -- the tensors of a list, for the C call after tensor_list (grown to the longest list yet)
 local list_buf, list_cap = ffi.new("dp_tensor*[256]"), 256
 local function tensor_list(fn, list)
@@ -589,7 +689,7 @@ function methods.count_nonzero(t, dim) return t:ne(0):sum(dim) end
 function methods.put_(t, index, source, accumulate)
   if not is_tensor(index) then raise("put_: expected index to be a tensor, got " .. typename(index)) end
   if not is_tensor(source) then raise("put_: expected source to be a tensor, got " .. typename(source)) end
-  if accumulate then raise("put_: accumulate=true is not supported (use index_add_ or scatter_add)") end
+  if accumulate then raise("put_: accumulate=true is not supported (use index_add_ or scatter_add_)") end
   check(C.dp_put_into(t.p, index.p, source.p))
   return t
 end

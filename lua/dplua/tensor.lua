@@ -411,7 +411,7 @@ function methods.index_put_(t, indices, values, accumulate)
       raise(string.format("index_put_: expected a tensor at position %d of indices, got %s", i, typename(indices[i])))
     end
   end
-  if accumulate then raise("index_put_: accumulate=true is not supported (use index_add_ or scatter_add)") end
+  if accumulate then raise("index_put_: accumulate=true is not supported (use index_add_ or scatter_add_)") end
   assign(t, indices, values)
   return t
 end

@@ -141,5 +141,6 @@ dp_status bw_window(ag_node *n, dp_tensor *g, dp_tensor **gi);       /* iarg dim
 dp_status bw_cat(ag_node *n, dp_tensor *g, dp_tensor **gi);          /* iarg dim */
 dp_status bw_index_select(ag_node *n, dp_tensor *g, dp_tensor **gi); /* saved index; iarg dim */
 dp_status bw_gather(ag_node *n, dp_tensor *g, dp_tensor **gi);       /* saved index; iarg dim */
+dp_status bw_scatter(ag_node *n, dp_tensor *g, dp_tensor **gi);      /* saved index; iarg dim, add */
 
 #endif

@@ -531,6 +531,44 @@ dp_status bw_index_select(ag_node *n, dp_tensor *g, dp_tensor **gi)
     return st;
 }
 
+/* scatter(_add): the input's gradient is g (scatter: zero where src was
+ * written); src's is g gathered at the index, placed in zeros of src's
+ * shape when the index covers only part of it. */
+dp_status bw_scatter(ag_node *n, dp_tensor *g, dp_tensor **gi)
+{
+    dp_tensor *index = n->saved[0], *ga = NULL, *zeros = NULL, *gs = NULL, *whole = NULL, *part = NULL;
+    int dim = (int)n->iarg[0];
+    dp_status st = DP_OK;
+    if (n->in[0].needs_grad) {
+        if (n->iarg[1]) {
+            st = give(n, 0, g, gi);
+        } else if (!(st = dp_clone(&ga, g)) && !(st = dp_full(&zeros, index->ndim, index->shape, 0, g->dtype, g->device)) &&
+                   !(st = k_scatter(ga, dim, index, zeros))) {
+            st = give(n, 0, ga, gi);
+        }
+    }
+    if (!st && n->in[1].needs_grad && !(st = dp_gather(&gs, g, dim, index))) {
+        const ag_input *in = &n->in[1];
+        if (gs->ndim == in->ndim && !memcmp(gs->shape, in->shape, sizeof(int64_t) * (size_t)in->ndim)) {
+            st = give(n, 1, gs, gi);
+        } else if (!(st = dp_full(&whole, in->ndim, in->shape, 0, g->dtype, g->device))) {
+            part = whole;
+            dp_tensor_retain(part);
+            for (int d = 0; d < in->ndim && !st; d++) {
+                dp_tensor *v;
+                if (!(st = dp_narrow(&v, part, d, 0, gs->shape[d]))) {
+                    dp_tensor_release(part);
+                    part = v;
+                }
+            }
+            if (!st && !(st = k_copy(part, gs)))
+                st = give(n, 1, whole, gi);
+        }
+    }
+    DROP(ga, zeros, gs, whole, part);
+    return st;
+}
+
 dp_status bw_gather(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
     dp_tensor *z = NULL;

@@ -90,6 +90,9 @@ dp_status gpu_kernel_errors(void)
     case DPC_KERR_GATHER:
         return dp_fail(DP_ERR_INDEX, "gather: index %lld is out of bounds for a dimension of size %lld%s", v,
                        limit, later);
+    case DPC_KERR_SCATTER:
+        return dp_fail(DP_ERR_INDEX, "scatter: index %lld is out of bounds for a dimension of size %lld%s", v,
+                       limit, later);
     case DPC_KERR_PUT:
         return dp_fail(DP_ERR_INDEX, "put_: index %lld is out of bounds for a tensor of %lld elements%s", v, limit,
                        later);
@@ -359,20 +362,34 @@ static dp_status scatter_add_on_host(dp_tensor *out, int dim, dp_tensor *index, 
     return st;
 }
 
-dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
+/* scatter_add (add) or scatter into out, the index as an int64 device copy */
+static dp_status scatter_run(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src, bool add)
 {
-    if (!dp_dtype_is_floating(out->dtype))
-        return scatter_add_on_host(out, dim, index, src);
     dp_tensor *idx = NULL;
     dp_status st = dp_to(&idx, index, DP_INT64, out->device);
     if (!st) {
         dpc_set_device(out->device);
-        st = gpu_status("scatter_add", dpc_scatter_add(out->dtype, gpu_shape(idx), gpu_operand(out), gpu_operand(idx),
-                                                       gpu_operand(src), dim, out->ndim ? out->shape[dim] : 1, gpu_kernel_error_block(),
-                                                       gpu_stream_of(out->device)), out->dtype);
+        int64_t size = out->ndim ? out->shape[dim] : 1;
+        int r = add ? dpc_scatter_add(out->dtype, gpu_shape(idx), gpu_operand(out), gpu_operand(idx), gpu_operand(src),
+                                      dim, size, gpu_kernel_error_block(), gpu_stream_of(out->device))
+                    : dpc_scatter(out->dtype, gpu_shape(idx), gpu_operand(out), gpu_operand(idx), gpu_operand(src), dim,
+                                  size, gpu_kernel_error_block(), gpu_stream_of(out->device));
+        st = gpu_status(add ? "scatter_add" : "scatter", r, out->dtype);
     }
     dp_tensor_release(idx);
     return st;
+}
+
+dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
+{
+    if (!dp_dtype_is_floating(out->dtype))
+        return scatter_add_on_host(out, dim, index, src);
+    return scatter_run(out, dim, index, src, true);
+}
+
+dp_status gpu_scatter(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
+{
+    return scatter_run(out, dim, index, src, false);
 }
 
 

@@ -119,6 +119,8 @@ dp_status gpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
 { (void)out; (void)a; (void)dim; (void)index; return no_cuda(); }
 dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 { (void)out; (void)dim; (void)index; (void)src; return no_cuda(); }
+dp_status gpu_scatter(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
+{ (void)out; (void)dim; (void)index; (void)src; return no_cuda(); }
 dp_status gpu_argsort(dp_tensor *indices, dp_tensor *a, int descending)
 { (void)indices; (void)a; (void)descending; return no_cuda(); }
 dp_status gpu_cumsum(dp_tensor *out, dp_tensor *a, int reverse) { (void)out; (void)a; (void)reverse; return no_cuda(); }

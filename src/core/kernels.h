@@ -41,6 +41,7 @@ dp_status gpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *ind
 dp_status gpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
 dp_status gpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
 dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
+dp_status gpu_scatter(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
 dp_status gpu_cross_entropy(dp_tensor *out, cpu_ce_args *a);
 bool gpu_cross_entropy_fuses(const dp_tensor *input);
 dp_status gpu_cross_entropy_backward(dp_tensor *dinput, dp_tensor *g, const cpu_ce_args *a);
@@ -142,6 +143,8 @@ static inline dp_status k_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tenso
 { return ON_CPU(out) ? cpu_gather(out, a, dim, index) : gpu_gather(out, a, dim, index); }
 static inline dp_status k_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 { return ON_CPU(out) ? cpu_scatter_add(out, dim, index, src) : gpu_scatter_add(out, dim, index, src); }
+static inline dp_status k_scatter(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
+{ return ON_CPU(out) ? cpu_scatter(out, dim, index, src) : gpu_scatter(out, dim, index, src); }
 /* select.c: the CPU's argsort with its scratch */
 dp_status argsort_on_cpu(dp_tensor *indices, dp_tensor *a, int descending);
 static inline dp_status k_argsort(dp_tensor *indices, dp_tensor *a, int descending)

@@ -999,6 +999,46 @@ dp_status dp_gather(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index)
     return index_op_run(out, a, dim, index, index->ndim, index->shape, k_gather, "GatherBackward0", bw_gather);
 }
 
+/* scatter / scatter_add: a copy of a with src[p] written (or added) at p
+ * with dim replaced by index[p], over index's shape. Recorded with the
+ * index saved; iarg: dim, add. */
+dp_status dp_scatter(dp_tensor **out, dp_tensor *a, int dim, dp_tensor *index, dp_tensor *src, int add)
+{
+    const char *fn = add ? "scatter_add" : "scatter";
+    char x[160], y[160], z[160];
+    dp_status st;
+    if ((st = check_index_tensor(fn, index)) || (st = dim_check(fn, &dim, a->ndim)) ||
+        (st = same_device(fn, a, src)))
+        return st;
+    if (src->dtype != a->dtype)
+        return dp_fail(DP_ERR_DTYPE, "%s: expected src of the input's dtype %s, got %s", fn, dp_dtype_name(a->dtype),
+                       dp_dtype_name(src->dtype));
+    if (index->ndim != a->ndim || src->ndim != a->ndim)
+        return dp_fail(DP_ERR_SHAPE, "%s: index and src must have as many dimensions as the input (%d), got %d and %d",
+                       fn, a->ndim, index->ndim, src->ndim);
+    for (int d = 0; d < index->ndim; d++)
+        if (index->shape[d] > src->shape[d] || (d != dim && index->shape[d] > a->shape[d]))
+            return dp_fail(DP_ERR_SHAPE, "%s: index %s must not be larger than src %s in any dim, nor than the "
+                           "input %s in any dim but %d", fn, dp_shape_str(x, sizeof x, index->ndim, index->shape),
+                           dp_shape_str(y, sizeof y, src->ndim, src->shape),
+                           dp_shape_str(z, sizeof z, a->ndim, a->shape), dim);
+    if ((st = tensor_new(out, a->ndim, a->shape, a->dtype, a->device)))
+        return st;
+    if ((st = k_copy(*out, a)) || (st = (add ? k_scatter_add : k_scatter)(*out, dim, index, src))) {
+        dp_tensor_release(*out);
+        return st;
+    }
+    ag_node *n;
+    dp_tensor *inputs[2] = { a, src };
+    if ((st = ag_record_or_drop(out, add ? "ScatterAddBackward0" : "ScatterBackward0", bw_scatter, 2, inputs, &n)) ||
+        !n)
+        return st;
+    ag_save(n, index);
+    n->iarg[0] = dim;
+    n->iarg[1] = add;
+    return DP_OK;
+}
+
 dp_status dp_cat(dp_tensor **out, int n, dp_tensor *const *ts, int dim)
 {
     char x[160], y[160];

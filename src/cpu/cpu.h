@@ -62,6 +62,7 @@ dp_status cpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
 dp_status cpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
 /* out[pos with dim replaced by index[pos]] += src[pos] (gather's backward) */
 dp_status cpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
+dp_status cpu_scatter(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
 
 /* index.c: the non-zero elements of a, in row-major order: their number,
  * and their coordinates into out (count, a's ndim) int64 contiguous */

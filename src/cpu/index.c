@@ -1,5 +1,5 @@
 /*
- * index.c — index_select and gather on the CPU. Index values are checked
+ * index.c — index_select, gather and scatter on the CPU. Index values are checked
  * here, where they are read, so a bad index is an error and never a read
  * outside the tensor.
  */
@@ -45,11 +45,13 @@ dp_status cpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *ind
     return DP_OK;
 }
 
-/* gather and scatter_add walk the positions p of index's shape alike:
- * `at` (of index's shape) at p, and `moved` at p with dim replaced by
- * index[p]. gather copies moved's element to at's; scatter_add adds at's
- * element to moved's. */
-static dp_status index_walk(const char *fn, bool scatter, dp_tensor *at, dp_tensor *moved, int dim,
+/* gather, scatter_add and scatter walk the positions p of index's shape
+ * alike: `at` (of index's shape) at p, and `moved` at p with dim replaced
+ * by index[p]. gather copies moved's element to at's; scatter_add adds at's
+ * element to moved's; scatter copies at's to moved's (the last of several
+ * writes to one element wins). */
+enum walk { WALK_GATHER, WALK_SCATTER_ADD, WALK_SCATTER };
+static dp_status index_walk(const char *fn, enum walk mode, dp_tensor *at, dp_tensor *moved, int dim,
                             dp_tensor *index)
 {
     int nd = index->ndim;
@@ -71,8 +73,10 @@ static dp_status index_walk(const char *fn, bool scatter, dp_tensor *at, dp_tens
             moff += v * moved->stride[dim];
         char *ap = (char *)at->storage->data + aoff * (int64_t)dp_dtype_size(at->dtype);
         char *mp = (char *)moved->storage->data + moff * (int64_t)dp_dtype_size(moved->dtype);
-        if (scatter)
+        if (mode == WALK_SCATTER_ADD)
             dtype_store(moved->dtype, mp, dtype_load(moved->dtype, mp) + dtype_load(at->dtype, ap));
+        else if (mode == WALK_SCATTER)
+            memcpy(mp, ap, dp_dtype_size(at->dtype));
         else
             memcpy(ap, mp, dp_dtype_size(at->dtype));
         for (int d = nd - 1; d >= 0; d--) {
@@ -87,7 +91,7 @@ static dp_status index_walk(const char *fn, bool scatter, dp_tensor *at, dp_tens
 /* out[pos] = a[pos with dim replaced by index[pos]], over index's shape. */
 dp_status cpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
 {
-    return index_walk("gather", false, out, a, dim, index);
+    return index_walk("gather", WALK_GATHER, out, a, dim, index);
 }
 
 /* ---------------------------------------------------------------- accumulation (backward) */
@@ -113,7 +117,12 @@ dp_status cpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *sr
 
 dp_status cpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 {
-    return index_walk("scatter_add", true, src, out, dim, index);
+    return index_walk("scatter_add", WALK_SCATTER_ADD, src, out, dim, index);
+}
+
+dp_status cpu_scatter(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
+{
+    return index_walk("scatter", WALK_SCATTER, src, out, dim, index);
 }
 
 /* ---------------------------------------------------------------- nonzero, put */

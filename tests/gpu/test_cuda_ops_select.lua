@@ -1,5 +1,5 @@
--- The GPU's sort, topk, cumsum, multinomial, nonzero, put_ and advanced
--- indexing (cuda/sort.cu, cuda/index.cu, make check-gpu) against the CPU
+-- The GPU's sort, topk, cumsum, multinomial, nonzero, put_, scatter and
+-- advanced indexing (cuda/sort.cu, cuda/index.cu, make check-gpu) against the CPU
 -- (itself checked against PyTorch by tests/lua/test_select.lua) from the
 -- same inputs: every dtype sort takes, NaN and ties, rows of GPT-2's
 -- 50,304 columns, gradients, and the same draws from the same seed.
@@ -146,6 +146,36 @@ T.run("nonzero, put_ and advanced indexing", function()
   bad:put_(torch.tensor({ 9 }, { dtype = torch.int64 }):to(dev), torch.ones(1, { device = dev }))
   T.raises(function() torch.cuda.synchronize() end, "put_: index 9 is out of bounds",
            "a bad position found by the kernel is reported at the next synchronisation")
+end)
+
+T.run("scatter, scatter_add, index_add, index_copy, index_fill: the CPU's values and gradients", function()
+  local i64 = { dtype = torch.int64 }
+  for _, dt in ipairs({ torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool }) do
+    local x = (torch.randn(4, 6) * 3):round():to(dt)
+    local perm = torch.randperm(6):narrow(0, 0, 3)                   -- distinct: scatter keeps one write
+    local idx = perm:unsqueeze(0):expand(4, 3):contiguous()
+    local src = (torch.randn(4, 3) * 3):round():to(dt)
+    same(x:to(dev):scatter(1, idx:to(dev), src:to(dev)), x:scatter(1, idx, src), dt.name .. " scatter")
+    same(x:to(dev):index_fill(1, perm:to(dev), 1), x:index_fill(1, perm, 1), dt.name .. " index_fill")
+    if dt ~= torch.bool then
+      local rep = torch.tensor({ { 0, 5, 0 }, { 2, 2, 2 }, { 1, 0, 5 }, { 3, 3, 4 } }, i64)
+      same(x:to(dev):scatter_add(1, rep:to(dev), src:to(dev)), x:scatter_add(1, rep, src), dt.name .. " scatter_add")
+      same(x:to(dev):index_add(1, perm:to(dev), src:to(dev)), x:index_add(1, perm, src), dt.name .. " index_add")
+    end
+  end
+  local x = torch.randn(5, 4, { dtype = torch.float64 }):requires_grad_()
+  local src = torch.randn(3, 4, { dtype = torch.float64 }):requires_grad_()
+  local idx = torch.tensor({ 4, 0, 2 }, i64)
+  local w = torch.randn(5, 4, { dtype = torch.float64 })
+  ;(x:index_copy(0, idx, src) * w):sum():backward()
+  local gx, gs = x.grad, src.grad
+  local xd, sd = x:detach():to(dev):requires_grad_(), src:detach():to(dev):requires_grad_()
+  ;(xd:index_copy(0, idx:to(dev), sd) * w:to(dev)):sum():backward()
+  T.tensor_close(xd.grad:cpu(), gx, 0, 0, "index_copy: the input's gradient")
+  T.tensor_close(sd.grad:cpu(), gs, 0, 0, "index_copy: the source's gradient")
+  T.raises(function() torch.zeros(3, 4, { device = dev }):scatter(0, torch.tensor({ { 7 } }, i64):to(dev),
+                                                                    torch.ones(1, 1, { device = dev })):cpu() end,
+           "scatter: index 7 is out of bounds", "an index out of range is reported at the synchronisation")
 end)
 
 T.done_testing()
