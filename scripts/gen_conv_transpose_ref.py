@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Writes tests/ref/conv_transpose.lua: PyTorch's F.conv_transpose2d outputs
+"""Writes tests/ref/conv_transpose.lua: PyTorch's F.conv_transpose2d (and,
+for the cases of a 3-D input, F.conv_transpose1d) outputs
 and the gradients of the input, weight and bias (of the output weighted by
 cos of its flat index) for tests/lua/test_conv_transpose.lua, in float64.
 Inputs are sin(1 + 0.3 k), weights cos(2 + 0.7 k) and biases sin(3 + k)
@@ -16,7 +17,14 @@ cases = {  # name: (input shape, weight shape, options)
     "groups_dilation": ((2, 4, 3, 3), (4, 3, 3, 2), {"stride": 2, "groups": 2, "dilation": 2}),
     "crop": ((1, 2, 5, 5), (2, 2, 2, 2), {"padding": 2}),
     "no_bias": ((2, 2, 3, 3), (2, 1, 2, 2), {"bias": False, "stride": 3}),
+    "transpose1d_plain": ((2, 3, 6), (3, 2, 3), {}),
+    "transpose1d_stride2_pad1_out1": ((2, 3, 5), (3, 4, 3), {"stride": 2, "padding": 1, "output_padding": 1}),
+    "transpose1d_groups_dilation_no_bias": ((1, 4, 4), (4, 3, 2), {"stride": 3, "groups": 2, "dilation": 2, "bias": False}),
 }
 
 
-print_conv_cases('gen_conv_transpose_ref.py', F.conv_transpose2d, cases, lambda ws, o: ws[1] * o.get("groups", 1))
+def conv_transpose(x, w, b, **o):
+    return (F.conv_transpose1d if x.dim() == 3 else F.conv_transpose2d)(x, w, b, **o)
+
+
+print_conv_cases('gen_conv_transpose_ref.py', conv_transpose, cases, lambda ws, o: ws[1] * o.get("groups", 1))

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Writes tests/ref/pool.lua: PyTorch's outputs and input gradients (of the
-output weighted by a fixed tensor) of avg_pool2d and adaptive_avg_pool2d for
-tests/lua/test_pool.lua, in float64. The input is x[n][c][h][w] = sin(1 + n
+output weighted by a fixed tensor) of avg_pool2d, adaptive_avg_pool2d,
+max_pool2d and adaptive_max_pool2d with their indices, max_unpool2d, the 1-D
+pools (over the input reshaped to (2, 21, 9)), unfold, fold, pixel_shuffle
+and pixel_unshuffle for tests/lua/test_pool.lua, in float64. The input is x[n][c][h][w] = sin(1 + n
 + 2c + 3h + 5w) (rebuilt in the test) and the weight cos of the output's
 flat index.
     /usr/bin/python3 scripts/gen_pool_ref.py > tests/ref/pool.lua
@@ -29,6 +31,30 @@ cases = {
     "adaptive_4x5": lambda x: F.adaptive_avg_pool2d(x, (4, 5)),
     "adaptive_7x3": lambda x: F.adaptive_avg_pool2d(x, (7, 3)),
     "adaptive_none_2": lambda x: F.adaptive_avg_pool2d(x, (None, 2)),
+    "max_idx_k2": lambda x: F.max_pool2d(x, 2, return_indices=True),
+    "max_idx_k3_s2_p1": lambda x: F.max_pool2d(x, 3, stride=2, padding=1, return_indices=True),
+    "max_idx_dilation": lambda x: F.max_pool2d(x, 3, stride=1, padding=1, dilation=2, return_indices=True),
+    "max_idx_ceil": lambda x: F.max_pool2d(x, 3, stride=2, ceil_mode=True, return_indices=True),
+    "max_idx_k23_s21": lambda x: F.max_pool2d(x, (2, 3), stride=(2, 1), return_indices=True),
+    "adaptive_max_1": lambda x: F.adaptive_max_pool2d(x, 1, return_indices=True),
+    "adaptive_max_7x3": lambda x: F.adaptive_max_pool2d(x, (7, 3), return_indices=True),
+    "adaptive_max_4x5": lambda x: F.adaptive_max_pool2d(x, (4, 5), return_indices=True),
+    "unpool_k2": lambda x: F.max_unpool2d(*F.max_pool2d(x[:, :, :6, :8], 2, return_indices=True), 2),
+    "unpool_k2_output_size": lambda x: F.max_unpool2d(*F.max_pool2d(x, 2, return_indices=True), 2,
+                                                      output_size=(7, 9)),
+    "unpool_k3_s2_p1": lambda x: F.max_unpool2d(*F.max_pool2d(x, 3, 2, 1, return_indices=True), 3, 2, 1),
+    "max1d_k3_s2": lambda x: F.max_pool1d(x.reshape(2, 21, 9), 3, stride=2, return_indices=True),
+    "max1d_k4_s3_p2_ceil": lambda x: F.max_pool1d(x.reshape(2, 21, 9), 4, 3, 2, ceil_mode=True),
+    "avg1d_k3_s2_p1_nopad": lambda x: F.avg_pool1d(x.reshape(2, 21, 9), 3, 2, 1, count_include_pad=False),
+    "adaptive_avg1d_4": lambda x: F.adaptive_avg_pool1d(x.reshape(2, 21, 9), 4),
+    "adaptive_max1d_4": lambda x: F.adaptive_max_pool1d(x.reshape(2, 21, 9), 4, return_indices=True),
+    "unpool1d_k2": lambda x: F.max_unpool1d(*F.max_pool1d(x.reshape(2, 21, 9), 2, return_indices=True), 2,
+                                            output_size=[9]),
+    "unfold_k23": lambda x: F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
+    "fold_unfold_k3": lambda x: F.fold(F.unfold(x, 3, padding=1), (7, 9), 3, padding=1),
+    "fold_k22_s12": lambda x: F.fold(x.reshape(2, 189)[:, :128].reshape(2, 8, 16), (5, 9), 2, stride=(1, 2)),
+    "pixel_shuffle_3": lambda x: F.pixel_shuffle(x.reshape(2, 27, 7, 1), 3),
+    "pixel_unshuffle_3": lambda x: F.pixel_unshuffle(x[:, :, :6, :], 3),
 }
 
 
@@ -45,8 +71,12 @@ for k in sorted(cases):
                     x[n, c, h, w] = math.sin(1 + n + 2 * c + 3 * h + 5 * w)
     x.requires_grad_()
     y = cases[k](x)
+    indices = ""
+    if isinstance(y, tuple):
+        y, i = y
+        indices = ", indices = %s" % lua(i.reshape(-1).tolist())
     wt = torch.cos(torch.arange(y.numel(), dtype=torch.float64)).reshape(y.shape)
     (y * wt).sum().backward()
-    print("  %s = { shape = %s, y = %s, dx = %s }," % (k, lua(list(y.shape)), lua(y.reshape(-1).tolist()),
-                                                      lua(x.grad.reshape(-1).tolist())))
+    print("  %s = { shape = %s, y = %s, dx = %s%s }," % (k, lua(list(y.shape)), lua(y.reshape(-1).tolist()),
+                                                        lua(x.grad.reshape(-1).tolist()), indices))
 print("}")

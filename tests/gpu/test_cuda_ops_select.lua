@@ -173,6 +173,17 @@ T.run("scatter, scatter_add, index_add, index_copy, index_fill: the CPU's values
   ;(xd:index_copy(0, idx:to(dev), sd) * w:to(dev)):sum():backward()
   T.tensor_close(xd.grad:cpu(), gx, 0, 0, "index_copy: the input's gradient")
   T.tensor_close(sd.grad:cpu(), gs, 0, 0, "index_copy: the source's gradient")
+  -- what is built on them: max_pool2d's indices, max_unpool2d, fold
+  local img = torch.randn(2, 3, 7, 9)
+  local v, at = torch.nn.functional.max_pool2d(img, 3, { stride = 2, padding = 1, return_indices = true })
+  local gv, gat = torch.nn.functional.max_pool2d(img:to(dev), 3, { stride = 2, padding = 1, return_indices = true })
+  same(gv, v, "max_pool2d values with indices")
+  same(gat, at, "max_pool2d indices")
+  same(torch.nn.functional.max_unpool2d(gv, gat, 3, 2, 1, { 7, 9 }),
+       torch.nn.functional.max_unpool2d(v, at, 3, 2, 1, { 7, 9 }), "max_unpool2d")
+  local cols = torch.nn.functional.unfold(img, 3, { padding = 1 })
+  T.tensor_close(torch.nn.functional.fold(cols:to(dev), { 7, 9 }, 3, { padding = 1 }):cpu(),
+                 torch.nn.functional.fold(cols, { 7, 9 }, 3, { padding = 1 }), 1e-5, 1e-5, "fold")
   T.raises(function() torch.zeros(3, 4, { device = dev }):scatter(0, torch.tensor({ { 7 } }, i64):to(dev),
                                                                     torch.ones(1, 1, { device = dev })):cpu() end,
            "scatter: index 7 is out of bounds", "an index out of range is reported at the synchronisation")

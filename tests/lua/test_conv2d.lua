@@ -217,8 +217,6 @@ T.run("max_pool2d with NaN and -inf", function()
                                 { torch.randn(1, 2, 5, 6, { dtype = torch.float64 }):requires_grad_() }),
        "finite differences")
   T.raises(function() torch._max_pool2d(torch.randn(1, 1, 4, 4), 2, 2, 2, 1) end, "more than half", "too much padding")
-  T.raises(function() F.max_pool2d(torch.randn(1, 1, 4, 4), 2, { return_indices = true }) end,
-           "return_indices=true is not supported", "return_indices")
   T.is(tostring(torch.nn.MaxPool2d(3, { stride = 2, ceil_mode = true })),
        "MaxPool2d(kernel_size=3, stride=2, padding=0, dilation=1, ceil_mode=True)", "MaxPool2d prints its ceil_mode")
   T.raises(function() torch._max_pool2d(torch.randn(4, 4), 2, 2, 0, 1) end, "4%-D input", "a 2-D input")

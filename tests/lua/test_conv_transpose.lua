@@ -1,5 +1,5 @@
--- test_conv_transpose.lua: F.conv_transpose2d and nn.ConvTranspose2d
--- against PyTorch in float64 (tests/ref/conv_transpose.lua, written by
+-- test_conv_transpose.lua: F.conv_transpose2d, F.conv_transpose1d and
+-- their modules against PyTorch in float64 (tests/ref/conv_transpose.lua, written by
 -- scripts/gen_conv_transpose_ref.py): outputs and input/weight/bias
 -- gradients with strides, padding (to cropping), output_padding, groups,
 -- dilation and no bias; unbatched input; the module; errors.
@@ -18,6 +18,9 @@ local cases = {  -- name: input shape, weight shape, options
   groups_dilation = { { 2, 4, 3, 3 }, { 4, 3, 3, 2 }, { stride = 2, groups = 2, dilation = 2 } },
   crop = { { 1, 2, 5, 5 }, { 2, 2, 2, 2 }, { padding = 2 } },
   no_bias = { { 2, 2, 3, 3 }, { 2, 1, 2, 2 }, { bias = false, stride = 3 } },
+  transpose1d_plain = { { 2, 3, 6 }, { 3, 2, 3 }, {} },
+  transpose1d_stride2_pad1_out1 = { { 2, 3, 5 }, { 3, 4, 3 }, { stride = 2, padding = 1, output_padding = 1 } },
+  transpose1d_groups_dilation_no_bias = { { 1, 4, 4 }, { 4, 3, 2 }, { stride = 3, groups = 2, dilation = 2, bias = false } },
 }
 
 for _, name in ipairs(T.sorted_keys(cases)) do
@@ -28,8 +31,9 @@ for _, name in ipairs(T.sorted_keys(cases)) do
     local w = T.filled(torch, c[2], function(k) return math.cos(2 + 0.7 * k) end):requires_grad_()
     local cout = c[2][2] * (o.groups or 1)
     local b = o.bias ~= false and T.filled(torch, { cout }, function(k) return math.sin(3 + k) end):requires_grad_() or nil
-    local y = F.conv_transpose2d(x, w, b, { stride = o.stride, padding = o.padding, output_padding = o.output_padding,
-                                            groups = o.groups, dilation = o.dilation })
+    local conv = #c[1] == 3 and F.conv_transpose1d or F.conv_transpose2d
+    local y = conv(x, w, b, { stride = o.stride, padding = o.padding, output_padding = o.output_padding,
+                              groups = o.groups, dilation = o.dilation })
     T.is(y:size(), r.shape, name .. ": the shape")
     local wt = torch.arange(0, y:numel(), { dtype = torch.float64 }):cos():reshape(y:size())
     local loss = (y * wt):sum()
@@ -48,6 +52,19 @@ T.run("nn.ConvTranspose2d", function()
   T.is(m(torch.rand(4, 5, 5)):size(), { 6, 10, 10 }, "an unbatched input")
   T.is(tostring(m), "ConvTranspose2d(4, 6, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), output_padding=(1, 1), groups=2)",
        "printed as PyTorch's")
+end)
+
+T.run("nn.ConvTranspose1d", function()
+  local m = nn.ConvTranspose1d(4, 6, 3, { stride = 2, padding = 1, output_padding = 1, groups = 2 })
+  T.is(m.weight:size(), { 4, 3, 3 }, "weight (in, out/groups, k), as PyTorch's")
+  T.is(m(torch.rand(2, 4, 5)):size(), { 2, 6, 10 }, "doubles the length")
+  T.is(m(torch.rand(4, 5)):size(), { 6, 10 }, "an unbatched input")
+  T.is(tostring(m), "ConvTranspose1d(4, 6, kernel_size=(3,), stride=(2,), padding=(1,), output_padding=(1,), groups=2)",
+       "printed as PyTorch's")
+  T.raises(function() F.conv_transpose1d(torch.rand(1, 4, 5), torch.rand(4, 3, 3, 3)) end,
+           "conv_transpose1d: expected weight of shape %(in_channels, out_channels/groups, kW%)", "a 4-D weight")
+  T.raises(function() F.conv_transpose1d(torch.rand(5), torch.rand(4, 3, 3)) end,
+           "conv_transpose1d: expected 2%-D %(C, L%) or 3%-D %(N, C, L%) input", "a 1-D input")
 end)
 
 T.run("errors", function()

@@ -923,6 +923,31 @@ function F.conv2d(input, weight, bias, stride, padding, dilation, groups)
   return batched and out or out:squeeze(0)
 end
 
+-- A 1-D op's size argument: a number or a one-element table, default
+-- when nil.
+local function one(v, fn, what, default)
+  if v == nil then return default end
+  if type(v) == "table" then
+    if #v ~= 1 or type(v[1]) ~= "number" then
+      raise(string.format("%s: expected %s to be an integer or a one-element table", fn, what))
+    end
+    v = v[1]
+  end
+  if type(v) ~= "number" or v % 1 ~= 0 then
+    raise(string.format("%s: expected %s to be an integer, got %s", fn, what, tostring(v)))
+  end
+  return v
+end
+
+-- The (N, C, L) or (C, L) input of a 1-D op as (N, C, 1, L) or (C, 1, L).
+local function as_2d(input, fn)
+  want_float(input, fn, "input")
+  if input:dim() ~= 2 and input:dim() ~= 3 then
+    raise(fn .. ": expected 2-D (C, L) or 3-D (N, C, L) input, got input of shape " .. shape_str(input))
+  end
+  return input:unsqueeze(-2)
+end
+
 -- conv1d(input, weight [, bias] [, stride=1, padding=0, dilation=1,
 -- groups=1]) or with an options table: input (N, C, L) or (C, L), weight
 -- (out_channels, in_channels/groups, k); conv2d over a height of one.
@@ -934,21 +959,10 @@ function F.conv1d(input, weight, bias, stride, padding, dilation, groups)
   if weight:dim() ~= 3 then
     raise(fn .. ": expected weight of shape (out_channels, in_channels/groups, kW), got " .. shape_str(weight))
   end
-  if input:dim() ~= 2 and input:dim() ~= 3 then
-    raise(fn .. ": expected 2-D (C, L) or 3-D (N, C, L) input, got input of shape " .. shape_str(input))
-  end
-  local function one(v, what, default)
-    if v == nil then return default end
-    if type(v) == "table" then
-      if #v ~= 1 then raise(string.format("%s: expected %s to be an integer or a one-element table", fn, what)) end
-      v = v[1]
-    end
-    return v
-  end
-  local p = one(padding, "padding", 0)
-  if type(p) == "number" then p = { 0, p } end
-  local out = F.conv2d(input:unsqueeze(-2), weight:unsqueeze(2), bias, { 1, one(stride, "stride", 1) }, p,
-                       { 1, one(dilation, "dilation", 1) }, groups)
+  local x = as_2d(input, fn)
+  local p = type(padding) == "string" and padding or { 0, one(padding, fn, "padding", 0) }
+  local out = F.conv2d(x, weight:unsqueeze(2), bias, { 1, one(stride, fn, "stride", 1) }, p,
+                       { 1, one(dilation, fn, "dilation", 1) }, groups)
   return out:squeeze(-2)
 end
 
@@ -1046,6 +1060,26 @@ function F.conv_transpose2d(input, weight, bias, stride, padding, output_padding
   return batched and out or out:squeeze(0)
 end
 
+-- conv_transpose1d(input, weight [, bias, stride=1, padding=0,
+-- output_padding=0, groups=1, dilation=1]) or with an options table after
+-- bias: input (N, C_in, L) or (C_in, L), weight (C_in, C_out/groups, k);
+-- conv_transpose2d over a height of one.
+function F.conv_transpose1d(input, weight, bias, stride, padding, output_padding, groups, dilation)
+  local fn = "conv_transpose1d"
+  if type(stride) == "table" and stride[1] == nil then
+    local o = stride
+    stride, padding, output_padding, groups, dilation = o.stride, o.padding, o.output_padding, o.groups, o.dilation
+  end
+  want_float(weight, fn, "weight")
+  if weight:dim() ~= 3 then
+    raise(fn .. ": expected weight of shape (in_channels, out_channels/groups, kW), got " .. shape_str(weight))
+  end
+  local out = F.conv_transpose2d(as_2d(input, fn), weight:unsqueeze(2), bias, { 1, one(stride, fn, "stride", 1) },
+                                 { 0, one(padding, fn, "padding", 0) }, { 0, one(output_padding, fn, "output_padding", 0) },
+                                 groups, { 1, one(dilation, fn, "dilation", 1) })
+  return out:squeeze(-2)
+end
+
 -- A pooling's input as a batch of images: x (N, C, H, W), and whether the
 -- input was one.
 local function pool_input(input, fn)
@@ -1098,29 +1132,51 @@ local function ceil_pool(x, k, s, p, d, fill)
   return x, Ho, Wo, eh, ew
 end
 
+-- The flat position (row * W + column, in an input W wide) of each
+-- window's element at `at` (int64 (N, C, L), offsets within the windows
+-- in unfold's order): the offsets' distances from the window's corner,
+-- plus each window's corner.
+local function window_positions(at, k, s, p, d, Ho, Wo, W)
+  local within, corners = {}, {}
+  for r = 0, k[1] - 1 do
+    for c = 0, k[2] - 1 do within[#within + 1] = r * d[1] * W + c * d[2] end
+  end
+  for oh = 0, Ho - 1 do
+    for ow = 0, Wo - 1 do corners[#corners + 1] = (oh * s[1] - p[1]) * W + ow * s[2] - p[2] end
+  end
+  local opts = { dtype = torch.int64, device = at.device }
+  return torch.tensor(within, opts):index_select(0, at:reshape(-1)):view(at:size()) + torch.tensor(corners, opts)
+end
+
 -- max_pool2d(input, kernel_size [, stride=kernel_size, padding=0,
--- dilation=1, ceil_mode=false]) or max_pool2d(input, kernel_size,
--- {stride=, padding=, dilation=, ceil_mode=}): on the CPU the fused op;
--- elsewhere unfold with -inf padding, then the max over each window.
--- ceil_mode pads the bottom and right with -inf first (ceil_pool).
+-- dilation=1, ceil_mode=false, return_indices=false]) or
+-- max_pool2d(input, kernel_size, {stride=, padding=, dilation=,
+-- ceil_mode=, return_indices=}): on the CPU the fused op; elsewhere, and
+-- for the indices, unfold with -inf padding, then the max over each
+-- window. ceil_mode pads the bottom and right with -inf first (ceil_pool).
+-- return_indices also returns, as PyTorch, each maximum's flat position in
+-- its (H, W) plane (int64, the output's shape).
 function F.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
   local fn = "max_pool2d"
   if type(stride) == "table" and stride[1] == nil then
     local o = stride
     stride, padding, dilation, ceil_mode, return_indices = o.stride, o.padding, o.dilation, o.ceil_mode, o.return_indices
   end
-  if return_indices then raise(fn .. ": return_indices=true is not supported") end
   local x, batched, k, s, p, d, Ho, Wo = pool_window(input, fn, kernel_size, stride, padding, dilation)
+  local W = x:size(3)
   if ceil_mode then x, Ho, Wo = ceil_pool(x, k, s, p, d, -math.huge) end
-  if not x.is_cuda and (x.dtype == torch.float32 or x.dtype == torch.float64) then
+  if not return_indices and not x.is_cuda and (x.dtype == torch.float32 or x.dtype == torch.float64) then
     local out = torch._max_pool2d(x, k, s, p, d)
     return batched and out or out:squeeze(0)
   end
   local N, C = x:size(0), x:size(1)
   local cols = torch._unfold(x, k, s, p, d, -math.huge)            -- (N, C*kh*kw, L)
-  local out = cols:reshape(N, C, k[1] * k[2], Ho * Wo):max(2)
+  local out, at = cols:reshape(N, C, k[1] * k[2], Ho * Wo):max(2)
   out = out:reshape(N, C, Ho, Wo)
-  return batched and out or out:squeeze(0)
+  if not return_indices then return batched and out or out:squeeze(0) end
+  local indices = window_positions(at, k, s, p, d, Ho, Wo, W):reshape(N, C, Ho, Wo)
+  if batched then return out, indices end
+  return out:squeeze(0), indices:squeeze(0)
 end
 
 -- avg_pool2d(input, kernel_size [, stride=kernel_size, padding=0,
@@ -1171,10 +1227,9 @@ end
 -- of rows floor(i H / Ho) .. ceil((i + 1) H / Ho) - 1 and the columns
 -- alike, as PyTorch; an output size that divides the input is one
 -- avg_pool2d, others a mean per cell. nil in output_size keeps that size.
-function F.adaptive_avg_pool2d(input, output_size)
-  local fn = "adaptive_avg_pool2d"
-  local x, batched = pool_input(input, fn)
-  local H, W = x:size(2), x:size(3)
+-- An adaptive pool's output size (Ho, Wo) for an input H x W: an int, a
+-- pair, or a pair with nil keeping that size.
+local function adaptive_size(output_size, H, W, fn)
   local o
   if type(output_size) == "table" and #output_size <= 2 and (output_size[1] ~= nil or output_size[2] ~= nil) then
     o = { output_size[1] or H, output_size[2] or W }
@@ -1184,23 +1239,298 @@ function F.adaptive_avg_pool2d(input, output_size)
   if o[1] < 1 or o[2] < 1 or o[1] % 1 ~= 0 or o[2] % 1 ~= 0 then
     raise(string.format("%s: output_size must be positive integers, got (%s, %s)", fn, tostring(o[1]), tostring(o[2])))
   end
+  return o
+end
+
+-- Adaptive cell i of n over a size of `size`: its first index and length.
+local function adaptive_cell(i, n, size)
+  local a = math.floor(i * size / n)
+  return a, math.ceil((i + 1) * size / n) - a
+end
+
+function F.adaptive_avg_pool2d(input, output_size)
+  local fn = "adaptive_avg_pool2d"
+  local x, batched = pool_input(input, fn)
+  local H, W = x:size(2), x:size(3)
+  local o = adaptive_size(output_size, H, W, fn)
   local out
   if H % o[1] == 0 and W % o[2] == 0 then
     out = F.avg_pool2d(x, { H / o[1], W / o[2] })
   else
     local rows = {}
     for i = 0, o[1] - 1 do
-      local h0, h1 = math.floor(i * H / o[1]), math.ceil((i + 1) * H / o[1])
+      local h0, hn = adaptive_cell(i, o[1], H)
       local cells = {}
       for j = 0, o[2] - 1 do
-        local w0, w1 = math.floor(j * W / o[2]), math.ceil((j + 1) * W / o[2])
-        cells[#cells + 1] = x:narrow(2, h0, h1 - h0):narrow(3, w0, w1 - w0):mean({ 2, 3 })
+        local w0, wn = adaptive_cell(j, o[2], W)
+        cells[#cells + 1] = x:narrow(2, h0, hn):narrow(3, w0, wn):mean({ 2, 3 })
       end
       rows[#rows + 1] = torch.stack(cells, 2)        -- (N, C, Wo)
     end
     out = torch.stack(rows, 2)                        -- (N, C, Ho, Wo)
   end
   return batched and out or out:squeeze(0)
+end
+
+-- adaptive_max_pool2d(input, output_size [, return_indices=false]): the
+-- maximum of each adaptive_avg_pool2d cell; with return_indices also its
+-- flat position in the (H, W) plane, as max_pool2d's. A size that divides
+-- the input is one max_pool2d, others a max per cell.
+function F.adaptive_max_pool2d(input, output_size, return_indices)
+  local fn = "adaptive_max_pool2d"
+  if type(return_indices) == "table" then return_indices = return_indices.return_indices end
+  local x, batched = pool_input(input, fn)
+  local N, C, H, W = x:size(0), x:size(1), x:size(2), x:size(3)
+  local o = adaptive_size(output_size, H, W, fn)
+  if H % o[1] == 0 and W % o[2] == 0 then
+    return F.max_pool2d(input, { H / o[1], W / o[2] }, { return_indices = return_indices })
+  end
+  local values, positions = {}, {}
+  for i = 0, o[1] - 1 do
+    local h0, hn = adaptive_cell(i, o[1], H)
+    for j = 0, o[2] - 1 do
+      local w0, wn = adaptive_cell(j, o[2], W)
+      local v, at = x:narrow(2, h0, hn):narrow(3, w0, wn):reshape(N, C, hn * wn):max(2)
+      values[#values + 1] = v
+      if return_indices then
+        positions[#positions + 1] = window_positions(at:unsqueeze(2), { hn, wn }, { 1, 1 }, { -h0, -w0 }, { 1, 1 },
+                                                     1, 1, W):view(N, C)
+      end
+    end
+  end
+  local out = torch.stack(values, 2):view(N, C, o[1], o[2])
+  if not return_indices then return batched and out or out:squeeze(0) end
+  local indices = torch.stack(positions, 2):view(N, C, o[1], o[2])
+  if batched then return out, indices end
+  return out:squeeze(0), indices:squeeze(0)
+end
+
+-- max_unpool2d(input, indices, kernel_size [, stride=kernel_size,
+-- padding=0, output_size]) or with {stride=, padding=, output_size=}:
+-- max_pool2d's inverse as PyTorch's: zeros of (H - 1) stride - 2 padding
+-- + kernel (or output_size: the last two of 2 or 4 numbers, within a
+-- stride of that) with each input value written at its index.
+function F.max_unpool2d(input, indices, kernel_size, stride, padding, output_size)
+  local fn = "max_unpool2d"
+  if type(stride) == "table" and stride[1] == nil then
+    local o = stride
+    stride, padding, output_size = o.stride, o.padding, o.output_size
+  end
+  local x, batched = pool_input(input, fn)
+  want_tensor(indices, fn, "indices")
+  if indices.dtype ~= torch.int64 or shape_str(indices) ~= shape_str(input) then
+    raise(string.format("%s: expected int64 indices of the input's shape %s, got %s %s", fn, shape_str(input),
+                        indices.dtype.name, shape_str(indices)))
+  end
+  local k, s, p = pair(kernel_size, fn, "kernel_size"), pair(stride or kernel_size, fn, "stride"),
+                  pair(padding or 0, fn, "padding")
+  local N, C = x:size(0), x:size(1)
+  local size = { (x:size(2) - 1) * s[1] - 2 * p[1] + k[1], (x:size(3) - 1) * s[2] - 2 * p[2] + k[2] }
+  if output_size ~= nil then
+    local want = output_size
+    if type(want) ~= "table" or (#want ~= 2 and #want ~= 4) then
+      raise(string.format("%s: expected output_size to be a list of 2 or 4 numbers, got %s", fn, typename(want)))
+    end
+    want = { want[#want - 1], want[#want] }
+    for a = 1, 2 do
+      if not (want[a] > size[a] - s[a] and want[a] < size[a] + s[a]) then
+        raise(string.format("%s: invalid output_size (%d, %d): dim %d must be between %d and %d", fn, want[1], want[2],
+                            a - 1, size[a] - s[a] + 1, size[a] + s[a] - 1))
+      end
+    end
+    size = want
+  end
+  -- (on a GPU the scatter's kernel reports a bad index at the next synchronisation)
+  if not x.is_cuda and indices:numel() > 0 then
+    local lo, hi = indices:min():item(), indices:max():item()
+    if lo < 0 or hi >= size[1] * size[2] then
+      raise(string.format("%s: index %d is out of bounds for an output of %d x %d (a pool of an input of another "
+                          .. "size needs output_size)", fn, lo < 0 and lo or hi, size[1], size[2]))
+    end
+  end
+  local flat = torch.zeros(N, C, size[1] * size[2], { dtype = x.dtype, device = x.device })
+  local out = flat:scatter(2, (batched and indices or indices:unsqueeze(0)):reshape(N, C, -1), x:reshape(N, C, -1))
+  out = out:view(N, C, size[1], size[2])
+  return batched and out or out:squeeze(0)
+end
+
+---------------------------------------------------------------- unfold, fold, pixel shuffle
+
+-- unfold(input, kernel_size [, dilation=1, padding=0, stride=1]) or with
+-- {dilation=, padding=, stride=}: PyTorch's argument order; each block of
+-- (N, C, H, W) as a column, (N, C kh kw, L) (unbatched (C, H, W) too).
+local function unfold_args(fn, dilation, padding, stride)
+  if type(dilation) == "table" and dilation[1] == nil then
+    local o = dilation
+    dilation, padding, stride = o.dilation, o.padding, o.stride
+  end
+  return pair(dilation or 1, fn, "dilation"), pair(padding or 0, fn, "padding"), pair(stride or 1, fn, "stride")
+end
+
+function F.unfold(input, kernel_size, dilation, padding, stride)
+  local fn = "unfold"
+  local x, batched = pool_input(input, fn)
+  local k = pair(kernel_size, fn, "kernel_size")
+  local d, p, s = unfold_args(fn, dilation, padding, stride)
+  if out_size(x:size(2), k[1], s[1], p[1], d[1]) < 1 or out_size(x:size(3), k[2], s[2], p[2], d[2]) < 1 then
+    raise(string.format("%s: input of size %s is too small for kernel (%d, %d)", fn, shape_str(x), k[1], k[2]))
+  end
+  local cols = torch._unfold(x, k, s, p, d, 0)
+  return batched and cols or cols:squeeze(0)
+end
+
+-- fold(input, output_size, kernel_size [, dilation=1, padding=0,
+-- stride=1]) or with an options table: unfold's adjoint, the columns
+-- (N, C kh kw, L) summed back into (N, C, H, W) -- a scatter_add to the
+-- positions an unfold of the positions gives (its padding to a slot past
+-- the end, dropped).
+function F.fold(input, output_size, kernel_size, dilation, padding, stride)
+  local fn = "fold"
+  want_float(input, fn, "input")
+  local batched = input:dim() == 3
+  if not batched and input:dim() ~= 2 then
+    raise(fn .. ": expected 2-D (C kh kw, L) or 3-D (N, C kh kw, L) input, got input of shape " .. shape_str(input))
+  end
+  local cols = batched and input or input:unsqueeze(0)
+  local o, k = pair(output_size, fn, "output_size"), pair(kernel_size, fn, "kernel_size")
+  local d, p, s = unfold_args(fn, dilation, padding, stride)
+  local K = k[1] * k[2]
+  local L = out_size(o[1], k[1], s[1], p[1], d[1]) * out_size(o[2], k[2], s[2], p[2], d[2])
+  local N, CK = cols:size(0), cols:size(1)
+  if CK % K ~= 0 or cols:size(2) ~= L then
+    raise(string.format("%s: expected input of shape (N, C * %d, %d) for kernel (%d, %d) over (%d, %d), got %s", fn, K,
+                        L, k[1], k[2], o[1], o[2], shape_str(input)))
+  end
+  local C, HW = CK / K, o[1] * o[2]
+  local plane = torch.arange(0, HW, { dtype = torch.float64 }):view(1, 1, o[1], o[2])
+  local at = torch._unfold(plane, k, s, p, d, HW):to(torch.int64):to(cols.device):view(1, 1, K * L):expand(N, C, K * L)
+  local out = torch.zeros(N, C, HW + 1, { dtype = cols.dtype, device = cols.device })
+                   :scatter_add(2, at, cols:reshape(N, C, K * L))
+  out = out:narrow(2, 0, HW):view(N, C, o[1], o[2])
+  return batched and out or out:squeeze(0)
+end
+
+-- pixel_shuffle(input, r): (*, C r^2, H, W) -> (*, C, H r, W r);
+-- pixel_unshuffle(input, r) the inverse.
+local function want_factor(fn, r)
+  if type(r) ~= "number" or r < 1 or r % 1 ~= 0 then
+    raise(string.format("%s: expected the factor to be a positive integer, got %s", fn, tostring(r)))
+  end
+  return r
+end
+
+function F.pixel_shuffle(input, upscale_factor)
+  local fn = "pixel_shuffle"
+  want_tensor(input, fn, "input")
+  local r = want_factor(fn, upscale_factor)
+  local nd = input:dim()
+  if nd < 3 or input:size(-3) % (r * r) ~= 0 then
+    raise(string.format("%s: expected an input of at least 3 dims whose channels (dim -3) divide by %d, got %s", fn,
+                        r * r, shape_str(input)))
+  end
+  local lead = { unpack(input:size(), 1, nd - 3) }
+  local C, H, W = input:size(-3) / (r * r), input:size(-2), input:size(-1)
+  local m = #lead
+  local split = { unpack(lead) }
+  for _, v in ipairs({ C, r, r, H, W }) do split[#split + 1] = v end
+  local perm = {}
+  for i = 0, m - 1 do perm[#perm + 1] = i end
+  for _, v in ipairs({ m, m + 3, m + 1, m + 4, m + 2 }) do perm[#perm + 1] = v end
+  local out = { unpack(lead) }
+  for _, v in ipairs({ C, H * r, W * r }) do out[#out + 1] = v end
+  return input:reshape(split):permute(perm):reshape(out)
+end
+
+function F.pixel_unshuffle(input, downscale_factor)
+  local fn = "pixel_unshuffle"
+  want_tensor(input, fn, "input")
+  local r = want_factor(fn, downscale_factor)
+  local nd = input:dim()
+  if nd < 3 or input:size(-2) % r ~= 0 or input:size(-1) % r ~= 0 then
+    raise(string.format("%s: expected an input of at least 3 dims whose height and width divide by %d, got %s", fn, r,
+                        shape_str(input)))
+  end
+  local lead = { unpack(input:size(), 1, nd - 3) }
+  local C, H, W = input:size(-3), input:size(-2) / r, input:size(-1) / r
+  local m = #lead
+  local split = { unpack(lead) }
+  for _, v in ipairs({ C, H, r, W, r }) do split[#split + 1] = v end
+  local perm = {}
+  for i = 0, m - 1 do perm[#perm + 1] = i end
+  for _, v in ipairs({ m, m + 2, m + 4, m + 1, m + 3 }) do perm[#perm + 1] = v end
+  local out = { unpack(lead) }
+  for _, v in ipairs({ C * r * r, H, W }) do out[#out + 1] = v end
+  return input:reshape(split):permute(perm):reshape(out)
+end
+
+---------------------------------------------------------------- 1-D pooling
+
+-- The 1-D poolings are the 2-D ones over a height of one; an index's row
+-- is then 0, so max_pool1d's indices are the 2-D ones.
+local function squeezed(out, indices)
+  if indices ~= nil then return out:squeeze(-2), indices:squeeze(-2) end
+  return out:squeeze(-2)
+end
+
+-- max_pool1d(input, kernel_size [, stride=kernel_size, padding=0,
+-- dilation=1, ceil_mode=false, return_indices=false]) or with an options
+-- table after kernel_size: input (N, C, L) or (C, L).
+function F.max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+  local fn = "max_pool1d"
+  if type(stride) == "table" and stride[1] == nil then
+    local o = stride
+    stride, padding, dilation, ceil_mode, return_indices = o.stride, o.padding, o.dilation, o.ceil_mode, o.return_indices
+  end
+  local k = one(kernel_size, fn, "kernel_size")
+  return squeezed(F.max_pool2d(as_2d(input, fn), { 1, k }, { 1, one(stride, fn, "stride", k) },
+                               { 0, one(padding, fn, "padding", 0) }, { 1, one(dilation, fn, "dilation", 1) }, ceil_mode,
+                               return_indices))
+end
+
+-- avg_pool1d(input, kernel_size [, stride=kernel_size, padding=0,
+-- ceil_mode=false, count_include_pad=true]) or with an options table.
+function F.avg_pool1d(input, kernel_size, stride, padding, ceil_mode, count_include_pad)
+  local fn = "avg_pool1d"
+  if type(stride) == "table" and stride[1] == nil then
+    local o = stride
+    stride, padding, ceil_mode, count_include_pad = o.stride, o.padding, o.ceil_mode, o.count_include_pad
+  end
+  local k = one(kernel_size, fn, "kernel_size")
+  return squeezed(F.avg_pool2d(as_2d(input, fn), { 1, k }, { 1, one(stride, fn, "stride", k) },
+                               { 0, one(padding, fn, "padding", 0) }, ceil_mode, count_include_pad))
+end
+
+-- adaptive_avg_pool1d(input, output_size), adaptive_max_pool1d(input,
+-- output_size [, return_indices=false]).
+function F.adaptive_avg_pool1d(input, output_size)
+  local fn = "adaptive_avg_pool1d"
+  return squeezed(F.adaptive_avg_pool2d(as_2d(input, fn), { 1, one(output_size, fn, "output_size") }))
+end
+function F.adaptive_max_pool1d(input, output_size, return_indices)
+  local fn = "adaptive_max_pool1d"
+  if type(return_indices) == "table" then return_indices = return_indices.return_indices end
+  return squeezed(F.adaptive_max_pool2d(as_2d(input, fn), { 1, one(output_size, fn, "output_size") }, return_indices))
+end
+
+-- max_unpool1d(input, indices, kernel_size [, stride, padding, output_size])
+-- or with an options table: output_size one number (or the last of 1 or 3).
+function F.max_unpool1d(input, indices, kernel_size, stride, padding, output_size)
+  local fn = "max_unpool1d"
+  if type(stride) == "table" and stride[1] == nil then
+    local o = stride
+    stride, padding, output_size = o.stride, o.padding, o.output_size
+  end
+  local k = one(kernel_size, fn, "kernel_size")
+  want_tensor(indices, fn, "indices")
+  if output_size ~= nil then
+    if type(output_size) == "number" then output_size = { output_size } end
+    if type(output_size) ~= "table" or (#output_size ~= 1 and #output_size ~= 3) then
+      raise(fn .. ": expected output_size to be a number or a list of 1 or 3 numbers")
+    end
+    output_size = { 1, output_size[#output_size] }
+  end
+  return squeezed(F.max_unpool2d(as_2d(input, fn), indices:unsqueeze(-2), { 1, k }, { 1, one(stride, fn, "stride", k) },
+                                 { 0, one(padding, fn, "padding", 0) }, output_size))
 end
 
 ---------------------------------------------------------------- attention

@@ -221,15 +221,19 @@ local function conv_channels(self, name, in_channels, out_channels, groups, bias
   return bias ~= false
 end
 
+-- A size argument of an nd-dimensional layer (nd 1 or 2) as an
+-- nd-element table, as PyTorch keeps (and prints) it.
+local function nd_tuple(nd, v, name, what)
+  if nd == 2 then return F._pair(v, name, what) end
+  if type(v) == "table" and #v == 1 then v = v[1] end
+  return { want_int(v, name, what, 0) }
+end
+
 -- Conv1d and Conv2d share their arguments and checks: nd is 1 or 2, and
 -- kernel_size, stride, padding and dilation become nd-element tables.
 local function conv_class(name, nd, conv)
   local cls = Module:extend(name)
-  local function tuple(v, what)
-    if nd == 2 then return F._pair(v, name, what) end
-    if type(v) == "table" and #v == 1 then v = v[1] end
-    return { want_int(v, name, what, 0) }
-  end
+  local function tuple(v, what) return nd_tuple(nd, v, name, what) end
   function cls:__init(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias)
     local opts = {}
     if is_opts(stride) then
@@ -274,48 +278,55 @@ end
 conv_class("Conv1d", 1, F.conv1d)
 conv_class("Conv2d", 2, F.conv2d)
 
--- ConvTranspose2d(in, out, kernel_size [, stride=1, padding=0,
--- output_padding=0, groups=1, bias=true, dilation=1]) or with an options
--- table: weight (in, out/groups, kH, kW), PyTorch's init.
-L.ConvTranspose2d = Module:extend("ConvTranspose2d")
-function L.ConvTranspose2d:__init(in_channels, out_channels, kernel_size, stride, padding, output_padding, groups, bias,
-                                  dilation)
-  local name, opts = "ConvTranspose2d", {}
-  if is_opts(stride) then
-    opts = check_opts(stride, name, { stride = true, padding = true, output_padding = true, groups = true, bias = true,
-                                      dilation = true, dtype = true, device = true })
-    stride, padding, output_padding, groups, bias, dilation =
-      opts.stride, opts.padding, opts.output_padding, opts.groups, opts.bias, opts.dilation
+-- ConvTranspose1d / ConvTranspose2d(in, out, kernel_size [, stride=1,
+-- padding=0, output_padding=0, groups=1, bias=true, dilation=1]) or with an
+-- options table: weight (in, out/groups, kernel...), PyTorch's init.
+local function conv_transpose_class(name, nd, conv)
+  local cls = Module:extend(name)
+  local function tuple(v, what) return nd_tuple(nd, v, name, what) end
+  function cls:__init(in_channels, out_channels, kernel_size, stride, padding, output_padding, groups, bias, dilation)
+    local opts = {}
+    if is_opts(stride) then
+      opts = check_opts(stride, name, { stride = true, padding = true, output_padding = true, groups = true,
+                                        bias = true, dilation = true, dtype = true, device = true })
+      stride, padding, output_padding, groups, bias, dilation =
+        opts.stride, opts.padding, opts.output_padding, opts.groups, opts.bias, opts.dilation
+    end
+    bias = conv_channels(self, name, in_channels, out_channels, groups, bias)
+    self.kernel_size = tuple(kernel_size, "kernel_size")
+    self.stride = tuple(stride or 1, "stride")
+    self.padding = tuple(padding or 0, "padding")
+    self.output_padding = tuple(output_padding or 0, "output_padding")
+    self.dilation = tuple(dilation or 1, "dilation")
+    local shape = { in_channels, out_channels / self.groups }
+    for _, k in ipairs(self.kernel_size) do shape[#shape + 1] = k end
+    self.weight = Parameter(make("empty", shape, opts))
+    if bias then self.bias = Parameter(make("empty", { out_channels }, opts))
+    else self:register_parameter("bias", nil) end
+    self:reset_parameters()
   end
-  bias = conv_channels(self, name, in_channels, out_channels, groups, bias)
-  self.kernel_size = F._pair(kernel_size, name, "kernel_size")
-  self.stride = F._pair(stride or 1, name, "stride")
-  self.padding = F._pair(padding or 0, name, "padding")
-  self.output_padding = F._pair(output_padding or 0, name, "output_padding")
-  self.dilation = F._pair(dilation or 1, name, "dilation")
-  local k = self.kernel_size
-  self.weight = Parameter(make("empty", { in_channels, out_channels / self.groups, k[1], k[2] }, opts))
-  if bias then self.bias = Parameter(make("empty", { out_channels }, opts))
-  else self:register_parameter("bias", nil) end
-  self:reset_parameters()
-end
-L.ConvTranspose2d.reset_parameters = L.Linear.reset_parameters
-function L.ConvTranspose2d:forward(x)
-  return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding, self.output_padding, self.groups,
-                            self.dilation)
-end
-function L.ConvTranspose2d:extra_repr()
-  local s = string.format("%d, %d, kernel_size=%s, stride=%s", self.in_channels, self.out_channels,
-                          pyrepr(self.kernel_size), pyrepr(self.stride))
-  if self.padding[1] ~= 0 or self.padding[2] ~= 0 then s = s .. ", padding=" .. pyrepr(self.padding) end
-  if self.output_padding[1] ~= 0 or self.output_padding[2] ~= 0 then
-    s = s .. ", output_padding=" .. pyrepr(self.output_padding)
+  cls.reset_parameters = L.Linear.reset_parameters
+  function cls:forward(x)
+    return conv(x, self.weight, self.bias, self.stride, self.padding, self.output_padding, self.groups, self.dilation)
   end
-  if self.dilation[1] ~= 1 or self.dilation[2] ~= 1 then s = s .. ", dilation=" .. pyrepr(self.dilation) end
-  if self.groups ~= 1 then s = s .. ", groups=" .. self.groups end
-  if self.bias == nil then s = s .. ", bias=False" end
-  return s
+  local function all(t, v)
+    for _, x in ipairs(t) do if x ~= v then return false end end
+    return true
+  end
+  function cls:extra_repr()
+    local s = string.format("%d, %d, kernel_size=%s, stride=%s", self.in_channels, self.out_channels,
+                            pyrepr(self.kernel_size), pyrepr(self.stride))
+    if not all(self.padding, 0) then s = s .. ", padding=" .. pyrepr(self.padding) end
+    if not all(self.output_padding, 0) then s = s .. ", output_padding=" .. pyrepr(self.output_padding) end
+    if not all(self.dilation, 1) then s = s .. ", dilation=" .. pyrepr(self.dilation) end
+    if self.groups ~= 1 then s = s .. ", groups=" .. self.groups end
+    if self.bias == nil then s = s .. ", bias=False" end
+    return s
+  end
+  L[name] = cls
 end
+conv_transpose_class("ConvTranspose1d", 1, F.conv_transpose1d)
+conv_transpose_class("ConvTranspose2d", 2, F.conv_transpose2d)
 
 -- MaxPool2d(kernel_size [, stride=kernel_size, padding=0, dilation=1,
 -- return_indices=false, ceil_mode=false]) or MaxPool2d(kernel_size,
@@ -326,19 +337,20 @@ function L.MaxPool2d:__init(kernel_size, stride, padding, dilation, return_indic
     local o = stride
     stride, padding, dilation, return_indices, ceil_mode = o.stride, o.padding, o.dilation, o.return_indices, o.ceil_mode
   end
-  if return_indices then raise("MaxPool2d: return_indices=true is not supported") end
   F._pair(kernel_size, "MaxPool2d", "kernel_size")
   self.kernel_size = kernel_size
   self.stride = stride or kernel_size
   self.padding = padding or 0
   self.dilation = dilation or 1
+  self.return_indices = return_indices == true
   self.ceil_mode = ceil_mode == true
   F._pair(self.stride, "MaxPool2d", "stride")
   F._pair(self.padding, "MaxPool2d", "padding")
   F._pair(self.dilation, "MaxPool2d", "dilation")
 end
 function L.MaxPool2d:forward(x)
-  return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+  return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                      self.return_indices)
 end
 function L.MaxPool2d:extra_repr()
   return string.format("kernel_size=%s, stride=%s, padding=%s, dilation=%s, ceil_mode=%s",
@@ -378,6 +390,110 @@ function L.AdaptiveAvgPool2d:__init(output_size)
 end
 function L.AdaptiveAvgPool2d:forward(x) return F.adaptive_avg_pool2d(x, self.output_size) end
 function L.AdaptiveAvgPool2d:extra_repr() return "output_size=" .. pyrepr(self.output_size) end
+
+-- AdaptiveMaxPool2d(output_size [, return_indices=false]) (or {output_size=,
+-- return_indices=}).
+L.AdaptiveMaxPool2d = Module:extend("AdaptiveMaxPool2d")
+function L.AdaptiveMaxPool2d:__init(output_size, return_indices)
+  if is_opts(output_size) and output_size.output_size ~= nil then
+    output_size, return_indices = output_size.output_size, output_size.return_indices
+  end
+  self.output_size, self.return_indices = output_size, return_indices == true
+end
+function L.AdaptiveMaxPool2d:forward(x) return F.adaptive_max_pool2d(x, self.output_size, self.return_indices) end
+L.AdaptiveMaxPool2d.extra_repr = L.AdaptiveAvgPool2d.extra_repr
+
+-- MaxUnpool2d(kernel_size [, stride=kernel_size, padding=0]) or with
+-- {stride=, padding=}; forward(input, indices [, output_size]).
+L.MaxUnpool2d = Module:extend("MaxUnpool2d")
+function L.MaxUnpool2d:__init(kernel_size, stride, padding)
+  if is_opts(stride) then stride, padding = stride.stride, stride.padding end
+  -- kept as pairs, as PyTorch keeps them (and prints them)
+  self.kernel_size = F._pair(kernel_size, "MaxUnpool2d", "kernel_size")
+  self.stride = F._pair(stride or kernel_size, "MaxUnpool2d", "stride")
+  self.padding = F._pair(padding or 0, "MaxUnpool2d", "padding")
+end
+function L.MaxUnpool2d:forward(x, indices, output_size)
+  return F.max_unpool2d(x, indices, self.kernel_size, self.stride, self.padding, output_size)
+end
+function L.MaxUnpool2d:extra_repr()
+  return string.format("kernel_size=%s, stride=%s, padding=%s", pyrepr(self.kernel_size), pyrepr(self.stride),
+                       pyrepr(self.padding))
+end
+
+-- Unfold(kernel_size [, dilation=1, padding=0, stride=1]) and
+-- Fold(output_size, kernel_size [, ...]) (or an options table after the
+-- sizes) over F.unfold and F.fold.
+L.Unfold = Module:extend("Unfold")
+function L.Unfold:__init(kernel_size, dilation, padding, stride)
+  if is_opts(dilation) then dilation, padding, stride = dilation.dilation, dilation.padding, dilation.stride end
+  self.kernel_size, self.dilation, self.padding, self.stride = kernel_size, dilation or 1, padding or 0, stride or 1
+end
+function L.Unfold:forward(x) return F.unfold(x, self.kernel_size, self.dilation, self.padding, self.stride) end
+function L.Unfold:extra_repr()
+  return string.format("kernel_size=%s, dilation=%s, padding=%s, stride=%s", pyrepr(self.kernel_size),
+                       pyrepr(self.dilation), pyrepr(self.padding), pyrepr(self.stride))
+end
+
+L.Fold = Module:extend("Fold")
+function L.Fold:__init(output_size, ...)
+  L.Unfold.__init(self, ...)
+  self.output_size = output_size
+end
+function L.Fold:forward(x)
+  return F.fold(x, self.output_size, self.kernel_size, self.dilation, self.padding, self.stride)
+end
+function L.Fold:extra_repr() return "output_size=" .. pyrepr(self.output_size) .. ", " .. L.Unfold.extra_repr(self) end
+
+-- PixelShuffle(upscale_factor), PixelUnshuffle(downscale_factor).
+L.PixelShuffle = Module:extend("PixelShuffle")
+function L.PixelShuffle:__init(upscale_factor) self.upscale_factor = upscale_factor end
+function L.PixelShuffle:forward(x) return F.pixel_shuffle(x, self.upscale_factor) end
+function L.PixelShuffle:extra_repr() return "upscale_factor=" .. pyrepr(self.upscale_factor) end
+L.PixelUnshuffle = Module:extend("PixelUnshuffle")
+function L.PixelUnshuffle:__init(downscale_factor) self.downscale_factor = downscale_factor end
+function L.PixelUnshuffle:forward(x) return F.pixel_unshuffle(x, self.downscale_factor) end
+function L.PixelUnshuffle:extra_repr() return "downscale_factor=" .. pyrepr(self.downscale_factor) end
+
+-- The 1-D pools: MaxPool1d, AvgPool1d, AdaptiveAvgPool1d,
+-- AdaptiveMaxPool1d and MaxUnpool1d, with the 2-D ones' arguments as
+-- single numbers, over F's 1-D functions.
+L.MaxPool1d = Module:extend("MaxPool1d")
+function L.MaxPool1d:__init(...) L.MaxPool2d.__init(self, ...) end
+function L.MaxPool1d:forward(x)
+  return F.max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                      self.return_indices)
+end
+L.MaxPool1d.extra_repr = L.MaxPool2d.extra_repr
+
+L.AvgPool1d = Module:extend("AvgPool1d")
+function L.AvgPool1d:__init(...) L.AvgPool2d.__init(self, ...) end
+function L.AvgPool1d:forward(x)
+  return F.avg_pool1d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
+end
+L.AvgPool1d.extra_repr = L.AvgPool2d.extra_repr
+
+L.AdaptiveAvgPool1d = Module:extend("AdaptiveAvgPool1d")
+function L.AdaptiveAvgPool1d:__init(output_size) L.AdaptiveAvgPool2d.__init(self, output_size) end
+function L.AdaptiveAvgPool1d:forward(x) return F.adaptive_avg_pool1d(x, self.output_size) end
+L.AdaptiveAvgPool1d.extra_repr = L.AdaptiveAvgPool2d.extra_repr
+
+L.AdaptiveMaxPool1d = Module:extend("AdaptiveMaxPool1d")
+function L.AdaptiveMaxPool1d:__init(...) L.AdaptiveMaxPool2d.__init(self, ...) end
+function L.AdaptiveMaxPool1d:forward(x) return F.adaptive_max_pool1d(x, self.output_size, self.return_indices) end
+L.AdaptiveMaxPool1d.extra_repr = L.AdaptiveAvgPool2d.extra_repr
+
+L.MaxUnpool1d = Module:extend("MaxUnpool1d")
+function L.MaxUnpool1d:__init(kernel_size, stride, padding)
+  if is_opts(stride) then stride, padding = stride.stride, stride.padding end
+  local function single(v) return type(v) == "table" and v or { v } end
+  self.kernel_size, self.stride = single(kernel_size), single(stride or kernel_size)
+  self.padding = single(padding or 0)
+end
+function L.MaxUnpool1d:forward(x, indices, output_size)
+  return F.max_unpool1d(x, indices, self.kernel_size, self.stride, self.padding, output_size)
+end
+L.MaxUnpool1d.extra_repr = L.MaxUnpool2d.extra_repr
 
 ---------------------------------------------------------------- BatchNorm
 
