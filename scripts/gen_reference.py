@@ -1160,6 +1160,170 @@ def gen_print():
 
 # ================================================================ main
 
+# ================================================================ compositions
+
+def gen_composite():
+    """lua/dplua/composite.lua and einsum.lua against PyTorch."""
+    G = "composite"
+    x = rnd("float64", [3, 4])
+    y = rnd("float64", [3, 4], "b")
+    v = rnd("float64", [4])
+    w = rnd("float64", [3], "b")
+    c3 = rnd("float64", [2, 3, 4])
+    sq = rnd("float64", [4, 4])
+    f32 = rnd("float32", [3, 4])
+    i64 = rnd("int64", [3, 4])
+    unit = lit("f64_unit", [-0.99, -0.5, -0.1, 0.0, 0.3, 0.75, 0.98], "float64")
+    big = lit("f64_big", [1.5, 2.0, 10.0, 100.0, 3.25], "float64")
+    prob = lit("f64_prob", [0.001, 0.2, 0.5, 0.8, 0.999], "float64")
+    special = lit("f64_special", [float("nan"), float("inf"), -float("inf"), 1.5, -2.0, float("nan")], "float64")
+    inf_rows = lit("f64_inf_rows", [[-float("inf"), -float("inf")], [1.0, -float("inf")], [800.0, 801.0]], "float64")
+    # log-sum-exp
+    case(G, "logsumexp dim 1", "a:logsumexp(1)", lambda a: a.logsumexp(1), [x])
+    case(G, "logsumexp dims keepdim", "a:logsumexp({0, 2}, true)", lambda a: a.logsumexp((0, 2), True), [c3])
+    case(G, "logsumexp of infinite rows", "torch.logsumexp(a, 1)", lambda a: torch.logsumexp(a, 1), [inf_rows])
+    case(G, "logsumexp f32", "a:logsumexp(-1)", lambda a: a.logsumexp(-1), [f32])
+    case(G, "logaddexp", "a:logaddexp(b)", lambda a, b: a.logaddexp(b), [x, y])
+    case(G, "logaddexp broadcast", "torch.logaddexp(a, b)", torch.logaddexp, [x, v])
+    # elementwise
+    for op in ["log2", "log10", "exp2", "tan", "sinh", "cosh", "atan", "asinh", "trunc", "frac"]:
+        case(G, op, "a:%s()" % op, lambda a, op=op: getattr(a, op)(), [x])
+    for op in ["asin", "acos", "atanh"]:
+        case(G, op, "a:%s()" % op, lambda a, op=op: getattr(a, op)(), [unit])
+    case(G, "acosh", "a:acosh()", lambda a: a.acosh(), [big])
+    case(G, "log2 f32", "a:log2()", lambda a: a.log2(), [rnd("float32", [5], "pos")])
+    case(G, "hypot", "a:hypot(b)", lambda a, b: a.hypot(b), [x, y])
+    case(G, "xlogy", "a:xlogy(b)", lambda a, b: a.xlogy(b), [lit("f64_xlogy_x", [0.0, 0.0, 1.5, 2.0], "float64"),
+                                                             lit("f64_xlogy_y", [0.0, 3.0, 2.0, 0.5], "float64")])
+    case(G, "logit", "a:logit()", lambda a: a.logit(), [prob])
+    case(G, "logit eps", "a:logit(0.01)", lambda a: a.logit(0.01), [prob])
+    case(G, "nan_to_num", "a:nan_to_num()", lambda a: a.nan_to_num(), [special])
+    case(G, "nan_to_num values", "a:nan_to_num({nan = 1, posinf = 2, neginf = -3})",
+         lambda a: a.nan_to_num(1.0, 2.0, -3.0), [special])
+    case(G, "nan_to_num f32", "a:float():nan_to_num()", lambda a: a.float().nan_to_num(), [special])
+    # rearranging
+    case(G, "flip", "a:flip({0, 2})", lambda a: a.flip((0, 2)), [c3])
+    case(G, "flip one dim", "a:flip(1)", lambda a: a.flip(1), [x])
+    case(G, "fliplr", "a:fliplr()", lambda a: a.fliplr(), [x])
+    case(G, "flipud", "a:flipud()", lambda a: a.flipud(), [x])
+    case(G, "roll flat", "a:roll(5)", lambda a: a.roll(5), [x])
+    case(G, "roll dims", "a:roll({1, -2}, {0, 2})", lambda a: a.roll((1, -2), (0, 2)), [c3])
+    case(G, "roll negative", "torch.roll(a, -1, 1)", lambda a: torch.roll(a, -1, 1), [x])
+    for k in [1, 2, 3, -1]:
+        case(G, "rot90 k=%d" % k, "a:rot90(%d, {1, 2})" % k, lambda a, k=k: a.rot90(k, (1, 2)), [c3])
+    case(G, "unbind", "unpack(a:unbind(1))", lambda a: a.unbind(1), [x])
+    case(G, "movedim", "a:movedim(0, 2)", lambda a: a.movedim(0, 2), [c3])
+    case(G, "movedim lists", "a:movedim({0, 1}, {2, 0})", lambda a: a.movedim((0, 1), (2, 0)), [c3])
+    case(G, "swapaxes", "a:swapaxes(0, 2)", lambda a: a.swapaxes(0, 2), [c3])
+    case(G, "repeat", 'a["repeat"](a, 2, 1, 3)', lambda a: a.repeat(2, 1, 3), [x])
+    case(G, "tile", "a:tile({2})", lambda a: a.tile((2,)), [x])
+    case(G, "tile more dims", "a:tile({2, 1, 2})", lambda a: a.tile((2, 1, 2)), [x])
+    case(G, "repeat_interleave", "a:repeat_interleave(2)", lambda a: a.repeat_interleave(2), [x])
+    case(G, "repeat_interleave dim", "a:repeat_interleave(torch.tensor({1, 0, 3}, {dtype = torch.int64}), 0)",
+         lambda a: a.repeat_interleave(torch.tensor([1, 0, 3]), 0), [x])
+    case(G, "repeat_interleave counts", "torch.repeat_interleave(torch.tensor({2, 0, 1}, {dtype = torch.int64}))",
+         lambda: torch.repeat_interleave(torch.tensor([2, 0, 1])))
+    case(G, "repeat_interleave int64", "a:repeat_interleave(2, 1)", lambda a: a.repeat_interleave(2, 1), [i64])
+    # diagonals
+    for off in [0, 1, -2, 5]:
+        case(G, "diagonal offset %d" % off, "a:diagonal(%d)" % off, lambda a, off=off: a.diagonal(off), [x])
+    case(G, "diagonal dims", "a:diagonal({offset = 1, dim1 = 2, dim2 = 0})",
+         lambda a: a.diagonal(offset=1, dim1=2, dim2=0), [c3])
+    case(G, "diag of a vector", "a:diag()", lambda a: a.diag(), [v])
+    case(G, "diag of a vector, k=-1", "a:diag(-1)", lambda a: a.diag(-1), [v])
+    case(G, "diag of a matrix, k=1", "torch.diag(a, 1)", lambda a: torch.diag(a, 1), [x])
+    case(G, "trace", "a:trace()", lambda a: a.trace(), [x])
+    case(G, "outer", "a:outer(b)", lambda a, b: a.outer(b), [v, w])
+    # products with a sum
+    case(G, "addmm", "a:addmm(b, c)", lambda a, b, c: a.addmm(b, c), [x, rnd("float64", [3, 2]), rnd("float64", [2, 4])])
+    case(G, "addmm beta alpha", "torch.addmm(a, b, c, {beta = 0.5, alpha = -2})",
+         lambda a, b, c: torch.addmm(a, b, c, beta=0.5, alpha=-2), [v, rnd("float64", [3, 2]), rnd("float64", [2, 4])])
+    case(G, "baddbmm", "a:baddbmm(b, c, {beta = 0})", lambda a, b, c: a.baddbmm(b, c, beta=0),
+         [rnd("float64", [2, 3, 5]), c3, rnd("float64", [2, 4, 5])])
+    case(G, "addmv", "a:addmv(b, c)", lambda a, b, c: a.addmv(b, c), [w, x, v])
+    case(G, "addr", "a:addr(b, c, {alpha = 3})", lambda a, b, c: a.addr(b, c, alpha=3), [x, w, v])
+    case(G, "tensordot 1", "a:tensordot(b, 1)", lambda a, b: torch.tensordot(a, b, 1), [c3, rnd("float64", [4, 3])])
+    case(G, "tensordot lists", "torch.tensordot(a, b, {{0, 2}, {1, 0}})",
+         lambda a, b: torch.tensordot(a, b, ([0, 2], [1, 0])), [c3, rnd("float64", [4, 2, 5])])
+    # scans and order statistics
+    case(G, "cumprod", "a:cumprod(1)", lambda a: a.cumprod(1), [x])
+    case(G, "cumprod with a zero", "a:cumprod(0)", lambda a: a.cumprod(0),
+         [lit("f64_cumprod", [2.0, -1.5, 0.0, 3.0, -2.0], "float64")])
+    case(G, "cumprod int64", "a:cumprod(0)", lambda a: a.cumprod(0), [i64])
+    case(G, "median", "a:median()", lambda a: a.median(), [x])
+    case(G, "median dim", "a:median(1)", lambda a: tuple(a.median(1)), [x])
+    case(G, "median dim keepdim", "a:median(0, true)", lambda a: tuple(a.median(0, True)), [x])
+    case(G, "quantile", "a:quantile(0.3)", lambda a: a.quantile(0.3), [x])
+    case(G, "quantile dim list", "a:quantile({0.1, 0.5, 1}, 1)", lambda a: a.quantile(torch.tensor([0.1, 0.5, 1.0], dtype=torch.float64), 1), [x])
+    case(G, "quantile keepdim", "a:quantile(0.75, {dim = 0, keepdim = true})", lambda a: a.quantile(0.75, 0, True), [x])
+    case(G, "nansum", "a:nansum()", lambda a: a.nansum(), [lit("f64_nan", [1.0, float("nan"), 2.5, -1.0], "float64")])
+    case(G, "nanmean dim", "a:nanmean(1)", lambda a: a.nanmean(1),
+         [lit("f64_nan2", [[1.0, float("nan"), 2.5], [float("nan"), -1.0, 3.0]], "float64")])
+    case(G, "var_mean", "a:var_mean(1)", lambda a: torch.var_mean(a, 1), [x])
+    case(G, "std_mean", "a:std_mean(0, {correction = 0, keepdim = true})",
+         lambda a: torch.std_mean(a, 0, unbiased=False, keepdim=True), [x])
+    case(G, "var_mean all", "a:var_mean()", lambda a: torch.var_mean(a), [x])
+    # selection
+    m = rnd("bool", [3, 4])
+    case(G, "masked_select", "a:masked_select(b)", lambda a, b: a.masked_select(b), [x, m])
+    case(G, "masked_select broadcast", "a:masked_select(b)", lambda a, b: a.masked_select(b), [v, m])
+    idx = lit("i64_take", [[0, 11], [5, 3]], "int64")
+    case(G, "take", "a:take(b)", lambda a, b: a.take(b), [x, idx])
+    idx2 = lit("i64_along", [[0, 3], [2, 2], [1, 0]], "int64")
+    case(G, "take_along_dim", "a:take_along_dim(b, 1)", lambda a, b: a.take_along_dim(b, 1), [x, idx2])
+    case(G, "take_along_dim argsort", "a:take_along_dim(a:argsort(1), 1)",
+         lambda a: a.take_along_dim(a.argsort(1), 1), [x])
+    # several tensors
+    case(G, "meshgrid ij", "unpack(torch.meshgrid(a, b, {indexing = 'ij'}))",
+         lambda a, b: torch.meshgrid(a, b, indexing="ij"), [v, w])
+    case(G, "meshgrid xy", "unpack(torch.meshgrid({a, b}, {indexing = 'xy'}))",
+         lambda a, b: torch.meshgrid(a, b, indexing="xy"), [v, w])
+    case(G, "broadcast_tensors", "torch.broadcast_tensors(a, b)", lambda a, b: torch.broadcast_tensors(a, b),
+         [x, rnd("float64", [3, 1], "c")])
+    case(G, "broadcast_shapes", "torch.broadcast_shapes({2, 1, 3}, {4, 1}, {3})",
+         lambda: list(torch.broadcast_shapes((2, 1, 3), (4, 1), (3,))), kind="value", value_dtype="int64")
+    case(G, "cartesian_prod", "torch.cartesian_prod(a, b)", torch.cartesian_prod, [w, rnd("float64", [2], "c")])
+    case(G, "hstack", "torch.hstack({a, b})", lambda a, b: torch.hstack((a, b)), [x, y])
+    case(G, "hstack vectors", "torch.hstack(a, b)", lambda a, b: torch.hstack((a, b)), [v, w])
+    case(G, "vstack", "torch.vstack({a, b})", lambda a, b: torch.vstack((a, b)), [v, v])
+    case(G, "dstack", "torch.dstack({a, b})", lambda a, b: torch.dstack((a, b)), [x, y])
+    case(G, "column_stack", "torch.column_stack({a, b})", lambda a, b: torch.column_stack((a, b)), [w, x])
+    case(G, "block_diag", "torch.block_diag(a, b, c)", lambda a, b, c: torch.block_diag(a, b, c),
+         [x, w, rnd("float64", [2, 2], "c")])
+    case(G, "cdist", "torch.cdist(a, b)", lambda a, b: torch.cdist(a, b), [x, rnd("float64", [5, 4], "c")])
+    case(G, "cdist p=1", "a:cdist(b, 1)", lambda a, b: torch.cdist(a, b, 1), [c3, rnd("float64", [2, 2, 4], "c")])
+    # einsum
+    E = [
+        ("matmul", "ij,jk->ik", [x, rnd("float64", [4, 2], "c")]),
+        ("bmm", "bij,bjk->bik", [c3, rnd("float64", [2, 4, 5], "c")]),
+        ("trace", "ii", [sq]),
+        ("diagonal", "ii->i", [sq]),
+        ("transpose", "ij->ji", [x]),
+        ("sum all", "ij->", [x]),
+        ("column sums", "ij->j", [x]),
+        ("outer", "i,j->ij", [v, w]),
+        ("dot", "i,i", [v, v]),
+        ("hadamard rows", "ij,ij->i", [x, y]),
+        ("implicit", "jk,ij", [rnd("float64", [4, 2], "c"), x]),
+        ("ellipsis", "...ij,...jk", [c3, rnd("float64", [4, 5], "c")]),
+        ("ellipsis out", "b...,b...->...", [c3, c3]),
+        ("attention scores", "bhld,bhsd->bhls", [rnd("float64", [2, 2, 3, 4]), rnd("float64", [2, 2, 5, 4], "c")]),
+        ("three operands", "ij,jk,kl->il", [x, rnd("float64", [4, 2], "c"), rnd("float64", [2, 5], "d")]),
+        ("broadcast size 1", "bij,bjk->bik", [rnd("float64", [1, 3, 4]), rnd("float64", [2, 4, 2], "c")]),
+        ("repeated in one and summed", "iij->j", [rnd("float64", [3, 3, 2])]),
+        ("bilinear", "bn,anm,bm->ba", [rnd("float64", [2, 3]), rnd("float64", [4, 3, 5], "c"), rnd("float64", [2, 5], "d")]),
+        ("upper labels", "Ab,bC->AC", [x, rnd("float64", [4, 2], "c")]),
+    ]
+    for name, eq, ins in E:
+        letters = "abcd"[:len(ins)]
+        case(G, "einsum " + name, 'torch.einsum("%s", %s)' % (eq, ", ".join(letters)),
+             lambda *t, eq=eq: torch.einsum(eq, *t), ins)
+    case(G, "einsum list of operands", 'torch.einsum("ij,jk", {a, b})', lambda a, b: torch.einsum("ij,jk", [a, b]),
+         [x, rnd("float64", [4, 2], "c")])
+    case(G, "einsum f32", 'torch.einsum("ij,kj->ik", a, b)', lambda a, b: torch.einsum("ij,kj->ik", a, b),
+         [f32, rnd("float32", [5, 4], "b")])
+
+
 def main():
     outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "tests", "ref")
@@ -1174,6 +1338,7 @@ def main():
     gen_inplace()
     gen_reduce()
     gen_matmul()
+    gen_composite()
     gen_convert()
     gen_print()
     path = write(outdir)

@@ -16,6 +16,7 @@
 --   dplua.creation    torch.zeros, torch.tensor, torch.arange, ...
 --   dplua.tensor      inspection, views, indexing, conversion, autograd
 --   dplua.ops         elementwise math, reductions, products, cat/stack
+--   dplua.composite   the operations written as compositions of those
 --   dplua.primitives  the fused operations under nn and optim (torch._*)
 --   dplua.cuda        torch.cuda and torch.backends
 --
@@ -33,6 +34,7 @@ local B = require("dplua.base")
 require("dplua.creation")
 local tensor = require("dplua.tensor")
 local ops = require("dplua.ops")
+require("dplua.composite")
 require("dplua.primitives")
 require("dplua.cuda")
 
@@ -90,6 +92,7 @@ local lazy_functions = {
   hparams = "dplua.report", report = "dplua.report",
   autocast = "dplua.autocast", is_autocast_enabled = "dplua.autocast",
   get_autocast_dtype = "dplua.autocast",
+  einsum = "dplua.einsum",
 }
 setmetatable(torch, { __index = function(t, k)
   local name = submodules[k]

@@ -1,0 +1,704 @@
+-- dplua.composite: tensor operations written as compositions of others
+-- (views, index_select, cat, the elementwise and reduction ops), so that
+-- every device and autograd come with them: flip, roll, repeat and tile,
+-- diagonal, logsumexp, the inverse trigonometric functions, meshgrid,
+-- stacking helpers, products with a scaled sum (addmm, baddbmm), cumprod,
+-- median and quantile, and the in-place random fills. PyTorch's names,
+-- arguments and defaults; dplua/init.lua makes each method a torch.NAME
+-- function too.
+local B = require("dplua.base")
+local torch, methods = B.torch, B.methods
+local raise, is_tensor, typename = B.raise, B.is_tensor, B.typename
+
+local LN2, LN10 = math.log(2), math.log(10)
+
+-- A dim of t (negative from the end) as a non-negative number.
+local function dim_of(t, d, fn)
+  local nd = math.max(t:dim(), 1)
+  if type(d) ~= "number" or d % 1 ~= 0 or d < -nd or d >= nd then
+    raise(string.format("%s: dim %s is out of range for a tensor of %d dims", fn, tostring(d), t:dim()))
+  end
+  return d < 0 and d + nd or d
+end
+
+-- A dim argument that may be one number or a list (or nil: every dim).
+local function dims_of(t, dims, fn)
+  if dims == nil then
+    local all = {}
+    for d = 0, t:dim() - 1 do all[#all + 1] = d end
+    return all
+  end
+  if type(dims) == "number" then return { dim_of(t, dims, fn) } end
+  if type(dims) ~= "table" then raise(fn .. ": expected dims to be a number or a list, got " .. typename(dims)) end
+  local out, seen = {}, {}
+  for i, d in ipairs(dims) do
+    out[i] = dim_of(t, d, fn)
+    if seen[out[i]] then raise(string.format("%s: dim %d appears twice", fn, out[i])) end
+    seen[out[i]] = true
+  end
+  return out
+end
+
+local function int64(values, device) return torch.tensor(values, { dtype = torch.int64, device = device }) end
+
+local function want_float(fn, t)
+  if not t.dtype.is_floating_point then
+    raise(string.format("%s: expected a floating point tensor, got %s", fn, t.dtype.name))
+  end
+  return t
+end
+
+---------------------------------------------------------------- log-sum-exp
+
+-- The maximum over dims (kept), detached, with infinities replaced by 0 so
+-- that x - m stays finite where every entry is infinite.
+local function safe_max(t, dims)
+  local m = t:detach()
+  for _, d in ipairs(dims) do m = m:max(d, true) end
+  return m:masked_fill(m:abs():eq(math.huge), 0)
+end
+
+-- logsumexp(dim [, keepdim=false]): log(sum(exp(t))) over dim (a number or
+-- a list) without overflow; integers as float32.
+function methods.logsumexp(t, dim, keepdim)
+  local fn = "logsumexp"
+  if dim == nil then raise(fn .. ": expected dim (a number or a list of dims)") end
+  if not t.dtype.is_floating_point then t = t:float() end
+  local dims = dims_of(t, dim, fn)
+  local m = safe_max(t, dims)
+  local out = (t - m):exp()
+  for _, d in ipairs(dims) do out = out:sum(d, true) end
+  out = out:log() + m
+  if keepdim then return out end
+  table.sort(dims, function(a, b) return a > b end)
+  for _, d in ipairs(dims) do out = out:squeeze(d) end
+  return out
+end
+
+-- logaddexp(other): log(exp(t) + exp(other)), broadcast, without overflow.
+function methods.logaddexp(t, other)
+  local m = torch.maximum(t, other):detach()
+  m = m:masked_fill(m:abs():eq(math.huge), 0)
+  return ((t - m):exp() + (other - m):exp()):log() + m
+end
+
+---------------------------------------------------------------- elementwise
+
+function methods.log2(t) return want_float("log2", t):log() / LN2 end
+function methods.log10(t) return want_float("log10", t):log() / LN10 end
+function methods.exp2(t) return (want_float("exp2", t) * LN2):exp() end
+function methods.tan(t) return want_float("tan", t):sin() / t:cos() end
+function methods.sinh(t)
+  want_float("sinh", t)
+  return (t:exp() - (-t):exp()) * 0.5
+end
+function methods.cosh(t)
+  want_float("cosh", t)
+  return (t:exp() + (-t):exp()) * 0.5
+end
+function methods.atan(t) return torch.atan2(want_float("atan", t), torch.ones_like(t)) end
+function methods.asin(t) return torch.atan2(want_float("asin", t), (1 - t * t):sqrt()) end
+function methods.acos(t) return torch.atan2((1 - want_float("acos", t) * t):sqrt(), t) end
+-- asinh through |t| so that large negative values do not cancel
+function methods.asinh(t)
+  want_float("asinh", t)
+  local a = t:abs()
+  return t:sign() * (a + (a * a + 1):sqrt()):log()
+end
+function methods.acosh(t) return (want_float("acosh", t) + (t * t - 1):sqrt()):log() end
+function methods.atanh(t) return (want_float("atanh", t):log1p() - (-t):log1p()) * 0.5 end
+function methods.trunc(t) return t.dtype.is_floating_point and t:sign() * t:abs():floor() or t:clone() end
+methods.fix = methods.trunc
+function methods.frac(t) return t - methods.trunc(want_float("frac", t)) end
+function methods.hypot(t, other) return (t * t + other * other):sqrt() end
+-- xlogy(other): t log(other), 0 where t is 0 (even where other is 0 or NaN)
+function methods.xlogy(t, other)
+  if not is_tensor(other) then other = torch.full_like(t, other) end
+  local zero = t:eq(0)
+  return torch.where(zero, 0, t * torch.where(zero, 1, other):log())
+end
+-- logit([eps]): log(p / (1 - p)), p clamped to [eps, 1 - eps] when given
+function methods.logit(t, eps)
+  want_float("logit", t)
+  if type(eps) == "table" then eps = eps.eps end
+  if eps ~= nil then t = t:clamp(eps, 1 - eps) end
+  return t:log() - (1 - t):log()
+end
+-- nan_to_num([nan=0, posinf, neginf]) or {nan=, posinf=, neginf=}: the
+-- infinities become the dtype's largest and smallest finite values.
+function methods.nan_to_num(t, nan, posinf, neginf)
+  if type(nan) == "table" then nan, posinf, neginf = nan.nan, nan.posinf, nan.neginf end
+  if not t.dtype.is_floating_point then return t:clone() end
+  local big = ({ float32 = 3.4028234663852886e38, bfloat16 = 3.3895313892515355e38 })[t.dtype.name] or 1.7976931348623157e308
+  local out = t:masked_fill(t:ne(t), nan or 0)
+  out = out:masked_fill(out:eq(math.huge), posinf or big)
+  return out:masked_fill(out:eq(-math.huge), neginf or -big)
+end
+
+---------------------------------------------------------------- rearranging
+
+-- flip(dims): the order of elements along each of dims reversed.
+function methods.flip(t, dims, ...)
+  if type(dims) == "number" and select("#", ...) > 0 then dims = { dims, ... } end
+  local out = t
+  for _, d in ipairs(dims_of(t, dims == nil and {} or dims, "flip")) do
+    local n = t:size(d)
+    if n > 1 then out = out:index_select(d, torch.arange(n - 1, -1, -1, { dtype = torch.int64, device = t.device })) end
+  end
+  if out == t then out = t:clone() end
+  return out
+end
+function methods.fliplr(t) return methods.flip(t, { 1 }) end
+function methods.flipud(t) return methods.flip(t, { 0 }) end
+
+-- roll(shifts [, dims]): elements shifted along dims (a number or a list
+-- paired with shifts), those past the end coming round to the start;
+-- without dims over the flattened tensor, its shape kept.
+function methods.roll(t, shifts, dims)
+  local fn = "roll"
+  if dims == nil then
+    if type(shifts) ~= "number" then raise(fn .. ": without dims, expected shifts to be one number") end
+    return methods.roll(t:reshape(-1), shifts, 0):view(t:size())
+  end
+  if type(shifts) == "number" then shifts = { shifts } end
+  local ds = dims_of(t, dims, fn)
+  if type(shifts) ~= "table" or #shifts ~= #ds then
+    raise(string.format("%s: expected as many shifts as dims, got %d and %d", fn, type(shifts) == "table" and #shifts or 0, #ds))
+  end
+  local out = t
+  for i, d in ipairs(ds) do
+    local n = t:size(d)
+    local s = n > 0 and shifts[i] % n or 0
+    if s ~= 0 then out = torch.cat({ out:narrow(d, n - s, s), out:narrow(d, 0, n - s) }, d) end
+  end
+  if out == t then out = t:clone() end
+  return out
+end
+
+-- rot90([k=1, dims={0, 1}]): rotated k quarter turns from dims[1] towards dims[2].
+function methods.rot90(t, k, dims)
+  local fn = "rot90"
+  k, dims = (k or 1) % 4, dims or { 0, 1 }
+  if type(dims) ~= "table" or #dims ~= 2 then raise(fn .. ": expected dims to be a list of two dims") end
+  local a, b = dim_of(t, dims[1], fn), dim_of(t, dims[2], fn)
+  if a == b then raise(fn .. ": expected two different dims, got " .. a .. " twice") end
+  if k == 1 then return methods.flip(t, { b }):transpose(a, b) end
+  if k == 2 then return methods.flip(t, { a, b }) end
+  if k == 3 then return methods.flip(t, { a }):transpose(a, b) end
+  return t:clone()
+end
+
+-- unbind([dim=0]): the slices along dim, as a Lua list of views.
+function methods.unbind(t, dim)
+  local d = dim_of(t, dim or 0, "unbind")
+  local out = {}
+  for i = 0, t:size(d) - 1 do out[i + 1] = t:select(d, i) end
+  return out
+end
+
+-- movedim(source, destination): the dims of source (a number or a list)
+-- moved to the places of destination, the others keeping their order.
+function methods.movedim(t, source, destination)
+  local fn = "movedim"
+  local src, dst = dims_of(t, source, fn), dims_of(t, destination, fn)
+  if #src ~= #dst then
+    raise(string.format("%s: expected as many source as destination dims, got %d and %d", fn, #src, #dst))
+  end
+  local nd, perm, taken, rest = t:dim(), {}, {}, {}
+  for i = 1, #src do perm[dst[i] + 1] = src[i]; taken[src[i]] = true end
+  for d = 0, nd - 1 do if not taken[d] then rest[#rest + 1] = d end end
+  local r = 1
+  for i = 1, nd do
+    if perm[i] == nil then perm[i] = rest[r]; r = r + 1 end
+  end
+  return t:permute(perm)
+end
+methods.moveaxis = methods.movedim
+function methods.swapaxes(t, a, b) return t:transpose(a, b) end
+methods.swapdims = methods.swapaxes
+
+-- repeat(sizes...) (t["repeat"](t, ...): repeat is a Lua keyword; tile is
+-- the same for as many sizes as dims): t copied sizes[i] times along dim
+-- i, leading sizes adding dims.
+local function repeat_sizes(fn, sizes, ...)
+  if type(sizes) == "number" then sizes = { sizes, ... } end
+  if type(sizes) ~= "table" then raise(fn .. ": expected sizes, got " .. typename(sizes)) end
+  for _, s in ipairs(sizes) do
+    if type(s) ~= "number" or s < 0 or s % 1 ~= 0 then
+      raise(string.format("%s: expected non-negative integer sizes, got %s", fn, tostring(s)))
+    end
+  end
+  return sizes
+end
+local function repeat_of(t, sizes)
+  local lead = #sizes - t:dim()
+  local shape = t:size()
+  for _ = 1, lead do table.insert(shape, 1, 1) end
+  local view, expanded, out = {}, {}, {}
+  for i, s in ipairs(sizes) do
+    view[#view + 1], view[#view + 2] = 1, shape[i]
+    expanded[#expanded + 1], expanded[#expanded + 2] = s, shape[i]
+    out[i] = s * shape[i]
+  end
+  return t:reshape(view):expand(expanded):reshape(out)
+end
+methods["repeat"] = function(t, sizes, ...)
+  sizes = repeat_sizes("repeat", sizes, ...)
+  if #sizes < t:dim() then
+    raise(string.format("repeat: expected at least as many sizes as dims (%d), got %d", t:dim(), #sizes))
+  end
+  return repeat_of(t, sizes)
+end
+function methods.tile(t, sizes, ...)
+  sizes = repeat_sizes("tile", sizes, ...)
+  local full = {}
+  for _ = 1, t:dim() - #sizes do full[#full + 1] = 1 end
+  for _, s in ipairs(sizes) do full[#full + 1] = s end
+  return repeat_of(t, full)
+end
+
+-- repeat_interleave(repeats [, dim, {output_size=}]): each element (or
+-- slice along dim) repeated repeats times (a number, or one count each);
+-- without dim over the flattened tensor. torch.repeat_interleave(counts)
+-- alone gives 0, 1, ... each repeated its count.
+function methods.repeat_interleave(t, repeats, dim, opts)
+  local fn = "repeat_interleave"
+  if repeats == nil then
+    if t.dtype ~= torch.int64 or t:dim() > 1 then raise(fn .. ": expected repeats to be an int64 tensor of counts") end
+    return methods.repeat_interleave(torch.arange(t:numel(), { dtype = torch.int64, device = t.device }), t, 0)
+  end
+  if type(dim) == "table" then dim, opts = nil, dim end
+  if dim == nil then t, dim = t:reshape(-1), 0 end
+  local d = dim_of(t, dim, fn)
+  local n = t:dim() > 0 and t:size(d) or 1
+  local counts
+  if is_tensor(repeats) then
+    if repeats:dim() > 1 or (repeats:numel() ~= n and repeats:numel() ~= 1) then
+      raise(string.format("%s: expected one count or %d counts, got repeats of shape [%s]", fn, n,
+                          table.concat(repeats:size(), ", ")))
+    end
+    counts = repeats:reshape(-1):tolist()
+    if #counts == 1 then repeats = counts[1]; counts = nil end
+  end
+  local index = {}
+  for i = 0, n - 1 do
+    local c = counts and counts[i + 1] or repeats
+    if type(c) ~= "number" or c < 0 or c % 1 ~= 0 then
+      raise(string.format("%s: expected non-negative integer repeats, got %s", fn, tostring(c)))
+    end
+    for _ = 1, c do index[#index + 1] = i end
+  end
+  return t:index_select(d, int64(index, t.device))
+end
+
+---------------------------------------------------------------- diagonals
+
+-- diagonal([offset=0, dim1=0, dim2=1]) (or {offset=, dim1=, dim2=}): the
+-- entries (i, i + offset) of dims dim1 and dim2, as a last dim (a copy,
+-- where PyTorch gives a view).
+function methods.diagonal(t, offset, dim1, dim2)
+  local fn = "diagonal"
+  if type(offset) == "table" then offset, dim1, dim2 = offset.offset, offset.dim1, offset.dim2 end
+  offset = offset or 0
+  if t:dim() < 2 then raise(fn .. ": expected a tensor of at least 2 dims, got " .. t:dim()) end
+  local a, b = dim_of(t, dim1 or 0, fn), dim_of(t, dim2 or 1, fn)
+  if a == b then raise(fn .. ": expected two different dims, got " .. a .. " twice") end
+  local moved = methods.movedim(t, { a, b }, { -2, -1 })
+  local n1, n2 = moved:size(-2), moved:size(-1)
+  local r0, c0 = math.max(0, -offset), math.max(0, offset)
+  local index = {}
+  for i = 0, math.min(n1 - r0, n2 - c0) - 1 do index[#index + 1] = (r0 + i) * n2 + c0 + i end
+  local shape = moved:size()
+  shape[#shape] = nil
+  shape[#shape] = n1 * n2
+  return moved:reshape(shape):index_select(-1, int64(index, t.device))
+end
+
+-- diag([diagonal=0]): of a vector, the square matrix holding it on that
+-- diagonal; of a matrix, that diagonal.
+function methods.diag(t, k)
+  local fn = "diag"
+  k = k or 0
+  if t:dim() == 2 then return methods.diagonal(t, k) end
+  if t:dim() ~= 1 then raise(fn .. ": expected a 1-D or 2-D tensor, got " .. t:dim() .. " dims") end
+  local n = t:size(0)
+  local m = n + math.abs(k)
+  local index = {}
+  for i = 0, n - 1 do index[i + 1] = (i + math.max(0, -k)) * m + i + math.max(0, k) end
+  return torch.zeros(m * m, { dtype = t.dtype, device = t.device }):index_copy(0, int64(index, t.device), t):view(m, m)
+end
+
+function methods.trace(t)
+  if t:dim() ~= 2 then raise("trace: expected a matrix, got " .. t:dim() .. " dims") end
+  return methods.diagonal(t):sum()
+end
+
+-- outer(v): the products of t's and v's entries, (n, m); ger is its old name.
+function methods.outer(t, v)
+  if t:dim() ~= 1 or not is_tensor(v) or v:dim() ~= 1 then raise("outer: expected two 1-D tensors") end
+  return t:view(-1, 1) * v:view(1, -1)
+end
+methods.ger = methods.outer
+
+---------------------------------------------------------------- products with a sum
+
+-- The scaled sum beta * input + alpha * product of addmm, addbmm's
+-- cousins: beta = 0 ignores input (NaN included), as PyTorch.
+local function scaled_sum(input, product, opts, fn)
+  local beta, alpha = 1, 1
+  if opts ~= nil then
+    if type(opts) ~= "table" then raise(fn .. ": expected options {beta=, alpha=}, got " .. typename(opts)) end
+    beta, alpha = opts.beta or 1, opts.alpha or 1
+  end
+  if alpha ~= 1 then product = product * alpha end
+  if beta == 0 then return product + torch.zeros_like(input) end
+  return (beta == 1 and input or input * beta) + product
+end
+function methods.addmm(t, m1, m2, opts) return scaled_sum(t, torch.mm(m1, m2), opts, "addmm") end
+function methods.addmv(t, m, v, opts) return scaled_sum(t, torch.mv(m, v), opts, "addmv") end
+function methods.addbmm(t, b1, b2, opts) return scaled_sum(t, torch.bmm(b1, b2):sum(0), opts, "addbmm") end
+function methods.baddbmm(t, b1, b2, opts) return scaled_sum(t, torch.bmm(b1, b2), opts, "baddbmm") end
+function methods.addr(t, v1, v2, opts) return scaled_sum(t, methods.outer(v1, v2), opts, "addr") end
+
+-- tensordot(other [, dims=2]): the sum over t's last dims and other's
+-- first (dims a number), or over the dims of {dims_t, dims_other}.
+function methods.tensordot(t, other, dims)
+  local fn = "tensordot"
+  dims = dims or 2
+  local da, db
+  if type(dims) == "number" then
+    da, db = {}, {}
+    for i = 1, dims do da[i] = t:dim() - dims + i - 1; db[i] = i - 1 end
+  elseif type(dims) == "table" and #dims == 2 then
+    da, db = dims_of(t, dims[1], fn), dims_of(other, dims[2], fn)
+  else
+    raise(fn .. ": expected dims to be a number or a pair of lists")
+  end
+  if #da ~= #db then raise(string.format("%s: expected as many dims of each, got %d and %d", fn, #da, #db)) end
+  local ca, cb, K = {}, {}, 1
+  for i = 1, #da do
+    if t:size(da[i]) ~= other:size(db[i]) then
+      raise(string.format("%s: contracted dims differ in size: %d (dim %d) and %d (dim %d)", fn, t:size(da[i]), da[i],
+                          other:size(db[i]), db[i]))
+    end
+    ca[da[i]], cb[db[i]], K = true, true, K * t:size(da[i])
+  end
+  local pa, pb, out, M, N = {}, {}, {}, 1, 1
+  for d = 0, t:dim() - 1 do if not ca[d] then pa[#pa + 1] = d; out[#out + 1] = t:size(d); M = M * t:size(d) end end
+  for _, d in ipairs(da) do pa[#pa + 1] = d end
+  for _, d in ipairs(db) do pb[#pb + 1] = d end
+  for d = 0, other:dim() - 1 do if not cb[d] then pb[#pb + 1] = d; out[#out + 1] = other:size(d); N = N * other:size(d) end end
+  local r = t:permute(pa):reshape(M, K):mm(other:permute(pb):reshape(K, N))
+  return r:reshape(out)
+end
+
+---------------------------------------------------------------- scans and order statistics
+
+-- cumprod(dim): running products along dim, one product a step (exact
+-- where a zero or a sign makes exp(cumsum(log)) fail), with gradients.
+function methods.cumprod(t, dim)
+  local d = dim_of(t, dim, "cumprod")
+  if t:dim() == 0 then return t:clone() end
+  local n = t:size(d)
+  if n == 0 then return t:clone() end
+  local parts, run = {}, t:narrow(d, 0, 1)
+  parts[1] = run
+  for i = 1, n - 1 do
+    run = run * t:narrow(d, i, 1)
+    parts[i + 1] = run
+  end
+  return torch.cat(parts, d)
+end
+
+-- median([dim [, keepdim=false]]): the lower median ((n - 1) // 2 of the
+-- sorted values); over a dim, with its index as PyTorch's.
+function methods.median(t, dim, keepdim)
+  if dim == nil then
+    local flat = t:reshape(-1)
+    return flat:sort(0):narrow(0, math.floor((flat:numel() - 1) / 2), 1):reshape({})
+  end
+  local d = dim_of(t, dim, "median")
+  local v, i = t:sort(d)
+  local k = math.floor(((t:dim() > 0 and t:size(d) or 1) - 1) / 2)
+  v, i = v:narrow(d, k, 1), i:narrow(d, k, 1)
+  if not keepdim and t:dim() > 0 then v, i = v:squeeze(d), i:squeeze(d) end
+  return v, i
+end
+
+-- quantile(q [, dim, keepdim=false]) (or {dim=, keepdim=}): PyTorch's
+-- linear interpolation between the sorted values; q a number, a list or
+-- a 1-D tensor (its dim first in the result).
+function methods.quantile(t, q, dim, keepdim)
+  local fn = "quantile"
+  if type(dim) == "table" then dim, keepdim = dim.dim, dim.keepdim end
+  want_float(fn, t)
+  local scalar = type(q) == "number"
+  local qs = scalar and { q } or (is_tensor(q) and q:reshape(-1):tolist() or q)
+  if type(qs) ~= "table" or #qs == 0 then raise(fn .. ": expected q to be a number, a list or a 1-D tensor") end
+  local x, d = t, nil
+  if dim == nil then x, d = t:reshape(-1), 0 else d = dim_of(t, dim, fn) end
+  local sorted = x:sort(d)
+  local n = x:size(d)
+  local parts = {}
+  for i, p in ipairs(qs) do
+    if type(p) ~= "number" or p < 0 or p > 1 then raise(fn .. ": expected q in [0, 1], got " .. tostring(p)) end
+    local pos = p * (n - 1)
+    local lo = math.floor(pos)
+    local hi = math.min(lo + 1, n - 1)
+    local a, b = sorted:narrow(d, lo, 1), sorted:narrow(d, hi, 1)
+    parts[i] = a + (b - a) * (pos - lo)
+  end
+  local out = torch.stack(parts, 0)          -- (Q, ..., 1, ...)
+  if dim == nil then
+    out = out:reshape(#qs)
+    if keepdim then
+      local shape = { #qs }
+      for _ = 1, t:dim() do shape[#shape + 1] = 1 end
+      out = out:reshape(shape)
+    end
+  elseif not keepdim then
+    out = out:squeeze(d + 1)
+  end
+  return scalar and out:select(0, 0) or out
+end
+
+-- nansum / nanmean([dim [, keepdim]]): the NaNs left out.
+function methods.nansum(t, dim, keepdim)
+  local z = t:masked_fill(t:ne(t), 0)
+  if dim == nil then return z:sum() end
+  return z:sum(dim, keepdim)
+end
+function methods.nanmean(t, dim, keepdim)
+  local count = t:eq(t):to(t.dtype)
+  if dim == nil then return methods.nansum(t) / count:sum() end
+  return methods.nansum(t, dim, keepdim) / count:sum(dim, keepdim)
+end
+
+-- var_mean / std_mean(...): var's (std's) arguments; the pair (var, mean).
+local function with_mean(moment)
+  return function(t, dim, opts)
+    local o, d = opts, dim
+    if B.is_options(dim) then o, d = dim, dim.dim end
+    local keepdim = o == true or (type(o) == "table" and o.keepdim == true)
+    return moment(t, dim, opts), d == nil and t:mean() or t:mean(d, keepdim)
+  end
+end
+methods.var_mean = with_mean(methods.var)
+methods.std_mean = with_mean(methods.std)
+
+---------------------------------------------------------------- selection
+
+-- masked_select(mask): the elements where mask (broadcast with t) is
+-- true, 1-D.
+function methods.masked_select(t, mask)
+  if not is_tensor(mask) or mask.dtype ~= torch.bool then raise("masked_select: expected a bool mask tensor") end
+  local a, m = torch.broadcast_tensors(t, mask)
+  return a[m]
+end
+
+-- take(index): t's elements at the row-major positions index holds, of
+-- index's shape.
+function methods.take(t, index)
+  if not is_tensor(index) then raise("take: expected index to be a tensor, got " .. typename(index)) end
+  return t:reshape(-1):index_select(0, index:reshape(-1)):view(index:size())
+end
+
+-- take_along_dim(indices [, dim]): gather along dim after broadcasting t
+-- and indices in the other dims; without dim, take over the flattened t.
+function methods.take_along_dim(t, indices, dim)
+  if dim == nil then return t:reshape(-1):index_select(0, indices:reshape(-1)) end
+  local d = dim_of(t, dim, "take_along_dim")
+  local ts, is = t:size(), indices:size()
+  if #ts ~= #is then raise("take_along_dim: expected input and indices of one number of dims") end
+  local a, b = {}, {}
+  for i = 1, #ts do
+    local s = math.max(ts[i], is[i])
+    a[i], b[i] = i == d + 1 and ts[i] or s, i == d + 1 and is[i] or s
+  end
+  return t:expand(a):gather(d, indices:expand(b))
+end
+
+---------------------------------------------------------------- random fills
+
+-- uniform_([from=0, to=1]), normal_([mean=0, std=1]), bernoulli_([p=0.5]):
+-- t refilled in place from torch's stream; bernoulli([p]) draws 1 with
+-- probability t (or p), a new tensor.
+function methods.uniform_(t, a, b)
+  a, b = a or 0, b or 1
+  return t:copy_(torch.rand_like(want_float("uniform_", t)) * (b - a) + a)
+end
+function methods.normal_(t, mean, std)
+  mean, std = mean or 0, std or 1
+  return t:copy_(torch.randn_like(want_float("normal_", t)) * std + mean)
+end
+function methods.bernoulli(t, p)
+  want_float("bernoulli", t)
+  local probs = p == nil and t or (is_tensor(p) and p or torch.full_like(t, p))
+  return torch.rand_like(t):lt(probs):to(t.dtype)
+end
+function methods.bernoulli_(t, p)
+  local probs = p == nil and 0.5 or p
+  return t:copy_(torch.rand_like(want_float("bernoulli_", t)):lt(probs):to(t.dtype))
+end
+
+---------------------------------------------------------------- functions of several tensors
+
+-- A list given as the arguments or as one table.
+local function tensor_list(fn, first, ...)
+  local list = (type(first) == "table" and not is_tensor(first)) and first or { first, ... }
+  for i, t in ipairs(list) do
+    if not is_tensor(t) then raise(string.format("%s: expected a tensor at position %d, got %s", fn, i, typename(t))) end
+  end
+  return list
+end
+
+-- broadcast_shapes(shape, ...): the shape all broadcast to.
+function torch.broadcast_shapes(...)
+  local shapes, out = { ... }, {}
+  local n = 0
+  for _, s in ipairs(shapes) do n = math.max(n, #s) end
+  for i = 1, n do
+    local size = 1
+    for _, s in ipairs(shapes) do
+      local v = s[#s - n + i] or 1
+      if v ~= 1 then
+        if size ~= 1 and size ~= v then
+          local strs = {}
+          for j, sj in ipairs(shapes) do strs[j] = "[" .. table.concat(sj, ", ") .. "]" end
+          raise("broadcast_shapes: shapes " .. table.concat(strs, ", ") .. " do not broadcast")
+        end
+        size = v
+      end
+    end
+    out[i] = size
+  end
+  return out
+end
+
+-- broadcast_tensors(t, ...): views of each expanded to the common shape.
+function torch.broadcast_tensors(...)
+  local list = tensor_list("broadcast_tensors", ...)
+  local shapes = {}
+  for i, t in ipairs(list) do shapes[i] = t:size() end
+  local shape = torch.broadcast_shapes(unpack(shapes))
+  local out = {}
+  for i, t in ipairs(list) do out[i] = t:expand(shape) end
+  return unpack(out)
+end
+
+-- meshgrid(t, ... [, {indexing="ij"}]): the grids of 1-D tensors, a Lua
+-- list; "xy" swaps the first two dims, as numpy's.
+function torch.meshgrid(...)
+  local args = { ... }
+  local opts = {}
+  if type(args[#args]) == "table" and not is_tensor(args[#args]) and args[#args].indexing then
+    opts = table.remove(args)
+  end
+  local list = tensor_list("meshgrid", unpack(args))
+  local indexing = opts.indexing or "ij"
+  if indexing ~= "ij" and indexing ~= "xy" then raise('meshgrid: indexing must be "ij" or "xy", got ' .. tostring(indexing)) end
+  local n = #list
+  local shape = {}
+  for i, t in ipairs(list) do
+    if t:dim() > 1 then raise("meshgrid: expected 0-D or 1-D tensors, got " .. t:dim() .. " dims at position " .. i) end
+    shape[i] = t:numel()
+  end
+  local xy = indexing == "xy" and n >= 2
+  if xy then shape[1], shape[2] = shape[2], shape[1] end
+  local out = {}
+  for i, t in ipairs(list) do
+    local view = {}
+    for j = 1, n do view[j] = 1 end
+    local at = i
+    if xy and i <= 2 then at = 3 - i end
+    view[at] = t:numel()
+    out[i] = t:reshape(view):expand(shape)
+  end
+  return out
+end
+
+-- cartesian_prod(t, ...): every combination of the 1-D tensors' elements, (N, k).
+function torch.cartesian_prod(...)
+  local list = tensor_list("cartesian_prod", ...)
+  if #list == 1 then return list[1]:clone() end
+  local grids = torch.meshgrid(unpack(list))
+  for i, g in ipairs(grids) do grids[i] = g:reshape(-1) end
+  return torch.stack(grids, 1)
+end
+
+-- atleast_1d/2d/3d(t): t viewed with leading (trailing, for 3-D) dims of
+-- one, as PyTorch places them.
+function torch.atleast_1d(t) return t:dim() >= 1 and t or t:reshape(1) end
+function torch.atleast_2d(t)
+  if t:dim() >= 2 then return t end
+  return t:reshape(1, t:numel())
+end
+function torch.atleast_3d(t)
+  local nd = t:dim()
+  if nd >= 3 then return t end
+  if nd == 2 then return t:unsqueeze(-1) end
+  return t:reshape(1, t:numel(), 1)
+end
+
+-- hstack / vstack / dstack / column_stack(tensors): cat along columns
+-- (dim 0 for 1-D tensors), rows, depth, or of columns.
+function torch.hstack(...)
+  local list = tensor_list("hstack", ...)
+  local all = {}
+  for i, t in ipairs(list) do all[i] = torch.atleast_1d(t) end
+  return torch.cat(all, all[1]:dim() == 1 and 0 or 1)
+end
+function torch.vstack(...)
+  local all = {}
+  for i, t in ipairs(tensor_list("vstack", ...)) do all[i] = torch.atleast_2d(t) end
+  return torch.cat(all, 0)
+end
+torch.row_stack = torch.vstack
+function torch.dstack(...)
+  local all = {}
+  for i, t in ipairs(tensor_list("dstack", ...)) do all[i] = torch.atleast_3d(t) end
+  return torch.cat(all, 2)
+end
+function torch.column_stack(...)
+  local all = {}
+  for i, t in ipairs(tensor_list("column_stack", ...)) do
+    all[i] = t:dim() <= 1 and t:reshape(t:numel(), 1) or t
+  end
+  return torch.cat(all, 1)
+end
+
+-- block_diag(t, ...): the matrices (or vectors, as rows, or numbers) on
+-- the diagonal of a zero matrix.
+function torch.block_diag(...)
+  local list = tensor_list("block_diag", ...)
+  local cols, dtype, device = 0, list[1].dtype, list[1].device
+  local blocks = {}
+  for i, t in ipairs(list) do
+    local m = t:dim() == 2 and t or t:reshape(1, t:numel())
+    if t:dim() > 2 then raise("block_diag: expected tensors of at most 2 dims, got " .. t:dim() .. " at position " .. i) end
+    blocks[i] = m
+    cols = cols + m:size(1)
+  end
+  -- each block's rows: zeros, the block, zeros (cat, so that gradients flow)
+  local band, c = {}, 0
+  for i, m in ipairs(blocks) do
+    local h, w = m:size(0), m:size(1)
+    local row = { torch.zeros(h, c, { dtype = dtype, device = device }), m:to(dtype),
+                  torch.zeros(h, cols - c - w, { dtype = dtype, device = device }) }
+    band[i] = torch.cat(row, 1)
+    c = c + w
+  end
+  return torch.cat(band, 0)
+end
+
+-- cdist(x1, x2 [, p=2]): the p-norm distances between the rows of x1
+-- (..., P, M) and x2 (..., R, M), (..., P, R).
+function methods.cdist(x1, x2, p)
+  if type(p) == "table" then p = p.p end
+  if not is_tensor(x2) or x1:dim() < 2 or x2:dim() ~= x1:dim() or x1:size(-1) ~= x2:size(-1) then
+    raise("cdist: expected x1 (..., P, M) and x2 (..., R, M) of one number of dims and the same M")
+  end
+  return (x1:unsqueeze(-2) - x2:unsqueeze(-3)):norm(p or 2, -1)
+end
+
+return {}
