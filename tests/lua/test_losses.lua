@@ -2,7 +2,7 @@
 -- kl_div, soft_margin_loss, cosine_embedding_loss, margin_ranking_loss,
 -- hinge_embedding_loss, poisson_nll_loss, gaussian_nll_loss, the triplet
 -- losses, multi_margin_loss, multilabel_margin_loss,
--- multilabel_soft_margin_loss, their modules, and torch.addcmul, addcdiv and lerp
+-- multilabel_soft_margin_loss, ctc_loss (tests/ref/ctc.lua), their modules, and torch.addcmul, addcdiv and lerp
 -- (functions, methods, in-place forms) against PyTorch's values and
 -- gradients in float64 and float32 (tests/ref/losses.lua, written by
 -- scripts/gen_loss_ref.py): every reduction and option, edge values,
@@ -176,6 +176,53 @@ T.run("in place under no_grad and on tensors without grad", function()
   local e = torch.zeros(2)
   e:addcmul_(torch.tensor({ 1.0, 2.0 }), torch.tensor({ 3.0, 4.0 }), { value = 0.5 })
   T.is(e:tolist(), { 1.5, 4 }, "addcmul_ into a plain tensor")
+end)
+
+-- CTC against PyTorch (tests/ref/ctc.lua, scripts/gen_ctc_ref.py): the
+-- loss of log_softmax(logits) and the logits' gradient
+local ctc = dofile(here .. "/../ref/ctc.lua")
+for _, name in ipairs(T.sorted_keys(ctc)) do
+  T.run("ctc_loss " .. name .. " against PyTorch", function()
+    local c = ctc[name]
+    local logits = T.filled(torch, c.shape, function(k) return math.sin(1 + 0.37 * k) * 3 end):requires_grad_()
+    local targets = torch.tensor(c.targets, { dtype = torch.int64 })
+    local loss = F.ctc_loss(logits:log_softmax(-1), targets, c.input_lengths, c.target_lengths, c.opts)
+    T.values_close(loss:detach():reshape(-1):tolist(), c.loss, 1e-10, 1e-12, name .. ": loss")
+    local wt = torch.arange(0, loss:numel(), { dtype = torch.float64 }):cos():reshape(loss:size())
+    ;(loss * wt):sum():backward()
+    T.values_close(logits.grad:reshape(-1):tolist(), c.dlogits, 1e-9, 1e-12, name .. ": the logits' gradient")
+    -- the module, with lengths as tensors
+    local m = nn.CTCLoss(c.opts)
+    local l2 = m(logits:detach():log_softmax(-1), targets, torch.tensor(c.input_lengths, { dtype = torch.int64 }),
+                 torch.tensor(c.target_lengths, { dtype = torch.int64 }))
+    T.values_close(l2:reshape(-1):tolist(), c.loss, 1e-10, 1e-12, name .. ": nn.CTCLoss")
+  end)
+end
+
+T.run("ctc_loss: an impossible alignment, float32, gradcheck, errors", function()
+  local lp = torch.randn(3, 1, 4, { dtype = torch.float64 }):log_softmax(2)
+  local t = torch.tensor({ { 1, 1 } }, { dtype = torch.int64 })
+  local fits = F.ctc_loss(lp, t, { 3 }, { 2 }, "none"):item()
+  T.close(fits, -(lp[{ 0, 0, 1 }] + lp[{ 1, 0, 0 }] + lp[{ 2, 0, 1 }]):item(), 1e-12, 0,
+          "three frames fit 1, blank, 1 in one way only")
+  T.ok(F.ctc_loss(lp, t, { 2 }, { 2 }, "none"):item() == math.huge, "two frames do not: inf, as PyTorch")
+  local lp32 = torch.randn(5, 2, 3):log_softmax(2)
+  local tt = torch.tensor({ { 1, 2 }, { 2, 0 } }, { dtype = torch.int64 })
+  T.close(F.ctc_loss(lp32, tt, { 5, 4 }, { 2, 1 }):item(),
+          F.ctc_loss(lp32:double(), tt, { 5, 4 }, { 2, 1 }):item(), 1e-5, 0, "float32 against float64")
+  local x = torch.randn(5, 2, 3, { dtype = torch.float64 }):requires_grad_()
+  T.ok(torch.autograd.gradcheck(function(a) return F.ctc_loss(a, tt, { 5, 4 }, { 2, 1 }) end, { x }),
+       "gradcheck with respect to log_probs")
+  T.raises(function() F.ctc_loss(lp32, tt, { 5 }, { 2, 1 }) end, "expected input_lengths to hold 2 lengths", "lengths")
+  T.raises(function() F.ctc_loss(lp32, tt, { 6, 4 }, { 2, 1 }) end, "input length 6 of sequence 0 is not within %[0, 5%]",
+           "an input longer than log_probs")
+  T.raises(function() F.ctc_loss(lp32, tt, { 5, 4 }, { 2, 2 }) end, "not a class in %[0, 3%) other than blank 0",
+           "a blank in the targets")
+  T.raises(function() F.ctc_loss(lp32, tt:double(), { 5, 4 }, { 2, 1 }) end, "expected integer targets", "float targets")
+  T.raises(function() F.ctc_loss(lp32, tt, { 5, 4 }, { 2, 1 }, { blank = 3 }) end, "blank 3 is not a class index",
+           "blank out of range")
+  T.raises(function() F.ctc_loss(lp32, torch.tensor({ 1 }, { dtype = torch.int64 }), { 5, 4 }, { 1, 1 }) end,
+           "targets hold fewer labels than target_lengths", "too few concatenated targets")
 end)
 
 T.run("bad input", function()

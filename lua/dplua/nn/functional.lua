@@ -832,6 +832,131 @@ function F.multilabel_soft_margin_loss(input, target, opts)
   return reduce(loss:sum(cd) / input:size(cd), reduction)
 end
 
+-- ctc_loss(log_probs, targets, input_lengths, target_lengths [, {blank=0,
+-- reduction="mean", zero_infinity=false}]): the connectionist temporal
+-- classification loss, -log of the probability of the targets summed over
+-- their alignments, as a log-space forward (alpha) recursion over time,
+-- one step of tensor ops a frame (its gradient by autograd). log_probs
+-- (T, N, C) or unbatched (T, C); targets padded (N, S) or concatenated (the
+-- sum of target_lengths); the lengths tensors or lists. "mean" divides each
+-- loss by its target length, then averages. An impossible alignment (too
+-- short an input) is a loss of inf, or 0 with zero_infinity (a gradient of
+-- 0 either way). The gradient is the loss's with respect to log_probs
+-- itself; PyTorch's assumes they are a log_softmax and is the gradient of
+-- the logits, so the two agree through F.log_softmax.
+local CTC_NEG = -1e30   -- log(0) that stays finite, so that no gradient is 0 * inf
+function F.ctc_loss(log_probs, targets, input_lengths, target_lengths, opts)
+  local fn = "ctc_loss"
+  opts = loss_opts(opts, fn, { blank = true, reduction = true, zero_infinity = true })
+  want_float(log_probs, fn, "log_probs")
+  want_tensor(targets, fn, "targets")
+  local reduction = reduction_of(opts, fn)
+  local blank = want_number(opts.blank, fn, "blank", 0)
+  local batched = log_probs:dim() == 3
+  if not batched and log_probs:dim() ~= 2 then
+    raise(fn .. ": expected log_probs of shape (T, N, C) or (T, C), got " .. shape_str(log_probs))
+  end
+  local lp = batched and log_probs or log_probs:unsqueeze(1)
+  local T_, N, C = lp:size(0), lp:size(1), lp:size(2)
+  if blank < 0 or blank >= C or blank % 1 ~= 0 then
+    raise(string.format("%s: blank %s is not a class index in [0, %d)", fn, tostring(blank), C))
+  end
+  local function lengths(v, what)
+    local list = is_tensor(v) and v:reshape(-1):tolist() or (type(v) == "number" and { v } or v)
+    if type(list) ~= "table" or #list ~= N then
+      raise(string.format("%s: expected %s to hold %d lengths (one a sequence), got %s", fn, what, N,
+                          is_tensor(v) and shape_str(v) or typename(v)))
+    end
+    return list
+  end
+  local il, tl = lengths(input_lengths, "input_lengths"), lengths(target_lengths, "target_lengths")
+  -- the targets of each sequence, on the host
+  if targets.dtype ~= torch.int64 and targets.dtype ~= torch.int32 then
+    raise(fn .. ": expected integer targets, got " .. targets.dtype.name)
+  end
+  local tv = targets:cpu():tolist()
+  local seqs, S = {}, 0
+  local flat = not batched or targets:dim() == 1
+  local at = 0
+  for n = 1, N do
+    local len = tl[n]
+    if type(len) ~= "number" or len < 0 or len % 1 ~= 0 then raise(fn .. ": expected non-negative target lengths") end
+    if type(il[n]) ~= "number" or il[n] < 0 or il[n] > T_ then
+      raise(string.format("%s: input length %s of sequence %d is not within [0, %d]", fn, tostring(il[n]), n - 1, T_))
+    end
+    local seq = {}
+    for k = 1, len do
+      local c
+      if flat then c = (targets:dim() == 1 and tv[at + k]) or nil
+      else c = tv[n] and tv[n][k] end
+      if c == nil then
+        raise(string.format("%s: targets hold fewer labels than target_lengths asks for (sequence %d)", fn, n - 1))
+      end
+      if c < 0 or c >= C or c == blank then
+        raise(string.format("%s: target label %d of sequence %d is not a class in [0, %d) other than blank %d", fn, c,
+                            n - 1, C, blank))
+      end
+      seq[k] = c
+    end
+    if flat then at = at + len end
+    seqs[n] = seq
+    S = math.max(S, len)
+  end
+  -- extended labels: blank, l1, blank, l2, ..., blank; the skip over a
+  -- blank is allowed into a label that differs from the one two back
+  local Lx = 2 * S + 1
+  local ext, skip = {}, {}
+  for n = 1, N do
+    local e, k = {}, {}
+    for s = 1, Lx do
+      local lab = s % 2 == 0 and seqs[n][s / 2] or nil     -- (nil at the blanks)
+      e[s] = lab or blank
+      k[s] = s >= 3 and lab ~= nil and lab ~= seqs[n][s / 2 - 1]
+    end
+    ext[n], skip[n] = e, k
+  end
+  local dev = lp.device
+  local ext_t = torch.tensor(ext, { dtype = torch.int64, device = dev })                  -- (N, Lx)
+  local skip_t = torch.tensor(skip, { dtype = torch.bool, device = dev })
+  local emit = lp:gather(2, ext_t:unsqueeze(0):expand(T_, N, Lx))                           -- (T, N, Lx)
+  local neg = torch.full({ N, Lx }, CTC_NEG, { dtype = lp.dtype, device = dev })
+  local start = torch.zeros(N, Lx, { dtype = torch.bool, device = dev })
+  start[{ {}, { 0, math.min(2, Lx) } }] = true
+  local alpha = torch.where(start, emit[0], neg)
+  local neg1 = torch.full({ N, 1 }, CTC_NEG, { dtype = lp.dtype, device = dev })
+  local neg2 = torch.full({ N, 2 }, CTC_NEG, { dtype = lp.dtype, device = dev })
+  local il_t = torch.tensor(il, { dtype = torch.int64, device = dev }):view(N, 1)
+  for t = 1, T_ - 1 do
+    local a1 = torch.cat({ neg1, alpha:narrow(1, 0, Lx - 1) }, 1)
+    local a2 = Lx > 2 and torch.where(skip_t, torch.cat({ neg2, alpha:narrow(1, 0, Lx - 2) }, 1), neg) or neg
+    local nxt = torch.stack({ alpha, a1, a2 }, 0):logsumexp(0) + emit[t]
+    alpha = torch.where(il_t:gt(t), nxt, alpha)
+  end
+  -- the end: the last label or the blank after it, at each input's last frame
+  local ends = {}
+  for n = 1, N do ends[n] = { 2 * #seqs[n], math.max(2 * #seqs[n] - 1, 0) } end
+  local last = alpha:gather(1, torch.tensor(ends, { dtype = torch.int64, device = dev }))   -- (N, 2)
+  local same = {}
+  for n = 1, N do same[n] = { false, #seqs[n] == 0 } end
+  last = last:masked_fill(torch.tensor(same, { dtype = torch.bool, device = dev }), CTC_NEG)
+  local loss = -last:logsumexp(1)
+  -- an input of no frames gives the empty target probability 1 and any
+  -- other 0; an alignment that does not fit the frames, probability 0
+  local no_frames, nonempty = {}, {}
+  for n = 1, N do no_frames[n], nonempty[n] = il[n] == 0, #seqs[n] > 0 end
+  no_frames = torch.tensor(no_frames, { dtype = torch.bool, device = dev })
+  nonempty = torch.tensor(nonempty, { dtype = torch.bool, device = dev })
+  loss = loss:masked_fill(no_frames, 0)
+  local impossible = loss:gt(-CTC_NEG / 2):logical_or(no_frames:logical_and(nonempty))
+  loss = loss:masked_fill(impossible, opts.zero_infinity and 0 or math.huge)
+  if reduction == "mean" then
+    local tl_t = torch.tensor(tl, { dtype = lp.dtype, device = dev }):clamp(1)
+    return (loss / tl_t):mean()
+  end
+  if reduction == "sum" then return loss:sum() end
+  return batched and loss or loss:squeeze(0)
+end
+
 ---------------------------------------------------------------- convolution and pooling
 
 -- Output size of a sliding window, PyTorch's formula.

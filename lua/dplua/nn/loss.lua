@@ -215,5 +215,6 @@ L.MultiMarginLoss = options_loss("MultiMarginLoss", "multi_margin_loss", { "p", 
                                  { p = 1, margin = 1.0 })
 L.MultiLabelMarginLoss = options_loss("MultiLabelMarginLoss", "multilabel_margin_loss", {}, {})
 L.MultiLabelSoftMarginLoss = options_loss("MultiLabelSoftMarginLoss", "multilabel_soft_margin_loss", { "weight" }, {})
+L.CTCLoss = options_loss("CTCLoss", "ctc_loss", { "blank", "zero_infinity" }, { blank = 0, zero_infinity = false })
 
 return L
