@@ -7,7 +7,9 @@ nn.RNN, nn.LSTM, nn.GRU and their cells for tests/lua/test_rnn.lua.
 Every case runs in float64 with dropout 0. A case holds the module's class
 (`kind`), its positional arguments (`args`), its options as the Lua
 constructor takes them (`opts`), its state dict (`weights`), the inputs
-(`x`, and `h0`/`c0` where given), the outputs (`out`, `h_n`, `c_n`), the
+(`x`, and `h0`/`c0` where given), for a packed batch its `lengths` and
+`enforce_sorted` (the input packed with pack_padded_sequence, the output
+padded again with pad_packed_sequence), the outputs (`out`, `h_n`, `c_n`), the
 upstream gradients (`dout`, `dh`, `dc`) of loss = sum(out * dout) +
 sum(h_n * dh) + sum(c_n * dc), and the gradients of the inputs and of
 every parameter (`grads`, parameters as "param.NAME").
@@ -26,7 +28,7 @@ def leaf(*shape):
     return torch.randn(*shape, requires_grad=True)
 
 
-def case(kind, args, opts, x, h0=None, c0=None):
+def case(kind, args, opts, x, h0=None, c0=None, lengths=None, enforce_sorted=True):
     cls = LAYERS.get(kind) or CELLS[kind]
     m = cls(*args, **opts)
     lstm = kind.startswith("LSTM")
@@ -36,13 +38,21 @@ def case(kind, args, opts, x, h0=None, c0=None):
     if c0 is not None:
         inputs["c0"] = c0
     hx = (h0, c0) if lstm and h0 is not None else h0
-    if kind in LAYERS:
+    if lengths is not None:   # packed: the output padded again, zeros past each end
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=opts.get("batch_first", False),
+                                                   enforce_sorted=enforce_sorted)
+        out, state = m(packed, hx)
+        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=opts.get("batch_first", False))
+        h_n, c_n = state if lstm else (state, None)
+    elif kind in LAYERS:
         out, state = m(x, hx)
         h_n, c_n = state if lstm else (state, None)
     else:
         state = m(x, hx)
         out, h_n, c_n = (state[0], None, state[1]) if lstm else (state, None, None)
     c = {"kind": kind, "args": list(args), "opts": opts, "inputs": inputs, "out": out}
+    if lengths is not None:
+        c["lengths"], c["enforce_sorted"] = list(lengths), enforce_sorted
     loss = 0
     for key, t in (("out", out), ("h_n", h_n), ("c_n", c_n)):
         if t is None:
@@ -82,6 +92,19 @@ def cases():
     c["gru_cell_no_bias_unbatched"] = case("GRUCell", (I, H), {"bias": False}, leaf(I), leaf(H))
     c["rnn_cell_relu_h0"] = case("RNNCell", (I, H), {"nonlinearity": "relu"}, leaf(N, I), leaf(N, H))
     c["rnn_cell_tanh"] = case("RNNCell", (I, H), {}, leaf(N, I))
+    # packed batches: sorted and not, both directions, every kind
+    c["packed_lstm_2layer_bidir_unsorted_h0"] = case("LSTM", (I, H, 2), {"bidirectional": True}, leaf(T, N, I),
+                                                     leaf(4, N, H), leaf(4, N, H), lengths=[2, 4, 3],
+                                                     enforce_sorted=False)
+    c["packed_lstm_batch_first_sorted"] = case("LSTM", (I, H), {"batch_first": True}, leaf(N, T, I),
+                                               lengths=[4, 3, 1])
+    c["packed_lstm_proj_unsorted"] = case("LSTM", (I, 6), {"proj_size": 3}, leaf(T, N, I), lengths=[1, 4, 2],
+                                          enforce_sorted=False)
+    c["packed_gru_bidir_batch_first_unsorted"] = case("GRU", (I, H), {"bidirectional": True, "batch_first": True},
+                                                      leaf(N, T, I), leaf(2, N, H), lengths=[3, 1, 4],
+                                                      enforce_sorted=False)
+    c["packed_rnn_relu_2layer"] = case("RNN", (I, H, 2), {"nonlinearity": "relu"}, leaf(T, N, I),
+                                       lengths=[4, 4, 2])
     return c
 
 

@@ -3,7 +3,8 @@
 -- weights loaded with load_state_dict, then the outputs, h_n, c_n and the
 -- gradients of the input, h0, c0 and every parameter, in float64 and
 -- float32; two layers, bidirectional, batch_first, given h0, unbatched
--- input, bias=false, LSTM's proj_size, RNN's relu. Then the fused gate
+-- input, bias=false, LSTM's proj_size, RNN's relu, packed batches (sorted
+-- and not, with pack_padded_sequence and pad_packed_sequence). Then the fused gate
 -- ops against finite differences, parameter names and initialisation,
 -- dropout between layers, and bad input.
 local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
@@ -42,6 +43,16 @@ local function run_case(name, c, dtype)
     if c.kind:match("Cell$") then
       local s = m(inputs.x, hx)
       if lstm then out, c_n = s[1], s[2] else out = s end
+    elseif c.lengths then
+      local R = nn.utils.rnn
+      local bf = c.opts.batch_first == true
+      local packed = R.pack_padded_sequence(inputs.x, c.lengths, { batch_first = bf, enforce_sorted = c.enforce_sorted })
+      local po, state = m(packed, hx)
+      T.ok(R.is_packed(po), label .. ": a packed input gives a packed output")
+      local lengths
+      out, lengths = R.pad_packed_sequence(po, { batch_first = bf })
+      T.is(lengths:tolist(), c.lengths, label .. ": the lengths in the batch's order")
+      if lstm then h_n, c_n = state[1], state[2] else h_n = state end
     else
       local state
       out, state = m(inputs.x, hx)
@@ -216,6 +227,33 @@ T.run("the state carries over: two halves of a sequence equal the whole", functi
   T.tensor_close(torch.cat({ a, b }, 1), whole, 1e-12, 1e-12, "output")
   T.tensor_close(s2[1], s[1], 1e-12, 1e-12, "h_n")
   T.tensor_close(s2[2], s[2], 1e-12, 1e-12, "c_n")
+end)
+
+T.run("PackedSequence: the layout, the round trips and bad input", function()
+  local R = nn.utils.rnn
+  local seqs = { torch.arange(1, 3):float():view(2, 1), torch.arange(10, 14):float():view(4, 1),
+                 torch.arange(20, 23):float():view(3, 1) }
+  local p = R.pack_sequence(seqs, { enforce_sorted = false })
+  T.is(p.batch_sizes:tolist(), { 3, 3, 2, 1 }, "batch_sizes: sequences still running at each step")
+  T.is(p.data:view(-1):tolist(), { 10, 20, 1, 11, 21, 2, 12, 22, 13 }, "data time-major, longest first")
+  T.is(p.sorted_indices:tolist(), { 1, 2, 0 }, "sorted_indices")
+  T.is(p.unsorted_indices:tolist(), { 2, 0, 1 }, "unsorted_indices")
+  local back = R.unpack_sequence(p)
+  for i = 1, 3 do T.tensor_close(back[i], seqs[i], 0, 0, "unpack_sequence gives sequence " .. i) end
+  local padded, lengths = R.pad_packed_sequence(p, { batch_first = true, padding_value = -1, total_length = 6 })
+  T.is(T.shape(padded), { 3, 6, 1 }, "total_length pads to 6 steps")
+  T.is(padded[0]:view(-1):tolist(), { 1, 2, -1, -1, -1, -1 }, "padding_value past the end")
+  T.is(lengths:tolist(), { 2, 4, 3 }, "lengths in the batch's order")
+  T.raises(function() R.pack_padded_sequence(torch.zeros(4, 3, 1), { 2, 4, 3 }) end,
+           "sorted in decreasing order when enforce_sorted is true", "unsorted lengths")
+  T.raises(function() R.pack_padded_sequence(torch.zeros(4, 3, 1), { 4, 0, 0 }) end,
+           "length 0 of sequence 1 is not within %[1, 4%]", "a sequence of no steps")
+  T.raises(function() R.pack_padded_sequence(torch.zeros(4, 3, 1), { 4, 3 }) end, "expected 3 lengths", "too few lengths")
+  T.raises(function() R.pad_packed_sequence(p, { total_length = 2 }) end, "total_length 2 is shorter", "total_length")
+  T.raises(function() R.pad_packed_sequence(torch.zeros(2)) end, "expected a PackedSequence", "not packed")
+  local lstm = nn.LSTM(1, 2)
+  T.raises(function() lstm(R.pack_sequence({ torch.zeros(2, 3) })) end, "input.size%(%-1%) must be equal to input_size",
+           "a packed input of the wrong width")
 end)
 
 T.run("bad input names the problem", function()

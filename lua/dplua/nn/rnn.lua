@@ -40,6 +40,9 @@ end
 
 local function shape_of(t) return "[" .. table.concat(t, ", ") .. "]" end
 
+-- nn.utils.rnn (PackedSequence), loaded when first needed
+local function rnn_utils() return require("dplua.nn.utils").rnn end
+
 -- The number of gate blocks in the stacked weights: LSTM i, f, g, o; GRU r, z, n.
 local GATES = { LSTM = 4, GRU = 3, RNN_TANH = 1, RNN_RELU = 1 }
 
@@ -212,8 +215,12 @@ function R.RNNBase:extra_repr()
 end
 
 -- One direction of one layer over x (T, N, in): its outputs (T, N, out)
--- and final h (and c).
-function R.RNNBase:_direction(x, sfx, h, c, reverse)
+-- and final h (and c). With lengths (a packed batch: (N, 1) int64, each
+-- sequence's steps), a sequence's state stops changing past its last
+-- step, so its final state is the one there, and the reverse direction
+-- starts each sequence at its own last step; outputs past the end are
+-- left to the packing to drop.
+function R.RNNBase:_direction(x, sfx, h, c, reverse, lengths)
   local w_ih, w_hh = self["weight_ih" .. sfx], self["weight_hh" .. sfx]
   local b_ih, b_hh = self["bias_ih" .. sfx], self["bias_hh" .. sfx]
   local w_hr = self["weight_hr" .. sfx]
@@ -223,28 +230,76 @@ function R.RNNBase:_direction(x, sfx, h, c, reverse)
      and (not b_hh or fused(gi, b_hh)) then
     local y = torch._lstm_layer(gi, h, c, w_hh, b_hh)   -- (2, T + 1, N, H): the h's, the c's
     local hs, cs = y:select(0, 0), y:select(0, 1)
+    if lengths then   -- the states after each sequence's last step
+      local at = lengths:view(1, -1, 1):expand(1, h:size(0), h:size(1))
+      return hs:narrow(0, 1, T), hs:gather(0, at):squeeze(0), cs:gather(0, at):squeeze(0)
+    end
     return hs:narrow(0, 1, T), hs:select(0, T), cs:select(0, T)
   end
   local outs = {}
   for k = 0, T - 1 do
     local t = reverse and T - 1 - k or k
-    h, c = step_of(self.mode, gi:select(0, t), h, c, w_hh, b_hh, w_hr)
+    local h2, c2 = step_of(self.mode, gi:select(0, t), h, c, w_hh, b_hh, w_hr)
+    if lengths then
+      local running = lengths:gt(t)
+      h2 = torch.where(running, h2, h)
+      if c2 ~= nil then c2 = torch.where(running, c2, c) end
+    end
+    h, c = h2, c2
     outs[t + 1] = h
   end
   return torch.stack(outs, 0), h, c
 end
 
 -- forward(input [, hx]): input (T, N, input_size), (N, T, input_size)
--- with batch_first, or (T, input_size) unbatched; hx h0 (or LSTM's
--- {h0, c0}), zeros when absent. Returns output (T, N, D * out) and h_n
--- (LSTM: {h_n, c_n}), each (num_layers * D, N, out).
+-- with batch_first, or (T, input_size) unbatched, or a PackedSequence
+-- (nn.utils.rnn.pack_padded_sequence); hx h0 (or LSTM's {h0, c0}), zeros
+-- when absent. Returns output (T, N, D * out), or a PackedSequence for a
+-- packed input, and h_n (LSTM: {h_n, c_n}), each (num_layers * D, N, out),
+-- in the batch's own order.
 function R.RNNBase:forward(x, hx)
   local fn = self.__name
   local lstm = self.mode == "LSTM"
+  local packed = rnn_utils().is_packed(x)
+  local lengths
+  if packed then
+    local p = x
+    x, lengths = rnn_utils()._unpack_sorted(p)
+    check_input(x, fn, 3, self.input_size, self.weight_ih_l0)
+    lengths = torch.tensor(lengths, { dtype = torch.int64, device = x.device }):view(-1, 1)
+    if hx ~= nil and p.sorted_indices then   -- the state given in the batch's order
+      if lstm and type(hx) == "table" and not is_tensor(hx) then
+        hx = { hx[1]:index_select(1, p.sorted_indices), hx[2]:index_select(1, p.sorted_indices) }
+      elseif is_tensor(hx) then
+        hx = hx:index_select(1, p.sorted_indices)
+      end
+    end
+    local output, state = self:_forward(x, hx, fn, lstm, true, lengths)
+    local out = rnn_utils()._pack_sorted(output, p.batch_sizes:tolist(), p.sorted_indices, p.unsorted_indices)
+    if p.unsorted_indices then
+      if lstm then state = { state[1]:index_select(1, p.unsorted_indices), state[2]:index_select(1, p.unsorted_indices) }
+      else state = state:index_select(1, p.unsorted_indices) end
+    end
+    return out, state
+  end
   check_input(x, fn, 3, self.input_size, self.weight_ih_l0)
   local batched = x:dim() == 3
   if not batched then x = x:unsqueeze(1)
   elseif self.batch_first then x = x:transpose(0, 1) end
+  local output, state = self:_forward(x, hx, fn, lstm, batched)
+  if not batched then
+    output = output:squeeze(1)
+    if lstm then state = { state[1]:squeeze(1), state[2]:squeeze(1) } else state = state:squeeze(1) end
+  elseif self.batch_first then
+    output = output:transpose(0, 1)
+  end
+  return output, state
+end
+
+-- The layers over x (T, N, input_size) from hx (absent: zeros); lengths
+-- for a packed batch. Returns output (T, N, D * out) and h_n (LSTM: {h_n,
+-- c_n}).
+function R.RNNBase:_forward(x, hx, fn, lstm, batched, lengths)
   local T, N = x:size(0), x:size(1)
   if T == 0 then raise(fn .. ": expected a sequence of at least one timestep, got input of shape " .. shape_str(x)) end
   local D = self.bidirectional and 2 or 1
@@ -279,7 +334,8 @@ function R.RNNBase:forward(x, hx)
     for dir = 0, D - 1 do
       local i = layer * D + dir
       local sfx = "_l" .. layer .. (dir == 1 and "_reverse" or "")
-      local out, h, c = self:_direction(layer_in, sfx, h0:select(0, i), lstm and c0:select(0, i) or nil, dir == 1)
+      local out, h, c = self:_direction(layer_in, sfx, h0:select(0, i), lstm and c0:select(0, i) or nil, dir == 1,
+                                        lengths)
       outs[dir + 1], hn[i + 1], cn[i + 1] = out, h, c
     end
     layer_in = D == 1 and outs[1] or torch.cat(outs, 2)
@@ -287,16 +343,9 @@ function R.RNNBase:forward(x, hx)
       layer_in = F.dropout(layer_in, self.dropout, true)
     end
   end
-  local output, h_n = layer_in, torch.stack(hn, 0)
-  local c_n = lstm and torch.stack(cn, 0) or nil
-  if not batched then
-    output, h_n = output:squeeze(1), h_n:squeeze(1)
-    if lstm then c_n = c_n:squeeze(1) end
-  elseif self.batch_first then
-    output = output:transpose(0, 1)
-  end
-  if lstm then return output, { h_n, c_n } end
-  return output, h_n
+  local h_n = torch.stack(hn, 0)
+  if lstm then return layer_in, { h_n, torch.stack(cn, 0) } end
+  return layer_in, h_n
 end
 
 -- RNN(input_size, hidden_size [, num_layers] [, {nonlinearity="tanh",

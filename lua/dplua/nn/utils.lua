@@ -186,4 +186,165 @@ function U.rnn.pad_sequence(sequences, batch_first, padding_value)
   return torch.stack(padded, batch_first and 0 or 1)
 end
 
+-- PackedSequence: the steps of sequences of different lengths packed
+-- time-major without their padding, as PyTorch's: data (sum of lengths,
+-- *), batch_sizes (int64 on the CPU: how many sequences are still running
+-- at each step), and, unless the batch came sorted longest first,
+-- sorted_indices (the batch's order, longest first) and unsorted_indices
+-- (its inverse). The recurrent layers take and give it.
+local PackedSequence = {}
+PackedSequence.__index = PackedSequence
+U.rnn.PackedSequence = PackedSequence
+function U.rnn.is_packed(x) return getmetatable(x) == PackedSequence end
+function PackedSequence:to(...)
+  local p = setmetatable({}, PackedSequence)
+  p.data, p.batch_sizes = self.data:to(...), self.batch_sizes
+  p.sorted_indices = self.sorted_indices and self.sorted_indices:to(p.data.device)
+  p.unsorted_indices = self.unsorted_indices and self.unsorted_indices:to(p.data.device)
+  return p
+end
+function PackedSequence:__tostring()
+  return string.format("PackedSequence(data=%s, batch_sizes=%s)", tostring(self.data:size()),
+                       tostring(self.batch_sizes))
+end
+
+-- The batch sizes of each step for lengths sorted longest first.
+local function batch_sizes_of(lengths)
+  local sizes = {}
+  for t = 1, lengths[1] do
+    local n = 0
+    for _, len in ipairs(lengths) do if len >= t then n = n + 1 end end
+    sizes[t] = n
+  end
+  return sizes
+end
+
+-- Packs x (T, N, *), its batch already sorted longest first, by sizes.
+function U.rnn._pack_sorted(x, sizes, sorted_indices, unsorted_indices)
+  local parts = {}
+  for t, n in ipairs(sizes) do parts[t] = x[t - 1]:narrow(0, 0, n) end
+  local p = setmetatable({}, PackedSequence)
+  p.data = torch.cat(parts, 0)
+  p.batch_sizes = torch.tensor(sizes, { dtype = torch.int64 })
+  p.sorted_indices, p.unsorted_indices = sorted_indices, unsorted_indices
+  return p
+end
+
+-- The padded (T, N, *) of a packed sequence, its batch in sorted order,
+-- and the sorted lengths (a Lua list).
+function U.rnn._unpack_sorted(p, padding_value, total_length)
+  local sizes = p.batch_sizes:tolist()
+  local N, steps, at = sizes[1], {}, 0
+  local rest = { unpack(p.data:size(), 2) }
+  for t, n in ipairs(sizes) do
+    local rows = p.data:narrow(0, at, n)
+    at = at + n
+    if n < N then
+      local pad = { N - n, unpack(rest) }
+      rows = torch.cat({ rows, torch.full(pad, padding_value or 0, { dtype = p.data.dtype, device = p.data.device }) }, 0)
+    end
+    steps[t] = rows
+  end
+  for _ = #sizes + 1, total_length or #sizes do
+    steps[#steps + 1] = torch.full({ N, unpack(rest) }, padding_value or 0, { dtype = p.data.dtype, device = p.data.device })
+  end
+  local lengths = {}
+  for n = 1, N do
+    local len = 0
+    for _, size in ipairs(sizes) do if size >= n then len = len + 1 end end
+    lengths[n] = len
+  end
+  return torch.stack(steps, 0), lengths
+end
+
+-- pack_padded_sequence(input, lengths [, batch_first=false,
+-- enforce_sorted=true]) or with {batch_first=, enforce_sorted=}: input
+-- (T, N, *) (or (N, T, *)), lengths a list or a 1-D tensor, each in [1, T].
+function U.rnn.pack_padded_sequence(input, lengths, batch_first, enforce_sorted)
+  local fn = "pack_padded_sequence"
+  if type(batch_first) == "table" then batch_first, enforce_sorted = batch_first.batch_first, batch_first.enforce_sorted end
+  if not torch.is_tensor(input) or input:dim() < 2 then raise(fn .. ": expected input to be a tensor of at least 2 dims") end
+  local list = torch.is_tensor(lengths) and lengths:reshape(-1):tolist() or lengths
+  local x = batch_first and input:transpose(0, 1) or input
+  local T, N = x:size(0), x:size(1)
+  if type(list) ~= "table" or #list ~= N then
+    raise(string.format("%s: expected %d lengths (one a sequence of the batch), got %s", fn, N,
+                        type(list) == "table" and #list or type(list)))
+  end
+  for i, len in ipairs(list) do
+    if type(len) ~= "number" or len % 1 ~= 0 or len < 1 or len > T then
+      raise(string.format("%s: length %s of sequence %d is not within [1, %d] (every sequence needs a step)", fn,
+                          tostring(len), i - 1, T))
+    end
+  end
+  local sorted_indices, unsorted_indices
+  local order = {}
+  for i = 1, N do order[i] = i end
+  local sorted = true
+  for i = 2, N do sorted = sorted and list[i] <= list[i - 1] end
+  if not sorted then
+    if enforce_sorted ~= false then
+      raise(fn .. ": the lengths must be sorted in decreasing order when enforce_sorted is true "
+            .. "(pass enforce_sorted = false to have the batch sorted)")
+    end
+    table.sort(order, function(a, b) return list[a] > list[b] or (list[a] == list[b] and a < b) end)
+    local inverse = {}
+    for i, o in ipairs(order) do inverse[o] = i - 1 end
+    for i = 1, N do order[i] = order[i] - 1 end
+    sorted_indices = torch.tensor(order, { dtype = torch.int64, device = x.device })
+    unsorted_indices = torch.tensor(inverse, { dtype = torch.int64, device = x.device })
+    x = x:index_select(1, sorted_indices)
+    local sl = {}
+    for i, o in ipairs(order) do sl[i] = list[o + 1] end
+    list = sl
+  end
+  return U.rnn._pack_sorted(x, batch_sizes_of(list), sorted_indices, unsorted_indices)
+end
+
+-- pad_packed_sequence(sequence [, batch_first=false, padding_value=0,
+-- total_length]) or with an options table: the padded batch in its
+-- original order and the lengths (an int64 tensor).
+function U.rnn.pad_packed_sequence(sequence, batch_first, padding_value, total_length)
+  local fn = "pad_packed_sequence"
+  if type(batch_first) == "table" then
+    local o = batch_first
+    batch_first, padding_value, total_length = o.batch_first, o.padding_value, o.total_length
+  end
+  if not U.rnn.is_packed(sequence) then raise(fn .. ": expected a PackedSequence") end
+  local T = sequence.batch_sizes:size(0)
+  if total_length ~= nil and total_length < T then
+    raise(string.format("%s: total_length %d is shorter than the longest sequence (%d)", fn, total_length, T))
+  end
+  local padded, lengths = U.rnn._unpack_sorted(sequence, padding_value, total_length)
+  local len_t = torch.tensor(lengths, { dtype = torch.int64 })
+  if sequence.unsorted_indices then
+    padded = padded:index_select(1, sequence.unsorted_indices)
+    len_t = len_t:index_select(0, sequence.unsorted_indices:cpu())
+  end
+  if batch_first then padded = padded:transpose(0, 1) end
+  return padded, len_t
+end
+
+-- pack_sequence(sequences [, enforce_sorted=true]): tensors (L_i, *) packed.
+function U.rnn.pack_sequence(sequences, enforce_sorted)
+  if type(enforce_sorted) == "table" then enforce_sorted = enforce_sorted.enforce_sorted end
+  if type(sequences) ~= "table" or #sequences == 0 then raise("pack_sequence: expected a non-empty list of tensors") end
+  local lengths = {}
+  for i, t in ipairs(sequences) do
+    if not torch.is_tensor(t) or t:dim() == 0 then
+      raise(string.format("pack_sequence: expected a tensor of at least 1 dim at position %d", i))
+    end
+    lengths[i] = t:size(0)
+  end
+  return U.rnn.pack_padded_sequence(U.rnn.pad_sequence(sequences), lengths, false, enforce_sorted)
+end
+
+-- unpack_sequence(packed): the list of sequences (L_i, *) again.
+function U.rnn.unpack_sequence(packed)
+  local padded, lengths = U.rnn.pad_packed_sequence(packed, true)
+  local out = {}
+  for i, len in ipairs(lengths:tolist()) do out[i] = padded[i - 1]:narrow(0, 0, len) end
+  return out
+end
+
 return U
