@@ -1479,6 +1479,260 @@ function F.max_unpool2d(input, indices, kernel_size, stride, padding, output_siz
   return batched and out or out:squeeze(0)
 end
 
+---------------------------------------------------------------- 3-D convolution and pooling
+
+-- The 3-D ops work a depth at a time: the 2-D op over (height, width) of
+-- the depth slices folded into the batch, and along the depth a sum (or a
+-- max) over the kernel's depth taps, each a strided set of slices.
+
+-- An int or a triple as a three-element table.
+local function triple(v, fn, what)
+  if type(v) == "number" then
+    if v % 1 ~= 0 then raise(string.format("%s: expected %s to be an integer, got %s", fn, what, tostring(v))) end
+    return { v, v, v }
+  end
+  if type(v) == "table" and #v == 3 and type(v[1]) == "number" and type(v[2]) == "number" and type(v[3]) == "number" then
+    return { v[1], v[2], v[3] }
+  end
+  if type(v) == "table" and #v == 1 and type(v[1]) == "number" then return { v[1], v[1], v[1] } end
+  raise(string.format("%s: expected %s to be an integer or a triple of integers, got %s", fn, what, typename(v)))
+end
+F._triple = triple
+
+-- The (N, C, D, H, W) or unbatched (C, D, H, W) input as a batch.
+local function volume_input(input, fn)
+  want_float(input, fn, "input")
+  local batched = input:dim() == 5
+  if not batched and input:dim() ~= 4 then
+    raise(fn .. ": expected 4-D (C, D, H, W) or 5-D (N, C, D, H, W) input, got input of shape " .. shape_str(input))
+  end
+  return batched and input or input:unsqueeze(0), batched
+end
+
+-- The depth slices i * dilation + o * stride (o < count) of x (N, D, ...).
+local function depth_taps(x, i, dilation, stride, count)
+  local at = {}
+  for o = 0, count - 1 do at[o + 1] = i * dilation + o * stride end
+  return x:index_select(1, torch.tensor(at, { dtype = torch.int64, device = x.device }))
+end
+
+-- conv3d(input, weight [, bias, stride=1, padding=0, dilation=1,
+-- groups=1]) or with an options table after bias: input (N, C, D, H, W),
+-- weight (out, C/groups, kD, kH, kW); padding a number, a triple or
+-- "valid". One conv2d a kernel depth, over every output depth at once.
+function F.conv3d(input, weight, bias, stride, padding, dilation, groups)
+  local fn = "conv3d"
+  stride, padding, dilation, groups = conv_args(stride, padding, dilation, groups)
+  local x, batched = volume_input(input, fn)
+  want_float(weight, fn, "weight")
+  if weight:dim() ~= 5 then
+    raise(fn .. ": expected weight of shape (out_channels, in_channels/groups, kD, kH, kW), got " .. shape_str(weight))
+  end
+  local s, d = triple(stride or 1, fn, "stride"), triple(dilation or 1, fn, "dilation")
+  local p = padding == "valid" and { 0, 0, 0 } or triple(padding or 0, fn, "padding")
+  local N, C, D = x:size(0), x:size(1), x:size(2)
+  local O, kd = weight:size(0), weight:size(2)
+  groups = groups or 1
+  if C ~= weight:size(1) * groups then
+    raise(string.format("%s: expected input%s to have %d channels, but got %d channels instead", fn, shape_str(x),
+                        weight:size(1) * groups, C))
+  end
+  local Do = out_size(D, kd, s[1], p[1], d[1])
+  if Do < 1 then raise(string.format("%s: input of size %s is too small for a kernel depth of %d", fn, shape_str(x), kd)) end
+  local xs = F.pad(x, { 0, 0, 0, 0, p[1], p[1] }):permute(0, 2, 1, 3, 4)   -- (N, D', C, H, W)
+  local out
+  for i = 0, kd - 1 do
+    local xi = depth_taps(xs, i, d[1], s[1], Do)
+    xi = xi:reshape(N * Do, C, xi:size(3), xi:size(4))
+    local yi = F.conv2d(xi, weight:select(2, i):contiguous(), nil, { s[2], s[3] }, { p[2], p[3] }, { d[2], d[3] }, groups)
+    out = out and out + yi or yi
+  end
+  out = out:view(N, Do, O, out:size(2), out:size(3)):permute(0, 2, 1, 3, 4)
+  if bias ~= nil then out = out + bias:view(1, O, 1, 1, 1) end
+  return batched and out or out:squeeze(0)
+end
+
+-- conv_transpose3d(input, weight [, bias, stride=1, padding=0,
+-- output_padding=0, groups=1, dilation=1]) or with an options table after
+-- bias: weight (in, out/groups, kD, kH, kW); one conv_transpose2d a kernel
+-- depth, its output added at the depths it reaches, then the padding cropped.
+function F.conv_transpose3d(input, weight, bias, stride, padding, output_padding, groups, dilation)
+  local fn = "conv_transpose3d"
+  if type(stride) == "table" and stride[1] == nil then
+    local o = stride
+    stride, padding, output_padding, groups, dilation = o.stride, o.padding, o.output_padding, o.groups, o.dilation
+  end
+  local x, batched = volume_input(input, fn)
+  want_float(weight, fn, "weight")
+  if weight:dim() ~= 5 then
+    raise(fn .. ": expected weight of shape (in_channels, out_channels/groups, kD, kH, kW), got " .. shape_str(weight))
+  end
+  local s, p = triple(stride or 1, fn, "stride"), triple(padding or 0, fn, "padding")
+  local op, d = triple(output_padding or 0, fn, "output_padding"), triple(dilation or 1, fn, "dilation")
+  if op[1] >= s[1] and op[1] >= d[1] then
+    raise(string.format("%s: output padding must be smaller than either stride or dilation, got output_padding=(%d, %d, %d)",
+                        fn, op[1], op[2], op[3]))
+  end
+  local N, C, D = x:size(0), x:size(1), x:size(2)
+  if C ~= weight:size(0) then
+    raise(string.format("%s: expected input%s to have %d channels, but got %d channels instead", fn, shape_str(x),
+                        weight:size(0), C))
+  end
+  local kd = weight:size(2)
+  local full = (D - 1) * s[1] + d[1] * (kd - 1) + 1 + op[1]
+  local Do = full - 2 * p[1]
+  if Do < 1 then raise(string.format("%s: the padding leaves no output depth (%d)", fn, Do)) end
+  local xs = x:permute(0, 2, 1, 3, 4):reshape(N * D, C, x:size(3), x:size(4))
+  local out
+  for i = 0, kd - 1 do
+    local yi = F.conv_transpose2d(xs, weight:select(2, i):contiguous(), nil, { s[2], s[3] }, { p[2], p[3] },
+                                  { op[2], op[3] }, groups, { d[2], d[3] })
+    if out == nil then
+      out = torch.zeros(N, full, yi:size(1), yi:size(2), yi:size(3), { dtype = yi.dtype, device = yi.device })
+    end
+    local at = {}
+    for z = 0, D - 1 do at[z + 1] = z * s[1] + i * d[1] end
+    out = out:index_add(1, torch.tensor(at, { dtype = torch.int64, device = yi.device }),
+                        yi:view(N, D, yi:size(1), yi:size(2), yi:size(3)))
+  end
+  out = out:narrow(1, p[1], Do):permute(0, 2, 1, 3, 4)
+  if bias ~= nil then out = out + bias:view(1, -1, 1, 1, 1) end
+  return batched and out or out:squeeze(0)
+end
+
+-- A 3-D pool's window checked, and the input padded by the padding (with
+-- fill) and, with ceil_mode, by how far the last windows reach past it
+-- (with beyond); returns the padded input and the output sizes.
+local function pool3d_window(x, fn, k, s, p, d, ceil_mode, fill, beyond)
+  for a = 1, 3 do
+    if p[a] > k[a] / 2 then
+      raise(string.format("%s: pad should be at most half of effective kernel size, but got pad=(%d, %d, %d), "
+                          .. "kernel_size=(%d, %d, %d)", fn, p[1], p[2], p[3], k[1], k[2], k[3]))
+    end
+  end
+  local sizes, extra = {}, {}
+  for a = 1, 3 do
+    local n = x:size(a + 1)
+    if ceil_mode then sizes[a], extra[a] = ceil_window(n, k[a], s[a], p[a], d[a])
+    else sizes[a], extra[a] = out_size(n, k[a], s[a], p[a], d[a]), 0 end
+    if sizes[a] < 1 then
+      raise(string.format("%s: input of size %s is too small for kernel (%d, %d, %d)", fn, shape_str(x), k[1], k[2], k[3]))
+    end
+  end
+  x = F.pad(x, { p[3], p[3], p[2], p[2], p[1], p[1] }, "constant", fill)
+  if extra[1] > 0 or extra[2] > 0 or extra[3] > 0 then
+    x = F.pad(x, { 0, extra[3], 0, extra[2], 0, extra[1] }, "constant", beyond)
+  end
+  return x, sizes
+end
+
+-- Over the padded x (N, C, D, H, W): the 2-D pool of each depth slice,
+-- then the kernel's depth taps combined.
+local function pool3d(x, k, s, d, sizes, pool2d, combine)
+  local N, C = x:size(0), x:size(1)
+  local y = pool2d(x:reshape(N, C * x:size(2), x:size(3), x:size(4)))
+  y = y:view(N, C, x:size(2), sizes[2], sizes[3]):transpose(1, 2)          -- (N, D', C, Ho, Wo)
+  local out
+  for i = 0, k[1] - 1 do
+    local yi = depth_taps(y, i, d[1], s[1], sizes[1])
+    out = out and combine(out, yi) or yi
+  end
+  return out:transpose(1, 2)                                                 -- (N, C, Do, Ho, Wo)
+end
+
+-- max_pool3d(input, kernel_size [, stride=kernel_size, padding=0,
+-- dilation=1, ceil_mode=false]) or with an options table: the maximum of
+-- the max_pool2d of each depth slice over the kernel's depth.
+function F.max_pool3d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+  local fn = "max_pool3d"
+  if type(stride) == "table" and stride[1] == nil then
+    local o = stride
+    stride, padding, dilation, ceil_mode, return_indices = o.stride, o.padding, o.dilation, o.ceil_mode, o.return_indices
+  end
+  if return_indices then raise(fn .. ": return_indices is not supported for 3-D pooling (max_pool2d has it)") end
+  local x, batched = volume_input(input, fn)
+  local k = triple(kernel_size, fn, "kernel_size")
+  local s, p = triple(stride or kernel_size, fn, "stride"), triple(padding or 0, fn, "padding")
+  local d = triple(dilation or 1, fn, "dilation")
+  local sizes
+  x, sizes = pool3d_window(x, fn, k, s, p, d, ceil_mode, -math.huge, -math.huge)
+  local out = pool3d(x, k, s, d, sizes, function(t)
+    return F.max_pool2d(t, { k[2], k[3] }, { s[2], s[3] }, 0, { d[2], d[3] })
+  end, torch.maximum)
+  return batched and out or out:squeeze(0)
+end
+
+-- avg_pool3d(input, kernel_size [, stride=kernel_size, padding=0,
+-- ceil_mode=false, count_include_pad=true, divisor_override]) or with an
+-- options table: each window's sum over the elements it counts, as
+-- PyTorch (the padding counts with count_include_pad, what the ceil_mode
+-- windows reach past it never).
+function F.avg_pool3d(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+  local fn = "avg_pool3d"
+  if type(stride) == "table" and stride[1] == nil then
+    local o = stride
+    stride, padding, ceil_mode, count_include_pad, divisor_override =
+      o.stride, o.padding, o.ceil_mode, o.count_include_pad, o.divisor_override
+  end
+  if divisor_override ~= nil and (type(divisor_override) ~= "number" or divisor_override == 0) then
+    raise(fn .. ": divisor must be not zero")
+  end
+  local x, batched = volume_input(input, fn)
+  local k = triple(kernel_size, fn, "kernel_size")
+  local s, p = triple(stride or kernel_size, fn, "stride"), triple(padding or 0, fn, "padding")
+  local one = { 1, 1, 1 }
+  local function window_sums(t, sizes)
+    return pool3d(t, k, s, one, sizes, function(u)
+      return F.avg_pool2d(u, { k[2], k[3] }, { s[2], s[3] }, 0, false, true, 1)
+    end, function(a, b) return a + b end)
+  end
+  local xp, sizes = pool3d_window(x, fn, k, s, p, one, ceil_mode, 0, 0)
+  local sums = window_sums(xp, sizes)
+  local out
+  if divisor_override ~= nil then
+    out = sums / divisor_override
+  else
+    local ones = torch.ones(1, 1, x:size(2), x:size(3), x:size(4), { dtype = x.dtype, device = x.device })
+    local counted = pool3d_window(ones, fn, k, s, p, one, ceil_mode, count_include_pad == false and 0 or 1, 0)
+    out = sums / window_sums(counted, sizes)
+  end
+  return batched and out or out:squeeze(0)
+end
+
+-- adaptive_avg_pool3d / adaptive_max_pool3d(input, output_size): an int,
+-- a triple, or nil entries keeping a size; each depth cell's mean (or
+-- maximum) over depth, then the 2-D adaptive pool.
+local function adaptive3d(fn, input, output_size, reduce_depth, pool2d)
+  local x, batched = volume_input(input, fn)
+  local D, H, W = x:size(2), x:size(3), x:size(4)
+  local o
+  if type(output_size) == "table" and #output_size <= 3 then
+    o = { output_size[1] or D, output_size[2] or H, output_size[3] or W }
+  else
+    o = triple(output_size, fn, "output_size")
+  end
+  for a = 1, 3 do
+    if o[a] < 1 or o[a] % 1 ~= 0 then raise(fn .. ": output_size must be positive integers") end
+  end
+  local cells = {}
+  for i = 0, o[1] - 1 do
+    local d0, dn = adaptive_cell(i, o[1], D)
+    cells[i + 1] = pool2d(reduce_depth(x:narrow(2, d0, dn)), { o[2], o[3] })
+  end
+  local out = torch.stack(cells, 2)
+  return batched and out or out:squeeze(0)
+end
+function F.adaptive_avg_pool3d(input, output_size)
+  return adaptive3d("adaptive_avg_pool3d", input, output_size, function(t) return t:mean(2) end, F.adaptive_avg_pool2d)
+end
+function F.adaptive_max_pool3d(input, output_size, return_indices)
+  if return_indices == true or (type(return_indices) == "table" and return_indices.return_indices) then
+    raise("adaptive_max_pool3d: return_indices is not supported for 3-D pooling (adaptive_max_pool2d has it)")
+  end
+  return adaptive3d("adaptive_max_pool3d", input, output_size, function(t) return t:amax(2) end,
+                    function(t, size) return F.adaptive_max_pool2d(t, size) end)
+end
+
 ---------------------------------------------------------------- unfold, fold, pixel shuffle
 
 -- unfold(input, kernel_size [, dilation=1, padding=0, stride=1]) or with

@@ -221,10 +221,11 @@ local function conv_channels(self, name, in_channels, out_channels, groups, bias
   return bias ~= false
 end
 
--- A size argument of an nd-dimensional layer (nd 1 or 2) as an
+-- A size argument of an nd-dimensional layer (nd 1, 2 or 3) as an
 -- nd-element table, as PyTorch keeps (and prints) it.
 local function nd_tuple(nd, v, name, what)
   if nd == 2 then return F._pair(v, name, what) end
+  if nd == 3 then return F._triple(v, name, what) end
   if type(v) == "table" and #v == 1 then v = v[1] end
   return { want_int(v, name, what, 0) }
 end
@@ -277,6 +278,7 @@ local function conv_class(name, nd, conv)
 end
 conv_class("Conv1d", 1, F.conv1d)
 conv_class("Conv2d", 2, F.conv2d)
+conv_class("Conv3d", 3, F.conv3d)
 
 -- ConvTranspose1d / ConvTranspose2d(in, out, kernel_size [, stride=1,
 -- padding=0, output_padding=0, groups=1, bias=true, dilation=1]) or with an
@@ -327,6 +329,7 @@ local function conv_transpose_class(name, nd, conv)
 end
 conv_transpose_class("ConvTranspose1d", 1, F.conv_transpose1d)
 conv_transpose_class("ConvTranspose2d", 2, F.conv_transpose2d)
+conv_transpose_class("ConvTranspose3d", 3, F.conv_transpose3d)
 
 -- MaxPool2d(kernel_size [, stride=kernel_size, padding=0, dilation=1,
 -- return_indices=false, ceil_mode=false]) or MaxPool2d(kernel_size,
@@ -360,18 +363,20 @@ end
 
 -- AvgPool2d(kernel_size [, stride, padding, ceil_mode, count_include_pad,
 -- divisor_override]) or with an options table after kernel_size.
-L.AvgPool2d = Module:extend("AvgPool2d")
-function L.AvgPool2d:__init(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+-- (AvgPool3d shares it, its sizes checked as triples)
+local function avg_pool_init(self, sizes, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
   if is_opts(stride) then
     local o = stride
     stride, padding, ceil_mode, count_include_pad, divisor_override =
       o.stride, o.padding, o.ceil_mode, o.count_include_pad, o.divisor_override
   end
-  F._pair(kernel_size, "AvgPool2d", "kernel_size")
+  sizes(kernel_size, self.__name, "kernel_size")
   self.kernel_size, self.stride, self.padding = kernel_size, stride or kernel_size, padding or 0
   self.ceil_mode, self.count_include_pad = ceil_mode or false, count_include_pad ~= false
   self.divisor_override = divisor_override
 end
+L.AvgPool2d = Module:extend("AvgPool2d")
+function L.AvgPool2d:__init(...) avg_pool_init(self, F._pair, ...) end
 function L.AvgPool2d:forward(x)
   return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
                       self.divisor_override)
@@ -454,6 +459,43 @@ L.PixelUnshuffle = Module:extend("PixelUnshuffle")
 function L.PixelUnshuffle:__init(downscale_factor) self.downscale_factor = downscale_factor end
 function L.PixelUnshuffle:forward(x) return F.pixel_unshuffle(x, self.downscale_factor) end
 function L.PixelUnshuffle:extra_repr() return "downscale_factor=" .. pyrepr(self.downscale_factor) end
+
+-- The 3-D pools: MaxPool3d, AvgPool3d, AdaptiveAvgPool3d and
+-- AdaptiveMaxPool3d, with the 2-D ones' arguments (numbers or triples).
+L.MaxPool3d = Module:extend("MaxPool3d")
+function L.MaxPool3d:__init(kernel_size, stride, padding, dilation, return_indices, ceil_mode)
+  if is_opts(stride) then
+    local o = stride
+    stride, padding, dilation, return_indices, ceil_mode = o.stride, o.padding, o.dilation, o.return_indices, o.ceil_mode
+  end
+  self.kernel_size, self.stride = kernel_size, stride or kernel_size
+  self.padding, self.dilation = padding or 0, dilation or 1
+  self.return_indices, self.ceil_mode = return_indices == true, ceil_mode == true
+  for _, what in ipairs({ "kernel_size", "stride", "padding", "dilation" }) do F._triple(self[what], "MaxPool3d", what) end
+end
+function L.MaxPool3d:forward(x)
+  return F.max_pool3d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                      self.return_indices)
+end
+L.MaxPool3d.extra_repr = L.MaxPool2d.extra_repr
+
+L.AvgPool3d = Module:extend("AvgPool3d")
+function L.AvgPool3d:__init(...) avg_pool_init(self, F._triple, ...) end
+function L.AvgPool3d:forward(x)
+  return F.avg_pool3d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
+                      self.divisor_override)
+end
+L.AvgPool3d.extra_repr = L.AvgPool2d.extra_repr
+
+L.AdaptiveAvgPool3d = Module:extend("AdaptiveAvgPool3d")
+function L.AdaptiveAvgPool3d:__init(output_size) L.AdaptiveAvgPool2d.__init(self, output_size) end
+function L.AdaptiveAvgPool3d:forward(x) return F.adaptive_avg_pool3d(x, self.output_size) end
+L.AdaptiveAvgPool3d.extra_repr = L.AdaptiveAvgPool2d.extra_repr
+
+L.AdaptiveMaxPool3d = Module:extend("AdaptiveMaxPool3d")
+function L.AdaptiveMaxPool3d:__init(...) L.AdaptiveMaxPool2d.__init(self, ...) end
+function L.AdaptiveMaxPool3d:forward(x) return F.adaptive_max_pool3d(x, self.output_size, self.return_indices) end
+L.AdaptiveMaxPool3d.extra_repr = L.AdaptiveAvgPool2d.extra_repr
 
 -- The 1-D pools: MaxPool1d, AvgPool1d, AdaptiveAvgPool1d,
 -- AdaptiveMaxPool1d and MaxUnpool1d, with the 2-D ones' arguments as
