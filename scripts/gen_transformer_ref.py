@@ -232,6 +232,25 @@ def cases():
         {"d_model": E, "nhead": H, "num_encoder_layers": 1, "num_decoder_layers": 2, "dim_feedforward": 12,
          "activation": "gelu", "norm_first": True},
         {"src": src, "tgt": tgt}, {"tgt_mask": causal(T, T)}, {"tgt_is_causal": True})
+    q, k, v = leaf(L, N, E), leaf(S, N, E), leaf(S, N, E)
+    kpm = padding(N, S, [6, 3, 5])
+    am = torch.rand(L, S) > 0.7
+    am[:, 0] = False
+    c["mha_bias_kv_zero_attn_masks"] = mha_case(
+        E, H, {"add_bias_kv": True, "add_zero_attn": True}, {"query": q, "key": k, "value": v},
+        {"key_padding_mask": kpm, "attn_mask": am}, {"key_padding_mask": kpm, "attn_mask": am})
+
+    x = leaf(N, L, E)
+    c["mha_bias_kv_no_weights"] = mha_case(
+        E, H, {"add_bias_kv": True, "batch_first": True}, {"x": x},
+        {"need_weights": False}, {"need_weights": False}, self_attn=True)
+
+    x = leaf(N, L, E)
+    c["mha_zero_attn_causal"] = mha_case(
+        E, H, {"add_zero_attn": True, "batch_first": True}, {"x": x},
+        {"attn_mask": causal(L, L), "need_weights": False}, {"is_causal": True, "need_weights": False},
+        self_attn=True)
+
     return c
 
 

@@ -101,6 +101,12 @@ T.run("MultiheadAttention: PyTorch's parameter names, shapes and initialisation"
   for n, p in sep:named_parameters() do got[#got + 1] = n .. "=" .. table.concat(p:size(), "x") end
   T.is(table.concat(got, " "), "q_proj_weight=8x8 k_proj_weight=8x3 v_proj_weight=8x5 out_proj.weight=8x8",
        "kdim/vdim: separate projections, bias=false")
+  local kv = nn.MultiheadAttention(8, 2, { add_bias_kv = true, add_zero_attn = true })
+  got = {}
+  for n, p in kv:named_parameters() do got[#got + 1] = n .. "=" .. table.concat(p:size(), "x") end
+  T.is(table.concat(got, " "), "in_proj_weight=24x8 in_proj_bias=24 bias_k=1x1x8 bias_v=1x1x8 out_proj.weight=8x8 "
+       .. "out_proj.bias=8", "add_bias_kv: bias_k and bias_v, as PyTorch names and orders them")
+  T.ok(kv.bias_k:abs():sum():item() > 0 and kv.add_zero_attn, "bias_k initialised (xavier_normal_), add_zero_attn kept")
   T.is(tostring(m), "MultiheadAttention(\n  (out_proj): NonDynamicallyQuantizableLinear(in_features=16, "
        .. "out_features=16, bias=True)\n)", "printing")
 end)

@@ -61,10 +61,13 @@ T._causal_mask = causal_mask
 ---------------------------------------------------------------- MultiheadAttention
 
 -- MultiheadAttention(embed_dim, num_heads [, {dropout=0, bias=true,
--- batch_first=false, kdim=embed_dim, vdim=embed_dim, dtype=, device=}]):
--- in_proj_weight (3E, E) when kdim == vdim == E, else q_proj_weight,
--- k_proj_weight and v_proj_weight; in_proj_bias (3E); out_proj a Linear.
--- Weights xavier_uniform_, biases zero, as PyTorch.
+-- add_bias_kv=false, add_zero_attn=false, batch_first=false,
+-- kdim=embed_dim, vdim=embed_dim, dtype=, device=}]): in_proj_weight (3E,
+-- E) when kdim == vdim == E, else q_proj_weight, k_proj_weight and
+-- v_proj_weight; in_proj_bias (3E); out_proj a Linear; with add_bias_kv,
+-- bias_k and bias_v (1, 1, E), a key and a value appended to every
+-- sequence; add_zero_attn appends a zero one. Weights xavier_uniform_
+-- (bias_k and bias_v xavier_normal_), biases zero, as PyTorch.
 T.MultiheadAttention = Module:extend("MultiheadAttention")
 -- out_proj's class is named as PyTorch names it, so that printing matches.
 T.NonDynamicallyQuantizableLinear = L.Linear:extend("NonDynamicallyQuantizableLinear")
@@ -74,7 +77,6 @@ local mha_opts = { dropout = true, bias = true, batch_first = true, kdim = true,
 function T.MultiheadAttention:__init(embed_dim, num_heads, opts)
   local fn = "MultiheadAttention"
   opts = check_opts(opts or {}, fn, mha_opts)
-  if opts.add_bias_kv or opts.add_zero_attn then raise(fn .. ": add_bias_kv and add_zero_attn are not supported") end
   want_int(embed_dim, fn, "embed_dim")
   want_int(num_heads, fn, "num_heads")
   if embed_dim % num_heads ~= 0 then
@@ -103,6 +105,14 @@ function T.MultiheadAttention:__init(embed_dim, num_heads, opts)
   else self:register_parameter("in_proj_bias", nil) end
   self.out_proj = T.NonDynamicallyQuantizableLinear(embed_dim, embed_dim,
                                                     { bias = bias, dtype = opts.dtype, device = opts.device })
+  if opts.add_bias_kv then
+    self.bias_k = Parameter(empty({ 1, 1, embed_dim }, opts))
+    self.bias_v = Parameter(empty({ 1, 1, embed_dim }, opts))
+  else
+    self:register_parameter("bias_k", nil)
+    self:register_parameter("bias_v", nil)
+  end
+  self.add_zero_attn = opts.add_zero_attn == true
   self:_reset_parameters()
 end
 
@@ -118,6 +128,30 @@ function T.MultiheadAttention:_reset_parameters()
     init.constant_(self.in_proj_bias, 0)
     init.constant_(self.out_proj.bias, 0)
   end
+  if self.bias_k ~= nil then
+    init.xavier_normal_(self.bias_k)
+    init.xavier_normal_(self.bias_v)
+  end
+end
+
+-- add_bias_kv's learnt key and value, and add_zero_attn's zero ones,
+-- appended to each sequence of keys (N, H, S, D) and values; the mask
+-- (additive, broadcasting to (N, H, L, S)) gets a zero column for each.
+function T.MultiheadAttention:_extra_keys(k, v, mask)
+  local N, H, D = k:size(0), self.num_heads, self.head_dim
+  local extra = 0
+  if self.bias_k ~= nil then
+    k = torch.cat({ k, self.bias_k:view(1, H, 1, D):expand(N, H, 1, D) }, 2)
+    v = torch.cat({ v, self.bias_v:view(1, H, 1, D):expand(N, H, 1, D) }, 2)
+    extra = extra + 1
+  end
+  if self.add_zero_attn then
+    local z = torch.zeros(N, H, 1, D, { dtype = k.dtype, device = k.device })
+    k, v = torch.cat({ k, z }, 2), torch.cat({ v, z }, 2)
+    extra = extra + 1
+  end
+  if mask ~= nil and extra > 0 then mask = F.pad(mask, { 0, extra }) end
+  return k, v, mask
 end
 
 -- q, k and v projected, each (N, len, E). Self-attention (one tensor as
@@ -216,12 +250,14 @@ function T.MultiheadAttention:forward(query, key, value, opts)
   v = v:view(N, S, H, D):transpose(1, 2)
   local attn_mask, kpm = opts.attn_mask, opts.key_padding_mask
   local sdpa_causal = false
-  if is_causal and kpm == nil and not need_weights then
+  local extra_keys = self.bias_k ~= nil or self.add_zero_attn
+  if is_causal and kpm == nil and not need_weights and not extra_keys then
     attn_mask, sdpa_causal = nil, true
   elseif is_causal and attn_mask == nil then
     attn_mask = causal_mask(L_, S, query.device)
   end
   local mask = self:_merged_mask(attn_mask, kpm, N, L_, S, query, batched)
+  k, v, mask = self:_extra_keys(k, v, mask)
   local p = self.training and self.dropout or 0
   local out, weights
   if need_weights then
