@@ -1322,6 +1322,63 @@ def gen_composite():
          [x, rnd("float64", [4, 2], "c")])
     case(G, "einsum f32", 'torch.einsum("ij,kj->ik", a, b)', lambda a, b: torch.einsum("ij,kj->ik", a, b),
          [f32, rnd("float32", [5, 4], "b")])
+    # running maxima, k-th values, products, splitting
+    ties = lit("f64_ties", [[1.0, 3.0, 3.0, 2.0, 5.0], [float("nan"), 1.0, 0.0, 4.0, 4.0]], "float64")
+    case(G, "cummax", "a:cummax(1)", lambda a: tuple(a.cummax(1)), [ties])
+    case(G, "cummin", "a:cummin(0)", lambda a: tuple(a.cummin(0)), [x])
+    case(G, "logcumsumexp", "a:logcumsumexp(1)", lambda a: a.logcumsumexp(1), [x])
+    case(G, "kthvalue", "a:kthvalue(2, 1)", lambda a: tuple(a.kthvalue(2, 1)), [x])
+    case(G, "kthvalue keepdim", "a:kthvalue(3, 0, true)", lambda a: tuple(a.kthvalue(3, 0, True)), [x])
+    v3a, v3b = rnd("float64", [4, 3]), rnd("float64", [4, 3], "b")
+    case(G, "cross", "a:cross(b, 1)", lambda a, b: torch.cross(a, b, dim=1), [v3a, v3b])
+    case(G, "cross first dim of size 3", "torch.cross(a, b)", lambda a, b: torch.cross(a, b), [v3a, v3b])
+    case(G, "kron", "a:kron(b)", lambda a, b: torch.kron(a, b), [rnd("float64", [2, 3]), rnd("float64", [3, 2], "b")])
+    case(G, "kron of a vector and a matrix", "torch.kron(a, b)", torch.kron, [w, rnd("float64", [2, 2], "b")])
+    case(G, "dist", "a:dist(b, 3)", lambda a, b: a.dist(b, 3), [x, y])
+    case(G, "type_as", "a:type_as(b)", lambda a, b: a.type_as(b), [i64, f32])
+    case(G, "tensor_split sections", "unpack(a:tensor_split(3, 1))", lambda a: a.tensor_split(3, 1),
+         [rnd("float64", [2, 7])])
+    case(G, "tensor_split indices", "unpack(a:tensor_split({1, 3}, 0))", lambda a: a.tensor_split((1, 3), 0),
+         [rnd("float64", [5, 2])])
+    case(G, "hsplit", "unpack(a:hsplit(2))", lambda a: a.hsplit(2), [x])
+    case(G, "vsplit", "unpack(torch.vsplit(a, {1}))", lambda a: torch.vsplit(a, [1]), [x])
+    # logical and bitwise
+    b1, b2 = rnd("bool", [3, 4]), rnd("bool", [3, 4], "b")
+    case(G, "logical_xor", "a:logical_xor(b)", lambda a, b: a.logical_xor(b), [b1, b2])
+    case(G, "logical_xor of numbers", "a:logical_xor(b)", lambda a, b: a.logical_xor(b), [x, i64])
+    case(G, "bitwise_and bool", "a:bitwise_and(b)", lambda a, b: a.bitwise_and(b), [b1, b2])
+    case(G, "bitwise_or int64", "a:bitwise_or(b)", lambda a, b: a.bitwise_or(b), [i64, rnd("int64", [3, 4], "b")])
+    case(G, "bitwise_xor int64 number", "a:bitwise_xor(5)", lambda a: a.bitwise_xor(5), [i64])
+    case(G, "bitwise_not int64", "a:bitwise_not()", lambda a: a.bitwise_not(), [i64])
+    case(G, "bitwise_not bool", "a:bitwise_not()", lambda a: a.bitwise_not(), [b1])
+    # counting
+    ints = lit("i64_unique", [3, 1, 3, 2, 1, 7, 3], "int64")
+    case(G, "unique", "a:unique()", lambda a: a.unique(), [ints])
+    case(G, "unique inverse counts", "a:unique({return_inverse = true, return_counts = true})",
+         lambda a: a.unique(return_inverse=True, return_counts=True), [ints])
+    case(G, "unique float 2-D inverse", "a:unique(true, true)", lambda a: torch.unique(a, True, True),
+         [lit("f64_unique2", [[0.5, -1.0, 0.5], [2.0, -1.0, 0.25]], "float64")])
+    case(G, "unique dim 0", "a:unique({dim = 0, return_counts = true})", lambda a: torch.unique(a, dim=0, return_counts=True),
+         [lit("i64_rows", [[1, 2], [0, 5], [1, 2], [0, 4]], "int64")])
+    case(G, "unique bool", "a:unique()", lambda a: a.unique(), [b1])
+    case(G, "bincount", "a:bincount()", lambda a: a.bincount(), [lit("i64_bins", [1, 4, 1, 0, 4, 4], "int64")])
+    case(G, "bincount weights minlength", "a:bincount(b, 7)", lambda a, b: a.bincount(b, 7),
+         [lit("i64_bins", [1, 4, 1, 0, 4, 4], "int64"), lit("f64_bin_w", [0.5, 1.0, 2.0, 0.25, 3.0, 1.5], "float64")])
+    case(G, "histc", "a:histc(4, -2, 2)", lambda a: a.histc(4, -2, 2), [x])
+    case(G, "histc own range", "a:histc(5)", lambda a: a.histc(5), [x])
+    sseq = lit("f64_sorted", [1.0, 3.0, 3.0, 5.0, 7.0], "float64")
+    svals = lit("f64_search", [[3.0, 0.5], [6.0, 9.0]], "float64")
+    case(G, "searchsorted", "torch.searchsorted(a, b)", torch.searchsorted, [sseq, svals])
+    case(G, "searchsorted right", "torch.searchsorted(a, b, {right = true})",
+         lambda a, b: torch.searchsorted(a, b, right=True), [sseq, svals])
+    case(G, "searchsorted rows", "torch.searchsorted(a, b)", torch.searchsorted,
+         [lit("f64_sorted_rows", [[1.0, 2.0, 4.0], [0.0, 5.0, 6.0]], "float64"), svals])
+    case(G, "bucketize", "a:bucketize(b, true)", lambda a, b: torch.bucketize(a, b, right=True), [svals, sseq])
+    case(G, "tril_indices", "torch.tril_indices(3, 4)", lambda: torch.tril_indices(3, 4))
+    case(G, "triu_indices offset", "torch.triu_indices(4, 3, 1)", lambda: torch.triu_indices(4, 3, 1))
+    case(G, "tril_indices negative offset", "torch.tril_indices(4, 4, -1)", lambda: torch.tril_indices(4, 4, -1))
+    case(G, "diag_embed", "a:diag_embed()", lambda a: torch.diag_embed(a), [x])
+    case(G, "diag_embed offset", "a:diag_embed(-1)", lambda a: torch.diag_embed(a, -1), [w])
 
 
 def main():

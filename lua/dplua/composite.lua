@@ -541,6 +541,348 @@ function methods.bernoulli_(t, p)
   return t:copy_(torch.rand_like(want_float("bernoulli_", t)):lt(probs):to(t.dtype))
 end
 
+---------------------------------------------------------------- running maxima, log-sum-exp, k-th values
+
+-- cummax / cummin(dim): the running maximum (minimum) along dim and the
+-- index where it was reached (the last of equal values, as PyTorch).
+local function running(fn, better)
+  return function(t, dim)
+    local d = dim_of(t, dim, fn)
+    if t:dim() == 0 then return t:clone(), torch.zeros({}, { dtype = torch.int64, device = t.device }) end
+    local n = t:size(d)
+    local vals, idx = {}, {}
+    local best = t:narrow(d, 0, 1)
+    local at = torch.zeros_like(best, { dtype = torch.int64 })
+    vals[1], idx[1] = best, at
+    for i = 1, n - 1 do
+      local x = t:narrow(d, i, 1)
+      local take = better(x, best):logical_or(x:ne(x))       -- NaN propagates
+      best = torch.where(take, x, best)
+      at = torch.where(take, i, at)
+      vals[i + 1], idx[i + 1] = best, at
+    end
+    return torch.cat(vals, d), torch.cat(idx, d)
+  end
+end
+methods.cummax = running("cummax", function(x, best) return x:ge(best) end)
+methods.cummin = running("cummin", function(x, best) return x:le(best) end)
+
+-- logcumsumexp(dim): log of the running sums of exp along dim.
+function methods.logcumsumexp(t, dim)
+  local d = dim_of(t, dim, "logcumsumexp")
+  if t:dim() == 0 then return t:clone() end
+  local parts, run = {}, t:narrow(d, 0, 1)
+  parts[1] = run
+  for i = 1, t:size(d) - 1 do
+    run = methods.logaddexp(run, t:narrow(d, i, 1))
+    parts[i + 1] = run
+  end
+  return torch.cat(parts, d)
+end
+
+-- kthvalue(k [, dim=-1, keepdim=false]): the k-th smallest (1-based) and its index.
+function methods.kthvalue(t, k, dim, keepdim)
+  local d = dim_of(t, dim or -1, "kthvalue")
+  local n = t:dim() > 0 and t:size(d) or 1
+  if type(k) ~= "number" or k < 1 or k > n or k % 1 ~= 0 then
+    raise(string.format("kthvalue: expected k in [1, %d], got %s", n, tostring(k)))
+  end
+  local v, i = t:sort(d)
+  v, i = v:narrow(d, k - 1, 1), i:narrow(d, k - 1, 1)
+  if not keepdim and t:dim() > 0 then v, i = v:squeeze(d), i:squeeze(d) end
+  return v, i
+end
+
+---------------------------------------------------------------- products and distances
+
+-- cross(other [, dim]): the cross product of 3-vectors along dim (the
+-- first dim of size 3 when not given, as torch.cross).
+function methods.cross(t, other, dim)
+  if dim == nil then
+    for d = 0, t:dim() - 1 do if t:size(d) == 3 then dim = d; break end end
+    if dim == nil then raise("cross: no dim of size 3") end
+  end
+  local d = dim_of(t, dim, "cross")
+  if t:size(d) ~= 3 or other:size(d) ~= 3 then raise("cross: expected dim " .. d .. " of size 3 in both tensors") end
+  local function c(x, i) return x:narrow(d, i, 1) end
+  return torch.cat({ c(t, 1) * c(other, 2) - c(t, 2) * c(other, 1), c(t, 2) * c(other, 0) - c(t, 0) * c(other, 2),
+                     c(t, 0) * c(other, 1) - c(t, 1) * c(other, 0) }, d)
+end
+
+-- kron(other): the Kronecker product, of as many dims as the larger.
+function methods.kron(t, other)
+  local n = math.max(t:dim(), other:dim())
+  local a, b = t, other
+  while a:dim() < n do a = a:unsqueeze(0) end
+  while b:dim() < n do b = b:unsqueeze(0) end
+  local va, vb, out = {}, {}, {}
+  for i = 0, n - 1 do
+    va[#va + 1], va[#va + 2] = a:size(i), 1
+    vb[#vb + 1], vb[#vb + 2] = 1, b:size(i)
+    out[i + 1] = a:size(i) * b:size(i)
+  end
+  return (a:reshape(va) * b:reshape(vb)):reshape(out)
+end
+
+-- dist(other [, p=2]): the p-norm of t - other.
+function methods.dist(t, other, p) return (t - other):norm(p or 2) end
+
+function methods.type_as(t, other) return t:to(other.dtype) end
+
+---------------------------------------------------------------- splitting
+
+-- tensor_split(sections or indices [, dim=0]): sections pieces, the
+-- first size % sections one longer (numpy's array_split), or the pieces
+-- between the given indices; a Lua list of views.
+function methods.tensor_split(t, at, dim)
+  local d = dim_of(t, dim or 0, "tensor_split")
+  local n = t:size(d)
+  local bounds = { 0 }
+  if type(at) == "number" then
+    if at < 1 or at % 1 ~= 0 then raise("tensor_split: expected a positive number of sections, got " .. tostring(at)) end
+    local base, extra = math.floor(n / at), n % at
+    for i = 1, at do bounds[i + 1] = bounds[i] + base + (i <= extra and 1 or 0) end
+  else
+    local list = is_tensor(at) and at:tolist() or at
+    if type(list) ~= "table" then raise("tensor_split: expected a number of sections or a list of indices") end
+    for _, i in ipairs(list) do bounds[#bounds + 1] = math.max(bounds[#bounds], math.min(i < 0 and i + n or i, n)) end
+    bounds[#bounds + 1] = n
+  end
+  local out = {}
+  for i = 1, #bounds - 1 do out[i] = t:narrow(d, bounds[i], math.max(0, bounds[i + 1] - bounds[i])) end
+  return out
+end
+function methods.hsplit(t, at) return methods.tensor_split(t, at, t:dim() == 1 and 0 or 1) end
+function methods.vsplit(t, at) return methods.tensor_split(t, at, 0) end
+function methods.dsplit(t, at) return methods.tensor_split(t, at, 2) end
+
+---------------------------------------------------------------- logical and bitwise
+
+function methods.logical_xor(t, other) return t:ne(0):ne(is_tensor(other) and other:ne(0) or other ~= 0) end
+
+-- bitwise_and / or / xor / not of bool tensors (the logical ops) and of
+-- integers (computed on the host: a GPU tensor makes a round trip).
+local bit = require("bit")
+local function bitwise(name, logical, op)
+  return function(t, other)
+    if t.dtype == torch.bool and (other == nil or type(other) == "boolean" or other.dtype == torch.bool) then
+      return logical(t, other)
+    end
+    if t.dtype.is_floating_point or (is_tensor(other) and other.dtype.is_floating_point) then
+      raise(name .. ": expected integer or bool tensors, got " .. t.dtype.name)
+    end
+    local a = t
+    local b = is_tensor(other) and other or nil
+    if b then a, b = torch.broadcast_tensors(a, b) end
+    local av, bv = a:reshape(-1):tolist(), b and b:reshape(-1):tolist()
+    local out = {}
+    for i, v in ipairs(av) do out[i] = op(v, bv and bv[i] or other) end
+    return torch.tensor(out, { dtype = t.dtype, device = t.device }):reshape(a:size())
+  end
+end
+methods.bitwise_and = bitwise("bitwise_and", function(t, o) return t:logical_and(o) end, bit.band)
+methods.bitwise_or = bitwise("bitwise_or", function(t, o) return t:logical_or(o) end, bit.bor)
+methods.bitwise_xor = bitwise("bitwise_xor", function(t, o) return methods.logical_xor(t, o) end, bit.bxor)
+methods.bitwise_not = bitwise("bitwise_not", function(t) return t:logical_not() end, function(v) return bit.bnot(v) end)
+
+---------------------------------------------------------------- counting, on the host
+
+-- These read the values back (a GPU tensor's with a copy), as they
+-- produce shapes that depend on them.
+
+local function host_values(t) return t:reshape(-1):cpu():tolist() end
+
+-- The order of Lua values: numbers, booleans false < true, NaN last.
+local function less(a, b)
+  if type(a) == "boolean" then return (not a) and b end
+  if a ~= a then return false end
+  if b ~= b then return true end
+  return a < b
+end
+
+-- unique([{sorted=true, return_inverse=false, return_counts=false, dim=}])
+-- (or those as arguments in PyTorch's order): the distinct values, sorted,
+-- then the inverse (each element's position among them) and the counts
+-- when asked for; with dim, the distinct slices along dim.
+function methods.unique(t, sorted, return_inverse, return_counts, dim)
+  if type(sorted) == "table" then
+    local o = sorted
+    sorted, return_inverse, return_counts, dim = o.sorted, o.return_inverse, o.return_counts, o.dim
+  end
+  local keys, shape_out
+  local d = dim ~= nil and dim_of(t, dim, "unique") or nil
+  if d ~= nil then
+    local moved = methods.movedim(t, d, 0)
+    local n = moved:size(0)
+    local rows = moved:reshape(n, -1):cpu():tolist()
+    keys = rows
+    shape_out = moved:size()
+  else
+    keys = host_values(t)
+  end
+  local function key_less(a, b)
+    if type(a) ~= "table" then return less(a, b) end
+    for i = 1, #a do
+      if a[i] ~= b[i] then return less(a[i], b[i]) end
+    end
+    return false
+  end
+  local function same(a, b)
+    if type(a) ~= "table" then return a == b end
+    for i = 1, #a do if a[i] ~= b[i] then return false end end
+    return true
+  end
+  local order = {}
+  for i = 1, #keys do order[i] = i end
+  table.sort(order, function(i, j)
+    if key_less(keys[i], keys[j]) then return true end
+    if key_less(keys[j], keys[i]) then return false end
+    return i < j
+  end)
+  local uniq, inverse, counts = {}, {}, {}
+  for _, i in ipairs(order) do
+    local k = keys[i]
+    if #uniq == 0 or not same(uniq[#uniq], k) then
+      uniq[#uniq + 1] = k
+      counts[#uniq] = 0
+    end
+    inverse[i] = #uniq - 1
+    counts[#uniq] = counts[#uniq] + 1
+  end
+  local values
+  if d ~= nil then
+    shape_out[1] = #uniq
+    values = methods.movedim(torch.tensor(uniq, { dtype = t.dtype }):reshape(shape_out), 0, d):to(t.device)
+  else
+    values = torch.tensor(uniq, { dtype = t.dtype, device = t.device })
+  end
+  local out = { values }
+  if return_inverse then
+    local inv = torch.tensor(inverse, { dtype = torch.int64, device = t.device })
+    out[#out + 1] = d ~= nil and inv or inv:reshape(t:size())
+  end
+  if return_counts then out[#out + 1] = torch.tensor(counts, { dtype = torch.int64, device = t.device }) end
+  return unpack(out)
+end
+
+-- bincount([weights, minlength=0]): how often each value of a 1-D
+-- non-negative integer tensor occurs (or the sum of its weights).
+function methods.bincount(t, weights, minlength)
+  if type(weights) == "table" and not is_tensor(weights) then weights, minlength = weights.weights, weights.minlength end
+  if t:dim() ~= 1 or t.dtype.is_floating_point or t.dtype == torch.bool then
+    raise("bincount: expected a 1-D tensor of non-negative integers")
+  end
+  local vals, w = host_values(t), weights and host_values(weights)
+  if w and #w ~= #vals then raise("bincount: expected weights of the input's length " .. #vals) end
+  local n = minlength or 0
+  for _, v in ipairs(vals) do
+    if v < 0 then raise("bincount: expected non-negative values, got " .. v) end
+    n = math.max(n, v + 1)
+  end
+  local out = {}
+  for i = 1, n do out[i] = 0 end
+  for i, v in ipairs(vals) do out[v + 1] = out[v + 1] + (w and w[i] or 1) end
+  local dtype = weights and (weights.dtype == torch.float32 and torch.float32 or torch.float64) or torch.int64
+  return torch.tensor(out, { dtype = dtype, device = t.device })
+end
+
+-- histc([bins=100, min=0, max=0]) (or {bins=, min=, max=}): the counts
+-- in bins equal bins from min to max (the data's own range when both are
+-- 0); values outside are left out, max falls in the last bin.
+function methods.histc(t, bins, lo, hi)
+  if type(bins) == "table" then bins, lo, hi = bins.bins, bins.min, bins.max end
+  bins, lo, hi = bins or 100, lo or 0, hi or 0
+  want_float("histc", t)
+  local vals = host_values(t)
+  if lo == hi then
+    lo, hi = math.huge, -math.huge
+    for _, v in ipairs(vals) do lo, hi = math.min(lo, v), math.max(hi, v) end
+    if #vals == 0 then lo, hi = 0, 0 end
+    if lo == hi then lo, hi = lo - 1, hi + 1 end
+  end
+  if lo > hi then raise("histc: max must be larger than min") end
+  local out = {}
+  for i = 1, bins do out[i] = 0 end
+  for _, v in ipairs(vals) do
+    if v >= lo and v <= hi then
+      local b = math.min(math.floor((v - lo) * bins / (hi - lo)), bins - 1)
+      out[b + 1] = out[b + 1] + 1
+    end
+  end
+  return torch.tensor(out, { dtype = t.dtype, device = t.device })
+end
+
+-- searchsorted(sorted_sequence, values [, {right=false, side=}]): for each
+-- value, the index at which it would be inserted to keep the sequence (or
+-- each row of it, the values' matching row) sorted: the first such index,
+-- or the last with right. bucketize(input, boundaries [, right]) is the same
+-- with the arguments swapped.
+function torch.searchsorted(seq, values, opts)
+  local right = false
+  if type(opts) == "table" then right = opts.right == true or opts.side == "right" elseif opts then right = true end
+  local scalar = type(values) == "number"
+  if scalar then values = torch.tensor({ values }, { dtype = seq.dtype }) end
+  local rows = seq:dim() <= 1 and { host_values(seq) } or seq:reshape(-1, seq:size(-1)):cpu():tolist()
+  local vals = values:reshape(-1):cpu():tolist()
+  local per_row = seq:dim() <= 1 and #vals or values:size(-1)
+  local out = {}
+  for i, v in ipairs(vals) do
+    local row = rows[seq:dim() <= 1 and 1 or math.floor((i - 1) / per_row) + 1]
+    local a, b = 1, #row + 1
+    while a < b do
+      local m = math.floor((a + b) / 2)
+      if (right and row[m] <= v) or (not right and row[m] < v) then a = m + 1 else b = m end
+    end
+    out[i] = a - 1
+  end
+  local r = torch.tensor(out, { dtype = torch.int64, device = seq.device })
+  if scalar then return r:reshape({}) end
+  return r:reshape(values:size())
+end
+function methods.bucketize(t, boundaries, right)
+  if type(right) == "table" then right = right.right end
+  return torch.searchsorted(boundaries, t, { right = right == true })
+end
+
+-- tril_indices / triu_indices(row, col [, offset=0]): the (2, K) int64
+-- coordinates of the lower (upper) triangle, row by row.
+local function triangle(fn, keep)
+  return function(row, col, offset, opts)
+    if type(offset) == "table" then offset, opts = nil, offset end
+    offset = offset or 0
+    local r, c = {}, {}
+    for i = 0, row - 1 do
+      for j = 0, col - 1 do
+        if keep(i, j, offset) then r[#r + 1], c[#c + 1] = i, j end
+      end
+    end
+    local o = { dtype = torch.int64, device = opts and opts.device }
+    if #r == 0 then return torch.zeros(2, 0, o) end
+    return torch.stack({ torch.tensor(r, o), torch.tensor(c, o) }, 0)
+  end
+end
+torch.tril_indices = triangle("tril_indices", function(i, j, k) return j - i <= k end)
+torch.triu_indices = triangle("triu_indices", function(i, j, k) return j - i >= k end)
+
+-- diag_embed([offset=0]): each vector of the last dim as the diagonal of
+-- a matrix (the last two dims of the result).
+function methods.diag_embed(t, offset)
+  offset = offset or 0
+  local n = t:size(-1)
+  local m = n + math.abs(offset)
+  local lead = t:size()
+  lead[#lead] = nil
+  local index = {}
+  for i = 0, n - 1 do index[i + 1] = (i + math.max(0, -offset)) * m + i + math.max(0, offset) end
+  local shape = { unpack(lead) }
+  shape[#shape + 1] = m * m
+  local out = torch.zeros(shape, { dtype = t.dtype, device = t.device })
+  out = out:index_copy(#shape - 1, int64(index, t.device), t)
+  shape[#shape] = m
+  shape[#shape + 1] = m
+  return out:view(shape)
+end
+
 ---------------------------------------------------------------- functions of several tensors
 
 -- A list given as the arguments or as one table.

@@ -37,6 +37,9 @@ T.run("gradients by finite differences", function()
   gradcheck("einsum bilinear", function(a, b, c) return torch.einsum("bn,anm,bm->ba", a, b, c) end,
             { f64(2, 3), f64(4, 3, 5), f64(2, 5) })
   gradcheck("einsum diagonal", function(a) return torch.einsum("iij->ji", a) end, { f64(3, 3, 2) })
+  gradcheck("cummax, logcumsumexp", function(a) return a:cummax(1) + a:logcumsumexp(1) end, { x })
+  gradcheck("cross and kron", function(a, b) return a:cross(b, 1):kron(a) end, { f64(2, 3), f64(2, 3) })
+  gradcheck("diag_embed", function(a) return a:diag_embed(1) end, { x })
   gradcheck("take_along_dim", function(a) return a:take_along_dim(torch.tensor({ { 0 }, { 3 }, { 1 } }, { dtype = torch.int64 }), 1) end,
             { x })
 end)
@@ -84,6 +87,13 @@ T.run("bad input names the problem", function()
   T.raises(function() torch.arange(4):log2() end, "expected a floating point tensor, got int64", "log2 of integers")
   T.raises(function() torch.broadcast_shapes({ 2, 3 }, { 4 }) end, "do not broadcast", "broadcast_shapes")
   T.raises(function() x:masked_select(x) end, "expected a bool mask", "masked_select of a float mask")
+  T.raises(function() x:kthvalue(5, 1) end, "expected k in %[1, 4%]", "kthvalue's k")
+  T.raises(function() x:cross(x) end, "no dim of size 3", "cross without a dim of 3")
+  T.raises(function() x:bitwise_and(x) end, "expected integer or bool tensors", "bitwise of floats")
+  T.raises(function() torch.tensor({ 1, -2 }, { dtype = torch.int64 }):bincount() end, "expected non%-negative values",
+           "bincount of a negative value")
+  T.raises(function() x:bincount() end, "expected a 1%-D tensor of non%-negative integers", "bincount of floats")
+  T.raises(function() x:histc(4, 2, 1) end, "max must be larger than min", "histc's range")
   T.raises(function() x:repeat_interleave(torch.tensor({ 1, 2 }, { dtype = torch.int64 }), 0) end,
            "expected one count or 3 counts", "repeat_interleave counts")
 end)

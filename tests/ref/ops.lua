@@ -121,6 +121,7 @@ inputs["f64_1x3x4_a"] = {dtype="float64", shape={1,3,4}, values={{{-3.552,0.536,
 inputs["f64_1x5_b"] = {dtype="float64", shape={1,5}, values={{2.452,2.545,1.935,-1.172,3.822}}}
 inputs["f64_2_c"] = {dtype="float64", shape={2}, values={-2.631,-0.78}}
 inputs["f64_2x1x3x4_a"] = {dtype="float64", shape={2,1,3,4}, values={{{{-0.634,-0.296,0.627,-0.246},{2.377,2.801,1.15,0.617},{2.401,1.618,-2.521,3.349}}},{{{1.833,-0.798,0.166,1.224},{-2.306,4.405,-2.743,-1.231},{0.269,1.275,-3.337,1.782}}}}}
+inputs["f64_2x2_b"] = {dtype="float64", shape={2,2}, values={{1.498,0.268},{-0.045,0.155}}}
 inputs["f64_2x2_c"] = {dtype="float64", shape={2,2}, values={{-0.952,-2.393},{1.371,-2.246}}}
 inputs["f64_2x2x3x4_a"] = {dtype="float64", shape={2,2,3,4}, values={{{{1.871,1.189,1.447,-1.802},{1.51,1.557,0.42,1.398},{-4.12,-0.219,-0.608,-1.846}},{{0.374,3.663,1.484,-1.466},{-0.07,0.543,2.605,4.975},{0.634,0.809,0.391,-0.615}}},{{{-0.41,2.428,-0.397,-2.016},{-0.324,0.683,-4.068,1.302},{1.162,-0.75,2.432,0.115}},{{2.614,0.006,1.833,-2.952},{4.628,-2.391,-0.364,-0.333},{1.698,-3.366,1.74,1.072}}}}}
 inputs["f64_2x2x4_c"] = {dtype="float64", shape={2,2,4}, values={{{1.252,-0.36,-0.207,-4.605},{4.816,-0.984,-3.316,0.699}},{{2.081,-0.977,-0.28,-2.225},{1.407,4.032,1.617,0.651}}}}
@@ -147,6 +148,7 @@ inputs["f64_3_b"] = {dtype="float64", shape={3}, values={0.581,0.173,2.023}}
 inputs["f64_3_pos"] = {dtype="float64", shape={3}, values={0.656,1.501,2.439}}
 inputs["f64_3x1_c"] = {dtype="float64", shape={3,1}, values={{0.281},{-3.669},{-0.831}}}
 inputs["f64_3x2_a"] = {dtype="float64", shape={3,2}, values={{-0.502,-1.057},{1.575,0.581},{-2.468,-1.097}}}
+inputs["f64_3x2_b"] = {dtype="float64", shape={3,2}, values={{-1.948,0.589},{1.858,3.249},{1.071,-1.671}}}
 inputs["f64_3x3x2_a"] = {dtype="float64", shape={3,3,2}, values={{{5.774,2.105},{0.457,0.46},{2.884,3.503}},{{-1.379,0.022},{-1.7,-0.625},{-1.438,1.967}},{{2.581,-0.627},{-5.545,-0.252},{0.301,-0.445}}}}
 inputs["f64_3x4_a"] = {dtype="float64", shape={3,4}, values={{2.464,0.807,-3.137,-2.822},{-0.248,1.652,1.362,-0.999},{0.988,1.433,-2.804,1.751}}}
 inputs["f64_3x4_b"] = {dtype="float64", shape={3,4}, values={{4.3,1.538,-0.222,-1.849},{-0.241,0.759,-1.283,-0.038},{-2.296,1.964,-1.306,2.133}}}
@@ -165,6 +167,7 @@ inputs["f64_4x3x5_c"] = {dtype="float64", shape={4,3,5}, values={{{-0.877,-3.087
 inputs["f64_4x4_a"] = {dtype="float64", shape={4,4}, values={{-0.615,-1.947,0.716,-0.195},{-0.645,-1.662,-0.683,3.648},{-0.693,-0.153,2.847,2.407},{-0.739,-2.344,0.253,2.325}}}
 inputs["f64_4x5_b"] = {dtype="float64", shape={4,5}, values={{0.886,1.255,-0.839,1.238,-1.016},{1.189,3.11,0.487,3.166,2.24},{2.32,3.903,1.124,-2.307,-2.931},{-0.223,0.856,-0.35,0.848,-2.229}}}
 inputs["f64_4x5_c"] = {dtype="float64", shape={4,5}, values={{0.253,2.479,-1.537,0.418,-2.224},{2.458,0.371,3.465,-1.166,0.527},{1.702,-2.919,0.09,-4.383,-1.205},{0.886,-2.496,0.092,-2.156,0.857}}}
+inputs["f64_5x2_a"] = {dtype="float64", shape={5,2}, values={{0.439,-0.945},{-1.696,-5.036},{-1.63,0.462},{0.666,0.689},{-3.692,-1.08}}}
 inputs["f64_5x4_c"] = {dtype="float64", shape={5,4}, values={{0.702,2.701,-2.253,0.277},{1.317,4.967,0.515,0.13},{0.922,0.117,-2.637,3.053},{0.813,4.93,0.857,2.325},{1.593,-2.399,0.367,-1.159}}}
 inputs["f64_5x4x2_b"] = {dtype="float64", shape={5,4,2}, values={{{1.698,0.128},{3.314,-3.592},{-1.313,-2.618},{-5.417,0.78}},{{-0.296,2.712},{-2.755,1.67},{-0.405,-1.972},{0.915,0.455}},{{-0.468,-0.789},{-2.453,-0.262},{-1.962,-0.437},{-0.771,1.605}},{{0.054,-0.783},{-0.208,-0.89},{-2.881,-0.659},{0.603,1.09}},{{-2.219,-2.288},{0.612,1.1},{3.8,-0.878},{3.531,0.905}}}}
 inputs["f64_5x7_b"] = {dtype="float64", shape={5,7}, values={{-2.935,0.261,1.023,1.125,0.62,2.035,0.421},{0.088,-2.893,-3.379,2.413,0.622,0.84,0.379},{-3.102,0.595,-0.669,1.226,-2.746,0.848,-2.733},{0.305,-4.058,-0.228,-0.549,-0.667,-0.8,-2.632},{-2.482,1.629,1.773,-2.769,-0.499,0.926,-1.602}}}
@@ -172,6 +175,7 @@ inputs["f64_6x5_a"] = {dtype="float64", shape={6,5}, values={{1.783,3.041,1.377,
 inputs["f64_7x9_b"] = {dtype="float64", shape={7,9}, values={{1.27,2.808,0.368,-1.89,-0.801,0.093,0.033,0.27,1.807},{4.331,3.696,-3.731,0.456,-1.618,-0.434,-2.84,3.214,-3.835},{1.677,-0.19,2.417,-0.747,-0.874,-1.548,-0.212,4.637,1.928},{2.984,1.823,-1.598,-0.203,0.239,-1.04,-2.545,0.742,1.677},{0.388,-2.874,1.845,1.22,-2.618,3.488,-0.427,0.107,-1.138},{-1.793,-0.036,-2.522,0.236,1.008,3.058,-0.348,2.316,-1.705},{-2.676,1.107,0.52,0.613,-1.144,1.436,-1.08,-1.985,-1.03}}}
 inputs["f64_bf16"] = {dtype="float64", shape={5}, values={1.00390625,1.0039062500001,3.14159,0.1,-300.7}}
 inputs["f64_big"] = {dtype="float64", shape={5}, values={1.5,2.0,10.0,100.0,3.25}}
+inputs["f64_bin_w"] = {dtype="float64", shape={6}, values={0.5,1.0,2.0,0.25,3.0,1.5}}
 inputs["f64_cumprod"] = {dtype="float64", shape={5}, values={2.0,-1.5,0.0,3.0,-2.0}}
 inputs["f64_fill_value"] = {dtype="float64", shape={}, values=-2.25}
 inputs["f64_inf_rows"] = {dtype="float64", shape={3,2}, values={{-inf,-inf},{1.0,-inf},{800.0,801.0}}}
@@ -180,13 +184,18 @@ inputs["f64_nan2"] = {dtype="float64", shape={2,3}, values={{1.0,nan,2.5},{nan,-
 inputs["f64_prob"] = {dtype="float64", shape={5}, values={0.001,0.2,0.5,0.8,0.999}}
 inputs["f64_s_a"] = {dtype="float64", shape={}, values=5.208}
 inputs["f64_s_b"] = {dtype="float64", shape={}, values=-1.75}
+inputs["f64_search"] = {dtype="float64", shape={2,2}, values={{3.0,0.5},{6.0,9.0}}}
 inputs["f64_sm_equal"] = {dtype="float64", shape={4}, values={5.0,5.0,5.0,5.0}}
 inputs["f64_sm_large"] = {dtype="float64", shape={2}, values={1000.0,1001.0}}
 inputs["f64_sm_minf_mask"] = {dtype="float64", shape={3}, values={0.0,-inf,1.0}}
 inputs["f64_sm_spread"] = {dtype="float64", shape={2}, values={-1000.0,1000.0}}
+inputs["f64_sorted"] = {dtype="float64", shape={5}, values={1.0,3.0,3.0,5.0,7.0}}
+inputs["f64_sorted_rows"] = {dtype="float64", shape={2,3}, values={{1.0,2.0,4.0},{0.0,5.0,6.0}}}
 inputs["f64_spec_log"] = {dtype="float64", shape={6}, values={0.0,-1.0,1.0,inf,nan,-0.0}}
 inputs["f64_special"] = {dtype="float64", shape={6}, values={nan,inf,-inf,1.5,-2.0,nan}}
+inputs["f64_ties"] = {dtype="float64", shape={2,5}, values={{1.0,3.0,3.0,2.0,5.0},{nan,1.0,0.0,4.0,4.0}}}
 inputs["f64_unary"] = {dtype="float64", shape={8}, values={-2.5,-1.0,-0.5,0.0,0.5,1.0,2.5,3.7}}
+inputs["f64_unique2"] = {dtype="float64", shape={2,3}, values={{0.5,-1.0,0.5},{2.0,-1.0,0.25}}}
 inputs["f64_unit"] = {dtype="float64", shape={7}, values={-0.99,-0.5,-0.1,0.0,0.3,0.75,0.98}}
 inputs["f64_wide"] = {dtype="float64", shape={8}, values={-100.0,-20.0,-3.3,0.001,7.25,20.0,88.0,100.0}}
 inputs["f64_xlogy_x"] = {dtype="float64", shape={4}, values={0.0,0.0,1.5,2.0}}
@@ -220,9 +229,11 @@ inputs["i64_3_b"] = {dtype="int64", shape={3}, values={-8,7,9}}
 inputs["i64_3_nz"] = {dtype="int64", shape={3}, values={7,5,4}}
 inputs["i64_3_small"] = {dtype="int64", shape={3}, values={0,0,0}}
 inputs["i64_3x4_a"] = {dtype="int64", shape={3,4}, values={{0,3,7,7},{2,-1,-8,9},{-8,0,2,-9}}}
+inputs["i64_3x4_b"] = {dtype="int64", shape={3,4}, values={{1,3,-9,-8},{7,-3,-9,6},{4,1,2,9}}}
 inputs["i64_3x4_perm"] = {dtype="int64", shape={3,4}, values={{4,-5,1,2},{-2,-1,-6,-3},{0,5,3,-4}}}
 inputs["i64_3x4_small"] = {dtype="int64", shape={3,4}, values={{1,2,1,0},{0,2,2,1},{1,0,3,2}}}
 inputs["i64_along"] = {dtype="int64", shape={3,2}, values={{0,3},{2,2},{1,0}}}
+inputs["i64_bins"] = {dtype="int64", shape={6}, values={1,4,1,0,4,4}}
 inputs["i64_cast"] = {dtype="int64", shape={6}, values={-3,0,1,7,255,1000}}
 inputs["i64_div_a"] = {dtype="int64", shape={4}, values={7,-7,1,0}}
 inputs["i64_div_b"] = {dtype="int64", shape={4}, values={2,2,3,5}}
@@ -230,10 +241,12 @@ inputs["i64_dz_a"] = {dtype="int64", shape={3}, values={1,-1,0}}
 inputs["i64_dz_b"] = {dtype="int64", shape={3}, values={0,0,0}}
 inputs["i64_rem_a"] = {dtype="int64", shape={5}, values={7,-7,7,-7,6}}
 inputs["i64_rem_b"] = {dtype="int64", shape={5}, values={3,3,-3,-3,3}}
+inputs["i64_rows"] = {dtype="int64", shape={4,2}, values={{1,2},{0,5},{1,2},{0,4}}}
 inputs["i64_s_a"] = {dtype="int64", shape={}, values=9}
 inputs["i64_s_b"] = {dtype="int64", shape={}, values=7}
 inputs["i64_take"] = {dtype="int64", shape={2,2}, values={{0,11},{5,3}}}
 inputs["i64_unary"] = {dtype="int64", shape={6}, values={-3,-1,0,1,2,5}}
+inputs["i64_unique"] = {dtype="int64", shape={7}, values={3,1,3,2,1,7,3}}
 inputs["idx_0"] = {dtype="int64", shape={1}, values={0}}
 inputs["idx_2_0"] = {dtype="int64", shape={2}, values={2,0}}
 inputs["idx_3_1_1"] = {dtype="int64", shape={3}, values={3,1,1}}
@@ -1912,6 +1925,46 @@ C{name="einsum bilinear", expr="torch.einsum(\"bn,anm,bm->ba\", a, b, c)", input
 C{name="einsum upper labels", expr="torch.einsum(\"Ab,bC->AC\", a, b)", inputs={"f64_3x4_a","f64_4x2_c"}, dtype="float64", shape={3,2}, values={{-0.14508699999999997,-16.58717},{-5.591057999999999,3.091905},{-0.6680290000000005,-8.004188}}}
 C{name="einsum list of operands", expr="torch.einsum(\"ij,jk\", {a, b})", inputs={"f64_3x4_a","f64_4x2_c"}, dtype="float64", shape={3,2}, values={{-0.14508699999999997,-16.58717},{-5.591057999999999,3.091905},{-0.6680290000000005,-8.004188}}}
 C{name="einsum f32", expr="torch.einsum(\"ij,kj->ik\", a, b)", inputs={"f32_3x4_a","f32_5x4_b"}, dtype="float32", shape={3,5}, values={{-7.636743,1.969212,6.462499,8.620646,-8.846833},{-2.4178758,-1.041878,4.0304413,-0.641384,-0.942925},{-1.7944171,-0.013320923,1.415798,2.499392,-2.2054439}}}
+C{name="cummax", expr="a:cummax(1)", inputs={"f64_ties"}, kind="multi", expected={{dtype="float64", shape={2,5}, values={{1.0,3.0,3.0,3.0,5.0},{nan,nan,nan,nan,nan}}}, {dtype="int64", shape={2,5}, values={{0,1,2,2,4},{0,0,0,0,0}}}}}
+C{name="cummin", expr="a:cummin(0)", inputs={"f64_3x4_a"}, kind="multi", expected={{dtype="float64", shape={3,4}, values={{2.464,0.807,-3.137,-2.822},{-0.248,0.807,-3.137,-2.822},{-0.248,0.807,-3.137,-2.822}}}, {dtype="int64", shape={3,4}, values={{0,0,0,0},{1,0,0,0},{1,0,0,0}}}}}
+C{name="logcumsumexp", expr="a:logcumsumexp(1)", inputs={"f64_3x4_a"}, dtype="float64", shape={3,4}, values={{2.464,2.6385499807787256,2.641647668864078,2.645876781990663},{-0.248,1.7913867582829606,2.2927122804733493,2.3292275245844123},{0.988,1.9281987229081252,1.9369672521397545,2.5414475689354132}}}
+C{name="kthvalue", expr="a:kthvalue(2, 1)", inputs={"f64_3x4_a"}, kind="multi", expected={{dtype="float64", shape={3}, values={-2.822,-0.248,0.988}}, {dtype="int64", shape={3}, values={3,0,0}}}}
+C{name="kthvalue keepdim", expr="a:kthvalue(3, 0, true)", inputs={"f64_3x4_a"}, kind="multi", expected={{dtype="float64", shape={1,4}, values={{2.464,1.652,1.362,1.751}}}, {dtype="int64", shape={1,4}, values={{0,1,1,2}}}}}
+C{name="cross", expr="a:cross(b, 1)", inputs={"f64_4x3_a","f64_4x3_b"}, dtype="float64", shape={4,3}, values={{-1.21628,0.24274200000000012,-2.8783760000000003},{0.02397999999999978,-1.2866469999999999,-3.3261290000000003},{0.7010480000000004,0.10667400000000009,0.5489369999999998},{-3.977469,0.008343000000000166,1.7078250000000001}}}
+C{name="cross first dim of size 3", expr="torch.cross(a, b)", inputs={"f64_4x3_a","f64_4x3_b"}, dtype="float64", shape={4,3}, values={{-1.21628,0.24274200000000012,-2.8783760000000003},{0.02397999999999978,-1.2866469999999999,-3.3261290000000003},{0.7010480000000004,0.10667400000000009,0.5489369999999998},{-3.977469,0.008343000000000166,1.7078250000000001}}}
+C{name="kron", expr="a:kron(b)", inputs={"f64_2x3_a","f64_3x2_b"}, dtype="float64", shape={6,6}, values={{1.151268,-0.34809899999999994,3.3953640000000003,-1.026627,-2.849924,0.861707},{-1.098078,-1.920159,-3.238494,-5.663007,2.7182540000000004,4.753287},{-0.6329609999999999,0.987561,-1.866753,2.9125530000000004,1.566873,-2.4446730000000003},{0.411028,-0.12427899999999999,-0.716864,0.21675199999999997,1.7532,-0.5301},{-0.392038,-0.685539,0.683744,1.195632,-1.6722000000000001,-2.9241},{-0.225981,0.352581,0.394128,-0.614928,-0.9639,1.5039}}}
+C{name="kron of a vector and a matrix", expr="torch.kron(a, b)", inputs={"f64_3_b","f64_2x2_b"}, dtype="float64", shape={2,6}, values={{0.870338,0.15570799999999999,0.259154,0.046364,3.030454,0.5421640000000001},{-0.026144999999999998,0.090055,-0.007784999999999999,0.026815,-0.091035,0.31356500000000004}}}
+C{name="dist", expr="a:dist(b, 3)", inputs={"f64_3x4_a","f64_3x4_b"}, dtype="float64", shape={}, values=4.503833207928494}
+C{name="type_as", expr="a:type_as(b)", inputs={"i64_3x4_a","f32_3x4_a"}, dtype="float32", shape={3,4}, values={{0,3,7,7},{2,-1,-8,9},{-8,0,2,-9}}}
+C{name="tensor_split sections", expr="unpack(a:tensor_split(3, 1))", inputs={"f64_2x7_a"}, kind="multi", expected={{dtype="float64", shape={2,3}, values={{-0.893,0.35,1.324},{-1.499,-0.793,2.892}}}, {dtype="float64", shape={2,2}, values={{3.156,2.934},{-1.45,1.952}}}, {dtype="float64", shape={2,2}, values={{0.08,1.503},{-0.132,1.99}}}}}
+C{name="tensor_split indices", expr="unpack(a:tensor_split({1, 3}, 0))", inputs={"f64_5x2_a"}, kind="multi", expected={{dtype="float64", shape={1,2}, values={{0.439,-0.945}}}, {dtype="float64", shape={2,2}, values={{-1.696,-5.036},{-1.63,0.462}}}, {dtype="float64", shape={2,2}, values={{0.666,0.689},{-3.692,-1.08}}}}}
+C{name="hsplit", expr="unpack(a:hsplit(2))", inputs={"f64_3x4_a"}, kind="multi", expected={{dtype="float64", shape={3,2}, values={{2.464,0.807},{-0.248,1.652},{0.988,1.433}}}, {dtype="float64", shape={3,2}, values={{-3.137,-2.822},{1.362,-0.999},{-2.804,1.751}}}}}
+C{name="vsplit", expr="unpack(torch.vsplit(a, {1}))", inputs={"f64_3x4_a"}, kind="multi", expected={{dtype="float64", shape={1,4}, values={{2.464,0.807,-3.137,-2.822}}}, {dtype="float64", shape={2,4}, values={{-0.248,1.652,1.362,-0.999},{0.988,1.433,-2.804,1.751}}}}}
+C{name="logical_xor", expr="a:logical_xor(b)", inputs={"b_3x4_a","b_3x4_b"}, dtype="bool", shape={3,4}, values={{false,true,false,false},{false,true,true,false},{true,false,true,false}}}
+C{name="logical_xor of numbers", expr="a:logical_xor(b)", inputs={"f64_3x4_a","i64_3x4_a"}, dtype="bool", shape={3,4}, values={{true,false,false,false},{false,false,false,false},{false,true,false,false}}}
+C{name="bitwise_and bool", expr="a:bitwise_and(b)", inputs={"b_3x4_a","b_3x4_b"}, dtype="bool", shape={3,4}, values={{true,false,true,false},{true,false,false,true},{false,true,false,false}}}
+C{name="bitwise_or int64", expr="a:bitwise_or(b)", inputs={"i64_3x4_a","i64_3x4_b"}, dtype="int64", shape={3,4}, values={{1,3,-9,-1},{7,-1,-1,15},{-4,1,2,-1}}}
+C{name="bitwise_xor int64 number", expr="a:bitwise_xor(5)", inputs={"i64_3x4_a"}, dtype="int64", shape={3,4}, values={{5,6,2,2},{7,-6,-3,12},{-3,5,7,-14}}}
+C{name="bitwise_not int64", expr="a:bitwise_not()", inputs={"i64_3x4_a"}, dtype="int64", shape={3,4}, values={{-1,-4,-8,-8},{-3,0,7,-10},{7,-1,-3,8}}}
+C{name="bitwise_not bool", expr="a:bitwise_not()", inputs={"b_3x4_a"}, dtype="bool", shape={3,4}, values={{false,true,false,true},{false,true,true,false},{false,false,true,true}}}
+C{name="unique", expr="a:unique()", inputs={"i64_unique"}, dtype="int64", shape={4}, values={1,2,3,7}}
+C{name="unique inverse counts", expr="a:unique({return_inverse = true, return_counts = true})", inputs={"i64_unique"}, kind="multi", expected={{dtype="int64", shape={4}, values={1,2,3,7}}, {dtype="int64", shape={7}, values={2,0,2,1,0,3,2}}, {dtype="int64", shape={4}, values={2,1,3,1}}}}
+C{name="unique float 2-D inverse", expr="a:unique(true, true)", inputs={"f64_unique2"}, kind="multi", expected={{dtype="float64", shape={4}, values={-1.0,0.25,0.5,2.0}}, {dtype="int64", shape={2,3}, values={{2,0,2},{3,0,1}}}}}
+C{name="unique dim 0", expr="a:unique({dim = 0, return_counts = true})", inputs={"i64_rows"}, kind="multi", expected={{dtype="int64", shape={3,2}, values={{0,4},{0,5},{1,2}}}, {dtype="int64", shape={3}, values={1,1,2}}}}
+C{name="unique bool", expr="a:unique()", inputs={"b_3x4_a"}, dtype="bool", shape={2}, values={false,true}}
+C{name="bincount", expr="a:bincount()", inputs={"i64_bins"}, dtype="int64", shape={5}, values={1,2,0,0,3}}
+C{name="bincount weights minlength", expr="a:bincount(b, 7)", inputs={"i64_bins","f64_bin_w"}, dtype="float64", shape={7}, values={0.25,2.5,0.0,0.0,5.5,0.0,0.0}}
+C{name="histc", expr="a:histc(4, -2, 2)", inputs={"f64_3x4_a"}, dtype="float64", shape={4}, values={0.0,2.0,2.0,4.0}}
+C{name="histc own range", expr="a:histc(5)", inputs={"f64_3x4_a"}, dtype="float64", shape={5}, values={3.0,1.0,1.0,2.0,5.0}}
+C{name="searchsorted", expr="torch.searchsorted(a, b)", inputs={"f64_sorted","f64_search"}, dtype="int64", shape={2,2}, values={{1,0},{4,5}}}
+C{name="searchsorted right", expr="torch.searchsorted(a, b, {right = true})", inputs={"f64_sorted","f64_search"}, dtype="int64", shape={2,2}, values={{3,0},{4,5}}}
+C{name="searchsorted rows", expr="torch.searchsorted(a, b)", inputs={"f64_sorted_rows","f64_search"}, dtype="int64", shape={2,2}, values={{2,0},{2,3}}}
+C{name="bucketize", expr="a:bucketize(b, true)", inputs={"f64_search","f64_sorted"}, dtype="int64", shape={2,2}, values={{3,0},{4,5}}}
+C{name="tril_indices", expr="torch.tril_indices(3, 4)", dtype="int64", shape={2,6}, values={{0,1,1,2,2,2},{0,0,1,0,1,2}}}
+C{name="triu_indices offset", expr="torch.triu_indices(4, 3, 1)", dtype="int64", shape={2,3}, values={{0,0,1},{1,2,2}}}
+C{name="tril_indices negative offset", expr="torch.tril_indices(4, 4, -1)", dtype="int64", shape={2,6}, values={{1,2,2,3,3,3},{0,0,1,0,1,2}}}
+C{name="diag_embed", expr="a:diag_embed()", inputs={"f64_3x4_a"}, dtype="float64", shape={3,4,4}, values={{{2.464,0.0,0.0,0.0},{0.0,0.807,0.0,0.0},{0.0,0.0,-3.137,0.0},{0.0,0.0,0.0,-2.822}},{{-0.248,0.0,0.0,0.0},{0.0,1.652,0.0,0.0},{0.0,0.0,1.362,0.0},{0.0,0.0,0.0,-0.999}},{{0.988,0.0,0.0,0.0},{0.0,1.433,0.0,0.0},{0.0,0.0,-2.804,0.0},{0.0,0.0,0.0,1.751}}}}
+C{name="diag_embed offset", expr="a:diag_embed(-1)", inputs={"f64_3_b"}, dtype="float64", shape={4,4}, values={{0.0,0.0,0.0,0.0},{0.581,0.0,0.0,0.0},{0.0,0.173,0.0,0.0},{0.0,0.0,2.023,0.0}}}
 end)() end
 do local C = adder("convert"); (function()
 C{name="float32 -> int64 truncates toward zero", expr="a:to(torch.int64)", inputs={"f32_cast"}, dtype="int64", shape={8}, values={-2,0,0,0,0,2,100,-100}}
