@@ -11,7 +11,7 @@ import math
 
 import torch
 import torch.nn.functional as F
-from reflua import lua, print_cases
+from reflua import lua_value, print_cases
 
 CASES = {
     # name: (T, N, C), targets (padded list of rows or concatenated), input lengths, target lengths, options
@@ -44,14 +44,4 @@ def run(name):
             "opts": opts, "loss": loss.detach().reshape(-1).tolist(), "dlogits": logits.grad.reshape(-1).tolist()}
 
 
-def value(v):
-    if isinstance(v, dict):
-        return "{" + ", ".join("%s = %s" % (k, value(v[k])) for k in sorted(v)) + "}"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return '"%s"' % v
-    return lua(v)
-
-
-print_cases("gen_ctc_ref.py", {name: run(name) for name in CASES}, value)
+print_cases("gen_ctc_ref.py", {name: run(name) for name in CASES}, lua_value)

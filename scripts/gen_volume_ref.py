@@ -11,13 +11,9 @@ import math
 
 import torch
 import torch.nn.functional as F
-from reflua import lua, print_cases
+from reflua import filled, lua, print_cases
 
 X = (2, 3, 5, 6, 7)
-
-
-def filled(shape, f):
-    return torch.tensor([f(k) for k in range(math.prod(shape))], dtype=torch.float64).reshape(shape)
 
 
 CONV = {  # name: (conv3d or conv_transpose3d, weight shape, bias, options)

@@ -19,6 +19,22 @@ def print_cases(generator, cases, lua):
     print("}")
 
 
+def lua_value(v):
+    """lua(v), and also strings, booleans, None (nil) and dicts (tables
+    with their keys sorted), for the cases' options."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "nil"
+    if isinstance(v, str):
+        return '"%s"' % v
+    if isinstance(v, dict):
+        return "{" + ", ".join("%s = %s" % (k, lua_value(v[k])) for k in sorted(v) if v[k] is not None) + "}"
+    if isinstance(v, (list, tuple)):
+        return "{" + ", ".join(lua_value(x) for x in v) + "}"
+    return lua(v)
+
+
 def lua(v):
     """A number or a (nested) list as a Lua literal: %.17g, which reads back
     as the same double; infinities as math.huge."""

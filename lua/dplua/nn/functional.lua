@@ -1257,6 +1257,27 @@ local function ceil_pool(x, k, s, p, d, fill)
   return x, Ho, Wo, eh, ew
 end
 
+-- The pools' trailing arguments, positionally or as one options table
+-- after kernel_size.
+local function max_pool_args(stride, padding, dilation, ceil_mode, return_indices)
+  if type(stride) == "table" and stride[1] == nil then
+    local o = stride
+    return o.stride, o.padding, o.dilation, o.ceil_mode, o.return_indices
+  end
+  return stride, padding, dilation, ceil_mode, return_indices
+end
+local function avg_pool_args(fn, stride, padding, ceil_mode, count_include_pad, divisor_override)
+  if type(stride) == "table" and stride[1] == nil then
+    local o = stride
+    stride, padding, ceil_mode, count_include_pad, divisor_override =
+      o.stride, o.padding, o.ceil_mode, o.count_include_pad, o.divisor_override
+  end
+  if divisor_override ~= nil and (type(divisor_override) ~= "number" or divisor_override == 0) then
+    raise(fn .. ": divisor must be not zero")
+  end
+  return stride, padding, ceil_mode, count_include_pad, divisor_override
+end
+
 -- The flat position (row * W + column, in an input W wide) of each
 -- window's element at `at` (int64 (N, C, L), offsets within the windows
 -- in unfold's order): the offsets' distances from the window's corner,
@@ -1283,10 +1304,8 @@ end
 -- its (H, W) plane (int64, the output's shape).
 function F.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
   local fn = "max_pool2d"
-  if type(stride) == "table" and stride[1] == nil then
-    local o = stride
-    stride, padding, dilation, ceil_mode, return_indices = o.stride, o.padding, o.dilation, o.ceil_mode, o.return_indices
-  end
+  stride, padding, dilation, ceil_mode, return_indices =
+    max_pool_args(stride, padding, dilation, ceil_mode, return_indices)
   local x, batched, k, s, p, d, Ho, Wo = pool_window(input, fn, kernel_size, stride, padding, dilation)
   local W = x:size(3)
   if ceil_mode then x, Ho, Wo = ceil_pool(x, k, s, p, d, -math.huge) end
@@ -1311,14 +1330,8 @@ end
 -- the input when count_include_pad is false).
 function F.avg_pool2d(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
   local fn = "avg_pool2d"
-  if type(stride) == "table" and stride[1] == nil then
-    local o = stride
-    stride, padding, ceil_mode, count_include_pad, divisor_override =
-      o.stride, o.padding, o.ceil_mode, o.count_include_pad, o.divisor_override
-  end
-  if divisor_override ~= nil and (type(divisor_override) ~= "number" or divisor_override == 0) then
-    raise(fn .. ": divisor must be not zero")
-  end
+  stride, padding, ceil_mode, count_include_pad, divisor_override =
+    avg_pool_args(fn, stride, padding, ceil_mode, count_include_pad, divisor_override)
   local x, batched, k, s, p, _, Ho, Wo = pool_window(input, fn, kernel_size, stride, padding, 1)
   local N, C, H, W = x:size(0), x:size(1), x:size(2), x:size(3)
   local eh, ew = 0, 0
@@ -1645,10 +1658,8 @@ end
 -- the max_pool2d of each depth slice over the kernel's depth.
 function F.max_pool3d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
   local fn = "max_pool3d"
-  if type(stride) == "table" and stride[1] == nil then
-    local o = stride
-    stride, padding, dilation, ceil_mode, return_indices = o.stride, o.padding, o.dilation, o.ceil_mode, o.return_indices
-  end
+  stride, padding, dilation, ceil_mode, return_indices =
+    max_pool_args(stride, padding, dilation, ceil_mode, return_indices)
   if return_indices then raise(fn .. ": return_indices is not supported for 3-D pooling (max_pool2d has it)") end
   local x, batched = volume_input(input, fn)
   local k = triple(kernel_size, fn, "kernel_size")
@@ -1669,14 +1680,8 @@ end
 -- windows reach past it never).
 function F.avg_pool3d(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
   local fn = "avg_pool3d"
-  if type(stride) == "table" and stride[1] == nil then
-    local o = stride
-    stride, padding, ceil_mode, count_include_pad, divisor_override =
-      o.stride, o.padding, o.ceil_mode, o.count_include_pad, o.divisor_override
-  end
-  if divisor_override ~= nil and (type(divisor_override) ~= "number" or divisor_override == 0) then
-    raise(fn .. ": divisor must be not zero")
-  end
+  stride, padding, ceil_mode, count_include_pad, divisor_override =
+    avg_pool_args(fn, stride, padding, ceil_mode, count_include_pad, divisor_override)
   local x, batched = volume_input(input, fn)
   local k = triple(kernel_size, fn, "kernel_size")
   local s, p = triple(stride or kernel_size, fn, "stride"), triple(padding or 0, fn, "padding")
@@ -1856,10 +1861,8 @@ end
 -- table after kernel_size: input (N, C, L) or (C, L).
 function F.max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
   local fn = "max_pool1d"
-  if type(stride) == "table" and stride[1] == nil then
-    local o = stride
-    stride, padding, dilation, ceil_mode, return_indices = o.stride, o.padding, o.dilation, o.ceil_mode, o.return_indices
-  end
+  stride, padding, dilation, ceil_mode, return_indices =
+    max_pool_args(stride, padding, dilation, ceil_mode, return_indices)
   local k = one(kernel_size, fn, "kernel_size")
   return squeezed(F.max_pool2d(as_2d(input, fn), { 1, k }, { 1, one(stride, fn, "stride", k) },
                                { 0, one(padding, fn, "padding", 0) }, { 1, one(dilation, fn, "dilation", 1) }, ceil_mode,
@@ -1870,10 +1873,7 @@ end
 -- ceil_mode=false, count_include_pad=true]) or with an options table.
 function F.avg_pool1d(input, kernel_size, stride, padding, ceil_mode, count_include_pad)
   local fn = "avg_pool1d"
-  if type(stride) == "table" and stride[1] == nil then
-    local o = stride
-    stride, padding, ceil_mode, count_include_pad = o.stride, o.padding, o.ceil_mode, o.count_include_pad
-  end
+  stride, padding, ceil_mode, count_include_pad = avg_pool_args(fn, stride, padding, ceil_mode, count_include_pad)
   local k = one(kernel_size, fn, "kernel_size")
   return squeezed(F.avg_pool2d(as_2d(input, fn), { 1, k }, { 1, one(stride, fn, "stride", k) },
                                { 0, one(padding, fn, "padding", 0) }, ceil_mode, count_include_pad))

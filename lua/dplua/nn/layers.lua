@@ -487,43 +487,33 @@ function L.AvgPool3d:forward(x)
 end
 L.AvgPool3d.extra_repr = L.AvgPool2d.extra_repr
 
-L.AdaptiveAvgPool3d = Module:extend("AdaptiveAvgPool3d")
-function L.AdaptiveAvgPool3d:__init(output_size) L.AdaptiveAvgPool2d.__init(self, output_size) end
-function L.AdaptiveAvgPool3d:forward(x) return F.adaptive_avg_pool3d(x, self.output_size) end
-L.AdaptiveAvgPool3d.extra_repr = L.AdaptiveAvgPool2d.extra_repr
-
-L.AdaptiveMaxPool3d = Module:extend("AdaptiveMaxPool3d")
-function L.AdaptiveMaxPool3d:__init(...) L.AdaptiveMaxPool2d.__init(self, ...) end
-function L.AdaptiveMaxPool3d:forward(x) return F.adaptive_max_pool3d(x, self.output_size, self.return_indices) end
-L.AdaptiveMaxPool3d.extra_repr = L.AdaptiveAvgPool2d.extra_repr
+-- A pool of another dimension: the 2-D module's constructor and
+-- printing, F's function of that dimension.
+local function pool_variant(name, base, forward)
+  local cls = Module:extend(name)
+  function cls:__init(...) base.__init(self, ...) end
+  cls.forward, cls.extra_repr = forward, base.extra_repr
+  L[name] = cls
+end
+pool_variant("AdaptiveAvgPool3d", L.AdaptiveAvgPool2d, function(self, x) return F.adaptive_avg_pool3d(x, self.output_size) end)
+pool_variant("AdaptiveMaxPool3d", L.AdaptiveMaxPool2d, function(self, x)
+  return F.adaptive_max_pool3d(x, self.output_size, self.return_indices)
+end)
 
 -- The 1-D pools: MaxPool1d, AvgPool1d, AdaptiveAvgPool1d,
 -- AdaptiveMaxPool1d and MaxUnpool1d, with the 2-D ones' arguments as
 -- single numbers, over F's 1-D functions.
-L.MaxPool1d = Module:extend("MaxPool1d")
-function L.MaxPool1d:__init(...) L.MaxPool2d.__init(self, ...) end
-function L.MaxPool1d:forward(x)
+pool_variant("MaxPool1d", L.MaxPool2d, function(self, x)
   return F.max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
                       self.return_indices)
-end
-L.MaxPool1d.extra_repr = L.MaxPool2d.extra_repr
-
-L.AvgPool1d = Module:extend("AvgPool1d")
-function L.AvgPool1d:__init(...) L.AvgPool2d.__init(self, ...) end
-function L.AvgPool1d:forward(x)
+end)
+pool_variant("AvgPool1d", L.AvgPool2d, function(self, x)
   return F.avg_pool1d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
-end
-L.AvgPool1d.extra_repr = L.AvgPool2d.extra_repr
-
-L.AdaptiveAvgPool1d = Module:extend("AdaptiveAvgPool1d")
-function L.AdaptiveAvgPool1d:__init(output_size) L.AdaptiveAvgPool2d.__init(self, output_size) end
-function L.AdaptiveAvgPool1d:forward(x) return F.adaptive_avg_pool1d(x, self.output_size) end
-L.AdaptiveAvgPool1d.extra_repr = L.AdaptiveAvgPool2d.extra_repr
-
-L.AdaptiveMaxPool1d = Module:extend("AdaptiveMaxPool1d")
-function L.AdaptiveMaxPool1d:__init(...) L.AdaptiveMaxPool2d.__init(self, ...) end
-function L.AdaptiveMaxPool1d:forward(x) return F.adaptive_max_pool1d(x, self.output_size, self.return_indices) end
-L.AdaptiveMaxPool1d.extra_repr = L.AdaptiveAvgPool2d.extra_repr
+end)
+pool_variant("AdaptiveAvgPool1d", L.AdaptiveAvgPool2d, function(self, x) return F.adaptive_avg_pool1d(x, self.output_size) end)
+pool_variant("AdaptiveMaxPool1d", L.AdaptiveMaxPool2d, function(self, x)
+  return F.adaptive_max_pool1d(x, self.output_size, self.return_indices)
+end)
 
 L.MaxUnpool1d = Module:extend("MaxUnpool1d")
 function L.MaxUnpool1d:__init(kernel_size, stride, padding)
