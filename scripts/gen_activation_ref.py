@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Writes tests/ref/activations.lua: PyTorch's outputs and input gradients
 (of the output's sum) of LeakyReLU, ELU, Softplus, Hardtanh, ReLU6, Mish,
-Hardsigmoid, Hardswish, SELU and Softsign
+Hardsigmoid, Hardswish, SELU, Softsign, CELU, LogSigmoid, Tanhshrink,
+Softshrink, Hardshrink and Threshold
 for tests/lua/test_activations.lua, in float64, over inputs that include
 large magnitudes (where a careless composite overflows) and avoid the
 points where the activations have a kink.
@@ -27,6 +28,14 @@ cases = {
     "hardswish": nn.Hardswish(),
     "selu": nn.SELU(),
     "softsign": nn.Softsign(),
+    "celu": nn.CELU(),
+    "celu_alpha": nn.CELU(alpha=2.5),
+    "logsigmoid": nn.LogSigmoid(),
+    "tanhshrink": nn.Tanhshrink(),
+    "softshrink": nn.Softshrink(),
+    "softshrink_lambd": nn.Softshrink(1.5),
+    "hardshrink": nn.Hardshrink(0.45),
+    "threshold": nn.Threshold(0.2, -7.0),
 }
 
 

@@ -1,5 +1,6 @@
--- test_activations.lua: nn.LeakyReLU, ELU, Softplus, Hardtanh, ReLU6 and
--- Mish (and their F.* forms) against PyTorch's outputs and gradients in
+-- test_activations.lua: nn.LeakyReLU, ELU, Softplus, Hardtanh, ReLU6,
+-- Mish, Hardsigmoid, Hardswish, SELU, Softsign, CELU, LogSigmoid,
+-- Tanhshrink, Softshrink, Hardshrink and Threshold (and their F.* forms) against PyTorch's outputs and gradients in
 -- float64 (tests/ref/activations.lua, written by
 -- scripts/gen_activation_ref.py), over inputs up to 800 where exp
 -- overflows; float64 gradcheck; float32; argument errors.
@@ -25,6 +26,14 @@ local modules = {
   hardswish = nn.Hardswish(),
   selu = nn.SELU(),
   softsign = nn.Softsign(),
+  celu = nn.CELU(),
+  celu_alpha = nn.CELU({ alpha = 2.5 }),
+  logsigmoid = nn.LogSigmoid(),
+  tanhshrink = nn.Tanhshrink(),
+  softshrink = nn.Softshrink(),
+  softshrink_lambd = nn.Softshrink(1.5),
+  hardshrink = nn.Hardshrink(0.45),
+  threshold = nn.Threshold(0.2, -7.0),
 }
 
 for _, name in ipairs(T.sorted_keys(modules)) do

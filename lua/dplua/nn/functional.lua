@@ -161,6 +161,101 @@ local SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.050700987355
 function F.selu(x) return F.elu(want_tensor(x, "selu", "input"), SELU_ALPHA) * SELU_SCALE end
 function F.softsign(x) return want_tensor(x, "softsign", "input") / (x:abs() + 1) end
 
+-- celu(x, alpha=1): x where x > 0, alpha (exp(x / alpha) - 1) elsewhere
+function F.celu(x, alpha)
+  want_tensor(x, "celu", "input")
+  if type(alpha) == "table" then alpha = alpha.alpha end
+  alpha = want_number(alpha, "celu", "alpha", 1)
+  if alpha == 0 then raise("celu: alpha must not be 0") end
+  return torch.where(x:gt(0), x, ((x:clamp(nil, 0) / alpha):exp() - 1) * alpha)
+end
+-- logsigmoid(x) = -softplus(-x), without overflow
+function F.logsigmoid(x) return -F.softplus(-want_tensor(x, "logsigmoid", "input")) end
+function F.softmin(x, dim) return F.softmax(-want_tensor(x, "softmin", "input"), dim) end
+function F.tanhshrink(x) return want_tensor(x, "tanhshrink", "input") - x:tanh() end
+-- softshrink(x, lambd=0.5): x - lambd above lambd, x + lambd below
+-- -lambd, 0 between; hardshrink(x, lambd=0.5): x outside [-lambd, lambd]
+local function lambd_of(v, fn)
+  if type(v) == "table" then v = v.lambd end
+  v = want_number(v, fn, "lambd", 0.5)
+  if v < 0 then raise(string.format("%s: lambd must be non-negative, got %s", fn, tostring(v))) end
+  return v
+end
+function F.softshrink(x, lambd)
+  want_tensor(x, "softshrink", "input")
+  local l = lambd_of(lambd, "softshrink")
+  return torch.where(x:gt(l), x - l, torch.where(x:lt(-l), x + l, 0))
+end
+function F.hardshrink(x, lambd)
+  want_tensor(x, "hardshrink", "input")
+  local l = lambd_of(lambd, "hardshrink")
+  return torch.where(x:abs():gt(l), x, 0)
+end
+-- threshold(x, threshold, value): x where x > threshold, value elsewhere
+function F.threshold(x, threshold, value)
+  want_tensor(x, "threshold", "input")
+  if type(threshold) == "table" then threshold, value = threshold.threshold, threshold.value end
+  threshold, value = want_number(threshold, "threshold", "threshold"), want_number(value, "threshold", "value")
+  if threshold == nil or value == nil then raise("threshold: expected the threshold and the value") end
+  return torch.where(x:gt(threshold), x, value)
+end
+-- glu(x, dim=-1): the first half of dim times the sigmoid of the second
+function F.glu(x, dim)
+  want_tensor(x, "glu", "input")
+  if type(dim) == "table" then dim = dim.dim end
+  dim = dim or -1
+  local n = x:size(dim)
+  if n % 2 ~= 0 then raise(string.format("glu: halving dimension must be even, but dimension %d is size %d", dim, n)) end
+  local a, b = x:narrow(dim, 0, n / 2), x:narrow(dim, n / 2, n / 2)
+  return a * b:sigmoid()
+end
+-- prelu(x, weight): x where x >= 0, weight x elsewhere; weight one
+-- number or one per channel (dim 1, or dim 0 of a 1-D input)
+function F.prelu(x, weight)
+  want_tensor(x, "prelu", "input")
+  want_tensor(weight, "prelu", "weight")
+  local w = weight
+  if weight:numel() ~= 1 then
+    local C = x:dim() >= 2 and x:size(1) or x:size(0)
+    if weight:dim() ~= 1 or weight:size(0) ~= C then
+      raise(string.format("prelu: expected weight of one element or one per channel (%d), got %s", C, shape_str(weight)))
+    end
+    local shape = {}
+    for d = 1, x:dim() do shape[d] = 1 end
+    shape[x:dim() >= 2 and 2 or 1] = C
+    w = weight:view(shape)
+  else
+    w = weight:reshape({})
+  end
+  return torch.where(x:ge(0), x, x * w)
+end
+-- rrelu(x, lower=1/8, upper=1/3, training=false): training, each negative
+-- element times a slope drawn uniformly from [lower, upper]; otherwise
+-- their mean
+function F.rrelu(x, lower, upper, training)
+  want_tensor(x, "rrelu", "input")
+  if type(lower) == "table" then lower, upper, training = lower.lower, lower.upper, lower.training end
+  lower, upper = want_number(lower, "rrelu", "lower", 1 / 8), want_number(upper, "rrelu", "upper", 1 / 3)
+  if lower > upper then raise("rrelu: lower bound should be less than or equal to the upper bound") end
+  local slope = (lower + upper) / 2
+  if training then slope = torch.rand_like(x) * (upper - lower) + lower end
+  return torch.where(x:ge(0), x, x * slope)
+end
+-- gumbel_softmax(logits [, tau=1, hard=false, dim=-1]) (or {tau=, hard=,
+-- dim=}): softmax((logits + Gumbel noise) / tau); hard gives the one-hot
+-- of its argmax with the soft sample's gradient (straight through)
+function F.gumbel_softmax(logits, tau, hard, dim)
+  want_tensor(logits, "gumbel_softmax", "logits")
+  if type(tau) == "table" then tau, hard, dim = tau.tau, tau.hard, tau.dim end
+  tau, dim = want_number(tau, "gumbel_softmax", "tau", 1), dim or -1
+  local gumbels = -torch.rand_like(logits):clamp(1e-20, 1):log():neg():log()
+  local y = F.softmax((logits + gumbels) / tau, dim)
+  if not hard then return y end
+  local index = y:argmax(dim, true)
+  local one_hot = torch.zeros_like(y):scatter(dim, index, 1)
+  return one_hot - y:detach() + y
+end
+
 local function dim_arg(dim, fn)
   if type(dim) == "table" then dim = dim.dim end
   if dim == nil then raise(fn .. ": the dim argument is required") end
@@ -192,6 +287,66 @@ function F.dropout(x, p, training)
   if p == 1 then return x * 0 end
   return torch._native_dropout(x, p)
 end
+
+-- dropout1d / dropout2d / dropout3d(x, p=0.5, training=true): whole
+-- channels zeroed (one draw per sample and channel), the kept ones scaled
+-- by 1 / (1 - p); input (N, C, *) or unbatched (C, *) with 1, 2 or 3
+-- trailing dims.
+-- The shape of one draw per sample and channel.
+local function channel_shape(x, fn, spatial)
+  local batched = x:dim() == spatial + 2
+  if not batched and x:dim() ~= spatial + 1 then
+    raise(string.format("%s: expected a %d-D or %d-D input, got %s", fn, spatial + 1, spatial + 2, shape_str(x)))
+  end
+  local shape = {}
+  local lead = batched and 2 or 1
+  for d = 1, x:dim() do shape[d] = d <= lead and x:size(d - 1) or 1 end
+  return shape
+end
+local function channel_dropout(fn, spatial)
+  return function(x, p, training)
+    if type(p) == "table" then p, training = p.p, p.training end
+    want_tensor(x, fn, "input")
+    if p == nil then p = 0.5 end
+    if type(p) ~= "number" or p < 0 or p > 1 then
+      raise(fn .. ": dropout probability has to be between 0 and 1, but got " .. tostring(p))
+    end
+    local shape = channel_shape(x, fn, spatial)
+    if training == false or p == 0 then return x end
+    if p == 1 then return x * 0 end
+    local keep = torch.rand(shape, { dtype = x.dtype, device = x.device }):ge(p)
+    return x * keep:to(x.dtype) * (1 / (1 - p))
+  end
+end
+F.dropout1d = channel_dropout("dropout1d", 1)
+F.dropout2d = channel_dropout("dropout2d", 2)
+F.dropout3d = channel_dropout("dropout3d", 3)
+
+-- alpha_dropout / feature_alpha_dropout(x, p=0.5, training=false): SELU's
+-- dropout: dropped elements (channels) set to SELU's negative saturation,
+-- then an affine map that keeps the mean and variance.
+local function alpha_dropout(fn, mask_of)
+  return function(x, p, training)
+    if type(p) == "table" then p, training = p.p, p.training end
+    want_tensor(x, fn, "input")
+    if p == nil then p = 0.5 end
+    if type(p) ~= "number" or p < 0 or p > 1 then
+      raise(fn .. ": dropout probability has to be between 0 and 1, but got " .. tostring(p))
+    end
+    if not training or p == 0 then return x end
+    if p == 1 then return x * 0 end
+    local alpha = -1.7580993408473766   -- -SELU's scale times alpha
+    local a = 1 / math.sqrt((1 - p) * (1 + p * alpha * alpha))
+    local keep = mask_of(x, p):to(x.dtype)
+    return (x * keep + (1 - keep) * alpha) * a - a * alpha * p
+  end
+end
+F.alpha_dropout = alpha_dropout("alpha_dropout", function(x, p) return torch.rand_like(x):ge(p) end)
+F.feature_alpha_dropout = alpha_dropout("feature_alpha_dropout", function(x, p)
+  local shape = { x:size(0), x:dim() > 1 and x:size(1) or nil }
+  for d = #shape + 1, x:dim() do shape[d] = 1 end
+  return torch.rand(shape, { dtype = x.dtype, device = x.device }):ge(p)
+end)
 
 ---------------------------------------------------------------- linear
 
@@ -1738,6 +1893,71 @@ function F.adaptive_max_pool3d(input, output_size, return_indices)
                     function(t, size) return F.adaptive_max_pool2d(t, size) end)
 end
 
+-- lp_pool2d(input, norm_type, kernel_size [, stride=kernel_size,
+-- ceil_mode=false]) and lp_pool1d: (the sum of x^p over each window)^(1/p),
+-- as PyTorch's (through avg_pool, a negative sum taken as 0).
+local function lp_pool(fn, avg, window)
+  return function(input, norm_type, kernel_size, stride, ceil_mode)
+    if type(stride) == "table" and stride[1] == nil then stride, ceil_mode = stride.stride, stride.ceil_mode end
+    local p = want_number(norm_type, fn, "norm_type")
+    if p == nil or p == 0 then raise(fn .. ": expected a non-zero norm_type") end
+    local out = avg(input:pow(p), kernel_size, stride, 0, ceil_mode)
+    return (out:sign() * out:abs():relu() * window(kernel_size)):pow(1 / p)
+  end
+end
+F.lp_pool2d = lp_pool("lp_pool2d", function(x, k, s, p, c) return F.avg_pool2d(x, k, s, p, c) end, function(k)
+  local kk = pair(k, "lp_pool2d", "kernel_size")
+  return kk[1] * kk[2]
+end)
+F.lp_pool1d = lp_pool("lp_pool1d", function(x, k, s, p, c) return F.avg_pool1d(x, k, s, p, c) end, function(k)
+  return one(k, "lp_pool1d", "kernel_size")
+end)
+
+-- channel_shuffle(input, groups): (N, g * c, *) -> the channels of each
+-- group interleaved, (N, c * g, *).
+function F.channel_shuffle(input, groups)
+  local fn = "channel_shuffle"
+  want_tensor(input, fn, "input")
+  if input:dim() < 3 then raise(fn .. ": expected an input of at least 3 dims (N, C, ...), got " .. shape_str(input)) end
+  local C = input:size(1)
+  if type(groups) ~= "number" or groups < 1 or C % groups ~= 0 then
+    raise(string.format("%s: expected groups to divide the %d channels, got %s", fn, C, tostring(groups)))
+  end
+  local shape = input:size()
+  local split = { shape[1], groups, C / groups }
+  for d = 3, #shape do split[#split + 1] = shape[d] end
+  return input:reshape(split):transpose(1, 2):reshape(shape)
+end
+
+-- pdist(input [, p=2]): the p-norm distances between each pair of rows
+-- i < j of input (N, M), in that order, (N (N - 1) / 2).
+function F.pdist(input, p)
+  local fn = "pdist"
+  want_float(input, fn, "input")
+  if input:dim() ~= 2 then raise(fn .. ": expected a 2-D input (N, M), got " .. shape_str(input)) end
+  local N = input:size(0)
+  if N < 2 then return torch.zeros(0, { dtype = input.dtype, device = input.device }) end
+  local pairs_ = torch.triu_indices(N, N, 1, { device = input.device })
+  local a, b = input:index_select(0, pairs_[0]), input:index_select(0, pairs_[1])
+  return (a - b):norm(p or 2, 1)
+end
+
+-- bilinear(input1, input2, weight [, bias]): y_k = input1 W_k input2 +
+-- b_k, weight (out, in1, in2).
+function F.bilinear(input1, input2, weight, bias)
+  local fn = "bilinear"
+  want_float(input1, fn, "input1")
+  want_float(input2, fn, "input2")
+  want_float(weight, fn, "weight")
+  if weight:dim() ~= 3 or input1:size(-1) ~= weight:size(1) or input2:size(-1) ~= weight:size(2) then
+    raise(string.format("%s: expected weight (out, %d, %d) for inputs %s and %s, got %s", fn, input1:size(-1),
+                        input2:size(-1), shape_str(input1), shape_str(input2), shape_str(weight)))
+  end
+  local y = torch.einsum("...i,kij,...j->...k", input1, weight, input2)
+  if bias ~= nil then y = y + bias end
+  return y
+end
+
 ---------------------------------------------------------------- unfold, fold, pixel shuffle
 
 -- unfold(input, kernel_size [, dilation=1, padding=0, stride=1]) or with
@@ -2139,6 +2359,82 @@ function F.group_norm(input, num_groups, weight, bias, eps)
   return y
 end
 
+-- rms_norm(input, normalized_shape [, weight, eps]) (or {weight=, eps=}):
+-- input divided by the root mean square of its last dims (those of
+-- normalized_shape), plus eps (the dtype's machine epsilon by default, as
+-- PyTorch's), times weight.
+function F.rms_norm(input, normalized_shape, weight, eps)
+  local fn = "rms_norm"
+  if type(weight) == "table" and not is_tensor(weight) then weight, eps = weight.weight, weight.eps end
+  want_float(input, fn, "input")
+  if type(normalized_shape) == "number" then normalized_shape = { normalized_shape } end
+  local n, dims = #normalized_shape, {}
+  for i = 1, n do
+    if input:size(-n - 1 + i) ~= normalized_shape[i] then
+      raise(string.format("%s: expected input with shape [*, %s], got %s", fn, table.concat(normalized_shape, ", "),
+                          shape_str(input)))
+    end
+    dims[i] = input:dim() - n + i - 1
+  end
+  if eps == nil then eps = input.dtype == torch.float64 and 2.220446049250313e-16 or 1.1920928955078125e-07 end
+  local y = input * ((input * input):mean(dims, true) + eps):rsqrt()
+  if weight ~= nil then y = y * weight end
+  return y
+end
+
+-- instance_norm(input [, {running_mean=, running_var=, weight=, bias=,
+-- use_input_stats=true, momentum=0.1, eps=1e-5}]): each sample's channel
+-- normalized over its own elements (group_norm with a group a channel);
+-- running statistics, when given, take the mean over the batch of the
+-- instances' (unbiased) ones, and stand in for them without
+-- use_input_stats.
+function F.instance_norm(input, opts)
+  local fn = "instance_norm"
+  want_float(input, fn, "input")
+  opts = opts or {}
+  if input:dim() < 3 then raise(fn .. ": expected an input of at least 3 dims (N, C, ...), got " .. shape_str(input)) end
+  local N, C = input:size(0), input:size(1)
+  local eps, rm, rv = opts.eps or 1e-5, opts.running_mean, opts.running_var
+  local cshape = { 1, C }
+  for d = 3, input:dim() do cshape[d] = 1 end
+  local y
+  if opts.use_input_stats == false then
+    if rm == nil or rv == nil then raise(fn .. ": expected running_mean and running_var when use_input_stats is false") end
+    y = (input - rm:view(cshape)) * (rv:view(cshape) + eps):rsqrt()
+  else
+    y = F.group_norm(input, C, nil, nil, eps)
+    if rm ~= nil and rv ~= nil then
+      torch.no_grad(function()
+        local m = opts.momentum or 0.1
+        local flat = input:detach():reshape(N, C, -1)
+        local count = flat:size(2)
+        rm:mul_(1 - m):add_(flat:mean(2):mean(0) * m)
+        rv:mul_(1 - m):add_(flat:var(2, { correction = count > 1 and 1 or 0 }):mean(0) * m)
+      end)
+    end
+  end
+  if opts.weight ~= nil then y = y * opts.weight:view(cshape) end
+  if opts.bias ~= nil then y = y + opts.bias:view(cshape) end
+  return y
+end
+
+-- local_response_norm(input, size [, alpha=1e-4, beta=0.75, k=1]) (or
+-- {alpha=, beta=, k=}): each value divided by (k + alpha * the mean of the
+-- squares of the size channels around it)^beta, as PyTorch.
+function F.local_response_norm(input, size, alpha, beta, k)
+  local fn = "local_response_norm"
+  if type(alpha) == "table" then alpha, beta, k = alpha.alpha, alpha.beta, alpha.k end
+  want_float(input, fn, "input")
+  if input:dim() < 3 then raise(fn .. ": expected an input of at least 3 dims (N, C, ...), got " .. shape_str(input)) end
+  alpha, beta, k = alpha or 1e-4, beta or 0.75, k or 1
+  local front, back = math.floor(size / 2), math.floor((size - 1) / 2)
+  local N, C = input:size(0), input:size(1)
+  local sq = (input * input):reshape(N, 1, C, -1, 1)
+  local div = F.pad(sq, { 0, 0, 0, 0, front, back })
+  div = F.avg_pool3d(div, { size, 1, 1 }, 1):reshape(input:size())
+  return input / (div * alpha + k):pow(beta)
+end
+
 -- normalize(input [, p = 2, dim = 1, eps = 1e-12]) or normalize(input,
 -- {p =, dim =, eps =}): input divided by its p-norm along dim, at least eps.
 function F.normalize(input, p, dim, eps)
@@ -2408,6 +2704,75 @@ function F.embedding(input, weight, padding_idx)
     out = torch.where(mask, out:detach(), out)
   end
   return out
+end
+
+-- embedding_bag(input, weight [, offsets] [, {offsets=, mode="mean",
+-- per_sample_weights=, include_last_offset=false, padding_idx=}]): the
+-- sum, mean or max of each bag's embeddings: bags are the rows of a 2-D
+-- input, or the runs of a 1-D input that offsets start. An empty bag gives
+-- zeros; padding_idx's entries take no part.
+function F.embedding_bag(input, weight, offsets, opts)
+  local fn = "embedding_bag"
+  if type(offsets) == "table" and not is_tensor(offsets) then offsets, opts = offsets.offsets, offsets end
+  opts = opts or {}
+  local mode = opts.mode or "mean"
+  if mode ~= "sum" and mode ~= "mean" and mode ~= "max" then
+    raise(fn .. ': mode must be "sum", "mean" or "max", got ' .. tostring(mode))
+  end
+  want_tensor(input, fn, "input")
+  want_tensor(weight, fn, "weight")
+  if input.dtype ~= torch.int64 and input.dtype ~= torch.int32 then raise(fn .. ": expected integer indices") end
+  if weight:dim() ~= 2 then raise(fn .. ": expected weight (num_embeddings, embedding_dim), got " .. shape_str(weight)) end
+  local psw = opts.per_sample_weights
+  if psw ~= nil and mode ~= "sum" then raise(fn .. ': per_sample_weights are only supported for mode "sum"') end
+  -- each index's bag
+  local flat, bag_of, B
+  if input:dim() == 2 then
+    if offsets ~= nil then raise(fn .. ": offsets go with a 1-D input, not a 2-D one") end
+    B = input:size(0)
+    flat = input:reshape(-1)
+    bag_of = torch.arange(B, { dtype = torch.int64 }):repeat_interleave(input:size(1))
+    if psw ~= nil then psw = psw:reshape(-1) end
+  elseif input:dim() == 1 then
+    if offsets == nil then raise(fn .. ": a 1-D input needs offsets (each bag's start)") end
+    local starts = is_tensor(offsets) and offsets:tolist() or { unpack(offsets) }
+    local n = input:size(0)
+    if opts.include_last_offset then starts[#starts] = nil end
+    B = #starts
+    local bag = {}
+    for b = 1, B do
+      local stop = starts[b + 1] or n
+      if starts[b] < 0 or stop > n or starts[b] > stop then raise(fn .. ": offsets must rise from 0 within the input") end
+      for _ = starts[b], stop - 1 do bag[#bag + 1] = b - 1 end
+    end
+    flat = input
+    bag_of = torch.tensor(bag, { dtype = torch.int64 })
+  else
+    raise(fn .. ": expected a 1-D or 2-D input, got " .. shape_str(input))
+  end
+  local dev, D = weight.device, weight:size(1)
+  bag_of = bag_of:to(dev)
+  local rows = weight:index_select(0, flat:to(torch.int64))
+  local used = torch.ones(flat:size(0), { dtype = weight.dtype, device = dev })
+  if opts.padding_idx ~= nil then used = flat:ne(opts.padding_idx):to(weight.dtype) end
+  if psw ~= nil then rows = rows * psw:unsqueeze(1) end
+  if mode == "max" then
+    local out = {}
+    local bags = bag_of:cpu():tolist()
+    local first = 1
+    for b = 0, B - 1 do
+      local last = first
+      while bags[last] == b do last = last + 1 end
+      local part = rows:narrow(0, first - 1, last - first)
+      out[b + 1] = last > first and part:amax(0) or torch.zeros(D, { dtype = weight.dtype, device = dev })
+      first = last
+    end
+    return torch.stack(out, 0)
+  end
+  local sums = torch.zeros(B, D, { dtype = weight.dtype, device = dev }):index_add(0, bag_of, rows * used:unsqueeze(1))
+  if mode == "sum" then return sums end
+  local counts = torch.zeros(B, { dtype = weight.dtype, device = dev }):index_add(0, bag_of, used)
+  return sums / counts:clamp(1):unsqueeze(1)
 end
 
 return F

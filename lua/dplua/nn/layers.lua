@@ -44,8 +44,9 @@ local function factory(opts)
 end
 
 -- torch.empty/ones/zeros(shape [, {dtype=, device=}]).
-local function make(maker, shape, opts)
+local function make(maker, shape, opts, value)
   local f = factory(opts)
+  if value ~= nil then return torch[maker](shape, value, f) end   -- (torch.full's fill value)
   if f then return torch[maker](shape, f) end
   return torch[maker](shape)
 end
@@ -113,6 +114,54 @@ activation("Hardsigmoid", {}, F.hardsigmoid)
 activation("Hardswish", {}, F.hardswish)
 activation("SELU", {}, F.selu)
 activation("Softsign", {}, F.softsign)
+activation("CELU", { { "alpha", 1.0 } }, F.celu)
+activation("LogSigmoid", {}, F.logsigmoid)
+activation("Tanhshrink", {}, F.tanhshrink)
+activation("Softshrink", { { "lambd", 0.5 } }, F.softshrink)
+activation("Hardshrink", { { "lambd", 0.5 } }, F.hardshrink)
+activation("Threshold", { { "threshold" }, { "value" } }, F.threshold)
+activation("GLU", { { "dim", -1 } }, F.glu)
+activation("ChannelShuffle", { { "groups" } }, F.channel_shuffle)
+
+-- RReLU(lower=1/8, upper=1/3): random slopes while training, their mean otherwise.
+L.RReLU = Module:extend("RReLU")
+function L.RReLU:__init(lower, upper)
+  if is_opts(lower) then lower, upper = lower.lower, lower.upper end
+  self.lower, self.upper = lower or 1 / 8, upper or 1 / 3
+end
+function L.RReLU:forward(x) return F.rrelu(x, self.lower, self.upper, self.training) end
+function L.RReLU:extra_repr() return "lower=" .. pyfloat(self.lower) .. ", upper=" .. pyfloat(self.upper) end
+
+-- PReLU(num_parameters=1, init=0.25) (or {num_parameters=, init=, dtype=,
+-- device=}): a learnt slope, one or one per channel.
+L.PReLU = Module:extend("PReLU")
+function L.PReLU:__init(num_parameters, init_value)
+  local opts = {}
+  if is_opts(num_parameters) then
+    opts = check_opts(num_parameters, "PReLU", { num_parameters = true, init = true, dtype = true, device = true })
+    num_parameters, init_value = opts.num_parameters, opts.init
+  end
+  self.num_parameters = want_int(num_parameters or 1, "PReLU", "num_parameters", 1)
+  self.init = init_value or 0.25
+  self.weight = Parameter(make("full", { self.num_parameters }, opts, self.init))
+end
+function L.PReLU:forward(x) return F.prelu(x, self.weight) end
+function L.PReLU:extra_repr() return "num_parameters=" .. self.num_parameters end
+
+L.Softmin = Module:extend("Softmin")
+function L.Softmin:__init(dim)
+  if is_opts(dim) then dim = dim.dim end
+  self.dim = dim
+end
+function L.Softmin:forward(x) return F.softmin(x, self.dim) end
+function L.Softmin:extra_repr() return "dim=" .. pyrepr(self.dim) end
+
+-- Softmax2d: softmax over the channels (dim -3) of (N, C, H, W) or (C, H, W)
+L.Softmax2d = Module:extend("Softmax2d")
+function L.Softmax2d:forward(x)
+  if x:dim() ~= 3 and x:dim() ~= 4 then raise("Softmax2d: expected a 3-D or 4-D input, got " .. x:dim() .. " dims") end
+  return F.softmax(x, -3)
+end
 
 L.Softmax = Module:extend("Softmax")
 function L.Softmax:__init(dim)
@@ -139,6 +188,19 @@ function L.Dropout:__init(p)
 end
 function L.Dropout:forward(x) return F.dropout(x, self.p, self.training) end
 function L.Dropout:extra_repr() return "p=" .. pyfloat(self.p) .. ", inplace=False" end
+
+-- Dropout1d/2d/3d (whole channels), AlphaDropout and
+-- FeatureAlphaDropout (SELU's): Dropout's argument and printing.
+local function dropout_variant(name, fn)
+  local cls = L.Dropout:extend(name)
+  function cls:forward(x) return fn(x, self.p, self.training) end
+  L[name] = cls
+end
+dropout_variant("Dropout1d", F.dropout1d)
+dropout_variant("Dropout2d", F.dropout2d)
+dropout_variant("Dropout3d", F.dropout3d)
+dropout_variant("AlphaDropout", F.alpha_dropout)
+dropout_variant("FeatureAlphaDropout", F.feature_alpha_dropout)
 
 L.Flatten = Module:extend("Flatten")
 function L.Flatten:__init(start_dim, end_dim)
@@ -762,6 +824,156 @@ function L.LayerNorm:extra_repr()
                        pyrepr(self.elementwise_affine))
 end
 
+-- RMSNorm(normalized_shape [, eps, elementwise_affine=true]) or with
+-- {eps=, elementwise_affine=, dtype=, device=}: F.rms_norm with a weight
+-- of ones; eps nil is the dtype's machine epsilon, as PyTorch's.
+L.RMSNorm = Module:extend("RMSNorm")
+function L.RMSNorm:__init(normalized_shape, eps, elementwise_affine)
+  local opts = {}
+  if is_opts(eps) then
+    opts = check_opts(eps, "RMSNorm", { eps = true, elementwise_affine = true, dtype = true, device = true })
+    eps, elementwise_affine = opts.eps, opts.elementwise_affine
+  end
+  if type(normalized_shape) == "number" then normalized_shape = { normalized_shape } end
+  local shape = {}
+  for i, v in ipairs(normalized_shape) do shape[i] = want_int(v, "RMSNorm", "normalized_shape", 1) end
+  self.normalized_shape, self.eps = shape, eps
+  self.elementwise_affine = elementwise_affine ~= false
+  if self.elementwise_affine then self.weight = Parameter(make("ones", shape, opts))
+  else self:register_parameter("weight", nil) end
+end
+function L.RMSNorm:forward(x) return F.rms_norm(x, self.normalized_shape, self.weight, self.eps) end
+function L.RMSNorm:extra_repr()
+  return string.format("%s, eps=%s, elementwise_affine=%s", pyrepr(self.normalized_shape),
+                       self.eps == nil and "None" or pyfloat(self.eps), pyrepr(self.elementwise_affine))
+end
+
+-- InstanceNorm1d/2d/3d(num_features [, eps=1e-5, momentum=0.1,
+-- affine=false, track_running_stats=false]) or with an options table:
+-- F.instance_norm, running statistics as buffers when tracked (used in
+-- eval mode), an unbatched input (C, *) taken as a batch of one.
+local function instance_norm_class(name, spatial)
+  local cls = Module:extend(name)
+  function cls:__init(num_features, eps, momentum, affine, track_running_stats)
+    local opts = {}
+    if is_opts(eps) then
+      opts = check_opts(eps, name, { eps = true, momentum = true, affine = true, track_running_stats = true,
+                                     dtype = true, device = true })
+      eps, momentum, affine, track_running_stats = opts.eps, opts.momentum, opts.affine, opts.track_running_stats
+    end
+    self.num_features = want_int(num_features, name, "num_features", 1)
+    self.eps, self.momentum = eps or 1e-5, momentum or 0.1
+    self.affine, self.track_running_stats = affine == true, track_running_stats == true
+    if self.affine then
+      self.weight = Parameter(make("ones", { num_features }, opts))
+      self.bias = Parameter(make("zeros", { num_features }, opts))
+    else
+      self:register_parameter("weight", nil)
+      self:register_parameter("bias", nil)
+    end
+    if self.track_running_stats then
+      self:register_buffer("running_mean", make("zeros", { num_features }, opts))
+      self:register_buffer("running_var", make("ones", { num_features }, opts))
+      self:register_buffer("num_batches_tracked", torch.zeros({}, { dtype = torch.int64, device = opts.device }))
+    else
+      self:register_buffer("running_mean", nil)
+      self:register_buffer("running_var", nil)
+      self:register_buffer("num_batches_tracked", nil)
+    end
+  end
+  function cls:forward(x)
+    if x:dim() ~= spatial + 1 and x:dim() ~= spatial + 2 then
+      raise(string.format("%s: expected a %d-D or %d-D input, got %d-D input", name, spatial + 1, spatial + 2, x:dim()))
+    end
+    local batched = x:dim() == spatial + 2
+    if not batched then x = x:unsqueeze(0) end
+    if x:size(1) ~= self.num_features and self.affine then
+      raise(string.format("%s: expected input with %d channels, got %d", name, self.num_features, x:size(1)))
+    end
+    local use_input_stats = self.training or not self.track_running_stats
+    if self.training and self.track_running_stats then
+      torch.no_grad(function() self.num_batches_tracked:add_(1) end)
+    end
+    local y = F.instance_norm(x, { running_mean = self.running_mean, running_var = self.running_var, weight = self.weight,
+                                   bias = self.bias, use_input_stats = use_input_stats, momentum = self.momentum,
+                                   eps = self.eps })
+    return batched and y or y:squeeze(0)
+  end
+  function cls:extra_repr()
+    return string.format("%d, eps=%s, momentum=%s, affine=%s, track_running_stats=%s", self.num_features,
+                         pyfloat(self.eps), pyfloat(self.momentum), pyrepr(self.affine), pyrepr(self.track_running_stats))
+  end
+  L[name] = cls
+end
+instance_norm_class("InstanceNorm1d", 1)
+instance_norm_class("InstanceNorm2d", 2)
+instance_norm_class("InstanceNorm3d", 3)
+
+-- LocalResponseNorm(size [, alpha=1e-4, beta=0.75, k=1]).
+L.LocalResponseNorm = Module:extend("LocalResponseNorm")
+function L.LocalResponseNorm:__init(size, alpha, beta, k)
+  if is_opts(alpha) then alpha, beta, k = alpha.alpha, alpha.beta, alpha.k end
+  self.size = want_int(size, "LocalResponseNorm", "size", 1)
+  self.alpha, self.beta, self.k = alpha or 1e-4, beta or 0.75, k or 1.0
+end
+function L.LocalResponseNorm:forward(x) return F.local_response_norm(x, self.size, self.alpha, self.beta, self.k) end
+function L.LocalResponseNorm:extra_repr()
+  return string.format("%d, alpha=%s, beta=%s, k=%s", self.size, pyfloat(self.alpha), pyfloat(self.beta), pyfloat(self.k))
+end
+
+-- Bilinear(in1_features, in2_features, out_features [, bias=true]) (or an
+-- options table): weight (out, in1, in2) and bias uniform in
+-- +-1/sqrt(in1), as PyTorch.
+L.Bilinear = Module:extend("Bilinear")
+function L.Bilinear:__init(in1, in2, out, bias)
+  local opts = {}
+  if is_opts(bias) then
+    opts = check_opts(bias, "Bilinear", { bias = true, dtype = true, device = true })
+    bias = opts.bias
+  end
+  self.in1_features = want_int(in1, "Bilinear", "in1_features", 1)
+  self.in2_features = want_int(in2, "Bilinear", "in2_features", 1)
+  self.out_features = want_int(out, "Bilinear", "out_features", 1)
+  self.weight = Parameter(make("empty", { out, in1, in2 }, opts))
+  if bias ~= false then self.bias = Parameter(make("empty", { out }, opts))
+  else self:register_parameter("bias", nil) end
+  local bound = 1 / math.sqrt(in1)
+  init.uniform_(self.weight, -bound, bound)
+  if self.bias ~= nil then init.uniform_(self.bias, -bound, bound) end
+end
+function L.Bilinear:forward(x1, x2) return F.bilinear(x1, x2, self.weight, self.bias) end
+function L.Bilinear:extra_repr()
+  return string.format("in1_features=%d, in2_features=%d, out_features=%d, bias=%s", self.in1_features,
+                       self.in2_features, self.out_features, pyrepr(self.bias ~= nil))
+end
+
+-- EmbeddingBag(num_embeddings, embedding_dim [, {mode="mean",
+-- padding_idx=, include_last_offset=false, dtype=, device=}]):
+-- forward(input [, offsets, per_sample_weights]) through F.embedding_bag.
+L.EmbeddingBag = Module:extend("EmbeddingBag")
+function L.EmbeddingBag:__init(num_embeddings, embedding_dim, opts)
+  opts = check_opts(opts or {}, "EmbeddingBag", { mode = true, padding_idx = true, include_last_offset = true,
+                                                  dtype = true, device = true })
+  self.num_embeddings = want_int(num_embeddings, "EmbeddingBag", "num_embeddings", 1)
+  self.embedding_dim = want_int(embedding_dim, "EmbeddingBag", "embedding_dim", 1)
+  self.mode, self.padding_idx = opts.mode or "mean", opts.padding_idx
+  self.include_last_offset = opts.include_last_offset == true
+  self.weight = Parameter(make("empty", { num_embeddings, embedding_dim }, opts))
+  init.normal_(self.weight)
+  if self.padding_idx ~= nil then
+    local w = self.weight
+    torch.no_grad(function() w[self.padding_idx]:fill_(0) end)
+  end
+end
+function L.EmbeddingBag:forward(input, offsets, per_sample_weights)
+  return F.embedding_bag(input, self.weight, offsets, { mode = self.mode, padding_idx = self.padding_idx,
+                                                         include_last_offset = self.include_last_offset,
+                                                         per_sample_weights = per_sample_weights })
+end
+function L.EmbeddingBag:extra_repr()
+  return string.format("%d, %d, mode='%s'", self.num_embeddings, self.embedding_dim, self.mode)
+end
+
 -- CosineSimilarity([dim=1, eps=1e-8]) and PairwiseDistance([p=2, eps=1e-6,
 -- keepdim=false]), or with an options table: their F.* forms of (x1, x2).
 L.CosineSimilarity = Module:extend("CosineSimilarity")
@@ -791,6 +1003,37 @@ function L.Upsample:forward(x)
   return F.interpolate(x, { size = self.size, scale_factor = self.scale_factor, mode = self.mode,
                             align_corners = self.align_corners })
 end
+
+-- UpsamplingNearest2d([size, scale_factor]) and UpsamplingBilinear2d
+-- (align_corners = true, as PyTorch's): Upsample with the mode fixed.
+L.UpsamplingNearest2d = L.Upsample:extend("UpsamplingNearest2d")
+function L.UpsamplingNearest2d:__init(size, scale_factor)
+  if type(size) == "table" and size[1] == nil then size, scale_factor = size.size, size.scale_factor end
+  L.Upsample.__init(self, size, scale_factor, "nearest")
+end
+L.UpsamplingBilinear2d = L.Upsample:extend("UpsamplingBilinear2d")
+function L.UpsamplingBilinear2d:__init(size, scale_factor)
+  if type(size) == "table" and size[1] == nil then size, scale_factor = size.size, size.scale_factor end
+  L.Upsample.__init(self, size, scale_factor, "bilinear", true)
+end
+
+-- LPPool1d / LPPool2d(norm_type, kernel_size [, stride, ceil_mode=false]).
+local function lp_pool_class(name, fn)
+  local cls = Module:extend(name)
+  function cls:__init(norm_type, kernel_size, stride, ceil_mode)
+    if is_opts(stride) then stride, ceil_mode = stride.stride, stride.ceil_mode end
+    self.norm_type, self.kernel_size, self.stride, self.ceil_mode = norm_type, kernel_size, stride, ceil_mode == true
+  end
+  function cls:forward(x) return fn(x, self.norm_type, self.kernel_size, self.stride, self.ceil_mode) end
+  function cls:extra_repr()
+    return string.format("norm_type=%s, kernel_size=%s, stride=%s, ceil_mode=%s", pyrepr(self.norm_type),
+                         pyrepr(self.kernel_size), self.stride == nil and "None" or pyrepr(self.stride),
+                         pyrepr(self.ceil_mode))
+  end
+  L[name] = cls
+end
+lp_pool_class("LPPool1d", F.lp_pool1d)
+lp_pool_class("LPPool2d", F.lp_pool2d)
 
 -- GroupNorm(num_groups, num_channels [, eps=1e-5, affine=true]) or with an
 -- options table {eps=, affine=, dtype=, device=}: F.group_norm with a
