@@ -573,4 +573,32 @@ T.run("a training loop lowers the loss", function()
   T.ok(last < first * 0.5, ("plain gradient descent by hand: %.3f -> %.3f"):format(first, last))
 end)
 
+T.run("nn.init: orthogonal_, eye_, dirac_, sparse_", function()
+  local I, F = nn.init, nn.functional
+  for _, shape in ipairs({ { 6, 4 }, { 3, 8 }, { 4, 2, 3 } }) do
+    local w = torch.empty(shape, { dtype = torch.float64 })
+    I.orthogonal_(w, 1.5)
+    local m = w:reshape(shape[1], -1)
+    local small = math.min(m:size(0), m:size(1))
+    local gram = m:size(0) >= m:size(1) and m:t():mm(m) or m:mm(m:t())
+    T.tensor_close(gram, torch.eye(small, { dtype = torch.float64 }) * 2.25, 0, 1e-12,
+                   "orthogonal_ of " .. table.concat(shape, "x") .. ": orthonormal rows or columns times gain")
+  end
+  T.raises(function() I.orthogonal_(torch.empty(3)) end, "2 or more dimensions", "orthogonal_ of a vector")
+  T.tensor_close(I.eye_(torch.empty(2, 3)), torch.eye(2, 3), 0, 0, "eye_")
+  local conv = torch.empty(6, 2, 3, 3)
+  I.dirac_(conv, 3)
+  local x = torch.randn(1, 6, 5, 5)
+  local y = F.conv2d(x, conv, nil, 1, 1, 1, 3)
+  T.tensor_close(y, x, 0, 1e-6, "dirac_ with groups: a convolution that passes its input through")
+  local sp = torch.empty(20, 7)
+  I.sparse_(sp, 0.25, 0.5)
+  T.is(sp:eq(0):sum(0):tolist(), { 5, 5, 5, 5, 5, 5, 5 }, "sparse_ zeroes ceil(sparsity * rows) of each column")
+  T.close(sp:masked_select(sp:ne(0)):std():item(), 0.5, 0.3, 0, "sparse_'s std")
+  T.raises(function() I.sparse_(sp, 1.5) end, "expected sparsity in %[0, 1%]", "sparse_'s sparsity")
+  local leaf = nn.Linear(4, 4).weight
+  I.orthogonal_(leaf)
+  T.ok(leaf.requires_grad and leaf.grad_fn == nil, "a parameter stays a leaf")
+end)
+
 T.done_testing()

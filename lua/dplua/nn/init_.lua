@@ -138,4 +138,93 @@ function I.trunc_normal_(t, mean, std, a, b)
   end)
 end
 
+-- orthogonal_(t [, gain=1]): t (at least 2-D, flattened to (rows,
+-- numel / rows)) filled with a (semi-)orthogonal matrix, as PyTorch's: the
+-- Q of a Gaussian matrix's QR with the signs of R's diagonal, times gain.
+-- The QR is modified Gram-Schmidt in float64, twice over for orthogonality
+-- to rounding.
+function I.orthogonal_(t, gain)
+  want_tensor(t, "orthogonal_")
+  if type(gain) == "table" then gain = gain.gain end
+  if t:dim() < 2 then raise("orthogonal_: only tensors with 2 or more dimensions are supported") end
+  local rows = t:size(0)
+  local cols = t:numel() / rows
+  return fill_with(t, function()
+    local a = torch.randn(rows, cols, { dtype = torch.float64 })
+    if rows < cols then a = a:t() end
+    local m, n = a:size(0), a:size(1)            -- m >= n: n orthonormal columns
+    local q = a:clone()
+    local signs = {}
+    for j = 0, n - 1 do
+      local v = q:select(1, j)
+      local r_jj
+      for _ = 1, 2 do
+        if j > 0 then
+          local prev = q:narrow(1, 0, j)
+          v = v - prev:mv(prev:t():mv(v))
+        end
+      end
+      r_jj = v:dot(a:select(1, j)):item()
+      v = v / v:norm()
+      q:select(1, j):copy_(v)
+      signs[j + 1] = r_jj < 0 and -1 or 1
+    end
+    q = q * torch.tensor(signs, { dtype = torch.float64 }):view(1, n)
+    if rows < cols then q = q:t() end
+    return (q * (gain or 1)):reshape(t:size()):to(t.dtype)
+  end)
+end
+
+-- eye_(t): the identity matrix in a 2-D t.
+function I.eye_(t)
+  want_tensor(t, "eye_")
+  if t:dim() ~= 2 then raise("eye_: only 2-dimensional tensors are supported") end
+  return fill_with(t, function()
+    return torch.eye(t:size(0), t:size(1), { dtype = t.dtype })
+  end)
+end
+
+-- dirac_(t [, groups=1]): a convolution weight (out, in/groups, k...) that
+-- passes each input channel through to its output channel: 1 at the
+-- kernel's centre for out channel i of each group and input channel i.
+function I.dirac_(t, groups)
+  want_tensor(t, "dirac_")
+  if type(groups) == "table" then groups = groups.groups end
+  groups = groups or 1
+  if t:dim() < 3 or t:dim() > 5 then raise("dirac_: only tensors with 3, 4, or 5 dimensions are supported") end
+  if t:size(0) % groups ~= 0 then raise("dirac_: dim 0 must be divisible by groups") end
+  local out_per = t:size(0) / groups
+  local n = math.min(out_per, t:size(1))
+  return fill_with(t, function()
+    local w = torch.zeros(t:size(), { dtype = t.dtype })
+    local centre = {}
+    for d = 2, t:dim() - 1 do centre[#centre + 1] = math.floor(t:size(d) / 2) end
+    for g = 0, groups - 1 do
+      for i = 0, n - 1 do w[{ g * out_per + i, i, unpack(centre) }] = 1 end
+    end
+    return w
+  end)
+end
+
+-- sparse_(t, sparsity [, std=0.01]): a 2-D t drawn from N(0, std), then
+-- in each column ceil(sparsity * rows) entries (chosen at random) zeroed.
+function I.sparse_(t, sparsity, std)
+  want_tensor(t, "sparse_")
+  if type(sparsity) == "table" then sparsity, std = sparsity.sparsity, sparsity.std end
+  if t:dim() ~= 2 then raise("sparse_: only tensors with 2 dimensions are supported") end
+  if type(sparsity) ~= "number" or sparsity < 0 or sparsity > 1 then
+    raise("sparse_: expected sparsity in [0, 1], got " .. tostring(sparsity))
+  end
+  local rows, cols = t:size(0), t:size(1)
+  local zeros = math.ceil(sparsity * rows)
+  return fill_with(t, function()
+    local w = torch.randn(rows, cols, { dtype = t.dtype }) * (std or 0.01)
+    for c = 0, cols - 1 do
+      local perm = torch.randperm(rows):narrow(0, 0, zeros)
+      if zeros > 0 then w:select(1, c):index_fill_(0, perm, 0) end
+    end
+    return w
+  end)
+end
+
 return I
