@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes tests/ref/lr_scheduler.lua: the learning rates (and, for
-OneCycleLR, the momenta) that PyTorch's schedulers give, step by step, for
+OneCycleLR and CyclicLR, the momenta) that PyTorch's schedulers give, step by step, for
 the schedulers tests/lua/test_lr_scheduler.lua checks (the others are in
 tests/lua/test_optim.lua).
     /usr/bin/python3 scripts/gen_lr_scheduler_ref.py > tests/ref/lr_scheduler.lua
@@ -73,6 +73,15 @@ cases = {
     "restarts_mult": lambda: lrs(lambda o: S.CosineAnnealingWarmRestarts(o, T_0=2, T_mult=2), 15),
     "restarts_epochs": lambda: lrs(lambda o: S.CosineAnnealingWarmRestarts(o, T_0=2, T_mult=2, eta_min=0.001), 8,
                                    epochs=[0.5, 1.25, 2.0, 3.5, 6.0, 6.75, 13.5, 1.0]),
+    "cyclic": lambda: lrs(lambda o: S.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=3), 14, momenta=True),
+    "cyclic_triangular2_down": lambda: lrs(lambda o: S.CyclicLR(o, base_lr=[0.01, 0.02], max_lr=[0.1, 0.3],
+                                                                 step_size_up=2, step_size_down=4, mode="triangular2"),
+                                           16, groups=(0.1, 0.2), momenta=True),
+    "cyclic_exp_range": lambda: lrs(lambda o: S.CyclicLR(o, base_lr=0.001, max_lr=0.01, step_size_up=2,
+                                                          mode="exp_range", gamma=0.9, base_momentum=0.85,
+                                                          max_momentum=0.95), 9, momenta=True),
+    "cyclic_no_momentum": lambda: lrs(lambda o: S.CyclicLR(o, base_lr=0.05, max_lr=0.2, step_size_up=2,
+                                                            cycle_momentum=False), 6),
     "onecycle": lambda: lrs(lambda o: S.OneCycleLR(o, max_lr=1.0, total_steps=10), 10, momenta=True),
     "onecycle_groups": lambda: lrs(lambda o: S.OneCycleLR(o, max_lr=[1.0, 0.5], epochs=3, steps_per_epoch=4,
                                                           pct_start=0.25, anneal_strategy="linear",

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Writes tests/ref/optim_define.lua: parameters after three steps of
-RMSprop, Adagrad and Adadelta (every option) with fixed gradients, as
-PyTorch computes them in float64, for tests/lua/test_optim_define.lua; and
+RMSprop, Adagrad, Adadelta, Adamax, RAdam, ASGD and Rprop (every option)
+with fixed gradients, as PyTorch computes them in float64, and of NAdam
+as PyTorch 2 computes it (see nadam()), for tests/lua/test_optim_define.lua;
+ten steps of RAdam and NAdam (`long`); and
 the same for Lion (Chen et al. 2023), which torch 1.13 lacks, written out
 here by its published update rule, to check an optimizer defined in Lua
 with torch.optim.define. The parameters, gradients and steps are those of
@@ -14,7 +16,7 @@ back to bfloat16.
 import warnings
 
 import torch
-from torch.optim import Adadelta, Adagrad, RMSprop
+from torch.optim import ASGD, Adadelta, Adagrad, Adamax, RAdam, RMSprop, Rprop
 
 from gen_optim_reference import GRADS, P0, lua, print_runs
 
@@ -39,7 +41,47 @@ def lion(lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0):
     return make
 
 
+def nadam(lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, momentum_decay=4e-3):
+    """NAdam as PyTorch 2 steps it: this torch's multiplies the next step's
+    momentum product by mu twice (mu_product * mu * mu_next), which
+    PyTorch 2.0 corrected to mu_product * mu_next."""
+    def make(ps):
+        state = [{"exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p), "mu_product": 1.0, "step": 0}
+                 for p in ps]
+
+        class NAdam:
+            def step(self):
+                b1, b2 = betas
+                with torch.no_grad():
+                    for p, st in zip(ps, state):
+                        if p.grad is None:
+                            continue
+                        st["step"] += 1
+                        t = st["step"]
+                        grad = p.grad + weight_decay * p
+                        mu = b1 * (1 - 0.5 * 0.96 ** (t * momentum_decay))
+                        mu_next = b1 * (1 - 0.5 * 0.96 ** ((t + 1) * momentum_decay))
+                        st["mu_product"] *= mu
+                        st["exp_avg"].mul_(b1).add_(grad, alpha=1 - b1)
+                        st["exp_avg_sq"].mul_(b2).addcmul_(grad, grad, value=1 - b2)
+                        denom = (st["exp_avg_sq"] / (1 - b2 ** t)).sqrt() + eps
+                        p.addcdiv_(grad, denom, value=-lr * (1 - mu) / (1 - st["mu_product"]))
+                        p.addcdiv_(st["exp_avg"], denom, value=-lr * mu_next / (1 - st["mu_product"] * mu_next))
+        return NAdam()
+    return make
+
+
 cases = {
+    "adamax": lambda ps: Adamax(ps, lr=0.1),
+    "adamax_all": lambda ps: Adamax(ps, lr=0.05, betas=(0.8, 0.9), eps=1e-3, weight_decay=0.1),
+    "nadam": nadam(lr=0.1),
+    "nadam_all": nadam(lr=0.05, betas=(0.8, 0.9), eps=1e-3, weight_decay=0.1, momentum_decay=0.01),
+    "radam": lambda ps: RAdam(ps, lr=0.1),
+    "radam_all": lambda ps: RAdam(ps, lr=0.05, betas=(0.8, 0.9), eps=1e-3, weight_decay=0.1),
+    "asgd": lambda ps: ASGD(ps, lr=0.1),
+    "asgd_all": lambda ps: ASGD(ps, lr=0.05, lambd=0.1, alpha=0.5, t0=1, weight_decay=0.1),
+    "rprop": lambda ps: Rprop(ps, lr=0.1),
+    "rprop_all": lambda ps: Rprop(ps, lr=0.05, etas=(0.3, 1.5), step_sizes=(0.02, 0.08)),
     "rmsprop": lambda ps: RMSprop(ps, lr=0.01),
     "rmsprop_momentum_wd": lambda ps: RMSprop(ps, lr=0.02, alpha=0.9, eps=1e-6, weight_decay=0.1, momentum=0.8),
     "rmsprop_centered": lambda ps: RMSprop(ps, lr=0.01, centered=True),
@@ -57,7 +99,25 @@ missing = {
     "rmsprop_missing": (lambda ps: RMSprop(ps, lr=0.01, momentum=0.9), (1, 0)),
     "adagrad_missing": (lambda ps: Adagrad(ps, lr=0.1, lr_decay=0.1, initial_accumulator_value=0.1), (0, 1)),
     "adadelta_missing": (lambda ps: Adadelta(ps, lr=0.5, rho=0.8, weight_decay=0.1), (1, 1)),
+    "nadam_missing": (nadam(lr=0.1, weight_decay=0.1), (1, 0)),
+    "rprop_missing": (lambda ps: Rprop(ps, lr=0.1), (0, 1)),
 }
+# RAdam's rectified step needs rho_t > 5, which its defaults reach at the
+# sixth step: ten steps, the gradients of GRADS in turn
+LONG = {
+    "radam_ten_steps": lambda ps: RAdam(ps, lr=0.1),
+    "nadam_ten_steps": nadam(lr=0.1),
+}
+
+
+def run_long(make, steps=10):
+    ps = [torch.tensor(p, requires_grad=True) for p in P0]
+    opt = make(ps)
+    for k in range(steps):
+        for p, g in zip(ps, GRADS[k % len(GRADS)]):
+            p.grad = torch.tensor(g)
+        opt.step()
+    return [p.detach().tolist() for p in ps]
 
 
 def run_bf16(make):
@@ -87,9 +147,14 @@ print("return {")
 print("  p0 = %s," % lua(P0))
 print("  grads = %s," % lua(GRADS))
 print_runs(cases, missing, "  ")
+print("  long = {")
+for name in sorted(LONG):
+    print("    %s = %s," % (name, lua(run_long(LONG[name]))))
+print("  },")
 print("  bf16 = {")
 for name in sorted(cases):
-    if name != "lion":
+    if name in ("rmsprop", "rmsprop_momentum_wd", "rmsprop_centered", "rmsprop_centered_momentum", "rmsprop_all",
+                "adagrad", "adagrad_all", "adadelta", "adadelta_all"):
         print("    %s = %s," % (name, lua(run_bf16(cases[name]))))
 print("  },")
 print("}")

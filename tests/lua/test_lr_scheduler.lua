@@ -1,5 +1,5 @@
 -- test_lr_scheduler.lua: MultiStepLR, ExponentialLR, MultiplicativeLR,
--- ConstantLR, PolynomialLR, CosineAnnealingWarmRestarts, OneCycleLR,
+-- ConstantLR, PolynomialLR, CosineAnnealingWarmRestarts, OneCycleLR, CyclicLR,
 -- ChainedScheduler and ReduceLROnPlateau against the sequences PyTorch
 -- gives (tests/ref/lr_scheduler.lua, written by
 -- scripts/gen_lr_scheduler_ref.py): every lr after construction and after
@@ -45,6 +45,19 @@ local cases = {
   restarts_mult = { function(o) return S.CosineAnnealingWarmRestarts(o, 2, 2) end, 15, { 0.1 } },
   restarts_epochs = { function(o) return S.CosineAnnealingWarmRestarts(o, { T_0 = 2, T_mult = 2, eta_min = 0.001 }) end,
                       8, { 0.1 }, { epochs = { 0.5, 1.25, 2.0, 3.5, 6.0, 6.75, 13.5, 1.0 } } },
+  cyclic = { function(o) return S.CyclicLR(o, { base_lr = 0.01, max_lr = 0.1, step_size_up = 3 }) end, 14, { 0.1 },
+             { momenta = true } },
+  cyclic_triangular2_down = { function(o)
+    return S.CyclicLR(o, { base_lr = { 0.01, 0.02 }, max_lr = { 0.1, 0.3 }, step_size_up = 2, step_size_down = 4,
+                           mode = "triangular2" })
+  end, 16, { 0.1, 0.2 }, { momenta = true } },
+  cyclic_exp_range = { function(o)
+    return S.CyclicLR(o, { base_lr = 0.001, max_lr = 0.01, step_size_up = 2, mode = "exp_range", gamma = 0.9,
+                           base_momentum = 0.85, max_momentum = 0.95 })
+  end, 9, { 0.1 }, { momenta = true } },
+  cyclic_no_momentum = { function(o)
+    return S.CyclicLR(o, { base_lr = 0.05, max_lr = 0.2, step_size_up = 2, cycle_momentum = false })
+  end, 6, { 0.1 } },
   onecycle = { function(o) return S.OneCycleLR(o, { max_lr = 1.0, total_steps = 10 }) end, 10, { 0.1 }, { momenta = true } },
   onecycle_groups = { function(o)
     return S.OneCycleLR(o, { max_lr = { 1.0, 0.5 }, epochs = 3, steps_per_epoch = 4, pct_start = 0.25,
@@ -163,6 +176,23 @@ T.run("ReduceLROnPlateau takes a one-element tensor", function()
   s:step(torch.tensor(1.0))
   s:step(torch.tensor(2.0))
   T.close(o.param_groups[1].lr, 0.01, 1e-15, 0, "no improvement past patience 0 cuts the lr by 10")
+end)
+
+T.run("CyclicLR: beta1 of Adam, errors", function()
+  local w = torch.zeros(1):requires_grad_()
+  local opt = torch.optim.Adam({ w }, { lr = 0.1 })
+  local s = S.CyclicLR(opt, { base_lr = 0.001, max_lr = 0.01, step_size_up = 2, base_momentum = 0.8, max_momentum = 0.9 })
+  T.close(opt.param_groups[1].betas[1], 0.9, 1e-12, 0, "beta1 starts at max_momentum")
+  s:step(); s:step()
+  T.close(opt.param_groups[1].lr, 0.01, 1e-12, 0, "the lr at the top of the cycle")
+  T.close(opt.param_groups[1].betas[1], 0.8, 1e-12, 0, "beta1 at base_momentum there")
+  T.is(opt.param_groups[1].betas[2], 0.999, "beta2 untouched")
+  T.raises(function() S.CyclicLR(opt, { base_lr = 0.1, max_lr = 1, mode = "cosine" }) end,
+           'mode must be "triangular", "triangular2" or "exp_range"', "an unknown mode")
+  T.raises(function() S.CyclicLR(opt, { max_lr = 1 }) end, "expected base_lr and max_lr", "no base_lr")
+  local rms = torch.optim.Adagrad({ torch.zeros(1):requires_grad_() })
+  T.raises(function() S.CyclicLR(rms, { base_lr = 0.1, max_lr = 1 }) end, "must support momentum or beta1",
+           "cycle_momentum without momentum")
 end)
 
 T.done_testing()

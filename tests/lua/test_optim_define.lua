@@ -1,5 +1,6 @@
 -- test_optim_define.lua: RMSprop, Adagrad and Adadelta (torch.optim.define
--- over their fused C steps) against PyTorch's parameters after three steps
+-- over their fused C steps), and Adamax, NAdam, RAdam, ASGD and Rprop
+-- (over tensor ops), against PyTorch's parameters after three steps
 -- with fixed gradients (tests/ref/optim_define.lua, written by
 -- scripts/gen_optim_define_ref.py), on the fused path (every gradient
 -- present) and the per-parameter one (one missing), in float64, float32
@@ -24,6 +25,22 @@ local Lion = optim.define("Lion", {
 })
 
 local cases = {
+  adamax = function(ps) return optim.Adamax(ps, { lr = 0.1 }) end,
+  adamax_all = function(ps) return optim.Adamax(ps, { lr = 0.05, betas = { 0.8, 0.9 }, eps = 1e-3, weight_decay = 0.1 }) end,
+  nadam = function(ps) return optim.NAdam(ps, { lr = 0.1 }) end,
+  nadam_all = function(ps)
+    return optim.NAdam(ps, { lr = 0.05, betas = { 0.8, 0.9 }, eps = 1e-3, weight_decay = 0.1, momentum_decay = 0.01 })
+  end,
+  radam = function(ps) return optim.RAdam(ps, { lr = 0.1 }) end,
+  radam_all = function(ps) return optim.RAdam(ps, { lr = 0.05, betas = { 0.8, 0.9 }, eps = 1e-3, weight_decay = 0.1 }) end,
+  asgd = function(ps) return optim.ASGD(ps, { lr = 0.1 }) end,
+  asgd_all = function(ps)
+    return optim.ASGD(ps, { lr = 0.05, lambd = 0.1, alpha = 0.5, t0 = 1, weight_decay = 0.1 })
+  end,
+  rprop = function(ps) return optim.Rprop(ps, { lr = 0.1 }) end,
+  rprop_all = function(ps) return optim.Rprop(ps, { lr = 0.05, etas = { 0.3, 1.5 }, step_sizes = { 0.02, 0.08 } }) end,
+  nadam_missing = { function(ps) return optim.NAdam(ps, { lr = 0.1, weight_decay = 0.1 }) end, { 2, 1 } },
+  rprop_missing = { function(ps) return optim.Rprop(ps, { lr = 0.1 }) end, { 1, 2 } },
   rmsprop = function(ps) return optim.RMSprop(ps, { lr = 0.01 }) end,
   rmsprop_momentum_wd = function(ps)
     return optim.RMSprop(ps, { lr = 0.02, alpha = 0.9, eps = 1e-6, weight_decay = 0.1, momentum = 0.8 })
@@ -86,6 +103,23 @@ for _, name in ipairs(T.sorted_keys(cases)) do
     T.ok(ok, name .. ": the parameters after each of three steps", why)
   end)
 end
+
+T.run("RAdam's rectified steps and NAdam's momentum schedule over ten steps", function()
+  for _, c in ipairs({ { "radam_ten_steps", function(ps) return optim.RAdam(ps, { lr = 0.1 }) end },
+                       { "nadam_ten_steps", function(ps) return optim.NAdam(ps, { lr = 0.1 }) end } }) do
+    local ps = {}
+    for i, p in ipairs(ref.p0) do ps[i] = nn.Parameter(torch.tensor(p, { dtype = torch.float64 })) end
+    local opt = c[2](ps)
+    for k = 0, 9 do
+      for i, p in ipairs(ps) do p.grad = torch.tensor(ref.grads[k % 3 + 1][i], { dtype = torch.float64 }) end
+      opt:step()
+    end
+    local got = {}
+    for i, p in ipairs(ps) do got[i] = p:detach():tolist() end
+    local ok, why = T.compare_values(got, ref.long[c[1]], 1e-12, 1e-14)
+    T.ok(ok, c[1] .. ": the parameters after ten steps", why)
+  end
+end)
 
 T.run("RMSprop's state dict holds what PyTorch's does for its options", function()
   -- PyTorch 1.13 keeps momentum_buffer only with momentum, grad_avg only

@@ -5,8 +5,10 @@
 --   opt:zero_grad(); loss:backward(); opt:step(); sched:step()
 --
 -- Parameters live in flat buffers per group (see optimizer.lua): step() is
--- one fused C call per bucket, for every optimizer here.
+-- one fused C call per bucket (Adamax, NAdam, RAdam, ASGD and Rprop: a few
+-- tensor ops per bucket).
 local adam = require("dplua.optim.adam")
+local more = require("dplua.optim.more")
 
 return {
   Optimizer = require("dplua.optim.optimizer"),
@@ -16,6 +18,11 @@ return {
   RMSprop = require("dplua.optim.rmsprop"),
   Adagrad = require("dplua.optim.adagrad"),
   Adadelta = require("dplua.optim.adadelta"),
+  Adamax = more.Adamax,
+  NAdam = more.NAdam,
+  RAdam = more.RAdam,
+  ASGD = more.ASGD,
+  Rprop = more.Rprop,
   define = require("dplua.optim.define"),
   lr_scheduler = require("dplua.optim.lr_scheduler"),
 }

@@ -628,6 +628,102 @@ function OneCycleLR:get_lr()
   return out
 end
 
+---------------------------------------------------------------- CyclicLR
+
+-- CyclicLR(opt, base_lr, max_lr, step_size_up=2000, step_size_down,
+-- mode="triangular", gamma=1, scale_fn, scale_mode, cycle_momentum=true,
+-- base_momentum=0.8, max_momentum=0.9): Smith's cyclical learning rates,
+-- stepped once per batch: the lr climbs from base_lr to max_lr over
+-- step_size_up steps and back over step_size_down (step_size_up when not
+-- given), the cycle's height scaled by "triangular" (1), "triangular2"
+-- (halved each cycle), "exp_range" (gamma^steps) or scale_fn(x) of the
+-- cycle or (scale_mode "iterations") the step; the momentum (or beta1)
+-- moves the other way.
+local CyclicLR = class("CyclicLR", { "base_lr", "max_lr", "step_size_up", "step_size_down", "mode", "gamma",
+                                     "scale_fn", "scale_mode", "cycle_momentum", "base_momentum", "max_momentum",
+                                     "last_epoch" })
+function CyclicLR.new(optimizer, base_lr, max_lr, step_size_up, step_size_down, mode, gamma, scale_fn, scale_mode,
+                      cycle_momentum, base_momentum, max_momentum, last_epoch)
+  local fn = "CyclicLR"
+  if type(optimizer) ~= "table" or type(optimizer.param_groups) ~= "table" then
+    raise(fn .. ": expected an optimizer (with param_groups), got " .. type(optimizer))
+  end
+  local self = setmetatable({}, CyclicLR)
+  local n = #optimizer.param_groups
+  local function per_group(v, what)
+    if type(v) == "table" then
+      if #v ~= n then raise(string.format("%s: expected %d values for %s, got %d", fn, n, what, #v)) end
+      for _, x in ipairs(v) do want_number(x, fn, what) end
+      return v
+    end
+    want_number(v, fn, what)
+    local out = {}
+    for i = 1, n do out[i] = v end
+    return out
+  end
+  if base_lr == nil or max_lr == nil then raise(fn .. ": expected base_lr and max_lr") end
+  local base_lrs = per_group(base_lr, "base_lr")
+  if (last_epoch or -1) == -1 then
+    for i, group in ipairs(optimizer.param_groups) do group.lr = base_lrs[i] end
+  end
+  self.max_lrs = per_group(max_lr, "max_lr")
+  local up = want_positive(step_size_up or 2000, fn, "step_size_up")
+  local down = step_size_down == nil and up or want_positive(step_size_down, fn, "step_size_down")
+  self.total_size, self.step_ratio = up + down, up / (up + down)
+  self.mode, self.gamma = mode or "triangular", want_number(gamma, fn, "gamma", 1)
+  if scale_fn ~= nil then
+    if type(scale_fn) ~= "function" then raise(fn .. ": expected scale_fn to be a function") end
+    self.scale_fn, self.scale_mode = scale_fn, scale_mode or "cycle"
+  elseif self.mode == "triangular" then
+    self.scale_fn, self.scale_mode = function() return 1 end, "cycle"
+  elseif self.mode == "triangular2" then
+    self.scale_fn, self.scale_mode = function(x) return 1 / 2 ^ (x - 1) end, "cycle"
+  elseif self.mode == "exp_range" then
+    local g = self.gamma
+    self.scale_fn, self.scale_mode = function(x) return g ^ x end, "iterations"
+  else
+    raise(fn .. ': mode must be "triangular", "triangular2" or "exp_range" (or give scale_fn), got ' .. tostring(mode))
+  end
+  if self.scale_mode ~= "cycle" and self.scale_mode ~= "iterations" then
+    raise(fn .. ': scale_mode must be "cycle" or "iterations", got ' .. tostring(self.scale_mode))
+  end
+  self.cycle_momentum = cycle_momentum ~= false
+  if self.cycle_momentum then
+    local d = optimizer.defaults or {}
+    if d.momentum == nil and d.betas == nil then
+      raise(fn .. ": optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+    end
+    self.use_beta1 = d.betas ~= nil
+    self.base_momentums = per_group(base_momentum == nil and 0.8 or base_momentum, "base_momentum")
+    self.max_momentums = per_group(max_momentum == nil and 0.9 or max_momentum, "max_momentum")
+    if (last_epoch or -1) == -1 then
+      for i, group in ipairs(optimizer.param_groups) do
+        local m = self.max_momentums[i]
+        if self.use_beta1 then group.betas = { m, group.betas[2] } else group.momentum = m end
+        group.max_momentum, group.base_momentum = m, self.base_momentums[i]
+      end
+    end
+  end
+  LRScheduler.init(self, optimizer, last_epoch)
+  self.base_lrs = base_lrs
+  return self
+end
+function CyclicLR:get_lr()
+  local cycle = math.floor(1 + self.last_epoch / self.total_size)
+  local x = 1 + self.last_epoch / self.total_size - cycle
+  local scale = x <= self.step_ratio and x / self.step_ratio or (x - 1) / (self.step_ratio - 1)
+  local s = self.scale_fn(self.scale_mode == "cycle" and cycle or self.last_epoch)
+  local out = {}
+  for i, base in ipairs(self.base_lrs) do out[i] = base + (self.max_lrs[i] - base) * scale * s end
+  if self.cycle_momentum then
+    for i, group in ipairs(self.optimizer.param_groups) do
+      local m = self.max_momentums[i] - (self.max_momentums[i] - self.base_momentums[i]) * scale * s
+      if self.use_beta1 then group.betas = { m, group.betas[2] } else group.momentum = m end
+    end
+  end
+  return out
+end
+
 ---------------------------------------------------------------- ChainedScheduler
 
 -- ChainedScheduler(schedulers): each step steps every scheduler in turn,
