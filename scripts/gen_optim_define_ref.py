@@ -16,7 +16,7 @@ back to bfloat16.
 import warnings
 
 import torch
-from torch.optim import ASGD, Adadelta, Adagrad, Adamax, RAdam, RMSprop, Rprop
+from torch.optim import ASGD, LBFGS, Adadelta, Adagrad, Adamax, RAdam, RMSprop, Rprop
 
 from gen_optim_reference import GRADS, P0, lua, print_runs
 
@@ -110,6 +110,42 @@ LONG = {
 }
 
 
+def lbfgs_runs():
+    """LBFGS on the Rosenbrock function of (a, b) from (-1.5, 2) and on a
+    least-squares fit of a 2x3 weight and a bias: the parameters and the
+    evaluations so far after each of four step(closure) calls."""
+    X = torch.tensor([[0.5, -1.0, 2.0], [1.5, 0.25, -0.5], [-1.0, 1.0, 1.0], [0.0, 2.0, -1.5]])
+    Y = torch.tensor([[1.0, 0.0], [-0.5, 2.0], [0.25, 0.75], [2.0, -1.0]])
+
+    def rosen(ps):
+        a, b = ps[0][0], ps[0][1]
+        return (1 - a) ** 2 + 100 * (b - a * a) ** 2
+
+    def lsq(ps):
+        return ((X @ ps[0].t() + ps[1] - Y) ** 2).sum()
+
+    problems = {"rosen": (rosen, [[-1.5, 2.0]]), "lsq": (lsq, [[[0.1, 0.2, 0.3], [-0.1, 0.0, 0.5]], [0.0, 0.1]])}
+    options = {"default": {}, "short_history": {"max_iter": 4, "history_size": 2, "lr": 0.5},
+               "strong_wolfe": {"max_iter": 5, "line_search_fn": "strong_wolfe"}}
+    out = {}
+    for pname, (f, p0) in problems.items():
+        for oname, opts in options.items():
+            ps = [torch.tensor(p, requires_grad=True) for p in p0]
+            opt = LBFGS(ps, **opts)
+            steps = []
+
+            def closure():
+                opt.zero_grad()
+                loss = f(ps)
+                loss.backward()
+                return loss
+            for _ in range(4):
+                opt.step(closure)
+                steps.append([[p.detach().reshape(-1).tolist() for p in ps], opt.state[ps[0]]["func_evals"]])
+            out[pname + "_" + oname] = steps
+    return out
+
+
 def run_long(make, steps=10):
     ps = [torch.tensor(p, requires_grad=True) for p in P0]
     opt = make(ps)
@@ -147,6 +183,10 @@ print("return {")
 print("  p0 = %s," % lua(P0))
 print("  grads = %s," % lua(GRADS))
 print_runs(cases, missing, "  ")
+print("  lbfgs = {")
+for name, steps in sorted(lbfgs_runs().items()):
+    print("    %s = %s," % (name, lua(steps)))
+print("  },")
 print("  long = {")
 for name in sorted(LONG):
     print("    %s = %s," % (name, lua(run_long(LONG[name]))))

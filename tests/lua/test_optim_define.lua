@@ -121,6 +121,54 @@ T.run("RAdam's rectified steps and NAdam's momentum schedule over ten steps", fu
   end
 end)
 
+T.run("LBFGS against PyTorch: the parameters and evaluations after each step(closure)", function()
+  local X = torch.tensor({ { 0.5, -1.0, 2.0 }, { 1.5, 0.25, -0.5 }, { -1.0, 1.0, 1.0 }, { 0.0, 2.0, -1.5 } },
+                         { dtype = torch.float64 })
+  local Y = torch.tensor({ { 1.0, 0.0 }, { -0.5, 2.0 }, { 0.25, 0.75 }, { 2.0, -1.0 } }, { dtype = torch.float64 })
+  local problems = {
+    rosen = { function(ps)
+      local a, b = ps[1][0], ps[1][1]
+      return (1 - a) ^ 2 + (b - a * a) ^ 2 * 100
+    end, { { -1.5, 2.0 } } },
+    lsq = { function(ps) return ((X:mm(ps[1]:t()) + ps[2] - Y) ^ 2):sum() end,
+            { { { 0.1, 0.2, 0.3 }, { -0.1, 0.0, 0.5 } }, { 0.0, 0.1 } } },
+  }
+  local options = { default = {}, short_history = { max_iter = 4, history_size = 2, lr = 0.5 },
+                    strong_wolfe = { max_iter = 5, line_search_fn = "strong_wolfe" } }
+  for pname, pr in pairs(problems) do
+    for oname, opts in pairs(options) do
+      local name = pname .. "_" .. oname
+      local ps = {}
+      for i, p in ipairs(pr[2]) do ps[i] = torch.tensor(p, { dtype = torch.float64 }):requires_grad_() end
+      local opt = optim.LBFGS(ps, opts)
+      local function closure()
+        opt:zero_grad()
+        local loss = pr[1](ps)
+        loss:backward()
+        return loss
+      end
+      for k = 1, 4 do
+        opt:step(closure)
+        local got = {}
+        for i, p in ipairs(ps) do got[i] = p:detach():reshape(-1):tolist() end
+        local want = ref.lbfgs[name][k]
+        -- Rosenbrock's valley amplifies a last-bit difference of a dot
+        -- product (the two first differ by 1 ulp at iteration 4) to 1e-4
+        -- by iteration 80: the later steps of its 20-iteration run within 1e-3
+        local tol = (name == "rosen_default" and k > 2) and 1e-3 or 1e-9
+        local ok, why = T.compare_values(got, want[1], tol, 1e-12)
+        T.ok(ok, name .. ": the parameters after step " .. k, why)
+        T.is(opt.state.func_evals, want[2], name .. ": the evaluations after step " .. k)
+      end
+    end
+  end
+  T.raises(function() optim.LBFGS({ torch.zeros(1):requires_grad_() }, { line_search_fn = "backtracking" }) end,
+           'only "strong_wolfe" is supported', "an unknown line search")
+  T.raises(function() optim.LBFGS({ torch.zeros(1):requires_grad_() }):step() end, "expected a closure", "no closure")
+  T.raises(function() optim.LBFGS({ { params = {} }, { params = {} } }) end, "doesn't support per%-parameter options",
+           "two groups")
+end)
+
 T.run("RMSprop's state dict holds what PyTorch's does for its options", function()
   -- PyTorch 1.13 keeps momentum_buffer only with momentum, grad_avg only
   -- when centered: its state dicts load here, and ours there

@@ -23,6 +23,7 @@ return {
   RAdam = more.RAdam,
   ASGD = more.ASGD,
   Rprop = more.Rprop,
+  LBFGS = require("dplua.optim.lbfgs"),
   define = require("dplua.optim.define"),
   lr_scheduler = require("dplua.optim.lr_scheduler"),
 }
