@@ -2,7 +2,7 @@
 """Writes tests/ref/layers.lua: PyTorch's outputs and gradients of GLU,
 Softmin, Softmax2d, PReLU, RMSNorm, InstanceNorm (with its running
 statistics), LocalResponseNorm, LPPool, Bilinear, ChannelShuffle, the
-Upsampling modules, EmbeddingBag and pdist, for tests/lua/test_layers.lua,
+Upsampling modules, EmbeddingBag, pdist, grid_sample and affine_grid, for tests/lua/test_layers.lua,
 in float64. Each case builds its module from the generator's arguments
 (rebuilt by name in the test), loads `params` into it, and feeds inputs
 filled with sin(1 + 0.37 k) * 2 (the i-th input shifted by i); the
@@ -115,6 +115,30 @@ for name, (mode, idx, offsets, psw, padding_idx, last) in BAGS.items():
     (y * w).sum().backward()
     cases[name] = {"y": y.detach().reshape(-1).tolist(), "shape": list(y.shape),
                    "d_weight": m.weight.grad.reshape(-1).tolist()}
+
+# grid_sample over a 2x2x3x4 input at a grid reaching past [-1, 1], and
+# affine_grid; the gradients of the input, the grid and theta
+GRIDS = {
+    "grid_bilinear_zeros": ("bilinear", "zeros", False),
+    "grid_bilinear_border_align": ("bilinear", "border", True),
+    "grid_bilinear_reflection": ("bilinear", "reflection", False),
+    "grid_bilinear_reflection_align": ("bilinear", "reflection", True),
+    "grid_nearest_zeros": ("nearest", "zeros", False),
+    "grid_nearest_border_align": ("nearest", "border", True),
+}
+for name, (mode, pad, align) in GRIDS.items():
+    x, = inputs((2, 2, 3, 4))
+    grid = filled((2, 5, 3, 2), lambda k: 1.3 * math.sin(0.7 + 1.9 * k)).requires_grad_()
+    y = F.grid_sample(x, grid, mode=mode, padding_mode=pad, align_corners=align)
+    (y * torch.cos(torch.arange(y.numel(), dtype=torch.float64)).reshape(y.shape)).sum().backward()
+    cases[name] = {"y": y.detach().reshape(-1).tolist(), "shape": list(y.shape), "dx1": x.grad.reshape(-1).tolist(),
+                   "dgrid": grid.grad.reshape(-1).tolist()}
+for align in (False, True):
+    theta = filled((2, 2, 3), lambda k: math.cos(0.3 + 1.1 * k)).requires_grad_()
+    g = F.affine_grid(theta, (2, 3, 4, 5), align_corners=align)
+    (g * torch.cos(torch.arange(g.numel(), dtype=torch.float64)).reshape(g.shape)).sum().backward()
+    cases["affine_grid" + ("_align" if align else "")] = {
+        "y": g.detach().reshape(-1).tolist(), "shape": list(g.shape), "dtheta": theta.grad.reshape(-1).tolist()}
 
 x, = inputs((5, 3))
 y = F.pdist(x, 1.5)

@@ -1,6 +1,7 @@
 -- test_layers.lua: GLU, Softmin, Softmax2d, PReLU, RMSNorm, InstanceNorm,
 -- LocalResponseNorm, LPPool, Bilinear, ChannelShuffle, the Upsampling
--- modules, EmbeddingBag and F.pdist against PyTorch in float64
+-- modules, EmbeddingBag, F.pdist, F.grid_sample and F.affine_grid against
+-- PyTorch in float64
 -- (tests/ref/layers.lua, written by scripts/gen_layers_ref.py): outputs,
 -- the inputs' and parameters' gradients, running statistics; then the
 -- random layers (RReLU, the channel and alpha dropouts, gumbel_softmax)
@@ -111,6 +112,44 @@ T.run("pdist against PyTorch", function()
   T.values_close(y:detach():tolist(), ref.pdist.y, 1e-12, 1e-12, "pdist")
   ;(y * weights(y)):sum():backward()
   T.values_close(x.grad:reshape(-1):tolist(), ref.pdist.dx1, 1e-11, 1e-12, "pdist's gradient")
+end)
+
+T.run("grid_sample and affine_grid against PyTorch", function()
+  local grids = {
+    grid_bilinear_zeros = { "bilinear", "zeros", false },
+    grid_bilinear_border_align = { "bilinear", "border", true },
+    grid_bilinear_reflection = { "bilinear", "reflection", false },
+    grid_bilinear_reflection_align = { "bilinear", "reflection", true },
+    grid_nearest_zeros = { "nearest", "zeros", false },
+    grid_nearest_border_align = { "nearest", "border", true },
+  }
+  for _, name in ipairs(T.sorted_keys(grids)) do
+    local mode, pad, align = unpack(grids[name])
+    local r = ref[name]
+    local x = T.filled(torch, { 2, 2, 3, 4 }, function(k) return math.sin(1 + 0.37 * k) * 2 end):requires_grad_()
+    local grid = T.filled(torch, { 2, 5, 3, 2 }, function(k) return 1.3 * math.sin(0.7 + 1.9 * k) end):requires_grad_()
+    local y = F.grid_sample(x, grid, { mode = mode, padding_mode = pad, align_corners = align })
+    T.values_close(y:detach():reshape(-1):tolist(), r.y, 1e-12, 1e-12, name .. ": output")
+    local loss = (y * weights(y)):sum()
+    loss:backward()
+    T.values_close(x.grad:reshape(-1):tolist(), r.dx1, 1e-12, 1e-12, name .. ": the input's gradient")
+    T.values_close(grid.grad:reshape(-1):tolist(), r.dgrid, 1e-11, 1e-12, name .. ": the grid's gradient")
+  end
+  for _, align in ipairs({ false, true }) do
+    local name = "affine_grid" .. (align and "_align" or "")
+    local theta = T.filled(torch, { 2, 2, 3 }, function(k) return math.cos(0.3 + 1.1 * k) end):requires_grad_()
+    local g = F.affine_grid(theta, { 2, 3, 4, 5 }, align)
+    T.values_close(g:detach():reshape(-1):tolist(), ref[name].y, 1e-12, 1e-12, name)
+    local loss = (g * weights(g)):sum()
+    loss:backward()
+    T.values_close(theta.grad:reshape(-1):tolist(), ref[name].dtheta, 1e-12, 1e-12, name .. ": theta's gradient")
+  end
+  T.raises(function() F.grid_sample(torch.randn(1, 1, 3, 3), torch.randn(1, 2, 2, 3)) end,
+           "expected input %(N, C, H, W%) and grid %(N, Ho, Wo, 2%)", "a grid of triples")
+  T.raises(function() F.grid_sample(torch.randn(1, 1, 3, 3), torch.randn(1, 2, 2, 2), { mode = "bicubic" }) end,
+           'mode must be "bilinear" or "nearest"', "bicubic")
+  T.raises(function() F.affine_grid(torch.randn(2, 2, 3), { 1, 1, 4, 4 }) end, "expected theta of shape %[1, 2, 3%]",
+           "theta of another batch")
 end)
 
 T.run("the random layers by their properties", function()

@@ -1958,6 +1958,101 @@ function F.bilinear(input1, input2, weight, bias)
   return y
 end
 
+---------------------------------------------------------------- affine_grid, grid_sample
+
+-- affine_grid(theta, size [, align_corners=false]): the sampling grid
+-- (N, H, W, 2) of the affine maps theta (N, 2, 3) over an output of size
+-- {N, C, H, W}: normalized coordinates in [-1, 1] (pixel centres unless
+-- align_corners, which puts -1 and 1 at the corner pixels), as PyTorch's.
+local function normalized_steps(n, align_corners, opts)
+  local t = torch.linspace(-1, 1, n, opts)
+  if not align_corners then t = t * ((n - 1) / n) end
+  return t
+end
+
+function F.affine_grid(theta, size, align_corners)
+  local fn = "affine_grid"
+  if type(align_corners) == "table" then align_corners = align_corners.align_corners end
+  want_float(theta, fn, "theta")
+  if type(size) ~= "table" or #size ~= 4 then raise(fn .. ": expected size to be {N, C, H, W}") end
+  local N, H, W = size[1], size[3], size[4]
+  if theta:dim() ~= 3 or theta:size(0) ~= N or theta:size(1) ~= 2 or theta:size(2) ~= 3 then
+    raise(string.format("%s: expected theta of shape [%d, 2, 3] for size {%s}, got %s", fn, N,
+                        table.concat(size, ", "), shape_str(theta)))
+  end
+  local o = { dtype = theta.dtype, device = theta.device }
+  local xs = normalized_steps(W, align_corners, o):view(1, W):expand(H, W)
+  local ys = normalized_steps(H, align_corners, o):view(H, 1):expand(H, W)
+  local base = torch.stack({ xs, ys, torch.ones(H, W, o) }, 2):reshape(1, H * W, 3)
+  return base:expand(N, H * W, 3):bmm(theta:transpose(1, 2)):view(N, H, W, 2)
+end
+
+-- A source coordinate of a normalized one (n the size along it), moved
+-- into the input by padding_mode: "border" clamps, "reflection" reflects
+-- at the edges (then clamps), "zeros" leaves it (out of range reads 0).
+local function reflect(c, twice_low, twice_high)
+  if twice_low == twice_high then return c * 0 end
+  local low, span = twice_low / 2, (twice_high - twice_low) / 2
+  local d = (c - low):abs()
+  local flips = (d / span):floor():detach()
+  local extra = d - flips * span
+  return torch.where(flips:remainder(2):eq(0), extra + low, (extra * -1) + span + low)
+end
+local function source_coordinate(g, n, align_corners, padding_mode)
+  local c
+  if align_corners then c = (g + 1) * ((n - 1) / 2) else c = ((g + 1) * n - 1) / 2 end
+  if padding_mode == "reflection" then
+    if align_corners then c = reflect(c, 0, 2 * (n - 1)) else c = reflect(c, -1, 2 * n - 1) end
+  end
+  if padding_mode ~= "zeros" then c = c:clamp(0, n - 1) end
+  return c
+end
+
+-- grid_sample(input, grid [, {mode="bilinear", padding_mode="zeros",
+-- align_corners=false}]): input (N, C, H, W) read at grid (N, Ho, Wo, 2)'s
+-- normalized (x, y) points: "bilinear" weighs the four pixels around each,
+-- "nearest" takes the nearest (ties to even); padding_mode "zeros",
+-- "border" or "reflection". Gradients reach the input and the grid.
+function F.grid_sample(input, grid, mode, padding_mode, align_corners)
+  local fn = "grid_sample"
+  if type(mode) == "table" then mode, padding_mode, align_corners = mode.mode, mode.padding_mode, mode.align_corners end
+  mode, padding_mode = mode or "bilinear", padding_mode or "zeros"
+  if mode ~= "bilinear" and mode ~= "nearest" then raise(fn .. ': mode must be "bilinear" or "nearest", got ' .. tostring(mode)) end
+  if padding_mode ~= "zeros" and padding_mode ~= "border" and padding_mode ~= "reflection" then
+    raise(fn .. ': padding_mode must be "zeros", "border" or "reflection", got ' .. tostring(padding_mode))
+  end
+  want_float(input, fn, "input")
+  want_float(grid, fn, "grid")
+  if input:dim() ~= 4 or grid:dim() ~= 4 or grid:size(3) ~= 2 or grid:size(0) ~= input:size(0) then
+    raise(string.format("%s: expected input (N, C, H, W) and grid (N, Ho, Wo, 2), got %s and %s", fn, shape_str(input),
+                        shape_str(grid)))
+  end
+  local N, C, H, W = input:size(0), input:size(1), input:size(2), input:size(3)
+  local Ho, Wo = grid:size(1), grid:size(2)
+  local x = source_coordinate(grid:select(3, 0), W, align_corners, padding_mode)      -- (N, Ho, Wo)
+  local y = source_coordinate(grid:select(3, 1), H, align_corners, padding_mode)
+  local flat = input:reshape(N, C, H * W)
+  -- input's values at integer points (xi, yi), 0 outside, times weight w
+  local function corner(xi, yi, w)
+    local inside = xi:ge(0):logical_and(xi:le(W - 1)):logical_and(yi:ge(0)):logical_and(yi:le(H - 1))
+    local at = (yi:clamp(0, H - 1) * W + xi:clamp(0, W - 1)):to(torch.int64):reshape(N, 1, Ho * Wo)
+    local v = flat:gather(2, at:expand(N, C, Ho * Wo))
+    return v * (w * inside:to(w.dtype)):reshape(N, 1, Ho * Wo)
+  end
+  local out
+  if mode == "nearest" then
+    local one = x * 0 + 1   -- (the grid's gradient is zeros, as PyTorch's, not missing)
+    out = corner(x:round():detach(), y:round():detach(), one)
+  else
+    local x0, y0 = x:floor():detach(), y:floor():detach()
+    local x1, y1 = x0 + 1, y0 + 1
+    local wx1, wy1 = x - x0, y - y0
+    local wx0, wy0 = (wx1 * -1) + 1, (wy1 * -1) + 1
+    out = corner(x0, y0, wx0 * wy0) + corner(x1, y0, wx1 * wy0) + corner(x0, y1, wx0 * wy1) + corner(x1, y1, wx1 * wy1)
+  end
+  return out:view(N, C, Ho, Wo)
+end
+
 ---------------------------------------------------------------- unfold, fold, pixel shuffle
 
 -- unfold(input, kernel_size [, dilation=1, padding=0, stride=1]) or with
