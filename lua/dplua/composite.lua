@@ -41,6 +41,32 @@ end
 
 local function int64(values, device) return torch.tensor(values, { dtype = torch.int64, device = device }) end
 
+-- Argument checks: a tensor, a number, an integer (default when nil).
+local function want_tensor(v, fn, what)
+  if not is_tensor(v) then raise(string.format("%s: expected %s to be a tensor, got %s", fn, what, typename(v))) end
+  return v
+end
+local function want_number(v, fn, what, default)
+  if v == nil then v = default end
+  if type(v) ~= "number" then raise(string.format("%s: expected %s to be a number, got %s", fn, what, typename(v))) end
+  return v
+end
+local function want_int(v, fn, what, default, min)
+  v = want_number(v, fn, what, default)
+  if v % 1 ~= 0 or (min and v < min) or v ~= v or math.abs(v) == math.huge then
+    raise(string.format("%s: expected %s to be an integer%s, got %s", fn, what, min and (" >= " .. min) or "",
+                        tostring(v)))
+  end
+  return v
+end
+-- a tensor or a number operand
+local function want_operand(v, fn, what)
+  if not is_tensor(v) and type(v) ~= "number" then
+    raise(string.format("%s: expected %s to be a tensor or a number, got %s", fn, what, typename(v)))
+  end
+  return v
+end
+
 local function want_float(fn, t)
   if not t.dtype.is_floating_point then
     raise(string.format("%s: expected a floating point tensor, got %s", fn, t.dtype.name))
@@ -110,9 +136,13 @@ function methods.atanh(t) return (want_float("atanh", t):log1p() - (-t):log1p())
 function methods.trunc(t) return t.dtype.is_floating_point and t:sign() * t:abs():floor() or t:clone() end
 methods.fix = methods.trunc
 function methods.frac(t) return t - methods.trunc(want_float("frac", t)) end
-function methods.hypot(t, other) return (t * t + other * other):sqrt() end
+function methods.hypot(t, other)
+  want_operand(other, "hypot", "other")
+  return (t * t + other * other):sqrt()
+end
 -- xlogy(other): t log(other), 0 where t is 0 (even where other is 0 or NaN)
 function methods.xlogy(t, other)
+  want_operand(other, "xlogy", "other")
   if not is_tensor(other) then other = torch.full_like(t, other) end
   local zero = t:eq(0)
   return torch.where(zero, 0, t * torch.where(zero, 1, other):log())
@@ -121,7 +151,7 @@ end
 function methods.logit(t, eps)
   want_float("logit", t)
   if type(eps) == "table" then eps = eps.eps end
-  if eps ~= nil then t = t:clamp(eps, 1 - eps) end
+  if eps ~= nil then t = t:clamp(want_number(eps, "logit", "eps"), 1 - eps) end
   return t:log() - (1 - t):log()
 end
 -- nan_to_num([nan=0, posinf, neginf]) or {nan=, posinf=, neginf=}: the
@@ -178,7 +208,7 @@ end
 -- rot90([k=1, dims={0, 1}]): rotated k quarter turns from dims[1] towards dims[2].
 function methods.rot90(t, k, dims)
   local fn = "rot90"
-  k, dims = (k or 1) % 4, dims or { 0, 1 }
+  k, dims = want_int(k, fn, "k", 1) % 4, dims or { 0, 1 }
   if type(dims) ~= "table" or #dims ~= 2 then raise(fn .. ": expected dims to be a list of two dims") end
   local a, b = dim_of(t, dims[1], fn), dim_of(t, dims[2], fn)
   if a == b then raise(fn .. ": expected two different dims, got " .. a .. " twice") end
@@ -280,15 +310,17 @@ function methods.repeat_interleave(t, repeats, dim, opts)
     counts = repeats:reshape(-1):tolist()
     if #counts == 1 then repeats = counts[1]; counts = nil end
   end
-  local index = {}
-  for i = 0, n - 1 do
-    local c = counts and counts[i + 1] or repeats
-    if type(c) ~= "number" or c < 0 or c % 1 ~= 0 then
-      raise(string.format("%s: expected non-negative integer repeats, got %s", fn, tostring(c)))
-    end
-    for _ = 1, c do index[#index + 1] = i end
+  local o = { dtype = torch.int64, device = t.device }
+  local index
+  if counts == nil then
+    local r = want_int(repeats, fn, "repeats", nil, 0)
+    index = torch.arange(n, o):view(n, 1):expand(n, r):reshape(-1)
+  else
+    local pieces = {}
+    for i = 0, n - 1 do pieces[i + 1] = torch.full({ want_int(counts[i + 1], fn, "a count", nil, 0) }, i, o) end
+    index = torch.cat(pieces, 0)
   end
-  return t:index_select(d, int64(index, t.device))
+  return t:index_select(d, index)
 end
 
 ---------------------------------------------------------------- diagonals
@@ -299,7 +331,7 @@ end
 function methods.diagonal(t, offset, dim1, dim2)
   local fn = "diagonal"
   if type(offset) == "table" then offset, dim1, dim2 = offset.offset, offset.dim1, offset.dim2 end
-  offset = offset or 0
+  offset = want_int(offset, fn, "offset", 0)
   if t:dim() < 2 then raise(fn .. ": expected a tensor of at least 2 dims, got " .. t:dim()) end
   local a, b = dim_of(t, dim1 or 0, fn), dim_of(t, dim2 or 1, fn)
   if a == b then raise(fn .. ": expected two different dims, got " .. a .. " twice") end
@@ -318,7 +350,7 @@ end
 -- diagonal; of a matrix, that diagonal.
 function methods.diag(t, k)
   local fn = "diag"
-  k = k or 0
+  k = want_int(k, fn, "diagonal", 0)
   if t:dim() == 2 then return methods.diagonal(t, k) end
   if t:dim() ~= 1 then raise(fn .. ": expected a 1-D or 2-D tensor, got " .. t:dim() .. " dims") end
   local n = t:size(0)
@@ -335,7 +367,7 @@ end
 
 -- outer(v): the products of t's and v's entries, (n, m); ger is its old name.
 function methods.outer(t, v)
-  if t:dim() ~= 1 or not is_tensor(v) or v:dim() ~= 1 then raise("outer: expected two 1-D tensors") end
+  if not is_tensor(t) or not is_tensor(v) or t:dim() ~= 1 or v:dim() ~= 1 then raise("outer: expected two 1-D tensors") end
   return t:view(-1, 1) * v:view(1, -1)
 end
 methods.ger = methods.outer
@@ -364,6 +396,7 @@ function methods.addr(t, v1, v2, opts) return scaled_sum(t, methods.outer(v1, v2
 -- first (dims a number), or over the dims of {dims_t, dims_other}.
 function methods.tensordot(t, other, dims)
   local fn = "tensordot"
+  want_tensor(other, fn, "other")
   dims = dims or 2
   local da, db
   if type(dims) == "number" then
@@ -506,6 +539,7 @@ end
 -- take_along_dim(indices [, dim]): gather along dim after broadcasting t
 -- and indices in the other dims; without dim, take over the flattened t.
 function methods.take_along_dim(t, indices, dim)
+  want_tensor(indices, "take_along_dim", "indices")
   if dim == nil then return t:reshape(-1):index_select(0, indices:reshape(-1)) end
   local d = dim_of(t, dim, "take_along_dim")
   local ts, is = t:size(), indices:size()
@@ -524,20 +558,21 @@ end
 -- t refilled in place from torch's stream; bernoulli([p]) draws 1 with
 -- probability t (or p), a new tensor.
 function methods.uniform_(t, a, b)
-  a, b = a or 0, b or 1
+  a, b = want_number(a, "uniform_", "from", 0), want_number(b, "uniform_", "to", 1)
   return t:copy_(torch.rand_like(want_float("uniform_", t)) * (b - a) + a)
 end
 function methods.normal_(t, mean, std)
-  mean, std = mean or 0, std or 1
+  mean, std = want_number(mean, "normal_", "mean", 0), want_number(std, "normal_", "std", 1)
   return t:copy_(torch.randn_like(want_float("normal_", t)) * std + mean)
 end
 function methods.bernoulli(t, p)
   want_float("bernoulli", t)
+  if p ~= nil then want_operand(p, "bernoulli", "p") end
   local probs = p == nil and t or (is_tensor(p) and p or torch.full_like(t, p))
   return torch.rand_like(t):lt(probs):to(t.dtype)
 end
 function methods.bernoulli_(t, p)
-  local probs = p == nil and 0.5 or p
+  local probs = p == nil and 0.5 or want_operand(p, "bernoulli_", "p")
   return t:copy_(torch.rand_like(want_float("bernoulli_", t)):lt(probs):to(t.dtype))
 end
 
@@ -598,6 +633,7 @@ end
 -- cross(other [, dim]): the cross product of 3-vectors along dim (the
 -- first dim of size 3 when not given, as torch.cross).
 function methods.cross(t, other, dim)
+  want_tensor(other, "cross", "other")
   if dim == nil then
     for d = 0, t:dim() - 1 do if t:size(d) == 3 then dim = d; break end end
     if dim == nil then raise("cross: no dim of size 3") end
@@ -611,6 +647,7 @@ end
 
 -- kron(other): the Kronecker product, of as many dims as the larger.
 function methods.kron(t, other)
+  want_tensor(other, "kron", "other")
   local n = math.max(t:dim(), other:dim())
   local a, b = t, other
   while a:dim() < n do a = a:unsqueeze(0) end
@@ -625,9 +662,9 @@ function methods.kron(t, other)
 end
 
 -- dist(other [, p=2]): the p-norm of t - other.
-function methods.dist(t, other, p) return (t - other):norm(p or 2) end
+function methods.dist(t, other, p) return (t - want_operand(other, "dist", "other")):norm(p or 2) end
 
-function methods.type_as(t, other) return t:to(other.dtype) end
+function methods.type_as(t, other) return t:to(want_tensor(other, "type_as", "other").dtype) end
 
 ---------------------------------------------------------------- splitting
 
@@ -639,12 +676,14 @@ function methods.tensor_split(t, at, dim)
   local n = t:size(d)
   local bounds = { 0 }
   if type(at) == "number" then
-    if at < 1 or at % 1 ~= 0 then raise("tensor_split: expected a positive number of sections, got " .. tostring(at)) end
+    want_int(at, "tensor_split", "sections", nil, 1)
+    if at > 2 ^ 24 then raise("tensor_split: " .. at .. " sections are too many (at most 2^24)") end
     local base, extra = math.floor(n / at), n % at
     for i = 1, at do bounds[i + 1] = bounds[i] + base + (i <= extra and 1 or 0) end
   else
-    local list = is_tensor(at) and at:tolist() or at
+    local list = is_tensor(at) and at:reshape(-1):tolist() or at
     if type(list) ~= "table" then raise("tensor_split: expected a number of sections or a list of indices") end
+    for _, i in ipairs(list) do want_int(i, "tensor_split", "an index") end
     for _, i in ipairs(list) do bounds[#bounds + 1] = math.max(bounds[#bounds], math.min(i < 0 and i + n or i, n)) end
     bounds[#bounds + 1] = n
   end
@@ -658,15 +697,28 @@ function methods.dsplit(t, at) return methods.tensor_split(t, at, 2) end
 
 ---------------------------------------------------------------- logical and bitwise
 
-function methods.logical_xor(t, other) return t:ne(0):ne(is_tensor(other) and other:ne(0) or other ~= 0) end
+function methods.logical_xor(t, other)
+  if type(other) == "boolean" then other = other and 1 or 0 end
+  want_operand(other, "logical_xor", "other")
+  return t:ne(0):ne(is_tensor(other) and other:ne(0) or other ~= 0)
+end
 
 -- bitwise_and / or / xor / not of bool tensors (the logical ops) and of
 -- integers (computed on the host: a GPU tensor makes a round trip).
 local bit = require("bit")
 local function bitwise(name, logical, op)
   return function(t, other)
-    if t.dtype == torch.bool and (other == nil or type(other) == "boolean" or other.dtype == torch.bool) then
+    local unary = name == "bitwise_not"
+    if not unary and not is_tensor(other) and type(other) ~= "number" and type(other) ~= "boolean" then
+      raise(string.format("%s: expected other to be a tensor, a number or a boolean, got %s", name, typename(other)))
+    end
+    if unary then other = nil end
+    if t.dtype == torch.bool and (other == nil or type(other) == "boolean" or (is_tensor(other) and other.dtype == torch.bool)) then
       return logical(t, other)
+    end
+    if type(other) == "boolean" then other = other and 1 or 0 end
+    if type(other) == "number" and (other % 1 ~= 0 or math.abs(other) >= 2 ^ 53) then
+      raise(string.format("%s: expected an integer other, got %s", name, tostring(other)))
     end
     if t.dtype.is_floating_point or (is_tensor(other) and other.dtype.is_floating_point) then
       raise(name .. ": expected integer or bool tensors, got " .. t.dtype.name)
@@ -676,7 +728,12 @@ local function bitwise(name, logical, op)
     if b then a, b = torch.broadcast_tensors(a, b) end
     local av, bv = a:reshape(-1):tolist(), b and b:reshape(-1):tolist()
     local out = {}
-    for i, v in ipairs(av) do out[i] = op(v, bv and bv[i] or other) end
+    local function int(v) return type(v) == "boolean" and (v and 1 or 0) or v end
+    for i, v in ipairs(av) do
+      local o = bv and bv[i]
+      if o == nil then o = other end
+      out[i] = op(int(v), int(o))
+    end
     return torch.tensor(out, { dtype = t.dtype, device = t.device }):reshape(a:size())
   end
 end
@@ -772,18 +829,21 @@ function methods.bincount(t, weights, minlength)
   if t:dim() ~= 1 or t.dtype.is_floating_point or t.dtype == torch.bool then
     raise("bincount: expected a 1-D tensor of non-negative integers")
   end
+  if weights ~= nil then want_tensor(weights, "bincount", "weights") end
   local vals, w = host_values(t), weights and host_values(weights)
   if w and #w ~= #vals then raise("bincount: expected weights of the input's length " .. #vals) end
-  local n = minlength or 0
+  local n = want_int(minlength, "bincount", "minlength", 0, 0)
   for _, v in ipairs(vals) do
     if v < 0 then raise("bincount: expected non-negative values, got " .. v) end
     n = math.max(n, v + 1)
   end
-  local out = {}
-  for i = 1, n do out[i] = 0 end
-  for i, v in ipairs(vals) do out[v + 1] = out[v + 1] + (w and w[i] or 1) end
   local dtype = weights and (weights.dtype == torch.float32 and torch.float32 or torch.float64) or torch.int64
-  return torch.tensor(out, { dtype = dtype, device = t.device })
+  local out = torch.zeros(n, { dtype = dtype })
+  if #vals > 0 then
+    local add = w and torch.tensor(w, { dtype = dtype }) or torch.ones(#vals, { dtype = dtype })
+    out = out:index_add(0, int64(vals), add)
+  end
+  return out:to(t.device)
 end
 
 -- histc([bins=100, min=0, max=0]) (or {bins=, min=, max=}): the counts
@@ -791,7 +851,8 @@ end
 -- 0); values outside are left out, max falls in the last bin.
 function methods.histc(t, bins, lo, hi)
   if type(bins) == "table" then bins, lo, hi = bins.bins, bins.min, bins.max end
-  bins, lo, hi = bins or 100, lo or 0, hi or 0
+  bins = want_int(bins, "histc", "bins", 100, 1)
+  lo, hi = want_number(lo, "histc", "min", 0), want_number(hi, "histc", "max", 0)
   want_float("histc", t)
   local vals = host_values(t)
   if lo == hi then
@@ -801,15 +862,13 @@ function methods.histc(t, bins, lo, hi)
     if lo == hi then lo, hi = lo - 1, hi + 1 end
   end
   if lo > hi then raise("histc: max must be larger than min") end
-  local out = {}
-  for i = 1, bins do out[i] = 0 end
+  local at = {}
   for _, v in ipairs(vals) do
-    if v >= lo and v <= hi then
-      local b = math.min(math.floor((v - lo) * bins / (hi - lo)), bins - 1)
-      out[b + 1] = out[b + 1] + 1
-    end
+    if v >= lo and v <= hi then at[#at + 1] = math.min(math.floor((v - lo) * bins / (hi - lo)), bins - 1) end
   end
-  return torch.tensor(out, { dtype = t.dtype, device = t.device })
+  local out = torch.zeros(bins, { dtype = t.dtype })
+  if #at > 0 then out = out:index_add(0, int64(at), torch.ones(#at, { dtype = t.dtype })) end
+  return out:to(t.device)
 end
 
 -- searchsorted(sorted_sequence, values [, {right=false, side=}]): for each
@@ -818,10 +877,25 @@ end
 -- or the last with right. bucketize(input, boundaries [, right]) is the same
 -- with the arguments swapped.
 function torch.searchsorted(seq, values, opts)
+  want_tensor(seq, "searchsorted", "sorted_sequence")
+  if type(values) ~= "number" then want_tensor(values, "searchsorted", "values") end
   local right = false
   if type(opts) == "table" then right = opts.right == true or opts.side == "right" elseif opts then right = true end
+  if seq.dtype == torch.bool or seq:dim() == 0 then
+    raise("searchsorted: expected a sorted sequence of numbers of at least one dim")
+  end
   local scalar = type(values) == "number"
   if scalar then values = torch.tensor({ values }, { dtype = seq.dtype }) end
+  if seq:dim() > 1 then
+    local a, b = seq:size(), values:size()
+    local same = #a == #b
+    for i = 1, #a - 1 do same = same and a[i] == b[i] end
+    if not same then
+      raise(string.format("searchsorted: a sequence of several rows [%s] needs values with the same leading dims, got [%s]",
+                          table.concat(a, ", "), table.concat(b, ", ")))
+    end
+  end
+  if values.dtype == torch.bool then values = values:to(seq.dtype) end
   local rows = seq:dim() <= 1 and { host_values(seq) } or seq:reshape(-1, seq:size(-1)):cpu():tolist()
   local vals = values:reshape(-1):cpu():tolist()
   local per_row = seq:dim() <= 1 and #vals or values:size(-1)
@@ -849,25 +923,23 @@ end
 local function triangle(fn, keep)
   return function(row, col, offset, opts)
     if type(offset) == "table" then offset, opts = nil, offset end
-    offset = offset or 0
-    local r, c = {}, {}
-    for i = 0, row - 1 do
-      for j = 0, col - 1 do
-        if keep(i, j, offset) then r[#r + 1], c[#c + 1] = i, j end
-      end
-    end
+    row, col = want_int(row, fn, "row", nil, 0), want_int(col, fn, "col", nil, 0)
+    offset = want_int(offset, fn, "offset", 0)
     local o = { dtype = torch.int64, device = opts and opts.device }
-    if #r == 0 then return torch.zeros(2, 0, o) end
-    return torch.stack({ torch.tensor(r, o), torch.tensor(c, o) }, 0)
+    local r = torch.arange(row, o):view(-1, 1):expand(row, col)
+    local c = torch.arange(col, o):view(1, -1):expand(row, col)
+    local mask = keep(c - r, offset)
+    return torch.stack({ r:masked_select(mask), c:masked_select(mask) }, 0)
   end
 end
-torch.tril_indices = triangle("tril_indices", function(i, j, k) return j - i <= k end)
-torch.triu_indices = triangle("triu_indices", function(i, j, k) return j - i >= k end)
+torch.tril_indices = triangle("tril_indices", function(d, k) return d:le(k) end)
+torch.triu_indices = triangle("triu_indices", function(d, k) return d:ge(k) end)
 
 -- diag_embed([offset=0]): each vector of the last dim as the diagonal of
 -- a matrix (the last two dims of the result).
 function methods.diag_embed(t, offset)
-  offset = offset or 0
+  offset = want_int(offset, "diag_embed", "offset", 0)
+  if t:dim() == 0 then raise("diag_embed: expected a tensor of at least one dim") end
   local n = t:size(-1)
   local m = n + math.abs(offset)
   local lead = t:size()
@@ -888,6 +960,7 @@ end
 -- A list given as the arguments or as one table.
 local function tensor_list(fn, first, ...)
   local list = (type(first) == "table" and not is_tensor(first)) and first or { first, ... }
+  if #list == 0 or list[1] == nil then raise(fn .. ": expected at least one tensor") end
   for i, t in ipairs(list) do
     if not is_tensor(t) then raise(string.format("%s: expected a tensor at position %d, got %s", fn, i, typename(t))) end
   end
@@ -897,6 +970,11 @@ end
 -- broadcast_shapes(shape, ...): the shape all broadcast to.
 function torch.broadcast_shapes(...)
   local shapes, out = { ... }, {}
+  for i, sh in ipairs(shapes) do
+    if type(sh) == "number" then sh = { sh }; shapes[i] = sh end
+    if type(sh) ~= "table" then raise("broadcast_shapes: expected shapes (lists of sizes), got " .. typename(sh)) end
+    for _, v in ipairs(sh) do want_int(v, "broadcast_shapes", "a size", nil, 0) end
+  end
   local n = 0
   for _, s in ipairs(shapes) do n = math.max(n, #s) end
   for i = 1, n do
@@ -970,13 +1048,17 @@ end
 
 -- atleast_1d/2d/3d(t): t viewed with leading (trailing, for 3-D) dims of
 -- one, as PyTorch places them.
-function torch.atleast_1d(t) return t:dim() >= 1 and t or t:reshape(1) end
+function torch.atleast_1d(t)
+  want_tensor(t, "atleast_1d", "input")
+  return t:dim() >= 1 and t or t:reshape(1)
+end
 function torch.atleast_2d(t)
+  want_tensor(t, "atleast_2d", "input")
   if t:dim() >= 2 then return t end
   return t:reshape(1, t:numel())
 end
 function torch.atleast_3d(t)
-  local nd = t:dim()
+  local nd = want_tensor(t, "atleast_3d", "input"):dim()
   if nd >= 3 then return t end
   if nd == 2 then return t:unsqueeze(-1) end
   return t:reshape(1, t:numel(), 1)

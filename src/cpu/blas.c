@@ -10,6 +10,7 @@
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* From OpenBLAS's cblas.h. Declared here as well, because Debian's
  * alternatives may point <cblas.h> at a BLAS without them. */
@@ -22,14 +23,23 @@ const char *cpu_blas_config(void)
     return openblas_get_config();
 }
 
+/* The threads set_num_threads asked for (0: never asked), which our own
+ * loops use; OpenBLAS gets at most one per online CPU: it busy-waits, so
+ * more only slow it, and each of its threads holds a buffer of tens of
+ * MB, which an address-space limit may not allow (OpenBLAS then hangs
+ * instead of failing). */
+static int requested;
+
 int cpu_blas_threads(void)
 {
-    return openblas_get_num_threads();
+    return requested > 0 ? requested : openblas_get_num_threads();
 }
 
 void cpu_blas_set_threads(int n)
 {
-    openblas_set_num_threads(n);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    requested = n;
+    openblas_set_num_threads(cpus > 0 && n > cpus ? (int)cpus : n);
 }
 
 /* Returns the BLAS leading dimension and transpose flag for the 2-D matrix

@@ -832,14 +832,23 @@ end
 table.sort(TORCH_FNS)
 table.sort(METHODS)
 
+-- A name that is a Lua keyword (Tensor's `repeat`) is reached by indexing.
+local KEYWORDS = { ["repeat"] = true }
+
 A.any_function = function(k)
   local name = pick(TORCH_FNS)
   if name == "set_default_dtype" or name == "set_grad_enabled" then return A.dtype_state() end
-  return string.format("P[%d] = torch.%s(%s)", k, name, args(R(0, 4)))
+  local f = KEYWORDS[name] and string.format('torch["%s"]', name) or "torch." .. name
+  return string.format("P[%d] = %s(%s)", k, f, args(R(0, 4)))
 end
 
 A.any_method = function(k)
-  return string.format("P[%d] = %s:%s(%s)", k, rtensor(), pick(METHODS), args(R(0, 3)))
+  local name, t, a = pick(METHODS), rtensor(), args(R(0, 3))
+  if KEYWORDS[name] then
+    return string.format('P[%d] = (function(t, ...) return t["%s"](t, ...) end)(%s%s)', k, name, t,
+                         a ~= "" and ", " .. a or "")
+  end
+  return string.format("P[%d] = %s:%s(%s)", k, t, name, a)
 end
 
 -- weights: how often each action runs
@@ -996,7 +1005,9 @@ collectgarbage()
 
 io.write(string.format("# %d calls in %.1f s: %d raised errors, %d of them without an argument check\n",
                        n, now() - t0, errors, #internal))
-for i = 1, math.min(#internal, 25) do io.write("#   ", (internal[i]:gsub("\n", " ")), "\n") end
+for i = 1, math.min(#internal, tonumber(os.getenv("DPLUA_FUZZ_LIST") or 25)) do
+  io.write("#   ", (internal[i]:gsub("\n", " ")), "\n")
+end
 if guard_self then
   io.write(string.format("# DPLUA_FUZZ_GUARD_SELF: %d calls with a non-tensor self were refused\n", guarded[1]))
   failures_total = failures_total + 1
