@@ -379,7 +379,7 @@ __host__ __device__ constexpr bool unary_ok(int op, int kind)
         return true;
     case DP_EXP: case DP_LOG: case DP_SQRT: case DP_RSQRT: case DP_TANH: case DP_SIGMOID:
     case DP_GELU: case DP_GELU_TANH: case DP_SIN: case DP_COS: case DP_RECIPROCAL:
-    case DP_LOG1P: case DP_EXPM1:
+    case DP_LOG1P: case DP_EXPM1: case DP_ERF:
         return kind == K_FLOAT;
     }
     return false;
@@ -410,6 +410,7 @@ template <class T, int OP> __device__ static inline typename T::C unary_float(ty
     case DP_RECIPROCAL: return one / x;
     case DP_LOG1P: return m_log1p(x);
     case DP_EXPM1: return m_expm1(x);
+    case DP_ERF: return m_erf(x);
     case DP_SQUARE: return x * x;
     }
     return x;
@@ -451,7 +452,7 @@ template <class T, int OP> struct unary_f {
 /* the unary ops, for ew_launch_op */
 typedef op_list<DP_NEG, DP_ABS, DP_EXP, DP_LOG, DP_SQRT, DP_RSQRT, DP_TANH, DP_SIGMOID, DP_RELU, DP_GELU, DP_SIN,
                 DP_COS, DP_SIGN, DP_FLOOR, DP_CEIL, DP_ROUND, DP_RECIPROCAL, DP_LOG1P, DP_EXPM1, DP_LOGICAL_NOT,
-                DP_SQUARE, DP_GELU_TANH>
+                DP_SQUARE, DP_GELU_TANH, DP_ERF>
     unops;
 }  // namespace
 
@@ -475,7 +476,7 @@ __host__ __device__ constexpr bool unary_bwd_ok(int op)
     switch (op) {
     case DP_NEG: case DP_ABS: case DP_EXP: case DP_LOG: case DP_SQRT: case DP_RSQRT: case DP_TANH:
     case DP_SIGMOID: case DP_RELU: case DP_GELU: case DP_GELU_TANH: case DP_SIN: case DP_COS:
-    case DP_RECIPROCAL: case DP_LOG1P: case DP_EXPM1: case DP_SQUARE:
+    case DP_RECIPROCAL: case DP_LOG1P: case DP_EXPM1: case DP_SQUARE: case DP_ERF:
         return true;
     }
     return false;
@@ -514,6 +515,7 @@ template <class T, int OP> struct unary_bwd_f {
         case DP_RECIPROCAL: d = -g * y * y; break;
         case DP_LOG1P: d = g / (one + x); break;
         case DP_EXPM1: d = g * (y + one); break;
+        case DP_ERF: d = g * (C)1.1283791670955126 * m_exp(-x * x); break;   /* 2 / sqrt(pi) */
         case DP_SQUARE: d = (C)2 * x * g; break;
         }
         T::store(p[0], d);

@@ -53,6 +53,9 @@ for name, (cls, params, value) in CASES.items():
     c["kl"] = D.kl_divergence(d, p2).detach().reshape(-1).tolist()
     cases[name] = c
 
+cdf = D.Normal(T([0.5, -1.0, 2.0]), T([1.5, 0.25, 3.0])).cdf(T([0.0, -0.75, 4.5]))
+cases["normal_cdf"] = {"cdf": cdf.tolist()}
+
 normal = D.Normal(T([[0.5, 1.0], [-1.0, 2.0]]), T([[1.0, 2.0], [0.5, 1.5]]))
 ind = D.Independent(normal, 1)
 cases["independent_normal"] = {

@@ -687,7 +687,7 @@ def gen_scalar():
 
 UNOPS = ["abs", "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "sin",
          "cos", "sign", "floor", "ceil", "round", "reciprocal", "log1p", "expm1", "square",
-         "logical_not"]
+         "logical_not", "erf"]
 
 
 def unary_py(op):
@@ -737,9 +737,9 @@ def gen_unary():
         case(G, "%s special f64" % op, "a:%s()" % op, unary_py(op), ["f64_spec_log"])
     lit("f32_log1p_spec", [-1.0, -2.0, 1e-10, -0.5], "float32")
     case(G, "log1p(-1) = -inf", "a:log1p()", torch.log1p, ["f32_log1p_spec"])
-    for op in ["exp", "tanh", "sigmoid", "relu", "expm1", "sign", "abs", "floor", "gelu"]:
+    for op in ["exp", "tanh", "sigmoid", "relu", "expm1", "sign", "abs", "floor", "gelu", "erf"]:
         case(G, "%s of infinities" % op, "a:%s()" % op, unary_py(op), ["f32_spec_inf"])
-    for op in ["exp", "tanh", "sigmoid", "sqrt", "relu"]:
+    for op in ["exp", "tanh", "sigmoid", "sqrt", "relu", "erf"]:
         case(G, "%s bf16" % op, "a:%s()" % op, unary_py(op), [rnd("bfloat16", [6], "pos")])
     case(G, "abs of transposed", "a:t():abs()", lambda x: x.t().abs(), [rnd("float32", [3, 2])])
 

@@ -107,6 +107,7 @@ function Normal:log_prob(value)
   return -(d * d) / (2 * self.variance) - self.scale:log() - LOG_SQRT_2PI
 end
 function Normal:entropy() return self.scale:log() + 0.5 + LOG_SQRT_2PI end
+function Normal:cdf(value) return ((value - self.loc) / (self.scale * math.sqrt(2))):erf() * 0.5 + 0.5 end
 
 ---------------------------------------------------------------- Categorical
 

@@ -21,7 +21,7 @@ local function codes(names)
   return t
 end
 local UN = codes({ "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "sin", "cos",
-                   "sign", "floor", "ceil", "round", "reciprocal", "log1p", "expm1", "logical_not", "square" })
+                   "sign", "floor", "ceil", "round", "reciprocal", "log1p", "expm1", "logical_not", "square", "erf" })
 local GELU_TANH = tonumber(C.DP_GELU_TANH)
 local BIN = codes({ "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
                     "remainder", "atan2", "logical_and", "logical_or" })

@@ -17,7 +17,7 @@
 static const char *const unop_names[DP_NUM_UNOPS] = {
     "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "sin", "cos",
     "sign", "floor", "ceil", "round", "reciprocal", "log1p", "expm1", "logical_not", "square",
-    "gelu",
+    "gelu", "erf",
 };
 static const char *const binop_names[DP_NUM_BINOPS] = {
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
@@ -28,7 +28,7 @@ static const char *const unop_grad_names[DP_NUM_UNOPS] = {
     "NegBackward0", "AbsBackward0", "ExpBackward0", "LogBackward0", "SqrtBackward0", "RsqrtBackward0",
     "TanhBackward0", "SigmoidBackward0", "ReluBackward0", "GeluBackward0", "SinBackward0", "CosBackward0",
     "SignBackward0", "FloorBackward0", "CeilBackward0", "RoundBackward0", "ReciprocalBackward0",
-    "Log1PBackward0", "Expm1Backward0", "LogicalNotBackward0", "PowBackward0", "GeluBackward0",
+    "Log1PBackward0", "Expm1Backward0", "LogicalNotBackward0", "PowBackward0", "GeluBackward0", "ErfBackward0",
 };
 static const char *const binop_grad_names[DP_NUM_BINOPS] = {
     "AddBackward0", "SubBackward0", "MulBackward0", "DivBackward0", "PowBackward1", "MaximumBackward0",
@@ -187,7 +187,7 @@ static bool unop_needs_float(int op)
     switch (op) {
     case DP_EXP: case DP_LOG: case DP_SQRT: case DP_RSQRT: case DP_TANH: case DP_SIGMOID:
     case DP_GELU: case DP_GELU_TANH: case DP_SIN: case DP_COS: case DP_RECIPROCAL:
-    case DP_LOG1P: case DP_EXPM1:
+    case DP_LOG1P: case DP_EXPM1: case DP_ERF:
         return true;
     }
     return false;

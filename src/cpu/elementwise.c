@@ -170,6 +170,7 @@ FOR_FLOAT_TYPES(UN_VM, sigmoid, SIGMOID(x))
 FOR_NUMERIC_TYPES(UN_SAME, relu, x > 0 ? x : 0)
 FOR_FLOAT_TYPES(UN_VM, gelu, GELU(x))
 FOR_FLOAT_TYPES(UN_VM, gelu_tanh, GELU_TANH(x))
+FOR_FLOAT_TYPES(UN_VM, erf, M_ERF(x))
 FOR_FLOAT_TYPES(UN_SAME, sin, M_SIN(x))
 FOR_FLOAT_TYPES(UN_SAME, cos, M_COS(x))
 FOR_NUMERIC_TYPES(UN_SAME, sign, SIGN(x))
@@ -195,7 +196,7 @@ FOR_ALL_TYPES(UN_BOOL, lnot, !x)
     X(DP_RSQRT, prefix, rsqrt) X(DP_TANH, prefix, tanh) X(DP_SIGMOID, prefix, sigmoid)   \
     X(DP_GELU, prefix, gelu) X(DP_GELU_TANH, prefix, gelu_tanh) X(DP_SIN, prefix, sin)   \
     X(DP_COS, prefix, cos) X(DP_RECIPROCAL, prefix, reciprocal)                           \
-    X(DP_LOG1P, prefix, log1p) X(DP_EXPM1, prefix, expm1)
+    X(DP_LOG1P, prefix, log1p) X(DP_EXPM1, prefix, expm1) X(DP_ERF, prefix, erf)
 
 static const cpu_row_fn unary_rows[DP_NUM_UNOPS][DP_NUM_DTYPES] = {
     FLOAT_UNOPS(FLOAT_ROWS, un_)
@@ -273,6 +274,7 @@ FOR_FLOAT_TYPES(UB, cos, -g * M_SIN(x))
 FOR_FLOAT_TYPES(UB, reciprocal, -g * y * y)
 FOR_FLOAT_TYPES(UB, log1p, g / (ONE + x))
 FOR_FLOAT_TYPES(UB, expm1, g * (y + ONE))
+FOR_FLOAT_TYPES(UB_VM, erf, g * (__typeof__(x))1.1283791670955126 * M_EXP(-x * x))   /* 2 / sqrt(pi) */
 FOR_FLOAT_TYPES(UB, square, (__typeof__(x))2 * x * g)
 
 static const cpu_row_fn unary_bwd_rows[DP_NUM_UNOPS][DP_NUM_DTYPES] = {

@@ -80,7 +80,7 @@ end, { input(torch.bool, 1001) })
 
 -- unary
 for _, op in ipairs({ "neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu", "sin", "cos", "sign",
-                      "floor", "ceil", "round", "reciprocal", "square" }) do
+                      "floor", "ceil", "round", "reciprocal", "square", "erf" }) do
   for _, dt in ipairs(floats) do
     local x = input(dt, 4, 5)
     if op == "log" or op == "sqrt" then x = x:abs() + 0.5 end

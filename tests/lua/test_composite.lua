@@ -33,6 +33,7 @@ T.run("gradients by finite differences", function()
             { (torch.rand(5, { dtype = torch.float64 }) * 1.6 - 0.8):requires_grad_() })
   gradcheck("asinh, sinh, cosh, tan", function(a) return a:asinh() + a:sinh() * a:cosh() + a:tan() end, { f64(5) })
   gradcheck("cdist", function(a, b) return torch.cdist(a, b) end, { x, f64(2, 4) })
+  gradcheck("erf (a native op)", function(a) return a:erf() end, { x })
   gradcheck("block_diag", function(a, b) return torch.block_diag(a, b) end, { x, f64(2) })
   gradcheck("einsum bilinear", function(a, b, c) return torch.einsum("bn,anm,bm->ba", a, b, c) end,
             { f64(2, 3), f64(4, 3, 5), f64(2, 5) })

@@ -70,6 +70,11 @@ for _, name in ipairs(T.sorted_keys(cases)) do
   end)
 end
 
+T.run("Normal.cdf against PyTorch", function()
+  local n = D.Normal(f64({ 0.5, -1.0, 2.0 }), f64({ 1.5, 0.25, 3.0 }))
+  T.values_close(n:cdf(f64({ 0.0, -0.75, 4.5 })):tolist(), ref.normal_cdf.cdf, 1e-14, 1e-15, "cdf")
+end)
+
 T.run("Independent against PyTorch", function()
   local base = D.Normal(f64({ { 0.5, 1.0 }, { -1.0, 2.0 } }), f64({ { 1.0, 2.0 }, { 0.5, 1.5 } }))
   local d = D.Independent(base, 1)

@@ -1269,6 +1269,15 @@ C{name="logical_not b_unary", expr="a:logical_not()", inputs={"b_unary"}, dtype=
 end)() end
 do local C = adder("elementwise"); (function()
 C{name="torch.logical_not function", expr="torch.logical_not(a)", inputs={"f32_unary"}, dtype="bool", shape={8}, values={false,false,false,true,false,false,false,false}}
+C{name="erf f32_unary", expr="a:erf()", inputs={"f32_unary"}, dtype="float32", shape={8}, values={-0.999593,-0.8427008,-0.5204999,0,0.5204999,0.8427008,0.999593,0.9999998}}
+C{name="erf f64_unary", expr="a:erf()", inputs={"f64_unary"}, dtype="float64", shape={8}, values={-0.999593047982555,-0.8427007929497149,-0.5204998778130465,0.0,0.5204998778130465,0.8427007929497149,0.999593047982555,0.9999998328489421}}
+C{name="erf f32_wide", expr="a:erf()", inputs={"f32_wide"}, dtype="float32", shape={8}, values={-1,-1,-0.99999696,0.0011283788,1,1,1,1}}
+C{name="erf f64_wide", expr="a:erf()", inputs={"f64_wide"}, dtype="float64", shape={8}, values={-1.0,-1.0,-0.9999969422902035,0.0011283787909692365,1.0,1.0,1.0,1.0}}
+C{name="erf i64_unary", expr="a:erf()", inputs={"i64_unary"}, dtype="float32", shape={6}, values={-0.9999779,-0.8427008,0,0.8427008,0.9953223,1}}
+C{name="erf i32_unary", expr="a:erf()", inputs={"i32_unary"}, dtype="float32", shape={6}, values={-0.9999779,-0.8427008,0,0.8427008,0.9953223,1}}
+C{name="erf u8_unary", expr="a:erf()", inputs={"u8_unary"}, dtype="float32", shape={5}, values={0,0.8427008,0.9953223,1,1}}
+C{name="erf b_unary", expr="a:erf()", inputs={"b_unary"}, dtype="float32", shape={3}, values={0.8427008,0,0.8427008}}
+C{name="torch.erf function", expr="torch.erf(a)", inputs={"f32_unary"}, dtype="float32", shape={8}, values={-0.999593,-0.8427008,-0.5204999,0,0.5204999,0.8427008,0.999593,0.9999998}}
 C{name="sqrt positive", expr="a:sqrt()", inputs={"f32_positive"}, dtype="float32", shape={6}, values={0.1,0.70710677,1,1.4142135,3,10}}
 C{name="rsqrt positive", expr="a:rsqrt()", inputs={"f32_positive"}, dtype="float32", shape={6}, values={10,1.4142135,1,0.70710677,0.33333334,0.1}}
 C{name="log positive", expr="a:log()", inputs={"f32_positive"}, dtype="float32", shape={6}, values={-4.6051702,-0.6931472,0,0.6931472,2.1972246,4.6051702}}
@@ -1308,11 +1317,13 @@ C{name="sign of infinities", expr="a:sign()", inputs={"f32_spec_inf"}, dtype="fl
 C{name="abs of infinities", expr="a:abs()", inputs={"f32_spec_inf"}, dtype="float32", shape={6}, values={inf,inf,0,0,1000,1000}}
 C{name="floor of infinities", expr="a:floor()", inputs={"f32_spec_inf"}, dtype="float32", shape={6}, values={-inf,inf,0,-0,1000,-1000}}
 C{name="gelu of infinities", expr="a:gelu()", inputs={"f32_spec_inf"}, dtype="float32", shape={6}, values={nan,inf,0,0,1000,0}}
+C{name="erf of infinities", expr="a:erf()", inputs={"f32_spec_inf"}, dtype="float32", shape={6}, values={-1,1,0,-0,1,-1}}
 C{name="exp bf16", expr="a:exp()", inputs={"bf16_6_pos"}, dtype="bfloat16", shape={6}, values={1.8984375,23.875,11.625,314.0,1.7734375,2.484375}}
 C{name="tanh bf16", expr="a:tanh()", inputs={"bf16_6_pos"}, dtype="bfloat16", shape={6}, values={0.56640625,0.99609375,0.984375,1.0,0.51953125,0.72265625}}
 C{name="sigmoid bf16", expr="a:sigmoid()", inputs={"bf16_6_pos"}, dtype="bfloat16", shape={6}, values={0.65625,0.9609375,0.921875,0.99609375,0.640625,0.71484375}}
 C{name="sqrt bf16", expr="a:sqrt()", inputs={"bf16_6_pos"}, dtype="bfloat16", shape={6}, values={0.80078125,1.78125,1.5625,2.390625,0.7578125,0.953125}}
 C{name="relu bf16", expr="a:relu()", inputs={"bf16_6_pos"}, dtype="bfloat16", shape={6}, values={0.640625,3.171875,2.453125,5.75,0.57421875,0.91015625}}
+C{name="erf bf16", expr="a:erf()", inputs={"bf16_6_pos"}, dtype="bfloat16", shape={6}, values={0.63671875,1.0,1.0,1.0,0.58203125,0.80078125}}
 C{name="abs of transposed", expr="a:t():abs()", inputs={"f32_3x2_a"}, dtype="float32", shape={2,3}, values={{0.965,2.397,2.428},{1.776,1.754,0.174}}}
 C{name="isclose defaults", expr="a:isclose(b)", inputs={"f32_close_a","f32_close_b"}, dtype="bool", shape={9}, values={true,false,false,false,true,false,true,true,false}}
 C{name="isclose rtol 1e-3", expr="a:isclose(b, 1e-3)", inputs={"f32_close_a","f32_close_b"}, dtype="bool", shape={9}, values={true,true,false,false,true,false,true,true,false}}
