@@ -85,7 +85,7 @@ ffi.metatype(Tensor_ct, mt)
 -- Submodules load on first use, so `require("dplua")` stays fast.
 local submodules = { nn = "dplua.nn", optim = "dplua.optim", autograd = "dplua.autograd",
                      distributed = "dplua.distributed", utils = "dplua.utils",
-                     distributions = "dplua.distributions" }
+                     distributions = "dplua.distributions", linalg = "dplua.linalg" }
 -- functions that live in modules of their own
 local lazy_functions = {
   save = "dplua.serialization", load = "dplua.serialization",

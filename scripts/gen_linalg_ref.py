@@ -1,0 +1,72 @@
+#!/usr/bin/python3
+"""Writes tests/ref/linalg.lua: PyTorch's torch.linalg results and the
+gradients of sum(result * cos(k)) with respect to the inputs, for
+tests/lua/test_linalg.lua, in float64. A (2, 4, 4) holds sin(1 + 0.7 k) *
+2 + 3 on the diagonal (well conditioned), B (2, 4, 3) cos(2 + 1.1 k), the
+tall M (5, 3) sin(0.5 + 0.9 k), the vector v (6) cos(0.3 + 1.7 k); each
+case names its inputs and how the result is read (a second result of
+slogdet and qr as `y2`).
+    cd scripts && /usr/bin/python3 gen_linalg_ref.py > ../tests/ref/linalg.lua
+"""
+import math
+
+import torch
+from reflua import filled, lua, print_cases
+
+torch.set_default_dtype(torch.float64)
+
+
+def inputs():
+    A = filled((2, 4, 4), lambda k: math.sin(1 + 0.7 * k) * 2) + 3 * torch.eye(4)
+    B = filled((2, 4, 3), lambda k: math.cos(2 + 1.1 * k))
+    M = filled((5, 3), lambda k: math.sin(0.5 + 1.3 * k * k))
+    v = filled((6,), lambda k: math.cos(0.3 + 1.7 * k))
+    return {"A": A, "B": B, "M": M, "v": v}
+
+
+L = torch.linalg
+CASES = {
+    "solve": (["A", "B"], lambda A, B: L.solve(A, B)),
+    "solve_vector": (["A"], lambda A: L.solve(A, torch.tensor([1.0, -2.0, 0.5, 3.0]))),
+    "inv": (["A"], lambda A: L.inv(A)),
+    "det": (["A"], lambda A: L.det(A)),
+    "slogdet": (["A"], lambda A: tuple(L.slogdet(A))),
+    "cholesky": (["A"], lambda A: L.cholesky(A @ A.transpose(-2, -1) + torch.eye(4))),
+    "qr": (["M"], lambda M: tuple(L.qr(M))),
+    "qr_wide_complete": (["A"], lambda A: tuple(L.qr(A[0, :3, :], mode="complete"))),
+    "vector_norm": (["v"], lambda v: L.vector_norm(v)),
+    "vector_norm_3": (["v"], lambda v: L.vector_norm(v, 3)),
+    "vector_norm_inf": (["B"], lambda B: L.vector_norm(B, float("inf"), dim=-1)),
+    "matrix_norm_fro": (["B"], lambda B: L.matrix_norm(B)),
+    "matrix_norm_1": (["A"], lambda A: L.matrix_norm(A, 1)),
+    "matrix_norm_inf_keepdim": (["A"], lambda A: L.matrix_norm(A, float("inf"), keepdim=True)),
+    "norm_matrix": (["M"], lambda M: L.norm(M)),
+    "multi_dot": (["M", "B"], lambda M, B: L.multi_dot([M.t(), M, B[0, :3, :]])),
+}
+
+cases = {}
+for name, (names, f) in CASES.items():
+    xs = inputs()
+    args = [xs[n].requires_grad_() for n in names]
+    out = f(*args)
+    outs = out if isinstance(out, tuple) else (out,)
+    loss = 0
+    for o in outs:
+        if o.dtype.is_floating_point and o.requires_grad:
+            loss = loss + (o * torch.cos(torch.arange(o.numel(), dtype=torch.float64)).reshape(o.shape)).sum()
+    loss.backward()
+    c = {"inputs": names, "y": outs[0].detach().reshape(-1).tolist(), "shape": list(outs[0].shape)}
+    if len(outs) > 1:
+        c["y2"] = outs[1].detach().reshape(-1).tolist()
+    for n, a in zip(names, args):
+        c["d" + n] = a.grad.reshape(-1).tolist()
+    cases[name] = c
+
+
+def value(v):
+    if isinstance(v, list) and v and isinstance(v[0], str):
+        return "{" + ", ".join('"%s"' % x for x in v) + "}"
+    return lua(v)
+
+
+print_cases("gen_linalg_ref.py", cases, value)
