@@ -1598,6 +1598,12 @@ function F.adaptive_max_pool2d(input, output_size, return_indices)
   return out:squeeze(0), indices:squeeze(0)
 end
 
+-- The unpools' trailing arguments, positionally or as one options table.
+local function unpool_args(stride, padding, output_size)
+  if type(stride) == "table" and stride[1] == nil then return stride.stride, stride.padding, stride.output_size end
+  return stride, padding, output_size
+end
+
 -- max_unpool2d(input, indices, kernel_size [, stride=kernel_size,
 -- padding=0, output_size]) or with {stride=, padding=, output_size=}:
 -- max_pool2d's inverse as PyTorch's: zeros of (H - 1) stride - 2 padding
@@ -1605,10 +1611,7 @@ end
 -- stride of that) with each input value written at its index.
 function F.max_unpool2d(input, indices, kernel_size, stride, padding, output_size)
   local fn = "max_unpool2d"
-  if type(stride) == "table" and stride[1] == nil then
-    local o = stride
-    stride, padding, output_size = o.stride, o.padding, o.output_size
-  end
+  stride, padding, output_size = unpool_args(stride, padding, output_size)
   local x, batched = pool_input(input, fn)
   want_tensor(indices, fn, "indices")
   if indices.dtype ~= torch.int64 or shape_str(indices) ~= shape_str(input) then
@@ -2210,10 +2213,7 @@ end
 -- or with an options table: output_size one number (or the last of 1 or 3).
 function F.max_unpool1d(input, indices, kernel_size, stride, padding, output_size)
   local fn = "max_unpool1d"
-  if type(stride) == "table" and stride[1] == nil then
-    local o = stride
-    stride, padding, output_size = o.stride, o.padding, o.output_size
-  end
+  stride, padding, output_size = unpool_args(stride, padding, output_size)
   local k = one(kernel_size, fn, "kernel_size")
   want_tensor(indices, fn, "indices")
   if output_size ~= nil then

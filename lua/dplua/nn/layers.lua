@@ -148,14 +148,6 @@ end
 function L.PReLU:forward(x) return F.prelu(x, self.weight) end
 function L.PReLU:extra_repr() return "num_parameters=" .. self.num_parameters end
 
-L.Softmin = Module:extend("Softmin")
-function L.Softmin:__init(dim)
-  if is_opts(dim) then dim = dim.dim end
-  self.dim = dim
-end
-function L.Softmin:forward(x) return F.softmin(x, self.dim) end
-function L.Softmin:extra_repr() return "dim=" .. pyrepr(self.dim) end
-
 -- Softmax2d: softmax over the channels (dim -3) of (N, C, H, W) or (C, H, W)
 L.Softmax2d = Module:extend("Softmax2d")
 function L.Softmax2d:forward(x)
@@ -174,6 +166,11 @@ function L.Softmax:extra_repr() return "dim=" .. pyrepr(self.dim) end
 L.LogSoftmax = Module:extend("LogSoftmax")
 L.LogSoftmax.__init = L.Softmax.__init
 function L.LogSoftmax:forward(x) return F.log_softmax(x, self.dim) end
+
+L.Softmin = Module:extend("Softmin")
+L.Softmin.__init = L.Softmax.__init
+function L.Softmin:forward(x) return F.softmin(x, self.dim) end
+L.Softmin.extra_repr = L.Softmax.extra_repr
 L.LogSoftmax.extra_repr = L.Softmax.extra_repr
 
 L.Dropout = Module:extend("Dropout")

@@ -511,7 +511,44 @@ function WarmRestarts:step(epoch)
   end
 end
 
----------------------------------------------------------------- OneCycleLR
+---------------------------------------------------------------- OneCycleLR, CyclicLR
+
+-- One value, or one per param group, as a list of n.
+local function per_group(fn, n, v, what, default)
+  v = v == nil and default or v
+  if type(v) == "table" then
+    if #v ~= n then raise(string.format("%s: expected %d values for %s, got %d", fn, n, what, #v)) end
+    for _, x in ipairs(v) do want_number(x, fn, what) end
+    return v
+  end
+  want_number(v, fn, what)
+  local out = {}
+  for i = 1, n do out[i] = v end
+  return out
+end
+
+-- The momentum (SGD's) or beta1 (Adam's) the cyclic schedules move: set
+-- to m in a group.
+local function set_momentum(self, group, m)
+  if self.use_beta1 then group.betas = { m, group.betas[2] } else group.momentum = m end
+end
+
+-- cycle_momentum's setup: the optimizer must have a momentum or betas;
+-- each group starts at its max_momentum (unless resuming) and keeps its
+-- max_momentum and base_momentum.
+local function cycled_momentum(self, fn, optimizer, maxes, bases, last_epoch)
+  local d = optimizer.defaults or {}
+  if d.momentum == nil and d.betas == nil then
+    raise(fn .. ": optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+  end
+  self.use_beta1 = d.betas ~= nil
+  if (last_epoch or -1) == -1 then
+    for i, group in ipairs(optimizer.param_groups) do
+      set_momentum(self, group, maxes[i])
+      group.max_momentum, group.base_momentum = maxes[i], bases[i]
+    end
+  end
+end
 
 -- OneCycleLR(opt, max_lr, total_steps | epochs and steps_per_epoch,
 -- pct_start=0.3, anneal_strategy="cos", cycle_momentum=true,
@@ -560,19 +597,7 @@ function OneCycleLR.new(optimizer, max_lr, total_steps, epochs, steps_per_epoch,
       { end_step = T - 1, start_lr = "max_lr", end_lr = "min_lr", start_momentum = "base_momentum", end_momentum = "max_momentum" },
     }
   end
-  -- one value, or one per param group
-  local function per_group(v, what, default)
-    v = v == nil and default or v
-    if type(v) == "table" then
-      if #v ~= n then raise(string.format("%s: expected %d values for %s, got %d", fn, n, what, #v)) end
-      return v
-    end
-    want_number(v, fn, what)
-    local out = {}
-    for i = 1, n do out[i] = v end
-    return out
-  end
-  local max_lrs = per_group(max_lr, "max_lr")
+  local max_lrs = per_group(fn, n, max_lr, "max_lr")
   if (last_epoch or -1) == -1 then
     for i, group in ipairs(optimizer.param_groups) do
       group.initial_lr = max_lrs[i] / div_factor
@@ -583,19 +608,8 @@ function OneCycleLR.new(optimizer, max_lr, total_steps, epochs, steps_per_epoch,
   end
   self.cycle_momentum = cycle_momentum ~= false
   if self.cycle_momentum then
-    local d = optimizer.defaults or {}
-    if d.momentum == nil and d.betas == nil then
-      raise(fn .. ": optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
-    end
-    self.use_beta1 = d.betas ~= nil
-    local maxes = per_group(max_momentum, "max_momentum", 0.95)
-    local bases = per_group(base_momentum, "base_momentum", 0.85)
-    if (last_epoch or -1) == -1 then
-      for i, group in ipairs(optimizer.param_groups) do
-        if self.use_beta1 then group.betas = { maxes[i], group.betas[2] } else group.momentum = maxes[i] end
-        group.max_momentum, group.base_momentum = maxes[i], bases[i]
-      end
-    end
+    cycled_momentum(self, fn, optimizer, per_group(fn, n, max_momentum, "max_momentum", 0.95),
+                    per_group(fn, n, base_momentum, "base_momentum", 0.85), last_epoch)
   end
   return LRScheduler.init(self, optimizer, last_epoch)
 end
@@ -617,8 +631,8 @@ function OneCycleLR:get_lr()
         local pct = (step - start) / (phase.end_step - start)
         out[gi] = anneal(self.anneal_strategy, group[phase.start_lr], group[phase.end_lr], pct)
         if self.cycle_momentum then
-          local m = anneal(self.anneal_strategy, group[phase.start_momentum], group[phase.end_momentum], pct)
-          if self.use_beta1 then group.betas = { m, group.betas[2] } else group.momentum = m end
+          set_momentum(self, group, anneal(self.anneal_strategy, group[phase.start_momentum], group[phase.end_momentum],
+                                           pct))
         end
         break
       end
@@ -627,8 +641,6 @@ function OneCycleLR:get_lr()
   end
   return out
 end
-
----------------------------------------------------------------- CyclicLR
 
 -- CyclicLR(opt, base_lr, max_lr, step_size_up=2000, step_size_down,
 -- mode="triangular", gamma=1, scale_fn, scale_mode, cycle_momentum=true,
@@ -650,23 +662,12 @@ function CyclicLR.new(optimizer, base_lr, max_lr, step_size_up, step_size_down, 
   end
   local self = setmetatable({}, CyclicLR)
   local n = #optimizer.param_groups
-  local function per_group(v, what)
-    if type(v) == "table" then
-      if #v ~= n then raise(string.format("%s: expected %d values for %s, got %d", fn, n, what, #v)) end
-      for _, x in ipairs(v) do want_number(x, fn, what) end
-      return v
-    end
-    want_number(v, fn, what)
-    local out = {}
-    for i = 1, n do out[i] = v end
-    return out
-  end
   if base_lr == nil or max_lr == nil then raise(fn .. ": expected base_lr and max_lr") end
-  local base_lrs = per_group(base_lr, "base_lr")
+  local base_lrs = per_group(fn, n, base_lr, "base_lr")
   if (last_epoch or -1) == -1 then
     for i, group in ipairs(optimizer.param_groups) do group.lr = base_lrs[i] end
   end
-  self.max_lrs = per_group(max_lr, "max_lr")
+  self.max_lrs = per_group(fn, n, max_lr, "max_lr")
   local up = want_positive(step_size_up or 2000, fn, "step_size_up")
   local down = step_size_down == nil and up or want_positive(step_size_down, fn, "step_size_down")
   self.total_size, self.step_ratio = up + down, up / (up + down)
@@ -689,20 +690,9 @@ function CyclicLR.new(optimizer, base_lr, max_lr, step_size_up, step_size_down, 
   end
   self.cycle_momentum = cycle_momentum ~= false
   if self.cycle_momentum then
-    local d = optimizer.defaults or {}
-    if d.momentum == nil and d.betas == nil then
-      raise(fn .. ": optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
-    end
-    self.use_beta1 = d.betas ~= nil
-    self.base_momentums = per_group(base_momentum == nil and 0.8 or base_momentum, "base_momentum")
-    self.max_momentums = per_group(max_momentum == nil and 0.9 or max_momentum, "max_momentum")
-    if (last_epoch or -1) == -1 then
-      for i, group in ipairs(optimizer.param_groups) do
-        local m = self.max_momentums[i]
-        if self.use_beta1 then group.betas = { m, group.betas[2] } else group.momentum = m end
-        group.max_momentum, group.base_momentum = m, self.base_momentums[i]
-      end
-    end
+    self.base_momentums = per_group(fn, n, base_momentum, "base_momentum", 0.8)
+    self.max_momentums = per_group(fn, n, max_momentum, "max_momentum", 0.9)
+    cycled_momentum(self, fn, optimizer, self.max_momentums, self.base_momentums, last_epoch)
   end
   LRScheduler.init(self, optimizer, last_epoch)
   self.base_lrs = base_lrs
@@ -717,8 +707,7 @@ function CyclicLR:get_lr()
   for i, base in ipairs(self.base_lrs) do out[i] = base + (self.max_lrs[i] - base) * scale * s end
   if self.cycle_momentum then
     for i, group in ipairs(self.optimizer.param_groups) do
-      local m = self.max_momentums[i] - (self.max_momentums[i] - self.base_momentums[i]) * scale * s
-      if self.use_beta1 then group.betas = { m, group.betas[2] } else group.momentum = m end
+      set_momentum(self, group, self.max_momentums[i] - (self.max_momentums[i] - self.base_momentums[i]) * scale * s)
     end
   end
   return out
