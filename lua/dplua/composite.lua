@@ -400,6 +400,10 @@ function methods.tensordot(t, other, dims)
   dims = dims or 2
   local da, db
   if type(dims) == "number" then
+    want_int(dims, fn, "dims", nil, 0)
+    if dims > t:dim() or dims > other:dim() then
+      raise(string.format("%s: cannot contract %d dims of tensors of %d and %d dims", fn, dims, t:dim(), other:dim()))
+    end
     da, db = {}, {}
     for i = 1, dims do da[i] = t:dim() - dims + i - 1; db[i] = i - 1 end
   elseif type(dims) == "table" and #dims == 2 then
@@ -677,7 +681,9 @@ function methods.tensor_split(t, at, dim)
   local bounds = { 0 }
   if type(at) == "number" then
     want_int(at, "tensor_split", "sections", nil, 1)
-    if at > 2 ^ 24 then raise("tensor_split: " .. at .. " sections are too many (at most 2^24)") end
+    if at > n + 2 ^ 16 then
+      raise(string.format("tensor_split: %d sections of %d entries are too many (at most the entries plus 65536)", at, n))
+    end
     local base, extra = math.floor(n / at), n % at
     for i = 1, at do bounds[i + 1] = bounds[i] + base + (i <= extra and 1 or 0) end
   else
