@@ -358,4 +358,38 @@ T.raises(function() data.Dataset.extend(data.Dataset) end, "expected a class nam
 T.raises(function() return data.DataLoader(ds, { batch_sampler = { { 0, 99 } } }):iter()() end, "99",
          "an index past the end of a TensorDataset")
 
+-- SubsetRandomSampler, WeightedRandomSampler, ConcatDataset
+do
+  local sub = data.SubsetRandomSampler({ 5, 7, 9, 11 }, { generator = 3 })
+  local seen = {}
+  for i in sub:iter() do seen[#seen + 1] = i end
+  table.sort(seen)
+  T.is(seen, { 5, 7, 9, 11 }, "SubsetRandomSampler: each given index once an epoch")
+  T.is(#sub, 4, "SubsetRandomSampler's length")
+  local again = data.SubsetRandomSampler({ 5, 7, 9, 11 }, { generator = 3 })
+  T.is(again:index_tensor():tolist(), data.SubsetRandomSampler({ 5, 7, 9, 11 }, { generator = 3 }):index_tensor():tolist(),
+       "SubsetRandomSampler: a seed repeats its order")
+  local w = data.WeightedRandomSampler({ 0.1, 0, 0.9 }, 4000)
+  local idx = w:index_tensor()
+  T.is(idx:numel(), 4000, "WeightedRandomSampler: num_samples indices")
+  T.is(idx:eq(1):sum():item(), 0, "a weight of 0 is never drawn")
+  T.close(idx:eq(2):double():mean():item(), 0.9, 0, 0.03, "drawn in proportion to the weights")
+  local distinct = data.WeightedRandomSampler(torch.tensor({ 1, 2, 3, 4 }), 4, false, { generator = 7 }):index_tensor()
+  T.is(distinct:sort():tolist(), { 0, 1, 2, 3 }, "without replacement: distinct indices")
+  T.raises(function() data.WeightedRandomSampler({ 1, 0 }, 2, false) end,
+           "cannot draw 2 samples without replacement from 1 of non%-zero weight", "too many without replacement")
+  T.raises(function() data.WeightedRandomSampler({ -1, 2 }, 2) end, "expected non%-negative weights", "a negative weight")
+  local c = data.ConcatDataset({ data.TensorDataset(torch.arange(3)), { "a", "b" }, data.TensorDataset(torch.arange(10, 12)) })
+  T.is(#c, 7, "ConcatDataset's length is the sum")
+  T.is(c:__getitem(3), "a", "an index in the second dataset")
+  T.is(c:__getitem(6):item(), 11, "the last sample")
+  T.is(c:__getitem(-7):item(), 0, "negative indices from the end")
+  T.raises(function() c:__getitem(7) end, "index 7 is out of range for 7 samples", "past the end")
+  local loader = data.DataLoader(data.ConcatDataset({ data.TensorDataset(torch.arange(3)), data.TensorDataset(torch.arange(3, 6)) }),
+                                 { batch_size = 4, sampler = data.SubsetRandomSampler({ 0, 4, 5 }) })
+  local total = 0
+  for b in loader:iter() do total = total + b:sum():item() end
+  T.is(total, 0 + 4 + 5, "a DataLoader over a ConcatDataset with a SubsetRandomSampler")
+end
+
 T.done_testing()

@@ -365,6 +365,39 @@ local function as_dataset(ds, fn)
   return with_method(ds, "__getitem", fn, "a dataset (an object with __getitem and __len, or a Lua list)")
 end
 
+-- ConcatDataset(datasets): the datasets one after another; sample i is
+-- the dataset's holding it, at i less the samples before that dataset.
+local ConcatDataset = new_class("ConcatDataset", Dataset)
+data.ConcatDataset = ConcatDataset
+
+function ConcatDataset:__init(datasets)
+  local fn = "ConcatDataset"
+  if type(datasets) ~= "table" or #datasets == 0 then raise(fn .. ": expected a non-empty list of datasets") end
+  self.datasets, self.cumulative_sizes = {}, {}
+  local total = 0
+  for i, d in ipairs(datasets) do
+    local ds = as_dataset(d, fn)
+    self.datasets[i] = ds
+    total = total + length(ds, "dataset " .. i, fn)
+    self.cumulative_sizes[i] = total
+  end
+  self.n = total
+end
+function ConcatDataset:__len() return self.n end
+function ConcatDataset:__getitem(i)
+  if not is_int(i) or i < -self.n or i >= self.n then
+    raise(string.format("ConcatDataset: index %s is out of range for %d samples", tostring(i), self.n))
+  end
+  if i < 0 then i = i + self.n end
+  local sizes = self.cumulative_sizes
+  local lo, hi = 1, #sizes   -- the first dataset whose cumulative size exceeds i
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if sizes[mid] > i then hi = mid else lo = mid + 1 end
+  end
+  return self.datasets[lo]:__getitem(i - (lo > 1 and sizes[lo - 1] or 0))
+end
+
 ---------------------------------------------------------------- samplers
 
 -- A sampler yields 0-based sample indices: sampler:iter() is an iterator,
@@ -528,6 +561,60 @@ function DistributedSampler:index_tensor()
     k = k + 1
   end
   return t
+end
+
+-- SubsetRandomSampler(indices [, {generator=seed}]): the given indices in
+-- a fresh random order each epoch (a train/validation split of one dataset).
+local SubsetRandomSampler = new_class("SubsetRandomSampler", Sampler)
+data.SubsetRandomSampler = SubsetRandomSampler
+
+function SubsetRandomSampler:__init(indices, opts)
+  local fn = "SubsetRandomSampler"
+  opts = check_options(fn, opts, { generator = true, seed = true })
+  self.indices = to_index_tensor(indices, fn, nil)
+  local n = self.indices:numel()
+  self.order = RandomSampler({ __len = function() return n end }, { generator = opts.generator or opts.seed })
+end
+function SubsetRandomSampler:__len() return self.indices:numel() end
+function SubsetRandomSampler:index_tensor() return self.indices:index_select(0, self.order:index_tensor()) end
+
+-- WeightedRandomSampler(weights, num_samples [, replacement=true,
+-- {generator=seed}]): num_samples indices drawn with probabilities
+-- proportional to weights (a list or a 1-D tensor, non-negative), through
+-- torch.multinomial (torch's stream, or the seed's).
+local WeightedRandomSampler = new_class("WeightedRandomSampler", Sampler)
+data.WeightedRandomSampler = WeightedRandomSampler
+
+function WeightedRandomSampler:__init(weights, num_samples, replacement, opts)
+  local fn = "WeightedRandomSampler"
+  if type(replacement) == "table" then replacement, opts = nil, replacement end
+  opts = check_options(fn, opts, { replacement = true, generator = true, seed = true })
+  if replacement == nil then replacement = opts.replacement end
+  if torch.is_tensor(weights) then weights = weights:double():reshape(-1)
+  elseif type(weights) == "table" then weights = torch.tensor(weights, { dtype = torch.float64 })
+  else raise(fn .. ": expected weights to be a list or a tensor, got " .. typename(weights)) end
+  if weights:numel() == 0 or weights:lt(0):any():item() or weights:ne(weights):any():item() then
+    raise(fn .. ": expected non-negative weights, at least one")
+  end
+  if not is_int(num_samples) or num_samples <= 0 then
+    raise(fn .. ": expected num_samples to be a positive integer, got " .. tostring(num_samples))
+  end
+  if replacement ~= nil and type(replacement) ~= "boolean" then
+    raise(fn .. ": expected replacement to be a boolean, got " .. typename(replacement))
+  end
+  self.weights, self.num_samples, self.replacement = weights, num_samples, replacement ~= false
+  if not self.replacement and num_samples > weights:ne(0):sum():item() then
+    raise(string.format("%s: cannot draw %d samples without replacement from %d of non-zero weight", fn, num_samples,
+                        weights:ne(0):sum():item()))
+  end
+  self.seed = check_seed(opts.generator or opts.seed, fn)
+  self.epoch = 0
+end
+function WeightedRandomSampler:__len() return self.num_samples end
+function WeightedRandomSampler:index_tensor()
+  if not self.seed then return torch.multinomial(self.weights, self.num_samples, self.replacement) end
+  self.epoch = self.epoch + 1   -- a reproducible sequence of epochs
+  return torch.multinomial(self.weights, self.num_samples, self.replacement, { generator = self.seed + self.epoch - 1 })
 end
 
 -- BatchSampler(sampler, batch_size, drop_last): lists of indices.
