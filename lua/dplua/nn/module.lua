@@ -263,6 +263,11 @@ function Module:register_parameter(name, param)
   od_set(self._parameters, name, param)
 end
 
+-- _remove_parameter(name): drops a registered parameter entirely (as
+-- Python's `del module._parameters[name]`), so that the name can hold a
+-- computed tensor (nn.utils.weight_norm's weight).
+function Module:_remove_parameter(name) od_del(self._parameters, name) end
+
 function Module:register_buffer(name, tensor, persistent)
   check_name(name, "register_buffer")
   if self._attrs[name] ~= nil or self._parameters.has[name] or self._modules.has[name] then

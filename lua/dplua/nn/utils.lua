@@ -145,6 +145,129 @@ function U.vector_to_parameters(vec, parameters)
   end)
 end
 
+---------------------------------------------------------------- weight_norm, spectral_norm
+
+-- The 2-norm of v over every dim but dim (kept as size 1 where reduced),
+-- or of the whole of v when dim is -1 (PyTorch's dim=None).
+local function norm_except_dim(v, dim)
+  if dim == -1 then return v:norm() end
+  local d = dim < 0 and dim + v:dim() or dim
+  local moved = v:transpose(0, d):contiguous()
+  local shape = {}
+  for i = 1, v:dim() do shape[i] = 1 end
+  shape[d + 1] = v:size(d)
+  return moved:reshape(moved:size(0), -1):norm(2, 1):view(shape)
+end
+
+local function module_param(module, name, fn)
+  local nn = torch.nn
+  if not nn.is_module(module) then raise(fn .. ": expected a module, got " .. type(module)) end
+  local w = module._parameters.map[name]
+  if w == nil then raise(string.format("%s: the module has no parameter '%s'", fn, tostring(name))) end
+  return w
+end
+
+-- weight_norm(module [, name="weight", dim=0]): the parameter split into
+-- its direction name_v and its norms name_g (over every dim but dim; dim
+-- -1, PyTorch's None, one norm of the whole), recombined as g * v / |v|
+-- before every forward, as PyTorch's torch.nn.utils.weight_norm (whose
+-- state dict keys are name_g and name_v).
+function U.weight_norm(module, name, dim)
+  local fn = "weight_norm"
+  if type(name) == "table" then name, dim = name.name, name.dim end
+  name, dim = name or "weight", dim == nil and 0 or dim
+  local w = module_param(module, name, fn)
+  if type(dim) ~= "number" or dim % 1 ~= 0 or dim < -1 or dim >= w:dim() then
+    raise(string.format("%s: expected dim in [-1, %d), got %s", fn, w:dim(), tostring(dim)))
+  end
+  local nn = torch.nn
+  local g = torch.no_grad(function() return norm_except_dim(w, dim) end)
+  module:_remove_parameter(name)
+  module[name .. "_g"] = nn.Parameter(g)
+  module[name .. "_v"] = nn.Parameter(w:detach():clone())
+  local function compute(m)
+    local v = m[name .. "_v"]
+    return v * (m[name .. "_g"] / norm_except_dim(v, dim))
+  end
+  module[name] = compute(module)
+  local hooks = module._weight_norm_hooks or {}
+  hooks[name] = module:register_forward_pre_hook(function(m) m[name] = compute(m) end)
+  module._weight_norm_hooks = hooks
+  return module
+end
+
+-- remove_weight_norm(module [, name="weight"]): the recombined parameter
+-- back as one Parameter, name_g and name_v gone.
+function U.remove_weight_norm(module, name)
+  name = name or "weight"
+  local hooks = module._weight_norm_hooks
+  if not hooks or not hooks[name] then raise("remove_weight_norm: weight_norm of '" .. tostring(name) .. "' not found") end
+  hooks[name]:remove()
+  hooks[name] = nil
+  local value = module[name]:detach():clone()
+  module:_remove_parameter(name .. "_g")
+  module:_remove_parameter(name .. "_v")
+  module[name] = nil
+  module[name] = torch.nn.Parameter(value)
+  return module
+end
+
+-- spectral_norm(module [, name="weight", n_power_iterations=1, eps=1e-12,
+-- dim]) (or an options table): the parameter divided by its largest
+-- singular value, estimated by power iteration (n_power_iterations a
+-- forward while training, the vectors kept in the buffers name_u and
+-- name_v), as PyTorch's (name_orig holds the parameter). dim: 0, or 1 for
+-- the transposed convolutions.
+function U.spectral_norm(module, name, n_power_iterations, eps, dim)
+  local fn = "spectral_norm"
+  if type(name) == "table" then
+    local o = name
+    name, n_power_iterations, eps, dim = o.name, o.n_power_iterations, o.eps, o.dim
+  end
+  name, n_power_iterations, eps = name or "weight", n_power_iterations or 1, eps or 1e-12
+  local w = module_param(module, name, fn)
+  if type(n_power_iterations) ~= "number" or n_power_iterations < 1 or n_power_iterations % 1 ~= 0 then
+    raise(fn .. ": expected n_power_iterations to be a positive integer, got " .. tostring(n_power_iterations))
+  end
+  if w:dim() < 1 then raise(fn .. ": expected a parameter of at least one dim") end
+  if dim == nil then
+    local cls = module:_get_name()
+    dim = (cls == "ConvTranspose1d" or cls == "ConvTranspose2d" or cls == "ConvTranspose3d") and 1 or 0
+  end
+  local nn, F = torch.nn, torch.nn.functional
+  -- the parameter as a matrix, dim's entries as rows
+  local function as_matrix(t)
+    local m = dim ~= 0 and t:transpose(0, dim) or t
+    return m:reshape(m:size(0), -1)
+  end
+  local mat = as_matrix(w:detach())
+  local o = { dtype = w.dtype, device = w.device }
+  module:_remove_parameter(name)
+  module[name .. "_orig"] = w
+  module[name] = w:detach() * 1
+  module:register_buffer(name .. "_u", F.normalize(torch.randn(mat:size(0), o), 2, 0, eps))
+  module:register_buffer(name .. "_v", F.normalize(torch.randn(mat:size(1), o), 2, 0, eps))
+  local function compute(m, iterate)
+    local weight = m[name .. "_orig"]
+    local wm = as_matrix(weight)
+    local u, v = m[name .. "_u"], m[name .. "_v"]
+    if iterate then
+      torch.no_grad(function()
+        for _ = 1, n_power_iterations do
+          v:copy_(F.normalize(wm:t():mv(u), 2, 0, eps))
+          u:copy_(F.normalize(wm:mv(v), 2, 0, eps))
+        end
+      end)
+    end
+    -- copies: the backward reads them after the next forward's iteration
+    local sigma = u:clone():dot(wm:mv(v:clone()))
+    return weight / sigma
+  end
+  module[name] = compute(module, true)
+  module:register_forward_pre_hook(function(m) m[name] = compute(m, m.training) end)
+  return module
+end
+
 -- rnn.pad_sequence(sequences [, batch_first = false, padding_value = 0]) or
 -- pad_sequence(sequences, {batch_first =, padding_value =}): tensors of
 -- shape (L_i, *) stacked into (L_max, B, *), or (B, L_max, *) with

@@ -1,0 +1,82 @@
+#!/usr/bin/python3
+"""Writes tests/ref/weight_norm.lua: PyTorch's torch.nn.utils.weight_norm and
+spectral_norm on Linear, Conv2d and ConvTranspose2d modules, in float64, for
+tests/lua/test_weight_norm.lua. The weight is w.flat[k] = 0.5 sin(1 + 0.7 k),
+the bias 0.1 k, the input x.flat[k] = cos(0.3 k) (rebuilt in the test); the
+loss is the output weighted by cos of its flat index. For spectral_norm the
+power iteration starts from u.flat[k] = 1 + 0.1 k and v.flat[k] = 2 - 0.2 k,
+set after the module is wrapped; each case records the output of one
+training forward and of one evaluation forward after it, the vectors after
+the training one, and the gradients.
+    cd scripts && /usr/bin/python3 gen_weight_norm_ref.py > ../tests/ref/weight_norm.lua
+"""
+import math
+
+import torch
+import torch.nn as nn
+from torch.nn.utils import spectral_norm, weight_norm
+from reflua import filled, lua_value, print_cases
+
+torch.set_default_dtype(torch.float64)
+
+modules = {  # name: (constructor, input shape)
+    "linear": (lambda: nn.Linear(3, 4), (2, 3)),
+    "conv2d": (lambda: nn.Conv2d(2, 3, 2), (1, 2, 3, 3)),
+    "conv_transpose2d": (lambda: nn.ConvTranspose2d(2, 3, 2), (1, 2, 2, 2)),
+}
+cases = {  # name: (module, how it is wrapped, its argument, the dim in Lua)
+    "weight_norm_linear": ("linear", "weight", 0),
+    "weight_norm_linear_dim1": ("linear", "weight", 1),
+    "weight_norm_linear_whole": ("linear", "weight", None),
+    "weight_norm_conv2d": ("conv2d", "weight", 0),
+    "weight_norm_conv_transpose2d_dim1": ("conv_transpose2d", "weight", 1),
+    "spectral_norm_linear": ("linear", "spectral", 1),
+    "spectral_norm_linear_3_iterations": ("linear", "spectral", 3),
+    "spectral_norm_conv2d": ("conv2d", "spectral", 1),
+    "spectral_norm_conv_transpose2d": ("conv_transpose2d", "spectral", 1),
+}
+
+
+def built(kind):
+    make, xshape = modules[kind]
+    m = make()
+    with torch.no_grad():
+        m.weight.copy_(filled(m.weight.shape, lambda k: 0.5 * math.sin(1 + 0.7 * k)))
+        m.bias.copy_(filled(m.bias.shape, lambda k: 0.1 * k))
+    return m, filled(xshape, lambda k: math.cos(0.3 * k)).requires_grad_()
+
+
+def weighted_sum(y):
+    return (y * torch.cos(torch.arange(y.numel(), dtype=torch.float64)).reshape(y.shape)).sum()
+
+
+out = {}
+for name, (kind, how, arg) in cases.items():
+    m, x = built(kind)
+    case = {"module": kind}
+    if how == "weight":
+        weight_norm(m, dim=arg)
+        case["dim"] = -1 if arg is None else arg
+        y = m(x)
+        weighted_sum(y).backward()
+        case["g"] = m.weight_g.reshape(-1).tolist()
+        case["dg"] = m.weight_g.grad.reshape(-1).tolist()
+        case["dv"] = m.weight_v.grad.reshape(-1).tolist()
+    else:
+        spectral_norm(m, n_power_iterations=arg)
+        case["n_power_iterations"] = arg
+        with torch.no_grad():
+            m.weight_u.copy_(filled(m.weight_u.shape, lambda k: 1 + 0.1 * k))
+            m.weight_v.copy_(filled(m.weight_v.shape, lambda k: 2 - 0.2 * k))
+        y = m(x)
+        weighted_sum(y).backward()
+        case["u"] = m.weight_u.tolist()
+        case["v"] = m.weight_v.tolist()
+        case["dw"] = m.weight_orig.grad.reshape(-1).tolist()
+        m.eval()
+        case["y_eval"] = m(x).reshape(-1).tolist()
+    case["y"] = y.reshape(-1).tolist()
+    case["dx"] = x.grad.reshape(-1).tolist()
+    case["db"] = m.bias.grad.tolist()
+    out[name] = case
+print_cases("gen_weight_norm_ref.py", out, lua_value)
