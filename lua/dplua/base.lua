@@ -115,6 +115,40 @@ def_dtype(5, "bool")
 def_dtype(6, "bfloat16")
 torch.dtype_mt = dtype_mt
 
+-- finfo([dtype]) and iinfo(dtype): the limits of a floating and of an
+-- integer dtype, with PyTorch's fields (finfo() is the default dtype's).
+-- int64's limits are int64_t cdata: a double cannot hold 2^63 - 1.
+local float_limits = {
+  float32 = { bits = 32, eps = 2 ^ -23, max = (2 - 2 ^ -23) * 2 ^ 127, tiny = 2 ^ -126, resolution = 1e-6 },
+  float64 = { bits = 64, eps = 2 ^ -52, max = (2 - 2 ^ -52) * 2 ^ 1023, tiny = 2 ^ -1022, resolution = 1e-15 },
+  bfloat16 = { bits = 16, eps = 2 ^ -7, max = (2 - 2 ^ -7) * 2 ^ 127, tiny = 2 ^ -126, resolution = 0.01 },
+}
+local int_limits = {
+  int64 = { bits = 64, min = -9223372036854775807LL - 1, max = 9223372036854775807LL },
+  int32 = { bits = 32, min = -2 ^ 31, max = 2 ^ 31 - 1 },
+  uint8 = { bits = 8, min = 0, max = 255 },
+}
+local finfo_mt = { __tostring = function(f)
+  return string.format("finfo(resolution=%g, min=%g, max=%g, eps=%g, smallest_normal=%g, tiny=%g, dtype=%s)",
+                       f.resolution, f.min, f.max, f.eps, f.smallest_normal, f.tiny, f.dtype)
+end }
+local iinfo_mt = { __tostring = function(i)
+  return string.format("iinfo(min=%s, max=%s, dtype=%s)", tostring(i.min):gsub("LL$", ""),
+                       tostring(i.max):gsub("LL$", ""), i.dtype)
+end }
+function torch.finfo(d)
+  if d == nil then d = torch.get_default_dtype() end
+  local l = getmetatable(d) == dtype_mt and float_limits[d.name]
+  if not l then raise("finfo: expected a floating dtype (torch.float32, torch.float64, torch.bfloat16), got " .. tostring(d)) end
+  return setmetatable({ bits = l.bits, eps = l.eps, max = l.max, min = -l.max, tiny = l.tiny, smallest_normal = l.tiny,
+                        resolution = l.resolution, dtype = d.name }, finfo_mt)
+end
+function torch.iinfo(d)
+  local l = getmetatable(d) == dtype_mt and int_limits[d.name]
+  if not l then raise("iinfo: expected an integer dtype (torch.int64, torch.int32, torch.uint8), got " .. tostring(d)) end
+  return setmetatable({ bits = l.bits, min = l.min, max = l.max, dtype = d.name }, iinfo_mt)
+end
+
 local default_dtype = torch.float32
 function torch.get_default_dtype() return default_dtype end
 function torch.set_default_dtype(d)

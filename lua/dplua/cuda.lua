@@ -36,6 +36,13 @@ torch.cuda = {
   reset_peak_memory_stats = function(d) C.dp_reset_peak_memory_stats(device_index(d, "cuda.reset_peak_memory_stats", true)) end,
 }
 torch._current_cuda_device = function() return current_device end
+-- torch.cuda.amp (GradScaler, autocast) loads with dplua.amp on first use
+setmetatable(torch.cuda, { __index = function(t, k)
+  if k ~= "amp" then return nil end
+  local amp = require("dplua.amp").cuda
+  rawset(t, k, amp)
+  return amp
+end })
 -- how many launches the waiting of small Linears saved: forwards run in
 -- one launch with the ReLU, GELU or cross-entropy after them, and
 -- backwards chained with the layer before's (src/core/gpu_linear.c, "deferred
@@ -252,3 +259,21 @@ torch.backends = { cuda = { matmul = setmetatable({}, {
     C.dp_cuda_set_allow_tf32(v and 1 or 0)
   end,
 }) } }
+
+-- set_float32_matmul_precision("highest" | "high" | "medium"): PyTorch's
+-- switch for float32 products; "high" and "medium" allow TF32 (dplua has no
+-- bfloat16-pass float32 product, so "medium" is "high").
+local precisions = { highest = false, high = true, medium = true }
+local precision_set = "highest"
+function torch.set_float32_matmul_precision(precision)
+  local tf32 = precisions[precision]
+  if tf32 == nil then
+    raise(string.format('set_float32_matmul_precision: expected "highest", "high" or "medium", got %s', tostring(precision)))
+  end
+  torch.backends.cuda.matmul.allow_tf32 = tf32
+  precision_set = precision
+end
+function torch.get_float32_matmul_precision()
+  if not matmul_flags.allow_tf32 then return "highest" end
+  return precision_set == "medium" and "medium" or "high"
+end

@@ -85,7 +85,8 @@ ffi.metatype(Tensor_ct, mt)
 -- Submodules load on first use, so `require("dplua")` stays fast.
 local submodules = { nn = "dplua.nn", optim = "dplua.optim", autograd = "dplua.autograd",
                      distributed = "dplua.distributed", utils = "dplua.utils",
-                     distributions = "dplua.distributions", linalg = "dplua.linalg" }
+                     distributions = "dplua.distributions", linalg = "dplua.linalg",
+                     amp = "dplua.amp" }
 -- functions that live in modules of their own
 local lazy_functions = {
   save = "dplua.serialization", load = "dplua.serialization",
@@ -127,6 +128,15 @@ end
 torch.Tensor = checked
 
 ---------------------------------------------------------------- misc
+
+-- compile(model_or_fn [, opts]): returns its argument. dplua has no graph
+-- compiler: its steps run eagerly, and torch.cuda.graph captures a step
+-- to replay it with one launch. Accepting the call keeps programs that
+-- compile their model running unchanged.
+function torch.compile(model)
+  if model == nil then raise("compile: expected a module or a function to compile, got nil") end
+  return model
+end
 
 -- LuaJIT's ipairs, like Lua 5.1's, ignores a __ipairs metamethod, so that
 -- `for _, block in ipairs(self.blocks)` over an nn.ModuleList would run no
