@@ -37,11 +37,13 @@ def lua_value(v):
 
 def lua(v):
     """A number or a (nested) list as a Lua literal: %.17g, which reads back
-    as the same double; infinities as math.huge."""
+    as the same double; infinities as math.huge, NaN as 0/0."""
     if isinstance(v, (list, tuple)):
         return "{" + ", ".join(lua(x) for x in v) + "}"
     if isinstance(v, float) and v in (float("inf"), float("-inf")):
         return "math.huge" if v > 0 else "-math.huge"
+    if isinstance(v, float) and v != v:
+        return "0/0"
     return "%.17g" % v
 
 

@@ -35,6 +35,7 @@ require("dplua.creation")
 local tensor = require("dplua.tensor")
 local ops = require("dplua.ops")
 require("dplua.composite")
+require("dplua.special")
 require("dplua.primitives")
 require("dplua.cuda")
 

@@ -1,0 +1,279 @@
+-- dplua.special: the special functions (lgamma, digamma, polygamma,
+-- erfinv, erfc, sinc, ...) as tensor methods and torch.NAME, and the
+-- torch.special namespace with PyTorch's names. Each is a composition of
+-- elementwise ops, so every device and dtype of those ops and autograd
+-- come with it; where a formula has a branch, each branch is evaluated on
+-- inputs made safe for it, so that the branch not taken gives no inf or
+-- NaN to the gradient of the one taken.
+local B = require("dplua.base")
+local torch, methods = B.torch, B.methods
+local raise, typename = B.raise, B.typename
+
+local PI = math.pi
+local LOG_PI = math.log(PI)
+local HALF_LOG_2PI = 0.5 * math.log(2 * PI)
+local SQRT_PI = math.sqrt(PI)
+local SQRT2 = math.sqrt(2)
+
+-- The input as a floating tensor: integers and booleans promoted to the
+-- default dtype, as PyTorch's floating unary ops do.
+local function want_float(fn, t)
+  if not B.is_tensor(t) then raise(string.format("%s: expected a tensor, got %s", fn, typename(t))) end
+  if not t.dtype.is_floating_point then return t:to(torch.get_default_dtype()) end
+  return t
+end
+
+---------------------------------------------------------------- gamma
+
+-- Lanczos' approximation (g = 7, 9 terms): relative error near 1e-15 for
+-- x >= 0.5.
+local LANCZOS_G = 7
+local LANCZOS = { 0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313,
+                  -176.61502916214059, 12.507343278686905, -0.13857109526572012, 9.9843695780195716e-6,
+                  1.5056327351493116e-7 }
+
+local function lgamma_from_half(x)   -- x >= 0.5
+  local z = x - 1
+  local a = LANCZOS[1] + LANCZOS[2] / (z + 1)
+  for i = 3, #LANCZOS do a = a + LANCZOS[i] / (z + (i - 1)) end
+  local t = z + (LANCZOS_G + 0.5)
+  return (z + 0.5) * t:log() - t + a:log() + HALF_LOG_2PI
+end
+
+-- lgamma(x): log |Gamma(x)|; below 0.5 by the reflection
+-- Gamma(x) Gamma(1 - x) = pi / sin(pi x); +inf at 0 and the negative
+-- integers.
+function methods.lgamma(t)
+  t = want_float("lgamma", t)
+  local low = t:lt(0.5)
+  local lg = lgamma_from_half(torch.where(low, 1 - t, t))
+  local sin = (t * PI):sin():abs()
+  local reflected = LOG_PI - torch.where(low, sin, 1):log() - lg
+  local pole = low:logical_and(t:eq(t:floor()))
+  return torch.where(pole, math.huge, torch.where(low, reflected, lg))
+end
+
+-- digamma(x) for x > 0: psi(x + 10) by its asymptotic series, less
+-- 1/x + ... + 1/(x + 9).
+local function digamma_positive(x)
+  local shifted = x + 10
+  local inv2 = shifted:square():reciprocal()
+  -- sum of B_2k / (2k y^2k), k = 1..6, in Horner form over 1/y^2
+  local series = inv2 * (1 / 12 + inv2 * (-1 / 120 + inv2 * (1 / 252 + inv2 * (-1 / 240 + inv2 * (1 / 132
+                 + inv2 * (-691 / 32760))))))
+  local psi = shifted:log() - 0.5 / shifted - series
+  for k = 0, 9 do psi = psi - (x + k):reciprocal() end
+  return psi
+end
+
+-- digamma(x): the derivative of lgamma. Below 0 by the reflection
+-- psi(1 - x) - psi(x) = pi cot(pi x); -inf at 0 and NaN at the negative
+-- integers, as PyTorch.
+function methods.digamma(t)
+  t = want_float("digamma", t)
+  local neg = t:lt(0)
+  local psi = digamma_positive(torch.where(neg, 1 - t, t))
+  local tan = torch.where(neg, (t * PI):tan(), 1)
+  local reflected = psi - PI / tan
+  local pole = neg:logical_and(t:eq(t:floor()))
+  return torch.where(pole, 0 / 0, torch.where(neg, reflected, psi))
+end
+
+-- polygamma(n, x): the n-th derivative of digamma. n = 0 is digamma; for
+-- n >= 1, (-1)^(n+1) n! sum_k 1/(x + k)^(n+1): the first 10 terms summed,
+-- the rest by the asymptotic series at x + 10. Defined for x > 0 (NaN
+-- elsewhere: PyTorch's values there come from the Hurwitz zeta function).
+local BERNOULLI = { 1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6 }
+
+local function factorial(n)
+  local f = 1
+  for i = 2, n do f = f * i end
+  return f
+end
+
+local function polygamma(n, t)
+  local fn = "polygamma"
+  if type(n) ~= "number" or n % 1 ~= 0 or n < 0 then
+    raise(fn .. ": expected n to be a non-negative integer, got " .. tostring(n))
+  end
+  t = want_float(fn, t)
+  if n == 0 then return methods.digamma(t) end
+  local positive = t:gt(0)
+  local x = torch.where(positive, t, 1)
+  local y = x + 10
+  -- (n-1)!/y^n + n!/(2 y^(n+1)) + sum_k B_2k (2k+n-1)!/((2k)! y^(2k+n))
+  local tail = factorial(n - 1) / y ^ n + factorial(n) / (2 * y ^ (n + 1))
+  for k, b in ipairs(BERNOULLI) do
+    tail = tail + (b * factorial(2 * k + n - 1) / factorial(2 * k)) / y ^ (2 * k + n)
+  end
+  local head = (x + 0):reciprocal() ^ (n + 1)
+  for k = 1, 9 do head = head + (x + k):reciprocal() ^ (n + 1) end
+  local sign = n % 2 == 1 and 1 or -1
+  local value = (head * factorial(n) + tail) * sign
+  return torch.where(positive, value, 0 / 0)
+end
+function torch.polygamma(n, t) return polygamma(n, t) end
+function methods.polygamma(t, n) return polygamma(n, t) end
+
+-- mvlgamma(x, p): the multivariate log-gamma function,
+-- p (p - 1) / 4 log(pi) + sum_j lgamma(x - j/2), j = 0..p-1.
+function methods.mvlgamma(t, p)
+  if type(p) ~= "number" or p % 1 ~= 0 or p < 1 then
+    raise("mvlgamma: expected p to be a positive integer, got " .. tostring(p))
+  end
+  t = want_float("mvlgamma", t)
+  local s = methods.lgamma(t)
+  for j = 1, p - 1 do s = s + methods.lgamma(t - j / 2) end
+  return s + p * (p - 1) / 4 * LOG_PI
+end
+
+---------------------------------------------------------------- error function
+
+-- erfcx(x) = exp(x^2) erfc(x) for x >= 2, by 60 terms of the continued
+-- fraction erfc(x) = exp(-x^2) / sqrt(pi) / (x + (1/2) / (x + 1 / (x +
+-- (3/2) / (x + ...)))), evaluated from its far end.
+local function erfcx_large(x)
+  local f = x
+  for k = 60, 1, -1 do f = x + (k / 2) / f end
+  return (f * SQRT_PI):reciprocal()
+end
+
+-- erfc(x) = 1 - erf(x), with its relative precision kept where it is small
+-- (x >= 2, through the continued fraction).
+function methods.erfc(t)
+  t = want_float("erfc", t)
+  local large = t:ge(2)
+  local cf = erfcx_large(torch.where(large, t, 2)) * (-t:square()):exp()
+  return torch.where(large, cf, 1 - t:erf())
+end
+
+-- erfcx(x) = exp(x^2) erfc(x), finite for large x.
+local function erfcx(t)
+  t = want_float("erfcx", t)
+  local large = t:ge(2)
+  local small = torch.where(large, 0, t)
+  return torch.where(large, erfcx_large(torch.where(large, t, 2)), small:square():exp() * (1 - small:erf()))
+end
+
+-- erfinv(y): Giles' single-precision approximation, refined by Newton's
+-- method on erf (two steps without recording, the last one recorded so that
+-- the gradient is 1 / erf'(x) = sqrt(pi)/2 exp(x^2)). +-inf at +-1, NaN
+-- beyond.
+local GILES_CENTRAL = { 2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                        -0.00125372503, -0.00417768164, 0.246640727, 1.50140941 }
+local GILES_TAIL = { -0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                     -0.0076224613, 0.00943887047, 1.00167406, 2.83297682 }
+
+local function horner(coefs, w)
+  local p = coefs[1] + w * 0
+  for i = 2, #coefs do p = p * w + coefs[i] end
+  return p
+end
+
+function methods.erfinv(t)
+  t = want_float("erfinv", t)
+  local inside = t:abs():lt(1)
+  local y = torch.where(inside, t, 0)
+  local newton = function(x, target)
+    return x - (x:erf() - target) * (x:square():exp() * (SQRT_PI / 2))
+  end
+  local x = torch.no_grad(function()
+    local yd = y:detach()
+    local w = -((1 - yd) * (1 + yd)):log()
+    local central = horner(GILES_CENTRAL, w - 2.5)
+    local tail = horner(GILES_TAIL, w:clamp(5, nil):sqrt() - 3)
+    local x0 = torch.where(w:lt(5), central, tail) * yd
+    return newton(newton(x0, yd), yd)
+  end)
+  local value = newton(x, y)
+  return torch.where(inside, value, torch.where(t:abs():eq(1), t:detach() * math.huge, 0 / 0))
+end
+
+---------------------------------------------------------------- others
+
+-- sinc(x) = sin(pi x) / (pi x), 1 at 0.
+function methods.sinc(t)
+  t = want_float("sinc", t)
+  local zero = t:eq(0)
+  local px = torch.where(zero, 1, t) * PI
+  return torch.where(zero, 1, px:sin() / px)
+end
+
+-- xlog1py(x, y) = x log(1 + y), 0 where x is 0 (also where log(1 + y) is
+-- infinite or NaN there); its gradient in x is log(1 + y), as PyTorch's.
+function methods.xlog1py(t, other)
+  t = want_float("xlog1py", t)
+  local l = B.is_tensor(other) and other:log1p() or torch.full_like(t, math.log(1 + other))
+  return t * torch.where(t:eq(0):logical_and(l:abs():lt(math.huge):logical_not()), 0, l)
+end
+
+-- entr(x) = -x log(x): 0 at 0, -inf below.
+local function entr(t)
+  t = want_float("entr", t)
+  local pos = t:gt(0)
+  local v = -t * torch.where(pos, t, 1):log()
+  return torch.where(pos, v, torch.where(t:lt(0), -math.huge, t * 0))
+end
+
+-- ndtr(x): the standard normal's distribution function; ndtri its inverse;
+-- log_ndtr its logarithm, kept finite far in the lower tail through erfcx.
+local function ndtr(t) return methods.erfc(-want_float("ndtr", t) / SQRT2) * 0.5 end
+
+local function log_ndtr(t)
+  t = want_float("log_ndtr", t)
+  local z = -t / SQRT2
+  local far, upper = z:ge(2), t:gt(0)
+  local zs = torch.where(far, z, 2)
+  local tail = -zs:square() + erfcx_large(zs):log() - math.log(2)
+  local mid = torch.where(far, 0, torch.where(upper, -t, t))
+  local p = ndtr(mid)
+  return torch.where(far, tail, torch.where(upper, (-p):log1p(), p:log()))
+end
+
+-- ndtri(p): for q = min(p, 1 - p) (1 - p is exact there), sqrt(2)
+-- erfinv(2q - 1), or below q = 1e-6 the tail's -sqrt(u - log u - log 2pi)
+-- with u = -2 log q (2q - 1 has lost q's digits there), refined by
+-- Newton's method on log ndtr(x) = log q, which stays well-behaved in the
+-- tail; the last step recorded (gradient 1 / phi(x)), the sign turned back
+-- for p > 1/2.
+local LOG_SQRT_2PI = 0.5 * math.log(2 * PI)
+local function ndtri(t)
+  t = want_float("ndtri", t)
+  local upper = t:gt(0.5)
+  local q = torch.where(upper, 1 - t, t)
+  local inside = q:gt(0)
+  local log_q = torch.where(inside, q, 0.25):log()
+  local newton = function(x, target)
+    local l = log_ndtr(x)
+    return x - (l - target) * (l + x:square() / 2 + LOG_SQRT_2PI):exp()
+  end
+  local x = torch.no_grad(function()
+    local target = log_q:detach()
+    local u = target * -2
+    local tail = -(u - u:log() - math.log(2 * PI)):clamp(0, nil):sqrt()
+    local x0 = torch.where(target:lt(math.log(1e-6)), tail, methods.erfinv(target:exp() * 2 - 1) * SQRT2)
+    for _ = 1, 3 do x0 = newton(x0, target) end
+    return x0
+  end)
+  local lower = torch.where(inside, newton(x, log_q), torch.where(q:eq(0), -math.huge, 0 / 0))
+  return torch.where(upper, -lower, lower)
+end
+
+---------------------------------------------------------------- torch.special
+
+local function method(name) return function(t, ...) return torch[name](t, ...) end end
+
+torch.special = {
+  gammaln = method("lgamma"), digamma = method("digamma"), psi = method("digamma"),
+  polygamma = torch.polygamma, multigammaln = method("mvlgamma"),
+  erf = method("erf"), erfc = method("erfc"), erfcx = erfcx, erfinv = method("erfinv"),
+  ndtr = ndtr, ndtri = ndtri, log_ndtr = log_ndtr,
+  expit = method("sigmoid"), logit = method("logit"), exp2 = method("exp2"), expm1 = method("expm1"),
+  log1p = method("log1p"), round = method("round"), sinc = method("sinc"),
+  xlogy = method("xlogy"), xlog1py = method("xlog1py"), entr = entr,
+  logsumexp = method("logsumexp"),
+  softmax = function(t, dim) return t:softmax(dim) end,
+  log_softmax = function(t, dim) return t:log_softmax(dim) end,
+}
+
+return {}

@@ -1,0 +1,43 @@
+#!/usr/bin/python3
+"""Writes tests/ref/special.lua: PyTorch's special functions (lgamma,
+digamma, polygamma, erfinv, erfc, erfcx, sinc, xlog1py, entr, ndtr, ndtri,
+log_ndtr, multigammaln) on fixed float64 inputs, with the gradient of their
+sum where PyTorch has one, for tests/lua/test_special.lua.
+    cd scripts && /usr/bin/python3 gen_special_ref.py > ../tests/ref/special.lua
+"""
+import torch
+import torch.special as S
+from reflua import lua_value, print_cases
+
+inf, nan = float("inf"), float("nan")
+wide = [-3.7, -2.5, -1.2, -0.5, 0.1, 0.5, 1.0, 1.5, 2.0, 3.3, 7.5, 25.0, 150.0, 1e4]
+cases = {  # name: (function, inputs, whether to record the gradient)
+    "lgamma": (torch.lgamma, wide, True),
+    "lgamma_poles": (torch.lgamma, [0.0, -1.0, -4.0], False),
+    "digamma": (torch.digamma, wide, False),   # PyTorch's trigamma is good to ~1e-9: tested on its own
+    "digamma_poles": (torch.digamma, [0.0, -1.0, -3.0], False),
+    "polygamma_2": (lambda x: torch.polygamma(2, x), [0.1, 0.5, 1.0, 2.5, 7.0, 30.0], True),
+    "polygamma_3": (lambda x: torch.polygamma(3, x), [0.1, 0.5, 1.0, 2.5, 7.0, 30.0], False),
+    "erfc": (torch.erfc, [-3.0, -1.0, 0.0, 0.5, 1.9, 2.0, 2.5, 4.0, 6.0, 10.0, 26.0], True),
+    "erfcx": (S.erfcx, [-3.0, -1.0, 0.0, 0.5, 1.9, 2.0, 2.5, 4.0, 6.0, 10.0, 26.0, 1e3], False),
+    "erfinv": (torch.erfinv, [-0.999999, -0.9, -0.3, 0.0, 0.2, 0.7, 0.99, 0.9999999], True),
+    "erfinv_edges": (torch.erfinv, [-1.0, 1.0, 1.5, -2.0], False),
+    "sinc": (torch.sinc, [-2.5, -1.0, -0.3, 0.0, 1e-9, 0.5, 1.0, 3.7], True),
+    "entr": (S.entr, [-1.0, 0.0, 0.3, 1.0, 2.5], False),
+    "ndtr": (S.ndtr, [-40.0, -10.0, -3.0, 0.0, 1.5, 8.0], True),
+    "ndtri": (S.ndtri, [1e-10, 0.01, 0.3, 0.5, 0.8, 0.999], True),
+    "log_ndtr": (S.log_ndtr, [-40.0, -10.0, -3.0, -2.0, 0.0, 2.0, 8.0], True),
+    "multigammaln_3": (lambda x: S.multigammaln(x, 3), [1.5, 2.0, 4.25, 10.0], True),
+    "xlog1py": (lambda x: S.xlog1py(x, x.abs() * 2 - 0.5), [0.0, 0.3, 1.0, 2.5, -0.2], True),
+}
+
+out = {}
+for name, (f, values, grad) in cases.items():
+    x = torch.tensor(values, dtype=torch.float64, requires_grad=grad)
+    y = f(x)
+    c = {"x": values, "y": y.tolist()}
+    if grad:
+        y.sum().backward()
+        c["dx"] = x.grad.tolist()
+    out[name] = c
+print_cases("gen_special_ref.py", out, lua_value)
