@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Writes tests/ref/distributions.lua: PyTorch's log_prob, entropy, mean,
-variance and kl_divergence of torch.distributions' Normal, Categorical,
-Bernoulli, Uniform and Independent, and the parameters' gradients of
+variance, cdf and kl_divergence of torch.distributions' Normal, Categorical,
+Bernoulli, Uniform, Independent, Exponential, Laplace, Cauchy, LogNormal,
+HalfNormal, Gamma, Chi2, Beta, Dirichlet, Poisson, Geometric, Binomial,
+OneHotCategorical and MultivariateNormal, and the parameters' gradients of
 sum(log_prob * cos(k)) + sum(entropy), for tests/lua/test_distributions.lua,
 in float64. Parameters and values are the lists below.
     cd scripts && /usr/bin/python3 gen_distributions_ref.py > ../tests/ref/distributions.lua
@@ -64,4 +66,67 @@ cases["independent_normal"] = {
     "kl": D.kl_divergence(ind, D.Independent(D.Normal(T([[0.0, 0.0], [0.0, 0.0]]), T([[1.0, 1.0], [1.0, 1.0]])), 1))
     .reshape(-1).tolist(),
 }
+# The other distributions: (class, positional parameters as (name, value),
+# keyword parameters, the value for log_prob, the second distribution's
+# parameters for kl_divergence or None, whether it has an entropy).
+MORE = {
+    "exponential": (D.Exponential, [("rate", [0.5, 2.0, 7.0])], {}, [0.3, 1.5, 0.01], [[1.5, 0.25, 2.0]], True),
+    "laplace": (D.Laplace, [("loc", [0.5, -1.0, 2.0]), ("scale", [1.5, 0.25, 3.0])], {}, [0.0, -0.75, 4.5],
+                [[0.0, -0.5, 2.5], [1.0, 0.5, 2.0]], True),
+    "cauchy": (D.Cauchy, [("loc", [0.5, -1.0]), ("scale", [1.5, 0.25])], {}, [0.0, 3.0], None, True),
+    "log_normal": (D.LogNormal, [("loc", [0.5, -1.0]), ("scale", [1.5, 0.25])], {}, [0.7, 0.4],
+                   [[0.0, -0.5], [1.0, 0.5]], True),
+    "half_normal": (D.HalfNormal, [("scale", [1.5, 0.25])], {}, [0.7, 0.4], [[1.0, 0.5]], True),
+    "gamma": (D.Gamma, [("concentration", [0.5, 2.0, 9.0]), ("rate", [1.5, 0.25, 3.0])], {}, [0.3, 5.0, 2.5],
+              [[1.0, 2.5, 4.0], [1.0, 0.5, 2.0]], True),
+    "chi2": (D.Chi2, [("df", [1.0, 3.5, 10.0])], {}, [0.3, 5.0, 12.0], None, True),
+    "beta": (D.Beta, [("concentration1", [0.5, 2.0, 9.0]), ("concentration0", [1.5, 0.25, 3.0])], {},
+             [0.3, 0.9, 0.5], [[1.0, 2.5, 4.0], [1.0, 0.5, 2.0]], True),
+    "dirichlet": (D.Dirichlet, [("concentration", [[0.5, 2.0, 3.0], [1.0, 1.0, 7.5]])], {},
+                  [[0.2, 0.3, 0.5], [0.1, 0.1, 0.8]], [[[1.0, 1.5, 2.0], [0.5, 3.0, 3.0]]], True),
+    "poisson": (D.Poisson, [("rate", [0.5, 4.0, 30.0])], {}, [0.0, 3.0, 27.0], [[1.0, 2.0, 33.0]], False),
+    "geometric": (D.Geometric, [], {"probs": [0.2, 0.5, 0.9]}, [0.0, 3.0, 1.0], None, True),
+    "binomial": (D.Binomial, [("total_count", [10.0, 4.0, 25.0])], {"probs": [0.2, 0.5, 0.9]}, [3.0, 0.0, 25.0], None,
+                 False),
+    "binomial_logits": (D.Binomial, [("total_count", [10.0, 4.0])], {"logits": [-1.5, 2.0]}, [3.0, 4.0], None, False),
+    "one_hot_categorical": (D.OneHotCategorical, [], {"probs": [[0.2, 0.3, 0.5], [0.6, 0.3, 0.1]]},
+                            [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], None, True),
+    "multivariate_normal": (D.MultivariateNormal, [("loc", [[1.0, -1.0, 0.5], [0.0, 2.0, 0.0]])],
+                            {"covariance_matrix": [[2.0, 0.5, 0.1], [0.5, 1.0, -0.3], [0.1, -0.3, 1.5]]},
+                            [[0.5, 0.2, 0.0], [1.0, 1.0, -1.0]], None, True),
+    "multivariate_normal_scale_tril": (D.MultivariateNormal, [("loc", [1.0, -1.0])],
+                                       {"scale_tril": [[1.5, 0.0], [0.5, 0.75]]}, [0.5, 0.2], None, True),
+    "multivariate_normal_precision": (D.MultivariateNormal, [("loc", [1.0, -1.0])],
+                                      {"precision_matrix": [[2.0, 0.5], [0.5, 1.0]]}, [0.5, 0.2], None, True),
+}
+for name, (cls, pos, kw, value, kl_params, has_entropy) in MORE.items():
+    ps = {k: T(v).requires_grad_() for k, v in pos}
+    ks = {k: T(v).requires_grad_() for k, v in kw.items()}
+    if cls is D.Binomial:
+        ps["total_count"].requires_grad_(False)
+    d = cls(*ps.values(), **ks)
+    lp = d.log_prob(T(value))
+    w = torch.cos(torch.arange(lp.numel(), dtype=torch.float64)).reshape(lp.shape)
+    loss = (lp * w).sum()
+    c = {"log_prob": lp.detach().reshape(-1).tolist()}
+    if has_entropy:
+        ent = d.entropy()
+        loss = loss + ent.sum()
+        c["entropy"] = ent.detach().reshape(-1).tolist()
+    loss.backward()
+    c["mean"] = d.mean.detach().reshape(-1).tolist()
+    c["variance"] = d.variance.detach().reshape(-1).tolist()
+    for k, p in list(ps.items()) + list(ks.items()):
+        if p.grad is not None:
+            c["d_" + k] = p.grad.reshape(-1).tolist()
+    if kl_params is not None:
+        q = cls(*[T(v) for v in kl_params])
+        c["kl"] = D.kl_divergence(cls(*[p.detach() for p in ps.values()]), q).reshape(-1).tolist()
+    if hasattr(d, "cdf") and cls in (D.Exponential, D.Laplace, D.Cauchy, D.HalfNormal):
+        c["cdf"] = d.cdf(T(value)).detach().reshape(-1).tolist()
+    cases[name] = c
+
+mvn_p = D.MultivariateNormal(T([1.0, -1.0]), T([[2.0, 0.5], [0.5, 1.0]]))
+mvn_q = D.MultivariateNormal(T([0.0, 0.5]), T([[1.0, -0.2], [-0.2, 0.5]]))
+cases["multivariate_normal_kl"] = {"kl": [D.kl_divergence(mvn_p, mvn_q).item()]}
 print_cases("gen_distributions_ref.py", cases, lua)

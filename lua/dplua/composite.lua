@@ -580,6 +580,53 @@ function methods.bernoulli_(t, p)
   return t:copy_(torch.rand_like(want_float("bernoulli_", t)):lt(probs):to(t.dtype))
 end
 
+
+-- poisson(rates): a Poisson count for each rate (floating, as the rates),
+-- without a gradient. Rates below 10 by Knuth's product of uniforms (as
+-- many steps as the largest count); from 10 up by Hoermann's transformed
+-- rejection (PTRS), each element drawing until one candidate is accepted.
+local function poisson_small(rate)
+  local limit = (-rate):exp()
+  local product, count = torch.ones_like(rate), torch.zeros_like(rate)
+  while true do
+    product = product * torch.rand_like(rate)
+    local more = product:gt(limit)
+    if not more:any():item() then return count end
+    count = count + more:to(rate.dtype)
+  end
+end
+local function poisson_large(rate, waiting)
+  local slam, loglam = rate:sqrt(), rate:log()
+  local b = slam * 2.53 + 0.931
+  local a = b * 0.02483 - 0.059
+  local inv_alpha = (b - 3.4):reciprocal() * 1.1328 + 1.1239
+  local vr = 0.9277 - (b - 2):reciprocal() * 3.6224
+  local out = torch.zeros_like(rate)
+  while waiting:any():item() do
+    local u, v = torch.rand_like(rate) - 0.5, torch.rand_like(rate)
+    local us = 0.5 - u:abs()
+    local k = ((a * 2 / us + b) * u + rate + 0.43):floor()
+    local quick = us:ge(0.07):logical_and(v:le(vr))
+    local reject = k:lt(0):logical_or(us:lt(0.013):logical_and(v:gt(us)))
+    local ks = k:clamp(0, nil)
+    local accept = (v * inv_alpha / (a / us:square() + b)):log():le(-rate + ks * loglam - (ks + 1):lgamma())
+    local take = waiting:logical_and(quick:logical_or(reject:logical_not():logical_and(accept)))
+    out = torch.where(take, k, out)
+    waiting = waiting:logical_and(take:logical_not())
+  end
+  return out
+end
+function torch.poisson(rates)
+  want_float("poisson", want_tensor(rates, "poisson", "rates"))
+  if not rates:ge(0):all():item() then raise("poisson: expected the rates to be non-negative (and not NaN)") end
+  return torch.no_grad(function()
+    local large = rates:ge(10)
+    local small = poisson_small(torch.where(large, 0, rates))
+    if not large:any():item() then return small end
+    return torch.where(large, poisson_large(torch.where(large, rates, 10), large), small)
+  end)
+end
+
 ---------------------------------------------------------------- running maxima, log-sum-exp, k-th values
 
 -- cummax / cummin(dim): the running maximum (minimum) along dim and the

@@ -1,6 +1,9 @@
 -- dplua.distributions: torch.distributions' Normal, Categorical,
--- Bernoulli, Uniform and Independent, and kl_divergence between them, as
--- compositions of tensor ops (gradients flow to the parameters through
+-- Bernoulli, Uniform, Independent, Exponential, Laplace, Cauchy,
+-- LogNormal, HalfNormal, Gamma, Chi2, Beta, Dirichlet, Poisson, Geometric,
+-- Binomial, OneHotCategorical and MultivariateNormal, and kl_divergence
+-- between two of one kind, as compositions of tensor ops (gradients flow
+-- to the parameters through
 -- log_prob, entropy, kl_divergence and rsample).
 --
 --   local D = torch.distributions
@@ -274,6 +277,470 @@ Independent.__tostring = function(self)
   return "Independent(" .. tostring(self.base_dist) .. ", " .. self.reinterpreted_batch_ndims .. ")"
 end
 
+---------------------------------------------------------------- continuous, of one variable
+
+-- Two parameters broadcast together (numbers become tensors of the other's
+-- dtype and device), each checked positive where named so.
+local function two_params(self, fn, names, a, b, positive, opts)
+  a = param(a, fn, names[1], is_tensor(b) and b or nil)
+  b = param(b, fn, names[2], a)
+  if validating(self, opts) then
+    for i, v in ipairs({ a, b }) do
+      if positive[i] then check(v:gt(0), fn, names[i], "positive") end
+    end
+  end
+  a, b = torch.broadcast_tensors(a, b)
+  self[names[1]], self[names[2]] = a, b
+  self.batch_shape, self.event_shape = a:size(), {}
+  return a, b
+end
+
+-- one parameter, checked positive
+local function one_param(self, fn, name, v, opts)
+  v = param(v, fn, name)
+  if validating(self, opts) then check(v:gt(0), fn, name, "positive") end
+  self[name] = v
+  self.batch_shape, self.event_shape = v:size(), {}
+  return v
+end
+
+-- uniform draws in (0, 1), never 0, of the batch's shape after shape
+local function open_uniform(shape, like)
+  local u = torch.rand(shape, { dtype = like.dtype, device = like.device })
+  local tiny = like.dtype == torch.float64 and 2.2250738585072014e-308 or 1.1754943508222875e-38
+  return u:clamp(tiny, nil)
+end
+
+-- Exponential(rate)
+local Exponential = class("Exponential", { "rate" })
+function Exponential:__init(rate, opts)
+  rate = one_param(self, "Exponential", "rate", rate, opts)
+  self.mean, self.variance, self.stddev = rate:reciprocal(), rate:square():reciprocal(), rate:reciprocal()
+end
+function Exponential:rsample(shape)
+  return -open_uniform(sample_shape(shape, self.batch_shape), self.rate):log() / self.rate
+end
+function Exponential:log_prob(value)
+  in_support(self, value:ge(0), "non-negative")
+  return self.rate:log() - self.rate * value
+end
+function Exponential:entropy() return 1 - self.rate:log() end
+function Exponential:cdf(value) return 1 - (-self.rate * value):exp() end
+function Exponential:icdf(p) return -(-p):log1p() / self.rate end
+
+-- Laplace(loc, scale)
+local Laplace = class("Laplace", { "loc", "scale" })
+function Laplace:__init(loc, scale, opts)
+  two_params(self, "Laplace", { "loc", "scale" }, loc, scale, { false, true }, opts)
+  self.mean, self.variance, self.stddev = self.loc, self.scale:square() * 2, self.scale * math.sqrt(2)
+end
+function Laplace:rsample(shape)
+  local tiny = self.loc.dtype == torch.float64 and 2.220446049250313e-16 or 1.1920928955078125e-07
+  local u = torch.rand(sample_shape(shape, self.batch_shape), { dtype = self.loc.dtype, device = self.loc.device })
+  u = u * 2 - 1
+  u = u:clamp(-1 + tiny, nil)
+  return self.loc - self.scale * u:sign() * (-u:abs()):log1p()
+end
+function Laplace:log_prob(value) return -(self.scale * 2):log() - (value - self.loc):abs() / self.scale end
+function Laplace:entropy() return (self.scale * 2):log() + 1 end
+function Laplace:cdf(value)
+  local d = value - self.loc
+  return 0.5 - 0.5 * d:sign() * (-d:abs() / self.scale):expm1()
+end
+
+-- Cauchy(loc, scale)
+local Cauchy = class("Cauchy", { "loc", "scale" })
+function Cauchy:__init(loc, scale, opts)
+  two_params(self, "Cauchy", { "loc", "scale" }, loc, scale, { false, true }, opts)
+  self.mean = torch.full_like(self.loc, 0 / 0)
+  self.variance = torch.full_like(self.loc, math.huge)
+end
+function Cauchy:rsample(shape)
+  local u = torch.rand(sample_shape(shape, self.batch_shape), { dtype = self.loc.dtype, device = self.loc.device })
+  return self.loc + self.scale * ((u - 0.5) * math.pi):tan()
+end
+function Cauchy:log_prob(value)
+  return -math.log(math.pi) - self.scale:log() - ((value - self.loc) / self.scale):square():log1p()
+end
+function Cauchy:entropy() return (self.scale * (4 * math.pi)):log() end
+function Cauchy:cdf(value) return ((value - self.loc) / self.scale):atan() / math.pi + 0.5 end
+
+-- LogNormal(loc, scale): exp of Normal(loc, scale).
+local LogNormal = class("LogNormal", { "loc", "scale" })
+function LogNormal:__init(loc, scale, opts)
+  two_params(self, "LogNormal", { "loc", "scale" }, loc, scale, { false, true }, opts)
+  self.base_dist = M.Normal(self.loc, self.scale, { validate_args = false })
+  local s2 = self.scale:square()
+  self.mean = (self.loc + s2 / 2):exp()
+  self.variance = s2:expm1() * (self.loc * 2 + s2):exp()
+  self.stddev = self.variance:sqrt()
+end
+function LogNormal:rsample(shape) return self.base_dist:rsample(shape):exp() end
+function LogNormal:log_prob(value)
+  in_support(self, value:gt(0), "positive")
+  local y = value:log()
+  return self.base_dist:log_prob(y) - y
+end
+function LogNormal:entropy() return self.base_dist:entropy() + self.loc end
+
+-- HalfNormal(scale): |Normal(0, scale)|.
+local HalfNormal = class("HalfNormal", { "scale" })
+function HalfNormal:__init(scale, opts)
+  scale = one_param(self, "HalfNormal", "scale", scale, opts)
+  self.base_dist = M.Normal(torch.zeros_like(scale), scale, { validate_args = false })
+  self.mean = scale * math.sqrt(2 / math.pi)
+  self.variance = scale:square() * (1 - 2 / math.pi)
+  self.stddev = self.variance:sqrt()
+end
+function HalfNormal:rsample(shape) return self.base_dist:rsample(shape):abs() end
+function HalfNormal:log_prob(value)
+  in_support(self, value:ge(0), "non-negative")
+  return self.base_dist:log_prob(value) + math.log(2)
+end
+function HalfNormal:entropy() return self.base_dist:entropy() - math.log(2) end
+function HalfNormal:cdf(value) return self.base_dist:cdf(value) * 2 - 1 end
+
+-- sample(): rsample's draw without a gradient
+for _, cls in ipairs({ Exponential, Laplace, Cauchy, LogNormal, HalfNormal }) do
+  function cls:sample(shape) return no_grad(function() return self:rsample(shape) end) end
+end
+
+---------------------------------------------------------------- the gamma family
+
+-- Gamma(1) ... Gamma(concentration) draws by Marsaglia and Tsang's
+-- method, for every element at once: candidates are drawn for the
+-- elements still waiting until each has one accepted; concentrations
+-- below 1 draw at concentration + 1 and scale by u^(1/concentration).
+local function standard_gamma(alpha)
+  return no_grad(function()
+    local boost = alpha:lt(1)
+    local a = torch.where(boost, alpha + 1, alpha)
+    local d = a - 1 / 3
+    local c = (d * 9):sqrt():reciprocal()
+    local out = torch.zeros_like(a)
+    local waiting = torch.ones_like(a):to(torch.bool)
+    for _ = 1, 1000 do
+      local x = torch.randn_like(a)
+      local v = (x * c + 1) ^ 3
+      local u = open_uniform(a:size(), a)
+      local ok = v:gt(0):logical_and(u:log():lt(x:square() * 0.5 + d - d * v + d * torch.where(v:gt(0), v, 1):log()))
+      local take = ok:logical_and(waiting)
+      out = torch.where(take, d * v, out)
+      waiting = waiting:logical_and(take:logical_not())
+      if not waiting:any():item() then break end
+    end
+    local u = open_uniform(a:size(), a)
+    return torch.where(boost, out * u:pow(torch.where(boost, alpha, 1):reciprocal()), out)
+  end)
+end
+
+local function no_rsample(self)
+  raise(self.__name .. ".rsample: reparameterised draws of the gamma family are not implemented; sample() draws "
+        .. "without a gradient")
+end
+
+-- Gamma(concentration, rate)
+local Gamma = class("Gamma", { "concentration", "rate" })
+function Gamma:__init(concentration, rate, opts)
+  two_params(self, "Gamma", { "concentration", "rate" }, concentration, rate, { true, true }, opts)
+  self.mean = self.concentration / self.rate
+  self.variance = self.concentration / self.rate:square()
+  self.stddev = self.variance:sqrt()
+end
+function Gamma:sample(shape)
+  local a = self.concentration:expand(sample_shape(shape, self.batch_shape))
+  return no_grad(function() return standard_gamma(a:contiguous()) / self.rate end)
+end
+Gamma.rsample = no_rsample
+function Gamma:log_prob(value)
+  in_support(self, value:gt(0), "positive")
+  local a, b = self.concentration, self.rate
+  return a * b:log() + (a - 1) * value:log() - b * value - a:lgamma()
+end
+function Gamma:entropy()
+  local a = self.concentration
+  return a - self.rate:log() + a:lgamma() + (1 - a) * a:digamma()
+end
+
+-- Chi2(df): Gamma(df / 2, 1 / 2).
+local Chi2 = class("Chi2", { "df" })
+function Chi2:__init(df, opts)
+  df = one_param(self, "Chi2", "df", df, opts)
+  self._gamma = M.Gamma(df / 2, torch.full_like(df, 0.5), { validate_args = false })
+  self.mean, self.variance = self._gamma.mean, self._gamma.variance
+end
+function Chi2:sample(shape) return self._gamma:sample(shape) end
+Chi2.rsample = no_rsample
+function Chi2:log_prob(value)
+  in_support(self, value:gt(0), "positive")
+  return self._gamma:log_prob(value)
+end
+function Chi2:entropy() return self._gamma:entropy() end
+
+-- Dirichlet(concentration): over the last dim.
+local Dirichlet = class("Dirichlet", { "concentration" })
+function Dirichlet:__init(concentration, opts)
+  local fn = "Dirichlet"
+  local c = param(concentration, fn, "concentration")
+  if c:dim() < 1 then raise(fn .. ": expected concentration of at least one dim (the categories)") end
+  if validating(self, opts) then check(c:gt(0), fn, "concentration", "positive") end
+  self.concentration = c
+  local shape = c:size()
+  self.event_shape = { table.remove(shape) }
+  self.batch_shape = shape
+  local a0 = c:sum(-1, true)
+  self.mean = c / a0
+  self.variance = c * (a0 - c) / (a0:square() * (a0 + 1))
+end
+function Dirichlet:sample(shape)
+  local full = sample_shape(shape, self.batch_shape)
+  full[#full + 1] = self.event_shape[1]
+  return no_grad(function()
+    local g = standard_gamma(self.concentration:expand(full):contiguous())
+    return g / g:sum(-1, true)
+  end)
+end
+Dirichlet.rsample = no_rsample
+function Dirichlet:log_prob(value)
+  in_support(self, value:ge(0), "on the simplex (non-negative, summing to 1)")
+  in_support(self, (value:sum(-1) - 1):abs():lt(1e-6), "on the simplex (non-negative, summing to 1)")
+  local c = self.concentration
+  return (value:log() * (c - 1)):sum(-1) + c:sum(-1):lgamma() - c:lgamma():sum(-1)
+end
+function Dirichlet:entropy()
+  local c = self.concentration
+  local k = c:size(-1)
+  local a0 = c:sum(-1)
+  return c:lgamma():sum(-1) - a0:lgamma() + (a0 - k) * a0:digamma() - ((c - 1) * c:digamma()):sum(-1)
+end
+
+-- Beta(concentration1, concentration0): the Dirichlet of the pair.
+local Beta = class("Beta", { "concentration1", "concentration0" })
+function Beta:__init(c1, c0, opts)
+  two_params(self, "Beta", { "concentration1", "concentration0" }, c1, c0, { true, true }, opts)
+  self._dirichlet = M.Dirichlet(torch.stack({ self.concentration1, self.concentration0 }, -1), { validate_args = false })
+  local total = self.concentration1 + self.concentration0
+  self.mean = self.concentration1 / total
+  self.variance = self.concentration1 * self.concentration0 / (total:square() * (total + 1))
+end
+function Beta:sample(shape) return self._dirichlet:sample(shape):select(-1, 0) end
+Beta.rsample = no_rsample
+function Beta:log_prob(value)
+  in_support(self, value:ge(0):logical_and(value:le(1)), "in [0, 1]")
+  return self._dirichlet:log_prob(torch.stack({ value, 1 - value }, -1))
+end
+function Beta:entropy() return self._dirichlet:entropy() end
+
+---------------------------------------------------------------- discrete counts
+
+-- Poisson(rate)
+local Poisson = class("Poisson", { "rate" })
+function Poisson:__init(rate, opts)
+  rate = param(rate, "Poisson", "rate")
+  if validating(self, opts) then check(rate:ge(0), "Poisson", "rate", "non-negative") end
+  self.rate = rate
+  self.batch_shape, self.event_shape = rate:size(), {}
+  self.mean, self.variance = rate, rate
+end
+function Poisson:sample(shape)
+  return no_grad(function() return torch.poisson(self.rate:expand(sample_shape(shape, self.batch_shape)):contiguous()) end)
+end
+local function is_count(v) return v:ge(0):logical_and(v:eq(v:floor())) end
+function Poisson:log_prob(value)
+  in_support(self, is_count(value), "a non-negative integer")
+  return value:xlogy(self.rate) - self.rate - (value + 1):lgamma()
+end
+
+-- Geometric(probs) or Geometric({probs =} | {logits =}): the failures
+-- before the first success.
+local Geometric = class("Geometric", { "probs", "logits" })
+function Geometric:__init(a, opts)
+  local fn = "Geometric"
+  local probs, logits = probs_or_logits(fn, a)
+  if type(a) == "table" and not is_tensor(a) and opts == nil then opts = a end
+  local validate = validating(self, opts)
+  if probs ~= nil then
+    probs = param(probs, fn, "probs")
+    if validate then check(probs:gt(0):logical_and(probs:le(1)), fn, "probs", "in (0, 1]") end
+    self.probs = probs
+    local p = clamp_probs(probs)
+    self.logits = p:log() - (1 - p):log()
+  else
+    self.logits = param(logits, fn, "logits")
+    self.probs = self.logits:sigmoid()
+  end
+  self.batch_shape, self.event_shape = self.probs:size(), {}
+  self.mean = self.probs:reciprocal() - 1
+  self.variance = self.mean / self.probs
+end
+function Geometric:sample(shape)
+  return no_grad(function()
+    local u = open_uniform(sample_shape(shape, self.batch_shape), self.probs)
+    return (u:log() / (-clamp_probs(self.probs)):log1p()):floor()
+  end)
+end
+function Geometric:log_prob(value)
+  in_support(self, is_count(value), "a non-negative integer")
+  local p = clamp_probs(self.probs)
+  return value * (-p):log1p() + p:log()
+end
+function Geometric:entropy()
+  local p, l = self.probs, self.logits
+  return (softplus(l) - p * l) / p
+end
+
+-- Binomial(total_count, probs) or Binomial(total_count, {probs =} |
+-- {logits =}): total_count a number or a tensor of counts.
+local Binomial = class("Binomial", { "total_count", "probs", "logits" })
+function Binomial:__init(total_count, a, opts)
+  local fn = "Binomial"
+  local probs, logits = probs_or_logits(fn, a)
+  if type(a) == "table" and not is_tensor(a) and opts == nil then opts = a end
+  local validate = validating(self, opts)
+  local like = probs or logits
+  like = is_tensor(like) and like or nil
+  local n = param(total_count or 1, fn, "total_count", like)
+  if validate then check(is_count(n), fn, "total_count", "a non-negative integer") end
+  if probs ~= nil then
+    probs = param(probs, fn, "probs", n)
+    if validate then check(probs:ge(0):logical_and(probs:le(1)), fn, "probs", "in [0, 1]") end
+    local p = clamp_probs(probs)
+    self.total_count, self.probs = torch.broadcast_tensors(n, probs)
+    self.logits = (p:log() - (1 - p):log()):expand(self.probs:size())
+  else
+    logits = param(logits, fn, "logits", n)
+    self.total_count, self.logits = torch.broadcast_tensors(n, logits)
+    self.probs = self.logits:sigmoid()
+  end
+  self.batch_shape, self.event_shape = self.probs:size(), {}
+  self.mean = self.total_count * self.probs
+  self.variance = self.mean * (1 - self.probs)
+end
+-- one Bernoulli draw per trial: memory of the largest count times the batch
+function Binomial:sample(shape)
+  return no_grad(function()
+    local full = sample_shape(shape, self.batch_shape)
+    local most = self.total_count:max():item()
+    local n, p = self.total_count:expand(full), self.probs:expand(full)
+    local o = { dtype = p.dtype, device = p.device }
+    local trial_shape = { most }
+    for i = 1, #full do trial_shape[i + 1] = 1 end
+    local trial = torch.arange(0, most, o):reshape(trial_shape)
+    local u = torch.rand({ most, unpack(full) }, o)
+    return u:lt(p):logical_and(trial:lt(n)):to(p.dtype):sum(0)
+  end)
+end
+function Binomial:log_prob(value)
+  local n = self.total_count
+  in_support(self, is_count(value):logical_and(value:le(n)), "an integer in [0, total_count]")
+  local l = self.logits
+  local log_norm = n * softplus(l) - (n + 1):lgamma()
+  return value * l - log_norm - (value + 1):lgamma() - (n - value + 1):lgamma()
+end
+
+---------------------------------------------------------------- vectors
+
+-- OneHotCategorical: Categorical's draws as one-hot vectors.
+local OneHotCategorical = class("OneHotCategorical", { "probs", "logits" })
+function OneHotCategorical:__init(a, opts)
+  self._categorical = M.Categorical(a, opts)
+  self._validate = self._categorical._validate
+  self.probs, self.logits = self._categorical.probs, self._categorical.logits
+  self.batch_shape = self._categorical.batch_shape
+  self.event_shape = { self._categorical.num_categories }
+  self.mean, self.variance = self.probs, self.probs * (1 - self.probs)
+end
+function OneHotCategorical:sample(shape)
+  local idx = self._categorical:sample(shape)
+  return torch.nn.functional.one_hot(idx, self.event_shape[1]):to(self.probs.dtype)
+end
+function OneHotCategorical:log_prob(value)
+  in_support(self, value:eq(0):logical_or(value:eq(1)), "one-hot vectors")
+  in_support(self, value:sum(-1):eq(1), "one-hot vectors")
+  local _, idx = value:max(-1)
+  return self._categorical:log_prob(idx)
+end
+function OneHotCategorical:entropy() return self._categorical:entropy() end
+
+-- MultivariateNormal(loc, covariance_matrix) or MultivariateNormal(loc,
+-- {covariance_matrix =} | {scale_tril =} | {precision_matrix =}): loc
+-- (..., k), the matrix (..., k, k), batch dims broadcast; computed through
+-- the Cholesky factor L of the covariance.
+local MultivariateNormal = class("MultivariateNormal", { "loc" })
+function MultivariateNormal:__init(loc, a, opts)
+  local fn = "MultivariateNormal"
+  local given = is_tensor(a) and { covariance_matrix = a } or a
+  if type(given) ~= "table" then raise(fn .. ": expected a covariance matrix or {covariance_matrix =} | {scale_tril =} | {precision_matrix =}") end
+  local n, which = 0, nil
+  for _, k in ipairs({ "covariance_matrix", "scale_tril", "precision_matrix" }) do
+    if given[k] ~= nil then n, which = n + 1, k end
+  end
+  for k in pairs(given) do
+    if k ~= "covariance_matrix" and k ~= "scale_tril" and k ~= "precision_matrix" and k ~= "validate_args" then
+      raise(fn .. ": unknown option '" .. tostring(k) .. "'")
+    end
+  end
+  if n ~= 1 then raise(fn .. ": expected exactly one of covariance_matrix, scale_tril or precision_matrix") end
+  if not is_tensor(a) and opts == nil then opts = a end
+  validating(self, opts)
+  loc = param(loc, fn, "loc")
+  local m = param(given[which], fn, which, loc)
+  if loc:dim() < 1 then raise(fn .. ": expected loc of at least one dim") end
+  local k = loc:size(-1)
+  if m:dim() < 2 or m:size(-1) ~= k or m:size(-2) ~= k then
+    raise(string.format("%s: expected %s of shape (..., %d, %d) for loc of size %d, got [%s]", fn, which, k, k, k,
+                        table.concat(m:size(), ", ")))
+  end
+  -- only the lower triangle of scale_tril is read, and the matrices are
+  -- read as symmetric, so gradients are PyTorch's (symmetric ones)
+  local function sym(a) return (a + a:transpose(-1, -2)) * 0.5 end
+  local L
+  if which == "scale_tril" then L = m:tril()
+  elseif which == "covariance_matrix" then L = torch.linalg.cholesky(sym(m))
+  else L = torch.linalg.cholesky(sym(torch.linalg.inv(sym(m)))) end
+  local lb, mb = loc:size(), L:size()
+  table.remove(lb); table.remove(mb); table.remove(mb)
+  local batch = torch.broadcast_shapes(lb, mb)
+  local vs, ms = { unpack(batch) }, { unpack(batch) }
+  vs[#vs + 1] = k
+  ms[#ms + 1], ms[#ms + 2] = k, k
+  self.loc, self.scale_tril = loc:expand(vs), L:expand(ms)
+  self.batch_shape, self.event_shape = batch, { k }
+  self.covariance_matrix = self.scale_tril:matmul(self.scale_tril:transpose(-1, -2))
+  self.mean = self.loc
+  self.variance = self.scale_tril:square():sum(-1)
+  self.stddev = self.variance:sqrt()
+end
+local function half_log_det(L) return L:diagonal(0, -2, -1):log():sum(-1) end
+function MultivariateNormal:rsample(shape)
+  local full = sample_shape(shape, self.batch_shape)
+  full[#full + 1] = self.event_shape[1]
+  local eps = torch.randn(full, { dtype = self.loc.dtype, device = self.loc.device })
+  return self.loc + self.scale_tril:matmul(eps:unsqueeze(-1)):squeeze(-1)
+end
+MultivariateNormal.sample = Normal.sample
+-- |L^-1 (x - mu)|^2, the Mahalanobis distance squared
+local function mahalanobis(L, diff)
+  local shape = torch.broadcast_shapes(diff:size(), (function()
+    local s = L:size()
+    table.remove(s)
+    return s
+  end)())
+  local ms = { unpack(shape) }
+  ms[#ms + 1] = shape[#shape]
+  local z = torch.linalg.solve(L:expand(ms), diff:expand(shape))
+  return z:square():sum(-1)
+end
+function MultivariateNormal:log_prob(value)
+  local k = self.event_shape[1]
+  local m = mahalanobis(self.scale_tril, value - self.loc)
+  return -0.5 * (m + k * math.log(2 * math.pi)) - half_log_det(self.scale_tril)
+end
+function MultivariateNormal:entropy()
+  local k = self.event_shape[1]
+  return 0.5 * k * (1 + math.log(2 * math.pi)) + half_log_det(self.scale_tril)
+end
+
 ---------------------------------------------------------------- kl_divergence
 
 local function kind(d) return getmetatable(d) and getmetatable(d).__name end
@@ -297,6 +764,33 @@ function M.kl_divergence(p, q)
   elseif kp == "Uniform" then
     local inside = q.low:le(p.low):logical_and(q.high:ge(p.high))
     return torch.where(inside, ((q.high - q.low) / (p.high - p.low)):log(), math.huge)
+  elseif kp == "Exponential" then
+    local r = q.rate / p.rate
+    return r - r:log() - 1
+  elseif kp == "Laplace" then
+    local ratio, d = p.scale / q.scale, (p.loc - q.loc):abs()
+    return -ratio:log() + d / q.scale + ratio * (-d / p.scale):exp() - 1
+  elseif kp == "LogNormal" or kp == "HalfNormal" then
+    return M.kl_divergence(p.base_dist, q.base_dist)
+  elseif kp == "Gamma" then
+    local pa, pb, qa, qb = p.concentration, p.rate, q.concentration, q.rate
+    return qa * (pb / qb):log() + qa:lgamma() - pa:lgamma() + (pa - qa) * pa:digamma() + (qb - pb) * (pa / pb)
+  elseif kp == "Dirichlet" or kp == "Beta" then
+    local a, b = p.concentration, q.concentration
+    if kp == "Beta" then a, b = p._dirichlet.concentration, q._dirichlet.concentration end
+    local a0, b0 = a:sum(-1), b:sum(-1)
+    return a0:lgamma() - b0:lgamma() - (a:lgamma() - b:lgamma()):sum(-1)
+           + ((a - b) * (a:digamma() - a0:digamma():unsqueeze(-1))):sum(-1)
+  elseif kp == "Poisson" then
+    return p.rate * (p.rate:log() - q.rate:log()) - (p.rate - q.rate)
+  elseif kp == "OneHotCategorical" then
+    return M.kl_divergence(p._categorical, q._categorical)
+  elseif kp == "MultivariateNormal" then
+    local k = p.event_shape[1]
+    -- tr(Sq^-1 Sp) = |Lq^-1 Lp|_F^2
+    local m = torch.linalg.solve(q.scale_tril, p.scale_tril)
+    return 0.5 * (m:square():sum({ -2, -1 }) + mahalanobis(q.scale_tril, p.loc - q.loc) - k)
+           + half_log_det(q.scale_tril) - half_log_det(p.scale_tril)
   elseif kp == "Independent" then
     if p.reinterpreted_batch_ndims ~= q.reinterpreted_batch_ndims then
       raise("kl_divergence: Independent distributions of different event dims")

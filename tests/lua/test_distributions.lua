@@ -1,6 +1,7 @@
--- test_distributions.lua: torch.distributions' Normal, Categorical,
--- Bernoulli, Uniform and Independent against PyTorch's log_prob, entropy,
--- mean, variance, kl_divergence and parameter gradients
+-- test_distributions.lua: torch.distributions (Normal, Categorical,
+-- Bernoulli, Uniform, Independent, and the others of the generator's MORE
+-- table) against PyTorch's log_prob, entropy, mean, variance, cdf,
+-- kl_divergence and parameter gradients
 -- (tests/ref/distributions.lua, written by
 -- scripts/gen_distributions_ref.py); sampling statistics, rsample's
 -- gradient, bad input.
@@ -87,6 +88,140 @@ T.run("Independent against PyTorch", function()
   T.is(tostring(d), "Independent(Normal(loc: torch.Size([2, 2]), scale: torch.Size([2, 2])), 1)", "printing")
 end)
 
+-- the generator's MORE cases: constructor, positional parameters, keyword
+-- parameters, the value, the second distribution's parameters for the kl
+local more = {
+  exponential = { "Exponential", { { "rate", { 0.5, 2.0, 7.0 } } }, nil, { 0.3, 1.5, 0.01 }, { { 1.5, 0.25, 2.0 } } },
+  laplace = { "Laplace", { { "loc", { 0.5, -1.0, 2.0 } }, { "scale", { 1.5, 0.25, 3.0 } } }, nil, { 0.0, -0.75, 4.5 },
+              { { 0.0, -0.5, 2.5 }, { 1.0, 0.5, 2.0 } } },
+  cauchy = { "Cauchy", { { "loc", { 0.5, -1.0 } }, { "scale", { 1.5, 0.25 } } }, nil, { 0.0, 3.0 } },
+  log_normal = { "LogNormal", { { "loc", { 0.5, -1.0 } }, { "scale", { 1.5, 0.25 } } }, nil, { 0.7, 0.4 },
+                 { { 0.0, -0.5 }, { 1.0, 0.5 } } },
+  half_normal = { "HalfNormal", { { "scale", { 1.5, 0.25 } } }, nil, { 0.7, 0.4 }, { { 1.0, 0.5 } } },
+  gamma = { "Gamma", { { "concentration", { 0.5, 2.0, 9.0 } }, { "rate", { 1.5, 0.25, 3.0 } } }, nil, { 0.3, 5.0, 2.5 },
+            { { 1.0, 2.5, 4.0 }, { 1.0, 0.5, 2.0 } } },
+  chi2 = { "Chi2", { { "df", { 1.0, 3.5, 10.0 } } }, nil, { 0.3, 5.0, 12.0 } },
+  beta = { "Beta", { { "concentration1", { 0.5, 2.0, 9.0 } }, { "concentration0", { 1.5, 0.25, 3.0 } } }, nil,
+           { 0.3, 0.9, 0.5 }, { { 1.0, 2.5, 4.0 }, { 1.0, 0.5, 2.0 } } },
+  dirichlet = { "Dirichlet", { { "concentration", { { 0.5, 2.0, 3.0 }, { 1.0, 1.0, 7.5 } } } }, nil,
+                { { 0.2, 0.3, 0.5 }, { 0.1, 0.1, 0.8 } }, { { { 1.0, 1.5, 2.0 }, { 0.5, 3.0, 3.0 } } } },
+  poisson = { "Poisson", { { "rate", { 0.5, 4.0, 30.0 } } }, nil, { 0.0, 3.0, 27.0 }, { { 1.0, 2.0, 33.0 } } },
+  geometric = { "Geometric", {}, { probs = { 0.2, 0.5, 0.9 } }, { 0.0, 3.0, 1.0 } },
+  binomial = { "Binomial", { { "total_count", { 10.0, 4.0, 25.0 } } }, { probs = { 0.2, 0.5, 0.9 } }, { 3.0, 0.0, 25.0 } },
+  binomial_logits = { "Binomial", { { "total_count", { 10.0, 4.0 } } }, { logits = { -1.5, 2.0 } }, { 3.0, 4.0 } },
+  one_hot_categorical = { "OneHotCategorical", {}, { probs = { { 0.2, 0.3, 0.5 }, { 0.6, 0.3, 0.1 } } },
+                          { { 0.0, 1.0, 0.0 }, { 0.0, 0.0, 1.0 } } },
+  multivariate_normal = { "MultivariateNormal", { { "loc", { { 1.0, -1.0, 0.5 }, { 0.0, 2.0, 0.0 } } } },
+                          { covariance_matrix = { { 2.0, 0.5, 0.1 }, { 0.5, 1.0, -0.3 }, { 0.1, -0.3, 1.5 } } },
+                          { { 0.5, 0.2, 0.0 }, { 1.0, 1.0, -1.0 } } },
+  multivariate_normal_scale_tril = { "MultivariateNormal", { { "loc", { 1.0, -1.0 } } },
+                                     { scale_tril = { { 1.5, 0.0 }, { 0.5, 0.75 } } }, { 0.5, 0.2 } },
+  multivariate_normal_precision = { "MultivariateNormal", { { "loc", { 1.0, -1.0 } } },
+                                    { precision_matrix = { { 2.0, 0.5 }, { 0.5, 1.0 } } }, { 0.5, 0.2 } },
+}
+
+local function flat(t) return t:detach():reshape(-1):tolist() end
+-- the entropies of the gamma family differentiate digamma: PyTorch's
+-- trigamma is good to about 1e-9 (pi^2/6 at 1 reads 1.6449340676)
+local grad_rtol = { gamma = 1e-8, chi2 = 1e-8, beta = 1e-8, dirichlet = 1e-8 }
+
+for _, name in ipairs(T.sorted_keys(more)) do
+  T.run(name .. " against PyTorch", function()
+    local kind, pos, kw, value, kl_params = unpack(more[name])
+    local r = ref[name]
+    local params, args, grads = {}, {}, {}
+    for i, pv in ipairs(pos) do
+      local t = f64(pv[2])
+      if pv[1] ~= "total_count" then t:requires_grad_(); grads[pv[1]] = t end
+      args[i] = t
+    end
+    if kw then
+      for k, v in pairs(kw) do params[k] = f64(v):requires_grad_(); grads[k] = params[k] end
+      args[#args + 1] = params
+    end
+    local d = D[kind](unpack(args, 1, #pos + (kw and 1 or 0)))
+    local lp = d:log_prob(f64(value))
+    T.values_close(flat(lp), r.log_prob, 1e-12, 1e-12, name .. ": log_prob")
+    local w = torch.arange(0, lp:numel(), { dtype = torch.float64 }):cos():reshape(lp:size())
+    local loss = (lp * w):sum()
+    if r.entropy then
+      local ent = d:entropy()
+      T.values_close(flat(ent), r.entropy, 1e-12, 1e-12, name .. ": entropy")
+      loss = loss + ent:sum()
+    end
+    T.values_close(flat(d.mean), r.mean, 1e-12, 1e-12, name .. ": mean")
+    T.values_close(flat(d.variance), r.variance, 1e-12, 1e-12, name .. ": variance")
+    loss:backward()
+    for k, g in pairs(grads) do
+      if r["d_" .. k] then
+        T.values_close(flat(g.grad), r["d_" .. k], grad_rtol[name] or 1e-10, grad_rtol[name] or 1e-12,
+                       name .. ": the gradient of " .. k)
+      end
+    end
+    if r.cdf then T.values_close(flat(d:cdf(f64(value))), r.cdf, 1e-12, 1e-12, name .. ": cdf") end
+    if kl_params then
+      local p_args, q_args = {}, {}
+      for i, a in ipairs(args) do p_args[i] = a:detach() end
+      for i, v in ipairs(kl_params) do q_args[i] = f64(v) end
+      local kl = D.kl_divergence(D[kind](unpack(p_args)), D[kind](unpack(q_args)))
+      T.values_close(flat(kl), r.kl, 1e-12, 1e-12, name .. ": kl_divergence")
+    end
+  end)
+end
+
+T.run("MultivariateNormal's kl_divergence against PyTorch", function()
+  local p = D.MultivariateNormal(f64({ 1.0, -1.0 }), f64({ { 2.0, 0.5 }, { 0.5, 1.0 } }))
+  local q = D.MultivariateNormal(f64({ 0.0, 0.5 }), f64({ { 1.0, -0.2 }, { -0.2, 0.5 } }))
+  T.values_close({ D.kl_divergence(p, q):item() }, ref.multivariate_normal_kl.kl, 1e-12, 1e-12, "kl")
+end)
+
+T.run("sampling the other distributions: statistics", function()
+  torch.manual_seed(5)
+  local n = 20000
+  local function stats(name, d, mean, var, tol)
+    local s = d:sample({ n })
+    T.ok(not s.requires_grad, name .. ": no gradient")
+    T.close(s:mean(0):double():mean():item(), mean, tol, 0, name .. ": sample mean")
+    if var then T.close(s:var(0):double():mean():item(), var, 3 * tol, 0, name .. ": sample variance") end
+    return s
+  end
+  stats("Exponential", D.Exponential(f64({ 3.0 })), 1 / 3, 1 / 9, 0.03)
+  stats("Laplace", D.Laplace(f64({ 1.0 }), f64({ 2.0 })), 1, 8, 0.05)
+  stats("LogNormal", D.LogNormal(f64({ 0.0 }), f64({ 0.5 })), math.exp(0.125), (math.exp(0.25) - 1) * math.exp(0.25), 0.03)
+  stats("HalfNormal", D.HalfNormal(f64({ 2.0 })), 2 * math.sqrt(2 / math.pi), 4 * (1 - 2 / math.pi), 0.03)
+  for _, a in ipairs({ 0.3, 1.0, 2.5, 40.0 }) do
+    stats("Gamma(" .. a .. ", 2)", D.Gamma(f64({ a }), f64({ 2.0 })), a / 2, a / 4, 0.03)
+  end
+  stats("Chi2(3)", D.Chi2(f64({ 3.0 })), 3, 6, 0.03)
+  stats("Beta(2, 5)", D.Beta(f64({ 2.0 }), f64({ 5.0 })), 2 / 7, 10 / (49 * 8), 0.03)
+  local dir = D.Dirichlet(f64({ 1.0, 2.0, 3.0 })):sample({ n })
+  T.values_close(dir:mean(0):tolist(), { 1 / 6, 2 / 6, 3 / 6 }, 0.03, 0, "Dirichlet: sample means")
+  T.tensor_close(dir:sum(-1), torch.ones(n, { dtype = torch.float64 }), 1e-12, 1e-12, "Dirichlet: on the simplex")
+  for _, lam in ipairs({ 0.3, 4.0, 9.9, 10.0, 37.0, 500.0 }) do
+    local s = stats("Poisson(" .. lam .. ")", D.Poisson(f64({ lam })), lam, lam, 0.03)
+    T.ok(s:eq(s:floor()):all():item() and s:min():item() >= 0, "Poisson(" .. lam .. "): counts")
+  end
+  stats("Geometric(0.25)", D.Geometric(f64({ 0.25 })), 3, 12, 0.04)
+  local b = stats("Binomial(10, 0.3)", D.Binomial(10, f64({ 0.3 })), 3, 2.1, 0.03)
+  T.ok(b:max():item() <= 10, "Binomial: at most total_count")
+  local oh = D.OneHotCategorical(f64({ 0.2, 0.8 })):sample({ n })
+  T.tensor_close(oh:sum(-1), torch.ones(n, { dtype = torch.float64 }), 0, 0, "OneHotCategorical: one-hot")
+  T.close(oh:mean(0)[1]:item(), 0.8, 0, 0.02, "OneHotCategorical: frequency")
+  local mvn = D.MultivariateNormal(f64({ 1.0, -1.0 }), f64({ { 2.0, 0.5 }, { 0.5, 1.0 } }))
+  local s = mvn:sample({ n })
+  T.values_close(s:mean(0):tolist(), { 1, -1 }, 0, 0.05, "MultivariateNormal: mean")
+  local c = s - s:mean(0)
+  T.values_close((c:t():mm(c) / n):tolist(), { { 2.0, 0.5 }, { 0.5, 1.0 } }, 0, 0.08, "MultivariateNormal: covariance")
+  local loc = f64({ 0.0, 0.0 }):requires_grad_()
+  D.MultivariateNormal(loc, f64({ { 1.0, 0.0 }, { 0.0, 1.0 } })):rsample({ 3 }):sum():backward()
+  T.is(loc.grad:tolist(), { 3, 3 }, "MultivariateNormal: rsample's gradient reaches loc")
+  local c1 = D.Cauchy(f64({ 0.0 }), f64({ 1.0 })):sample({ n })
+  T.close(c1:abs():median():item(), 1, 0, 0.05, "Cauchy: the median of |x| is the scale")
+  T.raises(function() D.Gamma(1.0, 1.0):rsample() end, "Gamma.rsample: reparameterised draws of the gamma family are not implemented",
+           "Gamma has no rsample")
+  T.raises(function() torch.poisson(f64({ -1.0 })) end, "poisson: expected the rates to be non%-negative", "a negative rate")
+end)
+
 T.run("sampling: shapes, statistics, gradients", function()
   local n = D.Normal(f64({ 1.0, -2.0 }), f64({ 0.5, 2.0 }))
   local s = n:sample({ 4000 })
@@ -123,6 +258,18 @@ T.run("bad input names the problem", function()
   T.raises(function() D.Bernoulli(f64({ 0.5 })):log_prob(f64({ 0.5 })) end, "the value to be 0 or 1", "a non-binary value")
   T.raises(function() D.kl_divergence(D.Normal(0, 1), D.Uniform(0, 1)) end, "no formula for Normal and Uniform",
            "kl of two kinds")
+  T.raises(function() D.Gamma(-1.0, 1.0) end, "Gamma: expected concentration to be positive", "a negative concentration")
+  T.raises(function() D.Exponential(0) end, "Exponential: expected rate to be positive", "a zero rate")
+  T.raises(function() D.Exponential(1.0):log_prob(f64({ -1 })) end, "the value to be non%-negative", "outside the support")
+  T.raises(function() D.Poisson(f64({ 2 })):log_prob(f64({ 1.5 })) end, "the value to be a non%-negative integer", "a fraction")
+  T.raises(function() D.Binomial(2.5, f64({ 0.5 })) end, "expected total_count to be a non%-negative integer", "a fractional count")
+  T.raises(function() D.Dirichlet(f64({ 1.0, 1.0 })):log_prob(f64({ 0.3, 0.3 })) end, "on the simplex", "off the simplex")
+  T.raises(function() D.MultivariateNormal(f64({ 0, 0 }), f64({ { 1, 0, 0 }, { 0, 1, 0 }, { 0, 0, 1 } })) end,
+           "expected covariance_matrix of shape %(%.%.%., 2, 2%) for loc of size 2, got %[3, 3%]", "a covariance of the wrong size")
+  T.raises(function() D.MultivariateNormal(f64({ 0, 0 }), { scale_tril = torch.eye(2), covariance_matrix = torch.eye(2) }) end,
+           "exactly one of covariance_matrix, scale_tril or precision_matrix", "two matrices")
+  T.raises(function() D.MultivariateNormal(f64({ 0, 0 }), f64({ { 1, 2 }, { 2, 1 } })) end, "cholesky",
+           "a covariance that is not positive definite")
 end)
 
 T.done_testing()
