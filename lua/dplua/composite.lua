@@ -618,7 +618,9 @@ local function poisson_large(rate, waiting)
 end
 function torch.poisson(rates)
   want_float("poisson", want_tensor(rates, "poisson", "rates"))
-  if not rates:ge(0):all():item() then raise("poisson: expected the rates to be non-negative (and not NaN)") end
+  if not rates:ge(0):logical_and(rates:lt(math.huge)):all():item() then
+    raise("poisson: expected the rates to be non-negative and finite")
+  end
   return torch.no_grad(function()
     local large = rates:ge(10)
     local small = poisson_small(torch.where(large, 0, rates))

@@ -220,6 +220,8 @@ T.run("sampling the other distributions: statistics", function()
   T.raises(function() D.Gamma(1.0, 1.0):rsample() end, "Gamma.rsample: reparameterised draws of the gamma family are not implemented",
            "Gamma has no rsample")
   T.raises(function() torch.poisson(f64({ -1.0 })) end, "poisson: expected the rates to be non%-negative", "a negative rate")
+  T.raises(function() torch.poisson(f64({ math.huge })) end, "non%-negative and finite", "an infinite rate")
+  T.raises(function() torch.poisson(f64({ 0 / 0 })) end, "non%-negative and finite", "a NaN rate")
 end)
 
 T.run("sampling: shapes, statistics, gradients", function()
