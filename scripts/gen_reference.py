@@ -1152,6 +1152,33 @@ def gen_print():
         ("transposed view", "tostring(torch.arange(6):reshape(2, 3):t())", lambda: str(torch.arange(6).reshape(2, 3).t())),
         ("linspace", "tostring(torch.linspace(0, 1, 5))", lambda: str(torch.linspace(0, 1, 5))),
         ("float64 2-d", "tostring(torch.ones(2, 2, {dtype=torch.float64}))", lambda: str(torch.ones(2, 2, dtype=torch.float64))),
+    ]
+    # set_printoptions, put back to the default after each
+    def printed(opts, make):
+        torch.set_printoptions(**opts)
+        try:
+            return str(make())
+        finally:
+            torch.set_printoptions(profile="default")
+    for name, lua_opts, opts, lua_make, make in [
+        ("precision 2", "{precision = 2}", {"precision": 2}, "torch.tensor({1.123456, 2.5, 100})",
+         lambda: torch.tensor([1.123456, 2.5, 100])),
+        ("sci_mode", "{sci_mode = true}", {"sci_mode": True}, "torch.tensor({1.5, 2.5})", lambda: torch.tensor([1.5, 2.5])),
+        ("sci_mode off keeps the width", "{sci_mode = false}", {"sci_mode": False}, "torch.tensor({1e-6, 1})",
+         lambda: torch.tensor([1e-6, 1.0])),
+        ("threshold and edgeitems", "{threshold = 5, edgeitems = 2}", {"threshold": 5, "edgeitems": 2},
+         "torch.arange(10)", lambda: torch.arange(10)),
+        ("linewidth", "{linewidth = 30}", {"linewidth": 30}, "torch.arange(20):float() / 3",
+         lambda: torch.arange(20).float() / 3),
+        ("profile short", '{profile = "short"}', {"profile": "short"}, "torch.arange(2000):float() / 7",
+         lambda: torch.arange(2000).float() / 7),
+        ("profile full", '{profile = "full"}', {"profile": "full"}, "torch.arange(1100)", lambda: torch.arange(1100)),
+    ]:
+        E.append(("set_printoptions " + name,
+                  "return (function() torch.set_printoptions(%s); local s = tostring(%s); "
+                  "torch.set_printoptions({profile = \"default\"}); return s end)()" % (lua_opts, lua_make),
+                  lambda opts=opts, make=make: printed(opts, make)))
+    E += [
         ("bool comparison result", "tostring(torch.arange(4):gt(1))", lambda: str(torch.arange(4) > 1)),
     ]
     for name, expr, py in E:
@@ -1379,6 +1406,49 @@ def gen_composite():
     case(G, "tril_indices negative offset", "torch.tril_indices(4, 4, -1)", lambda: torch.tril_indices(4, 4, -1))
     case(G, "diag_embed", "a:diag_embed()", lambda a: torch.diag_embed(a), [x])
     case(G, "diag_embed offset", "a:diag_embed(-1)", lambda a: torch.diag_embed(a, -1), [w])
+    # more of the small operations
+    case(G, "broadcast_to", "a:broadcast_to({2, 3, 4})", lambda a: a.broadcast_to((2, 3, 4)), [x])
+    case(G, "diff", "a:diff()", lambda a: a.diff(), [x])
+    case(G, "diff n=2 dim 0", "a:diff(2, 0)", lambda a: a.diff(2, 0), [c3])
+    case(G, "diff prepend append", "a:diff({dim = 0, prepend = b, append = c})",
+         lambda a, b, c: a.diff(dim=0, prepend=b, append=c), [x, rnd("float64", [1, 4], "c"), rnd("float64", [2, 4], "d")])
+    case(G, "diff bool", "a:diff()", lambda a: a.diff(), [b1])
+    case(G, "diff int64", "a:diff(1, 0)", lambda a: a.diff(1, 0), [i64])
+    case(G, "isin", "torch.isin(a, b)", torch.isin, [i64, lit("i64_isin", [0, 3, -5, 9], "int64")])
+    case(G, "isin invert", "a:isin(b, {invert = true})", lambda a, b: torch.isin(a, b, invert=True),
+         [i64, lit("i64_isin", [0, 3, -5, 9], "int64")])
+    case(G, "aminmax", "a:aminmax()", lambda a: tuple(torch.aminmax(a)), [x])
+    case(G, "aminmax dim keepdim", "a:aminmax({dim = 1, keepdim = true})",
+         lambda a: tuple(torch.aminmax(a, dim=1, keepdim=True)), [x])
+    case(G, "fmod", "a:fmod(b)", lambda a, b: a.fmod(b), [x, rnd("float64", [3, 4], "nz")])
+    case(G, "fmod number", "a:fmod(-1.5)", lambda a: a.fmod(-1.5), [x])
+    case(G, "fmod int64", "a:fmod(b)", lambda a, b: a.fmod(b), [i64, rnd("int64", [3, 4], "nz")])
+    case(G, "heaviside", "a:heaviside(b)", lambda a, b: a.heaviside(b),
+         [lit("f64_heavi", [-1.5, 0.0, 2.0, 0.0], "float64"), lit("f64_heavi_v", [0.5, 0.25, 3.0, -1.0], "float64")])
+    case(G, "float_power", "a:float_power(b)", lambda a, b: a.float_power(b), [rnd("float32", [5], "pos"), rnd("float64", [5], "b")])
+    case(G, "float_power int number", "a:float_power(2)", lambda a: a.float_power(2), [i64])
+    case(G, "logspace", "torch.logspace(-1, 2, 7)", lambda: torch.logspace(-1, 2, 7))
+    case(G, "logspace base 2 float64", "torch.logspace(0, 5, 6, 2, {dtype = torch.float64})",
+         lambda: torch.logspace(0, 5, 6, 2, dtype=torch.float64))
+    case(G, "mode", "a:mode()", lambda a: tuple(a.mode()),
+         [lit("i64_mode", [[1, 3, 3, 2, 1, 3], [4, 4, 0, 0, 5, 5]], "int64")])
+    case(G, "mode dim 0 keepdim", "a:mode(0, true)", lambda a: tuple(a.mode(0, True)),
+         [lit("f64_mode", [[1.5, 2.0, 2.0], [1.5, -1.0, 2.0], [0.5, -1.0, 3.0]], "float64")])
+    case(G, "combinations", "torch.combinations(a)", torch.combinations, [v])
+    case(G, "combinations r=3", "torch.combinations(a, 3)", lambda a: torch.combinations(a, 3), [v])
+    case(G, "combinations with replacement", "a:combinations({r = 2, with_replacement = true})",
+         lambda a: torch.combinations(a, 2, with_replacement=True), [w])
+    case(G, "trapezoid", "torch.trapezoid(a)", torch.trapezoid, [x])
+    case(G, "trapz dx dim", "torch.trapz(a, {dx = 0.5, dim = 0})", lambda a: torch.trapz(a, dx=0.5, dim=0), [x])
+    case(G, "trapezoid x", "torch.trapezoid(a, b)", torch.trapezoid, [x, lit("f64_trap_x", [0.0, 0.5, 2.0, 2.25], "float64")])
+    case(G, "vander", "torch.vander(a)", torch.vander, [w])
+    case(G, "vander N increasing", "torch.vander(a, {N = 4, increasing = true})",
+         lambda a: torch.vander(a, N=4, increasing=True), [w])
+    case(G, "histogram", "torch.histogram(a, 5)", lambda a: tuple(torch.histogram(a, 5)), [x])
+    case(G, "histogram range weight density", "torch.histogram(a, 4, {range = {-2, 2}, weight = b, density = true})",
+         lambda a, b: tuple(torch.histogram(a, 4, range=(-2.0, 2.0), weight=b, density=True)), [x, rnd("float64", [3, 4], "pos")])
+    case(G, "histogram edges", "torch.histogram(a, b)", lambda a, b: tuple(torch.histogram(a, b)),
+         [x, lit("f64_edges", [-3.0, -1.0, 0.0, 0.5, 4.0], "float64")])
 
 
 def main():

@@ -1172,6 +1172,262 @@ end
 
 -- cdist(x1, x2 [, p=2]): the p-norm distances between the rows of x1
 -- (..., P, M) and x2 (..., R, M), (..., P, R).
+---------------------------------------------------------------- more of PyTorch's small operations
+
+function methods.broadcast_to(t, shape) return t:expand(shape) end
+
+-- diff([n = 1, dim = -1, prepend, append]) or diff({n =, dim =, prepend
+-- =, append =}): the n-th forward difference along dim (for bool tensors
+-- the elements that differ, as PyTorch), after prepend and append are
+-- joined to t along dim.
+function methods.diff(t, n, dim, prepend, append)
+  local fn = "diff"
+  if type(n) == "table" then n, dim, prepend, append = n.n, n.dim, n.prepend, n.append end
+  n = want_int(n, fn, "n", 1, 0)
+  if t:dim() == 0 then raise("diff: expected at least a 1-dimensional tensor") end
+  local d = dim_of(t, dim == nil and -1 or dim, fn)
+  local parts = {}
+  if prepend ~= nil then parts[#parts + 1] = want_tensor(prepend, fn, "prepend") end
+  parts[#parts + 1] = t
+  if append ~= nil then parts[#parts + 1] = want_tensor(append, fn, "append") end
+  local x = #parts > 1 and torch.cat(parts, d) or t
+  for _ = 1, n do
+    local len = x:size(d)
+    if len == 0 then break end
+    local hi, lo = x:narrow(d, 1, len - 1), x:narrow(d, 0, len - 1)
+    x = x.dtype == torch.bool and hi:ne(lo) or hi - lo
+  end
+  return x
+end
+
+-- isin(elements, test_elements [, {assume_unique, invert}]): whether each
+-- element is among test_elements (a tensor or a number).
+function torch.isin(elements, test, opts)
+  local fn = "isin"
+  if type(opts) == "boolean" then opts = { assume_unique = opts } end
+  local invert = type(opts) == "table" and opts.invert or false
+  if not is_tensor(elements) then elements = torch.tensor(want_operand(elements, fn, "elements")) end
+  if not is_tensor(test) then test = torch.tensor({ want_operand(test, fn, "test_elements") }, { device = elements.device }) end
+  local flat = test:reshape(-1)
+  local found
+  if elements:numel() * flat:numel() <= 2 ^ 24 then
+    found = elements:unsqueeze(-1):eq(flat):any(-1)
+  else   -- by binary search in the sorted test elements
+    local sorted = flat:sort()
+    local at = torch.searchsorted(sorted, elements:reshape(-1)):clamp(0, math.max(flat:numel() - 1, 0))
+    found = sorted:index_select(0, at):eq(elements:reshape(-1)):reshape(elements:size())
+  end
+  return invert and found:logical_not() or found
+end
+function methods.isin(t, test, opts) return torch.isin(t, test, opts) end
+
+-- aminmax([{dim =, keepdim =}]): min and max (two tensors) over all
+-- elements or along dim.
+function methods.aminmax(t, opts)
+  local dim, keepdim
+  if type(opts) == "table" then dim, keepdim = opts.dim, opts.keepdim
+  elseif opts ~= nil then dim = opts end
+  if dim == nil then return t:amin(), t:amax() end
+  return t:amin(dim, keepdim or false), t:amax(dim, keepdim or false)
+end
+
+-- fmod(other): the remainder with the dividend's sign (C's fmod), from
+-- remainder (which has the divisor's) where the two signs differ.
+function methods.fmod(t, other)
+  want_operand(other, "fmod", "other")
+  local r = t:remainder(other)
+  local wrong = r:ne(0):logical_and(r:lt(0):ne(t:lt(0)))
+  return torch.where(wrong, r - other, r)
+end
+
+-- heaviside(values): 0 below zero, values at zero, 1 above.
+function methods.heaviside(t, values)
+  want_operand(values, "heaviside", "values")
+  local one, zero = torch.ones_like(t), torch.zeros_like(t)
+  return torch.where(t:gt(0), one, torch.where(t:lt(0), zero, is_tensor(values) and values:to(t.dtype) or values + zero))
+end
+
+-- float_power(exponent): the power in float64.
+function methods.float_power(t, exponent)
+  want_operand(exponent, "float_power", "exponent")
+  return t:double() ^ (is_tensor(exponent) and exponent:double() or exponent)
+end
+
+-- torch.normal(mean, std [, size] [, opts]): mean + std * N(0, 1), mean
+-- and std tensors or numbers (two numbers need the size); gradients reach
+-- tensor means and stds, as PyTorch's.
+function torch.normal(mean, std, size, opts)
+  local fn = "normal"
+  if std == nil then std = 1 end
+  want_operand(mean, fn, "mean")
+  want_operand(std, fn, "std")
+  if type(size) == "table" and size.dtype == nil and size.device == nil and size[1] == nil and next(size) ~= nil then
+    raise(fn .. ": expected size to be a list of sizes")
+  end
+  local like = is_tensor(mean) and mean or (is_tensor(std) and std or nil)
+  local noise
+  if like then
+    local shape = is_tensor(mean) and is_tensor(std) and torch.broadcast_shapes(mean:size(), std:size()) or like:size()
+    noise = torch.randn(shape, { dtype = like.dtype, device = like.device })
+  else
+    if type(size) ~= "table" then raise(fn .. ": with a number mean and std, expected a size") end
+    noise = opts and torch.randn(size, opts) or torch.randn(size)
+  end
+  if type(std) == "number" and std < 0 then raise(fn .. ": expected std >= 0, got " .. std) end
+  return noise * std + mean
+end
+
+-- torch.logspace(start, end, steps [, base = 10] [, opts]).
+function torch.logspace(start, stop, steps, base, opts)
+  if type(base) == "table" then base, opts = nil, base end
+  base = want_number(base, "logspace", "base", 10)
+  local exps = torch.linspace(start, stop, steps, { dtype = torch.float64 })
+  local out = torch.full_like(exps, base) ^ exps
+  opts = opts or {}
+  return out:to(opts.device or "cpu", opts.dtype or torch.get_default_dtype())
+end
+
+-- torch.as_tensor(data [, opts]): a tensor as it is (or converted to the
+-- asked dtype and device: a copy then), anything else through torch.tensor.
+function torch.as_tensor(data, opts)
+  if not is_tensor(data) then return torch.tensor(data, opts) end
+  opts = opts or {}
+  if opts.dtype == nil and opts.device == nil then return data end
+  return data:to(opts.device or data.device, opts.dtype or data.dtype)
+end
+
+-- mode([dim = -1, keepdim = false]): the most frequent value along dim
+-- (the smallest of equally frequent ones) and the index of its last
+-- occurrence, as PyTorch's CPU; counted on the host.
+function methods.mode(t, dim, keepdim)
+  if type(dim) == "table" then dim, keepdim = dim.dim, dim.keepdim end
+  local d = dim_of(t, dim == nil and -1 or dim, "mode")
+  if t:dim() == 0 then return t:clone(), torch.zeros({}, { dtype = torch.int64, device = t.device }) end
+  local moved = t:movedim(d, -1):contiguous()
+  local len = moved:size(-1)
+  if len == 0 then raise("mode: expected a non-empty dim") end
+  local rows = moved:reshape(-1, len)
+  local vals = host_values(rows)
+  local out_v, out_i = {}, {}
+  for r = 0, rows:size(0) - 1 do
+    local count, last = {}, {}
+    for k = 1, len do
+      local v = vals[r * len + k]
+      count[v] = (count[v] or 0) + 1
+      last[v] = k - 1
+    end
+    local best, best_n
+    for v, c in pairs(count) do
+      if best_n == nil or c > best_n or (c == best_n and less(v, best)) then best, best_n = v, c end
+    end
+    out_v[r + 1], out_i[r + 1] = best, last[best]
+  end
+  local shape = moved:size()
+  table.remove(shape)
+  local values = torch.tensor(out_v, { dtype = t.dtype }):reshape(shape):to(t.device)
+  local indices = int64(out_i, t.device):reshape(shape)
+  if keepdim then values, indices = values:unsqueeze(d), indices:unsqueeze(d) end
+  return values, indices
+end
+
+-- combinations([r = 2, with_replacement = false]) of a 1-D tensor: the
+-- r-element combinations, in lexicographic order of positions, as rows.
+function torch.combinations(t, r, with_replacement)
+  if type(r) == "table" then r, with_replacement = r.r, r.with_replacement end
+  want_tensor(t, "combinations", "input")
+  if t:dim() ~= 1 then raise("combinations: expected a 1-D tensor, got " .. t:dim() .. " dims") end
+  r = want_int(r, "combinations", "r", 2, 0)
+  local n = t:size(0)
+  local rows, cur = {}, {}
+  local function walk(from, depth)
+    if depth > r then
+      for i = 1, r do rows[#rows + 1] = cur[i] end
+      return
+    end
+    for i = from, n - 1 do
+      cur[depth] = i
+      walk(with_replacement and i or i + 1, depth + 1)
+    end
+  end
+  if r > 0 then walk(0, 1) end
+  if #rows > 2 ^ 26 then raise("combinations: too many combinations") end
+  if #rows == 0 then return t:new_zeros({ 0, r == 0 and 0 or r }) end
+  return t:index_select(0, int64(rows, t.device)):reshape(-1, r)
+end
+methods.combinations = torch.combinations
+
+-- trapezoid(y [, x] [, {dx = 1, dim = -1}]) (trapz): the integral of y
+-- along dim by the trapezoid rule, at spacing dx or at the points x.
+function torch.trapezoid(y, x, opts)
+  if type(x) == "table" and not is_tensor(x) then x, opts = nil, x end
+  if type(x) == "number" then x, opts = nil, { dx = x } end
+  opts = opts or {}
+  want_tensor(y, "trapezoid", "y")
+  local d = dim_of(y, opts.dim == nil and -1 or opts.dim, "trapezoid")
+  local len = y:size(d)
+  if len == 0 then return y:sum(d) end
+  local mid = (y:narrow(d, 1, len - 1) + y:narrow(d, 0, len - 1)) / 2
+  if x == nil then return mid:sum(d) * want_number(opts.dx, "trapezoid", "dx", 1) end
+  local dx = x:dim() == 1 and methods.diff(x) or methods.diff(x, 1, d)
+  if x:dim() == 1 then
+    local shape = {}
+    for i = 1, y:dim() do shape[i] = 1 end
+    shape[d + 1] = len - 1
+    dx = dx:reshape(shape)
+  end
+  return (mid * dx):sum(d)
+end
+torch.trapz = torch.trapezoid
+
+-- vander(x [, N = #x, increasing = false]): the columns x^(N-1) ... x^0
+-- (x^0 ... x^(N-1) when increasing).
+function torch.vander(x, N, increasing)
+  if type(N) == "table" then N, increasing = N.N, N.increasing end
+  want_tensor(x, "vander", "x")
+  if x:dim() ~= 1 then raise("vander: expected a 1-D tensor, got " .. x:dim() .. " dims") end
+  N = want_int(N, "vander", "N", x:size(0), 0)
+  local cols = {}
+  for k = 0, N - 1 do cols[#cols + 1] = x:unsqueeze(1) ^ (increasing and k or N - 1 - k) end
+  if N == 0 then return x:new_zeros({ x:size(0), 0 }) end
+  return torch.cat(cols, 1)
+end
+
+-- histogram(input, bins [, {range = {min, max}, weight =, density =}]):
+-- hist and bin_edges, bins a count (edges evenly over range, or over the
+-- values) or a 1-D tensor of increasing edges; the last bin holds its
+-- right edge.
+function torch.histogram(t, bins, opts)
+  local fn = "histogram"
+  want_float(fn, want_tensor(t, fn, "input"))
+  if type(bins) == "table" and not is_tensor(bins) then opts, bins = bins, bins.bins end
+  opts = opts or {}
+  local edges
+  if is_tensor(bins) then
+    edges = bins:to(t.dtype)
+    if edges:dim() ~= 1 or edges:numel() < 2 then raise(fn .. ": expected bins to be a 1-D tensor of at least 2 edges") end
+  else
+    local n = want_int(bins, fn, "bins", 100, 1)
+    local lo, hi
+    if opts.range then lo, hi = opts.range[1], opts.range[2]
+    elseif t:numel() > 0 then lo, hi = t:min():item(), t:max():item()
+    else lo, hi = 0, 0 end
+    if lo == hi then lo, hi = lo - 0.5, hi + 0.5 end
+    if lo > hi then raise(fn .. ": expected range with min <= max") end
+    edges = torch.linspace(lo, hi, n + 1, { dtype = t.dtype })
+  end
+  local nb = edges:numel() - 1
+  local x = t:reshape(-1):cpu()
+  local e = edges:cpu()
+  local first, last = e[0]:item(), e[nb]:item()
+  local inside = x:ge(first):logical_and(x:le(last))
+  local at = (torch.searchsorted(e, x, { right = true }) - 1):clamp(0, nb - 1)
+  local w = opts.weight and opts.weight:reshape(-1):cpu():to(t.dtype) or torch.ones_like(x)
+  w = torch.where(inside, w, 0)
+  local hist = torch.zeros(nb, { dtype = t.dtype }):index_add(0, at, w)
+  if opts.density then hist = hist / (hist:sum() * (e:narrow(0, 1, nb) - e:narrow(0, 0, nb))) end
+  return hist:to(t.device), edges:to(t.device)
+end
+
 function methods.cdist(x1, x2, p)
   if type(p) == "table" then p = p.p end
   if not is_tensor(x2) or x1:dim() < 2 or x2:dim() ~= x1:dim() or x1:size(-1) ~= x2:size(-1) then

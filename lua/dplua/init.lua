@@ -95,7 +95,7 @@ local lazy_functions = {
   hparams = "dplua.report", report = "dplua.report",
   autocast = "dplua.autocast", is_autocast_enabled = "dplua.autocast",
   get_autocast_dtype = "dplua.autocast",
-  einsum = "dplua.einsum",
+  einsum = "dplua.einsum", set_printoptions = "dplua.print",
 }
 setmetatable(torch, { __index = function(t, k)
   local name = submodules[k]

@@ -8,6 +8,41 @@ local M = {}
 local PRECISION, THRESHOLD, EDGEITEMS, LINEWIDTH = 4, 1000, 3, 80
 M.options = { precision = PRECISION, threshold = THRESHOLD, edgeitems = EDGEITEMS, linewidth = LINEWIDTH }
 
+-- set_printoptions({precision =, threshold =, edgeitems =, linewidth =,
+-- sci_mode =, profile =}): PyTorch's; profile "default", "short" or
+-- "full" first sets all four numbers, the other options then apply;
+-- sci_mode true or false forces scientific or fixed notation, nil lets
+-- the values choose.
+local profiles = {
+  default = { precision = PRECISION, threshold = THRESHOLD, edgeitems = EDGEITEMS, linewidth = LINEWIDTH },
+  short = { precision = 2, threshold = THRESHOLD, edgeitems = 2, linewidth = LINEWIDTH },
+  full = { precision = PRECISION, threshold = math.huge, edgeitems = EDGEITEMS, linewidth = LINEWIDTH },
+}
+function M.set_printoptions(opts)
+  local raise = require("dplua")._raise
+  if type(opts) ~= "table" then raise("set_printoptions: expected an options table, got " .. type(opts)) end
+  for k, v in pairs(opts) do
+    if k == "profile" then
+      if not profiles[v] then raise('set_printoptions: expected profile "default", "short" or "full", got ' .. tostring(v)) end
+    elseif k == "sci_mode" then
+      if type(v) ~= "boolean" then raise("set_printoptions: expected sci_mode to be a boolean, got " .. type(v)) end
+    elseif profiles.default[k] ~= nil then
+      if type(v) ~= "number" or v < 0 or (v % 1 ~= 0 and v ~= math.huge) then
+        raise(string.format("set_printoptions: expected %s to be a non-negative integer, got %s", k, tostring(v)))
+      end
+    else
+      raise("set_printoptions: unknown option '" .. tostring(k) .. "'")
+    end
+  end
+  if opts.profile then
+    for k, v in pairs(profiles[opts.profile]) do M.options[k] = v end
+    M.options.sci_mode = nil
+  end
+  for k, v in pairs(opts) do
+    if k ~= "profile" then M.options[k] = v end
+  end
+end
+
 local function is_finite(v) return v == v and v ~= math.huge and v ~= -math.huge end
 
 local function nonfinite_str(v)
@@ -48,20 +83,17 @@ local function formatter(values, floating, is_bool)
   end
   local function widen(s) if #s > f.max_width then f.max_width = #s end end
   if f.int_mode then
-    if amax / amin > 1000 or amax > 1e8 then
-      f.sci_mode = true
-      for _, v in ipairs(finite) do widen(fmt_e(v)) end
-    else
-      for _, v in ipairs(finite) do widen(fmt_f(v, 0) .. ".") end
-    end
+    f.sci_mode = amax / amin > 1000 or amax > 1e8
   else
-    if amax / amin > 1000 or amax > 1e8 or amin < 1e-4 then
-      f.sci_mode = true
-      for _, v in ipairs(finite) do widen(fmt_e(v)) end
-    else
-      for _, v in ipairs(finite) do widen(fmt_f(v, M.options.precision)) end
-    end
+    f.sci_mode = amax / amin > 1000 or amax > 1e8 or amin < 1e-4
   end
+  for _, v in ipairs(finite) do
+    if f.sci_mode then widen(fmt_e(v))
+    elseif f.int_mode then widen(fmt_f(v, 0) .. ".")
+    else widen(fmt_f(v, M.options.precision)) end
+  end
+  -- a forced notation keeps the width the values chose, as PyTorch's
+  if M.options.sci_mode ~= nil then f.sci_mode = M.options.sci_mode end
   return f
 end
 
