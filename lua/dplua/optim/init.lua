@@ -10,7 +10,7 @@
 local adam = require("dplua.optim.adam")
 local more = require("dplua.optim.more")
 
-return {
+local optim = {
   Optimizer = require("dplua.optim.optimizer"),
   SGD = require("dplua.optim.sgd"),
   Adam = adam.Adam,
@@ -27,3 +27,11 @@ return {
   define = require("dplua.optim.define"),
   lr_scheduler = require("dplua.optim.lr_scheduler"),
 }
+-- swa_utils loads on first use
+setmetatable(optim, { __index = function(t, k)
+  if k ~= "swa_utils" then return nil end
+  local v = require("dplua.optim.swa_utils")
+  rawset(t, k, v)
+  return v
+end })
+return optim
