@@ -1338,6 +1338,17 @@ function torch.combinations(t, r, with_replacement)
   if t:dim() ~= 1 then raise("combinations: expected a 1-D tensor, got " .. t:dim() .. " dims") end
   r = want_int(r, "combinations", "r", 2, 0)
   local n = t:size(0)
+  -- the count first (C(n, r), or C(n + r - 1, r) with replacement), so that
+  -- a request too large is refused before any work
+  local count, top = 1, with_replacement and n + r - 1 or n
+  if r > n and not with_replacement then count = 0 end
+  for k = 1, r do
+    if count == 0 or count * r > 2 ^ 26 then break end
+    count = count * (top - k + 1) / k
+  end
+  if count * r > 2 ^ 26 then
+    raise(string.format("combinations: more than %d elements (combinations of %s of %d elements)", 2 ^ 26, tostring(r), n))
+  end
   local rows, cur = {}, {}
   local function walk(from, depth)
     if depth > r then
@@ -1350,7 +1361,6 @@ function torch.combinations(t, r, with_replacement)
     end
   end
   if r > 0 then walk(0, 1) end
-  if #rows > 2 ^ 26 then raise("combinations: too many combinations") end
   if #rows == 0 then return t:new_zeros({ 0, r == 0 and 0 or r }) end
   return t:index_select(0, int64(rows, t.device)):reshape(-1, r)
 end
@@ -1386,10 +1396,10 @@ function torch.vander(x, N, increasing)
   want_tensor(x, "vander", "x")
   if x:dim() ~= 1 then raise("vander: expected a 1-D tensor, got " .. x:dim() .. " dims") end
   N = want_int(N, "vander", "N", x:size(0), 0)
-  local cols = {}
-  for k = 0, N - 1 do cols[#cols + 1] = x:unsqueeze(1) ^ (increasing and k or N - 1 - k) end
   if N == 0 then return x:new_zeros({ x:size(0), 0 }) end
-  return torch.cat(cols, 1)
+  -- powers as running products (exact, and with finite gradients at 0)
+  local powers = torch.cat({ torch.ones_like(x):unsqueeze(1), x:unsqueeze(1):expand(x:size(0), N - 1) }, 1):cumprod(1)
+  return increasing and powers or powers:flip(1)
 end
 
 -- histogram(input, bins [, {range = {min, max}, weight =, density =}]):

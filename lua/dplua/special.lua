@@ -115,6 +115,7 @@ local function polygamma(n, t)
   if type(n) ~= "number" or n % 1 ~= 0 or n < 0 then
     raise(fn .. ": expected n to be a non-negative integer, got " .. tostring(n))
   end
+  if n > 170 then raise(fn .. ": n is at most 170 (n! overflows a double beyond), got " .. n) end
   t = want_float(fn, t)
   if n == 0 then return methods.digamma(t) end
   local positive = t:gt(0)
@@ -137,10 +138,13 @@ function methods.polygamma(t, n) return polygamma(n, t) end
 -- mvlgamma(x, p): the multivariate log-gamma function,
 -- p (p - 1) / 4 log(pi) + sum_j lgamma(x - j/2), j = 0..p-1.
 function methods.mvlgamma(t, p)
-  if type(p) ~= "number" or p % 1 ~= 0 or p < 1 then
-    raise("mvlgamma: expected p to be a positive integer, got " .. tostring(p))
+  if type(p) ~= "number" or p % 1 ~= 0 or p < 1 or p > 2 ^ 20 then
+    raise("mvlgamma: expected p to be a positive integer up to 2^20, got " .. tostring(p))
   end
   t = want_float("mvlgamma", t)
+  if not t:gt((p - 1) / 2):all():item() then
+    raise(string.format("mvlgamma: all elements must be greater than (p-1)/2 = %g", (p - 1) / 2))
+  end
   local s = methods.lgamma(t)
   for j = 1, p - 1 do s = s + methods.lgamma(t - j / 2) end
   return s + p * (p - 1) / 4 * LOG_PI
