@@ -42,6 +42,30 @@ CASES = {
     "matrix_norm_inf_keepdim": (["A"], lambda A: L.matrix_norm(A, float("inf"), keepdim=True)),
     "norm_matrix": (["M"], lambda M: L.norm(M)),
     "multi_dot": (["M", "B"], lambda M, B: L.multi_dot([M.t(), M, B[0, :3, :]])),
+    # eigenvectors and singular vectors are read squared: their signs are free
+    "eigh": (["A"], lambda A: (lambda w, V: (w, V * V))(*L.eigh(A + A.transpose(-2, -1)))),
+    "eigh_upper": (["A"], lambda A: (lambda w, V: (w, V * V))(*L.eigh(A, UPLO="U"))),
+    "eigvalsh": (["A"], lambda A: L.eigvalsh(A @ A.transpose(-2, -1))),
+    "svd_u": (["M"], lambda M: (lambda U, S, Vh: (S, U * U))(*L.svd(M, full_matrices=False))),
+    "svd_vh": (["M"], lambda M: (lambda U, S, Vh: (S, Vh * Vh))(*L.svd(M, full_matrices=False))),
+    "svd_wide": (["A"], lambda A: (lambda U, S, Vh: (S, Vh * Vh))(*L.svd(A[:, :3, :], full_matrices=False))),
+    "svd_wide_u": (["A"], lambda A: (lambda U, S, Vh: (S, U * U))(*L.svd(A[:, :3, :], full_matrices=False))),
+    "svd_full": (["M"], lambda M: (lambda U, S, Vh: (S, U[:, :3] * U[:, :3]))(*L.svd(M))),
+    "svdvals": (["A"], lambda A: L.svdvals(A)),
+    "pinv": (["M"], lambda M: L.pinv(M)),
+    "pinv_wide": (["A"], lambda A: L.pinv(A[:, :3, :])),
+    "cond": (["A"], lambda A: L.cond(A)),
+    "matrix_norm_nuc": (["A"], lambda A: L.matrix_norm(A, "nuc")),
+    "matrix_norm_2": (["A"], lambda A: L.matrix_norm(A, 2)),
+    "matrix_norm_neg2_keepdim": (["A"], lambda A: L.matrix_norm(A, -2, keepdim=True)),
+    "solve_triangular": (["A", "B"], lambda A, B: L.solve_triangular(A.triu(), B, upper=True)),
+    "solve_triangular_lower_right_unit": (["A", "B"], lambda A, B: L.solve_triangular(
+        A.tril(), B.transpose(-2, -1), upper=False, left=False, unitriangular=True)),
+    "cholesky_solve": (["A", "B"], lambda A, B: torch.cholesky_solve(B, L.cholesky(A @ A.transpose(-2, -1) + torch.eye(4)))),
+    "lstsq": (["M", "v"], lambda M, v: L.lstsq(M, v[:5].unsqueeze(-1)).solution),
+    "matrix_power_3": (["A"], lambda A: L.matrix_power(A, 3)),
+    "matrix_power_neg2": (["A"], lambda A: L.matrix_power(A, -2)),
+    "matrix_exp": (["A"], lambda A: L.matrix_exp(A / 4)),
 }
 
 cases = {}

@@ -97,6 +97,11 @@ local lazy_functions = {
   get_autocast_dtype = "dplua.autocast",
   einsum = "dplua.einsum", set_printoptions = "dplua.print",
 }
+-- torch.NAME forms of linalg's functions (linalg.lua's M.torch)
+for _, k in ipairs({ "svd", "pinverse", "cholesky_solve", "matrix_exp", "matrix_power", "det", "logdet", "slogdet",
+                     "inverse", "cholesky", "qr", "triangular_solve" }) do
+  lazy_functions[k] = { "dplua.linalg", "torch" }
+end
 setmetatable(torch, { __index = function(t, k)
   local name = submodules[k]
   if name then
@@ -106,7 +111,7 @@ setmetatable(torch, { __index = function(t, k)
   end
   name = lazy_functions[k]
   if name then
-    local v = require(name)[k]
+    local v = type(name) == "table" and require(name[1])[name[2]][k] or require(name)[k]
     rawset(t, k, v)
     return v
   end

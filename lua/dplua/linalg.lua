@@ -1,11 +1,14 @@
 -- dplua.linalg: torch.linalg's norms, solve, inv, det, slogdet,
--- cholesky, qr, multi_dot, cross, vecdot, as compositions of tensor ops
+-- cholesky, qr, multi_dot, cross, vecdot, solve_triangular, lstsq,
+-- matrix_power and matrix_exp as compositions of tensor ops
 -- over the last two dims (any batch dims before them), so that every
 -- device and autograd come with them. The factorizations take one step of
 -- a few ops a column (LU with partial pivoting, Cholesky by columns,
 -- Householder QR with LAPACK's sign convention): exact to rounding, and
 -- meant for the matrices of models and their losses (up to a few
--- hundred), not for large dense solves.
+-- hundred), not for large dense solves. eigh and svd (and what is built
+-- on them: pinv, matrix_rank, cond, the spectral norms) come from
+-- dplua/spectral.lua, computed on the host.
 --
 --   local x = torch.linalg.solve(A, b)
 --   local q, r = torch.linalg.qr(A)
@@ -78,8 +81,8 @@ end
 
 -- matrix_norm(A [, ord="fro", dim={-2, -1}, keepdim=false]) (or an options
 -- table): "fro", 1 and -1 (the largest and smallest column sum of |A|),
--- inf and -inf (row sums). "nuc", 2 and -2 need singular values, which
--- are not here.
+-- inf and -inf (row sums), "nuc" (the sum of the singular values), 2 and
+-- -2 (the largest and the smallest).
 function M.matrix_norm(A, ord, dim, keepdim)
   local fn = "linalg.matrix_norm"
   if type(ord) == "table" then ord, dim, keepdim = ord.ord, ord.dim, ord.keepdim end
@@ -98,7 +101,17 @@ function M.matrix_norm(A, ord, dim, keepdim)
   if ord == -1 then return keep(a:sum(r, true):amin(c, true)) end
   if ord == math.huge then return keep(a:sum(c, true):amax(r, true)) end
   if ord == -math.huge then return keep(a:sum(c, true):amin(r, true)) end
-  raise(string.format('%s: ord %s is not supported (expected "fro", 1, -1, inf or -inf)', fn, tostring(ord)))
+  if ord == "nuc" or ord == 2 or ord == -2 then
+    local moved = A:movedim({ r, c }, { -2, -1 })
+    local S = M.svdvals(moved)
+    local v = ord == "nuc" and S:sum(-1) or (ord == 2 and S:amax(-1) or S:amin(-1))
+    if keepdim then
+      local lo, hi = math.min(r, c), math.max(r, c)
+      v = v:unsqueeze(lo):unsqueeze(hi)
+    end
+    return v
+  end
+  raise(string.format('%s: ord %s is not supported (expected "fro", "nuc", 1, -1, 2, -2, inf or -inf)', fn, tostring(ord)))
 end
 
 -- norm(x [, ord, dim, keepdim]): a vector norm over one dim (or all, with
@@ -305,6 +318,235 @@ function M.qr(A, mode)
   end
   return Q, Rout
 end
+
+---------------------------------------------------------------- eigenvalues and singular values
+
+local spectral = require("dplua.spectral")
+
+-- eigh(A [, UPLO = "L"]): the eigenvalues (ascending) and eigenvectors
+-- (columns) of the symmetric matrices A, read from their lower (or upper)
+-- triangle; eigvalsh(A [, UPLO]) the eigenvalues alone.
+function M.eigh(A, uplo)
+  local fn = "linalg.eigh"
+  if type(uplo) == "table" then uplo = uplo.UPLO or uplo.uplo end
+  want_square(fn, A)
+  uplo = uplo or "L"
+  if uplo ~= "L" and uplo ~= "U" then raise(fn .. ': expected UPLO to be "L" or "U", got ' .. tostring(uplo)) end
+  return spectral.eigh(A, uplo)
+end
+function M.eigvalsh(A, uplo) return (M.eigh(A, uplo)) end
+
+local function want_matrix(fn, A)
+  want_float(fn, A, "A")
+  if A:dim() < 2 then raise(fn .. ": expected a tensor of at least 2 dims (a matrix or a batch of them)") end
+end
+
+-- svd(A [, full_matrices = true]) (or {full_matrices =}): U, S (descending)
+-- and Vh with A = U diag(S) Vh; svdvals(A) the singular values alone.
+function M.svd(A, full_matrices)
+  local fn = "linalg.svd"
+  if type(full_matrices) == "table" then full_matrices = full_matrices.full_matrices end
+  want_matrix(fn, A)
+  if full_matrices == nil then full_matrices = true end
+  return spectral.svd(A, full_matrices)
+end
+function M.svdvals(A)
+  want_matrix("linalg.svdvals", A)
+  local _, S = spectral.svd(A, false)
+  return S
+end
+
+-- the default cutoff of pinv and matrix_rank: max(m, n) eps S_max
+local function cutoff(S, A, atol, rtol)
+  local eps = A.dtype == torch.float64 and 2.220446049250313e-16 or 1.1920928955078125e-07
+  if rtol == nil then rtol = (atol == nil or atol == 0) and eps * math.max(A:size(-2), A:size(-1)) or 0 end
+  local smax = S:numel() > 0 and S:amax(-1, true) or S:sum(-1, true)
+  return torch.maximum(smax * rtol, torch.full_like(smax, atol or 0))
+end
+
+-- pinv(A [, {atol =, rtol =, hermitian =}]): the pseudo-inverse through
+-- the SVD, singular values at or below max(atol, rtol S_max) taken as 0.
+function M.pinv(A, opts)
+  local fn = "linalg.pinv"
+  if type(opts) == "number" then opts = { rtol = opts } end
+  opts = opts or {}
+  want_matrix(fn, A)
+  local U, S, Vh = spectral.svd(A, false)
+  local keep = S:gt(cutoff(S:detach(), A, opts.atol, opts.rtol))
+  local inv = torch.where(keep, 1 / torch.where(keep, S, 1), 0)
+  return (Vh:transpose(-2, -1) * inv:unsqueeze(-2)):matmul(U:transpose(-2, -1))
+end
+
+-- matrix_rank(A [, {atol =, rtol =, hermitian =}]): the singular values
+-- above the cutoff, counted (int64).
+function M.matrix_rank(A, opts)
+  local fn = "linalg.matrix_rank"
+  if type(opts) == "number" then opts = { atol = opts, rtol = 0 } end
+  opts = opts or {}
+  want_matrix(fn, A)
+  local S = M.svdvals(A:detach())
+  return S:gt(cutoff(S, A, opts.atol, opts.rtol)):sum(-1)
+end
+
+-- cond(A [, p = nil]): S_max / S_min (p nil or 2), S_min / S_max (-2), or
+-- the norm of A times that of its inverse for the other matrix norms.
+function M.cond(A, p)
+  local fn = "linalg.cond"
+  want_matrix(fn, A)
+  if p == nil or p == 2 or p == -2 then
+    local S = M.svdvals(A)
+    local hi, lo = S:narrow(-1, 0, 1):squeeze(-1), S:narrow(-1, S:size(-1) - 1, 1):squeeze(-1)
+    return p == -2 and lo / hi or hi / lo
+  end
+  return M.matrix_norm(A, p) * M.matrix_norm(M.inv(A), p)
+end
+
+-- solve_triangular(A, B, {upper =, left = true, unitriangular = false}):
+-- X with A X = B (X A = B with left false), A triangular, by substitution.
+function M.solve_triangular(A, B, opts)
+  local fn = "linalg.solve_triangular"
+  if type(opts) ~= "table" or opts.upper == nil then
+    raise(fn .. ": expected the options {upper = true | false [, left, unitriangular]}")
+  end
+  local n = want_square(fn, A)
+  want_float(fn, B, "B")
+  if opts.left == false then
+    return M.solve_triangular(A:transpose(-2, -1), B:transpose(-2, -1),
+                              { upper = not opts.upper, unitriangular = opts.unitriangular }):transpose(-2, -1)
+  end
+  if B:dim() < 2 or B:size(-2) ~= n then
+    raise(string.format("%s: expected B of shape (..., %d, k) for A (..., %d, %d), got [%s]", fn, n, n, n,
+                        table.concat(B:size(), ", ")))
+  end
+  local T = opts.upper and A:triu() or A:tril()
+  if opts.upper == false then            -- a lower solve is an upper one with rows and columns reversed
+    local X = M.solve_triangular(T:flip({ -2, -1 }), B:flip(-2), { upper = true, unitriangular = opts.unitriangular })
+    return X:flip(-2)
+  end
+  if opts.unitriangular then T = T - torch.diag_embed(T:diagonal(0, -2, -1)) + torch.eye(n, { dtype = A.dtype, device = A.device }) end
+  local shape = torch.broadcast_shapes({ unpack(T:size(), 1, T:dim() - 2) }, { unpack(B:size(), 1, B:dim() - 2) })
+  local Ts, Bs = { unpack(shape) }, { unpack(shape) }
+  Ts[#Ts + 1], Ts[#Ts + 2] = n, n
+  Bs[#Bs + 1], Bs[#Bs + 2] = n, B:size(-1)
+  return back_substitute(T:expand(Ts), B:expand(Bs))
+end
+
+-- cholesky_solve(B, L [, {upper = false}]) (torch.cholesky_solve): X with
+-- A X = B for A = L L^T (or U^T U with upper).
+function M.cholesky_solve(B, L, opts)
+  local upper = type(opts) == "table" and opts.upper or opts == true
+  local lower = upper and L:transpose(-2, -1) or L
+  local Y = M.solve_triangular(lower, B, { upper = false })
+  return M.solve_triangular(lower:transpose(-2, -1), Y, { upper = true })
+end
+
+-- lstsq(A, B [, {rcond =, driver =}]): the least-squares (minimum-norm)
+-- solution X of A X = B, through the pseudo-inverse, with what PyTorch's
+-- CPU drivers return beside it: "gelsy" (the default) the ranks; "gelsd"
+-- and "gelss" also the singular values and, when m > n and every A has
+-- full rank, the residuals |A X - B|^2 of each column; "gels" nothing
+-- more. Returned as solution, residuals, rank, singular_values (empty
+-- tensors for what the driver leaves out).
+local drivers = { gelsy = true, gelsd = true, gelss = true, gels = true }
+function M.lstsq(A, B, opts)
+  local fn = "linalg.lstsq"
+  want_matrix(fn, A)
+  want_float(fn, B, "B")
+  opts = type(opts) == "table" and opts or {}
+  local driver = opts.driver or "gelsy"
+  if not drivers[driver] then
+    raise(fn .. ': parameter `driver` should be one of (gels, gelsy, gelsd, gelss), got ' .. tostring(driver))
+  end
+  local vector = B:dim() == A:dim() - 1
+  local b = vector and B:unsqueeze(-1) or B
+  if b:size(-2) ~= A:size(-2) then
+    raise(string.format("%s: expected B with %d rows for A of %d rows, got [%s]", fn, A:size(-2), A:size(-2),
+                        table.concat(B:size(), ", ")))
+  end
+  local X = M.pinv(A, opts.rcond and { rtol = opts.rcond } or nil):matmul(b)
+  local empty = torch.zeros(0, { dtype = A.dtype, device = A.device })
+  local residuals, rank, S = empty, torch.zeros(0, { dtype = torch.int64, device = A.device }), empty
+  if driver ~= "gels" then
+    local sv = M.svdvals(A:detach())
+    rank = sv:gt(cutoff(sv, A, nil, opts.rcond)):sum(-1)
+    if driver ~= "gelsy" then
+      S = sv
+      local m, n = A:size(-2), A:size(-1)
+      if m > n and rank:eq(n):all():item() then residuals = (A:matmul(X) - b):square():sum(-2) end
+    end
+  end
+  return vector and X:squeeze(-1) or X, residuals, rank, S
+end
+
+-- matrix_power(A, k): A^k by repeated squaring; k < 0 inverts first.
+function M.matrix_power(A, k)
+  local fn = "linalg.matrix_power"
+  local n = want_square(fn, A)
+  if type(k) ~= "number" or k % 1 ~= 0 or math.abs(k) > 2 ^ 53 then
+    raise(fn .. ": expected an integer power, got " .. tostring(k))
+  end
+  if k < 0 then A, k = M.inv(A), -k end
+  local result = torch.eye(n, { dtype = A.dtype, device = A.device }):expand(A:size())
+  local base, first = A, true
+  while k > 0 do
+    if k % 2 == 1 then result = first and base or result:matmul(base); first = false end
+    k = math.floor(k / 2)
+    if k > 0 then base = base:matmul(base) end
+  end
+  return first and result:clone() or result
+end
+
+-- matrix_exp(A): scaling by 2^-s until the 1-norm is at most 1/2, 18 terms
+-- of the Taylor series, then s squarings.
+function M.matrix_exp(A)
+  local n = want_square("linalg.matrix_exp", A)
+  local norm = A:numel() > 0 and A:detach():abs():sum(-2):amax():item() or 0
+  if norm ~= norm or norm == math.huge then raise("linalg.matrix_exp: the matrix holds an inf or a NaN") end
+  local s = norm > 0.5 and math.ceil(math.log(norm / 0.5) / math.log(2)) or 0
+  local X = A / 2 ^ s
+  local I = torch.eye(n, { dtype = A.dtype, device = A.device }):expand(A:size())
+  local term, sum = I, I
+  for k = 1, 18 do
+    term = term:matmul(X) / k
+    sum = sum + term
+  end
+  for _ = 1, s do sum = sum:matmul(sum) end
+  return sum
+end
+
+---------------------------------------------------------------- torch.NAME forms
+
+-- The older names under torch: torch.svd(A [, some = true, compute_uv =
+-- true]) returns U, S, V (not Vh; the reduced factors unless some is
+-- false); torch.pinverse(A [, rcond = 1e-15]); the others as linalg's.
+M.torch = {
+  svd = function(A, some, compute_uv)
+    if type(some) == "table" then some, compute_uv = some.some, some.compute_uv end
+    local U, S, Vh = M.svd(A, some == false)
+    if compute_uv == false then
+      return torch.zeros_like(U), S, torch.zeros_like(Vh)
+    end
+    return U, S, Vh:transpose(-2, -1)
+  end,
+  pinverse = function(A, rcond) return M.pinv(A, { rtol = rcond or 1e-15 }) end,
+  cholesky_solve = M.cholesky_solve,
+  matrix_exp = M.matrix_exp,
+  matrix_power = M.matrix_power,
+  det = M.det, logdet = M.logdet, slogdet = M.slogdet, inverse = M.inv,
+  cholesky = function(A, upper) return M.cholesky(A, { upper = upper == true }) end,
+  qr = function(A, some) return M.qr(A, some == false and "complete" or "reduced") end,
+  triangular_solve = function(B, A, upper, transpose, unitriangular)
+    if type(upper) == "table" then
+      local o = upper
+      upper, transpose, unitriangular = o.upper, o.transpose, o.unitriangular
+    end
+    if upper == nil then upper = true end
+    local T = transpose and A:transpose(-2, -1) or A
+    local X = M.solve_triangular(T, B, { upper = (upper and not transpose) or (not upper and transpose),
+                                         unitriangular = unitriangular })
+    return X, A:clone()
+  end,
+}
 
 ---------------------------------------------------------------- products
 

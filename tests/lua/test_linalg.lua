@@ -1,5 +1,7 @@
 -- test_linalg.lua: torch.linalg (solve, inv, det, slogdet, cholesky, qr,
--- the norms, multi_dot) against PyTorch's results and the gradients of
+-- the norms, multi_dot, eigh, svd, pinv, cond, solve_triangular,
+-- cholesky_solve, lstsq, matrix_power, matrix_exp) against PyTorch's
+-- results and the gradients of
 -- their inputs in float64 (tests/ref/linalg.lua, written by
 -- scripts/gen_linalg_ref.py); float32; bad input.
 local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
@@ -38,6 +40,55 @@ local cases = {
   matrix_norm_inf_keepdim = function(A) return L.matrix_norm(A, { ord = math.huge, keepdim = true }) end,
   norm_matrix = function(M) return L.norm(M) end,
   multi_dot = function(M, B) return L.multi_dot({ M:t(), M, B[0]:narrow(0, 0, 3) }) end,
+  -- eigenvectors and singular vectors are read squared: their signs are free
+  eigh = function(A)
+    local w, V = L.eigh(A + A:transpose(-2, -1))
+    return w, V * V
+  end,
+  eigh_upper = function(A)
+    local w, V = L.eigh(A, "U")
+    return w, V * V
+  end,
+  eigvalsh = function(A) return L.eigvalsh(A:matmul(A:transpose(-2, -1))) end,
+  svd_u = function(M)
+    local U, S = L.svd(M, false)
+    return S, U * U
+  end,
+  svd_vh = function(M)
+    local _, S, Vh = L.svd(M, { full_matrices = false })
+    return S, Vh * Vh
+  end,
+  svd_wide = function(A)
+    local _, S, Vh = L.svd(A:narrow(1, 0, 3), false)
+    return S, Vh * Vh
+  end,
+  svd_wide_u = function(A)
+    local U, S = L.svd(A:narrow(1, 0, 3), false)
+    return S, U * U
+  end,
+  svd_full = function(M)
+    local U, S = L.svd(M)
+    local U3 = U:narrow(1, 0, 3)
+    return S, U3 * U3
+  end,
+  svdvals = function(A) return L.svdvals(A) end,
+  pinv = function(M) return L.pinv(M) end,
+  pinv_wide = function(A) return L.pinv(A:narrow(1, 0, 3)) end,
+  cond = function(A) return L.cond(A) end,
+  matrix_norm_nuc = function(A) return L.matrix_norm(A, "nuc") end,
+  matrix_norm_2 = function(A) return L.matrix_norm(A, 2) end,
+  matrix_norm_neg2_keepdim = function(A) return L.matrix_norm(A, { ord = -2, keepdim = true }) end,
+  solve_triangular = function(A, B) return L.solve_triangular(A:triu(), B, { upper = true }) end,
+  solve_triangular_lower_right_unit = function(A, B)
+    return L.solve_triangular(A:tril(), B:transpose(-2, -1), { upper = false, left = false, unitriangular = true })
+  end,
+  cholesky_solve = function(A, B)
+    return torch.cholesky_solve(B, L.cholesky(A:matmul(A:transpose(-2, -1)) + torch.eye(4, f64)))
+  end,
+  lstsq = function(M, v) return (L.lstsq(M, v:narrow(0, 0, 5):unsqueeze(-1))) end,
+  matrix_power_3 = function(A) return L.matrix_power(A, 3) end,
+  matrix_power_neg2 = function(A) return L.matrix_power(A, -2) end,
+  matrix_exp = function(A) return L.matrix_exp(A / 4) end,
 }
 
 local function weights(y) return torch.arange(0, y:numel(), f64):cos():reshape(y:size()) end
@@ -79,8 +130,50 @@ T.run("float32, batches, upper, bad input", function()
   T.raises(function() L.solve(torch.randn(3, 4), torch.randn(3)) end, "square matrices, but they are 3 by 4", "not square")
   T.raises(function() L.solve(torch.randn(3, 3), torch.randn(4, 2)) end, "Incompatible shapes", "B's rows")
   T.raises(function() L.det(torch.arange(4):view(2, 2)) end, "expected a floating point A", "integers")
-  T.raises(function() L.matrix_norm(torch.randn(2, 2), "nuc") end, 'ord nuc is not supported', "the nuclear norm")
+  T.raises(function() L.matrix_norm(torch.randn(2, 2), 3) end, 'ord 3 is not supported', "an unknown matrix norm")
   T.raises(function() L.qr(torch.randn(3, 3), "economic") end, "unrecognized mode", "a qr mode")
+  T.raises(function() L.eigh(torch.randn(2, 3)) end, "square matrices, but they are 2 by 3", "eigh of a non-square")
+  T.raises(function() L.eigh(torch.eye(2), "X") end, 'expected UPLO to be "L" or "U"', "a bad UPLO")
+  T.raises(function() L.svd(torch.randn(3)) end, "at least 2 dims", "svd of a vector")
+  T.raises(function() L.solve_triangular(torch.eye(2), torch.ones(2, 1)) end, "expected the options {upper", "no upper")
+  T.raises(function() L.lstsq(torch.randn(3, 2), torch.randn(4, 1)) end, "expected B with 3 rows", "lstsq's rows")
+  T.raises(function() L.lstsq(torch.randn(3, 2), torch.randn(3, 1), { driver = "lapack" }) end, "should be one of", "a driver")
+  T.raises(function() L.matrix_power(torch.eye(2), 0.5) end, "expected an integer power", "a fractional power")
+  T.raises(function() L.matrix_exp(torch.tensor({ { 0 / 0, 0 }, { 0, 1 } }, f64)) end, "inf or a NaN", "a NaN")
+end)
+
+T.run("spectral decompositions: properties, ranks, float32, empty and batched", function()
+  torch.manual_seed(4)
+  local Q = L.qr(torch.randn(6, 6, f64))
+  local w = torch.tensor({ -3, -1, 0.5, 0.5, 2, 7 }, f64)
+  local A = Q:matmul(torch.diag_embed(w)):matmul(Q:t())
+  local got, V = L.eigh(A)
+  T.values_close(got:tolist(), w:tolist(), 1e-13, 1e-13, "eigh: known eigenvalues, ascending, a repeated one")
+  T.tensor_close(V:t():matmul(V), torch.eye(6, f64), 1e-13, 1e-13, "eigh: orthonormal eigenvectors")
+  T.tensor_close(V:matmul(torch.diag_embed(got)):matmul(V:t()), A, 1e-13, 1e-13, "eigh: V diag(w) V^T = A")
+  local low = torch.randn(5, 2, f64):matmul(torch.randn(2, 4, f64))     -- rank 2
+  local U, S, Vh = L.svd(low)
+  T.is(T.shape(U), { 5, 5 }, "svd: full U")
+  T.is(T.shape(Vh), { 4, 4 }, "svd: full Vh")
+  T.tensor_close(U:t():matmul(U), torch.eye(5, f64), 1e-12, 1e-12, "svd: U orthogonal, completed past the rank")
+  T.tensor_close(Vh:matmul(Vh:t()), torch.eye(4, f64), 1e-12, 1e-12, "svd: Vh orthogonal")
+  T.tensor_close(U:narrow(1, 0, 4):matmul(torch.diag_embed(S)):matmul(Vh), low, 1e-12, 1e-12, "svd: U S Vh = A")
+  T.is(L.matrix_rank(low):item(), 2, "matrix_rank of a rank-2 product")
+  T.is(L.matrix_rank(low, { atol = 1e300 }):item(), 0, "a cutoff above every singular value")
+  T.tensor_close(L.pinv(low):matmul(low):matmul(L.pinv(low)), L.pinv(low), 1e-10, 1e-10, "pinv: A+ A A+ = A+")
+  local Uo, So, Vo = torch.svd(low)
+  T.is(T.shape(Vo), { 4, 4 }, "torch.svd returns V (n x n)")
+  T.tensor_close(Uo:matmul(torch.diag_embed(So)):matmul(Vo:t()), low, 1e-12, 1e-12, "torch.svd: U S V^T = A")
+  local B = torch.randn(3, 4, 4, f64)
+  local S32 = L.svdvals(B:float())
+  T.is(S32.dtype, torch.float32, "float32 in, float32 out")
+  T.tensor_close(S32, L.svdvals(B):float(), 1e-5, 1e-5, "float32 singular values")
+  T.is(T.shape(L.svdvals(torch.zeros(0, 3, 3))), { 0, 3 }, "an empty batch")
+  T.is(T.shape(L.eigvalsh(torch.zeros(2, 0, 0))), { 2, 0 }, "empty matrices")
+  local ok = L.matrix_power(torch.eye(3, f64) * 2, 0)
+  T.tensor_close(ok, torch.eye(3, f64), 0, 0, "matrix_power(A, 0) = I")
+  local R = L.matrix_exp(torch.tensor({ { 0, -math.pi }, { math.pi, 0 } }, f64))
+  T.tensor_close(R, -torch.eye(2, f64), 1e-14, 1e-14, "exp of a half-turn rotation generator is -I")
 end)
 
 T.done_testing()
