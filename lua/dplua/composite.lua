@@ -1290,6 +1290,10 @@ end
 -- torch.as_tensor(data [, opts]): a tensor as it is (or converted to the
 -- asked dtype and device: a copy then), anything else through torch.tensor.
 function torch.as_tensor(data, opts)
+  if getmetatable(opts) == torch.dtype_mt then opts = { dtype = opts } end
+  if opts ~= nil and type(opts) ~= "table" then
+    raise("as_tensor: expected a dtype or an options table {dtype =, device =}, got " .. typename(opts))
+  end
   if not is_tensor(data) then return torch.tensor(data, opts) end
   opts = opts or {}
   if opts.dtype == nil and opts.device == nil then return data end
@@ -1309,18 +1313,21 @@ function methods.mode(t, dim, keepdim)
   local rows = moved:reshape(-1, len)
   local vals = host_values(rows)
   local out_v, out_i = {}, {}
+  local NAN = {}   -- NaN's key (a NaN cannot index a table); it sorts last, as in `less`
   for r = 0, rows:size(0) - 1 do
     local count, last = {}, {}
     for k = 1, len do
       local v = vals[r * len + k]
+      if v ~= v then v = NAN end
       count[v] = (count[v] or 0) + 1
       last[v] = k - 1
     end
     local best, best_n
-    for v, c in pairs(count) do
+    for key, c in pairs(count) do
+      local v = key == NAN and 0 / 0 or key
       if best_n == nil or c > best_n or (c == best_n and less(v, best)) then best, best_n = v, c end
     end
-    out_v[r + 1], out_i[r + 1] = best, last[best]
+    out_v[r + 1], out_i[r + 1] = best, last[best ~= best and NAN or best]
   end
   local shape = moved:size()
   table.remove(shape)
@@ -1373,6 +1380,8 @@ function torch.trapezoid(y, x, opts)
   if type(x) == "number" then x, opts = nil, { dx = x } end
   opts = opts or {}
   want_tensor(y, "trapezoid", "y")
+  if x ~= nil then want_tensor(x, "trapezoid", "x") end
+  if type(opts) ~= "table" then raise("trapezoid: expected an options table {dx =, dim =}, got " .. typename(opts)) end
   local d = dim_of(y, opts.dim == nil and -1 or opts.dim, "trapezoid")
   local len = y:size(d)
   if len == 0 then return y:sum(d) end

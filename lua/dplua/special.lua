@@ -226,6 +226,9 @@ end
 -- infinite or NaN there); its gradient in x is log(1 + y), as PyTorch's.
 function methods.xlog1py(t, other)
   t = want_float("xlog1py", t)
+  if not B.is_tensor(other) and type(other) ~= "number" then
+    raise("xlog1py: expected other to be a tensor or a number, got " .. typename(other))
+  end
   local l = B.is_tensor(other) and other:log1p() or torch.full_like(t, math.log(1 + other))
   return t * torch.where(t:eq(0):logical_and(l:abs():lt(math.huge):logical_not()), 0, l)
 end
