@@ -616,7 +616,8 @@ local function poisson_large(rate, waiting)
   end
   return out
 end
-function torch.poisson(rates)
+function torch.poisson(rates, generator)
+  if generator ~= nil then return torch._drawn("poisson", generator, torch.poisson, rates) end
   want_float("poisson", want_tensor(rates, "poisson", "rates"))
   if not rates:ge(0):logical_and(rates:lt(math.huge)):all():item() then
     raise("poisson: expected the rates to be non-negative and finite")
@@ -1258,12 +1259,16 @@ end
 -- tensor means and stds, as PyTorch's.
 function torch.normal(mean, std, size, opts)
   local fn = "normal"
+  if type(size) == "table" and size[1] == nil and next(size) ~= nil then size, opts = nil, size end
+  if opts and opts.generator ~= nil then
+    local gen = opts.generator
+    local rest = {}
+    for k, v in pairs(opts) do if k ~= "generator" then rest[k] = v end end
+    return torch._drawn(fn, gen, torch.normal, mean, std, size, next(rest) and rest or nil)
+  end
   if std == nil then std = 1 end
   want_operand(mean, fn, "mean")
   want_operand(std, fn, "std")
-  if type(size) == "table" and size.dtype == nil and size.device == nil and size[1] == nil and next(size) ~= nil then
-    raise(fn .. ": expected size to be a list of sizes")
-  end
   local like = is_tensor(mean) and mean or (is_tensor(std) and std or nil)
   local noise
   if like then

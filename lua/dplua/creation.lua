@@ -91,13 +91,96 @@ function torch.randperm(n, opts)
   return perm:to(dtypes_by_id[dt])
 end
 
-function torch.manual_seed(seed)
+-- A seed as the 64-bit value of the stream (as PyTorch: a negative seed is
+-- its 64-bit two's complement).
+local function seed_value(seed, fn)
   if type(seed) ~= "number" or seed % 1 ~= 0 or seed < -2 ^ 63 or seed >= 2 ^ 64 then
-    raise("manual_seed: expected an integer seed in [-2^63, 2^64), got " .. typename(seed) .. " " .. tostring(seed))
+    raise(fn .. ": expected an integer seed in [-2^63, 2^64), got " .. typename(seed) .. " " .. tostring(seed))
   end
-  -- (as PyTorch: a negative seed is its 64-bit two's complement)
-  C.dp_manual_seed(seed < 0 and ffi.cast("uint64_t", ffi.cast("int64_t", seed)) or ffi.cast("uint64_t", seed))
+  return seed < 0 and ffi.cast("uint64_t", ffi.cast("int64_t", seed)) or ffi.cast("uint64_t", seed)
 end
+
+function torch.manual_seed(seed) C.dp_manual_seed(seed_value(seed, "manual_seed")) end
+
+---------------------------------------------------------------- torch.Generator
+
+-- torch.Generator([device]): a random stream of its own, a seed and an
+-- offset as torch's. A draw given {generator = g} (rand, randn, randint,
+-- randperm, normal, multinomial, poisson; the samplers, DataLoader and
+-- random_split take their seed from it) runs on g's stream, which moves
+-- on, and leaves torch's as it was. One stream serves every device, as
+-- torch's does, so the device is recorded and changes nothing.
+local Generator = { __name = "Generator" }
+Generator.__index = Generator
+local generator_mt = Generator
+local DEFAULT_SEED = 67280421310721ULL     -- PyTorch's default_rng_seed_val
+
+function torch.Generator(device)
+  local self = setmetatable({ _seed = DEFAULT_SEED, _offset = 0ULL }, Generator)
+  self.device = torch.device(device or "cpu")
+  return self
+end
+function torch.is_generator(g) return getmetatable(g) == generator_mt end
+
+function Generator:manual_seed(seed)
+  self._seed, self._offset = seed_value(seed, "Generator.manual_seed"), 0ULL
+  return self
+end
+function Generator:initial_seed() return tonumber(self._seed) end
+-- seed(): a seed from the time and the clock, set and returned
+function Generator:seed()
+  local s = (os.time() * 1000003 + math.floor(os.clock() * 1e6)) % 2 ^ 53
+  self:manual_seed(s)
+  return s
+end
+local pair = ffi.new("uint64_t[2]")
+-- get_state() / set_state(state): the 16-byte uint8 tensor of
+-- torch.get_rng_state's format (the seed, then the offset)
+function Generator:get_state()
+  pair[0], pair[1] = self._seed, self._offset
+  local t = torch.empty(16, { dtype = torch.uint8 })
+  ffi.copy(C.dp_tensor_data(t.p), pair, 16)
+  return t
+end
+function Generator:set_state(state)
+  if not is_tensor(state) or state.dtype ~= torch.uint8 or state:numel() ~= 16 then
+    raise("Generator.set_state: expected the uint8 tensor of 16 bytes that get_state returns, got " .. typename(state))
+  end
+  ffi.copy(pair, C.dp_tensor_data(state:cpu():contiguous().p), 16)
+  self._seed, self._offset = pair[0], pair[1]
+  return self
+end
+function Generator:__tostring() return "<torch.Generator object>" end
+
+-- drawn(fn, g, f, ...): f(...) run on g's stream (torch's when g is nil);
+-- fn names the caller in the error for a g that is not a Generator
+local saved = ffi.new("uint64_t[2]")
+local function drawn(fn, g, f, ...)
+  if g == nil then return f(...) end
+  if getmetatable(g) ~= generator_mt then
+    raise(fn .. ": expected generator to be a torch.Generator, got " .. typename(g))
+  end
+  C.dp_rng_get_state(saved, saved + 1)
+  local outer_seed, outer_offset = saved[0], saved[1]
+  C.dp_rng_set_state(g._seed, g._offset)
+  return B.finally(function()
+    C.dp_rng_get_state(saved, saved + 1)
+    g._seed, g._offset = saved[0], saved[1]
+    C.dp_rng_set_state(outer_seed, outer_offset)
+  end, nil, pcall(f, ...))
+end
+torch._drawn = drawn
+
+-- a random creation function that honours {generator = g} in its options
+local function with_generator(name)
+  local f = torch[name]
+  torch[name] = function(...)
+    local opts = split_options(...)
+    if opts == nil or opts.generator == nil then return f(...) end
+    return drawn(name, opts.generator, f, ...)
+  end
+end
+for _, name in ipairs({ "rand", "randn", "randint", "randperm" }) do with_generator(name) end
 
 -- tensor(data): nested tables are flattened row-major after checking that
 -- they are rectangular; numbers give the default dtype (int64 if all are

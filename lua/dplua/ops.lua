@@ -640,11 +640,11 @@ function methods.cumsum(t, ...)
   return new(C.dp_cumsum(outp, t.p, check_dim(a[1], "cumsum", "dim")))
 end
 
--- multinomial(num_samples, replacement=false, {generator=seed}): int64
+-- multinomial(num_samples, replacement=false, {generator=}): int64
 -- category indices drawn from the rows of a 1-D or 2-D tensor of
 -- non-negative weights, from torch's random stream (manual_seed makes
--- them repeat); generator= a seed draws from a stream of its own,
--- leaving torch's where it was (the same seed gives the same draws).
+-- them repeat); generator= a torch.Generator draws from its stream, and a
+-- seed from a stream of its own; both leave torch's where it was.
 function methods.multinomial(t, ...)
   local a, opts = args_of("multinomial", { "num_samples", "replacement" }, { replacement = false, generator = false },
                           ...)
@@ -653,8 +653,11 @@ function methods.multinomial(t, ...)
   check_bool(a[2], "multinomial", "replacement")
   local gen = opts.generator
   if gen == nil then return new(C.dp_multinomial(outp, t.p, n, a[2] and 1 or 0)) end
+  if torch.is_generator(gen) then
+    return torch._drawn("multinomial", gen, function() return new(C.dp_multinomial(outp, t.p, n, a[2] and 1 or 0)) end)
+  end
   if type(gen) ~= "number" or gen % 1 ~= 0 or gen < 0 then
-    raise("multinomial: expected generator to be a non-negative integer seed, got " .. typename(gen))
+    raise("multinomial: expected generator to be a torch.Generator or a non-negative integer seed, got " .. typename(gen))
   end
   local state = ffi.new("uint64_t[2]")
   C.dp_rng_get_state(state, state + 1)

@@ -305,6 +305,15 @@ T.run("Subset and random_split", function()
   local all = pass(data.DataLoader(parts[1], { batch_size = 10 }))
   for _, v in ipairs(pass(data.DataLoader(parts[2], { batch_size = 10 }))) do all[#all + 1] = v end
   T.ok(is_permutation(all, 10), "the parts are disjoint and cover the dataset", T.fmt(all))
+  local g1, g2 = torch.Generator():manual_seed(42), torch.Generator():manual_seed(42)
+  local p1, p2 = data.random_split(ds, { 7, 3 }, g1), data.random_split(ds, { 0.7, 0.3 }, { generator = g2 })
+  local function first(part) return part[0][1]:tolist() end
+  T.is({ first(p1[1]), first(p1[2]) }, { first(p2[1]), first(p2[2]) },
+       "random_split with a torch.Generator: seeded alike, split alike")
+  local l1 = data.DataLoader(ds, { batch_size = 10, shuffle = true, generator = torch.Generator():manual_seed(3) })
+  local l2 = data.DataLoader(ds, { batch_size = 10, shuffle = true, generator = torch.Generator():manual_seed(3) })
+  T.ok(torch.equal(l1:iter()(), l2:iter()()), "a DataLoader with a torch.Generator shuffles as one seeded alike")
+  T.raises(function() data.random_split(ds, { 7, 3 }, "x") end, "a torch.Generator or a non%-negative integer seed", "a bad generator")
   local again = data.random_split(ds, { 7, 3 }, 4)
   T.is(pass(data.DataLoader(again[2], { batch_size = 10 })), pass(data.DataLoader(parts[2], { batch_size = 10 })),
        "the same seed gives the same split")
@@ -331,7 +340,7 @@ loader_error({ drop_last = 1 }, "drop_last to be a boolean", "drop_last not a bo
 loader_error({ shuffle = true, sampler = { 1, 2 } }, "sampler option is mutually exclusive with shuffle", "sampler and shuffle")
 loader_error({ batch_sampler = { { 0 } }, batch_size = 2 }, "mutually exclusive", "batch_sampler and batch_size")
 loader_error({ collate_fn = 3 }, "collate_fn to be a function", "collate_fn not a function")
-loader_error({ shuffle = true, seed = -1 }, "seed to be a non%-negative integer", "a negative seed")
+loader_error({ shuffle = true, seed = -1 }, "a non%-negative integer seed, got number %-1", "a negative seed")
 loader_error({ sampler = 5 }, "expected a sampler", "a number as sampler")
 loader_error(5, "expected an options table", "options not a table")
 T.raises(function() data.RandomSampler(ds, { replacment = true }) end, "unknown option 'replacment'", "RandomSampler misspelt option")

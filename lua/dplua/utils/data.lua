@@ -184,10 +184,14 @@ local function seed_from_torch()
   return u64(r[1]) * 2147483648ULL + r[2]
 end
 
+-- A seed option: a non-negative integer, or a torch.Generator, which gives
+-- one drawn from its stream (so a Generator seeded alike shuffles alike).
 local function check_seed(v, fn)
   if v == nil then return nil end
+  if torch.is_generator(v) then return torch._drawn(fn, v, seed_from_torch) end
+  if ffi.istype("uint64_t", v) then return v end   -- one drawn before
   if not is_int(v) or v < 0 then
-    raise(string.format("%s: expected the generator seed to be a non-negative integer, got %s %s",
+    raise(string.format("%s: expected the generator to be a torch.Generator or a non-negative integer seed, got %s %s",
                         fn, typename(v), tostring(v)))
   end
   return v
@@ -311,9 +315,12 @@ function Subset:__getitem(i)
   return self.dataset:__getitem(tonumber(self.ptr[i]))
 end
 
--- random_split(dataset, lengths [, seed]): disjoint Subsets of the given
--- lengths (numbers of samples, or fractions that sum to 1).
+-- random_split(dataset, lengths [, generator]): disjoint Subsets of the
+-- given lengths (numbers of samples, or fractions that sum to 1), in an
+-- order drawn from generator (a torch.Generator or a seed, also as
+-- {generator =}), else from torch's stream.
 function data.random_split(dataset, lengths, seed)
+  if type(seed) == "table" and getmetatable(seed) == nil then seed = seed.generator end
   local n = length(dataset, "the dataset", "random_split")
   if type(lengths) ~= "table" or #lengths == 0 then raise("random_split: expected a list of lengths") end
   local sizes, total = {}, 0
