@@ -118,6 +118,9 @@ local function new_instance_mt(cls)
       local get = cls.__getitem
       if get then return get(self, k) end
     end
+    -- a tensor of nn.utils.parametrize: computed from its originals
+    local par = rawget(self, "_parametrized")
+    if par ~= nil and par[k] then return self._modules.map.parametrizations._modules.map[k]:_evaluate() end
     return cls[k]
   end
   mt.__newindex = function(self, k, v) return Module.__setattr(self, k, v) end
@@ -221,6 +224,8 @@ end
 
 -- Module.__setattr: PyTorch's rules for `self.k = v`.
 function Module:__setattr(k, v)
+  local par = rawget(self, "_parametrized")
+  if par ~= nil and par[k] then return self._modules.map.parametrizations._modules.map[k]:_assign(v) end
   if is_parameter(v) then
     remove_from(self, k, "attrs", "_buffers", "_modules")
     return self:register_parameter(k, v)
@@ -263,10 +268,13 @@ function Module:register_parameter(name, param)
   od_set(self._parameters, name, param)
 end
 
--- _remove_parameter(name): drops a registered parameter entirely (as
--- Python's `del module._parameters[name]`), so that the name can hold a
--- computed tensor (nn.utils.weight_norm's weight).
+-- _remove_parameter(name), _remove_buffer, _remove_module: drop a
+-- registered entry entirely (as Python's `del module._parameters[name]`),
+-- so that the name can hold a computed tensor (nn.utils.weight_norm's
+-- weight, a parametrized one).
 function Module:_remove_parameter(name) od_del(self._parameters, name) end
+function Module:_remove_buffer(name) od_del(self._buffers, name); self._non_persistent[name] = nil end
+function Module:_remove_module(name) od_del(self._modules, name) end
 
 function Module:register_buffer(name, tensor, persistent)
   check_name(name, "register_buffer")

@@ -158,6 +158,7 @@ local function norm_except_dim(v, dim)
   shape[d + 1] = v:size(d)
   return moved:reshape(moved:size(0), -1):norm(2, 1):view(shape)
 end
+U._norm_except_dim = norm_except_dim
 
 local function module_param(module, name, fn)
   local nn = torch.nn
@@ -469,5 +470,14 @@ function U.rnn.unpack_sequence(packed)
   for i, len in ipairs(lengths:tolist()) do out[i] = padded[i - 1]:narrow(0, 0, len) end
   return out
 end
+
+-- nn.utils.parametrize and nn.utils.parametrizations load on first use
+setmetatable(U, { __index = function(t, k)
+  if k ~= "parametrize" and k ~= "parametrizations" then return nil end
+  local P = require("dplua.nn.parametrize")
+  rawset(t, "parametrize", P)
+  rawset(t, "parametrizations", P.parametrizations)
+  return rawget(t, k)
+end })
 
 return U
