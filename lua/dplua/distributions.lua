@@ -191,14 +191,19 @@ local function softplus(z)
   local r = z:relu()
   return r + (z - r * 2):exp():log1p()
 end
-function Bernoulli:__init(a, opts)
-  local fn = "Bernoulli"
+-- The probability of a success (Bernoulli, Geometric) from probs or
+-- logits, whichever was given: self.probs and self.logits, and the shapes;
+-- probs checked in [0, 1], or (0, 1] without zero_allowed.
+local function success_probs(self, fn, a, opts, zero_allowed)
   local probs, logits = probs_or_logits(fn, a)
   if type(a) == "table" and not is_tensor(a) and opts == nil then opts = a end
   local validate = validating(self, opts)
   if probs ~= nil then
     probs = param(probs, fn, "probs")
-    if validate then check(probs:ge(0):logical_and(probs:le(1)), fn, "probs", "in [0, 1]") end
+    if validate then
+      local low = zero_allowed and probs:ge(0) or probs:gt(0)
+      check(low:logical_and(probs:le(1)), fn, "probs", zero_allowed and "in [0, 1]" or "in (0, 1]")
+    end
     self.probs = probs
     local p = clamp_probs(probs)
     self.logits = p:log() - (1 - p):log()
@@ -207,6 +212,10 @@ function Bernoulli:__init(a, opts)
     self.probs = self.logits:sigmoid()
   end
   self.batch_shape, self.event_shape = self.probs:size(), {}
+end
+
+function Bernoulli:__init(a, opts)
+  success_probs(self, "Bernoulli", a, opts, true)
   self.mean, self.variance = self.probs, self.probs * (1 - self.probs)
 end
 function Bernoulli:sample(shape)
@@ -555,21 +564,7 @@ end
 -- before the first success.
 local Geometric = class("Geometric", { "probs", "logits" })
 function Geometric:__init(a, opts)
-  local fn = "Geometric"
-  local probs, logits = probs_or_logits(fn, a)
-  if type(a) == "table" and not is_tensor(a) and opts == nil then opts = a end
-  local validate = validating(self, opts)
-  if probs ~= nil then
-    probs = param(probs, fn, "probs")
-    if validate then check(probs:gt(0):logical_and(probs:le(1)), fn, "probs", "in (0, 1]") end
-    self.probs = probs
-    local p = clamp_probs(probs)
-    self.logits = p:log() - (1 - p):log()
-  else
-    self.logits = param(logits, fn, "logits")
-    self.probs = self.logits:sigmoid()
-  end
-  self.batch_shape, self.event_shape = self.probs:size(), {}
+  success_probs(self, "Geometric", a, opts, false)
   self.mean = self.probs:reciprocal() - 1
   self.variance = self.mean / self.probs
 end

@@ -13,6 +13,15 @@ local M = {}
 
 local EPS = 2.220446049250313e-16
 
+-- A plane rotation of two runs of x: for k = 0 .. count - 1, the entries
+-- at i + k step and j + k step (0-based) become c xi - s xj and s xi + c xj.
+local function rotate(x, count, step, i, j, c, s)
+  for k = 0, count - 1 do
+    local a, b = x[i + k * step + 1], x[j + k * step + 1]
+    x[i + k * step + 1], x[j + k * step + 1] = c * a - s * b, s * a + c * b
+  end
+end
+
 -- A matrix (n x m, row-major, 1-based) of one batch entry as a Lua array.
 local function host_matrices(A)
   local n, m = A:size(-2), A:size(-1)
@@ -57,18 +66,9 @@ local function jacobi_eigh(a, n)
           local t = (theta >= 0 and 1 or -1) / (math.abs(theta) + math.sqrt(theta * theta + 1))
           local c = 1 / math.sqrt(t * t + 1)
           local s = t * c
-          for k = 0, n - 1 do                                  -- columns p and q
-            local akp, akq = a[k * n + p + 1], a[k * n + q + 1]
-            a[k * n + p + 1], a[k * n + q + 1] = c * akp - s * akq, s * akp + c * akq
-          end
-          for k = 0, n - 1 do                                  -- rows p and q
-            local apk, aqk = a[p * n + k + 1], a[q * n + k + 1]
-            a[p * n + k + 1], a[q * n + k + 1] = c * apk - s * aqk, s * apk + c * aqk
-          end
-          for k = 0, n - 1 do
-            local vkp, vkq = v[k * n + p + 1], v[k * n + q + 1]
-            v[k * n + p + 1], v[k * n + q + 1] = c * vkp - s * vkq, s * vkp + c * vkq
-          end
+          rotate(a, n, n, p, q, c, s)                          -- columns p and q
+          rotate(a, n, 1, p * n, q * n, c, s)                  -- rows p and q
+          rotate(v, n, n, p, q, c, s)
         end
       end
     end
@@ -206,14 +206,8 @@ local function jacobi_svd(a, m, n)
           local t = (zeta >= 0 and 1 or -1) / (math.abs(zeta) + math.sqrt(1 + zeta * zeta))
           local c = 1 / math.sqrt(1 + t * t)
           local s = c * t
-          for r = 0, m - 1 do
-            local x, y = a[r * n + p + 1], a[r * n + q + 1]
-            a[r * n + p + 1], a[r * n + q + 1] = c * x - s * y, s * x + c * y
-          end
-          for r = 0, n - 1 do
-            local x, y = v[r * n + p + 1], v[r * n + q + 1]
-            v[r * n + p + 1], v[r * n + q + 1] = c * x - s * y, s * x + c * y
-          end
+          rotate(a, m, n, p, q, c, s)
+          rotate(v, n, n, p, q, c, s)
         end
       end
     end

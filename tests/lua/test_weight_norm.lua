@@ -107,7 +107,7 @@ T.run("errors", function()
   T.raises(function() U.weight_norm(nn.Linear(2, 2), "weight", 2) end, "expected dim in %[%-1, 2%), got 2", "a dim too large")
   T.raises(function() U.weight_norm({}, "weight") end, "expected a module", "not a module")
   T.raises(function() U.spectral_norm(nn.Linear(2, 2), { n_power_iterations = 0 }) end,
-           "expected n_power_iterations to be a positive integer, got 0", "zero iterations")
+           "expected n_power_iterations to be a positive integer up to 2%^20, got 0", "zero iterations")
 end)
 
 T.done_testing()

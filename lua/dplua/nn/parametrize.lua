@@ -288,24 +288,12 @@ function SpectralNorm:forward(weight)
 end
 function SpectralNorm:right_inverse(value) return value end
 
-function parametrizations.spectral_norm(module, name, n_power_iterations, eps, dim)
+function parametrizations.spectral_norm(module, ...)
   local fn = "spectral_norm"
-  if type(name) == "table" then
-    local o = name
-    name, n_power_iterations, eps, dim = o.name, o.n_power_iterations, o.eps, o.dim
-  end
-  name, n_power_iterations, eps = name or "weight", n_power_iterations or 1, eps or 1e-12
   check_module(module, fn)
+  local name, n_power_iterations, eps, dim = U._spectral_args(fn, module, ...)
   local w = module._parameters.map[name] or module._buffers.map[name]
   if w == nil then raise(string.format("%s: the module has no parameter or buffer named '%s'", fn, tostring(name))) end
-  if type(n_power_iterations) ~= "number" or n_power_iterations < 1 or n_power_iterations % 1 ~= 0
-     or n_power_iterations > 2 ^ 20 then
-    raise(fn .. ": expected n_power_iterations to be a positive integer, got " .. tostring(n_power_iterations))
-  end
-  if dim == nil then
-    local cls = module:_get_name()
-    dim = (cls == "ConvTranspose1d" or cls == "ConvTranspose2d" or cls == "ConvTranspose3d") and 1 or 0
-  end
   return P.register_parametrization(module, name, SpectralNorm(w, n_power_iterations, dim, eps))
 end
 

@@ -219,22 +219,30 @@ end
 -- forward while training, the vectors kept in the buffers name_u and
 -- name_v), as PyTorch's (name_orig holds the parameter). dim: 0, or 1 for
 -- the transposed convolutions.
-function U.spectral_norm(module, name, n_power_iterations, eps, dim)
-  local fn = "spectral_norm"
+-- spectral_norm's arguments, positional or as an options table, with
+-- their defaults (dim 1 for the transposed convolutions), checked
+function U._spectral_args(fn, module, name, n_power_iterations, eps, dim)
   if type(name) == "table" then
     local o = name
     name, n_power_iterations, eps, dim = o.name, o.n_power_iterations, o.eps, o.dim
   end
   name, n_power_iterations, eps = name or "weight", n_power_iterations or 1, eps or 1e-12
-  local w = module_param(module, name, fn)
-  if type(n_power_iterations) ~= "number" or n_power_iterations < 1 or n_power_iterations % 1 ~= 0 then
-    raise(fn .. ": expected n_power_iterations to be a positive integer, got " .. tostring(n_power_iterations))
+  if type(n_power_iterations) ~= "number" or n_power_iterations < 1 or n_power_iterations % 1 ~= 0
+     or n_power_iterations > 2 ^ 20 then
+    raise(fn .. ": expected n_power_iterations to be a positive integer up to 2^20, got " .. tostring(n_power_iterations))
   end
-  if w:dim() < 1 then raise(fn .. ": expected a parameter of at least one dim") end
   if dim == nil then
-    local cls = module:_get_name()
+    local cls = torch.nn.is_module(module) and module:_get_name() or ""
     dim = (cls == "ConvTranspose1d" or cls == "ConvTranspose2d" or cls == "ConvTranspose3d") and 1 or 0
   end
+  return name, n_power_iterations, eps, dim
+end
+
+function U.spectral_norm(module, ...)
+  local fn = "spectral_norm"
+  local name, n_power_iterations, eps, dim = U._spectral_args(fn, module, ...)
+  local w = module_param(module, name, fn)
+  if w:dim() < 1 then raise(fn .. ": expected a parameter of at least one dim") end
   local nn, F = torch.nn, torch.nn.functional
   -- the parameter as a matrix, dim's entries as rows
   local function as_matrix(t)
