@@ -1449,6 +1449,57 @@ def gen_composite():
          lambda a, b: tuple(torch.histogram(a, 4, range=(-2.0, 2.0), weight=b, density=True)), [x, rnd("float64", [3, 4], "pos")])
     case(G, "histogram edges", "torch.histogram(a, b)", lambda a, b: tuple(torch.histogram(a, b)),
          [x, lit("f64_edges", [-3.0, -1.0, 0.0, 0.5, 4.0], "float64")])
+    # tensor methods programs call
+    case(G, "div floor", 'a:div(b, {rounding_mode = "floor"})', lambda a, b: a.div(b, rounding_mode="floor"),
+         [x, rnd("float64", [3, 4], "nz")])
+    case(G, "div trunc", 'torch.div(a, b, "trunc")', lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+         [x, rnd("float64", [3, 4], "nz")])
+    case(G, "div floor int64", 'a:div(b, "floor")', lambda a, b: a.div(b, rounding_mode="floor"),
+         [i64, rnd("int64", [3, 4], "nz")])
+    case(G, "div trunc int64 number", 'a:div(-4, "trunc")', lambda a: a.div(-4, rounding_mode="trunc"), [i64])
+    case(G, "floor_divide", "a:floor_divide(b)", lambda a, b: torch.floor_divide(a, b), [i64, rnd("int64", [3, 4], "nz")])
+    case(G, "unfold", "a:unfold(1, 2, 1)", lambda a: a.unfold(1, 2, 1), [x])
+    case(G, "unfold step", "a:unfold(2, 2, 2)", lambda a: a.unfold(2, 2, 2), [c3])
+    case(G, "unfold dim 0", "a:unfold(0, 2, 1)", lambda a: a.unfold(0, 2, 1), [c3])
+    case(G, "ravel", "a:t():ravel()", lambda a: a.t().ravel(), [x])
+    case(G, "unflatten", "a:unflatten(1, {2, -1})", lambda a: a.unflatten(1, (2, -1)), [x])
+    case(G, "sum_to_size", "a:sum_to_size({3, 1})", lambda a: a.sum_to_size((3, 1)), [x])
+    case(G, "sum_to_size leading", "a:sum_to_size(3, 4)", lambda a: a.sum_to_size(3, 4), [rnd("float64", [2, 3, 4], "b")])
+    case(G, "signbit", "a:signbit()", lambda a: a.signbit(), [lit("f64_signed_zero", [-0.0, 0.0, -2.5, 3.0, -float("inf")], "float64")])
+    case(G, "copysign", "a:copysign(b)", lambda a, b: a.copysign(b),
+         [x, lit("f64_signs", [-0.0, 0.0, -1.0, 2.0], "float64")])
+    case(G, "copysign number", "a:copysign(-2)", lambda a: a.copysign(-2), [i64])
+    case(G, "deg2rad", "a:deg2rad()", lambda a: a.deg2rad(), [x])
+    case(G, "rad2deg", "a:rad2deg()", lambda a: a.rad2deg(), [x])
+    case(G, "ldexp", "a:ldexp(b)", lambda a, b: a.ldexp(b), [x, rnd("int64", [3, 4], "small")])
+    case(G, "angle", "a:angle()", lambda a: a.angle(), [lit("f64_angle", [-1.5, 0.0, 2.0, float("nan")], "float64")])
+    case(G, "gcd", "a:gcd(b)", lambda a, b: a.gcd(b), [lit("i64_gcd_a", [12, -18, 0, 7, 0], "int64"),
+                                                     lit("i64_gcd_b", [8, 27, 5, 0, 0], "int64")])
+    case(G, "lcm", "a:lcm(b)", lambda a, b: a.lcm(b), [lit("i64_gcd_a", [12, -18, 0, 7, 0], "int64"),
+                                                     lit("i64_gcd_b", [8, 27, 5, 0, 0], "int64")])
+    case(G, "msort", "a:msort()", lambda a: a.msort(), [x])
+    case(G, "renorm", "a:renorm(2, 0, 1.5)", lambda a: a.renorm(2, 0, 1.5), [x])
+    case(G, "renorm p1 dim 1", "a:renorm(1, 1, 2)", lambda a: a.renorm(1, 1, 2), [c3])
+    case(G, "fill_diagonal_", "a:clone():fill_diagonal_(7)", lambda a: a.clone().fill_diagonal_(7), [x])
+    case(G, "fill_diagonal_ wrap", "torch.zeros(7, 3):fill_diagonal_(1, true)", lambda: torch.zeros(7, 3).fill_diagonal_(1, wrap=True))
+    case(G, "fill_diagonal_ cube", "torch.zeros(3, 3, 3):fill_diagonal_(2)", lambda: torch.zeros(3, 3, 3).fill_diagonal_(2))
+    case(G, "masked_scatter", "a:masked_scatter(b, c)", lambda a, b, c: a.masked_scatter(b, c), [x, rnd("bool", [3, 4]), rnd("float64", [12], "c")])
+    case(G, "masked_scatter broadcast", "a:masked_scatter(b, c)", lambda a, b, c: a.masked_scatter(b, c),
+         [x, lit("b_row", [True, False, True, True], "bool"), rnd("float64", [12], "c")])
+    case(G, "select_scatter", "a:select_scatter(b, 1, -1)", lambda a, b: a.select_scatter(b, 1, -1), [x, w])
+    case(G, "slice_scatter", "a:slice_scatter(b, 1, 1, 4, 2)", lambda a, b: a.slice_scatter(b, 1, 1, 4, 2), [x, rnd("float64", [3, 2], "c")])
+    case(G, "slice_scatter start", "a:slice_scatter(b, {start = 2})", lambda a, b: a.slice_scatter(b, start=2), [x, rnd("float64", [1, 4], "c")])
+    sidx = lit("i64_sidx", [[0, 1, 0, 2], [2, 2, 1, 0]], "int64")
+    case(G, "scatter_reduce sum", 'a:scatter_reduce(0, b, c, "sum")', lambda a, b, c: a.scatter_reduce(0, b, c, "sum"),
+         [x, sidx, rnd("float64", [2, 4], "c")])
+    case(G, "scatter_reduce sum exclude self", 'a:scatter_reduce(0, b, c, "sum", {include_self = false})',
+         lambda a, b, c: a.scatter_reduce(0, b, c, "sum", include_self=False), [x, sidx, rnd("float64", [2, 4], "c")])
+    case(G, "scatter_reduce mean", 'a:scatter_reduce(0, b, c, "mean")', lambda a, b, c: a.scatter_reduce(0, b, c, "mean"),
+         [x, sidx, rnd("float64", [2, 4], "c")])
+    case(G, "scatter_reduce mean exclude self", 'a:scatter_reduce(0, b, c, "mean", {include_self = false})',
+         lambda a, b, c: a.scatter_reduce(0, b, c, "mean", include_self=False), [x, sidx, rnd("float64", [2, 4], "c")])
+    case(G, "scatter_reduce mean int64", 'a:scatter_reduce(0, b, c, "mean")', lambda a, b, c: a.scatter_reduce(0, b, c, "mean"),
+         [i64, sidx, rnd("int64", [2, 4], "b")])
 
 
 def main():

@@ -168,6 +168,25 @@ function A._register_hook(t, fn)
   return A._handle(e.hooks, { fn = fn }, e.on_empty)
 end
 
+-- t:retain_grad(): a non-leaf tensor keeps its gradient in t.grad after
+-- each backward, accumulated as a leaf's, through a hook that holds the
+-- tensor weakly (a leaf keeps its gradient anyway: nothing to do).
+local retaining = setmetatable({}, { __mode = "k" })
+function A._retain_grad(t)
+  if not t.requires_grad then raise("retain_grad: can't retain_grad on Tensor that has requires_grad=False") end
+  if t.is_leaf or retaining[t] then return end
+  retaining[t] = true
+  local ref = setmetatable({ t = t }, { __mode = "v" })
+  A._register_hook(t, function(g)
+    local owner = ref.t
+    if owner ~= nil then
+      local old = owner.grad
+      owner.grad = old ~= nil and old + g or g:detach():clone()
+    end
+  end)
+end
+function A._retains_grad(t) return retaining[t] == true end
+
 ---------------------------------------------------------------- Function
 
 -- torch.autograd.Function: a differentiable operation whose forward and

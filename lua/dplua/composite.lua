@@ -1452,6 +1452,293 @@ function torch.histogram(t, bins, opts)
   return hist:to(t.device), edges:to(t.device)
 end
 
+---------------------------------------------------------------- tensor methods programs call
+
+-- div(other [, {rounding_mode = "floor" | "trunc"}]) (or the mode as a
+-- string): the true quotient, or rounded down or toward zero. Rounded, an
+-- integer tensor stays integer (exact below 2^53); the floor is (t - r) /
+-- other with r = remainder(t, other), an exact multiple, so that it is not
+-- a rounding of t / other.
+local true_div = methods.div
+function methods.div(t, other, opts)
+  if opts == nil then return true_div(t, other) end
+  local mode = type(opts) == "table" and opts.rounding_mode or opts
+  if mode == nil then return true_div(t, other) end
+  if mode ~= "floor" and mode ~= "trunc" then
+    raise('div: expected rounding_mode to be nil, "trunc" or "floor", got ' .. tostring(mode))
+  end
+  want_operand(other, "div", "other")
+  local integer = not t.dtype.is_floating_point and not (is_tensor(other) and other.dtype.is_floating_point)
+                  and not (type(other) == "number" and other % 1 ~= 0)
+  if not integer and mode == "trunc" then return true_div(t, other):trunc() end
+  local r = t:remainder(other)
+  local q = true_div(t - r, other):round()
+  if mode == "trunc" then   -- integers: one up where the signs differ and something was left
+    q = q + r:ne(0):logical_and(t:lt(0):ne(is_tensor(other) and other:lt(0) or other < 0)):to(q.dtype)
+  end
+  return integer and q:to(t.dtype) or q
+end
+methods.divide = methods.div
+function methods.floor_divide(t, other) return methods.div(t, other, "floor") end
+
+function methods.ravel(t) return t:reshape(-1) end
+-- unflatten(dim, sizes): dim split into sizes (one may be -1)
+function methods.unflatten(t, dim, sizes)
+  local d = dim_of(t, dim, "unflatten")
+  if type(sizes) ~= "table" then raise("unflatten: expected sizes as a list, got " .. typename(sizes)) end
+  local shape = t:size()
+  local out = {}
+  for i = 1, d do out[#out + 1] = shape[i] end
+  for _, s in ipairs(sizes) do out[#out + 1] = s end
+  for i = d + 2, #shape do out[#out + 1] = shape[i] end
+  return t:reshape(out)
+end
+-- unfold(dimension, size, step): the windows of size along dimension,
+-- every step, as a new last dim (the dimension holds the windows' count)
+function methods.unfold(t, dimension, size, step)
+  local d = dim_of(t, dimension, "unfold")
+  size, step = want_int(size, "unfold", "size", nil, 0), want_int(step, "unfold", "step", nil, 1)
+  local len = t:dim() == 0 and 1 or t:size(d)
+  if size > len then raise(string.format("unfold: maximum size for tensor at dimension %d is %d but size is %d", d, len, size)) end
+  local n = math.floor((len - size) / step) + 1
+  local starts = torch.arange(0, n, { dtype = torch.int64, device = t.device }) * step
+  local idx = (starts:unsqueeze(1) + torch.arange(0, size, { dtype = torch.int64, device = t.device })):reshape(-1)
+  local picked = t:dim() == 0 and t:reshape(1) or t:index_select(d, idx)
+  local shape = picked:size()
+  shape[d + 1] = n
+  table.insert(shape, d + 2, size)
+  return picked:reshape(shape):movedim(d + 1, -1)
+end
+-- sum_to_size(size): summed over the dims that size broadcasts
+function methods.sum_to_size(t, size, ...)
+  if type(size) ~= "table" then size = { size, ... } end
+  local lead = t:dim() - #size
+  if lead < 0 then raise("sum_to_size: size {" .. table.concat(size, ", ") .. "} is not expandable to the tensor's size") end
+  local out = t
+  for _ = 1, lead do out = out:sum(0) end
+  for i, s in ipairs(size) do
+    if s == 1 and out:size(i - 1) ~= 1 then out = out:sum(i - 1, true)
+    elseif s ~= out:size(i - 1) then
+      raise("sum_to_size: size {" .. table.concat(size, ", ") .. "} is not expandable to the tensor's size")
+    end
+  end
+  return out
+end
+
+function methods.sgn(t) return t:sign() end
+-- signbit(): true where the sign bit is set (negative zero too)
+function methods.signbit(t)
+  if not t.dtype.is_floating_point then return t:lt(0) end
+  return t:lt(0):logical_or(t:eq(0):logical_and(t:reciprocal():lt(0)))
+end
+-- copysign(other): |t| with other's sign (negative zero's too), floating
+function methods.copysign(t, other)
+  want_operand(other, "copysign", "other")
+  local a = t.dtype.is_floating_point and t:abs() or t:abs():to(torch.get_default_dtype())
+  local negative = is_tensor(other) and methods.signbit(other)
+                   or torch.full_like(a, 0):to(torch.bool):logical_or(other < 0 or 1 / other < 0)
+  return torch.where(negative, -a, a)
+end
+function methods.ldexp(t, other)
+  local e = is_tensor(other) and other:double() or other
+  return t * (is_tensor(e) and torch.full_like(e, 2) ^ e or 2 ^ e)
+end
+function methods.deg2rad(t) return want_float("deg2rad", t) * (math.pi / 180) end
+function methods.rad2deg(t) return want_float("rad2deg", t) * (180 / math.pi) end
+-- angle(): 0 for x >= 0, pi below (real tensors), NaN kept
+function methods.angle(t)
+  local x = t.dtype.is_floating_point and t or t:to(torch.get_default_dtype())
+  return torch.where(x:lt(0), math.pi, x * 0)
+end
+-- gcd(other), lcm(other): of integer tensors, by Euclid's steps on all
+-- elements at once
+function methods.gcd(t, other)
+  if t.dtype.is_floating_point or not is_tensor(other) or other.dtype.is_floating_point then
+    raise("gcd: expected two integer tensors")
+  end
+  local a, b = torch.broadcast_tensors(t:abs(), other:abs())
+  while b:ne(0):any():item() do
+    local nonzero = b:ne(0)
+    local safe = torch.where(nonzero, b, 1)
+    a, b = torch.where(nonzero, b, a), torch.where(nonzero, a:remainder(safe), 0)
+  end
+  return a
+end
+function methods.lcm(t, other)
+  local g = methods.gcd(t, other)
+  return torch.where(g:eq(0), 0, (t * other):abs():div(torch.where(g:eq(0), 1, g), "floor"))
+end
+
+function methods.msort(t) return (t:sort(0)) end
+function methods.nan_to_num_(t, ...) return t:copy_(t:nan_to_num(...)) end
+function methods.clip_(t, lo, hi) return t:clamp_(lo, hi) end
+function methods.tril_(t, k) return t:copy_(t:tril(k)) end
+function methods.triu_(t, k) return t:copy_(t:triu(k)) end
+function methods.addmm_(t, ...) return t:copy_(t:addmm(...)) end
+function methods.addmv_(t, ...) return t:copy_(t:addmv(...)) end
+function methods.xlogy_(t, other) return t:copy_(t:xlogy(other)) end
+function methods.hypot_(t, other) return t:copy_(t:hypot(other)) end
+
+-- renorm(p, dim, maxnorm): each slice along dim whose p-norm is above
+-- maxnorm scaled down to it
+function methods.renorm(t, p, dim, maxnorm)
+  p, maxnorm = want_number(p, "renorm", "p"), want_number(maxnorm, "renorm", "maxnorm")
+  local d = dim_of(t, dim, "renorm")
+  local others = {}
+  for i = 0, t:dim() - 1 do if i ~= d then others[#others + 1] = i end end
+  local norms = #others > 0 and t:abs():pow(p):sum(others, true):pow(1 / p) or t:abs()
+  local scale = torch.where(norms:gt(maxnorm), maxnorm / (norms + 1e-7), 1)
+  return t * scale
+end
+function methods.renorm_(t, ...) return t:copy_(t:renorm(...)) end
+
+-- fill_diagonal_(value [, wrap = false]) of a matrix (or a tensor whose
+-- dims are all equal): in place; a tall matrix with wrap starts again
+-- every columns + 1 rows, as PyTorch's
+function methods.fill_diagonal_(t, value, wrap)
+  want_number(value, "fill_diagonal_", "fill_value")
+  if t:dim() < 2 then raise("fill_diagonal_: dimensions must larger than 1") end
+  local n = t:size(0)
+  for d = 1, t:dim() - 1 do
+    if t:dim() > 2 and t:size(d) ~= n then raise("fill_diagonal_: all dimensions of input must be of equal length") end
+  end
+  if not t:is_contiguous() then raise("fill_diagonal_: expected a contiguous tensor") end
+  local step, count = 0, t:dim() == 2 and math.min(t:size(0), t:size(1)) or n
+  local stride = 1
+  for d = t:dim() - 1, 0, -1 do step = step + stride; stride = stride * t:size(d) end
+  local positions = {}
+  for k = 0, count - 1 do positions[#positions + 1] = k * step end
+  if wrap and t:dim() == 2 and t:size(0) > t:size(1) + 1 then
+    local cols = t:size(1)
+    local row = cols + 1
+    while row < t:size(0) do
+      for k = 0, math.min(cols, t:size(0) - row) - 1 do positions[#positions + 1] = (row + k) * cols + k end
+      row = row + cols + 1
+    end
+  end
+  if #positions > 0 then t:view(-1):index_fill_(0, int64(positions, t.device), value) end
+  return t
+end
+
+-- masked_scatter(mask, source): the elements where mask (broadcast) holds
+-- taken from source in order
+function methods.masked_scatter(t, mask, source)
+  want_tensor(mask, "masked_scatter", "mask")
+  want_tensor(source, "masked_scatter", "source")
+  if mask.dtype ~= torch.bool then raise("masked_scatter: expected a bool mask, got " .. mask.dtype.name) end
+  local positions = mask:expand(t:size()):reshape(-1):nonzero():reshape(-1)
+  local count = positions:numel()
+  if count > source:numel() then
+    raise(string.format("masked_scatter: the mask selects %d elements but source has %d", count, source:numel()))
+  end
+  local flat = t:reshape(-1):index_copy(0, positions, source:reshape(-1):narrow(0, 0, count):to(t.dtype))
+  return flat:reshape(t:size())
+end
+function methods.masked_scatter_(t, mask, source) return t:copy_(t:masked_scatter(mask, source)) end
+
+-- select_scatter(src, dim, index), slice_scatter(src [, dim = 0, start,
+-- end, step = 1]): t with that slice replaced by src
+function methods.select_scatter(t, src, dim, index)
+  local d = dim_of(t, dim, "select_scatter")
+  local i = want_int(index, "select_scatter", "index")
+  if i < 0 then i = i + t:size(d) end
+  return t:index_copy(d, int64({ i }, t.device), want_tensor(src, "select_scatter", "src"):unsqueeze(d))
+end
+function methods.slice_scatter(t, src, dim, start, stop, step)
+  if type(dim) == "table" then dim, start, stop, step = dim.dim, dim.start, dim["end"], dim.step end
+  local d = dim_of(t, dim or 0, "slice_scatter")
+  local len = t:size(d)
+  start, stop, step = start or 0, stop or len, want_int(step, "slice_scatter", "step", 1, 1)
+  if start < 0 then start = start + len end
+  if stop < 0 then stop = stop + len end
+  stop = math.min(stop, len)
+  local idx = torch.arange(start, math.max(stop, start), step, { dtype = torch.int64, device = t.device })
+  return t:index_copy(d, idx, want_tensor(src, "slice_scatter", "src"))
+end
+
+-- scatter_reduce(dim, index, src, reduce [, {include_self = true}]):
+-- "sum" and "mean" (the mean of the values gathered, t's own included
+-- unless include_self is false)
+function methods.scatter_reduce(t, dim, index, src, reduce, opts)
+  local include_self = not (type(opts) == "table" and opts.include_self == false)
+  if reduce == "sum" then
+    local base = include_self and t or t:scatter(dim, index, torch.zeros(index:size(), { dtype = t.dtype, device = t.device }))
+    return base:scatter_add(dim, index, src)
+  elseif reduce == "mean" then
+    local ones = torch.ones_like(src)
+    local counted = include_self and torch.ones_like(t) or torch.zeros_like(t)
+    local base = include_self and t or torch.zeros_like(t)
+    local sums, counts = base:scatter_add(dim, index, src), counted:scatter_add(dim, index, ones)
+    local hit = counts:gt(0)
+    local mean = sums / torch.where(hit, counts, 1)
+    if not t.dtype.is_floating_point then mean = mean:floor():to(t.dtype) end
+    return torch.where(hit, mean, t)
+  end
+  raise('scatter_reduce: reduce "' .. tostring(reduce) .. '" is not implemented (expected "sum" or "mean")')
+end
+
+-- apply_(fn) and map_(other, fn): each element (of a CPU tensor) replaced
+-- by fn(x) (fn(x, y)), in place, on the host
+function methods.apply_(t, fn)
+  if t.device.type ~= "cpu" then raise("apply_: only CPU tensors are supported") end
+  local vals = host_values(t)
+  for i, v in ipairs(vals) do vals[i] = fn(v) end
+  return t:copy_(torch.tensor(vals, { dtype = t.dtype }):reshape(t:size()))
+end
+function methods.map_(t, other, fn)
+  if t.device.type ~= "cpu" then raise("map_: only CPU tensors are supported") end
+  local a, b = host_values(t), host_values(want_tensor(other, "map_", "other"):expand(t:size()))
+  for i, v in ipairs(a) do a[i] = fn(v, b[i]) end
+  return t:copy_(torch.tensor(a, { dtype = t.dtype }):reshape(t:size()))
+end
+
+-- The in-place random fills of the other distributions
+function methods.exponential_(t, lambd)
+  lambd = want_number(lambd, "exponential_", "lambd", 1)
+  local u = torch.rand_like(want_float("exponential_", t)):clamp(1e-300, nil)
+  return t:copy_(-u:log() / lambd)
+end
+function methods.geometric_(t, p)
+  p = want_number(p, "geometric_", "p")
+  if p <= 0 or p > 1 then raise("geometric_: expected p in (0, 1], got " .. p) end
+  local u = torch.rand_like(t:to(torch.float64)):clamp(1e-300, nil)
+  return t:copy_((u:log() / math.log(1 - p + 0)):ceil():clamp(1, nil))
+end
+function methods.cauchy_(t, median, sigma)
+  median, sigma = want_number(median, "cauchy_", "median", 0), want_number(sigma, "cauchy_", "sigma", 1)
+  return t:copy_(((torch.rand_like(want_float("cauchy_", t)) - 0.5) * math.pi):tan() * sigma + median)
+end
+function methods.log_normal_(t, mean, std)
+  mean, std = want_number(mean, "log_normal_", "mean", 1), want_number(std, "log_normal_", "std", 2)
+  return t:copy_((torch.randn_like(want_float("log_normal_", t)) * std + mean):exp())
+end
+-- random_([from,] to): integers uniform in [from, to) (to alone: [0, to))
+function methods.random_(t, from, to)
+  if to == nil then from, to = 0, from end
+  if to == nil then raise("random_: expected the upper bound (random_(to) or random_(from, to))") end
+  return t:copy_(torch.randint(want_int(from, "random_", "from"), want_int(to, "random_", "to"), t:size(),
+                               { dtype = torch.float64, device = t.device }))
+end
+
+-- The matrix functions as methods
+for _, name in ipairs({ "det", "logdet", "slogdet", "inverse", "pinverse", "matrix_power", "matrix_exp", "cholesky",
+                        "qr", "svd" }) do
+  methods[name] = function(t, ...) return require("dplua.linalg").torch[name](t, ...) end
+end
+
+-- What dplua has no dtype for: an error that says so, not a missing method
+for name, dt in pairs({ half = "float16", char = "int8", short = "int16" }) do
+  methods[name] = function()
+    raise(string.format("%s: %s is not a dplua dtype (float32, float64, bfloat16, int64, int32, uint8, bool)", name, dt))
+  end
+end
+function methods.numpy()
+  raise("numpy: dplua has no NumPy; t:tolist() gives Lua tables, and torch.save/np.load share .npy files")
+end
+function methods.is_complex() return false end
+function methods.is_signed(t) return t.dtype ~= torch.uint8 and t.dtype ~= torch.bool end
+function methods.get_device(t) return t.device.type == "cpu" and -1 or t.device.index end
+
 function methods.cdist(x1, x2, p)
   if type(p) == "table" then p = p.p end
   if not is_tensor(x2) or x1:dim() < 2 or x2:dim() ~= x1:dim() or x1:size(-1) ~= x2:size(-1) then

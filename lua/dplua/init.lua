@@ -129,7 +129,7 @@ for name, fn in pairs(methods) do
     end
     return fn(t, ...)
   end
-  if torch[name] == nil then torch[name] = checked[name] end
+  if rawget(torch, name) == nil and not lazy_functions[name] then torch[name] = checked[name] end
 end
 torch.Tensor = checked
 

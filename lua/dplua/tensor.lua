@@ -563,6 +563,8 @@ end
 
 -- t:register_hook(fn) (dplua/autograd.lua): fn(grad) may return a new gradient.
 function methods.register_hook(t, fn) return require("dplua.autograd")._register_hook(t, fn) end
+function methods.retain_grad(t) return require("dplua.autograd")._retain_grad(t) end
+getters.retains_grad = function(t) return require("dplua.autograd")._retains_grad(t) end
 
 -- A backward that may run Lua (torch.utils.checkpoint, autograd.Function,
 -- tensor hooks) calls back into Lua from C, which LuaJIT allows only from an FFI call

@@ -20,6 +20,7 @@ inputs["b_cast"] = {dtype="bool", shape={3}, values={true,false,true}}
 inputs["b_close_a"] = {dtype="bool", shape={4}, values={true,false,true,false}}
 inputs["b_close_b"] = {dtype="bool", shape={4}, values={true,true,false,false}}
 inputs["b_fill_mask"] = {dtype="bool", shape={3}, values={true,false,true}}
+inputs["b_row"] = {dtype="bool", shape={4}, values={true,false,true,true}}
 inputs["b_unary"] = {dtype="bool", shape={3}, values={true,false,true}}
 inputs["bf16_0d"] = {dtype="bfloat16", shape={}, values=3.140625}
 inputs["bf16_2x3_a"] = {dtype="bfloat16", shape={2,3}, values={{4.0625,0.275390625,1.703125},{2.953125,0.455078125,-2.34375}}}
@@ -115,6 +116,7 @@ inputs["f32_special2"] = {dtype="float32", shape={7}, values={0,0,0,0,1,2,1}}
 inputs["f32_unary"] = {dtype="float32", shape={8}, values={-2.5,-1,-0.5,0,0.5,1,2.5,3.7}}
 inputs["f32_wide"] = {dtype="float32", shape={8}, values={-100,-20,-3.3,0.001,7.25,20,88,100}}
 inputs["f64_0d"] = {dtype="float64", shape={}, values=0.1}
+inputs["f64_12_c"] = {dtype="float64", shape={12}, values={-1.545,-0.868,-0.81,-2.851,0.43,-2.281,2.09,1.657,2.089,1.636,3.537,1.148}}
 inputs["f64_1x1_a"] = {dtype="float64", shape={1,1}, values={{-1.394}}}
 inputs["f64_1x1_b"] = {dtype="float64", shape={1,1}, values={{-1.54}}}
 inputs["f64_1x3x4_a"] = {dtype="float64", shape={1,3,4}, values={{{-3.552,0.536,-0.395,1.306},{1.97,1.622,0.821,-3.439},{-1.094,2.283,1.762,0.771}}}}
@@ -132,9 +134,11 @@ inputs["f64_2x3_pos"] = {dtype="float64", shape={2,3}, values={{1.21,2.891,0.796
 inputs["f64_2x3x2_a"] = {dtype="float64", shape={2,3,2}, values={{{1.434,0.034},{0.263,2.471},{-1.309,4.837}},{{-1.221,-3.668},{-3.874,0.201},{0.379,0.57}}}}
 inputs["f64_2x3x3_a"] = {dtype="float64", shape={2,3,3}, values={{{0.896,-1.526,1.651},{-2.269,2.859,1.084},{-0.441,-0.62,-3.052}},{{-0.679,-2.138,-1.602},{-1.144,1.743,0.037},{-0.872,1.908,0.88}}}}
 inputs["f64_2x3x4_a"] = {dtype="float64", shape={2,3,4}, values={{{-1.383,0.377,-2.985,-0.228},{1.902,-2.926,-0.242,3.209},{0.364,-2.592,2.395,3.509}},{{-2.265,1.151,0.839,1.627},{-3.893,-0.719,-1.381,2.357},{2.695,0.201,1.017,2.385}}}}
+inputs["f64_2x3x4_b"] = {dtype="float64", shape={2,3,4}, values={{{-1.15,1.231,2.051,3.396},{-4.792,0.018,-0.368,-2.31},{-1.454,2.014,1.558,0.139}},{{1.606,2.742,0.119,1.373},{-1.842,-1.27,1.067,-1.208},{2.25,3.17,-0.32,-1.448}}}}
 inputs["f64_2x3x5_a"] = {dtype="float64", shape={2,3,5}, values={{{3.218,0.213,-1.478,1.459,-0.119},{1.85,1.948,3.544,1.595,0.979},{0.968,-2.441,3.09,0.212,-1.583}},{{0.546,0.709,0.246,0.836,0.69},{-1.581,0.314,0.358,1.004,-3.16},{-0.136,0.307,-1.093,-0.635,-4.855}}}}
 inputs["f64_2x4_a"] = {dtype="float64", shape={2,4}, values={{-0.152,-1.346,2.109,1.319},{0.773,3.584,-1.516,-0.996}}}
 inputs["f64_2x4_b"] = {dtype="float64", shape={2,4}, values={{2.558,1.1,-0.537,-2.259},{0.663,-1.637,2.1,-0.511}}}
+inputs["f64_2x4_c"] = {dtype="float64", shape={2,4}, values={{-0.706,0.027,3.191,-1.184},{3.495,3.5,-1.517,-0.849}}}
 inputs["f64_2x4_d"] = {dtype="float64", shape={2,4}, values={{-2.803,1.591,1.707,-0.783},{0.359,3.272,-0.763,0.291}}}
 inputs["f64_2x4x2_b"] = {dtype="float64", shape={2,4,2}, values={{{2.497,-2.529},{-1.75,0.099},{1.877,-0.603},{-0.828,0.886}},{{-1.08,1.621},{2.338,-1.23},{-0.964,1.693},{-2.077,-1.885}}}}
 inputs["f64_2x4x2_c"] = {dtype="float64", shape={2,4,2}, values={{{-3.198,-1.381},{-1.943,0.69},{-1.475,-0.642},{-0.273,-2.57}},{{-1.675,-0.276},{5.308,0.2},{-0.941,0.336},{-1.176,2.923}}}}
@@ -151,6 +155,7 @@ inputs["f64_3_pos"] = {dtype="float64", shape={3}, values={0.656,1.501,2.439}}
 inputs["f64_3x1_c"] = {dtype="float64", shape={3,1}, values={{0.281},{-3.669},{-0.831}}}
 inputs["f64_3x2_a"] = {dtype="float64", shape={3,2}, values={{-0.502,-1.057},{1.575,0.581},{-2.468,-1.097}}}
 inputs["f64_3x2_b"] = {dtype="float64", shape={3,2}, values={{-1.948,0.589},{1.858,3.249},{1.071,-1.671}}}
+inputs["f64_3x2_c"] = {dtype="float64", shape={3,2}, values={{-4.39,-0.661},{-3.173,2.793},{2.056,-0.256}}}
 inputs["f64_3x3x2_a"] = {dtype="float64", shape={3,3,2}, values={{{5.774,2.105},{0.457,0.46},{2.884,3.503}},{{-1.379,0.022},{-1.7,-0.625},{-1.438,1.967}},{{2.581,-0.627},{-5.545,-0.252},{0.301,-0.445}}}}
 inputs["f64_3x4_a"] = {dtype="float64", shape={3,4}, values={{2.464,0.807,-3.137,-2.822},{-0.248,1.652,1.362,-0.999},{0.988,1.433,-2.804,1.751}}}
 inputs["f64_3x4_b"] = {dtype="float64", shape={3,4}, values={{4.3,1.538,-0.222,-1.849},{-0.241,0.759,-1.283,-0.038},{-2.296,1.964,-1.306,2.133}}}
@@ -178,6 +183,7 @@ inputs["f64_5x4x2_b"] = {dtype="float64", shape={5,4,2}, values={{{1.698,0.128},
 inputs["f64_5x7_b"] = {dtype="float64", shape={5,7}, values={{-2.935,0.261,1.023,1.125,0.62,2.035,0.421},{0.088,-2.893,-3.379,2.413,0.622,0.84,0.379},{-3.102,0.595,-0.669,1.226,-2.746,0.848,-2.733},{0.305,-4.058,-0.228,-0.549,-0.667,-0.8,-2.632},{-2.482,1.629,1.773,-2.769,-0.499,0.926,-1.602}}}
 inputs["f64_6x5_a"] = {dtype="float64", shape={6,5}, values={{1.783,3.041,1.377,-1.828,0.806},{-3.102,0.005,0.709,-0.613,0.241},{0.139,-3.322,-2.182,0.317,-0.91},{1.301,-0.821,-0.482,-0.907,0.777},{1.805,1.782,-2.12,2.866,-0.446},{0.336,0.604,0.501,4.005,-6.05}}}
 inputs["f64_7x9_b"] = {dtype="float64", shape={7,9}, values={{1.27,2.808,0.368,-1.89,-0.801,0.093,0.033,0.27,1.807},{4.331,3.696,-3.731,0.456,-1.618,-0.434,-2.84,3.214,-3.835},{1.677,-0.19,2.417,-0.747,-0.874,-1.548,-0.212,4.637,1.928},{2.984,1.823,-1.598,-0.203,0.239,-1.04,-2.545,0.742,1.677},{0.388,-2.874,1.845,1.22,-2.618,3.488,-0.427,0.107,-1.138},{-1.793,-0.036,-2.522,0.236,1.008,3.058,-0.348,2.316,-1.705},{-2.676,1.107,0.52,0.613,-1.144,1.436,-1.08,-1.985,-1.03}}}
+inputs["f64_angle"] = {dtype="float64", shape={4}, values={-1.5,0.0,2.0,nan}}
 inputs["f64_bf16"] = {dtype="float64", shape={5}, values={1.00390625,1.0039062500001,3.14159,0.1,-300.7}}
 inputs["f64_big"] = {dtype="float64", shape={5}, values={1.5,2.0,10.0,100.0,3.25}}
 inputs["f64_bin_w"] = {dtype="float64", shape={6}, values={0.5,1.0,2.0,0.25,3.0,1.5}}
@@ -194,6 +200,8 @@ inputs["f64_prob"] = {dtype="float64", shape={5}, values={0.001,0.2,0.5,0.8,0.99
 inputs["f64_s_a"] = {dtype="float64", shape={}, values=5.208}
 inputs["f64_s_b"] = {dtype="float64", shape={}, values=-1.75}
 inputs["f64_search"] = {dtype="float64", shape={2,2}, values={{3.0,0.5},{6.0,9.0}}}
+inputs["f64_signed_zero"] = {dtype="float64", shape={5}, values={-0.0,0.0,-2.5,3.0,-inf}}
+inputs["f64_signs"] = {dtype="float64", shape={4}, values={-0.0,0.0,-1.0,2.0}}
 inputs["f64_sm_equal"] = {dtype="float64", shape={4}, values={5.0,5.0,5.0,5.0}}
 inputs["f64_sm_large"] = {dtype="float64", shape={2}, values={1000.0,1001.0}}
 inputs["f64_sm_minf_mask"] = {dtype="float64", shape={3}, values={0.0,-inf,1.0}}
@@ -234,6 +242,7 @@ inputs["i64_2x3_pos"] = {dtype="int64", shape={2,3}, values={{4,6,7},{6,3,4}}}
 inputs["i64_2x3_q"] = {dtype="int64", shape={2,3}, values={{8,9,-6},{-6,-7,0}}}
 inputs["i64_2x3_small"] = {dtype="int64", shape={2,3}, values={{1,0,0},{1,2,2}}}
 inputs["i64_2x4_a"] = {dtype="int64", shape={2,4}, values={{-6,7,-1,6},{3,-2,-9,9}}}
+inputs["i64_2x4_b"] = {dtype="int64", shape={2,4}, values={{-7,-9,-6,5},{1,1,-6,3}}}
 inputs["i64_3_a"] = {dtype="int64", shape={3}, values={6,-7,-8}}
 inputs["i64_3_b"] = {dtype="int64", shape={3}, values={-8,7,9}}
 inputs["i64_3_nz"] = {dtype="int64", shape={3}, values={7,5,4}}
@@ -250,6 +259,8 @@ inputs["i64_div_a"] = {dtype="int64", shape={4}, values={7,-7,1,0}}
 inputs["i64_div_b"] = {dtype="int64", shape={4}, values={2,2,3,5}}
 inputs["i64_dz_a"] = {dtype="int64", shape={3}, values={1,-1,0}}
 inputs["i64_dz_b"] = {dtype="int64", shape={3}, values={0,0,0}}
+inputs["i64_gcd_a"] = {dtype="int64", shape={5}, values={12,-18,0,7,0}}
+inputs["i64_gcd_b"] = {dtype="int64", shape={5}, values={8,27,5,0,0}}
 inputs["i64_isin"] = {dtype="int64", shape={4}, values={0,3,-5,9}}
 inputs["i64_mode"] = {dtype="int64", shape={2,6}, values={{1,3,3,2,1,3},{4,4,0,0,5,5}}}
 inputs["i64_rem_a"] = {dtype="int64", shape={5}, values={7,-7,7,-7,6}}
@@ -257,6 +268,7 @@ inputs["i64_rem_b"] = {dtype="int64", shape={5}, values={3,3,-3,-3,3}}
 inputs["i64_rows"] = {dtype="int64", shape={4,2}, values={{1,2},{0,5},{1,2},{0,4}}}
 inputs["i64_s_a"] = {dtype="int64", shape={}, values=9}
 inputs["i64_s_b"] = {dtype="int64", shape={}, values=7}
+inputs["i64_sidx"] = {dtype="int64", shape={2,4}, values={{0,1,0,2},{2,2,1,0}}}
 inputs["i64_take"] = {dtype="int64", shape={2,2}, values={{0,11},{5,3}}}
 inputs["i64_unary"] = {dtype="int64", shape={6}, values={-3,-1,0,1,2,5}}
 inputs["i64_unique"] = {dtype="int64", shape={7}, values={3,1,3,2,1,7,3}}
@@ -2020,6 +2032,45 @@ C{name="vander N increasing", expr="torch.vander(a, {N = 4, increasing = true})"
 C{name="histogram", expr="torch.histogram(a, 5)", inputs={"f64_3x4_a"}, kind="multi", expected={{dtype="float64", shape={5}, values={3.0,1.0,1.0,2.0,5.0}}, {dtype="float64", shape={6}, values={-3.137,-2.0168,-0.8965999999999998,0.2235999999999998,1.3437999999999999,2.464}}}}
 C{name="histogram range weight density", expr="torch.histogram(a, 4, {range = {-2, 2}, weight = b, density = true})", inputs={"f64_3x4_a","f64_3x4_pos"}, kind="multi", expected={{dtype="float64", shape={4}, values={0.0,0.18453785116877547,0.12808277932661377,0.6873793695046108}}, {dtype="float64", shape={5}, values={-2.0,-1.0,0.0,1.0,2.0}}}}
 C{name="histogram edges", expr="torch.histogram(a, b)", inputs={"f64_3x4_a","f64_edges"}, kind="multi", expected={{dtype="float64", shape={4}, values={2.0,2.0,0.0,7.0}}, {dtype="float64", shape={5}, values={-3.0,-1.0,0.0,0.5,4.0}}}}
+C{name="div floor", expr="a:div(b, {rounding_mode = \"floor\"})", inputs={"f64_3x4_a","f64_3x4_nz"}, dtype="float64", shape={3,4}, values={{-2.0,-1.0,1.0,-1.0},{-1.0,0.0,0.0,0.0},{-1.0,-4.0,-4.0,0.0}}}
+C{name="div trunc", expr="torch.div(a, b, \"trunc\")", inputs={"f64_3x4_a","f64_3x4_nz"}, dtype="float64", shape={3,4}, values={{-1.0,-0.0,1.0,-0.0},{-0.0,0.0,0.0,0.0},{-0.0,-3.0,-3.0,0.0}}}
+C{name="div floor int64", expr="a:div(b, \"floor\")", inputs={"i64_3x4_a","i64_3x4_nz"}, dtype="int64", shape={3,4}, values={{0,-1,-1,-1},{-1,0,4,-2},{-3,0,0,1}}}
+C{name="div trunc int64 number", expr="a:div(-4, \"trunc\")", inputs={"i64_3x4_a"}, dtype="int64", shape={3,4}, values={{0,0,-1,-1},{0,0,2,-2},{2,0,0,2}}}
+C{name="floor_divide", expr="a:floor_divide(b)", inputs={"i64_3x4_a","i64_3x4_nz"}, dtype="int64", shape={3,4}, values={{0,-1,-1,-1},{-1,0,4,-2},{-3,0,0,1}}}
+C{name="unfold", expr="a:unfold(1, 2, 1)", inputs={"f64_3x4_a"}, dtype="float64", shape={3,3,2}, values={{{2.464,0.807},{0.807,-3.137},{-3.137,-2.822}},{{-0.248,1.652},{1.652,1.362},{1.362,-0.999}},{{0.988,1.433},{1.433,-2.804},{-2.804,1.751}}}}
+C{name="unfold step", expr="a:unfold(2, 2, 2)", inputs={"f64_2x3x4_a"}, dtype="float64", shape={2,3,2,2}, values={{{{-1.383,0.377},{-2.985,-0.228}},{{1.902,-2.926},{-0.242,3.209}},{{0.364,-2.592},{2.395,3.509}}},{{{-2.265,1.151},{0.839,1.627}},{{-3.893,-0.719},{-1.381,2.357}},{{2.695,0.201},{1.017,2.385}}}}}
+C{name="unfold dim 0", expr="a:unfold(0, 2, 1)", inputs={"f64_2x3x4_a"}, dtype="float64", shape={1,3,4,2}, values={{{{-1.383,-2.265},{0.377,1.151},{-2.985,0.839},{-0.228,1.627}},{{1.902,-3.893},{-2.926,-0.719},{-0.242,-1.381},{3.209,2.357}},{{0.364,2.695},{-2.592,0.201},{2.395,1.017},{3.509,2.385}}}}}
+C{name="ravel", expr="a:t():ravel()", inputs={"f64_3x4_a"}, dtype="float64", shape={12}, values={2.464,-0.248,0.988,0.807,1.652,1.433,-3.137,1.362,-2.804,-2.822,-0.999,1.751}}
+end)() end
+do local C = adder("composite"); (function()
+C{name="unflatten", expr="a:unflatten(1, {2, -1})", inputs={"f64_3x4_a"}, dtype="float64", shape={3,2,2}, values={{{2.464,0.807},{-3.137,-2.822}},{{-0.248,1.652},{1.362,-0.999}},{{0.988,1.433},{-2.804,1.751}}}}
+C{name="sum_to_size", expr="a:sum_to_size({3, 1})", inputs={"f64_3x4_a"}, dtype="float64", shape={3,1}, values={{-2.688},{1.767},{1.3680000000000003}}}
+C{name="sum_to_size leading", expr="a:sum_to_size(3, 4)", inputs={"f64_2x3x4_b"}, dtype="float64", shape={3,4}, values={{0.4560000000000002,3.973,2.17,4.769},{-6.634,-1.252,0.699,-3.518},{0.796,5.183999999999999,1.238,-1.309}}}
+C{name="signbit", expr="a:signbit()", inputs={"f64_signed_zero"}, dtype="bool", shape={5}, values={true,false,true,false,true}}
+C{name="copysign", expr="a:copysign(b)", inputs={"f64_3x4_a","f64_signs"}, dtype="float64", shape={3,4}, values={{-2.464,0.807,-3.137,2.822},{-0.248,1.652,-1.362,0.999},{-0.988,1.433,-2.804,1.751}}}
+C{name="copysign number", expr="a:copysign(-2)", inputs={"i64_3x4_a"}, dtype="float32", shape={3,4}, values={{-0,-3,-7,-7},{-2,-1,-8,-9},{-8,-0,-2,-9}}}
+C{name="deg2rad", expr="a:deg2rad()", inputs={"f64_3x4_a"}, dtype="float64", shape={3,4}, values={{0.04300491276914028,0.01408480706359424,-0.05475097863506212,-0.049253191491279984},{-0.004328416544945937,0.028832839242946322,0.02377138441216277,-0.017435839227423353},{0.017243853009703977,0.025010568181078743,-0.048939032225921,0.030560715202420707}}}
+C{name="rad2deg", expr="a:rad2deg()", inputs={"f64_3x4_a"}, dtype="float64", shape={3,4}, values={{141.17680072023484,46.23769406705744,-179.73686033253924,-161.6886897859183},{-14.209353319244416,94.65262775561199,78.03685169681813,-57.23848373356924},{56.60823015892534,82.10485204224697,-160.65736575468281,100.32490992740713}}}
+C{name="ldexp", expr="a:ldexp(b)", inputs={"f64_3x4_a","i64_3x4_small"}, dtype="float64", shape={3,4}, values={{4.928,3.228,-6.274,-2.822},{-0.248,6.608,5.448,-1.998},{1.976,1.433,-22.432,7.004}}}
+C{name="angle", expr="a:angle()", inputs={"f64_angle"}, dtype="float64", shape={4}, values={3.141592653589793,0.0,0.0,nan}}
+C{name="gcd", expr="a:gcd(b)", inputs={"i64_gcd_a","i64_gcd_b"}, dtype="int64", shape={5}, values={4,9,5,7,0}}
+C{name="lcm", expr="a:lcm(b)", inputs={"i64_gcd_a","i64_gcd_b"}, dtype="int64", shape={5}, values={24,54,0,0,0}}
+C{name="msort", expr="a:msort()", inputs={"f64_3x4_a"}, dtype="float64", shape={3,4}, values={{-0.248,0.807,-3.137,-2.822},{0.988,1.433,-2.804,-0.999},{2.464,1.652,1.362,1.751}}}
+C{name="renorm", expr="a:renorm(2, 0, 1.5)", inputs={"f64_3x4_a"}, dtype="float64", shape={3,4}, values={{0.7462936664928189,0.2444232909333218,-0.9501311817321318,-0.8547243209589022},{-0.15658954779708614,1.0430884393580093,0.8599796939501264,-0.6307780574568107},{0.39667590128145325,0.5753406543889904,-1.125788691491088,0.703015691441118}}}
+C{name="renorm p1 dim 1", expr="a:renorm(1, 1, 2)", inputs={"f64_2x3x4_a"}, dtype="float64", shape={2,3,4}, values={{{-0.2548134476756016,0.069461077204412,-0.5499769640720684,-0.04200829072309267},{0.22875698942355527,-0.3519153265264578,-0.029105778885646885,0.38595224976876386},{0.04802744393701383,-0.34199762276027434,0.31600474788227506,0.4629898372939053}},{{-0.41731920389388116,0.21206816939596343,0.15458313998541556,0.2997696886248762},{-0.46821817025546825,-0.08647543396190129,-0.16609537454991052,0.28348066460111454},{0.35558780607212165,0.0265206489871972,0.13418656726357983,0.3146853126092802}}}}
+C{name="fill_diagonal_", expr="a:clone():fill_diagonal_(7)", inputs={"f64_3x4_a"}, dtype="float64", shape={3,4}, values={{7.0,0.807,-3.137,-2.822},{-0.248,7.0,1.362,-0.999},{0.988,1.433,7.0,1.751}}}
+C{name="fill_diagonal_ wrap", expr="torch.zeros(7, 3):fill_diagonal_(1, true)", dtype="float32", shape={7,3}, values={{1,0,0},{0,1,0},{0,0,1},{0,0,0},{1,0,0},{0,1,0},{0,0,1}}}
+C{name="fill_diagonal_ cube", expr="torch.zeros(3, 3, 3):fill_diagonal_(2)", dtype="float32", shape={3,3,3}, values={{{2,0,0},{0,0,0},{0,0,0}},{{0,0,0},{0,2,0},{0,0,0}},{{0,0,0},{0,0,0},{0,0,2}}}}
+C{name="masked_scatter", expr="a:masked_scatter(b, c)", inputs={"f64_3x4_a","b_3x4_a","f64_12_c"}, dtype="float64", shape={3,4}, values={{-1.545,0.807,-0.868,-2.822},{-0.81,1.652,1.362,-2.851},{0.43,-2.281,-2.804,1.751}}}
+C{name="masked_scatter broadcast", expr="a:masked_scatter(b, c)", inputs={"f64_3x4_a","b_row","f64_12_c"}, dtype="float64", shape={3,4}, values={{-1.545,0.807,-0.868,-0.81},{-2.851,1.652,0.43,-2.281},{2.09,1.433,1.657,2.089}}}
+C{name="select_scatter", expr="a:select_scatter(b, 1, -1)", inputs={"f64_3x4_a","f64_3_b"}, dtype="float64", shape={3,4}, values={{2.464,0.807,-3.137,0.581},{-0.248,1.652,1.362,0.173},{0.988,1.433,-2.804,2.023}}}
+C{name="slice_scatter", expr="a:slice_scatter(b, 1, 1, 4, 2)", inputs={"f64_3x4_a","f64_3x2_c"}, dtype="float64", shape={3,4}, values={{2.464,-4.39,-3.137,-0.661},{-0.248,-3.173,1.362,2.793},{0.988,2.056,-2.804,-0.256}}}
+C{name="slice_scatter start", expr="a:slice_scatter(b, {start = 2})", inputs={"f64_3x4_a","f64_1x4_c"}, dtype="float64", shape={3,4}, values={{2.464,0.807,-3.137,-2.822},{-0.248,1.652,1.362,-0.999},{-1.417,2.562,1.383,-2.264}}}
+C{name="scatter_reduce sum", expr="a:scatter_reduce(0, b, c, \"sum\")", inputs={"f64_3x4_a","i64_sidx","f64_2x4_c"}, dtype="float64", shape={3,4}, values={{1.758,0.807,0.053999999999999826,-3.6710000000000003},{-0.248,1.6789999999999998,-0.1549999999999998,-0.999},{4.4830000000000005,4.933,-2.804,0.567}}}
+C{name="scatter_reduce sum exclude self", expr="a:scatter_reduce(0, b, c, \"sum\", {include_self = false})", inputs={"f64_3x4_a","i64_sidx","f64_2x4_c"}, dtype="float64", shape={3,4}, values={{-0.706,0.807,3.191,-0.849},{-0.248,0.027,-1.517,-0.999},{3.495,3.5,-2.804,-1.184}}}
+C{name="scatter_reduce mean", expr="a:scatter_reduce(0, b, c, \"mean\")", inputs={"f64_3x4_a","i64_sidx","f64_2x4_c"}, dtype="float64", shape={3,4}, values={{0.879,0.807,0.026999999999999913,-1.8355000000000001},{-0.248,0.8394999999999999,-0.0774999999999999,-0.999},{2.2415000000000003,2.4665,-2.804,0.2835}}}
+C{name="scatter_reduce mean exclude self", expr="a:scatter_reduce(0, b, c, \"mean\", {include_self = false})", inputs={"f64_3x4_a","i64_sidx","f64_2x4_c"}, dtype="float64", shape={3,4}, values={{-0.706,0.807,3.191,-0.849},{-0.248,0.027,-1.517,-0.999},{3.495,3.5,-2.804,-1.184}}}
+C{name="scatter_reduce mean int64", expr="a:scatter_reduce(0, b, c, \"mean\")", inputs={"i64_3x4_a","i64_sidx","i64_2x4_b"}, dtype="int64", shape={3,4}, values={{-4,3,0,5},{2,-5,-7,9},{-4,0,2,-2}}}
 end)() end
 do local C = adder("convert"); (function()
 C{name="float32 -> int64 truncates toward zero", expr="a:to(torch.int64)", inputs={"f32_cast"}, dtype="int64", shape={8}, values={-2,0,0,0,0,2,100,-100}}

@@ -2870,4 +2870,25 @@ function F.embedding_bag(input, weight, offsets, opts)
   return sums / counts:clamp(1):unsqueeze(1)
 end
 
+---------------------------------------------------------------- in-place forms and old names
+
+-- relu_, elu_, leaky_relu_, hardtanh_, threshold_, rrelu_: the activation
+-- written into x, which is returned
+for _, name in ipairs({ "relu", "elu", "leaky_relu", "hardtanh", "threshold", "rrelu", "celu", "selu" }) do
+  local f = F[name]
+  if f then
+    F[name .. "_"] = function(x, ...) return want_tensor(x, name .. "_", "input"):copy_(f(x, ...)) end
+  end
+end
+
+-- upsample (interpolate), upsample_nearest and upsample_bilinear
+-- (align_corners true), PyTorch's deprecated names
+F.upsample = F.interpolate
+function F.upsample_nearest(input, size, scale_factor)
+  return F.interpolate(input, { size = size, scale_factor = scale_factor, mode = "nearest" })
+end
+function F.upsample_bilinear(input, size, scale_factor)
+  return F.interpolate(input, { size = size, scale_factor = scale_factor, mode = "bilinear", align_corners = true })
+end
+
 return F
