@@ -401,4 +401,50 @@ do
   T.is(total, 0 + 4 + 5, "a DataLoader over a ConcatDataset with a SubsetRandomSampler")
 end
 
+T.run("IterableDataset, ChainDataset, StackDataset", function()
+  local Stream = data.IterableDataset:extend("Stream")
+  function Stream:__init(n, sized) self.n, self.sized = n, sized end
+  function Stream:__iter()
+    local n = self.n
+    return coroutine.wrap(function() for i = 1, n do coroutine.yield(torch.tensor({ i, -i }), i * 10) end end)
+  end
+  function Stream:__len()
+    if not self.sized then error("Stream: no length") end
+    return self.n
+  end
+  local got = {}
+  for x, y in data.DataLoader(Stream(5), { batch_size = 2 }):iter() do got[#got + 1] = { T.shape(x), y:tolist() } end
+  T.is(got, { { { 2, 2 }, { 10, 20 } }, { { 2, 2 }, { 30, 40 } }, { { 1, 2 }, { 50 } } },
+       "batches of consecutive samples, the last one shorter")
+  local n = 0
+  for _ in data.DataLoader(Stream(5), { batch_size = 2, drop_last = true }):iter() do n = n + 1 end
+  T.is(n, 2, "drop_last drops the short one")
+  T.is(#data.DataLoader(Stream(5, true), { batch_size = 2 }), 3, "#loader from the dataset's __len")
+  local firsts = {}
+  for x in data.DataLoader(data.ChainDataset({ Stream(2), Stream(3) }), { batch_size = 1 }):iter() do
+    firsts[#firsts + 1] = x[0][0]:item()
+  end
+  T.is(firsts, { 1, 2, 1, 2, 3 }, "ChainDataset: one stream after the other")
+  T.is(#data.ChainDataset({ Stream(2, true), Stream(3, true) }), 5, "ChainDataset's length")
+  local with_collate = data.DataLoader(Stream(3), { batch_size = 3, collate_fn = function(s) return #s end })
+  T.is(with_collate:iter()(), 3, "collate_fn gets the samples")
+  local st = data.StackDataset(data.TensorDataset(torch.arange(3)), data.TensorDataset(torch.arange(3) * 2))
+  T.is(#st, 3, "StackDataset's length")
+  local a, b = st:__getitem(2)
+  T.is({ a:item(), b:item() }, { 2, 4 }, "StackDataset: each dataset's sample")
+  local named = data.StackDataset({ x = data.TensorDataset(torch.arange(3)), y = data.TensorDataset(torch.arange(3) + 5) })
+  T.is(named:__getitem(1).y:item(), 6, "StackDataset by name")
+  T.is(data.get_worker_info(), nil, "get_worker_info: the main process")
+  T.raises(function() data.DataLoader(Stream(3), { shuffle = true }) end,
+           "with an IterableDataset, expected unspecified shuffle option", "shuffle refused")
+  T.raises(function() data.DataLoader(Stream(3), { sampler = { 0, 1 } }) end, "unspecified sampler option", "a sampler refused")
+  T.raises(function() local _ = #data.DataLoader(Stream(3)) end, "no length", "the length of an unsized stream")
+  T.raises(function() data.StackDataset(data.TensorDataset(torch.arange(3)), data.TensorDataset(torch.arange(4))) end,
+           "size mismatch between datasets", "StackDataset of two lengths")
+  T.raises(function() data.ChainDataset({ data.TensorDataset(torch.arange(3)) }) end, "dataset 1 to be iterable",
+           "ChainDataset of a map-style dataset")
+  local Bare = data.IterableDataset:extend("Bare")
+  T.raises(function() data.DataLoader(Bare()):iter() end, "must define __iter", "no __iter")
+end)
+
 T.done_testing()

@@ -405,6 +405,88 @@ function ConcatDataset:__getitem(i)
   return self.datasets[lo]:__getitem(i - (lo > 1 and sizes[lo - 1] or 0))
 end
 
+-- IterableDataset: a stream of samples rather than an indexable set. A
+-- subclass defines __iter(), which returns an iterator function giving one
+-- sample (one value or several) a call and nil at the end (a
+-- coroutine.wrap'd function does); __len() is optional.
+--   local Stream = data.IterableDataset:extend("Stream")
+--   function Stream:__iter() return coroutine.wrap(function() for i = 1, 10 do coroutine.yield(torch.tensor(i)) end end) end
+local IterableDataset = new_class("IterableDataset", nil)
+data.IterableDataset = IterableDataset
+IterableDataset.extend = extend
+function IterableDataset:__iter()
+  raise(class(self).__name .. ": an IterableDataset subclass must define __iter()")
+end
+
+-- ChainDataset(datasets): the iterable datasets one after another.
+local ChainDataset = new_class("ChainDataset", IterableDataset)
+data.ChainDataset = ChainDataset
+function ChainDataset:__init(datasets)
+  if type(datasets) ~= "table" or #datasets == 0 then raise("ChainDataset: expected a non-empty list of datasets") end
+  for i, d in ipairs(datasets) do
+    with_method(d, "__iter", "ChainDataset", string.format("dataset %d to be iterable (with __iter)", i))
+  end
+  self.datasets = datasets
+end
+function ChainDataset:__iter()
+  local datasets, k, it = self.datasets, 0, nil
+  return function()
+    while true do
+      if it == nil then
+        k = k + 1
+        if datasets[k] == nil then return nil end
+        it = datasets[k]:__iter()
+      end
+      local vals = { n = 0, it() }
+      if vals[1] ~= nil then return unpack(vals) end
+      it = nil
+    end
+  end
+end
+function ChainDataset:__len()
+  local n = 0
+  for i, d in ipairs(self.datasets) do n = n + length(d, "dataset " .. i, "ChainDataset") end
+  return n
+end
+
+-- StackDataset(d1, d2, ...) (or {name = d, ...}): sample i is the samples
+-- of every dataset at i, a list (or a table by name); the datasets must
+-- have one length.
+local StackDataset = new_class("StackDataset", Dataset)
+data.StackDataset = StackDataset
+function StackDataset:__init(...)
+  local fn = "StackDataset"
+  local first = ...
+  local named = select("#", ...) == 1 and type(first) == "table" and getmetatable(first) == nil and first[1] == nil
+  self.datasets = named and first or { ... }
+  self.named = named
+  local n
+  for k, d in pairs(self.datasets) do
+    local len = length(as_dataset(d, fn), "dataset " .. tostring(k), fn)
+    if n ~= nil and len ~= n then raise(fn .. ": size mismatch between datasets") end
+    n = len
+  end
+  if n == nil then raise(fn .. ": at least one dataset should be passed") end
+  self.n = n
+end
+function StackDataset:__len() return self.n end
+function StackDataset:__getitem(i)
+  local out = {}
+  if self.named then
+    for k, d in pairs(self.datasets) do out[k] = d:__getitem(i) end
+    return out
+  end
+  for k, d in ipairs(self.datasets) do
+    local vals = { d:__getitem(i) }
+    out[k] = #vals == 1 and vals[1] or vals
+  end
+  return unpack(out)
+end
+
+-- get_worker_info(): nil, as in PyTorch's main process: loading runs in
+-- the calling thread, so an IterableDataset needs no splitting by worker.
+function data.get_worker_info() return nil end
+
 ---------------------------------------------------------------- samplers
 
 -- A sampler yields 0-based sample indices: sampler:iter() is an iterator,
@@ -765,6 +847,23 @@ local loader_options = {
 function DataLoader:__init(dataset, opts)
   local fn = "DataLoader"
   opts = check_options(fn, opts, loader_options)
+  if method_of(dataset, "__iter") and not method_of(dataset, "__getitem") then
+    -- an IterableDataset: batches of consecutive samples, no sampler
+    for _, k in ipairs({ "shuffle", "sampler", "batch_sampler" }) do
+      if opts[k] then
+        raise(string.format("DataLoader: with an IterableDataset, expected unspecified %s option, but got %s=%s", k, k,
+                            tostring(opts[k])))
+      end
+    end
+    self.dataset, self.iterable = dataset, true
+    self.batch_size = check_batch_size(opts.batch_size == nil and 1 or opts.batch_size, fn)
+    self.drop_last = opts.drop_last or false
+    if opts.collate_fn ~= nil and type(opts.collate_fn) ~= "function" then
+      raise("DataLoader: expected collate_fn to be a function, got " .. typename(opts.collate_fn))
+    end
+    self.collate_fn = opts.collate_fn
+    return
+  end
   self.dataset = as_dataset(dataset, fn)
   local shuffle = opts.shuffle
   if shuffle ~= nil and type(shuffle) ~= "boolean" then raise("DataLoader: expected shuffle to be a boolean, got " .. typename(shuffle)) end
@@ -798,7 +897,46 @@ function DataLoader:__init(dataset, opts)
   self.collate_fn = opts.collate_fn
 end
 
-function DataLoader:__len() return length(self.batch_sampler, "the batch sampler", "DataLoader") end
+function DataLoader:__len()
+  if self.iterable then
+    local n = length(self.dataset, "the IterableDataset", "DataLoader")
+    return self.drop_last and math.floor(n / self.batch_size) or math.ceil(n / self.batch_size)
+  end
+  return length(self.batch_sampler, "the batch sampler", "DataLoader")
+end
+
+-- collated(self, samples, width): a batch's values from its samples
+local function collated(self, samples, width)
+  if self.collate_fn then return self.collate_fn(samples) end
+  if width == 0 then raise("DataLoader: __getitem returned no value") end
+  local batch = collate(samples, "")
+  if width == 1 then return batch end
+  return unpack(batch, 1, width)
+end
+
+-- The batches of an IterableDataset: batch_size consecutive samples each,
+-- the last one shorter unless drop_last.
+local function iter_stream(self)
+  local it = self.dataset:__iter()
+  if type(it) ~= "function" then
+    raise("DataLoader: __iter() must return an iterator function, got " .. typename(it))
+  end
+  local done = false
+  return function()
+    if done then return nil end
+    local samples, width = {}, nil
+    while #samples < self.batch_size do
+      local vals = { it() }
+      if vals[1] == nil then done = true; break end
+      local w = #vals
+      width = width or w
+      if w ~= width then raise(string.format("DataLoader: the stream gave %d values for a sample but %d for the first", w, width)) end
+      samples[#samples + 1] = w == 1 and vals[1] or vals
+    end
+    if #samples == 0 or (done and self.drop_last and #samples < self.batch_size) then return nil end
+    return collated(self, samples, width)
+  end
+end
 
 -- The epoch's batches as int64 index tensors.
 local function index_batches(self)
@@ -835,6 +973,7 @@ end
 -- iter(): a fresh pass over the data (reshuffled when shuffling); each call
 -- of the iterator returns the next batch's values.
 function DataLoader:iter()
+  if self.iterable then return iter_stream(self) end
   local batches = index_batches(self)
   local ds, collate_fn = self.dataset, self.collate_fn
   local getitems = collate_fn == nil and ds.__getitems or nil
@@ -842,12 +981,7 @@ function DataLoader:iter()
     local idx = batches()
     if idx == nil then return nil end
     if getitems then return getitems(ds, idx) end
-    local samples, width = fetch(ds, idx)
-    if collate_fn then return collate_fn(samples) end
-    if width == 0 then raise("DataLoader: __getitem returned no value") end
-    local batch = collate(samples, "")
-    if width == 1 then return batch end
-    return unpack(batch, 1, width)
+    return collated(self, fetch(ds, idx))
   end
 end
 
@@ -866,6 +1000,9 @@ function DataLoader:enumerate()
 end
 
 function DataLoader:__repr()
+  if self.iterable then
+    return string.format("DataLoader(%s, batch_size=%s)", tostring(self.dataset), tostring(self.batch_size))
+  end
   return string.format("DataLoader(%s, batch_size=%s, batches=%d)", tostring(self.dataset),
                        tostring(self.batch_size), self:__len())
 end
