@@ -134,7 +134,8 @@ end
 local function eliminate(A, B)
   local n = A:size(-1)
   local M_ = B and torch.cat({ A, B }, -1) or A
-  local swaps = torch.zeros_like(A:narrow(-1, 0, 1):narrow(-2, 0, 1))
+  local swaps = n > 0 and torch.zeros_like(A:narrow(-1, 0, 1):narrow(-2, 0, 1)) or nil
+  if A:numel() == 0 then return A, B, swaps end   -- an empty batch: nothing to eliminate
   local idx = torch.arange(n, { dtype = torch.int64, device = A.device })
   for k = 0, n - 2 do
     -- the row of the largest |entry| of column k at or below the diagonal
@@ -163,6 +164,7 @@ end
 -- The solution of U X = B, U upper triangular, by back substitution.
 local function back_substitute(U, B)
   local n = U:size(-1)
+  if U:numel() == 0 or B:numel() == 0 then return B:clone() end
   local xs = {}
   for k = n - 1, 0, -1 do
     local rhs = row(B, k)
@@ -220,13 +222,22 @@ end
 -- det(A), slogdet(A) (sign, log|det|), logdet(A): through the pivots.
 function M.det(A)
   local n = want_square("linalg.det", A)
-  if n == 0 then return torch.ones(A:size(), { dtype = A.dtype }):sum({ -2, -1 }) end
+  if n == 0 or A:numel() == 0 then
+    local shape = A:size()
+    shape[#shape], shape[#shape - 1] = nil, nil
+    return torch.ones(shape, { dtype = A.dtype, device = A.device })
+  end
   local U, _, swaps = eliminate(A)
   local sign = 1 - (swaps:remainder(2)) * 2
   return U:diagonal(0, -2, -1):prod(-1) * sign:squeeze(-1):squeeze(-1)
 end
 function M.slogdet(A)
-  want_square("linalg.slogdet", A)
+  local n = want_square("linalg.slogdet", A)
+  if n == 0 or A:numel() == 0 then
+    local shape = A:size()
+    shape[#shape], shape[#shape - 1] = nil, nil
+    return torch.ones(shape, { dtype = A.dtype, device = A.device }), torch.zeros(shape, { dtype = A.dtype, device = A.device })
+  end
   local U, _, swaps = eliminate(A)
   local d = U:diagonal(0, -2, -1)
   local sign = (1 - swaps:remainder(2) * 2):squeeze(-1):squeeze(-1) * d:sign():prod(-1)
@@ -244,6 +255,7 @@ end
 function M.cholesky(A, opts)
   local fn = "linalg.cholesky"
   local n = want_square(fn, A)
+  if A:numel() == 0 then return A:clone() end
   local cols = {}
   for j = 0, n - 1 do
     local rows = A:narrow(-2, j, n - j):narrow(-1, j, 1)              -- (..., n - j, 1)
@@ -285,6 +297,14 @@ function M.qr(A, mode)
   if A:dim() < 2 then raise(fn .. ": expected a tensor of at least 2 dims") end
   local m, n = A:size(-2), A:size(-1)
   local kmax = math.min(m, n)
+  if A:numel() == 0 then   -- an empty batch or empty matrices: no reflections
+    local qshape, rshape = A:size(), A:size()
+    qshape[#qshape] = mode == "complete" and m or kmax
+    rshape[#rshape - 1] = mode == "complete" and m or kmax
+    local R0 = torch.zeros(rshape, { dtype = A.dtype, device = A.device })
+    if mode == "r" then return nil, R0 end
+    return torch.eye(m, qshape[#qshape], { dtype = A.dtype, device = A.device }):expand(qshape):contiguous(), R0
+  end
   local R = A
   local vs = {}
   for k = 0, kmax - 1 do

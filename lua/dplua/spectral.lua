@@ -26,11 +26,7 @@ end
 local function host_matrices(A)
   local n, m = A:size(-2), A:size(-1)
   local flat = A:detach():double():cpu():contiguous():reshape(-1):tolist()
-  local count = n * m == 0 and 0 or #flat / (n * m)
-  if n * m == 0 then
-    count = 1
-    for i = 1, A:dim() - 2 do count = count * A:size(i - 1) end
-  end
+  local count = #flat / (n * m)   -- (the callers take empty matrices apart)
   local out = {}
   for b = 0, count - 1 do
     local a = {}
@@ -90,7 +86,22 @@ end
 
 -- The eigenvalues (..., n) and eigenvectors (..., n, n) of A's lower
 -- (uplo "L") or upper triangle, reflected, as tensors like A.
+-- identity matrices (rows x cols) for every batch entry of A, and zeros
+-- (..., k): the factors of empty matrices, made without a loop over a
+-- batch that may be large
+local function eyes(A, rows, cols)
+  local shape = A:size()
+  shape[#shape - 1], shape[#shape] = rows, cols
+  return torch.eye(rows, cols, { dtype = A.dtype, device = A.device }):expand(shape):contiguous()
+end
+local function empty_values(A, k)
+  local shape = A:size()
+  shape[#shape], shape[#shape - 1] = nil, k
+  return torch.zeros(shape, { dtype = A.dtype, device = A.device })
+end
+
 local function eigh_values(A, uplo)
+  if A:numel() == 0 then return empty_values(A, A:size(-1)), eyes(A, A:size(-1), A:size(-1)) end
   local mats, n = host_matrices(A)
   local vals, vecs = {}, {}
   for _, a in ipairs(mats) do
@@ -239,8 +250,12 @@ end
 
 -- U (..., m, k or m), S (..., k), Vh (..., k or n, n) of A, k = min(m, n).
 local function svd_values(A, full_matrices)
-  local mats, m, n = host_matrices(A)
+  local m, n = A:size(-2), A:size(-1)
   local k = math.min(m, n)
+  if A:numel() == 0 then
+    return eyes(A, m, full_matrices and m or k), empty_values(A, k), eyes(A, full_matrices and n or k, n)
+  end
+  local mats = host_matrices(A)
   local tall = m >= n
   local ucols, vrows = full_matrices and m or k, full_matrices and n or k
   local Us, Ss, Vhs = {}, {}, {}
