@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Writes tests/ref/autograd.lua: PyTorch's results for custom
 autograd.Functions, torch.autograd.grad, tensor hooks, module hooks and
-the state_dict names of ParameterList and ParameterDict, for
+the state_dict names of ParameterList and ParameterDict, and
+torch.autograd.functional's jacobian, vjp and jvp, for
 tests/lua/test_autograd_ext.lua. Inputs are fixed formulas (no RNG), so
 the test rebuilds them.
 
@@ -192,5 +193,21 @@ def state_dict_names():
 
 
 cases["state_dict_names"] = state_dict_names()
+
+
+def functional_cases():
+    """torch.autograd.functional on x_of() (2, 3) and w_of() (3, 2), float64."""
+    AF = torch.autograd.functional
+    x = torch.tensor([0.3 * i - 0.7 for i in range(6)], dtype=torch.float64).reshape(2, 3)
+    w = torch.tensor([math.sin(i + 1) for i in range(6)], dtype=torch.float64).reshape(3, 2)
+    f = lambda a, b: (a @ b).tanh()
+    J = AF.jacobian(f, (x, w))
+    y, g = AF.vjp(lambda a: a.sin() * a, x, torch.cos(torch.arange(6, dtype=torch.float64)).reshape(2, 3))
+    y2, jv = AF.jvp(lambda a, b: (a @ b).exp(), (x, w), (torch.ones(2, 3, dtype=torch.float64) * 0.5, w.cos()))
+    return {"jacobian_x": J[0], "jacobian_w": J[1], "jacobian_single": AF.jacobian(lambda a: a.square().sum(1), x),
+            "vjp_y": y, "vjp": g, "jvp_y": y2, "jvp": jv}
+
+
+cases["functional"] = functional_cases()
 
 print_cases("gen_autograd_ref.py", cases, lua)

@@ -629,4 +629,12 @@ function A._relu_backwards_folded()
   return tonumber(require("ffi").C.dp_relu_backwards_folded())
 end
 
+-- torch.autograd.functional (jacobian, vjp, jvp) loads on first use
+setmetatable(A, { __index = function(t, k)
+  if k ~= "functional" then return nil end
+  local f = require("dplua.autograd_functional")
+  rawset(t, k, f)
+  return f
+end })
+
 return A

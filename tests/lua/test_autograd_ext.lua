@@ -513,6 +513,33 @@ T.run("ParameterList and ParameterDict: registered, named as PyTorch", function(
   close(h2.pdict.beta, { 0, 0, 0, 0 }, "load_state_dict")
 end)
 
+---------------------------------------------------------------- autograd.functional
+
+T.run("autograd.functional: jacobian, vjp, jvp against PyTorch", function()
+  local AF = torch.autograd.functional
+  local r = R.functional
+  local x, w = x_of():detach(), w_of():detach()
+  local J = AF.jacobian(function(a, b) return a:matmul(b):tanh() end, { x, w })
+  T.is(T.shape(J[1]), { 2, 2, 2, 3 }, "one Jacobian per input: the output's shape then the input's")
+  T.is(T.shape(J[2]), { 2, 2, 3, 2 }, "and for w")
+  close(J[1], r.jacobian_x, "d tanh(x w) / dx")
+  close(J[2], r.jacobian_w, "d tanh(x w) / dw")
+  close(AF.jacobian(function(a) return a:square():sum(1) end, x), r.jacobian_single, "one input, one output: a tensor")
+  local weights = torch.arange(0, 6, f64):cos():reshape(2, 3)
+  local y, g = AF.vjp(function(a) return a:sin() * a end, x, weights)
+  close(y, r.vjp_y, "vjp: the outputs")
+  close(g, r.vjp, "vjp: v^T J")
+  local y2, jv = AF.jvp(function(a, b) return a:matmul(b):exp() end, { x, w }, { torch.ones(2, 3, f64) * 0.5, w:cos() })
+  close(y2, r.jvp_y, "jvp: the outputs")
+  close(jv, r.jvp, "jvp: J v")
+  T.ok(not g.requires_grad and not y.requires_grad, "results need no gradient")
+  T.raises(function() AF.hessian(function(a) return a:sum() end, x) end, "need create_graph", "hessian says why")
+  T.raises(function() AF.vjp(function(a) return a * 2 end, x) end, "v is needed for output 1", "vjp without v")
+  T.raises(function() AF.jacobian(function(a) return a end, { torch.ones(2, { dtype = torch.int64 }) }) end,
+           "expected inputs%[1%] to be floating point", "integer inputs")
+  T.raises(function() AF.jacobian(function() return 3 end, x) end, "func's output 1 is a number", "a non-tensor output")
+end)
+
 ---------------------------------------------------------------- no Lua in a plain backward
 
 T.run("without hooks or Functions a backward runs no Lua", function()
