@@ -1246,6 +1246,41 @@ L.ModuleDict.len = L.Sequential.len
 function L.ModuleDict:contains(name) return self._modules.map[name] ~= nil end
 function L.ModuleDict:forward() raise("ModuleDict has no forward: call its modules by name instead") end
 
+---------------------------------------------------------------- lazy modules
+
+-- LazyLinear(out_features [, opts]), LazyConv1d/2d/3d(out_channels,
+-- kernel_size [, ...]), LazyConvTranspose1d/2d/3d, LazyBatchNorm1d/2d/3d([eps,
+-- ...]): the base module's arguments without the first, which the first
+-- input gives (Linear: its last dim; the others: its channel dim). On that
+-- first call the module becomes the base class (a LazyLinear a Linear), its
+-- parameters made and initialised as the base's; so, as in PyTorch, an
+-- optimizer is built after one forward.
+local function lazy(name, base, in_size)
+  local cls = Module:extend(name)
+  function cls:__init(...)
+    rawset(self, "_lazy_args", { n = select("#", ...), ... })
+  end
+  function cls:forward(x, ...)
+    if not torch.is_tensor(x) then raise(string.format("%s: expected the input to be a tensor, got %s", name, typename(x))) end
+    local n_in = in_size(x)
+    local args = rawget(self, "_lazy_args")
+    rawset(self, "_lazy_args", nil)
+    setmetatable(self, rawget(base, "__instance_mt"))
+    base.__init(self, n_in, unpack(args, 1, args.n))
+    return self(x, ...)
+  end
+  function cls:has_uninitialized_params() return rawget(self, "_lazy_args") ~= nil end
+  function cls:extra_repr() return "uninitialized" end
+  L[name] = cls
+end
+lazy("LazyLinear", L.Linear, function(x) return x:size(-1) end)
+for nd = 1, 3 do
+  local function channels(x) return x:dim() == nd + 2 and x:size(1) or x:size(0) end
+  lazy("LazyConv" .. nd .. "d", L["Conv" .. nd .. "d"], channels)
+  lazy("LazyConvTranspose" .. nd .. "d", L["ConvTranspose" .. nd .. "d"], channels)
+  lazy("LazyBatchNorm" .. nd .. "d", L["BatchNorm" .. nd .. "d"], function(x) return x:size(1) end)
+end
+
 -- The construction helpers, for the other files of dplua.nn (names with
 -- "_" are not layers: dplua/nn/init.lua leaves them out of nn).
 L._check_opts, L._want_int, L._make = check_opts, want_int, make
