@@ -124,6 +124,10 @@ DP_API dp_status dp_squeeze(dp_tensor **out, dp_tensor *t, int dim);   /* DP_ALL
 DP_API dp_status dp_unsqueeze(dp_tensor **out, dp_tensor *t, int dim);
 DP_API dp_status dp_contiguous(dp_tensor **out, dp_tensor *t);         /* t itself (retained) when already contiguous */
 DP_API dp_status dp_alias(dp_tensor **out, dp_tensor *t);              /* a new handle on the same view (detach) */
+/* t takes view's shape, strides and offset (t:unsqueeze_() and the other
+ * in-place view changes): view must be a view of t's storage, and t may
+ * not require grad (its autograd history would no longer match its shape). */
+DP_API dp_status dp_set_view(dp_tensor *t, dp_tensor *view);
 
 /* math: new results */
 DP_API dp_status dp_unary(dp_tensor **out, dp_unop op, dp_tensor *a);

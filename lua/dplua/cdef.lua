@@ -107,6 +107,10 @@ dp_status dp_squeeze(dp_tensor **out, dp_tensor *t, int dim);   /* DP_ALL_DIMS: 
 dp_status dp_unsqueeze(dp_tensor **out, dp_tensor *t, int dim);
 dp_status dp_contiguous(dp_tensor **out, dp_tensor *t);         /* t itself (retained) when already contiguous */
 dp_status dp_alias(dp_tensor **out, dp_tensor *t);              /* a new handle on the same view (detach) */
+/* t takes view's shape, strides and offset (t:unsqueeze_() and the other
+ * in-place view changes): view must be a view of t's storage, and t may
+ * not require grad (its autograd history would no longer match its shape). */
+dp_status dp_set_view(dp_tensor *t, dp_tensor *view);
 
 /* math: new results */
 dp_status dp_unary(dp_tensor **out, dp_unop op, dp_tensor *a);

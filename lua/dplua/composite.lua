@@ -1720,6 +1720,17 @@ function methods.random_(t, from, to)
                                { dtype = torch.float64, device = t.device }))
 end
 
+-- The in-place view changes: t takes the view's shape and strides (a
+-- tensor that requires grad refuses, see dp_set_view)
+local C = B.C
+for _, name in ipairs({ "unsqueeze", "squeeze", "t", "transpose", "swapdims", "swapaxes" }) do
+  methods[name .. "_"] = function(t, ...)
+    local v = t[name](t, ...)
+    B.check(C.dp_set_view(t.p, v.p))
+    return t
+  end
+end
+
 -- The matrix functions as methods
 for _, name in ipairs({ "det", "logdet", "slogdet", "inverse", "pinverse", "matrix_power", "matrix_exp", "cholesky",
                         "qr", "svd" }) do

@@ -714,6 +714,22 @@ dp_status dp_alias(dp_tensor **out, dp_tensor *t)
     return tensor_view_of(out, t, t->ndim, t->shape, t->stride, t->offset);
 }
 
+dp_status dp_set_view(dp_tensor *t, dp_tensor *view)
+{
+    if (view->storage != t->storage)
+        return dp_fail(DP_ERR_ARG, "set_view: the view does not share the tensor's storage");
+    if (t->requires_grad)
+        return dp_fail(DP_ERR_ARG, "an in-place view change (unsqueeze_, squeeze_, t_, transpose_) of a tensor "
+                       "that requires grad is not supported: use the out-of-place form");
+    t->ndim = view->ndim;
+    for (int i = 0; i < view->ndim; i++) {
+        t->shape[i] = view->shape[i];
+        t->stride[i] = view->stride[i];
+    }
+    t->offset = view->offset;
+    return DP_OK;
+}
+
 dp_status dp_contiguous(dp_tensor **out, dp_tensor *t)
 {
     if (tensor_is_contiguous(t)) {

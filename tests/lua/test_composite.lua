@@ -116,6 +116,17 @@ T.run("the other methods: random fills, in-place forms, retain_grad, dtypes dplu
   T.ok(not torch.ones(1):is_complex() and torch.ones(1):is_signed() and not torch.ones(1, { dtype = torch.uint8 }):is_signed(),
        "is_complex, is_signed")
   T.is(torch.ones(1):get_device(), -1, "get_device of a CPU tensor")
+  local v = torch.arange(6):reshape(2, 3)
+  local same = v
+  v:unsqueeze_(0)
+  T.is(T.shape(v), { 1, 2, 3 }, "unsqueeze_ changes the tensor itself")
+  v:squeeze_(0):t_()
+  T.ok(rawequal(v, same), "the same object")
+  T.is(v:tolist(), { { 0, 3 }, { 1, 4 }, { 2, 5 } }, "squeeze_ then t_: the transposed values")
+  v:transpose_(0, 1)
+  T.is(v:tolist(), { { 0, 1, 2 }, { 3, 4, 5 } }, "transpose_ back")
+  T.raises(function() torch.ones(2, { requires_grad = true }):unsqueeze_(0) end, "requires grad is not supported",
+           "an in-place view change under autograd")
 end)
 
 T.run("bad input names the problem", function()
