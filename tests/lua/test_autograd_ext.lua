@@ -513,6 +513,35 @@ T.run("ParameterList and ParameterDict: registered, named as PyTorch", function(
   close(h2.pdict.beta, { 0, 0, 0, 0 }, "load_state_dict")
 end)
 
+T.run("register_full_backward_pre_hook", function()
+  local function grads(with_hook)
+    local m = linear()
+    local seen
+    local h
+    if with_hook then
+      h = m:register_full_backward_pre_hook(function(_, go)
+        seen = go[1]:clone()
+        return { go[1] * 2 }
+      end)
+    end
+    local x = x_of()
+    ;(m(x) * torch.arange(0, 4, f64):reshape(2, 2)):sum():backward()
+    return x.grad, m.weight.grad, seen, h, m
+  end
+  local gx, gw = grads(false)
+  local hx, hw, seen, h, m = grads(true)
+  close(seen, { 0, 1, 2, 3 }, "the hook sees the gradient of the output")
+  close(hx, (gx * 2):reshape(-1):tolist(), "a doubled grad_output doubles the input's gradient")
+  close(hw, (gw * 2):reshape(-1):tolist(), "and the weight's")
+  h:remove()
+  T.is(rawget(m, "_hooks"), nil, "removed: the module is called straight again")
+  T.raises(function()
+    local m2 = linear()
+    m2:register_full_backward_pre_hook(function() return 3 end)
+    m2(x_of()):sum():backward()
+  end, "a hook returned number", "a hook returning a number")
+end)
+
 ---------------------------------------------------------------- autograd.functional
 
 T.run("autograd.functional: jacobian, vjp, jvp against PyTorch", function()

@@ -626,4 +626,12 @@ T.run("lazy modules take their input size from the first call", function()
   T.raises(function() nn.LazyLinear(3)("x") end, "LazyLinear: expected the input to be a tensor", "a bad input")
 end)
 
+T.run("get_buffer, type, half", function()
+  local m = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+  T.ok(rawequal(m:get_buffer("1.running_var"), m[1].running_var), "get_buffer by dotted path")
+  T.raises(function() m:get_buffer("1.running_std") end, "BatchNorm1d has no buffer `running_std`", "a missing buffer")
+  T.is(m:type(torch.float64)[0].weight.dtype, torch.float64, "type(dtype) is to(dtype)")
+  T.raises(function() m:half() end, "float16 is not a dplua dtype", "half says why")
+end)
+
 T.done_testing()

@@ -398,14 +398,17 @@ function Module:get_submodule(target)
   return m
 end
 
-function Module:get_parameter(target)
+-- get_parameter(target), get_buffer(target): by dotted path ("0.weight")
+local function get_entry(self, target, kind, fn)
   local mod_path, name = tostring(target):match("^(.*)%.([^.]+)$")
   if not mod_path then mod_path, name = "", target end
   local m = self:get_submodule(mod_path)
-  local p = m._parameters.map[name]
-  if p == nil then raise(string.format("get_parameter: %s has no parameter `%s`", m:_get_name(), name)) end
-  return p
+  local v = m["_" .. kind .. "s"].map[name]
+  if v == nil then raise(string.format("%s: %s has no %s `%s`", fn, m:_get_name(), kind, name)) end
+  return v
 end
+function Module:get_parameter(target) return get_entry(self, target, "parameter", "get_parameter") end
+function Module:get_buffer(target) return get_entry(self, target, "buffer", "get_buffer") end
 
 ---------------------------------------------------------------- modes and grads
 
@@ -456,11 +459,13 @@ end
 local function add_hook(self, which, fn)
   local h = rawget(self, "_hooks")
   if h == nil then
-    h = { pre = {}, forward = {}, backward = {} }
+    h = { pre = {}, forward = {}, backward = {}, backward_pre = {} }
     rawset(self, "_hooks", h)
   end
   return require("dplua.autograd")._handle(h[which], { fn = fn }, function()
-    if #h.pre + #h.forward + #h.backward == 0 and rawget(self, "_hooks") == h then rawset(self, "_hooks", nil) end
+    if #h.pre + #h.forward + #h.backward + #h.backward_pre == 0 and rawget(self, "_hooks") == h then
+      rawset(self, "_hooks", nil)
+    end
   end)
 end
 
@@ -495,6 +500,14 @@ end
 function Module:register_full_backward_hook(fn)
   check_hook(fn, "register_full_backward_hook")
   return add_hook(self, "backward", fn)
+end
+
+-- register_full_backward_pre_hook(fn): fn(module, grad_output) runs when
+-- the gradients with respect to the module's tensor results arrive, before
+-- the module's backward; a list it returns replaces grad_output.
+function Module:register_full_backward_pre_hook(fn)
+  check_hook(fn, "register_full_backward_pre_hook")
+  return add_hook(self, "backward_pre", fn)
 end
 
 local function pack(...) return { n = select("#", ...), ... } end
@@ -540,11 +553,22 @@ local function backward_hook_functions()
   end
   function hook_out.backward(ctx, ...)
     local state = ctx.state
-    state.grad_output = pack(...)
+    local grad_output = pack(...)
+    for _, h in ipairs({ unpack(state.pre_hooks) }) do
+      local r = h.fn(state.module, grad_output)
+      if r ~= nil then
+        if type(r) ~= "table" or is_tensor(r) then
+          raise("register_full_backward_pre_hook: a hook returned " .. type(r) .. "; expected nil or a list of "
+                .. "gradients (one per tensor result)")
+        end
+        grad_output = { n = grad_output.n, unpack(r, 1, grad_output.n) }
+      end
+    end
+    state.grad_output = grad_output
     if state.ninputs_needing_grad == 0 then   -- no hook_in node will run: call the hooks here
       call_backward_hooks(state, { n = state.ninputs })
     end
-    return nil, ...
+    return nil, unpack(grad_output, 1, grad_output.n)
   end
 end
 
@@ -577,9 +601,9 @@ function M._call_with_hooks(self, ...)
     end
   end
   local state
-  if #hooks.backward > 0 and torch.is_grad_enabled() then
+  if #hooks.backward + #hooks.backward_pre > 0 and torch.is_grad_enabled() then
     if hook_in == nil then backward_hook_functions() end
-    state = { module = self, hooks = hooks.backward, grad_output = {} }
+    state = { module = self, hooks = hooks.backward, pre_hooks = hooks.backward_pre, grad_output = {} }
     local need = 0
     for i = 1, args.n do
       if is_tensor(args[i]) and args[i].requires_grad then need = need + 1 end
@@ -805,6 +829,8 @@ end
 function Module:float() return self:to(torch.float32) end
 function Module:double() return self:to(torch.float64) end
 function Module:bfloat16() return self:to(torch.bfloat16) end
+function Module:type(dst_type) return self:to(dst_type) end
+function Module:half() raise("half: float16 is not a dplua dtype; bfloat16() and torch.autocast give half-width floats") end
 function Module:cpu() return self:to("cpu") end
 function Module:cuda(index) return self:to(index and ("cuda:" .. index) or "cuda") end
 
