@@ -60,4 +60,13 @@ for name, (conv, ws, use_bias, o) in CONV.items():
     cases[name] = run(lambda x, conv=conv, w=w, b=b, o=o: conv(x, w, b, **o), params)
 for name, f in POOL.items():
     cases[name] = run(f)
+# the indices of max_pool3d; max_unpool3d of its output (the gradient of
+# the unpooled output weighted by cos of its flat index)
+x = filled(X, lambda k: math.sin(1 + 0.3 * k))
+c = run(lambda x: F.max_unpool3d(*F.max_pool3d(x, 3, stride=2, padding=1, return_indices=True), 3, stride=2,
+                                 padding=1, output_size=X[2:]))
+c["indices"] = F.max_pool3d(x, 3, stride=2, padding=1, return_indices=True)[1].reshape(-1).tolist()
+cases["unpool_k3_s2_p1"] = c
+_, idx = F.max_pool3d(x, (2, 3, 2), stride=(1, 2, 2), dilation=(2, 1, 2), ceil_mode=True, return_indices=True)
+cases["indices_dilation_ceil"] = {"indices": idx.reshape(-1).tolist()}
 print_cases("gen_volume_ref.py", cases, lua)

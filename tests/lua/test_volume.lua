@@ -92,6 +92,23 @@ T.run("modules, unbatched input, float32", function()
        "gradcheck of avg_pool3d")
 end)
 
+T.run("max_pool3d's indices and max_unpool3d against PyTorch", function()
+  local x = filled(X, function(k) return math.sin(1 + 0.3 * k) end)
+  local _, idx = F.max_pool3d(x, 3, { stride = 2, padding = 1, return_indices = true })
+  T.is(idx:reshape(-1):tolist(), ref.unpool_k3_s2_p1.indices, "indices with padding")
+  local _, idx2 = nn.MaxPool3d({ 2, 3, 2 }, { stride = { 1, 2, 2 }, dilation = { 2, 1, 2 }, ceil_mode = true,
+                                              return_indices = true })(x)
+  T.is(idx2:reshape(-1):tolist(), ref.indices_dilation_ceil.indices, "indices with dilation and ceil_mode")
+  local xg = x:clone():requires_grad_()
+  local y, i = F.max_pool3d(xg, 3, { stride = 2, padding = 1, return_indices = true })
+  check("unpool_k3_s2_p1", nn.MaxUnpool3d(3, 2, 1)(y, i, { 5, 6, 7 }), xg)
+  local unbatched = F.max_unpool3d(y[0], i[0], 3, { stride = 2, padding = 1, output_size = { 5, 6, 7 } })
+  T.tensor_close(unbatched, F.max_unpool3d(y, i, 3, 2, 1, { 5, 6, 7 })[0], 0, 0, "an unbatched input")
+  T.raises(function() F.max_unpool3d(y, i:narrow(0, 0, 1), 3) end, "expected int64 indices of the input's shape",
+           "indices of another shape")
+  T.raises(function() F.max_unpool3d(y, i, 3, 2, 1, { 9, 6, 7 }) end, "invalid output_size %(9, 6, 7%)", "a bad output_size")
+end)
+
 T.run("errors", function()
   local x = torch.randn(1, 3, 4, 4, 4)
   T.raises(function() F.conv3d(torch.randn(3, 4, 4), torch.randn(2, 3, 1, 1, 1)) end,
@@ -99,8 +116,6 @@ T.run("errors", function()
   T.raises(function() F.conv3d(x, torch.randn(2, 3, 3, 3)) end, "expected weight of shape %(out_channels", "a 4-D weight")
   T.raises(function() F.conv3d(x, torch.randn(2, 2, 1, 1, 1)) end, "to have 2 channels, but got 3", "channels")
   T.raises(function() F.conv3d(x, torch.randn(2, 3, 5, 1, 1)) end, "too small for a kernel depth of 5", "depth")
-  T.raises(function() F.max_pool3d(x, 2, { return_indices = true }) end, "return_indices is not supported for 3%-D",
-           "indices")
   T.raises(function() F.max_pool3d(x, 2, 2, 2) end, "pad should be at most half", "too much padding")
   T.raises(function() F.avg_pool3d(x, 2, { divisor_override = 0 }) end, "divisor must be not zero", "a zero divisor")
   T.raises(function() F.conv_transpose3d(x, torch.randn(3, 2, 2, 2, 2), nil, { output_padding = 1 }) end,

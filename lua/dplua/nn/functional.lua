@@ -1604,50 +1604,60 @@ local function unpool_args(stride, padding, output_size)
   return stride, padding, output_size
 end
 
+-- The unpool of x (N, C, spatial...) with its pool's indices (flat
+-- positions in each output plane or volume): zeros of (in - 1) stride -
+-- 2 padding + kernel per spatial dim (or output_size: its last nd numbers,
+-- within a stride of that) with each value written at its index.
+local function unpool(fn, x, batched, input, indices, k, s, p, output_size)
+  local nd = #k
+  if indices.dtype ~= torch.int64 or shape_str(indices) ~= shape_str(input) then
+    raise(string.format("%s: expected int64 indices of the input's shape %s, got %s %s", fn, shape_str(input),
+                        indices.dtype.name, shape_str(indices)))
+  end
+  local N, C = x:size(0), x:size(1)
+  local size = {}
+  for a = 1, nd do size[a] = (x:size(a + 1) - 1) * s[a] - 2 * p[a] + k[a] end
+  if output_size ~= nil then
+    local want = output_size
+    if type(want) ~= "table" or (#want ~= nd and #want ~= nd + 2) then
+      raise(string.format("%s: expected output_size to be a list of %d or %d numbers, got %s", fn, nd, nd + 2, typename(want)))
+    end
+    local picked = {}
+    for a = 1, nd do picked[a] = want[#want - nd + a] end
+    for a = 1, nd do
+      if not (picked[a] > size[a] - s[a] and picked[a] < size[a] + s[a]) then
+        raise(string.format("%s: invalid output_size (%s): dim %d must be between %d and %d", fn, table.concat(picked, ", "),
+                            a - 1, size[a] - s[a] + 1, size[a] + s[a] - 1))
+      end
+    end
+    size = picked
+  end
+  local total = 1
+  for a = 1, nd do total = total * size[a] end
+  -- (on a GPU the scatter's kernel reports a bad index at the next synchronisation)
+  if not x.is_cuda and indices:numel() > 0 then
+    local lo, hi = indices:min():item(), indices:max():item()
+    if lo < 0 or hi >= total then
+      raise(string.format("%s: index %d is out of bounds for an output of %s (a pool of an input of another "
+                          .. "size needs output_size)", fn, lo < 0 and lo or hi, table.concat(size, " x ")))
+    end
+  end
+  local flat = torch.zeros(N, C, total, { dtype = x.dtype, device = x.device })
+  local out = flat:scatter(2, (batched and indices or indices:unsqueeze(0)):reshape(N, C, -1), x:reshape(N, C, -1))
+  out = out:view(N, C, unpack(size))
+  return batched and out or out:squeeze(0)
+end
+
 -- max_unpool2d(input, indices, kernel_size [, stride=kernel_size,
 -- padding=0, output_size]) or with {stride=, padding=, output_size=}:
--- max_pool2d's inverse as PyTorch's: zeros of (H - 1) stride - 2 padding
--- + kernel (or output_size: the last two of 2 or 4 numbers, within a
--- stride of that) with each input value written at its index.
+-- max_pool2d's inverse as PyTorch's (output_size: 2 or 4 numbers).
 function F.max_unpool2d(input, indices, kernel_size, stride, padding, output_size)
   local fn = "max_unpool2d"
   stride, padding, output_size = unpool_args(stride, padding, output_size)
   local x, batched = pool_input(input, fn)
   want_tensor(indices, fn, "indices")
-  if indices.dtype ~= torch.int64 or shape_str(indices) ~= shape_str(input) then
-    raise(string.format("%s: expected int64 indices of the input's shape %s, got %s %s", fn, shape_str(input),
-                        indices.dtype.name, shape_str(indices)))
-  end
-  local k, s, p = pair(kernel_size, fn, "kernel_size"), pair(stride or kernel_size, fn, "stride"),
-                  pair(padding or 0, fn, "padding")
-  local N, C = x:size(0), x:size(1)
-  local size = { (x:size(2) - 1) * s[1] - 2 * p[1] + k[1], (x:size(3) - 1) * s[2] - 2 * p[2] + k[2] }
-  if output_size ~= nil then
-    local want = output_size
-    if type(want) ~= "table" or (#want ~= 2 and #want ~= 4) then
-      raise(string.format("%s: expected output_size to be a list of 2 or 4 numbers, got %s", fn, typename(want)))
-    end
-    want = { want[#want - 1], want[#want] }
-    for a = 1, 2 do
-      if not (want[a] > size[a] - s[a] and want[a] < size[a] + s[a]) then
-        raise(string.format("%s: invalid output_size (%d, %d): dim %d must be between %d and %d", fn, want[1], want[2],
-                            a - 1, size[a] - s[a] + 1, size[a] + s[a] - 1))
-      end
-    end
-    size = want
-  end
-  -- (on a GPU the scatter's kernel reports a bad index at the next synchronisation)
-  if not x.is_cuda and indices:numel() > 0 then
-    local lo, hi = indices:min():item(), indices:max():item()
-    if lo < 0 or hi >= size[1] * size[2] then
-      raise(string.format("%s: index %d is out of bounds for an output of %d x %d (a pool of an input of another "
-                          .. "size needs output_size)", fn, lo < 0 and lo or hi, size[1], size[2]))
-    end
-  end
-  local flat = torch.zeros(N, C, size[1] * size[2], { dtype = x.dtype, device = x.device })
-  local out = flat:scatter(2, (batched and indices or indices:unsqueeze(0)):reshape(N, C, -1), x:reshape(N, C, -1))
-  out = out:view(N, C, size[1], size[2])
-  return batched and out or out:squeeze(0)
+  return unpool(fn, x, batched, input, indices, pair(kernel_size, fn, "kernel_size"), pair(stride or kernel_size, fn, "stride"),
+                pair(padding or 0, fn, "padding"), output_size)
 end
 
 ---------------------------------------------------------------- 3-D convolution and pooling
@@ -1818,17 +1828,54 @@ function F.max_pool3d(input, kernel_size, stride, padding, dilation, ceil_mode, 
   local fn = "max_pool3d"
   stride, padding, dilation, ceil_mode, return_indices =
     max_pool_args(stride, padding, dilation, ceil_mode, return_indices)
-  if return_indices then raise(fn .. ": return_indices is not supported for 3-D pooling (max_pool2d has it)") end
   local x, batched = volume_input(input, fn)
   local k = triple(kernel_size, fn, "kernel_size")
   local s, p = triple(stride or kernel_size, fn, "stride"), triple(padding or 0, fn, "padding")
   local d = triple(dilation or 1, fn, "dilation")
+  local H, W = x:size(3), x:size(4)
   local sizes
   x, sizes = pool3d_window(x, fn, k, s, p, d, ceil_mode, -math.huge, -math.huge)
+  if return_indices then
+    -- each depth slice's max_pool2d with its positions in the padded
+    -- slice, the first largest over the kernel's depth taps, and the
+    -- winner's (depth, row, column) turned into a flat index of the input
+    local N, C, Dp, Hp, Wp = x:size(0), x:size(1), x:size(2), x:size(3), x:size(4)
+    local y, yi = F.max_pool2d(x:reshape(N, C * Dp, Hp, Wp), { k[2], k[3] }, { s[2], s[3] }, 0, { d[2], d[3] }, false, true)
+    y = y:view(N, C, Dp, sizes[2], sizes[3]):transpose(1, 2)
+    yi = yi:view(N, C, Dp, sizes[2], sizes[3]):transpose(1, 2)
+    local best, best_i, best_z
+    for tap = 0, k[1] - 1 do
+      local v, vi = depth_taps(y, tap, d[1], s[1], sizes[1]), depth_taps(yi, tap, d[1], s[1], sizes[1])
+      local z = (torch.arange(0, sizes[1], { dtype = torch.int64, device = x.device }) * s[1] + tap * d[1]):view(1, -1, 1, 1, 1)
+      if best == nil then
+        best, best_i, best_z = v, vi, z:expand(v:size())
+      else
+        local take = v:gt(best):logical_or(v:ne(v):logical_and(best:eq(best)))   -- (NaN wins, as PyTorch's)
+        best, best_i, best_z = torch.where(take, v, best), torch.where(take, vi, best_i), torch.where(take, z, best_z)
+      end
+    end
+    local row, col = best_i:div(Wp, "floor"), best_i:remainder(Wp)
+    local index = ((best_z - p[1]) * H + (row - p[2])) * W + (col - p[3])
+    local out, at = best:transpose(1, 2), index:transpose(1, 2)
+    if batched then return out, at end
+    return out:squeeze(0), at:squeeze(0)
+  end
   local out = pool3d(x, k, s, d, sizes, function(t)
     return F.max_pool2d(t, { k[2], k[3] }, { s[2], s[3] }, 0, { d[2], d[3] })
   end, torch.maximum)
   return batched and out or out:squeeze(0)
+end
+
+-- max_unpool3d(input, indices, kernel_size [, stride=kernel_size,
+-- padding=0, output_size]) or with {stride=, padding=, output_size=}:
+-- max_pool3d's inverse (output_size: 3 or 5 numbers).
+function F.max_unpool3d(input, indices, kernel_size, stride, padding, output_size)
+  local fn = "max_unpool3d"
+  stride, padding, output_size = unpool_args(stride, padding, output_size)
+  local x, batched = volume_input(input, fn)
+  want_tensor(indices, fn, "indices")
+  return unpool(fn, x, batched, input, indices, triple(kernel_size, fn, "kernel_size"),
+                triple(stride or kernel_size, fn, "stride"), triple(padding or 0, fn, "padding"), output_size)
 end
 
 -- avg_pool3d(input, kernel_size [, stride=kernel_size, padding=0,

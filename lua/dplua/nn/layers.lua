@@ -586,6 +586,20 @@ function L.MaxUnpool1d:forward(x, indices, output_size)
 end
 L.MaxUnpool1d.extra_repr = L.MaxUnpool2d.extra_repr
 
+-- MaxUnpool3d(kernel_size [, stride=kernel_size, padding=0]): numbers or
+-- triples, kept as triples
+L.MaxUnpool3d = Module:extend("MaxUnpool3d")
+function L.MaxUnpool3d:__init(kernel_size, stride, padding)
+  if is_opts(stride) then stride, padding = stride.stride, stride.padding end
+  self.kernel_size = F._triple(kernel_size, "MaxUnpool3d", "kernel_size")
+  self.stride = F._triple(stride or kernel_size, "MaxUnpool3d", "stride")
+  self.padding = F._triple(padding or 0, "MaxUnpool3d", "padding")
+end
+function L.MaxUnpool3d:forward(x, indices, output_size)
+  return F.max_unpool3d(x, indices, self.kernel_size, self.stride, self.padding, output_size)
+end
+L.MaxUnpool3d.extra_repr = L.MaxUnpool2d.extra_repr
+
 ---------------------------------------------------------------- BatchNorm
 
 -- BatchNorm1d / BatchNorm2d / BatchNorm3d(num_features [, eps=1e-5,
