@@ -2919,6 +2919,26 @@ end
 
 ---------------------------------------------------------------- in-place forms and old names
 
+-- max_pool1d/2d/3d_with_indices and adaptive_max_pool1d/2d_with_indices:
+-- the pools with return_indices set
+for nd = 1, 3 do
+  local pool = F["max_pool" .. nd .. "d"]
+  F["max_pool" .. nd .. "d_with_indices"] = function(input, kernel_size, stride, ...)
+    if type(stride) == "table" and stride[1] == nil then
+      local o = {}
+      for k, v in pairs(stride) do o[k] = v end
+      o.return_indices = true
+      return pool(input, kernel_size, o)
+    end
+    local padding, dilation, ceil_mode = ...
+    return pool(input, kernel_size, stride, padding, dilation, ceil_mode, true)
+  end
+end
+for nd = 1, 2 do
+  local pool = F["adaptive_max_pool" .. nd .. "d"]
+  F["adaptive_max_pool" .. nd .. "d_with_indices"] = function(input, output_size) return pool(input, output_size, true) end
+end
+
 -- relu_, elu_, leaky_relu_, hardtanh_, threshold_, rrelu_: the activation
 -- written into x, which is returned
 for _, name in ipairs({ "relu", "elu", "leaky_relu", "hardtanh", "threshold", "rrelu", "celu", "selu" }) do

@@ -1293,6 +1293,43 @@ for nd = 1, 3 do
   lazy("LazyConv" .. nd .. "d", L["Conv" .. nd .. "d"], channels)
   lazy("LazyConvTranspose" .. nd .. "d", L["ConvTranspose" .. nd .. "d"], channels)
   lazy("LazyBatchNorm" .. nd .. "d", L["BatchNorm" .. nd .. "d"], function(x) return x:size(1) end)
+  lazy("LazyInstanceNorm" .. nd .. "d", L["InstanceNorm" .. nd .. "d"], channels)
+end
+
+-- CrossMapLRN2d(size [, alpha, beta, k]): LocalResponseNorm of 4-D input,
+-- PyTorch's older name
+L.CrossMapLRN2d = L.LocalResponseNorm:extend("CrossMapLRN2d")
+function L.CrossMapLRN2d:forward(x)
+  if not torch.is_tensor(x) or x:dim() ~= 4 then
+    raise("CrossMapLRN2d: expected a 4-D input (N, C, H, W), got " .. (torch.is_tensor(x) and (x:dim() .. " dims") or typename(x)))
+  end
+  return L.LocalResponseNorm.forward(self, x)
+end
+
+-- DataParallel(module [, device_ids, output_device, dim]): the module
+-- (as its child `module`, so state dicts carry PyTorch's "module." keys),
+-- run as it is on one device. Splitting a batch over several GPUs in one
+-- process is what DistributedDataParallel under `dplua --nproc_per_node`
+-- does, and PyTorch itself recommends it over DataParallel: with more than
+-- one device the call says so.
+L.DataParallel = Module:extend("DataParallel")
+function L.DataParallel:__init(module, device_ids, output_device, dim)
+  if not torch.nn.is_module(module) then raise("DataParallel: expected a module, got " .. typename(module)) end
+  if is_opts(device_ids) then device_ids = device_ids.device_ids end
+  if device_ids ~= nil and type(device_ids) ~= "table" then
+    raise("DataParallel: expected device_ids to be a list, got " .. typename(device_ids))
+  end
+  local n = device_ids and #device_ids or torch.cuda.device_count()
+  self.module, self._devices = module, n
+  self.device_ids = device_ids
+end
+function L.DataParallel:forward(...)
+  if self._devices > 1 then
+    raise(string.format("DataParallel: %d devices: dplua runs data parallelism as DistributedDataParallel, one "
+                        .. "process per GPU (dplua --nproc_per_node=%d train.lua); see docs/DISTRIBUTED.md",
+                        self._devices, self._devices))
+  end
+  return self.module(...)
 end
 
 -- The construction helpers, for the other files of dplua.nn (names with

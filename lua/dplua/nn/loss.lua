@@ -65,6 +65,9 @@ function L.NLLLoss:forward(input, target)
   return F.nll_loss(input, target, { weight = self.weight, ignore_index = self.ignore_index, reduction = self.reduction })
 end
 
+-- NLLLoss2d: NLLLoss, PyTorch's older name for it over images
+L.NLLLoss2d = L.NLLLoss:extend("NLLLoss2d")
+
 L.MSELoss = Module:extend("MSELoss")
 function L.MSELoss:__init(opts)
   opts = opts_of(opts, "MSELoss", { reduction = true })
