@@ -365,4 +365,41 @@ T.run("bad input", function()
            "expected distance_function to be a function, got string", "triplet_margin_with_distance_loss: a string")
 end)
 
+T.run("AdaptiveLogSoftmaxWithLoss against PyTorch", function()
+  local asm_ref = dofile(here .. "/../ref/asm.lua")
+  for _, name in ipairs({ "plain", "head_bias" }) do
+    local r = asm_ref[name]
+    local m = nn.AdaptiveLogSoftmaxWithLoss(8, 20, { 5, 12 }, { div_value = 2.0, head_bias = name == "head_bias",
+                                                                dtype = torch.float64 })
+    local names = {}
+    for k, pair in ipairs(m:named_parameters()) do
+      names[k] = pair[1]
+      torch.no_grad(function()
+        pair[2]:copy_(T.filled(torch, T.shape(pair[2]), function(j) return 0.3 * math.sin(1 + 0.7 * j + (k - 1)) end))
+      end)
+    end
+    T.is(names, r.names, name .. ": PyTorch's parameter names, in its order")
+    local x = T.filled(torch, { 6, 8 }, function(j) return math.cos(0.4 * j) end):requires_grad_()
+    local target = torch.tensor({ 0, 4, 5, 11, 12, 19 }, { dtype = torch.int64 })
+    local output, loss = m(x, target)
+    T.values_close(output:tolist(), r.output, 1e-12, 1e-12, name .. ": output")
+    T.close(loss:item(), r.loss, 1e-12, 1e-12, name .. ": loss")
+    loss:backward()
+    T.values_close(x.grad:reshape(-1):tolist(), r.dx, 1e-12, 1e-12, name .. ": input gradient")
+    for _, pair in ipairs(m:named_parameters()) do
+      T.values_close(pair[2].grad:reshape(-1):tolist(), r["d_" .. pair[1]:gsub("%.", "_")], 1e-12, 1e-12,
+                     name .. ": the gradient of " .. pair[1])
+    end
+    T.values_close(m:log_prob(x):reshape(-1):tolist(), r.log_prob, 1e-12, 1e-12, name .. ": log_prob")
+    T.is(m:predict(x):tolist(), r.predict, name .. ": predict")
+  end
+  local m = nn.AdaptiveLogSoftmaxWithLoss(4, 10, { 3 })
+  T.raises(function() m(torch.randn(2, 4), torch.tensor({ 1, 10 }, { dtype = torch.int64 })) end,
+           "Target values should be in %[0, 9%]", "a target out of range")
+  T.raises(function() nn.AdaptiveLogSoftmaxWithLoss(4, 10, { 3, 3 }) end, "cutoffs should be a sequence of unique",
+           "repeated cutoffs")
+  T.raises(function() m(torch.randn(2, 5), torch.tensor({ 1, 2 }, { dtype = torch.int64 })) end,
+           "expected input of 4 features, got 5", "input features")
+end)
+
 T.done_testing()

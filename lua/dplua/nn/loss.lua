@@ -220,4 +220,111 @@ L.MultiLabelMarginLoss = options_loss("MultiLabelMarginLoss", "multilabel_margin
 L.MultiLabelSoftMarginLoss = options_loss("MultiLabelSoftMarginLoss", "multilabel_soft_margin_loss", { "weight" }, {})
 L.CTCLoss = options_loss("CTCLoss", "ctc_loss", { "blank", "zero_infinity" }, { blank = 0, zero_infinity = false })
 
+---------------------------------------------------------------- AdaptiveLogSoftmaxWithLoss
+
+-- AdaptiveLogSoftmaxWithLoss(in_features, n_classes, cutoffs [, div_value =
+-- 4, head_bias = false]) (or an options table after cutoffs): Grave et
+-- al.'s adaptive softmax, as PyTorch's: the head predicts the first
+-- cutoffs[1] classes and one entry per cluster; cluster i (classes
+-- cutoffs[i] .. cutoffs[i+1] - 1) is a Linear(in, in / div_value^i) then a
+-- Linear to its classes. forward(input, target) returns output (each
+-- target's log-probability) and loss (the mean of -output); log_prob(input)
+-- every class's log-probability, predict(input) the most probable class.
+L.AdaptiveLogSoftmaxWithLoss = Module:extend("AdaptiveLogSoftmaxWithLoss")
+local ASM = L.AdaptiveLogSoftmaxWithLoss
+function ASM:__init(in_features, n_classes, cutoffs, div_value, head_bias)
+  local fn = "AdaptiveLogSoftmaxWithLoss"
+  local opts = {}
+  if type(div_value) == "table" then opts = div_value; div_value, head_bias = opts.div_value, opts.head_bias end
+  if type(cutoffs) ~= "table" or #cutoffs == 0 then raise(fn .. ": expected cutoffs to be a non-empty list of class counts") end
+  for i, c in ipairs(cutoffs) do
+    if type(c) ~= "number" or c % 1 ~= 0 or c <= 0 or c > n_classes - 1 or (i > 1 and c <= cutoffs[i - 1]) then
+      raise(fn .. ": cutoffs should be a sequence of unique, positive integers sorted in an increasing order, where "
+            .. "each value is between 1 and n_classes-1")
+    end
+  end
+  self.in_features, self.n_classes = in_features, n_classes
+  self.cutoffs = {}
+  for i, c in ipairs(cutoffs) do self.cutoffs[i] = c end
+  self.cutoffs[#self.cutoffs + 1] = n_classes
+  self.div_value = div_value or 4.0
+  self.head_bias = head_bias == true
+  self.shortlist_size = self.cutoffs[1]
+  self.n_clusters = #self.cutoffs - 1
+  self.head_size = self.shortlist_size + self.n_clusters
+  local o = { bias = self.head_bias, dtype = opts.dtype, device = opts.device }
+  self.head = torch.nn.Linear(in_features, self.head_size, o)
+  self.tail = torch.nn.ModuleList()
+  for i = 1, self.n_clusters do
+    local hsz = math.floor(in_features / self.div_value ^ i)
+    local osz = self.cutoffs[i + 1] - self.cutoffs[i]
+    local lo = { bias = false, dtype = opts.dtype, device = opts.device }
+    self.tail:append(torch.nn.Sequential(torch.nn.Linear(in_features, hsz, lo), torch.nn.Linear(hsz, osz, lo)))
+  end
+end
+
+function ASM:forward(input, target)
+  local fn = "AdaptiveLogSoftmaxWithLoss"
+  if not torch.is_tensor(input) or not torch.is_tensor(target) then raise(fn .. ": expected input and target tensors") end
+  local batched = input:dim() == 2
+  if not batched then
+    if input:dim() ~= 1 or target:dim() ~= 0 then
+      raise(fn .. ": 1D target tensor expects 2D input tensors, but found inputs with size " .. tostring(input:size()))
+    end
+    input, target = input:unsqueeze(0), target:unsqueeze(0)
+  elseif target:dim() ~= 1 then
+    raise(fn .. ": 0D or 1D target tensor expected, multi-target not supported")
+  end
+  if input:size(0) ~= target:size(0) then
+    raise(fn .. ": Input and target should have the same size in the batch dimension.")
+  end
+  if input:size(1) ~= self.in_features then
+    raise(string.format("%s: expected input of %d features, got %d", fn, self.in_features, input:size(1)))
+  end
+  local n = target:size(0)
+  local lo, hi = target:min():item(), target:max():item()
+  if n > 0 and (lo < 0 or hi >= self.n_classes) then
+    raise(string.format("%s: Target values should be in [0, %d], but values in range [%d, %d] were found.", fn,
+                        self.n_classes - 1, lo, hi))
+  end
+  local output = torch.zeros(n, { dtype = input.dtype, device = input.device })
+  local gather = target:clone()
+  local bounds = { 0 }
+  for _, c in ipairs(self.cutoffs) do bounds[#bounds + 1] = c end
+  for i = 2, #bounds - 1 do
+    local mask = target:ge(bounds[i]):logical_and(target:lt(bounds[i + 1]))
+    local rows = mask:nonzero():reshape(-1)
+    if rows:numel() > 0 then
+      local relative = target:index_select(0, rows) - bounds[i]
+      local logp = self.tail[i - 2](input:index_select(0, rows)):log_softmax(1)
+      output = output:index_copy(0, rows, logp:gather(1, relative:unsqueeze(1)):squeeze(1))
+      gather:index_fill_(0, rows, self.shortlist_size + i - 2)
+    end
+  end
+  local head_logp = self.head(input):log_softmax(1)
+  output = output + head_logp:gather(1, gather:unsqueeze(1)):squeeze(1)
+  local loss = (-output):mean()
+  if not batched then output = output:squeeze(0) end
+  return output, loss
+end
+
+-- log_prob(input): (N, n_classes) log-probabilities of every class
+function ASM:log_prob(input)
+  local batched = input:dim() == 2
+  local x = batched and input or input:unsqueeze(0)
+  local head_logp = self.head(x):log_softmax(1)
+  local parts = { head_logp:narrow(1, 0, self.shortlist_size) }
+  for i = 1, self.n_clusters do
+    local cluster = self.tail[i - 1](x):log_softmax(1)
+    parts[#parts + 1] = cluster + head_logp:narrow(1, self.shortlist_size + i - 1, 1)
+  end
+  local out = torch.cat(parts, 1)
+  return batched and out or out:squeeze(0)
+end
+
+-- predict(input): the class of largest log-probability
+function ASM:predict(input) return (self:log_prob(input):argmax(-1)) end
+
+function ASM:extra_repr() return "" end
+
 return L
