@@ -11,13 +11,12 @@ norm: the power iteration starts from _u.flat[k] = 1 + 0.1 k and _v.flat[k]
 = 2 - 0.2 k, set after registration.
     cd scripts && /usr/bin/python3 gen_parametrize_ref.py > ../tests/ref/parametrize.lua
 """
-import math
 
 import torch
 import torch.nn as nn
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import spectral_norm
-from reflua import filled, lua_value, print_cases
+from reflua import filled, fixed_module, lua_value, print_cases, weighted_sum
 
 torch.set_default_dtype(torch.float64)
 
@@ -38,20 +37,8 @@ class Twice(nn.Module):
         return X / 2
 
 
-def built(make, xshape):
-    m = make()
-    with torch.no_grad():
-        m.weight.copy_(filled(m.weight.shape, lambda k: 0.5 * math.sin(1 + 0.7 * k)))
-        m.bias.copy_(filled(m.bias.shape, lambda k: 0.1 * k))
-    return m, filled(xshape, lambda k: math.cos(0.3 * k)).requires_grad_()
-
-
-def weighted_sum(y):
-    return (y * torch.cos(torch.arange(y.numel(), dtype=torch.float64)).reshape(y.shape)).sum()
-
-
 out = {}
-m, x = built(lambda: nn.Linear(3, 3), (2, 3))
+m, x = fixed_module(lambda: nn.Linear(3, 3), (2, 3))
 w0 = m.weight.detach().clone()
 parametrize.register_parametrization(m, "weight", Symmetric())
 parametrize.register_parametrization(m, "weight", Twice())
@@ -67,7 +54,7 @@ out["symmetric"] = c
 
 for name, make, xshape in [("linear", lambda: nn.Linear(3, 4), (2, 3)),
                            ("conv_transpose2d", lambda: nn.ConvTranspose2d(2, 3, 2), (1, 2, 2, 2))]:
-    m, x = built(make, xshape)
+    m, x = fixed_module(make, xshape)
     spectral_norm(m, n_power_iterations=2)
     sn = m.parametrizations.weight[0]
     with torch.no_grad():

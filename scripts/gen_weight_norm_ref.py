@@ -10,12 +10,11 @@ training forward and of one evaluation forward after it, the vectors after
 the training one, and the gradients.
     cd scripts && /usr/bin/python3 gen_weight_norm_ref.py > ../tests/ref/weight_norm.lua
 """
-import math
 
 import torch
 import torch.nn as nn
 from torch.nn.utils import spectral_norm, weight_norm
-from reflua import filled, lua_value, print_cases
+from reflua import filled, fixed_module, lua_value, print_cases, weighted_sum
 
 torch.set_default_dtype(torch.float64)
 
@@ -37,22 +36,9 @@ cases = {  # name: (module, how it is wrapped, its argument, the dim in Lua)
 }
 
 
-def built(kind):
-    make, xshape = modules[kind]
-    m = make()
-    with torch.no_grad():
-        m.weight.copy_(filled(m.weight.shape, lambda k: 0.5 * math.sin(1 + 0.7 * k)))
-        m.bias.copy_(filled(m.bias.shape, lambda k: 0.1 * k))
-    return m, filled(xshape, lambda k: math.cos(0.3 * k)).requires_grad_()
-
-
-def weighted_sum(y):
-    return (y * torch.cos(torch.arange(y.numel(), dtype=torch.float64)).reshape(y.shape)).sum()
-
-
 out = {}
 for name, (kind, how, arg) in cases.items():
-    m, x = built(kind)
+    m, x = fixed_module(*modules[kind])
     case = {"module": kind}
     if how == "weight":
         weight_norm(m, dim=arg)

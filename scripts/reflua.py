@@ -47,6 +47,23 @@ def lua(v):
     return "%.17g" % v
 
 
+def fixed_module(make, xshape):
+    """make(), its weight set to 0.5 sin(1 + 0.7 k) and its bias to 0.1 k
+    at flat index k, and an input of xshape holding cos(0.3 k) that
+    requires grad, as the weight-norm and parametrize generators use."""
+    import math
+    m = make()
+    with torch.no_grad():
+        m.weight.copy_(filled(m.weight.shape, lambda k: 0.5 * math.sin(1 + 0.7 * k)))
+        m.bias.copy_(filled(m.bias.shape, lambda k: 0.1 * k))
+    return m, filled(xshape, lambda k: math.cos(0.3 * k)).requires_grad_()
+
+
+def weighted_sum(y):
+    """The sum of y weighted by cos of its flat index, the generators' loss."""
+    return (y * torch.cos(torch.arange(y.numel(), dtype=torch.float64)).reshape(y.shape)).sum()
+
+
 def filled(shape, f):
     """A float64 tensor of this shape holding f(k) at flat index k."""
     import math

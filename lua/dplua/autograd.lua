@@ -629,12 +629,31 @@ function A._relu_backwards_folded()
   return tonumber(require("ffi").C.dp_relu_backwards_folded())
 end
 
+-- differentiable(name, values, backward): f(a, ...) for a tensor a (and
+-- other arguments) computed by values(a, ...) (any number of tensors), with
+-- the gradient with respect to a given by backward(saved, grads...), saved
+-- = {a, results...}. The autograd Function, named name, is made on the
+-- first call that records; a call that records nothing runs values alone.
+-- (lgamma, eigh and svd use it: their values come from elsewhere than
+-- differentiable tensor ops, or from ops whose derivative is less exact.)
+function A.differentiable(name, values, backward)
+  local fn
+  return function(a, ...)
+    if not (torch.is_grad_enabled() and a.requires_grad) then return values(a, ...) end
+    if fn == nil then
+      fn = Function:extend(name)
+      function fn.forward(ctx, x, ...)
+        local r = { values(x, ...) }
+        ctx:save_for_backward(x, unpack(r))
+        return unpack(r)
+      end
+      function fn.backward(ctx, ...) return backward(ctx.saved_tensors, ...) end
+    end
+    return fn.apply(a, ...)
+  end
+end
+
 -- torch.autograd.functional (jacobian, vjp, jvp) loads on first use
-setmetatable(A, { __index = function(t, k)
-  if k ~= "functional" then return nil end
-  local f = require("dplua.autograd_functional")
-  rawset(t, k, f)
-  return f
-end })
+torch._lazy(A, { functional = function() return require("dplua.autograd_functional") end })
 
 return A

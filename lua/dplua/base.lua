@@ -308,6 +308,18 @@ local function finally(undo, arg, ok, ...)
 end
 torch._finally = finally
 
+-- lazy(t, loaders): t's fields named in loaders made on first read, by
+-- loaders[name]() (a submodule loaded on first use), and kept.
+function torch._lazy(t, loaders)
+  return setmetatable(t, { __index = function(_, k)
+    local load = loaders[k]
+    if load == nil then return nil end
+    local v = load()
+    rawset(t, k, v)
+    return v
+  end })
+end
+
 return {
   ffi = ffi, C = C, torch = torch, methods = methods, getters = getters, setters = setters,
   DP_CPU = DP_CPU, DP_ALL_DIMS = DP_ALL_DIMS,

@@ -37,12 +37,7 @@ torch.cuda = {
 }
 torch._current_cuda_device = function() return current_device end
 -- torch.cuda.amp (GradScaler, autocast) loads with dplua.amp on first use
-setmetatable(torch.cuda, { __index = function(t, k)
-  if k ~= "amp" then return nil end
-  local amp = require("dplua.amp").cuda
-  rawset(t, k, amp)
-  return amp
-end })
+torch._lazy(torch.cuda, { amp = function() return require("dplua.amp").cuda end })
 -- how many launches the waiting of small Linears saved: forwards run in
 -- one launch with the ReLU, GELU or cross-entropy after them, and
 -- backwards chained with the layer before's (src/core/gpu_linear.c, "deferred

@@ -43,8 +43,7 @@ end
 -- lgamma(x): log |Gamma(x)|; below 0.5 by the reflection
 -- Gamma(x) Gamma(1 - x) = pi / sin(pi x); +inf at 0 and the negative
 -- integers. Its gradient is digamma's value (the derivative of Lanczos'
--- formula is good to only about 1e-10), through an autograd Function
--- made on first use.
+-- formula is good to only about 1e-10), through autograd.differentiable.
 local function lgamma_value(t)
   local low = t:lt(0.5)
   local lg = lgamma_from_half(torch.where(low, 1 - t, t))
@@ -54,22 +53,12 @@ local function lgamma_value(t)
   return torch.where(pole, math.huge, torch.where(low, reflected, lg))
 end
 
-local LGamma
+local lgamma_op
 function methods.lgamma(t)
   t = want_float("lgamma", t)
-  if not (torch.is_grad_enabled() and t.requires_grad) then return lgamma_value(t) end
-  if LGamma == nil then
-    LGamma = torch.autograd.Function:extend("LgammaBackward0")
-    function LGamma.forward(ctx, x)
-      ctx:save_for_backward(x)
-      return lgamma_value(x)
-    end
-    function LGamma.backward(ctx, g)
-      local x = unpack(ctx.saved_tensors)
-      return g * methods.digamma(x)
-    end
-  end
-  return LGamma.apply(t)
+  lgamma_op = lgamma_op or require("dplua.autograd").differentiable("LgammaBackward0", lgamma_value,
+    function(saved, g) return g * methods.digamma(saved[1]) end)
+  return lgamma_op(t)
 end
 
 -- digamma(x) for x > 0: psi(x + 10) by its asymptotic series, less

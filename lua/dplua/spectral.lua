@@ -130,28 +130,19 @@ local function inverse_gaps(x)
   return torch.where(eye, 0, 1 / torch.where(eye, 1, gaps))
 end
 
-local Eigh
+-- gA = V (diag(gL) + F o (V^T gV)) V^T, F_ij = 1 / (L_j - L_i) off the
+-- diagonal; symmetric, as PyTorch's
+local function eigh_backward(saved, gL, gV)
+  local L, V = saved[2], saved[3]
+  local inner = V:transpose(-2, -1):matmul(gV) * inverse_gaps(L) + torch.diag_embed(gL)
+  local gA = V:matmul(inner):matmul(V:transpose(-2, -1))
+  return (gA + gA:transpose(-2, -1)) * 0.5
+end
+
+local eigh_op
 function M.eigh(A, uplo)
-  if not (torch.is_grad_enabled() and A.requires_grad) then return eigh_values(A, uplo) end
-  if Eigh == nil then
-    Eigh = torch.autograd.Function:extend("LinalgEighBackward0")
-    function Eigh.forward(ctx, a, u)
-      local L, V = eigh_values(a, u)
-      ctx:save_for_backward(L, V)
-      return L, V
-    end
-    -- gA = V (diag(gL) + F o (V^T gV)) V^T, F_ij = 1 / (L_j - L_i) off the
-    -- diagonal; symmetric, as PyTorch's
-    function Eigh.backward(ctx, gL, gV)
-      local L, V = unpack(ctx.saved_tensors)
-      local inner = torch.zeros_like(V)
-      if gV ~= nil then inner = V:transpose(-2, -1):matmul(gV) * inverse_gaps(L) end
-      if gL ~= nil then inner = inner + torch.diag_embed(gL) end
-      local gA = V:matmul(inner):matmul(V:transpose(-2, -1))
-      return (gA + gA:transpose(-2, -1)) * 0.5
-    end
-  end
-  return Eigh.apply(A, uplo)
+  eigh_op = eigh_op or require("dplua.autograd").differentiable("LinalgEighBackward0", eigh_values, eigh_backward)
+  return eigh_op(A, uplo)
 end
 
 ---------------------------------------------------------------- svd
@@ -300,56 +291,31 @@ local function svd_values(A, full_matrices)
   return shaped(Us, m, ucols), shaped(Ss, k), shaped(Vhs, vrows, n)
 end
 
-local Svd
+-- PyTorch's svd_backward for real matrices, over the k leading
+-- vectors: gA = U [(skew(U^T gU) S + S skew(V^T gV)) / E + diag(gS)] V^T
+-- + (I - U U^T) gU S^-1 V^T + U S^-1 gV^T (I - V V^T), skew(X) = X -
+-- X^T, E_jk = S_k^2 - S_j^2 (1 on the diagonal)
+local function svd_backward(saved, gU, gS, gVh)
+  local U, S, Vh = saved[2], saved[3], saved[4]
+  local k = S:size(-1)
+  U, Vh, gU = U:narrow(-1, 0, k), Vh:narrow(-2, 0, k), gU:narrow(-1, 0, k)
+  local V, gV = Vh:transpose(-2, -1), gVh:narrow(-2, 0, k):transpose(-2, -1)
+  local m, n = U:size(-2), V:size(-2)
+  local s2 = S:square()
+  local eye = torch.eye(k, { dtype = torch.bool, device = S.device })
+  local E = torch.where(eye, 1, s2:unsqueeze(-2) - s2:unsqueeze(-1))
+  local UtgU, VtgV = U:transpose(-2, -1):matmul(gU), V:transpose(-2, -1):matmul(gV)
+  local sum = (UtgU - UtgU:transpose(-2, -1)) * S:unsqueeze(-2) + S:unsqueeze(-1) * (VtgV - VtgV:transpose(-2, -1))
+  local gA = U:matmul(sum / E + torch.diag_embed(gS)):matmul(Vh)
+  if m > k then gA = gA + ((gU - U:matmul(UtgU)) / S:unsqueeze(-2)):matmul(Vh) end
+  if n > k then gA = gA + U:matmul(((gV - V:matmul(VtgV)) / S:unsqueeze(-2)):transpose(-2, -1)) end
+  return gA
+end
+
+local svd_op
 function M.svd(A, full_matrices)
-  if not (torch.is_grad_enabled() and A.requires_grad) then return svd_values(A, full_matrices) end
-  if Svd == nil then
-    Svd = torch.autograd.Function:extend("LinalgSvdBackward0")
-    function Svd.forward(ctx, a, full)
-      local U, S, Vh = svd_values(a, full)
-      ctx:save_for_backward(U, S, Vh)
-      return U, S, Vh
-    end
-    -- PyTorch's svd_backward for real matrices, over the k leading
-    -- vectors: gA = U [(skew(U^T gU) S + S skew(V^T gV)) / E + diag(gS)] V^T
-    -- + (I - U U^T) gU S^-1 V^T + U S^-1 gV^T (I - V V^T), skew(X) = X -
-    -- X^T, E_jk = S_k^2 - S_j^2 (1 on the diagonal)
-    function Svd.backward(ctx, gU, gS, gVh)
-      local U, S, Vh = unpack(ctx.saved_tensors)
-      local k = S:size(-1)
-      U, Vh = U:narrow(-1, 0, k), Vh:narrow(-2, 0, k)
-      local V = Vh:transpose(-2, -1)
-      local m, n = U:size(-2), V:size(-2)
-      if gU ~= nil then gU = gU:narrow(-1, 0, k) end
-      local gV = gVh ~= nil and gVh:narrow(-2, 0, k):transpose(-2, -1) or nil
-      local inner = gS ~= nil and torch.diag_embed(gS) or torch.zeros_like(S):diag_embed()
-      if gU == nil and gV == nil then
-        return U:matmul(inner):matmul(Vh)
-      end
-      local s2 = S:square()
-      local E = s2:unsqueeze(-2) - s2:unsqueeze(-1)
-      local eye = torch.eye(k, { dtype = torch.bool, device = S.device })
-      E = torch.where(eye, 1, E)
-      local sum = torch.zeros_like(E)
-      if gU ~= nil then
-        local UtgU = U:transpose(-2, -1):matmul(gU)
-        sum = sum + (UtgU - UtgU:transpose(-2, -1)) * S:unsqueeze(-2)
-      end
-      if gV ~= nil then
-        local VtgV = V:transpose(-2, -1):matmul(gV)
-        sum = sum + S:unsqueeze(-1) * (VtgV - VtgV:transpose(-2, -1))
-      end
-      local gA = U:matmul(sum / E + inner):matmul(Vh)
-      if gU ~= nil and m > k then
-        gA = gA + ((gU - U:matmul(U:transpose(-2, -1):matmul(gU))) / S:unsqueeze(-2)):matmul(Vh)
-      end
-      if gV ~= nil and n > k then
-        gA = gA + U:matmul(((gV - V:matmul(V:transpose(-2, -1):matmul(gV))) / S:unsqueeze(-2)):transpose(-2, -1))
-      end
-      return gA
-    end
-  end
-  return Svd.apply(A, full_matrices)
+  svd_op = svd_op or require("dplua.autograd").differentiable("LinalgSvdBackward0", svd_values, svd_backward)
+  return svd_op(A, full_matrices)
 end
 
 return M

@@ -469,14 +469,17 @@ L.AdaptiveMaxPool2d.extra_repr = L.AdaptiveAvgPool2d.extra_repr
 
 -- MaxUnpool2d(kernel_size [, stride=kernel_size, padding=0]) or with
 -- {stride=, padding=}; forward(input, indices [, output_size]).
-L.MaxUnpool2d = Module:extend("MaxUnpool2d")
-function L.MaxUnpool2d:__init(kernel_size, stride, padding)
+-- an unpool's sizes kept as tuples (pairs, triples), as PyTorch keeps
+-- (and prints) them
+local function unpool_init(self, name, tuple, kernel_size, stride, padding)
   if is_opts(stride) then stride, padding = stride.stride, stride.padding end
-  -- kept as pairs, as PyTorch keeps them (and prints them)
-  self.kernel_size = F._pair(kernel_size, "MaxUnpool2d", "kernel_size")
-  self.stride = F._pair(stride or kernel_size, "MaxUnpool2d", "stride")
-  self.padding = F._pair(padding or 0, "MaxUnpool2d", "padding")
+  self.kernel_size = tuple(kernel_size, name, "kernel_size")
+  self.stride = tuple(stride or kernel_size, name, "stride")
+  self.padding = tuple(padding or 0, name, "padding")
 end
+
+L.MaxUnpool2d = Module:extend("MaxUnpool2d")
+function L.MaxUnpool2d:__init(...) unpool_init(self, "MaxUnpool2d", F._pair, ...) end
 function L.MaxUnpool2d:forward(x, indices, output_size)
   return F.max_unpool2d(x, indices, self.kernel_size, self.stride, self.padding, output_size)
 end
@@ -589,12 +592,7 @@ L.MaxUnpool1d.extra_repr = L.MaxUnpool2d.extra_repr
 -- MaxUnpool3d(kernel_size [, stride=kernel_size, padding=0]): numbers or
 -- triples, kept as triples
 L.MaxUnpool3d = Module:extend("MaxUnpool3d")
-function L.MaxUnpool3d:__init(kernel_size, stride, padding)
-  if is_opts(stride) then stride, padding = stride.stride, stride.padding end
-  self.kernel_size = F._triple(kernel_size, "MaxUnpool3d", "kernel_size")
-  self.stride = F._triple(stride or kernel_size, "MaxUnpool3d", "stride")
-  self.padding = F._triple(padding or 0, "MaxUnpool3d", "padding")
-end
+function L.MaxUnpool3d:__init(...) unpool_init(self, "MaxUnpool3d", F._triple, ...) end
 function L.MaxUnpool3d:forward(x, indices, output_size)
   return F.max_unpool3d(x, indices, self.kernel_size, self.stride, self.padding, output_size)
 end

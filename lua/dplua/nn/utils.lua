@@ -480,12 +480,9 @@ function U.rnn.unpack_sequence(packed)
 end
 
 -- nn.utils.parametrize and nn.utils.parametrizations load on first use
-setmetatable(U, { __index = function(t, k)
-  if k ~= "parametrize" and k ~= "parametrizations" then return nil end
-  local P = require("dplua.nn.parametrize")
-  rawset(t, "parametrize", P)
-  rawset(t, "parametrizations", P.parametrizations)
-  return rawget(t, k)
-end })
+torch._lazy(U, {
+  parametrize = function() return require("dplua.nn.parametrize") end,
+  parametrizations = function() return require("dplua.nn.parametrize").parametrizations end,
+})
 
 return U

@@ -7,6 +7,7 @@
 -- Parameters live in flat buffers per group (see optimizer.lua): step() is
 -- one fused C call per bucket (Adamax, NAdam, RAdam, ASGD and Rprop: a few
 -- tensor ops per bucket).
+local torch = require("dplua")
 local adam = require("dplua.optim.adam")
 local more = require("dplua.optim.more")
 
@@ -28,10 +29,4 @@ local optim = {
   lr_scheduler = require("dplua.optim.lr_scheduler"),
 }
 -- swa_utils loads on first use
-setmetatable(optim, { __index = function(t, k)
-  if k ~= "swa_utils" then return nil end
-  local v = require("dplua.optim.swa_utils")
-  rawset(t, k, v)
-  return v
-end })
-return optim
+return torch._lazy(optim, { swa_utils = function() return require("dplua.optim.swa_utils") end })
