@@ -159,4 +159,37 @@ T.run("errors", function()
   T.raises(function() F.avg_pool2d(x, 5) end, "too small for kernel", "a kernel larger than the input")
 end)
 
+T.run("fractional max pooling against PyTorch", function()
+  local fref = dofile(here .. "/../ref/fractional.lua")
+  local cases = {  -- as in the generator
+    f2d_size = { F.fractional_max_pool2d, { 2, 3, 7, 9 }, { 2, 3, 2 }, { 2, 3 }, { output_size = { 4, 5 } } },
+    f2d_ratio = { F.fractional_max_pool2d, { 2, 3, 7, 9 }, { 2, 3, 2 }, 2, { output_ratio = 0.5 } },
+    f2d_one = { F.fractional_max_pool2d, { 1, 2, 5, 5 }, { 1, 2, 2 }, 3, { output_size = 1 } },
+    f3d_size = { F.fractional_max_pool3d, { 1, 2, 5, 6, 7 }, { 1, 2, 3 }, { 2, 2, 3 }, { output_size = { 3, 4, 3 } } },
+  }
+  for _, name in ipairs(T.sorted_keys(cases)) do
+    local f, xshape, sshape, k, opts = unpack(cases[name])
+    local r = fref[name]
+    local x = T.filled(torch, xshape, function(j) return math.sin(j) end):requires_grad_()
+    local samples = T.filled(torch, sshape, function(j) return (0.37 * j + 0.11) % 1.0 end)
+    local o = { return_indices = true, _random_samples = samples }
+    for key, v in pairs(opts) do o[key] = v end
+    local y, idx = f(x, k, o)
+    T.is(T.shape(y), r.shape, name .. ": shape")
+    T.is(idx:reshape(-1):tolist(), r.indices, name .. ": indices")
+    T.output_and_grad(torch, y, x, r, 1e-12, name .. ": ")
+  end
+  torch.manual_seed(3)
+  local m = nn.FractionalMaxPool2d(3, { output_ratio = { 0.5, 0.5 } })
+  T.is(T.shape(m(torch.randn(2, 4, 10, 12))), { 2, 4, 5, 6 }, "FractionalMaxPool2d with drawn samples")
+  T.is(T.shape(nn.FractionalMaxPool3d(2, { output_size = 2 })(torch.randn(3, 4, 5, 6))), { 3, 2, 2, 2 },
+       "FractionalMaxPool3d on an unbatched input")
+  T.raises(function() nn.FractionalMaxPool2d(2) end, "requires specifying either an output size, or a pooling ratio",
+           "neither size nor ratio")
+  T.raises(function() F.fractional_max_pool2d(torch.randn(1, 1, 4, 4), 3, { output_size = 3 }) end, "too large",
+           "windows that do not fit")
+  T.raises(function() F.fractional_max_pool2d(torch.randn(1, 1, 4, 4), 2, { output_ratio = 1.5 }) end,
+           "output_ratio must be between 0 and 1", "a ratio above 1")
+end)
+
 T.done_testing()

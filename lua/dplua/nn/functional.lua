@@ -2917,6 +2917,104 @@ function F.embedding_bag(input, weight, offsets, opts)
   return sums / counts:clamp(1):unsqueeze(1)
 end
 
+---------------------------------------------------------------- fractional max pooling
+
+-- The window starts along one spatial dim for every (n, c), PyTorch's
+-- sequence from the samples u (N, C): floor((i + u) alpha) - floor(u alpha)
+-- for i < out - 1 and in - k for the last, alpha = (in - k) / (out - 1).
+local function fractional_starts(u, n_in, k, n_out)
+  local N, C = u:size(0), u:size(1)
+  local last = torch.full({ N, C, 1 }, n_in - k, { dtype = torch.int64, device = u.device })
+  if n_out == 1 then return last end
+  local alpha = (n_in - k) / (n_out - 1)
+  local i = torch.arange(0, n_out - 1, { dtype = u.dtype, device = u.device }):view(1, 1, -1)
+  local uu = u:unsqueeze(2)
+  local starts = ((i + uu) * alpha):floor() - (uu * alpha):floor()
+  return torch.cat({ starts:to(torch.int64), last }, 2)
+end
+
+-- fractional_max_pool2d/3d(input, kernel_size [, {output_size =,
+-- output_ratio =, return_indices = false, _random_samples =}]): the maximum
+-- of windows whose starts step pseudo-randomly so that output_size windows
+-- (or floor(input size x output_ratio)) cover the input, as PyTorch's
+-- (Graham's fractional max pooling); the samples (N, C, nd) in [0, 1) are
+-- drawn from torch's stream unless given (for 2-D, PyTorch's order: the
+-- width's sample first). With return_indices also each maximum's flat
+-- position in its plane (volume).
+local function fractional_max_pool(fn, nd, input, kernel_size, opts, rest)
+  if type(opts) ~= "table" or opts[1] ~= nil then
+    -- PyTorch's positional order: output_size, output_ratio, return_indices, _random_samples
+    opts = { output_size = opts, output_ratio = rest[1], return_indices = rest[2], _random_samples = rest[3] }
+  end
+  local x, batched
+  if nd == 2 then x, batched = pool_input(input, fn) else x, batched = volume_input(input, fn) end
+  local tuple = nd == 2 and pair or triple
+  local k = tuple(kernel_size, fn, "kernel_size")
+  local N, C = x:size(0), x:size(1)
+  local sizes, out = {}, {}
+  for a = 1, nd do sizes[a] = x:size(a + 1) end
+  if opts.output_size ~= nil then
+    out = tuple(opts.output_size, fn, "output_size")
+  elseif opts.output_ratio ~= nil then
+    local r = type(opts.output_ratio) == "table" and opts.output_ratio or {}
+    for a = 1, nd do
+      local ra = type(opts.output_ratio) == "number" and opts.output_ratio or r[a]
+      if type(ra) ~= "number" or ra <= 0 or ra >= 1 then
+        raise(string.format("%s: output_ratio must be between 0 and 1 (exclusive), got %s", fn, tostring(ra)))
+      end
+      out[a] = math.floor(sizes[a] * ra)
+    end
+  else
+    raise(fn .. ": fractional_max_pool requires specifying either an output_size or an output_ratio")
+  end
+  for a = 1, nd do
+    if out[a] < 1 or out[a] + k[a] - 1 > sizes[a] then
+      raise(string.format("%s: output size %d with pool size %d is too large for an input of size %d at dim %d",
+                          fn, out[a], k[a], sizes[a], a + 1))
+    end
+  end
+  local samples = opts._random_samples
+  if samples == nil then
+    samples = torch.rand({ N, C, nd }, { dtype = x.dtype, device = x.device })
+  elseif not torch.is_tensor(samples) or samples:dim() ~= 3 or samples:size(0) ~= N or samples:size(1) ~= C
+         or samples:size(2) ~= nd then
+    raise(string.format("%s: expected _random_samples of shape (%d, %d, %d)", fn, N, C, nd))
+  end
+  -- the flat index of each window element, dims (N, C, out..., k...)
+  local flat
+  for a = 1, nd do
+    local sample = samples:select(2, nd == 2 and (2 - a) or (a - 1))
+    local starts = fractional_starts(sample, sizes[a], k[a], out[a])
+    local sshape, oshape = { N, C }, { 1, 1 }
+    for b = 1, nd do sshape[#sshape + 1] = b == a and out[a] or 1 end
+    for b = 1, nd do oshape[#oshape + 1] = 1 end
+    for b = 1, nd do sshape[#sshape + 1] = 1; oshape[#oshape + 1] = b == a and k[a] or 1 end
+    local pos = starts:view(sshape) + torch.arange(0, k[a], { dtype = torch.int64, device = x.device }):view(oshape)
+    flat = flat == nil and pos or flat * sizes[a] + pos
+  end
+  local window = 1
+  for a = 1, nd do window = window * k[a] end
+  local full = { N, C }
+  for a = 1, nd do full[#full + 1] = out[a] end
+  for a = 1, nd do full[#full + 1] = k[a] end
+  local idx = flat:expand(full):reshape(N, C, -1)
+  local shape = { N, C }
+  for a = 1, nd do shape[#shape + 1] = out[a] end
+  shape[#shape + 1] = window
+  local values = x:reshape(N, C, -1):gather(2, idx):view(shape)
+  local y, at = values:max(-1)
+  if not opts.return_indices then return batched and y or y:squeeze(0) end
+  local indices = idx:view(shape):gather(-1, at:unsqueeze(-1)):squeeze(-1)
+  if batched then return y, indices end
+  return y:squeeze(0), indices:squeeze(0)
+end
+function F.fractional_max_pool2d(input, kernel_size, opts, ...)
+  return fractional_max_pool("fractional_max_pool2d", 2, input, kernel_size, opts, { ... })
+end
+function F.fractional_max_pool3d(input, kernel_size, opts, ...)
+  return fractional_max_pool("fractional_max_pool3d", 3, input, kernel_size, opts, { ... })
+end
+
 ---------------------------------------------------------------- in-place forms and old names
 
 -- max_pool1d/2d/3d_with_indices and adaptive_max_pool1d/2d_with_indices:

@@ -589,6 +589,31 @@ function L.MaxUnpool1d:forward(x, indices, output_size)
 end
 L.MaxUnpool1d.extra_repr = L.MaxUnpool2d.extra_repr
 
+-- FractionalMaxPool2d/3d(kernel_size [, output_size, output_ratio,
+-- return_indices, _random_samples]) or with an options table after
+-- kernel_size: F.fractional_max_pool2d/3d.
+for nd = 2, 3 do
+  local name = "FractionalMaxPool" .. nd .. "d"
+  local cls = Module:extend(name)
+  function cls:__init(kernel_size, output_size, output_ratio, return_indices, random_samples)
+    if is_opts(output_size) then
+      local o = output_size
+      output_size, output_ratio, return_indices, random_samples = o.output_size, o.output_ratio, o.return_indices,
+                                                                 o._random_samples
+    end
+    if output_size == nil and output_ratio == nil then
+      raise(name .. ": FractionalMaxPool" .. nd .. "d requires specifying either an output size, or a pooling ratio")
+    end
+    self.kernel_size, self.output_size, self.output_ratio = kernel_size, output_size, output_ratio
+    self.return_indices, self._random_samples = return_indices == true, random_samples
+  end
+  function cls:forward(x)
+    return F["fractional_max_pool" .. nd .. "d"](x, self.kernel_size, { output_size = self.output_size,
+      output_ratio = self.output_ratio, return_indices = self.return_indices, _random_samples = self._random_samples })
+  end
+  L[name] = cls
+end
+
 -- MaxUnpool3d(kernel_size [, stride=kernel_size, padding=0]): numbers or
 -- triples, kept as triples
 L.MaxUnpool3d = Module:extend("MaxUnpool3d")
