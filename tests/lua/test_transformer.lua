@@ -195,4 +195,35 @@ T.run("bad input names the problem", function()
            "unknown option 'memry_mask'", "misspelt option")
 end)
 
+T.run("F.multi_head_attention_forward against PyTorch", function()
+  local r = dofile(here .. "/../ref/mha_functional.lua").separate
+  local shapes = { { "query", { 4, 2, 6 } }, { "key", { 5, 2, 4 } }, { "value", { 5, 2, 3 } },
+                   { "q_proj_weight", { 6, 6 } }, { "k_proj_weight", { 6, 4 } }, { "v_proj_weight", { 6, 3 } },
+                   { "in_proj_bias", { 18 } }, { "bias_k", { 1, 1, 6 } }, { "bias_v", { 1, 1, 6 } },
+                   { "out_proj_weight", { 6, 6 } }, { "out_proj_bias", { 6 } }, { "attn_mask", { 4, 5 } } }
+  local t = {}
+  for i, e in ipairs(shapes) do
+    t[e[1]] = T.filled(torch, e[2], function(k) return 0.4 * math.sin(1 + 0.7 * k + (i - 1)) end)
+    if e[1] ~= "attn_mask" then t[e[1]]:requires_grad_() end
+  end
+  local kpm = torch.tensor({ { false, false, false, false, false }, { false, false, false, false, true } })
+  local F_ = torch.nn.functional
+  local out, w = F_.multi_head_attention_forward(t.query, t.key, t.value, 6, 2, nil, t.in_proj_bias, t.bias_k, t.bias_v,
+    false, 0, t.out_proj_weight, t.out_proj_bias, { key_padding_mask = kpm, attn_mask = t.attn_mask,
+    use_separate_proj_weight = true, q_proj_weight = t.q_proj_weight, k_proj_weight = t.k_proj_weight,
+    v_proj_weight = t.v_proj_weight, average_attn_weights = false })
+  T.values_close(out:reshape(-1):tolist(), r.out, 1e-12, 1e-12, "output")
+  T.is(T.shape(w), r.weights_shape, "per-head weights' shape")
+  T.values_close(w:reshape(-1):tolist(), r.weights, 1e-12, 1e-12, "weights")
+  local function wsum(y) return (y * torch.arange(0, y:numel(), { dtype = torch.float64 }):cos():reshape(y:size())):sum() end
+  ;(wsum(out) + wsum(w)):backward()
+  for _, e in ipairs(shapes) do
+    if r["d_" .. e[1]] then
+      T.values_close(t[e[1]].grad:reshape(-1):tolist(), r["d_" .. e[1]], 1e-10, 1e-12, "the gradient of " .. e[1])
+    end
+  end
+  T.raises(function() F_.multi_head_attention_forward(t.query, t.key, t.value, 8, 2) end,
+           "was expecting embedding dimension of 8, but got 6", "embed_dim_to_check")
+end)
+
 T.done_testing()

@@ -277,6 +277,41 @@ function T.MultiheadAttention:forward(query, key, value, opts)
   return out, weights
 end
 
+-- F.multi_head_attention_forward(query, key, value, embed_dim_to_check,
+-- num_heads, in_proj_weight, in_proj_bias, bias_k, bias_v, add_zero_attn,
+-- dropout_p, out_proj_weight, out_proj_bias [, {training = true,
+-- key_padding_mask, need_weights = true, attn_mask, use_separate_proj_weight,
+-- q_proj_weight, k_proj_weight, v_proj_weight, average_attn_weights,
+-- is_causal}]): MultiheadAttention's forward with the weights given, inputs
+-- (L, N, E) (or unbatched), as PyTorch's functional form; returns the
+-- output and the attention weights (nil without need_weights).
+function F.multi_head_attention_forward(query, key, value, embed_dim, num_heads, in_proj_weight, in_proj_bias, bias_k,
+                                        bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias, opts)
+  local fn = "multi_head_attention_forward"
+  opts = opts or {}
+  if opts.static_k ~= nil or opts.static_v ~= nil then raise(fn .. ": static_k and static_v are not supported") end
+  want_float(query, fn, "query")
+  want_float(key, fn, "key")
+  want_float(value, fn, "value")
+  if query:size(-1) ~= embed_dim then
+    raise(string.format("%s: was expecting embedding dimension of %d, but got %d", fn, embed_dim, query:size(-1)))
+  end
+  if embed_dim % num_heads ~= 0 then raise(string.format("%s: embed_dim %d not divisible by num_heads %d", fn, embed_dim, num_heads)) end
+  local separate = opts.use_separate_proj_weight == true
+  local proxy = setmetatable({
+    embed_dim = embed_dim, num_heads = num_heads, head_dim = embed_dim / num_heads,
+    kdim = key:size(-1), vdim = value:size(-1), _qkv_same_embed_dim = not separate,
+    in_proj_weight = not separate and in_proj_weight or nil, in_proj_bias = in_proj_bias,
+    q_proj_weight = opts.q_proj_weight, k_proj_weight = opts.k_proj_weight, v_proj_weight = opts.v_proj_weight,
+    bias_k = bias_k, bias_v = bias_v, add_zero_attn = add_zero_attn == true, dropout = dropout_p or 0,
+    training = opts.training ~= false, batch_first = false,
+    out_proj = function(x) return F.linear(x, out_proj_weight, out_proj_bias) end,
+  }, { __index = T.MultiheadAttention })
+  return T.MultiheadAttention.forward(proxy, query, key, value, {
+    key_padding_mask = opts.key_padding_mask, need_weights = opts.need_weights, attn_mask = opts.attn_mask,
+    average_attn_weights = opts.average_attn_weights, is_causal = opts.is_causal })
+end
+
 ---------------------------------------------------------------- the layers
 
 local activations = { relu = F.relu, gelu = F.gelu }
