@@ -1489,6 +1489,68 @@ def gen_composite():
     case(G, "select_scatter", "a:select_scatter(b, 1, -1)", lambda a, b: a.select_scatter(b, 1, -1), [x, w])
     case(G, "slice_scatter", "a:slice_scatter(b, 1, 1, 4, 2)", lambda a, b: a.slice_scatter(b, 1, 1, 4, 2), [x, rnd("float64", [3, 2], "c")])
     case(G, "slice_scatter start", "a:slice_scatter(b, {start = 2})", lambda a, b: a.slice_scatter(b, start=2), [x, rnd("float64", [1, 4], "c")])
+    # other names and small functions
+    case(G, "arccos", "a:arccos()", lambda a: a.arccos(), [unit])
+    case(G, "arctan2", "torch.arctan2(a, b)", torch.arctan2, [x, y])
+    case(G, "greater_equal", "a:greater_equal(b)", lambda a, b: a.greater_equal(b), [x, y])
+    case(G, "asin_", "a:clone():asin_()", lambda a: a.clone().asin_(), [unit])
+    case(G, "rsub", "torch.rsub(a, b, 2)", lambda a, b: torch.rsub(a, b, alpha=2), [x, y])
+    case(G, "inner", "a:inner(b)", lambda a, b: a.inner(b), [c3, rnd("float64", [5, 4], "c")])
+    case(G, "inner vectors", "torch.inner(a, b)", torch.inner, [v, v])
+    case(G, "vdot", "torch.vdot(a, b)", torch.vdot, [v, rnd("float64", [4], "c")])
+    case(G, "chain_matmul", "torch.chain_matmul(a, b, c)", torch.chain_matmul,
+         [x, rnd("float64", [4, 2], "c"), rnd("float64", [2, 3], "d")])
+    case(G, "diagflat", "a:diagflat(1)", lambda a: a.diagflat(1), [rnd("float64", [2, 2])])
+    case(G, "logaddexp2", "a:logaddexp2(b)", lambda a, b: a.logaddexp2(b), [x, y])
+    nans = lit("f64_fnan", [float("nan"), 1.0, -2.0, float("nan")], "float64")
+    nans2 = lit("f64_fnan2", [0.5, float("nan"), -3.0, float("nan")], "float64")
+    case(G, "fmax", "a:fmax(b)", lambda a, b: a.fmax(b), [nans, nans2])
+    case(G, "fmin", "torch.fmin(a, b)", torch.fmin, [nans, nans2])
+    case(G, "isposinf", "a:isposinf()", lambda a: a.isposinf(), [special])
+    case(G, "isneginf", "a:isneginf()", lambda a: a.isneginf(), [special])
+    nan_rows = lit("f64_nan_rows", [[1.0, float("nan"), 3.0, -1.0], [float("nan"), float("nan"), 2.0, 0.5],
+                                   [float("nan"), float("nan"), float("nan"), float("nan")]], "float64")
+    case(G, "nanmedian", "a:nanmedian()", lambda a: a.nanmedian(), [nan_rows])
+    # (no row all NaN: PyTorch's index for one follows its selection algorithm)
+    case(G, "nanmedian dim", "a:nanmedian(1)", lambda a: tuple(a.nanmedian(1)),
+         [lit("f64_nan_rows2", [[1.0, float("nan"), 3.0, -1.0], [float("nan"), float("nan"), 2.0, 0.5]], "float64")])
+    case(G, "nanquantile", "a:nanquantile({0.25, 0.5}, 1)",
+         lambda a: a.nanquantile(torch.tensor([0.25, 0.5], dtype=torch.float64), 1), [nan_rows])
+    case(G, "nanquantile all", "a:nanquantile(0.3)", lambda a: a.nanquantile(0.3), [nan_rows])
+    case(G, "cov", "a:cov()", lambda a: a.cov(), [x])
+    case(G, "cov correction 0", "torch.cov(a, {correction = 0})", lambda a: torch.cov(a, correction=0), [x])
+    case(G, "cov fweights aweights", "a:cov({fweights = b, aweights = c})",
+         lambda a, b, c: a.cov(fweights=b, aweights=c), [x, lit("i64_fw", [1, 2, 1, 3], "int64"),
+                                                         lit("f64_aw", [0.5, 1.0, 2.0, 0.25], "float64")])
+    case(G, "cov vector", "a:cov()", lambda a: a.cov(), [v])
+    case(G, "corrcoef", "a:corrcoef()", lambda a: a.corrcoef(), [x])
+    case(G, "cumulative_trapezoid", "torch.cumulative_trapezoid(a)", torch.cumulative_trapezoid, [x])
+    case(G, "cumulative_trapezoid x dim", "torch.cumulative_trapezoid(a, b, {dim = 0})",
+         lambda a, b: torch.cumulative_trapezoid(a, b, dim=0), [x, lit("f64_ctx", [0.0, 0.5, 2.0], "float64")])
+    runs = lit("i64_runs", [1, 1, 2, 2, 2, 3, 1, 1], "int64")
+    case(G, "unique_consecutive", "a:unique_consecutive({return_inverse = true, return_counts = true})",
+         lambda a: torch.unique_consecutive(a, return_inverse=True, return_counts=True), [runs])
+    case(G, "unique_consecutive dim", "a:unique_consecutive({dim = 0, return_counts = true})",
+         lambda a: torch.unique_consecutive(a, dim=0, return_counts=True),
+         [lit("i64_rows2", [[1, 2], [1, 2], [3, 4], [1, 2]], "int64")])
+    case(G, "hann_window", "torch.hann_window(6, {dtype = torch.float64})", lambda: torch.hann_window(6, dtype=torch.float64))
+    case(G, "hann_window symmetric", "torch.hann_window(5, false, {dtype = torch.float64})",
+         lambda: torch.hann_window(5, False, dtype=torch.float64))
+    case(G, "hamming_window", "torch.hamming_window(7, {dtype = torch.float64})", lambda: torch.hamming_window(7, dtype=torch.float64))
+    case(G, "blackman_window", "torch.blackman_window(6, false, {dtype = torch.float64})",
+         lambda: torch.blackman_window(6, False, dtype=torch.float64))
+    case(G, "bartlett_window", "torch.bartlett_window(7)", lambda: torch.bartlett_window(7))
+    case(G, "kaiser_window", "torch.kaiser_window(8, true, 5, {dtype = torch.float64})",
+         lambda: torch.kaiser_window(8, True, 5.0, dtype=torch.float64))
+    case(G, "i0", "a:i0()", lambda a: a.i0(), [lit("f64_i0", [0.0, 0.5, -2.0, 7.5, 14.9, 15.1, 30.0, 100.0], "float64")])
+    case(G, "i0 f32", "a:float():i0()", lambda a: a.float().i0(), [x])
+    case(G, "result_type", "tostring(torch.result_type(a, 2.5))", lambda a: str(torch.result_type(a, 2.5)), [i64])
+    case(G, "result_type int", "tostring(torch.result_type(a, b))", lambda a, b: str(torch.result_type(a, b)),
+         [rnd("int32", [3]), i64])
+    case(G, "promote_types", "tostring(torch.promote_types(torch.int32, torch.float64))",
+         lambda: str(torch.promote_types(torch.int32, torch.float64)))
+    case(G, "promote_types bfloat16", "tostring(torch.promote_types(torch.bfloat16, torch.int64))",
+         lambda: str(torch.promote_types(torch.bfloat16, torch.int64)))
     sidx = lit("i64_sidx", [[0, 1, 0, 2], [2, 2, 1, 0]], "int64")
     case(G, "scatter_reduce sum", 'a:scatter_reduce(0, b, c, "sum")', lambda a, b, c: a.scatter_reduce(0, b, c, "sum"),
          [x, sidx, rnd("float64", [2, 4], "c")])

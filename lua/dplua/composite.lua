@@ -1720,6 +1720,339 @@ function methods.random_(t, from, to)
                                { dtype = torch.float64, device = t.device }))
 end
 
+---------------------------------------------------------------- other names and small functions
+
+-- NumPy's names and PyTorch's aliases
+local aliases = { arccos = "acos", arcsin = "asin", arctan = "atan", arccosh = "acosh", arcsinh = "asinh",
+                  arctanh = "atanh", arctan2 = "atan2", greater = "gt", greater_equal = "ge", less = "lt",
+                  less_equal = "le", not_equal = "ne", fix = "trunc" }
+for name, target in pairs(aliases) do methods[name] = function(t, ...) return methods[target](t, ...) end end
+-- real tensors: their conjugate, real part and positive are themselves;
+-- adjoint (and the properties mT, mH, H) the transpose of the last two dims
+local function same(t) return t end
+methods.conj, methods.resolve_conj, methods.resolve_neg, methods.conj_physical = same, same, same, same
+methods.real, methods.positive = same, same
+function methods.adjoint(t) return t:transpose(-2, -1) end
+B.getters.mT = methods.adjoint
+B.getters.mH = methods.adjoint
+B.getters.H = function(t) return t:dim() == 2 and t:t() or t end
+function methods.is_conj() return false end
+function methods.is_neg() return false end
+function methods.isreal(t) return torch.ones_like(t):to(torch.bool) end
+function methods.is_nonzero(t)
+  if t:numel() ~= 1 then
+    raise(t:numel() == 0 and "is_nonzero: Boolean value of Tensor with no values is ambiguous"
+          or "is_nonzero: Boolean value of Tensor with more than one value is ambiguous")
+  end
+  return t:reshape(-1)[0]:item() ~= 0
+end
+function methods.is_same_size(t, other) return table.concat(t:size(), ",") == table.concat(want_tensor(other, "is_same_size", "other"):size(), ",") end
+function methods.isposinf(t) return t:eq(math.huge) end
+function methods.isneginf(t) return t:eq(-math.huge) end
+
+-- the in-place forms the compositions lacked: t:copy_(t:op(...))
+for _, name in ipairs({ "acos", "asin", "atan", "acosh", "asinh", "atanh", "arccos", "arcsin", "arctan", "arccosh",
+                        "arcsinh", "arctanh", "cosh", "sinh", "tan", "deg2rad", "rad2deg", "exp2", "log2", "log10",
+                        "frac", "trunc", "fix", "logit", "erfc", "erfinv", "sinc", "lgamma", "digamma", "gcd", "lcm",
+                        "ldexp", "fmod", "copysign", "float_power", "heaviside", "lerp", "logaddexp", "hypot",
+                        "negative", "clamp_min", "clamp_max", "nan_to_num", "atan2", "arctan2", "xlogy", "i0" }) do
+  if methods[name .. "_"] == nil then
+    methods[name .. "_"] = function(t, ...) return t:copy_(methods[name](t, ...)) end
+  end
+end
+
+-- rsub(other [, alpha]): other - alpha t
+function methods.rsub(t, other, alpha) return want_operand(other, "rsub", "other") - t * (alpha or 1) end
+-- inner(other): the sum of products over the last dims (dot for vectors)
+function methods.inner(t, other)
+  want_tensor(other, "inner", "other")
+  if t:dim() == 0 or other:dim() == 0 then return t * other end
+  return methods.tensordot(t, other, { { -1 }, { -1 } })
+end
+-- vdot(other): the dot product of two 1-D tensors (real: no conjugate)
+function methods.vdot(t, other)
+  if t:dim() ~= 1 or not is_tensor(other) or other:dim() ~= 1 then raise("vdot: expected two 1-D tensors") end
+  return t:dot(other)
+end
+function torch.chain_matmul(...)
+  local list = select("#", ...) == 1 and type((...)) == "table" and not is_tensor((...)) and (...) or { ... }
+  return torch.linalg.multi_dot(list)
+end
+-- diagflat([offset]): the flattened input on a diagonal
+function methods.diagflat(t, offset) return t:reshape(-1):diag(offset or 0) end
+-- logaddexp2(other): log2(2^t + 2^other), without overflow
+function methods.logaddexp2(t, other)
+  local m = torch.maximum(t, other):detach()
+  m = torch.where(m:abs():eq(math.huge), 0, m)
+  return ((t - m):exp2() + (other - m):exp2()):log2() + m
+end
+-- fmax / fmin(other): the larger (smaller), a NaN on one side ignored
+function methods.fmax(t, other)
+  return torch.where(t:ne(t), other, torch.where(other:ne(other), t, torch.maximum(t, other)))
+end
+function methods.fmin(t, other)
+  return torch.where(t:ne(t), other, torch.where(other:ne(other), t, torch.minimum(t, other)))
+end
+
+-- The NaN-ignoring median and quantiles: per slice, the count c of
+-- non-NaN values, then positions in the sorted slice (NaN sort last).
+local function non_nan(t, d)
+  local sorted, order = t:sort(d)
+  local count = t:eq(t):to(torch.int64):sum(d, true)
+  return sorted, order, count
+end
+-- nanmedian([dim, keepdim]): the lower median of the non-NaN values (NaN
+-- where all are); with a dim also its index
+function methods.nanmedian(t, dim, keepdim)
+  want_float("nanmedian", t)
+  if dim == nil then
+    local flat = t:reshape(-1)
+    local sorted, _, count = non_nan(flat, 0)
+    local k = math.max(math.floor((count:item() - 1) / 2), 0)
+    if flat:numel() == 0 then return torch.full({}, 0 / 0, { dtype = t.dtype, device = t.device }) end
+    return sorted:narrow(0, k, 1):reshape({})
+  end
+  local d = dim_of(t, dim, "nanmedian")
+  local sorted, order, count = non_nan(t, d)
+  local k = ((count - 1):clamp(0, nil)):div(2, "floor")
+  local v, i = sorted:gather(d, k), order:gather(d, k)
+  if not keepdim then v, i = v:squeeze(d), i:squeeze(d) end
+  return v, i
+end
+-- nanquantile(q [, dim, keepdim]): quantile of the non-NaN values
+function methods.nanquantile(t, q, dim, keepdim)
+  local fn = "nanquantile"
+  if type(dim) == "table" then dim, keepdim = dim.dim, dim.keepdim end
+  want_float(fn, t)
+  local scalar = type(q) == "number"
+  local qs = scalar and { q } or (is_tensor(q) and q:reshape(-1):tolist() or q)
+  if type(qs) ~= "table" or #qs == 0 then raise(fn .. ": expected q to be a number, a list or a 1-D tensor") end
+  local x, d = t, nil
+  if dim == nil then x, d = t:reshape(-1), 0 else d = dim_of(t, dim, fn) end
+  local sorted, _, count = non_nan(x, d)
+  local last = (count - 1):clamp(0, nil):to(x.dtype)
+  local parts = {}
+  for i, p in ipairs(qs) do
+    if type(p) ~= "number" or p < 0 or p > 1 then raise(fn .. ": expected q in [0, 1], got " .. tostring(p)) end
+    local pos = last * p
+    local lo = pos:floor()
+    local hi = torch.minimum(lo + 1, last)
+    local a, b = sorted:gather(d, lo:to(torch.int64)), sorted:gather(d, hi:to(torch.int64))
+    parts[i] = torch.where(count:eq(0), 0 / 0, a + (b - a) * (pos - lo))
+  end
+  local out = torch.stack(parts, 0)
+  if dim == nil then
+    out = out:reshape(#qs)
+    if keepdim then
+      local shape = { #qs }
+      for _ = 1, t:dim() do shape[#shape + 1] = 1 end
+      out = out:reshape(shape)
+    end
+  elseif not keepdim then
+    out = out:squeeze(d + 1)
+  end
+  return scalar and out:select(0, 0) or out
+end
+
+-- cov([{correction = 1, fweights, aweights}]): the covariance of the rows
+-- (variables) over the columns (observations), weighted as PyTorch's;
+-- corrcoef(): the correlation matrix.
+function methods.cov(t, opts)
+  local fn = "cov"
+  opts = opts or {}
+  want_float(fn, t)
+  if t:dim() > 2 then raise(fn .. ": expected input to have two or fewer dimensions but got an input with " .. t:dim() .. " dimensions") end
+  local x = t:dim() < 2 and t:reshape(1, -1) or t
+  local n = x:size(1)
+  local correction = opts.correction == nil and 1 or opts.correction
+  local w
+  if opts.fweights ~= nil then w = want_tensor(opts.fweights, fn, "fweights"):to(x.dtype) end
+  if opts.aweights ~= nil then
+    local a = want_tensor(opts.aweights, fn, "aweights"):to(x.dtype)
+    w = w and w * a or a
+  end
+  local w_sum = w and w:sum() or n
+  local mean = w and (x * w):sum(1, true) / w_sum or x:mean(1, true)
+  local norm
+  if w == nil then norm = n - correction
+  elseif correction == 0 or opts.aweights == nil then norm = w_sum - correction
+  else norm = w_sum - correction * (w * opts.aweights:to(x.dtype)):sum() / w_sum end
+  local c = x - mean
+  local cw = w and c * w or c
+  local out = cw:matmul(c:t()) / norm
+  if t:dim() < 2 then return out:reshape({}) end
+  return out
+end
+function methods.corrcoef(t)
+  local c = methods.cov(t)
+  if c:dim() == 0 then return c / c end
+  local d = c:diagonal():sqrt()
+  return (c / d:unsqueeze(1) / d:unsqueeze(0)):clamp(-1, 1)
+end
+
+-- cumulative_trapezoid(y [, x] [, {dx, dim}]): the running trapezoid sums
+function torch.cumulative_trapezoid(y, x, opts)
+  if type(x) == "table" and not is_tensor(x) then x, opts = nil, x end
+  if type(x) == "number" then x, opts = nil, { dx = x } end
+  opts = opts or {}
+  want_tensor(y, "cumulative_trapezoid", "y")
+  local d = dim_of(y, opts.dim == nil and -1 or opts.dim, "cumulative_trapezoid")
+  local len = y:size(d)
+  if len == 0 then return y:clone() end
+  local mid = (y:narrow(d, 1, len - 1) + y:narrow(d, 0, len - 1)) / 2
+  if x == nil then return mid:cumsum(d) * want_number(opts.dx, "cumulative_trapezoid", "dx", 1) end
+  want_tensor(x, "cumulative_trapezoid", "x")
+  local dx = x:dim() == 1 and methods.diff(x) or methods.diff(x, 1, d)
+  if x:dim() == 1 then
+    local shape = {}
+    for i = 1, y:dim() do shape[i] = 1 end
+    shape[d + 1] = len - 1
+    dx = dx:reshape(shape)
+  end
+  return (mid * dx):cumsum(d)
+end
+
+-- unique_consecutive([{return_inverse, return_counts, dim}]): the values
+-- with consecutive repeats collapsed (flattened unless dim), and the
+-- inverse and counts when asked for; on the host.
+function methods.unique_consecutive(t, opts)
+  if type(opts) == "boolean" then opts = { return_inverse = opts } end
+  opts = opts or {}
+  local x = t
+  local d = opts.dim
+  if d == nil then x = t:reshape(-1) end
+  d = d == nil and 0 or dim_of(t, d, "unique_consecutive")
+  local n = x:dim() == 0 and 1 or x:size(d)
+  local keep, inverse, counts = {}, {}, {}
+  local prev
+  for i = 0, n - 1 do
+    local slice = x:select(d, i)
+    local same = prev ~= nil and torch.equal(slice, prev)
+    if not same then keep[#keep + 1] = i; counts[#counts + 1] = 0 end
+    counts[#counts] = counts[#counts] + 1
+    inverse[i + 1] = #keep - 1
+    prev = slice
+  end
+  local values = #keep > 0 and x:index_select(d, int64(keep, t.device)) or x:narrow(d, 0, 0)
+  local out = { values }
+  if opts.return_inverse then
+    local inv = #inverse > 0 and int64(inverse, t.device) or torch.zeros(0, { dtype = torch.int64, device = t.device })
+    out[#out + 1] = opts.dim == nil and inv:reshape(t:size()) or inv
+  end
+  if opts.return_counts then
+    out[#out + 1] = #counts > 0 and int64(counts, t.device) or torch.zeros(0, { dtype = torch.int64, device = t.device })
+  end
+  return unpack(out)
+end
+
+-- The window functions of signal processing: hann, hamming, blackman,
+-- bartlett and kaiser_window(n [, periodic = true, ...] [, opts]), as
+-- PyTorch's (periodic: the window of n + 1 points without its last).
+local function window(fn, n, periodic, opts, f)
+  n = want_int(n, fn, "window_length", nil, 0)
+  if type(periodic) == "table" then opts, periodic = periodic, nil end
+  if periodic == nil then periodic = true end
+  opts = opts or {}
+  local dt = opts.dtype or torch.get_default_dtype()
+  if n == 0 then return torch.zeros(0, { dtype = dt, device = opts.device }) end
+  if n == 1 then return torch.ones(1, { dtype = dt, device = opts.device }) end
+  local m = periodic and n + 1 or n
+  local k = torch.arange(0, n, { dtype = torch.float64 })
+  return f(k, m):to(dt):to(opts.device or "cpu")
+end
+function torch.hann_window(n, periodic, opts)
+  return window("hann_window", n, periodic, opts, function(k, m) return 0.5 - 0.5 * (k * (2 * math.pi / (m - 1))):cos() end)
+end
+function torch.hamming_window(n, periodic, alpha, beta, opts)
+  if type(alpha) == "table" then opts, alpha = alpha, nil end
+  alpha, beta = alpha or 0.54, beta or 0.46
+  return window("hamming_window", n, periodic, opts,
+                function(k, m) return alpha - beta * (k * (2 * math.pi / (m - 1))):cos() end)
+end
+function torch.blackman_window(n, periodic, opts)
+  return window("blackman_window", n, periodic, opts, function(k, m)
+    local a = k * (2 * math.pi / (m - 1))
+    return 0.42 - 0.5 * a:cos() + 0.08 * (a * 2):cos()
+  end)
+end
+function torch.bartlett_window(n, periodic, opts)
+  return window("bartlett_window", n, periodic, opts, function(k, m)
+    return 1 - (k * (2 / (m - 1)) - 1):abs()
+  end)
+end
+function torch.kaiser_window(n, periodic, beta, opts)
+  if type(beta) == "table" then opts, beta = beta, nil end
+  beta = beta or 12.0
+  return window("kaiser_window", n, periodic, opts, function(k, m)
+    local r = k * (2 / (m - 1)) - 1
+    return ((1 - r:square()):clamp(0, nil):sqrt() * beta):i0() / torch.tensor(beta, { dtype = torch.float64 }):i0()
+  end)
+end
+
+-- i0(): the modified Bessel function of the first kind, order 0: its power
+-- series (positive terms, 100 of them) up to 30, the asymptotic series above
+function methods.i0(t)
+  local x = t.dtype.is_floating_point and t:abs() or t:abs():to(torch.get_default_dtype())
+  local small = x:le(30)
+  local xs = torch.where(small, x, 0)
+  local q = (xs / 2):square()
+  local term, sum = torch.ones_like(xs), torch.ones_like(xs)
+  for k = 1, 100 do
+    term = term * q / (k * k)
+    sum = sum + term
+  end
+  local xl = torch.where(small, 31, x)
+  local inv = (xl * 8):reciprocal()
+  -- e^x / sqrt(2 pi x) (1 + 1/(8x) + 9/(2! (8x)^2) + 225/(3! (8x)^3) + ...)
+  local series, c = torch.ones_like(xl), 1
+  local pw = torch.ones_like(xl)
+  for k = 1, 12 do
+    c = c * (2 * k - 1) ^ 2 / k
+    pw = pw * inv
+    series = series + pw * c
+  end
+  local large = xl:exp() / (xl * (2 * math.pi)):sqrt() * series
+  return torch.where(small, sum, large)
+end
+
+function torch.scalar_tensor(v, opts)
+  if type(v) ~= "number" and type(v) ~= "boolean" then raise("scalar_tensor: expected a number, got " .. typename(v)) end
+  opts = opts or {}
+  return torch.tensor(v, { dtype = opts.dtype or torch.get_default_dtype(), device = opts.device,
+                           requires_grad = opts.requires_grad })
+end
+torch.asarray = function(obj, opts) return torch.as_tensor(obj, opts) end
+function torch.concatenate(list, dim) return torch.cat(list, dim or 0) end
+torch.concat = torch.concatenate
+
+-- result_type(a, b), promote_types(dt1, dt2), can_cast(from, to): PyTorch's
+-- type promotion, read from what an addition of the two gives
+local function operand(v)
+  if is_tensor(v) then return v:detach():reshape(-1):narrow(0, 0, math.min(v:numel(), 1)) end
+  if getmetatable(v) == torch.dtype_mt then return torch.zeros(1, { dtype = v }) end
+  return v
+end
+function torch.result_type(a, b)
+  local x, y = operand(a), operand(b)
+  if not is_tensor(x) and not is_tensor(y) then
+    return (math.type and math.type(x) == "float" or (x % 1 ~= 0 or y % 1 ~= 0)) and torch.get_default_dtype() or torch.int64
+  end
+  if not is_tensor(x) then x, y = y, x end
+  if x.dtype == torch.bool and is_tensor(y) and y.dtype == torch.bool then return torch.bool end
+  return (x + y).dtype
+end
+function torch.promote_types(a, b)
+  if getmetatable(a) ~= torch.dtype_mt or getmetatable(b) ~= torch.dtype_mt then
+    raise("promote_types: expected two dtypes")
+  end
+  return torch.result_type(a, b)
+end
+local kind = { bool = 0, uint8 = 1, int32 = 1, int64 = 1, bfloat16 = 2, float32 = 2, float64 = 2 }
+function torch.can_cast(from, to)
+  if getmetatable(from) ~= torch.dtype_mt or getmetatable(to) ~= torch.dtype_mt then raise("can_cast: expected two dtypes") end
+  return kind[from.name] <= kind[to.name]
+end
+
 -- The in-place view changes: t takes the view's shape and strides (a
 -- tensor that requires grad refuses, see dp_set_view)
 local C = B.C

@@ -97,6 +97,16 @@ local lazy_functions = {
   get_autocast_dtype = "dplua.autocast",
   einsum = "dplua.einsum", set_printoptions = "dplua.print",
 }
+-- torch.NAME forms of nn.functional's functions whose arguments PyTorch's
+-- torch.NAME shares (torch.conv2d, torch.dropout, torch.layer_norm, ...)
+for _, k in ipairs({ "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+                     "dropout", "alpha_dropout", "feature_alpha_dropout", "layer_norm", "group_norm", "pixel_shuffle",
+                     "pixel_unshuffle", "channel_shuffle", "native_channel_shuffle", "pdist", "prelu", "selu", "celu",
+                     "rrelu", "threshold", "hardshrink", "bilinear", "cosine_similarity", "pairwise_distance",
+                     "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "adaptive_avg_pool1d", "selu_", "celu_",
+                     "rrelu_", "threshold_" }) do
+  lazy_functions[k] = { "dplua.nn", "functional" }
+end
 -- torch.NAME forms of linalg's functions (linalg.lua's M.torch)
 for _, k in ipairs({ "svd", "pinverse", "cholesky_solve", "matrix_exp", "matrix_power", "det", "logdet", "slogdet",
                      "inverse", "cholesky", "qr", "triangular_solve" }) do

@@ -116,6 +116,19 @@ T.run("the other methods: random fills, in-place forms, retain_grad, dtypes dplu
   T.ok(not torch.ones(1):is_complex() and torch.ones(1):is_signed() and not torch.ones(1, { dtype = torch.uint8 }):is_signed(),
        "is_complex, is_signed")
   T.is(torch.ones(1):get_device(), -1, "get_device of a CPU tensor")
+  local img, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
+  T.tensor_close(torch.conv2d(img, w, nil, 1, 1), torch.nn.functional.conv2d(img, w, nil, 1, 1), 0, 0,
+                 "torch.conv2d is F.conv2d")
+  T.tensor_close(torch.layer_norm(img, { 5 }), torch.nn.functional.layer_norm(img, { 5 }), 0, 0, "torch.layer_norm")
+  T.tensor_close(torch.max_pool2d(img, 2), torch.nn.functional.max_pool2d(img, 2), 0, 0, "torch.max_pool2d")
+  local m = torch.randn(2, 3)
+  T.tensor_close(m.mT, m:t(), 0, 0, "mT")
+  T.tensor_close(m.H, m:t(), 0, 0, "H of a matrix")
+  T.ok(rawequal(m:conj(), m) and not m:is_conj(), "a real tensor is its own conjugate")
+  T.is(torch.scalar_tensor(3).dtype, torch.float32, "scalar_tensor: the default dtype")
+  T.ok(torch.can_cast(torch.int64, torch.float32) and not torch.can_cast(torch.float32, torch.int64), "can_cast")
+  T.ok(torch.is_nonzero(torch.tensor({ 2 })) and not torch.is_nonzero(torch.tensor({ 0.0 })), "is_nonzero")
+  T.raises(function() torch.is_nonzero(torch.ones(2)) end, "more than one value is ambiguous", "is_nonzero of two values")
   local v = torch.arange(6):reshape(2, 3)
   local same = v
   v:unsqueeze_(0)

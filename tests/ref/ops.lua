@@ -124,12 +124,14 @@ inputs["f64_1x4_c"] = {dtype="float64", shape={1,4}, values={{-1.417,2.562,1.383
 inputs["f64_1x5_b"] = {dtype="float64", shape={1,5}, values={{2.452,2.545,1.935,-1.172,3.822}}}
 inputs["f64_2_c"] = {dtype="float64", shape={2}, values={-2.631,-0.78}}
 inputs["f64_2x1x3x4_a"] = {dtype="float64", shape={2,1,3,4}, values={{{{-0.634,-0.296,0.627,-0.246},{2.377,2.801,1.15,0.617},{2.401,1.618,-2.521,3.349}}},{{{1.833,-0.798,0.166,1.224},{-2.306,4.405,-2.743,-1.231},{0.269,1.275,-3.337,1.782}}}}}
+inputs["f64_2x2_a"] = {dtype="float64", shape={2,2}, values={{1.749,2.072},{2.047,0.285}}}
 inputs["f64_2x2_b"] = {dtype="float64", shape={2,2}, values={{1.498,0.268},{-0.045,0.155}}}
 inputs["f64_2x2_c"] = {dtype="float64", shape={2,2}, values={{-0.952,-2.393},{1.371,-2.246}}}
 inputs["f64_2x2x3x4_a"] = {dtype="float64", shape={2,2,3,4}, values={{{{1.871,1.189,1.447,-1.802},{1.51,1.557,0.42,1.398},{-4.12,-0.219,-0.608,-1.846}},{{0.374,3.663,1.484,-1.466},{-0.07,0.543,2.605,4.975},{0.634,0.809,0.391,-0.615}}},{{{-0.41,2.428,-0.397,-2.016},{-0.324,0.683,-4.068,1.302},{1.162,-0.75,2.432,0.115}},{{2.614,0.006,1.833,-2.952},{4.628,-2.391,-0.364,-0.333},{1.698,-3.366,1.74,1.072}}}}}
 inputs["f64_2x2x4_c"] = {dtype="float64", shape={2,2,4}, values={{{1.252,-0.36,-0.207,-4.605},{4.816,-0.984,-3.316,0.699}},{{2.081,-0.977,-0.28,-2.225},{1.407,4.032,1.617,0.651}}}}
 inputs["f64_2x2x5x4_c"] = {dtype="float64", shape={2,2,5,4}, values={{{{3.992,2.585,-1.123,-1.422},{0.207,2.406,-2.132,0.09},{-6.438,1.947,-1.891,-2.924},{-0.949,-2.581,-2.872,-1.901},{-2.375,0.87,-2.678,-0.132}},{{1.517,0.067,0.317,1.264},{1.738,-0.289,0.864,0.183},{-1.352,-1.547,0.654,-1.651},{1.238,0.125,1.539,1.306},{4.972,2.237,-2.027,-3.571}}},{{{0.485,0.827,1.165,0.03},{-0.797,-0.466,-1.832,0.527},{-0.886,1.147,4.107,1.629},{-2.117,2.016,-1.034,-1.821},{-3.216,-0.67,2.459,-3.428}},{{-0.382,2.031,2.236,-2.79},{-2.886,0.972,-1.089,-0.466},{0.138,0.085,0.32,-1.622},{-1.741,1.268,0.752,0.29},{3.265,-1.843,-4.208,-0.91}}}}}
 inputs["f64_2x3_a"] = {dtype="float64", shape={2,3}, values={{-0.591,-1.743,1.463},{-0.211,0.368,-0.9}}}
+inputs["f64_2x3_d"] = {dtype="float64", shape={2,3}, values={{-0.112,-0.306,4.431},{-0.058,-0.698,0.955}}}
 inputs["f64_2x3_pos"] = {dtype="float64", shape={2,3}, values={{1.21,2.891,0.796},{0.5589999999999999,2.295,3.657}}}
 inputs["f64_2x3x2_a"] = {dtype="float64", shape={2,3,2}, values={{{1.434,0.034},{0.263,2.471},{-1.309,4.837}},{{-1.221,-3.668},{-3.874,0.201},{0.379,0.57}}}}
 inputs["f64_2x3x3_a"] = {dtype="float64", shape={2,3,3}, values={{{0.896,-1.526,1.651},{-2.269,2.859,1.084},{-0.441,-0.62,-3.052}},{{-0.679,-2.138,-1.602},{-1.144,1.743,0.037},{-0.872,1.908,0.88}}}}
@@ -165,6 +167,7 @@ inputs["f64_3x4x2_b"] = {dtype="float64", shape={3,4,2}, values={{{0.415,4.754},
 inputs["f64_3x8_a"] = {dtype="float64", shape={3,8}, values={{-2.195,-0.055,2.349,-0.184,0.254,0.969,-0.333,1.264},{-3.045,-2.872,-0.148,-0.399,-0.017,1.793,1.111,-2.467},{-1.721,2.588,1.52,-0.049,5.25,-1.235,-1.607,2.155}}}
 inputs["f64_4_a"] = {dtype="float64", shape={4}, values={3.595,-0.309,1.034,-2.0}}
 inputs["f64_4_b"] = {dtype="float64", shape={4}, values={1.422,-1.54,-2.16,2.848}}
+inputs["f64_4_c"] = {dtype="float64", shape={4}, values={-2.712,0.242,-4.422,1.211}}
 inputs["f64_4x1_a"] = {dtype="float64", shape={4,1}, values={{3.921},{-0.674},{0.36},{0.701}}}
 inputs["f64_4x1_pos"] = {dtype="float64", shape={4,1}, values={{0.859},{2.463},{0.823},{3.105}}}
 inputs["f64_4x2_b"] = {dtype="float64", shape={4,2}, values={{-0.011,-1.066},{2.116,-1.527},{0.657,-2.218},{-0.989,-1.602}}}
@@ -184,18 +187,25 @@ inputs["f64_5x7_b"] = {dtype="float64", shape={5,7}, values={{-2.935,0.261,1.023
 inputs["f64_6x5_a"] = {dtype="float64", shape={6,5}, values={{1.783,3.041,1.377,-1.828,0.806},{-3.102,0.005,0.709,-0.613,0.241},{0.139,-3.322,-2.182,0.317,-0.91},{1.301,-0.821,-0.482,-0.907,0.777},{1.805,1.782,-2.12,2.866,-0.446},{0.336,0.604,0.501,4.005,-6.05}}}
 inputs["f64_7x9_b"] = {dtype="float64", shape={7,9}, values={{1.27,2.808,0.368,-1.89,-0.801,0.093,0.033,0.27,1.807},{4.331,3.696,-3.731,0.456,-1.618,-0.434,-2.84,3.214,-3.835},{1.677,-0.19,2.417,-0.747,-0.874,-1.548,-0.212,4.637,1.928},{2.984,1.823,-1.598,-0.203,0.239,-1.04,-2.545,0.742,1.677},{0.388,-2.874,1.845,1.22,-2.618,3.488,-0.427,0.107,-1.138},{-1.793,-0.036,-2.522,0.236,1.008,3.058,-0.348,2.316,-1.705},{-2.676,1.107,0.52,0.613,-1.144,1.436,-1.08,-1.985,-1.03}}}
 inputs["f64_angle"] = {dtype="float64", shape={4}, values={-1.5,0.0,2.0,nan}}
+inputs["f64_aw"] = {dtype="float64", shape={4}, values={0.5,1.0,2.0,0.25}}
 inputs["f64_bf16"] = {dtype="float64", shape={5}, values={1.00390625,1.0039062500001,3.14159,0.1,-300.7}}
 inputs["f64_big"] = {dtype="float64", shape={5}, values={1.5,2.0,10.0,100.0,3.25}}
 inputs["f64_bin_w"] = {dtype="float64", shape={6}, values={0.5,1.0,2.0,0.25,3.0,1.5}}
+inputs["f64_ctx"] = {dtype="float64", shape={3}, values={0.0,0.5,2.0}}
 inputs["f64_cumprod"] = {dtype="float64", shape={5}, values={2.0,-1.5,0.0,3.0,-2.0}}
 inputs["f64_edges"] = {dtype="float64", shape={5}, values={-3.0,-1.0,0.0,0.5,4.0}}
 inputs["f64_fill_value"] = {dtype="float64", shape={}, values=-2.25}
+inputs["f64_fnan"] = {dtype="float64", shape={4}, values={nan,1.0,-2.0,nan}}
+inputs["f64_fnan2"] = {dtype="float64", shape={4}, values={0.5,nan,-3.0,nan}}
 inputs["f64_heavi"] = {dtype="float64", shape={4}, values={-1.5,0.0,2.0,0.0}}
 inputs["f64_heavi_v"] = {dtype="float64", shape={4}, values={0.5,0.25,3.0,-1.0}}
+inputs["f64_i0"] = {dtype="float64", shape={8}, values={0.0,0.5,-2.0,7.5,14.9,15.1,30.0,100.0}}
 inputs["f64_inf_rows"] = {dtype="float64", shape={3,2}, values={{-inf,-inf},{1.0,-inf},{800.0,801.0}}}
 inputs["f64_mode"] = {dtype="float64", shape={3,3}, values={{1.5,2.0,2.0},{1.5,-1.0,2.0},{0.5,-1.0,3.0}}}
 inputs["f64_nan"] = {dtype="float64", shape={4}, values={1.0,nan,2.5,-1.0}}
 inputs["f64_nan2"] = {dtype="float64", shape={2,3}, values={{1.0,nan,2.5},{nan,-1.0,3.0}}}
+inputs["f64_nan_rows"] = {dtype="float64", shape={3,4}, values={{1.0,nan,3.0,-1.0},{nan,nan,2.0,0.5},{nan,nan,nan,nan}}}
+inputs["f64_nan_rows2"] = {dtype="float64", shape={2,4}, values={{1.0,nan,3.0,-1.0},{nan,nan,2.0,0.5}}}
 inputs["f64_prob"] = {dtype="float64", shape={5}, values={0.001,0.2,0.5,0.8,0.999}}
 inputs["f64_s_a"] = {dtype="float64", shape={}, values=5.208}
 inputs["f64_s_b"] = {dtype="float64", shape={}, values=-1.75}
@@ -259,6 +269,7 @@ inputs["i64_div_a"] = {dtype="int64", shape={4}, values={7,-7,1,0}}
 inputs["i64_div_b"] = {dtype="int64", shape={4}, values={2,2,3,5}}
 inputs["i64_dz_a"] = {dtype="int64", shape={3}, values={1,-1,0}}
 inputs["i64_dz_b"] = {dtype="int64", shape={3}, values={0,0,0}}
+inputs["i64_fw"] = {dtype="int64", shape={4}, values={1,2,1,3}}
 inputs["i64_gcd_a"] = {dtype="int64", shape={5}, values={12,-18,0,7,0}}
 inputs["i64_gcd_b"] = {dtype="int64", shape={5}, values={8,27,5,0,0}}
 inputs["i64_isin"] = {dtype="int64", shape={4}, values={0,3,-5,9}}
@@ -266,6 +277,8 @@ inputs["i64_mode"] = {dtype="int64", shape={2,6}, values={{1,3,3,2,1,3},{4,4,0,0
 inputs["i64_rem_a"] = {dtype="int64", shape={5}, values={7,-7,7,-7,6}}
 inputs["i64_rem_b"] = {dtype="int64", shape={5}, values={3,3,-3,-3,3}}
 inputs["i64_rows"] = {dtype="int64", shape={4,2}, values={{1,2},{0,5},{1,2},{0,4}}}
+inputs["i64_rows2"] = {dtype="int64", shape={4,2}, values={{1,2},{1,2},{3,4},{1,2}}}
+inputs["i64_runs"] = {dtype="int64", shape={8}, values={1,1,2,2,2,3,1,1}}
 inputs["i64_s_a"] = {dtype="int64", shape={}, values=9}
 inputs["i64_s_b"] = {dtype="int64", shape={}, values=7}
 inputs["i64_sidx"] = {dtype="int64", shape={2,4}, values={{0,1,0,2},{2,2,1,0}}}
@@ -2066,6 +2079,46 @@ C{name="masked_scatter broadcast", expr="a:masked_scatter(b, c)", inputs={"f64_3
 C{name="select_scatter", expr="a:select_scatter(b, 1, -1)", inputs={"f64_3x4_a","f64_3_b"}, dtype="float64", shape={3,4}, values={{2.464,0.807,-3.137,0.581},{-0.248,1.652,1.362,0.173},{0.988,1.433,-2.804,2.023}}}
 C{name="slice_scatter", expr="a:slice_scatter(b, 1, 1, 4, 2)", inputs={"f64_3x4_a","f64_3x2_c"}, dtype="float64", shape={3,4}, values={{2.464,-4.39,-3.137,-0.661},{-0.248,-3.173,1.362,2.793},{0.988,2.056,-2.804,-0.256}}}
 C{name="slice_scatter start", expr="a:slice_scatter(b, {start = 2})", inputs={"f64_3x4_a","f64_1x4_c"}, dtype="float64", shape={3,4}, values={{2.464,0.807,-3.137,-2.822},{-0.248,1.652,1.362,-0.999},{-1.417,2.562,1.383,-2.264}}}
+C{name="arccos", expr="a:arccos()", inputs={"f64_unit"}, dtype="float64", shape={7}, values={3.000053180265366,2.0943951023931957,1.6709637479564565,1.5707963267948966,1.2661036727794992,0.7227342478134156,0.20033484232311968}}
+C{name="arctan2", expr="torch.arctan2(a, b)", inputs={"f64_3x4_a","f64_3x4_b"}, dtype="float64", shape={3,4}, values={{0.5203474351222175,0.48321760577426354,-1.6414467912216144,-2.1508247488237897},{-2.3418805394383533,1.1401173239930933,2.3263356920152893,-1.6088160350944063},{2.7352299711181685,0.6303385617137144,-2.0066813282352647,0.6873612467483817}}}
+C{name="greater_equal", expr="a:greater_equal(b)", inputs={"f64_3x4_a","f64_3x4_b"}, dtype="bool", shape={3,4}, values={{false,false,false,false},{false,true,true,false},{true,false,false,false}}}
+C{name="asin_", expr="a:clone():asin_()", inputs={"f64_unit"}, dtype="float64", shape={7}, values={-1.4292568534704693,-0.5235987755982989,-0.1001674211615598,0.0,0.30469265401539747,0.848062078981481,1.3704614844717768}}
+C{name="rsub", expr="torch.rsub(a, b, 2)", inputs={"f64_3x4_a","f64_3x4_b"}, dtype="float64", shape={3,4}, values={{-0.6280000000000001,-0.07600000000000007,6.052,3.795},{0.255,-2.545,-4.007,1.96},{-4.272,-0.9020000000000001,4.302,-1.3689999999999998}}}
+C{name="inner", expr="a:inner(b)", inputs={"f64_2x3x4_a","f64_5x4_c"}, dtype="float64", shape={2,3,5}, values={{{6.70946,-1.515767,5.944344,-2.3540140000000003,-3.938785},{-5.133803,-11.735968,11.846532999999999,-5.625323000000001,6.241315},{-11.169406,-10.705480999999999,4.4297059999999995,-2.271688,3.6100940000000006}},{{0.07923299999999998,3.377607,0.8011249999999999,8.334783,-7.9471739999999995},{-0.9106229999999996,-9.103158999999998,7.164149000000001,-2.413170999999999,-7.715258},{0.8041349999999998,5.381486999999999,7.107882999999999,9.598659,1.4199599999999999}}}}
+C{name="inner vectors", expr="torch.inner(a, b)", inputs={"f64_4_a","f64_4_a"}, dtype="float64", shape={}, values=18.088662}
+C{name="vdot", expr="torch.vdot(a, b)", inputs={"f64_4_a","f64_4_c"}, dtype="float64", shape={}, values=-16.818766}
+C{name="chain_matmul", expr="torch.chain_matmul(a, b, c)", inputs={"f64_3x4_a","f64_4x2_c","f64_2x3_d"}, dtype="float64", shape={3,3}, values={{0.9783056040000001,11.622241282,-16.483627847},{0.446868006,-0.4472859420000002,-21.821208722999998},{0.5390621520000001,5.791340097999999,-10.604036039}}}
+C{name="diagflat", expr="a:diagflat(1)", inputs={"f64_2x2_a"}, dtype="float64", shape={5,5}, values={{0.0,1.749,0.0,0.0,0.0},{0.0,0.0,2.072,0.0,0.0},{0.0,0.0,0.0,2.047,0.0},{0.0,0.0,0.0,0.0,0.285},{0.0,0.0,0.0,0.0,0.0}}}
+C{name="logaddexp2", expr="a:logaddexp2(b)", inputs={"f64_3x4_a","f64_3x4_b"}, dtype="float64", shape={3,4}, values={{4.6562534774217665,2.2183118946935525,-0.042379439418949755,-1.2549812381567822},{0.7555042455223164,2.273518055942423,1.5759670923296343,0.5600799920471681},{1.1289930323119157,2.722793395238921,-0.8687255292291045,2.9546065886708512}}}
+C{name="fmax", expr="a:fmax(b)", inputs={"f64_fnan","f64_fnan2"}, dtype="float64", shape={4}, values={0.5,1.0,-2.0,nan}}
+C{name="fmin", expr="torch.fmin(a, b)", inputs={"f64_fnan","f64_fnan2"}, dtype="float64", shape={4}, values={0.5,1.0,-3.0,nan}}
+C{name="isposinf", expr="a:isposinf()", inputs={"f64_special"}, dtype="bool", shape={6}, values={false,true,false,false,false,false}}
+C{name="isneginf", expr="a:isneginf()", inputs={"f64_special"}, dtype="bool", shape={6}, values={false,false,true,false,false,false}}
+C{name="nanmedian", expr="a:nanmedian()", inputs={"f64_nan_rows"}, dtype="float64", shape={}, values=1.0}
+C{name="nanmedian dim", expr="a:nanmedian(1)", inputs={"f64_nan_rows2"}, kind="multi", expected={{dtype="float64", shape={2}, values={1.0,0.5}}, {dtype="int64", shape={2}, values={0,3}}}}
+C{name="nanquantile", expr="a:nanquantile({0.25, 0.5}, 1)", inputs={"f64_nan_rows"}, dtype="float64", shape={2,3}, values={{0.0,0.875,nan},{1.0,1.25,nan}}}
+C{name="nanquantile all", expr="a:nanquantile(0.3)", inputs={"f64_nan_rows"}, dtype="float64", shape={}, values=0.6}
+C{name="cov", expr="a:cov()", inputs={"f64_3x4_a"}, dtype="float64", shape={3,3}, values={{7.573554000000001,0.15203333333333308,2.7883283333333337},{0.15203333333333308,1.6210269166666667,-1.3501063333333334},{2.7883283333333337,-1.3501063333333334,4.496731333333332}}}
+C{name="cov correction 0", expr="torch.cov(a, {correction = 0})", inputs={"f64_3x4_a"}, dtype="float64", shape={3,3}, values={{5.6801655,0.11402499999999981,2.09124625},{0.11402499999999981,1.2157701875,-1.01257975},{2.09124625,-1.01257975,3.3725484999999993}}}
+C{name="cov fweights aweights", expr="a:cov({fweights = b, aweights = c})", inputs={"f64_3x4_a","i64_fw","f64_aw"}, dtype="float64", shape={3,3}, values={{5.998526224852071,0.341441218934911,4.082995822485207},{0.341441218934911,1.214351875739645,-0.8499710946745563},{4.082995822485207,-0.8499710946745563,5.580023757396451}}}
+C{name="cov vector", expr="a:cov()", inputs={"f64_4_a"}, dtype="float64", shape={}, values=5.581020666666667}
+C{name="corrcoef", expr="a:corrcoef()", inputs={"f64_3x4_a"}, dtype="float64", shape={3,3}, values={{0.9999999999999999,0.04339041873292499,0.4777993761827632},{0.04339041873292499,0.9999999999999998,-0.5000626190753058},{0.47779937618276314,-0.5000626190753058,0.9999999999999998}}}
+C{name="cumulative_trapezoid", expr="torch.cumulative_trapezoid(a)", inputs={"f64_3x4_a"}, dtype="float64", shape={3,3}, values={{1.6355,0.4704999999999999,-2.509},{0.702,2.209,2.3905000000000003},{1.2105000000000001,0.5250000000000002,-0.0014999999999997238}}}
+C{name="cumulative_trapezoid x dim", expr="torch.cumulative_trapezoid(a, b, {dim = 0})", inputs={"f64_3x4_a","f64_ctx"}, dtype="float64", shape={2,4}, values={{0.554,0.61475,-0.44375,-0.95525},{1.109,2.9284999999999997,-1.5252499999999998,-0.3912500000000001}}}
+C{name="unique_consecutive", expr="a:unique_consecutive({return_inverse = true, return_counts = true})", inputs={"i64_runs"}, kind="multi", expected={{dtype="int64", shape={4}, values={1,2,3,1}}, {dtype="int64", shape={8}, values={0,0,1,1,1,2,3,3}}, {dtype="int64", shape={4}, values={2,3,1,2}}}}
+C{name="unique_consecutive dim", expr="a:unique_consecutive({dim = 0, return_counts = true})", inputs={"i64_rows2"}, kind="multi", expected={{dtype="int64", shape={3,2}, values={{1,2},{3,4},{1,2}}}, {dtype="int64", shape={3}, values={2,1,1}}}}
+C{name="hann_window", expr="torch.hann_window(6, {dtype = torch.float64})", dtype="float64", shape={6}, values={0.0,0.24999999999999994,0.7499999999999999,1.0,0.7500000000000002,0.25000000000000033}}
+C{name="hann_window symmetric", expr="torch.hann_window(5, false, {dtype = torch.float64})", dtype="float64", shape={5}, values={0.0,0.49999999999999994,1.0,0.5000000000000001,0.0}}
+C{name="hamming_window", expr="torch.hamming_window(7, {dtype = torch.float64})", dtype="float64", shape={7}, values={0.08000000000000002,0.25319469114498255,0.6423596296199047,0.9544456792351128,0.9544456792351128,0.6423596296199048,0.25319469114498266}}
+C{name="blackman_window", expr="torch.blackman_window(6, false, {dtype = torch.float64})", dtype="float64", shape={6}, values={0.0,0.20077014326253045,0.8492298567374694,0.8492298567374696,0.20077014326253056,0.0}}
+C{name="bartlett_window", expr="torch.bartlett_window(7)", dtype="float32", shape={7}, values={0,0.2857143,0.5714286,0.8571429,0.8571428,0.57142854,0.28571415}}
+C{name="kaiser_window", expr="torch.kaiser_window(8, true, 5, {dtype = torch.float64})", dtype="float64", shape={8}, values={0.036710892271286676,0.23054433409868888,0.5528517696991324,0.868017159478478,1.0,0.868017159478478,0.5528517696991324,0.23054433409868888}}
+C{name="i0", expr="a:i0()", inputs={"f64_i0"}, dtype="float64", shape={8}, values={1.0,1.0634833707413236,2.279585302336067,268.1613115151893,308375.5786874392,374103.411190409,781672297823.9775,1.0737517071310738e+42}}
+C{name="i0 f32", expr="a:float():i0()", inputs={"f64_3x4_a"}, dtype="float32", shape={3,4}, values={{3.2007012,1.1695603,5.45726,4.230647},{1.0154352,1.80786,1.5203819,1.2655011},{1.2593343,1.5831413,4.1705256,1.9265085}}}
+C{name="result_type", expr="tostring(torch.result_type(a, 2.5))", inputs={"i64_3x4_a"}, kind="string", expected="torch.float32"}
+C{name="result_type int", expr="tostring(torch.result_type(a, b))", inputs={"i32_3_a","i64_3x4_a"}, kind="string", expected="torch.int64"}
+C{name="promote_types", expr="tostring(torch.promote_types(torch.int32, torch.float64))", kind="string", expected="torch.float64"}
+C{name="promote_types bfloat16", expr="tostring(torch.promote_types(torch.bfloat16, torch.int64))", kind="string", expected="torch.bfloat16"}
 C{name="scatter_reduce sum", expr="a:scatter_reduce(0, b, c, \"sum\")", inputs={"f64_3x4_a","i64_sidx","f64_2x4_c"}, dtype="float64", shape={3,4}, values={{1.758,0.807,0.053999999999999826,-3.6710000000000003},{-0.248,1.6789999999999998,-0.1549999999999998,-0.999},{4.4830000000000005,4.933,-2.804,0.567}}}
 C{name="scatter_reduce sum exclude self", expr="a:scatter_reduce(0, b, c, \"sum\", {include_self = false})", inputs={"f64_3x4_a","i64_sidx","f64_2x4_c"}, dtype="float64", shape={3,4}, values={{-0.706,0.807,3.191,-0.849},{-0.248,0.027,-1.517,-0.999},{3.495,3.5,-2.804,-1.184}}}
 C{name="scatter_reduce mean", expr="a:scatter_reduce(0, b, c, \"mean\")", inputs={"f64_3x4_a","i64_sidx","f64_2x4_c"}, dtype="float64", shape={3,4}, values={{0.879,0.807,0.026999999999999913,-1.8355000000000001},{-0.248,0.8394999999999999,-0.0774999999999999,-0.999},{2.2415000000000003,2.4665,-2.804,0.2835}}}

@@ -3046,6 +3046,8 @@ for _, name in ipairs({ "relu", "elu", "leaky_relu", "hardtanh", "threshold", "r
   end
 end
 
+F.native_channel_shuffle = F.channel_shuffle
+
 -- upsample (interpolate), upsample_nearest and upsample_bilinear
 -- (align_corners true), PyTorch's deprecated names
 F.upsample = F.interpolate
