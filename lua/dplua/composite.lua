@@ -464,9 +464,9 @@ end
 
 -- quantile(q [, dim, keepdim=false]) (or {dim=, keepdim=}): PyTorch's
 -- linear interpolation between the sorted values; q a number, a list or
--- a 1-D tensor (its dim first in the result).
-function methods.quantile(t, q, dim, keepdim)
-  local fn = "quantile"
+-- a 1-D tensor (its dim first in the result). nanquantile the same over
+-- the values that are not NaN (NaN where none is).
+local function quantiles(fn, t, q, dim, keepdim, ignore_nan)
   if type(dim) == "table" then dim, keepdim = dim.dim, dim.keepdim end
   want_float(fn, t)
   local scalar = type(q) == "number"
@@ -475,15 +475,24 @@ function methods.quantile(t, q, dim, keepdim)
   local x, d = t, nil
   if dim == nil then x, d = t:reshape(-1), 0 else d = dim_of(t, dim, fn) end
   local sorted = x:sort(d)
-  local n = x:size(d)
+  -- the last position among the values counted, per slice (NaN sort last)
+  local last
+  if ignore_nan then
+    last = (x:eq(x):to(torch.int64):sum(d, true) - 1):clamp(0, nil):to(x.dtype)
+  else
+    local shape = sorted:size()
+    shape[d + 1] = 1
+    last = torch.full(shape, math.max(x:size(d) - 1, 0), { dtype = x.dtype, device = x.device })
+  end
   local parts = {}
   for i, p in ipairs(qs) do
     if type(p) ~= "number" or p < 0 or p > 1 then raise(fn .. ": expected q in [0, 1], got " .. tostring(p)) end
-    local pos = p * (n - 1)
-    local lo = math.floor(pos)
-    local hi = math.min(lo + 1, n - 1)
-    local a, b = sorted:narrow(d, lo, 1), sorted:narrow(d, hi, 1)
+    local pos = last * p
+    local lo = pos:floor()
+    local hi = torch.minimum(lo + 1, last)
+    local a, b = sorted:gather(d, lo:to(torch.int64)), sorted:gather(d, hi:to(torch.int64))
     parts[i] = a + (b - a) * (pos - lo)
+    if ignore_nan then parts[i] = torch.where(x:eq(x):any(d, true), parts[i], 0 / 0) end
   end
   local out = torch.stack(parts, 0)          -- (Q, ..., 1, ...)
   if dim == nil then
@@ -498,6 +507,8 @@ function methods.quantile(t, q, dim, keepdim)
   end
   return scalar and out:select(0, 0) or out
 end
+function methods.quantile(t, q, dim, keepdim) return quantiles("quantile", t, q, dim, keepdim, false) end
+function methods.nanquantile(t, q, dim, keepdim) return quantiles("nanquantile", t, q, dim, keepdim, true) end
 
 -- nansum / nanmean([dim [, keepdim]]): the NaNs left out.
 function methods.nansum(t, dim, keepdim)
@@ -1819,41 +1830,6 @@ function methods.nanmedian(t, dim, keepdim)
   if not keepdim then v, i = v:squeeze(d), i:squeeze(d) end
   return v, i
 end
--- nanquantile(q [, dim, keepdim]): quantile of the non-NaN values
-function methods.nanquantile(t, q, dim, keepdim)
-  local fn = "nanquantile"
-  if type(dim) == "table" then dim, keepdim = dim.dim, dim.keepdim end
-  want_float(fn, t)
-  local scalar = type(q) == "number"
-  local qs = scalar and { q } or (is_tensor(q) and q:reshape(-1):tolist() or q)
-  if type(qs) ~= "table" or #qs == 0 then raise(fn .. ": expected q to be a number, a list or a 1-D tensor") end
-  local x, d = t, nil
-  if dim == nil then x, d = t:reshape(-1), 0 else d = dim_of(t, dim, fn) end
-  local sorted, _, count = non_nan(x, d)
-  local last = (count - 1):clamp(0, nil):to(x.dtype)
-  local parts = {}
-  for i, p in ipairs(qs) do
-    if type(p) ~= "number" or p < 0 or p > 1 then raise(fn .. ": expected q in [0, 1], got " .. tostring(p)) end
-    local pos = last * p
-    local lo = pos:floor()
-    local hi = torch.minimum(lo + 1, last)
-    local a, b = sorted:gather(d, lo:to(torch.int64)), sorted:gather(d, hi:to(torch.int64))
-    parts[i] = torch.where(count:eq(0), 0 / 0, a + (b - a) * (pos - lo))
-  end
-  local out = torch.stack(parts, 0)
-  if dim == nil then
-    out = out:reshape(#qs)
-    if keepdim then
-      local shape = { #qs }
-      for _ = 1, t:dim() do shape[#shape + 1] = 1 end
-      out = out:reshape(shape)
-    end
-  elseif not keepdim then
-    out = out:squeeze(d + 1)
-  end
-  return scalar and out:select(0, 0) or out
-end
-
 -- cov([{correction = 1, fweights, aweights}]): the covariance of the rows
 -- (variables) over the columns (observations), weighted as PyTorch's;
 -- corrcoef(): the correlation matrix.

@@ -81,6 +81,33 @@ end
 
 ---------------------------------------------------------------- grad, vjp, jacrev
 
+-- arg (a tensor or a table of them) rebuilt from fresh leaves that require
+-- grad, which are appended to inputs; returns the new arg and how to
+-- regroup its gradients
+local function with_fresh_leaves(arg, inputs, fn)
+  local ts, shape = leaves(arg, fn)
+  local fresh = {}
+  for j, t in ipairs(ts) do
+    if not t.dtype.is_floating_point then raise(fn .. ": the arguments to differentiate must be floating point") end
+    fresh[j] = t:detach():requires_grad_(true)
+    inputs[#inputs + 1] = fresh[j]
+  end
+  return shape(fresh), { shape = shape, n = #fresh }
+end
+
+-- the gradients of inputs (zeros for one unused) regrouped per argument
+local function regrouped(grads, inputs, records)
+  for k, t in ipairs(inputs) do
+    if grads[k] == nil then grads[k] = torch.zeros_like(t) end
+  end
+  local results, at = {}, 0
+  for i, r in ipairs(records) do
+    results[i] = r.shape({ unpack(grads, at + 1, at + r.n) })
+    at = at + r.n
+  end
+  return results
+end
+
 local function argnums_of(argnums, nargs, fn)
   local single = argnums == nil or type(argnums) == "number"
   local list = argnums == nil and { 0 } or (single and { argnums } or argnums)
@@ -108,31 +135,14 @@ function M.grad_and_value(func, opts)
     local nargs = select("#", ...)
     local args = { ... }
     local list, single = argnums_of(opts.argnums, nargs, fn)
-    local inputs, rebuild = {}, {}
-    for i, a in ipairs(list) do
-      local ts, shape = leaves(args[a + 1], fn)
-      local fresh = {}
-      for j, t in ipairs(ts) do
-        if not t.dtype.is_floating_point then raise(fn .. ": the arguments to differentiate must be floating point") end
-        fresh[j] = t:detach():requires_grad_(true)
-        inputs[#inputs + 1] = fresh[j]
-      end
-      args[a + 1] = shape(fresh)
-      rebuild[i] = { shape = shape, n = #fresh }
-    end
+    local inputs, records = {}, {}
+    for i, a in ipairs(list) do args[a + 1], records[i] = with_fresh_leaves(args[a + 1], inputs, fn) end
     local out, aux = torch.enable_grad(function() return func(unpack(args, 1, nargs)) end)
     if not is_tensor(out) or out:numel() ~= 1 then
       raise(fn .. ": expected func to return a tensor of one element, got " .. (is_tensor(out) and tostring(out:size()) or typename(out)))
     end
     local grads = out.requires_grad and torch.autograd.grad(out, inputs, { allow_unused = true }) or {}
-    for k, t in ipairs(inputs) do
-      if grads[k] == nil then grads[k] = torch.zeros_like(t) end
-    end
-    local results, at = {}, 0
-    for i, r in ipairs(rebuild) do
-      results[i] = r.shape({ unpack(grads, at + 1, at + r.n) })
-      at = at + r.n
-    end
+    local results = regrouped(grads, inputs, records)
     local g = single and results[1] or results
     if opts.has_aux then return g, out:detach(), aux end
     return g, out:detach()
@@ -156,28 +166,14 @@ function M.vjp(func, ...)
   local fn = "vjp"
   local primals = { ... }
   local n = select("#", ...)
-  local inputs, shapes = {}, {}
-  for i = 1, n do
-    local ts, shape = leaves(primals[i], fn)
-    local fresh = {}
-    for j, t in ipairs(ts) do fresh[j] = t:detach():requires_grad_(true); inputs[#inputs + 1] = fresh[j] end
-    primals[i] = shape(fresh)
-    shapes[i] = { shape = shape, n = #fresh }
-  end
+  local inputs, records = {}, {}
+  for i = 1, n do primals[i], records[i] = with_fresh_leaves(primals[i], inputs, fn) end
   local out = torch.enable_grad(function() return func(unpack(primals, 1, n)) end)
   local outs = is_tensor(out) and { out } or out
   local function vjp_fn(...)
     local cts = select("#", ...) == 1 and not is_tensor((...)) and (...) or { ... }
     local grads = torch.autograd.grad(outs, inputs, { grad_outputs = cts, retain_graph = true, allow_unused = true })
-    for k, t in ipairs(inputs) do
-      if grads[k] == nil then grads[k] = torch.zeros_like(t) end
-    end
-    local results, at = {}, 0
-    for i, s in ipairs(shapes) do
-      results[i] = s.shape({ unpack(grads, at + 1, at + s.n) })
-      at = at + s.n
-    end
-    return unpack(results, 1, n)
+    return unpack(regrouped(grads, inputs, records), 1, n)
   end
   local detached = is_tensor(out) and out:detach() or out
   return detached, vjp_fn
