@@ -80,7 +80,7 @@ if [ $has_libedit = yes ]; then
 
     type_line 'x = torch.zeros(2); print("x" .. "set")'
     wait_for "xset"
-    complete 'print("n=" .. x:nu' 'print("n=" .. x:numel'
+    complete 'print("n=" .. x:nume' 'print("n=" .. x:numel'
     ok $? "Tab completes a tensor's methods"
     tx send-keys -t $repl -l '())'
     tx send-keys -t $repl Enter
