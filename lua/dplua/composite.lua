@@ -1465,31 +1465,6 @@ end
 
 ---------------------------------------------------------------- tensor methods programs call
 
--- div(other [, {rounding_mode = "floor" | "trunc"}]) (or the mode as a
--- string): the true quotient, or rounded down or toward zero. Rounded, an
--- integer tensor stays integer (exact below 2^53); the floor is (t - r) /
--- other with r = remainder(t, other), an exact multiple, so that it is not
--- a rounding of t / other.
-local true_div = methods.div
-function methods.div(t, other, opts)
-  if opts == nil then return true_div(t, other) end
-  local mode = type(opts) == "table" and opts.rounding_mode or opts
-  if mode == nil then return true_div(t, other) end
-  if mode ~= "floor" and mode ~= "trunc" then
-    raise('div: expected rounding_mode to be nil, "trunc" or "floor", got ' .. tostring(mode))
-  end
-  want_operand(other, "div", "other")
-  local integer = not t.dtype.is_floating_point and not (is_tensor(other) and other.dtype.is_floating_point)
-                  and not (type(other) == "number" and other % 1 ~= 0)
-  if not integer and mode == "trunc" then return true_div(t, other):trunc() end
-  local r = t:remainder(other)
-  local q = true_div(t - r, other):round()
-  if mode == "trunc" then   -- integers: one up where the signs differ and something was left
-    q = q + r:ne(0):logical_and(t:lt(0):ne(is_tensor(other) and other:lt(0) or other < 0)):to(q.dtype)
-  end
-  return integer and q:to(t.dtype) or q
-end
-methods.divide = methods.div
 function methods.floor_divide(t, other) return methods.div(t, other, "floor") end
 
 function methods.ravel(t) return t:reshape(-1) end
@@ -1999,7 +1974,6 @@ function torch.scalar_tensor(v, opts)
 end
 torch.asarray = function(obj, opts) return torch.as_tensor(obj, opts) end
 function torch.concatenate(list, dim) return torch.cat(list, dim or 0) end
-torch.concat = torch.concatenate
 
 -- result_type(a, b), promote_types(dt1, dt2), can_cast(from, to): PyTorch's
 -- type promotion, read from what an addition of the two gives

@@ -34,8 +34,6 @@ local B = require("dplua.base")
 require("dplua.creation")
 local tensor = require("dplua.tensor")
 local ops = require("dplua.ops")
-require("dplua.composite")
-require("dplua.special")
 require("dplua.primitives")
 require("dplua.cuda")
 
@@ -50,14 +48,16 @@ local binary, UN, BIN = ops.binary, ops.UN, ops.BIN
 
 local mt = {}
 
-mt.__index = function(t, k)
+local function index(t, k)
   local m = methods[k]
   if m then return m end
   local g = getters[k]
   if g then return g(t) end
   if type(k) == "number" or type(k) == "table" or is_tensor(k) then return index_view(t, k) end
+  if torch._load_ops() then return index(t, k) end
   raise(string.format("Tensor has no method or field '%s'", tostring(k)))
 end
+mt.__index = index
 
 mt.__newindex = function(t, k, v)
   if type(k) == "number" or type(k) == "table" or is_tensor(k) then return assign(t, k, v) end
@@ -125,6 +125,7 @@ setmetatable(torch, { __index = function(t, k)
     rawset(t, k, v)
     return v
   end
+  if torch._load_ops() then return rawget(t, k) end
 end })
 
 -- Every method is also a torch.NAME function taking the tensor first.
@@ -132,16 +133,39 @@ end })
 -- as torch.NAME(x, ...) or torch.Tensor.NAME(x, ...) it is whatever the
 -- caller passed, and a non-tensor must be an error, not a NULL in C.
 local checked = {}
-for name, fn in pairs(methods) do
-  checked[name] = function(t, ...)
-    if not is_tensor(t) then
-      raise(string.format("%s: expected a tensor as the first argument, got %s", name, typename(t)))
+local function expose_methods()
+  for name, fn in pairs(methods) do
+    if checked[name] == nil then
+      checked[name] = function(t, ...)
+        if not is_tensor(t) then
+          raise(string.format("%s: expected a tensor as the first argument, got %s", name, typename(t)))
+        end
+        return fn(t, ...)
+      end
+      if rawget(torch, name) == nil and not lazy_functions[name] then rawset(torch, name, checked[name]) end
     end
-    return fn(t, ...)
   end
-  if rawget(torch, name) == nil and not lazy_functions[name] then torch[name] = checked[name] end
 end
+expose_methods()
 torch.Tensor = checked
+
+-- The operations written as compositions of others (composite.lua and
+-- special.lua, some 200 names) load on the first use of one of them, or
+-- of any name not found: require("dplua") spends no time parsing them.
+-- _load_ops() loads them (once; true the first time), for code that lists
+-- the names (the REPL's completion, the fuzzer).
+local ops_loaded = false
+function torch._load_ops()
+  if ops_loaded then return false end
+  ops_loaded = true
+  require("dplua.composite")
+  require("dplua.special")
+  expose_methods()
+  return true
+end
+setmetatable(checked, { __index = function(t, k)
+  if torch._load_ops() then return rawget(t, k) end
+end })
 
 ---------------------------------------------------------------- misc
 

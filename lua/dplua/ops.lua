@@ -112,8 +112,34 @@ function methods.add(a, b, alpha) return binary(BIN.add, a, scaled(b, alpha, "ad
 function methods.sub(a, b, alpha) return binary(BIN.sub, a, scaled(b, alpha, "sub"), "sub") end
 function methods.add_(a, b, alpha) return binary_into(BIN.add, a, a, scaled(b, alpha, "add_"), "add_") end
 function methods.sub_(a, b, alpha) return binary_into(BIN.sub, a, a, scaled(b, alpha, "sub_"), "sub_") end
+-- div(other [, {rounding_mode = "floor" | "trunc"}]) (or the mode as a
+-- string): the true quotient, or rounded down or toward zero. Rounded, an
+-- integer tensor stays integer (exact below 2^53); the floor is (t - r) /
+-- other with r = remainder(t, other), an exact multiple, so that it is not
+-- a rounding of t / other.
+local true_div = methods.div
+function methods.div(t, other, opts)
+  if opts == nil then return true_div(t, other) end
+  local mode = type(opts) == "table" and opts.rounding_mode or opts
+  if mode == nil then return true_div(t, other) end
+  if mode ~= "floor" and mode ~= "trunc" then
+    raise('div: expected rounding_mode to be nil, "trunc" or "floor", got ' .. tostring(mode))
+  end
+  if not is_tensor(other) and type(other) ~= "number" then
+    raise("div: expected other to be a tensor or a number, got " .. typename(other))
+  end
+  local integer = not t.dtype.is_floating_point and not (is_tensor(other) and other.dtype.is_floating_point)
+                  and not (type(other) == "number" and other % 1 ~= 0)
+  if not integer and mode == "trunc" then return true_div(t, other):trunc() end
+  local r = t:remainder(other)
+  local q = true_div(t - r, other):round()
+  if mode == "trunc" then   -- integers: one up where the signs differ and something was left
+    q = q + r:ne(0):logical_and(t:lt(0):ne(is_tensor(other) and other:lt(0) or other < 0)):to(q.dtype)
+  end
+  return integer and q:to(t.dtype) or q
+end
 methods.multiply, methods.divide, methods.subtract = methods.mul, methods.div, methods.sub
-methods.true_divide = methods.div
+methods.true_divide = true_div
 
 -- Writes r, the result of fn's out-of-place form, into t, as PyTorch's
 -- in-place forms do: r must have t's shape (what t1 and t2 broadcast to

@@ -17,7 +17,14 @@ local tensor_fields = { 'shape', 'dtype', 'device', 'ndim', 'is_cuda', 'T', 'gra
   'requires_grad', 'is_leaf', 'grad_fn', 'data' }
 
 local UNKNOWN = {}  -- a name whose value completion does not know
-local function lib() return loaded.dplua end
+-- The library, once loaded, with its operations that load on first use
+-- (the compositions) loaded too, so that completion lists them.
+local function lib()
+  local t = loaded.dplua
+  local load_ops = t and rawget(t, '_load_ops')
+  if load_ops then pcall(load_ops) end
+  return t
+end
 
 -- M.scope: where names are looked up: _G, or after `dplua -i script.lua`
 -- a table of the script's locals whose misses read _G (set by host.c).

@@ -823,6 +823,7 @@ local EXCLUDED = { C = "the raw FFI namespace", ffi_new_tensor = "wraps a raw C 
                    tolist = "called only on few rows, see A.inspect" }
 local function excluded(name) return EXCLUDED[name] or name:sub(1, 1) == "_" end
 local TORCH_FNS, METHODS = {}, {}
+torch._load_ops()   -- the compositions, which otherwise load on first use
 for name, v in pairs(torch) do
   if type(v) == "function" and not excluded(name) then TORCH_FNS[#TORCH_FNS + 1] = name end
 end
