@@ -104,7 +104,7 @@ for _, k in ipairs({ "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_tra
                      "pixel_unshuffle", "channel_shuffle", "native_channel_shuffle", "pdist", "prelu", "selu", "celu",
                      "rrelu", "threshold", "hardshrink", "bilinear", "cosine_similarity", "pairwise_distance",
                      "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "adaptive_avg_pool1d", "selu_", "celu_",
-                     "rrelu_", "threshold_" }) do
+                     "rrelu_", "threshold_", "conv_tbc" }) do
   lazy_functions[k] = { "dplua.nn", "functional" }
 end
 -- torch.NAME forms of linalg's functions (linalg.lua's M.torch)

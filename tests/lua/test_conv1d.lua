@@ -42,6 +42,26 @@ for _, name in ipairs(T.sorted_keys(cases)) do
   end)
 end
 
+T.run("torch.conv_tbc against PyTorch", function()
+  local tbc = dofile(here .. "/../ref/conv_tbc.lua")
+  for name, c in pairs({ plain = { { 7, 2, 3 }, { 3, 3, 4 }, 0 }, pad = { { 7, 2, 3 }, { 2, 3, 5 }, 1 } }) do
+    local r = tbc[name]
+    local x = filled(c[1], function(k) return math.sin(1 + 0.3 * k) end):requires_grad_()
+    local w = filled(c[2], function(k) return math.cos(2 + 0.7 * k) end):requires_grad_()
+    local b = filled({ c[2][3] }, function(k) return math.sin(3 + k) end):requires_grad_()
+    local y = torch.conv_tbc(x, w, b, c[3])
+    T.is(y:size(), r.shape, name .. ": the shape")
+    local loss = (y * torch.arange(0, y:numel(), { dtype = torch.float64 }):cos():reshape(y:size())):sum()
+    loss:backward()
+    close(y:reshape(-1):tolist(), r.y, name .. ": output")
+    close(x.grad:reshape(-1):tolist(), r.dx, name .. ": input gradient")
+    close(w.grad:reshape(-1):tolist(), r.dw, name .. ": weight gradient")
+    close(b.grad:tolist(), r.db, name .. ": bias gradient")
+  end
+  T.raises(function() torch.conv_tbc(torch.ones(3, 2), torch.ones(2, 2, 2), torch.ones(2)) end,
+           "Input must have 3 dims", "a 2-D input")
+end)
+
 T.run("nn.Conv1d", function()
   local m = nn.Conv1d(4, 6, 3, { padding = 1, groups = 2 })
   T.is(m.weight:size(), { 6, 2, 3 }, "weight (out, in/groups, k), as PyTorch's state dict has it")

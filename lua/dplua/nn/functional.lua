@@ -3048,6 +3048,22 @@ end
 
 F.native_channel_shuffle = F.channel_shuffle
 
+-- conv_tbc(input, weight, bias [, pad = 0]): conv1d of a (time, batch,
+-- channels) input with a (kernel, in, out) weight, padded by pad at both
+-- ends of time, as PyTorch's torch.conv_tbc; output (time', batch, out)
+function F.conv_tbc(input, weight, bias, pad)
+  local fn = "conv_tbc"
+  want_float(input, fn, "input")
+  want_float(weight, fn, "weight")
+  if input:dim() ~= 3 then raise(fn .. ": Input must have 3 dims: time, batch, in_channel") end
+  if weight:dim() ~= 3 then raise(fn .. ": Weight tensor must have 3 dims: kernel_width, in_channels, out_channels.") end
+  if not torch.is_tensor(bias) or bias:dim() ~= 1 then raise(fn .. ": Bias must be 1-D") end
+  if weight:size(1) ~= input:size(2) then raise(fn .. ": Input dim 2 (input channels) is not == dim 1 in the weight tensor") end
+  if weight:size(2) ~= bias:size(0) then raise(fn .. ": Bias size must equal dim 2 in the weight tensor (output channels).") end
+  local y = F.conv1d(input:permute(1, 2, 0), weight:permute(2, 1, 0), bias, 1, pad or 0)
+  return y:permute(2, 0, 1)
+end
+
 -- upsample (interpolate), upsample_nearest and upsample_bilinear
 -- (align_corners true), PyTorch's deprecated names
 F.upsample = F.interpolate
