@@ -100,8 +100,6 @@ local function seed_value(seed, fn)
   return seed < 0 and ffi.cast("uint64_t", ffi.cast("int64_t", seed)) or ffi.cast("uint64_t", seed)
 end
 
-function torch.manual_seed(seed) C.dp_manual_seed(seed_value(seed, "manual_seed")) end
-
 ---------------------------------------------------------------- torch.Generator
 
 -- torch.Generator([device]): a random stream of its own, a seed and an
@@ -110,6 +108,8 @@ function torch.manual_seed(seed) C.dp_manual_seed(seed_value(seed, "manual_seed"
 -- random_split take their seed from it) runs on g's stream, which moves
 -- on, and leaves torch's as it was. One stream serves every device, as
 -- torch's does, so the device is recorded and changes nothing.
+-- torch.default_generator is torch's own stream as a Generator (what
+-- torch.manual_seed returns, as in PyTorch).
 local Generator = { __name = "Generator" }
 Generator.__index = Generator
 local generator_mt = Generator
@@ -120,24 +120,43 @@ function torch.Generator(device)
   self.device = torch.device(device or "cpu")
   return self
 end
+torch.default_generator = setmetatable({ _default = true, device = torch.device("cpu") }, Generator)
 function torch.is_generator(g) return getmetatable(g) == generator_mt end
 
+-- a generator's seed and offset, and setting them (torch's own for the default)
+local pair = ffi.new("uint64_t[2]")
+local function read_state(g)
+  if not g._default then return g._seed, g._offset end
+  C.dp_rng_get_state(pair, pair + 1)
+  return pair[0], pair[1]
+end
+local function write_state(g, seed, offset)
+  if g._default then C.dp_rng_set_state(seed, offset) else g._seed, g._offset = seed, offset end
+end
+
+function torch.manual_seed(seed)
+  C.dp_manual_seed(seed_value(seed, "manual_seed"))
+  return torch.default_generator
+end
 function Generator:manual_seed(seed)
-  self._seed, self._offset = seed_value(seed, "Generator.manual_seed"), 0ULL
+  local s = seed_value(seed, "Generator.manual_seed")
+  if self._default then C.dp_manual_seed(s) else write_state(self, s, 0ULL) end
   return self
 end
-function Generator:initial_seed() return tonumber(self._seed) end
+function Generator:initial_seed() return tonumber((read_state(self))) end
 -- seed(): a seed from the time and the clock, set and returned
 function Generator:seed()
   local s = (os.time() * 1000003 + math.floor(os.clock() * 1e6)) % 2 ^ 53
   self:manual_seed(s)
   return s
 end
-local pair = ffi.new("uint64_t[2]")
+-- torch.initial_seed() and torch.seed(): the default generator's
+function torch.initial_seed() return torch.default_generator:initial_seed() end
+function torch.seed() return torch.default_generator:seed() end
 -- get_state() / set_state(state): the 16-byte uint8 tensor of
 -- torch.get_rng_state's format (the seed, then the offset)
 function Generator:get_state()
-  pair[0], pair[1] = self._seed, self._offset
+  pair[0], pair[1] = read_state(self)
   local t = torch.empty(16, { dtype = torch.uint8 })
   ffi.copy(C.dp_tensor_data(t.p), pair, 16)
   return t
@@ -147,7 +166,7 @@ function Generator:set_state(state)
     raise("Generator.set_state: expected the uint8 tensor of 16 bytes that get_state returns, got " .. typename(state))
   end
   ffi.copy(pair, C.dp_tensor_data(state:cpu():contiguous().p), 16)
-  self._seed, self._offset = pair[0], pair[1]
+  write_state(self, pair[0], pair[1])
   return self
 end
 function Generator:__tostring() return "<torch.Generator object>" end
@@ -160,6 +179,7 @@ local function drawn(fn, g, f, ...)
   if getmetatable(g) ~= generator_mt then
     raise(fn .. ": expected generator to be a torch.Generator, got " .. typename(g))
   end
+  if g._default then return f(...) end
   C.dp_rng_get_state(saved, saved + 1)
   local outer_seed, outer_offset = saved[0], saved[1]
   C.dp_rng_set_state(g._seed, g._offset)
