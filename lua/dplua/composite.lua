@@ -1390,19 +1390,21 @@ end
 methods.combinations = torch.combinations
 
 -- trapezoid(y [, x] [, {dx = 1, dim = -1}]) (trapz): the integral of y
--- along dim by the trapezoid rule, at spacing dx or at the points x.
-function torch.trapezoid(y, x, opts)
+-- along dim by the trapezoid rule, at spacing dx or at the points x;
+-- cumulative_trapezoid the running integrals. total(t, d) sums the
+-- trapezoids (sum or cumsum).
+local function trapezoids(fn, total, y, x, opts)
   if type(x) == "table" and not is_tensor(x) then x, opts = nil, x end
   if type(x) == "number" then x, opts = nil, { dx = x } end
   opts = opts or {}
-  want_tensor(y, "trapezoid", "y")
-  if x ~= nil then want_tensor(x, "trapezoid", "x") end
-  if type(opts) ~= "table" then raise("trapezoid: expected an options table {dx =, dim =}, got " .. typename(opts)) end
-  local d = dim_of(y, opts.dim == nil and -1 or opts.dim, "trapezoid")
+  want_tensor(y, fn, "y")
+  if x ~= nil then want_tensor(x, fn, "x") end
+  if type(opts) ~= "table" then raise(fn .. ": expected an options table {dx =, dim =}, got " .. typename(opts)) end
+  local d = dim_of(y, opts.dim == nil and -1 or opts.dim, fn)
   local len = y:size(d)
-  if len == 0 then return y:sum(d) end
+  if len == 0 then return total(y, d) end
   local mid = (y:narrow(d, 1, len - 1) + y:narrow(d, 0, len - 1)) / 2
-  if x == nil then return mid:sum(d) * want_number(opts.dx, "trapezoid", "dx", 1) end
+  if x == nil then return total(mid, d) * want_number(opts.dx, fn, "dx", 1) end
   local dx = x:dim() == 1 and methods.diff(x) or methods.diff(x, 1, d)
   if x:dim() == 1 then
     local shape = {}
@@ -1410,7 +1412,11 @@ function torch.trapezoid(y, x, opts)
     shape[d + 1] = len - 1
     dx = dx:reshape(shape)
   end
-  return (mid * dx):sum(d)
+  return total(mid * dx, d)
+end
+function torch.trapezoid(y, x, opts) return trapezoids("trapezoid", function(t, d) return t:sum(d) end, y, x, opts) end
+function torch.cumulative_trapezoid(y, x, opts)
+  return trapezoids("cumulative_trapezoid", function(t, d) return t:cumsum(d) end, y, x, opts)
 end
 torch.trapz = torch.trapezoid
 
@@ -1839,28 +1845,6 @@ function methods.corrcoef(t)
   if c:dim() == 0 then return c / c end
   local d = c:diagonal():sqrt()
   return (c / d:unsqueeze(1) / d:unsqueeze(0)):clamp(-1, 1)
-end
-
--- cumulative_trapezoid(y [, x] [, {dx, dim}]): the running trapezoid sums
-function torch.cumulative_trapezoid(y, x, opts)
-  if type(x) == "table" and not is_tensor(x) then x, opts = nil, x end
-  if type(x) == "number" then x, opts = nil, { dx = x } end
-  opts = opts or {}
-  want_tensor(y, "cumulative_trapezoid", "y")
-  local d = dim_of(y, opts.dim == nil and -1 or opts.dim, "cumulative_trapezoid")
-  local len = y:size(d)
-  if len == 0 then return y:clone() end
-  local mid = (y:narrow(d, 1, len - 1) + y:narrow(d, 0, len - 1)) / 2
-  if x == nil then return mid:cumsum(d) * want_number(opts.dx, "cumulative_trapezoid", "dx", 1) end
-  want_tensor(x, "cumulative_trapezoid", "x")
-  local dx = x:dim() == 1 and methods.diff(x) or methods.diff(x, 1, d)
-  if x:dim() == 1 then
-    local shape = {}
-    for i = 1, y:dim() do shape[i] = 1 end
-    shape[d + 1] = len - 1
-    dx = dx:reshape(shape)
-  end
-  return (mid * dx):cumsum(d)
 end
 
 -- unique_consecutive([{return_inverse, return_counts, dim}]): the values
