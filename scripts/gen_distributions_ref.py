@@ -126,6 +126,30 @@ for name, (cls, pos, kw, value, kl_params, has_entropy) in MORE.items():
         c["cdf"] = d.cdf(T(value)).detach().reshape(-1).tolist()
     cases[name] = c
 
+# TransformedDistribution: log_prob at fixed values, and the gradients of its
+# weighted sum with respect to the base's parameters
+TR = D.transforms
+TRANSFORMED = {
+    "transformed_tanh": (lambda p: D.Normal(p[0], p[1]), [[0.5, -1.0, 0.2], [1.0, 0.3, 2.0]], [TR.TanhTransform()],
+                         [-0.9, 0.2, 0.95]),
+    "transformed_affine_exp": (lambda p: D.Normal(p[0], p[1]), [[0.5, -1.0, 0.2], [1.0, 0.3, 2.0]],
+                               [TR.AffineTransform(1.0, 2.0), TR.ExpTransform()], [2.0, 3.0, 0.5]),
+    "transformed_sigmoid": (lambda p: D.Normal(p[0], p[1]), [[0.5, -1.0], [1.0, 0.3]], [TR.SigmoidTransform()],
+                            [0.3, 0.8]),
+    "transformed_power": (lambda p: D.Exponential(p[0]), [[0.5, 2.0]], [TR.PowerTransform(0.5)], [0.7, 1.3]),
+    "transformed_independent_tanh": (lambda p: D.Independent(D.Normal(p[0], p[1]), 1), [[[0.5, -1.0], [0.1, 0.2]],
+                                     [[1.0, 0.3], [0.5, 0.7]]], [TR.TanhTransform()], [[-0.5, 0.25], [0.9, -0.1]]),
+}
+for name, (make, params, transforms, value) in TRANSFORMED.items():
+    ps = [T(v).requires_grad_() for v in params]
+    d = D.TransformedDistribution(make(ps), transforms)
+    lp = d.log_prob(T(value))
+    (lp * torch.cos(torch.arange(lp.numel(), dtype=torch.float64)).reshape(lp.shape)).sum().backward()
+    c = {"log_prob": lp.detach().reshape(-1).tolist()}
+    for i, p in enumerate(ps):
+        c["d%d" % i] = p.grad.reshape(-1).tolist()
+    cases[name] = c
+
 mvn_p = D.MultivariateNormal(T([1.0, -1.0]), T([[2.0, 0.5], [0.5, 1.0]]))
 mvn_q = D.MultivariateNormal(T([0.0, 0.5]), T([[1.0, -0.2], [-0.2, 0.5]]))
 cases["multivariate_normal_kl"] = {"kl": [D.kl_divergence(mvn_p, mvn_q).item()]}

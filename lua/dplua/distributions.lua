@@ -269,9 +269,11 @@ function Independent:__init(base, n)
                         tostring(n)))
   end
   self.base_dist, self.reinterpreted_batch_ndims = base, n
-  local shape = {}
+  local shape, event = {}, {}
   for i = 1, #base.batch_shape - n do shape[i] = base.batch_shape[i] end
-  self.batch_shape = shape
+  for i = #base.batch_shape - n + 1, #base.batch_shape do event[#event + 1] = base.batch_shape[i] end
+  for _, e in ipairs(base.event_shape or {}) do event[#event + 1] = e end
+  self.batch_shape, self.event_shape = shape, event
   self.mean, self.variance, self.stddev = base.mean, base.variance, base.stddev
 end
 local function sum_last(t, n)
@@ -734,6 +736,179 @@ end
 function MultivariateNormal:entropy()
   local k = self.event_shape[1]
   return 0.5 * k * (1 + math.log(2 * math.pi)) + half_log_det(self.scale_tril)
+end
+
+---------------------------------------------------------------- transforms
+
+-- The bijections of torch.distributions.transforms: each has forward(x)
+-- (also t(x)), inv(y), log_abs_det_jacobian(x, y) (elementwise, summed over
+-- the transform's own event dims) and event_dim. With {cache_size = 1} a
+-- transform remembers its last (x, y) pair, so that the inverse of a value
+-- it gave is the x it came from (a tanh that saturated to 1 stays
+-- invertible), as PyTorch's.
+local Transform = {}
+Transform.__index = Transform
+local function transform_class(name, init)
+  local cls = setmetatable({}, { __index = Transform, __call = function(c, ...)
+    local self = setmetatable({ event_dim = 0 }, c)
+    local opts = init(self, ...)
+    local cache = type(opts) == "table" and opts.cache_size or 0
+    if cache ~= 0 and cache ~= 1 then raise(name .. ": cache_size must be 0 or 1, got " .. tostring(cache)) end
+    self._cached = cache == 1
+    return self
+  end })
+  cls.__index = cls
+  cls.__name = name
+  cls.__call = function(self, x) return self:forward(x) end
+  cls.__tostring = function() return name .. "()" end
+  return cls
+end
+function Transform:forward(x)
+  local y = self:_call(x)
+  if self._cached then self._x, self._y = x, y end
+  return y
+end
+function Transform:inv(y)
+  if self._cached and rawequal(y, self._y) then return self._x end
+  local x = self:_inverse(y)
+  if self._cached then self._x, self._y = x, y end
+  return x
+end
+local function sum_rightmost(t, n)
+  for _ = 1, n do t = t:sum(-1) end
+  return t
+end
+function Transform:log_abs_det_jacobian(x, y) return sum_rightmost(self:_ladj(x, y), self.event_dim) end
+
+local T = {}
+M.transforms = T
+
+T.ExpTransform = transform_class("ExpTransform", function(_, opts) return opts end)
+function T.ExpTransform:_call(x) return x:exp() end
+function T.ExpTransform:_inverse(y) return y:log() end
+function T.ExpTransform:_ladj(x) return x end
+
+-- AffineTransform(loc, scale [, {event_dim = 0, cache_size}]): loc + scale x
+T.AffineTransform = transform_class("AffineTransform", function(self, loc, scale, opts)
+  if type(loc) ~= "number" and not is_tensor(loc) then raise("AffineTransform: expected loc to be a number or a tensor") end
+  if type(scale) ~= "number" and not is_tensor(scale) then raise("AffineTransform: expected scale to be a number or a tensor") end
+  self.loc, self.scale = loc, scale
+  self.event_dim = type(opts) == "table" and opts.event_dim or 0
+  return opts
+end)
+function T.AffineTransform:_call(x) return x * self.scale + self.loc end
+function T.AffineTransform:_inverse(y) return (y - self.loc) / self.scale end
+function T.AffineTransform:_ladj(x)
+  local s = is_tensor(self.scale) and self.scale:abs():log() or math.log(math.abs(self.scale))
+  return torch.zeros_like(x) + s
+end
+
+-- SigmoidTransform: its values kept within (tiny, 1 - eps) of the dtype
+local function float_eps(t)
+  local f = torch.finfo(t.dtype)
+  return f.tiny, f.eps
+end
+T.SigmoidTransform = transform_class("SigmoidTransform", function(_, opts) return opts end)
+function T.SigmoidTransform:_call(x)
+  local tiny, eps = float_eps(x)
+  return x:sigmoid():clamp(tiny, 1 - eps)
+end
+function T.SigmoidTransform:_inverse(y)
+  local tiny, eps = float_eps(y)
+  local c = y:clamp(tiny, 1 - eps)
+  return c:log() - (-c):log1p()
+end
+function T.SigmoidTransform:_ladj(x) return -softplus(-x) - softplus(x) end
+
+-- TanhTransform: log|d tanh| = 2 (log 2 - x - softplus(-2x)), stable for
+-- large |x|
+T.TanhTransform = transform_class("TanhTransform", function(_, opts) return opts end)
+function T.TanhTransform:_call(x) return x:tanh() end
+function T.TanhTransform:_inverse(y) return y:atanh() end
+function T.TanhTransform:_ladj(x) return (math.log(2) - x - softplus(x * -2)) * 2 end
+
+-- PowerTransform(exponent): x^exponent (for positive x)
+T.PowerTransform = transform_class("PowerTransform", function(self, exponent, opts)
+  if type(exponent) ~= "number" and not is_tensor(exponent) then raise("PowerTransform: expected an exponent") end
+  self.exponent = exponent
+  return opts
+end)
+function T.PowerTransform:_call(x) return x ^ self.exponent end
+function T.PowerTransform:_inverse(y) return y ^ (1 / self.exponent) end
+function T.PowerTransform:_ladj(x, y) return (y * self.exponent / x):abs():log() end
+
+-- ComposeTransform(parts): the parts in order
+T.ComposeTransform = transform_class("ComposeTransform", function(self, parts, opts)
+  if type(parts) ~= "table" then raise("ComposeTransform: expected a list of transforms") end
+  self.parts = parts
+  for _, t in ipairs(parts) do self.event_dim = math.max(self.event_dim, t.event_dim) end
+  return opts
+end)
+function T.ComposeTransform:_call(x)
+  for _, t in ipairs(self.parts) do x = t:forward(x) end
+  return x
+end
+function T.ComposeTransform:_inverse(y)
+  for i = #self.parts, 1, -1 do y = self.parts[i]:inv(y) end
+  return y
+end
+function T.ComposeTransform:log_abs_det_jacobian(x, y)
+  local total = nil
+  for _, t in ipairs(self.parts) do
+    local nx = t:forward(x)
+    local l = sum_rightmost(t:log_abs_det_jacobian(x, nx), self.event_dim - t.event_dim)
+    total = total and total + l or l
+    x = nx
+  end
+  return total or torch.zeros_like(x)
+end
+for name, cls in pairs(T) do M[name] = cls end
+
+-- TransformedDistribution(base, transforms [, opts]): the distribution of
+-- the transforms (one or a list, applied in order) of base's draws;
+-- log_prob(y) is base's log_prob of the inverse less the log-Jacobians.
+local TransformedDistribution = class("TransformedDistribution", {})
+function TransformedDistribution:__init(base, transforms, opts)
+  if type(base) ~= "table" or not base.log_prob then raise("TransformedDistribution: expected a base distribution") end
+  if getmetatable(transforms) ~= nil and transforms._call then transforms = { transforms } end
+  if type(transforms) ~= "table" then raise("TransformedDistribution: expected a transform or a list of transforms") end
+  for i, t in ipairs(transforms) do
+    if type(t) ~= "table" or not t._call then
+      raise(string.format("TransformedDistribution: expected transforms[%d] to be a transform", i))
+    end
+  end
+  validating(self, opts)
+  self.base_dist, self.transforms = base, transforms
+  self.batch_shape, self.event_shape = base.batch_shape, base.event_shape or {}
+end
+function TransformedDistribution:rsample(shape)
+  if not self.base_dist.rsample then raise("TransformedDistribution.rsample: the base distribution has no rsample") end
+  local x = self.base_dist:rsample(shape)
+  for _, t in ipairs(self.transforms) do x = t:forward(x) end
+  return x
+end
+function TransformedDistribution:sample(shape)
+  local x = self.base_dist:sample(shape)
+  return no_grad(function()
+    for _, t in ipairs(self.transforms) do x = t:forward(x) end
+    return x
+  end)
+end
+function TransformedDistribution:log_prob(value)
+  local event_dim = #self.event_shape
+  local lp, y = nil, value
+  for i = #self.transforms, 1, -1 do
+    local t = self.transforms[i]
+    local x = t:inv(y)
+    local l = sum_rightmost(t:log_abs_det_jacobian(x, y), event_dim - t.event_dim)
+    lp = lp and lp - l or -l
+    y = x
+  end
+  local base = sum_rightmost(self.base_dist:log_prob(y), event_dim - #(self.base_dist.event_shape or {}))
+  return lp and base + lp or base
+end
+TransformedDistribution.__tostring = function(self)
+  return "TransformedDistribution(" .. tostring(self.base_dist) .. ")"
 end
 
 ---------------------------------------------------------------- kl_divergence
