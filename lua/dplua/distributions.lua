@@ -1,7 +1,8 @@
 -- dplua.distributions: torch.distributions' Normal, Categorical,
 -- Bernoulli, Uniform, Independent, Exponential, Laplace, Cauchy,
--- LogNormal, HalfNormal, Gamma, Chi2, Beta, Dirichlet, Poisson, Geometric,
--- Binomial, OneHotCategorical and MultivariateNormal, and kl_divergence
+-- LogNormal, HalfNormal, Gumbel, Weibull, Pareto, StudentT, Gamma, Chi2,
+-- Beta, Dirichlet, Poisson, Geometric, Binomial, OneHotCategorical,
+-- MultivariateNormal and TransformedDistribution, and kl_divergence
 -- between two of one kind, as compositions of tensor ops (gradients flow
 -- to the parameters through
 -- log_prob, entropy, kl_divergence and rsample).
@@ -411,8 +412,71 @@ end
 function HalfNormal:entropy() return self.base_dist:entropy() - math.log(2) end
 function HalfNormal:cdf(value) return self.base_dist:cdf(value) * 2 - 1 end
 
+local EULER = 0.57721566490153286
+
+-- Gumbel(loc, scale)
+local Gumbel = class("Gumbel", { "loc", "scale" })
+function Gumbel:__init(loc, scale, opts)
+  two_params(self, "Gumbel", { "loc", "scale" }, loc, scale, { false, true }, opts)
+  self.mean = self.loc + self.scale * EULER
+  self.variance = self.scale:square() * (math.pi ^ 2 / 6)
+  self.stddev = self.variance:sqrt()
+end
+function Gumbel:rsample(shape)
+  local u = open_uniform(sample_shape(shape, self.batch_shape), self.loc)
+  return self.loc - self.scale * (-u:log()):log()
+end
+function Gumbel:log_prob(value)
+  local z = (value - self.loc) / self.scale
+  return -(self.scale:log() + z + (-z):exp())
+end
+function Gumbel:entropy() return self.scale:log() + (1 + EULER) end
+
+-- Weibull(scale, concentration)
+local Weibull = class("Weibull", { "scale", "concentration" })
+function Weibull:__init(scale, concentration, opts)
+  two_params(self, "Weibull", { "scale", "concentration" }, scale, concentration, { true, true }, opts)
+  local k_inv = self.concentration:reciprocal()
+  self.mean = self.scale * (k_inv + 1):lgamma():exp()
+  self.variance = self.scale:square() * ((k_inv * 2 + 1):lgamma():exp() - (k_inv + 1):lgamma():exp():square())
+  self.stddev = self.variance:sqrt()
+end
+function Weibull:rsample(shape)
+  local u = open_uniform(sample_shape(shape, self.batch_shape), self.scale)
+  return self.scale * (-(-u):log1p()) ^ self.concentration:reciprocal()
+end
+function Weibull:log_prob(value)
+  in_support(self, value:ge(0), "non-negative")
+  local k, lam = self.concentration, self.scale
+  local z = value / lam
+  return (k / lam):log() + (k - 1) * z:log() - z ^ k
+end
+function Weibull:entropy()
+  local k = self.concentration
+  return EULER * (1 - k:reciprocal()) + (self.scale / k):log() + 1
+end
+
+-- Pareto(scale, alpha): scale exp(E), E ~ Exponential(alpha)
+local Pareto = class("Pareto", { "scale", "alpha" })
+function Pareto:__init(scale, alpha, opts)
+  two_params(self, "Pareto", { "scale", "alpha" }, scale, alpha, { true, true }, opts)
+  local a, s = self.alpha, self.scale
+  self.mean = torch.where(a:gt(1), a * s / torch.where(a:gt(1), a - 1, 1), math.huge)
+  local a2 = torch.where(a:gt(2), a, 3)
+  self.variance = torch.where(a:gt(2), s:square() * a2 / ((a2 - 1):square() * (a2 - 2)), math.huge)
+end
+function Pareto:rsample(shape)
+  local u = open_uniform(sample_shape(shape, self.batch_shape), self.scale)
+  return self.scale * (-u:log() / self.alpha):exp()
+end
+function Pareto:log_prob(value)
+  in_support(self, value:ge(self.scale), "at least scale")
+  return self.alpha:log() + self.alpha * self.scale:log() - (self.alpha + 1) * value:log()
+end
+function Pareto:entropy() return (self.scale / self.alpha):log() + self.alpha:reciprocal() + 1 end
+
 -- sample(): rsample's draw without a gradient
-for _, cls in ipairs({ Exponential, Laplace, Cauchy, LogNormal, HalfNormal }) do
+for _, cls in ipairs({ Exponential, Laplace, Cauchy, LogNormal, HalfNormal, Gumbel, Weibull, Pareto }) do
   function cls:sample(shape) return no_grad(function() return self:rsample(shape) end) end
 end
 
@@ -541,6 +605,47 @@ function Beta:log_prob(value)
   return self._dirichlet:log_prob(torch.stack({ value, 1 - value }, -1))
 end
 function Beta:entropy() return self._dirichlet:entropy() end
+
+-- StudentT(df [, loc = 0, scale = 1]): draws as Normal / sqrt(Chi2(df) / df)
+-- (sample only: Chi2 has no rsample here)
+local StudentT = class("StudentT", { "df", "loc", "scale" })
+function StudentT:__init(df, loc, scale, opts)
+  local fn = "StudentT"
+  if type(loc) == "table" and not is_tensor(loc) then opts, loc, scale = loc, nil, nil end
+  df = param(df, fn, "df")
+  loc = param(loc or 0, fn, "loc", df)
+  scale = param(scale or 1, fn, "scale", df)
+  if validating(self, opts) then
+    check(df:gt(0), fn, "df", "positive")
+    check(scale:gt(0), fn, "scale", "positive")
+  end
+  self.df, self.loc, self.scale = torch.broadcast_tensors(df, loc, scale)
+  self.batch_shape, self.event_shape = self.df:size(), {}
+  local d = self.df
+  self.mean = torch.where(d:gt(1), self.loc, 0 / 0)
+  local d2 = torch.where(d:gt(2), d, 3)
+  self.variance = torch.where(d:gt(2), self.scale:square() * d2 / (d2 - 2), torch.where(d:gt(1), math.huge, 0 / 0))
+end
+function StudentT:sample(shape)
+  return no_grad(function()
+    local full = sample_shape(shape, self.batch_shape)
+    local z = torch.randn(full, { dtype = self.df.dtype, device = self.df.device })
+    local chi2 = standard_gamma((self.df / 2):expand(full):contiguous()) * 2
+    return self.loc + self.scale * z * (chi2 / self.df):rsqrt()
+  end)
+end
+StudentT.rsample = no_rsample
+function StudentT:log_prob(value)
+  local y = (value - self.loc) / self.scale
+  local d = self.df
+  local Z = self.scale:log() + d:log() * 0.5 + 0.5 * math.log(math.pi) + (d * 0.5):lgamma() - ((d + 1) * 0.5):lgamma()
+  return (y:square() / d):log1p() * ((d + 1) * -0.5) - Z
+end
+function StudentT:entropy()
+  local d = self.df
+  local lbeta = (d * 0.5):lgamma() + 0.5 * math.log(math.pi) - ((d + 1) * 0.5):lgamma()
+  return self.scale:log() + ((d + 1) * 0.5) * (((d + 1) * 0.5):digamma() - (d * 0.5):digamma()) + d:log() * 0.5 + lbeta
+end
 
 ---------------------------------------------------------------- discrete counts
 

@@ -109,6 +109,11 @@ local more = {
   geometric = { "Geometric", {}, { probs = { 0.2, 0.5, 0.9 } }, { 0.0, 3.0, 1.0 } },
   binomial = { "Binomial", { { "total_count", { 10.0, 4.0, 25.0 } } }, { probs = { 0.2, 0.5, 0.9 } }, { 3.0, 0.0, 25.0 } },
   binomial_logits = { "Binomial", { { "total_count", { 10.0, 4.0 } } }, { logits = { -1.5, 2.0 } }, { 3.0, 4.0 } },
+  gumbel = { "Gumbel", { { "loc", { 0.5, -1.0, 2.0 } }, { "scale", { 1.5, 0.25, 3.0 } } }, nil, { 0.0, -0.75, 4.5 } },
+  weibull = { "Weibull", { { "scale", { 0.5, 2.0, 1.0 } }, { "concentration", { 1.5, 0.25, 3.0 } } }, nil, { 0.3, 5.0, 1.2 } },
+  pareto = { "Pareto", { { "scale", { 0.5, 2.0 } }, { "alpha", { 1.5, 3.5 } } }, nil, { 0.7, 4.0 } },
+  student_t = { "StudentT", { { "df", { 0.8, 3.0, 12.0 } }, { "loc", { 0.5, -1.0, 2.0 } }, { "scale", { 1.5, 0.25, 3.0 } } },
+                nil, { 0.0, -0.75, 4.5 } },
   one_hot_categorical = { "OneHotCategorical", {}, { probs = { { 0.2, 0.3, 0.5 }, { 0.6, 0.3, 0.1 } } },
                           { { 0.0, 1.0, 0.0 }, { 0.0, 0.0, 1.0 } } },
   multivariate_normal = { "MultivariateNormal", { { "loc", { { 1.0, -1.0, 0.5 }, { 0.0, 2.0, 0.0 } } } },
@@ -123,7 +128,7 @@ local more = {
 local function flat(t) return t:detach():reshape(-1):tolist() end
 -- the entropies of the gamma family differentiate digamma: PyTorch's
 -- trigamma is good to about 1e-9 (pi^2/6 at 1 reads 1.6449340676)
-local grad_rtol = { gamma = 1e-8, chi2 = 1e-8, beta = 1e-8, dirichlet = 1e-8 }
+local grad_rtol = { gamma = 1e-8, chi2 = 1e-8, beta = 1e-8, dirichlet = 1e-8, student_t = 1e-8, weibull = 1e-8 }
 
 for _, name in ipairs(T.sorted_keys(more)) do
   T.run(name .. " against PyTorch", function()
@@ -193,6 +198,11 @@ T.run("sampling the other distributions: statistics", function()
     stats("Gamma(" .. a .. ", 2)", D.Gamma(f64({ a }), f64({ 2.0 })), a / 2, a / 4, 0.03)
   end
   stats("Chi2(3)", D.Chi2(f64({ 3.0 })), 3, 6, 0.03)
+  stats("Gumbel(1, 2)", D.Gumbel(f64({ 1.0 }), f64({ 2.0 })), 1 + 2 * 0.5772156649, 4 * math.pi ^ 2 / 6, 0.03)
+  stats("Weibull(2, 1.5)", D.Weibull(f64({ 2.0 }), f64({ 1.5 })), 2 * math.exp(select(1, torch.tensor({ 1 + 1 / 1.5 },
+        { dtype = torch.float64 }):lgamma():item())), nil, 0.03)
+  stats("Pareto(1, 3)", D.Pareto(f64({ 1.0 }), f64({ 3.0 })), 1.5, nil, 0.03)
+  stats("StudentT(5, 1)", D.StudentT(f64({ 5.0 }), f64({ 1.0 })), 1, 5 / 3, 0.05)
   stats("Beta(2, 5)", D.Beta(f64({ 2.0 }), f64({ 5.0 })), 2 / 7, 10 / (49 * 8), 0.03)
   local dir = D.Dirichlet(f64({ 1.0, 2.0, 3.0 })):sample({ n })
   T.values_close(dir:mean(0):tolist(), { 1 / 6, 2 / 6, 3 / 6 }, 0.03, 0, "Dirichlet: sample means")
