@@ -156,6 +156,24 @@ for name, (make, params, transforms, value) in TRANSFORMED.items():
         c["d%d" % i] = p.grad.reshape(-1).tolist()
     cases[name] = c
 
+# MixtureSameFamily: a batch of 2 mixtures of 3 normals (log_prob, mean,
+# variance, cdf, gradients), and a mixture of 2 diagonal 2-D normals
+logits = T([[0.2, -0.5, 1.0], [0.0, 0.3, -1.2]]).requires_grad_()
+mloc = T([[-1.0, 0.5, 2.0], [0.0, 1.0, -2.0]]).requires_grad_()
+mscale = T([[0.5, 1.0, 1.5], [2.0, 0.3, 0.7]]).requires_grad_()
+mix = D.MixtureSameFamily(D.Categorical(logits=logits), D.Normal(mloc, mscale))
+x = T([[0.1, 1.2], [-1.5, 2.5], [0.7, -0.3]])
+lp = mix.log_prob(x)
+(lp * torch.cos(torch.arange(lp.numel(), dtype=torch.float64)).reshape(lp.shape)).sum().backward()
+cases["mixture_normal"] = {"log_prob": lp.detach().reshape(-1).tolist(), "mean": mix.mean.detach().tolist(),
+                           "variance": mix.variance.detach().tolist(), "cdf": mix.cdf(x).detach().reshape(-1).tolist(),
+                           "d_logits": logits.grad.reshape(-1).tolist(), "d_loc": mloc.grad.reshape(-1).tolist(),
+                           "d_scale": mscale.grad.reshape(-1).tolist()}
+mix2 = D.MixtureSameFamily(D.Categorical(probs=T([0.4, 0.6])),
+                           D.Independent(D.Normal(T([[0.0, 1.0], [2.0, -1.0]]), T([[1.0, 0.5], [0.7, 2.0]])), 1))
+cases["mixture_independent"] = {"log_prob": mix2.log_prob(T([[0.5, 0.5], [2.0, -2.0]])).tolist(),
+                                "mean": mix2.mean.tolist(), "variance": mix2.variance.tolist()}
+
 mvn_p = D.MultivariateNormal(T([1.0, -1.0]), T([[2.0, 0.5], [0.5, 1.0]]))
 mvn_q = D.MultivariateNormal(T([0.0, 0.5]), T([[1.0, -0.2], [-0.2, 0.5]]))
 cases["multivariate_normal_kl"] = {"kl": [D.kl_divergence(mvn_p, mvn_q).item()]}

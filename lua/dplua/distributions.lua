@@ -843,6 +843,69 @@ function MultivariateNormal:entropy()
   return 0.5 * k * (1 + math.log(2 * math.pi)) + half_log_det(self.scale_tril)
 end
 
+---------------------------------------------------------------- mixtures
+
+-- MixtureSameFamily(mixture_distribution, component_distribution): a
+-- Categorical over K components (batch shape B) and a distribution of
+-- batch shape (B..., K); log_prob is the log-sum-exp over the components of
+-- their log_prob plus the mixing log-probabilities, a draw the component
+-- that the Categorical picks.
+local MixtureSameFamily = class("MixtureSameFamily", {})
+function MixtureSameFamily:__init(mixture, component, opts)
+  local fn = "MixtureSameFamily"
+  if getmetatable(mixture) ~= M.Categorical then raise(fn .. ": expected the mixture distribution to be a Categorical") end
+  if type(component) ~= "table" or not component.log_prob then raise(fn .. ": expected a component distribution") end
+  validating(self, opts)
+  local cb = component.batch_shape
+  local k = cb[#cb]
+  if k ~= mixture.num_categories then
+    raise(string.format("%s: the mixture distribution has %d components but the component distribution's last batch "
+                        .. "dim is %s", fn, mixture.num_categories, tostring(k)))
+  end
+  local batch = {}
+  for i = 1, #cb - 1 do batch[i] = cb[i] end
+  if table.concat(batch, ",") ~= table.concat(mixture.batch_shape, ",") then
+    raise(string.format("%s: the mixture's batch shape [%s] is not the components' [%s]", fn,
+                        table.concat(mixture.batch_shape, ", "), table.concat(batch, ", ")))
+  end
+  self.mixture_distribution, self.component_distribution = mixture, component
+  self.batch_shape, self.event_shape = batch, component.event_shape or {}
+  local ne = #self.event_shape
+  -- the mixing weights shaped to broadcast against the components' statistics
+  local w = mixture.probs
+  for _ = 1, ne do w = w:unsqueeze(-1) end
+  local dim = -1 - ne
+  if component.mean ~= nil then
+    self.mean = (w * component.mean):sum(dim)
+    if component.variance ~= nil then
+      local mean_cond = component.mean
+      self.variance = (w * component.variance):sum(dim) + (w * (mean_cond - self.mean:unsqueeze(dim)):square()):sum(dim)
+    end
+  end
+end
+function MixtureSameFamily:log_prob(value)
+  local ne = #self.event_shape
+  local x = value:unsqueeze(-1 - ne)
+  local lp = self.component_distribution:log_prob(x)
+  return (lp + self.mixture_distribution.logits):logsumexp(-1)
+end
+function MixtureSameFamily:sample(shape)
+  return no_grad(function()
+    local idx = self.mixture_distribution:sample(shape)              -- (shape..., B...)
+    local draws = self.component_distribution:sample(shape)          -- (shape..., B..., K, event...)
+    local ne = #self.event_shape
+    local gather_at = idx
+    for _ = 0, ne do gather_at = gather_at:unsqueeze(-1) end         -- (..., 1, 1...)
+    local target = draws:size()
+    target[#target - ne] = 1
+    return draws:gather(-1 - ne, gather_at:expand(target)):squeeze(-1 - ne)
+  end)
+end
+function MixtureSameFamily:cdf(value)
+  local x = value:unsqueeze(-1)
+  return (self.component_distribution:cdf(x) * self.mixture_distribution.probs):sum(-1)
+end
+
 ---------------------------------------------------------------- transforms
 
 -- The bijections of torch.distributions.transforms: each has forward(x)

@@ -234,6 +234,37 @@ T.run("sampling the other distributions: statistics", function()
   T.raises(function() torch.poisson(f64({ 0 / 0 })) end, "non%-negative and finite", "a NaN rate")
 end)
 
+T.run("MixtureSameFamily against PyTorch", function()
+  local r = ref.mixture_normal
+  local logits = f64({ { 0.2, -0.5, 1.0 }, { 0.0, 0.3, -1.2 } }):requires_grad_()
+  local loc = f64({ { -1.0, 0.5, 2.0 }, { 0.0, 1.0, -2.0 } }):requires_grad_()
+  local scale = f64({ { 0.5, 1.0, 1.5 }, { 2.0, 0.3, 0.7 } }):requires_grad_()
+  local mix = D.MixtureSameFamily(D.Categorical({ logits = logits }), D.Normal(loc, scale))
+  local x = f64({ { 0.1, 1.2 }, { -1.5, 2.5 }, { 0.7, -0.3 } })
+  local lp = mix:log_prob(x)
+  T.values_close(lp:detach():reshape(-1):tolist(), r.log_prob, 1e-12, 1e-12, "log_prob")
+  T.values_close(mix.mean:detach():tolist(), r.mean, 1e-12, 1e-12, "mean")
+  T.values_close(mix.variance:detach():tolist(), r.variance, 1e-12, 1e-12, "variance")
+  T.values_close(mix:cdf(x):detach():reshape(-1):tolist(), r.cdf, 1e-12, 1e-12, "cdf")
+  ;(lp * torch.arange(0, lp:numel(), { dtype = torch.float64 }):cos():reshape(lp:size())):sum():backward()
+  T.values_close(logits.grad:reshape(-1):tolist(), r.d_logits, 1e-10, 1e-12, "the gradient of the logits")
+  T.values_close(loc.grad:reshape(-1):tolist(), r.d_loc, 1e-10, 1e-12, "the gradient of the locations")
+  T.values_close(scale.grad:reshape(-1):tolist(), r.d_scale, 1e-10, 1e-12, "the gradient of the scales")
+  local r2 = ref.mixture_independent
+  local mix2 = D.MixtureSameFamily(D.Categorical(f64({ 0.4, 0.6 })),
+                                   D.Independent(D.Normal(f64({ { 0.0, 1.0 }, { 2.0, -1.0 } }), f64({ { 1.0, 0.5 }, { 0.7, 2.0 } })), 1))
+  T.values_close(mix2:log_prob(f64({ { 0.5, 0.5 }, { 2.0, -2.0 } })):tolist(), r2.log_prob, 1e-12, 1e-12,
+                 "a mixture of 2-D normals: log_prob")
+  T.values_close(mix2.mean:tolist(), r2.mean, 1e-12, 1e-12, "its mean")
+  T.values_close(mix2.variance:tolist(), r2.variance, 1e-12, 1e-12, "its variance")
+  torch.manual_seed(4)
+  local draws = D.MixtureSameFamily(D.Categorical(f64({ 0.3, 0.7 })), D.Normal(f64({ -1.0, 2.0 }), f64({ 0.5, 1.0 }))):sample({ 20000 })
+  T.close(draws:mean():item(), 1.1, 0.03, 0, "draws: the mixture's mean")
+  T.is(T.shape(mix2:sample({ 5 })), { 5, 2 }, "draws of 2-D components")
+  T.raises(function() D.MixtureSameFamily(D.Categorical(f64({ 0.5, 0.5 })), D.Normal(f64({ 0, 1, 2 }), 1.0)) end,
+           "the mixture distribution has 2 components", "component counts that differ")
+end)
+
 T.run("TransformedDistribution against PyTorch", function()
   local TR = D.transforms
   local cases_t = {  -- as the generator's TRANSFORMED
