@@ -123,6 +123,24 @@ T.run("dropout: p = 1 drops every weight; 0 < p < 1 scales the kept ones", funct
   T.ok(out:min():item() >= 0 and out:max():item() <= 2 + 1e-6, "values within [0, 2]")
 end)
 
+T.run("enable_gqa: grouped-query attention repeats each key and value head for its group", function()
+  torch.manual_seed(6)
+  local f64 = { dtype = torch.float64 }
+  local q = torch.randn(2, 6, 5, 4, f64):requires_grad_()
+  local k = torch.randn(2, 2, 7, 4, f64):requires_grad_()
+  local v = torch.randn(2, 2, 7, 3, f64):requires_grad_()
+  for _, causal in ipairs({ false, true }) do
+    local y = F.scaled_dot_product_attention(q, k, v, { enable_gqa = true, is_causal = causal })
+    local want = F.scaled_dot_product_attention(q, k:repeat_interleave(3, 1), v:repeat_interleave(3, 1), { is_causal = causal })
+    T.tensor_close(y, want, 1e-14, 1e-14, "6 query heads over 2 key/value heads" .. (causal and ", causal" or ""))
+  end
+  T.ok(torch.autograd.gradcheck(function(a, b, c) return F.scaled_dot_product_attention(a, b, c, { enable_gqa = true }) end,
+                                { q, k, v }), "gradcheck through the repetition")
+  T.raises(function() F.scaled_dot_product_attention(q, torch.randn(2, 4, 7, 4, f64), torch.randn(2, 4, 7, 3, f64),
+                                                     { enable_gqa = true }) end,
+           "the query's 6 heads must be a multiple of the key's and value's %(4, 4%)", "heads that do not divide")
+end)
+
 T.run("bad input is a clear error", function()
   local q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
   T.raises(function() F.scaled_dot_product_attention(q, torch.randn(2, 5, 3), v) end,

@@ -2283,8 +2283,11 @@ end
 -- (tril(ones(L, S))); attn_mask is a bool mask (true: takes part) or a float
 -- mask added to the scores, broadcastable to (..., L, S). Without a mask or
 -- dropout it is one fused op that never holds the (L, S) weights (flash
--- attention on a GPU); with them, the same math as tensor ops.
-local sdpa_opts = { attn_mask = true, dropout_p = true, is_causal = true, scale = true }
+-- attention on a GPU); with them, the same math as tensor ops. enable_gqa
+-- (grouped-query attention, PyTorch 2.5's): key and value have fewer heads
+-- (dim -3) than query, a divisor of its count; each is repeated for its
+-- group of query heads (repeat_interleave).
+local sdpa_opts = { attn_mask = true, dropout_p = true, is_causal = true, scale = true, enable_gqa = true }
 function F.scaled_dot_product_attention(q, k, v, opts)
   local fn = "scaled_dot_product_attention"
   want_float(q, fn, "query")
@@ -2294,7 +2297,7 @@ function F.scaled_dot_product_attention(q, k, v, opts)
   if type(opts) ~= "table" then raise(fn .. ": expected an options table, got " .. typename(opts)) end
   for key in pairs(opts) do
     if not sdpa_opts[key] then
-      raise(string.format("%s: unknown option '%s' (attn_mask, dropout_p, is_causal, scale)", fn, tostring(key)))
+      raise(string.format("%s: unknown option '%s' (attn_mask, dropout_p, is_causal, scale, enable_gqa)", fn, tostring(key)))
     end
   end
   local mask, p, causal = opts.attn_mask, opts.dropout_p or 0, opts.is_causal or false
@@ -2307,6 +2310,14 @@ function F.scaled_dot_product_attention(q, k, v, opts)
   if q:dim() < 2 or k:dim() ~= q:dim() or v:dim() ~= q:dim() then
     raise(string.format("%s: expected query, key and value of the same number of dims (at least 2), got %s, %s and %s",
                         fn, shape_str(q), shape_str(k), shape_str(v)))
+  end
+  if opts.enable_gqa and q:dim() >= 3 and k:size(-3) ~= q:size(-3) then
+    local hq, hk, hv = q:size(-3), k:size(-3), v:size(-3)
+    if hk ~= hv or hk == 0 or hq % hk ~= 0 then
+      raise(string.format("%s: enable_gqa: the query's %d heads must be a multiple of the key's and value's (%d, %d)",
+                          fn, hq, hk, hv))
+    end
+    k, v = k:repeat_interleave(hq / hk, -3), v:repeat_interleave(hq / hk, -3)
   end
   local E = q:size(-1)
   local scale = opts.scale or 1 / math.sqrt(E)
