@@ -255,6 +255,46 @@ torch.backends = { cuda = { matmul = setmetatable({}, {
   end,
 }) } }
 
+-- A table of boolean settings with the given defaults: unknown names and
+-- non-booleans are refused by name.
+local function switches(prefix, defaults, on_set)
+  local values = {}
+  for k, v in pairs(defaults) do values[k] = v end
+  return setmetatable({}, {
+    __index = values,
+    __newindex = function(_, k, v)
+      if values[k] == nil then raise(prefix .. ": unknown setting '" .. tostring(k) .. "'") end
+      if type(v) ~= "boolean" then raise(string.format("%s.%s: expected a boolean, got %s", prefix, k, type(v))) end
+      values[k] = v
+      if on_set then on_set(k, v) end
+    end,
+  })
+end
+
+-- torch.backends.cudnn: dplua does not use cuDNN (is_available() is
+-- false); its settings (enabled, benchmark, deterministic, allow_tf32) are
+-- kept and read back, so that scripts that set them run, and change
+-- nothing: the convolutions choose their kernels without a benchmark pass.
+torch.backends.cudnn = switches("backends.cudnn", { enabled = true, benchmark = false, deterministic = false,
+                                                    allow_tf32 = true })
+rawset(getmetatable(torch.backends.cudnn).__index, "is_available", function() return false end)
+rawset(getmetatable(torch.backends.cudnn).__index, "version", function() return nil end)
+-- torch.backends.mps (Apple's GPUs): never available
+torch.backends.mps = { is_available = function() return false end, is_built = function() return false end }
+
+-- The attention backends: enable_flash_sdp(false) makes
+-- F.scaled_dot_product_attention take its matmul-softmax-matmul path (the
+-- "math" backend) instead of the fused kernel; the memory-efficient and
+-- cuDNN backends are PyTorch's alone, their switches kept for reading.
+local sdp = { flash = true, mem_efficient = true, math = true, cudnn = true }
+for name in pairs(sdp) do
+  torch.backends.cuda["enable_" .. name .. "_sdp"] = function(on)
+    if type(on) ~= "boolean" then raise("backends.cuda.enable_" .. name .. "_sdp: expected a boolean, got " .. type(on)) end
+    sdp[name] = on
+  end
+  torch.backends.cuda[name .. "_sdp_enabled"] = function() return sdp[name] end
+end
+
 -- set_float32_matmul_precision("highest" | "high" | "medium"): PyTorch's
 -- switch for float32 products; "high" and "medium" allow TF32 (dplua has no
 -- bfloat16-pass float32 product, so "medium" is "high").

@@ -170,6 +170,19 @@ T.run("set_float32_matmul_precision", function()
            'expected "highest", "high" or "medium", got low', "an unknown precision")
 end)
 
+T.run("torch.backends.cudnn and mps", function()
+  local cudnn = torch.backends.cudnn
+  T.is({ cudnn.enabled, cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32 }, { true, false, false, true },
+       "PyTorch's defaults")
+  cudnn.benchmark, cudnn.deterministic = true, true
+  T.is({ cudnn.benchmark, cudnn.deterministic }, { true, true }, "kept and read back")
+  cudnn.benchmark, cudnn.deterministic = false, false
+  T.ok(not cudnn.is_available(), "dplua does not use cuDNN")
+  T.ok(not torch.backends.mps.is_available() and not torch.backends.mps.is_built(), "no MPS")
+  T.raises(function() cudnn.benchmrk = true end, "backends.cudnn: unknown setting 'benchmrk'", "a misspelt setting")
+  T.raises(function() cudnn.benchmark = 1 end, "backends.cudnn.benchmark: expected a boolean", "a number")
+end)
+
 T.run("finfo and iinfo", function()
   -- PyTorch's values (torch.finfo(torch.float32).max etc.)
   local f = torch.finfo(torch.float32)

@@ -141,6 +141,19 @@ T.run("enable_gqa: grouped-query attention repeats each key and value head for i
            "the query's 6 heads must be a multiple of the key's and value's %(4, 4%)", "heads that do not divide")
 end)
 
+T.run("backends.cuda.enable_flash_sdp(false) takes the math path", function()
+  local q = torch.randn(1, 2, 3, 4, { dtype = torch.float64 }):requires_grad_()
+  local fused = F.scaled_dot_product_attention(q, q, q)
+  torch.backends.cuda.enable_flash_sdp(false)
+  local math_path = F.scaled_dot_product_attention(q, q, q)
+  T.ok(not torch.backends.cuda.flash_sdp_enabled(), "read back")
+  torch.backends.cuda.enable_flash_sdp(true)
+  T.is(torch._grad_fn_name(fused), "ScaledDotProductFlashAttentionBackward0", "the fused op by default")
+  T.is(torch._grad_fn_name(math_path), "MatmulBackward0", "the composite with flash disabled")
+  T.tensor_close(math_path, fused, 1e-14, 1e-14, "the same values")
+  T.raises(function() torch.backends.cuda.enable_flash_sdp(1) end, "expected a boolean", "a number")
+end)
+
 T.run("bad input is a clear error", function()
   local q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
   T.raises(function() F.scaled_dot_product_attention(q, torch.randn(2, 5, 3), v) end,
