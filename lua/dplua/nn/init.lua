@@ -12,6 +12,7 @@
 -- ParameterDict in containers.lua; nn.functional, nn.init and nn.utils
 -- are tables of functions (functional.lua, init_.lua, utils.lua).
 local module = require("dplua.nn.module")
+local raise = require("dplua")._raise
 
 local nn = {
   Module = module.Module,
@@ -32,6 +33,34 @@ nn.parallel = setmetatable({}, { __index = function(t, k)
   rawset(t, k, cls)
   return cls
 end })
+
+-- nn.attention.sdpa_kernel(backends, fn, ...): fn(...) with only the
+-- given SDPBackend(s) enabled for F.scaled_dot_product_attention (flash:
+-- the fused kernel; math: the composite), the previous switches back
+-- afterwards, as PyTorch's context manager.
+local SDPBackend = { FLASH_ATTENTION = "flash", EFFICIENT_ATTENTION = "mem_efficient", MATH = "math",
+                     CUDNN_ATTENTION = "cudnn" }
+nn.attention = { SDPBackend = SDPBackend }
+function nn.attention.sdpa_kernel(backends, fn, ...)
+  local cuda = require("dplua").backends.cuda
+  local list = type(backends) == "table" and backends or { backends }
+  local want = {}
+  for i, b in ipairs(list) do
+    if cuda["enable_" .. tostring(b) .. "_sdp"] == nil then
+      raise(string.format("sdpa_kernel: expected SDPBackend values, got %s at position %d", tostring(b), i))
+    end
+    want[b] = true
+  end
+  if type(fn) ~= "function" then raise("sdpa_kernel: expected a function to run, got " .. type(fn)) end
+  local saved = {}
+  for _, name in pairs(SDPBackend) do
+    saved[name] = cuda[name .. "_sdp_enabled"]()
+    cuda["enable_" .. name .. "_sdp"](want[name] == true)
+  end
+  return require("dplua")._finally(function()
+    for name, on in pairs(saved) do cuda["enable_" .. name .. "_sdp"](on) end
+  end, nil, pcall(fn, ...))
+end
 
 -- (a name starting with "_" is a helper its file shares, not a layer)
 for _, file in ipairs({ "dplua.nn.layers", "dplua.nn.loss", "dplua.nn.transformer", "dplua.nn.rnn", "dplua.nn.containers" }) do
