@@ -559,6 +559,39 @@ function dist.barrier(group)
   all_ranks_run("barrier")
   check(C.dp_pg_barrier(group_of(group).p))
 end
+-- monitored_barrier([group, timeout, wait_all_ranks]): barrier, which here
+-- always fails by name and with the group's timeout when a rank does not
+-- come (timeout and wait_all_ranks are accepted)
+function dist.monitored_barrier(group) return dist.barrier(group) end
+
+-- the global ranks of a group, in its order (every rank for the default one)
+function dist.get_process_group_ranks(group)
+  local g = group_of(group)
+  if g.ranks then return { unpack(g.ranks) } end
+  local all = {}
+  for r = 0, g.size - 1 do all[#all + 1] = r end
+  return all
+end
+-- get_global_rank(group, group_rank) and get_group_rank(group, global_rank)
+function dist.get_global_rank(group, group_rank)
+  local ranks = dist.get_process_group_ranks(group)
+  local r = ranks[(group_rank or -1) + 1]
+  if r == nil then raise(string.format("get_global_rank: group rank %s is not part of the group", tostring(group_rank))) end
+  return r
+end
+function dist.get_group_rank(group, global_rank)
+  for i, r in ipairs(dist.get_process_group_ranks(group)) do
+    if r == global_rank then return i - 1 end
+  end
+  raise(string.format("get_group_rank: global rank %s is not part of the group", tostring(global_rank)))
+end
+function dist.is_gloo_available() return true end
+function dist.is_nccl_available() return torch.cuda.is_available() end
+-- whether the job was started by a launcher (dplua's or torchrun): the
+-- variables they set
+function dist.is_torchelastic_launched()
+  return os.getenv("TORCHELASTIC_RUN_ID") ~= nil or os.getenv("DPLUA_JOB_TOKEN") ~= nil
+end
 
 -- isend, irecv and batch_isend_irecv: sends and receives posted in issue
 -- order with the group's other ops, each batch done as a whole. A posted

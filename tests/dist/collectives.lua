@@ -218,6 +218,24 @@ if rank == 0 then
   dist.all_gather_object(out, { 1, "two" }, solo)
   ok(out[1][2] == "two", "an object collective on a group of one")
 end
+-- the group queries
+local all = {}
+for r = 0, world - 1 do all[#all + 1] = r end
+ok(same(dist.get_process_group_ranks(), all), "get_process_group_ranks of the default group: every rank")
+local tail_ranks = {}
+for r = 1, world - 1 do tail_ranks[#tail_ranks + 1] = r end
+local tail_group = dist.new_group(tail_ranks)
+if rank >= 1 then
+  ok(same(dist.get_process_group_ranks(tail_group), tail_ranks), "get_process_group_ranks of a subgroup")
+  ok(dist.get_global_rank(tail_group, 0) == 1, "get_global_rank: the subgroup's rank 0 is global rank 1")
+  ok(dist.get_group_rank(tail_group, rank) == rank - 1, "get_group_rank")
+  raises(function() dist.get_global_rank(tail_group, world) end, "is not part of the group", "a group rank out of range")
+else
+  for _ = 1, 4 do ok(true, "subgroup queries (rank 0 is outside)") end
+end
+ok(dist.is_gloo_available() and dist.is_torchelastic_launched(), "is_gloo_available, is_torchelastic_launched")
+dist.monitored_barrier()
+ok(true, "monitored_barrier")
 raises(function() dist.gather(full({ 2 }, 0), nil, world + 3) end, "out of range", "gather to a rank out of range")
 raises(function() dist.scatter(full({ 2 }, 0), nil, -1) end, "out of range", "scatter from rank -1")
 
