@@ -169,6 +169,17 @@ end })
 
 ---------------------------------------------------------------- misc
 
+-- torch.cpu: PyTorch's namespace (amp.autocast, is_available, device_count,
+-- synchronize, current_device), still callable as torch.cpu(t), t:cpu().
+local to_cpu = rawget(torch, "cpu")
+torch.cpu = setmetatable({
+  amp = { autocast = function(...) return torch.autocast("cpu", ...) end },
+  is_available = function() return true end,
+  device_count = function() return 1 end,
+  synchronize = function() end,
+  current_device = function() return "cpu" end,
+}, { __call = function(_, ...) return to_cpu(...) end })
+
 -- compile(model_or_fn [, opts]): returns its argument. dplua has no graph
 -- compiler: its steps run eagerly, and torch.cuda.graph captures a step
 -- to replay it with one launch. Accepting the call keeps programs that

@@ -170,6 +170,15 @@ T.run("set_float32_matmul_precision", function()
            'expected "highest", "high" or "medium", got low', "an unknown precision")
 end)
 
+T.run("torch.cpu: a namespace that is still callable", function()
+  T.tensor_close(torch.cpu(torch.ones(2)), torch.ones(2), 0, 0, "torch.cpu(t) is t:cpu()")
+  T.ok(torch.cpu.is_available() and torch.cpu.device_count() == 1 and torch.cpu.current_device() == "cpu",
+       "is_available, device_count, current_device")
+  T.ok(torch.cpu.amp.autocast({ dtype = torch.bfloat16 }, function() return torch.is_autocast_enabled("cpu") end),
+       "torch.cpu.amp.autocast is CPU autocast")
+  T.raises(function() torch.cpu("x") end, "cpu: expected a tensor as the first argument", "torch.cpu of a string")
+end)
+
 T.run("torch.backends.cudnn and mps", function()
   local cudnn = torch.backends.cudnn
   T.is({ cudnn.enabled, cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32 }, { true, false, false, true },
