@@ -87,7 +87,7 @@ ffi.metatype(Tensor_ct, mt)
 local submodules = { nn = "dplua.nn", optim = "dplua.optim", autograd = "dplua.autograd",
                      distributed = "dplua.distributed", utils = "dplua.utils",
                      distributions = "dplua.distributions", linalg = "dplua.linalg",
-                     amp = "dplua.amp", func = "dplua.func" }
+                     amp = "dplua.amp", func = "dplua.func", testing = "dplua.testing" }
 -- functions that live in modules of their own
 local lazy_functions = {
   save = "dplua.serialization", load = "dplua.serialization",
