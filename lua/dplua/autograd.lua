@@ -23,7 +23,7 @@ local C = torch.C
 
 local A = {}
 
-local function check(st) if st ~= 0 then raise(ffi.string(C.dp_last_error())) end end
+local check = torch._check
 local function pack(...) return { n = select("#", ...), ... } end
 local function is_callable(f)
   return type(f) == "function" or (type(f) == "table" and getmetatable(f) ~= nil and getmetatable(f).__call ~= nil)
@@ -655,5 +655,42 @@ end
 
 -- torch.autograd.functional (jacobian, vjp, jvp) loads on first use
 torch._lazy(A, { functional = function() return require("dplua.autograd_functional") end })
+
+
+---------------------------------------------------------------- anomaly detection
+
+-- set_detect_anomaly(mode [, check_nan]): while on, every backward checks
+-- the gradients each node computes and fails at the first holding NaN,
+-- naming the node (PyTorch's "Function 'MulBackward0' returned nan values
+-- in its 0th output.") and adding the traceback of the forward call that
+-- made it. Slow, as PyTorch's: each gradient is inspected (a GPU
+-- synchronisation each), and each op of the forward takes a traceback.
+-- check_nan = false keeps the tracebacks without the checks.
+local anomaly, anomaly_nan = false, true
+function A.set_detect_anomaly(mode, check_nan)
+  if type(mode) ~= "boolean" then
+    raise("set_detect_anomaly: expected mode to be a boolean, got " .. type(mode))
+  end
+  if check_nan ~= nil and type(check_nan) ~= "boolean" then
+    raise("set_detect_anomaly: expected check_nan to be a boolean, got " .. type(check_nan))
+  end
+  anomaly, anomaly_nan = mode, check_nan ~= false
+  C.dp_set_detect_anomaly((mode and anomaly_nan) and 1 or 0)
+  torch._set_anomaly_traces(mode)
+end
+
+-- detect_anomaly(fn, ...): fn(...) with anomaly detection on, the mode
+-- before it restored after (also when fn fails); returns what fn returns
+function A.detect_anomaly(fn, ...)
+  if not is_callable(fn) then
+    raise("detect_anomaly: expected a function to run with anomaly detection, got " .. type(fn))
+  end
+  local was = { anomaly, anomaly_nan }
+  A.set_detect_anomaly(true)
+  return torch._finally(function(w) A.set_detect_anomaly(w[1], w[2]) end, was, pcall(fn, ...))
+end
+
+function A.is_anomaly_enabled() return anomaly end
+function A.is_anomaly_check_nan_enabled() return anomaly and anomaly_nan end
 
 return A

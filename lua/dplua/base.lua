@@ -28,19 +28,42 @@ local DP_CPU, DP_ALL_DIMS = -1, -100
 -- Errors point at the first stack frame outside the library, so that the
 -- user sees their own file and line.
 local libdir = debug.getinfo(1, "S").source:match("^@(.*/)") or "\0"
-local function raise(msg)
-  local level = 2
+-- the level of that frame, counted from the caller of user_level's caller
+local function user_level()
+  local level = 3
   while true do
     local info = debug.getinfo(level, "S")
-    if not info then level = 1; break end
+    if not info then return 1 end
     local src = info.source
     local inside = info.what == "C" or src:sub(2, #libdir + 1) == libdir
-    if not inside then break end
+    if not inside then return level - 1 end
     level = level + 1
   end
-  error(msg, level)
+end
+local function raise(msg)
+  error(msg, user_level())
 end
 torch._raise = raise
+
+-- Anomaly detection (autograd.lua's set_detect_anomaly) keeps where each
+-- node of the graph was made, the user's traceback by the node's creation
+-- order (dp_grad_fn_seq), to say it beside the node whose backward made
+-- NaN. Bounded: past max_traces the oldest are dropped.
+local anomaly_traces, traced = nil, 0
+local max_traces = 65536
+local function set_anomaly_traces(on)
+  anomaly_traces, traced = on and {} or nil, 0
+end
+local function remember_forward(t)
+  local seq = tonumber(C.dp_grad_fn_seq(t.p))
+  if seq == 0 or anomaly_traces[seq] then return end
+  if traced >= max_traces then anomaly_traces, traced = {}, 0 end
+  anomaly_traces[seq], traced = debug.traceback("", user_level()):gsub("^\n", ""), traced + 1
+end
+local function forward_trace(msg)
+  local tb = anomaly_traces and msg:find("returned nan values", 1, true) and anomaly_traces[tonumber(C.dp_anomaly_node())]
+  return tb and msg .. "\nTraceback of forward call that caused the error:\n" .. tb or msg
+end
 
 -- A CUDA out-of-memory also collects the tensors Lua no longer
 -- references (the C side has already waited for pending frees and given
@@ -52,12 +75,14 @@ local function fail()
     collectgarbage()
     msg = msg .. "; the tensors no longer referenced from Lua have now been collected"
   end
-  raise(msg)
+  raise(forward_trace(msg))
 end
 
 local function check(st)
   if st ~= 0 then fail() end
 end
+torch._check = check
+torch._set_anomaly_traces = set_anomaly_traces
 
 ---------------------------------------------------------------- handles
 
@@ -74,6 +99,7 @@ local collectgarbage = collectgarbage
 local function new(st)
   if st ~= 0 then fail() end
   local t = wrap(outp[0])
+  if anomaly_traces then remember_forward(t) end
   -- tensor memory is invisible to Lua's GC: collect when C says it is due
   if C.dp_gc_wanted() ~= 0 then collectgarbage(); C.dp_gc_done(collectgarbage("count")) end
   return t

@@ -181,6 +181,12 @@ dp_tensor *dp_get_grad(dp_tensor *t);                    /* a new reference, or 
 dp_status dp_set_grad(dp_tensor *t, dp_tensor *grad);    /* NULL clears */
 dp_status dp_set_grad_slot(dp_tensor *t, dp_tensor *slot); /* gradients are written into slot */
 dp_status dp_backward(dp_tensor *root, dp_tensor *grad, int retain_graph); /* grad NULL: ones */
+/* Anomaly detection: while on, a backward checks every gradient a node
+ * hands on and fails on the first that holds NaN, naming the node;
+ * dp_anomaly_node is then that node's dp_grad_fn_seq (0 before any). */
+int dp_set_detect_anomaly(int on);          /* returns the previous mode */
+uint64_t dp_grad_fn_seq(const dp_tensor *t);  /* creation order of t's node; 0 for leaves */
+uint64_t dp_anomaly_node(void);
 typedef void (*dp_grad_hook)(dp_tensor *leaf, void *ctx);
 dp_status dp_add_grad_hook(dp_tensor *leaf, dp_grad_hook fn, void *ctx);
 void dp_clear_grad_hooks(dp_tensor *leaf);

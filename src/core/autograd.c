@@ -16,7 +16,7 @@
 #include <string.h>
 
 static bool grad_enabled = true;
-static uint64_t next_seq;
+static uint64_t next_seq = 1;   /* 0 stands for no node (dp_grad_fn_seq) */
 
 struct ag_hook {
     dp_grad_hook fn;
@@ -38,6 +38,47 @@ int dp_set_grad_enabled(int enabled)
 
 int dp_requires_grad(const dp_tensor *t) { return t->requires_grad; }
 int dp_is_leaf(const dp_tensor *t) { return t->grad_fn == NULL; }
+
+uint64_t dp_grad_fn_seq(const dp_tensor *t) { return t->grad_fn ? t->grad_fn->seq : 0; }
+
+/* Anomaly detection (torch.autograd.set_detect_anomaly) */
+static bool detect_anomaly;
+static uint64_t anomaly_node;
+
+int dp_set_detect_anomaly(int on)
+{
+    int was = detect_anomaly;
+    detect_anomaly = on != 0;
+    return was;
+}
+
+uint64_t dp_anomaly_node(void) { return anomaly_node; }
+
+/* Fails, naming n as PyTorch does, when a gradient n computed holds NaN;
+ * a GPU tensor costs a synchronisation, as in PyTorch. */
+static dp_status check_nan(const ag_node *n, dp_tensor *const *gin)
+{
+    for (int i = 0; i < n->ninputs; i++) {
+        dp_tensor *g = gin[i], *ne = NULL, *any = NULL;
+        double found = 0;
+        if (!g || !dp_dtype_is_floating(g->dtype))
+            continue;
+        dp_status st = dp_binary(&ne, DP_NE, g, g);
+        if (!st)
+            st = dp_reduce(&any, DP_ANY, ne, DP_ALL_DIMS, 0, 0);
+        if (!st)
+            st = dp_item(any, &found);
+        dp_tensor_release(ne);
+        dp_tensor_release(any);
+        if (st)
+            return st;
+        if (found) {
+            anomaly_node = n->seq;
+            return dp_fail(DP_ERR_STATE, "Function '%s' returned nan values in its %dth output.", n->name, i);
+        }
+    }
+    return DP_OK;
+}
 
 const char *dp_grad_fn_name(const dp_tensor *t)
 {
@@ -897,6 +938,8 @@ static dp_status run_node(ag_node *n, node_heap *ready, bool retain)
     n->mask_input = mask_input(n);
     n->mask_taken = false;
     st = n->backward(n, n->grad, gin);
+    if (!st && detect_anomaly)
+        st = check_nan(n, gin);
     if (!st && n->mask_taken && gin[n->mask_input]) {
         n->next[n->mask_input]->grad_masked = true;
         relu_folds += n->next[n->mask_input]->fold_kind == AG_FOLD_RELU;

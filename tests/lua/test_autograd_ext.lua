@@ -569,6 +569,50 @@ T.run("autograd.functional: jacobian, vjp, jvp against PyTorch", function()
   T.raises(function() AF.jacobian(function() return 3 end, x) end, "func's output 1 is a number", "a non-tensor output")
 end)
 
+---------------------------------------------------------------- anomaly detection
+
+-- the messages are PyTorch 1.13's for the same graphs, word for word
+T.run("detect_anomaly: the node whose backward made NaN, and where its forward ran", function()
+  local A = torch.autograd
+  local x = torch.tensor({ 0.0, 1.0, 4.0 }, { dtype = torch.float64, requires_grad = true })
+  local function model(a) return (a:sqrt() * 0):sum() end   -- d sqrt at 0 is inf, times 0: NaN
+  model(x):backward()
+  T.ok(x.grad[0]:isnan():item(), "off by default: the NaN reaches .grad")
+  T.is(A.is_anomaly_enabled(), false, "is_anomaly_enabled: off")
+  x.grad = nil
+  local err = T.strip_location(select(2, pcall(A.detect_anomaly, function()
+    T.is(torch.is_anomaly_enabled(), true, "on inside")
+    model(x):backward()
+  end)))
+  T.ok(err:find("^Function 'SqrtBackward0' returned nan values in its 0th output%.") ~= nil, "the node", err)
+  local here = debug.getinfo(1, "S").short_src:match("[^/]*$")
+  T.ok(err:find("Traceback of forward call that caused the error:\nstack traceback:\n\t[^\n]*" .. here:gsub("%p", "%%%0")
+                .. ":%d+: in function 'model'") ~= nil, "and the traceback of its forward, from the user's frame", err)
+  T.is(A.is_anomaly_enabled(), false, "the mode is restored after the error")
+  T.is(x.grad, nil, "the failed backward accumulated nothing into the leaf")
+
+  local a = torch.tensor({ math.huge }, { dtype = torch.float64, requires_grad = true })
+  local b = torch.tensor({ 2.0 }, { dtype = torch.float64, requires_grad = true })
+  A.set_detect_anomaly(true)
+  T.raises(function() ((a * b) * 0):sum():backward() end,
+           "^Function 'MulBackward0' returned nan values in its 1th output%.", "the input's position")
+  T.raises(function() (b * a * 0):sum():backward() end,
+           "^Function 'MulBackward0' returned nan values in its 0th output%.", "the other one")
+  T.raises(function() A.grad(((a * b) * 0):sum(), { b }) end,
+           "^Function 'MulBackward0' returned nan values in its 1th output%.", "autograd.grad too")
+  local Nan = A.Function:extend("NanGrad")
+  function Nan.forward(_, t) return t * 1 end
+  function Nan.backward(_, g) return g * (0 / 0) end
+  T.raises(function() Nan.apply(b):sum():backward() end, "returned nan values in its 0th output", "a Function's backward")
+  A.set_detect_anomaly(true, false)
+  T.is(A.is_anomaly_check_nan_enabled(), false, "check_nan = false")
+  T.lives(function() ((a * b) * 0):sum():backward() end, "no check then")
+  A.set_detect_anomaly(false)
+  T.lives(function() ((a * b) * 0):sum():backward() end, "off again")
+  T.raises(function() A.set_detect_anomaly(1) end, "expected mode to be a boolean, got number", "a number for mode")
+  T.raises(function() A.detect_anomaly(3) end, "expected a function", "detect_anomaly without a function")
+end)
+
 ---------------------------------------------------------------- no Lua in a plain backward
 
 T.run("without hooks or Functions a backward runs no Lua", function()
