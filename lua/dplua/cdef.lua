@@ -187,6 +187,12 @@ dp_status dp_backward(dp_tensor *root, dp_tensor *grad, int retain_graph); /* gr
 int dp_set_detect_anomaly(int on);          /* returns the previous mode */
 uint64_t dp_grad_fn_seq(const dp_tensor *t);  /* creation order of t's node; 0 for leaves */
 uint64_t dp_anomaly_node(void);
+/* The profiler's view of a backward (torch.profiler): while on, each node's
+ * backward function is timed (dp_clock_monotonic seconds) and kept until
+ * dp_backward_times takes up to cap of them, oldest first, and returns how
+ * many it took. */
+void dp_set_backward_timing(int on);
+int dp_backward_times(const char **names, double *starts, double *seconds, int cap);
 typedef void (*dp_grad_hook)(dp_tensor *leaf, void *ctx);
 dp_status dp_add_grad_hook(dp_tensor *leaf, dp_grad_hook fn, void *ctx);
 void dp_clear_grad_hooks(dp_tensor *leaf);

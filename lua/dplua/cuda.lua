@@ -195,26 +195,34 @@ Profile.__tostring = function(self) return self:table() end
 local profile_box, dropped_box, span_box = ffi.new("int[1]"), ffi.new("int64_t[1]"), ffi.new("double[1]")
 local row_name, row_calls, row_ms = ffi.new("const char *[1]"), ffi.new("int64_t[1]"), ffi.new("double[1]")
 local profiling = false
-local function profile_stop()
+-- _profile_start(who) and _profile_stop(): the two halves, which
+-- torch.profiler's CUDA activity also uses; the stop returns the profile
+function torch.cuda._profile_start(who)
+  if profiling then raise(who .. ": a kernel profile is already running (profiles do not nest)") end
+  check(C.dp_cuda_profile_start())
+  profiling = true
+end
+function torch.cuda._profile_stop()
   profiling = false
   check(C.dp_cuda_profile_stop(profile_box, dropped_box, span_box))
+  local prof = setmetatable({ total_ms = 0, span_ms = tonumber(span_box[0]), dropped = tonumber(dropped_box[0]) },
+                            Profile)
+  for i = 0, profile_box[0] - 1 do
+    check(C.dp_cuda_profile_row(i, row_name, row_calls, row_ms))
+    prof[i + 1] = { name = ffi.string(row_name[0]), calls = tonumber(row_calls[0]), ms = tonumber(row_ms[0]) }
+    prof.total_ms = prof.total_ms + prof[i + 1].ms
+  end
+  return prof
 end
 function torch.cuda.profile_kernels(fn, ...)
   if type(fn) ~= "function" then raise("cuda.profile_kernels: expected a function to run, got " .. typename(fn)) end
-  if profiling then raise("cuda.profile_kernels: a profile is already running (profiles do not nest)") end
-  check(C.dp_cuda_profile_start())
-  profiling = true
-  local function run(...)
-    local prof = setmetatable({ total_ms = 0, span_ms = tonumber(span_box[0]), dropped = tonumber(dropped_box[0]) },
-                              Profile)
-    for i = 0, profile_box[0] - 1 do
-      check(C.dp_cuda_profile_row(i, row_name, row_calls, row_ms))
-      prof[i + 1] = { name = ffi.string(row_name[0]), calls = tonumber(row_calls[0]), ms = tonumber(row_ms[0]) }
-      prof.total_ms = prof.total_ms + prof[i + 1].ms
-    end
+  torch.cuda._profile_start("cuda.profile_kernels")
+  local function run(okfn, ...)
+    local prof = torch.cuda._profile_stop()
+    if not okfn then error((...), 0) end
     return prof, ...
   end
-  return run(finally(profile_stop, nil, pcall(fn, ...)))
+  return run(pcall(fn, ...))
 end
 
 ---------------------------------------------------------------- graphs

@@ -66,13 +66,26 @@ mt.__newindex = function(t, k, v)
   raise(string.format("cannot set field '%s' of a Tensor", tostring(k)))
 end
 
-mt.__add = function(a, b) return binary(BIN.add, a, b, "add") end
-mt.__sub = function(a, b) return binary(BIN.sub, a, b, "sub") end
-mt.__mul = function(a, b) return binary(BIN.mul, a, b, "mul") end
-mt.__div = function(a, b) return binary(BIN.div, a, b, "div") end
-mt.__pow = function(a, b) return binary(BIN.pow, a, b, "pow") end
-mt.__mod = function(a, b) return binary(BIN.remainder, a, b, "remainder") end
-mt.__unm = function(a) return new(C.dp_unary(outp, UN.neg, a.p)) end
+-- The arithmetic operators call through a table that torch.profiler may
+-- wrap (a metatype's metatable cannot change once set).
+local operators = {
+  add = function(a, b) return binary(BIN.add, a, b, "add") end,
+  sub = function(a, b) return binary(BIN.sub, a, b, "sub") end,
+  mul = function(a, b) return binary(BIN.mul, a, b, "mul") end,
+  div = function(a, b) return binary(BIN.div, a, b, "div") end,
+  pow = function(a, b) return binary(BIN.pow, a, b, "pow") end,
+  remainder = function(a, b) return binary(BIN.remainder, a, b, "remainder") end,
+  neg = function(a) return new(C.dp_unary(outp, UN.neg, a.p)) end,
+}
+torch._operators = operators
+torch._methods = methods
+mt.__add = function(a, b) return operators.add(a, b) end
+mt.__sub = function(a, b) return operators.sub(a, b) end
+mt.__mul = function(a, b) return operators.mul(a, b) end
+mt.__div = function(a, b) return operators.div(a, b) end
+mt.__pow = function(a, b) return operators.pow(a, b) end
+mt.__mod = function(a, b) return operators.remainder(a, b) end
+mt.__unm = function(a) return operators.neg(a) end
 mt.__len = function(t)
   if C.dp_tensor_ndim(t.p) == 0 then raise("len() of a 0-d tensor") end
   return tonumber(C.dp_tensor_size(t.p, 0))
@@ -87,7 +100,8 @@ ffi.metatype(Tensor_ct, mt)
 local submodules = { nn = "dplua.nn", optim = "dplua.optim", autograd = "dplua.autograd",
                      distributed = "dplua.distributed", utils = "dplua.utils",
                      distributions = "dplua.distributions", linalg = "dplua.linalg",
-                     amp = "dplua.amp", func = "dplua.func", testing = "dplua.testing" }
+                     amp = "dplua.amp", func = "dplua.func", testing = "dplua.testing",
+                     profiler = "dplua.profiler" }
 -- functions that live in modules of their own
 local lazy_functions = {
   save = "dplua.serialization", load = "dplua.serialization",

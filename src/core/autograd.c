@@ -80,6 +80,53 @@ static dp_status check_nan(const ag_node *n, dp_tensor *const *gin)
     return DP_OK;
 }
 
+/* Backward timing for the profiler: the nodes' times since the last take */
+typedef struct {
+    const char *name;
+    double start, seconds;
+} node_time;
+static bool time_nodes;
+static node_time *node_times;
+static int ntimes, times_cap, times_taken;
+
+void dp_set_backward_timing(int on)
+{
+    time_nodes = on != 0;
+    if (!time_nodes) {
+        free(node_times);
+        node_times = NULL;
+        ntimes = times_cap = times_taken = 0;
+    }
+}
+
+int dp_backward_times(const char **names, double *starts, double *seconds, int cap)
+{
+    int n = 0;
+    for (; n < cap && times_taken < ntimes; n++, times_taken++) {
+        names[n] = node_times[times_taken].name;
+        starts[n] = node_times[times_taken].start;
+        seconds[n] = node_times[times_taken].seconds;
+    }
+    if (times_taken == ntimes)
+        ntimes = times_taken = 0;
+    return n;
+}
+
+/* Keeps one node's time; past what memory allows the time is dropped. */
+static void keep_time(const char *name, double start)
+{
+    double end = dp_clock_monotonic();
+    if (ntimes == times_cap) {
+        int cap = times_cap ? 2 * times_cap : 1024;
+        node_time *grown = realloc(node_times, sizeof *grown * (size_t)cap);
+        if (!grown)
+            return;
+        node_times = grown;
+        times_cap = cap;
+    }
+    node_times[ntimes++] = (node_time){ name, start, end - start };
+}
+
 const char *dp_grad_fn_name(const dp_tensor *t)
 {
     return t->grad_fn ? t->grad_fn->name : NULL;
@@ -937,7 +984,10 @@ static dp_status run_node(ag_node *n, node_heap *ready, bool retain)
     memset(gin, 0, sizeof *gin * (size_t)n->ninputs);
     n->mask_input = mask_input(n);
     n->mask_taken = false;
+    double start = time_nodes ? dp_clock_monotonic() : 0;
     st = n->backward(n, n->grad, gin);
+    if (time_nodes)
+        keep_time(n->name, start);
     if (!st && detect_anomaly)
         st = check_nan(n, gin);
     if (!st && n->mask_taken && gin[n->mask_input]) {

@@ -103,6 +103,17 @@ end
 M.is_module = is_module
 Module.is_module = is_module
 
+-- A module call: forward, or forward with its hooks (M._call_with_hooks)
+local function call(self, ...)
+  if rawget(self, "_hooks") == nil then return self:forward(...) end
+  return M._call_with_hooks(self, ...)
+end
+
+-- torch.profiler observes every module call while it records:
+-- observer(call, module, ...) makes the call; nil stops observing.
+local call_observer
+function Module._observe_calls(observer) call_observer = observer end
+
 local function new_instance_mt(cls)
   local mt = { __is_module = true, __class = cls }
   mt.__index = function(self, k)
@@ -141,8 +152,8 @@ local function new_instance_mt(cls)
     end, self, 0
   end
   mt.__call = function(self, ...)
-    if rawget(self, "_hooks") == nil then return self:forward(...) end
-    return M._call_with_hooks(self, ...)
+    if call_observer then return call_observer(call, self, ...) end
+    return call(self, ...)
   end
   mt.__tostring = function(self) return self:__repr() end
   return mt
