@@ -215,6 +215,15 @@ function _G.ipairs(t)
   if custom then return custom(t) end
   return builtin_ipairs(t)
 end
+-- pairs honours __pairs the same way (an optimizer's state, indexed by
+-- parameter, is computed from its flat buffers)
+local builtin_pairs = pairs
+function _G.pairs(t)
+  local mt = getmetatable(t)
+  local custom = type(mt) == "table" and rawget(mt, "__pairs")
+  if custom then return custom(t) end
+  return builtin_pairs(t)
+end
 
 torch.__version__ = ffi.string(C.dp_version())
 function torch.build_options() return ffi.string(C.dp_build_options()) end

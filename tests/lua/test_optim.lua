@@ -548,4 +548,91 @@ T.run("param groups inside another flat buffer stay there", function()
   T.is(flat_param:data_ptr(), where[1], "the first buffer still holds the stepped values")
 end)
 
+
+T.run("opt.state: by parameter, the same tensors as the state dict, changed in place", function()
+  local w = torch.tensor({ 1.0, -2.0, 3.0 }, { dtype = torch.float64, requires_grad = true })
+  local b = torch.tensor({ 0.5 }, { dtype = torch.float64, requires_grad = true })
+  local opt = optim.SGD({ w, b }, { lr = 0.1, momentum = 0.9 })
+  T.is(opt.state[w], nil, "nil before the first step")
+  local function step()
+    opt:zero_grad()
+    local loss = (w * w):sum() + b:sum() * 3
+    loss:backward()
+    opt:step()
+  end
+  step()
+  local sd = opt:state_dict()
+  T.tensor_close(opt.state[w].momentum_buffer, sd.state[0].momentum_buffer:tolist(), 0, 0, "opt.state[w] is state[0]")
+  T.tensor_close(opt.state[b].momentum_buffer, sd.state[1].momentum_buffer:tolist(), 0, 0, "opt.state[b] is state[1]")
+  T.is(T.shape(opt.state[w].momentum_buffer), { 3 }, "in the parameter's shape")
+  local seen = {}
+  for p, st in pairs(opt.state) do seen[#seen + 1] = { p == w or p == b, st.momentum_buffer ~= nil } end
+  T.is(seen, { { true, true }, { true, true } }, "pairs walks the parameters with state")
+  opt.state[w].momentum_buffer:zero_()
+  T.is(opt:state_dict().state[0].momentum_buffer:abs():sum():item(), 0, "an in-place change reaches the optimizer")
+  T.is(opt.state[torch.ones(1)], nil, "a tensor it does not hold: nil")
+  T.raises(function() opt.state[w] = {} end, "change it in place", "assigning says how to change it")
+end)
+
+T.run("step hooks: global and per optimizer, in PyTorch's order, new arguments, removal", function()
+  local w = torch.tensor({ 1.0, 2.0 }, { requires_grad = true })
+  local opt = optim.SGD({ w }, { lr = 0.5 })
+  local log = {}
+  local hg = optim.optimizer.register_optimizer_step_pre_hook(function(o, args) log[#log + 1] = "global pre " .. #args end)
+  local hgp = optim.optimizer.register_optimizer_step_post_hook(function() log[#log + 1] = "global post" end)
+  local h1 = opt:register_step_pre_hook(function(o, args)
+    T.ok(o == opt, "the hook gets the optimizer")
+    log[#log + 1] = "pre"
+    return { function() log[#log + 1] = "closure"; return 7 end }
+  end)
+  local h2 = opt:register_step_post_hook(function(o, args)
+    log[#log + 1] = "post " .. type(args[1])
+  end)
+  w.grad = torch.ones(2)
+  local loss = opt:step()
+  T.is(log, { "global pre 0", "pre", "closure", "post function", "global post" }, "the order; a pre hook's arguments are used")
+  T.is(loss, 7, "the closure a hook gave is the one step ran")
+  T.tensor_close(w:detach(), { 0.5, 1.5 }, 0, 0, "and the step happened")
+  h1:remove(); h2:remove(); hg:remove(); hgp:remove()
+  log = {}
+  opt:step()
+  T.is(log, {}, "removed hooks run no more")
+  local h = opt:register_step_pre_hook(function() return 3 end)
+  T.raises(function() opt:step() end, "a step pre hook must return nil or a list of new arguments, but got number",
+           "a bad value from a hook")
+  h:remove()
+  T.raises(function() opt:register_step_pre_hook(5) end, "register_step_pre_hook: expected a function", "not a function")
+  local x = torch.tensor({ 2.0 }, { requires_grad = true })
+  local lb = optim.LBFGS({ x }, { max_iter = 2 })
+  local calls = 0
+  lb:register_step_post_hook(function() calls = calls + 1 end)
+  lb:step(function() lb:zero_grad(); local l = (x * x):sum(); l:backward(); return l end)
+  T.is(calls, 1, "LBFGS runs them too")
+end)
+
+T.run("state dict hooks", function()
+  local w = torch.tensor({ 1.0, 2.0 }, { requires_grad = true })
+  local opt = optim.Adam({ w }, { lr = 0.1 })
+  w.grad = torch.ones(2)
+  opt:step()
+  local order = {}
+  opt:register_state_dict_pre_hook(function(o) order[#order + 1] = "pre" end)
+  opt:register_state_dict_post_hook(function(o, sd)
+    order[#order + 1] = "post"
+    sd.extra = "kept"
+    return sd
+  end)
+  local sd = opt:state_dict()
+  T.is(order, { "pre", "post" }, "around state_dict")
+  T.is(sd.extra, "kept", "the post hook's dict is returned")
+  opt:register_load_state_dict_pre_hook(function(o, d)
+    d.param_groups[1].lr = 0.25
+    return d
+  end)
+  local loaded = false
+  opt:register_load_state_dict_post_hook(function(o) loaded = o.param_groups[1].lr end)
+  opt:load_state_dict(sd)
+  T.is(loaded, 0.25, "a load pre hook may change the dict; the post hook sees the result")
+end)
+
 T.done_testing()

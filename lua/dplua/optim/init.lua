@@ -28,5 +28,12 @@ local optim = {
   define = require("dplua.optim.define"),
   lr_scheduler = require("dplua.optim.lr_scheduler"),
 }
+-- torch.optim.optimizer: PyTorch's module of the base class and the hooks
+-- of every optimizer's step
+optim.optimizer = {
+  Optimizer = optim.Optimizer,
+  register_optimizer_step_pre_hook = optim.Optimizer.register_optimizer_step_pre_hook,
+  register_optimizer_step_post_hook = optim.Optimizer.register_optimizer_step_post_hook,
+}
 -- swa_utils loads on first use
 return torch._lazy(optim, { swa_utils = function() return require("dplua.optim.swa_utils") end })

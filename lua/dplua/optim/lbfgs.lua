@@ -16,6 +16,7 @@
 -- the host.
 local torch = require("dplua")
 local raise = torch._raise
+local Optimizer = require("dplua.optim.optimizer")
 
 local LBFGS = {}
 LBFGS.__index = LBFGS
@@ -178,7 +179,7 @@ end
 
 -- step(closure): up to max_iter iterations from the closure's loss and
 -- gradient; returns the loss of the first evaluation, as PyTorch's.
-function LBFGS:step(closure)
+local function lbfgs_step(self, closure)
   if type(closure) ~= "function" then raise("LBFGS.step: expected a closure that reevaluates the model and returns the loss") end
   local g = self.param_groups[1]
   local st = self.state
@@ -269,6 +270,10 @@ function LBFGS:step(closure)
   st.prev_flat_grad, st.prev_loss = prev_flat_grad, prev_loss
   return orig_loss
 end
+
+function LBFGS:step(closure) return Optimizer._hooked_step(self, lbfgs_step, closure) end
+LBFGS.register_step_pre_hook = Optimizer.register_step_pre_hook
+LBFGS.register_step_post_hook = Optimizer.register_step_post_hook
 
 function LBFGS:__tostring()
   local g = self.param_groups[1]

@@ -86,6 +86,8 @@ local function check_options(self, opts)
   end
 end
 
+local state_proxy   -- opt.state (below, beside the state dicts)
+
 function Optimizer.init(self, params, opts, defaults)
   opts = opts or {}
   if type(opts) ~= "table" then raise(self.__name .. ": expected an options table, got " .. typename(opts)) end
@@ -98,6 +100,7 @@ function Optimizer.init(self, params, opts, defaults)
   self._buckets = {}      -- per group: a list of buckets
   self._where = {}        -- param -> { bucket, index in bucket }
   self._step_count = 0
+  self.state = state_proxy(self)
   for _, g in ipairs(to_groups(params, self.__name)) do self:add_param_group(g) end
   return self
 end
@@ -285,7 +288,7 @@ end
 
 -- step([closure]): one fused update per bucket, under no_grad; the closure
 -- (if any) recomputes the loss with grad enabled and its value is returned.
-function Optimizer:step(closure)
+local function fused_step(self, closure)
   local loss
   if closure ~= nil then
     if type(closure) ~= "function" then raise(self.__name .. ".step: expected a closure function, got " .. typename(closure)) end
@@ -294,6 +297,116 @@ function Optimizer:step(closure)
   torch.no_grad(step_buckets, self)
   self._step_count = self._step_count + 1
   return loss
+end
+
+---------------------------------------------------------------- hooks
+
+-- Step hooks, PyTorch's: for every optimizer (optim.optimizer.register_
+-- optimizer_step_pre_hook / _post_hook) and for one (opt:register_step_
+-- pre_hook / _post_hook). hook(optimizer, args), args the list of step's
+-- arguments; a pre hook may return a new list. The global pre hooks run
+-- first, then the optimizer's; after the step its post hooks, then the
+-- global ones. Each register returns a handle whose :remove() takes it out.
+local global_hooks = { pre = {}, post = {} }
+local any_global_hook = false
+
+local function check_hook(fn, what)
+  if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
+    raise(what .. ": expected a function, got " .. typename(fn))
+  end
+end
+
+local function hooks_of(self)
+  local h = rawget(self, "_hooks")
+  if h == nil then
+    h = { pre = {}, post = {}, state_dict_pre = {}, state_dict_post = {}, load_pre = {}, load_post = {} }
+    rawset(self, "_hooks", h)
+  end
+  return h
+end
+
+local function add_hook(list, fn, what)
+  check_hook(fn, what)
+  return require("dplua.autograd")._handle(list, { fn = fn })
+end
+
+-- runs the hooks of lists in order (each list copied: a hook may remove
+-- itself); returns the last list a pre hook returned, or args
+local function run_hooks(lists, self, args, what)
+  for _, list in ipairs(lists) do
+    for _, h in ipairs({ unpack(list) }) do
+      local r = h.fn(self, args)
+      if r ~= nil then
+        if type(r) ~= "table" then
+          raise(string.format("%s must return nil or a list of new arguments, but got %s", what, typename(r)))
+        end
+        args = r
+      end
+    end
+  end
+  return args
+end
+
+-- step_fn(self, ...) with the hooks around it
+function Optimizer._hooked_step(self, step_fn, ...)
+  local h = rawget(self, "_hooks")
+  if not any_global_hook and (h == nil or (#h.pre == 0 and #h.post == 0)) then return step_fn(self, ...) end
+  h = h or hooks_of(self)
+  local args = run_hooks({ global_hooks.pre, h.pre }, self, { n = select("#", ...), ... }, "a step pre hook")
+  local loss = step_fn(self, unpack(args, 1, args.n or #args))
+  run_hooks({ h.post, global_hooks.post }, self, args, "a step post hook")
+  return loss
+end
+
+function Optimizer:step(...) return Optimizer._hooked_step(self, fused_step, ...) end
+
+function Optimizer:register_step_pre_hook(fn)
+  return add_hook(hooks_of(self).pre, fn, "register_step_pre_hook")
+end
+function Optimizer:register_step_post_hook(fn)
+  return add_hook(hooks_of(self).post, fn, "register_step_post_hook")
+end
+function Optimizer.register_optimizer_step_pre_hook(fn)
+  any_global_hook = true
+  return add_hook(global_hooks.pre, fn, "register_optimizer_step_pre_hook")
+end
+function Optimizer.register_optimizer_step_post_hook(fn)
+  any_global_hook = true
+  return add_hook(global_hooks.post, fn, "register_optimizer_step_post_hook")
+end
+
+-- State dict hooks: a pre hook runs hook(optimizer) before state_dict(), a
+-- post hook hook(optimizer, state_dict) after it and may return a new one;
+-- a load pre hook hook(optimizer, state_dict) before load_state_dict() and
+-- may return the dict to load, a load post hook hook(optimizer) after it.
+function Optimizer:register_state_dict_pre_hook(fn)
+  return add_hook(hooks_of(self).state_dict_pre, fn, "register_state_dict_pre_hook")
+end
+function Optimizer:register_state_dict_post_hook(fn)
+  return add_hook(hooks_of(self).state_dict_post, fn, "register_state_dict_post_hook")
+end
+function Optimizer:register_load_state_dict_pre_hook(fn)
+  return add_hook(hooks_of(self).load_pre, fn, "register_load_state_dict_pre_hook")
+end
+function Optimizer:register_load_state_dict_post_hook(fn)
+  return add_hook(hooks_of(self).load_post, fn, "register_load_state_dict_post_hook")
+end
+
+-- fn(self, v) with the hooks of kind pre and post around it: a hook's
+-- value, where it returns one, replaces v (the state dict)
+local function with_dict_hooks(self, pre, post, fn, v)
+  local h = rawget(self, "_hooks")
+  if h == nil then return fn(self, v) end
+  for _, hk in ipairs({ unpack(h[pre]) }) do
+    local r = hk.fn(self, v)
+    if r ~= nil and v ~= nil then v = r end
+  end
+  local out = fn(self, v)
+  for _, hk in ipairs({ unpack(h[post]) }) do
+    local r = hk.fn(self, out)
+    if r ~= nil and out ~= nil then out = r end
+  end
+  return out
 end
 
 ---------------------------------------------------------------- state dicts
@@ -313,7 +426,56 @@ end
 
 local function param_step(b, j) return b.steps and b.steps[j] or b.step end
 
-function Optimizer:state_dict()
+-- The state of parameter p (its bucket b, its index j there; b's step
+-- brought up to date): a table of views of the flat state buffers in p's
+-- shape, or nil before p's first step
+local function param_state(self, p, b, j)
+  local step = param_step(b, j)
+  if step == 0 then return nil end
+  local st = self:_param_state(b, j, step)
+  if st ~= nil then
+    local shape = p:size()
+    for k, v in pairs(st) do if torch.is_tensor(v) then st[k] = v:view(shape) end end
+  end
+  return st
+end
+
+-- opt.state: PyTorch's optimizer.state, indexed by parameter (opt.state[p]
+-- is param_state's table, nil before p's first step), and pairs(opt.state)
+-- walks the parameters that have state, in group order
+state_proxy = function(self)
+  local function lookup(p)
+    local where = torch.is_tensor(p) and self._where[p]
+    if not where then return nil end
+    Optimizer._sync_step(where[1])
+    return param_state(self, p, where[1], where[2])
+  end
+  local function walk()
+    local gi, i = 1, 0
+    return function()
+      while true do
+        local group = self.param_groups[gi]
+        if group == nil then return nil end
+        i = i + 1
+        local p = group.params[i]
+        if p == nil then
+          gi, i = gi + 1, 0
+        else
+          local st = lookup(p)
+          if st ~= nil then return p, st end
+        end
+      end
+    end
+  end
+  return setmetatable({}, {
+    __index = function(_, p) return lookup(p) end,
+    __newindex = function() raise(self.__name .. ".state: the state lives in the optimizer's flat buffers; "
+                                  .. "change it in place (opt.state[p].exp_avg:zero_()) or through load_state_dict") end,
+    __pairs = walk,
+  })
+end
+
+local function state_dict(self)
   local state, groups, idx = {}, {}, 0
   for gi in ipairs(self.param_groups) do
     for _, b in ipairs(self._buckets[gi]) do Optimizer._sync_step(b) end
@@ -325,16 +487,7 @@ function Optimizer:state_dict()
     for i, p in ipairs(group.params) do
       ids[i] = idx
       local where = self._where[p]
-      local b, j = where[1], where[2]
-      local step = param_step(b, j)
-      if step > 0 then
-        local st = self:_param_state(b, j, step)
-        if st ~= nil then
-          local shape = p:size()
-          for k, v in pairs(st) do if torch.is_tensor(v) then st[k] = v:view(shape) end end
-          state[idx] = st
-        end
-      end
+      state[idx] = param_state(self, p, where[1], where[2])
       idx = idx + 1
     end
     g.params = ids
@@ -343,7 +496,7 @@ function Optimizer:state_dict()
   return { state = state, param_groups = groups }
 end
 
-function Optimizer:load_state_dict(sd)
+local function load_state_dict(self, sd)
   local fn = self.__name .. ".load_state_dict"
   if type(sd) ~= "table" or type(sd.param_groups) ~= "table" then
     raise(fn .. ": expected a state dict with 'state' and 'param_groups'")
@@ -393,6 +546,9 @@ function Optimizer:load_state_dict(sd)
     end
   end)
 end
+
+function Optimizer:state_dict() return with_dict_hooks(self, "state_dict_pre", "state_dict_post", state_dict) end
+function Optimizer:load_state_dict(sd) with_dict_hooks(self, "load_pre", "load_post", load_state_dict, sd) end
 
 -- Copies a saved state tensor into the bucket's flat buffer (of dtype, if given).
 function Optimizer._load_buffer(b, j, name, value, fn, id, dtype)
