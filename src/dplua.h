@@ -532,6 +532,11 @@ DP_API int dp_cpu_count(void);                       /* online CPUs */
 /* The CPU kernels' threads (OpenBLAS's): OPENBLAS_NUM_THREADS, else
  * OMP_NUM_THREADS, else one per online CPU until set; n >= 1. */
 DP_API dp_status dp_set_num_threads(int n);
+/* torch.use_deterministic_algorithms: while on, the GPU ops whose sums
+ * depend on the order threads come in (scatter_add and the fold of
+ * overlapping windows, atomic adds) take deterministic paths instead */
+DP_API void dp_set_deterministic(int on);
+DP_API int dp_deterministic(void);
 DP_API int dp_get_num_threads(void);
 DP_API int dp_is_terminal(int fd);
 DP_API dp_status dp_make_dirs(const char *path);     /* mkdir -p */

@@ -515,6 +515,11 @@ int dp_cpu_count(void);                       /* online CPUs */
 /* The CPU kernels' threads (OpenBLAS's): OPENBLAS_NUM_THREADS, else
  * OMP_NUM_THREADS, else one per online CPU until set; n >= 1. */
 dp_status dp_set_num_threads(int n);
+/* torch.use_deterministic_algorithms: while on, the GPU ops whose sums
+ * depend on the order threads come in (scatter_add and the fold of
+ * overlapping windows, atomic adds) take deterministic paths instead */
+void dp_set_deterministic(int on);
+int dp_deterministic(void);
 int dp_get_num_threads(void);
 int dp_is_terminal(int fd);
 dp_status dp_make_dirs(const char *path);     /* mkdir -p */

@@ -237,6 +237,27 @@ function torch.set_num_threads(n)
   check(C.dp_set_num_threads(n))
 end
 function torch.get_num_threads() return tonumber(C.dp_get_num_threads()) end
+
+-- use_deterministic_algorithms(mode [, {warn_only =}]): PyTorch's switch.
+-- dplua's CPU ops are deterministic already; on a GPU, while it is on,
+-- scatter_add and the fold of overlapping windows (F.fold, an unfold's
+-- backward) add on host copies in a fixed order instead of with atomic
+-- adds, and scaled_dot_product_attention takes its math path (the flash
+-- backward adds dq atomically). Every op then has a deterministic path,
+-- so warn_only changes nothing but what is_..._warn_only_enabled says.
+local warn_only = false
+function torch.use_deterministic_algorithms(mode, opts)
+  if type(mode) ~= "boolean" then
+    raise("use_deterministic_algorithms: expected mode to be a boolean, got " .. typename(mode))
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    raise("use_deterministic_algorithms: expected the options as a table {warn_only =}, got " .. typename(opts))
+  end
+  C.dp_set_deterministic(mode and 1 or 0)
+  warn_only = mode and opts ~= nil and opts.warn_only == true
+end
+function torch.are_deterministic_algorithms_enabled() return C.dp_deterministic() ~= 0 end
+function torch.is_deterministic_algorithms_warn_only_enabled() return warn_only end
 torch.C = C
 -- Wraps an owned `dp_tensor *` (from a C call made outside this file) as a
 -- Tensor whose finalizer releases it.

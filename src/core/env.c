@@ -140,6 +140,10 @@ int dp_get_num_threads(void)
     return cpu_blas_threads();
 }
 
+static int deterministic;
+void dp_set_deterministic(int on) { deterministic = on != 0; }
+int dp_deterministic(void) { return deterministic; }
+
 void dp_env_facts(dp_fact_fn fn, void *ctx)
 {
     if (fn == NULL)

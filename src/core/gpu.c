@@ -348,7 +348,9 @@ dp_status gpu_gather(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
     return st;
 }
 
-/* integer scatter_add (no atomicAdd for it here) runs on host copies */
+/* integer scatter_add (no atomicAdd for it here) runs on host copies, and
+ * so does every scatter_add in deterministic mode (the CPU adds in index
+ * order; the kernel's atomicAdd in whatever order the threads come) */
 static dp_status scatter_add_on_host(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 {
     dp_tensor *ho = NULL, *hi = NULL, *hs = NULL;
@@ -382,7 +384,7 @@ static dp_status scatter_run(dp_tensor *out, int dim, dp_tensor *index, dp_tenso
 
 dp_status gpu_scatter_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src)
 {
-    if (!dp_dtype_is_floating(out->dtype))
+    if (!dp_dtype_is_floating(out->dtype) || dp_deterministic())
         return scatter_add_on_host(out, dim, index, src);
     return scatter_run(out, dim, index, src, true);
 }
@@ -449,8 +451,24 @@ dp_status gpu_unfold(dp_tensor *cols, dp_tensor *x, const cpu_unfold_args *u)
                                            gpu_first(cols), u->pad_value, gpu_stream_of(x->device)), x->dtype);
 }
 
+/* The fold in deterministic mode: on host copies, in the CPU's fixed order
+ * (the kernel adds overlapping windows with atomicAdd) */
+static dp_status fold_add_on_host(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)
+{
+    dp_tensor *hx = NULL, *hc = NULL;
+    dp_status st;
+    if (!(st = dp_to(&hx, x, x->dtype, DP_CPU)) && !(st = dp_to(&hc, cols, cols->dtype, DP_CPU)) &&
+        !(st = cpu_fold_add(hx, hc, u)))
+        st = gpu_copy(x, hx);
+    dp_tensor_release(hx);
+    dp_tensor_release(hc);
+    return st;
+}
+
 dp_status gpu_fold_add(dp_tensor *x, dp_tensor *cols, const cpu_unfold_args *u)
 {
+    if (dp_deterministic())
+        return fold_add_on_host(x, cols, u);
     dpc_set_device(x->device);
     return gpu_status("unfold backward", dpc_fold_add(x->dtype, x->shape[0], x->shape[1], x->shape[2], x->shape[3],
                                                       u->kernel, u->stride, u->padding, u->dilation, u->out_h,

@@ -3,6 +3,7 @@
 -- inf or a NaN and the step is skipped; it doubles after growth_interval
 -- clean steps) and against the same training without it; the switches
 -- mixed-precision programs set beside it: set_float32_matmul_precision,
+-- use_deterministic_algorithms,
 -- finfo and iinfo (PyTorch's values), inference_mode and compile.
 local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 package.path = here .. "/?.lua;" .. package.path
@@ -152,6 +153,20 @@ T.run("torch.cuda.amp.autocast and torch.amp.autocast", function()
   local a, b = torch.randn(3, 4), torch.randn(4, 2)
   local dt = torch.amp.autocast("cpu", function() return (a:matmul(b)).dtype end)
   T.is(dt, torch.bfloat16, "amp.autocast on the CPU: the product in bfloat16")
+end)
+
+T.run("use_deterministic_algorithms", function()
+  T.is(torch.are_deterministic_algorithms_enabled(), false, "off by default")
+  local x = torch.randn(50, 4)
+  local idx = torch.randint(0, 3, { 50, 4 })
+  local before = torch.zeros(3, 4):scatter_add(0, idx, x)
+  torch.use_deterministic_algorithms(true, { warn_only = true })
+  T.ok(torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled(), "on, warn_only")
+  T.ok(torch.zeros(3, 4):scatter_add(0, idx, x):eq(before):all():item(), "the CPU's ops are the same")
+  torch.use_deterministic_algorithms(false)
+  T.ok(not torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled(), "off")
+  T.raises(function() torch.use_deterministic_algorithms("yes") end, "expected mode to be a boolean, got string", "mode")
+  T.raises(function() torch.use_deterministic_algorithms(true, true) end, "expected the options as a table", "options")
 end)
 
 T.run("set_float32_matmul_precision", function()

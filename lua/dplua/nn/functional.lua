@@ -2323,7 +2323,11 @@ function F.scaled_dot_product_attention(q, k, v, opts)
   local scale = opts.scale or 1 / math.sqrt(E)
   if type(scale) ~= "number" then raise(fn .. ": expected scale to be a number, got " .. typename(scale)) end
   if autocast_on then q, k, v = AC.cast_inputs(q, k, v) end
-  if mask == nil and p == 0 and torch.backends.cuda.flash_sdp_enabled() and torch._attention_fused(q, k, v) then
+  -- (the flash backward on a GPU adds dq atomically: deterministic mode
+  -- takes the math path there)
+  local deterministic = q.is_cuda and torch.are_deterministic_algorithms_enabled()
+  if mask == nil and p == 0 and torch.backends.cuda.flash_sdp_enabled() and not deterministic
+     and torch._attention_fused(q, k, v) then
     return torch._scaled_dot_product_attention(q, k, v, causal, scale)
   end
   -- the composite: PyTorch's reference math
