@@ -1562,6 +1562,25 @@ def gen_composite():
          lambda a, b, c: a.scatter_reduce(0, b, c, "mean", include_self=False), [x, sidx, rnd("float64", [2, 4], "c")])
     case(G, "scatter_reduce mean int64", 'a:scatter_reduce(0, b, c, "mean")', lambda a, b, c: a.scatter_reduce(0, b, c, "mean"),
          [i64, sidx, rnd("int64", [2, 4], "b")])
+    # diagonal_scatter, narrow_copy, frexp, the shifts
+    case(G, "diagonal_scatter", "a:diagonal_scatter(b)", lambda a, b: a.diagonal_scatter(b), [x, w])
+    case(G, "diagonal_scatter offset 1", "a:diagonal_scatter(b, 1)", lambda a, b: a.diagonal_scatter(b, 1), [x, w])
+    case(G, "diagonal_scatter offset -1 dims", "torch.diagonal_scatter(a, b, -1, 2, 1)",
+         lambda a, b: torch.diagonal_scatter(a, b, -1, 2, 1), [c3, rnd("float64", [2, 3], "c")])
+    case(G, "narrow_copy", "a:narrow_copy(1, 1, 2)", lambda a: a.narrow_copy(1, 1, 2), [x])
+    frexp_in = lit("f64_frexp", [0.0, 1.0, -2.5, 8.0, 0.1, 1e-300, float("inf"), -float("inf"), float("nan"), 1024.0,
+                                 3.0, -0.75, 5e-324, 1.7976931348623157e308, 2.2250738585072014e-308], "float64")
+    case(G, "frexp", "torch.frexp(a)", torch.frexp, [frexp_in])
+    case(G, "frexp f32", "a:frexp()", lambda a: a.frexp(), [f32])
+    shifted = lit("i64_shifted", [1, -8, 5, -1, 100, 0, -7, 123456789], "int64")
+    bits = lit("i64_bits", [0, 1, 2, 3, 10, 40, 63, 5], "int64")
+    case(G, "bitwise_left_shift", "a:bitwise_left_shift(2)", lambda a: a.bitwise_left_shift(2), [shifted])
+    case(G, "bitwise_right_shift", "a:bitwise_right_shift(1)", lambda a: a.bitwise_right_shift(1), [shifted])
+    case(G, "bitwise_right_shift by a tensor", "torch.bitwise_right_shift(a, b)", torch.bitwise_right_shift, [shifted, bits])
+    case(G, "bitwise_left_shift by a tensor", "a:bitwise_left_shift(b)", lambda a, b: a.bitwise_left_shift(b), [shifted, bits])
+    large = lit("i64_large", [123456789, -987654321, 2 ** 40 + 3, -(2 ** 45) - 1, 7, -7], "int64")
+    case(G, "div floor of large int64", 'a:div(7, {rounding_mode = "floor"})', lambda a: a.div(7, rounding_mode="floor"), [large])
+    case(G, "div trunc of large int64", 'a:div(-7, "trunc")', lambda a: a.div(-7, rounding_mode="trunc"), [large])
 
 
 def main():

@@ -328,8 +328,9 @@ end
 -- diagonal([offset=0, dim1=0, dim2=1]) (or {offset=, dim1=, dim2=}): the
 -- entries (i, i + offset) of dims dim1 and dim2, as a last dim (a copy,
 -- where PyTorch gives a view).
-function methods.diagonal(t, offset, dim1, dim2)
-  local fn = "diagonal"
+-- The diagonal's elements: t with dims a and b moved last and flattened
+-- into one (moved's other dims, then n1 * n2), and their positions there
+local function diagonal_layout(t, offset, dim1, dim2, fn)
   if type(offset) == "table" then offset, dim1, dim2 = offset.offset, offset.dim1, offset.dim2 end
   offset = want_int(offset, fn, "offset", 0)
   if t:dim() < 2 then raise(fn .. ": expected a tensor of at least 2 dims, got " .. t:dim()) end
@@ -343,8 +344,83 @@ function methods.diagonal(t, offset, dim1, dim2)
   local shape = moved:size()
   shape[#shape] = nil
   shape[#shape] = n1 * n2
-  return moved:reshape(shape):index_select(-1, int64(index, t.device))
+  return moved:reshape(shape), int64(index, t.device), moved, a, b
 end
+
+function methods.diagonal(t, offset, dim1, dim2)
+  local flat, index = diagonal_layout(t, offset, dim1, dim2, "diagonal")
+  return flat:index_select(-1, index)
+end
+
+-- diagonal_scatter(src [, offset = 0, dim1 = 0, dim2 = 1]): t with that
+-- diagonal replaced by src (of the diagonal's shape), a new tensor
+function methods.diagonal_scatter(t, src, offset, dim1, dim2)
+  local fn = "diagonal_scatter"
+  local flat, index, moved, a, b = diagonal_layout(t, offset, dim1, dim2, fn)
+  src = want_tensor(src, fn, "src")
+  local want = flat:size()
+  want[#want] = index:numel()
+  if table.concat(src:size(), ",") ~= table.concat(want, ",") then
+    raise(string.format("%s: expected src of the diagonal's shape [%s], got [%s]", fn, table.concat(want, ", "),
+                        table.concat(src:size(), ", ")))
+  end
+  local out = flat:index_copy(flat:dim() - 1, index, src:to(t.dtype))
+  return methods.movedim(out:reshape(moved:size()), { -2, -1 }, { a, b })
+end
+
+-- narrow_copy(dim, start, length): narrow's elements in a tensor of their own
+function methods.narrow_copy(t, dim, start, length) return t:narrow(dim, start, length):clone() end
+
+-- frexp(): the mantissa (t's dtype, |m| in [0.5, 1)) and the exponent
+-- (int32) with t = m * 2^e; 0, inf and NaN give themselves and 0
+function methods.frexp(t)
+  local x = want_float("frexp", t):detach()
+  local finite = x:isfinite():logical_and(x:ne(0))
+  local safe = torch.where(finite, x, 1):to(torch.float64)
+  local e = safe:abs():log2():floor() + 1
+  -- x * 2^-e, in two exact halves (2^-e alone overflows for subnormal x)
+  local function scaled(k)
+    local half = (-k / 2):floor()
+    return safe * torch.full_like(k, 2):pow(half) * torch.full_like(k, 2):pow(-k - half)
+  end
+  -- log2 may land one off at the edges: put the mantissa into [0.5, 1)
+  local m = scaled(e)
+  e = e + m:abs():ge(1):to(e.dtype) - m:abs():lt(0.5):to(e.dtype)
+  m = scaled(e)
+  return torch.where(finite, m, x:to(torch.float64)):to(t.dtype), torch.where(finite, e, 0):to(torch.int32)
+end
+
+-- bitwise_left_shift(other), bitwise_right_shift(other): integer tensors
+-- shifted by other bits (a tensor or a number); the right shift is
+-- arithmetic (rounds toward -inf), as PyTorch's on signed integers
+local function shift(t, other, fn, left)
+  t = want_tensor(t, fn, "input")
+  if t.dtype.is_floating_point or t.dtype == torch.bool then
+    raise(fn .. ": expected an integer tensor, got " .. tostring(t.dtype))
+  end
+  local bits = torch.is_tensor(other) and other or torch.tensor(want_int(other, fn, "other"), { dtype = torch.int64, device = t.device })
+  if bits.dtype.is_floating_point then raise(fn .. ": expected integer shifts, got " .. tostring(bits.dtype)) end
+  local width = torch.iinfo(t.dtype).bits
+  local n = bits:to(torch.int64)
+  local out_of_range = n:lt(0):logical_or(n:ge(width))
+  n = torch.where(out_of_range, 0, n)
+  -- by 2^h, then by 2^(n - h): 2^63 itself is no int64
+  local h = n:div(2, { rounding_mode = "floor" })
+  local p1, p2 = torch.full_like(n, 2):pow(h), torch.full_like(n, 2):pow(n - h)
+  local r
+  if left then
+    r = t * p1 * p2
+  else
+    r = t:div(p1, { rounding_mode = "floor" }):div(p2, { rounding_mode = "floor" })
+  end
+  -- shifted out entirely: 0, or -1 for a negative number shifted right
+  local gone = left and torch.zeros_like(r) or torch.where(t:lt(0), -1, 0):to(r.dtype)
+  return torch.where(out_of_range, gone, r):to(t.dtype)
+end
+function methods.bitwise_left_shift(t, other) return shift(t, other, "bitwise_left_shift", true) end
+function methods.bitwise_right_shift(t, other) return shift(t, other, "bitwise_right_shift", false) end
+function methods.bitwise_left_shift_(t, other) return t:copy_(shift(t, other, "bitwise_left_shift_", true)) end
+function methods.bitwise_right_shift_(t, other) return t:copy_(shift(t, other, "bitwise_right_shift_", false)) end
 
 -- diag([diagonal=0]): of a vector, the square matrix holding it on that
 -- diagonal; of a matrix, that diagonal.

@@ -58,6 +58,55 @@ local function reserved(d, fn)
 end
 torch.cuda.memory_reserved = function(d) return (reserved(d, "cuda.memory_reserved")) end
 torch.cuda.max_memory_reserved = function(d) return select(2, reserved(d, "cuda.max_memory_reserved")) end
+
+-- The generator's state: one counter-based stream serves every device (as
+-- cuda.manual_seed is torch.manual_seed), so each device's state is
+-- torch.get_rng_state()'s, and setting any sets it.
+torch.cuda.get_rng_state = function(d)
+  device_index(d, "cuda.get_rng_state", true)
+  return torch.get_rng_state()
+end
+torch.cuda.set_rng_state = function(state, d)
+  device_index(d, "cuda.set_rng_state", true)
+  torch.set_rng_state(state)
+end
+torch.cuda.get_rng_state_all = function()
+  local states = {}
+  for i = 1, C.dp_cuda_device_count() do states[i] = torch.get_rng_state() end
+  return states
+end
+torch.cuda.set_rng_state_all = function(states)
+  if type(states) ~= "table" then raise("cuda.set_rng_state_all: expected a list of states, got " .. typename(states)) end
+  if states[1] ~= nil then torch.set_rng_state(states[1]) end
+end
+torch.cuda.seed = function() return torch.seed() end
+torch.cuda.seed_all = torch.cuda.seed
+torch.cuda.initial_seed = function() return torch.initial_seed() end
+
+-- memory_stats([device]): PyTorch's keys for what dplua's allocator counts
+-- (bytes in tensors and held in its pool, now and at their peak);
+-- memory_summary([device]): the same as a table
+torch.cuda.memory_stats = function(d)
+  local i = device_index(d, "cuda.memory_stats")
+  local now, peak = reserved(i, "cuda.memory_stats")
+  return {
+    ["allocated_bytes.all.current"] = tonumber(C.dp_memory_allocated(i)),
+    ["allocated_bytes.all.peak"] = tonumber(C.dp_max_memory_allocated(i)),
+    ["reserved_bytes.all.current"] = now,
+    ["reserved_bytes.all.peak"] = peak,
+  }
+end
+torch.cuda.memory_summary = function(d)
+  local i = device_index(d, "cuda.memory_summary")
+  local s = torch.cuda.memory_stats(i)
+  local function mib(b) return string.format("%12.1f MiB", b / 2 ^ 20) end
+  return table.concat({
+    string.format("dplua CUDA memory, device cuda:%d", i),
+    string.format("%-22s %16s %16s", "", "current", "peak"),
+    string.format("%-22s %s %s", "allocated (tensors)", mib(s["allocated_bytes.all.current"]), mib(s["allocated_bytes.all.peak"])),
+    string.format("%-22s %s %s", "reserved (pool)", mib(s["reserved_bytes.all.current"]), mib(s["reserved_bytes.all.peak"])),
+  }, "\n")
+end
 -- free and total bytes of the device, as cudaMemGetInfo says
 torch.cuda.mem_get_info = function(d)
   check(C.dp_cuda_mem_get_info(device_index(d, "cuda.mem_get_info"), i64_box, i64_box2))

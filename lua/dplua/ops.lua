@@ -132,7 +132,9 @@ function methods.div(t, other, opts)
                   and not (type(other) == "number" and other % 1 ~= 0)
   if not integer and mode == "trunc" then return true_div(t, other):trunc() end
   local r = t:remainder(other)
-  local q = true_div(t - r, other):round()
+  -- (integers divide in float64, exact below 2^53; the default float32
+  -- would be exact only below 2^24)
+  local q = true_div(integer and (t - r):double() or t - r, other):round()
   if mode == "trunc" then   -- integers: one up where the signs differ and something was left
     q = q + r:ne(0):logical_and(t:lt(0):ne(is_tensor(other) and other:lt(0) or other < 0)):to(q.dtype)
   end

@@ -50,6 +50,15 @@ getters.dtype = function(t) return dtypes_by_id[C.dp_tensor_dtype(t.p)] end
 getters.device = function(t) return device_obj(C.dp_tensor_device(t.p)) end
 getters.ndim = methods.dim
 getters.is_cuda = function(t) return C.dp_tensor_device(t.p) ~= DP_CPU end
+getters.itemsize = methods.element_size
+getters.nbytes = function(t) return tonumber(C.dp_tensor_numel(t.p)) * methods.element_size(t) end
+-- every tensor is dense and strided: PyTorch's other layouts and kinds are none of dplua's
+torch.strided = setmetatable({}, { __tostring = function() return "torch.strided" end })
+getters.layout = function() return torch.strided end
+getters.is_sparse = function() return false end
+getters.is_quantized = function() return false end
+getters.is_meta = function() return false end
+getters.is_mkldnn = function() return false end
 getters.T = function(t)
   local n = C.dp_tensor_ndim(t.p)
   local dims = {}

@@ -360,6 +360,10 @@ T.run("device and memory queries", function()
   torch.cuda.empty_cache()
   T.ok(torch.cuda.memory_reserved() < 256 * 2 ^ 20, "empty_cache gives the freed 256 MiB back to the driver")
   T.ok(torch.cuda.max_memory_reserved() >= 256 * 2 ^ 20, "max_memory_reserved remembers them")
+  local stats = torch.cuda.memory_stats()
+  T.is({ stats["allocated_bytes.all.current"], stats["reserved_bytes.all.peak"] },
+       { torch.cuda.memory_allocated(), torch.cuda.max_memory_reserved() }, "memory_stats: PyTorch's keys, the same numbers")
+  T.ok(torch.cuda.memory_summary():find("reserved %(pool%)") ~= nil, "memory_summary")
 end)
 
 T.run("the small-block cache hands a freed block back on its stream", function()

@@ -25,6 +25,7 @@ T.run("gradients by finite differences", function()
   gradcheck("repeat_interleave", function(a) return a:repeat_interleave(torch.tensor({ 2, 0, 1 }, { dtype = torch.int64 }), 0) end,
             { x })
   gradcheck("diagonal and diag", function(a) return a:diagonal(1):diag(1) end, { x })
+  gradcheck("diagonal_scatter", function(a, b) return a:diagonal_scatter(b, -1) end, { x, f64(2) })
   gradcheck("addmm", function(a, b, c) return a:addmm(b, c, { beta = 0.5, alpha = 2 }) end, { x, f64(3, 2), f64(2, 4) })
   gradcheck("tensordot", function(a, b) return a:tensordot(b, { { 1 }, { 0 } }) end, { x, f64(4, 2) })
   gradcheck("cumprod", function(a) return a:cumprod(1) end, { x })

@@ -39,6 +39,8 @@ T.run("functional_call", function()
   T.raises(function() func.functional_call(model, { ["0.weight"] = torch.ones(2, 2, f64) }, x) end, "",
            "a tensor of the wrong shape fails inside the call")
   T.tensor_close(model[0].weight, before, 0, 0, "and the module is restored after the error")
+  T.values_close(flat(nn.utils.stateless.functional_call(model, scaled, x)), ref.functional_call.y, 1e-12, 1e-12,
+                 "nn.utils.stateless.functional_call, its older name")
 end)
 
 T.run("grad and grad_and_value", function()

@@ -77,6 +77,14 @@ T.run("nn.utils.rnn.pad_sequence", function()
   T.raises(function() pad_sequence({}) end, "non%-empty list", "no sequences")
   T.raises(function() pad_sequence({ a, torch.ones(2, 3) }) end, "same trailing dims", "trailing dims that differ")
   T.raises(function() pad_sequence({ a, torch.tensor(1.0) }) end, "at least 1 dim", "a 0-d tensor")
+  -- unpad_sequence undoes it, as PyTorch's
+  local unpad = torch.nn.utils.rnn.unpad_sequence
+  local back = unpad(y, { 3, 1 })
+  T.is({ back[1]:tolist(), back[2]:tolist() }, { a:tolist(), b:tolist() }, "unpad_sequence gives the sequences back")
+  local back_b = unpad(yb, torch.tensor({ 3, 1 }, { dtype = torch.int64 }), true)
+  T.is({ T.shape(back_b[1]), T.shape(back_b[2]) }, { { 3, 2 }, { 1, 2 } }, "batch first, lengths as a tensor")
+  T.raises(function() unpad(y, { 3 }) end, "expected 2 lengths", "a length missing")
+  T.raises(function() unpad(y, { 4, 1 }) end, "length 1 is 4, expected an integer in %[0, 3%]", "a length too long")
 end)
 
 T.done_testing()

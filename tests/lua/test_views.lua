@@ -17,6 +17,16 @@ local function seq(...)
     return torch.arange(n):float():reshape(shape)
 end
 
+T.run("itemsize, nbytes, layout and the kinds dplua has none of", function()
+  local t = torch.ones(2, 3, { dtype = torch.float64 })
+  T.is({ t.itemsize, t.nbytes }, { 8, 48 }, "float64: 8 bytes an element, 48 in all (PyTorch's)")
+  local b = torch.ones(5, { dtype = torch.bfloat16 })
+  T.is({ b.itemsize, b.nbytes, t:narrow(1, 0, 2).nbytes }, { 2, 10, 32 }, "bfloat16; a view counts its own elements")
+  T.is(tostring(t.layout), "torch.strided", "layout")
+  T.ok(t.layout == torch.strided, "the one layout")
+  T.is({ t.is_sparse, t.is_quantized, t.is_meta, t.is_mkldnn }, { false, false, false, false }, "no other kinds")
+end)
+
 T.run("views share storage", function()
     local a = torch.zeros(2, 3)
     a:view(6):fill_(1)

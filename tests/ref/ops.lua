@@ -131,6 +131,7 @@ inputs["f64_2x2x3x4_a"] = {dtype="float64", shape={2,2,3,4}, values={{{{1.871,1.
 inputs["f64_2x2x4_c"] = {dtype="float64", shape={2,2,4}, values={{{1.252,-0.36,-0.207,-4.605},{4.816,-0.984,-3.316,0.699}},{{2.081,-0.977,-0.28,-2.225},{1.407,4.032,1.617,0.651}}}}
 inputs["f64_2x2x5x4_c"] = {dtype="float64", shape={2,2,5,4}, values={{{{3.992,2.585,-1.123,-1.422},{0.207,2.406,-2.132,0.09},{-6.438,1.947,-1.891,-2.924},{-0.949,-2.581,-2.872,-1.901},{-2.375,0.87,-2.678,-0.132}},{{1.517,0.067,0.317,1.264},{1.738,-0.289,0.864,0.183},{-1.352,-1.547,0.654,-1.651},{1.238,0.125,1.539,1.306},{4.972,2.237,-2.027,-3.571}}},{{{0.485,0.827,1.165,0.03},{-0.797,-0.466,-1.832,0.527},{-0.886,1.147,4.107,1.629},{-2.117,2.016,-1.034,-1.821},{-3.216,-0.67,2.459,-3.428}},{{-0.382,2.031,2.236,-2.79},{-2.886,0.972,-1.089,-0.466},{0.138,0.085,0.32,-1.622},{-1.741,1.268,0.752,0.29},{3.265,-1.843,-4.208,-0.91}}}}}
 inputs["f64_2x3_a"] = {dtype="float64", shape={2,3}, values={{-0.591,-1.743,1.463},{-0.211,0.368,-0.9}}}
+inputs["f64_2x3_c"] = {dtype="float64", shape={2,3}, values={{3.797,-2.631,-0.142},{-1.339,-1.748,-0.643}}}
 inputs["f64_2x3_d"] = {dtype="float64", shape={2,3}, values={{-0.112,-0.306,4.431},{-0.058,-0.698,0.955}}}
 inputs["f64_2x3_pos"] = {dtype="float64", shape={2,3}, values={{1.21,2.891,0.796},{0.5589999999999999,2.295,3.657}}}
 inputs["f64_2x3x2_a"] = {dtype="float64", shape={2,3,2}, values={{{1.434,0.034},{0.263,2.471},{-1.309,4.837}},{{-1.221,-3.668},{-3.874,0.201},{0.379,0.57}}}}
@@ -197,6 +198,7 @@ inputs["f64_edges"] = {dtype="float64", shape={5}, values={-3.0,-1.0,0.0,0.5,4.0
 inputs["f64_fill_value"] = {dtype="float64", shape={}, values=-2.25}
 inputs["f64_fnan"] = {dtype="float64", shape={4}, values={nan,1.0,-2.0,nan}}
 inputs["f64_fnan2"] = {dtype="float64", shape={4}, values={0.5,nan,-3.0,nan}}
+inputs["f64_frexp"] = {dtype="float64", shape={15}, values={0.0,1.0,-2.5,8.0,0.1,1e-300,inf,-inf,nan,1024.0,3.0,-0.75,5e-324,1.7976931348623157e+308,2.2250738585072014e-308}}
 inputs["f64_heavi"] = {dtype="float64", shape={4}, values={-1.5,0.0,2.0,0.0}}
 inputs["f64_heavi_v"] = {dtype="float64", shape={4}, values={0.5,0.25,3.0,-1.0}}
 inputs["f64_i0"] = {dtype="float64", shape={8}, values={0.0,0.5,-2.0,7.5,14.9,15.1,30.0,100.0}}
@@ -264,6 +266,7 @@ inputs["i64_3x4_perm"] = {dtype="int64", shape={3,4}, values={{4,-5,1,2},{-2,-1,
 inputs["i64_3x4_small"] = {dtype="int64", shape={3,4}, values={{1,2,1,0},{0,2,2,1},{1,0,3,2}}}
 inputs["i64_along"] = {dtype="int64", shape={3,2}, values={{0,3},{2,2},{1,0}}}
 inputs["i64_bins"] = {dtype="int64", shape={6}, values={1,4,1,0,4,4}}
+inputs["i64_bits"] = {dtype="int64", shape={8}, values={0,1,2,3,10,40,63,5}}
 inputs["i64_cast"] = {dtype="int64", shape={6}, values={-3,0,1,7,255,1000}}
 inputs["i64_div_a"] = {dtype="int64", shape={4}, values={7,-7,1,0}}
 inputs["i64_div_b"] = {dtype="int64", shape={4}, values={2,2,3,5}}
@@ -273,6 +276,7 @@ inputs["i64_fw"] = {dtype="int64", shape={4}, values={1,2,1,3}}
 inputs["i64_gcd_a"] = {dtype="int64", shape={5}, values={12,-18,0,7,0}}
 inputs["i64_gcd_b"] = {dtype="int64", shape={5}, values={8,27,5,0,0}}
 inputs["i64_isin"] = {dtype="int64", shape={4}, values={0,3,-5,9}}
+inputs["i64_large"] = {dtype="int64", shape={6}, values={123456789,-987654321,1099511627779,-35184372088833,7,-7}}
 inputs["i64_mode"] = {dtype="int64", shape={2,6}, values={{1,3,3,2,1,3},{4,4,0,0,5,5}}}
 inputs["i64_rem_a"] = {dtype="int64", shape={5}, values={7,-7,7,-7,6}}
 inputs["i64_rem_b"] = {dtype="int64", shape={5}, values={3,3,-3,-3,3}}
@@ -281,6 +285,7 @@ inputs["i64_rows2"] = {dtype="int64", shape={4,2}, values={{1,2},{1,2},{3,4},{1,
 inputs["i64_runs"] = {dtype="int64", shape={8}, values={1,1,2,2,2,3,1,1}}
 inputs["i64_s_a"] = {dtype="int64", shape={}, values=9}
 inputs["i64_s_b"] = {dtype="int64", shape={}, values=7}
+inputs["i64_shifted"] = {dtype="int64", shape={8}, values={1,-8,5,-1,100,0,-7,123456789}}
 inputs["i64_sidx"] = {dtype="int64", shape={2,4}, values={{0,1,0,2},{2,2,1,0}}}
 inputs["i64_take"] = {dtype="int64", shape={2,2}, values={{0,11},{5,3}}}
 inputs["i64_unary"] = {dtype="int64", shape={6}, values={-3,-1,0,1,2,5}}
@@ -2124,6 +2129,18 @@ C{name="scatter_reduce sum exclude self", expr="a:scatter_reduce(0, b, c, \"sum\
 C{name="scatter_reduce mean", expr="a:scatter_reduce(0, b, c, \"mean\")", inputs={"f64_3x4_a","i64_sidx","f64_2x4_c"}, dtype="float64", shape={3,4}, values={{0.879,0.807,0.026999999999999913,-1.8355000000000001},{-0.248,0.8394999999999999,-0.0774999999999999,-0.999},{2.2415000000000003,2.4665,-2.804,0.2835}}}
 C{name="scatter_reduce mean exclude self", expr="a:scatter_reduce(0, b, c, \"mean\", {include_self = false})", inputs={"f64_3x4_a","i64_sidx","f64_2x4_c"}, dtype="float64", shape={3,4}, values={{-0.706,0.807,3.191,-0.849},{-0.248,0.027,-1.517,-0.999},{3.495,3.5,-2.804,-1.184}}}
 C{name="scatter_reduce mean int64", expr="a:scatter_reduce(0, b, c, \"mean\")", inputs={"i64_3x4_a","i64_sidx","i64_2x4_b"}, dtype="int64", shape={3,4}, values={{-4,3,0,5},{2,-5,-7,9},{-4,0,2,-2}}}
+C{name="diagonal_scatter", expr="a:diagonal_scatter(b)", inputs={"f64_3x4_a","f64_3_b"}, dtype="float64", shape={3,4}, values={{0.581,0.807,-3.137,-2.822},{-0.248,0.173,1.362,-0.999},{0.988,1.433,2.023,1.751}}}
+C{name="diagonal_scatter offset 1", expr="a:diagonal_scatter(b, 1)", inputs={"f64_3x4_a","f64_3_b"}, dtype="float64", shape={3,4}, values={{2.464,0.581,-3.137,-2.822},{-0.248,1.652,0.173,-0.999},{0.988,1.433,-2.804,2.023}}}
+C{name="diagonal_scatter offset -1 dims", expr="torch.diagonal_scatter(a, b, -1, 2, 1)", inputs={"f64_2x3x4_a","f64_2x3_c"}, dtype="float64", shape={2,3,4}, values={{{-1.383,3.797,-2.985,-0.228},{1.902,-2.926,-2.631,3.209},{0.364,-2.592,2.395,-0.142}},{{-2.265,-1.339,0.839,1.627},{-3.893,-0.719,-1.748,2.357},{2.695,0.201,1.017,-0.643}}}}
+C{name="narrow_copy", expr="a:narrow_copy(1, 1, 2)", inputs={"f64_3x4_a"}, dtype="float64", shape={3,2}, values={{0.807,-3.137},{1.652,1.362},{1.433,-2.804}}}
+C{name="frexp", expr="torch.frexp(a)", inputs={"f64_frexp"}, kind="multi", expected={{dtype="float64", shape={15}, values={0.0,0.5,-0.625,0.5,0.8,0.6696928794914171,inf,-inf,nan,0.5,0.75,-0.75,0.5,0.9999999999999999,0.5}}, {dtype="int32", shape={15}, values={0,1,2,4,-3,-996,0,0,0,11,2,0,-1073,1024,-1021}}}}
+C{name="frexp f32", expr="a:frexp()", inputs={"f32_3x4_a"}, kind="multi", expected={{dtype="float32", shape={3,4}, values={{0.625,-0.509,0.6855,-0.689},{-0.88,-0.883,0.5435,0.945},{0.872,-0.507,0.868,-0.54}}}, {dtype="int32", shape={3,4}, values={{1,2,1,2},{-3,1,1,1},{-1,0,-1,0}}}}}
+C{name="bitwise_left_shift", expr="a:bitwise_left_shift(2)", inputs={"i64_shifted"}, dtype="int64", shape={8}, values={4,-32,20,-4,400,0,-28,493827156}}
+C{name="bitwise_right_shift", expr="a:bitwise_right_shift(1)", inputs={"i64_shifted"}, dtype="int64", shape={8}, values={0,-4,2,-1,50,0,-4,61728394}}
+C{name="bitwise_right_shift by a tensor", expr="torch.bitwise_right_shift(a, b)", inputs={"i64_shifted","i64_bits"}, dtype="int64", shape={8}, values={1,-4,1,-1,0,0,-1,3858024}}
+C{name="bitwise_left_shift by a tensor", expr="a:bitwise_left_shift(b)", inputs={"i64_shifted","i64_bits"}, dtype="int64", shape={8}, values={1,-16,20,-8,102400,0,-9223372036854775808,3950617248}}
+C{name="div floor of large int64", expr="a:div(7, {rounding_mode = \"floor\"})", inputs={"i64_large"}, dtype="int64", shape={6}, values={17636684,-141093475,157073089682,-5026338869834,1,-1}}
+C{name="div trunc of large int64", expr="a:div(-7, \"trunc\")", inputs={"i64_large"}, dtype="int64", shape={6}, values={-17636684,141093474,-157073089682,5026338869833,-1,1}}
 end)() end
 do local C = adder("convert"); (function()
 C{name="float32 -> int64 truncates toward zero", expr="a:to(torch.int64)", inputs={"f32_cast"}, dtype="int64", shape={8}, values={-2,0,0,0,0,2,100,-100}}

@@ -479,6 +479,34 @@ function U.rnn.unpack_sequence(packed)
   return out
 end
 
+-- unpad_sequence(padded, lengths [, batch_first = false]): the list of
+-- sequences (L_i, *) that pad_sequence padded; lengths a list or a tensor
+function U.rnn.unpad_sequence(padded, lengths, batch_first)
+  local fn = "unpad_sequence"
+  if type(batch_first) == "table" then batch_first = batch_first.batch_first end
+  if not torch.is_tensor(padded) or padded:dim() < 2 then
+    raise(fn .. ": expected padded to be a tensor of at least 2 dims (time, batch, *)")
+  end
+  if torch.is_tensor(lengths) then lengths = lengths:tolist() end
+  if type(lengths) ~= "table" then raise(fn .. ": expected lengths to be a list or a tensor, got " .. type(lengths)) end
+  if not batch_first then padded = padded:transpose(0, 1) end
+  local n, steps = padded:size(0), padded:size(1)
+  if #lengths ~= n then
+    raise(string.format("%s: expected %d lengths (one per sequence of the batch), got %d", fn, n, #lengths))
+  end
+  local out = {}
+  for i, len in ipairs(lengths) do
+    if type(len) ~= "number" or len % 1 ~= 0 or len < 0 or len > steps then
+      raise(string.format("%s: length %d is %s, expected an integer in [0, %d]", fn, i, tostring(len), steps))
+    end
+    out[i] = padded[i - 1]:narrow(0, 0, len)
+  end
+  return out
+end
+
+-- nn.utils.stateless: PyTorch's older home of functional_call
+U.stateless = { functional_call = function(...) return torch.func.functional_call(...) end }
+
 -- nn.utils.parametrize and nn.utils.parametrizations load on first use
 torch._lazy(U, {
   parametrize = function() return require("dplua.nn.parametrize") end,
