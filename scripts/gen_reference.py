@@ -1578,6 +1578,23 @@ def gen_composite():
     case(G, "bitwise_right_shift", "a:bitwise_right_shift(1)", lambda a: a.bitwise_right_shift(1), [shifted])
     case(G, "bitwise_right_shift by a tensor", "torch.bitwise_right_shift(a, b)", torch.bitwise_right_shift, [shifted, bits])
     case(G, "bitwise_left_shift by a tensor", "a:bitwise_left_shift(b)", lambda a, b: a.bitwise_left_shift(b), [shifted, bits])
+    for r in ["prod", "amax", "amin"]:
+        case(G, "scatter_reduce " + r, 'a:scatter_reduce(0, b, c, "%s")' % r,
+             lambda a, b, c, r=r: a.scatter_reduce(0, b, c, r), [x, sidx, rnd("float64", [2, 4], "c")])
+        case(G, "scatter_reduce %s exclude self" % r, 'a:scatter_reduce(1, b, c, "%s", {include_self = false})' % r,
+             lambda a, b, c, r=r: a.scatter_reduce(1, b, c, r, include_self=False),
+             [x, lit("i64_reduce_idx", [[0, 0, 3], [2, 2, 2], [1, 0, 1]], "int64"), rnd("float64", [3, 4], "b")])
+        case(G, "index_reduce " + r, 'a:index_reduce(0, b, c, "%s")' % r,
+             lambda a, b, c, r=r: a.index_reduce(0, b, c, r), [x, lit("i64_reduce_rows", [2, 0, 2, 2], "int64"),
+                                                                 rnd("float64", [4, 4], "c")])
+    case(G, "scatter_reduce amax int64", 'a:scatter_reduce(0, b, c, "amax")',
+         lambda a, b, c: a.scatter_reduce(0, b, c, "amax"), [i64, sidx, rnd("int64", [2, 4], "b")])
+    case(G, "scatter_reduce amin with nan", 'a:scatter_reduce(0, b, c, "amin", {include_self = false})',
+         lambda a, b, c: a.scatter_reduce(0, b, c, "amin", include_self=False),
+         [x, lit("i64_reduce_nan_idx", [[0, 0, 1, 1]], "int64"), lit("f64_reduce_nan_src", [[1.0, float("nan"), -2.0, 3.0]], "float64")])
+    case(G, "index_reduce mean exclude self", 'a:index_reduce(1, b, c, "mean", {include_self = false})',
+         lambda a, b, c: a.index_reduce(1, b, c, "mean", include_self=False),
+         [x, lit("i64_reduce_cols", [3, 3, 0], "int64"), rnd("float64", [3, 3], "c")])
     large = lit("i64_large", [123456789, -987654321, 2 ** 40 + 3, -(2 ** 45) - 1, 7, -7], "int64")
     case(G, "div floor of large int64", 'a:div(7, {rounding_mode = "floor"})', lambda a: a.div(7, rounding_mode="floor"), [large])
     case(G, "div trunc of large int64", 'a:div(-7, "trunc")', lambda a: a.div(-7, rounding_mode="trunc"), [large])

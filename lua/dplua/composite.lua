@@ -1724,11 +1724,116 @@ function methods.slice_scatter(t, src, dim, start, stop, step)
   return t:index_copy(d, idx, want_tensor(src, "slice_scatter", "src"))
 end
 
+-- The elements of src (narrowed to index's shape) grouped by the flat
+-- position in t that index sends them to: positions ascending, and within
+-- one position the values ascending, in a stable order (so on any device
+-- the result is the same). Returns the sorted positions, the values in
+-- that order, and the run boundaries: first[i] (last[i]) true where
+-- element i opens (closes) its position's run.
+local function scatter_runs(t, dim, index, src)
+  local shape, n = index:size(), index:dim()
+  local strides, acc = {}, 1
+  for d = n, 1, -1 do strides[d] = acc; acc = acc * t:size(d - 1) end
+  local pos = index:to(torch.int64) * strides[dim + 1]
+  for d = 1, n do
+    if d ~= dim + 1 then
+      local view = {}
+      for k = 1, n do view[k] = k == d and shape[d] or 1 end
+      pos = pos + torch.arange(0, shape[d], { dtype = torch.int64, device = t.device }):reshape(view) * strides[d]
+    end
+  end
+  local vals = src
+  for d = 0, n - 1 do vals = vals:narrow(d, 0, shape[d + 1]) end
+  vals, pos = vals:reshape(-1), pos:reshape(-1)
+  local by_value = vals:detach():argsort()
+  local by_pos = pos:index_select(0, by_value):argsort()
+  local order = by_value:index_select(0, by_pos)
+  pos, vals = pos:index_select(0, order), vals:index_select(0, order)
+  local m = pos:numel()
+  local differs = pos:narrow(0, 1, m - 1):ne(pos:narrow(0, 0, m - 1))
+  local yes = torch.ones(1, { dtype = torch.bool, device = t.device })
+  return pos, vals, torch.cat({ yes, differs }), torch.cat({ differs, yes })
+end
+
+-- The product of each run: a segmented inclusive scan by doubling (log2 n
+-- rounds of elementwise products), read at each run's end
+local function run_products(vals, first)
+  local m = vals:numel()
+  local run = first:to(torch.int64):cumsum(0)
+  local step = 1
+  while step < m do
+    local same = run:narrow(0, step, m - step):eq(run:narrow(0, 0, m - step))
+    local earlier = torch.where(same, vals:narrow(0, 0, m - step), 1)
+    vals = torch.cat({ vals:narrow(0, 0, step), vals:narrow(0, step, m - step) * earlier })
+    step = step * 2
+  end
+  return vals
+end
+
+-- "prod", "amax" and "amin": each position's values (t's own with
+-- include_self) reduced; t where index sends nothing
+local function scatter_runs_reduce(t, dim, index, src, reduce, include_self)
+  if index:numel() == 0 then return t:clone() end
+  -- (amin is amax of the negated values: NaN sorts last either way, and so
+  -- propagates as PyTorch's)
+  local sign = reduce == "amin" and -1 or 1
+  local pos, vals, first, last = scatter_runs(t, dim, index, src:to(t.dtype) * sign)
+  if reduce == "prod" then vals = run_products(vals, first) end
+  local at, reduced = pos:masked_select(last), vals:masked_select(last) * sign
+  local flat = t:reshape(-1)
+  if include_self then
+    local own = flat:index_select(0, at)
+    reduced = reduce == "amax" and own:maximum(reduced) or reduce == "amin" and own:minimum(reduced) or own * reduced
+  end
+  return flat:index_copy(0, at, reduced):reshape(t:size())
+end
+
+-- index_reduce(dim, index, source, reduce [, {include_self = true}]):
+-- source's slices along dim reduced into t's slices index[i] ("prod",
+-- "mean", "amax", "amin"), through scatter_reduce
+function methods.index_reduce(t, dim, index, source, reduce, opts)
+  local fn = "index_reduce"
+  local d = dim_of(t, dim, fn)
+  index, source = want_tensor(index, fn, "index"), want_tensor(source, fn, "source")
+  if reduce ~= "prod" and reduce ~= "mean" and reduce ~= "amax" and reduce ~= "amin" then
+    raise(fn .. ': expected reduce to be "prod", "mean", "amax" or "amin", got ' .. tostring(reduce))
+  end
+  if index:dim() ~= 1 or source:dim() ~= t:dim() or source:size(d) ~= index:numel() then
+    raise(string.format("%s: expected a 1-D index with one entry per slice of source along dim %d", fn, d))
+  end
+  local view = {}
+  for k = 0, t:dim() - 1 do view[k + 1] = k == d and index:numel() or 1 end
+  return t:scatter_reduce(d, index:reshape(view):expand(source:size()), source, reduce, opts)
+end
+function methods.index_reduce_(t, dim, index, source, reduce, opts)
+  return t:copy_(methods.index_reduce(t, dim, index, source, reduce, opts))
+end
+
 -- scatter_reduce(dim, index, src, reduce [, {include_self = true}]):
--- "sum" and "mean" (the mean of the values gathered, t's own included
--- unless include_self is false)
+-- "sum", "mean" (the mean of the values gathered, t's own included unless
+-- include_self is false), "prod", "amax", "amin"
 function methods.scatter_reduce(t, dim, index, src, reduce, opts)
   local include_self = not (type(opts) == "table" and opts.include_self == false)
+  if reduce == "prod" or reduce == "amax" or reduce == "amin" then
+    local fn = "scatter_reduce"
+    local d = dim_of(t, dim, fn)
+    index, src = want_tensor(index, fn, "index"), want_tensor(src, fn, "src")
+    if index.dtype ~= torch.int64 then raise(fn .. ": expected index to be an int64 tensor, got " .. tostring(index.dtype)) end
+    if index:dim() ~= t:dim() or src:dim() ~= t:dim() then
+      raise(string.format("%s: expected index and src to have the input's %d dims, got %d and %d", fn, t:dim(),
+                          index:dim(), src:dim()))
+    end
+    for k = 0, t:dim() - 1 do
+      if index:size(k) > src:size(k) or (k ~= d and index:size(k) > t:size(k)) then
+        raise(string.format("%s: index's size %d in dim %d is larger than src's (%d) or the input's (%d)", fn,
+                            index:size(k), k, src:size(k), t:size(k)))
+      end
+    end
+    if index:numel() > 0 and (index:min():item() < 0 or index:max():item() >= t:size(d)) then
+      raise(string.format("%s: index out of range for dim %d of size %d", fn, d, t:size(d)))
+    end
+    return scatter_runs_reduce(t, d, index, src, reduce, include_self)
+  end
   if reduce == "sum" then
     local base = include_self and t or t:scatter(dim, index, torch.zeros(index:size(), { dtype = t.dtype, device = t.device }))
     return base:scatter_add(dim, index, src)
@@ -1742,7 +1847,7 @@ function methods.scatter_reduce(t, dim, index, src, reduce, opts)
     if not t.dtype.is_floating_point then mean = mean:floor():to(t.dtype) end
     return torch.where(hit, mean, t)
   end
-  raise('scatter_reduce: reduce "' .. tostring(reduce) .. '" is not implemented (expected "sum" or "mean")')
+  raise('scatter_reduce: expected reduce to be "sum", "prod", "mean", "amax" or "amin", got ' .. tostring(reduce))
 end
 
 -- apply_(fn) and map_(other, fn): each element (of a CPU tensor) replaced

@@ -26,6 +26,10 @@ T.run("gradients by finite differences", function()
             { x })
   gradcheck("diagonal and diag", function(a) return a:diagonal(1):diag(1) end, { x })
   gradcheck("diagonal_scatter", function(a, b) return a:diagonal_scatter(b, -1) end, { x, f64(2) })
+  local sidx = torch.tensor({ { 0, 2, 0, 1 }, { 0, 0, 2, 1 } }, { dtype = torch.int64 })
+  for _, r in ipairs({ "prod", "amax", "amin" }) do
+    gradcheck("scatter_reduce " .. r, function(a, b) return a:scatter_reduce(0, sidx, b, r) end, { x, f64(2, 4) })
+  end
   gradcheck("addmm", function(a, b, c) return a:addmm(b, c, { beta = 0.5, alpha = 2 }) end, { x, f64(3, 2), f64(2, 4) })
   gradcheck("tensordot", function(a, b) return a:tensordot(b, { { 1 }, { 0 } }) end, { x, f64(4, 2) })
   gradcheck("cumprod", function(a) return a:cumprod(1) end, { x })
@@ -151,8 +155,12 @@ T.run("bad input names the problem", function()
   T.raises(function() x:sum_to_size(3, 5) end, "is not expandable", "sum_to_size of another size")
   T.raises(function() x:gcd(x) end, "expected two integer tensors", "gcd of floats")
   T.raises(function() x:masked_scatter(x:gt(0), torch.ones(1)) end, "the mask selects", "a source too short")
-  T.raises(function() x:scatter_reduce(0, torch.zeros(1, 4, { dtype = torch.int64 }), x, "amax") end,
-           'reduce "amax" is not implemented', "amax")
+  T.raises(function() x:scatter_reduce(0, torch.zeros(1, 4, { dtype = torch.int64 }), x, "max") end,
+           'expected reduce to be "sum", "prod", "mean", "amax" or "amin", got max', "an unknown reduction")
+  T.raises(function() x:scatter_reduce(0, torch.full({ 1, 4 }, 9, { dtype = torch.int64 }), x, "amax") end,
+           "index out of range for dim 0", "amax: an index out of range")
+  T.raises(function() x:index_reduce(0, torch.zeros(2, { dtype = torch.int64 }), x, "amax") end,
+           "expected a 1%-D index with one entry per slice of source", "index_reduce: an index of another length")
   T.raises(function() torch.ones(3):fill_diagonal_(1) end, "dimensions must larger than 1", "fill_diagonal_ of a vector")
   T.raises(function() torch.empty(2):random_() end, "expected the upper bound", "random_ without bounds")
   T.raises(function() x:diff(-1) end, "diff: expected n to be an integer >= 0, got %-1", "a negative n")

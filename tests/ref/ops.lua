@@ -159,6 +159,7 @@ inputs["f64_3x1_c"] = {dtype="float64", shape={3,1}, values={{0.281},{-3.669},{-
 inputs["f64_3x2_a"] = {dtype="float64", shape={3,2}, values={{-0.502,-1.057},{1.575,0.581},{-2.468,-1.097}}}
 inputs["f64_3x2_b"] = {dtype="float64", shape={3,2}, values={{-1.948,0.589},{1.858,3.249},{1.071,-1.671}}}
 inputs["f64_3x2_c"] = {dtype="float64", shape={3,2}, values={{-4.39,-0.661},{-3.173,2.793},{2.056,-0.256}}}
+inputs["f64_3x3_c"] = {dtype="float64", shape={3,3}, values={{1.23,-0.242,0.455},{-0.189,-2.232,0.287},{-1.461,1.476,5.018}}}
 inputs["f64_3x3x2_a"] = {dtype="float64", shape={3,3,2}, values={{{5.774,2.105},{0.457,0.46},{2.884,3.503}},{{-1.379,0.022},{-1.7,-0.625},{-1.438,1.967}},{{2.581,-0.627},{-5.545,-0.252},{0.301,-0.445}}}}
 inputs["f64_3x4_a"] = {dtype="float64", shape={3,4}, values={{2.464,0.807,-3.137,-2.822},{-0.248,1.652,1.362,-0.999},{0.988,1.433,-2.804,1.751}}}
 inputs["f64_3x4_b"] = {dtype="float64", shape={3,4}, values={{4.3,1.538,-0.222,-1.849},{-0.241,0.759,-1.283,-0.038},{-2.296,1.964,-1.306,2.133}}}
@@ -178,6 +179,7 @@ inputs["f64_4x3_a"] = {dtype="float64", shape={4,3}, values={{2.459,3.404,-0.752
 inputs["f64_4x3_b"] = {dtype="float64", shape={4,3}, values={{1.201,0.492,-0.466},{-0.029,2.962,-1.146},{1.452,-1.525,-1.558},{1.228,0.199,2.859}}}
 inputs["f64_4x3x5_c"] = {dtype="float64", shape={4,3,5}, values={{{-0.877,-3.087,0.878,1.986,0.991},{-0.285,0.999,0.471,-1.727,-1.863},{2.648,-2.042,-0.006,2.336,-0.604}},{{-2.822,-2.95,-0.888,3.742,0.832},{1.028,0.654,0.041,-1.49,-1.525},{-2.063,-0.066,1.976,-3.513,-5.258}},{{2.122,-6.077,-2.336,-1.068,-1.087},{0.114,1.209,1.325,-0.886,1.492},{-1.066,-1.182,-2.154,-2.824,3.181}},{{-0.985,3.105,1.694,-0.488,-3.697},{2.021,3.657,-0.55,0.361,-0.329},{-0.299,-1.574,-1.714,0.217,2.755}}}}
 inputs["f64_4x4_a"] = {dtype="float64", shape={4,4}, values={{-0.615,-1.947,0.716,-0.195},{-0.645,-1.662,-0.683,3.648},{-0.693,-0.153,2.847,2.407},{-0.739,-2.344,0.253,2.325}}}
+inputs["f64_4x4_c"] = {dtype="float64", shape={4,4}, values={{1.261,3.618,1.899,0.247},{0.073,1.664,-0.304,-3.696},{1.19,-3.206,1.795,-2.472},{0.806,0.14,0.503,2.912}}}
 inputs["f64_4x5_b"] = {dtype="float64", shape={4,5}, values={{0.886,1.255,-0.839,1.238,-1.016},{1.189,3.11,0.487,3.166,2.24},{2.32,3.903,1.124,-2.307,-2.931},{-0.223,0.856,-0.35,0.848,-2.229}}}
 inputs["f64_4x5_c"] = {dtype="float64", shape={4,5}, values={{0.253,2.479,-1.537,0.418,-2.224},{2.458,0.371,3.465,-1.166,0.527},{1.702,-2.919,0.09,-4.383,-1.205},{0.886,-2.496,0.092,-2.156,0.857}}}
 inputs["f64_5_b"] = {dtype="float64", shape={5}, values={0.245,0.439,-1.6,1.66,0.984}}
@@ -209,6 +211,7 @@ inputs["f64_nan2"] = {dtype="float64", shape={2,3}, values={{1.0,nan,2.5},{nan,-
 inputs["f64_nan_rows"] = {dtype="float64", shape={3,4}, values={{1.0,nan,3.0,-1.0},{nan,nan,2.0,0.5},{nan,nan,nan,nan}}}
 inputs["f64_nan_rows2"] = {dtype="float64", shape={2,4}, values={{1.0,nan,3.0,-1.0},{nan,nan,2.0,0.5}}}
 inputs["f64_prob"] = {dtype="float64", shape={5}, values={0.001,0.2,0.5,0.8,0.999}}
+inputs["f64_reduce_nan_src"] = {dtype="float64", shape={1,4}, values={{1.0,nan,-2.0,3.0}}}
 inputs["f64_s_a"] = {dtype="float64", shape={}, values=5.208}
 inputs["f64_s_b"] = {dtype="float64", shape={}, values=-1.75}
 inputs["f64_search"] = {dtype="float64", shape={2,2}, values={{3.0,0.5},{6.0,9.0}}}
@@ -278,6 +281,10 @@ inputs["i64_gcd_b"] = {dtype="int64", shape={5}, values={8,27,5,0,0}}
 inputs["i64_isin"] = {dtype="int64", shape={4}, values={0,3,-5,9}}
 inputs["i64_large"] = {dtype="int64", shape={6}, values={123456789,-987654321,1099511627779,-35184372088833,7,-7}}
 inputs["i64_mode"] = {dtype="int64", shape={2,6}, values={{1,3,3,2,1,3},{4,4,0,0,5,5}}}
+inputs["i64_reduce_cols"] = {dtype="int64", shape={3}, values={3,3,0}}
+inputs["i64_reduce_idx"] = {dtype="int64", shape={3,3}, values={{0,0,3},{2,2,2},{1,0,1}}}
+inputs["i64_reduce_nan_idx"] = {dtype="int64", shape={1,4}, values={{0,0,1,1}}}
+inputs["i64_reduce_rows"] = {dtype="int64", shape={4}, values={2,0,2,2}}
 inputs["i64_rem_a"] = {dtype="int64", shape={5}, values={7,-7,7,-7,6}}
 inputs["i64_rem_b"] = {dtype="int64", shape={5}, values={3,3,-3,-3,3}}
 inputs["i64_rows"] = {dtype="int64", shape={4,2}, values={{1,2},{0,5},{1,2},{0,4}}}
@@ -2139,6 +2146,18 @@ C{name="bitwise_left_shift", expr="a:bitwise_left_shift(2)", inputs={"i64_shifte
 C{name="bitwise_right_shift", expr="a:bitwise_right_shift(1)", inputs={"i64_shifted"}, dtype="int64", shape={8}, values={0,-4,2,-1,50,0,-4,61728394}}
 C{name="bitwise_right_shift by a tensor", expr="torch.bitwise_right_shift(a, b)", inputs={"i64_shifted","i64_bits"}, dtype="int64", shape={8}, values={1,-4,1,-1,0,0,-1,3858024}}
 C{name="bitwise_left_shift by a tensor", expr="a:bitwise_left_shift(b)", inputs={"i64_shifted","i64_bits"}, dtype="int64", shape={8}, values={1,-16,20,-8,102400,0,-9223372036854775808,3950617248}}
+C{name="scatter_reduce prod", expr="a:scatter_reduce(0, b, c, \"prod\")", inputs={"f64_3x4_a","i64_sidx","f64_2x4_c"}, dtype="float64", shape={3,4}, values={{-1.7395839999999998,0.807,-10.010167,2.395878},{-0.248,0.044604,-2.066154,-0.999},{3.4530600000000002,5.0155,-2.804,-2.073184}}}
+C{name="scatter_reduce prod exclude self", expr="a:scatter_reduce(1, b, c, \"prod\", {include_self = false})", inputs={"f64_3x4_a","i64_reduce_idx","f64_3x4_b"}, dtype="float64", shape={3,4}, values={{6.6133999999999995,0.807,-3.137,-0.222},{-0.248,1.652,0.234685077,-0.999},{1.964,2.998576,-2.804,1.751}}}
+C{name="index_reduce prod", expr="a:index_reduce(0, b, c, \"prod\")", inputs={"f64_3x4_a","i64_reduce_rows","f64_4x4_c"}, dtype="float64", shape={3,4}, values={{0.17987199999999998,1.342848,0.9536479999999999,10.430112000000001},{-0.248,1.652,1.362,-0.999},{1.1949618335199998,-2.32705317096,-4.80767843646,-3.1133140846079996}}}
+C{name="scatter_reduce amax", expr="a:scatter_reduce(0, b, c, \"amax\")", inputs={"f64_3x4_a","i64_sidx","f64_2x4_c"}, dtype="float64", shape={3,4}, values={{2.464,0.807,3.191,-0.849},{-0.248,1.652,1.362,-0.999},{3.495,3.5,-2.804,1.751}}}
+C{name="scatter_reduce amax exclude self", expr="a:scatter_reduce(1, b, c, \"amax\", {include_self = false})", inputs={"f64_3x4_a","i64_reduce_idx","f64_3x4_b"}, dtype="float64", shape={3,4}, values={{4.3,0.807,-3.137,-0.222},{-0.248,1.652,0.759,-0.999},{1.964,-1.306,-2.804,1.751}}}
+C{name="index_reduce amax", expr="a:index_reduce(0, b, c, \"amax\")", inputs={"f64_3x4_a","i64_reduce_rows","f64_4x4_c"}, dtype="float64", shape={3,4}, values={{2.464,1.664,-0.304,-2.822},{-0.248,1.652,1.362,-0.999},{1.261,3.618,1.899,2.912}}}
+C{name="scatter_reduce amin", expr="a:scatter_reduce(0, b, c, \"amin\")", inputs={"f64_3x4_a","i64_sidx","f64_2x4_c"}, dtype="float64", shape={3,4}, values={{-0.706,0.807,-3.137,-2.822},{-0.248,0.027,-1.517,-0.999},{0.988,1.433,-2.804,-1.184}}}
+C{name="scatter_reduce amin exclude self", expr="a:scatter_reduce(1, b, c, \"amin\", {include_self = false})", inputs={"f64_3x4_a","i64_reduce_idx","f64_3x4_b"}, dtype="float64", shape={3,4}, values={{1.538,0.807,-3.137,-0.222},{-0.248,1.652,-1.283,-0.999},{1.964,-2.296,-2.804,1.751}}}
+C{name="index_reduce amin", expr="a:index_reduce(0, b, c, \"amin\")", inputs={"f64_3x4_a","i64_reduce_rows","f64_4x4_c"}, dtype="float64", shape={3,4}, values={{0.073,0.807,-3.137,-3.696},{-0.248,1.652,1.362,-0.999},{0.806,-3.206,-2.804,-2.472}}}
+C{name="scatter_reduce amax int64", expr="a:scatter_reduce(0, b, c, \"amax\")", inputs={"i64_3x4_a","i64_sidx","i64_2x4_b"}, dtype="int64", shape={3,4}, values={{0,3,7,7},{2,-1,-6,9},{1,1,2,5}}}
+C{name="scatter_reduce amin with nan", expr="a:scatter_reduce(0, b, c, \"amin\", {include_self = false})", inputs={"f64_3x4_a","i64_reduce_nan_idx","f64_reduce_nan_src"}, dtype="float64", shape={3,4}, values={{1.0,nan,-3.137,-2.822},{-0.248,1.652,-2.0,3.0},{0.988,1.433,-2.804,1.751}}}
+C{name="index_reduce mean exclude self", expr="a:index_reduce(1, b, c, \"mean\", {include_self = false})", inputs={"f64_3x4_a","i64_reduce_cols","f64_3x3_c"}, dtype="float64", shape={3,4}, values={{0.455,0.807,-3.137,0.494},{0.287,1.652,1.362,-1.2105000000000001},{5.018,1.433,-2.804,0.007499999999999951}}}
 C{name="div floor of large int64", expr="a:div(7, {rounding_mode = \"floor\"})", inputs={"i64_large"}, dtype="int64", shape={6}, values={17636684,-141093475,157073089682,-5026338869834,1,-1}}
 C{name="div trunc of large int64", expr="a:div(-7, \"trunc\")", inputs={"i64_large"}, dtype="int64", shape={6}, values={-17636684,141093474,-157073089682,5026338869833,-1,1}}
 end)() end
