@@ -67,6 +67,14 @@ local function want_operand(v, fn, what)
   return v
 end
 
+-- an options table, or nil (an empty one)
+local function want_opts(opts, fn)
+  if opts ~= nil and (type(opts) ~= "table" or is_tensor(opts)) then
+    raise(fn .. ": expected the options as a table, got " .. typename(opts))
+  end
+  return opts or {}
+end
+
 local function want_float(fn, t)
   if not t.dtype.is_floating_point then
     raise(string.format("%s: expected a floating point tensor, got %s", fn, t.dtype.name))
@@ -1375,7 +1383,7 @@ function torch.logspace(start, stop, steps, base, opts)
   base = want_number(base, "logspace", "base", 10)
   local exps = torch.linspace(start, stop, steps, { dtype = torch.float64 })
   local out = torch.full_like(exps, base) ^ exps
-  opts = opts or {}
+  opts = want_opts(opts, "logspace")
   return out:to(opts.device or "cpu", opts.dtype or torch.get_default_dtype())
 end
 
@@ -1387,7 +1395,7 @@ function torch.as_tensor(data, opts)
     raise("as_tensor: expected a dtype or an options table {dtype =, device =}, got " .. typename(opts))
   end
   if not is_tensor(data) then return torch.tensor(data, opts) end
-  opts = opts or {}
+  opts = want_opts(opts, "as_tensor")
   if opts.dtype == nil and opts.device == nil then return data end
   return data:to(opts.device or data.device, opts.dtype or data.dtype)
 end
@@ -1472,7 +1480,7 @@ methods.combinations = torch.combinations
 local function trapezoids(fn, total, y, x, opts)
   if type(x) == "table" and not is_tensor(x) then x, opts = nil, x end
   if type(x) == "number" then x, opts = nil, { dx = x } end
-  opts = opts or {}
+  opts = want_opts(opts, fn)
   want_tensor(y, fn, "y")
   if x ~= nil then want_tensor(x, fn, "x") end
   if type(opts) ~= "table" then raise(fn .. ": expected an options table {dx =, dim =}, got " .. typename(opts)) end
@@ -1517,7 +1525,7 @@ function torch.histogram(t, bins, opts)
   local fn = "histogram"
   want_float(fn, want_tensor(t, fn, "input"))
   if type(bins) == "table" and not is_tensor(bins) then opts, bins = bins, bins.bins end
-  opts = opts or {}
+  opts = want_opts(opts, "histogram")
   local edges
   if is_tensor(bins) then
     edges = bins:to(t.dtype)
@@ -1579,7 +1587,8 @@ function methods.unfold(t, dimension, size, step)
 end
 -- sum_to_size(size): summed over the dims that size broadcasts
 function methods.sum_to_size(t, size, ...)
-  if type(size) ~= "table" then size = { size, ... } end
+  if type(size) ~= "table" or is_tensor(size) then size = { size, ... } end
+  for i, s in ipairs(size) do want_int(s, "sum_to_size", "size[" .. i .. "]", nil, 0) end
   local lead = t:dim() - #size
   if lead < 0 then raise("sum_to_size: size {" .. table.concat(size, ", ") .. "} is not expandable to the tensor's size") end
   local out = t
@@ -1608,6 +1617,9 @@ function methods.copysign(t, other)
   return torch.where(negative, -a, a)
 end
 function methods.ldexp(t, other)
+  if not is_tensor(other) and type(other) ~= "number" then
+    raise("ldexp: expected other to be a tensor or a number, got " .. typename(other))
+  end
   local e = is_tensor(other) and other:double() or other
   return t * (is_tensor(e) and torch.full_like(e, 2) ^ e or 2 ^ e)
 end
@@ -1852,13 +1864,20 @@ end
 
 -- apply_(fn) and map_(other, fn): each element (of a CPU tensor) replaced
 -- by fn(x) (fn(x, y)), in place, on the host
+local function want_callable(f, fn)
+  if type(f) ~= "function" and not (type(f) == "table" and getmetatable(f) and getmetatable(f).__call) then
+    raise(fn .. ": expected a function, got " .. typename(f))
+  end
+end
 function methods.apply_(t, fn)
+  want_callable(fn, "apply_")
   if t.device.type ~= "cpu" then raise("apply_: only CPU tensors are supported") end
   local vals = host_values(t)
   for i, v in ipairs(vals) do vals[i] = fn(v) end
   return t:copy_(torch.tensor(vals, { dtype = t.dtype }):reshape(t:size()))
 end
 function methods.map_(t, other, fn)
+  want_callable(fn, "map_")
   if t.device.type ~= "cpu" then raise("map_: only CPU tensors are supported") end
   local a, b = host_values(t), host_values(want_tensor(other, "map_", "other"):expand(t:size()))
   for i, v in ipairs(a) do a[i] = fn(v, b[i]) end
@@ -1949,6 +1968,7 @@ function methods.vdot(t, other)
 end
 function torch.chain_matmul(...)
   local list = select("#", ...) == 1 and type((...)) == "table" and not is_tensor((...)) and (...) or { ... }
+  for i = 1, select("#", unpack(list)) do want_tensor(list[i], "chain_matmul", "matrix " .. i) end
   return torch.linalg.multi_dot(list)
 end
 -- diagflat([offset]): the flattened input on a diagonal
@@ -1961,9 +1981,11 @@ function methods.logaddexp2(t, other)
 end
 -- fmax / fmin(other): the larger (smaller), a NaN on one side ignored
 function methods.fmax(t, other)
+  other = want_tensor(other, "fmax", "other")
   return torch.where(t:ne(t), other, torch.where(other:ne(other), t, torch.maximum(t, other)))
 end
 function methods.fmin(t, other)
+  other = want_tensor(other, "fmin", "other")
   return torch.where(t:ne(t), other, torch.where(other:ne(other), t, torch.minimum(t, other)))
 end
 
@@ -1997,7 +2019,7 @@ end
 -- corrcoef(): the correlation matrix.
 function methods.cov(t, opts)
   local fn = "cov"
-  opts = opts or {}
+  opts = want_opts(opts, "cov")
   want_float(fn, t)
   if t:dim() > 2 then raise(fn .. ": expected input to have two or fewer dimensions but got an input with " .. t:dim() .. " dimensions") end
   local x = t:dim() < 2 and t:reshape(1, -1) or t
@@ -2033,7 +2055,7 @@ end
 -- inverse and counts when asked for; on the host.
 function methods.unique_consecutive(t, opts)
   if type(opts) == "boolean" then opts = { return_inverse = opts } end
-  opts = opts or {}
+  opts = want_opts(opts, "unique_consecutive")
   local x = t
   local d = opts.dim
   if d == nil then x = t:reshape(-1) end
@@ -2068,7 +2090,7 @@ local function window(fn, n, periodic, opts, f)
   n = want_int(n, fn, "window_length", nil, 0)
   if type(periodic) == "table" then opts, periodic = periodic, nil end
   if periodic == nil then periodic = true end
-  opts = opts or {}
+  opts = want_opts(opts, fn)
   local dt = opts.dtype or torch.get_default_dtype()
   if n == 0 then return torch.zeros(0, { dtype = dt, device = opts.device }) end
   if n == 1 then return torch.ones(1, { dtype = dt, device = opts.device }) end
@@ -2133,7 +2155,7 @@ end
 
 function torch.scalar_tensor(v, opts)
   if type(v) ~= "number" and type(v) ~= "boolean" then raise("scalar_tensor: expected a number, got " .. typename(v)) end
-  opts = opts or {}
+  opts = want_opts(opts, "scalar_tensor")
   return torch.tensor(v, { dtype = opts.dtype or torch.get_default_dtype(), device = opts.device,
                            requires_grad = opts.requires_grad })
 end
@@ -2145,6 +2167,7 @@ function torch.concatenate(list, dim) return torch.cat(list, dim or 0) end
 local function operand(v)
   if is_tensor(v) then return v:detach():reshape(-1):narrow(0, 0, math.min(v:numel(), 1)) end
   if getmetatable(v) == torch.dtype_mt then return torch.zeros(1, { dtype = v }) end
+  if type(v) ~= "number" then raise("result_type: expected tensors, dtypes or numbers, got " .. typename(v)) end
   return v
 end
 function torch.result_type(a, b)
