@@ -487,7 +487,8 @@ end
 
 local function typename(x) return is_tensor(x) and "Tensor" or type(x) end
 
--- The multi-index (0-based) of flat element i of a tensor of this shape.
+-- The multi-index (0-based) of flat element i of a tensor of this shape
+-- (also torch.testing's, for its messages).
 local function unravel(i, shape)
   local idx = {}
   for d = #shape, 1, -1 do
@@ -496,6 +497,7 @@ local function unravel(i, shape)
   end
   return idx
 end
+A._unravel = unravel
 
 local function index_str(idx) return "[" .. table.concat(idx, ", ") .. "]" end
 

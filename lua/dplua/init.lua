@@ -208,22 +208,18 @@ end
 -- `for _, block in ipairs(self.blocks)` over an nn.ModuleList would run no
 -- iteration at all. ipairs honours it here (nn's containers iterate their
 -- modules; other modules raise); a plain table gets the built-in iterator.
-local builtin_ipairs = ipairs
-function _G.ipairs(t)
-  local mt = getmetatable(t)
-  local custom = type(mt) == "table" and rawget(mt, "__ipairs")
-  if custom then return custom(t) end
-  return builtin_ipairs(t)
-end
 -- pairs honours __pairs the same way (an optimizer's state, indexed by
--- parameter, is computed from its flat buffers)
-local builtin_pairs = pairs
-function _G.pairs(t)
-  local mt = getmetatable(t)
-  local custom = type(mt) == "table" and rawget(mt, "__pairs")
-  if custom then return custom(t) end
-  return builtin_pairs(t)
+-- parameter, is computed from its flat buffers).
+local function honouring(metamethod, builtin)
+  return function(t)
+    local mt = getmetatable(t)
+    local custom = type(mt) == "table" and rawget(mt, metamethod)
+    if custom then return custom(t) end
+    return builtin(t)
+  end
 end
+_G.ipairs = honouring("__ipairs", ipairs)
+_G.pairs = honouring("__pairs", pairs)
 
 torch.__version__ = ffi.string(C.dp_version())
 function torch.build_options() return ffi.string(C.dp_build_options()) end

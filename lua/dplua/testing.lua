@@ -73,13 +73,9 @@ end
 
 local function shape_str(t) return tostring(t.shape) end
 
-local function unravel(flat, shape)
-  local idx = {}
-  for d = #shape, 1, -1 do
-    idx[d] = flat % shape[d]
-    flat = math.floor(flat / shape[d])
-  end
-  return "(" .. table.concat(idx, ", ") .. (#shape == 1 and ",)" or ")")
+-- flat element i's index as Python prints a tuple: (1,) or (1, 2)
+local function index_str(flat, shape)
+  return "(" .. table.concat(require("dplua.autograd")._unravel(flat, shape), ", ") .. (#shape == 1 and ",)" or ")")
 end
 
 -- The greatest of diff (a float64 tensor, 0 where the elements matched)
@@ -92,7 +88,7 @@ local function greatest(diff, shape)
   else
     flat = diff:reshape(-1):argmax():item()
   end
-  return diff:reshape(-1)[flat]:item(), unravel(flat, shape)
+  return diff:reshape(-1)[flat]:item(), index_str(flat, shape)
 end
 
 local function compare_tensors(a, e, o)

@@ -360,12 +360,20 @@ end
 
 function Optimizer:step(...) return Optimizer._hooked_step(self, fused_step, ...) end
 
-function Optimizer:register_step_pre_hook(fn)
-  return add_hook(hooks_of(self).pre, fn, "register_step_pre_hook")
+-- The registrations of one optimizer's hooks, by the list each fills.
+-- The step's: hook(optimizer, args) as above. The state dicts': a pre hook
+-- runs hook(optimizer) before state_dict(), a post hook hook(optimizer,
+-- state_dict) after it and may return a new one; a load pre hook
+-- hook(optimizer, state_dict) before load_state_dict() and may return the
+-- dict to load, a load post hook hook(optimizer) after it.
+for name, list in pairs({ register_step_pre_hook = "pre", register_step_post_hook = "post",
+                          register_state_dict_pre_hook = "state_dict_pre",
+                          register_state_dict_post_hook = "state_dict_post",
+                          register_load_state_dict_pre_hook = "load_pre",
+                          register_load_state_dict_post_hook = "load_post" }) do
+  Optimizer[name] = function(self, fn) return add_hook(hooks_of(self)[list], fn, name) end
 end
-function Optimizer:register_step_post_hook(fn)
-  return add_hook(hooks_of(self).post, fn, "register_step_post_hook")
-end
+-- for every optimizer's step
 function Optimizer.register_optimizer_step_pre_hook(fn)
   any_global_hook = true
   return add_hook(global_hooks.pre, fn, "register_optimizer_step_pre_hook")
@@ -373,23 +381,6 @@ end
 function Optimizer.register_optimizer_step_post_hook(fn)
   any_global_hook = true
   return add_hook(global_hooks.post, fn, "register_optimizer_step_post_hook")
-end
-
--- State dict hooks: a pre hook runs hook(optimizer) before state_dict(), a
--- post hook hook(optimizer, state_dict) after it and may return a new one;
--- a load pre hook hook(optimizer, state_dict) before load_state_dict() and
--- may return the dict to load, a load post hook hook(optimizer) after it.
-function Optimizer:register_state_dict_pre_hook(fn)
-  return add_hook(hooks_of(self).state_dict_pre, fn, "register_state_dict_pre_hook")
-end
-function Optimizer:register_state_dict_post_hook(fn)
-  return add_hook(hooks_of(self).state_dict_post, fn, "register_state_dict_post_hook")
-end
-function Optimizer:register_load_state_dict_pre_hook(fn)
-  return add_hook(hooks_of(self).load_pre, fn, "register_load_state_dict_pre_hook")
-end
-function Optimizer:register_load_state_dict_post_hook(fn)
-  return add_hook(hooks_of(self).load_post, fn, "register_load_state_dict_post_hook")
 end
 
 -- fn(self, v) with the hooks of kind pre and post around it: a hook's
