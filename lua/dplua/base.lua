@@ -303,6 +303,15 @@ local function check_number(v, fn, what)
   return v
 end
 
+-- An options table, or nil as an empty one; anything else is an error.
+local function options(opts, fn)
+  if opts ~= nil and (type(opts) ~= "table" or is_tensor(opts)) then
+    raise(fn .. ": expected the options as a table, got " .. typename(opts))
+  end
+  return opts or {}
+end
+torch._options = options
+
 -- The shape of a tensor as a Lua list (torch.Size).
 local size_mt = { __tostring = function(s) return "torch.Size([" .. table.concat(s, ", ") .. "])" end }
 local function shape_of(t)
@@ -334,6 +343,19 @@ local function finally(undo, arg, ok, ...)
 end
 torch._finally = finally
 
+-- This machine's name and this process's id, for the names of files a run
+-- writes (event files, traces). Read from /proc: lua/dplua declares no C.
+local function read_first_line(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local line = f:read("*l")
+  f:close()
+  return line
+end
+torch._host_name = (read_first_line("/proc/sys/kernel/hostname") or os.getenv("HOSTNAME") or "localhost")
+  :gsub("[^%w%.%-_]", "_")
+torch._pid = tonumber((read_first_line("/proc/self/stat") or "0"):match("^%d+"))
+
 -- lazy(t, loaders): t's fields named in loaders made on first read, by
 -- loaders[name]() (a submodule loaded on first use), and kept.
 function torch._lazy(t, loaders)
@@ -355,6 +377,6 @@ return {
   dtype_mt = dtype_mt, dtypes_by_id = dtypes_by_id, dtypes_by_name = dtypes_by_name, to_dtype = to_dtype,
   device_mt = device_mt, device_obj = device_obj, parse_device = parse_device,
   shape_buf = shape_buf, dims_buf = dims_buf, check_int = check_int, check_dim = check_dim,
-  check_number = check_number, parse_shape = parse_shape, is_options = is_options,
+  check_number = check_number, options = options, parse_shape = parse_shape, is_options = is_options,
   split_options = split_options, creation_opts = creation_opts, shape_of = shape_of, wrap_dim = wrap_dim,
 }

@@ -21,8 +21,6 @@ local json = require("dplua.json")
 local C = torch.C
 local raise, is_tensor = torch._raise, torch.is_tensor
 
-pcall(ffi.cdef, "int getpid(void); int gethostname(char *name, size_t len);")
-
 local M = {}
 M.ProfilerActivity = { CPU = "CPU", CUDA = "CUDA" }
 M.ProfilerAction = { NONE = "NONE", WARMUP = "WARMUP", RECORD = "RECORD", RECORD_AND_SAVE = "RECORD_AND_SAVE" }
@@ -284,7 +282,7 @@ end
 -- complete events (chrome://tracing, Perfetto, TensorBoard's profiler)
 function Profile:export_chrome_trace(path)
   if type(path) ~= "string" then raise("export_chrome_trace: expected a file path, got " .. type(path)) end
-  local pid = tonumber(ffi.C.getpid())
+  local pid = torch._pid
   local events = {}
   for k, e in ipairs(self:events()) do
     events[k] = { ph = "X", cat = e.name:find("Backward%d*$") and "backward" or "cpu_op", name = e.name, pid = pid,
@@ -495,9 +493,7 @@ end
 function M.tensorboard_trace_handler(dir, worker_name)
   if type(dir) ~= "string" then raise("tensorboard_trace_handler: expected a directory, got " .. type(dir)) end
   if worker_name == nil then
-    local buf = ffi.new("char[256]")
-    ffi.C.gethostname(buf, 255)
-    worker_name = ffi.string(buf) .. "_" .. tonumber(ffi.C.getpid())
+    worker_name = torch._host_name .. "_" .. torch._pid
   end
   return function(prof)
     os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")

@@ -348,16 +348,7 @@ end
 
 ---------------------------------------------------------------- the event file
 
--- This machine's name and this process's id, for file names.
-local function read_first_line(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local line = f:read("*l")
-  f:close()
-  return line
-end
-local host_name = (read_first_line("/proc/sys/kernel/hostname") or os.getenv("HOSTNAME") or "localhost"):gsub("[^%w%.%-_]", "_")
-local pid = (read_first_line("/proc/self/stat") or "0"):match("^%d+")
+local host_name, pid = torch._host_name, torch._pid
 local files_made = 0
 
 local EventFile = {}
