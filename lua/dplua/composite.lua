@@ -67,14 +67,6 @@ local function want_operand(v, fn, what)
   return v
 end
 
--- an options table, or nil (an empty one)
-local function want_opts(opts, fn)
-  if opts ~= nil and (type(opts) ~= "table" or is_tensor(opts)) then
-    raise(fn .. ": expected the options as a table, got " .. typename(opts))
-  end
-  return opts or {}
-end
-
 local function want_float(fn, t)
   if not t.dtype.is_floating_point then
     raise(string.format("%s: expected a floating point tensor, got %s", fn, t.dtype.name))
@@ -1076,7 +1068,7 @@ local function triangle(fn, keep)
     if type(offset) == "table" then offset, opts = nil, offset end
     row, col = want_int(row, fn, "row", nil, 0), want_int(col, fn, "col", nil, 0)
     offset = want_int(offset, fn, "offset", 0)
-    local o = { dtype = torch.int64, device = opts and opts.device }
+    local o = { dtype = torch.int64, device = B.options(opts, fn).device }
     local r = torch.arange(row, o):view(-1, 1):expand(row, col)
     local c = torch.arange(col, o):view(1, -1):expand(row, col)
     local mask = keep(c - r, offset)
@@ -1355,6 +1347,7 @@ end
 function torch.normal(mean, std, size, opts)
   local fn = "normal"
   if type(size) == "table" and size[1] == nil and next(size) ~= nil then size, opts = nil, size end
+  if opts ~= nil then B.options(opts, fn) end
   if opts and opts.generator ~= nil then
     local gen = opts.generator
     local rest = {}
@@ -1383,7 +1376,7 @@ function torch.logspace(start, stop, steps, base, opts)
   base = want_number(base, "logspace", "base", 10)
   local exps = torch.linspace(start, stop, steps, { dtype = torch.float64 })
   local out = torch.full_like(exps, base) ^ exps
-  opts = want_opts(opts, "logspace")
+  opts = B.options(opts, "logspace")
   return out:to(opts.device or "cpu", opts.dtype or torch.get_default_dtype())
 end
 
@@ -1395,7 +1388,7 @@ function torch.as_tensor(data, opts)
     raise("as_tensor: expected a dtype or an options table {dtype =, device =}, got " .. typename(opts))
   end
   if not is_tensor(data) then return torch.tensor(data, opts) end
-  opts = want_opts(opts, "as_tensor")
+  opts = B.options(opts, "as_tensor")
   if opts.dtype == nil and opts.device == nil then return data end
   return data:to(opts.device or data.device, opts.dtype or data.dtype)
 end
@@ -1480,7 +1473,7 @@ methods.combinations = torch.combinations
 local function trapezoids(fn, total, y, x, opts)
   if type(x) == "table" and not is_tensor(x) then x, opts = nil, x end
   if type(x) == "number" then x, opts = nil, { dx = x } end
-  opts = want_opts(opts, fn)
+  opts = B.options(opts, fn)
   want_tensor(y, fn, "y")
   if x ~= nil then want_tensor(x, fn, "x") end
   if type(opts) ~= "table" then raise(fn .. ": expected an options table {dx =, dim =}, got " .. typename(opts)) end
@@ -1525,7 +1518,7 @@ function torch.histogram(t, bins, opts)
   local fn = "histogram"
   want_float(fn, want_tensor(t, fn, "input"))
   if type(bins) == "table" and not is_tensor(bins) then opts, bins = bins, bins.bins end
-  opts = want_opts(opts, "histogram")
+  opts = B.options(opts, "histogram")
   local edges
   if is_tensor(bins) then
     edges = bins:to(t.dtype)
@@ -2019,7 +2012,7 @@ end
 -- corrcoef(): the correlation matrix.
 function methods.cov(t, opts)
   local fn = "cov"
-  opts = want_opts(opts, "cov")
+  opts = B.options(opts, "cov")
   want_float(fn, t)
   if t:dim() > 2 then raise(fn .. ": expected input to have two or fewer dimensions but got an input with " .. t:dim() .. " dimensions") end
   local x = t:dim() < 2 and t:reshape(1, -1) or t
@@ -2055,7 +2048,7 @@ end
 -- inverse and counts when asked for; on the host.
 function methods.unique_consecutive(t, opts)
   if type(opts) == "boolean" then opts = { return_inverse = opts } end
-  opts = want_opts(opts, "unique_consecutive")
+  opts = B.options(opts, "unique_consecutive")
   local x = t
   local d = opts.dim
   if d == nil then x = t:reshape(-1) end
@@ -2090,7 +2083,7 @@ local function window(fn, n, periodic, opts, f)
   n = want_int(n, fn, "window_length", nil, 0)
   if type(periodic) == "table" then opts, periodic = periodic, nil end
   if periodic == nil then periodic = true end
-  opts = want_opts(opts, fn)
+  opts = B.options(opts, fn)
   local dt = opts.dtype or torch.get_default_dtype()
   if n == 0 then return torch.zeros(0, { dtype = dt, device = opts.device }) end
   if n == 1 then return torch.ones(1, { dtype = dt, device = opts.device }) end
@@ -2155,7 +2148,7 @@ end
 
 function torch.scalar_tensor(v, opts)
   if type(v) ~= "number" and type(v) ~= "boolean" then raise("scalar_tensor: expected a number, got " .. typename(v)) end
-  opts = want_opts(opts, "scalar_tensor")
+  opts = B.options(opts, "scalar_tensor")
   return torch.tensor(v, { dtype = opts.dtype or torch.get_default_dtype(), device = opts.device,
                            requires_grad = opts.requires_grad })
 end

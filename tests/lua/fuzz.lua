@@ -852,13 +852,37 @@ A.any_method = function(k)
   return string.format("P[%d] = %s:%s(%s)", k, t, name, a)
 end
 
+-- nn.functional's functions and nn's module classes: a module is built
+-- from random arguments and called with random ones
+local FUNCTIONALS, MODULES = {}, {}
+for name, v in pairs(torch.nn.functional) do
+  if type(v) == "function" and not excluded(name) then FUNCTIONALS[#FUNCTIONALS + 1] = name end
+end
+for name, v in pairs(torch.nn) do
+  if type(v) == "table" and rawget(v, "__name") and name:match("^%u") then MODULES[#MODULES + 1] = name end
+end
+table.sort(FUNCTIONALS)
+table.sort(MODULES)
+A.any_functional = function(k)
+  return string.format("P[%d] = torch.nn.functional.%s(%s)", k, pick(FUNCTIONALS), args(R(0, 4)))
+end
+-- a module's sizes stay small (the pool would hold its weights); other
+-- arguments are as wrong as any
+local function module_arg()
+  if R() < 0.6 then return tostring(R(0, 9)) end
+  return pick({ "true", "false", "{}", "'abc'", "nil", "{2, 3}", "{bias = false}", "-1", "0.5", "{dim = 1}" })
+end
+A.any_module = function(k)
+  return string.format("P[%d] = torch.nn.%s(%s)(%s)", k, pick(MODULES), args(R(0, 3), module_arg), args(R(0, 2)))
+end
+
 -- weights: how often each action runs
 local ACTIONS = {
   { "create", 6 }, { "create_other", 6 }, { "fresh", 6 }, { "view", 12 }, { "index", 9 }, { "unary", 6 },
   { "binary", 12 }, { "where_clamp", 4 }, { "reduce", 8 }, { "matmul", 5 }, { "select_gather", 5 },
   { "cat_stack", 4 }, { "convert", 5 }, { "inspect", 6 }, { "inplace_fill", 4 }, { "grad_leaf", 3 },
   { "grad", 6 }, { "double_backward", 1 }, { "grad_chain", 4 }, { "drop", 2 }, { "gc", 1 }, { "dtype_state", 0.3 },
-  { "any_function", 6 }, { "any_method", 6 },
+  { "any_function", 6 }, { "any_method", 6 }, { "any_functional", 3 }, { "any_module", 2 },
 }
 local total_weight = 0
 for _, a in ipairs(ACTIONS) do total_weight = total_weight + a[2] end

@@ -1949,6 +1949,7 @@ end
 local function lp_pool(fn, avg, window)
   return function(input, norm_type, kernel_size, stride, ceil_mode)
     if type(stride) == "table" and stride[1] == nil then stride, ceil_mode = stride.stride, stride.ceil_mode end
+    want_float(input, fn, "input")
     local p = want_number(norm_type, fn, "norm_type")
     if p == nil or p == 0 then raise(fn .. ": expected a non-zero norm_type") end
     local out = avg(input:pow(p), kernel_size, stride, 0, ceil_mode)
@@ -2293,7 +2294,7 @@ function F.scaled_dot_product_attention(q, k, v, opts)
   want_float(q, fn, "query")
   want_float(k, fn, "key")
   want_float(v, fn, "value")
-  opts = opts or {}
+  opts = torch._options(opts, fn)
   if type(opts) ~= "table" then raise(fn .. ": expected an options table, got " .. typename(opts)) end
   for key in pairs(opts) do
     if not sdpa_opts[key] then
@@ -2525,9 +2526,19 @@ function F.rms_norm(input, normalized_shape, weight, eps)
   if type(weight) == "table" and not is_tensor(weight) then weight, eps = weight.weight, weight.eps end
   want_float(input, fn, "input")
   if type(normalized_shape) == "number" then normalized_shape = { normalized_shape } end
+  if type(normalized_shape) ~= "table" or is_tensor(normalized_shape) then
+    raise(fn .. ": expected normalized_shape to be an integer or a list of them, got " .. typename(normalized_shape))
+  end
   local n, dims = #normalized_shape, {}
+  if n > input:dim() then
+    raise(string.format("%s: normalized_shape has %d dims, the input only %d", fn, n, input:dim()))
+  end
   for i = 1, n do
-    if input:size(-n - 1 + i) ~= normalized_shape[i] then
+    local v = normalized_shape[i]
+    if type(v) ~= "number" or v % 1 ~= 0 or v < 0 then
+      raise(string.format("%s: expected normalized_shape's sizes to be integers, got %s", fn, tostring(v)))
+    end
+    if input:size(-n - 1 + i) ~= v then
       raise(string.format("%s: expected input with shape [*, %s], got %s", fn, table.concat(normalized_shape, ", "),
                           shape_str(input)))
     end
@@ -2548,7 +2559,7 @@ end
 function F.instance_norm(input, opts)
   local fn = "instance_norm"
   want_float(input, fn, "input")
-  opts = opts or {}
+  opts = torch._options(opts, fn)
   if input:dim() < 3 then raise(fn .. ": expected an input of at least 3 dims (N, C, ...), got " .. shape_str(input)) end
   local N, C = input:size(0), input:size(1)
   local eps, rm, rv = opts.eps or 1e-5, opts.running_mean, opts.running_var
@@ -2584,6 +2595,9 @@ function F.local_response_norm(input, size, alpha, beta, k)
   want_float(input, fn, "input")
   if input:dim() < 3 then raise(fn .. ": expected an input of at least 3 dims (N, C, ...), got " .. shape_str(input)) end
   alpha, beta, k = alpha or 1e-4, beta or 0.75, k or 1
+  if type(size) ~= "number" or size % 1 ~= 0 or size < 1 then
+    raise(fn .. ": expected size to be a positive integer, got " .. tostring(size))
+  end
   local front, back = math.floor(size / 2), math.floor((size - 1) / 2)
   local N, C = input:size(0), input:size(1)
   local sq = (input * input):reshape(N, 1, C, -1, 1)
@@ -2871,7 +2885,7 @@ end
 function F.embedding_bag(input, weight, offsets, opts)
   local fn = "embedding_bag"
   if type(offsets) == "table" and not is_tensor(offsets) then offsets, opts = offsets.offsets, offsets end
-  opts = opts or {}
+  opts = torch._options(opts, fn)
   local mode = opts.mode or "mean"
   if mode ~= "sum" and mode ~= "mean" and mode ~= "max" then
     raise(fn .. ': mode must be "sum", "mean" or "max", got ' .. tostring(mode))

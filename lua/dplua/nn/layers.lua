@@ -151,6 +151,7 @@ function L.PReLU:extra_repr() return "num_parameters=" .. self.num_parameters en
 -- Softmax2d: softmax over the channels (dim -3) of (N, C, H, W) or (C, H, W)
 L.Softmax2d = Module:extend("Softmax2d")
 function L.Softmax2d:forward(x)
+  if not torch.is_tensor(x) then raise("Softmax2d: expected a tensor input, got " .. typename(x)) end
   if x:dim() ~= 3 and x:dim() ~= 4 then raise("Softmax2d: expected a 3-D or 4-D input, got " .. x:dim() .. " dims") end
   return F.softmax(x, -3)
 end
@@ -204,7 +205,10 @@ function L.Flatten:__init(start_dim, end_dim)
   if is_opts(start_dim) then start_dim, end_dim = start_dim.start_dim, start_dim.end_dim end
   self.start_dim, self.end_dim = start_dim or 1, end_dim or -1
 end
-function L.Flatten:forward(x) return x:flatten(self.start_dim, self.end_dim) end
+function L.Flatten:forward(x)
+  if not torch.is_tensor(x) then raise("Flatten: expected a tensor input, got " .. typename(x)) end
+  return x:flatten(self.start_dim, self.end_dim)
+end
 function L.Flatten:extra_repr() return string.format("start_dim=%d, end_dim=%d", self.start_dim, self.end_dim) end
 
 -- Unflatten(dim, unflattened_size): dim of the input viewed as the sizes
@@ -869,6 +873,9 @@ function L.RMSNorm:__init(normalized_shape, eps, elementwise_affine)
     eps, elementwise_affine = opts.eps, opts.elementwise_affine
   end
   if type(normalized_shape) == "number" then normalized_shape = { normalized_shape } end
+  if type(normalized_shape) ~= "table" or torch.is_tensor(normalized_shape) then
+    raise("RMSNorm: expected normalized_shape to be an integer or a list of them, got " .. typename(normalized_shape))
+  end
   local shape = {}
   for i, v in ipairs(normalized_shape) do shape[i] = want_int(v, "RMSNorm", "normalized_shape", 1) end
   self.normalized_shape, self.eps = shape, eps
@@ -916,6 +923,7 @@ local function instance_norm_class(name, spatial)
     end
   end
   function cls:forward(x)
+    if not torch.is_tensor(x) then raise(name .. ": expected a tensor input, got " .. typename(x)) end
     if x:dim() ~= spatial + 1 and x:dim() ~= spatial + 2 then
       raise(string.format("%s: expected a %d-D or %d-D input, got %d-D input", name, spatial + 1, spatial + 2, x:dim()))
     end
@@ -1218,6 +1226,9 @@ end
 -- ModuleList({m1, m2}): a list of children without a forward.
 L.ModuleList = Module:extend("ModuleList")
 function L.ModuleList:__init(list)
+  if list ~= nil and (type(list) ~= "table" or module.is_module(list)) then
+    raise("ModuleList: expected a list of modules, got " .. typename(list))
+  end
   for _, m in ipairs(list or {}) do self:append(m) end
 end
 L.ModuleList.__getitem = L.Sequential.__getitem

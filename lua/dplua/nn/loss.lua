@@ -236,6 +236,11 @@ function ASM:__init(in_features, n_classes, cutoffs, div_value, head_bias)
   local fn = "AdaptiveLogSoftmaxWithLoss"
   local opts = {}
   if type(div_value) == "table" then opts = div_value; div_value, head_bias = opts.div_value, opts.head_bias end
+  for _, a in ipairs({ { "in_features", in_features }, { "n_classes", n_classes } }) do
+    if type(a[2]) ~= "number" or a[2] % 1 ~= 0 or a[2] < 1 then
+      raise(string.format("%s: expected %s to be a positive integer, got %s", fn, a[1], tostring(a[2])))
+    end
+  end
   if type(cutoffs) ~= "table" or #cutoffs == 0 then raise(fn .. ": expected cutoffs to be a non-empty list of class counts") end
   for i, c in ipairs(cutoffs) do
     if type(c) ~= "number" or c % 1 ~= 0 or c <= 0 or c > n_classes - 1 or (i > 1 and c <= cutoffs[i - 1]) then

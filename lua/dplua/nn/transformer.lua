@@ -288,11 +288,16 @@ end
 function F.multi_head_attention_forward(query, key, value, embed_dim, num_heads, in_proj_weight, in_proj_bias, bias_k,
                                         bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias, opts)
   local fn = "multi_head_attention_forward"
-  opts = opts or {}
+  opts = torch._options(opts, fn)
   if opts.static_k ~= nil or opts.static_v ~= nil then raise(fn .. ": static_k and static_v are not supported") end
   want_float(query, fn, "query")
   want_float(key, fn, "key")
   want_float(value, fn, "value")
+  for _, a in ipairs({ { "embed_dim_to_check", embed_dim }, { "num_heads", num_heads } }) do
+    if type(a[2]) ~= "number" or a[2] % 1 ~= 0 or a[2] < 1 then
+      raise(string.format("%s: expected %s to be a positive integer, got %s", fn, a[1], tostring(a[2])))
+    end
+  end
   if query:size(-1) ~= embed_dim then
     raise(string.format("%s: was expecting embedding dimension of %d, but got %d", fn, embed_dim, query:size(-1)))
   end
