@@ -98,6 +98,21 @@ def grad_two_outputs():
 cases["grad_two_outputs"] = grad_two_outputs()
 
 
+def backward_several():
+    """torch.autograd.backward from two roots, one weighted; then with inputs."""
+    x, w = x_of(), w_of()
+    y = x @ w
+    go = filled((2, 2), lambda i: 0.5 + i)
+    torch.autograd.backward([y.sin().sum(), y * y], [None, go])
+    out = {"gx": x.grad.clone(), "gw": w.grad.clone()}
+    torch.autograd.backward([(x @ w).exp().sum()], inputs=[w])
+    out["gx_after"], out["gw_after"] = x.grad, w.grad
+    return out
+
+
+cases["backward_several"] = backward_several()
+
+
 def tensor_hooks():
     x, w = x_of(), w_of()
     seen = {}

@@ -394,16 +394,19 @@ end
 
 ---------------------------------------------------------------- grad
 
-local function tensor_list(x, what)
+local function tensor_list(x, what, fn)
+  fn = fn or "grad"
   if is_tensor(x) then return { x }, 1 end
-  if type(x) ~= "table" then raise("grad: expected " .. what .. " to be a tensor or a list of tensors, got " .. type(x)) end
+  if type(x) ~= "table" then
+    raise(string.format("%s: expected %s to be a tensor or a list of tensors, got %s", fn, what, type(x)))
+  end
   local n = table.maxn(x)
   for i = 1, n do
     if not is_tensor(x[i]) then
-      raise(string.format("grad: expected %s[%d] to be a tensor, got %s", what, i, type(x[i])))
+      raise(string.format("%s: expected %s[%d] to be a tensor, got %s", fn, what, i, type(x[i])))
     end
   end
-  if n == 0 then raise("grad: " .. what .. " is empty") end
+  if n == 0 then raise(fn .. ": " .. what .. " is empty") end
   return x, n
 end
 
@@ -484,6 +487,58 @@ function A.grad(outputs, inputs, opts)
   end
   return grads
 end
+
+-- backward(tensors [, grad_tensors] [, {retain_graph=, inputs=}]): as
+-- tensor:backward for one tensor; for a list, one walk from all of them
+-- (each weighted by its grad_tensors entry), gradients summed into .grad.
+-- With inputs, only their .grad receive gradients.
+function A.backward(tensors, grad_tensors, opts)
+  if opts == nil and type(grad_tensors) == "table" and table.maxn(grad_tensors) == 0 and next(grad_tensors) ~= nil then
+    grad_tensors, opts = nil, grad_tensors
+  end
+  opts = torch._options(opts, "backward")
+  for k in pairs(opts) do
+    if k ~= "retain_graph" and k ~= "create_graph" and k ~= "inputs" then
+      raise("backward: unknown option '" .. tostring(k) .. "' (expected retain_graph, create_graph, inputs)")
+    end
+  end
+  if opts.create_graph then raise("backward: create_graph=true is not supported (see torch.autograd.grad)") end
+  local outs = tensor_list(tensors, "tensors", "backward")
+  if opts.inputs ~= nil then
+    local ins = tensor_list(opts.inputs, "inputs", "backward")
+    local grads = A.grad(outs, ins, { grad_outputs = grad_tensors, retain_graph = opts.retain_graph,
+                                      allow_unused = true })
+    for i, p in ipairs(ins) do
+      local g = grads[i]
+      if g ~= nil then
+        if p.grad == nil then p.grad = g else p.grad:add_(g) end
+      end
+    end
+    return
+  end
+  if is_tensor(grad_tensors) then grad_tensors = { grad_tensors } end
+  grad_tensors = grad_tensors or {}
+  if #outs == 1 then return outs[1]:backward(grad_tensors[1], opts.retain_graph) end
+  local root
+  for i, o in ipairs(outs) do
+    local g = grad_tensors[i]
+    if g == nil and o:numel() ~= 1 then
+      raise(string.format("backward: grad can be implicitly created only for scalar outputs; tensors[%d] has "
+                          .. "shape %s, pass grad_tensors", i, shape_str(o)))
+    end
+    if g ~= nil and not (is_tensor(g) and same_shape(g, o)) then
+      raise(string.format("backward: grad_tensors[%d] must be a tensor of the shape of tensors[%d] %s", i, i,
+                          shape_str(o)))
+    end
+    local term = torch.enable_grad(function() return (g and o * g or o):sum() end)
+    root = root and root + term or term
+  end
+  root:backward(nil, opts.retain_graph)
+end
+
+-- The grad modes, as PyTorch also reaches them through torch.autograd
+A.no_grad, A.enable_grad, A.set_grad_enabled = torch.no_grad, torch.enable_grad, torch.set_grad_enabled
+A.inference_mode = torch.inference_mode
 
 local function typename(x) return is_tensor(x) and "Tensor" or type(x) end
 

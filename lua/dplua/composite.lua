@@ -1907,10 +1907,12 @@ end
 
 ---------------------------------------------------------------- other names and small functions
 
--- NumPy's names and PyTorch's aliases
+-- NumPy's names and PyTorch's aliases (split_with_sizes and the unsafe_
+-- forms, which only skip a check of views in PyTorch, are split and chunk)
 local aliases = { arccos = "acos", arcsin = "asin", arctan = "atan", arccosh = "acosh", arcsinh = "asinh",
                   arctanh = "atanh", arctan2 = "atan2", greater = "gt", greater_equal = "ge", less = "lt",
-                  less_equal = "le", not_equal = "ne", fix = "trunc" }
+                  less_equal = "le", not_equal = "ne", fix = "trunc", split_with_sizes = "split",
+                  unsafe_split = "split", unsafe_split_with_sizes = "split", unsafe_chunk = "chunk" }
 for name, target in pairs(aliases) do methods[name] = function(t, ...) return methods[target](t, ...) end end
 -- real tensors: their conjugate, real part and positive are themselves;
 -- adjoint (and the properties mT, mH, H) the transpose of the last two dims
@@ -1940,11 +1942,20 @@ for _, name in ipairs({ "acos", "asin", "atan", "acosh", "asinh", "atanh", "arcc
                         "arcsinh", "arctanh", "cosh", "sinh", "tan", "deg2rad", "rad2deg", "exp2", "log2", "log10",
                         "frac", "trunc", "fix", "logit", "erfc", "erfinv", "sinc", "lgamma", "digamma", "gcd", "lcm",
                         "ldexp", "fmod", "copysign", "float_power", "heaviside", "lerp", "logaddexp", "hypot",
-                        "negative", "clamp_min", "clamp_max", "nan_to_num", "atan2", "arctan2", "xlogy", "i0" }) do
+                        "negative", "clamp_min", "clamp_max", "nan_to_num", "atan2", "arctan2", "xlogy", "i0",
+                        "absolute", "addbmm", "addr", "baddbmm", "bitwise_and", "bitwise_not", "bitwise_or",
+                        "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "cumprod", "cumsum", "divide",
+                        "floor_divide", "true_divide", "multiply", "subtract", "greater", "greater_equal", "less",
+                        "less_equal", "not_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "sgn",
+                        "scatter_reduce", "polygamma", "mvlgamma" }) do
   if methods[name .. "_"] == nil then
     methods[name .. "_"] = function(t, ...) return t:copy_(methods[name](t, ...)) end
   end
 end
+
+-- the activations PyTorch also has as methods, from nn.functional
+function methods.hardshrink(t, lambd) return torch.nn.functional.hardshrink(t, lambd) end
+function methods.prelu(t, weight) return torch.nn.functional.prelu(t, weight) end
 
 -- rsub(other [, alpha]): other - alpha t
 function methods.rsub(t, other, alpha) return want_operand(other, "rsub", "other") - t * (alpha or 1) end

@@ -104,6 +104,7 @@ end
 
 -- add/sub with alpha: a + alpha * b, as in PyTorch
 local function scaled(b, alpha, fn)
+  if is_options(alpha) then alpha = alpha.alpha end   -- {alpha = 2}, PyTorch's keyword
   if alpha == nil or alpha == 1 then return b end
   check_number(alpha, fn, "alpha")
   return binary(BIN.mul, b, alpha, fn)

@@ -607,12 +607,21 @@ function torch.enable_grad(fn, ...) return with_grad_mode(1, fn, ...) end
 -- inference_mode([mode,] fn, ...): fn without recording, as no_grad (dplua's
 -- tensors carry no version counters for it to skip); with mode false, fn
 -- runs in the grad mode it finds.
+local inference = false
+local function restore_inference(was) inference = was end
 function torch.inference_mode(mode, fn, ...)
-  if type(mode) == "function" then return torch.no_grad(mode, fn, ...) end
+  if type(mode) == "function" then return torch.inference_mode(true, mode, fn, ...) end
   if type(fn) ~= "function" then raise("inference_mode: expected a function to run, got " .. typename(fn)) end
-  if mode == false then return fn(...) end
-  return with_grad_mode(0, fn, ...)
+  if mode == false then return finally(restore_inference, inference, pcall(function(...)
+    inference = false
+    return fn(...)
+  end, ...)) end
+  return finally(restore_inference, inference, pcall(function(...)
+    inference = true
+    return with_grad_mode(0, fn, ...)
+  end, ...))
 end
+function torch.is_inference_mode_enabled() return inference end
 function torch.set_grad_enabled(flag) C.dp_set_grad_enabled(flag and 1 or 0) end
 function torch.is_grad_enabled() return C.dp_is_grad_enabled() ~= 0 end
 

@@ -224,6 +224,30 @@ T.run("autograd.grad: several outputs", function()
   close(g[2], r.gw, "w")
 end)
 
+T.run("autograd.backward: several roots, grad_tensors, inputs", function()
+  local r = R.backward_several
+  local x, w = x_of(), w_of()
+  local y = x:matmul(w)
+  local go = T.filled(torch, { 2, 2 }, function(i) return 0.5 + i end)
+  torch.autograd.backward({ y:sin():sum(), y * y }, { nil, go })
+  close(x.grad, r.gx, "x.grad from two roots")
+  close(w.grad, r.gw, "w.grad from two roots")
+  torch.autograd.backward({ x:matmul(w):exp():sum() }, { inputs = { w } })
+  close(x.grad, r.gx_after, "x.grad untouched: not among inputs")
+  close(w.grad, r.gw_after, "w.grad accumulated")
+  T.raises(function() torch.autograd.backward({ y * y }) end, "grad can be implicitly created only for scalar outputs",
+           "a non-scalar root without its gradient")
+  T.raises(function() torch.autograd.backward(y:sum(), { bogus = true }) end, "unknown option 'bogus'",
+           "an unknown option")
+  T.raises(function() torch.autograd.backward({ y:sum(), 3 }) end, "expected tensors%[2%] to be a tensor",
+           "a number among the roots")
+  T.ok(torch.autograd.no_grad == torch.no_grad and torch.autograd.set_grad_enabled == torch.set_grad_enabled,
+       "the grad modes are reachable through torch.autograd")
+  local inside = torch.inference_mode(function() return torch.is_inference_mode_enabled() end)
+  local off = torch.inference_mode(false, function() return torch.is_inference_mode_enabled() end)
+  T.ok(inside and not off and not torch.is_inference_mode_enabled(), "is_inference_mode_enabled follows inference_mode")
+end)
+
 T.run("autograd.grad: leaves that already have .grad, finite differences, through a Function", function()
   local x = torch.randn(4, { dtype = torch.float64, requires_grad = true })
   x.grad = torch.ones(4, f64)

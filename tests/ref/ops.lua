@@ -41,6 +41,8 @@ inputs["f32_2_b"] = {dtype="float32", shape={2}, values={2.681,0.077}}
 inputs["f32_2x1x3_a"] = {dtype="float32", shape={2,1,3}, values={{{0.543,1.028,-1.247}},{{-0.958,-0.057,1.624}}}}
 inputs["f32_2x1x3_pos"] = {dtype="float32", shape={2,1,3}, values={{{3.194,1.833,0.921}},{{4.113,0.94,3.779}}}}
 inputs["f32_2x1x3x4_a"] = {dtype="float32", shape={2,1,3,4}, values={{{{-0.706,-3.006,2.161,1.683},{1.634,-2.032,1.521,-0.642},{-2.456,-0.719,-2.506,-1.66}}},{{{4.613,0.65,-2.022,-3.264},{3.345,-1.111,-1.608,3.512},{1.646,1.866,1.19,-2.608}}}}}
+inputs["f32_2x2x3_a"] = {dtype="float32", shape={2,2,3}, values={{{-0.157,1.013,1.812},{1.123,-1.857,-0.296}},{{0.468,-0.707,-0.106},{-1.954,1.052,-1.012}}}}
+inputs["f32_2x2x4_b"] = {dtype="float32", shape={2,2,4}, values={{{1.875,1.787,-1.228,-1.209},{0.721,0.214,0.049,-3.393}},{{-0.058,0.514,2.819,1.888},{1.456,-2.264,1.429,-1.573}}}}
 inputs["f32_2x3_a"] = {dtype="float32", shape={2,3}, values={{-2.473,2.222,-0.861},{-0.452,3.378,3.87}}}
 inputs["f32_2x3_b"] = {dtype="float32", shape={2,3}, values={{-1.262,-0.145,-1.016},{2.772,3.127,0.289}}}
 inputs["f32_2x3_pos"] = {dtype="float32", shape={2,3}, values={{1.047,3.982,1.511},{0.747,1.54,1.957}}}
@@ -50,12 +52,14 @@ inputs["f32_2x4_a"] = {dtype="float32", shape={2,4}, values={{-1.632,0.168,1.23,
 inputs["f32_2x4_b"] = {dtype="float32", shape={2,4}, values={{2.015,-0.968,1.272,0.467},{1.851,1.324,-3.022,0.579}}}
 inputs["f32_2x4x2_b"] = {dtype="float32", shape={2,4,2}, values={{{0.618,-0.415},{0.129,2.517},{-2.513,-1.233},{1.91,-3.277}},{{-0.426,0.678},{1.819,-1.864},{-3.028,-2.512},{-0.714,2.872}}}}
 inputs["f32_2x4x3_b"] = {dtype="float32", shape={2,4,3}, values={{{0.398,1.002,5.208},{-1.625,-2.065,2.626},{2.985,-2.109,-1.434},{-1.906,-1.518,1.682}},{{-1.686,0.962,1.494},{-0.479,0.45,-3.699},{-0.236,0.27,-3.914},{2.357,-1.64,-0.118}}}}
+inputs["f32_2x4x3_c"] = {dtype="float32", shape={2,4,3}, values={{{0.15,-3.344,-4.618},{-1.117,-1.645,1.928},{-1.493,2.066,-2.028},{0.758,4.052,-1.37}},{{-0.35,-0.056,1.87},{1.149,4.923,2.328},{0.534,-2.041,-3.039},{2.921,1.933,0.174}}}}
 inputs["f32_2x4x5_b"] = {dtype="float32", shape={2,4,5}, values={{{0.729,-1.023,2.553,-0.215,1.498},{1.117,-0.265,0.88,1.616,3.344},{0.559,-0.316,-2.427,-3.122,-1.239},{-2.116,2.939,1.559,2.135,0.37}},{{0.424,-2.546,0.315,-3.933,-0.598},{1.19,-0.036,-0.124,-0.839,-0.916},{0.416,1.428,1.303,3.638,0.469},{2.111,-2.835,-0.344,1.054,-1.455}}}}
 inputs["f32_2x5x4_b"] = {dtype="float32", shape={2,5,4}, values={{{1.1,-1.181,-0.472,1.818},{-0.809,1.958,4.567,-3.288},{-2.468,-0.28,0.902,-0.776},{-2.589,-5.287,-0.578,-1.044},{-0.043,1.118,1.74,-2.222}},{{-0.542,-1.363,-1.145,-1.302},{-1.537,3.951,1.856,1.094},{-3.324,0.969,0.223,-0.414},{1.758,-2.768,-1.739,-0.149},{-0.437,0.057,3.04,2.5}}}}
 inputs["f32_2x6_seq"] = {dtype="float32", shape={2,6}, values={{0,1,2,3,4,5},{6,7,8,9,10,11}}}
 inputs["f32_2x7_a"] = {dtype="float32", shape={2,7}, values={{-1.96,0.614,-1.027,2.606,0.232,5.271,-2.449},{-3.313,0.655,0.955,0.519,-2.786,-0.394,-2.184}}}
 inputs["f32_3_a"] = {dtype="float32", shape={3}, values={-4.92,-2.284,-2.312}}
 inputs["f32_3_b"] = {dtype="float32", shape={3}, values={0.381,-1.237,-2.274}}
+inputs["f32_3_c"] = {dtype="float32", shape={3}, values={3.772,-0.817,1.869}}
 inputs["f32_3_p"] = {dtype="float32", shape={3}, values={-2.722,-2.146,-3.282}}
 inputs["f32_3_pos"] = {dtype="float32", shape={3}, values={1.08,0.644,1.107}}
 inputs["f32_3_q"] = {dtype="float32", shape={3}, values={-1.774,1.641,-0.301}}
@@ -1469,6 +1473,27 @@ C{name="sigmoid_", expr="a:sigmoid_(); return a", inputs={"f32_2x3_a"}, dtype="f
 C{name="tanh_ float64", expr="a:tanh_(); return a", inputs={"f64_2x3_a"}, dtype="float64", shape={2,3}, values={{-0.5306144370284475,-0.9405735823338227,0.8982336910030723},{-0.20792346621844893,0.3522410956685221,-0.7162978701990245}}}
 C{name="add_ self aliasing", expr="a:add_(a); return a", inputs={"f32_2x3_a"}, dtype="float32", shape={2,3}, values={{-4.946,4.444,-1.722},{-0.904,6.756,7.74}}}
 C{name="mul_ on a view", expr="a[{{}, {0, nil, 2}}]:mul_(10); return a", inputs={"f32_2x3_a"}, dtype="float32", shape={2,3}, values={{-24.73,2.222,-8.61},{-4.52,3.378,38.699997}}}
+C{name="cumsum_", expr="a:cumsum_(1); return a", inputs={"f32_2x3_a"}, dtype="float32", shape={2,3}, values={{-2.473,-0.25100017,-1.1120002},{-0.452,2.926,6.796}}}
+C{name="cumprod_ int64", expr="a:cumprod_(0); return a", inputs={"i64_2x3_a"}, dtype="int64", shape={2,3}, values={{5,-6,-3},{20,12,15}}}
+C{name="divide_ floor", expr="a:divide_(b, {rounding_mode=\"floor\"}); return a", inputs={"f32_2x3_a","f32_3_b"}, dtype="float32", shape={2,3}, values={{-7,-2,0},{-2,-3,-2}}}
+C{name="true_divide_", expr="a:true_divide_(b); return a", inputs={"f32_2x3_a","f32_3_b"}, dtype="float32", shape={2,3}, values={{-6.4908137,-1.7962812,0.378628},{-1.1863517,-2.7308004,-1.701847}}}
+C{name="floor_divide_", expr="a:floor_divide_(b); return a", inputs={"f32_2x3_a","f32_3_b"}, dtype="float32", shape={2,3}, values={{-7,-2,0},{-2,-3,-2}}}
+C{name="multiply_", expr="a:multiply_(b); return a", inputs={"f32_2x3_a","f32_3_b"}, dtype="float32", shape={2,3}, values={{-0.94221306,-2.7486138,1.957914},{-0.172212,-4.178586,-8.80038}}}
+C{name="subtract_ with alpha", expr="a:subtract_(b, {alpha=2}); return a", inputs={"f32_2x3_a","f32_3_b"}, dtype="float32", shape={2,3}, values={{-3.2350001,4.696,3.6869998},{-1.214,5.852,8.417999}}}
+C{name="greater_ keeps the dtype", expr="a:greater_(b); return a", inputs={"f32_2x3_a","f32_3_b"}, dtype="float32", shape={2,3}, values={{0,1,1},{0,1,1}}}
+C{name="less_equal_", expr="a:less_equal_(0); return a", inputs={"f32_2x3_a"}, dtype="float32", shape={2,3}, values={{1,0,1},{1,0,0}}}
+C{name="not_equal_ int64", expr="a:not_equal_(0); return a", inputs={"i64_2x3_a"}, dtype="int64", shape={2,3}, values={{1,1,1},{1,1,1}}}
+C{name="logical_xor_", expr="a:logical_xor_(b); return a", inputs={"f32_2x3_a","f32_3_b"}, dtype="float32", shape={2,3}, values={{0,0,0},{0,0,0}}}
+C{name="bitwise_and_", expr="a:bitwise_and_(b); return a", inputs={"i64_2x3_a","i64_3_b"}, dtype="int64", shape={2,3}, values={{0,2,9},{0,6,9}}}
+C{name="bitwise_not_", expr="a:bitwise_not_(); return a", inputs={"i64_2x3_a"}, dtype="int64", shape={2,3}, values={{-6,5,2},{-5,1,4}}}
+C{name="sgn_", expr="a:sgn_(); return a", inputs={"f32_2x3_a"}, dtype="float32", shape={2,3}, values={{-1,1,-1},{-1,1,1}}}
+C{name="absolute_", expr="a:absolute_(); return a", inputs={"f32_2x3_a"}, dtype="float32", shape={2,3}, values={{2.473,2.222,0.861},{0.452,3.378,3.87}}}
+C{name="addr_", expr="a:addr_(b, c); return a", inputs={"f32_2x3_a","f32_2_b","f32_3_c"}, dtype="float32", shape={2,3}, values={{7.639732,0.031622887,4.149789},{-0.16155598,3.3150911,4.0139127}}}
+C{name="baddbmm_", expr="a:baddbmm_(b, c, {beta=0.5, alpha=2}); return a", inputs={"f32_2x2x3_a","f32_2x2x4_b","f32_2x4x3_c"}, dtype="float32", shape={2,2,3}, values={{{-1.6741936,-32.78456,-1.2274005},{-4.990378,-33.749012,3.1161032}},{{15.4961605,0.5056906,-14.353594},{-14.862165,-33.84281,-14.834611}}}}
+C{name="polygamma_", expr="a:polygamma_(1); return a", inputs={"f32_2x3_pos"}, dtype="float32", shape={2,3}, values={{1.5387062,0.28527093,0.9257699},{2.557877,0.90274173,0.6627797}}}
+C{name="hardshrink method", expr="return a:hardshrink(0.3)", inputs={"f32_2x3_a"}, dtype="float32", shape={2,3}, values={{-2.473,2.222,-0.861},{-0.452,3.378,3.87}}}
+C{name="split_with_sizes", expr="return unpack(torch.split_with_sizes(a, {1, 2}, 1))", inputs={"f32_2x3_a"}, kind="multi", expected={{dtype="float32", shape={2,1}, values={{-2.473},{-0.452}}}, {dtype="float32", shape={2,2}, values={{2.222,-0.861},{3.378,3.87}}}}}
+C{name="unsafe_chunk", expr="return unpack(a:unsafe_chunk(2, 0))", inputs={"f32_2x3_a"}, kind="multi", expected={{dtype="float32", shape={1,3}, values={{-2.473,2.222,-0.861}}}, {dtype="float32", shape={1,3}, values={{-0.452,3.378,3.87}}}}}
 end)() end
 do local C = adder("reduce"); (function()
 C{name="norm", expr="a:norm()", inputs={"f32_3x4_a"}, dtype="float32", shape={}, values=4.898428}
