@@ -66,6 +66,26 @@ CASES = {
     "matrix_power_3": (["A"], lambda A: L.matrix_power(A, 3)),
     "matrix_power_neg2": (["A"], lambda A: L.matrix_power(A, -2)),
     "matrix_exp": (["A"], lambda A: L.matrix_exp(A / 4)),
+    "lu_factor": (["A"], lambda A: tuple(L.lu_factor(A))),
+    "lu_factor_tall": (["M"], lambda M: tuple(L.lu_factor(M))),
+    "lu_factor_wide": (["B"], lambda B: tuple(L.lu_factor(B.transpose(-2, -1)))),
+    "lu_p": (["A"], lambda A: L.lu(A)[0]),
+    "lu_l_u": (["A"], lambda A: tuple(L.lu(A)[1:])),
+    "lu_tall_l_u": (["M"], lambda M: tuple(L.lu(M)[1:])),
+    "lu_unpack_p": (["M"], lambda M: torch.lu_unpack(*L.lu_factor(M))[0]),
+    "lu_solve": (["A", "B"], lambda A, B: L.lu_solve(*L.lu_factor(A), B)),
+    "lu_solve_adjoint": (["A", "B"], lambda A, B: L.lu_solve(*L.lu_factor(A), B, adjoint=True)),
+    "lu_solve_right": (["A", "B"], lambda A, B: L.lu_solve(*L.lu_factor(A), B.transpose(-2, -1), left=False)),
+    "torch_lu_solve": (["A", "B"], lambda A, B: torch.lu_solve(B, *torch.lu(A))),
+    "solve_ex": (["A", "B"], lambda A, B: tuple(L.solve_ex(A, B))),
+    "inv_ex": (["A"], lambda A: tuple(L.inv_ex(A))),
+    "cholesky_ex_upper": (["A"], lambda A: tuple(L.cholesky_ex(A @ A.transpose(-2, -1) + torch.eye(4), upper=True))),
+    "cholesky_inverse": (["A"], lambda A: torch.cholesky_inverse(L.cholesky(A[0] @ A[0].t() + torch.eye(4)))),
+    "tensorinv": (["A"], lambda A: L.tensorinv(A[0].reshape(2, 2, 4), ind=2)),
+    "tensorsolve": (["A", "B"], lambda A, B: L.tensorsolve(A[0].reshape(4, 2, 2), B[0, :, 0])),
+    "tensorsolve_dims": (["A", "B"], lambda A, B: L.tensorsolve(A[0].reshape(2, 4, 2), B[0, :, 0], dims=(0,))),
+    "vander": (["v"], lambda v: L.vander(v[:4].reshape(2, 2), N=3)),
+    "householder_product": (["M"], lambda M: L.householder_product(M, torch.tensor([1.2, 0.7, 1.5]))),
 }
 
 cases = {}
@@ -78,12 +98,13 @@ for name, (names, f) in CASES.items():
     for o in outs:
         if o.dtype.is_floating_point and o.requires_grad:
             loss = loss + (o * torch.cos(torch.arange(o.numel(), dtype=torch.float64)).reshape(o.shape)).sum()
-    loss.backward()
     c = {"inputs": names, "y": outs[0].detach().reshape(-1).tolist(), "shape": list(outs[0].shape)}
     if len(outs) > 1:
         c["y2"] = outs[1].detach().reshape(-1).tolist()
-    for n, a in zip(names, args):
-        c["d" + n] = a.grad.reshape(-1).tolist()
+    if torch.is_tensor(loss):   # a permutation alone has no gradient
+        loss.backward()
+        for n, a in zip(names, args):
+            c["d" + n] = a.grad.reshape(-1).tolist()
     cases[name] = c
 
 

@@ -124,7 +124,8 @@ for _, k in ipairs({ "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_tra
 end
 -- torch.NAME forms of linalg's functions (linalg.lua's M.torch)
 for _, k in ipairs({ "svd", "pinverse", "cholesky_solve", "matrix_exp", "matrix_power", "det", "logdet", "slogdet",
-                     "inverse", "cholesky", "qr", "triangular_solve" }) do
+                     "inverse", "cholesky", "qr", "triangular_solve", "cholesky_inverse", "lu", "lu_solve",
+                     "lu_unpack", "orgqr" }) do
   lazy_functions[k] = { "dplua.linalg", "torch" }
 end
 setmetatable(torch, { __index = function(t, k)

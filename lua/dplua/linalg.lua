@@ -250,12 +250,15 @@ end
 
 ---------------------------------------------------------------- Cholesky, QR
 
--- cholesky(A [, {upper=false}]): L lower triangular with A = L L^T, A
--- symmetric positive-definite (else an error naming the minor).
-function M.cholesky(A, opts)
-  local fn = "linalg.cholesky"
-  local n = want_square(fn, A)
-  if A:numel() == 0 then return A:clone() end
+-- The columns of L, one at a time. With tolerant, a matrix whose leading
+-- minor of order j is not positive-definite is recorded in info (the first
+-- such j, else 0) instead of raising, and its factor is not meaningful.
+local function cholesky_lower(A, fn, tolerant)
+  local n = A:size(-1)
+  local batch = A:size()
+  batch[#batch], batch[#batch - 1] = nil, nil
+  local info = torch.zeros(batch, { dtype = torch.int32, device = A.device })
+  if A:numel() == 0 then return A:clone(), info end
   local cols = {}
   for j = 0, n - 1 do
     local rows = A:narrow(-2, j, n - j):narrow(-1, j, 1)              -- (..., n - j, 1)
@@ -265,7 +268,11 @@ function M.cholesky(A, opts)
       rows = rows - Lp:narrow(-2, j, n - j):matmul(lj:transpose(-2, -1))
     end
     local d = rows:narrow(-2, 0, 1)
-    if d:le(0):logical_or(d:ne(d)):any():item() then
+    local bad = d:le(0):logical_or(d:ne(d))
+    if tolerant then
+      info = torch.where(info:eq(0):logical_and(bad:squeeze(-1):squeeze(-1)), j + 1, info):to(torch.int32)
+      d = torch.where(bad, torch.ones_like(d), d)
+    elseif bad:any():item() then
       raise(string.format("%s: The factorization could not be completed because the input is not positive-definite "
                           .. "(the leading minor of order %d is not positive-definite).", fn, j + 1))
     end
@@ -277,7 +284,15 @@ function M.cholesky(A, opts)
     end
     cols[j + 1] = col
   end
-  local L = torch.cat(cols, -1)
+  return torch.cat(cols, -1), info
+end
+
+-- cholesky(A [, {upper=false}]): L lower triangular with A = L L^T, A
+-- symmetric positive-definite (else an error naming the minor).
+function M.cholesky(A, opts)
+  local fn = "linalg.cholesky"
+  want_square(fn, A)
+  local L = cholesky_lower(A, fn, false)
   if type(opts) == "table" and opts.upper then return L:transpose(-2, -1) end
   return L
 end
@@ -534,6 +549,300 @@ function M.matrix_exp(A)
   return sum
 end
 
+---------------------------------------------------------------- LU factors, the _ex forms, tensor solves
+
+-- Swaps rows k and p (p (..., 1, 1), from 0) of every matrix of X (..., m, c).
+local function swap_rows(X, k, p, idx)
+  local shape = X:size()
+  shape[#shape] = 1
+  local r = idx:view(-1, 1):expand(shape)
+  local pe = p:expand(shape)
+  local src = torch.where(r:eq(k), pe, torch.where(r:eq(pe), k, r))
+  return X:gather(-2, src:expand(X:size()))
+end
+
+-- lu_factor(A [, {pivot = true}]): LU with partial pivoting of A (..., m, n),
+-- as LAPACK's getrf: LU holds L's multipliers below the diagonal (L's unit
+-- diagonal is implied) and U on and above it; pivots (..., min(m, n)),
+-- int32 and from 1: row i was swapped with row pivots[i] at step i. A zero
+-- column leaves its step without elimination (U's diagonal holds the 0).
+function M.lu_factor(A, opts)
+  local fn = "linalg.lu_factor"
+  want_matrix(fn, A)
+  if torch._options(opts, fn).pivot == false then
+    raise(fn .. ": LU without pivoting is not implemented on the CPU (nor is it in PyTorch); use pivot = true")
+  end
+  local m, n = A:size(-2), A:size(-1)
+  local k = math.min(m, n)
+  local pshape = A:size()
+  pshape[#pshape] = nil
+  pshape[#pshape] = k
+  if A:numel() == 0 then return A:clone(), torch.ones(pshape, { dtype = torch.int32, device = A.device }):cumsum(-1):int() end
+  local idx = torch.arange(m, { dtype = torch.int64, device = A.device })
+  local LU, pivots = A, {}
+  for j = 0, k - 1 do
+    local _, p = LU:narrow(-1, j, 1):narrow(-2, j, m - j):abs():max(-2, true)   -- (..., 1, 1), from 0
+    p = p + j
+    LU = swap_rows(LU, j, p, idx)
+    pivots[j + 1] = p:squeeze(-1)
+    if j < m - 1 then
+      local top, pivot_row, below = LU:narrow(-2, 0, j), LU:narrow(-2, j, 1), LU:narrow(-2, j + 1, m - j - 1)
+      local pivot = pivot_row:narrow(-1, j, 1)
+      local col = below:narrow(-1, j, 1)
+      local factors = torch.where(pivot:eq(0), torch.zeros_like(col), col / pivot)
+      local parts = { below:narrow(-1, 0, j), factors }
+      if j < n - 1 then
+        parts[3] = below:narrow(-1, j + 1, n - j - 1) - factors * pivot_row:narrow(-1, j + 1, n - j - 1)
+      end
+      local rows = { pivot_row, torch.cat(parts, -1) }
+      if j > 0 then table.insert(rows, 1, top) end
+      LU = torch.cat(rows, -2)
+    end
+  end
+  return LU, (torch.cat(pivots, -1) + 1):to(torch.int32)
+end
+
+-- lu_factor_ex(A [, {pivot, check_errors = false}]): LU, pivots and info,
+-- info (...) int32: the first i (from 1) with U[i, i] = 0, else 0.
+local function zero_pivot_info(U)
+  local d = U:diagonal(0, -2, -1)
+  local k = d:size(-1)
+  if k == 0 then return torch.zeros(d:size(), { dtype = torch.int32, device = U.device }):sum(-1):int() end
+  -- 1 + the position of the first zero: the largest of (zero) * (k - i), turned back into i
+  local order = torch.arange(k, 0, -1, { dtype = torch.int64, device = U.device })
+  local first = (d:eq(0):long() * order):max(-1)
+  return torch.where(first:eq(0), first, k - first + 1):to(torch.int32)
+end
+local function raise_on_info(fn, info, what)
+  local bad = info:ne(0)
+  if bad:any():item() then
+    raise(string.format("%s: %s (info = %d)", fn, what, info:masked_select(bad):reshape(-1)[0]:item()))
+  end
+end
+function M.lu_factor_ex(A, opts)
+  local fn = "linalg.lu_factor_ex"
+  opts = torch._options(opts, fn)
+  local LU, pivots = M.lu_factor(A, { pivot = opts.pivot })
+  local info = zero_pivot_info(LU:narrow(-1, 0, math.min(A:size(-2), A:size(-1))):narrow(-2, 0, math.min(A:size(-2), A:size(-1))))
+  if opts.check_errors then raise_on_info(fn, info, "U is singular") end
+  return LU, pivots, info
+end
+
+-- The row order P^T A of each matrix of pivots (..., k) for m rows: row i
+-- of P^T A is row perm[i] of A (..., m), int64.
+local function permutation(pivots, m)
+  local shape = pivots:size()
+  shape[#shape] = m
+  local perm = torch.arange(m, { dtype = torch.int64, device = pivots.device }):expand(shape):clone()
+  local piv = pivots:long() - 1
+  local idx = torch.arange(m, { dtype = torch.int64, device = pivots.device })
+  for i = 0, pivots:size(-1) - 1 do
+    local p = piv:narrow(-1, i, 1)
+    perm = swap_rows(perm:unsqueeze(-1), i, p:unsqueeze(-1), idx):squeeze(-1)
+  end
+  return perm
+end
+
+-- lu_unpack(LU, pivots [, unpack_data = true, unpack_pivots = true]): P, L
+-- and U with A = P L U (P (..., m, m), L (..., m, k) unit lower, U (..., k, n)).
+function M.lu_unpack(LU, pivots, unpack_data, unpack_pivots)
+  local fn = "lu_unpack"
+  if type(unpack_data) == "table" then unpack_data, unpack_pivots = unpack_data.unpack_data, unpack_data.unpack_pivots end
+  want_matrix(fn, LU)
+  local m, n = LU:size(-2), LU:size(-1)
+  local k = math.min(m, n)
+  if not is_tensor(pivots) or pivots:dim() ~= LU:dim() - 1 or pivots:size(-1) ~= k then
+    raise(string.format("%s: expected pivots of shape (..., %d) for LU (..., %d, %d), got %s", fn, k, m, n,
+                        is_tensor(pivots) and ("[" .. table.concat(pivots:size(), ", ") .. "]") or typename(pivots)))
+  end
+  if pivots.dtype ~= torch.int32 and pivots.dtype ~= torch.int64 then
+    raise(fn .. ": expected int32 pivots (as lu_factor returns), got " .. tostring(pivots.dtype))
+  end
+  if pivots:numel() > 0 and (pivots:lt(1):any():item() or pivots:gt(m):any():item()) then
+    raise(string.format("%s: pivots must be between 1 and %d (the rows)", fn, m))
+  end
+  local P, L, U
+  if unpack_pivots ~= false then
+    local perm = permutation(pivots, m)
+    -- (P^T)[i, perm[i]] = 1
+    P = torch.nn.functional.one_hot(perm, m):to(LU.dtype):transpose(-2, -1)
+  end
+  if unpack_data ~= false then
+    local eye = torch.eye(m, k, { dtype = LU.dtype, device = LU.device })
+    L = LU:narrow(-1, 0, k):tril(-1) + eye
+    U = LU:narrow(-2, 0, k):triu()
+  end
+  return P, L, U
+end
+
+-- lu(A [, {pivot = true}]): P, L, U with A = P L U.
+function M.lu(A, opts)
+  local LU, pivots = M.lu_factor(A, opts)
+  return M.lu_unpack(LU, pivots)
+end
+
+-- lu_solve(LU, pivots, B [, {left = true, adjoint = false}]): X with A X = B
+-- (A^T X = B with adjoint; X A = B with left false) for A = P L U.
+function M.lu_solve(LU, pivots, B, opts)
+  local fn = "linalg.lu_solve"
+  opts = torch._options(opts, fn)
+  want_square(fn, LU)
+  want_float(fn, B, "B")
+  if opts.left == false then
+    return M.lu_solve(LU, pivots, B:transpose(-2, -1), { adjoint = not opts.adjoint }):transpose(-2, -1)
+  end
+  local n = LU:size(-1)
+  if B:dim() < 2 or B:size(-2) ~= n then
+    raise(string.format("%s: expected B of shape (..., %d, k) for LU (..., %d, %d), got [%s]", fn, n, n, n,
+                        table.concat(B:size(), ", ")))
+  end
+  local P, L, U = M.lu_unpack(LU, pivots)
+  if opts.adjoint then   -- U^T L^T P^T X = B
+    local Y = M.solve_triangular(U:transpose(-2, -1), B, { upper = false })
+    return P:matmul(M.solve_triangular(L:transpose(-2, -1), Y, { upper = true, unitriangular = true }))
+  end
+  local Y = M.solve_triangular(L, P:transpose(-2, -1):matmul(B), { upper = false, unitriangular = true })
+  return M.solve_triangular(U, Y, { upper = true })
+end
+
+-- solve_ex(A, B [, {left, check_errors = false}]) and inv_ex(A [, {check_errors}]):
+-- the result and info (...) int32, 0 where A is invertible, else the first
+-- zero pivot's position from 1 (the result there is not meaningful).
+function M.solve_ex(A, B, opts)
+  local fn = "linalg.solve_ex"
+  opts = torch._options(opts, fn)
+  want_square(fn, A)
+  local info = zero_pivot_info((eliminate(A)))
+  if opts.check_errors then raise_on_info(fn, info, "the input matrix is singular") end
+  local ok = info:eq(0):unsqueeze(-1):unsqueeze(-1)
+  local safe = torch.where(ok, A, torch.eye(A:size(-1), { dtype = A.dtype, device = A.device }))
+  local X = M.solve(safe, B, { left = opts.left })
+  return X, info
+end
+function M.inv_ex(A, opts)
+  local fn = "linalg.inv_ex"
+  opts = torch._options(opts, fn)
+  local n = want_square(fn, A)
+  local info = zero_pivot_info((eliminate(A)))
+  if opts.check_errors then raise_on_info(fn, info, "the input matrix is singular") end
+  local ok = info:eq(0):unsqueeze(-1):unsqueeze(-1)
+  local eye = torch.eye(n, { dtype = A.dtype, device = A.device })
+  return torch.where(ok, M.inv(torch.where(ok, A, eye)), 0 / 0), info
+end
+
+-- cholesky_ex(A [, {upper = false, check_errors = false}]): L and info (...)
+-- int32, 0 where A is positive-definite, else the order of the first
+-- leading minor that is not (L is then not meaningful there).
+function M.cholesky_ex(A, opts)
+  local fn = "linalg.cholesky_ex"
+  opts = torch._options(opts, fn)
+  want_square(fn, A)
+  local L, info = cholesky_lower(A, fn, true)
+  if opts.check_errors then raise_on_info(fn, info, "the input is not positive-definite") end
+  L = torch.where(info:eq(0):unsqueeze(-1):unsqueeze(-1), L, 0 / 0)
+  return opts.upper and L:transpose(-2, -1) or L, info
+end
+
+-- tensorinv(A [, ind = 2]): the inverse of A read as a matrix of its first
+-- ind dims by the rest, shaped (rest..., first ind...).
+function M.tensorinv(A, ind)
+  local fn = "linalg.tensorinv"
+  if type(ind) == "table" then ind = ind.ind end
+  ind = ind or 2
+  want_float(fn, A, "A")
+  if type(ind) ~= "number" or ind % 1 ~= 0 or ind < 1 or ind >= A:dim() then
+    raise(string.format("%s: expected ind to be an integer from 1 to %d, got %s", fn, A:dim() - 1, tostring(ind)))
+  end
+  local sizes = A:size()
+  local rows, cols = 1, 1
+  for i = 1, #sizes do if i <= ind then rows = rows * sizes[i] else cols = cols * sizes[i] end end
+  if rows ~= cols then
+    raise(string.format("%s: expected the product of the first %d dims of A (%d) to equal the product of the rest (%d)",
+                        fn, ind, rows, cols))
+  end
+  local shape = { unpack(sizes, ind + 1) }
+  for i = 1, ind do shape[#shape + 1] = sizes[i] end
+  return M.inv(A:reshape(rows, cols)):reshape(shape)
+end
+
+-- tensorsolve(A, B [, dims]): X with tensordot(A, X, X:dim()) = B, A's
+-- dims in `dims` (a list) first moved to its end.
+function M.tensorsolve(A, B, dims)
+  local fn = "linalg.tensorsolve"
+  if type(dims) == "table" and dims.dims ~= nil then dims = dims.dims end
+  want_float(fn, A, "A")
+  want_float(fn, B, "B")
+  if dims ~= nil then
+    local moved, last = {}, {}
+    for _, d in ipairs(dims) do
+      if type(d) ~= "number" or d % 1 ~= 0 or d < -A:dim() or d >= A:dim() then
+        raise(string.format("%s: dims holds %s, expected dims of A (from %d to %d)", fn, tostring(d), -A:dim(),
+                            A:dim() - 1))
+      end
+      d = d < 0 and d + A:dim() or d
+      moved[d], last[#last + 1] = true, d
+    end
+    local order = {}
+    for d = 0, A:dim() - 1 do if not moved[d] then order[#order + 1] = d end end
+    for _, d in ipairs(last) do order[#order + 1] = d end
+    A = A:permute(order)
+  end
+  local nb = B:dim()
+  for i = 1, nb do
+    if A:size(i - 1) ~= B:size(i - 1) then
+      raise(string.format("%s: expected A's leading dims to be B's shape [%s], got A [%s]", fn,
+                          table.concat(B:size(), ", "), table.concat(A:size(), ", ")))
+    end
+  end
+  local xshape = { unpack(A:size(), nb + 1) }
+  local cols = 1
+  for _, s in ipairs(xshape) do cols = cols * s end
+  if cols ~= B:numel() then
+    raise(string.format("%s: expected the product of A's trailing dims (%d) to equal B's size (%d)", fn, cols,
+                        B:numel()))
+  end
+  return M.solve(A:reshape(B:numel(), cols), B:reshape(-1)):reshape(xshape)
+end
+
+-- vander(x [, {N = x's size}]): x (..., n) to (..., n, N), the columns
+-- x^0, x^1, ..., x^(N-1).
+function M.vander(x, N)
+  local fn = "linalg.vander"
+  if type(N) == "table" then N = N.N end
+  if not is_tensor(x) or x:dim() < 1 then raise(fn .. ": expected a tensor of at least 1 dim") end
+  N = N or x:size(-1)
+  if type(N) ~= "number" or N % 1 ~= 0 or N < 2 then
+    raise(fn .. ": expected N to be an integer greater than 1, got " .. tostring(N))
+  end
+  local shape = x:size()
+  shape[#shape + 1] = N - 1
+  local ones = torch.ones_like(x):unsqueeze(-1)
+  return torch.cat({ ones, x:unsqueeze(-1):expand(shape) }, -1):cumprod(-1)
+end
+
+-- householder_product(A, tau): the first n columns of H_1 ... H_k, H_i =
+-- I - tau_i v_i v_i^T with v_i column i of A below the diagonal and 1 on it
+-- (as geqrf returns them).
+function M.householder_product(A, tau)
+  local fn = "linalg.householder_product"
+  want_matrix(fn, A)
+  want_float(fn, tau, "tau")
+  local m, n = A:size(-2), A:size(-1)
+  local k = tau:size(-1)
+  if m < n or k > n or tau:dim() ~= A:dim() - 1 then
+    raise(string.format("%s: expected A (..., m, n) with m >= n and tau (..., k) with k <= n, got A [%s] and tau [%s]",
+                        fn, table.concat(A:size(), ", "), table.concat(tau:size(), ", ")))
+  end
+  local Q = torch.eye(m, { dtype = A.dtype, device = A.device })
+  local V = A:tril(-1) + torch.eye(m, n, { dtype = A.dtype, device = A.device })
+  for i = 0, k - 1 do
+    local v = V:narrow(-1, i, 1)                                         -- (..., m, 1)
+    local t = tau:narrow(-1, i, 1):unsqueeze(-1)                         -- (..., 1, 1)
+    Q = Q - (Q:matmul(v) * t):matmul(v:transpose(-2, -1))
+  end
+  return Q:narrow(-1, 0, n)
+end
+
 ---------------------------------------------------------------- torch.NAME forms
 
 -- The older names under torch: torch.svd(A [, some = true, compute_uv =
@@ -550,6 +859,24 @@ M.torch = {
   end,
   pinverse = function(A, rcond) return M.pinv(A, { rtol = rcond or 1e-15 }) end,
   cholesky_solve = M.cholesky_solve,
+  -- cholesky_inverse(L [, upper = false]): the inverse of L L^T (U^T U)
+  cholesky_inverse = function(L, upper)
+    if type(upper) == "table" then upper = upper.upper end
+    local n = want_square("cholesky_inverse", L)
+    return M.cholesky_solve(torch.eye(n, { dtype = L.dtype, device = L.device }):expand(L:size()), L, upper == true)
+  end,
+  -- lu(A [, pivot = true, get_infos = false]): the packed factors and pivots
+  -- (and info), as linalg.lu_factor(_ex)
+  lu = function(A, pivot, get_infos)
+    if type(pivot) == "table" then pivot, get_infos = pivot.pivot, pivot.get_infos end
+    local LU, pivots, info = M.lu_factor_ex(A, { pivot = pivot })
+    if get_infos then return LU, pivots, info end
+    return LU, pivots
+  end,
+  -- lu_solve(B, LU, pivots): linalg.lu_solve's arguments in the older order
+  lu_solve = function(B, LU, pivots) return M.lu_solve(LU, pivots, B) end,
+  lu_unpack = M.lu_unpack,
+  orgqr = M.householder_product,
   matrix_exp = M.matrix_exp,
   matrix_power = M.matrix_power,
   det = M.det, logdet = M.logdet, slogdet = M.slogdet, inverse = M.inv,

@@ -1,6 +1,7 @@
 -- test_linalg.lua: torch.linalg (solve, inv, det, slogdet, cholesky, qr,
 -- the norms, multi_dot, eigh, svd, pinv, cond, solve_triangular,
--- cholesky_solve, lstsq, matrix_power, matrix_exp) against PyTorch's
+-- cholesky_solve, lstsq, matrix_power, matrix_exp, the LU family, the _ex
+-- forms, tensorinv, tensorsolve, vander, householder_product) against PyTorch's
 -- results and the gradients of
 -- their inputs in float64 (tests/ref/linalg.lua, written by
 -- scripts/gen_linalg_ref.py); float32; bad input.
@@ -89,6 +90,37 @@ local cases = {
   matrix_power_3 = function(A) return L.matrix_power(A, 3) end,
   matrix_power_neg2 = function(A) return L.matrix_power(A, -2) end,
   matrix_exp = function(A) return L.matrix_exp(A / 4) end,
+  lu_factor = function(A) return L.lu_factor(A) end,
+  lu_factor_tall = function(M) return L.lu_factor(M) end,
+  lu_factor_wide = function(B) return L.lu_factor(B:transpose(-2, -1)) end,
+  lu_p = function(A) return (L.lu(A)) end,
+  lu_l_u = function(A) return select(2, L.lu(A)) end,
+  lu_tall_l_u = function(M) return select(2, L.lu(M)) end,
+  lu_unpack_p = function(M) return (torch.lu_unpack(L.lu_factor(M))) end,
+  lu_solve = function(A, B)
+    local LU, piv = L.lu_factor(A)
+    return L.lu_solve(LU, piv, B)
+  end,
+  lu_solve_adjoint = function(A, B)
+    local LU, piv = L.lu_factor(A)
+    return L.lu_solve(LU, piv, B, { adjoint = true })
+  end,
+  lu_solve_right = function(A, B)
+    local LU, piv = L.lu_factor(A)
+    return L.lu_solve(LU, piv, B:transpose(-2, -1), { left = false })
+  end,
+  torch_lu_solve = function(A, B) return torch.lu_solve(B, torch.lu(A)) end,
+  solve_ex = function(A, B) return L.solve_ex(A, B) end,
+  inv_ex = function(A) return L.inv_ex(A) end,
+  cholesky_ex_upper = function(A)
+    return L.cholesky_ex(A:matmul(A:transpose(-2, -1)) + torch.eye(4, f64), { upper = true })
+  end,
+  cholesky_inverse = function(A) return torch.cholesky_inverse(L.cholesky(A[0]:matmul(A[0]:t()) + torch.eye(4, f64))) end,
+  tensorinv = function(A) return L.tensorinv(A[0]:reshape(2, 2, 4), { ind = 2 }) end,
+  tensorsolve = function(A, B) return L.tensorsolve(A[0]:reshape(4, 2, 2), B[0]:select(1, 0)) end,
+  tensorsolve_dims = function(A, B) return L.tensorsolve(A[0]:reshape(2, 4, 2), B[0]:select(1, 0), { 0 }) end,
+  vander = function(v) return L.vander(v:narrow(0, 0, 4):reshape(2, 2), { N = 3 }) end,
+  householder_product = function(M) return L.householder_product(M, torch.tensor({ 1.2, 0.7, 1.5 }, f64)) end,
 }
 
 local function weights(y) return torch.arange(0, y:numel(), f64):cos():reshape(y:size()) end
@@ -110,6 +142,8 @@ for _, name in ipairs(T.sorted_keys(cases)) do
         loss = loss and loss + part or part
       end
     end
+    T.is(loss ~= nil, r["d" .. r.inputs[1]] ~= nil, name .. ": a gradient where PyTorch has one")
+    if loss == nil then return end
     loss:backward()
     for i, n in ipairs(r.inputs) do
       T.values_close(args[i].grad:reshape(-1):tolist(), r["d" .. n], 1e-9, 1e-11, name .. ": gradient of " .. n)
@@ -140,6 +174,28 @@ T.run("float32, batches, upper, bad input", function()
   T.raises(function() L.lstsq(torch.randn(3, 2), torch.randn(3, 1), { driver = "lapack" }) end, "should be one of", "a driver")
   T.raises(function() L.matrix_power(torch.eye(2), 0.5) end, "expected an integer power", "a fractional power")
   T.raises(function() L.matrix_exp(torch.tensor({ { 0 / 0, 0 }, { 0, 1 } }, f64)) end, "inf or a NaN", "a NaN")
+  local P, Lf, Uf = L.lu(A)
+  T.tensor_close(P:matmul(Lf):matmul(Uf), A, 1e-5, 1e-5, "float32 lu: P L U = A")
+  local singular = torch.tensor({ { { 1.0, 2.0 }, { 2.0, 4.0 } }, { { 2.0, 1.0 }, { 1.0, 2.0 } } }, f64)
+  T.is(select(2, L.solve_ex(singular, torch.ones(2, 2, 1, f64))):tolist(), { 2, 0 }, "solve_ex: info per matrix")
+  T.is(select(3, L.lu_factor_ex(singular)):tolist(), { 2, 0 }, "lu_factor_ex: the first zero pivot")
+  T.is(select(2, L.cholesky_ex(singular)):tolist(), { 2, 0 }, "cholesky_ex: the order of the failing minor")
+  T.raises(function() L.inv_ex(singular, { check_errors = true }) end, "singular %(info = 2%)", "inv_ex check_errors")
+  T.raises(function() L.lu_factor(A, { pivot = false }) end, "without pivoting is not implemented", "pivot = false")
+  T.raises(function() torch.lu_unpack(L.lu_factor(A), torch.ones(2, 3, { dtype = torch.int32 })) end,
+           "expected pivots of shape %(..., 4%)", "pivots of the wrong length")
+  T.raises(function() torch.lu_unpack(L.lu_factor(A), torch.zeros(2, 4, { dtype = torch.int32 })) end,
+           "pivots must be between 1 and 4", "pivots out of range")
+  T.raises(function() L.lu_solve(L.lu_factor(A), select(2, L.lu_factor(A)), torch.ones(2, 3, 1)) end,
+           "expected B of shape %(..., 4, k%)", "lu_solve: B's rows")
+  T.raises(function() L.tensorinv(torch.ones(2, 3, 4), 1) end, "product of the first 1 dims of A %(2%) to equal",
+           "tensorinv: not square")
+  T.raises(function() L.tensorinv(torch.ones(4, 4), 2) end, "ind to be an integer from 1 to 1", "tensorinv: ind")
+  T.raises(function() L.tensorsolve(torch.ones(4, 2, 2), torch.ones(3)) end, "leading dims to be B's shape",
+           "tensorsolve: B's shape")
+  T.raises(function() L.tensorsolve(torch.ones(4, 2, 2), torch.ones(4), { 5 }) end, "dims holds 5", "tensorsolve: a dim")
+  T.raises(function() L.vander(torch.ones(3), { N = 1 }) end, "N to be an integer greater than 1", "vander: N")
+  T.raises(function() L.householder_product(torch.ones(2, 3), torch.ones(2)) end, "m >= n", "householder_product: wide")
 end)
 
 T.run("spectral decompositions: properties, ranks, float32, empty and batched", function()
