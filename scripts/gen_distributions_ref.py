@@ -2,8 +2,10 @@
 """Writes tests/ref/distributions.lua: PyTorch's log_prob, entropy, mean,
 variance, cdf and kl_divergence of torch.distributions' Normal, Categorical,
 Bernoulli, Uniform, Independent, Exponential, Laplace, Cauchy, LogNormal,
-HalfNormal, Gamma, Chi2, Beta, Dirichlet, Poisson, Geometric, Binomial,
-OneHotCategorical and MultivariateNormal, and the parameters' gradients of
+HalfNormal, HalfCauchy, Gamma, Chi2, Beta, Dirichlet, Kumaraswamy,
+FisherSnedecor, Poisson, Geometric, Binomial, NegativeBinomial, Multinomial,
+OneHotCategorical, RelaxedBernoulli, RelaxedOneHotCategorical,
+MultivariateNormal and LowRankMultivariateNormal, and the parameters' gradients of
 sum(log_prob * cos(k)) + sum(entropy), for tests/lua/test_distributions.lua,
 in float64. Parameters and values are the lists below.
     cd scripts && /usr/bin/python3 gen_distributions_ref.py > ../tests/ref/distributions.lua
@@ -104,11 +106,25 @@ MORE = {
                                        {"scale_tril": [[1.5, 0.0], [0.5, 0.75]]}, [0.5, 0.2], None, True),
     "multivariate_normal_precision": (D.MultivariateNormal, [("loc", [1.0, -1.0])],
                                       {"precision_matrix": [[2.0, 0.5], [0.5, 1.0]]}, [0.5, 0.2], None, True),
+    "half_cauchy": (D.HalfCauchy, [("scale", [1.5, 0.25])], {}, [0.7, 0.4], None, True),
+    "negative_binomial": (D.NegativeBinomial, [("total_count", [3.0, 5.0, 0.5])], {"probs": [0.3, 0.6, 0.1]},
+                          [2.0, 7.0, 0.0], None, False),
+    "negative_binomial_logits": (D.NegativeBinomial, [("total_count", [3.0, 5.0])], {"logits": [-1.0, 0.5]},
+                                 [4.0, 1.0], None, False),
+    "kumaraswamy": (D.Kumaraswamy, [("concentration1", [0.5, 2.0, 5.0]), ("concentration0", [1.5, 3.0, 0.7])], {},
+                    [0.3, 0.9, 0.5], None, True),
+    "fisher_snedecor": (D.FisherSnedecor, [("df1", [1.5, 3.0, 10.0]), ("df2", [5.0, 7.0, 20.0])], {},
+                        [0.3, 1.2, 2.5], None, False),
+    "low_rank_multivariate_normal": (D.LowRankMultivariateNormal,
+                                     [("loc", [[1.0, -1.0, 0.5], [0.0, 2.0, 0.0]]),
+                                      ("cov_factor", [[1.0, 0.5], [0.2, -0.3], [0.4, 0.8]]),
+                                      ("cov_diag", [0.5, 1.0, 2.0])], {},
+                                     [[0.5, 0.2, 0.0], [1.0, 1.0, -1.0]], None, True),
 }
 for name, (cls, pos, kw, value, kl_params, has_entropy) in MORE.items():
     ps = {k: T(v).requires_grad_() for k, v in pos}
     ks = {k: T(v).requires_grad_() for k, v in kw.items()}
-    if cls is D.Binomial:
+    if cls in (D.Binomial, D.NegativeBinomial):
         ps["total_count"].requires_grad_(False)
     d = cls(*ps.values(), **ks)
     lp = d.log_prob(T(value))
@@ -173,6 +189,30 @@ mix2 = D.MixtureSameFamily(D.Categorical(probs=T([0.4, 0.6])),
                            D.Independent(D.Normal(T([[0.0, 1.0], [2.0, -1.0]]), T([[1.0, 0.5], [0.7, 2.0]])), 1))
 cases["mixture_independent"] = {"log_prob": mix2.log_prob(T([[0.5, 0.5], [2.0, -2.0]])).tolist(),
                                 "mean": mix2.mean.tolist(), "variance": mix2.variance.tolist()}
+
+# Multinomial and the relaxed distributions: log_prob and its gradients
+def weighted(lp):
+    return (lp * torch.cos(torch.arange(lp.numel(), dtype=torch.float64)).reshape(lp.shape)).sum()
+
+
+probs = T([[0.2, 0.3, 0.5], [0.6, 0.3, 0.1]]).requires_grad_()
+mn = D.Multinomial(6, probs=probs)
+lp = mn.log_prob(T([[1.0, 2.0, 3.0], [6.0, 0.0, 0.0]]))
+weighted(lp).backward()
+cases["multinomial"] = {"log_prob": lp.tolist(), "mean": mn.mean.reshape(-1).tolist(),
+                        "variance": mn.variance.reshape(-1).tolist(), "d_probs": probs.grad.reshape(-1).tolist()}
+logits = T([-1.0, 0.5, 2.0]).requires_grad_()
+rb = D.RelaxedBernoulli(T(0.7), logits=logits)
+lp = rb.log_prob(T([0.2, 0.5, 0.95]))
+weighted(lp).backward()
+cases["relaxed_bernoulli"] = {"log_prob": lp.tolist(), "d_logits": logits.grad.tolist()}
+logits = T([[0.2, -0.5, 1.0], [0.0, 0.3, -1.2]]).requires_grad_()
+temperature = T(0.6).requires_grad_()
+ro = D.RelaxedOneHotCategorical(temperature, logits=logits)
+lp = ro.log_prob(T([[0.2, 0.3, 0.5], [0.7, 0.2, 0.1]]))
+weighted(lp).backward()
+cases["relaxed_one_hot_categorical"] = {"log_prob": lp.tolist(), "d_logits": logits.grad.reshape(-1).tolist(),
+                                        "d_temperature": [temperature.grad.item()]}
 
 mvn_p = D.MultivariateNormal(T([1.0, -1.0]), T([[2.0, 0.5], [0.5, 1.0]]))
 mvn_q = D.MultivariateNormal(T([0.0, 0.5]), T([[1.0, -0.2], [-0.2, 0.5]]))

@@ -1,9 +1,12 @@
 -- dplua.distributions: torch.distributions' Normal, Categorical,
 -- Bernoulli, Uniform, Independent, Exponential, Laplace, Cauchy,
--- LogNormal, HalfNormal, Gumbel, Weibull, Pareto, StudentT, Gamma, Chi2,
--- Beta, Dirichlet, Poisson, Geometric, Binomial, OneHotCategorical,
--- MultivariateNormal and TransformedDistribution, and kl_divergence
--- between two of one kind, as compositions of tensor ops (gradients flow
+-- LogNormal, HalfNormal, HalfCauchy, Gumbel, Weibull, Pareto, StudentT,
+-- Gamma, Chi2, Beta, Dirichlet, Kumaraswamy, FisherSnedecor, Poisson,
+-- Geometric, Binomial, NegativeBinomial, Multinomial, OneHotCategorical,
+-- RelaxedBernoulli, RelaxedOneHotCategorical, MultivariateNormal,
+-- LowRankMultivariateNormal, MixtureSameFamily and TransformedDistribution,
+-- the Distribution base class, and kl_divergence between two of one kind
+-- (register_kl adds more), as compositions of tensor ops (gradients flow
 -- to the parameters through
 -- log_prob, entropy, kl_divergence and rsample).
 --
@@ -22,8 +25,22 @@ local raise, is_tensor = torch._raise, torch.is_tensor
 local M = {}
 local LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
--- A class with PyTorch's name, printing its parameters.
-local function class(name, params)
+-- torch.distributions.Distribution: the base of every class here, and of a
+-- distribution of one's own (Distribution:extend, or extending any class):
+--
+--   local Tri = D.Distribution:extend("Triangular")
+--   function Tri:__init(c, opts)
+--     self.c = c
+--     D.Distribution.__init(self, c:size(), {}, opts)   -- batch_shape, event_shape, {validate_args}
+--   end
+--   function Tri:log_prob(x) ... end
+--   function Tri:rsample(shape) ... end              -- then sample() is rsample's draw without a gradient
+local Distribution = { __name = "Distribution" }
+Distribution.__index = Distribution
+M.Distribution = Distribution
+
+-- A class named `name` whose instances print `params`, under parent.
+local function new_class(name, params, parent)
   local cls = {}
   cls.__index = cls
   cls.__name = name
@@ -36,12 +53,21 @@ local function class(name, params)
     end
     return name .. "(" .. table.concat(parts, ", ") .. ")"
   end
-  M[name] = setmetatable(cls, { __call = function(c, ...)
+  return setmetatable(cls, { __index = parent, __call = function(c, ...)
     local self = setmetatable({}, c)
     self:__init(...)
     return self
   end })
-  return cls
+end
+-- A class of torch.distributions with PyTorch's name.
+local function class(name, params)
+  M[name] = new_class(name, params, Distribution)
+  return M[name]
+end
+
+function Distribution:extend(name)
+  if type(name) ~= "string" then raise("Distribution:extend: expected the new class's name, got " .. type(name)) end
+  return new_class(name, {}, self)
 end
 
 -- A parameter as a floating tensor (numbers become float32 tensors, as PyTorch's).
@@ -87,6 +113,24 @@ local function no_grad(f)
   torch.no_grad(function() r = f() end)
   return r
 end
+
+-- What every distribution has. __init(batch_shape, event_shape [, {validate_args}])
+-- for classes of one's own; what a class does not define raises, naming it.
+function Distribution:__init(batch_shape, event_shape, opts)
+  for _, a in ipairs({ { "batch_shape", batch_shape }, { "event_shape", event_shape } }) do
+    if a[2] ~= nil and type(a[2]) ~= "table" then
+      raise(string.format("%s: expected %s to be a list of sizes, got %s", self.__name, a[1], type(a[2])))
+    end
+  end
+  self.batch_shape, self.event_shape = batch_shape or {}, event_shape or {}
+  validating(self, opts)
+end
+for _, what in ipairs({ "rsample", "log_prob", "entropy", "cdf", "icdf", "enumerate_support" }) do
+  Distribution[what] = function(self) raise(string.format("%s.%s is not implemented", self.__name, what)) end
+end
+function Distribution:sample(shape) return no_grad(function() return self:rsample(shape) end) end
+function Distribution:sample_n(n) return self:sample({ n }) end
+function Distribution:perplexity() return self:entropy():exp() end
 
 ---------------------------------------------------------------- Normal
 
@@ -1050,7 +1094,6 @@ function TransformedDistribution:__init(base, transforms, opts)
   self.batch_shape, self.event_shape = base.batch_shape, base.event_shape or {}
 end
 function TransformedDistribution:rsample(shape)
-  if not self.base_dist.rsample then raise("TransformedDistribution.rsample: the base distribution has no rsample") end
   local x = self.base_dist:rsample(shape)
   for _, t in ipairs(self.transforms) do x = t:forward(x) end
   return x
@@ -1079,13 +1122,295 @@ TransformedDistribution.__tostring = function(self)
   return "TransformedDistribution(" .. tostring(self.base_dist) .. ")"
 end
 
+---------------------------------------------------------------- more families
+
+-- HalfCauchy(scale): |Cauchy(0, scale)|.
+local HalfCauchy = class("HalfCauchy", { "scale" })
+function HalfCauchy:__init(scale, opts)
+  scale = one_param(self, "HalfCauchy", "scale", scale, opts)
+  self.base_dist = M.Cauchy(torch.zeros_like(scale), scale, { validate_args = false })
+  self.mean, self.variance = torch.full_like(scale, math.huge), torch.full_like(scale, math.huge)
+end
+function HalfCauchy:rsample(shape) return self.base_dist:rsample(shape):abs() end
+function HalfCauchy:log_prob(value)
+  in_support(self, value:ge(0), "non-negative")
+  return self.base_dist:log_prob(value) + math.log(2)
+end
+function HalfCauchy:entropy() return self.base_dist:entropy() - math.log(2) end
+function HalfCauchy:cdf(value) return self.base_dist:cdf(value) * 2 - 1 end
+
+-- A count and the probability of a success (NegativeBinomial): self.probs
+-- and self.logits broadcast with total_count, from whichever was given.
+local function count_and_probs(self, fn, total_count, a, opts, probs_rule, probs_ok)
+  local probs, logits = probs_or_logits(fn, a)
+  if type(a) == "table" and not is_tensor(a) and opts == nil then opts = a end
+  local validate = validating(self, opts)
+  local like = probs or logits
+  local n = param(total_count, fn, "total_count", is_tensor(like) and like or nil)
+  if validate then check(n:ge(0), fn, "total_count", "non-negative") end
+  if probs ~= nil then
+    probs = param(probs, fn, "probs", n)
+    if validate then check(probs_ok(probs), fn, "probs", probs_rule) end
+    self.total_count, self.probs = torch.broadcast_tensors(n, probs)
+    local p = clamp_probs(self.probs)
+    self.logits = p:log() - (-p):log1p()
+  else
+    self.total_count, self.logits = torch.broadcast_tensors(n, param(logits, fn, "logits", n))
+    self.probs = self.logits:sigmoid()
+  end
+  self.batch_shape, self.event_shape = self.probs:size(), {}
+end
+
+-- NegativeBinomial(total_count, probs) or (total_count, {probs =} | {logits =}):
+-- the successes before total_count failures, each trial a success with probs.
+local NegativeBinomial = class("NegativeBinomial", { "total_count", "probs", "logits" })
+function NegativeBinomial:__init(total_count, a, opts)
+  count_and_probs(self, "NegativeBinomial", total_count, a, opts, "in [0, 1)",
+                  function(p) return p:ge(0):logical_and(p:lt(1)) end)
+  self.mean = self.total_count * self.logits:exp()
+  self.variance = self.mean / (-self.logits):sigmoid()
+end
+function NegativeBinomial:sample(shape)
+  return no_grad(function()
+    local full = sample_shape(shape, self.batch_shape)
+    local rate = standard_gamma(self.total_count:expand(full):contiguous()) * self.logits:exp()
+    return torch.poisson(rate)
+  end)
+end
+function NegativeBinomial:log_prob(value)
+  in_support(self, is_count(value), "a non-negative integer")
+  local n, l = self.total_count, self.logits
+  local unnormalized = -n * softplus(l) - value * softplus(-l)
+  local normalization = (value + 1):lgamma() + n:lgamma() - (n + value):lgamma()
+  return unnormalized - torch.where((n + value):eq(0), 0, normalization)
+end
+
+-- Multinomial(total_count, probs) or (total_count, {probs =} | {logits =}):
+-- the counts of each category in total_count (a number) draws.
+local Multinomial = class("Multinomial", { "total_count", "probs", "logits" })
+function Multinomial:__init(total_count, a, opts)
+  local fn = "Multinomial"
+  total_count = total_count == nil and 1 or total_count
+  if type(total_count) ~= "number" or total_count % 1 ~= 0 or total_count < 0 then
+    raise(fn .. ": expected total_count to be a non-negative integer (one for the whole batch), got " .. tostring(total_count))
+  end
+  self._categorical = M.Categorical(a, opts)
+  self._validate = self._categorical._validate
+  self.total_count = total_count
+  self.probs, self.logits = self._categorical.probs, self._categorical.logits
+  self.batch_shape, self.event_shape = self._categorical.batch_shape, { self._categorical.num_categories }
+  self.mean = self.probs * total_count
+  self.variance = self.mean * (1 - self.probs)
+end
+function Multinomial:sample(shape)
+  local k = self.event_shape[1]
+  local draws = self._categorical:sample({ self.total_count, unpack(shape or {}) })   -- (n, shape..., batch...)
+  return no_grad(function() return torch.nn.functional.one_hot(draws, k):to(self.probs.dtype):sum(0) end)
+end
+function Multinomial:log_prob(value)
+  in_support(self, is_count(value):all(-1):logical_and(value:sum(-1):le(self.total_count)),
+             "counts that sum to at most total_count")
+  local logits = torch.where(value:eq(0):logical_and(self.logits:eq(-math.huge)), 0, self.logits)
+  return (value:sum(-1) + 1):lgamma() - (value + 1):lgamma():sum(-1) + (logits * value):sum(-1)
+end
+
+-- LowRankMultivariateNormal(loc, cov_factor, cov_diag): a normal of
+-- covariance cov_factor cov_factor^T + diag(cov_diag); cov_factor (..., n,
+-- r), cov_diag (..., n) positive.
+local LowRankMultivariateNormal = class("LowRankMultivariateNormal", { "loc" })
+function LowRankMultivariateNormal:__init(loc, cov_factor, cov_diag, opts)
+  local fn = "LowRankMultivariateNormal"
+  loc = param(loc, fn, "loc")
+  cov_factor = param(cov_factor, fn, "cov_factor", loc)
+  cov_diag = param(cov_diag, fn, "cov_diag", loc)
+  if loc:dim() < 1 or cov_factor:dim() < 2 or cov_diag:dim() < 1 then
+    raise(fn .. ": expected loc (..., n), cov_factor (..., n, r) and cov_diag (..., n)")
+  end
+  local n = loc:size(-1)
+  if cov_factor:size(-2) ~= n or cov_diag:size(-1) ~= n then
+    raise(string.format("%s: expected cov_factor (..., %d, r) and cov_diag (..., %d) for loc (..., %d), got [%s] and [%s]",
+                        fn, n, n, n, table.concat(cov_factor:size(), ", "), table.concat(cov_diag:size(), ", ")))
+  end
+  if validating(self, opts) then check(cov_diag:gt(0), fn, "cov_diag", "positive") end
+  self.loc, self.cov_factor, self.cov_diag = loc, cov_factor, cov_diag
+  self.covariance_matrix = cov_factor:matmul(cov_factor:transpose(-2, -1)) + torch.diag_embed(cov_diag)
+  self._mvn = M.MultivariateNormal(loc, { covariance_matrix = self.covariance_matrix, validate_args = false })
+  self.batch_shape, self.event_shape = self._mvn.batch_shape, self._mvn.event_shape
+  self.scale_tril = self._mvn.scale_tril
+  self.mean = self._mvn.mean
+  self.variance = (cov_factor:square():sum(-1) + cov_diag):expand(self.mean:size())
+end
+-- loc + W eps_r + sqrt(D) eps_n, as PyTorch draws it
+function LowRankMultivariateNormal:rsample(shape)
+  local full = sample_shape(shape, self.batch_shape)
+  local o = { dtype = self.loc.dtype, device = self.loc.device }
+  local w_shape, d_shape = { unpack(full) }, { unpack(full) }
+  w_shape[#w_shape + 1] = self.cov_factor:size(-1)
+  d_shape[#d_shape + 1] = self.loc:size(-1)
+  local eps_w, eps_d = torch.randn(w_shape, o), torch.randn(d_shape, o)
+  return self.loc + self.cov_factor:matmul(eps_w:unsqueeze(-1)):squeeze(-1) + self.cov_diag:sqrt() * eps_d
+end
+function LowRankMultivariateNormal:log_prob(value) return self._mvn:log_prob(value) end
+function LowRankMultivariateNormal:entropy() return self._mvn:entropy() end
+
+-- Kumaraswamy(concentration1, concentration0): on (0, 1), density a b
+-- x^(a-1) (1 - x^a)^(b-1); (1 - u^(1/b))^(1/a) for u uniform.
+local Kumaraswamy = class("Kumaraswamy", { "concentration1", "concentration0" })
+local function log_beta(a, b) return a:lgamma() + b:lgamma() - (a + b):lgamma() end
+local function kumaraswamy_moment(a, b, k) return (b:log() + log_beta(k / a + 1, b)):exp() end
+function Kumaraswamy:__init(c1, c0, opts)
+  two_params(self, "Kumaraswamy", { "concentration1", "concentration0" }, c1, c0, { true, true }, opts)
+  local a, b = self.concentration1, self.concentration0
+  self.mean = kumaraswamy_moment(a, b, 1)
+  self.variance = kumaraswamy_moment(a, b, 2) - self.mean:square()
+end
+function Kumaraswamy:rsample(shape)
+  local u = open_uniform(sample_shape(shape, self.batch_shape), self.concentration1)
+  local tiny, eps = float_eps(u)
+  return (-(u:log() / self.concentration0):expm1()):pow(self.concentration1:reciprocal()):clamp(tiny, 1 - eps)
+end
+function Kumaraswamy:log_prob(value)
+  in_support(self, value:gt(0):logical_and(value:lt(1)), "in (0, 1)")
+  local a, b = self.concentration1, self.concentration0
+  return a:log() + b:log() + (a - 1) * value:log() + (b - 1) * (-value:pow(a)):log1p()
+end
+function Kumaraswamy:entropy()
+  local a, b = self.concentration1, self.concentration0
+  return (1 - b:reciprocal()) + (1 - a:reciprocal()) * ((b + 1):digamma() + EULER) - a:log() - b:log()
+end
+
+-- FisherSnedecor(df1, df2): the ratio of two chi-squared draws, each over its df.
+local FisherSnedecor = class("FisherSnedecor", { "df1", "df2" })
+function FisherSnedecor:__init(df1, df2, opts)
+  two_params(self, "FisherSnedecor", { "df1", "df2" }, df1, df2, { true, true }, opts)
+  local d1, d2 = self.df1, self.df2
+  self.mean = torch.where(d2:gt(2), d2 / (d2 - 2), 0 / 0)
+  self.variance = torch.where(d2:gt(4), d2:square() * 2 * (d1 + d2 - 2) / (d1 * (d2 - 2):square() * (d2 - 4)), 0 / 0)
+end
+function FisherSnedecor:sample(shape)
+  local full = sample_shape(shape, self.batch_shape)
+  return no_grad(function()
+    local x1 = standard_gamma((self.df1 / 2):expand(full):contiguous()) / self.df1
+    local x2 = standard_gamma((self.df2 / 2):expand(full):contiguous()) / self.df2
+    return x1 / x2
+  end)
+end
+FisherSnedecor.rsample = no_rsample
+function FisherSnedecor:log_prob(value)
+  in_support(self, value:gt(0), "positive")
+  local h1, h2 = self.df1 / 2, self.df2 / 2
+  local ratio = self.df1 / self.df2
+  return log_beta(h1, h2):neg() + h1 * ratio:log() + (h1 - 1) * value:log() - (h1 + h2) * (ratio * value):log1p()
+end
+
+-- The temperature of the relaxed distributions: positive.
+local function temperature_of(fn, t, like)
+  t = param(t, fn, "temperature", like)
+  check(t:gt(0), fn, "temperature", "positive")
+  return t
+end
+
+-- RelaxedBernoulli(temperature, probs) or (temperature, {probs =} |
+-- {logits =}): a continuous relaxation on (0, 1), the sigmoid of
+-- (logits + logistic noise) / temperature; rsample is differentiable.
+local RelaxedBernoulli = class("RelaxedBernoulli", { "temperature", "probs", "logits" })
+function RelaxedBernoulli:__init(temperature, a, opts)
+  success_probs(self, "RelaxedBernoulli", a, opts, true)
+  self.temperature = temperature_of("RelaxedBernoulli", temperature, self.probs)
+  self.batch_shape = torch.broadcast_shapes(self.probs:size(), self.temperature:size())
+end
+function RelaxedBernoulli:rsample(shape)
+  local u = open_uniform(sample_shape(shape, self.batch_shape), self.logits)
+  local tiny, eps = float_eps(u)
+  u = u:clamp(tiny, 1 - eps)
+  return ((self.logits + u:log() - (-u):log1p()) / self.temperature):sigmoid():clamp(tiny, 1 - eps)
+end
+-- the logistic's density at logit(value), less the sigmoid's log-Jacobian
+function RelaxedBernoulli:log_prob(value)
+  in_support(self, value:gt(0):logical_and(value:lt(1)), "in (0, 1)")
+  local tiny, eps = float_eps(value)
+  local y = value:clamp(tiny, 1 - eps)
+  local x = y:log() - (-y):log1p()
+  local diff = self.logits - x * self.temperature
+  local logistic = self.temperature:log() + diff - softplus(diff) * 2
+  return logistic + softplus(-x) + softplus(x)
+end
+
+-- RelaxedOneHotCategorical(temperature, probs) or (temperature, {probs =} |
+-- {logits =}): the Gumbel-softmax relaxation of one-hot vectors on the simplex.
+local RelaxedOneHotCategorical = class("RelaxedOneHotCategorical", { "temperature", "probs", "logits" })
+function RelaxedOneHotCategorical:__init(temperature, a, opts)
+  self._categorical = M.Categorical(a, opts)
+  self._validate = self._categorical._validate
+  self.probs, self.logits = self._categorical.probs, self._categorical.logits
+  self.temperature = temperature_of("RelaxedOneHotCategorical", temperature, self.probs)
+  self.batch_shape, self.event_shape = self._categorical.batch_shape, { self._categorical.num_categories }
+end
+function RelaxedOneHotCategorical:rsample(shape)
+  local full = sample_shape(shape, self.batch_shape)
+  full[#full + 1] = self.event_shape[1]
+  local u = open_uniform(full, self.logits)
+  local tiny, eps = float_eps(u)
+  local gumbels = -(-u:clamp(tiny, 1 - eps):log()):log()
+  local scores = (self.logits + gumbels) / self.temperature:unsqueeze(-1)
+  return (scores - scores:logsumexp(-1, true)):exp()
+end
+-- ExpRelaxedCategorical's density of log(value), less exp's log-Jacobian
+function RelaxedOneHotCategorical:log_prob(value)
+  in_support(self, value:gt(0):all(-1):logical_and((value:sum(-1) - 1):abs():lt(1e-6)), "a point of the simplex")
+  local k = self.event_shape[1]
+  local x = value:log()
+  local log_scale = torch.full_like(self.temperature, k):lgamma() + self.temperature:log() * (k - 1)
+  local score = self.logits - x * self.temperature:unsqueeze(-1)
+  score = (score - score:logsumexp(-1, true)):sum(-1)
+  return score + log_scale - x:sum(-1)
+end
+
 ---------------------------------------------------------------- kl_divergence
 
 local function kind(d) return getmetatable(d) and getmetatable(d).__name end
 
+-- register_kl(P, Q, fn) (or register_kl(P, Q)(fn), PyTorch's decorator):
+-- fn(p, q) is kl_divergence for p of class P (or one extending it) and q
+-- of class Q, before the formulas below.
+local kl_registry = {}
+local function is_class(c)
+  return type(c) == "table" and (c == Distribution or (type(c.__name) == "string" and getmetatable(c) ~= nil))
+end
+function M.register_kl(P, Q, fn)
+  if not is_class(P) or not is_class(Q) then
+    raise("register_kl: expected two distribution classes (torch.distributions.Normal, or one of one's own)")
+  end
+  local function register(f)
+    if type(f) ~= "function" then raise("register_kl: expected a function (p, q) giving KL(p || q)") end
+    kl_registry[P] = kl_registry[P] or {}
+    kl_registry[P][Q] = f
+    return f
+  end
+  if fn == nil then return register end
+  return register(fn)
+end
+-- The registered function for the classes of p and q, the most derived first.
+local function registered_kl(p, q)
+  local cp = getmetatable(p)
+  while type(cp) == "table" do
+    local row = kl_registry[cp]
+    if row then
+      local cq = getmetatable(q)
+      while type(cq) == "table" do
+        if row[cq] then return row[cq] end
+        cq = cq ~= Distribution and getmetatable(cq) and getmetatable(cq).__index or nil
+      end
+    end
+    cp = cp ~= Distribution and getmetatable(cp) and getmetatable(cp).__index or nil
+  end
+end
+
 -- kl_divergence(p, q): KL(p || q) for two of one kind (Normal, Categorical,
 -- Bernoulli, Uniform, Independent of those).
 function M.kl_divergence(p, q)
+  local registered = registered_kl(p, q)
+  if registered then return registered(p, q) end
   local kp, kq = kind(p), kind(q)
   if kp ~= kq or kp == nil then
     raise(string.format("kl_divergence: no formula for %s and %s (both must be of one kind)", tostring(kp), tostring(kq)))

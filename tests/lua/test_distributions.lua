@@ -1,6 +1,6 @@
 -- test_distributions.lua: torch.distributions (Normal, Categorical,
--- Bernoulli, Uniform, Independent, and the others of the generator's MORE
--- table) against PyTorch's log_prob, entropy, mean, variance, cdf,
+-- Bernoulli, Uniform, Independent, the others of the generator's MORE
+-- table, Multinomial and the relaxed distributions) against PyTorch's log_prob, entropy, mean, variance, cdf,
 -- kl_divergence and parameter gradients
 -- (tests/ref/distributions.lua, written by
 -- scripts/gen_distributions_ref.py); sampling statistics, rsample's
@@ -123,12 +123,26 @@ local more = {
                                      { scale_tril = { { 1.5, 0.0 }, { 0.5, 0.75 } } }, { 0.5, 0.2 } },
   multivariate_normal_precision = { "MultivariateNormal", { { "loc", { 1.0, -1.0 } } },
                                     { precision_matrix = { { 2.0, 0.5 }, { 0.5, 1.0 } } }, { 0.5, 0.2 } },
+  half_cauchy = { "HalfCauchy", { { "scale", { 1.5, 0.25 } } }, nil, { 0.7, 0.4 } },
+  negative_binomial = { "NegativeBinomial", { { "total_count", { 3.0, 5.0, 0.5 } } }, { probs = { 0.3, 0.6, 0.1 } },
+                        { 2.0, 7.0, 0.0 } },
+  negative_binomial_logits = { "NegativeBinomial", { { "total_count", { 3.0, 5.0 } } }, { logits = { -1.0, 0.5 } },
+                               { 4.0, 1.0 } },
+  kumaraswamy = { "Kumaraswamy", { { "concentration1", { 0.5, 2.0, 5.0 } }, { "concentration0", { 1.5, 3.0, 0.7 } } },
+                  nil, { 0.3, 0.9, 0.5 } },
+  fisher_snedecor = { "FisherSnedecor", { { "df1", { 1.5, 3.0, 10.0 } }, { "df2", { 5.0, 7.0, 20.0 } } }, nil,
+                      { 0.3, 1.2, 2.5 } },
+  low_rank_multivariate_normal = { "LowRankMultivariateNormal", { { "loc", { { 1.0, -1.0, 0.5 }, { 0.0, 2.0, 0.0 } } },
+                                   { "cov_factor", { { 1.0, 0.5 }, { 0.2, -0.3 }, { 0.4, 0.8 } } },
+                                   { "cov_diag", { 0.5, 1.0, 2.0 } } }, nil, { { 0.5, 0.2, 0.0 }, { 1.0, 1.0, -1.0 } } },
 }
 
 local function flat(t) return t:detach():reshape(-1):tolist() end
 -- the entropies of the gamma family differentiate digamma: PyTorch's
 -- trigamma is good to about 1e-9 (pi^2/6 at 1 reads 1.6449340676)
-local grad_rtol = { gamma = 1e-8, chi2 = 1e-8, beta = 1e-8, dirichlet = 1e-8, student_t = 1e-8, weibull = 1e-8 }
+local grad_rtol = { gamma = 1e-8, chi2 = 1e-8, beta = 1e-8, dirichlet = 1e-8, student_t = 1e-8, weibull = 1e-8,
+                    kumaraswamy = 1e-8, negative_binomial = 1e-8, negative_binomial_logits = 1e-8,
+                    fisher_snedecor = 1e-8 }
 
 for _, name in ipairs(T.sorted_keys(more)) do
   T.run(name .. " against PyTorch", function()
@@ -173,6 +187,106 @@ for _, name in ipairs(T.sorted_keys(more)) do
     end
   end)
 end
+
+local function weighted(lp) return (lp * torch.arange(0, lp:numel(), { dtype = torch.float64 }):cos():reshape(lp:size())):sum() end
+
+T.run("Multinomial and the relaxed distributions against PyTorch", function()
+  local r = ref.multinomial
+  local probs = f64({ { 0.2, 0.3, 0.5 }, { 0.6, 0.3, 0.1 } }):requires_grad_()
+  local mn = D.Multinomial(6, probs)
+  local lp = mn:log_prob(f64({ { 1, 2, 3 }, { 6, 0, 0 } }))
+  T.values_close(flat(lp), r.log_prob, 1e-12, 1e-12, "Multinomial: log_prob")
+  T.values_close(flat(mn.mean), r.mean, 1e-12, 1e-12, "Multinomial: mean")
+  T.values_close(flat(mn.variance), r.variance, 1e-12, 1e-12, "Multinomial: variance")
+  weighted(lp):backward()
+  T.values_close(flat(probs.grad), r.d_probs, 1e-10, 1e-12, "Multinomial: the gradient of probs")
+  r = ref.relaxed_bernoulli
+  local logits = f64({ -1.0, 0.5, 2.0 }):requires_grad_()
+  lp = D.RelaxedBernoulli(f64(0.7), { logits = logits }):log_prob(f64({ 0.2, 0.5, 0.95 }))
+  T.values_close(flat(lp), r.log_prob, 1e-12, 1e-12, "RelaxedBernoulli: log_prob")
+  weighted(lp):backward()
+  T.values_close(flat(logits.grad), r.d_logits, 1e-10, 1e-12, "RelaxedBernoulli: the gradient of logits")
+  r = ref.relaxed_one_hot_categorical
+  logits = f64({ { 0.2, -0.5, 1.0 }, { 0.0, 0.3, -1.2 } }):requires_grad_()
+  local temperature = f64(0.6):requires_grad_()
+  lp = D.RelaxedOneHotCategorical(temperature, { logits = logits }):log_prob(f64({ { 0.2, 0.3, 0.5 }, { 0.7, 0.2, 0.1 } }))
+  T.values_close(flat(lp), r.log_prob, 1e-12, 1e-12, "RelaxedOneHotCategorical: log_prob")
+  weighted(lp):backward()
+  T.values_close(flat(logits.grad), r.d_logits, 1e-10, 1e-12, "RelaxedOneHotCategorical: the gradient of logits")
+  T.values_close({ temperature.grad:item() }, r.d_temperature, 1e-10, 1e-12,
+                 "RelaxedOneHotCategorical: the gradient of the temperature")
+end)
+
+T.run("the new families' draws: moments, supports, shapes", function()
+  torch.manual_seed(11)
+  local n = 20000
+  local function moments(x)
+    return x:mean(0), x:var(0)
+  end
+  local nb = D.NegativeBinomial(f64({ 3.0, 8.0 }), f64({ 0.3, 0.6 }))
+  local m, v = moments(nb:sample({ n }))
+  T.tensor_close(m, nb.mean, 0.05, 0, "NegativeBinomial: the draws' mean")
+  T.tensor_close(v, nb.variance, 0.1, 0, "NegativeBinomial: the draws' variance")
+  local mn = D.Multinomial(10, f64({ 0.2, 0.3, 0.5 }))
+  local x = mn:sample({ n })
+  T.is(T.shape(x), { n, 3 }, "Multinomial: sample shape")
+  T.ok(x:sum(-1):eq(10):all():item(), "Multinomial: every draw's counts sum to total_count")
+  T.tensor_close(x:mean(0), mn.mean, 0.03, 0, "Multinomial: the draws' mean")
+  local ku = D.Kumaraswamy(f64({ 2.0 }), f64({ 3.0 }))
+  m, v = moments(ku:sample({ n }))
+  T.tensor_close(m, ku.mean, 0.03, 0, "Kumaraswamy: the draws' mean")
+  T.tensor_close(v, ku.variance, 0.08, 0, "Kumaraswamy: the draws' variance")
+  local fs = D.FisherSnedecor(f64({ 6.0 }), f64({ 12.0 }))
+  m = fs:sample({ n }):mean(0)
+  T.tensor_close(m, fs.mean, 0.05, 0, "FisherSnedecor: the draws' mean")
+  local lr = D.LowRankMultivariateNormal(f64({ 1.0, -1.0 }), f64({ { 1.0 }, { 0.5 } }), f64({ 0.5, 2.0 }))
+  x = lr:sample({ n })
+  local c = x - x:mean(0)
+  T.tensor_close(c:t():matmul(c) / (n - 1), lr.covariance_matrix, 0.08, 0.03, "LowRankMultivariateNormal: the draws' covariance")
+  local hc = D.HalfCauchy(f64({ 2.0 }))
+  T.tensor_close(hc:sample({ n }):median(0), f64({ 2.0 }), 0.05, 0, "HalfCauchy: the draws' median is the scale")
+  local rb = D.RelaxedBernoulli(f64(0.5), f64({ 0.3 })):rsample({ 100 })
+  T.ok(rb:gt(0):all():item() and rb:lt(1):all():item(), "RelaxedBernoulli: draws in (0, 1)")
+  local logits = f64({ 0.1, 0.4, -0.3 }):requires_grad_()
+  local ro = D.RelaxedOneHotCategorical(f64(0.5), { logits = logits }):rsample({ 5 })
+  T.tensor_close(ro:sum(-1), torch.ones(5, { dtype = torch.float64 }), 1e-12, 1e-12, "RelaxedOneHotCategorical: on the simplex")
+  ro:select(-1, 0):sum():backward()
+  T.ok(logits.grad ~= nil and logits.grad:abs():sum():item() > 0, "RelaxedOneHotCategorical: rsample carries a gradient")
+end)
+
+T.run("Distribution: the base class, classes of one's own, register_kl", function()
+  local My = D.Distribution:extend("Scaled")
+  function My:__init(c, opts)
+    self.c = c
+    D.Distribution.__init(self, c:size(), {}, opts)
+  end
+  function My:rsample(shape) return torch.rand(shape or {}, { dtype = torch.float64 }) * self.c end
+  local m = My(f64({ 2.0 }))
+  T.is(T.shape(m:sample({ 4, 1 })), { 4, 1 }, "sample from rsample")
+  T.ok(not m:sample({ 3 }).requires_grad, "sample draws without a gradient")
+  T.raises(function() m:log_prob(f64(1)) end, "Scaled.log_prob is not implemented", "what a class leaves out raises")
+  T.raises(function() D.Categorical(f64({ 0.5, 0.5 })):rsample() end, "Categorical.rsample is not implemented",
+           "the built-in classes too")
+  T.values_close({ D.Categorical(f64({ 0.5, 0.5 })):perplexity():item() }, { 2 }, 1e-12, 1e-12, "perplexity")
+  D.register_kl(My, My, function(p, q) return (p.c / q.c):log() end)
+  T.values_close(flat(D.kl_divergence(m, My(f64({ 1.0 })))), { math.log(2) }, 1e-12, 1e-12, "a registered KL")
+  local Sub = My:extend("SubScaled")
+  T.values_close(flat(D.kl_divergence(Sub(f64({ 4.0 })), m)), { math.log(2) }, 1e-12, 1e-12,
+                 "a registered KL serves classes extending it")
+  -- (Exponential's KL is not used after this point of the file)
+  D.register_kl(D.Exponential, D.Exponential)(function() return f64(42) end)
+  T.is(D.kl_divergence(D.Exponential(1), D.Exponential(2)):item(), 42, "a registered KL comes before the built-in one")
+  T.raises(function() D.register_kl({}, D.Normal) end, "expected two distribution classes", "register_kl: not a class")
+  T.raises(function() D.Distribution.__init(My(f64({ 1.0 })), 3) end, "expected batch_shape to be a list of sizes",
+           "a bad batch_shape")
+  T.raises(function() D.Multinomial(2.5, f64({ 0.5, 0.5 })) end, "total_count to be a non%-negative integer",
+           "Multinomial: a fractional total_count")
+  T.raises(function() D.NegativeBinomial(3, f64({ 1.0 })) end, "probs to be in %[0, 1%)", "NegativeBinomial: probs 1")
+  T.raises(function() D.LowRankMultivariateNormal(f64({ 0, 0 }), f64({ { 1 } }), f64({ 1, 1 })) end,
+           "expected cov_factor %(..., 2, r%)", "LowRankMultivariateNormal: shapes")
+  T.raises(function() D.RelaxedBernoulli(f64(-1), f64({ 0.5 })) end, "temperature to be positive",
+           "RelaxedBernoulli: temperature")
+end)
 
 T.run("MultivariateNormal's kl_divergence against PyTorch", function()
   local p = D.MultivariateNormal(f64({ 1.0, -1.0 }), f64({ { 2.0, 0.5 }, { 0.5, 1.0 } }))
