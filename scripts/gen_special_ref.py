@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Writes tests/ref/special.lua: PyTorch's special functions (lgamma,
 digamma, polygamma, erfinv, erfc, erfcx, sinc, xlog1py, entr, ndtr, ndtri,
-log_ndtr, multigammaln) on fixed float64 inputs, with the gradient of their
+log_ndtr, multigammaln, the modified Bessel functions i0, i0e, i1, i1e and
+the orthogonal polynomials) on fixed float64 inputs, with the gradient of their
 sum where PyTorch has one, for tests/lua/test_special.lua.
     cd scripts && /usr/bin/python3 gen_special_ref.py > ../tests/ref/special.lua
 """
@@ -11,6 +12,9 @@ from reflua import lua_value, print_cases
 
 inf, nan = float("inf"), float("nan")
 wide = [-3.7, -2.5, -1.2, -0.5, 0.1, 0.5, 1.0, 1.5, 2.0, 3.3, 7.5, 25.0, 150.0, 1e4]
+bessel = [-35.0, -3.7, -0.5, 0.0, 0.1, 1.0, 2.5, 12.0, 29.5, 30.5, 80.0, 600.0]
+unit = [-1.0, -0.9, -0.35, 0.0, 0.2, 0.5, 0.75, 1.0, 1.7, -2.5, 0.999, 3.0]
+degrees = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, -1]
 cases = {  # name: (function, inputs, whether to record the gradient)
     "lgamma": (torch.lgamma, wide, True),
     "lgamma_poles": (torch.lgamma, [0.0, -1.0, -4.0], False),
@@ -29,6 +33,20 @@ cases = {  # name: (function, inputs, whether to record the gradient)
     "log_ndtr": (S.log_ndtr, [-40.0, -10.0, -3.0, -2.0, 0.0, 2.0, 8.0], True),
     "multigammaln_3": (lambda x: S.multigammaln(x, 3), [1.5, 2.0, 4.25, 10.0], True),
     "xlog1py": (lambda x: S.xlog1py(x, x.abs() * 2 - 0.5), [0.0, 0.3, 1.0, 2.5, -0.2], True),
+    "i0": (torch.i0, bessel, True),
+    "i0e": (S.i0e, bessel, True),
+    "i1": (S.i1, bessel, True),
+    "i1e": (S.i1e, bessel, True),
+    "chebyshev_t_5": (lambda x: S.chebyshev_polynomial_t(x, 5), unit, False),
+    "chebyshev_u_4": (lambda x: S.chebyshev_polynomial_u(x, 4), unit, False),
+    "chebyshev_v_3": (lambda x: S.chebyshev_polynomial_v(x, 3), unit, False),
+    "chebyshev_w_6": (lambda x: S.chebyshev_polynomial_w(x, 6), unit, False),
+    "shifted_chebyshev_t_4": (lambda x: S.shifted_chebyshev_polynomial_t(x, 4), unit, False),
+    "shifted_chebyshev_w_3": (lambda x: S.shifted_chebyshev_polynomial_w(x, 3), unit, False),
+    "hermite_h_degrees": (lambda x: S.hermite_polynomial_h(x, torch.tensor(degrees)), unit, False),
+    "hermite_he_6": (lambda x: S.hermite_polynomial_he(x, 6), unit, False),
+    "laguerre_l_5": (lambda x: S.laguerre_polynomial_l(x, 5), unit, False),
+    "legendre_p_degrees": (lambda x: S.legendre_polynomial_p(x, torch.tensor(degrees)), unit, False),
 }
 
 out = {}

@@ -1721,7 +1721,8 @@ function methods.slice_scatter(t, src, dim, start, stop, step)
   if type(dim) == "table" then dim, start, stop, step = dim.dim, dim.start, dim["end"], dim.step end
   local d = dim_of(t, dim or 0, "slice_scatter")
   local len = t:size(d)
-  start, stop, step = start or 0, stop or len, want_int(step, "slice_scatter", "step", 1, 1)
+  start, stop = want_int(start, "slice_scatter", "start", 0), want_int(stop, "slice_scatter", "end", len)
+  step = want_int(step, "slice_scatter", "step", 1, 1)
   if start < 0 then start = start + len end
   if stop < 0 then stop = stop + len end
   stop = math.min(stop, len)
@@ -2131,31 +2132,6 @@ function torch.kaiser_window(n, periodic, beta, opts)
   end)
 end
 
--- i0(): the modified Bessel function of the first kind, order 0: its power
--- series (positive terms, 100 of them) up to 30, the asymptotic series above
-function methods.i0(t)
-  local x = t.dtype.is_floating_point and t:abs() or t:abs():to(torch.get_default_dtype())
-  local small = x:le(30)
-  local xs = torch.where(small, x, 0)
-  local q = (xs / 2):square()
-  local term, sum = torch.ones_like(xs), torch.ones_like(xs)
-  for k = 1, 100 do
-    term = term * q / (k * k)
-    sum = sum + term
-  end
-  local xl = torch.where(small, 31, x)
-  local inv = (xl * 8):reciprocal()
-  -- e^x / sqrt(2 pi x) (1 + 1/(8x) + 9/(2! (8x)^2) + 225/(3! (8x)^3) + ...)
-  local series, c = torch.ones_like(xl), 1
-  local pw = torch.ones_like(xl)
-  for k = 1, 12 do
-    c = c * (2 * k - 1) ^ 2 / k
-    pw = pw * inv
-    series = series + pw * c
-  end
-  local large = xl:exp() / (xl * (2 * math.pi)):sqrt() * series
-  return torch.where(small, sum, large)
-end
 
 function torch.scalar_tensor(v, opts)
   if type(v) ~= "number" and type(v) ~= "boolean" then raise("scalar_tensor: expected a number, got " .. typename(v)) end

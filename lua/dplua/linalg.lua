@@ -888,6 +888,8 @@ M.torch = {
       upper, transpose, unitriangular = o.upper, o.transpose, o.unitriangular
     end
     if upper == nil then upper = true end
+    want_float("triangular_solve", B, "B")
+    want_float("triangular_solve", A, "A")
     local T = transpose and A:transpose(-2, -1) or A
     local X = M.solve_triangular(T, B, { upper = (upper and not transpose) or (not upper and transpose),
                                          unitriangular = unitriangular })

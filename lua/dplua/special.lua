@@ -274,6 +274,103 @@ local function ndtri(t)
   return torch.where(upper, -lower, lower)
 end
 
+---------------------------------------------------------------- modified Bessel functions
+
+-- I_nu(|x|) for nu = 0 or 1, times exp(-|x|) when scaled: the power series
+-- (positive terms, 100 of them) up to 30, above it the asymptotic series
+-- e^x / sqrt(2 pi x) sum_k c_k / (8x)^k, c_k = c_(k-1) (-(4 nu^2 - (2k - 1)^2)) / k.
+local function bessel_i(t, nu, scaled)
+  local x = t:abs()
+  local small = x:le(30)
+  local xs = torch.where(small, x, 0)
+  local q = (xs / 2):square()
+  -- I_1's series keeps x's sign (odd, and with its gradient at 0)
+  local term = nu == 0 and torch.ones_like(xs) or torch.where(small, t, 0) / 2
+  local sum = term
+  for k = 1, 100 do
+    term = term * q / (k * (k + nu))
+    sum = sum + term
+  end
+  if scaled then sum = sum * (-xs):exp() end
+  local xl = torch.where(small, 31, x)
+  local inv = (xl * 8):reciprocal()
+  local series, c, pw = torch.ones_like(xl), 1, torch.ones_like(xl)
+  local mu = 4 * nu * nu
+  for k = 1, 12 do
+    c = c * -(mu - (2 * k - 1) ^ 2) / k
+    pw = pw * inv
+    series = series + pw * c
+  end
+  local large = series / (xl * (2 * PI)):sqrt()
+  if not scaled then large = large * xl:exp() end
+  if nu == 1 then large = large * t:sign() end
+  return torch.where(small, sum, large)
+end
+local function bessel(name, nu, scaled)
+  return function(t) return bessel_i(want_float(name, t), nu, scaled) end
+end
+methods.i0 = bessel("i0", 0, false)
+local i0e, i1, i1e = bessel("i0e", 0, true), bessel("i1", 1, false), bessel("i1e", 1, true)
+
+---------------------------------------------------------------- orthogonal polynomials
+
+-- P_n(x) by its three-term recurrence P_(k+1) = a_k(x) P_k - b_k(x) P_(k-1)
+-- from P_0 = 1 and P_1 = first(x); n a number or a tensor of integers
+-- (broadcast with x; each element takes its own degree, negative ones 0).
+local MAX_DEGREE = 10000
+local function polynomial(name, first, step)
+  return function(x, n)
+    if type(x) == "number" then x = torch.tensor(x) end
+    x = want_float(name, x)
+    if type(n) == "number" then
+      if n % 1 ~= 0 then raise(string.format("%s: expected an integer degree n, got %s", name, tostring(n))) end
+    elseif not B.is_tensor(n) then
+      raise(string.format("%s: expected n to be a number or a tensor of integers, got %s", name, typename(n)))
+    end
+    local nt = B.is_tensor(n) and n or torch.tensor(n, { dtype = torch.float64, device = x.device })
+    local top = nt:numel() > 0 and math.max(nt:max():item(), 0) or 0
+    if B.is_tensor(n) and not n:eq(n:floor()):all():item() then
+      raise(name .. ": expected integer degrees n")
+    end
+    if top > MAX_DEGREE then
+      raise(string.format("%s: degree %d is above the largest supported, %d (the recurrence takes a step a degree)",
+                          name, top, MAX_DEGREE))
+    end
+    local prev, cur = torch.ones_like(x), first(x)
+    local out = torch.where(nt:eq(0), prev, torch.where(nt:eq(1), cur, 0))
+    for k = 1, top - 1 do
+      prev, cur = cur, step(x, k, cur, prev)
+      out = torch.where(nt:eq(k + 1), cur, out)
+    end
+    return torch.where(nt:lt(0), 0, out)
+  end
+end
+-- Chebyshev's four kinds share the recurrence and differ in P_1
+local function chebyshev(name, first) return polynomial(name, first, function(x, _, p, q) return x * 2 * p - q end) end
+local polynomials = {
+  chebyshev_polynomial_t = chebyshev("chebyshev_polynomial_t", function(x) return x end),
+  chebyshev_polynomial_u = chebyshev("chebyshev_polynomial_u", function(x) return x * 2 end),
+  chebyshev_polynomial_v = chebyshev("chebyshev_polynomial_v", function(x) return x * 2 - 1 end),
+  chebyshev_polynomial_w = chebyshev("chebyshev_polynomial_w", function(x) return x * 2 + 1 end),
+  hermite_polynomial_h = polynomial("hermite_polynomial_h", function(x) return x * 2 end,
+                                    function(x, k, p, q) return x * 2 * p - q * (2 * k) end),
+  hermite_polynomial_he = polynomial("hermite_polynomial_he", function(x) return x end,
+                                     function(x, k, p, q) return x * p - q * k end),
+  laguerre_polynomial_l = polynomial("laguerre_polynomial_l", function(x) return 1 - x end,
+                                     function(x, k, p, q) return ((2 * k + 1 - x) * p - q * k) / (k + 1) end),
+  legendre_polynomial_p = polynomial("legendre_polynomial_p", function(x) return x end,
+                                     function(x, k, p, q) return (x * p * (2 * k + 1) - q * k) / (k + 1) end),
+}
+-- the shifted Chebyshev polynomials: P*_n(x) = P_n(2x - 1)
+for _, kind in ipairs({ "t", "u", "v", "w" }) do
+  local f = polynomials["chebyshev_polynomial_" .. kind]
+  local name = "shifted_chebyshev_polynomial_" .. kind
+  polynomials[name] = function(x, n)
+    if type(x) == "number" then x = torch.tensor(x) end
+    return f(want_float(name, x) * 2 - 1, n)
+  end
+end
+
 ---------------------------------------------------------------- torch.special
 
 local function method(name) return function(t, ...) return torch[name](t, ...) end end
@@ -289,6 +386,9 @@ torch.special = {
   logsumexp = method("logsumexp"),
   softmax = function(t, dim) return t:softmax(dim) end,
   log_softmax = function(t, dim) return t:log_softmax(dim) end,
+  i0 = methods.i0, i0e = i0e, i1 = i1, i1e = i1e, modified_bessel_i0 = methods.i0, modified_bessel_i1 = i1,
 }
+for name, f in pairs(polynomials) do torch.special[name] = f end
+methods.i0e, methods.i1, methods.i1e = i0e, i1, i1e
 
 return {}

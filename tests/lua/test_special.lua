@@ -27,6 +27,20 @@ local functions = {  -- as in the generator
   log_ndtr = function(x) return S.log_ndtr(x) end,
   multigammaln_3 = function(x) return S.multigammaln(x, 3) end,
   xlog1py = function(x) return S.xlog1py(x, x:abs() * 2 - 0.5) end,
+  i0 = function(x) return x:i0() end,
+  i0e = function(x) return S.i0e(x) end,
+  i1 = function(x) return S.i1(x) end,
+  i1e = function(x) return x:i1e() end,
+  chebyshev_t_5 = function(x) return S.chebyshev_polynomial_t(x, 5) end,
+  chebyshev_u_4 = function(x) return S.chebyshev_polynomial_u(x, 4) end,
+  chebyshev_v_3 = function(x) return S.chebyshev_polynomial_v(x, 3) end,
+  chebyshev_w_6 = function(x) return S.chebyshev_polynomial_w(x, 6) end,
+  shifted_chebyshev_t_4 = function(x) return S.shifted_chebyshev_polynomial_t(x, 4) end,
+  shifted_chebyshev_w_3 = function(x) return S.shifted_chebyshev_polynomial_w(x, 3) end,
+  hermite_h_degrees = function(x) return S.hermite_polynomial_h(x, torch.tensor({ 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, -1 })) end,
+  hermite_he_6 = function(x) return S.hermite_polynomial_he(x, 6) end,
+  laguerre_l_5 = function(x) return S.laguerre_polynomial_l(x, 5) end,
+  legendre_p_degrees = function(x) return S.legendre_polynomial_p(x, torch.tensor({ 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, -1 })) end,
 }
 -- where PyTorch's own float64 value is less exact than 1e-12 (checked
 -- against math.erfc in Python: ours is the closer one)

@@ -1522,6 +1522,7 @@ end
 -- avg_pool2d, others a mean per cell. nil in output_size keeps that size.
 -- An adaptive pool's output size (Ho, Wo) for an input H x W: an int, a
 -- pair, or a pair with nil keeping that size.
+local MAX_ADAPTIVE_CELLS = 65536
 local function adaptive_size(output_size, H, W, fn)
   local o
   if type(output_size) == "table" and #output_size <= 2 and (output_size[1] ~= nil or output_size[2] ~= nil) then
@@ -1531,6 +1532,11 @@ local function adaptive_size(output_size, H, W, fn)
   end
   if o[1] < 1 or o[2] < 1 or o[1] % 1 ~= 0 or o[2] % 1 ~= 0 then
     raise(string.format("%s: output_size must be positive integers, got (%s, %s)", fn, tostring(o[1]), tostring(o[2])))
+  end
+  -- an output size that does not divide the input takes a step per cell
+  if o[1] * o[2] > MAX_ADAPTIVE_CELLS and (H % o[1] ~= 0 or W % o[2] ~= 0) then
+    raise(string.format("%s: output_size (%d, %d) does not divide the input (%d, %d) and has more than %d cells, "
+                        .. "which this pool computes one at a time", fn, o[1], o[2], H, W, MAX_ADAPTIVE_CELLS))
   end
   return o
 end
@@ -1923,6 +1929,10 @@ local function adaptive3d(fn, input, output_size, reduce_depth, pool2d)
   end
   for a = 1, 3 do
     if o[a] < 1 or o[a] % 1 ~= 0 then raise(fn .. ": output_size must be positive integers") end
+  end
+  if o[1] > MAX_ADAPTIVE_CELLS then
+    raise(string.format("%s: output depth %d is above %d, which this pool computes one at a time", fn, o[1],
+                        MAX_ADAPTIVE_CELLS))
   end
   local cells = {}
   for i = 0, o[1] - 1 do
