@@ -144,8 +144,10 @@ for name, (cls, pos, kw, value, kl_params, has_entropy) in MORE.items():
     if kl_params is not None:
         q = cls(*[T(v) for v in kl_params])
         c["kl"] = D.kl_divergence(cls(*[p.detach() for p in ps.values()]), q).reshape(-1).tolist()
-    if hasattr(d, "cdf") and cls in (D.Exponential, D.Laplace, D.Cauchy, D.HalfNormal):
+    if hasattr(d, "cdf") and cls in (D.Exponential, D.Laplace, D.Cauchy, D.HalfNormal, D.HalfCauchy):
         c["cdf"] = d.cdf(T(value)).detach().reshape(-1).tolist()
+    if cls in (D.Gamma, D.Chi2):   # PyTorch 2's Gamma.cdf, which 1.13 lacks
+        c["cdf"] = torch.special.gammainc(d.concentration, d.rate * T(value)).detach().reshape(-1).tolist()
     cases[name] = c
 
 # TransformedDistribution: log_prob at fixed values, and the gradients of its

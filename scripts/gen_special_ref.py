@@ -2,7 +2,7 @@
 """Writes tests/ref/special.lua: PyTorch's special functions (lgamma,
 digamma, polygamma, erfinv, erfc, erfcx, sinc, xlog1py, entr, ndtr, ndtri,
 log_ndtr, multigammaln, the modified Bessel functions i0, i0e, i1, i1e and
-the orthogonal polynomials) on fixed float64 inputs, with the gradient of their
+the orthogonal polynomials, gammainc and gammaincc) on fixed float64 inputs, with the gradient of their
 sum where PyTorch has one, for tests/lua/test_special.lua.
     cd scripts && /usr/bin/python3 gen_special_ref.py > ../tests/ref/special.lua
 """
@@ -15,6 +15,10 @@ wide = [-3.7, -2.5, -1.2, -0.5, 0.1, 0.5, 1.0, 1.5, 2.0, 3.3, 7.5, 25.0, 150.0, 
 bessel = [-35.0, -3.7, -0.5, 0.0, 0.1, 1.0, 2.5, 12.0, 29.5, 30.5, 80.0, 600.0]
 unit = [-1.0, -0.9, -0.35, 0.0, 0.2, 0.5, 0.75, 1.0, 1.7, -2.5, 0.999, 3.0]
 degrees = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, -1]
+gamma_a = [0.5, 1.0, 2.0, 5.0, 10.0, 100.0, 3.0, 50.0, 0.1, 700.0, 1.5, 20.0]
+gamma_x = [0.3, 1.0, 5.0, 2.0, 12.0, 95.0, 0.01, 60.0, 1e-5, 690.0, 40.0, 19.5]
+edge_a = [0.0, 0.0, 2.0, -1.0, 3.0, inf, inf, 2.0]
+edge_x = [1.0, 0.0, 0.0, 1.0, inf, 1.0, inf, -0.5]
 cases = {  # name: (function, inputs, whether to record the gradient)
     "lgamma": (torch.lgamma, wide, True),
     "lgamma_poles": (torch.lgamma, [0.0, -1.0, -4.0], False),
@@ -47,6 +51,10 @@ cases = {  # name: (function, inputs, whether to record the gradient)
     "hermite_he_6": (lambda x: S.hermite_polynomial_he(x, 6), unit, False),
     "laguerre_l_5": (lambda x: S.laguerre_polynomial_l(x, 5), unit, False),
     "legendre_p_degrees": (lambda x: S.legendre_polynomial_p(x, torch.tensor(degrees)), unit, False),
+    "gammainc": (lambda x: S.gammainc(torch.tensor(gamma_a, dtype=x.dtype), x), gamma_x, True),
+    "gammaincc": (lambda x: S.gammaincc(torch.tensor(gamma_a, dtype=x.dtype), x), gamma_x, True),
+    "gammainc_edges": (lambda x: S.gammainc(torch.tensor(edge_a, dtype=x.dtype), x), edge_x, False),
+    "gammaincc_edges": (lambda x: S.gammaincc(torch.tensor(edge_a, dtype=x.dtype), x), edge_x, False),
 }
 
 out = {}
@@ -58,4 +66,10 @@ for name, (f, values, grad) in cases.items():
         y.sum().backward()
         c["dx"] = x.grad.tolist()
     out[name] = c
+# P(a, x) to 40 digits (mpmath), where PyTorch's own values for large a are
+# good to about 1e-10
+import mpmath
+mpmath.mp.dps = 40
+out["gammainc_exact"] = {"x": gamma_x,
+                         "y": [float(mpmath.gammainc(a, 0, x, regularized=True)) for a, x in zip(gamma_a, gamma_x)]}
 print_cases("gen_special_ref.py", out, lua_value)

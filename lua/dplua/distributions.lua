@@ -576,6 +576,7 @@ function Gamma:log_prob(value)
   local a, b = self.concentration, self.rate
   return a * b:log() + (a - 1) * value:log() - b * value - a:lgamma()
 end
+function Gamma:cdf(value) return torch.special.gammainc(self.concentration, self.rate * value) end
 function Gamma:entropy()
   local a = self.concentration
   return a - self.rate:log() + a:lgamma() + (1 - a) * a:digamma()
@@ -595,6 +596,7 @@ function Chi2:log_prob(value)
   return self._gamma:log_prob(value)
 end
 function Chi2:entropy() return self._gamma:entropy() end
+function Chi2:cdf(value) return self._gamma:cdf(value) end
 
 -- Dirichlet(concentration): over the last dim.
 local Dirichlet = class("Dirichlet", { "concentration" })

@@ -9,6 +9,8 @@ local torch = require("dplua")
 local S = torch.special
 local ref = dofile(here .. "/../ref/special.lua")
 
+local gamma_a = { 0.5, 1.0, 2.0, 5.0, 10.0, 100.0, 3.0, 50.0, 0.1, 700.0, 1.5, 20.0 }
+local edge_a = { 0.0, 0.0, 2.0, -1.0, 3.0, math.huge, math.huge, 2.0 }
 local functions = {  -- as in the generator
   lgamma = function(x) return x:lgamma() end,
   lgamma_poles = function(x) return torch.lgamma(x) end,
@@ -41,10 +43,15 @@ local functions = {  -- as in the generator
   hermite_he_6 = function(x) return S.hermite_polynomial_he(x, 6) end,
   laguerre_l_5 = function(x) return S.laguerre_polynomial_l(x, 5) end,
   legendre_p_degrees = function(x) return S.legendre_polynomial_p(x, torch.tensor({ 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, -1 })) end,
+  gammainc = function(x) return S.gammainc(torch.tensor(gamma_a, { dtype = x.dtype }), x) end,
+  gammaincc = function(x) return torch.igammac(torch.tensor(gamma_a, { dtype = x.dtype }), x) end,
+  gammainc_exact = function(x) return S.gammainc(torch.tensor(gamma_a, { dtype = x.dtype }), x) end,
+  gammainc_edges = function(x) return torch.tensor(edge_a, { dtype = x.dtype }):igamma(x) end,
+  gammaincc_edges = function(x) return S.gammaincc(torch.tensor(edge_a, { dtype = x.dtype }), x) end,
 }
 -- where PyTorch's own float64 value is less exact than 1e-12 (checked
 -- against math.erfc in Python: ours is the closer one)
-local rtol = { erfinv = 1e-10, ndtri = 1e-10 }
+local rtol = { erfinv = 1e-10, ndtri = 1e-10, gammainc = 1e-9, gammaincc = 5e-9 }   -- gammainc_exact: 1e-12
 
 local f64 = { dtype = torch.float64 }
 
@@ -122,6 +129,23 @@ T.run("errors", function()
   T.raises(function() torch.polygamma(-1, torch.ones(2)) end, "expected n to be a non%-negative integer, got %-1", "a negative n")
   T.raises(function() torch.polygamma(1.5, torch.ones(2)) end, "non%-negative integer, got 1.5", "a fractional n")
   T.raises(function() S.multigammaln(torch.ones(2), 0) end, "expected p to be a positive integer up to 2%^20, got 0", "p = 0")
+  T.raises(function()
+    local a = torch.tensor({ 2.0 }, f64):requires_grad_()
+    S.gammainc(a, torch.tensor({ 1.0 }, f64)):sum():backward()
+  end, "derivative with respect to a %(input%) is not implemented", "gammainc: no gradient in a")
+  local ok = pcall(function()
+    local a = torch.tensor({ 2.0 }, f64):requires_grad_()
+    return S.gammaincc(a, torch.tensor({ 1.0 }, f64))
+  end)
+  T.ok(ok, "gammaincc of a that requires grad: the forward is fine")
+  T.raises(function() S.gammainc("a", torch.ones(2)) end, "gammainc: expected a tensor, got string", "gammainc: a string")
+  T.raises(function() S.chebyshev_polynomial_t(torch.ones(2), 2.5) end, "integer degree n, got 2.5", "a fractional degree")
+  T.raises(function() S.legendre_polynomial_p(torch.ones(2), torch.tensor({ 1.5, 2 })) end, "expected integer degrees",
+           "fractional degrees")
+  T.raises(function() S.hermite_polynomial_h(torch.ones(2), 2 ^ 40) end, "above the largest supported, 10000",
+           "a degree past the recurrence's bound")
+  T.raises(function() S.laguerre_polynomial_l(torch.ones(2), "3") end, "expected n to be a number or a tensor",
+           "a string degree")
   T.raises(function() S.multigammaln(torch.ones(2), 3) end, "all elements must be greater than %(p%-1%)/2 = 1", "x too small")
   T.raises(function() torch.polygamma(171, torch.ones(2)) end, "n is at most 170", "n too large")
   T.raises(function() S.erfcx("x") end, "erfcx: expected a tensor, got string", "not a tensor")
