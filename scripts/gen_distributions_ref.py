@@ -163,6 +163,17 @@ TRANSFORMED = {
     "transformed_power": (lambda p: D.Exponential(p[0]), [[0.5, 2.0]], [TR.PowerTransform(0.5)], [0.7, 1.3]),
     "transformed_independent_tanh": (lambda p: D.Independent(D.Normal(p[0], p[1]), 1), [[[0.5, -1.0], [0.1, 0.2]],
                                      [[1.0, 0.3], [0.5, 0.7]]], [TR.TanhTransform()], [[-0.5, 0.25], [0.9, -0.1]]),
+    "transformed_softplus": (lambda p: D.Normal(p[0], p[1]), [[0.5, -1.0, 0.2], [1.0, 0.3, 2.0]],
+                             [TR.SoftplusTransform()], [0.5, 2.0, 0.1]),
+    "transformed_stick_breaking": (lambda p: D.Independent(D.Normal(p[0], p[1]), 1), [[0.3, -0.5], [1.0, 0.5]],
+                                   [TR.StickBreakingTransform()], [0.2, 0.3, 0.5]),
+    "transformed_independent_exp": (lambda p: D.Independent(D.Normal(p[0], p[1]), 1), [[[0.5, -1.0], [0.1, 0.2]],
+                                    [[1.0, 0.3], [0.5, 0.7]]], [TR.IndependentTransform(TR.ExpTransform(), 1)],
+                                    [[0.5, 2.0], [1.5, 0.3]]),
+    "transformed_reshape": (lambda p: D.Independent(D.Normal(p[0], p[1]), 1), [[0.5, -1.0, 0.1, 0.2],
+                            [1.0, 0.3, 0.5, 0.7]], [TR.ReshapeTransform((4,), (2, 2))], [[0.5, 2.0], [1.5, 0.3]]),
+    "transformed_cdf": (lambda p: D.Normal(p[0], p[1]), [[0.5, -1.0], [1.0, 0.3]],
+                        [TR.CumulativeDistributionTransform(D.Normal(T(0.0), T(1.0)))], [0.3, 0.8]),
 }
 for name, (make, params, transforms, value) in TRANSFORMED.items():
     ps = [T(v).requires_grad_() for v in params]
@@ -173,6 +184,12 @@ for name, (make, params, transforms, value) in TRANSFORMED.items():
     for i, p in enumerate(ps):
         c["d%d" % i] = p.grad.reshape(-1).tolist()
     cases[name] = c
+
+loc, scale = T([0.3, -0.5, 1.0]).requires_grad_(), T([1.0, 0.5, 2.0]).requires_grad_()
+lp = D.LogisticNormal(loc, scale).log_prob(T([[0.2, 0.3, 0.1, 0.4], [0.05, 0.05, 0.6, 0.3]]))
+(lp * torch.cos(torch.arange(lp.numel(), dtype=torch.float64))).sum().backward()
+cases["logistic_normal"] = {"log_prob": lp.tolist(), "d_loc": loc.grad.tolist(), "d_scale": scale.grad.tolist()}
+cases["normal_icdf"] = {"icdf": D.Normal(T([0.5, -1.0, 2.0]), T([1.5, 0.25, 3.0])).icdf(T([0.1, 0.5, 0.975])).tolist()}
 
 # MixtureSameFamily: a batch of 2 mixtures of 3 normals (log_prob, mean,
 # variance, cdf, gradients), and a mixture of 2 diagonal 2-D normals

@@ -156,6 +156,7 @@ function Normal:log_prob(value)
 end
 function Normal:entropy() return self.scale:log() + 0.5 + LOG_SQRT_2PI end
 function Normal:cdf(value) return ((value - self.loc) / (self.scale * math.sqrt(2))):erf() * 0.5 + 0.5 end
+function Normal:icdf(value) return self.loc + self.scale * (value * 2 - 1):erfinv() * math.sqrt(2) end
 
 ---------------------------------------------------------------- Categorical
 
@@ -1076,6 +1077,135 @@ function T.ComposeTransform:log_abs_det_jacobian(x, y)
   end
   return total or torch.zeros_like(x)
 end
+-- AbsTransform: |x| (not a bijection: inv gives y itself, and there is no
+-- log-Jacobian, as in PyTorch)
+T.AbsTransform = transform_class("AbsTransform", function(_, opts) return opts end)
+function T.AbsTransform:_call(x) return x:abs() end
+function T.AbsTransform:_inverse(y) return y end
+function T.AbsTransform:_ladj() raise("AbsTransform: it is not a bijection, so it has no log_abs_det_jacobian") end
+
+-- SoftplusTransform: log(1 + e^x), inverse y + log(-expm1(-y))
+T.SoftplusTransform = transform_class("SoftplusTransform", function(_, opts) return opts end)
+function T.SoftplusTransform:_call(x) return softplus(x) end
+function T.SoftplusTransform:_inverse(y) return y + (-(-y):expm1()):log() end
+function T.SoftplusTransform:_ladj(x) return -softplus(-x) end
+
+-- SoftmaxTransform: the softmax of the last dim (onto the simplex; inv
+-- gives log y, one of the preimages; no log-Jacobian, as in PyTorch)
+T.SoftmaxTransform = transform_class("SoftmaxTransform", function(self, opts)
+  self.event_dim = 1
+  return opts
+end)
+function T.SoftmaxTransform:_call(x) return x:softmax(-1) end
+function T.SoftmaxTransform:_inverse(y) return y:log() end
+function T.SoftmaxTransform:_ladj() raise("SoftmaxTransform: it is not a bijection, so it has no log_abs_det_jacobian") end
+
+-- StickBreakingTransform: R^(K-1) onto the K-simplex, breaking a stick
+-- piece by piece (each piece the sigmoid of x_i less log of the pieces
+-- left, so that x = 0 is the simplex's centre), as PyTorch's
+T.StickBreakingTransform = transform_class("StickBreakingTransform", function(self, opts)
+  self.event_dim = 1
+  return opts
+end)
+local function stick_offsets(k, like)   -- k, k-1, ..., 1
+  return torch.arange(k, 0, -1, { dtype = like.dtype, device = like.device })
+end
+function T.StickBreakingTransform:_call(x)
+  local k = x:size(-1)
+  local z = (x - stick_offsets(k, x):log()):sigmoid()
+  local left = (1 - z):cumprod(-1)
+  local shape = z:size()
+  shape[#shape] = 1
+  local one = torch.ones(shape, { dtype = x.dtype, device = x.device })
+  return torch.cat({ z, one }, -1) * torch.cat({ one, left }, -1)
+end
+function T.StickBreakingTransform:_inverse(y)
+  local k = y:size(-1) - 1
+  local crop = y:narrow(-1, 0, k)
+  local rest = (1 - crop:cumsum(-1)):clamp(torch.finfo(y.dtype).tiny, nil)
+  return crop:log() - rest:log() + stick_offsets(k, y):log()
+end
+function T.StickBreakingTransform:log_abs_det_jacobian(x, y)
+  local shifted = x - stick_offsets(x:size(-1), x):log()
+  return (-shifted - softplus(-shifted) + y:narrow(-1, 0, x:size(-1)):log()):sum(-1)
+end
+
+-- LowerCholeskyTransform: a square matrix to a lower triangular one with
+-- a positive diagonal (the strict lower part kept, the diagonal exp'd;
+-- no log-Jacobian, as in PyTorch)
+T.LowerCholeskyTransform = transform_class("LowerCholeskyTransform", function(self, opts)
+  self.event_dim = 2
+  return opts
+end)
+function T.LowerCholeskyTransform:_call(x) return x:tril(-1) + torch.diag_embed(x:diagonal(0, -2, -1):exp()) end
+function T.LowerCholeskyTransform:_inverse(y) return y:tril(-1) + torch.diag_embed(y:diagonal(0, -2, -1):log()) end
+function T.LowerCholeskyTransform:_ladj()
+  raise("LowerCholeskyTransform: log_abs_det_jacobian is not implemented (nor is it in PyTorch)")
+end
+
+-- ReshapeTransform(in_shape, out_shape): the event reshaped (same number
+-- of elements); its log-Jacobian is 0
+local function shape_numel(shape, fn, what)
+  if type(shape) ~= "table" then raise(string.format("%s: expected %s to be a list of sizes", fn, what)) end
+  local n = 1
+  for _, s in ipairs(shape) do
+    if type(s) ~= "number" or s % 1 ~= 0 or s < 0 then raise(string.format("%s: expected %s to be a list of sizes", fn, what)) end
+    n = n * s
+  end
+  return n
+end
+T.ReshapeTransform = transform_class("ReshapeTransform", function(self, in_shape, out_shape, opts)
+  local fn = "ReshapeTransform"
+  if shape_numel(in_shape, fn, "in_shape") ~= shape_numel(out_shape, fn, "out_shape") then
+    raise(fn .. ": in_shape and out_shape must have the same number of elements")
+  end
+  self.in_shape, self.out_shape, self.event_dim = in_shape, out_shape, #in_shape
+  return opts
+end)
+local function reshape_event(t, from, to)
+  local shape = t:size()
+  local batch = {}
+  for i = 1, #shape - #from do batch[i] = shape[i] end
+  for _, s in ipairs(to) do batch[#batch + 1] = s end
+  return t:reshape(batch)
+end
+function T.ReshapeTransform:_call(x) return reshape_event(x, self.in_shape, self.out_shape) end
+function T.ReshapeTransform:_inverse(y) return reshape_event(y, self.out_shape, self.in_shape) end
+function T.ReshapeTransform:log_abs_det_jacobian(x)
+  local shape = x:size()
+  local batch = {}
+  for i = 1, #shape - #self.in_shape do batch[i] = shape[i] end
+  return torch.zeros(batch, { dtype = x.dtype, device = x.device })
+end
+
+-- IndependentTransform(base, reinterpreted_batch_ndims): base with that
+-- many more rightmost dims read as its event
+T.IndependentTransform = transform_class("IndependentTransform", function(self, base, n, opts)
+  if type(base) ~= "table" or not base._call then raise("IndependentTransform: expected a transform") end
+  if type(n) ~= "number" or n % 1 ~= 0 or n < 0 then
+    raise("IndependentTransform: expected reinterpreted_batch_ndims to be a non-negative integer")
+  end
+  self.base_transform, self.reinterpreted_batch_ndims = base, n
+  self.event_dim = base.event_dim + n
+  return opts
+end)
+function T.IndependentTransform:_call(x) return self.base_transform:forward(x) end
+function T.IndependentTransform:_inverse(y) return self.base_transform:inv(y) end
+function T.IndependentTransform:log_abs_det_jacobian(x, y)
+  return sum_rightmost(self.base_transform:log_abs_det_jacobian(x, y), self.reinterpreted_batch_ndims)
+end
+
+-- CumulativeDistributionTransform(distribution): x to its cdf, inverse
+-- its icdf; the log-Jacobian is its log_prob
+T.CumulativeDistributionTransform = transform_class("CumulativeDistributionTransform", function(self, d, opts)
+  if type(d) ~= "table" or not d.cdf then raise("CumulativeDistributionTransform: expected a distribution") end
+  self.distribution = d
+  return opts
+end)
+function T.CumulativeDistributionTransform:_call(x) return self.distribution:cdf(x) end
+function T.CumulativeDistributionTransform:_inverse(y) return self.distribution:icdf(y) end
+function T.CumulativeDistributionTransform:_ladj(x) return self.distribution:log_prob(x) end
+
 for name, cls in pairs(T) do M[name] = cls end
 
 -- TransformedDistribution(base, transforms [, opts]): the distribution of
@@ -1122,6 +1252,24 @@ function TransformedDistribution:log_prob(value)
 end
 TransformedDistribution.__tostring = function(self)
   return "TransformedDistribution(" .. tostring(self.base_dist) .. ")"
+end
+
+-- LogisticNormal(loc, scale): the stick-breaking transform of
+-- Independent(Normal(loc, scale), 1), on the simplex of one more category
+-- than loc has.
+local LogisticNormal = new_class("LogisticNormal", { "loc", "scale" }, TransformedDistribution)
+M.LogisticNormal = LogisticNormal
+function LogisticNormal:__init(loc, scale, opts)
+  local fn = "LogisticNormal"
+  loc = param(loc, fn, "loc", is_tensor(scale) and scale or nil)
+  scale = param(scale, fn, "scale", loc)
+  if loc:dim() < 1 then raise(fn .. ": expected loc of at least one dim (the categories less one)") end
+  local base = M.Independent(M.Normal(loc, scale, opts), 1)
+  TransformedDistribution.__init(self, base, { T.StickBreakingTransform() }, opts)
+  self.loc, self.scale = base.base_dist.loc, base.base_dist.scale
+  local event = { unpack(base.event_shape) }
+  event[#event] = event[#event] + 1
+  self.event_shape = event
 end
 
 ---------------------------------------------------------------- more families

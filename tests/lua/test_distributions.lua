@@ -393,6 +393,21 @@ T.run("TransformedDistribution against PyTorch", function()
     transformed_independent_tanh = { function(p) return D.Independent(D.Normal(p[1], p[2]), 1) end,
                                      { { { 0.5, -1.0 }, { 0.1, 0.2 } }, { { 1.0, 0.3 }, { 0.5, 0.7 } } },
                                      function() return { TR.TanhTransform() } end, { { -0.5, 0.25 }, { 0.9, -0.1 } } },
+    transformed_softplus = { function(p) return D.Normal(p[1], p[2]) end, { { 0.5, -1.0, 0.2 }, { 1.0, 0.3, 2.0 } },
+                             function() return { TR.SoftplusTransform() } end, { 0.5, 2.0, 0.1 } },
+    transformed_stick_breaking = { function(p) return D.Independent(D.Normal(p[1], p[2]), 1) end,
+                                   { { 0.3, -0.5 }, { 1.0, 0.5 } }, function() return { TR.StickBreakingTransform() } end,
+                                   { 0.2, 0.3, 0.5 } },
+    transformed_independent_exp = { function(p) return D.Independent(D.Normal(p[1], p[2]), 1) end,
+                                    { { { 0.5, -1.0 }, { 0.1, 0.2 } }, { { 1.0, 0.3 }, { 0.5, 0.7 } } },
+                                    function() return { TR.IndependentTransform(TR.ExpTransform(), 1) } end,
+                                    { { 0.5, 2.0 }, { 1.5, 0.3 } } },
+    transformed_reshape = { function(p) return D.Independent(D.Normal(p[1], p[2]), 1) end,
+                            { { 0.5, -1.0, 0.1, 0.2 }, { 1.0, 0.3, 0.5, 0.7 } },
+                            function() return { TR.ReshapeTransform({ 4 }, { 2, 2 }) } end, { { 0.5, 2.0 }, { 1.5, 0.3 } } },
+    transformed_cdf = { function(p) return D.Normal(p[1], p[2]) end, { { 0.5, -1.0 }, { 1.0, 0.3 } },
+                        function() return { TR.CumulativeDistributionTransform(D.Normal(f64(0.0), f64(1.0))) } end,
+                        { 0.3, 0.8 } },
   }
   for _, name in ipairs(T.sorted_keys(cases_t)) do
     local make, params, transforms, value = unpack(cases_t[name])
@@ -407,6 +422,25 @@ T.run("TransformedDistribution against PyTorch", function()
       T.values_close(p.grad:reshape(-1):tolist(), r["d" .. (i - 1)], 1e-10, 1e-12, name .. ": the gradient of parameter " .. i)
     end
   end
+  local r = ref.logistic_normal
+  local loc, scale = f64({ 0.3, -0.5, 1.0 }):requires_grad_(), f64({ 1.0, 0.5, 2.0 }):requires_grad_()
+  local ln = D.LogisticNormal(loc, scale)
+  local lp = ln:log_prob(f64({ { 0.2, 0.3, 0.1, 0.4 }, { 0.05, 0.05, 0.6, 0.3 } }))
+  T.values_close(flat(lp), r.log_prob, 1e-12, 1e-12, "LogisticNormal: log_prob")
+  ;(lp * torch.arange(0, lp:numel(), { dtype = torch.float64 }):cos()):sum():backward()
+  T.values_close(flat(loc.grad), r.d_loc, 1e-10, 1e-12, "LogisticNormal: the gradient of loc")
+  T.values_close(flat(scale.grad), r.d_scale, 1e-10, 1e-12, "LogisticNormal: the gradient of scale")
+  T.is(ln.event_shape, { 4 }, "LogisticNormal: an event of one more category")
+  local draws = ln:sample({ 6 })
+  T.tensor_close(draws:sum(-1), torch.ones(6, { dtype = torch.float64 }), 1e-12, 1e-12, "LogisticNormal: draws on the simplex")
+  T.values_close(flat(D.Normal(f64({ 0.5, -1.0, 2.0 }), f64({ 1.5, 0.25, 3.0 })):icdf(f64({ 0.1, 0.5, 0.975 }))),
+                 ref.normal_icdf.icdf, 1e-12, 1e-12, "Normal: icdf")
+  local sb = TR.StickBreakingTransform()
+  local x = f64({ { 0.3, -0.5, 1.2 } })
+  T.tensor_close(sb:inv(sb(x)), x, 1e-12, 1e-12, "StickBreakingTransform: inv(forward(x)) = x")
+  T.raises(function() TR.AbsTransform():log_abs_det_jacobian(x, x) end, "not a bijection", "AbsTransform: no log-Jacobian")
+  T.raises(function() TR.ReshapeTransform({ 2, 3 }, { 5 }) end, "same number of elements", "ReshapeTransform: sizes")
+  T.raises(function() TR.IndependentTransform(3, 1) end, "expected a transform", "IndependentTransform: not a transform")
   -- a cached tanh inverts its own saturated draws exactly
   local base = D.Normal(f64({ 30.0 }), f64({ 0.1 }))
   local squashed = D.TransformedDistribution(base, { TR.TanhTransform({ cache_size = 1 }) })
