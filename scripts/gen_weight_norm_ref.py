@@ -61,8 +61,23 @@ for name, (kind, how, arg) in cases.items():
         case["dw"] = m.weight_orig.grad.reshape(-1).tolist()
         m.eval()
         case["y_eval"] = m(x).reshape(-1).tolist()
+        torch.nn.utils.remove_spectral_norm(m)
+        case["removed_weight"] = m.weight.reshape(-1).tolist()
     case["y"] = y.reshape(-1).tolist()
     case["dx"] = x.grad.reshape(-1).tolist()
     case["db"] = m.bias.grad.tolist()
     out[name] = case
+# fuse_conv_bn_weights on fixed statistics: conv_w.flat[k] = 0.5 sin(1 + 0.7 k)
+# (3, 2, 2, 2), conv_b 0.1 k, running mean 0.2 k - 0.1, running var 0.5 + 0.3 k,
+# eps 1e-3, bn weight 1 - 0.2 k, bn bias 0.05 k; transposed, the weight is (2, 3, 2, 2)
+from torch.nn.utils import fuse_conv_bn_weights
+stats = [filled((3,), f) for f in (lambda k: 0.2 * k - 0.1, lambda k: 0.5 + 0.3 * k, lambda k: 1 - 0.2 * k,
+                                   lambda k: 0.05 * k)]
+for name, shape, transpose, bias in (("fuse_conv_bn", (3, 2, 2, 2), False, True),
+                                     ("fuse_conv_bn_no_bias", (3, 2, 2, 2), False, False),
+                                     ("fuse_conv_transpose_bn", (2, 3, 2, 2), True, True)):
+    w = filled(shape, lambda k: 0.5 * torch.sin(torch.tensor(1 + 0.7 * k)).item())
+    b = filled((3,), lambda k: 0.1 * k) if bias else None
+    fw, fb = fuse_conv_bn_weights(w, b, stats[0], stats[1], 1e-3, stats[2], stats[3], transpose)
+    out[name] = {"w": fw.reshape(-1).tolist(), "b": fb.tolist()}
 print_cases("gen_weight_norm_ref.py", out, lua_value)

@@ -33,6 +33,7 @@ end
 local function flat(t) return t:reshape(-1):tolist() end
 
 for _, name in ipairs(T.sorted_keys(ref)) do
+  if name:match("^fuse") then goto next_case end
   T.run(name .. " against PyTorch", function()
     local c = ref[name]
     for _, dt in ipairs({ torch.float64, torch.float32 }) do
@@ -63,10 +64,50 @@ for _, name in ipairs(T.sorted_keys(ref)) do
         local u = m.weight_u:clone()
         T.values_close(flat(m(x)), c.y_eval, tol, tol, what .. "evaluation output")
         T.tensor_close(m.weight_u, u, 0, 0, what .. "no iteration in evaluation")
+        U.remove_spectral_norm(m)
+        T.values_close(flat(m.weight), c.removed_weight, tol, tol, what .. "remove_spectral_norm's weight")
+        T.ok(nn.is_parameter(m.weight) and m.weight_orig == nil and m.weight_u == nil,
+             what .. "removed: one Parameter, no weight_orig or weight_u")
       end
     end
   end)
+  ::next_case::
 end
+
+T.run("fuse_conv_bn_weights against PyTorch; fuse_conv_bn_eval and fuse_linear_bn_eval", function()
+  local f64 = { dtype = torch.float64 }
+  local function filled(shape, f) return T.filled(torch, shape, f) end
+  local stats = { filled({ 3 }, function(k) return 0.2 * k - 0.1 end), filled({ 3 }, function(k) return 0.5 + 0.3 * k end),
+                  filled({ 3 }, function(k) return 1 - 0.2 * k end), filled({ 3 }, function(k) return 0.05 * k end) }
+  for name, c in pairs({ fuse_conv_bn = { { 3, 2, 2, 2 }, false, true }, fuse_conv_bn_no_bias = { { 3, 2, 2, 2 }, false, false },
+                         fuse_conv_transpose_bn = { { 2, 3, 2, 2 }, true, true } }) do
+    local w = filled(c[1], function(k) return 0.5 * math.sin(1 + 0.7 * k) end)
+    local b = c[3] and filled({ 3 }, function(k) return 0.1 * k end) or nil
+    local fw, fb = U.fuse_conv_bn_weights(w, b, stats[1], stats[2], 1e-3, stats[3], stats[4], c[2])
+    T.values_close(flat(fw), ref[name].w, 1e-12, 1e-12, name .. ": weight")
+    T.values_close(flat(fb), ref[name].b, 1e-12, 1e-12, name .. ": bias")
+    T.ok(nn.is_parameter(fw) and nn.is_parameter(fb), name .. ": Parameters")
+  end
+  torch.manual_seed(5)
+  local conv, bn = nn.Conv2d(3, 4, 3, f64), nn.BatchNorm2d(4, f64)
+  bn(conv(torch.randn(8, 3, 6, 6, f64)))          -- running statistics that are not the initial ones
+  T.raises(function() U.fuse_conv_bn_eval(conv, bn) end, "Fusion only for eval", "modules in training mode")
+  conv:eval(); bn:eval()
+  local x = torch.randn(2, 3, 6, 6, f64)
+  local fused = U.fuse_conv_bn_eval(conv, bn)
+  T.tensor_close(fused(x), bn(conv(x)), 1e-12, 1e-12, "fuse_conv_bn_eval: one convolution computes both")
+  T.ok(fused ~= conv and conv.weight:size(0) == 4, "a copy: the convolution is left as it was")
+  local lin, bn1 = nn.Linear(5, 3, f64), nn.BatchNorm1d(3, f64)
+  bn1(lin(torch.randn(10, 5, f64)))
+  lin:eval(); bn1:eval()
+  local y = torch.randn(4, 5, f64)
+  T.tensor_close(U.fuse_linear_bn_eval(lin, bn1)(y), bn1(lin(y)), 1e-12, 1e-12, "fuse_linear_bn_eval")
+  T.raises(function() U.fuse_conv_bn_weights(torch.ones(3), nil, stats[1], stats[2], 1e-3) end,
+           "expected conv_w to be a convolution's weight", "fuse_conv_bn_weights: a vector weight")
+  T.raises(function() U.remove_spectral_norm(nn.Linear(2, 2)) end, "spectral_norm of 'weight' not found",
+           "remove_spectral_norm without spectral_norm")
+  T.is(T.shape(U.skip_init(nn.Linear, 3, 5).weight), { 5, 3 }, "skip_init builds the module")
+end)
 
 T.run("weight_norm's parameters and remove_weight_norm", function()
   local m, x = built("linear", torch.float64)

@@ -273,8 +273,95 @@ function U.spectral_norm(module, ...)
     return weight / sigma
   end
   module[name] = compute(module, true)
-  module:register_forward_pre_hook(function(m) m[name] = compute(m, m.training) end)
+  local hooks = module._spectral_norm_hooks or {}
+  hooks[name] = { handle = module:register_forward_pre_hook(function(m) m[name] = compute(m, m.training) end),
+                  compute = compute }
+  module._spectral_norm_hooks = hooks
   return module
+end
+
+-- remove_spectral_norm(module [, name="weight"]): the parameter divided by
+-- its current estimate of the largest singular value (no more power
+-- iteration) back as one Parameter; name_orig, name_u and name_v gone.
+function U.remove_spectral_norm(module, name)
+  name = name or "weight"
+  local hooks = module._spectral_norm_hooks
+  local h = hooks and hooks[name]
+  if not h then raise("remove_spectral_norm: spectral_norm of '" .. tostring(name) .. "' not found in " .. tostring(module)) end
+  h.handle:remove()
+  hooks[name] = nil
+  local value = torch.no_grad(function() return h.compute(module, false):clone() end)
+  module:_remove_parameter(name .. "_orig")
+  module[name .. "_u"], module[name .. "_v"], module[name] = nil, nil, nil
+  module[name] = torch.nn.Parameter(value)
+  return module
+end
+
+-- fuse_conv_bn_weights(conv_w, conv_b, bn_rm, bn_rv, bn_eps, bn_w, bn_b [,
+-- transpose = false]): the weight and bias of one convolution that computes
+-- the convolution followed by the batch norm in eval mode (conv_b, bn_w and
+-- bn_b may be nil: 0, 1 and 0); as Parameters.
+local function fused_scale(fn, bn_rm, bn_rv, bn_eps, bn_w)
+  for _, a in ipairs({ { "bn_rm", bn_rm }, { "bn_rv", bn_rv } }) do
+    if not torch.is_tensor(a[2]) then raise(string.format("%s: expected %s to be a tensor, got %s", fn, a[1], type(a[2]))) end
+  end
+  if type(bn_eps) ~= "number" then raise(fn .. ": expected bn_eps to be a number, got " .. type(bn_eps)) end
+  local scale = (bn_rv + bn_eps):rsqrt()
+  return bn_w and scale * bn_w or scale
+end
+function U.fuse_conv_bn_weights(conv_w, conv_b, bn_rm, bn_rv, bn_eps, bn_w, bn_b, transpose)
+  local fn = "fuse_conv_bn_weights"
+  if not torch.is_tensor(conv_w) or conv_w:dim() < 3 then raise(fn .. ": expected conv_w to be a convolution's weight") end
+  return torch.no_grad(function()
+    local scale = fused_scale(fn, bn_rm, bn_rv, bn_eps, bn_w)
+    local shape = {}
+    for i = 1, conv_w:dim() do shape[i] = 1 end
+    shape[transpose and 2 or 1] = -1
+    local w = conv_w * scale:reshape(shape)
+    local b = ((conv_b or torch.zeros_like(bn_rm)) - bn_rm) * scale + (bn_b or 0)
+    return torch.nn.Parameter(w), torch.nn.Parameter(b)
+  end)
+end
+
+-- fuse_linear_bn_weights(linear_w, linear_b, bn_rm, bn_rv, bn_eps, bn_w, bn_b):
+-- the same for a Linear followed by a BatchNorm1d over its features.
+function U.fuse_linear_bn_weights(linear_w, linear_b, bn_rm, bn_rv, bn_eps, bn_w, bn_b)
+  local fn = "fuse_linear_bn_weights"
+  if not torch.is_tensor(linear_w) or linear_w:dim() ~= 2 then raise(fn .. ": expected linear_w to be a Linear's weight") end
+  return torch.no_grad(function()
+    local scale = fused_scale(fn, bn_rm, bn_rv, bn_eps, bn_w)
+    local w = linear_w * scale:unsqueeze(-1)
+    local b = ((linear_b or torch.zeros_like(bn_rm)) - bn_rm) * scale + (bn_b or 0)
+    return torch.nn.Parameter(w), torch.nn.Parameter(b)
+  end)
+end
+
+-- fuse_conv_bn_eval(conv, bn [, transpose = false]) and
+-- fuse_linear_bn_eval(linear, bn): a copy of conv (linear) whose output is
+-- bn's of its output, both in eval mode (as PyTorch, for inference).
+local function fuse_eval(fn, layer, bn, fuse, ...)
+  if not torch.nn.is_module(layer) or not torch.nn.is_module(bn) then raise(fn .. ": expected two modules") end
+  if layer.training or bn.training then raise(fn .. ": Fusion only for eval!") end
+  if bn.running_mean == nil then raise(fn .. ": expected a batch norm that tracks running statistics") end
+  local fused = layer:deepcopy()
+  local w, b = fuse(layer.weight, layer.bias, bn.running_mean, bn.running_var, bn.eps, bn.weight, bn.bias, ...)
+  fused.weight, fused.bias = nil, nil
+  fused.weight, fused.bias = w, b
+  return fused
+end
+function U.fuse_conv_bn_eval(conv, bn, transpose)
+  return fuse_eval("fuse_conv_bn_eval", conv, bn, U.fuse_conv_bn_weights, transpose)
+end
+function U.fuse_linear_bn_eval(linear, bn)
+  return fuse_eval("fuse_linear_bn_eval", linear, bn, U.fuse_linear_bn_weights)
+end
+
+-- skip_init(module_class, ...): the module built with those arguments; its
+-- parameters' values are left unspecified, as PyTorch's (here they are the
+-- usual initial ones: initialising is cheap on the host).
+function U.skip_init(cls, ...)
+  if type(cls) ~= "table" or getmetatable(cls) == nil then raise("skip_init: expected a module class") end
+  return cls(...)
 end
 
 -- rnn.pad_sequence(sequences [, batch_first = false, padding_value = 0]) or
