@@ -146,6 +146,92 @@ function Store:delete_key(key)
 end
 function Store:port() return C.dp_store_port(store_p(self)) end
 
+-- PrefixStore(prefix, store): store's calls with every key read as
+-- "prefix/key", as PyTorch's (a namespace per use of one store).
+local PrefixStore = {}
+PrefixStore.__index = PrefixStore
+function dist.PrefixStore(prefix, store)
+  if type(prefix) ~= "string" then raise("PrefixStore: expected a string prefix, got " .. type(prefix)) end
+  if type(store) ~= "table" or type(store.set) ~= "function" then
+    raise("PrefixStore: expected a store (TCPStore, HashStore, PrefixStore or dist.get_store()), got " .. type(store))
+  end
+  return setmetatable({ prefix = prefix, store = store }, PrefixStore)
+end
+local function prefixed(self, key, fn)
+  if getmetatable(self) ~= PrefixStore then raise("store: expected a store (call it as store:" .. fn .. "(...))") end
+  return self.prefix .. "/" .. store_key(key, fn)
+end
+local function prefixed_keys(self, keys, fn)
+  if type(keys) == "string" then keys = { keys } end
+  if type(keys) ~= "table" then raise(string.format("store:%s: expected a key or a list of keys, got %s", fn, type(keys))) end
+  local out = {}
+  for i, k in ipairs(keys) do out[i] = prefixed(self, k, fn) end
+  return out
+end
+for _, fn in ipairs({ "set", "get", "add", "compare_set", "delete_key" }) do
+  PrefixStore[fn] = function(self, key, ...) return self.store[fn](self.store, prefixed(self, key, fn), ...) end
+end
+function PrefixStore:wait(keys, timeout) return self.store:wait(prefixed_keys(self, keys, "wait"), timeout) end
+function PrefixStore:check(keys) return self.store:check(prefixed_keys(self, keys, "check")) end
+
+-- HashStore(): a store in this process's memory (a table), with the calls
+-- of the others; nothing else can set a key while get or wait waits, so a
+-- missing key is an error at once.
+local HashStore = {}
+HashStore.__index = HashStore
+function dist.HashStore() return setmetatable({ values = {} }, HashStore) end
+local function hash_values(self, fn)
+  if getmetatable(self) ~= HashStore then raise("store: expected a store (call it as store:" .. fn .. "(...))") end
+  return self.values
+end
+local function missing(key)
+  raise("HashStore: key '" .. key .. "' is not set, and nothing else in this process can set it while get or wait waits")
+end
+function HashStore:set(key, value) hash_values(self, "set")[store_key(key, "set")] = tostring(value) end
+function HashStore:get(key)
+  local v = hash_values(self, "get")[store_key(key, "get")]
+  if v == nil then missing(key) end
+  return v
+end
+function HashStore:add(key, delta)
+  local values = hash_values(self, "add")
+  if delta ~= nil and (type(delta) ~= "number" or delta % 1 ~= 0) then
+    raise("store:add: expected an integer to add, got " .. tostring(delta))
+  end
+  local now = tonumber(values[store_key(key, "add")] or "0")
+  if now == nil then raise("store:add: key '" .. key .. "' holds a value that is not a number") end
+  values[key] = tostring(now + (delta or 1))
+  return now + (delta or 1)
+end
+function HashStore:compare_set(key, expected, desired)
+  local values = hash_values(self, "compare_set")
+  local now = values[store_key(key, "compare_set")]
+  expected, desired = tostring(expected), tostring(desired)
+  if (now == nil and expected == "") or now == expected then values[key] = desired; return desired end
+  return now or expected
+end
+function HashStore:wait(keys)
+  if type(keys) == "string" then keys = { keys } end
+  for _, k in ipairs(keys) do if hash_values(self, "wait")[store_key(k, "wait")] == nil then missing(k) end end
+  return true
+end
+function HashStore:check(keys)
+  if type(keys) == "string" then keys = { keys } end
+  for _, k in ipairs(keys) do if hash_values(self, "check")[store_key(k, "check")] == nil then return false end end
+  return true
+end
+function HashStore:delete_key(key)
+  local values = hash_values(self, "delete_key")
+  local had = values[store_key(key, "delete_key")] ~= nil
+  values[key] = nil
+  return had
+end
+function HashStore:num_keys()
+  local n = 0
+  for _ in pairs(hash_values(self, "num_keys")) do n = n + 1 end
+  return n
+end
+
 ---------------------------------------------------------------- rendezvous
 
 -- rank, world size, local rank and master address from the environment
@@ -273,6 +359,10 @@ dist.GroupMember = setmetatable({ NON_GROUP_MEMBER = NON_MEMBER }, {
   __index = function(_, k) if k == "WORLD" then return state.pg end end,
 })
 
+-- dist.group.WORLD (PyTorch's name for the default group) and the backends' names
+dist.group = dist.GroupMember
+dist.Backend = { GLOO = "gloo", NCCL = "nccl", UNDEFINED = "undefined" }
+
 local said_outside = {}
 local function outside(group, fn)
   if group ~= NON_MEMBER then return false end
@@ -334,6 +424,52 @@ function dist.new_group(ranks, opts)
   local g = make_group(backend, mine, #ranks, opts.timeout or state.timeout, name, ranks)
   state.subgroups[g] = true
   return g
+end
+
+-- new_subgroups_by_enumeration(ranks_per_subgroup_list [, opts]): a group
+-- for each list of ranks (every rank calls it with the same lists; a rank
+-- is in at most one), as PyTorch: this rank's subgroup (NON_GROUP_MEMBER
+-- if it is in none) and the list of them all.
+function dist.new_subgroups_by_enumeration(lists, opts)
+  local fn = "new_subgroups_by_enumeration"
+  if type(lists) ~= "table" or #lists == 0 then raise(fn .. ": expected a non-empty list of lists of ranks") end
+  local seen = {}
+  for i, ranks in ipairs(lists) do
+    if type(ranks) ~= "table" then raise(string.format("%s: expected entry %d to be a list of ranks", fn, i)) end
+    for _, r in ipairs(ranks) do
+      if seen[r] then raise(string.format("%s: rank %s is in more than one subgroup", fn, tostring(r))) end
+      seen[r] = true
+    end
+  end
+  local mine, all = NON_MEMBER, {}
+  for i, ranks in ipairs(lists) do
+    all[i] = dist.new_group(ranks, opts)
+    if all[i] ~= NON_MEMBER then mine = all[i] end
+  end
+  return mine, all
+end
+
+-- new_subgroups([group_size [, opts]]): the world cut into groups of
+-- group_size consecutive ranks (by default the ranks of a node:
+-- LOCAL_WORLD_SIZE, as PyTorch's default of the GPUs on a machine).
+function dist.new_subgroups(group_size, opts)
+  local fn = "new_subgroups"
+  local world = group_of().size
+  group_size = group_size or tonumber(os.getenv("LOCAL_WORLD_SIZE") or "") or world
+  if type(group_size) ~= "number" or group_size % 1 ~= 0 or group_size < 1 or group_size > world then
+    raise(string.format("%s: expected group_size to be an integer from 1 to the world size %d, got %s", fn, world,
+                        tostring(group_size)))
+  end
+  if world % group_size ~= 0 then
+    raise(string.format("%s: the world size %d is not divisible by group_size %d", fn, world, group_size))
+  end
+  local lists = {}
+  for first = 0, world - 1, group_size do
+    local ranks = {}
+    for r = first, first + group_size - 1 do ranks[#ranks + 1] = r end
+    lists[#lists + 1] = ranks
+  end
+  return dist.new_subgroups_by_enumeration(lists, opts)
 end
 
 -- destroy_process_group(group) destroys that group; with no group, the

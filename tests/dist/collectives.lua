@@ -233,6 +233,45 @@ if rank >= 1 then
 else
   for _ = 1, 4 do ok(true, "subgroup queries (rank 0 is outside)") end
 end
+-- subgroups of consecutive ranks, and one by enumeration
+if world % 2 == 0 then
+  local mine, all = dist.new_subgroups(2)
+  ok(#all == world / 2 and dist.get_world_size(mine) == 2 and dist.get_rank(mine) == rank % 2,
+     "new_subgroups(2): world / 2 groups, this rank in its pair")
+  local t = full({ 1 }, rank)
+  dist.all_reduce(t, dist.ReduceOp.SUM, mine)
+  local first = rank - rank % 2
+  ok(values(t)[1] == first + first + 1, "all_reduce within the pair sums the pair's ranks")
+else
+  raises(function() dist.new_subgroups(2) end, "the world size " .. world .. " is not divisible by group_size 2",
+         "new_subgroups: a size that does not divide the world")
+  ok(true, "new_subgroups (odd world)")
+end
+do
+  local evens, odds = {}, {}
+  for r = 0, world - 1 do if r % 2 == 0 then evens[#evens + 1] = r else odds[#odds + 1] = r end end
+  local mine, all = dist.new_subgroups_by_enumeration({ evens, odds })
+  ok(#all == 2 and dist.get_process_group_ranks(mine)[1] == rank % 2, "new_subgroups_by_enumeration: evens and odds")
+  raises(function() dist.new_subgroups_by_enumeration({ { 0 }, { 0, 1 } }) end, "rank 0 is in more than one subgroup",
+         "new_subgroups_by_enumeration: overlapping lists")
+end
+ok(dist.group.WORLD ~= nil and same(dist.get_process_group_ranks(dist.group.WORLD), all) and dist.Backend.GLOO == "gloo",
+   "dist.group.WORLD is the default group; dist.Backend")
+-- PrefixStore over the job's store: rank 0 writes, every rank reads through the same prefix
+do
+  local ps = dist.PrefixStore("trial7", dist.get_store())
+  if rank == 0 then ps:set("lr", "0.01") end
+  ok(ps:get("lr") == "0.01" and dist.get_store():get("trial7/lr") == "0.01", "PrefixStore: keys under prefix/")
+  ps:add("arrived", 1)
+  ps:wait({ "lr" })
+  dist.barrier()
+  ok(ps:add("arrived", 0) == world and ps:check({ "lr", "arrived" }), "PrefixStore: add, wait and check")
+  local hs = dist.HashStore()
+  hs:set("a", 1)
+  ok(hs:get("a") == "1" and hs:add("n", 2) == 2 and hs:add("n", 3) == 5 and hs:num_keys() == 2 and hs:delete_key("a")
+     and not hs:check({ "a" }), "HashStore: set, get, add, num_keys, delete_key, check")
+  raises(function() hs:get("missing") end, "key 'missing' is not set", "HashStore: a missing key is an error at once")
+end
 ok(dist.is_gloo_available() and dist.is_torchelastic_launched(), "is_gloo_available, is_torchelastic_launched")
 dist.monitored_barrier()
 ok(true, "monitored_barrier")
