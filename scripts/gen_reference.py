@@ -373,6 +373,21 @@ def gen_views():
     case(G, "chunk(3)", "unpack(a:chunk(3))", lambda t: t.chunk(3), [five])
     case(G, "chunk(4) of 6 is 3 chunks", "unpack(a:chunk(4, -1))", lambda t: t.chunk(4, -1),
          [arange_in("float32", [2, 6])])
+    ten = arange_in("float32", [10])
+    case(G, "as_strided windows", "a:as_strided({4, 3}, {2, 1})", lambda t: t.as_strided([4, 3], [2, 1]), [ten],
+         check_stride=True)
+    case(G, "as_strided with an offset", "torch.as_strided(a, {2, 2}, {1, 3}, 2)",
+         lambda t: torch.as_strided(t, [2, 2], [1, 3], 2), [ten], check_stride=True)
+    case(G, "as_strided of a view keeps its offset", "a:narrow(0, 3, 5):as_strided({3}, {2})",
+         lambda t: t.narrow(0, 3, 5).as_strided([3], [2]), [ten], check_stride=True)
+    case(G, "as_strided: a write reaches the base", "a:as_strided({2, 2}, {5, 1}):fill_(-1); return a",
+         lambda t: (t.as_strided([2, 2], [5, 1]).fill_(-1), t)[1], [ten])
+    case(G, "as_strided_", "a:as_strided_({3, 2}, {2, 3}); return a", lambda t: t.as_strided_([3, 2], [2, 3]), [ten],
+         check_stride=True)
+    case(G, "storage_offset of a narrow", "a:narrow(0, 3, 5):storage_offset()", lambda t: t.narrow(0, 3, 5).storage_offset(),
+         [ten], value_dtype="int64")
+    case(G, "empty_strided's strides", "torch.empty_strided({2, 3}, {1, 2}):stride()",
+         lambda: list(torch.empty_strided([2, 3], [1, 2]).stride()), value_dtype="int64")
     s = arange_in("float32", [1, 3, 1, 2])
     z = arange_in("float32", [3, 1])
     w = arange_in("float32", [3])

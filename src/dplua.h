@@ -128,6 +128,12 @@ DP_API dp_status dp_alias(dp_tensor **out, dp_tensor *t);              /* a new 
  * in-place view changes): view must be a view of t's storage, and t may
  * not require grad (its autograd history would no longer match its shape). */
 DP_API dp_status dp_set_view(dp_tensor *t, dp_tensor *view);
+/* A view of t's storage with the given shape and strides, starting at
+ * element offset of the storage (torch.as_strided): every element it
+ * reaches must lie inside the storage; strides are non-negative. Not
+ * recorded by autograd, so t may not require grad while grad mode is on. */
+DP_API dp_status dp_as_strided(dp_tensor **out, dp_tensor *t, int ndim, const int64_t *shape, const int64_t *stride,
+                               int64_t offset);
 
 /* math: new results */
 DP_API dp_status dp_unary(dp_tensor **out, dp_unop op, dp_tensor *a);

@@ -34,6 +34,57 @@ function methods.stride(t, d)
   return s
 end
 
+function methods.storage_offset(t) return tonumber(C.dp_tensor_offset(t.p)) end
+
+-- as_strided(size, stride [, storage_offset = t:storage_offset()]): a view
+-- of t's storage with those sizes and strides (elements may repeat: a
+-- window view of a sequence). Every element reached must lie in the
+-- storage; autograd does not record it (a tensor requiring grad is refused
+-- while grad mode is on).
+local stride_buf = ffi.new("int64_t[8]")
+local function strided_args(fn, size, stride)
+  if type(size) ~= "table" or type(stride) ~= "table" then
+    raise(string.format("%s: expected size and stride as lists of integers, got %s and %s", fn, typename(size),
+                        typename(stride)))
+  end
+  if #size ~= #stride then
+    raise(string.format("%s: mismatch in length of strides and shape (%d sizes, %d strides)", fn, #size, #stride))
+  end
+  local n = parse_shape(fn, size)
+  for i = 1, n do stride_buf[i - 1] = check_int(stride[i], fn, "stride " .. i) end
+  return n
+end
+function methods.as_strided(t, size, stride, offset)
+  local fn = "as_strided"
+  local n = strided_args(fn, size, stride)
+  offset = offset == nil and C.dp_tensor_offset(t.p) or check_int(offset, fn, "storage_offset")
+  return new(C.dp_as_strided(outp, t.p, n, shape_buf, stride_buf, offset))
+end
+function methods.as_strided_(t, size, stride, offset)
+  local view = methods.as_strided(t, size, stride, offset)
+  check(C.dp_set_view(t.p, view.p))
+  return t
+end
+-- empty_strided(size, stride [, opts]) and t:new_empty_strided(size, stride
+-- [, opts]): a new tensor of those strides over the smallest storage that holds them.
+local function storage_extent(size, stride)
+  local last = 0
+  for i = 1, #size do
+    if size[i] == 0 then return 0 end
+    last = last + (size[i] - 1) * stride[i]
+  end
+  return last + 1
+end
+function torch.empty_strided(size, stride, opts)
+  strided_args("empty_strided", size, stride)
+  return torch.empty(storage_extent(size, stride), opts):as_strided(size, stride, 0)
+end
+function methods.new_empty_strided(t, size, stride, opts)
+  opts = opts or {}
+  return torch.empty_strided(size, stride, { dtype = opts.dtype or t.dtype, device = opts.device or t.device,
+                                             requires_grad = opts.requires_grad })
+end
+
 function methods.is_contiguous(t) return C.dp_tensor_is_contiguous(t.p) ~= 0 end
 function methods.element_size(t) return tonumber(C.dp_dtype_size(C.dp_tensor_dtype(t.p))) end
 function methods.is_floating_point(t) return C.dp_dtype_is_floating(C.dp_tensor_dtype(t.p)) ~= 0 end

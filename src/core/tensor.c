@@ -730,6 +730,36 @@ dp_status dp_set_view(dp_tensor *t, dp_tensor *view)
     return DP_OK;
 }
 
+dp_status dp_as_strided(dp_tensor **out, dp_tensor *t, int ndim, const int64_t *shape, const int64_t *stride,
+                        int64_t offset)
+{
+    if (ndim < 0 || ndim > DP_MAX_DIMS)
+        return dp_fail(DP_ERR_ARG, "as_strided: %d dims, expected at most %d", ndim, DP_MAX_DIMS);
+    if (t->requires_grad && dp_is_grad_enabled())
+        return dp_fail(DP_ERR_ARG, "as_strided of a tensor that requires grad is not supported (its views may overlap, "
+                       "and autograd does not record it): call it under torch.no_grad or on t:detach()");
+    if (offset < 0)
+        return dp_fail(DP_ERR_ARG, "as_strided: the storage offset %lld is negative", (long long)offset);
+    int64_t last = offset;    /* the last element the view reaches */
+    bool empty = false;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0 || stride[i] < 0)
+            return dp_fail(DP_ERR_ARG, "as_strided: size %lld and stride %lld of dim %d: expected non-negative ones",
+                           (long long)shape[i], (long long)stride[i], i);
+        empty = empty || shape[i] == 0;
+    }
+    for (int i = 0; i < ndim && !empty; i++) {
+        int64_t step;
+        if (__builtin_mul_overflow(shape[i] - 1, stride[i], &step) || __builtin_add_overflow(last, step, &last))
+            return dp_fail(DP_ERR_ARG, "as_strided: the view's extent overflows int64 at dim %d", i);
+    }
+    int64_t held = (int64_t)(t->storage->nbytes / dp_dtype_size(t->dtype));
+    if (!empty && last >= held)
+        return dp_fail(DP_ERR_ARG, "as_strided: the view reaches element %lld of the storage, which holds %lld "
+                       "elements", (long long)last, (long long)held);
+    return tensor_view_of(out, t, ndim, shape, stride, offset);
+}
+
 dp_status dp_contiguous(dp_tensor **out, dp_tensor *t)
 {
     if (tensor_is_contiguous(t)) {

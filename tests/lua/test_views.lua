@@ -215,4 +215,19 @@ T.run("the gradients of windows: split, overlapping narrows, selects, and the wh
     T.is(z.grad:tolist(), {{7, 7}, {7, 7}, {7, 7}, {7, 7}}, "and the whole used beside them: 3 + 4")
 end)
 
+T.run("as_strided: bad input", function()
+  local x = torch.arange(10.0)
+  T.raises(function() x:as_strided({ 4, 4 }, { 3, 1 }) end, "reaches element 12 of the storage, which holds 10",
+           "a view past the storage")
+  T.raises(function() x:as_strided({ 2 }, { -1 }) end, "expected non%-negative ones", "a negative stride")
+  T.raises(function() x:as_strided({ 2, 2 }, { 1 }) end, "mismatch in length of strides and shape", "lengths that differ")
+  T.raises(function() x:as_strided({ 2 }, { 1 }, -1) end, "storage offset %-1 is negative", "a negative offset")
+  T.raises(function() x:as_strided({ 2 ^ 40, 2 ^ 40 }, { 2 ^ 40, 2 ^ 40 }) end, "overflows int64", "an extent past int64")
+  T.raises(function() torch.ones(3, { requires_grad = true }):as_strided({ 2 }, { 1 }) end,
+           "as_strided of a tensor that requires grad is not supported", "a tensor that requires grad")
+  local v = torch.no_grad(function() return torch.ones(3, { requires_grad = true }):as_strided({ 2 }, { 1 }) end)
+  T.ok(not v.requires_grad and v:numel() == 2, "under no_grad: a view that does not require grad")
+  T.is(T.shape(x:as_strided({ 0, 5 }, { 100, 100 })), { 0, 5 }, "an empty view reaches nothing")
+end)
+
 T.done_testing()

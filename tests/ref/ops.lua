@@ -30,6 +30,7 @@ inputs["bf16_6_pos"] = {dtype="bfloat16", shape={6}, values={0.640625,3.171875,2
 inputs["bf16_8_a"] = {dtype="bfloat16", shape={8}, values={2.0625,4.4375,1.34375,0.421875,0.361328125,3.34375,2.640625,3.265625}}
 inputs["f32_0d"] = {dtype="float32", shape={}, values=3.25}
 inputs["f32_1"] = {dtype="float32", shape={1}, values={-1.5}}
+inputs["f32_10_seq"] = {dtype="float32", shape={10}, values={0,1,2,3,4,5,6,7,8,9}}
 inputs["f32_1x1"] = {dtype="float32", shape={1,1}, values={{0.1}}}
 inputs["f32_1x1_a"] = {dtype="float32", shape={1,1}, values={{1.696}}}
 inputs["f32_1x1_b"] = {dtype="float32", shape={1,1}, values={{0.36}}}
@@ -401,6 +402,13 @@ C{name="split sizes along dim 1", expr="unpack(a:split({1, 3}, 1))", inputs={"f3
 C{name="split sizes with an empty one", expr="unpack(torch.split(a, {2, 0, 3}))", inputs={"f32_5x2_seq"}, kind="multi", expected={{dtype="float32", shape={2,2}, values={{0,1},{2,3}}}, {dtype="float32", shape={0,2}, values={}}, {dtype="float32", shape={3,2}, values={{4,5},{6,7},{8,9}}}}}
 C{name="chunk(3)", expr="unpack(a:chunk(3))", inputs={"f32_5x2_seq"}, kind="multi", expected={{dtype="float32", shape={2,2}, values={{0,1},{2,3}}}, {dtype="float32", shape={2,2}, values={{4,5},{6,7}}}, {dtype="float32", shape={1,2}, values={{8,9}}}}}
 C{name="chunk(4) of 6 is 3 chunks", expr="unpack(a:chunk(4, -1))", inputs={"f32_2x6_seq"}, kind="multi", expected={{dtype="float32", shape={2,2}, values={{0,1},{6,7}}}, {dtype="float32", shape={2,2}, values={{2,3},{8,9}}}, {dtype="float32", shape={2,2}, values={{4,5},{10,11}}}}}
+C{name="as_strided windows", expr="a:as_strided({4, 3}, {2, 1})", inputs={"f32_10_seq"}, dtype="float32", shape={4,3}, values={{0,1,2},{2,3,4},{4,5,6},{6,7,8}}, stride={2,1}, contiguous=false}
+C{name="as_strided with an offset", expr="torch.as_strided(a, {2, 2}, {1, 3}, 2)", inputs={"f32_10_seq"}, dtype="float32", shape={2,2}, values={{2,5},{3,6}}, stride={1,3}, contiguous=false}
+C{name="as_strided of a view keeps its offset", expr="a:narrow(0, 3, 5):as_strided({3}, {2})", inputs={"f32_10_seq"}, dtype="float32", shape={3}, values={3,5,7}, stride={2}, contiguous=false}
+C{name="as_strided: a write reaches the base", expr="a:as_strided({2, 2}, {5, 1}):fill_(-1); return a", inputs={"f32_10_seq"}, dtype="float32", shape={10}, values={-1,-1,2,3,4,-1,-1,7,8,9}}
+C{name="as_strided_", expr="a:as_strided_({3, 2}, {2, 3}); return a", inputs={"f32_10_seq"}, dtype="float32", shape={3,2}, values={{0,3},{2,5},{4,7}}, stride={2,3}, contiguous=false}
+C{name="storage_offset of a narrow", expr="a:narrow(0, 3, 5):storage_offset()", inputs={"f32_10_seq"}, kind="value", dtype="int64", expected=3}
+C{name="empty_strided's strides", expr="torch.empty_strided({2, 3}, {1, 2}):stride()", kind="value", dtype="int64", expected={1,2}}
 C{name="view(6, 4)", expr="a:view(6, 4)", inputs={"f32_2x3x4_seq"}, dtype="float32", shape={6,4}, values={{0,1,2,3},{4,5,6,7},{8,9,10,11},{12,13,14,15},{16,17,18,19},{20,21,22,23}}, stride={4,1}, contiguous=true}
 C{name="view({4, -1})", expr="a:view({4, -1})", inputs={"f32_2x3x4_seq"}, dtype="float32", shape={4,6}, values={{0,1,2,3,4,5},{6,7,8,9,10,11},{12,13,14,15,16,17},{18,19,20,21,22,23}}, stride={6,1}, contiguous=true}
 C{name="view(-1)", expr="a:view(-1)", inputs={"f32_2x3x4_seq"}, dtype="float32", shape={24}, values={0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23}, stride={1}, contiguous=true}
