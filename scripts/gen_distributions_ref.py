@@ -115,6 +115,10 @@ MORE = {
                     [0.3, 0.9, 0.5], None, True),
     "fisher_snedecor": (D.FisherSnedecor, [("df1", [1.5, 3.0, 10.0]), ("df2", [5.0, 7.0, 20.0])], {},
                         [0.3, 1.2, 2.5], None, False),
+    "continuous_bernoulli": (D.ContinuousBernoulli, [], {"probs": [0.2, 0.5, 0.7, 0.4995, 0.999]},
+                             [0.3, 0.6, 0.9, 0.1, 0.5], None, True),
+    "continuous_bernoulli_logits": (D.ContinuousBernoulli, [], {"logits": [-1.5, 0.0, 3.0]}, [0.3, 0.6, 1.0], None,
+                                    True),
     "low_rank_multivariate_normal": (D.LowRankMultivariateNormal,
                                      [("loc", [[1.0, -1.0, 0.5], [0.0, 2.0, 0.0]]),
                                       ("cov_factor", [[1.0, 0.5], [0.2, -0.3], [0.4, 0.8]]),
@@ -144,7 +148,8 @@ for name, (cls, pos, kw, value, kl_params, has_entropy) in MORE.items():
     if kl_params is not None:
         q = cls(*[T(v) for v in kl_params])
         c["kl"] = D.kl_divergence(cls(*[p.detach() for p in ps.values()]), q).reshape(-1).tolist()
-    if hasattr(d, "cdf") and cls in (D.Exponential, D.Laplace, D.Cauchy, D.HalfNormal, D.HalfCauchy):
+    if hasattr(d, "cdf") and cls in (D.Exponential, D.Laplace, D.Cauchy, D.HalfNormal, D.HalfCauchy,
+                                           D.ContinuousBernoulli):
         c["cdf"] = d.cdf(T(value)).detach().reshape(-1).tolist()
     if cls in (D.Gamma, D.Chi2):   # PyTorch 2's Gamma.cdf, which 1.13 lacks
         c["cdf"] = torch.special.gammainc(d.concentration, d.rate * T(value)).detach().reshape(-1).tolist()
@@ -232,6 +237,22 @@ lp = ro.log_prob(T([[0.2, 0.3, 0.5], [0.7, 0.2, 0.1]]))
 weighted(lp).backward()
 cases["relaxed_one_hot_categorical"] = {"log_prob": lp.tolist(), "d_logits": logits.grad.reshape(-1).tolist(),
                                         "d_temperature": [temperature.grad.item()]}
+
+# VonMises: PyTorch's log I0 is a polynomial fit good to about 1e-7, so its
+# exact values come from mpmath (40 digits); PyTorch's beside them
+import mpmath
+mpmath.mp.dps = 40
+vm_loc, vm_k, vm_x = [0.3, -1.0, 2.0, 0.0, 1.5], [0.5, 2.0, 10.0, 50.0, 700.0], [0.1, 0.5, 2.2, -0.1, 1.45]
+vm = D.VonMises(T(vm_loc), T(vm_k))
+cases["von_mises"] = {
+    "log_prob_exact": [float(k * mpmath.cos(x - l) - mpmath.log(2 * mpmath.pi) - mpmath.log(mpmath.besseli(0, k)))
+                       for l, k, x in zip(vm_loc, vm_k, vm_x)],
+    "variance_exact": [float(1 - mpmath.besseli(1, k) / mpmath.besseli(0, k)) for k in vm_k],
+    "log_prob_torch": vm.log_prob(T(vm_x)).tolist()}
+logits = T([0.2, -0.5, 1.0]).requires_grad_()
+st = D.OneHotCategoricalStraightThrough(logits=logits).rsample((4,))
+(st * torch.cos(torch.arange(12, dtype=torch.float64)).reshape(4, 3)).sum().backward()
+cases["one_hot_straight_through"] = {"d_logits": logits.grad.tolist()}
 
 mvn_p = D.MultivariateNormal(T([1.0, -1.0]), T([[2.0, 0.5], [0.5, 1.0]]))
 mvn_q = D.MultivariateNormal(T([0.0, 0.5]), T([[1.0, -0.2], [-0.2, 0.5]]))

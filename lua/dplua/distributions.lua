@@ -2,8 +2,9 @@
 -- Bernoulli, Uniform, Independent, Exponential, Laplace, Cauchy,
 -- LogNormal, HalfNormal, HalfCauchy, Gumbel, Weibull, Pareto, StudentT,
 -- Gamma, Chi2, Beta, Dirichlet, Kumaraswamy, FisherSnedecor, Poisson,
--- Geometric, Binomial, NegativeBinomial, Multinomial, OneHotCategorical,
--- RelaxedBernoulli, RelaxedOneHotCategorical, MultivariateNormal,
+-- Geometric, Binomial, NegativeBinomial, Multinomial, OneHotCategorical
+-- (and its StraightThrough form), RelaxedBernoulli, RelaxedOneHotCategorical,
+-- ContinuousBernoulli, VonMises, MultivariateNormal,
 -- LowRankMultivariateNormal, MixtureSameFamily and TransformedDistribution,
 -- the Distribution base class, and kl_divergence between two of one kind
 -- (register_kl adds more), as compositions of tensor ops (gradients flow
@@ -1514,6 +1515,117 @@ function RelaxedOneHotCategorical:log_prob(value)
   local score = self.logits - x * self.temperature:unsqueeze(-1)
   score = (score - score:logsumexp(-1, true)):sum(-1)
   return score + log_scale - x:sum(-1)
+end
+
+-- VonMises(loc, concentration): on the circle, density e^(k cos(x - loc))
+-- / (2 pi I0(k)); log I0 through i0e (no overflow for large k). Draws by
+-- Best and Fisher's rejection, every element at once; in [-pi, pi).
+local VonMises = class("VonMises", { "loc", "concentration" })
+function VonMises:__init(loc, concentration, opts)
+  two_params(self, "VonMises", { "loc", "concentration" }, loc, concentration, { false, true }, opts)
+  local k = self.concentration
+  self.mean = self.loc
+  self.variance = 1 - torch.special.i1e(k) / torch.special.i0e(k)
+end
+function VonMises:log_prob(value)
+  local k = self.concentration
+  return k * (value - self.loc):cos() - math.log(2 * math.pi) - torch.special.i0e(k):log() - k
+end
+function VonMises:sample(shape)
+  return no_grad(function()
+    local full = sample_shape(shape, self.batch_shape)
+    local k = self.concentration:to(torch.float64):expand(full):contiguous()
+    local tau = 1 + (1 + k:square() * 4):sqrt()
+    local rho = (tau - (tau * 2):sqrt()) / (k * 2)
+    local r = (1 + rho:square()) / (rho * 2)
+    local out = torch.zeros_like(k)
+    local waiting = torch.ones_like(k):to(torch.bool)
+    for _ = 1, 1000 do
+      local u1, u2, u3 = torch.rand_like(k), open_uniform(k:size(), k), torch.rand_like(k)
+      local z = (u1 * math.pi):cos()
+      local f = (r * z + 1) / (r + z)
+      local c = k * (r - f)
+      local accept = (c * (2 - c) - u2):gt(0):logical_or(((c / u2):log() + 1 - c):ge(0))
+      local take = accept:logical_and(waiting)
+      out = torch.where(take, (u3 - 0.5):sign() * f:clamp(-1, 1):acos(), out)
+      waiting = waiting:logical_and(take:logical_not())
+      if not waiting:any():item() then break end
+    end
+    return ((out + math.pi + self.loc:to(torch.float64)):remainder(2 * math.pi) - math.pi):to(self.loc.dtype)
+  end)
+end
+VonMises.rsample = no_rsample
+
+-- OneHotCategoricalStraightThrough: OneHotCategorical whose rsample is the
+-- one-hot draw with the probabilities' gradient (straight through).
+local OneHotCategoricalStraightThrough = new_class("OneHotCategoricalStraightThrough", { "probs", "logits" },
+                                                   OneHotCategorical)
+M.OneHotCategoricalStraightThrough = OneHotCategoricalStraightThrough
+function OneHotCategoricalStraightThrough:rsample(shape)
+  local draws = self:sample(shape)
+  return draws + (self.probs - self.probs:detach())
+end
+
+-- ContinuousBernoulli(probs) or ({probs =} | {logits =} [, lims = {0.499, 0.501}]):
+-- on [0, 1], density C(p) p^x (1 - p)^(1 - x); within lims of 1/2, where
+-- C's formula loses its digits, Taylor series (PyTorch's).
+local ContinuousBernoulli = class("ContinuousBernoulli", { "probs", "logits" })
+function ContinuousBernoulli:__init(a, opts)
+  local lims = type(a) == "table" and not is_tensor(a) and a.lims or (type(opts) == "table" and opts.lims) or nil
+  if type(a) == "table" and not is_tensor(a) then
+    a = { probs = a.probs, logits = a.logits, validate_args = a.validate_args }
+  end
+  if type(opts) == "table" then opts = { validate_args = opts.validate_args } end
+  success_probs(self, "ContinuousBernoulli", a, opts, true)
+  self.probs = clamp_probs(self.probs)
+  lims = lims or { 0.499, 0.501 }
+  if type(lims) ~= "table" or type(lims[1]) ~= "number" or type(lims[2]) ~= "number" or lims[1] >= lims[2] then
+    raise("ContinuousBernoulli: expected lims to be two increasing numbers {low, high}")
+  end
+  self._lims = lims
+  local p, outside = self:_cut_probs()
+  local mus = p / (p * 2 - 1) + ((-p):log1p() - p:log()):reciprocal()
+  local x = self.probs - 0.5
+  self.mean = torch.where(outside, mus, (x:square() * (16 / 45) + 1 / 3) * x + 0.5)
+  local vars = p * (p - 1) / (1 - p * 2):square() + ((-p):log1p() - p:log()):square():reciprocal()
+  local x2 = x:square()
+  self.variance = torch.where(outside, vars, 1 / 12 - (1 / 15 - x2 * (128 / 945)) * x2)
+  self.stddev = self.variance:sqrt()
+end
+-- the probabilities with those within lims replaced by lims[1], and where they are not
+function ContinuousBernoulli:_cut_probs()
+  local outside = self.probs:le(self._lims[1]):logical_or(self.probs:gt(self._lims[2]))
+  return torch.where(outside, self.probs, self._lims[1]), outside
+end
+function ContinuousBernoulli:_log_normalizer()
+  local p, outside = self:_cut_probs()
+  local below = torch.where(p:le(0.5), p, 0)
+  local above = torch.where(p:ge(0.5), p, 1)
+  local log_norm = ((-p):log1p() - p:log()):abs():log()
+                   - torch.where(p:le(0.5), (below * -2):log1p(), (above * 2 - 1):log())
+  local x = (self.probs - 0.5):square()
+  return torch.where(outside, log_norm, (x * (104 / 45) + 4 / 3) * x + math.log(2))
+end
+function ContinuousBernoulli:log_prob(value)
+  in_support(self, value:ge(0):logical_and(value:le(1)), "in [0, 1]")
+  return value * self.logits - softplus(self.logits) + self:_log_normalizer()
+end
+function ContinuousBernoulli:entropy()
+  local l0, l1 = (-self.probs):log1p(), self.probs:log()
+  return self.mean * (l0 - l1) - self:_log_normalizer() - l0
+end
+function ContinuousBernoulli:cdf(value)
+  local p, outside = self:_cut_probs()
+  local cdfs = (p:pow(value) * (1 - p):pow(1 - value) + p - 1) / (p * 2 - 1)
+  local unbounded = torch.where(outside, cdfs, value)
+  return torch.where(value:le(0), 0, torch.where(value:ge(1), 1, unbounded))
+end
+function ContinuousBernoulli:icdf(value)
+  local p, outside = self:_cut_probs()
+  return torch.where(outside, ((-p + value * (p * 2 - 1)):log1p() - (-p):log1p()) / (p:log() - (-p):log1p()), value)
+end
+function ContinuousBernoulli:rsample(shape)
+  return self:icdf(open_uniform(sample_shape(shape, self.batch_shape), self.probs))
 end
 
 ---------------------------------------------------------------- kl_divergence

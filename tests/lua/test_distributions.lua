@@ -132,6 +132,8 @@ local more = {
                   nil, { 0.3, 0.9, 0.5 } },
   fisher_snedecor = { "FisherSnedecor", { { "df1", { 1.5, 3.0, 10.0 } }, { "df2", { 5.0, 7.0, 20.0 } } }, nil,
                       { 0.3, 1.2, 2.5 } },
+  continuous_bernoulli = { "ContinuousBernoulli", {}, { probs = { 0.2, 0.5, 0.7, 0.4995, 0.999 } }, { 0.3, 0.6, 0.9, 0.1, 0.5 } },
+  continuous_bernoulli_logits = { "ContinuousBernoulli", {}, { logits = { -1.5, 0.0, 3.0 } }, { 0.3, 0.6, 1.0 } },
   low_rank_multivariate_normal = { "LowRankMultivariateNormal", { { "loc", { { 1.0, -1.0, 0.5 }, { 0.0, 2.0, 0.0 } } },
                                    { "cov_factor", { { 1.0, 0.5 }, { 0.2, -0.3 }, { 0.4, 0.8 } } },
                                    { "cov_diag", { 0.5, 1.0, 2.0 } } }, nil, { { 0.5, 0.2, 0.0 }, { 1.0, 1.0, -1.0 } } },
@@ -252,6 +254,28 @@ T.run("the new families' draws: moments, supports, shapes", function()
   T.tensor_close(ro:sum(-1), torch.ones(5, { dtype = torch.float64 }), 1e-12, 1e-12, "RelaxedOneHotCategorical: on the simplex")
   ro:select(-1, 0):sum():backward()
   T.ok(logits.grad ~= nil and logits.grad:abs():sum():item() > 0, "RelaxedOneHotCategorical: rsample carries a gradient")
+end)
+
+T.run("VonMises against 40-digit values and PyTorch; OneHotCategoricalStraightThrough's gradient", function()
+  local r = ref.von_mises
+  local vm = D.VonMises(f64({ 0.3, -1.0, 2.0, 0.0, 1.5 }), f64({ 0.5, 2.0, 10.0, 50.0, 700.0 }))
+  local lp = vm:log_prob(f64({ 0.1, 0.5, 2.2, -0.1, 1.45 }))
+  T.values_close(flat(lp), r.log_prob_exact, 1e-12, 1e-12, "VonMises: log_prob, exact")
+  T.values_close(flat(lp), r.log_prob_torch, 1e-6, 1e-6, "VonMises: log_prob, PyTorch's (good to about 1e-7)")
+  T.values_close(flat(vm.variance), r.variance_exact, 1e-12, 1e-12, "VonMises: variance (circular), exact")
+  torch.manual_seed(8)
+  local draws = D.VonMises(f64({ 3.0 }), f64({ 4.0 })):sample({ 20000 })
+  T.ok(draws:ge(-math.pi):all():item() and draws:lt(math.pi):all():item(), "VonMises: draws in [-pi, pi)")
+  local resultant = torch.stack({ draws:cos():mean(0), draws:sin():mean(0) })
+  T.close(math.atan2(resultant[1]:item(), resultant[0]:item()), 3.0, 0.01, 0.01, "VonMises: the draws' circular mean")
+  T.close(1 - resultant:norm():item(), D.VonMises(f64({ 3.0 }), f64({ 4.0 })).variance:item(), 0.03, 0,
+          "VonMises: the draws' circular variance")
+  local logits = f64({ 0.2, -0.5, 1.0 }):requires_grad_()
+  local st = D.OneHotCategoricalStraightThrough({ logits = logits }):rsample({ 4 })
+  T.ok(st:sum(-1):eq(1):all():item(), "OneHotCategoricalStraightThrough: one-hot draws")
+  ;(st * torch.arange(0, 12, { dtype = torch.float64 }):cos():reshape(4, 3)):sum():backward()
+  T.values_close(flat(logits.grad), ref.one_hot_straight_through.d_logits, 1e-12, 1e-12,
+                 "OneHotCategoricalStraightThrough: the probabilities' gradient")
 end)
 
 T.run("Distribution: the base class, classes of one's own, register_kl", function()
