@@ -1234,6 +1234,28 @@ def gen_print():
 def gen_composite():
     """lua/dplua/composite.lua and einsum.lua against PyTorch."""
     G = "composite"
+    gf = lit("f64_gradient_field", [[1.0, 2, 4, 8, 10], [3, 1, 0, 2, 5], [0.5, -1, 2.5, 7, 1]], "float64")
+    gx = lit("f64_gradient_coords", [0.0, 0.5, 1.5, 3, 3.5], "float64")
+    case(G, "gradient: every dim", "unpack(torch.gradient(a))", lambda f: torch.gradient(f), [gf])
+    case(G, "gradient: dim 1, spacing 2, second-order edges", "unpack(torch.gradient(a, {dim = 1, spacing = 2.0, edge_order = 2}))",
+         lambda f: torch.gradient(f, dim=1, spacing=2.0, edge_order=2), [gf])
+    case(G, "gradient: spacing per dim", "unpack(torch.gradient(a, {spacing = {0.5, 3}}))",
+         lambda f: torch.gradient(f, spacing=[0.5, 3.0]), [gf])
+    case(G, "gradient: coordinates", "unpack(torch.gradient(a, {dim = 1, spacing = {b}}))",
+         lambda f, x: torch.gradient(f, dim=1, spacing=[x]), [gf, gx])
+    case(G, "gradient: coordinates, second-order edges", "unpack(torch.gradient(a, {dim = {1}, spacing = {b}, edge_order = 2}))",
+         lambda f, x: torch.gradient(f, dim=[1], spacing=[x], edge_order=2), [gf, gx])
+    case(G, "gradient: dim 0 of three rows, second order", "unpack(torch.gradient(a, {dim = 0, edge_order = 2}))",
+         lambda f: torch.gradient(f, dim=0, edge_order=2), [gf])
+    inf, nan = float("inf"), float("nan")
+    na = lit("f64_nextafter_x", [1.0, 1.0, 0, 0, 2.0, -2.0, 1e-310, inf, 5, nan, -0.75, 1e300], "float64")
+    nb = lit("f64_nextafter_y", [2.0, 0, 1, -1, 0, -3, 0, 0, 5, 1, 1, inf], "float64")
+    case(G, "nextafter float64: one unit in the last place, exactly", "a:nextafter(b)", lambda x, y: x.nextafter(y),
+         [na, nb], rtol=0, atol=0)
+    fa = lit("f32_nextafter_x", [1.0, 1.0, 0, 2.0, 1e-40, -3.5, 1e38], "float32")
+    fb = lit("f32_nextafter_y", [2.0, 0, 1, 0, 0, 0, inf], "float32")
+    case(G, "nextafter float32, subnormals too (read as float64)", "torch.nextafter(a, b):double()",
+         lambda x, y: torch.nextafter(x, y).double(), [fa, fb], rtol=0, atol=0)
     x = rnd("float64", [3, 4])
     y = rnd("float64", [3, 4], "b")
     v = rnd("float64", [4])

@@ -1497,6 +1497,125 @@ function torch.cumulative_trapezoid(y, x, opts)
 end
 torch.trapz = torch.trapezoid
 
+-- gradient(t [, {spacing = 1, dim, edge_order = 1}]): the derivative of t
+-- along each dim (every dim by default), as NumPy's and PyTorch's: central
+-- differences inside, one-sided ones of first or second order at the
+-- edges; spacing is a number, a list of numbers (one a dim) or a list of
+-- 1-D tensors (each dim's coordinates, not evenly spaced). A list, one
+-- tensor a dim.
+local function along(v, d, nd)   -- a 1-D tensor shaped to broadcast along dim d of nd
+  local shape = {}
+  for i = 1, nd do shape[i] = 1 end
+  shape[d + 1] = v:numel()
+  return v:reshape(shape)
+end
+local function gradient_along(t, d, h, edge)
+  local n = t:size(d)
+  local function f(start, len) return t:narrow(d, start, len) end
+  local first, inner, last
+  if type(h) == "number" then
+    inner = (f(2, n - 2) - f(0, n - 2)) / (2 * h)
+    if edge == 1 then
+      first, last = (f(1, 1) - f(0, 1)) / h, (f(n - 1, 1) - f(n - 2, 1)) / h
+    else
+      first = (f(0, 1) * -1.5 + f(1, 1) * 2 - f(2, 1) * 0.5) / h
+      last = (f(n - 3, 1) * 0.5 - f(n - 2, 1) * 2 + f(n - 1, 1) * 1.5) / h
+    end
+  else
+    local x = h:to(t.dtype.is_floating_point and t.dtype or torch.get_default_dtype())
+    local dx = x:narrow(0, 1, n - 1) - x:narrow(0, 0, n - 1)
+    local nd = t:dim()
+    local hs, hd = along(dx:narrow(0, 0, n - 2), d, nd), along(dx:narrow(0, 1, n - 2), d, nd)
+    inner = (hs:square() * f(2, n - 2) + (hd:square() - hs:square()) * f(1, n - 2) - hd:square() * f(0, n - 2))
+            / (hs * hd * (hd + hs))
+    local d0, d1 = dx[0]:item(), dx[n - 2]:item()
+    if edge == 1 then
+      first, last = (f(1, 1) - f(0, 1)) / d0, (f(n - 1, 1) - f(n - 2, 1)) / d1
+    else
+      local a1, a2 = d0, dx[1]:item()
+      first = f(0, 1) * (-(2 * a1 + a2) / (a1 * (a1 + a2))) + f(1, 1) * ((a1 + a2) / (a1 * a2))
+              + f(2, 1) * (-a1 / (a2 * (a1 + a2)))
+      local b1, b2 = dx[n - 3]:item(), d1
+      last = f(n - 3, 1) * (b2 / (b1 * (b1 + b2))) + f(n - 2, 1) * (-(b1 + b2) / (b1 * b2))
+             + f(n - 1, 1) * ((2 * b2 + b1) / (b2 * (b1 + b2)))
+    end
+  end
+  return torch.cat({ first, inner, last }, d)
+end
+function torch.gradient(t, opts)
+  local fn = "gradient"
+  want_tensor(t, fn, "input")
+  opts = B.options(opts, fn)
+  if t:dim() == 0 then raise(fn .. ": expected a tensor of at least one dim") end
+  local dims = dims_of(t, opts.dim, fn)
+  local edge = want_int(opts.edge_order, fn, "edge_order", 1)
+  if edge ~= 1 and edge ~= 2 then raise(fn .. ": expected edge_order to be 1 or 2, got " .. edge) end
+  local spacing = opts.spacing == nil and 1 or opts.spacing
+  local per = {}
+  if type(spacing) == "number" then
+    for i = 1, #dims do per[i] = spacing end
+  elseif type(spacing) == "table" and not is_tensor(spacing) then
+    if #spacing ~= #dims then
+      raise(string.format("%s: expected spacing to be unspecified, a scalar or a list of length %d (one per dim), got "
+                          .. "a list of length %d", fn, #dims, #spacing))
+    end
+    per = spacing
+  else
+    raise(fn .. ": expected spacing to be a number or a list of numbers or 1-D tensors, got " .. typename(spacing))
+  end
+  local out = {}
+  for i, d in ipairs(dims) do
+    local n, h = t:size(d), per[i]
+    if n < edge + 1 then
+      raise(string.format("%s: expected each dimension size to be at least edge_order+1 (%d), got %d along dim %d",
+                          fn, edge + 1, n, d))
+    end
+    if is_tensor(h) and h:dim() == 0 then h = h:item() end
+    if is_tensor(h) then
+      if h:dim() ~= 1 or h:numel() ~= n then
+        raise(string.format("%s: expected the coordinates of dim %d to be a 1-D tensor of %d values", fn, d, n))
+      end
+    elseif type(h) ~= "number" then
+      raise(string.format("%s: expected spacing[%d] to be a number or a 1-D tensor, got %s", fn, i, typename(h)))
+    end
+    out[i] = gradient_along(t, d, h, edge)
+  end
+  return out
+end
+
+-- nextafter(other): the next floating point value after each element
+-- toward other's, in the tensor's dtype: a step of one unit in the last
+-- place (half of one toward zero from a power of two), down to the
+-- subnormals; equal values give other's, NaN gives NaN. Computed in float64.
+local float_layout = { float64 = { digits = 53, min_exp = -1021, max = 1.7976931348623157e308 },
+                       float32 = { digits = 24, min_exp = -125, max = 3.4028234663852886e38 } }
+function methods.nextafter(t, other)
+  local fn = "nextafter"
+  want_tensor(t, fn, "input")
+  local layout = float_layout[t.dtype.name]
+  if not layout then raise(fn .. ": expected a float32 or float64 tensor, got " .. t.dtype.name) end
+  if type(other) == "number" then other = torch.tensor(other, { dtype = t.dtype, device = t.device }) end
+  want_tensor(other, fn, "other")
+  if other.dtype ~= t.dtype then
+    raise(string.format("%s: expected other of the input's dtype %s, got %s", fn, t.dtype.name, other.dtype.name))
+  end
+  local x, y = torch.broadcast_tensors(t:double(), other:double())
+  local m, e = x:frexp()
+  e = e:clamp(layout.min_exp, nil)
+  local ulp = torch.ldexp(torch.ones_like(x), e - layout.digits)
+  local toward = (y - x):sign()
+  local to_zero = toward:ne(0):logical_and(toward:ne(x:sign()))
+  local step = torch.where(m:abs():eq(0.5):logical_and(to_zero):logical_and(e:gt(layout.min_exp)), ulp / 2, ulp)
+  local r = x + toward * step
+  local tiny = math.ldexp(1, layout.min_exp - layout.digits)
+  r = torch.where(x:eq(0), y:sign() * tiny, r)
+  r = torch.where(x:abs():eq(math.huge):logical_and(y:abs():lt(math.huge)), x:sign() * layout.max, r)
+  r = torch.where(x:eq(y), y, r)
+  r = torch.where(x:ne(x):logical_or(y:ne(y)), 0 / 0, r)
+  return r:to(t.dtype)
+end
+function torch.nextafter(t, other) return methods.nextafter(t, other) end
+
 -- vander(x [, N = #x, increasing = false]): the columns x^(N-1) ... x^0
 -- (x^0 ... x^(N-1) when increasing).
 function torch.vander(x, N, increasing)
@@ -1948,7 +2067,7 @@ for _, name in ipairs({ "acos", "asin", "atan", "acosh", "asinh", "atanh", "arcc
                         "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "cumprod", "cumsum", "divide",
                         "floor_divide", "true_divide", "multiply", "subtract", "greater", "greater_equal", "less",
                         "less_equal", "not_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "sgn",
-                        "scatter_reduce", "polygamma", "mvlgamma" }) do
+                        "scatter_reduce", "polygamma", "mvlgamma", "nextafter" }) do
   if methods[name .. "_"] == nil then
     methods[name .. "_"] = function(t, ...) return t:copy_(methods[name](t, ...)) end
   end

@@ -102,6 +102,8 @@ inputs["f32_close_b"] = {dtype="float32", shape={9}, values={1,1,1,nan,inf,inf,1
 inputs["f32_close_c"] = {dtype="float32", shape={4}, values={1,1.00001,1.001,nan}}
 inputs["f32_close_d"] = {dtype="float32", shape={4}, values={1,1,1,nan}}
 inputs["f32_log1p_spec"] = {dtype="float32", shape={4}, values={-1,-2,1e-10,-0.5}}
+inputs["f32_nextafter_x"] = {dtype="float32", shape={7}, values={1,1,0,2,9.99995e-41,-3.5,1e+38}}
+inputs["f32_nextafter_y"] = {dtype="float32", shape={7}, values={2,0,1,0,0,0,inf}}
 inputs["f32_positive"] = {dtype="float32", shape={6}, values={0.01,0.5,1,2,9,100}}
 inputs["f32_rem_a"] = {dtype="float32", shape={5}, values={5.5,-5.5,5.5,-5.5,3}}
 inputs["f32_rem_b"] = {dtype="float32", shape={5}, values={2,2,-2,-2,1.5}}
@@ -206,6 +208,8 @@ inputs["f64_fill_value"] = {dtype="float64", shape={}, values=-2.25}
 inputs["f64_fnan"] = {dtype="float64", shape={4}, values={nan,1.0,-2.0,nan}}
 inputs["f64_fnan2"] = {dtype="float64", shape={4}, values={0.5,nan,-3.0,nan}}
 inputs["f64_frexp"] = {dtype="float64", shape={15}, values={0.0,1.0,-2.5,8.0,0.1,1e-300,inf,-inf,nan,1024.0,3.0,-0.75,5e-324,1.7976931348623157e+308,2.2250738585072014e-308}}
+inputs["f64_gradient_coords"] = {dtype="float64", shape={5}, values={0.0,0.5,1.5,3.0,3.5}}
+inputs["f64_gradient_field"] = {dtype="float64", shape={3,5}, values={{1.0,2.0,4.0,8.0,10.0},{3.0,1.0,0.0,2.0,5.0},{0.5,-1.0,2.5,7.0,1.0}}}
 inputs["f64_heavi"] = {dtype="float64", shape={4}, values={-1.5,0.0,2.0,0.0}}
 inputs["f64_heavi_v"] = {dtype="float64", shape={4}, values={0.5,0.25,3.0,-1.0}}
 inputs["f64_i0"] = {dtype="float64", shape={8}, values={0.0,0.5,-2.0,7.5,14.9,15.1,30.0,100.0}}
@@ -215,6 +219,8 @@ inputs["f64_nan"] = {dtype="float64", shape={4}, values={1.0,nan,2.5,-1.0}}
 inputs["f64_nan2"] = {dtype="float64", shape={2,3}, values={{1.0,nan,2.5},{nan,-1.0,3.0}}}
 inputs["f64_nan_rows"] = {dtype="float64", shape={3,4}, values={{1.0,nan,3.0,-1.0},{nan,nan,2.0,0.5},{nan,nan,nan,nan}}}
 inputs["f64_nan_rows2"] = {dtype="float64", shape={2,4}, values={{1.0,nan,3.0,-1.0},{nan,nan,2.0,0.5}}}
+inputs["f64_nextafter_x"] = {dtype="float64", shape={12}, values={1.0,1.0,0.0,0.0,2.0,-2.0,1e-310,inf,5.0,nan,-0.75,1e+300}}
+inputs["f64_nextafter_y"] = {dtype="float64", shape={12}, values={2.0,0.0,1.0,-1.0,0.0,-3.0,0.0,0.0,5.0,1.0,1.0,inf}}
 inputs["f64_prob"] = {dtype="float64", shape={5}, values={0.001,0.2,0.5,0.8,0.999}}
 inputs["f64_reduce_nan_src"] = {dtype="float64", shape={1,4}, values={{1.0,nan,-2.0,3.0}}}
 inputs["f64_s_a"] = {dtype="float64", shape={}, values=5.208}
@@ -1899,6 +1905,14 @@ C{name="mm bigger f64", expr="a:mm(b)", inputs={"f64_6x5_a","f64_5x7_b"}, dtype=
 C{name="mm 0-size inner", expr="torch.zeros(2, 0):mm(torch.zeros(0, 3))", dtype="float32", shape={2,3}, values={{0,0,0},{0,0,0}}}
 end)() end
 do local C = adder("composite"); (function()
+C{name="gradient: every dim", expr="unpack(torch.gradient(a))", inputs={"f64_gradient_field"}, kind="multi", expected={{dtype="float64", shape={3,5}, values={{2.0,-1.0,-4.0,-6.0,-5.0},{-0.25,-1.5,-0.75,-0.5,-4.5},{-2.5,-2.0,2.5,5.0,-4.0}}}, {dtype="float64", shape={3,5}, values={{1.0,1.5,3.0,3.0,2.0},{-2.0,-1.5,0.5,2.5,3.0},{-1.5,1.0,4.0,-0.75,-6.0}}}}}
+C{name="gradient: dim 1, spacing 2, second-order edges", expr="unpack(torch.gradient(a, {dim = 1, spacing = 2.0, edge_order = 2}))", inputs={"f64_gradient_field"}, kind="multi", expected={{dtype="float64", shape={3,5}, values={{0.25,0.75,1.5,1.5,0.5},{-1.25,-0.75,0.25,1.25,1.75},{-2.0,0.5,2.0,-0.375,-5.625}}}}}
+C{name="gradient: spacing per dim", expr="unpack(torch.gradient(a, {spacing = {0.5, 3}}))", inputs={"f64_gradient_field"}, kind="multi", expected={{dtype="float64", shape={3,5}, values={{4.0,-2.0,-8.0,-12.0,-10.0},{-0.5,-3.0,-1.5,-1.0,-9.0},{-5.0,-4.0,5.0,10.0,-8.0}}}, {dtype="float64", shape={3,5}, values={{0.3333333333333333,0.5,1.0,1.0,0.6666666666666666},{-0.6666666666666666,-0.5,0.16666666666666666,0.8333333333333334,1.0},{-0.5,0.3333333333333333,1.3333333333333333,-0.25,-2.0}}}}}
+C{name="gradient: coordinates", expr="unpack(torch.gradient(a, {dim = 1, spacing = {b}}))", inputs={"f64_gradient_field","f64_gradient_coords"}, kind="multi", expected={{dtype="float64", shape={3,5}, values={{2.0,2.0,2.2666666666666666,3.666666666666668,4.0},{-4.0,-3.0,-0.06666666666666665,4.833333333333334,6.0},{-3.0,-0.8333333333333333,3.3,-8.249999999999998,-12.0}}}}}
+C{name="gradient: coordinates, second-order edges", expr="unpack(torch.gradient(a, {dim = {1}, spacing = {b}, edge_order = 2}))", inputs={"f64_gradient_field","f64_gradient_coords"}, kind="multi", expected={{dtype="float64", shape={3,5}, values={{2.0,2.0,2.2666666666666666,3.666666666666668,4.333333333333336},{-5.0,-3.0,-0.06666666666666665,4.833333333333334,7.166666666666667},{-5.166666666666666,-0.8333333333333333,3.3,-8.249999999999998,-15.749999999999996}}}}}
+C{name="gradient: dim 0 of three rows, second order", expr="unpack(torch.gradient(a, {dim = 0, edge_order = 2}))", inputs={"f64_gradient_field"}, kind="multi", expected={{dtype="float64", shape={3,5}, values={{4.25,-0.5,-7.25,-11.5,-5.5},{-0.25,-1.5,-0.75,-0.5,-4.5},{-4.75,-2.5,5.75,10.5,-3.5}}}}}
+C{name="nextafter float64: one unit in the last place, exactly", expr="a:nextafter(b)", inputs={"f64_nextafter_x","f64_nextafter_y"}, dtype="float64", shape={12}, values={1.0000000000000002,0.9999999999999999,5e-324,-5e-324,1.9999999999999998,-2.0000000000000004,9.9999999999995e-311,1.7976931348623157e+308,5.0,nan,-0.7499999999999999,1.0000000000000002e+300}, rtol=0, atol=0}
+C{name="nextafter float32, subnormals too (read as float64)", expr="torch.nextafter(a, b):double()", inputs={"f32_nextafter_x","f32_nextafter_y"}, dtype="float64", shape={7}, values={1.0000001192092896,0.9999999403953552,1.401298464324817e-45,1.9999998807907104,9.999805971268327e-41,-3.499999761581421,1.0000000694406173e+38}, rtol=0, atol=0}
 C{name="logsumexp dim 1", expr="a:logsumexp(1)", inputs={"f64_3x4_a"}, dtype="float64", shape={3}, values={2.645876781990663,2.329227524584412,2.5414475689354132}}
 C{name="logsumexp dims keepdim", expr="a:logsumexp({0, 2}, true)", inputs={"f64_2x3x4_a"}, dtype="float64", shape={1,3,1}, values={{{2.5819738869081577},{3.7752966407303568},{4.324782411932809}}}}
 C{name="logsumexp of infinite rows", expr="torch.logsumexp(a, 1)", inputs={"f64_inf_rows"}, dtype="float64", shape={3}, values={-inf,1.0,801.3132616875182}}
@@ -2091,6 +2105,8 @@ C{name="histogram", expr="torch.histogram(a, 5)", inputs={"f64_3x4_a"}, kind="mu
 C{name="histogram range weight density", expr="torch.histogram(a, 4, {range = {-2, 2}, weight = b, density = true})", inputs={"f64_3x4_a","f64_3x4_pos"}, kind="multi", expected={{dtype="float64", shape={4}, values={0.0,0.18453785116877547,0.12808277932661377,0.6873793695046108}}, {dtype="float64", shape={5}, values={-2.0,-1.0,0.0,1.0,2.0}}}}
 C{name="histogram edges", expr="torch.histogram(a, b)", inputs={"f64_3x4_a","f64_edges"}, kind="multi", expected={{dtype="float64", shape={4}, values={2.0,2.0,0.0,7.0}}, {dtype="float64", shape={5}, values={-3.0,-1.0,0.0,0.5,4.0}}}}
 C{name="div floor", expr="a:div(b, {rounding_mode = \"floor\"})", inputs={"f64_3x4_a","f64_3x4_nz"}, dtype="float64", shape={3,4}, values={{-2.0,-1.0,1.0,-1.0},{-1.0,0.0,0.0,0.0},{-1.0,-4.0,-4.0,0.0}}}
+end)() end
+do local C = adder("composite"); (function()
 C{name="div trunc", expr="torch.div(a, b, \"trunc\")", inputs={"f64_3x4_a","f64_3x4_nz"}, dtype="float64", shape={3,4}, values={{-1.0,-0.0,1.0,-0.0},{-0.0,0.0,0.0,0.0},{-0.0,-3.0,-3.0,0.0}}}
 C{name="div floor int64", expr="a:div(b, \"floor\")", inputs={"i64_3x4_a","i64_3x4_nz"}, dtype="int64", shape={3,4}, values={{0,-1,-1,-1},{-1,0,4,-2},{-3,0,0,1}}}
 C{name="div trunc int64 number", expr="a:div(-4, \"trunc\")", inputs={"i64_3x4_a"}, dtype="int64", shape={3,4}, values={{0,0,-1,-1},{0,0,2,-2},{2,0,0,2}}}
@@ -2099,8 +2115,6 @@ C{name="unfold", expr="a:unfold(1, 2, 1)", inputs={"f64_3x4_a"}, dtype="float64"
 C{name="unfold step", expr="a:unfold(2, 2, 2)", inputs={"f64_2x3x4_a"}, dtype="float64", shape={2,3,2,2}, values={{{{-1.383,0.377},{-2.985,-0.228}},{{1.902,-2.926},{-0.242,3.209}},{{0.364,-2.592},{2.395,3.509}}},{{{-2.265,1.151},{0.839,1.627}},{{-3.893,-0.719},{-1.381,2.357}},{{2.695,0.201},{1.017,2.385}}}}}
 C{name="unfold dim 0", expr="a:unfold(0, 2, 1)", inputs={"f64_2x3x4_a"}, dtype="float64", shape={1,3,4,2}, values={{{{-1.383,-2.265},{0.377,1.151},{-2.985,0.839},{-0.228,1.627}},{{1.902,-3.893},{-2.926,-0.719},{-0.242,-1.381},{3.209,2.357}},{{0.364,2.695},{-2.592,0.201},{2.395,1.017},{3.509,2.385}}}}}
 C{name="ravel", expr="a:t():ravel()", inputs={"f64_3x4_a"}, dtype="float64", shape={12}, values={2.464,-0.248,0.988,0.807,1.652,1.433,-3.137,1.362,-2.804,-2.822,-0.999,1.751}}
-end)() end
-do local C = adder("composite"); (function()
 C{name="unflatten", expr="a:unflatten(1, {2, -1})", inputs={"f64_3x4_a"}, dtype="float64", shape={3,2,2}, values={{{2.464,0.807},{-3.137,-2.822}},{{-0.248,1.652},{1.362,-0.999}},{{0.988,1.433},{-2.804,1.751}}}}
 C{name="sum_to_size", expr="a:sum_to_size({3, 1})", inputs={"f64_3x4_a"}, dtype="float64", shape={3,1}, values={{-2.688},{1.767},{1.3680000000000003}}}
 C{name="sum_to_size leading", expr="a:sum_to_size(3, 4)", inputs={"f64_2x3x4_b"}, dtype="float64", shape={3,4}, values={{0.4560000000000002,3.973,2.17,4.769},{-6.634,-1.252,0.699,-3.518},{0.796,5.183999999999999,1.238,-1.309}}}
