@@ -1254,6 +1254,23 @@ def gen_composite():
          [na, nb], rtol=0, atol=0)
     fa = lit("f32_nextafter_x", [1.0, 1.0, 0, 2.0, 1e-40, -3.5, 1e38], "float32")
     fb = lit("f32_nextafter_y", [2.0, 0, 1, 0, 0, 0, inf], "float32")
+    pts = lit("f64_histdd_points", [[0.1, 0.2], [0.5, 0.9], [0.9, 0.1], [0.3, 0.3], [1.0, 1.0], [1.2, -0.5]], "float64")
+    case(G, "histogramdd: counts per coordinate", "local h, e = torch.histogramdd(a, {2, 3}); return h, unpack(e)",
+         lambda p: (lambda r: (r.hist, *r.bin_edges))(torch.histogramdd(p, [2, 3])), [pts])
+    case(G, "histogramdd: range, weight, density",
+         "local h, e = torch.histogramdd(a, 2, {range = {0, 1, 0, 2}, weight = torch.arange(1, 7):double(), density = true}); "
+         "return h, unpack(e)",
+         lambda p: (lambda r: (r.hist, *r.bin_edges))(torch.histogramdd(p, 2, range=[0., 1., 0., 2.],
+                                                                         weight=torch.arange(1, 7).double(), density=True)),
+         [pts])
+    case(G, "histogramdd: edges as tensors", "local h = torch.histogramdd(a, {torch.tensor({0, 0.5, 2}, {dtype = torch.float64}), "
+         "torch.tensor({-1, 0, 1}, {dtype = torch.float64})}); return h",
+         lambda p: torch.histogramdd(p, [torch.tensor([0, 0.5, 2], dtype=torch.float64),
+                                         torch.tensor([-1., 0, 1], dtype=torch.float64)]).hist, [pts])
+    case(G, "range includes its end", "torch.range(0, 1, 0.25)", lambda: torch.range(0, 1, 0.25))
+    case(G, "frobenius_norm", "torch.frobenius_norm(a)", lambda t: torch.frobenius_norm(t, dim=(-2, -1)),
+         [rnd("float64", [3, 4])])
+    case(G, "nuclear_norm", "torch.nuclear_norm(a)", lambda t: torch.nuclear_norm(t), [rnd("float64", [3, 4])])
     case(G, "nextafter float32, subnormals too (read as float64)", "torch.nextafter(a, b):double()",
          lambda x, y: torch.nextafter(x, y).double(), [fa, fb], rtol=0, atol=0)
     x = rnd("float64", [3, 4])

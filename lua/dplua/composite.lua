@@ -1665,6 +1665,109 @@ function torch.histogram(t, bins, opts)
   return hist:to(t.device), edges:to(t.device)
 end
 
+methods.histogram = torch.histogram
+
+-- histogramdd(input, bins [, {range = {min0, max0, min1, max1, ...}, weight =,
+-- density =}]): input (..., D) read as points of D coordinates; bins a
+-- count, a list of D counts or a list of D 1-D tensors of edges; hist of
+-- D dims and the list of each dim's edges, as PyTorch's.
+function torch.histogramdd(t, bins, opts)
+  local fn = "histogramdd"
+  want_float(fn, want_tensor(t, fn, "input"))
+  if type(bins) == "table" and not is_tensor(bins) and bins[1] == nil then opts, bins = bins, bins.bins end
+  opts = B.options(opts, fn)
+  if t:dim() < 1 then raise(fn .. ": expected input of at least one dim (the points' coordinates last)") end
+  local D = t:size(-1)
+  local points = t:reshape(-1, D):cpu()
+  local per = {}
+  if type(bins) == "number" then
+    for d = 1, D do per[d] = bins end
+  elseif type(bins) == "table" and not is_tensor(bins) then
+    if #bins ~= D then raise(string.format("%s: expected %d bins (one per coordinate), got %d", fn, D, #bins)) end
+    per = bins
+  else
+    raise(fn .. ": expected bins to be a number or a list of numbers or 1-D tensors, got " .. typename(bins))
+  end
+  if opts.range ~= nil and (type(opts.range) ~= "table" or #opts.range ~= 2 * D) then
+    raise(string.format("%s: expected range to be a list of %d numbers (a min and a max per coordinate)", fn, 2 * D))
+  end
+  local edges, at, sizes = {}, nil, {}
+  local inside = torch.ones(points:size(0), { dtype = torch.bool })
+  for d = 1, D do
+    local x = points:select(1, d - 1)
+    local e
+    if is_tensor(per[d]) then
+      e = per[d]:to(t.dtype):cpu()
+      if e:dim() ~= 1 or e:numel() < 2 then raise(string.format("%s: expected bins[%d] to be a 1-D tensor of at least 2 edges", fn, d)) end
+    else
+      local n = want_int(per[d], fn, "bins", nil, 1)
+      local lo, hi
+      if opts.range then lo, hi = opts.range[2 * d - 1], opts.range[2 * d]
+      elseif x:numel() > 0 then lo, hi = x:min():item(), x:max():item()
+      else lo, hi = 0, 0 end
+      if lo == hi then lo, hi = lo - 0.5, hi + 0.5 end
+      if lo > hi then raise(fn .. ": expected range with min <= max for each coordinate") end
+      e = torch.linspace(lo, hi, n + 1, { dtype = t.dtype })
+    end
+    local nb = e:numel() - 1
+    inside = inside:logical_and(x:ge(e[0]:item())):logical_and(x:le(e[nb]:item()))
+    local idx = (torch.searchsorted(e, x:contiguous(), { right = true }) - 1):clamp(0, nb - 1)
+    at = at and at * nb + idx or idx
+    edges[d], sizes[d] = e, nb
+  end
+  local total = 1
+  for _, n in ipairs(sizes) do total = total * n end
+  local w = opts.weight and want_tensor(opts.weight, fn, "weight"):reshape(-1):cpu():to(t.dtype)
+            or torch.ones(points:size(0), { dtype = t.dtype })
+  local hist = torch.zeros(total, { dtype = t.dtype }):index_add(0, at, torch.where(inside, w, 0)):reshape(sizes)
+  if opts.density then
+    local volume = torch.ones(sizes, { dtype = t.dtype })
+    for d = 1, D do
+      local e = edges[d]
+      local width = e:narrow(0, 1, sizes[d]) - e:narrow(0, 0, sizes[d])
+      local shape = {}
+      for k = 1, D do shape[k] = k == d and sizes[d] or 1 end
+      volume = volume * width:reshape(shape)
+    end
+    hist = hist / (hist:sum() * volume)
+  end
+  for d = 1, D do edges[d] = edges[d]:to(t.device) end
+  return hist:to(t.device), edges
+end
+
+-- the older names: torch.range(start, end [, step = 1]) includes end and is
+-- of the default dtype; frobenius_norm and nuclear_norm are linalg's
+function torch.range(start, stop, step, opts)
+  if type(step) == "table" then step, opts = nil, step end
+  start, stop = want_number(start, "range", "start"), want_number(stop, "range", "end")
+  step = want_number(step, "range", "step", 1)
+  if step == 0 or (stop - start) * step < 0 then
+    raise(string.format("range: upper bound and larger bound inconsistent with step sign (start %s, end %s, step %s)",
+                        tostring(start), tostring(stop), tostring(step)))
+  end
+  local n = math.floor((stop - start) / step) + 1
+  opts = B.options(opts, "range")
+  local dt = opts.dtype or torch.get_default_dtype()
+  return torch.arange(0, n, { dtype = torch.float64, device = opts.device }):mul(step):add(start)
+    :to(dt):requires_grad_(opts.requires_grad == true)
+end
+function torch.frobenius_norm(t, dim, keepdim)
+  if type(dim) == "table" and not dim[1] then dim, keepdim = dim.dim, dim.keepdim end
+  return torch.linalg.vector_norm(want_float("frobenius_norm", want_tensor(t, "frobenius_norm", "input")), 2,
+                                  dim or { -2, -1 }, keepdim)
+end
+function torch.nuclear_norm(t, dim, keepdim)
+  if type(dim) == "boolean" then dim, keepdim = nil, dim end
+  if type(dim) == "table" and not dim[1] then dim, keepdim = dim.dim, dim.keepdim end
+  return torch.linalg.matrix_norm(want_tensor(t, "nuclear_norm", "input"), "nuc", dim, keepdim)
+end
+-- binomial(count, prob): one draw of Binomial(count, prob) per element
+function torch.binomial(count, prob)
+  want_tensor(count, "binomial", "count")
+  want_tensor(prob, "binomial", "prob")
+  return torch.distributions.Binomial(count, prob, { validate_args = false }):sample():to(count.dtype)
+end
+
 ---------------------------------------------------------------- tensor methods programs call
 
 function methods.floor_divide(t, other) return methods.div(t, other, "floor") end

@@ -843,6 +843,62 @@ function M.householder_product(A, tau)
   return Q:narrow(-1, 0, n)
 end
 
+---------------------------------------------------------------- randomized low-rank SVD and PCA
+
+-- An orthonormal basis (..., m, q) of A's range by q random directions and
+-- niter subspace iterations (Halko, Martinsson and Tropp), as PyTorch's.
+local function range_basis(A, q, niter)
+  local n = A:size(-1)
+  local shape = A:size()
+  shape[#shape - 1], shape[#shape] = n, q
+  local Q = M.qr(A:matmul(torch.randn(shape, { dtype = A.dtype, device = A.device })))
+  for _ = 1, niter do
+    Q = M.qr(A:transpose(-2, -1):matmul(Q))
+    Q = M.qr(A:matmul(Q))
+  end
+  return Q
+end
+local function lowrank_args(fn, A, q, niter)
+  want_matrix(fn, A)
+  local m, n = A:size(-2), A:size(-1)
+  if type(q) ~= "number" or q % 1 ~= 0 or q < 1 or q > math.min(m, n) then
+    raise(string.format("%s: expected q to be an integer from 1 to min(m, n) = %d, got %s", fn, math.min(m, n),
+                        tostring(q)))
+  end
+  if type(niter) ~= "number" or niter % 1 ~= 0 or niter < 0 then
+    raise(fn .. ": expected niter to be a non-negative integer, got " .. tostring(niter))
+  end
+end
+-- svd_lowrank(A [, q = 6, niter = 2, M]): U (..., m, q), S (..., q) and V
+-- (..., n, q) of a randomized SVD of A - M (M broadcast, optional): close to
+-- the top q singular triplets, exact for a matrix of rank at most q.
+function M.svd_lowrank(A, q, niter, Mean)
+  local fn = "svd_lowrank"
+  if type(q) == "table" then q, niter, Mean = q.q, q.niter, q.M end
+  q, niter = q or 6, niter or 2
+  lowrank_args(fn, A, q, niter)
+  if Mean ~= nil then A = A - Mean end
+  local m, n = A:size(-2), A:size(-1)
+  local wide = m < n
+  if wide then A = A:transpose(-2, -1) end
+  local Q = range_basis(A, q, niter)
+  local U, S, Vh = M.svd(Q:transpose(-2, -1):matmul(A), false)
+  U = Q:matmul(U)
+  local V = Vh:transpose(-2, -1)
+  if wide then U, V = V, U end
+  return U, S, V
+end
+-- pca_lowrank(A [, q = min(6, m, n), center = true, niter = 2]): the
+-- principal directions of A's rows: svd_lowrank of A less its column means.
+function M.pca_lowrank(A, q, center, niter)
+  local fn = "pca_lowrank"
+  if type(q) == "table" then q, center, niter = q.q, q.center, q.niter end
+  want_matrix(fn, A)
+  q = q or math.min(6, A:size(-2), A:size(-1))
+  if center == false then return M.svd_lowrank(A, q, niter or 2) end
+  return M.svd_lowrank(A, q, niter or 2, A:mean(-2, true))
+end
+
 ---------------------------------------------------------------- torch.NAME forms
 
 -- The older names under torch: torch.svd(A [, some = true, compute_uv =
@@ -877,6 +933,8 @@ M.torch = {
   lu_solve = function(B, LU, pivots) return M.lu_solve(LU, pivots, B) end,
   lu_unpack = M.lu_unpack,
   orgqr = M.householder_product,
+  svd_lowrank = M.svd_lowrank,
+  pca_lowrank = M.pca_lowrank,
   matrix_exp = M.matrix_exp,
   matrix_power = M.matrix_power,
   det = M.det, logdet = M.logdet, slogdet = M.slogdet, inverse = M.inv,

@@ -235,4 +235,25 @@ T.run("spectral decompositions: properties, ranks, float32, empty and batched", 
   T.tensor_close(R, -torch.eye(2, f64), 1e-14, 1e-14, "exp of a half-turn rotation generator is -I")
 end)
 
+T.run("svd_lowrank and pca_lowrank: exact on low rank, the top singular values, the principal directions", function()
+  torch.manual_seed(12)
+  local A = torch.randn(2, 9, 3, f64):matmul(torch.randn(2, 3, 6, f64))        -- a batch of rank-3 matrices
+  for _, M_ in ipairs({ A, A:transpose(-2, -1) }) do
+    local U, S, V = torch.svd_lowrank(M_, 3)
+    T.is(T.shape(U), { 2, M_:size(-2), 3 }, "U (..., m, q)")
+    T.is(T.shape(V), { 2, M_:size(-1), 3 }, "V (..., n, q)")
+    T.tensor_close(U:matmul(torch.diag_embed(S)):matmul(V:transpose(-2, -1)), M_, 1e-10, 1e-10,
+                   "U diag(S) V^T is the matrix: its rank is q")
+    T.tensor_close(S, L.svdvals(M_):narrow(-1, 0, 3), 1e-10, 1e-10, "S: the top singular values")
+    T.tensor_close(U:transpose(-2, -1):matmul(U), torch.eye(3, f64):expand(2, 3, 3), 1e-12, 1e-12, "U orthonormal")
+  end
+  local X = torch.randn(500, 3, f64):matmul(torch.tensor({ { 4, 0, 0 }, { 0, 1, 0 }, { 0, 0, 0.1 } }, f64)) + 7
+  local _, S, V = torch.pca_lowrank(X, 2)
+  T.close(math.abs(V[0][0]:item()), 1, 0.01, 0, "pca_lowrank: the first direction is the widest axis")
+  local centred = X - X:mean(0, true)
+  T.tensor_close(S, L.svdvals(centred):narrow(0, 0, 2), 1e-8, 1e-8, "pca_lowrank: the centred data's singular values")
+  T.raises(function() torch.svd_lowrank(A, 7) end, "q to be an integer from 1 to min%(m, n%) = 6", "q too large")
+  T.raises(function() torch.svd_lowrank(A, 2, -1) end, "niter to be a non%-negative integer", "a negative niter")
+end)
+
 T.done_testing()

@@ -212,6 +212,7 @@ inputs["f64_gradient_coords"] = {dtype="float64", shape={5}, values={0.0,0.5,1.5
 inputs["f64_gradient_field"] = {dtype="float64", shape={3,5}, values={{1.0,2.0,4.0,8.0,10.0},{3.0,1.0,0.0,2.0,5.0},{0.5,-1.0,2.5,7.0,1.0}}}
 inputs["f64_heavi"] = {dtype="float64", shape={4}, values={-1.5,0.0,2.0,0.0}}
 inputs["f64_heavi_v"] = {dtype="float64", shape={4}, values={0.5,0.25,3.0,-1.0}}
+inputs["f64_histdd_points"] = {dtype="float64", shape={6,2}, values={{0.1,0.2},{0.5,0.9},{0.9,0.1},{0.3,0.3},{1.0,1.0},{1.2,-0.5}}}
 inputs["f64_i0"] = {dtype="float64", shape={8}, values={0.0,0.5,-2.0,7.5,14.9,15.1,30.0,100.0}}
 inputs["f64_inf_rows"] = {dtype="float64", shape={3,2}, values={{-inf,-inf},{1.0,-inf},{800.0,801.0}}}
 inputs["f64_mode"] = {dtype="float64", shape={3,3}, values={{1.5,2.0,2.0},{1.5,-1.0,2.0},{0.5,-1.0,3.0}}}
@@ -1912,6 +1913,12 @@ C{name="gradient: coordinates", expr="unpack(torch.gradient(a, {dim = 1, spacing
 C{name="gradient: coordinates, second-order edges", expr="unpack(torch.gradient(a, {dim = {1}, spacing = {b}, edge_order = 2}))", inputs={"f64_gradient_field","f64_gradient_coords"}, kind="multi", expected={{dtype="float64", shape={3,5}, values={{2.0,2.0,2.2666666666666666,3.666666666666668,4.333333333333336},{-5.0,-3.0,-0.06666666666666665,4.833333333333334,7.166666666666667},{-5.166666666666666,-0.8333333333333333,3.3,-8.249999999999998,-15.749999999999996}}}}}
 C{name="gradient: dim 0 of three rows, second order", expr="unpack(torch.gradient(a, {dim = 0, edge_order = 2}))", inputs={"f64_gradient_field"}, kind="multi", expected={{dtype="float64", shape={3,5}, values={{4.25,-0.5,-7.25,-11.5,-5.5},{-0.25,-1.5,-0.75,-0.5,-4.5},{-4.75,-2.5,5.75,10.5,-3.5}}}}}
 C{name="nextafter float64: one unit in the last place, exactly", expr="a:nextafter(b)", inputs={"f64_nextafter_x","f64_nextafter_y"}, dtype="float64", shape={12}, values={1.0000000000000002,0.9999999999999999,5e-324,-5e-324,1.9999999999999998,-2.0000000000000004,9.9999999999995e-311,1.7976931348623157e+308,5.0,nan,-0.7499999999999999,1.0000000000000002e+300}, rtol=0, atol=0}
+C{name="histogramdd: counts per coordinate", expr="local h, e = torch.histogramdd(a, {2, 3}); return h, unpack(e)", inputs={"f64_histdd_points"}, kind="multi", expected={{dtype="float64", shape={2,3}, values={{0.0,2.0,1.0},{1.0,1.0,1.0}}}, {dtype="float64", shape={3}, values={0.1,0.65,1.2}}, {dtype="float64", shape={4}, values={-0.5,0.0,0.5,1.0}}}}
+C{name="histogramdd: range, weight, density", expr="local h, e = torch.histogramdd(a, 2, {range = {0, 1, 0, 2}, weight = torch.arange(1, 7):double(), density = true}); return h, unpack(e)", inputs={"f64_histdd_points"}, kind="multi", expected={{dtype="float64", shape={2,2}, values={{0.6666666666666666,0.0},{0.6666666666666666,0.6666666666666666}}}, {dtype="float64", shape={3}, values={0.0,0.5,1.0}}, {dtype="float64", shape={3}, values={0.0,1.0,2.0}}}}
+C{name="histogramdd: edges as tensors", expr="local h = torch.histogramdd(a, {torch.tensor({0, 0.5, 2}, {dtype = torch.float64}), torch.tensor({-1, 0, 1}, {dtype = torch.float64})}); return h", inputs={"f64_histdd_points"}, dtype="float64", shape={2,2}, values={{0.0,2.0},{1.0,3.0}}}
+C{name="range includes its end", expr="torch.range(0, 1, 0.25)", dtype="float32", shape={5}, values={0,0.25,0.5,0.75,1}}
+C{name="frobenius_norm", expr="torch.frobenius_norm(a)", inputs={"f64_3x4_a"}, dtype="float64", shape={}, values=6.6429436998969065}
+C{name="nuclear_norm", expr="torch.nuclear_norm(a)", inputs={"f64_3x4_a"}, dtype="float64", shape={}, values=10.761935116449946}
 C{name="nextafter float32, subnormals too (read as float64)", expr="torch.nextafter(a, b):double()", inputs={"f32_nextafter_x","f32_nextafter_y"}, dtype="float64", shape={7}, values={1.0000001192092896,0.9999999403953552,1.401298464324817e-45,1.9999998807907104,9.999805971268327e-41,-3.499999761581421,1.0000000694406173e+38}, rtol=0, atol=0}
 C{name="logsumexp dim 1", expr="a:logsumexp(1)", inputs={"f64_3x4_a"}, dtype="float64", shape={3}, values={2.645876781990663,2.329227524584412,2.5414475689354132}}
 C{name="logsumexp dims keepdim", expr="a:logsumexp({0, 2}, true)", inputs={"f64_2x3x4_a"}, dtype="float64", shape={1,3,1}, values={{{2.5819738869081577},{3.7752966407303568},{4.324782411932809}}}}
@@ -2099,14 +2106,14 @@ C{name="combinations with replacement", expr="a:combinations({r = 2, with_replac
 C{name="trapezoid", expr="torch.trapezoid(a)", inputs={"f64_3x4_a"}, dtype="float64", shape={3}, values={-2.5090000000000003,2.3905,-0.0014999999999996128}}
 C{name="trapz dx dim", expr="torch.trapz(a, {dx = 0.5, dim = 0})", inputs={"f64_3x4_a"}, dtype="float64", shape={4}, values={0.7390000000000001,1.3860000000000001,-0.8042499999999999,-0.7672500000000001}}
 C{name="trapezoid x", expr="torch.trapezoid(a, b)", inputs={"f64_3x4_a","f64_trap_x"}, dtype="float64", shape={3}, values={-1.674625,2.6568750000000003,-0.5546249999999998}}
+end)() end
+do local C = adder("composite"); (function()
 C{name="vander", expr="torch.vander(a)", inputs={"f64_3_b"}, dtype="float64", shape={3,3}, values={{0.33756099999999994,0.581,1.0},{0.029928999999999997,0.173,1.0},{4.092529000000001,2.023,1.0}}}
 C{name="vander N increasing", expr="torch.vander(a, {N = 4, increasing = true})", inputs={"f64_3_b"}, dtype="float64", shape={3,4}, values={{1.0,0.581,0.33756099999999994,0.19612294099999997},{1.0,0.173,0.029928999999999997,0.005177716999999999},{1.0,2.023,4.092529000000001,8.279186167000002}}}
 C{name="histogram", expr="torch.histogram(a, 5)", inputs={"f64_3x4_a"}, kind="multi", expected={{dtype="float64", shape={5}, values={3.0,1.0,1.0,2.0,5.0}}, {dtype="float64", shape={6}, values={-3.137,-2.0168,-0.8965999999999998,0.2235999999999998,1.3437999999999999,2.464}}}}
 C{name="histogram range weight density", expr="torch.histogram(a, 4, {range = {-2, 2}, weight = b, density = true})", inputs={"f64_3x4_a","f64_3x4_pos"}, kind="multi", expected={{dtype="float64", shape={4}, values={0.0,0.18453785116877547,0.12808277932661377,0.6873793695046108}}, {dtype="float64", shape={5}, values={-2.0,-1.0,0.0,1.0,2.0}}}}
 C{name="histogram edges", expr="torch.histogram(a, b)", inputs={"f64_3x4_a","f64_edges"}, kind="multi", expected={{dtype="float64", shape={4}, values={2.0,2.0,0.0,7.0}}, {dtype="float64", shape={5}, values={-3.0,-1.0,0.0,0.5,4.0}}}}
 C{name="div floor", expr="a:div(b, {rounding_mode = \"floor\"})", inputs={"f64_3x4_a","f64_3x4_nz"}, dtype="float64", shape={3,4}, values={{-2.0,-1.0,1.0,-1.0},{-1.0,0.0,0.0,0.0},{-1.0,-4.0,-4.0,0.0}}}
-end)() end
-do local C = adder("composite"); (function()
 C{name="div trunc", expr="torch.div(a, b, \"trunc\")", inputs={"f64_3x4_a","f64_3x4_nz"}, dtype="float64", shape={3,4}, values={{-1.0,-0.0,1.0,-0.0},{-0.0,0.0,0.0,0.0},{-0.0,-3.0,-3.0,0.0}}}
 C{name="div floor int64", expr="a:div(b, \"floor\")", inputs={"i64_3x4_a","i64_3x4_nz"}, dtype="int64", shape={3,4}, values={{0,-1,-1,-1},{-1,0,4,-2},{-3,0,0,1}}}
 C{name="div trunc int64 number", expr="a:div(-4, \"trunc\")", inputs={"i64_3x4_a"}, dtype="int64", shape={3,4}, values={{0,0,-1,-1},{0,0,2,-2},{2,0,0,2}}}
