@@ -58,6 +58,37 @@ local function reserved(d, fn)
 end
 torch.cuda.memory_reserved = function(d) return (reserved(d, "cuda.memory_reserved")) end
 torch.cuda.max_memory_reserved = function(d) return select(2, reserved(d, "cuda.max_memory_reserved")) end
+-- PyTorch's older names: "cached" is "reserved", and the max resets are
+-- reset_peak_memory_stats (dplua keeps no accumulated counters to reset)
+torch.cuda.memory_cached, torch.cuda.max_memory_cached = torch.cuda.memory_reserved, torch.cuda.max_memory_reserved
+torch.cuda.reset_max_memory_allocated = torch.cuda.reset_peak_memory_stats
+torch.cuda.reset_max_memory_cached = torch.cuda.reset_peak_memory_stats
+torch.cuda.reset_accumulated_memory_stats = function(d) device_index(d, "cuda.reset_accumulated_memory_stats", true) end
+-- dplua starts CUDA when it is first used: init checks that there is a device
+torch.cuda.is_initialized = function() return torch.cuda.is_available() end
+torch.cuda.init = function()
+  if not torch.cuda.is_available() then raise("cuda.init: no CUDA device (torch.cuda.is_available() is false)") end
+end
+
+-- device(d, fn, ...) and device_of(t, fn, ...): fn run with the current
+-- device set to d (to t's device; a CPU tensor leaves it as it is) and
+-- put back after, also when fn raises (PyTorch's context managers; Lua
+-- has no with statement)
+function torch.cuda.device(d, fn, ...)
+  if type(fn) ~= "function" then raise("cuda.device: expected (device, function), got a " .. typename(fn)) end
+  if d == nil or (type(d) == "number" and d < 0) then return fn(...) end
+  local prev = current_device
+  torch.cuda.set_device(d)
+  return finally(torch.cuda.set_device, prev, pcall(fn, ...))
+end
+function torch.cuda.device_of(t, fn, ...)
+  if not torch.is_tensor(t) then raise("cuda.device_of: expected a tensor, got " .. typename(t)) end
+  if t.device.type ~= "cuda" then
+    if type(fn) ~= "function" then raise("cuda.device_of: expected (tensor, function), got a " .. typename(fn)) end
+    return fn(...)
+  end
+  return torch.cuda.device(t.device, fn, ...)
+end
 
 -- The generator's state: one counter-based stream serves every device (as
 -- cuda.manual_seed is torch.manual_seed), so each device's state is

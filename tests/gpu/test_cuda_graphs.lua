@@ -364,6 +364,10 @@ T.run("device and memory queries", function()
   T.is({ stats["allocated_bytes.all.current"], stats["reserved_bytes.all.peak"] },
        { torch.cuda.memory_allocated(), torch.cuda.max_memory_reserved() }, "memory_stats: PyTorch's keys, the same numbers")
   T.ok(torch.cuda.memory_summary():find("reserved %(pool%)") ~= nil, "memory_summary")
+  local inside = torch.cuda.device(0, function() return torch.cuda.current_device() end)
+  T.is(inside, 0, "cuda.device(0, fn): fn runs on device 0")
+  T.is(torch.cuda.device_of(torch.ones(1, { device = dev }), function() return torch.cuda.current_device() end),
+       torch.ones(1, { device = dev }).device.index, "cuda.device_of: the tensor's device")
 end)
 
 T.run("the small-block cache hands a freed block back on its stream", function()

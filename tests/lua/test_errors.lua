@@ -283,7 +283,15 @@ if not has_cuda then
     T.ok(torch.cuda.is_bf16_supported() == false, "is_bf16_supported() is false without a GPU")
     T.raises(function() return torch.cuda.get_device_name() end, CUDA, "get_device_name() without a GPU mentions CUDA")
     T.raises(function() return torch.cuda.mem_get_info() end, CUDA, "mem_get_info() without a GPU mentions CUDA")
+    T.raises(function() torch.cuda.init() end, "no CUDA device", "cuda.init() without a GPU says so")
+    T.ok(torch.cuda.device_of(torch.ones(2), function() return true end), "device_of a CPU tensor runs fn where it is")
 end
+T.raises(function() torch.cuda.device("cuda:99", function() end) end, {"cuda.set_device", "cuda:99", "not available"},
+         "cuda.device of a missing device names it")
+T.raises(function() torch.cuda.device(0, 42) end, "expected %(device, function%)", "cuda.device without a function")
+T.is(torch.cuda.device(-1, function(a) return a + 1 end, 1), 2, "cuda.device(-1, fn): PyTorch's no-op device")
+T.ok(torch.cuda.memory_cached == torch.cuda.memory_reserved and
+     torch.cuda.reset_max_memory_allocated == torch.cuda.reset_peak_memory_stats, "cuda's older names")
 
 -- ---------------------------------------------------------------- crash-prone last
 
