@@ -386,6 +386,17 @@ def gen_views():
          check_stride=True)
     case(G, "storage_offset of a narrow", "a:narrow(0, 3, 5):storage_offset()", lambda t: t.narrow(0, 3, 5).storage_offset(),
          [ten], value_dtype="int64")
+    case(G, "resize_ to fewer elements, a view of the front", "a:resize_(2, 3); return a",
+         lambda t: t.resize_(2, 3), [ten])
+    case(G, "resize_ reads the storage from the offset, C-contiguous", "local v = a:narrow(0, 2, 4); v:resize_(2, 2); return v",
+         lambda t: (lambda v: v.resize_(2, 2))(t.narrow(0, 2, 4)), [ten])
+    case(G, "resize_ to more elements keeps the old ones in front", "a:resize_(3, 4); return a:reshape(-1):narrow(0, 0, 10)",
+         lambda t: t.resize_(3, 4).reshape(-1).narrow(0, 0, 10), [ten])
+    case(G, "resize_as_", "a:resize_as_(torch.zeros(5, 2)); return a", lambda t: t.resize_as_(torch.zeros(5, 2)), [ten])
+    case(G, "detach_ makes a leaf", "local z = a:double():requires_grad_() * 3; z:detach_(); "
+         "return {z.requires_grad, z.is_leaf}",
+         lambda t: (lambda z: [z.requires_grad, z.is_leaf])(t.double().requires_grad_().mul(3).detach_()), [ten],
+         value_dtype="bool")
     case(G, "empty_strided's strides", "torch.empty_strided({2, 3}, {1, 2}):stride()",
          lambda: list(torch.empty_strided([2, 3], [1, 2]).stride()), value_dtype="int64")
     s = arange_in("float32", [1, 3, 1, 2])

@@ -134,6 +134,11 @@ DP_API dp_status dp_set_view(dp_tensor *t, dp_tensor *view);
  * recorded by autograd, so t may not require grad while grad mode is on. */
 DP_API dp_status dp_as_strided(dp_tensor **out, dp_tensor *t, int ndim, const int64_t *shape, const int64_t *stride,
                                int64_t offset);
+/* t resized in place to shape, contiguous (torch's resize_): its storage
+ * read as C-contiguous from t's offset; where it holds too few elements, a
+ * new storage takes the old elements that fit, the rest uninitialised.
+ * Other views keep the old storage. t may not require grad. */
+DP_API dp_status dp_resize_(dp_tensor *t, int ndim, const int64_t *shape);
 
 /* math: new results */
 DP_API dp_status dp_unary(dp_tensor **out, dp_unop op, dp_tensor *a);
@@ -197,6 +202,8 @@ DP_API dp_status dp_item_int64(dp_tensor *t, int64_t *value);
 DP_API int dp_set_grad_enabled(int enabled);       /* returns the previous mode */
 DP_API int dp_is_grad_enabled(void);
 DP_API dp_status dp_set_requires_grad(dp_tensor *t, int requires_grad);
+/* t becomes a leaf that does not require grad, in place (detach_) */
+DP_API dp_status dp_detach_(dp_tensor *t);
 DP_API int dp_requires_grad(const dp_tensor *t);
 DP_API int dp_is_leaf(const dp_tensor *t);
 DP_API const char *dp_grad_fn_name(const dp_tensor *t);         /* NULL for leaves */

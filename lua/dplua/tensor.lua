@@ -85,6 +85,24 @@ function methods.new_empty_strided(t, size, stride, opts)
                                              requires_grad = opts.requires_grad })
 end
 
+-- resize_(sizes...) and resize_as_(other): t takes that shape, contiguous,
+-- in place, its storage read as C-contiguous (grown, keeping what fits, when
+-- it holds too few elements; the new ones are uninitialised), as PyTorch's
+function methods.resize_(t, ...)
+  local nd = parse_shape("resize_", ...)
+  check(C.dp_resize_(t.p, nd, shape_buf))
+  return t
+end
+function methods.resize_as_(t, other)
+  if not is_tensor(other) then raise("resize_as_: expected a tensor, got " .. typename(other)) end
+  return methods.resize_(t, other:size())
+end
+-- detach_(): t itself becomes a leaf that does not require grad
+function methods.detach_(t)
+  check(C.dp_detach_(t.p))
+  return t
+end
+
 function methods.is_contiguous(t) return C.dp_tensor_is_contiguous(t.p) ~= 0 end
 function methods.element_size(t) return tonumber(C.dp_dtype_size(C.dp_tensor_dtype(t.p))) end
 function methods.is_floating_point(t) return C.dp_dtype_is_floating(C.dp_tensor_dtype(t.p)) ~= 0 end

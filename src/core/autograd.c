@@ -144,6 +144,15 @@ dp_status dp_set_requires_grad(dp_tensor *t, int requires_grad)
     return DP_OK;
 }
 
+dp_status dp_detach_(dp_tensor *t)
+{
+    ag_node *n = t->grad_fn;
+    t->grad_fn = NULL;
+    t->requires_grad = false;
+    ag_node_release(n);
+    return DP_OK;
+}
+
 dp_tensor *dp_get_grad(dp_tensor *t)
 {
     dp_tensor_retain(t->grad);

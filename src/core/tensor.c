@@ -760,6 +760,47 @@ dp_status dp_as_strided(dp_tensor **out, dp_tensor *t, int ndim, const int64_t *
     return tensor_view_of(out, t, ndim, shape, stride, offset);
 }
 
+dp_status dp_resize_(dp_tensor *t, int ndim, const int64_t *shape)
+{
+    dp_status st = check_shape("resize_", ndim, shape);
+    if (st)
+        return st;
+    if (t->requires_grad)
+        return dp_fail(DP_ERR_ARG, "resize_: cannot resize a tensor that requires grad (use reshape, or resize a detach())");
+    const int64_t want = shape_numel(ndim, shape);
+    const size_t es = dp_dtype_size(t->dtype);
+    const int64_t held = (int64_t)(t->storage->nbytes / es) - t->offset;
+    if (want > held) {
+        dp_tensor *fresh;
+        if ((st = tensor_new(&fresh, ndim, shape, t->dtype, t->device)))
+            return st;
+        const int64_t keep = held > 0 ? held : 0;
+        if (keep > 0) {   /* the old elements, read C-contiguous, into the front of the new storage */
+            dp_tensor *from = NULL, *to = NULL;
+            const int64_t one = 1;
+            if (!(st = tensor_view_of(&from, t, 1, &keep, &one, t->offset)) &&
+                !(st = tensor_view_of(&to, fresh, 1, &keep, &one, 0)))
+                st = dp_copy_into(to, from);
+            dp_tensor_release(from);
+            dp_tensor_release(to);
+        }
+        if (st) {
+            dp_tensor_release(fresh);
+            return st;
+        }
+        fresh->storage->refcount++;
+        storage_release(t->storage);
+        t->storage = fresh->storage;
+        t->offset = 0;
+        dp_tensor_release(fresh);
+    }
+    t->ndim = ndim;
+    if (ndim > 0)
+        memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    contiguous_strides(ndim, shape, t->stride);
+    return DP_OK;
+}
+
 dp_status dp_contiguous(dp_tensor **out, dp_tensor *t)
 {
     if (tensor_is_contiguous(t)) {

@@ -215,7 +215,7 @@ T.run("the gradients of windows: split, overlapping narrows, selects, and the wh
     T.is(z.grad:tolist(), {{7, 7}, {7, 7}, {7, 7}, {7, 7}}, "and the whole used beside them: 3 + 4")
 end)
 
-T.run("as_strided: bad input", function()
+T.run("as_strided and resize_: bad input", function()
   local x = torch.arange(10.0)
   T.raises(function() x:as_strided({ 4, 4 }, { 3, 1 }) end, "reaches element 12 of the storage, which holds 10",
            "a view past the storage")
@@ -228,6 +228,13 @@ T.run("as_strided: bad input", function()
   local v = torch.no_grad(function() return torch.ones(3, { requires_grad = true }):as_strided({ 2 }, { 1 }) end)
   T.ok(not v.requires_grad and v:numel() == 2, "under no_grad: a view that does not require grad")
   T.is(T.shape(x:as_strided({ 0, 5 }, { 100, 100 })), { 0, 5 }, "an empty view reaches nothing")
+  T.raises(function() torch.ones(3, { requires_grad = true }):resize_(2) end, "cannot resize a tensor that requires grad",
+           "resize_ of a tensor that requires grad")
+  T.raises(function() torch.ones(3):resize_(-2) end, "resize_", "resize_ to a negative size")
+  local base = torch.arange(4.0):double()
+  local view = base:view(2, 2)
+  base:resize_(3, 3)
+  T.is(view:tolist(), { { 0, 1 }, { 2, 3 } }, "resize_ past the storage: other views keep the old one")
 end)
 
 T.done_testing()

@@ -415,6 +415,11 @@ C{name="as_strided of a view keeps its offset", expr="a:narrow(0, 3, 5):as_strid
 C{name="as_strided: a write reaches the base", expr="a:as_strided({2, 2}, {5, 1}):fill_(-1); return a", inputs={"f32_10_seq"}, dtype="float32", shape={10}, values={-1,-1,2,3,4,-1,-1,7,8,9}}
 C{name="as_strided_", expr="a:as_strided_({3, 2}, {2, 3}); return a", inputs={"f32_10_seq"}, dtype="float32", shape={3,2}, values={{0,3},{2,5},{4,7}}, stride={2,3}, contiguous=false}
 C{name="storage_offset of a narrow", expr="a:narrow(0, 3, 5):storage_offset()", inputs={"f32_10_seq"}, kind="value", dtype="int64", expected=3}
+C{name="resize_ to fewer elements, a view of the front", expr="a:resize_(2, 3); return a", inputs={"f32_10_seq"}, dtype="float32", shape={2,3}, values={{0,1,2},{3,4,5}}}
+C{name="resize_ reads the storage from the offset, C-contiguous", expr="local v = a:narrow(0, 2, 4); v:resize_(2, 2); return v", inputs={"f32_10_seq"}, dtype="float32", shape={2,2}, values={{2,3},{4,5}}}
+C{name="resize_ to more elements keeps the old ones in front", expr="a:resize_(3, 4); return a:reshape(-1):narrow(0, 0, 10)", inputs={"f32_10_seq"}, dtype="float32", shape={10}, values={0,1,2,3,4,5,6,7,8,9}}
+C{name="resize_as_", expr="a:resize_as_(torch.zeros(5, 2)); return a", inputs={"f32_10_seq"}, dtype="float32", shape={5,2}, values={{0,1},{2,3},{4,5},{6,7},{8,9}}}
+C{name="detach_ makes a leaf", expr="local z = a:double():requires_grad_() * 3; z:detach_(); return {z.requires_grad, z.is_leaf}", inputs={"f32_10_seq"}, kind="value", dtype="bool", expected={false,true}}
 C{name="empty_strided's strides", expr="torch.empty_strided({2, 3}, {1, 2}):stride()", kind="value", dtype="int64", expected={1,2}}
 C{name="view(6, 4)", expr="a:view(6, 4)", inputs={"f32_2x3x4_seq"}, dtype="float32", shape={6,4}, values={{0,1,2,3},{4,5,6,7},{8,9,10,11},{12,13,14,15},{16,17,18,19},{20,21,22,23}}, stride={4,1}, contiguous=true}
 C{name="view({4, -1})", expr="a:view({4, -1})", inputs={"f32_2x3x4_seq"}, dtype="float32", shape={4,6}, values={{0,1,2,3,4,5},{6,7,8,9,10,11},{12,13,14,15,16,17},{18,19,20,21,22,23}}, stride={6,1}, contiguous=true}
