@@ -222,6 +222,7 @@ function L.Unflatten:__init(dim, unflattened_size)
   self.dim, self.unflattened_size = dim, unflattened_size
 end
 function L.Unflatten:forward(x)
+  if not torch.is_tensor(x) then raise("Unflatten: expected the input to be a tensor, got " .. typename(x)) end
   local shape, d = x:size(), self.dim < 0 and self.dim + x:dim() or self.dim
   if d < 0 or d >= #shape then
     raise(string.format("Unflatten: dim %d is out of range for an input of %d dims", self.dim, #shape))
