@@ -178,6 +178,11 @@ T.run("fractional max pooling against PyTorch", function()
     T.is(T.shape(y), r.shape, name .. ": shape")
     T.is(idx:reshape(-1):tolist(), r.indices, name .. ": indices")
     T.output_and_grad(torch, y, x, r, 1e-12, name .. ": ")
+    o.return_indices = nil
+    local with = F[(f == F.fractional_max_pool2d and "fractional_max_pool2d" or "fractional_max_pool3d") .. "_with_indices"]
+    local y2, idx2 = with(x:detach(), k, o)
+    T.ok(idx2 ~= nil and idx2:reshape(-1):tolist()[1] == r.indices[1] and y2:equal(y:detach()),
+         name .. ": the _with_indices form gives both")
   end
   torch.manual_seed(3)
   local m = nn.FractionalMaxPool2d(3, { output_ratio = { 0.5, 0.5 } })

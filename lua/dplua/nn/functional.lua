@@ -3053,6 +3053,24 @@ end
 function F.fractional_max_pool3d(input, kernel_size, opts, ...)
   return fractional_max_pool("fractional_max_pool3d", 3, input, kernel_size, opts, { ... })
 end
+-- the _with_indices forms: always the values and their indices
+for nd = 2, 3 do
+  local name = "fractional_max_pool" .. nd .. "d"
+  F[name .. "_with_indices"] = function(input, kernel_size, opts, ...)
+    local rest = { ... }
+    local o = {}
+    if type(opts) == "table" and opts[1] == nil then
+      for k, v in pairs(opts) do o[k] = v end
+    else
+      o = { output_size = opts, output_ratio = rest[1], _random_samples = rest[3] }
+    end
+    o.return_indices = true
+    return fractional_max_pool(name, nd, input, kernel_size, o, {})
+  end
+end
+function F.adaptive_max_pool3d_with_indices(input, output_size)
+  return F.adaptive_max_pool3d(input, output_size, true)
+end
 
 ---------------------------------------------------------------- in-place forms and old names
 

@@ -227,4 +227,10 @@ function I.sparse_(t, sparsity, std)
   end)
 end
 
+-- PyTorch's deprecated names without the trailing underscore
+for _, name in ipairs({ "uniform", "normal", "constant", "xavier_uniform", "xavier_normal", "kaiming_uniform",
+                        "kaiming_normal", "orthogonal", "sparse", "dirac", "eye" }) do
+  I[name] = I[name .. "_"]
+end
+
 return I

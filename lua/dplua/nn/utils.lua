@@ -110,6 +110,8 @@ function U.clip_grad_norm_(parameters, max_norm, norm_type, opts)
 end
 
 -- clip_grad_value_(parameters, clip_value): clamps every gradient in place.
+U.clip_grad_norm = U.clip_grad_norm_   -- PyTorch's deprecated name
+
 function U.clip_grad_value_(parameters, clip_value)
   local params = param_list(parameters, "clip_grad_value_")
   if type(clip_value) ~= "number" then raise("clip_grad_value_: expected clip_value to be a number") end
