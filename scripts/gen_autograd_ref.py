@@ -210,6 +210,47 @@ def state_dict_names():
 cases["state_dict_names"] = state_dict_names()
 
 
+class Counter(nn.Module):
+    """A module with extra state: a step count and a name."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.register_buffer("scale", torch.ones(2))
+        self.steps = 7
+
+    def get_extra_state(self):
+        return {"steps": self.steps, "name": "counter"}
+
+    def set_extra_state(self, state):
+        self.steps = state["steps"]
+
+
+def state_dict_hooks():
+    """Keys with extra state; a load pre hook that renames an old key; a
+    post hook that forgives a missing key; the state dict post hook."""
+    outer = nn.Sequential(Counter(), nn.Linear(2, 1))
+    keys = list(outer.state_dict().keys())
+    sd = outer.state_dict()
+    sd["0._extra_state"] = {"steps": 42, "name": "x"}
+    old = {("1.old_bias" if k == "1.bias" else k): v for k, v in sd.items()}
+
+    def rename(state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+        if prefix + "old_bias" in state_dict:
+            state_dict[prefix + "bias"] = state_dict.pop(prefix + "old_bias")
+
+    outer[1]._register_load_state_dict_pre_hook(rename)
+    outer.load_state_dict(old)
+    fresh = nn.Sequential(Counter(), nn.Linear(2, 1))
+    fresh.register_load_state_dict_post_hook(lambda m, inc: inc.missing_keys.remove("1.weight"))
+    partial = {k: v for k, v in sd.items() if k != "1.weight"}
+    result = fresh.load_state_dict(partial)
+    return {"keys": keys, "steps_after_load": outer[0].steps, "missing_after_hook": list(result.missing_keys)}
+
+
+cases["state_dict_hooks"] = state_dict_hooks()
+
+
 def functional_cases():
     """torch.autograd.functional on x_of() (2, 3) and w_of() (3, 2), float64."""
     AF = torch.autograd.functional

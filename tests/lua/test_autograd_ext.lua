@@ -663,4 +663,58 @@ T.run("without hooks or Functions a backward runs no Lua", function()
   T.is(lua_live(), 0, "a module whose hooks were removed records no Lua node")
 end)
 
+T.run("state-dict hooks and extra state against PyTorch", function()
+  local r = R.state_dict_hooks
+  local Counter = nn.Module:extend("Counter")
+  function Counter:__init()
+    self.lin = nn.Linear(2, 2)
+    self:register_buffer("scale", torch.ones(2))
+    self.steps = 7
+  end
+  function Counter:forward(x) return self.lin(x) * self.scale end
+  function Counter:get_extra_state() return { steps = self.steps, name = "counter" } end
+  function Counter:set_extra_state(state) self.steps = state.steps end
+  local outer = nn.Sequential(Counter(), nn.Linear(2, 1))
+  T.is(outer:state_dict():keys(), r.keys, "keys: the extra state after the module's buffers, before its children")
+  local sd = outer:state_dict()
+  local old = {}
+  for _, k in ipairs(sd:keys()) do old[k == "1.bias" and "1.old_bias" or k] = sd[k] end
+  old["0._extra_state"] = { steps = 42, name = "x" }
+  local h = outer[1]:register_load_state_dict_pre_hook(function(_, state, prefix)
+    if state[prefix .. "old_bias"] ~= nil then
+      state[prefix .. "bias"], state[prefix .. "old_bias"] = state[prefix .. "old_bias"], nil
+    end
+  end)
+  outer:load_state_dict(old)
+  T.is(outer[0].steps, r.steps_after_load, "set_extra_state got the saved state; the pre hook renamed an old key")
+  h:remove()
+  local fresh = nn.Sequential(Counter(), nn.Linear(2, 1))
+  fresh:register_load_state_dict_post_hook(function(_, inc)
+    for i, k in ipairs(inc.missing_keys) do if k == "1.weight" then table.remove(inc.missing_keys, i) end end
+  end)
+  local partial = {}
+  for _, k in ipairs(sd:keys()) do if k ~= "1.weight" then partial[k] = sd[k] end end
+  local result = fresh:load_state_dict(partial)
+  T.is(result.missing_keys, r.missing_after_hook, "a post hook forgives a missing key before strict checks it")
+  T.tensor_close(fresh[1].bias, sd["1.bias"], 0, 0, "and the entries that fit were loaded")
+  local strict_fail = nn.Sequential(Counter(), nn.Linear(2, 1))
+  T.raises(function() strict_fail:load_state_dict(partial) end, 'Missing key%(s%) in state_dict: "1.weight"',
+           "without the hook, strict still names the key")
+  local noextra = {}
+  for _, k in ipairs(sd:keys()) do if k ~= "0._extra_state" then noextra[k] = sd[k] end end
+  T.raises(function() nn.Sequential(Counter(), nn.Linear(2, 1)):load_state_dict(noextra) end,
+           'Missing key%(s%) in state_dict: "0._extra_state"', "a module that takes extra state needs it")
+  local seen = {}
+  local m = nn.Linear(2, 2)
+  m:register_state_dict_pre_hook(function(_, prefix) seen[#seen + 1] = "pre " .. prefix end)
+  m:register_state_dict_post_hook(function(_, state, prefix) state[prefix .. "note"] = "hi" end)
+  local wrapped = nn.Sequential(m)
+  local got = wrapped:state_dict()
+  T.ok(seen[1] == "pre 0." and got["0.note"] == "hi", "state_dict pre and post hooks see the prefix; post may add")
+  T.ok(nn.Linear(2, 2):register_backward_hook(function() end) ~= nil, "register_backward_hook: the full hook")
+  local e = nn.Linear(3, 4):to_empty({ device = "cpu" })
+  T.ok(nn.is_parameter(e.weight) and T.shape(e.weight)[2] == 3, "to_empty: parameters of the same shapes")
+  T.raises(function() nn.Linear(2, 2):register_load_state_dict_post_hook(5) end, "expected a function", "not a function")
+end)
+
 T.done_testing()

@@ -48,6 +48,11 @@ return {
     x_grad = {0, 0, 0, 0.59867315613627592, 0.36172119831384203, -0.89973142091696978},
     y_seen = {2.5, -1.5, 2.0440231307887187, -0.5747732580601973},
   },
+  state_dict_hooks = {
+    keys = {"0.scale", "0._extra_state", "0.lin.weight", "0.lin.bias", "1.weight", "1.bias"},
+    missing_after_hook = {},
+    steps_after_load = 42,
+  },
   state_dict_names = {
     keys = {"scale", "plist.0", "plist.1", "plist.2", "pdict.alpha", "pdict.beta", "inner.0.weight", "inner.0.bias"},
     named_parameters = {"scale", "plist.0", "plist.1", "plist.2", "pdict.alpha", "pdict.beta", "inner.0.weight", "inner.0.bias"},

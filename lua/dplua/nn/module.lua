@@ -691,14 +691,61 @@ local function ordered_dict()
 end
 M.ordered_dict, M.ordered_put, M.ordered_keys = ordered_dict, sd_put, sd_methods.keys
 
+---------------------------------------------------------------- state dicts
+
+-- The state-dict hooks of a module, made on the first registration: lists
+-- in registration order, each of { fn = }.
+local function add_state_dict_hook(self, which, fn, what)
+  check_hook(fn, what)
+  local h = rawget(self, "_state_dict_hooks")
+  if h == nil then
+    h = { save_pre = {}, save_post = {}, load_pre = {}, load_post = {} }
+    rawset(self, "_state_dict_hooks", h)
+  end
+  return require("dplua.autograd")._handle(h[which], { fn = fn })
+end
+local function state_dict_hooks(self, which)
+  local h = rawget(self, "_state_dict_hooks")
+  return h and h[which] or {}
+end
+-- register_state_dict_pre_hook(fn): fn(module, prefix, keep_vars) before
+-- the module's entries are written; register_state_dict_post_hook(fn):
+-- fn(module, state_dict, prefix) after them and its children's (fn may
+-- change state_dict); register_load_state_dict_pre_hook(fn):
+-- fn(module, state_dict, prefix) before a load reads anything (fn may
+-- rename or add entries: old checkpoints); register_load_state_dict_post_hook(fn):
+-- fn(module, incompatible_keys) after the load, where fn may take keys out
+-- of incompatible_keys.missing_keys / unexpected_keys before strict checks
+-- them. As PyTorch's (2.x names).
+function Module:register_state_dict_pre_hook(fn)
+  return add_state_dict_hook(self, "save_pre", fn, "register_state_dict_pre_hook")
+end
+function Module:register_state_dict_post_hook(fn)
+  return add_state_dict_hook(self, "save_post", fn, "register_state_dict_post_hook")
+end
+function Module:register_load_state_dict_pre_hook(fn)
+  return add_state_dict_hook(self, "load_pre", fn, "register_load_state_dict_pre_hook")
+end
+function Module:register_load_state_dict_post_hook(fn)
+  return add_state_dict_hook(self, "load_post", fn, "register_load_state_dict_post_hook")
+end
+
+-- A module class that defines get_extra_state(self) has it saved under
+-- prefix .. "_extra_state" (after its parameters and buffers), and
+-- set_extra_state(self, value) called with it by load_state_dict, as in
+-- PyTorch (any value torch.save can write: numbers, strings, tables, tensors).
+local EXTRA = "_extra_state"
+
 -- state_dict({prefix=, keep_vars=false}): own parameters, own persistent
--- buffers, then the children's, as PyTorch; values are detached tensors
--- sharing storage with the module (keep_vars=true: the parameters themselves).
+-- buffers, extra state, then the children's, as PyTorch; values are
+-- detached tensors sharing storage with the module (keep_vars=true: the
+-- parameters themselves).
 function Module:state_dict(opts, sd)
   opts = opts or {}
   sd = sd or ordered_dict()
   local prefix = opts.prefix or ""
   local keep = opts.keep_vars
+  for _, h in ipairs(state_dict_hooks(self, "save_pre")) do h.fn(self, prefix, keep) end
   for _, k in ipairs(self._parameters.keys) do
     local p = self._parameters.map[k]
     if p ~= nil then sd_put(sd, prefix .. k, keep and p or p:detach()) end
@@ -707,10 +754,12 @@ function Module:state_dict(opts, sd)
     local b = self._buffers.map[k]
     if b ~= nil and not self._non_persistent[k] then sd_put(sd, prefix .. k, keep and b or b:detach()) end
   end
+  if self.get_extra_state ~= nil then sd_put(sd, prefix .. EXTRA, self:get_extra_state()) end
   for _, k in ipairs(self._modules.keys) do
     local m = self._modules.map[k]
     if m ~= nil then m:state_dict({ prefix = prefix .. k .. ".", keep_vars = keep }, sd) end
   end
+  for _, h in ipairs(state_dict_hooks(self, "save_post")) do h.fn(self, sd, prefix) end
   return sd
 end
 
@@ -731,14 +780,30 @@ function Module:load_state_dict(sd, opts)
   end
   local strict = true
   if type(opts) == "boolean" then strict = opts elseif type(opts) == "table" and opts.strict ~= nil then strict = opts.strict end
+  -- every module's prefix, for the hooks and the extra states
+  local tree = self:named_modules()
+  local post_hooks = false
+  for _, e in ipairs(tree) do
+    local prefix = e[1] == "" and "" or e[1] .. "."
+    for _, h in ipairs(state_dict_hooks(e[2], "load_pre")) do h.fn(e[2], sd, prefix) end
+    post_hooks = post_hooks or #state_dict_hooks(e[2], "load_post") > 0
+  end
   local own = self:state_dict({ keep_vars = true })
   local own_keys = sd_methods.keys(own)
+  local extra = {}   -- key -> the module whose set_extra_state takes it
+  for _, e in ipairs(tree) do
+    if e[2].set_extra_state ~= nil then extra[(e[1] == "" and "" or e[1] .. ".") .. EXTRA] = e[2] end
+  end
   local missing, unexpected, errors = {}, {}, {}
-  local copies = {}
+  local copies, extras = {}, {}
   for _, k in ipairs(own_keys) do
     local v = rawget(sd, k)
     if v == nil then
-      missing[#missing + 1] = k
+      if extra[k] or is_tensor(rawget(own, k)) then missing[#missing + 1] = k end
+    elseif extra[k] then
+      extras[#extras + 1] = { extra[k], v }
+    elseif not is_tensor(rawget(own, k)) then
+      -- (extra state of a module that can save it but not load it: left as it is)
     elseif not is_tensor(v) then
       errors[#errors + 1] = string.format('While copying the parameter named "%s", expected a Tensor from checkpoint but received %s', k, type(v))
     else
@@ -761,17 +826,59 @@ function Module:load_state_dict(sd, opts)
   for _, k in ipairs(given) do
     if rawget(own, k) == nil then unexpected[#unexpected + 1] = k end
   end
-  if strict then
-    if #unexpected > 0 then table.insert(errors, 1, "Unexpected key(s) in state_dict: " .. quoted(unexpected) .. ". ") end
-    if #missing > 0 then table.insert(errors, 1, "Missing key(s) in state_dict: " .. quoted(missing) .. ". ") end
+  local incompatible = { missing_keys = missing, unexpected_keys = unexpected }
+  local function check_strict()
+    if strict then
+      local m, u = incompatible.missing_keys, incompatible.unexpected_keys
+      if #u > 0 then table.insert(errors, 1, "Unexpected key(s) in state_dict: " .. quoted(u) .. ". ") end
+      if #m > 0 then table.insert(errors, 1, "Missing key(s) in state_dict: " .. quoted(m) .. ". ") end
+    end
+    if #errors > 0 then
+      raise(string.format("Error(s) in loading state_dict for %s:\n\t%s", self:_get_name(), table.concat(errors, "\n\t")))
+    end
   end
-  if #errors > 0 then
-    raise(string.format("Error(s) in loading state_dict for %s:\n\t%s", self:_get_name(), table.concat(errors, "\n\t")))
-  end
+  -- without post hooks nothing is loaded when anything is wrong; with them
+  -- (which may forgive keys), the entries that fit are loaded first, as in PyTorch
+  if not post_hooks or #errors > 0 then check_strict() end
   torch.no_grad(function()
     for _, c in ipairs(copies) do c[1]:copy_(c[2]) end
   end)
-  return { missing_keys = missing, unexpected_keys = unexpected }
+  for _, c in ipairs(extras) do c[1]:set_extra_state(c[2]) end
+  if post_hooks then
+    for _, e in ipairs(tree) do
+      for _, h in ipairs(state_dict_hooks(e[2], "load_post")) do h.fn(e[2], incompatible) end
+    end
+    check_strict()
+  end
+  return incompatible
+end
+
+-- register_backward_hook(fn): PyTorch's deprecated name; here the full hook
+function Module:register_backward_hook(fn) return self:register_full_backward_hook(fn) end
+
+-- to_empty({device =}): every parameter and buffer replaced by an
+-- uninitialised tensor of its shape and dtype on device (PyTorch's way out
+-- of the meta device; here a quick way to allocate a model's storage)
+function Module:to_empty(opts)
+  local device = type(opts) == "table" and opts.device or opts
+  if device == nil then raise("to_empty: expected {device =}") end
+  for _, m in ipairs(self:modules()) do
+    for _, which in ipairs({ "_parameters", "_buffers" }) do
+      for _, k in ipairs(m[which].keys) do
+        local t = m[which].map[k]
+        if t ~= nil then
+          local e = torch.empty(t:size(), { dtype = t.dtype, device = device })
+          if which == "_parameters" then
+            m[k] = nil
+            m[k] = torch.nn.Parameter(e, t.requires_grad)
+          else
+            m[which].map[k] = e
+          end
+        end
+      end
+    end
+  end
+  return self
 end
 
 ---------------------------------------------------------------- moving
