@@ -1629,6 +1629,17 @@ function torch.vander(x, N, increasing)
   return increasing and powers or powers:flip(1)
 end
 
+-- n + 1 edges evenly over [lo, hi], or without them over x's values (a
+-- single value widened by 1/2 each way), in x's dtype
+local function even_edges(fn, x, n, lo, hi)
+  if lo == nil or hi == nil then
+    if x:numel() > 0 then lo, hi = x:min():item(), x:max():item() else lo, hi = 0, 0 end
+  end
+  if lo == hi then lo, hi = lo - 0.5, hi + 0.5 end
+  if lo > hi then raise(fn .. ": expected range with min <= max") end
+  return torch.linspace(lo, hi, n + 1, { dtype = x.dtype })
+end
+
 -- histogram(input, bins [, {range = {min, max}, weight =, density =}]):
 -- hist and bin_edges, bins a count (edges evenly over range, or over the
 -- values) or a 1-D tensor of increasing edges; the last bin holds its
@@ -1643,14 +1654,8 @@ function torch.histogram(t, bins, opts)
     edges = bins:to(t.dtype)
     if edges:dim() ~= 1 or edges:numel() < 2 then raise(fn .. ": expected bins to be a 1-D tensor of at least 2 edges") end
   else
-    local n = want_int(bins, fn, "bins", 100, 1)
-    local lo, hi
-    if opts.range then lo, hi = opts.range[1], opts.range[2]
-    elseif t:numel() > 0 then lo, hi = t:min():item(), t:max():item()
-    else lo, hi = 0, 0 end
-    if lo == hi then lo, hi = lo - 0.5, hi + 0.5 end
-    if lo > hi then raise(fn .. ": expected range with min <= max") end
-    edges = torch.linspace(lo, hi, n + 1, { dtype = t.dtype })
+    local range = opts.range or {}
+    edges = even_edges(fn, t, want_int(bins, fn, "bins", 100, 1), range[1], range[2])
   end
   local nb = edges:numel() - 1
   local x = t:reshape(-1):cpu()
@@ -1700,14 +1705,8 @@ function torch.histogramdd(t, bins, opts)
       e = per[d]:to(t.dtype):cpu()
       if e:dim() ~= 1 or e:numel() < 2 then raise(string.format("%s: expected bins[%d] to be a 1-D tensor of at least 2 edges", fn, d)) end
     else
-      local n = want_int(per[d], fn, "bins", nil, 1)
-      local lo, hi
-      if opts.range then lo, hi = opts.range[2 * d - 1], opts.range[2 * d]
-      elseif x:numel() > 0 then lo, hi = x:min():item(), x:max():item()
-      else lo, hi = 0, 0 end
-      if lo == hi then lo, hi = lo - 0.5, hi + 0.5 end
-      if lo > hi then raise(fn .. ": expected range with min <= max for each coordinate") end
-      e = torch.linspace(lo, hi, n + 1, { dtype = t.dtype })
+      local range = opts.range or {}
+      e = even_edges(fn, x, want_int(per[d], fn, "bins", nil, 1), range[2 * d - 1], range[2 * d])
     end
     local nb = e:numel() - 1
     inside = inside:logical_and(x:ge(e[0]:item())):logical_and(x:le(e[nb]:item()))

@@ -540,7 +540,9 @@ end
 ---------------------------------------------------------------- state dicts
 
 -- Per-rank checkpoints: this rank's shard of the state, loaded back by
--- the same rank of a group of the same size over the same parameters.
+-- the same rank of a group of the same size over the same parameters; or,
+-- given the list of every rank's, by a group of any size (each rank reads
+-- them all and keeps its own slice).
 function ZeRO:sharded_state_dict()
   local groups = {}
   for gi, g in ipairs(self.param_groups) do
@@ -548,13 +550,102 @@ function ZeRO:sharded_state_dict()
     for k, v in pairs(g) do if k ~= "params" then c[k] = copy_value(v) end end
     groups[gi] = c
   end
+  -- where each piece of the shard lies, by parameter (its place in its
+  -- group) rather than by flat position, so that any layout can read it
+  local pieces, index_of = {}, {}
+  for gi, g in ipairs(self.param_groups) do
+    for i, p in ipairs(g.params) do index_of[p] = i end
+    pieces[gi] = {}
+    for k, pc in ipairs(self._pieces[gi]) do
+      pieces[gi][k] = { param = index_of[pc.p], first = pc.a - pc.off, count = pc.b - pc.a, at = pc.x }
+    end
+  end
+  local inner_of = {}
+  for gi in ipairs(self.param_groups) do inner_of[gi] = self._inner_of[gi] or 0 end
   return { shard = { rank = self._group.rank, world_size = self._group.size, start = self._lo, stop = self._hi,
                      numel = self._flat:numel() },
-           param_groups = groups, optim = self.optim:state_dict() }
+           param_groups = groups, optim = self.optim:state_dict(), pieces = pieces, inner_of = inner_of }
+end
+
+-- The whole optimizer's state dict in PyTorch's layout (ids 0, 1, ... over
+-- the groups' parameters), from each parameter's state and each group's options.
+local function whole_state_dict(self, state, options_of)
+  local sd, groups, id = {}, {}, 0
+  for gi, group in ipairs(self.param_groups) do
+    local c, ids = {}, {}
+    for k, v in pairs(options_of(gi)) do if k ~= "params" then c[k] = copy_value(v) end end
+    for i, p in ipairs(group.params) do
+      ids[i] = id
+      if state[p] then sd[id] = state[p] end
+      id = id + 1
+    end
+    c.params = ids
+    groups[gi] = c
+  end
+  return { state = sd, param_groups = groups }
+end
+
+-- Every rank's sharded_state_dict() of a group of any size, put back into
+-- one whole state dict in the wrapped optimizer's layout (what
+-- consolidate_state_dict gives), for load_state_dict to take its slice.
+local function merge_shards(self, shards, fn)
+  local state = {}   -- per group, per parameter index: { step =, name = tensor }
+  for gi in ipairs(self.param_groups) do state[gi] = {} end
+  local world = shards[1].shard and shards[1].shard.world_size
+  for r, sd in ipairs(shards) do
+    if type(sd) ~= "table" or type(sd.shard) ~= "table" or type(sd.pieces) ~= "table" or type(sd.optim) ~= "table" then
+      raise(string.format("%s: entry %d is not a sharded_state_dict() (with its pieces)", fn, r))
+    end
+    if sd.shard.world_size ~= world or sd.shard.rank ~= r - 1 then
+      raise(string.format("%s: expected the shards of ranks 0 to %d in order; entry %d is rank %s of %s", fn,
+                          world - 1, r, tostring(sd.shard.rank), tostring(sd.shard.world_size)))
+    end
+    if sd.shard.numel ~= self._flat:numel() then
+      raise(string.format("%s: the checkpoint's parameters have %d elements, this optimizer's %d", fn, sd.shard.numel,
+                          self._flat:numel()))
+    end
+    if #sd.pieces ~= #self.param_groups then raise(fn .. ": the checkpoint has a different number of parameter groups") end
+    for gi, group in ipairs(self.param_groups) do
+      local j = sd.inner_of[gi]
+      local inner = j and j > 0 and sd.optim.state[j - 1]
+      for _, pc in ipairs(sd.pieces[gi]) do
+        local p = group.params[pc.param]
+        if p == nil or pc.first + pc.count > p:numel() then
+          raise(string.format("%s: the checkpoint's group %d does not match this optimizer's parameters", fn, gi - 1))
+        end
+        if inner then
+          local st = state[gi][pc.param] or {}
+          state[gi][pc.param] = st
+          local step = torch.is_tensor(inner.step) and inner.step:item() or inner.step
+          if type(step) == "number" and (st.step == nil or step > st.step) then st.step = step end
+          for k, v in pairs(inner) do
+            if torch.is_tensor(v) and k ~= "step" then
+              st[k] = st[k] or torch.zeros({ p:numel() }, { dtype = v.dtype, device = self._flat.device })
+              st[k]:narrow(0, pc.first, pc.count):copy_(v:reshape(-1):narrow(0, pc.at, pc.count))
+            end
+          end
+        end
+      end
+    end
+  end
+  local by_param = {}
+  for gi, group in ipairs(self.param_groups) do
+    for i, p in ipairs(group.params) do
+      local st = state[gi][i]
+      if st then
+        for k, v in pairs(st) do if torch.is_tensor(v) then st[k] = v:view(p:size()) end end
+        by_param[p] = st
+      end
+    end
+  end
+  return whole_state_dict(self, by_param, function(gi) return shards[1].param_groups[gi] or {} end)
 end
 
 function ZeRO:load_sharded_state_dict(sd)
   local fn = "ZeroRedundancyOptimizer.load_sharded_state_dict"
+  if type(sd) == "table" and sd[1] ~= nil then   -- every rank's shards: any group size
+    return self:load_state_dict(merge_shards(self, sd, fn))
+  end
   if type(sd) ~= "table" or type(sd.shard) ~= "table" or type(sd.optim) ~= "table" then
     raise(fn .. ": expected a table from sharded_state_dict() {shard=, param_groups=, optim=}")
   end
@@ -668,19 +759,7 @@ function ZeRO:consolidate_state_dict(to)
     self._consolidated = nil
     return
   end
-  local sd, groups, id = {}, {}, 0
-  for gi, group in ipairs(self.param_groups) do
-    local c, ids = {}, {}
-    for k, v in pairs(group) do if k ~= "params" then c[k] = copy_value(v) end end
-    for i, p in ipairs(group.params) do
-      ids[i] = id
-      if state[p] then sd[id] = state[p] end
-      id = id + 1
-    end
-    c.params = ids
-    groups[gi] = c
-  end
-  self._consolidated = { state = sd, param_groups = groups }
+  self._consolidated = whole_state_dict(self, state, function(gi) return self.param_groups[gi] end)
 end
 
 -- state_dict(): the consolidated state, on the rank it was consolidated

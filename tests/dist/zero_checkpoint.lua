@@ -3,7 +3,8 @@
 -- zero_equivalence.lua): training saved after K steps and resumed in a
 -- fresh model and optimizer must end bit for bit where an uninterrupted
 -- run ends, both through the consolidated state dict (saved by rank 0,
--- loaded by every rank) and through per-rank sharded ones. The
+-- loaded by every rank) and through per-rank sharded ones; every rank's
+-- shards read by a group of another size hold the same state. The
 -- consolidated dict must also be the plain optimizer's state dict, in its
 -- layout. float32 AdamW with a schedule; prints TAP.
 local torch = require("dplua")
@@ -60,7 +61,24 @@ local function max_diff(a, b)
   return worst
 end
 
-print("1..4")
+-- Whether two optimizer state dicts hold the same entries (steps, names,
+-- shapes), and the largest difference of their tensors.
+local function same_state(want, got)
+  local worst, same = 0, #got.param_groups == #want.param_groups
+  for id, st in pairs(want.state) do
+    local g = got.state[id]
+    same = same and g ~= nil and g.step == st.step
+    for k, v in pairs(st) do
+      if torch.is_tensor(v) then
+        same = same and g[k] ~= nil and table.concat(g[k]:size(), "x") == table.concat(v:size(), "x")
+        if same then worst = math.max(worst, (g[k] - v):abs():max():item()) end
+      end
+    end
+  end
+  return same, worst
+end
+
+print("1..6")
 local ddp, opt, sched = build(11, true)
 train(ddp, opt, sched, 1, STEPS)
 local whole = params_of(ddp)
@@ -75,18 +93,7 @@ local pddp, popt, psched = build(11, false)
 train(pddp, popt, psched, 1, K)
 if rank == 0 then
   torch.save({ model = ddp.module:state_dict(), optim = opt:state_dict(), sched = sched:state_dict() }, path)
-  local want, got = popt:state_dict(), opt:state_dict()
-  local worst, same = 0, #got.param_groups == #want.param_groups
-  for id, st in pairs(want.state) do
-    local g = got.state[id]
-    same = same and g ~= nil and g.step == st.step
-    for k, v in pairs(st) do
-      if torch.is_tensor(v) then
-        same = same and g[k] ~= nil and table.concat(g[k]:size(), "x") == table.concat(v:size(), "x")
-        if same then worst = math.max(worst, (g[k] - v):abs():max():item()) end
-      end
-    end
-  end
+  local same, worst = same_state(popt:state_dict(), opt:state_dict())
   print(string.format("%s 1 - the consolidated state dict is AdamW's (same entries, worst difference %.3e)",
                       (same and worst <= 1e-6) and "ok" or "not ok", worst))
 else
@@ -125,4 +132,27 @@ dist.barrier()
 local ok, err = pcall(opt.load_sharded_state_dict, opt, torch.load(other).optim)
 print(string.format("%s 4 - loading another rank's shard raises: %s",
                     (not ok and tostring(err):find("shard", 1, true)) and "ok" or "not ok", tostring(err):sub(1, 120)))
+-- resharded: every rank's shards, read back by a group of another size
+-- (each rank alone), hold the same state as the plain optimizer's
+do
+  local shards = {}
+  for r = 0, world - 1 do
+    shards[r + 1] = torch.load(DIR .. "/zero_" .. MODE .. "_" .. world .. "_rank" .. r .. ".safetensors").optim
+  end
+  local solo = dist.new_subgroups(1)
+  torch.manual_seed(97)
+  local model = nn.Sequential(nn.Linear(12, 31), nn.GELU(), nn.Linear(31, 5))
+  local alone = dist.optim.ZeroRedundancyOptimizer(model:parameters(), { optimizer_class = optim.AdamW, lr = 0.02,
+                                                    betas = { 0.8, 0.95 }, weight_decay = 0.05, process_group = solo })
+  alone:load_sharded_state_dict(shards)
+  alone:consolidate_state_dict(rank)   -- (a global rank: the group of one is this rank)
+  local same, worst = same_state(popt:state_dict(), alone:state_dict())
+  print(string.format("%s 5 - the %d ranks' shards read by a group of 1 rank: AdamW's state (worst difference %.3e)",
+                      (same and worst <= 1e-6) and "ok" or "not ok", world, worst))
+  local swapped = { shards[2], shards[1] }
+  for r = 3, world do swapped[r] = shards[r] end
+  local ok2, err2 = pcall(alone.load_sharded_state_dict, alone, swapped)
+  print(string.format("%s 6 - shards out of order are refused: %s",
+                      (not ok2 and tostring(err2):find("in order", 1, true)) and "ok" or "not ok", tostring(err2):sub(1, 120)))
+end
 dist.destroy_process_group()

@@ -170,6 +170,24 @@ local function module_param(module, name, fn)
   return w
 end
 
+-- weight_norm and spectral_norm keep, per module and name, the forward
+-- pre-hook that recomputes the parameter and a function of the module
+-- giving its value now; removing one takes the hook out and gives that value.
+local function keep_reparametrization(module, kind, name, hook, value)
+  local field = "_" .. kind .. "_hooks"
+  local all = module[field] or {}
+  all[name] = { handle = module:register_forward_pre_hook(hook), value = value }
+  module[field] = all
+end
+local function take_reparametrization(module, kind, name, fn)
+  local all = module["_" .. kind .. "_hooks"]
+  local r = all and all[name]
+  if not r then raise(string.format("%s: %s of '%s' not found in %s", fn, kind, tostring(name), tostring(module))) end
+  r.handle:remove()
+  all[name] = nil
+  return torch.no_grad(function() return r.value(module):detach():clone() end)
+end
+
 -- weight_norm(module [, name="weight", dim=0]): the parameter split into
 -- its direction name_v and its norms name_g (over every dim but dim; dim
 -- -1, PyTorch's None, one norm of the whole), recombined as g * v / |v|
@@ -193,9 +211,7 @@ function U.weight_norm(module, name, dim)
     return v * (m[name .. "_g"] / norm_except_dim(v, dim))
   end
   module[name] = compute(module)
-  local hooks = module._weight_norm_hooks or {}
-  hooks[name] = module:register_forward_pre_hook(function(m) m[name] = compute(m) end)
-  module._weight_norm_hooks = hooks
+  keep_reparametrization(module, "weight_norm", name, function(m) m[name] = compute(m) end, compute)
   return module
 end
 
@@ -203,11 +219,7 @@ end
 -- back as one Parameter, name_g and name_v gone.
 function U.remove_weight_norm(module, name)
   name = name or "weight"
-  local hooks = module._weight_norm_hooks
-  if not hooks or not hooks[name] then raise("remove_weight_norm: weight_norm of '" .. tostring(name) .. "' not found") end
-  hooks[name]:remove()
-  hooks[name] = nil
-  local value = module[name]:detach():clone()
+  local value = take_reparametrization(module, "weight_norm", name, "remove_weight_norm")
   module:_remove_parameter(name .. "_g")
   module:_remove_parameter(name .. "_v")
   module[name] = nil
@@ -275,10 +287,8 @@ function U.spectral_norm(module, ...)
     return weight / sigma
   end
   module[name] = compute(module, true)
-  local hooks = module._spectral_norm_hooks or {}
-  hooks[name] = { handle = module:register_forward_pre_hook(function(m) m[name] = compute(m, m.training) end),
-                  compute = compute }
-  module._spectral_norm_hooks = hooks
+  keep_reparametrization(module, "spectral_norm", name, function(m) m[name] = compute(m, m.training) end,
+                         function(m) return compute(m, false) end)
   return module
 end
 
@@ -287,12 +297,7 @@ end
 -- iteration) back as one Parameter; name_orig, name_u and name_v gone.
 function U.remove_spectral_norm(module, name)
   name = name or "weight"
-  local hooks = module._spectral_norm_hooks
-  local h = hooks and hooks[name]
-  if not h then raise("remove_spectral_norm: spectral_norm of '" .. tostring(name) .. "' not found in " .. tostring(module)) end
-  h.handle:remove()
-  hooks[name] = nil
-  local value = torch.no_grad(function() return h.compute(module, false):clone() end)
+  local value = take_reparametrization(module, "spectral_norm", name, "remove_spectral_norm")
   module:_remove_parameter(name .. "_orig")
   module[name .. "_u"], module[name .. "_v"], module[name] = nil, nil, nil
   module[name] = torch.nn.Parameter(value)
