@@ -21,6 +21,14 @@ T.run("pin_memory copies into page-locked memory", function()
   T.raises(function() x:to(dev):pin_memory() end, "pin_memory: expected a CPU tensor", "a GPU tensor is refused")
 end)
 
+T.run("DataLoader pin_memory: every tensor of a batch pinned", function()
+  local X, Y = torch.randn(10, 3), torch.arange(10)
+  local loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, Y), { batch_size = 4, pin_memory = true })
+  local x, y = loader:iter()()
+  T.ok(x:is_pinned() and y:is_pinned(), "both tensors of the batch are pinned")
+  T.ok(torch.equal(x, X:narrow(0, 0, 4)) and torch.equal(y, Y:narrow(0, 0, 4)), "with the batch's values")
+end)
+
 T.run("non-blocking copies deliver what was sent", function()
   local p = torch.empty(2 ^ 20):pin_memory()
   local outs = {}

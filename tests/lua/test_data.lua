@@ -447,4 +447,14 @@ T.run("IterableDataset, ChainDataset, StackDataset", function()
   T.raises(function() data.DataLoader(Bare()):iter() end, "must define __iter", "no __iter")
 end)
 
+T.run("DataLoader pin_memory without a GPU", function()
+  local X = torch.randn(6, 2)
+  local loader = data.DataLoader(data.TensorDataset(X), { batch_size = 3, pin_memory = true })
+  local x = loader:iter()()
+  T.ok(torch.equal(x, X:narrow(0, 0, 3)), "the batch as without it")
+  if not torch.cuda.is_available() then T.ok(not x:is_pinned(), "nothing to pin for: not pinned, as PyTorch") end
+  T.raises(function() data.DataLoader(data.TensorDataset(X), { pin_memory = "yes" }) end,
+           "expected pin_memory to be a boolean", "pin_memory not a boolean")
+end)
+
 T.done_testing()

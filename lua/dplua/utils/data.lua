@@ -840,13 +840,19 @@ data.DataLoader = DataLoader
 local loader_options = {
   batch_size = true, shuffle = true, sampler = true, batch_sampler = true, drop_last = true,
   collate_fn = true, generator = true, seed = true,
+  pin_memory = true,
   -- accepted for scripts ported from PyTorch; loading runs in the calling thread
-  num_workers = true, pin_memory = true, persistent_workers = true, prefetch_factor = true,
+  num_workers = true, persistent_workers = true, prefetch_factor = true,
 }
 
 function DataLoader:__init(dataset, opts)
   local fn = "DataLoader"
   opts = check_options(fn, opts, loader_options)
+  if opts.pin_memory ~= nil and type(opts.pin_memory) ~= "boolean" then
+    raise("DataLoader: expected pin_memory to be a boolean, got " .. typename(opts.pin_memory))
+  end
+  -- (as PyTorch: without a GPU there is nothing to pin for)
+  self.pin_memory = opts.pin_memory == true and torch.cuda.is_available()
   if method_of(dataset, "__iter") and not method_of(dataset, "__getitem") then
     -- an IterableDataset: batches of consecutive samples, no sampler
     for _, k in ipairs({ "shuffle", "sampler", "batch_sampler" }) do
@@ -914,6 +920,25 @@ local function collated(self, samples, width)
   return unpack(batch, 1, width)
 end
 
+-- With pin_memory, a batch's CPU tensors (in plain tables too) are copied
+-- to page-locked memory, so that to(device, {non_blocking = true}) copies
+-- them without waiting.
+local function pinned(v)
+  if torch.is_tensor(v) then return v.device.type == "cpu" and v:pin_memory() or v end
+  if type(v) == "table" and getmetatable(v) == nil then
+    local out = {}
+    for k, x in pairs(v) do out[k] = pinned(x) end
+    return out
+  end
+  return v
+end
+local function pin_values(self, ...)
+  if not self.pin_memory then return ... end
+  local n, vals = select("#", ...), { ... }
+  for i = 1, n do vals[i] = pinned(vals[i]) end
+  return unpack(vals, 1, n)
+end
+
 -- The batches of an IterableDataset: batch_size consecutive samples each,
 -- the last one shorter unless drop_last.
 local function iter_stream(self)
@@ -934,7 +959,7 @@ local function iter_stream(self)
       samples[#samples + 1] = w == 1 and vals[1] or vals
     end
     if #samples == 0 or (done and self.drop_last and #samples < self.batch_size) then return nil end
-    return collated(self, samples, width)
+    return pin_values(self, collated(self, samples, width))
   end
 end
 
@@ -980,8 +1005,8 @@ function DataLoader:iter()
   return function()
     local idx = batches()
     if idx == nil then return nil end
-    if getitems then return getitems(ds, idx) end
-    return collated(self, fetch(ds, idx))
+    if getitems then return pin_values(self, getitems(ds, idx)) end
+    return pin_values(self, collated(self, fetch(ds, idx)))
   end
 end
 
