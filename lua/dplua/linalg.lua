@@ -89,7 +89,14 @@ function M.matrix_norm(A, ord, dim, keepdim)
   want_float(fn, A, "A")
   if A:dim() < 2 then raise(fn .. ": expected a tensor of at least 2 dims") end
   ord, dim = ord or "fro", dim or { -2, -1 }
-  local r, c = dim[1] < 0 and dim[1] + A:dim() or dim[1], dim[2] < 0 and dim[2] + A:dim() or dim[2]
+  local nd = A:dim()
+  local function valid(d) return type(d) == "number" and d % 1 == 0 and d >= -nd and d < nd end
+  if type(dim) ~= "table" or #dim ~= 2 or not valid(dim[1]) or not valid(dim[2]) then
+    raise(string.format("%s: expected dim to be a list of two dims of A (from %d to %d), got %s", fn, -nd, nd - 1,
+                        type(dim) == "table" and ("{" .. table.concat(dim, ", ") .. "}") or tostring(dim)))
+  end
+  local r, c = dim[1] < 0 and dim[1] + nd or dim[1], dim[2] < 0 and dim[2] + nd or dim[2]
+  if r == c then raise(fn .. ": expected dim to be two different dims, got " .. r .. " twice") end
   local function keep(t)
     if keepdim then return t end
     if r > c then return t:squeeze(r):squeeze(c) end

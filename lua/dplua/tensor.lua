@@ -80,7 +80,7 @@ function torch.empty_strided(size, stride, opts)
   return torch.empty(storage_extent(size, stride), opts):as_strided(size, stride, 0)
 end
 function methods.new_empty_strided(t, size, stride, opts)
-  opts = opts or {}
+  opts = torch._options(opts, "new_empty_strided")
   return torch.empty_strided(size, stride, { dtype = opts.dtype or t.dtype, device = opts.device or t.device,
                                              requires_grad = opts.requires_grad })
 end
