@@ -251,7 +251,10 @@ function methods.chunk(t, chunks, d)
   at_least_1d(t, "chunk")
   d = wrap_dim(t, d or 0, "chunk")
   local total = shape_of(t)[d + 1]
-  if total == 0 then
+  if total == 0 then   -- as PyTorch: `chunks` empty tensors (a list, so a bounded one)
+    if chunks > 2 ^ 20 then
+      raise(string.format("chunk: %.0f chunks of an empty dim would be as many empty tensors; at most 2^20", chunks))
+    end
     local out = {}
     for i = 1, chunks do out[i] = methods.narrow(t, d, 0, 0) end
     return out

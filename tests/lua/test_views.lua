@@ -231,6 +231,8 @@ T.run("as_strided and resize_: bad input", function()
   T.raises(function() torch.ones(3, { requires_grad = true }):resize_(2) end, "cannot resize a tensor that requires grad",
            "resize_ of a tensor that requires grad")
   T.raises(function() torch.ones(3):resize_(-2) end, "resize_", "resize_ to a negative size")
+  T.raises(function() torch.zeros(0):chunk(2 ^ 53) end, "at most 2%^20", "chunk of an empty dim into 2^53 pieces")
+  T.is(#torch.zeros(0):chunk(3), 3, "chunk of an empty dim: as many empty pieces, as PyTorch")
   local base = torch.arange(4.0):double()
   local view = base:view(2, 2)
   base:resize_(3, 3)
