@@ -92,8 +92,13 @@ function M.matrix_norm(A, ord, dim, keepdim)
   local nd = A:dim()
   local function valid(d) return type(d) == "number" and d % 1 == 0 and d >= -nd and d < nd end
   if type(dim) ~= "table" or #dim ~= 2 or not valid(dim[1]) or not valid(dim[2]) then
-    raise(string.format("%s: expected dim to be a list of two dims of A (from %d to %d), got %s", fn, -nd, nd - 1,
-                        type(dim) == "table" and ("{" .. table.concat(dim, ", ") .. "}") or tostring(dim)))
+    local shown = tostring(dim)
+    if type(dim) == "table" then
+      local parts = {}
+      for i = 1, #dim do parts[i] = tostring(dim[i]) end
+      shown = "{" .. table.concat(parts, ", ") .. "}"
+    end
+    raise(string.format("%s: expected dim to be a list of two dims of A (from %d to %d), got %s", fn, -nd, nd - 1, shown))
   end
   local r, c = dim[1] < 0 and dim[1] + nd or dim[1], dim[2] < 0 and dim[2] + nd or dim[2]
   if r == c then raise(fn .. ": expected dim to be two different dims, got " .. r .. " twice") end
