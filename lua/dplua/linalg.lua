@@ -58,6 +58,14 @@ function M.vector_norm(x, ord, dim, keepdim)
   elseif type(dims) == "number" then
     dims = { dims }
   end
+  if type(dims) ~= "table" or torch.is_tensor(dims) then
+    raise(fn .. ": expected dim to be a number or a list of dims, got " .. typename(dims))
+  end
+  for _, d in ipairs(dims) do
+    if type(d) ~= "number" or d % 1 ~= 0 or d < -math.max(x:dim(), 1) or d >= math.max(x:dim(), 1) then
+      raise(string.format("%s: dim %s is out of range for a tensor of %d dims", fn, tostring(d), x:dim()))
+    end
+  end
   local a = x:abs()
   local function over(t, op)
     local out = t
