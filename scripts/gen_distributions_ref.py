@@ -14,7 +14,7 @@ import math
 
 import torch
 import torch.distributions as D
-from reflua import lua, print_cases
+from reflua import lua, lua_value, print_cases
 
 T = lambda v: torch.tensor(v, dtype=torch.float64)
 CASES = {
@@ -254,7 +254,39 @@ st = D.OneHotCategoricalStraightThrough(logits=logits).rsample((4,))
 (st * torch.cos(torch.arange(12, dtype=torch.float64)).reshape(4, 3)).sum().backward()
 cases["one_hot_straight_through"] = {"d_logits": logits.grad.tolist()}
 
+# constraints: check() on fixed values; biject_to / transform_to of each
+# kind: the values, their inverses and the log-Jacobians; supports' names
+from torch.distributions import constraints as K, biject_to, transform_to
+vals = T([-1.5, 0.0, 0.5, 1.0, 2.0, 3.0])
+checks = {"real": K.real, "positive": K.positive, "nonnegative": K.nonnegative, "unit_interval": K.unit_interval,
+          "interval": K.interval(-1.0, 2.0), "half_open_interval": K.half_open_interval(0.0, 1.0),
+          "greater_than": K.greater_than(0.5), "greater_than_eq": K.greater_than_eq(0.5), "less_than": K.less_than(1.0),
+          "nonnegative_integer": K.nonnegative_integer, "positive_integer": K.positive_integer,
+          "integer_interval": K.integer_interval(0, 2), "boolean": K.boolean}
+cases["constraint_checks"] = {k: [bool(b) for b in c.check(vals).tolist()] for k, c in checks.items()}
+cases["constraint_checks"]["simplex"] = [bool(b) for b in K.simplex.check(T([[0.5, 0.5], [0.2, 0.9], [1.0, 0.0]])).tolist()]
+cases["constraint_checks"]["lower_cholesky"] = [bool(b) for b in K.lower_cholesky.check(
+    T([[[1.0, 0.0], [0.5, 2.0]], [[1.0, 0.3], [0.5, 2.0]], [[-1.0, 0.0], [0.5, 2.0]]])).tolist()]
+x = T([-2.0, -0.3, 0.0, 0.7, 3.0])
+bij = {}
+for name, c, f in (("positive", K.positive, biject_to), ("greater_than", K.greater_than(1.5), biject_to),
+                   ("less_than", K.less_than(-1.0), biject_to), ("interval", K.interval(-1.0, 2.0), biject_to),
+                   ("unit_interval", K.unit_interval, biject_to), ("real", K.real, biject_to)):
+    t = f(c)
+    y = t(x)
+    bij[name] = {"y": y.tolist(), "ladj": t.log_abs_det_jacobian(x, y).tolist(), "inv": t.inv(y).tolist()}
+xs = T([[0.3, -0.5, 1.2], [0.0, 2.0, -1.0]])
+t = biject_to(K.simplex)
+bij["simplex_biject"] = {"y": t(xs).reshape(-1).tolist(), "ladj": t.log_abs_det_jacobian(xs, t(xs)).tolist()}
+bij["simplex_transform"] = {"y": transform_to(K.simplex)(xs).reshape(-1).tolist()}
+cases["bijections"] = bij
+cases["supports"] = {"names": [str(d.support) for d in (
+    D.Normal(0.0, 1.0), D.Exponential(1.0), D.Gamma(1.0, 1.0), D.Pareto(1.0, 2.0), D.Uniform(0.0, 2.0),
+    D.Binomial(3, T(0.5)), D.Categorical(torch.ones(3)), D.Beta(1.0, 1.0), D.Dirichlet(torch.ones(3)),
+    D.Poisson(1.0), D.Bernoulli(T(0.5)), D.LogNormal(0.0, 1.0), D.Independent(D.Normal(torch.zeros(2), torch.ones(2)), 1),
+    D.MultivariateNormal(torch.zeros(2), torch.eye(2)), D.Geometric(T(0.5)), D.HalfNormal(1.0), D.Weibull(1.0, 1.0))]}
+
 mvn_p = D.MultivariateNormal(T([1.0, -1.0]), T([[2.0, 0.5], [0.5, 1.0]]))
 mvn_q = D.MultivariateNormal(T([0.0, 0.5]), T([[1.0, -0.2], [-0.2, 0.5]]))
 cases["multivariate_normal_kl"] = {"kl": [D.kl_divergence(mvn_p, mvn_q).item()]}
-print_cases("gen_distributions_ref.py", cases, lua)
+print_cases("gen_distributions_ref.py", cases, lua_value)

@@ -133,6 +133,99 @@ function Distribution:sample(shape) return no_grad(function() return self:rsampl
 function Distribution:sample_n(n) return self:sample({ n }) end
 function Distribution:perplexity() return self:entropy():exp() end
 
+---------------------------------------------------------------- constraints, biject_to, transform_to
+
+-- torch.distributions.constraints: what values a distribution's support
+-- or parameter may take. Each constraint has check(value) (a bool tensor,
+-- reduced over its event_dim rightmost dims), event_dim and is_discrete,
+-- and prints as PyTorch's ("GreaterThan(lower_bound=0.0)").
+local Constraint = {}
+Constraint.__index = Constraint
+Constraint.__tostring = function(c) return c._repr end
+local function py_number(v)   -- as Python prints a float bound
+  if is_tensor(v) then v = v:numel() == 1 and v:item() or v end
+  if type(v) ~= "number" then return tostring(v) end
+  if v % 1 == 0 and math.abs(v) < 1e16 then return string.format("%.1f", v) end
+  return string.format("%.17g", v)
+end
+local function constraint(kind, repr, check, opts)
+  opts = opts or {}
+  return setmetatable({ kind = kind, _repr = repr, _check = check, event_dim = opts.event_dim or 0,
+                        is_discrete = opts.is_discrete or false, lower_bound = opts.lower_bound,
+                        upper_bound = opts.upper_bound, base_constraint = opts.base,
+                        reinterpreted_batch_ndims = opts.ndims }, Constraint)
+end
+function Constraint:check(value)
+  if not is_tensor(value) then raise(tostring(self) .. ".check: expected a tensor, got " .. type(value)) end
+  return self._check(value)
+end
+local function integral(v) return v:eq(v:floor()) end
+local function all_last(t, n)
+  for _ = 1, n do t = t:all(-1) end
+  return t
+end
+local K = {}
+M.constraints = K
+K.real = constraint("real", "Real()", function(v) return v:eq(v) end)
+K.boolean = constraint("boolean", "Boolean()", function(v) return v:eq(0):logical_or(v:eq(1)) end, { is_discrete = true })
+K.nonnegative_integer = constraint("integer_greater_than", "IntegerGreaterThan(lower_bound=0)",
+  function(v) return integral(v):logical_and(v:ge(0)) end, { is_discrete = true, lower_bound = 0 })
+K.positive_integer = constraint("integer_greater_than", "IntegerGreaterThan(lower_bound=1)",
+  function(v) return integral(v):logical_and(v:ge(1)) end, { is_discrete = true, lower_bound = 1 })
+function K.integer_interval(lo, hi)
+  return constraint("integer_interval", string.format("IntegerInterval(lower_bound=%s, upper_bound=%s)", tostring(lo),
+                                                      is_tensor(hi) and py_number(hi) or tostring(hi)),
+                    function(v) return integral(v):logical_and(v:ge(lo)):logical_and(v:le(hi)) end,
+                    { is_discrete = true, lower_bound = lo, upper_bound = hi })
+end
+function K.greater_than(lo)
+  return constraint("greater_than", "GreaterThan(lower_bound=" .. py_number(lo) .. ")", function(v) return v:gt(lo) end,
+                    { lower_bound = lo })
+end
+function K.greater_than_eq(lo)
+  return constraint("greater_than_eq", "GreaterThanEq(lower_bound=" .. py_number(lo) .. ")",
+                    function(v) return v:ge(lo) end, { lower_bound = lo })
+end
+function K.less_than(hi)
+  return constraint("less_than", "LessThan(upper_bound=" .. py_number(hi) .. ")", function(v) return v:lt(hi) end,
+                    { upper_bound = hi })
+end
+function K.interval(lo, hi)
+  return constraint("interval", string.format("Interval(lower_bound=%s, upper_bound=%s)", py_number(lo), py_number(hi)),
+                    function(v) return v:ge(lo):logical_and(v:le(hi)) end, { lower_bound = lo, upper_bound = hi })
+end
+function K.half_open_interval(lo, hi)
+  return constraint("half_open_interval", string.format("HalfOpenInterval(lower_bound=%s, upper_bound=%s)",
+                                                        py_number(lo), py_number(hi)),
+                    function(v) return v:ge(lo):logical_and(v:lt(hi)) end, { lower_bound = lo, upper_bound = hi })
+end
+K.positive = K.greater_than(0)
+K.nonnegative = K.greater_than_eq(0)
+K.unit_interval = K.interval(0, 1)
+K.simplex = constraint("simplex", "Simplex()", function(v)
+  return v:ge(0):all(-1):logical_and((v:sum(-1) - 1):abs():lt(1e-6))
+end, { event_dim = 1 })
+K.one_hot = constraint("one_hot", "OneHot()", function(v)
+  return v:eq(0):logical_or(v:eq(1)):all(-1):logical_and(v:sum(-1):eq(1))
+end, { event_dim = 1, is_discrete = true })
+K.lower_triangular = constraint("lower_triangular", "LowerTriangular()",
+  function(v) return v:tril():eq(v):all(-1):all(-1) end, { event_dim = 2 })
+K.lower_cholesky = constraint("lower_cholesky", "LowerCholesky()", function(v)
+  return v:tril():eq(v):all(-1):all(-1):logical_and(v:diagonal(0, -2, -1):gt(0):all(-1))
+end, { event_dim = 2 })
+K.positive_definite = constraint("positive_definite", "PositiveDefinite()", function(v)
+  local sym = (v - v:transpose(-2, -1)):abs():le(1e-6):all(-1):all(-1)
+  return sym:logical_and(select(2, torch.linalg.cholesky_ex(v)):eq(0))
+end, { event_dim = 2 })
+function K.independent(base, n)
+  if getmetatable(base) ~= Constraint then raise("constraints.independent: expected a constraint") end
+  if type(n) ~= "number" or n % 1 ~= 0 or n < 0 then raise("constraints.independent: expected a non-negative count of dims") end
+  return constraint("independent", string.format("IndependentConstraint(%s, %d)", tostring(base), n),
+                    function(v) return all_last(base:check(v), n) end,
+                    { event_dim = base.event_dim + n, is_discrete = base.is_discrete, base = base, ndims = n })
+end
+K.real_vector = K.independent(K.real, 1)
+
 ---------------------------------------------------------------- Normal
 
 -- Normal(loc, scale): scale > 0; broadcast together.
@@ -204,6 +297,7 @@ function Categorical:__init(a, opts)
   local shape = self.probs:size()
   self.num_categories = table.remove(shape)
   self.batch_shape, self.event_shape = shape, {}
+  self.support = K.integer_interval(0, self.num_categories - 1)
 end
 function Categorical:sample(shape)
   return no_grad(function()
@@ -291,6 +385,7 @@ function Uniform:__init(low, high, opts)
   self.batch_shape, self.event_shape = self.low:size(), {}
   local w = self.high - self.low
   self.mean, self.variance, self.stddev = (self.low + self.high) / 2, w * w / 12, w / math.sqrt(12)
+  self.support = K.interval(self.low, self.high)
 end
 function Uniform:rsample(shape)
   local u = torch.rand(sample_shape(shape, self.batch_shape), { dtype = self.low.dtype, device = self.low.device })
@@ -322,6 +417,7 @@ function Independent:__init(base, n)
   for _, e in ipairs(base.event_shape or {}) do event[#event + 1] = e end
   self.batch_shape, self.event_shape = shape, event
   self.mean, self.variance, self.stddev = base.mean, base.variance, base.stddev
+  if base.support then self.support = K.independent(base.support, n) end
 end
 local function sum_last(t, n)
   for _ = 1, n do t = t:sum(-1) end
@@ -510,6 +606,7 @@ function Pareto:__init(scale, alpha, opts)
   self.mean = torch.where(a:gt(1), a * s / torch.where(a:gt(1), a - 1, 1), math.huge)
   local a2 = torch.where(a:gt(2), a, 3)
   self.variance = torch.where(a:gt(2), s:square() * a2 / ((a2 - 1):square() * (a2 - 2)), math.huge)
+  self.support = K.greater_than_eq(self.scale)
 end
 function Pareto:rsample(shape)
   local u = open_uniform(sample_shape(shape, self.batch_shape), self.scale)
@@ -765,6 +862,7 @@ function Binomial:__init(total_count, a, opts)
   self.batch_shape, self.event_shape = self.probs:size(), {}
   self.mean = self.total_count * self.probs
   self.variance = self.mean * (1 - self.probs)
+  self.support = K.integer_interval(0, self.total_count)
 end
 -- one Bernoulli draw per trial: memory of the largest count times the batch
 function Binomial:sample(shape)
@@ -1209,6 +1307,35 @@ function T.CumulativeDistributionTransform:_ladj(x) return self.distribution:log
 
 for name, cls in pairs(T) do M[name] = cls end
 
+-- biject_to(constraint) and transform_to(constraint): a transform from the
+-- reals onto the constraint's set, bijective for biject_to (the simplex by
+-- stick breaking) and perhaps not for transform_to (the simplex by
+-- softmax), as PyTorch's registries.
+local function onto(c, bijective, fn)
+  if getmetatable(c) ~= Constraint then raise(fn .. ": expected a constraint, got " .. type(c)) end
+  local kind = c.kind
+  if kind == "real" then return T.ComposeTransform({}) end
+  if kind == "greater_than" or kind == "greater_than_eq" then
+    if c.lower_bound == 0 then return T.ExpTransform() end
+    return T.ComposeTransform({ T.ExpTransform(), T.AffineTransform(c.lower_bound, 1) })
+  end
+  if kind == "less_than" then return T.ComposeTransform({ T.ExpTransform(), T.AffineTransform(c.upper_bound, -1) }) end
+  if kind == "interval" or kind == "half_open_interval" then
+    local lo, hi = c.lower_bound, c.upper_bound
+    if lo == 0 and hi == 1 then return T.SigmoidTransform() end
+    return T.ComposeTransform({ T.SigmoidTransform(), T.AffineTransform(lo, hi - lo) })
+  end
+  if kind == "simplex" then return bijective and T.StickBreakingTransform() or T.SoftmaxTransform() end
+  if kind == "lower_cholesky" then return T.LowerCholeskyTransform() end
+  if kind == "independent" then
+    return T.IndependentTransform(onto(c.base_constraint, bijective, fn), c.reinterpreted_batch_ndims)
+  end
+  raise(string.format("%s: Cannot transform %s constraints", fn, tostring(c)))
+end
+function M.biject_to(c) return onto(c, true, "biject_to") end
+function M.transform_to(c) return onto(c, false, "transform_to") end
+
+
 -- TransformedDistribution(base, transforms [, opts]): the distribution of
 -- the transforms (one or a list, applied in order) of base's draws;
 -- log_prob(y) is base's log_prob of the inverse less the log-Jacobians.
@@ -1352,6 +1479,7 @@ function Multinomial:__init(total_count, a, opts)
   self.batch_shape, self.event_shape = self._categorical.batch_shape, { self._categorical.num_categories }
   self.mean = self.probs * total_count
   self.variance = self.mean * (1 - self.probs)
+  self.support = K.independent(K.integer_interval(0, total_count), 1)
 end
 function Multinomial:sample(shape)
   local k = self.event_shape[1]
@@ -1627,6 +1755,21 @@ end
 function ContinuousBernoulli:rsample(shape)
   return self:icdf(open_uniform(sample_shape(shape, self.batch_shape), self.probs))
 end
+
+-- Each family's support, as PyTorch's (an instance's, where it depends on
+-- the parameters)
+local supports = {
+  Normal = K.real, Laplace = K.real, Cauchy = K.real, Gumbel = K.real, StudentT = K.real, VonMises = K.real,
+  LogNormal = K.positive, Weibull = K.positive, FisherSnedecor = K.positive,
+  Exponential = K.nonnegative, HalfNormal = K.nonnegative, HalfCauchy = K.nonnegative, Gamma = K.nonnegative,
+  Chi2 = K.nonnegative, Beta = K.unit_interval, Kumaraswamy = K.unit_interval, ContinuousBernoulli = K.unit_interval,
+  RelaxedBernoulli = K.unit_interval, Dirichlet = K.simplex, RelaxedOneHotCategorical = K.simplex,
+  LogisticNormal = K.simplex, Poisson = K.nonnegative_integer, Geometric = K.nonnegative_integer,
+  NegativeBinomial = K.nonnegative_integer, Bernoulli = K.boolean, OneHotCategorical = K.one_hot,
+  OneHotCategoricalStraightThrough = K.one_hot, MultivariateNormal = K.real_vector,
+  LowRankMultivariateNormal = K.real_vector,
+}
+for name, c in pairs(supports) do M[name].support = c end
 
 ---------------------------------------------------------------- kl_divergence
 

@@ -280,6 +280,49 @@ T.run("VonMises against 40-digit values and PyTorch; OneHotCategoricalStraightTh
                  "OneHotCategoricalStraightThrough: the probabilities' gradient")
 end)
 
+T.run("constraints, biject_to, transform_to and supports against PyTorch", function()
+  local K = D.constraints
+  local vals = f64({ -1.5, 0.0, 0.5, 1.0, 2.0, 3.0 })
+  local checks = { real = K.real, positive = K.positive, nonnegative = K.nonnegative, unit_interval = K.unit_interval,
+                   interval = K.interval(-1.0, 2.0), half_open_interval = K.half_open_interval(0.0, 1.0),
+                   greater_than = K.greater_than(0.5), greater_than_eq = K.greater_than_eq(0.5), less_than = K.less_than(1.0),
+                   nonnegative_integer = K.nonnegative_integer, positive_integer = K.positive_integer,
+                   integer_interval = K.integer_interval(0, 2), boolean = K.boolean }
+  local r = ref.constraint_checks
+  for _, name in ipairs(T.sorted_keys(checks)) do
+    T.is(checks[name]:check(vals):tolist(), r[name], "check: " .. name)
+  end
+  T.is(K.simplex:check(f64({ { 0.5, 0.5 }, { 0.2, 0.9 }, { 1.0, 0.0 } })):tolist(), r.simplex, "check: simplex")
+  T.is(K.lower_cholesky:check(f64({ { { 1.0, 0.0 }, { 0.5, 2.0 } }, { { 1.0, 0.3 }, { 0.5, 2.0 } },
+                                    { { -1.0, 0.0 }, { 0.5, 2.0 } } })):tolist(), r.lower_cholesky, "check: lower_cholesky")
+  local x = f64({ -2.0, -0.3, 0.0, 0.7, 3.0 })
+  local b = ref.bijections
+  for name, c in pairs({ positive = K.positive, greater_than = K.greater_than(1.5), less_than = K.less_than(-1.0),
+                         interval = K.interval(-1.0, 2.0), unit_interval = K.unit_interval, real = K.real }) do
+    local t = D.biject_to(c)
+    local y = t(x)
+    T.values_close(flat(y), b[name].y, 1e-12, 1e-12, "biject_to(" .. name .. "): values")
+    T.values_close(flat(t:log_abs_det_jacobian(x, y)), b[name].ladj, 1e-12, 1e-12, "biject_to(" .. name .. "): log-Jacobian")
+    T.values_close(flat(t:inv(y)), b[name].inv, 1e-9, 1e-9, "biject_to(" .. name .. "): inverse")
+  end
+  local xs = f64({ { 0.3, -0.5, 1.2 }, { 0.0, 2.0, -1.0 } })
+  local sb = D.biject_to(K.simplex)
+  T.values_close(flat(sb(xs)), b.simplex_biject.y, 1e-12, 1e-12, "biject_to(simplex): stick breaking")
+  T.values_close(flat(sb:log_abs_det_jacobian(xs, sb(xs))), b.simplex_biject.ladj, 1e-12, 1e-12,
+                 "biject_to(simplex): its log-Jacobian")
+  T.values_close(flat(D.transform_to(K.simplex)(xs)), b.simplex_transform.y, 1e-12, 1e-12, "transform_to(simplex): softmax")
+  local dists = { D.Normal(0, 1), D.Exponential(1), D.Gamma(1, 1), D.Pareto(1, 2), D.Uniform(0, 2),
+                  D.Binomial(3, f64(0.5)), D.Categorical(torch.ones(3)), D.Beta(1, 1), D.Dirichlet(torch.ones(3)),
+                  D.Poisson(1), D.Bernoulli(f64(0.5)), D.LogNormal(0, 1), D.Independent(D.Normal(torch.zeros(2), torch.ones(2)), 1),
+                  D.MultivariateNormal(torch.zeros(2), torch.eye(2)), D.Geometric(f64(0.5)), D.HalfNormal(1), D.Weibull(1, 1) }
+  local names = {}
+  for i, d in ipairs(dists) do names[i] = tostring(d.support) end
+  T.is(names, ref.supports.names, "each family's support prints as PyTorch's")
+  T.raises(function() D.biject_to(K.positive_definite) end, "Cannot transform PositiveDefinite", "no bijection for it")
+  T.raises(function() D.biject_to(3) end, "expected a constraint", "biject_to of a number")
+  T.raises(function() K.real:check(3) end, "expected a tensor", "check of a number")
+end)
+
 T.run("Distribution: the base class, classes of one's own, register_kl", function()
   local My = D.Distribution:extend("Scaled")
   function My:__init(c, opts)
