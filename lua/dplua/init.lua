@@ -204,6 +204,23 @@ function torch.compile(model)
   if model == nil then raise("compile: expected a module or a function to compile, got nil") end
   return model
 end
+-- torch.jit likewise: script and trace return what they are given (its
+-- code runs as written), the decorators their function; a TorchScript
+-- archive is not something dplua reads or writes.
+local function as_is(what)
+  return function(x)
+    if x == nil then raise("jit." .. what .. ": expected a module or a function, got nil") end
+    return x
+  end
+end
+torch.jit = {
+  script = as_is("script"), trace = as_is("trace"), trace_module = as_is("trace_module"), ignore = as_is("ignore"),
+  unused = as_is("unused"), export = as_is("export"), optimize_for_inference = as_is("optimize_for_inference"),
+  freeze = as_is("freeze"),
+  is_scripting = function() return false end, is_tracing = function() return false end,
+  save = function() raise("jit.save: TorchScript archives are not supported; save the state_dict with torch.save") end,
+  load = function() raise("jit.load: TorchScript archives are not supported; load a state_dict with torch.load") end,
+}
 
 -- LuaJIT's ipairs, like Lua 5.1's, ignores a __ipairs metamethod, so that
 -- `for _, block in ipairs(self.blocks)` over an nn.ModuleList would run no
