@@ -279,6 +279,14 @@ xs = T([[0.3, -0.5, 1.2], [0.0, 2.0, -1.0]])
 t = biject_to(K.simplex)
 bij["simplex_biject"] = {"y": t(xs).reshape(-1).tolist(), "ladj": t.log_abs_det_jacobian(xs, t(xs)).tolist()}
 bij["simplex_transform"] = {"y": transform_to(K.simplex)(xs).reshape(-1).tolist()}
+xc = T([[0.5, 1.0], [-1.0, 0.3], [2.0, 0.1]])
+t = TR.CatTransform([TR.ExpTransform(), TR.AffineTransform(1.0, 2.0)], dim=0, lengths=[2, 1])
+bij["cat"] = {"y": t(xc).reshape(-1).tolist(), "ladj": t.log_abs_det_jacobian(xc, t(xc)).reshape(-1).tolist(),
+              "inv": t.inv(t(xc)).reshape(-1).tolist()}
+t = TR.CatTransform([TR.ExpTransform(), TR.ExpTransform()], dim=-1, lengths=[1, 1])
+bij["cat_last"] = {"ladj": t.log_abs_det_jacobian(xc, t(xc)).reshape(-1).tolist()}
+t = TR.StackTransform([TR.ExpTransform(), TR.SigmoidTransform()], dim=1)
+bij["stack"] = {"y": t(xc[:2]).reshape(-1).tolist(), "ladj": t.log_abs_det_jacobian(xc[:2], t(xc[:2])).reshape(-1).tolist()}
 cases["bijections"] = bij
 cases["supports"] = {"names": [str(d.support) for d in (
     D.Normal(0.0, 1.0), D.Exponential(1.0), D.Gamma(1.0, 1.0), D.Pareto(1.0, 2.0), D.Uniform(0.0, 2.0),

@@ -1305,6 +1305,86 @@ function T.CumulativeDistributionTransform:_call(x) return self.distribution:cdf
 function T.CumulativeDistributionTransform:_inverse(y) return self.distribution:icdf(y) end
 function T.CumulativeDistributionTransform:_ladj(x) return self.distribution:log_prob(x) end
 
+-- CatTransform(transforms, dim = 0 [, lengths]): transform i applied to
+-- the next lengths[i] (1 by default) entries of x along dim; its
+-- log-Jacobian is theirs concatenated along dim (summed where dim falls in
+-- the event)
+local function transform_list(fn, list)
+  if type(list) ~= "table" or #list == 0 then raise(fn .. ": expected a non-empty list of transforms") end
+  for i, t in ipairs(list) do
+    if type(t) ~= "table" or not t._call then raise(string.format("%s: expected transforms[%d] to be a transform", fn, i)) end
+  end
+  return list
+end
+T.CatTransform = transform_class("CatTransform", function(self, list, dim, lengths, opts)
+  local fn = "CatTransform"
+  self.transforms, self.dim = transform_list(fn, list), dim or 0
+  if type(self.dim) ~= "number" or self.dim % 1 ~= 0 then raise(fn .. ": expected dim to be an integer") end
+  lengths = lengths or {}
+  self.lengths = {}
+  for i = 1, #list do
+    local n = lengths[i] or 1
+    if type(n) ~= "number" or n % 1 ~= 0 or n < 0 then raise(string.format("%s: expected lengths[%d] to be a count", fn, i)) end
+    self.lengths[i] = n
+  end
+  for _, t in ipairs(list) do self.event_dim = math.max(self.event_dim, t.event_dim) end
+  return opts
+end)
+local function each_slice(self, x, f)
+  local d = self.dim < 0 and self.dim + x:dim() or self.dim
+  local total = 0
+  for _, n in ipairs(self.lengths) do total = total + n end
+  if d < 0 or d >= x:dim() or x:size(d) ~= total then
+    raise(string.format("CatTransform: expected dim %d of size %d (the lengths' sum), got a tensor of shape [%s]",
+                        self.dim, total, table.concat(x:size(), ", ")))
+  end
+  local out, start = {}, 0
+  for i, t in ipairs(self.transforms) do
+    out[i] = f(t, x:narrow(d, start, self.lengths[i]), start, self.lengths[i], d)
+    start = start + self.lengths[i]
+  end
+  return out, d
+end
+function T.CatTransform:_call(x)
+  local parts, d = each_slice(self, x, function(t, xs) return t:forward(xs) end)
+  return torch.cat(parts, d)
+end
+function T.CatTransform:_inverse(y)
+  local parts, d = each_slice(self, y, function(t, ys) return t:inv(ys) end)
+  return torch.cat(parts, d)
+end
+function T.CatTransform:log_abs_det_jacobian(x, y)
+  local parts, d = each_slice(self, x, function(t, xs, start, n, dd)
+    return sum_rightmost(t:log_abs_det_jacobian(xs, y:narrow(dd, start, n)), self.event_dim - t.event_dim)
+  end)
+  local at = d - x:dim() + self.event_dim   -- the dim counted in the log-Jacobian's shape
+  if at < 0 then return torch.cat(parts, at) end
+  local total = parts[1]
+  for i = 2, #parts do total = total + parts[i] end
+  return total
+end
+
+-- StackTransform(transforms, dim = 0): transform i applied to x:select(dim, i - 1)
+T.StackTransform = transform_class("StackTransform", function(self, list, dim, opts)
+  self.transforms, self.dim = transform_list("StackTransform", list), dim or 0
+  if type(self.dim) ~= "number" or self.dim % 1 ~= 0 then raise("StackTransform: expected dim to be an integer") end
+  return opts
+end)
+local function each_entry(self, x, f)
+  local d = self.dim < 0 and self.dim + x:dim() or self.dim
+  if d < 0 or d >= x:dim() or x:size(d) ~= #self.transforms then
+    raise(string.format("StackTransform: expected dim %d of size %d (one entry a transform), got a tensor of shape [%s]",
+                        self.dim, #self.transforms, table.concat(x:size(), ", ")))
+  end
+  local out = {}
+  for i, t in ipairs(self.transforms) do out[i] = f(t, x:select(d, i - 1), i - 1, d) end
+  return torch.stack(out, d)
+end
+function T.StackTransform:_call(x) return each_entry(self, x, function(t, xs) return t:forward(xs) end) end
+function T.StackTransform:_inverse(y) return each_entry(self, y, function(t, ys) return t:inv(ys) end) end
+function T.StackTransform:log_abs_det_jacobian(x, y)
+  return each_entry(self, x, function(t, xs, i, d) return t:log_abs_det_jacobian(xs, y:select(d, i)) end)
+end
 for name, cls in pairs(T) do M[name] = cls end
 
 -- biject_to(constraint) and transform_to(constraint): a transform from the

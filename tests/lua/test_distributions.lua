@@ -311,6 +311,20 @@ T.run("constraints, biject_to, transform_to and supports against PyTorch", funct
   T.values_close(flat(sb:log_abs_det_jacobian(xs, sb(xs))), b.simplex_biject.ladj, 1e-12, 1e-12,
                  "biject_to(simplex): its log-Jacobian")
   T.values_close(flat(D.transform_to(K.simplex)(xs)), b.simplex_transform.y, 1e-12, 1e-12, "transform_to(simplex): softmax")
+  local xc = f64({ { 0.5, 1.0 }, { -1.0, 0.3 }, { 2.0, 0.1 } })
+  local cat = D.CatTransform({ D.ExpTransform(), D.AffineTransform(1.0, 2.0) }, 0, { 2, 1 })
+  T.values_close(flat(cat(xc)), b.cat.y, 1e-12, 1e-12, "CatTransform: each slice its transform")
+  T.values_close(flat(cat:log_abs_det_jacobian(xc, cat(xc))), b.cat.ladj, 1e-12, 1e-12, "CatTransform: log-Jacobian")
+  T.values_close(flat(cat:inv(cat(xc))), b.cat.inv, 1e-12, 1e-12, "CatTransform: inverse")
+  local last = D.CatTransform({ D.ExpTransform(), D.ExpTransform() }, -1, { 1, 1 })
+  T.values_close(flat(last:log_abs_det_jacobian(xc, last(xc))), b.cat_last.ladj, 1e-12, 1e-12,
+                 "CatTransform along the last dim")
+  local st = D.StackTransform({ D.ExpTransform(), D.SigmoidTransform() }, 1)
+  local x2 = xc:narrow(0, 0, 2)
+  T.values_close(flat(st(x2)), b.stack.y, 1e-12, 1e-12, "StackTransform: each entry its transform")
+  T.values_close(flat(st:log_abs_det_jacobian(x2, st(x2))), b.stack.ladj, 1e-12, 1e-12, "StackTransform: log-Jacobian")
+  T.raises(function() cat(f64({ 1, 2 })) end, "expected dim 0 of size 3", "CatTransform: lengths that do not fit")
+  T.raises(function() D.StackTransform({ 3 }) end, "expected transforms%[1%] to be a transform", "StackTransform: not a transform")
   local dists = { D.Normal(0, 1), D.Exponential(1), D.Gamma(1, 1), D.Pareto(1, 2), D.Uniform(0, 2),
                   D.Binomial(3, f64(0.5)), D.Categorical(torch.ones(3)), D.Beta(1, 1), D.Dirichlet(torch.ones(3)),
                   D.Poisson(1), D.Bernoulli(f64(0.5)), D.LogNormal(0, 1), D.Independent(D.Normal(torch.zeros(2), torch.ones(2)), 1),
