@@ -45,7 +45,7 @@ local function global_rank(g, r) return g.ranks and g.ranks[r + 1] or r end
 
 ---------------------------------------------------------------- DistributedDataParallel's side
 
-M.ShardingStrategy = { NO_SHARD = "NO_SHARD", SHARD_GRAD_OP = "SHARD_GRAD_OP" }
+M.ShardingStrategy = { NO_SHARD = "NO_SHARD", SHARD_GRAD_OP = "SHARD_GRAD_OP", FULL_SHARD = "FULL_SHARD" }
 
 -- DistributedDataParallels by the address of their flat parameter buffer:
 -- ZeroRedundancyOptimizer finds the one its parameters belong to.
@@ -54,6 +54,10 @@ local ddps = setmetatable({}, { __mode = "v" })
 -- Called by DistributedDataParallel's constructor.
 function M.attach_ddp(ddp, strategy)
   strategy = strategy or "NO_SHARD"
+  if strategy == "FULL_SHARD" then
+    raise("DistributedDataParallel: sharding_strategy \"FULL_SHARD\" shards the parameters too: use " ..
+          "dist.fsdp.FullyShardedDataParallel(model, {auto_wrap_policy =})")
+  end
   if M.ShardingStrategy[strategy] == nil then
     raise("DistributedDataParallel: expected sharding_strategy \"NO_SHARD\" (all-reduced gradients) or " ..
           "\"SHARD_GRAD_OP\" (each rank keeps its gradient shard, ZeRO-2), got " .. tostring(strategy))
@@ -828,7 +832,11 @@ end
 M.exports = {
   optim = { ZeroRedundancyOptimizer = ZeRO },
   algorithms = { Join = M.Join, join = { Join = M.Join } },
-  fsdp = { ShardingStrategy = M.ShardingStrategy },
+  fsdp = setmetatable({ ShardingStrategy = M.ShardingStrategy }, { __index = function(t, k)
+    local v = require("dplua.distributed_fsdp")[k]
+    if v ~= nil then rawset(t, k, v) end
+    return v
+  end }),
 }
 
 return M

@@ -3,7 +3,9 @@
 # launcher, 2 and 4 ranks: ZeroRedundancyOptimizer over plain DDP (ZeRO-1)
 # and over DDP with sharding_strategy "SHARD_GRAD_OP" (ZeRO-2) equal plain
 # DDP; consolidated and per-rank checkpoints resume bit for bit; Join with
-# uneven inputs finishes and matches one process; bad input raises.
+# uneven inputs finishes and matches one process; bad input raises; and
+# FullyShardedDataParallel (ZeRO-3, tests/dist/fsdp.lua) trains as DDP on
+# 2 and 3 ranks.
 #
 #   sh tests/sh/test_zero.sh          # from the build directory
 
@@ -15,7 +17,7 @@ need_dplua
 diag_cut="tail -20"
 dp_timeout=300
 
-plan 20
+plan 22
 
 # passes: every rank printed its TAP lines and none failed
 passes() {
@@ -49,3 +51,9 @@ done
 run --nproc_per_node=2 "$dist/zero_errors.lua"
 [ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.15' "$tmp/out"
 ok $? "bad input to ZeroRedundancyOptimizer, SHARD_GRAD_OP and Join raises clear errors"
+
+for ranks in 2 3; do
+    run --nproc_per_node=$ranks "$dist/fsdp.lua"
+    [ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.9' "$tmp/out" && [ "$(grep -c '^ok' "$tmp/out")" -eq 9 ]
+    ok $? "FullyShardedDataParallel on $ranks ranks trains as DDP (dropout, clipping, tied weights, bf16 autocast), its state dict out and in"
+done

@@ -39,15 +39,32 @@ local function autocast_state()
   return s
 end
 
--- fn(args) under the autocast state s, grad enabled.
-local function rerun(e, args)
-  local function on_cuda() return e.fn(unpack(args, 1, e.nargs)) end
+-- What a recomputation needs to run as the first run did: the random
+-- state the run began from (seed, offset) and the autocast state it ran
+-- under. (torch.distributed.fsdp's units recompute too.)
+function M._run_state()
+  local seed, offset = rng_state()
+  return { seed = seed, offset = offset, autocast = autocast_state() }
+end
+
+-- fn(args[1..nargs]) again, grad enabled, under s's autocast state and
+-- from s's random state (when s has one), which is put back after;
+-- returns pcall's results.
+function M._replay(s, fn, args, nargs)
+  local function on_cuda() return fn(unpack(args, 1, nargs)) end
   local function on_cpu()
-    local a = e.autocast.cuda
+    local a = s.autocast.cuda
     return torch.autocast("cuda", { enabled = a.enabled, dtype = a.dtype }, on_cuda)
   end
-  local a = e.autocast.cpu
-  return torch.enable_grad(torch.autocast, "cpu", { enabled = a.enabled, dtype = a.dtype }, on_cpu)
+  local seed, offset
+  if s.seed ~= nil then
+    seed, offset = rng_state()
+    C.dp_rng_set_state(s.seed, s.offset)
+  end
+  local a = s.autocast.cpu
+  local res = { pcall(torch.enable_grad, torch.autocast, "cpu", { enabled = a.enabled, dtype = a.dtype }, on_cpu) }
+  if seed ~= nil then C.dp_rng_set_state(seed, offset) end
+  return unpack(res)
 end
 
 -- The node's backward: grads_in[i] for its i-th tensor argument. e is the
@@ -69,13 +86,7 @@ local function recompute(e, grad, _, grads_in)
       args[i] = a
     end
   end
-  local seed, offset
-  if e.seed ~= nil then
-    seed, offset = rng_state()
-    C.dp_rng_set_state(e.seed, e.offset)
-  end
-  local ok, out = pcall(rerun, e, args)
-  if seed ~= nil then C.dp_rng_set_state(seed, offset) end
+  local ok, out = M._replay(e, e.fn, args, e.nargs)
   if not ok then error(out, 0) end
   if not is_tensor(out) then raise("checkpoint: fn returned " .. typename(out) .. " when recomputed, not a tensor") end
   if out.requires_grad then

@@ -1,0 +1,359 @@
+-- dplua.distributed_fsdp: dist.fsdp.FullyShardedDataParallel, full
+-- sharding (ZeRO-3): each rank keeps 1/N of the parameters of the modules
+-- the policy wraps (a model's blocks), and gathers a block's whole
+-- parameters only while that block runs.
+--
+--   local fsdp = torch.distributed.fsdp
+--   local model = fsdp.FullyShardedDataParallel(net, { auto_wrap_policy = fsdp.ModuleWrapPolicy({ Block }) })
+--   local opt = torch.optim.AdamW(model:parameters(), { lr = 3e-4 })
+--   loss_fn(model(x), y):backward(); opt:step()
+--
+-- Each wrapped module (a unit) holds its parameters as one flat buffer of
+-- T elements padded to N S, of which rank r keeps elements [r S, (r+1) S)
+-- as a Parameter: the optimizer steps the shards. A unit's forward
+-- all-gathers the buffer, runs the module on views of it under no_grad and
+-- frees it; its backward all-gathers again, runs the module again with
+-- gradients (from the random state its forward began with, so dropout
+-- draws the same masks) and reduce-scatters the parameters' gradients
+-- (averaged) into the shard's. So between uses a unit's parameters take
+-- 1/N of their memory on each rank, and its activations are not kept: the
+-- forward of a unit runs twice a step, as under activation checkpointing.
+-- The parameters outside every unit (embeddings, a head, weights a unit
+-- shares with them) stay whole on every rank, their gradients averaged
+-- by an all-reduce as DistributedDataParallel's are.
+local torch = require("dplua")
+local raise, is_tensor = torch._raise, torch.is_tensor
+
+local M = {}
+
+local function typename(x) return is_tensor(x) and "Tensor" or type(x) end
+
+-- ModuleWrapPolicy(classes): wrap the modules of these classes (or of
+-- classes extended from them)
+function M.ModuleWrapPolicy(classes)
+  if type(classes) ~= "table" or #classes == 0 then
+    raise("ModuleWrapPolicy: expected a non-empty list of module classes")
+  end
+  for i, c in ipairs(classes) do
+    if type(c) ~= "table" or rawget(c, "__instance_mt") == nil then
+      raise(string.format("ModuleWrapPolicy: expected classes[%d] to be a module class", i))
+    end
+  end
+  return function(module)
+    for _, c in ipairs(classes) do if module:isinstance(c) then return true end end
+    return false
+  end
+end
+
+-- The collectives of a unit's flat buffer
+local function all_gather(out, t, group) torch.distributed.all_gather_into_tensor(out, t, group) end
+local function reduce_scatter(out, t, group)
+  torch.distributed.reduce_scatter_tensor(out, t, torch.distributed.ReduceOp.SUM, group)
+end
+
+---------------------------------------------------------------- units
+
+local recompute = require("dplua.utils.checkpoint")
+
+-- The units: the outermost modules the policy takes (the root never).
+local function find_units(root, policy)
+  local units = {}
+  local function walk(m, name)
+    for _, e in ipairs(m:named_children()) do
+      local child, full = e[2], name == "" and e[1] or (name .. "." .. e[1])
+      if policy(child, full) then units[#units + 1] = { module = child, name = full } else walk(child, full) end
+    end
+  end
+  walk(root, "")
+  return units
+end
+
+-- Every (owner, key, parameter) of a module, its own and its descendants'.
+local function param_slots(module)
+  local slots = {}
+  for _, e in ipairs(module:named_modules()) do
+    local m = e[2]
+    for _, k in ipairs(m._parameters.keys) do
+      local p = m._parameters.map[k]
+      if p ~= nil then slots[#slots + 1] = { owner = m, key = k, param = p } end
+    end
+  end
+  return slots
+end
+
+local placeholder = torch.empty(0)
+
+-- Puts views of full (T elements) in the owners' places; as leaves that
+-- require grad when leaves. Returns the views, one per distinct parameter.
+local function install(unit, full, leaves)
+  local views = {}
+  for i, s in ipairs(unit.params) do
+    local v = full:narrow(0, s.offset, s.numel):view(s.shape)
+    if leaves then v = v:detach():requires_grad_(true) end
+    views[i] = v
+  end
+  for _, s in ipairs(unit.slots) do s.owner._parameters.map[s.key] = views[s.index] end
+  return views
+end
+local function uninstall(unit)
+  for _, s in ipairs(unit.slots) do s.owner._parameters.map[s.key] = placeholder end
+end
+
+-- The unit's whole flat buffer (N S elements) from every rank's shard.
+local function gather(unit)
+  local full = torch.empty({ unit.padded }, { dtype = unit.shard.dtype, device = unit.shard.device })
+  if unit.size == 1 then full:copy_(unit.shard:detach()) else
+    all_gather(full, unit.shard:detach(), unit.group)
+  end
+  return full
+end
+
+-- The autograd Function of a unit's call: (shard, unit, args...) -> output.
+local UnitFn = require("dplua.autograd").Function:extend("FullyShardedDataParallelUnit")
+
+function UnitFn.forward(ctx, shard, unit, ...)
+  local state = recompute._run_state()
+  local full = gather(unit)
+  install(unit, full, false)
+  local out = { pcall(unit.run, unit.module, ...) }
+  uninstall(unit)
+  if not out[1] then error(out[2], 0) end
+  if not is_tensor(out[2]) or out[3] ~= nil then
+    raise(string.format("FullyShardedDataParallel: the unit %s must return one tensor, got %s", unit.name,
+                        typename(out[2])))
+  end
+  ctx.unit, ctx.args, ctx.nargs, ctx.state = unit, { ... }, select("#", ...), state
+  return out[2]
+end
+
+function UnitFn.backward(ctx, grad)
+  local unit = ctx.unit
+  local full = gather(unit)
+  local views = install(unit, full, true)
+  local args, leaves = {}, {}
+  for i = 1, ctx.nargs do
+    local a = ctx.args[i]
+    if is_tensor(a) then
+      local d = a:detach()
+      if a.requires_grad then d:requires_grad_(true) end
+      args[i], leaves[i] = d, d
+    else
+      args[i] = a
+    end
+  end
+  -- (the random state and autocast state the forward ran with, so that
+  -- dropout draws the same masks and the same casts happen)
+  local function run(...) return unit.run(unit.module, ...) end
+  local ok, out = recompute._replay(ctx.state, run, args, ctx.nargs)
+  if ok and out.requires_grad then ok, out = pcall(out.backward, out, grad) end
+  uninstall(unit)
+  if not ok then error(out, 0) end
+  -- the parameters' gradients, flat and padded, averaged into the shard's
+  local flat = torch.zeros({ unit.padded }, { dtype = unit.shard.dtype, device = unit.shard.device })
+  for i, s in ipairs(unit.params) do
+    local g = views[i].grad
+    if g ~= nil then flat:narrow(0, s.offset, s.numel):copy_(g:reshape(-1)) end
+  end
+  local sg = torch.empty({ unit.shard_size }, { dtype = flat.dtype, device = flat.device })
+  if unit.size == 1 then sg:copy_(flat) else
+    reduce_scatter(sg, flat, unit.group)
+    sg:div_(unit.size)
+  end
+  local grads = { sg, nil }
+  for i = 1, ctx.nargs do grads[i + 2] = leaves[i] and leaves[i].grad or nil end
+  return unpack(grads, 1, ctx.nargs + 2)
+end
+
+---------------------------------------------------------------- the wrapper
+
+local FSDP = torch.nn.Module:extend("FullyShardedDataParallel")
+M.FullyShardedDataParallel = FSDP
+
+local own_options = { auto_wrap_policy = true, process_group = true, sharding_strategy = true, device_id = true,
+                      sync_module_states = true }
+
+-- FullyShardedDataParallel(module [, {auto_wrap_policy =, process_group =,
+-- sharding_strategy = "FULL_SHARD"}]): auto_wrap_policy is a function
+-- (module, name) -> boolean, or ModuleWrapPolicy(classes); a module it
+-- takes is a unit (its own descendants are not looked at). Every rank
+-- starts from rank 0's parameters.
+function FSDP:__init(module, opts)
+  local fn = "FullyShardedDataParallel"
+  if not torch.nn.is_module(module) then raise(fn .. ": expected a module, got " .. typename(module)) end
+  opts = torch._options(opts, fn)
+  for k in pairs(opts) do
+    if not own_options[k] then raise(fn .. ": unknown option '" .. tostring(k) .. "'") end
+  end
+  if opts.sharding_strategy ~= nil and opts.sharding_strategy ~= "FULL_SHARD" then
+    raise(fn .. ": only sharding_strategy \"FULL_SHARD\" is implemented here (DistributedDataParallel has NO_SHARD " ..
+          "and SHARD_GRAD_OP)")
+  end
+  local policy = opts.auto_wrap_policy
+  if type(policy) ~= "function" then
+    raise(fn .. ": expected auto_wrap_policy to be a function (module, name) -> boolean or fsdp.ModuleWrapPolicy, got "
+          .. typename(policy))
+  end
+  local group = opts.process_group or torch.distributed.GroupMember.WORLD
+  if group == nil then raise(fn .. ": Default process group has not been initialized") end
+  local rank, size = torch.distributed.get_rank(group), torch.distributed.get_world_size(group)
+  self.module = module
+  local units = find_units(module, policy)
+  if #units == 0 then raise(fn .. ": the auto_wrap_policy took no module: there is nothing to shard") end
+  -- a parameter is sharded with its unit when every place it has in the
+  -- model is in that unit; one shared with other units or the rest (tied
+  -- weights) stays whole
+  local count = {}
+  for _, s in ipairs(param_slots(module)) do count[s.param] = (count[s.param] or 0) + 1 end
+  local in_unit = {}
+  for ui, u in ipairs(units) do
+    local here = {}
+    for _, s in ipairs(param_slots(u.module)) do here[s.param] = (here[s.param] or 0) + 1 end
+    for p, n in pairs(here) do
+      if n == count[p] then in_unit[p] = ui end
+    end
+  end
+  torch.no_grad(function()
+    for ui, u in ipairs(units) do
+      u.group, u.rank, u.size = group, rank, size
+      u.run = getmetatable(u.module).__class.forward
+      u.slots, u.params = {}, {}
+      local index_of, total, dtype, device = {}, 0, nil, nil
+      for _, s in ipairs(param_slots(u.module)) do
+        if in_unit[s.param] == ui then
+          local p = s.param
+          dtype, device = dtype or p.dtype, device or p.device
+          if p.dtype ~= dtype or p.device ~= device then
+            raise(string.format("%s: the parameters of %s must share one dtype and device (%s on %s, then %s on %s)",
+                                fn, u.name, tostring(dtype), tostring(device), tostring(p.dtype), tostring(p.device)))
+          end
+          if not index_of[p] then
+            u.params[#u.params + 1] = { shape = p:size(), numel = p:numel(), offset = total }
+            index_of[p] = #u.params
+            total = total + p:numel()
+          end
+          u.slots[#u.slots + 1] = { owner = s.owner, key = s.key, index = index_of[p] }
+        end
+      end
+      if total == 0 then raise(fn .. ": the unit " .. u.name .. " has no parameters of its own to shard") end
+      u.shard_size = math.ceil(total / size)
+      u.padded = u.shard_size * size
+      local full = torch.zeros({ u.padded }, { dtype = dtype, device = device })
+      for _, s in ipairs(param_slots(u.module)) do
+        local i = in_unit[s.param] == ui and index_of[s.param]
+        if i then full:narrow(0, u.params[i].offset, u.params[i].numel):copy_(s.param:reshape(-1)) end
+      end
+      if size > 1 then torch.distributed.broadcast(full, torch.distributed.get_global_rank(group, 0), group) end
+      u.shard = torch.nn.Parameter(full:narrow(0, rank * u.shard_size, u.shard_size):clone())
+      uninstall(u)
+      u.module.forward = function(m, ...) return UnitFn.apply(u.shard, u, ...) end
+    end
+  end)
+  self._units = units
+  -- the parameters kept whole: from rank 0, gradients averaged
+  self._replicated = {}
+  for _, p in ipairs(module:parameters()) do
+    if p ~= placeholder then self._replicated[#self._replicated + 1] = p end
+  end
+  for _, p in ipairs(self._replicated) do
+    if size > 1 then
+      torch.no_grad(function() torch.distributed.broadcast(p, torch.distributed.get_global_rank(group, 0), group) end)
+    end
+    if p.requires_grad and size > 1 then
+      p:register_hook(function(g)
+        local avg = g:clone()
+        torch.distributed.all_reduce(avg, torch.distributed.ReduceOp.SUM, group)
+        return avg:div_(size)
+      end)
+    end
+  end
+  self._group, self._size = group, size
+end
+
+function FSDP:forward(...) return self.module(...) end
+
+-- parameters(): what the optimizer steps, the units' shards then the
+-- parameters kept whole
+function FSDP:parameters()
+  local out = {}
+  for _, u in ipairs(self._units) do out[#out + 1] = u.shard end
+  for _, p in ipairs(self._replicated) do out[#out + 1] = p end
+  return out
+end
+function FSDP:named_parameters()
+  local out = {}
+  for _, u in ipairs(self._units) do out[#out + 1] = { u.name .. "._flat_shard", u.shard } end
+  local names = {}
+  for _, e in ipairs(self.module:named_parameters()) do names[e[2]] = names[e[2]] or e[1] end
+  for _, p in ipairs(self._replicated) do out[#out + 1] = { names[p], p } end
+  return out
+end
+
+-- Runs fn with every unit's whole parameters in place (gathered), then
+-- puts the placeholders back.
+local function with_whole(self, fn)
+  local fulls = {}
+  for i, u in ipairs(self._units) do
+    fulls[i] = gather(u)
+    install(u, fulls[i], false)
+  end
+  local res = { pcall(fn, fulls) }
+  for _, u in ipairs(self._units) do uninstall(u) end
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2)
+end
+
+-- state_dict(): the whole model's, with its own keys (gathered on every
+-- rank: PyTorch's FULL_STATE_DICT), values detached copies
+function FSDP:state_dict()
+  return with_whole(self, function()
+    local sd = self.module:state_dict()
+    for _, k in ipairs(sd:keys()) do
+      local v = sd[k]
+      if is_tensor(v) then sd[k] = v:detach():clone() end
+    end
+    return sd
+  end)
+end
+
+-- load_state_dict(sd [, opts]): a whole state dict (as state_dict gives,
+-- or the unwrapped model's); each rank keeps its shards of it.
+function FSDP:load_state_dict(sd, opts)
+  return with_whole(self, function(fulls)
+    local r = self.module:load_state_dict(sd, opts)
+    torch.no_grad(function()
+      for i, u in ipairs(self._units) do u.shard:copy_(fulls[i]:narrow(0, u.rank * u.shard_size, u.shard_size)) end
+    end)
+    return r
+  end)
+end
+
+-- clip_grad_norm_(max_norm [, norm_type = 2]): the norm of all the
+-- gradients (the shards' summed over ranks, the whole ones once), every
+-- gradient scaled by the same coefficient; returns the norm.
+function FSDP:clip_grad_norm_(max_norm, norm_type)
+  norm_type = norm_type or 2
+  if type(max_norm) ~= "number" or type(norm_type) ~= "number" or norm_type <= 0 or norm_type == math.huge then
+    raise("FullyShardedDataParallel.clip_grad_norm_: expected max_norm and a finite positive norm_type")
+  end
+  local sharded, whole = 0, 0
+  for _, u in ipairs(self._units) do
+    local g = u.shard.grad
+    if g ~= nil then sharded = sharded + g:double():abs():pow(norm_type):sum():item() end
+  end
+  for _, p in ipairs(self._replicated) do
+    local g = p.grad
+    if g ~= nil then whole = whole + g:double():abs():pow(norm_type):sum():item() end
+  end
+  local t = torch.tensor({ sharded }, { dtype = torch.float64 })
+  if self._size > 1 then torch.distributed.all_reduce(t, torch.distributed.ReduceOp.SUM, self._group) end
+  local total = (t[0]:item() + whole) ^ (1 / norm_type)
+  local coef = max_norm / (total + 1e-6)
+  if coef < 1 then
+    torch.no_grad(function()
+      for _, p in ipairs(self:parameters()) do if p.grad ~= nil then p.grad:mul_(coef) end end
+    end)
+  end
+  return torch.tensor(total)
+end
+
+return M

@@ -1,0 +1,127 @@
+-- Run under the launcher: dplua --nproc_per_node=N tests/dist/fsdp.lua
+-- FullyShardedDataParallel against DistributedDataParallel: the same
+-- model (two blocks with LayerNorm, GELU and dropout, a Linear before and
+-- after them) trained K steps with AdamW and clip_grad_norm_ from the same
+-- weights and random stream ends with the same weights, the blocks'
+-- parameters held as shards between uses; the whole state dict goes out
+-- and back in; bad input says what is wrong. Prints TAP (rank 0; every
+-- rank prints a failure).
+local torch = require("dplua")
+local nn, optim, dist = torch.nn, torch.optim, torch.distributed
+local F = nn.functional
+local fsdp = dist.fsdp
+
+dist.init_process_group("gloo")
+local rank, world = dist.get_rank(), dist.get_world_size()
+local n = 0
+local function ok(cond, name)
+  n = n + 1
+  if rank == 0 or not cond then print((cond and "ok " or "not ok ") .. n .. " - " .. name) end
+end
+
+local Block = nn.Module:extend("Block")
+function Block:__init(d)
+  self.ln = nn.LayerNorm(d)
+  self.fc1 = nn.Linear(d, 2 * d)
+  self.fc2 = nn.Linear(2 * d, d)
+  self.drop = nn.Dropout(0.1)
+end
+function Block:forward(x) return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln(x))))) end
+
+local function net()
+  torch.manual_seed(5)
+  return nn.Sequential(nn.Linear(12, 16), Block(16), Block(16), nn.Linear(16, 5))
+end
+
+local K, BATCH = 5, 12
+torch.manual_seed(3)
+local xs, ys = {}, {}
+for s = 1, K do xs[s], ys[s] = torch.randn(BATCH, 12), torch.randint(0, 5, { BATCH }) end
+local per = math.floor(BATCH / world)
+local crit = nn.CrossEntropyLoss()
+
+local function train(model, opt, clip)
+  torch.manual_seed(100 + rank)   -- the dropout masks: the same stream in both runs
+  local norms = {}
+  for s = 1, K do
+    opt:zero_grad()
+    crit(model(xs[s]:narrow(0, rank * per, per)), ys[s]:narrow(0, rank * per, per)):backward()
+    norms[s] = clip(model)
+    opt:step()
+  end
+  return norms
+end
+local function adamw(params) return optim.AdamW(params, { lr = 0.02, betas = { 0.8, 0.95 }, weight_decay = 0.05 }) end
+
+if rank == 0 then print("1..9") end
+local ddp = nn.parallel.DistributedDataParallel(net())
+local ddp_norms = train(ddp, adamw(ddp:parameters()), function(m) return nn.utils.clip_grad_norm_(m:parameters(), 0.5):item() end)
+local want = ddp.module:state_dict()
+
+local model = fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = fsdp.ModuleWrapPolicy({ Block }) })
+local fsdp_norms = train(model, adamw(model:parameters()), function(m) return m:clip_grad_norm_(0.5):item() end)
+local got = model:state_dict()
+local worst, same = 0, #got:keys() == #want:keys()
+for _, k in ipairs(want:keys()) do
+  same = same and got[k] ~= nil
+  if same then worst = math.max(worst, (got[k] - want[k]):abs():max():item()) end
+end
+ok(same and worst < 1e-5, string.format("%d ranks: %d AdamW steps with dropout and clipping end where DDP's end " ..
+                                        "(worst difference %.2e)", world, K, worst))
+local nworst = 0
+for s = 1, K do nworst = math.max(nworst, math.abs(fsdp_norms[s] - ddp_norms[s])) end
+ok(nworst < 1e-5, string.format("clip_grad_norm_: the same total norms as DDP's (worst difference %.2e)", nworst))
+
+local block = model.module[1]
+local shard = model._units[1].shard
+ok(block.fc1.weight:numel() == 0 and shard:numel() == math.ceil((16 * 32 + 32 + 32 * 16 + 16 + 32) / world),
+   "between uses a block holds no parameters; its shard is 1/" .. world .. " of them")
+ok(#model:parameters() == 2 + 4, "parameters(): the two shards, then the four whole ones")
+
+local again = fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = fsdp.ModuleWrapPolicy({ Block }) })
+again:load_state_dict(got)
+local back, diff = again:state_dict(), 0
+for _, k in ipairs(got:keys()) do diff = math.max(diff, (back[k] - got[k]):abs():max():item()) end
+ok(diff == 0, "load_state_dict of the whole state dict: each rank keeps its shards, state_dict gives it back")
+
+-- a parameter a block shares with the rest of the model stays whole (tied weights)
+local function tied()
+  local m = net()
+  m[1].ln.weight = m[0].bias     -- the first block's LayerNorm scale is the input layer's bias
+  return m
+end
+ddp = nn.parallel.DistributedDataParallel(tied())
+train(ddp, adamw(ddp:parameters()), function(m) return nn.utils.clip_grad_norm_(m:parameters(), 0.5):item() end)
+want = ddp.module:state_dict()
+model = fsdp.FullyShardedDataParallel(tied(), { auto_wrap_policy = fsdp.ModuleWrapPolicy({ Block }) })
+train(model, adamw(model:parameters()), function(m) return m:clip_grad_norm_(0.5):item() end)
+got, worst = model:state_dict(), 0
+for _, k in ipairs(want:keys()) do worst = math.max(worst, (got[k] - want[k]):abs():max():item()) end
+ok(worst < 1e-5 and model.module[1].ln.weight:numel() == 16,
+   string.format("a weight tied between a block and the rest stays whole and trains as DDP's (worst %.2e)", worst))
+
+-- under bf16 autocast the recomputation casts as the forward did: a
+-- block's first Linear gives bfloat16 in both runs of a step
+local function autocast_step(model)
+  local seen = {}
+  model.module[1].fc1:register_forward_hook(function(_, _, out) seen[#seen + 1] = out.dtype.name end)
+  torch.manual_seed(100 + rank)
+  local y = torch.autocast("cpu", { dtype = torch.bfloat16 }, function()
+    return model(xs[1]:narrow(0, rank * per, per)):float()
+  end)
+  crit(y, ys[1]:narrow(0, rank * per, per)):backward()
+  return seen
+end
+local seen = autocast_step(fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = fsdp.ModuleWrapPolicy({ Block }) }))
+ok(#seen == 2 and seen[1] == "bfloat16" and seen[2] == "bfloat16",
+   "under bf16 autocast a block runs twice a step (forward, recomputation), both in bfloat16: " .. table.concat(seen, ", "))
+
+local function raises(fn, pattern, name)
+  local good, err = pcall(fn)
+  ok(not good and tostring(err):find(pattern, 1, true) ~= nil, name .. (good and "" or ": " .. tostring(err):sub(1, 100)))
+end
+raises(function() fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = 3 }) end,
+       "expected auto_wrap_policy to be a function", "an auto_wrap_policy that is not a function")
+raises(function() nn.parallel.DistributedDataParallel(net(), { sharding_strategy = "FULL_SHARD" }) end,
+       "use dist.fsdp.FullyShardedDataParallel", "DDP with FULL_SHARD points to FullyShardedDataParallel")
+dist.destroy_process_group()
