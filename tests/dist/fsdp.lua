@@ -5,14 +5,21 @@
 -- weights and random stream ends with the same weights, the blocks'
 -- parameters held as shards between uses; the whole state dict goes out
 -- and back in; bad input says what is wrong. Prints TAP (rank 0; every
--- rank prints a failure).
+-- rank prints a failure). With DPLUA_TEST_BACKEND=nccl each rank runs on
+-- its GPU.
 local torch = require("dplua")
 local nn, optim, dist = torch.nn, torch.optim, torch.distributed
 local F = nn.functional
 local fsdp = dist.fsdp
 
-dist.init_process_group("gloo")
+local backend = os.getenv("DPLUA_TEST_BACKEND") or "gloo"
+dist.init_process_group(backend)
 local rank, world = dist.get_rank(), dist.get_world_size()
+local device, kind = "cpu", "cpu"
+if backend == "nccl" then
+  device, kind = "cuda:" .. dist.get_local_rank(), "cuda"
+  torch.cuda.set_device(device)
+end
 local n = 0
 local function ok(cond, name)
   n = n + 1
@@ -30,13 +37,13 @@ function Block:forward(x) return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln(
 
 local function net()
   torch.manual_seed(5)
-  return nn.Sequential(nn.Linear(12, 16), Block(16), Block(16), nn.Linear(16, 5))
+  return nn.Sequential(nn.Linear(12, 16), Block(16), Block(16), nn.Linear(16, 5)):to(device)
 end
 
 local K, BATCH = 5, 12
 torch.manual_seed(3)
 local xs, ys = {}, {}
-for s = 1, K do xs[s], ys[s] = torch.randn(BATCH, 12), torch.randint(0, 5, { BATCH }) end
+for s = 1, K do xs[s], ys[s] = torch.randn(BATCH, 12):to(device), torch.randint(0, 5, { BATCH }):to(device) end
 local per = math.floor(BATCH / world)
 local crit = nn.CrossEntropyLoss()
 
@@ -106,7 +113,7 @@ local function autocast_step(model)
   local seen = {}
   model.module[1].fc1:register_forward_hook(function(_, _, out) seen[#seen + 1] = out.dtype.name end)
   torch.manual_seed(100 + rank)
-  local y = torch.autocast("cpu", { dtype = torch.bfloat16 }, function()
+  local y = torch.autocast(kind, { dtype = torch.bfloat16 }, function()
     return model(xs[1]:narrow(0, rank * per, per)):float()
   end)
   crit(y, ys[1]:narrow(0, rank * per, per)):backward()
