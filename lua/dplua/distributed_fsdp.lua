@@ -130,21 +130,10 @@ function UnitFn.backward(ctx, grad)
   local unit = ctx.unit
   local full = gather(unit)
   local views = install(unit, full, true)
-  local args, leaves = {}, {}
-  for i = 1, ctx.nargs do
-    local a = ctx.args[i]
-    if is_tensor(a) then
-      local d = a:detach()
-      if a.requires_grad then d:requires_grad_(true) end
-      args[i], leaves[i] = d, d
-    else
-      args[i] = a
-    end
-  end
   -- (the random state and autocast state the forward ran with, so that
   -- dropout draws the same masks and the same casts happen)
   local function run(...) return unit.run(unit.module, ...) end
-  local ok, out = recompute._replay(ctx.state, run, args, ctx.nargs)
+  local ok, out, copies, positions = recompute._replay(ctx.state, run, ctx.args, ctx.nargs)
   if ok and out.requires_grad then ok, out = pcall(out.backward, out, grad) end
   uninstall(unit)
   if not ok then error(out, 0) end
@@ -160,7 +149,7 @@ function UnitFn.backward(ctx, grad)
     sg:div_(unit.size)
   end
   local grads = { sg, nil }
-  for i = 1, ctx.nargs do grads[i + 2] = leaves[i] and leaves[i].grad or nil end
+  for k, d in ipairs(copies) do grads[positions[k] + 2] = d.grad end
   return unpack(grads, 1, ctx.nargs + 2)
 end
 

@@ -48,9 +48,23 @@ function M._run_state()
 end
 
 -- fn(args[1..nargs]) again, grad enabled, under s's autocast state and
--- from s's random state (when s has one), which is put back after;
--- returns pcall's results.
-function M._replay(s, fn, args, nargs)
+-- from s's random state (when s has one), which is put back after, on
+-- detached copies of the tensor arguments (leaves that require grad where
+-- the arguments did). Returns pcall's first two results, then the copies
+-- in the order of the tensor arguments and each one's argument position.
+function M._replay(s, fn, given, nargs)
+  local args, copies, positions = {}, {}, {}
+  for i = 1, nargs do
+    local a = given[i]
+    if is_tensor(a) then
+      local d = a:detach()
+      if a.requires_grad then d:requires_grad_(true) end
+      args[i] = d
+      copies[#copies + 1], positions[#copies + 1] = d, i
+    else
+      args[i] = a
+    end
+  end
   local function on_cuda() return fn(unpack(args, 1, nargs)) end
   local function on_cpu()
     local a = s.autocast.cuda
@@ -62,9 +76,9 @@ function M._replay(s, fn, args, nargs)
     C.dp_rng_set_state(s.seed, s.offset)
   end
   local a = s.autocast.cpu
-  local res = { pcall(torch.enable_grad, torch.autocast, "cpu", { enabled = a.enabled, dtype = a.dtype }, on_cpu) }
+  local ok, out = pcall(torch.enable_grad, torch.autocast, "cpu", { enabled = a.enabled, dtype = a.dtype }, on_cpu)
   if seed ~= nil then C.dp_rng_set_state(seed, offset) end
-  return unpack(res)
+  return ok, out, copies, positions
 end
 
 -- The node's backward: grads_in[i] for its i-th tensor argument. e is the
@@ -74,19 +88,7 @@ local function recompute(e, grad, _, grads_in)
     raise("checkpoint: torch.autograd.grad cannot go through a checkpointed call (its recomputation "
           .. "accumulates into .grad); use backward()")
   end
-  local args, leaves = {}, {}
-  for i = 1, e.nargs do
-    local a = e.args[i]
-    if is_tensor(a) then
-      local d = a:detach()
-      if a.requires_grad then d:requires_grad_(true) end
-      args[i] = d
-      leaves[#leaves + 1] = d
-    else
-      args[i] = a
-    end
-  end
-  local ok, out = M._replay(e, e.fn, args, e.nargs)
+  local ok, out, leaves = M._replay(e, e.fn, e.args, e.nargs)
   if not ok then error(out, 0) end
   if not is_tensor(out) then raise("checkpoint: fn returned " .. typename(out) .. " when recomputed, not a tensor") end
   if out.requires_grad then
