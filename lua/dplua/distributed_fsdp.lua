@@ -260,6 +260,13 @@ end
 
 function FSDP:forward(...) return self.module(...) end
 
+-- The shards are made where the parameters were: move the model first.
+function FSDP:to(...)
+  raise("FullyShardedDataParallel: move the model to its device and dtype before wrapping it (the shards are made " ..
+        "where the parameters are)")
+end
+FSDP.cuda, FSDP.cpu, FSDP.float, FSDP.double, FSDP.bfloat16 = FSDP.to, FSDP.to, FSDP.to, FSDP.to, FSDP.to
+
 -- parameters(): what the optimizer steps, the units' shards then the
 -- parameters kept whole
 function FSDP:parameters()

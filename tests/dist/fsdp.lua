@@ -60,7 +60,7 @@ local function train(model, opt, clip)
 end
 local function adamw(params) return optim.AdamW(params, { lr = 0.02, betas = { 0.8, 0.95 }, weight_decay = 0.05 }) end
 
-if rank == 0 then print("1..9") end
+if rank == 0 then print("1..10") end
 local ddp = nn.parallel.DistributedDataParallel(net())
 local ddp_norms = train(ddp, adamw(ddp:parameters()), function(m) return nn.utils.clip_grad_norm_(m:parameters(), 0.5):item() end)
 local want = ddp.module:state_dict()
@@ -129,6 +129,8 @@ local function raises(fn, pattern, name)
 end
 raises(function() fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = 3 }) end,
        "expected auto_wrap_policy to be a function", "an auto_wrap_policy that is not a function")
+raises(function() again:to("cpu") end, "move the model to its device and dtype before wrapping it",
+       "moving the wrapped model says to move it first")
 raises(function() nn.parallel.DistributedDataParallel(net(), { sharding_strategy = "FULL_SHARD" }) end,
        "use dist.fsdp.FullyShardedDataParallel", "DDP with FULL_SHARD points to FullyShardedDataParallel")
 dist.destroy_process_group()
