@@ -260,6 +260,15 @@ end
 
 function FSDP:forward(...) return self.module(...) end
 
+-- no_sync(fn, ...): fn(...), for loops written for PyTorch's FSDP that
+-- accumulate micro-batches; here every backward reduces its gradients
+-- (each unit's into its shard, the rest by all-reduce), so the
+-- accumulated gradients are the same, with more communication.
+function FSDP:no_sync(fn, ...)
+  if type(fn) ~= "function" then raise("FullyShardedDataParallel.no_sync: expected a function, got " .. typename(fn)) end
+  return fn(...)
+end
+
 -- The shards are made where the parameters were: move the model first.
 function FSDP:to(...)
   raise("FullyShardedDataParallel: move the model to its device and dtype before wrapping it (the shards are made " ..

@@ -60,7 +60,7 @@ local function train(model, opt, clip)
 end
 local function adamw(params) return optim.AdamW(params, { lr = 0.02, betas = { 0.8, 0.95 }, weight_decay = 0.05 }) end
 
-if rank == 0 then print("1..10") end
+if rank == 0 then print("1..11") end
 local ddp = nn.parallel.DistributedDataParallel(net())
 local ddp_norms = train(ddp, adamw(ddp:parameters()), function(m) return nn.utils.clip_grad_norm_(m:parameters(), 0.5):item() end)
 local want = ddp.module:state_dict()
@@ -122,6 +122,35 @@ end
 local seen = autocast_step(fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = fsdp.ModuleWrapPolicy({ Block }) }))
 ok(#seen == 2 and seen[1] == "bfloat16" and seen[2] == "bfloat16",
    "under bf16 autocast a block runs twice a step (forward, recomputation), both in bfloat16: " .. table.concat(seen, ", "))
+
+-- two micro-batches accumulated (inside no_sync, as PyTorch loops write
+-- it) give the gradient of their mean: the clip norm of one step over the
+-- whole batch
+do
+  local half = math.floor(per / 2)
+  local function grad_norm(m, micro)
+    torch.manual_seed(100 + rank)
+    for _, p in ipairs(m:parameters()) do p.grad = nil end
+    local x, y = xs[1]:narrow(0, rank * per, 2 * half), ys[1]:narrow(0, rank * per, 2 * half)
+    m:eval()   -- (no dropout: the two ways draw different masks)
+    if micro then
+      m:no_sync(function()
+        local first = crit(m(x:narrow(0, 0, half)), y:narrow(0, 0, half)) / 2
+        first:backward()
+      end)
+      local second = crit(m(x:narrow(0, half, half)), y:narrow(0, half, half)) / 2
+      second:backward()
+    else
+      crit(m(x), y):backward()
+    end
+    return m:clip_grad_norm_(1e9):item()
+  end
+  local m = fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = fsdp.ModuleWrapPolicy({ Block }) })
+  local whole, accumulated = grad_norm(m, false), grad_norm(m, true)
+  ok(math.abs(whole - accumulated) < 1e-5 * whole,
+     string.format("micro-batches accumulated through no_sync: the whole batch's gradient (norms %.6f, %.6f)", whole,
+                   accumulated))
+end
 
 local function raises(fn, pattern, name)
   local good, err = pcall(fn)
