@@ -254,6 +254,21 @@ st = D.OneHotCategoricalStraightThrough(logits=logits).rsample((4,))
 (st * torch.cos(torch.arange(12, dtype=torch.float64)).reshape(4, 3)).sum().backward()
 cases["one_hot_straight_through"] = {"d_logits": logits.grad.tolist()}
 
+# Wishart: log_prob, entropy, moments and their gradients, by each matrix argument
+df = T([5.0, 3.5]).requires_grad_()
+cov = T([[2.0, 0.5, 0.1], [0.5, 1.0, -0.3], [0.1, -0.3, 1.5]]).requires_grad_()
+wv = T([[[3.0, 1.0, 0.2], [1.0, 2.0, 0.1], [0.2, 0.1, 1.0]], [[1.0, 0.2, 0.0], [0.2, 2.0, 0.5], [0.0, 0.5, 3.0]]])
+wd = D.Wishart(df, covariance_matrix=cov)
+lp, ent = wd.log_prob(wv), wd.entropy()
+(weighted(lp) + ent.sum()).backward()
+cases["wishart"] = {"log_prob": lp.tolist(), "entropy": ent.tolist(), "mean": wd.mean.reshape(-1).tolist(),
+                    "variance": wd.variance.reshape(-1).tolist(), "d_df": df.grad.tolist(),
+                    "d_cov": cov.grad.reshape(-1).tolist()}
+st = T([[1.0, 0.0], [0.3, 2.0]])
+cases["wishart_scale_tril"] = {"log_prob": [D.Wishart(T(4.0), scale_tril=st).log_prob(T([[2.0, 0.5], [0.5, 3.0]])).item()]}
+cases["wishart_precision"] = {"log_prob": [D.Wishart(T(4.0), precision_matrix=T([[2.0, 0.5], [0.5, 1.0]])).log_prob(
+    T([[2.0, 0.5], [0.5, 3.0]])).item()]}
+
 # constraints: check() on fixed values; biject_to / transform_to of each
 # kind: the values, their inverses and the log-Jacobians; supports' names
 from torch.distributions import constraints as K, biject_to, transform_to

@@ -915,8 +915,11 @@ function OneHotCategorical:entropy() return self._categorical:entropy() end
 -- (..., k), the matrix (..., k, k), batch dims broadcast; computed through
 -- the Cholesky factor L of the covariance.
 local MultivariateNormal = class("MultivariateNormal", { "loc" })
-function MultivariateNormal:__init(loc, a, opts)
-  local fn = "MultivariateNormal"
+-- The matrix argument of MultivariateNormal and Wishart: a covariance
+-- matrix, or one of {covariance_matrix =} | {scale_tril =} |
+-- {precision_matrix =} (with validate_args beside it); returns the matrix,
+-- which one it is and the options table (the last argument, or a).
+local function matrix_argument(fn, a, opts, like)
   local given = is_tensor(a) and { covariance_matrix = a } or a
   if type(given) ~= "table" then raise(fn .. ": expected a covariance matrix or {covariance_matrix =} | {scale_tril =} | {precision_matrix =}") end
   local n, which = 0, nil
@@ -930,22 +933,31 @@ function MultivariateNormal:__init(loc, a, opts)
   end
   if n ~= 1 then raise(fn .. ": expected exactly one of covariance_matrix, scale_tril or precision_matrix") end
   if not is_tensor(a) and opts == nil then opts = a end
-  validating(self, opts)
+  return param(given[which], fn, which, like), which, opts
+end
+-- Its lower Cholesky factor. Only the lower triangle of scale_tril is read,
+-- and the matrices are read as symmetric, so gradients are PyTorch's
+-- (symmetric ones).
+local function scale_tril_of(m, which)
+  local function sym(a) return (a + a:transpose(-1, -2)) * 0.5 end
+  if which == "scale_tril" then return m:tril() end
+  if which == "covariance_matrix" then return torch.linalg.cholesky(sym(m)) end
+  return torch.linalg.cholesky(sym(torch.linalg.inv(sym(m))))
+end
+
+function MultivariateNormal:__init(loc, a, opts)
+  local fn = "MultivariateNormal"
   loc = param(loc, fn, "loc")
-  local m = param(given[which], fn, which, loc)
+  local m, which
+  m, which, opts = matrix_argument(fn, a, opts, loc)
+  validating(self, opts)
   if loc:dim() < 1 then raise(fn .. ": expected loc of at least one dim") end
   local k = loc:size(-1)
   if m:dim() < 2 or m:size(-1) ~= k or m:size(-2) ~= k then
     raise(string.format("%s: expected %s of shape (..., %d, %d) for loc of size %d, got [%s]", fn, which, k, k, k,
                         table.concat(m:size(), ", ")))
   end
-  -- only the lower triangle of scale_tril is read, and the matrices are
-  -- read as symmetric, so gradients are PyTorch's (symmetric ones)
-  local function sym(a) return (a + a:transpose(-1, -2)) * 0.5 end
-  local L
-  if which == "scale_tril" then L = m:tril()
-  elseif which == "covariance_matrix" then L = torch.linalg.cholesky(sym(m))
-  else L = torch.linalg.cholesky(sym(torch.linalg.inv(sym(m)))) end
+  local L = scale_tril_of(m, which)
   local lb, mb = loc:size(), L:size()
   table.remove(lb); table.remove(mb); table.remove(mb)
   local batch = torch.broadcast_shapes(lb, mb)
@@ -1611,6 +1623,74 @@ function LowRankMultivariateNormal:rsample(shape)
 end
 function LowRankMultivariateNormal:log_prob(value) return self._mvn:log_prob(value) end
 function LowRankMultivariateNormal:entropy() return self._mvn:entropy() end
+
+-- Wishart(df, covariance_matrix) or (df, {covariance_matrix =} |
+-- {scale_tril =} | {precision_matrix =}): positive-definite p x p matrices,
+-- the sum of df outer products of N(0, covariance) vectors; df > p - 1.
+-- Draws by Bartlett's decomposition (no rsample: its chi-squared draws are
+-- the gamma family's).
+local Wishart = class("Wishart", { "df" })
+local LOG2 = math.log(2)
+local function mvdigamma(x, p)   -- sum over i < p of digamma(x - i/2)
+  local offsets = torch.arange(0, p, { dtype = x.dtype, device = x.device }) / 2
+  return (x:unsqueeze(-1) - offsets):digamma():sum(-1)
+end
+function Wishart:__init(df, a, opts)
+  local fn = "Wishart"
+  local m, which
+  m, which, opts = matrix_argument(fn, a, opts, is_tensor(df) and df or nil)
+  if m:dim() < 2 or m:size(-1) ~= m:size(-2) then
+    raise(string.format("%s: expected %s of shape (..., p, p), got [%s]", fn, which, table.concat(m:size(), ", ")))
+  end
+  local p = m:size(-1)
+  df = param(df, fn, "df", m)
+  if validating(self, opts) then check(df:gt(p - 1), fn, "df", "greater than p - 1 = " .. (p - 1)) end
+  local L = scale_tril_of(m, which)
+  local mb = L:size()
+  table.remove(mb); table.remove(mb)
+  local batch = torch.broadcast_shapes(df:size(), mb)
+  local ms = { unpack(batch) }
+  ms[#ms + 1], ms[#ms + 2] = p, p
+  self.df, self.scale_tril = df:expand(batch), L:expand(ms)
+  self.batch_shape, self.event_shape = batch, { p, p }
+  self.covariance_matrix = self.scale_tril:matmul(self.scale_tril:transpose(-1, -2))
+  self.mean = self.covariance_matrix * self.df:unsqueeze(-1):unsqueeze(-1)
+  local d = self.covariance_matrix:diagonal(0, -2, -1)
+  self.variance = (self.covariance_matrix:square() + d:unsqueeze(-1) * d:unsqueeze(-2)) * self.df:unsqueeze(-1):unsqueeze(-1)
+  self.support = K.positive_definite
+end
+local function half_log_det_of(L) return L:diagonal(0, -2, -1):log():sum(-1) end
+function Wishart:log_prob(value)
+  local p, nu = self.event_shape[1], self.df
+  local L = self.scale_tril
+  local _, logdet = torch.linalg.slogdet(value)
+  local trace = torch.cholesky_solve(value, L):diagonal(0, -2, -1):sum(-1)
+  return -nu * (half_log_det_of(L) + p * LOG2 / 2) - (nu / 2):mvlgamma(p) + (nu - p - 1) / 2 * logdet - trace / 2
+end
+function Wishart:entropy()
+  local p, nu = self.event_shape[1], self.df
+  return (half_log_det_of(self.scale_tril) + p * LOG2 / 2) * (p + 1) + (nu / 2):mvlgamma(p)
+         - (nu - p - 1) / 2 * mvdigamma(nu / 2, p) + nu * p / 2
+end
+-- L A A^T L^T, A lower triangular with sqrt(chi2(df - i)) on its diagonal
+-- and standard normals below it
+function Wishart:sample(shape)
+  return no_grad(function()
+    local p = self.event_shape[1]
+    local full = sample_shape(shape, self.batch_shape)
+    local o = { dtype = self.scale_tril.dtype, device = self.scale_tril.device }
+    local with_p = { unpack(full) }
+    with_p[#with_p + 1] = p
+    local dfs = (self.df:unsqueeze(-1) - torch.arange(0, p, o)):expand(with_p)
+    local diag = (standard_gamma((dfs / 2):contiguous()) * 2):sqrt()
+    local ms = { unpack(full) }
+    ms[#ms + 1], ms[#ms + 2] = p, p
+    local A = torch.randn(ms, o):tril(-1) + torch.diag_embed(diag)
+    local LA = self.scale_tril:matmul(A)
+    return LA:matmul(LA:transpose(-1, -2))
+  end)
+end
+Wishart.rsample = no_rsample
 
 -- Kumaraswamy(concentration1, concentration0): on (0, 1), density a b
 -- x^(a-1) (1 - x^a)^(b-1); (1 - u^(1/b))^(1/a) for u uniform.

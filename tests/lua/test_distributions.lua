@@ -258,6 +258,36 @@ T.run("the new families' draws: moments, supports, shapes", function()
   T.ok(logits.grad ~= nil and logits.grad:abs():sum():item() > 0, "RelaxedOneHotCategorical: rsample carries a gradient")
 end)
 
+T.run("Wishart against PyTorch: log_prob, entropy, moments, gradients, each matrix argument; draws", function()
+  local r = ref.wishart
+  local df = f64({ 5.0, 3.5 }):requires_grad_()
+  local cov = f64({ { 2.0, 0.5, 0.1 }, { 0.5, 1.0, -0.3 }, { 0.1, -0.3, 1.5 } }):requires_grad_()
+  local v = f64({ { { 3.0, 1.0, 0.2 }, { 1.0, 2.0, 0.1 }, { 0.2, 0.1, 1.0 } }, { { 1.0, 0.2, 0.0 }, { 0.2, 2.0, 0.5 }, { 0.0, 0.5, 3.0 } } })
+  local w = D.Wishart(df, { covariance_matrix = cov })
+  local lp, ent = w:log_prob(v), w:entropy()
+  T.values_close(flat(lp), r.log_prob, 1e-12, 1e-12, "log_prob")
+  T.values_close(flat(ent), r.entropy, 1e-12, 1e-12, "entropy")
+  T.values_close(flat(w.mean), r.mean, 1e-12, 1e-12, "mean")
+  T.values_close(flat(w.variance), r.variance, 1e-12, 1e-12, "variance")
+  ;(weighted(lp) + ent:sum()):backward()
+  T.values_close(flat(df.grad), r.d_df, 1e-8, 1e-10, "the gradient of df")
+  T.values_close(flat(cov.grad), r.d_cov, 1e-10, 1e-12, "the gradient of the covariance")
+  local x = f64({ { 2.0, 0.5 }, { 0.5, 3.0 } })
+  T.values_close({ D.Wishart(f64(4.0), { scale_tril = f64({ { 1.0, 0.0 }, { 0.3, 2.0 } }) }):log_prob(x):item() },
+                 ref.wishart_scale_tril.log_prob, 1e-12, 1e-12, "from scale_tril")
+  T.values_close({ D.Wishart(f64(4.0), { precision_matrix = f64({ { 2.0, 0.5 }, { 0.5, 1.0 } }) }):log_prob(x):item() },
+                 ref.wishart_precision.log_prob, 1e-12, 1e-12, "from precision_matrix")
+  torch.manual_seed(21)
+  local w2 = D.Wishart(f64(5.0), f64({ { 2.0, 0.5 }, { 0.5, 1.0 } }))
+  local s = w2:sample({ 20000 })
+  T.tensor_close(s:mean(0), w2.mean, 0.03, 0.05, "the draws' mean")
+  T.tensor_close(s:var(0), w2.variance, 0.08, 0.3, "the draws' variance")
+  T.ok(D.constraints.positive_definite:check(s:narrow(0, 0, 50)):all():item(), "draws are positive-definite")
+  T.raises(function() D.Wishart(f64(1.0), f64({ { 2.0, 0.5 }, { 0.5, 1.0 } })) end, "df to be greater than p %- 1 = 1",
+           "df too small")
+  T.raises(function() w2:rsample() end, "rsample", "no rsample")
+end)
+
 T.run("VonMises against 40-digit values and PyTorch; OneHotCategoricalStraightThrough's gradient", function()
   local r = ref.von_mises
   local vm = D.VonMises(f64({ 0.3, -1.0, 2.0, 0.0, 1.5 }), f64({ 0.5, 2.0, 10.0, 50.0, 700.0 }))
