@@ -269,6 +269,14 @@ cases["wishart_scale_tril"] = {"log_prob": [D.Wishart(T(4.0), scale_tril=st).log
 cases["wishart_precision"] = {"log_prob": [D.Wishart(T(4.0), precision_matrix=T([[2.0, 0.5], [0.5, 1.0]])).log_prob(
     T([[2.0, 0.5], [0.5, 3.0]])).item()]}
 
+# LKJCholesky: log_prob and its gradient in the concentration
+lkj_c = T([0.5, 3.0]).requires_grad_()
+lkj_v = T([[1, 0, 0, 0], [0.6, 0.8, 0, 0], [0, 0.6, 0.8, 0], [0.36, 0.48, 0, 0.8]])
+lp = D.LKJCholesky(4, lkj_c).log_prob(lkj_v)
+weighted(lp).backward()
+cases["lkj_cholesky"] = {"log_prob": lp.tolist(), "d_concentration": lkj_c.grad.tolist(),
+                         "log_prob_3": [D.LKJCholesky(3, T(2.0)).log_prob(T([[1, 0, 0], [0.6, 0.8, 0], [0.0, 0.6, 0.8]])).item()]}
+
 # constraints: check() on fixed values; biject_to / transform_to of each
 # kind: the values, their inverses and the log-Jacobians; supports' names
 from torch.distributions import constraints as K, biject_to, transform_to

@@ -4,7 +4,7 @@
 -- Gamma, Chi2, Beta, Dirichlet, Kumaraswamy, FisherSnedecor, Poisson,
 -- Geometric, Binomial, NegativeBinomial, Multinomial, OneHotCategorical
 -- (and its StraightThrough form), RelaxedBernoulli, RelaxedOneHotCategorical,
--- ContinuousBernoulli, VonMises, MultivariateNormal,
+-- ContinuousBernoulli, VonMises, Wishart, LKJCholesky, MultivariateNormal,
 -- LowRankMultivariateNormal, MixtureSameFamily and TransformedDistribution,
 -- the Distribution base class, and kl_divergence between two of one kind
 -- (register_kl adds more), as compositions of tensor ops (gradients flow
@@ -212,6 +212,11 @@ K.lower_triangular = constraint("lower_triangular", "LowerTriangular()",
   function(v) return v:tril():eq(v):all(-1):all(-1) end, { event_dim = 2 })
 K.lower_cholesky = constraint("lower_cholesky", "LowerCholesky()", function(v)
   return v:tril():eq(v):all(-1):all(-1):logical_and(v:diagonal(0, -2, -1):gt(0):all(-1))
+end, { event_dim = 2 })
+K.corr_cholesky = constraint("corr_cholesky", "CorrCholesky()", function(v)
+  local tol = torch.finfo(v.dtype).eps * v:size(-1) * 10
+  local unit_rows = (v:norm(2, -1) - 1):abs():le(tol):all(-1)
+  return K.lower_cholesky:check(v):logical_and(unit_rows)
 end, { event_dim = 2 })
 K.positive_definite = constraint("positive_definite", "PositiveDefinite()", function(v)
   local sym = (v - v:transpose(-2, -1)):abs():le(1e-6):all(-1):all(-1)
@@ -1691,6 +1696,52 @@ function Wishart:sample(shape)
   end)
 end
 Wishart.rsample = no_rsample
+
+-- LKJCholesky(dim, concentration = 1): the lower Cholesky factors of
+-- dim x dim correlation matrices, with density proportional to
+-- det(L L^T)^(concentration - 1); draws by the onion method, as PyTorch's.
+local LKJCholesky = class("LKJCholesky", { "concentration" })
+function LKJCholesky:__init(dim, concentration, opts)
+  local fn = "LKJCholesky"
+  if type(dim) ~= "number" or dim % 1 ~= 0 or dim < 2 then
+    raise(fn .. ": expected dim to be an integer of at least 2, got " .. tostring(dim))
+  end
+  local c = one_param(self, fn, "concentration", concentration == nil and 1.0 or concentration, opts)
+  self.dim = dim
+  self.event_shape = { dim, dim }
+  -- the onion method's Beta draws: (0.5, c + (dim - 2)/2) for the first
+  -- row, then (k + 1/2, c + (dim - 2)/2 - k/2)
+  local o = { dtype = c.dtype, device = c.device }
+  local offset = torch.cat({ torch.zeros(1, o), torch.arange(0, dim - 1, o) })
+  local marginal = c + 0.5 * (dim - 2)
+  self._beta = M.Beta(offset + 0.5, marginal:unsqueeze(-1) - offset * 0.5, { validate_args = false })
+  self.support = K.corr_cholesky
+end
+function LKJCholesky:sample(shape)
+  return no_grad(function()
+    local y = self._beta:sample(shape):unsqueeze(-1)
+    local full = sample_shape(shape, self.batch_shape)
+    full[#full + 1], full[#full + 2] = self.dim, self.dim
+    local u = torch.randn(full, { dtype = y.dtype, device = y.device }):tril(-1)
+    local norm = u:norm(2, -1, true)
+    local sphere = torch.where(norm:eq(0), 0, u / torch.where(norm:eq(0), 1, norm))
+    local w = y:sqrt() * sphere
+    local diag = (1 - w:square():sum(-1)):clamp(torch.finfo(w.dtype).tiny, nil):sqrt()
+    return w + torch.diag_embed(diag)
+  end)
+end
+LKJCholesky.rsample = no_rsample
+function LKJCholesky:log_prob(value)
+  in_support(self, K.corr_cholesky:check(value), "the Cholesky factor of a correlation matrix")
+  local dim, c = self.dim, self.concentration
+  local diag = value:diagonal(0, -2, -1):narrow(-1, 1, dim - 1)
+  local order = (c - 1):unsqueeze(-1) * 2 + dim - torch.arange(2, dim + 1, { dtype = c.dtype, device = c.device })
+  local unnormalized = (order * diag:log()):sum(-1)
+  local dm1 = dim - 1
+  local alpha = c + 0.5 * dm1
+  local normalizer = 0.5 * dm1 * math.log(math.pi) + (alpha - 0.5):mvlgamma(dm1) - alpha:lgamma() * dm1
+  return unnormalized - normalizer
+end
 
 -- Kumaraswamy(concentration1, concentration0): on (0, 1), density a b
 -- x^(a-1) (1 - x^a)^(b-1); (1 - u^(1/b))^(1/a) for u uniform.

@@ -288,6 +288,29 @@ T.run("Wishart against PyTorch: log_prob, entropy, moments, gradients, each matr
   T.raises(function() w2:rsample() end, "rsample", "no rsample")
 end)
 
+T.run("LKJCholesky against PyTorch; its draws' correlations", function()
+  local r = ref.lkj_cholesky
+  local c = f64({ 0.5, 3.0 }):requires_grad_()
+  local v = f64({ { 1, 0, 0, 0 }, { 0.6, 0.8, 0, 0 }, { 0, 0.6, 0.8, 0 }, { 0.36, 0.48, 0, 0.8 } })
+  local lp = D.LKJCholesky(4, c):log_prob(v)
+  T.values_close(flat(lp), r.log_prob, 1e-12, 1e-12, "log_prob")
+  weighted(lp):backward()
+  T.values_close(flat(c.grad), r.d_concentration, 1e-8, 1e-10, "the gradient of the concentration")
+  local d = D.LKJCholesky(3, f64(2.0))
+  T.values_close({ d:log_prob(f64({ { 1, 0, 0 }, { 0.6, 0.8, 0 }, { 0.0, 0.6, 0.8 } })):item() }, r.log_prob_3, 1e-12, 1e-12,
+                 "log_prob, 3 x 3")
+  torch.manual_seed(31)
+  local L = d:sample({ 20000 })
+  T.ok(D.constraints.corr_cholesky:check(L):all():item(), "draws: Cholesky factors of correlation matrices")
+  local corr = L:matmul(L:transpose(-1, -2))
+  local r10 = corr:select(-1, 0):select(-1, 1)
+  T.close(r10:mean():item(), 0, 0, 0.01, "a correlation's mean is 0")
+  T.close(r10:var():item(), 1 / 6, 0.05, 0, "its variance is 1 / (2 concentration + dim - 1)")
+  T.raises(function() D.LKJCholesky(1) end, "dim to be an integer of at least 2", "dim 1")
+  T.raises(function() d:log_prob(f64({ { 1, 0, 0 }, { 0.5, 0.5, 0 }, { 0, 0, 1 } })) end, "Cholesky factor of a correlation",
+           "a factor whose rows are not unit")
+end)
+
 T.run("VonMises against 40-digit values and PyTorch; OneHotCategoricalStraightThrough's gradient", function()
   local r = ref.von_mises
   local vm = D.VonMises(f64({ 0.3, -1.0, 2.0, 0.0, 1.5 }), f64({ 0.5, 2.0, 10.0, 50.0, 700.0 }))
