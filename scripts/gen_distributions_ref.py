@@ -310,6 +310,11 @@ t = TR.CatTransform([TR.ExpTransform(), TR.ExpTransform()], dim=-1, lengths=[1, 
 bij["cat_last"] = {"ladj": t.log_abs_det_jacobian(xc, t(xc)).reshape(-1).tolist()}
 t = TR.StackTransform([TR.ExpTransform(), TR.SigmoidTransform()], dim=1)
 bij["stack"] = {"y": t(xc[:2]).reshape(-1).tolist(), "ladj": t.log_abs_det_jacobian(xc[:2], t(xc[:2])).reshape(-1).tolist()}
+t = TR.CorrCholeskyTransform()
+xcc = T([[[0.3, -0.5, 1.2], [0.0, 2.0, -1.0]], [[0.1, 0.2, -0.3], [1.5, -0.7, 0.4]]])
+bij["corr_cholesky"] = {"y": t(xcc).reshape(-1).tolist(), "ladj": t.log_abs_det_jacobian(xcc, t(xcc)).reshape(-1).tolist()}
+x6 = T([0.3, -0.5, 1.2, 0.0, 2.0, -1.0])
+bij["corr_cholesky_4"] = {"y": t(x6).reshape(-1).tolist(), "ladj": [t.log_abs_det_jacobian(x6, t(x6)).item()]}
 cases["bijections"] = bij
 cases["supports"] = {"names": [str(d.support) for d in (
     D.Normal(0.0, 1.0), D.Exponential(1.0), D.Gamma(1.0, 1.0), D.Pareto(1.0, 2.0), D.Uniform(0.0, 2.0),

@@ -1322,6 +1322,63 @@ function T.CumulativeDistributionTransform:_call(x) return self.distribution:cdf
 function T.CumulativeDistributionTransform:_inverse(y) return self.distribution:icdf(y) end
 function T.CumulativeDistributionTransform:_ladj(x) return self.distribution:log_prob(x) end
 
+-- CorrCholeskyTransform: a vector of D(D-1)/2 reals onto the Cholesky
+-- factor of a D x D correlation matrix (tanh, the strict lower triangle
+-- filled row by row, each row's squares broken off a unit stick), as
+-- PyTorch's, with its inverse and log-Jacobian.
+T.CorrCholeskyTransform = transform_class("CorrCholeskyTransform", function(self, opts)
+  self.event_dim = 1
+  return opts
+end)
+-- The positions of the strict lower triangle (below diagonal diag) of n x n, row by row.
+local function tril_index(n, diag, device)
+  local rows, cols = {}, {}
+  for i = 0, n - 1 do
+    for j = 0, i + diag do rows[#rows + 1], cols[#cols + 1] = i, j end
+  end
+  return torch.tensor(rows, { dtype = torch.int64, device = device }), torch.tensor(cols, { dtype = torch.int64, device = device })
+end
+local function tril_to_vec(m, diag)
+  local rows, cols = tril_index(m:size(-1), diag, m.device)
+  return m:flatten(-2):index_select(-1, rows * m:size(-1) + cols)
+end
+local function vec_to_tril(v, n)
+  local rows, cols = tril_index(n, -1, v.device)
+  local shape = v:size()
+  shape[#shape] = n * n
+  local out = { unpack(shape, 1, #shape - 1) }
+  out[#out + 1], out[#out + 2] = n, n
+  return torch.zeros(shape, { dtype = v.dtype, device = v.device }):index_add(-1, rows * n + cols, v):view(out)
+end
+local function corr_dim(k)
+  local n = (1 + math.sqrt(1 + 8 * k)) / 2
+  if n % 1 ~= 0 then raise(string.format("CorrCholeskyTransform: %d is not D(D-1)/2 for any D", k)) end
+  return n
+end
+function T.CorrCholeskyTransform:_call(x)
+  local eps = torch.finfo(x.dtype).eps
+  local n = corr_dim(x:size(-1))
+  local r = vec_to_tril(x:tanh():clamp(-1 + eps, 1 - eps), n)
+  local kept = (1 - r:square()):sqrt():cumprod(-1)
+  local shape = kept:size()
+  shape[#shape] = 1
+  local ones = torch.ones(shape, { dtype = x.dtype, device = x.device })
+  local eye = torch.eye(n, { dtype = x.dtype, device = x.device })
+  return (r + eye) * torch.cat({ ones, kept:narrow(-1, 0, n - 1) }, -1)
+end
+function T.CorrCholeskyTransform:_inverse(y)
+  local n = y:size(-1)
+  local left = 1 - (y * y):cumsum(-1)
+  local shape = left:size()
+  shape[#shape] = 1
+  local shifted = torch.cat({ torch.ones(shape, { dtype = y.dtype, device = y.device }), left:narrow(-1, 0, n - 1) }, -1)
+  return (tril_to_vec(y, -1) / tril_to_vec(shifted, -1):sqrt()):atanh()
+end
+function T.CorrCholeskyTransform:log_abs_det_jacobian(x, y)
+  local stick = tril_to_vec(1 - (y * y):cumsum(-1), -2):log():sum(-1) * 0.5
+  return stick - ((x + softplus(x * -2) - math.log(2)) * 2):sum(-1)
+end
+
 -- CatTransform(transforms, dim = 0 [, lengths]): transform i applied to
 -- the next lengths[i] (1 by default) entries of x along dim; its
 -- log-Jacobian is theirs concatenated along dim (summed where dim falls in
@@ -1424,6 +1481,7 @@ local function onto(c, bijective, fn)
   end
   if kind == "simplex" then return bijective and T.StickBreakingTransform() or T.SoftmaxTransform() end
   if kind == "lower_cholesky" then return T.LowerCholeskyTransform() end
+  if kind == "corr_cholesky" then return T.CorrCholeskyTransform() end
   if kind == "independent" then
     return T.IndependentTransform(onto(c.base_constraint, bijective, fn), c.reinterpreted_batch_ndims)
   end

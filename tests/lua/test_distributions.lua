@@ -376,6 +376,17 @@ T.run("constraints, biject_to, transform_to and supports against PyTorch", funct
   local x2 = xc:narrow(0, 0, 2)
   T.values_close(flat(st(x2)), b.stack.y, 1e-12, 1e-12, "StackTransform: each entry its transform")
   T.values_close(flat(st:log_abs_det_jacobian(x2, st(x2))), b.stack.ladj, 1e-12, 1e-12, "StackTransform: log-Jacobian")
+  local cc = D.biject_to(K.corr_cholesky)
+  local xcc = f64({ { { 0.3, -0.5, 1.2 }, { 0.0, 2.0, -1.0 } }, { { 0.1, 0.2, -0.3 }, { 1.5, -0.7, 0.4 } } })
+  T.values_close(flat(cc(xcc)), b.corr_cholesky.y, 1e-12, 1e-12, "CorrCholeskyTransform: a batch of 3 x 3 factors")
+  T.values_close(flat(cc:log_abs_det_jacobian(xcc, cc(xcc))), b.corr_cholesky.ladj, 1e-12, 1e-12,
+                 "CorrCholeskyTransform: log-Jacobian")
+  T.tensor_close(cc:inv(cc(xcc)), xcc, 1e-10, 1e-10, "CorrCholeskyTransform: inverse")
+  local x6 = f64({ 0.3, -0.5, 1.2, 0.0, 2.0, -1.0 })
+  T.values_close(flat(cc(x6)), b.corr_cholesky_4.y, 1e-12, 1e-12, "CorrCholeskyTransform: one 4 x 4 factor")
+  T.values_close({ cc:log_abs_det_jacobian(x6, cc(x6)):item() }, b.corr_cholesky_4.ladj, 1e-12, 1e-12,
+                 "CorrCholeskyTransform: its log-Jacobian")
+  T.raises(function() cc(f64({ 1, 2 })) end, "2 is not D%(D%-1%)/2", "a vector of no triangle's size")
   T.raises(function() cat(f64({ 1, 2 })) end, "expected dim 0 of size 3", "CatTransform: lengths that do not fit")
   T.raises(function() D.StackTransform({ 3 }) end, "expected transforms%[1%] to be a transform", "StackTransform: not a transform")
   local dists = { D.Normal(0, 1), D.Exponential(1), D.Gamma(1, 1), D.Pareto(1, 2), D.Uniform(0, 2),
