@@ -158,6 +158,10 @@ end
 -- then ln_f(x).
 function GPT:_blocks_ln_f(x, cache)
   local blocks, n = self.blocks, self.blocks:len()
+  if self.call_blocks then   -- (FullyShardedDataParallel: each block's parameters exist only inside its call)
+    for i, blk in ipairs(blocks) do x = blk(x, cache, i) end
+    return self.ln_f(x)
+  end
   if n == 0 then return self.ln_f(x) end
   local h = blocks[0].ln_1(x)
   for i, blk in ipairs(blocks) do

@@ -3,10 +3,12 @@
 -- matrices), linear warm-up then cosine decay of the learning rate,
 -- gradient clipping, gradient accumulation, bf16 autocast, validation
 -- loss, checkpoints that resume, and tokens/s and MFU in the progress
--- line. Runs alone or under the launcher, with DDP:
+-- line. Runs alone or under the launcher, with DDP, or with --fsdp the
+-- blocks' parameters sharded over the ranks (FullyShardedDataParallel):
 --
 --   dplua examples/gpt2/train.lua --steps=2000 --ckpt=gpt2.safetensors
 --   dplua --nproc_per_node=8 examples/gpt2/train.lua --batch_size=16 --grad_accum=4
+--   dplua --nproc_per_node=8 examples/gpt2/train.lua --fsdp
 --   dplua examples/gpt2/train.lua --help
 --
 -- Options are --name=value or --name value (options.lua); --help lists them.
@@ -46,6 +48,7 @@ local OPTIONS = {
   { "log_interval", 10, "steps between progress lines" },
   { "ckpt", "", "checkpoint path (.safetensors): written at each evaluation and at the end" },
   { "resume", false, "continue from --ckpt when it exists" },
+  { "fsdp", false, "shard each block's parameters over the ranks (FULL_SHARD; every block's LayerNorm and biases then decay too)" },
   { "peak_tflops", 0, "the device's peak bf16 TFLOP/s for MFU (0: known GPUs' from their name)" },
   { "seed", 1337, "random seed" },
 }
@@ -58,6 +61,9 @@ local function parse(args)
                                             "grad_accum", "steps" })
   if opt.dtype ~= "bf16" and opt.dtype ~= "fp32" then fail("--dtype is bf16 or fp32, got '" .. opt.dtype .. "'") end
   if opt.resume and opt.ckpt == "" then fail("--resume needs --ckpt=PATH") end
+  if opt.fsdp and os.getenv("WORLD_SIZE") == nil then
+    fail("--fsdp shards over the ranks of a launch: dplua --nproc_per_node=N examples/gpt2/train.lua --fsdp")
+  end
   return opt
 end
 
@@ -109,16 +115,31 @@ local function main(args)
   local model = gpt.GPT({ n_layer = opt.n_layer, n_head = opt.n_head, n_embd = opt.n_embd, vocab_size = opt.vocab_size,
                           block_size = T, dropout = opt.dropout })
   model:to(device)
-  local ddp = distributed and world > 1 and nn.parallel.DistributedDataParallel(model) or nil
-  local optimizer = model:configure_optimizers(opt.weight_decay, opt.lr, { 0.9, 0.95 })
-
+  local num_params, flops_per_token = model:get_num_params(), model:flops_per_token(T)
   local step, epoch, batch = 0, 0, 0      -- the next step, and where the data stand
   local exists = io.open(opt.ckpt, "rb")
   if exists then exists:close() end
-  if opt.resume and exists then
-    local ck = torch.load(opt.ckpt, { map_location = device })
-    model:load_state_dict(ck.model)
-    optimizer:load_state_dict(ck.optimizer)
+  local ck = opt.resume and exists and torch.load(opt.ckpt, { map_location = device }) or nil
+  if ck then model:load_state_dict(ck.model) end
+  -- each rank's optimizer state under --fsdp (its shards')
+  local optim_path = opt.fsdp and string.format("%s.optim.rank%d", opt.ckpt, rank) or nil
+  local ddp, sharded, optimizer
+  if opt.fsdp then
+    model.call_blocks = true   -- each block called as a whole: its parameters exist only inside its call
+    sharded = dist.fsdp.FullyShardedDataParallel(model, { auto_wrap_policy = dist.fsdp.ModuleWrapPolicy({ gpt.Block }) })
+    local decay, no_decay = {}, {}
+    for _, e in ipairs(sharded:named_parameters()) do
+      local p = e[2]
+      if e[1]:match("_flat_shard$") or p:dim() >= 2 then decay[#decay + 1] = p else no_decay[#no_decay + 1] = p end
+    end
+    optimizer = torch.optim.AdamW({ { params = decay, weight_decay = opt.weight_decay },
+                                    { params = no_decay, weight_decay = 0 } }, { lr = opt.lr, betas = { 0.9, 0.95 } })
+  else
+    ddp = distributed and world > 1 and nn.parallel.DistributedDataParallel(model) or nil
+    optimizer = model:configure_optimizers(opt.weight_decay, opt.lr, { 0.9, 0.95 })
+  end
+  if ck then
+    optimizer:load_state_dict(opt.fsdp and torch.load(optim_path, { map_location = device }).optimizer or ck.optimizer)
     step, epoch, batch = ck.step, ck.epoch, ck.batch
     torch.set_rng_state(ck.rng)
     say("resumed from %s at step %d", opt.ckpt, step)
@@ -128,7 +149,7 @@ local function main(args)
   local amp = opt.dtype == "bf16"
   local amp_opts = { dtype = torch.bfloat16 }
   local x, y
-  local function forward() return select(2, (ddp or model)(x, y)) end
+  local function forward() return select(2, (ddp or sharded or model)(x, y)) end
   local function loss_of()
     if amp then return torch.autocast(device.type, amp_opts, forward) end
     return forward()
@@ -165,8 +186,11 @@ local function main(args)
 
   local function save()
     if opt.ckpt == "" then return end
+    -- (under --fsdp every rank gathers the whole model, and saves its shards' optimizer state)
+    local state = sharded and sharded:state_dict() or model:state_dict({ keep_vars = true })
+    if sharded then torch.save({ optimizer = optimizer:state_dict() }, optim_path) end
     if master then
-      torch.save({ model = model:state_dict({ keep_vars = true }), optimizer = optimizer:state_dict(),
+      torch.save({ model = state, optimizer = (not sharded) and optimizer:state_dict() or nil,
                    step = step, epoch = epoch, batch = batch, rng = torch.get_rng_state(),
                    config = model.config }, opt.ckpt)
     end
@@ -174,11 +198,10 @@ local function main(args)
     say("saved %s at step %d", opt.ckpt, step)
   end
 
-  local flops_per_token = model:flops_per_token(T)
   local peak = peak_tflops(opt, device)
   local tokens_per_step = B * T * opt.grad_accum * world
   say("GPT: %d layers, %d heads, width %d, %.2fM parameters; %d tokens a step (%d x %d x %d accum x %d ranks); %s, %s",
-      opt.n_layer, opt.n_head, opt.n_embd, model:get_num_params() / 1e6, tokens_per_step, B, T, opt.grad_accum, world,
+      opt.n_layer, opt.n_head, opt.n_embd, num_params / 1e6, tokens_per_step, B, T, opt.grad_accum, world,
       tostring(device), amp and "bf16 autocast" or "fp32")
   if not peak and master then print("MFU: unknown peak for this device (give --peak_tflops)") end
 
@@ -193,15 +216,18 @@ local function main(args)
     for micro = 1, opt.grad_accum do
       next_batch()
       local loss
-      if ddp and micro < opt.grad_accum then   -- gradients of earlier micro-batches stay local
-        ddp:no_sync(function() loss = loss_of() / opt.grad_accum; loss:backward() end)
+      if (ddp or sharded) and micro < opt.grad_accum then   -- gradients of earlier micro-batches stay local
+        (ddp or sharded):no_sync(function() loss = loss_of() / opt.grad_accum; loss:backward() end)
       else
         loss = loss_of() / opt.grad_accum
         loss:backward()
       end
       loss_sum = loss_sum and loss_sum + loss:detach() or loss:detach()
     end
-    local norm = opt.clip > 0 and nn.utils.clip_grad_norm_(model:parameters(), opt.clip) or nil
+    local norm
+    if opt.clip > 0 then
+      norm = sharded and sharded:clip_grad_norm_(opt.clip) or nn.utils.clip_grad_norm_(model:parameters(), opt.clip)
+    end
     optimizer:step()
     step = step + 1
     if step % opt.log_interval == 0 or step == opt.steps or step == 1 then

@@ -5,7 +5,9 @@
 # scripts/setup-debian installs are there, else a shard of made-up tokens):
 # the loss falls, a validation loss and a checkpoint are written, a run
 # resumed from a checkpoint continues with the losses of the run that was
-# never stopped, DDP over two ranks runs, and bad options are refused.
+# never stopped, DDP over two ranks runs, --fsdp over two ranks gives
+# DDP's losses and resumes from its per-rank checkpoints, and bad options
+# are refused.
 # TAP output; run by `make check`.
 #
 #   sh tests/sh/test_gpt_train.sh          # from the build directory
@@ -64,6 +66,30 @@ ok $? "and continues with the uninterrupted run's losses" "$tmp/c.log"
 [ $? -eq 0 ] && grep -q "2 accum x 2 ranks" "$tmp/d.log" && grep -q "^step *2 | val loss" "$tmp/d.log" \
     && [ -s "$tmp/d.safetensors" ]
 ok $? "DDP over two ranks with gradient accumulation" "$tmp/d.log"
+
+# launch LOG ARGS...: the trainer on two ranks, 2 layers, no weight decay (under --fsdp the
+# blocks' LayerNorm gains and biases would decay too), gradient accumulation
+launch() {
+    log=$1
+    shift
+    (cd "$tmp" && "$dplua" --nproc_per_node=2 "$examples/train.lua" --train=data/brown_train.bin \
+        --val=data/brown_val.bin --n_layer=2 --n_head=2 --n_embd=32 --batch_size=2 --seq_len=16 --dtype=fp32 \
+        --device=cpu --grad_accum=2 --weight_decay=0 --lr=1e-2 --min_lr=1e-2 --warmup=0 --log_interval=1 \
+        --eval_steps=1 --eval_interval=0 "$@") >"$tmp/$log" 2>&1
+    status=$?
+}
+launch ddp.log --steps=3
+launch fsdp.log --steps=3 --fsdp
+[ $status -eq 0 ] && [ -n "$(loss fsdp.log 3)" ] &&
+    [ "$(loss fsdp.log 1) $(loss fsdp.log 2) $(loss fsdp.log 3)" = "$(loss ddp.log 1) $(loss ddp.log 2) $(loss ddp.log 3)" ]
+ok $? "--fsdp over two ranks: DDP's losses ($(loss fsdp.log 1) $(loss fsdp.log 2) $(loss fsdp.log 3))" "$tmp/fsdp.log"
+launch g.log --steps=2 --fsdp --ckpt=g.safetensors
+launch h.log --steps=3 --fsdp --ckpt=g.safetensors --resume
+[ $status -eq 0 ] && [ -s "$tmp/g.safetensors.optim.rank1" ] && grep -q "resumed from g.safetensors at step 2" "$tmp/h.log" &&
+    [ "$(loss h.log 3)" = "$(loss fsdp.log 3)" ]
+ok $? "--fsdp resumes from the whole model and each rank's optimizer shards with the uninterrupted losses" "$tmp/h.log"
+train e.log --fsdp
+[ $status -eq 2 ] && grep -q "fsdp shards over the ranks of a launch" "$tmp/e.log"; ok $? "--fsdp without a launch is refused" "$tmp/e.log"
 
 train e.log --stpes=3
 [ $status -eq 2 ] && grep -q "unknown option --stpes" "$tmp/e.log"; ok $? "an unknown option is refused" "$tmp/e.log"
