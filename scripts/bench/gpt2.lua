@@ -14,6 +14,9 @@
 -- tokens/s over all ranks, MFU over all GPUs and the largest rank's
 -- max_memory_allocated.
 --   dplua --nproc_per_node=N scripts/bench/gpt2.lua B STEPS ddp
+-- With "fsdp", the same under dist.fsdp.FullyShardedDataParallel, each
+-- Block a unit (FULL_SHARD: a block's parameters gathered for its forward
+-- and for its recomputation in backward).
 -- DPLUA_BENCH_TINY=1: a tiny model (2 layers, width 64, 1024 -> 64
 -- tokens, vocabulary 512) on the CPU (Gloo for "ddp", and ddp_ranks 2),
 -- so that the script can be checked where there is no GPU.
@@ -29,8 +32,11 @@ local gpt = dofile(here .. "/../../examples/gpt2/model.lua")
 local clock = torch.utils.progress.clock
 
 local B, steps = tonumber(arg[1]) or 8, tonumber(arg[2]) or 20
-local ddp = arg[3] == "ddp"
-if arg[3] ~= nil and not ddp then error("gpt2.lua: the third argument is \"ddp\" or nothing, got " .. arg[3], 0) end
+local mode = arg[3]
+if mode ~= nil and mode ~= "ddp" and mode ~= "fsdp" then
+  error("gpt2.lua: the third argument is \"ddp\", \"fsdp\" or nothing, got " .. mode, 0)
+end
+local ddp = mode ~= nil   -- (both run under the launcher, one rank per GPU)
 local config = tiny and { n_layer = 2, n_head = 4, n_embd = 64, block_size = 64, vocab_size = 512 }
   or { block_size = 1024 }
 local T, n_tokens = config.block_size, tiny and 512 or 50257
@@ -40,7 +46,8 @@ local world = ddp and tonumber(os.getenv("WORLD_SIZE") or "1") or 1
 local function say(fmt, ...) if rank == 0 then print(string.format(fmt, ...)) end end
 local name = tiny and "cpu" or torch.cuda.get_device_name(0)   -- rank 0's GPU: its bf16 peak is MFU's denominator
 say("version dplua on %s, batch %d x %d, %d steps%s", name, B, T, steps,
-    ddp and string.format(", DDP over %d ranks (%s)", world, tiny and "gloo" or "nccl") or "")
+    ddp and string.format(", %s over %d ranks (%s)", mode == "fsdp" and "FSDP" or "DDP", world,
+                          tiny and "gloo" or "nccl") or "")
 if not ddp and rank == 0 then print("ddp_ranks " .. (tiny and 2 or torch.cuda.device_count())) end
 
 local ok, err = pcall(function()
@@ -64,8 +71,18 @@ local ok, err = pcall(function()
   torch.manual_seed(0)
   if not tiny then torch.cuda.reset_peak_memory_stats() end
   local model = gpt.GPT(config):to(device)
-  local run = ddp and torch.nn.parallel.DistributedDataParallel(model) or model
-  local opt = model:configure_optimizers(0.1, 6e-4, { 0.9, 0.95 })
+  local flops_per_token = model:flops_per_token(T)
+  local run, opt, clip
+  if mode == "fsdp" then
+    model.call_blocks = true
+    run = dist.fsdp.FullyShardedDataParallel(model, { auto_wrap_policy = dist.fsdp.ModuleWrapPolicy({ gpt.Block }) })
+    opt = torch.optim.AdamW(run:parameters(), { lr = 6e-4, betas = { 0.9, 0.95 }, weight_decay = 0.1 })
+    clip = function() run:clip_grad_norm_(1.0) end
+  else
+    run = ddp and torch.nn.parallel.DistributedDataParallel(model) or model
+    opt = model:configure_optimizers(0.1, 6e-4, { 0.9, 0.95 })
+    clip = function() torch.nn.utils.clip_grad_norm_(model:parameters(), 1.0) end
+  end
   if ddp then torch.manual_seed(1 + rank) end   -- a batch of its own on every rank
   local x = torch.randint(0, n_tokens, { B, T }):to(device)
   local y = torch.randint(0, n_tokens, { B, T }):to(device)
@@ -75,7 +92,7 @@ local ok, err = pcall(function()
     opt:zero_grad()
     local loss = torch.autocast(tiny and "cpu" or "cuda", amp, forward)
     loss:backward()
-    torch.nn.utils.clip_grad_norm_(model:parameters(), 1.0)
+    clip()
     opt:step()
   end
   for _ = 1, 3 do step() end
@@ -89,7 +106,7 @@ local ok, err = pcall(function()
   say("ms %.3f", s * 1000)
   say("tok_s %.1f", tok_s)
   local peak = gpt.peak_bf16_tflops(name)
-  if peak then say("mfu %.2f", 100 * model:flops_per_token(T) * tok_s / (world * peak * 1e12))
+  if peak then say("mfu %.2f", 100 * flops_per_token * tok_s / (world * peak * 1e12))
   else say("mfu error: unknown bf16 peak for %s", name) end
   if tiny then say("mem_mib error: no max_memory_allocated on the CPU (DPLUA_BENCH_TINY)")
   else say("mem_mib %.1f", max_over_ranks(torch.cuda.max_memory_allocated()) / 2 ^ 20) end

@@ -8,7 +8,9 @@
 # step under DistributedDataParallel, one rank per GPU (cuda:LOCAL_RANK,
 # NCCL), batch B on every rank; only rank 0 prints, as gpt2.lua's "ddp"
 # (the slowest rank's ms, tokens/s over all ranks, MFU over all GPUs, the
-# largest rank's max_memory_allocated).
+# largest rank's max_memory_allocated). With "fsdp", the same under
+# FullyShardedDataParallel, each Block a unit (FULL_SHARD, PyTorch's
+# defaults: activations kept, no recomputation).
 # DPLUA_BENCH_TINY=1: gpt2.lua's tiny model on the CPU (Gloo for "ddp").
 import math
 import os
@@ -26,8 +28,9 @@ if not TINY and not torch.cuda.is_available():
     raise SystemExit(0)
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "eager"
-if MODE not in ("eager", "compile", "ddp"):
-    sys.exit(f"gpt2.py: the mode is eager, compile or ddp, got {MODE!r}")
+if MODE not in ("eager", "compile", "ddp", "fsdp"):
+    sys.exit(f"gpt2.py: the mode is eager, compile, ddp or fsdp, got {MODE!r}")
+DIST = MODE in ("ddp", "fsdp")
 B = int(sys.argv[2]) if len(sys.argv) > 2 else 8
 STEPS = int(sys.argv[3]) if len(sys.argv) > 3 else 20
 T, V, L, H, C = (64, 512, 2, 4, 64) if TINY else (1024, 50304, 12, 12, 768)
@@ -35,8 +38,8 @@ N_TOKENS = 512 if TINY else 50257
 DEVICE_TYPE = "cpu" if TINY else "cuda"
 PEAK_BF16_TFLOPS = (("H100 PCIe", 756), ("H100 NVL", 835), ("H100", 989), ("H200", 989), ("A100", 312))
 # only rank 0's lines reach the table
-RANK = int(os.environ.get("RANK", "0")) if MODE == "ddp" else 0
-WORLD = int(os.environ.get("WORLD_SIZE", "1")) if MODE == "ddp" else 1
+RANK = int(os.environ.get("RANK", "0")) if DIST else 0
+WORLD = int(os.environ.get("WORLD_SIZE", "1")) if DIST else 1
 NAME = "cpu" if TINY else torch.cuda.get_device_name(0)  # rank 0's GPU: its bf16 peak is MFU's denominator
 
 
@@ -45,7 +48,7 @@ def say(line):
         print(line, flush=True)
 
 
-ranks = f", {WORLD} ranks ({'gloo' if TINY else 'nccl'})" if MODE == "ddp" else ""
+ranks = f", {WORLD} ranks ({'gloo' if TINY else 'nccl'})" if DIST else ""
 say(f"version PyTorch {torch.__version__} ({MODE}{ranks}) on {NAME}")
 
 
@@ -112,7 +115,7 @@ class GPT(nn.Module):
 
 def main():
     device = torch.device(DEVICE_TYPE)
-    if MODE == "ddp":
+    if DIST:
         global RANK, WORLD
         from dist_setup import init  # scripts/bench/dist_setup.py
         _, device, _ = init(cpu=TINY)
@@ -124,7 +127,7 @@ def main():
             torch.cuda.synchronize()
 
     def max_over_ranks(v):  # the largest of the ranks' values (one rank: its own)
-        if MODE != "ddp":
+        if not DIST:
             return v
         t = torch.tensor([v], dtype=torch.float64, device=device)
         dist.all_reduce(t, dist.ReduceOp.MAX)
@@ -134,16 +137,32 @@ def main():
     if gpu:
         torch.cuda.reset_peak_memory_stats()
     model = GPT().to(device)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    n = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
     fused = {"fused": True} if gpu else {}  # PyTorch 1.13's AdamW has no fused, nor 2.x's on the CPU before 2.4
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95), **fused)
+    clip = lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if MODE == "fsdp":
+        from torch.distributed.fsdp import FullyShardedDataParallel
+        try:
+            from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+            policy = ModuleWrapPolicy({Block})
+        except ImportError:  # before 2.1
+            import functools
+            from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+            policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
+        run = FullyShardedDataParallel(model, auto_wrap_policy=policy, device_id=device if gpu else None)
+        opt = torch.optim.AdamW(run.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, **fused)
+        clip = lambda: run.clip_grad_norm_(1.0)
+    else:
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                                lr=6e-4, betas=(0.9, 0.95), **fused)
     if MODE == "ddp":
         run = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if gpu else None)
-        torch.manual_seed(1 + RANK)  # a batch of its own on every rank
-    else:
+    elif MODE != "fsdp":
         run = torch.compile(model) if MODE == "compile" else model
+    if DIST:
+        torch.manual_seed(1 + RANK)  # a batch of its own on every rank
     x = torch.randint(0, N_TOKENS, (B, T), device=device)
     y = torch.randint(0, N_TOKENS, (B, T), device=device)
 
@@ -152,13 +171,13 @@ def main():
         with torch.autocast(DEVICE_TYPE, dtype=torch.bfloat16):
             loss = run(x, y)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        clip()
         opt.step()
 
     for _ in range(3):
         step()
     sync()
-    if MODE == "ddp":
+    if DIST:
         dist.barrier()
     t0 = time.perf_counter()
     for _ in range(STEPS):
@@ -166,7 +185,6 @@ def main():
     sync()
     s = max_over_ranks((time.perf_counter() - t0) / STEPS)
     tok_s = WORLD * B * T / s
-    n = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
     say(f"ms {s * 1000:.3f}")
     say(f"tok_s {tok_s:.1f}")
     peak = next((v for k, v in PEAK_BF16_TFLOPS if k in NAME), None)
@@ -189,5 +207,5 @@ except Exception as e:  # every row says why (a compile that fails, an out-of-me
             print(f"{row} error: {msg}", flush=True)
     else:
         print(f"gpt2.py: rank {RANK}: {msg}", file=sys.stderr, flush=True)
-if MODE == "ddp" and dist.is_initialized():
+if DIST and dist.is_initialized():
     dist.destroy_process_group()
