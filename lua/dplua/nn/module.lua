@@ -109,10 +109,15 @@ local function call(self, ...)
   return M._call_with_hooks(self, ...)
 end
 
--- torch.profiler observes every module call while it records:
--- observer(call, module, ...) makes the call; nil stops observing.
+-- torch.profiler (and the FLOP counter) observe every module call while
+-- they record: observer(call, module, ...) makes the call; nil stops
+-- observing; the previous observer is returned.
 local call_observer
-function Module._observe_calls(observer) call_observer = observer end
+function Module._observe_calls(observer)
+  local previous = call_observer
+  call_observer = observer
+  return previous
+end
 
 local function new_instance_mt(cls)
   local mt = { __is_module = true, __class = cls }

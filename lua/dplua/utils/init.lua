@@ -4,12 +4,12 @@
 --   torch.utils.progress.ProgressBar, torch.utils.metrics.MetricsLogger
 --   torch.utils.tensorboard.SummaryWriter
 --   torch.utils.checkpoint.checkpoint, checkpoint_sequential
---   torch.utils.benchmark.Timer
+--   torch.utils.benchmark.Timer, torch.utils.flop_counter.FlopCounterMode
 local utils = {}
 
 local submodules = { data = "dplua.utils.data", progress = "dplua.utils.progress", metrics = "dplua.utils.metrics",
                      tensorboard = "dplua.utils.tensorboard", checkpoint = "dplua.utils.checkpoint",
-                     benchmark = "dplua.utils.benchmark" }
+                     benchmark = "dplua.utils.benchmark", flop_counter = "dplua.utils.flop_counter" }
 return setmetatable(utils, { __index = function(t, k)
   local name = submodules[k]
   if not name then return nil end
