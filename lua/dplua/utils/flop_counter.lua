@@ -10,9 +10,9 @@
 --
 -- As PyTorch's, it counts 2 m k n for an (m, k) by (k, n) product and the
 -- same for each of its two gradients, 2 x output elements x (input
--- channels / groups) x kernel for a convolution (and twice that backward),
--- and attention's two products (4 b h q k d forward, twice that backward;
--- a causal mask does not halve it). Other operations count nothing. A
+-- channels / groups) x kernel for a convolution (and the same for each
+-- gradient), and attention's two products (4 b h q k d forward, twice
+-- that backward; a causal mask does not halve it). Other operations count nothing. A
 -- backward is counted as its gradients flow (through a hook on each
 -- counted output), so code that never runs backward counts none. A Linear
 -- that a Sequential runs fused with its activation counts in the
@@ -29,33 +29,38 @@ local function prod(list, from, to)
 end
 
 -- FLOPs of each counted operation, from its first three arguments and its
--- result: the forward count and, for each tensor argument that needs a
--- gradient, its gradient's count
+-- result: the forward count, and the backward count given which of the
+-- three arguments need a gradient
+local function each_gradient(f)   -- a product's two gradients, f each
+  return function(needs) return ((needs[1] and 1 or 0) + (needs[2] and 1 or 0)) * f end
+end
 local function matmul_flops(a, _, _, out)
   local k = a:dim() == 1 and a:size(0) or a:size(-1)
   local f = 2 * out:numel() * k
-  return f, { f, f }
+  return f, each_gradient(f)
 end
 local function linear_flops(x, w)
   local f = 2 * x:numel() * w:size(0)   -- numel(x) / in rows, each in x out x 2
-  return f, { f, f }
+  return f, each_gradient(f)
 end
-local function conv_flops(x, w, _, out)
+local function conv_flops(_, w, _, out)
   -- 2 x output elements x (input channels / groups) x kernel elements
   local f = 2 * out:numel() * prod(w:size(), 2)
-  return f, { f, f }
+  return f, each_gradient(f)
 end
 local function conv_transpose_flops(x, w)
   -- the same products read from the input's side: 2 x input elements x
   -- (output channels / groups) x kernel elements
   local f = 2 * x:numel() * prod(w:size(), 2)
-  return f, { f, f }
+  return f, each_gradient(f)
 end
 local function attention_flops(q, k, v)
   local tq, tk, d, dv = q:size(-2), k:size(-2), q:size(-1), v:size(-1)
   local batch = q:numel() / (tq * d)
   local f = 2 * batch * tq * tk * d + 2 * batch * tq * tk * dv
-  return f, { f, f, f }   -- backward: four products of the same sizes, shared among q, k and v
+  -- backward: four products of those sizes (the scores' gradient, then q's,
+  -- k's and v's), whichever of them need a gradient
+  return f, function(needs) return (needs[1] or needs[2] or needs[3]) and 2 * f or 0 end
 end
 
 -- name -> { table, key, formula }: where the counted functions live
@@ -137,10 +142,9 @@ function Counter:run(fn, ...)
           local forward, backward = formula(args[1], args[2], args[3], out)
           local scopes = { unpack(stack) }
           count(op, forward, scopes)
-          local back = 0
-          for i = 1, 3 do
-            if is_tensor(args[i]) and args[i].requires_grad and backward[i] then back = back + backward[i] end
-          end
+          local needs = {}
+          for i = 1, 3 do needs[i] = is_tensor(args[i]) and args[i].requires_grad end
+          local back = backward(needs)
           if back > 0 and out.requires_grad then
             out:register_hook(function() count(op .. "_backward", back, scopes) end)
           end
