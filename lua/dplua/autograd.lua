@@ -117,7 +117,14 @@ end
 
 ---------------------------------------------------------------- Tensor:register_hook
 
-local function run_hooks(e, grad, _, grads_in)
+local function run_hooks(e, grad, n, grads_in)
+  if n == 0 then   -- the leaf, its gradient accumulated: the post-accumulate hooks
+    if #e.post > 0 then
+      local leaf = borrowed(grad)
+      for _, h in ipairs({ unpack(e.post) }) do h.fn(leaf) end
+    end
+    return
+  end
   local g = borrowed(grad)
   local first = g
   for _, h in ipairs({ unpack(e.hooks) }) do   -- (a copy: a hook may remove itself)
@@ -143,15 +150,13 @@ end
 -- t:register_hook(fn): fn(grad) runs whenever the gradient with respect
 -- to t is computed, before it is accumulated into t.grad (a leaf) or
 -- passed on along the graph; a tensor it returns replaces the gradient.
-function A._register_hook(t, fn)
-  if not is_callable(fn) then raise("register_hook: expected a function, got " .. type(fn)) end
-  if not t.requires_grad then
-    raise("register_hook: cannot register a hook on a tensor that doesn't require gradient")
-  end
+-- The tensor's hook entry (made on its first hook): its hooks and its
+-- post-accumulate hooks.
+local function hook_entry(t)
   local id = tonumber(C.dp_lua_hook_id(t.p))
   local e = id ~= 0 and entries[id] or nil
   if e == nil then
-    e = { hooks = {}, run = run_hooks }
+    e = { hooks = {}, post = {}, run = run_hooks }
     id = A._new_entry(e)
     local st = C.dp_set_lua_hook(t.p, id)
     if st ~= 0 then A._drop_entry(id); check(st) end
@@ -160,12 +165,35 @@ function A._register_hook(t, fn)
     local owner = setmetatable({ t = t }, { __mode = "v" })
     e.on_empty = function()
       local o = owner.t
-      if o ~= nil and tonumber(C.dp_lua_hook_id(o.p)) == id and C.dp_set_lua_hook(o.p, 0) == 0 then
+      if #e.hooks + #e.post == 0 and o ~= nil and tonumber(C.dp_lua_hook_id(o.p)) == id
+         and C.dp_set_lua_hook(o.p, 0) == 0 then
         A._drop_entry(id)
       end
     end
   end
+  return e
+end
+
+function A._register_hook(t, fn)
+  if not is_callable(fn) then raise("register_hook: expected a function, got " .. type(fn)) end
+  if not t.requires_grad then
+    raise("register_hook: cannot register a hook on a tensor that doesn't require gradient")
+  end
+  local e = hook_entry(t)
   return A._handle(e.hooks, { fn = fn }, e.on_empty)
+end
+
+-- t:register_post_accumulate_grad_hook(fn): fn(t) runs once a backward has
+-- accumulated t's gradient into t.grad (a leaf only), as PyTorch's: the
+-- place for an optimizer step per parameter during backward, so that the
+-- gradient can be dropped at once (torch.autograd.grad does not run it).
+function A._register_post_accumulate_grad_hook(t, fn)
+  local name = "register_post_accumulate_grad_hook"
+  if not is_callable(fn) then raise(name .. ": expected a function, got " .. type(fn)) end
+  if not t.requires_grad then raise(name .. ": cannot register a hook on a tensor that doesn't require gradient") end
+  if not t.is_leaf then raise(name .. ": post accumulate grad hooks cannot be registered on non-leaf tensors") end
+  local e = hook_entry(t)
+  return A._handle(e.post, { fn = fn }, e.on_empty)
 end
 
 -- t:retain_grad(): a non-leaf tensor keeps its gradient in t.grad after

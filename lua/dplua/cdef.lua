@@ -655,7 +655,9 @@ dp_status dp_flat_grad_status(const char *fn, dp_tensor *flat_param, dp_tensor *
  * err, errcap) fills grads_in[i] (new references, or NULL) for the node's
  * n inputs and returns 0, or writes a message into err and returns
  * non-zero; for a hook, n is 1 and grads_in[0] is the replacement of grad
- * (or NULL to keep it). dp_lua_node makes *out, an alias of value whose
+ * (or NULL to keep it); once a hooked leaf's gradient is accumulated into
+ * its .grad, fn runs again with grad the leaf, n 0 and no grads_in (its
+ * post-accumulate hooks). dp_lua_node makes *out, an alias of value whose
  * node, named name (e.g. "MyExpBackward"), has inputs and id (when grad
  * mode is on and an input requires grad). dp_set_lua_hook gives a tensor
  * that requires grad the hook id (0: none), which dp_lua_hook_id reads.

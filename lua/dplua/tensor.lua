@@ -644,6 +644,9 @@ end
 
 -- t:register_hook(fn) (dplua/autograd.lua): fn(grad) may return a new gradient.
 function methods.register_hook(t, fn) return require("dplua.autograd")._register_hook(t, fn) end
+function methods.register_post_accumulate_grad_hook(t, fn)
+  return require("dplua.autograd")._register_post_accumulate_grad_hook(t, fn)
+end
 function methods.retain_grad(t) return require("dplua.autograd")._retain_grad(t) end
 getters.retains_grad = function(t) return require("dplua.autograd")._retains_grad(t) end
 

@@ -887,7 +887,9 @@ static dp_status leaf_receive(dp_tensor *leaf, dp_tensor *g)
     return accumulate_leaf(leaf, g);
 }
 
-/* The leaf's last gradient of this backward has come. */
+/* The leaf's last gradient of this backward has come: its Lua hooks see
+ * it, it is accumulated, then its post-accumulate hooks run (Lua's, with
+ * the leaf, then C's). */
 static dp_status leaf_done(dp_tensor *leaf)
 {
     dp_tensor *g = leaf->ag_buffer;
@@ -898,6 +900,11 @@ static dp_status leaf_done(dp_tensor *leaf)
     if (!st && g)
         st = accumulate_leaf(leaf, g);
     dp_tensor_release(g);
+    if (!st && g && leaf->lua_hook && lua_backward) {
+        char msg[1024] = "";
+        if (lua_backward(leaf->lua_hook, leaf, 0, NULL, msg, sizeof msg))
+            st = dp_fail(DP_ERR_STATE, "%s", msg[0] ? msg : "backward: a post-accumulate hook failed");
+    }
     if (!st)
         fire_hooks(leaf);
     return st;

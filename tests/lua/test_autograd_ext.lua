@@ -663,6 +663,50 @@ T.run("without hooks or Functions a backward runs no Lua", function()
   T.is(lua_live(), 0, "a module whose hooks were removed records no Lua node")
 end)
 
+T.run("register_post_accumulate_grad_hook: after accumulation; an optimizer step in backward", function()
+  local w = nn.Parameter(torch.ones(3, f64))
+  local seen = {}
+  local h = w:register_post_accumulate_grad_hook(function(p) seen[#seen + 1] = p.grad:tolist() end)
+  w.grad = torch.full({ 3 }, 10.0, f64)
+  ;((w * 2):sum() + (w * 3):sum()):backward()
+  T.is(seen, { { 15, 15, 15 } }, "runs once, with .grad holding the old gradient and both of this backward's")
+  torch.autograd.grad((w * 4):sum(), w)
+  T.is(#seen, 1, "torch.autograd.grad does not run it")
+  h:remove()
+  ;(w * 2):sum():backward()
+  T.is(#seen, 1, "a removed hook does not run")
+  T.raises(function() (w * 2):register_post_accumulate_grad_hook(function() end) end, "cannot be registered on non%-leaf",
+           "a non-leaf refuses")
+  T.raises(function() torch.ones(2):register_post_accumulate_grad_hook(function() end) end, "doesn't require gradient",
+           "a tensor that does not require grad refuses")
+  -- SGD stepped per parameter inside backward, each gradient dropped at once,
+  -- ends where a step after backward ends
+  local function model()
+    torch.manual_seed(4)
+    return nn.Sequential(nn.Linear(4, 6, f64), nn.Tanh(), nn.Linear(6, 2, f64))
+  end
+  local x = torch.randn(5, 4, f64)
+  local a, b = model(), model()
+  local opt = torch.optim.SGD(a:parameters(), { lr = 0.1 })
+  opt:zero_grad()
+  a(x):square():sum():backward()
+  opt:step()
+  local handles, dropped = {}, 0
+  for _, p in ipairs(b:parameters()) do
+    handles[#handles + 1] = p:register_post_accumulate_grad_hook(function(q)
+      torch.no_grad(function() q:sub_(q.grad * 0.1) end)
+      q.grad, dropped = nil, dropped + 1
+    end)
+  end
+  b(x):square():sum():backward()
+  for _, hh in ipairs(handles) do hh:remove() end
+  local pa, pb = a:parameters(), b:parameters()
+  local worst = 0
+  for i = 1, #pa do worst = math.max(worst, (pa[i] - pb[i]):abs():max():item()) end
+  T.ok(worst < 1e-14 and dropped == #pb and pb[1].grad == nil,
+       string.format("an SGD step in the hooks is the step after backward (worst %.1e), no gradient kept", worst))
+end)
+
 T.run("state-dict hooks and extra state against PyTorch", function()
   local r = R.state_dict_hooks
   local Counter = nn.Module:extend("Counter")
