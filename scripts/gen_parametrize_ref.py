@@ -8,14 +8,21 @@ weight parametrized as X.triu() + X.triu(1)^T (right_inverse X.triu()), then
 (chained) times 2 (right_inverse / 2); the output, the gradients, and the original after
 assigning weight = W0 (the generator's weight again, symmetrised). Spectral
 norm: the power iteration starts from _u.flat[k] = 1 + 0.1 k and _v.flat[k]
-= 2 - 0.2 k, set after registration.
+= 2 - 0.2 k, set after registration. parametrizations.orthogonal (the weight plus I(n, k)): each
+map on a square weight (the output, the gradients, and the weight after
+assigning an orthogonal matrix Q0 (the Q of QR of 0.3 cos(0.5 k^2) + I) and
+after assigning the generator's weight again), a tall and a wide weight (the
+base's random completion leaves only the output and the input's gradient
+fixed), and use_trivialization=False.
     cd scripts && /usr/bin/python3 gen_parametrize_ref.py > ../tests/ref/parametrize.lua
 """
+
+import math
 
 import torch
 import torch.nn as nn
 from torch.nn.utils import parametrize
-from torch.nn.utils.parametrizations import spectral_norm
+from torch.nn.utils.parametrizations import orthogonal, spectral_norm
 from reflua import filled, fixed_module, lua_value, print_cases, weighted_sum
 
 torch.set_default_dtype(torch.float64)
@@ -67,4 +74,41 @@ for name, make, xshape in [("linear", lambda: nn.Linear(3, 4), (2, 3)),
     m.eval()
     c["y_eval"] = m(x).reshape(-1).tolist()
     out["spectral_" + name] = c
+
+def flat(t):
+    return t.detach().reshape(-1).tolist()
+
+
+def orthogonal_case(make, xshape, fixed_grad, **kw):
+    m, x = fixed_module(make, xshape)
+    with torch.no_grad():   # the generator's weight is of rank 2: QR would leave columns free
+        m.weight.add_(torch.eye(*m.weight.shape))
+    w0 = m.weight.detach().clone()
+    orthogonal(m, **kw)
+    c = {"weight": flat(m.weight)}
+    y = m(x)
+    weighted_sum(y).backward()
+    c.update({"y": flat(y), "dx": flat(x.grad)})
+    if fixed_grad:
+        c["d_original"] = flat(m.parametrizations.weight.original.grad)
+    if fixed_grad and kw.get("use_trivialization", True):
+        n = w0.shape[0]
+        q0 = torch.linalg.qr(filled((n, n), lambda k: 0.3 * math.cos(0.5 * k * k)) + torch.eye(n))[0]
+        with torch.no_grad():
+            m.weight = q0
+            c["weight_after_q0"] = flat(m.weight)
+            m.weight = w0
+            c["weight_after_w0"] = flat(m.weight)
+    return c
+
+
+for name, make, xshape, fixed, kw in [
+        ("matrix_exp", lambda: nn.Linear(4, 4), (2, 4), True, {}),
+        ("cayley", lambda: nn.Linear(4, 4), (2, 4), True, {"orthogonal_map": "cayley"}),
+        ("householder", lambda: nn.Linear(4, 4), (2, 4), True, {"orthogonal_map": "householder"}),
+        ("tall", lambda: nn.Linear(3, 5), (2, 3), False, {}),
+        ("wide_cayley", lambda: nn.Linear(5, 3), (2, 5), False, {"orthogonal_map": "cayley"}),
+        ("plain_householder", lambda: nn.Linear(3, 5), (2, 3), True, {"use_trivialization": False}),
+        ("plain_matrix_exp", lambda: nn.Linear(4, 4), (2, 4), True, {"use_trivialization": False})]:
+    out["orthogonal_" + name] = orthogonal_case(make, xshape, fixed, **kw)
 print_cases("gen_parametrize_ref.py", out, lua_value)

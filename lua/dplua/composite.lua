@@ -326,8 +326,8 @@ end
 ---------------------------------------------------------------- diagonals
 
 -- diagonal([offset=0, dim1=0, dim2=1]) (or {offset=, dim1=, dim2=}): the
--- entries (i, i + offset) of dims dim1 and dim2, as a last dim (a copy,
--- where PyTorch gives a view).
+-- entries (i, i + offset) of dims dim1 and dim2, as a last dim: a view, as
+-- PyTorch's, where autograd records nothing; a copy where it records.
 -- The diagonal's elements: t with dims a and b moved last and flattened
 -- into one (moved's other dims, then n1 * n2), and their positions there
 local function diagonal_layout(t, offset, dim1, dim2, fn)
@@ -349,7 +349,20 @@ end
 
 function methods.diagonal(t, offset, dim1, dim2)
   local flat, index = diagonal_layout(t, offset, dim1, dim2, "diagonal")
-  return flat:index_select(-1, index)
+  if t.requires_grad and torch.is_grad_enabled() then return flat:index_select(-1, index) end
+  -- nothing recorded: a view of t's storage, as PyTorch's, so that
+  -- t:diagonal():fill_(v) and copy_ write into t
+  if type(offset) == "table" then offset, dim1, dim2 = offset.offset, offset.dim1, offset.dim2 end
+  offset = offset or 0
+  local a, b = dim_of(t, dim1 or 0, "diagonal"), dim_of(t, dim2 or 1, "diagonal")
+  local size, stride = t:size(), t:stride()
+  local start = t:storage_offset() + math.max(0, -offset) * stride[a + 1] + math.max(0, offset) * stride[b + 1]
+  local vsize, vstride = {}, {}
+  for d = 1, #size do
+    if d ~= a + 1 and d ~= b + 1 then vsize[#vsize + 1], vstride[#vstride + 1] = size[d], stride[d] end
+  end
+  vsize[#vsize + 1], vstride[#vstride + 1] = index:numel(), stride[a + 1] + stride[b + 1]
+  return t:as_strided(vsize, vstride, start)
 end
 
 -- diagonal_scatter(src [, offset = 0, dim1 = 0, dim2 = 1]): t with that

@@ -317,9 +317,35 @@ function M.cholesky(A, opts)
   return L
 end
 
+-- The Householder reflections that make A (..., m, n) upper triangular,
+-- with LAPACK's signs (R's diagonal is -sign(x_0) |x| of each column's
+-- reflected part x) and LAPACK's choice of no reflection where x is zero
+-- below its first entry: R (all m rows) and, per reflection, {k, v,
+-- scale} (H = I - scale v v^T acting on rows k..m-1, v[0] = x_0 - R[k, k]).
+local function householder_reflections(A)
+  local m, n = A:size(-2), A:size(-1)
+  local R, vs = A, {}
+  for k = 0, math.min(m, n) - 1 do
+    if k == m - 1 then break end   -- a single entry: no reflection (LAPACK's tau = 0 there)
+    local x = R:narrow(-2, k, m - k):narrow(-1, k, 1)                -- (..., m - k, 1)
+    local x0, rest = x:narrow(-2, 0, 1), x:narrow(-2, 1, m - k - 1)
+    local rest2 = (rest * rest):sum(-2, true)
+    local norm = (x0 * x0 + rest2):sqrt()
+    local alpha = torch.where(rest2:eq(0), x0, torch.where(x0:ge(0), -norm, norm))   -- R[k, k] after it
+    local v = torch.cat({ x0 - alpha, rest }, -2)
+    local vnorm2 = (v * v):sum(-2, true)
+    local none = vnorm2:eq(0)
+    local scale = torch.where(none, 0, 2 / torch.where(none, 1, vnorm2))
+    local below = R:narrow(-2, k, m - k)
+    below = below - v:matmul(v:transpose(-2, -1):matmul(below)) * scale
+    R = torch.cat({ R:narrow(-2, 0, k), below }, -2)
+    vs[#vs + 1] = { k, v, scale }
+  end
+  return R, vs
+end
+
 -- qr(A [, mode="reduced"]): Q with orthonormal columns and R upper
--- triangular, A = Q R, by Householder reflections with LAPACK's signs
--- (R's diagonal is -sign(x_0) |x| of each column's reflected part), so
+-- triangular, A = Q R, by Householder reflections with LAPACK's signs, so
 -- that Q and R are PyTorch's. mode "complete" gives the square Q, "r" R alone.
 function M.qr(A, mode)
   local fn = "linalg.qr"
@@ -340,23 +366,7 @@ function M.qr(A, mode)
     if mode == "r" then return nil, R0 end
     return torch.eye(m, qshape[#qshape], { dtype = A.dtype, device = A.device }):expand(qshape):contiguous(), R0
   end
-  local R = A
-  local vs = {}
-  for k = 0, kmax - 1 do
-    if k == m - 1 then break end   -- a single entry: no reflection (LAPACK's tau = 0 there)
-    local x = R:narrow(-2, k, m - k):narrow(-1, k, 1)                -- (..., m - k, 1)
-    local x0 = x:narrow(-2, 0, 1)
-    local norm = (x * x):sum(-2, true):sqrt()
-    local alpha = torch.where(x0:ge(0), -norm, norm)                  -- R[k, k] after the reflection
-    local v = torch.cat({ x0 - alpha, x:narrow(-2, 1, m - k - 1) }, -2)
-    local vnorm2 = (v * v):sum(-2, true)
-    local safe = vnorm2:eq(0)
-    local scale = torch.where(safe, 0, 2 / torch.where(safe, 1, vnorm2))
-    local below = R:narrow(-2, k, m - k)
-    below = below - v:matmul(v:transpose(-2, -1):matmul(below)) * scale
-    R = torch.cat({ R:narrow(-2, 0, k), below }, -2)
-    vs[#vs + 1] = { k, v, scale }
-  end
+  local R, vs = householder_reflections(A)
   local rows = mode == "complete" and m or kmax
   local Rout = R:narrow(-2, 0, rows):triu()
   if mode == "r" then return nil, Rout end
@@ -372,6 +382,37 @@ function M.qr(A, mode)
     Q = torch.cat({ Q:narrow(-2, 0, k), below }, -2)
   end
   return Q, Rout
+end
+
+-- torch.geqrf(A): LAPACK's compact QR, as PyTorch's: `a` holds R on and
+-- above the diagonal and each reflection's vector (scaled to 1 at the
+-- diagonal, which is not stored) below it, tau (..., min(m, n)) the
+-- reflections' factors, so that householder_product(a, tau) is Q. Like
+-- PyTorch's it has no gradient: its results are detached.
+local function geqrf(A)
+  local fn = "geqrf"
+  want_float(fn, A, "A")
+  if A:dim() < 2 then raise(fn .. ": expected a tensor of at least 2 dims") end
+  return torch.no_grad(function()
+    local m, n = A:size(-2), A:size(-1)
+    local kmax = math.min(m, n)
+    local tshape = A:size()
+    table.remove(tshape)
+    tshape[#tshape] = kmax
+    local a, tau = A:clone(), torch.zeros(tshape, { dtype = A.dtype, device = A.device })
+    if A:numel() == 0 then return a, tau end
+    local R, vs = householder_reflections(A)
+    a = R:triu()
+    for _, r in ipairs(vs) do
+      local k, v, scale = r[1], r[2], r[3]
+      local v0 = v:narrow(-2, 0, 1)
+      local safe = v0:eq(0)
+      local below = v:narrow(-2, 1, m - k - 1) / torch.where(safe, 1, v0)        -- (..., m - k - 1, 1)
+      a:narrow(-2, k + 1, m - k - 1):narrow(-1, k, 1):copy_(below)
+      tau:narrow(-1, k, 1):copy_((scale * v0 * v0):squeeze(-1))
+    end
+    return a, tau
+  end)
 end
 
 ---------------------------------------------------------------- eigenvalues and singular values
@@ -953,6 +994,7 @@ M.torch = {
   lu_solve = function(B, LU, pivots) return M.lu_solve(LU, pivots, B) end,
   lu_unpack = M.lu_unpack,
   orgqr = M.householder_product,
+  geqrf = geqrf,
   svd_lowrank = M.svd_lowrank,
   pca_lowrank = M.pca_lowrank,
   matrix_exp = M.matrix_exp,

@@ -147,6 +147,23 @@ T.run("the other methods: random fills, in-place forms, retain_grad, dtypes dplu
            "an in-place view change under autograd")
 end)
 
+T.run("diagonal is a view where autograd records nothing", function()
+  local a = torch.arange(24, { dtype = torch.float64 }):reshape(2, 3, 4)
+  local d = a:transpose(0, 2):diagonal(-1, 1, 2)      -- b[x, i + 1, i] = a[i, i + 1, x]: shape (4, 2)
+  T.is(d:size(), { 4, 2 }, "the other dims first, then the diagonal")
+  T.is(d:tolist(), { { 4, 20 }, { 5, 21 }, { 6, 22 }, { 7, 23 } }, "its entries")
+  d:fill_(-1)
+  T.is(a[0][1]:tolist(), { -1, -1, -1, -1 }, "fill_ writes into the tensor (a[0][1])")
+  T.is(a[1][2]:tolist(), { -1, -1, -1, -1 }, "(a[1][2])")
+  T.is(a:eq(-1):sum():item(), 8, "and nowhere else")
+  local w = torch.zeros(3, 3, { requires_grad = true })
+  torch.no_grad(function() w:diagonal():copy_(torch.tensor({ 1, 2, 3 })) end)
+  T.is(w:detach():tolist(), { { 1, 0, 0 }, { 0, 2, 0 }, { 0, 0, 3 } }, "under no_grad, a leaf's diagonal too")
+  local g = w * 2
+  g:diagonal():sum():backward()
+  T.is(w.grad:tolist(), { { 2, 0, 0 }, { 0, 2, 0 }, { 0, 0, 2 } }, "recorded: the gradient flows")
+end)
+
 T.run("bad input names the problem", function()
   local x = torch.randn(3, 4)
   T.raises(function() x:div(2, "round") end, 'expected rounding_mode to be nil, "trunc" or "floor"', "a rounding mode")

@@ -1,7 +1,7 @@
 -- test_linalg.lua: torch.linalg (solve, inv, det, slogdet, cholesky, qr,
 -- the norms, multi_dot, eigh, svd, pinv, cond, solve_triangular,
 -- cholesky_solve, lstsq, matrix_power, matrix_exp, the LU family, the _ex
--- forms, tensorinv, tensorsolve, vander, householder_product) against PyTorch's
+-- forms, tensorinv, tensorsolve, vander, householder_product, geqrf) against PyTorch's
 -- results and the gradients of
 -- their inputs in float64 (tests/ref/linalg.lua, written by
 -- scripts/gen_linalg_ref.py); float32; bad input.
@@ -33,6 +33,9 @@ local cases = {
   cholesky = function(A) return L.cholesky(A:matmul(A:transpose(-2, -1)) + torch.eye(4, f64)) end,
   qr = function(M) return L.qr(M) end,
   qr_wide_complete = function(A) return L.qr(A[0]:narrow(0, 0, 3), "complete") end,
+  qr_triangular = function(A) return L.qr(A:triu()) end,   -- nothing below the diagonal: LAPACK reflects nothing
+  geqrf = function(M) return torch.geqrf(M) end,
+  geqrf_triangular = function(A) return torch.geqrf(A:triu()) end,
   vector_norm = function(v) return L.vector_norm(v) end,
   vector_norm_3 = function(v) return L.vector_norm(v, 3) end,
   vector_norm_inf = function(B) return L.vector_norm(B, math.huge, -1) end,

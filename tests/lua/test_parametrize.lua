@@ -88,6 +88,50 @@ for _, name in ipairs({ "linear", "conv_transpose2d" }) do
   end)
 end
 
+local function orthogonality(W)   -- the largest entry of Q^T Q - I, Q the tall side
+  local Q = W:size(0) < W:size(1) and W:t() or W
+  return (Q:t():matmul(Q) - torch.eye(Q:size(1), f64)):abs():max():item()
+end
+
+for _, case in ipairs({
+    { "matrix_exp", { 4, 4 }, { 2, 4 } }, { "cayley", { 4, 4 }, { 2, 4 }, { orthogonal_map = "cayley" } },
+    { "householder", { 4, 4 }, { 2, 4 }, { orthogonal_map = "householder" } }, { "tall", { 3, 5 }, { 2, 3 } },
+    { "wide_cayley", { 5, 3 }, { 2, 5 }, { orthogonal_map = "cayley" } },
+    { "plain_householder", { 3, 5 }, { 2, 3 }, { use_trivialization = false } },
+    { "plain_matrix_exp", { 4, 4 }, { 2, 4 }, { use_trivialization = false } } }) do
+  local name, dims, xshape, opts = case[1], case[2], case[3], case[4]
+  T.run("parametrizations.orthogonal against PyTorch: " .. name, function()
+    local m, x = built(function(o) return nn.Linear(dims[1], dims[2], o) end, xshape)
+    torch.no_grad(function() m.weight:add_(torch.eye(dims[2], dims[1], f64)) end)
+    local w0 = m.weight:detach():clone()
+    T.is(nn.utils.parametrizations.orthogonal(m, opts), m, "returns the module")
+    local r = ref["orthogonal_" .. name]
+    T.values_close(flat(m.weight), r.weight, 1e-12, 1e-12, "the weight at registration")
+    T.output_and_grad(torch, m(x), x, r, 1e-12, name .. ": ")
+    local original = m.parametrizations.weight.original
+    if r.d_original then
+      T.values_close(flat(original.grad), r.d_original, 1e-11, 1e-12, "the original's gradient")
+    end
+    if r.weight_after_q0 then
+      local n = w0:size(0)
+      local q0 = torch.linalg.qr(T.filled(torch, { n, n }, function(k) return 0.3 * math.cos(0.5 * k * k) end) + torch.eye(n, f64))
+      m.weight = q0
+      T.values_close(flat(m.weight), r.weight_after_q0, 1e-12, 1e-12, "assigned an orthogonal matrix")
+      m.weight = w0
+      T.values_close(flat(m.weight), r.weight_after_w0, 1e-12, 1e-12, "assigned a matrix that is not: orthogonalized")
+    end
+    -- a step of the original keeps the weight orthogonal (off its diagonal,
+    -- which holds the Householder map's signs and gets no gradient)
+    local off = 1 - torch.eye(original:size(0), original:size(1), f64)
+    torch.no_grad(function() original:add_(torch.randn(original:size(), f64) * off * 0.5) end)
+    T.ok(orthogonality(m.weight) < 1e-12, "still orthogonal after moving the original", orthogonality(m.weight))
+    local keys = T.sorted_keys(m:state_dict())
+    local trivial = not (opts and opts.use_trivialization == false)
+    T.is(keys, trivial and { "bias", "parametrizations.weight.0.base", "parametrizations.weight.original" }
+               or { "bias", "parametrizations.weight.original" }, "PyTorch's state dict keys")
+  end)
+end
+
 T.run("parametrizations.weight_norm", function()
   local a, x = built(function(o) return nn.Linear(3, 4, o) end, { 2, 3 })
   local b = built(function(o) return nn.Linear(3, 4, o) end, { 2, 3 })
@@ -130,6 +174,14 @@ T.run("errors", function()
            "leave_parametrized = false with two originals")
   T.raises(function() nn.utils.parametrizations.spectral_norm(nn.Linear(2, 2), { n_power_iterations = 0 }) end,
            "positive integer", "zero iterations")
+  local O = nn.utils.parametrizations.orthogonal
+  T.raises(function() O(nn.Linear(2, 2), { orthogonal_map = "qr" }) end, 'one of "matrix_exp", "cayley", "householder"',
+           "an unknown map")
+  T.raises(function() O(nn.Conv1d(1, 1, 1), "bias") end, "expected a matrix, got a tensor of 1 dims", "a vector")
+  local plain = O(nn.Linear(3, 3), { use_trivialization = false })
+  T.raises(function() plain.weight = torch.eye(3) end, "not possible to assign to the matrix exponential", "no inverse of exp")
+  local trivial = O(nn.Linear(3, 3))
+  T.raises(function() trivial.weight = torch.eye(2) end, "of shape %[3, 3%], got a tensor of shape %[2, 2%]", "a shape")
 end)
 
 T.done_testing()

@@ -297,4 +297,118 @@ function parametrizations.spectral_norm(module, ...)
   return P.register_parametrization(module, name, SpectralNorm(w, n_power_iterations, dim, eps))
 end
 
+-- orthogonal(module [, name = "weight", {orthogonal_map =, use_trivialization
+-- = true}]): the matrix (or each of a batch) kept orthogonal (orthonormal
+-- columns, or rows where it is wide), as PyTorch's: "matrix_exp" (square
+-- by default) is exp(A - A^T) of the lower triangle A, "cayley" (I - A/2)^-1
+-- (I + A/2), "householder" (tall by default) the product of the lower
+-- triangle's reflections; with use_trivialization the buffer `base` holds
+-- the orthogonalized matrix it started from and the map is applied after
+-- it (the original starts at -I, which every map turns into I).
+local Orthogonal = Module:extend("_Orthogonal")
+function Orthogonal:__init(weight, map, trivial)
+  self.shape, self.orthogonal_map, self.trivial = weight:size(), map, trivial
+end
+-- PyTorch's test: Q^T Q close to I within 10 n eps (and rtol 1e-5)
+local function is_orthogonal(Q)
+  local n, k = Q:size(-2), Q:size(-1)
+  local eye = torch.eye(k, { dtype = Q.dtype, device = Q.device })
+  return torch.allclose(Q:transpose(-2, -1):matmul(Q), eye, 1e-5, 10 * n * torch.finfo(Q.dtype).eps)
+end
+-- Q of A's QR with R's diagonal made positive (the same Q PyTorch's
+-- _make_orthogonal gives)
+local function make_orthogonal(A)
+  local Q, R = torch.linalg.qr(A)
+  return Q * R:diagonal(0, -2, -1):sign():unsqueeze(-2)
+end
+function Orthogonal:forward(X)
+  local n, k = X:size(-2), X:size(-1)
+  local transposed = n < k
+  if transposed then X, n, k = X:transpose(-2, -1), k, n end
+  local Q
+  if self.orthogonal_map == "householder" then
+    local A = X:tril(-1)
+    local tau = 2 / (1 + A:square():sum(-2))
+    Q = torch.linalg.householder_product(A, tau) * X:diagonal(0, -2, -1):trunc():unsqueeze(-2)
+  else
+    X = X:tril()
+    if n ~= k then
+      local shape = X:size()
+      shape[#shape] = n - k
+      X = torch.cat({ X, torch.zeros(shape, { dtype = X.dtype, device = X.device }) }, -1)
+    end
+    local A = X - X:transpose(-2, -1)
+    if self.orthogonal_map == "matrix_exp" then
+      Q = torch.linalg.matrix_exp(A)
+    else
+      local eye = torch.eye(n, { dtype = A.dtype, device = A.device })
+      Q = torch.linalg.solve(eye - A * 0.5, eye + A * 0.5)
+    end
+    if n ~= k then Q = Q:narrow(-1, 0, k) end
+  end
+  if self.base ~= nil then Q = self.base:matmul(Q) end
+  return transposed and Q:transpose(-2, -1) or Q
+end
+function Orthogonal:right_inverse(Q)
+  if table.concat(Q:size(), ",") ~= table.concat(self.shape, ",") then
+    raise(string.format("orthogonal: expected a matrix or batch of matrices of shape [%s], got a tensor of shape [%s]",
+                        table.concat(self.shape, ", "), table.concat(Q:size(), ", ")))
+  end
+  local init = Q
+  local n, k = Q:size(-2), Q:size(-1)
+  local transposed = n < k
+  if transposed then Q, n, k = Q:transpose(-2, -1), k, n end
+  if not self.trivial then
+    if self.orthogonal_map ~= "householder" then
+      -- at registration the original is kept as it is (PyTorch's too)
+      if not self.registered then return init end
+      raise("orthogonal: it is not possible to assign to the matrix exponential or the Cayley parametrizations " ..
+            "when use_trivialization = false")
+    end
+    -- the reflections of Q's QR, with the diagonal holding the signs the
+    -- forward multiplies by (flipped where LAPACK made no reflection: the
+    -- forward's reflection of a zero vector is -1 there)
+    return torch.no_grad(function()
+      local A, tau = torch.geqrf(Q)
+      local d = A:diagonal(0, -2, -1):sign()
+      A:diagonal(0, -2, -1):copy_(torch.where(tau:eq(0), -d, d))
+      return transposed and A:transpose(-2, -1):contiguous() or A
+    end)
+  end
+  return torch.no_grad(function()
+    local base
+    if n == k then
+      base = is_orthogonal(Q) and Q:clone() or make_orthogonal(Q)
+    else   -- completed into an n x n orthogonal matrix
+      local shape = Q:size()
+      shape[#shape] = n - k
+      base = make_orthogonal(torch.cat({ Q, torch.randn(shape, { dtype = Q.dtype, device = Q.device }) }, -1))
+    end
+    if self._buffers.map.base ~= nil then self.base = base else self:register_buffer("base", base) end
+    local eye = torch.eye(init:size(-2), init:size(-1), { dtype = init.dtype, device = init.device })
+    return (-eye):expand(init:size()):clone()
+  end)
+end
+
+function parametrizations.orthogonal(module, name, opts)
+  local fn = "orthogonal"
+  check_module(module, fn)
+  if type(name) == "table" then name, opts = name.name, name end
+  name = name or "weight"
+  opts = torch._options(opts, fn)
+  local w = module._parameters.map[name] or module._buffers.map[name]
+  if w == nil then raise(string.format("%s: the module has no parameter or buffer named '%s'", fn, tostring(name))) end
+  if w:dim() < 2 then raise(string.format("%s: expected a matrix, got a tensor of %d dims", fn, w:dim())) end
+  local n, k = w:size(-2), w:size(-1)
+  local map = opts.orthogonal_map or (n == k and "matrix_exp" or "householder")
+  if map ~= "matrix_exp" and map ~= "cayley" and map ~= "householder" then
+    raise(fn .. ': orthogonal_map has to be one of "matrix_exp", "cayley", "householder", got ' .. tostring(map))
+  end
+  local trivial = opts.use_trivialization ~= false
+  local orth = Orthogonal(w, map, trivial)
+  P.register_parametrization(module, name, orth, { unsafe = true })
+  orth.registered = true
+  return module
+end
+
 return P
