@@ -601,8 +601,9 @@ end
 -- nn.utils.stateless: PyTorch's older home of functional_call
 U.stateless = { functional_call = function(...) return torch.func.functional_call(...) end }
 
--- nn.utils.parametrize and nn.utils.parametrizations load on first use
+-- nn.utils.parametrize, parametrizations and prune load on first use
 torch._lazy(U, {
+  prune = function() return require("dplua.nn.prune") end,
   parametrize = function() return require("dplua.nn.parametrize") end,
   parametrizations = function() return require("dplua.nn.parametrize").parametrizations end,
 })
