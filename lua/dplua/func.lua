@@ -198,6 +198,11 @@ function M.jacrev(func, opts)
   end
 end
 
+-- jacfwd(func [, {argnums = 0}]): the same Jacobian as jacrev (computed
+-- in reverse mode: dplua has no forward-mode autograd, and the values are
+-- the same).
+M.jacfwd = M.jacrev
+
 ---------------------------------------------------------------- vmap
 
 -- vmap(func [, in_dims = 0, out_dims = 0]): a function mapping func over

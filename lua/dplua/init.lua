@@ -111,6 +111,7 @@ local lazy_functions = {
   get_autocast_dtype = "dplua.autocast",
   einsum = "dplua.einsum", set_printoptions = "dplua.print",
   is_anomaly_enabled = "dplua.autograd", is_anomaly_check_nan_enabled = "dplua.autograd",
+  vmap = "dplua.func",
 }
 -- torch.NAME forms of nn.functional's functions whose arguments PyTorch's
 -- torch.NAME shares (torch.conv2d, torch.dropout, torch.layer_norm, ...)

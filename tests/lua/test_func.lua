@@ -86,6 +86,9 @@ T.run("vjp and jacrev", function()
   local W = params["0.weight"]
   local J = func.jacrev(function(a) return W:mv(a):tanh() end)(torch.tensor({ 0.2, -0.4, 0.6 }, f64))
   T.values_close(flat(J), ref.jacrev.J, 1e-12, 1e-12, "jacrev")
+  local Jf = func.jacfwd(function(a) return W:mv(a):tanh() end)(torch.tensor({ 0.2, -0.4, 0.6 }, f64))
+  T.values_close(flat(Jf), ref.jacrev.J, 1e-12, 1e-12, "jacfwd: the same Jacobian")
+  T.is(torch.vmap, func.vmap, "torch.vmap is torch.func.vmap")
 end)
 
 T.done_testing()
