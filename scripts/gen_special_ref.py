@@ -3,7 +3,8 @@
 digamma, polygamma, erfinv, erfc, erfcx, sinc, xlog1py, entr, ndtr, ndtri,
 log_ndtr, multigammaln, the modified Bessel functions i0, i0e, i1, i1e and
 the orthogonal polynomials, gammainc and gammaincc) on fixed float64 inputs, with the gradient of their
-sum where PyTorch has one, for tests/lua/test_special.lua.
+sum where PyTorch has one; the Bessel functions J, Y and K, Airy's Ai and
+the Hurwitz zeta from mpmath; for tests/lua/test_special.lua.
     cd scripts && /usr/bin/python3 gen_special_ref.py > ../tests/ref/special.lua
 """
 import torch
@@ -72,4 +73,39 @@ import mpmath
 mpmath.mp.dps = 40
 out["gammainc_exact"] = {"x": gamma_x,
                          "y": [float(mpmath.gammainc(a, 0, x, regularized=True)) for a, x in zip(gamma_a, gamma_x)]}
+# the Bessel functions of the first and second kinds, K, Airy's Ai and the
+# Hurwitz zeta to 30 digits (mpmath): PyTorch's own float64 values are off by
+# up to 3e-11 (J) and 1e-10 (Ai) in places; its values at the edges (0,
+# negative inputs, poles) as they are
+mpmath.mp.dps = 30
+jx = [-100.0, -30.0, -25.5, -3.7, -0.5, 1e-3, 0.1, 1.0, 2.404825557695773, 5.0, 12.0, 24.9, 25.1, 30.0, 80.0, 600.0]
+yx = [1e-3, 0.1, 0.89, 1.0, 2.5, 5.0, 12.0, 24.9, 25.1, 30.0, 80.0, 600.0]
+kx = [1e-3, 0.1, 1.0, 1.99, 2.01, 5.0, 12.0, 30.0, 80.0, 600.0]
+ax = [-40.0, -10.0, -7.5, -7.01, -6.99, -6.5, -3.0, -1.0, 0.0, 0.5, 2.0, 2.09, 2.11, 5.0, 10.0, 30.0, 100.0]
+zx = [1.5, 2.0, 3.0, 4.5, 10.0, 30.0, 2.0, 3.0, 2.5, 50.0]
+zq = [1.0, 0.5, 2.0, 10.0, 0.1, 1.0, -1.5, -2.5, 1e3, 0.3]
+exact = {
+    "bessel_j0": (jx, lambda x: mpmath.besselj(0, x)),
+    "bessel_j1": (jx, lambda x: mpmath.besselj(1, x)),
+    "bessel_y0": (yx, lambda x: mpmath.bessely(0, x)),
+    "bessel_y1": (yx, lambda x: mpmath.bessely(1, x)),
+    "modified_bessel_k0": (kx, lambda x: mpmath.besselk(0, x)),
+    "modified_bessel_k1": (kx, lambda x: mpmath.besselk(1, x)),
+    "scaled_modified_bessel_k0": (kx, lambda x: mpmath.besselk(0, x) * mpmath.exp(x)),
+    "scaled_modified_bessel_k1": (kx, lambda x: mpmath.besselk(1, x) * mpmath.exp(x)),
+    "airy_ai": (ax, mpmath.airyai),
+    "spherical_bessel_j0": ([-10.0, -1.0, 1e-5, 0.5, 3.14, 20.0], lambda x: mpmath.sin(x) / x),
+}
+for name, (xs, f) in exact.items():
+    out[name] = {"x": xs, "y": [float(f(mpmath.mpf(v))) for v in xs]}
+out["zeta"] = {"x": zx, "q": zq, "y": [float(mpmath.zeta(x, q)) for x, q in zip(zx, zq)]}
+edges = {"bessel_j0": [0.0], "bessel_j1": [0.0, -0.0], "bessel_y0": [0.0, -1.0], "bessel_y1": [0.0, -1.0],
+         "modified_bessel_k0": [0.0, -1.0], "modified_bessel_k1": [0.0, -1.0],
+         "scaled_modified_bessel_k0": [0.0, -1.0], "scaled_modified_bessel_k1": [0.0, -1.0],
+         "spherical_bessel_j0": [0.0], "airy_ai": [200.0]}
+for name, xs in edges.items():
+    out[name + "_edges"] = {"x": xs, "y": getattr(S, name)(torch.tensor(xs, dtype=torch.float64)).tolist()}
+ex, eq = [1.0, 0.5, 2.0, 2.0, 2.5, 0.9], [1.0, 1.0, 0.0, -2.0, -1.5, 2.0]
+out["zeta_edges"] = {"x": ex, "q": eq,
+                     "y": S.zeta(torch.tensor(ex, dtype=torch.float64), torch.tensor(eq, dtype=torch.float64)).tolist()}
 print_cases("gen_special_ref.py", out, lua_value)

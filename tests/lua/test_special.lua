@@ -48,10 +48,18 @@ local functions = {  -- as in the generator
   gammainc_exact = function(x) return S.gammainc(torch.tensor(gamma_a, { dtype = x.dtype }), x) end,
   gammainc_edges = function(x) return torch.tensor(edge_a, { dtype = x.dtype }):igamma(x) end,
   gammaincc_edges = function(x) return S.gammaincc(torch.tensor(edge_a, { dtype = x.dtype }), x) end,
+  zeta = function(x, c) return S.zeta(x, torch.tensor(c.q, { dtype = x.dtype })) end,
+  zeta_edges = function(x, c) return S.zeta(x, torch.tensor(c.q, { dtype = x.dtype })) end,
 }
+for _, name in ipairs({ "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_k0", "modified_bessel_k1",
+                        "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "airy_ai", "spherical_bessel_j0" }) do
+  functions[name] = S[name]
+  functions[name .. "_edges"] = S[name]
+end
 -- where PyTorch's own float64 value is less exact than 1e-12 (checked
 -- against math.erfc in Python: ours is the closer one)
-local rtol = { erfinv = 1e-10, ndtri = 1e-10, gammainc = 1e-9, gammaincc = 5e-9 }   -- gammainc_exact: 1e-12
+local rtol = { erfinv = 1e-10, ndtri = 1e-10, gammainc = 1e-9, gammaincc = 5e-9,   -- gammainc_exact: 1e-12
+               airy_ai = 5e-12 }   -- (near -7, where its series and its expansion meet)
 
 local f64 = { dtype = torch.float64 }
 
@@ -59,7 +67,7 @@ for _, name in ipairs(T.sorted_keys(ref)) do
   T.run(name .. " against PyTorch", function()
     local c = ref[name]
     local x = torch.tensor(c.x, f64):requires_grad_(c.dx ~= nil)
-    local y = functions[name](x)
+    local y = functions[name](x, c)
     local tol = rtol[name] or 1e-12
     T.values_close(y:tolist(), c.y, tol, 1e-15, name .. ": values")
     if c.dx then
@@ -69,9 +77,9 @@ for _, name in ipairs(T.sorted_keys(ref)) do
     -- float32 against float64 at the same (float32) inputs, where the
     -- value is within float32's range
     local x32 = torch.tensor(c.x, f64):float()
-    local y32 = functions[name](x32)
+    local y32 = functions[name](x32, c)
     T.is(y32.dtype, torch.float32, name .. ": float32 in, float32 out")
-    local got, want = y32:tolist(), functions[name](x32:double()):tolist()
+    local got, want = y32:tolist(), functions[name](x32:double(), c):tolist()
     for i, v in ipairs(want) do
       if math.abs(v) > 3e38 or (v ~= 0 and math.abs(v) < 1e-30) then want[i] = got[i] end
     end
@@ -109,6 +117,17 @@ T.run("gradients by finite differences", function()
   check("erfc", function(a) return a:erfc() end, { -1.0, 0.5, 1.99, 2.01, 4.0 })
   check("sinc", function(a) return a:sinc() end, { -1.3, 0.4, 2.2 })
   check("log_ndtr", function(a) return S.log_ndtr(a) end, { -12.0, -2.5, 0.3, 4.0 })
+  check("bessel_j0", S.bessel_j0, { -30.0, -3.7, 0.0, 0.4, 12.0, 26.0 })
+  check("bessel_j1", S.bessel_j1, { -30.0, -3.7, 0.0, 0.4, 12.0, 26.0 })
+  check("bessel_y0", S.bessel_y0, { 0.3, 5.0, 24.0, 27.0 })
+  check("bessel_y1", S.bessel_y1, { 0.3, 5.0, 24.0, 27.0 })
+  check("modified_bessel_k0", S.modified_bessel_k0, { 0.5, 1.9, 2.1, 10.0 })
+  check("modified_bessel_k1", S.modified_bessel_k1, { 0.5, 1.9, 2.1, 10.0 })
+  check("scaled_modified_bessel_k1", S.scaled_modified_bessel_k1, { 0.5, 1.9, 2.1, 10.0 })
+  check("airy_ai", S.airy_ai, { -9.0, -3.0, 0.5, 3.0 })
+  check("spherical_bessel_j0", S.spherical_bessel_j0, { -2.0, 0.0, 0.3, 4.0 })
+  check("zeta in q", function(q) return S.zeta(3, q) end, { 0.5, 2.0, 12.0 })
+  check("zeta in x", function(x) return S.zeta(x, 1.5) end, { 1.5, 2.0, 7.0 })
 end)
 
 T.run("torch.special's other names", function()
