@@ -285,6 +285,19 @@ local function split_options(...)
   return nil, n
 end
 
+-- torch.set_default_device(device): where the factory functions (zeros,
+-- tensor, arange, randn, ...) put a tensor whose options name no device,
+-- as PyTorch 2's; nil or "cpu" for the CPU. get_default_device() tells.
+local default_device = DP_CPU
+function torch.set_default_device(dev)
+  local id = dev == nil and DP_CPU or parse_device(dev, "set_default_device")
+  if id ~= DP_CPU and id >= torch.cuda.device_count() then
+    raise(string.format("set_default_device: no CUDA device %d (this machine has %d)", id, torch.cuda.device_count()))
+  end
+  default_device = id
+end
+function torch.get_default_device() return device_obj(default_device) end
+
 local function creation_opts(opts, fn, default)
   if opts ~= nil and type(opts) ~= "table" then
     raise(string.format("%s: expected options as a table ({dtype=, device=, requires_grad=}), got %s", fn,
@@ -292,7 +305,7 @@ local function creation_opts(opts, fn, default)
   end
   opts = opts or {}
   local dt = to_dtype(opts.dtype, fn) or default or default_dtype
-  local dev = parse_device(opts.device, fn) or DP_CPU
+  local dev = parse_device(opts.device, fn) or default_device
   return dt.id, dev, opts.requires_grad
 end
 

@@ -370,6 +370,22 @@ T.run("device and memory queries", function()
        torch.ones(1, { device = dev }).device.index, "cuda.device_of: the tensor's device")
 end)
 
+T.run("set_default_device: the factories and new modules on the GPU", function()
+  torch.set_default_device("cuda")
+  local ok, err = pcall(function()
+    T.is(torch.get_default_device(), torch.device("cuda:0"), "get_default_device")
+    for name, t in pairs({ zeros = torch.zeros(2), tensor = torch.tensor({ 1, 2 }), arange = torch.arange(3),
+                           randn = torch.randn(2), full = torch.full({ 2 }, 7), eye = torch.eye(2),
+                           linear = torch.nn.Linear(2, 3).weight }) do
+      T.ok(t.is_cuda, name .. " on the GPU")
+    end
+    T.ok(not torch.zeros(2, { device = "cpu" }).is_cuda, "an explicit device still wins")
+  end)
+  torch.set_default_device(nil)
+  if not ok then error(err, 0) end
+  T.ok(not torch.zeros(2).is_cuda, "nil: the CPU again")
+end)
+
 T.run("the small-block cache hands a freed block back on its stream", function()
   local s = torch.cuda.Stream()
   local a = torch.ones(1000, { device = dev })

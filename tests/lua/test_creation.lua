@@ -218,4 +218,17 @@ T.run("torch.Generator: a stream of its own", function()
   T.ok(torch.equal(torch.rand(4), torch.rand(4)) == false, "and torch's stream still works after it")
 end)
 
+T.run("set_default_device", function()
+  T.is(torch.get_default_device(), torch.device("cpu"), "the CPU by default")
+  torch.set_default_device("cpu")
+  T.ok(not torch.zeros(2).is_cuda and not torch.tensor({ 1 }).is_cuda, "cpu: factories on the CPU")
+  torch.set_default_device(nil)
+  T.is(torch.get_default_device(), torch.device("cpu"), "nil: the CPU")
+  T.raises(function() torch.set_default_device("tpu") end, 'expected a device %("cpu", "cuda", "cuda:N"%), got string tpu',
+           "an unknown device")
+  T.raises(function() torch.set_default_device("cuda:" .. torch.cuda.device_count()) end, "no CUDA device",
+           "a GPU this machine does not have")
+  T.is(torch.get_default_device(), torch.device("cpu"), "a refused device changes nothing")
+end)
+
 T.done_testing()
