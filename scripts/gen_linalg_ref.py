@@ -25,6 +25,19 @@ def inputs():
 
 
 L = torch.linalg
+
+
+def geqrf_q(i):
+    """The Q of geqrf of A[i], through householder_product."""
+    return L.householder_product(*torch.geqrf(inputs()["A"][i]))
+
+
+ORMQR_CHECKS = {"ormqr": lambda B: torch.ormqr(*torch.geqrf(inputs()["A"][0]), B[0]),
+                "ormqr_right_transpose": lambda B: torch.ormqr(*torch.geqrf(inputs()["A"][0]), B[0].t(), left=False,
+                                                               transpose=True),
+                "ormqr_transpose": lambda B: torch.ormqr(*torch.geqrf(inputs()["A"][1]), B[1], transpose=True),
+                "ormqr_right": lambda B: torch.ormqr(*torch.geqrf(inputs()["A"][1]), B[1].t(), left=False)}
+
 CASES = {
     "solve": (["A", "B"], lambda A, B: L.solve(A, B)),
     "solve_vector": (["A"], lambda A: L.solve(A, torch.tensor([1.0, -2.0, 0.5, 3.0]))),
@@ -37,6 +50,12 @@ CASES = {
     "qr_triangular": (["A"], lambda A: tuple(L.qr(A.triu()))),
     "geqrf": (["M"], lambda M: tuple(t.detach() for t in torch.geqrf(M))),
     "geqrf_triangular": (["A"], lambda A: tuple(t.detach() for t in torch.geqrf(A.triu()))),
+    # (PyTorch has no derivative for ormqr: the same products through the
+    # Q of householder_product, checked against ormqr's values below)
+    "ormqr": (["B"], lambda B: geqrf_q(0) @ B[0]),
+    "ormqr_right_transpose": (["B"], lambda B: B[0].t() @ geqrf_q(0).t()),
+    "ormqr_transpose": (["B"], lambda B: geqrf_q(1).t() @ B[1]),
+    "ormqr_right": (["B"], lambda B: B[1].t() @ geqrf_q(1)),
     "vector_norm": (["v"], lambda v: L.vector_norm(v)),
     "vector_norm_3": (["v"], lambda v: L.vector_norm(v, 3)),
     "vector_norm_inf": (["B"], lambda B: L.vector_norm(B, float("inf"), dim=-1)),
@@ -108,6 +127,8 @@ for name, (names, f) in CASES.items():
         loss.backward()
         for n, a in zip(names, args):
             c["d" + n] = a.grad.reshape(-1).tolist()
+    if name in ORMQR_CHECKS:
+        assert torch.allclose(ORMQR_CHECKS[name](inputs()["B"]), outs[0], rtol=1e-13, atol=1e-14)
     cases[name] = c
 
 

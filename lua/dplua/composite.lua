@@ -2419,7 +2419,7 @@ end
 -- The matrix functions as methods
 for _, name in ipairs({ "det", "logdet", "slogdet", "inverse", "pinverse", "matrix_power", "matrix_exp", "cholesky",
                         "qr", "svd", "cholesky_solve", "cholesky_inverse", "lu", "lu_solve", "orgqr",
-                        "triangular_solve" }) do
+                        "geqrf", "ormqr", "triangular_solve" }) do
   methods[name] = function(t, ...) return require("dplua.linalg").torch[name](t, ...) end
 end
 

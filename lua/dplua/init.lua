@@ -126,7 +126,7 @@ end
 -- torch.NAME forms of linalg's functions (linalg.lua's M.torch)
 for _, k in ipairs({ "svd", "pinverse", "cholesky_solve", "matrix_exp", "matrix_power", "det", "logdet", "slogdet",
                      "inverse", "cholesky", "qr", "triangular_solve", "cholesky_inverse", "lu", "lu_solve",
-                     "lu_unpack", "orgqr", "geqrf", "svd_lowrank", "pca_lowrank" }) do
+                     "lu_unpack", "orgqr", "geqrf", "ormqr", "svd_lowrank", "pca_lowrank" }) do
   lazy_functions[k] = { "dplua.linalg", "torch" }
 end
 setmetatable(torch, { __index = function(t, k)

@@ -904,6 +904,41 @@ function M.householder_product(A, tau)
   return Q:narrow(-1, 0, n)
 end
 
+-- torch.ormqr(A, tau, C [, left = true, transpose = false]) (or {left =,
+-- transpose =}): C multiplied by the Q of geqrf's (A, tau) without forming
+-- it: Q C, Q^T C, C Q or C Q^T, the reflections applied one by one, as
+-- PyTorch's. Differentiable in all three.
+local function ormqr(A, tau, C, left, transpose)
+  local fn = "ormqr"
+  if type(left) == "table" then left, transpose = left.left, left.transpose end
+  if left == nil then left = true end
+  want_matrix(fn, A)
+  want_float(fn, tau, "tau")
+  want_float(fn, C, "C")
+  local m, k = A:size(-2), tau:size(-1)
+  local rows = left and C:size(-2) or C:size(-1)
+  if C:dim() < 2 or rows ~= m or k > math.min(m, A:size(-1)) then
+    raise(string.format("%s: expected A (..., m, n), tau (..., k) with k <= min(m, n) and C with m = %d %s, got A [%s], "
+                        .. "tau [%s] and C [%s]", fn, m, left and "rows" or "columns", table.concat(A:size(), ", "),
+                        table.concat(tau:size(), ", "), table.concat(C:size(), ", ")))
+  end
+  local V = A:tril(-1) + torch.eye(m, A:size(-1), { dtype = A.dtype, device = A.device })
+  -- Q = H_1 ... H_k: Q C applies H_k first, Q^T C H_1 first; C Q H_1
+  -- first, C Q^T H_k first
+  local forward = (left and transpose) or (not left and not transpose)
+  for step = 1, k do
+    local i = forward and step - 1 or k - step
+    local v = V:narrow(-1, i, 1)                                         -- (..., m, 1)
+    local t = tau:narrow(-1, i, 1):unsqueeze(-1)                         -- (..., 1, 1)
+    if left then
+      C = C - v:matmul(v:transpose(-2, -1):matmul(C)) * t
+    else
+      C = C - C:matmul(v):matmul(v:transpose(-2, -1)) * t
+    end
+  end
+  return C
+end
+
 ---------------------------------------------------------------- randomized low-rank SVD and PCA
 
 -- An orthonormal basis (..., m, q) of A's range by q random directions and
@@ -995,6 +1030,7 @@ M.torch = {
   lu_unpack = M.lu_unpack,
   orgqr = M.householder_product,
   geqrf = geqrf,
+  ormqr = ormqr,
   svd_lowrank = M.svd_lowrank,
   pca_lowrank = M.pca_lowrank,
   matrix_exp = M.matrix_exp,

@@ -1,7 +1,7 @@
 -- test_linalg.lua: torch.linalg (solve, inv, det, slogdet, cholesky, qr,
 -- the norms, multi_dot, eigh, svd, pinv, cond, solve_triangular,
 -- cholesky_solve, lstsq, matrix_power, matrix_exp, the LU family, the _ex
--- forms, tensorinv, tensorsolve, vander, householder_product, geqrf) against PyTorch's
+-- forms, tensorinv, tensorsolve, vander, householder_product, geqrf, ormqr) against PyTorch's
 -- results and the gradients of
 -- their inputs in float64 (tests/ref/linalg.lua, written by
 -- scripts/gen_linalg_ref.py); float32; bad input.
@@ -36,6 +36,22 @@ local cases = {
   qr_triangular = function(A) return L.qr(A:triu()) end,   -- nothing below the diagonal: LAPACK reflects nothing
   geqrf = function(M) return torch.geqrf(M) end,
   geqrf_triangular = function(A) return torch.geqrf(A:triu()) end,
+  ormqr = function(B)
+    local a, tau = torch.geqrf(inputs().A[0])
+    return torch.ormqr(a, tau, B[0])
+  end,
+  ormqr_right_transpose = function(B)
+    local a, tau = torch.geqrf(inputs().A[0])
+    return torch.ormqr(a, tau, B[0]:t(), { left = false, transpose = true })
+  end,
+  ormqr_transpose = function(B)
+    local a, tau = torch.geqrf(inputs().A[1])
+    return a:ormqr(tau, B[1], true, true)
+  end,
+  ormqr_right = function(B)
+    local a, tau = torch.geqrf(inputs().A[1])
+    return torch.ormqr(a, tau, B[1]:t(), false)
+  end,
   vector_norm = function(v) return L.vector_norm(v) end,
   vector_norm_3 = function(v) return L.vector_norm(v, 3) end,
   vector_norm_inf = function(B) return L.vector_norm(B, math.huge, -1) end,
@@ -169,6 +185,9 @@ T.run("float32, batches, upper, bad input", function()
   T.raises(function() L.det(torch.arange(4):view(2, 2)) end, "expected a floating point A", "integers")
   T.raises(function() L.matrix_norm(torch.randn(2, 2), 3) end, 'ord 3 is not supported', "an unknown matrix norm")
   T.raises(function() L.qr(torch.randn(3, 3), "economic") end, "unrecognized mode", "a qr mode")
+  T.raises(function() torch.ormqr(torch.randn(4, 3), torch.randn(3), torch.randn(3, 2)) end,
+           "C with m = 4 rows, got A %[4, 3%], tau %[3%] and C %[3, 2%]", "ormqr: C of another height")
+  T.raises(function() torch.geqrf(torch.randn(3)) end, "at least 2 dims", "geqrf of a vector")
   T.raises(function() L.eigh(torch.randn(2, 3)) end, "square matrices, but they are 2 by 3", "eigh of a non-square")
   T.raises(function() L.eigh(torch.eye(2), "X") end, 'expected UPLO to be "L" or "U"', "a bad UPLO")
   T.raises(function() L.svd(torch.randn(3)) end, "at least 2 dims", "svd of a vector")
