@@ -73,6 +73,10 @@ import mpmath
 mpmath.mp.dps = 40
 out["gammainc_exact"] = {"x": gamma_x,
                          "y": [float(mpmath.gammainc(a, 0, x, regularized=True)) for a, x in zip(gamma_a, gamma_x)]}
+# d P(a, x) / d a (PyTorch has no gradient in a) to 40 digits
+out["gammainc_da"] = {"x": gamma_x, "a": gamma_a,
+                      "y": [float(mpmath.diff(lambda s: mpmath.gammainc(s, 0, x, regularized=True), a))
+                            for a, x in zip(gamma_a, gamma_x)]}
 # the Bessel functions of the first and second kinds, K, Airy's Ai and the
 # Hurwitz zeta to 30 digits (mpmath): PyTorch's own float64 values are off by
 # up to 3e-11 (J) and 1e-10 (Ai) in places; its values at the edges (0,

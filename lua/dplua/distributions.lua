@@ -634,7 +634,7 @@ end
 -- method, for every element at once: candidates are drawn for the
 -- elements still waiting until each has one accepted; concentrations
 -- below 1 draw at concentration + 1 and scale by u^(1/concentration).
-local function standard_gamma(alpha)
+local function standard_gamma_draw(alpha)
   return no_grad(function()
     local boost = alpha:lt(1)
     local a = torch.where(boost, alpha + 1, alpha)
@@ -657,9 +657,32 @@ local function standard_gamma(alpha)
   end)
 end
 
+-- standard_gamma(alpha): Gamma(alpha, 1) draws (at least the dtype's
+-- tiny, as PyTorch's), differentiable in alpha by implicit
+-- reparameterisation: d x / d alpha = -(d P(alpha, x) / d alpha) / density
+-- at the draw (torch._standard_gamma_grad), as PyTorch's rsample.
+local StandardGamma
+local function standard_gamma(alpha)
+  if not (alpha.requires_grad and torch.is_grad_enabled()) then
+    return standard_gamma_draw(alpha):clamp(torch.finfo(alpha.dtype).tiny, nil)
+  end
+  if StandardGamma == nil then
+    StandardGamma = require("dplua.autograd").Function:extend("StandardGammaBackward0")
+    function StandardGamma.forward(ctx, a)
+      local x = standard_gamma_draw(a):clamp(torch.finfo(a.dtype).tiny, nil)
+      ctx:save_for_backward(a, x)
+      return x
+    end
+    function StandardGamma.backward(ctx, g)
+      local a, x = unpack(ctx.saved_tensors)
+      return g * torch._standard_gamma_grad(a, x)
+    end
+  end
+  return StandardGamma.apply(alpha)
+end
+
 local function no_rsample(self)
-  raise(self.__name .. ".rsample: reparameterised draws of the gamma family are not implemented; sample() draws "
-        .. "without a gradient")
+  raise(self.__name .. ".rsample is not implemented (nor is it in PyTorch); sample() draws without a gradient")
 end
 
 -- Gamma(concentration, rate)
@@ -670,11 +693,10 @@ function Gamma:__init(concentration, rate, opts)
   self.variance = self.concentration / self.rate:square()
   self.stddev = self.variance:sqrt()
 end
-function Gamma:sample(shape)
+function Gamma:rsample(shape)
   local a = self.concentration:expand(sample_shape(shape, self.batch_shape))
-  return no_grad(function() return standard_gamma(a:contiguous()) / self.rate end)
+  return standard_gamma(a:contiguous()) / self.rate
 end
-Gamma.rsample = no_rsample
 function Gamma:log_prob(value)
   in_support(self, value:gt(0), "positive")
   local a, b = self.concentration, self.rate
@@ -693,8 +715,7 @@ function Chi2:__init(df, opts)
   self._gamma = M.Gamma(df / 2, torch.full_like(df, 0.5), { validate_args = false })
   self.mean, self.variance = self._gamma.mean, self._gamma.variance
 end
-function Chi2:sample(shape) return self._gamma:sample(shape) end
-Chi2.rsample = no_rsample
+function Chi2:rsample(shape) return self._gamma:rsample(shape) end
 function Chi2:log_prob(value)
   in_support(self, value:gt(0), "positive")
   return self._gamma:log_prob(value)
@@ -717,15 +738,15 @@ function Dirichlet:__init(concentration, opts)
   self.mean = c / a0
   self.variance = c * (a0 - c) / (a0:square() * (a0 + 1))
 end
-function Dirichlet:sample(shape)
+-- (rsample's gradient: through the normalised gamma draws, each
+-- reparameterised; PyTorch differentiates the Dirichlet draw as a whole,
+-- which gives other per-draw gradients with the same expectation)
+function Dirichlet:rsample(shape)
   local full = sample_shape(shape, self.batch_shape)
   full[#full + 1] = self.event_shape[1]
-  return no_grad(function()
-    local g = standard_gamma(self.concentration:expand(full):contiguous())
-    return g / g:sum(-1, true)
-  end)
+  local g = standard_gamma(self.concentration:expand(full):contiguous())
+  return g / g:sum(-1, true)
 end
-Dirichlet.rsample = no_rsample
 function Dirichlet:log_prob(value)
   in_support(self, value:ge(0), "on the simplex (non-negative, summing to 1)")
   in_support(self, (value:sum(-1) - 1):abs():lt(1e-6), "on the simplex (non-negative, summing to 1)")
@@ -748,8 +769,7 @@ function Beta:__init(c1, c0, opts)
   self.mean = self.concentration1 / total
   self.variance = self.concentration1 * self.concentration0 / (total:square() * (total + 1))
 end
-function Beta:sample(shape) return self._dirichlet:sample(shape):select(-1, 0) end
-Beta.rsample = no_rsample
+function Beta:rsample(shape) return self._dirichlet:rsample(shape):select(-1, 0) end
 function Beta:log_prob(value)
   in_support(self, value:ge(0):logical_and(value:le(1)), "in [0, 1]")
   return self._dirichlet:log_prob(torch.stack({ value, 1 - value }, -1))
@@ -757,7 +777,6 @@ end
 function Beta:entropy() return self._dirichlet:entropy() end
 
 -- StudentT(df [, loc = 0, scale = 1]): draws as Normal / sqrt(Chi2(df) / df)
--- (sample only: Chi2 has no rsample here)
 local StudentT = class("StudentT", { "df", "loc", "scale" })
 function StudentT:__init(df, loc, scale, opts)
   local fn = "StudentT"
@@ -776,15 +795,12 @@ function StudentT:__init(df, loc, scale, opts)
   local d2 = torch.where(d:gt(2), d, 3)
   self.variance = torch.where(d:gt(2), self.scale:square() * d2 / (d2 - 2), torch.where(d:gt(1), math.huge, 0 / 0))
 end
-function StudentT:sample(shape)
-  return no_grad(function()
-    local full = sample_shape(shape, self.batch_shape)
-    local z = torch.randn(full, { dtype = self.df.dtype, device = self.df.device })
-    local chi2 = standard_gamma((self.df / 2):expand(full):contiguous()) * 2
-    return self.loc + self.scale * z * (chi2 / self.df):rsqrt()
-  end)
+function StudentT:rsample(shape)
+  local full = sample_shape(shape, self.batch_shape)
+  local z = torch.randn(full, { dtype = self.df.dtype, device = self.df.device })
+  local chi2 = standard_gamma((self.df / 2):expand(full):contiguous()) * 2
+  return self.loc + self.scale * z * (chi2 / self.df):rsqrt()
 end
-StudentT.rsample = no_rsample
 function StudentT:log_prob(value)
   local y = (value - self.loc) / self.scale
   local d = self.df
@@ -1690,8 +1706,8 @@ function LowRankMultivariateNormal:entropy() return self._mvn:entropy() end
 -- Wishart(df, covariance_matrix) or (df, {covariance_matrix =} |
 -- {scale_tril =} | {precision_matrix =}): positive-definite p x p matrices,
 -- the sum of df outer products of N(0, covariance) vectors; df > p - 1.
--- Draws by Bartlett's decomposition (no rsample: its chi-squared draws are
--- the gamma family's).
+-- Draws by Bartlett's decomposition (rsample differentiates through its
+-- chi-squared and normal draws).
 local Wishart = class("Wishart", { "df" })
 local LOG2 = math.log(2)
 local function mvdigamma(x, p)   -- sum over i < p of digamma(x - i/2)
@@ -1737,23 +1753,20 @@ function Wishart:entropy()
 end
 -- L A A^T L^T, A lower triangular with sqrt(chi2(df - i)) on its diagonal
 -- and standard normals below it
-function Wishart:sample(shape)
-  return no_grad(function()
-    local p = self.event_shape[1]
-    local full = sample_shape(shape, self.batch_shape)
-    local o = { dtype = self.scale_tril.dtype, device = self.scale_tril.device }
-    local with_p = { unpack(full) }
-    with_p[#with_p + 1] = p
-    local dfs = (self.df:unsqueeze(-1) - torch.arange(0, p, o)):expand(with_p)
-    local diag = (standard_gamma((dfs / 2):contiguous()) * 2):sqrt()
-    local ms = { unpack(full) }
-    ms[#ms + 1], ms[#ms + 2] = p, p
-    local A = torch.randn(ms, o):tril(-1) + torch.diag_embed(diag)
-    local LA = self.scale_tril:matmul(A)
-    return LA:matmul(LA:transpose(-1, -2))
-  end)
+function Wishart:rsample(shape)
+  local p = self.event_shape[1]
+  local full = sample_shape(shape, self.batch_shape)
+  local o = { dtype = self.scale_tril.dtype, device = self.scale_tril.device }
+  local with_p = { unpack(full) }
+  with_p[#with_p + 1] = p
+  local dfs = (self.df:unsqueeze(-1) - torch.arange(0, p, o)):expand(with_p)
+  local diag = (standard_gamma((dfs / 2):contiguous()) * 2):sqrt()
+  local ms = { unpack(full) }
+  ms[#ms + 1], ms[#ms + 2] = p, p
+  local A = torch.randn(ms, o):tril(-1) + torch.diag_embed(diag)
+  local LA = self.scale_tril:matmul(A)
+  return LA:matmul(LA:transpose(-1, -2))
 end
-Wishart.rsample = no_rsample
 
 -- LKJCholesky(dim, concentration = 1): the lower Cholesky factors of
 -- dim x dim correlation matrices, with density proportional to
@@ -1835,15 +1848,12 @@ function FisherSnedecor:__init(df1, df2, opts)
   self.mean = torch.where(d2:gt(2), d2 / (d2 - 2), 0 / 0)
   self.variance = torch.where(d2:gt(4), d2:square() * 2 * (d1 + d2 - 2) / (d1 * (d2 - 2):square() * (d2 - 4)), 0 / 0)
 end
-function FisherSnedecor:sample(shape)
+function FisherSnedecor:rsample(shape)
   local full = sample_shape(shape, self.batch_shape)
-  return no_grad(function()
-    local x1 = standard_gamma((self.df1 / 2):expand(full):contiguous()) / self.df1
-    local x2 = standard_gamma((self.df2 / 2):expand(full):contiguous()) / self.df2
-    return x1 / x2
-  end)
+  local x1 = standard_gamma((self.df1 / 2):expand(full):contiguous()) / self.df1
+  local x2 = standard_gamma((self.df2 / 2):expand(full):contiguous()) / self.df2
+  return x1 / x2
 end
-FisherSnedecor.rsample = no_rsample
 function FisherSnedecor:log_prob(value)
   in_support(self, value:gt(0), "positive")
   local h1, h2 = self.df1 / 2, self.df2 / 2

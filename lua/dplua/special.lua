@@ -656,8 +656,62 @@ local function incomplete_gamma_values(x, a, upper)
   v = torch.where(a:eq(0), torch.where(x:gt(0), one, nan), v)
   return torch.where(a:lt(0):logical_or(x:lt(0)):logical_or(a:ne(a)):logical_or(x:ne(x)), nan, v)
 end
--- d P / d x = x^(a-1) e^-x / Gamma(a); Q's is its negative. PyTorch has no
--- gradient with respect to a, nor does this.
+-- d P(a, x) / d a (float64, x and a > 0), the same two ways differentiated
+-- in a: P = f S with f = x^a e^-x / Gamma(a) and S = sum t_n, t_n = x^n /
+-- (a (a + 1) ... (a + n)), so P' = f ((log x - digamma(a)) S + sum t_n
+-- (-sum_(k<=n) 1 / (a + k))); above x = a + 1, Q = f h with h Lentz's
+-- continued fraction, whose recurrences carry their derivatives along
+-- (forward mode), and P' = -Q'. Where a exceeds about 1000 the series has
+-- too few terms, as for the values.
+local function incomplete_gamma_da(x, a)
+  local ok = a:gt(0):logical_and(x:gt(0)):logical_and(x:lt(math.huge)):logical_and(a:lt(math.huge))
+  local as, xs = torch.where(ok, a, 1), torch.where(ok, x, 1)
+  local series_side = xs:lt(as + 1)
+  local f = (as * xs:log() - xs - as:lgamma()):exp()
+  local dlogf = xs:log() - as:digamma()
+  -- the series, on inputs made safe for it
+  local a1, x1 = torch.where(series_side, as, 1), torch.where(series_side, xs, 0.5)
+  local term, harmonic = a1:reciprocal(), a1:reciprocal()
+  local sum, dsum = term, -term * harmonic
+  local ap = a1
+  for _ = 1, STEPS do
+    ap = ap + 1
+    term = term * x1 / ap
+    harmonic = harmonic + ap:reciprocal()
+    sum = sum + term
+    dsum = dsum - term * harmonic
+  end
+  local dp_series = f * (dlogf * sum + dsum)
+  -- the continued fraction and its derivative, on inputs made safe for it
+  local a2, x2 = torch.where(series_side, 1, as), torch.where(series_side, 3, xs)
+  local TINY = 1e-300
+  local b = x2 + 1 - a2
+  local c, dc = torch.full_like(x2, 1 / TINY), torch.zeros_like(x2)
+  local d = b:reciprocal()
+  local dd = d:square()             -- d(1/b)/da with b' = -1
+  local h, dh = d, dd
+  for i = 1, STEPS do
+    local an = (a2 - i) * i         -- an' = i
+    b = b + 2                       -- b' = -1 still
+    local den = an * d + b
+    local dden = d * i + an * dd - 1
+    den = torch.where(den:abs():lt(TINY), TINY, den)
+    d = den:reciprocal()
+    dd = -dden * d:square()
+    local cn = b + an / c
+    dc = -1 + (c * i - an * dc) / c:square()
+    c = torch.where(cn:abs():lt(TINY), TINY, cn)
+    local dc_c = dd * c + d * dc
+    dh = dh * d * c + h * dc_c
+    h = h * d * c
+  end
+  local dq_fraction = f * (dlogf * h + dh)
+  local v = torch.where(series_side, dp_series, -dq_fraction)
+  return torch.where(ok, v, 0 / 0)
+end
+
+-- d P / d x = x^(a-1) e^-x / Gamma(a) and d P / d a by
+-- incomplete_gamma_da (PyTorch has no gradient in a); Q's are their negatives.
 local function incomplete_gamma(name, upper)
   local op
   local function differentiable(x, a)
@@ -672,12 +726,11 @@ local function incomplete_gamma(name, upper)
         return incomplete_gamma_values(xt, at, upper)
       end
       function op.backward(ctx, g)
-        if ctx.a_requires_grad then
-          raise(name .. ": the derivative with respect to a (input) is not implemented (nor is it in PyTorch)")
-        end
         local xt, at = unpack(ctx.saved_tensors)
         local dx = ((at - 1) * xt:log() - xt - at:lgamma()):exp()
-        return g * (upper and -dx or dx), nil
+        local da = ctx.a_requires_grad and incomplete_gamma_da(xt, at) or nil
+        if upper then dx, da = -dx, da and -da end
+        return g * dx, da and g * da
       end
     end
     return op.apply(x, a)
@@ -692,6 +745,16 @@ local function incomplete_gamma(name, upper)
   end
 end
 local gammainc, gammaincc = incomplete_gamma("gammainc", false), incomplete_gamma("gammaincc", true)
+
+-- torch._standard_gamma_grad(alpha, x): d x / d alpha of a Gamma(alpha, 1)
+-- draw x at its fixed quantile, -(d P / d alpha) / density (implicit
+-- reparameterisation, as PyTorch's function of that name), in float64 and
+-- returned in x's dtype; what the gamma family's rsample differentiates by.
+function torch._standard_gamma_grad(alpha, x)
+  local a, xx = torch.broadcast_tensors(alpha:detach():to(torch.float64), x:detach():to(torch.float64))
+  local density = ((a - 1) * xx:log() - xx - a:lgamma()):exp()
+  return (-incomplete_gamma_da(xx, a) / density):to(x.dtype)
+end
 torch.igamma, torch.igammac = gammainc, gammaincc
 methods.igamma, methods.igammac = gammainc, gammaincc
 methods.igamma_ = function(t, other) return t:copy_(gammainc(t, other)) end
