@@ -17,6 +17,7 @@ local raise = require("dplua")._raise
 local nn = {
   Module = module.Module,
   Parameter = module.Parameter,
+  Buffer = module.Buffer,
   is_parameter = module.is_parameter,
   is_module = module.is_module,
   isinstance = module.isinstance,

@@ -50,6 +50,19 @@ function M.Parameter(t, requires_grad)
   return p
 end
 
+-- Buffer(t [, persistent = true]): assigned to a module's attribute,
+-- registers t as a buffer (PyTorch 2.5's nn.Buffer); reading the
+-- attribute gives t.
+local buffer_mt = {}
+function M.Buffer(t, persistent)
+  if type(persistent) == "table" then persistent = persistent.persistent end
+  if not is_tensor(t) then raise("Buffer: expected a tensor, got " .. type(t)) end
+  if persistent ~= nil and type(persistent) ~= "boolean" then
+    raise("Buffer: expected persistent to be a boolean, got " .. type(persistent))
+  end
+  return setmetatable({ tensor = t, persistent = persistent ~= false }, buffer_mt)
+end
+
 ---------------------------------------------------------------- ordered maps
 
 -- Keys in insertion order; a key may map to nil (PyTorch's None entries).
@@ -246,6 +259,10 @@ function Module:__setattr(k, v)
     remove_from(self, k, "attrs", "_buffers", "_modules")
     return self:register_parameter(k, v)
   end
+  if getmetatable(v) == buffer_mt then
+    remove_from(self, k, "attrs", "_parameters", "_modules")
+    return self:register_buffer(k, v.tensor, v.persistent)
+  end
   if self._parameters.has[k] then
     if v ~= nil then
       raise(string.format("cannot assign '%s' as parameter '%s' (nn.Parameter or nil expected)",
@@ -413,6 +430,22 @@ function Module:get_submodule(target)
   end
   return m
 end
+
+-- set_submodule(target, module): the submodule at the dotted path replaced
+-- (its parent must exist; the last name may be new)
+function Module:set_submodule(target, module)
+  if type(target) ~= "string" or target == "" then
+    raise("set_submodule: expected a non-empty dotted path, got " .. tostring(target))
+  end
+  if not is_module(module) then raise("set_submodule: `module` is not an nn.Module, got " .. type(module)) end
+  local parent_path, name = target:match("^(.*)%.([^.]+)$")
+  if not parent_path then parent_path, name = "", target end
+  self:get_submodule(parent_path):add_module(name, module)
+end
+
+-- compile(...): as torch.compile, the module runs as it is (dplua has no
+-- graph compiler: its kernels are compiled ahead of time)
+function Module:compile() end
 
 -- get_parameter(target), get_buffer(target): by dotted path ("0.weight")
 local function get_entry(self, target, kind, fn)

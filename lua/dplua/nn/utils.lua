@@ -62,6 +62,50 @@ end
 -- norm and the coefficient stay on the device (no .item(), unless
 -- error_if_nonfinite asks for the check). foreach is accepted and changes
 -- nothing: gradients in one flat buffer are always taken together.
+-- The total norm of order p of the runs, a 0-d tensor (the first run's dtype)
+local function runs_norm(runs, p, error_if_nonfinite, fn)
+  local total = run_norm(runs[1], p)
+  if #runs > 1 then
+    local norms = { total }
+    for i = 2, #runs do norms[i] = run_norm(runs[i], p):to(total.dtype) end
+    total = run_norm(torch.stack(norms), p)
+  end
+  if error_if_nonfinite then
+    local v = total:item()
+    if v ~= v or v == math.huge or v == -math.huge then
+      raise(string.format("%s: the total norm of order %s for gradients from `parameters` is non-finite, "
+                          .. "so it cannot be clipped", fn, tostring(p)))
+    end
+  end
+  return total
+end
+
+-- Every run scaled in place by min(max_norm / (total + 1e-6), 1)
+local function scale_runs(runs, max_norm, total)
+  local coef = (max_norm / (total + 1e-6)):clamp(nil, 1.0)
+  local coef_as = {}
+  for _, g in ipairs(runs) do
+    local c = coef_as[g.dtype]
+    if c == nil then
+      c = g.dtype == coef.dtype and coef or coef:to(g.dtype)
+      coef_as[g.dtype] = c
+    end
+    g:mul_(c)
+  end
+end
+
+local function check_norm_type(norm_type, fn)
+  norm_type = norm_type or 2
+  if norm_type == "inf" then norm_type = math.huge end
+  if type(norm_type) ~= "number" then raise(fn .. ": expected norm_type to be a number (or math.huge), got " .. type(norm_type)) end
+  return norm_type
+end
+local function check_foreach(foreach, fn)
+  if foreach ~= nil and type(foreach) ~= "boolean" then
+    raise(fn .. ": expected foreach to be a boolean or nil, got " .. type(foreach))
+  end
+end
+
 function U.clip_grad_norm_(parameters, max_norm, norm_type, opts)
   local fn = "clip_grad_norm_"
   if type(norm_type) == "table" then opts, norm_type = norm_type, norm_type.norm_type end
@@ -70,43 +114,53 @@ function U.clip_grad_norm_(parameters, max_norm, norm_type, opts)
     raise(fn .. ": expected error_if_nonfinite (a boolean) or a table of options, got " .. type(opts))
   end
   opts = opts or {}
-  if opts.foreach ~= nil and type(opts.foreach) ~= "boolean" then
-    raise(fn .. ": expected foreach to be a boolean or nil, got " .. type(opts.foreach))
-  end
+  check_foreach(opts.foreach, fn)
   local params = param_list(parameters, fn)
   if type(max_norm) ~= "number" then raise(fn .. ": expected max_norm to be a number, got " .. type(max_norm)) end
-  norm_type = norm_type or 2
-  if norm_type == "inf" then norm_type = math.huge end
-  if type(norm_type) ~= "number" then raise(fn .. ": expected norm_type to be a number (or math.huge), got " .. type(norm_type)) end
+  norm_type = check_norm_type(norm_type, fn)
   local grads = grads_of(params)
   if #grads == 0 then return torch.tensor(0.0) end
   return torch.no_grad(function()
     local runs = U._grad_runs(grads)
-    local total = run_norm(runs[1], norm_type)
-    if #runs > 1 then
-      local norms = { total }
-      for i = 2, #runs do norms[i] = run_norm(runs[i], norm_type):to(total.dtype) end
-      total = run_norm(torch.stack(norms), norm_type)
-    end
-    if opts.error_if_nonfinite then
-      local v = total:item()
-      if v ~= v or v == math.huge or v == -math.huge then
-        raise(string.format("%s: the total norm of order %s for gradients from `parameters` is non-finite, "
-                            .. "so it cannot be clipped", fn, tostring(norm_type)))
-      end
-    end
-    local coef = (max_norm / (total + 1e-6)):clamp(nil, 1.0)
-    local coef_as = {}
-    for _, g in ipairs(runs) do
-      local c = coef_as[g.dtype]
-      if c == nil then
-        c = g.dtype == coef.dtype and coef or coef:to(g.dtype)
-        coef_as[g.dtype] = c
-      end
-      g:mul_(c)
-    end
+    local total = runs_norm(runs, norm_type, opts.error_if_nonfinite, fn)
+    scale_runs(runs, max_norm, total)
     return total
   end)
+end
+
+-- get_total_norm(tensors [, norm_type = 2, error_if_nonfinite = false,
+-- foreach]) (or {norm_type =, error_if_nonfinite =, foreach =}): the norm
+-- of the tensors (a tensor or a list; typically gradients) as if
+-- concatenated, and clip_grads_with_norm_(parameters, max_norm, total_norm
+-- [, foreach]): the parameters' gradients scaled in place by
+-- min(max_norm / (total_norm + 1e-6), 1), as PyTorch's two halves of
+-- clip_grad_norm_ (for a norm taken across ranks or shards in between).
+function U.get_total_norm(tensors, norm_type, error_if_nonfinite, foreach)
+  local fn = "get_total_norm"
+  if type(norm_type) == "table" then
+    norm_type, error_if_nonfinite, foreach = norm_type.norm_type, norm_type.error_if_nonfinite, norm_type.foreach
+  end
+  check_foreach(foreach, fn)
+  norm_type = check_norm_type(norm_type, fn)
+  local list = torch.is_tensor(tensors) and { tensors } or tensors
+  if type(list) ~= "table" then raise(fn .. ": expected a tensor or a list of tensors, got " .. type(tensors)) end
+  for i, t in ipairs(list) do
+    if not torch.is_tensor(t) then raise(string.format("%s: expected tensors[%d] to be a tensor, got %s", fn, i, type(t))) end
+  end
+  if #list == 0 then return torch.tensor(0.0) end
+  return torch.no_grad(function() return runs_norm(U._grad_runs(list), norm_type, error_if_nonfinite, fn) end)
+end
+
+function U.clip_grads_with_norm_(parameters, max_norm, total_norm, foreach)
+  local fn = "clip_grads_with_norm_"
+  check_foreach(foreach, fn)
+  local params = param_list(parameters, fn)
+  if type(max_norm) ~= "number" then raise(fn .. ": expected max_norm to be a number, got " .. type(max_norm)) end
+  if type(total_norm) == "number" then total_norm = torch.tensor(total_norm) end
+  if not torch.is_tensor(total_norm) then raise(fn .. ": expected total_norm to be a tensor or a number, got " .. type(total_norm)) end
+  local grads = grads_of(params)
+  if #grads == 0 then return end
+  torch.no_grad(function() scale_runs(U._grad_runs(grads), max_norm, total_norm) end)
 end
 
 -- clip_grad_value_(parameters, clip_value): clamps every gradient in place.
