@@ -19,6 +19,9 @@ local M = {}
 
 local function typename(x) return is_tensor(x) and "Tensor" or type(x) end
 local function pack(...) return { n = select("#", ...), ... } end
+local function is_callable(f)
+  return type(f) == "function" or (getmetatable(f) ~= nil and getmetatable(f).__call ~= nil)
+end
 
 -- The tensors of an argument (a tensor or a table of them) in a fixed
 -- order, and a function rebuilding the argument's shape from such a list.
@@ -128,9 +131,7 @@ end
 function M.grad_and_value(func, opts)
   local fn = "grad_and_value"
   opts = opts or {}
-  if type(func) ~= "function" and not (getmetatable(func) and getmetatable(func).__call) then
-    raise(fn .. ": expected a function, got " .. typename(func))
-  end
+  if not is_callable(func) then raise(fn .. ": expected a function, got " .. typename(func)) end
   return function(...)
     local nargs = select("#", ...)
     local args = { ... }
@@ -183,6 +184,7 @@ end
 -- output with respect to the argument at argnums (output dims then input
 -- dims), through torch.autograd.functional.jacobian.
 function M.jacrev(func, opts)
+  if not is_callable(func) then raise("jacrev: expected a function, got " .. typename(func)) end
   local argnum = opts and opts.argnums or 0
   return function(...)
     local args = { ... }

@@ -915,9 +915,13 @@ local function ormqr(A, tau, C, left, transpose)
   want_matrix(fn, A)
   want_float(fn, tau, "tau")
   want_float(fn, C, "C")
+  if C:dim() < 2 or tau:dim() < 1 then
+    raise(string.format("%s: expected tau of at least 1 dim and C of at least 2, got tau [%s] and C [%s]", fn,
+                        table.concat(tau:size(), ", "), table.concat(C:size(), ", ")))
+  end
   local m, k = A:size(-2), tau:size(-1)
   local rows = left and C:size(-2) or C:size(-1)
-  if C:dim() < 2 or rows ~= m or k > math.min(m, A:size(-1)) then
+  if rows ~= m or k > math.min(m, A:size(-1)) then
     raise(string.format("%s: expected A (..., m, n), tau (..., k) with k <= min(m, n) and C with m = %d %s, got A [%s], "
                         .. "tau [%s] and C [%s]", fn, m, left and "rows" or "columns", table.concat(A:size(), ", "),
                         table.concat(tau:size(), ", "), table.concat(C:size(), ", ")))

@@ -751,6 +751,10 @@ local gammainc, gammaincc = incomplete_gamma("gammainc", false), incomplete_gamm
 -- reparameterisation, as PyTorch's function of that name), in float64 and
 -- returned in x's dtype; what the gamma family's rsample differentiates by.
 function torch._standard_gamma_grad(alpha, x)
+  if not (B.is_tensor(alpha) and B.is_tensor(x)) then
+    raise(string.format("_standard_gamma_grad: expected alpha and x to be tensors, got %s and %s", typename(alpha),
+                        typename(x)))
+  end
   local a, xx = torch.broadcast_tensors(alpha:detach():to(torch.float64), x:detach():to(torch.float64))
   local density = ((a - 1) * xx:log() - xx - a:lgamma()):exp()
   return (-incomplete_gamma_da(xx, a) / density):to(x.dtype)
