@@ -417,6 +417,19 @@ function T.filled(torch, shape, f)
     return torch.tensor(v, {dtype = torch.float64}):reshape(shape)
 end
 
+-- make(opts) with its weight 0.5 sin(1 + 0.7 k) and its bias 0.1 k, and an
+-- input of xshape holding cos(0.3 k) that requires grad, as the weight-norm,
+-- parametrize and prune generators' fixed_module (float64 unless dtype).
+function T.fixed_module(torch, make, xshape, dtype)
+    dtype = dtype or torch.float64
+    local m = make({dtype = dtype})
+    torch.no_grad(function()
+        m.weight:copy_(T.filled(torch, T.shape(m.weight), function(k) return 0.5 * math.sin(1 + 0.7 * k) end))
+        m.bias:copy_(T.filled(torch, T.shape(m.bias), function(k) return 0.1 * k end))
+    end)
+    return m, T.filled(torch, xshape, function(k) return math.cos(0.3 * k) end):to(dtype):requires_grad_()
+end
+
 -- T.compare_values as one check: ok when got equals want within rtol and atol.
 function T.values_close(got, want, rtol, atol, name)
     local ok, why = T.compare_values(got, want, rtol, atol)

@@ -15,14 +15,7 @@ local ref = dofile(here .. "/../ref/prune.lua")
 local f64 = { dtype = torch.float64 }
 
 -- the generator's module and input
-local function built(make, xshape)
-  local m = make(f64)
-  torch.no_grad(function()
-    m.weight:copy_(T.filled(torch, T.shape(m.weight), function(k) return 0.5 * math.sin(1 + 0.7 * k) end))
-    m.bias:copy_(T.filled(torch, T.shape(m.bias), function(k) return 0.1 * k end))
-  end)
-  return m, T.filled(torch, xshape, function(k) return math.cos(0.3 * k) end):requires_grad_()
-end
+local function built(make, xshape) return T.fixed_module(torch, make, xshape) end
 local function flat(t) return t:detach():reshape(-1):tolist() end
 local function linear(i, o) return function(opts) return nn.Linear(i, o, opts) end end
 local function conv(opts) return nn.Conv2d(2, 4, 3, opts) end

@@ -20,14 +20,7 @@ local modules = {  -- as in the generator: constructor, input shape
 -- the generator's module and input: weight 0.5 sin(1 + 0.7 k), bias 0.1 k,
 -- input cos(0.3 k)
 local function built(kind, dtype)
-  local make, xshape = modules[kind][1], modules[kind][2]
-  local m = make({ dtype = dtype })
-  torch.no_grad(function()
-    m.weight:copy_(T.filled(torch, T.shape(m.weight), function(k) return 0.5 * math.sin(1 + 0.7 * k) end))
-    m.bias:copy_(T.filled(torch, T.shape(m.bias), function(k) return 0.1 * k end))
-  end)
-  local x = T.filled(torch, xshape, function(k) return math.cos(0.3 * k) end):to(dtype):requires_grad_()
-  return m, x
+  return T.fixed_module(torch, modules[kind][1], modules[kind][2], dtype)
 end
 
 local function flat(t) return t:reshape(-1):tolist() end
