@@ -48,7 +48,9 @@ local OPTIONS = {
   { "log_interval", 10, "steps between progress lines" },
   { "ckpt", "", "checkpoint path (.safetensors): written at each evaluation and at the end" },
   { "resume", false, "continue from --ckpt when it exists" },
-  { "fsdp", false, "shard each block's parameters over the ranks (FULL_SHARD; every block's LayerNorm and biases then decay too)" },
+  { "fsdp", false, "shard each block's parameters over the ranks (every block's LayerNorm and biases then decay too)" },
+  { "fsdp_strategy", "FULL_SHARD", "under --fsdp: FULL_SHARD (a block's forward runs again in its backward) or " ..
+                                   "SHARD_GRAD_OP (its graph and gathered parameters kept until its backward)" },
   { "peak_tflops", 0, "the device's peak bf16 TFLOP/s for MFU (0: known GPUs' from their name)" },
   { "seed", 1337, "random seed" },
 }
@@ -61,6 +63,9 @@ local function parse(args)
                                             "grad_accum", "steps" })
   if opt.dtype ~= "bf16" and opt.dtype ~= "fp32" then fail("--dtype is bf16 or fp32, got '" .. opt.dtype .. "'") end
   if opt.resume and opt.ckpt == "" then fail("--resume needs --ckpt=PATH") end
+  if opt.fsdp_strategy ~= "FULL_SHARD" and opt.fsdp_strategy ~= "SHARD_GRAD_OP" then
+    fail("--fsdp_strategy is FULL_SHARD or SHARD_GRAD_OP, got '" .. opt.fsdp_strategy .. "'")
+  end
   if opt.fsdp and os.getenv("WORLD_SIZE") == nil then
     fail("--fsdp shards over the ranks of a launch: dplua --nproc_per_node=N examples/gpt2/train.lua --fsdp")
   end
@@ -126,7 +131,8 @@ local function main(args)
   local ddp, sharded, optimizer
   if opt.fsdp then
     model.call_blocks = true   -- each block called as a whole: its parameters exist only inside its call
-    sharded = dist.fsdp.FullyShardedDataParallel(model, { auto_wrap_policy = dist.fsdp.ModuleWrapPolicy({ gpt.Block }) })
+    sharded = dist.fsdp.FullyShardedDataParallel(model, { auto_wrap_policy = dist.fsdp.ModuleWrapPolicy({ gpt.Block }),
+                                                          sharding_strategy = opt.fsdp_strategy })
     local decay, no_decay = {}, {}
     for _, e in ipairs(sharded:named_parameters()) do
       local p = e[2]

@@ -18,6 +18,10 @@
 -- (averaged) into the shard's. So between uses a unit's parameters take
 -- 1/N of their memory on each rank, and its activations are not kept: the
 -- forward of a unit runs twice a step, as under activation checkpointing.
+-- With sharding_strategy "SHARD_GRAD_OP" a unit's forward records its
+-- graph on the gathered parameters instead, which stay until its backward
+-- has used them: one gather and one forward a step, for the memory of the
+-- whole parameters and the activations between forward and backward.
 -- The parameters outside every unit (embeddings, a head, weights a unit
 -- shares with them) stay whole on every rank, their gradients averaged
 -- by an all-reduce as DistributedDataParallel's are.
@@ -111,23 +115,69 @@ end
 -- The autograd Function of a unit's call: (shard, unit, args...) -> output.
 local UnitFn = require("dplua.autograd").Function:extend("FullyShardedDataParallelUnit")
 
-function UnitFn.forward(ctx, shard, unit, ...)
-  local state = recompute._run_state()
-  local full = gather(unit)
-  install(unit, full, false)
-  local out = { pcall(unit.run, unit.module, ...) }
-  uninstall(unit)
-  if not out[1] then error(out[2], 0) end
+local function check_output(unit, out)
   if not is_tensor(out[2]) or out[3] ~= nil then
     raise(string.format("FullyShardedDataParallel: the unit %s must return one tensor, got %s", unit.name,
                         typename(out[2])))
   end
-  ctx.unit, ctx.args, ctx.nargs, ctx.state = unit, { ... }, select("#", ...), state
+end
+
+-- Detached copies of the tensor arguments, leaves that require grad where
+-- the arguments did; the copies and each one's argument position
+local function leaf_args(nargs, ...)
+  local args, copies, positions = { ... }, {}, {}
+  for i = 1, nargs do
+    local a = args[i]
+    if is_tensor(a) then
+      local d = a:detach()
+      if a.requires_grad then d:requires_grad_(true) end
+      args[i] = d
+      copies[#copies + 1], positions[#copies + 1] = d, i
+    end
+  end
+  return args, copies, positions
+end
+
+function UnitFn.forward(ctx, shard, unit, ...)
+  local nargs = select("#", ...)
+  local full = gather(unit)
+  local backward_comes = false
+  for _, needs in ipairs(ctx.needs_input_grad) do backward_comes = backward_comes or needs end
+  ctx.unit, ctx.nargs = unit, nargs
+  if unit.keep_activations and backward_comes then
+    -- SHARD_GRAD_OP: the forward records its graph on the gathered
+    -- parameters, which stay until the backward has used them
+    local views = install(unit, full, true)
+    local args, copies, positions = leaf_args(nargs, ...)
+    local out = { pcall(torch.enable_grad, unit.run, unit.module, unpack(args, 1, nargs)) }
+    uninstall(unit)
+    if not out[1] then error(out[2], 0) end
+    check_output(unit, out)
+    ctx.kept = { out = out[2], views = views, copies = copies, positions = positions }
+    return out[2]:detach()
+  end
+  local state = recompute._run_state()
+  install(unit, full, false)
+  local out = { pcall(unit.run, unit.module, ...) }
+  uninstall(unit)
+  if not out[1] then error(out[2], 0) end
+  check_output(unit, out)
+  ctx.args, ctx.state = { ... }, state
   return out[2]
 end
 
-function UnitFn.backward(ctx, grad)
-  local unit = ctx.unit
+-- The backward of a unit's graph: the kept one (SHARD_GRAD_OP), or the
+-- forward run again on the gathered parameters (FULL_SHARD); the
+-- parameters' views and the arguments' copies, whose gradients it left.
+local function unit_backward(ctx, grad)
+  local unit, kept = ctx.unit, ctx.kept
+  if kept ~= nil then
+    ctx.kept = nil
+    local ok, err = true, nil
+    if kept.out.requires_grad then ok, err = pcall(kept.out.backward, kept.out, grad) end
+    if not ok then error(err, 0) end
+    return kept.views, kept.copies, kept.positions
+  end
   local full = gather(unit)
   local views = install(unit, full, true)
   -- (the random state and autocast state the forward ran with, so that
@@ -137,6 +187,12 @@ function UnitFn.backward(ctx, grad)
   if ok and out.requires_grad then ok, out = pcall(out.backward, out, grad) end
   uninstall(unit)
   if not ok then error(out, 0) end
+  return views, copies, positions
+end
+
+function UnitFn.backward(ctx, grad)
+  local unit = ctx.unit
+  local views, copies, positions = unit_backward(ctx, grad)
   -- the parameters' gradients, flat and padded, averaged into the shard's
   local flat = torch.zeros({ unit.padded }, { dtype = unit.shard.dtype, device = unit.shard.device })
   for i, s in ipairs(unit.params) do
@@ -173,9 +229,10 @@ function FSDP:__init(module, opts)
   for k in pairs(opts) do
     if not own_options[k] then raise(fn .. ": unknown option '" .. tostring(k) .. "'") end
   end
-  if opts.sharding_strategy ~= nil and opts.sharding_strategy ~= "FULL_SHARD" then
-    raise(fn .. ": only sharding_strategy \"FULL_SHARD\" is implemented here (DistributedDataParallel has NO_SHARD " ..
-          "and SHARD_GRAD_OP)")
+  local strategy = opts.sharding_strategy or "FULL_SHARD"
+  if strategy ~= "FULL_SHARD" and strategy ~= "SHARD_GRAD_OP" then
+    raise(fn .. ': sharding_strategy "FULL_SHARD" and "SHARD_GRAD_OP" are implemented here, got ' .. tostring(strategy)
+          .. " (for NO_SHARD, DistributedDataParallel)")
   end
   local policy = opts.auto_wrap_policy
   if type(policy) ~= "function" then
@@ -204,6 +261,7 @@ function FSDP:__init(module, opts)
   torch.no_grad(function()
     for ui, u in ipairs(units) do
       u.group, u.rank, u.size = group, rank, size
+      u.keep_activations = strategy == "SHARD_GRAD_OP"
       u.run = getmetatable(u.module).__class.forward
       u.slots, u.params = {}, {}
       local index_of, total, dtype, device = {}, 0, nil, nil

@@ -16,7 +16,9 @@
 --   dplua --nproc_per_node=N scripts/bench/gpt2.lua B STEPS ddp
 -- With "fsdp", the same under dist.fsdp.FullyShardedDataParallel, each
 -- Block a unit (FULL_SHARD: a block's parameters gathered for its forward
--- and for its recomputation in backward).
+-- and for its recomputation in backward); "fsdp_grad_op" with
+-- SHARD_GRAD_OP (a block's graph and gathered parameters kept from its
+-- forward to its backward).
 -- DPLUA_BENCH_TINY=1: a tiny model (2 layers, width 64, 1024 -> 64
 -- tokens, vocabulary 512) on the CPU (Gloo for "ddp", and ddp_ranks 2),
 -- so that the script can be checked where there is no GPU.
@@ -33,8 +35,9 @@ local clock = torch.utils.progress.clock
 
 local B, steps = tonumber(arg[1]) or 8, tonumber(arg[2]) or 20
 local mode = arg[3]
-if mode ~= nil and mode ~= "ddp" and mode ~= "fsdp" then
-  error("gpt2.lua: the third argument is \"ddp\", \"fsdp\" or nothing, got " .. mode, 0)
+local strategies = { fsdp = "FULL_SHARD", fsdp_grad_op = "SHARD_GRAD_OP" }
+if mode ~= nil and mode ~= "ddp" and not strategies[mode] then
+  error("gpt2.lua: the third argument is \"ddp\", \"fsdp\", \"fsdp_grad_op\" or nothing, got " .. mode, 0)
 end
 local ddp = mode ~= nil   -- (both run under the launcher, one rank per GPU)
 local config = tiny and { n_layer = 2, n_head = 4, n_embd = 64, block_size = 64, vocab_size = 512 }
@@ -46,7 +49,7 @@ local world = ddp and tonumber(os.getenv("WORLD_SIZE") or "1") or 1
 local function say(fmt, ...) if rank == 0 then print(string.format(fmt, ...)) end end
 local name = tiny and "cpu" or torch.cuda.get_device_name(0)   -- rank 0's GPU: its bf16 peak is MFU's denominator
 say("version dplua on %s, batch %d x %d, %d steps%s", name, B, T, steps,
-    ddp and string.format(", %s over %d ranks (%s)", mode == "fsdp" and "FSDP" or "DDP", world,
+    ddp and string.format(", %s over %d ranks (%s)", strategies[mode] and "FSDP " .. strategies[mode] or "DDP", world,
                           tiny and "gloo" or "nccl") or "")
 if not ddp and rank == 0 then print("ddp_ranks " .. (tiny and 2 or torch.cuda.device_count())) end
 
@@ -73,9 +76,10 @@ local ok, err = pcall(function()
   local model = gpt.GPT(config):to(device)
   local flops_per_token = model:flops_per_token(T)
   local run, opt, clip
-  if mode == "fsdp" then
+  if strategies[mode] then
     model.call_blocks = true
-    run = dist.fsdp.FullyShardedDataParallel(model, { auto_wrap_policy = dist.fsdp.ModuleWrapPolicy({ gpt.Block }) })
+    run = dist.fsdp.FullyShardedDataParallel(model, { auto_wrap_policy = dist.fsdp.ModuleWrapPolicy({ gpt.Block }),
+                                                      sharding_strategy = strategies[mode] })
     opt = torch.optim.AdamW(run:parameters(), { lr = 6e-4, betas = { 0.9, 0.95 }, weight_decay = 0.1 })
     clip = function() run:clip_grad_norm_(1.0) end
   else

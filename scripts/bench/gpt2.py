@@ -10,7 +10,8 @@
 # (the slowest rank's ms, tokens/s over all ranks, MFU over all GPUs, the
 # largest rank's max_memory_allocated). With "fsdp", the same under
 # FullyShardedDataParallel, each Block a unit (FULL_SHARD, PyTorch's
-# defaults: activations kept, no recomputation).
+# defaults: activations kept, no recomputation); "fsdp_grad_op" with
+# ShardingStrategy.SHARD_GRAD_OP.
 # DPLUA_BENCH_TINY=1: gpt2.lua's tiny model on the CPU (Gloo for "ddp").
 import math
 import os
@@ -28,9 +29,10 @@ if not TINY and not torch.cuda.is_available():
     raise SystemExit(0)
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "eager"
-if MODE not in ("eager", "compile", "ddp", "fsdp"):
-    sys.exit(f"gpt2.py: the mode is eager, compile, ddp or fsdp, got {MODE!r}")
-DIST = MODE in ("ddp", "fsdp")
+FSDP_MODES = ("fsdp", "fsdp_grad_op")
+if MODE not in ("eager", "compile", "ddp") + FSDP_MODES:
+    sys.exit(f"gpt2.py: the mode is eager, compile, ddp, fsdp or fsdp_grad_op, got {MODE!r}")
+DIST = MODE == "ddp" or MODE in FSDP_MODES
 B = int(sys.argv[2]) if len(sys.argv) > 2 else 8
 STEPS = int(sys.argv[3]) if len(sys.argv) > 3 else 20
 T, V, L, H, C = (64, 512, 2, 4, 64) if TINY else (1024, 50304, 12, 12, 768)
@@ -140,8 +142,8 @@ def main():
     n = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
     fused = {"fused": True} if gpu else {}  # PyTorch 1.13's AdamW has no fused, nor 2.x's on the CPU before 2.4
     clip = lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    if MODE == "fsdp":
-        from torch.distributed.fsdp import FullyShardedDataParallel
+    if MODE in FSDP_MODES:
+        from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
         try:
             from torch.distributed.fsdp.wrap import ModuleWrapPolicy
             policy = ModuleWrapPolicy({Block})
@@ -149,7 +151,9 @@ def main():
             import functools
             from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
             policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
-        run = FullyShardedDataParallel(model, auto_wrap_policy=policy, device_id=device if gpu else None)
+        strategy = ShardingStrategy.SHARD_GRAD_OP if MODE == "fsdp_grad_op" else ShardingStrategy.FULL_SHARD
+        run = FullyShardedDataParallel(model, auto_wrap_policy=policy, device_id=device if gpu else None,
+                                       sharding_strategy=strategy)
         opt = torch.optim.AdamW(run.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, **fused)
         clip = lambda: run.clip_grad_norm_(1.0)
     else:
@@ -159,7 +163,7 @@ def main():
                                 lr=6e-4, betas=(0.9, 0.95), **fused)
     if MODE == "ddp":
         run = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if gpu else None)
-    elif MODE != "fsdp":
+    elif MODE not in FSDP_MODES:
         run = torch.compile(model) if MODE == "compile" else model
     if DIST:
         torch.manual_seed(1 + RANK)  # a batch of its own on every rank

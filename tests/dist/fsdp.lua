@@ -60,7 +60,7 @@ local function train(model, opt, clip)
 end
 local function adamw(params) return optim.AdamW(params, { lr = 0.02, betas = { 0.8, 0.95 }, weight_decay = 0.05 }) end
 
-if rank == 0 then print("1..11") end
+if rank == 0 then print("1..15") end
 local ddp = nn.parallel.DistributedDataParallel(net())
 local ddp_norms = train(ddp, adamw(ddp:parameters()), function(m) return nn.utils.clip_grad_norm_(m:parameters(), 0.5):item() end)
 local want = ddp.module:state_dict()
@@ -78,6 +78,22 @@ ok(same and worst < 1e-5, string.format("%d ranks: %d AdamW steps with dropout a
 local nworst = 0
 for s = 1, K do nworst = math.max(nworst, math.abs(fsdp_norms[s] - ddp_norms[s])) end
 ok(nworst < 1e-5, string.format("clip_grad_norm_: the same total norms as DDP's (worst difference %.2e)", nworst))
+
+-- SHARD_GRAD_OP: the forward's graph is kept on the gathered parameters
+-- until the backward, so a block runs once a step, and trains the same
+do
+  local keep = fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = fsdp.ModuleWrapPolicy({ Block }),
+                                                      sharding_strategy = fsdp.ShardingStrategy.SHARD_GRAD_OP })
+  local calls = 0
+  keep.module[1].fc1:register_forward_hook(function() calls = calls + 1 end)
+  local keep_norms = train(keep, adamw(keep:parameters()), function(m) return m:clip_grad_norm_(0.5):item() end)
+  local kept, kworst = keep:state_dict(), 0
+  for _, k in ipairs(want:keys()) do kworst = math.max(kworst, (kept[k] - want[k]):abs():max():item()) end
+  for s = 1, K do kworst = math.max(kworst, math.abs(keep_norms[s] - ddp_norms[s])) end
+  ok(kworst < 1e-5, string.format("SHARD_GRAD_OP: the same weights and norms as DDP's (worst difference %.2e)", kworst))
+  ok(calls == K, string.format("SHARD_GRAD_OP: a block runs once a step (%d calls in %d steps)", calls, K))
+  ok(keep.module[1].fc1.weight:numel() == 0, "SHARD_GRAD_OP: between steps a block holds no parameters")
+end
 
 local block = model.module[1]
 local shard = model._units[1].shard
@@ -158,6 +174,9 @@ local function raises(fn, pattern, name)
 end
 raises(function() fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = 3 }) end,
        "expected auto_wrap_policy to be a function", "an auto_wrap_policy that is not a function")
+raises(function() fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = fsdp.ModuleWrapPolicy({ Block }),
+                                                        sharding_strategy = "HYBRID_SHARD" }) end,
+       'sharding_strategy "FULL_SHARD" and "SHARD_GRAD_OP" are implemented here, got HYBRID_SHARD', "an unknown strategy")
 raises(function() again:to("cpu") end, "move the model to its device and dtype before wrapping it",
        "moving the wrapped model says to move it first")
 raises(function() nn.parallel.DistributedDataParallel(net(), { sharding_strategy = "FULL_SHARD" }) end,

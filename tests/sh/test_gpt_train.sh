@@ -6,7 +6,7 @@
 # the loss falls, a validation loss and a checkpoint are written, a run
 # resumed from a checkpoint continues with the losses of the run that was
 # never stopped, DDP over two ranks runs, --fsdp over two ranks gives
-# DDP's losses and resumes from its per-rank checkpoints, and bad options
+# DDP's losses (under either strategy) and resumes from its per-rank checkpoints, and bad options
 # are refused.
 # TAP output; run by `make check`.
 #
@@ -83,6 +83,10 @@ launch fsdp.log --steps=3 --fsdp
 [ $status -eq 0 ] && [ -n "$(loss fsdp.log 3)" ] &&
     [ "$(loss fsdp.log 1) $(loss fsdp.log 2) $(loss fsdp.log 3)" = "$(loss ddp.log 1) $(loss ddp.log 2) $(loss ddp.log 3)" ]
 ok $? "--fsdp over two ranks: DDP's losses ($(loss fsdp.log 1) $(loss fsdp.log 2) $(loss fsdp.log 3))" "$tmp/fsdp.log"
+launch keep.log --steps=3 --fsdp --fsdp_strategy=SHARD_GRAD_OP
+[ $status -eq 0 ] && [ -n "$(loss keep.log 3)" ] &&
+    [ "$(loss keep.log 1) $(loss keep.log 2) $(loss keep.log 3)" = "$(loss ddp.log 1) $(loss ddp.log 2) $(loss ddp.log 3)" ]
+ok $? "--fsdp --fsdp_strategy=SHARD_GRAD_OP: DDP's losses too" "$tmp/keep.log"
 launch g.log --steps=2 --fsdp --ckpt=g.safetensors
 launch h.log --steps=3 --fsdp --ckpt=g.safetensors --resume
 [ $status -eq 0 ] && [ -s "$tmp/g.safetensors.optim.rank1" ] && grep -q "resumed from g.safetensors at step 2" "$tmp/h.log" &&
