@@ -126,8 +126,6 @@ local function main(args)
   if exists then exists:close() end
   local ck = opt.resume and exists and torch.load(opt.ckpt, { map_location = device }) or nil
   if ck then model:load_state_dict(ck.model) end
-  -- each rank's optimizer state under --fsdp (its shards')
-  local optim_path = opt.fsdp and string.format("%s.optim.rank%d", opt.ckpt, rank) or nil
   local ddp, sharded, optimizer
   if opt.fsdp then
     model.call_blocks = true   -- each block called as a whole: its parameters exist only inside its call
@@ -145,7 +143,8 @@ local function main(args)
     optimizer = model:configure_optimizers(opt.weight_decay, opt.lr, { 0.9, 0.95 })
   end
   if ck then
-    optimizer:load_state_dict(opt.fsdp and torch.load(optim_path, { map_location = device }).optimizer or ck.optimizer)
+    -- (under --fsdp the state is by parameter name: any number of ranks takes its shards of it)
+    optimizer:load_state_dict(sharded and sharded:optim_state_dict_to_load(optimizer, ck.optimizer) or ck.optimizer)
     step, epoch, batch = ck.step, ck.epoch, ck.batch
     torch.set_rng_state(ck.rng)
     say("resumed from %s at step %d", opt.ckpt, step)
@@ -192,11 +191,11 @@ local function main(args)
 
   local function save()
     if opt.ckpt == "" then return end
-    -- (under --fsdp every rank gathers the whole model, and saves its shards' optimizer state)
+    -- (under --fsdp every rank gathers the whole model and the optimizer state by parameter name)
     local state = sharded and sharded:state_dict() or model:state_dict({ keep_vars = true })
-    if sharded then torch.save({ optimizer = optimizer:state_dict() }, optim_path) end
+    local optim_state = sharded and sharded:optim_state_dict(optimizer) or optimizer:state_dict()
     if master then
-      torch.save({ model = state, optimizer = (not sharded) and optimizer:state_dict() or nil,
+      torch.save({ model = state, optimizer = optim_state,
                    step = step, epoch = epoch, batch = batch, rng = torch.get_rng_state(),
                    config = model.config }, opt.ckpt)
     end

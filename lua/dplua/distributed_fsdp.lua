@@ -390,6 +390,167 @@ function FSDP:load_state_dict(sd, opts)
   end)
 end
 
+---------------------------------------------------------------- optimizer state
+
+-- The name of each unit parameter (its first place in the model), per unit
+local function unit_param_names(self)
+  local names = self._unit_names
+  if names then return names end
+  local path = {}
+  for _, e in ipairs(self.module:named_modules()) do if path[e[2]] == nil then path[e[2]] = e[1] end end
+  names = {}
+  for ui, u in ipairs(self._units) do
+    names[ui] = {}
+    for _, slot in ipairs(u.slots) do
+      if names[ui][slot.index] == nil then
+        local prefix = path[slot.owner]
+        names[ui][slot.index] = prefix == "" and slot.key or (prefix .. "." .. slot.key)
+      end
+    end
+  end
+  self._unit_names = names
+  return names
+end
+
+-- What the optimizer's parameters are: shard -> unit index, whole
+-- parameter -> name
+local function parameter_roles(self)
+  local unit_of, name_of = {}, {}
+  for ui, u in ipairs(self._units) do unit_of[u.shard] = ui end
+  for _, e in ipairs(self:named_parameters()) do name_of[e[2]] = e[1] end
+  return unit_of, name_of
+end
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  return keys
+end
+
+local function copy_state(st)
+  local c = {}
+  for k, v in pairs(st) do c[k] = is_tensor(v) and v:detach():clone() or v end
+  return c
+end
+
+local function check_optimizer(opt, fn)
+  if type(opt) ~= "table" or type(opt.state_dict) ~= "function" or type(opt.param_groups) ~= "table" then
+    raise(fn .. ": expected an optimizer over the wrapper's parameters(), got " .. typename(opt))
+  end
+end
+
+-- optim_state_dict(opt): the optimizer's whole state with the unwrapped
+-- model's parameter names as keys (state[name] = {step =, exp_avg = a
+-- tensor of the parameter's shape, ...}; each group's params a list of
+-- names), gathered on every rank (PyTorch's FSDP.optim_state_dict); a
+-- collective: every rank calls it. It loads into a run on any number of
+-- ranks through optim_state_dict_to_load.
+function FSDP:optim_state_dict(opt)
+  local fn = "FullyShardedDataParallel.optim_state_dict"
+  check_optimizer(opt, fn)
+  local names = unit_param_names(self)
+  local unit_of, name_of = parameter_roles(self)
+  local sd = opt:state_dict()
+  local state, groups, id = {}, {}, 0
+  for gi, g in ipairs(opt.param_groups) do
+    local c, pnames = {}, {}
+    for k, v in pairs(sd.param_groups[gi]) do if k ~= "params" then c[k] = v end end
+    for _, p in ipairs(g.params) do
+      local st, ui = sd.state[id], unit_of[p]
+      if ui then
+        local u = self._units[ui]
+        for i = 1, #u.params do pnames[#pnames + 1] = names[ui][i] end
+        if st then
+          local per = {}
+          for i = 1, #u.params do per[i] = {} end
+          for _, k in ipairs(sorted_keys(st)) do   -- (the same order of collectives on every rank)
+            local v = st[k]
+            if is_tensor(v) and k ~= "step" and v:numel() == u.shard_size then
+              local full = torch.empty({ u.padded }, { dtype = v.dtype, device = v.device })
+              if u.size == 1 then full:copy_(v:reshape(-1)) else
+                all_gather(full, v:detach():reshape(-1):contiguous(), u.group)
+              end
+              for i, prm in ipairs(u.params) do per[i][k] = full:narrow(0, prm.offset, prm.numel):view(prm.shape):clone() end
+            else
+              for i = 1, #u.params do per[i][k] = is_tensor(v) and v:detach():clone() or v end
+            end
+          end
+          for i = 1, #u.params do state[names[ui][i]] = per[i] end
+        end
+      else
+        local name = name_of[p]
+        if name == nil then raise(fn .. ": the optimizer steps a tensor that is not one of the wrapper's parameters()") end
+        pnames[#pnames + 1] = name
+        if st then state[name] = copy_state(st) end
+      end
+      id = id + 1
+    end
+    c.params = pnames
+    groups[gi] = c
+  end
+  return { state = state, param_groups = groups }
+end
+
+-- optim_state_dict_to_load(opt, osd): what opt:load_state_dict takes on
+-- this rank from an optim_state_dict() (of a run on any number of ranks):
+-- each unit's per-parameter state flattened and this rank's shard of it
+-- kept. No collective.
+function FSDP:optim_state_dict_to_load(opt, osd)
+  local fn = "FullyShardedDataParallel.optim_state_dict_to_load"
+  check_optimizer(opt, fn)
+  if type(osd) ~= "table" or type(osd.state) ~= "table" or type(osd.param_groups) ~= "table" then
+    raise(fn .. ": expected a state dict from optim_state_dict() {state =, param_groups =}")
+  end
+  if #osd.param_groups ~= #opt.param_groups then
+    raise(string.format("%s: the state dict has %d parameter groups, the optimizer %d", fn, #osd.param_groups,
+                        #opt.param_groups))
+  end
+  local names = unit_param_names(self)
+  local unit_of, name_of = parameter_roles(self)
+  local current = opt:state_dict()
+  local state, groups, id = {}, {}, 0
+  for gi, g in ipairs(opt.param_groups) do
+    local c = {}
+    for k, v in pairs(osd.param_groups[gi]) do if k ~= "params" then c[k] = v end end
+    c.params = current.param_groups[gi].params
+    groups[gi] = c
+    for _, p in ipairs(g.params) do
+      local ui = unit_of[p]
+      if ui then
+        local u = self._units[ui]
+        local first = osd.state[names[ui][1]]
+        if first then
+          local st = {}
+          for k, v in pairs(first) do
+            if is_tensor(v) and k ~= "step" and table.concat(v:size(), ",") == table.concat(u.params[1].shape, ",") then
+              local full = torch.zeros({ u.padded }, { dtype = v.dtype, device = u.shard.device })
+              for i, prm in ipairs(u.params) do
+                local entry = osd.state[names[ui][i]]
+                local pv = entry and entry[k]
+                if not is_tensor(pv) or pv:numel() ~= prm.numel then
+                  raise(string.format("%s: the state of %s has no %s of %d elements", fn, names[ui][i], tostring(k),
+                                      prm.numel))
+                end
+                full:narrow(0, prm.offset, prm.numel):copy_(pv:reshape(-1))
+              end
+              st[k] = full:narrow(0, u.rank * u.shard_size, u.shard_size):clone()
+            else
+              st[k] = is_tensor(v) and v:detach():clone() or v
+            end
+          end
+          state[id] = st
+        end
+      else
+        local entry = osd.state[name_of[p]]
+        if entry then state[id] = copy_state(entry) end
+      end
+      id = id + 1
+    end
+  end
+  return { state = state, param_groups = groups }
+end
+
 -- clip_grad_norm_(max_norm [, norm_type = 2]): the norm of all the
 -- gradients (the shards' summed over ranks, the whole ones once), every
 -- gradient scaled by the same coefficient; returns the norm.

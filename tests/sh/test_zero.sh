@@ -5,7 +5,8 @@
 # DDP; consolidated and per-rank checkpoints resume bit for bit; Join with
 # uneven inputs finishes and matches one process; bad input raises; and
 # FullyShardedDataParallel (ZeRO-3, tests/dist/fsdp.lua) trains as DDP on
-# 2 and 3 ranks.
+# 2 and 3 ranks, and a run of it stopped on 2 ranks resumes on 3 from its
+# whole state dict and optimizer state (tests/dist/fsdp_reshard.lua).
 #
 #   sh tests/sh/test_zero.sh          # from the build directory
 
@@ -17,7 +18,7 @@ need_dplua
 diag_cut="tail -20"
 dp_timeout=300
 
-plan 22
+plan 23
 
 # passes: every rank printed its TAP lines and none failed
 passes() {
@@ -57,3 +58,7 @@ for ranks in 2 3; do
     [ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.15' "$tmp/out" && [ "$(grep -c '^ok' "$tmp/out")" -eq 15 ]
     ok $? "FullyShardedDataParallel (FULL_SHARD and SHARD_GRAD_OP) on $ranks ranks trains as DDP (dropout, clipping, tied weights, bf16 autocast), its state dict out and in"
 done
+
+run --nproc_per_node=3 "$dist/fsdp_reshard.lua" "$tmp"
+[ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.6' "$tmp/out" && [ "$(grep -c '^ok' "$tmp/out")" -eq 6 ]
+ok $? "FullyShardedDataParallel stopped on 2 ranks resumes on 3 from its state dict and optim_state_dict (by parameter name)"
