@@ -551,6 +551,159 @@ function FSDP:optim_state_dict_to_load(opt, osd)
   return { state = state, param_groups = groups }
 end
 
+---------------------------------------------------------------- sharded checkpoints
+
+-- The state dict keys of every unit parameter's places
+local function unit_slot_names(self)
+  local path = {}
+  for _, e in ipairs(self.module:named_modules()) do path[e[2]] = path[e[2]] or {} ; table.insert(path[e[2]], e[1]) end
+  local slots = {}   -- per unit: { name =, index = } for every place of every parameter
+  for ui, u in ipairs(self._units) do
+    slots[ui] = {}
+    for _, slot in ipairs(u.slots) do
+      for _, prefix in ipairs(path[slot.owner]) do
+        slots[ui][#slots[ui] + 1] = { name = prefix == "" and slot.key or (prefix .. "." .. slot.key), index = slot.index }
+      end
+    end
+  end
+  return slots
+end
+
+-- sharded_state_dict([opt]): this rank's part of a checkpoint, gathering
+-- nothing: its shard of every unit, the rest of the model's state dict
+-- (whole parameters and buffers), and with opt its optimizer's state (of
+-- the shards) with what each of its parameters is. Every rank saves its
+-- own; load_sharded_state_dict takes the list of them on any number of ranks.
+function FSDP:sharded_state_dict(opt)
+  if opt ~= nil then check_optimizer(opt, "FullyShardedDataParallel.sharded_state_dict") end
+  local in_unit = {}
+  for _, list in ipairs(unit_slot_names(self)) do for _, e in ipairs(list) do in_unit[e.name] = true end end
+  local whole = {}
+  local sd = self.module:state_dict()
+  for _, k in ipairs(sd:keys()) do
+    local v = sd[k]
+    if not in_unit[k] then whole[k] = is_tensor(v) and v:detach():clone() or v end
+  end
+  local units = {}
+  for _, u in ipairs(self._units) do units[u.name] = u.shard:detach():clone() end
+  local out = { rank = self._units[1].rank, world_size = self._size, whole = whole, units = units }
+  if opt ~= nil then
+    local unit_of, name_of = parameter_roles(self)
+    local roles = {}
+    for _, g in ipairs(opt.param_groups) do
+      for _, p in ipairs(g.params) do
+        roles[#roles + 1] = unit_of[p] and ("unit:" .. self._units[unit_of[p]].name) or ("param:" .. tostring(name_of[p]))
+      end
+    end
+    local osd = opt:state_dict()
+    local state = {}
+    for id, st in pairs(osd.state) do state[id] = copy_state(st) end
+    out.optimizer = { state = state, param_groups = osd.param_groups, roles = roles }
+  end
+  return out
+end
+
+-- Every rank's sharded_state_dict(), in rank order, checked
+local function check_shards(self, list, fn)
+  if type(list) ~= "table" or #list == 0 then
+    raise(fn .. ": expected the list of every rank's sharded_state_dict(), in rank order")
+  end
+  for r, sd in ipairs(list) do
+    if type(sd) ~= "table" or type(sd.units) ~= "table" or type(sd.whole) ~= "table" then
+      raise(string.format("%s: entry %d is not a sharded_state_dict()", fn, r))
+    end
+    if sd.rank ~= r - 1 or sd.world_size ~= #list then
+      raise(string.format("%s: expected the %d ranks' shards in rank order; entry %d is rank %s of %s", fn, #list, r,
+                          tostring(sd.rank), tostring(sd.world_size)))
+    end
+  end
+end
+
+-- A unit's T elements, from every rank's shard of it (key: its name)
+local function unit_flat(list, unit, fn, pick)
+  local parts = {}
+  for r, sd in ipairs(list) do
+    local t = pick(sd)
+    if not is_tensor(t) then raise(string.format("%s: rank %d's checkpoint has no shard of unit %s", fn, r - 1, unit.name)) end
+    parts[r] = t:reshape(-1)
+  end
+  local flat = torch.cat(parts)
+  local total = unit.params[#unit.params].offset + unit.params[#unit.params].numel
+  if flat:numel() < total then
+    raise(string.format("%s: the shards of unit %s hold %d elements, its parameters %d", fn, unit.name, flat:numel(), total))
+  end
+  return flat:narrow(0, 0, total)
+end
+
+-- load_sharded_state_dict(list [, opt]): the model (and with opt the
+-- optimizer) from every rank's sharded_state_dict() of a run on any number
+-- of ranks, given in rank order (each rank reads them all and keeps its
+-- shards).
+function FSDP:load_sharded_state_dict(list, opt)
+  local fn = "FullyShardedDataParallel.load_sharded_state_dict"
+  check_shards(self, list, fn)
+  if opt ~= nil then check_optimizer(opt, fn) end
+  local sd = {}
+  for k, v in pairs(list[1].whole) do sd[k] = v end
+  local slots = unit_slot_names(self)
+  local flats = {}
+  for ui, u in ipairs(self._units) do
+    flats[u.name] = unit_flat(list, u, fn, function(r) return r.units[u.name] end)
+    for _, e in ipairs(slots[ui]) do
+      local prm = u.params[e.index]
+      sd[e.name] = flats[u.name]:narrow(0, prm.offset, prm.numel):view(prm.shape)
+    end
+  end
+  self:load_state_dict(sd)
+  if opt == nil then return end
+  local o = list[1].optimizer
+  if type(o) ~= "table" or type(o.roles) ~= "table" then
+    raise(fn .. ": the checkpoint has no optimizer state (sharded_state_dict was called without the optimizer)")
+  end
+  local names = unit_param_names(self)
+  local unit_named = {}
+  for ui, u in ipairs(self._units) do unit_named[u.name] = ui end
+  local osd = { state = {}, param_groups = {} }
+  local names_of = {}   -- optimizer index -> the parameter names it stands for
+  for i, role in ipairs(o.roles) do
+    local id = i - 1
+    local kind, what = role:match("^(%a+):(.*)$")
+    if kind == "unit" then
+      local ui = unit_named[what]
+      if ui == nil then raise(string.format("%s: the checkpoint's unit %s is not a unit of this model", fn, what)) end
+      local u = self._units[ui]
+      names_of[id] = names[ui]
+      local st = o.state[id]
+      if st then
+        local per = {}
+        for j = 1, #u.params do per[j] = {} end
+        for k, v in pairs(st) do
+          if is_tensor(v) and k ~= "step" then
+            local flat = unit_flat(list, u, fn, function(r) return r.optimizer.state[id] and r.optimizer.state[id][k] end)
+            for j, prm in ipairs(u.params) do per[j][k] = flat:narrow(0, prm.offset, prm.numel):view(prm.shape) end
+          else
+            for j = 1, #u.params do per[j][k] = v end
+          end
+        end
+        for j = 1, #u.params do osd.state[names[ui][j]] = per[j] end
+      end
+    else
+      names_of[id] = { what }
+      if o.state[id] then osd.state[what] = o.state[id] end
+    end
+  end
+  for gi, g in ipairs(o.param_groups) do
+    local c, pnames = {}, {}
+    for k, v in pairs(g) do if k ~= "params" then c[k] = v end end
+    for _, id in ipairs(g.params) do
+      for _, name in ipairs(names_of[id] or {}) do pnames[#pnames + 1] = name end
+    end
+    c.params = pnames
+    osd.param_groups[gi] = c
+  end
+  opt:load_state_dict(self:optim_state_dict_to_load(opt, osd))
+end
+
 -- clip_grad_norm_(max_norm [, norm_type = 2]): the norm of all the
 -- gradients (the shards' summed over ranks, the whole ones once), every
 -- gradient scaled by the same coefficient; returns the norm.

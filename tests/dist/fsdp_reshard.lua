@@ -5,7 +5,8 @@
 -- DIR by rank 0) ends where the same 2K steps on 2 ranks end; the
 -- optimizer state's layout is PyTorch's (names, parameter shapes); a
 -- round trip through optim_state_dict_to_load gives it back; bad input
--- says what is wrong. Without dropout (eval mode), so that the split of
+-- says what is wrong; the same through every rank's own
+-- sharded_state_dict() and load_sharded_state_dict. Without dropout (eval mode), so that the split of
 -- the batch over the ranks does not change the steps. Prints TAP (rank 0;
 -- every rank prints a failure).
 local torch = require("dplua")
@@ -62,7 +63,7 @@ local function train(model, opt, from, to, group_rank, group_size)
   end
 end
 
-if rank == 0 then print("1..6") end
+if rank == 0 then print("1..8") end
 local pair = dist.new_group({ 0, 1 })
 local path = dir .. "/reshard.safetensors"
 local whole
@@ -95,6 +96,8 @@ if rank < 2 then
     ok(same, "optim_state_dict_to_load on the same ranks gives the optimizer its state back")
     torch.save({ model = sd, optimizer = osd }, path)
   end
+  -- and each rank's own part, gathering nothing
+  torch.save(model:sharded_state_dict(opt), string.format("%s/sharded.rank%d.safetensors", dir, rank))
   -- (only rank 1 still has the pair's collectives to match: nothing left)
 end
 dist.barrier()
@@ -114,6 +117,26 @@ if rank < 2 then
   for _, k in ipairs(whole:keys()) do worst = math.max(worst, (got[k] - whole[k]):abs():max():item()) end
   ok(worst < 1e-5, string.format("stopped on 2 ranks after %d steps and resumed on 3: the uninterrupted run's weights "
                                  .. "(worst difference %.2e)", K, worst))
+end
+
+-- resumed on 3 ranks from the 2 ranks' own parts
+do
+  local parts = { torch.load(dir .. "/sharded.rank0.safetensors"), (torch.load(dir .. "/sharded.rank1.safetensors")) }
+  local m2 = wrapped(nil)
+  local o2 = adamw(m2)
+  m2:load_sharded_state_dict(parts, o2)
+  train(m2, o2, K + 1, 2 * K, rank, 3)
+  local got2 = m2:state_dict()
+  if rank < 2 then
+    local worst = 0
+    for _, k in ipairs(whole:keys()) do worst = math.max(worst, (got2[k] - whole[k]):abs():max():item()) end
+    ok(worst < 1e-5, string.format("stopped on 2 ranks, each saving its sharded_state_dict, resumed on 3 by " ..
+                                   "load_sharded_state_dict: the uninterrupted run's weights (worst difference %.2e)", worst))
+  end
+  local swapped = { parts[2], parts[1] }
+  local good, err = pcall(m2.load_sharded_state_dict, m2, swapped, o2)
+  ok(not good and tostring(err):find("in rank order; entry 1 is rank 1 of 2", 1, true) ~= nil,
+     "load_sharded_state_dict of shards out of order says so")
 end
 
 local function raises(fn, pattern, name)
