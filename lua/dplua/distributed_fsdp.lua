@@ -103,13 +103,37 @@ local function uninstall(unit)
   for _, s in ipairs(unit.slots) do s.owner._parameters.map[s.key] = placeholder end
 end
 
--- The unit's whole flat buffer (N S elements) from every rank's shard.
-local function gather(unit)
-  local full = torch.empty({ unit.padded }, { dtype = unit.shard.dtype, device = unit.shard.device })
-  if unit.size == 1 then full:copy_(unit.shard:detach()) else
-    all_gather(full, unit.shard:detach(), unit.group)
-  end
+-- The unit's whole flat buffer (N S elements) from every rank's shard, in
+-- the shards' dtype or (for compute under mixed precision) another: the
+-- shard is cast before the all-gather, which then moves fewer bytes.
+local function gather(unit, dtype)
+  dtype = dtype or unit.shard.dtype
+  local shard = unit.shard:detach()
+  if shard.dtype ~= dtype then shard = shard:to(dtype) end
+  local full = torch.empty({ unit.padded }, { dtype = dtype, device = unit.shard.device })
+  if unit.size == 1 then full:copy_(shard) else all_gather(full, shard, unit.group) end
   return full
+end
+
+-- The unit's module called; under mixed precision its floating arguments
+-- cast to param_dtype and its result back to the first one's dtype
+-- (recorded, where autograd records, so gradients come back in the
+-- arguments' dtypes).
+local function run_unit(unit, ...)
+  local low = unit.param_dtype
+  if low == nil then return unit.run(unit.module, ...) end
+  local n = select("#", ...)
+  local args, back = { ... }, nil
+  for i = 1, n do
+    local a = args[i]
+    if is_tensor(a) and a:is_floating_point() then
+      back = back or a.dtype
+      if a.dtype ~= low then args[i] = a:to(low) end
+    end
+  end
+  local out = unit.run(unit.module, unpack(args, 1, n))
+  if back ~= nil and is_tensor(out) and out:is_floating_point() and out.dtype ~= back then out = out:to(back) end
+  return out
 end
 
 -- The autograd Function of a unit's call: (shard, unit, args...) -> output.
@@ -140,7 +164,7 @@ end
 
 function UnitFn.forward(ctx, shard, unit, ...)
   local nargs = select("#", ...)
-  local full = gather(unit)
+  local full = gather(unit, unit.param_dtype)
   local backward_comes = false
   for _, needs in ipairs(ctx.needs_input_grad) do backward_comes = backward_comes or needs end
   ctx.unit, ctx.nargs = unit, nargs
@@ -149,7 +173,7 @@ function UnitFn.forward(ctx, shard, unit, ...)
     -- parameters, which stay until the backward has used them
     local views = install(unit, full, true)
     local args, copies, positions = leaf_args(nargs, ...)
-    local out = { pcall(torch.enable_grad, unit.run, unit.module, unpack(args, 1, nargs)) }
+    local out = { pcall(torch.enable_grad, run_unit, unit, unpack(args, 1, nargs)) }
     uninstall(unit)
     if not out[1] then error(out[2], 0) end
     check_output(unit, out)
@@ -158,7 +182,7 @@ function UnitFn.forward(ctx, shard, unit, ...)
   end
   local state = recompute._run_state()
   install(unit, full, false)
-  local out = { pcall(unit.run, unit.module, ...) }
+  local out = { pcall(run_unit, unit, ...) }
   uninstall(unit)
   if not out[1] then error(out[2], 0) end
   check_output(unit, out)
@@ -178,11 +202,11 @@ local function unit_backward(ctx, grad)
     if not ok then error(err, 0) end
     return kept.views, kept.copies, kept.positions
   end
-  local full = gather(unit)
+  local full = gather(unit, unit.param_dtype)
   local views = install(unit, full, true)
   -- (the random state and autocast state the forward ran with, so that
   -- dropout draws the same masks and the same casts happen)
-  local function run(...) return unit.run(unit.module, ...) end
+  local function run(...) return run_unit(unit, ...) end
   local ok, out, copies, positions = recompute._replay(ctx.state, run, ctx.args, ctx.nargs)
   if ok and out.requires_grad then ok, out = pcall(out.backward, out, grad) end
   uninstall(unit)
@@ -193,8 +217,9 @@ end
 function UnitFn.backward(ctx, grad)
   local unit = ctx.unit
   local views, copies, positions = unit_backward(ctx, grad)
-  -- the parameters' gradients, flat and padded, averaged into the shard's
-  local flat = torch.zeros({ unit.padded }, { dtype = unit.shard.dtype, device = unit.shard.device })
+  -- the parameters' gradients, flat and padded, averaged (in reduce_dtype
+  -- under mixed precision) into the shard's
+  local flat = torch.zeros({ unit.padded }, { dtype = unit.reduce_dtype or unit.shard.dtype, device = unit.shard.device })
   for i, s in ipairs(unit.params) do
     local g = views[i].grad
     if g ~= nil then flat:narrow(0, s.offset, s.numel):copy_(g:reshape(-1)) end
@@ -204,9 +229,31 @@ function UnitFn.backward(ctx, grad)
     reduce_scatter(sg, flat, unit.group)
     sg:div_(unit.size)
   end
+  if sg.dtype ~= unit.shard.dtype then sg = sg:to(unit.shard.dtype) end
   local grads = { sg, nil }
   for k, d in ipairs(copies) do grads[positions[k] + 2] = d.grad end
   return unpack(grads, 1, ctx.nargs + 2)
+end
+
+-- MixedPrecision({param_dtype =, reduce_dtype =}): the units compute in
+-- param_dtype (their parameters gathered in it, their floating inputs
+-- cast to it and their results cast back) and reduce their gradients in
+-- reduce_dtype (param_dtype when not given); the shards, which the
+-- optimizer steps, keep their dtype. As PyTorch's FSDP MixedPrecision,
+-- for the units (the parameters kept whole stay as they are).
+local mp_mt = { __name = "MixedPrecision" }
+function M.MixedPrecision(opts)
+  local fn = "MixedPrecision"
+  opts = torch._options(opts, fn)
+  for k, v in pairs(opts) do
+    if k ~= "param_dtype" and k ~= "reduce_dtype" then
+      raise(string.format("%s: option '%s' is not supported here (param_dtype and reduce_dtype are)", fn, tostring(k)))
+    end
+    if not (type(v) == "table" and v.is_floating_point) then
+      raise(string.format("%s: expected %s to be a floating dtype, got %s", fn, k, tostring(v)))
+    end
+  end
+  return setmetatable({ param_dtype = opts.param_dtype, reduce_dtype = opts.reduce_dtype or opts.param_dtype }, mp_mt)
 end
 
 ---------------------------------------------------------------- the wrapper
@@ -215,7 +262,7 @@ local FSDP = torch.nn.Module:extend("FullyShardedDataParallel")
 M.FullyShardedDataParallel = FSDP
 
 local own_options = { auto_wrap_policy = true, process_group = true, sharding_strategy = true, device_id = true,
-                      sync_module_states = true }
+                      sync_module_states = true, mixed_precision = true }
 
 -- FullyShardedDataParallel(module [, {auto_wrap_policy =, process_group =,
 -- sharding_strategy = "FULL_SHARD"}]): auto_wrap_policy is a function
@@ -233,6 +280,11 @@ function FSDP:__init(module, opts)
   if strategy ~= "FULL_SHARD" and strategy ~= "SHARD_GRAD_OP" then
     raise(fn .. ': sharding_strategy "FULL_SHARD" and "SHARD_GRAD_OP" are implemented here, got ' .. tostring(strategy)
           .. " (for NO_SHARD, DistributedDataParallel)")
+  end
+  local mp = opts.mixed_precision
+  if mp ~= nil and getmetatable(mp) ~= mp_mt then
+    raise(fn .. ": expected mixed_precision to be a fsdp.MixedPrecision({param_dtype =, reduce_dtype =}), got "
+          .. typename(mp))
   end
   local policy = opts.auto_wrap_policy
   if type(policy) ~= "function" then
@@ -262,6 +314,7 @@ function FSDP:__init(module, opts)
     for ui, u in ipairs(units) do
       u.group, u.rank, u.size = group, rank, size
       u.keep_activations = strategy == "SHARD_GRAD_OP"
+      u.param_dtype, u.reduce_dtype = mp and mp.param_dtype, mp and mp.reduce_dtype
       u.run = getmetatable(u.module).__class.forward
       u.slots, u.params = {}, {}
       local index_of, total, dtype, device = {}, 0, nil, nil

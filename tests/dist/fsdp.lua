@@ -60,7 +60,7 @@ local function train(model, opt, clip)
 end
 local function adamw(params) return optim.AdamW(params, { lr = 0.02, betas = { 0.8, 0.95 }, weight_decay = 0.05 }) end
 
-if rank == 0 then print("1..15") end
+if rank == 0 then print("1..17") end
 local ddp = nn.parallel.DistributedDataParallel(net())
 local ddp_norms = train(ddp, adamw(ddp:parameters()), function(m) return nn.utils.clip_grad_norm_(m:parameters(), 0.5):item() end)
 local want = ddp.module:state_dict()
@@ -93,6 +93,46 @@ do
   ok(kworst < 1e-5, string.format("SHARD_GRAD_OP: the same weights and norms as DDP's (worst difference %.2e)", kworst))
   ok(calls == K, string.format("SHARD_GRAD_OP: a block runs once a step (%d calls in %d steps)", calls, K))
   ok(keep.module[1].fc1.weight:numel() == 0, "SHARD_GRAD_OP: between steps a block holds no parameters")
+end
+
+-- MixedPrecision(bf16, reduce in float32): each block computes in
+-- bfloat16 from bfloat16 copies of its float32 parameters, as DDP over
+-- blocks that cast their parameters and input to bfloat16 and their
+-- result back (the same bf16 arithmetic; gradients averaged in float32)
+do
+  local Island = nn.Module:extend("Island")
+  function Island:__init(block) self.block = block end
+  function Island:forward(x)
+    local low = {}
+    for _, e in ipairs(self.block:named_parameters()) do low[e[1]] = e[2]:to(torch.bfloat16) end
+    return torch.func.functional_call(self.block, low, x:to(torch.bfloat16)):to(x.dtype)
+  end
+  local function islands()
+    local m = net()
+    m:set_submodule("1", Island(m[1]))
+    m:set_submodule("2", Island(m[2]))
+    return m
+  end
+  local ref = nn.parallel.DistributedDataParallel(islands())
+  train(ref, adamw(ref:parameters()), function(m) return nn.utils.clip_grad_norm_(m:parameters(), 0.5):item() end)
+  local rsd = ref.module:state_dict()
+  local mp = fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = fsdp.ModuleWrapPolicy({ Block }),
+      mixed_precision = fsdp.MixedPrecision({ param_dtype = torch.bfloat16, reduce_dtype = torch.float32 }) })
+  local seen = {}
+  mp.module[1].fc1:register_forward_hook(function(m, args, out)
+    seen[#seen + 1] = m.weight.dtype.name .. "/" .. args[1].dtype.name .. "/" .. out.dtype.name
+  end)
+  train(mp, adamw(mp:parameters()), function(m) return m:clip_grad_norm_(0.5):item() end)
+  local msd, mworst = mp:state_dict(), 0
+  for _, k in ipairs(msd:keys()) do
+    local rk = k:gsub("^(%d)%.", "%1.block.")
+    if k:match("^[12]%.") then mworst = math.max(mworst, (msd[k] - rsd[rk]):abs():max():item())
+    else mworst = math.max(mworst, (msd[k] - rsd[k]):abs():max():item()) end
+  end
+  ok(mworst < 1e-5, string.format("MixedPrecision(bf16): trains as DDP over bf16 blocks (worst difference %.2e)", mworst))
+  ok(seen[1] == "bfloat16/bfloat16/bfloat16" and mp._units[1].shard.dtype == torch.float32 and
+     msd["1.fc1.weight"].dtype == torch.float32,
+     "MixedPrecision: a block computes in bfloat16, its shard and the state dict stay float32: " .. tostring(seen[1]))
 end
 
 local block = model.module[1]
@@ -177,6 +217,8 @@ raises(function() fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = 3 })
 raises(function() fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = fsdp.ModuleWrapPolicy({ Block }),
                                                         sharding_strategy = "HYBRID_SHARD" }) end,
        'sharding_strategy "FULL_SHARD" and "SHARD_GRAD_OP" are implemented here, got HYBRID_SHARD', "an unknown strategy")
+raises(function() fsdp.MixedPrecision({ buffer_dtype = torch.bfloat16 }) end,
+       "option 'buffer_dtype' is not supported here", "MixedPrecision's buffer_dtype")
 raises(function() again:to("cpu") end, "move the model to its device and dtype before wrapping it",
        "moving the wrapped model says to move it first")
 raises(function() nn.parallel.DistributedDataParallel(net(), { sharding_strategy = "FULL_SHARD" }) end,
