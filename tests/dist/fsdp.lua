@@ -60,7 +60,7 @@ local function train(model, opt, clip)
 end
 local function adamw(params) return optim.AdamW(params, { lr = 0.02, betas = { 0.8, 0.95 }, weight_decay = 0.05 }) end
 
-if rank == 0 then print("1..17") end
+if rank == 0 then print("1..18") end
 local ddp = nn.parallel.DistributedDataParallel(net())
 local ddp_norms = train(ddp, adamw(ddp:parameters()), function(m) return nn.utils.clip_grad_norm_(m:parameters(), 0.5):item() end)
 local want = ddp.module:state_dict()

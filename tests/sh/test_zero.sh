@@ -55,7 +55,7 @@ ok $? "bad input to ZeroRedundancyOptimizer, SHARD_GRAD_OP and Join raises clear
 
 for ranks in 2 3; do
     run --nproc_per_node=$ranks "$dist/fsdp.lua"
-    [ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.17' "$tmp/out" && [ "$(grep -c '^ok' "$tmp/out")" -eq 17 ]
+    [ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.18' "$tmp/out" && [ "$(grep -c '^ok' "$tmp/out")" -eq 18 ]
     ok $? "FullyShardedDataParallel (FULL_SHARD and SHARD_GRAD_OP, MixedPrecision) on $ranks ranks trains as DDP (dropout, clipping, tied weights, bf16 autocast), its state dict out and in"
 done
 
