@@ -418,6 +418,26 @@ local function with_whole(self, fn)
   return unpack(res, 2)
 end
 
+-- summon_full_params(fn [, {writeback = true}]): fn() with every unit's
+-- whole parameters in their modules' places (gathered on every rank; a
+-- collective), to read or change them; with writeback what fn left in
+-- them goes back into each rank's shards. Returns fn's results.
+function FSDP:summon_full_params(fn, opts)
+  local name = "FullyShardedDataParallel.summon_full_params"
+  if type(fn) ~= "function" then raise(name .. ": expected a function, got " .. typename(fn)) end
+  opts = torch._options(opts, name)
+  local writeback = opts.writeback ~= false
+  return with_whole(self, function(fulls)
+    local res = { torch.no_grad(fn) }
+    if writeback then
+      torch.no_grad(function()
+        for i, u in ipairs(self._units) do u.shard:copy_(fulls[i]:narrow(0, u.rank * u.shard_size, u.shard_size)) end
+      end)
+    end
+    return unpack(res)
+  end)
+end
+
 -- state_dict(): the whole model's, with its own keys (gathered on every
 -- rank: PyTorch's FULL_STATE_DICT), values detached copies
 function FSDP:state_dict()
@@ -762,21 +782,29 @@ end
 -- gradient scaled by the same coefficient; returns the norm.
 function FSDP:clip_grad_norm_(max_norm, norm_type)
   norm_type = norm_type or 2
-  if type(max_norm) ~= "number" or type(norm_type) ~= "number" or norm_type <= 0 or norm_type == math.huge then
-    raise("FullyShardedDataParallel.clip_grad_norm_: expected max_norm and a finite positive norm_type")
+  if norm_type == "inf" then norm_type = math.huge end
+  if type(max_norm) ~= "number" or type(norm_type) ~= "number" or norm_type <= 0 then
+    raise("FullyShardedDataParallel.clip_grad_norm_: expected max_norm and a positive norm_type (math.huge for the max)")
   end
+  local inf = norm_type == math.huge
+  -- the shards' part, combined over ranks; the whole gradients' part, the same on every rank
+  local function part(g) return inf and g:double():abs():max():item() or g:double():abs():pow(norm_type):sum():item() end
+  local function combine(a, b) return inf and math.max(a, b) or a + b end
   local sharded, whole = 0, 0
   for _, u in ipairs(self._units) do
     local g = u.shard.grad
-    if g ~= nil then sharded = sharded + g:double():abs():pow(norm_type):sum():item() end
+    if g ~= nil and g:numel() > 0 then sharded = combine(sharded, part(g)) end
   end
   for _, p in ipairs(self._replicated) do
     local g = p.grad
-    if g ~= nil then whole = whole + g:double():abs():pow(norm_type):sum():item() end
+    if g ~= nil and g:numel() > 0 then whole = combine(whole, part(g)) end
   end
   local t = torch.tensor({ sharded }, { dtype = torch.float64 })
-  if self._size > 1 then torch.distributed.all_reduce(t, torch.distributed.ReduceOp.SUM, self._group) end
-  local total = (t[0]:item() + whole) ^ (1 / norm_type)
+  if self._size > 1 then
+    torch.distributed.all_reduce(t, inf and torch.distributed.ReduceOp.MAX or torch.distributed.ReduceOp.SUM, self._group)
+  end
+  local total = combine(t[0]:item(), whole)
+  if not inf then total = total ^ (1 / norm_type) end
   local coef = max_norm / (total + 1e-6)
   if coef < 1 then
     torch.no_grad(function()

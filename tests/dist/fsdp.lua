@@ -60,7 +60,7 @@ local function train(model, opt, clip)
 end
 local function adamw(params) return optim.AdamW(params, { lr = 0.02, betas = { 0.8, 0.95 }, weight_decay = 0.05 }) end
 
-if rank == 0 then print("1..18") end
+if rank == 0 then print("1..21") end
 local ddp = nn.parallel.DistributedDataParallel(net())
 local ddp_norms = train(ddp, adamw(ddp:parameters()), function(m) return nn.utils.clip_grad_norm_(m:parameters(), 0.5):item() end)
 local want = ddp.module:state_dict()
@@ -133,6 +133,34 @@ do
   ok(seen[1] == "bfloat16/bfloat16/bfloat16" and mp._units[1].shard.dtype == torch.float32 and
      msd["1.fc1.weight"].dtype == torch.float32,
      "MixedPrecision: a block computes in bfloat16, its shard and the state dict stay float32: " .. tostring(seen[1]))
+end
+
+-- summon_full_params: the whole parameters inside fn, written back
+do
+  local w = model.module[1].fc1.weight
+  local inside = model:summon_full_params(function() return model.module[1].fc1.weight:clone() end)
+  local sd = model:state_dict()
+  ok(torch.equal(inside, sd["1.fc1.weight"]) and w:numel() == 0,
+     "summon_full_params: a block's whole weight inside fn, the placeholder after")
+  model:summon_full_params(function() model.module[1].fc1.bias:fill_(0.25) end, { writeback = false })
+  local kept = model:state_dict()["1.fc1.bias"]
+  model:summon_full_params(function() model.module[1].fc1.bias:fill_(0.5) end)
+  local written = model:state_dict()["1.fc1.bias"]
+  ok(torch.equal(kept, sd["1.fc1.bias"]) and written:eq(0.5):all():item(),
+     "summon_full_params: changes go back to the shards unless writeback = false")
+  -- the max-norm clip over shards and whole gradients
+  local function inf_norm(m, clip)
+    torch.manual_seed(100 + rank)
+    for _, p in ipairs(m:parameters()) do p.grad = nil end
+    crit(m(xs[1]:narrow(0, rank * per, per)), ys[1]:narrow(0, rank * per, per)):backward()
+    return clip(m)
+  end
+  local d = nn.parallel.DistributedDataParallel(net())
+  local want_inf = inf_norm(d, function(m) return nn.utils.clip_grad_norm_(m:parameters(), 1e9, math.huge):item() end)
+  local f = fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = fsdp.ModuleWrapPolicy({ Block }) })
+  local got_inf = inf_norm(f, function(m) return m:clip_grad_norm_(1e9, math.huge):item() end)
+  ok(math.abs(got_inf - want_inf) < 1e-6 * want_inf,
+     string.format("clip_grad_norm_ with norm_type = math.huge: DDP's max-norm (%.6f, %.6f)", got_inf, want_inf))
 end
 
 local block = model.module[1]
