@@ -434,6 +434,9 @@ typedef struct dp_ddp dp_ddp;
 DP_API dp_status dp_ddp_new(dp_ddp **out, dp_pg *pg, int n, dp_tensor *const *params, const char *const *names,
                             int64_t first_bucket_bytes, int64_t bucket_bytes, int find_unused);
 DP_API void dp_ddp_set_sync(dp_ddp *d, int sync);   /* 0 inside no_sync(): gradients accumulate locally */
+/* Buckets averaged in dtype (DP_BFLOAT16: PyTorch's bf16_compress_hook) and
+ * cast back; -1 for the gradients' own dtype. */
+DP_API dp_status dp_ddp_set_comm_dtype(dp_ddp *d, int dtype);
 DP_API int dp_ddp_num_buckets(const dp_ddp *d);
 DP_API dp_status dp_ddp_bucket_range(const dp_ddp *d, int i, int64_t *start, int64_t *end);
 DP_API dp_tensor *dp_ddp_flat_param(dp_ddp *d);     /* a new reference */

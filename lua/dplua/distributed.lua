@@ -1141,6 +1141,28 @@ local function make_ddp_class()
 
   function DDP:num_buckets() return C.dp_ddp_num_buckets(self._reducer) end
 
+  -- register_comm_hook(state, hook): how the buckets are averaged; hook is
+  -- one of dist.algorithms.ddp_comm_hooks.default_hooks: allreduce_hook
+  -- (the gradients' dtype) or bf16_compress_hook (cast to bfloat16, averaged,
+  -- cast back: half the bytes). The reducer runs in C, so a hook of one's
+  -- own (a Lua function) is refused.
+  function DDP:register_comm_hook(state, hook)
+    local hooks = require("dplua.distributed_zero").default_hooks
+    local fn = "DistributedDataParallel.register_comm_hook"
+    if hook == hooks.fp16_compress_hook then
+      raise(fn .. ": dplua has no float16; use ddp_comm_hooks.default_hooks.bf16_compress_hook")
+    end
+    local dtype
+    if hook == hooks.allreduce_hook then dtype = -1
+    elseif hook == hooks.bf16_compress_hook then dtype = torch.bfloat16.id
+    else
+      raise(fn .. ": expected one of dist.algorithms.ddp_comm_hooks.default_hooks (allreduce_hook, " ..
+            "bf16_compress_hook), got " .. tostring(hook) .. "; the reducer runs in C and calls no Lua hook")
+    end
+    check(C.dp_ddp_set_comm_dtype(self._reducer, dtype))
+    rawset(self, "_comm_state", state)
+  end
+
   -- clip_grad_norm_(max_norm [, norm_type=2]): of the averaged gradients,
   -- also when they are sharded (SHARD_GRAD_OP; see dplua.distributed_zero).
   function DDP:clip_grad_norm_(max_norm, norm_type)

@@ -829,9 +829,23 @@ function ZeRO:load_state_dict(sd)
   self.optim:load_state_dict(inner)
 end
 
+-- dist.algorithms.ddp_comm_hooks.default_hooks: the communication hooks
+-- of PyTorch that DistributedDataParallel:register_comm_hook takes. Its
+-- reducer runs in C, so these name what it does rather than being called:
+-- allreduce_hook averages in the gradients' dtype (the default),
+-- bf16_compress_hook in bfloat16.
+local default_hooks = {}
+for _, name in ipairs({ "allreduce_hook", "bf16_compress_hook", "fp16_compress_hook" }) do
+  default_hooks[name] = setmetatable({ name = name }, {
+    __call = function() raise("ddp_comm_hooks." .. name .. ": give it to DistributedDataParallel:register_comm_hook") end,
+    __tostring = function() return "ddp_comm_hooks.default_hooks." .. name end,
+  })
+end
+M.default_hooks = default_hooks
+
 M.exports = {
   optim = { ZeroRedundancyOptimizer = ZeRO },
-  algorithms = { Join = M.Join, join = { Join = M.Join } },
+  algorithms = { Join = M.Join, join = { Join = M.Join }, ddp_comm_hooks = { default_hooks = default_hooks } },
   fsdp = setmetatable({ ShardingStrategy = M.ShardingStrategy }, { __index = function(t, k)
     local v = require("dplua.distributed_fsdp")[k]
     if v ~= nil then rawset(t, k, v) end

@@ -19,6 +19,11 @@
  * follows the shards rather than the bucket). finish() keeps this rank's
  * part in grad_shard and frees the staging buffers, so between backwards a
  * rank holds 1/size of the gradients.
+ *
+ * Compressed communication (dp_ddp_set_comm_dtype, PyTorch's
+ * bf16_compress_hook): a ready bucket is cast to the narrower dtype, its
+ * average taken in that dtype, and the result cast back into the flat
+ * gradient when backward ends: half the bytes on the wire.
  */
 #include "core/autograd.h"
 #include "dist/pg.h"
@@ -33,6 +38,7 @@ typedef struct {
     dp_work *work;
     bool launched;
     dp_tensor *staging;      /* sharded: the bucket's gradients during one backward */
+    dp_tensor *compressed;   /* compressed: the bucket in comm_dtype while it is reduced */
     dp_work **works;         /* sharded: one reduce per owner */
     int nworks;
 } ddp_bucket;
@@ -54,6 +60,7 @@ struct dp_ddp {
     ddp_bucket *buckets;
     dp_tensor *flat_param, *flat_grad;
     bool sync, find_unused, in_backward, sharded;
+    int comm_dtype;          /* -1, or the dtype buckets are averaged in */
     int64_t total, shard_start, shard_end;
     dp_tensor *grad_shard;   /* sharded: this rank's averaged gradients */
     dp_status error;
@@ -155,10 +162,31 @@ static dp_status launch(dp_ddp *d, ddp_bucket *b)
         return DP_OK;   /* the average over one rank is the gradient itself */
     dp_tensor *slice;
     dp_status st = slice_of(&slice, d->flat_grad, b->start, b->end);
-    if (!st) {
+    if (!st && d->comm_dtype >= 0 && d->comm_dtype != (int)slice->dtype) {
+        int64_t n = b->end - b->start;
+        if (!(st = dp_empty(&b->compressed, 1, &n, (dp_dtype)d->comm_dtype, slice->device)) &&
+            !(st = dp_copy_into(b->compressed, slice)))
+            st = dp_pg_all_reduce(d->pg, b->compressed, DP_MEAN, &b->work);
+    } else if (!st) {
         st = dp_pg_all_reduce(d->pg, slice, DP_MEAN, &b->work);
+    }
+    dp_tensor_release(slice);
+    return st;
+}
+
+/* Compressed: the bucket's average, back into the flat gradient. */
+static dp_status decompress(dp_ddp *d, ddp_bucket *b)
+{
+    if (!b->compressed)
+        return DP_OK;
+    dp_tensor *slice;
+    dp_status st = slice_of(&slice, d->flat_grad, b->start, b->end);
+    if (!st) {
+        st = dp_copy_into(slice, b->compressed);
         dp_tensor_release(slice);
     }
+    dp_tensor_release(b->compressed);
+    b->compressed = NULL;
     return st;
 }
 
@@ -241,6 +269,9 @@ static dp_status finish(void *ctx)
             dp_work_free(b->work);
             b->work = NULL;
         }
+        dp_status c = decompress(d, b);
+        if (!st)
+            st = c;
         for (int k = 0; k < b->nworks; k++) {
             dp_status w = dp_work_wait(b->works[k]);
             if (!st)
@@ -311,6 +342,7 @@ void dp_ddp_free(dp_ddp *d)
             dp_work_free(b->works[k]);
         free(b->works);
         dp_tensor_release(b->staging);
+        dp_tensor_release(b->compressed);
     }
     dp_tensor_release(d->grad_shard);
     dp_tensor_release(d->flat_param);
@@ -341,6 +373,7 @@ dp_status dp_ddp_new(dp_ddp **out, dp_pg *pg, int n, dp_tensor *const *params, c
     d->nparams = n;
     d->sync = true;
     d->find_unused = find_unused != 0;
+    d->comm_dtype = -1;
     dp_status st = dp_flatten_params(&d->flat_param, &d->flat_grad, n, params);
     for (int i = 0; i < n && !st; i++) {
         d->params[i] = params[i];
@@ -362,6 +395,20 @@ dp_status dp_ddp_new(dp_ddp **out, dp_pg *pg, int n, dp_tensor *const *params, c
 void dp_ddp_set_sync(dp_ddp *d, int sync)
 {
     d->sync = sync != 0;
+}
+
+dp_status dp_ddp_set_comm_dtype(dp_ddp *d, int dtype)
+{
+    if (dtype >= 0 && dtype != DP_BFLOAT16 && dtype != DP_FLOAT32)
+        return dp_fail(DP_ERR_ARG, "DistributedDataParallel: gradients can be communicated in bfloat16 or float32, "
+                       "not %s", dp_dtype_name((dp_dtype)dtype));
+    if (dtype >= 0 && d->sharded)
+        return dp_fail(DP_ERR_STATE, "DistributedDataParallel: compressed communication is for unsharded "
+                       "gradients, not sharding_strategy \"SHARD_GRAD_OP\"");
+    if (d->in_backward)
+        return dp_fail(DP_ERR_STATE, "DistributedDataParallel: the communication dtype cannot change during a backward");
+    d->comm_dtype = dtype;
+    return DP_OK;
 }
 
 int dp_ddp_num_buckets(const dp_ddp *d)
@@ -389,6 +436,9 @@ dp_status dp_ddp_shard_grads(dp_ddp *d, dp_tensor **grad_shard, int64_t *start, 
     if (!d->sharded) {
         if (d->in_backward)
             return dp_fail(DP_ERR_STATE, "DistributedDataParallel: gradients cannot be sharded during a backward");
+        if (d->comm_dtype >= 0)
+            return dp_fail(DP_ERR_STATE, "DistributedDataParallel: gradients communicated in another dtype (a "
+                           "compression hook) cannot be sharded");
         int size = dp_pg_size(d->pg);
         int64_t s = shard_size(d), rank = dp_pg_rank(d->pg);
         d->shard_start = min64(rank * s, d->total);

@@ -6,7 +6,8 @@
 -- PyTorch's whole batch (tests/ref/train.lua, two ranks); an unused
 -- parameter is an error naming it unless
 -- find_unused_parameters=true; state_dict keys carry the "module." prefix;
--- parameters start equal on every rank (broadcast from rank 0).
+-- parameters start equal on every rank (broadcast from rank 0);
+-- register_comm_hook's bf16_compress_hook averages in bfloat16.
 local torch = require("dplua")
 local nn, dist = torch.nn, torch.distributed
 
@@ -99,6 +100,38 @@ local okcall2, err2 = pcall(function() lenient(torch.rand(2, 3)):sum():backward(
 ok(okcall2, "find_unused_parameters=true accepts it " .. tostring(err2 or ""))
 ok(lenient.module.unused.weight.grad ~= nil and lenient.module.unused.weight.grad:abs():sum():item() == 0,
    "the unused parameter gets a zero gradient")
+
+-- bf16_compress_hook: each bucket averaged in bfloat16: the mean of the
+-- ranks' gradients rounded to bfloat16, then back in float32
+do
+  local hooks = dist.algorithms.ddp_comm_hooks.default_hooks
+  torch.manual_seed(11)
+  local xw = torch.randn(world, 5, 6)
+  local function grads(compress)
+    torch.manual_seed(12)
+    local m = nn.Linear(6, 4)
+    local d = nn.parallel.DistributedDataParallel(m)
+    if compress then d:register_comm_hook(nil, hooks.bf16_compress_hook) end
+    d(xw[rank]):square():sum():backward()
+    return m.weight.grad:clone(), m
+  end
+  local plain, m = grads(false)
+  local compressed = grads(true)
+  -- each rank's own gradient, all gathered, then averaged as the hook does
+  local mine = torch.func.grad(function(w) return torch.nn.functional.linear(xw[rank], w, m.bias:detach()):square():sum() end)(
+    m.weight:detach():clone())
+  local every = torch.empty({ world * mine:numel() })
+  dist.all_gather_into_tensor(every, mine:reshape(-1):contiguous())
+  local want = every:view(world, -1):to(torch.bfloat16):float():mean(0):to(torch.bfloat16):float():view(mine:size())
+  ok(torch.equal(compressed, want), "bf16_compress_hook: the ranks' gradients averaged in bfloat16")
+  ok(not torch.equal(compressed, plain) and (compressed - plain):abs():max():item() < 1e-2 * plain:abs():max():item(),
+     "and not the float32 average, within bfloat16's precision of it")
+  local d = nn.parallel.DistributedDataParallel(nn.Linear(2, 2))
+  local bad = pcall(function() d:register_comm_hook(nil, function() end) end)
+  local fp16, e16 = pcall(function() d:register_comm_hook(nil, hooks.fp16_compress_hook) end)
+  ok(not bad and not fp16 and tostring(e16):find("no float16", 1, true) ~= nil,
+     "a Lua hook of one's own and fp16_compress_hook are refused with the reason")
+end
 
 if rank == 0 then print("1.." .. n) end
 dist.destroy_process_group()
