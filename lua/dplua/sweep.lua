@@ -101,16 +101,18 @@ end
 local function kill(pid, sig) C.dp_process_kill(pid, sig) end
 
 local wall_time = require("dplua.report").wall_time
+local tpe = require("dplua.tpe")
 
 ---------------------------------------------------------------- the sweep table
 
 local fields = {
   script = "the training script (relative to the sweep file's folder)",
   args = "arguments for the script: a list of strings with {name} for hparams, or a function(hparams)",
-  space = "the search space: name = {values...} (grid), or distributions with method = \"random\"",
-  method = "\"grid\" (default) or \"random\"",
-  samples = "how many configurations method = \"random\" draws",
-  seed = "the seed of method = \"random\" (default 0)",
+  space = "the search space: name = {values...} (grid), or distributions with method = \"random\" or \"tpe\"",
+  method = "\"grid\" (default), \"random\" or \"tpe\" (each configuration chosen from the results so far)",
+  samples = "how many configurations method = \"random\" draws (\"tpe\": how many trials in all)",
+  seed = "the seed of method = \"random\" or \"tpe\" (default 0)",
+  tpe = "method = \"tpe\"'s options: {startup = 10, gamma = 0.25, candidates = 24}",
   metric = "the reported metric that ranks trials",
   mode = "\"min\" (default) or \"max\": whether lower or higher is better",
   parallel = "how many trials run at once (default: the number of GPUs, or 1)",
@@ -145,8 +147,8 @@ local function check_space(s)
       sweep_error(format("space: %s is not a valid hyperparameter name (letters, digits, _)", tostring(k)))
     end
     if is_distribution(v) then
-      if s.method ~= "random" then
-        sweep_error(format("space.%s is a distribution; it needs method = \"random\" and samples = N", k))
+      if s.method == "grid" then
+        sweep_error(format("space.%s is a distribution; it needs method = \"random\" (or \"tpe\") and samples = N", k))
       end
       local name, range = next(v)
       if next(v, name) ~= nil or type(range) ~= "table" or type(range[1]) ~= "number"
@@ -176,9 +178,24 @@ function M.check(s, dir, base)
   end
   if type(s.script) ~= "string" or s.script == "" then sweep_error("'script' must name the training script") end
   s.method = s.method or "grid"
-  if s.method ~= "grid" and s.method ~= "random" then sweep_error("'method' must be \"grid\" or \"random\"") end
-  if s.method == "random" and (type(s.samples) ~= "number" or s.samples < 1) then
-    sweep_error("method = \"random\" needs samples = N (how many configurations to draw)")
+  if s.method ~= "grid" and s.method ~= "random" and s.method ~= "tpe" then
+    sweep_error("'method' must be \"grid\", \"random\" or \"tpe\"")
+  end
+  if s.method ~= "grid" and (type(s.samples) ~= "number" or s.samples < 1 or s.samples % 1 ~= 0) then
+    sweep_error(format("method = \"%s\" needs samples = N (how many configurations to %s)", s.method,
+                       s.method == "tpe" and "try" or "draw"))
+  end
+  if s.tpe ~= nil then
+    if s.method ~= "tpe" or type(s.tpe) ~= "table" then sweep_error("'tpe' is a table of options for method = \"tpe\"") end
+    for k, v in pairs(s.tpe) do
+      local good = (k == "startup" and type(v) == "number" and v >= 1 and v % 1 == 0)
+                   or (k == "gamma" and type(v) == "number" and v > 0 and v < 1)
+                   or (k == "candidates" and type(v) == "number" and v >= 1 and v % 1 == 0)
+      if not good then
+        sweep_error(format("tpe.%s: expected startup (an integer >= 1), gamma (in (0, 1)) or candidates (an integer >= 1)",
+                           tostring(k)))
+      end
+    end
   end
   check_space(s)
   if type(s.metric) ~= "string" or s.metric == "" then sweep_error("'metric' must name a reported metric") end
@@ -265,6 +282,7 @@ end
 function M.configurations(s)
   local names = sorted_keys(s.space)
   local list = {}
+  if s.method == "tpe" then return {} end   -- chosen as results come in (M.tpe_trial)
   if s.method == "grid" then
     local function walk(i, cur)
       if i > #names then
@@ -299,6 +317,49 @@ function M.configurations(s)
     end
   end
   return out
+end
+
+-- method = "tpe": the trials of an earlier run of the sweep, from its
+-- records, in trial order
+function M.tpe_past(records)
+  local list = {}
+  for key, r in pairs(records) do list[#list + 1] = { id = r.trial, hparams = r.hparams, key = key } end
+  table.sort(list, function(a, b) return (tonumber(a.id) or 0) < (tonumber(b.id) or 0) end)
+  for i, t in ipairs(list) do t.id = i end
+  return list
+end
+
+-- method = "tpe": the next trial, from what the finished trials reported
+-- (the first `startup` drawn at random), or nil when the space has no
+-- configuration left that has not been tried. Appended to configs.
+function M.tpe_trial(s, configs, records)
+  local names = sorted_keys(s.space)
+  local o = s.tpe or {}
+  local id = #configs + 1
+  local u = rng((s.seed or 0) * 7919 + id)
+  local history = {}
+  for _, t in ipairs(configs) do
+    local r = records[t.key]
+    if r then
+      local m = r.status == "ok" and type(r.metrics) == "table" and r.metrics[s.metric] or nil
+      if type(m) == "number" and s.mode == "max" then m = -m end
+      history[#history + 1] = { hparams = t.hparams, value = type(m) == "number" and m or nil }
+    end
+  end
+  local seen = {}
+  for _, t in ipairs(configs) do seen[t.key] = true end
+  for attempt = 1, 20 do
+    local c
+    if id <= (o.startup or 10) or attempt > 10 then c = tpe.random(s.space, names, u)
+    else c = tpe.suggest(s.space, names, history, u, o) end
+    local key = json.encode(c)
+    if not seen[key] then
+      local t = { id = id, hparams = c, key = key }
+      configs[id] = t
+      return t
+    end
+  end
+  return nil
 end
 
 local function show_value(v)
@@ -401,10 +462,11 @@ local not_scalars = { step = true, epoch = true, time = true, wall_time = true }
 -- as name=value joined by ",", with characters other than letters, digits
 -- and ._-=,+ as "_"; the trial number is added where two configurations
 -- read alike (values are shown to 4 significant digits).
+local function run_name(t) return (show_config(t.hparams, ","):gsub("[^%w%._%-=,%+]", "_")) end
 function M.run_names(configs)
   local names, seen = {}, {}
   for _, t in ipairs(configs) do
-    local name = show_config(t.hparams, ","):gsub("[^%w%._%-=,%+]", "_")
+    local name = run_name(t)
     seen[name] = (seen[name] or 0) + 1
     names[t.key] = name
   end
@@ -415,6 +477,7 @@ function M.run_names(configs)
 end
 
 local function tb_open(ctx, t)
+  ctx.run_names[t.key] = ctx.run_names[t.key] or run_name(t) .. ",trial=" .. t.id   -- (a trial tpe chose)
   local SummaryWriter = require("dplua.utils.tensorboard").SummaryWriter
   return { writer = SummaryWriter(ctx.tensorboard .. "/" .. ctx.run_names[t.key]), lines = 0 }
 end
@@ -653,13 +716,23 @@ end
 -- The loop: keep `parallel` trials running, reap those that end, stop
 -- those past their timeout.
 local function run_queue(ctx, queue)
-  local qi = 1
+  local qi, left = 1, true
+  -- the queue's trials, then (method = "tpe") those ctx.generate chooses
+  local function take()
+    if qi <= #queue then
+      qi = qi + 1
+      return queue[qi - 1]
+    end
+    local t = ctx.generate and ctx.generate() or nil
+    left = t ~= nil
+    return t
+  end
   ctx.running = 0
-  while qi <= #queue or ctx.running > 0 do
+  while left or ctx.running > 0 do
     for slot = 1, ctx.parallel do
-      if not ctx.slots[slot] and qi <= #queue then
-        local run = start_trial(ctx, queue[qi], slot)
-        qi = qi + 1
+      local t = not ctx.slots[slot] and left and take() or nil
+      if t then
+        local run = start_trial(ctx, t, slot)
         if run.pid then
           ctx.slots[slot] = run
           ctx.running = ctx.running + 1
@@ -804,9 +877,11 @@ local usage = [[
 usage: dplua sweep SWEEP.lua [options] [-- script args...]
 
 Runs a training script once per configuration of the search space that
-SWEEP.lua returns, `parallel` trials at a time, each its own process; appends
-one JSON line per finished trial to the results file and prints the trials
-sorted by the metric. A rerun skips configurations already in the results.
+SWEEP.lua returns (a grid, random draws, or with method = "tpe" each chosen
+from the results so far), `parallel` trials at a time, each its own process;
+appends one JSON line per finished trial to the results file and prints the
+trials sorted by the metric. A rerun skips configurations already in the
+results.
 
 options:
   --parallel N      trials at once (default: the sweep's, else one per GPU, else 1)
@@ -857,6 +932,16 @@ local function parse_command_line(args)
 end
 
 -- The configurations still to run (all but those with a record; with
+-- A trial's script arguments (t.args), checked
+function M.prepare(s, t)
+  local ok, a = pcall(trial_args, s, t.hparams)
+  if not ok then sweep_error(format("args for trial %d (%s): %s", t.id, show_config(t.hparams), tostring(a))) end
+  if type(a) ~= "table" then sweep_error("the sweep's args(hparams) must return a list of strings") end
+  t.args = {}
+  for i, x in ipairs(a) do t.args[i] = tostring(x) end
+  return t
+end
+
 -- --retry-failed, all but the successful ones), each with its script
 -- arguments, checked before anything runs. Returns the queue and how many
 -- were skipped.
@@ -870,11 +955,7 @@ local function plan(s, o, configs, records)
     if r and (r.status == "ok" or r.status == "pruned" or not o.retry_failed) then
       skipped = skipped + 1
     else
-      local ok, a = pcall(trial_args, s, t.hparams)
-      if not ok then sweep_error(format("args for trial %d (%s): %s", t.id, show_config(t.hparams), tostring(a))) end
-      if type(a) ~= "table" then sweep_error("the sweep's args(hparams) must return a list of strings") end
-      t.args = {}
-      for i, x in ipairs(a) do t.args[i] = tostring(x) end
+      M.prepare(s, t)
       queue[#queue + 1] = t
     end
   end
@@ -926,6 +1007,8 @@ local function run_sweep(list, args)
   if o.tensorboard then s.tensorboard = o.tensorboard end
   local configs = M.configurations(s)
   local records = read_results(s.results)
+  local tpe_sweep = s.method == "tpe"
+  if tpe_sweep then configs = M.tpe_past(records) end
   local gpus = gpu_list()
   local parallel = math.floor(o.parallel or s.parallel or math.max(math.floor(#gpus / s.nproc_per_node), 1))
   if #gpus > 0 and s.nproc_per_node > 1 and parallel * s.nproc_per_node > #gpus then
@@ -933,11 +1016,15 @@ local function run_sweep(list, args)
                        parallel, s.nproc_per_node, s.nproc_per_node > 1 and "s" or "", parallel * s.nproc_per_node, #gpus))
   end
   local queue, skipped = plan(s, o, configs, records)
-  print_header(s, o, #configs, skipped, #queue, parallel, gpus)
+  local chosen_later = tpe_sweep and math.max(0, s.samples - #configs) or 0
+  print_header(s, o, tpe_sweep and math.max(s.samples, #configs) or #configs, skipped, #queue + chosen_later, parallel, gpus)
   if o.dry_run then
     for _, t in ipairs(configs) do
       local r = records[t.key]
       say(format("  trial %d: %s%s", t.id, show_config(t.hparams), r and ("  [" .. r.status .. "]") or ""))
+    end
+    if chosen_later > 0 then
+      say(format("  then %d trial%s chosen by tpe from the results as they come", chosen_later, chosen_later == 1 and "" or "s"))
     end
     return 0
   end
@@ -948,10 +1035,22 @@ local function run_sweep(list, args)
     threads = math.max(1, math.floor(C.dp_cpu_count() / (parallel * s.nproc_per_node))), records = records,
     scheduler = s.scheduler and early_stopping.new(s.scheduler, s.metric, s.mode),
     tensorboard = s.tensorboard, run_names = M.run_names(configs),
-    slots = {}, done = 0, running = 0, to_run = #queue, total_trials = #configs,
+    slots = {}, done = 0, running = 0, to_run = #queue + chosen_later,
+    total_trials = tpe_sweep and math.max(s.samples, #configs) or #configs,
   }
+  if tpe_sweep then
+    ctx.generate = function()
+      if #configs >= s.samples then return nil end
+      local t = M.tpe_trial(s, configs, ctx.records)
+      if t == nil then
+        say("dplua sweep: every configuration of the space has been tried")
+        return nil
+      end
+      return M.prepare(s, t)
+    end
+  end
   replay_finished(ctx, configs)
-  if #queue > 0 then
+  if #queue > 0 or chosen_later > 0 then
     local status = run_trials(ctx, queue, configs)
     if status then return status end
   end

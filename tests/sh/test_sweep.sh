@@ -3,7 +3,9 @@
 # (tests/data/sweep_quadratic.lua, whose loss is (x-1)^2 + (y+2)^2): two
 # trials at once, deliberate crashes recorded without stopping the sweep,
 # a rerun that skips finished trials, the sorted table and the best
-# configuration, a timeout, random spaces, argument templates, bad input.
+# configuration, a timeout, random spaces, tpe (model-based choices that
+# beat its random start, resumed with more samples), argument templates,
+# bad input.
 # TAP output; run by `make check` with top_builddir and top_srcdir set
 # (both default to "."). Each sweep runs under timeout(1) when there is one.
 #
@@ -166,6 +168,55 @@ ok $? "a random space gives the same configurations for the same seed"
   assert(s.configurations(sw)[1].key ~= s.configurations(s.load("random.lua"))[1].key)') >"$tmp/out" 2>"$tmp/err"
 status=$?
 [ $status -eq 0 ]; ok $? "random draws stay in their ranges and depend on the seed"
+
+# ---------------------------------------------------------------- tpe
+
+cat >"$tmp/tpe.lua" <<'EOF2'
+return { script = "sweep_quadratic.lua", method = "tpe", samples = 14, seed = 3, tpe = { startup = 5 },
+         space = { x = { uniform = {-4, 0} }, y = { uniform = {-6, 2} }, sleep = 0 },
+         metric = "loss", results = "tpe.jsonl", logs = "tpe.logs" }
+EOF2
+sweep tpe.lua --parallel 1
+[ $status -eq 0 ] && has_re out "14 configurations (tpe over" && [ "$(grep -c . "$tmp/tpe.jsonl")" -eq 14 ]
+ok $? "method = \"tpe\" runs samples trials, each chosen when the one before has reported"
+(cd "$tmp" && "$dplua" -e '
+  local json = require("dplua.json")
+  local rs = assert(json.read_lines("tpe.jsonl"))
+  local best_startup, best_tpe = math.huge, math.huge
+  for _, r in ipairs(rs) do
+    local l = r.metrics.loss
+    if r.trial <= 5 then best_startup = math.min(best_startup, l) else best_tpe = math.min(best_tpe, l) end
+  end
+  -- (x - 1)^2 + (y + 2)^2 over x in [-4, 0]: the best is 1 at x = 0, y = -2
+  assert(best_tpe < best_startup and best_tpe < 1.5, ("startup best %g, tpe best %g"):format(best_startup, best_tpe))') \
+  >"$tmp/out" 2>"$tmp/err"
+ok $? "the trials tpe chose beat the 5 random ones it started from, near the optimum" "$tmp/err"
+cp "$tmp/tpe.jsonl" "$tmp/tpe1.jsonl"
+sed -i 's/samples = 14/samples = 16/' "$tmp/tpe.lua"
+sweep tpe.lua --parallel 1
+[ $status -eq 0 ] && has_re out "14 finished earlier, 2 to run" && [ "$(grep -c . "$tmp/tpe.jsonl")" -eq 16 ] &&
+    [ "$(head -14 "$tmp/tpe.jsonl" | md5sum)" = "$(md5sum < "$tmp/tpe1.jsonl")" ]
+ok $? "a tpe sweep run again with more samples keeps its trials and chooses only the new ones"
+(cd "$tmp" && "$dplua" -e '
+  local tpe = require("dplua.tpe")
+  local space = { x = { uniform = {0, 1} }, opt = { "a", "b" } }
+  local function u_of(seed) local s = seed return function() s = (s * 1103515245 + 12345) % 2147483648 return s / 2147483648 end end
+  local history = {}
+  for i = 1, 30 do
+    local x, opt = (i % 10) / 10, i % 2 == 0 and "a" or "b"
+    history[i] = { hparams = { x = x, opt = opt }, value = (x - 0.7) ^ 2 + (opt == "a" and 0 or 1) }
+  end
+  local a = tpe.suggest(space, { "opt", "x" }, history, u_of(1))
+  local b = tpe.suggest(space, { "opt", "x" }, history, u_of(1))
+  assert(a.x == b.x and a.opt == b.opt, "the same stream gives the same suggestion")
+  local near = 0
+  for seed = 1, 20 do
+    local c = tpe.suggest(space, { "opt", "x" }, history, u_of(seed))
+    assert(c.x >= 0 and c.x <= 1)
+    if c.opt == "a" and math.abs(c.x - 0.7) < 0.2 then near = near + 1 end
+  end
+  assert(near >= 15, near .. " of 20 suggestions near the good region")') >"$tmp/out" 2>"$tmp/err"
+ok $? "tpe.suggest is deterministic for a stream and proposes the good region" "$tmp/err"
 
 # ---------------------------------------------------------------- TensorBoard
 
