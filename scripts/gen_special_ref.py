@@ -77,6 +77,14 @@ out["gammainc_exact"] = {"x": gamma_x,
 out["gammainc_da"] = {"x": gamma_x, "a": gamma_a,
                       "y": [float(mpmath.diff(lambda s: mpmath.gammainc(s, 0, x, regularized=True), a))
                             for a, x in zip(gamma_a, gamma_x)]}
+# d x / d a of a Gamma(a, 1) draw x at its quantile, -(d P / d a) / density,
+# to 40 digits: what the gamma family's rsample differentiates by (below and
+# above a = 1000, where torch._standard_gamma_grad changes method)
+sg_a = [0.5, 2.0, 30.0, 999.0, 1001.0, 1001.0, 1001.0, 1e4, 1e4, 1e5]
+sg_x = [0.3, 3.5, 25.0, 1050.0, 1001.0, 1064.28, 937.72, 1e4, 10200.0, 99000.0]
+out["standard_gamma_grad"] = {"x": sg_x, "a": sg_a, "y": [
+    float(-mpmath.diff(lambda s: mpmath.gammainc(s, 0, x, regularized=True), a)
+          / mpmath.exp((a - 1) * mpmath.log(x) - x - mpmath.loggamma(a))) for a, x in zip(sg_a, sg_x)]}
 # the Bessel functions of the first and second kinds, K, Airy's Ai and the
 # Hurwitz zeta to 30 digits (mpmath): PyTorch's own float64 values are off by
 # up to 3e-11 (J) and 1e-10 (Ai) in places; its values at the edges (0,
@@ -103,13 +111,15 @@ exact = {
 for name, (xs, f) in exact.items():
     out[name] = {"x": xs, "y": [float(f(mpmath.mpf(v))) for v in xs]}
 out["zeta"] = {"x": zx, "q": zq, "y": [float(mpmath.zeta(x, q)) for x, q in zip(zx, zq)]}
-edges = {"bessel_j0": [0.0], "bessel_j1": [0.0, -0.0], "bessel_y0": [0.0, -1.0], "bessel_y1": [0.0, -1.0],
-         "modified_bessel_k0": [0.0, -1.0], "modified_bessel_k1": [0.0, -1.0],
-         "scaled_modified_bessel_k0": [0.0, -1.0], "scaled_modified_bessel_k1": [0.0, -1.0],
-         "spherical_bessel_j0": [0.0], "airy_ai": [200.0]}
+far = [inf, -inf, nan]
+edges = {"bessel_j0": [0.0] + far, "bessel_j1": [0.0, -0.0] + far, "bessel_y0": [0.0, -1.0] + far,
+         "bessel_y1": [0.0, -1.0] + far, "modified_bessel_k0": [0.0, -1.0] + far,
+         "modified_bessel_k1": [0.0, -1.0] + far, "scaled_modified_bessel_k0": [0.0, -1.0] + far,
+         "scaled_modified_bessel_k1": [0.0, -1.0] + far, "spherical_bessel_j0": [0.0] + far,
+         "airy_ai": [200.0] + far}
 for name, xs in edges.items():
     out[name + "_edges"] = {"x": xs, "y": getattr(S, name)(torch.tensor(xs, dtype=torch.float64)).tolist()}
-ex, eq = [1.0, 0.5, 2.0, 2.0, 2.5, 0.9], [1.0, 1.0, 0.0, -2.0, -1.5, 2.0]
+ex, eq = [1.0, 0.5, 2.0, 2.0, 2.5, 0.9, inf, inf, inf], [1.0, 1.0, 0.0, -2.0, -1.5, 2.0, 1.0, 0.5, 2.0]
 out["zeta_edges"] = {"x": ex, "q": eq,
                      "y": S.zeta(torch.tensor(ex, dtype=torch.float64), torch.tensor(eq, dtype=torch.float64)).tolist()}
 print_cases("gen_special_ref.py", out, lua_value)

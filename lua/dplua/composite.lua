@@ -440,7 +440,7 @@ function methods.bitwise_right_shift_(t, other) return t:copy_(shift(t, other, "
 function methods.diag(t, k)
   local fn = "diag"
   k = want_int(k, fn, "diagonal", 0)
-  if t:dim() == 2 then return methods.diagonal(t, k) end
+  if t:dim() == 2 then return methods.diagonal(t, k):clone() end   -- (a copy, as PyTorch's, where diagonal is a view)
   if t:dim() ~= 1 then raise(fn .. ": expected a 1-D or 2-D tensor, got " .. t:dim() .. " dims") end
   local n = t:size(0)
   local m = n + math.abs(k)

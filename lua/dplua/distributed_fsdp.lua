@@ -178,6 +178,7 @@ function UnitFn.forward(ctx, shard, unit, ...)
     if not out[1] then error(out[2], 0) end
     check_output(unit, out)
     ctx.kept = { out = out[2], views = views, copies = copies, positions = positions }
+    ctx.keeps = true
     return out[2]:detach()
   end
   local state = recompute._run_state()
@@ -195,6 +196,10 @@ end
 -- parameters' views and the arguments' copies, whose gradients it left.
 local function unit_backward(ctx, grad)
   local unit, kept = ctx.unit, ctx.kept
+  if ctx.keeps and kept == nil then
+    raise("FullyShardedDataParallel: under sharding_strategy \"SHARD_GRAD_OP\" a unit's kept graph serves one " ..
+          "backward; a second backward through it (retain_graph) needs \"FULL_SHARD\", which recomputes it")
+  end
   if kept ~= nil then
     ctx.kept = nil
     local ok, err = true, nil
@@ -239,8 +244,10 @@ end
 -- param_dtype (their parameters gathered in it, their floating inputs
 -- cast to it and their results cast back) and reduce their gradients in
 -- reduce_dtype (param_dtype when not given); the shards, which the
--- optimizer steps, keep their dtype. As PyTorch's FSDP MixedPrecision,
--- for the units (the parameters kept whole stay as they are).
+-- optimizer steps, keep their dtype. PyTorch's FSDP MixedPrecision for
+-- the units, with one difference: a unit's result is cast back to its
+-- input's dtype (PyTorch leaves it in param_dtype), since the parameters
+-- kept whole between the units stay in theirs.
 local mp_mt = { __name = "MixedPrecision" }
 function M.MixedPrecision(opts)
   local fn = "MixedPrecision"
@@ -787,9 +794,15 @@ function FSDP:clip_grad_norm_(max_norm, norm_type)
     raise("FullyShardedDataParallel.clip_grad_norm_: expected max_norm and a positive norm_type (math.huge for the max)")
   end
   local inf = norm_type == math.huge
-  -- the shards' part, combined over ranks; the whole gradients' part, the same on every rank
+  -- the shards' part, combined over ranks; the whole gradients' part, the
+  -- same on every rank (a NaN anywhere makes the norm NaN, as PyTorch's:
+  -- math.max would drop it)
   local function part(g) return inf and g:double():abs():max():item() or g:double():abs():pow(norm_type):sum():item() end
-  local function combine(a, b) return inf and math.max(a, b) or a + b end
+  local function combine(a, b)
+    if not inf then return a + b end
+    if a ~= a or b ~= b then return 0 / 0 end
+    return math.max(a, b)
+  end
   local sharded, whole = 0, 0
   for _, u in ipairs(self._units) do
     local g = u.shard.grad
@@ -799,11 +812,13 @@ function FSDP:clip_grad_norm_(max_norm, norm_type)
     local g = p.grad
     if g ~= nil and g:numel() > 0 then whole = combine(whole, part(g)) end
   end
-  local t = torch.tensor({ sharded }, { dtype = torch.float64 })
+  -- (with the max, whether some rank's part is NaN travels beside it)
+  local t = torch.tensor({ sharded ~= sharded and 0 or sharded, sharded ~= sharded and 1 or 0 }, { dtype = torch.float64 })
   if self._size > 1 then
     torch.distributed.all_reduce(t, inf and torch.distributed.ReduceOp.MAX or torch.distributed.ReduceOp.SUM, self._group)
   end
-  local total = combine(t[0]:item(), whole)
+  local across = t[1]:item() > 0 and 0 / 0 or t[0]:item()
+  local total = combine(across, whole)
   if not inf then total = total ^ (1 / norm_type) end
   local coef = max_norm / (total + 1e-6)
   if coef < 1 then

@@ -362,12 +362,14 @@ local function bessel_k(name, nu, scaled)
   return function(t)
     local x = want_float(name, t)
     local small = x:le(2)
-    local xs, xl = torch.where(small, x:clamp(1e-300, nil), 1), torch.where(small, 3, x)
+    local infinite = x:eq(math.huge)
+    local xs = torch.where(small, x:clamp(torch.finfo(x.dtype).tiny, nil), 1)
+    local xl = torch.where(small:logical_or(infinite), 3, x)
     local low = bessel_k_small(xs, nu)
     if scaled then low = low * xs:exp() end
     local high = bessel_k_scaled_large(xl, nu)
     if not scaled then high = high * (-xl):exp() end
-    local y = torch.where(small, low, high)
+    local y = torch.where(small, low, torch.where(infinite, 0, high))   -- (0 at +inf, as PyTorch)
     return torch.where(x:lt(0), 0 / 0, torch.where(x:eq(0), math.huge, y))
   end
 end
@@ -457,7 +459,7 @@ local function bessel_y(name, n)
   return function(t)
     local x = want_float(name, t)
     local small = x:le(HANKEL_FROM)
-    local xs = torch.where(small, x:clamp(1e-300, nil), 1)
+    local xs = torch.where(small, x:clamp(torch.finfo(x.dtype).tiny, nil), 1)
     local _, high = bessel_hankel(torch.where(small, HANKEL_FROM + 1, x), n)
     local y = torch.where(small, bessel_jy_small(xs, n == 0 and "y0" or "y1"), high)
     return torch.where(x:lt(0), 0 / 0, torch.where(x:eq(0), -math.huge, y))
@@ -502,15 +504,16 @@ local function airy_ai(t)
   end
   local phase = zeta - PI / 4
   local below = (even * phase:cos() + odd * phase:sin()) / (xl:pow(0.25) * SQRT_PI)
-  return torch.where(mid, series, torch.where(high, above, below)):to(dtype)
+  local y = torch.where(mid, series, torch.where(high, above, below))
+  return torch.where(x:abs():lt(math.huge), y, 0 / 0):to(dtype)   -- (NaN at NaN and +-inf, as PyTorch)
 end
 
 -- spherical_bessel_j0(x) = sin(x) / x, 1 at 0
 local function spherical_bessel_j0(t)
   local x = want_float("spherical_bessel_j0", t)
-  local zero = x:eq(0)
-  local xs = torch.where(zero, 1, x)
-  return torch.where(zero, 1, xs:sin() / xs)
+  local zero, infinite = x:eq(0), x:abs():eq(math.huge)
+  local xs = torch.where(zero:logical_or(infinite), 1, x)
+  return torch.where(zero, 1, torch.where(infinite, 0, xs:sin() / xs))
 end
 
 ---------------------------------------------------------------- Hurwitz zeta
@@ -547,7 +550,10 @@ local function zeta(x, q)
     fact = fact * (2 * j + 1) * (2 * j + 2)
     wp = wp / (w * w)
   end
-  return torch.where(pole, math.huge, torch.where(undefined, 0 / 0, sum)):to(dtype)
+  -- x = +inf: q^-x alone, 1 at q = 1 and inf below; NaN elsewhere, as PyTorch
+  local at_inf = torch.where(q:eq(1), 1, torch.where(q:gt(0):logical_and(q:lt(1)), math.huge, 0 / 0))
+  local v = torch.where(pole, math.huge, torch.where(undefined, 0 / 0, sum))
+  return torch.where(x:eq(math.huge), at_inf, v):to(dtype)
 end
 
 ---------------------------------------------------------------- orthogonal polynomials
@@ -746,6 +752,7 @@ local function incomplete_gamma(name, upper)
 end
 local gammainc, gammaincc = incomplete_gamma("gammainc", false), incomplete_gamma("gammaincc", true)
 
+local WILSON_HILFERTY_FROM = 1000
 -- torch._standard_gamma_grad(alpha, x): d x / d alpha of a Gamma(alpha, 1)
 -- draw x at its fixed quantile, -(d P / d alpha) / density (implicit
 -- reparameterisation, as PyTorch's function of that name), in float64 and
@@ -756,8 +763,21 @@ function torch._standard_gamma_grad(alpha, x)
                         typename(x)))
   end
   local a, xx = torch.broadcast_tensors(alpha:detach():to(torch.float64), x:detach():to(torch.float64))
-  local density = ((a - 1) * xx:log() - xx - a:lgamma()):exp()
-  return (-incomplete_gamma_da(xx, a) / density):to(x.dtype)
+  local large = a:gt(WILSON_HILFERTY_FROM)
+  local as = torch.where(large, 1, a)
+  local density = ((as - 1) * xx:log() - xx - as:lgamma()):exp()
+  local exact = -incomplete_gamma_da(xx, as) / density
+  -- above, where the series would need thousands of terms: Wilson and
+  -- Hilferty's x = a h^3, h = 1 - 1/(9a) + z / (3 sqrt(a)) for the normal
+  -- quantile z of the draw, differentiated in a at fixed z (within 1e-6
+  -- of mpmath's derivative there)
+  local al = torch.where(large, a, WILSON_HILFERTY_FROM + 1)
+  local ra = al:sqrt()
+  local z = ((xx / al):pow(1 / 3) - 1 + (al * 9):reciprocal()) * ra * 3
+  local h = 1 - (al * 9):reciprocal() + z / (ra * 3)
+  local dh = (al:square() * 9):reciprocal() - z / (al * ra * 6)
+  local approx = h:pow(3) + al * 3 * h:square() * dh
+  return torch.where(large, approx, exact):to(x.dtype)
 end
 torch.igamma, torch.igammac = gammainc, gammaincc
 methods.igamma, methods.igammac = gammainc, gammaincc

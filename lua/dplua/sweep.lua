@@ -320,12 +320,12 @@ function M.configurations(s)
 end
 
 -- method = "tpe": the trials of an earlier run of the sweep, from its
--- records, in trial order
+-- records, in trial order, with their numbers (a trial interrupted before
+-- its record leaves a gap, which stays one: a number names a trial's logs)
 function M.tpe_past(records)
   local list = {}
-  for key, r in pairs(records) do list[#list + 1] = { id = r.trial, hparams = r.hparams, key = key } end
-  table.sort(list, function(a, b) return (tonumber(a.id) or 0) < (tonumber(b.id) or 0) end)
-  for i, t in ipairs(list) do t.id = i end
+  for key, r in pairs(records) do list[#list + 1] = { id = tonumber(r.trial) or 0, hparams = r.hparams, key = key } end
+  table.sort(list, function(a, b) return a.id < b.id end)
   return list
 end
 
@@ -335,7 +335,8 @@ end
 function M.tpe_trial(s, configs, records)
   local names = sorted_keys(s.space)
   local o = s.tpe or {}
-  local id = #configs + 1
+  local id = 1
+  for _, t in ipairs(configs) do id = math.max(id, t.id + 1) end
   local u = rng((s.seed or 0) * 7919 + id)
   local history = {}
   for _, t in ipairs(configs) do
@@ -350,12 +351,12 @@ function M.tpe_trial(s, configs, records)
   for _, t in ipairs(configs) do seen[t.key] = true end
   for attempt = 1, 20 do
     local c
-    if id <= (o.startup or 10) or attempt > 10 then c = tpe.random(s.space, names, u)
+    if #configs < (o.startup or 10) or attempt > 10 then c = tpe.random(s.space, names, u)
     else c = tpe.suggest(s.space, names, history, u, o) end
     local key = json.encode(c)
     if not seen[key] then
       local t = { id = id, hparams = c, key = key }
-      configs[id] = t
+      configs[#configs + 1] = t
       return t
     end
   end

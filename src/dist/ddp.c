@@ -158,14 +158,15 @@ static dp_status launch(dp_ddp *d, ddp_bucket *b)
     b->launched = true;
     if (d->sharded)
         return launch_sharded(d, b);
-    if (dp_pg_size(d->pg) == 1)
+    const bool compress = d->comm_dtype >= 0 && d->comm_dtype != (int)d->flat_grad->dtype;
+    if (dp_pg_size(d->pg) == 1 && !compress)
         return DP_OK;   /* the average over one rank is the gradient itself */
     dp_tensor *slice;
     dp_status st = slice_of(&slice, d->flat_grad, b->start, b->end);
-    if (!st && d->comm_dtype >= 0 && d->comm_dtype != (int)slice->dtype) {
+    if (!st && compress) {   /* (on one rank too: the gradients are rounded, as PyTorch's hook rounds them) */
         int64_t n = b->end - b->start;
         if (!(st = dp_empty(&b->compressed, 1, &n, (dp_dtype)d->comm_dtype, slice->device)) &&
-            !(st = dp_copy_into(b->compressed, slice)))
+            !(st = dp_copy_into(b->compressed, slice)) && dp_pg_size(d->pg) > 1)
             st = dp_pg_all_reduce(d->pg, b->compressed, DP_MEAN, &b->work);
     } else if (!st) {
         st = dp_pg_all_reduce(d->pg, slice, DP_MEAN, &b->work);

@@ -60,7 +60,7 @@ local function train(model, opt, clip)
 end
 local function adamw(params) return optim.AdamW(params, { lr = 0.02, betas = { 0.8, 0.95 }, weight_decay = 0.05 }) end
 
-if rank == 0 then print("1..21") end
+if rank == 0 then print("1..23") end
 local ddp = nn.parallel.DistributedDataParallel(net())
 local ddp_norms = train(ddp, adamw(ddp:parameters()), function(m) return nn.utils.clip_grad_norm_(m:parameters(), 0.5):item() end)
 local want = ddp.module:state_dict()
@@ -93,6 +93,11 @@ do
   ok(kworst < 1e-5, string.format("SHARD_GRAD_OP: the same weights and norms as DDP's (worst difference %.2e)", kworst))
   ok(calls == K, string.format("SHARD_GRAD_OP: a block runs once a step (%d calls in %d steps)", calls, K))
   ok(keep.module[1].fc1.weight:numel() == 0, "SHARD_GRAD_OP: between steps a block holds no parameters")
+  local loss = crit(keep(xs[1]:narrow(0, rank * per, per)), ys[1]:narrow(0, rank * per, per))
+  loss:backward(nil, true)
+  local again, err = pcall(loss.backward, loss)
+  ok(not again and tostring(err):find("serves one backward", 1, true) ~= nil,
+     "SHARD_GRAD_OP: a second backward through a unit says it needs FULL_SHARD")
 end
 
 -- MixedPrecision(bf16, reduce in float32): each block computes in
@@ -161,6 +166,9 @@ do
   local got_inf = inf_norm(f, function(m) return m:clip_grad_norm_(1e9, math.huge):item() end)
   ok(math.abs(got_inf - want_inf) < 1e-6 * want_inf,
      string.format("clip_grad_norm_ with norm_type = math.huge: DDP's max-norm (%.6f, %.6f)", got_inf, want_inf))
+  if rank == 0 then f._units[1].shard.grad[0] = 0 / 0 end
+  local nan = f:clip_grad_norm_(1e9, math.huge):item()
+  ok(nan ~= nan, "a NaN in one rank's shard makes every rank's max-norm NaN")
 end
 
 local block = model.module[1]

@@ -135,15 +135,19 @@ function BasePruningMethod.apply(cls, module, name, opts)
   end
   local method = cls(opts)
   method._tensor_name = name
+  local added_to   -- an existing container the new method joins (taken back out if this fails)
   if old ~= nil then
     local container = old.method
-    if getmetatable(container) ~= prune.PruningContainer then container = prune.PruningContainer(container) end
+    if getmetatable(container) ~= prune.PruningContainer then container = prune.PruningContainer(container)
+    else added_to = container end
     container:add_pruning_method(method)
     method = container
   end
+  local function undo_add() if added_to then table.remove(added_to._pruning_methods) end end
   local orig = module[name]   -- (already pruned: the pruned values)
   local scores = opts.importance_scores or orig
   if not is_tensor(scores) or table.concat(scores:size(), ",") ~= table.concat(orig:size(), ",") then
+    undo_add()
     raise(string.format("%s: importance_scores should have the shape of parameter %s %s, got %s", fn, name,
                         shape_str(orig), is_tensor(scores) and shape_str(scores) or typename(scores)))
   end
@@ -159,6 +163,7 @@ function BasePruningMethod.apply(cls, module, name, opts)
     return torch.no_grad(function() return method:compute_mask(scores:detach(), default_mask) end)
   end)
   if not ok then   -- as it was before
+    undo_add()
     if old == nil then
       module:_remove_parameter(name .. "_orig")
       module:register_parameter(name, orig)
@@ -241,7 +246,7 @@ function RandomUnstructured:__init(...)
 end
 function RandomUnstructured:compute_mask(t, default_mask)
   local k = count_to_prune(self.amount, t:numel(), "RandomUnstructured")
-  return zero_ranked(torch.rand(t:size(), { dtype = torch.float64 }), default_mask, k, true)
+  return zero_ranked(torch.rand(t:size(), { dtype = torch.float64, device = t.device }), default_mask, k, true)
 end
 prune.RandomUnstructured = RandomUnstructured
 
@@ -288,7 +293,7 @@ function RandomStructured:compute_mask(t, default_mask)
   local channels = t:size(dim)
   local k = count_to_prune(self.amount, channels, fn)
   if k == 0 then return default_mask end
-  local _, keep = torch.rand(channels, { dtype = torch.float64 }):topk(channels - k, 0, true)
+  local _, keep = torch.rand(channels, { dtype = torch.float64, device = t.device }):topk(channels - k, 0, true)
   return channel_mask(t, dim, keep, default_mask)
 end
 prune.RandomStructured = RandomStructured
