@@ -218,6 +218,12 @@ ok $? "a tpe sweep run again with more samples keeps its trials and chooses only
   assert(near >= 15, near .. " of 20 suggestions near the good region")') >"$tmp/out" 2>"$tmp/err"
 ok $? "tpe.suggest is deterministic for a stream and proposes the good region" "$tmp/err"
 
+for f in sweep_fashion_mnist.lua sweep_fashion_mnist_asha.lua sweep_fashion_mnist_tpe.lua; do
+    run sweep "$top_srcdir/examples/$f" --dry-run
+    [ $status -eq 0 ] && has_re out "configurations" || break
+done
+ok $? "the example sweeps (grid, ASHA, tpe) load and plan"
+
 # ---------------------------------------------------------------- TensorBoard
 
 # The event files are read by the independent reader of test_tensorboard.lua
