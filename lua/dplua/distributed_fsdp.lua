@@ -664,9 +664,12 @@ function FSDP:sharded_state_dict(opt)
     local v = sd[k]
     if not in_unit[k] then whole[k] = is_tensor(v) and v:detach():clone() or v end
   end
-  local units = {}
-  for _, u in ipairs(self._units) do units[u.name] = u.shard:detach():clone() end
-  local out = { rank = self._units[1].rank, world_size = self._size, whole = whole, units = units }
+  local units, numels = {}, {}
+  for _, u in ipairs(self._units) do
+    units[u.name] = u.shard:detach():clone()
+    numels[u.name] = u.params[#u.params].offset + u.params[#u.params].numel
+  end
+  local out = { rank = self._units[1].rank, world_size = self._size, whole = whole, units = units, numels = numels }
   if opt ~= nil then
     local unit_of, name_of = parameter_roles(self)
     local roles = {}
@@ -709,6 +712,11 @@ local function unit_flat(list, unit, fn, pick)
   end
   local flat = torch.cat(parts)
   local total = unit.params[#unit.params].offset + unit.params[#unit.params].numel
+  local saved = type(list[1].numels) == "table" and list[1].numels[unit.name]
+  if saved and saved ~= total then
+    raise(string.format("%s: the checkpoint's unit %s has %d parameter elements, this model's %d", fn, unit.name, saved,
+                        total))
+  end
   if flat:numel() < total then
     raise(string.format("%s: the shards of unit %s hold %d elements, its parameters %d", fn, unit.name, flat:numel(), total))
   end

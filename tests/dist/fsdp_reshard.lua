@@ -63,7 +63,7 @@ local function train(model, opt, from, to, group_rank, group_size)
   end
 end
 
-if rank == 0 then print("1..8") end
+if rank == 0 then print("1..9") end
 local pair = dist.new_group({ 0, 1 })
 local path = dir .. "/reshard.safetensors"
 local whole
@@ -133,6 +133,12 @@ do
     ok(worst < 1e-5, string.format("stopped on 2 ranks, each saving its sharded_state_dict, resumed on 3 by " ..
                                    "load_sharded_state_dict: the uninterrupted run's weights (worst difference %.2e)", worst))
   end
+  torch.manual_seed(5)
+  local narrow = fsdp.FullyShardedDataParallel(nn.Sequential(nn.Linear(12, 8), Block(8), Block(8), nn.Linear(8, 5)),
+                                               { auto_wrap_policy = fsdp.ModuleWrapPolicy({ Block }) })
+  local fits, why = pcall(narrow.load_sharded_state_dict, narrow, parts)
+  ok(not fits and tostring(why):find("unit 1 has 1104 parameter elements, this model's 296", 1, true) ~= nil,
+     "load_sharded_state_dict into another model names the unit that differs: " .. tostring(why):sub(1, 160))
   local swapped = { parts[2], parts[1] }
   local good, err = pcall(m2.load_sharded_state_dict, m2, swapped, o2)
   ok(not good and tostring(err):find("in rank order; entry 1 is rank 1 of 2", 1, true) ~= nil,

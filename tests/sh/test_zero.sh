@@ -60,5 +60,5 @@ for ranks in 2 3; do
 done
 
 run --nproc_per_node=3 "$dist/fsdp_reshard.lua" "$tmp"
-[ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.8' "$tmp/out" && [ "$(grep -c '^ok' "$tmp/out")" -eq 8 ]
+[ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.9' "$tmp/out" && [ "$(grep -c '^ok' "$tmp/out")" -eq 9 ]
 ok $? "FullyShardedDataParallel stopped on 2 ranks resumes on 3 from its state dict and optim_state_dict (by parameter name), or from every rank's sharded_state_dict"
