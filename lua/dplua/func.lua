@@ -82,6 +82,42 @@ function M.functional_call(module, tensors, args, kwargs)
   return torch._finally(restore, nil, pcall(module, unpack(call_args, 1, n)))
 end
 
+-- stack_module_state(models): the parameters and the buffers of a list of
+-- models of the same structure, each name's tensors stacked along a new
+-- first dim (parameters as new leaves that require grad where the
+-- originals did), for functional_call under vmap: a model ensemble in one
+-- call, as PyTorch's.
+function M.stack_module_state(models)
+  local fn = "stack_module_state"
+  if type(models) ~= "table" or #models == 0 then raise(fn .. ": expected a non-empty list of modules") end
+  local function stacked(kind)
+    local out, names = {}, nil
+    for i, m in ipairs(models) do
+      if not torch.nn.is_module(m) then raise(string.format("%s: models[%d] is not a module", fn, i)) end
+      local list = kind == "params" and m:named_parameters() or m:named_buffers()
+      local here = {}
+      for j, e in ipairs(list) do here[j] = e[1] end
+      if names == nil then names = here
+      elseif table.concat(here, ",") ~= table.concat(names, ",") then
+        raise(string.format("%s: models[%d]'s %s are not models[1]'s (%s against %s)", fn, i,
+                            kind == "params" and "parameters" or "buffers", table.concat(here, ", "), table.concat(names, ", ")))
+      end
+    end
+    for j, name in ipairs(names) do
+      local ts = {}
+      for i, m in ipairs(models) do
+        local list = kind == "params" and m:named_parameters() or m:named_buffers()
+        ts[i] = list[j][2]:detach()
+      end
+      local t = torch.stack(ts)
+      if kind == "params" and models[1]:named_parameters()[j][2].requires_grad then t:requires_grad_(true) end
+      out[name] = t
+    end
+    return out
+  end
+  return stacked("params"), stacked("buffers")
+end
+
 ---------------------------------------------------------------- grad, vjp, jacrev
 
 -- arg (a tensor or a table of them) rebuilt from fresh leaves that require

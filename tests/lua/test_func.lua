@@ -91,4 +91,24 @@ T.run("vjp and jacrev", function()
   T.is(torch.vmap, func.vmap, "torch.vmap is torch.func.vmap")
 end)
 
+T.run("stack_module_state: a model ensemble in one vmap", function()
+  local models = {}
+  for i = 1, 3 do
+    torch.manual_seed(i)
+    models[i] = nn.Sequential(nn.Linear(4, 8, f64), nn.ReLU(), nn.Linear(8, 2, f64))
+  end
+  local params, buffers = func.stack_module_state(models)
+  T.is(params["0.weight"]:size(), { 3, 8, 4 }, "each name's tensors stacked")
+  T.ok(params["0.weight"].requires_grad and params["0.weight"].grad_fn == nil, "as new leaves that require grad")
+  local x = torch.randn(5, 4, f64)
+  local out = func.vmap(function(p, b, xx) return func.functional_call(models[1], { p, b }, xx) end, { 0, 0, nil })(
+    params, buffers, x)
+  T.tensor_close(out, torch.stack({ models[1](x), models[2](x), models[3](x) }), 0, 0, "every model's output")
+  out:sum():backward()
+  models[2](x):sum():backward()
+  T.tensor_close(params["2.weight"].grad[1], models[2][2].weight.grad, 1e-14, 1e-14, "and its gradients")
+  T.raises(function() func.stack_module_state({ models[1], nn.Linear(4, 8) }) end, "are not models%[1%]'s",
+           "models of another structure")
+end)
+
 T.done_testing()
