@@ -146,22 +146,6 @@ local function check_output(unit, out)
   end
 end
 
--- Detached copies of the tensor arguments, leaves that require grad where
--- the arguments did; the copies and each one's argument position
-local function leaf_args(nargs, ...)
-  local args, copies, positions = { ... }, {}, {}
-  for i = 1, nargs do
-    local a = args[i]
-    if is_tensor(a) then
-      local d = a:detach()
-      if a.requires_grad then d:requires_grad_(true) end
-      args[i] = d
-      copies[#copies + 1], positions[#copies + 1] = d, i
-    end
-  end
-  return args, copies, positions
-end
-
 function UnitFn.forward(ctx, shard, unit, ...)
   local nargs = select("#", ...)
   local full = gather(unit, unit.param_dtype)
@@ -172,7 +156,7 @@ function UnitFn.forward(ctx, shard, unit, ...)
     -- SHARD_GRAD_OP: the forward records its graph on the gathered
     -- parameters, which stay until the backward has used them
     local views = install(unit, full, true)
-    local args, copies, positions = leaf_args(nargs, ...)
+    local args, copies, positions = recompute._leaf_args({ ... }, nargs)
     local out = { pcall(torch.enable_grad, run_unit, unit, unpack(args, 1, nargs)) }
     uninstall(unit)
     if not out[1] then error(out[2], 0) end

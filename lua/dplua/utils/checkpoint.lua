@@ -47,12 +47,10 @@ function M._run_state()
   return { seed = seed, offset = offset, autocast = autocast_state() }
 end
 
--- fn(args[1..nargs]) again, grad enabled, under s's autocast state and
--- from s's random state (when s has one), which is put back after, on
--- detached copies of the tensor arguments (leaves that require grad where
--- the arguments did). Returns pcall's first two results, then the copies
--- in the order of the tensor arguments and each one's argument position.
-function M._replay(s, fn, given, nargs)
+-- The arguments given[1..nargs] with each tensor replaced by a detached
+-- copy, a leaf that requires grad where the argument did; the copies, and
+-- each one's argument position.
+function M._leaf_args(given, nargs)
   local args, copies, positions = {}, {}, {}
   for i = 1, nargs do
     local a = given[i]
@@ -65,6 +63,16 @@ function M._replay(s, fn, given, nargs)
       args[i] = a
     end
   end
+  return args, copies, positions
+end
+
+-- fn(args[1..nargs]) again, grad enabled, under s's autocast state and
+-- from s's random state (when s has one), which is put back after, on
+-- detached copies of the tensor arguments (leaves that require grad where
+-- the arguments did). Returns pcall's first two results, then the copies
+-- in the order of the tensor arguments and each one's argument position.
+function M._replay(s, fn, given, nargs)
+  local args, copies, positions = M._leaf_args(given, nargs)
   local function on_cuda() return fn(unpack(args, 1, nargs)) end
   local function on_cpu()
     local a = s.autocast.cuda
