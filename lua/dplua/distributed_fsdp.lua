@@ -115,6 +115,50 @@ local function gather(unit, dtype)
   return full
 end
 
+---------------------------------------------------------------- prefetching
+
+-- A unit's gather for its next use, started while another unit computes
+-- (an asynchronous all-gather; PyTorch's backward_prefetch and
+-- forward_prefetch). The order comes from the previous step: the units in
+-- the order their forwards ran. Every rank runs the same order, so the
+-- collectives match. A prefetch not taken by the end of a step (a unit the
+-- step did not call) is waited for and dropped when the next forward
+-- begins, before the optimizer's new shards could be used stale.
+local function prefetch(unit, dtype)
+  if not unit or unit.prefetched ~= nil then return end
+  local shard = unit.shard:detach()
+  if shard.dtype ~= dtype then shard = shard:to(dtype) end
+  local full = torch.empty({ unit.padded }, { dtype = dtype, device = unit.shard.device })
+  local p = { full = full, shard = shard, dtype = dtype }
+  if unit.size == 1 then full:copy_(shard) else
+    p.work = torch.distributed.all_gather_into_tensor(full, shard, unit.group, true)
+  end
+  unit.prefetched = p
+end
+
+-- The unit's whole buffer: its prefetch when there is one (of that dtype), else a gather now
+local function gathered(unit, dtype)
+  dtype = dtype or unit.shard.dtype
+  local p = unit.prefetched
+  if p ~= nil then
+    unit.prefetched = nil
+    if p.work then p.work:wait() end
+    if p.dtype == dtype then
+      unit.prefetches_used = (unit.prefetches_used or 0) + 1
+      return p.full
+    end
+  end
+  return gather(unit, dtype)
+end
+
+-- When a unit's forward runs: record the order, and prefetch the next
+-- unit's forward gather (forward_prefetch)
+local function forward_order(unit)
+  local owner = unit.owner
+  owner.seen[#owner.seen + 1] = unit
+  if owner.forward_prefetch then prefetch(owner.next_of[unit], unit.param_dtype or unit.shard.dtype) end
+end
+
 -- The unit's module called; under mixed precision its floating arguments
 -- cast to param_dtype and its result back to the first one's dtype
 -- (recorded, where autograd records, so gradients come back in the
@@ -148,7 +192,8 @@ end
 
 function UnitFn.forward(ctx, shard, unit, ...)
   local nargs = select("#", ...)
-  local full = gather(unit, unit.param_dtype)
+  local full = gathered(unit, unit.param_dtype)
+  forward_order(unit)
   local backward_comes = false
   for _, needs in ipairs(ctx.needs_input_grad) do backward_comes = backward_comes or needs end
   ctx.unit, ctx.nargs = unit, nargs
@@ -191,7 +236,9 @@ local function unit_backward(ctx, grad)
     if not ok then error(err, 0) end
     return kept.views, kept.copies, kept.positions
   end
-  local full = gather(unit, unit.param_dtype)
+  local full = gathered(unit, unit.param_dtype)
+  -- the unit whose backward comes next: its gather, while this one computes
+  if unit.owner.backward_prefetch then prefetch(unit.owner.prev_of[unit], unit.param_dtype or unit.shard.dtype) end
   local views = install(unit, full, true)
   -- (the random state and autocast state the forward ran with, so that
   -- dropout draws the same masks and the same casts happen)
@@ -253,7 +300,8 @@ local FSDP = torch.nn.Module:extend("FullyShardedDataParallel")
 M.FullyShardedDataParallel = FSDP
 
 local own_options = { auto_wrap_policy = true, process_group = true, sharding_strategy = true, device_id = true,
-                      sync_module_states = true, mixed_precision = true }
+                      sync_module_states = true, mixed_precision = true, forward_prefetch = true,
+                      backward_prefetch = true }
 
 -- FullyShardedDataParallel(module [, {auto_wrap_policy =, process_group =,
 -- sharding_strategy = "FULL_SHARD"}]): auto_wrap_policy is a function
@@ -272,6 +320,17 @@ function FSDP:__init(module, opts)
     raise(fn .. ': sharding_strategy "FULL_SHARD" and "SHARD_GRAD_OP" are implemented here, got ' .. tostring(strategy)
           .. " (for NO_SHARD, DistributedDataParallel)")
   end
+  if opts.forward_prefetch ~= nil and type(opts.forward_prefetch) ~= "boolean" then
+    raise(fn .. ": expected forward_prefetch to be a boolean, got " .. typename(opts.forward_prefetch))
+  end
+  local bp = opts.backward_prefetch
+  if bp ~= nil and bp ~= false and bp ~= "BACKWARD_PRE" and bp ~= "BACKWARD_POST" then
+    raise(fn .. ': expected backward_prefetch to be "BACKWARD_PRE" (the default), "BACKWARD_POST" or false, got '
+          .. tostring(bp))
+  end
+  -- the prefetching state every unit shares: the order of the last step
+  local owner = { seen = {}, next_of = {}, prev_of = {}, forward_prefetch = opts.forward_prefetch == true,
+                  backward_prefetch = bp ~= false }
   local mp = opts.mixed_precision
   if mp ~= nil and getmetatable(mp) ~= mp_mt then
     raise(fn .. ": expected mixed_precision to be a fsdp.MixedPrecision({param_dtype =, reduce_dtype =}), got "
@@ -305,6 +364,7 @@ function FSDP:__init(module, opts)
     for ui, u in ipairs(units) do
       u.group, u.rank, u.size = group, rank, size
       u.keep_activations = strategy == "SHARD_GRAD_OP"
+      u.owner = owner
       u.param_dtype, u.reduce_dtype = mp and mp.param_dtype, mp and mp.reduce_dtype
       u.run = getmetatable(u.module).__class.forward
       u.slots, u.params = {}, {}
@@ -340,6 +400,7 @@ function FSDP:__init(module, opts)
     end
   end)
   self._units = units
+  self._prefetching = owner
   -- the parameters kept whole: from rank 0, gradients averaged
   self._replicated = {}
   for _, p in ipairs(module:parameters()) do
@@ -360,7 +421,27 @@ function FSDP:__init(module, opts)
   self._group, self._size = group, size
 end
 
-function FSDP:forward(...) return self.module(...) end
+-- A step begins: the last step's order of units is the one to prefetch
+-- in; what it prefetched and did not use is waited for and dropped.
+function FSDP:forward(...)
+  local owner = self._prefetching
+  for _, u in ipairs(self._units) do
+    local p = u.prefetched
+    if p ~= nil then
+      u.prefetched = nil
+      if p.work then p.work:wait() end
+    end
+  end
+  if #owner.seen > 0 then
+    owner.next_of, owner.prev_of = {}, {}
+    for i, u in ipairs(owner.seen) do
+      if owner.next_of[u] == nil then owner.next_of[u] = owner.seen[i + 1] or false end
+      if owner.prev_of[u] == nil then owner.prev_of[u] = owner.seen[i - 1] or false end
+    end
+    owner.seen = {}
+  end
+  return self.module(...)
+end
 
 -- no_sync(fn, ...): fn(...), for loops written for PyTorch's FSDP that
 -- accumulate micro-batches; here every backward reduces its gradients

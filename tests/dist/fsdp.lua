@@ -60,7 +60,7 @@ local function train(model, opt, clip)
 end
 local function adamw(params) return optim.AdamW(params, { lr = 0.02, betas = { 0.8, 0.95 }, weight_decay = 0.05 }) end
 
-if rank == 0 then print("1..23") end
+if rank == 0 then print("1..26") end
 local ddp = nn.parallel.DistributedDataParallel(net())
 local ddp_norms = train(ddp, adamw(ddp:parameters()), function(m) return nn.utils.clip_grad_norm_(m:parameters(), 0.5):item() end)
 local want = ddp.module:state_dict()
@@ -78,6 +78,25 @@ ok(same and worst < 1e-5, string.format("%d ranks: %d AdamW steps with dropout a
 local nworst = 0
 for s = 1, K do nworst = math.max(nworst, math.abs(fsdp_norms[s] - ddp_norms[s])) end
 ok(nworst < 1e-5, string.format("clip_grad_norm_: the same total norms as DDP's (worst difference %.2e)", nworst))
+
+-- prefetching: by default each unit's backward starts the gather of the
+-- unit whose backward comes next (from the last step's order); with
+-- forward_prefetch the forward does the same; either way the same steps
+do
+  local used = 0
+  for _, u in ipairs(model._units) do used = used + (u.prefetches_used or 0) end
+  ok(used == K - 1, string.format("backward prefetch: %d gathers prefetched in %d steps (one a step after the first)",
+                                  used, K))
+  local fwd = fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = fsdp.ModuleWrapPolicy({ Block }),
+                                                     forward_prefetch = true, backward_prefetch = false })
+  train(fwd, adamw(fwd:parameters()), function(m) return m:clip_grad_norm_(0.5):item() end)
+  local fsd, fworst = fwd:state_dict(), 0
+  for _, k in ipairs(want:keys()) do fworst = math.max(fworst, (fsd[k] - want[k]):abs():max():item()) end
+  local fused = 0
+  for _, u in ipairs(fwd._units) do fused = fused + (u.prefetches_used or 0) end
+  ok(fworst < 1e-5 and fused == K - 1,
+     string.format("forward_prefetch (backward's off): %d prefetched gathers, DDP's weights (worst %.2e)", fused, fworst))
+end
 
 -- SHARD_GRAD_OP: the forward's graph is kept on the gathered parameters
 -- until the backward, so a block runs once a step, and trains the same
@@ -255,6 +274,9 @@ raises(function() fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = fsdp
        'sharding_strategy "FULL_SHARD" and "SHARD_GRAD_OP" are implemented here, got HYBRID_SHARD', "an unknown strategy")
 raises(function() fsdp.MixedPrecision({ buffer_dtype = torch.bfloat16 }) end,
        "option 'buffer_dtype' is not supported here", "MixedPrecision's buffer_dtype")
+raises(function() fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = fsdp.ModuleWrapPolicy({ Block }),
+                                                        backward_prefetch = "EARLY" }) end,
+       'expected backward_prefetch to be "BACKWARD_PRE"', "an unknown backward_prefetch")
 raises(function() again:to("cpu") end, "move the model to its device and dtype before wrapping it",
        "moving the wrapped model says to move it first")
 raises(function() nn.parallel.DistributedDataParallel(net(), { sharding_strategy = "FULL_SHARD" }) end,

@@ -55,8 +55,8 @@ ok $? "bad input to ZeroRedundancyOptimizer, SHARD_GRAD_OP and Join raises clear
 
 for ranks in 2 3; do
     run --nproc_per_node=$ranks "$dist/fsdp.lua"
-    [ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.23' "$tmp/out" && [ "$(grep -c '^ok' "$tmp/out")" -eq 23 ]
-    ok $? "FullyShardedDataParallel (FULL_SHARD and SHARD_GRAD_OP, MixedPrecision) on $ranks ranks trains as DDP (dropout, clipping and the max-norm, tied weights, bf16 autocast), its state dict out and in, summon_full_params"
+    [ $status -eq 0 ] && ! grep -q '^not ok' "$tmp/out" && grep -q '^1\.\.26' "$tmp/out" && [ "$(grep -c '^ok' "$tmp/out")" -eq 26 ]
+    ok $? "FullyShardedDataParallel (FULL_SHARD and SHARD_GRAD_OP, MixedPrecision) on $ranks ranks trains as DDP (dropout, clipping and the max-norm, tied weights, bf16 autocast), its state dict out and in, summon_full_params, prefetching"
 done
 
 run --nproc_per_node=3 "$dist/fsdp_reshard.lua" "$tmp"
