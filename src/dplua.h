@@ -537,6 +537,19 @@ DP_API dp_status dp_process_spawn(int *pid, const char *program, const char *con
  * when signal *signo ended it. */
 DP_API dp_status dp_process_wait(int pid, double timeout_s, int *exited, int *exit_code, int *signo);
 DP_API dp_status dp_process_kill(int pid, int signo);
+/* DataLoader's workers: fork() without exec, the child killed when this
+ * process dies (the pid, 0 in the child, -1 on failure); pipes
+ * (close-on-exec) and whole reads and writes on them (a read returns the
+ * bytes read, fewer than n at the pipe's end, -1 on error); a wait for a
+ * readable fd (1 readable or at its end, 0 not within timeout_s, -1
+ * error); _exit for a child that must not run its parent's exit handlers. */
+DP_API int dp_worker_fork(void);
+DP_API dp_status dp_pipe_open(int *read_fd, int *write_fd);
+DP_API dp_status dp_fd_write_all(int fd, const void *buf, int64_t n);
+DP_API int64_t dp_fd_read_all(int fd, void *buf, int64_t n);
+DP_API int dp_fd_wait_readable(int fd, double timeout_s);
+DP_API void dp_fd_close(int fd);
+DP_API void dp_exit_now(int status);
 DP_API const char *dp_signal_name(int signo);        /* "SIGTERM"; "signal 40" for others */
 
 /* Seconds on a clock that only goes forward (for durations), and since

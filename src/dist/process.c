@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -263,6 +264,92 @@ dp_status dp_process_kill(int pid, int signo)
         return dp_fail(errno == ESRCH ? DP_ERR_STATE : DP_ERR_ARG, "process_kill: cannot signal process %d: %s",
                        pid, strerror(errno));
     return DP_OK;
+}
+
+/* ---------------------------------------------------------------- workers */
+
+int dp_worker_fork(void)
+{
+    pid_t parent = getpid();
+    fflush(NULL);   /* (the child must not write out the parent's buffered output again) */
+    pid_t child = fork();
+    if (child < 0) {
+        dp_fail(DP_ERR_STATE, "worker_fork: fork failed: %s", strerror(errno));
+        return -1;
+    }
+    if (child == 0) {
+        /* dies with its parent; and if the parent is already gone, now */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
+    }
+    return (int)child;
+}
+
+dp_status dp_pipe_open(int *read_fd, int *write_fd)
+{
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return dp_fail(DP_ERR_STATE, "pipe: %s", strerror(errno));
+    *read_fd = fds[0];
+    *write_fd = fds[1];
+    return DP_OK;
+}
+
+dp_status dp_fd_write_all(int fd, const void *buf, int64_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, (size_t)(n > (1 << 30) ? (1 << 30) : n));
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return dp_fail(DP_ERR_STATE, "write to fd %d: %s", fd, w < 0 ? strerror(errno) : "nothing written");
+        p += w;
+        n -= w;
+    }
+    return DP_OK;
+}
+
+int64_t dp_fd_read_all(int fd, void *buf, int64_t n)
+{
+    char *p = buf;
+    int64_t total = 0;
+    while (total < n) {
+        ssize_t r = read(fd, p + total, (size_t)(n - total > (1 << 30) ? (1 << 30) : n - total));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            dp_fail(DP_ERR_STATE, "read from fd %d: %s", fd, strerror(errno));
+            return -1;
+        }
+        if (r == 0)
+            break;   /* the end: the writer closed its end */
+        total += r;
+    }
+    return total;
+}
+
+int dp_fd_wait_readable(int fd, double timeout_s)
+{
+    struct pollfd q = { .fd = fd, .events = POLLIN };
+    int ms = timeout_s < 0 ? -1 : (int)(timeout_s * 1000);
+    int r = poll(&q, 1, ms);
+    if (r < 0)
+        return errno == EINTR ? 0 : -1;
+    return r > 0 ? 1 : 0;
+}
+
+void dp_fd_close(int fd)
+{
+    if (fd >= 0)
+        close(fd);
+}
+
+void dp_exit_now(int status)
+{
+    fflush(NULL);
+    _exit(status);
 }
 
 /* Every signal of Linux by name; the real-time ones as SIGRTMIN+n. */

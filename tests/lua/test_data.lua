@@ -457,4 +457,87 @@ T.run("DataLoader pin_memory without a GPU", function()
            "expected pin_memory to be a boolean", "pin_memory not a boolean")
 end)
 
+T.run("worker processes: the same batches, errors named, never a hang", function()
+  -- a dataset whose samples say which worker read them
+  local Probe = data.Dataset:extend("Probe")
+  function Probe:__init(n) self.n = n end
+  function Probe:__len() return self.n end
+  function Probe:__getitem(i)
+    local info = data.get_worker_info()
+    self.reads = (self.reads or 0) + 1   -- (each worker process its own count)
+    return torch.tensor({ i, i * i }, { dtype = torch.float64 }), i, info and info.id or -1,
+           { seed = info and info.seed or -1, reads = self.reads, name = "s" .. i, flag = i % 2 == 0 }
+  end
+  local function batches(loader)
+    local out = {}
+    for x, i, w, meta in loader:iter() do out[#out + 1] = { x = x, i = i:tolist(), w = w:tolist(), meta = meta } end
+    return out
+  end
+  local plain = batches(data.DataLoader(Probe(23), { batch_size = 4 }))
+  local three = batches(data.DataLoader(Probe(23), { batch_size = 4, num_workers = 3 }))
+  T.is(#three, #plain, "as many batches as without workers")
+  local same = true
+  for k = 1, #plain do same = same and torch.equal(plain[k].x, three[k].x) and table.concat(plain[k].i, ",") == table.concat(three[k].i, ",") end
+  T.ok(same, "the same batches, in the sampler's order")
+  T.is({ three[1].w[1], three[2].w[1], three[3].w[1], three[4].w[1] }, { 0, 1, 2, 0 }, "batch k from worker k mod 3")
+  T.is(plain[1].w, { -1, -1, -1, -1 }, "get_worker_info() is nil in the main process")
+  local m1, m2 = three[1].meta, three[2].meta
+  T.ok(m1.name[2] == "s1" and m1.flag:tolist()[1] == true and m1.flag.dtype == torch.bool
+       and m2.seed:tolist()[1] == m1.seed:tolist()[1] + 1,
+       "tables, strings and boolean tensors come back; worker k's seed is the base seed plus k")
+  -- shuffled, with persistent workers over two epochs
+  local shuffled = data.DataLoader(Probe(20), { batch_size = 5, shuffle = true, seed = 4 })
+  local pw = data.DataLoader(Probe(20), { batch_size = 5, shuffle = true, seed = 4, num_workers = 2, persistent_workers = true })
+  local a1, b1, a2, b2 = batches(shuffled), batches(pw), batches(shuffled), batches(pw)
+  local ok = true
+  for k = 1, #a1 do ok = ok and table.concat(a1[k].i, ",") == table.concat(b1[k].i, ",") and table.concat(a2[k].i, ",") == table.concat(b2[k].i, ",") end
+  T.ok(ok, "shuffled with a seed: the same order with workers, epoch after epoch")
+  T.ok(b2[1].meta.reads:tolist()[1] > 5, "persistent_workers: the second epoch runs in the same worker processes")
+  -- a TensorDataset (batched by __getitems) through workers
+  local x, y, tds = make(10)
+  local got = {}
+  for xb, yb in data.DataLoader(tds, { batch_size = 3, num_workers = 2 }):iter() do got[#got + 1] = yb:tolist() end
+  T.is(got, { { 0, 1, 2 }, { 3, 4, 5 }, { 6, 7, 8 }, { 9 } }, "a TensorDataset's batches")
+  -- worker_init_fn
+  local Seeded = data.Dataset:extend("Seeded")
+  function Seeded:__len() return 4 end
+  function Seeded:__getitem(i) return torch.tensor({ _G.worker_tag or -1 }) end
+  local tags = {}
+  for t in data.DataLoader(Seeded(), { batch_size = 1, num_workers = 2, worker_init_fn = function(w) _G.worker_tag = 100 + w end }):iter() do
+    tags[#tags + 1] = t:item()
+  end
+  T.is(tags, { 100, 101, 100, 101 }, "worker_init_fn(id) runs in each worker before its first batch")
+  -- failures
+  local Bad = data.Dataset:extend("Bad")
+  function Bad:__len() return 8 end
+  function Bad:__getitem(i)
+    if i == 5 and self.broken then error("sample 5 is broken") end
+    if i == 6 and self.die then os.exit(3) end
+    if i == 6 and self.sleep then local t = os.clock() while os.clock() - t < 5 do end end
+    return torch.tensor({ i })
+  end
+  local broken = Bad()
+  broken.broken = true
+  T.raises(function() for _ in data.DataLoader(broken, { batch_size = 2, num_workers = 2 }):iter() do end end,
+           "DataLoader: worker 0: sample 5 is broken", "a dataset's error, with the worker that met it")
+  local dies = Bad()
+  dies.die = true
+  T.raises(function() for _ in data.DataLoader(dies, { batch_size = 3, num_workers = 2 }):iter() do end end,
+           "worker 0 %(pid %d+%) exited unexpectedly %(exit status 3%)", "a worker that exits: named, no hang")
+  local slow = Bad()
+  slow.sleep = true
+  T.raises(function() for _ in data.DataLoader(slow, { batch_size = 3, num_workers = 2, timeout = 0.5 }):iter() do end end,
+           "worker 0 %(pid %d+%) gave no batch within the timeout of 0.5 s", "timeout")
+  T.raises(function() for _ in data.DataLoader(Seeded(), { num_workers = 1, worker_init_fn = function() error("no init") end }):iter() do end end,
+           "worker 0: worker_init_fn: .*no init", "a failing worker_init_fn")
+  local Gpuish = data.Dataset:extend("Fn")
+  function Gpuish:__len() return 2 end
+  function Gpuish:__getitem(i) return function() end end
+  T.raises(function() for _ in data.DataLoader(Gpuish(), { num_workers = 1, collate_fn = function(s) return s end }):iter() do end end,
+           "a batch value of type function cannot be sent from a worker", "a batch that cannot travel")
+  T.raises(function() data.DataLoader(tds, { prefetch_factor = 2 }) end, "only be specified in multiprocessing",
+           "prefetch_factor without workers")
+  T.raises(function() data.DataLoader(tds, { num_workers = 1, timeout = -1 }) end, "non%-negative number", "a negative timeout")
+end)
+
 T.done_testing()

@@ -483,9 +483,9 @@ function StackDataset:__getitem(i)
   return unpack(out)
 end
 
--- get_worker_info(): nil, as in PyTorch's main process: loading runs in
--- the calling thread, so an IterableDataset needs no splitting by worker.
-function data.get_worker_info() return nil end
+-- get_worker_info(): in a DataLoader worker, {id =, num_workers =, seed =,
+-- dataset =}; nil in the main process, as PyTorch's.
+function data.get_worker_info() return require("dplua.utils.data_workers").get_worker_info() end
 
 ---------------------------------------------------------------- samplers
 
@@ -841,8 +841,7 @@ local loader_options = {
   batch_size = true, shuffle = true, sampler = true, batch_sampler = true, drop_last = true,
   collate_fn = true, generator = true, seed = true,
   pin_memory = true,
-  -- accepted for scripts ported from PyTorch; loading runs in the calling thread
-  num_workers = true, persistent_workers = true, prefetch_factor = true,
+  num_workers = true, persistent_workers = true, prefetch_factor = true, worker_init_fn = true, timeout = true,
 }
 
 function DataLoader:__init(dataset, opts)
@@ -880,6 +879,28 @@ function DataLoader:__init(dataset, opts)
   end
   local nw = opts.num_workers
   if nw ~= nil and (not is_int(nw) or nw < 0) then raise("DataLoader: expected num_workers to be a non-negative integer, got " .. tostring(nw)) end
+  self.num_workers = nw or 0
+  local pf = opts.prefetch_factor
+  if pf ~= nil and (not is_int(pf) or pf < 1) then raise("DataLoader: expected prefetch_factor to be an integer >= 1, got " .. tostring(pf)) end
+  if pf ~= nil and self.num_workers == 0 then
+    raise("DataLoader: prefetch_factor option could only be specified in multiprocessing (num_workers > 0)")
+  end
+  self.prefetch_factor = pf or 2
+  if opts.persistent_workers ~= nil and type(opts.persistent_workers) ~= "boolean" then
+    raise("DataLoader: expected persistent_workers to be a boolean, got " .. typename(opts.persistent_workers))
+  end
+  if opts.persistent_workers and self.num_workers == 0 then
+    raise("DataLoader: persistent_workers option needs num_workers > 0")
+  end
+  self.persistent_workers = opts.persistent_workers == true
+  if opts.worker_init_fn ~= nil and type(opts.worker_init_fn) ~= "function" then
+    raise("DataLoader: expected worker_init_fn to be a function, got " .. typename(opts.worker_init_fn))
+  end
+  self.worker_init_fn = opts.worker_init_fn
+  if opts.timeout ~= nil and (type(opts.timeout) ~= "number" or opts.timeout < 0) then
+    raise("DataLoader: expected timeout to be a non-negative number of seconds, got " .. tostring(opts.timeout))
+  end
+  self.timeout = opts.timeout or 0
   local seed = check_seed(opts.generator or opts.seed, fn)
   if opts.batch_sampler ~= nil then
     if opts.batch_size ~= nil or shuffle or opts.sampler ~= nil or drop_last then
@@ -995,18 +1016,67 @@ local function fetch(ds, idx)
   return samples, width or 0
 end
 
+-- A batch's values from its index tensor
+local function load_batch(self, idx)
+  local ds = self.dataset
+  local getitems = self.collate_fn == nil and ds.__getitems or nil
+  if getitems then return getitems(ds, idx) end
+  return collated(self, fetch(ds, idx))
+end
+
+-- iter() with num_workers > 0: the batches' index tensors go to the
+-- workers (dplua.utils.data_workers), up to prefetch_factor a worker
+-- ahead, and come back in order. The workers start with the pass (or once,
+-- with persistent_workers) and stop at its end.
+local function worker_iter(self)
+  local W = require("dplua.utils.data_workers")
+  local pool = self._pool
+  if pool ~= nil and (not self.persistent_workers or pool.pending > 0) then
+    W.stop(pool)   -- (a pass left before its end: its workers may still be sending)
+    pool = nil
+  end
+  if pool == nil then
+    local seed = seed_from_torch()
+    pool = W.start({ n = self.num_workers, dataset = self.dataset, base_seed = tonumber(seed % 2147483648ULL),
+                     worker_init_fn = self.worker_init_fn, timeout = self.timeout,
+                     load = function(idx) return load_batch(self, idx) end })
+    pool.pending = 0
+    self._pool = pool
+  end
+  local batches = index_batches(self)
+  local sent, taken, ended = 0, 0, false
+  local depth = self.num_workers * self.prefetch_factor
+  return function()
+    while not ended and sent - taken < depth do
+      local idx = batches()
+      if idx == nil then ended = true; break end
+      sent = sent + 1
+      W.submit(pool, sent, idx)
+      pool.pending = pool.pending + 1
+    end
+    if taken >= sent then
+      if not self.persistent_workers then W.stop(pool); self._pool = nil end
+      return nil
+    end
+    taken = taken + 1
+    local vals = W.take(pool, taken)
+    pool.pending = pool.pending - 1
+    return pin_values(self, unpack(vals, 1, vals.n))
+  end
+end
+
 -- iter(): a fresh pass over the data (reshuffled when shuffling); each call
--- of the iterator returns the next batch's values.
+-- of the iterator returns the next batch's values. With num_workers > 0
+-- the batches are loaded by worker processes (an IterableDataset is still
+-- read in this process).
 function DataLoader:iter()
   if self.iterable then return iter_stream(self) end
+  if self.num_workers > 0 then return worker_iter(self) end
   local batches = index_batches(self)
-  local ds, collate_fn = self.dataset, self.collate_fn
-  local getitems = collate_fn == nil and ds.__getitems or nil
   return function()
     local idx = batches()
     if idx == nil then return nil end
-    if getitems then return pin_values(self, getitems(ds, idx)) end
-    return pin_values(self, collated(self, fetch(ds, idx)))
+    return pin_values(self, load_batch(self, idx))
   end
 end
 
