@@ -238,7 +238,19 @@ local function honouring(metamethod, builtin)
   end
 end
 _G.ipairs = honouring("__ipairs", ipairs)
-_G.pairs = honouring("__pairs", pairs)
+-- A plain table's pairs steps with a function of its own rather than the
+-- built-in next: Debian 12's LuaJIT (2.1.0-beta3, git 2022-03-20) has the
+-- bug of LuaJIT issue 827, where a compiled `for k, v in pairs(t)` whose
+-- trace is blacklisted can stop early (in that issue's nested loops, 57% of
+-- the passes miss keys here). With another iterator the loop is never
+-- specialised to the ITERN bytecode the bug lives in; each step is one more
+-- call.
+local raw_next = next
+local function step(t, k) return raw_next(t, k) end
+_G.pairs = honouring("__pairs", function(t)
+  if type(t) ~= "table" then return pairs(t) end   -- (the built-in's error for anything else)
+  return step, t, nil
+end)
 
 torch.__version__ = ffi.string(C.dp_version())
 function torch.build_options() return ffi.string(C.dp_build_options()) end

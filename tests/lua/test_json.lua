@@ -210,4 +210,30 @@ T.run("torch.hparams outside a sweep and its mistakes", function()
   T.ok(not ok and text:find("metric 'loss' is a table"), "a table metric is refused", text)
 end)
 
+T.run("pairs under the JIT (LuaJIT issue 827)", function()
+  -- the issue's reduced case: nested pairs loops after a call that returns
+  -- to the interpreter; on Debian 12's LuaJIT the built-in pairs misses keys
+  -- in most passes once the outer loop's trace is blacklisted
+  local t = { 1, 2, 3, 4, 5 }
+  local tab = { a = t, b = t, c = t, d = t, e = t }
+  local function f() for _ = 1, 100 do end end
+  local short = 0
+  for _ = 1, 100000 do
+    f()
+    local c = 0
+    for _, v in pairs(tab) do
+      for _ in pairs(v) do end
+      c = c + 1
+    end
+    if c ~= 5 then short = short + 1 end
+  end
+  T.is(short, 0, "dplua's pairs visits every key in every pass")
+  local lost = 0
+  for k = 1, 50000 do
+    local s = json.encode({ batch = k, items = { { t = 1 }, { k = { { s = "a" } }, v = { { n = k } } } } })
+    if not s:find('"t":1', 1, true) or not s:find('"n":' .. k, 1, true) then lost = lost + 1 end
+  end
+  T.is(lost, 0, "json.encode writes every key of nested tables, encoding after encoding")
+end)
+
 T.done_testing()
