@@ -540,4 +540,50 @@ T.run("worker processes: the same batches, errors named, never a hang", function
   T.raises(function() data.DataLoader(tds, { num_workers = 1, timeout = -1 }) end, "non%-negative number", "a negative timeout")
 end)
 
+T.run("worker processes and an IterableDataset: each worker its part of the stream, PyTorch's order", function()
+  -- range(0, end_), split as PyTorch's IterableDataset documentation does
+  local Range = data.IterableDataset:extend("Range")
+  function Range:__init(n) self.n = n end
+  function Range:__iter()
+    local info = data.get_worker_info()
+    local lo, hi = 0, self.n
+    if info ~= nil then
+      local per = math.ceil(self.n / info.num_workers)
+      lo = info.id * per
+      hi = math.min(lo + per, self.n)
+    end
+    local i = lo - 1
+    return function()
+      i = i + 1
+      if i < hi then return i end
+    end
+  end
+  local ref = dofile(here .. "/../ref/iterable_workers.lua")
+  for _, c in ipairs(ref) do
+    local loader = data.DataLoader(Range(c.end_), { batch_size = c.batch_size, num_workers = c.num_workers,
+                                                   drop_last = c.drop_last, prefetch_factor = c.prefetch_factor })
+    local got = {}
+    for b in loader:iter() do got[#got + 1] = b:tolist() end
+    T.is(got, c.batches, string.format("%d workers, batch %d, drop_last %s, prefetch %d: PyTorch's batches",
+                                       c.num_workers, c.batch_size, tostring(c.drop_last), c.prefetch_factor))
+  end
+  -- persistent workers: each pass a fresh stream in the same workers
+  local pw = data.DataLoader(Range(7), { batch_size = 2, num_workers = 3, persistent_workers = true })
+  local passes = {}
+  for p = 1, 2 do
+    passes[p] = {}
+    for b in pw:iter() do passes[p][#passes[p] + 1] = b:tolist() end
+  end
+  T.is(passes, { ref[1].batches, ref[1].batches }, "persistent_workers: two passes, the same batches")
+  -- a stream that breaks in one worker
+  local Broken = Range:extend("Broken")
+  function Broken:__iter()
+    local info = data.get_worker_info()
+    if info and info.id == 1 then error("worker 1's shard is missing") end
+    return Range.__iter(self)
+  end
+  T.raises(function() for _ in data.DataLoader(Broken(8), { batch_size = 2, num_workers = 2 }):iter() do end end,
+           "DataLoader: worker 1: worker 1's shard is missing", "a stream's error, with its worker")
+end)
+
 T.done_testing()

@@ -844,39 +844,9 @@ local loader_options = {
   num_workers = true, persistent_workers = true, prefetch_factor = true, worker_init_fn = true, timeout = true,
 }
 
-function DataLoader:__init(dataset, opts)
-  local fn = "DataLoader"
-  opts = check_options(fn, opts, loader_options)
-  if opts.pin_memory ~= nil and type(opts.pin_memory) ~= "boolean" then
-    raise("DataLoader: expected pin_memory to be a boolean, got " .. typename(opts.pin_memory))
-  end
-  -- (as PyTorch: without a GPU there is nothing to pin for)
-  self.pin_memory = opts.pin_memory == true and torch.cuda.is_available()
-  if method_of(dataset, "__iter") and not method_of(dataset, "__getitem") then
-    -- an IterableDataset: batches of consecutive samples, no sampler
-    for _, k in ipairs({ "shuffle", "sampler", "batch_sampler" }) do
-      if opts[k] then
-        raise(string.format("DataLoader: with an IterableDataset, expected unspecified %s option, but got %s=%s", k, k,
-                            tostring(opts[k])))
-      end
-    end
-    self.dataset, self.iterable = dataset, true
-    self.batch_size = check_batch_size(opts.batch_size == nil and 1 or opts.batch_size, fn)
-    self.drop_last = opts.drop_last or false
-    if opts.collate_fn ~= nil and type(opts.collate_fn) ~= "function" then
-      raise("DataLoader: expected collate_fn to be a function, got " .. typename(opts.collate_fn))
-    end
-    self.collate_fn = opts.collate_fn
-    return
-  end
-  self.dataset = as_dataset(dataset, fn)
-  local shuffle = opts.shuffle
-  if shuffle ~= nil and type(shuffle) ~= "boolean" then raise("DataLoader: expected shuffle to be a boolean, got " .. typename(shuffle)) end
-  local drop_last = opts.drop_last
-  if drop_last ~= nil and type(drop_last) ~= "boolean" then raise("DataLoader: expected drop_last to be a boolean, got " .. typename(drop_last)) end
-  if opts.collate_fn ~= nil and type(opts.collate_fn) ~= "function" then
-    raise("DataLoader: expected collate_fn to be a function, got " .. typename(opts.collate_fn))
-  end
+-- num_workers, prefetch_factor, persistent_workers, worker_init_fn and
+-- timeout, checked and kept
+local function worker_options(self, opts)
   local nw = opts.num_workers
   if nw ~= nil and (not is_int(nw) or nw < 0) then raise("DataLoader: expected num_workers to be a non-negative integer, got " .. tostring(nw)) end
   self.num_workers = nw or 0
@@ -901,6 +871,43 @@ function DataLoader:__init(dataset, opts)
     raise("DataLoader: expected timeout to be a non-negative number of seconds, got " .. tostring(opts.timeout))
   end
   self.timeout = opts.timeout or 0
+end
+
+function DataLoader:__init(dataset, opts)
+  local fn = "DataLoader"
+  opts = check_options(fn, opts, loader_options)
+  if opts.pin_memory ~= nil and type(opts.pin_memory) ~= "boolean" then
+    raise("DataLoader: expected pin_memory to be a boolean, got " .. typename(opts.pin_memory))
+  end
+  -- (as PyTorch: without a GPU there is nothing to pin for)
+  self.pin_memory = opts.pin_memory == true and torch.cuda.is_available()
+  if method_of(dataset, "__iter") and not method_of(dataset, "__getitem") then
+    -- an IterableDataset: batches of consecutive samples, no sampler
+    for _, k in ipairs({ "shuffle", "sampler", "batch_sampler" }) do
+      if opts[k] then
+        raise(string.format("DataLoader: with an IterableDataset, expected unspecified %s option, but got %s=%s", k, k,
+                            tostring(opts[k])))
+      end
+    end
+    self.dataset, self.iterable = dataset, true
+    self.batch_size = check_batch_size(opts.batch_size == nil and 1 or opts.batch_size, fn)
+    self.drop_last = opts.drop_last or false
+    if opts.collate_fn ~= nil and type(opts.collate_fn) ~= "function" then
+      raise("DataLoader: expected collate_fn to be a function, got " .. typename(opts.collate_fn))
+    end
+    self.collate_fn = opts.collate_fn
+    worker_options(self, opts)
+    return
+  end
+  self.dataset = as_dataset(dataset, fn)
+  local shuffle = opts.shuffle
+  if shuffle ~= nil and type(shuffle) ~= "boolean" then raise("DataLoader: expected shuffle to be a boolean, got " .. typename(shuffle)) end
+  local drop_last = opts.drop_last
+  if drop_last ~= nil and type(drop_last) ~= "boolean" then raise("DataLoader: expected drop_last to be a boolean, got " .. typename(drop_last)) end
+  if opts.collate_fn ~= nil and type(opts.collate_fn) ~= "function" then
+    raise("DataLoader: expected collate_fn to be a function, got " .. typename(opts.collate_fn))
+  end
+  worker_options(self, opts)
   local seed = check_seed(opts.generator or opts.seed, fn)
   if opts.batch_sampler ~= nil then
     if opts.batch_size ~= nil or shuffle or opts.sampler ~= nil or drop_last then
@@ -961,8 +968,8 @@ local function pin_values(self, ...)
 end
 
 -- The batches of an IterableDataset: batch_size consecutive samples each,
--- the last one shorter unless drop_last.
-local function iter_stream(self)
+-- the last one shorter unless drop_last (not pinned).
+local function stream_batches(self)
   local it = self.dataset:__iter()
   if type(it) ~= "function" then
     raise("DataLoader: __iter() must return an iterator function, got " .. typename(it))
@@ -980,7 +987,7 @@ local function iter_stream(self)
       samples[#samples + 1] = w == 1 and vals[1] or vals
     end
     if #samples == 0 or (done and self.drop_last and #samples < self.batch_size) then return nil end
-    return pin_values(self, collated(self, samples, width))
+    return collated(self, samples, width)
   end
 end
 
@@ -1024,54 +1031,94 @@ local function load_batch(self, idx)
   return collated(self, fetch(ds, idx))
 end
 
--- iter() with num_workers > 0: the batches' index tensors go to the
--- workers (dplua.utils.data_workers), up to prefetch_factor a worker
--- ahead, and come back in order. The workers start with the pass (or once,
--- with persistent_workers) and stop at its end.
-local function worker_iter(self)
+-- The loader's worker pool for a pass: started now, or kept from the last
+-- pass with persistent_workers (unless that pass was left before its end:
+-- its workers may still be sending). The workers load a batch as this
+-- process would: a map-style dataset's from its index tensor, a stream's
+-- as the next batch of the worker's own copy of the stream (a new one
+-- each pass).
+local function worker_pool(self)
   local W = require("dplua.utils.data_workers")
   local pool = self._pool
   if pool ~= nil and (not self.persistent_workers or pool.pending > 0) then
-    W.stop(pool)   -- (a pass left before its end: its workers may still be sending)
+    W.stop(pool)
     pool = nil
   end
   if pool == nil then
     local seed = seed_from_torch()
+    local load
+    if self.iterable then
+      local pass, next_batch
+      load = function(_, this_pass)
+        if this_pass ~= pass then pass, next_batch = this_pass, stream_batches(self) end
+        local function ended_or(...) if (...) == nil then return W.END end return ... end
+        return ended_or(next_batch())
+      end
+    else
+      load = function(idx) return load_batch(self, idx) end
+    end
     pool = W.start({ n = self.num_workers, dataset = self.dataset, base_seed = tonumber(seed % 2147483648ULL),
-                     worker_init_fn = self.worker_init_fn, timeout = self.timeout,
-                     load = function(idx) return load_batch(self, idx) end })
+                     worker_init_fn = self.worker_init_fn, timeout = self.timeout, load = load })
     pool.pending = 0
     self._pool = pool
   end
-  local batches = index_batches(self)
+  return W, pool
+end
+
+-- iter() with num_workers > 0: batches are asked of the workers up to
+-- prefetch_factor a worker ahead and taken in the order asked; the pool
+-- stops at the pass's end (unless persistent_workers). A map-style
+-- dataset's batch k (its index tensor) goes to worker k mod N; a stream's
+-- asks go to the workers in turn, skipping those whose stream has ended.
+local function worker_iter(self)
+  local W, pool = worker_pool(self)
+  local n = self.num_workers
+  local batches = not self.iterable and index_batches(self) or nil
+  local pass = (pool.passes or 0) + 1
+  pool.passes = pass
+  local live, n_live, turn = {}, n, 0   -- (streams: the workers whose stream has not ended)
+  for w = 0, n - 1 do live[w] = true end
   local sent, taken, ended = 0, 0, false
-  local depth = self.num_workers * self.prefetch_factor
+  local depth = n * self.prefetch_factor
   return function()
-    while not ended and sent - taken < depth do
-      local idx = batches()
-      if idx == nil then ended = true; break end
-      sent = sent + 1
-      W.submit(pool, sent, idx)
-      pool.pending = pool.pending + 1
+    while true do
+      while not ended and sent - taken < depth do
+        if batches then
+          local idx = batches()
+          if idx == nil then ended = true; break end
+          sent = sent + 1
+          W.submit(pool, sent, idx)
+        else
+          if n_live == 0 then ended = true; break end
+          while not live[turn] do turn = (turn + 1) % n end
+          sent = sent + 1
+          W.submit(pool, sent, nil, turn, pass)
+          turn = (turn + 1) % n
+        end
+        pool.pending = pool.pending + 1
+      end
+      if taken >= sent then
+        if not self.persistent_workers then W.stop(pool); self._pool = nil end
+        return nil
+      end
+      taken = taken + 1
+      local vals, w = W.take(pool, taken)
+      pool.pending = pool.pending - 1
+      if vals ~= nil then return pin_values(self, unpack(vals, 1, vals.n)) end
+      if live[w] then live[w] = false; n_live = n_live - 1 end
     end
-    if taken >= sent then
-      if not self.persistent_workers then W.stop(pool); self._pool = nil end
-      return nil
-    end
-    taken = taken + 1
-    local vals = W.take(pool, taken)
-    pool.pending = pool.pending - 1
-    return pin_values(self, unpack(vals, 1, vals.n))
   end
 end
 
 -- iter(): a fresh pass over the data (reshuffled when shuffling); each call
 -- of the iterator returns the next batch's values. With num_workers > 0
--- the batches are loaded by worker processes (an IterableDataset is still
--- read in this process).
+-- the batches are loaded by worker processes.
 function DataLoader:iter()
-  if self.iterable then return iter_stream(self) end
   if self.num_workers > 0 then return worker_iter(self) end
+  if self.iterable then
+    local next_batch = stream_batches(self)
+    return function() return pin_values(self, next_batch()) end
+  end
   local batches = index_batches(self)
   return function()
     local idx = batches()

@@ -3,12 +3,16 @@
 -- lists from a pipe, fetches and collates the samples as the loader would,
 -- and writes the batch back through another pipe as a message: an 8-byte
 -- length, a header (the values' structure, and each tensor's dtype and
--- shape, as a Lua table constructor), then the tensors' bytes. Batch k goes to worker k mod N, so
--- each worker's answers arrive in order and the batches come back in the
--- sampler's order, the same batches as without workers. A worker's error
--- comes back as the batch's error; a worker that dies is an error naming
--- it (with its exit status or signal), never a hang; workers die with the
--- process that forked them.
+-- shape, as a Lua table constructor), then the tensors' bytes. Batch k
+-- goes to worker k mod N, so each worker's answers arrive in order and the
+-- batches come back in the sampler's order, the same batches as without
+-- workers. With an IterableDataset each worker runs its own copy of the
+-- stream (split by get_worker_info() in the dataset's __iter) and the
+-- batches are taken from the workers in turn, a worker leaving the turn
+-- when its stream ends, as PyTorch's. A worker's error comes back as the
+-- batch's error; a worker that dies is an error naming it (with its exit
+-- status or signal), never a hang; workers die with the process that
+-- forked them.
 local ffi = require("ffi")
 local torch = require("dplua")
 local C = torch.C
@@ -190,11 +194,12 @@ local function worker_main(pool, w, load)
       local good, why = pcall(function()
         local r = { n = 0 }
         local function keep(...) r = { n = select("#", ...), ... } end
-        keep(load(idx[1]))
+        keep(load(idx[1], task.pass))
         vals = r
       end)
-      if good then send(me.result_w, { batch = task.batch }, vals, vals.n)
-      else send(me.result_w, { batch = task.batch, error = tostring(why) }, {}, 0) end
+      if not good then send(me.result_w, { batch = task.batch, error = tostring(why) }, {}, 0)
+      elseif vals.n == 1 and vals[1] == M.END then send(me.result_w, { batch = task.batch, ended = true }, {}, 0)
+      else send(me.result_w, { batch = task.batch }, vals, vals.n) end
     end
   end)
   if not ok then
@@ -206,11 +211,15 @@ end
 
 ---------------------------------------------------------------- the pool
 
--- start(opts): n workers forked now, each calling load(index_tensor) for
--- the batches it is sent. opts: {n, dataset, base_seed, worker_init_fn,
--- timeout, load}.
+-- What a worker's load returns when its stream has ended (an
+-- IterableDataset's worker): take() then says so instead of giving values.
+M.END = setmetatable({}, { __tostring = function() return "the end of a worker's stream" end })
+
+-- start(opts): n workers forked now, each calling load(index_tensor, pass)
+-- for the batches it is sent. opts: {n, dataset, base_seed,
+-- worker_init_fn, timeout, load}.
 function M.start(opts)
-  local pool = { workers = {}, dataset = opts.dataset, base_seed = opts.base_seed,
+  local pool = { workers = {}, owner = {}, dataset = opts.dataset, base_seed = opts.base_seed,
                  worker_init_fn = opts.worker_init_fn, timeout = opts.timeout }
   for w = 1, opts.n do
     local task, result = ffi.new("int[2]"), ffi.new("int[2]")   -- (boxes of their own for each call)
@@ -234,10 +243,12 @@ function M.start(opts)
   return pool
 end
 
--- Sends batch k (its index tensor) to its worker
-function M.submit(pool, k, idx)
-  local me = pool.workers[(k - 1) % #pool.workers + 1]
-  send(me.task_w, { batch = k }, { idx }, 1)
+-- Sends batch k to worker w (0-based; by default k - 1 mod N): its index
+-- tensor, or for a stream nil and the pass it belongs to
+function M.submit(pool, k, idx, w, pass)
+  w = w or (k - 1) % #pool.workers
+  pool.owner[k] = w
+  send(pool.workers[w + 1].task_w, { batch = k, pass = pass }, { idx }, 1)
 end
 
 -- (fresh boxes for each wait: the answer is read right after the call that wrote it)
@@ -247,10 +258,12 @@ local function wait_child(pid, timeout_s)
   return box[0] ~= 0, box[1], box[2]
 end
 
--- The values of batch k, from its worker: raises the worker's error, or
--- names a worker that died or the timeout that passed
+-- The values of batch k and the worker (0-based) that loaded them; the
+-- values are nil where that worker's stream had ended. Raises the worker's
+-- error, or names a worker that died or the timeout that passed
 function M.take(pool, k)
-  local w = (k - 1) % #pool.workers
+  local w = pool.owner[k]
+  pool.owner[k] = nil
   local me = pool.workers[w + 1]
   local waited, code, signo = 0, 0, 0
   while C.dp_fd_wait_readable(me.result_r, 0.1) == 0 do
@@ -275,7 +288,8 @@ function M.take(pool, k)
   if fields.error then
     raise(string.format("DataLoader: worker %d: %s", w, tostring(fields.error):gsub("^[^\n:]-:%d+: ", "")))
   end
-  return vals
+  if fields.ended then return nil, w end
+  return vals, w
 end
 
 -- Stops the workers: their task pipes closed (a worker then exits), then
