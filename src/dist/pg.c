@@ -32,6 +32,7 @@
 
 #include "dplua_internal.h"
 #include "dist/pg_group.h"
+#include "dist/process.h"
 #include "dist/store.h"
 #include "core/tensor.h"
 
@@ -57,40 +58,10 @@ const char *const pg_kind_names[] = {
 
 /* Gloo writes to its sockets without MSG_NOSIGNAL, so a write to a peer
  * that died raises SIGPIPE, whose default action ends the process before
- * any error can be reported. SIGPIPE from a write is sent to the writing
- * thread: Gloo's threads (its device loop inherits the mask of the thread
- * that makes the group) and the group's worker block it for good; the
- * caller's thread blocks it only while it runs an op, then takes back a
- * SIGPIPE that became pending meanwhile, so the process's own handling of
- * SIGPIPE (e.g. `dplua script | head`) is unchanged. */
-typedef struct {
-    sigset_t old;
-    int blocked;
-} sigpipe_guard;
-
-static void sigpipe_block(sigpipe_guard *g)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &set, &g->old);
-    g->blocked = !sigismember(&g->old, SIGPIPE);
-}
-
-static void sigpipe_restore(sigpipe_guard *g)
-{
-    if (!g->blocked)
-        return;   /* it was blocked before: leave whatever is pending alone */
-    sigset_t set, pending;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
-        struct timespec zero = { 0, 0 };
-        while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR) {
-        }
-    }
-    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
-}
+ * any error can be reported. Gloo's threads (its device loop inherits the
+ * mask of the thread that makes the group) and the group's worker block it
+ * for good; the caller's thread blocks it only while it runs an op
+ * (proc_sigpipe_block in process.h). */
 
 /* ---------------------------------------------------------------- running an op */
 
@@ -221,8 +192,8 @@ static void complete_locked(dp_pg *pg, dp_work *w)
 static void *worker_main(void *arg)
 {
     dp_pg *pg = arg;
-    sigpipe_guard guard;
-    sigpipe_block(&guard);   /* for the thread's life */
+    proc_sigpipe_guard guard;
+    proc_sigpipe_block(&guard);   /* for the thread's life */
     pthread_mutex_lock(&pg->mu);
     for (;;) {
         while (!(pg->head && !pg->busy) && !(pg->stop && !pg->head && !pg->busy))
@@ -262,8 +233,8 @@ static void *worker_main(void *arg)
 static void *finisher_main(void *arg)
 {
     dp_pg *pg = arg;
-    sigpipe_guard guard;
-    sigpipe_block(&guard);   /* for the thread's life */
+    proc_sigpipe_guard guard;
+    proc_sigpipe_block(&guard);   /* for the thread's life */
     pthread_mutex_lock(&pg->mu);
     for (;;) {
         while (!pg->posted_head && !(pg->stop && !pg->head && !pg->busy))
@@ -317,10 +288,10 @@ static dp_status submit_sync(dp_pg *pg, dp_work *w)
     if (!pg->head && !pg->busy) {
         pg->busy = 1;
         pthread_mutex_unlock(&pg->mu);
-        sigpipe_guard guard;
-        sigpipe_block(&guard);
+        proc_sigpipe_guard guard;
+        proc_sigpipe_block(&guard);
         execute(pg, w);
-        sigpipe_restore(&guard);
+        proc_sigpipe_restore(&guard);
         pthread_mutex_lock(&pg->mu);
         pg->busy = 0;
         pthread_cond_broadcast(&pg->cv);
@@ -944,10 +915,10 @@ dp_status dp_pg_new(dp_pg **out, dp_store *store, const char *backend, int rank,
     }
     pthread_mutex_init(&pg->mu, NULL);
     pthread_cond_init(&pg->cv, NULL);
-    sigpipe_guard guard;
-    sigpipe_block(&guard);   /* Gloo's device thread starts here and keeps this mask */
+    proc_sigpipe_guard guard;
+    proc_sigpipe_block(&guard);   /* Gloo's device thread starts here and keeps this mask */
     st = make_backend(pg, backend);
-    sigpipe_restore(&guard);
+    proc_sigpipe_restore(&guard);
     if (st) {
         pthread_mutex_destroy(&pg->mu);
         pthread_cond_destroy(&pg->cv);
@@ -988,12 +959,12 @@ static void pg_teardown(dp_pg *pg)
         pthread_join(pg->finisher, NULL);
     pg_heartbeat_stop(pg);
     free_parked(pg);
-    sigpipe_guard guard;
-    sigpipe_block(&guard);
+    proc_sigpipe_guard guard;
+    proc_sigpipe_block(&guard);
     if (pg->impl)
         pg->free_impl(pg->impl);
     pg->impl = NULL;
-    sigpipe_restore(&guard);
+    proc_sigpipe_restore(&guard);
     dp_store_close(pg->store);   /* this group's reference: the last one closes it */
     pg->store = NULL;
     pthread_mutex_lock(&pg->mu);

@@ -23,8 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -296,18 +298,25 @@ dp_status dp_pipe_open(int *read_fd, int *write_fd)
     return DP_OK;
 }
 
+/* (a worker that died leaves a pipe without a reader: EPIPE, not SIGPIPE) */
 dp_status dp_fd_write_all(int fd, const void *buf, int64_t n)
 {
     const char *p = buf;
+    proc_sigpipe_guard guard;
+    proc_sigpipe_block(&guard);
     while (n > 0) {
         ssize_t w = write(fd, p, (size_t)(n > (1 << 30) ? (1 << 30) : n));
         if (w < 0 && errno == EINTR)
             continue;
-        if (w <= 0)
-            return dp_fail(DP_ERR_STATE, "write to fd %d: %s", fd, w < 0 ? strerror(errno) : "nothing written");
+        if (w <= 0) {
+            const int e = errno;
+            proc_sigpipe_restore(&guard);
+            return dp_fail(DP_ERR_STATE, "write to fd %d: %s", fd, w < 0 ? strerror(e) : "nothing written");
+        }
         p += w;
         n -= w;
     }
+    proc_sigpipe_restore(&guard);
     return DP_OK;
 }
 
@@ -373,4 +382,28 @@ const char *dp_signal_name(int signo)
     else
         snprintf(other, sizeof other, "signal %d", signo);
     return other;
+}
+
+void proc_sigpipe_block(proc_sigpipe_guard *g)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, &g->old);
+    g->blocked = !sigismember(&g->old, SIGPIPE);
+}
+
+void proc_sigpipe_restore(proc_sigpipe_guard *g)
+{
+    if (!g->blocked)
+        return;   /* it was blocked before: leave whatever is pending alone */
+    sigset_t set, pending;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
+        struct timespec zero = { 0, 0 };
+        while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR) {
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
 }

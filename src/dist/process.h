@@ -1,7 +1,8 @@
 /*
  * process.h — starting child processes, for the launcher (launch.c) and
  * for dp_process_spawn (process.c, the sweep driver's way in from Lua), and
- * the self-pipe write that the signal handlers of launch.c and rank.c share.
+ * the self-pipe write that the signal handlers of launch.c and rank.c share,
+ * and the SIGPIPE guard of writes to peers that may have died.
  *
  *     struct proc_spec s = { .program = NULL, .argv = argv, .envp = env,
  *                            .fd = { devnull, out_w, err_w } };
@@ -10,6 +11,7 @@
 #ifndef DP_DIST_PROCESS_H
 #define DP_DIST_PROCESS_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -38,5 +40,18 @@ void proc_free_environment(char **env);
 /* For a signal handler: the signal's number as one byte on fd (the write
  * end of a self-pipe that a poll loop reads), errno left as it was. */
 void proc_pipe_signal(int fd, int signo);
+
+/* A write to a pipe or socket whose reader is gone raises SIGPIPE in the
+ * writing thread, whose default action ends the process before the write's
+ * EPIPE can be reported. proc_sigpipe_block blocks it in this thread;
+ * proc_sigpipe_restore takes back a SIGPIPE that became pending meanwhile
+ * and restores the mask, so the process's own handling of SIGPIPE (e.g.
+ * `dplua script | head`) is unchanged outside. */
+typedef struct {
+    sigset_t old;
+    int blocked;   /* whether this guard blocked it (it was not blocked before) */
+} proc_sigpipe_guard;
+void proc_sigpipe_block(proc_sigpipe_guard *g);
+void proc_sigpipe_restore(proc_sigpipe_guard *g);
 
 #endif /* DP_DIST_PROCESS_H */

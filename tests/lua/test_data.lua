@@ -530,6 +530,17 @@ T.run("worker processes: the same batches, errors named, never a hang", function
            "worker 0 %(pid %d+%) gave no batch within the timeout of 0.5 s", "timeout")
   T.raises(function() for _ in data.DataLoader(Seeded(), { num_workers = 1, worker_init_fn = function() error("no init") end }):iter() do end end,
            "worker 0: worker_init_fn: .*no init", "a failing worker_init_fn")
+  -- the worker has ended before the batches are sent to it: the send must
+  -- not end this process (SIGPIPE), and the error is still the worker's
+  local clean = 0
+  for _ = 1, 10 do
+    local ok, err = pcall(function()
+      for _ in data.DataLoader(Seeded(), { batch_size = 1, num_workers = 2, prefetch_factor = 8,
+                                           worker_init_fn = function() error("no init") end }):iter() do end
+    end)
+    if not ok and tostring(err):match("worker_init_fn: .*no init") then clean = clean + 1 end
+  end
+  T.is(clean, 10, "batches sent to a worker that has ended: its own error, every time")
   local Gpuish = data.Dataset:extend("Fn")
   function Gpuish:__len() return 2 end
   function Gpuish:__getitem(i) return function() end end

@@ -248,7 +248,10 @@ end
 function M.submit(pool, k, idx, w, pass)
   w = w or (k - 1) % #pool.workers
   pool.owner[k] = w
-  send(pool.workers[w + 1].task_w, { batch = k, pass = pass }, { idx }, 1)
+  -- a worker that has ended (its worker_init_fn failed, the dataset called
+  -- os.exit) no longer reads: take() then reports what it said or how it
+  -- ended, so the failed write is not the error
+  pcall(send, pool.workers[w + 1].task_w, { batch = k, pass = pass }, { idx }, 1)
 end
 
 -- (fresh boxes for each wait: the answer is read right after the call that wrote it)
