@@ -6,19 +6,14 @@
 -- known to contribute (rank r's values are built from r), and their
 -- argument errors; with "mismatch", a gather met by a scatter. With DPLUA_TEST_BACKEND=nccl (scripts/device-check
 -- multi) the tensors are on each rank's GPU.
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 local torch = require("dplua")
 local dist = torch.distributed
 local objects = require("dplua.objects")
 
-local n, rank = 0, tonumber(os.getenv("RANK") or "0")
-local function ok(cond, name)
-  n = n + 1
-  if rank == 0 or not cond then print((cond and "ok " or "not ok ") .. n .. " - " .. name) end
-end
-local function raises(fn, pattern, name)
-  local good, err = pcall(fn)
-  ok(not good and tostring(err):find(pattern, 1, true) ~= nil, name .. (good and "" or ": " .. tostring(err)))
-end
+local rank = tonumber(os.getenv("RANK") or "0")
+local tap = dofile(here .. "/rank_tap.lua")
+local ok, raises = tap.ok, tap.raises
 local function same(a, b)
   if #a ~= #b then return false end
   for i = 1, #a do if a[i] ~= b[i] then return false end end
@@ -352,4 +347,4 @@ ok(d.inf == math.huge and d.nan ~= d.nan and 1 / d.neg == -math.huge and d.tiny 
 
 dist.barrier()
 dist.destroy_process_group()
-if rank == 0 then print("1.." .. n) end
+if rank == 0 then print("1.." .. tap.n) end

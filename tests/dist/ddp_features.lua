@@ -8,17 +8,14 @@
 -- find_unused_parameters=true; state_dict keys carry the "module." prefix;
 -- parameters start equal on every rank (broadcast from rank 0);
 -- register_comm_hook's bf16_compress_hook averages in bfloat16.
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 local torch = require("dplua")
 local nn, dist = torch.nn, torch.distributed
 
 dist.init_process_group("gloo")
 local rank, world = dist.get_rank(), dist.get_world_size()
-local n, failed = 0, false
-local function ok(cond, name)
-  n = n + 1
-  if not cond then failed = true end
-  if rank == 0 or not cond then print((cond and "ok " or "not ok ") .. n .. " - " .. name) end
-end
+local tap = dofile(here .. "/rank_tap.lua")
+local ok = tap.ok
 
 -- every rank seeds differently: DDP must still start from rank 0's weights
 torch.manual_seed(100 + rank)
@@ -52,7 +49,6 @@ ok(diff < 1e-12, "no_sync accumulates locally, the next backward averages (diff 
 -- gradient accumulation: each of 2 ranks takes 4 of the 8 rows of
 -- PyTorch's batch in k = 2 micro-batches of loss / k
 if world == 2 then
-  local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
   local A = dofile(here .. "/../ref/train.lua").accumulate
   local function t(v, shape) return torch.tensor(v, { dtype = torch.float64 }):reshape(shape) end
   for _, ckpt in ipairs({ false, true }) do
@@ -133,6 +129,6 @@ do
      "a Lua hook of one's own and fp16_compress_hook are refused with the reason")
 end
 
-if rank == 0 then print("1.." .. n) end
+if rank == 0 then print("1.." .. tap.n) end
 dist.destroy_process_group()
-os.exit(failed and 1 or 0)
+os.exit(tap.failed and 1 or 0)

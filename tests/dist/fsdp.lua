@@ -7,6 +7,7 @@
 -- and back in; bad input says what is wrong. Prints TAP (rank 0; every
 -- rank prints a failure). With DPLUA_TEST_BACKEND=nccl each rank runs on
 -- its GPU.
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 local torch = require("dplua")
 local nn, optim, dist = torch.nn, torch.optim, torch.distributed
 local F = nn.functional
@@ -20,11 +21,8 @@ if backend == "nccl" then
   device, kind = "cuda:" .. dist.get_local_rank(), "cuda"
   torch.cuda.set_device(device)
 end
-local n = 0
-local function ok(cond, name)
-  n = n + 1
-  if rank == 0 or not cond then print((cond and "ok " or "not ok ") .. n .. " - " .. name) end
-end
+local tap = dofile(here .. "/rank_tap.lua")
+local ok, raises = tap.ok, tap.raises
 
 local Block = nn.Module:extend("Block")
 function Block:__init(d)
@@ -263,10 +261,6 @@ do
                    accumulated))
 end
 
-local function raises(fn, pattern, name)
-  local good, err = pcall(fn)
-  ok(not good and tostring(err):find(pattern, 1, true) ~= nil, name .. (good and "" or ": " .. tostring(err):sub(1, 100)))
-end
 raises(function() fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = 3 }) end,
        "expected auto_wrap_policy to be a function", "an auto_wrap_policy that is not a function")
 raises(function() fsdp.FullyShardedDataParallel(net(), { auto_wrap_policy = fsdp.ModuleWrapPolicy({ Block }),

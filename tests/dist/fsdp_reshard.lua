@@ -9,6 +9,7 @@
 -- sharded_state_dict() and load_sharded_state_dict. Without dropout (eval mode), so that the split of
 -- the batch over the ranks does not change the steps. Prints TAP (rank 0;
 -- every rank prints a failure).
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 local torch = require("dplua")
 local nn, optim, dist = torch.nn, torch.optim, torch.distributed
 local F = nn.functional
@@ -18,11 +19,8 @@ dist.init_process_group("gloo")
 local rank, world = dist.get_rank(), dist.get_world_size()
 assert(world == 3, "fsdp_reshard.lua runs on 3 ranks")
 local dir = assert(arg[1], "usage: fsdp_reshard.lua DIR")
-local n = 0
-local function ok(cond, name)
-  n = n + 1
-  if rank == 0 or not cond then print((cond and "ok " or "not ok ") .. n .. " - " .. name) end
-end
+local tap = dofile(here .. "/rank_tap.lua")
+local ok, raises = tap.ok, tap.raises
 
 local Block = nn.Module:extend("Block")
 function Block:__init(d)
@@ -145,10 +143,6 @@ do
      "load_sharded_state_dict of shards out of order says so")
 end
 
-local function raises(fn, pattern, name)
-  local good, err = pcall(fn)
-  ok(not good and tostring(err):find(pattern, 1, true) ~= nil, name .. (good and "" or ": " .. tostring(err):sub(1, 100)))
-end
 raises(function() model:optim_state_dict_to_load(opt, { state = {}, param_groups = {} }) end,
        "the state dict has 0 parameter groups, the optimizer 2", "a state dict of other groups")
 raises(function() model:optim_state_dict(5) end, "expected an optimizer", "optim_state_dict of a number")

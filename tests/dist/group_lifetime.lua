@@ -9,20 +9,14 @@
 -- open for the group until the group is freed (the group's heartbeat uses
 -- the store: a freed one would be a use after free, or a hang at exit for
 -- the store's timeout).
+local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 local torch = require("dplua")
 local ffi = require("ffi")
 local nn, dist = torch.nn, torch.distributed
 
-local n, failed, rank = 0, false, tonumber(os.getenv("RANK") or "0")
-local function ok(cond, name)
-  n = n + 1
-  if not cond then failed = true end
-  if rank == 0 or not cond then print((cond and "ok " or "not ok ") .. n .. " - " .. name) end
-end
-local function raises(fn, pattern, name)
-  local good, err = pcall(fn)
-  ok(not good and tostring(err):find(pattern, 1, true) ~= nil, name .. (good and "" or ": " .. tostring(err)))
-end
+local rank = tonumber(os.getenv("RANK") or "0")
+local tap = dofile(here .. "/rank_tap.lua")
+local ok, raises = tap.ok, tap.raises
 
 dist.init_process_group("gloo")
 local world = dist.get_world_size()
@@ -104,5 +98,5 @@ else
   end
 end
 
-if rank == 0 then print("1.." .. n) end
-os.exit(failed and 1 or 0)
+if rank == 0 then print("1.." .. tap.n) end
+os.exit(tap.failed and 1 or 0)

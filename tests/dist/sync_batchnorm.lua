@@ -18,15 +18,9 @@ local nn, dist = torch.nn, torch.distributed
 local ref = dofile(here .. "/../ref/batch_norm.lua")
 torch.set_default_dtype(torch.float64)
 
-local n, rank = 0, tonumber(os.getenv("RANK") or "0")
-local function ok(cond, name)
-  n = n + 1
-  if rank == 0 or not cond then print((cond and "ok " or "not ok ") .. n .. " - " .. name) end
-end
-local function raises(fn, pattern, name)
-  local good, err = pcall(fn)
-  ok(not good and tostring(err):find(pattern, 1, true) ~= nil, name .. (good and "" or ": " .. tostring(err)))
-end
+local rank = tonumber(os.getenv("RANK") or "0")
+local tap = dofile(here .. "/rank_tap.lua")
+local ok, raises = tap.ok, tap.raises
 
 -- the worst difference between two lists, relative to max(|want|, 1)
 local function worst(got, want)
@@ -156,4 +150,4 @@ raises(function() nn.SyncBatchNorm(3, { group = 1 }) end, "group", "an unknown o
 raises(function() nn.SyncBatchNorm.convert_sync_batchnorm(42) end, "expected an nn.Module", "converting a number")
 
 dist.destroy_process_group()
-if rank == 0 then print("1.." .. n) end
+if rank == 0 then print("1.." .. tap.n) end
