@@ -1049,9 +1049,9 @@ local function worker_pool(self)
     local load
     if self.iterable then
       local pass, next_batch
+      local function ended_or(...) if (...) == nil then return W.END end return ... end
       load = function(_, this_pass)
         if this_pass ~= pass then pass, next_batch = this_pass, stream_batches(self) end
-        local function ended_or(...) if (...) == nil then return W.END end return ... end
         return ended_or(next_batch())
       end
     else
