@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Writes tests/ref/optim_define.lua: parameters after three steps of
-RMSprop, Adagrad, Adadelta, Adamax, RAdam, ASGD and Rprop (every option)
+RMSprop, Adagrad, Adadelta, Adamax, RAdam, ASGD and Rprop (every option),
+and of these and SGD, Adam and AdamW with maximize,
 with fixed gradients, as PyTorch computes them in float64, and of NAdam
 as PyTorch 2 computes it (see nadam()), for tests/lua/test_optim_define.lua;
 ten steps of RAdam and NAdam (`long`); and
@@ -16,7 +17,7 @@ back to bfloat16.
 import warnings
 
 import torch
-from torch.optim import ASGD, LBFGS, Adadelta, Adagrad, Adamax, RAdam, RMSprop, Rprop
+from torch.optim import ASGD, LBFGS, SGD, Adadelta, Adagrad, Adam, Adamax, AdamW, RAdam, RMSprop, Rprop
 
 from gen_optim_reference import GRADS, P0, lua, print_runs
 
@@ -94,6 +95,17 @@ cases = {
     "adadelta": lambda ps: Adadelta(ps),
     "adadelta_all": lambda ps: Adadelta(ps, lr=0.5, rho=0.8, eps=1e-4, weight_decay=0.1),
     "lion": lion(lr=0.01, betas=(0.9, 0.99), weight_decay=0.1),
+    # maximize: each steps with the gradient negated (weight decay 0.05, which
+    # does not cancel the first gradients, P0 / 10)
+    "sgd_maximize": lambda ps: SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.05, maximize=True),
+    "adam_maximize": lambda ps: Adam(ps, lr=0.1, weight_decay=0.05, amsgrad=True, maximize=True),
+    "adamw_maximize": lambda ps: AdamW(ps, lr=0.1, maximize=True),
+    "rmsprop_maximize": lambda ps: RMSprop(ps, lr=0.01, momentum=0.5, centered=True, maximize=True),
+    "adagrad_maximize": lambda ps: Adagrad(ps, lr=0.1, weight_decay=0.2, maximize=True),
+    "adadelta_maximize": lambda ps: Adadelta(ps, lr=0.5, weight_decay=0.05, maximize=True),
+    "adamax_maximize": lambda ps: Adamax(ps, lr=0.1, maximize=True),
+    "asgd_maximize": lambda ps: ASGD(ps, lr=0.1, weight_decay=0.05, maximize=True),
+    "rprop_maximize": lambda ps: Rprop(ps, lr=0.1, maximize=True),
 }
 missing = {
     "rmsprop_missing": (lambda ps: RMSprop(ps, lr=0.01, momentum=0.9), (1, 0)),
@@ -101,6 +113,8 @@ missing = {
     "adadelta_missing": (lambda ps: Adadelta(ps, lr=0.5, rho=0.8, weight_decay=0.1), (1, 1)),
     "nadam_missing": (nadam(lr=0.1, weight_decay=0.1), (1, 0)),
     "rprop_missing": (lambda ps: Rprop(ps, lr=0.1), (0, 1)),
+    "adam_maximize_missing": (lambda ps: Adam(ps, lr=0.1, maximize=True), (1, 0)),
+    "adagrad_maximize_missing": (lambda ps: Adagrad(ps, lr=0.1, maximize=True), (0, 1)),
 }
 # RAdam's rectified step needs rho_t > 5, which its defaults reach at the
 # sixth step: ten steps, the gradients of GRADS in turn

@@ -5,7 +5,9 @@
 -- scripts/gen_optim_define_ref.py), on the fused path (every gradient
 -- present) and the per-parameter one (one missing), in float64, float32
 -- and bfloat16; a Lion optimizer defined in this file with tensor ops
--- against its published rule; state dicts; errors, the fused steps' too.
+-- against its published rule; every optimizer with maximize (the step
+-- with the gradient negated, which is left as it was); state dicts;
+-- errors, the fused steps' too.
 local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 package.path = here .. "/?.lua;" .. package.path
 local T = require("tap")
@@ -58,6 +60,21 @@ local cases = {
   adadelta = function(ps) return optim.Adadelta(ps) end,
   adadelta_all = function(ps) return optim.Adadelta(ps, { lr = 0.5, rho = 0.8, eps = 1e-4, weight_decay = 0.1 }) end,
   lion = function(ps) return Lion(ps, { lr = 0.01, betas = { 0.9, 0.99 }, weight_decay = 0.1 }) end,
+  sgd_maximize = function(ps) return optim.SGD(ps, { lr = 0.1, momentum = 0.9, weight_decay = 0.05, maximize = true }) end,
+  adam_maximize = function(ps)
+    return optim.Adam(ps, { lr = 0.1, weight_decay = 0.05, amsgrad = true, maximize = true })
+  end,
+  adamw_maximize = function(ps) return optim.AdamW(ps, { lr = 0.1, maximize = true }) end,
+  rmsprop_maximize = function(ps)
+    return optim.RMSprop(ps, { lr = 0.01, momentum = 0.5, centered = true, maximize = true })
+  end,
+  adagrad_maximize = function(ps) return optim.Adagrad(ps, { lr = 0.1, weight_decay = 0.2, maximize = true }) end,
+  adadelta_maximize = function(ps) return optim.Adadelta(ps, { lr = 0.5, weight_decay = 0.05, maximize = true }) end,
+  adamax_maximize = function(ps) return optim.Adamax(ps, { lr = 0.1, maximize = true }) end,
+  asgd_maximize = function(ps) return optim.ASGD(ps, { lr = 0.1, weight_decay = 0.05, maximize = true }) end,
+  rprop_maximize = function(ps) return optim.Rprop(ps, { lr = 0.1, maximize = true }) end,
+  adam_maximize_missing = { function(ps) return optim.Adam(ps, { lr = 0.1, maximize = true }) end, { 2, 1 } },
+  adagrad_maximize_missing = { function(ps) return optim.Adagrad(ps, { lr = 0.1, maximize = true }) end, { 1, 2 } },
   rmsprop_missing = { function(ps) return optim.RMSprop(ps, { lr = 0.01, momentum = 0.9 }) end, { 2, 1 } },
   adagrad_missing = { function(ps)
     return optim.Adagrad(ps, { lr = 0.1, lr_decay = 0.1, initial_accumulator_value = 0.1 })
@@ -103,6 +120,21 @@ for _, name in ipairs(T.sorted_keys(cases)) do
     T.ok(ok, name .. ": the parameters after each of three steps", why)
   end)
 end
+
+T.run("maximize leaves the gradients as they were, on the fused path and per parameter", function()
+  for _, missing in ipairs({ false, true }) do
+    local ps = {}
+    for i, p in ipairs(ref.p0) do ps[i] = nn.Parameter(torch.tensor(p, { dtype = torch.float64 })) end
+    local opt = optim.Adam(ps, { lr = 0.1, maximize = true })
+    ps[1].grad = torch.tensor(ref.grads[1][1], { dtype = torch.float64 })
+    if not missing then ps[2].grad = torch.tensor(ref.grads[1][2], { dtype = torch.float64 }) end
+    opt:step()
+    T.is(ps[1].grad:tolist(), ref.grads[1][1], (missing and "per parameter" or "fused") .. ": p.grad unchanged")
+    T.ok(ps[1][0]:item() > ref.p0[1][1], (missing and "per parameter" or "fused") .. ": the step ascends")
+  end
+  T.raises(function() optim.SGD({ nn.Parameter(torch.ones(1)) }, { lr = 0.1, maximize = "yes" }) end,
+           "expected maximize to be a boolean, got string", "maximize a string")
+end)
 
 T.run("RAdam's rectified steps and NAdam's momentum schedule over ten steps", function()
   for _, c in ipairs({ { "radam_ten_steps", function(ps) return optim.RAdam(ps, { lr = 0.1 }) end },

@@ -75,14 +75,13 @@ end
 
 -- Options not in the defaults that PyTorch users pass; accepted and ignored
 -- (every step here is fused) unless they ask for something unsupported.
-local ignored = { foreach = true, fused = true, capturable = true, differentiable = true, maximize = true }
+local ignored = { foreach = true, fused = true, capturable = true, differentiable = true }
 
 local function check_options(self, opts)
   for k, v in pairs(opts) do
     if self.defaults[k] == nil and not ignored[k] then
       raise(string.format("%s: unknown option '%s'", self.__name, tostring(k)))
     end
-    if k == "maximize" and v then raise(self.__name .. ": maximize=true is not supported") end
   end
 end
 
@@ -93,6 +92,8 @@ function Optimizer.init(self, params, opts, defaults)
   if type(opts) ~= "table" then raise(self.__name .. ": expected an options table, got " .. typename(opts)) end
   self.defaults = {}
   for k, v in pairs(defaults) do self.defaults[k] = copy_value(v) end
+  -- every optimizer ascends with maximize, as PyTorch's (step_buckets)
+  if self.defaults.maximize == nil then self.defaults.maximize = false end
   check_options(self, opts)
   for k, v in pairs(opts) do if self.defaults[k] ~= nil then self.defaults[k] = copy_value(v) end end
   self:_validate(self.defaults)
@@ -189,8 +190,8 @@ function Optimizer:add_param_group(group)
   local g = {}
   for k, v in pairs(group) do g[k] = copy_value(v) end
   g.params = list
-  if g.maximize then raise(fn .. ": maximize=true is not supported") end
   for k, v in pairs(self.defaults) do if g[k] == nil then g[k] = copy_value(v) end end
+  if type(g.maximize) ~= "boolean" then raise(fn .. ": expected maximize to be a boolean, got " .. typename(g.maximize)) end
   self:_validate(g)
   local buckets = make_buckets(self, list)
   self.param_groups[#self.param_groups + 1] = g
@@ -275,13 +276,35 @@ function Optimizer._each_with_grad(b, fn)
   b.step, b.steps = s, nil
 end
 
+-- maximize: PyTorch's optimizers step with -grad; here the bucket's
+-- gradients are negated in place around the step and negated back
+-- (exactly: a sign flip), so that every update, a user's included,
+-- ascends and p.grad is left as it was.
+local function negate_grads(b, all)
+  if all then b.flat_grad:neg_(); return end
+  for _, p in ipairs(b.params) do
+    local g = p.grad
+    if g ~= nil then g:neg_() end
+  end
+end
+
+local function step_ascending(self, group, b, all)
+  negate_grads(b, all)
+  local ok, err = pcall(self._step_bucket, self, group, b, all and b.steps == nil)
+  negate_grads(b, all)
+  if not ok then error(err, 0) end
+end
+
 -- A named function rather than a closure made per call: creating a
 -- closure is not compiled by LuaJIT and would leave every step interpreted.
 local function step_buckets(self)
   for gi, group in ipairs(self.param_groups) do
     for _, b in ipairs(self._buckets[gi]) do
       local all, any = grad_status(b, self.__name)
-      if any then self:_step_bucket(group, b, all and b.steps == nil) end
+      if any then
+        if group.maximize then step_ascending(self, group, b, all)
+        else self:_step_bucket(group, b, all and b.steps == nil) end
+      end
     end
   end
 end
@@ -425,8 +448,11 @@ local function param_state(self, p, b, j)
   if step == 0 then return nil end
   local st = self:_param_state(b, j, step)
   if st ~= nil then
-    local shape = p:size()
-    for k, v in pairs(st) do if torch.is_tensor(v) then st[k] = v:view(shape) end end
+    -- the flat buffers' slices take p's shape (Adafactor's own tensors have theirs)
+    local shape, n = p:size(), p:numel()
+    for k, v in pairs(st) do
+      if torch.is_tensor(v) and v:dim() == 1 and v:numel() == n then st[k] = v:view(shape) end
+    end
   end
   return st
 end
