@@ -1117,13 +1117,24 @@ end
 -- Output size of a sliding window, PyTorch's formula.
 local function out_size(n, k, s, p, d) return math.floor((n + 2 * p - d * (k - 1) - 1) / s) + 1 end
 
+-- The trailing arguments of a convolution or a pool, given positionally
+-- or as one options table in the first one's place: the values in the
+-- order of names.
+local function trailing_args(names, first, ...)
+  if type(first) == "table" and first[1] == nil then
+    local out = {}
+    for i, k in ipairs(names) do out[i] = first[k] end
+    return unpack(out, 1, #names)
+  end
+  return first, ...
+end
+
+local conv_names = { "stride", "padding", "dilation", "groups" }
+local conv_transpose_names = { "stride", "padding", "output_padding", "groups", "dilation" }
+
 -- conv_opts: positional (stride, padding, dilation, groups) or one table.
 local function conv_args(stride, padding, dilation, groups)
-  if type(stride) == "table" and stride[1] == nil then
-    local o = stride
-    return o.stride, o.padding, o.dilation, o.groups
-  end
-  return stride, padding, dilation, groups
+  return trailing_args(conv_names, stride, padding, dilation, groups)
 end
 
 -- Whether conv2d runs as the fused CPU op (src/cpu/conv.c): CPU tensors of
@@ -1254,10 +1265,8 @@ end
 -- pixels) with the kernel flipped and its channels swapped per group.
 function F.conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation)
   local fn = "conv_transpose2d"
-  if type(stride) == "table" and stride[1] == nil then
-    local o = stride
-    stride, padding, output_padding, groups, dilation = o.stride, o.padding, o.output_padding, o.groups, o.dilation
-  end
+  stride, padding, output_padding, groups, dilation =
+    trailing_args(conv_transpose_names, stride, padding, output_padding, groups, dilation)
   want_float(input, fn, "input")
   want_float(weight, fn, "weight")
   if weight:dim() ~= 4 then
@@ -1346,10 +1355,8 @@ end
 -- conv_transpose2d over a height of one.
 function F.conv_transpose1d(input, weight, bias, stride, padding, output_padding, groups, dilation)
   local fn = "conv_transpose1d"
-  if type(stride) == "table" and stride[1] == nil then
-    local o = stride
-    stride, padding, output_padding, groups, dilation = o.stride, o.padding, o.output_padding, o.groups, o.dilation
-  end
+  stride, padding, output_padding, groups, dilation =
+    trailing_args(conv_transpose_names, stride, padding, output_padding, groups, dilation)
   want_float(weight, fn, "weight")
   if weight:dim() ~= 3 then
     raise(fn .. ": expected weight of shape (in_channels, out_channels/groups, kW), got " .. shape_str(weight))
@@ -1414,19 +1421,14 @@ end
 
 -- The pools' trailing arguments, positionally or as one options table
 -- after kernel_size.
+local max_pool_names = { "stride", "padding", "dilation", "ceil_mode", "return_indices" }
 local function max_pool_args(stride, padding, dilation, ceil_mode, return_indices)
-  if type(stride) == "table" and stride[1] == nil then
-    local o = stride
-    return o.stride, o.padding, o.dilation, o.ceil_mode, o.return_indices
-  end
-  return stride, padding, dilation, ceil_mode, return_indices
+  return trailing_args(max_pool_names, stride, padding, dilation, ceil_mode, return_indices)
 end
+local avg_pool_names = { "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override" }
 local function avg_pool_args(fn, stride, padding, ceil_mode, count_include_pad, divisor_override)
-  if type(stride) == "table" and stride[1] == nil then
-    local o = stride
-    stride, padding, ceil_mode, count_include_pad, divisor_override =
-      o.stride, o.padding, o.ceil_mode, o.count_include_pad, o.divisor_override
-  end
+  stride, padding, ceil_mode, count_include_pad, divisor_override =
+    trailing_args(avg_pool_names, stride, padding, ceil_mode, count_include_pad, divisor_override)
   if divisor_override ~= nil and (type(divisor_override) ~= "number" or divisor_override == 0) then
     raise(fn .. ": divisor must be not zero")
   end
@@ -1745,10 +1747,8 @@ end
 -- depth, its output added at the depths it reaches, then the padding cropped.
 function F.conv_transpose3d(input, weight, bias, stride, padding, output_padding, groups, dilation)
   local fn = "conv_transpose3d"
-  if type(stride) == "table" and stride[1] == nil then
-    local o = stride
-    stride, padding, output_padding, groups, dilation = o.stride, o.padding, o.output_padding, o.groups, o.dilation
-  end
+  stride, padding, output_padding, groups, dilation =
+    trailing_args(conv_transpose_names, stride, padding, output_padding, groups, dilation)
   local x, batched = volume_input(input, fn)
   want_float(weight, fn, "weight")
   if weight:dim() ~= 5 then
