@@ -19,8 +19,13 @@
  * registers the sums of up to 16 input channels by 16-32 output channels
  * of one tap over every pixel of an image.
  *
- * The kernels are compiled for AVX-512 only (a target attribute); the
- * CPU is asked once, and elsewhere conv.c keeps its GEMM path.
+ * The kernels are compiled for AVX-512 (a target attribute), and again
+ * for AVX2 with FMA (AMD's CPUs before Zen 4, Intel's client cores): the
+ * same layout and loops, each block of 16 floats in two 8-float
+ * registers, so that those kernels keep fewer pixels in registers (6 by
+ * 16 outputs, where AVX-512's keep up to 28 by 16 or 7 by 64) and copy
+ * the layout with plain loops. The CPU is asked once; without either,
+ * conv.c keeps its GEMM path.
  */
 #include "cpu/conv_direct.h"
 
@@ -192,32 +197,15 @@ FWD_KERNELS(16, 1)
 FWD_KERNELS(16, 2)
 
 typedef void (*fwd_fn)(const float *, const float *, float *, int64_t, const fwd_geom *);
+typedef struct {
+    int ob, rw, cb, s;
+    fwd_fn fn;
+} fwd_kernel;
 #define FWD_ROW(CB, S)                                                                                  \
     { 1, 28, CB, S, fwd_1_28_##CB##_##S }, { 1, 14, CB, S, fwd_1_14_##CB##_##S },                       \
     { 1, 7, CB, S, fwd_1_7_##CB##_##S }, { 2, 14, CB, S, fwd_2_14_##CB##_##S },                         \
     { 2, 7, CB, S, fwd_2_7_##CB##_##S }, { 4, 7, CB, S, fwd_4_7_##CB##_##S }
-static const struct {
-    int ob, rw, cb, s;
-    fwd_fn fn;
-} fwd_kernels[] = { FWD_ROW(1, 1), FWD_ROW(1, 2), FWD_ROW(16, 1), FWD_ROW(16, 2) };
-
-/* A forward kernel for OB output blocks over rows of `width` pixels: the
- * pixel count of the fewest pixels computed in all (the larger on a tie). */
-static fwd_fn fwd_pick(int ob, int64_t cb, int64_t s, int64_t width, int64_t *rw)
-{
-    fwd_fn best = NULL;
-    int64_t cost = 0;
-    *rw = 1;
-    for (size_t k = 0; k < sizeof fwd_kernels / sizeof fwd_kernels[0]; k++) {
-        if (fwd_kernels[k].ob != ob || fwd_kernels[k].cb != cb || fwd_kernels[k].s != s)
-            continue;
-        int64_t r = fwd_kernels[k].rw, c = (width + r - 1) / r * r;
-        if (!best || c < cost) {
-            best = fwd_kernels[k].fn, cost = c, *rw = r;
-        }
-    }
-    return best;
-}
+static const fwd_kernel fwd_avx512[] = { FWD_ROW(1, 1), FWD_ROW(1, 2), FWD_ROW(16, 1), FWD_ROW(16, 2), { 0 } };
 
 /* Where a weight-gradient kernel reads and writes (in floats). */
 typedef struct {
@@ -281,18 +269,247 @@ DW_KERNEL(1, 1, 1, 1, 8)
 DW_KERNEL(1, 1, 1, 2, 8)
 
 typedef void (*dw_fn)(const float *, const float *, float *, const dw_geom *);
-#define DW_ROW(OB, NQ, CB, S) { OB, NQ, CB, S, dw_##OB##_##NQ##_##CB##_##S }
-static const struct {
+typedef struct {
     int ob, nq, cb, s;
     dw_fn fn;
-} dw_kernels[] = { DW_ROW(1, 16, 16, 1), DW_ROW(1, 16, 16, 2), DW_ROW(2, 8, 16, 1), DW_ROW(2, 8, 16, 2),
-                   DW_ROW(1, 3, 1, 1),   DW_ROW(1, 3, 1, 2),   DW_ROW(1, 1, 1, 1), DW_ROW(1, 1, 1, 2) };
+} dw_kernel;
+#define DW_ROW(OB, NQ, CB, S) { OB, NQ, CB, S, dw_##OB##_##NQ##_##CB##_##S }
+static const dw_kernel dw_avx512[] = { DW_ROW(1, 16, 16, 1), DW_ROW(1, 16, 16, 2), DW_ROW(2, 8, 16, 1),
+                                       DW_ROW(2, 8, 16, 2),  DW_ROW(1, 3, 1, 1),   DW_ROW(1, 3, 1, 2),
+                                       DW_ROW(1, 1, 1, 1),   DW_ROW(1, 1, 1, 2),   { 0 } };
 
-static dw_fn dw_pick(int ob, int64_t nq, int64_t cb, int64_t s)
+/* ---------------------------------------------------------------- AVX2 kernels */
+
+/* The same kernels for AVX2 with FMA: a block of 16 floats is two 8-float
+ * registers (lo, hi). Of the 16 registers, a forward kernel keeps RW
+ * pixels by 16 outputs (2 RW), their 16 weights (2) and the broadcast
+ * input (1); a weight-gradient kernel NQ channels by 16 outputs, P
+ * pixels apart, and the output's gradient. */
+#define AVX2 __attribute__((target("avx2,fma")))
+
+#define FWD2_KERNEL(RW, CB, S)                                                                          \
+    AVX2 static void fwd2_##RW##_##CB##_##S(const float *src, const float *wt, float *out, int64_t n,   \
+                                             const fwd_geom *g)                                         \
+    {                                                                                                   \
+        __m256 lo[RW], hi[RW];                                                                          \
+        UNROLL for (int r = 0; r < RW; r++)                                                             \
+            lo[r] = hi[r] = _mm256_setzero_ps();                                                        \
+        for (int64_t cb = 0; cb < g->nin; cb++)                                                         \
+            for (int64_t i = 0; i < g->kh; i++)                                                         \
+                for (int64_t j = 0; j < g->kw; j++) {                                                   \
+                    const float *s = src + cb * g->in_plane + i * g->in_row + j * CB;                   \
+                    for (int c = 0; c < CB; c++, wt += V) {                                             \
+                        const __m256 w0 = _mm256_loadu_ps(wt), w1 = _mm256_loadu_ps(wt + V / 2);        \
+                        UNROLL for (int r = 0; r < RW; r++) {                                           \
+                            const __m256 x = _mm256_broadcast_ss(s + r * S * CB + c);                   \
+                            lo[r] = _mm256_fmadd_ps(x, w0, lo[r]);                                      \
+                            hi[r] = _mm256_fmadd_ps(x, w1, hi[r]);                                      \
+                        }                                                                               \
+                    }                                                                                   \
+                }                                                                                       \
+        UNROLL for (int r = 0; r < RW; r++)                                                             \
+            if (r < n) {                                                                                \
+                _mm256_storeu_ps(out + r * g->out_px, lo[r]);                                           \
+                _mm256_storeu_ps(out + r * g->out_px + V / 2, hi[r]);                                   \
+            }                                                                                           \
+    }
+#define FWD2_KERNELS(CB, S) FWD2_KERNEL(6, CB, S) FWD2_KERNEL(4, CB, S)
+FWD2_KERNELS(1, 1)
+FWD2_KERNELS(1, 2)
+FWD2_KERNELS(16, 1)
+FWD2_KERNELS(16, 2)
+#define FWD2_ROW(CB, S) { 1, 6, CB, S, fwd2_6_##CB##_##S }, { 1, 4, CB, S, fwd2_4_##CB##_##S }
+static const fwd_kernel fwd_avx2[] = { FWD2_ROW(1, 1), FWD2_ROW(1, 2), FWD2_ROW(16, 1), FWD2_ROW(16, 2), { 0 } };
+
+#define DW2_KERNEL(NQ, CB, S, P)                                                                        \
+    AVX2 static void dw2_##NQ##_##CB##_##S(const float *x, const float *gp, float *dw, const dw_geom *g) \
+    {                                                                                                   \
+        __m256 lo[P][NQ], hi[P][NQ];                                                                    \
+        UNROLL for (int p = 0; p < P; p++)                                                              \
+            UNROLL for (int q = 0; q < NQ; q++)                                                         \
+                lo[p][q] = hi[p][q] = _mm256_setzero_ps();                                              \
+        for (int64_t oh = 0; oh < g->rows; oh++) {                                                      \
+            const float *xr = x + oh * g->x_row, *gr = gp + oh * g->g_row;                              \
+            int64_t ow = 0;                                                                             \
+            for (; ow + P <= g->cols; ow += P)                                                          \
+                UNROLL for (int p = 0; p < P; p++) {                                                    \
+                    const __m256 g0 = _mm256_loadu_ps(gr + (ow + p) * V);                               \
+                    const __m256 g1 = _mm256_loadu_ps(gr + (ow + p) * V + V / 2);                       \
+                    UNROLL for (int q = 0; q < NQ; q++) {                                               \
+                        const __m256 xv = _mm256_broadcast_ss(xr + (ow + p) * S * CB + q);              \
+                        lo[p][q] = _mm256_fmadd_ps(xv, g0, lo[p][q]);                                   \
+                        hi[p][q] = _mm256_fmadd_ps(xv, g1, hi[p][q]);                                   \
+                    }                                                                                   \
+                }                                                                                       \
+            for (; ow < g->cols; ow++) {                                                                \
+                const __m256 g0 = _mm256_loadu_ps(gr + ow * V), g1 = _mm256_loadu_ps(gr + ow * V + V / 2); \
+                UNROLL for (int q = 0; q < NQ; q++) {                                                   \
+                    const __m256 xv = _mm256_broadcast_ss(xr + ow * S * CB + q);                        \
+                    lo[0][q] = _mm256_fmadd_ps(xv, g0, lo[0][q]);                                       \
+                    hi[0][q] = _mm256_fmadd_ps(xv, g1, hi[0][q]);                                       \
+                }                                                                                       \
+            }                                                                                           \
+        }                                                                                               \
+        UNROLL for (int q = 0; q < NQ; q++) {                                                           \
+            __m256 a = lo[0][q], b = hi[0][q];                                                          \
+            UNROLL for (int p = 1; p < P; p++) {                                                        \
+                a = _mm256_add_ps(a, lo[p][q]);                                                         \
+                b = _mm256_add_ps(b, hi[p][q]);                                                         \
+            }                                                                                           \
+            float *d = dw + q * V;                                                                      \
+            _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), a));                                  \
+            _mm256_storeu_ps(d + V / 2, _mm256_add_ps(_mm256_loadu_ps(d + V / 2), b));                  \
+        }                                                                                               \
+    }
+DW2_KERNEL(4, 16, 1, 1)
+DW2_KERNEL(4, 16, 2, 1)
+DW2_KERNEL(3, 1, 1, 2)
+DW2_KERNEL(3, 1, 2, 2)
+DW2_KERNEL(1, 1, 1, 4)
+DW2_KERNEL(1, 1, 2, 4)
+#define DW2_ROW(NQ, CB, S) { 1, NQ, CB, S, dw2_##NQ##_##CB##_##S }
+static const dw_kernel dw_avx2[] = { DW2_ROW(4, 16, 1), DW2_ROW(4, 16, 2), DW2_ROW(3, 1, 1), DW2_ROW(3, 1, 2),
+                                     DW2_ROW(1, 1, 1),  DW2_ROW(1, 1, 2),  { 0 } };
+
+/* r[0..7] = the transpose of the 8x8 matrix of rows r[0..7] */
+AVX2 static inline void transpose8(__m256 r[8])
 {
-    for (size_t k = 0; k < sizeof dw_kernels / sizeof dw_kernels[0]; k++)
-        if (dw_kernels[k].ob == ob && dw_kernels[k].nq == nq && dw_kernels[k].cb == cb && dw_kernels[k].s == s)
-            return dw_kernels[k].fn;
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {   /* u[i + k]: rows i..i+3 at column 4 lane + k, in each half */
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; k++) {
+        r[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
+        r[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
+    }
+}
+
+/* the lanes below n (0..8) of an AVX2 masked load */
+AVX2 static inline __m256i lanes_below(int64_t n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 8 ? n : 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* pack16's contract with AVX2: 8x8 transposes, each half of a block of 16
+ * channels apart; every other pixel (step 2) in plain loops */
+AVX2 static void pack16_avx2(const float *src, int64_t cs, int64_t nc, int64_t np, int step, float *dst)
+{
+    if (step != 1) {
+        for (int64_t p = 0; p < np; p++)
+            for (int64_t c = 0; c < V; c++)
+                dst[p * V + c] = c < nc ? src[c * cs + p * step] : 0.0f;
+        return;
+    }
+    for (int64_t p0 = 0; p0 < np; p0 += 8) {
+        int64_t m = np - p0 < 8 ? np - p0 : 8;
+        __m256i in = lanes_below(m);
+        for (int half = 0; half < 2; half++) {
+            __m256 r[8];
+            for (int c = 0; c < 8; c++) {
+                int64_t ch = half * 8 + c;
+                r[c] = ch >= nc ? _mm256_setzero_ps()
+                       : m == 8 ? _mm256_loadu_ps(src + ch * cs + p0) : _mm256_maskload_ps(src + ch * cs + p0, in);
+            }
+            transpose8(r);
+            for (int64_t p = 0; p < m; p++)
+                _mm256_storeu_ps(dst + (p0 + p) * V + half * 8, r[p]);
+        }
+    }
+}
+
+/* unpack16's contract with AVX2, as pack16_avx2 */
+AVX2 static void unpack16_avx2(const float *src, int64_t nc, int64_t np, int step, int64_t nd, float *dst,
+                               int64_t cs, const float *bias)
+{
+    if (step != 1) {
+        for (int64_t c = 0; c < nc; c++)
+            for (int64_t f = 0; f < nd; f++)
+                dst[c * cs + f] = f % step == 0 && f / step < np ? src[f / step * V + c] + (bias ? bias[c] : 0.0f)
+                                                                 : 0.0f;
+        return;
+    }
+    for (int64_t p0 = 0; p0 < np; p0 += 8) {
+        int64_t m = np - p0 < 8 ? np - p0 : 8;
+        for (int half = 0; half < 2 && half * 8 < nc; half++) {
+            __m256 r[8];
+            for (int64_t p = 0; p < 8; p++)
+                r[p] = p < m ? _mm256_loadu_ps(src + (p0 + p) * V + half * 8) : _mm256_setzero_ps();
+            transpose8(r);
+            for (int c = 0; c < 8 && half * 8 + c < nc; c++) {
+                int64_t ch = half * 8 + c;
+                __m256 v = bias ? _mm256_add_ps(r[c], _mm256_set1_ps(bias[ch])) : r[c];
+                if (m == 8) {
+                    _mm256_storeu_ps(dst + ch * cs + p0, v);
+                } else {   /* (a masked store is microcoded and slow on AMD's CPUs) */
+                    float tail[8];
+                    _mm256_storeu_ps(tail, v);
+                    memcpy(dst + ch * cs + p0, tail, sizeof(float) * (size_t)m);
+                }
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- the instruction set */
+
+/* The kernels of one instruction set and how the loops below use them:
+ * the most output blocks a forward or weight-gradient kernel takes, the
+ * channels of a 16-block a weight-gradient kernel of one output block
+ * takes at once (of two blocks, half as many), and the fewest input
+ * channels it takes a convolution with (AVX2's kernels over planes of one
+ * channel keep too few pixels in registers to beat the GEMM path). */
+typedef struct {
+    const fwd_kernel *fwd;
+    const dw_kernel *dw;
+    int fwd_most, dw_most, dw_channels, min_channels;
+    void (*pack)(const float *src, int64_t cs, int64_t nc, int64_t np, int step, float *dst);
+    void (*unpack)(const float *src, int64_t nc, int64_t np, int step, int64_t nd, float *dst, int64_t cs,
+                   const float *bias);
+} isa_kernels;
+
+static const isa_kernels isa_avx512 = { fwd_avx512, dw_avx512, 4, 2, V, 1, pack16, unpack16 };
+static const isa_kernels isa_avx2 = { fwd_avx2, dw_avx2, 1, 1, 4, V, pack16_avx2, unpack16_avx2 };
+
+/* the CPU's kernels, or NULL (read at load time) */
+static const isa_kernels *isa_of_cpu(void)
+{
+    if (!__builtin_cpu_supports("fma"))
+        return NULL;
+    if (__builtin_cpu_supports("avx512f"))
+        return &isa_avx512;
+    return __builtin_cpu_supports("avx2") ? &isa_avx2 : NULL;
+}
+
+/* A forward kernel for OB output blocks over rows of `width` pixels: the
+ * pixel count of the fewest pixels computed in all (the larger on a tie). */
+static fwd_fn fwd_pick(const isa_kernels *k, int ob, int64_t cb, int64_t s, int64_t width, int64_t *rw)
+{
+    fwd_fn best = NULL;
+    int64_t cost = 0;
+    *rw = 1;
+    for (const fwd_kernel *f = k->fwd; f->fn; f++) {
+        if (f->ob != ob || f->cb != cb || f->s != s)
+            continue;
+        int64_t r = f->rw, c = (width + r - 1) / r * r;
+        if (!best || c < cost) {
+            best = f->fn, cost = c, *rw = r;
+        }
+    }
+    return best;
+}
+
+static dw_fn dw_pick(const isa_kernels *k, int ob, int64_t nq, int64_t cb, int64_t s)
+{
+    for (const dw_kernel *d = k->dw; d->fn; d++)
+        if (d->ob == ob && d->nq == nq && d->cb == cb && d->s == s)
+            return d->fn;
     return NULL;
 }
 
@@ -309,6 +526,7 @@ typedef struct {
     int64_t nin, nout;   /* input blocks; output blocks of 16 */
     int64_t Hp, Wp;      /* the padded input */
     int64_t in_plane;    /* floats of an input block */
+    const isa_kernels *k;
 } dplan;
 
 static void plan_of(dplan *p, const dp_tensor *x, const dp_tensor *w, const cpu_conv_args *a)
@@ -326,6 +544,7 @@ static void plan_of(dplan *p, const dp_tensor *x, const dp_tensor *w, const cpu_
     p->nin = (p->C + p->cb - 1) / p->cb, p->nout = (p->O + V - 1) / V;
     p->Hp = p->Hs + 2 * p->ph, p->Wp = p->Ws + 2 * p->pw;
     p->in_plane = p->Hp * p->Wp * p->cb;
+    p->k = isa_of_cpu();
 }
 
 /* the output blocks a kernel takes at once from block ob0 */
@@ -338,8 +557,8 @@ static int blocks_at(int64_t n, int64_t ob0, int most)
 bool conv_direct_takes(const dp_tensor *x, const dp_tensor *w, const cpu_conv_args *a)
 {
     const cpu_unfold_args *u = &a->u;
-    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");   /* read at load time */
-    return avx512 && x->dtype == DP_FLOAT32 && a->groups == 1 && u->dilation[0] == 1 && u->dilation[1] == 1 &&
+    const isa_kernels *k = isa_of_cpu();
+    return k && x->shape[1] >= k->min_channels && x->dtype == DP_FLOAT32 && a->groups == 1 && u->dilation[0] == 1 && u->dilation[1] == 1 &&
            (u->stride[0] == 1 || u->stride[0] == 2) && (u->stride[1] == 1 || u->stride[1] == 2) &&
            dp_tensor_numel(x) > 0 && dp_tensor_numel(w) > 0 && u->out_h > 0 && u->out_w > 0;
 }
@@ -356,7 +575,7 @@ static void pack_input(const dplan *p, const float *xn, float *buf)
             float *d = buf + cb * p->in_plane + ((h + p->ph) * p->Wp + p->pw) * p->cb;
             const float *s = xn + (cb * p->cb * p->H + h * p->step_h) * p->W;
             if (p->cb > 1)
-                pack16(s, p->H * p->W, p->C - cb * V < V ? p->C - cb * V : V, p->Ws, (int)p->step_w, d);
+                p->k->pack(s, p->H * p->W, p->C - cb * V < V ? p->C - cb * V : V, p->Ws, (int)p->step_w, d);
             else if (p->step_w == 1)
                 memcpy(d, s, sizeof(float) * (size_t)p->Ws);
             else
@@ -476,9 +695,9 @@ static void *forward_images(void *arg)
     for (int64_t n = k->n0; n < k->n1; n++) {
         pack_input(p, k->x + n * p->C * p->H * p->W, xbuf);
         for (int64_t ob0 = 0; ob0 < p->nout;) {
-            int ob = blocks_at(p->nout, ob0, 4);
+            int ob = blocks_at(p->nout, ob0, p->k->fwd_most);
             int64_t rw;
-            fwd_fn fn = fwd_pick(ob, p->cb, p->sw, p->Wo, &rw);
+            fwd_fn fn = fwd_pick(p->k, ob, p->cb, p->sw, p->Wo, &rw);
             for (int64_t oh = 0; oh < p->Ho; oh++)
                 for (int64_t ow0 = 0; ow0 < p->Wo; ow0 += rw)
                     fn(xbuf + (oh * p->sh * p->Wp + ow0 * p->sw) * p->cb, k->w + ob0 * w_block,
@@ -487,8 +706,8 @@ static void *forward_images(void *arg)
         }
         float *on = k->out + n * p->O * L;
         for (int64_t ob = 0; ob < p->nout; ob++)
-            unpack16(obuf + ob * L * V, p->O - ob * V < V ? p->O - ob * V : V, L, 1, L, on + ob * V * L, L,
-                     k->bias ? k->bias + ob * V : NULL);
+            p->k->unpack(obuf + ob * L * V, p->O - ob * V < V ? p->O - ob * V : V, L, 1, L, on + ob * V * L, L,
+                         k->bias ? k->bias + ob * V : NULL);
     }
     return NULL;
 }
@@ -594,9 +813,9 @@ static void dx_image(const dplan *p, const dx_plan *d, const float *gbuf, const 
             fwd_geom g = { p->nout, d->g_plane, Ta, Tb, d->Wg * V, p->nout * Ta * Tb * V * V, p->Hs * p->Ws * V,
                            p->sw * V };
             for (int64_t cb0 = 0; cb0 < d->nx;) {
-                int ob = blocks_at(d->nx, cb0, 4);
+                int ob = blocks_at(d->nx, cb0, p->k->fwd_most);
                 int64_t rw;
-                fwd_fn fn = fwd_pick(ob, V, 1, vhi - vlo + 1, &rw);
+                fwd_fn fn = fwd_pick(p->k, ob, V, 1, vhi - vlo + 1, &rw);
                 for (int64_t u = ulo; u <= uhi; u++)
                     for (int64_t v0 = vlo; v0 <= vhi; v0 += rw) {
                         int64_t row = u - (Ta - 1) + d->top, col = v0 - (Tb - 1) + d->left;   /* g's, first tap */
@@ -616,15 +835,15 @@ static void dw_image(const dplan *p, const dx_plan *d, const float *xbuf, const 
     int64_t dw_block = p->nin * p->kh * p->kw * p->cb * V;
     dw_geom g = { p->Ho, p->Wo, p->sh * p->Wp * p->cb, d->Wg * V, d->g_plane, dw_block };
     for (int64_t ob0 = 0; ob0 < p->nout;) {
-        int ob = p->cb == 1 ? 1 : blocks_at(p->nout, ob0, 2);
+        int ob = p->cb == 1 ? 1 : blocks_at(p->nout, ob0, p->k->dw_most);
         for (int64_t cb = 0; cb < p->nin; cb++) {
             int64_t nc = p->C - cb * p->cb < p->cb ? p->C - cb * p->cb : p->cb;
             for (int64_t i = 0; i < p->kh; i++)
                 for (int64_t j = 0; j < p->kw;) {
-                    /* the kernel's NQ floats of the window: 16 or 8 channels at tap j, or (blocks of one
-                     * channel) the taps from j, 3 or 1 of them */
-                    int64_t nq = p->cb > 1 ? V / ob : p->kw - j >= 3 ? 3 : 1;
-                    dw_fn fn = dw_pick(ob, nq, p->cb, p->sw);
+                    /* the kernel's NQ floats of the window: channels at tap j (16 or 8 with AVX-512, 4
+                     * with AVX2), or (blocks of one channel) the taps from j, 3 or 1 of them */
+                    int64_t nq = p->cb > 1 ? p->k->dw_channels / ob : p->kw - j >= 3 ? 3 : 1;
+                    dw_fn fn = dw_pick(p->k, ob, nq, p->cb, p->sw);
                     for (int64_t c0 = 0; c0 < nc; c0 += nq)
                         fn(xbuf + cb * p->in_plane + (i * p->Wp + j) * p->cb + c0, gp + ob0 * d->g_plane,
                            dwt + ob0 * dw_block + (((cb * p->kh + i) * p->kw + j) * p->cb + c0) * V, &g);
@@ -655,7 +874,7 @@ static void dx_unpack(const dplan *p, const dx_plan *d, const float *dxbuf, floa
         int64_t nc = p->C - cb * V < V ? p->C - cb * V : V;
         float *dc = dxn + cb * V * HW;
         if (p->step_h == 1 && p->step_w == 1) {
-            unpack16(dxbuf + cb * plane, nc, HW, 1, HW, dc, HW, NULL);
+            p->k->unpack(dxbuf + cb * plane, nc, HW, 1, HW, dc, HW, NULL);
             continue;
         }
         for (int64_t h = 0; h < p->H; h++) {
@@ -663,8 +882,8 @@ static void dx_unpack(const dplan *p, const dx_plan *d, const float *dxbuf, floa
                 for (int64_t c = 0; c < nc; c++)
                     memset(dc + c * HW + h * p->W, 0, sizeof(float) * (size_t)p->W);
             else
-                unpack16(dxbuf + cb * plane + h / p->step_h * p->Ws * V, nc, p->Ws, (int)p->step_w, p->W,
-                         dc + h * p->W, HW, NULL);
+                p->k->unpack(dxbuf + cb * plane + h / p->step_h * p->Ws * V, nc, p->Ws, (int)p->step_w, p->W,
+                             dc + h * p->W, HW, NULL);
         }
     }
 }
@@ -692,8 +911,8 @@ static void *backward_images(void *arg)
         const float *gn = k->g + n * p->O * L;
         for (int64_t ob = 0; ob < p->nout; ob++)
             for (int64_t oh = 0; oh < p->Ho; oh++)
-                pack16(gn + (ob * V * p->Ho + oh) * p->Wo, L, p->O - ob * V < V ? p->O - ob * V : V, p->Wo, 1,
-                       gbuf + ob * d->g_plane + ((oh + d->top) * d->Wg + d->left) * V);
+                p->k->pack(gn + (ob * V * p->Ho + oh) * p->Wo, L, p->O - ob * V < V ? p->O - ob * V : V, p->Wo, 1,
+                           gbuf + ob * d->g_plane + ((oh + d->top) * d->Wg + d->left) * V);
         if (k->dwt) {
             pack_input(p, k->x + n * p->C * p->H * p->W, xbuf);
             dw_image(p, d, xbuf, gbuf + (d->top * d->Wg + d->left) * V, k->dwt);

@@ -1,6 +1,7 @@
 /*
  * conv_direct.h — conv.c's direct path: float32 convolutions computed
- * without columns on x86-64 CPUs with AVX-512 (conv_direct.c says how).
+ * without columns on x86-64 CPUs with AVX-512, or AVX2 and FMA
+ * (conv_direct.c says how).
  */
 #ifndef DP_CPU_CONV_DIRECT_H
 #define DP_CPU_CONV_DIRECT_H
@@ -8,7 +9,8 @@
 #include "cpu/cpu.h"
 
 /* True when the direct path computes this convolution: float32, one
- * group, no dilation, strides of 1 or 2, on a CPU with AVX-512. */
+ * group, no dilation, strides of 1 or 2, on a CPU with AVX-512, or with
+ * AVX2 and FMA for an input of at least 16 channels. */
 bool conv_direct_takes(const dp_tensor *x, const dp_tensor *w, const cpu_conv_args *a);
 /* And its input's gradient too: at least 8 channels (it computes them in
  * blocks of 16, so that fewer would be mostly zeros). */
