@@ -24,4 +24,12 @@ template <typename C> __device__ static inline C gelu_tanh(C x)
     return (C)0.5 * x * ((C)1 + act_tanh((C)0.7978845608028654 * (x + (C)0.044715 * x * x * x)));
 }
 
+/* g times the derivative of gelu_tanh at x: GELU("tanh")'s backward */
+template <typename C> __device__ static inline C gelu_tanh_backward(C g, C x)
+{
+    const C k = (C)0.7978845608028654, c = (C)0.044715;
+    C th = act_tanh(k * (x + c * x * x * x));
+    return g * ((C)0.5 * ((C)1 + th) + (C)0.5 * x * ((C)1 - th * th) * k * ((C)1 + (C)3 * c * x * x));
+}
+
 #endif

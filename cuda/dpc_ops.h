@@ -264,6 +264,8 @@ enum {
     DPC_EPI_BGRAD = 2,       /* writes the row sums of op(A) (over k) to bias (m values); batch 1 */
     DPC_EPI_GELU = 3,        /* the bias, then GELU (x Phi(x), erf) */
     DPC_EPI_GELU_TANH = 4,   /* the bias, then GELU's tanh form */
+    DPC_EPI_DGELU_TANH = 5,  /* times GELU_TANH's derivative at aux (read, laid out as C; no bias): a GELU's
+                                backward folded into the product that makes its input gradient */
 };
 
 /* Row-major, batched: C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for
@@ -273,7 +275,8 @@ enum {
  * float64 or bfloat16 (float accumulation). epilogue: DPC_EPI_*, with
  * bias of dtype. aux (batch 1, laid out as C; NULL for none) receives the
  * value before an activation (RELU, GELU, GELU_TANH), as stored in dtype:
- * what a Linear alone would have written, which GELU's backward needs.
+ * what a Linear alone would have written, which GELU's backward needs;
+ * with DGELU_TANH it is that value, read.
  * Products of at most 16M multiply-adds (k at most 2048) run in kernels of
  * our own, in one launch with their epilogue; there a product of k at
  * most DPC_GEMM_UNSPLIT_K and at most DPC_GEMM_UNSPLIT_MACS multiply-adds

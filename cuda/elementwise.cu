@@ -504,12 +504,7 @@ template <class T, int OP> struct unary_bwd_f {
         case DP_GELU:
             d = g * ((C)0.5 * (one + m_erf(x * (C)SQRT1_2)) + x * (C)INV_SQRT_2PI * m_exp((C)-0.5 * x * x));
             break;
-        case DP_GELU_TANH: {
-            const C k = (C)0.7978845608028654, c = (C)0.044715;
-            C u = k * (x + c * x * x * x), th = m_tanh(u);
-            d = g * ((C)0.5 * (one + th) + (C)0.5 * x * (one - th * th) * k * (one + 3 * c * x * x));
-            break;
-        }
+        case DP_GELU_TANH: d = gelu_tanh_backward(g, x); break;
         case DP_SIN: d = g * m_cos(x); break;
         case DP_COS: d = -g * m_sin(x); break;
         case DP_RECIPROCAL: d = -g * y * y; break;

@@ -96,7 +96,7 @@ int gemm_epilogue_after(const gemm_args &g)
 {
     if (g.epilogue == DPC_EPI_BGRAD)
         return row_sums(g);
-    return g.bias || is_activation(g.epilogue) ? gemm_scale_bias(g, 1.0) : 0;
+    return g.bias || is_activation(g.epilogue) || g.epilogue == DPC_EPI_DGELU_TANH ? gemm_scale_bias(g, 1.0) : 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -113,9 +113,10 @@ extern "C" int dpc_gemm(int dtype, int trans_a, int trans_b, int64_t m, int64_t 
     bool bgrad = epilogue == DPC_EPI_BGRAD;
     if (dtype != DP_FLOAT32 && dtype != DP_FLOAT64 && dtype != DP_BFLOAT16)
         return DPC_UNSUPPORTED;
+    bool dgelu = epilogue == DPC_EPI_DGELU_TANH;
     if (m < 0 || n < 0 || k < 0 || batch < 0 || batch > INT32_MAX || epilogue < 0 ||
-        epilogue > DPC_EPI_GELU_TANH || (bgrad && (bias == NULL || batch != 1)) ||
-        (aux && (batch != 1 || !is_activation(epilogue))))
+        epilogue > DPC_EPI_DGELU_TANH || (bgrad && (bias == NULL || batch != 1)) ||
+        (aux && (batch != 1 || !(is_activation(epilogue) || dgelu))) || (dgelu && (aux == NULL || bias != NULL)))
         return (int)cudaErrorInvalidValue;
     if (m == 0 || n == 0 || batch == 0)   /* no product; the row sums of op(A) may still be asked for */
         return bgrad && m > 0 ? row_sums(g) : 0;

@@ -79,6 +79,11 @@ __host__ __device__ static inline bool is_activation(int epilogue)
 template <typename T, typename Acc>
 __device__ static inline Acc activate(int epilogue, Acc v, T *aux)
 {
+    if (epilogue == DPC_EPI_DGELU_TANH) {   /* v as stored, then the GELU's backward: the two ops' values */
+        T stored;
+        store(&stored, v);
+        return gelu_tanh_backward(to_acc(stored), to_acc(*aux));
+    }
     if (!is_activation(epilogue))
         return v;
     T stored;

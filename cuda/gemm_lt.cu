@@ -222,6 +222,7 @@ static cublasStatus_t lt_op(cublasLtMatmulDesc_t *op, const gemm_args &g, bool e
         epi = g.aux ? (g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                     : (g.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
         break;
+    case DPC_EPI_DGELU_TANH: epi = CUBLASLT_EPILOGUE_DGELU; break;   /* aux: the GELU's input, read */
     default: epi = CUBLASLT_EPILOGUE_BIAS;
     }
     int32_t bias_type = (int32_t)lt_type(g.dtype);
@@ -304,12 +305,12 @@ static int lt_plan_make(lt_plan *plan, cublasLtHandle_t handle, const gemm_args 
  * so that the step's products can be told apart. */
 static int64_t profile_product(const gemm_args &g)
 {
-    static const char *epi[] = { "", " +relu", " +bgrad", " +gelu", " +gelu_tanh" };
+    static const char *epi[] = { "", " +relu", " +bgrad", " +gelu", " +gelu_tanh", " +dgelu_tanh" };
     const char *dt = g.dtype == DP_BFLOAT16 ? "bf16" : g.dtype == DP_FLOAT64 ? "f64" : g.allow_tf32 ? "tf32" : "f32";
     char label[128];
     snprintf(label, sizeof label, "cublasLt %s %c%c %lldx%lldx%lld%s%s", dt, g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N',
              (long long)g.m, (long long)g.n, (long long)g.k, g.batch > 1 ? " batched" : "",
-             g.epilogue >= 0 && g.epilogue < 5 ? epi[g.epilogue] : "");
+             g.epilogue >= 0 && g.epilogue < 6 ? epi[g.epilogue] : "");
     return dpc_profile_before(g.stream, NULL, label);
 }
 
@@ -382,13 +383,15 @@ int gemm_lt_run(const gemm_args &g)
     gemm_args lt_g = g;   /* what cuBLASLt's epilogue does */
     /* cuBLASLt's GELU keeps its input (aux) only with a leading dimension
      * divisible by 8 (cublasLt.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD) */
+    bool tanh_gelu = g.epilogue == DPC_EPI_GELU_TANH || g.epilogue == DPC_EPI_DGELU_TANH;
     bool act_after = g.epilogue == DPC_EPI_GELU || (g.epilogue == DPC_EPI_RELU && g.aux) ||
-                     (g.epilogue == DPC_EPI_GELU_TANH && (g.dtype == DP_FLOAT64 || (g.aux && g.ldc % 8 != 0)));
+                     (tanh_gelu && (g.dtype == DP_FLOAT64 || (g.aux && g.ldc % 8 != 0)));
     if (act_after) {
         lt_g.epilogue = DPC_EPI_BIAS;
         lt_g.aux = NULL;
     }
-    bool epilogue = g.bias != NULL || is_activation(lt_g.epilogue);   /* lt_g's GELU is the tanh form only */
+    /* lt_g's GELU is the tanh form only */
+    bool epilogue = g.bias != NULL || is_activation(lt_g.epilogue) || lt_g.epilogue == DPC_EPI_DGELU_TANH;
     rc = small ? lt_matmul(handle, lt_g, device, epilogue, NULL, 0) : DPC_UNSUPPORTED;
     if (rc == DPC_UNSUPPORTED) {
         ws_bytes = DPC_GEMM_WORKSPACE_BYTES;

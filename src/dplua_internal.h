@@ -28,10 +28,10 @@ DP_API void dp_tensor_box_release(dp_tensor_box *box);
 DP_API int dp_gc_wanted(void);
 DP_API void dp_gc_done(double lua_heap_kb);   /* after the collection: collectgarbage("count") */
 
-/* How many ReLU backwards were folded into the backward of the layer after
- * them (see ag_offered_mask in src/core/autograd.h) since the start: for
- * tests, and to see whether a model's ReLUs fold. */
-DP_API int64_t dp_relu_backwards_folded(void);
+/* How many ReLU and tanh GELU backwards were folded into the backward of
+ * the layer after them (see ag_offered_mask in src/core/autograd.h) since
+ * the start: for tests, and to see whether a model's activations fold. */
+DP_API int64_t dp_activation_backwards_folded(void);
 
 /* An optimizer bucket's check before its fused step: every parameter
  * must still be the view at offsets[j] of flat_param (an error naming fn

@@ -707,11 +707,11 @@ function A.gradcheck(fn, inputs, opts)
   end)
 end
 
--- How many ReLU backwards were folded into the backward of the Linear
--- after them since the start (docs/API.md, "How the GPU path is built"):
--- read it before and after a backward to see whether a model's ReLUs fold.
-function A._relu_backwards_folded()
-  return tonumber(require("ffi").C.dp_relu_backwards_folded())
+-- How many ReLU and tanh GELU backwards were folded into the backward of
+-- the Linear after them since the start (docs/AUTOGRAD.md): read it before
+-- and after a backward to see whether a model's activations fold.
+function A._activation_backwards_folded()
+  return tonumber(require("ffi").C.dp_activation_backwards_folded())
 end
 
 -- differentiable(name, values, backward): f(a, ...) for a tensor a (and

@@ -653,10 +653,10 @@ void dp_tensor_box_release(dp_tensor_box *box);
 int dp_gc_wanted(void);
 void dp_gc_done(double lua_heap_kb);   /* after the collection: collectgarbage("count") */
 
-/* How many ReLU backwards were folded into the backward of the layer after
- * them (see ag_offered_mask in src/core/autograd.h) since the start: for
- * tests, and to see whether a model's ReLUs fold. */
-int64_t dp_relu_backwards_folded(void);
+/* How many ReLU and tanh GELU backwards were folded into the backward of
+ * the layer after them (see ag_offered_mask in src/core/autograd.h) since
+ * the start: for tests, and to see whether a model's activations fold. */
+int64_t dp_activation_backwards_folded(void);
 
 /* An optimizer bucket's check before its fused step: every parameter
  * must still be the view at offsets[j] of flat_param (an error naming fn

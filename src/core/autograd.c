@@ -923,11 +923,11 @@ static dp_status check_saved(ag_node *n)
     return DP_OK;
 }
 
-static int64_t relu_folds;
+static int64_t activation_folds;
 
-int64_t dp_relu_backwards_folded(void)
+int64_t dp_activation_backwards_folded(void)
 {
-    return relu_folds;
+    return activation_folds;
 }
 
 void ag_set_relu_mask(ag_node *n, int saved_index)
@@ -936,11 +936,21 @@ void ag_set_relu_mask(ag_node *n, int saved_index)
     n->fold_kind = AG_FOLD_RELU;
 }
 
-dp_tensor *ag_offered_mask(const ag_node *n, int i)
+void ag_set_gelu_fold(ag_node *n, int saved_index)
 {
-    if (i != n->mask_input || n->next[i]->fold_kind != AG_FOLD_RELU)
+    n->fold_saved = saved_index + 1;
+    n->fold_kind = AG_FOLD_GELU_TANH;
+}
+
+dp_tensor *ag_offered_mask(const ag_node *n, int i, int *op)
+{
+    if (i != n->mask_input)
         return NULL;
-    return n->next[i]->saved[n->next[i]->fold_saved - 1];
+    const ag_node *c = n->next[i];
+    if (c->fold_kind != AG_FOLD_RELU && c->fold_kind != AG_FOLD_GELU_TANH)
+        return NULL;
+    *op = c->fold_kind == AG_FOLD_RELU ? DP_RELU : DP_GELU_TANH;
+    return c->saved[c->fold_saved - 1];
 }
 
 void ag_set_log_softmax_fold(ag_node *n, int saved_index)
@@ -1008,7 +1018,7 @@ static dp_status run_node(ag_node *n, node_heap *ready, bool retain)
         st = check_nan(n, gin);
     if (!st && n->mask_taken && gin[n->mask_input]) {
         n->next[n->mask_input]->grad_masked = true;
-        relu_folds += n->next[n->mask_input]->fold_kind == AG_FOLD_RELU;
+        activation_folds += n->next[n->mask_input]->fold_kind != AG_FOLD_LOG_SOFTMAX;
     }
     n->mask_input = -1;
     n->grad_masked = false;

@@ -44,8 +44,9 @@ struct ag_node {
     double darg[2];
     bool freed;                /* saved tensors released by a backward */
     int fold_saved;            /* 1 + the index in saved of the output whose backward a
-                                  consumer may apply (ag_set_relu_mask, ag_set_log_softmax_fold); or 0 */
-    int fold_kind;             /* which: AG_FOLD_RELU or AG_FOLD_LOG_SOFTMAX */
+                                  consumer may apply (ag_set_relu_mask, ag_set_gelu_fold,
+                                  ag_set_log_softmax_fold); or 0 */
+    int fold_kind;             /* which: AG_FOLD_RELU, AG_FOLD_GELU_TANH or AG_FOLD_LOG_SOFTMAX */
     /* engine state, only during dp_backward */
     int deps;
     dp_tensor *grad;
@@ -83,19 +84,23 @@ dp_status ag_check_inplace(const char *fn, dp_tensor *dst);
  * a failure becomes backward's error. Queuing the same pair twice is a no-op. */
 dp_status ag_queue_final_callback(dp_status (*fn)(void *ctx), void *ctx);
 
-/* A ReLU's backward multiplies its gradient by (y > 0). A node whose
- * backward starts that way names its saved y with ag_set_relu_mask. When
- * input i's node is such a node, and the gradient this node writes for
- * input i is all that node will get, ag_offered_mask(n, i) is y (same
- * shape, dtype and device as input i, contiguous), else NULL: a backward
- * may then apply the mask as it writes that gradient (in a GEMM's
- * epilogue, which saves a kernel and a tensor), and says so with
- * ag_took_mask(n). The ReLU then finds n->grad_masked set and skips its
- * mask. The decision is made as the backward runs, so whatever reads the
- * ReLU's gradient at that point must be the engine alone. */
-enum { AG_FOLD_RELU = 1, AG_FOLD_LOG_SOFTMAX };
+/* A ReLU's backward multiplies its gradient by (y > 0), a tanh GELU's by
+ * its derivative at its input x. A node whose backward starts that way
+ * names its saved y with ag_set_relu_mask (its x with ag_set_gelu_fold).
+ * When input i's node is such a node, and the gradient this node writes
+ * for input i is all that node will get, ag_offered_mask(n, i, &op) is
+ * that saved tensor (same shape, dtype and device as input i, contiguous)
+ * and op DP_RELU or DP_GELU_TANH, else NULL: a backward may then apply the
+ * activation's backward as it writes that gradient (in a GEMM's epilogue,
+ * which saves a kernel, a pass over the gradient and a tensor), and says
+ * so with ag_took_mask(n). The activation's node then finds
+ * n->grad_masked set and skips its part. The decision is made as the
+ * backward runs, so whatever reads the activation's gradient at that
+ * point must be the engine alone. */
+enum { AG_FOLD_RELU = 1, AG_FOLD_GELU_TANH, AG_FOLD_LOG_SOFTMAX };
 void ag_set_relu_mask(ag_node *n, int saved_index);
-dp_tensor *ag_offered_mask(const ag_node *n, int i);
+void ag_set_gelu_fold(ag_node *n, int saved_index);
+dp_tensor *ag_offered_mask(const ag_node *n, int i, int *op);
 void ag_took_mask(ag_node *n);
 /* The same for a log_softmax's backward, g - exp(y) sum(g), folded into
  * an nll_loss's, whose gradient has one non-zero per row: its node names

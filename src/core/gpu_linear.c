@@ -293,26 +293,31 @@ static int bias_grad_alone(dp_tensor *db, dp_tensor *g, void *stream)
     return dpc_bias_grad_sum(g->dtype, &b, stream);
 }
 
-/* dx = g @ w (0 where !(mask > 0) when mask is given), dw = g^T @ x, db =
- * the column sums of g, on stream: one launch of ours up to medium sizes,
- * else two cuBLASLt GEMMs with db in dw's epilogue; but without dx, a
- * small db apart (dpc_bias_grad), left waiting for the optimizer's step
- * when bias_may_wait (nothing waits now). A CUDA status. */
+/* dx = g @ w (0 where !(mask > 0) when mask is given; times the tanh
+ * GELU's derivative at mask when gelu), dw = g^T @ x, db = the column
+ * sums of g, on stream: one launch of ours up to medium sizes (a ReLU's
+ * mask only), else two cuBLASLt GEMMs with db in dw's epilogue and the
+ * GELU's derivative in dx's (DGELU); but without dx, a small db apart
+ * (dpc_bias_grad), left waiting for the optimizer's step when
+ * bias_may_wait (nothing waits now). A CUDA status. */
 static int linear_backward_on(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
-                              dp_tensor *mask, void *stream, bool bias_may_wait)
+                              dp_tensor *mask, bool gelu, void *stream, bool bias_may_wait)
 {
     int64_t M = g->shape[0], N = g->shape[1], K = x->shape[1];
     int st = dpc_set_device(g->device);
     if (st)
         return st;
-    dpc_linear_grads layer = linear_grads(dx, dw, db, g, x, w, mask);
-    int own = dpc_linear_backward(g->dtype, &layer, 1, NULL, stream);
-    if (own != DPC_UNSUPPORTED)
-        return own;
+    if (!gelu) {
+        dpc_linear_grads layer = linear_grads(dx, dw, db, g, x, w, mask);
+        int own = dpc_linear_backward(g->dtype, &layer, 1, NULL, stream);
+        if (own != DPC_UNSUPPORTED)
+            return own;
+    }
     if (dx)   /* dx (M, K) = g (M, N) @ w (N, K) */
         st = dpc_gemm(g->dtype, 0, 0, M, K, N, 1.0, gpu_first(g), N, 0, gpu_first(w), K, 0, 0.0, gpu_first(dx), K, 0, 1,
-                      DPC_EPI_BIAS, NULL, NULL, allow_tf32, stream);
-    if (!st && dx && mask)   /* the ReLU's backward, in place */
+                      gelu && mask ? DPC_EPI_DGELU_TANH : DPC_EPI_BIAS, NULL, gelu && mask ? gpu_first(mask) : NULL,
+                      allow_tf32, stream);
+    if (!st && dx && mask && !gelu)   /* the ReLU's backward, in place */
         st = dpc_unary_backward(DP_RELU, dx->dtype, gpu_shape(dx), gpu_operand(dx), gpu_operand(dx), gpu_operand(mask),
                                 gpu_operand(mask), stream);
     /* (where our kernel takes dw, its epilogue sums db for nothing) */
@@ -358,7 +363,7 @@ static int backward_launch(const waiting_work *w, const dpc_sgd_args *sgd)
 {
     const waiting_backward *b = &w->back[0];
     if (w->layers == 1 && !sgd)
-        return linear_backward_on(b->dx, b->dw, b->db, b->g, b->x, b->w, b->mask, w->stream, false);
+        return linear_backward_on(b->dx, b->dw, b->db, b->g, b->x, b->w, b->mask, false, w->stream, false);
     dpc_linear_grads grads[2];
     waiting_grads(w, grads);
     int rc = dpc_set_device(b->g->device);
@@ -556,16 +561,24 @@ static bool chains_after(const waiting_work *w, const void *ctx)
     return dpc_linear_backward_chains(layer);
 }
 
-/* dx = g @ w (0 where !(mask > 0) when mask is given), dw = g^T @ x, db =
- * the column sums of g. When g is the dx of the waiting backward of the
- * layer after this one, the two make a chain, one launch of one block,
- * which waits in turn for an SGD step to take (gpu_sgd_step). Else this
- * one waits for the layer before when it may start a chain; or, a first
- * layer's, launches dw and leaves db waiting for the optimizer
- * (linear_backward_on). */
+/* dx = g @ w (through the backward of op, DP_RELU or DP_GELU_TANH, at mask
+ * when mask is given), dw = g^T @ x, db = the column sums of g. When g is
+ * the dx of the waiting backward of the layer after this one, the two
+ * make a chain, one launch of one block, which waits in turn for an SGD
+ * step to take (gpu_sgd_step). Else this one waits for the layer before
+ * when it may start a chain; or, a first layer's, launches dw and leaves
+ * db waiting for the optimizer (linear_backward_on). A GELU folded in
+ * takes cuBLASLt's products at once: the chains mask for a ReLU only. */
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
-                              dp_tensor *mask)
+                              dp_tensor *mask, int op)
 {
+    if (mask && op == DP_GELU_TANH) {
+        void *stream = gpu_stream_of(g->device);   /* after the work waiting, if any */
+        if (gpu_deferred_failure[0])
+            return gpu_status("linear backward", 0, g->dtype);
+        return gpu_status("linear backward", linear_backward_on(dx, dw, db, g, x, w, mask, true, stream, !deferral_off),
+                          g->dtype);
+    }
     waiting_backward this = { .x = x, .w = w, .g = g, .mask = mask, .dx = dx, .dw = dw, .db = db };
     chain_of chain = { .g = g, .layer = backward_grads(&this) };
     waiting_work after;
@@ -583,7 +596,7 @@ dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_te
         deferred_put((waiting_work){ .what = WAITS_LINEAR_BACKWARD, .back[0] = this, .layers = 1, .stream = stream });
         return DP_OK;
     }
-    return gpu_status("linear backward", linear_backward_on(dx, dw, db, g, x, w, mask, stream, !deferral_off),
+    return gpu_status("linear backward", linear_backward_on(dx, dw, db, g, x, w, mask, false, stream, !deferral_off),
                       g->dtype);
 }
 

@@ -107,8 +107,8 @@ dp_status gpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b) { (void)out; (void
 dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
 { (void)out; (void)x; (void)w; (void)b; return no_cuda(); }
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
-                              dp_tensor *mask)
-{ (void)dx; (void)dw; (void)db; (void)g; (void)x; (void)w; (void)mask; return no_cuda(); }
+                              dp_tensor *mask, int op)
+{ (void)dx; (void)dw; (void)db; (void)g; (void)x; (void)w; (void)mask; (void)op; return no_cuda(); }
 dp_status gpu_linear_act(dp_tensor *out, dp_tensor *pre, dp_tensor *x, dp_tensor *w, dp_tensor *b, int act)
 { (void)out; (void)pre; (void)x; (void)w; (void)b; (void)act; return no_cuda(); }
 dp_status gpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)

@@ -35,7 +35,7 @@ dp_status gpu_batch_norm_backward(const cpu_bn_args *a, dp_tensor *dy, dp_tensor
 dp_status gpu_bmm(dp_tensor *out, dp_tensor *a, dp_tensor *b);
 dp_status gpu_linear(dp_tensor *out, dp_tensor *x, dp_tensor *w, dp_tensor *b);
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
-                              dp_tensor *mask);
+                              dp_tensor *mask, int op);
 dp_status gpu_linear_act(dp_tensor *out, dp_tensor *pre, dp_tensor *x, dp_tensor *w, dp_tensor *b, int act);
 dp_status gpu_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index);
 dp_status gpu_index_add(dp_tensor *out, int dim, dp_tensor *index, dp_tensor *src);
@@ -124,16 +124,19 @@ static inline dp_status k_linear_act(dp_tensor *out, dp_tensor *pre, dp_tensor *
     cpu_linear(pre ? pre : out, x, w, b);
     return cpu_unary(act, out, pre ? pre : out);
 }
-/* dx = g @ w, dw = g^T @ x, db = column sums of g (any may be NULL); dx is
- * then 0 where !(mask > 0) when mask is given: the backward of a ReLU
- * whose output mask is, folded in (see ag_offered_mask) */
+/* dx = g @ w, dw = g^T @ x, db = column sums of g (any may be NULL); g
+ * and x are (M, N) and (M, K) rows, dx M x K contiguous of any shape.
+ * When mask is given (dx's shape), dx then goes through the backward of
+ * the activation op (DP_RELU: 0 where !(mask > 0), mask its output;
+ * DP_GELU_TANH: times its derivative, mask its input), folded in (see
+ * ag_offered_mask) */
 static inline dp_status k_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x,
-                                          dp_tensor *w, dp_tensor *mask)
+                                          dp_tensor *w, dp_tensor *mask, int op)
 {
     if (!ON_CPU(g))
-        return gpu_linear_backward(dx, dw, db, g, x, w, mask);
+        return gpu_linear_backward(dx, dw, db, g, x, w, mask, op);
     cpu_linear_backward(dx, dw, db, g, x, w);
-    return dx && mask ? cpu_unary_backward(DP_RELU, dx, dx, mask, mask) : DP_OK;
+    return dx && mask ? cpu_unary_backward(op, dx, dx, mask, mask) : DP_OK;
 }
 static inline dp_status k_index_select(dp_tensor *out, dp_tensor *a, int dim, dp_tensor *index)
 { return ON_CPU(out) ? cpu_index_select(out, a, dim, index) : gpu_index_select(out, a, dim, index); }

@@ -29,8 +29,41 @@ static dp_status as_matrix(dp_tensor **out, dp_tensor *x)
     return dp_reshape(out, x, 2, shape);
 }
 
-/* The direct path: 2-D x, everything contiguous on one device in one float
- * dtype (bfloat16 on a GPU only: cuBLASLt takes it, the CPU kernels do not). */
+/* t's rows: t itself when 2-D, else its (M, last dim) view, made without a
+ * node (the linear's node takes the N-D tensor itself) */
+static dp_status rows_of(dp_tensor **rows, dp_tensor *t)
+{
+    if (t->ndim == 2) {
+        dp_tensor_retain(t);
+        *rows = t;
+        return DP_OK;
+    }
+    int was = dp_set_grad_enabled(0);
+    dp_status st = as_matrix(rows, t);
+    dp_set_grad_enabled(was);
+    return st;
+}
+
+/* m (M, n) viewed with x's leading dims and n, without a node */
+static dp_status shaped_as_rows_of(dp_tensor **out, dp_tensor *m, const dp_tensor *x)
+{
+    if (x->ndim == 2) {
+        dp_tensor_retain(m);
+        *out = m;
+        return DP_OK;
+    }
+    int64_t shape[DP_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    shape[x->ndim - 1] = m->shape[1];
+    int was = dp_set_grad_enabled(0);
+    dp_status st = dp_reshape(out, m, x->ndim, shape);
+    dp_set_grad_enabled(was);
+    return st;
+}
+
+/* The direct path: x's rows (2-D), everything contiguous on one device in
+ * one float dtype (bfloat16 on a GPU only: cuBLASLt takes it, the CPU
+ * kernels do not). */
 static bool linear_direct(const dp_tensor *x, const dp_tensor *w, const dp_tensor *b)
 {
     bool dtype_ok = x->dtype == DP_FLOAT32 || x->dtype == DP_FLOAT64 || (x->dtype == DP_BFLOAT16 && !ON_CPU(x));
@@ -41,9 +74,12 @@ static bool linear_direct(const dp_tensor *x, const dp_tensor *w, const dp_tenso
     return !b || (b->dtype == x->dtype && b->device == x->device && tensor_is_contiguous(b));
 }
 
+/* The direct path's node: its input 0 is x as given (2-D or more), its
+ * saved[0] the rows x was computed from, and g comes in x's leading dims:
+ * its rows go to the GEMMs and dx is made in input 0's shape. */
 static dp_status bw_linear_direct(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
-    dp_tensor *x = n->saved[0], *w = n->saved[1], *gc = NULL;
+    dp_tensor *x = n->saved[0], *w = n->saved[1], *gc = NULL, *g2 = NULL;
     bool has_b = n->ninputs > 2;
     dp_status st = g->dtype == x->dtype ? dp_contiguous(&gc, g) : dp_to(&gc, g, x->dtype, x->device);
     if (!st && gc != g && !tensor_is_contiguous(gc)) {
@@ -52,16 +88,20 @@ static dp_status bw_linear_direct(ag_node *n, dp_tensor *g, dp_tensor **gi)
         dp_tensor_release(gc);
         gc = c;
     }
+    if (!st)
+        st = rows_of(&g2, gc);
     if (!st && n->in[0].needs_grad)
-        st = tensor_new(&gi[0], 2, x->shape, x->dtype, x->device);
+        st = tensor_new(&gi[0], n->in[0].ndim, n->in[0].shape, x->dtype, x->device);
     if (!st && n->in[1].needs_grad)
         st = ag_grad_output(n, 1, &gi[1]);
     if (!st && has_b && n->in[2].needs_grad)
         st = ag_grad_output(n, 2, &gi[2]);
-    dp_tensor *mask = gi[0] ? ag_offered_mask(n, 0) : NULL;
-    if (!st && !(st = k_linear_backward(gi[0], gi[1], has_b ? gi[2] : NULL, gc, x, w, mask)) && mask)
+    int op = 0;
+    dp_tensor *mask = gi[0] ? ag_offered_mask(n, 0, &op) : NULL;
+    if (!st && !(st = k_linear_backward(gi[0], gi[1], has_b ? gi[2] : NULL, g2, x, w, mask, op)) && mask)
         ag_took_mask(n);
     dp_tensor_release(gc);
+    dp_tensor_release(g2);
     return st;
 }
 
@@ -122,50 +162,54 @@ static dp_status linear_direct_out(dp_tensor **out, dp_tensor **pre, dp_tensor *
     return st;
 }
 
-/* The node of a linear op on out (x and w saved), or none without grad. */
-static dp_status linear_record(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, const char *name,
-                               ag_backward_fn fn, ag_node **n)
+/* The node of a linear op on out, whose input 0 is x as given and whose
+ * saved[0] is rows (x's (M, in) rows, or x itself), saved[1] w; none
+ * without grad. */
+static dp_status linear_record(dp_tensor **out, dp_tensor *x, dp_tensor *rows, dp_tensor *w, dp_tensor *b,
+                               const char *name, ag_backward_fn fn, ag_node **n)
 {
     dp_tensor *ins[3] = { x, w, b };
     dp_status st = ag_record_or_drop(out, name, fn, b ? 3 : 2, ins, n);
     if (!st && *n) {
-        ag_save(*n, x);
+        ag_save(*n, rows);
         ag_save(*n, w);
     }
     return st;
 }
 
-/* An N-D x: the op (act 0: none) on its (M, K) view, the output viewed
- * back as (.., out_features), so that the product is one direct GEMM with
- * its bias and activation in its epilogue, and the backward takes the
- * bias gradient in the GEMM's pass (a GPU's BGRAD epilogue) instead of a
- * batched product, a broadcast add and a sum down a strided dim. */
-static dp_status linear_rows(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, dp_unop act)
+/* The direct path over x's rows when it takes x (2-D or more, contiguous,
+ * not empty): *rows is then set (retained), else NULL and nothing is done.
+ * An N-D x is one node on the tape, its product one GEMM with the bias (and
+ * activation) in its epilogue, and its backward takes the bias gradient in
+ * the GEMM's pass (a GPU's BGRAD epilogue): no view nodes around it, so
+ * that an activation before it may fold into its backward. */
+static dp_status direct_rows(dp_tensor **rows, dp_tensor *x, dp_tensor *w, dp_tensor *b)
 {
-    int64_t shape[DP_MAX_DIMS];
-    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
-    shape[x->ndim - 1] = w->shape[0];
-    dp_tensor *x2 = NULL, *y2 = NULL;
-    dp_status st = as_matrix(&x2, x);
-    if (!st && !(st = act ? dp_linear_act(&y2, x2, w, b, act) : dp_linear(&y2, x2, w, b)))
-        st = dp_reshape(out, y2, x->ndim, shape);
-    dp_tensor_release(x2);
-    dp_tensor_release(y2);
+    *rows = NULL;
+    if (x->ndim < 2 || !tensor_is_contiguous(x) || dp_tensor_numel(x) == 0)
+        return DP_OK;
+    dp_tensor *r = NULL;
+    dp_status st = rows_of(&r, x);
+    if (!st && linear_direct(r, w, b))
+        *rows = r;
+    else
+        dp_tensor_release(r);
     return st;
 }
 
 dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
 {
+    dp_tensor *rows = NULL, *y = NULL;
     dp_status st = linear_check(x, w, b);
+    if (!st)
+        st = direct_rows(&rows, x, w, b);
     if (st)
         return st;
-    if (x->ndim > 2 && tensor_is_contiguous(x) && dp_tensor_numel(x) > 0)
-        return linear_rows(out, x, w, b, 0);
-    bool direct = linear_direct(x, w, b);
-    if (direct) {
-        st = linear_direct_out(out, NULL, x, w, b, 0);
+    if (rows) {
+        if (!(st = linear_direct_out(&y, NULL, rows, w, b, 0)))
+            st = shaped_as_rows_of(out, y, x);
     } else {
-        dp_tensor *wt = NULL, *y = NULL;
+        dp_tensor *wt = NULL;
         int was = dp_set_grad_enabled(0);
         st = dp_transpose(&wt, w, 0, 1);
         if (!st)
@@ -173,11 +217,14 @@ dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
         if (!st && b)
             st = dp_binary(out, DP_ADD, y, b);
         dp_set_grad_enabled(was);
-        drop3(wt, y, NULL);
+        dp_tensor_release(wt);
     }
+    dp_tensor_release(y);
     ag_node *n = NULL;
-    if (!st && !(st = linear_record(out, x, w, b, b ? "AddmmBackward0" : "MmBackward0", bw_linear, &n)) && n)
-        n->iarg[0] = direct;
+    if (!st && !(st = linear_record(out, x, rows ? rows : x, w, b, b ? "AddmmBackward0" : "MmBackward0", bw_linear,
+                                    &n)) && n)
+        n->iarg[0] = rows != NULL;
+    dp_tensor_release(rows);
     return st;
 }
 
@@ -185,54 +232,64 @@ dp_status dp_linear(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b)
  * GELU): on the direct path the activation runs in the product's epilogue
  * (cuBLASLt's, or our kernel's). A ReLU's backward takes its mask from the
  * output's sign; a GELU's needs the product before it, which the epilogue
- * writes beside the output when there will be a backward. Elsewhere it is
- * the two ops. The node is named as PyTorch names the activation's.
- * saved: x, w, then the output (ReLU) or the product (GELU); iarg[1] act. */
+ * writes beside the output when there will be a backward. Either may be
+ * folded into the backward of a Linear that reads the output
+ * (ag_offered_mask): the GELU's tanh form, whose derivative cuBLASLt's
+ * DGELU epilogue applies, like the ReLU. Elsewhere it is the two ops. The
+ * node is named as PyTorch names the activation's.
+ * saved: x's rows, w, then the output (ReLU) or the product (GELU), each
+ * in the output's shape; iarg[1] act. */
 static dp_status bw_linear_act(ag_node *n, dp_tensor *g, dp_tensor **gi)
 {
-    if (n->grad_masked)   /* the ReLU's part was done where g was made */
+    if (n->grad_masked)   /* the activation's part was done where g was made */
         return bw_linear_direct(n, g, gi);
     dp_tensor *s = n->saved[2], *gc = NULL, *dz = NULL;
     dp_status st = g->dtype == s->dtype ? dp_contiguous(&gc, g) : dp_to(&gc, g, s->dtype, s->device);
-    if (!st && !(st = tensor_new(&dz, 2, s->shape, s->dtype, s->device)) &&
+    if (!st && !(st = tensor_new(&dz, s->ndim, s->shape, s->dtype, s->device)) &&
         !(st = k_unary_backward((int)n->iarg[1], dz, gc, s, s)))
         st = bw_linear_direct(n, dz, gi);
     drop3(gc, dz, NULL);
     return st;
 }
 
-
 dp_status dp_linear_act(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *b, dp_unop act)
 {
     if (act != DP_RELU && act != DP_GELU && act != DP_GELU_TANH)
         return dp_fail(DP_ERR_ARG, "linear with an activation: the activation must be relu, gelu or gelu with "
                        "approximate='tanh' (got unary op %d)", act);
+    dp_tensor *rows = NULL;
     dp_status st = linear_check(x, w, b);
+    /* the CPU fuses 2-D inputs only; an N-D one there is the two ops */
+    if (!st && (x->ndim == 2 || !ON_CPU(x)))
+        st = direct_rows(&rows, x, w, b);
     if (st)
         return st;
-    if (x->ndim > 2 && !ON_CPU(x) && tensor_is_contiguous(x) && dp_tensor_numel(x) > 0)   /* the CPU: the two ops */
-        return linear_rows(out, x, w, b, act);
-    if (!linear_direct(x, w, b)) {
+    if (!rows) {
         dp_tensor *y = NULL;
         if (!(st = dp_linear(&y, x, w, b)))
             st = dp_unary(out, act, y);
         dp_tensor_release(y);
         return st;
     }
-    dp_tensor *ins[3] = { x, w, b }, *pre = NULL;
+    dp_tensor *ins[3] = { x, w, b }, *y = NULL, *pre = NULL, *pre_shaped = NULL;
     bool relu = act == DP_RELU, keep_pre = !relu && ag_needs_record(b ? 3 : 2, ins);
     ag_node *n = NULL;
-    if (!(st = linear_direct_out(out, keep_pre ? &pre : NULL, x, w, b, act)) &&
-        !(st = linear_record(out, x, w, b, relu ? "ReluBackward0" : "GeluBackward0", bw_linear_act, &n)) && n) {
+    if (!(st = linear_direct_out(&y, keep_pre ? &pre : NULL, rows, w, b, act)) &&
+        !(st = shaped_as_rows_of(out, y, x)) && !(st = pre ? shaped_as_rows_of(&pre_shaped, pre, x) : DP_OK) &&
+        !(st = linear_record(out, x, rows, w, b, relu ? "ReluBackward0" : "GeluBackward0", bw_linear_act, &n)) &&
+        n) {
         n->iarg[1] = act;
         if (relu) {
             ag_save_output(n, *out);
             ag_set_relu_mask(n, 2);
         } else {
-            ag_save(n, pre);
+            ag_save(n, pre_shaped);
+            if (act == DP_GELU_TANH)
+                ag_set_gelu_fold(n, 2);
         }
     }
-    dp_tensor_release(pre);
+    drop3(rows, y, pre);
+    dp_tensor_release(pre_shaped);
     return st;
 }
 

@@ -219,7 +219,7 @@ static dp_status lstm_step_back(ag_node *n, dp_tensor *g, dp_tensor *dgates, dp_
         !(st = pair_view(&cp, y, 1, t)) && !(st = pair_view(&cn, y, 1, t + 1)) && !(st = pair_view(&hp, y, 0, t)) &&
         !(st = row_view(&d0, d, 0)) && !(st = row_view(&d1, d, 1)) && !(st = pair_view(&g0, g, 0, t)) &&
         !(st = pair_view(&g1, g, 1, t)) && !(st = k_lstm_gates_backward(dg, dc, d, a, b, cp, cn)) &&
-        !(st = k_linear_backward(d0, NULL, NULL, dg, hp, w, NULL)) && !(st = k_binary(DP_ADD, d0, d0, g0)))
+        !(st = k_linear_backward(d0, NULL, NULL, dg, hp, w, NULL, 0)) && !(st = k_binary(DP_ADD, d0, d0, g0)))
         st = k_binary(DP_ADD, d1, dc, g1);
     dp_tensor *all[] = { dg, a, b, cp, cn, hp, d0, d1, g0, g1 };
     release_all((int)(sizeof all / sizeof all[0]), all);
@@ -243,7 +243,7 @@ static dp_status lstm_layer_grads(ag_node *n, dp_tensor *dgates, dp_tensor *d, d
     if (!st && (dw || db) && !(st = previous_hs(&hs, y)) &&
         !(st = tensor_view_of(&dg2, dgates, 2, (int64_t[]){ T * N, G }, (int64_t[]){ G, 1 }, dgates->offset)) &&
         !(st = dw ? ag_grad_output(n, 3, &gi[3]) : DP_OK) && !(st = db ? ag_grad_output(n, 4, &gi[4]) : DP_OK))
-        st = k_linear_backward(NULL, dw ? gi[3] : NULL, db ? gi[4] : NULL, dg2, hs, w, NULL);
+        st = k_linear_backward(NULL, dw ? gi[3] : NULL, db ? gi[4] : NULL, dg2, hs, w, NULL, 0);
     if (!st && n->in[0].needs_grad) {
         dp_tensor_retain(dgates);
         gi[0] = dgates;

@@ -483,7 +483,7 @@ T.run("fused linear+activation equals linear, then the activation", function()
 end)
 
 T.run("a relu's backward is folded where it may be, and only there", function()
-  local folds = torch.autograd._relu_backwards_folded
+  local folds = torch.autograd._activation_backwards_folded
   local function count(f, ...)
     local before = folds()
     f(...):sum():backward()
@@ -498,8 +498,41 @@ T.run("a relu's backward is folded where it may be, and only there", function()
   T.is(count(function() local h = lin(x, w1):relu(); return lin(h, w2):sum() + lin(h, w3):sum() end), 0,
        "the relu's output read by two linears: not folded")
   T.is(count(function() return lin(lin(x, w1):relu() * 1, w2) end), 0, "a mul between: not folded")
-  T.is(count(function() return lin(lin(R(2, 3, 4), w1):relu(), w2) end), 0, "3-D input (no direct path): not folded")
+  T.is(count(function() return lin(lin(R(2, 3, 4), w1):relu(), w2) end), 1, "3-D input (one node, no views): folded")
+  T.is(count(function() return lin(torch._linear_act(x, w1, b1, "gelu_tanh"), w2) end), 1,
+       "fused linear+gelu (tanh), then linear: folded")
+  T.is(count(function() return lin(torch._linear_act(x, w1, b1, "gelu"), w2) end), 0,
+       "fused linear+gelu (erf), then linear: not folded (its derivative has no epilogue)")
+  T.is(count(function() local h = torch._linear_act(x, w1, b1, "gelu_tanh"); return lin(h, w2):sum() + h:sum() end),
+       0, "the gelu's output also summed: not folded")
   T.is(count(function() return lin(lin(x, w1):relu():detach(), w2) end), 0, "detached: nothing to fold")
+end)
+
+T.run("a folded tanh GELU gives the gradients of its own backward, 2-D and 3-D", function()
+  for _, dt in ipairs({ torch.float64, torch.float32 }) do
+    for _, shape in ipairs({ { 9, 6 }, { 3, 4, 6 } }) do
+      torch.manual_seed(11)
+      local x = torch.randn(shape, { dtype = dt })
+      local w1, b1 = torch.randn(7, 6, { dtype = dt }), torch.randn(7, { dtype = dt })
+      local w2, b2 = torch.randn(3, 7, { dtype = dt }), torch.randn(3, { dtype = dt })
+      local function grads(between)
+        local p = {}
+        for i, t in ipairs({ x, w1, b1, w2, b2 }) do p[i] = t:clone():requires_grad_() end
+        local y = lin(between(torch._linear_act(p[1], p[2], p[3], "gelu_tanh")), p[4], p[5])
+        y:square():sum():backward()
+        return { p[1].grad, p[2].grad, p[3].grad, p[4].grad, p[5].grad }
+      end
+      local before = torch.autograd._activation_backwards_folded()
+      local folded = grads(function(h) return h end)
+      local label = string.format("%s, %d-D", dt.name, #shape)
+      T.is(torch.autograd._activation_backwards_folded() - before, #shape == 2 and 1 or 0,
+           label .. ": folded where the CPU fuses (2-D)")
+      local own = grads(function(h) return h * 1 end)
+      for i = 1, #folded do
+        T.is(folded[i]:reshape(-1):tolist(), own[i]:reshape(-1):tolist(), label .. ": gradient " .. i)
+      end
+    end
+  end
 end)
 
 T.run("the folded mask gives the same gradients as the relu's own backward", function()
