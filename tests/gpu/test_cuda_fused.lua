@@ -8,6 +8,8 @@
 --  * nn.Sequential's Linear then GELU(tanh) under autocast (one fused op,
 --    the GELU in cuBLASLt's epilogue or our kernel's), against the same
 --    layers called one by one (F.linear, F.gelu);
+--  * the MLP's GELU backward folded into the next Linear's product (the
+--    DGELU epilogue), against the layers one by one;
 --  * an Embedding's backward (index_add in a fixed order): two runs give
 --    the same bits, and the CPU's values in float64.
 local dir = os.getenv("DPLUA_TEST_DIR") or (debug.getinfo(1, "S").source:match("^@(.*)/gpu/") or "tests")
@@ -120,6 +122,46 @@ for _, s in ipairs({ { 768, 3072, 64 }, { 768, 3072, 32, 4 }, { 128, 1003, 256 }
     within(m[0].bias.grad, b.grad:cpu():double(), 2e-2, name .. ": bias gradient")
     T.is(tostring(m[0].weight.grad.dtype), "torch.float32", name .. ": float32 gradient of the float32 weight")
   end)
+end
+
+---------------------------------------------------------------- the GELU's backward folded into the next Linear
+
+-- A transformer's MLP (Linear, GELU(tanh), Linear) as one Sequential: the
+-- second Linear's input gradient takes the GELU's derivative in its
+-- product's epilogue (cuBLASLt's DGELU; our after-kernel where the hidden
+-- width is not divisible by 8; our own kernel when small), against the
+-- layers called one by one, where the GELU is an op of its own; in
+-- bfloat16 under autocast and in float32.
+for _, s in ipairs({ { 768, 3072, 64, 4 }, { 128, 1003, 256 }, { 16, 24, 8 } }) do
+  for _, amp in ipairs({ true, false }) do
+    local K, Nf, M, B = s[1], s[2], s[3], s[4]
+    local name = string.format("MLP %d-%d-%d, %s%d rows, %s: the GELU folded", K, Nf, K, B and (B .. " x ") or "", M,
+                               amp and "bf16 autocast" or "float32")
+    T.run(name, function()
+      torch.manual_seed(2)
+      local m = nn.Sequential(nn.Linear(K, Nf), nn.GELU("tanh"), nn.Linear(Nf, K)):to(dev)
+      local x = (B and torch.randn(B, M, K) or torch.randn(M, K)):to(dev)
+      local dout = (B and torch.randn(B, M, K) or torch.randn(M, K)):to(dev)
+      local function run(f, xx)
+        if amp then return torch.autocast("cuda", {}, f, xx) end
+        return f(xx)
+      end
+      local xa = x:clone():requires_grad_()
+      local before = torch.autograd._activation_backwards_folded()
+      run(function(v) return m(v) end, xa):backward(amp and dout:to(bf16) or dout)
+      T.is(torch.autograd._activation_backwards_folded() - before, 1, name .. ": one fold")
+      local p = {}
+      for i, t in ipairs({ m[0].weight, m[0].bias, m[2].weight, m[2].bias }) do p[i] = t:detach():clone():requires_grad_() end
+      local xb = x:clone():requires_grad_()
+      run(function(v) return F.linear(F.gelu(F.linear(v, p[1], p[2]), "tanh"), p[3], p[4]) end, xb)
+        :backward(amp and dout:to(bf16) or dout)
+      local tol = amp and 2e-2 or 1e-5
+      within(xa.grad, xb.grad:cpu():double(), tol, name .. ": the input's gradient")
+      within(m[0].weight.grad, p[1].grad:cpu():double(), tol, name .. ": the first weight's gradient")
+      within(m[0].bias.grad, p[2].grad:cpu():double(), tol, name .. ": the first bias's gradient")
+      within(m[2].weight.grad, p[3].grad:cpu():double(), tol, name .. ": the second weight's gradient")
+    end)
+  end
 end
 
 ---------------------------------------------------------------- Embedding backward
