@@ -34,7 +34,10 @@
  *   dK += dS^T q in registers (one 16-row slice of the keys a warp) and
  *   adds dQ = dS k to the float32 accumulators with atomic adds (two
  *   floats at once on sm_90). dK is scaled when written; attn_dq_store
- *   turns the accumulators into dq (scaled) of the dtype.
+ *   turns the accumulators into dq (scaled) of the dtype. Where out, dout
+ *   and dq rows start on 16 bytes (the usual case), the delta and dq
+ *   passes run 8 threads a row with 16-byte accesses (attn_delta_vec,
+ *   attn_dq_store_vec).
  * - Every tile in shared memory is swizzled: the 16-byte chunk c of row r
  *   sits at chunk c ^ (r % 8), so that the eight rows an ldmatrix phase
  *   reads, and the fragment stores of P and dS, fall on distinct banks.
@@ -664,6 +667,71 @@ __global__ void attn_dq_store(attn_args a)
     }
 }
 
+/* The same two passes for the bf16 kernels' head dims with 16-byte
+ * accesses (out, dout and dq rows on 16 bytes): 8 threads a row, D / 8
+ * elements each, so that every load and store moves 16 bytes. */
+#define ROW_THREADS 8
+#define ROWS_A_BLOCK (ATTN_THREADS / ROW_THREADS)
+
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+template <int D>
+__global__ void attn_delta_vec(attn_args a)
+{
+    begin_after_previous_kernel();
+    constexpr int PER = D / ROW_THREADS;
+    const int part = threadIdx.x % ROW_THREADS;
+    const int64_t rows = a.B * a.H * a.L;
+    for (int64_t row = (int64_t)blockIdx.x * ROWS_A_BLOCK + threadIdx.x / ROW_THREADS; row < rows;
+         row += (int64_t)gridDim.x * ROWS_A_BLOCK) {
+        const int64_t bh = row / a.L, i = row % a.L;
+        const uint4 *o = (const uint4 *)((const uint16_t *)a.out + row_offset(a.o_stride, a.H, bh, i) + part * PER);
+        const uint4 *d = (const uint4 *)((const uint16_t *)a.dout + row_offset(a.do_stride, a.H, bh, i) + part * PER);
+        float sum = 0.f;
+#pragma unroll
+        for (int c = 0; c < PER / 8; c++) {
+            const uint4 ov = o[c], dv = d[c];
+            const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
+#pragma unroll
+            for (int w = 0; w < 4; w++)
+                sum += bf16_lo(ow[w]) * bf16_lo(dw[w]) + bf16_hi(ow[w]) * bf16_hi(dw[w]);
+        }
+        /* the row's 8 threads are adjacent lanes, in the loop or out of it together: the
+         * shuffle names them alone (a warp's last rows may leave the loop before the others) */
+        const unsigned lanes = 0xffu << (threadIdx.x % 32 / ROW_THREADS * ROW_THREADS);
+        for (int off = ROW_THREADS / 2; off > 0; off /= 2)
+            sum += __shfl_xor_sync(lanes, sum, off);
+        if (part == 0)
+            a.delta[row] = sum;
+        float4 *acc = (float4 *)(a.dq_acc + row * D + part * PER);
+#pragma unroll
+        for (int c = 0; c < PER / 4; c++)
+            acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+template <int D>
+__global__ void attn_dq_store_vec(attn_args a)
+{
+    begin_after_previous_kernel();
+    constexpr int PER = D / ROW_THREADS;
+    const int part = threadIdx.x % ROW_THREADS;
+    const int64_t rows = a.B * a.H * a.L;
+    for (int64_t row = (int64_t)blockIdx.x * ROWS_A_BLOCK + threadIdx.x / ROW_THREADS; row < rows;
+         row += (int64_t)gridDim.x * ROWS_A_BLOCK) {
+        uint4 *dq = (uint4 *)((uint16_t *)a.dq + row_offset(a.dq_stride, a.H, row / a.L, row % a.L) + part * PER);
+        const float4 *acc = (const float4 *)(a.dq_acc + row * D + part * PER);
+#pragma unroll
+        for (int c = 0; c < PER / 8; c++) {
+            const float4 x = acc[2 * c], y = acc[2 * c + 1];
+            const float s = a.scale;
+            dq[c] = make_uint4(bf16_pair(x.x * s, x.y * s), bf16_pair(x.z * s, x.w * s), bf16_pair(y.x * s, y.y * s),
+                               bf16_pair(y.z * s, y.w * s));
+        }
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* float32                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -1008,8 +1076,15 @@ extern "C" int dpc_attention_backward(int dtype, const dpc_attention *in, const 
         }
         return rc ? rc : launch_kernel(attn_dq_store<float>, row_grid, ATTN_THREADS, s, a);
     }
-    rc = launch_kernel(attn_delta<uint16_t>, row_grid, ATTN_THREADS, s, a);
+    /* (the float4 accumulators: a workspace on 16 bytes) */
+    const bool vec = a.aligned && rows_aligned(out, in->o_stride) && rows_aligned(dq, in->dq_stride) &&
+                     (uintptr_t)workspace % 16 == 0;
+    void (*delta)(attn_args) = !vec ? attn_delta<uint16_t> : a.E == 64 ? attn_delta_vec<64> : attn_delta_vec<128>;
+    void (*store)(attn_args) =
+        !vec ? attn_dq_store<uint16_t> : a.E == 64 ? attn_dq_store_vec<64> : attn_dq_store_vec<128>;
+    const unsigned grid = vec ? grid_for(CEIL_DIV(rows, (int64_t)ROWS_A_BLOCK)) : row_grid;
+    rc = launch_kernel(delta, grid, ATTN_THREADS, s, a);
     if (!rc)
         rc = a.E == 64 ? bwd_bf16_launch<64>(a, s) : bwd_bf16_launch<128>(a, s);
-    return rc ? rc : launch_kernel(attn_dq_store<uint16_t>, row_grid, ATTN_THREADS, s, a);
+    return rc ? rc : launch_kernel(store, grid, ATTN_THREADS, s, a);
 }
