@@ -314,6 +314,11 @@ function ZeRO.new(params, opts)
     raise(fn .. ": expected optimizer_class to be an optimizer class such as torch.optim.AdamW (the class, not an " ..
           "instance), got " .. (type(cls) == "table" and tostring(cls.__name or "a table") or typename(cls)))
   end
+  if cls._not_elementwise then
+    raise(string.format("%s: %s's update is not elementwise (it reads whole rows, columns or parameters), and the " ..
+                        "shards here split parameters by element; step it on every rank without sharding", fn,
+                        cls.__name))
+  end
   if opts.overlap_with_ddp then
     raise(fn .. ": overlap_with_ddp is not supported; use DistributedDataParallel's sharding_strategy " ..
           "\"SHARD_GRAD_OP\" to reduce gradients into shards during backward")

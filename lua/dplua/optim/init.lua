@@ -25,6 +25,7 @@ local optim = {
   ASGD = more.ASGD,
   Rprop = more.Rprop,
   LBFGS = require("dplua.optim.lbfgs"),
+  Adafactor = require("dplua.optim.adafactor"),
   define = require("dplua.optim.define"),
   lr_scheduler = require("dplua.optim.lr_scheduler"),
 }
