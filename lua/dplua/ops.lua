@@ -713,6 +713,26 @@ function methods.nonzero(t, opts)
   return out
 end
 function methods.argwhere(t) return methods.nonzero(t) end
+
+-- nonzero_static({size= [, fill_value=-1]}): nonzero's (size, ndim)
+-- coordinates of a fixed count: the first size of them, the rows past the
+-- count filled with fill_value (PyTorch 2's, for shapes known in advance;
+-- here the count is read from the device as nonzero reads it).
+function methods.nonzero_static(t, opts)
+  local fn = "nonzero_static"
+  if not is_options(opts) then raise(fn .. ": expected an options table {size= [, fill_value=-1]}, got " .. typename(opts)) end
+  local size, fill = opts.size, opts.fill_value == nil and -1 or opts.fill_value
+  if type(size) ~= "number" or size < 0 or size % 1 ~= 0 then
+    raise(fn .. ": expected size to be a non-negative integer, got " .. tostring(size))
+  end
+  if type(fill) ~= "number" or fill % 1 ~= 0 then raise(fn .. ": expected fill_value to be an integer, got " .. tostring(fill)) end
+  local r = methods.nonzero(t)
+  local n = r:size(0)
+  if n >= size then return r:narrow(0, 0, size):contiguous() end
+  local out = torch.full({ size, t:dim() }, fill, { dtype = torch.int64, device = t.device })
+  if n > 0 then out:narrow(0, 0, n):copy_(r) end
+  return out
+end
 function methods.count_nonzero(t, dim) return t:ne(0):sum(dim) end
 
 -- put_(index, source, accumulate=false): the element at row-major
