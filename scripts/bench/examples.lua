@@ -8,7 +8,7 @@
 --   lstm_lm    word_language_model's LSTM model (10000 tokens, 200 wide, 2
 --              layers, dropout 0.2), batch 20 x bptt 35, the hidden state
 --              carried and detached, clip_grad_norm_(0.25), SGD lr 20
--- usage: dplua scripts/bench/examples.lua [cpu|cuda]
+-- usage: [DPLUA_BENCH_KERNELS=1] dplua scripts/bench/examples.lua [cpu|cuda]
 -- On "cpu" (one thread) a row is the best of a few repeats of the process's
 -- CPU time (os.clock); on "cuda" it is CUDA events around a few steps after
 -- as many untimed. Without a CUDA device, "cuda" prints "no_gpu" only.
@@ -23,9 +23,15 @@ if device ~= "cpu" and device ~= "cuda" then error("examples.lua: device should 
 if device == "cuda" and not torch.cuda.is_available() then print("no_gpu"); return end
 torch.set_num_threads(1)
 
+-- DPLUA_BENCH_KERNELS=1 on "cuda": each row's kernels over two more steps
+-- (torch.cuda.profile_kernels, the 15 longest), on stderr
+local kernels = device == "cuda" and os.getenv("DPLUA_BENCH_KERNELS") == "1"
+
 local function step_ms(f, n)
-  if device == "cuda" then return T.gpu_ms(f, 10) end
-  return T.cpu_ms(f, n)
+  if device ~= "cuda" then return T.cpu_ms(f, n) end
+  local ms = T.gpu_ms(f, 10)
+  if kernels then io.stderr:write(torch.cuda.profile_kernels(function() f(); f() end):table(15), "\n") end
+  return ms
 end
 
 -- torchvision's BasicBlock: two 3x3 convolutions with BatchNorm, the input
