@@ -132,6 +132,13 @@ T.run("maximize leaves the gradients as they were, on the fused path and per par
     T.is(ps[1].grad:tolist(), ref.grads[1][1], (missing and "per parameter" or "fused") .. ": p.grad unchanged")
     T.ok(ps[1][0]:item() > ref.p0[1][1], (missing and "per parameter" or "fused") .. ": the step ascends")
   end
+  -- a gradient shared by two parameters, and an expanded one, ascend once each
+  local a, b, c = nn.Parameter(torch.zeros(4)), nn.Parameter(torch.zeros(4)), nn.Parameter(torch.zeros(4))
+  local shared = torch.ones(4)
+  a.grad, b.grad, c.grad = shared, shared, torch.ones(1):expand(4)
+  optim.SGD({ a, b, c }, { lr = 1, maximize = true }):step()
+  T.is({ a[0]:item(), b[0]:item(), c[0]:item() }, { 1, 1, 1 }, "a shared and an expanded gradient: one ascent each")
+  T.is(shared:tolist(), { 1, 1, 1, 1 }, "the shared gradient as it was")
   T.raises(function() optim.SGD({ nn.Parameter(torch.ones(1)) }, { lr = 0.1, maximize = "yes" }) end,
            "expected maximize to be a boolean, got string", "maximize a string")
 end)

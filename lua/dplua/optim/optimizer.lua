@@ -276,22 +276,28 @@ function Optimizer._each_with_grad(b, fn)
   b.step, b.steps = s, nil
 end
 
--- maximize: PyTorch's optimizers step with -grad; here the bucket's
--- gradients are negated in place around the step and negated back
--- (exactly: a sign flip), so that every update, a user's included,
--- ascends and p.grad is left as it was.
-local function negate_grads(b, all)
-  if all then b.flat_grad:neg_(); return end
-  for _, p in ipairs(b.params) do
-    local g = p.grad
-    if g ~= nil then g:neg_() end
+-- maximize: PyTorch's optimizers step with -grad. When every gradient is
+-- its slot of the bucket's flat buffer, that buffer is negated in place
+-- around the step and negated back (exactly: a sign flip); otherwise each
+-- parameter's gradient is swapped for a negated copy and put back (they
+-- may be shared between parameters, views or expanded). Either way every
+-- update, a user's included, ascends and p.grad is left as it was.
+local function step_negated(self, group, b, all)
+  if all then
+    b.flat_grad:neg_()
+    local ok, err = pcall(self._step_bucket, self, group, b, b.steps == nil)
+    b.flat_grad:neg_()
+    if not ok then error(err, 0) end
+    return
   end
-end
-
-local function step_ascending(self, group, b, all)
-  negate_grads(b, all)
-  local ok, err = pcall(self._step_bucket, self, group, b, all and b.steps == nil)
-  negate_grads(b, all)
+  local kept = {}
+  for j, p in ipairs(b.params) do
+    local g = p.grad
+    kept[j] = g
+    if g ~= nil then p.grad = g:neg() end
+  end
+  local ok, err = pcall(self._step_bucket, self, group, b, false)
+  for j, p in ipairs(b.params) do p.grad = kept[j] end
   if not ok then error(err, 0) end
 end
 
@@ -302,7 +308,7 @@ local function step_buckets(self)
     for _, b in ipairs(self._buckets[gi]) do
       local all, any = grad_status(b, self.__name)
       if any then
-        if group.maximize then step_ascending(self, group, b, all)
+        if group.maximize then step_negated(self, group, b, all)
         else self:_step_bucket(group, b, all and b.steps == nil) end
       end
     end
