@@ -101,6 +101,7 @@ end
 local function step_each(g, b)
   Optimizer._each_with_grad(b, function(j, grad, step)
     local p = b.params[j]
+    if step == 0 and b.factors then b.factors[j] = nil end   -- (a state dict without this parameter's was loaded)
     update(g, p, grad:view(p:size()), factors(b, j, p), step + 1)
   end)
 end
