@@ -96,12 +96,18 @@ static dp_status bw_linear_direct(ag_node *n, dp_tensor *g, dp_tensor **gi)
         st = ag_grad_output(n, 1, &gi[1]);
     if (!st && has_b && n->in[2].needs_grad)
         st = ag_grad_output(n, 2, &gi[2]);
+    /* the kernels take dx and the fold's mask as rows too (a GPU's chain
+     * of layers matches one layer's dx with the next one's g) */
     int op = 0;
-    dp_tensor *mask = gi[0] ? ag_offered_mask(n, 0, &op) : NULL;
-    if (!st && !(st = k_linear_backward(gi[0], gi[1], has_b ? gi[2] : NULL, g2, x, w, mask, op)) && mask)
+    dp_tensor *mask = gi[0] ? ag_offered_mask(n, 0, &op) : NULL, *dx2 = NULL, *mask2 = NULL;
+    if (!st && gi[0])
+        st = rows_of(&dx2, gi[0]);
+    if (!st && mask)
+        st = rows_of(&mask2, mask);
+    if (!st && !(st = k_linear_backward(dx2, gi[1], has_b ? gi[2] : NULL, g2, x, w, mask2, op)) && mask)
         ag_took_mask(n);
-    dp_tensor_release(gc);
-    dp_tensor_release(g2);
+    drop3(gc, g2, dx2);
+    dp_tensor_release(mask2);
     return st;
 }
 
@@ -259,8 +265,7 @@ dp_status dp_linear_act(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *
                        "approximate='tanh' (got unary op %d)", act);
     dp_tensor *rows = NULL;
     dp_status st = linear_check(x, w, b);
-    /* the CPU fuses 2-D inputs only; an N-D one there is the two ops */
-    if (!st && (x->ndim == 2 || !ON_CPU(x)))
+    if (!st)
         st = direct_rows(&rows, x, w, b);
     if (st)
         return st;
@@ -275,9 +280,12 @@ dp_status dp_linear_act(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *
     bool relu = act == DP_RELU, keep_pre = !relu && ag_needs_record(b ? 3 : 2, ins);
     ag_node *n = NULL;
     if (!(st = linear_direct_out(&y, keep_pre ? &pre : NULL, rows, w, b, act)) &&
-        !(st = shaped_as_rows_of(out, y, x)) && !(st = pre ? shaped_as_rows_of(&pre_shaped, pre, x) : DP_OK) &&
-        !(st = linear_record(out, x, rows, w, b, relu ? "ReluBackward0" : "GeluBackward0", bw_linear_act, &n)) &&
-        n) {
+        !(st = shaped_as_rows_of(out, y, x)) && (st = pre ? shaped_as_rows_of(&pre_shaped, pre, x) : DP_OK)) {
+        dp_tensor_release(*out);
+        *out = NULL;
+    }
+    if (!st && !(st = linear_record(out, x, rows, w, b, relu ? "ReluBackward0" : "GeluBackward0", bw_linear_act,
+                                    &n)) && n) {
         n->iarg[1] = act;
         if (relu) {
             ag_save_output(n, *out);
