@@ -155,14 +155,18 @@ dp_status cpu_gru_gates_backward(dp_tensor *dgi, dp_tensor *dgh, dp_tensor *dh, 
  * k (B, H, S, E), v (B, H, S, Ev), out (B, H, L, Ev), its gradient dout and
  * dq, dk, dv: views of one dtype with contiguous rows; lse (B, H, L)
  * contiguous: each query row's log-sum-exp of its scaled scores. causal:
- * query i takes keys j <= i. scratch: float64, of the sizes below. */
+ * query i takes keys j <= i. scratch: float64, of the sizes below (the
+ * float32 path uses it as floats). */
 typedef struct {
     const dp_tensor *q, *k, *v;
     int causal;
     double scale;
 } cpu_attention_args;
-#define CPU_ATTENTION_FORWARD_SCRATCH(L, S, E, Ev) ((L) * (E) + (S) * (E) + (S) * (Ev) + (L) * (Ev) + (S))
-#define CPU_ATTENTION_BACKWARD_SCRATCH(L, S, E, Ev) (2 * ((L) * (E) + (S) * (E) + (S) * (Ev) + (L) * (Ev)))
+#define CPU_ATTENTION_BLOCK 64   /* query rows a block of the float32 path */
+#define CPU_ATTENTION_FORWARD_SCRATCH(L, S, E, Ev) \
+    ((L) * (E) + (S) * (E) + (S) * (Ev) + (L) * (Ev) + (S) + CPU_ATTENTION_BLOCK * (S))
+#define CPU_ATTENTION_BACKWARD_SCRATCH(L, S, E, Ev) \
+    (2 * ((L) * (E) + (S) * (E) + (S) * (Ev) + (L) * (Ev)) + CPU_ATTENTION_BLOCK * (S))
 void cpu_attention_forward(const cpu_attention_args *a, dp_tensor *out, dp_tensor *lse, double *scratch);
 void cpu_attention_backward(const cpu_attention_args *a, dp_tensor *out, dp_tensor *dout, dp_tensor *lse,
                             dp_tensor *dq, dp_tensor *dk, dp_tensor *dv, double *scratch);
