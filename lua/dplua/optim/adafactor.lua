@@ -34,6 +34,10 @@ local defaults = { lr = 1e-2, beta2_decay = -0.8, eps = { nil, 1e-3 }, d = 1.0, 
 -- weight_decay=0, maximize=false}]); maximize as every optimizer's
 -- (optimizer.lua negates the gradients around the step)
 function Adafactor.new(params, opts)
+  -- options other optimizers accept and ignore that PyTorch's Adafactor does not have
+  for _, k in ipairs({ "capturable", "fused", "differentiable" }) do
+    if type(opts) == "table" and opts[k] ~= nil then raise("Adafactor: unknown option '" .. k .. "'") end
+  end
   return Optimizer.init(setmetatable({}, Adafactor), params, opts, defaults)
 end
 
