@@ -294,7 +294,7 @@ static int bias_grad_alone(dp_tensor *db, dp_tensor *g, void *stream)
 }
 
 /* dx = g @ w (0 where !(mask > 0) when mask is given; times the tanh
- * GELU's derivative at mask when gelu), dw = g^T @ x, db = the column
+ * GELU's derivative at mask when gelu, mask then given), dw = g^T @ x, db = the column
  * sums of g, on stream: one launch of ours up to medium sizes (a ReLU's
  * mask only), else two cuBLASLt GEMMs with db in dw's epilogue and the
  * GELU's derivative in dx's (DGELU); but without dx, a small db apart
@@ -315,8 +315,8 @@ static int linear_backward_on(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_te
     }
     if (dx)   /* dx (M, K) = g (M, N) @ w (N, K) */
         st = dpc_gemm(g->dtype, 0, 0, M, K, N, 1.0, gpu_first(g), N, 0, gpu_first(w), K, 0, 0.0, gpu_first(dx), K, 0, 1,
-                      gelu && mask ? DPC_EPI_DGELU_TANH : DPC_EPI_BIAS, NULL, gelu && mask ? gpu_first(mask) : NULL,
-                      allow_tf32, stream);
+                      gelu ? DPC_EPI_DGELU_TANH : DPC_EPI_BIAS, NULL, gelu ? gpu_first(mask) : NULL, allow_tf32,
+                      stream);
     if (!st && dx && mask && !gelu)   /* the ReLU's backward, in place */
         st = dpc_unary_backward(DP_RELU, dx->dtype, gpu_shape(dx), gpu_operand(dx), gpu_operand(dx), gpu_operand(mask),
                                 gpu_operand(mask), stream);
@@ -572,17 +572,11 @@ static bool chains_after(const waiting_work *w, const void *ctx)
 dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_tensor *g, dp_tensor *x, dp_tensor *w,
                               dp_tensor *mask, int op)
 {
-    if (mask && op == DP_GELU_TANH) {
-        void *stream = gpu_stream_of(g->device);   /* after the work waiting, if any */
-        if (gpu_deferred_failure[0])
-            return gpu_status("linear backward", 0, g->dtype);
-        return gpu_status("linear backward", linear_backward_on(dx, dw, db, g, x, w, mask, true, stream, !deferral_off),
-                          g->dtype);
-    }
+    const bool gelu = mask && op == DP_GELU_TANH;
     waiting_backward this = { .x = x, .w = w, .g = g, .mask = mask, .dx = dx, .dw = dw, .db = db };
     chain_of chain = { .g = g, .layer = backward_grads(&this) };
     waiting_work after;
-    if (deferred_take(chains_after, &chain, &after)) {
+    if (!gelu && deferred_take(chains_after, &chain, &after)) {
         after.back[after.layers++] = this;
         waiting_retain(&after, after.layers - 1);
         deferred_fusions++;
@@ -592,11 +586,11 @@ dp_status gpu_linear_backward(dp_tensor *dx, dp_tensor *dw, dp_tensor *db, dp_te
     void *stream = gpu_stream_of(g->device);   /* after the work waiting, if any */
     if (gpu_deferred_failure[0])
         return gpu_status("linear backward", 0, g->dtype);
-    if (!deferral_off && dx && dpc_linear_backward_may_chain(&chain.layer)) {
+    if (!gelu && !deferral_off && dx && dpc_linear_backward_may_chain(&chain.layer)) {
         deferred_put((waiting_work){ .what = WAITS_LINEAR_BACKWARD, .back[0] = this, .layers = 1, .stream = stream });
         return DP_OK;
     }
-    return gpu_status("linear backward", linear_backward_on(dx, dw, db, g, x, w, mask, false, stream, !deferral_off),
+    return gpu_status("linear backward", linear_backward_on(dx, dw, db, g, x, w, mask, gelu, stream, !deferral_off),
                       g->dtype);
 }
 

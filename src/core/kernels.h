@@ -124,9 +124,9 @@ static inline dp_status k_linear_act(dp_tensor *out, dp_tensor *pre, dp_tensor *
     cpu_linear(pre ? pre : out, x, w, b);
     return cpu_unary(act, out, pre ? pre : out);
 }
-/* dx = g @ w, dw = g^T @ x, db = column sums of g (any may be NULL); g
- * and x are (M, N) and (M, K) rows, dx M x K contiguous of any shape.
- * When mask is given (dx's shape), dx then goes through the backward of
+/* dx = g @ w, dw = g^T @ x, db = column sums of g (any may be NULL); g,
+ * x and dx are (M, N), (M, K) and (M, K) rows. When mask is given (dx's
+ * shape), dx then goes through the backward of
  * the activation op (DP_RELU: 0 where !(mask > 0), mask its output;
  * DP_GELU_TANH: times its derivative, mask its input), folded in (see
  * ag_offered_mask) */

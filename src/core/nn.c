@@ -280,12 +280,9 @@ dp_status dp_linear_act(dp_tensor **out, dp_tensor *x, dp_tensor *w, dp_tensor *
     bool relu = act == DP_RELU, keep_pre = !relu && ag_needs_record(b ? 3 : 2, ins);
     ag_node *n = NULL;
     if (!(st = linear_direct_out(&y, keep_pre ? &pre : NULL, rows, w, b, act)) &&
-        !(st = shaped_as_rows_of(out, y, x)) && (st = pre ? shaped_as_rows_of(&pre_shaped, pre, x) : DP_OK)) {
-        dp_tensor_release(*out);
-        *out = NULL;
-    }
-    if (!st && !(st = linear_record(out, x, rows, w, b, relu ? "ReluBackward0" : "GeluBackward0", bw_linear_act,
-                                    &n)) && n) {
+        !(st = pre ? shaped_as_rows_of(&pre_shaped, pre, x) : DP_OK) && !(st = shaped_as_rows_of(out, y, x)) &&
+        !(st = linear_record(out, x, rows, w, b, relu ? "ReluBackward0" : "GeluBackward0", bw_linear_act, &n)) &&
+        n) {
         n->iarg[1] = act;
         if (relu) {
             ag_save_output(n, *out);
